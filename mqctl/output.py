@@ -1,0 +1,252 @@
+"""The only place that prints records, tables and messages (cli-conventions C1, C8, C9).
+
+* Data goes to stdout as bytes, one record per line, flushed as it is produced:
+  :func:`write_records` for raw records, :meth:`Output.emit_json` for NDJSON.
+* Everything else — errors, warnings, human summaries, progress — goes to stderr.
+* Human tables are plain space-aligned text unless stdout is a terminal that allows colour;
+  only then is ``rich`` imported (lazily: importing it costs start-up time on every call,
+  including ``--help`` and tab completion). Records never go through rich, which would wrap
+  them at the terminal width and read ``[...]`` as markup.
+
+Closed stdout (``mqctl consume … | head``): every stdout write here raises :class:`BrokenPipe`.
+The caller must commit offsets only for records whose write *returned*, then call
+:func:`quiet_stdout` and exit with :attr:`BrokenPipe.exit_code` (141), so that nothing the
+reader never got is counted as consumed.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import sys
+from typing import IO, Any, BinaryIO, Iterator, Mapping, Sequence, TextIO
+
+
+class BrokenPipe(BrokenPipeError):
+    """The reader closed stdout. Exit 141 (128 + SIGPIPE, what a C tool would get) and
+    commit nothing that was being written when this was raised."""
+
+    exit_code = 141
+
+
+def json_line(obj: Any) -> bytes:
+    """One compact NDJSON line, UTF-8, newline-terminated."""
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    # A lone surrogate (from a surrogate-escaped argument or file name) cannot be encoded as
+    # UTF-8; backslashreplace turns it into the JSON escape "\udcxx", so the line stays valid.
+    return text.encode("utf-8", "backslashreplace") + b"\n"
+
+
+def write_records(chunks: Sequence[bytes], stream: BinaryIO | None = None) -> None:
+    """Write ``chunks`` to ``stream`` (default ``sys.stdout.buffer``) and flush.
+
+    When this returns, the reader has been handed every chunk, and the caller may commit
+    them. When it raises :class:`BrokenPipe`, some chunks may not have been written: the
+    caller commits none of them.
+    """
+    out = sys.stdout.buffer if stream is None else stream
+    try:
+        out.write(b"".join(chunks))
+        out.flush()
+    except BrokenPipeError as exc:
+        raise BrokenPipe(errno.EPIPE, "stdout was closed by the reader") from exc
+
+
+def quiet_stdout() -> None:
+    """Point file descriptor 1 at /dev/null after a :class:`BrokenPipe`.
+
+    Bytes that failed to go out stay in Python's stdout buffer; at exit the interpreter
+    flushes them again and would print "Exception ignored … BrokenPipeError" on stderr.
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a test runner: nothing to do
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def color_allowed(stream: IO[Any]) -> bool:
+    """Colour only on a terminal, and never with NO_COLOR set non-empty or TERM=dumb
+    (no-color.org: an empty NO_COLOR does not count)."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    return _isatty(stream)
+
+
+def animation_allowed(stream: IO[Any]) -> bool:
+    """Progress bars only on a terminal, never in CI logs (CI set non-empty) or on a dumb
+    terminal. NO_COLOR leaves the bar but takes its colour away (rich obeys it itself)."""
+    if os.environ.get("CI") or os.environ.get("TERM") == "dumb":
+        return False
+    return _isatty(stream)
+
+
+def _isatty(stream: IO[Any]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or already closed
+        return False
+
+
+def header(name: str) -> str:
+    """Kafka/rpk column header style: ``current offset`` -> ``CURRENT-OFFSET``."""
+    return name.strip().upper().replace("_", "-").replace(" ", "-")
+
+
+def cell(value: Any) -> str:
+    """How one value reads in a human table; ``-`` stands for unknown (None or empty list)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):  # before int: bool is an int subclass
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(cell(v) for v in value) or "-"
+    return str(value)
+
+
+class NullProgress:
+    """What :meth:`Output.progress` yields when no bar is shown: same methods, no output."""
+
+    def advance(self, n: int = 1) -> None:
+        pass
+
+
+class _RichProgress:
+    def __init__(self, progress: Any, task: Any) -> None:
+        self._progress = progress
+        self._task = task
+
+    def advance(self, n: int = 1) -> None:
+        self._progress.advance(self._task, n)
+
+
+class Output:
+    """Where one command's output goes, decided once from its flags and the terminal.
+
+    ``json``: tables become NDJSON rows. ``color``: None decides from ``stream`` and the
+    environment (:func:`color_allowed`); True/False force it (a ``--color`` flag).
+    ``quiet``: no info lines and no progress; warnings and errors still show.
+    """
+
+    def __init__(
+        self,
+        json: bool = False,
+        stream: TextIO | None = None,
+        err: TextIO | None = None,
+        color: bool | None = None,
+        quiet: bool = False,
+    ) -> None:
+        self.json = json
+        self.stream = sys.stdout if stream is None else stream
+        self.err = sys.stderr if err is None else err
+        self.color = color_allowed(self.stream) if color is None else color
+        self.quiet = quiet
+
+    # -- stdout: data ----------------------------------------------------------------------
+
+    def emit_json(self, obj: Any) -> None:
+        """Write ``obj`` as one NDJSON line on stdout, flushed. Raises BrokenPipe."""
+        self._write_bytes([json_line(obj)])
+
+    def table(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        columns: Sequence[tuple[str, str]],
+        headers: bool = True,
+    ) -> None:
+        """Print ``rows`` under ``columns`` (``(key, HEADER)`` pairs).
+
+        With ``json``, each whole row is one NDJSON line (every key, not only the shown
+        columns: JSON only ever gains fields). Otherwise a table for humans, which may change
+        between releases. ``headers=False`` drops the header line (for awk).
+        """
+        if self.json:
+            self._write_bytes([json_line(dict(row)) for row in rows])
+        elif self.color:
+            self._rich_table(rows, columns, headers)
+        else:
+            self._plain_table(rows, columns, headers)
+
+    def _write_bytes(self, chunks: Sequence[bytes]) -> None:
+        try:
+            self.stream.flush()  # keep order with anything already written as text
+        except BrokenPipeError as exc:
+            raise BrokenPipe(errno.EPIPE, "stdout was closed by the reader") from exc
+        write_records(chunks, self.stream.buffer)
+
+    def _plain_table(
+        self, rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]], headers: bool
+    ) -> None:
+        lines = [[cell(row.get(key)) for key, _ in columns] for row in rows]
+        if headers:
+            lines.insert(0, [header(name) for _, name in columns])
+        if not lines:
+            return
+        widths = [max(len(line[i]) for line in lines) for i in range(len(columns))]
+        text = "".join(
+            "  ".join(value.ljust(width) for value, width in zip(line, widths)).rstrip() + "\n"
+            for line in lines
+        )
+        self._write_bytes([text.encode("utf-8", "backslashreplace")])
+
+    def _rich_table(
+        self, rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]], headers: bool
+    ) -> None:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        # No box drawing (C1.10): the coloured table has the plain one's shape.
+        table = Table(box=None, show_header=headers, header_style="bold", pad_edge=False)
+        for _, name in columns:
+            table.add_column(Text(header(name)))
+        for row in rows:
+            # Text(), not str: rich would read "[...]" in a topic or client id as markup.
+            table.add_row(*(Text(cell(row.get(key))) for key, _ in columns))
+        console = Console(file=self.stream, force_terminal=True, highlight=False)
+        try:
+            console.print(table)
+            self.stream.flush()
+        except BrokenPipeError as exc:
+            raise BrokenPipe(errno.EPIPE, "stdout was closed by the reader") from exc
+
+    # -- stderr: everything else -----------------------------------------------------------
+
+    def info(self, msg: str) -> None:
+        """A human summary line on stderr (``sent 3 messages``); silent with ``quiet``."""
+        if not self.quiet:
+            self._say(msg)
+
+    def warn(self, msg: str) -> None:
+        self._say(f"mqctl: warning: {msg}")
+
+    def error(self, msg: str) -> None:
+        self._say(f"mqctl: error: {msg}")
+
+    def _say(self, line: str) -> None:
+        self.err.write(line + "\n")
+        self.err.flush()
+
+    @contextlib.contextmanager
+    def progress(self, total: int | None, label: str) -> Iterator[NullProgress | _RichProgress]:
+        """A progress bar on stderr for long work; a :class:`NullProgress` when stderr is not
+        a terminal, in CI, on a dumb terminal or with ``quiet``. ``total=None``: unknown."""
+        if self.quiet or not animation_allowed(self.err):
+            yield NullProgress()
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn,
+        )
+
+        # transient: the bar disappears when done; the command's own summary line stays.
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeRemainingColumn(), console=Console(file=self.err), transient=True,
+        ) as bar:
+            yield _RichProgress(bar, bar.add_task(label, total=total))

@@ -1,0 +1,150 @@
+"""One time grammar for every time flag, one duration grammar, and how both are printed.
+
+Every flag that takes a point in time (``consume --from``, ``offsets reset --to-time``, …)
+goes through :func:`parse_time`, and every flag that takes a length of time
+(``store clean --older-than``, ``--idle-timeout``, ``--delay``) through :func:`parse_duration`,
+so a user learns the grammar once (cli-conventions C3.2). Bad input is a
+:class:`~store.errors.UsageError` (exit 2) whose one line lists an example of each accepted
+form, because the user who typed it wrong needs the right spelling, not a parser's complaint.
+
+Times are milliseconds since the Unix epoch, as the store keeps them. A time written without
+a UTC offset is read as UTC, never as local time: the same command line must mean the same
+instant on every machine that runs it.
+"""
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime, timedelta, timezone
+
+from store.errors import UsageError
+
+_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+# "ms" comes before "m" in the alternation so that "500ms" is not read as 500m followed by
+# a stray "s". Each number is capped at 15 digits: plenty for any real duration, and it keeps
+# int() away from Python's 4300-digit conversion limit (which raises ValueError).
+_PART = re.compile(r"([0-9]{1,15})(ms|s|m|h|d)")
+_DURATION = re.compile(r"(?:[0-9]{1,15}(?:ms|s|m|h|d))+")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_ONE_MS = timedelta(milliseconds=1)
+# The last instant format_time can print (datetime stops at year 9999).
+MAX_TIME_MS = (datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=timezone.utc) - _EPOCH) // _ONE_MS
+
+TIME_HELP = (
+    "1732183200123 (ms since epoch), 1732183200 (s since epoch), now, -90s / -15m / -2h30m / "
+    "-1d (ago), 2026-11-21, 2026-11-21T10:00:00Z, 2026-11-21 10:00:00.123+02:00 "
+    "(ISO-8601; no offset means UTC)"
+)
+DURATION_HELP = "500ms, 30s, 5m, 2h, 3d, 1h30m (a bare number is seconds)"
+
+
+def parse_time(text: str, now_ms: int | None = None) -> int:
+    """The instant ``text`` names, in ms since the epoch; ``now_ms`` pins "now" (tests, and
+    commands that resolve several flags against one clock reading)."""
+    s = text.strip()
+    if not s:
+        raise _bad_time(text, "empty")
+    if _ascii_digits(s):
+        ms = _epoch_number(s, text)
+    elif s.lower() == "now":
+        ms = _now(now_ms)
+    elif s[0] == "-":
+        ago = _duration_ms(s[1:].lower())
+        if ago is None:
+            raise _bad_time(text, "a relative time is '-' then number+unit pairs")
+        ms = _now(now_ms) - ago
+    else:
+        ms = _iso_ms(s, text)
+    if not 0 <= ms <= MAX_TIME_MS:
+        raise _bad_time(text, "outside 1970-01-01 .. 9999-12-31")
+    return ms
+
+
+def parse_duration(text: str) -> int:
+    """The length of time ``text`` names, in ms. A bare number is seconds (``--delay 10``)."""
+    s = text.strip().lower()
+    if _ascii_digits(s) and len(s) <= 15:
+        return int(s) * _UNIT_MS["s"]
+    ms = _duration_ms(s)
+    if ms is None:
+        raise UsageError(f"bad duration {_shown(text)}: accepted: {DURATION_HELP}")
+    return ms
+
+
+def format_time(ms: int) -> str:
+    """ISO-8601 UTC with milliseconds, e.g. ``2026-11-21T10:00:00.123Z``; parse_time reads it
+    back to the same ms. Valid for 0 <= ms <= MAX_TIME_MS."""
+    dt = _EPOCH + timedelta(milliseconds=ms)
+    # Fields by hand rather than strftime: glibc's %Y does not zero-pad years below 1000.
+    return (f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
+            f"{dt.second:02d}.{dt.microsecond // 1000:03d}Z")
+
+
+def format_age(ms_delta: int) -> str:
+    """A compact age for tables: ``500ms``, ``3s``, ``2m05s``, ``1h02m``, ``3d04h``.
+
+    Two units at most, the smaller zero-padded so columns of ages line up; the result is
+    itself a valid :func:`parse_duration` input.
+    """
+    if ms_delta < 0:
+        return "-" + format_age(-ms_delta)
+    if ms_delta < 1000:
+        return f"{ms_delta}ms"
+    minutes, seconds = divmod(ms_delta // 1000, 60)
+    if minutes == 0:
+        return f"{seconds}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours == 0:
+        return f"{minutes}m{seconds:02d}s"
+    days, hours = divmod(hours, 24)
+    if days == 0:
+        return f"{hours}h{minutes:02d}m"
+    return f"{days}d{hours:02d}h"
+
+
+def _ascii_digits(s: str) -> bool:
+    # str.isdigit alone accepts "²" and other Unicode digits that int() then rejects.
+    return s.isascii() and s.isdigit()
+
+
+def _epoch_number(s: str, text: str) -> int:
+    # Only the two lengths that cannot be confused (as rpk): a 12-digit number could be
+    # seconds in the year 33658 or ms in 1973, and guessing would silently pick a wrong day.
+    if len(s) == 13:
+        return int(s)
+    if len(s) == 10:
+        return int(s) * 1000
+    raise _bad_time(text, f"a {len(s)}-digit number is neither 13-digit ms nor 10-digit seconds")
+
+
+def _now(now_ms: int | None) -> int:
+    return time.time_ns() // 1_000_000 if now_ms is None else now_ms
+
+
+def _duration_ms(s: str) -> int | None:
+    """Sum of number+unit pairs (``2h30m``), or None when ``s`` is not made of them only."""
+    if not _DURATION.fullmatch(s):
+        return None
+    return sum(int(n) * _UNIT_MS[unit] for n, unit in _PART.findall(s))
+
+
+def _iso_ms(s: str, text: str) -> int:
+    try:
+        # upper(): RFC 3339 allows a lower-case "t" and "z", fromisoformat does not.
+        dt = datetime.fromisoformat(s.upper())
+    except ValueError:
+        raise _bad_time(text, "not a number, 'now', a relative time or an ISO-8601 date") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    # Timedelta floor division keeps exact integer ms; dt.timestamp() would go through a float.
+    return (dt - _EPOCH) // _ONE_MS
+
+
+def _shown(text: str) -> str:
+    # repr keeps the message on one line whatever control characters the input holds.
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _bad_time(text: str, reason: str) -> UsageError:
+    return UsageError(f"bad time {_shown(text)}: {reason}; accepted: {TIME_HELP}")

@@ -1,0 +1,601 @@
+"""The store façade: open a store directory, create topics, put and pull messages.
+
+There is no broker process: every ``mqctl`` process opens the directory with :meth:`Store.open`
+and they coordinate through it. Writers serialise on one exclusive portalocker lock on
+``STORE/lock``, taken once per batch (never per message); inside it a writer
+
+1. checks the checkpoint against the commit log's real end and recovers if a previous writer
+   died mid-batch or the machine restarted (``recovery.py``),
+2. assigns each message its queue and dense queue offset and the store timestamp,
+3. appends the records (one ``pwrite`` per segment), then the consume-queue entries, then the
+   key-index entries, and
+4. moves the checkpoint past the batch.
+
+Readers take no lock: they read consume-queue entries, then the records those point at, and
+check every record's CRC before handing it out.
+"""
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from . import checkpoint as ckpt
+from . import format as F
+from . import names
+from .commitlog import CommitLog, LogAppender
+from .consumequeue import ConsumeQueue
+from .errors import (
+    DataError, MessageNotFoundError, MessageTooLargeError, OperationError, StoreError,
+    StoreIOError, StoreNotFoundError, TopicExistsError, TopicNotFoundError, UsageError,
+)
+from .fsutil import atomic_write_json, ensure_dir, io_error, read_json_with_bak
+from .index import KeyIndex
+from .layout import Layout
+from .record import (
+    PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Draft, Message, RecordError, UniqKeyGenerator,
+    decode_offset_msg_id, encode, java_hash, offset_msg_id,
+)
+from .topics import TopicConfig, TopicTable
+
+DEFAULT_QUEUES = 8
+
+# System topics created on demand, with their queue counts (RocketMQ's numbers).
+SYSTEM_TOPIC_QUEUES = {
+    names.SCHEDULE_TOPIC: 19,   # levels 1..18 in queues 0..17; queue 18 holds free durations
+    names.HALF_TOPIC: 1,
+    names.OP_HALF_TOPIC: 1,
+    names.CHECK_MAX_TOPIC: 1,
+}
+
+
+def _default_warn(msg: str) -> None:
+    sys.stderr.write(f"mqctl: warning: {msg}\n")
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """``store.json``: fixed when the store is created."""
+
+    max_message_size: int = F.MAX_MESSAGE_SIZE
+    auto_create_topics: bool = True
+    default_queues: int = DEFAULT_QUEUES
+    commitlog_segment_size: int = F.COMMITLOG_SEGMENT_SIZE
+    cq_segment_entries: int = F.CQ_SEGMENT_ENTRIES
+
+    def to_json(self) -> dict[str, Any]:
+        return {"formatVersion": F.STORE_FORMAT_VERSION, "maxMessageSize": self.max_message_size,
+                "autoCreateTopics": self.auto_create_topics, "defaultQueues": self.default_queues,
+                "commitlogSegmentSize": self.commitlog_segment_size,
+                "cqSegmentEntries": self.cq_segment_entries}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "StoreSettings":
+        if int(obj.get("formatVersion", 0)) != F.STORE_FORMAT_VERSION:
+            raise ValueError(f"unsupported store format version {obj.get('formatVersion')!r}")
+        return cls(max_message_size=int(obj["maxMessageSize"]),
+                   auto_create_topics=bool(obj["autoCreateTopics"]),
+                   default_queues=int(obj.get("defaultQueues", DEFAULT_QUEUES)),
+                   commitlog_segment_size=int(obj["commitlogSegmentSize"]),
+                   cq_segment_entries=int(obj["cqSegmentEntries"]))
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    uniq_key: str
+    store_timestamp: int
+
+    @property
+    def msg_id(self) -> str:
+        return offset_msg_id(self.commitlog_offset)
+
+
+@dataclass
+class PullResult:
+    """What a pull found. ``next_offset`` is where the next pull should start."""
+
+    messages: list[Message]
+    next_offset: int
+    max_offset: int
+    damaged: list[tuple[int, str]] = field(default_factory=list)
+
+
+class Store:
+    def __init__(self, root: Path, settings: StoreSettings, warn: Callable[[str], None]) -> None:
+        self.root = root
+        self.layout = Layout(root)
+        self.settings = settings
+        self.warn = warn
+        self.commitlog = CommitLog(self.layout.commitlog_dir, settings.commitlog_segment_size)
+        self.index = KeyIndex(self.layout.index_dir)
+        self.topic_table = TopicTable(self.layout.topics_json, warn=warn)
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock_fh: Any = None
+        self._rr: dict[str, int] = {}
+        self._uniq = UniqKeyGenerator()
+        self._boot_id = ckpt.current_boot_id()
+        self._pid = os.getpid() & 0x7FFFFFFF
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def open(cls, root: str | Path, *, create: bool = False, settings: StoreSettings | None = None,
+             warn: Callable[[str], None] = _default_warn, recover: bool = True) -> "Store":
+        """Open the store at ``root``; with ``create`` make it first if it does not exist.
+
+        A store that was left dirty (a writer died mid-batch, or the machine restarted) is
+        recovered here, under the write lock, before anything is read."""
+        root = Path(root).expanduser()
+        layout = Layout(root)
+        if not layout.store_json.exists():
+            if not create:
+                if root.exists() and any(root.iterdir()):
+                    raise StoreNotFoundError(f"{root} is not an mqctl store (no store.json)")
+                raise StoreNotFoundError(f"no store at {root} (create one with: mqctl init)")
+            cls._initialise(root, settings or StoreSettings())
+        cls._check_owner(root)
+        try:
+            obj = read_json_with_bak(layout.store_json, warn=warn)
+            st = StoreSettings.from_json(obj)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DataError(f"{layout.store_json}: {exc}") from exc
+        store = cls(root, st, warn)
+        if recover:
+            store._recover_if_dirty()
+        return store
+
+    @staticmethod
+    def _check_owner(root: Path) -> None:
+        st = os.stat(root)
+        if st.st_uid != os.getuid():
+            raise OperationError(
+                f"store {root} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}): refusing to use it")
+
+    @staticmethod
+    def _initialise(root: Path, settings: StoreSettings) -> None:
+        if root.exists() and not root.is_dir():
+            raise UsageError(f"{root} exists and is not a directory")
+        if root.exists() and any(p.name != "store.json" for p in root.iterdir()):
+            raise UsageError(f"{root} is not empty and is not an mqctl store")
+        ensure_dir(root)
+        layout = Layout(root)
+        for d in (layout.commitlog_dir, layout.consumequeue_dir, layout.index_dir, layout.config_dir):
+            ensure_dir(d)
+        atomic_write_json(layout.store_json, settings.to_json(), keep_bak=False)
+
+    def close(self) -> None:
+        self.commitlog.close()
+        for q in self._queues.values():
+            q.close()
+        if self._lock_fh is not None:
+            self._lock_fh.close()
+            self._lock_fh = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the write lock --------------------------------------------------------------------
+    def write_lock(self) -> "_WriteLock":
+        """The store's exclusive write lock (held for one batch)."""
+        return _WriteLock(self)
+
+    # -- topics ----------------------------------------------------------------------------
+    def topics(self) -> dict[str, TopicConfig]:
+        return self.topic_table.load()
+
+    def topic(self, name: str) -> TopicConfig:
+        t = self.topics().get(name)
+        if t is None:
+            raise TopicNotFoundError(f"topic {name!r} does not exist")
+        return t
+
+    def has_topic(self, name: str) -> bool:
+        return name in self.topics()
+
+    def create_topic(self, name: str, queues: int | None = None, order: bool = False,
+                     *, system: bool = False) -> tuple[TopicConfig, bool]:
+        """Create a topic; returns (config, created). Exists with another shape → exit 4."""
+        (names.validate_any_topic if system else names.validate_topic)(name)
+        queues = self.settings.default_queues if queues is None else queues
+        if not 1 <= queues <= 1024:
+            raise UsageError(f"--queues must be between 1 and 1024, got {queues}")
+        with self.write_lock():
+            return self._create_topic_locked(name, queues, order)
+
+    def _create_topic_locked(self, name: str, queues: int, order: bool) -> tuple[TopicConfig, bool]:
+        topics = dict(self.topic_table.load())
+        cur = topics.get(name)
+        if cur is not None:
+            if cur.queues != queues or cur.order != order:
+                raise TopicExistsError(
+                    f"topic {name!r} exists with {cur.queues} queues{' (ordered)' if cur.order else ''}")
+            return cur, False
+        cfg = TopicConfig(name, queues, order, int(time.time() * 1000), self.commitlog.end())
+        topics[name] = cfg
+        self.topic_table.save(topics)
+        return cfg, True
+
+    def delete_topic(self, name: str) -> None:
+        """Forget a topic: its config, consume queues and offsets. Records stay in the commit
+        log until retention removes their segment (as RocketMQ)."""
+        import shutil
+        with self.write_lock():
+            topics = dict(self.topic_table.load())
+            if name not in topics:
+                raise TopicNotFoundError(f"topic {name!r} does not exist")
+            del topics[name]
+            self.topic_table.save(topics)
+            for key in [k for k in self._queues if k[0] == name]:
+                self._queues.pop(key).close()
+            shutil.rmtree(self.layout.topic_cq_dir(name), ignore_errors=True)
+        from .offsets import ClusterOffsetStore
+        ClusterOffsetStore(self.layout).delete_topic(name)
+
+    def _ensure_topic_locked(self, name: str) -> TopicConfig:
+        t = self.topic_table.load().get(name)
+        if t is not None:
+            return t
+        if name in SYSTEM_TOPIC_QUEUES:
+            return self._create_topic_locked(name, SYSTEM_TOPIC_QUEUES[name], False)[0]
+        if names.is_system_topic(name):  # %RETRY%G and %DLQ%G: one queue each, as RocketMQ
+            return self._create_topic_locked(name, 1, False)[0]
+        if not self.settings.auto_create_topics:
+            raise TopicNotFoundError(
+                f"topic {name!r} does not exist and this store does not create topics on send "
+                f"(create it with: mqctl topic create {name})")
+        return self._create_topic_locked(name, self.settings.default_queues, False)[0]
+
+    # -- queues ----------------------------------------------------------------------------
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        q = self._queues.get(key)
+        if q is None:
+            q = ConsumeQueue(self.layout.queue_dir(topic, queue_id), self.settings.cq_segment_entries)
+            self._queues[key] = q
+        return q
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.queue(topic, queue_id).max_offset()
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """The first offset whose record is still in the commit log (retention aware)."""
+        q = self.queue(topic, queue_id)
+        lo, hi = q.min_offset(), q.max_offset()
+        cl_min = self.commitlog.min_offset()
+        first = q.entry(lo) if lo < hi else None
+        if first is None or first[0] >= cl_min:
+            return lo
+        while lo < hi:  # first entry whose record is still present
+            mid = (lo + hi) // 2
+            e = q.entry(mid)
+            if e is not None and e[0] >= cl_min:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # -- writing ---------------------------------------------------------------------------
+    def select_queue(self, topic: TopicConfig, draft: Draft) -> int:
+        if draft.queue_id >= 0:
+            if draft.queue_id >= topic.queues:
+                raise UsageError(f"queue {draft.queue_id} does not exist: topic {topic.name!r} "
+                                 f"has queues 0-{topic.queues - 1}")
+            return draft.queue_id
+        if draft.sharding_key is not None:
+            # Documented, stable: |Java String.hashCode(key)| mod queue count (RocketMQ's
+            # SelectMessageQueueByHash), so producers in any language agree.
+            return abs(java_hash(draft.sharding_key)) % topic.queues
+        if topic.order:
+            raise UsageError(f"topic {topic.name!r} is ordered: give a sharding key (-s) or a queue (-q)")
+        n = self._rr.get(topic.name)
+        if n is None:
+            n = random.randrange(topic.queues)
+        self._rr[topic.name] = n + 1
+        return n % topic.queues
+
+    def put(self, drafts: list[Draft], *, sync: bool = False) -> list[PutResult]:
+        """Store a batch under one lock. All or nothing: on an error nothing is visible."""
+        if not drafts:
+            return []
+        max_size = self.settings.max_message_size
+        for d in drafts:
+            if len(d.body) > max_size:
+                raise MessageTooLargeError(
+                    f"message body of {len(d.body)} bytes exceeds the store's limit of {max_size} bytes")
+        with self.write_lock():
+            return self._put_locked(drafts, sync)
+
+    def _put_locked(self, drafts: list[Draft], sync: bool) -> list[PutResult]:
+        cp = self._checkpoint_locked()
+        now = int(time.time() * 1000)
+        store_ts = max(now, cp.last_store_ts)
+        log = self.commitlog
+        app = LogAppender(log, cp.written_end)
+        topic_cache: dict[str, tuple[TopicConfig, bytes]] = {}
+        next_off: dict[tuple[str, int], int] = {}
+        cq_bufs: dict[tuple[str, int], tuple[int, bytearray]] = {}
+        index_items: list[tuple[str, int]] = []
+        results: list[PutResult] = []
+        pid = self._pid
+        gen = self._uniq.next
+        for d in drafts:
+            tc = topic_cache.get(d.topic)
+            if tc is None:
+                cfg = self._ensure_topic_locked(d.topic)
+                tc = topic_cache[d.topic] = (cfg, d.topic.encode())
+            cfg, topic_b = tc
+            qid = self.select_queue(cfg, d)
+            key = (d.topic, qid)
+            dispatch = (d.sysflag & F.TX_MASK) in (F.TX_NOT, F.TX_COMMIT)
+            qoff = 0
+            if dispatch:
+                qoff = next_off.get(key, -1)
+                if qoff < 0:
+                    qoff = self.queue(d.topic, qid).max_offset()
+            props = d.properties
+            uniq = props.get(PROP_UNIQ_KEY)
+            if not uniq:
+                uniq = gen(now)
+                props = {PROP_UNIQ_KEY: uniq, **props}
+            props_b = "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v]).encode()
+            if len(props_b) + F.CRC_PROPERTY_SIZE > F.MAX_PROPERTIES_SIZE:
+                raise DataError(f"properties of {len(props_b)} bytes exceed {F.MAX_PROPERTIES_SIZE}")
+            size = 91 + len(d.body) + len(topic_b) + len(props_b) + F.CRC_PROPERTY_SIZE
+            phys = app.place(size)
+            rec = encode(topic_b, d.body, props_b, qid, qoff, phys, store_ts,
+                         d.born_timestamp or now, pid, d.flag, d.sysflag, d.reconsume_times,
+                         d.prepared_tx_offset)
+            app.add(rec)
+            if dispatch:
+                next_off[key] = qoff + 1
+                tags = d.tags_code if d.tags_code is not None else (
+                    java_hash(props[PROP_TAGS]) if props.get(PROP_TAGS) else 0)
+                buf = cq_bufs.get(key)
+                if buf is None:
+                    buf = cq_bufs[key] = (qoff, bytearray())
+                buf[1].extend(F.CQ_ENTRY.pack(phys, size, tags))
+            if (d.sysflag & F.TX_MASK) != F.TX_ROLLBACK:
+                index_items.append(("#" + uniq, phys))
+                keys = props.get(PROP_KEYS)
+                if keys:
+                    for k in keys.split(" "):
+                        if k:
+                            index_items.append((f"{d.topic}#{k}", phys))
+            results.append(PutResult(d.topic, qid, qoff, phys, uniq, store_ts))
+        app.flush(sync=sync)
+        undo: list[tuple[Path, int]] = []
+        try:
+            for (topic, qid), (first, buf) in cq_bufs.items():
+                undo += self.queue(topic, qid).append(first, bytes(buf))
+            self.index.add(index_items, store_ts)
+        except StoreError:
+            for path, size in reversed(undo):
+                try:
+                    os.truncate(path, size)
+                except OSError:
+                    pass
+            app.undo()
+            raise
+        ckpt.write(self.layout.checkpoint,
+                   ckpt.Checkpoint(app.pos, store_ts, cp.synced_end, self._boot_id))
+        return results
+
+    def _checkpoint_locked(self) -> ckpt.Checkpoint:
+        """The checkpoint, after making sure it matches the log (write lock held)."""
+        cp = ckpt.read(self.layout.checkpoint)
+        if cp is None or cp.written_end != self.commitlog.end() or cp.boot_id != self._boot_id:
+            from .recovery import recover
+            recover(self)
+            cp = ckpt.read(self.layout.checkpoint)
+            assert cp is not None
+        return cp
+
+    def _recover_if_dirty(self) -> None:
+        cp = ckpt.read(self.layout.checkpoint)
+        try:
+            end = self.commitlog.end()
+        except OSError:
+            return
+        if cp is not None and cp.written_end == end and cp.boot_id == self._boot_id:
+            return
+        if cp is None and end == 0:
+            return
+        try:
+            with self.write_lock():
+                self._checkpoint_locked()
+        except StoreIOError as exc:
+            # A read-only store can still be read: consume queues only point at whole records.
+            self.warn(f"store needs recovery but cannot be written ({exc}); reading what is complete")
+
+    # -- reading ---------------------------------------------------------------------------
+    def get(self, commitlog_offset: int, size: int | None = None) -> Message:
+        try:
+            return self.commitlog.read(commitlog_offset, size)
+        except RecordError as exc:
+            raise MessageNotFoundError(f"no valid message at commit-log offset {commitlog_offset}: {exc.reason}") from exc
+        except OSError as exc:
+            raise io_error(exc, f"read commit log at {commitlog_offset}") from exc
+
+    def pull(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
+             tag_codes: frozenset[int] | None = None, tags: frozenset[str] | None = None,
+             max_bytes: int = 4 * 1024 * 1024) -> PullResult:
+        """Up to ``max_count`` messages of one queue from ``offset``.
+
+        Tag filtering is done on the consume queue's tag code first and then exactly on the
+        record (hash collisions removed), as RocketMQ's broker and client do together. A
+        record that fails its CRC is never returned: it is listed in ``damaged`` and skipped.
+        """
+        q = self.queue(topic, queue_id)
+        max_off = q.max_offset()
+        if offset >= max_off:
+            return PullResult([], offset, max_off)
+        entries = q.read_entries(offset, min(max_count, max_off - offset))
+        if not entries:
+            return PullResult([], offset, max_off)
+        msgs: list[Message] = []
+        damaged: list[tuple[int, str]] = []
+        # One pread for a run of records when they sit close together in the log.
+        lo = min(e[0] for e in entries)
+        hi = max(e[0] + e[1] for e in entries)
+        span = b""
+        if hi - lo <= max(max_bytes, sum(e[1] for e in entries) * 4) and self.commitlog.segment_of(lo) == self.commitlog.segment_of(hi - 1):
+            span = self.commitlog.read_bytes(lo, hi - lo)
+        nxt = offset
+        total_bytes = 0
+        from .record import decode
+        for i, (phys, size, tcode) in enumerate(entries):
+            qoff = offset + i
+            nxt = qoff + 1
+            if tag_codes is not None and tcode not in tag_codes:
+                continue
+            try:
+                if span and phys - lo + size <= len(span):
+                    m = decode(span, phys - lo, phys - lo + size)
+                    if m.commitlog_offset != phys:
+                        raise RecordError("record offset does not match its consume-queue entry")
+                else:
+                    m = self.commitlog.read(phys, size)
+                if m.queue_offset != qoff or m.queue_id != queue_id:
+                    raise RecordError("record does not match its consume-queue entry")
+            except RecordError as exc:
+                damaged.append((qoff, f"commit-log offset {phys}: {exc.reason}"))
+                continue
+            if tags is not None and m.tags not in tags:
+                continue
+            msgs.append(m)
+            total_bytes += size
+            if total_bytes >= max_bytes:
+                break
+        return PullResult(msgs, nxt, max_off, damaged)
+
+    def iter_queue(self, topic: str, queue_id: int, start: int, end: int | None = None,
+                   batch: int = 256) -> Iterator[Message]:
+        """Every message of a queue in ``[start, end)`` (damaged records are skipped with a
+        warning)."""
+        end = self.max_offset(topic, queue_id) if end is None else end
+        off = max(start, self.min_offset(topic, queue_id))
+        while off < end:
+            res = self.pull(topic, queue_id, off, min(batch, end - off))
+            for qoff, why in res.damaged:
+                self.warn(f"skipping damaged message {topic}/{queue_id}@{qoff}: {why}")
+            yield from res.messages
+            if res.next_offset <= off:
+                break
+            off = res.next_offset
+
+    def find(self, msg_id: str) -> Message:
+        """A message by offset id or by unique key (offset id first, as mqadmin)."""
+        msg_id = msg_id.strip()
+        off = decode_offset_msg_id(msg_id)
+        if off is not None:
+            try:
+                m = self.commitlog.read(off)
+                if m.msg_id == msg_id.upper():
+                    return m
+            except (RecordError, OSError):
+                pass
+        for phys in self.index.lookup("#" + msg_id, limit=64):
+            try:
+                m = self.commitlog.read(phys)
+            except (RecordError, OSError):
+                continue
+            if m.uniq_key == msg_id:
+                return m
+        raise MessageNotFoundError(f"no message with id {msg_id!r}")
+
+    def find_all(self, uniq_key: str, limit: int = 64) -> list[Message]:
+        """Every stored copy carrying a unique key (retries and DLQ copies keep it)."""
+        out = []
+        for phys in self.index.lookup("#" + uniq_key, limit=limit):
+            try:
+                m = self.commitlog.read(phys)
+            except (RecordError, OSError):
+                continue
+            if m.uniq_key == uniq_key:
+                out.append(m)
+        return sorted(out, key=lambda m: m.commitlog_offset)
+
+    def query_key(self, topic: str, key: str, limit: int = 64) -> list[Message]:
+        """Messages of ``topic`` whose KEYS contain ``key``, newest first, via the index."""
+        out = []
+        for phys in self.index.lookup(f"{topic}#{key}", limit=limit * 4):
+            try:
+                m = self.commitlog.read(phys)
+            except (RecordError, OSError):
+                continue
+            if m.topic == topic and key in m.keys:
+                out.append(m)
+                if len(out) >= limit:
+                    break
+        return out
+
+    def store_timestamp_at(self, phys: int) -> int:
+        raw = self.commitlog.read_bytes(phys + F.OFF_STORE_TIMESTAMP, 8)
+        return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else -1
+
+    def search_offset(self, topic: str, queue_id: int, ts_ms: int) -> int:
+        """First offset whose message was stored at or after ``ts_ms`` (RocketMQ's LOWER
+        boundary); the max offset when every message is older."""
+        q = self.queue(topic, queue_id)
+        lo, hi = self.min_offset(topic, queue_id), q.max_offset()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = q.entry(mid)
+            if e is None or self.store_timestamp_at(e[0]) >= ts_ms:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def last_store_timestamp(self, topic: str, queue_id: int) -> int | None:
+        e = self.queue(topic, queue_id).last_entry()
+        if e is None:
+            return None
+        ts = self.store_timestamp_at(e[0])
+        return ts if ts >= 0 else None
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return list(range(self.topic(topic).queues))
+
+
+class _WriteLock:
+    """Re-entrant per Store handle; portalocker exclusive lock on ``STORE/lock``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> Store:
+        s = self.store
+        depth = getattr(s, "_lock_depth", 0)
+        if depth == 0:
+            import portalocker
+            if s._lock_fh is None:
+                try:
+                    fd = os.open(s.layout.write_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                except OSError as exc:
+                    raise io_error(exc, f"open {s.layout.write_lock}") from exc
+                s._lock_fh = os.fdopen(fd, "r+b")
+            portalocker.lock(s._lock_fh, portalocker.LOCK_EX)
+        s._lock_depth = depth + 1
+        return s
+
+    def __exit__(self, *exc: object) -> None:
+        s = self.store
+        s._lock_depth -= 1
+        if s._lock_depth == 0:
+            import portalocker
+            portalocker.unlock(s._lock_fh)
+
+
+def open_store(root: str | Path, *, create: bool = False, **kw: Any) -> Store:
+    return Store.open(root, create=create, **kw)

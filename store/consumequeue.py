@@ -1,0 +1,148 @@
+"""One consume queue: the fixed-width index of a (topic, queue) into the commit log.
+
+Files ``consumequeue/<topic>/<queueId>/<20-digit byte offset>`` hold ``CQ_SEGMENT_ENTRIES``
+entries of 20 bytes each (layout in ``format.py``); entry ``i`` of the queue lives at byte
+``i * 20`` of the queue's logical space, so the queue offset of an entry is arithmetic, not
+stored. Like commit-log segments, these files grow as entries are appended; their total size
+is the queue's max offset. Entries are appended only under the store's write lock, after the
+records they point at are complete, so a reader that sees an entry can read its record.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import format as F
+from .fsutil import ensure_dir, io_error, open_private
+
+_ENTRY = F.CQ_ENTRY
+_SIZE = F.CQ_ENTRY_SIZE
+
+
+class ConsumeQueue:
+    def __init__(self, directory: Path, segment_entries: int = F.CQ_SEGMENT_ENTRIES) -> None:
+        self.dir = directory
+        self.segment_entries = segment_entries
+        self.segment_bytes = segment_entries * _SIZE
+        self._read_fds: dict[int, int] = {}
+
+    # -- segments --------------------------------------------------------------------------
+    def segments(self) -> list[int]:
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        return sorted(int(n) for n in names if len(n) == 20 and n.isdigit())
+
+    def segment_path(self, base: int) -> Path:
+        return self.dir / F.segment_name(base)
+
+    def max_offset(self) -> int:
+        """The next offset to be written (= number of entries ever written)."""
+        segs = self.segments()
+        if not segs:
+            return 0
+        last = segs[-1]
+        try:
+            size = os.stat(self.segment_path(last)).st_size
+        except FileNotFoundError:
+            return 0
+        return (last + size) // _SIZE
+
+    def min_offset(self) -> int:
+        segs = self.segments()
+        return segs[0] // _SIZE if segs else 0
+
+    # -- reading ---------------------------------------------------------------------------
+    def _fd(self, base: int) -> int | None:
+        fd = self._read_fds.get(base)
+        if fd is None:
+            try:
+                fd = os.open(self.segment_path(base), os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return None
+            self._read_fds[base] = fd
+        return fd
+
+    def read_entries(self, offset: int, count: int) -> list[tuple[int, int, int]]:
+        """Up to ``count`` entries from ``offset`` within one segment: (phys, size, tags).
+
+        Stops early at the end of the segment (the caller asks again) and at an invalid
+        entry (``size <= 0``, a zero-filled or torn tail)."""
+        byte_off = offset * _SIZE
+        base = byte_off - byte_off % self.segment_bytes
+        fd = self._fd(base)
+        if fd is None:
+            return []
+        n = min(count, (base + self.segment_bytes - byte_off) // _SIZE)
+        data = os.pread(fd, n * _SIZE, byte_off - base)
+        out = []
+        for (phys, size, tags) in _ENTRY.iter_unpack(data[: len(data) - len(data) % _SIZE]):
+            if phys < 0 or size <= 0:
+                break
+            out.append((phys, size, tags))
+        return out
+
+    def entry(self, offset: int) -> tuple[int, int, int] | None:
+        got = self.read_entries(offset, 1)
+        return got[0] if got else None
+
+    def last_entry(self) -> tuple[int, int, int] | None:
+        m = self.max_offset()
+        return self.entry(m - 1) if m > 0 else None
+
+    def close(self) -> None:
+        for fd in self._read_fds.values():
+            os.close(fd)
+        self._read_fds.clear()
+
+    # -- writing (store write lock held) ---------------------------------------------------
+    def append(self, first_offset: int, entries: bytes) -> list[tuple[Path, int]]:
+        """Write ``entries`` (whole 20-byte entries) starting at queue offset ``first_offset``.
+
+        Returns the undo list ``(path, previous size)`` for each file touched, so a failed
+        batch can be cut back."""
+        ensure_dir(self.dir)
+        undo: list[tuple[Path, int]] = []
+        pos = first_offset * _SIZE
+        view = memoryview(entries)
+        while view:
+            base = pos - pos % self.segment_bytes
+            room = base + self.segment_bytes - pos
+            part, view = view[:room], view[room:]
+            path = self.segment_path(base)
+            try:
+                fd = open_private(path, os.O_WRONLY | os.O_CREAT)
+            except OSError as exc:
+                raise io_error(exc, f"open {path}") from exc
+            try:
+                undo.append((path, os.fstat(fd).st_size))
+                written = 0
+                while written < len(part):
+                    n = os.pwrite(fd, part[written:], pos - base + written)
+                    if n <= 0:
+                        raise OSError(28, "short write")
+                    written += n
+            except OSError as exc:
+                raise io_error(exc, f"append to {path}") from exc
+            finally:
+                os.close(fd)
+            pos += len(part)
+        return undo
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry at or after ``offset`` (recovery)."""
+        byte_off = offset * _SIZE
+        for base in reversed(self.segments()):
+            path = self.segment_path(base)
+            if base >= byte_off and base > 0:
+                path.unlink()
+            else:
+                if os.stat(path).st_size > byte_off - base:
+                    os.truncate(path, max(byte_off - base, 0))
+                break
+        self.close()
+
+
+def pack_entry(phys: int, size: int, tags: int) -> bytes:
+    return _ENTRY.pack(phys, size, tags)

@@ -1,0 +1,153 @@
+"""The store's error catalogue.
+
+Every failure the store reports is a ``StoreError``. The subclasses are grouped by what a
+caller can do about them, and each group carries the exit code the command-line contract
+gives it (``exit_code``), so the CLI needs a single ``except StoreError`` to map them:
+
+====================  ====  ==========================================================
+group                 code  meaning
+====================  ====  ==========================================================
+``OperationError``       1  the operation ran and failed (a handler gave up, damage found,
+                            an I/O error such as a full disk)
+``UsageError``           2  a bad name, value or combination of arguments
+``NotFoundError``        3  store, topic, group, message or transaction does not exist
+``ConflictError``        4  a lock is held elsewhere, a state forbids the change
+``DataError``            5  a corrupt file that could not be recovered, a message too
+                            large, a malformed input record
+====================  ====  ==========================================================
+"""
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every error raised by the store. ``exit_code`` is the contract's code."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# -- 1: the operation failed ---------------------------------------------------------------
+
+class OperationError(StoreError):
+    """Raised when an operation ran and failed for a reason other than bad input."""
+
+    exit_code = 1
+
+
+class StoreIOError(OperationError):
+    """Raised when the file system refuses a read or write (full disk, file size limit,
+    read-only or unwritable directory). Nothing partial is left visible."""
+
+
+class DamageFoundError(OperationError):
+    """Raised by ``store check`` when it found damage (listed in ``problems``)."""
+
+    def __init__(self, message: str, problems: list | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or []
+
+
+class HandlerError(OperationError):
+    """Raised when a handler command could not be started or the consumer gave up."""
+
+
+# -- 2: usage --------------------------------------------------------------------------------
+
+class UsageError(StoreError):
+    """Raised for a bad name, value or combination of options."""
+
+    exit_code = 2
+
+
+class InvalidNameError(UsageError):
+    """Raised when a topic or group name breaks the naming rules or is reserved."""
+
+
+# -- 3: not found ----------------------------------------------------------------------------
+
+class NotFoundError(StoreError):
+    """Raised when something named does not exist."""
+
+    exit_code = 3
+
+
+class StoreNotFoundError(NotFoundError):
+    """Raised when a command that reads finds no store at the selected path."""
+
+
+class TopicNotFoundError(NotFoundError):
+    """Raised when a topic does not exist (and may not be auto-created here)."""
+
+
+class GroupNotFoundError(NotFoundError):
+    """Raised when a consumer group has no offsets, members or dead letters in the store."""
+
+
+class MessageNotFoundError(NotFoundError):
+    """Raised when no message has the given id (offset id or unique key)."""
+
+
+class TransactionNotFoundError(NotFoundError):
+    """Raised when no half message matches the transaction id."""
+
+
+# -- 4: conflict -----------------------------------------------------------------------------
+
+class ConflictError(StoreError):
+    """Raised when the current state of the store forbids the change."""
+
+    exit_code = 4
+
+
+class TopicExistsError(ConflictError):
+    """Raised when a topic exists with a different queue count."""
+
+
+class LockHeldError(ConflictError):
+    """Raised when a lock is held by another live process."""
+
+
+class ClientIdInUseError(ConflictError):
+    """Raised when a consumer starts with a client id that a live member already uses."""
+
+
+class TransactionStateError(ConflictError):
+    """Raised when a transaction was already resolved the other way."""
+
+
+# -- 5: data ---------------------------------------------------------------------------------
+
+class DataError(StoreError):
+    """Raised for damaged or unacceptable data."""
+
+    exit_code = 5
+
+
+class CorruptionError(DataError):
+    """Raised when a file is damaged in a way recovery cannot repair (never for a torn tail,
+    which recovery cuts off). ``path`` and ``offset`` locate the damage."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"{path} at offset {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+class MessageTooLargeError(DataError):
+    """Raised when a body exceeds the store's maximum message size."""
+
+
+class BadInputError(DataError):
+    """Raised when an input record (an NDJSON line, a property) is malformed. ``line`` is the
+    1-based input line number, when there is one."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(f"line {line}: {message}" if line is not None else message)
+        self.line = line

@@ -1,0 +1,143 @@
+"""Small-file durability helpers shared by every module that writes metadata.
+
+Small files (topics, offsets, locks' records) are never rewritten in place: a temp file in the
+same directory is written, flushed and fsynced, the previous version is kept as ``NAME.bak``
+(a hard link, so there is never a moment without a readable copy), the temp file is renamed
+over the name and the directory is fsynced. Readers fall back to ``.bak`` when the main file
+is missing, empty or unparsable.
+
+Everything the store creates is private to its owner: directories 0700, files 0600.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import CorruptionError, StoreIOError
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def io_error(exc: OSError, what: str) -> StoreIOError:
+    """Turn an OSError into the store's one-line I/O error."""
+    reason = {
+        errno.ENOSPC: "no space left on device",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.EFBIG: "file size limit exceeded",
+        errno.EROFS: "read-only file system",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "operation not permitted",
+    }.get(exc.errno or 0, exc.strerror or str(exc))
+    return StoreIOError(f"cannot {what}: {reason}")
+
+
+def ensure_dir(path: Path) -> None:
+    """Create ``path`` and its parents private to the user (0700)."""
+    try:
+        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise io_error(exc, f"create directory {path}") from exc
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def open_private(path: Path, flags: int) -> int:
+    """``os.open`` with the store's file mode, never following a symlink at the last step."""
+    return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: bool = True) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if keep_bak and path.exists():
+            bak = path.with_name(path.name + ".bak")
+            bak_tmp = path.with_name(f".{path.name}.bak.{os.getpid()}.tmp")
+            try:
+                os.link(path, bak_tmp)
+                os.replace(bak_tmp, bak)
+            except OSError:
+                try:
+                    os.unlink(bak_tmp)
+                except OSError:
+                    pass
+        os.replace(tmp, path)
+        if sync:
+            fsync_dir(path.parent)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise io_error(exc, f"write {path}") from exc
+
+
+def atomic_write_json(path: Path, obj: Any, *, keep_bak: bool = True, sync: bool = True) -> None:
+    """Write ``obj`` as pretty, sorted, standard JSON via :func:`atomic_write_bytes`."""
+    data = (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+    atomic_write_bytes(path, data, keep_bak=keep_bak, sync=sync)
+
+
+def _parse_json(path: Path, validate: Callable[[Any], None] | None) -> Any:
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise ValueError("empty file")
+    obj = json.loads(raw)
+    if validate is not None:
+        validate(obj)
+    return obj
+
+
+def read_json_with_bak(
+    path: Path,
+    default: Any = None,
+    validate: Callable[[Any], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Any:
+    """Read a JSON file written by :func:`atomic_write_json`.
+
+    Missing main and ``.bak`` → ``default``. An unreadable main file falls back to ``.bak``
+    (``warn`` is told). Both unreadable → :class:`CorruptionError` naming the main file: a
+    caller must never silently start over from nothing.
+    """
+    bak = path.with_name(path.name + ".bak")
+    main_error: Exception | None = None
+    if path.exists():
+        try:
+            return _parse_json(path, validate)
+        except (ValueError, TypeError, KeyError, OSError) as exc:
+            main_error = exc
+    if bak.exists():
+        try:
+            obj = _parse_json(bak, validate)
+        except (ValueError, TypeError, KeyError, OSError) as exc:
+            raise CorruptionError(str(path), 0, f"unreadable ({main_error or 'missing'}), "
+                                  f"and so is {bak.name} ({exc})") from exc
+        if warn is not None:
+            why = main_error if main_error is not None else "missing"
+            warn(f"{path} is unreadable ({why}); using {bak.name}")
+        return obj
+    if main_error is not None:
+        raise CorruptionError(str(path), 0, f"unreadable ({main_error}) and no {bak.name}")
+    return default

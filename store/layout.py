@@ -1,0 +1,96 @@
+"""Where every file of a store lives. Only this module joins names into paths.
+
+Every name that reaches a path has been validated (``names.py``): topic and group names and
+client ids cannot contain ``/`` or be ``..``, so no path built here leaves the store.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    # -- store-wide files
+    @property
+    def store_json(self) -> Path:
+        return self.root / "store.json"
+
+    @property
+    def write_lock(self) -> Path:
+        return self.root / "lock"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def commitlog_dir(self) -> Path:
+        return self.root / "commitlog"
+
+    @property
+    def consumequeue_dir(self) -> Path:
+        return self.root / "consumequeue"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / "index"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "config"
+
+    @property
+    def topics_json(self) -> Path:
+        return self.config_dir / "topics.json"
+
+    @property
+    def consumer_offset_json(self) -> Path:
+        return self.config_dir / "consumerOffset.json"
+
+    @property
+    def delay_offset_json(self) -> Path:
+        return self.config_dir / "delayOffset.json"
+
+    # -- per topic / queue
+    def queue_dir(self, topic: str, queue_id: int) -> Path:
+        return self.consumequeue_dir / topic / str(queue_id)
+
+    def topic_cq_dir(self, topic: str) -> Path:
+        return self.consumequeue_dir / topic
+
+    # -- consumer state
+    def broadcast_offsets(self, client_id: str, group: str) -> Path:
+        """LocalFileOffsetStore's ``<dir>/<clientId>/<group>/offsets.json``."""
+        return self.root / "offsets" / client_id / group / "offsets.json"
+
+    @property
+    def members_root(self) -> Path:
+        """``consumers/``: one directory per group with live or leftover members."""
+        return self.root / "consumers"
+
+    def members_dir(self, group: str) -> Path:
+        return self.root / "consumers" / group
+
+    @property
+    def queue_locks_root(self) -> Path:
+        """``locks/``: one directory per group that has taken a queue lock."""
+        return self.root / "locks"
+
+    def queue_locks_dir(self, group: str) -> Path:
+        return self.root / "locks" / group
+
+    def queue_lock(self, group: str, topic: str, queue_id: int) -> Path:
+        return self.root / "locks" / group / topic / f"{queue_id}.lock"
+
+    def dedup_log(self, group: str) -> Path:
+        return self.root / "dedup" / f"{group}.log"
+
+    def service_lock(self, name: str) -> Path:
+        """Locks of store-wide services (delay scheduler, transaction check)."""
+        return self.root / "services" / f"{name}.lock"
+
+    def tx_dir(self) -> Path:
+        return self.root / "tx"

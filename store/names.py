@@ -1,0 +1,87 @@
+"""Naming rules for topics and groups, and the system's reserved names.
+
+Names are ``^[A-Za-z0-9_%|-]{1,127}$`` (RocketMQ's character set, so every name is also a safe
+directory name: no ``/``, no ``.``, nothing a path could escape with). User topics may not
+start with ``RMQ_SYS_``, ``%RETRY%`` or ``%DLQ%``, nor be one of RocketMQ's system topics.
+Groups are limited to 120 characters so that ``%RETRY%GROUP`` and ``%DLQ%GROUP`` still fit.
+"""
+from __future__ import annotations
+
+import re
+
+from .errors import InvalidNameError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,127}$")
+MAX_GROUP_LEN = 120
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SYSTEM_PREFIX = "RMQ_SYS_"
+RESERVED_PREFIXES = (SYSTEM_PREFIX, RETRY_PREFIX, DLQ_PREFIX)
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+SYSTEM_TOPICS = frozenset({
+    "TBW102", SCHEDULE_TOPIC, "BenchmarkTest", HALF_TOPIC, "RMQ_SYS_TRACE_TOPIC",
+    OP_HALF_TOPIC, CHECK_MAX_TOPIC, "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "CHECKPOINT_TOPIC",
+})
+
+
+def _check_syntax(kind: str, name: str) -> None:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        shown = name if isinstance(name, str) and len(name) <= 60 else f"{str(name)[:57]}..."
+        raise InvalidNameError(
+            f"invalid {kind} name {shown!r}: use 1-127 characters from A-Z a-z 0-9 _ % | -")
+
+
+def validate_topic(name: str) -> str:
+    """A topic name a user may create or send to."""
+    _check_syntax("topic", name)
+    if name.startswith(RESERVED_PREFIXES) or name in SYSTEM_TOPICS:
+        raise InvalidNameError(f"topic name {name!r} is reserved for the system")
+    return name
+
+
+def validate_any_topic(name: str) -> str:
+    """A topic name that may be read: user topics and the system's retry/DLQ/system topics."""
+    _check_syntax("topic", name)
+    return name
+
+
+def validate_group(name: str) -> str:
+    """A consumer group name."""
+    _check_syntax("group", name)
+    if len(name) > MAX_GROUP_LEN:
+        raise InvalidNameError(f"group name {name[:40]!r}... is longer than {MAX_GROUP_LEN} characters")
+    if name.startswith(RESERVED_PREFIXES) or name.startswith("CID_RMQ_SYS_"):
+        raise InvalidNameError(f"group name {name!r} is reserved for the system")
+    return name
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group
+
+
+def is_retry_topic(topic: str) -> bool:
+    return topic.startswith(RETRY_PREFIX)
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic.startswith(RESERVED_PREFIXES) or topic in SYSTEM_TOPICS
+
+
+CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9_.@:%|#-]{1,200}$")
+
+
+def validate_client_id(client_id: str) -> str:
+    """Client ids become file names under the store, so they get the same guard as names."""
+    if not CLIENT_ID_RE.match(client_id) or client_id in (".", ".."):
+        raise InvalidNameError(
+            f"invalid client id {client_id[:60]!r}: use 1-200 characters from A-Z a-z 0-9 _ . @ : % | # -")
+    return client_id

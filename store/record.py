@@ -1,0 +1,294 @@
+"""One commit-log record: the :class:`Message` a reader gets, and encode/decode of its bytes.
+
+The byte layout is written down in ``format.py``. Encoding is on the producer's hot path, so
+:func:`encode` builds the record with one ``struct.pack`` and two CRCs and nothing else;
+decoding checks the record CRC before any field is trusted.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import random
+import socket
+import time
+import zlib
+from dataclasses import dataclass, field
+
+from . import format as F
+from .errors import BadInputError
+
+_HEADER_PACK = F.RECORD_HEADER.pack
+_HEADER_UNPACK = F.RECORD_HEADER.unpack_from
+
+PROP_TAGS = "TAGS"
+PROP_KEYS = "KEYS"
+PROP_UNIQ_KEY = "UNIQ_KEY"
+PROP_SHARDING_KEY = "__SHARDINGKEY"
+PROP_DELAY = "DELAY"
+PROP_REAL_TOPIC = "REAL_TOPIC"
+PROP_REAL_QID = "REAL_QID"
+PROP_RETRY_TOPIC = "RETRY_TOPIC"
+PROP_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROP_TRAN_MSG = "TRAN_MSG"
+PROP_TRANSACTION_ID = "__transactionId__"
+PROP_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROP_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROP_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+PROP_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+PROP_DELIVER_MS = "TIMER_DELIVER_MS"
+
+# Names a user may not set with --property: the store's own (RocketMQ's reserved set, abridged
+# to the ones this store gives meaning to, plus the record CRC).
+RESERVED_PROPERTIES = frozenset({
+    PROP_TAGS, PROP_KEYS, PROP_UNIQ_KEY, "WAIT", PROP_DELAY, PROP_RETRY_TOPIC, PROP_REAL_TOPIC,
+    PROP_REAL_QID, PROP_TRAN_MSG, "PGROUP", "MIN_OFFSET", "MAX_OFFSET", PROP_ORIGIN_MESSAGE_ID,
+    "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", PROP_TRANSACTION_ID,
+    PROP_CHECK_TIMES, "TRAN_PREPARED_QUEUE_OFFSET", PROP_DLQ_ORIGIN_TOPIC,
+    PROP_DLQ_ORIGIN_MESSAGE_ID, PROP_DELIVER_MS, "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
+    F.CRC_PROPERTY, PROP_SHARDING_KEY,
+})
+
+
+@functools.lru_cache(maxsize=4096)
+def java_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 0x100000000 if h >= 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """The consume-queue tags code: Java hash of the tag, 0 when the message has none."""
+    return java_hash(tags) if tags else 0
+
+
+def offset_msg_id(commitlog_offset: int) -> str:
+    """The offset message id: store host, port and commit-log offset as 32 hex digits."""
+    return f"{F.LOOPBACK_IP:08X}{F.STORE_PORT:08X}{commitlog_offset:016X}"
+
+
+_OFFSET_ID_PREFIX = f"{F.LOOPBACK_IP:08X}{F.STORE_PORT:08X}"
+
+
+def decode_offset_msg_id(msg_id: str) -> int | None:
+    """The commit-log offset an offset id points at, or None if ``msg_id`` is not one."""
+    if len(msg_id) != 32 or not msg_id.upper().startswith(_OFFSET_ID_PREFIX):
+        return None
+    try:
+        return int(msg_id[16:], 16)
+    except ValueError:
+        return None
+
+
+class UniqKeyGenerator:
+    """Client-side unique keys, RocketMQ's MessageClientIDSetter shape (32 hex digits).
+
+    Host hash (4 bytes) + pid (2) + random (4) are fixed per process; then ms since the start
+    of the month (4) and a counter (2). Two keys of one process collide only if 65,536 keys
+    are made within one millisecond.
+    """
+
+    def __init__(self) -> None:
+        host = zlib.crc32(socket.gethostname().encode()) & 0xFFFFFFFF
+        self.prefix = f"{host:08X}{os.getpid() & 0xFFFF:04X}{random.getrandbits(32):08X}"
+        now = time.localtime()
+        month_start = time.mktime((now.tm_year, now.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+        self._month_start_ms = int(month_start * 1000)
+        self._counter = random.getrandbits(16)
+
+    def next(self, now_ms: int) -> str:
+        self._counter = (self._counter + 1) & 0xFFFF
+        return f"{self.prefix}{(now_ms - self._month_start_ms) & 0xFFFFFFFF:08X}{self._counter:04X}"
+
+
+def check_property(name: str, value: str) -> None:
+    """A user property must be non-empty, not reserved, and free of the separators."""
+    if not name or not value:
+        raise BadInputError(f"property {name!r}: name and value must both be non-empty")
+    if name in RESERVED_PROPERTIES:
+        raise BadInputError(f"property {name!r} is reserved for the store")
+    for ch in (F.NAME_VALUE_SEP, F.PROPERTY_SEP):
+        if ch in name or ch in value:
+            raise BadInputError(f"property {name!r}: control characters \\x01 and \\x02 are not allowed")
+
+
+def encode_properties(props: dict[str, str]) -> bytes:
+    """Serialize properties (without the trailing record CRC)."""
+    return "".join(f"{k}\x01{v}\x02" for k, v in props.items() if v is not None and v != "").encode()
+
+
+def parse_properties(raw: str) -> dict[str, str]:
+    """RocketMQ's ``string2messageProperties``: empty names or values are dropped."""
+    out: dict[str, str] = {}
+    for part in raw.split(F.PROPERTY_SEP):
+        i = part.find(F.NAME_VALUE_SEP)
+        if i > 0 and i < len(part) - 1:
+            out[part[:i]] = part[i + 1:]
+    return out
+
+
+@dataclass(slots=True)
+class Draft:
+    """A message on its way into the store: what the producer decides."""
+
+    topic: str
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    queue_id: int = -1           # -1: the store picks (sharding key or round robin)
+    sharding_key: str | None = None
+    flag: int = 0
+    sysflag: int = 0
+    born_timestamp: int = 0
+    reconsume_times: int = 0
+    prepared_tx_offset: int = 0
+    tags_code: int | None = None  # None: Java hash of TAGS; the delay scheduler sets a time
+
+
+@dataclass(slots=True)
+class Message:
+    """A stored message as a reader sees it."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    size: int
+    body: bytes
+    properties: dict[str, str]
+    flag: int = 0
+    sysflag: int = 0
+    born_timestamp: int = 0
+    born_host: str = ""
+    store_timestamp: int = 0
+    reconsume_times: int = 0
+    prepared_tx_offset: int = 0
+
+    @property
+    def msg_id(self) -> str:
+        """The offset id: locates the record without an index."""
+        return offset_msg_id(self.commitlog_offset)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROP_UNIQ_KEY)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROP_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(PROP_KEYS)
+        return [k for k in raw.split(" ") if k] if raw else []
+
+    @property
+    def user_properties(self) -> dict[str, str]:
+        return {k: v for k, v in self.properties.items() if k not in RESERVED_PROPERTIES}
+
+
+def encode(
+    topic_bytes: bytes,
+    body: bytes,
+    props_bytes: bytes,
+    queue_id: int,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    born_timestamp: int,
+    born_port: int,
+    flag: int = 0,
+    sysflag: int = 0,
+    reconsume_times: int = 0,
+    prepared_tx_offset: int = 0,
+) -> bytes:
+    """The bytes of one record; ``props_bytes`` excludes the record CRC, added here."""
+    body_len = len(body)
+    topic_len = len(topic_bytes)
+    props_len = len(props_bytes) + F.CRC_PROPERTY_SIZE
+    total = 91 + body_len + topic_len + props_len
+    head = _HEADER_PACK(
+        total, F.MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+        physical_offset, sysflag, born_timestamp, F.LOOPBACK_IP, born_port, store_timestamp,
+        F.LOOPBACK_IP, F.STORE_PORT, reconsume_times, prepared_tx_offset, body_len,
+    )
+    rec = b"".join((head, body, bytes((topic_len,)), topic_bytes,
+                    props_len.to_bytes(2, "big"), props_bytes))
+    c = zlib.crc32(rec) & 0x7FFFFFFF
+    return rec + b"__CRC32#\x01" + f"{c:010d}"[::-1].encode() + b"\x02"
+
+
+class RecordError(Exception):
+    """A record failed validation; ``torn`` when it simply ran past the end of the data."""
+
+    def __init__(self, reason: str, torn: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.torn = torn
+
+
+def record_size_at(buf, pos: int, limit: int) -> int:
+    """TOTALSIZE at ``pos`` after bounds checks, or raise RecordError. 0 = blank trailer."""
+    if limit - pos < 8:
+        raise RecordError("truncated header", torn=True)
+    total = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+    magic = int.from_bytes(buf[pos + 4:pos + 8], "big")
+    if magic == F.BLANK_MAGIC:
+        return 0
+    if magic not in (F.MAGIC_V1, F.MAGIC_V2):
+        if total == 0 and magic == 0:
+            raise RecordError("zero-filled bytes", torn=True)
+        raise RecordError(f"bad magic code 0x{magic:08X}")
+    if total < F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE or total > F.MAX_MESSAGE_SIZE + 65536 + 512:
+        raise RecordError(f"impossible record size {total}")
+    if pos + total > limit:
+        raise RecordError(f"record of {total} bytes runs past the end", torn=True)
+    return total
+
+
+def decode(buf, pos: int, limit: int, verify: bool = True) -> Message:
+    """Decode the record at ``pos`` in ``buf`` (bytes, mmap or memoryview).
+
+    Raises :class:`RecordError` when the record is incomplete (``torn``) or damaged. With
+    ``verify`` the record CRC is checked before anything is returned.
+    """
+    total = record_size_at(buf, pos, limit)
+    if total == 0:
+        raise RecordError("blank trailer")
+    rec = buf[pos:pos + total]
+    (total, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sysflag, born_ts,
+     born_ip, born_port, store_ts, _sip, _sport, reconsume, prepared, body_len) = _HEADER_UNPACK(rec, 0)
+    if verify:
+        crc_field = bytes(rec[total - 11:total - 1])
+        if rec[total - F.CRC_PROPERTY_SIZE:total - 11] != b"__CRC32#\x01" or not crc_field.isdigit():
+            raise RecordError("record CRC property missing")
+        if int(crc_field[::-1]) != zlib.crc32(rec[:total - F.CRC_PROPERTY_SIZE]) & 0x7FFFFFFF:
+            raise RecordError("record CRC mismatch")
+    p = F.RECORD_HEADER_SIZE
+    if body_len < 0 or p + body_len + 3 > total:
+        raise RecordError("body length out of bounds")
+    body = bytes(rec[p:p + body_len])
+    p += body_len
+    if magic == F.MAGIC_V1:
+        topic_len = rec[p]
+        p += 1
+    else:
+        topic_len = int.from_bytes(rec[p:p + 2], "big")
+        p += 2
+    topic = bytes(rec[p:p + topic_len]).decode("utf-8", "replace")
+    p += topic_len
+    props_len = int.from_bytes(rec[p:p + 2], "big")
+    p += 2
+    if p + props_len != total:
+        raise RecordError("field lengths do not add up to TOTALSIZE")
+    if verify and zlib.crc32(body) & 0x7FFFFFFF != body_crc:
+        raise RecordError("body CRC mismatch")
+    props = parse_properties(bytes(rec[p:p + props_len - F.CRC_PROPERTY_SIZE]).decode("utf-8", "replace"))
+    return Message(
+        topic=topic, queue_id=queue_id, queue_offset=queue_offset,
+        commitlog_offset=physical_offset, size=total, body=body, properties=props, flag=flag,
+        sysflag=sysflag, born_timestamp=born_ts,
+        born_host=f"{socket.inet_ntoa(born_ip.to_bytes(4, 'big'))}:{born_port}",
+        store_timestamp=store_ts, reconsume_times=reconsume, prepared_tx_offset=prepared,
+    )

@@ -1,0 +1,231 @@
+"""Recovery: make the derived files (consume queues, key index) agree with the commit log.
+
+Runs under the write lock, from :meth:`Store._checkpoint_locked` when the checkpoint says a
+writer died mid-batch or the machine restarted, and from ``mqctl store recover`` (``full``).
+
+1. Choose where to start: the checkpoint's written end (a writer died), its synced end (the
+   machine restarted: the page cache may have lost anything later), or the first segment
+   (``full``, or no readable checkpoint).
+2. Scan records from there, checking every CRC. Each valid record gets its consume-queue entry
+   (idempotently: an entry already right is left alone) and its index keys.
+3. An invalid record with no valid record anywhere after it is a torn tail: the log is cut
+   back to the last valid record. An invalid record *followed* by valid ones is corruption:
+   it is reported, never served, and the scan resumes at the next valid record.
+4. Consume-queue entries that point past the recovered end are dropped; so is a torn
+   (partial) entry; index entries past it are fenced off via the header.
+5. The checkpoint is moved to the recovered end.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from . import checkpoint as ckpt
+from . import format as F
+from .consumequeue import ConsumeQueue
+from .record import PROP_KEYS, PROP_UNIQ_KEY, Message, RecordError, decode, java_hash
+
+if TYPE_CHECKING:
+    from .broker import Store
+
+
+@dataclass
+class RecoveryReport:
+    start: int = 0
+    end: int = 0
+    records: int = 0
+    cq_entries_written: int = 0
+    truncated_bytes: int = 0
+    cq_entries_dropped: int = 0
+    damage: list[tuple[str, int, str]] = field(default_factory=list)
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        return {"reason": self.reason, "start": self.start, "end": self.end, "records": self.records,
+                "cqEntriesWritten": self.cq_entries_written, "truncatedBytes": self.truncated_bytes,
+                "cqEntriesDropped": self.cq_entries_dropped,
+                "damage": [{"file": f, "offset": o, "reason": r} for f, o, r in self.damage]}
+
+
+def find_next_valid(store: "Store", after: int) -> int | None:
+    """The offset of the first valid record strictly after ``after``, searching by magic."""
+    log = store.commitlog
+    magic = F.MAGIC_V1.to_bytes(4, "big")
+    for base in log.segments():
+        if base + log.segment_size <= after:
+            continue
+        path = log.segment_path(base)
+        data = path.read_bytes()
+        pos = max(after + 1 - base, 0)
+        while True:
+            i = data.find(magic, pos + 4)
+            if i < 0:
+                break
+            cand = i - 4
+            try:
+                m = decode(data, cand, len(data))
+                if m.commitlog_offset == base + cand:
+                    return base + cand
+            except RecordError:
+                pass
+            pos = cand + 1
+    return None
+
+
+def _start_offset(store: "Store", full: bool) -> tuple[int, str]:
+    cp = ckpt.read(store.layout.checkpoint)
+    end = store.commitlog.end()
+    lo = store.commitlog.min_offset()
+    if full:
+        return lo, "full rebuild requested"
+    if cp is None:
+        return lo, "no readable checkpoint"
+    if cp.boot_id != store._boot_id:
+        return max(lo, min(cp.synced_end, cp.written_end, end)), "the machine restarted since the last write"
+    return max(lo, min(cp.written_end, end)), "a writer stopped in the middle of a batch"
+
+
+def recover(store: "Store", full: bool = False, progress: Callable[[int], None] | None = None) -> RecoveryReport:
+    """Repair the store (write lock held). Returns what was done."""
+    start, reason = _start_offset(store, full)
+    rep = RecoveryReport(start=start, reason=reason)
+    topics = store.topics()
+    log = store.commitlog
+    valid_end = start
+    last_ts = 0
+    index_items: list[tuple[str, int]] = []
+    pos = start
+    while True:
+        resumed = False
+        for off, msg, err in log.scan(pos):
+            if err is not None:
+                nxt = find_next_valid(store, off)
+                if nxt is None:
+                    break  # torn tail
+                rep.damage.append((str(log.segment_path(log.segment_of(off))), off - log.segment_of(off), err.reason))
+                pos, resumed = nxt, True
+                break
+            assert msg is not None
+            rep.records += 1
+            valid_end = off + msg.size
+            last_ts = max(last_ts, msg.store_timestamp)
+            rep.cq_entries_written += _dispatch(store, topics, msg, index_items)
+            if len(index_items) >= 8192:
+                store.index.add(index_items, last_ts)
+                index_items.clear()
+            if progress is not None:
+                progress(msg.size)
+        if not resumed:
+            break
+    if index_items:
+        store.index.add(index_items, last_ts)
+    rep.truncated_bytes = _truncate_log(store, valid_end)
+    rep.cq_entries_dropped = _trim_queues(store, valid_end)
+    _fence_index(store, valid_end)
+    rep.end = valid_end
+    cp = ckpt.read(store.layout.checkpoint) or ckpt.Checkpoint()
+    synced = cp.synced_end
+    if cp.boot_id != store._boot_id or full:
+        os.sync()  # what survived a restart is durable now; make our rebuild durable too
+        synced = valid_end
+    ckpt.write(store.layout.checkpoint, ckpt.Checkpoint(
+        valid_end, max(cp.last_store_ts, last_ts), min(synced, valid_end), store._boot_id))
+    return rep
+
+
+def _dispatch(store: "Store", topics: dict, msg: Message, index_items: list[tuple[str, int]]) -> int:
+    """Give one recovered record its consume-queue entry and index keys. Returns 1 when a
+    consume-queue entry had to be written."""
+    tx = msg.sysflag & F.TX_MASK
+    if tx != F.TX_ROLLBACK:
+        uk = msg.properties.get(PROP_UNIQ_KEY)
+        if uk:
+            index_items.append(("#" + uk, msg.commitlog_offset))
+        for k in (msg.properties.get(PROP_KEYS) or "").split(" "):
+            if k:
+                index_items.append((f"{msg.topic}#{k}", msg.commitlog_offset))
+    cfg = topics.get(msg.topic)
+    if tx not in (F.TX_NOT, F.TX_COMMIT) or cfg is None or msg.commitlog_offset < cfg.created_offset:
+        return 0
+    if msg.queue_id >= cfg.queues:
+        return 0
+    q = store.queue(msg.topic, msg.queue_id)
+    if msg.topic == "SCHEDULE_TOPIC_XXXX":
+        tags = int(msg.properties.get("TIMER_DELIVER_MS", "0") or 0)
+    else:
+        tags = java_hash(msg.tags) if msg.tags else 0
+    entry = F.CQ_ENTRY.pack(msg.commitlog_offset, msg.size, tags)
+    cur = q.entry(msg.queue_offset) if msg.queue_offset < q.max_offset() else None
+    if cur is not None and cur[0] == msg.commitlog_offset and cur[1] == msg.size:
+        return 0
+    _fix_partial_entry(q)
+    q.append(msg.queue_offset, entry)
+    q.close()
+    return 1
+
+
+def _fix_partial_entry(q: ConsumeQueue) -> None:
+    segs = q.segments()
+    if segs:
+        path = q.segment_path(segs[-1])
+        size = os.stat(path).st_size
+        if size % F.CQ_ENTRY_SIZE:
+            os.truncate(path, size - size % F.CQ_ENTRY_SIZE)
+
+
+def _truncate_log(store: "Store", valid_end: int) -> int:
+    """Cut the log at ``valid_end``: later segments go, the segment holding it is shortened."""
+    log = store.commitlog
+    cut = 0
+    last = log.segment_of(valid_end)
+    for base in log.segments():
+        path = log.segment_path(base)
+        size = os.stat(path).st_size
+        if base > last:
+            cut += size
+            path.unlink()
+        elif base == last and size > valid_end - base:
+            cut += size - (valid_end - base)
+            os.truncate(path, valid_end - base)
+    log.close()
+    return cut
+
+
+def _trim_queues(store: "Store", valid_end: int) -> int:
+    dropped = 0
+    root = store.layout.consumequeue_dir
+    try:
+        topics = os.listdir(root)
+    except FileNotFoundError:
+        return 0
+    for topic in topics:
+        try:
+            qids = [int(x) for x in os.listdir(root / topic) if x.isdigit()]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for qid in qids:
+            q = store.queue(topic, qid)
+            _fix_partial_entry(q)
+            m = q.max_offset()
+            keep = m
+            while keep > 0:
+                e = q.entry(keep - 1)
+                if e is not None and e[0] + e[1] <= valid_end:
+                    break
+                keep -= 1
+            if keep < m:
+                q.truncate_to(keep)
+                dropped += m - keep
+    return dropped
+
+
+def _fence_index(store: "Store", valid_end: int) -> None:
+    idx = store.index
+    idx.truncate_after(valid_end)
+    for base in idx.files():
+        hdr = list(idx.header(base))
+        if hdr[3] >= valid_end:
+            hdr[3] = valid_end - 1
+            with open(idx.path(base), "r+b") as fh:
+                fh.write(F.INDEX_HEADER.pack(*hdr))
