@@ -95,7 +95,7 @@ def compile_template(text: str) -> Template:
         field, esc, lit = m.group("field", "esc", "lit")
         if lit is not None:
             # Literal "%" cannot occur here (the lexer splits on it), so no %-escaping needed.
-            fmt += lit.encode("utf-8")
+            fmt += _literal(lit, text)
         elif field is not None:
             if field == "%":
                 fmt += b"%%"
@@ -106,6 +106,14 @@ def compile_template(text: str) -> Template:
             # bytes % treats "%" in a literal as a conversion, so a \x25 must be doubled.
             fmt += _escape(esc, text).replace(b"%", b"%%")
     return Template(text, bytes(fmt), tuple(getters))
+
+
+def _literal(lit: str, text: str) -> bytes:
+    try:
+        # surrogateescape gives back the exact bytes of an argv that was not UTF-8.
+        return lit.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that no byte sequence decodes to
+        raise UsageError(f"format {text!r} is not valid text") from None
 
 
 def _field(token: str, text: str) -> Getter:

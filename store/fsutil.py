@@ -36,11 +36,26 @@ def io_error(exc: OSError, what: str) -> StoreIOError:
 
 
 def ensure_dir(path: Path) -> None:
-    """Create ``path`` and its parents private to the user (0700)."""
-    try:
-        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise io_error(exc, f"create directory {path}") from exc
+    """Create ``path`` and its missing parents, each private to the user (0700).
+
+    ``Path.mkdir(parents=True)`` would give the intermediate directories the default mode
+    (0755 under the usual umask), so each missing level is created here with 0700. Existing
+    directories are left as they are.
+    """
+    missing: list[Path] = []
+    level = path
+    while not level.is_dir() and level != level.parent:
+        missing.append(level)
+        level = level.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=DIR_MODE)
+        except FileExistsError as exc:
+            if not directory.is_dir():  # a file is in the way
+                raise io_error(exc, f"create directory {directory}") from exc
+            # else another process created it first: fine
+        except OSError as exc:
+            raise io_error(exc, f"create directory {directory}") from exc
 
 
 def fsync_dir(path: Path) -> None:

@@ -55,13 +55,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import portalocker
-
 from . import fsutil
 from .allocate import BROKER_NAME
-from .errors import LockHeldError, StoreIOError, UsageError
+from .errors import LockHeldError, UsageError
 from .layout import Layout
 from .names import validate_any_topic, validate_client_id, validate_group
+from .qlocks import try_flock
 
 NO_OFFSET = -1
 TOPIC_GROUP_SEPARATOR = "@"
@@ -85,36 +84,30 @@ def _lock_path(path: Path) -> Path:
 
 @contextmanager
 def _exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold an exclusive flock on ``lock_path`` (created 0600) for the ``with`` block."""
+    """Hold an exclusive flock on ``lock_path`` (created 0600, never deleted) for the block."""
     fsutil.ensure_dir(lock_path.parent)
     try:
         fd = fsutil.open_private(lock_path, os.O_RDWR | os.O_CREAT)
     except OSError as exc:
         raise fsutil.io_error(exc, f"open {lock_path}") from exc
     try:
-        _acquire(fd, lock_path, timeout)
+        _wait_flock(fd, lock_path, timeout)
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock, also on a crash
+        os.close(fd)  # closing the descriptor releases the lock, as does a crash
 
 
-def _acquire(fd: int, lock_path: Path, timeout: float) -> None:
-    # Polling instead of a blocking flock: a holder that is stopped (SIGSTOP, a debugger)
-    # must surface as "locked elsewhere" rather than hang every consumer of the store.
+def _wait_flock(fd: int, lock_path: Path, timeout: float) -> None:
+    # Polling rather than a blocking flock: a holder that is stopped (SIGSTOP, a debugger)
+    # must surface as "held elsewhere" instead of hanging every consumer of the store.
     deadline = time.monotonic() + timeout
-    delay = 0.001
-    flags = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
-    while True:
-        try:
-            portalocker.lock(fd, flags)
-            return
-        except portalocker.AlreadyLocked:
-            if time.monotonic() >= deadline:
-                raise LockHeldError(f"{lock_path} is held by another process (waited {timeout:g} s)")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-        except portalocker.LockException as exc:
-            raise StoreIOError(f"cannot lock {lock_path}: {exc}") from exc
+    delay = 0.0005
+    while not try_flock(fd, lock_path):
+        if time.monotonic() >= deadline:
+            raise LockHeldError(f"{lock_path} has been held by another process for over "
+                                f"{timeout:g} s (a stopped process?)")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
 
 
 @dataclass

@@ -171,13 +171,23 @@ def _open(path: Path, flags: int) -> int:
         raise io_error(exc, f"open {path}") from exc
 
 
-def _unlink_quietly(path: Path) -> None:
+def unlink_if_exists(path: Path) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:
         pass
     except OSError as exc:
         raise io_error(exc, f"remove {path}") from exc
+
+
+def list_dir(path: Path) -> list[str]:
+    """Names in ``path``; [] if it does not exist."""
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise io_error(exc, f"list {path}") from exc
 
 
 # -- records ---------------------------------------------------------------------------------
@@ -379,7 +389,7 @@ class QueueLock:
                        f"(pid {holder.pid}) but not renewed since {holder.renewedAt}")
             # The stuck holder keeps its OS lock on the old inode; unlinking the name is what
             # takes the queue away from it (its is_valid compares inodes).
-            _unlink_quietly(self.path)
+            unlink_if_exists(self.path)
         return open_exclusive(self.path)
 
     def _take(self, fd: int) -> None:
@@ -463,7 +473,7 @@ class QueueLock:
             try:
                 with group_mutex(self.layout, self.group, self.mutex_timeout):
                     if names_same_file(self._fd, self.path):
-                        _unlink_quietly(self.path)  # while still holding the OS lock
+                        unlink_if_exists(self.path)  # while still holding the OS lock
             except LockHeldError as exc:
                 # Closing still drops the OS lock; the file stays behind as a stale entry.
                 self._warn(f"released queue {self._name()} without removing its file: {exc}")
@@ -494,25 +504,16 @@ def _lock_files(layout: Layout, group: str, topic: str | None = None,
     for topic_dir in _subdirs(layout.queue_locks_dir(group)):
         if topic is not None and topic_dir.name != topic:
             continue
-        for entry in _listdir(topic_dir):
+        for entry in list_dir(topic_dir):
             match = _LOCK_FILE_RE.match(entry)
             if match and (queue_id is None or int(match.group(1)) == queue_id):
                 found.append((topic_dir.name, int(match.group(1)), topic_dir / entry))
     return sorted(found)
 
 
-def _listdir(path: Path) -> list[str]:
-    try:
-        return os.listdir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except OSError as exc:
-        raise io_error(exc, f"list {path}") from exc
-
-
 def _subdirs(path: Path) -> list[Path]:
     # Only valid names: skips the mutex file and anything a user dropped in by hand.
-    return sorted(path / name for name in _listdir(path)
+    return sorted(path / name for name in list_dir(path)
                   if NAME_RE.match(name) and (path / name).is_dir())
 
 
@@ -585,7 +586,7 @@ def _remove_if_allowed(group: str, topic: str, queue_id: int, path: Path,
         if alive and not force and not info.expired():
             return None
         if names_same_file(fd, path):
-            _unlink_quietly(path)
+            unlink_if_exists(path)
         return info
     finally:
         os.close(fd)

@@ -1,0 +1,3 @@
+from mqctl.app import main
+
+main()

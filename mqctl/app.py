@@ -1,0 +1,103 @@
+"""The root of the command line: global options, every command group, one error boundary.
+
+Each command group lives in its own module under ``mqctl/commands``; this file is the table
+of contents. :func:`main` is the only place that turns exceptions into exit codes.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from . import __version__
+from .commands import msg, send, storecmd, topic
+from .errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, debug, print_error, quiet_broken_pipe
+from .options import State, resolve_store_path
+
+EPILOG = (
+    "Exit codes: 0 ok, 1 operation or handler failed, 2 usage, 3 not found, 4 conflict, "
+    "5 data error, 130 interrupted, 141 stdout closed."
+)
+
+app = typer.Typer(
+    name="mqctl",
+    help="A RocketMQ-style message queue in a directory: no broker, many processes, one store.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"mqctl {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    store: Annotated[Optional[str], typer.Option(
+        "--store", metavar="DIR",
+        help="Store directory (else $MQCTL_STORE, else ~/.mqctl/store).")] = None,
+    version: Annotated[bool, typer.Option(
+        "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """A RocketMQ-style message queue in a directory: no broker, many processes, one store."""
+    ctx.obj = State(resolve_store_path(store))
+    ctx.call_on_close(ctx.obj.close)
+
+
+# -- the table of contents -----------------------------------------------------------------
+topic.register(app)
+send.register(app)
+msg.register(app)
+storecmd.register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``mqctl`` script: run the app, map every failure to an exit code."""
+    from store.errors import StoreError
+    from typer import Abort, Exit
+    from typer._click.exceptions import ClickException
+
+    # A file-size limit must fail the write (EFBIG), not kill the process.
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    command = typer.main.get_command(app)
+    code = 0
+    try:
+        rv = command.main(args=argv, prog_name="mqctl", standalone_mode=False)
+        code = rv if isinstance(rv, int) else 0
+    except Exit as exc:
+        code = exc.exit_code
+    except ClickException as exc:
+        exc.show()
+        code = exc.exit_code
+    except StoreError as exc:
+        if debug():
+            raise
+        print_error(str(exc))
+        code = exc.exit_code
+    except BrokenPipeError:
+        quiet_broken_pipe()
+        code = EXIT_BROKEN_PIPE
+    except (KeyboardInterrupt, Abort):
+        print_error("interrupted")
+        code = EXIT_INTERRUPTED
+    except OSError as exc:
+        if debug():
+            raise
+        from store.fsutil import io_error
+        print_error(str(io_error(exc, "complete the operation")))
+        code = 1
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        quiet_broken_pipe()
+        code = code or EXIT_BROKEN_PIPE
+    sys.exit(code)

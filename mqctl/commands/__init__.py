@@ -1,0 +1,1 @@
+"""One module per command group; each is thin over the ``store`` library."""

@@ -1,0 +1,285 @@
+"""``mqctl send``: one message from the command line, or many from stdin.
+
+Stdin is read in chunks of whatever is available (``os.read``), so a file is sent in large
+batches and a slow pipe (``tail -f | mqctl send``) message by message without waiting for a
+batch to fill. Every batch is one store write under one lock; results are printed only after
+the batch is stored, so a printed result means the message survives a crash of this process
+(with ``--flush sync``, of the machine too).
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json as jsonlib
+import os
+import sys
+import time
+from typing import Annotated, Iterator, Optional
+
+import typer
+
+from ..options import JsonOpt, state
+
+BATCH_MESSAGES = 8192
+BATCH_BYTES = 4 * 1024 * 1024
+READ_CHUNK = 1 << 20
+
+
+def register(app: typer.Typer) -> None:
+    app.command("send", help=HELP)(send)
+
+
+HELP = """Send one message (BODY) or many (stdin, one per line).
+
+Examples:
+  mqctl send orders 'hello'
+  seq 1000 | mqctl send orders --tag seq
+  tail -F app.log | mqctl send logs --key-delimiter ':'     # 'KEY:BODY' lines, KEY shards
+  mqctl consume a -g copy --json -e | mqctl send b --input json
+"""
+
+
+def _split_props(values: list[str]) -> dict[str, str]:
+    from store.errors import UsageError
+    from store.record import check_property
+    out: dict[str, str] = {}
+    for item in values:
+        sep = "=" if "=" in item else (":" if ":" in item else None)
+        if sep is None:
+            raise UsageError(f"--property {item!r}: expected NAME=VALUE")
+        name, value = item.split(sep, 1)
+        try:
+            check_property(name, value)
+        except Exception as exc:  # BadInputError from the store: a usage error on the command line
+            raise UsageError(f"--property {item!r}: {exc}") from exc
+        out[name] = value
+    return out
+
+
+def _unescape(text: str) -> bytes:
+    return text.encode().decode("unicode_escape").encode("latin-1")
+
+
+def read_chunks(fd: int, delim: bytes) -> Iterator[list[bytes]]:
+    """Records from ``fd`` split on ``delim``, grouped by what each read returned."""
+    pending = b""
+    while True:
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except InterruptedError:
+            continue
+        if not data:
+            if pending:
+                yield [pending]
+            return
+        if pending:
+            data = pending + data
+        parts = data.split(delim)
+        pending = parts.pop()
+        if parts:
+            yield parts
+
+
+def send(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic (created on first send unless the store forbids it).")],
+    body: Annotated[Optional[str], typer.Argument(help="Message body; omit or '-' to read stdin.")] = None,
+    tag: Annotated[Optional[str], typer.Option("--tag", "-t", help="Tag (RocketMQ TAGS), used by consumer filters.")] = None,
+    keys: Annotated[Optional[str], typer.Option("--keys", "-k", help="Business keys, comma separated, for `msg query`.")] = None,
+    prop: Annotated[Optional[list[str]], typer.Option("--property", "-p", help="User property NAME=VALUE (repeatable).")] = None,
+    sharding_key: Annotated[Optional[str], typer.Option("--sharding-key", "-s", help="Same key -> same queue: |javaHash(key)| mod queues.")] = None,
+    queue: Annotated[Optional[int], typer.Option("--queue", "-q", min=0, help="Explicit queue id.")] = None,
+    key_delimiter: Annotated[Optional[str], typer.Option("--key-delimiter", "-K", help="Each stdin line is KEY<D>BODY; KEY is the sharding key.")] = None,
+    delimiter: Annotated[str, typer.Option("--delimiter", "-D", help="Record separator for stdin (escapes like \\n, \\0 allowed).")] = "\\n",
+    input_: Annotated[str, typer.Option("--input", "-i", help="stdin format: raw (one body per record) or json (NDJSON objects).")] = "raw",
+    flush: Annotated[str, typer.Option("--flush", help="async (page cache) or sync (fsync before the result is printed).")] = "async",
+    delay: Annotated[Optional[str], typer.Option("--delay", help="Deliver later: a level 1-18 (1s 5s 10s 30s 1m … 2h) or a duration like 90s.")] = None,
+    json: JsonOpt = False,
+) -> None:
+    from store.errors import UsageError
+    from store.names import validate_topic
+    validate_topic(topic)
+    if flush not in ("sync", "async"):
+        raise UsageError(f"--flush must be sync or async, not {flush!r}")
+    if input_ not in ("raw", "json"):
+        raise UsageError(f"--input must be raw or json, not {input_!r}")
+    if sharding_key is not None and queue is not None:
+        raise UsageError("give --sharding-key or --queue, not both")
+    if key_delimiter is not None and input_ == "json":
+        raise UsageError("--key-delimiter applies to --input raw only")
+    base_props: dict[str, str] = _split_props(prop or [])
+    if tag:
+        base_props["TAGS"] = tag
+    if keys:
+        ks = [k.strip() for k in keys.split(",") if k.strip()]
+        if any(" " in k for k in ks):
+            raise UsageError("--keys: a key may not contain spaces")
+        base_props["KEYS"] = " ".join(ks)
+    deliver = None
+    if delay is not None:
+        from store.schedule import parse_delay
+        deliver = parse_delay(delay)
+    sender = _Sender(ctx, topic, base_props, sharding_key, queue, flush == "sync", json, deliver)
+    try:
+        if body is not None and body != "-":
+            if key_delimiter is not None:
+                raise UsageError("--key-delimiter applies to stdin input only")
+            sender.add_raw(body.encode(), 1)
+        else:
+            delim = _unescape(delimiter)
+            if not delim:
+                raise UsageError("--delimiter may not be empty")
+            kd = _unescape(key_delimiter) if key_delimiter is not None else None
+            line = 0
+            for records in read_chunks(sys.stdin.fileno(), delim):
+                for rec in records:
+                    line += 1
+                    if input_ == "json":
+                        sender.add_json(rec, line)
+                    elif rec:
+                        sender.add_raw(rec, line, kd)
+                sender.flush()
+        sender.flush()
+    finally:
+        sender.summary()
+
+
+class _Sender:
+    """Accumulates drafts into batches and prints each batch's results."""
+
+    def __init__(self, ctx: typer.Context, topic: str, props: dict[str, str], sharding_key: Optional[str],
+                 queue: Optional[int], sync: bool, json: bool, deliver) -> None:
+        from store.record import Draft
+        self.Draft = Draft
+        self.store = state(ctx).store(create=True)
+        self.max_size = self.store.settings.max_message_size
+        self.topic = topic
+        self.props = props
+        self.sharding_key = sharding_key
+        self.queue = -1 if queue is None else queue
+        self.sync = sync
+        self.json = json
+        self.deliver = deliver
+        self.batch: list = []
+        self.batch_bytes = 0
+        self.sent = 0
+        self.queues: set[int] = set()
+        self.t0 = time.monotonic()
+
+    def _check_size(self, body: bytes, line: int) -> None:
+        if len(body) > self.max_size:
+            from store.errors import MessageTooLargeError
+            self.flush()
+            raise MessageTooLargeError(
+                f"line {line}: message of {len(body)} bytes exceeds the store's limit of {self.max_size} bytes"
+                f"{f' ({self.sent} sent before it)' if self.sent else ''}")
+
+    def _add(self, draft) -> None:
+        if self.deliver is not None:
+            from store.schedule import delay_draft
+            draft = delay_draft(draft, self.deliver, self.store)
+        self.batch.append(draft)
+        self.batch_bytes += len(draft.body)
+        if len(self.batch) >= BATCH_MESSAGES or self.batch_bytes >= BATCH_BYTES:
+            self.flush()
+
+    def add_raw(self, body: bytes, line: int, key_delim: bytes | None = None) -> None:
+        skey = self.sharding_key
+        if key_delim is not None:
+            k, sep, rest = body.partition(key_delim)
+            if sep:
+                skey, body = k.decode("utf-8", "replace"), rest
+        self._check_size(body, line)
+        props = dict(self.props)
+        if skey is not None:
+            props["__SHARDINGKEY"] = skey
+        self._add(self.Draft(self.topic, body, props, self.queue, skey))
+
+    def add_json(self, raw: bytes, line: int) -> None:
+        from store.errors import BadInputError
+        from store.record import check_property
+        if not raw.strip():
+            return
+        try:
+            obj = jsonlib.loads(raw)
+        except ValueError as exc:
+            self.flush()
+            raise BadInputError(f"not a JSON object: {exc}", line=line) from exc
+        try:
+            if not isinstance(obj, dict):
+                raise ValueError("not a JSON object")
+            body = obj.get("body")
+            if not isinstance(body, str):
+                raise ValueError("'body' must be a string")
+            enc = obj.get("bodyEncoding")
+            if enc == "base64":
+                data = base64.b64decode(body, validate=True)
+            elif enc in (None, "utf-8", "utf8"):
+                data = body.encode()
+            else:
+                raise ValueError(f"unknown bodyEncoding {enc!r}")
+            props = dict(self.props)
+            uprops = obj.get("properties") or {}
+            if not isinstance(uprops, dict):
+                raise ValueError("'properties' must be an object")
+            for k, v in uprops.items():
+                check_property(str(k), str(v))
+                props[str(k)] = str(v)
+            tags = obj.get("tags")
+            if tags is not None:
+                if not isinstance(tags, str):
+                    raise ValueError("'tags' must be a string")
+                if tags:
+                    props["TAGS"] = tags
+            keys = obj.get("keys")
+            if keys is not None:
+                ks = keys if isinstance(keys, list) else [keys] if isinstance(keys, str) else None
+                if ks is None or not all(isinstance(k, str) for k in ks):
+                    raise ValueError("'keys' must be a string or a list of strings")
+                ks = [p for k in ks for p in k.replace(",", " ").split() if p]
+                if ks:
+                    props["KEYS"] = " ".join(ks)
+            skey = obj["shardingKey"] if "shardingKey" in obj else self.sharding_key
+            if skey is not None and not isinstance(skey, str):
+                raise ValueError("'shardingKey' must be a string")
+            if "queueId" in obj:
+                qid = obj["queueId"]
+                if not isinstance(qid, int) or isinstance(qid, bool) or qid < 0:
+                    raise ValueError("'queueId' must be a non-negative integer")
+            else:
+                qid = -1 if "shardingKey" in obj else self.queue
+            if skey is not None:
+                props["__SHARDINGKEY"] = skey
+        except (ValueError, binascii.Error) as exc:
+            self.flush()
+            raise BadInputError(str(exc), line=line) from exc
+        except BadInputError as exc:
+            self.flush()
+            raise BadInputError(exc.message, line=line) from exc
+        self._check_size(data, line)
+        self._add(self.Draft(self.topic, data, props, qid, skey))
+
+    def flush(self) -> None:
+        if not self.batch:
+            return
+        batch, self.batch, self.batch_bytes = self.batch, [], 0
+        results = self.store.put(batch, sync=self.sync)
+        self.sent += len(results)
+        if self.json:
+            out = "".join(
+                f'{{"status":"SEND_OK","msgId":"{r.uniq_key}","offsetMsgId":"{r.msg_id}",'
+                f'"topic":{jsonlib.dumps(r.topic)},"queueId":{r.queue_id},"queueOffset":{r.queue_offset},'
+                f'"commitLogOffset":{r.commitlog_offset}}}\n' for r in results)
+            sys.stdout.write(out)
+            sys.stdout.flush()
+        else:
+            self.queues.update(r.queue_id for r in results)
+
+    def summary(self) -> None:
+        if self.json or not self.sent:
+            return
+        dt = time.monotonic() - self.t0
+        rate = f", {self.sent / dt:,.0f} msg/s" if dt > 0.5 else ""
+        qs = ",".join(str(q) for q in sorted(self.queues)) if len(self.queues) <= 8 else f"{len(self.queues)} queues"
+        sys.stderr.write(f"sent {self.sent} message{'s' if self.sent != 1 else ''} to {self.topic} "
+                         f"(queue {qs}){rate}\n")

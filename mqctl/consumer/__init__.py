@@ -1,0 +1,1 @@
+"""The consumer runtime behind ``mqctl consume``: rebalance, pull, process queues, handlers."""

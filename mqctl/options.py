@@ -1,0 +1,48 @@
+"""Shared option types and the store handle, so every command spells its flags the same way."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from store.broker import Store
+
+DEFAULT_STORE = "~/.mqctl/store"
+
+JsonOpt = Annotated[bool, typer.Option("--json", "-j", "-J", help="One JSON object per line (NDJSON) on stdout.")]
+GroupOpt = Annotated[str, typer.Option("--group", "-g", help="Consumer group name.")]
+TopicFilterOpt = Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")]
+
+
+@dataclass
+class State:
+    """What the root callback parsed; the only global state is the store handle."""
+
+    store_path: Path
+    _store: Any = field(default=None, repr=False)
+
+    def store(self, create: bool = False) -> "Store":
+        if self._store is None:
+            from store.broker import Store
+            self._store = Store.open(self.store_path, create=create)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+def resolve_store_path(flag: str | None) -> Path:
+    raw = flag or os.environ.get("MQCTL_STORE") or DEFAULT_STORE
+    return Path(raw).expanduser()
+
+
+def state(ctx: typer.Context) -> State:
+    obj = ctx.find_root().obj
+    assert isinstance(obj, State)
+    return obj

@@ -1,0 +1,168 @@
+"""``store check``: a read-only consistency check of every file (bbolt's ``tx_check``).
+
+Never mutates anything. Verifies every commit-log record (magic, lengths, record CRC, body
+CRC, its own offset), every consume-queue entry (points at a valid record of the same topic,
+queue and offset; no torn partial entry), every index header, and that the JSON metadata files
+parse. Returns the problems found, each with the file and byte offset.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from . import checkpoint as ckpt
+from . import format as F
+from .record import RecordError, decode
+
+if TYPE_CHECKING:
+    from .broker import Store
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    offset: int
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "offset": self.offset, "reason": self.reason}
+
+
+@dataclass
+class CheckReport:
+    records: int = 0
+    cq_entries: int = 0
+    bytes_checked: int = 0
+    problems: list[Problem] | None = None
+
+
+def check_store(store: "Store", progress: Callable[[int], None] | None = None) -> CheckReport:
+    rep = CheckReport(problems=[])
+    problems = rep.problems
+    assert problems is not None
+    valid: dict[int, tuple[str, int, int, int]] = {}
+    _check_log(store, rep, valid, progress)
+    _check_queues(store, rep, valid)
+    _check_index(store, problems)
+    _check_json(store, problems)
+    cp = ckpt.read(store.layout.checkpoint)
+    if store.layout.checkpoint.exists() and cp is None:
+        problems.append(Problem(str(store.layout.checkpoint), 0, "checkpoint unreadable (bad CRC or size)"))
+    return rep
+
+
+def _check_log(store: "Store", rep: CheckReport, valid: dict, progress) -> None:
+    log = store.commitlog
+    problems = rep.problems
+    segs = log.segments()
+    for i, base in enumerate(segs):
+        path = log.segment_path(base)
+        data = path.read_bytes()
+        rep.bytes_checked += len(data)
+        if progress is not None:
+            progress(len(data))
+        if i + 1 < len(segs) and segs[i + 1] != base + log.segment_size:
+            problems.append(Problem(str(path), 0, f"next segment is {segs[i + 1]}, expected {base + log.segment_size}"))
+        pos = 0
+        while pos < len(data):
+            try:
+                m = decode(data, pos, len(data))
+                if m.commitlog_offset != base + pos:
+                    raise RecordError(f"record claims offset {m.commitlog_offset}")
+            except RecordError as exc:
+                if exc.reason == "blank trailer":
+                    break
+                problems.append(Problem(str(path), pos, exc.reason))
+                nxt = _next_record(data, pos, base)
+                if nxt is None:
+                    break
+                pos = nxt
+                continue
+            valid[base + pos] = (m.topic, m.queue_id, m.queue_offset, m.size)
+            rep.records += 1
+            pos += m.size
+
+
+def _next_record(data: bytes, pos: int, base: int) -> int | None:
+    magic = F.MAGIC_V1.to_bytes(4, "big")
+    start = pos + 1
+    while True:
+        i = data.find(magic, start + 4)
+        if i < 0:
+            return None
+        cand = i - 4
+        try:
+            m = decode(data, cand, len(data))
+            if m.commitlog_offset == base + cand:
+                return cand
+        except RecordError:
+            pass
+        start = cand + 1
+
+
+def _check_queues(store: "Store", rep: CheckReport, valid: dict) -> None:
+    problems = rep.problems
+    root = store.layout.consumequeue_dir
+    cl_min = store.commitlog.min_offset()
+    topics = store.topics()
+    for topic in sorted(os.listdir(root)) if root.exists() else []:
+        if topic not in topics:
+            problems.append(Problem(str(root / topic), 0, "consume queue of a topic that is not in topics.json"))
+            continue
+        for qname in sorted(os.listdir(root / topic)):
+            if not qname.isdigit():
+                continue
+            qid = int(qname)
+            q = store.queue(topic, qid)
+            for sbase in q.segments():
+                path = q.segment_path(sbase)
+                data = path.read_bytes()
+                if len(data) % F.CQ_ENTRY_SIZE:
+                    problems.append(Problem(str(path), len(data) - len(data) % F.CQ_ENTRY_SIZE,
+                                            "partial (torn) consume-queue entry"))
+                for j, (phys, size, _tags) in enumerate(F.CQ_ENTRY.iter_unpack(data[: len(data) - len(data) % F.CQ_ENTRY_SIZE])):
+                    rep.cq_entries += 1
+                    qoff = (sbase + j * F.CQ_ENTRY_SIZE) // F.CQ_ENTRY_SIZE
+                    if phys < cl_min and phys >= 0 and size > 0:
+                        continue  # record removed by retention
+                    rec = valid.get(phys)
+                    if rec is None:
+                        problems.append(Problem(str(path), j * F.CQ_ENTRY_SIZE,
+                                                f"entry {qoff} points at commit-log offset {phys}, where no valid record starts"))
+                    elif rec != (topic, qid, qoff, size):
+                        problems.append(Problem(str(path), j * F.CQ_ENTRY_SIZE,
+                                                f"entry {qoff} points at a record of {rec[0]}/{rec[1]}@{rec[2]}"))
+
+
+def _check_index(store: "Store", problems: list[Problem]) -> None:
+    idx = store.index
+    for base in idx.files():
+        path = idx.path(base)
+        size = os.stat(path).st_size
+        try:
+            _b, _e, bphys, ephys, slots, count = idx.header(base)
+        except Exception as exc:  # struct.error on a short file
+            problems.append(Problem(str(path), 0, f"unreadable header: {exc}"))
+            continue
+        if slots != idx.slots or not 1 <= count <= idx.max_entries or bphys != base:
+            problems.append(Problem(str(path), 0, f"bad header (slots {slots}, count {count}, begin {bphys})"))
+        elif size < idx.table_end + count * F.INDEX_ENTRY_SIZE:
+            problems.append(Problem(str(path), size, f"file shorter than its {count} entries"))
+
+
+def _check_json(store: "Store", problems: list[Problem]) -> None:
+    lay = store.layout
+    paths = [lay.store_json, lay.topics_json, lay.consumer_offset_json, lay.delay_offset_json]
+    offsets_root = lay.root / "offsets"
+    if offsets_root.exists():
+        paths += sorted(offsets_root.glob("*/*/offsets.json"))
+    for p in paths:
+        if p.exists():
+            try:
+                json.loads(p.read_bytes())
+            except ValueError as exc:
+                bak = p.with_name(p.name + ".bak")
+                note = f" ({bak.name} is used instead)" if bak.exists() else ""
+                problems.append(Problem(str(p), 0, f"not valid JSON: {exc}{note}"))
