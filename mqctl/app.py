@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .commands import msg, send, storecmd, topic
+from .commands import consume, msg, send, storecmd, topic
 from .errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, debug, print_error, quiet_broken_pipe
 from .options import State, resolve_store_path
 
@@ -55,6 +55,7 @@ def root(
 # -- the table of contents -----------------------------------------------------------------
 topic.register(app)
 send.register(app)
+consume.register(app)
 msg.register(app)
 storecmd.register(app)
 
@@ -68,7 +69,9 @@ def main(argv: list[str] | None = None) -> None:
     # A file-size limit must fail the write (EFBIG), not kill the process.
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    from .output import BrokenPipe
     command = typer.main.get_command(app)
+    sys.stdout = _PipeGuard(sys.stdout)  # type: ignore[assignment]
     code = 0
     try:
         rv = command.main(args=argv, prog_name="mqctl", standalone_mode=False)
@@ -83,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print_error(str(exc))
         code = exc.exit_code
-    except BrokenPipeError:
+    except (BrokenPipe, BrokenPipeError):
         quiet_broken_pipe()
         code = EXIT_BROKEN_PIPE
     except (KeyboardInterrupt, Abort):
@@ -95,9 +98,40 @@ def main(argv: list[str] | None = None) -> None:
         from store.fsutil import io_error
         print_error(str(io_error(exc, "complete the operation")))
         code = 1
+    except Exception as exc:  # never a traceback for the user; MQCTL_DEBUG=1 shows it
+        if debug():
+            raise
+        print_error(f"internal error: {type(exc).__name__}: {exc} (run with MQCTL_DEBUG=1 for the traceback)")
+        code = 1
     try:
         sys.stdout.flush()
-    except BrokenPipeError:
+    except (BrokenPipe, BrokenPipeError):
         quiet_broken_pipe()
         code = code or EXIT_BROKEN_PIPE
     sys.exit(code)
+
+
+class _PipeGuard:
+    """stdout, with EPIPE turned into :class:`BrokenPipe` (see its docstring) for every
+    writer, including ones that print tables or help through ``sys.stdout``."""
+
+    def __init__(self, stream):  # type: ignore[no-untyped-def]
+        self._stream = stream
+        self.buffer = _PipeGuard(stream.buffer) if hasattr(stream, "buffer") else None
+
+    def write(self, data):  # type: ignore[no-untyped-def]
+        try:
+            return self._stream.write(data)
+        except BrokenPipeError as exc:
+            from .output import BrokenPipe
+            raise BrokenPipe("stdout was closed by the reader") from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError as exc:
+            from .output import BrokenPipe
+            raise BrokenPipe("stdout was closed by the reader") from exc
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._stream, name)

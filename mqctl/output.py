@@ -9,9 +9,9 @@
   them at the terminal width and read ``[...]`` as markup.
 
 Closed stdout (``mqctl consume … | head``): every stdout write here raises :class:`BrokenPipe`.
-The caller must commit offsets only for records whose write *returned*, then call
-:func:`quiet_stdout` and exit with :attr:`BrokenPipe.exit_code` (141), so that nothing the
-reader never got is counted as consumed.
+The caller must commit offsets only for records whose write *returned*; ``mqctl.app`` then
+quiets stdout (``mqctl.errors.quiet_broken_pipe``) and exits 141, so that nothing the reader
+never got is counted as consumed.
 """
 from __future__ import annotations
 
@@ -22,12 +22,17 @@ import os
 import sys
 from typing import IO, Any, BinaryIO, Iterator, Mapping, Sequence, TextIO
 
+from .errors import EXIT_BROKEN_PIPE
 
-class BrokenPipe(BrokenPipeError):
+
+class BrokenPipe(Exception):
     """The reader closed stdout. Exit 141 (128 + SIGPIPE, what a C tool would get) and
-    commit nothing that was being written when this was raised."""
+    commit nothing that was being written when this was raised.
 
-    exit_code = 141
+    Deliberately not an ``OSError``: Typer turns any EPIPE ``OSError`` escaping a command into
+    exit 1, which would hide the closed pipe from the caller's script."""
+
+    exit_code = EXIT_BROKEN_PIPE
 
 
 def json_line(obj: Any) -> bytes:
@@ -50,24 +55,7 @@ def write_records(chunks: Sequence[bytes], stream: BinaryIO | None = None) -> No
         out.write(b"".join(chunks))
         out.flush()
     except BrokenPipeError as exc:
-        raise BrokenPipe(errno.EPIPE, "stdout was closed by the reader") from exc
-
-
-def quiet_stdout() -> None:
-    """Point file descriptor 1 at /dev/null after a :class:`BrokenPipe`.
-
-    Bytes that failed to go out stay in Python's stdout buffer; at exit the interpreter
-    flushes them again and would print "Exception ignored … BrokenPipeError" on stderr.
-    """
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # replaced by a test runner: nothing to do
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)
+        raise BrokenPipe("stdout was closed by the reader") from exc
 
 
 def color_allowed(stream: IO[Any]) -> bool:
@@ -176,7 +164,7 @@ class Output:
         try:
             self.stream.flush()  # keep order with anything already written as text
         except BrokenPipeError as exc:
-            raise BrokenPipe(errno.EPIPE, "stdout was closed by the reader") from exc
+            raise BrokenPipe("stdout was closed by the reader") from exc
         write_records(chunks, self.stream.buffer)
 
     def _plain_table(
@@ -213,7 +201,7 @@ class Output:
             console.print(table)
             self.stream.flush()
         except BrokenPipeError as exc:
-            raise BrokenPipe(errno.EPIPE, "stdout was closed by the reader") from exc
+            raise BrokenPipe("stdout was closed by the reader") from exc
 
     # -- stderr: everything else -----------------------------------------------------------
 
@@ -229,7 +217,8 @@ class Output:
         self._say(f"mqctl: error: {msg}")
 
     def _say(self, line: str) -> None:
-        self.err.write(line + "\n")
+        # One line per message, whatever the message holds: scripts read stderr line-wise.
+        self.err.write(" ".join(line.split("\n")) + "\n")
         self.err.flush()
 
     @contextlib.contextmanager

@@ -8,10 +8,25 @@ Usable as a library without the CLI::
         for m in s.iter_queue("orders", 0, 0):
             print(m.body)
 
-Heavy modules (offsets, locks, transactions, Spark) are imported by their users, not here.
+Names are resolved lazily so that importing a small module (``store.errors``) does not pay for
+the engine; heavy modules (offsets, locks, transactions, Spark) are imported by their users.
 """
-from .broker import PullResult, PutResult, Store, StoreSettings, open_store
-from .errors import StoreError
-from .record import Draft, Message
+from __future__ import annotations
 
-__all__ = ["Store", "StoreSettings", "open_store", "Draft", "Message", "PutResult", "PullResult", "StoreError"]
+from typing import Any
+
+_EXPORTS = {
+    "Store": "broker", "StoreSettings": "broker", "open_store": "broker", "PutResult": "broker",
+    "PullResult": "broker", "BatchResult": "broker", "Draft": "record", "Message": "record",
+    "StoreError": "errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'store' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f".{mod}", __name__), name)

@@ -184,6 +184,11 @@ class LogAppender:
             self.pos = base + seg
         return self.pos
 
+    def start_chunk(self) -> bytearray:
+        """The buffer the next record at :attr:`pos` goes into (for callers that inline
+        :meth:`add`; they must advance :attr:`pos` themselves)."""
+        return self._chunk().data
+
     def add(self, record: bytes) -> None:
         self._chunk().data += record
         self.pos += len(record)

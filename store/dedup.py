@@ -23,10 +23,11 @@ notice the new inode (or a shorter file) and read it again from the start.
 
 Guarantees, honestly:
 
-* A consumer checks :meth:`DedupLog.seen` before running a handler and :meth:`DedupLog.record`\\s
-  the id right after the handler completed. A crash between the two (handler done, id not yet
-  written) costs at most one duplicate per crash: the one in-flight message, or the one
-  in-flight batch with ``--batch``.
+* A consumer checks :meth:`DedupLog.seen` before running a handler and writes the id with
+  :meth:`DedupLog.record` right after the handler completed. The one window left is a crash
+  after the handler completed and before its id is recorded: that message is delivered again
+  after the restart, so it costs at most one duplicate per crash (one handler run: the
+  in-flight message, or the in-flight batch with ``--batch``).
 * ``record`` is durable against a process crash once it returns (the bytes are in the kernel);
   against a machine crash only with ``fsync=True``.
 * The log rules out *redeliveries* of recorded ids. Two deliveries of one id that run at the
@@ -106,6 +107,12 @@ class DedupLog:
     # -- reading
     def refresh(self) -> int:
         """Read the records appended since the last call; returns how many lines were read."""
+        try:
+            return self._read_tail()
+        except OSError as exc:
+            raise fsutil.io_error(exc, f"read {self.path}") from exc
+
+    def _read_tail(self) -> int:
         fd = self._reader_fd()
         if fd is None:
             return 0
@@ -202,8 +209,6 @@ class DedupLog:
             fd = fsutil.open_private(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            raise fsutil.io_error(exc, f"read {self.path}") from exc
         fst = os.fstat(fd)
         self._read = _ReadState(fd=fd, inode=(fst.st_dev, fst.st_ino))
         return fd
@@ -276,6 +281,8 @@ def _complete_lines(fd: int, pos: int, size: int) -> Iterator[bytes]:
     want = READ_CHUNK_BYTES
     while pos < size:
         block = os.pread(fd, min(want, size - pos), pos)
+        if not block:
+            return  # the file shrank under us: the next refresh sees it and starts over
         end = block.rfind(b"\n") + 1
         if end == 0:
             if pos + len(block) >= size:

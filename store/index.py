@@ -28,8 +28,8 @@ _ENTRY = F.INDEX_ENTRY
 _TABLE_END = F.INDEX_HEADER_SIZE + F.INDEX_SLOTS * 4
 
 
-def key_hash(key: str) -> int:
-    return zlib.crc32(key.encode()) & 0x7FFFFFFF
+def key_hash(key: str | bytes) -> int:
+    return zlib.crc32(key.encode() if isinstance(key, str) else key) & 0x7FFFFFFF
 
 
 class KeyIndex:
@@ -75,8 +75,9 @@ class KeyIndex:
             raise io_error(exc, f"create index file {path}") from exc
         return begin_phys
 
-    def add(self, items: list[tuple[str, int]], store_ts: int) -> None:
-        """Index ``(key, commit-log offset)`` pairs of one batch (offsets ascending)."""
+    def add(self, items: list[tuple[str | bytes, int]], store_ts: int) -> None:
+        """Index ``(key, commit-log offset)`` pairs of one batch (offsets ascending); keys are
+        str or already-encoded bytes."""
         if not items:
             return
         files = self.files()
@@ -109,8 +110,9 @@ class KeyIndex:
                 pack_entry = _ENTRY.pack
                 n = count
                 updates = []
+                crc32 = zlib.crc32
                 for key, phys in items:
-                    h = zlib.crc32(key.encode()) & 0x7FFFFFFF
+                    h = crc32(key if key.__class__ is bytes else key.encode()) & 0x7FFFFFFF
                     sp = F.INDEX_HEADER_SIZE + (h % slots) * 4
                     prev = unpack_slot(mm, sp)[0]
                     entries += pack_entry(h, phys, tdiff, prev)

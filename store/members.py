@@ -71,6 +71,11 @@ class MemberInfo:
     startedAt: int | None
     record: dict[str, Any] = field(default_factory=dict)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The published record, with the identity fields as this listing established them."""
+        return {**self.record, "group": self.group, "clientId": self.clientId, "pid": self.pid,
+                "host": self.host, "startedAt": self.startedAt}
+
     @property
     def queues(self) -> list[dict[str, Any]]:
         """The queues the member published as held (``[{"topic", "queueId"}]``)."""
@@ -195,8 +200,9 @@ def _published_ids(layout: Layout, group: str) -> list[str]:
     ids = []
     for name in list_dir(layout.members_dir(group)):
         # Temp files (``.X.json.PID.tmp``) and backups end otherwise, so the suffix suffices.
-        if name.endswith(".json") and CLIENT_ID_RE.match(name[:-5]) and name[:-5] not in (".", ".."):
-            ids.append(name[:-5])
+        cid = name[:-5]
+        if name.endswith(".json") and CLIENT_ID_RE.match(cid) and cid not in (".", ".."):
+            ids.append(cid)
     return sorted(ids)
 
 
@@ -227,16 +233,17 @@ def live_members(layout: Layout, group: str, *, prune: bool = False) -> list[Mem
 
 
 def _member_info(layout: Layout, group: str, client_id: str) -> MemberInfo:
+    # The id comes from the file name, which the lock vouches for; the rest is as published.
     record = _read_json(_json_path(layout, group, client_id))
-
-    def as_int(key: str) -> int | None:
-        value = record.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
     host = record.get("host")
-    return MemberInfo(group=group, clientId=client_id, pid=as_int("pid"),
+    return MemberInfo(group=group, clientId=client_id, pid=_int_field(record, "pid"),
                       host=host if isinstance(host, str) else None,
-                      startedAt=as_int("startedAt"), record=record)
+                      startedAt=_int_field(record, "startedAt"), record=record)
+
+
+def _int_field(record: dict[str, Any], key: str) -> int | None:
+    value = record.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def members_token(layout: Layout, group: str) -> tuple[str, ...]:
@@ -255,7 +262,8 @@ def members_token(layout: Layout, group: str) -> tuple[str, ...]:
 def groups_with_members(layout: Layout) -> list[str]:
     """Groups with at least one live member, sorted."""
     root = layout.members_root
-    groups = sorted(name for name in list_dir(root) if NAME_RE.match(name) and (root / name).is_dir())
+    groups = sorted(name for name in list_dir(root)
+                    if NAME_RE.match(name) and (root / name).is_dir())
     return [g for g in groups if _any_live(layout, g)]
 
 

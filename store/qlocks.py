@@ -11,9 +11,9 @@ truth about who holds a queue is an OS file lock (``flock`` through portalocker)
 * the moment the holder dies (even ``kill -9``) the kernel drops the lock, so a crashed holder
   never makes anyone wait for a lease;
 * the lease only matters for a holder that is alive but stuck (stopped, swapped out, hung): when
-  its record has not been renewed for 60 s, a contender may *break* the lock by replacing the
-  file; the stuck holder's :meth:`QueueLock.is_valid` then fails because the path no longer
-  names the file it locked.
+  its record has not been renewed for 60 s, a contender may *break* the lock: it unlinks the
+  file and creates and locks a new one; the stuck holder's :meth:`QueueLock.is_valid` then
+  fails because the path no longer names the file it locked.
 
 Files (under the store root)::
 
@@ -118,12 +118,19 @@ def file_id(st: os.stat_result) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
+def path_id(path: Path) -> tuple[int, int] | None:
+    """The (device, inode) that ``path`` names now, or None if it names nothing."""
+    try:
+        return file_id(os.stat(path, follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise io_error(exc, f"stat {path}") from exc
+
+
 def names_same_file(fd: int, path: Path) -> bool:
     """True if ``path`` still names the file open as ``fd`` (not unlinked, not replaced)."""
-    try:
-        return file_id(os.stat(path, follow_symlinks=False)) == file_id(os.fstat(fd))
-    except FileNotFoundError:
-        return False
+    return path_id(path) == file_id(os.fstat(fd))
 
 
 def open_exclusive(path: Path) -> int | None:
@@ -213,7 +220,8 @@ class LockInfo:
 
     def expired(self, at_ms: int | None = None) -> bool:
         """True if the record says the store-side lease ran out (unknown is never expired)."""
-        return self.expiresAt is not None and self.expiresAt < (at_ms if at_ms is not None else now_ms())
+        now = at_ms if at_ms is not None else now_ms()
+        return self.expiresAt is not None and self.expiresAt < now
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -300,7 +308,8 @@ class QueueLock:
 
     Usage: ``try_acquire()``; then ``renew()`` every ``RENEW_INTERVAL_MS``; ``is_valid()``
     before handing out every batch; ``release()`` when the queue is dropped or at shutdown.
-    Thread-safe: a renewal timer may run beside the consuming thread.
+    As a context manager it only guarantees the release (acquiring can fail, so it is left to
+    the caller). Thread-safe: a renewal timer may run beside the consuming thread.
     """
 
     def __init__(self, layout: Layout, group: str, topic: str, queue_id: int, client_id: str, *,
@@ -385,8 +394,9 @@ class QueueLock:
             return None
         if still_held:
             holder = _info(self.group, self.topic, self.queue_id, record, True)
+            idle = (now_ms() - (holder.renewedAt or 0)) / 1000
             self._warn(f"breaking the lock on queue {self._name()}: held by {holder.clientId} "
-                       f"(pid {holder.pid}) but not renewed since {holder.renewedAt}")
+                       f"(pid {holder.pid}) but not renewed for {idle:.1f} s")
             # The stuck holder keeps its OS lock on the old inode; unlinking the name is what
             # takes the queue away from it (its is_valid compares inodes).
             unlink_if_exists(self.path)
@@ -452,10 +462,7 @@ class QueueLock:
     def _check_identity(self) -> bool:
         # A lock whose file was unlinked (mqctl unlock --force) or replaced (broken as stuck)
         # is no longer the queue's lock: someone else may hold the new file right now.
-        try:
-            current = file_id(os.stat(self.path, follow_symlinks=False))
-        except FileNotFoundError:
-            current = None
+        current = path_id(self.path)
         if current == self._id:
             return True
         how = "deleted" if current is None else "replaced by another process"
@@ -552,18 +559,18 @@ def list_locks(layout: Layout, group: str | None = None) -> list[LockInfo]:
 
 
 def unlock(layout: Layout, group: str, topic: str | None = None, queue_id: int | None = None,
-           force: bool = False) -> list[LockInfo]:
+           force: bool = False, *, timeout: float = MUTEX_TIMEOUT) -> list[LockInfo]:
     """Remove stale locks (holder gone) and expired ones (holder stuck past the store lease).
 
     With ``force`` live locks are broken too; their holders' ``is_valid`` turns False before
     their next batch. Returns what was removed, as it was just before. LockHeldError if the
-    group's mutex stays busy.
+    group's mutex stays busy for ``timeout`` seconds.
     """
     validate_group(group)
     if not layout.queue_locks_dir(group).is_dir():
         return []
     released = []
-    with group_mutex(layout, group):
+    with group_mutex(layout, group, timeout):
         for t, qid, path in _lock_files(layout, group, topic, queue_id):
             info = _remove_if_allowed(group, t, qid, path, force)
             if info is not None:

@@ -95,12 +95,12 @@ class UniqKeyGenerator:
         self.prefix = f"{host:08X}{os.getpid() & 0xFFFF:04X}{random.getrandbits(32):08X}"
         now = time.localtime()
         month_start = time.mktime((now.tm_year, now.tm_mon, 1, 0, 0, 0, 0, 0, -1))
-        self._month_start_ms = int(month_start * 1000)
-        self._counter = random.getrandbits(16)
+        self.month_start_ms = int(month_start * 1000)
+        self.counter = random.getrandbits(16)
 
     def next(self, now_ms: int) -> str:
-        self._counter = (self._counter + 1) & 0xFFFF
-        return f"{self.prefix}{(now_ms - self._month_start_ms) & 0xFFFFFFFF:08X}{self._counter:04X}"
+        self.counter = (self.counter + 1) & 0xFFFF
+        return f"{self.prefix}{(now_ms - self.month_start_ms) & 0xFFFFFFFF:08X}{self.counter:04X}"
 
 
 def check_property(name: str, value: str) -> None:

@@ -21,14 +21,25 @@ from store.qlocks import QueueLock, group_mutex, list_locks, unlock
 REPO = Path(__file__).resolve().parents[1]
 
 # A lock holder in its own process, driven one command per stdin line; it answers each with
-# one JSON line. Arguments: store, group, topic, queueId, clientId, lease ms, client lease ms.
+# one JSON line. Arguments: store, group, topic, queueId, clientId, lease ms, client lease ms,
+# and "function:seconds" to slow one step of store.qlocks down (or "").
 DRIVER = r"""
 import json, subprocess, sys
 from pathlib import Path
 from store.layout import Layout
 from store.qlocks import QueueLock
 
-root, group, topic, qid, cid, lease, client_lease = sys.argv[1:8]
+root, group, topic, qid, cid, lease, client_lease, delay = sys.argv[1:9]
+if delay:
+    # Widen a race window on purpose: the named step sleeps before it runs.
+    import time
+    import store.qlocks as qlocks
+    name, seconds = delay.split(":")
+    step = getattr(qlocks, name)
+    def slowed(*args, **kwargs):
+        time.sleep(float(seconds))
+        return step(*args, **kwargs)
+    setattr(qlocks, name, slowed)
 warnings = []
 lock = QueueLock(Layout(Path(root)), group, topic, int(qid), cid, warn=warnings.append,
                  lease_ms=int(lease), client_lease_ms=int(client_lease))
@@ -58,9 +69,10 @@ class Holder:
     """A QueueLock living in another process."""
 
     def __init__(self, root: Path, client_id: str, *, group: str = "G", topic: str = "T",
-                 queue_id: int = 0, lease_ms: int = 60_000, client_lease_ms: int = 30_000):
+                 queue_id: int = 0, lease_ms: int = 60_000, client_lease_ms: int = 30_000,
+                 delay: str = ""):
         args = [sys.executable, "-c", DRIVER, str(root), group, topic, str(queue_id), client_id,
-                str(lease_ms), str(client_lease_ms)]
+                str(lease_ms), str(client_lease_ms), delay]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=env)
@@ -71,8 +83,14 @@ class Holder:
         return self.proc.pid
 
     def ask(self, cmd: str):
+        self.send(cmd)
+        return self.answer()
+
+    def send(self, cmd: str) -> None:
         self.proc.stdin.write(cmd + "\n")
         self.proc.stdin.flush()
+
+    def answer(self):
         return self._read()
 
     def _read(self):
@@ -245,16 +263,45 @@ def test_contenders_racing_for_an_expired_lock_break_it_only_once(holders, layou
     stuck = holders("stuck", lease_ms=800, client_lease_ms=400)
     assert stuck.ask("acquire") is True
     stuck.kill(signal.SIGSTOP)
-    contenders = [holders(f"c{i}") for i in range(4)]
-    time.sleep(1.0)
-    for c in contenders:
-        c.proc.stdin.write("acquire\n")
-        c.proc.stdin.flush()
-    results = [c._read() for c in contenders]
-    assert results.count(True) == 1
-    winner = contenders[results.index(True)]
+    time.sleep(0.9)
+    # Both decide "expired" on the stuck holder's record, then act at different times: without
+    # the group mutex the later one would unlink the earlier one's fresh lock and take it too.
+    early = holders("early", delay="_record_expired:0.3")
+    late = holders("late", delay="_record_expired:0.6")
+    early.send("acquire")
+    late.send("acquire")
+    results = {"early": early.answer(), "late": late.answer()}
+    assert sorted(results.values()) == [False, True]
+    winner = early if results["early"] else late
     assert winner.ask("valid") is True
-    assert [r.clientId for r in list_locks(layout)] == [f"c{results.index(True)}"]
+    assert [r.clientId for r in list_locks(layout)] == [k for k, v in results.items() if v]
+
+
+def test_a_renewal_racing_a_break_cannot_keep_the_queue(holders, layout):
+    stuck = holders("stuck", lease_ms=800, client_lease_ms=400)
+    assert stuck.ask("acquire") is True
+    stuck.kill(signal.SIGSTOP)
+    time.sleep(0.9)
+    breaker = holders("breaker", delay="_record_expired:0.8")
+    breaker.send("acquire")
+    time.sleep(0.3)  # the breaker has judged the record expired and is about to act
+    stuck.kill(signal.SIGCONT)
+    assert stuck.ask("renew") is False  # waited for the break, then found the file replaced
+    assert stuck.ask("valid") is False
+    assert breaker.answer() is True
+
+
+def test_a_new_holder_is_not_broken_before_its_record_is_written(holders, layout):
+    dead = holders("dead", lease_ms=300, client_lease_ms=100)
+    assert dead.ask("acquire") is True
+    dead.kill()
+    time.sleep(0.4)  # the file now carries an expired record and nobody holds it
+    slow = holders("slow", delay="_write_record:0.8")
+    slow.send("acquire")
+    time.sleep(0.3)  # slow holds the OS lock, its record not yet written
+    assert not QueueLock(layout, "G", "T", 0, "c2", warn=lambda m: None).try_acquire()
+    assert slow.answer() is True
+    assert slow.ask("valid") is True
 
 
 def test_garbage_in_a_held_lock_file_lets_nobody_in_and_renew_repairs_it(holders, layout):
@@ -367,7 +414,7 @@ def test_a_busy_group_mutex_makes_acquisition_fail_softly(layout):
     with group_mutex(layout, "G"):
         assert not lock.try_acquire()
         with pytest.raises(LockHeldError) as err:
-            unlock(layout, "G")
+            unlock(layout, "G", timeout=0.1)
     assert err.value.exit_code == 4
     assert len(warnings) == 1 and "busy" in warnings[0]
     assert lock.try_acquire()

@@ -131,7 +131,12 @@ def send(
                 raise UsageError("--delimiter may not be empty")
             kd = _unescape(key_delimiter) if key_delimiter is not None else None
             line = 0
+            fast = input_ == "raw" and kd is None and deliver is None
             for records in read_chunks(sys.stdin.fileno(), delim):
+                if fast:
+                    sender.add_bodies(records, line)
+                    line += len(records)
+                    continue
                 for rec in records:
                     line += 1
                     if input_ == "json":
@@ -160,7 +165,9 @@ class _Sender:
         self.sync = sync
         self.json = json
         self.deliver = deliver
-        self.batch: list = []
+        self.batch: list = []          # Drafts (json input, delays) ...
+        self.bodies: list[bytes] = []  # ... or bare bodies for the store's fast path
+        self.skeys: list[str | None] | None = None
         self.batch_bytes = 0
         self.sent = 0
         self.queues: set[int] = set()
@@ -183,17 +190,46 @@ class _Sender:
         if len(self.batch) >= BATCH_MESSAGES or self.batch_bytes >= BATCH_BYTES:
             self.flush()
 
+    def add_bodies(self, records: list[bytes], first_line: int) -> None:
+        """Raw records with nothing per line to parse: straight into batches. An oversized
+        record stops the input there: what came before it is sent, then the error names it."""
+        if max(map(len, records)) > self.max_size:
+            i = next(i for i, r in enumerate(records) if len(r) > self.max_size)
+            self._queue_bodies(records[:i])
+            self._check_size(records[i], first_line + i + 1)
+        self._queue_bodies(records)
+
+    def _queue_bodies(self, records: list[bytes]) -> None:
+        if b"" in records:
+            records = [r for r in records if r]
+        for i in range(0, len(records), BATCH_MESSAGES):
+            self.bodies.extend(records[i:i + BATCH_MESSAGES])
+            self.flush()
+
     def add_raw(self, body: bytes, line: int, key_delim: bytes | None = None) -> None:
         skey = self.sharding_key
         if key_delim is not None:
             k, sep, rest = body.partition(key_delim)
             if sep:
                 skey, body = k.decode("utf-8", "replace"), rest
-        self._check_size(body, line)
-        props = dict(self.props)
+        if len(body) > self.max_size:
+            self._check_size(body, line)
+        if self.deliver is not None:
+            props = dict(self.props)
+            if skey is not None:
+                props["__SHARDINGKEY"] = skey
+            self._add(self.Draft(self.topic, body, props, self.queue, skey))
+            return
+        self.bodies.append(body)
         if skey is not None:
-            props["__SHARDINGKEY"] = skey
-        self._add(self.Draft(self.topic, body, props, self.queue, skey))
+            if self.skeys is None:
+                self.skeys = [None] * (len(self.bodies) - 1)
+            self.skeys.append(skey)
+        elif self.skeys is not None:
+            self.skeys.append(None)
+        self.batch_bytes += len(body)
+        if len(self.bodies) >= BATCH_MESSAGES or self.batch_bytes >= BATCH_BYTES:
+            self.flush()
 
     def add_json(self, raw: bytes, line: int) -> None:
         from store.errors import BadInputError
@@ -260,20 +296,32 @@ class _Sender:
         self._add(self.Draft(self.topic, data, props, qid, skey))
 
     def flush(self) -> None:
-        if not self.batch:
-            return
-        batch, self.batch, self.batch_bytes = self.batch, [], 0
-        results = self.store.put(batch, sync=self.sync)
-        self.sent += len(results)
+        if self.bodies:
+            bodies, self.bodies = self.bodies, []
+            skeys, self.skeys = self.skeys, None
+            self.batch_bytes = 0
+            res = self.store.put_bodies(self.topic, bodies, properties=self.props, queue_id=self.queue,
+                                        sharding_keys=skeys, sync=self.sync)
+            self._report(res.topic, res.queue_ids, res.queue_offsets, res.commitlog_offsets, res.uniq_keys)
+        if self.batch:
+            batch, self.batch, self.batch_bytes = self.batch, [], 0
+            results = self.store.put(batch, sync=self.sync)
+            self._report(self.topic, [r.queue_id for r in results], [r.queue_offset for r in results],
+                         [r.commitlog_offset for r in results], [r.uniq_key for r in results])
+
+    def _report(self, topic: str, qids: list[int], qoffs: list[int], physs: list[int], uks: list[str]) -> None:
+        from store.record import offset_msg_id
+        self.sent += len(qids)
         if self.json:
+            t = jsonlib.dumps(topic)
             out = "".join(
-                f'{{"status":"SEND_OK","msgId":"{r.uniq_key}","offsetMsgId":"{r.msg_id}",'
-                f'"topic":{jsonlib.dumps(r.topic)},"queueId":{r.queue_id},"queueOffset":{r.queue_offset},'
-                f'"commitLogOffset":{r.commitlog_offset}}}\n' for r in results)
+                f'{{"status":"SEND_OK","msgId":"{uk}","offsetMsgId":"{offset_msg_id(p)}","topic":{t},'
+                f'"queueId":{q},"queueOffset":{o},"commitLogOffset":{p}}}\n'
+                for q, o, p, uk in zip(qids, qoffs, physs, uks))
             sys.stdout.write(out)
             sys.stdout.flush()
         else:
-            self.queues.update(r.queue_id for r in results)
+            self.queues.update(qids)
 
     def summary(self) -> None:
         if self.json or not self.sent:

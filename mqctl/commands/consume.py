@@ -1,0 +1,107 @@
+"""``mqctl consume``: be a member of a consumer group until stopped."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from ..options import state
+
+HELP = """Consume a topic as a member of a group (clustering by default).
+
+Each message is written to stdout (a raw body per line, --json envelopes, or a --format
+template), or handed to --exec CMD (body on stdin, MQ_* variables). Delivery is at-least-once.
+
+Examples:
+  mqctl consume orders -g billing --from first -e          # drain what is there, then exit
+  mqctl consume orders -g billing --exec ./handle.sh       # concurrent, retries, DLQ
+  mqctl consume orders -g ledger --orderly --exec ./apply  # one process per queue, in order
+  mqctl consume orders -g audit --json --tag 'paid || refunded' | jq .body
+"""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("consume", help=HELP)(consume)
+
+
+def consume(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic to consume.")],
+    group: Annotated[str, typer.Option("--group", "-g", help="Consumer group.")],
+    orderly: Annotated[bool, typer.Option("--orderly", help="One process per queue at a time, in queue order, under a queue lock.")] = False,
+    broadcast: Annotated[bool, typer.Option("--broadcast", help="Every member gets every message (offsets kept per client).")] = False,
+    from_: Annotated[str, typer.Option("--from", "-o", help="Where a queue with no committed offset starts: first, last, or a time (ISO-8601, ms since epoch, -1h).")] = "last",
+    tag: Annotated[Optional[str], typer.Option("--tag", "-t", help="Tag filter: 'A || B' (* = all).")] = None,
+    exec_: Annotated[Optional[str], typer.Option("--exec", "-x", help="Run CMD per message (or per --batch); exit 0 = consumed. Split like a shell line, run without a shell.")] = None,
+    batch: Annotated[int, typer.Option("--batch", "-b", min=1, help="Messages per handler run.")] = 1,
+    threads: Annotated[int, typer.Option("--threads", min=1, max=256, help="Concurrent handler runs (concurrent mode).")] = 4,
+    count: Annotated[Optional[int], typer.Option("--count", "-c", "-n", min=1, help="Stop after N messages.")] = None,
+    exit_at_end: Annotated[bool, typer.Option("--exit-at-end", "-e", help="Stop when the queues held are drained up to their end at start.")] = False,
+    idle_timeout: Annotated[Optional[float], typer.Option("--idle-timeout", min=0.0, help="Stop after SECONDS with nothing to consume.")] = None,
+    client_id: Annotated[Optional[str], typer.Option("--client-id", help="Member id (default HOST@PID); must be unique among live members.")] = None,
+    strategy: Annotated[str, typer.Option("--strategy", help="Queue allocation: averagely, circle, hash, config.")] = "averagely",
+    queues: Annotated[Optional[str], typer.Option("--queues", help="Queue ids for --strategy config, e.g. 0,3.")] = None,
+    max_reconsume: Annotated[Optional[int], typer.Option("--max-reconsume", min=0, help="Deliveries before the DLQ (default 16; orderly: unlimited).")] = None,
+    suspend_ms: Annotated[int, typer.Option("--suspend-ms", min=10, max=30000, help="Orderly: wait before retrying a failed message in place.")] = 1000,
+    consume_timeout: Annotated[Optional[float], typer.Option("--consume-timeout", min=0.001, help="Kill a handler after SECONDS and count it as failed (default 15 min).")] = 900.0,
+    retry_delay: Annotated[Optional[str], typer.Option("--retry-delay", help="Concurrent: fixed delay before a retry instead of RocketMQ's levels (e.g. 2s).")] = None,
+    dedup: Annotated[bool, typer.Option("--dedup", help="Skip redeliveries of message ids whose handler already completed.")] = False,
+    json: Annotated[bool, typer.Option("--json", "-j", "-J", help="Write each message as a JSON envelope (round-trips into send --input json).")] = False,
+    format_: Annotated[Optional[str], typer.Option("--format", "-f", help="kcat-style template: %t topic %q queue %o offset %k keys %T tags %s body %i msgId %h properties %d time ...")] = None,
+    rebalance_interval: Annotated[float, typer.Option("--rebalance-interval", min=0.05, help="Seconds between rebalances (membership changes wake it at once).")] = 1.0,
+) -> None:
+    from store.errors import UsageError
+    from store.names import validate_any_topic, validate_client_id, validate_group
+    from ..consumer.runtime import ConsumeOptions, Consumer, parse_tag_expression
+    validate_any_topic(topic)
+    validate_group(group)
+    if json and format_:
+        raise UsageError("give --json or --format, not both")
+    if strategy not in ("averagely", "circle", "hash", "config"):
+        raise UsageError(f"--strategy must be averagely, circle, hash or config, not {strategy!r}")
+    cfg_queues = None
+    if strategy == "config":
+        if not queues:
+            raise UsageError("--strategy config needs --queues, e.g. --queues 0,3")
+        try:
+            cfg_queues = sorted({int(x) for x in queues.split(",") if x.strip()})
+        except ValueError as exc:
+            raise UsageError(f"--queues {queues!r}: expected queue ids like 0,3") from exc
+    elif queues:
+        raise UsageError("--queues applies to --strategy config only")
+    from_where, from_ts = from_, None
+    if from_ not in ("first", "last"):
+        from ..timeparse import parse_time
+        from_where, from_ts = "timestamp", parse_time(from_)
+    render = None
+    if exec_ is None:
+        render = _renderer(json, format_)
+    argv = None
+    if exec_ is not None:
+        from ..consumer.handlers import split_command
+        argv = split_command(exec_)
+    retry_ms = None
+    if retry_delay is not None:
+        from ..timeparse import parse_duration
+        retry_ms = parse_duration(retry_delay)
+    opts = ConsumeOptions(
+        topic=topic, group=group, orderly=orderly, broadcast=broadcast, from_where=from_where,
+        from_timestamp=from_ts, tags=parse_tag_expression(tag), exec_argv=argv, batch=batch,
+        threads=threads, count=count, exit_at_end=exit_at_end, idle_timeout_s=idle_timeout,
+        strategy=strategy, config_queues=cfg_queues, max_reconsume=max_reconsume,
+        suspend_ms=suspend_ms, consume_timeout_s=consume_timeout, dedup=dedup,
+        retry_delay_ms=retry_ms, rebalance_interval_s=rebalance_interval)
+    if client_id is not None:
+        opts.client_id = validate_client_id(client_id)
+    Consumer(state(ctx).store(), opts, render).run()
+
+
+def _renderer(json: bool, fmt: Optional[str]):
+    if json:
+        from ..envelope import envelope
+        from ..output import json_line
+        return lambda m: json_line(envelope(m))
+    if fmt is not None:
+        from ..template import compile_template
+        return compile_template(fmt).render
+    return lambda m: m.body + b"\n"

@@ -1,0 +1,135 @@
+"""What consuming a batch means: writing it to stdout, or running ``--exec CMD``.
+
+A handler returns True when the batch is consumed. The stdout handler consumes a batch once
+it is written and flushed (``BrokenPipe`` if the reader went away: nothing of that batch is
+committed). The exec handler runs CMD without a shell, body on stdin, metadata in ``MQ_*``
+environment variables; exit 0 = consumed, anything else (or ``--consume-timeout``) = failed.
+Handler children get SIGKILL when the consumer dies (``PR_SET_PDEATHSIG``), so a ``kill -9``
+of the consumer does not leave a handler running on.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from typing import Callable
+
+from store.errors import HandlerError, UsageError
+from store.record import Message
+
+from ..output import write_records
+
+_PR_SET_PDEATHSIG = 1
+_libc_prctl: Callable[..., int] | None = None
+
+
+def _load_prctl() -> None:
+    global _libc_prctl
+    try:
+        _libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        _libc_prctl = None
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if _libc_prctl is not None:
+        _libc_prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+
+class StdoutHandler:
+    """``consume`` without ``--exec``: raw bodies, the JSON envelope, or a ``--format``."""
+
+    def __init__(self, render: Callable[[Message], bytes]) -> None:
+        self.render = render
+
+    def write(self, msgs: list[Message]) -> None:
+        write_records([self.render(m) for m in msgs])
+
+
+def split_command(cmd: str) -> list[str]:
+    try:
+        argv = shlex.split(cmd)
+    except ValueError as exc:
+        raise UsageError(f"--exec {cmd!r}: {exc}") from exc
+    if not argv:
+        raise UsageError("--exec needs a command")
+    return argv
+
+
+def check_runnable(argv: list[str]) -> None:
+    """Fail before joining the group when the handler cannot be started at all."""
+    prog = argv[0]
+    if os.sep in prog:
+        if not (os.path.isfile(prog) and os.access(prog, os.X_OK)):
+            raise HandlerError(f"cannot run handler {prog!r}: not an executable file")
+    elif shutil.which(prog) is None:
+        raise HandlerError(f"cannot run handler {prog!r}: not found on PATH")
+
+
+class ExecHandler:
+    """``--exec CMD``: one child process per message, or per batch with ``--batch N``."""
+
+    def __init__(self, argv: list[str], group: str, timeout_s: float | None) -> None:
+        check_runnable(argv)
+        _load_prctl()
+        self.argv = argv
+        self.group = group
+        self.timeout_s = timeout_s
+
+    def environment(self, msgs: list[Message], topic: str) -> dict[str, str]:
+        m = msgs[0]
+        env = dict(os.environ)
+        env.update({
+            "MQ_TOPIC": topic,
+            "MQ_QUEUE_ID": str(m.queue_id),
+            "MQ_QUEUE_OFFSET": str(m.queue_offset),
+            "MQ_MSG_ID": m.uniq_key or m.msg_id,
+            "MQ_OFFSET_MSG_ID": m.msg_id,
+            "MQ_KEYS": " ".join(m.keys),
+            "MQ_TAGS": m.tags or "",
+            "MQ_RECONSUME_TIMES": str(m.reconsume_times),
+            "MQ_GROUP": self.group,
+            "MQ_BORN_TIMESTAMP": str(m.born_timestamp),
+            "MQ_STORE_TIMESTAMP": str(m.store_timestamp),
+            "MQ_BATCH_SIZE": str(len(msgs)),
+        })
+        if len(msgs) > 1:
+            env["MQ_QUEUE_OFFSETS"] = ",".join(str(x.queue_offset) for x in msgs)
+            env["MQ_MSG_IDS"] = ",".join(x.uniq_key or x.msg_id for x in msgs)
+        return env
+
+    def run(self, msgs: list[Message], topic: str) -> tuple[bool, str]:
+        """(consumed, why not). Raises HandlerError when the command cannot be started."""
+        body = msgs[0].body if len(msgs) == 1 else b"".join(m.body + b"\n" for m in msgs)
+        try:
+            proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, env=self.environment(msgs, topic),
+                                    preexec_fn=_die_with_parent, close_fds=True)
+        except OSError as exc:
+            raise HandlerError(f"cannot run handler {self.argv[0]!r}: {exc.strerror or exc}") from exc
+        try:
+            proc.communicate(body, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return False, f"handler timed out after {self.timeout_s:g}s"
+        except BrokenPipeError:
+            proc.wait()
+        if proc.returncode == 0:
+            return True, ""
+        if proc.returncode < 0:
+            return False, f"handler killed by signal {-proc.returncode}"
+        return False, f"handler exited with {proc.returncode}"
+
+
+def warn(msg: str) -> None:
+    try:
+        sys.stderr.write(f"mqctl: warning: {msg}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,123 @@
+"""The process queue: messages pulled from one queue and not yet consumed (RocketMQ's
+``ProcessQueue``), kept sorted by queue offset in a ``SortedDict``.
+
+Concurrent mode: any number of batches may be in flight; :meth:`remove` returns the offset to
+commit, which is the smallest offset still cached (a slow message holds the offset back, as
+RocketMQ's ``removeMessage``), or one past the largest seen when nothing is left.
+
+Orderly mode: :meth:`take` moves the smallest offsets to the in-flight ("consuming") map;
+:meth:`commit` drops them and returns the offset after the last one; :meth:`make_again` puts
+them back so the same messages are retried, in place, before anything later.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Iterable
+
+from sortedcontainers import SortedDict
+
+from store.record import Message
+
+PULL_THRESHOLD_COUNT = 1000
+PULL_THRESHOLD_BYTES = 100 * 1024 * 1024
+
+
+class ProcessQueue:
+    def __init__(self, topic: str, queue_id: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.msgs: SortedDict = SortedDict()       # queue offset -> Message, cached
+        self.consuming: SortedDict = SortedDict()  # orderly: taken, in flight
+        self.in_flight: set[int] = set()           # concurrent: offsets handed out
+        self.max_seen = -1
+        self.bytes = 0
+        self.dropped = False
+        self.busy = False            # orderly: a batch of this queue is in a handler
+        self.suspended_until = 0.0   # orderly: failure → wait before retrying in place
+        self.next_pull = 0           # next offset to pull from the store
+        self.last_pull = time.monotonic()
+        self.retries: dict[int, int] = {}  # orderly: local reconsume count per offset
+        self.consume_lock = threading.Lock()  # a drop waits for the batch in the handler
+
+    # -- filling ---------------------------------------------------------------------------
+    def put(self, messages: Iterable[Message]) -> int:
+        added = 0
+        for m in messages:
+            if m.queue_offset not in self.msgs and m.queue_offset not in self.consuming:
+                self.msgs[m.queue_offset] = m
+                self.bytes += len(m.body)
+                added += 1
+            if m.queue_offset > self.max_seen:
+                self.max_seen = m.queue_offset
+        return added
+
+    def full(self) -> bool:
+        """RocketMQ's pull flow control: at most 1000 messages or 100 MiB cached per queue."""
+        n = len(self.msgs) + len(self.consuming)
+        return n >= PULL_THRESHOLD_COUNT or self.bytes >= PULL_THRESHOLD_BYTES
+
+    def cached(self) -> int:
+        return len(self.msgs) + len(self.consuming)
+
+    # -- concurrent ------------------------------------------------------------------------
+    def next_batch(self, n: int) -> list[Message]:
+        """Up to ``n`` cached messages not yet handed out, oldest first (concurrent mode)."""
+        out = []
+        for off in self.msgs.irange():
+            if off not in self.in_flight:
+                out.append(self.msgs[off])
+                self.in_flight.add(off)
+                if len(out) >= n:
+                    break
+        return out
+
+    def remove(self, messages: Iterable[Message]) -> int:
+        """Forget consumed messages; the offset to commit (or -1 if nothing was cached)."""
+        if not self.msgs:
+            return -1
+        for m in messages:
+            got = self.msgs.pop(m.queue_offset, None)
+            self.in_flight.discard(m.queue_offset)
+            if got is not None:
+                self.bytes -= len(got.body)
+        if self.msgs:
+            return self.msgs.keys()[0]
+        return self.max_seen + 1
+
+    def release(self, messages: Iterable[Message]) -> None:
+        """Hand messages back (concurrent mode) so a later batch takes them again."""
+        for m in messages:
+            self.in_flight.discard(m.queue_offset)
+
+    # -- orderly ---------------------------------------------------------------------------
+    def take(self, n: int) -> list[Message]:
+        out = []
+        while self.msgs and len(out) < n:
+            off, m = self.msgs.popitem(0)
+            self.consuming[off] = m
+            out.append(m)
+        return out
+
+    def commit(self) -> int:
+        """Drop the in-flight messages; the offset after the last one (or -1)."""
+        if not self.consuming:
+            return -1
+        last = self.consuming.keys()[-1]
+        for off, m in self.consuming.items():
+            self.bytes -= len(m.body)
+            self.retries.pop(off, None)
+        self.consuming.clear()
+        return last + 1
+
+    def make_again(self) -> None:
+        """Put the in-flight messages back in front, to be consumed again."""
+        for off, m in self.consuming.items():
+            self.msgs[off] = m
+        self.consuming.clear()
+
+    def clear(self) -> None:
+        self.msgs.clear()
+        self.consuming.clear()
+        self.in_flight.clear()
+        self.bytes = 0

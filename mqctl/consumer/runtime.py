@@ -1,0 +1,582 @@
+"""The consumer: one ``mqctl consume`` process as a member of its group.
+
+One main thread does what RocketMQ's client threads do, in turn: rebalance (on a short
+interval, and at once when the group's membership changes), pull each held queue into its
+process queue, hand batches to the handler, apply results (commit, retry, suspend,
+dead-letter), persist offsets every 5 s, renew queue locks every 20 s (orderly), and run the
+delay scheduler. Handlers run in a thread pool (``--threads``) when they are commands; the
+stdout handler runs inline, so a message counts as consumed only once it is flushed.
+
+Orderly mode adds RocketMQ's three locks: the queue lock across processes (``qlocks``), taken
+before a queue is added and checked before every batch; one batch at a time per queue inside
+this process (``ProcessQueue.busy``); and the drop rule that a queue is released only after
+its in-flight batch finished and its offset was persisted.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from store import names
+from store.allocate import MessageQueue, allocate, queues_of
+from store.broker import Store
+from store.errors import HandlerError, StoreError, TopicNotFoundError, UsageError
+from store.failpoints import failpoint
+from store.record import Message, java_hash
+
+from ..output import BrokenPipe
+from .handlers import ExecHandler, StdoutHandler, warn
+from .process_queue import ProcessQueue
+from .retry import DEFAULT_MAX_RECONSUME, dead_letter, original_topic, send_back
+
+QueueKey = tuple[str, int]
+PULL_BATCH = 32
+RENEW_INTERVAL_S = 20.0
+
+
+@dataclass
+class ConsumeOptions:
+    topic: str
+    group: str
+    orderly: bool = False
+    broadcast: bool = False
+    from_where: str = "last"            # first | last | timestamp
+    from_timestamp: int | None = None
+    tags: frozenset[str] | None = None  # None = every tag
+    exec_argv: list[str] | None = None
+    batch: int = 1
+    threads: int = 4
+    count: int | None = None
+    exit_at_end: bool = False
+    idle_timeout_s: float | None = None
+    client_id: str = field(default_factory=lambda: f"{socket.gethostname()}@{os.getpid()}")
+    strategy: str = "averagely"
+    config_queues: list[int] | None = None
+    max_reconsume: int | None = None    # None: 16 concurrent, unlimited orderly
+    suspend_ms: int = 1000
+    consume_timeout_s: float | None = None
+    dedup: bool = False
+    retry_delay_ms: int | None = None
+    rebalance_interval_s: float = 1.0
+    persist_interval_s: float = 5.0
+
+
+def parse_tag_expression(expr: str | None) -> frozenset[str] | None:
+    """RocketMQ's subscription expression: ``*`` or empty = all, else ``A || B``."""
+    if expr is None or expr.strip() in ("", "*"):
+        return None
+    tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
+    return tags or None
+
+
+class Consumer:
+    def __init__(self, store: Store, opts: ConsumeOptions, render: Callable[[Message], bytes] | None) -> None:
+        self.store = store
+        self.o = opts
+        self.layout = store.layout
+        self.exec = ExecHandler(opts.exec_argv, opts.group, opts.consume_timeout_s) if opts.exec_argv else None
+        self.stdout = StdoutHandler(render) if render is not None and self.exec is None else None
+        self.tag_codes = frozenset(java_hash(t) for t in opts.tags) if opts.tags else None
+        self.max_reconsume = opts.max_reconsume if opts.max_reconsume is not None else (
+            None if opts.orderly else DEFAULT_MAX_RECONSUME)
+        self.topics = [opts.topic]
+        if not opts.broadcast and not opts.orderly:
+            self.topics.append(names.retry_topic(opts.group))
+        self.pqs: dict[QueueKey, ProcessQueue] = {}
+        self.locks: dict[QueueKey, object] = {}
+        self.offsets: dict[QueueKey, int] = {}
+        self.dirty: set[QueueKey] = set()
+        self.epochs: dict[str, int] = {}
+        self.end_snapshot: dict[QueueKey, int] = {}
+        self.dropping: dict[QueueKey, ProcessQueue] = {}
+        self.futures: dict[cf.Future, tuple[QueueKey, list[Message]]] = {}
+        self.pool: cf.ThreadPoolExecutor | None = None
+        self.wake = threading.Event()
+        self.stop_requested = False
+        self.consumed = 0
+        self.handed_out = 0
+        self.last_activity = time.monotonic()
+        self.fatal: BaseException | None = None
+        self.retry_later: list[tuple[float, QueueKey, Message]] = []
+        self.dedup = None
+        self.membership = None
+        self.offset_store = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def run(self) -> int:
+        self._setup()
+        self._install_signals()
+        try:
+            self._loop()
+        except BrokenPipe:
+            self._shutdown(wait_handlers=False)
+            raise
+        except BaseException:
+            self._shutdown(wait_handlers=False)
+            raise
+        self._shutdown(wait_handlers=True)
+        if self.fatal is not None:
+            raise self.fatal
+        return 0
+
+    def _setup(self) -> None:
+        o = self.o
+        names.validate_group(o.group)
+        self.store.topic(o.topic)  # TopicNotFoundError: exit 3
+        from store.members import Membership
+        from store.offsets import BroadcastOffsetStore, ClusterOffsetStore
+        if o.broadcast:
+            self.offset_store = BroadcastOffsetStore(self.layout, o.client_id, o.group)
+            self.offset_store.load()
+        else:
+            self.offset_store = ClusterOffsetStore(self.layout)
+            snap = self.offset_store.snapshot(o.group)
+            self.epochs = dict(snap.epochs)
+        if o.dedup:
+            from store.dedup import DedupLog
+            self.dedup = DedupLog(self.layout, o.group, max_entries=200_000)
+        self.membership = Membership(self.layout, o.group, o.client_id, {
+            "topics": [o.topic], "mode": "broadcasting" if o.broadcast else "clustering",
+            "orderly": o.orderly, "strategy": o.strategy, "queues": []})
+        self.membership.join()
+        if o.exit_at_end:
+            for t in self.topics:
+                if self.store.has_topic(t):
+                    for q in range(self.store.topic(t).queues):
+                        self.end_snapshot[(t, q)] = self.store.max_offset(t, q)
+        if self.exec is not None:
+            self.pool = cf.ThreadPoolExecutor(max_workers=max(1, o.threads), thread_name_prefix="handler")
+
+    def _install_signals(self) -> None:
+        def on_signal(signum: int, _frame: object) -> None:
+            if self.stop_requested:
+                raise KeyboardInterrupt
+            self.stop_requested = True
+            self.wake.set()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, on_signal)
+            signal.signal(signal.SIGTERM, on_signal)
+
+    def _shutdown(self, wait_handlers: bool) -> None:
+        if self.pool is not None:
+            if wait_handlers:
+                # A stop lets the batches in handlers finish, and commits them.
+                while self.futures:
+                    self._collect(block=True)
+            self.pool.shutdown(wait=wait_handlers, cancel_futures=True)
+        try:
+            self._persist(force=True)
+        except StoreError as exc:
+            warn(f"could not persist offsets at exit: {exc}")
+        for key in list(self.locks):
+            self._release_lock(key)
+        if self.membership is not None:
+            self.membership.leave()
+        if self.dedup is not None:
+            self.dedup.close()
+
+    # -- the loop --------------------------------------------------------------------------
+    def _loop(self) -> None:
+        o = self.o
+        from store.members import members_token
+        next_rebalance = 0.0
+        next_persist = time.monotonic() + o.persist_interval_s
+        next_renew = time.monotonic() + RENEW_INTERVAL_S
+        next_schedule = 0.0
+        next_token = 0.0
+        token = None
+        idle_sleep = 0.001
+        while not self.stop_requested and self.fatal is None:
+            now = time.monotonic()
+            if now >= next_token:
+                t = members_token(self.layout, o.group)
+                if t != token:
+                    token, next_rebalance = t, 0.0
+                next_token = now + 0.1
+            if now >= next_rebalance:
+                balanced = self._rebalance()
+                next_rebalance = now + (o.rebalance_interval_s if balanced else 0.5)
+            if now >= next_persist:
+                self._persist()
+                next_persist = now + o.persist_interval_s
+            if o.orderly and now >= next_renew:
+                self._renew_locks()
+                next_renew = now + RENEW_INTERVAL_S
+            if now >= next_schedule:
+                from store.schedule import deliver_due
+                deliver_due(self.store)
+                next_schedule = now + 0.2
+            self._settle_drops()
+            worked = self._pull_all()
+            worked |= self._dispatch_all()
+            worked |= self._collect(block=False)
+            self._retry_local()
+            if self._done():
+                break
+            if worked:
+                idle_sleep = 0.001
+                continue
+            self.wake.wait(idle_sleep)
+            self.wake.clear()
+            idle_sleep = min(idle_sleep * 2, 0.05)
+
+    def _done(self) -> bool:
+        o = self.o
+        if o.count is not None and self.consumed >= o.count:
+            return True
+        if o.idle_timeout_s is not None and time.monotonic() - self.last_activity >= o.idle_timeout_s:
+            return not self.futures
+        if o.exit_at_end and self._rebalanced_once:
+            for key, pq in self.pqs.items():
+                end = self.end_snapshot.get(key, 0)
+                if self.offsets.get(key, 0) < end or pq.cached():
+                    return False
+            return not self.futures and not self.retry_later
+        return False
+
+    _rebalanced_once = False
+
+    # -- rebalance -------------------------------------------------------------------------
+    def _rebalance(self) -> bool:
+        """Bring the held queues in line with the allocation. False: try again soon."""
+        from store.members import live_members
+        o = self.o
+        balanced = True
+        members = None
+        if not o.broadcast:
+            members = sorted({m.clientId for m in live_members(self.layout, o.group)
+                              if o.topic in (m.record.get("topics") or [o.topic])} | {o.client_id})
+        wanted: set[QueueKey] = set()
+        for t in self.topics:
+            if not self.store.has_topic(t):
+                continue
+            mqs = queues_of(t, range(self.store.topic(t).queues))
+            if o.broadcast:
+                mine = mqs
+            elif o.strategy == "config" and t == o.topic:
+                cfg = queues_of(t, o.config_queues or [])
+                mine = allocate("config", o.client_id, mqs, members, config_queues=cfg)
+            else:
+                strategy = "averagely" if o.strategy == "config" else o.strategy
+                mine = allocate(strategy, o.client_id, mqs, members)
+            wanted.update((mq.topic, mq.queue_id) for mq in mine)
+        for key in [k for k in self.pqs if k not in wanted]:
+            self._drop(key)
+        for key in sorted(wanted - set(self.pqs)):
+            if key in self.dropping:
+                balanced = False
+                continue
+            if not self._add(key):
+                balanced = False
+        self._rebalanced_once = True
+        self.membership.update(queues=[{"topic": t, "queueId": q} for t, q in sorted(self.pqs)],
+                               heartbeatAt=int(time.time() * 1000))
+        return balanced
+
+    def _add(self, key: QueueKey) -> bool:
+        t, q = key
+        if self.o.orderly and not self.o.broadcast:
+            from store.qlocks import QueueLock
+            lock = QueueLock(self.layout, self.o.group, t, q, self.o.client_id)
+            if not lock.try_acquire():
+                return False
+            self.locks[key] = lock
+        failpoint("rebalance-after-lock")
+        start = self._start_offset(key)
+        pq = ProcessQueue(t, q)
+        pq.next_pull = start
+        pq.max_seen = start - 1
+        self.pqs[key] = pq
+        self.offsets[key] = start
+        return True
+
+    def _start_offset(self, key: QueueKey) -> int:
+        """RocketMQ's computePullFromWhere: the stored offset, else first/last/timestamp. A
+        computed start is persisted at once so that a queue handed over before anything was
+        consumed continues where it started, not at a newer end."""
+        t, q = key
+        o = self.o
+        stored = self._read_stored(key)
+        lo, hi = self.store.min_offset(t, q), self.store.max_offset(t, q)
+        if stored >= 0:
+            if stored < lo:
+                warn(f"{t}/{q}: committed offset {stored} is no longer stored; starting at {lo}")
+            return min(max(stored, lo), hi)
+        if names.is_retry_topic(t) or o.from_where == "first":
+            start = lo
+        elif o.from_where == "timestamp" and o.from_timestamp is not None:
+            start = self.store.search_offset(t, q, o.from_timestamp)
+        else:
+            start = hi
+        self._commit_offsets({key: start}, increase_only=True)
+        return start
+
+    def _read_stored(self, key: QueueKey) -> int:
+        t, q = key
+        if self.o.broadcast:
+            return self.offset_store.read(t, q)
+        return self.offset_store.read(self.o.group, t, q)
+
+    def _drop(self, key: QueueKey) -> None:
+        """Stop pulling a queue; release it once its in-flight batch is done."""
+        pq = self.pqs.pop(key)
+        pq.dropped = True
+        self.dropping[key] = pq
+
+    def _settle_drops(self) -> None:
+        for key, pq in list(self.dropping.items()):
+            if pq.busy or pq.in_flight:
+                continue  # the consume lock: never give a queue away mid-batch
+            del self.dropping[key]
+            self._persist(force=True, only={key})
+            failpoint("rebalance-before-unlock")
+            self.offsets.pop(key, None)
+            self._release_lock(key)
+
+    def _release_lock(self, key: QueueKey) -> None:
+        lock = self.locks.pop(key, None)
+        if lock is not None:
+            lock.release()
+
+    def _renew_locks(self) -> None:
+        for key, lock in list(self.locks.items()):
+            if not lock.renew() and key in self.pqs:
+                warn(f"lost the lock of {key[0]}/{key[1]}; dropping the queue")
+                self.pqs.pop(key).dropped = True
+                self.locks.pop(key, None)
+                self.dirty.discard(key)
+
+    # -- pulling ---------------------------------------------------------------------------
+    def _pull_all(self) -> bool:
+        worked = False
+        for key, pq in self.pqs.items():
+            if pq.full() or (self.o.orderly and pq.suspended_until > time.monotonic()):
+                continue
+            t, q = key
+            lo = self.store.min_offset(t, q)
+            if pq.next_pull < lo:
+                warn(f"{t}/{q}: offset {pq.next_pull} is no longer stored; moving to {lo}")
+                pq.next_pull = lo
+            res = self.store.pull(t, q, pq.next_pull, PULL_BATCH, self.tag_codes, self.o.tags)
+            for qoff, why in res.damaged:
+                warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
+            if res.next_offset == pq.next_pull:
+                continue
+            worked = True
+            fresh = [m for m in res.messages if m.queue_offset >= pq.next_pull]
+            if self.dedup is not None and fresh:
+                fresh = self._skip_duplicates(key, fresh)
+            pq.put(fresh)
+            pq.max_seen = max(pq.max_seen, res.next_offset - 1)
+            pq.next_pull = res.next_offset
+            if not pq.cached() and not pq.in_flight:
+                self._set_offset(key, res.next_offset)
+        return worked
+
+    def _skip_duplicates(self, key: QueueKey, msgs: list[Message]) -> list[Message]:
+        self.dedup.refresh()
+        out = []
+        for m in msgs:
+            uk = m.uniq_key
+            if uk and self.dedup.seen(uk):
+                continue
+            out.append(m)
+        return out
+
+    # -- dispatching -----------------------------------------------------------------------
+    def _budget(self) -> int:
+        if self.o.count is None:
+            return 1 << 30
+        return max(0, self.o.count - self.consumed - self._in_flight_count())
+
+    def _in_flight_count(self) -> int:
+        return sum(len(m) for _k, m in self.futures.values())
+
+    def _dispatch_all(self) -> bool:
+        worked = False
+        for key, pq in list(self.pqs.items()):
+            if self.stop_requested or self.fatal is not None:
+                break
+            while True:
+                budget = self._budget()
+                if budget <= 0:
+                    return worked
+                if self.pool is not None and len(self.futures) >= 2 * self.o.threads:
+                    return worked
+                n = min(budget, self.o.batch if self.exec is not None else 1024)
+                if self.o.orderly:
+                    if pq.busy or pq.suspended_until > time.monotonic() or not pq.msgs:
+                        break
+                    lock = self.locks.get(key)
+                    if lock is not None and not lock.is_valid():
+                        warn(f"lock of {key[0]}/{key[1]} is no longer ours; dropping the queue")
+                        self.pqs.pop(key, None)
+                        self.locks.pop(key, None)
+                        break
+                    batch = pq.take(n)
+                    pq.busy = True
+                else:
+                    batch = pq.next_batch(n)
+                if not batch:
+                    break
+                worked = True
+                self.handed_out += len(batch)
+                if self.stdout is not None:
+                    self._consume_stdout(key, pq, batch)
+                else:
+                    fut = self.pool.submit(self._run_exec, key, batch)
+                    fut.add_done_callback(lambda _f: self.wake.set())
+                    self.futures[fut] = (key, batch)
+                    if self.o.orderly:
+                        break
+        return worked
+
+    def _present(self, m: Message) -> Message:
+        topic = original_topic(m)
+        return m if topic == m.topic else replace(m, topic=topic)
+
+    def _consume_stdout(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> None:
+        # BrokenPipe propagates: nothing of this batch is committed.
+        self.stdout.write([self._present(m) for m in batch])
+        self._succeeded(key, pq, batch)
+
+    def _run_exec(self, key: QueueKey, batch: list[Message]) -> tuple[bool, str]:
+        return self.exec.run(batch, original_topic(batch[0]))
+
+    def _collect(self, block: bool) -> bool:
+        if not self.futures:
+            return False
+        done = [f for f in self.futures if f.done()]
+        if not done and block:
+            done, _ = cf.wait(list(self.futures), return_when=cf.FIRST_COMPLETED)
+        for fut in done:
+            key, batch = self.futures.pop(fut)
+            pq = self.pqs.get(key) or self.dropping.get(key)
+            try:
+                ok, why = fut.result()
+            except HandlerError as exc:
+                self.fatal = exc
+                self.stop_requested = True
+                if pq is not None:
+                    pq.busy = False
+                    pq.release(batch)
+                continue
+            if pq is None:
+                continue
+            if ok:
+                self._succeeded(key, pq, batch)
+            else:
+                self._failed(key, pq, batch, why)
+        return bool(done)
+
+    # -- results ---------------------------------------------------------------------------
+    def _succeeded(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> None:
+        if self.dedup is not None:
+            self.dedup.record([m.uniq_key for m in batch if m.uniq_key])
+        if self.o.orderly:
+            off = pq.commit()
+            pq.busy = False
+        else:
+            off = pq.remove(batch)
+        if off >= 0:
+            self._set_offset(key, off)
+        self.consumed += len(batch)
+        self.last_activity = time.monotonic()
+
+    def _failed(self, key: QueueKey, pq: ProcessQueue, batch: list[Message], why: str) -> None:
+        o = self.o
+        self.last_activity = time.monotonic()
+        if o.orderly:
+            exhausted = []
+            for m in batch:
+                n = pq.retries.get(m.queue_offset, m.reconsume_times) + 1
+                pq.retries[m.queue_offset] = n
+                if self.max_reconsume is not None and n > self.max_reconsume:
+                    exhausted.append(m)
+            if exhausted and len(exhausted) == len(batch) and not o.broadcast:
+                for m in batch:
+                    dead_letter(self.store, o.group, m, pq.retries.get(m.queue_offset, 0))
+                warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; moved to {names.dlq_topic(o.group)}")
+                self._succeeded(key, pq, batch)
+                self.consumed -= len(batch)
+                return
+            warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; retrying in place in {o.suspend_ms} ms")
+            pq.make_again()
+            pq.busy = False
+            pq.suspended_until = time.monotonic() + o.suspend_ms / 1000
+            return
+        if o.broadcast:
+            warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; broadcast messages are not retried")
+            self._succeeded(key, pq, batch)
+            self.consumed -= len(batch)
+            return
+        for m in batch:
+            try:
+                where = send_back(self.store, o.group, m, self.max_reconsume, o.retry_delay_ms)
+            except StoreError as exc:
+                warn(f"could not send {m.uniq_key} back ({exc}); retrying here in 5 s")
+                pq.release([m])
+                self.retry_later.append((time.monotonic() + 5, key, m))
+                continue
+            if where == "dlq":
+                warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; reconsumed {m.reconsume_times} times, "
+                     f"moved to {names.dlq_topic(o.group)}")
+            off = pq.remove([m])
+            if off >= 0:
+                self._set_offset(key, off)
+
+    def _retry_local(self) -> None:
+        if not self.retry_later:
+            return
+        now = time.monotonic()
+        due = [r for r in self.retry_later if r[0] <= now]
+        self.retry_later = [r for r in self.retry_later if r[0] > now]
+        for _t, key, m in due:
+            pq = self.pqs.get(key)
+            if pq is not None:
+                self._failed(key, pq, [m], "retry after a failed send-back")
+
+    # -- offsets ---------------------------------------------------------------------------
+    def _set_offset(self, key: QueueKey, off: int) -> None:
+        if key in self.pqs or key in self.dropping:
+            if self.o.orderly or off > self.offsets.get(key, -1):
+                self.offsets[key] = off
+                self.dirty.add(key)
+
+    def _commit_offsets(self, offsets: dict[QueueKey, int], increase_only: bool) -> set[str]:
+        if self.o.broadcast:
+            for (t, q), off in offsets.items():
+                self.offset_store.update(t, q, off, increase_only=increase_only)
+            self.offset_store.persist(set(self.pqs) | set(self.dropping) | set(offsets))
+            return set()
+        return self.offset_store.commit(self.o.group, offsets, increase_only=increase_only,
+                                        expected_epochs=self.epochs)
+
+    def _persist(self, force: bool = False, only: set[QueueKey] | None = None) -> None:
+        keys = {k for k in self.dirty if only is None or k in only}
+        if not keys and not force:
+            return
+        offsets = {k: self.offsets[k] for k in keys if k in self.offsets}
+        failpoint("offsets-before-persist")
+        skipped = self._commit_offsets(offsets, increase_only=not self.o.orderly)
+        failpoint("offsets-after-persist")
+        self.dirty -= keys
+        if skipped:
+            self._reload_after_reset(skipped)
+
+    def _reload_after_reset(self, topics: set[str]) -> None:
+        """Offsets were reset while we ran (``offsets reset --force``): take the new ones."""
+        snap = self.offset_store.snapshot(self.o.group)
+        self.epochs = dict(snap.epochs)
+        for key in [k for k in self.pqs if k[0] in topics]:
+            warn(f"offsets of {key[0]}/{key[1]} were reset; continuing from {snap.offsets.get(key, 0)}")
+            self.pqs.pop(key).dropped = True
+            self.offsets.pop(key, None)
+            self.dirty.discard(key)
+            self._release_lock(key)
