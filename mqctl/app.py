@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .commands import consume, msg, send, storecmd, topic
+from .commands import consume, msg, send, storecmd, topic, tx
 from .errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, debug, print_error, quiet_broken_pipe
 from .options import State, resolve_store_path
 
@@ -58,6 +58,7 @@ send.register(app)
 consume.register(app)
 msg.register(app)
 storecmd.register(app)
+tx.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -250,7 +250,7 @@ class Consumer:
         balanced = True
         members = None
         if not o.broadcast:
-            members = sorted({m.clientId for m in live_members(self.layout, o.group)
+            members = sorted({m.clientId for m in live_members(self.layout, o.group, prune=True)
                               if o.topic in (m.record.get("topics") or [o.topic])} | {o.client_id})
         wanted: set[QueueKey] = set()
         for t in self.topics:
