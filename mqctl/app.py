@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .commands import consume, msg, send, storecmd, topic, tx
+from .commands import admin, consume, dlq, msg, offsets, send, sparkcmd, storecmd, topic, tx
 from .errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, debug, print_error, quiet_broken_pipe
 from .options import State, resolve_store_path
 
@@ -59,6 +59,10 @@ consume.register(app)
 msg.register(app)
 storecmd.register(app)
 tx.register(app)
+offsets.register(app)
+admin.register(app)
+dlq.register(app)
+sparkcmd.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

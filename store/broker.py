@@ -30,6 +30,7 @@ from . import format as F
 from . import names
 from .commitlog import CommitLog, LogAppender
 from .consumequeue import ConsumeQueue
+from .failpoints import failpoint
 from .errors import (
     DataError, MessageNotFoundError, MessageTooLargeError, OperationError, StoreError,
     StoreIOError, StoreNotFoundError, TopicExistsError, TopicNotFoundError, UsageError,
@@ -257,19 +258,27 @@ class Store:
         from .offsets import ClusterOffsetStore
         ClusterOffsetStore(self.layout).delete_topic(name)
 
-    def _ensure_topic_locked(self, name: str) -> TopicConfig:
+    def _ensure_topic_locked(self, name: str, queue_id: int = -1) -> TopicConfig:
+        """The topic's config, creating it on first send. ``queue_id`` (an explicit queue the
+        caller will use) is checked *before* the topic is created, so a refused send leaves
+        no topic behind."""
         t = self.topic_table.load().get(name)
         if t is not None:
             return t
         if name in SYSTEM_TOPIC_QUEUES:
-            return self._create_topic_locked(name, SYSTEM_TOPIC_QUEUES[name], False)[0]
-        if names.is_system_topic(name):  # %RETRY%G and %DLQ%G: one queue each, as RocketMQ
-            return self._create_topic_locked(name, 1, False)[0]
-        if not self.settings.auto_create_topics:
+            queues = SYSTEM_TOPIC_QUEUES[name]
+        elif names.is_system_topic(name):  # %RETRY%G and %DLQ%G: one queue each, as RocketMQ
+            queues = 1
+        elif not self.settings.auto_create_topics:
             raise TopicNotFoundError(
                 f"topic {name!r} does not exist and this store does not create topics on send "
                 f"(create it with: mqctl topic create {name})")
-        return self._create_topic_locked(name, self.settings.default_queues, False)[0]
+        else:
+            queues = self.settings.default_queues
+        if queue_id >= queues:
+            raise UsageError(f"queue {queue_id} does not exist: topic {name!r} would be created "
+                             f"with queues 0-{queues - 1}")
+        return self._create_topic_locked(name, queues, False)[0]
 
     # -- queues ----------------------------------------------------------------------------
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
@@ -347,7 +356,7 @@ class Store:
         for d in drafts:
             tc = topic_cache.get(d.topic)
             if tc is None:
-                cfg = self._ensure_topic_locked(d.topic)
+                cfg = self._ensure_topic_locked(d.topic, d.queue_id)
                 tc = topic_cache[d.topic] = (cfg, d.topic.encode())
             cfg, topic_b = tc
             qid = self.select_queue(cfg, d)
@@ -416,7 +425,7 @@ class Store:
         cp = self._checkpoint_locked()
         now = int(time.time() * 1000)
         store_ts = max(now, cp.last_store_ts)
-        cfg = self._ensure_topic_locked(topic)
+        cfg = self._ensure_topic_locked(topic, queue_id)
         qids = self._queue_ids_for(cfg, len(bodies), queue_id, sharding_keys)
         topic_b = topic.encode()
         tail_topic = bytes((len(topic_b),)) + topic_b
@@ -512,11 +521,14 @@ class Store:
         """Write a placed batch: log, then consume queues, then index, then the checkpoint.
         Any failure cuts every file back, so nothing of the batch is visible."""
         app.flush(sync=sync)
+        failpoint("put-after-log")
         undo: list[tuple[Path, int]] = []
         try:
             for (topic, qid), (first, buf) in cq_bufs.items():
                 undo += self.queue(topic, qid).append(first, bytes(buf))
+            failpoint("put-after-cq")
             self.index.add(index_items, store_ts)
+            failpoint("put-after-index")
         except StoreError:
             for path, size in reversed(undo):
                 try:

@@ -40,14 +40,19 @@ class ConsumeQueue:
     def max_offset(self) -> int:
         """The next offset to be written (= number of entries ever written)."""
         segs = self.segments()
-        if not segs:
-            return 0
-        last = segs[-1]
-        try:
-            size = os.stat(self.segment_path(last)).st_size
-        except FileNotFoundError:
-            return 0
-        return (last + size) // _SIZE
+        while segs:
+            last = segs.pop()
+            try:
+                size = os.stat(self.segment_path(last)).st_size
+            except FileNotFoundError:
+                continue
+            if size == 0 and segs:
+                # An empty last segment (a failed batch's undo, or a writer killed between
+                # creating the file and writing it) is not the end: the entries end in the
+                # segment before it, which may not be full.
+                continue
+            return (last + size) // _SIZE
+        return 0
 
     def min_offset(self) -> int:
         segs = self.segments()

@@ -261,7 +261,8 @@ def decode(buf, pos: int, limit: int, verify: bool = True) -> Message:
      born_ip, born_port, store_ts, _sip, _sport, reconsume, prepared, body_len) = _HEADER_UNPACK(rec, 0)
     if verify:
         crc_field = bytes(rec[total - 11:total - 1])
-        if rec[total - F.CRC_PROPERTY_SIZE:total - 11] != b"__CRC32#\x01" or not crc_field.isdigit():
+        if (rec[total - F.CRC_PROPERTY_SIZE:total - 11] != b"__CRC32#\x01" or rec[total - 1] != 2
+                or not crc_field.isdigit()):
             raise RecordError("record CRC property missing")
         if int(crc_field[::-1]) != zlib.crc32(rec[:total - F.CRC_PROPERTY_SIZE]) & 0x7FFFFFFF:
             raise RecordError("record CRC mismatch")

@@ -82,8 +82,16 @@ def _start_offset(store: "Store", full: bool) -> tuple[int, str]:
     if cp is None:
         return lo, "no readable checkpoint"
     if cp.boot_id != store._boot_id:
-        return max(lo, min(cp.synced_end, cp.written_end, end)), "the machine restarted since the last write"
-    return max(lo, min(cp.written_end, end)), "a writer stopped in the middle of a batch"
+        start, reason = min(cp.synced_end, cp.written_end), "the machine restarted since the last write"
+    else:
+        start, reason = cp.written_end, "a writer stopped in the middle of a batch"
+    if start > end:
+        # The log is shorter than the checkpoint says (a torn or truncated tail). ``end`` may
+        # then fall inside a record: scanning from it would keep the torn bytes and append
+        # after them. The base of the segment holding ``end`` is a record boundary.
+        start = store.commitlog.segment_of(end)
+        reason += "; the commit log is shorter than the checkpoint"
+    return max(lo, start), reason
 
 
 def recover(store: "Store", full: bool = False, progress: Callable[[int], None] | None = None) -> RecoveryReport:

@@ -197,7 +197,7 @@ def _is_half(m: Message) -> bool:
 
 
 def _is_committed(m: Message) -> bool:
-    return (m.sysflag & F.TX_MASK) == F.TX_COMMIT and m.prepared_tx_offset > 0
+    return (m.sysflag & F.TX_MASK) == F.TX_COMMIT
 
 
 def parse_op_body(body: bytes) -> tuple[int, ...]:

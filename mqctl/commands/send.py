@@ -172,6 +172,29 @@ class _Sender:
         self.sent = 0
         self.queues: set[int] = set()
         self.t0 = time.monotonic()
+        self._shape: tuple[int, bool] | None = None
+
+    def _topic_shape(self) -> tuple[int, bool] | None:
+        """(queue count, ordered) of the topic, or what the first send will create; None when
+        it does not exist and will not be created (the send then fails with exit 3). Lets a
+        bad input line be refused by its line number, after the lines before it are sent."""
+        if self._shape is None:
+            cfg = self.store.topics().get(self.topic)
+            if cfg is not None:
+                self._shape = (cfg.queues, cfg.order)
+            elif self.store.settings.auto_create_topics:
+                self._shape = (self.store.settings.default_queues, False)
+        return self._shape
+
+    def _check_route(self, qid: int, skey: str | None) -> None:
+        shape = self._topic_shape()
+        if shape is None:
+            return
+        queues, ordered = shape
+        if qid >= queues:
+            raise ValueError(f"queue {qid} does not exist: topic {self.topic!r} has queues 0-{queues - 1}")
+        if ordered and qid < 0 and skey is None:
+            raise ValueError(f"topic {self.topic!r} is ordered: give a sharding key or a queue id")
 
     def _check_size(self, body: bytes, line: int) -> None:
         if len(body) > self.max_size:
@@ -212,6 +235,13 @@ class _Sender:
             k, sep, rest = body.partition(key_delim)
             if sep:
                 skey, body = k.decode("utf-8", "replace"), rest
+            elif skey is None and self.queue < 0:
+                try:
+                    self._check_route(-1, None)
+                except ValueError as exc:
+                    from store.errors import BadInputError
+                    self.flush()
+                    raise BadInputError(f"no key before the key delimiter: {exc}", line=line) from exc
         if len(body) > self.max_size:
             self._check_size(body, line)
         if self.deliver is not None:
@@ -286,6 +316,7 @@ class _Sender:
                 qid = -1 if "shardingKey" in obj else self.queue
             if skey is not None:
                 props["__SHARDINGKEY"] = skey
+            self._check_route(qid, skey)
         except (ValueError, binascii.Error) as exc:
             self.flush()
             raise BadInputError(str(exc), line=line) from exc

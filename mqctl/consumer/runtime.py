@@ -241,6 +241,7 @@ class Consumer:
         return False
 
     _rebalanced_once = False
+    held_elsewhere: set = set()
 
     # -- rebalance -------------------------------------------------------------------------
     def _rebalance(self) -> bool:
@@ -249,9 +250,15 @@ class Consumer:
         o = self.o
         balanced = True
         members = None
+        self.held_elsewhere = set()
         if not o.broadcast:
-            members = sorted({m.clientId for m in live_members(self.layout, o.group, prune=True)
-                              if o.topic in (m.record.get("topics") or [o.topic])} | {o.client_id})
+            live = [m for m in live_members(self.layout, o.group, prune=True)
+                    if o.topic in (m.record.get("topics") or [o.topic])]
+            members = sorted({m.clientId for m in live} | {o.client_id})
+            for m in live:
+                if m.clientId != o.client_id:
+                    self.held_elsewhere.update((q.get("topic"), q.get("queueId")) for q in m.queues
+                                               if isinstance(q, dict))
         wanted: set[QueueKey] = set()
         for t in self.topics:
             if not self.store.has_topic(t):
@@ -275,12 +282,17 @@ class Consumer:
             if not self._add(key):
                 balanced = False
         self._rebalanced_once = True
-        self.membership.update(queues=[{"topic": t, "queueId": q} for t, q in sorted(self.pqs)],
-                               heartbeatAt=int(time.time() * 1000))
+        self._publish_queues()
         return balanced
 
     def _add(self, key: QueueKey) -> bool:
         t, q = key
+        if not self.o.orderly and not self.o.broadcast and key in self.held_elsewhere:
+            # Concurrent mode has no queue lock, but the previous holder publishes the queue
+            # until it has persisted its offset (``_publish_queues``). Starting before that
+            # would read an offset up to 5 s old and hand those messages out a second time.
+            # A dead holder is not live, so a crash never makes anyone wait.
+            return False
         if self.o.orderly and not self.o.broadcast:
             from store.qlocks import QueueLock
             lock = QueueLock(self.layout, self.o.group, t, q, self.o.client_id)
@@ -329,15 +341,45 @@ class Consumer:
         pq.dropped = True
         self.dropping[key] = pq
 
+    def _lose(self, key: QueueKey) -> None:
+        """The queue lock is no longer ours (its file was deleted or replaced, or a renewal
+        failed): stop handing out batches at once, and drop the queue like a rebalance does,
+        so a batch still in a handler is committed rather than forgotten. Its offset is then
+        persisted increase-only: everything below it was consumed by us, and a new holder
+        that already moved further must not be set back (see ``_settle_drops``)."""
+        pq = self.pqs.pop(key, None)
+        if pq is None:
+            return
+        pq.dropped = True
+        pq.lost = True
+        self.dropping[key] = pq
+        lock = self.locks.pop(key, None)
+        if lock is not None:
+            lock.release()  # a no-op on a lost lock; frees the descriptor otherwise
+
     def _settle_drops(self) -> None:
+        settled = False
         for key, pq in list(self.dropping.items()):
             if pq.busy or pq.in_flight:
                 continue  # the consume lock: never give a queue away mid-batch
             del self.dropping[key]
-            self._persist(force=True, only={key})
+            # A lost queue's offset used to be thrown away with the queue, so the next holder
+            # (often this very process, a rebalance later) started from the last periodic
+            # persist and handed everything since then to the handler again.
+            self._persist(force=True, only={key}, increase_only=True if pq.lost else None)
             failpoint("rebalance-before-unlock")
             self.offsets.pop(key, None)
             self._release_lock(key)
+            settled = True
+        if settled and self.membership is not None and self.membership.joined:
+            self._publish_queues()
+
+    def _publish_queues(self) -> None:
+        """Tell the group which queues this member holds. A queue being dropped still counts
+        until its offset is persisted: a concurrent-mode newcomer waits for that (``_add``)."""
+        held = set(self.pqs) | set(self.dropping)
+        self.membership.update(queues=[{"topic": t, "queueId": q} for t, q in sorted(held)],
+                               heartbeatAt=int(time.time() * 1000))
 
     def _release_lock(self, key: QueueKey) -> None:
         lock = self.locks.pop(key, None)
@@ -348,9 +390,7 @@ class Consumer:
         for key, lock in list(self.locks.items()):
             if not lock.renew() and key in self.pqs:
                 warn(f"lost the lock of {key[0]}/{key[1]}; dropping the queue")
-                self.pqs.pop(key).dropped = True
-                self.locks.pop(key, None)
-                self.dirty.discard(key)
+                self._lose(key)
 
     # -- pulling ---------------------------------------------------------------------------
     def _pull_all(self) -> bool:
@@ -363,7 +403,17 @@ class Consumer:
             if pq.next_pull < lo:
                 warn(f"{t}/{q}: offset {pq.next_pull} is no longer stored; moving to {lo}")
                 pq.next_pull = lo
-            res = self.store.pull(t, q, pq.next_pull, PULL_BATCH, self.tag_codes, self.o.tags)
+            want = PULL_BATCH
+            if self.o.exit_at_end:
+                # -e drains each queue up to its end at start and no further: what arrives
+                # later is neither waited for nor taken (it stays for the next run).
+                want = min(want, self.end_snapshot.get(key, 0) - pq.next_pull)
+                if want <= 0:
+                    continue
+            # The retry topic is subscribed with '*' (RocketMQ): its messages passed the
+            # filter when they were first delivered.
+            tag_codes, tags = (None, None) if t != self.o.topic else (self.tag_codes, self.o.tags)
+            res = self.store.pull(t, q, pq.next_pull, want, tag_codes, tags)
             for qoff, why in res.damaged:
                 warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
             if res.next_offset == pq.next_pull:
@@ -416,8 +466,7 @@ class Consumer:
                     lock = self.locks.get(key)
                     if lock is not None and not lock.is_valid():
                         warn(f"lock of {key[0]}/{key[1]} is no longer ours; dropping the queue")
-                        self.pqs.pop(key, None)
-                        self.locks.pop(key, None)
+                        self._lose(key)
                         break
                     batch = pq.take(n)
                     pq.busy = True
@@ -497,11 +546,14 @@ class Consumer:
             for m in batch:
                 n = pq.retries.get(m.queue_offset, m.reconsume_times) + 1
                 pq.retries[m.queue_offset] = n
+                # RocketMQ counts local retries on the message itself (reconsumeTimes++), so
+                # the next delivery shows MQ_RECONSUME_TIMES=n and a dead letter carries it.
+                pq.consuming[m.queue_offset] = replace(m, reconsume_times=n)
                 if self.max_reconsume is not None and n > self.max_reconsume:
                     exhausted.append(m)
             if exhausted and len(exhausted) == len(batch) and not o.broadcast:
                 for m in batch:
-                    dead_letter(self.store, o.group, m, pq.retries.get(m.queue_offset, 0))
+                    dead_letter(self.store, o.group, m, m.reconsume_times)
                 warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; moved to {names.dlq_topic(o.group)}")
                 self._succeeded(key, pq, batch)
                 self.consumed -= len(batch)
@@ -527,6 +579,9 @@ class Consumer:
             if where == "dlq":
                 warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; reconsumed {m.reconsume_times} times, "
                      f"moved to {names.dlq_topic(o.group)}")
+            else:
+                warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; will be redelivered through "
+                     f"{names.retry_topic(o.group)} (reconsume {m.reconsume_times + 1} of {self.max_reconsume})")
             off = pq.remove([m])
             if off >= 0:
                 self._set_offset(key, off)
@@ -558,13 +613,16 @@ class Consumer:
         return self.offset_store.commit(self.o.group, offsets, increase_only=increase_only,
                                         expected_epochs=self.epochs)
 
-    def _persist(self, force: bool = False, only: set[QueueKey] | None = None) -> None:
+    def _persist(self, force: bool = False, only: set[QueueKey] | None = None,
+                 increase_only: bool | None = None) -> None:
         keys = {k for k in self.dirty if only is None or k in only}
         if not keys and not force:
             return
         offsets = {k: self.offsets[k] for k in keys if k in self.offsets}
         failpoint("offsets-before-persist")
-        skipped = self._commit_offsets(offsets, increase_only=not self.o.orderly)
+        if increase_only is None:
+            increase_only = not self.o.orderly
+        skipped = self._commit_offsets(offsets, increase_only=increase_only)
         failpoint("offsets-after-persist")
         self.dirty -= keys
         if skipped:

@@ -1,0 +1,263 @@
+"""``mqctl dlq list|resend``: a group's dead letters, and giving them another chance.
+
+Dead letters are RocketMQ's: a message that failed ``--max-reconsume`` times is stored in
+``%DLQ%<group>`` queue 0 with ``DLQ_ORIGIN_TOPIC`` / ``DLQ_ORIGIN_MESSAGE_ID`` and its unique
+key (so ``msg show`` finds its whole history).
+
+Resend puts a copy of each dead letter into the group's retry topic ``%RETRY%<group>`` queue 0,
+the way the broker's send-back does: only that group subscribes to it, ``RETRY_TOPIC`` keeps
+the original topic (handlers see ``MQ_TOPIC`` = the original topic), ``reconsumeTimes`` starts
+again at 0 and the unique key is kept. Concurrent consumers of the group pick it up; orderly
+consumers do not read retry topics (RocketMQ's orderly mode retries in place), so for them a
+warning says that a concurrent consumer of the group must run to see the resent messages.
+
+What was resent — ``config/dlqResend.json`` (written with ``fsutil.atomic_write_json``, .bak)::
+
+    {"offsetTable": {"<group>": <DLQ offset below which everything was resent>},
+     "resent":      {"<group>": [<DLQ offsets at or above it resent one by one>]}}
+
+the shape of the scheduler's ``delayOffset.json``: a resend of everything moves the offset to
+the DLQ's end; a resend by ``--msg-id`` adds the offsets to ``resent`` (and folds them into the
+offset when they become contiguous). A second ``resend`` therefore skips what was resent
+(``--force`` resends anyway). Each chunk is written under the store's write lock: read the
+record, append the copies, save the record, so two concurrent resends never both resend a
+message. A crash between the append and the save resends that chunk again next time
+(at-least-once, as everywhere in the store).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+from ..options import JsonOpt, state
+from .offsets import GroupOpt
+
+if TYPE_CHECKING:
+    from store.broker import Store
+    from store.record import Message
+
+dlq_app = typer.Typer(help="Dead-letter queues: list a group's dead letters, resend them.", no_args_is_help=True)
+
+RESEND_FILE = "dlqResend.json"
+CHUNK = 256
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(dlq_app, name="dlq")
+
+
+# -- the resend record -------------------------------------------------------------------------
+
+def _record_path(store: "Store"):  # type: ignore[no-untyped-def]
+    return store.layout.config_dir / RESEND_FILE
+
+
+def _validate(obj: Any) -> None:
+    if not isinstance(obj, dict):
+        raise ValueError("top level is not an object")
+    for g, off in (obj.get("offsetTable") or {}).items():
+        if not isinstance(off, int) or off < 0:
+            raise ValueError(f"offsetTable[{g!r}] is not an offset")
+    for g, offs in (obj.get("resent") or {}).items():
+        if not isinstance(offs, list) or not all(isinstance(o, int) for o in offs):
+            raise ValueError(f"resent[{g!r}] is not a list of offsets")
+
+
+def load_record(store: "Store") -> dict[str, Any]:
+    from store.fsutil import read_json_with_bak
+    obj = read_json_with_bak(_record_path(store), default=None, validate=_validate, warn=store.warn) or {}
+    return {"offsetTable": dict(obj.get("offsetTable") or {}), "resent": dict(obj.get("resent") or {})}
+
+
+def resent_offsets(record: dict[str, Any], group: str) -> tuple[int, set[int]]:
+    return record["offsetTable"].get(group, 0), set(record["resent"].get(group, []))
+
+
+def _mark(record: dict[str, Any], group: str, offsets: list[int], end: int | None) -> None:
+    base, done = resent_offsets(record, group)
+    done.update(offsets)
+    if end is not None:
+        base = max(base, end)
+    while base in done:
+        base += 1
+    record["offsetTable"][group] = base
+    rest = sorted(o for o in done if o >= base)
+    if rest:
+        record["resent"][group] = rest
+    else:
+        record["resent"].pop(group, None)
+
+
+def _save(store: "Store", record: dict[str, Any]) -> None:
+    from store.fsutil import atomic_write_json
+    atomic_write_json(_record_path(store), record)
+
+
+def is_resent(record: dict[str, Any], group: str, offset: int) -> bool:
+    base, done = resent_offsets(record, group)
+    return offset < base or offset in done
+
+
+# -- listing -----------------------------------------------------------------------------------
+
+def _dlq_topic(store: "Store", group: str) -> str:
+    from store.errors import GroupNotFoundError
+    from store.names import dlq_topic, validate_group
+    validate_group(group)
+    topic = dlq_topic(group)
+    if not store.has_topic(topic):
+        from .offsets import group_exists
+        why = ("no message of it was dead-lettered yet" if group_exists(store, group)
+               else "the group does not exist in this store")
+        raise GroupNotFoundError(f"group {group!r} has no dead-letter queue {topic}: {why}")
+    return topic
+
+
+def _row(m: "Message", group: str, resent: bool) -> dict[str, Any]:
+    from store.record import PROP_DLQ_ORIGIN_MESSAGE_ID, PROP_DLQ_ORIGIN_TOPIC, PROP_RETRY_TOPIC
+    from ..envelope import envelope
+    from ..timeparse import format_time
+    row = envelope(m)
+    origin = m.properties.get(PROP_DLQ_ORIGIN_TOPIC) or m.properties.get(PROP_RETRY_TOPIC)
+    row.update({"group": group, "dlqOriginTopic": origin,
+                "dlqOriginMsgId": m.properties.get(PROP_DLQ_ORIGIN_MESSAGE_ID), "resent": resent,
+                "storeTime": format_time(m.store_timestamp)})
+    return row
+
+
+def _preview(body: Any, width: int = 40) -> str:
+    text = str(body).replace("\n", "\\n")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@dlq_app.command("list", help="""Messages in the group's dead-letter queue %DLQ%GROUP, oldest first.
+
+JSON rows are consume --json envelopes plus dlqOriginTopic, dlqOriginMsgId, resent (already
+given another chance with dlq resend) and storeTime. Exit 3 if the group has no DLQ at all.
+
+Examples:
+  mqctl dlq list -g billing
+  mqctl dlq list -g billing --json | jq -r 'select(.resent | not) | .msgId'""")
+def list_(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> None:
+    from ..output import Output
+    store = state(ctx).store()
+    topic = _dlq_topic(store, group)
+    record = load_record(store)
+    out = Output(json=json)
+    rows = []
+    for m in store.iter_queue(topic, 0, 0):
+        row = _row(m, group, is_resent(record, group, m.queue_offset))
+        if json:
+            out.emit_json(row)  # streamed: a large DLQ starts printing at once
+        else:
+            row["bodyPreview"] = _preview(row.get("body"), 24)
+            rows.append(row)
+    if not json:
+        if rows:
+            out.table(rows, [("queueOffset", "OFFSET"), ("msgId", "MSG-ID"), ("dlqOriginTopic", "ORIGIN-TOPIC"),
+                             ("reconsumeTimes", "RECONSUMES"),
+                             ("storeTime", "STORED"), ("resent", "RESENT"), ("bodyPreview", "BODY")])
+        else:
+            out.info(f"{topic} is empty")
+
+
+# -- resending ---------------------------------------------------------------------------------
+
+def _resend_draft(m: "Message", group: str):  # type: ignore[no-untyped-def]
+    from store.names import retry_topic
+    from store.record import (
+        PROP_DLQ_ORIGIN_MESSAGE_ID, PROP_DLQ_ORIGIN_TOPIC, PROP_ORIGIN_MESSAGE_ID, PROP_RETRY_TOPIC, Draft,
+    )
+    props = {k: v for k, v in m.properties.items() if k not in (PROP_DLQ_ORIGIN_TOPIC, PROP_DLQ_ORIGIN_MESSAGE_ID)}
+    origin = m.properties.get(PROP_RETRY_TOPIC) or m.properties.get(PROP_DLQ_ORIGIN_TOPIC)
+    if origin:
+        props[PROP_RETRY_TOPIC] = origin
+    props.setdefault(PROP_ORIGIN_MESSAGE_ID, m.properties.get(PROP_DLQ_ORIGIN_MESSAGE_ID) or m.msg_id)
+    return Draft(topic=retry_topic(group), body=m.body, properties=props, queue_id=0, flag=m.flag,
+                 born_timestamp=m.born_timestamp, reconsume_times=0)
+
+
+def _matches(m: "Message", msg_id: str) -> bool:
+    wanted = msg_id.strip()
+    return m.uniq_key == wanted or m.msg_id == wanted.upper()
+
+
+@dlq_app.command("resend", help="""Give dead letters another chance: copy them to %RETRY%GROUP with reconsumeTimes 0.
+
+All not yet resent messages, or only the one(s) with --msg-id (unique key or offset id). Only
+the group's consumers see them again, under their original topic. What was resent is recorded
+in config/dlqResend.json, so a second resend skips it (--force resends anyway).
+
+Examples:
+  mqctl dlq resend -g billing --dry-run
+  mqctl dlq resend -g billing
+  mqctl dlq resend -g billing --msg-id 0BBFD16A3BCF76A68335686AF0BC1DDB""")
+def resend(
+    ctx: typer.Context,
+    group: GroupOpt,
+    msg_id: Annotated[Optional[str], typer.Option("--msg-id", "-m", metavar="ID",
+                                                  help="Only this message (unique key or offset id).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Resend messages that were resent before, too.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be resent; change nothing.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    from store.errors import MessageNotFoundError
+    from store.members import live_members
+    from store.names import retry_topic
+    from ..output import Output
+    store = state(ctx).store()
+    topic = _dlq_topic(store, group)
+    out = Output(json=json)
+    end = store.max_offset(topic, 0)
+    record = load_record(store)
+    start = 0 if (force or msg_id is not None) else min(resent_offsets(record, group)[0], end)
+    total = max(0, end - max(start, store.min_offset(topic, 0)))
+    resent = skipped = matched = 0
+    shown: list[dict[str, Any]] = []
+    with out.progress(total, "resending") as bar:
+        off = start
+        while off < end:
+            chunk = list(store.iter_queue(topic, 0, off, min(end, off + CHUNK)))
+            nxt = min(end, off + CHUNK)
+            if msg_id is not None:
+                chunk = [m for m in chunk if _matches(m, msg_id)]
+                matched += len(chunk)
+            with store.write_lock():
+                record = load_record(store)
+                todo = [m for m in chunk if force or not is_resent(record, group, m.queue_offset)]
+                skipped += len(chunk) - len(todo)
+                results = []
+                if todo and not dry_run:
+                    results = store.put([_resend_draft(m, group) for m in todo])
+                if not dry_run and (todo or msg_id is None):
+                    _mark(record, group, [m.queue_offset for m in todo], nxt if msg_id is None else None)
+                    _save(store, record)
+            for i, m in enumerate(todo):
+                row = {"group": group, "msgId": m.uniq_key or m.msg_id, "dlqOffset": m.queue_offset,
+                       "originTopic": _row(m, group, False)["dlqOriginTopic"], "topic": retry_topic(group),
+                       "queueId": 0, "queueOffset": results[i].queue_offset if results else None,
+                       "offsetMsgId": results[i].msg_id if results else None, "resent": not dry_run}
+                if json:
+                    out.emit_json(row)
+                else:
+                    shown.append(row)
+            resent += len(todo)
+            bar.advance(nxt - off)
+            off = nxt
+    if msg_id is not None and matched == 0:
+        raise MessageNotFoundError(f"no message with id {msg_id!r} in {topic}")
+    if not json:
+        if shown:
+            out.table(shown, [("dlqOffset", "DLQ-OFFSET"), ("msgId", "MSG-ID"), ("originTopic", "ORIGIN-TOPIC"),
+                              ("topic", "TO"), ("queueOffset", "OFFSET")])
+    verb = "would resend" if dry_run else "resent"
+    msg = f"{verb} {resent} message{'s' if resent != 1 else ''} from {topic} to {retry_topic(group)}"
+    if skipped:
+        msg += f"; {skipped} already resent skipped (--force resends them)"
+    out.info(msg)
+    if resent and not dry_run:
+        members = live_members(store.layout, group)
+        if members and all(m.record.get("orderly") for m in members):
+            out.warn(f"the live members of {group} are orderly and do not read {retry_topic(group)}: "
+                     f"run a concurrent consumer of the group to process the resent messages")

@@ -1,0 +1,276 @@
+"""store/broker.py: the Store façade — put, pull, find, query_key, search_offset, queue choice."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from store import format as F
+from store.broker import Store, StoreSettings
+from store.errors import (
+    MessageNotFoundError, MessageTooLargeError, StoreNotFoundError, TopicNotFoundError, UsageError,
+)
+from store.record import java_hash
+
+from storetestutil import all_messages, draft, open_store
+
+
+def jhash(s: str) -> int:
+    """Java's String.hashCode, written out independently of store.record.java_hash."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) % 2**32
+    return h - 2**32 if h >= 2**31 else h
+
+
+def files_under(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+
+
+# -- opening ----------------------------------------------------------------------------------
+
+def test_reading_a_missing_store_is_not_found(tmp_path: Path) -> None:
+    with pytest.raises(StoreNotFoundError) as ei:
+        Store.open(tmp_path / "nope")
+    assert ei.value.exit_code == 3
+    assert not (tmp_path / "nope").exists()
+
+
+def test_create_makes_rocketmq_layout_private_to_the_user(root: Path) -> None:
+    s = open_store(root)
+    for d in ("commitlog", "consumequeue", "index", "config"):
+        assert (root / d).is_dir()
+        assert (root / d).stat().st_mode & 0o777 == 0o700
+    assert (root / "store.json").exists()
+    s.close()
+
+
+# -- put and pull -----------------------------------------------------------------------------
+
+def test_put_then_pull_gives_dense_offsets_and_all_fields(store: Store) -> None:
+    store.create_topic("T", 2)
+    res = store.put([draft("T", f"m{i}", queue_id=i % 2, properties={"TAGS": "A" if i % 3 else "B", "KEYS": f"k{i} all", "p": "v"})
+                     for i in range(10)])
+    assert [r.queue_offset for r in res if r.queue_id == 0] == [0, 1, 2, 3, 4]
+    assert [r.queue_offset for r in res if r.queue_id == 1] == [0, 1, 2, 3, 4]
+    offs = [r.commitlog_offset for r in res]
+    assert offs == sorted(offs) and len(set(offs)) == 10
+    pr = store.pull("T", 1, 0, 32)
+    assert [m.body for m in pr.messages] == [b"m1", b"m3", b"m5", b"m7", b"m9"]
+    assert (pr.next_offset, pr.max_offset, pr.damaged) == (5, 5, [])
+    m = pr.messages[0]
+    assert (m.topic, m.queue_id, m.queue_offset, m.tags, m.keys) == ("T", 1, 0, "A", ["k1", "all"])
+    assert m.user_properties == {"p": "v"} and m.uniq_key == res[1].uniq_key
+    assert m.store_timestamp == res[1].store_timestamp and m.born_host.startswith("127.0.0.1:")
+    # from the middle, with a count
+    assert [m.queue_offset for m in store.pull("T", 0, 2, 2).messages] == [2, 3]
+    # at the end: nothing, next stays
+    end = store.pull("T", 0, 5)
+    assert (end.messages, end.next_offset) == ([], 5)
+
+
+def test_pull_filters_by_tag_code_then_exact_tag(store: Store) -> None:
+    store.create_topic("T", 1)
+    store.put([draft("T", f"m{i}", properties={"TAGS": t}) for i, t in enumerate("ABCAB")])
+    codes = frozenset({java_hash("A"), java_hash("C")})
+    pr = store.pull("T", 0, 0, 32, tag_codes=codes, tags=frozenset({"A", "C"}))
+    assert [m.body for m in pr.messages] == [b"m0", b"m2", b"m3"]
+    assert pr.next_offset == 5   # filtered-out messages still advance the offset
+
+
+def test_pull_stops_at_max_bytes(store: Store) -> None:
+    store.create_topic("T", 1)
+    store.put_bodies("T", [b"x" * 1000] * 10)
+    pr = store.pull("T", 0, 0, 32, max_bytes=3000)
+    assert 1 <= len(pr.messages) <= 3 and pr.next_offset == len(pr.messages)
+
+
+def test_put_bodies_matches_put(store: Store) -> None:
+    res = store.put_bodies("T", [b"a", b"", b"\x00\xff", b"d" * 5000],
+                           properties={"TAGS": "tg", "KEYS": "k1 k2", "x": "y"})
+    assert len(res) == 4 and store.topic("T").queues == 8
+    got = sorted(all_messages(store, "T"), key=lambda m: m.commitlog_offset)
+    assert [m.body for m in got] == [b"a", b"", b"\x00\xff", b"d" * 5000]
+    for m, uk, qid, qoff in zip(got, res.uniq_keys, res.queue_ids, res.queue_offsets):
+        assert (m.uniq_key, m.queue_id, m.queue_offset) == (uk, qid, qoff)
+        assert m.tags == "tg" and m.keys == ["k1", "k2"] and m.user_properties == {"x": "y"}
+    assert len(set(res.uniq_keys)) == 4
+
+
+# -- finding ----------------------------------------------------------------------------------
+
+def test_find_by_offset_id_and_by_unique_key(store: Store) -> None:
+    res = store.put([draft("T", f"m{i}") for i in range(5)])
+    bres = store.put_bodies("T", [b"b0", b"b1"])
+    for i, r in enumerate(res):
+        assert store.find(r.msg_id).body == f"m{i}".encode()
+        assert store.find(r.msg_id.lower()).body == f"m{i}".encode()
+        assert store.find(r.uniq_key).body == f"m{i}".encode()
+    assert store.find(bres.uniq_keys[1]).body == b"b1"
+    with pytest.raises(MessageNotFoundError) as ei:
+        store.find("0" * 32)
+    assert ei.value.exit_code == 3
+    # an offset id that points between records is not found, not mis-decoded
+    with pytest.raises(MessageNotFoundError):
+        store.find(F"{F.LOOPBACK_IP:08X}{F.STORE_PORT:08X}{res[1].commitlog_offset + 3:016X}")
+
+
+def test_query_key_newest_first_and_per_topic(store: Store) -> None:
+    store.put([draft("T", f"m{i}", properties={"KEYS": f"order-{i % 3} common"}) for i in range(9)])
+    store.put([draft("U", "other", properties={"KEYS": "order-1"})])
+    assert [m.body for m in store.query_key("T", "order-1")] == [b"m7", b"m4", b"m1"]
+    assert len(store.query_key("T", "common")) == 9
+    assert [m.body for m in store.query_key("T", "common", limit=2)] == [b"m8", b"m7"]
+    assert [m.body for m in store.query_key("U", "order-1")] == [b"other"]
+    assert store.query_key("T", "order") == []   # whole keys only
+
+
+def test_search_offset_uses_the_lower_boundary(store: Store, monkeypatch) -> None:
+    store.create_topic("T", 1)
+    clock = [1_700_000_000.000]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    stamps = []
+    for ts_s, n in [(0.0, 2), (1.0, 3), (1.0, 1), (5.0, 2)]:
+        clock[0] = 1_700_000_000.0 + ts_s
+        stamps += [r.store_timestamp for r in store.put([draft("T", "x")] * n)]
+    monkeypatch.undo()
+    base = 1_700_000_000_000
+    assert stamps == [base] * 2 + [base + 1000] * 4 + [base + 5000] * 2
+    assert store.search_offset("T", 0, base - 1) == 0
+    assert store.search_offset("T", 0, base) == 0
+    assert store.search_offset("T", 0, base + 1) == 2       # first one stored at or after
+    assert store.search_offset("T", 0, base + 1000) == 2    # LOWER: the first of equals
+    assert store.search_offset("T", 0, base + 1001) == 6
+    assert store.search_offset("T", 0, base + 5000) == 6
+    assert store.search_offset("T", 0, base + 5001) == 8    # newer than all: max offset
+
+
+def test_store_timestamps_never_go_back(store: Store, monkeypatch) -> None:
+    clock = [1_700_000_010.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    a = store.put([draft("T", "a")])[0].store_timestamp
+    clock[0] -= 5   # the wall clock steps back
+    b = store.put([draft("T", "b")])[0].store_timestamp
+    c = store.put_bodies("T", [b"c"]).store_timestamp
+    assert a <= b <= c
+
+
+def test_min_offset_follows_retention_of_the_commit_log(root: Path) -> None:
+    s = open_store(root, commitlog_segment_size=4096, max_message_size=1000)
+    s.create_topic("T", 1)
+    res = s.put_bodies("T", [b"y" * 300] * 40)
+    assert s.min_offset("T", 0) == 0
+    first_kept = s.commitlog.segments()[2]
+    for base in s.commitlog.segments()[:2]:
+        s.commitlog.segment_path(base).unlink()
+    want = next(i for i, p in enumerate(res.commitlog_offsets) if p >= first_kept)
+    assert s.min_offset("T", 0) == want > 0
+    assert s.max_offset("T", 0) == 40
+    assert [m.queue_offset for m in s.iter_queue("T", 0, 0)] == list(range(want, 40))
+    s.close()
+
+
+# -- choosing a queue -------------------------------------------------------------------------
+
+def test_sharding_key_picks_abs_java_hash_mod_queues(store: Store) -> None:
+    store.create_topic("T", 8)
+    store.create_topic("S", 5)
+    keys = ["TopicTest#KEY1", "order-42", "", "ключ", "\U0001F600", "x" * 100]
+    for k in keys:
+        for topic, n in (("T", 8), ("S", 5)):
+            want = abs(jhash(k)) % n
+            assert store.put([draft(topic, "m", sharding_key=k)])[0].queue_id == want
+            assert store.put_bodies(topic, [b"a", b"b"], sharding_keys=[k, k]).queue_ids == [want, want]
+    assert abs(jhash("TopicTest#KEY1")) % 8 == 4   # the reference's vector: -1656969516
+
+
+def test_round_robin_without_key_or_queue(store: Store) -> None:
+    store.create_topic("T", 8)
+    q = store.put_bodies("T", [b"x"] * 20).queue_ids
+    assert q == [(q[0] + i) % 8 for i in range(20)]
+    q2 = [r.queue_id for r in store.put([draft("T", "x")] * 10)]
+    assert q2 == [(q[-1] + 1 + i) % 8 for i in range(10)]
+    counts = [store.max_offset("T", i) for i in range(8)]
+    assert max(counts) - min(counts) <= 1
+
+
+def test_explicit_queue_and_out_of_range_queue(store: Store) -> None:
+    store.create_topic("T", 4)
+    assert store.put([draft("T", "x", queue_id=3)])[0].queue_id == 3
+    assert store.put_bodies("T", [b"a"] * 3, queue_id=2).queue_ids == [2, 2, 2]
+    end = store.commitlog.end()
+    for call in (lambda: store.put([draft("T", "x", queue_id=4)]),
+                 lambda: store.put_bodies("T", [b"a"], queue_id=4)):
+        with pytest.raises(UsageError) as ei:
+            call()
+        assert ei.value.exit_code == 2
+    assert store.commitlog.end() == end
+
+
+def test_ordered_topic_requires_a_sharding_key_or_queue(store: Store) -> None:
+    store.create_topic("O", 4, order=True)
+    end = store.commitlog.end()
+    with pytest.raises(UsageError, match="ordered"):
+        store.put([draft("O", "x")])
+    with pytest.raises(UsageError, match="ordered"):
+        store.put_bodies("O", [b"x"])
+    with pytest.raises(UsageError, match="ordered"):
+        store.put_bodies("O", [b"x", b"y"], sharding_keys=["k", None])
+    assert store.commitlog.end() == end
+    assert store.put([draft("O", "x", sharding_key="k")])[0].queue_id == abs(jhash("k")) % 4
+    assert store.put_bodies("O", [b"x"], queue_id=1).queue_ids == [1]
+
+
+# -- refusals leave nothing behind -----------------------------------------------------------
+
+def test_no_auto_create_refuses_unknown_topics_with_not_found(root: Path) -> None:
+    s = open_store(root, auto_create_topics=False)
+    before = files_under(root)
+    for call in (lambda: s.put([draft("T", "x")]), lambda: s.put_bodies("T", [b"x"])):
+        with pytest.raises(TopicNotFoundError) as ei:
+            call()
+        assert ei.value.exit_code == 3
+    assert not s.has_topic("T") and s.commitlog.end() == 0
+    s.create_topic("T", 2)
+    assert len(s.put_bodies("T", [b"x"])) == 1
+    assert set(files_under(root)) >= set(before)
+    s.close()
+
+
+def test_auto_create_uses_the_default_queue_count(root: Path) -> None:
+    s = open_store(root, default_queues=3)
+    s.put([draft("T", "x")])
+    assert s.topic("T").queues == 3
+    s.close()
+
+
+def test_message_over_the_limit_is_refused_and_nothing_is_written(root: Path) -> None:
+    s = open_store(root, max_message_size=1000)
+    s.put([draft("T", "before")])
+    before = files_under(root)
+    cp = (root / "checkpoint").read_bytes()
+    for call in (lambda: s.put([draft("T", "ok"), draft("T", b"x" * 1001)]),
+                 lambda: s.put_bodies("T", [b"ok", b"x" * 1001]),
+                 lambda: s.put([draft("NEW", b"x" * 1001)])):
+        with pytest.raises(MessageTooLargeError) as ei:
+            call()
+        assert ei.value.exit_code == 5
+    assert files_under(root) == before and (root / "checkpoint").read_bytes() == cp
+    assert not s.has_topic("NEW")
+    assert len(s.put_bodies("T", [b"x" * 1000])) == 1   # exactly the limit is fine
+    s.close()
+
+
+def test_a_second_handle_sees_the_first_handles_writes(root: Path) -> None:
+    a = open_store(root)
+    b = Store.open(root)
+    a.put_bodies("T", [b"1", b"2"], queue_id=0)
+    b.put_bodies("T", [b"3"], queue_id=0)
+    a.put_bodies("T", [b"4"], queue_id=0)
+    assert [m.body for m in b.iter_queue("T", 0, 0)] == [b"1", b"2", b"3", b"4"]
+    assert [m.queue_offset for m in a.iter_queue("T", 0, 0)] == [0, 1, 2, 3]
+    a.close(), b.close()
+    assert os.path.exists(root / "lock")
