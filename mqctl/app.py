@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .commands import admin, consume, dlq, msg, offsets, send, sparkcmd, storecmd, topic, tx
+from .commands import admin, bench, consume, dlq, msg, offsets, send, sparkcmd, storecmd, topic, tx
 from .errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, debug, print_error, quiet_broken_pipe
 from .options import State, resolve_store_path
 
@@ -63,6 +63,7 @@ offsets.register(app)
 admin.register(app)
 dlq.register(app)
 sparkcmd.register(app)
+bench.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exit as exc:
         code = exc.exit_code
     except ClickException as exc:
-        exc.show()
+        _show_usage_error(exc)
         code = exc.exit_code
     except StoreError as exc:
         if debug():
@@ -114,6 +115,21 @@ def main(argv: list[str] | None = None) -> None:
         quiet_broken_pipe()
         code = code or EXIT_BROKEN_PIPE
     sys.exit(code)
+
+
+def _show_usage_error(exc: Exception) -> None:
+    """Typer's own errors (unknown flag, bad value, missing argument) as the contract's one
+    line ``mqctl: error: … (see 'mqctl CMD --help')``; a bare command group still prints
+    its help."""
+    from typer._click.exceptions import NoArgsIsHelpError
+    if isinstance(exc, NoArgsIsHelpError):
+        exc.show()
+        return
+    message = exc.format_message()  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        message = f"{message} (see '{ctx.command_path} --help')"
+    print_error(message)
 
 
 class _PipeGuard:

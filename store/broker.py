@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import os
 import random
-import zlib
+import struct
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -108,11 +109,18 @@ class BatchResult:
     queue_ids: list[int]
     queue_offsets: list[int]
     commitlog_offsets: list[int]
-    uniq_keys: list[str]
     store_timestamp: int
+    uk_head: str = ""      # the batch's unique keys share this head ...
+    uk_first: int = 0      # ... and end in 4 hex digits of a counter starting here
 
     def __len__(self) -> int:
         return len(self.queue_offsets)
+
+    @property
+    def uniq_keys(self) -> list[str]:
+        """The messages' unique keys (built on demand: most callers never ask)."""
+        head, first = self.uk_head, self.uk_first
+        return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(len(self.queue_offsets))]
 
 
 @dataclass
@@ -408,12 +416,14 @@ class Store:
         Same records and guarantees as :meth:`put`; ``sharding_keys`` gives each body its own
         key (``None`` entries fall back to ``queue_id`` or round robin)."""
         if not bodies:
-            return BatchResult(topic, [], [], [], [], 0)
+            return BatchResult(topic, [], [], [], 0)
         max_size = self.settings.max_message_size
-        for b in bodies:
-            if len(b) > max_size:
-                raise MessageTooLargeError(
-                    f"message body of {len(b)} bytes exceeds the store's limit of {max_size} bytes")
+        longest = max(map(len, bodies))
+        if longest > max_size:
+            raise MessageTooLargeError(
+                f"message body of {longest} bytes exceeds the store's limit of {max_size} bytes")
+        if sharding_keys is not None and len(sharding_keys) != len(bodies):
+            raise ValueError("put_bodies: one sharding key (or None) per body")
         props = dict(properties or {})
         if PROP_UNIQ_KEY in props:
             raise UsageError("a batch cannot share one unique key")
@@ -422,6 +432,9 @@ class Store:
 
     def _put_bodies_locked(self, topic: str, bodies: list[bytes], props: dict[str, str], queue_id: int,
                            sharding_keys: list[str | None] | None, sync: bool) -> "BatchResult":
+        # The producer's hot loop: everything that is the same for the whole batch is built
+        # once, so each record costs one header pack, one join and two CRCs (one pass over a
+        # big body plus a CRC combine), one CQ entry and one index hash.
         cp = self._checkpoint_locked()
         now = int(time.time() * 1000)
         store_ts = max(now, cp.last_store_ts)
@@ -433,68 +446,104 @@ class Store:
         tags = java_hash(props[PROP_TAGS]) if props.get(PROP_TAGS) else 0
         key_items = [f"{topic}#{k}".encode() for k in (props.get(PROP_KEYS) or "").split(" ") if k]
         nxt = [-1] * cfg.queues
+        cqb: list[bytearray | None] = [None] * cfg.queues
+        first_off: dict[int, int] = {}
         app = LogAppender(self.commitlog, cp.written_end)
         seg = self.commitlog.segment_size
         pos = app.pos
         room_end = pos - pos % seg + seg - F.END_FILE_MIN_BLANK
         chunk = app.start_chunk()
-        cq_bufs: dict[int, bytearray] = {}
-        first_off: dict[int, int] = {}
-        index_items: list[tuple[str, int]] = []
         offs: list[int] = []
         physs: list[int] = []
-        uks: list[bytes] = []
-        pack = F.RECORD_HEADER.pack
+        hashes: list[int] = []
+        M = 0x7FFFFFFF
+        # TOTALSIZE magic BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET, then 48 bytes that
+        # are the same for every record of the batch, then BODYLENGTH (format.py).
+        pack = _HEAD_PACK
+        const48 = _HEAD_CONST.pack(0, now, F.LOOPBACK_IP, self._pid, store_ts, F.LOOPBACK_IP,
+                                   F.STORE_PORT, 0, 0)
         pack_cq = F.CQ_ENTRY.pack
         crc32 = zlib.crc32
-        ip, port, pid, magic = F.LOOPBACK_IP, F.STORE_PORT, self._pid, F.MAGIC_V1
-        counter = self._uniq.counter
+        combine = _crc32_combine() if max(map(len, bodies)) >= _COMBINE_MIN else None
+        magic = F.MAGIC_V1
+        counter = first_counter = (self._uniq.counter + 1) & 0xFFFF
+        counter -= 1
         # Within a batch every unique key shares host, pid, random and time: only the 16-bit
-        # counter changes, so the key is a precomputed head plus 4 hex digits from a table.
-        uk_head = f"{self._uniq.prefix}{(now - self._uniq.month_start_ms) & 0xFFFFFFFF:08X}".encode()
+        # counter changes, so the key is a precomputed head plus 4 hex digits from a table,
+        # and its index hash continues the CRC of the head.
+        uk_head_s = f"{self._uniq.prefix}{(now - self._uniq.month_start_ms) & 0xFFFFFFFF:08X}"
+        uk_head = uk_head_s.encode()
+        key_crc0 = crc32(b"#" + uk_head)
         hex4 = _hex4_table()
-        pb_head = b"UNIQ_KEY\x01" + uk_head
         pb_tail = b"\x02" + static
-        fixed = 91 + len(topic_b) + F.CRC_PROPERTY_SIZE
-        skeys = sharding_keys
+        pb_len0 = len(b"UNIQ_KEY\x01") + len(uk_head) + 4 + len(pb_tail)   # properties w/o CRC
+        mid0 = tail_topic + (pb_len0 + F.CRC_PROPERTY_SIZE).to_bytes(2, "big") + b"UNIQ_KEY\x01" + uk_head
+        fixed0 = 91 + len(topic_b) + pb_len0 + F.CRC_PROPERTY_SIZE
+        tails: list[bytes] | None = None
+        if sharding_keys is not None:
+            tails = [pb_tail if k is None else b"\x02__SHARDINGKEY\x01" + k.encode() + pb_tail
+                     for k in sharding_keys]
+        tail, mid, fixed = pb_tail, mid0, fixed0
         for i, body in enumerate(bodies):
             qid = qids[i]
             qoff = nxt[qid]
             if qoff < 0:
                 qoff = first_off[qid] = self.queue(topic, qid).max_offset()
-                cq_bufs[qid] = bytearray()
+                cqb[qid] = bytearray()
             nxt[qid] = qoff + 1
             counter = (counter + 1) & 0xFFFF
-            ukb = uk_head + hex4[counter]
-            if skeys is not None and skeys[i] is not None:
-                pb = pb_head + hex4[counter] + b"\x02__SHARDINGKEY\x01" + skeys[i].encode() + pb_tail
-            else:
-                pb = pb_head + hex4[counter] + pb_tail
+            h4 = hex4[counter]
             blen = len(body)
-            plen = len(pb) + 20
-            total = fixed + blen + len(pb)
+            if tails is not None:
+                tail = tails[i]
+                extra = len(tail) - len(pb_tail)
+                if extra:
+                    mid = tail_topic + (pb_len0 + extra + F.CRC_PROPERTY_SIZE).to_bytes(2, "big") + mid0[len(tail_topic) + 2:]
+                    fixed = fixed0 + extra
+                else:
+                    mid, fixed = mid0, fixed0
+            total = fixed + blen
             if pos + total > room_end:
                 app.pos = pos
                 pos = app.place(total)
                 chunk = app.start_chunk()
                 room_end = pos + seg - F.END_FILE_MIN_BLANK
-            rec = b"".join((pack(total, magic, crc32(body) & 0x7FFFFFFF, qid, 0, qoff, pos, 0, now, ip, pid,
-                                 store_ts, ip, port, 0, 0, blen), body, tail_topic, plen.to_bytes(2, "big"), pb))
-            chunk += rec
-            chunk += b"__CRC32#\x01" + f"{crc32(rec) & 0x7FFFFFFF:010d}"[::-1].encode() + b"\x02"
-            cq_bufs[qid] += pack_cq(pos, total, tags)
-            index_items.append((b"#" + ukb, pos))
-            for k in key_items:
-                index_items.append((k, pos))
+            bcrc = crc32(body)
+            head = pack(total, magic, bcrc & M, qid, 0, qoff, pos, const48, blen)
+            if combine is None or blen < _COMBINE_MIN:
+                rec = b"".join((head, body, mid, h4, tail))
+                c = crc32(rec) & M
+                chunk += rec
+            else:   # one pass over a big body: CRC(head + body) from CRC(head) and CRC(body)
+                after = b"".join((mid, h4, tail))
+                c = crc32(after, combine(crc32(head), bcrc, blen)) & M
+                chunk += head
+                chunk += body
+                chunk += after
+            chunk += (b"\x02%010d\x01#23CRC__" % c)[::-1]   # __CRC32# 0x01, digits reversed, 0x02
+            cqb[qid] += pack_cq(pos, total, tags)
+            hashes.append(crc32(h4, key_crc0) & M)
             offs.append(qoff)
             physs.append(pos)
-            uks.append(ukb)
             pos += total
         app.pos = pos
         self._uniq.counter = counter
-        self._commit_batch(app, cp, store_ts, {(topic, q): (first_off[q], b) for q, b in cq_bufs.items()},
-                           index_items, sync)
-        return BatchResult(topic, qids, offs, physs, [u.decode() for u in uks], store_ts)
+        if key_items:
+            key_hashes = [crc32(k) & M for k in key_items]
+            per = 1 + len(key_hashes)
+            all_hashes = [0] * (len(hashes) * per)
+            all_physs = [0] * len(all_hashes)
+            all_hashes[::per] = hashes
+            for j, kh in enumerate(key_hashes, 1):
+                all_hashes[j::per] = [kh] * len(hashes)
+            for j in range(per):
+                all_physs[j::per] = physs
+            index = (all_hashes, all_physs)
+        else:
+            index = (hashes, physs)
+        self._commit_batch(app, cp, store_ts, {(topic, q): (first_off[q], b) for q, b in enumerate(cqb) if b is not None},
+                           [], sync, index_hashes=index)
+        return BatchResult(topic, qids, offs, physs, store_ts, uk_head_s, first_counter)
 
     def _queue_ids_for(self, cfg: TopicConfig, n: int, queue_id: int,
                        sharding_keys: list[str | None] | None) -> list[int]:
@@ -517,7 +566,8 @@ class Store:
 
     def _commit_batch(self, app: LogAppender, cp: ckpt.Checkpoint, store_ts: int,
                       cq_bufs: dict[tuple[str, int], tuple[int, bytearray]],
-                      index_items: list[tuple[str, int]], sync: bool) -> None:
+                      index_items: list[tuple[str, int]], sync: bool,
+                      index_hashes: tuple[list[int], list[int]] | None = None) -> None:
         """Write a placed batch: log, then consume queues, then index, then the checkpoint.
         Any failure cuts every file back, so nothing of the batch is visible."""
         app.flush(sync=sync)
@@ -528,6 +578,8 @@ class Store:
                 undo += self.queue(topic, qid).append(first, bytes(buf))
             failpoint("put-after-cq")
             self.index.add(index_items, store_ts)
+            if index_hashes is not None:
+                self.index.add_hashes(index_hashes[0], index_hashes[1], store_ts)
             failpoint("put-after-index")
         except StoreError:
             for path, size in reversed(undo):
@@ -536,6 +588,14 @@ class Store:
                 except OSError:
                     pass
             app.undo()
+            # An index file may have taken part of the batch (and moved its end offset past
+            # it) before the next one failed: fence it back, or the records later written at
+            # those offsets would be skipped as "already indexed".
+            try:
+                from .recovery import fence_index
+                fence_index(self, app.start_end)
+            except (OSError, StoreError):
+                pass
             raise
         ckpt.write(self.layout.checkpoint,
                    ckpt.Checkpoint(app.pos, store_ts, cp.synced_end, self._boot_id))
@@ -762,8 +822,44 @@ _HEX4: list[bytes] = []
 
 def _hex4_table() -> list[bytes]:
     if not _HEX4:
-        _HEX4.extend(f"{i:04X}".encode() for i in range(65536))
+        digits = [b"%02X" % i for i in range(256)]
+        _HEX4.extend([a + b for a in digits for b in digits])
     return _HEX4
+
+
+# The record header in three parts for the producer's fast path: the fields that vary, then
+# SYSFLAG .. PREPARED TX OFFSET (48 bytes, the same for a whole batch), then BODYLENGTH.
+_HEAD_PACK = struct.Struct(">iIIiiqq48si").pack
+_HEAD_CONST = struct.Struct(">iqIiqIiiq")
+assert struct.calcsize(">iIIiiqq48si") == F.RECORD_HEADER_SIZE and _HEAD_CONST.size == 48
+
+# Below this body size two CRC passes are cheaper than a CRC combine through ctypes.
+_COMBINE_MIN = 2048
+_COMBINE: list = []
+
+
+def _crc32_combine():
+    """zlib's ``crc32_combine`` (not exposed by Python's zlib module), or None.
+
+    ``combine(crc(A), crc(B), len(B)) == crc(A + B)``: the record CRC of a big message is
+    then computed without a second pass over its body. Checked against ``zlib.crc32`` once,
+    so a library that misbehaves is simply not used."""
+    if not _COMBINE:
+        fn = None
+        try:
+            import ctypes
+            import ctypes.util
+            lib = ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1")
+            f = lib.crc32_combine
+            f.restype = ctypes.c_ulong
+            f.argtypes = (ctypes.c_ulong, ctypes.c_ulong, ctypes.c_long)
+            a, b = b"mqctl" * 7, bytes(range(256)) * 9
+            if f(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b):
+                fn = f
+        except (OSError, AttributeError, ImportError):
+            fn = None
+        _COMBINE.append(fn)
+    return _COMBINE[0]
 
 
 def open_store(root: str | Path, *, create: bool = False, **kw: Any) -> Store:

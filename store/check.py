@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from . import checkpoint as ckpt
 from . import format as F
 from .record import RecordError, decode
+
+_MAGIC = F.MAGIC_V1.to_bytes(4, "big")
 
 if TYPE_CHECKING:
     from .broker import Store
@@ -75,7 +78,7 @@ def _check_log(store: "Store", rep: CheckReport, valid: dict, progress) -> None:
                 if exc.reason == "blank trailer":
                     break
                 problems.append(Problem(str(path), pos, exc.reason))
-                nxt = _next_record(data, pos, base)
+                nxt = _next_start(data, pos, base)
                 if nxt is None:
                     break
                 pos = nxt
@@ -83,6 +86,39 @@ def _check_log(store: "Store", rep: CheckReport, valid: dict, progress) -> None:
             valid[base + pos] = (m.topic, m.queue_id, m.queue_offset, m.size)
             rep.records += 1
             pos += m.size
+
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+def _looks_like_start(data: bytes, cand: int, base: int) -> bool:
+    """A record header begins at ``cand``: its magic, and its own offset in PHYSICALOFFSET
+    (12 bytes that body data does not reproduce by chance), whatever the rest holds."""
+    if cand < 0 or cand + F.OFF_PHYSICAL_OFFSET + 8 > len(data):
+        return False
+    return (data[cand + 4:cand + 8] == _MAGIC
+            and _I64.unpack_from(data, cand + F.OFF_PHYSICAL_OFFSET)[0] == base + cand)
+
+
+def _next_start(data: bytes, pos: int, base: int) -> int | None:
+    """Where to resume after the damaged record at ``pos``, so that each damaged record is
+    reported at its own offset: the next record start after ``pos`` — a valid record, or one
+    whose header is intact (magic and offset) though its body or properties are damaged — or,
+    when the damaged record's own header is intact and ends before that, its end (the record
+    after it has a damaged header: it is reported too)."""
+    cand = _next_record(data, pos, base)
+    i = data.find(_MAGIC, pos + 5)
+    while i >= 0 and (cand is None or i - 4 < cand):
+        if _looks_like_start(data, i - 4, base):
+            cand = i - 4
+            break
+        i = data.find(_MAGIC, i + 1)
+    if _looks_like_start(data, pos, base):
+        total = _I32.unpack_from(data, pos)[0]
+        if F.RECORD_FIXED_SIZE <= total and pos + total < len(data) and (cand is None or pos + total < cand):
+            return pos + total
+    return cand
 
 
 def _next_record(data: bytes, pos: int, base: int) -> int | None:
@@ -148,6 +184,10 @@ def _check_index(store: "Store", problems: list[Problem]) -> None:
             continue
         if slots != idx.slots or not 1 <= count <= idx.max_entries or bphys != base:
             problems.append(Problem(str(path), 0, f"bad header (slots {slots}, count {count}, begin {bphys})"))
+        elif count > 1 and ephys >= store.commitlog.end():  # read after the header: a writer
+            # moves the header only after its records are in the log
+            problems.append(Problem(str(path), 24, f"header says records up to offset {ephys} are indexed, "
+                                                   f"past the end of the commit log (new keys would not be)"))
         elif size < idx.table_end + count * F.INDEX_ENTRY_SIZE:
             problems.append(Problem(str(path), size, f"file shorter than its {count} entries"))
 

@@ -8,14 +8,19 @@ entries are appended with ``pwrite`` after them, so a full disk surfaces as an e
 
 Crash order inside a batch: entries first, then slots, then the header (``indexCount``,
 ``endPhyOffset``). Entries past ``indexCount`` are invisible and are overwritten by the next
-batch; recovery re-adds records past ``endPhyOffset`` (idempotent). Lookups check each hit
+batch; recovery first points any slot a killed writer left past ``indexCount`` back along the
+entries' ``prevIndex`` (:meth:`KeyIndex.repair`), then re-adds records past ``endPhyOffset``
+(idempotent). Lookups check each hit
 against the record itself, so a hash collision or a stale slot costs a read, never a wrong
 answer.
 """
 from __future__ import annotations
 
+import array
+import bisect
 import mmap
 import os
+import sys
 import zlib
 from pathlib import Path
 
@@ -26,6 +31,8 @@ _HDR = F.INDEX_HEADER
 _SLOT = F.INDEX_SLOT
 _ENTRY = F.INDEX_ENTRY
 _TABLE_END = F.INDEX_HEADER_SIZE + F.INDEX_SLOTS * 4
+_LITTLE = sys.byteorder == "little"
+_WHOLE_TABLE = 2048   # a batch at least this big reads and writes the slot table in one piece
 
 
 def key_hash(key: str | bytes) -> int:
@@ -80,61 +87,144 @@ class KeyIndex:
         str or already-encoded bytes."""
         if not items:
             return
+        crc32 = zlib.crc32
+        self.add_hashes([crc32(k if k.__class__ is bytes else k.encode()) & 0x7FFFFFFF for k, _ in items],
+                        [p for _, p in items], store_ts)
+
+    def add_hashes(self, hashes: list[int], physs: list[int], store_ts: int) -> None:
+        """Like :meth:`add`, with each key given as its :func:`key_hash` (the producer's fast
+        path computes them without building the keys). ``physs`` is ascending."""
+        if not hashes:
+            return
         files = self.files()
-        base = files[-1] if files else self._create(items[0][1], store_ts)
-        while items:
+        base = files[-1] if files else self._create(physs[0], store_ts)
+        while hashes:
             begin_ts, _end_ts, _begin_phys, end_phys, slots, count = self.header(base)
-            items = [it for it in items if it[1] > end_phys]
-            if not items:
-                return
+            if physs[0] <= end_phys:  # already indexed (recovery replays records): skip them
+                i = bisect.bisect_right(physs, end_phys)
+                hashes, physs = hashes[i:], physs[i:]
+                if not hashes:
+                    return
             room = self.max_entries - count
             if room <= 0:
-                base = self._create(items[0][1], store_ts)
+                base = self._create(physs[0], store_ts)
                 continue
-            now, items = items[:room], items[room:]
-            self._add_to(base, now, store_ts, begin_ts, count)
-            if items:
-                base = self._create(items[0][1], store_ts)
+            self._add_to(base, hashes[:room], physs[:room], store_ts, begin_ts, count)
+            hashes, physs = hashes[room:], physs[room:]
+            if hashes:
+                base = self._create(physs[0], store_ts)
 
-    def _add_to(self, base: int, items: list[tuple[str, int]], store_ts: int, begin_ts: int, count: int) -> None:
+    def _add_to(self, base: int, hashes: list[int], physs: list[int], store_ts: int, begin_ts: int,
+                count: int) -> None:
+        """Append entries to one file. Order, for a crash at any point: entries (invisible
+        past ``indexCount``), then slots, then the header. A slot left pointing at an entry
+        past ``indexCount`` by a killed writer is resolved by :meth:`repair`."""
         path = self.path(base)
         fd = open_private(path, os.O_RDWR)
         try:
             mm = mmap.mmap(fd, self.table_end)
             try:
-                entries = bytearray()
                 tdiff = max(0, min((store_ts - begin_ts) // 1000, 0x7FFFFFFF))
                 slots = self.slots
-                unpack_slot = _SLOT.unpack_from
-                pack_slot = _SLOT.pack_into
                 pack_entry = _ENTRY.pack
                 n = count
-                updates = []
-                crc32 = zlib.crc32
-                for key, phys in items:
-                    h = crc32(key if key.__class__ is bytes else key.encode()) & 0x7FFFFFFF
-                    sp = F.INDEX_HEADER_SIZE + (h % slots) * 4
-                    prev = unpack_slot(mm, sp)[0]
-                    entries += pack_entry(h, phys, tdiff, prev)
-                    pack_slot(mm, sp, n)
-                    updates.append((sp, prev))
-                    n += 1
-                try:
-                    off = self.table_end + count * F.INDEX_ENTRY_SIZE
-                    view = memoryview(entries)
-                    while view:
-                        w = os.pwrite(fd, view, off)
-                        view, off = view[w:], off + w
-                except OSError as exc:
-                    # entries did not land: put the slots back so nothing points at them
-                    for sp, prev in reversed(updates):
-                        pack_slot(mm, sp, prev)
-                    raise io_error(exc, f"append to {path}") from exc
-                _HDR.pack_into(mm, 0, begin_ts, store_ts, base, items[-1][1], slots, n)
+                entries = bytearray()
+                if len(hashes) >= _WHOLE_TABLE:
+                    # big batch: the slot table as an array (one copy in, one copy out)
+                    table = array.array("i")
+                    table.frombytes(mm[F.INDEX_HEADER_SIZE:self.table_end])
+                    if _LITTLE:
+                        table.byteswap()
+                    for h, phys in zip(hashes, physs):
+                        sl = h % slots
+                        prev = table[sl]
+                        if prev >= n or prev < 0:   # [count, n) are this batch's own entries
+                            prev = self._resolve(fd, prev, count)
+                        entries += pack_entry(h, phys, tdiff, prev)
+                        table[sl] = n
+                        n += 1
+                    self._write_entries(fd, path, entries, count)
+                    if _LITTLE:
+                        table.byteswap()
+                    mm[F.INDEX_HEADER_SIZE:self.table_end] = table.tobytes()
+                else:
+                    unpack_slot = _SLOT.unpack_from
+                    pack_slot = _SLOT.pack_into
+                    touched: dict[int, int] = {}
+                    for h, phys in zip(hashes, physs):
+                        sp = F.INDEX_HEADER_SIZE + (h % slots) * 4
+                        prev = touched.get(sp)
+                        if prev is None:
+                            prev = unpack_slot(mm, sp)[0]
+                            if prev >= count or prev < 0:
+                                prev = self._resolve(fd, prev, count)
+                        entries += pack_entry(h, phys, tdiff, prev)
+                        touched[sp] = n
+                        n += 1
+                    self._write_entries(fd, path, entries, count)
+                    for sp, v in touched.items():
+                        pack_slot(mm, sp, v)
+                _HDR.pack_into(mm, 0, begin_ts, store_ts, base, physs[-1], slots, n)
             finally:
                 mm.close()
         finally:
             os.close(fd)
+
+    def _write_entries(self, fd: int, path: Path, entries: bytearray, count: int) -> None:
+        try:
+            off = self.table_end + count * F.INDEX_ENTRY_SIZE
+            view = memoryview(entries)
+            while view:
+                w = os.pwrite(fd, view, off)
+                view, off = view[w:], off + w
+        except OSError as exc:
+            raise io_error(exc, f"append to {path}") from exc
+
+    def _resolve(self, fd: int, value: int, count: int) -> int:
+        """A slot value a killed writer left past ``indexCount``: its entries were written
+        before the slot, so following their ``prevIndex`` leads back to the chain as it was."""
+        seen = 0
+        while value >= count and seen < 1 << 20:
+            seen += 1
+            raw = os.pread(fd, F.INDEX_ENTRY_SIZE, self.table_end + value * F.INDEX_ENTRY_SIZE)
+            if len(raw) < F.INDEX_ENTRY_SIZE:
+                return 0
+            prev = _ENTRY.unpack(raw)[3]
+            if prev >= value:
+                return 0
+            value = prev
+        return value if value > 0 else 0
+
+    def repair(self) -> int:
+        """Point every slot of the newest file that a killed writer left past ``indexCount``
+        back at its chain (recovery runs this before re-indexing). Returns slots fixed."""
+        files = self.files()
+        if not files:
+            return 0
+        path = self.path(files[-1])
+        try:
+            fd = open_private(path, os.O_RDWR)
+        except OSError:
+            return 0
+        fixed = 0
+        try:
+            hdr = os.pread(fd, F.INDEX_HEADER_SIZE, 0)
+            if len(hdr) < F.INDEX_HEADER_SIZE:
+                return 0
+            count = _HDR.unpack(hdr)[5]
+            raw = os.pread(fd, self.slots * 4, F.INDEX_HEADER_SIZE)
+            table = array.array("i")
+            table.frombytes(raw[: len(raw) - len(raw) % 4])
+            if _LITTLE:
+                table.byteswap()
+            for sl, v in enumerate(table):
+                if v >= count or v < 0:
+                    good = self._resolve(fd, v, count) if v > 0 else 0
+                    os.pwrite(fd, _SLOT.pack(good), F.INDEX_HEADER_SIZE + sl * 4)
+                    fixed += 1
+        finally:
+            os.close(fd)
+        return fixed
 
     def truncate_after(self, end_phys: int) -> None:
         """Forget index files that begin at or after ``end_phys`` (recovery); entries of

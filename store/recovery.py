@@ -98,6 +98,9 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
     """Repair the store (write lock held). Returns what was done."""
     start, reason = _start_offset(store, full)
     rep = RecoveryReport(start=start, reason=reason)
+    store.index.repair()   # slots a killed writer left pointing past the index's count
+    if full:
+        _drop_index(store)  # rebuilt below from every record: damage in it is not trusted
     topics = store.topics()
     log = store.commitlog
     valid_end = start
@@ -130,7 +133,9 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
         store.index.add(index_items, last_ts)
     rep.truncated_bytes = _truncate_log(store, valid_end)
     rep.cq_entries_dropped = _trim_queues(store, valid_end)
-    _fence_index(store, valid_end)
+    if full or rep.damage:
+        _fill_queue_holes(store, rep)
+    fence_index(store, valid_end)
     rep.end = valid_end
     cp = ckpt.read(store.layout.checkpoint) or ckpt.Checkpoint()
     synced = cp.synced_end
@@ -228,7 +233,9 @@ def _trim_queues(store: "Store", valid_end: int) -> int:
     return dropped
 
 
-def _fence_index(store: "Store", valid_end: int) -> None:
+def fence_index(store: "Store", valid_end: int) -> None:
+    """Make the index forget offsets at or past ``valid_end``: files that begin there are
+    removed, and an older file's end offset is moved back so those offsets get re-indexed."""
     idx = store.index
     idx.truncate_after(valid_end)
     for base in idx.files():
@@ -237,3 +244,74 @@ def _fence_index(store: "Store", valid_end: int) -> None:
             hdr[3] = valid_end - 1
             with open(idx.path(base), "r+b") as fh:
                 fh.write(F.INDEX_HEADER.pack(*hdr))
+
+
+def _drop_index(store: "Store") -> None:
+    """Remove every key-index file (a full recovery re-adds every record's keys)."""
+    idx = store.index
+    for base in idx.files():
+        try:
+            idx.path(base).unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _damaged_regions(store: "Store", rep: RecoveryReport) -> list[tuple[int, int]]:
+    """``(start, end)`` commit-log ranges of the damaged records the scan stepped over."""
+    regions = []
+    log = store.commitlog
+    for file, off, _reason in rep.damage:
+        name = os.path.basename(file)
+        if not (len(name) == 20 and name.isdigit()) or os.path.dirname(file) != str(log.dir):
+            continue
+        start = int(name) + off
+        nxt = find_next_valid(store, start)
+        regions.append((start, nxt if nxt is not None else start + 1))
+    return sorted(regions)
+
+
+def _fill_queue_holes(store: "Store", rep: RecoveryReport) -> None:
+    """Give every consume-queue slot that no valid record claims (a zero-filled hole left by
+    writing a later entry past the end: its record is damaged, or gone) an entry pointing at
+    the damaged range before the next valid entry's record. Readers then skip that offset as
+    damaged instead of stopping at the hole for ever (a zero entry reads as the queue's end).
+    Each filled slot is reported in ``rep.damage``."""
+    regions = _damaged_regions(store, rep)
+    starts = [r[0] for r in regions]
+    root = store.layout.consumequeue_dir
+    try:
+        topics = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return
+    import bisect
+    for topic in topics:
+        try:
+            qids = sorted(int(x) for x in os.listdir(root / topic) if x.isdigit())
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for qid in qids:
+            q = store.queue(topic, qid)
+            holes: list[tuple[int, int]] = []   # (segment base, entry index) awaiting a fill
+            for sbase in q.segments():
+                path = q.segment_path(sbase)
+                data = path.read_bytes()
+                data = data[: len(data) - len(data) % F.CQ_ENTRY_SIZE]
+                for j, (phys, size, _tags) in enumerate(F.CQ_ENTRY.iter_unpack(data)):
+                    if phys < 0 or size <= 0:
+                        holes.append((sbase, j))
+                        continue
+                    if not holes:
+                        continue
+                    i = bisect.bisect_left(starts, phys) - 1
+                    filler = (regions[i][0], regions[i][1] - regions[i][0]) if i >= 0 else (0, 1)
+                    entry = F.CQ_ENTRY.pack(filler[0], filler[1], 0)
+                    for hbase, hj in holes:
+                        hpath = q.segment_path(hbase)
+                        with open(hpath, "r+b") as fh:
+                            fh.seek(hj * F.CQ_ENTRY_SIZE)
+                            fh.write(entry)
+                        rep.damage.append((str(hpath), hj * F.CQ_ENTRY_SIZE,
+                                           f"entry {(hbase + hj * F.CQ_ENTRY_SIZE) // F.CQ_ENTRY_SIZE} has no "
+                                           f"valid record (damaged or removed); readers skip it"))
+                    holes.clear()
+            q.close()

@@ -70,6 +70,13 @@ back. Any other copy: discard it when its transaction was checked ``max_checks``
 else append a copy with the count + 1, write the CHECK op, ask the checker about the new copy
 and commit or roll back on its answer. Then the half offset moves to where the walk stopped and
 the op offset over the leading op records that name only offsets below it.
+
+Differences from RocketMQ: one op record per resolution (4.x), not 5.x's batches; no discard
+of half messages born more than 72 h ago (retention is ``store clean``'s business here); an
+end-transaction past a custom immunity is not refused; the state is found by txId through the
+key index rather than by the half message's offsets, which is what makes a repeated or crashed
+resolution safe. With ``--flush async`` a machine crash can lose a committed message whose op
+survived (it is never written twice); ``--flush sync`` orders them on disk.
 """
 from __future__ import annotations
 

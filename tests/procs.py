@@ -123,8 +123,10 @@ class MQ:
         return self.run(*args, check=True, **kw)
 
     def start(self, *args: str, stdin: Any = subprocess.DEVNULL, stdout: Any = None,
-              extra_env: dict[str, str] | None = None) -> Proc:
-        """Start ``mqctl ARGS`` in the background (stdout/stderr to files unless given)."""
+              extra_env: dict[str, str] | None = None, new_session: bool = False) -> Proc:
+        """Start ``mqctl ARGS`` in the background (stdout/stderr to files unless given).
+        ``new_session``: in a process group of its own, as a shell job would be, so a test
+        can signal the whole group the way a terminal's Ctrl-C does."""
         self._n += 1
         out = self.work / f"proc{self._n}.out"
         err = self.work / f"proc{self._n}.err"
@@ -135,7 +137,8 @@ class MQ:
         ferr = open(err, "wb")
         try:
             p = subprocess.Popen(MQCTL + list(args), stdin=stdin,
-                                 stdout=fout if stdout is None else stdout, stderr=ferr, env=env)
+                                 stdout=fout if stdout is None else stdout, stderr=ferr, env=env,
+                                 start_new_session=new_session)
         finally:
             if fout is not None:
                 fout.close()

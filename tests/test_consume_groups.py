@@ -191,3 +191,43 @@ if [ ! -e {mq.work}/hung-once ]; then : > {mq.work}/hung-once; exec sleep 60; fi
     assert p.wait(20) == 0, p.stderr()
     assert "timed out" in p.stderr()
     assert [r[3] for r in read_log(log)][:2] == ["0", "1"]
+
+
+def test_consume_timeout_kills_the_handlers_whole_tree(mq: MQ) -> None:
+    mq.ok("topic", "create", "T", "--queues", "1")
+    log = mq.work / "log"
+    pidfile = mq.work / "sleeper"
+    # No exec: the shell waits for a sleep of its own, which must not outlive the timeout.
+    h = handler_script(mq.work / "h.sh", RECORD + f"""
+if [ ! -e {pidfile} ]; then sleep 60 & echo $! > {pidfile}; wait; fi""")
+    p = mq.start("consume", "T", "-g", "G", "--from", "first", "--consume-timeout", "0.5",
+                 "--retry-delay", "100ms", "--exec", h, extra_env={"LOG": str(log)})
+    mq.send_lines("T", ["m"])
+    wait_for(lambda: len(read_log(log)) >= 2, 30, what="a second delivery after the timeout")
+    sleeper = int(pidfile.read_text())
+    from procs import _pid_running
+    wait_for(lambda: not _pid_running(sleeper), 5, what="the handler's child to be killed")
+    p.signal(signal.SIGTERM)
+    assert p.wait(20) == 0, p.stderr()
+
+
+def test_ctrl_c_lets_running_handlers_finish(mq: MQ) -> None:
+    """Ctrl-C at a terminal signals the whole foreground job. The handler must not die of it
+    (its message would count as failed and go to the retry topic): the consumer stops, lets
+    the batch finish, commits it, and exits 0."""
+    import os
+    mq.ok("topic", "create", "T", "--queues", "1")
+    log = mq.work / "log"
+    h = handler_script(mq.work / "h.sh", f"""b=$(cat)
+echo "start|$b" >> "$LOG"
+sleep 1
+echo "end|$b" >> "$LOG" """)
+    p = mq.start("consume", "T", "-g", "G", "--from", "first", "--exec", h,
+                 extra_env={"LOG": str(log)}, new_session=True)
+    mq.send_lines("T", ["m"])
+    wait_for(lambda: ["start", "m"] in read_log(log), 20, what="the handler to start")
+    os.killpg(p.pid, signal.SIGINT)
+    assert p.wait(20) == 0, p.stderr()
+    assert read_log(log) == [["start", "m"], ["end", "m"]]
+    assert mq.committed_total("G", "T") == 1
+    assert not mq.store().has_topic("%RETRY%G") or mq.store().max_offset("%RETRY%G", 0) == 0

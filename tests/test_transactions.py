@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from procs import handler_script, wait_for
 from store import format as F
 from store.broker import Store
 from store.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
@@ -30,16 +31,14 @@ KILLED = -signal.SIGKILL
 
 # A check command that answers by the body's first letter (c: COMMIT, r: ROLLBACK, else
 # UNKNOWN) and logs each question as one JSON line to the file named by $ASK_LOG.
-ANSWER_BY_BODY = r"""#!/bin/sh
-body=$(cat)
+ANSWER_BY_BODY = r"""body=$(cat)
 printf '{"tx":"%s","times":"%s","topic":"%s","msgId":"%s","keys":"%s","tags":"%s","body":"%s"}\n' \
   "$MQ_TX_ID" "$MQ_CHECK_TIMES" "$MQ_TOPIC" "$MQ_MSG_ID" "$MQ_KEYS" "$MQ_TAGS" "$body" >> "$ASK_LOG"
 case "$body" in
   c*) echo COMMIT ;;
   r*) echo ROLLBACK ;;
   *) echo UNKNOWN ;;
-esac
-"""
+esac"""
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -54,11 +53,9 @@ def ask_log(tmp_path: Path) -> Path:
     return tmp_path / "asked.ndjson"
 
 
-def script(tmp_path: Path, name: str, text: str) -> str:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    path.chmod(0o755)
-    return str(path)
+def script(tmp_path: Path, name: str, body: str) -> str:
+    """An executable /bin/sh script ``name`` in ``tmp_path`` running ``body``."""
+    return handler_script(tmp_path / name, textwrap.dedent(body).strip())
 
 
 def mq(root: Path, *args: str, failpoints: str = "", env: dict[str, str] | None = None,
@@ -212,7 +209,6 @@ def test_the_offset_id_of_the_half_message_names_the_transaction(root: Path) -> 
 def test_exec_runs_the_local_transaction(root: Path, tmp_path: Path) -> None:
     seen = tmp_path / "seen"
     local = script(tmp_path, "local.sh", f"""\
-        #!/bin/sh
         body=$(cat)
         echo "$MQ_TX_ID $MQ_TOPIC $body" >> {seen}
         echo "this goes to stderr, not to tx send's stdout"
@@ -332,7 +328,7 @@ def test_after_max_checks_a_transaction_is_discarded_then_can_be_resolved_by_han
     "echo 'I think so'",                   # not an answer
 ])
 def test_a_failed_check_command_means_unknown(root: Path, tmp_path: Path, body: str) -> None:
-    cmd = script(tmp_path, "bad.sh", f"#!/bin/sh\ncat >/dev/null\n{body}\n")
+    cmd = script(tmp_path, "bad.sh", "cat >/dev/null\n" + body)
     tx = tx_send(root, "orders", "x")["txId"]
     t0 = time.monotonic()
     proc = check(root, cmd, "--timeout", "0", "--cmd-timeout", "500ms")
@@ -343,7 +339,7 @@ def test_a_failed_check_command_means_unknown(root: Path, tmp_path: Path, body: 
 
 
 def test_rocketmq_answer_spellings_are_accepted(root: Path, tmp_path: Path) -> None:
-    cmd = script(tmp_path, "rmq.sh", "#!/bin/sh\ncat >/dev/null\necho checking\necho commit_message\n")
+    cmd = script(tmp_path, "rmq.sh", "cat >/dev/null\necho checking\necho commit_message")
     tx = tx_send(root, "orders", "x")["txId"]
     check(root, cmd, "--timeout", "0")
     assert_committed_once(root, "orders", tx, "x")
@@ -374,10 +370,7 @@ def test_loop_keeps_checking_and_stops_cleanly_on_sigterm(root: Path, tmp_path: 
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         tx = tx_send(root, "orders", "c-late")["txId"]
-        deadline = time.monotonic() + 30
-        while state_of(root, tx) != COMMITTED and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert state_of(root, tx) == COMMITTED
+        wait_for(lambda: state_of(root, tx) == COMMITTED, timeout=30, what="the loop to commit it")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:
@@ -463,7 +456,7 @@ def test_discard_killed_after_the_parked_copy_is_completed(root: Path, tmp_path:
 
 def test_send_killed_before_the_local_transaction_is_left_to_the_check(root: Path, tmp_path: Path) -> None:
     ran = tmp_path / "ran"
-    local = script(tmp_path, "local.sh", f"#!/bin/sh\ntouch {ran}\nexit 0\n")
+    local = script(tmp_path, "local.sh", f"touch {ran}\nexit 0")
     proc = mq(root, "tx", "send", "orders", "c1", "--exec", local, failpoints="tx-send-after-half")
     assert proc.returncode == KILLED and proc.stdout == "" and not ran.exists()
     [tx] = pending_ids(root)
@@ -505,7 +498,7 @@ def test_parallel_check_passes_resolve_each_transaction_once(root: Path, tmp_pat
 
 
 def test_a_check_racing_manual_commits_never_resolves_both_ways(root: Path, tmp_path: Path) -> None:
-    cmd = script(tmp_path, "rollback.sh", "#!/bin/sh\ncat >/dev/null\necho ROLLBACK\n")
+    cmd = script(tmp_path, "rollback.sh", "cat >/dev/null\necho ROLLBACK")
     txs = [tx_send(root, "orders", f"m{i}")["txId"] for i in range(6)]
     env = {**os.environ, "MQCTL_STORE": str(root), "PYTHONPATH": str(REPO)}
     env.pop("MQCTL_FAILPOINTS", None)

@@ -21,7 +21,7 @@ import typer
 from ..options import JsonOpt, state
 
 BATCH_MESSAGES = 8192
-BATCH_BYTES = 4 * 1024 * 1024
+BATCH_BYTES = 8 * 1024 * 1024
 READ_CHUNK = 1 << 20
 
 
@@ -60,8 +60,17 @@ def _unescape(text: str) -> bytes:
     return text.encode().decode("unicode_escape").encode("latin-1")
 
 
-def read_chunks(fd: int, delim: bytes) -> Iterator[list[bytes]]:
-    """Records from ``fd`` split on ``delim``, grouped by what each read returned."""
+def read_chunks(fd: int, delim: bytes) -> Iterator[tuple[list[bytes], bool]]:
+    """Records from ``fd`` split on ``delim``, grouped by what each read returned, each group
+    with ``more``: whether more input can be read at once (a file, or a pipe with data
+    waiting). A sender batches while ``more`` and sends as soon as the input pauses, so a
+    file goes in large batches and ``tail -f | mqctl send`` message by message."""
+    import select
+    import stat
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        regular = False
     pending = b""
     while True:
         try:
@@ -70,14 +79,21 @@ def read_chunks(fd: int, delim: bytes) -> Iterator[list[bytes]]:
             continue
         if not data:
             if pending:
-                yield [pending]
+                yield [pending], False
             return
         if pending:
             data = pending + data
         parts = data.split(delim)
         pending = parts.pop()
         if parts:
-            yield parts
+            if regular:
+                more = True
+            else:
+                try:
+                    more = bool(select.select([fd], [], [], 0)[0])
+                except (OSError, ValueError):
+                    more = False
+            yield parts, more
 
 
 def send(
@@ -132,9 +148,9 @@ def send(
             kd = _unescape(key_delimiter) if key_delimiter is not None else None
             line = 0
             fast = input_ == "raw" and kd is None and deliver is None
-            for records in read_chunks(sys.stdin.fileno(), delim):
+            for records, more in read_chunks(sys.stdin.fileno(), delim):
                 if fast:
-                    sender.add_bodies(records, line)
+                    sender.add_bodies(records, line, more)
                     line += len(records)
                     continue
                 for rec in records:
@@ -213,20 +229,38 @@ class _Sender:
         if len(self.batch) >= BATCH_MESSAGES or self.batch_bytes >= BATCH_BYTES:
             self.flush()
 
-    def add_bodies(self, records: list[bytes], first_line: int) -> None:
-        """Raw records with nothing per line to parse: straight into batches. An oversized
-        record stops the input there: what came before it is sent, then the error names it."""
+    def add_bodies(self, records: list[bytes], first_line: int, more: bool = False) -> None:
+        """Raw records with nothing per line to parse: straight into batches, sent when a
+        batch is full or the input pauses (``more`` false). An oversized record stops the
+        input there: what came before it is sent, then the error names it."""
         if max(map(len, records)) > self.max_size:
             i = next(i for i, r in enumerate(records) if len(r) > self.max_size)
-            self._queue_bodies(records[:i])
+            self._queue_bodies(records[:i], False)
             self._check_size(records[i], first_line + i + 1)
-        self._queue_bodies(records)
+        self._queue_bodies(records, more)
 
-    def _queue_bodies(self, records: list[bytes]) -> None:
+    def _queue_bodies(self, records: list[bytes], more: bool) -> None:
         if b"" in records:
             records = [r for r in records if r]
-        for i in range(0, len(records), BATCH_MESSAGES):
-            self.bodies.extend(records[i:i + BATCH_MESSAGES])
+        if not records:
+            if not more:
+                self.flush()
+            return
+        avg = max(1, sum(map(len, records)) // len(records))
+        i, n = 0, len(records)
+        while i < n:
+            room = min(BATCH_MESSAGES - len(self.bodies),
+                       max(1, (BATCH_BYTES - self.batch_bytes) // avg))
+            part = records[i:i + room] if (i or room < n) else records
+            if self.bodies:
+                self.bodies.extend(part)
+            else:
+                self.bodies = part
+            self.batch_bytes += len(part) * avg
+            i += len(part)
+            if len(self.bodies) >= BATCH_MESSAGES or self.batch_bytes >= BATCH_BYTES:
+                self.flush()
+        if not more:
             self.flush()
 
     def add_raw(self, body: bytes, line: int, key_delim: bytes | None = None) -> None:
@@ -333,14 +367,15 @@ class _Sender:
             self.batch_bytes = 0
             res = self.store.put_bodies(self.topic, bodies, properties=self.props, queue_id=self.queue,
                                         sharding_keys=skeys, sync=self.sync)
-            self._report(res.topic, res.queue_ids, res.queue_offsets, res.commitlog_offsets, res.uniq_keys)
+            self._report(res.topic, res.queue_ids, res.queue_offsets, res.commitlog_offsets,
+                         res.uniq_keys if self.json else None)
         if self.batch:
             batch, self.batch, self.batch_bytes = self.batch, [], 0
             results = self.store.put(batch, sync=self.sync)
             self._report(self.topic, [r.queue_id for r in results], [r.queue_offset for r in results],
                          [r.commitlog_offset for r in results], [r.uniq_key for r in results])
 
-    def _report(self, topic: str, qids: list[int], qoffs: list[int], physs: list[int], uks: list[str]) -> None:
+    def _report(self, topic: str, qids: list[int], qoffs: list[int], physs: list[int], uks: list[str] | None) -> None:
         from store.record import offset_msg_id
         self.sent += len(qids)
         if self.json:

@@ -69,14 +69,18 @@ def query(
     topics = view_topics(store, topic, all_)
     extra = sparkutil.parse_conf(conf)
     with sparkutil.session(master, extra) as spark:
-        warn = _register_views(spark, str(store.root), topics)
-        for line in warn:
-            _stderr(f"mqctl: warning: {line}")
-        df = spark.sql(sql)
-        if json:
-            _emit_json(df)
-        else:
-            _emit_table(df)
+        run_query(spark, str(store.root), topics, sql, json)
+
+
+def run_query(spark: Any, root: str, topics: list[str], sql: str, json: bool) -> None:
+    """Make the views, run ``sql`` and print its rows (NDJSON or a table) on stdout."""
+    for line in register_views(spark, root, topics):
+        _stderr(f"mqctl: warning: {line}")
+    df = spark.sql(sql)
+    if json:
+        _emit_json(df)
+    else:
+        _emit_table(df)
 
 
 def view_topics(store: "Store", wanted: list[str] | None, system: bool) -> list[str]:
@@ -98,7 +102,7 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _register_views(spark: Any, root: str, topics: list[str]) -> list[str]:
+def register_views(spark: Any, root: str, topics: list[str]) -> list[str]:
     from store.spark import SCHEMA
     warnings = []
     seen: dict[str, str] = {}
@@ -280,12 +284,18 @@ def export(
     ending, count = snapshot(store, topic)
     extra = sparkutil.parse_conf(conf)
     with sparkutil.session(master, extra) as spark:
-        df = (spark.read.format("mqctl").option("store", str(store.root)).option("topic", topic)
-              .option("startingOffsets", "earliest").option("endingOffsets", ending).load())
-        if fmt == "json":
-            df = df.selectExpr(*JSON_EXPORT_COLUMNS)
-        df.write.mode("overwrite" if out.exists() else "errorifexists").format(fmt).save(str(out))
+        export_topic(spark, str(store.root), topic, ending, out, fmt)
     _stderr(f"exported {count} message{'s' if count != 1 else ''} of {topic} to {out} ({fmt})")
+
+
+def export_topic(spark: Any, root: str, topic: str, ending: str, out: Path, fmt: str) -> None:
+    """Write ``topic`` up to ``ending`` (offset JSON) to ``out`` as ``parquet`` or ``json``;
+    an existing ``out`` (already checked by the caller) is replaced."""
+    df = (spark.read.format("mqctl").option("store", root).option("topic", topic)
+          .option("startingOffsets", "earliest").option("endingOffsets", ending).load())
+    if fmt == "json":
+        df = df.selectExpr(*JSON_EXPORT_COLUMNS)
+    df.write.mode("overwrite" if out.exists() else "errorifexists").format(fmt).save(str(out))
 
 
 def snapshot(store: "Store", topic: str) -> tuple[str, int]:

@@ -24,13 +24,14 @@ import signal
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from ..options import JsonOpt, state
 
 if TYPE_CHECKING:
+    from store.broker import Store
     from store.record import Message
     from store.transaction import CheckEvent, CheckReport
 
@@ -200,7 +201,8 @@ def send(
     if argv is not None:
         try:
             outcome = _local_transaction(store, res.half, argv, sync)
-        except StoreError as exc:  # resolved meanwhile (by `tx check`): report what it is now
+        except StoreError as exc:  # e.g. `tx check` resolved it the other way meanwhile:
+            # the one line still reports the state the store holds, then the error's exit code
             from store.transaction import load
             outcome, error = load(store, res.tx_id).state, exc
     Output().emit_json({"txId": res.tx_id, "msgId": res.tx_id, "state": outcome, "topic": res.topic,
@@ -209,7 +211,7 @@ def send(
         raise error
 
 
-def _local_transaction(store: Any, half: "Message", argv: list[str], sync: bool) -> str:
+def _local_transaction(store: "Store", half: "Message", argv: list[str], sync: bool) -> str:
     """Run the local transaction; commit or roll back on its exit status. Returns the state."""
     from store.transaction import end_transaction
     status, _ = _Runner().run(argv, half.body, _env(half, None), None, capture=False)
@@ -283,7 +285,7 @@ def check(
     max_checks: Annotated[int, typer.Option("--max-checks", min=1, help="Checks before a transaction is discarded.")] = 15,
     loop: Annotated[bool, typer.Option("--loop", help="Keep running a pass every --interval.")] = False,
     interval: Annotated[str, typer.Option("--interval", metavar="DURATION", help="Pause between passes with --loop.")] = "30s",
-    cmd_timeout: Annotated[str, typer.Option("--cmd-timeout", metavar="DURATION", help="A CMD running longer is killed (answer UNKNOWN).")] = "60s",
+    cmd_timeout: Annotated[str, typer.Option("--cmd-timeout", metavar="DURATION", help="A CMD running longer is killed (answer UNKNOWN); 0: no limit.")] = "60s",
     json: JsonOpt = False,
 ) -> None:
     from store.transaction import check_pass

@@ -38,6 +38,11 @@ def _load_prctl() -> None:
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     if _libc_prctl is not None:
         _libc_prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # Its own process group: a Ctrl-C at the terminal goes to the consumer alone, which then
+    # lets the batches in handlers finish and commits them (instead of every handler dying
+    # of SIGINT and its message counting as failed), and a timeout can kill the handler's
+    # whole tree, not just the shell at its top.
+    os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
@@ -113,18 +118,28 @@ class ExecHandler:
         except OSError as exc:
             raise HandlerError(f"cannot run handler {self.argv[0]!r}: {exc.strerror or exc}") from exc
         try:
-            proc.communicate(body, timeout=self.timeout_s)
+            try:
+                proc.communicate(body, timeout=self.timeout_s)
+            except BrokenPipeError:  # it did not read all of stdin: still bound by the timeout
+                proc.wait(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            _kill_tree(proc)
             return False, f"handler timed out after {self.timeout_s:g}s"
-        except BrokenPipeError:
-            proc.wait()
         if proc.returncode == 0:
             return True, ""
         if proc.returncode < 0:
             return False, f"handler killed by signal {-proc.returncode}"
         return False, f"handler exited with {proc.returncode}"
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the handler's process group (it leads one, see ``_die_with_parent``), so a
+    ``sh -c 'sleep 999'`` does not leave the sleep running after its shell is gone."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
 
 
 def warn(msg: str) -> None:

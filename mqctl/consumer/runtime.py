@@ -36,7 +36,7 @@ from .process_queue import ProcessQueue
 from .retry import DEFAULT_MAX_RECONSUME, dead_letter, original_topic, send_back
 
 QueueKey = tuple[str, int]
-PULL_BATCH = 32
+PULL_BATCH = 256
 RENEW_INTERVAL_S = 20.0
 
 
@@ -622,7 +622,13 @@ class Consumer:
         failpoint("offsets-before-persist")
         if increase_only is None:
             increase_only = not self.o.orderly
-        skipped = self._commit_offsets(offsets, increase_only=increase_only)
+        lost = {k: v for k, v in offsets.items() if k in self.dropping and self.dropping[k].lost}
+        skipped = set()
+        if lost and not increase_only:
+            # Never set back a queue whose lock we lost: someone else may hold it now.
+            skipped |= self._commit_offsets(lost, increase_only=True)
+            offsets = {k: v for k, v in offsets.items() if k not in lost}
+        skipped |= self._commit_offsets(offsets, increase_only=increase_only)
         failpoint("offsets-after-persist")
         self.dirty -= keys
         if skipped:

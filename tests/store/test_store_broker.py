@@ -274,3 +274,27 @@ def test_a_second_handle_sees_the_first_handles_writes(root: Path) -> None:
     assert [m.queue_offset for m in a.iter_queue("T", 0, 0)] == [0, 1, 2, 3]
     a.close(), b.close()
     assert os.path.exists(root / "lock")
+
+
+@pytest.mark.parametrize("sizes", [[0, 1, 100], [3000, 5000, 70_000], [10, 2047, 2048, 2049]])
+def test_fast_path_records_are_byte_identical_to_encode(store: Store, sizes: list[int]) -> None:
+    """put_bodies builds records inline (and CRCs big ones by combining): every byte must be
+    what record.encode() makes of the same fields."""
+    from store.record import encode, encode_properties
+    bodies = [bytes([i % 256 for i in range(n)]) for n in sizes] * 2
+    keys = ([None, "shard-a", None, "ключ", "k", None] * 2)[: len(bodies)]
+    for props, skeys in (({}, None), ({"TAGS": "tg", "KEYS": "a b", "x": "y"}, None), ({"TAGS": "t"}, keys)):
+        res = store.put_bodies("T", bodies, properties=props, sharding_keys=skeys)
+        for i, (off, uk) in enumerate(zip(res.commitlog_offsets, res.uniq_keys)):
+            m = store.get(off)
+            raw = store.commitlog.read_bytes(off, m.size)
+            assert m.body == bodies[i] and m.uniq_key == uk
+            want_props = {"UNIQ_KEY": uk}
+            if skeys is not None and skeys[i] is not None:
+                want_props["__SHARDINGKEY"] = skeys[i]
+            want_props.update(props)
+            assert m.properties == want_props
+            want = encode(b"T", bodies[i], encode_properties(want_props), m.queue_id, m.queue_offset, off,
+                          m.store_timestamp, m.born_timestamp, int(m.born_host.split(":")[1]))
+            assert raw == want
+        assert res.uniq_keys == [store.get(o).uniq_key for o in res.commitlog_offsets]

@@ -1,0 +1,142 @@
+"""Benchmark (not a test): Spark reading N messages from an mqctl store vs from JSON lines.
+
+Builds a store with N messages of SIZE bytes spread over QUEUES queues, and a JSON-lines copy
+of the same messages in the ``consume --json`` shape (one file per queue, so both sides get the
+same number of Spark partitions). Then, in one Spark session, times per source
+
+* ``count``: ``df.count()``;
+* ``bodies``: ``sum(length(body))``, which makes every body reach Spark.
+
+Each measurement is the median of ``--runs`` runs, after one untimed warm-up read per source
+(the first read of a Python data source starts Spark's Python daemons). Prints a table and
+the mqctl/JSON ratio. Usage::
+
+    .venv/bin/python tests/bench/bench_spark.py                 # 1,000,000 x 100 bytes
+    .venv/bin/python tests/bench/bench_spark.py --messages 200000 --runs 5
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from store.broker import Store  # noqa: E402
+from store.record import Draft  # noqa: E402
+
+TOPIC = "bench"
+PUT_BATCH = 8192
+JSON_SCHEMA = (
+    "topic STRING, queueId INT, queueOffset BIGINT, msgId STRING, keys ARRAY<STRING>, "
+    "tags STRING, properties MAP<STRING,STRING>, body STRING, bornTimestamp BIGINT, "
+    "storeTimestamp BIGINT"
+)
+
+
+def body_of(i: int, size: int) -> bytes:
+    stem = f"message-{i:09d}-".encode()
+    return (stem * (size // len(stem) + 1))[:size]
+
+
+def build(root: Path, jsonl: Path, n: int, size: int, queues: int) -> float:
+    """Fill the store and write the JSON-lines twin; returns the store's put rate (msg/s)."""
+    store = Store.open(root, create=True)
+    store.create_topic(TOPIC, queues)
+    jsonl.mkdir(parents=True)
+    files = [open(jsonl / f"queue-{q}.json", "w") for q in range(queues)]
+    put_time = 0.0
+    try:
+        for lo in range(0, n, PUT_BATCH):
+            drafts = [Draft(TOPIC, body_of(i, size), {"TAGS": "bench"}, queue_id=i % queues)
+                      for i in range(lo, min(n, lo + PUT_BATCH))]
+            t = time.perf_counter()
+            results = store.put(drafts)
+            put_time += time.perf_counter() - t
+            for d, r in zip(drafts, results):
+                files[r.queue_id].write(json.dumps({
+                    "topic": r.topic, "queueId": r.queue_id, "queueOffset": r.queue_offset,
+                    "msgId": r.uniq_key, "keys": [], "tags": "bench", "properties": {},
+                    "body": d.body.decode(), "bornTimestamp": r.store_timestamp,
+                    "storeTimestamp": r.store_timestamp}, separators=(",", ":")) + "\n")
+    finally:
+        for f in files:
+            f.close()
+        store.close()
+    return n / put_time
+
+
+def timed(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
+    fn()  # warm-up
+    times, result = [], None
+    for _ in range(runs):
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--queues", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
+    args = ap.parse_args()
+
+    work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    root, jsonl = work / "store", work / "jsonl"
+    try:
+        t = time.perf_counter()
+        put_rate = build(root, jsonl, args.messages, args.size, args.queues)
+        print(f"built {args.messages:,} messages of {args.size} bytes in {time.perf_counter() - t:.1f}s "
+              f"(Store.put {put_rate:,.0f} msg/s); store {du(root) / 2**20:.0f} MiB, "
+              f"JSON lines {du(jsonl) / 2**20:.0f} MiB", flush=True)
+
+        from pyspark.sql import functions as fn
+        from store.spark import local_session
+        t = time.perf_counter()
+        spark = local_session(args.master)
+        print(f"Spark session {args.master} in {time.perf_counter() - t:.1f}s", flush=True)
+
+        def mq() -> Any:
+            return spark.read.format("mqctl").option("store", str(root)).option("topic", TOPIC).load()
+
+        def js() -> Any:
+            return spark.read.schema(JSON_SCHEMA).json(str(jsonl))
+
+        rows = []
+        for what, agg in (("count", lambda df: df.count()),
+                          ("bodies", lambda df: df.agg(fn.sum(fn.length("body"))).first()[0])):
+            t_mq, r_mq = timed(lambda: agg(mq()), args.runs)
+            t_js, r_js = timed(lambda: agg(js()), args.runs)
+            assert r_mq == r_js, (what, r_mq, r_js)
+            rows.append((what, t_mq, t_js))
+        spark.stop()
+
+        print(f"\n{'read':8} {'mqctl s':>9} {'json s':>9} {'mqctl msg/s':>13} {'json msg/s':>13} {'ratio':>7}")
+        for what, t_mq, t_js in rows:
+            print(f"{what:8} {t_mq:9.2f} {t_js:9.2f} {args.messages / t_mq:13,.0f} "
+                  f"{args.messages / t_js:13,.0f} {t_mq / t_js:6.2f}x")
+        print(f"(median of {args.runs} runs; ratio = mqctl time / JSON time; {os.cpu_count()} CPUs)")
+    finally:
+        if not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,344 @@
+"""Helpers for the fault tests (tests/faults/): real ``mqctl`` processes, crashes, damage.
+
+* :class:`MQ` (fixture ``mq``): one store directory and the ``mqctl`` processes a test runs on
+  it — :meth:`MQ.run` (to completion, bounded), :meth:`MQ.start` (background, stdout/stderr to
+  files, killed by pid when the test ends), :meth:`MQ.feed` (a ``send`` fed batch by batch).
+* Invariant checks shared by the crash, corruption and soak tests: :func:`assert_one_error`,
+  :meth:`MQ.check_clean`, :meth:`MQ.drain`, :func:`is_dirty`.
+
+Every wait is bounded: a test that hangs fails, it never blocks CI.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+MQCTL = [sys.executable, "-m", "mqctl"]
+KILLED = -signal.SIGKILL
+TIMEOUT = 60.0
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
+             what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def base_env(store: Path, failpoints: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MQCTL_FAILPOINTS", "MQCTL_DEBUG", "MQCTL_STORE")}
+    env["MQCTL_STORE"] = str(store)
+    env["NO_COLOR"] = "1"
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if failpoints:
+        env["MQCTL_FAILPOINTS"] = failpoints
+    if extra:
+        env.update(extra)
+    return env
+
+
+@dataclass
+class Result:
+    args: list[str]
+    returncode: int
+    stdout: bytes
+    stderr: str
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+    def json_lines(self) -> list[dict]:
+        return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
+
+    def __str__(self) -> str:
+        return f"mqctl {' '.join(self.args)} -> {self.returncode}\nstderr: {self.stderr[-3000:]}"
+
+
+def assert_one_error(res: Result, code: int, *, allow_warnings: bool = False) -> str:
+    """The contract for a rejection: exit ``code``, no traceback, and one line on stderr
+    ``mqctl: error: …`` (warning lines before it only when ``allow_warnings``). Returns it."""
+    assert res.returncode == code, str(res)
+    assert "Traceback" not in res.stderr, str(res)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("mqctl: error: ")]
+    assert len(errors) == 1, str(res)
+    if allow_warnings:
+        assert all(ln.startswith(("mqctl: error: ", "mqctl: warning: ")) for ln in lines), str(res)
+    else:
+        assert lines == errors, str(res)
+    return errors[0]
+
+
+class Proc:
+    """A background ``mqctl`` (or other) process; stdout/stderr go to files."""
+
+    def __init__(self, popen: subprocess.Popen, out: Path, err: Path, args: list[str]) -> None:
+        self.p = popen
+        self.out_path, self.err_path, self.args = out, err, args
+
+    @property
+    def pid(self) -> int:
+        return self.p.pid
+
+    def alive(self) -> bool:
+        return self.p.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            try:
+                os.kill(self.p.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill9(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.p.wait(timeout=10)
+
+    def wait(self, timeout: float = TIMEOUT) -> int:
+        try:
+            return self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+            raise AssertionError(f"{' '.join(self.args)} did not exit within {timeout:g} s; "
+                                 f"stderr: {self.stderr()[-2000:]}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM, then wait (a consumer persists its offsets and exits 0)."""
+        self.signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def stdout(self) -> bytes:
+        return self.out_path.read_bytes() if self.out_path.exists() else b""
+
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
+
+
+class Feeder:
+    """``mqctl send … --json`` fed batch by batch through a pipe: each batch is written, then
+    its result lines are awaited, so each batch is one store write (one read of stdin). The
+    results read are exactly what the process acknowledged before it died."""
+
+    def __init__(self, popen: subprocess.Popen, args: list[str]) -> None:
+        self.p = popen
+        self.args = args
+        self.acked: list[dict] = []
+        self._buf = b""
+        self.stderr = ""
+
+    def batch(self, lines: list[str], timeout: float = 20.0) -> bool:
+        """Send one batch; True when all its results came back, False when the process died."""
+        try:
+            self.p.stdin.write("".join(f"{ln}\n" for ln in lines).encode())
+            self.p.stdin.flush()
+        except BrokenPipeError:
+            return False
+        want = len(self.acked) + len(lines)
+        deadline = time.monotonic() + timeout
+        fd = self.p.stdout.fileno()
+        while len(self.acked) < want:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no results from {self.args} within {timeout} s")
+            r, _, _ = select.select([fd], [], [], left)
+            if not r:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return False
+            self._buf += chunk
+            *whole, self._buf = self._buf.split(b"\n")
+            self.acked += [json.loads(x) for x in whole if x.strip()]
+        return True
+
+    def close(self, timeout: float = 30.0) -> int:
+        try:
+            self.p.stdin.close()
+        except BrokenPipeError:
+            pass
+        rest = self.p.stdout.read()
+        self._buf += rest
+        self.acked += [json.loads(x) for x in self._buf.split(b"\n") if x.strip()]
+        self._buf = b""
+        rc = self.p.wait(timeout=timeout)
+        self.stderr = self.p.stderr.read().decode(errors="replace")
+        return rc
+
+
+@dataclass
+class MQ:
+    root: Path
+    work: Path
+    procs: list[Any] = field(default_factory=list)
+    _n: int = 0
+
+    def env(self, failpoints: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return base_env(self.root, failpoints, extra)
+
+    def run(self, *args: str, input: bytes | str | None = None, failpoints: str | None = None,
+            env: dict[str, str] | None = None, timeout: float = TIMEOUT,
+            preexec_fn: Callable[[], None] | None = None) -> Result:
+        data = input.encode() if isinstance(input, str) else input
+        try:
+            cp = subprocess.run(MQCTL + list(args), input=data, capture_output=True,
+                                env=self.env(failpoints, env), timeout=timeout, preexec_fn=preexec_fn)
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(f"mqctl {' '.join(args)} did not finish within {timeout:g} s") from exc
+        return Result(list(args), cp.returncode, cp.stdout, cp.stderr.decode(errors="replace"))
+
+    def ok(self, *args: str, **kw: Any) -> Result:
+        res = self.run(*args, **kw)
+        assert res.returncode == 0, str(res)
+        return res
+
+    def start(self, *args: str, failpoints: str | None = None, env: dict[str, str] | None = None,
+              argv: list[str] | None = None) -> Proc:
+        self._n += 1
+        out = self.work / f"proc{self._n}.out"
+        err = self.work / f"proc{self._n}.err"
+        cmd = argv if argv is not None else MQCTL + list(args)
+        with open(out, "wb") as fout, open(err, "wb") as ferr:
+            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fout, stderr=ferr,
+                                 env=self.env(failpoints, env))
+        proc = Proc(p, out, err, list(args) or cmd)
+        self.procs.append(proc)
+        return proc
+
+    def feed(self, *args: str, failpoints: str | None = None) -> Feeder:
+        p = subprocess.Popen(MQCTL + ["send", *args, "--json"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env(failpoints))
+        f = Feeder(p, list(args))
+        self.procs.append(f)
+        return f
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            p = proc.p
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGKILL)
+                    p.wait(timeout=10)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            for stream in (getattr(p, "stdin", None), getattr(p, "stdout", None), getattr(p, "stderr", None)):
+                if stream is not None:
+                    try:
+                        stream.close()
+                    except OSError:
+                        pass
+
+    # -- invariants -------------------------------------------------------------------------
+    def check(self) -> Result:
+        return self.run("store", "check", "--json")
+
+    def check_clean(self) -> None:
+        res = self.check()
+        assert res.returncode == 0, f"store check is not clean:\n{res.out}\n{res.stderr}"
+        assert res.json_lines()[-1]["status"] == "OK"
+
+    def drain(self, topic: str, group: str, *extra: str) -> list[dict]:
+        """Every message of ``topic`` as a fresh member of ``group`` gets it (``--json``)."""
+        res = self.run("consume", topic, "-g", group, "--from", "first", "-e", "--json", *extra)
+        assert res.returncode == 0, str(res)
+        return res.json_lines()
+
+    def offsets(self, group: str, topic: str | None = None) -> dict[tuple[str, int], int]:
+        """The group's committed offsets, read from config/consumerOffset.json itself."""
+        path = self.root / "config" / "consumerOffset.json"
+        if not path.exists():
+            return {}
+        table = json.loads(path.read_text())["offsetTable"]
+        out: dict[tuple[str, int], int] = {}
+        for key, queues in table.items():
+            t, _, g = key.rpartition("@")
+            if g == group and (topic is None or t == topic):
+                out.update({(t, int(q)): o for q, o in queues.items()})
+        return out
+
+
+def is_dirty(root: Path) -> bool:
+    """The checkpoint disagrees with the commit log: a writer died inside a batch."""
+    from store import checkpoint as ckpt
+    from store.commitlog import CommitLog
+    from store.layout import Layout
+    lay = Layout(root)
+    cp = ckpt.read(lay.checkpoint)
+    return cp is None or cp.written_end != CommitLog(lay.commitlog_dir).end()
+
+
+def script(directory: Path, name: str, text: str) -> str:
+    path = directory / name
+    path.write_text(textwrap.dedent(text).lstrip())
+    path.chmod(0o755)
+    return str(path)
+
+
+# A handler for --exec: logs "queueId queueOffset msgId body" (one O_APPEND write, so lines of
+# concurrent handlers never interleave), then sleeps $HANDLER_SLEEP (default 0).
+LOGGING_HANDLER = r"""
+#!/bin/sh
+body=$(cat)
+printf '%s %s %s %s %s\n' "$MQ_TOPIC" "$MQ_QUEUE_ID" "$MQ_QUEUE_OFFSET" "$MQ_MSG_ID" "$body" >> "$HANDLER_LOG"
+[ -n "$HANDLER_SLEEP" ] && sleep "$HANDLER_SLEEP"
+exit 0
+"""
+
+
+def read_handler_log(path: Path) -> list[tuple[str, int, int, str, str]]:
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        parts = line.split(" ", 4)
+        if len(parts) == 5:
+            out.append((parts[0], int(parts[1]), int(parts[2]), parts[3], parts[4]))
+    return out
+
+
+@pytest.fixture
+def mq(tmp_path: Path) -> Iterable[MQ]:
+    m = MQ(tmp_path / "store", tmp_path)
+    yield m
+    m.cleanup()
+
+
+def keyed_lines(keys: list[str], start: dict[str, int], n: int) -> list[str]:
+    """``n`` lines ``KEY:KEY-SEQ`` spread over ``keys``, each key's SEQ counting up from ``start``."""
+    out = []
+    for i in range(n):
+        k = keys[i % len(keys)]
+        start[k] = start.get(k, 0) + 1
+        out.append(f"{k}:{k}-{start[k]}")
+    return out
+
+
+def assert_key_order(envs: Iterable[dict]) -> None:
+    """Per queue in queue-offset order, each key's sequence numbers only go up."""
+    by_queue: dict[tuple[str, int], list[dict]] = {}
+    for e in envs:
+        by_queue.setdefault((e["topic"], e["queueId"]), []).append(e)
+    for q, rows in by_queue.items():
+        last: dict[str, int] = {}
+        for e in sorted(rows, key=lambda r: r["queueOffset"]):
+            key, _, seq = e["body"].rpartition("-")
+            assert int(seq) > last.get(key, 0), f"order of key {key} broken in queue {q}: {e}"
+            last[key] = int(seq)
