@@ -104,6 +104,10 @@ def main(argv: list[str] | None = None) -> None:
         from store.fsutil import io_error
         print_error(str(io_error(exc, "complete the operation")))
         code = 1
+    except UnicodeEncodeError as exc:
+        if debug():
+            raise
+        code = _show_unencodable(exc, sys.argv[1:] if argv is None else argv)
     except Exception as exc:  # never a traceback for the user; MQCTL_DEBUG=1 shows it
         if debug():
             raise
@@ -115,6 +119,20 @@ def main(argv: list[str] | None = None) -> None:
         quiet_broken_pipe()
         code = code or EXIT_BROKEN_PIPE
     sys.exit(code)
+
+
+def _show_unencodable(exc: UnicodeEncodeError, argv: list[str]) -> int:
+    """Text that cannot be encoded holds lone surrogates: bytes of an argument that were not
+    UTF-8 (Python keeps them as surrogate escapes) or a ``\\ud800`` escape in JSON input.
+    Either is bad input, never an internal error: exit 2 when it came from the command line,
+    else 5 (data)."""
+    bad = str(exc.object[exc.start:exc.end])
+    if any(bad in arg for arg in argv):
+        print_error(f"an argument is not valid UTF-8 text ({bad.encode('utf-8', 'surrogateescape')!r})"
+                    " (see 'mqctl --help')")
+        return 2
+    print_error(f"input is not valid text: {exc.reason} ({bad!r})")
+    return 5
 
 
 def _show_usage_error(exc: Exception) -> None:

@@ -33,11 +33,8 @@ def message_report(store: Store, m: Message) -> dict[str, Any]:
         if off >= 0:
             consumed.append({"group": group, "consumed": off > m.queue_offset, "offset": off})
     obj["consumerGroups"] = consumed
-    try:
-        from store.transaction import transaction_state
-        state = transaction_state(store, m)
-        if state is not None:
-            obj["transaction"] = state
-    except ImportError:
-        pass
+    from store.transaction import transaction_state
+    state = transaction_state(store, m)
+    if state is not None:
+        obj["transaction"] = state
     return obj
