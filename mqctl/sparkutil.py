@@ -145,7 +145,7 @@ def start(master: str, extra: Mapping[str, str] | None = None) -> SparkRun:
 
     from store.spark import prepare_environment, register, session_conf
 
-    prepare_environment(force=True)
+    prepare_environment(local=master.startswith("local"))
     conf = SparkConf(loadDefaults=False)
     for key, value in session_conf(master, "ERROR" if debug() else "OFF", extra).items():
         conf.set(key, value)

@@ -40,7 +40,7 @@ from .fsutil import atomic_write_json, ensure_dir, io_error, read_json_with_bak
 from .index import KeyIndex
 from .layout import Layout
 from .record import (
-    PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Draft, Message, RecordError, UniqKeyGenerator,
+    PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Draft, Message, RecordError, UniqKeyGenerator, decode,
     decode_offset_msg_id, encode, java_hash, offset_msg_id,
 )
 from .topics import TopicConfig, TopicTable
@@ -667,25 +667,27 @@ class Store:
         # One pread for a run of records when they sit close together in the log.
         lo = min(e[0] for e in entries)
         hi = max(e[0] + e[1] for e in entries)
-        span = b""
+        span = memoryview(b"")
         if hi - lo <= max(max_bytes, sum(e[1] for e in entries) * 4) and self.commitlog.segment_of(lo) == self.commitlog.segment_of(hi - 1):
-            span = self.commitlog.read_bytes(lo, hi - lo)
+            span = memoryview(self.commitlog.read_bytes(lo, hi - lo))
+        span_len = len(span)
         nxt = offset
         total_bytes = 0
-        from .record import decode
-        for i, (phys, size, tcode) in enumerate(entries):
-            qoff = offset + i
+        qoff = offset - 1
+        for phys, size, tcode in entries:
+            qoff += 1
             nxt = qoff + 1
             if tag_codes is not None and tcode not in tag_codes:
                 continue
             try:
-                if span and phys - lo + size <= len(span):
-                    m = decode(span, phys - lo, phys - lo + size)
+                start = phys - lo
+                if start + size <= span_len:
+                    m = decode(span, start, start + size)
                     if m.commitlog_offset != phys:
                         raise RecordError("record offset does not match its consume-queue entry")
                 else:
                     m = self.commitlog.read(phys, size)
-                if m.queue_offset != qoff or m.queue_id != queue_id:
+                if m.queue_offset != qoff or m.queue_id != queue_id or m.topic != topic:
                     raise RecordError("record does not match its consume-queue entry")
             except RecordError as exc:
                 damaged.append((qoff, f"commit-log offset {phys}: {exc.reason}"))

@@ -46,8 +46,10 @@ def check_store(store: "Store", progress: Callable[[int], None] | None = None) -
     problems = rep.problems
     assert problems is not None
     valid: dict[int, tuple[str, int, int, int]] = {}
-    _check_log(store, rep, valid, progress)
+    claims: dict[tuple[str, int], tuple[int, int]] = {}
+    _check_log(store, rep, valid, progress, claims)
     _check_queues(store, rep, valid)
+    _check_queue_ends(store, problems, claims)
     _check_index(store, problems)
     _check_json(store, problems)
     cp = ckpt.read(store.layout.checkpoint)
@@ -56,8 +58,11 @@ def check_store(store: "Store", progress: Callable[[int], None] | None = None) -
     return rep
 
 
-def _check_log(store: "Store", rep: CheckReport, valid: dict, progress) -> None:
+def _check_log(store: "Store", rep: CheckReport, valid: dict, progress, claims: dict | None = None) -> None:
+    """Every record; ``claims`` gets, per (topic, queue), the highest queue offset a record
+    dispatched to that queue claims, with that record's offset."""
     log = store.commitlog
+    topics = store.topics()
     problems = rep.problems
     segs = log.segments()
     for i, base in enumerate(segs):
@@ -84,6 +89,12 @@ def _check_log(store: "Store", rep: CheckReport, valid: dict, progress) -> None:
                 pos = nxt
                 continue
             valid[base + pos] = (m.topic, m.queue_id, m.queue_offset, m.size)
+            if claims is not None and (m.sysflag & F.TX_MASK) in (F.TX_NOT, F.TX_COMMIT):
+                cfg = topics.get(m.topic)
+                if cfg is not None and base + pos >= cfg.created_offset and m.queue_id < cfg.queues:
+                    key = (m.topic, m.queue_id)
+                    if m.queue_offset >= claims.get(key, (-1, 0))[0]:
+                        claims[key] = (m.queue_offset, base + pos)
             rep.records += 1
             pos += m.size
 
@@ -170,6 +181,19 @@ def _check_queues(store: "Store", rep: CheckReport, valid: dict) -> None:
                     elif rec != (topic, qid, qoff, size):
                         problems.append(Problem(str(path), j * F.CQ_ENTRY_SIZE,
                                                 f"entry {qoff} points at a record of {rec[0]}/{rec[1]}@{rec[2]}"))
+
+
+def _check_queue_ends(store: "Store", problems: list[Problem], claims: dict) -> None:
+    """A consume queue that ends before the last offset its records claim lost entries (its
+    files were cut or deleted): readers would never see those messages, and the next writer
+    would give their queue offsets to new messages. ``store recover`` rebuilds it."""
+    for (topic, qid), (qoff, phys) in sorted(claims.items()):
+        end = store.queue(topic, qid).max_offset()
+        if end <= qoff:
+            problems.append(Problem(str(store.layout.queue_dir(topic, qid)), end * F.CQ_ENTRY_SIZE,
+                                    f"consume queue {topic}/{qid} ends at offset {end}, but the record at "
+                                    f"commit-log offset {phys} is {topic}/{qid}@{qoff} (entries lost: "
+                                    f"run mqctl store recover)"))
 
 
 def _check_index(store: "Store", problems: list[Problem]) -> None:

@@ -122,10 +122,10 @@ def encode_properties(props: dict[str, str]) -> bytes:
 def parse_properties(raw: str) -> dict[str, str]:
     """RocketMQ's ``string2messageProperties``: empty names or values are dropped."""
     out: dict[str, str] = {}
-    for part in raw.split(F.PROPERTY_SEP):
-        i = part.find(F.NAME_VALUE_SEP)
-        if i > 0 and i < len(part) - 1:
-            out[part[:i]] = part[i + 1:]
+    for part in raw.split("\x02"):
+        name, sep, value = part.partition("\x01")
+        if name and value:   # a value implies the separator was there
+            out[name] = value
     return out
 
 
@@ -160,10 +160,29 @@ class Message:
     flag: int = 0
     sysflag: int = 0
     born_timestamp: int = 0
-    born_host: str = ""
+    born_ip: int = 0        # BORNHOST, kept as numbers: formatting it for every message read
+    born_port: int = 0      # costs more than the rest of decoding; see born_host
     store_timestamp: int = 0
     reconsume_times: int = 0
     prepared_tx_offset: int = 0
+    # A decoded record leaves ``properties`` unset and keeps the raw bytes here: most readers
+    # (``consume`` to stdout) never look at them, and parsing is a third of decoding.
+    _props_raw: bytes = field(default=b"", repr=False, compare=False)
+
+    def __getattr__(self, name: str):  # only reached for an unset slot
+        if name == "properties":
+            props = parse_properties(self._props_raw.decode("utf-8", "replace"))
+            self.properties = props
+            return props
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def born_host(self) -> str:
+        """``IP:port`` of the producer (port = its pid), "" when unknown."""
+        if not self.born_ip and not self.born_port:
+            return ""
+        ip = self.born_ip
+        return f"{ip >> 24 & 255}.{ip >> 16 & 255}.{ip >> 8 & 255}.{ip & 255}:{self.born_port}"
 
     @property
     def msg_id(self) -> str:
@@ -247,49 +266,79 @@ def record_size_at(buf, pos: int, limit: int) -> int:
     return total
 
 
+_CRC_PROP_HEAD = b"__CRC32#\x01"
+_MIN_TOTAL = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
+_MAX_TOTAL = F.MAX_MESSAGE_SIZE + 65536 + 512
+_TOPICS: dict[bytes, str] = {}
+
+
 def decode(buf, pos: int, limit: int, verify: bool = True) -> Message:
     """Decode the record at ``pos`` in ``buf`` (bytes, mmap or memoryview).
 
     Raises :class:`RecordError` when the record is incomplete (``torn``) or damaged. With
-    ``verify`` the record CRC is checked before anything is returned.
+    ``verify`` the record CRC (and the body CRC) are checked before anything is returned.
+
+    This is the consumer's hot path: it reads the fields in place (no copy of the record),
+    and copies out only the body.
     """
-    total = record_size_at(buf, pos, limit)
-    if total == 0:
-        raise RecordError("blank trailer")
-    rec = buf[pos:pos + total]
+    if limit - pos < _MIN_TOTAL:
+        total = record_size_at(buf, pos, limit)   # raises the precise error
+        if total == 0:
+            raise RecordError("blank trailer")
     (total, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sysflag, born_ts,
-     born_ip, born_port, store_ts, _sip, _sport, reconsume, prepared, body_len) = _HEADER_UNPACK(rec, 0)
+     born_ip, born_port, store_ts, _sip, _sport, reconsume, prepared, body_len) = _HEADER_UNPACK(buf, pos)
+    if magic != F.MAGIC_V1 or total < _MIN_TOTAL or total > _MAX_TOTAL or pos + total > limit:
+        if record_size_at(buf, pos, limit) == 0:   # the precise error, or a V2 record
+            raise RecordError("blank trailer")
+    end = pos + total
     if verify:
-        crc_field = bytes(rec[total - 11:total - 1])
-        if (rec[total - F.CRC_PROPERTY_SIZE:total - 11] != b"__CRC32#\x01" or rec[total - 1] != 2
-                or not crc_field.isdigit()):
+        trailer = bytes(buf[end - F.CRC_PROPERTY_SIZE:end])
+        if trailer[:9] != _CRC_PROP_HEAD or trailer[19] != 2 or not trailer[9:19].isdigit():
             raise RecordError("record CRC property missing")
-        if int(crc_field[::-1]) != zlib.crc32(rec[:total - F.CRC_PROPERTY_SIZE]) & 0x7FFFFFFF:
+        view = buf if buf.__class__ is memoryview else memoryview(buf)
+        if int(trailer[18:8:-1]) != zlib.crc32(view[pos:end - F.CRC_PROPERTY_SIZE]) & 0x7FFFFFFF:
             raise RecordError("record CRC mismatch")
-    p = F.RECORD_HEADER_SIZE
-    if body_len < 0 or p + body_len + 3 > total:
+    p = pos + F.RECORD_HEADER_SIZE
+    if body_len < 0 or p + body_len + 3 > end:
         raise RecordError("body length out of bounds")
-    body = bytes(rec[p:p + body_len])
+    body = bytes(buf[p:p + body_len])
     p += body_len
     if magic == F.MAGIC_V1:
-        topic_len = rec[p]
+        topic_len = buf[p]
         p += 1
     else:
-        topic_len = int.from_bytes(rec[p:p + 2], "big")
+        topic_len = int.from_bytes(buf[p:p + 2], "big")
         p += 2
-    topic = bytes(rec[p:p + topic_len]).decode("utf-8", "replace")
+    tb = bytes(buf[p:p + topic_len])
+    topic = _TOPICS.get(tb)
+    if topic is None:
+        topic = tb.decode("utf-8", "replace")
+        if len(_TOPICS) < 4096:
+            _TOPICS[tb] = topic
     p += topic_len
-    props_len = int.from_bytes(rec[p:p + 2], "big")
+    props_len = (buf[p] << 8) | buf[p + 1]
     p += 2
-    if p + props_len != total:
+    if p + props_len != end:
         raise RecordError("field lengths do not add up to TOTALSIZE")
     if verify and zlib.crc32(body) & 0x7FFFFFFF != body_crc:
         raise RecordError("body CRC mismatch")
-    props = parse_properties(bytes(rec[p:p + props_len - F.CRC_PROPERTY_SIZE]).decode("utf-8", "replace"))
-    return Message(
-        topic=topic, queue_id=queue_id, queue_offset=queue_offset,
-        commitlog_offset=physical_offset, size=total, body=body, properties=props, flag=flag,
-        sysflag=sysflag, born_timestamp=born_ts,
-        born_host=f"{socket.inet_ntoa(born_ip.to_bytes(4, 'big'))}:{born_port}",
-        store_timestamp=store_ts, reconsume_times=reconsume, prepared_tx_offset=prepared,
-    )
+    m = _new_message(Message)   # fields set one by one: cheaper than __init__, and lazy properties
+    m.topic = topic
+    m.queue_id = queue_id
+    m.queue_offset = queue_offset
+    m.commitlog_offset = physical_offset
+    m.size = total
+    m.body = body
+    m.flag = flag
+    m.sysflag = sysflag
+    m.born_timestamp = born_ts
+    m.born_ip = born_ip
+    m.born_port = born_port
+    m.store_timestamp = store_ts
+    m.reconsume_times = reconsume
+    m.prepared_tx_offset = prepared
+    m._props_raw = bytes(buf[p:end - F.CRC_PROPERTY_SIZE])
+    return m
+
+
+_new_message = object.__new__

@@ -128,11 +128,11 @@ SINK_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 SESSION_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
 }
+# Only for local masters: a cluster keeps Spark's defaults (sized for many cores).
+LOCAL_CONF: dict[str, str] = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
 
 
 # -- registration and sessions ----------------------------------------------------------------
@@ -161,23 +161,21 @@ def _zip_store_package() -> str:
     return path
 
 
-def prepare_environment(force: bool = False) -> None:
-    """Environment the Spark launcher reads: workers run this interpreter (so they can import
-    ``store``), and Spark binds to loopback. ``force`` overrides values already set."""
-    wanted = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-              "SPARK_LOCAL_IP": "127.0.0.1"}
-    for key, value in wanted.items():
-        if force:
-            os.environ[key] = value
-        else:
-            os.environ.setdefault(key, value)
+def prepare_environment(local: bool = True) -> None:
+    """Environment the Spark launcher reads, unless already set: workers run this
+    interpreter (so they can import ``store``); a local session binds to loopback. A cluster
+    whose workers run another interpreter sets ``PYSPARK_PYTHON`` itself."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 def session_conf(master: str = "local[2]", log_level: str = "ERROR",
                  extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings :func:`local_session` uses, for callers that build sessions themselves."""
     conf = {"spark.master": master, "spark.app.name": "mqctl", **SESSION_CONF,
-            "spark.log.level": log_level}
+            **(LOCAL_CONF if master.startswith("local") else {}), "spark.log.level": log_level}
     conf.update(extra or {})
     return conf
 
@@ -186,7 +184,7 @@ def local_session(master: str = "local[2]", log_level: str = "ERROR",
                   extra: Mapping[str, str] | None = None) -> Any:
     """A SparkSession configured by the reference recipe, with the data source registered."""
     from pyspark.sql import SparkSession
-    prepare_environment()
+    prepare_environment(local=master.startswith("local"))
     builder = SparkSession.builder
     for key, value in session_conf(master, log_level, extra).items():
         builder = builder.config(key, value)
@@ -223,6 +221,17 @@ class OffsetSpec:
         if kind == "latest":
             return hi
         return store.search_offset(topic, queue_id, self.ts)
+
+
+def check_named_queues(spec: OffsetSpec, selected: Mapping[str, int], option: str) -> None:
+    """Offset JSON may only name queues that the read covers."""
+    for topic, qid, _ in spec.per_queue:
+        if topic not in selected:
+            raise UsageError(f"{option} names topic {topic!r}, which this read does not cover "
+                             f"(option topic)")
+        if qid >= selected[topic]:
+            raise UsageError(f"{option} names queue {topic}/{qid}, but {topic!r} has queues "
+                             f"0-{selected[topic] - 1}")
 
 
 def parse_offsets(text: str | None, default: str, option: str) -> OffsetSpec:
@@ -450,8 +459,11 @@ class MqctlReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         o = self.opts
         with Store.open(o.store) as store:
+            selected = select_topics(store, o.topics, must_exist=True)
+            check_named_queues(o.starting, dict(selected), "startingOffsets")
+            check_named_queues(o.ending, dict(selected), "endingOffsets")
             out: list[InputPartition] = []
-            for topic, queues in select_topics(store, o.topics, must_exist=True):
+            for topic, queues in selected:
                 for q in range(queues):
                     start = o.starting.resolve(store, topic, q, "earliest")
                     end = o.ending.resolve(store, topic, q, "latest")
@@ -667,7 +679,7 @@ class RowRules:
 def _keys_prop(value: Any, where: str) -> str | None:
     if value is None:
         return None
-    items = [value] if isinstance(value, str) else list(value)
+    items = [value] if isinstance(value, str) else [k for k in value if k is not None]
     if not all(isinstance(k, str) for k in items):
         raise BadInputError(f"{where}: keys must be strings")
     keys = [p for k in items for p in k.replace(",", " ").split() if p]

@@ -231,3 +231,18 @@ echo "end|$b" >> "$LOG" """)
     assert read_log(log) == [["start", "m"], ["end", "m"]]
     assert mq.committed_total("G", "T") == 1
     assert not mq.store().has_topic("%RETRY%G") or mq.store().max_offset("%RETRY%G", 0) == 0
+
+
+def test_bench_commands_run(mq: MQ) -> None:
+    """Not a timing test: the benchmark commands run end to end and report their figures."""
+    prod = json.loads(mq.ok("bench", "produce", "--count", "2000", "--json", "--dir", str(mq.work)).stdout)
+    assert prod["msgsPerSec"] > 0 and prod["peakRssMiB"] > 0 and prod["count"] == 2000
+    rows = [json.loads(line) for line in mq.ok(
+        "bench", "consume", "--orderly", "--members", "1,2", "--count", "2000", "--repeat", "1",
+        "--json", "--dir", str(mq.work), timeout=120).stdout.splitlines()]
+    assert [r["members"] for r in rows] == [1, 2] and all(r["msgsPerSec"] > 0 for r in rows)
+    assert rows[0]["ratio"] == 1.0
+    ho = json.loads(mq.ok("bench", "consume", "--handover", "--members", "2", "--runs", "2", "--json",
+                          "--dir", str(mq.work), timeout=120).stdout)
+    assert ho["runs"] == 2 and ho["medianMs"] > 0
+    assert not [p for p in mq.work.iterdir() if p.name.startswith("mqctl-bench-")], "scratch stores are removed"

@@ -67,14 +67,14 @@ def test_three_members_kill9_keeps_per_key_order(mq: MQ) -> None:
     sampler.start()
 
     keys = [f"k{j}" for j in range(40)]
-    waves, per_wave = 10, 3
+    waves, per_wave = 6, 5
     victim = None
     t_kill = took = 0.0
     try:
         for w in range(waves):
             lines = [f"{k}:{k}.{w * per_wave + s}" for s in range(per_wave) for k in keys]
             mq.ok("send", "T", "--key-delimiter", ":", input="".join(line + "\n" for line in lines))
-            if w == 3:
+            if w == 2:
                 # Kill the member holding the most queues, mid-run.
                 cid = max(split, key=lambda c: len(split[c]))
                 victim = next(p for p in members if cid.endswith(f"@{p.pid}"))
@@ -230,7 +230,9 @@ def test_deleted_lock_file_causes_no_double_consumption(mq: MQ) -> None:
     assert not dup, f"handled more than once after a lock file was deleted: {sorted(dup)[:10]}"
     assert check_key_order(rows) == 0
     # The members notice, take their queues again, and keep going.
-    wait_for(lambda: len([i for i in mq.locks("G") if i.alive]) == 4, 15, what="locks taken again")
+    # An idle queue whose lock file went away is locked again within a rebalance or two,
+    # not only at the 20 s renewal.
+    wait_for(lambda: len([i for i in mq.locks("G") if i.alive]) == 4, 5, what="locks taken again")
     for p in members:
         assert p.alive()
         p.signal(signal.SIGTERM)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -123,6 +124,8 @@ def test_read_offsets_tags_time_and_user_schema(spark: Any, store: Store) -> Non
     assert sorted(r.body for r in sub.collect())[:2] == ["late", "m0"]
     with pytest.raises(Exception, match="does not exist"):
         reader(spark, store, topic="nosuch").count()
+    with pytest.raises(Exception, match="has queues 0-1"):
+        reader(spark, store, topic="a", startingOffsets='{"a": {"5": 0}}').count()
 
 
 @pytest.mark.spark
@@ -268,7 +271,13 @@ def test_stream_write_copies_each_message_once(spark: Any, store: Store, tmp_pat
 
 def _stage(store: Store, bodies: list[str], name: str) -> S.StagedPart:
     opts = S.WriteOptions(str(store.root), "sink", False)
-    return S.write_staged(iter([pa.record_batch({"body": bodies})]), opts, f"{S.STAGING_DIR}/{name}")
+    part = S.write_staged(iter([pa.record_batch({"body": bodies})]), opts, f"{S.STAGING_DIR}/{name}")
+    assert part.path is not None and part.rows == len(bodies)
+    staged = store.root / part.path
+    assert stat.S_IMODE(staged.stat().st_mode) == 0o600                 # private to the owner
+    assert stat.S_IMODE(staged.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE((store.root / S.STAGING_DIR).stat().st_mode) == 0o700
+    return part
 
 
 def test_replayed_batch_after_a_crash_before_the_ledger_is_not_duplicated(
@@ -295,6 +304,7 @@ def test_replayed_batch_after_a_crash_before_the_ledger_is_not_duplicated(
     assert sorted(m.body for m in stored(store, "sink")) == [b"a", b"a", b"b", b"c"]
     assert S.commit_stream_batch(opts, "q1", 7, [_stage(store, bodies, "w")]) == 0   # ledger says done
     assert S.commit_stream_batch(opts, "q1", 8, [_stage(store, ["d"], "v")]) == 1
+    assert json.loads((store.root / S.SINKS_DIR / "q1.json").read_text()) == {"lastBatchId": 8, "publishing": None}
 
 
 def test_replay_after_a_crash_mid_publish_stores_the_rest_once(

@@ -110,6 +110,7 @@ def send(
     input_: Annotated[str, typer.Option("--input", "-i", help="stdin format: raw (one body per record) or json (NDJSON objects).")] = "raw",
     flush: Annotated[str, typer.Option("--flush", help="async (page cache) or sync (fsync before the result is printed).")] = "async",
     delay: Annotated[Optional[str], typer.Option("--delay", help="Deliver later: a level 1-18 (1s 5s 10s 30s 1m … 2h) or a duration like 90s.")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=65536, help="At most N messages per store write: one lock, and with --flush sync one fsync, per batch.")] = BATCH_MESSAGES,
     json: JsonOpt = False,
 ) -> None:
     from store.errors import UsageError
@@ -136,6 +137,7 @@ def send(
         from store.schedule import parse_delay
         deliver = parse_delay(delay)
     sender = _Sender(ctx, topic, base_props, sharding_key, queue, flush == "sync", json, deliver)
+    sender.batch_messages = batch_size
     try:
         if body is not None and body != "-":
             if key_delimiter is not None:
@@ -189,6 +191,7 @@ class _Sender:
         self.queues: set[int] = set()
         self.t0 = time.monotonic()
         self._shape: tuple[int, bool] | None = None
+        self.batch_messages = BATCH_MESSAGES
 
     def _topic_shape(self) -> tuple[int, bool] | None:
         """(queue count, ordered) of the topic, or what the first send will create; None when
@@ -226,7 +229,7 @@ class _Sender:
             draft = delay_draft(draft, self.deliver, self.store)
         self.batch.append(draft)
         self.batch_bytes += len(draft.body)
-        if len(self.batch) >= BATCH_MESSAGES or self.batch_bytes >= BATCH_BYTES:
+        if len(self.batch) >= self.batch_messages or self.batch_bytes >= BATCH_BYTES:
             self.flush()
 
     def add_bodies(self, records: list[bytes], first_line: int, more: bool = False) -> None:
@@ -249,7 +252,7 @@ class _Sender:
         avg = max(1, sum(map(len, records)) // len(records))
         i, n = 0, len(records)
         while i < n:
-            room = min(BATCH_MESSAGES - len(self.bodies),
+            room = min(self.batch_messages - len(self.bodies),
                        max(1, (BATCH_BYTES - self.batch_bytes) // avg))
             part = records[i:i + room] if (i or room < n) else records
             if self.bodies:
@@ -258,7 +261,7 @@ class _Sender:
                 self.bodies = part
             self.batch_bytes += len(part) * avg
             i += len(part)
-            if len(self.bodies) >= BATCH_MESSAGES or self.batch_bytes >= BATCH_BYTES:
+            if len(self.bodies) >= self.batch_messages or self.batch_bytes >= BATCH_BYTES:
                 self.flush()
         if not more:
             self.flush()
@@ -292,7 +295,7 @@ class _Sender:
         elif self.skeys is not None:
             self.skeys.append(None)
         self.batch_bytes += len(body)
-        if len(self.bodies) >= BATCH_MESSAGES or self.batch_bytes >= BATCH_BYTES:
+        if len(self.bodies) >= self.batch_messages or self.batch_bytes >= BATCH_BYTES:
             self.flush()
 
     def add_json(self, raw: bytes, line: int) -> None:

@@ -250,6 +250,15 @@ class Consumer:
         o = self.o
         balanced = True
         members = None
+        if o.orderly:
+            # An idle queue hands out no batch, so the per-batch check would notice a deleted
+            # or broken lock only at the next renewal (20 s): check them all here too (one
+            # stat each), so the queue is locked again within a rebalance interval.
+            for key, lock in list(self.locks.items()):
+                if key in self.pqs and not lock.is_valid():
+                    if lock.held:
+                        warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
+                    self._lose(key)
         self.held_elsewhere = set()
         if not o.broadcast:
             live = [m for m in live_members(self.layout, o.group, prune=True)
@@ -295,7 +304,7 @@ class Consumer:
             return False
         if self.o.orderly and not self.o.broadcast:
             from store.qlocks import QueueLock
-            lock = QueueLock(self.layout, self.o.group, t, q, self.o.client_id)
+            lock = QueueLock(self.layout, self.o.group, t, q, self.o.client_id, warn=warn)
             if not lock.try_acquire():
                 return False
             self.locks[key] = lock
@@ -465,7 +474,8 @@ class Consumer:
                         break
                     lock = self.locks.get(key)
                     if lock is not None and not lock.is_valid():
-                        warn(f"lock of {key[0]}/{key[1]} is no longer ours; dropping the queue")
+                        if lock.held:  # (a deleted or replaced lock file was reported by qlocks)
+                            warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
                         self._lose(key)
                         break
                     batch = pq.take(n)

@@ -1,0 +1,451 @@
+#!/usr/bin/env python3
+"""Produce/consume benchmark: ``mqctl`` against its peers, on this machine, in one run.
+
+Not a test (no ``test_`` prefix: pytest does not collect it). Run from the repository::
+
+    .venv/bin/python tests/bench/bench_produce.py            # about 10-20 minutes
+    .venv/bin/python tests/bench/bench_produce.py --quick    # a smoke run of the script itself
+
+What is measured, each variant ``--reps`` times in rep-major order (every variant once, then
+again), reported as the median with min-max:
+
+* ``mqctl send T < file``: N 100-byte and N 4 KiB messages, ``--flush async`` and ``--flush
+  sync``, and ``--flush sync --batch-size 100`` (one fsync per 100 messages). The whole process
+  is timed: interpreter start-up (~0.1-0.2 s) is included, the peers' is not.
+* ``mqctl consume T -g bench --from first -e > /dev/null`` on the 100-byte store, offsets
+  committed.
+* Redis Streams: Debian's ``redis-server``, started here on 127.0.0.1 with a temporary
+  directory, AOF ``appendfsync everysec`` and ``always``; XADD pipelined (redis-py +
+  hiredis), XREADGROUP COUNT 1000 + XACK.
+* persist-queue's SQLiteQueue, ``auto_commit=False`` with ``task_done()`` every 100 (in
+  persist-queue 1.1 this batches the gets' commits; every put still commits, with an fsync).
+* Page-cache write bandwidth: ``os.write`` of 1 MiB blocks to a new file (dd-like).
+* Peak RSS of ``mqctl send`` for 10 million messages from stdin (``/usr/bin/time``).
+
+The peers run in a separate virtualenv (``.bench-venv``, created on first use): with redis-py
+installed, portalocker imports it, which would slow ``mqctl``'s own start-up. ``redis-server``
+is installed with apt-get when missing.
+
+Results go to ``bench-results/produce-<UTC time>.json`` (git-ignored) and a table on stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+MQCTL = REPO / ".venv" / "bin" / "mqctl"
+BENCH_VENV = REPO / ".bench-venv"
+RESULTS = REPO / "bench-results"
+PEER_PACKAGES = ["redis", "hiredis", "persist-queue"]
+
+
+# ==============================================================================================
+# Peer worker: runs inside .bench-venv (imports redis / persistqueue, never mqctl or store)
+# ==============================================================================================
+
+def body_of(i: int, size: int) -> bytes:
+    head = b"%010d" % i
+    return head + b"x" * (size - len(head))
+
+
+def peer_worker(spec: dict) -> dict:
+    kind, phase, n, size = spec["kind"], spec["phase"], spec["n"], spec["size"]
+    if kind == "redis":
+        import redis
+        r = redis.Redis(host="127.0.0.1", port=spec["port"])
+        pipe_n = spec["pipeline"]
+        if phase == "produce":
+            t = time.perf_counter()
+            p = r.pipeline(transaction=False)
+            for i in range(n):
+                p.xadd("s", {"b": body_of(i, size)})
+                if (i + 1) % pipe_n == 0:
+                    p.execute()
+            p.execute()
+            dt = time.perf_counter() - t
+            return {"seconds": dt, "count": r.xlen("s")}
+        r.xgroup_create("s", "g", id="0", mkstream=True)
+        t = time.perf_counter()
+        got = 0
+        while True:
+            res = r.xreadgroup("g", "c", {"s": ">"}, count=pipe_n)
+            if not res or not res[0][1]:
+                break
+            ids = [mid for mid, _ in res[0][1]]
+            r.xack("s", "g", *ids)
+            got += len(ids)
+        dt = time.perf_counter() - t
+        return {"seconds": dt, "count": got}
+    if kind == "pq_sqlite":
+        import persistqueue
+        path = spec["path"]
+        every = spec.get("commit_every", 100)
+        if phase == "produce":
+            q = persistqueue.SQLiteQueue(path, auto_commit=False, multithreading=False)
+            t = time.perf_counter()
+            for i in range(n):
+                q.put(body_of(i, size))
+                if (i + 1) % every == 0:
+                    q.task_done()
+            q.task_done()
+            dt = time.perf_counter() - t
+            return {"seconds": dt, "count": n}
+        q = persistqueue.SQLiteQueue(path, auto_commit=False, multithreading=False)
+        t = time.perf_counter()
+        got = 0
+        while True:
+            try:
+                q.get(block=False)
+            except persistqueue.Empty:
+                break
+            got += 1
+            if got % every == 0:
+                q.task_done()
+        q.task_done()
+        dt = time.perf_counter() - t
+        return {"seconds": dt, "count": got}
+    raise SystemExit(f"unknown peer kind {kind!r}")
+
+
+# ==============================================================================================
+# Driver
+# ==============================================================================================
+
+def log(msg: str) -> None:
+    sys.stderr.write(f"[bench {time.strftime('%H:%M:%S')}] {msg}\n")
+    sys.stderr.flush()
+
+
+def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def ensure_redis() -> str:
+    exe = shutil.which("redis-server")
+    if exe:
+        return exe
+    log("redis-server missing: apt-get update && apt-get install -y redis-server")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    sh(["apt-get", "update", "-q"], env=env, stdout=subprocess.DEVNULL)
+    sh(["apt-get", "install", "-y", "-q", "--no-install-recommends", "redis-server"], env=env,
+       stdout=subprocess.DEVNULL)
+    exe = shutil.which("redis-server")
+    if not exe:
+        raise SystemExit("redis-server could not be installed")
+    return exe
+
+
+def ensure_bench_venv() -> Path:
+    py = BENCH_VENV / "bin" / "python"
+    if py.exists():
+        ok = subprocess.run([str(py), "-c", "import redis, hiredis, persistqueue"], capture_output=True)
+        if ok.returncode == 0:
+            return py
+    log(f"creating {BENCH_VENV} with {', '.join(PEER_PACKAGES)}")
+    base = getattr(sys, "_base_executable", None) or shutil.which("python3") or sys.executable
+    sh([base, "-m", "venv", str(BENCH_VENV)])
+    sh([str(py), "-m", "pip", "install", "-q", *PEER_PACKAGES], stdout=subprocess.DEVNULL)
+    return py
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A redis-server of our own on 127.0.0.1, stopped (by its pid) when done."""
+
+    def __init__(self, exe: str, workdir: Path, fsync: str) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix=f"redis-{fsync}-", dir=workdir))
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+             "--appendonly", "yes", "--appendfsync", fsync, "--save", "", "--daemonize", "no",
+             "--logfile", str(self.dir / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise SystemExit(f"redis-server did not start (see {self.dir}/redis.log)")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def run_peer(py: Path, spec: dict) -> dict:
+    p = subprocess.run([str(py), __file__, "--peer-worker", json.dumps(spec)], capture_output=True, timeout=3600)
+    if p.returncode != 0:
+        raise SystemExit(f"peer worker {spec} failed: {p.stderr.decode()[-2000:]}")
+    out = json.loads(p.stdout)
+    if out["count"] != spec["n"]:
+        raise SystemExit(f"peer worker {spec}: expected {spec['n']} messages, got {out['count']}")
+    return out
+
+
+def mqctl_env(store: Path) -> dict[str, str]:
+    env = dict(os.environ, MQCTL_STORE=str(store), NO_COLOR="1")
+    env.pop("MQCTL_FAILPOINTS", None)
+    return env
+
+
+def run_mqctl(args: list[str], store: Path, stdin_path: Path | None = None, stdout=subprocess.DEVNULL) -> dict:
+    """Run one mqctl process; wall time (start-up included) and its CPU time."""
+    before = os.times()
+    stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
+    try:
+        t = time.perf_counter()
+        p = subprocess.run([str(MQCTL), *args], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+                           env=mqctl_env(store), timeout=3600)
+        dt = time.perf_counter() - t
+    finally:
+        if stdin_path:
+            stdin.close()
+    after = os.times()
+    if p.returncode != 0:
+        raise SystemExit(f"mqctl {' '.join(args)} failed ({p.returncode}): {p.stderr.decode()[-2000:]}")
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return {"seconds": dt, "cpu_seconds": cpu, "stderr": p.stderr.decode().strip()[-300:]}
+
+
+def write_input(path: Path, n: int, size: int) -> None:
+    with open(path, "wb") as fh:
+        block = []
+        for i in range(n):
+            block.append(body_of(i, size))
+            if len(block) == 10000:
+                fh.write(b"\n".join(block) + b"\n")
+                block = []
+        if block:
+            fh.write(b"\n".join(block) + b"\n")
+
+
+def page_cache_bandwidth(workdir: Path, total: int) -> float:
+    """Bytes per second of os.write(1 MiB) appends to a new file (no fsync): dd to page cache."""
+    path = workdir / "ddtest"
+    block = b"\0" * (1 << 20)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        t = time.perf_counter()
+        written = 0
+        while written < total:
+            written += os.write(fd, block)
+        dt = time.perf_counter() - t
+    finally:
+        os.close(fd)
+        path.unlink()
+    return written / dt
+
+
+def peak_rss(n: int, workdir: Path) -> dict:
+    """Peak RSS of `mqctl send T` reading n short lines from a pipe."""
+    store = workdir / "rss-store"
+    seq = subprocess.Popen(["seq", "1", str(n)], stdout=subprocess.PIPE)
+    t = time.perf_counter()
+    timer = ["/usr/bin/time", "-f", "%M"] if Path("/usr/bin/time").exists() else []
+    p = subprocess.run(timer + [str(MQCTL), "send", "T"], stdin=seq.stdout, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, env=mqctl_env(store), timeout=7200)
+    seq.stdout.close()
+    seq.wait()
+    dt = time.perf_counter() - t
+    if p.returncode != 0:
+        raise SystemExit(f"rss run failed: {p.stderr.decode()[-1000:]}")
+    err = p.stderr.decode().strip().splitlines()
+    kib = int(err[-1]) if timer else -1
+    shutil.rmtree(store, ignore_errors=True)
+    return {"n": n, "peak_rss_mb": kib / 1024, "seconds": dt, "msgs_per_s": n / dt, "summary": err[0] if err else ""}
+
+
+def summarise(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
+
+
+def fmt(x: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.3g} {unit}"
+    return f"{x:.3g}"
+
+
+def loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
+    except OSError:
+        return "?"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--peer-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--n100", type=int, default=1_000_000, help="100-byte messages per mqctl/redis run")
+    ap.add_argument("--n4k", type=int, default=150_000, help="4 KiB messages per run")
+    ap.add_argument("--nsync", type=int, default=200_000, help="messages per --flush sync --batch-size 100 run")
+    ap.add_argument("--npq", type=int, default=20_000, help="messages per persist-queue run")
+    ap.add_argument("--nrss", type=int, default=10_000_000, help="messages for the peak-RSS run (0: skip)")
+    ap.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir under /tmp)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: check that the script works")
+    a = ap.parse_args()
+    if a.peer_worker:
+        print(json.dumps(peer_worker(json.loads(a.peer_worker))))
+        return
+    if a.quick:
+        a.reps, a.n100, a.n4k, a.nsync, a.npq, a.nrss = 1, 20_000, 5_000, 2_000, 2_000, 50_000
+    if not MQCTL.exists():
+        raise SystemExit(f"{MQCTL} not found: create the project venv first")
+
+    redis_exe = ensure_redis()
+    peer_py = ensure_bench_venv()
+    workdir = Path(a.workdir or tempfile.mkdtemp(prefix="mqctl-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    machine = {
+        "nproc": os.cpu_count(), "python": platform.python_version(), "kernel": platform.release(),
+        "loadavg_start": loadavg(), "uptime_start": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+        "redis": subprocess.run([redis_exe, "--version"], capture_output=True, text=True).stdout.strip(),
+    }
+    log(f"workdir {workdir}; machine load {machine['loadavg_start']}")
+
+    in100, in4k, insync = workdir / "in100", workdir / "in4k", workdir / "insync"
+    write_input(in100, a.n100, 100)
+    write_input(in4k, a.n4k, 4096)
+    write_input(insync, a.nsync, 100)
+
+    runs: dict[str, list[float]] = {}
+    extra: dict[str, list] = {}
+
+    def rec(name: str, msgs_per_s: float, **more) -> None:
+        runs.setdefault(name, []).append(msgs_per_s)
+        if more:
+            extra.setdefault(name, []).append(more)
+        log(f"  {name}: {fmt(msgs_per_s)} msgs/s {more if more else ''}")
+
+    for rep in range(a.reps):
+        log(f"repetition {rep + 1}/{a.reps}")
+        # -- mqctl ---------------------------------------------------------------------------
+        store = workdir / "store"
+        shutil.rmtree(store, ignore_errors=True)
+        r = run_mqctl(["send", "T"], store, in100)
+        rec("mqctl_produce_100_async", a.n100 / r["seconds"], cpu_s=round(r["cpu_seconds"], 2))
+        r = run_mqctl(["consume", "T", "-g", "bench", "--from", "first", "-e"], store)
+        rec("mqctl_consume_100", a.n100 / r["seconds"], cpu_s=round(r["cpu_seconds"], 2))
+        shutil.rmtree(store, ignore_errors=True)
+        r = run_mqctl(["send", "T"], store, in4k)
+        log_bytes = sum(p.stat().st_size for p in (store / "commitlog").iterdir())
+        rec("mqctl_produce_4k_async", a.n4k / r["seconds"], cpu_s=round(r["cpu_seconds"], 2), log_bytes=log_bytes)
+        shutil.rmtree(store, ignore_errors=True)
+        bw = page_cache_bandwidth(workdir, log_bytes)
+        rec("pagecache_write_bytes_per_s", bw)
+        r = run_mqctl(["send", "T", "--flush", "sync"], store, in100)
+        rec("mqctl_produce_100_sync", a.n100 / r["seconds"])
+        shutil.rmtree(store, ignore_errors=True)
+        r = run_mqctl(["send", "T", "--flush", "sync"], store, in4k)
+        rec("mqctl_produce_4k_sync", a.n4k / r["seconds"])
+        shutil.rmtree(store, ignore_errors=True)
+        r = run_mqctl(["send", "T", "--flush", "sync", "--batch-size", "100"], store, insync)
+        rec("mqctl_produce_100_sync_b100", a.nsync / r["seconds"])
+        shutil.rmtree(store, ignore_errors=True)
+        # -- Redis Streams -------------------------------------------------------------------
+        for fsync, pipe, sizes in (("everysec", 1000, (100, 4096)), ("always", 100, (100,))):
+            for size in sizes:
+                n = a.n100 if size == 100 else a.n4k
+                if fsync == "always":
+                    n = a.nsync
+                srv = RedisServer(redis_exe, workdir, fsync)
+                try:
+                    p = run_peer(peer_py, {"kind": "redis", "phase": "produce", "port": srv.port, "n": n,
+                                           "size": size, "pipeline": pipe})
+                    tag = f"redis_{fsync}_p{pipe}_{'100' if size == 100 else '4k'}"
+                    rec(f"{tag}_produce", n / p["seconds"])
+                    c = run_peer(peer_py, {"kind": "redis", "phase": "consume", "port": srv.port, "n": n,
+                                           "size": size, "pipeline": 1000})
+                    rec(f"{tag}_consume", n / c["seconds"])
+                finally:
+                    srv.stop()
+        # -- persist-queue -------------------------------------------------------------------
+        pqdir = workdir / "pq"
+        shutil.rmtree(pqdir, ignore_errors=True)
+        p = run_peer(peer_py, {"kind": "pq_sqlite", "phase": "produce", "path": str(pqdir), "n": a.npq, "size": 100})
+        rec("pq_sqlite_b100_produce_100", a.npq / p["seconds"])
+        c = run_peer(peer_py, {"kind": "pq_sqlite", "phase": "consume", "path": str(pqdir), "n": a.npq, "size": 100})
+        rec("pq_sqlite_b100_consume_100", a.npq / c["seconds"])
+        shutil.rmtree(pqdir, ignore_errors=True)
+
+    rss = peak_rss(a.nrss, workdir) if a.nrss else None
+    if rss:
+        log(f"peak RSS for {a.nrss} messages: {rss['peak_rss_mb']:.1f} MB ({fmt(rss['msgs_per_s'])} msgs/s)")
+    machine["loadavg_end"] = loadavg()
+    machine["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+    med = {k: summarise(v) for k, v in runs.items()}
+
+    def m(k: str) -> float:
+        return med[k]["median"]
+
+    def ratio_runs(a_key: str, b_key: str, scale: float = 1.0) -> dict:
+        """Ratio per repetition (both from the same repetition), then its median."""
+        rs = [x * scale / y for x, y in zip(runs[a_key], runs[b_key])]
+        return summarise(rs)
+
+    ratios = {
+        "produce_100_vs_redis_pipelined (target >= 2)": ratio_runs("mqctl_produce_100_async", "redis_everysec_p1000_100_produce"),
+        "produce_4k_payload_vs_pagecache (target >= 0.6)": ratio_runs("mqctl_produce_4k_async", "pagecache_write_bytes_per_s", 4096.0),
+        "produce_4k_logbytes_vs_pagecache": summarise([
+            x * e["log_bytes"] / a.n4k / y for x, e, y in
+            zip(runs["mqctl_produce_4k_async"], extra["mqctl_produce_4k_async"], runs["pagecache_write_bytes_per_s"])]),
+        "sync_b100_vs_redis_always_p100": ratio_runs("mqctl_produce_100_sync_b100", "redis_always_p100_100_produce"),
+        "consume_100_vs_redis_xreadgroup_xack (target >= 1.5)": ratio_runs("mqctl_consume_100", "redis_everysec_p1000_100_consume"),
+        "produce_100_vs_pq_sqlite": ratio_runs("mqctl_produce_100_async", "pq_sqlite_b100_produce_100"),
+    }
+    result = {"started": started, "machine": machine, "args": vars(a), "medians": med, "extra": extra,
+              "ratios": ratios, "peak_rss": rss}
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"produce-{started.replace(':', '')}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+
+    print(f"\nmqctl produce/consume benchmark, {started}; load {machine['loadavg_start']} -> {machine['loadavg_end']}")
+    print(f"N: 100 B {a.n100:,}, 4 KiB {a.n4k:,}, sync b100 {a.nsync:,}, persist-queue {a.npq:,}; {a.reps} repetitions\n")
+    print(f"{'variant':42s} {'median msgs/s':>14s} {'min-max':>20s}")
+    for k, v in med.items():
+        unit = " B/s" if k.startswith("pagecache") else ""
+        print(f"{k:42s} {fmt(v['median']) + unit:>14s} {fmt(v['min']) + '-' + fmt(v['max']):>20s}")
+    print()
+    for k, v in ratios.items():
+        print(f"{k:55s} {v['median']:6.2f}  ({v['min']:.2f}-{v['max']:.2f})")
+    if rss:
+        print(f"{'peak RSS sending ' + format(a.nrss, ',') + ' messages (target < 200 MB)':55s} {rss['peak_rss_mb']:6.1f} MB"
+              f"  ({fmt(rss['msgs_per_s'])} msgs/s)")
+    print(f"\nwritten to {out}")
+
+
+if __name__ == "__main__":
+    main()

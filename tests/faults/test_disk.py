@@ -1,0 +1,276 @@
+"""Disk faults: a file-size limit, a full file system, a read-only store, and files deleted
+under a running consumer. Each gives one clear error line and a non-zero exit (or recovers),
+leaves nothing partial visible, and the store still opens with a clean check.
+
+The full and read-only file systems are real mounts (a 2 MiB tmpfs; a read-only bind mount),
+which needs root in a sandbox that allows ``mount``; where it does not, those tests are
+skipped with the reason (what was tried and what the kernel said).
+"""
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from faultutil import KILLED, MQ, MQCTL, assert_one_error, is_dirty, wait_for
+
+from store.layout import Layout
+
+
+def sizes(root: Path) -> dict[str, int]:
+    """Every file of the commit log and consume queues, with its size."""
+    lay = Layout(root)
+    out = {}
+    for d in (lay.commitlog_dir, lay.consumequeue_dir):
+        for p in d.rglob("*"):
+            if p.is_file():
+                out[str(p.relative_to(root))] = p.stat().st_size
+    return out
+
+
+def limit_fsize(n: int):
+    def set_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
+    return set_limit
+
+
+def lines(n: int, width: int, prefix: str = "m") -> bytes:
+    return b"".join(f"{prefix}{i:06d}-{'x' * width}\n".encode() for i in range(n))
+
+
+# -- RLIMIT_FSIZE ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["commitlog", "index"])
+def test_file_size_limit(mq: MQ, where: str) -> None:
+    """``where``: the write that crosses the limit — the commit log itself (a batch bigger than
+    the limit), or the key index (the log fits, the index file is already past the limit: the
+    batch's consume-queue entries were written and must be cut back)."""
+    mq.ok("topic", "create", "t", "--queues", "2")
+    mq.ok("send", "t", "--keys", "k", input=lines(20, 50))
+    before = sizes(mq.root)
+    good = sorted(e["body"] for e in mq.drain("t", "before"))
+    limit = 4096 if where == "commitlog" else 300 * 1024
+    res = mq.run("send", "t", "--keys", "k", "--json", input=lines(200, 100, "big"), preexec_fn=limit_fsize(limit))
+    msg = assert_one_error(res, 1)
+    assert "file size limit exceeded" in msg and where in msg, msg
+    assert res.stdout == b""  # nothing acknowledged
+    assert sizes(mq.root) == before, "a partial batch is left in the files"
+    assert not is_dirty(mq.root)
+    mq.check_clean()
+    assert sorted(e["body"] for e in mq.drain("t", "after")) == good
+    # without the limit, the same batch goes through
+    assert len(mq.ok("send", "t", "--json", input=lines(200, 100, "big")).json_lines()) == 200
+    assert len(mq.drain("t", "after2")) == 220
+    mq.check_clean()
+
+
+def test_file_size_limit_on_small_files(mq: MQ) -> None:
+    """JSON metadata (topics, offsets) written under the limit: an error, the old copy stays."""
+    mq.ok("send", "t", "-q", "0", "one")
+    mq.ok("consume", "t", "-g", "G", "--from", "first", "-e")
+    topics = (mq.root / "config" / "topics.json").read_bytes()
+    res = mq.run("topic", "create", "u", preexec_fn=limit_fsize(64))
+    assert_one_error(res, 1)
+    assert (mq.root / "config" / "topics.json").read_bytes() == topics
+    assert not list((mq.root / "config").glob(".*.tmp"))  # the temp file is cleaned up
+    mq.ok("send", "t", "-q", "0", "two")
+    res = mq.run("consume", "t", "-g", "G", "-e", preexec_fn=limit_fsize(64))
+    assert res.returncode in (0, 1) and "Traceback" not in res.stderr, str(res)
+    if res.returncode:
+        assert_one_error(res, 1, allow_warnings=True)
+    mq.check_clean()
+    assert [e["body"] for e in mq.drain("t", "H")] == ["one", "two"]
+
+
+# -- mounts ---------------------------------------------------------------------------------------
+
+def _mount(args: list[str]) -> str | None:
+    """Run ``mount ARGS``; None on success, else why not."""
+    if shutil.which("mount") is None:
+        return "no mount(8) on this machine"
+    cp = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if cp.returncode != 0:
+        return f"`mount {' '.join(args)}` failed: {cp.stderr.strip() or cp.returncode}"
+    return None
+
+
+def _umount(path: Path) -> None:
+    for _ in range(20):
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.2)
+    subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    why = _mount(["-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mnt)])
+    if why is not None:
+        pytest.skip(f"cannot make a small file system (tried a 2 MiB tmpfs as uid {os.getuid()}): {why}")
+    yield mnt
+    _umount(mnt)
+
+
+def test_full_file_system(small_fs: Path, tmp_path: Path) -> None:
+    m = MQ(small_fs / "store", tmp_path)
+    try:
+        m.ok("topic", "create", "t", "--queues", "2")
+        # one send, batch by batch: ~0.8 MiB fits, the next ~1.5 MiB does not
+        feeder = m.feed("t")
+        first = [ln.decode() for ln in lines(800, 1000, "fits").splitlines()]
+        assert feeder.batch(first)
+        assert not feeder.batch([ln.decode() for ln in lines(1500, 1000, "full").splitlines()])
+        rc = feeder.close()
+        assert rc == 1 and "Traceback" not in feeder.stderr, feeder.stderr
+        errors = [ln for ln in feeder.stderr.splitlines() if ln.startswith("mqctl: error: ")]
+        assert len(errors) == 1 and "no space left on device" in errors[0], feeder.stderr
+        acked = feeder.acked
+        assert len(acked) == 800, "the batch before the full one is acknowledged"
+        assert not is_dirty(m.root)
+        m.check_clean()
+        served = m.drain("t", "reader")
+        # exactly what was acknowledged is there: nothing of the failed batch is visible
+        assert sorted(e["msgId"] for e in served) == sorted(r["msgId"] for r in acked)
+        # fill it to the last byte: writers fail cleanly, readers still read
+        with open(small_fs / "filler", "wb") as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * 65536)
+                    fh.flush()
+            except OSError:
+                pass
+        for args in (["send", "t", "x" * 5000], ["topic", "create", "u"]):
+            assert_one_error(m.run(*args), 1)
+        res = m.run("consume", "t", "-g", "late", "--from", "first", "-e")
+        assert res.returncode in (0, 1) and "Traceback" not in res.stderr, str(res)
+        if res.returncode:
+            assert "no space left on device" in assert_one_error(res, 1, allow_warnings=True)
+        assert m.ok("msg", "show", acked[0]["msgId"], "--json").json_lines()[0]["msgId"] == acked[0]["msgId"]
+        m.ok("topic", "list")
+        m.check_clean()
+        (small_fs / "filler").unlink()
+        m.ok("send", "t", "after")
+        assert len(m.drain("t", "reader")) == 1
+        m.check_clean()
+    finally:
+        m.cleanup()
+
+
+@pytest.fixture
+def ro_view(mq: MQ, tmp_path: Path):
+    """A read-only bind mount of ``mq``'s store (root ignores file modes: the mount does not)."""
+    view = tmp_path / "ro"
+    view.mkdir()
+    mq.root.mkdir(parents=True, exist_ok=True)
+    why = _mount(["--bind", str(mq.root), str(view)])
+    if why is None:
+        why = _mount(["-o", "remount,bind,ro", str(view)])
+        if why is not None:
+            _umount(view)
+    if why is not None:
+        pytest.skip(f"cannot make a read-only view of the store (tried a read-only bind mount): {why}")
+    yield view
+    _umount(view)
+
+
+def test_read_only_store(mq: MQ, ro_view: Path, tmp_path: Path) -> None:
+    mq.ok("send", "t", "-q", "0", "--keys", "k", "one")
+    mq.ok("send", "t", "-q", "0", "two")
+    ro = MQ(ro_view, tmp_path)
+    for args in (["send", "t", "three"], ["topic", "create", "u"], ["consume", "t", "-g", "G", "-e"],
+                 ["store", "recover"], ["tx", "send", "t", "x"]):
+        msg = assert_one_error(ro.run(*args), 1, allow_warnings=True)
+        assert "read-only file system" in msg, msg
+    assert ro.ok("msg", "query", "--topic", "t", "--key", "k", "--json").json_lines()[0]["body"] == "one"
+    ro.ok("topic", "list")
+    ro.ok("tx", "list")
+    ro.check_clean()
+    assert sizes(mq.root) == sizes(ro_view)
+    # a store left dirty by a killed writer is still readable: what is complete, with a warning
+    assert mq.run("send", "t", "-q", "0", "torn", failpoints="put-after-log").returncode == KILLED
+    res = ro.run("topic", "status", "t", "--json")
+    assert res.returncode == 0 and "cannot be written" in res.stderr, str(res)
+    ro.ok("store", "check")
+    mq.check_clean()  # the writable path recovers it
+    assert [e["body"] for e in mq.drain("t", "G")] == ["one", "two", "torn"]
+
+
+# -- files deleted under a running consumer ---------------------------------------------------------
+
+def _stdout_lines(proc) -> list[str]:
+    return proc.stdout().decode().split()
+
+
+@pytest.mark.parametrize("victim", ["queue-lock", "member-json", "member-lock", "offsets-json"])
+def test_state_file_deleted_under_a_running_consumer(mq: MQ, victim: str) -> None:
+    mq.ok("topic", "create", "t", "--queues", "2")
+    mq.ok("send", "t", "-q", "0", input=lines(5, 0, "a"))
+    c = mq.start("consume", "t", "-g", "G", "--orderly", "--from", "first", "--rebalance-interval", "0.2")
+    wait_for(lambda: len(_stdout_lines(c)) == 5, what="the first messages")
+    wait_for(lambda: (mq.root / "locks" / "G" / "t" / "0.lock").exists(), what="the queue lock")
+    targets = {
+        "queue-lock": [mq.root / "locks" / "G" / "t" / "0.lock"],
+        "member-json": list((mq.root / "consumers" / "G").glob("*.json")),
+        "member-lock": list((mq.root / "consumers" / "G").glob("*.lock")),
+        "offsets-json": [mq.root / "config" / "consumerOffset.json"],
+    }[victim]
+    assert targets
+    for p in targets:
+        p.unlink()
+    mq.ok("send", "t", "-q", "0", input=lines(5, 0, "b"))
+    wait_for(lambda: len(_stdout_lines(c)) >= 10, timeout=30, what="delivery after the deletion")
+    assert c.alive(), c.stderr()
+    assert "Traceback" not in c.stderr()
+    if victim in ("queue-lock", "member-json"):  # re-taken / re-published
+        wait_for(lambda: all(p.exists() for p in targets), timeout=30, what=f"{victim} recreated")
+    assert c.stop() == 0, c.stderr()
+    got = _stdout_lines(c)
+    assert got[:5] == [f"a{i:06d}-" for i in range(5)] and set(got[5:]) == {f"b{i:06d}-" for i in range(5)}
+    mq.check_clean()
+    # the offsets were persisted at the stop: nothing is redelivered
+    assert mq.ok("consume", "t", "-g", "G", "-e").stdout == b""
+
+
+def test_consume_queue_deleted_under_a_running_consumer(mq: MQ) -> None:
+    """A consume-queue segment removed: ``store check`` says which queue lost entries, and
+    ``store recover`` rebuilds it from the log; the running consumer then goes on."""
+    mq.ok("topic", "create", "t", "--queues", "1")
+    mq.ok("send", "t", input=lines(5, 0, "a"))
+    c = mq.start("consume", "t", "-g", "G", "--from", "first")
+    wait_for(lambda: len(_stdout_lines(c)) == 5, what="the first messages")
+    seg = next((mq.root / "consumequeue" / "t" / "0").iterdir())
+    seg.unlink()
+    time.sleep(0.5)
+    assert c.alive(), c.stderr()
+    res = mq.check()
+    assert res.returncode == 1, str(res)
+    assert any("consumequeue/t/0" in p.get("file", "") for p in res.json_lines()), res.out
+    mq.ok("store", "recover")
+    mq.check_clean()
+    mq.ok("send", "t", input=lines(3, 0, "b"))
+    wait_for(lambda: len(_stdout_lines(c)) == 8, timeout=30, what="delivery after the rebuild")
+    assert c.stop() == 0
+    assert _stdout_lines(c) == [f"a{i:06d}-" for i in range(5)] + [f"b{i:06d}-" for i in range(3)]
+    assert [e["body"] for e in mq.drain("t", "fresh")] == _stdout_lines(c)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (store/broker.py _WriteLock): the store's write lock is taken on "
+                   "whatever file STORE/lock names when first opened; deleted and re-created, it no longer "
+                   "excludes a process that still holds the old one (qlocks/members re-check the path "
+                   "after locking; the write lock does not)")
+def test_deleted_write_lock_file_still_excludes(mq: MQ) -> None:
+    from store.broker import Store
+    mq.ok("send", "t", "-q", "0", "one")
+    with Store.open(mq.root) as store, store.write_lock():
+        (mq.root / "lock").unlink()
+        p = subprocess.Popen(["timeout", "3", *MQCTL, "send", "t", "-q", "0", "two"],
+                             env=mq.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        rc = p.wait(timeout=30)
+    assert rc == 124, "a second writer got the write lock while this process held it"
