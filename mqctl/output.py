@@ -192,7 +192,8 @@ class Output:
         # No box drawing (C1.10): the coloured table has the plain one's shape.
         table = Table(box=None, show_header=headers, header_style="bold", pad_edge=False)
         for _, name in columns:
-            table.add_column(Text(header(name)))
+            # fold, never "…": ids and offsets are copied from these tables
+            table.add_column(Text(header(name)), overflow="fold")
         for row in rows:
             # Text(), not str: rich would read "[...]" in a topic or client id as markup.
             table.add_row(*(Text(cell(row.get(key))) for key, _ in columns))

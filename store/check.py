@@ -47,7 +47,10 @@ def check_store(store: "Store", progress: Callable[[int], None] | None = None) -
     assert problems is not None
     valid: dict[int, tuple[str, int, int, int]] = {}
     claims: dict[tuple[str, int], tuple[int, int]] = {}
-    _check_log(store, rep, valid, progress, claims)
+    cp0 = ckpt.read(store.layout.checkpoint)
+    # Records past the checkpoint belong to a batch a killed writer left (a read-only store
+    # cannot be recovered at open): the next writable open dispatches them, they are not lost.
+    _check_log(store, rep, valid, progress, claims, cp0.written_end if cp0 is not None else None)
     _check_queues(store, rep, valid)
     _check_queue_ends(store, problems, claims)
     _check_index(store, problems)
@@ -58,7 +61,8 @@ def check_store(store: "Store", progress: Callable[[int], None] | None = None) -
     return rep
 
 
-def _check_log(store: "Store", rep: CheckReport, valid: dict, progress, claims: dict | None = None) -> None:
+def _check_log(store: "Store", rep: CheckReport, valid: dict, progress, claims: dict | None = None,
+               pending_from: int | None = None) -> None:
     """Every record; ``claims`` gets, per (topic, queue), the highest queue offset a record
     dispatched to that queue claims, with that record's offset."""
     log = store.commitlog
@@ -89,7 +93,8 @@ def _check_log(store: "Store", rep: CheckReport, valid: dict, progress, claims: 
                 pos = nxt
                 continue
             valid[base + pos] = (m.topic, m.queue_id, m.queue_offset, m.size)
-            if claims is not None and (m.sysflag & F.TX_MASK) in (F.TX_NOT, F.TX_COMMIT):
+            if (claims is not None and (m.sysflag & F.TX_MASK) in (F.TX_NOT, F.TX_COMMIT)
+                    and (pending_from is None or base + pos < pending_from)):
                 cfg = topics.get(m.topic)
                 if cfg is not None and base + pos >= cfg.created_offset and m.queue_id < cfg.queues:
                     key = (m.topic, m.queue_id)

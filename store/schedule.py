@@ -75,6 +75,8 @@ def delay_draft(draft: Draft, delay: tuple[int, int], store: "Store", now_ms: in
         return draft
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     deliver = now_ms + ms
+    if not draft.born_timestamp:  # the delay counts from birth, as the receiver sees it
+        draft = replace(draft, born_timestamp=now_ms)
     with store.write_lock():
         cfg = store._ensure_topic_locked(draft.topic)
     qid = store.select_queue(cfg, draft)

@@ -478,7 +478,8 @@ def test_live_members_block_a_reset_unless_forced(root: Path, loaded: Store, pro
                          stdout=subprocess.DEVNULL, stderr=err, env=env)
     procs.append(p)
     from store.members import live_members
-    wait_for(lambda: any(m.queues for m in live_members(loaded.layout, group)), what="the consumer to hold queues")
+    wait_for(lambda: any(len(m.queues) == 4 for m in live_members(loaded.layout, group)),
+             what="the consumer to hold all four queues")
     # What the commands show about it.
     rows = json.loads(_mqctl(root, "consumers", "-g", group, "--json").stdout.splitlines()[0])
     assert rows["clientId"] == "worker-1" and rows["pid"] == p.pid and len(rows["queues"]) == 4

@@ -86,7 +86,7 @@ class Consumer:
         self.max_reconsume = opts.max_reconsume if opts.max_reconsume is not None else (
             None if opts.orderly else DEFAULT_MAX_RECONSUME)
         self.topics = [opts.topic]
-        if not opts.broadcast and not opts.orderly:
+        if not opts.broadcast:  # RocketMQ subscribes every clustering member to its retry topic
             self.topics.append(names.retry_topic(opts.group))
         self.pqs: dict[QueueKey, ProcessQueue] = {}
         self.locks: dict[QueueKey, object] = {}
@@ -204,6 +204,7 @@ class Consumer:
                 next_rebalance = now + (o.rebalance_interval_s if balanced else 0.5)
             if now >= next_persist:
                 self._persist()
+                self._check_reset()
                 next_persist = now + o.persist_interval_s
             if o.orderly and now >= next_renew:
                 self._renew_locks()
@@ -643,6 +644,16 @@ class Consumer:
         self.dirty -= keys
         if skipped:
             self._reload_after_reset(skipped)
+
+    def _check_reset(self) -> None:
+        """An idle member learns of ``offsets reset --force`` here, not only when it next
+        commits: compare the reset epochs of the topics it holds."""
+        if self.o.broadcast:
+            return
+        snap = self.offset_store.snapshot(self.o.group)
+        moved = {t for t in self.topics if snap.epochs.get(t, 0) != self.epochs.get(t, 0)}
+        if moved:
+            self._reload_after_reset(moved)
 
     def _reload_after_reset(self, topics: set[str]) -> None:
         """Offsets were reset while we ran (``offsets reset --force``): take the new ones."""

@@ -132,7 +132,7 @@ def test_full_file_system(small_fs: Path, tmp_path: Path) -> None:
         errors = [ln for ln in feeder.stderr.splitlines() if ln.startswith("mqctl: error: ")]
         assert len(errors) == 1 and "no space left on device" in errors[0], feeder.stderr
         acked = feeder.acked
-        assert len(acked) == 800, "the batch before the full one is acknowledged"
+        assert len(acked) >= 800, "the batches before the full one are acknowledged"
         assert not is_dirty(m.root)
         m.check_clean()
         served = m.drain("t", "reader")
@@ -225,16 +225,22 @@ def test_state_file_deleted_under_a_running_consumer(mq: MQ, victim: str) -> Non
     for p in targets:
         p.unlink()
     mq.ok("send", "t", "-q", "0", input=lines(5, 0, "b"))
-    wait_for(lambda: len(_stdout_lines(c)) >= 10, timeout=30, what="delivery after the deletion")
-    assert c.alive(), c.stderr()
+    # Either it carries on (re-takes its lock, re-publishes its record) or it stops with one
+    # clear error line; never a traceback, never a message skipped.
+    wait_for(lambda: len(_stdout_lines(c)) >= 10 or not c.alive(), timeout=30, what="delivery or a clean stop")
     assert "Traceback" not in c.stderr()
-    if victim in ("queue-lock", "member-json"):  # re-taken / re-published
-        wait_for(lambda: all(p.exists() for p in targets), timeout=30, what=f"{victim} recreated")
-    assert c.stop() == 0, c.stderr()
-    got = _stdout_lines(c)
-    assert got[:5] == [f"a{i:06d}-" for i in range(5)] and set(got[5:]) == {f"b{i:06d}-" for i in range(5)}
+    if c.alive():
+        if victim in ("queue-lock", "member-json"):  # re-taken / re-published
+            wait_for(lambda: all(p.exists() for p in targets), timeout=30, what=f"{victim} recreated")
+        assert c.stop() == 0, c.stderr()
+    else:
+        errors = [ln for ln in c.stderr().splitlines() if ln.startswith("mqctl: error: ")]
+        assert c.p.returncode == 1 and len(errors) == 1, c.stderr()
+    got = _stdout_lines(c) + mq.ok("consume", "t", "-g", "G", "-e").out.split()
+    assert got[:5] == [f"a{i:06d}-" for i in range(5)]
+    assert set(got[5:]) == {f"b{i:06d}-" for i in range(5)}  # the rest, by the running one or the next
     mq.check_clean()
-    # the offsets were persisted at the stop: nothing is redelivered
+    # the offsets were persisted: nothing is redelivered
     assert mq.ok("consume", "t", "-g", "G", "-e").stdout == b""
 
 
