@@ -106,6 +106,7 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
     valid_end = start
     last_ts = 0
     index_items: list[tuple[str, int]] = []
+    queues: dict[tuple[str, int], _QueueRebuild] = {}
     pos = start
     while True:
         resumed = False
@@ -121,7 +122,7 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
             rep.records += 1
             valid_end = off + msg.size
             last_ts = max(last_ts, msg.store_timestamp)
-            rep.cq_entries_written += _dispatch(store, topics, msg, index_items)
+            rep.cq_entries_written += _dispatch(store, topics, msg, index_items, queues)
             if len(index_items) >= 8192:
                 store.index.add(index_items, last_ts)
                 index_items.clear()
@@ -129,6 +130,8 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
                 progress(msg.size)
         if not resumed:
             break
+    for qr in queues.values():
+        qr.flush()
     if index_items:
         store.index.add(index_items, last_ts)
     rep.truncated_bytes = _truncate_log(store, valid_end)
@@ -147,7 +150,8 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
     return rep
 
 
-def _dispatch(store: "Store", topics: dict, msg: Message, index_items: list[tuple[str, int]]) -> int:
+def _dispatch(store: "Store", topics: dict, msg: Message, index_items: list[tuple[str, int]],
+              queues: dict[tuple[str, int], "_QueueRebuild"]) -> int:
     """Give one recovered record its consume-queue entry and index keys. Returns 1 when a
     consume-queue entry had to be written."""
     tx = msg.sysflag & F.TX_MASK
@@ -163,19 +167,67 @@ def _dispatch(store: "Store", topics: dict, msg: Message, index_items: list[tupl
         return 0
     if msg.queue_id >= cfg.queues:
         return 0
-    q = store.queue(msg.topic, msg.queue_id)
+    key = (msg.topic, msg.queue_id)
+    qr = queues.get(key)
+    if qr is None:
+        qr = queues[key] = _QueueRebuild(store.queue(msg.topic, msg.queue_id))
     if msg.topic == "SCHEDULE_TOPIC_XXXX":
         tags = int(msg.properties.get("TIMER_DELIVER_MS", "0") or 0)
     else:
         tags = java_hash(msg.tags) if msg.tags else 0
-    entry = F.CQ_ENTRY.pack(msg.commitlog_offset, msg.size, tags)
-    cur = q.entry(msg.queue_offset) if msg.queue_offset < q.max_offset() else None
-    if cur is not None and cur[0] == msg.commitlog_offset and cur[1] == msg.size:
-        return 0
-    _fix_partial_entry(q)
-    q.append(msg.queue_offset, entry)
-    q.close()
-    return 1
+    return qr.put(msg.queue_offset, msg.commitlog_offset, msg.size, tags)
+
+
+class _QueueRebuild:
+    """One consume queue during recovery. Entries already right are checked against reads of
+    4096 entries at a time; missing ones at the end are appended in runs, one write per run,
+    instead of a few system calls per record (a million-record rebuild took minutes)."""
+
+    RUN = 4096
+
+    def __init__(self, q: ConsumeQueue) -> None:
+        self.q = q
+        _fix_partial_entry(q)
+        self.end = q.max_offset()
+        self.run_first = -1
+        self.run = bytearray()
+        self.win_first = 0
+        self.win: list[tuple[int, int, int]] = []
+
+    def put(self, qoff: int, phys: int, size: int, tags: int) -> int:
+        entry = F.CQ_ENTRY.pack(phys, size, tags)
+        if self.run:
+            if qoff == self.run_first + len(self.run) // F.CQ_ENTRY_SIZE:
+                self.run += entry
+                if len(self.run) >= self.RUN * F.CQ_ENTRY_SIZE:
+                    self.flush()
+                return 1
+            self.flush()
+        if qoff < self.end:
+            i = qoff - self.win_first
+            if not 0 <= i < len(self.win):
+                self.win_first, self.win = qoff, self.q.read_entries(qoff, self.RUN)
+                i = 0
+            if i < len(self.win) and self.win[i][0] == phys and self.win[i][1] == size:
+                return 0
+            self.q.append(qoff, entry)   # a wrong or missing entry in the middle: fixed in place
+            self.win = []
+            return 1
+        if qoff == self.end:
+            self.run_first = qoff
+            self.run += entry
+            return 1
+        self.q.append(qoff, entry)       # a gap before it: written where it belongs
+        self.end = qoff + 1
+        return 1
+
+    def flush(self) -> None:
+        if self.run:
+            self.q.append(self.run_first, bytes(self.run))
+            self.end = max(self.end, self.run_first + len(self.run) // F.CQ_ENTRY_SIZE)
+            self.run.clear()
+            self.win = []
+        self.q.close()
 
 
 def _fix_partial_entry(q: ConsumeQueue) -> None:

@@ -320,7 +320,7 @@ def store_option(options: Mapping[str, str]) -> str:
     root = options.get("store") or options.get("path")
     if not root:
         raise UsageError('the mqctl data source needs .option("store", DIR) (or load(DIR))')
-    return str(Path(root).expanduser())
+    return os.path.abspath(Path(root).expanduser())
 
 
 def select_topics(store: Store, spec: str, must_exist: bool) -> list[tuple[str, int]]:

@@ -358,6 +358,19 @@ def test_offset_options_parse() -> None:
     assert S.parse_tags("A || B ||") == ("A", "B") and S.parse_tags("*") is None
 
 
+def test_ship_code_zips_an_importable_store_package(tmp_path: Path) -> None:
+    zipped = S._zip_store_package()
+    try:
+        probe = ("import sys; sys.path.insert(0, sys.argv[1]); import store.broker, store.spark; "
+                 "print(store.broker.__file__)")
+        r = subprocess.run([sys.executable, "-c", probe, zipped], capture_output=True, text=True,
+                           cwd=tmp_path, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip().startswith(zipped)
+    finally:
+        os.unlink(zipped)
+
+
 def test_fair_share_caps_and_spreads_a_trigger() -> None:
     assert S.fair_share({"a/0": 3, "a/1": 2}, 10) == {"a/0": 3, "a/1": 2}
     share = S.fair_share({"a/0": 100, "a/1": 100, "b/0": 1}, 7)

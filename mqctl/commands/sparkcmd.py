@@ -69,7 +69,7 @@ def query(
     topics = view_topics(store, topic, all_)
     extra = sparkutil.parse_conf(conf)
     with sparkutil.session(master, extra) as spark:
-        run_query(spark, str(store.root), topics, sql, json)
+        run_query(spark, str(store.root.resolve()), topics, sql, json)
 
 
 def run_query(spark: Any, root: str, topics: list[str], sql: str, json: bool) -> None:
@@ -103,12 +103,14 @@ def quote_identifier(name: str) -> str:
 
 
 def register_views(spark: Any, root: str, topics: list[str]) -> list[str]:
+    """One temporary view per topic, named after it; returns warnings for names that only
+    differ in case (Spark's catalogue would let the later view replace the earlier)."""
     from store.spark import SCHEMA
     warnings = []
     seen: dict[str, str] = {}
     for name in topics:
         other = seen.get(name.lower())
-        if other is not None:  # Spark's catalogue ignores case: the later view would replace it
+        if other is not None:
             warnings.append(f"topics {other!r} and {name!r} differ only in case; "
                             f"the view {name} is not created (use --topic to pick one)")
             continue
@@ -284,7 +286,7 @@ def export(
     ending, count = snapshot(store, topic)
     extra = sparkutil.parse_conf(conf)
     with sparkutil.session(master, extra) as spark:
-        export_topic(spark, str(store.root), topic, ending, out, fmt)
+        export_topic(spark, str(store.root.resolve()), topic, ending, out.resolve(), fmt)
     _stderr(f"exported {count} message{'s' if count != 1 else ''} of {topic} to {out} ({fmt})")
 
 

@@ -69,20 +69,17 @@ name_text = st.one_of(
 )
 
 
+NAME = re.compile(r"[A-Za-z0-9_%|-]{1,127}")  # the contract's rule, matched whole (fullmatch)
+
+
 def topic_ok(name: str) -> bool:
-    try:
-        names.validate_topic(name)
-        return True
-    except UsageError:
-        return False
+    return bool(NAME.fullmatch(name)) and not name.startswith(names.RESERVED_PREFIXES) \
+        and name not in names.SYSTEM_TOPICS
 
 
 def group_ok(name: str) -> bool:
-    try:
-        names.validate_group(name)
-        return True
-    except UsageError:
-        return False
+    return bool(NAME.fullmatch(name)) and len(name) <= 120 \
+        and not name.startswith((*names.RESERVED_PREFIXES, "CID_RMQ_SYS_"))
 
 
 @FAST
@@ -90,6 +87,7 @@ def group_ok(name: str) -> bool:
 @example(name="a\x00b")
 def test_topic_and_group_names(store: Path, name: str) -> None:
     assume(not name.startswith("-"))  # an option, not a name: covered by the option tests
+    assume(not name.endswith("\n"))  # a known bug: test_security.py::test_a_trailing_newline_is_not_part_of_a_valid_name
     res = cli(store, "topic", "create", name, "--queues", "1")
     assert_contract(res, {0, 2})
     assert (res.returncode == 0) == topic_ok(name), str(res)
@@ -100,7 +98,7 @@ def test_topic_and_group_names(store: Path, name: str) -> None:
 
     res = cli(store, "topic", "status", name, "--json")
     assert_contract(res, {0, 2, 3})
-    assert (res.returncode == 2) == (not names.NAME_RE.match(name)), str(res)
+    assert (res.returncode == 2) == (not NAME.fullmatch(name)), str(res)
 
     res = cli(store, "consume", "t", "-g", name, "-e", "--from", "last")
     assert_contract(res, {0, 2})
@@ -284,7 +282,7 @@ OPTION_CASES = [
     (["send", "t", "x"], "--sharding-key", {0, 2}),
     (["send", "t"], "--delimiter", {0, 2}),
     (["send", "t"], "--key-delimiter", {0, 2}),
-    (["send", "t"], "--input", {0, 2}),
+    (["send", "t"], "--input", {0, 2, 5}),  # (json: the raw lines fed are not JSON)
     (["consume", "t", "-g", "og", "-e"], "--count", {0, 2}),
     (["consume", "t", "-g", "og", "-e"], "--batch", {0, 2}),
     (["consume", "t", "-g", "og", "-e"], "--threads", {0, 2}),
@@ -336,7 +334,7 @@ def real(root: Path, *args: str, stdin: bytes = b""):
 
 
 @SAMPLE
-@given(name=name_text.filter(lambda s: "\x00" not in s and not s.startswith("-")),
+@given(name=name_text.filter(lambda s: "\x00" not in s and not s.startswith("-") and not s.endswith("\n")),
        lines=st.lists(ndjson_line, min_size=1, max_size=3))
 def test_a_sample_through_real_processes(store: Path, name: str, lines: list[bytes]) -> None:
     res = real(store, "send", name, "x")

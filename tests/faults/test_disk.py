@@ -244,9 +244,7 @@ def test_state_file_deleted_under_a_running_consumer(mq: MQ, victim: str) -> Non
     assert mq.ok("consume", "t", "-g", "G", "-e").stdout == b""
 
 
-def test_consume_queue_deleted_under_a_running_consumer(mq: MQ) -> None:
-    """A consume-queue segment removed: ``store check`` says which queue lost entries, and
-    ``store recover`` rebuilds it from the log; the running consumer then goes on."""
+def _delete_queue_under_consumer(mq: MQ):
     mq.ok("topic", "create", "t", "--queues", "1")
     mq.ok("send", "t", input=lines(5, 0, "a"))
     c = mq.start("consume", "t", "-g", "G", "--from", "first")
@@ -255,16 +253,36 @@ def test_consume_queue_deleted_under_a_running_consumer(mq: MQ) -> None:
     seg.unlink()
     time.sleep(0.5)
     assert c.alive(), c.stderr()
+    return c
+
+
+def test_consume_queue_deleted_under_a_running_consumer(mq: MQ) -> None:
+    """A consume-queue segment removed: ``store check`` says which queue lost entries, and
+    ``store recover`` rebuilds it from the log; consumers go on from their offsets."""
+    c = _delete_queue_under_consumer(mq)
     res = mq.check()
     assert res.returncode == 1, str(res)
     assert any("consumequeue/t/0" in p.get("file", "") for p in res.json_lines()), res.out
     mq.ok("store", "recover")
     mq.check_clean()
+    assert c.stop() == 0 and "Traceback" not in c.stderr()
     mq.ok("send", "t", input=lines(3, 0, "b"))
-    wait_for(lambda: len(_stdout_lines(c)) == 8, timeout=30, what="delivery after the rebuild")
-    assert c.stop() == 0
-    assert _stdout_lines(c) == [f"a{i:06d}-" for i in range(5)] + [f"b{i:06d}-" for i in range(3)]
-    assert [e["body"] for e in mq.drain("t", "fresh")] == _stdout_lines(c)
+    assert mq.ok("consume", "t", "-g", "G", "-e").out.split() == [f"b{i:06d}-" for i in range(3)]
+    assert [e["body"] for e in mq.drain("t", "fresh")] == [f"a{i:06d}-" for i in range(5)] + [f"b{i:06d}-" for i in range(3)]
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (store/consumequeue.py ConsumeQueue._fd): read descriptors are cached "
+                   "per segment and never checked against the path, so a consumer running while a consume-queue "
+                   "file is replaced (deleted, then rebuilt by store recover) reads the old inode for ever and "
+                   "never sees new entries")
+def test_running_consumer_goes_on_after_its_queue_is_rebuilt(mq: MQ) -> None:
+    c = _delete_queue_under_consumer(mq)
+    mq.ok("store", "recover")
+    mq.ok("send", "t", input=lines(3, 0, "b"))
+    try:
+        wait_for(lambda: len(_stdout_lines(c)) == 8, timeout=8, what="delivery after the rebuild")
+    finally:
+        c.stop()
 
 
 @pytest.mark.xfail(strict=True, reason="BUG (store/broker.py _WriteLock): the store's write lock is taken on "
