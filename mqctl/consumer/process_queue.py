@@ -43,15 +43,16 @@ class ProcessQueue:
 
     # -- filling ---------------------------------------------------------------------------
     def put(self, messages: Iterable[Message]) -> int:
-        added = 0
-        for m in messages:
-            if m.queue_offset not in self.msgs and m.queue_offset not in self.consuming:
-                self.msgs[m.queue_offset] = m
-                self.bytes += len(m.body)
-                added += 1
-            if m.queue_offset > self.max_seen:
-                self.max_seen = m.queue_offset
-        return added
+        msgs, consuming = self.msgs, self.consuming
+        fresh = {m.queue_offset: m for m in messages
+                 if m.queue_offset not in msgs and m.queue_offset not in consuming}
+        if fresh:
+            msgs.update(fresh)  # one bulk insert: cheaper than one sorted insert per message
+            self.bytes += sum(len(m.body) for m in fresh.values())
+            top = max(fresh)
+            if top > self.max_seen:
+                self.max_seen = top
+        return len(fresh)
 
     def full(self) -> bool:
         """RocketMQ's pull flow control: at most 1000 messages or 100 MiB cached per queue."""
@@ -64,26 +65,37 @@ class ProcessQueue:
     # -- concurrent ------------------------------------------------------------------------
     def next_batch(self, n: int) -> list[Message]:
         """Up to ``n`` cached messages not yet handed out, oldest first (concurrent mode)."""
-        out = []
-        for off in self.msgs.irange():
-            if off not in self.in_flight:
-                out.append(self.msgs[off])
-                self.in_flight.add(off)
-                if len(out) >= n:
-                    break
-        return out
+        msgs, in_flight = self.msgs, self.in_flight
+        if not in_flight:
+            keys = msgs.keys()[:n]
+        else:
+            keys = []
+            for off in msgs.irange():
+                if off not in in_flight:
+                    keys.append(off)
+                    if len(keys) >= n:
+                        break
+        in_flight.update(keys)
+        return [msgs[k] for k in keys]
 
-    def remove(self, messages: Iterable[Message]) -> int:
+    def remove(self, messages: list[Message]) -> int:
         """Forget consumed messages; the offset to commit (or -1 if nothing was cached)."""
-        if not self.msgs:
+        msgs = self.msgs
+        if not msgs:
             return -1
+        if len(messages) == len(msgs) and all(m.queue_offset in msgs for m in messages):
+            # the common case: everything cached was consumed (no per-key sorted deletes)
+            self.bytes = 0
+            msgs.clear()
+            self.in_flight.clear()
+            return self.max_seen + 1
         for m in messages:
-            got = self.msgs.pop(m.queue_offset, None)
+            got = msgs.pop(m.queue_offset, None)
             self.in_flight.discard(m.queue_offset)
             if got is not None:
                 self.bytes -= len(got.body)
-        if self.msgs:
-            return self.msgs.keys()[0]
+        if msgs:
+            return msgs.keys()[0]
         return self.max_seen + 1
 
     def release(self, messages: Iterable[Message]) -> None:

@@ -503,7 +503,7 @@ class Consumer:
 
     def _consume_stdout(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> None:
         # BrokenPipe propagates: nothing of this batch is committed.
-        self.stdout.write([self._present(m) for m in batch])
+        self.stdout.write([self._present(m) for m in batch] if names.is_retry_topic(key[0]) else batch)
         self._succeeded(key, pq, batch)
 
     def _run_exec(self, key: QueueKey, batch: list[Message]) -> tuple[bool, str]:
