@@ -181,8 +181,8 @@ def assert_resolved_at_most_once(mq: MQ, topic: str, tx_id: str) -> str:
 
 
 TX_END_CASES = [
-    ("commit", "put-after-log", 1), ("commit", "put-after-index", 2), ("rollback", "put-after-cq", 1),
-    *[pytest.param(r, p, n, marks=SLOW) for r, p, n in [
+    ("commit", "put-after-log", 1), ("commit", "put-after-index", 2),
+    *[pytest.param(r, p, n, marks=SLOW) for r, p, n in [("rollback", "put-after-cq", 1),
         ("commit", "put-after-cq", 1), ("commit", "put-after-index", 1), ("commit", "put-after-log", 2),
         ("commit", "put-after-cq", 2), ("rollback", "put-after-log", 1), ("rollback", "put-after-index", 1)]],
 ]

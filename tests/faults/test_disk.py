@@ -208,7 +208,8 @@ def _stdout_lines(proc) -> list[str]:
     return proc.stdout().decode().split()
 
 
-@pytest.mark.parametrize("victim", ["queue-lock", "member-json", "member-lock", "offsets-json"])
+@pytest.mark.parametrize("victim", ["queue-lock", "member-lock", pytest.param("member-json", marks=pytest.mark.slow),
+                                    pytest.param("offsets-json", marks=pytest.mark.slow)])
 def test_state_file_deleted_under_a_running_consumer(mq: MQ, victim: str) -> None:
     mq.ok("topic", "create", "t", "--queues", "2")
     mq.ok("send", "t", "-q", "0", input=lines(5, 0, "a"))
@@ -271,6 +272,7 @@ def test_consume_queue_deleted_under_a_running_consumer(mq: MQ) -> None:
     assert [e["body"] for e in mq.drain("t", "fresh")] == [f"a{i:06d}-" for i in range(5)] + [f"b{i:06d}-" for i in range(3)]
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="BUG (store/consumequeue.py ConsumeQueue._fd): read descriptors are cached "
                    "per segment and never checked against the path, so a consumer running while a consume-queue "
                    "file is replaced (deleted, then rebuilt by store recover) reads the old inode for ever and "
