@@ -40,8 +40,8 @@ from .fsutil import atomic_write_json, ensure_dir, io_error, read_json_with_bak
 from .index import KeyIndex
 from .layout import Layout
 from .record import (
-    PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Draft, Message, RecordError, UniqKeyGenerator, decode,
-    decode_offset_msg_id, encode, java_hash, offset_msg_id,
+    FAST_CRC as _FAST_CRC, PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Draft, Message, RecordError,
+    UniqKeyGenerator, crc32 as _crc32, decode, decode_offset_msg_id, encode, java_hash, offset_msg_id,
 )
 from .topics import TopicConfig, TopicTable
 
@@ -463,8 +463,11 @@ class Store:
         const48 = _HEAD_CONST.pack(0, now, F.LOOPBACK_IP, self._pid, store_ts, F.LOOPBACK_IP,
                                    F.STORE_PORT, 0, 0)
         pack_cq = F.CQ_ENTRY.pack
-        crc32 = zlib.crc32
-        combine = _crc32_combine() if max(map(len, bodies)) >= _COMBINE_MIN else None
+        crc32 = _crc32
+        # Big bodies are not joined into a record (a copy): the record CRC continues over the
+        # parts; with zlib's slow CRC, CRC(head + body) comes from CRC(body) by a combine.
+        big = max(map(len, bodies)) >= _BIG_BODY
+        combine = _crc32_combine() if big and not _FAST_CRC else None
         magic = F.MAGIC_V1
         counter = first_counter = (self._uniq.counter + 1) & 0xFFFF
         counter -= 1
@@ -484,7 +487,8 @@ class Store:
             tails = [pb_tail if k is None else b"\x02__SHARDINGKEY\x01" + k.encode() + pb_tail
                      for k in sharding_keys]
         tail, mid, fixed = pb_tail, mid0, fixed0
-        if tails is None and combine is None:
+        parts: list | None = None
+        if tails is None and not big:
             # The common case, kept lean: no per-message properties, no big bodies.
             n = len(bodies)
             hx = hex4[first_counter:first_counter + n]
@@ -516,6 +520,41 @@ class Store:
             hashes = [crc32(h4, key_crc0) & M for h4 in hx]
             counter = (first_counter + n - 1) & 0xFFFF
             bodies = ()   # the general loop below has nothing left to do
+        elif tails is None and combine is None:
+            # Big bodies (and a fast CRC): written from the body objects themselves (pwritev).
+            n = len(bodies)
+            hx = hex4[first_counter:first_counter + n]
+            while len(hx) < n:
+                hx += hex4[:n - len(hx)]
+            join = b"".join
+            offs_append, physs_append = offs.append, physs.append
+            trailer = b"\x02%010d\x01#23CRC__"
+            parts = app.start_parts()
+            for body, qid, h4 in zip(bodies, qids, hx):
+                qoff = nxt[qid]
+                if qoff < 0:
+                    qoff = first_off[qid] = self.queue(topic, qid).max_offset()
+                    cqb[qid] = bytearray()
+                nxt[qid] = qoff + 1
+                blen = len(body)
+                total = fixed + blen
+                if pos + total > room_end:
+                    app.pos = pos
+                    pos = app.place(total)
+                    parts = app.start_parts()
+                    room_end = pos + seg - F.END_FILE_MIN_BLANK
+                bcrc = crc32(body)
+                head = pack(total, magic, bcrc & M, qid, 0, qoff, pos, const48, blen)
+                after = join((mid, h4, tail))
+                c = crc32(after, crc32(body, crc32(head))) & M
+                parts += (head, body, after + (trailer % c)[::-1])
+                cqb[qid] += pack_cq(pos, total, tags)
+                offs_append(qoff)
+                physs_append(pos)
+                pos += total
+            hashes = [crc32(h4, key_crc0) & M for h4 in hx]
+            counter = (first_counter + n - 1) & 0xFFFF
+            bodies = ()
         for i, body in enumerate(bodies):
             qid = qids[i]
             qoff = nxt[qid]
@@ -539,20 +578,29 @@ class Store:
                 app.pos = pos
                 pos = app.place(total)
                 chunk = app.start_chunk()
+                if parts is not None:
+                    parts = app.start_parts()
                 room_end = pos + seg - F.END_FILE_MIN_BLANK
             bcrc = crc32(body)
             head = pack(total, magic, bcrc & M, qid, 0, qoff, pos, const48, blen)
-            if combine is None or blen < _COMBINE_MIN:
+            if blen < _BIG_BODY:
                 rec = b"".join((head, body, mid, h4, tail))
-                c = crc32(rec) & M
-                chunk += rec
-            else:   # one pass over a big body: CRC(head + body) from CRC(head) and CRC(body)
+                crc_prop = (b"\x02%010d\x01#23CRC__" % (crc32(rec) & M))[::-1]   # __CRC32# 0x01 digits 0x02
+                if parts is None:
+                    chunk += rec
+                    chunk += crc_prop
+                else:
+                    parts += (rec, crc_prop)
+            else:
+                # A big body is written from the body itself (pwritev), never copied; its
+                # record CRC continues over the parts (or, with zlib, is combined).
                 after = b"".join((mid, h4, tail))
-                c = crc32(after, combine(crc32(head), bcrc, blen)) & M
-                chunk += head
-                chunk += body
-                chunk += after
-            chunk += (b"\x02%010d\x01#23CRC__" % c)[::-1]   # __CRC32# 0x01, digits reversed, 0x02
+                hc = crc32(head)
+                hc = combine(hc, bcrc, blen) if combine is not None else crc32(body, hc)
+                crc_prop = (b"\x02%010d\x01#23CRC__" % (crc32(after, hc) & M))[::-1]
+                if parts is None:
+                    parts = app.start_parts()
+                parts += (head, body, after + crc_prop)
             cqb[qid] += pack_cq(pos, total, tags)
             hashes.append(crc32(h4, key_crc0) & M)
             offs.append(qoff)
@@ -867,8 +915,9 @@ _HEAD_PACK = struct.Struct(">iIIiiqq48si").pack
 _HEAD_CONST = struct.Struct(">iqIiqIiiq")
 assert struct.calcsize(">iIIiiqq48si") == F.RECORD_HEADER_SIZE and _HEAD_CONST.size == 48
 
-# Below this body size two CRC passes are cheaper than a CRC combine through ctypes.
-_COMBINE_MIN = 2048
+# From this body size on a record is written in parts (head, body, rest) rather than joined
+# first, and with zlib's CRC its record CRC is combined from the body's instead of a 2nd pass.
+_BIG_BODY = 2048
 _COMBINE: list = []
 
 

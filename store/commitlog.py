@@ -149,6 +149,7 @@ class _Chunk:
     base: int
     start: int                 # file position where this chunk's bytes go
     data: bytearray = field(default_factory=bytearray)
+    parts: list | None = None  # instead of ``data``: buffers written as they are (pwritev)
 
 
 class LogAppender:
@@ -180,7 +181,12 @@ class LogAppender:
         base = self.log.segment_of(self.pos)
         left = base + seg - self.pos
         if size + F.END_FILE_MIN_BLANK > left:
-            self._chunk().data += F.BLANK_TRAILER.pack(left, F.BLANK_MAGIC)
+            ch = self._chunk()
+            trailer = F.BLANK_TRAILER.pack(left, F.BLANK_MAGIC)
+            if ch.parts is not None:
+                ch.parts.append(trailer)
+            else:
+                ch.data += trailer
             self.pos = base + seg
         return self.pos
 
@@ -188,6 +194,18 @@ class LogAppender:
         """The buffer the next record at :attr:`pos` goes into (for callers that inline
         :meth:`add`; they must advance :attr:`pos` themselves)."""
         return self._chunk().data
+
+    def start_parts(self) -> list:
+        """Like :meth:`start_chunk`, but a list of buffers written as they are, without
+        being copied together first (big bodies). One chunk holds one or the other."""
+        ch = self._chunk()
+        if ch.parts is None:
+            if ch.data:
+                ch.parts = [bytes(ch.data)]
+                ch.data = bytearray()
+            else:
+                ch.parts = []
+        return ch.parts
 
     def add(self, record: bytes) -> None:
         self._chunk().data += record
@@ -206,14 +224,17 @@ class LogAppender:
                 if ch.base != self.log.segment_of(self.start_end):
                     self._new_segments.append(ch.base)
                     new_file = True
-                view = memoryview(ch.data)
-                pos = ch.start
-                while view:
-                    n = os.pwrite(fd, view, pos)
-                    if n <= 0:
-                        raise OSError(28, "short write")
-                    view = view[n:]
-                    pos += n
+                if ch.parts is not None:
+                    _pwritev_all(fd, ch.parts, ch.start)
+                else:
+                    view = memoryview(ch.data)
+                    pos = ch.start
+                    while view:
+                        n = os.pwrite(fd, view, pos)
+                        if n <= 0:
+                            raise OSError(28, "short write")
+                        view = view[n:]
+                        pos += n
                 if sync:
                     os.fdatasync(fd)
             except OSError as exc:
@@ -239,3 +260,27 @@ class LogAppender:
                 os.truncate(path, self.start_end - first_base)
         except OSError:
             pass
+
+
+_IOV_MAX = 1024
+
+
+def _pwritev_all(fd: int, parts: list, pos: int) -> None:
+    """Write every buffer of ``parts`` at ``pos`` in order (pwritev, IOV_MAX at a time); a
+    short write is finished with plain pwrites, so a full disk or a file-size limit surfaces
+    as an OSError."""
+    for i in range(0, len(parts), _IOV_MAX):
+        group = parts[i:i + _IOV_MAX]
+        want = sum(map(len, group))
+        n = os.pwritev(fd, group, pos)
+        if n <= 0 and want:
+            raise OSError(28, "short write")
+        pos += n
+        if n < want:
+            rest = memoryview(b"".join(group))[n:]
+            while rest:
+                w = os.pwrite(fd, rest, pos)
+                if w <= 0:
+                    raise OSError(28, "short write")
+                rest = rest[w:]
+                pos += w

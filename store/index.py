@@ -21,11 +21,11 @@ import bisect
 import mmap
 import os
 import sys
-import zlib
 from pathlib import Path
 
 from . import format as F
 from .fsutil import ensure_dir, io_error, open_private
+from .record import crc32
 
 _HDR = F.INDEX_HEADER
 _SLOT = F.INDEX_SLOT
@@ -36,7 +36,7 @@ _WHOLE_TABLE = 2048   # a batch at least this big reads and writes the slot tabl
 
 
 def key_hash(key: str | bytes) -> int:
-    return zlib.crc32(key.encode() if isinstance(key, str) else key) & 0x7FFFFFFF
+    return crc32(key.encode() if isinstance(key, str) else key) & 0x7FFFFFFF
 
 
 class KeyIndex:
@@ -87,7 +87,6 @@ class KeyIndex:
         str or already-encoded bytes."""
         if not items:
             return
-        crc32 = zlib.crc32
         self.add_hashes([crc32(k if k.__class__ is bytes else k.encode()) & 0x7FFFFFFF for k, _ in items],
                         [p for _, p in items], store_ts)
 

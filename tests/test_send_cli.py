@@ -426,3 +426,24 @@ def test_unwritable_store_directory_fails_with_one_line(root: Path) -> None:
     after = tree(root)
     assert {k: v for k, v in after.items() if k.startswith("commitlog/")} == \
         {k: v for k, v in before.items() if k.startswith("commitlog/")}
+
+
+def test_a_slow_pipe_is_sent_line_by_line_without_waiting_for_more(root: Path) -> None:
+    """``tail -f | mqctl send``: each line is stored and reported while stdin stays open."""
+    import select
+    env = dict(os.environ, MQCTL_STORE=str(root), NO_COLOR="1")
+    p = subprocess.Popen(MQCTL + ["send", "T", "--json"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env)
+    try:
+        for i in range(3):
+            p.stdin.write(b"line %d\n" % i)
+            p.stdin.flush()
+            ready, _, _ = select.select([p.stdout], [], [], 30)
+            assert ready, f"no result for line {i} while stdin is still open"
+            r = json.loads(p.stdout.readline())
+            assert r["status"] == "SEND_OK"
+            assert [m.body for m in messages(root, "T")][-1] == b"line %d" % i
+    finally:
+        p.stdin.close()
+        p.wait(timeout=30)
+    assert p.returncode == 0
