@@ -73,10 +73,12 @@ def test_the_extractor() -> None:
     assert [code for _, code in runnable_blocks(text)] == ["echo one\n", "echo two\n"]
 
 
-def test_the_jobs_guide_has_runnable_examples() -> None:
-    jobs = ROOT / "docs" / "jobs.md"
-    assert jobs.exists()
-    assert len(runnable_blocks(jobs.read_text())) >= 4
+def test_the_readme_has_runnable_examples_for_each_job() -> None:
+    text = (ROOT / "README.md").read_text()
+    for job in ("Pipelines with `send` and `consume`", "Ordered processing with several processes",
+                "Transactions from a shell script", "Inspecting a stuck group"):
+        assert f"### {job}" in text, job
+    assert len(runnable_blocks(text)) >= 4
 
 
 @pytest.mark.parametrize(("path", "lineno", "code"), examples())
