@@ -128,8 +128,11 @@ def _show_unencodable(exc: UnicodeEncodeError, argv: list[str]) -> int:
     else 5 (data)."""
     bad = str(exc.object[exc.start:exc.end])
     if any(bad in arg for arg in argv):
-        print_error(f"an argument is not valid UTF-8 text ({bad.encode('utf-8', 'surrogateescape')!r})"
-                    " (see 'mqctl --help')")
+        try:
+            shown = repr(bad.encode("utf-8", "surrogateescape"))  # the bytes as given
+        except UnicodeEncodeError:
+            shown = ascii(bad)
+        print_error(f"an argument is not valid UTF-8 text ({shown}) (see 'mqctl --help')")
         return 2
     print_error(f"input is not valid text: {exc.reason} ({bad!r})")
     return 5

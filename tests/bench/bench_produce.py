@@ -211,10 +211,23 @@ def run_peer(py: Path, spec: dict) -> dict:
     return out
 
 
+PURE_ZLIB = False
+
+
 def mqctl_env(store: Path) -> dict[str, str]:
     env = dict(os.environ, MQCTL_STORE=str(store), NO_COLOR="1")
     env.pop("MQCTL_FAILPOINTS", None)
+    if PURE_ZLIB:
+        env["MQCTL_PURE_ZLIB"] = "1"
     return env
+
+
+def mqctl_crc() -> str:
+    """Which CRC-32 the mqctl processes use (store.record picks ISA-L's when installed)."""
+    py = MQCTL.parent / "python"
+    p = subprocess.run([str(py), "-c", "import store.record as r; print(r.crc32.__module__)"],
+                       capture_output=True, text=True, env=mqctl_env(Path("/nonexistent")))
+    return p.stdout.strip() or "?"
 
 
 def run_mqctl(args: list[str], store: Path, stdin_path: Path | None = None, stdout=subprocess.DEVNULL) -> dict:
@@ -313,7 +326,11 @@ def main() -> None:
     ap.add_argument("--nrss", type=int, default=10_000_000, help="messages for the peak-RSS run (0: skip)")
     ap.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir under /tmp)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: check that the script works")
+    ap.add_argument("--pure-zlib", action="store_true",
+                    help="make mqctl use zlib's CRC even when ISA-L (isal) is installed")
     a = ap.parse_args()
+    global PURE_ZLIB
+    PURE_ZLIB = a.pure_zlib
     if a.peer_worker:
         print(json.dumps(peer_worker(json.loads(a.peer_worker))))
         return
@@ -331,6 +348,7 @@ def main() -> None:
         "nproc": os.cpu_count(), "python": platform.python_version(), "kernel": platform.release(),
         "loadavg_start": loadavg(), "uptime_start": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
         "redis": subprocess.run([redis_exe, "--version"], capture_output=True, text=True).stdout.strip(),
+        "mqctl_crc32": mqctl_crc(),
     }
     log(f"workdir {workdir}; machine load {machine['loadavg_start']}")
 
@@ -433,7 +451,8 @@ def main() -> None:
     out.write_text(json.dumps(result, indent=2) + "\n")
 
     print(f"\nmqctl produce/consume benchmark, {started}; load {machine['loadavg_start']} -> {machine['loadavg_end']}")
-    print(f"N: 100 B {a.n100:,}, 4 KiB {a.n4k:,}, sync b100 {a.nsync:,}, persist-queue {a.npq:,}; {a.reps} repetitions\n")
+    print(f"N: 100 B {a.n100:,}, 4 KiB {a.n4k:,}, sync b100 {a.nsync:,}, persist-queue {a.npq:,}; {a.reps} repetitions;"
+          f" mqctl CRC-32 from {machine['mqctl_crc32']}\n")
     print(f"{'variant':42s} {'median msgs/s':>14s} {'min-max':>20s}")
     for k, v in med.items():
         unit = " B/s" if k.startswith("pagecache") else ""

@@ -316,6 +316,8 @@ option_value = st.one_of(
 
 @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=st.sampled_from(OPTION_CASES), value=option_value)
+@example(case=(["msg", "show"], None, {0, 2, 3}), value="\ud800")  # found by hypothesis: not a surrogate escape
+@example(case=(["send", "t", "x"], "--keys", {0, 2}), value="\udcff")
 def test_option_values(store: Path, case, value: str) -> None:
     prefix, option, codes = case
     assume(not value.startswith("-") or re.match(r"^-[0-9.]", value))
