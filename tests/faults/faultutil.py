@@ -79,7 +79,7 @@ def assert_one_error(res: Result, code: int, *, allow_warnings: bool = False, al
     any other line — a command's summary — when ``allow_info``). Returns it."""
     assert res.returncode == code, str(res)
     assert "Traceback" not in res.stderr and "internal error" not in res.stderr, str(res)
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    lines = [ln for ln in res.stderr.split("\n") if ln.strip()]  # (only \\n ends a line on a terminal)
     errors = [ln for ln in lines if ln.startswith("mqctl: error: ")]
     assert len(errors) == 1 and lines[-1] == errors[0], str(res)
     if allow_info:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -26,8 +27,9 @@ from store.errors import UsageError
 from store.record import RESERVED_PROPERTIES
 
 QUEUES = 3
-FAST = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-SAMPLE = settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+SCALE = int(os.environ.get("MQCTL_FUZZ_SCALE", "1"))  # more examples for a longer hunt, e.g. 20
+FAST = settings(max_examples=40 * SCALE, deadline=None, suppress_health_check=list(HealthCheck))
+SAMPLE = settings(max_examples=4 * SCALE, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +180,7 @@ def line_verdict(raw: bytes) -> str:
     return "ok"
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=50 * SCALE, deadline=None, suppress_health_check=list(HealthCheck))
 @given(lines=st.lists(ndjson_line, min_size=1, max_size=6))
 def test_ndjson_lines(store: Path, lines: list[bytes]) -> None:
     res = cli(store, "send", "t", "--input", "json", "--json", stdin=b"\n".join(lines) + b"\n")
@@ -214,7 +216,7 @@ time_text = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * SCALE, deadline=None)
 @given(text=time_text)
 def test_time_and_duration_parsers_raise_only_usage_errors(text: str) -> None:
     from mqctl.timeparse import parse_duration, parse_time
@@ -242,7 +244,7 @@ template_text = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * SCALE, deadline=None)
 @given(text=template_text)
 def test_templates_compile_or_raise_usage_and_render_anything(text: str) -> None:
     from mqctl.template import compile_template
@@ -314,13 +316,15 @@ option_value = st.one_of(
 )
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=80 * SCALE, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=st.sampled_from(OPTION_CASES), value=option_value)
 @example(case=(["msg", "show"], None, {0, 2, 3}), value="\ud800")  # found by hypothesis: not a surrogate escape
 @example(case=(["send", "t", "x"], "--keys", {0, 2}), value="\udcff")
 def test_option_values(store: Path, case, value: str) -> None:
     prefix, option, codes = case
     assume(not value.startswith("-") or re.match(r"^-[0-9.]", value))
+    # a known bug, pinned below: test_an_empty_key_delimiter_is_a_usage_error
+    assume(not (option == "--key-delimiter" and value == ""))
     args = [*prefix, option, value] if option else [*prefix, value]
     stdin = b"k:a\nb\n" if prefix[:2] == ["send", "t"] and len(prefix) == 2 else b""
     res = cli(store, *args, stdin=stdin)
@@ -390,3 +394,9 @@ def test_body_argument_bytes_are_sent_as_they_are(store: Path) -> None:
     argv = [a.encode() for a in MQCTL] + [b"send", b"t", b"\xffraw", b"-q", b"0", b"--json"]
     cp = subprocess.run(argv, capture_output=True, env=base_env(store), timeout=60)
     assert cp.returncode == 0, cp.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (mqctl/commands/send.py): --key-delimiter '' is not refused like "
+                   "--delimiter '': bytes.partition(b'') raises ValueError, an internal error (exit 1)")
+def test_an_empty_key_delimiter_is_a_usage_error(store: Path) -> None:
+    assert_one_error(cli(store, "send", "t", "--key-delimiter", "", stdin=b"k:v\n"), 2)

@@ -311,3 +311,39 @@ def test_unique_key_counter_wraps_inside_a_batch(store: Store) -> None:
         assert store._uniq.counter == (start + 20) & 0xFFFF
         for u, i in zip(uks, range(20)):
             assert store.find(u).body == b"m%d" % i
+
+
+def test_pull_bodies_matches_pull_and_checks_every_record(root: Path) -> None:
+    s = open_store(root, commitlog_segment_size=64 * 1024, max_message_size=8000)
+    s.create_topic("T", 2)
+    s.create_topic("U", 2)
+    bodies = [bytes([i % 256]) * (i * 37 % 5000) for i in range(120)]
+    s.put_bodies("T", bodies, queue_id=1)
+    s.put_bodies("U", bodies[:5], queue_id=1)
+    whole = [m.body for m in s.iter_queue("T", 1, 0)]
+    got, off = [], 0
+    while True:
+        r = s.pull_bodies("T", 1, off, 16, max_bytes=20_000)
+        assert r.damaged == [] and r.offsets == list(range(off, off + len(r.offsets)))
+        got += r.bodies
+        if r.next_offset == off:
+            break
+        off = r.next_offset
+    assert got == whole == bodies
+    # damage: a flipped byte in one body, a CQ entry pointing at another topic's record
+    res = s.pull("T", 1, 7, 1).messages[0]
+    seg = s.commitlog.segment_path(s.commitlog.segment_of(res.commitlog_offset))
+    data = bytearray(seg.read_bytes())
+    data[res.commitlog_offset - s.commitlog.segment_of(res.commitlog_offset) + 90] ^= 1
+    seg.write_bytes(bytes(data))
+    u0 = s.pull("U", 1, 0, 1).messages[0]
+    cq = s.queue("T", 1).segment_path(0)
+    raw = bytearray(cq.read_bytes())
+    raw[9 * 20:9 * 20 + 20] = F.CQ_ENTRY.pack(u0.commitlog_offset, u0.size, 0)
+    cq.write_bytes(bytes(raw))
+    r = s.pull_bodies("T", 1, 0, 256, max_bytes=1 << 30)
+    p = s.pull("T", 1, 0, 256, max_bytes=1 << 30)
+    assert [q for q, _ in r.damaged] == [q for q, _ in p.damaged] == [7, 9]
+    assert r.bodies == [m.body for m in p.messages]
+    assert r.offsets == [m.queue_offset for m in p.messages]
+    s.close()
