@@ -33,7 +33,7 @@ from .commitlog import CommitLog, LogAppender
 from .consumequeue import ConsumeQueue
 from .failpoints import failpoint
 from .errors import (
-    DataError, MessageNotFoundError, MessageTooLargeError, OperationError, StoreError,
+    BadInputError, DataError, MessageNotFoundError, MessageTooLargeError, OperationError, StoreError,
     StoreIOError, StoreNotFoundError, TopicExistsError, TopicNotFoundError, UsageError,
 )
 from .fsutil import atomic_write_json, ensure_dir, io_error, read_json_with_bak
@@ -162,6 +162,8 @@ class Store:
         self.topic_table = TopicTable(self.layout.topics_json, warn=warn)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock_fh: Any = None
+        self._lock_dir_fd: int | None = None
+        self._lock_dir_locked = False
         self._rr: dict[str, int] = {}
         self._uniq = UniqKeyGenerator()
         self._boot_id = ckpt.current_boot_id()
@@ -220,6 +222,9 @@ class Store:
         if self._lock_fh is not None:
             self._lock_fh.close()
             self._lock_fh = None
+        if getattr(self, "_lock_dir_fd", None) is not None:
+            os.close(self._lock_dir_fd)
+            self._lock_dir_fd = None
 
     def __enter__(self) -> "Store":
         return self
@@ -398,7 +403,11 @@ class Store:
             if not uniq:
                 uniq = gen(now)
                 props = {PROP_UNIQ_KEY: uniq, **props}
-            props_b = "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v]).encode()
+            props_s = "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v])
+            if props_s.count("\x02") != props_s.count("\x01") or props_s.count("\x02") != sum(1 for v in props.values() if v):
+                raise BadInputError("a property name or value (tags, keys, sharding key included) "
+                                    "contains the control characters \\x01 or \\x02")
+            props_b = props_s.encode()
             if len(props_b) + F.CRC_PROPERTY_SIZE > F.MAX_PROPERTIES_SIZE:
                 raise DataError(f"properties of {len(props_b)} bytes exceed {F.MAX_PROPERTIES_SIZE}")
             size = 91 + len(d.body) + len(topic_b) + len(props_b) + F.CRC_PROPERTY_SIZE
@@ -445,6 +454,10 @@ class Store:
         props = dict(properties or {})
         if PROP_UNIQ_KEY in props:
             raise UsageError("a batch cannot share one unique key")
+        if any("\x01" in x or "\x02" in x for kv in props.items() for x in kv) or (
+                sharding_keys is not None and any(k is not None and ("\x01" in k or "\x02" in k) for k in sharding_keys)):
+            raise BadInputError("a property name or value (tags, keys, sharding key included) "
+                                "contains the control characters \\x01 or \\x02")
         with self.write_lock():
             return self._put_bodies_locked(topic, bodies, props, queue_id, sharding_keys, sync)
 
@@ -966,7 +979,13 @@ class Store:
 
 
 class _WriteLock:
-    """Re-entrant per Store handle; portalocker exclusive lock on ``STORE/lock``."""
+    """Re-entrant per Store handle: an exclusive flock on the store directory itself, then the
+    portalocker exclusive lock on ``STORE/lock``.
+
+    The directory lock is what cannot be defeated by deleting ``STORE/lock`` while a writer
+    holds it (a second writer would create a new file and lock that one); the file lock is
+    kept so that writers of earlier versions, which take only it, still exclude and are
+    excluded. Both are always taken in this order, so two writers cannot deadlock."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -975,14 +994,31 @@ class _WriteLock:
         s = self.store
         depth = getattr(s, "_lock_depth", 0)
         if depth == 0:
+            import fcntl
             import portalocker
-            if s._lock_fh is None:
+            if getattr(s, "_lock_dir_fd", None) is None:
                 try:
-                    fd = os.open(s.layout.write_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                    s._lock_dir_fd = os.open(s.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 except OSError as exc:
-                    raise io_error(exc, f"open {s.layout.write_lock}") from exc
-                s._lock_fh = os.fdopen(fd, "r+b")
-            portalocker.lock(s._lock_fh, portalocker.LOCK_EX)
+                    raise io_error(exc, f"open {s.root}") from exc
+            try:
+                fcntl.flock(s._lock_dir_fd, fcntl.LOCK_EX)
+                dir_locked = True
+            except OSError:   # a file system without flock on directories: the file lock alone
+                dir_locked = False
+            try:
+                if s._lock_fh is None:
+                    try:
+                        fd = os.open(s.layout.write_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                    except OSError as exc:
+                        raise io_error(exc, f"open {s.layout.write_lock}") from exc
+                    s._lock_fh = os.fdopen(fd, "r+b")
+                portalocker.lock(s._lock_fh, portalocker.LOCK_EX)
+            except BaseException:
+                if dir_locked:
+                    fcntl.flock(s._lock_dir_fd, fcntl.LOCK_UN)
+                raise
+            s._lock_dir_locked = dir_locked
         s._lock_depth = depth + 1
         return s
 
@@ -990,8 +1026,12 @@ class _WriteLock:
         s = self.store
         s._lock_depth -= 1
         if s._lock_depth == 0:
+            import fcntl
             import portalocker
             portalocker.unlock(s._lock_fh)
+            if getattr(s, "_lock_dir_locked", False):
+                fcntl.flock(s._lock_dir_fd, fcntl.LOCK_UN)
+                s._lock_dir_locked = False
 
 
 _HEX4: list[bytes] = []

@@ -164,7 +164,7 @@ def _check_queues(store: "Store", rep: CheckReport, valid: dict) -> None:
             problems.append(Problem(str(root / topic), 0, "consume queue of a topic that is not in topics.json"))
             continue
         for qname in sorted(os.listdir(root / topic)):
-            if not qname.isdigit():
+            if not (qname.isascii() and qname.isdigit()):
                 continue
             qid = int(qname)
             q = store.queue(topic, qid)

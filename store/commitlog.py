@@ -28,7 +28,7 @@ class CommitLog:
     def __init__(self, directory: Path, segment_size: int = F.COMMITLOG_SEGMENT_SIZE) -> None:
         self.dir = directory
         self.segment_size = segment_size
-        self._read_fds: dict[int, int] = {}
+        self._read_fds: dict[int, tuple[int, int]] = {}   # base -> (fd, inode)
 
     # -- segments ------------------------------------------------------------------------
     def segment_path(self, base: int) -> Path:
@@ -59,10 +59,18 @@ class CommitLog:
 
     # -- reading ---------------------------------------------------------------------------
     def _fd(self, base: int) -> int:
-        fd = self._read_fds.get(base)
-        if fd is None:
-            fd = os.open(self.segment_path(base), os.O_RDONLY | os.O_CLOEXEC)
-            self._read_fds[base] = fd
+        """A cached read descriptor for segment ``base``, checked against the path on every
+        use (one stat): a segment removed and written anew (recovery cutting a torn new
+        segment, then the next writer) is read from its new file, not the old inode."""
+        path = self.segment_path(base)
+        ino = os.stat(path).st_ino          # FileNotFoundError: the caller's "missing"
+        cached = self._read_fds.get(base)
+        if cached is not None:
+            if cached[1] == ino:
+                return cached[0]
+            os.close(self._read_fds.pop(base)[0])
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._read_fds[base] = (fd, os.fstat(fd).st_ino)
         return fd
 
     def read_bytes(self, offset: int, size: int) -> bytes:
@@ -139,7 +147,7 @@ class CommitLog:
             pos = base + self.segment_size
 
     def close(self) -> None:
-        for fd in self._read_fds.values():
+        for fd, _ino in self._read_fds.values():
             os.close(fd)
         self._read_fds.clear()
 

@@ -24,7 +24,7 @@ class ConsumeQueue:
         self.dir = directory
         self.segment_entries = segment_entries
         self.segment_bytes = segment_entries * _SIZE
-        self._read_fds: dict[int, int] = {}
+        self._read_fds: dict[int, tuple[int, int]] = {}   # base -> (fd, inode)
 
     # -- segments --------------------------------------------------------------------------
     def segments(self) -> list[int]:
@@ -60,14 +60,31 @@ class ConsumeQueue:
 
     # -- reading ---------------------------------------------------------------------------
     def _fd(self, base: int) -> int | None:
-        fd = self._read_fds.get(base)
-        if fd is None:
-            try:
-                fd = os.open(self.segment_path(base), os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                return None
-            self._read_fds[base] = fd
+        """A read descriptor for segment ``base``, cached, and checked against the path on
+        every use (one stat): a segment deleted and written anew (``store recover``, a topic
+        deleted and re-created) must be read from its new file, never the old inode."""
+        path = self.segment_path(base)
+        try:
+            ino = os.stat(path).st_ino
+        except FileNotFoundError:
+            self._drop_fd(base)
+            return None
+        cached = self._read_fds.get(base)
+        if cached is not None:
+            if cached[1] == ino:
+                return cached[0]
+            self._drop_fd(base)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        self._read_fds[base] = (fd, os.fstat(fd).st_ino)
         return fd
+
+    def _drop_fd(self, base: int) -> None:
+        cached = self._read_fds.pop(base, None)
+        if cached is not None:
+            os.close(cached[0])
 
     def read_entries(self, offset: int, count: int) -> list[tuple[int, int, int]]:
         """Up to ``count`` entries from ``offset`` within one segment: (phys, size, tags).
@@ -97,7 +114,7 @@ class ConsumeQueue:
         return self.entry(m - 1) if m > 0 else None
 
     def close(self) -> None:
-        for fd in self._read_fds.values():
+        for fd, _ino in self._read_fds.values():
             os.close(fd)
         self._read_fds.clear()
 

@@ -266,7 +266,7 @@ def _trim_queues(store: "Store", valid_end: int) -> int:
         return 0
     for topic in topics:
         try:
-            qids = [int(x) for x in os.listdir(root / topic) if x.isdigit()]
+            qids = [int(x) for x in os.listdir(root / topic) if x.isascii() and x.isdigit()]
         except (FileNotFoundError, NotADirectoryError):
             continue
         for qid in qids:
@@ -314,7 +314,7 @@ def _damaged_regions(store: "Store", rep: RecoveryReport) -> list[tuple[int, int
     log = store.commitlog
     for file, off, _reason in rep.damage:
         name = os.path.basename(file)
-        if not (len(name) == 20 and name.isdigit()) or os.path.dirname(file) != str(log.dir):
+        if not (len(name) == 20 and name.isascii() and name.isdigit()) or os.path.dirname(file) != str(log.dir):
             continue
         start = int(name) + off
         nxt = find_next_valid(store, start)
@@ -338,7 +338,7 @@ def _fill_queue_holes(store: "Store", rep: RecoveryReport) -> None:
     import bisect
     for topic in topics:
         try:
-            qids = sorted(int(x) for x in os.listdir(root / topic) if x.isdigit())
+            qids = sorted(int(x) for x in os.listdir(root / topic) if x.isascii() and x.isdigit())
         except (FileNotFoundError, NotADirectoryError):
             continue
         for qid in qids:

@@ -56,8 +56,20 @@ def _split_props(values: list[str]) -> dict[str, str]:
     return out
 
 
-def _unescape(text: str) -> bytes:
-    return text.encode().decode("unicode_escape").encode("latin-1")
+def _unescape(text: str, option: str = "--delimiter") -> bytes:
+    from store.errors import UsageError
+    try:
+        return text.encode().decode("unicode_escape").encode("latin-1")
+    except (UnicodeDecodeError, UnicodeEncodeError) as exc:
+        raise UsageError(f"{option} {text!r}: not a valid escape sequence ({exc.reason})") from exc
+
+
+def _no_separators(what: str, value: str) -> str:
+    """Tags, keys and sharding keys are stored as properties: a property separator (bytes 1
+    and 2) in them would let a producer inject properties (e.g. forge UNIQ_KEY)."""
+    if "\x01" in value or "\x02" in value:
+        raise ValueError(f"{what} may not contain the control characters \\x01 or \\x02")
+    return value
 
 
 def _split(data: bytes, delim: bytes, zero_copy: bool) -> tuple[list, bytes]:
@@ -146,6 +158,12 @@ def send(
     if key_delimiter is not None and input_ == "json":
         raise UsageError("--key-delimiter applies to --input raw only")
     base_props: dict[str, str] = _split_props(prop or [])
+    try:
+        for what, value in (("--tag", tag), ("--keys", keys), ("--sharding-key", sharding_key)):
+            if value is not None:
+                _no_separators(what, value)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     if tag:
         base_props["TAGS"] = tag
     if keys:
@@ -163,12 +181,14 @@ def send(
         if body is not None and body != "-":
             if key_delimiter is not None:
                 raise UsageError("--key-delimiter applies to stdin input only")
-            sender.add_raw(body.encode(), 1)
+            sender.add_raw(os.fsencode(body), 1)   # the argument's bytes, UTF-8 or not
         else:
             delim = _unescape(delimiter)
             if not delim:
                 raise UsageError("--delimiter may not be empty")
-            kd = _unescape(key_delimiter) if key_delimiter is not None else None
+            kd = _unescape(key_delimiter, "--key-delimiter") if key_delimiter is not None else None
+            if kd == b"":
+                raise UsageError("--key-delimiter may not be empty")
             line = 0
             fast = input_ == "raw" and kd is None and deliver is None
             for records, more in read_chunks(sys.stdin.fileno(), delim, zero_copy=fast):
@@ -293,6 +313,11 @@ class _Sender:
             k, sep, rest = body.partition(key_delim)
             if sep:
                 skey, body = k.decode("utf-8", "replace"), rest
+                if b"\x01" in k or b"\x02" in k:
+                    from store.errors import BadInputError
+                    self.flush()
+                    raise BadInputError("a sharding key may not contain the control characters \\x01 or \\x02",
+                                        line=line)
             elif skey is None and self.queue < 0:
                 try:
                     self._check_route(-1, None)
@@ -354,18 +379,20 @@ class _Sender:
                 if not isinstance(tags, str):
                     raise ValueError("'tags' must be a string")
                 if tags:
-                    props["TAGS"] = tags
+                    props["TAGS"] = _no_separators("'tags'", tags)
             keys = obj.get("keys")
             if keys is not None:
                 ks = keys if isinstance(keys, list) else [keys] if isinstance(keys, str) else None
                 if ks is None or not all(isinstance(k, str) for k in ks):
                     raise ValueError("'keys' must be a string or a list of strings")
-                ks = [p for k in ks for p in k.replace(",", " ").split() if p]
+                ks = [_no_separators("'keys'", p) for k in ks for p in k.replace(",", " ").split() if p]
                 if ks:
                     props["KEYS"] = " ".join(ks)
             skey = obj["shardingKey"] if "shardingKey" in obj else self.sharding_key
             if skey is not None and not isinstance(skey, str):
                 raise ValueError("'shardingKey' must be a string")
+            if skey is not None:
+                _no_separators("'shardingKey'", skey)
             if "queueId" in obj:
                 qid = obj["queueId"]
                 if not isinstance(qid, int) or isinstance(qid, bool) or qid < 0:

@@ -32,7 +32,8 @@ from pathlib import Path
 import pytest
 
 from faultutil import (
-    KILLED, LOGGING_HANDLER, MQ, assert_key_order, is_dirty, keyed_lines, read_handler_log, script,
+    KILLED, LOGGING_HANDLER, MQ, assert_key_order, drop_torn_by_kills, is_dirty, keyed_lines, read_handler_log,
+    script,
     wait_for,
 )
 
@@ -354,7 +355,9 @@ def test_consumer_killed_at_each_point(mq: MQ, tmp_path: Path, point: str, order
     committed = _assert_offsets_not_ahead(mq, "G", "events", log)
     assert sum(committed.values()) == n, committed  # the survivor committed all it did
 
-    handled = read_handler_log(log)
+    handled, torn = drop_torn_by_kills(read_handler_log(log, with_pid=True), set(bodies), {victim.pid})
+    if torn:
+        print(f"{torn} handler run(s) of the killed consumer got a truncated body")
     assert sorted({r[4] for r in handled}) == bodies
     for _t, _q, _off, _mid, body in handled:
         assert body in bodies

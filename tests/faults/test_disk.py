@@ -273,10 +273,6 @@ def test_consume_queue_deleted_under_a_running_consumer(mq: MQ) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="BUG (store/consumequeue.py ConsumeQueue._fd): read descriptors are cached "
-                   "per segment and never checked against the path, so a consumer running while a consume-queue "
-                   "file is replaced (deleted, then rebuilt by store recover) reads the old inode for ever and "
-                   "never sees new entries")
 def test_running_consumer_goes_on_after_its_queue_is_rebuilt(mq: MQ) -> None:
     c = _delete_queue_under_consumer(mq)
     mq.ok("store", "recover")
@@ -287,10 +283,6 @@ def test_running_consumer_goes_on_after_its_queue_is_rebuilt(mq: MQ) -> None:
         c.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (store/broker.py _WriteLock): the store's write lock is taken on "
-                   "whatever file STORE/lock names when first opened; deleted and re-created, it no longer "
-                   "excludes a process that still holds the old one (qlocks/members re-check the path "
-                   "after locking; the write lock does not)")
 def test_deleted_write_lock_file_still_excludes(mq: MQ) -> None:
     from store.broker import Store
     mq.ok("send", "t", "-q", "0", "one")

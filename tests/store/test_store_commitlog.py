@@ -201,3 +201,16 @@ def test_pwritev_short_writes_are_finished(tmp_path: Path, monkeypatch) -> None:
     finally:
         os.close(fd)
     assert log.segment_path(0).read_bytes() == bytes(10) + b"abcdefghijklm" * 500
+
+
+def test_a_replaced_segment_is_read_from_its_new_file(tmp_path: Path) -> None:
+    log = CommitLog(tmp_path / "commitlog", SEG)
+    append(log, [b"old record"])
+    assert log.read(0).body == b"old record"
+    log.segment_path(0).unlink()
+    other = CommitLog(tmp_path / "commitlog", SEG)   # another process writes the segment anew
+    append(other, [b"new record"])
+    assert log.read(0).body == b"new record"
+    log.segment_path(0).unlink()
+    with pytest.raises(RecordError):
+        log.read(0)

@@ -87,3 +87,15 @@ def test_min_offset_follows_the_first_segment(tmp_path: Path) -> None:
     assert q.min_offset() == 10 and q.max_offset() == 30
     assert q.entry(10) == (10000, 110, 5)
     assert F.CQ_ENTRY_SIZE == 20
+
+
+def test_a_replaced_segment_is_read_from_its_new_file(tmp_path: Path) -> None:
+    """A reader's cached descriptor must not keep reading a deleted segment's old inode."""
+    q = ConsumeQueue(tmp_path / "q", 10)
+    q.append(0, entries(0, 5))
+    assert q.entry(4) == (4000, 104, -1)
+    q.segment_path(0).unlink()
+    q2 = ConsumeQueue(tmp_path / "q", 10)   # another process rebuilds the queue
+    q2.append(0, entries(100, 7))
+    assert q.entry(4) == (104000, 204, 99)
+    assert q.entry(6) == (106000, 206, 101)
