@@ -20,7 +20,7 @@ from typing import Iterator
 
 from . import format as F
 from .errors import MessageTooLargeError
-from .fsutil import ensure_dir, fsync_dir, io_error, open_private
+from .fsutil import ensure_dir, fsync_dir, io_error, open_private, segment_bases
 from .record import Message, RecordError, decode, record_size_at
 
 
@@ -36,11 +36,7 @@ class CommitLog:
 
     def segments(self) -> list[int]:
         """Bases of the segment files present, oldest first."""
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
-        return sorted(int(n) for n in names if len(n) == 20 and n.isdigit())
+        return segment_bases(self.dir)
 
     def segment_of(self, offset: int) -> int:
         return offset - offset % self.segment_size

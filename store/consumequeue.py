@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from . import format as F
-from .fsutil import ensure_dir, io_error, open_private
+from .fsutil import ensure_dir, io_error, open_private, segment_bases
 
 _ENTRY = F.CQ_ENTRY
 _SIZE = F.CQ_ENTRY_SIZE
@@ -28,11 +28,7 @@ class ConsumeQueue:
 
     # -- segments --------------------------------------------------------------------------
     def segments(self) -> list[int]:
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
-        return sorted(int(n) for n in names if len(n) == 20 and n.isdigit())
+        return segment_bases(self.dir)
 
     def segment_path(self, base: int) -> Path:
         return self.dir / F.segment_name(base)

@@ -35,6 +35,16 @@ def io_error(exc: OSError, what: str) -> StoreIOError:
     return StoreIOError(f"cannot {what}: {reason}")
 
 
+def segment_bases(directory: Path) -> list[int]:
+    """Base offsets of the segment files in ``directory`` (20 ASCII digits), ascending.
+    Anything else that lands there (an editor's backup, a temp file) is ignored."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(int(n) for n in names if len(n) == 20 and n.isascii() and n.isdigit())
+
+
 def ensure_dir(path: Path) -> None:
     """Create ``path`` and its missing parents, each private to the user (0700).
 

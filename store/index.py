@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from . import format as F
-from .fsutil import ensure_dir, io_error, open_private
+from .fsutil import ensure_dir, io_error, open_private, segment_bases
 from .record import crc32
 
 _HDR = F.INDEX_HEADER
@@ -47,11 +47,7 @@ class KeyIndex:
         self.table_end = F.INDEX_HEADER_SIZE + slots * 4
 
     def files(self) -> list[int]:
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
-        return sorted(int(n) for n in names if len(n) == 20 and n.isdigit())
+        return segment_bases(self.dir)
 
     def path(self, base: int) -> Path:
         return self.dir / F.segment_name(base)

@@ -11,7 +11,7 @@ import re
 
 from .errors import InvalidNameError
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,127}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,127}\Z")  # \Z: "$" would accept a trailing newline
 MAX_GROUP_LEN = 120
 
 RETRY_PREFIX = "%RETRY%"
@@ -30,7 +30,7 @@ SYSTEM_TOPICS = frozenset({
 
 
 def _check_syntax(kind: str, name: str) -> None:
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         shown = name if isinstance(name, str) and len(name) <= 60 else f"{str(name)[:57]}..."
         raise InvalidNameError(
             f"invalid {kind} name {shown!r}: use 1-127 characters from A-Z a-z 0-9 _ % | -")
@@ -76,12 +76,12 @@ def is_system_topic(topic: str) -> bool:
     return topic.startswith(RESERVED_PREFIXES) or topic in SYSTEM_TOPICS
 
 
-CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9_.@:%|#-]{1,200}$")
+CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9_.@:%|#-]{1,200}\Z")
 
 
 def validate_client_id(client_id: str) -> str:
     """Client ids become file names under the store, so they get the same guard as names."""
-    if not CLIENT_ID_RE.match(client_id) or client_id in (".", ".."):
+    if not CLIENT_ID_RE.fullmatch(client_id) or client_id in (".", ".."):
         raise InvalidNameError(
             f"invalid client id {client_id[:60]!r}: use 1-200 characters from A-Z a-z 0-9 _ . @ : % | # -")
     return client_id

@@ -54,7 +54,7 @@ def parse_delay(text: str) -> tuple[int, int]:
     """``--delay``: a level 1-18 (RocketMQ's, clamped to 18 as the broker does) or a duration
     such as ``90s``, ``500ms``, ``1h30m``. Returns ``(level, delay_ms)``; level 0 = free."""
     text = text.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         level = int(text)
         if level < 1:
             raise UsageError(f"--delay level must be 1-18 (or a duration like 90s), not {text}")

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from typing import Callable
 
 from store.errors import HandlerError, UsageError
@@ -112,19 +113,23 @@ class ExecHandler:
     def run(self, msgs: list[Message], topic: str) -> tuple[bool, str]:
         """(consumed, why not). Raises HandlerError when the command cannot be started."""
         body = msgs[0].body if len(msgs) == 1 else b"".join(m.body + b"\n" for m in msgs)
-        try:
-            proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, env=self.environment(msgs, topic),
-                                    preexec_fn=_die_with_parent, close_fds=True)
-        except OSError as exc:
-            raise HandlerError(f"cannot run handler {self.argv[0]!r}: {exc.strerror or exc}") from exc
-        try:
+        # stdin is a file written in full before the handler starts, not a pipe: if this
+        # consumer is killed, the kernel closes a pipe's write end before the handler's death
+        # signal arrives, and the handler would read a cut body as if it were whole.
+        with tempfile.TemporaryFile(prefix="mqctl-body-") as stdin:
+            stdin.write(body)
+            stdin.flush()
+            stdin.seek(0)
             try:
-                proc.communicate(body, timeout=self.timeout_s)
-            except BrokenPipeError:  # it did not read all of stdin: still bound by the timeout
+                proc = subprocess.Popen(self.argv, stdin=stdin, env=self.environment(msgs, topic),
+                                        preexec_fn=_die_with_parent, close_fds=True)
+            except OSError as exc:
+                raise HandlerError(f"cannot run handler {self.argv[0]!r}: {exc.strerror or exc}") from exc
+            try:
                 proc.wait(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_tree(proc)
-            return False, f"handler timed out after {self.timeout_s:g}s"
+            except subprocess.TimeoutExpired:
+                _kill_tree(proc)
+                return False, f"handler timed out after {self.timeout_s:g}s"
         if proc.returncode == 0:
             return True, ""
         if proc.returncode < 0:

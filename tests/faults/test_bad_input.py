@@ -378,7 +378,7 @@ def test_arguments_that_are_not_utf8_are_usage_errors(store: Path) -> None:
         assert_one_error(Result([str(a) for a in args], cp.returncode, cp.stdout, cp.stderr.decode(errors="replace")), 2)
 
 
-# -- bugs these tests found: regressions for the fixed ones, xfail(strict) for the open ones ----------
+# -- bugs these tests found (all fixed now): regressions ----------
 
 def test_property_separators_cannot_be_injected(store: Path) -> None:
     res = cli(store, "send", "t", "--input", "json", "--json",
@@ -403,7 +403,5 @@ def test_a_bad_escape_in_a_delimiter_is_a_usage_error(store: Path) -> None:
             assert_one_error(cli(store, "send", "t", option, value, stdin=b"a\n"), 2)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (store/schedule.py parse_delay): str.isdigit() accepts digits int() "
-                   "rejects ('²'), so --delay ² is an internal error (exit 1); test isascii() too")
 def test_a_unicode_digit_delay_is_a_usage_error(store: Path) -> None:
     assert_one_error(cli(store, "send", "t", "x", "--delay", "\u00b2"), 2)
