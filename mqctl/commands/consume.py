@@ -90,7 +90,8 @@ def consume(
         threads=threads, count=count, exit_at_end=exit_at_end, idle_timeout_s=idle_timeout,
         strategy=strategy, config_queues=cfg_queues, max_reconsume=max_reconsume,
         suspend_ms=suspend_ms, consume_timeout_s=consume_timeout, dedup=dedup,
-        retry_delay_ms=retry_ms, rebalance_interval_s=rebalance_interval)
+        retry_delay_ms=retry_ms, rebalance_interval_s=rebalance_interval,
+        raw_output=exec_ is None and not json and format_ is None)
     if client_id is not None:
         opts.client_id = validate_client_id(client_id)
     Consumer(state(ctx).store(), opts, render).run()

@@ -30,7 +30,7 @@ from store.errors import HandlerError, StoreError, TopicNotFoundError, UsageErro
 from store.failpoints import failpoint
 from store.record import Message, java_hash
 
-from ..output import BrokenPipe
+from ..output import BrokenPipe, write_records
 from .handlers import ExecHandler, StdoutHandler, warn
 from .process_queue import ProcessQueue
 from .retry import DEFAULT_MAX_RECONSUME, dead_letter, original_topic, send_back
@@ -64,6 +64,7 @@ class ConsumeOptions:
     dedup: bool = False
     retry_delay_ms: int | None = None
     rebalance_interval_s: float = 1.0
+    raw_output: bool = False            # the renderer is body + newline (enables a fast path)
     persist_interval_s: float = 5.0
 
 
@@ -82,6 +83,7 @@ class Consumer:
         self.layout = store.layout
         self.exec = ExecHandler(opts.exec_argv, opts.group, opts.consume_timeout_s) if opts.exec_argv else None
         self.stdout = StdoutHandler(render) if render is not None and self.exec is None else None
+        self.raw_fast = self.stdout is not None and opts.raw_output and not opts.dedup
         self.tag_codes = frozenset(java_hash(t) for t in opts.tags) if opts.tags else None
         self.max_reconsume = opts.max_reconsume if opts.max_reconsume is not None else (
             None if opts.orderly else DEFAULT_MAX_RECONSUME)
@@ -423,6 +425,9 @@ class Consumer:
             # The retry topic is subscribed with '*' (RocketMQ): its messages passed the
             # filter when they were first delivered.
             tag_codes, tags = (None, None) if t != self.o.topic else (self.tag_codes, self.o.tags)
+            if self.raw_fast and tag_codes is None and not pq.cached() and not pq.in_flight:
+                worked |= self._pull_raw(key, pq, want)
+                continue
             res = self.store.pull(t, q, pq.next_pull, want, tag_codes, tags)
             for qoff, why in res.damaged:
                 warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
@@ -438,6 +443,31 @@ class Consumer:
             if not pq.cached() and not pq.in_flight:
                 self._set_offset(key, res.next_offset)
         return worked
+
+    def _pull_raw(self, key: QueueKey, pq: ProcessQueue, want: int) -> bool:
+        """Raw bodies to stdout with nothing to filter or dedup: pull only the bodies (every
+        record still checked) and write them at once; no Message, no process queue. The
+        offset moves only after the write returned, as on the general path."""
+        want = min(want, self._budget())
+        if want <= 0:
+            return False
+        lock = self.locks.get(key)
+        if lock is not None and not lock.is_valid():
+            return False  # the next rebalance drops the queue through the normal path
+        t, q = key
+        res = self.store.pull_bodies(t, q, pq.next_pull, want)
+        for qoff, why in res.damaged:
+            warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
+        if res.next_offset == pq.next_pull:
+            return False
+        if res.bodies:
+            write_records([b"\n".join(res.bodies), b"\n"])  # BrokenPipe: nothing committed
+            self.consumed += len(res.bodies)
+            self.last_activity = time.monotonic()
+        pq.max_seen = max(pq.max_seen, res.next_offset - 1)
+        pq.next_pull = res.next_offset
+        self._set_offset(key, res.next_offset)
+        return True
 
     def _skip_duplicates(self, key: QueueKey, msgs: list[Message]) -> list[Message]:
         self.dedup.refresh()
