@@ -530,3 +530,12 @@ def test_a_failpoint_kills_only_when_armed_and_at_the_armed_hit() -> None:
     third = _run_failpoints("x, unit-point:3", 5)
     assert third.returncode == KILLED and third.stdout.split() == ["0", "1", "2"]
     assert "failpoint unit-point" in third.stderr
+
+
+def test_tx_send_refuses_property_separators_in_tags_and_keys(root: Path) -> None:
+    # A \x02 in --tag would end TAGS and start a forged property (here: the unique key).
+    for args in (["--tag", "a\x02UNIQ_KEY\x01forged"], ["--keys", "k\x01v"], ["--sharding-key", "s\x02x"]):
+        proc = mq(root, "tx", "send", "t", "body", *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr.startswith("mqctl: error: ") and proc.stderr.count("\n") == 1
+    assert not (root / "consumequeue" / HALF_TOPIC).exists()  # nothing was stored

@@ -56,6 +56,29 @@ def _split_props(values: list[str]) -> dict[str, str]:
     return out
 
 
+def message_properties(prop: list[str], tag: Optional[str], keys: Optional[str],
+                       sharding_key: Optional[str]) -> dict[str, str]:
+    """The properties a command line gives every message (``send`` and ``tx send``): user
+    ``--property`` pairs, TAGS and KEYS. No value may carry the property separators, or it
+    could forge another property (a unique key, say)."""
+    from store.errors import UsageError
+    props = _split_props(prop)
+    try:
+        for what, value in (("--tag", tag), ("--keys", keys), ("--sharding-key", sharding_key)):
+            if value is not None:
+                _no_separators(what, value)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if tag:
+        props["TAGS"] = tag
+    if keys:
+        ks = [k.strip() for k in keys.split(",") if k.strip()]
+        if any(" " in k for k in ks):
+            raise UsageError("--keys: a key may not contain spaces")
+        props["KEYS"] = " ".join(ks)
+    return props
+
+
 def _unescape(text: str, option: str = "--delimiter") -> bytes:
     from store.errors import UsageError
     try:
@@ -157,20 +180,7 @@ def send(
         raise UsageError("give --sharding-key or --queue, not both")
     if key_delimiter is not None and input_ == "json":
         raise UsageError("--key-delimiter applies to --input raw only")
-    base_props: dict[str, str] = _split_props(prop or [])
-    try:
-        for what, value in (("--tag", tag), ("--keys", keys), ("--sharding-key", sharding_key)):
-            if value is not None:
-                _no_separators(what, value)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    if tag:
-        base_props["TAGS"] = tag
-    if keys:
-        ks = [k.strip() for k in keys.split(",") if k.strip()]
-        if any(" " in k for k in ks):
-            raise UsageError("--keys: a key may not contain spaces")
-        base_props["KEYS"] = " ".join(ks)
+    base_props = message_properties(prop or [], tag, keys, sharding_key)
     deliver = None
     if delay is not None:
         from store.schedule import parse_delay

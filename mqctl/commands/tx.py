@@ -139,16 +139,8 @@ def parse_answer(status: int | None, stdout: bytes) -> str:
 # -- tx send ------------------------------------------------------------------------------------
 
 def _properties(prop: list[str], tag: str | None, keys: str | None, sharding_key: str | None) -> dict[str, str]:
-    from store.errors import UsageError
-    from .send import _split_props
-    props = _split_props(prop)
-    if tag:
-        props["TAGS"] = tag
-    if keys:
-        ks = [k.strip() for k in keys.split(",") if k.strip()]
-        if any(" " in k for k in ks):
-            raise UsageError("--keys: a key may not contain spaces")
-        props["KEYS"] = " ".join(ks)
+    from .send import message_properties
+    props = message_properties(prop, tag, keys, sharding_key)
     if sharding_key is not None:
         props["__SHARDINGKEY"] = sharding_key
     return props
