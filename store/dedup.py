@@ -46,10 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import fsutil
-from .errors import BadInputError, LockHeldError, UsageError
+from .errors import BadInputError, UsageError
 from .layout import Layout
 from .names import validate_group
-from .qlocks import try_flock
+from .qlocks import wait_flock
 
 MAX_ENTRIES = 1_000_000
 MAX_AGE_MS = 7 * 24 * 3600 * 1000
@@ -270,7 +270,7 @@ class DedupLog:
         except OSError as exc:
             raise fsutil.io_error(exc, f"open {self._lock_path}") from exc
         try:
-            _wait_flock(fd, self._lock_path, shared)
+            wait_flock(fd, self._lock_path, LOCK_TIMEOUT_S, shared=shared)
             yield
         finally:
             os.close(fd)
@@ -302,15 +302,3 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _wait_flock(fd: int, lock_path: Path, shared: bool, timeout: float = LOCK_TIMEOUT_S) -> None:
-    # Polling rather than blocking, so that a stopped holder shows up as an error, not a hang.
-    deadline = time.monotonic() + timeout
-    delay = 0.0005
-    while not try_flock(fd, lock_path, shared=shared):
-        if time.monotonic() >= deadline:
-            raise LockHeldError(f"{lock_path} has been held by another process for over "
-                                f"{timeout:g} s (a stopped process?)")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.02)

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,10 +56,10 @@ from typing import Any
 
 from . import fsutil
 from .allocate import BROKER_NAME
-from .errors import LockHeldError, UsageError
+from .errors import UsageError
 from .layout import Layout
 from .names import validate_any_topic, validate_client_id, validate_group
-from .qlocks import try_flock
+from .qlocks import wait_flock
 
 NO_OFFSET = -1
 TOPIC_GROUP_SEPARATOR = "@"
@@ -91,23 +90,10 @@ def _exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[Non
     except OSError as exc:
         raise fsutil.io_error(exc, f"open {lock_path}") from exc
     try:
-        _wait_flock(fd, lock_path, timeout)
+        wait_flock(fd, lock_path, timeout)
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock, as does a crash
-
-
-def _wait_flock(fd: int, lock_path: Path, timeout: float) -> None:
-    # Polling rather than a blocking flock: a holder that is stopped (SIGSTOP, a debugger)
-    # must surface as "held elsewhere" instead of hanging every consumer of the store.
-    deadline = time.monotonic() + timeout
-    delay = 0.0005
-    while not try_flock(fd, lock_path):
-        if time.monotonic() >= deadline:
-            raise LockHeldError(f"{lock_path} has been held by another process for over "
-                                f"{timeout:g} s (a stopped process?)")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.02)
 
 
 @dataclass

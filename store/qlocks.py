@@ -283,20 +283,24 @@ def group_mutex(layout: Layout, group: str, timeout: float = MUTEX_TIMEOUT) -> I
     ensure_dir(path.parent)
     fd = _open(path, os.O_RDWR | os.O_CREAT)
     try:
-        _wait_flock(fd, path, timeout)
+        wait_flock(fd, path, timeout)
         yield
     finally:
         os.close(fd)
 
 
-def _wait_flock(fd: int, path: Path, timeout: float) -> None:
-    # Polling rather than a blocking flock: a blocking call cannot be given a deadline.
+def wait_flock(fd: int, path: Path, timeout: float, *, shared: bool = False) -> None:
+    """Take ``flock`` on ``fd``, waiting at most ``timeout`` seconds (LockHeldError after).
+
+    Polling rather than a blocking flock: a blocking call cannot be given a deadline, and a
+    holder that is stopped (SIGSTOP, a debugger) must surface as "held elsewhere" instead of
+    hanging every process of the store."""
     deadline = time.monotonic() + timeout
     delay = 0.0005
-    while not try_flock(fd, path):
+    while not try_flock(fd, path, shared=shared):
         if time.monotonic() >= deadline:
-            raise LockHeldError(f"the lock table of this group is busy: {path} has been held "
-                                f"for over {timeout:g} s (a stopped process?)")
+            raise LockHeldError(f"{path} has been held by another process for over "
+                                f"{timeout:g} s (a stopped process?)")
         time.sleep(delay)
         delay = min(delay * 2, 0.02)
 
