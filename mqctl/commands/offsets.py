@@ -176,6 +176,17 @@ def holders(store: "Store", group: str) -> dict[tuple[str, int], str]:
     return out
 
 
+def _group_store(ctx: typer.Context, group: str, topic: str | None) -> "Store":
+    """The store, after checking that the group exists (3) and the topic, if given (2, 3)."""
+    from store.names import validate_any_topic
+    store = state(ctx).store()
+    require_group(store, group)
+    if topic is not None:
+        validate_any_topic(topic)
+        store.topic(topic)
+    return store
+
+
 # -- offsets show ------------------------------------------------------------------------------
 
 @offsets_app.command("show", help="""The group's committed offsets per queue (the next offset to consume).
@@ -186,13 +197,8 @@ Examples:
   mqctl offsets show -g billing
   mqctl offsets show -g billing -t orders --json | jq -c '{queueId, offset}'""")
 def show(ctx: typer.Context, group: GroupOpt, topic: TopicOpt = None, json: JsonOpt = False) -> None:
-    from store.names import validate_any_topic
     from ..output import Output
-    store = state(ctx).store()
-    require_group(store, group)
-    if topic is not None:
-        validate_any_topic(topic)
-        store.topic(topic)
+    store = _group_store(ctx, group, topic)
     rows = []
     for s in group_offsets(store, group):
         for (t, q), off in sorted(s.offsets.items()):
@@ -284,13 +290,8 @@ def progress_rows(store: "Store", group: str, topic: str | None = None) -> list[
 
 def progress(ctx: typer.Context, group: GroupOpt, topic: TopicOpt = None, json: JsonOpt = False) -> None:
     from store.members import live_members
-    from store.names import validate_any_topic
     from ..output import Output
-    store = state(ctx).store()
-    require_group(store, group)
-    if topic is not None:
-        validate_any_topic(topic)
-        store.topic(topic)
+    store = _group_store(ctx, group, topic)
     rows = progress_rows(store, group, topic)
     out = Output(json=json)
     if rows:
