@@ -149,23 +149,31 @@ class Feeder:
         self.stderr = ""
 
     def batch(self, lines: list[str], timeout: float = 20.0) -> bool:
-        """Send one batch; True when all its results came back, False when the process died."""
-        try:
-            self.p.stdin.write("".join(f"{ln}\n" for ln in lines).encode())
-            self.p.stdin.flush()
-        except BrokenPipeError:
-            return False
+        """Send one batch; True when all its results came back, False when the process died.
+
+        Writing and reading are interleaved: a batch bigger than the pipe makes ``send``
+        answer (and fill its stdout pipe) before it has read all of stdin, so writing the
+        whole batch first could deadlock both processes."""
+        data = memoryview("".join(f"{ln}\n" for ln in lines).encode())
         want = len(self.acked) + len(lines)
         deadline = time.monotonic() + timeout
-        fd = self.p.stdout.fileno()
+        out_fd, in_fd = self.p.stdout.fileno(), self.p.stdin.fileno()
+        os.set_blocking(in_fd, False)  # a write takes what the pipe has room for, never waits
         while len(self.acked) < want:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise AssertionError(f"no results from {self.args} within {timeout} s")
-            r, _, _ = select.select([fd], [], [], left)
+            r, w, _ = select.select([out_fd], [in_fd] if data else [], [], left)
+            if w:
+                try:
+                    data = data[os.write(in_fd, data):]
+                except BlockingIOError:
+                    pass
+                except BrokenPipeError:
+                    return False
             if not r:
                 continue
-            chunk = os.read(fd, 65536)
+            chunk = os.read(out_fd, 65536)
             if not chunk:
                 return False
             self._buf += chunk
