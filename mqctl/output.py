@@ -16,7 +16,6 @@ never got is counted as consumed.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import sys

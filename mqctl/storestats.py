@@ -25,7 +25,6 @@ def store_stats(store: Store) -> list[dict[str, Any]]:
     lay = store.layout
     rows = []
     log = store.commitlog
-    segs = log.segments()
     files, size = _du(lay.commitlog_dir)
     rows.append({"part": "commitlog", "files": files, "bytes": size,
                  "detail": f"offsets {log.min_offset()}-{log.end()}, segment size {log.segment_size}"})

@@ -13,6 +13,9 @@ and they coordinate through it. Writers serialise on one exclusive portalocker l
 
 Readers take no lock: they read consume-queue entries, then the records those point at, and
 check every record's CRC before handing it out.
+
+Failpoints (``failpoints.py``): ``put-after-log``, ``put-after-cq``, ``put-after-index`` inside
+a batch; ``sync-before-fsync`` in :meth:`Store.sync_log`, before a batch is made durable.
 """
 from __future__ import annotations
 
@@ -24,11 +27,12 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 from . import checkpoint as ckpt
 from . import format as F
 from . import names
+from .bulk import fetch_span, pull_columns
 from .commitlog import CommitLog, LogAppender
 from .consumequeue import ConsumeQueue
 from .failpoints import failpoint
@@ -36,7 +40,7 @@ from .errors import (
     BadInputError, DataError, MessageNotFoundError, MessageTooLargeError, OperationError, StoreError,
     StoreIOError, StoreNotFoundError, TopicExistsError, TopicNotFoundError, UsageError,
 )
-from .fsutil import atomic_write_json, ensure_dir, io_error, read_json_with_bak
+from .fsutil import atomic_write_json, ensure_dir, fsync_dir, io_error, read_json_with_bak
 from .index import KeyIndex
 from .layout import Layout
 from .record import (
@@ -145,10 +149,6 @@ class BodiesResult:
     damaged: list[tuple[int, str]] = field(default_factory=list)
 
 
-# TOTALSIZE MAGIC BODYCRC QUEUEID . QUEUEOFFSET PHYSICALOFFSET ... BODYLENGTH: what a body-only
-# read needs of a record header (format.py).
-_RAW_HEAD = struct.Struct(">iIIi4xqq48xi").unpack_from
-assert struct.calcsize(">iIIi4xqq48xi") == F.RECORD_HEADER_SIZE
 
 
 class Store:
@@ -168,6 +168,9 @@ class Store:
         self._uniq = UniqKeyGenerator()
         self._boot_id = ckpt.current_boot_id()
         self._pid = os.getpid() & 0x7FFFFFFF
+        # (start, end, created a segment) of this handle's last batch: what sync_log needs
+        # when the caller makes a batch durable itself, after the write lock is released.
+        self.last_write: tuple[int, int, bool] = (0, 0, False)
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -710,6 +713,32 @@ class Store:
             raise
         ckpt.write(self.layout.checkpoint,
                    ckpt.Checkpoint(app.pos, store_ts, cp.synced_end, self._boot_id))
+        self.last_write = (app.start_end, app.pos, app.created_segment)
+
+    def sync_log(self, start: int, end: int, new_segment: bool = True) -> None:
+        """Make the commit log durable over ``[start, end)``: ``fdatasync`` of each segment in
+        the range (and of the directory when the range created a segment).
+
+        For a writer that wants ``--flush sync`` without holding the write lock through the
+        fsync: it writes its batch without ``sync``, then calls this with :attr:`last_write`
+        and acknowledges the batch only when it returns. Consume queues and the key index are
+        not synced: after a machine crash, recovery rebuilds them from the log."""
+        failpoint("sync-before-fsync")
+        log = self.commitlog
+        base = log.segment_of(start)
+        try:
+            while base < end:
+                # its own descriptor: this may run in a thread beside readers of the cache
+                fd = os.open(log.segment_path(base), os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+                base += log.segment_size
+            if new_segment:
+                fsync_dir(log.dir)
+        except OSError as exc:
+            raise io_error(exc, f"sync commit log {start}-{end}") from exc
 
     def _checkpoint_locked(self) -> ckpt.Checkpoint:
         """The checkpoint, after making sure it matches the log (write lock held)."""
@@ -775,12 +804,8 @@ class Store:
             return PullResult([], offset, max_off)
         msgs: list[Message] = []
         damaged: list[tuple[int, str]] = []
-        # One pread for a run of records when they sit close together in the log.
-        lo = min(e[0] for e in entries)
-        hi = max(e[0] + e[1] for e in entries)
-        span = memoryview(b"")
-        if hi - lo <= max(max_bytes, sum(e[1] for e in entries) * 4) and self.commitlog.segment_of(lo) == self.commitlog.segment_of(hi - 1):
-            span = memoryview(self.commitlog.read_bytes(lo, hi - lo))
+        entries, lo, data = fetch_span(self.commitlog, entries, max_bytes)
+        span = memoryview(data)   # decode() reads a view in place
         span_len = len(span)
         nxt = offset
         total_bytes = 0
@@ -816,77 +841,10 @@ class Store:
         """Only the bodies of up to ``max_count`` messages of one queue from ``offset``, for
         readers that need nothing else (``consume`` writing raw bodies, no tag filter).
 
-        Every record gets the same checks as in :meth:`pull` (record CRC, body CRC, its own
-        commit-log offset, queue, queue offset and topic, field lengths), but no
+        Every record gets the same checks as in :meth:`pull` (see :mod:`store.bulk`), but no
         :class:`Message` is built: about three times cheaper per message."""
-        q = self.queue(topic, queue_id)
-        max_off = q.max_offset()
-        if offset >= max_off:
-            return BodiesResult([], [], offset, max_off)
-        entries = q.read_entries(offset, min(max_count, max_off - offset))
-        if not entries:
-            return BodiesResult([], [], offset, max_off)
-        lo = min(e[0] for e in entries)
-        hi = max(e[0] + e[1] for e in entries)
-        span = memoryview(b"")
-        if hi - lo <= max(max_bytes, sum(e[1] for e in entries) * 4) and self.commitlog.segment_of(lo) == self.commitlog.segment_of(hi - 1):
-            span = memoryview(self.commitlog.read_bytes(lo, hi - lo))
-        span_len = len(span)
-        topic_b = topic.encode()
-        topic_field = bytes((len(topic_b),)) + topic_b
-        tf_len = len(topic_field)
-        crc32, M, head, magic_v1 = _crc32, 0x7FFFFFFF, _RAW_HEAD, F.MAGIC_V1
-        fmt = b"\x02%010d\x01#23CRC__"
-        bodies: list[bytes] = []
-        offs: list[int] = []
-        damaged: list[tuple[int, str]] = []
-        qoff = offset - 1
-        total_bytes = 0
-        for phys, size, _tags in entries:
-            qoff += 1
-            start = phys - lo
-            end = start + size
-            if end > span_len or size < F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE:
-                try:   # not in the span (another segment): the general path
-                    m = self.commitlog.read(phys, size)
-                    if m.queue_offset != qoff or m.queue_id != queue_id or m.topic != topic:
-                        raise RecordError("record does not match its consume-queue entry")
-                except RecordError as exc:
-                    damaged.append((qoff, f"commit-log offset {phys}: {exc.reason}"))
-                    continue
-                bodies.append(m.body)
-                offs.append(qoff)
-                total_bytes += size
-                if total_bytes >= max_bytes:
-                    break
-                continue
-            total, magic, bcrc, qid, rqoff, rphys, blen = head(span, start)
-            b = start + F.RECORD_HEADER_SIZE
-            t = b + blen
-            why = None
-            if total != size or magic != magic_v1 or rphys != phys:
-                why = "record does not match its consume-queue entry"
-            elif span[end - F.CRC_PROPERTY_SIZE:end] != (fmt % (crc32(span[start:end - F.CRC_PROPERTY_SIZE]) & M))[::-1]:
-                why = "record CRC mismatch"
-            elif (rqoff != qoff or qid != queue_id or blen < 0 or t + tf_len + 2 > end
-                  or span[t:t + tf_len] != topic_field):
-                why = "record does not match its consume-queue entry"
-            elif t + tf_len + 2 + ((span[t + tf_len] << 8) | span[t + tf_len + 1]) != end:
-                why = "field lengths do not add up to TOTALSIZE"
-            else:
-                body = span[b:t]
-                if crc32(body) & M != bcrc:
-                    why = "body CRC mismatch"
-            if why is not None:
-                damaged.append((qoff, f"commit-log offset {phys}: {why}"))
-                continue
-            bodies.append(body.tobytes())
-            offs.append(qoff)
-            total_bytes += size
-            if total_bytes >= max_bytes:
-                break
-        nxt = qoff + 1
-        return BodiesResult(bodies, offs, nxt, max_off, damaged)
+        c = pull_columns(self, topic, queue_id, offset, max_count, max_bytes, bodies_only=True)
+        return BodiesResult(c.bodies, c.offsets, c.next_offset, c.max_offset, c.damaged)
 
     def iter_queue(self, topic: str, queue_id: int, start: int, end: int | None = None,
                    batch: int = 256) -> Iterator[Message]:

@@ -87,7 +87,9 @@ from pyspark.sql.types import (
     StringType, StructField, StructType, TimestampNTZType, TimestampType,
 )
 
+from .arrowcols import build_columns
 from .broker import Store
+from .bulk import Columns, pull_columns
 from .errors import (
     BadInputError, DataError, MessageTooLargeError, TopicNotFoundError, UsageError,
 )
@@ -404,33 +406,46 @@ class ColumnPlan:
                     raise UsageError(f"column {name!r} cannot be read as {want}: {exc}") from exc
 
     def batch(self, msgs: Sequence[Message]) -> pa.RecordBatch:
-        arrays = []
-        for name, have, want in zip(self.names, self.native, self.target.types):
-            arr = _column(name, msgs, have)
-            if have != want:
+        return self._assemble([_column(name, msgs, have) for name, have in zip(self.names, self.native)])
+
+    def bulk_batch(self, cols: Columns, topic: str, queue_id: int) -> pa.RecordBatch:
+        built = build_columns(cols, topic, queue_id, self.names)
+        return self._assemble([built[name] for name in self.names])
+
+    def _assemble(self, arrays: list[pa.Array]) -> pa.RecordBatch:
+        out = []
+        for name, arr, want in zip(self.names, arrays, self.target.types):
+            if arr.type != want:
                 try:
                     arr = arr.cast(want)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                     raise DataError(f"column {name!r} cannot be read as {want}: {exc}") from exc
-            arrays.append(arr)
-        return pa.RecordBatch.from_arrays(arrays, schema=self.target)
+            out.append(arr)
+        return pa.RecordBatch.from_arrays(out, schema=self.target)
+
+
+def _damaged(part: QueueSlice, damaged: list[tuple[int, str]]) -> DataError:
+    qoff, why = damaged[0]
+    return DataError(f"damaged message {part.topic}/{part.queue_id}@{qoff} in store "
+                     f"{part.store}: {why} (run: mqctl store check)")
 
 
 def read_slice(part: QueueSlice, plan: ColumnPlan) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one queue slice; a damaged record raises :class:`DataError`."""
     store = Store.open(part.store, recover=False)
     try:
-        tags = frozenset(part.tags) if part.tags else None
-        codes = frozenset(tags_code(t) for t in tags) if tags else None
         off = max(part.start, store.min_offset(part.topic, part.queue_id))
+        if not part.tags:
+            yield from _read_bulk(store, part, plan, off)
+            return
+        tags = frozenset(part.tags)
+        codes = frozenset(tags_code(t) for t in tags)
         pending: list[Message] = []
         while off < part.end:
             res = store.pull(part.topic, part.queue_id, off, min(PULL_COUNT, part.end - off),
                              tag_codes=codes, tags=tags, max_bytes=PULL_BYTES)
             if res.damaged:
-                qoff, why = res.damaged[0]
-                raise DataError(f"damaged message {part.topic}/{part.queue_id}@{qoff} in store "
-                                f"{part.store}: {why} (run: mqctl store check)")
+                raise _damaged(part, res.damaged)
             pending.extend(res.messages)
             if len(pending) >= ARROW_BATCH_ROWS:
                 yield plan.batch(pending)
@@ -442,6 +457,21 @@ def read_slice(part: QueueSlice, plan: ColumnPlan) -> Iterator[pa.RecordBatch]:
             yield plan.batch(pending)
     finally:
         store.close()
+
+
+def _read_bulk(store: Store, part: QueueSlice, plan: ColumnPlan, off: int) -> Iterator[pa.RecordBatch]:
+    """The untagged read: one bulk pull per Arrow batch, columns built by Arrow kernels."""
+    with_phys = "msgId" in plan.names
+    while off < part.end:
+        cols = pull_columns(store, part.topic, part.queue_id, off,
+                            min(ARROW_BATCH_ROWS, part.end - off), PULL_BYTES, with_phys)
+        if cols.damaged:
+            raise _damaged(part, cols.damaged)
+        if len(cols):
+            yield plan.bulk_batch(cols, part.topic, part.queue_id)
+        if cols.next_offset <= off:   # the queue is shorter than planned (topic deleted)
+            break
+        off = cols.next_offset
 
 
 def _read_partition(partition: InputPartition, plan: ColumnPlan) -> Iterator[pa.RecordBatch]:

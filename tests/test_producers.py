@@ -177,4 +177,5 @@ def test_kill_9_mid_batch(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_kill_9_mid_batch_repeated(tmp_path: Path) -> None:
-    kill_mid_batch(tmp_path, reps=12)
+    """Six producers killed at random moments (``MQCTL_KILL_REPS`` for a longer run)."""
+    kill_mid_batch(tmp_path, reps=int(os.environ.get("MQCTL_KILL_REPS", "6")))

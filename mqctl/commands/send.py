@@ -14,7 +14,7 @@ import json as jsonlib
 import os
 import sys
 import time
-from typing import Annotated, Iterator, Optional
+from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
@@ -215,7 +215,10 @@ def send(
                 sender.flush()
         sender.flush()
     finally:
-        sender.summary()
+        try:
+            sender.finish()
+        finally:
+            sender.summary()
 
 
 class _Sender:
@@ -243,6 +246,8 @@ class _Sender:
         self.t0 = time.monotonic()
         self._shape: tuple[int, bool] | None = None
         self.batch_messages = BATCH_MESSAGES
+        self._syncer: Any = None       # the fsync thread (--flush sync)
+        self._in_flight: tuple[Any, Callable[[], None]] | None = None
 
     def _topic_shape(self) -> tuple[int, bool] | None:
         """(queue count, ordered) of the topic, or what the first send will create; None when
@@ -422,19 +427,57 @@ class _Sender:
         self._add(self.Draft(self.topic, data, props, qid, skey))
 
     def flush(self) -> None:
+        """Write the pending batch. Its results are printed at once, or with ``--flush sync``
+        once its fsync is done: see :meth:`_acknowledge`."""
         if self.bodies:
             bodies, self.bodies = self.bodies, []
             skeys, self.skeys = self.skeys, None
             self.batch_bytes = 0
             res = self.store.put_bodies(self.topic, bodies, properties=self.props, queue_id=self.queue,
-                                        sharding_keys=skeys, sync=self.sync)
-            self._report(res.topic, res.queue_ids, res.queue_offsets, res.commitlog_offsets,
-                         res.uniq_keys if self.json else None)
+                                        sharding_keys=skeys)
+            self._acknowledge(lambda: self._report(res.topic, res.queue_ids, res.queue_offsets, res.commitlog_offsets,
+                                                   res.uniq_keys if self.json else None))
         if self.batch:
             batch, self.batch, self.batch_bytes = self.batch, [], 0
-            results = self.store.put(batch, sync=self.sync)
-            self._report(self.topic, [r.queue_id for r in results], [r.queue_offset for r in results],
-                         [r.commitlog_offset for r in results], [r.uniq_key for r in results])
+            results = self.store.put(batch)
+            self._acknowledge(lambda: self._report(
+                self.topic, [r.queue_id for r in results], [r.queue_offset for r in results],
+                [r.commitlog_offset for r in results], [r.uniq_key for r in results]))
+
+    def _acknowledge(self, report: Callable[[], None]) -> None:
+        """Print a written batch's results; with ``--flush sync``, only after its fsync.
+
+        The fsync runs in a thread, outside the write lock, while this thread reads and
+        writes the next batch: one fsync per batch still, but overlapped with the next
+        batch's work instead of added to it (group commit with one batch in flight). A batch
+        whose fsync fails is never acknowledged; the error ends the send."""
+        if not self.sync:
+            report()
+            return
+        if self._syncer is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._syncer = ThreadPoolExecutor(1, thread_name_prefix="fsync")
+        fut = self._syncer.submit(self.store.sync_log, *self.store.last_write)
+        previous, self._in_flight = self._in_flight, (fut, report)
+        if previous is not None:
+            try:
+                previous[0].result()
+                previous[1]()
+            except BaseException:
+                self._in_flight = None   # nothing after a failed batch is acknowledged
+                raise
+
+    def finish(self) -> None:
+        """Wait for the last batch's fsync and print its results."""
+        pending, self._in_flight = self._in_flight, None
+        try:
+            if pending is not None:
+                pending[0].result()
+                pending[1]()
+        finally:
+            if self._syncer is not None:
+                self._syncer.shutdown()
+                self._syncer = None
 
     def _report(self, topic: str, qids: list[int], qoffs: list[int], physs: list[int], uks: list[str] | None) -> None:
         from store.record import offset_msg_id

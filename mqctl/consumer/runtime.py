@@ -24,15 +24,15 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from store import names
-from store.allocate import MessageQueue, allocate, queues_of
+from store.allocate import allocate, queues_of
 from store.broker import Store
-from store.errors import HandlerError, StoreError, TopicNotFoundError, UsageError
+from store.errors import HandlerError, StoreError
 from store.failpoints import failpoint
 from store.record import Message, java_hash
 
 from ..output import BrokenPipe, write_records
 from .handlers import ExecHandler, StdoutHandler, warn
-from .process_queue import ProcessQueue
+from .process_queue import PULL_THRESHOLD_COUNT, ProcessQueue
 from .retry import DEFAULT_MAX_RECONSUME, dead_letter, original_topic, send_back
 
 QueueKey = tuple[str, int]
@@ -415,17 +415,20 @@ class Consumer:
             if pq.next_pull < lo:
                 warn(f"{t}/{q}: offset {pq.next_pull} is no longer stored; moving to {lo}")
                 pq.next_pull = lo
-            want = PULL_BATCH
+            # The retry topic is subscribed with '*' (RocketMQ): its messages passed the
+            # filter when they were first delivered.
+            tag_codes, tags = (None, None) if t != self.o.topic else (self.tag_codes, self.o.tags)
+            raw = self.raw_fast and tag_codes is None and not pq.cached() and not pq.in_flight
+            # The raw path caches nothing, so it may take what flow control allows a queue's
+            # cache (1000 messages): fewer, larger pulls and writes.
+            want = PULL_THRESHOLD_COUNT if raw else PULL_BATCH
             if self.o.exit_at_end:
                 # -e drains each queue up to its end at start and no further: what arrives
                 # later is neither waited for nor taken (it stays for the next run).
                 want = min(want, self.end_snapshot.get(key, 0) - pq.next_pull)
                 if want <= 0:
                     continue
-            # The retry topic is subscribed with '*' (RocketMQ): its messages passed the
-            # filter when they were first delivered.
-            tag_codes, tags = (None, None) if t != self.o.topic else (self.tag_codes, self.o.tags)
-            if self.raw_fast and tag_codes is None and not pq.cached() and not pq.in_flight:
+            if raw:
                 worked |= self._pull_raw(key, pq, want)
                 continue
             res = self.store.pull(t, q, pq.next_pull, want, tag_codes, tags)

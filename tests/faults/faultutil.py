@@ -384,7 +384,6 @@ _COMMANDS: dict[int, Any] = {}
 
 
 def _cached_command(app: Any) -> Any:
-    import typer.main as typer_main
     cmd = _COMMANDS.get(id(app))
     if cmd is None:
         cmd = _COMMANDS[id(app)] = _ORIGINAL_GET_COMMAND(app)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from faultutil import KILLED, MQ, Result, assert_one_error, base_env, is_dirty, run_inprocess, wait_for
+from faultutil import KILLED, MQ, Result, assert_one_error, is_dirty, run_inprocess
 
 from store import format as F
 from store.broker import Store

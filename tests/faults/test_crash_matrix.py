@@ -24,9 +24,6 @@ Invariants, after the next open (which recovers):
 from __future__ import annotations
 
 import json
-import os
-import signal
-import time
 from pathlib import Path
 
 import pytest

@@ -1,6 +1,6 @@
 """Soak: producers with sharding keys, an orderly and a concurrent consumer group, a
 transaction producer with ``tx check --loop``, and random ``kill -9``s, all at once for a bounded
-time (``MQCTL_SOAK_SECONDS``, default 90); then every invariant is checked and the figures are
+time (``MQCTL_SOAK_SECONDS``, default 45); then every invariant is checked and the figures are
 printed (run with ``-s`` to see them):
 
 * every acknowledged message is consumed at least once by each group;
@@ -21,7 +21,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -39,7 +39,7 @@ PRODUCERS, KEYS_PER_PRODUCER, BATCH = 2, 4, 10
 
 @pytest.mark.slow
 def test_soak(mq: MQ, tmp_path: Path) -> None:
-    seconds = float(os.environ.get("MQCTL_SOAK_SECONDS", "90"))
+    seconds = float(os.environ.get("MQCTL_SOAK_SECONDS", "45"))
     seed = int(os.environ.get("MQCTL_SOAK_SEED", str(random.SystemRandom().randrange(1 << 30))))
     print(f"\nsoak: {seconds:g} s, seed {seed}")
     rng = random.Random(seed)
