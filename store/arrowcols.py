@@ -14,50 +14,106 @@ record without one, the offset id; ``properties`` holds the non-reserved propert
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .bulk import Columns
+from .vecread import slices
+
+if TYPE_CHECKING:
+    from .vecread import VecColumns
 from .record import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, RESERVED_PROPERTIES, offset_msg_id
 
-_PAIR = r"(?s)(?P<k>[^\x01]+)\x01(?P<v>.+)"
 _RESERVED = pa.array(sorted(RESERVED_PROPERTIES), pa.string())
 _TS = pa.timestamp("us", tz="UTC")
 
 
 class _Props:
-    """The properties of a batch, split once, with per-name lookups."""
+    """The properties of a batch, split once into aligned arrays: ``names`` (null where a
+    piece is not a property), ``values`` and ``parents`` (the row of each piece)."""
 
-    def __init__(self, raw: list[bytes]) -> None:
+    def __init__(self, raw: pa.BinaryArray) -> None:
         self.n = len(raw)
-        arr = pa.array(raw, pa.binary())
+        if not self._split_fast(raw):
+            self._split_general(raw)
+
+    def _split_fast(self, raw: pa.BinaryArray) -> bool:
+        """The common shape, found with numpy: every row is ``name 0x01 value 0x02`` pairs with
+        exactly one 0x01 per pair. False (nothing set) for anything else, or for bytes that
+        are not UTF-8."""
+        if raw.offset or raw.null_count or not self.n:
+            return False
+        offs = np.frombuffer(raw.buffers()[1], np.int32, count=self.n + 1)
+        if offs[-1] == offs[0]:
+            return False
+        data = np.frombuffer(raw.buffers()[2], np.uint8, count=int(offs[-1]) - int(offs[0]), offset=int(offs[0]))
+        seps = np.flatnonzero(data == 1)
+        ends = np.flatnonzero(data == 2)
+        if len(seps) != len(ends) or not len(ends):
+            return False
+        starts = np.empty(len(ends), np.int64)
+        starts[:1] = 0
+        starts[1:] = ends[:-1] + 1
+        row_ends = offs[1:] - offs[0]
+        # each separator inside its own pair, and every non-empty row ending with 0x02
+        if not (seps >= starts).all() or not (seps < ends).all() or \
+                not (data[row_ends[row_ends > np.concatenate(([0], row_ends[:-1]))] - 1] == 2).all():
+            return False
+        buf = pa.py_buffer(data)
         try:
-            text = arr.cast(pa.string())
+            names = slices(buf, starts, seps).cast(pa.string())
+            values = slices(buf, seps + 1, ends).cast(pa.string())
+        except pa.ArrowInvalid:
+            return False
+        valid = (seps > starts) & (ends > seps + 1)
+        self.names = pc.if_else(pa.array(valid), names, None) if not valid.all() else names
+        self.values = values
+        self.parents = np.searchsorted(row_ends, starts, side="right")
+        self.row_offsets = np.searchsorted(starts, np.concatenate(([0], row_ends)), side="left")
+        return True
+
+    def _split_general(self, raw: pa.BinaryArray) -> None:
+        """Any bytes, with Arrow's kernels (RocketMQ's string2messageProperties: the name is
+        what comes before the first 0x01)."""
+        try:
+            text = raw.cast(pa.string())
         except pa.ArrowInvalid:   # not UTF-8: decode as Message does, with replacement
-            text = pa.array([r.decode("utf-8", "replace") for r in raw], pa.string())
-        self.pairs = pc.split_pattern(text, "\x02")
-        kv = pc.extract_regex(self.pairs.flatten(), _PAIR)
-        self.names = pc.struct_field(kv, "k")      # null where a part is not a pair
-        self.values = pc.struct_field(kv, "v")
-        self.parents = pc.list_parent_indices(self.pairs)
-        self._rows: pa.Array | None = None
+            text = pa.array([r.decode("utf-8", "replace") for r in raw.to_pylist()], pa.string())
+        pairs = pc.split_pattern(text, "\x02")
+        kv = pc.split_pattern(pairs.flatten(), "\x01", max_splits=1)
+        parts = kv.flatten()
+        first = kv.offsets.slice(0, len(kv))
+        # name 0x01 value, both non-empty; anything else (the empty piece after the last
+        # 0x02, a part without 0x01) is not a property
+        pair = pc.equal(pc.list_value_length(kv), 2)
+        names = pc.take(parts, first)
+        values = pc.take(parts, pc.if_else(pair, pc.add(first, 1), None))
+        valid = pc.and_(pair, pc.and_(pc.greater(pc.binary_length(names), 0),
+                                      pc.greater(pc.binary_length(values), 0)))
+        self.names = pc.if_else(valid, names, None)
+        self.values = values
+        self.parents = np.asarray(pc.list_parent_indices(pairs))
+        self.row_offsets = np.asarray(pairs.offsets)
 
     def get(self, name: str) -> pa.Array:
-        """The value of property ``name`` per row, null where the row has none."""
-        hit = pc.fill_null(pc.equal(self.names, name), False)
-        if self._rows is None:
-            self._rows = pa.array(range(self.n), self.parents.type)
-        where = pc.index_in(self._rows, value_set=pc.filter(self.parents, hit))
-        return pc.take(pc.filter(self.values, hit), where)
+        """The value of property ``name`` per row, null where the row has none (the last one
+        where a row has it twice, as a dict would)."""
+        hit = np.asarray(pc.fill_null(pc.equal(self.names, name), False), bool)
+        rows = self.parents[hit]
+        where = np.full(self.n, -1, np.int64)
+        where[rows] = np.arange(len(rows))
+        return pc.take(self.values.filter(pa.array(hit)), pa.array(where, mask=where < 0))
 
     def user(self) -> pa.MapArray:
         """The non-reserved properties, as a map per row."""
         keep = pc.and_(pc.is_valid(self.names),
                        pc.invert(pc.fill_null(pc.is_in(self.names, value_set=_RESERVED), False)))
-        offsets = _kept_offsets(self.pairs.offsets, keep)
-        return pa.MapArray.from_arrays(offsets, pc.filter(self.names, keep), pc.filter(self.values, keep))
+        kept = np.concatenate(([0], np.cumsum(np.asarray(keep, bool), dtype=np.int64)))
+        offsets = pa.array(kept[self.row_offsets].astype(np.int32))
+        return pa.MapArray.from_arrays(offsets, self.names.filter(keep), self.values.filter(keep))
 
 
 def _kept_offsets(offsets: pa.Array, keep: pa.Array) -> pa.Array:
@@ -75,21 +131,25 @@ def _keys(raw: pa.Array) -> pa.ListArray:
     return pa.ListArray.from_arrays(_kept_offsets(split.offsets, keep), pc.filter(flat, keep))
 
 
-def _timestamps(ms: list[int]) -> pa.Array:
+def _timestamps(ms: Any) -> pa.Array:
     return pc.multiply(pa.array(ms, pa.int64()), 1000).cast(_TS)
 
 
-def build_columns(cols: Columns, topic: str, queue_id: int,
+def build_columns(cols: Columns | VecColumns, topic: str, queue_id: int,
                   names: list[str]) -> dict[str, pa.Array]:
-    """The columns ``names`` (of the source's schema, native Arrow types) of one bulk read.
-    ``cols`` must carry commit-log offsets (``with_phys``) when ``msgId`` is wanted."""
+    """The columns ``names`` (of the source's schema, native Arrow types) of one bulk read,
+    from either path. ``cols`` must carry commit-log offsets when ``msgId`` is wanted."""
     n = len(cols)
-    props = _Props(cols.props) if {"msgId", "keys", "tags", "properties"} & set(names) else None
+    vec = not isinstance(cols, Columns)   # VecColumns: arrays already
+    wanted = set(names)
+    props = None
+    if {"msgId", "keys", "tags", "properties"} & wanted:
+        props = _Props(cols.props if vec else pa.array(cols.props, pa.binary()))
 
     def msg_id() -> pa.Array:
         uniq = props.get(PROP_UNIQ_KEY)
         if uniq.null_count:   # a record written without a unique key: its offset id
-            uniq = pa.array([u if u is not None else offset_msg_id(p)
+            uniq = pa.array([u if u is not None else offset_msg_id(int(p))
                              for u, p in zip(uniq.to_pylist(), cols.phys)], pa.string())
         return uniq
 
@@ -101,7 +161,7 @@ def build_columns(cols: Columns, topic: str, queue_id: int,
         "keys": lambda: _keys(props.get(PROP_KEYS)),
         "tags": lambda: props.get(PROP_TAGS),
         "properties": lambda: props.user(),
-        "body": lambda: pa.array(cols.bodies, pa.binary()),
+        "body": lambda: cols.bodies if vec else pa.array(cols.bodies, pa.binary()),
         "bornTimestamp": lambda: _timestamps(cols.born),
         "storeTimestamp": lambda: _timestamps(cols.stored),
     }

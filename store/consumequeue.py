@@ -82,6 +82,18 @@ class ConsumeQueue:
         if cached is not None:
             os.close(cached[0])
 
+    def read_raw(self, offset: int, count: int) -> bytes:
+        """The bytes of up to ``count`` entries from ``offset`` within one segment, unchecked
+        (whole entries only): for readers that decode a run at once (``store/vecread.py``)."""
+        byte_off = offset * _SIZE
+        base = byte_off - byte_off % self.segment_bytes
+        fd = self._fd(base)
+        if fd is None:
+            return b""
+        n = min(count, (base + self.segment_bytes - byte_off) // _SIZE)
+        data = os.pread(fd, n * _SIZE, byte_off - base)
+        return data[: len(data) - len(data) % _SIZE]
+
     def read_entries(self, offset: int, count: int) -> list[tuple[int, int, int]]:
         """Up to ``count`` entries from ``offset`` within one segment: (phys, size, tags).
 

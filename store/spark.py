@@ -90,6 +90,7 @@ from pyspark.sql.types import (
 from .arrowcols import build_columns
 from .broker import Store
 from .bulk import Columns, pull_columns
+from .vecread import VecColumns, pull_vector
 from .errors import (
     BadInputError, DataError, MessageTooLargeError, TopicNotFoundError, UsageError,
 )
@@ -408,7 +409,7 @@ class ColumnPlan:
     def batch(self, msgs: Sequence[Message]) -> pa.RecordBatch:
         return self._assemble([_column(name, msgs, have) for name, have in zip(self.names, self.native)])
 
-    def bulk_batch(self, cols: Columns, topic: str, queue_id: int) -> pa.RecordBatch:
+    def bulk_batch(self, cols: Columns | VecColumns, topic: str, queue_id: int) -> pa.RecordBatch:
         built = build_columns(cols, topic, queue_id, self.names)
         return self._assemble([built[name] for name in self.names])
 
@@ -460,12 +461,15 @@ def read_slice(part: QueueSlice, plan: ColumnPlan) -> Iterator[pa.RecordBatch]:
 
 
 def _read_bulk(store: Store, part: QueueSlice, plan: ColumnPlan, off: int) -> Iterator[pa.RecordBatch]:
-    """The untagged read: one bulk pull per Arrow batch, columns built by Arrow kernels."""
+    """The untagged read: one vectorised pull per Arrow batch (``vecread.py``), or the exact
+    per-record one (``bulk.py``) for a run it declines; columns built by ``arrowcols.py``."""
     with_phys = "msgId" in plan.names
     while off < part.end:
-        cols = pull_columns(store, part.topic, part.queue_id, off,
-                            min(ARROW_BATCH_ROWS, part.end - off), PULL_BYTES, with_phys)
-        if cols.damaged:
+        count = min(ARROW_BATCH_ROWS, part.end - off)
+        cols: Columns | VecColumns | None = pull_vector(store, part.topic, part.queue_id, off, count, PULL_BYTES)
+        if cols is None:   # anything unusual in this run: the exact, per-record path
+            cols = pull_columns(store, part.topic, part.queue_id, off, count, PULL_BYTES, with_phys)
+        if isinstance(cols, Columns) and cols.damaged:
             raise _damaged(part, cols.damaged)
         if len(cols):
             yield plan.bulk_batch(cols, part.topic, part.queue_id)

@@ -22,6 +22,7 @@ from ..options import JsonOpt, state
 
 BATCH_MESSAGES = 8192
 BATCH_BYTES = 8 * 1024 * 1024
+SYNC_GROUP = 16   # --flush sync: batches written but not yet covered by an fsync, at most
 READ_CHUNK = 1 << 20
 
 
@@ -166,7 +167,7 @@ def send(
     input_: Annotated[str, typer.Option("--input", "-i", help="stdin format: raw (one body per record) or json (NDJSON objects).")] = "raw",
     flush: Annotated[str, typer.Option("--flush", help="async (page cache) or sync (fsync before the result is printed).")] = "async",
     delay: Annotated[Optional[str], typer.Option("--delay", help="Deliver later: a level 1-18 (1s 5s 10s 30s 1m … 2h) or a duration like 90s.")] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=65536, help="At most N messages per store write: one lock, and with --flush sync one fsync, per batch.")] = BATCH_MESSAGES,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=65536, help="At most N messages per store write (one lock each). With --flush sync, results are printed after an fsync covering their batch; batches written during an fsync share the next one.")] = BATCH_MESSAGES,
     json: JsonOpt = False,
 ) -> None:
     from store.errors import UsageError
@@ -246,8 +247,10 @@ class _Sender:
         self.t0 = time.monotonic()
         self._shape: tuple[int, bool] | None = None
         self.batch_messages = BATCH_MESSAGES
-        self._syncer: Any = None       # the fsync thread (--flush sync)
-        self._in_flight: tuple[Any, Callable[[], None]] | None = None
+        self._syncer: Any = None       # the fsync thread (--flush sync) ...
+        self._flight: tuple[Any, list[Callable[[], None]]] | None = None   # ... its fsync, covering these
+        self._waiting: list[Callable[[], None]] = []        # written since that fsync started
+        self._group: tuple[int, int, bool] | None = None    # their log range, for the next one
 
     def _topic_shape(self) -> tuple[int, bool] | None:
         """(queue count, ordered) of the topic, or what the first send will create; None when
@@ -445,35 +448,54 @@ class _Sender:
                 [r.commitlog_offset for r in results], [r.uniq_key for r in results]))
 
     def _acknowledge(self, report: Callable[[], None]) -> None:
-        """Print a written batch's results; with ``--flush sync``, only after its fsync.
+        """Print a written batch's results; with ``--flush sync``, only after an fsync that
+        covers it.
 
-        The fsync runs in a thread, outside the write lock, while this thread reads and
-        writes the next batch: one fsync per batch still, but overlapped with the next
-        batch's work instead of added to it (group commit with one batch in flight). A batch
-        whose fsync fails is never acknowledged; the error ends the send."""
+        Group commit, as RocketMQ's GroupCommitService: fsyncs run in a thread, outside the
+        write lock, while this thread goes on writing batches. A batch written while an fsync
+        runs waits for the next one, which covers every batch written meanwhile (``fdatasync``
+        flushes the whole file). So a slow disk costs one fsync per group, not per batch. At
+        most ``SYNC_GROUP`` batches wait; a batch whose fsync fails is never acknowledged, nor
+        is any batch after it, and the error ends the send."""
         if not self.sync:
             report()
             return
+        start, end, created = self.store.last_write
+        self._waiting.append(report)
+        g = self._group
+        self._group = (min(g[0], start), max(g[1], end), g[2] or created) if g else (start, end, created)
+        if self._flight is not None and (self._flight[0].done() or len(self._waiting) >= SYNC_GROUP):
+            self._land()
+        if self._flight is None:
+            self._launch()
+
+    def _launch(self) -> None:
+        """Start the fsync of every batch written since the last one started."""
         if self._syncer is None:
             from concurrent.futures import ThreadPoolExecutor
             self._syncer = ThreadPoolExecutor(1, thread_name_prefix="fsync")
-        fut = self._syncer.submit(self.store.sync_log, *self.store.last_write)
-        previous, self._in_flight = self._in_flight, (fut, report)
-        if previous is not None:
-            try:
-                previous[0].result()
-                previous[1]()
-            except BaseException:
-                self._in_flight = None   # nothing after a failed batch is acknowledged
-                raise
+        fut = self._syncer.submit(self.store.sync_log, *self._group)
+        self._flight, self._waiting, self._group = (fut, self._waiting), [], None
+
+    def _land(self) -> None:
+        """Wait for the running fsync, then print the results of the batches it covered."""
+        flight, self._flight = self._flight, None
+        try:
+            flight[0].result()
+        except BaseException:
+            self._waiting, self._group = [], None   # nothing after a failed fsync is acknowledged
+            raise
+        for report in flight[1]:
+            report()
 
     def finish(self) -> None:
-        """Wait for the last batch's fsync and print its results."""
-        pending, self._in_flight = self._in_flight, None
+        """Make every written batch durable and print its results."""
         try:
-            if pending is not None:
-                pending[0].result()
-                pending[1]()
+            if self._flight is not None:
+                self._land()
+            if self._waiting:
+                self._launch()
+                self._land()
         finally:
             if self._syncer is not None:
                 self._syncer.shutdown()

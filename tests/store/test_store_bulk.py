@@ -88,3 +88,72 @@ def test_user_schema_subset_and_msgid_fallback(tmp_path: Path) -> None:
     assert batch.column("tags").to_pylist() == ["a"]
     assert batch.column("msgId").to_pylist() == [s.pull("T", 0, 0, 1).messages[0].msg_id]
     s.close()
+
+
+def test_vector_read_matches_the_exact_path_or_declines(tmp_path: Path) -> None:
+    pytest.importorskip("numpy")
+    from store.vecread import pull_vector
+    s = open_store(tmp_path / "s", commitlog_segment_size=64 * 1024)
+    s.create_topic("T", 2)
+    s.put(drafts(200))
+    plan = ColumnPlan(SCHEMA)
+    for q in (0, 1):
+        off, vec_runs = 0, 0
+        while off < s.max_offset("T", q):
+            exact = pull_columns(s, "T", q, off, 37, 1 << 20, with_phys=True)
+            vec = pull_vector(s, "T", q, off, 37, 1 << 20)
+            if vec is not None:   # declined only where a run leaves its segment
+                vec_runs += 1
+                assert vec.next_offset == exact.next_offset
+                assert vec.phys.tolist() == exact.phys
+                a, b = plan.bulk_batch(vec, "T", q), plan.bulk_batch(exact, "T", q)
+                assert a.equals(b)
+            off = exact.next_offset
+        assert vec_runs >= 1
+    # a damaged record anywhere in a run: the vector path declines, the exact one names it
+    s.create_topic("D", 1)
+    s.put([Draft("D", b"m%d" % i, {}) for i in range(10)])
+    assert pull_vector(s, "D", 0, 0, 100, 1 << 20) is not None
+    victim = s.pull("D", 0, 6, 1).messages[0]
+    seg = s.commitlog.segment_path(s.commitlog.segment_of(victim.commitlog_offset))
+    data = bytearray(seg.read_bytes())
+    data[victim.commitlog_offset - s.commitlog.segment_of(victim.commitlog_offset) + F.RECORD_HEADER_SIZE] ^= 1
+    seg.write_bytes(bytes(data))
+    assert pull_vector(s, "D", 0, 0, 100, 1 << 20) is None
+    assert pull_vector(s, "D", 0, 0, 6, 1 << 20) is not None     # the run before it is fine
+    assert [q for q, _ in pull_columns(s, "D", 0, 0, 100).damaged] == [6]
+    # max_bytes: the run stops after the record that reaches it, as the exact path
+    assert len(pull_vector(s, "D", 0, 0, 6, 1)) == len(pull_columns(s, "D", 0, 0, 6, 1)) == 1
+    s.close()
+
+
+RAW_PROPS = [
+    b"", b"TAGS\x01a\x02", b"UNIQ_KEY\x01U1\x02KEYS\x01 k1  k2\x02colour\x01red\x02",
+    b"\x01novalue-name\x02", b"noval\x01\x02", b"x\x01y\x01z\x02",          # empty name/value; 0x01 in a value
+    b"TAGS\x01first\x02TAGS\x01second\x02", b"trailing\x01piece", b"n\x01\xff\xfe\x02",
+    b"\x02\x02", b"caf\xc3\xa9\x01\xe2\x82\xac\x02__CRC32#\x01x\x02",
+]
+
+
+COMMON_SHAPE = [b"", b"TAGS\x01a\x02", b"\x01novalue-name\x02", b"noval\x01\x02", b"TAGS\x01first\x02TAGS\x01second\x02",
+                b"caf\xc3\xa9\x01\xe2\x82\xac\x02__CRC32#\x01x\x02", b"", b"colour\x01red\x02KEYS\x01 k1  k2\x02"]
+
+
+@pytest.mark.parametrize("rows,fast", [(RAW_PROPS, False), (COMMON_SHAPE, True), ([b"", b""], False),
+                                       ([b"TAGS\x01t\x02UNIQ_KEY\x01u%d\x02" % i for i in range(5)], True)])
+def test_property_columns_match_parse_properties(rows: list[bytes], fast: bool) -> None:
+    """Both ways of splitting (numpy for the common shape, Arrow kernels for any bytes) give
+    what record.parse_properties gives, per row."""
+    import pyarrow as pa
+    from store.arrowcols import _Props
+    from store.record import RESERVED_PROPERTIES, parse_properties
+    raw = pa.array(rows, pa.binary())
+    probe = _Props.__new__(_Props)
+    probe.n = len(rows)
+    assert probe._split_fast(raw) is fast
+    props = _Props(raw)
+    want = [parse_properties(r.decode("utf-8", "replace")) for r in rows]
+    for name in ("TAGS", "KEYS", "UNIQ_KEY", "colour", "x", "n", "café"):
+        assert props.get(name).to_pylist() == [w.get(name) for w in want], name
+    assert [dict(m) for m in props.user().to_pylist()] == [
+        {k: v for k, v in w.items() if k not in RESERVED_PROPERTIES} for w in want]
