@@ -220,6 +220,7 @@ class Store:
 
     def close(self) -> None:
         self.commitlog.close()
+        self.index.close()
         for q in self._queues.values():
             q.close()
         if self._lock_fh is not None:
@@ -686,7 +687,7 @@ class Store:
         Any failure cuts every file back, so nothing of the batch is visible."""
         app.flush(sync=sync)
         failpoint("put-after-log")
-        undo: list[tuple[Path, int]] = []
+        undo: list[tuple[str, int]] = []
         try:
             for (topic, qid), (first, buf) in cq_bufs.items():
                 undo += self.queue(topic, qid).append(first, bytes(buf))

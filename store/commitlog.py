@@ -20,7 +20,7 @@ from typing import Iterator
 
 from . import format as F
 from .errors import MessageTooLargeError
-from .fsutil import ensure_dir, fsync_dir, io_error, open_private, segment_bases
+from .fsutil import SegmentListing, ensure_dir, fsync_dir, io_error, open_private
 from .record import Message, RecordError, decode, record_size_at
 
 
@@ -29,6 +29,8 @@ class CommitLog:
         self.dir = directory
         self.segment_size = segment_size
         self._read_fds: dict[int, tuple[int, int]] = {}   # base -> (fd, inode)
+        self._listing = SegmentListing(directory)
+        self._dir_s = str(directory)
 
     # -- segments ------------------------------------------------------------------------
     def segment_path(self, base: int) -> Path:
@@ -36,7 +38,7 @@ class CommitLog:
 
     def segments(self) -> list[int]:
         """Bases of the segment files present, oldest first."""
-        return segment_bases(self.dir)
+        return self._listing.bases()
 
     def segment_of(self, offset: int) -> int:
         return offset - offset % self.segment_size
@@ -47,7 +49,7 @@ class CommitLog:
         if not segs:
             return 0
         last = segs[-1]
-        return last + os.stat(self.segment_path(last)).st_size
+        return last + os.stat(f"{self._dir_s}/{last:020d}").st_size
 
     def min_offset(self) -> int:
         segs = self.segments()

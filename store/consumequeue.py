@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from . import format as F
-from .fsutil import ensure_dir, io_error, open_private, segment_bases
+from .fsutil import SegmentListing, ensure_dir, io_error, open_private
 
 _ENTRY = F.CQ_ENTRY
 _SIZE = F.CQ_ENTRY_SIZE
@@ -25,10 +25,12 @@ class ConsumeQueue:
         self.segment_entries = segment_entries
         self.segment_bytes = segment_entries * _SIZE
         self._read_fds: dict[int, tuple[int, int]] = {}   # base -> (fd, inode)
+        self._listing = SegmentListing(directory)
+        self._dir_s = str(directory)
 
     # -- segments --------------------------------------------------------------------------
     def segments(self) -> list[int]:
-        return segment_bases(self.dir)
+        return self._listing.bases()
 
     def segment_path(self, base: int) -> Path:
         return self.dir / F.segment_name(base)
@@ -39,7 +41,7 @@ class ConsumeQueue:
         while segs:
             last = segs.pop()
             try:
-                size = os.stat(self.segment_path(last)).st_size
+                size = os.stat(f"{self._dir_s}/{last:020d}").st_size
             except FileNotFoundError:
                 continue
             if size == 0 and segs:
@@ -127,22 +129,25 @@ class ConsumeQueue:
         self._read_fds.clear()
 
     # -- writing (store write lock held) ---------------------------------------------------
-    def append(self, first_offset: int, entries: bytes) -> list[tuple[Path, int]]:
+    def append(self, first_offset: int, entries: bytes) -> list[tuple[str, int]]:
         """Write ``entries`` (whole 20-byte entries) starting at queue offset ``first_offset``.
 
         Returns the undo list ``(path, previous size)`` for each file touched, so a failed
         batch can be cut back."""
-        ensure_dir(self.dir)
-        undo: list[tuple[Path, int]] = []
+        undo: list[tuple[str, int]] = []
         pos = first_offset * _SIZE
         view = memoryview(entries)
         while view:
             base = pos - pos % self.segment_bytes
             room = base + self.segment_bytes - pos
             part, view = view[:room], view[room:]
-            path = self.segment_path(base)
+            path = f"{self._dir_s}/{base:020d}"
             try:
-                fd = open_private(path, os.O_WRONLY | os.O_CREAT)
+                try:
+                    fd = open_private(path, os.O_WRONLY | os.O_CREAT)
+                except FileNotFoundError:   # a new queue (or one removed under us): make its directory
+                    ensure_dir(self.dir)
+                    fd = open_private(path, os.O_WRONLY | os.O_CREAT)
             except OSError as exc:
                 raise io_error(exc, f"open {path}") from exc
             try:

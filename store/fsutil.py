@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,6 +34,43 @@ def io_error(exc: OSError, what: str) -> StoreIOError:
         errno.EPERM: "operation not permitted",
     }.get(exc.errno or 0, exc.strerror or str(exc))
     return StoreIOError(f"cannot {what}: {reason}")
+
+
+class SegmentListing:
+    """The segment bases of one directory, listed again only when the directory changed.
+
+    Writers ask for the newest segment several times per batch (the log's end, each consume
+    queue's max offset, the index's newest file); a ``listdir`` each time cost more than the
+    rest of a small batch. A directory's mtime moves with every file created or removed in
+    it, but by the file system's clock, which may tick only every few milliseconds: a listing
+    is trusted again only when it was taken well after the mtime it saw (git's "racy clean"
+    rule), so a file created in the same tick as a listing is never missed."""
+
+    RACY_NS = 50_000_000
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self._key: tuple[int, int] | None = None
+        self._bases: list[int] = []
+
+    def bases(self) -> list[int]:
+        """Like :func:`segment_bases` (a new list the caller may change)."""
+        try:
+            st = os.stat(self.dir)
+        except FileNotFoundError:
+            self._key = None
+            return []
+        key = (st.st_ino, st.st_mtime_ns)
+        if key == self._key:
+            return list(self._bases)
+        listed_at = time.time_ns()
+        self._bases = segment_bases(self.dir)
+        self._key = key if listed_at - st.st_mtime_ns > self.RACY_NS else None
+        return list(self._bases)
+
+    def forget(self) -> None:
+        """Drop the cached listing (after this process created or removed a file here)."""
+        self._key = None
 
 
 def segment_bases(directory: Path) -> list[int]:

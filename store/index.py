@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from . import format as F
-from .fsutil import ensure_dir, io_error, open_private, segment_bases
+from .fsutil import SegmentListing, ensure_dir, io_error, open_private
 from .record import crc32
 
 _HDR = F.INDEX_HEADER
@@ -45,12 +45,41 @@ class KeyIndex:
         self.slots = slots
         self.max_entries = entries
         self.table_end = F.INDEX_HEADER_SIZE + slots * 4
+        self._listing = SegmentListing(directory)
+        # The newest file's slot table stays mapped between batches: mapping it anew for each
+        # batch cost a page fault for every slot touched. (base, inode, fd, map)
+        self._mapped: tuple[int, int, int, mmap.mmap] | None = None
 
     def files(self) -> list[int]:
-        return segment_bases(self.dir)
+        return self._listing.bases()
 
     def path(self, base: int) -> Path:
         return self.dir / F.segment_name(base)
+
+    def _map(self, base: int) -> tuple[int, mmap.mmap]:
+        """The descriptor and slot-table map of file ``base``, reused while the path still
+        names the same file (one stat): a file removed and made anew is mapped anew."""
+        path = self.path(base)
+        ino = os.stat(path).st_ino
+        m = self._mapped
+        if m is not None and m[0] == base and m[1] == ino:
+            return m[2], m[3]
+        self.close()
+        fd = open_private(path, os.O_RDWR)
+        try:
+            mm = mmap.mmap(fd, self.table_end)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._mapped = (base, ino, fd, mm)
+        return fd, mm
+
+    def close(self) -> None:
+        if self._mapped is not None:
+            _base, _ino, fd, mm = self._mapped
+            self._mapped = None
+            mm.close()
+            os.close(fd)
 
     def header(self, base: int) -> tuple[int, int, int, int, int, int]:
         with open(self.path(base), "rb") as fh:
@@ -94,7 +123,11 @@ class KeyIndex:
         files = self.files()
         base = files[-1] if files else self._create(physs[0], store_ts)
         while hashes:
-            begin_ts, _end_ts, _begin_phys, end_phys, slots, count = self.header(base)
+            try:
+                _fd, mm = self._map(base)
+            except OSError as exc:
+                raise io_error(exc, f"open index file {self.path(base)}") from exc
+            begin_ts, _end_ts, _begin_phys, end_phys, slots, count = _HDR.unpack_from(mm, 0)
             if physs[0] <= end_phys:  # already indexed (recovery replays records): skip them
                 i = bisect.bisect_right(physs, end_phys)
                 hashes, physs = hashes[i:], physs[i:]
@@ -115,55 +148,48 @@ class KeyIndex:
         past ``indexCount``), then slots, then the header. A slot left pointing at an entry
         past ``indexCount`` by a killed writer is resolved by :meth:`repair`."""
         path = self.path(base)
-        fd = open_private(path, os.O_RDWR)
-        try:
-            mm = mmap.mmap(fd, self.table_end)
-            try:
-                tdiff = max(0, min((store_ts - begin_ts) // 1000, 0x7FFFFFFF))
-                slots = self.slots
-                pack_entry = _ENTRY.pack
-                n = count
-                entries = bytearray()
-                if len(hashes) >= _WHOLE_TABLE:
-                    # big batch: the slot table as an array (one copy in, one copy out)
-                    table = array.array("i")
-                    table.frombytes(mm[F.INDEX_HEADER_SIZE:self.table_end])
-                    if _LITTLE:
-                        table.byteswap()
-                    for h, phys in zip(hashes, physs):
-                        sl = h % slots
-                        prev = table[sl]
-                        if prev >= n or prev < 0:   # [count, n) are this batch's own entries
-                            prev = self._resolve(fd, prev, count)
-                        entries += pack_entry(h, phys, tdiff, prev)
-                        table[sl] = n
-                        n += 1
-                    self._write_entries(fd, path, entries, count)
-                    if _LITTLE:
-                        table.byteswap()
-                    mm[F.INDEX_HEADER_SIZE:self.table_end] = table.tobytes()
-                else:
-                    unpack_slot = _SLOT.unpack_from
-                    pack_slot = _SLOT.pack_into
-                    touched: dict[int, int] = {}
-                    for h, phys in zip(hashes, physs):
-                        sp = F.INDEX_HEADER_SIZE + (h % slots) * 4
-                        prev = touched.get(sp)
-                        if prev is None:
-                            prev = unpack_slot(mm, sp)[0]
-                            if prev >= count or prev < 0:
-                                prev = self._resolve(fd, prev, count)
-                        entries += pack_entry(h, phys, tdiff, prev)
-                        touched[sp] = n
-                        n += 1
-                    self._write_entries(fd, path, entries, count)
-                    for sp, v in touched.items():
-                        pack_slot(mm, sp, v)
-                _HDR.pack_into(mm, 0, begin_ts, store_ts, base, physs[-1], slots, n)
-            finally:
-                mm.close()
-        finally:
-            os.close(fd)
+        fd, mm = self._map(base)
+        tdiff = max(0, min((store_ts - begin_ts) // 1000, 0x7FFFFFFF))
+        slots = self.slots
+        pack_entry = _ENTRY.pack
+        n = count
+        entries = bytearray()
+        if len(hashes) >= _WHOLE_TABLE:
+            # big batch: the slot table as an array (one copy in, one copy out)
+            table = array.array("i")
+            table.frombytes(mm[F.INDEX_HEADER_SIZE:self.table_end])
+            if _LITTLE:
+                table.byteswap()
+            for h, phys in zip(hashes, physs):
+                sl = h % slots
+                prev = table[sl]
+                if prev >= n or prev < 0:   # [count, n) are this batch's own entries
+                    prev = self._resolve(fd, prev, count)
+                entries += pack_entry(h, phys, tdiff, prev)
+                table[sl] = n
+                n += 1
+            self._write_entries(fd, path, entries, count)
+            if _LITTLE:
+                table.byteswap()
+            mm[F.INDEX_HEADER_SIZE:self.table_end] = table.tobytes()
+        else:
+            unpack_slot = _SLOT.unpack_from
+            pack_slot = _SLOT.pack_into
+            touched: dict[int, int] = {}
+            for h, phys in zip(hashes, physs):
+                sp = F.INDEX_HEADER_SIZE + (h % slots) * 4
+                prev = touched.get(sp)
+                if prev is None:
+                    prev = unpack_slot(mm, sp)[0]
+                    if prev >= count or prev < 0:
+                        prev = self._resolve(fd, prev, count)
+                entries += pack_entry(h, phys, tdiff, prev)
+                touched[sp] = n
+                n += 1
+            self._write_entries(fd, path, entries, count)
+            for sp, v in touched.items():
+                pack_slot(mm, sp, v)
+        _HDR.pack_into(mm, 0, begin_ts, store_ts, base, physs[-1], slots, n)
 
     def _write_entries(self, fd: int, path: Path, entries: bytearray, count: int) -> None:
         try:

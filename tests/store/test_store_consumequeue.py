@@ -69,7 +69,7 @@ def test_append_returns_an_undo_list(tmp_path: Path) -> None:
     q = ConsumeQueue(tmp_path / "q", 10)
     q.append(0, entries(0, 8))
     undo = q.append(8, entries(8, 5))
-    assert undo == [(q.segment_path(0), 160), (q.segment_path(200), 0)]
+    assert undo == [(str(q.segment_path(0)), 160), (str(q.segment_path(200)), 0)]
     for path, size in reversed(undo):
         os.truncate(path, size)
     # the new segment is left empty: the queue still ends at 8, not at the empty file's base

@@ -147,6 +147,7 @@ def test_a_writer_killed_before_the_index_header_keeps_older_chains(root: Path, 
     class Hdr:
         size = F.INDEX_HEADER_SIZE
         unpack = staticmethod(F.INDEX_HEADER.unpack)
+        unpack_from = staticmethod(F.INDEX_HEADER.unpack_from)
 
         @staticmethod
         def pack_into(*a):
