@@ -311,7 +311,7 @@ def test_replay_after_a_crash_mid_publish_stores_the_rest_once(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     opts = S.WriteOptions(str(store.root), "sink", False)
     bodies = [f"m{i}" for i in range(10)]
-    monkeypatch.setattr(S, "PUBLISH_MESSAGES", 3)
+    monkeypatch.setattr("store.sparkwrite.PUBLISH_MESSAGES", 3)
     real_put = Store.put
     done = []
 
