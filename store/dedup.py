@@ -47,9 +47,9 @@ from pathlib import Path
 
 from . import fsutil
 from .errors import BadInputError, UsageError
+from .flock import wait_flock
 from .layout import Layout
 from .names import validate_group
-from .qlocks import wait_flock
 
 MAX_ENTRIES = 1_000_000
 MAX_AGE_MS = 7 * 24 * 3600 * 1000

@@ -31,7 +31,7 @@ Unlinking lock files. A lock file is unlinked only by a process that holds its l
 leaving member, or a pruner that took the lock of a dead one), always after the JSON. Anyone
 who takes a lock then checks that the path still names the file it locked; a joiner that
 opened the old file just before the unlink ends up locking an orphan inode, notices, and opens
-the new one (``qlocks.open_exclusive``). So a lock file can be deleted without ever letting two
+the new one (``flock.open_exclusive``). So a lock file can be deleted without ever letting two
 processes believe they hold the same client id, and ``consumers/<group>/`` does not fill up
 with the files of every ``HOST@PID`` that ever ran.
 
@@ -50,11 +50,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ClientIdInUseError, OperationError
+from .flock import (list_dir, names_same_file, now_ms, open_exclusive, probe_held,
+                    unlink_if_exists)
 from .fsutil import atomic_write_json, ensure_dir
 from .layout import Layout
 from .names import CLIENT_ID_RE, NAME_RE, validate_client_id, validate_group
-from .qlocks import (list_dir, names_same_file, now_ms, open_exclusive, probe_held,
-                     unlink_if_exists)
 
 JOIN_GRACE = 0.25  # seconds a joiner keeps retrying a lock that a probe or pruner may hold
 _RESERVED_FIELDS = ("clientId", "group", "pid", "host", "startedAt")

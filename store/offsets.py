@@ -57,9 +57,9 @@ from typing import Any
 from . import fsutil
 from .allocate import BROKER_NAME
 from .errors import UsageError
+from .flock import wait_flock
 from .layout import Layout
 from .names import validate_any_topic, validate_client_id, validate_group
-from .qlocks import wait_flock
 
 NO_OFFSET = -1
 TOPIC_GROUP_SEPARATOR = "@"

@@ -54,7 +54,8 @@ two probes never mistake each other for a holder. A probe can make a concurrent
 Locks are ``flock`` locks: they belong to an open file description, not to a process, so two
 :class:`QueueLock` objects in one process exclude each other, and a lock file descriptor is
 opened close-on-exec so a handler started by the consumer never inherits (and outlives it
-with) the lock.
+with) the lock. The file-lock primitives themselves (``try_flock``, ``wait_flock``,
+``open_exclusive``, the identity checks) live in ``flock.py``.
 """
 from __future__ import annotations
 
@@ -64,14 +65,15 @@ import os
 import re
 import socket
 import threading
-import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .errors import LockHeldError, StoreIOError, UsageError
-from .fsutil import ensure_dir, io_error, open_private
+from .flock import (file_id, list_dir, names_same_file, now_ms, open_exclusive, open_file, path_id,
+                    try_flock, unlink_if_exists, wait_flock)
+from .fsutil import ensure_dir, io_error
 from .layout import Layout
 from .names import NAME_RE, validate_any_topic, validate_client_id, validate_group
 
@@ -84,117 +86,6 @@ MUTEX_NAME = ".mutex.lock"
 _LOCK_FILE_RE = re.compile(r"^(0|[1-9][0-9]{0,9})\.lock$")
 _MAX_RECORD = 64 * 1024
 _log = logging.getLogger(__name__)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-# -- file-lock primitives (also used by members.py) ------------------------------------------
-
-def _portalocker() -> Any:
-    # Imported on first use: portalocker costs ~70 ms at import and most commands never lock.
-    import portalocker
-    return portalocker
-
-
-def try_flock(fd: int, path: Path, *, shared: bool = False) -> bool:
-    """Take an exclusive (or shared) lock on ``fd`` without waiting; False if it is held."""
-    pl = _portalocker()
-    kind = pl.LockFlags.SHARED if shared else pl.LockFlags.EXCLUSIVE
-    try:
-        pl.lock(fd, kind | pl.LockFlags.NON_BLOCKING)
-    except pl.AlreadyLocked:
-        return False
-    except pl.LockException as exc:
-        cause = exc.__cause__
-        if isinstance(cause, OSError):
-            raise io_error(cause, f"lock {path}") from exc
-        raise StoreIOError(f"cannot lock {path}: {exc}") from exc
-    return True
-
-
-def file_id(st: os.stat_result) -> tuple[int, int]:
-    return st.st_dev, st.st_ino
-
-
-def path_id(path: Path) -> tuple[int, int] | None:
-    """The (device, inode) that ``path`` names now, or None if it names nothing."""
-    try:
-        return file_id(os.stat(path, follow_symlinks=False))
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise io_error(exc, f"stat {path}") from exc
-
-
-def names_same_file(fd: int, path: Path) -> bool:
-    """True if ``path`` still names the file open as ``fd`` (not unlinked, not replaced)."""
-    return path_id(path) == file_id(os.fstat(fd))
-
-
-def open_exclusive(path: Path) -> int | None:
-    """Open ``path`` (created if missing) and lock it exclusively without waiting.
-
-    Returns the descriptor holding the lock, or None if another open file description holds
-    it. The lock is re-checked against the path after it is taken: whoever unlinks a lock file
-    does so while holding its lock, so an opener that raced with the unlink ends up holding an
-    orphan inode, notices, and opens the new file instead.
-    """
-    for _ in range(16):
-        fd = _open(path, os.O_RDWR | os.O_CREAT)
-        try:
-            if not try_flock(fd, path):
-                os.close(fd)
-                return None
-        except BaseException:
-            os.close(fd)
-            raise
-        if names_same_file(fd, path):
-            return fd
-        os.close(fd)
-    raise LockHeldError(f"cannot lock {path}: it keeps being replaced")
-
-
-def probe_held(path: Path) -> bool | None:
-    """True if a process holds an exclusive lock on ``path``, False if none does, None if the
-    file does not exist. Takes and drops a shared lock, so probes never block each other."""
-    try:
-        fd = _open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        return not try_flock(fd, path, shared=True)
-    finally:
-        os.close(fd)  # closing drops the shared lock if we got it
-
-
-def _open(path: Path, flags: int) -> int:
-    try:
-        return open_private(path, flags)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise io_error(exc, f"open {path}") from exc
-
-
-def unlink_if_exists(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise io_error(exc, f"remove {path}") from exc
-
-
-def list_dir(path: Path) -> list[str]:
-    """Names in ``path``; [] if it does not exist."""
-    try:
-        return os.listdir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except OSError as exc:
-        raise io_error(exc, f"list {path}") from exc
 
 
 # -- records ---------------------------------------------------------------------------------
@@ -281,28 +172,12 @@ def group_mutex(layout: Layout, group: str, timeout: float = MUTEX_TIMEOUT) -> I
     """
     path = layout.queue_locks_dir(group) / MUTEX_NAME
     ensure_dir(path.parent)
-    fd = _open(path, os.O_RDWR | os.O_CREAT)
+    fd = open_file(path, os.O_RDWR | os.O_CREAT)
     try:
         wait_flock(fd, path, timeout)
         yield
     finally:
         os.close(fd)
-
-
-def wait_flock(fd: int, path: Path, timeout: float, *, shared: bool = False) -> None:
-    """Take ``flock`` on ``fd``, waiting at most ``timeout`` seconds (LockHeldError after).
-
-    Polling rather than a blocking flock: a blocking call cannot be given a deadline, and a
-    holder that is stopped (SIGSTOP, a debugger) must surface as "held elsewhere" instead of
-    hanging every process of the store."""
-    deadline = time.monotonic() + timeout
-    delay = 0.0005
-    while not try_flock(fd, path, shared=shared):
-        if time.monotonic() >= deadline:
-            raise LockHeldError(f"{path} has been held by another process for over "
-                                f"{timeout:g} s (a stopped process?)")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.02)
 
 
 # -- one queue lock --------------------------------------------------------------------------
@@ -386,7 +261,7 @@ class QueueLock:
     def _break_if_expired(self) -> int | None:
         # Called under the group mutex, after the lock was found held.
         try:
-            fd = _open(self.path, os.O_RDONLY)
+            fd = open_file(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return open_exclusive(self.path)  # the holder released it a moment ago
         try:
@@ -535,7 +410,7 @@ def lock_groups(layout: Layout) -> list[str]:
 
 def _probe_info(group: str, topic: str, queue_id: int, path: Path) -> LockInfo | None:
     try:
-        fd = _open(path, os.O_RDONLY)
+        fd = open_file(path, os.O_RDONLY)
     except FileNotFoundError:
         return None  # released between listing and probing
     try:
@@ -587,7 +462,7 @@ def _remove_if_allowed(group: str, topic: str, queue_id: int, path: Path,
     # Called under the group mutex. A free file is locked before it is unlinked, so nobody
     # can be taking it at that moment; a held one is unlinked under its holder.
     try:
-        fd = _open(path, os.O_RDWR)
+        fd = open_file(path, os.O_RDWR)
     except FileNotFoundError:
         return None
     try:

@@ -191,20 +191,21 @@ def transaction_needs(store: "Store") -> list[Need]:
     if not store.has_topic(HALF_TOPIC):
         return []
     from . import transaction as tx
+    from . import txcheck
     floor_fn: Callable[["Store"], int | None] | None = getattr(tx, "retention_floor", None)
     if floor_fn is not None:
         phys = floor_fn(store)
         return [] if phys is None else [Need("unresolved transactions", HALF_TOPIC, 0, -1, phys)]
     try:
         needs = []
-        for p in tx.pending(store):
+        for p in txcheck.pending(store):
             for h in tx.load(store, p.tx_id).live():
                 needs.append(Need(f"transaction {p.tx_id}", HALF_TOPIC, 0, h.queue_offset, h.commitlog_offset))
         return needs
     except (StoreError, OSError, ValueError) as exc:
         store.warn(f"could not read the unresolved transactions ({exc}); keeping the log from the "
                    f"check service's position")
-        half, _op = tx.load_progress(store.layout, store.warn)
+        half, _op = txcheck.load_progress(store.layout, store.warn)
         n = _queue_need(store, "transaction check service", HALF_TOPIC, 0, half)
         return [] if n is None else [n]
 

@@ -112,7 +112,7 @@ def deliver_due(store: "Store", now_ms: int | None = None, max_messages: int = 1
     """One scheduler pass, if no other process is running one. Returns messages delivered."""
     if not store.has_topic(names.SCHEDULE_TOPIC):
         return 0
-    from .qlocks import try_flock
+    from .flock import try_flock
     lock_path = store.layout.service_lock("schedule")
     ensure_dir(lock_path.parent)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

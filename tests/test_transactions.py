@@ -1,5 +1,5 @@
-"""Transactional messages (store/transaction.py, mqctl tx): visibility, resolutions, the check
-service, and exactly-once resolution when a process is killed at each step.
+"""Transactional messages (store/transaction.py, store/txcheck.py, mqctl tx): visibility,
+resolutions, the check service, and exactly-once resolution when a process is killed at each step.
 
 Everything that writes runs in real ``mqctl`` processes; what consumers would see is read
 back through a Store handle of this process, as a consumer of the real topic reads it."""

@@ -1,4 +1,5 @@
-"""``mqctl tx send|commit|rollback|list|check``: transactional messages (``store/transaction.py``).
+"""``mqctl tx send|commit|rollback|list|check``: transactional messages (``store/transaction.py``,
+``store/txcheck.py``).
 
 Commands given to ``--exec`` and ``--check-cmd`` are split like a shell command line (shlex)
 and run without a shell, in a process group of their own that is killed on a timeout or an

@@ -8,7 +8,7 @@ Crash points (where they are placed):
   before the checkpoint moves;
 * ``rebalance-after-lock``, ``rebalance-before-unlock``, ``offsets-before-persist``,
   ``offsets-after-persist`` — ``mqctl/consumer/runtime.py``;
-* ``tx-…`` — ``store/transaction.py`` (listed in its docstring).
+* ``tx-…`` — ``store/transaction.py`` and ``store/txcheck.py`` (listed in their docstrings).
 
 Invariants, after the next open (which recovers):
 
@@ -244,8 +244,9 @@ TX_POINTS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("point", sorted(TX_POINTS))
 def test_tx_points_resolve_at_most_once(mq: MQ, tmp_path: Path, point: str) -> None:
-    """The transaction helper's own points (``store/transaction.py``), each reached by the
-    command that passes it; then everything is finished and checked for at-most-once."""
+    """The transaction helper's own points (``store/transaction.py``, ``store/txcheck.py``),
+    each reached by the command that passes it; then everything is finished and checked for
+    at-most-once."""
     answer = script(tmp_path, "answer.sh", """
         #!/bin/sh
         case "$(cat)" in c*) echo COMMIT ;; r*) echo ROLLBACK ;; *) echo UNKNOWN ;; esac

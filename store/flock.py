@@ -1,0 +1,161 @@
+"""File locks and the small file helpers around them, shared by every module that locks files.
+
+Owns the ``flock`` primitives (through portalocker, imported on first use) and nothing about
+what a lock file means: queue locks (``qlocks.py``), consumer membership (``members.py``), the
+offset and dedup files (``offsets.py``, ``dedup.py``) and the delay scheduler (``schedule.py``)
+build their protocols on top of these.
+
+* Locks are ``flock`` locks: they belong to an open file description, not to a process, so two
+  descriptors opened by one process exclude each other, and the kernel drops a lock the moment
+  its holder dies (even ``kill -9``).
+* Descriptors are opened through :func:`fsutil.open_private` (mode 0600, close-on-exec, no
+  symlink at the last step), so a child process never inherits (and outlives its parent with)
+  a lock.
+* Nothing here blocks without a deadline: :func:`try_flock` never waits and :func:`wait_flock`
+  polls up to a timeout, so a holder that is stopped (SIGSTOP, a debugger) surfaces as
+  ``LockHeldError`` instead of hanging every process of the store.
+* A file that may be unlinked while locked is named again after locking (:func:`open_exclusive`,
+  :func:`names_same_file`): whoever unlinks a lock file does so while holding its lock, so an
+  opener that raced with the unlink notices it holds an orphan inode.
+* Probes (:func:`probe_held`) take a *shared* lock and drop it at once, so two probes never
+  mistake each other for a holder.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import LockHeldError, StoreIOError
+from .fsutil import io_error, open_private
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- file-lock primitives ----------------------------------------------------------------------
+
+def _portalocker() -> Any:
+    # Imported on first use: portalocker costs ~70 ms at import and most commands never lock.
+    import portalocker
+    return portalocker
+
+
+def try_flock(fd: int, path: Path, *, shared: bool = False) -> bool:
+    """Take an exclusive (or shared) lock on ``fd`` without waiting; False if it is held."""
+    pl = _portalocker()
+    kind = pl.LockFlags.SHARED if shared else pl.LockFlags.EXCLUSIVE
+    try:
+        pl.lock(fd, kind | pl.LockFlags.NON_BLOCKING)
+    except pl.AlreadyLocked:
+        return False
+    except pl.LockException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, OSError):
+            raise io_error(cause, f"lock {path}") from exc
+        raise StoreIOError(f"cannot lock {path}: {exc}") from exc
+    return True
+
+
+def wait_flock(fd: int, path: Path, timeout: float, *, shared: bool = False) -> None:
+    """Take ``flock`` on ``fd``, waiting at most ``timeout`` seconds (LockHeldError after).
+
+    Polling rather than a blocking flock: a blocking call cannot be given a deadline, and a
+    holder that is stopped (SIGSTOP, a debugger) must surface as "held elsewhere" instead of
+    hanging every process of the store."""
+    deadline = time.monotonic() + timeout
+    delay = 0.0005
+    while not try_flock(fd, path, shared=shared):
+        if time.monotonic() >= deadline:
+            raise LockHeldError(f"{path} has been held by another process for over "
+                                f"{timeout:g} s (a stopped process?)")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def file_id(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def path_id(path: Path) -> tuple[int, int] | None:
+    """The (device, inode) that ``path`` names now, or None if it names nothing."""
+    try:
+        return file_id(os.stat(path, follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise io_error(exc, f"stat {path}") from exc
+
+
+def names_same_file(fd: int, path: Path) -> bool:
+    """True if ``path`` still names the file open as ``fd`` (not unlinked, not replaced)."""
+    return path_id(path) == file_id(os.fstat(fd))
+
+
+def open_exclusive(path: Path) -> int | None:
+    """Open ``path`` (created if missing) and lock it exclusively without waiting.
+
+    Returns the descriptor holding the lock, or None if another open file description holds
+    it. The lock is re-checked against the path after it is taken: whoever unlinks a lock file
+    does so while holding its lock, so an opener that raced with the unlink ends up holding an
+    orphan inode, notices, and opens the new file instead.
+    """
+    for _ in range(16):
+        fd = open_file(path, os.O_RDWR | os.O_CREAT)
+        try:
+            if not try_flock(fd, path):
+                os.close(fd)
+                return None
+        except BaseException:
+            os.close(fd)
+            raise
+        if names_same_file(fd, path):
+            return fd
+        os.close(fd)
+    raise LockHeldError(f"cannot lock {path}: it keeps being replaced")
+
+
+def probe_held(path: Path) -> bool | None:
+    """True if a process holds an exclusive lock on ``path``, False if none does, None if the
+    file does not exist. Takes and drops a shared lock, so probes never block each other."""
+    try:
+        fd = open_file(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        return not try_flock(fd, path, shared=True)
+    finally:
+        os.close(fd)  # closing drops the shared lock if we got it
+
+
+# -- files -------------------------------------------------------------------------------------
+
+def open_file(path: Path, flags: int) -> int:
+    """:func:`fsutil.open_private`; FileNotFoundError as is, any other OSError as StoreIOError."""
+    try:
+        return open_private(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise io_error(exc, f"open {path}") from exc
+
+
+def unlink_if_exists(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise io_error(exc, f"remove {path}") from exc
+
+
+def list_dir(path: Path) -> list[str]:
+    """Names in ``path``; [] if it does not exist."""
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise io_error(exc, f"list {path}") from exc
