@@ -111,7 +111,8 @@ def test_four_producers_at_once(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_four_producers_at_once_long(tmp_path: Path) -> None:
-    run_four_producers(tmp_path, 400_000)
+    """150,000 lines each (``MQCTL_PRODUCER_LINES`` for a longer run)."""
+    run_four_producers(tmp_path, int(os.environ.get("MQCTL_PRODUCER_LINES", "150000")))
 
 
 # -- kill -9 in the middle of a batch ---------------------------------------------------------------
