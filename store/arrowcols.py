@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from .vecread import VecColumns
 from .record import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, RESERVED_PROPERTIES, offset_msg_id
 
-_RESERVED = pa.array(sorted(RESERVED_PROPERTIES), pa.string())
+_RESERVED_NAMES = sorted(RESERVED_PROPERTIES)
+_RESERVED = pa.array(_RESERVED_NAMES, pa.string())
+_RESERVED_INDEX = {name: i for i, name in enumerate(_RESERVED_NAMES)}
 _TS = pa.timestamp("us", tz="UTC")
 
 
@@ -37,6 +39,7 @@ class _Props:
 
     def __init__(self, raw: pa.BinaryArray) -> None:
         self.n = len(raw)
+        self._reserved_codes: np.ndarray | None = None
         if not self._split_fast(raw):
             self._split_general(raw)
 
@@ -98,10 +101,21 @@ class _Props:
         self.parents = np.asarray(pc.list_parent_indices(pairs))
         self.row_offsets = np.asarray(pairs.offsets)
 
+    def _codes(self) -> np.ndarray:
+        """Per piece, the position of its name in :data:`_RESERVED_NAMES`, -1 for any other
+        name or none: one hash lookup per piece serves every reserved-name column and ``user``."""
+        if self._reserved_codes is None:
+            codes = pc.fill_null(pc.index_in(self.names, value_set=_RESERVED), -1)
+            self._reserved_codes = np.asarray(codes, np.int32)
+        return self._reserved_codes
+
     def get(self, name: str) -> pa.Array:
         """The value of property ``name`` per row, null where the row has none (the last one
         where a row has it twice, as a dict would)."""
-        hit = np.asarray(pc.fill_null(pc.equal(self.names, name), False), bool)
+        if name in _RESERVED_INDEX:
+            hit = self._codes() == _RESERVED_INDEX[name]
+        else:
+            hit = np.asarray(pc.fill_null(pc.equal(self.names, name), False), bool)
         rows = self.parents[hit]
         where = np.full(self.n, -1, np.int64)
         where[rows] = np.arange(len(rows))
@@ -109,11 +123,11 @@ class _Props:
 
     def user(self) -> pa.MapArray:
         """The non-reserved properties, as a map per row."""
-        keep = pc.and_(pc.is_valid(self.names),
-                       pc.invert(pc.fill_null(pc.is_in(self.names, value_set=_RESERVED), False)))
-        kept = np.concatenate(([0], np.cumsum(np.asarray(keep, bool), dtype=np.int64)))
+        keep = np.asarray(pc.is_valid(self.names), bool) & (self._codes() < 0)
+        kept = np.concatenate(([0], np.cumsum(keep, dtype=np.int64)))
         offsets = pa.array(kept[self.row_offsets].astype(np.int32))
-        return pa.MapArray.from_arrays(offsets, self.names.filter(keep), self.values.filter(keep))
+        mask = pa.array(keep)
+        return pa.MapArray.from_arrays(offsets, self.names.filter(mask), self.values.filter(mask))
 
 
 def _kept_offsets(offsets: pa.Array, keep: pa.Array) -> pa.Array:

@@ -100,10 +100,14 @@ def pull_vector(store: "Store", topic: str, queue_id: int, offset: int, max_coun
     if n == 0:
         return None
     phys, size = phys[:n], size[:n]
+    if size.min() < _MIN_SIZE or phys.min() < 0 or (n > 1 and bool((np.diff(phys) < size[:-1]).any())):
+        return None
+    # One read covers the run, other queues' records between its own included: with many
+    # queues, a shorter run keeps that read within max_bytes (at least one record).
+    n = max(1, int(np.searchsorted(phys + size - lo, max_bytes, side="right")))
+    phys, size = phys[:n], size[:n]
     hi = int(phys[-1] + size[-1])
-    if (size.min() < _MIN_SIZE or phys.min() < 0 or hi > seg_end
-            or (n > 1 and bool((np.diff(phys) < size[:-1]).any()))
-            or (hi - lo > max_bytes and hi - lo > 4 * int(size.sum()))):
+    if hi > seg_end:
         return None
     span = log.read_bytes(lo, hi - lo)
     if len(span) != hi - lo:

@@ -157,3 +157,21 @@ def test_property_columns_match_parse_properties(rows: list[bytes], fast: bool) 
         assert props.get(name).to_pylist() == [w.get(name) for w in want], name
     assert [dict(m) for m in props.user().to_pylist()] == [
         {k: v for k, v in w.items() if k not in RESERVED_PROPERTIES} for w in want]
+
+
+def test_vector_read_of_a_queue_among_many_cuts_runs_instead_of_declining(tmp_path: Path) -> None:
+    """With many queues a queue's records are sparse in the log: the one read per run must
+    stay within max_bytes, so the run is shortened (never refused, never over-read)."""
+    pytest.importorskip("numpy")
+    from store.vecread import pull_vector
+    s = open_store(tmp_path / "s")
+    s.create_topic("S", 16)
+    s.put([Draft("S", b"x%03d" % i, {}, queue_id=i % 16) for i in range(320)])
+    off, runs = 0, 0
+    while off < 20:
+        vec = pull_vector(s, "S", 3, off, 100, 2000)
+        assert vec is not None and len(vec) >= 1
+        assert vec.bodies.to_pylist() == [m.body for m in s.pull("S", 3, off, len(vec)).messages]
+        off, runs = vec.next_offset, runs + 1
+    assert runs > 1
+    s.close()
