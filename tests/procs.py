@@ -64,7 +64,10 @@ class Proc:
 
     def signal(self, sig: int) -> None:
         if self.alive():
-            os.kill(self.p.pid, sig)
+            try:
+                os.kill(self.p.pid, sig)
+            except ProcessLookupError:   # it exited in between
+                pass
 
     def kill9(self) -> None:
         self.signal(signal.SIGKILL)
@@ -77,6 +80,11 @@ class Proc:
             self.kill9()
             raise AssertionError(f"{' '.join(self.args)} did not exit within {timeout:g} s; "
                                  f"stderr: {self.stderr()[-2000:]}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM, then wait (a consumer persists its offsets and exits 0)."""
+        self.signal(signal.SIGTERM)
+        return self.wait(timeout)
 
     def stdout(self) -> bytes:
         return self.out_path.read_bytes() if self.out_path.exists() else b""

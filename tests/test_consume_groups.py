@@ -219,7 +219,7 @@ def test_ctrl_c_lets_running_handlers_finish(mq: MQ) -> None:
     import os
     mq.ok("topic", "create", "T", "--queues", "1")
     log = mq.work / "log"
-    h = handler_script(mq.work / "h.sh", f"""b=$(cat)
+    h = handler_script(mq.work / "h.sh", """b=$(cat)
 echo "start|$b" >> "$LOG"
 sleep 1
 echo "end|$b" >> "$LOG" """)

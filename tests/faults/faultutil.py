@@ -24,6 +24,8 @@ from typing import Any, Callable, Iterable
 
 import pytest
 
+from procs import Proc, wait_for as _wait_for   # tests/ is on sys.path (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
 MQCTL = [sys.executable, "-m", "mqctl"]
 KILLED = -signal.SIGKILL
@@ -32,14 +34,8 @@ TIMEOUT = 60.0
 
 def wait_for(cond: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
              what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+    """:func:`procs.wait_for` with this directory's longer default (kill-9 recoveries)."""
+    return _wait_for(cond, timeout, interval, what)
 
 
 def base_env(store: Path, failpoints: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -89,51 +85,6 @@ def assert_one_error(res: Result, code: int, *, allow_warnings: bool = False, al
     else:
         assert lines == errors, str(res)
     return errors[0]
-
-
-class Proc:
-    """A background ``mqctl`` (or other) process; stdout/stderr go to files."""
-
-    def __init__(self, popen: subprocess.Popen, out: Path, err: Path, args: list[str]) -> None:
-        self.p = popen
-        self.out_path, self.err_path, self.args = out, err, args
-
-    @property
-    def pid(self) -> int:
-        return self.p.pid
-
-    def alive(self) -> bool:
-        return self.p.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.alive():
-            try:
-                os.kill(self.p.pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def kill9(self) -> None:
-        self.signal(signal.SIGKILL)
-        self.p.wait(timeout=10)
-
-    def wait(self, timeout: float = TIMEOUT) -> int:
-        try:
-            return self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill9()
-            raise AssertionError(f"{' '.join(self.args)} did not exit within {timeout:g} s; "
-                                 f"stderr: {self.stderr()[-2000:]}")
-
-    def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM, then wait (a consumer persists its offsets and exits 0)."""
-        self.signal(signal.SIGTERM)
-        return self.wait(timeout)
-
-    def stdout(self) -> bytes:
-        return self.out_path.read_bytes() if self.out_path.exists() else b""
-
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
 
 
 class Feeder:
