@@ -16,12 +16,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 from typer.testing import CliRunner
 
 from mqctl.app import app
+from procs import wait_for
 from store.broker import Store
 from store.errors import StoreError
 from store.layout import Layout
@@ -441,17 +442,6 @@ def test_tables_have_no_escape_codes_when_piped(root: Path, loaded: Store) -> No
 
 # -- with real consumer processes -------------------------------------------------------------
 
-def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def procs() -> Iterator[list[subprocess.Popen]]:
     started: list[subprocess.Popen] = []
@@ -478,7 +468,7 @@ def test_live_members_block_a_reset_unless_forced(root: Path, loaded: Store, pro
                          stdout=subprocess.DEVNULL, stderr=err, env=env)
     procs.append(p)
     from store.members import live_members
-    wait_for(lambda: any(len(m.queues) == 4 for m in live_members(loaded.layout, group)),
+    wait_for(lambda: any(len(m.queues) == 4 for m in live_members(loaded.layout, group)), 20.0,
              what="the consumer to hold all four queues")
     # What the commands show about it.
     rows = json.loads(_mqctl(root, "consumers", "-g", group, "--json").stdout.splitlines()[0])
@@ -514,11 +504,11 @@ def test_forced_reset_is_taken_up_by_a_live_consumer(root: Path, loaded: Store, 
         p = subprocess.Popen(MQCTL + ["consume", "T", "-g", "R", "--from", "first", "--idle-timeout", "60"],
                              stdout=fout, stderr=subprocess.DEVNULL, env=env)
     procs.append(p)
-    wait_for(lambda: len(out.read_bytes().splitlines()) == 13, what="the first 13 messages")
-    wait_for(lambda: offsets_of(loaded, "R", "T").get(0) == 10, what="the offsets to be committed")
+    wait_for(lambda: len(out.read_bytes().splitlines()) == 13, 20.0, what="the first 13 messages")
+    wait_for(lambda: offsets_of(loaded, "R", "T").get(0) == 10, 20.0, what="the offsets to be committed")
     cp = _mqctl(root, "offsets", "reset", "-g", "R", "-t", "T", "--to-earliest", "-q", "0", "--execute", "--force")
     assert cp.returncode == 0, cp.stderr
     put(loaded, "T", ["new"], queue=0)
-    wait_for(lambda: out.read_bytes().splitlines().count(b"a0") == 2, what="a0 to be delivered again")
+    wait_for(lambda: out.read_bytes().splitlines().count(b"a0") == 2, 20.0, what="a0 to be delivered again")
     p.send_signal(signal.SIGTERM)
     assert p.wait(30) == 0
