@@ -528,7 +528,7 @@ class Store:
                 continue
             try:
                 start = phys - lo
-                if start + size <= span_len:
+                if 0 <= start and start + size <= span_len:
                     m = decode(span, start, start + size)
                     if m.commitlog_offset != phys:
                         raise RecordError("record offset does not match its consume-queue entry")

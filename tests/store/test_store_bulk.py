@@ -175,3 +175,23 @@ def test_vector_read_of_a_queue_among_many_cuts_runs_instead_of_declining(tmp_pa
         off, runs = vec.next_offset, runs + 1
     assert runs > 1
     s.close()
+
+
+def test_an_entry_pointing_back_into_the_run_is_reported_by_every_reader(tmp_path: Path) -> None:
+    """A damaged consume-queue entry may point before the first record of its run: each
+    reader reports it as damaged (never reads outside its span, never crashes)."""
+    s = open_store(tmp_path / "s")
+    s.create_topic("T", 1)
+    s.create_topic("U", 1)
+    s.put([Draft("U", b"u0", {})])
+    s.put([Draft("T", b"t%d" % i, {}) for i in range(6)])
+    u0 = s.pull("U", 0, 0, 1).messages[0]
+    cq = s.queue("T", 0).segment_path(0)
+    raw = bytearray(cq.read_bytes())
+    raw[3 * 20:4 * 20] = F.CQ_ENTRY.pack(u0.commitlog_offset, u0.size, 0)
+    cq.write_bytes(bytes(raw))
+    for read in (lambda: s.pull("T", 0, 2, 10), lambda: pull_columns(s, "T", 0, 2, 10)):
+        got = read()
+        assert [q for q, _ in got.damaged] == [3]
+        assert got.next_offset == 6
+    s.close()
