@@ -20,7 +20,7 @@ from typing import Iterator
 
 from . import format as F
 from .errors import MessageTooLargeError
-from .fsutil import SegmentListing, ensure_dir, fsync_dir, io_error, open_private
+from .fsutil import SegmentListing, ensure_dir, fsync_dir, io_error, open_private, pwrite_all
 from .record import Message, RecordError, decode, record_size_at
 
 
@@ -236,14 +236,7 @@ class LogAppender:
                 if ch.parts is not None:
                     _pwritev_all(fd, ch.parts, ch.start)
                 else:
-                    view = memoryview(ch.data)
-                    pos = ch.start
-                    while view:
-                        n = os.pwrite(fd, view, pos)
-                        if n <= 0:
-                            raise OSError(28, "short write")
-                        view = view[n:]
-                        pos += n
+                    pwrite_all(fd, ch.data, ch.start)
                 if sync:
                     os.fdatasync(fd)
             except OSError as exc:
@@ -286,10 +279,5 @@ def _pwritev_all(fd: int, parts: list, pos: int) -> None:
             raise OSError(28, "short write")
         pos += n
         if n < want:
-            rest = memoryview(b"".join(group))[n:]
-            while rest:
-                w = os.pwrite(fd, rest, pos)
-                if w <= 0:
-                    raise OSError(28, "short write")
-                rest = rest[w:]
-                pos += w
+            pwrite_all(fd, memoryview(b"".join(group))[n:], pos)
+            pos += want - n

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from . import format as F
-from .fsutil import SegmentListing, ensure_dir, io_error, open_private
+from .fsutil import SegmentListing, ensure_dir, io_error, open_private, pwrite_all
 
 _ENTRY = F.CQ_ENTRY
 _SIZE = F.CQ_ENTRY_SIZE
@@ -152,12 +152,7 @@ class ConsumeQueue:
                 raise io_error(exc, f"open {path}") from exc
             try:
                 undo.append((path, os.fstat(fd).st_size))
-                written = 0
-                while written < len(part):
-                    n = os.pwrite(fd, part[written:], pos - base + written)
-                    if n <= 0:
-                        raise OSError(28, "short write")
-                    written += n
+                pwrite_all(fd, part, pos - base)
             except OSError as exc:
                 raise io_error(exc, f"append to {path}") from exc
             finally:

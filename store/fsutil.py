@@ -115,6 +115,18 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
+    """Write all of ``data`` at ``pos``: a short write is continued, and one that writes
+    nothing is a full disk (ENOSPC), so the caller's error says so."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, pos)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, "short write")
+        view = view[n:]
+        pos += n
+
+
 def open_private(path: Path, flags: int) -> int:
     """``os.open`` with the store's file mode, never following a symlink at the last step."""
     return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from . import format as F
-from .fsutil import SegmentListing, ensure_dir, io_error, open_private
+from .fsutil import SegmentListing, ensure_dir, io_error, open_private, pwrite_all
 from .record import crc32
 
 _HDR = F.INDEX_HEADER
@@ -193,11 +193,7 @@ class KeyIndex:
 
     def _write_entries(self, fd: int, path: Path, entries: bytearray, count: int) -> None:
         try:
-            off = self.table_end + count * F.INDEX_ENTRY_SIZE
-            view = memoryview(entries)
-            while view:
-                w = os.pwrite(fd, view, off)
-                view, off = view[w:], off + w
+            pwrite_all(fd, entries, self.table_end + count * F.INDEX_ENTRY_SIZE)
         except OSError as exc:
             raise io_error(exc, f"append to {path}") from exc
 
