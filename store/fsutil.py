@@ -68,10 +68,6 @@ class SegmentListing:
         self._key = key if listed_at - st.st_mtime_ns > self.RACY_NS else None
         return list(self._bases)
 
-    def forget(self) -> None:
-        """Drop the cached listing (after this process created or removed a file here)."""
-        self._key = None
-
 
 def segment_bases(directory: Path) -> list[int]:
     """Base offsets of the segment files in ``directory`` (20 ASCII digits), ascending.

@@ -5,12 +5,13 @@ a record. A Spark ``count()`` over a Python data source has no column pruning, s
 is most of the read. Here a run of consume-queue entries and the records they point at are
 decoded as arrays: the headers are copied out into one structured array, every field check of
 :mod:`store.bulk` is one comparison over the run, and bodies and properties are cut out by
-Arrow (``_slices``). Only the record CRC stays one call per record.
+Arrow (:func:`slices`). Only the record CRC stays one call per record.
 
-The path is optimistic: a run with anything unusual (entries out of log order or across a
-segment, a sparse run, a record failing any check) returns ``None``, and the caller reads that
-run with :func:`store.bulk.pull_columns`, which names each damaged record exactly. So the two
-paths serve the same records, and nothing damaged is ever served.
+A run stops at its segment's end and is kept within one ``max_bytes`` read (with many queues, a
+queue's records are sparse in the log: the run gets shorter). The path is optimistic: a run
+with anything unusual (entries out of log order, a record failing any check) returns ``None``,
+and the caller reads that run with :func:`store.bulk.pull_columns`, which names each damaged
+record exactly. So the two paths serve the same records, and nothing damaged is ever served.
 
 Checks per record (as ``bulk.py``): TOTALSIZE equals the entry's size, magic V1, its own
 commit-log offset, queue id and queue offset, a body length inside the record, the topic
