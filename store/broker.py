@@ -42,7 +42,9 @@ from .errors import (
     BadInputError, DataError, MessageNotFoundError, MessageTooLargeError, OperationError, StoreError,
     StoreIOError, StoreNotFoundError, TopicExistsError, TopicNotFoundError, UsageError,
 )
-from .fsutil import atomic_write_json, ensure_dir, fsync_dir, io_error, read_json_with_bak
+from .fsutil import (
+    atomic_write_json, ensure_dir, fdatasync_path, io_error, read_json_with_bak, segment_bases,
+)
 from .index import KeyIndex
 from .layout import Layout
 from .record import (
@@ -57,6 +59,11 @@ __all__ = [
     "DEFAULT_QUEUES", "SYSTEM_TOPIC_QUEUES", "BatchResult", "BodiesResult", "PullResult", "PutResult",
     "Store", "StoreSettings", "open_store",
 ]
+
+# How often writers move the durable points themselves (see Store.sync_log, _commit_batch).
+DERIVED_FLUSH_INTERVAL_S = 2.0          # --flush sync writers: consume queues and index
+ASYNC_FLUSH_BYTES = 64 * 1024 * 1024    # async writers: log, queues and index, by volume
+ASYNC_FLUSH_INTERVAL_S = 30.0           # ... or by age
 
 # System topics created on demand, with their queue counts (RocketMQ's numbers).
 SYSTEM_TOPIC_QUEUES = {
@@ -86,11 +93,19 @@ class Store:
         self._lock_dir_locked = False
         self._rr: dict[str, int] = {}
         self._uniq = UniqKeyGenerator()
-        self._boot_id = ckpt.current_boot_id()
+        self.boot_id = ckpt.current_boot_id()
         self._pid = os.getpid() & 0x7FFFFFFF
         # (start, end, created a segment) of this handle's last batch: what sync_log needs
         # when the caller makes a batch durable itself, after the write lock is released.
         self.last_write: tuple[int, int, bool] = (0, 0, False)
+        # What this handle has made durable itself (fsync threads write these; the next
+        # checkpoint carries them): the log below _synced_hint, derived files below
+        # _derived_hint (at _derived_at, s since the epoch).
+        self._synced_hint = 0
+        self._derived_hint = 0
+        self._derived_at = 0
+        self._derived_flushed = time.monotonic()
+        self._flush_due = False
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -293,7 +308,10 @@ class Store:
                 raise MessageTooLargeError(
                     f"message body of {len(d.body)} bytes exceeds the store's limit of {max_size} bytes")
         with self.write_lock():
-            return self._put_locked(drafts, sync)
+            results = self._put_locked(drafts, sync)
+        if self._flush_due:
+            self.flush_durable()
+        return results
 
     def _put_locked(self, drafts: list[Draft], sync: bool) -> list[PutResult]:
         cp = self._checkpoint_locked()
@@ -383,7 +401,10 @@ class Store:
             raise BadInputError("a property name or value (tags, keys, sharding key included) "
                                 "contains the control characters \\x01 or \\x02")
         with self.write_lock():
-            return self._put_bodies_locked(topic, bodies, props, queue_id, sharding_keys, sync)
+            result = self._put_bodies_locked(topic, bodies, props, queue_id, sharding_keys, sync)
+        if self._flush_due:
+            self.flush_durable()
+        return result
 
     def _put_bodies_locked(self, topic: str, bodies: list[bytes], props: dict[str, str], queue_id: int,
                            sharding_keys: list[str | None] | None, sync: bool) -> BatchResult:
@@ -395,7 +416,13 @@ class Store:
                       index_hashes: tuple[list[int], list[int]] | None = None) -> None:
         """Write a placed batch: log, then consume queues, then index, then the checkpoint.
         Any failure cuts every file back, so nothing of the batch is visible."""
-        app.flush(sync=sync)
+        app.flush()
+        if sync:
+            try:
+                self._sync_log_prefix(app.start_end, app.pos, cp)
+            except OSError as exc:
+                app.undo()
+                raise io_error(exc, f"sync commit log {app.start_end}-{app.pos}") from exc
         failpoint("put-after-log")
         undo: list[tuple[str, int]] = []
         try:
@@ -422,39 +449,110 @@ class Store:
             except (OSError, StoreError):
                 pass
             raise
-        ckpt.write(self.layout.checkpoint,
-                   ckpt.Checkpoint(app.pos, store_ts, cp.synced_end, self._boot_id))
+        synced = min(max(cp.synced_end, self._synced_hint), app.pos)
+        if self._derived_hint > cp.derived_end:
+            derived, derived_at = self._derived_hint, self._derived_at
+        else:
+            derived, derived_at = cp.derived_end, cp.derived_at
+        ckpt.write(self.layout.checkpoint, ckpt.Checkpoint(
+            app.pos, store_ts, synced, self.boot_id, min(derived, synced), derived_at))
         self.last_write = (app.start_end, app.pos, app.created_segment)
+        if not sync and (app.pos - derived >= ASYNC_FLUSH_BYTES
+                         or (derived < app.pos and time.time() - derived_at >= ASYNC_FLUSH_INTERVAL_S)):
+            # RocketMQ's async flush runs in a broker thread; here the writer that finds the
+            # durable point too far behind moves it (rarely: it bounds how much a power cut
+            # can take, and how far back the recovery after one must re-dispatch)
+            self._flush_due = True
 
     def sync_log(self, start: int, end: int, new_segment: bool = True) -> None:
-        """Make the commit log durable over ``[start, end)``: ``fdatasync`` of each segment in
-        the range (and of the directory when the range created a segment).
+        """Make the commit log durable below ``end`` (``fdatasync``): the ``--flush sync``
+        acknowledgement.
 
         For a writer that wants ``--flush sync`` without holding the write lock through the
         fsync: it writes its batch without ``sync``, then calls this with :attr:`last_write`
-        and acknowledges the batch only when it returns. Consume queues and the key index are
-        not synced: after a machine crash, recovery rebuilds them from the log."""
+        and acknowledges the batch only when it returns.
+
+        Durability is a prefix: every segment from the store's last known durable point is
+        synced, not only ``[start, end)``. Otherwise another writer's unsynced records in an
+        earlier segment could be lost in a power cut while this batch survives, leaving a hole
+        in the log below an acknowledged record. A segment's name was made durable when it
+        was created (``new_segment`` is kept for callers; nothing more to do for it). Every
+        ``DERIVED_FLUSH_INTERVAL_S`` the consume queues and key index are synced too, which
+        bounds how far back recovery re-dispatches after a power cut."""
         failpoint("sync-before-fsync")
-        log = self.commitlog
-        base = log.segment_of(start)
         try:
-            while base < end:
-                # its own descriptor: this may run in a thread beside readers of the cache
-                fd = os.open(log.segment_path(base), os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
-                base += log.segment_size
-            if new_segment:
-                fsync_dir(log.dir)
+            cp = ckpt.read(self.layout.checkpoint)
+            self._sync_log_prefix(start, end, cp)
+            if time.monotonic() - self._derived_flushed >= DERIVED_FLUSH_INTERVAL_S:
+                self._sync_derived(end, cp)
         except OSError as exc:
             raise io_error(exc, f"sync commit log {start}-{end}") from exc
+
+    def flush_durable(self, end: int | None = None) -> None:
+        """Make everything written below ``end`` (default: the log's end) durable: the commit
+        log as a prefix, then the consume queues and key index that point into it. A power cut
+        after this loses nothing below ``end``, and the recovery after it starts there."""
+        try:
+            cp = ckpt.read(self.layout.checkpoint)
+            if end is None:
+                end = cp.written_end if cp is not None else self.commitlog.end()
+            self._sync_log_prefix(end, end, cp)
+            self._sync_derived(end, cp)
+        except OSError as exc:
+            raise io_error(exc, "sync the store") from exc
+        self._flush_due = False
+
+    def _sync_log_prefix(self, start: int, end: int, cp: ckpt.Checkpoint | None) -> None:
+        log = self.commitlog
+        known = max(self._synced_hint, cp.synced_end if cp is not None else 0)
+        frm = max(min(start, known), log.min_offset())
+        base = log.segment_of(frm)
+        while base < end:
+            # its own descriptor: this may run in a thread beside readers of the cache; a
+            # segment retention removed meanwhile needs nothing
+            fdatasync_path(log.segment_path(base))
+            base += log.segment_size
+        if end > self._synced_hint:
+            self._synced_hint = end
+
+    def _sync_derived(self, end: int, cp: ckpt.Checkpoint | None) -> None:
+        """Sync the consume-queue segments and index files written since the last derived
+        flush, then claim ``end`` (at most the checkpoint's written end: entries below it were
+        written before that checkpoint was) as durable for them."""
+        claim = min(end, cp.written_end) if cp is not None else 0
+        since_s = cp.derived_at if cp is not None else 0
+        since_end = cp.derived_end if cp is not None else 0
+        started = int(time.time())
+        root = self.layout.consumequeue_dir
+        try:
+            topic_dirs = os.listdir(root)
+        except FileNotFoundError:
+            topic_dirs = []
+        for topic in topic_dirs:
+            try:
+                qdirs = os.listdir(root / topic)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for q in qdirs:
+                qdir = root / topic / q
+                for i, base in enumerate(reversed(segment_bases(qdir))):
+                    path = qdir / F.segment_name(base)
+                    if i > 0 and since_s:
+                        try:
+                            if os.stat(path).st_mtime < since_s - 2:
+                                break   # older segments were complete at the last flush
+                        except FileNotFoundError:
+                            continue
+                    fdatasync_path(path)
+        self.index.sync_files(since_end)
+        if claim > self._derived_hint:
+            self._derived_hint, self._derived_at = claim, started
+        self._derived_flushed = time.monotonic()
 
     def _checkpoint_locked(self) -> ckpt.Checkpoint:
         """The checkpoint, after making sure it matches the log (write lock held)."""
         cp = ckpt.read(self.layout.checkpoint)
-        if cp is None or cp.written_end != self.commitlog.end() or cp.boot_id != self._boot_id:
+        if cp is None or cp.written_end != self.commitlog.end() or cp.boot_id != self.boot_id:
             from .recovery import recover
             recover(self)
             cp = ckpt.read(self.layout.checkpoint)
@@ -477,7 +575,7 @@ class Store:
             end = self.commitlog.end()
         except OSError:
             return
-        if cp is not None and cp.written_end == end and cp.boot_id == self._boot_id:
+        if cp is not None and cp.written_end == end and cp.boot_id == self.boot_id:
             return
         if cp is None and end == 0:
             return
@@ -512,6 +610,9 @@ class Store:
             return PullResult([], offset, max_off)
         entries = q.read_entries(offset, min(max_count, max_off - offset))
         if not entries:
+            why = q.invalid_at(offset)
+            if why is not None:
+                return PullResult([], offset + 1, max_off, [(offset, why)])
             return PullResult([], offset, max_off)
         msgs: list[Message] = []
         damaged: list[tuple[int, str]] = []

@@ -111,6 +111,10 @@ def pull_columns(store: "Store", topic: str, queue_id: int, offset: int, max_cou
         return out
     entries = q.read_entries(offset, min(max_count, max_off - offset))
     if not entries:
+        why = q.invalid_at(offset)
+        if why is not None:
+            out.next_offset = offset + 1
+            out.damaged.append((offset, why))
         return out
     log = store.commitlog
     entries, lo, span = fetch_span(log, entries, max_bytes)

@@ -1,9 +1,12 @@
 """``store check``: a read-only consistency check of every file (bbolt's ``tx_check``).
 
 Never mutates anything. Verifies every commit-log record (magic, lengths, record CRC, body
-CRC, its own offset), every consume-queue entry (points at a valid record of the same topic,
-queue and offset; no torn partial entry), every index header, and that the JSON metadata files
-parse. Returns the problems found, each with the file and byte offset.
+CRC, its own offset; every segment but the last ends with its trailer), every consume-queue
+entry (points at a valid record of the same topic, queue and offset, with that record's tag
+code; no torn partial entry), every key-index file (header, sizes, every entry reachable from
+its slot, and every record's keys findable: a damaged index makes ``msg query`` miss messages
+silently), and that the JSON metadata files parse. Returns the problems found, each with the
+file and byte offset.
 """
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from typing import TYPE_CHECKING, Callable
 
 from . import checkpoint as ckpt
 from . import format as F
-from .record import RecordError, decode
+from .names import SCHEDULE_TOPIC
+from .index import key_hash
+from .record import PROP_KEYS, PROP_UNIQ_KEY, RecordError, decode, java_hash
 
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")
 
@@ -45,15 +50,16 @@ def check_store(store: "Store", progress: Callable[[int], None] | None = None) -
     rep = CheckReport(problems=[])
     problems = rep.problems
     assert problems is not None
-    valid: dict[int, tuple[str, int, int, int]] = {}
+    valid: dict[int, tuple[str, int, int, int, int]] = {}
     claims: dict[tuple[str, int], tuple[int, int]] = {}
+    keyed: list[tuple[int, int, str]] = []
     cp0 = ckpt.read(store.layout.checkpoint)
     # Records past the checkpoint belong to a batch a killed writer left (a read-only store
     # cannot be recovered at open): the next writable open dispatches them, they are not lost.
-    _check_log(store, rep, valid, progress, claims, cp0.written_end if cp0 is not None else None)
+    _check_log(store, rep, valid, progress, claims, cp0.written_end if cp0 is not None else None, keyed)
     _check_queues(store, rep, valid)
     _check_queue_ends(store, problems, claims)
-    _check_index(store, problems)
+    _check_index(store, problems, keyed)
     _check_json(store, problems)
     cp = ckpt.read(store.layout.checkpoint)
     if store.layout.checkpoint.exists() and cp is None:
@@ -62,9 +68,10 @@ def check_store(store: "Store", progress: Callable[[int], None] | None = None) -
 
 
 def _check_log(store: "Store", rep: CheckReport, valid: dict, progress, claims: dict | None = None,
-               pending_from: int | None = None) -> None:
+               pending_from: int | None = None, keyed: list[tuple[int, int, str]] | None = None) -> None:
     """Every record; ``claims`` gets, per (topic, queue), the highest queue offset a record
-    dispatched to that queue claims, with that record's offset."""
+    dispatched to that queue claims, with that record's offset; ``keyed`` gets each index key
+    a record must be found by, as ``(keyHash, offset, key)``."""
     log = store.commitlog
     topics = store.topics()
     problems = rep.problems
@@ -78,6 +85,7 @@ def _check_log(store: "Store", rep: CheckReport, valid: dict, progress, claims: 
         if i + 1 < len(segs) and segs[i + 1] != base + log.segment_size:
             problems.append(Problem(str(path), 0, f"next segment is {segs[i + 1]}, expected {base + log.segment_size}"))
         pos = 0
+        trailer = False
         while pos < len(data):
             try:
                 m = decode(data, pos, len(data))
@@ -85,6 +93,7 @@ def _check_log(store: "Store", rep: CheckReport, valid: dict, progress, claims: 
                     raise RecordError(f"record claims offset {m.commitlog_offset}")
             except RecordError as exc:
                 if exc.reason == "blank trailer":
+                    trailer = True
                     break
                 problems.append(Problem(str(path), pos, exc.reason))
                 nxt = _next_start(data, pos, base)
@@ -92,7 +101,17 @@ def _check_log(store: "Store", rep: CheckReport, valid: dict, progress, claims: 
                     break
                 pos = nxt
                 continue
-            valid[base + pos] = (m.topic, m.queue_id, m.queue_offset, m.size)
+            if m.topic == SCHEDULE_TOPIC:
+                tcode = int(m.properties.get("TIMER_DELIVER_MS", "0") or 0)
+            else:
+                tcode = java_hash(m.tags) if m.tags else 0
+            valid[base + pos] = (m.topic, m.queue_id, m.queue_offset, m.size, tcode)
+            if keyed is not None and (m.sysflag & F.TX_MASK) != F.TX_ROLLBACK and (
+                    pending_from is None or base + pos < pending_from):
+                uk = m.properties.get(PROP_UNIQ_KEY)
+                keys = [f"#{uk}"] if uk else []
+                keys += [f"{m.topic}#{k}" for k in (m.properties.get(PROP_KEYS) or "").split(" ") if k]
+                keyed += [(key_hash(k), base + pos, k) for k in keys]
             if (claims is not None and (m.sysflag & F.TX_MASK) in (F.TX_NOT, F.TX_COMMIT)
                     and (pending_from is None or base + pos < pending_from)):
                 cfg = topics.get(m.topic)
@@ -102,6 +121,9 @@ def _check_log(store: "Store", rep: CheckReport, valid: dict, progress, claims: 
                         claims[key] = (m.queue_offset, base + pos)
             rep.records += 1
             pos += m.size
+        if i + 1 < len(segs) and not trailer:
+            problems.append(Problem(str(path), len(data), "segment ends without its end-of-segment trailer "
+                                    "(its tail was lost; run mqctl store recover)"))
 
 
 _I32 = struct.Struct(">i")
@@ -183,9 +205,13 @@ def _check_queues(store: "Store", rep: CheckReport, valid: dict) -> None:
                     if rec is None:
                         problems.append(Problem(str(path), j * F.CQ_ENTRY_SIZE,
                                                 f"entry {qoff} points at commit-log offset {phys}, where no valid record starts"))
-                    elif rec != (topic, qid, qoff, size):
+                    elif rec[:4] != (topic, qid, qoff, size):
                         problems.append(Problem(str(path), j * F.CQ_ENTRY_SIZE,
                                                 f"entry {qoff} points at a record of {rec[0]}/{rec[1]}@{rec[2]}"))
+                    elif rec[4] != _tags:
+                        problems.append(Problem(str(path), j * F.CQ_ENTRY_SIZE + 12,
+                                                f"entry {qoff} has tag code {_tags}, but its record's is {rec[4]} "
+                                                f"(a tag filter would pass it over; run mqctl store recover)"))
 
 
 def _check_queue_ends(store: "Store", problems: list[Problem], claims: dict) -> None:
@@ -201,24 +227,36 @@ def _check_queue_ends(store: "Store", problems: list[Problem], claims: dict) -> 
                                     f"run mqctl store recover)"))
 
 
-def _check_index(store: "Store", problems: list[Problem]) -> None:
+def _check_index(store: "Store", problems: list[Problem], keyed: list[tuple[int, int, str]]) -> None:
     idx = store.index
-    for base in idx.files():
+    files = idx.files()
+    log_end = store.commitlog.end()
+    reachable: set[int] = set()
+    trusted_from = None
+    for base in files:
         path = idx.path(base)
-        size = os.stat(path).st_size
-        try:
-            _b, _e, bphys, ephys, slots, count = idx.header(base)
-        except Exception as exc:  # struct.error on a short file
-            problems.append(Problem(str(path), 0, f"unreadable header: {exc}"))
+        why = idx.problem(base, thorough=True)
+        if why is not None:
+            problems.append(Problem(str(path), 0, f"key index {why} (run mqctl store recover)"))
             continue
-        if slots != idx.slots or not 1 <= count <= idx.max_entries or bphys != base:
-            problems.append(Problem(str(path), 0, f"bad header (slots {slots}, count {count}, begin {bphys})"))
-        elif count > 1 and ephys >= store.commitlog.end():  # read after the header: a writer
-            # moves the header only after its records are in the log
+        _b, _e, _bphys, ephys, _slots, count = idx.header(base)
+        if count > 1 and ephys >= log_end:   # read after the header: a writer moves the
+            # header only after its records are in the log
             problems.append(Problem(str(path), 24, f"header says records up to offset {ephys} are indexed, "
                                                    f"past the end of the commit log (new keys would not be)"))
-        elif size < idx.table_end + count * F.INDEX_ENTRY_SIZE:
-            problems.append(Problem(str(path), size, f"file shorter than its {count} entries"))
+            continue
+        reachable |= idx.pairs(base)
+        trusted_from = base if trusted_from is None else trusted_from
+    if trusted_from is None and not files:
+        trusted_from = 0
+    if trusted_from is None:
+        return
+    missing = [(h, phys, key) for h, phys, key in keyed if phys >= trusted_from and (h << 64) | phys not in reachable]
+    if missing:
+        h, phys, key = missing[0]
+        problems.append(Problem(str(idx.dir), 0, f"{len(missing)} key(s) of records are not found in the key index, "
+                                                 f"e.g. {key!r} of the record at commit-log offset {phys} "
+                                                 f"(msg query would miss them; run mqctl store recover)"))
 
 
 def _check_json(store: "Store", problems: list[Problem]) -> None:

@@ -2,7 +2,9 @@
 
 Written in place after every batch, under the write lock. It is small enough that the write
 is one sector; a torn or missing checkpoint fails its CRC and simply makes the next opener
-run a full recovery, which is always safe.
+run a full recovery, which is always safe. It is not fsynced: every value in it is a lower
+bound of the truth at the moment it was written, so an older version that survives a power
+cut only makes recovery start earlier.
 """
 from __future__ import annotations
 
@@ -22,10 +24,13 @@ class Checkpoint:
     last_store_ts: int = 0
     synced_end: int = 0
     boot_id: bytes = bytes(16)
+    derived_end: int = 0
+    derived_at: int = 0
 
     def pack(self) -> bytes:
         body = F.CHECKPOINT.pack(F.CHECKPOINT_MAGIC, F.CHECKPOINT_VERSION, self.written_end,
-                                 self.last_store_ts, self.synced_end, self.boot_id, 0)[:60]
+                                 self.last_store_ts, self.synced_end, self.boot_id,
+                                 self.derived_end, self.derived_at & 0x7FFFFFFF, 0)[:60]
         return body + (zlib.crc32(body) & 0x7FFFFFFF).to_bytes(4, "big")
 
 
@@ -45,12 +50,17 @@ def read(path: Path) -> Checkpoint | None:
         return None
     if len(raw) < F.CHECKPOINT.size:
         return None
-    magic, version, written, last_ts, synced, boot, crc = F.CHECKPOINT.unpack(raw[:F.CHECKPOINT.size])
+    magic, version, written, last_ts, synced, boot, derived, derived_at, crc = \
+        F.CHECKPOINT.unpack(raw[:F.CHECKPOINT.size])
     if magic != F.CHECKPOINT_MAGIC or version != F.CHECKPOINT_VERSION:
         return None
     if zlib.crc32(raw[:60]) & 0x7FFFFFFF != crc:
         return None
-    return Checkpoint(written, last_ts, synced, boot)
+    # A durable point is never past what was written (an older file, or damage the CRC
+    # missed, must not make recovery trust more than the log holds).
+    synced = max(0, min(synced, written))
+    derived = max(0, min(derived, synced))
+    return Checkpoint(written, last_ts, synced, boot, derived, derived_at)
 
 
 def write(path: Path, cp: Checkpoint) -> None:

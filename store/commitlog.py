@@ -107,6 +107,7 @@ class CommitLog:
                 continue
             path = self.segment_path(base)
             fsize = os.stat(path).st_size
+            trailer = False
             with open(path, "rb") as fh:
                 buf_start = pos - base
                 fh.seek(buf_start)
@@ -129,6 +130,7 @@ class CommitLog:
                         yield base + file_pos, None, exc
                         return
                     if total == 0:  # BLANK trailer: the rest of this segment is unused
+                        trailer = True
                         break
                     try:
                         msg = decode(buf, bpos, len(buf), verify=verify)
@@ -140,7 +142,16 @@ class CommitLog:
                         return
                     yield base + file_pos, msg, None
                     bpos += total
-            if fsize < self.segment_size and base == segs[-1]:
+            if base == segs[-1]:
+                return
+            if not trailer:
+                # Every segment but the last ends with a BLANK trailer (``place`` keeps room
+                # for one). Without it, the end of this segment was lost (a power cut before
+                # its data was synced) while a later segment survived: a gap, never skipped
+                # silently, or the consume queues would point past it into nothing.
+                yield base + max(fsize, pos - base), None, RecordError(
+                    f"segment {F.segment_name(base)} ends at byte {fsize} without its end-of-segment "
+                    f"trailer (its tail was lost)", torn=True)
                 return
             pos = base + self.segment_size
 
@@ -244,8 +255,15 @@ class LogAppender:
                 self.undo()
                 raise io_error(exc, f"append to {path}") from exc
             os.close(fd)
-        if sync and new_file:
-            fsync_dir(self.log.dir)
+        if new_file:
+            # A new segment's name is made durable before any record in it is acknowledged
+            # by anyone: a later ``--flush sync`` writer syncs only file data (and may not be
+            # the process that created the file). One directory fsync per segment.
+            try:
+                fsync_dir(self.log.dir)
+            except OSError as exc:
+                self.undo()
+                raise io_error(exc, f"sync directory {self.log.dir}") from exc
 
     def undo(self) -> None:
         """Cut the log back to where this batch started (best effort: called on failure)."""

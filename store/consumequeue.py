@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from . import format as F
-from .fsutil import SegmentListing, ensure_dir, io_error, open_private, pwrite_all
+from .fsutil import SegmentListing, ensure_dir, fsync_dir, io_error, open_private, pwrite_all
 
 _ENTRY = F.CQ_ENTRY
 _SIZE = F.CQ_ENTRY_SIZE
@@ -115,6 +115,24 @@ class ConsumeQueue:
             out.append((phys, size, tags))
         return out
 
+    def invalid_at(self, offset: int) -> str | None:
+        """Why the entry at ``offset`` cannot be read when it is present but invalid (zero
+        filled, negative); None when it is valid or absent. Readers that get no entries below
+        the max offset ask this, then skip the entry as damaged: stopping there would wait
+        for ever for an entry that is never going to change."""
+        byte_off = offset * _SIZE
+        base = byte_off - byte_off % self.segment_bytes
+        fd = self._fd(base)
+        if fd is None:
+            return None
+        raw = os.pread(fd, _SIZE, byte_off - base)
+        if len(raw) < _SIZE:
+            return None
+        phys, size, _tags = _ENTRY.unpack(raw)
+        if phys < 0 or size <= 0:
+            return f"consume-queue entry {offset} is invalid (offset {phys}, size {size}): no record to deliver"
+        return None
+
     def entry(self, offset: int) -> tuple[int, int, int] | None:
         got = self.read_entries(offset, 1)
         return got[0] if got else None
@@ -151,8 +169,13 @@ class ConsumeQueue:
             except OSError as exc:
                 raise io_error(exc, f"open {path}") from exc
             try:
-                undo.append((path, os.fstat(fd).st_size))
+                before = os.fstat(fd).st_size
+                undo.append((path, before))
                 pwrite_all(fd, part, pos - base)
+                if before == 0:
+                    # a new segment: its name is made durable now (segments begin rarely),
+                    # so a flush of the queue's files later covers it
+                    fsync_dir(self.dir)
             except OSError as exc:
                 raise io_error(exc, f"append to {path}") from exc
             finally:

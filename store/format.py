@@ -85,15 +85,23 @@ Checkpoint (``checkpoint``, ``CHECKPOINT`` struct, 64 bytes, rewritten in place)
       8  written end             long    commit-log end up to which consume queues and index
                                          are complete; == the log's end when no write is torn
      16  last store timestamp    long    keeps store timestamps non-decreasing
-     24  synced end              long    end known durable with its derived files (fsync)
+     24  synced end              long    the commit log is durable (fdatasync) below this
      32  boot id                 16 bytes the kernel boot id of the last writer
-     48  reserved                12 bytes
+     48  derived end             long    consume queues and key index are durable below this
+                                         (0 in stores of earlier versions: unknown)
+     56  derived at              int     when ``derived end`` was last moved (s since epoch)
      60  CRC of bytes 0..59      int
 
 The checkpoint is the store's clean/dirty marker: ``written end`` differing from the
 commit log's real end means a writer died inside a batch; a different boot id means the machine
-restarted and the page cache may have lost anything after ``synced end``. Either makes the
-next opener run recovery.
+restarted and the page cache may have lost anything after ``synced end`` (and any derived entry
+after ``derived end``). Either makes the next opener run recovery.
+
+The checkpoint itself is never fsynced: after a power cut it may hold any earlier version, whose
+ends are only lower than the truth (each is written only after what it claims is durable), so
+recovery redoes more work, never less. Durability is a prefix: every sync makes the whole log
+below its end durable, never only the batch it acknowledges, so a power cut can shorten the log
+but never leave a hole below a durable record.
 """
 from __future__ import annotations
 
@@ -158,7 +166,7 @@ INDEX_FILE_SIZE = INDEX_HEADER_SIZE + INDEX_SLOTS * 4 + INDEX_ENTRIES * INDEX_EN
 
 # -- checkpoint ---------------------------------------------------------------------------------
 
-CHECKPOINT = struct.Struct(">iiqqq16s12xI")
+CHECKPOINT = struct.Struct(">iiqqq16sqiI")
 CHECKPOINT_MAGIC = 0x4D51434B
 CHECKPOINT_VERSION = 1
 

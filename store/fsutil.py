@@ -97,14 +97,20 @@ def ensure_dir(path: Path) -> None:
         except FileExistsError as exc:
             if not directory.is_dir():  # a file is in the way
                 raise io_error(exc, f"create directory {directory}") from exc
-            # else another process created it first: fine
+            continue  # another process created it first: fine
         except OSError as exc:
             raise io_error(exc, f"create directory {directory}") from exc
+        # The new name must survive a power cut before anything in it is relied on (a
+        # queue's first entry, a segment's first record); directories are made rarely.
+        try:
+            fsync_dir(directory.parent)
+        except OSError as exc:
+            raise io_error(exc, f"sync directory {directory.parent}") from exc
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path | str) -> None:
     """Make a rename or a new file in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:
@@ -123,7 +129,20 @@ def pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
         pos += n
 
 
-def open_private(path: Path, flags: int) -> int:
+def fdatasync_path(path: Path | str) -> bool:
+    """``fdatasync`` a file by name; False when it no longer exists (removed meanwhile)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+def open_private(path: Path | str, flags: int) -> int:
     """``os.open`` with the store's file mode, never following a symlink at the last step."""
     return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
 

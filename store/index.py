@@ -20,11 +20,15 @@ import array
 import bisect
 import mmap
 import os
+import struct
 import sys
 from pathlib import Path
 
 from . import format as F
-from .fsutil import SegmentListing, ensure_dir, io_error, open_private, pwrite_all
+from .errors import CorruptionError
+from .fsutil import (
+    SegmentListing, ensure_dir, fdatasync_path, fsync_dir, io_error, open_private, pwrite_all,
+)
 from .record import crc32
 
 _HDR = F.INDEX_HEADER
@@ -67,6 +71,10 @@ class KeyIndex:
         self.close()
         fd = open_private(path, os.O_RDWR)
         try:
+            if os.fstat(fd).st_size < self.table_end:
+                # never mapped past its end (SIGBUS); recovery rebuilds such a file
+                raise CorruptionError(str(path), 0, "index file is shorter than its header and slot "
+                                      "table (run: mqctl store recover)")
             mm = mmap.mmap(fd, self.table_end)
         except BaseException:
             os.close(fd)
@@ -87,25 +95,127 @@ class KeyIndex:
 
     # -- writing (store write lock held) ---------------------------------------------------
     def _create(self, begin_phys: int, begin_ts: int) -> int:
+        """Make file ``begin_phys`` whole or not at all: header and slot table are written to
+        a temp file, synced, and renamed into place (then the directory is synced). A file
+        that appears is never short, so a crash while making one (or a power cut after) can
+        no longer leave a store that fails to open."""
         ensure_dir(self.dir)
         path = self.path(begin_phys)
+        tmp = self.dir / f".{F.segment_name(begin_phys)}.{os.getpid()}.tmp"
         try:
-            fd = open_private(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+            fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
             try:
-                os.write(fd, _HDR.pack(begin_ts, begin_ts, begin_phys, -1, self.slots, 1))
+                pwrite_all(fd, _HDR.pack(begin_ts, begin_ts, begin_phys, -1, self.slots, 1), 0)
                 zero = bytes(64 * 1024)
-                left = self.slots * 4
-                while left:
-                    left -= os.write(fd, zero[: min(left, len(zero))])
+                pos, end = F.INDEX_HEADER_SIZE, self.table_end
+                while pos < end:
+                    n = min(end - pos, len(zero))
+                    pwrite_all(fd, zero[:n], pos)
+                    pos += n
+                os.fsync(fd)
             finally:
                 os.close(fd)
+            os.replace(tmp, path)
+            fsync_dir(self.dir)
         except OSError as exc:
-            try:
-                path.unlink()
-            except OSError:
-                pass
+            for leftover in (tmp, path):
+                try:
+                    leftover.unlink()
+                except OSError:
+                    pass
             raise io_error(exc, f"create index file {path}") from exc
+        self._listing = SegmentListing(self.dir)
         return begin_phys
+
+    def sync_files(self, since_end: int) -> None:
+        """``fdatasync`` every index file that may hold entries for offsets at or after
+        ``since_end`` (the newest, and any that ends there or later): the derived-durability
+        step of :meth:`Store.flush_durable`. Slot and header writes go through ``mmap``;
+        ``fdatasync`` writes those pages back too."""
+        files = self.files()
+        for i, base in enumerate(files):
+            if i < len(files) - 1:
+                try:
+                    if self.header(base)[3] < since_end:
+                        continue
+                except (OSError, struct.error):
+                    pass
+            fdatasync_path(self.path(base))
+
+    def problem(self, base: int, thorough: bool = False) -> str | None:
+        """Why file ``base`` cannot be trusted, or None. Always: its size against its
+        header and slot table, and the header's own fields. ``thorough`` also reads every
+        entry and slot: entries lost to a power cut (zeros), chains that point forward or
+        out of range, and entries no slot chain reaches (a lookup would silently miss them)."""
+        path = self.path(base)
+        try:
+            size = os.stat(path).st_size
+            if size < self.table_end:
+                return f"shorter ({size} bytes) than its header and slot table ({self.table_end} bytes)"
+            with open(path, "rb") as fh:
+                data = fh.read() if thorough else fh.read(F.INDEX_HEADER_SIZE)
+        except OSError as exc:
+            return f"unreadable: {exc.strerror or exc}"
+        _bts, _ets, begin_phys, end_phys, slots, count = _HDR.unpack_from(data, 0)
+        if slots != self.slots:
+            return f"header names {slots} slots, not {self.slots}"
+        if begin_phys != base:
+            return f"header begins at offset {begin_phys}, but the file is named {base}"
+        if not 1 <= count <= self.max_entries:
+            return f"header counts {count} entries (1 to {self.max_entries} allowed)"
+        if size < self.table_end + count * F.INDEX_ENTRY_SIZE:
+            return f"header counts {count} entries but the file holds {(size - self.table_end) // F.INDEX_ENTRY_SIZE}"
+        if count > 1 and end_phys < begin_phys:
+            return f"header ends at offset {end_phys}, before it begins ({begin_phys})"
+        if not thorough:
+            return None
+        table = array.array("i")
+        table.frombytes(data[F.INDEX_HEADER_SIZE:self.table_end])
+        if _LITTLE:
+            table.byteswap()
+        reached = bytearray(count)
+        for sl, head in enumerate(table):
+            if head < 0 or head >= count:
+                return f"slot {sl} points at entry {head}, past the {count} entries"
+            if head:
+                reached[head] = 1
+        pos = self.table_end + F.INDEX_ENTRY_SIZE
+        for i, (h, phys, _td, prev) in enumerate(_ENTRY.iter_unpack(
+                data[pos:self.table_end + count * F.INDEX_ENTRY_SIZE]), start=1):
+            if h == 0 and phys == 0 and prev == 0 and _td == 0:
+                return f"entry {i} is zero (lost)"
+            if prev < 0 or prev >= i:
+                return f"entry {i} chains forward to entry {prev}"
+            if phys < begin_phys:   # (past end_phys is allowed: recovery fences the end back)
+                return f"entry {i} points at offset {phys}, before the file begins ({begin_phys})"
+            if prev:
+                reached[prev] = 1
+        missing = reached.find(0, 1)
+        if missing > 0:
+            return f"entry {missing} is reached by no slot chain (lookups would miss it)"
+        return None
+
+    def pairs(self, base: int) -> set[int]:
+        """Every ``(keyHash << 64) | phys`` reachable through file ``base``'s slot chains, for
+        ``store check``'s comparison against the log (the file must pass :meth:`problem`)."""
+        with open(self.path(base), "rb") as fh:
+            data = fh.read()
+        count = _HDR.unpack_from(data, 0)[5]
+        table = array.array("i")
+        table.frombytes(data[F.INDEX_HEADER_SIZE:self.table_end])
+        if _LITTLE:
+            table.byteswap()
+        entries = list(_ENTRY.iter_unpack(data[self.table_end:self.table_end + count * F.INDEX_ENTRY_SIZE]))
+        out: set[int] = set()
+        for head in table:
+            n, steps = head, 0
+            while 0 < n < count and steps < count:
+                h, phys, _td, prev = entries[n]
+                out.add((h << 64) | phys)
+                if prev >= n:
+                    break
+                n, steps = prev, steps + 1
+        return out
 
     def add(self, items: list[tuple[str | bytes, int]], store_ts: int) -> None:
         """Index ``(key, commit-log offset)`` pairs of one batch (offsets ascending); keys are

@@ -56,7 +56,7 @@ from typing import Any
 
 from . import fsutil
 from .allocate import BROKER_NAME
-from .errors import UsageError
+from .errors import StoreError, UsageError
 from .flock import wait_flock
 from .layout import Layout
 from .names import validate_any_topic, validate_client_id, validate_group
@@ -419,3 +419,47 @@ class BroadcastOffsetStore:
     def _read_file(self, watch: _FallbackWatch) -> dict[QueueKey, int]:
         obj = fsutil.read_json_with_bak(self.path, default=None, validate=_parse_broadcast, warn=watch)
         return {} if obj is None else _parse_broadcast(obj)
+
+
+def clamp_to_queue_ends(layout: Layout, queue_end: Callable[[str, int], int],
+                        warn: Warn | None = None) -> list[str]:
+    """Move every committed offset that points past its queue's end back to that end, for
+    clustering groups and broadcast clients alike; returns one line per offset moved.
+
+    Recovery calls this after a power cut has shortened a queue. Consumers may have committed
+    offsets for messages that were never durable (async sends, or a sync batch read before its
+    fsync); new messages then take those queue offsets again, and a group whose offset stayed
+    ahead would never see them. ``queue_end(topic, queue_id)`` is the queue's max offset, or a
+    negative number for a queue that no longer exists (left alone)."""
+    say = warn or warn_stderr
+    moved: list[str] = []
+    cluster = ClusterOffsetStore(layout, warn)
+    for group in cluster.groups():
+        by_topic: dict[str, dict[int, int]] = {}
+        for (topic, queue_id), offset in cluster.read_group(group).items():
+            end = queue_end(topic, queue_id)
+            if 0 <= end < offset:
+                by_topic.setdefault(topic, {})[queue_id] = end
+                moved.append(f"group {group}: {topic}/{queue_id} offset {offset} -> {end}")
+        for topic, ends in by_topic.items():
+            cluster.reset(group, topic, ends)
+    root = layout.root / "offsets"
+    for path in sorted(root.glob("*/*/offsets.json")):
+        client_id, group = path.parent.parent.name, path.parent.name
+        try:
+            store = BroadcastOffsetStore(layout, client_id, group, warn)
+            table = store.load()
+        except StoreError:
+            continue   # a name that is not ours, or an unreadable file: `store check` reports it
+        owned = []
+        for (topic, queue_id), offset in table.items():
+            end = queue_end(topic, queue_id)
+            if 0 <= end < offset:
+                store.update(topic, queue_id, end, increase_only=False)
+                owned.append((topic, queue_id))
+                moved.append(f"broadcast client {client_id} of group {group}: "
+                             f"{topic}/{queue_id} offset {offset} -> {end}")
+        store.persist(owned)
+    for line in moved:
+        say(f"{line} (the queue is shorter after a crash: messages sent from now on are delivered)")
+    return moved

@@ -18,12 +18,17 @@ writer died mid-batch or the machine restarted, and from ``mqctl store recover``
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
 from . import checkpoint as ckpt
 from . import format as F
 from .consumequeue import ConsumeQueue
+from .names import HALF_TOPIC, OP_HALF_TOPIC
+from .offsets import clamp_to_queue_ends
+from .schedule import clamp_to_queue_ends as clamp_schedule
+from .txcheck import load_progress, save_progress
 from .record import PROP_KEYS, PROP_UNIQ_KEY, Message, RecordError, decode, java_hash
 
 if TYPE_CHECKING:
@@ -73,36 +78,96 @@ def find_next_valid(store: "Store", after: int) -> int | None:
     return None
 
 
-def _start_offset(store: "Store", full: bool) -> tuple[int, str]:
+@dataclass
+class _Plan:
+    start: int          # where the scan (re-dispatch) begins
+    reason: str
+    rebooted: bool      # the machine restarted: unsynced data may be gone from any file
+    cut_from: int       # after a restart, the first invalid record at or past this ends the log
+
+
+def _plan(store: "Store", full: bool) -> _Plan:
     cp = ckpt.read(store.layout.checkpoint)
     end = store.commitlog.end()
     lo = store.commitlog.min_offset()
     if full:
-        return lo, "full rebuild requested"
+        rebooted = cp is not None and cp.boot_id != store.boot_id
+        return _Plan(lo, "full rebuild requested", rebooted, cp.synced_end if cp and rebooted else end)
     if cp is None:
-        return lo, "no readable checkpoint"
-    if cp.boot_id != store._boot_id:
-        start, reason = min(cp.synced_end, cp.written_end), "the machine restarted since the last write"
+        # No readable checkpoint (torn, or a store of an unknown version): every derived file
+        # is checked as after a restart, but an invalid record is damage to report and step
+        # over, never a reason to cut the log (nothing says where its durable end is).
+        return _Plan(lo, "no readable checkpoint", True, end)
+    if cp.boot_id != store.boot_id:
+        # Consume queues and the index are durable only below ``derived end``; the log only
+        # below ``synced end``. Everything after may have been lost in any order.
+        start, reason = cp.derived_end, "the machine restarted since the last write"
+        plan = _Plan(start, reason, True, cp.synced_end)
     else:
-        start, reason = cp.written_end, "a writer stopped in the middle of a batch"
-    if start > end:
+        plan = _Plan(cp.written_end, "a writer stopped in the middle of a batch", False, end)
+    if plan.start > end:
         # The log is shorter than the checkpoint says (a torn or truncated tail). ``end`` may
         # then fall inside a record: scanning from it would keep the torn bytes and append
         # after them. The base of the segment holding ``end`` is a record boundary.
-        start = store.commitlog.segment_of(end)
-        reason += "; the commit log is shorter than the checkpoint"
-    return max(lo, start), reason
+        plan.start = store.commitlog.segment_of(end)
+        plan.reason += "; the commit log is shorter than the checkpoint"
+    plan.start = max(lo, plan.start)
+    return plan
+
+
+def _check_index(store: "Store", plan: _Plan, full: bool, rep: "RecoveryReport") -> None:
+    """Drop key-index files that cannot be trusted, and every later one, and move the scan
+    back to the first dropped file's offset so the records it covered are indexed again.
+    After a restart, every file written since the last derived flush is read whole (entries
+    or slots lost in the cut); otherwise the header and sizes are checked."""
+    idx = store.index
+    for leftover in idx.dir.glob(".*.tmp"):   # a file being made when its writer died
+        try:
+            leftover.unlink()
+        except OSError:
+            pass
+    if full:
+        return
+    files = idx.files()
+    cp = ckpt.read(store.layout.checkpoint)
+    derived = cp.derived_end if cp is not None else 0
+    for i, base in enumerate(files):
+        thorough = False
+        if plan.rebooted:
+            try:
+                thorough = i == len(files) - 1 or idx.header(base)[3] >= derived
+            except (OSError, ValueError):
+                thorough = True
+        why = idx.problem(base, thorough=thorough)
+        if why is None:
+            continue
+        idx.close()
+        for later in files[i:]:
+            try:
+                idx.path(later).unlink()
+            except FileNotFoundError:
+                pass
+        rep.damage.append((str(idx.path(base)), 0, f"key index {why}: rebuilt from the commit log"))
+        lo = store.commitlog.min_offset()
+        if max(base, lo) < plan.start:
+            plan.start = max(base, lo)
+            plan.reason += "; a key-index file had to be rebuilt"
+        return
 
 
 def recover(store: "Store", full: bool = False, progress: Callable[[int], None] | None = None) -> RecoveryReport:
     """Repair the store (write lock held). Returns what was done."""
-    start, reason = _start_offset(store, full)
-    rep = RecoveryReport(start=start, reason=reason)
+    plan = _plan(store, full)
+    rep = RecoveryReport(reason=plan.reason)
+    _check_index(store, plan, full, rep)
+    rep.start = plan.start
+    rep.reason = plan.reason
     store.index.repair()   # slots a killed writer left pointing past the index's count
     if full:
         _drop_index(store)  # rebuilt below from every record: damage in it is not trusted
     topics = store.topics()
     log = store.commitlog
+    start = plan.start
     valid_end = start
     last_ts = 0
     index_items: list[tuple[str, int]] = []
@@ -112,6 +177,8 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
         resumed = False
         for off, msg, err in log.scan(pos):
             if err is not None:
+                if plan.rebooted and off >= plan.cut_from:
+                    break   # lost in the power cut: nothing after it was ever durable
                 nxt = find_next_valid(store, off)
                 if nxt is None:
                     break  # torn tail
@@ -139,15 +206,55 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
     if full or rep.damage:
         _fill_queue_holes(store, rep)
     fence_index(store, valid_end)
+    _clamp_topics(store, valid_end)
+    if plan.rebooted or rep.cq_entries_dropped or rep.truncated_bytes:
+        _clamp_consumers(store)
     rep.end = valid_end
     cp = ckpt.read(store.layout.checkpoint) or ckpt.Checkpoint()
-    synced = cp.synced_end
-    if cp.boot_id != store._boot_id or full:
-        os.sync()  # what survived a restart is durable now; make our rebuild durable too
-        synced = valid_end
     ckpt.write(store.layout.checkpoint, ckpt.Checkpoint(
-        valid_end, max(cp.last_store_ts, last_ts), min(synced, valid_end), store._boot_id))
+        valid_end, max(cp.last_store_ts, last_ts), min(cp.synced_end, valid_end), store.boot_id,
+        min(cp.derived_end, valid_end), cp.derived_at))
+    if plan.rebooted or full:
+        # What survived the restart, and what recovery rebuilt, is made durable now, so the
+        # next restart starts here (and nothing below ``valid_end`` is re-dispatched again).
+        store.flush_durable(valid_end)
+        cp = ckpt.read(store.layout.checkpoint) or ckpt.Checkpoint()
+        ckpt.write(store.layout.checkpoint, ckpt.Checkpoint(
+            valid_end, cp.last_store_ts, valid_end, store.boot_id, valid_end, int(time.time())))
     return rep
+
+
+def _clamp_topics(store: "Store", valid_end: int) -> None:
+    """A topic created after records that a crash then took away recorded a creation offset
+    past the log's end; the next records of that topic land below it, and recovery would skip
+    them as older than their topic. Such offsets come back to the end."""
+    topics = store.topic_table.load()
+    late = {n: t for n, t in topics.items() if t.created_offset > valid_end}
+    if late:
+        store.topic_table.save({**topics, **{n: replace(t, created_offset=valid_end) for n, t in late.items()}})
+
+
+def _clamp_consumers(store: "Store") -> None:
+    """Offsets committed past a queue's end (the queue lost unsynced messages that consumers
+    had already read) come back to the end, so the messages that take those offsets next are
+    delivered. Warned about, never silent."""
+    topics = store.topics()
+
+    def queue_end(topic: str, queue_id: int) -> int:
+        cfg = topics.get(topic)
+        if cfg is None or queue_id >= cfg.queues:
+            return -1
+        return store.max_offset(topic, queue_id)
+
+    clamp_to_queue_ends(store.layout, queue_end, store.warn)
+    for line in clamp_schedule(store):
+        store.warn(line)
+    half_end = queue_end(HALF_TOPIC, 0)
+    op_end = queue_end(OP_HALF_TOPIC, 0)
+    half, op = load_progress(store.layout, store.warn)
+    if (0 <= half_end < half) or (0 <= op_end < op):
+        save_progress(store.layout, min(half, max(half_end, 0)), min(op, max(op_end, 0)))
+        store.warn(f"transaction check progress moved back to the queues' ends ({half_end}, {op_end})")
 
 
 def _dispatch(store: "Store", topics: dict, msg: Message, index_items: list[tuple[str, int]],
@@ -208,7 +315,7 @@ class _QueueRebuild:
             if not 0 <= i < len(self.win):
                 self.win_first, self.win = qoff, self.q.read_entries(qoff, self.RUN)
                 i = 0
-            if i < len(self.win) and self.win[i][0] == phys and self.win[i][1] == size:
+            if i < len(self.win) and self.win[i] == (phys, size, tags):
                 return 0
             self.q.append(qoff, entry)   # a wrong or missing entry in the middle: fixed in place
             self.win = []
@@ -275,14 +382,24 @@ def _trim_queues(store: "Store", valid_end: int) -> int:
             m = q.max_offset()
             keep = m
             while keep > 0:
+                # The tail must point at its own record: after a power cut it may be zeros, or
+                # an older entry that a later recovery had replaced.
                 e = q.entry(keep - 1)
-                if e is not None and e[0] + e[1] <= valid_end:
+                if e is not None and e[0] + e[1] <= valid_end and _points_home(store, topic, qid, keep - 1, e):
                     break
                 keep -= 1
             if keep < m:
                 q.truncate_to(keep)
                 dropped += m - keep
     return dropped
+
+
+def _points_home(store: "Store", topic: str, queue_id: int, qoff: int, entry: tuple[int, int, int]) -> bool:
+    try:
+        m = store.commitlog.read(entry[0], entry[1])
+    except (RecordError, OSError):
+        return False
+    return m.topic == topic and m.queue_id == queue_id and m.queue_offset == qoff
 
 
 def fence_index(store: "Store", valid_end: int) -> None:

@@ -200,3 +200,26 @@ def next_due(store: "Store") -> int | None:
                 continue
             break
     return best
+
+
+def clamp_to_queue_ends(store: "Store") -> list[str]:
+    """Move the scheduler's offsets back to the schedule queues' ends where a power cut has
+    shortened them (recovery): new delayed messages take those offsets again and must be
+    delivered. Returns one line per queue moved."""
+    if not store.layout.delay_offset_json.exists() or not store.has_topic(names.SCHEDULE_TOPIC):
+        return []
+    state = _load(store)
+    moved = []
+    for key, offset in list(state["offsetTable"].items()):
+        end = store.max_offset(names.SCHEDULE_TOPIC, int(key))
+        if offset > end:
+            state["offsetTable"][key] = end
+            moved.append(f"delay scheduler: queue {key} offset {offset} -> {end}")
+    for key, done in state["delivered"].items():
+        end = store.max_offset(names.SCHEDULE_TOPIC, int(key))
+        if any(o >= end for o in done):
+            state["delivered"][key] = [o for o in done if o < end]
+            moved.append(f"delay scheduler: queue {key} forgets deliveries at or past {end}")
+    if moved:
+        atomic_write_json(store.layout.delay_offset_json, state)
+    return moved

@@ -271,12 +271,27 @@ def test_a_writer_killed_between_steps_is_completed_by_the_next_opener(root: Pat
     s.close()
 
 
-def test_a_stale_checkpoint_from_another_boot_recovers_from_the_synced_end(root: Path) -> None:
+def test_after_a_restart_queue_entries_below_the_synced_end_are_rebuilt_too(root: Path) -> None:
+    """The log was synced further than the consume queues: entries of durable records were
+    lost in the cut. Recovery re-dispatches from the derived end, not the log's synced end."""
+    res, bodies = fill(root, n=12, queues=1)
+    cp = ckpt.read(root / "checkpoint")
+    ckpt.write(root / "checkpoint", ckpt.Checkpoint(cp.written_end, cp.last_store_ts, res[9].commitlog_offset,
+                                                    bytes(range(16)), res[2].commitlog_offset, 1))
+    os.truncate(root / "consumequeue" / "T" / "0" / F.segment_name(0), 3 * 20)
+    s = Store.open(root)
+    assert [m.body for m in s.iter_queue("T", 0, 0)] == bodies
+    new = ckpt.read(root / "checkpoint")
+    assert new.derived_end == new.synced_end == new.written_end
+    s.close()
+
+
+def test_a_stale_checkpoint_from_another_boot_recovers_from_the_derived_end(root: Path) -> None:
     res, bodies = fill(root, n=12, queues=1)
     synced = res[5].commitlog_offset
     cp = ckpt.read(root / "checkpoint")
     other_boot = bytes(range(16))
-    ckpt.write(root / "checkpoint", ckpt.Checkpoint(cp.written_end, cp.last_store_ts, synced, other_boot))
+    ckpt.write(root / "checkpoint", ckpt.Checkpoint(cp.written_end, cp.last_store_ts, synced, other_boot, synced, 1))
     # what a power cut could do: the consume queue lost entries written after the sync
     q = root / "consumequeue" / "T" / "0" / F.segment_name(0)
     os.truncate(q, 7 * 20)
@@ -297,7 +312,8 @@ def test_a_stale_checkpoint_triggers_recovery_on_open(root: Path) -> None:
     res, bodies = fill(root, n=12, queues=1)
     cp = ckpt.read(root / "checkpoint")
     ckpt.write(root / "checkpoint", ckpt.Checkpoint(cp.written_end, cp.last_store_ts,
-                                                    res[3].commitlog_offset, bytes(range(16))))
+                                                    res[3].commitlog_offset, bytes(range(16)),
+                                                    res[3].commitlog_offset, 1))
     os.truncate(root / "consumequeue" / "T" / "0" / F.segment_name(0), 4 * 20)
     s = Store.open(root)
     assert s.max_offset("T", 0) == 12
