@@ -1,7 +1,6 @@
 """Shared option types and the store handle, so every command spells its flags the same way."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -10,8 +9,6 @@ import typer
 
 if TYPE_CHECKING:
     from store.broker import Store
-
-DEFAULT_STORE = "~/.mqctl/store"
 
 JsonOpt = Annotated[bool, typer.Option("--json", "-j", "-J", help="One JSON object per line (NDJSON) on stdout.")]
 GroupOpt = Annotated[str, typer.Option("--group", "-g", help="Consumer group name.")]
@@ -38,8 +35,9 @@ class State:
 
 
 def resolve_store_path(flag: str | None) -> Path:
-    raw = flag or os.environ.get("MQCTL_STORE") or DEFAULT_STORE
-    return Path(raw).expanduser()
+    """``--store DIR``, else what the library selects for ``path=None``."""
+    from store.client.paths import resolve_store_path as library_default
+    return library_default(flag)
 
 
 def state(ctx: typer.Context) -> State:

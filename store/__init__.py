@@ -1,25 +1,52 @@
-"""mqctl's store: a RocketMQ-style commit log, consume queues and key index in a directory.
+"""mqctl's store: a RocketMQ-style message queue in a directory, and its Python client.
 
-Usable as a library without the CLI::
+A Python program is a client like ``mqctl``, side by side with it on the same store::
+
+    import store
+
+    with store.Producer() as producer:                       # $MQCTL_STORE or ~/.mqctl/store
+        r = producer.send("orders", b"hello", tags="paid", keys=["order-7"])
+
+    with store.Consumer("orders", group="billing", start_from="first") as consumer:
+        for msg in consumer.messages(exit_at_end=True):    # at-least-once
+            print(msg.msg_id, msg.text)
+
+``Producer``, ``Consumer`` (iterator and push styles, concurrent and orderly, clustering and
+broadcast), ``TransactionProducer`` with ``TxState``, ``Admin`` (topics, lag, offsets, locks,
+members), ``Message`` and ``SendResult`` live in ``store/client/``; the errors, all
+``StoreError`` subclasses, in ``store/errors.py``. The engine underneath (``Store``,
+``Draft``) is usable on its own::
 
     from store import Store, Draft
     with Store.open("~/.mqctl/store", create=True) as s:
         s.put([Draft(topic="orders", body=b"hello")])
-        for m in s.iter_queue("orders", 0, 0):
-            print(m.body)
 
-Names are resolved lazily so that importing a small module (``store.errors``) does not pay for
-the engine; heavy modules (offsets, locks, transactions, Spark) are imported by their users.
+Names are resolved lazily, so ``import store`` is cheap and a small module (``store.errors``)
+does not pay for the engine.
 """
 from __future__ import annotations
 
 from typing import Any
 
 _EXPORTS = {
+    # the Python client (store/client/)
+    "Producer": "client.producer", "Consumer": "client.consumer",
+    "TransactionProducer": "client.txproducer", "TxState": "client.txproducer",
+    "TransactionSendResult": "client.txproducer", "Admin": "client.admin",
+    "Message": "client.message", "SendResult": "client.message",
+    # the engine
     "Store": "broker", "StoreSettings": "broker", "open_store": "broker", "PutResult": "broker",
-    "PullResult": "broker", "BatchResult": "broker", "Draft": "record", "Message": "record",
-    "StoreError": "errors",
+    "PullResult": "broker", "BatchResult": "broker", "Draft": "record",
 }
+# The error catalogue (store/errors.py): every class, so ``except store.TopicNotFoundError``.
+_ERRORS = (
+    "StoreError", "OperationError", "StoreIOError", "DamageFoundError", "HandlerError", "UsageError",
+    "InvalidNameError", "NotFoundError", "StoreNotFoundError", "TopicNotFoundError",
+    "GroupNotFoundError", "MessageNotFoundError", "TransactionNotFoundError", "ConflictError",
+    "TopicExistsError", "LockHeldError", "ClientIdInUseError", "TransactionStateError", "DataError",
+    "CorruptionError", "MessageTooLargeError", "BadInputError",
+)
+_EXPORTS.update({name: "errors" for name in _ERRORS})
 
 __all__ = sorted(_EXPORTS)
 
@@ -29,4 +56,10 @@ def __getattr__(name: str) -> Any:
     if mod is None:
         raise AttributeError(f"module 'store' has no attribute {name!r}")
     import importlib
-    return getattr(importlib.import_module(f".{mod}", __name__), name)
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -44,6 +45,7 @@ from .errors import (
 )
 from .fsutil import (
     atomic_write_json, ensure_dir, fdatasync_path, io_error, read_json_with_bak, segment_bases,
+    sync_dir_if_changed,
 )
 from .index import KeyIndex
 from .layout import Layout
@@ -106,6 +108,7 @@ class Store:
         self._derived_at = 0
         self._derived_flushed = time.monotonic()
         self._flush_due = False
+        self._flusher: threading.Thread | None = None
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -151,6 +154,8 @@ class Store:
         layout = Layout(root)
         for d in (layout.commitlog_dir, layout.consumequeue_dir, layout.index_dir, layout.config_dir):
             ensure_dir(d)
+        # store.json is written once; its .bak copy is the fallback a damaged one names
+        atomic_write_json(layout.store_json.with_name("store.json.bak"), settings.to_json(), keep_bak=False)
         atomic_write_json(layout.store_json, settings.to_json(), keep_bak=False)
 
     def close(self) -> None:
@@ -310,7 +315,7 @@ class Store:
         with self.write_lock():
             results = self._put_locked(drafts, sync)
         if self._flush_due:
-            self.flush_durable()
+            self._flush_in_background()
         return results
 
     def _put_locked(self, drafts: list[Draft], sync: bool) -> list[PutResult]:
@@ -403,7 +408,7 @@ class Store:
         with self.write_lock():
             result = self._put_bodies_locked(topic, bodies, props, queue_id, sharding_keys, sync)
         if self._flush_due:
-            self.flush_durable()
+            self._flush_in_background()
         return result
 
     def _put_bodies_locked(self, topic: str, bodies: list[bytes], props: dict[str, str], queue_id: int,
@@ -488,6 +493,20 @@ class Store:
         except OSError as exc:
             raise io_error(exc, f"sync commit log {start}-{end}") from exc
 
+    def sync_written(self) -> None:
+        """Make the commit log durable up to its current end (a prefix, see :meth:`sync_log`).
+
+        For a writer that is about to make a *decision* durable which depends on records it
+        wrote with ``--flush async``: a consumer committing the offset of a message it sent
+        back to the retry topic, the delay scheduler or the transaction check service moving
+        their progress past what they re-stored. Without it, a power cut could keep the
+        progress and lose the copy: the message would be gone."""
+        try:
+            end = self.commitlog.end()
+            self._sync_log_prefix(end, end, ckpt.read(self.layout.checkpoint))
+        except OSError as exc:
+            raise io_error(exc, "sync the commit log") from exc
+
     def flush_durable(self, end: int | None = None) -> None:
         """Make everything written below ``end`` (default: the log's end) durable: the commit
         log as a prefix, then the consume queues and key index that point into it. A power cut
@@ -501,6 +520,23 @@ class Store:
         except OSError as exc:
             raise io_error(exc, "sync the store") from exc
         self._flush_due = False
+
+    def _flush_in_background(self) -> None:
+        """An async writer's periodic flush (RocketMQ's FlushRealTimeService), in a daemon
+        thread so that the writer never waits for the disk: at most one at a time per
+        handle; one cut short by the process exiting simply did not move the durable point."""
+        self._flush_due = False
+        t = self._flusher
+        if t is not None and t.is_alive():
+            return
+        self._flusher = threading.Thread(target=self._flush_quietly, name="mqctl-flush", daemon=True)
+        self._flusher.start()
+
+    def _flush_quietly(self) -> None:
+        try:
+            self.flush_durable()
+        except StoreError as exc:   # nothing was promised: the next flush tries again
+            self.warn(f"background flush failed: {exc}")
 
     def _sync_log_prefix(self, start: int, end: int, cp: ckpt.Checkpoint | None) -> None:
         log = self.commitlog
@@ -528,13 +564,18 @@ class Store:
             topic_dirs = os.listdir(root)
         except FileNotFoundError:
             topic_dirs = []
+        # Directory entries too (new queues and segments are not synced when made): a
+        # directory whose mtime moved since the last flush is fsynced, after its files.
+        changed_dirs: list[Path] = []
         for topic in topic_dirs:
             try:
                 qdirs = os.listdir(root / topic)
             except (FileNotFoundError, NotADirectoryError):
                 continue
+            changed_dirs.append(root / topic)
             for q in qdirs:
                 qdir = root / topic / q
+                changed_dirs.append(qdir)
                 for i, base in enumerate(reversed(segment_bases(qdir))):
                     path = qdir / F.segment_name(base)
                     if i > 0 and since_s:
@@ -544,7 +585,10 @@ class Store:
                         except FileNotFoundError:
                             continue
                     fdatasync_path(path)
-        self.index.sync_files(since_end)
+        for d in reversed(changed_dirs):   # children before parents
+            sync_dir_if_changed(d, since_s)
+        sync_dir_if_changed(root, since_s)
+        self.index.sync_files(since_end, since_s)
         if claim > self._derived_hint:
             self._derived_hint, self._derived_at = claim, started
         self._derived_flushed = time.monotonic()
@@ -577,8 +621,8 @@ class Store:
             return
         if cp is not None and cp.written_end == end and cp.boot_id == self.boot_id:
             return
-        if cp is None and end == 0:
-            return
+        if cp is None and end == 0 and not self.index.files() and not any(self.layout.consumequeue_dir.glob("*/*/*")):
+            return   # a new store: nothing written yet, nothing to check
         try:
             with self.write_lock():
                 self._checkpoint_locked()

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from . import format as F
-from .fsutil import SegmentListing, ensure_dir, fsync_dir, io_error, open_private, pwrite_all
+from .fsutil import SegmentListing, ensure_dir, io_error, open_private, pwrite_all
 
 _ENTRY = F.CQ_ENTRY
 _SIZE = F.CQ_ENTRY_SIZE
@@ -164,18 +164,13 @@ class ConsumeQueue:
                 try:
                     fd = open_private(path, os.O_WRONLY | os.O_CREAT)
                 except FileNotFoundError:   # a new queue (or one removed under us): make its directory
-                    ensure_dir(self.dir)
+                    ensure_dir(self.dir, durable=False)   # synced by the derived flush
                     fd = open_private(path, os.O_WRONLY | os.O_CREAT)
             except OSError as exc:
                 raise io_error(exc, f"open {path}") from exc
             try:
-                before = os.fstat(fd).st_size
-                undo.append((path, before))
+                undo.append((path, os.fstat(fd).st_size))
                 pwrite_all(fd, part, pos - base)
-                if before == 0:
-                    # a new segment: its name is made durable now (segments begin rarely),
-                    # so a flush of the queue's files later covers it
-                    fsync_dir(self.dir)
             except OSError as exc:
                 raise io_error(exc, f"append to {path}") from exc
             finally:

@@ -79,8 +79,10 @@ def segment_bases(directory: Path) -> list[int]:
     return sorted(int(n) for n in names if len(n) == 20 and n.isascii() and n.isdigit())
 
 
-def ensure_dir(path: Path) -> None:
-    """Create ``path`` and its missing parents, each private to the user (0700).
+def ensure_dir(path: Path, durable: bool = True) -> None:
+    """Create ``path`` and its missing parents, each private to the user (0700); with
+    ``durable`` (the default) each new name is fsynced into its parent at once. Directories of
+    derived files pass False: the derived flush syncs them (:func:`sync_dir_if_changed`).
 
     ``Path.mkdir(parents=True)`` would give the intermediate directories the default mode
     (0755 under the usual umask), so each missing level is created here with 0700. Existing
@@ -101,7 +103,9 @@ def ensure_dir(path: Path) -> None:
         except OSError as exc:
             raise io_error(exc, f"create directory {directory}") from exc
         # The new name must survive a power cut before anything in it is relied on (a
-        # queue's first entry, a segment's first record); directories are made rarely.
+        # segment's first record, an offsets file); directories are made rarely.
+        if not durable:
+            continue
         try:
             fsync_dir(directory.parent)
         except OSError as exc:
@@ -127,6 +131,18 @@ def pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
             raise OSError(errno.ENOSPC, "short write")
         view = view[n:]
         pos += n
+
+
+def sync_dir_if_changed(path: Path | str, since_s: int) -> bool:
+    """fsync directory ``path`` when its entries may have changed since ``since_s`` (its
+    mtime, with two seconds' slack for coarse clocks; 0 = always). False when it is gone."""
+    try:
+        if since_s and os.stat(path).st_mtime < since_s - 2:
+            return True
+        fsync_dir(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def fdatasync_path(path: Path | str) -> bool:

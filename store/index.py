@@ -27,7 +27,7 @@ from pathlib import Path
 from . import format as F
 from .errors import CorruptionError
 from .fsutil import (
-    SegmentListing, ensure_dir, fdatasync_path, fsync_dir, io_error, open_private, pwrite_all,
+    SegmentListing, ensure_dir, fdatasync_path, io_error, open_private, pwrite_all, sync_dir_if_changed,
 )
 from .record import crc32
 
@@ -96,27 +96,29 @@ class KeyIndex:
     # -- writing (store write lock held) ---------------------------------------------------
     def _create(self, begin_phys: int, begin_ts: int) -> int:
         """Make file ``begin_phys`` whole or not at all: header and slot table are written to
-        a temp file, synced, and renamed into place (then the directory is synced). A file
-        that appears is never short, so a crash while making one (or a power cut after) can
-        no longer leave a store that fails to open."""
-        ensure_dir(self.dir)
+        a temp file that is then renamed into place, so a writer killed while making one can
+        no longer leave a short file behind (the store failed to open after that). It is not
+        synced here: like every derived file it becomes durable with the next derived flush
+        (:meth:`Store.flush_durable`), and after a power cut before that, recovery finds it
+        short or empty and rebuilds it from the log."""
+        ensure_dir(self.dir, durable=False)
         path = self.path(begin_phys)
         tmp = self.dir / f".{F.segment_name(begin_phys)}.{os.getpid()}.tmp"
         try:
             fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
             try:
                 pwrite_all(fd, _HDR.pack(begin_ts, begin_ts, begin_phys, -1, self.slots, 1), 0)
+                # the slot table as real zeros: slot writes through mmap can then never
+                # fault on a full disk
                 zero = bytes(64 * 1024)
                 pos, end = F.INDEX_HEADER_SIZE, self.table_end
                 while pos < end:
                     n = min(end - pos, len(zero))
                     pwrite_all(fd, zero[:n], pos)
                     pos += n
-                os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, path)
-            fsync_dir(self.dir)
         except OSError as exc:
             for leftover in (tmp, path):
                 try:
@@ -127,7 +129,7 @@ class KeyIndex:
         self._listing = SegmentListing(self.dir)
         return begin_phys
 
-    def sync_files(self, since_end: int) -> None:
+    def sync_files(self, since_end: int, since_s: int = 0) -> None:
         """``fdatasync`` every index file that may hold entries for offsets at or after
         ``since_end`` (the newest, and any that ends there or later): the derived-durability
         step of :meth:`Store.flush_durable`. Slot and header writes go through ``mmap``;
@@ -141,6 +143,7 @@ class KeyIndex:
                 except (OSError, struct.error):
                     pass
             fdatasync_path(self.path(base))
+        sync_dir_if_changed(self.dir, since_s)
 
     def problem(self, base: int, thorough: bool = False) -> str | None:
         """Why file ``base`` cannot be trusted, or None. Always: its size against its
@@ -163,7 +166,7 @@ class KeyIndex:
             return f"header begins at offset {begin_phys}, but the file is named {base}"
         if not 1 <= count <= self.max_entries:
             return f"header counts {count} entries (1 to {self.max_entries} allowed)"
-        if size < self.table_end + count * F.INDEX_ENTRY_SIZE:
+        if count > 1 and size < self.table_end + count * F.INDEX_ENTRY_SIZE:
             return f"header counts {count} entries but the file holds {(size - self.table_end) // F.INDEX_ENTRY_SIZE}"
         if count > 1 and end_phys < begin_phys:
             return f"header ends at offset {end_phys}, before it begins ({begin_phys})"

@@ -121,7 +121,7 @@ class Membership:
         """
         if self._fd is not None:
             return
-        ensure_dir(self.layout.members_dir(self.group))
+        ensure_dir(self.layout.members_dir(self.group), durable=False)
         fd = self._lock_within_grace()
         if fd is None:
             pid = _read_json(self.json_path).get("pid")

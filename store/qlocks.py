@@ -171,7 +171,7 @@ def group_mutex(layout: Layout, group: str, timeout: float = MUTEX_TIMEOUT) -> I
     The file is never deleted, so unlike a queue lock it needs no identity check.
     """
     path = layout.queue_locks_dir(group) / MUTEX_NAME
-    ensure_dir(path.parent)
+    ensure_dir(path.parent, durable=False)
     fd = open_file(path, os.O_RDWR | os.O_CREAT)
     try:
         wait_flock(fd, path, timeout)
@@ -252,7 +252,7 @@ class QueueLock:
 
     def _acquire_locked(self) -> int | None:
         # Called under the group mutex.
-        ensure_dir(self.path.parent)
+        ensure_dir(self.path.parent, durable=False)
         fd = open_exclusive(self.path)
         if fd is not None:
             return fd

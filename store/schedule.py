@@ -140,7 +140,19 @@ def _pass(store: "Store", now: int, budget: int) -> int:
         while off < end and len(batch) < budget - delivered:
             entries = q.read_entries(off, min(256, end - off))
             if not entries:
-                break
+                why = q.invalid_at(off)
+                if why is None:
+                    break
+                # an entry with no record (damage): passed over, as consumers do, never
+                # waited on (it would hold every later delayed message back for ever)
+                store.warn(f"delay scheduler: skipping {names.SCHEDULE_TOPIC}/{qid}@{off}: {why}")
+                done.add(off)
+                if off == new_start:
+                    new_start += 1
+                    state["offsetTable"][key] = new_start
+                    changed = True
+                off += 1
+                continue
             for i, (_phys, _size, due) in enumerate(entries):
                 o = off + i
                 if o in done:
@@ -170,6 +182,7 @@ def _pass(store: "Store", now: int, budget: int) -> int:
         state["delivered"][key] = sorted(o for o in done if o >= new_start)
         changed = True
     if changed:
+        store.sync_written()   # the delivered copies first, then the offsets past them
         atomic_write_json(store.layout.delay_offset_json, state)
     return delivered
 

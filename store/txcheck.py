@@ -218,6 +218,9 @@ class _CheckPass:
             new_op = qoff + 1
         failpoint("tx-check-before-progress")
         if (new_half, new_op) != (half_off, op_off):
+            # the decisions this pass stored (real messages, op records) must not be lost
+            # behind progress that survives them
+            self.store.sync_written()
             save_progress(self.store.layout, new_half, new_op)
         return CheckReport((half_off, new_half), (op_off, new_op), self.events)
 

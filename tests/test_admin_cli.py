@@ -354,7 +354,7 @@ def test_rebalance_bad_input(cli: CLI, loaded: Store) -> None:
 
 @pytest.fixture
 def dead(loaded: Store) -> Store:
-    from mqctl.consumer.retry import dead_letter
+    from store.client.retry import dead_letter
     for m in loaded.pull("T", 0, 0, 3).messages:
         dead_letter(loaded, "G", m, 16)
     return loaded
@@ -395,7 +395,7 @@ def test_dlq_resend_all_then_nothing_twice(cli: CLI, dead: Store) -> None:
     assert dead.max_offset(retry_topic("G"), 0) == 3
     assert all(r["resent"] for r in cli.ok("dlq", "list", "-g", "G", "--json").json())
     # A new dead letter is resent by the next run, and only it.
-    from mqctl.consumer.retry import dead_letter
+    from store.client.retry import dead_letter
     dead_letter(dead, "G", dead.pull("T", 0, 5, 1).messages[0], 16)
     assert [x["dlqOffset"] for x in cli.ok("dlq", "resend", "-g", "G", "--json").json()] == [3]
     assert len(cli.ok("dlq", "resend", "-g", "G", "--force", "--json").json()) == 4

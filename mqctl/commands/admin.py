@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from ..options import JsonOpt, state
-from .offsets import GroupOpt, complete_group, complete_topic, require_group
+from .offsets import GroupOpt, complete_group, complete_topic
 
 if TYPE_CHECKING:
-    from store.qlocks import LockInfo
+    from store.client.admin import LockRow
 
 
 def register(app: typer.Typer) -> None:
@@ -38,20 +38,12 @@ def _until(now: int, ms: int | None) -> str | None:
     return f"in {format_age(ms - now)}" if ms >= now else f"{format_age(now - ms)} ago"
 
 
-def lock_state(info: "LockInfo", now: int) -> str:
-    """``held`` (live holder, lease running), ``expired`` (live holder that stopped renewing:
-    anyone may break it), ``stale`` (no process holds it: a crash left the file)."""
-    if not info.alive:
-        return "stale"
-    return "expired" if info.expired(now) else "held"
-
-
-def _lock_row(info: "LockInfo", now: int) -> dict[str, Any]:
-    row = info.to_dict()
-    row["state"] = lock_state(info, now)
-    row["acquired"] = _ago(now, info.acquiredAt)
-    row["renewed"] = _ago(now, info.renewedAt)
-    row["expires"] = _until(now, info.expiresAt)
+def _lock_row(lock: "LockRow", now: int) -> dict[str, Any]:
+    row = lock.info.to_dict()
+    row["state"] = lock.state
+    row["acquired"] = _ago(now, lock.acquired_at)
+    row["renewed"] = _ago(now, lock.renewed_at)
+    row["expires"] = _until(now, lock.expires_at)
     return row
 
 
@@ -76,13 +68,12 @@ def locks(
                                                  autocompletion=complete_group)] = None,
     json: JsonOpt = False,
 ) -> None:
-    from store.qlocks import list_locks, now_ms
+    from store.client.admin import Admin
+    from store.qlocks import now_ms
     from ..output import Output
-    store = state(ctx).store()
-    if group is not None:
-        require_group(store, group)
+    locks = Admin.of(state(ctx).store()).locks(group)
     now = now_ms()
-    rows = [_lock_row(i, now) for i in list_locks(store.layout, group)]
+    rows = [_lock_row(lk, now) for lk in locks]
     out = Output(json=json)
     if rows:
         out.table(rows, LOCK_COLUMNS)
@@ -108,22 +99,15 @@ def _queues_text(queues: list[dict[str, Any]]) -> str:
 
 
 def consumers(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> None:
-    from store.members import live_members
+    from store.client.admin import Admin
     from ..output import Output
     from ..timeparse import format_time
-    store = state(ctx).store()
-    require_group(store, group)
-    rows = []
-    for m in live_members(store.layout, group):
-        rec = m.record
-        hb = rec.get("heartbeatAt") if isinstance(rec.get("heartbeatAt"), int) else None
-        rows.append({
-            "group": group, "clientId": m.clientId, "pid": m.pid, "host": m.host,
-            "mode": rec.get("mode"), "orderly": rec.get("orderly"), "strategy": rec.get("strategy"),
-            "topics": rec.get("topics"), "queues": m.queues, "startedAt": m.startedAt, "heartbeatAt": hb,
-            "queuesText": _queues_text(m.queues),
-            "started": format_time(m.startedAt) if m.startedAt is not None else None,
-        })
+    rows = [{
+        "group": m.group, "clientId": m.client_id, "pid": m.pid, "host": m.host, "mode": m.mode,
+        "orderly": m.orderly, "strategy": m.strategy, "topics": m.topics, "queues": m.queues,
+        "startedAt": m.started_at, "heartbeatAt": m.heartbeat_at, "queuesText": _queues_text(m.queues),
+        "started": format_time(m.started_at) if m.started_at is not None else None,
+    } for m in Admin.of(state(ctx).store()).consumers(group)]
     out = Output(json=json)
     if rows:
         out.table(rows, [("clientId", "CLIENT-ID"), ("pid", "PID"), ("host", "HOST"), ("mode", "MODE"),
@@ -166,6 +150,7 @@ def rebalance(
     json: JsonOpt = False,
 ) -> None:
     from store.allocate import STRATEGIES, allocate_all, queues_of
+    from store.client.admin import require_group
     from store.errors import GroupNotFoundError, UsageError
     from store.members import live_members
     from store.names import validate_any_topic, validate_client_id, validate_group
@@ -231,6 +216,7 @@ def unlock(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be released; change nothing.")] = False,
     json: JsonOpt = False,
 ) -> None:
+    from store.client.admin import lock_row, lock_state, require_group
     from store.names import validate_any_topic, validate_group
     from store.qlocks import list_locks, now_ms
     from store.qlocks import unlock as run_unlock
@@ -247,7 +233,7 @@ def unlock(
         released = [i for i in present if force or lock_state(i, now) != "held"]
     else:
         released = run_unlock(store.layout, group, topic, queue, force)
-    rows = [_lock_row(i, now) | {"released": not dry_run} for i in released]
+    rows = [_lock_row(lock_row(i, now), now) | {"released": not dry_run} for i in released]
     out = Output(json=json)
     if rows:
         out.table(rows, LOCK_COLUMNS)

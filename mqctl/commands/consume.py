@@ -52,7 +52,8 @@ def consume(
 ) -> None:
     from store.errors import UsageError
     from store.names import validate_any_topic, validate_client_id, validate_group
-    from ..consumer.runtime import ConsumeOptions, Consumer, parse_tag_expression
+    from store.client.runtime import ConsumeOptions, Runtime, parse_tag_expression
+    from ..consumer.handlers import ExecSink, StdoutSink, warn
     validate_any_topic(topic)
     validate_group(group)
     if json and format_:
@@ -73,9 +74,7 @@ def consume(
     if from_ not in ("first", "last"):
         from ..timeparse import parse_time
         from_where, from_ts = "timestamp", parse_time(from_)
-    render = None
-    if exec_ is None:
-        render = _renderer(json, format_)
+    render = _renderer(json, format_) if exec_ is None else None
     argv = None
     if exec_ is not None:
         from ..consumer.handlers import split_command
@@ -86,15 +85,19 @@ def consume(
         retry_ms = parse_duration(retry_delay)
     opts = ConsumeOptions(
         topic=topic, group=group, orderly=orderly, broadcast=broadcast, from_where=from_where,
-        from_timestamp=from_ts, tags=parse_tag_expression(tag), exec_argv=argv, batch=batch,
+        from_timestamp=from_ts, tags=parse_tag_expression(tag), batch=batch,
         threads=threads, count=count, exit_at_end=exit_at_end, idle_timeout_s=idle_timeout,
         strategy=strategy, config_queues=cfg_queues, max_reconsume=max_reconsume,
-        suspend_ms=suspend_ms, consume_timeout_s=consume_timeout, dedup=dedup,
-        retry_delay_ms=retry_ms, rebalance_interval_s=rebalance_interval,
-        raw_output=exec_ is None and not json and format_ is None)
+        suspend_ms=suspend_ms, dedup=dedup, retry_delay_ms=retry_ms,
+        rebalance_interval_s=rebalance_interval)
     if client_id is not None:
         opts.client_id = validate_client_id(client_id)
-    Consumer(state(ctx).store(), opts, render).run()
+    if argv is not None:
+        sink: ExecSink | StdoutSink = ExecSink(argv, group, consume_timeout, threads, batch)
+    else:
+        assert render is not None
+        sink = StdoutSink(render, raw=not json and format_ is None)
+    Runtime(state(ctx).store(), opts, sink, warn=warn).run()
 
 
 def _renderer(json: bool, fmt: Optional[str]):

@@ -107,7 +107,7 @@ def _dlq_topic(store: "Store", group: str) -> str:
     validate_group(group)
     topic = dlq_topic(group)
     if not store.has_topic(topic):
-        from .offsets import group_exists
+        from store.client.admin import group_exists
         why = ("no message of it was dead-lettered yet" if group_exists(store, group)
                else "the group does not exist in this store")
         raise GroupNotFoundError(f"group {group!r} has no dead-letter queue {topic}: {why}")

@@ -65,15 +65,10 @@ def list_(
     all_: Annotated[bool, typer.Option("--all", "-a", help="Include system topics (%RETRY%, %DLQ%, RMQ_SYS_…).")] = False,
     json: JsonOpt = False,
 ) -> None:
-    from store.names import is_system_topic
+    from store.client.admin import Admin
     from ..output import Output
-    store = state(ctx).store()
-    rows = []
-    for name, cfg in sorted(store.topics().items()):
-        if is_system_topic(name) and not all_:
-            continue
-        messages = sum(store.max_offset(name, q) - store.min_offset(name, q) for q in range(cfg.queues))
-        rows.append({"topic": name, "queues": cfg.queues, "order": cfg.order, "messages": messages})
+    rows = [{"topic": t.topic, "queues": t.queues, "order": t.order, "messages": t.messages}
+            for t in Admin.of(state(ctx).store()).topics(system=all_)]
     Output(json=json).table(rows, [("topic", "TOPIC"), ("queues", "QUEUES"), ("order", "ORDER"),
                                    ("messages", "MESSAGES")])
 

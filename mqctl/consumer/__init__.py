@@ -1,1 +1,1 @@
-"""The consumer runtime behind ``mqctl consume``: rebalance, pull, process queues, handlers."""
+"""``mqctl consume``'s sinks (stdout, ``--exec``) for the library's consumer runtime, ``store.client.runtime``."""

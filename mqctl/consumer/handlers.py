@@ -1,4 +1,6 @@
-"""What consuming a batch means: writing it to stdout, or running ``--exec CMD``.
+"""What consuming a batch means for ``mqctl consume``: writing it to stdout, or running
+``--exec CMD``. These are the CLI's sinks for the library's consumer runtime
+(``store/client/runtime.py``), which does everything else.
 
 A handler returns True when the batch is consumed. The stdout handler consumes a batch once
 it is written and flushed (``BrokenPipe`` if the reader went away: nothing of that batch is
@@ -19,6 +21,7 @@ import sys
 import tempfile
 from typing import Callable
 
+from store.client.runtime import Outcome, ThreadPoolSink
 from store.errors import HandlerError, UsageError
 from store.record import Message
 
@@ -48,14 +51,21 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
-class StdoutHandler:
-    """``consume`` without ``--exec``: raw bodies, the JSON envelope, or a ``--format``."""
+class StdoutSink:
+    """``consume`` without ``--exec``: raw bodies, the JSON envelope, or a ``--format``.
 
-    def __init__(self, render: Callable[[Message], bytes]) -> None:
+    An inline sink: a batch is consumed once written and flushed (``BrokenPipe``: nothing of
+    it is). ``raw`` (the renderer is body + newline) lets the runtime hand over bare bodies."""
+
+    def __init__(self, render: Callable[[Message], bytes], raw: bool = False) -> None:
         self.render = render
+        self.raw = raw
 
-    def write(self, msgs: list[Message]) -> None:
-        write_records([self.render(m) for m in msgs])
+    def consume(self, batch: list[Message]) -> None:
+        write_records([self.render(m) for m in batch])
+
+    def write_raw(self, bodies: list[bytes]) -> None:
+        write_records([b"\n".join(bodies), b"\n"])
 
 
 def split_command(cmd: str) -> list[str]:
@@ -135,6 +145,18 @@ class ExecHandler:
         if proc.returncode < 0:
             return False, f"handler killed by signal {-proc.returncode}"
         return False, f"handler exited with {proc.returncode}"
+
+
+class ExecSink(ThreadPoolSink):
+    """``--exec CMD`` as a pool sink: ``--threads`` handler runs at a time, ``--batch`` messages
+    each. The command is checked before the consumer joins its group."""
+
+    def __init__(self, argv: list[str], group: str, timeout_s: float | None, threads: int, batch: int) -> None:
+        self.handler = ExecHandler(argv, group, timeout_s)
+        super().__init__(self._run, threads, batch)
+
+    def _run(self, batch: list[Message], topic: str) -> Outcome:
+        return self.handler.run(batch, topic)
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:

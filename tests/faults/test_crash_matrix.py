@@ -7,7 +7,7 @@ Crash points (where they are placed):
   ``Store._commit_batch``: after the commit-log write / the consume queues / the key index,
   before the checkpoint moves;
 * ``rebalance-after-lock``, ``rebalance-before-unlock``, ``offsets-before-persist``,
-  ``offsets-after-persist`` — ``mqctl/consumer/runtime.py``;
+  ``offsets-after-persist`` — ``store/client/runtime.py``;
 * ``tx-…`` — ``store/transaction.py`` and ``store/txcheck.py`` (listed in their docstrings).
 
 Invariants, after the next open (which recovers):

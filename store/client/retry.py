@@ -5,18 +5,23 @@ Concurrent consumption: a message that failed its ``reconsumeTimes``-th delivery
 in the schedule topic for delay level ``3 + reconsumeTimes`` (10 s, 30 s, 1 m, …, 2 h), then
 appears in the group's retry topic with ``reconsumeTimes + 1``; once ``reconsumeTimes`` reaches
 the maximum (16) it goes to the DLQ instead. Orderly consumption retries in place and sends a
-message straight to the DLQ when its local retries reach ``--max-reconsume``. The copy keeps
+message straight to the DLQ when its local retries reach the maximum (``--max-reconsume``,
+``max_reconsume``). The copy keeps
 the unique key, tags and keys, so ``msg show`` finds its whole history.
 """
 from __future__ import annotations
 
-from store import names
-from store.broker import Store
-from store.record import (
+from typing import TYPE_CHECKING
+
+from .. import names
+from ..record import (
     PROP_DLQ_ORIGIN_MESSAGE_ID, PROP_DLQ_ORIGIN_TOPIC, PROP_ORIGIN_MESSAGE_ID, PROP_RETRY_TOPIC,
     Draft, Message,
 )
-from store.schedule import LEVEL_MS, delay_draft
+from ..schedule import LEVEL_MS, delay_draft
+
+if TYPE_CHECKING:
+    from ..broker import Store
 
 DEFAULT_MAX_RECONSUME = 16
 
@@ -33,7 +38,8 @@ def _copy_properties(m: Message) -> dict[str, str]:
     return props
 
 
-def dead_letter(store: Store, group: str, m: Message, reconsume_times: int) -> None:
+def dead_letter(store: "Store", group: str, m: Message, reconsume_times: int) -> None:
+    """Store a copy of ``m`` in the group's dead-letter topic (queue 0)."""
     props = _copy_properties(m)
     props[PROP_DLQ_ORIGIN_TOPIC] = original_topic(m)
     props[PROP_DLQ_ORIGIN_MESSAGE_ID] = m.msg_id
@@ -41,7 +47,7 @@ def dead_letter(store: Store, group: str, m: Message, reconsume_times: int) -> N
                      flag=m.flag, born_timestamp=m.born_timestamp, reconsume_times=reconsume_times)])
 
 
-def send_back(store: Store, group: str, m: Message, max_reconsume: int,
+def send_back(store: "Store", group: str, m: Message, max_reconsume: int,
               retry_delay_ms: int | None = None) -> str:
     """Retry later or dead-letter; returns ``"retry"`` or ``"dlq"``."""
     if m.reconsume_times >= max_reconsume:

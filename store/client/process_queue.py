@@ -15,9 +15,9 @@ import threading
 import time
 from typing import Iterable
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedDict  # type: ignore[import-untyped]
 
-from store.record import Message
+from ..record import Message
 
 PULL_THRESHOLD_COUNT = 1000
 PULL_THRESHOLD_BYTES = 100 * 1024 * 1024
@@ -105,7 +105,7 @@ class ProcessQueue:
 
     # -- orderly ---------------------------------------------------------------------------
     def take(self, n: int) -> list[Message]:
-        out = []
+        out: list[Message] = []
         while self.msgs and len(out) < n:
             off, m = self.msgs.popitem(0)
             self.consuming[off] = m

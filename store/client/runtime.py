@@ -1,47 +1,80 @@
-"""The consumer: one ``mqctl consume`` process as a member of its group.
+"""The consumer runtime: one member of a consumer group, for ``mqctl consume`` and the Python API.
 
-One main thread does what RocketMQ's client threads do, in turn: rebalance (on a short
-interval, and at once when the group's membership changes), pull each held queue into its
-process queue, hand batches to the handler, apply results (commit, retry, suspend,
-dead-letter), persist offsets every 5 s, renew queue locks every 20 s (orderly), and run the
-delay scheduler. Handlers run in a thread pool (``--threads``) when they are commands; the
-stdout handler runs inline, so a message counts as consumed only once it is flushed.
+One loop does what RocketMQ's client threads do, in turn: rebalance (on a short interval, and
+at once when the group's membership changes), pull each held queue into its process queue,
+hand batches to the sink, apply results (commit, retry, suspend, dead-letter), persist offsets
+every 5 s, renew queue locks every 20 s (orderly), and run the delay scheduler.
+
+What consuming a batch *means* is the sink's business (:class:`InlineSink`, :class:`PoolSink`):
+
+* an inline sink runs on the loop's thread, and a batch counts as consumed when its
+  :meth:`~InlineSink.consume` returned (``mqctl consume`` writing to stdout: consumed once
+  flushed; an exception commits nothing of that batch and stops the consumer);
+* a pool sink is handed batches to work on elsewhere (``--exec`` children in a thread pool,
+  Python handlers in a thread pool, the iterator of :meth:`store.Consumer.messages` in the
+  caller's thread) and answers each with a :class:`concurrent.futures.Future` of an
+  :data:`Outcome`: consumed, failed (retry topic / DLQ, or retried in place when orderly) or
+  released (handed back untouched, to be delivered again).
 
 Orderly mode adds RocketMQ's three locks: the queue lock across processes (``qlocks``), taken
 before a queue is added and checked before every batch; one batch at a time per queue inside
 this process (``ProcessQueue.busy``); and the drop rule that a queue is released only after
 its in-flight batch finished and its offset was persisted.
+
+The loop runs in the thread that calls :meth:`Runtime.run` (``mqctl consume``, push
+consumers), or in a thread of its own (:meth:`Runtime.start`, the iterator). Every other
+thread talks to it through :meth:`Runtime.call_soon` and :meth:`Runtime.stop` only.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
+import logging
 import os
+import queue as queue_mod
 import signal
 import socket
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, runtime_checkable
 
-from store import names
-from store.allocate import allocate, queues_of
-from store.broker import Store
-from store.errors import HandlerError, StoreError
-from store.failpoints import failpoint
-from store.record import Message, java_hash
-
-from ..output import BrokenPipe, write_records
-from .handlers import ExecHandler, StdoutHandler, warn
+from .. import names
+from ..allocate import allocate, queues_of
+from ..broker import Store
+from ..errors import HandlerError, StoreError
+from ..failpoints import failpoint
+from ..record import Message, java_hash
 from .process_queue import PULL_THRESHOLD_COUNT, ProcessQueue
 from .retry import DEFAULT_MAX_RECONSUME, dead_letter, original_topic, send_back
+
+if TYPE_CHECKING:
+    from ..dedup import DedupLog
+    from ..members import Membership
+    from ..qlocks import QueueLock
 
 QueueKey = tuple[str, int]
 PULL_BATCH = 256
 RENEW_INTERVAL_S = 20.0
 
+Outcome = tuple[Optional[bool], str]
+"""What a pool sink says about a batch: ``(True, "")`` consumed, ``(False, why)`` failed,
+``(None, why)`` released (not consumed, not failed: the batch is handed out again)."""
+
+Warn = Callable[[str], None]
+
+_log = logging.getLogger("store.client")
+
+
+def log_warning(message: str) -> None:
+    """The library's default warning channel: the ``store.client`` logger."""
+    _log.warning("%s", message)
+
 
 @dataclass
 class ConsumeOptions:
+    """How a member consumes: what ``mqctl consume``'s flags and :class:`store.Consumer`'s
+    arguments set."""
+
     topic: str
     group: str
     orderly: bool = False
@@ -49,9 +82,8 @@ class ConsumeOptions:
     from_where: str = "last"            # first | last | timestamp
     from_timestamp: int | None = None
     tags: frozenset[str] | None = None  # None = every tag
-    exec_argv: list[str] | None = None
-    batch: int = 1
-    threads: int = 4
+    batch: int = 1                      # messages per pool-sink batch
+    threads: int = 4                    # pool sinks: batches in flight at most 2 x threads
     count: int | None = None
     exit_at_end: bool = False
     idle_timeout_s: float | None = None
@@ -60,12 +92,11 @@ class ConsumeOptions:
     config_queues: list[int] | None = None
     max_reconsume: int | None = None    # None: 16 concurrent, unlimited orderly
     suspend_ms: int = 1000
-    consume_timeout_s: float | None = None
     dedup: bool = False
     retry_delay_ms: int | None = None
     rebalance_interval_s: float = 1.0
-    raw_output: bool = False            # the renderer is body + newline (enables a fast path)
     persist_interval_s: float = 5.0
+    install_signals: bool = True        # SIGINT/SIGTERM stop the loop (its thread must be main)
 
 
 def parse_tag_expression(expr: str | None) -> frozenset[str] | None:
@@ -76,29 +107,85 @@ def parse_tag_expression(expr: str | None) -> frozenset[str] | None:
     return tags or None
 
 
-class Consumer:
-    def __init__(self, store: Store, opts: ConsumeOptions, render: Callable[[Message], bytes] | None) -> None:
+# -- sinks -----------------------------------------------------------------------------------
+
+@runtime_checkable
+class InlineSink(Protocol):
+    """A sink that consumes on the loop's own thread.
+
+    :meth:`consume` returning means the batch is consumed (its offsets may be committed);
+    raising means nothing of it is, and the exception stops the consumer. ``raw`` sinks also
+    take bare bodies (:meth:`write_raw`) when there is nothing to filter or deduplicate: the
+    runtime then skips building messages (``mqctl consume`` printing raw bodies)."""
+
+    raw: bool
+
+    def consume(self, batch: list[Message]) -> None: ...
+
+    def write_raw(self, bodies: list[bytes]) -> None: ...
+
+
+@runtime_checkable
+class PoolSink(Protocol):
+    """A sink that consumes elsewhere: :meth:`submit` returns a future of an :data:`Outcome`.
+
+    ``batch`` is the most messages per submitted batch, ``max_in_flight`` the most batches
+    outstanding. A future that raises :class:`~store.errors.HandlerError` stops the consumer
+    (the handler cannot run at all). :meth:`shutdown` is called once, when the member stops;
+    ``wait`` is False when it stops on an error."""
+
+    batch: int
+    max_in_flight: int
+
+    def submit(self, batch: list[Message], topic: str) -> "cf.Future[Outcome]": ...
+
+    def shutdown(self, wait: bool) -> None: ...
+
+
+class ThreadPoolSink:
+    """A :class:`PoolSink` that runs ``work(batch, topic) -> Outcome`` in a thread pool."""
+
+    def __init__(self, work: Callable[[list[Message], str], Outcome], threads: int, batch: int = 1) -> None:
+        self.work = work
+        self.batch = max(1, batch)
+        self.max_in_flight = 2 * max(1, threads)
+        self.pool = cf.ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="handler")
+
+    def submit(self, batch: list[Message], topic: str) -> "cf.Future[Outcome]":
+        return self.pool.submit(self.work, batch, topic)
+
+    def shutdown(self, wait: bool) -> None:
+        self.pool.shutdown(wait=wait, cancel_futures=True)
+
+
+class Runtime:
+    """One member of a consumer group (see the module docstring)."""
+
+    def __init__(self, store: Store, opts: ConsumeOptions, sink: InlineSink | PoolSink | None = None,
+                 warn: Warn = log_warning) -> None:
         self.store = store
         self.o = opts
         self.layout = store.layout
-        self.exec = ExecHandler(opts.exec_argv, opts.group, opts.consume_timeout_s) if opts.exec_argv else None
-        self.stdout = StdoutHandler(render) if render is not None and self.exec is None else None
-        self.raw_fast = self.stdout is not None and opts.raw_output and not opts.dedup
+        self.warn = warn
+        self.sink: InlineSink | PoolSink | None = None
+        self.inline: InlineSink | None = None
+        self.pool: PoolSink | None = None
+        self.raw_fast = False
         self.tag_codes = frozenset(java_hash(t) for t in opts.tags) if opts.tags else None
-        self.max_reconsume = opts.max_reconsume if opts.max_reconsume is not None else (
-            None if opts.orderly else DEFAULT_MAX_RECONSUME)
+        self.max_reconsume: int | None = None
+        self.set_retries(opts.max_reconsume, opts.retry_delay_ms, opts.suspend_ms)
         self.topics = [opts.topic]
         if not opts.broadcast:  # RocketMQ subscribes every clustering member to its retry topic
             self.topics.append(names.retry_topic(opts.group))
         self.pqs: dict[QueueKey, ProcessQueue] = {}
-        self.locks: dict[QueueKey, object] = {}
+        self.locks: dict[QueueKey, QueueLock] = {}
         self.offsets: dict[QueueKey, int] = {}
         self.dirty: set[QueueKey] = set()
+        self.resent = False   # a copy went to the retry topic or DLQ since the last commit
         self.epochs: dict[str, int] = {}
         self.end_snapshot: dict[QueueKey, int] = {}
         self.dropping: dict[QueueKey, ProcessQueue] = {}
         self.futures: dict[cf.Future, tuple[QueueKey, list[Message]]] = {}
-        self.pool: cf.ThreadPoolExecutor | None = None
         self.wake = threading.Event()
         self.stop_requested = False
         self.consumed = 0
@@ -106,33 +193,117 @@ class Consumer:
         self.last_activity = time.monotonic()
         self.fatal: BaseException | None = None
         self.retry_later: list[tuple[float, QueueKey, Message]] = []
-        self.dedup = None
-        self.membership = None
-        self.offset_store = None
+        self.dedup: DedupLog | Any = None
+        self.membership: Membership | Any = None
+        self.offset_store: Any = None   # ClusterOffsetStore, or BroadcastOffsetStore
+        self.drained = threading.Event()   # exit_at_end: the held queues are drained
+        self.stopped = threading.Event()   # the member has left (shutdown)
+        self.loop_ended = threading.Event()  # the loop of :meth:`start` has ended
+        self._calls: queue_mod.SimpleQueue[Callable[[], None]] = queue_mod.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._set_up = False
+        self._shut_down = False
+        if sink is not None:
+            self.set_sink(sink)
+
+    def set_sink(self, sink: InlineSink | PoolSink) -> None:
+        """Where batches go from now on. Only while no batch is out (before the loop runs,
+        or between two :meth:`serve` calls)."""
+        if self.futures:
+            raise RuntimeError("cannot change the sink while batches are out")
+        self.sink = sink
+        self.inline = sink if not isinstance(sink, PoolSink) else None
+        self.pool = sink if isinstance(sink, PoolSink) else None
+        self.raw_fast = self.inline is not None and bool(getattr(sink, "raw", False)) and not self.o.dedup
+
+    def set_retries(self, max_reconsume: int | None, retry_delay_ms: int | None, suspend_ms: int) -> None:
+        """Failed batches: deliveries before the DLQ (None: 16 concurrent, unlimited
+        orderly), the fixed retry delay instead of the levels (concurrent), and the pause
+        before a retry in place (orderly)."""
+        o = self.o
+        o.max_reconsume, o.retry_delay_ms, o.suspend_ms = max_reconsume, retry_delay_ms, suspend_ms
+        self.max_reconsume = max_reconsume if max_reconsume is not None else (
+            None if o.orderly else DEFAULT_MAX_RECONSUME)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def run(self) -> int:
-        self._setup()
-        self._install_signals()
+    def serve(self) -> None:
+        """Run the loop in this thread until a stop condition (``exit_at_end`` drained,
+        ``count``, ``idle_timeout_s``) and stay a member, offsets persisted; or, when stopped
+        (:meth:`stop`) or on an error, shut down and leave (re-raising the error)."""
+        if not self._set_up:
+            self.setup()
         try:
             self._loop()
-        except BrokenPipe:
-            self._shutdown(wait_handlers=False)
-            raise
         except BaseException:
-            self._shutdown(wait_handlers=False)
+            self.shutdown(wait_handlers=False)
             raise
-        self._shutdown(wait_handlers=True)
+        if self.stop_requested or self.fatal is not None:
+            self.shutdown(wait_handlers=True)
+            if self.fatal is not None:
+                raise self.fatal
+            return
+        while self.futures:
+            self._collect(block=True)
+        self._persist(force=True)
+
+    def run(self) -> int:
+        """Join the group (unless :meth:`setup` did), consume until a stop condition or
+        :meth:`stop`, then persist offsets, release locks and leave. Returns 0; raises what
+        stopped the member abnormally."""
+        if not self._set_up:
+            self.setup()
+        if self.o.install_signals:
+            self._install_signals()
+        try:
+            self._loop()
+        except BaseException:
+            self.shutdown(wait_handlers=False)
+            raise
+        self.shutdown(wait_handlers=True)
         if self.fatal is not None:
             raise self.fatal
         return 0
 
-    def _setup(self) -> None:
+    def start(self) -> None:
+        """Run the loop in a thread of its own until :meth:`stop` (``loop_ended`` is set when
+        it has ended; a failure is kept in ``fatal``). The owner then calls :meth:`shutdown`."""
+        if not self._set_up:
+            self.setup()
+
+        def main() -> None:
+            try:
+                self._loop()
+            except BaseException as exc:  # noqa: BLE001 - handed to the owner via ``fatal``
+                if self.fatal is None:
+                    self.fatal = exc
+            finally:
+                self.loop_ended.set()
+                self.wake.set()
+        self._thread = threading.Thread(target=main, name=f"mq-{self.o.group}", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the loop thread started by :meth:`start` to end."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def stop(self) -> None:
+        """Ask the loop to end (from any thread, or a signal handler)."""
+        self.stop_requested = True
+        self.wake.set()
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop's thread at its next turn (thread-safe)."""
+        self._calls.put(fn)
+        self.wake.set()
+
+    def setup(self) -> None:
+        """Check the topic and group, open the offsets, join the group."""
         o = self.o
         names.validate_group(o.group)
         self.store.topic(o.topic)  # TopicNotFoundError: exit 3
-        from store.members import Membership
-        from store.offsets import BroadcastOffsetStore, ClusterOffsetStore
+        from ..members import Membership
+        from ..offsets import BroadcastOffsetStore, ClusterOffsetStore
         if o.broadcast:
             self.offset_store = BroadcastOffsetStore(self.layout, o.client_id, o.group)
             self.offset_store.load()
@@ -141,52 +312,77 @@ class Consumer:
             snap = self.offset_store.snapshot(o.group)
             self.epochs = dict(snap.epochs)
         if o.dedup:
-            from store.dedup import DedupLog
+            from ..dedup import DedupLog
             self.dedup = DedupLog(self.layout, o.group, max_entries=200_000)
         self.membership = Membership(self.layout, o.group, o.client_id, {
             "topics": [o.topic], "mode": "broadcasting" if o.broadcast else "clustering",
             "orderly": o.orderly, "strategy": o.strategy, "queues": []})
-        self.membership.join()
+        try:
+            self.membership.join()
+        except BaseException:
+            if self.dedup is not None:
+                self.dedup.close()
+            raise
+        self._set_up = True
         if o.exit_at_end:
-            for t in self.topics:
-                if self.store.has_topic(t):
-                    for q in range(self.store.topic(t).queues):
-                        self.end_snapshot[(t, q)] = self.store.max_offset(t, q)
-        if self.exec is not None:
-            self.pool = cf.ThreadPoolExecutor(max_workers=max(1, o.threads), thread_name_prefix="handler")
+            self.snapshot_ends()
+
+    def snapshot_ends(self) -> None:
+        """Remember where every queue of the subscribed topics ends now: with
+        ``exit_at_end`` the member drains up to there and no further."""
+        self.end_snapshot = {}
+        for t in self.topics:
+            if self.store.has_topic(t):
+                for q in range(self.store.topic(t).queues):
+                    self.end_snapshot[(t, q)] = self.store.max_offset(t, q)
+        self.drained.clear()
 
     def _install_signals(self) -> None:
         def on_signal(signum: int, _frame: object) -> None:
             if self.stop_requested:
                 raise KeyboardInterrupt
-            self.stop_requested = True
-            self.wake.set()
+            self.stop()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, on_signal)
             signal.signal(signal.SIGTERM, on_signal)
 
-    def _shutdown(self, wait_handlers: bool) -> None:
+    def shutdown(self, wait_handlers: bool) -> None:
+        """Stop handing out, persist offsets, release queue locks, leave the group. Batches
+        in a pool sink finish and are committed first when ``wait_handlers``."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self._run_calls()
         if self.pool is not None:
             if wait_handlers:
                 # A stop lets the batches in handlers finish, and commits them.
                 while self.futures:
                     self._collect(block=True)
-            self.pool.shutdown(wait=wait_handlers, cancel_futures=True)
+            self.pool.shutdown(wait_handlers)
         try:
             self._persist(force=True)
         except StoreError as exc:
-            warn(f"could not persist offsets at exit: {exc}")
+            self.warn(f"could not persist offsets at exit: {exc}")
         for key in list(self.locks):
             self._release_lock(key)
         if self.membership is not None:
             self.membership.leave()
         if self.dedup is not None:
             self.dedup.close()
+        self.stopped.set()
+
+    def _run_calls(self) -> None:
+        while True:
+            try:
+                fn = self._calls.get_nowait()
+            except queue_mod.Empty:
+                return
+            fn()
 
     # -- the loop --------------------------------------------------------------------------
     def _loop(self) -> None:
         o = self.o
-        from store.members import members_token
+        from ..members import members_token
         next_rebalance = 0.0
         next_persist = time.monotonic() + o.persist_interval_s
         next_renew = time.monotonic() + RENEW_INTERVAL_S
@@ -195,6 +391,7 @@ class Consumer:
         token = None
         idle_sleep = 0.001
         while not self.stop_requested and self.fatal is None:
+            self._run_calls()
             now = time.monotonic()
             if now >= next_token:
                 t = members_token(self.layout, o.group)
@@ -212,7 +409,7 @@ class Consumer:
                 self._renew_locks()
                 next_renew = now + RENEW_INTERVAL_S
             if now >= next_schedule:
-                from store.schedule import deliver_due
+                from ..schedule import deliver_due
                 deliver_due(self.store)
                 next_schedule = now + 0.2
             self._settle_drops()
@@ -220,6 +417,8 @@ class Consumer:
             worked |= self._dispatch_all()
             worked |= self._collect(block=False)
             self._retry_local()
+            if o.exit_at_end and self._is_drained():
+                self.drained.set()
             if self._done():
                 break
             if worked:
@@ -235,13 +434,18 @@ class Consumer:
             return True
         if o.idle_timeout_s is not None and time.monotonic() - self.last_activity >= o.idle_timeout_s:
             return not self.futures
-        if o.exit_at_end and self._rebalanced_once:
-            for key, pq in self.pqs.items():
-                end = self.end_snapshot.get(key, 0)
-                if self.offsets.get(key, 0) < end or pq.cached():
-                    return False
-            return not self.futures and not self.retry_later
+        if o.exit_at_end and self._thread is None:
+            return self.drained.is_set()
         return False
+
+    def _is_drained(self) -> bool:
+        if not self._rebalanced_once:
+            return False
+        for key, pq in self.pqs.items():
+            end = self.end_snapshot.get(key, 0)
+            if self.offsets.get(key, 0) < end or pq.cached():
+                return False
+        return not self.futures and not self.retry_later
 
     _rebalanced_once = False
     held_elsewhere: set = set()
@@ -260,7 +464,7 @@ class Consumer:
             for key, lock in list(self.locks.items()):
                 if key in self.pqs and not lock.is_valid():
                     if lock.held:
-                        warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
+                        self.warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
                     self._lose(key)
         self.held_elsewhere = set()
         if not o.broadcast:
@@ -280,10 +484,10 @@ class Consumer:
                 mine = mqs
             elif o.strategy == "config" and t == o.topic:
                 cfg = queues_of(t, o.config_queues or [])
-                mine = allocate("config", o.client_id, mqs, members, config_queues=cfg)
+                mine = allocate("config", o.client_id, mqs, members or [], config_queues=cfg)
             else:
                 strategy = "averagely" if o.strategy == "config" else o.strategy
-                mine = allocate(strategy, o.client_id, mqs, members)
+                mine = allocate(strategy, o.client_id, mqs, members or [])
             wanted.update((mq.topic, mq.queue_id) for mq in mine)
         for key in [k for k in self.pqs if k not in wanted]:
             self._drop(key)
@@ -307,7 +511,7 @@ class Consumer:
             return False
         if self.o.orderly and not self.o.broadcast:
             from store.qlocks import QueueLock
-            lock = QueueLock(self.layout, self.o.group, t, q, self.o.client_id, warn=warn)
+            lock = QueueLock(self.layout, self.o.group, t, q, self.o.client_id, warn=self.warn)
             if not lock.try_acquire():
                 return False
             self.locks[key] = lock
@@ -330,7 +534,7 @@ class Consumer:
         lo, hi = self.store.min_offset(t, q), self.store.max_offset(t, q)
         if stored >= 0:
             if stored < lo:
-                warn(f"{t}/{q}: committed offset {stored} is no longer stored; starting at {lo}")
+                self.warn(f"{t}/{q}: committed offset {stored} is no longer stored; starting at {lo}")
             return min(max(stored, lo), hi)
         if names.is_retry_topic(t) or o.from_where == "first":
             start = lo
@@ -401,7 +605,7 @@ class Consumer:
     def _renew_locks(self) -> None:
         for key, lock in list(self.locks.items()):
             if not lock.renew() and key in self.pqs:
-                warn(f"lost the lock of {key[0]}/{key[1]}; dropping the queue")
+                self.warn(f"lost the lock of {key[0]}/{key[1]}; dropping the queue")
                 self._lose(key)
 
     # -- pulling ---------------------------------------------------------------------------
@@ -413,7 +617,7 @@ class Consumer:
             t, q = key
             lo = self.store.min_offset(t, q)
             if pq.next_pull < lo:
-                warn(f"{t}/{q}: offset {pq.next_pull} is no longer stored; moving to {lo}")
+                self.warn(f"{t}/{q}: offset {pq.next_pull} is no longer stored; moving to {lo}")
                 pq.next_pull = lo
             # The retry topic is subscribed with '*' (RocketMQ): its messages passed the
             # filter when they were first delivered.
@@ -433,7 +637,7 @@ class Consumer:
                 continue
             res = self.store.pull(t, q, pq.next_pull, want, tag_codes, tags)
             for qoff, why in res.damaged:
-                warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
+                self.warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
             if res.next_offset == pq.next_pull:
                 continue
             worked = True
@@ -460,11 +664,12 @@ class Consumer:
         t, q = key
         res = self.store.pull_bodies(t, q, pq.next_pull, want)
         for qoff, why in res.damaged:
-            warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
+            self.warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
         if res.next_offset == pq.next_pull:
             return False
         if res.bodies:
-            write_records([b"\n".join(res.bodies), b"\n"])  # BrokenPipe: nothing committed
+            assert self.inline is not None
+            self.inline.write_raw(res.bodies)  # an exception: nothing committed
             self.consumed += len(res.bodies)
             self.last_activity = time.monotonic()
         pq.max_seen = max(pq.max_seen, res.next_offset - 1)
@@ -500,16 +705,16 @@ class Consumer:
                 budget = self._budget()
                 if budget <= 0:
                     return worked
-                if self.pool is not None and len(self.futures) >= 2 * self.o.threads:
+                if self.pool is not None and len(self.futures) >= self.pool.max_in_flight:
                     return worked
-                n = min(budget, self.o.batch if self.exec is not None else 1024)
+                n = min(budget, self.pool.batch if self.pool is not None else 1024)
                 if self.o.orderly:
                     if pq.busy or pq.suspended_until > time.monotonic() or not pq.msgs:
                         break
                     lock = self.locks.get(key)
                     if lock is not None and not lock.is_valid():
                         if lock.held:  # (a deleted or replaced lock file was reported by qlocks)
-                            warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
+                            self.warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
                         self._lose(key)
                         break
                     batch = pq.take(n)
@@ -520,10 +725,11 @@ class Consumer:
                     break
                 worked = True
                 self.handed_out += len(batch)
-                if self.stdout is not None:
-                    self._consume_stdout(key, pq, batch)
+                if self.inline is not None:
+                    self._consume_inline(key, pq, batch)
                 else:
-                    fut = self.pool.submit(self._run_exec, key, batch)
+                    assert self.pool is not None
+                    fut = self.pool.submit(batch, original_topic(batch[0]))
                     fut.add_done_callback(lambda _f: self.wake.set())
                     self.futures[fut] = (key, batch)
                     if self.o.orderly:
@@ -534,39 +740,45 @@ class Consumer:
         topic = original_topic(m)
         return m if topic == m.topic else replace(m, topic=topic)
 
-    def _consume_stdout(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> None:
-        # BrokenPipe propagates: nothing of this batch is committed.
-        self.stdout.write([self._present(m) for m in batch] if names.is_retry_topic(key[0]) else batch)
+    def _consume_inline(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> None:
+        # An exception (BrokenPipe) propagates: nothing of this batch is committed.
+        assert self.inline is not None
+        self.inline.consume([self._present(m) for m in batch] if names.is_retry_topic(key[0]) else batch)
         self._succeeded(key, pq, batch)
-
-    def _run_exec(self, key: QueueKey, batch: list[Message]) -> tuple[bool, str]:
-        return self.exec.run(batch, original_topic(batch[0]))
 
     def _collect(self, block: bool) -> bool:
         if not self.futures:
             return False
         done = [f for f in self.futures if f.done()]
         if not done and block:
-            done, _ = cf.wait(list(self.futures), return_when=cf.FIRST_COMPLETED)
+            done = list(cf.wait(list(self.futures), return_when=cf.FIRST_COMPLETED).done)
         for fut in done:
             key, batch = self.futures.pop(fut)
             pq = self.pqs.get(key) or self.dropping.get(key)
             try:
                 ok, why = fut.result()
-            except HandlerError as exc:
-                self.fatal = exc
-                self.stop_requested = True
-                if pq is not None:
-                    pq.busy = False
-                    pq.release(batch)
-                continue
+            except (HandlerError, cf.CancelledError) as exc:
+                if isinstance(exc, HandlerError):
+                    self.fatal = exc
+                    self.stop_requested = True
+                ok, why = None, str(exc)
             if pq is None:
                 continue
-            if ok:
+            if ok is None:
+                self._released(pq, batch)
+            elif ok:
                 self._succeeded(key, pq, batch)
             else:
                 self._failed(key, pq, batch, why)
         return bool(done)
+
+    def _released(self, pq: ProcessQueue, batch: list[Message]) -> None:
+        """Hand a batch back untouched: the next dispatch takes it again, in order."""
+        if self.o.orderly:
+            pq.make_again()
+            pq.busy = False
+        else:
+            pq.release(batch)
 
     # -- results ---------------------------------------------------------------------------
     def _succeeded(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> None:
@@ -598,34 +810,36 @@ class Consumer:
             if exhausted and len(exhausted) == len(batch) and not o.broadcast:
                 for m in batch:
                     dead_letter(self.store, o.group, m, m.reconsume_times)
-                warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; moved to {names.dlq_topic(o.group)}")
+                self.resent = True
+                self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; moved to {names.dlq_topic(o.group)}")
                 self._succeeded(key, pq, batch)
                 self.consumed -= len(batch)
                 return
-            warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; retrying in place in {o.suspend_ms} ms")
+            self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; retrying in place in {o.suspend_ms} ms")
             pq.make_again()
             pq.busy = False
             pq.suspended_until = time.monotonic() + o.suspend_ms / 1000
             return
         if o.broadcast:
-            warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; broadcast messages are not retried")
+            self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; broadcast messages are not retried")
             self._succeeded(key, pq, batch)
             self.consumed -= len(batch)
             return
         for m in batch:
             try:
-                where = send_back(self.store, o.group, m, self.max_reconsume, o.retry_delay_ms)
+                where = send_back(self.store, o.group, m, self.max_reconsume or 0, o.retry_delay_ms)
             except StoreError as exc:
-                warn(f"could not send {m.uniq_key} back ({exc}); retrying here in 5 s")
+                self.warn(f"could not send {m.uniq_key} back ({exc}); retrying here in 5 s")
                 pq.release([m])
                 self.retry_later.append((time.monotonic() + 5, key, m))
                 continue
             if where == "dlq":
-                warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; reconsumed {m.reconsume_times} times, "
+                self.warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; reconsumed {m.reconsume_times} times, "
                      f"moved to {names.dlq_topic(o.group)}")
             else:
-                warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; will be redelivered through "
+                self.warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; will be redelivered through "
                      f"{names.retry_topic(o.group)} (reconsume {m.reconsume_times + 1} of {self.max_reconsume})")
+            self.resent = True
             off = pq.remove([m])
             if off >= 0:
                 self._set_offset(key, off)
@@ -649,6 +863,11 @@ class Consumer:
                 self.dirty.add(key)
 
     def _commit_offsets(self, offsets: dict[QueueKey, int], increase_only: bool) -> set[str]:
+        if self.resent:
+            # Offsets past messages sent to the retry topic or the DLQ are durable only after
+            # those copies are: else a power cut could keep the offset and lose the message.
+            self.store.sync_written()
+            self.resent = False
         if self.o.broadcast:
             for (t, q), off in offsets.items():
                 self.offset_store.update(t, q, off, increase_only=increase_only)
@@ -693,7 +912,7 @@ class Consumer:
         snap = self.offset_store.snapshot(self.o.group)
         self.epochs = dict(snap.epochs)
         for key in [k for k in self.pqs if k[0] in topics]:
-            warn(f"offsets of {key[0]}/{key[1]} were reset; continuing from {snap.offsets.get(key, 0)}")
+            self.warn(f"offsets of {key[0]}/{key[1]} were reset; continuing from {snap.offsets.get(key, 0)}")
             self.pqs.pop(key).dropped = True
             self.offsets.pop(key, None)
             self.dirty.discard(key)

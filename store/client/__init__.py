@@ -1,0 +1,15 @@
+"""The Python client of a store: producers, consumers, transactions and inspection.
+
+Everything here is exported from the package :mod:`store` (``store.Producer``,
+``store.Consumer``, ``store.TransactionProducer``, ``store.Admin``, ...); ``mqctl`` is a thin
+command line over the same code. Modules:
+
+``paths``        which store ``path=None`` means (``$MQCTL_STORE``, else ``~/.mqctl/store``)
+``message``      :class:`~store.client.message.Message` and :class:`~store.client.message.SendResult`
+``producer``     :class:`~store.client.producer.Producer`
+``runtime``      the consumer runtime: one member of a group, output through a sink
+``process_queue``, ``retry``   its process queues, and the retry topic / dead-letter queue
+``consumer``     :class:`~store.client.consumer.Consumer` (iterator and push styles)
+``txproducer``   :class:`~store.client.txproducer.TransactionProducer` and ``TxState``
+``admin``        :class:`~store.client.admin.Admin`: topics, lag, offsets, locks, members
+"""

@@ -1,0 +1,379 @@
+"""The consumer: :class:`Consumer`, a member of a consumer group, iterator or push style."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import datetime as _dt
+import os
+import queue as queue_mod
+import socket
+import threading
+import time
+from types import TracebackType
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Union
+
+from .. import names
+from ..errors import UsageError
+from .message import Message
+from .paths import PathLike, resolve_store_path
+from .runtime import ConsumeOptions, Outcome, Runtime, ThreadPoolSink, log_warning, parse_tag_expression
+
+if TYPE_CHECKING:
+    from .. import record
+
+StartFrom = Union[str, int, _dt.datetime]
+Handler = Callable[[Message], object]
+
+PREFETCH = 32            # messages handed to the iterator ahead of the loop body, at most
+_POLL_S = 0.05
+
+_ids_lock = threading.Lock()
+_ids_in_use: set[tuple[str, str, str]] = set()   # (store, group, client id) of this process
+
+
+def _default_client_id(root: str, group: str) -> str:
+    """``HOST@PID`` as ``mqctl consume`` uses, made unique among this process's consumers of
+    the same group (``HOST@PID#2``, ...)."""
+    base = f"{socket.gethostname()}@{os.getpid()}"
+    with _ids_lock:
+        n = 1
+        while True:
+            cid = base if n == 1 else f"{base}#{n}"
+            if (root, group, cid) not in _ids_in_use:
+                return cid
+            n += 1
+
+
+def _start(start_from: StartFrom) -> tuple[str, int | None]:
+    if isinstance(start_from, str):
+        if start_from in ("first", "last"):
+            return start_from, None
+        raise UsageError(f"start_from must be 'first', 'last', a datetime or ms since the epoch, "
+                         f"not {start_from!r}")
+    if isinstance(start_from, _dt.datetime):
+        return "timestamp", int(start_from.timestamp() * 1000)
+    if isinstance(start_from, int) and not isinstance(start_from, bool) and start_from >= 0:
+        return "timestamp", start_from
+    raise UsageError(f"start_from must be 'first', 'last', a datetime or ms since the epoch, not {start_from!r}")
+
+
+def _tags(tags: str | Iterable[str] | None) -> frozenset[str] | None:
+    if tags is None or isinstance(tags, str):
+        return parse_tag_expression(tags)
+    out = frozenset(t.strip() for t in tags if isinstance(t, str) and t.strip())
+    return None if not out or "*" in out else out
+
+
+def _seconds_ms(what: str, value: float | _dt.timedelta | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, _dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise UsageError(f"{what} must be a number of seconds >= 0 or a timedelta, not {value!r}")
+    return int(round(value * 1000))
+
+
+class _IteratorSink:
+    """The pool sink behind :meth:`Consumer.messages`: each batch (one message) becomes a
+    future that the iterating thread resolves: consumed when the loop asks for the next
+    message, released when the message must be delivered again."""
+
+    batch = 1
+
+    def __init__(self, prefetch: int) -> None:
+        self.max_in_flight = prefetch
+        self.handoff: queue_mod.SimpleQueue[tuple[cf.Future, Message]] = queue_mod.SimpleQueue()
+
+    def submit(self, batch: list["record.Message"], topic: str) -> "cf.Future[Outcome]":
+        fut: cf.Future[Outcome] = cf.Future()
+        self.handoff.put((fut, Message.from_record(batch[0], topic)))
+        return fut
+
+    def get(self, timeout: float) -> tuple[cf.Future, Message] | None:
+        try:
+            return self.handoff.get(timeout=timeout)
+        except queue_mod.Empty:
+            return None
+
+    def release_all(self) -> None:
+        while True:
+            try:
+                fut, _m = self.handoff.get_nowait()
+            except queue_mod.Empty:
+                return
+            if not fut.done():
+                fut.set_result((None, "released"))
+
+    def shutdown(self, wait: bool) -> None:
+        self.release_all()
+
+
+class Consumer:
+    """A member of a consumer group on ``topic``, like one ``mqctl consume`` process.
+
+    ::
+
+        with store.Consumer("orders", group="billing", start_from="first") as consumer:
+            for msg in consumer.messages(exit_at_end=True):
+                print(msg.queue_id, msg.queue_offset, msg.text)
+
+    The consumer joins its group when it is created and leaves it when it is closed (the end
+    of the ``with`` block, or :meth:`close`): offsets are persisted, queue locks released,
+    as when ``mqctl consume`` gets SIGTERM. While it is a member it shows in
+    ``mqctl consumers``, and the group's queues are shared between it and every other member,
+    Python or command line, with one allocation strategy (``averagely``) over one membership.
+
+    Arguments:
+      ``topic``, ``group``: what to consume, as whom. ``path``: the store directory (``None``:
+      ``$MQCTL_STORE``, else ``~/.mqctl/store``); the store and topic must exist.
+      ``orderly``: one member at a time per queue, under the same queue locks as
+      ``mqctl consume --orderly``, messages of a queue in queue order, one at a time.
+      ``broadcast``: every member gets every message (offsets kept per client).
+      ``start_from``: where a queue with no committed offset starts: ``"first"``, ``"last"``
+      (the default, as in RocketMQ), a :class:`datetime.datetime` or ms since the epoch.
+      ``tags``: a subscription expression, ``"*"`` or ``"A || B"`` (or a list of tags).
+      ``client_id``: the member's id (default ``HOST@PID``); unique among live members.
+      ``dedup``: skip redeliveries of message ids this group already consumed.
+
+    Two ways to consume, one per consumer:
+
+    * :meth:`messages` iterates, at-least-once: a message counts as consumed when the loop
+      asks for the next one, or when the ``with`` block is left normally. If the loop body
+      raises, the message in hand is not committed and is delivered again.
+    * :meth:`run` hands each message to a function in a pool of threads, with RocketMQ's
+      retries: a function that raises sends the message to the group's retry topic (and to
+      its dead-letter queue in the end), or, orderly, retries it in place.
+
+    Errors are :class:`store.StoreError` subclasses: ``StoreNotFoundError`` and
+    ``TopicNotFoundError`` (nothing to consume), ``ClientIdInUseError`` (another live member
+    has ``client_id``), ``UsageError`` (a bad argument).
+    """
+
+    def __init__(self, topic: str, group: str, path: PathLike | None = None, *, orderly: bool = False,
+                 broadcast: bool = False, start_from: StartFrom = "last",
+                 tags: str | Iterable[str] | None = "*", client_id: str | None = None,
+                 dedup: bool = False) -> None:
+        names.validate_any_topic(topic)
+        names.validate_group(group)
+        from_where, from_ts = _start(start_from)
+        self.path = resolve_store_path(path)
+        root = str(self.path)
+        cid = names.validate_client_id(client_id) if client_id is not None else _default_client_id(root, group)
+        self.topic, self.group, self.client_id = topic, group, cid
+        self.orderly, self.broadcast = bool(orderly), bool(broadcast)
+        opts = ConsumeOptions(topic=topic, group=group, orderly=self.orderly, broadcast=self.broadcast,
+                              from_where=from_where, from_timestamp=from_ts, tags=_tags(tags),
+                              client_id=cid, dedup=bool(dedup), install_signals=False)
+        from ..broker import Store
+        self._store = Store.open(self.path)
+        self._rt = Runtime(self._store, opts, warn=log_warning)
+        try:
+            self._rt.setup()
+        except BaseException:
+            self._store.close()
+            raise
+        self._id_key = (root, group, cid)
+        with _ids_lock:
+            _ids_in_use.add(self._id_key)
+        self._mode: str | None = None        # "iterate" or "run"
+        self._sink: _IteratorSink | None = None
+        self._in_hand: cf.Future | None = None
+        self._iteration = 0
+        self._serving = False
+        self._closed = False
+
+    # -- iterator style ----------------------------------------------------------------------
+    def messages(self, exit_at_end: bool = False, timeout: float | None = None) -> Iterator[Message]:
+        """Iterate over the messages of the queues this member holds.
+
+        ``exit_at_end``: stop once the queues held are drained up to where they ended when
+        this call was made. ``timeout``: stop after that many seconds with nothing new.
+        Without either, iterate until the consumer is closed (from another thread) or
+        :meth:`stop` is called.
+
+        Delivery is at-least-once: the message in hand is committed when the loop asks for
+        the next one, or when the ``with`` block (or :meth:`close`) ends normally. If the
+        loop body raises out of the ``with`` block, it is not: it is delivered again (to
+        this group, after a restart or to another member). A message in hand when a new
+        ``messages()`` loop starts (the last one was left by ``break`` or an exception that
+        was caught) is delivered again, first.
+        """
+        self._check_open()
+        if self._mode == "run":
+            raise UsageError("this consumer runs a handler (run()); use another Consumer to iterate")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+            raise UsageError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
+        rt = self._rt
+        if self._sink is None:
+            self._mode = "iterate"
+            self._sink = _IteratorSink(PREFETCH)
+            rt.set_sink(self._sink)
+            rt.start()
+        self._settle_in_hand(commit=False)
+        drained = threading.Event()
+
+        def configure() -> None:
+            rt.o.exit_at_end = exit_at_end
+            if exit_at_end:
+                rt.snapshot_ends()
+                rt.drained = drained
+        rt.call_soon(configure)
+        self._iteration += 1
+        return self._iterate(self._iteration, exit_at_end, timeout, drained)
+
+    def __iter__(self) -> Iterator[Message]:
+        """``for msg in consumer`` is ``for msg in consumer.messages()``."""
+        return self.messages()
+
+    def _iterate(self, iteration: int, exit_at_end: bool, timeout: float | None,
+                 drained: threading.Event) -> Iterator[Message]:
+        rt, sink = self._rt, self._sink
+        assert sink is not None
+        last = time.monotonic()
+        while True:
+            if self._iteration != iteration:
+                return  # a newer messages() loop took over
+            self._settle_in_hand(commit=True)  # the loop asked for the next one
+            if self._closed or self._stop_iter:
+                self._stop_iter = False
+                return
+            if rt.fatal is not None:
+                raise rt.fatal
+            if rt.loop_ended.is_set():
+                return
+            item = sink.get(_POLL_S)
+            if item is None:
+                if exit_at_end and drained.is_set():
+                    return
+                if timeout is not None and time.monotonic() - last >= timeout:
+                    return
+                continue
+            fut, msg = item
+            if self._iteration != iteration or self._closed:
+                fut.set_result((None, "released"))
+                return
+            self._in_hand = fut
+            yield msg
+            last = time.monotonic()
+
+    _stop_iter = False
+
+    def _settle_in_hand(self, commit: bool) -> None:
+        fut, self._in_hand = self._in_hand, None
+        if fut is not None and not fut.done():
+            try:
+                fut.set_result((True, "") if commit else (None, "released"))
+            except cf.InvalidStateError:  # settled by another thread (close() racing the loop)
+                pass
+
+    # -- push style ----------------------------------------------------------------------------
+    def run(self, handler: Handler, *, threads: int = 4, exit_at_end: bool = False,
+            max_reconsume: int | None = None, retry_delay: float | _dt.timedelta | None = None) -> None:
+        """Hand every message to ``handler(msg)`` until stopped, with RocketMQ's retries.
+
+        ``handler`` returning means consumed; raising (any ``Exception``) means failed:
+
+        * concurrent mode: the message goes to the group's retry topic ``%RETRY%GROUP`` and
+          comes back after the next delay level (10 s, 30 s, 1 m, ... 2 h), or after
+          ``retry_delay`` seconds; after ``max_reconsume`` redeliveries (default 16) it goes
+          to the dead-letter topic ``%DLQ%GROUP`` instead;
+        * orderly mode: the queue is suspended for ``retry_delay`` seconds (default 1) and the
+          same message retried in place, before anything after it in its queue; with
+          ``max_reconsume`` it goes to the dead-letter topic after that many retries
+          (default: retried forever).
+
+        ``threads``: handler calls at a time (orderly: still one per queue). ``exit_at_end``:
+        return once the queues held are drained up to their end at the call. Otherwise it
+        returns when :meth:`stop` or :meth:`close` is called from another thread (the member
+        then leaves its group) and raises ``KeyboardInterrupt`` at Ctrl-C, after leaving.
+        """
+        self._check_open()
+        if self._mode == "iterate":
+            raise UsageError("this consumer iterates (messages()); use another Consumer to run a handler")
+        if not callable(handler):
+            raise UsageError("handler must be callable: handler(msg)")
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256:
+            raise UsageError(f"threads must be 1-256, not {threads!r}")
+        if max_reconsume is not None and (isinstance(max_reconsume, bool) or not isinstance(max_reconsume, int)
+                                          or max_reconsume < 0):
+            raise UsageError(f"max_reconsume must be an int >= 0, not {max_reconsume!r}")
+        delay_ms = _seconds_ms("retry_delay", retry_delay)
+        rt = self._rt
+        if self.orderly:
+            rt.set_retries(max_reconsume, None, max(10, delay_ms) if delay_ms is not None else 1000)
+        else:
+            rt.set_retries(max_reconsume, delay_ms, 1000)
+
+        def work(batch: list["record.Message"], topic: str) -> Outcome:
+            msg = Message.from_record(batch[0], topic)
+            try:
+                handler(msg)
+            except Exception as exc:  # noqa: BLE001 - a failed message, retried
+                return False, f"handler raised {type(exc).__name__}: {exc}"
+            return True, ""
+
+        sink = ThreadPoolSink(work, threads, 1)
+        rt.set_sink(sink)
+        self._mode = "run"
+        rt.o.exit_at_end = exit_at_end
+        if exit_at_end:
+            rt.snapshot_ends()
+        self._serving = True
+        try:
+            rt.serve()
+        finally:
+            self._serving = False
+            sink.shutdown(True)
+
+    # -- stopping -----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Make a running :meth:`run` return (the member then leaves its group), or the
+        current (or else the next) :meth:`messages` loop end. Safe to call from any thread."""
+        if self._serving:
+            self._rt.stop()
+        else:
+            self._stop_iter = True
+
+    def close(self) -> None:
+        """Leave the group: commit the message in hand, persist offsets, release queue locks.
+        Idempotent. From another thread, it also stops a running :meth:`run` and waits."""
+        self._close(commit=True)
+
+    def _close(self, commit: bool) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        rt = self._rt
+        try:
+            self._settle_in_hand(commit=commit)
+            if self._serving:
+                rt.stop()
+                rt.stopped.wait()
+            elif self._mode == "iterate":
+                rt.stop()
+                rt.join()
+                if self._sink is not None:
+                    self._sink.release_all()
+                rt.shutdown(wait_handlers=True)
+            else:
+                rt.shutdown(wait_handlers=True)
+        finally:
+            with _ids_lock:
+                _ids_in_use.discard(self._id_key)
+            self._store.close()
+
+    def _check_open(self) -> None:
+        if self._closed or self._rt.stopped.is_set():
+            raise UsageError("this consumer is closed")
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._close(commit=exc_type is None)
+
+    def __repr__(self) -> str:
+        mode = "orderly" if self.orderly else "concurrently"
+        return (f"Consumer(topic={self.topic!r}, group={self.group!r}, client_id={self.client_id!r}, "
+                f"{'broadcast, ' if self.broadcast else ''}{mode}{', closed' if self._closed else ''})")

@@ -1,0 +1,23 @@
+"""Which store a ``path`` of ``None`` selects: ``$MQCTL_STORE``, else ``~/.mqctl/store``.
+
+The command line's ``--store DIR`` goes through the same function, so a program and a shell
+script with the same environment open the same store.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Union
+
+DEFAULT_STORE = "~/.mqctl/store"
+ENV_VAR = "MQCTL_STORE"
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def resolve_store_path(path: PathLike | None = None) -> Path:
+    """``path`` with ``~`` expanded; for ``None`` (or ``""``) ``$MQCTL_STORE``, else
+    ``~/.mqctl/store``."""
+    raw = os.fspath(path) if path is not None else ""
+    raw = raw or os.environ.get(ENV_VAR) or DEFAULT_STORE
+    return Path(raw).expanduser()

@@ -1,0 +1,198 @@
+"""The producer: :class:`Producer` sends messages to a store, one or a batch per call."""
+from __future__ import annotations
+
+import datetime as _dt
+from types import TracebackType
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
+
+from .. import names
+from ..errors import UsageError
+from .message import SendResult
+from .paths import PathLike, resolve_store_path
+
+if TYPE_CHECKING:
+    from ..broker import Store
+    from ..record import Draft
+
+Body = Union[bytes, bytearray, memoryview, str]
+Delay = Union[int, _dt.timedelta]
+
+_SEPARATORS = ("\x01", "\x02")
+
+
+def _text(what: str, value: str) -> str:
+    if not isinstance(value, str):
+        raise UsageError(f"{what} must be a str, not {type(value).__name__}")
+    if any(ch in value for ch in _SEPARATORS):
+        raise UsageError(f"{what} may not contain the control characters \\x01 or \\x02")
+    return value
+
+
+def body_bytes(body: Body) -> bytes:
+    """A body given as bytes (or a bytes-like object) or as text (encoded as UTF-8)."""
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    raise UsageError(f"a message body must be bytes or str, not {type(body).__name__}")
+
+
+def message_properties(*, tags: str | None, keys: str | Sequence[str] | None,
+                       properties: Mapping[str, str] | None,
+                       sharding_key: str | None = None) -> dict[str, str]:
+    """The stored properties of a message: user properties (not reserved, no separators),
+    ``TAGS``, ``KEYS`` (space separated) and the sharding key. ``UsageError`` when one is
+    not allowed."""
+    from ..record import PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS, check_property
+    props: dict[str, str] = {}
+    for k, v in (properties or {}).items():
+        try:
+            check_property(str(k), str(v))
+        except Exception as exc:  # BadInputError: a bad argument here
+            raise UsageError(f"property {k!r}: {exc}") from exc
+        props[str(k)] = str(v)
+    if tags:
+        props[PROP_TAGS] = _text("tags", tags)
+    if keys:
+        ks = [keys] if isinstance(keys, str) else list(keys)
+        parts = []
+        for k in ks:
+            _text("a key", k)
+            if " " in k.strip():
+                raise UsageError(f"a key may not contain spaces: {k!r}")
+            if k.strip():
+                parts.append(k.strip())
+        if parts:
+            props[PROP_KEYS] = " ".join(parts)
+    if sharding_key is not None:
+        props[PROP_SHARDING_KEY] = _text("sharding_key", sharding_key)
+    return props
+
+
+def delay_spec(delay: Delay | None) -> tuple[int, int] | None:
+    """``delay`` as the store's ``(level, ms)``: a level 1-18 (1s 5s 10s 30s 1m ... 2h) or a
+    :class:`datetime.timedelta`; None for no delay."""
+    if delay is None:
+        return None
+    from ..schedule import LEVEL_MS
+    if isinstance(delay, _dt.timedelta):
+        ms = delay // _dt.timedelta(milliseconds=1)
+        if ms < 0:
+            raise UsageError(f"delay must not be negative, not {delay}")
+        return (0, ms) if ms else None
+    if isinstance(delay, bool) or not isinstance(delay, int):
+        raise UsageError(f"delay must be a level 1-18 or a timedelta, not {delay!r}")
+    if not 1 <= delay <= len(LEVEL_MS):
+        raise UsageError(f"delay level must be 1-{len(LEVEL_MS)}, not {delay}")
+    return delay, LEVEL_MS[delay - 1]
+
+
+class Producer:
+    """Sends messages to a store, as ``mqctl send`` does.
+
+    ``path`` is the store directory; ``None`` selects ``$MQCTL_STORE``, else
+    ``~/.mqctl/store``. The store is created if it does not exist, and so is a topic on its
+    first send (unless the store was made with ``mqctl init --no-auto-create``).
+
+    ``flush``: ``"async"`` (a returned result means the message survives a crash of this
+    process: it is in the page cache) or ``"sync"`` (it was also fsynced: it survives a crash
+    of the machine).
+
+    Use it as a context manager, or call :meth:`close`::
+
+        with store.Producer() as producer:
+            r = producer.send("orders", b"payload", tags="paid", keys=["order-7"])
+            print(r.msg_id, r.queue_id, r.queue_offset)
+
+    A producer is not thread-safe: give each thread its own (they may share one store).
+    """
+
+    def __init__(self, path: PathLike | None = None, *, flush: str = "async") -> None:
+        if flush not in ("async", "sync"):
+            raise UsageError(f"flush must be 'async' or 'sync', not {flush!r}")
+        from ..broker import Store
+        self.path = resolve_store_path(path)
+        self.flush = flush
+        self._store: Store | None = Store.open(self.path, create=True)
+
+    # -- sending ---------------------------------------------------------------------------
+    def send(self, topic: str, body: Body, tags: str | None = None,
+             keys: str | Sequence[str] | None = None, sharding_key: str | None = None,
+             queue: int | None = None, properties: Mapping[str, str] | None = None,
+             delay: Delay | None = None) -> SendResult:
+        """Send one message and return where it was stored.
+
+        ``body``: bytes, or str (encoded as UTF-8). ``tags``: one tag, what consumers filter
+        on. ``keys``: business keys for ``mqctl msg query`` (a str or a list; no spaces).
+        ``sharding_key``: messages with the same key go to the same queue
+        (``|javaHash(key)| mod queues``); ``queue``: an explicit queue id instead. An ordered
+        topic needs one of the two (``UsageError`` otherwise). ``properties``: user
+        properties (not the store's reserved names). ``delay``: a delay level 1-18 (1s 5s 10s
+        30s 1m 2m ... 2h) or a :class:`datetime.timedelta`.
+
+        Raises ``TopicNotFoundError`` when the topic does not exist and the store does not
+        create topics on send, ``MessageTooLargeError`` for a body over the store's limit.
+        """
+        return self.send_many(topic, [body], tags=tags, keys=keys, sharding_key=sharding_key,
+                              queue=queue, properties=properties, delay=delay)[0]
+
+    def send_many(self, topic: str, bodies: Iterable[Body], tags: str | None = None,
+                  keys: str | Sequence[str] | None = None, sharding_key: str | None = None,
+                  queue: int | None = None, properties: Mapping[str, str] | None = None,
+                  delay: Delay | None = None) -> list[SendResult]:
+        """Send several messages sharing the other arguments as one batch: one write under
+        one lock, all or nothing. Returns one result per body, in order."""
+        store = self._open_store()
+        names.validate_topic(topic)
+        if sharding_key is not None and queue is not None:
+            raise UsageError("give sharding_key or queue, not both")
+        if queue is not None and (isinstance(queue, bool) or not isinstance(queue, int) or queue < 0):
+            raise UsageError(f"queue must be a queue id (an int >= 0), not {queue!r}")
+        data = [body_bytes(b) for b in bodies]
+        if not data:
+            return []
+        props = message_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)
+        deliver = delay_spec(delay)
+        self._check_route(store, topic, queue, sharding_key)
+        from ..record import Draft
+        drafts: list[Draft] = [Draft(topic, b, dict(props), -1 if queue is None else queue, sharding_key)
+                               for b in data]
+        if deliver is not None:
+            from ..schedule import delay_draft
+            drafts = [delay_draft(d, deliver, store) for d in drafts]
+        results = store.put(drafts, sync=self.flush == "sync")
+        return [SendResult(msg_id=r.uniq_key, topic=topic, queue_id=r.queue_id, queue_offset=r.queue_offset,
+                           offset_msg_id=r.msg_id, commitlog_offset=r.commitlog_offset,
+                           store_timestamp=r.store_timestamp) for r in results]
+
+    @staticmethod
+    def _check_route(store: "Store", topic: str, queue: int | None, sharding_key: str | None) -> None:
+        cfg = store.topics().get(topic)
+        if cfg is None:
+            return
+        if queue is not None and queue >= cfg.queues:
+            raise UsageError(f"queue {queue} does not exist: topic {topic!r} has queues 0-{cfg.queues - 1}")
+        if cfg.order and queue is None and sharding_key is None:
+            raise UsageError(f"topic {topic!r} is ordered: give a sharding_key or a queue")
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _open_store(self) -> "Store":
+        if self._store is None:
+            raise UsageError("this producer is closed")
+        return self._store
+
+    def close(self) -> None:
+        """Release the store handle. Every result returned before stays valid."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Producer(path={str(self.path)!r}, flush={self.flush!r}{', closed' if self._store is None else ''})"
