@@ -90,9 +90,7 @@ class Store:
         self.index = KeyIndex(self.layout.index_dir)
         self.topic_table = TopicTable(self.layout.topics_json, warn=warn)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self._lock_fh: Any = None
-        self._lock_dir_fd: int | None = None
-        self._lock_dir_locked = False
+        self._write_lock = _WriteLock(root, self.layout.write_lock)
         self._rr: dict[str, int] = {}
         self._uniq = UniqKeyGenerator()
         self.boot_id = ckpt.current_boot_id()
@@ -163,12 +161,7 @@ class Store:
         self.index.close()
         for q in self._queues.values():
             q.close()
-        if self._lock_fh is not None:
-            self._lock_fh.close()
-            self._lock_fh = None
-        if getattr(self, "_lock_dir_fd", None) is not None:
-            os.close(self._lock_dir_fd)
-            self._lock_dir_fd = None
+        self._write_lock.close()
 
     def __enter__(self) -> "Store":
         return self
@@ -178,8 +171,9 @@ class Store:
 
     # -- the write lock --------------------------------------------------------------------
     def write_lock(self) -> "_WriteLock":
-        """The store's exclusive write lock (held for one batch)."""
-        return _WriteLock(self)
+        """The store's exclusive write lock (held for one batch; re-entrant per handle):
+        ``with store.write_lock(): ...``."""
+        return self._write_lock
 
     # -- topics ----------------------------------------------------------------------------
     def topics(self) -> dict[str, TopicConfig]:
@@ -793,59 +787,71 @@ class Store:
 
 
 class _WriteLock:
-    """Re-entrant per Store handle: an exclusive flock on the store directory itself, then the
-    portalocker exclusive lock on ``STORE/lock``.
+    """The store's exclusive write lock, re-entrant per Store handle: an exclusive flock on
+    the store directory itself, then the portalocker exclusive lock on ``STORE/lock``.
 
     The directory lock is what cannot be defeated by deleting ``STORE/lock`` while a writer
     holds it (a second writer would create a new file and lock that one); the file lock is
     kept so that writers of earlier versions, which take only it, still exclude and are
     excluded. Both are always taken in this order, so two writers cannot deadlock."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, root: Path, lock_file: Path) -> None:
+        self.root = root
+        self.lock_file = lock_file
+        self.depth = 0
+        self._dir_fd: int | None = None
+        self._fh: Any = None
+        self._dir_locked = False
 
-    def __enter__(self) -> Store:
-        s = self.store
-        depth = getattr(s, "_lock_depth", 0)
-        if depth == 0:
+    def __enter__(self) -> None:
+        if self.depth == 0:
             import fcntl
+
             import portalocker
-            if getattr(s, "_lock_dir_fd", None) is None:
+            if self._dir_fd is None:
                 try:
-                    s._lock_dir_fd = os.open(s.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                    self._dir_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 except OSError as exc:
-                    raise io_error(exc, f"open {s.root}") from exc
+                    raise io_error(exc, f"open {self.root}") from exc
+            dir_fd = self._dir_fd
             try:
-                fcntl.flock(s._lock_dir_fd, fcntl.LOCK_EX)
+                fcntl.flock(dir_fd, fcntl.LOCK_EX)
                 dir_locked = True
             except OSError:   # a file system without flock on directories: the file lock alone
                 dir_locked = False
             try:
-                if s._lock_fh is None:
+                if self._fh is None:
                     try:
-                        fd = os.open(s.layout.write_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                     except OSError as exc:
-                        raise io_error(exc, f"open {s.layout.write_lock}") from exc
-                    s._lock_fh = os.fdopen(fd, "r+b")
-                portalocker.lock(s._lock_fh, portalocker.LOCK_EX)
+                        raise io_error(exc, f"open {self.lock_file}") from exc
+                    self._fh = os.fdopen(fd, "r+b")
+                portalocker.lock(self._fh, portalocker.LOCK_EX)
             except BaseException:
                 if dir_locked:
-                    fcntl.flock(s._lock_dir_fd, fcntl.LOCK_UN)
+                    fcntl.flock(dir_fd, fcntl.LOCK_UN)
                 raise
-            s._lock_dir_locked = dir_locked
-        s._lock_depth = depth + 1
-        return s
+            self._dir_locked = dir_locked
+        self.depth += 1
 
     def __exit__(self, *exc: object) -> None:
-        s = self.store
-        s._lock_depth -= 1
-        if s._lock_depth == 0:
+        self.depth -= 1
+        if self.depth == 0:
             import fcntl
+
             import portalocker
-            portalocker.unlock(s._lock_fh)
-            if getattr(s, "_lock_dir_locked", False):
-                fcntl.flock(s._lock_dir_fd, fcntl.LOCK_UN)
-                s._lock_dir_locked = False
+            portalocker.unlock(self._fh)
+            if self._dir_locked and self._dir_fd is not None:
+                fcntl.flock(self._dir_fd, fcntl.LOCK_UN)
+                self._dir_locked = False
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
 
 
 def open_store(root: str | Path, *, create: bool = False, **kw: Any) -> Store:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import os
 import struct
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import checkpoint as ckpt
 from . import format as F
@@ -34,7 +34,7 @@ class Problem:
     offset: int
     reason: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "offset": self.offset, "reason": self.reason}
 
 
@@ -43,14 +43,17 @@ class CheckReport:
     records: int = 0
     cq_entries: int = 0
     bytes_checked: int = 0
-    problems: list[Problem] | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+
+# Per valid record, by commit-log offset: (topic, queue id, queue offset, size, tag code).
+Valid = dict[int, tuple[str, int, int, int, int]]
 
 
 def check_store(store: "Store", progress: Callable[[int], None] | None = None) -> CheckReport:
-    rep = CheckReport(problems=[])
+    rep = CheckReport()
     problems = rep.problems
-    assert problems is not None
-    valid: dict[int, tuple[str, int, int, int, int]] = {}
+    valid: Valid = {}
     claims: dict[tuple[str, int], tuple[int, int]] = {}
     keyed: list[tuple[int, int, str]] = []
     cp0 = ckpt.read(store.layout.checkpoint)
@@ -67,7 +70,8 @@ def check_store(store: "Store", progress: Callable[[int], None] | None = None) -
     return rep
 
 
-def _check_log(store: "Store", rep: CheckReport, valid: dict, progress, claims: dict | None = None,
+def _check_log(store: "Store", rep: CheckReport, valid: Valid, progress: Callable[[int], None] | None,
+               claims: dict[tuple[str, int], tuple[int, int]] | None = None,
                pending_from: int | None = None, keyed: list[tuple[int, int, str]] | None = None) -> None:
     """Every record; ``claims`` gets, per (topic, queue), the highest queue offset a record
     dispatched to that queue claims, with that record's offset; ``keyed`` gets each index key
@@ -153,7 +157,7 @@ def _next_start(data: bytes, pos: int, base: int) -> int | None:
             break
         i = data.find(_MAGIC, i + 1)
     if _looks_like_start(data, pos, base):
-        total = _I32.unpack_from(data, pos)[0]
+        total: int = _I32.unpack_from(data, pos)[0]
         if F.RECORD_FIXED_SIZE <= total and pos + total < len(data) and (cand is None or pos + total < cand):
             return pos + total
     return cand
@@ -176,7 +180,7 @@ def _next_record(data: bytes, pos: int, base: int) -> int | None:
         start = cand + 1
 
 
-def _check_queues(store: "Store", rep: CheckReport, valid: dict) -> None:
+def _check_queues(store: "Store", rep: CheckReport, valid: Valid) -> None:
     problems = rep.problems
     root = store.layout.consumequeue_dir
     cl_min = store.commitlog.min_offset()
@@ -214,7 +218,7 @@ def _check_queues(store: "Store", rep: CheckReport, valid: dict) -> None:
                                                 f"(a tag filter would pass it over; run mqctl store recover)"))
 
 
-def _check_queue_ends(store: "Store", problems: list[Problem], claims: dict) -> None:
+def _check_queue_ends(store: "Store", problems: list[Problem], claims: dict[tuple[str, int], tuple[int, int]]) -> None:
     """A consume queue that ends before the last offset its records claim lost entries (its
     files were cut or deleted): readers would never see those messages, and the next writer
     would give their queue offsets to new messages. ``store recover`` rebuilds it."""

@@ -21,7 +21,7 @@ from typing import Iterator
 from . import format as F
 from .errors import MessageTooLargeError
 from .fsutil import SegmentListing, ensure_dir, fsync_dir, io_error, open_private, pwrite_all
-from .record import Message, RecordError, decode, record_size_at
+from .record import Buffer, Message, RecordError, decode, record_size_at
 
 
 class CommitLog:
@@ -166,7 +166,7 @@ class _Chunk:
     base: int
     start: int                 # file position where this chunk's bytes go
     data: bytearray = field(default_factory=bytearray)
-    parts: list | None = None  # instead of ``data``: buffers written as they are (pwritev)
+    parts: list[Buffer] | None = None  # instead of ``data``: buffers written as they are (pwritev)
 
 
 class LogAppender:
@@ -213,7 +213,7 @@ class LogAppender:
         :meth:`add`; they must advance :attr:`pos` themselves)."""
         return self._chunk().data
 
-    def start_parts(self) -> list:
+    def start_parts(self) -> list[Buffer]:
         """Like :meth:`start_chunk`, but a list of buffers written as they are, without
         being copied together first (big bodies). One chunk holds one or the other."""
         ch = self._chunk()
@@ -285,7 +285,7 @@ class LogAppender:
 _IOV_MAX = 1024
 
 
-def _pwritev_all(fd: int, parts: list, pos: int) -> None:
+def _pwritev_all(fd: int, parts: list[Buffer], pos: int) -> None:
     """Write every buffer of ``parts`` at ``pos`` in order (pwritev, IOV_MAX at a time); a
     short write is finished with plain pwrites, so a full disk or a file-size limit surfaces
     as an OSError."""

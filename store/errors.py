@@ -18,6 +18,8 @@ group                 code  meaning
 """
 from __future__ import annotations
 
+from typing import Any
+
 
 class StoreError(Exception):
     """Base of every error raised by the store. ``exit_code`` is the contract's code."""
@@ -48,7 +50,7 @@ class StoreIOError(OperationError):
 class DamageFoundError(OperationError):
     """Raised by ``store check`` when it found damage (listed in ``problems``)."""
 
-    def __init__(self, message: str, problems: list | None = None) -> None:
+    def __init__(self, message: str, problems: list[Any] | None = None) -> None:
         super().__init__(message)
         self.problems = problems or []
 

@@ -205,7 +205,7 @@ def atomic_write_json(path: Path, obj: Any, *, keep_bak: bool = True, sync: bool
     atomic_write_bytes(path, data, keep_bak=keep_bak, sync=sync)
 
 
-def _parse_json(path: Path, validate: Callable[[Any], None] | None) -> Any:
+def _parse_json(path: Path, validate: Callable[[Any], object] | None) -> Any:
     raw = path.read_bytes()
     if not raw.strip():
         raise ValueError("empty file")
@@ -218,7 +218,7 @@ def _parse_json(path: Path, validate: Callable[[Any], None] | None) -> Any:
 def read_json_with_bak(
     path: Path,
     default: Any = None,
-    validate: Callable[[Any], None] | None = None,
+    validate: Callable[[Any], object] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> Any:
     """Read a JSON file written by :func:`atomic_write_json`.

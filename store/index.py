@@ -22,6 +22,7 @@ import mmap
 import os
 import struct
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import format as F
@@ -40,7 +41,7 @@ _WHOLE_TABLE = 2048   # a batch at least this big reads and writes the slot tabl
 
 
 def key_hash(key: str | bytes) -> int:
-    return crc32(key.encode() if isinstance(key, str) else key) & 0x7FFFFFFF
+    return int(crc32(key.encode() if isinstance(key, str) else key)) & 0x7FFFFFFF
 
 
 class KeyIndex:
@@ -220,12 +221,12 @@ class KeyIndex:
                 n, steps = prev, steps + 1
         return out
 
-    def add(self, items: list[tuple[str | bytes, int]], store_ts: int) -> None:
+    def add(self, items: Sequence[tuple[str | bytes, int]], store_ts: int) -> None:
         """Index ``(key, commit-log offset)`` pairs of one batch (offsets ascending); keys are
         str or already-encoded bytes."""
         if not items:
             return
-        self.add_hashes([crc32(k if k.__class__ is bytes else k.encode()) & 0x7FFFFFFF for k, _ in items],
+        self.add_hashes([crc32(k if isinstance(k, bytes) else k.encode()) & 0x7FFFFFFF for k, _ in items],
                         [p for _, p in items], store_ts)
 
     def add_hashes(self, hashes: list[int], physs: list[int], store_ts: int) -> None:
@@ -291,8 +292,10 @@ class KeyIndex:
             touched: dict[int, int] = {}
             for h, phys in zip(hashes, physs):
                 sp = F.INDEX_HEADER_SIZE + (h % slots) * 4
-                prev = touched.get(sp)
-                if prev is None:
+                seen = touched.get(sp)
+                if seen is not None:
+                    prev = seen
+                else:
                     prev = unpack_slot(mm, sp)[0]
                     if prev >= count or prev < 0:
                         prev = self._resolve(fd, prev, count)

@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from . import fsutil
 from .allocate import BROKER_NAME
@@ -108,7 +108,7 @@ class _FallbackWatch:
         self.warn(message)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -333,6 +333,23 @@ class ClusterOffsetStore:
             return bool(doomed)
 
         self._update(drop)
+
+    def delete_group(self, group: str) -> list[str]:
+        """Drop every offset of ``group`` (``offsets delete``), bumping its epochs so a member
+        that loaded them before cannot write them back. Returns the topics it had offsets in."""
+        validate_group(group)
+        gone: list[str] = []
+
+        def drop(table: _ClusterTable) -> bool:
+            for key in [k for k in table.offsets if _split_key(k)[1] == group]:
+                topic = _split_key(key)[0]
+                del table.offsets[key]
+                table.bump_epoch(topic, group)
+                gone.append(topic)
+            return bool(gone)
+
+        self._update(drop)
+        return sorted(gone)
 
     # -- internals
     def _load(self, watch: _FallbackWatch) -> _ClusterTable:

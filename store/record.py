@@ -7,21 +7,24 @@ decoding checks the record CRC before any field is trusted.
 from __future__ import annotations
 
 import functools
+import mmap
 import os
 import random
-import socket
 import time
 import zlib
+from typing import Any, Callable, Union
 from dataclasses import dataclass, field
 
 from . import format as F
 from .errors import BadInputError
 
 _HEADER_PACK = F.RECORD_HEADER.pack
+# What decode() and record_size_at() read from: a segment read, a view of one, or a map.
+Buffer = Union[bytes, bytearray, memoryview, mmap.mmap]
 _HEADER_UNPACK = F.RECORD_HEADER.unpack_from
 
 
-def _crc32_function():
+def _crc32_function() -> Callable[..., int]:
     """``zlib.crc32``, or the identical function of ISA-L (the optional ``isal`` package):
     it computes the same CRC-32 about four times faster (PCLMUL), which matters because every
     record is CRC'd twice on write and on read. Checked against zlib before it is used;
@@ -103,6 +106,15 @@ def decode_offset_msg_id(msg_id: str) -> int | None:
         return None
 
 
+def _hostname() -> str:
+    """``socket.gethostname()``, which on POSIX is the uname node name: without importing
+    ``socket`` (and ``selectors``) on every producer's start-up."""
+    if hasattr(os, "uname"):
+        return os.uname().nodename
+    import socket
+    return socket.gethostname()
+
+
 class UniqKeyGenerator:
     """Client-side unique keys, RocketMQ's MessageClientIDSetter shape (32 hex digits).
 
@@ -112,7 +124,7 @@ class UniqKeyGenerator:
     """
 
     def __init__(self) -> None:
-        host = zlib.crc32(socket.gethostname().encode()) & 0xFFFFFFFF
+        host = zlib.crc32(_hostname().encode()) & 0xFFFFFFFF
         self.prefix = f"{host:08X}{os.getpid() & 0xFFFF:04X}{random.getrandbits(32):08X}"
         now = time.localtime()
         month_start = time.mktime((now.tm_year, now.tm_mon, 1, 0, 0, 0, 0, 0, -1))
@@ -190,7 +202,7 @@ class Message:
     # (``consume`` to stdout) never look at them, and parsing is a third of decoding.
     _props_raw: bytes = field(default=b"", repr=False, compare=False)
 
-    def __getattr__(self, name: str):  # only reached for an unset slot
+    def __getattr__(self, name: str) -> Any:  # only reached for an unset slot
         if name == "properties":
             props = parse_properties(self._props_raw.decode("utf-8", "replace"))
             self.properties = props
@@ -268,7 +280,7 @@ class RecordError(Exception):
         self.torn = torn
 
 
-def record_size_at(buf, pos: int, limit: int) -> int:
+def record_size_at(buf: Buffer, pos: int, limit: int) -> int:
     """TOTALSIZE at ``pos`` after bounds checks, or raise RecordError. 0 = blank trailer."""
     if limit - pos < 8:
         raise RecordError("truncated header", torn=True)
@@ -294,7 +306,7 @@ _MAX_TOTAL = F.MAX_MESSAGE_SIZE + 65536 + 512
 _TOPICS: dict[bytes, str] = {}
 
 
-def decode(buf, pos: int, limit: int, verify: bool = True) -> Message:
+def decode(buf: Buffer, pos: int, limit: int, verify: bool = True) -> Message:
     """Decode the record at ``pos`` in ``buf`` (bytes, mmap or memoryview).
 
     Raises :class:`RecordError` when the record is incomplete (``torn``) or damaged. With
@@ -336,7 +348,7 @@ def decode(buf, pos: int, limit: int, verify: bool = True) -> Message:
         p += 2
     tb = buf[p:p + topic_len]
     try:
-        topic = _TOPICS.get(tb)       # a read-only memoryview hashes like the bytes it shows
+        topic = _TOPICS.get(tb)  # type: ignore[arg-type]  # a read-only memoryview hashes like bytes
     except TypeError:                 # a writable buffer (bytearray, mmap) does not
         tb = bytes(tb)
         topic = _TOPICS.get(tb)

@@ -20,12 +20,13 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import checkpoint as ckpt
 from . import format as F
 from .consumequeue import ConsumeQueue
 from .names import HALF_TOPIC, OP_HALF_TOPIC
+from .topics import TopicConfig
 from .offsets import clamp_to_queue_ends
 from .schedule import clamp_to_queue_ends as clamp_schedule
 from .txcheck import load_progress, save_progress
@@ -46,7 +47,7 @@ class RecoveryReport:
     damage: list[tuple[str, int, str]] = field(default_factory=list)
     reason: str = ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"reason": self.reason, "start": self.start, "end": self.end, "records": self.records,
                 "cqEntriesWritten": self.cq_entries_written, "truncatedBytes": self.truncated_bytes,
                 "cqEntriesDropped": self.cq_entries_dropped,
@@ -257,7 +258,7 @@ def _clamp_consumers(store: "Store") -> None:
         store.warn(f"transaction check progress moved back to the queues' ends ({half_end}, {op_end})")
 
 
-def _dispatch(store: "Store", topics: dict, msg: Message, index_items: list[tuple[str, int]],
+def _dispatch(store: "Store", topics: dict[str, TopicConfig], msg: Message, index_items: list[tuple[str, int]],
               queues: dict[tuple[str, int], "_QueueRebuild"]) -> int:
     """Give one recovered record its consume-queue entry and index keys. Returns 1 when a
     consume-queue entry had to be written."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import names
 from .errors import UsageError
@@ -100,7 +100,7 @@ def restore_draft(m: Message) -> Draft:
                  tags_code=java_hash(props[PROP_TAGS]) if props.get(PROP_TAGS) else 0)
 
 
-def _load(store: "Store") -> dict:
+def _load(store: "Store") -> dict[str, Any]:
     obj = read_json_with_bak(store.layout.delay_offset_json, default={}, warn=store.warn)
     if not isinstance(obj, dict):
         obj = {}
@@ -136,7 +136,8 @@ def _pass(store: "Store", now: int, budget: int) -> int:
             continue
         done = set(state["delivered"].get(key, []))
         q = store.queue(names.SCHEDULE_TOPIC, qid)
-        off, new_start, batch = start, start, []
+        off, new_start = start, start
+        batch: list[int] = []
         while off < end and len(batch) < budget - delivered:
             entries = q.read_entries(off, min(256, end - off))
             if not entries:
