@@ -6,8 +6,11 @@ commit. It owns only how a batch is encoded quickly (precomputed header parts, u
 built from a table, CRCs continued or combined instead of recomputed); the record layout itself
 lives in ``format.py`` and the general encoder in ``record.py``.
 
-Its loops are measured hot loops: they are unrolled on purpose and keep everything they look
-up in locals.
+Three ways, all writing the same bytes (tests/store/test_store_bodywrite.py): a long-running
+sender's batches are framed as arrays (:func:`_frame_arrays`, numpy: headers, consume-queue
+entries, CRC properties and key hashes for the whole batch; per record only its two CRC calls
+and its place in one join); otherwise per-record loops. Every batch is one buffer, one pwrite
+per segment. The loops are measured hot loops: unrolled on purpose, everything in locals.
 """
 from __future__ import annotations
 
@@ -43,8 +46,10 @@ _HEAD_PACK = struct.Struct(">iIIiiqq48si").pack
 _HEAD_CONST = struct.Struct(">iqIiqIiiq")
 assert struct.calcsize(">iIIiiqq48si") == F.RECORD_HEADER_SIZE and _HEAD_CONST.size == 48
 
-# From this body size on a record is written in parts (head, body, rest) rather than joined
-# first, and with zlib's CRC its record CRC is combined from the body's instead of a 2nd pass.
+# From this body size on a record is copied into the batch buffer in parts (head, body, rest)
+# rather than joined first; with zlib's CRC (or ISA-L's, from _COMBINE_FROM) its record CRC is
+# combined from the body's instead of a second pass. (With per-message sharding keys, big
+# bodies are written from the body objects themselves, pwritev.)
 _BIG_BODY = 2048
 _COMBINE: list = []
 
@@ -71,6 +76,154 @@ def _crc32_combine():
             fn = None
         _COMBINE.append(fn)
     return _COMBINE[0]
+
+
+# From this body size on (with ISA-L's CRC; always with zlib's) the record CRC is combined
+# from the body's CRC instead of a second pass over the body.
+_COMBINE_FROM = 16384
+
+
+def _combiner():
+    """zlib's ``(crc32_combine_gen, crc32_combine_op)`` (zlib >= 1.2.12), or None.
+
+    ``op(crc(A), crc(B), gen(len(B))) == crc(A + B)``; ``gen`` is computed once per body length
+    (a batch's bodies mostly share one), ``op`` is one carry-less multiply: far cheaper than a
+    pass over a big body. Checked against ``zlib.crc32`` once."""
+    if not _COMBINE_OP:
+        fn = None
+        try:
+            import ctypes
+            import ctypes.util
+            lib = ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1")
+            gen, op = lib.crc32_combine_gen, lib.crc32_combine_op
+            gen.restype, gen.argtypes = ctypes.c_ulong, (ctypes.c_long,)
+            op.restype, op.argtypes = ctypes.c_ulong, (ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+            a, b = b"mqctl" * 7, bytes(range(256)) * 9
+            if op(zlib.crc32(a), zlib.crc32(b), gen(len(b))) == zlib.crc32(a + b):
+                fn = (gen, op)
+        except (OSError, AttributeError, ImportError):
+            fn = None
+        _COMBINE_OP.append(fn)
+    return _COMBINE_OP[0]
+
+
+_COMBINE_OP: list = []
+
+# Batches framed as arrays (numpy): only once this process has sent enough to pay for numpy's
+# import (~0.1 s), so a single `mqctl send` (or a short one) never imports it.
+_ARRAYS_MIN_BATCH = 512
+_ARRAYS_AFTER = 100_000       # messages framed by this process before numpy is worth importing
+_sent = [0]
+_NP: list = []
+
+
+def _use_arrays(n: int, big: bool) -> bool:
+    _sent[0] += n
+    if n < _ARRAYS_MIN_BATCH:
+        return False
+    import sys
+    return "numpy" in sys.modules or _sent[0] >= _ARRAYS_AFTER
+
+
+def _np_tables():
+    if not _NP:
+        import numpy as np
+        head = np.dtype([("total", ">i4"), ("magic", ">u4"), ("bodycrc", ">u4"), ("qid", ">i4"),
+                         ("flag", ">i4"), ("qoff", ">i8"), ("phys", ">i8"), ("const", "V48"),
+                         ("blen", ">i4")])
+        assert head.itemsize == F.RECORD_HEADER_SIZE
+        cq = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+        assert cq.itemsize == F.CQ_ENTRY_SIZE
+        _NP.extend((np, head, cq, 10 ** np.arange(10, dtype=np.int64)))
+    return _NP
+
+
+def _hex4_crcs():
+    """CRC of each of the 65536 four-hex-digit key counters (as an array), computed once."""
+    np = _NP[0]
+    if len(_NP) < 5:
+        _NP.append(np.fromiter(map(_crc32, _hex4_table()), np.int64, 65536))
+    return _NP[4]
+
+
+def _frame_arrays(store, topic, bodies, qids, hex4, first_counter, pos, room_end, fixed, magic, const48,
+                  mid, tail, tags, nxt, cqb, first_off, key_crc0):
+    """Frame a whole batch at once: headers, consume-queue entries and record-CRC properties
+    as arrays; per record only its CRCs (the body's, then the record's continued over head,
+    body and the rest: C calls through ``map``) and its place in one ``join``. Returns
+    ``(bytes of every record, queue offsets, commit-log offsets, unique-key index hashes)``, or
+    None (nothing changed) when the batch does not fit in the current segment or has a body
+    big enough for the per-record path's CRC combine."""
+    np, head_t, cq_t, pow10 = _np_tables()[:4]
+    n = len(bodies)
+    blen = np.fromiter(map(len, bodies), np.int64, n)
+    if int(blen.max()) >= (_COMBINE_FROM if _FAST_CRC else _BIG_BODY):
+        return None
+    total = blen + fixed
+    ends = np.cumsum(total)
+    if pos + int(ends[-1]) > room_end:
+        return None
+    phys = ends - total + pos
+    hx = hex4[first_counter:first_counter + n]
+    while len(hx) < n:   # the counter wraps within the batch
+        hx += hex4[:n - len(hx)]
+    qarr = np.fromiter(qids, np.int64, n)
+    qoff = np.empty(n, np.int64)
+    used = set(qids)
+    queues = {q: (np.flatnonzero(qarr == q) if len(used) > 1 else None) for q in used}
+    for q, idx in queues.items():
+        start = nxt[q]
+        if start < 0:
+            start = first_off[q] = store.queue(topic, q).max_offset()
+            cqb[q] = bytearray()
+        if idx is None:   # the whole batch goes to one queue
+            qoff[:] = np.arange(start, start + n)
+            nxt[q] = start + n
+        else:
+            qoff[idx] = np.arange(start, start + len(idx))
+            nxt[q] = start + len(idx)
+    crc32 = _crc32
+    M = 0x7FFFFFFF
+    head = np.empty(n, head_t)
+    head["total"] = total
+    head["magic"] = magic
+    head["bodycrc"] = np.fromiter(map(crc32, bodies), np.int64, n) & M
+    head["qid"] = qarr
+    head["flag"] = 0
+    head["qoff"] = qoff
+    head["phys"] = phys
+    head["const"] = np.frombuffer(const48, "V48")[0]
+    head["blen"] = blen
+    hb = head.tobytes()
+    step = F.RECORD_HEADER_SIZE
+    heads = list(map(hb.__getitem__, map(slice, range(0, n * step, step), range(step, n * step + 1, step))))
+    afters = [mid + h4 + tail for h4 in hx]
+    rcrc = np.fromiter(map(crc32, afters, map(crc32, bodies, map(crc32, heads))), np.int64, n) & M
+    trail = np.empty((n, F.CRC_PROPERTY_SIZE), np.uint8)
+    trail[:, :9] = np.frombuffer(F.CRC_PROPERTY.encode() + b"\x01", np.uint8)
+    trail[:, 9:19] = (rcrc[:, None] // pow10) % 10 + 48    # least significant digit first
+    trail[:, 19] = 2
+    tb = trail.tobytes()
+    step = F.CRC_PROPERTY_SIZE
+    trails = list(map(tb.__getitem__, map(slice, range(0, n * step, step), range(step, n * step + 1, step))))
+    parts: list = [b""] * (4 * n)
+    parts[0::4] = heads
+    parts[1::4] = bodies
+    parts[2::4] = afters
+    parts[3::4] = trails
+    data = b"".join(parts)
+    for q, idx in queues.items():
+        cq = np.empty(n if idx is None else len(idx), cq_t)
+        cq["phys"] = phys if idx is None else phys[idx]
+        cq["size"] = total if idx is None else total[idx]
+        cq["tags"] = tags
+        cqb[q] += cq.tobytes()
+    # The unique key's index hash, CRC(head + counter digits), from a table of the counters'
+    # CRCs: CRC is affine in its initial value, crc(d, i) = crc(d) ^ crc(0000, i) ^ crc(0000).
+    ctr = (np.arange(first_counter, first_counter + n, dtype=np.int64) & 0xFFFF)
+    fold = _crc32(b"\0" * 4, key_crc0) ^ _crc32(b"\0" * 4)
+    hashes = ((_hex4_crcs()[ctr] ^ fold) & M).tolist()
+    return data, qoff.tolist(), phys.tolist(), hashes
 
 
 def put_bodies_locked(store: Store, topic: str, bodies: list[bytes], props: dict[str, str], queue_id: int,
@@ -131,7 +284,19 @@ def put_bodies_locked(store: Store, topic: str, bodies: list[bytes], props: dict
                  for k in sharding_keys]
     tail, mid, fixed = pb_tail, mid0, fixed0
     parts: list | None = None
-    if tails is None and not big:
+    framed = None
+    if tails is None and _use_arrays(len(bodies), big):
+        framed = _frame_arrays(store, topic, bodies, qids, hex4, first_counter, pos, room_end, fixed,
+                               magic, const48, mid, tail, tags, nxt, cqb, first_off, key_crc0)
+    if framed is not None:
+        # The whole batch framed as arrays (below): no per-record Python loop.
+        data, offs, physs, hashes = framed
+        n = len(bodies)
+        chunk += data
+        pos += len(data)
+        counter = (first_counter + n - 1) & 0xFFFF
+        bodies = ()
+    elif tails is None and not big:
         # The common case, kept lean: no per-message properties, no big bodies.
         n = len(bodies)
         hx = hex4[first_counter:first_counter + n]
@@ -163,35 +328,53 @@ def put_bodies_locked(store: Store, topic: str, bodies: list[bytes], props: dict
         hashes = [crc32(h4, key_crc0) & M for h4 in hx]
         counter = (first_counter + n - 1) & 0xFFFF
         bodies = ()   # the general loop below has nothing left to do
-    elif tails is None and combine is None:
-        # Big bodies (and a fast CRC): written from the body objects themselves (pwritev).
+    elif tails is None:
+        # Big bodies: each record is copied once, straight into the batch buffer (one pwrite
+        # per batch, no per-record parts), with as few Python operations per record as
+        # possible. The body is CRC'd once for BODYCRC; the record CRC continues over it
+        # (a second pass, cheap with ISA-L) or, for the biggest bodies, is combined from the
+        # body's CRC without touching the body again (zlib's crc32_combine_op).
         n = len(bodies)
         hx = hex4[first_counter:first_counter + n]
         while len(hx) < n:
             hx += hex4[:n - len(hx)]
-        join = b"".join
         offs_append, physs_append = offs.append, physs.append
         trailer = b"\x02%010d\x01#23CRC__"
-        parts = app.start_parts()
+        # with zlib's slow CRC, every big body's record CRC is combined
+        cfrom = _COMBINE_FROM if _FAST_CRC else _BIG_BODY
+        comb = _combiner() if max(map(len, bodies)) >= cfrom else None
+        ops: dict[int, int] = {}
+        chunk = app.start_chunk()
+        cq_add = [None] * len(cqb)
         for body, qid, h4 in zip(bodies, qids, hx):
             qoff = nxt[qid]
             if qoff < 0:
                 qoff = first_off[qid] = store.queue(topic, qid).max_offset()
                 cqb[qid] = bytearray()
+                cq_add[qid] = cqb[qid].extend
             nxt[qid] = qoff + 1
             blen = len(body)
             total = fixed + blen
             if pos + total > room_end:
                 app.pos = pos
                 pos = app.place(total)
-                parts = app.start_parts()
+                chunk = app.start_chunk()
                 room_end = pos + seg - F.END_FILE_MIN_BLANK
             bcrc = crc32(body)
             head = pack(total, magic, bcrc & M, qid, 0, qoff, pos, const48, blen)
-            after = join((mid, h4, tail))
-            c = crc32(after, crc32(body, crc32(head))) & M
-            parts += (head, body, after + (trailer % c)[::-1])
-            cqb[qid] += pack_cq(pos, total, tags)
+            after = mid + h4 + tail
+            if comb is not None and blen >= cfrom:
+                op = ops.get(blen)
+                if op is None:
+                    op = ops[blen] = comb[0](blen)
+                c = crc32(after, comb[1](crc32(head), bcrc, op)) & M
+            else:
+                c = crc32(after, crc32(body, crc32(head))) & M
+            chunk += head
+            chunk += body
+            chunk += after
+            chunk += (trailer % c)[::-1]
+            cq_add[qid](pack_cq(pos, total, tags))
             offs_append(qoff)
             physs_append(pos)
             pos += total

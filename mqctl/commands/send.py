@@ -24,6 +24,7 @@ BATCH_MESSAGES = 8192
 BATCH_BYTES = 8 * 1024 * 1024
 SYNC_GROUP = 16   # --flush sync: batches written but not yet covered by an fsync, at most
 READ_CHUNK = 1 << 20
+READ_CHUNK_FILE = 4 << 20
 
 
 def register(app: typer.Typer) -> None:
@@ -38,6 +39,14 @@ Examples:
   tail -F app.log | mqctl send logs --key-delimiter ':'     # 'KEY:BODY' lines, KEY shards
   mqctl consume a -g copy --json -e | mqctl send b --input json
 """
+
+
+# What ``send --input json`` reads: its own fields and every field of the ``consume --json``
+# envelope (ignored ones: where the message was, not what it is), so a copy round-trips.
+_JSON_FIELDS = frozenset({
+    "body", "bodyEncoding", "tags", "keys", "shardingKey", "queueId", "properties",
+    "topic", "queueOffset", "msgId", "offsetMsgId", "bornTimestamp", "storeTimestamp",
+    "reconsumeTimes", "commitLogOffset", "bornHost"})
 
 
 def _split_props(values: list[str]) -> dict[str, str]:
@@ -96,58 +105,101 @@ def _no_separators(what: str, value: str) -> str:
     return value
 
 
-def _split(data: bytes, delim: bytes, zero_copy: bool) -> tuple[list, bytes]:
-    """``data`` cut into records, and the partial record after the last delimiter. Long
-    records (the first is 1 KiB or more) come as memoryviews of ``data`` when ``zero_copy``:
-    the store writes a big body straight from them, so it is never copied in this process."""
-    if zero_copy:
-        find = data.find
-        i = find(delim)
-        if i >= 1024:   # judged by the first record: long ones
-            mv = memoryview(data)
-            step = len(delim)
-            out = []
-            start = 0
-            while i >= 0:
-                out.append(mv[start:i])
-                start = i + step
-                i = find(delim, start)
-            return out, data[start:]
+def _split(data: bytes, delim: bytes, zero_copy: bool, pending: bytes = b"") -> tuple[list, bytes]:
+    """``pending + data`` cut into records, and the partial record after the last delimiter.
+    Long records (the first is 1 KiB or more) come as memoryviews of ``data`` when
+    ``zero_copy``: the store copies a big body once, straight into its batch buffer. A
+    ``pending`` partial record is completed without copying all of ``data`` onto it."""
+    if pending and len(delim) > 1:
+        data, pending = pending + data, b""   # a delimiter may straddle the two
+    find = data.find
+    i = find(delim)
+    if i < 0:
+        return [], pending + data if pending else data
+    if zero_copy and len(pending) + i >= 1024:   # judged by the first record: long ones
+        mv = memoryview(data)
+        step = len(delim)
+        out = [pending + data[:i]] if pending else [mv[:i]]
+        start = i + step
+        i = find(delim, start)
+        while i >= 0:
+            out.append(mv[start:i])
+            start = i + step
+            i = find(delim, start)
+        return out, data[start:]
+    if pending:
+        data = pending + data
     parts = data.split(delim)
-    pending = parts.pop()
-    return parts, pending
+    return parts, parts.pop()
+
+
+# A pipe's buffer is raised to this (F_SETPIPE_SZ, up to /proc/sys/fs/pipe-max-size): the
+# writer then hands over large blocks, and each read takes up to this much at once.
+PIPE_SIZE = 1 << 20
+# A read at least this big means a fast writer: when the pipe is momentarily empty after it,
+# wait this long for more before sending a partial batch (a slow pipe never waits).
+FAST_READ = 64 * 1024
+FAST_WAIT_S = 0.002
+
+
+def _grow_pipe(fd: int) -> int:
+    """Raise the pipe's buffer to :data:`PIPE_SIZE` (or what the system allows); its size."""
+    try:
+        import fcntl
+        try:
+            with open("/proc/sys/fs/pipe-max-size", "rb") as fh:
+                limit = int(fh.read())
+        except (OSError, ValueError):
+            limit = PIPE_SIZE
+        want = min(PIPE_SIZE, limit)
+        try:
+            return fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, want)
+        except OSError:
+            return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    except (OSError, ImportError, AttributeError):
+        return 65536
 
 
 def read_chunks(fd: int, delim: bytes, zero_copy: bool = False) -> Iterator[tuple[list[bytes], bool]]:
     """Records from ``fd`` split on ``delim``, grouped by what each read returned, each group
     with ``more``: whether more input can be read at once (a file, or a pipe with data
     waiting). A sender batches while ``more`` and sends as soon as the input pauses, so a
-    file goes in large batches and ``tail -f | mqctl send`` message by message."""
+    file goes in large batches and ``tail -f | mqctl send`` message by message.
+
+    Reads are large: READ_CHUNK from a file; from a pipe, whatever it holds, its buffer raised
+    to PIPE_SIZE first. After a large read from a pipe found empty, the input is given
+    FAST_WAIT_S to go on before ``more`` is false, so a fast pipeline is sent in full batches."""
     import select
     import stat
     try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        mode = os.fstat(fd).st_mode
     except OSError:
-        regular = False
+        mode = 0
+    regular = stat.S_ISREG(mode)
+    size = READ_CHUNK
+    if stat.S_ISFIFO(mode):
+        size = max(_grow_pipe(fd), 65536)
+    elif regular:
+        size = READ_CHUNK_FILE
+    read = os.read
     pending = b""
     while True:
         try:
-            data = os.read(fd, READ_CHUNK)
+            data = read(fd, size)
         except InterruptedError:
             continue
         if not data:
             if pending:
                 yield [pending], False
             return
-        if pending:
-            data = pending + data
-        parts, pending = _split(data, delim, zero_copy)
+        parts, pending = _split(data, delim, zero_copy, pending)
         if parts:
             if regular:
                 more = True
             else:
                 try:
-                    more = bool(select.select([fd], [], [], 0)[0])
+                    more = bool(select.select([fd], [], [], 0)[0]) or (
+                        len(data) >= FAST_READ and bool(select.select([fd], [], [], FAST_WAIT_S)[0]))
                 except (OSError, ValueError):
                     more = False
             yield parts, more
@@ -168,10 +220,17 @@ def send(
     flush: Annotated[str, typer.Option("--flush", help="async (page cache) or sync (fsync before the result is printed).")] = "async",
     delay: Annotated[Optional[str], typer.Option("--delay", help="Deliver later: a level 1-18 (1s 5s 10s 30s 1m … 2h) or a duration like 90s.")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=65536, help="At most N messages per store write (one lock each). With --flush sync, results are printed after an fsync covering their batch; batches written during an fsync share the next one.")] = BATCH_MESSAGES,
+    reroute: Annotated[bool, typer.Option("--reroute", help="--input json: ignore each line's queueId and route by its shardingKey (else round-robin), e.g. to copy into a topic with fewer queues.")] = False,
     json: JsonOpt = False,
 ) -> None:
     from store.errors import UsageError
     from store.names import validate_topic
+    import signal as _signal
+    import threading as _threading
+    if _threading.current_thread() is _threading.main_thread():
+        # Ctrl-C ends a send with exit 130 (after what was acknowledged is made durable, in
+        # ``finish``), also when the shell started it with SIGINT ignored (a background job).
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     validate_topic(topic)
     if flush not in ("sync", "async"):
         raise UsageError(f"--flush must be sync or async, not {flush!r}")
@@ -188,6 +247,7 @@ def send(
         deliver = parse_delay(delay)
     sender = _Sender(ctx, topic, base_props, sharding_key, queue, flush == "sync", json, deliver)
     sender.batch_messages = batch_size
+    sender.reroute = reroute
     try:
         if body is not None and body != "-":
             if key_delimiter is not None:
@@ -202,6 +262,8 @@ def send(
                 raise UsageError("--key-delimiter may not be empty")
             line = 0
             fast = input_ == "raw" and kd is None and deliver is None
+            from ..output import keep_big_buffers
+            keep_big_buffers()   # read blocks and batch buffers: reused, not faulted in anew
             for records, more in read_chunks(sys.stdin.fileno(), delim, zero_copy=fast):
                 if fast:
                     sender.add_bodies(records, line, more)
@@ -247,6 +309,8 @@ class _Sender:
         self.t0 = time.monotonic()
         self._shape: tuple[int, bool] | None = None
         self.batch_messages = BATCH_MESSAGES
+        self.reroute = False
+        self.json_input = False
         self._syncer: Any = None       # the fsync thread (--flush sync) ...
         self._flight: tuple[Any, list[Callable[[], None]]] | None = None   # ... its fsync, covering these
         self._waiting: list[Callable[[], None]] = []        # written since that fsync started
@@ -270,7 +334,8 @@ class _Sender:
             return
         queues, ordered = shape
         if qid >= queues:
-            raise ValueError(f"queue {qid} does not exist: topic {self.topic!r} has queues 0-{queues - 1}")
+            raise ValueError(f"queue {qid} does not exist: topic {self.topic!r} has queues 0-{queues - 1}"
+                             f"{' (to copy into a topic with fewer queues, add --reroute: lines are routed by shardingKey instead of queueId)' if self.json_input else ''}")
         if ordered and qid < 0 and skey is None:
             raise ValueError(f"topic {self.topic!r} is ordered: give a sharding key or a queue id")
 
@@ -372,9 +437,20 @@ class _Sender:
         except ValueError as exc:
             self.flush()
             raise BadInputError(f"not a JSON object: {exc}", line=line) from exc
+        self.json_input = True
         try:
             if not isinstance(obj, dict):
                 raise ValueError("not a JSON object")
+            unknown = [k for k in obj if k not in _JSON_FIELDS]
+            if unknown:
+                import difflib
+                close = difflib.get_close_matches(unknown[0], sorted(_JSON_FIELDS), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"unknown field {unknown[0]!r}{hint}; known fields: body, bodyEncoding, "
+                                 "tags, keys, shardingKey, queueId, properties, and the other fields "
+                                 "of the consume --json envelope")
+            if "body" not in obj:
+                raise ValueError("'body' is missing")
             body = obj.get("body")
             if not isinstance(body, str):
                 raise ValueError("'body' must be a string")
@@ -411,7 +487,9 @@ class _Sender:
                 raise ValueError("'shardingKey' must be a string")
             if skey is not None:
                 _no_separators("'shardingKey'", skey)
-            if "queueId" in obj:
+            if "queueId" in obj and self.reroute:
+                qid = -1 if skey is not None or self.queue < 0 else self.queue
+            elif "queueId" in obj:
                 qid = obj["queueId"]
                 if not isinstance(qid, int) or isinstance(qid, bool) or qid < 0:
                     raise ValueError("'queueId' must be a non-negative integer")

@@ -7,21 +7,31 @@ Not a test (no ``test_`` prefix: pytest does not collect it). Run from the repos
     .venv/bin/python tests/bench/bench_produce.py --quick    # a smoke run of the script itself
 
 What is measured, each variant ``--reps`` times in rep-major order (every variant once, then
-again), reported as the median with min-max:
+again), reported as the median with min-max; ratios are taken per repetition (both sides from
+the same repetition), then their median:
 
-* ``mqctl send T < file``: N 100-byte and N 4 KiB messages, ``--flush async`` and ``--flush
-  sync``, and ``--flush sync --batch-size 100`` (one fsync per 100 messages). The whole process
-  is timed: interpreter start-up (~0.1-0.2 s) is included, the peers' is not.
-* ``mqctl consume T -g bench --from first -e > /dev/null`` on the 100-byte store, offsets
+* ``cat FILE | mqctl send T``: input through a pipe, as a user's pipeline feeds it, at four
+  message sizes: 100 B, 1 KiB, 4 KiB and 64 KiB (``--sizes``), ``--flush async``. The whole
+  pipeline is timed, interpreter start-up (~0.1-0.2 s) included; the peers' start-up is not.
+* ``mqctl consume T -g bench --from first -e > /dev/null`` on each of those stores, offsets
   committed.
+* ``--flush sync --batch-size 100`` (one fsync per 100 messages, group commit) at 100 B and
+  4 KiB, from a pipe as well.
 * Redis Streams: Debian's ``redis-server``, started here on 127.0.0.1 with a temporary
-  directory, AOF ``appendfsync everysec`` and ``always``; XADD pipelined (redis-py +
-  hiredis), XREADGROUP COUNT 1000 + XACK.
-* persist-queue's SQLiteQueue, ``auto_commit=False`` with ``task_done()`` every 100 (in
-  persist-queue 1.1 this batches the gets' commits; every put still commits, with an fsync).
+  directory, AOF ``appendfsync everysec`` at every size (XADD pipelined 1000 at a time,
+  redis-py + hiredis; then XREADGROUP COUNT 1000 + XACK) and ``appendfsync always`` with
+  pipelines of 100 at 100 B and 4 KiB.
+* persist-queue's SQLiteQueue (``--npq``, 0 = skipped): ``auto_commit=False`` with
+  ``task_done()`` every 100.
 * Page-cache write bandwidth: ``os.write`` of 1 MiB blocks to a new file (dd-like), as many
-  bytes as mqctl's 4 KiB run writes; both start after a ``sync`` (no dirty pages).
+  bytes as mqctl's 4 KiB and 64 KiB runs write; each starts after a ``sync`` (no dirty pages),
+  as does each mqctl produce run.
 * Peak RSS of ``mqctl send`` for 10 million messages from stdin (``/usr/bin/time``).
+
+Targets (issue 16): produce >= 2x Redis pipelined XADD at every size, and at 64 KiB >= 50% of
+the page cache's write bandwidth; consume >= 2x Redis XREADGROUP + XACK at every size;
+``--flush sync --batch-size 100`` >= 1.5x Redis ``appendfsync always`` at 100 B and 4 KiB;
+peak RSS for 10 M messages < 200 MB.
 
 The peers run in a separate virtualenv (``.bench-venv``, created on first use): with redis-py
 installed, portalocker imports it, which would slow ``mqctl``'s own start-up. ``redis-server``
@@ -231,18 +241,29 @@ def mqctl_crc() -> str:
     return p.stdout.strip() or "?"
 
 
-def run_mqctl(args: list[str], store: Path, stdin_path: Path | None = None, stdout=subprocess.DEVNULL) -> dict:
-    """Run one mqctl process; wall time (start-up included) and its CPU time."""
+def run_mqctl(args: list[str], store: Path, stdin_path: Path | None = None, stdout=subprocess.DEVNULL,
+              pipe: bool = True) -> dict:
+    """Run one mqctl process; wall time (start-up included) and its CPU time. With
+    ``stdin_path`` and ``pipe``, the input comes through a pipe from ``cat`` (as in a user's
+    pipeline; timed from cat's start), else from the file itself."""
     before = os.times()
-    stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
-    try:
+    cat = None
+    if stdin_path and pipe:
         t = time.perf_counter()
+        cat = subprocess.Popen(["cat", str(stdin_path)], stdout=subprocess.PIPE)
+        stdin = cat.stdout
+    else:
+        stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
+        t = time.perf_counter()
+    try:
         p = subprocess.run([str(MQCTL), *args], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
                            env=mqctl_env(store), timeout=3600)
         dt = time.perf_counter() - t
     finally:
         if stdin_path:
             stdin.close()
+        if cat is not None:
+            cat.wait()
     after = os.times()
     if p.returncode != 0:
         raise SystemExit(f"mqctl {' '.join(args)} failed ({p.returncode}): {p.stderr.decode()[-2000:]}")
@@ -320,10 +341,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--peer-worker", help=argparse.SUPPRESS)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--n100", type=int, default=1_000_000, help="100-byte messages per mqctl/redis run")
-    ap.add_argument("--n4k", type=int, default=150_000, help="4 KiB messages per run")
-    ap.add_argument("--nsync", type=int, default=200_000, help="messages per --flush sync --batch-size 100 run")
-    ap.add_argument("--npq", type=int, default=20_000, help="messages per persist-queue run")
+    ap.add_argument("--sizes", default="100,1024,4096,65536", help="message sizes in bytes, comma separated")
+    ap.add_argument("--mb", type=float, default=400.0,
+                    help="payload per produce run, MB (N = this / size, at most --nmax)")
+    ap.add_argument("--nmax", type=int, default=1_000_000, help="most messages per produce run")
+    ap.add_argument("--nsync", type=int, default=100_000, help="100-byte messages per --flush sync --batch-size 100 run")
+    ap.add_argument("--nsync4k", type=int, default=20_000, help="4 KiB messages per --flush sync --batch-size 100 run")
+    ap.add_argument("--npq", type=int, default=0, help="messages per persist-queue run (0: skip)")
     ap.add_argument("--nrss", type=int, default=10_000_000, help="messages for the peak-RSS run (0: skip)")
     ap.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir under /tmp)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: check that the script works")
@@ -336,9 +360,12 @@ def main() -> None:
         print(json.dumps(peer_worker(json.loads(a.peer_worker))))
         return
     if a.quick:
-        a.reps, a.n100, a.n4k, a.nsync, a.npq, a.nrss = 1, 20_000, 5_000, 2_000, 2_000, 50_000
+        a.reps, a.mb, a.nmax, a.nsync, a.nsync4k, a.npq, a.nrss = 1, 8.0, 20_000, 2_000, 500, min(a.npq, 2_000), 50_000
     if not MQCTL.exists():
         raise SystemExit(f"{MQCTL} not found: create the project venv first")
+    sizes = [int(x) for x in a.sizes.split(",") if x]
+    counts = {size: max(100, min(a.nmax, int(a.mb * 1e6 / size))) for size in sizes}
+    sync_sizes = [s for s in (100, 4096) if s in sizes] or sizes[:1]
 
     redis_exe = ensure_redis()
     peer_py = ensure_bench_venv()
@@ -351,15 +378,19 @@ def main() -> None:
         "redis": subprocess.run([redis_exe, "--version"], capture_output=True, text=True).stdout.strip(),
         "mqctl_crc32": mqctl_crc(),
     }
-    log(f"workdir {workdir}; machine load {machine['loadavg_start']}")
+    log(f"workdir {workdir}; machine load {machine['loadavg_start']}; N per size {counts}")
 
-    in100, in4k, insync = workdir / "in100", workdir / "in4k", workdir / "insync"
-    write_input(in100, a.n100, 100)
-    write_input(in4k, a.n4k, 4096)
-    write_input(insync, a.nsync, 100)
+    inputs = {size: workdir / f"in{size}" for size in sizes}
+    for size, path in inputs.items():
+        write_input(path, counts[size], size)
+    sync_counts = {size: a.nsync4k if size >= 4096 else a.nsync for size in sync_sizes}
+    sync_inputs = {size: workdir / f"insync{size}" for size in sync_sizes}
+    for size, path in sync_inputs.items():
+        write_input(path, sync_counts[size], size)
 
     runs: dict[str, list[float]] = {}
     extra: dict[str, list] = {}
+    loads: list[str] = []
 
     def rec(name: str, msgs_per_s: float, **more) -> None:
         runs.setdefault(name, []).append(msgs_per_s)
@@ -367,109 +398,120 @@ def main() -> None:
             extra.setdefault(name, []).append(more)
         log(f"  {name}: {fmt(msgs_per_s)} msgs/s {more if more else ''}")
 
+    def label(size: int) -> str:
+        return f"{size // 1024}k" if size >= 1024 else str(size)
+
     for rep in range(a.reps):
-        log(f"repetition {rep + 1}/{a.reps}")
-        # -- mqctl ---------------------------------------------------------------------------
-        store = workdir / "store"
-        shutil.rmtree(store, ignore_errors=True)
-        os.sync()
-        r = run_mqctl(["send", "T"], store, in100)
-        rec("mqctl_produce_100_async", a.n100 / r["seconds"], cpu_s=round(r["cpu_seconds"], 2))
-        r = run_mqctl(["consume", "T", "-g", "bench", "--from", "first", "-e"], store)
-        rec("mqctl_consume_100", a.n100 / r["seconds"], cpu_s=round(r["cpu_seconds"], 2))
-        shutil.rmtree(store, ignore_errors=True)
-        # The page cache's write speed depends on how much is dirty already (writeback
-        # throttling): both the dd-like write and mqctl's 4 KiB run start after a sync, and
-        # the dd writes as many bytes as mqctl's commit log will hold.
-        os.sync()
-        bw = page_cache_bandwidth(workdir, a.n4k * (4096 + 154))
-        rec("pagecache_write_bytes_per_s", bw)
-        os.sync()
-        r = run_mqctl(["send", "T"], store, in4k)
-        log_bytes = sum(p.stat().st_size for p in (store / "commitlog").iterdir())
-        rec("mqctl_produce_4k_async", a.n4k / r["seconds"], cpu_s=round(r["cpu_seconds"], 2), log_bytes=log_bytes)
-        shutil.rmtree(store, ignore_errors=True)
-        os.sync()
-        r = run_mqctl(["send", "T", "--flush", "sync"], store, in100)
-        rec("mqctl_produce_100_sync", a.n100 / r["seconds"])
-        shutil.rmtree(store, ignore_errors=True)
-        r = run_mqctl(["send", "T", "--flush", "sync"], store, in4k)
-        rec("mqctl_produce_4k_sync", a.n4k / r["seconds"])
-        shutil.rmtree(store, ignore_errors=True)
-        r = run_mqctl(["send", "T", "--flush", "sync", "--batch-size", "100"], store, insync)
-        rec("mqctl_produce_100_sync_b100", a.nsync / r["seconds"])
-        shutil.rmtree(store, ignore_errors=True)
+        loads.append(loadavg())
+        log(f"repetition {rep + 1}/{a.reps}; load {loads[-1]}")
+        # -- mqctl, and the page cache, per size ------------------------------------------
+        for size in sizes:
+            n, tag = counts[size], label(size)
+            store = workdir / "store"
+            shutil.rmtree(store, ignore_errors=True)
+            if size >= 4096:
+                # The page cache's write speed depends on how much is dirty already
+                # (writeback throttling): the dd-like write and mqctl's run both start after
+                # a sync, and the dd writes as many bytes as mqctl's commit log will hold.
+                os.sync()
+                bw = page_cache_bandwidth(workdir, n * (size + 154))
+                rec(f"pagecache_write_bytes_per_s_{tag}", bw)
+            os.sync()
+            r = run_mqctl(["send", "T"], store, inputs[size])
+            log_bytes = sum(p.stat().st_size for p in (store / "commitlog").iterdir())
+            rec(f"mqctl_produce_{tag}", n / r["seconds"], cpu_s=round(r["cpu_seconds"], 2), log_bytes=log_bytes)
+            r = run_mqctl(["consume", "T", "-g", "bench", "--from", "first", "-e"], store)
+            rec(f"mqctl_consume_{tag}", n / r["seconds"], cpu_s=round(r["cpu_seconds"], 2))
+            shutil.rmtree(store, ignore_errors=True)
+        for size in sync_sizes:
+            store = workdir / "store"
+            shutil.rmtree(store, ignore_errors=True)
+            os.sync()
+            r = run_mqctl(["send", "T", "--flush", "sync", "--batch-size", "100"], store, sync_inputs[size])
+            rec(f"mqctl_produce_sync_b100_{label(size)}", sync_counts[size] / r["seconds"], cpu_s=round(r["cpu_seconds"], 2))
+            shutil.rmtree(store, ignore_errors=True)
         # -- Redis Streams -------------------------------------------------------------------
-        for fsync, pipe, sizes in (("everysec", 1000, (100, 4096)), ("always", 100, (100,))):
-            for size in sizes:
-                n = a.n100 if size == 100 else a.n4k
-                if fsync == "always":
-                    n = a.nsync
-                srv = RedisServer(redis_exe, workdir, fsync)
-                try:
-                    p = run_peer(peer_py, {"kind": "redis", "phase": "produce", "port": srv.port, "n": n,
-                                           "size": size, "pipeline": pipe})
-                    tag = f"redis_{fsync}_p{pipe}_{'100' if size == 100 else '4k'}"
-                    rec(f"{tag}_produce", n / p["seconds"])
+        plan = [("everysec", 1000, size, counts[size]) for size in sizes]
+        plan += [("always", 100, size, sync_counts[size]) for size in sync_sizes]
+        for fsync, pipe, size, n in plan:
+            srv = RedisServer(redis_exe, workdir, fsync)
+            try:
+                p = run_peer(peer_py, {"kind": "redis", "phase": "produce", "port": srv.port, "n": n,
+                                       "size": size, "pipeline": pipe})
+                tag = f"redis_{fsync}_p{pipe}_{label(size)}"
+                rec(f"{tag}_produce", n / p["seconds"])
+                if fsync == "everysec":
                     c = run_peer(peer_py, {"kind": "redis", "phase": "consume", "port": srv.port, "n": n,
                                            "size": size, "pipeline": 1000})
                     rec(f"{tag}_consume", n / c["seconds"])
-                finally:
-                    srv.stop()
+            finally:
+                srv.stop()
         # -- persist-queue -------------------------------------------------------------------
-        pqdir = workdir / "pq"
-        shutil.rmtree(pqdir, ignore_errors=True)
-        p = run_peer(peer_py, {"kind": "pq_sqlite", "phase": "produce", "path": str(pqdir), "n": a.npq, "size": 100})
-        rec("pq_sqlite_b100_produce_100", a.npq / p["seconds"])
-        c = run_peer(peer_py, {"kind": "pq_sqlite", "phase": "consume", "path": str(pqdir), "n": a.npq, "size": 100})
-        rec("pq_sqlite_b100_consume_100", a.npq / c["seconds"])
-        shutil.rmtree(pqdir, ignore_errors=True)
+        if a.npq:
+            pqdir = workdir / "pq"
+            shutil.rmtree(pqdir, ignore_errors=True)
+            p = run_peer(peer_py, {"kind": "pq_sqlite", "phase": "produce", "path": str(pqdir), "n": a.npq, "size": 100})
+            rec("pq_sqlite_b100_produce_100", a.npq / p["seconds"])
+            c = run_peer(peer_py, {"kind": "pq_sqlite", "phase": "consume", "path": str(pqdir), "n": a.npq, "size": 100})
+            rec("pq_sqlite_b100_consume_100", a.npq / c["seconds"])
+            shutil.rmtree(pqdir, ignore_errors=True)
 
     rss = peak_rss(a.nrss, workdir) if a.nrss else None
     if rss:
         log(f"peak RSS for {a.nrss} messages: {rss['peak_rss_mb']:.1f} MB ({fmt(rss['msgs_per_s'])} msgs/s)")
     machine["loadavg_end"] = loadavg()
+    machine["loadavg_per_rep"] = loads
     machine["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     shutil.rmtree(workdir, ignore_errors=True)
 
     med = {k: summarise(v) for k, v in runs.items()}
-
-    def m(k: str) -> float:
-        return med[k]["median"]
 
     def ratio_runs(a_key: str, b_key: str, scale: float = 1.0) -> dict:
         """Ratio per repetition (both from the same repetition), then its median."""
         rs = [x * scale / y for x, y in zip(runs[a_key], runs[b_key])]
         return summarise(rs)
 
-    ratios = {
-        "produce_100_vs_redis_pipelined (target >= 2)": ratio_runs("mqctl_produce_100_async", "redis_everysec_p1000_100_produce"),
-        "produce_4k_payload_vs_pagecache (target >= 0.6)": ratio_runs("mqctl_produce_4k_async", "pagecache_write_bytes_per_s", 4096.0),
-        "produce_4k_logbytes_vs_pagecache": summarise([
-            x * e["log_bytes"] / a.n4k / y for x, e, y in
-            zip(runs["mqctl_produce_4k_async"], extra["mqctl_produce_4k_async"], runs["pagecache_write_bytes_per_s"])]),
-        "sync_b100_vs_redis_always_p100": ratio_runs("mqctl_produce_100_sync_b100", "redis_always_p100_100_produce"),
-        "consume_100_vs_redis_xreadgroup_xack (target >= 1.5)": ratio_runs("mqctl_consume_100", "redis_everysec_p1000_100_consume"),
-        "produce_100_vs_pq_sqlite": ratio_runs("mqctl_produce_100_async", "pq_sqlite_b100_produce_100"),
-    }
-    result = {"started": started, "machine": machine, "args": vars(a), "medians": med, "extra": extra,
-              "ratios": ratios, "peak_rss": rss}
+    ratios: dict[str, dict] = {}
+    for size in sizes:
+        tag = label(size)
+        ratios[f"produce_{tag}_vs_redis_xadd_p1000 (target >= 2)"] = ratio_runs(
+            f"mqctl_produce_{tag}", f"redis_everysec_p1000_{tag}_produce")
+        ratios[f"consume_{tag}_vs_redis_xreadgroup_xack (target >= 2)"] = ratio_runs(
+            f"mqctl_consume_{tag}", f"redis_everysec_p1000_{tag}_consume")
+        if f"pagecache_write_bytes_per_s_{tag}" in runs:
+            want = " (target >= 0.5)" if size == 65536 else ""
+            ratios[f"produce_{tag}_payload_vs_pagecache{want}"] = ratio_runs(
+                f"mqctl_produce_{tag}", f"pagecache_write_bytes_per_s_{tag}", float(size))
+            ratios[f"produce_{tag}_logbytes_vs_pagecache"] = summarise([
+                x * e["log_bytes"] / counts[size] / y for x, e, y in
+                zip(runs[f"mqctl_produce_{tag}"], extra[f"mqctl_produce_{tag}"], runs[f"pagecache_write_bytes_per_s_{tag}"])])
+    for size in sync_sizes:
+        tag = label(size)
+        ratios[f"sync_b100_{tag}_vs_redis_always_p100 (target >= 1.5)"] = ratio_runs(
+            f"mqctl_produce_sync_b100_{tag}", f"redis_always_p100_{tag}_produce")
+    if a.npq:
+        ratios["produce_100_vs_pq_sqlite"] = ratio_runs("mqctl_produce_100", "pq_sqlite_b100_produce_100")
+    result = {"started": started, "machine": machine, "args": vars(a), "counts": counts,
+              "sync_counts": sync_counts, "medians": med,
+              "extra": extra, "ratios": ratios, "peak_rss": rss}
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"produce-{started.replace(':', '')}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
 
-    print(f"\nmqctl produce/consume benchmark, {started}; load {machine['loadavg_start']} -> {machine['loadavg_end']}")
-    print(f"N: 100 B {a.n100:,}, 4 KiB {a.n4k:,}, sync b100 {a.nsync:,}, persist-queue {a.npq:,}; {a.reps} repetitions;"
-          f" mqctl CRC-32 from {machine['mqctl_crc32']}\n")
+    print(f"\nmqctl produce/consume benchmark, {started}; load {machine['loadavg_start']} -> {machine['loadavg_end']}"
+          f" (per repetition: {', '.join(loads)})")
+    print(f"N per size: {', '.join(f'{label(k)} {v:,}' for k, v in counts.items())}; sync b100:"
+          f" {', '.join(f'{label(k)} {v:,}' for k, v in sync_counts.items())};"
+          f" {a.reps} repetitions; input through a pipe; mqctl CRC-32 from {machine['mqctl_crc32']}\n")
     print(f"{'variant':42s} {'median msgs/s':>14s} {'min-max':>20s}")
     for k, v in med.items():
         unit = " B/s" if k.startswith("pagecache") else ""
         print(f"{k:42s} {fmt(v['median']) + unit:>14s} {fmt(v['min']) + '-' + fmt(v['max']):>20s}")
     print()
     for k, v in ratios.items():
-        print(f"{k:55s} {v['median']:6.2f}  ({v['min']:.2f}-{v['max']:.2f})")
+        print(f"{k:58s} {v['median']:6.2f}  ({v['min']:.2f}-{v['max']:.2f})")
     if rss:
-        print(f"{'peak RSS sending ' + format(a.nrss, ',') + ' messages (target < 200 MB)':55s} {rss['peak_rss_mb']:6.1f} MB"
+        print(f"{'peak RSS sending ' + format(a.nrss, ',') + ' messages (target < 200 MB)':58s} {rss['peak_rss_mb']:6.1f} MB"
               f"  ({fmt(rss['msgs_per_s'])} msgs/s)")
     print(f"\nwritten to {out}")
 

@@ -1,0 +1,72 @@
+"""Stdin in large blocks (mqctl/commands/send.py) and batch writes to stdout (mqctl/output.py):
+records cut exactly across block boundaries, whatever the delimiter and record size."""
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from mqctl.commands.send import _split, read_chunks
+from mqctl.output import BrokenPipe, write_lines
+
+
+def test_split_completes_the_pending_record() -> None:
+    assert _split(b"\nb\r\nc", b"\r\n", True, b"a\r") == ([b"a", b"b"], b"c")   # straddling delimiter
+    assert _split(b"b\nc", b"\n", False, b"a") == ([b"ab"], b"c")
+    assert _split(b"no delimiter", b"\n", True, b"x") == ([], b"xno delimiter")
+    long = b"y" * 10 + b"\n" + b"z" * 2000 + b"\n" + b"w"
+    parts, pending = _split(long, b"\n", True, b"x" * 1500)
+    assert [bytes(p) for p in parts] == [b"x" * 1500 + b"y" * 10, b"z" * 2000] and pending == b"w"
+    parts, pending = _split(b"q" * 1200 + b"\n\n" + b"r" * 5, b"\n", True)
+    assert [bytes(p) for p in parts] == [b"q" * 1200, b""] and pending == b"r" * 5
+
+
+@pytest.mark.parametrize("size,delim", [(5, b"\n"), (3000, b"\n"), (70000, b"\r\n"), (1500, b"\0")])
+def test_read_chunks_from_a_pipe(size: int, delim: bytes) -> None:
+    records = [(b"%08d" % i) + bytes([65 + i % 26]) * size for i in range(300 if size < 10000 else 40)]
+    data = delim.join(records)   # no final delimiter: the last record comes at EOF
+    r, w = os.pipe()
+
+    def feed() -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(w, view[:50001]):]   # odd block sizes: records are cut anywhere
+        os.close(w)
+
+    t = threading.Thread(target=feed)
+    t.start()
+    got = []
+    for parts, _more in read_chunks(r, delim, zero_copy=True):
+        got += [bytes(p) for p in parts]
+    t.join()
+    os.close(r)
+    assert got == records
+
+
+def test_write_lines_writes_every_body_then_a_newline() -> None:
+    r, w = os.pipe()
+    bodies = [b"a" * 70000, b"", b"b", memoryview(b"cc")] * 700
+    out = bytearray()
+
+    def drain() -> None:
+        while True:
+            d = os.read(r, 1 << 20)
+            if not d:
+                return
+            out.extend(d)
+
+    t = threading.Thread(target=drain)
+    t.start()
+    with os.fdopen(w, "wb") as fh:
+        write_lines(bodies, fh)
+    t.join()
+    os.close(r)
+    assert bytes(out) == b"".join(bytes(b) + b"\n" for b in bodies)
+
+
+def test_write_lines_to_a_closed_reader_raises_broken_pipe() -> None:
+    r, w = os.pipe()
+    os.close(r)
+    with os.fdopen(w, "wb") as fh, pytest.raises(BrokenPipe):
+        write_lines([b"x" * 100000], fh)
