@@ -70,8 +70,17 @@ from .errors import NotFoundError, TopicNotFoundError, TransactionNotFoundError,
 from .failpoints import failpoint
 from .names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 from .record import (
-    PROP_CHECK_TIMES, PROP_KEYS, PROP_REAL_QID, PROP_REAL_TOPIC, PROP_TAGS,
-    PROP_TRAN_MSG, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, Draft, Message, UniqKeyGenerator,
+    PROP_CHECK_TIMES,
+    PROP_KEYS,
+    PROP_REAL_QID,
+    PROP_REAL_TOPIC,
+    PROP_TAGS,
+    PROP_TRAN_MSG,
+    PROP_TRANSACTION_ID,
+    PROP_UNIQ_KEY,
+    Draft,
+    Message,
+    UniqKeyGenerator,
     decode_offset_msg_id,
 )
 from .topics import TopicConfig
@@ -84,7 +93,7 @@ PROP_TX_OP = "TRAN_OP"
 
 PREPARED, COMMITTED, ROLLED_BACK, DISCARDED = "PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"
 OP_COMMIT, OP_ROLLBACK, OP_CHECK, OP_DISCARD = "COMMIT", "ROLLBACK", "CHECK", "DISCARD"
-_OP_OF_STATE = {COMMITTED: OP_COMMIT, ROLLED_BACK: OP_ROLLBACK, DISCARDED: OP_DISCARD}
+OP_OF_STATE = {COMMITTED: OP_COMMIT, ROLLED_BACK: OP_ROLLBACK, DISCARDED: OP_DISCARD}
 
 _FIND_LIMIT = 4096           # records per txId read through the index (copies, ops, retries)
 _STRIPPED_ON_COMMIT = frozenset({PROP_REAL_TOPIC, PROP_REAL_QID, PROP_TRAN_MSG})
@@ -92,7 +101,7 @@ _STRIPPED_ON_COMMIT = frozenset({PROP_REAL_TOPIC, PROP_REAL_QID, PROP_TRAN_MSG})
 _uniq: UniqKeyGenerator | None = None
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
@@ -101,7 +110,7 @@ def new_tx_id() -> str:
     global _uniq
     if _uniq is None:
         _uniq = UniqKeyGenerator()
-    return _uniq.next(_now_ms())
+    return _uniq.next(now_ms())
 
 
 # -- one transaction's records ------------------------------------------------------------------
@@ -145,7 +154,7 @@ class TxView:
 
     @property
     def check_times(self) -> int:
-        return max(_int(h.properties.get(PROP_CHECK_TIMES), 0) for h in self.halves)
+        return max(int_or(h.properties.get(PROP_CHECK_TIMES), 0) for h in self.halves)
 
     def finished_offsets(self) -> set[int]:
         return {o for op in self.ops for o in op.offsets}
@@ -163,7 +172,8 @@ class TxView:
                 "commitOffsetMsgId": self.real.msg_id if self.real is not None else None}
 
 
-def _int(text: str | None, default: int) -> int:
+def int_or(text: str | None, default: int) -> int:
+    """``int(text)``, or ``default`` when ``text`` is None or not a number."""
     try:
         return int(text) if text is not None else default
     except ValueError:
@@ -274,7 +284,7 @@ def send_half(store: "Store", topic: str, body: bytes, properties: dict[str, str
     return HalfResult(tx_id, topic, qid, res.msg_id, store.get(res.commitlog_offset))
 
 
-def _put_op(store: "Store", view: TxView, kind: str, sync: bool = False) -> None:
+def put_op(store: "Store", view: TxView, kind: str, sync: bool = False) -> None:
     """Finish every live copy (or, when none is live, name the newest) with one op record."""
     offsets = sorted(h.queue_offset for h in view.live()) or [view.latest.queue_offset]
     body = "".join(f"{o}," for o in offsets).encode()
@@ -286,7 +296,7 @@ def _put_real(store: "Store", view: TxView, sync: bool) -> str:
     """Write the committed message made from the newest half copy; returns its offset id."""
     h = view.latest
     cfg = _real_topic(store, view.topic)
-    qid = _int(h.properties.get(PROP_REAL_QID), -1)
+    qid = int_or(h.properties.get(PROP_REAL_QID), -1)
     if qid >= cfg.queues:  # the topic was re-created with fewer queues since the send
         store.warn(f"transaction {view.tx_id}: queue {qid} of {cfg.name} is gone; using {qid % cfg.queues}")
         qid %= cfg.queues
@@ -320,33 +330,14 @@ def end_transaction(store: "Store", tx_id: str, commit: bool, *, sync: bool = Fa
         if state in (COMMITTED, ROLLED_BACK) and state != target:
             raise TransactionStateError(f"transaction {tx_id} was already {state.lower().replace('_', ' ')}")
         if state == target:
-            if not view.has_op(_OP_OF_STATE[target]):
-                _put_op(store, view, _OP_OF_STATE[target], sync)
+            if not view.has_op(OP_OF_STATE[target]):
+                put_op(store, view, OP_OF_STATE[target], sync)
             real_id = view.real.msg_id if view.real is not None else None
             return EndResult(tx_id, target, False, view.topic, real_id)
         real_id = None
         if commit:
             real_id = _put_real(store, view, sync)
             failpoint("tx-commit-after-real")
-        _put_op(store, view, _OP_OF_STATE[target], sync)
+        put_op(store, view, OP_OF_STATE[target], sync)
         failpoint("tx-commit-after-op" if commit else "tx-rollback-after-op")
     return EndResult(tx_id, target, True, view.topic, real_id)
-
-
-# -- moved to txcheck.py ------------------------------------------------------------------------
-
-# The check service used to live here; its names are still served from this module, lazily
-# (txcheck imports this module, so importing it here at load time would be a cycle).
-_TXCHECK_NAMES = frozenset({
-    "TX_GROUP", "CHECK_SERVICE", "ANSWER_COMMIT", "ANSWER_ROLLBACK", "ANSWER_UNKNOWN",
-    "DEFAULT_TIMEOUT_MS", "DEFAULT_MAX_CHECKS", "progress_path", "load_progress", "save_progress",
-    "Pending", "pending", "Checker", "CheckEvent", "CheckReport", "service_lock", "immunity_ms",
-    "check_pass",
-})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _TXCHECK_NAMES:
-        from . import txcheck
-        return getattr(txcheck, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -43,8 +43,19 @@ from .layout import Layout
 from .names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 from .record import PROP_CHECK_IMMUNITY, PROP_CHECK_TIMES, PROP_REAL_QID, Draft, Message
 from .transaction import (
-    _OP_OF_STATE, DISCARDED, OP_CHECK, OP_DISCARD, OP_TAG, PREPARED, TxView, _int, _now_ms,
-    _put_op, end_transaction, load, parse_op_body,
+    DISCARDED,
+    OP_CHECK,
+    OP_DISCARD,
+    OP_OF_STATE,
+    OP_TAG,
+    PREPARED,
+    TxView,
+    end_transaction,
+    int_or,
+    load,
+    now_ms,
+    parse_op_body,
+    put_op,
 )
 
 if TYPE_CHECKING:
@@ -133,7 +144,7 @@ def pending(store: "Store") -> list[Pending]:
         except NotFoundError:  # the key index lost it: `mqctl store recover` rebuilds it
             continue
         if view.state == PREPARED:
-            out.append(Pending(tx_id, view.topic, _int(m.properties.get(PROP_REAL_QID), -1),
+            out.append(Pending(tx_id, view.topic, int_or(m.properties.get(PROP_REAL_QID), -1),
                                view.check_times, view.latest))
     return sorted(out, key=lambda p: (p.half.born_timestamp, p.half.queue_offset))
 
@@ -165,7 +176,7 @@ class CheckReport:
 @contextmanager
 def service_lock(layout: Layout, name: str = CHECK_SERVICE) -> Iterator[None]:
     """Hold the exclusive flock ``services/<name>.lock``, waiting while another process has it."""
-    import portalocker
+    from .flock import lock_exclusive
     path = layout.service_lock(name)
     ensure_dir(path.parent)
     try:
@@ -173,7 +184,7 @@ def service_lock(layout: Layout, name: str = CHECK_SERVICE) -> Iterator[None]:
     except OSError as exc:
         raise io_error(exc, f"open {path}") from exc
     try:
-        portalocker.lock(fd, portalocker.LockFlags.EXCLUSIVE)
+        lock_exclusive(fd)   # fcntl.flock, the lock portalocker takes on POSIX
         yield
     finally:
         os.close(fd)  # releases the lock, as a crash does
@@ -181,7 +192,7 @@ def service_lock(layout: Layout, name: str = CHECK_SERVICE) -> Iterator[None]:
 
 def immunity_ms(m: Message, timeout_ms: int) -> int:
     """How long after its birth a half message is left alone (RocketMQ ``getImmunityTime``)."""
-    seconds = _int(m.properties.get(PROP_CHECK_IMMUNITY), -1)
+    seconds = int_or(m.properties.get(PROP_CHECK_IMMUNITY), -1)
     return seconds * 1000 if seconds >= 0 else timeout_ms
 
 
@@ -232,7 +243,7 @@ class _CheckPass:
                 return min(m.queue_offset, held if held is not None else end)
             if m.queue_offset in finished:
                 continue
-            age = _now_ms() - m.born_timestamp
+            age = now_ms() - m.born_timestamp
             if 0 <= age < immunity_ms(m, self.timeout_ms):
                 if PROP_CHECK_IMMUNITY not in m.properties:
                     return min(m.queue_offset, held if held is not None else end)
@@ -267,7 +278,7 @@ class _CheckPass:
             if m.queue_offset in view.finished_offsets():
                 return None  # another process finished it after this pass read the op log
             if view.state != PREPARED:
-                _put_op(store, view, _OP_OF_STATE[view.state])
+                put_op(store, view, OP_OF_STATE[view.state])
                 self._emit(view, "repaired", None, view.state)
                 return None
             if view.check_times >= self.max_checks:
@@ -279,7 +290,7 @@ class _CheckPass:
                                    queue_id=0, flag=h.flag, born_timestamp=h.born_timestamp,
                                    reconsume_times=h.reconsume_times)])[0]
             failpoint("tx-check-after-copy")
-            _put_op(store, view, OP_CHECK)
+            put_op(store, view, OP_CHECK)
             failpoint("tx-check-after-op")
             return view, store.get(res.commitlog_offset), times
 
@@ -288,7 +299,7 @@ class _CheckPass:
         self.store.put([Draft(CHECK_MAX_TOPIC, h.body, dict(h.properties), queue_id=0, flag=h.flag,
                               born_timestamp=h.born_timestamp, reconsume_times=h.reconsume_times)])
         failpoint("tx-discard-after-copy")
-        _put_op(self.store, view, OP_DISCARD)
+        put_op(self.store, view, OP_DISCARD)
         self._emit(view, "discarded", None, DISCARDED)
 
     def _resolve(self, view: TxView, answer: str, times: int) -> None:

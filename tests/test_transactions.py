@@ -15,16 +15,23 @@ import time
 from pathlib import Path
 
 import pytest
-
 from procs import handler_script, wait_for
+
 from store import format as F
 from store.broker import Store
 from store.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 from store.record import PROP_CHECK_TIMES, PROP_REAL_QID, PROP_REAL_TOPIC, PROP_TRAN_MSG, Message, java_hash
 from store.transaction import (
-    COMMITTED, DISCARDED, PREPARED, PROP_TX_OP, ROLLED_BACK, check_pass, end_transaction, load,
-    load_progress, parse_op_body, pending,
+    COMMITTED,
+    DISCARDED,
+    PREPARED,
+    PROP_TX_OP,
+    ROLLED_BACK,
+    end_transaction,
+    load,
+    parse_op_body,
 )
+from store.txcheck import check_pass, load_progress, pending
 
 REPO = Path(__file__).resolve().parents[1]
 KILLED = -signal.SIGKILL

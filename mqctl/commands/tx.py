@@ -34,7 +34,7 @@ from ..options import JsonOpt, state
 if TYPE_CHECKING:
     from store.broker import Store
     from store.record import Message
-    from store.transaction import CheckEvent, CheckReport
+    from store.txcheck import CheckEvent, CheckReport
 
 tx_app = typer.Typer(help="Transactional messages: half messages, commit/rollback, the check service.",
                      no_args_is_help=True)
@@ -57,7 +57,9 @@ def _argv(command: str, flag: str) -> list[str]:
     ``consume --exec``), so that a typo is refused before any half message is stored or any
     check is counted."""
     import shlex
+
     from store.errors import UsageError
+
     from ..consumer.handlers import check_runnable
     try:
         argv = shlex.split(command)
@@ -179,6 +181,7 @@ def send(
     from store.errors import StoreError, UsageError
     from store.names import validate_topic
     from store.transaction import send_half
+
     from ..output import Output
     validate_topic(topic)
     if sharding_key is not None and queue is not None:
@@ -230,6 +233,7 @@ def rollback(ctx: typer.Context, tx_id: TxIdArg, flush: FlushOpt = "async", json
 
 def _end(ctx: typer.Context, text: str, commit: bool, sync: bool, json: bool) -> None:
     from store.transaction import end_transaction, resolve_tx_id
+
     from ..output import Output
     store = state(ctx).store()
     res = end_transaction(store, resolve_tx_id(store, text), commit, sync=sync)
@@ -247,7 +251,8 @@ def _end(ctx: typer.Context, text: str, commit: bool, sync: bool, json: bool) ->
 
 @tx_app.command("list", help="Unresolved (PREPARED) transactions, oldest first.")
 def list_(ctx: typer.Context, json: JsonOpt = False) -> None:
-    from store.transaction import pending
+    from store.txcheck import pending
+
     from ..output import Output
     from ..timeparse import format_time
     rows = [{"txId": p.tx_id, "topic": p.topic, "msgId": p.tx_id, "queueId": p.queue_id,
@@ -281,7 +286,8 @@ def check(
     cmd_timeout: Annotated[str, typer.Option("--cmd-timeout", metavar="DURATION", help="A CMD running longer is killed (answer UNKNOWN); 0: no limit.")] = "60s",
     json: JsonOpt = False,
 ) -> None:
-    from store.transaction import check_pass
+    from store.txcheck import check_pass
+
     from ..output import Output
     from ..timeparse import parse_duration
     argv = _argv(check_cmd, "--check-cmd")

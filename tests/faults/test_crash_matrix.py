@@ -27,9 +27,15 @@ import json
 from pathlib import Path
 
 import pytest
-
 from faultutil import (
-    KILLED, LOGGING_HANDLER, MQ, assert_key_order, drop_torn_by_kills, is_dirty, keyed_lines, read_handler_log,
+    KILLED,
+    LOGGING_HANDLER,
+    MQ,
+    assert_key_order,
+    drop_torn_by_kills,
+    is_dirty,
+    keyed_lines,
+    read_handler_log,
     script,
     wait_for,
 )
@@ -257,7 +263,7 @@ def test_tx_points_resolve_at_most_once(mq: MQ, tmp_path: Path, point: str) -> N
     if how == "send-exec":
         assert mq.run("tx", "send", "orders", "c-local", "--exec", ok_exec, failpoints=point).returncode == KILLED
         from store.broker import Store
-        from store.transaction import pending
+        from store.txcheck import pending
         with Store.open(mq.root) as store:
             txs["c-local"] = next(p.tx_id for p in pending(store) if p.half.body == b"c-local")
     elif how == "commit":
