@@ -1,6 +1,7 @@
 """File locks and the small file helpers around them, shared by every module that locks files.
 
-Owns the ``flock`` primitives (through portalocker, imported on first use) and nothing about
+Owns the ``flock`` primitives (``fcntl.flock`` itself; portalocker only where there is no
+``fcntl``, i.e. Windows) and nothing about
 what a lock file means: queue locks (``qlocks.py``), consumer membership (``members.py``), the
 offset and dedup files (``offsets.py``, ``dedup.py``) and the delay scheduler (``schedule.py``)
 build their protocols on top of these.
@@ -37,14 +38,66 @@ def now_ms() -> int:
 
 # -- file-lock primitives ----------------------------------------------------------------------
 
+try:
+    import fcntl as _fcntl
+except ImportError:  # pragma: no cover - Windows: portalocker's msvcrt locks
+    _fcntl = None  # type: ignore[assignment]
+
+
 def _portalocker() -> Any:
-    # Imported on first use: portalocker costs ~70 ms at import and most commands never lock.
+    # Only without fcntl (Windows). portalocker costs 25-80 ms at import (it reads package
+    # metadata, and imports redis-py when that is installed): never on a POSIX command path.
     import portalocker
     return portalocker
 
 
+def _fileno(f: Any) -> int:
+    return f if isinstance(f, int) else f.fileno()
+
+
+def lock_exclusive(f: Any) -> None:
+    """Block until ``f`` (a descriptor or a file object) holds an exclusive ``flock``.
+
+    The same lock ``portalocker.lock(f, portalocker.LOCK_EX)`` takes on POSIX (portalocker's
+    default locker there is ``fcntl.flock``), so processes using either exclude each other;
+    EINTR is retried. For the store's write lock (``broker._WriteLock``)."""
+    if _fcntl is None:  # pragma: no cover
+        pl = _portalocker()
+        pl.lock(f, pl.LOCK_EX)
+        return
+    fd = _fileno(f)
+    while True:
+        try:
+            _fcntl.flock(fd, _fcntl.LOCK_EX)
+            return
+        except InterruptedError:
+            continue
+
+
+def unlock(f: Any) -> None:
+    """Drop the ``flock`` of ``f`` (a descriptor or a file object)."""
+    if _fcntl is None:  # pragma: no cover
+        _portalocker().unlock(f)
+        return
+    _fcntl.flock(_fileno(f), _fcntl.LOCK_UN)
+
+
 def try_flock(fd: int, path: Path, *, shared: bool = False) -> bool:
     """Take an exclusive (or shared) lock on ``fd`` without waiting; False if it is held."""
+    if _fcntl is None:  # pragma: no cover
+        return _try_portalocker(fd, path, shared)
+    try:
+        _fcntl.flock(fd, (_fcntl.LOCK_SH if shared else _fcntl.LOCK_EX) | _fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except InterruptedError:
+        return try_flock(fd, path, shared=shared)
+    except OSError as exc:
+        raise io_error(exc, f"lock {path}") from exc
+    return True
+
+
+def _try_portalocker(fd: int, path: Path, shared: bool) -> bool:  # pragma: no cover
     pl = _portalocker()
     kind = pl.LockFlags.SHARED if shared else pl.LockFlags.EXCLUSIVE
     try:
