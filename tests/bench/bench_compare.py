@@ -8,6 +8,7 @@ worktree and run with ``PYTHONPATH`` pointing at it (same interpreter, same depe
 
     .venv/bin/python tests/bench/bench_compare.py --base HEAD~1
     .venv/bin/python tests/bench/bench_compare.py --base c5f6745 --reps 5 --n 500000
+    .venv/bin/python tests/bench/bench_compare.py --base c5f6745 --head 2c3a2b9   # two revisions
 
 Workloads (the whole ``python -m mqctl`` process is timed, start-up included):
 
@@ -50,17 +51,22 @@ def run(code: Path, store: Path, args: list[str], stdin: Path | None) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", required=True, help="git revision to compare against (A)")
+    ap.add_argument("--head", default=None, help="git revision to measure as B (default: the working tree)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--n", type=int, default=400_000, help="100-byte messages per send run")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="mqctl-ab-"))
     base = tmp / "base"
     subprocess.run(["git", "worktree", "add", "--detach", "-q", str(base), args.base], cwd=REPO, check=True)
+    head = REPO
+    if args.head:
+        head = tmp / "head"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(head), args.head], cwd=REPO, check=True)
     try:
         small = lines_file(tmp / "small.txt", args.n, 100)
         big = lines_file(tmp / "big.txt", args.n // 8, 4096)
         sync = lines_file(tmp / "sync.txt", args.n // 10, 100)
-        sides = {"A": base, "B": REPO}
+        sides = {"A": base, "B": head}
         times: dict[tuple[str, str], list[float]] = {}
         for rep in range(args.reps):
             for name, code in sides.items():
@@ -76,7 +82,7 @@ def main() -> None:
                 shutil.rmtree(work)
         counts = {"send 100 B async": args.n, "send 4 KiB async": args.n // 8,
                   "send sync, batch 100": args.n // 10, "consume 100 B": args.n}
-        print(f"A = {args.base}, B = working tree; medians of {args.reps}, msg/s (whole process)")
+        print(f"A = {args.base}, B = {args.head or 'working tree'}; medians of {args.reps}, msg/s (whole process)")
         print(f"{'workload':24} {'A':>12} {'B':>12} {'B/A':>7}")
         for label, n in counts.items():
             a = n / statistics.median(times[(label, "A")])
@@ -84,6 +90,8 @@ def main() -> None:
             print(f"{label:24} {a:12,.0f} {b:12,.0f} {b / a:7.3f}")
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=REPO)
+        if args.head:
+            subprocess.run(["git", "worktree", "remove", "--force", str(head)], cwd=REPO)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
