@@ -26,6 +26,9 @@ def envelope(m: Message) -> dict[str, Any]:
         "tags": m.tags,
         "properties": m.user_properties,
     }
+    skey = m.properties.get("__SHARDINGKEY")
+    if skey:
+        out["shardingKey"] = skey   # so a copy (send --input json --reroute) keeps the routing
     out.update(body_fields(m.body))
     out.update({
         "bornTimestamp": m.born_timestamp,

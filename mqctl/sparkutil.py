@@ -82,13 +82,23 @@ def to_store_error(exc: BaseException) -> E.StoreError:
         from pyspark.errors import AnalysisException
     except ImportError:  # pragma: no cover - only reached with PySpark installed
         AnalysisException = ()  # type: ignore[assignment]
+    cond = _condition(exc)
+    if cond == "UNSUPPORTED_DATA_SOURCE_SAVE_MODE" or "UNSUPPORTED_DATA_SOURCE_SAVE_MODE" in text:
+        return E.UsageError(save_mode_hint(text))
     if isinstance(exc, AnalysisException):
-        cond = _condition(exc)
         if cond == "TABLE_OR_VIEW_NOT_FOUND":
             sentence = first_line(text).split(". ")[0].rstrip(".")
             return E.TopicNotFoundError(f"{sentence} (every topic is a view: mqctl topic list)")
         return E.UsageError(f"SQL: {first_line(text)}")
     return E.OperationError(f"Spark: {first_line(text)}")
+
+
+def save_mode_hint(text: str) -> str:
+    """Spark refuses its default save mode (errorifexists) for a Python data source before
+    any mqctl code runs; say what to write instead."""
+    mode = re.search(r"in the (\w+) mode", text)
+    return (f"Spark cannot write to mqctl in {mode.group(1) if mode else 'this'} mode "
+            f'(the default when no mode is given): use df.write.format("mqctl").mode("append")')
 
 
 def _condition(exc: BaseException) -> str | None:
@@ -103,18 +113,75 @@ def _condition(exc: BaseException) -> str | None:
 
 
 class SparkRun:
-    """One CLI Spark session and its private log; :meth:`close` stops both."""
+    """One CLI Spark session, its private log and its progress line; :meth:`close` stops
+    them (the log is kept, and named, when the run failed)."""
 
     def __init__(self, spark: Any, log_path: Path | None) -> None:
         self.spark = spark
         self.log_path = log_path
+        self.progress: Progress | None = None
 
-    def close(self) -> None:
+    def close(self, keep_log: bool = False) -> None:
         try:
+            if self.progress is not None:
+                self.progress.stop()
             self.spark.stop()
         finally:
-            if self.log_path is not None:
+            if self.log_path is not None and not keep_log:
                 _unlink(self.log_path)
+
+
+class Progress:
+    """A one-line progress display on stderr (a terminal only): the running Spark stages'
+    finished/total tasks, redrawn every ``interval`` seconds by a daemon thread."""
+
+    def __init__(self, sc: Any, interval: float = 0.5, stream: Any = None) -> None:
+        import sys
+        import threading
+        self.sc = sc
+        self.interval = interval
+        self.stream = stream or sys.stderr
+        self._stop = threading.Event()
+        self._shown = False
+        self._thread = threading.Thread(target=self._run, name="mqctl-progress", daemon=True)
+        self._thread.start()
+
+    def line(self) -> str | None:
+        tracker = self.sc.statusTracker()
+        parts = []
+        for sid in sorted(tracker.getActiveStageIds()):
+            info = tracker.getStageInfo(sid)
+            if info is not None:
+                parts.append(f"stage {sid}: {info.numCompletedTasks}/{info.numTasks} tasks"
+                             + (f" ({info.numActiveTasks} running)" if info.numActiveTasks else ""))
+        return "mqctl: spark " + ", ".join(parts) if parts else None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                text = self.line()
+            except Exception:  # noqa: BLE001 - the session is stopping
+                return
+            if text:
+                self.stream.write("\r\x1b[K" + text[:200])
+                self.stream.flush()
+                self._shown = True
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        if self._shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def progress_wanted() -> bool:
+    """Progress goes to a terminal only (``MQCTL_PROGRESS=0`` turns it off, ``=1`` forces it)."""
+    import sys
+    forced = os.environ.get("MQCTL_PROGRESS")
+    if forced is not None:
+        return forced not in ("", "0")
+    return sys.stderr.isatty()
 
 
 def _unlink(path: Path) -> None:
@@ -147,7 +214,8 @@ def start(master: str, extra: Mapping[str, str] | None = None) -> SparkRun:
 
     prepare_environment(local=master.startswith("local"))
     conf = SparkConf(loadDefaults=False)
-    for key, value in session_conf(master, "ERROR" if debug() else "OFF", extra).items():
+    # WARN: warnings and errors reach the log (a private file, kept when the run fails).
+    for key, value in session_conf(master, "WARN", extra).items():
         conf.set(key, value)
     log_path: Path | None = None
     popen: dict[str, Any] = {}
@@ -171,7 +239,10 @@ def start(master: str, extra: Mapping[str, str] | None = None) -> SparkRun:
         _silence_python_loggers()
     spark = SparkSession(sc)
     register(spark)
-    return SparkRun(spark, log_path)
+    run = SparkRun(spark, log_path)
+    if progress_wanted():
+        run.progress = Progress(sc)
+    return run
 
 
 def _silence_python_loggers() -> None:
@@ -186,6 +257,7 @@ def _silence_python_loggers() -> None:
 def session(master: str, extra: Mapping[str, str] | None = None) -> Iterator[Any]:
     """``with session("local[2]") as spark:`` — Spark failures leave as store errors."""
     run = start(master, extra)
+    failed = False
     try:
         yield run.spark
     except E.StoreError:
@@ -195,9 +267,13 @@ def session(master: str, extra: Mapping[str, str] | None = None) -> Iterator[Any
     except Exception as exc:  # noqa: BLE001 - py4j and pyspark raise many unrelated types
         if debug():
             raise
-        raise to_store_error(exc) from exc
+        err = to_store_error(exc)
+        if isinstance(err, E.OperationError) and run.log_path is not None:
+            failed = True
+            err = type(err)(f"{err.message} (Spark log: {run.log_path})")
+        raise err from exc
     finally:
-        run.close()
+        run.close(keep_log=failed)
 
 
 def parse_conf(items: list[str] | None) -> dict[str, str]:

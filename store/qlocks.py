@@ -301,6 +301,16 @@ class QueueLock:
 
     # -- while held
 
+    def share_fd(self) -> int:
+        """A new descriptor of the held lock file's open file description (``dup``): the
+        ``flock`` belongs to that description, so whoever holds the copy (a handler process
+        it is passed to) keeps the queue locked until it closes it or exits, even if this
+        process dies first. The caller closes it."""
+        with self._guard:
+            if self._fd is None:
+                raise OSError(f"queue lock {self._name()} is not held")
+            return os.dup(self._fd)
+
     def renew(self) -> bool:
         """Extend the lease; False if the lock is lost (then the queue must be dropped).
 

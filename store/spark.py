@@ -17,18 +17,23 @@ Reading (``read`` and ``readStream``) goes through :meth:`Store.pull`: one Spark
 (topic, queue), rows handed to Spark as Arrow record batches. A record that fails its CRC
 raises :class:`~store.errors.DataError`; nothing damaged is ever returned.
 
-Options (keys are case-insensitive; every value is a string):
+Options (keys are case-insensitive; every value is a string; an option no mode knows fails,
+naming the valid ones):
 
 ==========================  =========================================================
-``store`` (or ``load(p)``)   the store directory (required)
+``store`` (or ``load(p)``)   the store directory (required); it must exist...
+``create``                   ...unless ``true``: then a missing store is created
 ``topic``                    ``*`` (every user topic; the default for reads) or a comma
                              list; for writes one topic (else a ``topic`` column)
-``startingOffsets``          ``earliest`` | ``latest`` | JSON ``{"T":{"0":5}}`` | a time
-                             (13-digit ms, 10-digit s, ISO-8601; no offset means UTC).
+``startingOffsets``          ``earliest`` | ``latest`` | JSON ``{"T":{"0":5}}`` | a time in
+                             the CLI's grammar (13-digit ms, 10-digit s, ``now``, ``-1h``,
+                             ISO-8601; no offset means UTC).
                              Batch default ``earliest``; stream default ``latest``.
 ``endingOffsets``            batch only: ``latest`` (default) | ``earliest`` | JSON | time
 ``tags``                     tag filter ``A || B`` (``*`` = all)
 ``maxMessagesPerTrigger``    stream only: cap on messages per micro-batch
+``waitForTopic``             stream only: ``true`` lets a named topic not exist yet (else
+                             the stream fails: a misspelled topic would never have data)
 ``flush``                    write only: ``async`` (default) or ``sync`` (fsync)
 ``sinkId``                   writeStream only: the idempotency ledger's name (default:
                              the query id in ``checkpointLocation/metadata``)
@@ -38,24 +43,21 @@ In offset JSON, ``-2`` means earliest and ``-1`` latest; a queue it does not nam
 its earliest offset (``startingOffsets``) or ends at its latest (``endingOffsets``). A time
 resolves per queue with :meth:`Store.search_offset`: the first message stored at or after it.
 
-Writing (``write`` and ``writeStream``, append only): columns ``body`` (string or binary),
-optional ``keys`` (comma-separated string or array), ``tags``, ``shardingKey``, ``queueId``,
-``properties`` (map), ``topic`` (when no ``topic`` option) and ``bornTimestamp``; the other
-columns of :data:`SCHEMA` are ignored, so a DataFrame read from one store can be written to
-another. Each task validates its rows and stages them under ``STORE/spark-staging/<job>/``
-(directories 0700, files 0600); nothing is visible until the job commits, when the driver
-publishes the staged rows with :meth:`Store.put` while holding the store's write lock (so the
-batch lands contiguously and other writers wait). A failed job's ``abort`` removes the staging.
+Writing (``write`` and ``writeStream``, append only: ``.mode("append")``): columns ``body``
+(string or binary), optional ``keys`` (comma-separated string or array), ``tags``,
+``shardingKey``, ``queueId``, ``properties`` (map), ``topic`` (when no ``topic`` option) and
+``bornTimestamp``; the other columns of :data:`SCHEMA` are ignored, so a DataFrame read from
+one store can be written to another. Each task validates its rows and stages them under
+``STORE/spark-staging/<job>/`` (directories 0700, files 0600; see :mod:`store.sparkstaging`
+for the owner record and the sweep of what killed jobs leave); nothing is visible until the
+job commits, when the driver publishes the staged rows with :meth:`Store.put` in chunks of
+about 20 ms each, taking the store's write lock per chunk (:func:`store.sparkwrite.publish`),
+so other writers wait for one chunk at most. A failed job's ``abort`` removes the staging.
 
 A streaming sink commits each micro-batch exactly once, keyed by (sink id, batch id), with a
-ledger ``STORE/spark-sinks/<sinkId>.json``: before publishing batch N it records
-``publishing: N``, after publishing ``lastBatchId: N``. Batch ids at or below ``lastBatchId``
-are skipped. Each message of a streamed batch gets a deterministic unique key (a digest of the
-sink id, the batch id, the message's content and its occurrence number among identical
-messages of the batch), so when Spark replays batch N after a crash *during* its publish
-(the ledger still says ``publishing: N``), the messages already stored are found through the
-key index and skipped. The replayed batch must hold the same messages, which Spark guarantees
-for deterministic queries over replayable sources such as this one.
+ledger ``STORE/spark-sinks/<sinkId>.json`` (``lastBatchId``, and while a batch is published
+``publishing``, ``done`` and ``digest``): see :mod:`store.sparksink`. A replay after a crash
+mid-publish skips the recorded part without key-index lookups.
 
 Modules: this one registers the source and builds sessions; :mod:`store.sparkschema` holds the
 columns, :mod:`store.sparkread` the read options and readers, :mod:`store.sparkwrite` row
@@ -68,22 +70,52 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any, Mapping
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from .broker import Store
 from .errors import UsageError
 from .sparkread import (
-    ColumnPlan, MqctlReader, MqctlStreamReader, ReadOptions, fair_share, parse_offsets, parse_tags,
+    READ_OPTIONS,
+    STREAM_READ_OPTIONS,
+    ColumnPlan,
+    MqctlReader,
+    MqctlStreamReader,
+    ReadOptions,
+    fair_share,
+    parse_offsets,
+    parse_tags,
+    select_topics,
 )
-from .sparkschema import COLUMNS, SCHEMA, SCHEMA_DDL
-from .sparksink import SINKS_DIR, MqctlStreamWriter, SinkLedger, commit_stream_batch, default_sink_id
+from .sparkschema import (
+    COLUMNS,
+    SCHEMA,
+    SCHEMA_DDL,
+    check_options,
+    open_store,
+    store_option,
+)
+from .sparkship import ship_archive, ship_code_to
+from .sparksink import (
+    SINKS_DIR,
+    MqctlStreamWriter,
+    SinkLedger,
+    commit_stream_batch,
+    default_sink_id,
+)
+from .sparkstaging import STAGING_DIR, stale_staging, sweep_staging
 from .sparkwrite import (
-    STAGING_DIR, MqctlWriter, StagedPart, WriteOptions, check_write_schema, write_staged,
+    WRITE_OPTIONS,
+    MqctlWriter,
+    StagedPart,
+    WriteOptions,
+    check_write_schema,
+    write_staged,
 )
+
+STREAM_WRITE_OPTIONS = (*WRITE_OPTIONS, "sinkid", "checkpointlocation")
+ALL_READ_OPTIONS = tuple(dict.fromkeys((*READ_OPTIONS, *STREAM_READ_OPTIONS)))
 
 FORMAT_NAME = "mqctl"
 
@@ -103,25 +135,19 @@ LOCAL_CONF: dict[str, str] = {"spark.sql.shuffle.partitions": "2", "spark.defaul
 def register(spark: Any, ship_code: bool = False) -> None:
     """Make ``format("mqctl")`` available to ``spark`` (one registration per session).
 
-    Executors import this module by name, so the ``store`` package must be importable there:
-    installed in the workers' Python (``PYSPARK_PYTHON``), or, with ``ship_code``, zipped and
-    sent with ``SparkContext.addPyFile`` (pyarrow must still be installed on the workers).
+    Spark's Python processes import this module by name, so the ``store`` package must be
+    importable by the workers' Python (``PYSPARK_PYTHON``) *and* by the driver-side Python
+    processes that plan reads and streams. Either install mqctl there (``pip install
+    mqctl[spark]``, or a wheel from ``pip wheel .``), or pass ``ship_code=True``: the ``store``
+    package and its pure-Python dependencies (portalocker, sortedcontainers) are zipped once
+    per content into a cache directory (see :mod:`store.sparkship`), sent to the executors with
+    ``addPyFile``, and put on the ``PYTHONPATH`` Spark gives its driver-side planners (which do
+    not see ``addPyFile`` files). pyarrow and numpy must still be installed on the workers.
+    Under Spark Connect ``ship_code`` is refused: install mqctl on the server instead.
     """
     if ship_code:
-        spark.sparkContext.addPyFile(_zip_store_package())
+        ship_code_to(spark)
     spark.dataSource.register(MqctlDataSource)
-
-
-def _zip_store_package() -> str:
-    import tempfile
-    import zipfile
-    pkg = Path(__file__).resolve().parent
-    fd, path = tempfile.mkstemp(prefix="mqctl-store-", suffix=".zip")
-    os.close(fd)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for f in sorted(pkg.glob("*.py")):
-            zf.write(f, f"store/{f.name}")
-    return path
 
 
 def prepare_environment(local: bool = True) -> None:
@@ -158,8 +184,8 @@ def local_session(master: str = "local[2]", log_level: str = "ERROR",
 
 def _reject_overwrite(overwrite: bool) -> None:
     if overwrite:
-        raise UsageError("mqctl topics are append-only: use mode('append') "
-                         "(or outputMode('append') for a stream)")
+        raise UsageError('mqctl topics are append-only: use .mode("append") '
+                         '(or .outputMode("append") for a stream)')
 
 
 # -- the data source --------------------------------------------------------------------------
@@ -172,30 +198,41 @@ class MqctlDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> StructType:
+        # Called when a read or readStream is loaded (not for writes): refuse an option no
+        # mode knows, and a missing store, before a stream starts and fails in the background.
+        check_options(self.options, ALL_READ_OPTIONS, "read or readStream")
+        if self.options.get("create", "").strip().lower() not in ("true", "1", "yes"):
+            open_store(store_option(self.options), False, recover=False).close()
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return MqctlReader(ReadOptions.parse(self.options, stream=False), schema)
+        opts = ReadOptions.parse(self.options, stream=False)
+        opts.open_store().close()
+        return MqctlReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return MqctlStreamReader(ReadOptions.parse(self.options, stream=True), schema)
+        opts = ReadOptions.parse(self.options, stream=True)
+        with opts.open_store() as store:
+            # A misspelled topic would otherwise be an empty stream forever.
+            select_topics(store, opts.topics, must_exist=not opts.wait_for_topic)
+        return MqctlStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> MqctlWriter:
         _reject_overwrite(overwrite)
         opts = WriteOptions.parse(self.options)
         check_write_schema(schema, opts.topic)
-        Store.open(opts.store, create=True).close()
+        open_store(opts.store, opts.create).close()
         return MqctlWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> MqctlStreamWriter:
         _reject_overwrite(overwrite)
-        opts = WriteOptions.parse(self.options)
+        opts = WriteOptions.parse(self.options, STREAM_WRITE_OPTIONS, "writeStream")
         check_write_schema(schema, opts.topic)
-        Store.open(opts.store, create=True).close()
+        open_store(opts.store, opts.create).close()
         return MqctlStreamWriter(opts, default_sink_id(self.options))
 
 
-__all__ = ["register", "local_session", "session_conf", "prepare_environment", "MqctlDataSource",
+__all__ = ["register", "local_session", "ship_archive", "sweep_staging", "stale_staging", "session_conf", "prepare_environment", "MqctlDataSource",
            "SCHEMA", "SCHEMA_DDL", "COLUMNS",
            # re-exported from the modules that own them, for code that imports them from here
            "ColumnPlan", "fair_share", "parse_offsets", "parse_tags",

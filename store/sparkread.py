@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import json
+import re
+import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Iterator, Mapping, Optional, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
@@ -21,7 +30,14 @@ from .bulk import Columns, pull_columns
 from .errors import DataError, TopicNotFoundError, UsageError
 from .names import is_system_topic, validate_any_topic
 from .record import PROP_TAGS, PROP_UNIQ_KEY, Message, tags_code
-from .sparkschema import COLUMNS, SCHEMA, store_option
+from .sparkschema import (
+    COLUMNS,
+    SCHEMA,
+    check_options,
+    open_store,
+    parse_bool,
+    store_option,
+)
 from .vecread import VecColumns, pull_vector
 
 ARROW_BATCH_ROWS = 10_000            # Spark's own spark.sql.execution.arrow.maxRecordsPerBatch
@@ -102,19 +118,35 @@ def _parse_offset_json(text: str, option: str) -> tuple[tuple[str, int, int], ..
     return tuple(sorted(out))
 
 
-def parse_time_ms(text: str, option: str = "time") -> int:
-    """13-digit ms or 10-digit s since the epoch, or ISO-8601 (no offset means UTC)."""
+TIME_FORMS = ("1732183200123 (ms), 1732183200 (s), now, -90s / -15m / -2h30m / -1d (ago), "
+              "2026-11-21T10:00:00Z (ISO-8601; no offset means UTC)")
+_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"(?:[0-9]{1,15}(?:ms|s|m|h|d))+")
+_PART = re.compile(r"([0-9]{1,15})(ms|s|m|h|d)")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def parse_time_ms(text: str, option: str = "time", now_ms: int | None = None) -> int:
+    """The CLI's time grammar (``mqctl/timeparse.py``, as ``consume --from``): 13-digit ms or
+    10-digit s since the epoch, ``now``, ``-<duration>`` ago (``-90s``, ``-2h30m``, ``-1d``) or
+    ISO-8601 (no offset means UTC). ``store`` must not import ``mqctl``, so the grammar is
+    repeated here; a test checks that both parsers agree."""
     s = text.strip()
+    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     if s.isascii() and s.isdigit() and len(s) in (10, 13):
         return int(s) * (1000 if len(s) == 10 else 1)
+    if s.lower() == "now":
+        return now
+    if s.startswith("-") and _DURATION.fullmatch(s[1:].lower()):
+        return now - sum(int(n) * _UNIT_MS[u] for n, u in _PART.findall(s[1:].lower()))
     try:
         dt = datetime.fromisoformat(s.upper())
     except ValueError:
         raise UsageError(f"{option}: {text!r} is not earliest, latest, offset JSON or a time "
-                         f"(1732183200123, 1732183200, 2026-11-21T10:00:00Z)") from None
+                         f"({TIME_FORMS})") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1000)
+    return (dt - _EPOCH) // timedelta(milliseconds=1)
 
 
 def parse_tags(text: str | None) -> tuple[str, ...] | None:
@@ -125,6 +157,11 @@ def parse_tags(text: str | None) -> tuple[str, ...] | None:
     return None if not parts or "*" in parts else parts
 
 
+READ_OPTIONS = ("store", "path", "topic", "startingoffsets", "endingoffsets", "tags", "create")
+STREAM_READ_OPTIONS = ("store", "path", "topic", "startingoffsets", "tags",
+                       "maxmessagespertrigger", "waitfortopic", "create")
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     store: str
@@ -133,9 +170,18 @@ class ReadOptions:
     ending: OffsetSpec
     tags: tuple[str, ...] | None
     max_per_trigger: int | None
+    create: bool = False
+    wait_for_topic: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str], stream: bool) -> "ReadOptions":
+        known = ("endingoffsets", "maxmessagespertrigger")    # each refused below with a reason
+        check_options({k: v for k, v in options.items() if k not in known},
+                      STREAM_READ_OPTIONS if stream else READ_OPTIONS,
+                      "readStream" if stream else "read")
+        if not stream and options.get("waitfortopic"):
+            raise UsageError("waitForTopic applies to readStream only (a batch read of a "
+                             "missing topic fails)")
         if stream and options.get("endingoffsets"):
             raise UsageError("endingOffsets applies to batch reads only (a stream never ends)")
         limit = options.get("maxmessagespertrigger")
@@ -149,7 +195,13 @@ class ReadOptions:
                                           "latest" if stream else "earliest", "startingOffsets"),
                    ending=parse_offsets(options.get("endingoffsets"), "latest", "endingOffsets"),
                    tags=parse_tags(options.get("tags")),
-                   max_per_trigger=int(limit) if limit is not None else None)
+                   max_per_trigger=int(limit) if limit is not None else None,
+                   create=parse_bool(options, "create", False),
+                   wait_for_topic=parse_bool(options, "waitfortopic", False))
+
+    def open_store(self) -> Store:
+        """The store read: it must exist unless the ``create`` option says otherwise."""
+        return open_store(self.store, self.create)
 
 
 def select_topics(store: Store, spec: str, must_exist: bool) -> list[tuple[str, int]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from pyspark.sql.types import (
     ArrayType, BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType,
@@ -34,3 +34,46 @@ def store_option(options: Mapping[str, str]) -> str:
     if not root:
         raise UsageError('the mqctl data source needs .option("store", DIR) (or load(DIR))')
     return os.path.abspath(Path(root).expanduser())
+
+
+def check_options(options: Mapping[str, str], allowed: Sequence[str], what: str) -> None:
+    """Refuse an option this source does not know (a typo would otherwise be ignored),
+    naming the valid ones. ``allowed`` holds lower-case keys, as Spark hands them over."""
+    unknown = sorted(k for k in options if k.lower() not in allowed)
+    if unknown:
+        names = ", ".join(_SPELLING.get(k, k) for k in allowed if k != "path")
+        raise UsageError(f"unknown option{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(repr(k) for k in unknown)} for {what} with mqctl; "
+                         f"valid: {names}")
+
+
+def parse_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    value = options.get(key)
+    if value is None or not value.strip():
+        return default
+    v = value.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise UsageError(f"option {_SPELLING.get(key, key)} must be true or false, not {value!r}")
+
+
+# How the documentation spells each (case-insensitive) option.
+_SPELLING = {
+    "startingoffsets": "startingOffsets", "endingoffsets": "endingOffsets",
+    "maxmessagespertrigger": "maxMessagesPerTrigger", "waitfortopic": "waitForTopic",
+    "sinkid": "sinkId", "checkpointlocation": "checkpointLocation",
+}
+
+
+def open_store(root: str, create: bool, recover: bool = True):  # -> Store (lazy import)
+    """Open the store a read or write names: a missing store is a
+    :class:`~store.errors.StoreNotFoundError` (exit 3 in the CLI) unless ``create``."""
+    from .broker import Store
+    from .errors import StoreNotFoundError
+    try:
+        return Store.open(root, create=create, recover=recover)
+    except StoreNotFoundError as exc:
+        raise StoreNotFoundError(f"{exc.message.split(' (create one')[0]}: give "
+                                 f'.option("create", "true") to create it') from None

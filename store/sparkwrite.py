@@ -1,31 +1,61 @@
 """Batch writes to the ``mqctl`` Spark source: write options, row validation, staging files
-under ``STORE/spark-staging/``, and the driver's publish of staged rows on commit."""
+under ``STORE/spark-staging/``, and the driver's publish of staged rows on commit, in chunks
+that each hold the store's write lock for about :data:`PUBLISH_TARGET_S`."""
 from __future__ import annotations
 
 import os
-import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
-    ArrayType, BinaryType, ByteType, DataType, IntegerType, LongType, MapType, ShortType,
-    StringType, StructType, TimestampNTZType, TimestampType,
+    ArrayType,
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
 )
 
 from .broker import Store
-from .errors import BadInputError, MessageTooLargeError, TopicNotFoundError, UsageError
-from .fsutil import ensure_dir, open_private
+from .errors import (
+    BadInputError,
+    MessageTooLargeError,
+    OperationError,
+    TopicNotFoundError,
+    UsageError,
+)
+from .fsutil import open_private
 from .names import validate_topic
 from .record import PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS, Draft, check_property
-from .sparkschema import store_option
+from .sparkschema import check_options, open_store, parse_bool, store_option
+from .sparkstaging import (
+    OWNER_FILE,
+    STAGING_DIR,
+    remove_job_dirs,
+    sweep_staging,
+    write_owner,
+)
 
-PUBLISH_MESSAGES = 8192              # one Store.put per chunk (as `mqctl send` batches)
-PUBLISH_BYTES = 4 * 1024 * 1024
-STAGING_DIR = "spark-staging"
+# Publishing takes the store's write lock once per chunk, never for a whole job: a chunk is
+# sized so that one Store.put lasts about PUBLISH_TARGET_S, so a concurrent `mqctl send`
+# waits at most about that long (plus its own put).
+PUBLISH_FIRST = 1024                 # messages in the first chunk; later ones adapt
+PUBLISH_MIN = 64
+PUBLISH_MESSAGES = 8192              # never more than this many messages per chunk...
+PUBLISH_BYTES = 4 * 1024 * 1024      # ...or bytes of body
+PUBLISH_TARGET_S = 0.02
+WRITE_OPTIONS = ("store", "path", "topic", "flush", "create")
 
 
 # -- writing: options and row validation ------------------------------------------------------
@@ -79,9 +109,12 @@ class WriteOptions:
     store: str
     topic: str | None
     sync: bool
+    create: bool = False
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
+    def parse(cls, options: Mapping[str, str], allowed: Sequence[str] = WRITE_OPTIONS,
+              what: str = "write") -> "WriteOptions":
+        check_options(options, allowed, what)
         topic = (options.get("topic") or "").strip() or None
         if topic is not None:
             if "," in topic or topic == "*":
@@ -90,7 +123,8 @@ class WriteOptions:
         flush = (options.get("flush") or "async").lower()
         if flush not in ("sync", "async"):
             raise UsageError(f"flush must be sync or async, not {flush!r}")
-        return cls(store_option(options), topic, flush == "sync")
+        return cls(store_option(options), topic, flush == "sync",
+                   parse_bool(options, "create", False))
 
 
 class RowRules:
@@ -228,9 +262,14 @@ def _unlink_quietly(path: Path) -> None:
         pass
 
 
-def write_staged(rows: Iterator[pa.RecordBatch], opts: WriteOptions, stage_rel: str) -> StagedPart:
+def write_staged(rows: Iterator[pa.RecordBatch], opts: WriteOptions, stage_rel: str,
+                 create_dir: bool = True, owner: dict[str, Any] | None = None) -> StagedPart:
     """Validate a task's rows and stage them as one private Arrow file; on any failure remove
-    what this task wrote (``abort`` never sees a failed task's files)."""
+    what this task wrote (``abort`` never sees a failed task's files).
+
+    With ``create_dir`` False (batch jobs, whose driver creates the job directory) a task
+    whose job directory is gone (the job was aborted, or swept) stages nothing and fails, so
+    a task that outlives its job's ``abort()`` cannot leave files behind."""
     root = Path(opts.store)
     with Store.open(root, recover=False) as store:
         rules = RowRules(store)
@@ -238,6 +277,7 @@ def write_staged(rows: Iterator[pa.RecordBatch], opts: WriteOptions, stage_rel: 
     stage_dir = root / stage_rel
     final = stage_dir / f"part-{part:05d}-{attempt}-{uuid.uuid4().hex[:8]}.arrow"
     tmp = final.with_name(final.name + ".tmp")
+    owner_file = stage_dir / OWNER_FILE
     count = 0
     writer = None
     fh = None
@@ -247,7 +287,10 @@ def write_staged(rows: Iterator[pa.RecordBatch], opts: WriteOptions, stage_rel: 
             if staged.num_rows == 0:
                 continue
             if writer is None:
-                ensure_dir(stage_dir)
+                if create_dir:
+                    write_owner(stage_dir, owner)
+                elif not owner_file.exists():
+                    raise _job_gone(stage_rel)
                 fh = os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb")
                 writer = pa.ipc.new_stream(fh, STAGE_SCHEMA)
             writer.write_batch(staged)
@@ -256,9 +299,19 @@ def write_staged(rows: Iterator[pa.RecordBatch], opts: WriteOptions, stage_rel: 
             return StagedPart(None, 0)
         writer.close()
         writer = None
-        fh.close()
+        if fh is not None:
+            fh.close()
         fh = None
-        os.replace(tmp, final)
+        try:
+            os.replace(tmp, final)
+        except FileNotFoundError:
+            if create_dir or owner_file.exists():
+                raise
+            raise _job_gone(stage_rel) from None
+        if not create_dir and not owner_file.exists():    # aborted while this task was staging
+            _unlink_quietly(final)
+            remove_job_dirs(root, [stage_rel])
+            raise _job_gone(stage_rel)
         return StagedPart(str(final.relative_to(root)), count)
     finally:
         if writer is not None:
@@ -266,6 +319,19 @@ def write_staged(rows: Iterator[pa.RecordBatch], opts: WriteOptions, stage_rel: 
         if fh is not None:
             fh.close()
             _unlink_quietly(tmp)
+
+
+def _job_gone(stage_rel: str) -> OperationError:
+    return OperationError(f"staging directory {stage_rel} is gone: the write job was aborted "
+                          f"(or its staging swept) while this task ran")
+
+
+def check_staged(root: Path, parts: Sequence[Optional[StagedPart]]) -> None:
+    """Every staged file a commit is about to publish exists (a sweep cannot have taken it)."""
+    for p in parts:
+        if p is not None and p.path is not None and not (root / p.path).is_file():
+            raise OperationError(f"staged file {p.path} is missing: was the staging swept "
+                                 f"while the job ran? Nothing of this job was published")
 
 
 def iter_staged(root: Path, parts: Iterable[StagedPart]) -> Iterator[pa.RecordBatch]:
@@ -286,23 +352,10 @@ def staged_drafts(root: Path, parts: Sequence[Optional[StagedPart]]) -> Iterator
             yield Draft(topic, body, dict(props), qid, skey, born_timestamp=born)
 
 
-def _chunks(drafts: Iterable[Draft]) -> Iterator[list[Draft]]:
-    chunk: list[Draft] = []
-    size = 0
-    for d in drafts:
-        chunk.append(d)
-        size += len(d.body)
-        if len(chunk) >= PUBLISH_MESSAGES or size >= PUBLISH_BYTES:
-            yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
-
-
 def precheck(store: Store, root: Path, parts: Sequence[Optional[StagedPart]]) -> None:
-    """Under the write lock, before anything is published: every staged row still fits the
-    topics as they are now (a topic could have been created meanwhile), so the publish can
-    fail only on I/O."""
+    """Before anything is published: every staged row still fits the topics as they are now
+    (a topic could have been created meanwhile), so the publish fails only on I/O or on a
+    topic changed while it runs (Store.put checks each chunk again)."""
     topics = store.topics()
     for batch in iter_staged(root, [p for p in parts if p is not None]):
         cols = batch.select(["topic", "queueId", "shardingKey"]).to_pydict()
@@ -320,38 +373,63 @@ def precheck(store: Store, root: Path, parts: Sequence[Optional[StagedPart]]) ->
                 raise UsageError(f"topic {topic!r} is ordered: give shardingKey or queueId")
 
 
-def publish(store: Store, drafts: Iterable[Draft], sync: bool) -> int:
-    """Store drafts in chunks; the caller holds the write lock. Returns the count stored."""
+def publish(store: Store, drafts: Iterable[Draft], sync: bool,
+            on_chunk: Callable[[list[Draft]], None] | None = None) -> int:
+    """Store drafts in chunks, one :meth:`Store.put` (and one hold of the write lock) each,
+    sized so that a put lasts about :data:`PUBLISH_TARGET_S`; the next chunk is built while
+    the lock is free, so other writers get their turn. ``on_chunk`` runs after each chunk is
+    stored. Returns the count stored."""
     n = 0
-    for chunk in _chunks(drafts):
+    size = PUBLISH_FIRST
+    it = iter(drafts)
+    while True:
+        chunk: list[Draft] = []
+        nbytes = 0
+        for d in it:
+            chunk.append(d)
+            nbytes += len(d.body)
+            if len(chunk) >= size or nbytes >= PUBLISH_BYTES:
+                break
+        if not chunk:
+            return n
+        t0 = time.perf_counter()
         n += len(store.put(chunk, sync=sync))
-    return n
+        took = time.perf_counter() - t0
+        if on_chunk is not None:
+            on_chunk(chunk)
+        size = max(PUBLISH_MIN, min(PUBLISH_MESSAGES, int(len(chunk) * PUBLISH_TARGET_S / max(took, 1e-4))))
+        time.sleep(0)          # let a writer blocked on the lock take it
 
 
 def remove_staging(root: Path, rel_dirs: Iterable[str]) -> None:
-    for rel in set(rel_dirs):
-        shutil.rmtree(root / rel, ignore_errors=True)
-    try:
-        (root / STAGING_DIR).rmdir()    # only when no other job is staging
-    except OSError:
-        pass
+    remove_job_dirs(root, rel_dirs)
+
+
+def open_target(opts: WriteOptions) -> Store:
+    """The store a write goes to: it must exist unless the ``create`` option says otherwise."""
+    return open_store(opts.store, opts.create)
 
 
 class MqctlWriter(DataSourceArrowWriter):
-    """Batch write: tasks stage, the driver publishes in :meth:`commit`."""
+    """Batch write: the driver makes the job's staging directory, tasks stage into it, the
+    driver publishes in :meth:`commit` (in chunks) and removes the directory."""
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
         self.stage_rel = f"{STAGING_DIR}/{uuid.uuid4().hex}"
+        root = Path(opts.store)
+        sweep_staging(root)
+        write_owner(root / self.stage_rel)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPart:
-        return write_staged(iterator, self.opts, self.stage_rel)
+        return write_staged(iterator, self.opts, self.stage_rel, create_dir=False)
 
     def commit(self, messages: list[Optional[WriterCommitMessage]]) -> None:
         root = Path(self.opts.store)
         parts = [m for m in messages if isinstance(m, StagedPart)]
         try:
-            with Store.open(root, create=True) as store, store.write_lock():
+            with open_target(self.opts) as store:
+                check_staged(root, parts)
                 precheck(store, root, parts)
                 publish(store, staged_drafts(root, parts), self.opts.sync)
         finally:

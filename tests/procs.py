@@ -214,6 +214,9 @@ class MQ:
             held = [q for s in mq.values() for q in s]
             if len(held) != len(set(held)) or set(held) != set(range(queues)):
                 return None
+            sizes = [len(s) for s in mq.values()]
+            if max(sizes) - min(sizes) > 1:
+                return None   # a member still hands queues over (averagely / circle split)
             return mq
         return wait_for(balanced, timeout, what=f"{members} members of {group} to split {topic}")
 

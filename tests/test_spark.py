@@ -6,6 +6,11 @@ use ``trigger(availableNow=True)`` so nothing depends on wall-clock triggers. Th
 protocol of the streaming sink (crash between publish and ledger, crash mid-publish) is
 tested without Spark by calling the commit path directly, which is what Spark's sink runner
 does. ``query`` and ``export`` run as real ``mqctl`` processes.
+
+Also here: one test per silent mistake (unknown option, missing store, missing topic in a
+stream, write without a mode, relative times), the staging sweep (a task outliving its job's
+abort, dead/idle owners, a real driver killed mid-write), and a stall probe (a shell producer
+timing one-message sends while Spark writes). Cluster deployments: ``test_spark_deploy.py``.
 """
 from __future__ import annotations
 
@@ -172,7 +177,8 @@ def test_a_read_dataframe_copies_to_another_store(spark: Any, store: Store, tmp_
     store.create_topic("src", 2)
     store.put([Draft("src", f"c{i}".encode(), {"TAGS": "x", "KEYS": "k", "n": str(i)}) for i in range(6)])
     target = tmp_path / "other"
-    reader(spark, store, topic="src").write.format("mqctl").mode("append").option("store", str(target)).save()
+    reader(spark, store, topic="src").write.format("mqctl").mode("append").option("store", str(target)) \
+        .option("create", "true").save()
     with Store.open(target) as other:
         copied = stored(other, "src")
     assert sorted(m.body for m in copied) == sorted(f"c{i}".encode() for i in range(6))
@@ -207,7 +213,8 @@ def _stream_to_parquet(spark: Any, store: Store, out: Path, ckpt: Path, **option
     q = (r.load().writeStream.format("parquet").option("path", str(out))
          .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
     assert q.awaitTermination(120), "availableNow query did not finish"
-    assert q.exception() is None
+    if q.exception() is not None:
+        raise q.exception()
     return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
 
 
@@ -285,21 +292,19 @@ def test_replayed_batch_after_a_crash_before_the_ledger_is_not_duplicated(
     opts = S.WriteOptions(str(store.root), "sink", False)
     bodies = ["a", "b", "a", "c"]                     # a repeated body is two messages
     real_save = S.SinkLedger.save
-    calls = []
 
-    def crash_after_publish(self: S.SinkLedger, state: dict) -> None:
-        calls.append(state)
+    def crash_after_publish(self: S.SinkLedger, state: dict, sync: bool = True) -> None:
         if state.get("lastBatchId") == 7:
             raise OSError("crash between publish and ledger")
-        real_save(self, state)
+        real_save(self, state, sync)
 
     monkeypatch.setattr(S.SinkLedger, "save", crash_after_publish)
     with pytest.raises(OSError):
-        S.commit_stream_batch(opts, "q1", 7, [_stage(store, bodies, "x")])
+        S.commit_stream_batch(opts, "q1", 7, [_stage(store, bodies[:2], "x"), None, _stage(store, bodies[2:], "x")])
     assert len(stored(store, "sink")) == 4
     monkeypatch.setattr(S.SinkLedger, "save", real_save)
-    # Spark replays batch 7: new tasks, another staging order, the same messages.
-    replay = [_stage(store, ["c", "a"], "y"), _stage(store, ["b", "a"], "z")]
+    # Spark replays batch 7: new tasks, new staging files, the same rows in the same partitions.
+    replay = [_stage(store, bodies[:2], "y"), None, _stage(store, bodies[2:], "z")]
     assert S.commit_stream_batch(opts, "q1", 7, replay) == 0
     assert sorted(m.body for m in stored(store, "sink")) == [b"a", b"a", b"b", b"c"]
     assert S.commit_stream_batch(opts, "q1", 7, [_stage(store, bodies, "w")]) == 0   # ledger says done
@@ -307,27 +312,81 @@ def test_replayed_batch_after_a_crash_before_the_ledger_is_not_duplicated(
     assert json.loads((store.root / S.SINKS_DIR / "q1.json").read_text()) == {"lastBatchId": 8, "publishing": None}
 
 
+def _crash_on_chunk(monkeypatch: pytest.MonkeyPatch, which: int) -> list[int]:
+    real_put = Store.put
+    done: list[int] = []
+
+    def crash(self: Store, drafts: list, sync: bool = False) -> list:
+        done.append(len(drafts))
+        if len(done) == which:
+            raise OSError("killed mid-publish")
+        return real_put(self, drafts, sync=sync)
+
+    monkeypatch.setattr(Store, "put", crash)
+    return done
+
+
 def test_replay_after_a_crash_mid_publish_stores_the_rest_once(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     opts = S.WriteOptions(str(store.root), "sink", False)
     bodies = [f"m{i}" for i in range(10)]
+    monkeypatch.setattr("store.sparkwrite.PUBLISH_FIRST", 3)
     monkeypatch.setattr("store.sparkwrite.PUBLISH_MESSAGES", 3)
-    real_put = Store.put
-    done = []
-
-    def crash_on_second_chunk(self: Store, drafts: list, sync: bool = False) -> list:
-        done.append(len(drafts))
-        if len(done) == 2:
-            raise OSError("killed mid-publish")
-        return real_put(self, drafts, sync=sync)
-
-    monkeypatch.setattr(Store, "put", crash_on_second_chunk)
+    monkeypatch.setattr("store.sparkwrite.PUBLISH_MIN", 3)
+    _crash_on_chunk(monkeypatch, 3)
     with pytest.raises(OSError):
-        S.commit_stream_batch(opts, "q2", 0, [_stage(store, bodies, "x")])
-    monkeypatch.setattr(Store, "put", real_put)
-    assert len(stored(store, "sink")) == 3
-    assert S.commit_stream_batch(opts, "q2", 0, [_stage(store, list(reversed(bodies)), "y")]) == 7
+        S.commit_stream_batch(opts, "q2", 0, [_stage(store, bodies[:4], "x"), _stage(store, bodies[4:], "x")])
+    monkeypatch.undo()
+    assert len(stored(store, "sink")) == 6
+    ledger = json.loads((store.root / S.SINKS_DIR / "q2.json").read_text())
+    assert ledger["publishing"] == 0 and ledger["done"] == 6
+    # The replay skips the recorded prefix without a single key-index lookup.
+    lookups = []
+    real_find_all = Store.find_all
+    monkeypatch.setattr(Store, "find_all", lambda self, k, limit=64: lookups.append(k) or real_find_all(self, k, limit))
+    assert S.commit_stream_batch(opts, "q2", 0, [_stage(store, bodies[:4], "y"), _stage(store, bodies[4:], "y")]) == 4
+    assert len(lookups) == 1          # the first message after the prefix: not stored
     assert sorted(m.body for m in stored(store, "sink")) == sorted(b.encode() for b in bodies)
+
+
+def test_replay_after_a_crash_between_a_chunk_and_its_ledger_update(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    opts = S.WriteOptions(str(store.root), "sink", False)
+    bodies = [f"m{i}" for i in range(10)]
+    for name in ("PUBLISH_FIRST", "PUBLISH_MESSAGES", "PUBLISH_MIN"):
+        monkeypatch.setattr(f"store.sparkwrite.{name}", 4)
+    real_save = S.SinkLedger.save
+    saves = []
+
+    def crash_on_second_progress(self: S.SinkLedger, state: dict, sync: bool = True) -> None:
+        if state.get("done"):
+            saves.append(state["done"])
+            if len(saves) == 2:
+                raise OSError("killed after the chunk, before the ledger")
+        real_save(self, state, sync)
+
+    monkeypatch.setattr(S.SinkLedger, "save", crash_on_second_progress)
+    with pytest.raises(OSError):
+        S.commit_stream_batch(opts, "q3", 4, [_stage(store, bodies, "x")])
+    monkeypatch.undo()
+    assert len(stored(store, "sink")) == 8            # two chunks stored, the ledger says 4
+    assert S.commit_stream_batch(opts, "q3", 4, [_stage(store, bodies, "y")]) == 2
+    assert sorted(m.body for m in stored(store, "sink")) == sorted(b.encode() for b in bodies)
+
+
+def test_a_replay_that_is_not_the_same_batch_falls_back_to_lookups(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    opts = S.WriteOptions(str(store.root), "sink", False)
+    for name in ("PUBLISH_FIRST", "PUBLISH_MESSAGES", "PUBLISH_MIN"):
+        monkeypatch.setattr(f"store.sparkwrite.{name}", 2)
+    _crash_on_chunk(monkeypatch, 2)
+    with pytest.raises(OSError):
+        S.commit_stream_batch(opts, "q4", 1, [_stage(store, ["a", "b", "c"], "x")])
+    monkeypatch.undo()
+    warnings: list[str] = []
+    n = S.commit_stream_batch(opts, "q4", 1, [_stage(store, ["b", "a", "c"], "y")], warn=warnings.append)
+    assert warnings and "differs" in warnings[0]
+    assert n == 3 and len(stored(store, "sink")) == 5     # at-least-once: positions changed
 
 
 def test_rows_are_validated_before_anything_is_staged(store: Store) -> None:
@@ -358,17 +417,23 @@ def test_offset_options_parse() -> None:
     assert S.parse_tags("A || B ||") == ("A", "B") and S.parse_tags("*") is None
 
 
-def test_ship_code_zips_an_importable_store_package(tmp_path: Path) -> None:
-    zipped = S._zip_store_package()
-    try:
-        probe = ("import sys; sys.path.insert(0, sys.argv[1]); import store.broker, store.spark; "
-                 "print(store.broker.__file__)")
-        r = subprocess.run([sys.executable, "-c", probe, zipped], capture_output=True, text=True,
-                           cwd=tmp_path, timeout=60)
-        assert r.returncode == 0, r.stderr
-        assert r.stdout.strip().startswith(zipped)
-    finally:
-        os.unlink(zipped)
+def test_ship_code_archive_is_importable_cached_and_pruned(tmp_path: Path) -> None:
+    from store import sparkship
+    cache = tmp_path / "cache"
+    zipped = sparkship.ship_archive(cache)
+    assert sparkship.ship_archive(cache) == zipped                # cached by content
+    assert [p.name for p in cache.iterdir()] == [Path(zipped).name]
+    probe = ("import sys; sys.path[:0] = [sys.argv[1]]; import store.broker, store.spark, portalocker; "
+             "print(store.broker.__file__, portalocker.__file__)")
+    r = subprocess.run([sys.executable, "-c", probe.replace(", store.spark", ""), zipped], capture_output=True,
+                       text=True, cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert all(p.startswith(zipped) for p in r.stdout.split())
+    old = cache / "mqctl-store-0123.zip"
+    old.write_bytes(b"x")
+    os.utime(old, (time.time() - sparkship.KEEP_S - 10,) * 2)
+    sparkship.ship_archive(cache)
+    assert not old.exists() and Path(zipped).exists()
 
 
 def test_fair_share_caps_and_spreads_a_trigger() -> None:
@@ -471,3 +536,270 @@ def test_cli_without_java_or_pyspark_fails_in_one_line(store: Store) -> None:
     r = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True,
                        env={**os.environ, "MQCTL_STORE": str(store.root)}, timeout=60)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "mqctl[spark]" in r.stderr
+
+
+# -- no silent mistakes -------------------------------------------------------------------------
+
+@pytest.mark.spark
+def test_an_unknown_option_fails_naming_the_valid_ones(spark: Any, store: Store, tmp_path: Path) -> None:
+    put(store, "a", [b"x"])
+    with pytest.raises(Exception, match=r"unknown option 'startoffsets' for read .*valid: store, topic, "
+                                        r"startingOffsets, endingOffsets, tags, create"):
+        reader(spark, store, topic="a", startOffsets="earliest").collect()
+    with pytest.raises(Exception, match=r"unknown option 'flsh' for write .*valid: store, topic, flush, create"):
+        spark.createDataFrame([("x",)], "body string").write.format("mqctl").mode("append") \
+            .option("store", str(store.root)).option("topic", "a").option("flsh", "sync").save()
+    with pytest.raises(Exception, match=r"unknown option 'maxmessagespertriger' for read or readStream .*"
+                                        r"maxMessagesPerTrigger, waitForTopic"):
+        spark.readStream.format("mqctl").option("store", str(store.root)) \
+            .option("maxMessagesPerTriger", "5").load().writeStream.format("console").start()
+
+
+@pytest.mark.spark
+def test_a_missing_store_fails_unless_create(spark: Any, tmp_path: Path) -> None:
+    from mqctl.sparkutil import to_store_error
+    missing = tmp_path / "typo"
+    with pytest.raises(Exception, match="no store at .*typo.*create") as info:
+        spark.read.format("mqctl").option("store", str(missing)).load().collect()
+    assert to_store_error(info.value).exit_code == 3
+    df = spark.createDataFrame([("x",)], "body string")
+    with pytest.raises(Exception, match="no store at") as info:
+        df.write.format("mqctl").mode("append").option("store", str(missing)).option("topic", "t").save()
+    assert to_store_error(info.value).exit_code == 3 and not missing.exists()
+    with pytest.raises(Exception, match="no store at"):
+        spark.readStream.format("mqctl").option("store", str(missing)).load()\
+            .writeStream.format("console").start()
+    assert not missing.exists()
+    df.write.format("mqctl").mode("append").option("store", str(missing)).option("topic", "t") \
+        .option("create", "true").save()
+    with Store.open(missing) as created:
+        assert [m.body for m in stored(created, "t")] == [b"x"]
+
+
+@pytest.mark.spark
+def test_read_stream_of_a_missing_topic_fails_unless_waiting_for_it(
+        spark: Any, store: Store, tmp_path: Path) -> None:
+    put(store, "orders", [b"o1"])
+    with pytest.raises(Exception, match="topic 'ordres' does not exist"):
+        _stream_to_parquet(spark, store, tmp_path / "o1", tmp_path / "c1", topic="ordres")
+    out, ckpt = tmp_path / "o2", tmp_path / "c2"
+    assert _stream_to_parquet(spark, store, out, ckpt, topic="later", waitForTopic="true",
+                              startingOffsets="earliest") == []
+    put(store, "later", [b"l1", b"l2"])
+    assert sum(_stream_to_parquet(spark, store, out, ckpt, topic="later", waitForTopic="true",
+                                  startingOffsets="earliest")) == 2
+
+
+@pytest.mark.spark
+def test_a_write_without_a_mode_says_mode_append(spark: Any, store: Store) -> None:
+    from mqctl.sparkutil import to_store_error
+    df = spark.createDataFrame([("x",)], "body string")
+    with pytest.raises(Exception) as info:
+        df.write.format("mqctl").option("store", str(store.root)).option("topic", "t").save()
+    err = to_store_error(info.value)
+    assert err.exit_code == 2 and '.mode("append")' in str(err)
+    with pytest.raises(Exception, match=r'append-only: use .mode\("append"\)'):
+        df.write.format("mqctl").mode("overwrite").option("store", str(store.root)).option("topic", "t").save()
+
+
+@pytest.mark.spark
+def test_starting_offsets_take_the_cli_time_grammar(spark: Any, store: Store) -> None:
+    put(store, "a", [b"x", b"y"])
+    assert reader(spark, store, topic="a", startingOffsets="-1h").count() == 2
+    assert reader(spark, store, topic="a", startingOffsets="now", endingOffsets="latest").count() == 0
+    assert reader(spark, store, topic="a", endingOffsets="-1d").count() == 0
+
+
+def test_the_time_grammar_matches_the_cli() -> None:
+    from mqctl.timeparse import parse_time
+    from store.sparkread import parse_time_ms
+    now = 1_780_000_000_000
+    for text in ("1732183200123", "1732183200", "now", "NOW", "-90s", "-2h30m", "-1d", "-500ms",
+                 "2026-11-21", "2026-11-21T10:00:00Z", "2026-11-21 10:00:00.123+02:00",
+                 "2026-11-21t10:00:00z"):
+        assert parse_time_ms(text, "o", now_ms=now) == parse_time(text, now_ms=now), text
+    for bad in ("soon", "-1y", "-", "12345"):
+        with pytest.raises(UsageError):
+            parse_time_ms(bad, "o", now_ms=now)
+        with pytest.raises(UsageError):
+            parse_time(bad, now_ms=now)
+
+
+# -- staging leftovers --------------------------------------------------------------------------
+
+def test_a_task_that_outlives_its_jobs_abort_leaves_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from store import sparkstaging as ST
+    from store.errors import OperationError
+    opts = S.WriteOptions(str(store.root), "sink", False)
+    job = f"{S.STAGING_DIR}/job1"
+    # a task started after abort() removed the job directory: it stages nothing
+    with pytest.raises(OperationError, match="aborted"):
+        S.write_staged(iter([pa.record_batch({"body": ["x"]})]), opts, job, create_dir=False)
+    assert not (store.root / S.STAGING_DIR).exists()
+    # a task still staging when abort() runs: its finished file is removed too
+    ST.write_owner(store.root / job)
+
+    def batches() -> Iterator[Any]:
+        yield pa.record_batch({"body": ["x"]})
+        ST.remove_job_dirs(store.root, [job])            # the driver's abort()
+        yield pa.record_batch({"body": ["y"]})
+    with pytest.raises(OperationError, match="aborted"):
+        S.write_staged(batches(), opts, job, create_dir=False)
+    assert not (store.root / S.STAGING_DIR).exists()
+
+
+def test_sweep_keeps_live_jobs_and_removes_dead_or_idle_ones(store: Store, tmp_path: Path) -> None:
+    from store import sparkstaging as ST
+    base = store.root / S.STAGING_DIR
+    ST.write_owner(base / "live")                        # this process: alive
+    (base / "live" / "part-0.arrow").write_bytes(b"x")
+    dead = subprocess.run([sys.executable, "-c", "from store.sparkstaging import write_owner; "
+                           f"from pathlib import Path; write_owner(Path({str(base / 'dead')!r}))"],
+                          capture_output=True, text=True, timeout=60)
+    assert dead.returncode == 0, dead.stderr               # its owner has exited
+    (base / "orphan").mkdir()                             # no owner: a zombie task's directory
+    (base / "orphan" / "part-1.arrow").write_bytes(b"yy")
+    report = {d.path.name: d for d in ST.scan_staging(store.root)}
+    assert not report["live"].stale and report["dead"].stale and not report["orphan"].stale
+    assert "is gone" in report["dead"].describe()
+    old = time.time() - ST.DEFAULT_GRACE_S - 60
+    for p in (base / "orphan", base / "orphan" / "part-1.arrow"):
+        os.utime(p, (old, old))
+    assert sorted(d.path.name for d in ST.stale_staging(store.root)) == ["dead", "orphan"]
+    assert sorted(d.path.name for d in ST.sweep_staging(store.root)) == ["dead", "orphan"]
+    assert sorted(p.name for p in base.iterdir()) == ["live"]
+    ST.remove_job_dirs(store.root, [f"{S.STAGING_DIR}/live"])
+    assert not base.exists()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_next_write_sweeps_a_killed_drivers_staging(spark: Any, store: Store, tmp_path: Path) -> None:
+    """A real driver killed while its tasks stage leaves ``spark-staging/<job>/``; the next
+    write's start removes it (its owner, the killed JVM, is gone)."""
+    store.create_topic("t", 2)
+    work = tmp_path / "driver"            # not tmp_path: its store/ would shadow the package
+    work.mkdir()
+    script = work / "driver.py"
+    script.write_text(KILLED_DRIVER.format(store=str(store.root)))
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=work, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "driver.err", "w"))
+    try:
+        deadline = time.time() + 180
+        base = store.root / S.STAGING_DIR
+        while time.time() < deadline and not list(base.glob("*/part-*.arrow")):
+            assert proc.poll() is None, (tmp_path / "driver.err").read_text()[-2000:]
+            time.sleep(0.2)
+        assert list(base.glob("*/part-*.arrow")), "nothing was staged"
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait(60)
+    from store.sparkstaging import owner_alive, read_owner
+    (job,) = [p for p in base.iterdir()]
+    owner = read_owner(job)
+    assert owner is not None and owner["pid"] != proc.pid          # the driver's JVM, not its Python
+    deadline = time.time() + 60
+    while owner_alive(owner) and time.time() < deadline:           # until the killed JVM has exited
+        time.sleep(0.1)
+    spark.createDataFrame([("after",)], "body string").write.format("mqctl").mode("append") \
+        .option("store", str(store.root)).option("topic", "t").save()
+    assert not base.exists()
+    assert [m.body for m in stored(store, "t")] == [b"after"]
+
+
+KILLED_DRIVER = '''
+import time
+import store.spark as S
+from pyspark.sql.functions import udf
+spark = S.local_session("local[1]", log_level="OFF")
+
+@udf("string")
+def body(i):
+    if i == 19999:
+        time.sleep(600)       # partition 0 is staged by now; partition 1 hangs: the driver is killed
+    return str(i)
+
+df = spark.range(0, 20000, 1, 2).select(body("id").alias("body"))
+df.write.format("mqctl").mode("append").option("store", {store!r}).option("topic", "t").save()
+'''
+
+
+# -- bounded lock holds ---------------------------------------------------------------------------
+
+PROBE = r'''
+while [ ! -e "$STOP" ]; do
+  s=$(date +%s%N); "$MQCTL" send probe x >/dev/null 2>&1; e=$(date +%s%N)
+  echo "$s $e" >> "$OUT"
+done
+'''
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_stall_probe_a_send_is_not_held_up_by_a_spark_write(spark: Any, store: Store, tmp_path: Path) -> None:
+    """A shell producer sends one message at a time while Spark writes ROWS rows; the write
+    publishes in chunks, so the producer's messages land *between* the write's chunks. The
+    timings are printed (run with -s), not asserted tightly: the machine may be loaded."""
+    rows = 300_000
+    store.create_topic("big", 4)
+    put(store, "probe", [b"first"])
+    out, stop = tmp_path / "probe.txt", tmp_path / "stop"
+    env = {**os.environ, "MQCTL_STORE": str(store.root), "OUT": str(out), "STOP": str(stop),
+           "MQCTL": MQCTL[0] if len(MQCTL) == 1 else f"{sys.executable} -m mqctl"}
+    producer = subprocess.Popen(["bash", "-c", PROBE], env=env)
+    try:
+        time.sleep(1.0)
+        t0 = time.time_ns()
+        (spark.range(0, rows, 1, 4).selectExpr("rpad(CAST(id AS STRING), 100, 'x') AS body")
+         .write.format("mqctl").mode("append").option("store", str(store.root)).option("topic", "big").save())
+        t1 = time.time_ns()
+        time.sleep(1.5)
+    finally:
+        stop.touch()
+        producer.wait(60)
+    sends = [tuple(map(int, line.split())) for line in out.read_text().splitlines() if line.strip()]
+    during = sorted((e - s) / 1e6 for s, e in sends if s < t1 and e > t0)
+    outside = sorted((e - s) / 1e6 for s, e in sends if e <= t0 or s >= t1)
+
+    def pct(xs: list[float], p: float) -> float:
+        return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
+    print(f"\nstall probe: {rows} rows written in {(t1 - t0) / 1e9:.1f}s; one-message sends during the "
+          f"write: n={len(during)} p50={pct(during, .5):.0f}ms p99={pct(during, .99):.0f}ms "
+          f"max={max(during, default=0):.0f}ms; outside it: n={len(outside)} p50={pct(outside, .5):.0f}ms "
+          f"max={max(outside, default=0):.0f}ms")
+    big = [m.commitlog_offset for m in stored(store, "big")]
+    assert len(big) == rows
+    probes = [m.commitlog_offset for m in stored(store, "probe")]
+    inside = [p for p in probes if min(big) < p < max(big)]
+    print(f"stall probe: {len(inside)} of {len(probes)} probe messages landed between the write's chunks")
+    assert inside, "no send got the lock while the write published"
+    assert max(during, default=0) < 10_000
+
+
+# -- the CLI's Spark log and progress -------------------------------------------------------------
+
+def test_cli_progress_line_and_warn_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    from types import SimpleNamespace
+
+    from mqctl import sparkutil
+    stage = SimpleNamespace(numCompletedTasks=3, numTasks=8, numActiveTasks=2)
+    tracker = SimpleNamespace(getActiveStageIds=lambda: [4], getStageInfo=lambda sid: stage)
+    sc = SimpleNamespace(statusTracker=lambda: tracker)
+    out = io.StringIO()
+    p = sparkutil.Progress(sc, interval=0.01, stream=out)
+    deadline = time.time() + 10
+    while "stage 4" not in out.getvalue() and time.time() < deadline:
+        time.sleep(0.01)
+    p.stop()
+    assert "mqctl: spark stage 4: 3/8 tasks (2 running)" in out.getvalue()
+    assert out.getvalue().endswith("\r\x1b[K")                  # the line is cleared at the end
+    monkeypatch.setenv("MQCTL_PROGRESS", "0")
+    assert not sparkutil.progress_wanted()
+    monkeypatch.setenv("MQCTL_PROGRESS", "1")
+    assert sparkutil.progress_wanted()
+    assert S.session_conf("local[2]", "WARN")["spark.log.level"] == "WARN"
+    err = sparkutil.to_store_error(Exception(
+        '[UNSUPPORTED_DATA_SOURCE_SAVE_MODE] The data source "mqctl" cannot be written in the '
+        'ErrorIfExists mode.'))
+    assert err.exit_code == 2 and 'mode("append")' in str(err) and "ErrorIfExists" in str(err)

@@ -265,6 +265,115 @@ def _handover_runs(scratch: _Scratch, members: int, queues: int, orderly: bool, 
     return times
 
 
+def _rebalance_run(scratch: _Scratch, count: int, size: int, queues: int, orderly: bool) -> dict:
+    """Members join and leave (SIGTERM) while ``count`` messages are consumed: duplicates,
+    hand-over pauses per queue, and the throughput of the run.
+
+    Every body is ``q<queue>-<seq>`` padded to ``size``: a duplicate is a (queue, seq) seen
+    twice; a hand-over pause is the time between the last line of a queue from its old owner
+    and the first from its new one (the queues always have a backlog during the run)."""
+    from store.layout import Layout
+    from store.members import live_members
+    st = scratch.open()
+    topic, group = "REBAL", "RG"
+    st.create_topic(topic, queues)
+    per = -(-count // queues)
+    for q in range(queues):
+        n = min(per, count - q * per)
+        if n <= 0:
+            break
+        for lo in range(0, n, 100_000):
+            st.put_bodies(topic, [(b"q%03d-%09d" % (q, i)).ljust(size, b".") for i in range(lo, min(n, lo + 100_000))],
+                          queue_id=q)
+    st.close()
+    total = sum(max(0, min(per, count - q * per)) for q in range(queues))
+    seen = bytearray(queues * per)
+    ms = _Members(scratch.root, topic, group, orderly)
+    sel = selectors.DefaultSelector()
+    owners: dict[int, subprocess.Popen] = {}
+    partial: dict[int, bytes] = {}
+    last_time: dict[int, float] = {}
+    last_pid: dict[int, int] = {}
+    pauses: list[float] = []
+    dupes = unique = 0
+    events = [(0.10, "join"), (0.20, "join"), (0.35, "leave"), (0.50, "join"), (0.65, "leave"),
+              (0.80, "join")]
+    log: list[str] = []
+
+    def add(p: subprocess.Popen) -> None:
+        os.set_blocking(p.stdout.fileno(), False)
+        sel.register(p.stdout.fileno(), selectors.EVENT_READ)
+        owners[p.stdout.fileno()] = p
+        partial[p.stdout.fileno()] = b""
+
+    def joined(p: subprocess.Popen) -> bool:
+        return any(m.pid == p.pid for m in live_members(Layout(scratch.root), group))
+
+    def read_ready(timeout: float) -> None:
+        nonlocal dupes, unique
+        for key, _ev in sel.select(timeout=timeout):
+            try:
+                data = os.read(key.fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            if not data:
+                sel.unregister(key.fd)
+                continue
+            now = time.perf_counter()
+            pid = owners[key.fd].pid
+            buf = partial[key.fd] + data
+            cut = buf.rfind(b"\n") + 1
+            partial[key.fd] = buf[cut:]
+            for line in buf[:cut].splitlines():
+                q, i = int(line[1:4]), int(line[5:14])
+                k = q * per + i
+                if seen[k]:
+                    dupes += 1
+                else:
+                    seen[k] = 1
+                    unique += 1
+                if q in last_pid and last_pid[q] != pid:
+                    pauses.append(now - last_time[q])
+                last_pid[q], last_time[q] = pid, now
+
+    first = None
+    waiting_for: subprocess.Popen | None = None
+    try:
+        add(ms.start())
+        deadline = time.monotonic() + DEADLINE_S
+        while unique < total:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {unique} of {total} messages arrived within {DEADLINE_S:g} s")
+            read_ready(0.05)
+            if first is None and unique:
+                first = time.perf_counter()
+            if waiting_for is not None and (waiting_for.poll() is not None or joined(waiting_for)):
+                waiting_for = None
+            while events and waiting_for is None and unique >= events[0][0] * total:
+                _frac, what = events.pop(0)
+                if what == "join":
+                    waiting_for = ms.start()
+                    add(waiting_for)
+                else:
+                    victim = ms.live()[0]
+                    victim.send_signal(signal.SIGTERM)
+                log.append(f"{what} at {unique / total:.0%}")
+        end = time.perf_counter()
+        for p in ms.live():
+            p.send_signal(signal.SIGTERM)
+        stop_by = time.monotonic() + 30
+        while sel.get_map() and time.monotonic() < stop_by:
+            read_ready(0.2)   # late output: a duplicate would show up here
+    finally:
+        sel.close()
+        ms.stop()
+    pauses.sort()
+    return {"duplicates": dupes, "unique": unique, "seconds": end - (first or end),
+            "msgsPerSec": unique / max(end - (first or end), 1e-9), "handovers": len(pauses),
+            "pauseMedianMs": round(statistics.median(pauses) * 1000, 1) if pauses else None,
+            "pauseMaxMs": round(pauses[-1] * 1000, 1) if pauses else None, "events": log}
+
+
 @bench_app.command("consume")
 def consume(
     orderly: Annotated[bool, typer.Option("--orderly", help="Orderly members (queue locks).")] = False,
@@ -274,6 +383,7 @@ def consume(
     queues: Annotated[int, typer.Option("--queues", min=1, max=1024, help="Queues of the topic.")] = 8,
     repeat: Annotated[int, typer.Option("--repeat", "-r", min=1, help="Runs per member count (median).")] = 3,
     handover: Annotated[bool, typer.Option("--handover", help="Measure hand-over after kill -9 instead of throughput.")] = False,
+    rebalance: Annotated[bool, typer.Option("--rebalance", help="Scenario: members join and leave (SIGTERM) during --count messages; duplicates (must be 0), hand-over pause per queue, throughput against 3 steady members.")] = False,
     runs: Annotated[int, typer.Option("--runs", min=1, help="Kills for --handover (median).")] = 10,
     dir_: Annotated[Optional[str], typer.Option("--dir", help="Where to create the throwaway store (default: the temp dir).")] = None,
     json: Annotated[bool, typer.Option("--json", "-j", help="One JSON object per result on stdout.")] = False,
@@ -289,6 +399,24 @@ def consume(
         raise UsageError("--members needs counts of at least 1")
     mode = "orderly" if orderly else "concurrent"
     with _Scratch(dir_) as scratch:
+        if rebalance:
+            _say(f"rebalance: {count} x {size} B, {queues} queues, {mode}: 3 steady members first")
+            steady, _rss = _one_rate_run(scratch, 0, 3, count, size, queues, orderly)
+            _say(f"  steady, 3 members: {steady:,.0f} msgs/s; now with members joining and leaving")
+            r = _rebalance_run(scratch, count, size, queues, orderly)
+            row = {"bench": "consume-rebalance", "mode": mode, "queues": queues, "size": size,
+                   "count": count, "duplicates": r["duplicates"], "handovers": r["handovers"],
+                   "pauseMedianMs": r["pauseMedianMs"], "pauseMaxMs": r["pauseMaxMs"],
+                   "msgsPerSec": round(r["msgsPerSec"]), "steadyMsgsPerSec": round(steady),
+                   "ratio": round(r["msgsPerSec"] / steady, 2), "events": r["events"]}
+            _emit(json, row, f"rebalance ({mode}, {queues} queues, {count} x {size} B; "
+                             f"{', '.join(r['events'])}): {r['duplicates']} duplicates, "
+                             f"{r['handovers']} queue hand-overs, pause median {r['pauseMedianMs']} ms, "
+                             f"max {r['pauseMaxMs']} ms; {r['msgsPerSec']:,.0f} msgs/s = "
+                             f"x{r['msgsPerSec'] / steady:.2f} of steady state ({steady:,.0f} msgs/s)")
+            if r["duplicates"]:
+                raise typer.Exit(1)
+            return
         if handover:
             n = max(max(counts), 2)
             _say(f"hand-over: {n} {mode} members, {queues} queues, {runs} kills")

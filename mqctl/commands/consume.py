@@ -17,6 +17,9 @@ Examples:
   mqctl consume orders -g billing --exec ./handle.sh       # concurrent, retries, DLQ
   mqctl consume orders -g ledger --orderly --exec ./apply  # one process per queue, in order
   mqctl consume orders -g audit --json --tag 'paid || refunded' | jq .body
+  mqctl consume orders --no-group --from earliest -e        # a read: no offsets, no member
+  mqctl consume orders -g copy --from first -e --json --batch 500 \
+      --exec 'mqctl send orders-copy --input json --reroute'  # a safe copy
 """
 
 
@@ -27,10 +30,11 @@ def register(app: typer.Typer) -> None:
 def consume(
     ctx: typer.Context,
     topic: Annotated[str, typer.Argument(help="Topic to consume.")],
-    group: Annotated[str, typer.Option("--group", "-g", help="Consumer group.")],
+    group: Annotated[Optional[str], typer.Option("--group", "-g", help="Consumer group.")] = None,
+    no_group: Annotated[bool, typer.Option("--no-group", help="Read without a group (like kcat -C without -G): nothing is committed, no retention is held, not a member.")] = False,
     orderly: Annotated[bool, typer.Option("--orderly", help="One process per queue at a time, in queue order, under a queue lock.")] = False,
     broadcast: Annotated[bool, typer.Option("--broadcast", help="Every member gets every message (offsets kept per client).")] = False,
-    from_: Annotated[str, typer.Option("--from", "-o", help="Where a queue with no committed offset starts: first, last, or a time (ISO-8601, ms since epoch, -1h).")] = "last",
+    from_: Annotated[str, typer.Option("--from", "-o", help="Where a queue with no committed offset starts: first (earliest), last (latest), or a time (ISO-8601, ms since epoch, -1h).")] = "last",
     tag: Annotated[Optional[str], typer.Option("--tag", "-t", help="Tag filter: 'A || B' (* = all).")] = None,
     exec_: Annotated[Optional[str], typer.Option("--exec", "-x", help="Run CMD per message (or per --batch); exit 0 = consumed. Split like a shell line, run without a shell.")] = None,
     batch: Annotated[int, typer.Option("--batch", "-b", min=1, help="Messages per handler run.")] = 1,
@@ -38,7 +42,7 @@ def consume(
     count: Annotated[Optional[int], typer.Option("--count", "-c", "-n", min=1, help="Stop after N messages.")] = None,
     exit_at_end: Annotated[bool, typer.Option("--exit-at-end", "-e", help="Stop when the queues held are drained up to their end at start.")] = False,
     idle_timeout: Annotated[Optional[float], typer.Option("--idle-timeout", min=0.0, help="Stop after SECONDS with nothing to consume.")] = None,
-    client_id: Annotated[Optional[str], typer.Option("--client-id", help="Member id (default HOST@PID); must be unique among live members.")] = None,
+    client_id: Annotated[Optional[str], typer.Option("--client-id", help="Member id (default HOST@PID; broadcast: HOST@DEFAULT, stable across restarts); must be unique among live members.")] = None,
     strategy: Annotated[str, typer.Option("--strategy", help="Queue allocation: averagely, circle, hash, config.")] = "averagely",
     queues: Annotated[Optional[str], typer.Option("--queues", help="Queue ids for --strategy config, e.g. 0,3.")] = None,
     max_reconsume: Annotated[Optional[int], typer.Option("--max-reconsume", min=0, help="Deliveries before the DLQ (default 16; orderly: unlimited).")] = None,
@@ -46,7 +50,7 @@ def consume(
     consume_timeout: Annotated[Optional[float], typer.Option("--consume-timeout", min=0.001, help="Kill a handler after SECONDS and count it as failed (default 15 min).")] = 900.0,
     retry_delay: Annotated[Optional[str], typer.Option("--retry-delay", help="Concurrent: fixed delay before a retry instead of RocketMQ's levels (e.g. 2s).")] = None,
     dedup: Annotated[bool, typer.Option("--dedup", help="Skip redeliveries of message ids whose handler already completed.")] = False,
-    json: Annotated[bool, typer.Option("--json", "-j", "-J", help="Write each message as a JSON envelope (round-trips into send --input json).")] = False,
+    json: Annotated[bool, typer.Option("--json", "-j", "-J", help="Write each message as a JSON envelope (round-trips into send --input json); with --exec, the handler reads envelopes on stdin, one per line.")] = False,
     format_: Annotated[Optional[str], typer.Option("--format", "-f", help="kcat-style template: %t topic %q queue %o offset %k keys %T tags %s body %i msgId %h properties %d time ...")] = None,
     rebalance_interval: Annotated[float, typer.Option("--rebalance-interval", min=0.05, help="Seconds between rebalances (membership changes wake it at once).")] = 1.0,
 ) -> None:
@@ -55,6 +59,16 @@ def consume(
     from store.client.runtime import ConsumeOptions, Runtime, parse_tag_expression
     from ..consumer.handlers import ExecSink, StdoutSink, warn
     validate_any_topic(topic)
+    if no_group:
+        if group is not None:
+            raise UsageError("give --group or --no-group, not both")
+        for flag, given in (("--broadcast", broadcast), ("--orderly", orderly), ("--dedup", dedup),
+                            ("--client-id", client_id is not None)):
+            if given:
+                raise UsageError(f"{flag} needs a group; --no-group reads without one")
+        group = "mqctl-no-group"
+    elif group is None:
+        raise UsageError("Missing option '--group' / '-g' (or --no-group to read without a group)")
     validate_group(group)
     if json and format_:
         raise UsageError("give --json or --format, not both")
@@ -70,11 +84,14 @@ def consume(
             raise UsageError(f"--queues {queues!r}: expected queue ids like 0,3") from exc
     elif queues:
         raise UsageError("--queues applies to --strategy config only")
+    from_ = {"earliest": "first", "latest": "last"}.get(from_, from_)
     from_where, from_ts = from_, None
     if from_ not in ("first", "last"):
         from ..timeparse import parse_time
         from_where, from_ts = "timestamp", parse_time(from_)
-    render = _renderer(json, format_) if exec_ is None else None
+    render = _renderer(json, format_) if exec_ is None or json else None
+    if exec_ is not None and format_ is not None:
+        raise UsageError("--format applies to stdout; with --exec, give --json or nothing")
     argv = None
     if exec_ is not None:
         from ..consumer.handlers import split_command
@@ -84,16 +101,22 @@ def consume(
         from ..timeparse import parse_duration
         retry_ms = parse_duration(retry_delay)
     opts = ConsumeOptions(
-        topic=topic, group=group, orderly=orderly, broadcast=broadcast, from_where=from_where,
+        topic=topic, group=group, orderly=orderly, broadcast=broadcast or no_group, from_where=from_where,
         from_timestamp=from_ts, tags=parse_tag_expression(tag), batch=batch,
         threads=threads, count=count, exit_at_end=exit_at_end, idle_timeout_s=idle_timeout,
         strategy=strategy, config_queues=cfg_queues, max_reconsume=max_reconsume,
         suspend_ms=suspend_ms, dedup=dedup, retry_delay_ms=retry_ms,
-        rebalance_interval_s=rebalance_interval)
+        rebalance_interval_s=rebalance_interval, no_group=no_group)
     if client_id is not None:
         opts.client_id = validate_client_id(client_id)
+    elif broadcast:
+        from store.client.runtime import default_broadcast_client_id
+        opts.client_id, opts.client_id_given = default_broadcast_client_id(), False
+    else:
+        opts.client_id_given = False
     if argv is not None:
-        sink: ExecSink | StdoutSink = ExecSink(argv, group, consume_timeout, threads, batch)
+        sink: ExecSink | StdoutSink = ExecSink(argv, group, consume_timeout, threads, batch,
+                                               render if json else None)
     else:
         assert render is not None
         sink = StdoutSink(render, raw=not json and format_ is None)

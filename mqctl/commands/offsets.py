@@ -104,7 +104,8 @@ def show(ctx: typer.Context, group: GroupOpt, topic: TopicOpt = None, json: Json
             for r in _admin(ctx).offsets(group, topic)]
     cols = [("topic", "TOPIC"), ("queueId", "QUEUE"), ("offset", "OFFSET")]
     if any(r["clientId"] for r in rows):
-        cols.append(("clientId", "CLIENT-ID"))
+        _mark_clients(state(ctx).store(), group, rows)
+        cols += [("clientId", "CLIENT-ID"), ("clientState", "CLIENT")]
     out = Output(json=json)
     if rows:
         out.table(rows, cols)
@@ -139,20 +140,101 @@ def progress_rows(store: "Store", group: str, topic: str | None = None) -> list[
             for r in Admin.of(store).lag(group, topic)]
 
 
+def _mark_clients(store: "Store", group: str, rows: list[dict[str, Any]]) -> None:
+    """Mark the rows of broadcast clients: ``clientAlive`` (a live member of the group) and
+    ``clientState`` (live / dead: a dead client's offsets hold retention back until
+    ``mqctl offsets delete --group G --client-id C`` removes them)."""
+    from store.members import live_members
+    live = {m.clientId for m in live_members(store.layout, group)}
+    for r in rows:
+        if r.get("clientId"):
+            r["clientAlive"] = r["clientId"] in live
+            r["clientState"] = "live" if r["clientAlive"] else "dead"
+
+
 def progress(ctx: typer.Context, group: GroupOpt, topic: TopicOpt = None, json: JsonOpt = False) -> None:
     from store.members import live_members
     from ..output import Output
     store = state(ctx).store()
     rows = progress_rows(store, group, topic)
     out = Output(json=json)
+    cols = [("topic", "TOPIC"), ("queueId", "QUEUE"), ("brokerOffset", "BROKER-OFFSET"),
+            ("consumerOffset", "CONSUMER-OFFSET"), ("lag", "LAG"), ("lastTime", "LAST-CONSUMED"),
+            ("owner", "OWNER")]
+    if any(r.get("clientId") for r in rows):
+        _mark_clients(store, group, rows)
+        cols.append(("clientState", "CLIENT"))
     if rows:
-        out.table(rows, [("topic", "TOPIC"), ("queueId", "QUEUE"), ("brokerOffset", "BROKER-OFFSET"),
-                         ("consumerOffset", "CONSUMER-OFFSET"), ("lag", "LAG"), ("lastTime", "LAST-CONSUMED"),
-                         ("owner", "OWNER")])
+        out.table(rows, cols)
     if not json:
         members = live_members(store.layout, group)
         out.info(f"group {group}: {len(members)} live member{'s' if len(members) != 1 else ''}, "
                  f"total lag {sum(r['lag'] for r in rows)}")
+
+
+# -- offsets delete ----------------------------------------------------------------------------
+
+@offsets_app.command("delete", help="""Delete a group's offsets, or one dead broadcast client's.
+
+Without --client-id: the group's clustering offsets and every broadcast client's (refused
+while the group has live members). With --client-id: that broadcast client's offsets only
+(refused while it is live). Deleted offsets no longer hold retention back; a consumer that
+comes back starts from --from. Asks for confirmation on a terminal unless --yes.
+
+Examples:
+  mqctl offsets delete -g audit --client-id host1@DEFAULT --yes
+  mqctl offsets delete -g old-billing --yes""")
+def delete(
+    ctx: typer.Context,
+    group: GroupOpt,
+    client_id: Annotated[Optional[str], typer.Option("--client-id", help="Only this broadcast client's offsets.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    import shutil
+    import sys
+    from store.client.admin import broadcast_clients
+    from store.errors import ConflictError, NotFoundError
+    from store.members import live_members
+    from store.names import validate_client_id, validate_group
+    from store.offsets import ClusterOffsetStore
+    from ..output import Output
+    validate_group(group)
+    store = state(ctx).store()
+    live = {m.clientId for m in live_members(store.layout, group)}
+    clients = broadcast_clients(store, group)
+    if client_id is not None:
+        validate_client_id(client_id)
+        if client_id not in clients:
+            raise NotFoundError(f"group {group} has no broadcast offsets of client {client_id}")
+        if client_id in live:
+            raise ConflictError(f"client {client_id} is a live member of group {group}; stop it first")
+        targets, cluster = [client_id], False
+    else:
+        if live:
+            raise ConflictError(f"group {group} has {len(live)} live member(s) ({', '.join(sorted(live))}); "
+                                f"stop them first, or give --client-id of a dead broadcast client")
+        cluster_offsets = ClusterOffsetStore(store.layout, warn=store.warn).read_group(group)
+        if not cluster_offsets and not clients:
+            raise NotFoundError(f"group {group} has no committed offsets")
+        targets, cluster = clients, True
+    what = f"broadcast client {client_id}" if client_id else f"group {group}"
+    if not yes and sys.stdin.isatty():
+        typer.confirm(f"delete the offsets of {what}?", abort=True)
+    topics: list[str] = []
+    if cluster:
+        topics = ClusterOffsetStore(store.layout, warn=store.warn).delete_group(group)
+    for cid in targets:
+        shutil.rmtree(store.layout.broadcast_offsets(cid, group).parent, ignore_errors=True)
+    out = Output(json=json)
+    if json:
+        import json as jsonlib
+        sys.stdout.write(jsonlib.dumps({"group": group, "clientId": client_id, "clients": targets,
+                                        "topics": topics, "deleted": True}) + "\n")
+        sys.stdout.flush()
+    else:
+        out.info(f"deleted the offsets of {what}"
+                 f"{f' (broadcast clients: {len(targets)})' if cluster and targets else ''}")
 
 
 # -- offsets reset -----------------------------------------------------------------------------

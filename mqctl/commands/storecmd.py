@@ -27,11 +27,15 @@ def check(ctx: typer.Context, json: JsonOpt = False) -> None:
     with out.progress(total, "checking") as bar:
         rep = check_store(store, progress=bar.advance)
     problems = rep.problems or []
+    from store.sparkstaging import stale_staging
+    stale = stale_staging(store.root)
+    for d in stale:   # not damage: left by a killed Spark job; `store clean` removes it
+        out.warn(f"stale Spark staging {d.describe()} (mqctl store clean removes it)")
     if json:
         for p in problems:
             out.emit_json(p.to_json())
         out.emit_json({"status": "DAMAGED" if problems else "OK", "records": rep.records,
-                       "cqEntries": rep.cq_entries, "problems": len(problems)})
+                       "cqEntries": rep.cq_entries, "problems": len(problems), "staleStaging": len(stale)})
     else:
         for p in problems:
             sys.stdout.write(f"{p.file}:{p.offset}: {p.reason}\n")
@@ -126,6 +130,7 @@ def clean(
         else:
             rows.append(row)
 
+    from store.sparkstaging import stale_staging, sweep_staging
     if dry_run:
         plan = plan_clean(store, retention, force)
         for action in plan.files:
@@ -134,10 +139,19 @@ def clean(
                 out.emit_json(row)
             else:
                 rows.append(row)
+        staging = stale_staging(store.root)
     else:
         total = len(plan_clean(store, retention, force).files)
         with out.progress(total or None, "cleaning") as bar:
             plan = run_clean(store, retention, force, progress=bar.advance, on_delete=deleted)
+        staging = sweep_staging(store.root)   # what killed or failed Spark jobs left behind
+    for d in staging:
+        row = d.to_json() | {"action": "would-delete" if dry_run else "deleted",
+                             "mtime": plan.now_ms - d.to_json()["idleMs"]}
+        if json:
+            out.emit_json(row)
+        else:
+            rows.append(row)
     summary = plan.to_json() | {"status": "DRY_RUN" if dry_run else "OK"}
     if json:
         out.emit_json(summary)

@@ -6,8 +6,11 @@ A handler returns True when the batch is consumed. The stdout handler consumes a
 it is written and flushed (``BrokenPipe`` if the reader went away: nothing of that batch is
 committed). The exec handler runs CMD without a shell, body on stdin, metadata in ``MQ_*``
 environment variables; exit 0 = consumed, anything else (or ``--consume-timeout``) = failed.
-Handler children get SIGKILL when the consumer dies (``PR_SET_PDEATHSIG``), so a ``kill -9``
-of the consumer does not leave a handler running on.
+Handler children get SIGKILL when the consumer dies (``PR_SET_PDEATHSIG``, checked against
+``getppid()`` right after it is set, so a consumer killed between ``fork()`` and ``prctl()``
+does not leave its handler running), and a clustering handler inherits a descriptor of its
+queue's lock file: the OS lock is held until the last handler of the queue is gone, so no
+new owner can start the queue while a handler of the previous one may still run.
 """
 from __future__ import annotations
 
@@ -19,13 +22,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Callable
+from typing import Any, Callable
 
 from store.client.runtime import Outcome, ThreadPoolSink
 from store.errors import HandlerError, UsageError
 from store.record import Message
 
-from ..output import write_records
 
 _PR_SET_PDEATHSIG = 1
 _libc_prctl: Callable[..., int] | None = None
@@ -39,9 +41,13 @@ def _load_prctl() -> None:
         _libc_prctl = None
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _die_with_parent(parent: int) -> None:  # runs in the child between fork and exec
     if _libc_prctl is not None:
         _libc_prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # The death signal only covers a parent that dies from now on: one killed between
+        # fork() and prctl() has already gone, and the child was re-parented.
+        if os.getppid() != parent:
+            os._exit(137)
     # Its own process group: a Ctrl-C at the terminal goes to the consumer alone, which then
     # lets the batches in handlers finish and commits them (instead of every handler dying
     # of SIGINT and its message counting as failed), and a timeout can kill the handler's
@@ -54,18 +60,104 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 class StdoutSink:
     """``consume`` without ``--exec``: raw bodies, the JSON envelope, or a ``--format``.
 
-    An inline sink: a batch is consumed once written and flushed (``BrokenPipe``: nothing of
-    it is). ``raw`` (the renderer is body + newline) lets the runtime hand over bare bodies."""
+    An inline sink: a message is consumed once the write of its whole line returned. When a
+    write fails (the reader closed the pipe: ``BrokenPipe``, exit 141; or a second signal
+    interrupted a blocked write) ``completed`` tells the runtime how many leading messages of
+    the call were delivered, and only those are committed. For a pipe, delivered means taken
+    out of the pipe by the reader: what was still in the pipe's buffer when the reader went
+    away (``FIONREAD``) was never read, and is not counted. ``raw`` (the renderer is body +
+    newline) lets the runtime hand over bare bodies."""
 
     def __init__(self, render: Callable[[Message], bytes], raw: bool = False) -> None:
         self.render = render
         self.raw = raw
+        self.completed = 0
+        self.fd = 1
+        self._poll: Any = None   # select.poll on stdout when it is a pipe; False when not
 
     def consume(self, batch: list[Message]) -> None:
-        write_records([self.render(m) for m in batch])
+        lines = [self.render(m) for m in batch]
+        self._write(lines, [len(x) for x in lines])
 
     def write_raw(self, bodies: list[bytes]) -> None:
-        write_records([b"\n".join(bodies), b"\n"])
+        self._write([b"\n".join(bodies), b"\n"], None, bodies)
+
+    def _write(self, chunks: list[bytes], sizes: list[int] | None, bodies: list[bytes] | None = None) -> None:
+        self.completed = 0
+        written = 0
+        try:
+            try:
+                sys.stdout.flush()
+            except (OSError, ValueError):
+                pass
+            for chunk in chunks:
+                view = memoryview(chunk)
+                while view:
+                    n = os.write(self.fd, view)
+                    written += n
+                    view = view[n:]
+        except BrokenPipeError as exc:
+            self.completed = _whole_lines(written - _unread(self.fd), sizes, bodies)
+            from ..output import BrokenPipe
+            raise BrokenPipe("stdout was closed by the reader") from exc
+        except BaseException:
+            self.completed = _whole_lines(written, sizes, bodies)
+            raise
+        if sizes is None:
+            self.completed = len(bodies or ())
+        else:
+            self.completed = len(sizes)
+
+
+    def idle_check(self) -> None:
+        """Called by an idle consumer: BrokenPipe if stdout is a pipe whose reader is gone
+        (``| head`` got its lines while everything fitted in the pipe), so the consumer exits
+        141 now instead of at its next write, which may never come."""
+        if self._poll is None:
+            import select
+            import stat
+            try:
+                if not stat.S_ISFIFO(os.fstat(self.fd).st_mode):
+                    self._poll = False
+                    return
+                self._poll = select.poll()
+                self._poll.register(self.fd, 0)   # POLLERR / POLLHUP are always reported
+            except (OSError, AttributeError, ValueError):
+                self._poll = False
+                return
+        if self._poll is False:
+            return
+        if self._poll.poll(0):
+            self.completed = 0
+            from ..output import BrokenPipe
+            raise BrokenPipe("stdout was closed by the reader")
+
+
+def _unread(fd: int) -> int:
+    """Bytes still in the pipe ``fd`` writes to (0 if it is not a pipe, or cannot say): after
+    the reader closed its end, they are what it never read."""
+    try:
+        import fcntl
+        import stat
+        import struct
+        import termios
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return 0
+        buf = fcntl.ioctl(fd, termios.FIONREAD, struct.pack("i", 0))
+        return max(0, struct.unpack("i", buf)[0])
+    except (OSError, ImportError, AttributeError, ValueError):
+        return 0
+
+
+def _whole_lines(nbytes: int, sizes: list[int] | None, bodies: list[bytes] | None) -> int:
+    """How many leading lines fit in full in the first ``nbytes`` bytes written."""
+    total = n = 0
+    for size in (sizes if sizes is not None else (len(b) + 1 for b in bodies or ())):
+        total += size
+        if total > nbytes:
+            break
+        n += 1
+    return n
 
 
 def split_command(cmd: str) -> list[str]:
@@ -91,12 +183,16 @@ def check_runnable(argv: list[str]) -> None:
 class ExecHandler:
     """``--exec CMD``: one child process per message, or per batch with ``--batch N``."""
 
-    def __init__(self, argv: list[str], group: str, timeout_s: float | None) -> None:
+    def __init__(self, argv: list[str], group: str, timeout_s: float | None,
+                 render: Callable[[Message], bytes] | None = None) -> None:
         check_runnable(argv)
         _load_prctl()
         self.argv = argv
         self.group = group
         self.timeout_s = timeout_s
+        self.render = render          # --json: the handler reads envelopes, one per line
+        self.running: set[subprocess.Popen] = set()
+        self.aborted = False
 
     def environment(self, msgs: list[Message], topic: str) -> dict[str, str]:
         m = msgs[0]
@@ -120,9 +216,25 @@ class ExecHandler:
             env["MQ_MSG_IDS"] = ",".join(x.uniq_key or x.msg_id for x in msgs)
         return env
 
-    def run(self, msgs: list[Message], topic: str) -> tuple[bool, str]:
-        """(consumed, why not). Raises HandlerError when the command cannot be started."""
-        body = msgs[0].body if len(msgs) == 1 else b"".join(m.body + b"\n" for m in msgs)
+    def abort(self) -> None:
+        """End every running handler now (a second SIGINT/SIGTERM); none starts after this.
+        Their batches are handed back, not counted as failed."""
+        self.aborted = True
+        for proc in list(self.running):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def run(self, msgs: list[Message], topic: str, pass_fds: tuple[int, ...] = ()) -> tuple[bool | None, str]:
+        """(consumed, why not); None: ended by :meth:`abort`, hand the batch back. Raises
+        HandlerError when the command cannot be started."""
+        if self.aborted:
+            return None, "the consumer is stopping"
+        if self.render is not None:
+            body = b"".join(self.render(m) for m in msgs)
+        else:
+            body = msgs[0].body if len(msgs) == 1 else b"".join(m.body + b"\n" for m in msgs)
         # stdin is a file written in full before the handler starts, not a pipe: if this
         # consumer is killed, the kernel closes a pipe's write end before the handler's death
         # signal arrives, and the handler would read a cut body as if it were whole.
@@ -130,16 +242,25 @@ class ExecHandler:
             stdin.write(body)
             stdin.flush()
             stdin.seek(0)
+            parent = os.getpid()
             try:
                 proc = subprocess.Popen(self.argv, stdin=stdin, env=self.environment(msgs, topic),
-                                        preexec_fn=_die_with_parent, close_fds=True)
+                                        preexec_fn=lambda: _die_with_parent(parent), close_fds=True,
+                                        pass_fds=pass_fds)
             except OSError as exc:
                 raise HandlerError(f"cannot run handler {self.argv[0]!r}: {exc.strerror or exc}") from exc
+            self.running.add(proc)
             try:
+                if self.aborted:   # abort() ran between the check above and the start
+                    _kill_tree(proc)
                 proc.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
                 _kill_tree(proc)
                 return False, f"handler timed out after {self.timeout_s:g}s"
+            finally:
+                self.running.discard(proc)
+        if self.aborted and proc.returncode != 0:
+            return None, "handler ended by a second interrupt"
         if proc.returncode == 0:
             return True, ""
         if proc.returncode < 0:
@@ -151,12 +272,39 @@ class ExecSink(ThreadPoolSink):
     """``--exec CMD`` as a pool sink: ``--threads`` handler runs at a time, ``--batch`` messages
     each. The command is checked before the consumer joins its group."""
 
-    def __init__(self, argv: list[str], group: str, timeout_s: float | None, threads: int, batch: int) -> None:
-        self.handler = ExecHandler(argv, group, timeout_s)
+    def __init__(self, argv: list[str], group: str, timeout_s: float | None, threads: int, batch: int,
+                 render: Callable[[Message], bytes] | None = None) -> None:
+        self.handler = ExecHandler(argv, group, timeout_s, render)
         super().__init__(self._run, threads, batch)
 
     def _run(self, batch: list[Message], topic: str) -> Outcome:
         return self.handler.run(batch, topic)
+
+    def submit_locked(self, batch: list[Message], topic: str, lock_fd: int):  # noqa: ANN201
+        """Like ``submit``; the handler inherits ``lock_fd`` (a copy of its queue's lock,
+        closed here when it is done), so the queue stays locked while it runs."""
+        closed: list[bool] = []
+
+        def close_once() -> None:
+            if not closed:
+                closed.append(True)
+                os.close(lock_fd)
+
+        def work() -> Outcome:
+            try:
+                return self.handler.run(batch, topic, (lock_fd,))
+            finally:
+                close_once()
+        try:
+            fut = self.pool.submit(work)
+        except BaseException:
+            close_once()
+            raise
+        fut.add_done_callback(lambda f: close_once() if f.cancelled() else None)
+        return fut
+
+    def abort(self) -> None:
+        self.handler.abort()
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:

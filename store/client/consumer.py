@@ -45,6 +45,7 @@ def _default_client_id(root: str, group: str) -> str:
 
 def _start(start_from: StartFrom) -> tuple[str, int | None]:
     if isinstance(start_from, str):
+        start_from = {"earliest": "first", "latest": "last"}.get(start_from, start_from)
         if start_from in ("first", "last"):
             return start_from, None
         raise UsageError(f"start_from must be 'first', 'last', a datetime or ms since the epoch, "
@@ -132,7 +133,8 @@ class Consumer:
       ``start_from``: where a queue with no committed offset starts: ``"first"``, ``"last"``
       (the default, as in RocketMQ), a :class:`datetime.datetime` or ms since the epoch.
       ``tags``: a subscription expression, ``"*"`` or ``"A || B"`` (or a list of tags).
-      ``client_id``: the member's id (default ``HOST@PID``); unique among live members.
+      ``client_id``: the member's id (default ``HOST@PID``; broadcast: ``HOST@DEFAULT``, so a
+      restarted broadcast consumer resumes its own offsets); unique among live members.
       ``dedup``: skip redeliveries of message ids this group already consumed.
 
     Two ways to consume, one per consumer:
@@ -158,12 +160,19 @@ class Consumer:
         from_where, from_ts = _start(start_from)
         self.path = resolve_store_path(path)
         root = str(self.path)
-        cid = names.validate_client_id(client_id) if client_id is not None else _default_client_id(root, group)
+        if client_id is not None:
+            cid = names.validate_client_id(client_id)
+        elif broadcast:
+            from .runtime import default_broadcast_client_id
+            cid = default_broadcast_client_id()   # stable: a restart resumes its offsets
+        else:
+            cid = _default_client_id(root, group)
         self.topic, self.group, self.client_id = topic, group, cid
         self.orderly, self.broadcast = bool(orderly), bool(broadcast)
         opts = ConsumeOptions(topic=topic, group=group, orderly=self.orderly, broadcast=self.broadcast,
                               from_where=from_where, from_timestamp=from_ts, tags=_tags(tags),
-                              client_id=cid, dedup=bool(dedup), install_signals=False)
+                              client_id=cid, dedup=bool(dedup), install_signals=False,
+                              client_id_given=client_id is not None)
         from ..broker import Store
         self._store = Store.open(self.path)
         self._rt = Runtime(self._store, opts, warn=log_warning)

@@ -97,6 +97,34 @@ class ConsumeOptions:
     rebalance_interval_s: float = 1.0
     persist_interval_s: float = 5.0
     install_signals: bool = True        # SIGINT/SIGTERM stop the loop (its thread must be main)
+    client_id_given: bool = True        # False: a default id (broadcast: HOST@DEFAULT)
+    no_group: bool = False              # read without a group: nothing persisted, no member
+
+
+def default_broadcast_client_id() -> str:
+    """A broadcast consumer's default id: stable on a host, as RocketMQ's ``IP@DEFAULT``, so a
+    restarted broadcast consumer resumes its own offsets instead of being a new client."""
+    return f"{socket.gethostname()}@DEFAULT"
+
+
+class MemoryOffsetStore:
+    """Offsets of a read without a group (``--no-group``): kept in memory, never written."""
+
+    def __init__(self) -> None:
+        self._table: dict[QueueKey, int] = {}
+
+    def load(self) -> dict[QueueKey, int]:
+        return dict(self._table)
+
+    def read(self, topic: str, queue_id: int) -> int:
+        return self._table.get((topic, queue_id), -1)
+
+    def update(self, topic: str, queue_id: int, offset: int, increase_only: bool = True) -> None:
+        old = self._table.get((topic, queue_id), -1)
+        self._table[(topic, queue_id)] = max(old, offset) if increase_only else offset
+
+    def persist(self, owned: Any) -> None:
+        return None
 
 
 def parse_tag_expression(expr: str | None) -> frozenset[str] | None:
@@ -181,6 +209,15 @@ class Runtime:
         self.locks: dict[QueueKey, QueueLock] = {}
         self.offsets: dict[QueueKey, int] = {}
         self.dirty: set[QueueKey] = set()
+        self.persisted: dict[QueueKey, int] = {}   # what the offset store has, per queue
+        self.urgent = False   # a queue ran ahead of its persisted offset (see set_sink)
+        self._persist_lag = PULL_BATCH // 2
+        # Clustering members own every queue they consume under a queue lock (orderly and
+        # concurrent alike): a new owner starts only after the previous one persisted and
+        # released it, died (the OS drops the lock), or let its lease expire.
+        self.locked = not opts.broadcast and not opts.no_group
+        self.force_stop = False        # a second SIGINT/SIGTERM: end handlers at once
+        self._in_write = False         # an inline sink is writing: a second signal interrupts it
         self.resent = False   # a copy went to the retry topic or DLQ since the last commit
         self.epochs: dict[str, int] = {}
         self.end_snapshot: dict[QueueKey, int] = {}
@@ -215,6 +252,12 @@ class Runtime:
         self.inline = sink if not isinstance(sink, PoolSink) else None
         self.pool = sink if isinstance(sink, PoolSink) else None
         self.raw_fast = self.inline is not None and bool(getattr(sink, "raw", False)) and not self.o.dedup
+        # How far a queue's consumed offset may run ahead of the persisted one before the loop
+        # persists it (at the end of its turn): a crash hands at most that much, plus one turn's
+        # delivery, to the next owner again. Inline sinks persist every turn that moved an
+        # offset (at most one pull batch per queue is lost to a crash); pool sinks every half
+        # pull batch, plus what was in flight. An idle loop persists whatever moved.
+        self._persist_lag = 1 if self.inline is not None else PULL_BATCH // 2
 
     def set_retries(self, max_reconsume: int | None, retry_delay_ms: int | None, suspend_ms: int) -> None:
         """Failed batches: deliveries before the DLQ (None: 16 concurrent, unlimited
@@ -250,10 +293,10 @@ class Runtime:
         """Join the group (unless :meth:`setup` did), consume until a stop condition or
         :meth:`stop`, then persist offsets, release locks and leave. Returns 0; raises what
         stopped the member abnormally."""
+        if self.o.install_signals:
+            self._install_signals()   # first: a signal while joining is a graceful stop too
         if not self._set_up:
             self.setup()
-        if self.o.install_signals:
-            self._install_signals()
         try:
             self._loop()
         except BaseException:
@@ -262,6 +305,8 @@ class Runtime:
         self.shutdown(wait_handlers=True)
         if self.fatal is not None:
             raise self.fatal
+        if self.force_stop:
+            raise KeyboardInterrupt   # a second signal: exit 130, what finished is committed
         return 0
 
     def start(self) -> None:
@@ -304,13 +349,20 @@ class Runtime:
         self.store.topic(o.topic)  # TopicNotFoundError: exit 3
         from ..members import Membership
         from ..offsets import BroadcastOffsetStore, ClusterOffsetStore
-        if o.broadcast:
+        if o.no_group:
+            self.offset_store = MemoryOffsetStore()
+        elif o.broadcast:
             self.offset_store = BroadcastOffsetStore(self.layout, o.client_id, o.group)
             self.offset_store.load()
         else:
             self.offset_store = ClusterOffsetStore(self.layout)
             snap = self.offset_store.snapshot(o.group)
             self.epochs = dict(snap.epochs)
+        if o.no_group:
+            self._set_up = True
+            if o.exit_at_end:
+                self.snapshot_ends()
+            return
         if o.dedup:
             from ..dedup import DedupLog
             self.dedup = DedupLog(self.layout, o.group, max_entries=200_000)
@@ -319,9 +371,15 @@ class Runtime:
             "orderly": o.orderly, "strategy": o.strategy, "queues": []})
         try:
             self.membership.join()
-        except BaseException:
+        except BaseException as exc:
             if self.dedup is not None:
                 self.dedup.close()
+            from ..errors import ClientIdInUseError
+            if isinstance(exc, ClientIdInUseError) and o.broadcast and not o.client_id_given:
+                raise ClientIdInUseError(
+                    f"{exc}: a broadcast consumer's default client id ({o.client_id}) is one per "
+                    f"host and group; give each broadcast consumer of group {o.group} on this host "
+                    f"its own --client-id (it keeps its offsets under that id)") from exc
             raise
         self._set_up = True
         if o.exit_at_end:
@@ -339,9 +397,16 @@ class Runtime:
 
     def _install_signals(self) -> None:
         def on_signal(signum: int, _frame: object) -> None:
-            if self.stop_requested:
-                raise KeyboardInterrupt
-            self.stop()
+            if not self.stop_requested:
+                self.stop()   # the first: no new handler, the running ones finish
+                return
+            self.force_stop = True   # the second: end the running handlers at once
+            abort = getattr(self.pool, "abort", None)
+            if abort is not None:
+                abort()
+            self.wake.set()
+            if self._in_write:
+                raise KeyboardInterrupt   # a write blocked on a reader that does not read
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, on_signal)
             signal.signal(signal.SIGTERM, on_signal)
@@ -354,8 +419,16 @@ class Runtime:
         self._shut_down = True
         self._run_calls()
         if self.pool is not None:
-            if wait_handlers:
-                # A stop lets the batches in handlers finish, and commits them.
+            if isinstance(self.pool, ThreadPoolSink):
+                # Batches queued for a handler thread but not started are handed back: a stop
+                # starts no new handler.
+                for fut in list(self.futures):
+                    fut.cancel()
+            abort = getattr(self.pool, "abort", None)
+            if not wait_handlers and abort is not None:
+                abort()   # end the running handlers (they are not counted as consumed)
+            if wait_handlers or abort is not None:
+                # The batches in handlers finish (or were ended), and what finished is committed.
                 while self.futures:
                     self._collect(block=True)
             self.pool.shutdown(wait_handlers)
@@ -389,23 +462,29 @@ class Runtime:
         next_schedule = 0.0
         next_token = 0.0
         token = None
+        streak = 0   # rebalances in a row that could not take every queue wanted
         idle_sleep = 0.001
         while not self.stop_requested and self.fatal is None:
             self._run_calls()
             now = time.monotonic()
-            if now >= next_token:
+            if now >= next_token and not o.no_group:
                 t = members_token(self.layout, o.group)
                 if t != token:
                     token, next_rebalance = t, 0.0
                 next_token = now + 0.1
             if now >= next_rebalance:
                 balanced = self._rebalance()
-                next_rebalance = now + (o.rebalance_interval_s if balanced else 0.5)
+                # Waiting for a queue the previous owner is still handing over: look again
+                # soon (50 ms), backing off to 0.5 s when it stays taken (overlapping
+                # --strategy config members, a stuck holder whose lease runs down).
+                streak = 0 if balanced else streak + 1
+                next_rebalance = now + (o.rebalance_interval_s if balanced
+                                        else min(0.5, 0.05 * (1.25 ** max(0, streak - 8))))
             if now >= next_persist:
                 self._persist()
                 self._check_reset()
                 next_persist = now + o.persist_interval_s
-            if o.orderly and now >= next_renew:
+            if self.locks and now >= next_renew:
                 self._renew_locks()
                 next_renew = now + RENEW_INTERVAL_S
             if now >= next_schedule:
@@ -417,6 +496,10 @@ class Runtime:
             worked |= self._dispatch_all()
             worked |= self._collect(block=False)
             self._retry_local()
+            if self.urgent:
+                # Offsets reach the store at least once per pull batch of every queue: a crash
+                # hands at most one pull batch per queue to a member a second time.
+                self._persist()
             if o.exit_at_end and self._is_drained():
                 self.drained.set()
             if self._done():
@@ -424,6 +507,11 @@ class Runtime:
             if worked:
                 idle_sleep = 0.001
                 continue
+            if self.dirty and not o.no_group:
+                self._persist()   # nothing to do: make what moved durable now
+            idle_check = getattr(self.inline, "idle_check", None)
+            if idle_check is not None:
+                idle_check()   # stdout's reader went away while nothing was written: stop now
             self.wake.wait(idle_sleep)
             self.wake.clear()
             idle_sleep = min(idle_sleep * 2, 0.05)
@@ -457,7 +545,7 @@ class Runtime:
         o = self.o
         balanced = True
         members = None
-        if o.orderly:
+        if self.locks:
             # An idle queue hands out no batch, so the per-batch check would notice a deleted
             # or broken lock only at the next renewal (20 s): check them all here too (one
             # stat each), so the queue is locked again within a rebalance interval.
@@ -480,7 +568,7 @@ class Runtime:
             if not self.store.has_topic(t):
                 continue
             mqs = queues_of(t, range(self.store.topic(t).queues))
-            if o.broadcast:
+            if o.broadcast or o.no_group:
                 mine = mqs
             elif o.strategy == "config" and t == o.topic:
                 cfg = queues_of(t, o.config_queues or [])
@@ -503,13 +591,10 @@ class Runtime:
 
     def _add(self, key: QueueKey) -> bool:
         t, q = key
-        if not self.o.orderly and not self.o.broadcast and key in self.held_elsewhere:
-            # Concurrent mode has no queue lock, but the previous holder publishes the queue
-            # until it has persisted its offset (``_publish_queues``). Starting before that
-            # would read an offset up to 5 s old and hand those messages out a second time.
-            # A dead holder is not live, so a crash never makes anyone wait.
-            return False
-        if self.o.orderly and not self.o.broadcast:
+        if self.locked:
+            # The previous owner releases the queue's lock only after persisting the offset of
+            # everything it delivered from it (``_settle_drops``), so the offset read below is
+            # where it stopped; a dead owner's lock is dropped by the OS at once.
             from store.qlocks import QueueLock
             lock = QueueLock(self.layout, self.o.group, t, q, self.o.client_id, warn=self.warn)
             if not lock.try_acquire():
@@ -522,6 +607,7 @@ class Runtime:
         pq.max_seen = start - 1
         self.pqs[key] = pq
         self.offsets[key] = start
+        self.persisted[key] = start
         return True
 
     def _start_offset(self, key: QueueKey) -> int:
@@ -593,6 +679,8 @@ class Runtime:
     def _publish_queues(self) -> None:
         """Tell the group which queues this member holds. A queue being dropped still counts
         until its offset is persisted: a concurrent-mode newcomer waits for that (``_add``)."""
+        if self.membership is None:
+            return
         held = set(self.pqs) | set(self.dropping)
         self.membership.update(queues=[{"topic": t, "queueId": q} for t, q in sorted(held)],
                                heartbeatAt=int(time.time() * 1000))
@@ -669,7 +757,20 @@ class Runtime:
             return False
         if res.bodies:
             assert self.inline is not None
-            self.inline.write_raw(res.bodies)  # an exception: nothing committed
+            self._in_write = True
+            try:
+                self.inline.write_raw(res.bodies)
+            except BaseException:
+                # A closed pipe or a second signal: the bodies whose whole line was written
+                # (and, for a pipe, read) are consumed; the rest are not.
+                done = self._completed(len(res.bodies))
+                if done:
+                    self.consumed += done
+                    offs = list(res.offsets)
+                    self._set_offset(key, offs[done] if done < len(offs) else res.next_offset)
+                raise
+            finally:
+                self._in_write = False
             self.consumed += len(res.bodies)
             self.last_activity = time.monotonic()
         pq.max_seen = max(pq.max_seen, res.next_offset - 1)
@@ -708,15 +809,17 @@ class Runtime:
                 if self.pool is not None and len(self.futures) >= self.pool.max_in_flight:
                     return worked
                 n = min(budget, self.pool.batch if self.pool is not None else 1024)
+                if self.o.orderly and (pq.busy or pq.suspended_until > time.monotonic() or not pq.msgs):
+                    break
+                if not self.o.orderly and len(pq.in_flight) >= len(pq.msgs):
+                    break
+                lock = self.locks.get(key)
+                if lock is not None and not lock.is_valid():
+                    if lock.held:  # (a deleted or replaced lock file was reported by qlocks)
+                        self.warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
+                    self._lose(key)
+                    break
                 if self.o.orderly:
-                    if pq.busy or pq.suspended_until > time.monotonic() or not pq.msgs:
-                        break
-                    lock = self.locks.get(key)
-                    if lock is not None and not lock.is_valid():
-                        if lock.held:  # (a deleted or replaced lock file was reported by qlocks)
-                            self.warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
-                        self._lose(key)
-                        break
                     batch = pq.take(n)
                     pq.busy = True
                 else:
@@ -729,7 +832,15 @@ class Runtime:
                     self._consume_inline(key, pq, batch)
                 else:
                     assert self.pool is not None
-                    fut = self.pool.submit(batch, original_topic(batch[0]))
+                    submit_locked = getattr(self.pool, "submit_locked", None)
+                    if submit_locked is not None and lock is not None and lock.held:
+                        # The handler inherits a descriptor of the queue's lock file: the OS
+                        # lock stays held while any handler of this queue runs, so even if
+                        # this process dies, no new owner starts the queue before its
+                        # handlers are gone.
+                        fut = submit_locked(batch, original_topic(batch[0]), lock.share_fd())
+                    else:
+                        fut = self.pool.submit(batch, original_topic(batch[0]))
                     fut.add_done_callback(lambda _f: self.wake.set())
                     self.futures[fut] = (key, batch)
                     if self.o.orderly:
@@ -743,8 +854,28 @@ class Runtime:
     def _consume_inline(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> None:
         # An exception (BrokenPipe) propagates: nothing of this batch is committed.
         assert self.inline is not None
-        self.inline.consume([self._present(m) for m in batch] if names.is_retry_topic(key[0]) else batch)
+        self._in_write = True
+        try:
+            self.inline.consume([self._present(m) for m in batch] if names.is_retry_topic(key[0]) else batch)
+        except BaseException:
+            # The leading messages whose whole line was written are consumed; the rest are not.
+            done = self._completed(len(batch))
+            if done:
+                if self.o.orderly:
+                    for m in batch[done:]:   # back in front, for whoever holds the queue next
+                        pq.consuming.pop(m.queue_offset, None)
+                        pq.msgs[m.queue_offset] = m
+                self._succeeded(key, pq, batch[:done])
+            raise
+        finally:
+            self._in_write = False
         self._succeeded(key, pq, batch)
+
+    def _completed(self, n: int) -> int:
+        """How many leading messages of the inline sink's last, failed call were delivered
+        in full (its ``completed`` attribute; 0 for a sink that does not say)."""
+        done = getattr(self.inline, "completed", 0)
+        return max(0, min(n, done if isinstance(done, int) else 0))
 
     def _collect(self, block: bool) -> bool:
         if not self.futures:
@@ -861,6 +992,8 @@ class Runtime:
             if self.o.orderly or off > self.offsets.get(key, -1):
                 self.offsets[key] = off
                 self.dirty.add(key)
+                if off - self.persisted.get(key, off) >= self._persist_lag:
+                    self.urgent = True
 
     def _commit_offsets(self, offsets: dict[QueueKey, int], increase_only: bool) -> set[str]:
         if self.resent:
@@ -894,6 +1027,8 @@ class Runtime:
         skipped |= self._commit_offsets(offsets, increase_only=increase_only)
         failpoint("offsets-after-persist")
         self.dirty -= keys
+        self.persisted.update(offsets)
+        self.urgent = False
         if skipped:
             self._reload_after_reset(skipped)
 

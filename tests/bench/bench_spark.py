@@ -8,8 +8,10 @@ same number of Spark partitions). Then, in one Spark session, times per source
 * ``bodies``: ``sum(length(body))``, which makes every body reach Spark.
 
 Each measurement is the median of ``--runs`` runs, after one untimed warm-up read per source
-(the first read of a Python data source starts Spark's Python daemons). Prints a table and
-the mqctl/JSON ratio. Usage::
+(the first read of a Python data source starts Spark's Python daemons). A Parquet copy of
+the same messages (written by Spark from the store) is timed too. Prints a table with the
+mqctl/Parquet and JSON/mqctl ratios (targets: at most 2x Parquet's time, at least 2x faster
+than JSON). Usage::
 
     .venv/bin/python tests/bench/bench_spark.py                 # 1,000,000 x 100 bytes
     .venv/bin/python tests/bench/bench_spark.py --messages 200000 --runs 5
@@ -84,6 +86,61 @@ def timed(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
     return statistics.median(times), result
 
 
+SINK_PHASE = r'''
+import json, resource, sys, time
+import pyarrow as pa
+sys.path.insert(0, sys.argv[1])
+import store.spark as S
+from store.broker import Store
+root, n, phase = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+opts = S.WriteOptions(root, "sink", False)
+parts = [S.StagedPart(p, c) for p, c in json.loads(open(root + "-parts.json").read())]
+if phase == "crash":                       # die half way through the publish
+    real, done = Store.put, [0]
+    def put(self, drafts, sync=False):
+        done[0] += len(drafts)
+        if done[0] > n // 2:
+            print(json.dumps({"phase": phase, "killed_after_messages": done[0] - len(drafts)}))
+            raise SystemExit(0)
+        return real(self, drafts, sync=sync)
+    Store.put = put
+t = time.perf_counter()
+stored = S.commit_stream_batch(opts, "q", 1 if phase == "normal" else 2, parts)
+print(json.dumps({"phase": phase, "seconds": time.perf_counter() - t, "stored": stored,
+                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+'''
+
+
+def sink_bench(n: int, size: int, work: Path) -> None:
+    """The streaming sink's commit of one n-message micro-batch, as Spark's sink runner calls
+    it: a normal commit, then a commit killed half way and its replay. Each runs in a fresh
+    process, so its peak RSS is the commit's own."""
+    import subprocess
+
+    import pyarrow as pa
+    import store.spark as S
+    root = work / "sink-store"
+    Store.open(root, create=True).close()
+    opts = S.WriteOptions(str(root), "sink", False)
+    parts = []
+    per = 4
+    for p in range(per):
+        def batches(p: int = p) -> Any:
+            for lo in range(p * n // per, (p + 1) * n // per, 10_000):
+                hi = min((p + 1) * n // per, lo + 10_000)
+                yield pa.record_batch({"body": [body_of(i, size) for i in range(lo, hi)]})
+        part = S.write_staged(batches(), opts, f"{S.STAGING_DIR}/bench")
+        parts.append((part.path, part.rows))
+    (work / "sink-store-parts.json").write_text(json.dumps(parts))
+    script = work / "sink_phase.py"
+    script.write_text(SINK_PHASE)
+    for phase in ("normal", "crash", "replay"):
+        r = subprocess.run([sys.executable, str(script), str(REPO), str(root), str(n), phase],
+                           capture_output=True, text=True)
+        line = (r.stdout.strip().splitlines() or [r.stderr[-500:]])[-1]
+        print(f"sink {n:,} messages: {line}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=1_000_000)
@@ -92,10 +149,21 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
+    ap.add_argument("--schema", help="read mqctl with this user schema (e.g. 'body BINARY'): "
+                    "Python data sources get no column pruning, a narrower schema is how to ask for less")
+    ap.add_argument("--sink", action="store_true",
+                    help="time the streaming sink's commit instead (normal, crash, replay) with its peak RSS")
     args = ap.parse_args()
 
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench-spark-"))
     root, jsonl = work / "store", work / "jsonl"
+    if args.sink:
+        try:
+            sink_bench(args.messages, args.size, work)
+        finally:
+            if not args.dir:
+                shutil.rmtree(work, ignore_errors=True)
+        return
     try:
         t = time.perf_counter()
         put_rate = build(root, jsonl, args.messages, args.size, args.queues)
@@ -109,26 +177,41 @@ def main() -> None:
         spark = local_session(args.master)
         print(f"Spark session {args.master} in {time.perf_counter() - t:.1f}s", flush=True)
 
-        def mq() -> Any:
-            return spark.read.format("mqctl").option("store", str(root)).option("topic", TOPIC).load()
+        def mq(schema: str | None = args.schema) -> Any:
+            r = spark.read.format("mqctl")
+            if schema:
+                r = r.schema(schema)
+            return r.option("store", str(root)).option("topic", TOPIC).load()
 
         def js() -> Any:
             return spark.read.schema(JSON_SCHEMA).json(str(jsonl))
+
+        parquet = work / "parquet"
+        t = time.perf_counter()
+        # the same messages as Parquet (one file per queue, like the other two sources)
+        mq(None).repartition(args.queues, "queueId").write.mode("overwrite").parquet(str(parquet))
+        print(f"Parquet copy written in {time.perf_counter() - t:.1f}s, {du(parquet) / 2**20:.0f} MiB", flush=True)
+
+        def pq() -> Any:
+            return spark.read.parquet(str(parquet))
 
         rows = []
         for what, agg in (("count", lambda df: df.count()),
                           ("bodies", lambda df: df.agg(fn.sum(fn.length("body"))).first()[0])):
             t_mq, r_mq = timed(lambda: agg(mq()), args.runs)
+            t_pq, r_pq = timed(lambda: agg(pq()), args.runs)
             t_js, r_js = timed(lambda: agg(js()), args.runs)
-            assert r_mq == r_js, (what, r_mq, r_js)
-            rows.append((what, t_mq, t_js))
+            assert r_mq == r_js == r_pq, (what, r_mq, r_js, r_pq)
+            rows.append((what, t_mq, t_pq, t_js))
         spark.stop()
 
-        print(f"\n{'read':8} {'mqctl s':>9} {'json s':>9} {'mqctl msg/s':>13} {'json msg/s':>13} {'ratio':>7}")
-        for what, t_mq, t_js in rows:
-            print(f"{what:8} {t_mq:9.2f} {t_js:9.2f} {args.messages / t_mq:13,.0f} "
-                  f"{args.messages / t_js:13,.0f} {t_mq / t_js:6.2f}x")
-        print(f"(median of {args.runs} runs; ratio = mqctl time / JSON time; {os.cpu_count()} CPUs)")
+        print(f"\n{'read':8} {'mqctl s':>9} {'parquet s':>10} {'json s':>9} {'mqctl msg/s':>13} "
+              f"{'mq/parquet':>11} {'json/mq':>8}")
+        for what, t_mq, t_pq, t_js in rows:
+            print(f"{what:8} {t_mq:9.2f} {t_pq:10.2f} {t_js:9.2f} {args.messages / t_mq:13,.0f} "
+                  f"{t_mq / t_pq:10.2f}x {t_js / t_mq:7.2f}x")
+        print(f"(median of {args.runs} runs; targets: mq/parquet <= 2x, json/mq >= 2x; "
+              f"{os.cpu_count()} CPUs)")
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
