@@ -231,10 +231,10 @@ def put_bodies_locked(store: Store, topic: str, bodies: list[bytes], props: dict
     # The producer's hot loop: everything that is the same for the whole batch is built
     # once, so each record costs one header pack, one join and two CRCs (one pass over a
     # big body plus a CRC combine), one CQ entry and one index hash.
-    cp = store._checkpoint_locked()
+    cp = store.checkpoint_locked()
     now = int(time.time() * 1000)
     store_ts = max(now, cp.last_store_ts)
-    cfg = store._ensure_topic_locked(topic, queue_id)
+    cfg = store.ensure_topic_locked(topic, queue_id)
     qids = _queue_ids_for(store, cfg, len(bodies), queue_id, sharding_keys)
     topic_b = topic.encode()
     tail_topic = bytes((len(topic_b),)) + topic_b
@@ -256,7 +256,7 @@ def put_bodies_locked(store: Store, topic: str, bodies: list[bytes], props: dict
     # TOTALSIZE magic BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET, then 48 bytes that
     # are the same for every record of the batch, then BODYLENGTH (format.py).
     pack = _HEAD_PACK
-    const48 = _HEAD_CONST.pack(0, now, F.LOOPBACK_IP, store._pid, store_ts, F.LOOPBACK_IP,
+    const48 = _HEAD_CONST.pack(0, now, F.LOOPBACK_IP, store.pid, store_ts, F.LOOPBACK_IP,
                                F.STORE_PORT, 0, 0)
     pack_cq = F.CQ_ENTRY.pack
     crc32 = _crc32
@@ -265,12 +265,12 @@ def put_bodies_locked(store: Store, topic: str, bodies: list[bytes], props: dict
     big = max(map(len, bodies)) >= _BIG_BODY
     combine = _crc32_combine() if big and not _FAST_CRC else None
     magic = F.MAGIC_V1
-    counter = first_counter = (store._uniq.counter + 1) & 0xFFFF
+    counter = first_counter = (store.uniq_keys.counter + 1) & 0xFFFF
     counter -= 1
     # Within a batch every unique key shares host, pid, random and time: only the 16-bit
     # counter changes, so the key is a precomputed head plus 4 hex digits from a table,
     # and its index hash continues the CRC of the head.
-    uk_head_s = f"{store._uniq.prefix}{(now - store._uniq.month_start_ms) & 0xFFFFFFFF:08X}"
+    uk_head_s = f"{store.uniq_keys.prefix}{(now - store.uniq_keys.month_start_ms) & 0xFFFFFFFF:08X}"
     uk_head = uk_head_s.encode()
     key_crc0 = crc32(b"#" + uk_head)
     hex4 = _hex4_table()
@@ -433,7 +433,7 @@ def put_bodies_locked(store: Store, topic: str, bodies: list[bytes], props: dict
         physs.append(pos)
         pos += total
     app.pos = pos
-    store._uniq.counter = counter
+    store.uniq_keys.counter = counter
     if key_items:
         key_hashes = [crc32(k) & M for k in key_items]
         per = 1 + len(key_hashes)
@@ -447,7 +447,7 @@ def put_bodies_locked(store: Store, topic: str, bodies: list[bytes], props: dict
         index = (all_hashes, all_physs)
     else:
         index = (hashes, physs)
-    store._commit_batch(app, cp, store_ts, {(topic, q): (first_off[q], b) for q, b in enumerate(cqb) if b is not None},
+    store.commit_batch(app, cp, store_ts, {(topic, q): (first_off[q], b) for q, b in enumerate(cqb) if b is not None},
                         [], sync, index_hashes=index)
     return BatchResult(topic, qids, offs, physs, store_ts, uk_head_s, first_counter)
 
@@ -462,10 +462,10 @@ def _queue_ids_for(store: Store, cfg: TopicConfig, n: int, queue_id: int,
             return [queue_id] * n
         if cfg.order:
             raise UsageError(f"topic {cfg.name!r} is ordered: give a sharding key (-s) or a queue (-q)")
-        start = store._rr.get(cfg.name)
+        start = store.round_robin.get(cfg.name)
         if start is None:
             start = random.randrange(nq)
-        store._rr[cfg.name] = start + n
+        store.round_robin[cfg.name] = start + n
         return [(start + i) % nq for i in range(n)]
     fallback = Draft(cfg.name, b"", queue_id=queue_id)
     return [abs(java_hash(k)) % nq if k is not None else store.select_queue(cfg, fallback)

@@ -63,7 +63,7 @@ __all__ = [
     "Store", "StoreSettings", "open_store",
 ]
 
-# How often writers move the durable points themselves (see Store.sync_log, _commit_batch).
+# How often writers move the durable points themselves (see Store.sync_log, commit_batch).
 DERIVED_FLUSH_INTERVAL_S = 2.0          # --flush sync writers: consume queues and index
 ASYNC_FLUSH_BYTES = 64 * 1024 * 1024    # async writers: log, queues and index, by volume
 ASYNC_FLUSH_INTERVAL_S = 30.0           # ... or by age
@@ -92,10 +92,12 @@ class Store:
         self.topic_table = TopicTable(self.layout.topics_json, warn=warn)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._write_lock = _WriteLock(root, self.layout.write_lock)
-        self._rr: dict[str, int] = {}
-        self._uniq = UniqKeyGenerator()
+        # Under the write lock, for the batch encoders (this class and ``bodywrite.py``):
+        # the next round-robin queue per topic, the unique-key generator, the producer pid.
+        self.round_robin: dict[str, int] = {}
+        self.uniq_keys = UniqKeyGenerator()
         self.boot_id = ckpt.current_boot_id()
-        self._pid = os.getpid() & 0x7FFFFFFF
+        self.pid = os.getpid() & 0x7FFFFFFF
         # (start, end, created a segment) of this handle's last batch: what sync_log needs
         # when the caller makes a batch durable itself, after the write lock is released.
         self.last_write: tuple[int, int, bool] = (0, 0, False)
@@ -131,10 +133,10 @@ class Store:
             st = StoreSettings.from_json(obj)
         except (ValueError, KeyError, TypeError) as exc:
             raise DataError(f"{layout.store_json}: {exc}") from exc
-        store = cls(root, st, warn)
+        opened = cls(root, st, warn)
         if recover:
-            store._recover_if_dirty()
-        return store
+            opened.recover_if_dirty()
+        return opened
 
     @staticmethod
     def _check_owner(root: Path) -> None:
@@ -156,6 +158,11 @@ class Store:
         # store.json is written once; its .bak copy is the fallback a damaged one names
         atomic_write_json(layout.store_json.with_name("store.json.bak"), settings.to_json(), keep_bak=False)
         atomic_write_json(layout.store_json, settings.to_json(), keep_bak=False)
+
+    def close_queues(self) -> None:
+        """Drop the cached descriptors of every consume queue (after files were removed)."""
+        for q in self._queues.values():
+            q.close()
 
     def close(self) -> None:
         self.commitlog.close()
@@ -228,7 +235,7 @@ class Store:
         from .offsets import ClusterOffsetStore
         ClusterOffsetStore(self.layout).delete_topic(name)
 
-    def _ensure_topic_locked(self, name: str, queue_id: int = -1) -> TopicConfig:
+    def ensure_topic_locked(self, name: str, queue_id: int = -1) -> TopicConfig:
         """The topic's config, creating it on first send. ``queue_id`` (an explicit queue the
         caller will use) is checked *before* the topic is created, so a refused send leaves
         no topic behind."""
@@ -292,10 +299,10 @@ class Store:
             return abs(java_hash(draft.sharding_key)) % topic.queues
         if topic.order:
             raise UsageError(f"topic {topic.name!r} is ordered: give a sharding key (-s) or a queue (-q)")
-        n = self._rr.get(topic.name)
+        n = self.round_robin.get(topic.name)
         if n is None:
             n = random.randrange(topic.queues)
-        self._rr[topic.name] = n + 1
+        self.round_robin[topic.name] = n + 1
         return n % topic.queues
 
     def put(self, drafts: list[Draft], *, sync: bool = False) -> list[PutResult]:
@@ -314,7 +321,7 @@ class Store:
         return results
 
     def _put_locked(self, drafts: list[Draft], sync: bool) -> list[PutResult]:
-        cp = self._checkpoint_locked()
+        cp = self.checkpoint_locked()
         now = int(time.time() * 1000)
         store_ts = max(now, cp.last_store_ts)
         log = self.commitlog
@@ -324,12 +331,12 @@ class Store:
         cq_bufs: dict[tuple[str, int], tuple[int, bytearray]] = {}
         index_items: list[tuple[str, int]] = []
         results: list[PutResult] = []
-        pid = self._pid
-        gen = self._uniq.next
+        pid = self.pid
+        gen = self.uniq_keys.next
         for d in drafts:
             tc = topic_cache.get(d.topic)
             if tc is None:
-                cfg = self._ensure_topic_locked(d.topic, d.queue_id)
+                cfg = self.ensure_topic_locked(d.topic, d.queue_id)
                 tc = topic_cache[d.topic] = (cfg, d.topic.encode())
             cfg, topic_b = tc
             qid = self.select_queue(cfg, d)
@@ -374,7 +381,7 @@ class Store:
                         if k:
                             index_items.append((f"{d.topic}#{k}", phys))
             results.append(PutResult(d.topic, qid, qoff, phys, uniq, store_ts))
-        self._commit_batch(app, cp, store_ts, cq_bufs, index_items, sync)
+        self.commit_batch(app, cp, store_ts, cq_bufs, index_items, sync)
         return results
 
     def put_bodies(self, topic: str, bodies: list[bytes], *, properties: dict[str, str] | None = None,
@@ -410,7 +417,7 @@ class Store:
                            sharding_keys: list[str | None] | None, sync: bool) -> BatchResult:
         return put_bodies_locked(self, topic, bodies, props, queue_id, sharding_keys, sync)
 
-    def _commit_batch(self, app: LogAppender, cp: ckpt.Checkpoint, store_ts: int,
+    def commit_batch(self, app: LogAppender, cp: ckpt.Checkpoint, store_ts: int,
                       cq_bufs: dict[tuple[str, int], tuple[int, bytearray]],
                       index_items: list[tuple[str, int]], sync: bool,
                       index_hashes: tuple[list[int], list[int]] | None = None) -> None:
@@ -588,7 +595,7 @@ class Store:
             self._derived_hint, self._derived_at = claim, started
         self._derived_flushed = time.monotonic()
 
-    def _checkpoint_locked(self) -> ckpt.Checkpoint:
+    def checkpoint_locked(self) -> ckpt.Checkpoint:
         """The checkpoint, after making sure it matches the log (write lock held)."""
         cp = ckpt.read(self.layout.checkpoint)
         if cp is None or cp.written_end != self.commitlog.end() or cp.boot_id != self.boot_id:
@@ -606,9 +613,9 @@ class Store:
         log, including the last records of a writer that was killed after this handle was
         opened, which the index would otherwise not show until the next ``put``."""
         with self.write_lock():
-            self._checkpoint_locked()
+            self.checkpoint_locked()
 
-    def _recover_if_dirty(self) -> None:
+    def recover_if_dirty(self) -> None:
         cp = ckpt.read(self.layout.checkpoint)
         try:
             end = self.commitlog.end()
@@ -620,7 +627,7 @@ class Store:
             return   # a new store: nothing written yet, nothing to check
         try:
             with self.write_lock():
-                self._checkpoint_locked()
+                self.checkpoint_locked()
         except StoreIOError as exc:
             # A read-only store can still be read: consume queues only point at whole records.
             self.warn(f"store needs recovery but cannot be written ({exc}); reading what is complete")

@@ -1,6 +1,6 @@
 """Recovery: make the derived files (consume queues, key index) agree with the commit log.
 
-Runs under the write lock, from :meth:`Store._checkpoint_locked` when the checkpoint says a
+Runs under the write lock, from :meth:`Store.checkpoint_locked` when the checkpoint says a
 writer died mid-batch or the machine restarted, and from ``mqctl store recover`` (``full``).
 
 1. Choose where to start: the checkpoint's written end (a writer died), its synced end (the

@@ -371,6 +371,5 @@ def clean(store: "Store", retention_ms: int = DEFAULT_RETENTION_MS, force: bool 
                     pass
             if group is plan.commitlog:
                 store.commitlog.close()  # drop read descriptors of deleted segments
-        for q in store._queues.values():
-            q.close()
+        store.close_queues()
     return plan

@@ -78,7 +78,7 @@ def delay_draft(draft: Draft, delay: tuple[int, int], store: "Store", now_ms: in
     if not draft.born_timestamp:  # the delay counts from birth, as the receiver sees it
         draft = replace(draft, born_timestamp=now_ms)
     with store.write_lock():
-        cfg = store._ensure_topic_locked(draft.topic)
+        cfg = store.ensure_topic_locked(draft.topic)
     qid = store.select_queue(cfg, draft)
     props = dict(draft.properties)
     props[PROP_REAL_TOPIC] = draft.topic

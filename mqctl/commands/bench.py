@@ -145,10 +145,11 @@ class _Members:
 
     def split(self, queues: int) -> dict[str, set[int]] | None:
         """clientId -> queues, when the live members hold every queue exactly once."""
-        from store.layout import Layout
+        from store.broker import Store
         from store.members import live_members
         from store.qlocks import list_locks
-        layout = Layout(self.root)
+        with Store.open(self.root, recover=False) as st:
+            layout = st.layout
         held = {m.clientId: {q["queueId"] for q in m.queues if q.get("topic") == self.topic}
                 for m in live_members(layout, self.group)}
         pids = {p.pid for p in self.live()}
@@ -272,9 +273,9 @@ def _rebalance_run(scratch: _Scratch, count: int, size: int, queues: int, orderl
     Every body is ``q<queue>-<seq>`` padded to ``size``: a duplicate is a (queue, seq) seen
     twice; a hand-over pause is the time between the last line of a queue from its old owner
     and the first from its new one (the queues always have a backlog during the run)."""
-    from store.layout import Layout
     from store.members import live_members
     st = scratch.open()
+    layout = st.layout
     topic, group = "REBAL", "RG"
     st.create_topic(topic, queues)
     per = -(-count // queues)
@@ -307,7 +308,7 @@ def _rebalance_run(scratch: _Scratch, count: int, size: int, queues: int, orderl
         partial[p.stdout.fileno()] = b""
 
     def joined(p: subprocess.Popen) -> bool:
-        return any(m.pid == p.pid for m in live_members(Layout(scratch.root), group))
+        return any(m.pid == p.pid for m in live_members(layout, group))
 
     def read_ready(timeout: float) -> None:
         nonlocal dupes, unique

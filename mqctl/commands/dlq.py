@@ -11,24 +11,16 @@ again at 0 and the unique key is kept. Concurrent consumers of the group pick it
 consumers do not read retry topics (RocketMQ's orderly mode retries in place), so for them a
 warning says that a concurrent consumer of the group must run to see the resent messages.
 
-What was resent — ``config/dlqResend.json`` (written with ``fsutil.atomic_write_json``, .bak)::
-
-    {"offsetTable": {"<group>": <DLQ offset below which everything was resent>},
-     "resent":      {"<group>": [<DLQ offsets at or above it resent one by one>]}}
-
-the shape of the scheduler's ``delayOffset.json``: a resend of everything moves the offset to
-the DLQ's end; a resend by ``--msg-id`` adds the offsets to ``resent`` (and folds them into the
-offset when they become contiguous). A second ``resend`` therefore skips what was resent
-(``--force`` resends anyway). Each chunk is written under the store's write lock: read the
-record, append the copies, save the record, so two concurrent resends never both resend a
-message. A crash between the append and the save resends that chunk again next time
-(at-least-once, as everywhere in the store).
+What was resent is recorded by ``store/client/dlq.py`` (its docstring has the file format),
+so a second ``resend`` skips it (``--force`` resends anyway).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+
+from store.client.dlq import is_resent, load_record, mark_resent, resent_offsets, save_record
 
 from ..options import JsonOpt, state
 from .offsets import GroupOpt
@@ -39,64 +31,11 @@ if TYPE_CHECKING:
 
 dlq_app = typer.Typer(help="Dead-letter queues: list a group's dead letters, resend them.", no_args_is_help=True)
 
-RESEND_FILE = "dlqResend.json"
 CHUNK = 256
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(dlq_app, name="dlq")
-
-
-# -- the resend record -------------------------------------------------------------------------
-
-def _record_path(store: "Store"):  # type: ignore[no-untyped-def]
-    return store.layout.config_dir / RESEND_FILE
-
-
-def _validate(obj: Any) -> None:
-    if not isinstance(obj, dict):
-        raise ValueError("top level is not an object")
-    for g, off in (obj.get("offsetTable") or {}).items():
-        if not isinstance(off, int) or off < 0:
-            raise ValueError(f"offsetTable[{g!r}] is not an offset")
-    for g, offs in (obj.get("resent") or {}).items():
-        if not isinstance(offs, list) or not all(isinstance(o, int) for o in offs):
-            raise ValueError(f"resent[{g!r}] is not a list of offsets")
-
-
-def load_record(store: "Store") -> dict[str, Any]:
-    from store.fsutil import read_json_with_bak
-    obj = read_json_with_bak(_record_path(store), default=None, validate=_validate, warn=store.warn) or {}
-    return {"offsetTable": dict(obj.get("offsetTable") or {}), "resent": dict(obj.get("resent") or {})}
-
-
-def resent_offsets(record: dict[str, Any], group: str) -> tuple[int, set[int]]:
-    return record["offsetTable"].get(group, 0), set(record["resent"].get(group, []))
-
-
-def _mark(record: dict[str, Any], group: str, offsets: list[int], end: int | None) -> None:
-    base, done = resent_offsets(record, group)
-    done.update(offsets)
-    if end is not None:
-        base = max(base, end)
-    while base in done:
-        base += 1
-    record["offsetTable"][group] = base
-    rest = sorted(o for o in done if o >= base)
-    if rest:
-        record["resent"][group] = rest
-    else:
-        record["resent"].pop(group, None)
-
-
-def _save(store: "Store", record: dict[str, Any]) -> None:
-    from store.fsutil import atomic_write_json
-    atomic_write_json(_record_path(store), record)
-
-
-def is_resent(record: dict[str, Any], group: str, offset: int) -> bool:
-    base, done = resent_offsets(record, group)
-    return offset < base or offset in done
 
 
 # -- listing -----------------------------------------------------------------------------------
@@ -231,8 +170,8 @@ def resend(
                 if todo and not dry_run:
                     results = store.put([_resend_draft(m, group) for m in todo])
                 if not dry_run and (todo or msg_id is None):
-                    _mark(record, group, [m.queue_offset for m in todo], nxt if msg_id is None else None)
-                    _save(store, record)
+                    mark_resent(record, group, [m.queue_offset for m in todo], nxt if msg_id is None else None)
+                    save_record(store, record)
             for i, m in enumerate(todo):
                 row = {"group": group, "msgId": m.uniq_key or m.msg_id, "dlqOffset": m.queue_offset,
                        "originTopic": _row(m, group, False)["dlqOriginTopic"], "topic": retry_topic(group),

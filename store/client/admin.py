@@ -265,6 +265,8 @@ class ResetPlan:
     broadcast: bool = False
     group_existed: bool = True
     applied: bool = False
+    # the offset sets (clustering, broadcast clients) the plan moves, for applying it
+    targets: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.rows)
@@ -489,7 +491,7 @@ class Admin:
         targets = ([cluster] if (not bcast or any(t == topic for t, _ in cluster.offsets)) else []) + bcast
         plan = ResetPlan(group, topic, to, [], time_ms=value if kind == "time" else None,
                          broadcast=bool(bcast), group_existed=group_exists(store, group))
-        plan._targets = targets  # type: ignore[attr-defined]
+        plan.targets = targets
         for s in targets:
             for q in qids:
                 lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
@@ -542,7 +544,7 @@ class Admin:
                 f"live members of group {plan.group} hold queues of {plan.topic}: {plan.owners}; stop them "
                 f"first, or pass --force to reset under them (they switch to the new offsets at their next "
                 f"commit)")
-        for s in getattr(plan, "_targets", []):
+        for s in plan.targets:
             rows = {r.queue_id: r.new for r in plan.rows if r.client_id == s.client_id}
             if s.client_id is None:
                 ClusterOffsetStore(store.layout, warn=store.warn).reset(plan.group, plan.topic, rows)

@@ -4,7 +4,7 @@ named step of the write path, the consumer and transactions; then the invariants
 Crash points (where they are placed):
 
 * ``put-after-log``, ``put-after-cq``, ``put-after-index`` — ``store/broker.py``
-  ``Store._commit_batch``: after the commit-log write / the consume queues / the key index,
+  ``Store.commit_batch``: after the commit-log write / the consume queues / the key index,
   before the checkpoint moves;
 * ``rebalance-after-lock``, ``rebalance-before-unlock``, ``offsets-before-persist``,
   ``offsets-after-persist`` — ``store/client/runtime.py``;

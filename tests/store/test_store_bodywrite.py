@@ -72,9 +72,9 @@ def _log_and_queues(root: Path, arrays: bool, sizes: list[int], queue_id: int, p
     monkeypatch.setattr(bodywrite, "_ARRAYS_AFTER", 0)
     store = open_store(root, commitlog_segment_size=1 << 20)
     try:
-        store._rr["T"] = 0
-        store._uniq.counter = 65530          # the key counter wraps inside the first batch
-        store._uniq.prefix = "7F0000010001DEADBEEF"[:len(store._uniq.prefix)]
+        store.round_robin["T"] = 0
+        store.uniq_keys.counter = 65530          # the key counter wraps inside the first batch
+        store.uniq_keys.prefix = "7F0000010001DEADBEEF"[:len(store.uniq_keys.prefix)]
         monkeypatch.setattr(_time, "time", lambda: 1_700_000_000.0)
         bodies = [bytes([65 + i % 26]) * k for i, k in enumerate(sizes)]
         for i in range(0, len(bodies), 700):

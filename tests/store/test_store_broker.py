@@ -302,13 +302,13 @@ def test_fast_path_records_are_byte_identical_to_encode(store: Store, sizes: lis
 
 def test_unique_key_counter_wraps_inside_a_batch(store: Store) -> None:
     for start in (65530, 65535, 0):
-        store._uniq.counter = start
+        store.uniq_keys.counter = start
         res = store.put_bodies("T", [b"m%d" % i for i in range(20)])
         uks = res.uniq_keys
         assert len(set(uks)) == 20
         assert [store.get(o).uniq_key for o in res.commitlog_offsets] == uks
         assert [int(u[-4:], 16) for u in uks] == [(start + 1 + i) & 0xFFFF for i in range(20)]
-        assert store._uniq.counter == (start + 20) & 0xFFFF
+        assert store.uniq_keys.counter == (start + 20) & 0xFFFF
         for u, i in zip(uks, range(20)):
             assert store.find(u).body == b"m%d" % i
 
