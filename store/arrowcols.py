@@ -156,7 +156,8 @@ def build_columns(cols: Columns | VecColumns, topic: str, queue_id: int,
     n = len(cols)
     vec = not isinstance(cols, Columns)   # VecColumns: arrays already
     wanted = set(names)
-    props = None
+    # every column that reads properties is built only when they are wanted (props is set)
+    props: _Props = None  # type: ignore[assignment]
     if {"msgId", "keys", "tags", "properties"} & wanted:
         props = _Props(cols.props if vec else pa.array(cols.props, pa.binary()))
 

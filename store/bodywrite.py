@@ -18,7 +18,8 @@ import random
 import struct
 import time
 import zlib
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from . import format as F
 from .commitlog import LogAppender
@@ -51,10 +52,10 @@ assert struct.calcsize(">iIIiiqq48si") == F.RECORD_HEADER_SIZE and _HEAD_CONST.s
 # combined from the body's instead of a second pass. (With per-message sharding keys, big
 # bodies are written from the body objects themselves, pwritev.)
 _BIG_BODY = 2048
-_COMBINE: list = []
+_COMBINE: list[Any] = []
 
 
-def _crc32_combine():
+def _crc32_combine() -> Any:
     """zlib's ``crc32_combine`` (not exposed by Python's zlib module), or None.
 
     ``combine(crc(A), crc(B), len(B)) == crc(A + B)``: the record CRC of a big message is
@@ -83,7 +84,7 @@ def _crc32_combine():
 _COMBINE_FROM = 16384
 
 
-def _combiner():
+def _combiner() -> Any:
     """zlib's ``(crc32_combine_gen, crc32_combine_op)`` (zlib >= 1.2.12), or None.
 
     ``op(crc(A), crc(B), gen(len(B))) == crc(A + B)``; ``gen`` is computed once per body length
@@ -107,14 +108,14 @@ def _combiner():
     return _COMBINE_OP[0]
 
 
-_COMBINE_OP: list = []
+_COMBINE_OP: list[Any] = []
 
 # Batches framed as arrays (numpy): only once this process has sent enough to pay for numpy's
 # import (~0.1 s), so a single `mqctl send` (or a short one) never imports it.
 _ARRAYS_MIN_BATCH = 512
 _ARRAYS_AFTER = 100_000       # messages framed by this process before numpy is worth importing
 _sent = [0]
-_NP: list = []
+_NP: list[Any] = []
 
 
 def _use_arrays(n: int, big: bool) -> bool:
@@ -125,7 +126,7 @@ def _use_arrays(n: int, big: bool) -> bool:
     return "numpy" in sys.modules or _sent[0] >= _ARRAYS_AFTER
 
 
-def _np_tables():
+def _np_tables() -> list[Any]:
     if not _NP:
         import numpy as np
         head = np.dtype([("total", ">i4"), ("magic", ">u4"), ("bodycrc", ">u4"), ("qid", ">i4"),
@@ -138,7 +139,7 @@ def _np_tables():
     return _NP
 
 
-def _hex4_crcs():
+def _hex4_crcs() -> Any:
     """CRC of each of the 65536 four-hex-digit key counters (as an array), computed once."""
     np = _NP[0]
     if len(_NP) < 5:
@@ -146,8 +147,10 @@ def _hex4_crcs():
     return _NP[4]
 
 
-def _frame_arrays(store, topic, bodies, qids, hex4, first_counter, pos, room_end, fixed, magic, const48,
-                  mid, tail, tags, nxt, cqb, first_off, key_crc0):
+def _frame_arrays(store: Store, topic: str, bodies: Sequence[bytes], qids: list[int], hex4: list[bytes],
+                  first_counter: int, pos: int, room_end: int, fixed: int, magic: int, const48: bytes,
+                  mid: bytes, tail: bytes, tags: int, nxt: list[int], cqb: list[Any], first_off: dict[int, int],
+                  key_crc0: int) -> tuple[bytes, list[int], list[int], list[int]] | None:
     """Frame a whole batch at once: headers, consume-queue entries and record-CRC properties
     as arrays; per record only its CRCs (the body's, then the record's continued over head,
     body and the rest: C calls through ``map``) and its place in one ``join``. Returns
@@ -206,7 +209,7 @@ def _frame_arrays(store, topic, bodies, qids, hex4, first_counter, pos, room_end
     tb = trail.tobytes()
     step = F.CRC_PROPERTY_SIZE
     trails = list(map(tb.__getitem__, map(slice, range(0, n * step, step), range(step, n * step + 1, step))))
-    parts: list = [b""] * (4 * n)
+    parts: list[Any] = [b""] * (4 * n)
     parts[0::4] = heads
     parts[1::4] = bodies
     parts[2::4] = afters
@@ -226,7 +229,7 @@ def _frame_arrays(store, topic, bodies, qids, hex4, first_counter, pos, room_end
     return data, qoff.tolist(), phys.tolist(), hashes
 
 
-def put_bodies_locked(store: Store, topic: str, bodies: list[bytes], props: dict[str, str], queue_id: int,
+def put_bodies_locked(store: Store, topic: str, bodies: Sequence[bytes], props: dict[str, str], queue_id: int,
                       sharding_keys: list[str | None] | None, sync: bool) -> BatchResult:
     # The producer's hot loop: everything that is the same for the whole batch is built
     # once, so each record costs one header pack, one join and two CRCs (one pass over a
@@ -242,7 +245,7 @@ def put_bodies_locked(store: Store, topic: str, bodies: list[bytes], props: dict
     tags = java_hash(props[PROP_TAGS]) if props.get(PROP_TAGS) else 0
     key_items = [f"{topic}#{k}".encode() for k in (props.get(PROP_KEYS) or "").split(" ") if k]
     nxt = [-1] * cfg.queues
-    cqb: list[bytearray | None] = [None] * cfg.queues
+    cqb: list[Any] = [None] * cfg.queues   # a bytearray per queue the batch touches
     first_off: dict[int, int] = {}
     app = LogAppender(store.commitlog, cp.written_end)
     seg = store.commitlog.segment_size
@@ -283,7 +286,7 @@ def put_bodies_locked(store: Store, topic: str, bodies: list[bytes], props: dict
         tails = [pb_tail if k is None else b"\x02__SHARDINGKEY\x01" + k.encode() + pb_tail
                  for k in sharding_keys]
     tail, mid, fixed = pb_tail, mid0, fixed0
-    parts: list | None = None
+    parts: list[Any] | None = None
     framed = None
     if tails is None and _use_arrays(len(bodies), big):
         framed = _frame_arrays(store, topic, bodies, qids, hex4, first_counter, pos, room_end, fixed,
@@ -345,7 +348,7 @@ def put_bodies_locked(store: Store, topic: str, bodies: list[bytes], props: dict
         comb = _combiner() if max(map(len, bodies)) >= cfrom else None
         ops: dict[int, int] = {}
         chunk = app.start_chunk()
-        cq_add = [None] * len(cqb)
+        cq_add: list[Any] = [None] * len(cqb)
         for body, qid, h4 in zip(bodies, qids, hx):
             qoff = nxt[qid]
             if qoff < 0:
@@ -426,7 +429,7 @@ def put_bodies_locked(store: Store, topic: str, bodies: list[bytes], props: dict
             crc_prop = (b"\x02%010d\x01#23CRC__" % (crc32(after, hc) & M))[::-1]
             if parts is None:
                 parts = app.start_parts()
-            parts += (head, body, after + crc_prop)
+            parts.extend((head, body, after + crc_prop))
         cqb[qid] += pack_cq(pos, total, tags)
         hashes.append(crc32(h4, key_crc0) & M)
         offs.append(qoff)

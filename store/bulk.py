@@ -20,7 +20,7 @@ import os
 import struct
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import format as F
 from .record import RecordError, crc32
@@ -28,6 +28,7 @@ from .record import RecordError, crc32
 if TYPE_CHECKING:
     from .broker import Store
     from .commitlog import CommitLog
+    from .consumequeue import ConsumeQueue
 
 # TOTALSIZE MAGIC BODYCRC QUEUEID . QUEUEOFFSET PHYSICALOFFSET . BORNTIMESTAMP . STORETIMESTAMP
 # ... BODYLENGTH: what a bulk read needs of a record header (format.py).
@@ -235,10 +236,10 @@ def pull_columns(store: "Store", topic: str, queue_id: int, offset: int, max_cou
 _VECTOR_MIN_RUN = 128
 _GATHER_MAX_AVG = 16384
 _VECTOR_MIN_BACKLOG = 20_000
-_NP: list = []
+_NP: list[Any] = []
 
 
-def _np_tables():
+def _np_tables() -> list[Any]:
     if not _NP:
         import numpy as np
         head = np.dtype([
@@ -255,7 +256,7 @@ def _np_tables():
     return _NP
 
 
-def _bodies_vector(store: "Store", q, topic: str, queue_id: int, offset: int, count: int,
+def _bodies_vector(store: "Store", q: "ConsumeQueue", topic: str, queue_id: int, offset: int, count: int,
                    max_bytes: int) -> tuple[list[int], list[bytes]] | None:
     """The bodies of a run of one queue, every record checked as in :func:`pull_columns` but
     as arrays (one comparison per check over the run; the record CRC stays one call per

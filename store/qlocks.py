@@ -136,7 +136,7 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _info(group: str, topic: str, queue_id: int, record: dict | None, alive: bool) -> LockInfo:
+def _info(group: str, topic: str, queue_id: int, record: dict[str, Any] | None, alive: bool) -> LockInfo:
     rec = record or {}
     return LockInfo(
         group=group, topic=topic, queueId=queue_id,
@@ -147,7 +147,7 @@ def _info(group: str, topic: str, queue_id: int, record: dict | None, alive: boo
     )
 
 
-def _record_expired(record: dict | None, at_ms: int) -> bool:
+def _record_expired(record: dict[str, Any] | None, at_ms: int) -> bool:
     expires = _int_or_none((record or {}).get("expiresAt"))
     return expires is not None and expires < at_ms
 
@@ -332,6 +332,8 @@ class QueueLock:
         if not self._check_identity():
             return False
         now = now_ms()
+        if self._fd is None:
+            return False
         _write_record(self._fd, self.path, self._record(now))
         self.renewed_at = now
         return True
@@ -346,7 +348,7 @@ class QueueLock:
         with self._guard:
             if self._fd is None or not self._check_identity():
                 return False
-            return now_ms() < self.renewed_at + self.client_lease_ms
+            return self.renewed_at is not None and now_ms() < self.renewed_at + self.client_lease_ms
 
     def _check_identity(self) -> bool:
         # A lock whose file was unlinked (mqctl unlock --force) or replaced (broken as stuck)

@@ -7,7 +7,7 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -433,7 +433,7 @@ class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for t, n in select_topics(store, self.opts.topics, must_exist=False)
                 for q in range(n)}
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         store = self._open()
         out = {}
         for t, n in select_topics(store, self.opts.topics, must_exist=False):
@@ -448,7 +448,7 @@ class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         n = self.opts.max_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         latest = self._latest()
         if self._target is not None:
             latest = {k: min(v, self._target[k]) for k, v in latest.items() if k in self._target}
@@ -463,10 +463,10 @@ class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end[k] = first[k] + n
         return dict(sorted(end.items()))
 
-    def reportLatestOffset(self) -> Optional[dict]:
+    def reportLatestOffset(self) -> Optional[dict[str, Any]]:
         return dict(sorted(self._latest().items()))
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         out: list[InputPartition] = []
         for key, stop in sorted(end.items()):
             begin = start.get(key, 0)
@@ -478,7 +478,7 @@ class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(partition, self.plan)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the checkpoint's offsets are the consumer position."""
 
     def stop(self) -> None:

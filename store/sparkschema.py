@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from .broker import Store
 
 from pyspark.sql.types import (
     ArrayType, BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType,
@@ -67,13 +70,14 @@ _SPELLING = {
 }
 
 
-def open_store(root: str, create: bool, recover: bool = True):  # -> Store (lazy import)
+def open_store(root: str, create: bool, recover: bool = True) -> "Store":
     """Open the store a read or write names: a missing store is a
     :class:`~store.errors.StoreNotFoundError` (exit 3 in the CLI) unless ``create``."""
     from .broker import Store
     from .errors import StoreNotFoundError
     try:
-        return Store.open(root, create=create, recover=recover)
+        opened: Store = Store.open(root, create=create, recover=recover)
+        return opened
     except StoreNotFoundError as exc:
         raise StoreNotFoundError(f"{exc.message.split(' (create one')[0]}: give "
                                  f'.option("create", "true") to create it') from None

@@ -202,7 +202,8 @@ def stage_batch(batch: pa.RecordBatch, topic_opt: str | None, rules: RowRules,
         arr = batch.column(names.index(name))
         if name == "bornTimestamp":
             arr = arr.cast(pa.int64())
-        return arr.to_pylist()
+        values: list[Any] = arr.to_pylist()
+        return values
 
     topics = [topic_opt] * n if topic_opt else col("topic")
     bodies, keys, tags = col("body"), col("keys"), col("tags")

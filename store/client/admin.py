@@ -38,7 +38,8 @@ class _Row:
             raise KeyError(name) from None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
+        out: dict[str, Any] = asdict(self)  # type: ignore[call-overload]
+        return out
 
 
 # -- groups -----------------------------------------------------------------------------------
@@ -582,7 +583,8 @@ class Admin:
     # -- locks and members -------------------------------------------------------------------
     def locks(self, group: str | None = None) -> list[LockRow]:
         """Orderly consumers' queue locks (of ``group``, or of every group), holders probed."""
-        from ..qlocks import list_locks, now_ms
+        from ..flock import now_ms
+        from ..qlocks import list_locks
         store = self.store
         if group is not None:
             require_group(store, group)

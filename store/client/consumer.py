@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Union
 
 from .. import names
 from ..errors import UsageError
@@ -83,14 +83,14 @@ class _IteratorSink:
 
     def __init__(self, prefetch: int) -> None:
         self.max_in_flight = prefetch
-        self.handoff: queue_mod.SimpleQueue[tuple[cf.Future, Message]] = queue_mod.SimpleQueue()
+        self.handoff: queue_mod.SimpleQueue[tuple[cf.Future[Any], Message]] = queue_mod.SimpleQueue()
 
     def submit(self, batch: list["record.Message"], topic: str) -> "cf.Future[Outcome]":
-        fut: cf.Future[Outcome] = cf.Future()
+        fut: cf.Future[Outcome] = cf.Future[Any]()
         self.handoff.put((fut, Message.from_record(batch[0], topic)))
         return fut
 
-    def get(self, timeout: float) -> tuple[cf.Future, Message] | None:
+    def get(self, timeout: float) -> tuple[cf.Future[Any], Message] | None:
         try:
             return self.handoff.get(timeout=timeout)
         except queue_mod.Empty:
@@ -186,7 +186,7 @@ class Consumer:
             _ids_in_use.add(self._id_key)
         self._mode: str | None = None        # "iterate" or "run"
         self._sink: _IteratorSink | None = None
-        self._in_hand: cf.Future | None = None
+        self._in_hand: cf.Future[Any] | None = None
         self._iteration = 0
         self._serving = False
         self._closed = False

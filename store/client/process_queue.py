@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Iterable
 
-from sortedcontainers import SortedDict  # type: ignore[import-untyped]
+from sortedcontainers import SortedDict
 
 from ..record import Message
 
@@ -95,7 +95,8 @@ class ProcessQueue:
             if got is not None:
                 self.bytes -= len(got.body)
         if msgs:
-            return msgs.keys()[0]
+            first: int = msgs.keys()[0]
+            return first
         return self.max_seen + 1
 
     def release(self, messages: Iterable[Message]) -> None:
@@ -121,7 +122,7 @@ class ProcessQueue:
             self.bytes -= len(m.body)
             self.retries.pop(off, None)
         self.consuming.clear()
-        return last + 1
+        return int(last) + 1
 
     def make_again(self) -> None:
         """Put the in-flight messages back in front, to be consumed again."""

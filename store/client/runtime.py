@@ -222,7 +222,7 @@ class Runtime:
         self.epochs: dict[str, int] = {}
         self.end_snapshot: dict[QueueKey, int] = {}
         self.dropping: dict[QueueKey, ProcessQueue] = {}
-        self.futures: dict[cf.Future, tuple[QueueKey, list[Message]]] = {}
+        self.futures: dict[cf.Future[Any], tuple[QueueKey, list[Message]]] = {}
         self.wake = threading.Event()
         self.stop_requested = False
         self.consumed = 0
@@ -536,7 +536,7 @@ class Runtime:
         return not self.futures and not self.retry_later
 
     _rebalanced_once = False
-    held_elsewhere: set = set()
+    held_elsewhere: set[QueueKey] = set()
 
     # -- rebalance -------------------------------------------------------------------------
     def _rebalance(self) -> bool:
@@ -561,7 +561,7 @@ class Runtime:
             members = sorted({m.clientId for m in live} | {o.client_id})
             for m in live:
                 if m.clientId != o.client_id:
-                    self.held_elsewhere.update((q.get("topic"), q.get("queueId")) for q in m.queues
+                    self.held_elsewhere.update((str(q.get("topic")), int(q.get("queueId", -1))) for q in m.queues
                                                if isinstance(q, dict))
         wanted: set[QueueKey] = set()
         for t in self.topics:
@@ -634,8 +634,8 @@ class Runtime:
     def _read_stored(self, key: QueueKey) -> int:
         t, q = key
         if self.o.broadcast:
-            return self.offset_store.read(t, q)
-        return self.offset_store.read(self.o.group, t, q)
+            return int(self.offset_store.read(t, q))
+        return int(self.offset_store.read(self.o.group, t, q))
 
     def _drop(self, key: QueueKey) -> None:
         """Stop pulling a queue; release it once its in-flight batch is done."""
@@ -1006,8 +1006,9 @@ class Runtime:
                 self.offset_store.update(t, q, off, increase_only=increase_only)
             self.offset_store.persist(set(self.pqs) | set(self.dropping) | set(offsets))
             return set()
-        return self.offset_store.commit(self.o.group, offsets, increase_only=increase_only,
-                                        expected_epochs=self.epochs)
+        skipped: set[str] = self.offset_store.commit(self.o.group, offsets, increase_only=increase_only,
+                                                     expected_epochs=self.epochs)
+        return skipped
 
     def _persist(self, force: bool = False, only: set[QueueKey] | None = None,
                  increase_only: bool | None = None) -> None:
