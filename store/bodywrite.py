@@ -398,7 +398,8 @@ def put_bodies_locked(store: Store, topic: str, bodies: Sequence[bytes], props: 
             tail = tails[i]
             extra = len(tail) - len(pb_tail)
             if extra:
-                mid = tail_topic + (pb_len0 + extra + F.CRC_PROPERTY_SIZE).to_bytes(2, "big") + mid0[len(tail_topic) + 2:]
+                plen = (pb_len0 + extra + F.CRC_PROPERTY_SIZE).to_bytes(2, "big")
+                mid = tail_topic + plen + mid0[len(tail_topic) + 2:]
                 fixed = fixed0 + extra
             else:
                 mid, fixed = mid0, fixed0

@@ -353,7 +353,8 @@ class Store:
                 uniq = gen(now)
                 props = {PROP_UNIQ_KEY: uniq, **props}
             props_s = "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v])
-            if props_s.count("\x02") != props_s.count("\x01") or props_s.count("\x02") != sum(1 for v in props.values() if v):
+            seps = props_s.count("\x02")
+            if seps != props_s.count("\x01") or seps != sum(1 for v in props.values() if v):
                 raise BadInputError("a property name or value (tags, keys, sharding key included) "
                                     "contains the control characters \\x01 or \\x02")
             props_b = props_s.encode()
@@ -404,7 +405,8 @@ class Store:
         if PROP_UNIQ_KEY in props:
             raise UsageError("a batch cannot share one unique key")
         if any("\x01" in x or "\x02" in x for kv in props.items() for x in kv) or (
-                sharding_keys is not None and any(k is not None and ("\x01" in k or "\x02" in k) for k in sharding_keys)):
+                sharding_keys is not None
+                and any(k is not None and ("\x01" in k or "\x02" in k) for k in sharding_keys)):
             raise BadInputError("a property name or value (tags, keys, sharding key included) "
                                 "contains the control characters \\x01 or \\x02")
         with self.write_lock():
@@ -637,7 +639,8 @@ class Store:
         try:
             return self.commitlog.read(commitlog_offset, size)
         except RecordError as exc:
-            raise MessageNotFoundError(f"no valid message at commit-log offset {commitlog_offset}: {exc.reason}") from exc
+            raise MessageNotFoundError(
+                f"no valid message at commit-log offset {commitlog_offset}: {exc.reason}") from exc
         except OSError as exc:
             raise io_error(exc, f"read commit log at {commitlog_offset}") from exc
 

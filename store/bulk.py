@@ -113,7 +113,8 @@ def _why(span: bytes, start: int, end: int, phys: int, qoff: int, queue_id: int,
     p = t + len(topic_field) + 2
     if total != end - start or magic != F.MAGIC_V1 or rphys != phys:
         return "record does not match its consume-queue entry"
-    if span[end - F.CRC_PROPERTY_SIZE:end] != (_CRC_TRAILER % (crc32(span[start:end - F.CRC_PROPERTY_SIZE]) & _MASK))[::-1]:
+    body_end = end - F.CRC_PROPERTY_SIZE
+    if span[body_end:end] != (_CRC_TRAILER % (crc32(span[start:body_end]) & _MASK))[::-1]:
         return "record CRC mismatch"
     if rqoff != qoff or qid != queue_id or blen < 0 or p > end or span[t:p - 2] != topic_field:
         return "record does not match its consume-queue entry"

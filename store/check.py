@@ -200,7 +200,8 @@ def _check_queues(store: "Store", rep: CheckReport, valid: Valid) -> None:
                 if len(data) % F.CQ_ENTRY_SIZE:
                     problems.append(Problem(str(path), len(data) - len(data) % F.CQ_ENTRY_SIZE,
                                             "partial (torn) consume-queue entry"))
-                for j, (phys, size, _tags) in enumerate(F.CQ_ENTRY.iter_unpack(data[: len(data) - len(data) % F.CQ_ENTRY_SIZE])):
+                whole = data[: len(data) - len(data) % F.CQ_ENTRY_SIZE]
+                for j, (phys, size, _tags) in enumerate(F.CQ_ENTRY.iter_unpack(whole)):
                     rep.cq_entries += 1
                     qoff = (sbase + j * F.CQ_ENTRY_SIZE) // F.CQ_ENTRY_SIZE
                     if phys < cl_min and phys >= 0 and size > 0:
@@ -208,7 +209,8 @@ def _check_queues(store: "Store", rep: CheckReport, valid: Valid) -> None:
                     rec = valid.get(phys)
                     if rec is None:
                         problems.append(Problem(str(path), j * F.CQ_ENTRY_SIZE,
-                                                f"entry {qoff} points at commit-log offset {phys}, where no valid record starts"))
+                                                f"entry {qoff} points at commit-log offset {phys}, "
+                                                f"where no valid record starts"))
                     elif rec[:4] != (topic, qid, qoff, size):
                         problems.append(Problem(str(path), j * F.CQ_ENTRY_SIZE,
                                                 f"entry {qoff} points at a record of {rec[0]}/{rec[1]}@{rec[2]}"))

@@ -9,7 +9,6 @@ cut only makes recovery start earlier.
 from __future__ import annotations
 
 import os
-import uuid
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,11 @@ class Checkpoint:
 def current_boot_id() -> bytes:
     """The kernel's boot id: a different one means the machine restarted since."""
     try:
-        return uuid.UUID(Path("/proc/sys/kernel/random/boot_id").read_text().strip()).bytes
+        # uuid.UUID(text).bytes without importing uuid (+platform): ~3 ms of every start-up
+        raw = bytes.fromhex(Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", ""))
+        if len(raw) != 16:
+            raise ValueError("not a UUID")
+        return raw
     except (OSError, ValueError):
         return bytes(16)
 

@@ -79,39 +79,27 @@ from .errors import UsageError
 from .sparkread import (
     READ_OPTIONS,
     STREAM_READ_OPTIONS,
-    ColumnPlan,
     MqctlReader,
     MqctlStreamReader,
     ReadOptions,
-    fair_share,
-    parse_offsets,
-    parse_tags,
     select_topics,
 )
 from .sparkschema import (
-    COLUMNS,
     SCHEMA,
-    SCHEMA_DDL,
     check_options,
     open_store,
     store_option,
 )
-from .sparkship import ship_archive, ship_code_to
+from .sparkship import ship_code_to
 from .sparksink import (
-    SINKS_DIR,
     MqctlStreamWriter,
-    SinkLedger,
-    commit_stream_batch,
     default_sink_id,
 )
-from .sparkstaging import STAGING_DIR, stale_staging, sweep_staging
 from .sparkwrite import (
     WRITE_OPTIONS,
     MqctlWriter,
-    StagedPart,
     WriteOptions,
     check_write_schema,
-    write_staged,
 )
 
 STREAM_WRITE_OPTIONS = (*WRITE_OPTIONS, "sinkid", "checkpointlocation")
@@ -232,9 +220,4 @@ class MqctlDataSource(DataSource):
         return MqctlStreamWriter(opts, default_sink_id(self.options))
 
 
-__all__ = ["register", "local_session", "ship_archive", "sweep_staging", "stale_staging", "session_conf", "prepare_environment", "MqctlDataSource",
-           "SCHEMA", "SCHEMA_DDL", "COLUMNS",
-           # re-exported from the modules that own them, for code that imports them from here
-           "ColumnPlan", "fair_share", "parse_offsets", "parse_tags",
-           "STAGING_DIR", "StagedPart", "WriteOptions", "write_staged",
-           "SINKS_DIR", "SinkLedger", "commit_stream_batch"]
+__all__ = ["register", "local_session", "session_conf", "prepare_environment", "MqctlDataSource"]

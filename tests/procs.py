@@ -79,7 +79,7 @@ class Proc:
         except subprocess.TimeoutExpired:
             self.kill9()
             raise AssertionError(f"{' '.join(self.args)} did not exit within {timeout:g} s; "
-                                 f"stderr: {self.stderr()[-2000:]}")
+                                 f"stderr: {self.stderr()[-2000:]}") from None
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM, then wait (a consumer persists its offsets and exits 0)."""

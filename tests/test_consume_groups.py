@@ -28,7 +28,7 @@ def start_member(mq: MQ, log, *extra: str, topic: str = "T", group: str = "G"):
 
 def queues_by_pid(rows: list[list[str]]) -> dict[str, set[int]]:
     out: dict[str, set[int]] = collections.defaultdict(set)
-    for body, qid, pid, *_ in rows:
+    for _body, qid, pid, *_ in rows:
         out[pid].add(int(qid))
     return out
 

@@ -50,7 +50,7 @@ def test_members_started_together_or_staggered_hand_over_without_duplicates(mq: 
     n = 30_000
     fill(mq, "T", n)
     members = []
-    for i in range(3):
+    for _i in range(3):
         members.append(mq.start("consume", "T", "-g", "G", "--from", "first", "--json",
                                 "--idle-timeout", "2"))
         if stagger:

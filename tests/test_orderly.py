@@ -79,7 +79,7 @@ def test_three_members_kill9_keeps_per_key_order(mq: MQ) -> None:
                 cid = max(split, key=lambda c: len(split[c]))
                 victim = next(p for p in members if cid.endswith(f"@{p.pid}"))
                 victim_queues = split[cid]
-                wait_for(lambda: any(r[2] == str(victim.pid) for r in read_log(log)), 15,
+                wait_for(lambda victim=victim: any(r[2] == str(victim.pid) for r in read_log(log)), 15,
                          what="the victim to be consuming")
                 victim.kill9()
                 allowed.discard(victim.pid)

@@ -388,7 +388,7 @@ def test_admin_rows_match_the_cli(mq: MQ, path: str) -> None:
         with pytest.raises(store.GroupNotFoundError):
             admin.lag("nobody")
         with store.Consumer("T", "G", path, start_from="first", client_id="py-1") as c:
-            for n, m in enumerate(c.messages(timeout=2), 1):
+            for n, _m in enumerate(c.messages(timeout=2), 1):
                 if n == 6:
                     break
             (member,) = admin.consumers("G")

@@ -476,6 +476,6 @@ def test_acquire_release_probe_and_unlock_churn_never_gives_two_owners(root, tmp
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for i in range(4)]
     outs = [p.communicate(timeout=60) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err
     assert sum(int(out) for out, _ in outs) > 20

@@ -32,6 +32,11 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 import store.format as F  # noqa: E402
 import store.spark as S  # noqa: E402
+from store.sparkread import fair_share, parse_offsets, parse_tags  # noqa: E402
+from store.sparkschema import COLUMNS, SCHEMA, SCHEMA_DDL  # noqa: E402
+from store.sparksink import SINKS_DIR, SinkLedger, commit_stream_batch  # noqa: E402
+from store.sparkstaging import STAGING_DIR  # noqa: E402
+from store.sparkwrite import StagedPart, WriteOptions, write_staged  # noqa: E402
 from store.broker import Store  # noqa: E402
 from store.errors import BadInputError, UsageError  # noqa: E402
 from store.record import Draft, java_hash  # noqa: E402
@@ -93,7 +98,7 @@ def test_read_partitions_columns_and_values(spark: Any, store: Store) -> None:
                                                           "color": "red"}) for i in range(20)])
     put(store, "eu%x|y", [b"\xff\xfe", b"x", b"y"])
     df = reader(spark, store)
-    assert df.schema == S.SCHEMA == spark.createDataFrame([], S.SCHEMA_DDL).schema
+    assert df.schema == SCHEMA == spark.createDataFrame([], SCHEMA_DDL).schema
     assert df.rdd.getNumPartitions() == 6                 # one per (topic, queue)
     assert df.count() == 23
     one = df.where("topic = 'orders' AND msgId = '%s'" % sent[5].uniq_key).collect()
@@ -169,7 +174,7 @@ def test_write_then_read_back_with_the_store(spark: Any, store: Store) -> None:
     (r1,) = stored(store, "r1")
     assert (r1.body, r1.queue_id, r1.keys) == (b"\x00\x01", 2, ["a", "b"])
     assert [m.body for m in stored(store, "r2")] == [b"z"]
-    assert not (store.root / S.STAGING_DIR).exists()
+    assert not (store.root / STAGING_DIR).exists()
 
 
 @pytest.mark.spark
@@ -194,7 +199,7 @@ def test_a_failed_write_job_leaves_nothing_visible(spark: Any, store: Store) -> 
     with pytest.raises(Exception, match="reserved for the store"):
         df.write.format("mqctl").mode("append").option("store", str(store.root)).option("topic", "t").save()
     assert sum(store.max_offset("t", q) for q in range(2)) == 0
-    staging = store.root / S.STAGING_DIR
+    staging = store.root / STAGING_DIR
     assert not staging.exists() or not any(staging.rglob("*"))
     with pytest.raises(Exception, match="append-only"):
         spark.createDataFrame([("x",)], "body string").write.format("mqctl").mode("overwrite") \
@@ -270,46 +275,46 @@ def test_stream_write_copies_each_message_once(spark: Any, store: Store, tmp_pat
     copied = stored(store, "copy")
     assert sorted(m.body for m in copied) == sorted(f"s{i}".encode() for i in range(12))
     assert all(m.tags in ("q0", "q1") for m in copied)
-    ledgers = list((store.root / S.SINKS_DIR).glob("*.json"))
+    ledgers = list((store.root / SINKS_DIR).glob("*.json"))
     assert len(ledgers) == 1 and json.loads(ledgers[0].read_text())["publishing"] is None
 
 
 # -- the streaming commit protocol, without Spark ---------------------------------------------
 
-def _stage(store: Store, bodies: list[str], name: str) -> S.StagedPart:
-    opts = S.WriteOptions(str(store.root), "sink", False)
-    part = S.write_staged(iter([pa.record_batch({"body": bodies})]), opts, f"{S.STAGING_DIR}/{name}")
+def _stage(store: Store, bodies: list[str], name: str) -> StagedPart:
+    opts = WriteOptions(str(store.root), "sink", False)
+    part = write_staged(iter([pa.record_batch({"body": bodies})]), opts, f"{STAGING_DIR}/{name}")
     assert part.path is not None and part.rows == len(bodies)
     staged = store.root / part.path
     assert stat.S_IMODE(staged.stat().st_mode) == 0o600                 # private to the owner
     assert stat.S_IMODE(staged.parent.stat().st_mode) == 0o700
-    assert stat.S_IMODE((store.root / S.STAGING_DIR).stat().st_mode) == 0o700
+    assert stat.S_IMODE((store.root / STAGING_DIR).stat().st_mode) == 0o700
     return part
 
 
 def test_replayed_batch_after_a_crash_before_the_ledger_is_not_duplicated(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    opts = S.WriteOptions(str(store.root), "sink", False)
+    opts = WriteOptions(str(store.root), "sink", False)
     bodies = ["a", "b", "a", "c"]                     # a repeated body is two messages
-    real_save = S.SinkLedger.save
+    real_save = SinkLedger.save
 
-    def crash_after_publish(self: S.SinkLedger, state: dict, sync: bool = True) -> None:
+    def crash_after_publish(self: SinkLedger, state: dict, sync: bool = True) -> None:
         if state.get("lastBatchId") == 7:
             raise OSError("crash between publish and ledger")
         real_save(self, state, sync)
 
-    monkeypatch.setattr(S.SinkLedger, "save", crash_after_publish)
+    monkeypatch.setattr(SinkLedger, "save", crash_after_publish)
     with pytest.raises(OSError):
-        S.commit_stream_batch(opts, "q1", 7, [_stage(store, bodies[:2], "x"), None, _stage(store, bodies[2:], "x")])
+        commit_stream_batch(opts, "q1", 7, [_stage(store, bodies[:2], "x"), None, _stage(store, bodies[2:], "x")])
     assert len(stored(store, "sink")) == 4
-    monkeypatch.setattr(S.SinkLedger, "save", real_save)
+    monkeypatch.setattr(SinkLedger, "save", real_save)
     # Spark replays batch 7: new tasks, new staging files, the same rows in the same partitions.
     replay = [_stage(store, bodies[:2], "y"), None, _stage(store, bodies[2:], "z")]
-    assert S.commit_stream_batch(opts, "q1", 7, replay) == 0
+    assert commit_stream_batch(opts, "q1", 7, replay) == 0
     assert sorted(m.body for m in stored(store, "sink")) == [b"a", b"a", b"b", b"c"]
-    assert S.commit_stream_batch(opts, "q1", 7, [_stage(store, bodies, "w")]) == 0   # ledger says done
-    assert S.commit_stream_batch(opts, "q1", 8, [_stage(store, ["d"], "v")]) == 1
-    assert json.loads((store.root / S.SINKS_DIR / "q1.json").read_text()) == {"lastBatchId": 8, "publishing": None}
+    assert commit_stream_batch(opts, "q1", 7, [_stage(store, bodies, "w")]) == 0   # ledger says done
+    assert commit_stream_batch(opts, "q1", 8, [_stage(store, ["d"], "v")]) == 1
+    assert json.loads((store.root / SINKS_DIR / "q1.json").read_text()) == {"lastBatchId": 8, "publishing": None}
 
 
 def _crash_on_chunk(monkeypatch: pytest.MonkeyPatch, which: int) -> list[int]:
@@ -328,93 +333,93 @@ def _crash_on_chunk(monkeypatch: pytest.MonkeyPatch, which: int) -> list[int]:
 
 def test_replay_after_a_crash_mid_publish_stores_the_rest_once(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    opts = S.WriteOptions(str(store.root), "sink", False)
+    opts = WriteOptions(str(store.root), "sink", False)
     bodies = [f"m{i}" for i in range(10)]
     monkeypatch.setattr("store.sparkwrite.PUBLISH_FIRST", 3)
     monkeypatch.setattr("store.sparkwrite.PUBLISH_MESSAGES", 3)
     monkeypatch.setattr("store.sparkwrite.PUBLISH_MIN", 3)
     _crash_on_chunk(monkeypatch, 3)
     with pytest.raises(OSError):
-        S.commit_stream_batch(opts, "q2", 0, [_stage(store, bodies[:4], "x"), _stage(store, bodies[4:], "x")])
+        commit_stream_batch(opts, "q2", 0, [_stage(store, bodies[:4], "x"), _stage(store, bodies[4:], "x")])
     monkeypatch.undo()
     assert len(stored(store, "sink")) == 6
-    ledger = json.loads((store.root / S.SINKS_DIR / "q2.json").read_text())
+    ledger = json.loads((store.root / SINKS_DIR / "q2.json").read_text())
     assert ledger["publishing"] == 0 and ledger["done"] == 6
     # The replay skips the recorded prefix without a single key-index lookup.
     lookups = []
     real_find_all = Store.find_all
     monkeypatch.setattr(Store, "find_all", lambda self, k, limit=64: lookups.append(k) or real_find_all(self, k, limit))
-    assert S.commit_stream_batch(opts, "q2", 0, [_stage(store, bodies[:4], "y"), _stage(store, bodies[4:], "y")]) == 4
+    assert commit_stream_batch(opts, "q2", 0, [_stage(store, bodies[:4], "y"), _stage(store, bodies[4:], "y")]) == 4
     assert len(lookups) == 1          # the first message after the prefix: not stored
     assert sorted(m.body for m in stored(store, "sink")) == sorted(b.encode() for b in bodies)
 
 
 def test_replay_after_a_crash_between_a_chunk_and_its_ledger_update(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    opts = S.WriteOptions(str(store.root), "sink", False)
+    opts = WriteOptions(str(store.root), "sink", False)
     bodies = [f"m{i}" for i in range(10)]
     for name in ("PUBLISH_FIRST", "PUBLISH_MESSAGES", "PUBLISH_MIN"):
         monkeypatch.setattr(f"store.sparkwrite.{name}", 4)
-    real_save = S.SinkLedger.save
+    real_save = SinkLedger.save
     saves = []
 
-    def crash_on_second_progress(self: S.SinkLedger, state: dict, sync: bool = True) -> None:
+    def crash_on_second_progress(self: SinkLedger, state: dict, sync: bool = True) -> None:
         if state.get("done"):
             saves.append(state["done"])
             if len(saves) == 2:
                 raise OSError("killed after the chunk, before the ledger")
         real_save(self, state, sync)
 
-    monkeypatch.setattr(S.SinkLedger, "save", crash_on_second_progress)
+    monkeypatch.setattr(SinkLedger, "save", crash_on_second_progress)
     with pytest.raises(OSError):
-        S.commit_stream_batch(opts, "q3", 4, [_stage(store, bodies, "x")])
+        commit_stream_batch(opts, "q3", 4, [_stage(store, bodies, "x")])
     monkeypatch.undo()
     assert len(stored(store, "sink")) == 8            # two chunks stored, the ledger says 4
-    assert S.commit_stream_batch(opts, "q3", 4, [_stage(store, bodies, "y")]) == 2
+    assert commit_stream_batch(opts, "q3", 4, [_stage(store, bodies, "y")]) == 2
     assert sorted(m.body for m in stored(store, "sink")) == sorted(b.encode() for b in bodies)
 
 
 def test_a_replay_that_is_not_the_same_batch_falls_back_to_lookups(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    opts = S.WriteOptions(str(store.root), "sink", False)
+    opts = WriteOptions(str(store.root), "sink", False)
     for name in ("PUBLISH_FIRST", "PUBLISH_MESSAGES", "PUBLISH_MIN"):
         monkeypatch.setattr(f"store.sparkwrite.{name}", 2)
     _crash_on_chunk(monkeypatch, 2)
     with pytest.raises(OSError):
-        S.commit_stream_batch(opts, "q4", 1, [_stage(store, ["a", "b", "c"], "x")])
+        commit_stream_batch(opts, "q4", 1, [_stage(store, ["a", "b", "c"], "x")])
     monkeypatch.undo()
     warnings: list[str] = []
-    n = S.commit_stream_batch(opts, "q4", 1, [_stage(store, ["b", "a", "c"], "y")], warn=warnings.append)
+    n = commit_stream_batch(opts, "q4", 1, [_stage(store, ["b", "a", "c"], "y")], warn=warnings.append)
     assert warnings and "differs" in warnings[0]
     assert n == 3 and len(stored(store, "sink")) == 5     # at-least-once: positions changed
 
 
 def test_rows_are_validated_before_anything_is_staged(store: Store) -> None:
     store.create_topic("ord", 2, order=True)
-    opts = S.WriteOptions(str(store.root), "ord", False)
+    opts = WriteOptions(str(store.root), "ord", False)
     with pytest.raises(BadInputError, match="ordered"):
-        S.write_staged(iter([pa.record_batch({"body": ["x"]})]), opts, f"{S.STAGING_DIR}/j")
-    opts = S.WriteOptions(str(store.root), "sink", False)
+        write_staged(iter([pa.record_batch({"body": ["x"]})]), opts, f"{STAGING_DIR}/j")
+    opts = WriteOptions(str(store.root), "sink", False)
     batch = pa.record_batch({"body": ["x"], "queueId": pa.array([9], pa.int32())})
     with pytest.raises(BadInputError, match="queueId 9 does not exist"):
-        S.write_staged(iter([batch]), opts, f"{S.STAGING_DIR}/j")
-    assert not any((store.root / S.STAGING_DIR).rglob("*.arrow*"))
+        write_staged(iter([batch]), opts, f"{STAGING_DIR}/j")
+    assert not any((store.root / STAGING_DIR).rglob("*.arrow*"))
 
 
 # -- option parsing and admission control ------------------------------------------------------
 
 def test_offset_options_parse() -> None:
-    assert S.parse_offsets(None, "latest", "o").kind == "latest"
-    assert S.parse_offsets("EARLIEST", "latest", "o").kind == "earliest"
-    spec = S.parse_offsets('{"T": {"1": 5, "0": -2}}', "latest", "o")
+    assert parse_offsets(None, "latest", "o").kind == "latest"
+    assert parse_offsets("EARLIEST", "latest", "o").kind == "earliest"
+    spec = parse_offsets('{"T": {"1": 5, "0": -2}}', "latest", "o")
     assert spec.per_queue == (("T", 0, -2), ("T", 1, 5))
-    assert S.parse_offsets("1732183200", "latest", "o").ts == 1732183200000
-    assert S.parse_offsets("2026-11-21T10:00:00Z", "latest", "o").ts == \
+    assert parse_offsets("1732183200", "latest", "o").ts == 1732183200000
+    assert parse_offsets("2026-11-21T10:00:00Z", "latest", "o").ts == \
         int(datetime(2026, 11, 21, 10, tzinfo=timezone.utc).timestamp() * 1000)
     for bad in ("soon", '{"T": {"x": 1}}', '{"T": 3}', "[1]"):
         with pytest.raises(UsageError):
-            S.parse_offsets(bad, "latest", "o")
-    assert S.parse_tags("A || B ||") == ("A", "B") and S.parse_tags("*") is None
+            parse_offsets(bad, "latest", "o")
+    assert parse_tags("A || B ||") == ("A", "B") and parse_tags("*") is None
 
 
 def test_ship_code_archive_is_importable_cached_and_pruned(tmp_path: Path) -> None:
@@ -437,10 +442,10 @@ def test_ship_code_archive_is_importable_cached_and_pruned(tmp_path: Path) -> No
 
 
 def test_fair_share_caps_and_spreads_a_trigger() -> None:
-    assert S.fair_share({"a/0": 3, "a/1": 2}, 10) == {"a/0": 3, "a/1": 2}
-    share = S.fair_share({"a/0": 100, "a/1": 100, "b/0": 1}, 7)
+    assert fair_share({"a/0": 3, "a/1": 2}, 10) == {"a/0": 3, "a/1": 2}
+    share = fair_share({"a/0": 100, "a/1": 100, "b/0": 1}, 7)
     assert sum(share.values()) == 7 and share["a/0"] >= 3 and share["a/1"] >= 3
-    assert sum(S.fair_share({f"t/{i}": 5 for i in range(10)}, 3).values()) == 3
+    assert sum(fair_share({f"t/{i}": 5 for i in range(10)}, 3).values()) == 3
 
 
 # -- the CLI ----------------------------------------------------------------------------------
@@ -504,7 +509,7 @@ def test_export_parquet_keeps_the_columns(spark: Any, store: Store, tmp_path: Pa
     out = tmp_path / "pq"
     export_topic(spark, str(store.root), "t", ending, out, "parquet")
     table = pq.read_table(out)
-    assert count == 2 and table.column_names == list(S.COLUMNS)
+    assert count == 2 and table.column_names == list(COLUMNS)
     assert sorted(table.column("body").to_pylist()) == [b"one", b"two"]
 
 
@@ -630,12 +635,12 @@ def test_the_time_grammar_matches_the_cli() -> None:
 def test_a_task_that_outlives_its_jobs_abort_leaves_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     from store import sparkstaging as ST
     from store.errors import OperationError
-    opts = S.WriteOptions(str(store.root), "sink", False)
-    job = f"{S.STAGING_DIR}/job1"
+    opts = WriteOptions(str(store.root), "sink", False)
+    job = f"{STAGING_DIR}/job1"
     # a task started after abort() removed the job directory: it stages nothing
     with pytest.raises(OperationError, match="aborted"):
-        S.write_staged(iter([pa.record_batch({"body": ["x"]})]), opts, job, create_dir=False)
-    assert not (store.root / S.STAGING_DIR).exists()
+        write_staged(iter([pa.record_batch({"body": ["x"]})]), opts, job, create_dir=False)
+    assert not (store.root / STAGING_DIR).exists()
     # a task still staging when abort() runs: its finished file is removed too
     ST.write_owner(store.root / job)
 
@@ -644,13 +649,13 @@ def test_a_task_that_outlives_its_jobs_abort_leaves_nothing(store: Store, monkey
         ST.remove_job_dirs(store.root, [job])            # the driver's abort()
         yield pa.record_batch({"body": ["y"]})
     with pytest.raises(OperationError, match="aborted"):
-        S.write_staged(batches(), opts, job, create_dir=False)
-    assert not (store.root / S.STAGING_DIR).exists()
+        write_staged(batches(), opts, job, create_dir=False)
+    assert not (store.root / STAGING_DIR).exists()
 
 
 def test_sweep_keeps_live_jobs_and_removes_dead_or_idle_ones(store: Store, tmp_path: Path) -> None:
     from store import sparkstaging as ST
-    base = store.root / S.STAGING_DIR
+    base = store.root / STAGING_DIR
     ST.write_owner(base / "live")                        # this process: alive
     (base / "live" / "part-0.arrow").write_bytes(b"x")
     dead = subprocess.run([sys.executable, "-c", "from store.sparkstaging import write_owner; "
@@ -668,7 +673,7 @@ def test_sweep_keeps_live_jobs_and_removes_dead_or_idle_ones(store: Store, tmp_p
     assert sorted(d.path.name for d in ST.stale_staging(store.root)) == ["dead", "orphan"]
     assert sorted(d.path.name for d in ST.sweep_staging(store.root)) == ["dead", "orphan"]
     assert sorted(p.name for p in base.iterdir()) == ["live"]
-    ST.remove_job_dirs(store.root, [f"{S.STAGING_DIR}/live"])
+    ST.remove_job_dirs(store.root, [f"{STAGING_DIR}/live"])
     assert not base.exists()
 
 
@@ -686,7 +691,7 @@ def test_the_next_write_sweeps_a_killed_drivers_staging(spark: Any, store: Store
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "driver.err", "w"))
     try:
         deadline = time.time() + 180
-        base = store.root / S.STAGING_DIR
+        base = store.root / STAGING_DIR
         while time.time() < deadline and not list(base.glob("*/part-*.arrow")):
             assert proc.poll() is None, (tmp_path / "driver.err").read_text()[-2000:]
             time.sleep(0.2)

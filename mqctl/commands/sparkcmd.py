@@ -105,7 +105,7 @@ def quote_identifier(name: str) -> str:
 def register_views(spark: Any, root: str, topics: list[str]) -> list[str]:
     """One temporary view per topic, named after it; returns warnings for names that only
     differ in case (Spark's catalogue would let the later view replace the earlier)."""
-    from store.spark import SCHEMA
+    from store.sparkschema import SCHEMA
     warnings = []
     seen: dict[str, str] = {}
     for name in topics:

@@ -198,9 +198,9 @@ def main() -> None:
         rows = []
         for what, agg in (("count", lambda df: df.count()),
                           ("bodies", lambda df: df.agg(fn.sum(fn.length("body"))).first()[0])):
-            t_mq, r_mq = timed(lambda: agg(mq()), args.runs)
-            t_pq, r_pq = timed(lambda: agg(pq()), args.runs)
-            t_js, r_js = timed(lambda: agg(js()), args.runs)
+            t_mq, r_mq = timed(lambda agg=agg: agg(mq()), args.runs)
+            t_pq, r_pq = timed(lambda agg=agg: agg(pq()), args.runs)
+            t_js, r_js = timed(lambda agg=agg: agg(js()), args.runs)
             assert r_mq == r_js == r_pq, (what, r_mq, r_js, r_pq)
             rows.append((what, t_mq, t_pq, t_js))
         spark.stop()

@@ -145,7 +145,7 @@ def test_every_flip_in_the_log_is_found_and_never_served(mq: MQ, seed: int) -> N
     want = {r[4] for r in by_topic["t"]} - damaged_ids
     committed_tx = {r[4] for r in recs if r[2] == "t"}  # (the committed copy is a record of t)
     assert {e["offsetMsgId"] for e in envs} == want & committed_tx
-    for off, size, topic, body, mid in victims:
+    for _off, _size, _topic, _body, mid in victims:
         shown = mq.cli("msg", "show", mid, "--json")
         assert shown.returncode == 3, str(shown)  # not found: never the damaged bytes
         assert_one_error(shown, 3)
@@ -243,7 +243,7 @@ def test_derived_files_damaged_are_rebuilt(mq: MQ, kind: str, seed: int) -> None
     mq.check_clean()
     assert {e["offsetMsgId"] for e in served_messages(mq, "after")} == before
     with Store.open(mq.root) as store:
-        for off, size, topic, body, mid in recs:
+        for _off, _size, _topic, body, mid in recs:
             m = store.find(mid)
             assert m.body == body
         uniq = {store.get(r[0]).uniq_key for r in recs if r[2] == "t"}

@@ -368,7 +368,7 @@ def test_consumer_killed_at_each_point(mq: MQ, tmp_path: Path, point: str, order
     if orderly:  # first deliveries per key are in order
         first: dict[str, int] = {}
         seen = set()
-        for _t, q, off, _mid, body in handled:
+        for _t, _q, _off, _mid, body in handled:
             if body in seen:
                 continue
             seen.add(body)

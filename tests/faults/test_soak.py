@@ -184,7 +184,7 @@ def test_soak(mq: MQ, tmp_path: Path) -> None:
     violations = []
     first_seq: dict[str, int] = {}
     seen = set()
-    for _t, _q, _off, mid, body in ordered:
+    for _t, _q, _off, _mid, body in ordered:
         if body in seen:  # a redelivery, or a copy the producer resent after a kill
             continue
         seen.add(body)

@@ -157,7 +157,7 @@ class LazyFS:
                 break
             except OSError:   # ENXIO: no reader yet
                 if time.monotonic() > deadline or self.crashed():
-                    raise AssertionError(f"LazyFS is not reading its fault fifo ({line})")
+                    raise AssertionError(f"LazyFS is not reading its fault fifo ({line})") from None
                 time.sleep(0.02)
         try:
             os.write(fd, (line + "\n").encode())

@@ -14,7 +14,8 @@ from storetestutil import open_store
 pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
-from store.spark import SCHEMA, ColumnPlan  # noqa: E402
+from store.sparkread import ColumnPlan  # noqa: E402
+from store.sparkschema import SCHEMA  # noqa: E402
 
 
 def drafts(n: int) -> list[Draft]:

@@ -14,6 +14,7 @@ import pytest
 from store import checkpoint as ckpt
 from store import format as F
 from store.broker import Store
+from store.errors import MessageNotFoundError
 from store.check import check_store
 from store.recovery import recover
 
@@ -162,7 +163,7 @@ def test_a_flipped_byte_in_a_middle_record_is_reported_and_never_served(root: Pa
     assert pr.next_offset == s.max_offset("T", bad.queue_id)
     want = {r.commitlog_offset: b for r, b in zip(res, bodies) if r is not bad}
     assert served(s) == want
-    with pytest.raises(Exception):
+    with pytest.raises(MessageNotFoundError):
         s.find(bad.msg_id)
     s.close()
 
