@@ -1,18 +1,27 @@
 """The root of the command line: global options, every command group, one error boundary.
 
 Each command group lives in its own module under ``mqctl/commands``; this file is the table
-of contents. :func:`main` is the only place that turns exceptions into exit codes.
+of contents (:data:`GROUPS`). :func:`main` is the only place that turns exceptions into exit
+codes.
+
+Start-up is paid per command (issue 14): :func:`main` imports and builds only the command
+module that argv names (``mqctl send …`` never imports ``tx``, ``bench`` or ``sparkcmd``, nor
+evaluates their annotations); ``--help``, shell completion, no command and an unknown command
+build every group, so help, completion and "no such command" stay complete. The module
+attribute :data:`app` (used by tests and ``CliRunner``) is the full app, built on first use.
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
+
+from importlib import import_module
 
 import typer
 
 from . import __version__
-from .commands import admin, bench, consume, dlq, msg, offsets, send, sparkcmd, storecmd, topic, tx
 from .errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, debug, print_error, quiet_broken_pipe
 from .options import State, resolve_store_path
 
@@ -21,15 +30,40 @@ EPILOG = (
     "5 data error, 130 interrupted, 141 stdout closed."
 )
 
-app = typer.Typer(
-    name="mqctl",
-    help="A RocketMQ-style message queue in a directory: no broker, many processes, one store.",
-    epilog=EPILOG,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+# -- the table of contents -----------------------------------------------------------------
+# Module under ``mqctl/commands`` -> the top-level names its ``register(app)`` adds, in the
+# order of ``mqctl --help``. tests/test_startup.py checks this table against the modules.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "topic": ("init", "topic"),
+    "send": ("send",),
+    "consume": ("consume",),
+    "msg": ("msg",),
+    "storecmd": ("store",),
+    "tx": ("tx",),
+    "offsets": ("offsets", "progress"),
+    "admin": ("locks", "consumers", "rebalance", "unlock", "completion"),
+    "dlq": ("dlq",),
+    "sparkcmd": ("query", "export"),
+    "bench": ("bench",),
+}
+COMMAND_MODULE = {name: module for module, names in GROUPS.items() for name in names}
+COMPLETE_VAR = "_MQCTL_COMPLETE"
+# Root options that take a value (their value is not a command name).
+_ROOT_VALUE_OPTIONS = ("--store",)
+
+
+def _new_app() -> typer.Typer:
+    app = typer.Typer(
+        name="mqctl",
+        help="A RocketMQ-style message queue in a directory: no broker, many processes, one store.",
+        epilog=EPILOG,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(root)
+    return app
 
 
 def _version(value: bool) -> None:
@@ -38,7 +72,6 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
 def root(
     ctx: typer.Context,
     store: Annotated[Optional[str], typer.Option(
@@ -52,18 +85,96 @@ def root(
     ctx.call_on_close(ctx.obj.close)
 
 
-# -- the table of contents -----------------------------------------------------------------
-topic.register(app)
-send.register(app)
-consume.register(app)
-msg.register(app)
-storecmd.register(app)
-tx.register(app)
-offsets.register(app)
-admin.register(app)
-dlq.register(app)
-sparkcmd.register(app)
-bench.register(app)
+_APPS: dict[tuple[str, ...], typer.Typer] = {}
+
+
+def build_app(modules: tuple[str, ...] | None = None) -> typer.Typer:
+    """The app with the command groups of ``modules`` (names of :data:`GROUPS`; all when None),
+    registered in table order. Built once per selection and kept, so the command Typer makes
+    of it can be cached by identity."""
+    key = tuple(m for m in GROUPS if modules is None or m in modules)
+    app = _APPS.get(key)
+    if app is None:
+        app = _new_app()
+        for name in key:
+            import_module(f".commands.{name}", __package__).register(app)
+        _resolve_annotations(app)
+        _APPS[key] = app
+    return app
+
+
+def _resolve_annotations(app: typer.Typer) -> None:
+    """Evaluate the (string, ``from __future__ import annotations``) annotations of every
+    command callback once, in place. Typer evaluates each of them twice when it builds the
+    command (``inspect.signature(eval_str=True)``, then ``get_type_hints``): ~1,000 ``eval``
+    calls for the whole tree, half of ``mqctl --help``'s start-up. Already evaluated
+    annotations make both of Typer's passes cheap. A callback whose annotations do not
+    evaluate here is left as it was (Typer then reports the error as before)."""
+    import inspect
+    stack = [app]
+    while stack:
+        t = stack.pop()
+        funcs: list[Any] = [c.callback for c in t.registered_commands]
+        if t.registered_callback is not None:
+            funcs.append(t.registered_callback.callback)
+        for g in t.registered_groups:
+            if g.typer_instance is not None:
+                stack.append(g.typer_instance)
+            funcs.append(g.callback)
+        for f in funcs:
+            ann = getattr(f, "__annotations__", None)
+            if not ann or not any(isinstance(v, str) for v in ann.values()):
+                continue
+            try:
+                f.__annotations__ = inspect.get_annotations(f, eval_str=True)
+            except Exception:
+                pass
+
+
+def command_module(argv: list[str]) -> str | None:
+    """The one command module ``argv`` needs, or None when it needs them all: no command,
+    an unknown one, a help flag before the command, or a shell-completion request."""
+    if os.environ.get(COMPLETE_VAR):
+        return None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return None
+        if arg in _ROOT_VALUE_OPTIONS:
+            i += 2
+            continue
+        if arg.startswith("-"):
+            if arg in ("-h", "--help") or arg.startswith("--install-completion") \
+                    or arg.startswith("--show-completion"):
+                return None
+            i += 1   # --store=DIR, --version (eager: exits before any command runs)
+            continue
+        return COMMAND_MODULE.get(arg)
+    return None
+
+
+def _version_only(argv: list[str]) -> bool:
+    """``mqctl -V`` / ``--version`` with no command and no help flag: no group is needed."""
+    return any(a in ("-V", "--version") for a in argv) and command_module(argv) is None and not any(
+        a in ("-h", "--help") or not a.startswith("-") for a in argv if a not in _ROOT_VALUE_OPTIONS) \
+        and not os.environ.get(COMPLETE_VAR)
+
+
+def app_for(argv: list[str]) -> typer.Typer:
+    """The smallest app that runs ``argv`` exactly as the full one would."""
+    module = command_module(argv)
+    if module is None and _version_only(argv):
+        return build_app(())
+    return build_app(None if module is None else (module,))
+
+
+def __getattr__(name: str) -> Any:
+    # ``from mqctl.app import app``: the full app, built on first use (not at import, so the
+    # ``mqctl`` script pays only for the command it runs).
+    if name == "app":
+        return build_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,7 +187,8 @@ def main(argv: list[str] | None = None) -> None:
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     from .output import BrokenPipe
-    command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else list(argv)
+    command = typer.main.get_command(app_for(args))
     sys.stdout = _PipeGuard(sys.stdout)  # type: ignore[assignment]
     code = 0
     try:

@@ -52,7 +52,7 @@ def consume(
     dedup: Annotated[bool, typer.Option("--dedup", help="Skip redeliveries of message ids whose handler already completed.")] = False,
     json: Annotated[bool, typer.Option("--json", "-j", "-J", help="Write each message as a JSON envelope (round-trips into send --input json); with --exec, the handler reads envelopes on stdin, one per line.")] = False,
     format_: Annotated[Optional[str], typer.Option("--format", "-f", help="kcat-style template: %t topic %q queue %o offset %k keys %T tags %s body %i msgId %h properties %d time ...")] = None,
-    rebalance_interval: Annotated[float, typer.Option("--rebalance-interval", min=0.05, help="Seconds between rebalances (membership changes wake it at once).")] = 1.0,
+    rebalance_interval: Annotated[float, typer.Option("--rebalance-interval", min=0.05, help="Seconds between rebalances when nothing changes (a member joining or leaving wakes it at once).")] = 5.0,
 ) -> None:
     from store.errors import UsageError
     from store.names import validate_any_topic, validate_client_id, validate_group

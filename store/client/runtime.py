@@ -94,7 +94,7 @@ class ConsumeOptions:
     suspend_ms: int = 1000
     dedup: bool = False
     retry_delay_ms: int | None = None
-    rebalance_interval_s: float = 1.0
+    rebalance_interval_s: float = 5.0   # a backstop: membership changes wake the loop at once
     persist_interval_s: float = 5.0
     install_signals: bool = True        # SIGINT/SIGTERM stop the loop (its thread must be main)
     client_id_given: bool = True        # False: a default id (broadcast: HOST@DEFAULT)
@@ -219,11 +219,18 @@ class Runtime:
         self.force_stop = False        # a second SIGINT/SIGTERM: end handlers at once
         self._in_write = False         # an inline sink is writing: a second signal interrupts it
         self.resent = False   # a copy went to the retry topic or DLQ since the last commit
+        self.schedule_at = 0.0   # when the loop next delivers due delayed messages (monotonic)
+        self.published_queues: list[dict[str, Any]] | None = None   # as the member record says
         self.epochs: dict[str, int] = {}
         self.end_snapshot: dict[QueueKey, int] = {}
         self.dropping: dict[QueueKey, ProcessQueue] = {}
         self.futures: dict[cf.Future[Any], tuple[QueueKey, list[Message]]] = {}
-        self.wake = threading.Event()
+        # Woken by the store itself (inotify, or polling where there is none): a new batch, a
+        # member joining or leaving, an offset reset, a queue lock released. ``set()`` from a
+        # thread or a signal handler wakes it too, as the threading.Event it replaces.
+        from ..watch import Watcher, consumer_paths
+        self.wake = Watcher(consumer_paths(store.layout, opts.group, orderly=not opts.broadcast)
+                            if opts.group and not opts.no_group else [(store.layout.checkpoint, "file")])
         self.stop_requested = False
         self.consumed = 0
         self.handed_out = 0
@@ -442,6 +449,7 @@ class Runtime:
             self.membership.leave()
         if self.dedup is not None:
             self.dedup.close()
+        self.wake.close()
         self.stopped.set()
 
     def _run_calls(self) -> None:
@@ -459,11 +467,10 @@ class Runtime:
         next_rebalance = 0.0
         next_persist = time.monotonic() + o.persist_interval_s
         next_renew = time.monotonic() + RENEW_INTERVAL_S
-        next_schedule = 0.0
+        self.schedule_at = 0.0
         next_token = 0.0
         token = None
         streak = 0   # rebalances in a row that could not take every queue wanted
-        idle_sleep = 0.001
         while not self.stop_requested and self.fatal is None:
             self._run_calls()
             now = time.monotonic()
@@ -471,7 +478,7 @@ class Runtime:
                 t = members_token(self.layout, o.group)
                 if t != token:
                     token, next_rebalance = t, 0.0
-                next_token = now + 0.1
+                next_token = now + 5.0   # a backstop: a membership change wakes the loop
             if now >= next_rebalance:
                 balanced = self._rebalance()
                 # Waiting for a queue the previous owner is still handing over: look again
@@ -487,10 +494,14 @@ class Runtime:
             if self.locks and now >= next_renew:
                 self._renew_locks()
                 next_renew = now + RENEW_INTERVAL_S
-            if now >= next_schedule:
-                from ..schedule import deliver_due
+            if now >= self.schedule_at:
+                from ..schedule import deliver_due, next_due
                 deliver_due(self.store)
-                next_schedule = now + 0.2
+                # until the next delayed message is due (a new one wakes the loop: every
+                # level is at least a second, so 1 s is the longest it can wait past its time)
+                due = next_due(self.store)
+                wait_s = 5.0 if due is None else (due - int(time.time() * 1000)) / 1000
+                self.schedule_at = now + min(1.0 if due is not None else 5.0, max(0.2, wait_s))
             self._settle_drops()
             worked = self._pull_all()
             worked |= self._dispatch_all()
@@ -505,16 +516,28 @@ class Runtime:
             if self._done():
                 break
             if worked:
-                idle_sleep = 0.001
                 continue
             if self.dirty and not o.no_group:
                 self._persist()   # nothing to do: make what moved durable now
             idle_check = getattr(self.inline, "idle_check", None)
             if idle_check is not None:
                 idle_check()   # stdout's reader went away while nothing was written: stop now
-            self.wake.wait(idle_sleep)
-            self.wake.clear()
-            idle_sleep = min(idle_sleep * 2, 0.05)
+            due_at = min(next_rebalance, next_persist, self.schedule_at, next_token)
+            if self.locks:
+                due_at = min(due_at, next_renew)
+            if self.retry_later:
+                due_at = min(due_at, min(r[0] for r in self.retry_later))
+            if o.idle_timeout_s is not None:
+                due_at = min(due_at, self.last_activity + o.idle_timeout_s)
+            if self.wake.wait(max(0.0, due_at - time.monotonic())):
+                changed = self.wake.changed
+                if not o.no_group and self.layout.members_dir(o.group) in changed:
+                    next_token = 0.0
+                if self.layout.config_dir in changed:
+                    next_rebalance = 0.0   # a topic made or changed (the retry topic, say)
+                if self.layout.checkpoint in changed:
+                    # new records: perhaps delayed ones (a retry sent back, a --delay send)
+                    self.schedule_at = min(self.schedule_at, time.monotonic() + 0.2)
 
     def _done(self) -> bool:
         o = self.o
@@ -682,8 +705,13 @@ class Runtime:
         if self.membership is None:
             return
         held = set(self.pqs) | set(self.dropping)
-        self.membership.update(queues=[{"topic": t, "queueId": q} for t, q in sorted(held)],
-                               heartbeatAt=int(time.time() * 1000))
+        queues = [{"topic": t, "queueId": q} for t, q in sorted(held)]
+        if queues == self.published_queues:
+            # Liveness is the member's flock, not a heartbeat: rewriting an unchanged record
+            # would only wake every member of the group (they watch its directory).
+            return
+        self.membership.update(queues=queues, heartbeatAt=int(time.time() * 1000))
+        self.published_queues = queues
 
     def _release_lock(self, key: QueueKey) -> None:
         lock = self.locks.pop(key, None)
@@ -971,6 +999,8 @@ class Runtime:
                 self.warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; will be redelivered through "
                      f"{names.retry_topic(o.group)} (reconsume {m.reconsume_times + 1} of {self.max_reconsume})")
             self.resent = True
+            # its copy is a delayed message: look for due ones soon (not at the idle backstop)
+            self.schedule_at = min(self.schedule_at, time.monotonic() + 0.2)
             off = pq.remove([m])
             if off >= 0:
                 self._set_offset(key, off)

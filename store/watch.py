@@ -1,0 +1,466 @@
+"""Wait for a store to change: inotify on Linux, polling elsewhere and on network file systems.
+
+A waiting consumer should wake when something it cares about changes, not on a timer (issue
+14): a new batch (the writer rewrites ``STORE/checkpoint`` after every batch), a member joining
+or leaving (``consumers/<group>/``), a queue lock released (``locks/<group>/``), an offset
+reset (``config/consumerOffset.json`` replaced) or a topic created or resized
+(``config/topics.json``). :class:`Watcher` is that wait, and nothing else: it says *that*
+something changed, and which of the watched paths; what changed is for the caller to read.
+
+Usage::
+
+    from store.watch import Watcher, consumer_paths
+
+    with Watcher(consumer_paths(store.layout, group)) as w:
+        while running:
+            if not do_work():
+                w.wait(0.5)          # True: something changed (or w.wake() was called)
+
+API
+---
+``Watcher(paths=(), *, backend="auto", poll_min=0.002, poll_max=0.05)``
+    ``backend``: ``"auto"`` (inotify where it works, else polling; ``MQCTL_WATCH=poll`` forces
+    polling), ``"inotify"`` (error if unavailable) or ``"poll"``.
+``watch(path)``
+    A directory: any entry in it created, deleted, renamed, written, or closed after being
+    opened for writing (so a lock holder that dies, even by ``kill -9``, wakes the waiter: the
+    kernel closes its descriptors). A file (or a path whose name has a suffix, like
+    ``checkpoint`` or ``*.json``, that does not exist yet): writes to it, and it being
+    created, replaced (atomic rename) or deleted. A path that does not exist yet is watched
+    from its nearest existing ancestor and armed when it appears (which counts as a change).
+``unwatch(path)``, ``paths``
+``wait(timeout=None) -> bool``
+    Block until a watched path changes, :meth:`wake` is called, or ``timeout`` seconds pass
+    (``None``: no limit). True unless it timed out. :attr:`changed` then holds the watched
+    paths seen changing (empty after a bare :meth:`wake`). Events that arrived between two
+    waits are not lost: the next wait returns at once.
+``wake()`` (alias ``set()``; ``clear()`` is a no-op)
+    From any thread (or a signal handler): make the current or next :meth:`wait` return True.
+    With ``set``/``clear``/``wait(timeout)`` a Watcher stands in for the ``threading.Event`` a
+    wait loop already uses.
+``fileno()``
+    A descriptor that becomes readable on a change or a wake (inotify backend), for callers
+    that multiplex with ``select``; then call ``wait(0)`` to consume it.
+``backend``, ``close()`` (once no other thread calls :meth:`wake` any more: the runtime's
+    ``shutdown``, after its handler pool is shut down); a context manager.
+
+How
+---
+* inotify through ``ctypes`` on libc (``inotify_init1``, ``inotify_add_watch``,
+  ``inotify_rm_watch``): the standard library has no binding, and the three calls are all we
+  need; a dependency (``inotify_simple``, ``watchdog``) would add an install and, for
+  watchdog, a thread and 10+ ms of imports, for the same three syscalls. One watch per
+  *directory* (files are watched through their parent with a name filter, so an atomic
+  replace, which gives the name a new inode, is still seen). The waiting is ``poll(2)`` on the
+  inotify descriptor and a wake pipe: zero CPU while nothing happens.
+* Polling: ``stat`` of every watched path (mtime, ctime, size, inode, link count) at an
+  interval that starts at ``poll_min`` and doubles up to ``poll_max`` while nothing changes;
+  a snapshot taken within ``RACY_NS`` of the mtime it shows counts as one more change once
+  that window has passed (two writes in one tick of the file system's clock leave the same
+  mtime). On NFS, ``stat`` answers from the client's attribute cache: mount with
+  ``actimeo=0`` (or ``noac``) for changes made on other machines to show at once.
+  Used for every path when inotify is missing (not Linux, ``inotify_init1`` fails, the
+  per-user instance limit is reached) and, even with inotify, for paths on file systems where
+  inotify misses other machines' (or FUSE servers') changes: NFS, SMB/CIFS, 9p, FUSE, Ceph,
+  AFS, Lustre, GFS2, OCFS2 (``statfs`` f_type). Polling cannot see a ``flock`` released by a
+  process that dies without writing (nothing on disk changes), nor a write inside a watched
+  directory to an existing file (the directory's mtime does not move): watch such files
+  themselves, and keep a periodic re-check (the consumer's rebalance interval) as the
+  backstop.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import select
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+__all__ = ["Watcher", "consumer_paths", "inotify_available", "is_remote_fs"]
+
+# <sys/inotify.h>
+IN_ACCESS = 0x001
+IN_MODIFY = 0x002
+IN_ATTRIB = 0x004
+IN_CLOSE_WRITE = 0x008
+IN_MOVED_FROM = 0x040
+IN_MOVED_TO = 0x080
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
+IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000
+IN_ONLYDIR = 0x01000000
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = 0o2000000
+
+# What a directory watch listens to. Not IN_ACCESS/IN_OPEN/IN_CLOSE_NOWRITE: readers (our own
+# scans, lock probes that open read-only) must not wake anyone, or waiters would wake each
+# other in a loop.
+DIR_MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE
+            | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+_EVENT = struct.Struct("iIII")
+
+# statfs f_type of file systems whose inotify misses remote changes (linux/magic.h).
+REMOTE_FS_MAGIC = {
+    0x6969: "nfs", 0x517B: "smb", 0xFF534D42: "cifs", 0xFE534D42: "smb2", 0x01021997: "9p",
+    0x65735546: "fuse", 0x00C36400: "ceph", 0x5346414F: "afs", 0x0BD00BD0: "lustre",
+    0x01161970: "gfs2", 0x7461636F: "ocfs2",
+}
+
+_libc: Any = None
+
+
+def _load_libc() -> Any:
+    global _libc
+    if _libc is None:
+        _libc = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.inotify_init1.argtypes = [ctypes.c_int]
+                libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+                libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+                libc.statfs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+                _libc = libc
+            except (OSError, AttributeError, ImportError):
+                _libc = False
+    return _libc
+
+
+def inotify_available() -> bool:
+    """True if this system has inotify (Linux with a libc that exports it)."""
+    return bool(_load_libc())
+
+
+def is_remote_fs(path: str | Path) -> str | None:
+    """The name of the network (or FUSE) file system ``path`` is on, or None if it is local or
+    cannot be told. ``path`` must exist."""
+    libc = _load_libc()
+    if not libc:
+        return None
+    import ctypes
+    buf = ctypes.create_string_buffer(256)   # struct statfs: f_type is the first word
+    if libc.statfs(os.fsencode(path), buf) != 0:
+        return None
+    f_type = ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+    return REMOTE_FS_MAGIC.get(f_type)
+
+
+def consumer_paths(layout: Any, group: str, *, orderly: bool = False) -> list[tuple[Path, str]]:
+    """What a waiting consumer of ``group`` watches, as ``(path, kind)`` pairs for
+    :class:`Watcher`: new batches (the ``checkpoint`` file), members (``consumers/<group>/``),
+    offsets and topics (``config/``: ``consumerOffset.json`` is replaced on a reset,
+    ``topics.json`` on a topic change) and, for an orderly consumer, queue locks
+    (``locks/<group>/``). ``layout`` is a :class:`store.layout.Layout`."""
+    paths = [(layout.checkpoint, "file"), (layout.members_dir(group), "dir"), (layout.config_dir, "dir")]
+    if orderly:
+        paths.append((layout.queue_locks_dir(group), "dir"))
+    return paths
+
+
+# A stat snapshot taken this soon after the mtime it shows may miss a second write in the
+# same clock tick of the file system (the mtime would not move): git's "racy clean" rule.
+RACY_NS = 20_000_000
+
+
+class _Snap:
+    __slots__ = ("key", "taken_ns")
+
+    def __init__(self, path: Path) -> None:
+        self.taken_ns = time.time_ns()
+        try:
+            st = os.stat(path)
+            self.key: tuple[int, ...] | None = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_nlink)
+        except OSError:
+            self.key = None
+
+    def racy(self) -> bool:
+        return self.key is not None and self.taken_ns - max(self.key[0], self.key[1]) < RACY_NS
+
+
+class Watcher:
+    """Waits until watched files or directories change (see the module docstring)."""
+
+    def __init__(self, paths: Iterable[str | Path | tuple[str | Path, str]] = (), *, backend: str = "auto",
+                 poll_min: float = 0.002, poll_max: float = 0.05) -> None:
+        if backend not in ("auto", "inotify", "poll"):
+            raise ValueError(f"backend must be auto, inotify or poll, not {backend!r}")
+        if backend == "auto" and os.environ.get("MQCTL_WATCH", "").lower() == "poll":
+            backend = "poll"
+        self.poll_min = poll_min
+        self.poll_max = poll_max
+        self._interval = poll_min
+        self.changed: set[Path] = set()
+        self._fd = -1
+        self._closed = False
+        # logical watches: path -> ("dir", None) | ("file", name) and where they are armed
+        self._kinds: dict[Path, tuple[str, str | None]] = {}
+        self._armed: dict[Path, int] = {}          # path -> wd (inotify)
+        self._pending: dict[Path, int] = {}        # not existing yet -> wd of the ancestor
+        self._wds: dict[int, Path] = {}            # wd -> watched directory
+        self._polled: dict[Path, _Snap] = {}
+        self._dirty = False                        # a change seen outside wait (arming)
+        self._rpipe, self._wpipe = os.pipe()
+        for fd in (self._rpipe, self._wpipe):
+            os.set_blocking(fd, False)
+            os.set_inheritable(fd, False)
+        if backend != "poll":
+            libc = _load_libc()
+            fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC) if libc else -1
+            if fd < 0:
+                if backend == "inotify":
+                    import ctypes   # loaded already: _load_libc used it
+                    err = ctypes.get_errno() if libc else errno.ENOSYS
+                    self._close_pipes()
+                    raise OSError(err, f"inotify unavailable: {os.strerror(err)}")
+            else:
+                self._fd = fd
+        self.backend = "inotify" if self._fd >= 0 else "poll"
+        self._poller = select.poll()
+        self._poller.register(self._rpipe, select.POLLIN)
+        if self._fd >= 0:
+            self._poller.register(self._fd, select.POLLIN)
+        for p in paths:
+            if isinstance(p, tuple):
+                self.watch(p[0], kind=p[1])
+            else:
+                self.watch(p)
+
+    # -- the watch set ---------------------------------------------------------------------
+    @property
+    def paths(self) -> list[Path]:
+        return list(self._kinds)
+
+    def watch(self, path: str | Path, *, kind: str | None = None) -> None:
+        """Watch ``path``: ``kind`` ``"dir"`` (its entries) or ``"file"`` (that name, through
+        its parent directory); by default what the path is now, a directory if it does not
+        exist yet."""
+        p = Path(path)
+        if p in self._kinds:
+            return
+        if kind is None:
+            kind = "file" if p.exists() and not p.is_dir() else "dir"
+        if kind not in ("dir", "file"):
+            raise ValueError(f"kind must be dir or file, not {kind!r}")
+        self._kinds[p] = ("file", p.name) if kind == "file" else ("dir", None)
+        self._arm(p)
+
+    def unwatch(self, path: str | Path) -> None:
+        p = Path(path)
+        self._kinds.pop(p, None)
+        self._polled.pop(p, None)
+        self._pending.pop(p, None)
+        wd = self._armed.pop(p, None)
+        if wd is not None:
+            self._release_wd(wd)
+
+    def _dir_of(self, p: Path) -> Path:
+        kind, _ = self._kinds[p]
+        return p if kind == "dir" else p.parent
+
+    def _arm(self, p: Path) -> bool:
+        """Arm ``p``: an inotify watch on its directory, or polling. False if it (its
+        directory) does not exist yet: then its nearest existing ancestor is watched."""
+        target = self._dir_of(p)
+        if self._fd < 0 or is_remote_fs(target if target.exists() else _existing_ancestor(target)):
+            self._polled[p] = _Snap(p)
+            return True
+        for _ in range(8):
+            wd = self._add_wd(target)
+            if wd >= 0:
+                self._armed[p] = wd
+                self._pending.pop(p, None)
+                return True
+            anc = _existing_ancestor(target)
+            awd = self._add_wd(anc)
+            if awd < 0:   # cannot watch at all (permissions, the watch limit): poll it
+                self._polled[p] = _Snap(p)
+                return True
+            if not target.is_dir():   # else it appeared meanwhile: watch it after all
+                self._pending[p] = awd
+                return False
+            self._release_wd(awd)
+        self._polled[p] = _Snap(p)
+        return True
+
+    def _add_wd(self, d: Path) -> int:
+        wd = _load_libc().inotify_add_watch(self._fd, os.fsencode(d), DIR_MASK)
+        if wd >= 0:
+            self._wds[wd] = d
+        return wd
+
+    def _release_wd(self, wd: int) -> None:
+        if wd in self._armed.values() or wd in self._pending.values():
+            return
+        self._wds.pop(wd, None)
+        if self._fd >= 0:
+            _load_libc().inotify_rm_watch(self._fd, wd)
+
+    # -- waiting -------------------------------------------------------------------------------
+    def wake(self) -> None:
+        """Make the current (or next) :meth:`wait` return True. Thread- and signal-safe."""
+        fd = self._wpipe
+        if fd < 0:
+            return   # closed
+        try:
+            os.write(fd, b"\0")
+        except (BlockingIOError, OSError):
+            pass   # the pipe is full (already woken) or closed
+
+    # ``threading.Event`` spelling, so a Watcher can replace the Event a wait loop already
+    # uses (``self.wake.set()`` from other threads, ``self.wake.wait(t)`` in the loop).
+    set = wake
+
+    def clear(self) -> None:
+        """Nothing to do: :meth:`wait` consumes wakes and changes itself."""
+
+    def fileno(self) -> int:
+        return self._fd if self._fd >= 0 else self._rpipe
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until a change, a :meth:`wake` or ``timeout`` s; True unless it timed out."""
+        self.changed = set()
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        if self._dirty:
+            self._dirty = False
+            return True
+        while True:
+            if self._polled and self._poll_once():
+                self._interval = self.poll_min
+                return True
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            slice_s = remaining
+            if self._polled:
+                slice_s = self._interval if remaining is None else min(self._interval, remaining)
+            ready = self._poller.poll(None if slice_s is None else max(0, int(slice_s * 1000 + 0.999)))
+            woke = False
+            for fd, _ in ready:
+                if fd == self._rpipe:
+                    _drain(self._rpipe)
+                    woke = True
+                elif fd == self._fd:
+                    self._read_events()
+            if self._pending:
+                self._retry_pending()
+            if woke or self.changed:
+                if self.changed:
+                    self._interval = self.poll_min
+                return True
+            if self._polled and not ready:
+                self._interval = min(self._interval * 2, self.poll_max)
+
+    def _poll_once(self) -> bool:
+        for p, old in list(self._polled.items()):
+            new = _Snap(p)
+            if new.key != old.key:
+                self._polled[p] = new
+                self.changed.add(p)
+            elif old.racy() and not new.racy():
+                # the old snapshot could not tell a write in its clock tick: count one change
+                self._polled[p] = new
+                self.changed.add(p)
+        return bool(self.changed)
+
+    def _retry_pending(self) -> None:
+        for p in list(self._pending):
+            old_wd = self._pending[p]
+            if self._arm(p):
+                self.changed.add(p)   # it appeared: what is in it now is news to the caller
+                self._release_wd(old_wd)
+
+    def _read_events(self) -> None:
+        data = b""
+        while True:
+            try:
+                chunk = os.read(self._fd, 65536)
+            except BlockingIOError:
+                break
+            except InterruptedError:
+                continue
+            if not chunk:
+                break
+            data += chunk
+        pos, n = 0, len(data)
+        lost: set[int] = set()
+        while pos + _EVENT.size <= n:
+            wd, mask, _cookie, length = _EVENT.unpack_from(data, pos)
+            name = data[pos + _EVENT.size:pos + _EVENT.size + length].rstrip(b"\0")
+            pos += _EVENT.size + length
+            if mask & IN_Q_OVERFLOW:
+                self.changed.update(self._kinds)
+                continue
+            if mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF):
+                lost.add(wd)
+            self._match(wd, os.fsdecode(name), mask)
+        for wd in lost:   # the directory went away (or moved): watch for it to come back
+            self._wds.pop(wd, None)
+            for p in [p for p, w in self._armed.items() if w == wd]:
+                del self._armed[p]
+                self.changed.add(p)
+                self._arm(p)
+            for p in [p for p, w in self._pending.items() if w == wd]:
+                del self._pending[p]
+                self._arm(p)
+
+    def _match(self, wd: int, name: str, mask: int) -> None:
+        for p, w in self._armed.items():
+            if w != wd:
+                continue
+            kind, fname = self._kinds[p]
+            if kind == "dir" or name == fname or (not name and mask & (IN_DELETE_SELF | IN_MOVE_SELF)):
+                self.changed.add(p)
+        # a pending path's ancestor changed: maybe the path appeared (checked by the caller)
+
+    # -- closing -------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._fd >= 0:
+            os.close(self._fd)   # drops every watch
+            self._fd = -1
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        fds = (self._rpipe, self._wpipe)
+        self._rpipe = self._wpipe = -1   # wake() after close() is a no-op
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "Watcher":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _existing_ancestor(p: Path) -> Path:
+    for a in [p, *p.parents]:
+        if a.is_dir():
+            return a
+    return Path("/")
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except (BlockingIOError, OSError):
+        pass
