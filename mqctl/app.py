@@ -15,15 +15,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Annotated, Any, Optional
-
 from importlib import import_module
+from typing import Annotated, Any, Optional, TextIO, cast
 
 import typer
 
-from . import __version__
-from .errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, debug, print_error, quiet_broken_pipe
-from .options import State, resolve_store_path
+from mqctl import __version__
+from mqctl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, debug, print_error, quiet_broken_pipe
+from mqctl.options import State, resolve_store_path
 
 EPILOG = (
     "Exit codes: 0 ok, 1 operation or handler failed, 2 usage, 3 not found, 4 conflict, "
@@ -179,17 +178,18 @@ def __getattr__(name: str) -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``mqctl`` script: run the app, map every failure to an exit code."""
-    from store.errors import StoreError
     from typer import Abort, Exit
     from typer._click.exceptions import ClickException
+
+    from store.errors import StoreError
 
     # A file-size limit must fail the write (EFBIG), not kill the process.
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    from .output import BrokenPipe
+    from mqctl.output import BrokenPipe
     args = sys.argv[1:] if argv is None else list(argv)
     command = typer.main.get_command(app_for(args))
-    sys.stdout = _PipeGuard(sys.stdout)  # type: ignore[assignment]
+    sys.stdout = cast(TextIO, _PipeGuard(sys.stdout))   # duck-typed proxy of the real stream
     code = 0
     try:
         rv = command.main(args=argv, prog_name="mqctl", standalone_mode=False)
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         if debug():
             raise
-        from store.fsutil import io_error
+        from store.errors import io_error
         print_error(str(io_error(exc, "complete the operation")))
         code = 1
     except UnicodeEncodeError as exc:
@@ -269,23 +269,23 @@ class _PipeGuard:
     """stdout, with EPIPE turned into :class:`BrokenPipe` (see its docstring) for every
     writer, including ones that print tables or help through ``sys.stdout``."""
 
-    def __init__(self, stream):  # type: ignore[no-untyped-def]
+    def __init__(self, stream: Any) -> None:
         self._stream = stream
         self.buffer = _PipeGuard(stream.buffer) if hasattr(stream, "buffer") else None
 
-    def write(self, data):  # type: ignore[no-untyped-def]
+    def write(self, data: Any) -> Any:
         try:
             return self._stream.write(data)
         except BrokenPipeError as exc:
-            from .output import BrokenPipe
+            from mqctl.output import BrokenPipe
             raise BrokenPipe("stdout was closed by the reader") from exc
 
     def flush(self) -> None:
         try:
             self._stream.flush()
         except BrokenPipeError as exc:
-            from .output import BrokenPipe
+            from mqctl.output import BrokenPipe
             raise BrokenPipe("stdout was closed by the reader") from exc
 
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

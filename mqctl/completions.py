@@ -37,7 +37,8 @@ def normalize(text: str) -> str:
 
 def script(shell: str) -> str:
     """The completion script for ``shell``, generated in this process."""
-    from typer.completion import get_completion_script
+    # typer.completion imports it without re-exporting it (no __all__, no `as`): its typing is wrong
+    from typer.completion import get_completion_script  # type: ignore[attr-defined]
     return normalize(get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell))
 
 

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 if TYPE_CHECKING:
-    from store.broker import Store
+    from store.log.broker import Store
 
 JsonOpt = Annotated[bool, typer.Option("--json", "-j", "-J", help="One JSON object per line (NDJSON) on stdout.")]
 GroupOpt = Annotated[str, typer.Option("--group", "-g", help="Consumer group name.")]
@@ -20,11 +20,11 @@ class State:
     """What the root callback parsed; the only global state is the store handle."""
 
     store_path: Path
-    _store: Any = field(default=None, repr=False)
+    _store: Store | None = field(default=None, repr=False)
 
     def store(self, create: bool = False) -> "Store":
         if self._store is None:
-            from store.broker import Store
+            from store.log.broker import Store
             self._store = Store.open(self.store_path, create=create)
         return self._store
 

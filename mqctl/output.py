@@ -21,7 +21,7 @@ import os
 import sys
 from typing import IO, Any, BinaryIO, Iterator, Mapping, Sequence, TextIO
 
-from .errors import EXIT_BROKEN_PIPE
+from mqctl.errors import EXIT_BROKEN_PIPE
 
 
 class BrokenPipe(Exception):
@@ -110,7 +110,7 @@ def write_lines(bodies: Sequence[bytes], stream: BinaryIO | None = None, sep: by
     except (AttributeError, OSError, ValueError):
         write_records([sep.join(bodies), sep], out)
         return
-    iov: list = [sep] * (2 * len(bodies))
+    iov: list[bytes] = [sep] * (2 * len(bodies))
     iov[::2] = bodies
     writev = os.writev
     try:
@@ -299,7 +299,11 @@ class Output:
             return
         from rich.console import Console
         from rich.progress import (
-            BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn,
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
         )
 
         # transient: the bar disappears when done; the command's own summary line stays.

@@ -20,11 +20,10 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, cast
 
+from mqctl.errors import debug
 from store import errors as E
-
-from .errors import debug
 
 INSTALL_HINT = "pip install 'mqctl[spark]' (PySpark >= 4.2 and pyarrow)"
 _STORE_ERROR = re.compile(r"store\.errors\.([A-Za-z]+): ([^\n]*)")
@@ -47,9 +46,9 @@ def find_java() -> str:
     """The ``java`` Spark will run: ``$JAVA_HOME/bin/java``, else ``java`` on PATH."""
     home = os.environ.get("JAVA_HOME")
     if home:
-        java = Path(home) / "bin" / "java"
-        if java.is_file() and os.access(java, os.X_OK):
-            return str(java)
+        java_path = Path(home) / "bin" / "java"
+        if java_path.is_file() and os.access(java_path, os.X_OK):
+            return str(java_path)
         raise E.OperationError(f"JAVA_HOME={home} has no executable bin/java: Spark needs "
                                f"Java 17 or 21 (set JAVA_HOME, or put java on PATH)")
     java = shutil.which("java")
@@ -78,14 +77,16 @@ def to_store_error(exc: BaseException) -> E.StoreError:
         cls = getattr(E, name, None)
         code = cls.exit_code if isinstance(cls, type) and issubclass(cls, E.StoreError) else 1
         return _BY_CODE.get(code, E.OperationError)(message)
+    analysis_exception: tuple[type[BaseException], ...] = ()
     try:
         from pyspark.errors import AnalysisException
+        analysis_exception = (AnalysisException,)
     except ImportError:  # pragma: no cover - only reached with PySpark installed
-        AnalysisException = ()  # type: ignore[assignment]
+        pass
     cond = _condition(exc)
     if cond == "UNSUPPORTED_DATA_SOURCE_SAVE_MODE" or "UNSUPPORTED_DATA_SOURCE_SAVE_MODE" in text:
         return E.UsageError(save_mode_hint(text))
-    if isinstance(exc, AnalysisException):
+    if isinstance(exc, analysis_exception):
         if cond == "TABLE_OR_VIEW_NOT_FOUND":
             sentence = first_line(text).split(". ")[0].rstrip(".")
             return E.TopicNotFoundError(f"{sentence} (every topic is a view: mqctl topic list)")
@@ -106,7 +107,8 @@ def _condition(exc: BaseException) -> str | None:
         fn = getattr(exc, getter, None)
         if fn is not None:
             try:
-                return fn()
+                cond: str | None = fn()
+                return cond
             except Exception:  # noqa: BLE001 - an accessor that fails tells us nothing
                 return None
     return None
@@ -210,7 +212,7 @@ def start(master: str, extra: Mapping[str, str] | None = None) -> SparkRun:
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
-    from store.spark import prepare_environment, register, session_conf
+    from store.spark.datasource import prepare_environment, register, session_conf
 
     prepare_environment(local=master.startswith("local"))
     conf = SparkConf(loadDefaults=False)
@@ -224,7 +226,7 @@ def start(master: str, extra: Mapping[str, str] | None = None) -> SparkRun:
         log_path = Path(name)
         popen = {"stdout": fd, "stderr": fd}
     try:
-        gateway = launch_gateway(conf, popen_kwargs=popen)
+        gateway = cast(Callable[..., Any], launch_gateway)(conf, popen_kwargs=popen)   # untyped in pyspark
         sc = SparkContext(conf=conf, gateway=gateway)
     except Exception as exc:  # noqa: BLE001 - the JVM failing to start, in any of its ways
         if debug():

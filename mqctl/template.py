@@ -14,11 +14,10 @@ import re
 from typing import TYPE_CHECKING, Callable
 
 from store.errors import UsageError
-
-from .timeparse import format_time
+from store.timeparse import format_time
 
 if TYPE_CHECKING:
-    from store.record import Message
+    from store.log.record import Message
 
 Getter = Callable[["Message"], bytes]
 

@@ -31,12 +31,12 @@ from typing import Any
 _EXPORTS = {
     # the Python client (store/client/)
     "Producer": "client.producer", "Consumer": "client.consumer",
-    "TransactionProducer": "client.txproducer", "TxState": "client.txproducer",
-    "TransactionSendResult": "client.txproducer", "Admin": "client.admin",
+    "TransactionProducer": "tx.producer", "TxState": "tx.producer",
+    "TransactionSendResult": "tx.producer", "Admin": "client.admin",
     "Message": "client.message", "SendResult": "client.message",
     # the engine
-    "Store": "broker", "StoreSettings": "broker", "open_store": "broker", "PutResult": "broker",
-    "PullResult": "broker", "BatchResult": "broker", "Draft": "record",
+    "Store": "log.broker", "StoreSettings": "log.broker", "open_store": "log.broker", "PutResult": "log.broker",
+    "PullResult": "log.broker", "BatchResult": "log.broker", "Draft": "log.record",
 }
 # The error catalogue (store/errors.py): every class, so ``except store.TopicNotFoundError``.
 _ERRORS = (

@@ -18,6 +18,7 @@ group                 code  meaning
 """
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 
@@ -153,3 +154,16 @@ class BadInputError(DataError):
     def __init__(self, message: str, line: int | None = None) -> None:
         super().__init__(f"line {line}: {message}" if line is not None else message)
         self.line = line
+
+
+def io_error(exc: OSError, what: str) -> StoreIOError:
+    """Turn an OSError into the store's one-line I/O error."""
+    reason = {
+        errno.ENOSPC: "no space left on device",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.EFBIG: "file size limit exceeded",
+        errno.EROFS: "read-only file system",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "operation not permitted",
+    }.get(exc.errno or 0, exc.strerror or str(exc))
+    return StoreIOError(f"cannot {what}: {reason}")

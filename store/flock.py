@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import LockHeldError, StoreIOError
-from .fsutil import io_error, open_private
+from store.errors import LockHeldError, StoreIOError, io_error
+from store.fsutil import open_private
 
 
 def now_ms() -> int:

@@ -17,23 +17,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import CorruptionError, StoreIOError
+from store.errors import CorruptionError, io_error
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
-
-
-def io_error(exc: OSError, what: str) -> StoreIOError:
-    """Turn an OSError into the store's one-line I/O error."""
-    reason = {
-        errno.ENOSPC: "no space left on device",
-        errno.EDQUOT: "disk quota exceeded",
-        errno.EFBIG: "file size limit exceeded",
-        errno.EROFS: "read-only file system",
-        errno.EACCES: "permission denied",
-        errno.EPERM: "operation not permitted",
-    }.get(exc.errno or 0, exc.strerror or str(exc))
-    return StoreIOError(f"cannot {what}: {reason}")
 
 
 class SegmentListing:

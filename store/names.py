@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import InvalidNameError
+from store.errors import InvalidNameError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,127}\Z")  # \Z: "$" would accept a trailing newline
 MAX_GROUP_LEN = 120
@@ -85,3 +85,12 @@ def validate_client_id(client_id: str) -> str:
         raise InvalidNameError(
             f"invalid client id {client_id[:60]!r}: use 1-200 characters from A-Z a-z 0-9 _ . @ : % | # -")
     return client_id
+
+
+def parse_tag_expression(expr: str | None) -> frozenset[str] | None:
+    """RocketMQ's subscription expression: ``A || B`` is the set of tags; ``*`` (alone or as
+    one of the alternatives) or nothing means every message (None)."""
+    if expr is None:
+        return None
+    tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
+    return None if not tags or "*" in tags else tags

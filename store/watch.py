@@ -215,7 +215,7 @@ class Watcher:
             fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC) if libc else -1
             if fd < 0:
                 if backend == "inotify":
-                    import ctypes   # loaded already: _load_libc used it
+                    import ctypes  # loaded already: _load_libc used it
                     err = ctypes.get_errno() if libc else errno.ENOSYS
                     self._close_pipes()
                     raise OSError(err, f"inotify unavailable: {os.strerror(err)}")
@@ -290,7 +290,7 @@ class Watcher:
         return True
 
     def _add_wd(self, d: Path) -> int:
-        wd = _load_libc().inotify_add_watch(self._fd, os.fsencode(d), DIR_MASK)
+        wd: int = _load_libc().inotify_add_watch(self._fd, os.fsencode(d), DIR_MASK)  # ctypes: c_int -> int
         if wd >= 0:
             self._wds[wd] = d
         return wd

@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import pytest
-
 _BIN = Path(sys.executable).parent / "mqctl"
 MQCTL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "mqctl"]
 DEFAULT_TIMEOUT = 60.0
@@ -165,7 +163,7 @@ class MQ:
 
     # -- the store, read directly -----------------------------------------------------------
     def store(self):  # noqa: ANN201
-        from store.broker import Store
+        from store.log.broker import Store
         return Store.open(self.root)
 
     def send_lines(self, topic: str, lines: Iterable[str], *extra: str) -> None:
@@ -188,8 +186,8 @@ class MQ:
         return sum(self.offsets(group, topic).values())
 
     def members(self, group: str) -> list:
+        from store.client.members import live_members
         from store.layout import Layout
-        from store.members import live_members
         return live_members(Layout(self.root), group)
 
     def member_queues(self, group: str, topic: str | None = None) -> dict[str, set[int]]:
@@ -200,8 +198,8 @@ class MQ:
         return out
 
     def locks(self, group: str) -> list:
+        from store.client.qlocks import list_locks
         from store.layout import Layout
-        from store.qlocks import list_locks
         return list_locks(Layout(self.root), group)
 
     def wait_balanced(self, group: str, topic: str, members: int, queues: int,
@@ -219,16 +217,6 @@ class MQ:
                 return None   # a member still hands queues over (averagely / circle split)
             return mq
         return wait_for(balanced, timeout, what=f"{members} members of {group} to split {topic}")
-
-
-@pytest.fixture
-def mq(tmp_path: Path):
-    env = MQ(tmp_path / "store", tmp_path)
-    env.ok("init")
-    try:
-        yield env
-    finally:
-        env.cleanup()
 
 
 def handler_script(path: Path, body: str) -> str:

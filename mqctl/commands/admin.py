@@ -1,8 +1,8 @@
 """``mqctl locks|consumers|rebalance|unlock|completion``: who holds what, and the shell glue.
 
 All of these read the coordination files the consumers keep (``consumers/<group>/`` for
-membership, ``locks/<group>/`` for orderly queue locks; formats in ``store/members.py`` and
-``store/qlocks.py``). Only ``unlock`` changes anything, and by default only locks whose holder
+membership, ``locks/<group>/`` for orderly queue locks; formats in ``store/client/members.py`` and
+``store/client/qlocks.py``). Only ``unlock`` changes anything, and by default only locks whose holder
 is gone (stale) or stuck past the store lease (expired).
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from ..options import JsonOpt, state
-from .offsets import GroupOpt, complete_group, complete_topic
+from mqctl.commands.offsets import GroupOpt, complete_group, complete_topic
+from mqctl.options import JsonOpt, state
 
 if TYPE_CHECKING:
     from store.client.admin import LockRow
@@ -27,12 +27,12 @@ def register(app: typer.Typer) -> None:
 
 
 def _ago(now: int, ms: int | None) -> str | None:
-    from ..timeparse import format_age
+    from store.timeparse import format_age
     return None if ms is None else f"{format_age(max(0, now - ms))} ago"
 
 
 def _until(now: int, ms: int | None) -> str | None:
-    from ..timeparse import format_age
+    from store.timeparse import format_age
     if ms is None:
         return None
     return f"in {format_age(ms - now)}" if ms >= now else f"{format_age(now - ms)} ago"
@@ -68,9 +68,9 @@ def locks(
                                                  autocompletion=complete_group)] = None,
     json: JsonOpt = False,
 ) -> None:
+    from mqctl.output import Output
     from store.client.admin import Admin
-    from store.qlocks import now_ms
-    from ..output import Output
+    from store.flock import now_ms
     locks = Admin.of(state(ctx).store()).locks(group)
     now = now_ms()
     rows = [_lock_row(lk, now) for lk in locks]
@@ -99,9 +99,9 @@ def _queues_text(queues: list[dict[str, Any]]) -> str:
 
 
 def consumers(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> None:
+    from mqctl.output import Output
     from store.client.admin import Admin
-    from ..output import Output
-    from ..timeparse import format_time
+    from store.timeparse import format_time
     rows = [{
         "group": m.group, "clientId": m.client_id, "pid": m.pid, "host": m.host, "mode": m.mode,
         "orderly": m.orderly, "strategy": m.strategy, "topics": m.topics, "queues": m.queues,
@@ -149,12 +149,12 @@ def rebalance(
     queues: Annotated[Optional[str], typer.Option("--queues", help="Queue ids for --strategy config, e.g. 0,3.")] = None,
     json: JsonOpt = False,
 ) -> None:
-    from store.allocate import STRATEGIES, allocate_all, queues_of
+    from mqctl.output import Output
     from store.client.admin import require_group
+    from store.client.allocate import STRATEGIES, allocate_all, queues_of
+    from store.client.members import live_members
     from store.errors import GroupNotFoundError, UsageError
-    from store.members import live_members
     from store.names import validate_any_topic, validate_client_id, validate_group
-    from ..output import Output
     validate_any_topic(topic)
     validate_group(group)
     if strategy is not None and strategy not in STRATEGIES:
@@ -174,7 +174,7 @@ def rebalance(
             raise GroupNotFoundError(f"group {group} has no live members consuming {topic}; "
                                      f"pass --consumers C1,C2 to preview an allocation")
     if strategy is None:
-        used = {m.record.get("strategy") for m in members if isinstance(m.record.get("strategy"), str)}
+        used = {s for m in members if isinstance(s := m.record.get("strategy"), str)}
         strategy = used.pop() if len(used) == 1 else "averagely"
     config = None
     if strategy == "config":
@@ -216,11 +216,12 @@ def unlock(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be released; change nothing.")] = False,
     json: JsonOpt = False,
 ) -> None:
+    from mqctl.output import Output
     from store.client.admin import lock_row, lock_state, require_group
+    from store.client.qlocks import list_locks
+    from store.client.qlocks import unlock as run_unlock
+    from store.flock import now_ms
     from store.names import validate_any_topic, validate_group
-    from store.qlocks import list_locks, now_ms
-    from store.qlocks import unlock as run_unlock
-    from ..output import Output
     validate_group(group)
     if topic is not None:
         validate_any_topic(topic)
@@ -260,8 +261,9 @@ def completion(
         metavar="SHELL", help="bash, zsh or fish.", autocompletion=lambda: ["bash", "zsh", "fish"])],
 ) -> None:
     import sys
+
+    from mqctl.completions import SHELLS, script
     from store.errors import UsageError
-    from ..completions import SHELLS, script
     if shell not in SHELLS:
         raise UsageError(f"unsupported shell {shell!r}: use one of {', '.join(SHELLS)}")
     sys.stdout.write(script(shell))

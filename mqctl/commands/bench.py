@@ -32,9 +32,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from store.log.broker import Store
 
 bench_app = typer.Typer(help="Built-in benchmarks (on a throwaway store).", no_args_is_help=True)
 
@@ -51,7 +54,7 @@ def _say(msg: str) -> None:
     sys.stderr.flush()
 
 
-def _emit(json: bool, row: dict, text: str) -> None:
+def _emit(json: bool, row: dict[str, Any], text: str) -> None:
     if json:
         sys.stdout.write(jsonlib.dumps(row, separators=(",", ":")) + "\n")
     else:
@@ -66,8 +69,8 @@ class _Scratch:
         self.dir = Path(tempfile.mkdtemp(prefix="mqctl-bench-", dir=where))
         self.root = self.dir / "store"
 
-    def open(self):  # noqa: ANN201
-        from store.broker import Store
+    def open(self) -> Store:
+        from store.log.broker import Store
         return Store.open(self.root, create=True)
 
     def __enter__(self) -> "_Scratch":
@@ -128,9 +131,9 @@ class _Members:
 
     def __init__(self, root: Path, topic: str, group: str, orderly: bool) -> None:
         self.root, self.topic, self.group, self.orderly = root, topic, group, orderly
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self) -> subprocess.Popen:
+    def start(self) -> subprocess.Popen[bytes]:
         args = [sys.executable, "-m", "mqctl", "--store", str(self.root), "consume", self.topic,
                 "-g", self.group, "--from", "first", "--rebalance-interval", "0.2"]
         if self.orderly:
@@ -140,14 +143,14 @@ class _Members:
         self.procs.append(p)
         return p
 
-    def live(self) -> list[subprocess.Popen]:
+    def live(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.procs if p.poll() is None]
 
     def split(self, queues: int) -> dict[str, set[int]] | None:
         """clientId -> queues, when the live members hold every queue exactly once."""
-        from store.broker import Store
-        from store.members import live_members
-        from store.qlocks import list_locks
+        from store.client.members import live_members
+        from store.client.qlocks import list_locks
+        from store.log.broker import Store
         with Store.open(self.root, recover=False) as st:
             layout = st.layout
         held = {m.clientId: {q["queueId"] for q in m.queues if q.get("topic") == self.topic}
@@ -215,9 +218,12 @@ def _one_rate_run(scratch: _Scratch, run: int, members: int, count: int, size: i
         st.put_bodies(topic, [body] * count)
         sel = selectors.DefaultSelector()
         for p in ms.procs:
+            assert p.stdout is not None   # started with stdout=PIPE
             os.set_blocking(p.stdout.fileno(), False)
             sel.register(p.stdout.fileno(), selectors.EVENT_READ)
-        lines, first, last = 0, None, None
+        lines = 0
+        first: float | None = None
+        last: float | None = None
         deadline = time.monotonic() + DEADLINE_S
         while lines < count:
             if time.monotonic() > deadline:
@@ -239,6 +245,7 @@ def _one_rate_run(scratch: _Scratch, run: int, members: int, count: int, size: i
     finally:
         ms.stop()
         st.close()
+    assert first is not None and last is not None   # count >= 1 lines arrived
     return count / max(last - first, 1e-9), rss
 
 
@@ -266,14 +273,14 @@ def _handover_runs(scratch: _Scratch, members: int, queues: int, orderly: bool, 
     return times
 
 
-def _rebalance_run(scratch: _Scratch, count: int, size: int, queues: int, orderly: bool) -> dict:
+def _rebalance_run(scratch: _Scratch, count: int, size: int, queues: int, orderly: bool) -> dict[str, Any]:
     """Members join and leave (SIGTERM) while ``count`` messages are consumed: duplicates,
     hand-over pauses per queue, and the throughput of the run.
 
     Every body is ``q<queue>-<seq>`` padded to ``size``: a duplicate is a (queue, seq) seen
     twice; a hand-over pause is the time between the last line of a queue from its old owner
     and the first from its new one (the queues always have a backlog during the run)."""
-    from store.members import live_members
+    from store.client.members import live_members
     st = scratch.open()
     layout = st.layout
     topic, group = "REBAL", "RG"
@@ -291,7 +298,7 @@ def _rebalance_run(scratch: _Scratch, count: int, size: int, queues: int, orderl
     seen = bytearray(queues * per)
     ms = _Members(scratch.root, topic, group, orderly)
     sel = selectors.DefaultSelector()
-    owners: dict[int, subprocess.Popen] = {}
+    owners: dict[int, subprocess.Popen[bytes]] = {}
     partial: dict[int, bytes] = {}
     last_time: dict[int, float] = {}
     last_pid: dict[int, int] = {}
@@ -301,13 +308,14 @@ def _rebalance_run(scratch: _Scratch, count: int, size: int, queues: int, orderl
               (0.80, "join")]
     log: list[str] = []
 
-    def add(p: subprocess.Popen) -> None:
+    def add(p: subprocess.Popen[bytes]) -> None:
+        assert p.stdout is not None   # started with stdout=PIPE
         os.set_blocking(p.stdout.fileno(), False)
         sel.register(p.stdout.fileno(), selectors.EVENT_READ)
         owners[p.stdout.fileno()] = p
         partial[p.stdout.fileno()] = b""
 
-    def joined(p: subprocess.Popen) -> bool:
+    def joined(p: subprocess.Popen[bytes]) -> bool:
         return any(m.pid == p.pid for m in live_members(layout, group))
 
     def read_ready(timeout: float) -> None:
@@ -338,7 +346,7 @@ def _rebalance_run(scratch: _Scratch, count: int, size: int, queues: int, orderl
                 last_pid[q], last_time[q] = pid, now
 
     first = None
-    waiting_for: subprocess.Popen | None = None
+    waiting_for: subprocess.Popen[bytes] | None = None
     try:
         add(ms.start())
         deadline = time.monotonic() + DEADLINE_S
@@ -434,12 +442,12 @@ def consume(
         run = 0
         for n in counts:
             rates, rss = [], 0.0
-            for r in range(repeat):
+            for k in range(repeat):
                 run += 1
                 rate, peak = _one_rate_run(scratch, run, n, count, size, queues, orderly)
                 rates.append(rate)
                 rss = max(rss, peak)
-                _say(f"  {mode}, {n} member(s), run {r + 1}/{repeat}: {rate:,.0f} msgs/s")
+                _say(f"  {mode}, {n} member(s), run {k + 1}/{repeat}: {rate:,.0f} msgs/s")
             med = statistics.median(rates)
             base = med if base is None else base
             row = {"bench": "consume", "mode": mode, "members": n, "queues": queues, "size": size,

@@ -1,11 +1,14 @@
 """``mqctl consume``: be a member of a consumer group until stopped."""
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Optional
 
 import typer
 
-from ..options import state
+from mqctl.options import state
+
+if TYPE_CHECKING:
+    from store.log.record import Message
 
 HELP = """Consume a topic as a member of a group (clustering by default).
 
@@ -54,10 +57,10 @@ def consume(
     format_: Annotated[Optional[str], typer.Option("--format", "-f", help="kcat-style template: %t topic %q queue %o offset %k keys %T tags %s body %i msgId %h properties %d time ...")] = None,
     rebalance_interval: Annotated[float, typer.Option("--rebalance-interval", min=0.05, help="Seconds between rebalances when nothing changes (a member joining or leaving wakes it at once).")] = 5.0,
 ) -> None:
+    from mqctl.consumer.handlers import ExecSink, StdoutSink, warn
+    from store.client.runtime import ConsumeOptions, Runtime
     from store.errors import UsageError
-    from store.names import validate_any_topic, validate_client_id, validate_group
-    from store.client.runtime import ConsumeOptions, Runtime, parse_tag_expression
-    from ..consumer.handlers import ExecSink, StdoutSink, warn
+    from store.names import parse_tag_expression, validate_any_topic, validate_client_id, validate_group
     validate_any_topic(topic)
     if no_group:
         if group is not None:
@@ -68,7 +71,7 @@ def consume(
                 raise UsageError(f"{flag} needs a group; --no-group reads without one")
         group = "mqctl-no-group"
     elif group is None:
-        raise UsageError("Missing option '--group' / '-g' (or --no-group to read without a group)")
+        raise UsageError("missing option --group/-g (or --no-group to read without a group); see: mqctl consume --help")
     validate_group(group)
     if json and format_:
         raise UsageError("give --json or --format, not both")
@@ -87,18 +90,18 @@ def consume(
     from_ = {"earliest": "first", "latest": "last"}.get(from_, from_)
     from_where, from_ts = from_, None
     if from_ not in ("first", "last"):
-        from ..timeparse import parse_time
+        from store.timeparse import parse_time
         from_where, from_ts = "timestamp", parse_time(from_)
     render = _renderer(json, format_) if exec_ is None or json else None
     if exec_ is not None and format_ is not None:
         raise UsageError("--format applies to stdout; with --exec, give --json or nothing")
     argv = None
     if exec_ is not None:
-        from ..consumer.handlers import split_command
+        from mqctl.consumer.handlers import split_command
         argv = split_command(exec_)
     retry_ms = None
     if retry_delay is not None:
-        from ..timeparse import parse_duration
+        from store.timeparse import parse_duration
         retry_ms = parse_duration(retry_delay)
     opts = ConsumeOptions(
         topic=topic, group=group, orderly=orderly, broadcast=broadcast or no_group, from_where=from_where,
@@ -123,12 +126,12 @@ def consume(
     Runtime(state(ctx).store(), opts, sink, warn=warn).run()
 
 
-def _renderer(json: bool, fmt: Optional[str]):
+def _renderer(json: bool, fmt: Optional[str]) -> Callable[[Message], bytes]:
     if json:
-        from ..envelope import envelope
-        from ..output import json_line
+        from mqctl.output import json_line
+        from store.client.envelope import envelope
         return lambda m: json_line(envelope(m))
     if fmt is not None:
-        from ..template import compile_template
+        from mqctl.template import compile_template
         return compile_template(fmt).render
     return lambda m: m.body + b"\n"

@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from mqctl.commands.offsets import GroupOpt
+from mqctl.options import JsonOpt, state
 from store.client.dlq import is_resent, load_record, mark_resent, resent_offsets, save_record
 
-from ..options import JsonOpt, state
-from .offsets import GroupOpt
-
 if TYPE_CHECKING:
-    from store.broker import Store
-    from store.record import Message
+    from store.log.broker import Store
+    from store.log.record import Message
 
 dlq_app = typer.Typer(help="Dead-letter queues: list a group's dead letters, resend them.", no_args_is_help=True)
 
@@ -54,9 +53,9 @@ def _dlq_topic(store: "Store", group: str) -> str:
 
 
 def _row(m: "Message", group: str, resent: bool) -> dict[str, Any]:
-    from store.record import PROP_DLQ_ORIGIN_MESSAGE_ID, PROP_DLQ_ORIGIN_TOPIC, PROP_RETRY_TOPIC
-    from ..envelope import envelope
-    from ..timeparse import format_time
+    from store.client.envelope import envelope
+    from store.log.record import PROP_DLQ_ORIGIN_MESSAGE_ID, PROP_DLQ_ORIGIN_TOPIC, PROP_RETRY_TOPIC
+    from store.timeparse import format_time
     row = envelope(m)
     origin = m.properties.get(PROP_DLQ_ORIGIN_TOPIC) or m.properties.get(PROP_RETRY_TOPIC)
     row.update({"group": group, "dlqOriginTopic": origin,
@@ -79,7 +78,7 @@ Examples:
   mqctl dlq list -g billing
   mqctl dlq list -g billing --json | jq -r 'select(.resent | not) | .msgId'""")
 def list_(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> None:
-    from ..output import Output
+    from mqctl.output import Output
     store = state(ctx).store()
     topic = _dlq_topic(store, group)
     record = load_record(store)
@@ -104,10 +103,14 @@ def list_(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> None:
 # -- resending ---------------------------------------------------------------------------------
 
 def _resend_draft(m: "Message", group: str):  # type: ignore[no-untyped-def]
-    from store.names import retry_topic
-    from store.record import (
-        PROP_DLQ_ORIGIN_MESSAGE_ID, PROP_DLQ_ORIGIN_TOPIC, PROP_ORIGIN_MESSAGE_ID, PROP_RETRY_TOPIC, Draft,
+    from store.log.record import (
+        PROP_DLQ_ORIGIN_MESSAGE_ID,
+        PROP_DLQ_ORIGIN_TOPIC,
+        PROP_ORIGIN_MESSAGE_ID,
+        PROP_RETRY_TOPIC,
+        Draft,
     )
+    from store.names import retry_topic
     props = {k: v for k, v in m.properties.items() if k not in (PROP_DLQ_ORIGIN_TOPIC, PROP_DLQ_ORIGIN_MESSAGE_ID)}
     origin = m.properties.get(PROP_RETRY_TOPIC) or m.properties.get(PROP_DLQ_ORIGIN_TOPIC)
     if origin:
@@ -141,10 +144,10 @@ def resend(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be resent; change nothing.")] = False,
     json: JsonOpt = False,
 ) -> None:
+    from mqctl.output import Output
+    from store.client.members import live_members
     from store.errors import MessageNotFoundError
-    from store.members import live_members
     from store.names import retry_topic
-    from ..output import Output
     store = state(ctx).store()
     topic = _dlq_topic(store, group)
     out = Output(json=json)

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..options import JsonOpt, state
+from mqctl.options import JsonOpt, state
 
 msg_app = typer.Typer(help="Look messages up by id or key.", no_args_is_help=True)
 
@@ -34,8 +34,8 @@ def show(
     msg_id: Annotated[str, typer.Argument(metavar="MSGID", help="Offset id or unique key (32 hex digits).")],
     json: JsonOpt = False,
 ) -> None:
-    from ..history import message_report
-    from ..output import Output
+    from mqctl.output import Output
+    from store.client.history import message_report
     store = state(ctx).store()
     m = store.find(msg_id)
     obj = message_report(store, m)
@@ -53,10 +53,10 @@ def query(
     limit: Annotated[int, typer.Option("--limit", "-m", min=1, help="At most this many (mqadmin's -m).")] = 64,
     json: JsonOpt = False,
 ) -> None:
+    from mqctl.output import Output
+    from store.client.envelope import envelope
     from store.names import validate_any_topic
-    from ..envelope import envelope
-    from ..output import Output
-    from ..timeparse import format_time
+    from store.timeparse import format_time
     validate_any_topic(topic)
     store = state(ctx).store()
     store.topic(topic)

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from ..options import JsonOpt, state
+from mqctl.options import JsonOpt, state
 
 if TYPE_CHECKING:
-    from store.broker import Store
     from store.client.admin import Admin
+    from store.log.broker import Store
 
 offsets_app = typer.Typer(help="Show and reset a consumer group's committed offsets.",
                           no_args_is_help=True)
@@ -32,8 +32,8 @@ offsets_app = typer.Typer(help="Show and reset a consumer group's committed offs
 
 def _completion_store(ctx: typer.Context) -> "Store | None":
     try:
-        from store.broker import Store
-        from ..options import resolve_store_path
+        from mqctl.options import resolve_store_path
+        from store.log.broker import Store
         root = ctx.find_root().params.get("store")
         return Store.open(resolve_store_path(root), recover=False, warn=lambda _m: None)
     except Exception:  # noqa: BLE001 - completion must never fail loudly
@@ -99,7 +99,7 @@ Examples:
   mqctl offsets show -g billing
   mqctl offsets show -g billing -t orders --json | jq -c '{queueId, offset}'""")
 def show(ctx: typer.Context, group: GroupOpt, topic: TopicOpt = None, json: JsonOpt = False) -> None:
-    from ..output import Output
+    from mqctl.output import Output
     rows = [{"group": r.group, "topic": r.topic, "queueId": r.queue_id, "offset": r.offset, "clientId": r.client_id}
             for r in _admin(ctx).offsets(group, topic)]
     cols = [("topic", "TOPIC"), ("queueId", "QUEUE"), ("offset", "OFFSET")]
@@ -131,7 +131,7 @@ Examples:
 def progress_rows(store: "Store", group: str, topic: str | None = None) -> list[dict[str, Any]]:
     """The rows of ``mqctl progress``: :meth:`store.Admin.lag`, with the time formatted."""
     from store.client.admin import Admin
-    from ..timeparse import format_time
+    from store.timeparse import format_time
     return [{"group": r.group, "topic": r.topic, "queueId": r.queue_id, "brokerOffset": r.broker_offset,
              "minOffset": r.min_offset, "consumerOffset": r.consumer_offset, "lag": r.lag,
              "lastTimestamp": r.last_timestamp,
@@ -144,7 +144,7 @@ def _mark_clients(store: "Store", group: str, rows: list[dict[str, Any]]) -> Non
     """Mark the rows of broadcast clients: ``clientAlive`` (a live member of the group) and
     ``clientState`` (live / dead: a dead client's offsets hold retention back until
     ``mqctl offsets delete --group G --client-id C`` removes them)."""
-    from store.members import live_members
+    from store.client.members import live_members
     live = {m.clientId for m in live_members(store.layout, group)}
     for r in rows:
         if r.get("clientId"):
@@ -153,8 +153,8 @@ def _mark_clients(store: "Store", group: str, rows: list[dict[str, Any]]) -> Non
 
 
 def progress(ctx: typer.Context, group: GroupOpt, topic: TopicOpt = None, json: JsonOpt = False) -> None:
-    from store.members import live_members
-    from ..output import Output
+    from mqctl.output import Output
+    from store.client.members import live_members
     store = state(ctx).store()
     rows = progress_rows(store, group, topic)
     out = Output(json=json)
@@ -193,12 +193,13 @@ def delete(
 ) -> None:
     import shutil
     import sys
+
+    from mqctl.output import Output
     from store.client.admin import broadcast_clients
+    from store.client.members import live_members
+    from store.client.offsets import ClusterOffsetStore
     from store.errors import ConflictError, NotFoundError
-    from store.members import live_members
     from store.names import validate_client_id, validate_group
-    from store.offsets import ClusterOffsetStore
-    from ..output import Output
     validate_group(group)
     store = state(ctx).store()
     live = {m.clientId for m in live_members(store.layout, group)}
@@ -270,10 +271,11 @@ def reset(
     json: JsonOpt = False,
 ) -> None:
     from datetime import datetime, timedelta, timezone
+
+    from mqctl.output import Output
     from store.errors import UsageError
     from store.names import validate_any_topic, validate_group
-    from ..output import Output
-    from ..timeparse import format_time, parse_time
+    from store.timeparse import format_time, parse_time
     given = [name for name, on in (("--to-earliest", to_earliest), ("--to-latest", to_latest),
                                    ("--to-time", to_time is not None), ("--to-offset", to_offset is not None)) if on]
     if len(given) != 1:

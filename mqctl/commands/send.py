@@ -14,11 +14,14 @@ import json as jsonlib
 import os
 import sys
 import time
-from typing import Annotated, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
-from ..options import JsonOpt, state
+from mqctl.options import JsonOpt, state
+
+if TYPE_CHECKING:
+    from store.log.record import Draft
 
 BATCH_MESSAGES = 8192
 BATCH_BYTES = 8 * 1024 * 1024
@@ -51,7 +54,7 @@ _JSON_FIELDS = frozenset({
 
 def _split_props(values: list[str]) -> dict[str, str]:
     from store.errors import UsageError
-    from store.record import check_property
+    from store.log.record import check_property
     out: dict[str, str] = {}
     for item in values:
         sep = "=" if "=" in item else (":" if ":" in item else None)
@@ -98,14 +101,12 @@ def _unescape(text: str, option: str = "--delimiter") -> bytes:
 
 
 def _no_separators(what: str, value: str) -> str:
-    """Tags, keys and sharding keys are stored as properties: a property separator (bytes 1
-    and 2) in them would let a producer inject properties (e.g. forge UNIQ_KEY)."""
-    if "\x01" in value or "\x02" in value:
-        raise ValueError(f"{what} may not contain the control characters \\x01 or \\x02")
-    return value
+    """Tags, keys and sharding keys are stored as properties (``check_text`` says why)."""
+    from store.log.record import check_text
+    return check_text(what, value)
 
 
-def _split(data: bytes, delim: bytes, zero_copy: bool, pending: bytes = b"") -> tuple[list, bytes]:
+def _split(data: bytes, delim: bytes, zero_copy: bool, pending: bytes = b"") -> tuple[list[Any], bytes]:
     """``pending + data`` cut into records, and the partial record after the last delimiter.
     Long records (the first is 1 KiB or more) come as memoryviews of ``data`` when
     ``zero_copy``: the store copies a big body once, straight into its batch buffer. A
@@ -119,7 +120,7 @@ def _split(data: bytes, delim: bytes, zero_copy: bool, pending: bytes = b"") -> 
     if zero_copy and len(pending) + i >= 1024:   # judged by the first record: long ones
         mv = memoryview(data)
         step = len(delim)
-        out = [pending + data[:i]] if pending else [mv[:i]]
+        out: list[Any] = [pending + data[:i]] if pending else [mv[:i]]   # bytes and memoryviews
         start = i + step
         i = find(delim, start)
         while i >= 0:
@@ -223,10 +224,11 @@ def send(
     reroute: Annotated[bool, typer.Option("--reroute", help="--input json: ignore each line's queueId and route by its shardingKey (else round-robin), e.g. to copy into a topic with fewer queues.")] = False,
     json: JsonOpt = False,
 ) -> None:
-    from store.errors import UsageError
-    from store.names import validate_topic
     import signal as _signal
     import threading as _threading
+
+    from store.errors import UsageError
+    from store.names import validate_topic
     if _threading.current_thread() is _threading.main_thread():
         # Ctrl-C ends a send with exit 130 (after what was acknowledged is made durable, in
         # ``finish``), also when the shell started it with SIGINT ignored (a background job).
@@ -243,7 +245,7 @@ def send(
     base_props = message_properties(prop or [], tag, keys, sharding_key)
     deliver = None
     if delay is not None:
-        from store.schedule import parse_delay
+        from store.log.schedule import parse_delay
         deliver = parse_delay(delay)
     sender = _Sender(ctx, topic, base_props, sharding_key, queue, flush == "sync", json, deliver)
     sender.batch_messages = batch_size
@@ -262,7 +264,7 @@ def send(
                 raise UsageError("--key-delimiter may not be empty")
             line = 0
             fast = input_ == "raw" and kd is None and deliver is None
-            from ..output import keep_big_buffers
+            from mqctl.output import keep_big_buffers
             keep_big_buffers()   # read blocks and batch buffers: reused, not faulted in anew
             for records, more in read_chunks(sys.stdin.fileno(), delim, zero_copy=fast):
                 if fast:
@@ -288,8 +290,9 @@ class _Sender:
     """Accumulates drafts into batches and prints each batch's results."""
 
     def __init__(self, ctx: typer.Context, topic: str, props: dict[str, str], sharding_key: Optional[str],
-                 queue: Optional[int], sync: bool, json: bool, deliver) -> None:
-        from store.record import Draft
+                 queue: Optional[int], sync: bool, json: bool,
+                 deliver: tuple[int, int] | None) -> None:
+        from store.log.record import Draft
         self.Draft = Draft
         self.store = state(ctx).store(create=True)
         self.max_size = self.store.settings.max_message_size
@@ -300,7 +303,7 @@ class _Sender:
         self.sync = sync
         self.json = json
         self.deliver = deliver
-        self.batch: list = []          # Drafts (json input, delays) ...
+        self.batch: list[Draft] = []   # Drafts (json input, delays) ...
         self.bodies: list[bytes] = []  # ... or bare bodies for the store's fast path
         self.skeys: list[str | None] | None = None
         self.batch_bytes = 0
@@ -347,9 +350,9 @@ class _Sender:
                 f"line {line}: message of {len(body)} bytes exceeds the store's limit of {self.max_size} bytes"
                 f"{f' ({self.sent} sent before it)' if self.sent else ''}")
 
-    def _add(self, draft) -> None:
+    def _add(self, draft: Draft) -> None:
         if self.deliver is not None:
-            from store.schedule import delay_draft
+            from store.log.schedule import delay_draft
             draft = delay_draft(draft, self.deliver, self.store)
         self.batch.append(draft)
         self.batch_bytes += len(draft.body)
@@ -396,7 +399,8 @@ class _Sender:
             k, sep, rest = body.partition(key_delim)
             if sep:
                 skey, body = k.decode("utf-8", "replace"), rest
-                if b"\x01" in k or b"\x02" in k:
+                from store.log.record import has_separator
+                if has_separator(k):
                     from store.errors import BadInputError
                     self.flush()
                     raise BadInputError("a sharding key may not contain the control characters \\x01 or \\x02",
@@ -429,7 +433,7 @@ class _Sender:
 
     def add_json(self, raw: bytes, line: int) -> None:
         from store.errors import BadInputError
-        from store.record import check_property
+        from store.log.record import check_property
         if not raw.strip():
             return
         try:
@@ -552,12 +556,14 @@ class _Sender:
         if self._syncer is None:
             from concurrent.futures import ThreadPoolExecutor
             self._syncer = ThreadPoolExecutor(1, thread_name_prefix="fsync")
+        assert self._group is not None   # set by the write that put a report in _waiting
         fut = self._syncer.submit(self.store.sync_log, *self._group)
         self._flight, self._waiting, self._group = (fut, self._waiting), [], None
 
     def _land(self) -> None:
         """Wait for the running fsync, then print the results of the batches it covered."""
         flight, self._flight = self._flight, None
+        assert flight is not None   # callers land only a running fsync
         try:
             flight[0].result()
         except BaseException:
@@ -580,10 +586,11 @@ class _Sender:
                 self._syncer = None
 
     def _report(self, topic: str, qids: list[int], qoffs: list[int], physs: list[int], uks: list[str] | None) -> None:
-        from store.record import offset_msg_id
+        from store.log.record import offset_msg_id
         self.sent += len(qids)
         if self.json:
             t = jsonlib.dumps(topic)
+            assert uks is not None   # passed whenever --json
             out = "".join(
                 f'{{"status":"SEND_OK","msgId":"{uk}","offsetMsgId":"{offset_msg_id(p)}","topic":{t},'
                 f'"queueId":{q},"queueOffset":{o},"commitLogOffset":{p}}}\n'

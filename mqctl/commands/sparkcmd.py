@@ -1,6 +1,6 @@
 """``mqctl query`` (SQL over topics) and ``mqctl export`` (a topic to Parquet or JSON files).
 
-Both run Spark in-process through ``store.spark`` (PySpark is an optional extra): every
+Both run Spark in-process through ``store.spark.datasource`` (PySpark is an optional extra): every
 topic is a temporary view named after the topic, read by the ``mqctl`` data source. Spark
 starts quietly (see ``mqctl/sparkutil.py``) and takes a few seconds to do so.
 """
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Iterable, Optional
 
 import typer
 
-from ..options import JsonOpt, state
+from mqctl.options import JsonOpt, state
 
 if TYPE_CHECKING:
-    from store.broker import Store
+    from store.log.broker import Store
 
 MasterOpt = Annotated[str, typer.Option(
     "--master", metavar="URL", help="Spark master: local[N] (default local[2]), spark://HOST:PORT, yarn…")]
@@ -64,7 +64,7 @@ def query(
     conf: ConfOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    from .. import sparkutil
+    from mqctl import sparkutil
     store = state(ctx).store()
     topics = view_topics(store, topic, all_)
     extra = sparkutil.parse_conf(conf)
@@ -105,7 +105,7 @@ def quote_identifier(name: str) -> str:
 def register_views(spark: Any, root: str, topics: list[str]) -> list[str]:
     """One temporary view per topic, named after it; returns warnings for names that only
     differ in case (Spark's catalogue would let the later view replace the earlier)."""
-    from store.sparkschema import SCHEMA
+    from store.spark.schema import SCHEMA
     warnings = []
     seen: dict[str, str] = {}
     for name in topics:
@@ -205,7 +205,7 @@ def json_row(names: list[str], kinds: list[str], row: Iterable[Any]) -> dict[str
 
 
 def _emit_json(df: Any) -> None:
-    from ..output import json_line, write_records
+    from mqctl.output import json_line, write_records
     names = _unique_names(df.columns)
     kinds = column_kinds(df)
     chunk: list[bytes] = []
@@ -236,8 +236,8 @@ def human_value(value: Any) -> Any:
 
 
 def _emit_table(df: Any) -> None:
-    from ..output import Output
-    from ..timeparse import format_time
+    from mqctl.output import Output
+    from store.timeparse import format_time
     kinds = column_kinds(df)
     rows = []
     for row in df.collect():
@@ -270,9 +270,9 @@ def export(
     master: MasterOpt = "local[2]",
     conf: ConfOpt = None,
 ) -> None:
+    from mqctl import sparkutil
     from store.errors import ConflictError, UsageError
     from store.names import validate_any_topic
-    from .. import sparkutil
     fmt = format_.lower()
     if fmt not in ("parquet", "json"):
         raise UsageError(f"--format must be parquet or json, not {format_!r}")

@@ -1,13 +1,17 @@
-"""``mqctl store check|recover|stats|clean`` (retention rules in ``store/retention.py``)."""
+"""``mqctl store check|recover|stats|clean`` (retention rules in ``store/log/retention.py``)."""
 from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..options import JsonOpt, state
+from mqctl.options import JsonOpt, state
+
+if TYPE_CHECKING:
+    from store.log.broker import Store
+    from store.log.retention import FileAction
 
 store_app = typer.Typer(help="Verify, repair, measure and clean the store.", no_args_is_help=True)
 
@@ -18,16 +22,16 @@ def register(app: typer.Typer) -> None:
 
 @store_app.command("check", help="Verify every record CRC and index entry (read-only; exit 1 on damage).")
 def check(ctx: typer.Context, json: JsonOpt = False) -> None:
-    from store.check import check_store
+    from mqctl.output import Output
     from store.errors import DamageFoundError
-    from ..output import Output
+    from store.log.check import check_store
     store = state(ctx).store()
     out = Output(json=json)
     total = sum(os.stat(store.commitlog.segment_path(b)).st_size for b in store.commitlog.segments())
     with out.progress(total, "checking") as bar:
         rep = check_store(store, progress=bar.advance)
     problems = rep.problems or []
-    from store.sparkstaging import stale_staging
+    from store.spark.staging import stale_staging
     stale = stale_staging(store.root)
     for d in stale:   # not damage: left by a killed Spark job; `store clean` removes it
         out.warn(f"stale Spark staging {d.describe()} (mqctl store clean removes it)")
@@ -48,8 +52,8 @@ def check(ctx: typer.Context, json: JsonOpt = False) -> None:
 
 @store_app.command("recover", help="Rebuild consume queues and the key index from the commit log; cut a torn tail.")
 def recover(ctx: typer.Context, json: JsonOpt = False) -> None:
-    from store.recovery import recover as run
-    from ..output import Output
+    from mqctl.output import Output
+    from store.log.recovery import recover as run
     store = state(ctx).store()
     out = Output(json=json)
     total = sum(os.stat(store.commitlog.segment_path(b)).st_size for b in store.commitlog.segments())
@@ -66,21 +70,21 @@ def recover(ctx: typer.Context, json: JsonOpt = False) -> None:
 
 @store_app.command("stats", help="Sizes of the store's parts, and what `store clean` would free.")
 def stats(ctx: typer.Context, json: JsonOpt = False) -> None:
-    from ..output import Output
-    from ..storestats import store_stats
+    from mqctl.output import Output
+    from store.log.stats import store_stats
     store = state(ctx).store()
     rows = store_stats(store)
     rows += _clean_stats(store)
     Output(json=json).table(rows, [("part", "PART"), ("files", "FILES"), ("bytes", "BYTES"), ("detail", "DETAIL")])
 
 
-def _clean_stats(store) -> list[dict]:  # type: ignore[no-untyped-def]
+def _clean_stats(store: Store) -> list[dict[str, Any]]:
     """Rows for what ``store clean`` (default retention) would free, and what lagging readers
     hold back beyond that (what ``clean --force`` would free on top)."""
-    from store.retention import DEFAULT_RETENTION_MS, plan_clean
+    from store.log.retention import DEFAULT_RETENTION_MS, plan_clean
     plan = plan_clean(store, DEFAULT_RETENTION_MS)
     age = f"{DEFAULT_RETENTION_MS // 3_600_000}h"
-    rows = [{"part": "reclaimable", "files": len(plan.files), "bytes": plan.bytes,
+    rows: list[dict[str, Any]] = [{"part": "reclaimable", "files": len(plan.files), "bytes": plan.bytes,
              "detail": f"store clean would free this (segments older than {age} that every reader has passed)"}]
     if plan.held_files:
         culprits = ", ".join(n.describe() for n in plan.held[:3]) + (" …" if len(plan.held) > 3 else "")
@@ -114,23 +118,23 @@ def clean(
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Show what would be deleted; change nothing.")] = False,
     json: JsonOpt = False,
 ) -> None:
-    from store.retention import clean as run_clean
-    from store.retention import plan_clean
-    from ..output import Output
-    from ..timeparse import format_age, parse_duration
+    from mqctl.output import Output
+    from store.log.retention import clean as run_clean
+    from store.log.retention import plan_clean
+    from store.timeparse import format_age, parse_duration
     retention = parse_duration(older_than)
     store = state(ctx).store()
     out = Output(json=json)
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
 
-    def deleted(action) -> None:  # type: ignore[no-untyped-def]
+    def deleted(action: FileAction) -> None:
         row = action.to_json() | {"action": "deleted"}
         if json:
             out.emit_json(row)
         else:
             rows.append(row)
 
-    from store.sparkstaging import stale_staging, sweep_staging
+    from store.spark.staging import stale_staging, sweep_staging
     if dry_run:
         plan = plan_clean(store, retention, force)
         for action in plan.files:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ..options import JsonOpt, state
+from mqctl.options import JsonOpt, state
 
 topic_app = typer.Typer(help="Create, list, inspect and delete topics.", no_args_is_help=True)
 
@@ -25,8 +25,8 @@ def init(
     segment_size: Annotated[int, typer.Option(
         "--segment-size", min=64 * 1024, help="Commit-log segment size in bytes (default 64 MiB).")] = 64 * 1024 * 1024,
 ) -> None:
-    from store.broker import Store, StoreSettings
     from store.errors import UsageError
+    from store.log.broker import Store, StoreSettings
     st = state(ctx)
     if max_message_size + 65536 + 8 > segment_size:
         raise UsageError("--segment-size must exceed --max-message-size by at least 64 KiB")
@@ -47,8 +47,8 @@ def create(
         "--order", help="Ordered topic: senders must give a sharding key or a queue.")] = False,
     json: JsonOpt = False,
 ) -> None:
+    from mqctl.output import Output
     from store.names import validate_topic
-    from ..output import Output
     validate_topic(topic)
     cfg, created = state(ctx).store(create=True).create_topic(topic, queues, order)
     out = Output(json=json)
@@ -65,8 +65,8 @@ def list_(
     all_: Annotated[bool, typer.Option("--all", "-a", help="Include system topics (%RETRY%, %DLQ%, RMQ_SYS_…).")] = False,
     json: JsonOpt = False,
 ) -> None:
+    from mqctl.output import Output
     from store.client.admin import Admin
-    from ..output import Output
     rows = [{"topic": t.topic, "queues": t.queues, "order": t.order, "messages": t.messages}
             for t in Admin.of(state(ctx).store()).topics(system=all_)]
     Output(json=json).table(rows, [("topic", "TOPIC"), ("queues", "QUEUES"), ("order", "ORDER"),
@@ -79,9 +79,9 @@ def status(
     topic: Annotated[str, typer.Argument(help="Topic name.")],
     json: JsonOpt = False,
 ) -> None:
+    from mqctl.output import Output
     from store.names import validate_any_topic
-    from ..output import Output
-    from ..timeparse import format_time
+    from store.timeparse import format_time
     validate_any_topic(topic)
     store = state(ctx).store()
     cfg = store.topic(topic)

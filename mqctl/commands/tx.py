@@ -1,5 +1,5 @@
-"""``mqctl tx send|commit|rollback|list|check``: transactional messages (``store/transaction.py``,
-``store/txcheck.py``).
+"""``mqctl tx send|commit|rollback|list|check``: transactional messages (``store/tx/transaction.py``,
+``store/tx/check.py``).
 
 Commands given to ``--exec`` and ``--check-cmd`` are split like a shell command line (shlex)
 and run without a shell, in a process group of their own that is killed on a timeout or an
@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ..options import JsonOpt, state
+from mqctl.options import JsonOpt, state
 
 if TYPE_CHECKING:
-    from store.broker import Store
-    from store.record import Message
-    from store.txcheck import CheckEvent, CheckReport
+    from store.log.broker import Store
+    from store.log.record import Message
+    from store.tx.check import CheckEvent, CheckReport
 
 tx_app = typer.Typer(help="Transactional messages: half messages, commit/rollback, the check service.",
                      no_args_is_help=True)
@@ -58,9 +58,8 @@ def _argv(command: str, flag: str) -> list[str]:
     check is counted."""
     import shlex
 
+    from mqctl.consumer.handlers import check_runnable
     from store.errors import UsageError
-
-    from ..consumer.handlers import check_runnable
     try:
         argv = shlex.split(command)
     except ValueError as exc:
@@ -72,7 +71,7 @@ def _argv(command: str, flag: str) -> list[str]:
 
 
 def _env(m: "Message", check_times: int | None) -> dict[str, str]:
-    from store.record import PROP_REAL_QID, PROP_REAL_TOPIC
+    from store.log.record import PROP_REAL_QID, PROP_REAL_TOPIC
     env = dict(os.environ)
     env.update(MQ_TX_ID=m.uniq_key or "", MQ_MSG_ID=m.uniq_key or "",
                MQ_TOPIC=m.properties.get(PROP_REAL_TOPIC, ""),
@@ -142,7 +141,7 @@ def parse_answer(status: int | None, stdout: bytes) -> str:
 # -- tx send ------------------------------------------------------------------------------------
 
 def _properties(prop: list[str], tag: str | None, keys: str | None, sharding_key: str | None) -> dict[str, str]:
-    from .send import message_properties
+    from mqctl.commands.send import message_properties
     props = message_properties(prop, tag, keys, sharding_key)
     if sharding_key is not None:
         props["__SHARDINGKEY"] = sharding_key
@@ -178,11 +177,10 @@ def send(
     exec_: Annotated[Optional[str], typer.Option("--exec", "-x", metavar="CMD", help="Local transaction: exit 0 commits, 1 rolls back, else UNKNOWN.")] = None,
     flush: FlushOpt = "async",
 ) -> None:
+    from mqctl.output import Output
     from store.errors import StoreError, UsageError
     from store.names import validate_topic
-    from store.transaction import send_half
-
-    from ..output import Output
+    from store.tx.transaction import send_half
     validate_topic(topic)
     if sharding_key is not None and queue is not None:
         raise UsageError("give --sharding-key or --queue, not both")
@@ -199,7 +197,7 @@ def send(
             outcome = _local_transaction(store, res.half, argv, sync)
         except StoreError as exc:  # e.g. `tx check` resolved it the other way meanwhile:
             # the one line still reports the state the store holds, then the error's exit code
-            from store.transaction import load
+            from store.tx.transaction import load
             outcome, error = load(store, res.tx_id).state, exc
     Output().emit_json({"txId": res.tx_id, "msgId": res.tx_id, "state": outcome, "topic": res.topic,
                         "queueId": res.queue_id, "offsetMsgId": res.offset_msg_id})
@@ -209,7 +207,7 @@ def send(
 
 def _local_transaction(store: "Store", half: "Message", argv: list[str], sync: bool) -> str:
     """Run the local transaction; commit or roll back on its exit status. Returns the state."""
-    from store.transaction import end_transaction
+    from store.tx.transaction import end_transaction
     status, _ = _Runner().run(argv, half.body, _env(half, None), None, capture=False)
     if status not in (0, 1):
         return "UNKNOWN"
@@ -232,9 +230,8 @@ def rollback(ctx: typer.Context, tx_id: TxIdArg, flush: FlushOpt = "async", json
 
 
 def _end(ctx: typer.Context, text: str, commit: bool, sync: bool, json: bool) -> None:
-    from store.transaction import end_transaction, resolve_tx_id
-
-    from ..output import Output
+    from mqctl.output import Output
+    from store.tx.transaction import end_transaction, resolve_tx_id
     store = state(ctx).store()
     res = end_transaction(store, resolve_tx_id(store, text), commit, sync=sync)
     out = Output(json=json)
@@ -251,10 +248,9 @@ def _end(ctx: typer.Context, text: str, commit: bool, sync: bool, json: bool) ->
 
 @tx_app.command("list", help="Unresolved (PREPARED) transactions, oldest first.")
 def list_(ctx: typer.Context, json: JsonOpt = False) -> None:
-    from store.txcheck import pending
-
-    from ..output import Output
-    from ..timeparse import format_time
+    from mqctl.output import Output
+    from store.timeparse import format_time
+    from store.tx.check import pending
     rows = [{"txId": p.tx_id, "topic": p.topic, "msgId": p.tx_id, "queueId": p.queue_id,
              "bornTimestamp": p.half.born_timestamp, "bornTime": format_time(p.half.born_timestamp),
              "checkTimes": p.check_times, "offsetMsgId": p.half.msg_id}
@@ -286,10 +282,9 @@ def check(
     cmd_timeout: Annotated[str, typer.Option("--cmd-timeout", metavar="DURATION", help="A CMD running longer is killed (answer UNKNOWN); 0: no limit.")] = "60s",
     json: JsonOpt = False,
 ) -> None:
-    from store.txcheck import check_pass
-
-    from ..output import Output
-    from ..timeparse import parse_duration
+    from mqctl.output import Output
+    from store.timeparse import parse_duration
+    from store.tx.check import check_pass
     argv = _argv(check_cmd, "--check-cmd")
     timeout_ms, pause_s = parse_duration(timeout), parse_duration(interval) / 1000
     cmd_timeout_s = parse_duration(cmd_timeout) / 1000 or None

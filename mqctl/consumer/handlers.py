@@ -22,12 +22,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from store.client.runtime import Outcome, ThreadPoolSink
 from store.errors import HandlerError, UsageError
-from store.record import Message
+from store.log.record import Message
 
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 _PR_SET_PDEATHSIG = 1
 _libc_prctl: Callable[..., int] | None = None
@@ -98,7 +100,7 @@ class StdoutSink:
                     view = view[n:]
         except BrokenPipeError as exc:
             self.completed = _whole_lines(written - _unread(self.fd), sizes, bodies)
-            from ..output import BrokenPipe
+            from mqctl.output import BrokenPipe
             raise BrokenPipe("stdout was closed by the reader") from exc
         except BaseException:
             self.completed = _whole_lines(written, sizes, bodies)
@@ -129,7 +131,7 @@ class StdoutSink:
             return
         if self._poll.poll(0):
             self.completed = 0
-            from ..output import BrokenPipe
+            from mqctl.output import BrokenPipe
             raise BrokenPipe("stdout was closed by the reader")
 
 
@@ -144,7 +146,8 @@ def _unread(fd: int) -> int:
         if not stat.S_ISFIFO(os.fstat(fd).st_mode):
             return 0
         buf = fcntl.ioctl(fd, termios.FIONREAD, struct.pack("i", 0))
-        return max(0, struct.unpack("i", buf)[0])
+        n: int = struct.unpack("i", buf)[0]
+        return max(0, n)
     except (OSError, ImportError, AttributeError, ValueError):
         return 0
 
@@ -191,7 +194,7 @@ class ExecHandler:
         self.group = group
         self.timeout_s = timeout_s
         self.render = render          # --json: the handler reads envelopes, one per line
-        self.running: set[subprocess.Popen] = set()
+        self.running: set[subprocess.Popen[bytes]] = set()
         self.aborted = False
 
     def environment(self, msgs: list[Message], topic: str) -> dict[str, str]:
@@ -280,7 +283,7 @@ class ExecSink(ThreadPoolSink):
     def _run(self, batch: list[Message], topic: str) -> Outcome:
         return self.handler.run(batch, topic)
 
-    def submit_locked(self, batch: list[Message], topic: str, lock_fd: int):  # noqa: ANN201
+    def submit_locked(self, batch: list[Message], topic: str, lock_fd: int) -> Future[Outcome]:
         """Like ``submit``; the handler inherits ``lock_fd`` (a copy of its queue's lock,
         closed here when it is done), so the queue stays locked while it runs."""
         closed: list[bool] = []
@@ -307,7 +310,7 @@ class ExecSink(ThreadPoolSink):
         self.handler.abort()
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the handler's process group (it leads one, see ``_die_with_parent``), so a
     ``sh -c 'sleep 999'`` does not leave the sleep running after its shell is gone."""
     try:

@@ -17,13 +17,13 @@ from dataclasses import asdict, dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Union
 
-from .. import names
-from ..errors import GroupNotFoundError, LockHeldError, UsageError
-from .paths import PathLike, resolve_store_path
+from store import names
+from store.client.paths import PathLike, resolve_store_path
+from store.errors import GroupNotFoundError, LockHeldError, UsageError
 
 if TYPE_CHECKING:
-    from ..broker import Store
-    from ..qlocks import LockInfo
+    from store.client.qlocks import LockInfo
+    from store.log.broker import Store
 
 ResetTarget = Union[str, int, _dt.datetime]
 
@@ -57,7 +57,7 @@ def broadcast_clients(store: "Store", group: str) -> list[str]:
 
 def known_groups(store: "Store") -> list[str]:
     """Every group the store knows of, sorted (offsets, members, locks, retry/DLQ topics)."""
-    from ..offsets import ClusterOffsetStore
+    from store.client.offsets import ClusterOffsetStore
     groups = set(ClusterOffsetStore(store.layout).groups())
     for d in (store.layout.members_root, store.layout.queue_locks_root, store.layout.root / "offsets"):
         try:
@@ -81,7 +81,7 @@ def known_groups(store: "Store") -> list[str]:
 
 def group_exists(store: "Store", group: str) -> bool:
     """Whether the store knows ``group`` (see the module docstring)."""
-    from ..offsets import ClusterOffsetStore
+    from store.client.offsets import ClusterOffsetStore
     if ClusterOffsetStore(store.layout).topics_of(group):
         return True
     if (store.layout.members_dir(group).is_dir() or store.layout.queue_locks_dir(group).is_dir()
@@ -111,8 +111,8 @@ class OffsetSet:
 def group_offsets(store: "Store", group: str) -> list[OffsetSet]:
     """The group's clustering offsets (always first, possibly empty), then one set per
     broadcast client."""
-    from ..errors import StoreError
-    from ..offsets import BroadcastOffsetStore, ClusterOffsetStore
+    from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
+    from store.errors import StoreError
     sets = [OffsetSet(None, ClusterOffsetStore(store.layout, warn=store.warn).read_group(group))]
     for cid in broadcast_clients(store, group):
         try:
@@ -125,7 +125,7 @@ def group_offsets(store: "Store", group: str) -> list[OffsetSet]:
 
 def holders(store: "Store", group: str) -> dict[tuple[str, int], str]:
     """(topic, queueId) -> client id of the live member that says it holds the queue."""
-    from ..members import live_members
+    from store.client.members import live_members
     out: dict[tuple[str, int], str] = {}
     for m in live_members(store.layout, group):
         for q in m.queues:
@@ -321,8 +321,8 @@ class Admin:
     """
 
     def __init__(self, path: PathLike | None = None) -> None:
-        from ..broker import Store
-        from ..errors import StoreNotFoundError
+        from store.errors import StoreNotFoundError
+        from store.log.broker import Store
         self.path = resolve_store_path(path)
         self._owned = True
         self._missing: StoreNotFoundError | None = None
@@ -371,7 +371,7 @@ class Admin:
         if isinstance(queues, bool) or not isinstance(queues, int):
             raise UsageError(f"queues must be an int, not {queues!r}")
         if self._store is None and self._missing is not None:
-            from ..broker import Store
+            from store.log.broker import Store
             self._store, self._missing = Store.open(self.path, create=True), None  # as `mqctl topic create`
         cfg, _created = self.store.create_topic(name, queues, bool(order))
         store = self.store
@@ -405,7 +405,7 @@ class Admin:
     def lag(self, group: str, topic: str | None = None) -> list[LagRow]:
         """Lag per queue of the group's topics (``mqctl progress``), the group's retry topic
         included unless ``topic`` names another one."""
-        from ..members import live_members
+        from store.client.members import live_members
         store = self._group(group, topic)
         sets = group_offsets(store, group)
         owners = holders(store, group)
@@ -517,8 +517,8 @@ class Admin:
                         row.clamped = "earliest"
                 plan.rows.append(row)
         # Live members holding queues of the topic (published queues, and live orderly locks).
-        from ..members import live_members
-        from ..qlocks import list_locks
+        from store.client.members import live_members
+        from store.client.qlocks import list_locks
         qset = set(qids)
         pids: dict[str, Any] = {}
         for m in live_members(store.layout, group):
@@ -538,7 +538,7 @@ class Admin:
 
     def apply_reset(self, plan: ResetPlan, *, force: bool = False) -> None:
         """Apply a plan of :meth:`plan_reset` (see :meth:`reset_offsets`)."""
-        from ..offsets import BroadcastOffsetStore, ClusterOffsetStore
+        from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
         store = self.store
         if plan.busy and not force:
             raise LockHeldError(
@@ -583,8 +583,8 @@ class Admin:
     # -- locks and members -------------------------------------------------------------------
     def locks(self, group: str | None = None) -> list[LockRow]:
         """Orderly consumers' queue locks (of ``group``, or of every group), holders probed."""
-        from ..flock import now_ms
-        from ..qlocks import list_locks
+        from store.client.qlocks import list_locks
+        from store.flock import now_ms
         store = self.store
         if group is not None:
             require_group(store, group)
@@ -593,7 +593,7 @@ class Admin:
 
     def consumers(self, group: str) -> list[MemberRow]:
         """The live members of ``group`` (Python and command line alike) and their queues."""
-        from ..members import live_members
+        from store.client.members import live_members
         store = self.store
         require_group(store, group)
         rows = []

@@ -11,14 +11,20 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Union
 
-from .. import names
-from ..errors import UsageError
-from .message import Message
-from .paths import PathLike, resolve_store_path
-from .runtime import ConsumeOptions, Outcome, Runtime, ThreadPoolSink, log_warning, parse_tag_expression
+from store import names
+from store.client.message import Message
+from store.client.paths import PathLike, resolve_store_path
+from store.client.runtime import (
+    ConsumeOptions,
+    Outcome,
+    Runtime,
+    ThreadPoolSink,
+    log_warning,
+)
+from store.errors import UsageError
 
 if TYPE_CHECKING:
-    from .. import record
+    from store.log import record
 
 StartFrom = Union[str, int, _dt.datetime]
 Handler = Callable[[Message], object]
@@ -59,7 +65,7 @@ def _start(start_from: StartFrom) -> tuple[str, int | None]:
 
 def _tags(tags: str | Iterable[str] | None) -> frozenset[str] | None:
     if tags is None or isinstance(tags, str):
-        return parse_tag_expression(tags)
+        return names.parse_tag_expression(tags)
     out = frozenset(t.strip() for t in tags if isinstance(t, str) and t.strip())
     return None if not out or "*" in out else out
 
@@ -163,7 +169,7 @@ class Consumer:
         if client_id is not None:
             cid = names.validate_client_id(client_id)
         elif broadcast:
-            from .runtime import default_broadcast_client_id
+            from store.client.runtime import default_broadcast_client_id
             cid = default_broadcast_client_id()   # stable: a restart resumes its offsets
         else:
             cid = _default_client_id(root, group)
@@ -173,7 +179,7 @@ class Consumer:
                               from_where=from_where, from_timestamp=from_ts, tags=_tags(tags),
                               client_id=cid, dedup=bool(dedup), install_signals=False,
                               client_id_given=client_id is not None)
-        from ..broker import Store
+        from store.log.broker import Store
         self._store = Store.open(self.path)
         self._rt = Runtime(self._store, opts, warn=log_warning)
         try:

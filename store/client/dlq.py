@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from store.fsutil import atomic_write_json, read_json_with_bak
 
 if TYPE_CHECKING:
-    from store.broker import Store
+    from store.log.broker import Store
 
 RESEND_FILE = "dlqResend.json"
 

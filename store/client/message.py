@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import record
+from store.log import record
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from sortedcontainers import SortedDict
 
-from ..record import Message
+from store.log.record import Message
 
 PULL_THRESHOLD_COUNT = 1000
 PULL_THRESHOLD_BYTES = 100 * 1024 * 1024

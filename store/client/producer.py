@@ -5,14 +5,14 @@ import datetime as _dt
 from types import TracebackType
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
 
-from .. import names
-from ..errors import UsageError
-from .message import SendResult
-from .paths import PathLike, resolve_store_path
+from store import names
+from store.client.message import SendResult
+from store.client.paths import PathLike, resolve_store_path
+from store.errors import UsageError
 
 if TYPE_CHECKING:
-    from ..broker import Store
-    from ..record import Draft
+    from store.log.broker import Store
+    from store.log.record import Draft
 
 Body = Union[bytes, bytearray, memoryview, str]
 Delay = Union[int, _dt.timedelta]
@@ -43,7 +43,7 @@ def message_properties(*, tags: str | None, keys: str | Sequence[str] | None,
     """The stored properties of a message: user properties (not reserved, no separators),
     ``TAGS``, ``KEYS`` (space separated) and the sharding key. ``UsageError`` when one is
     not allowed."""
-    from ..record import PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS, check_property
+    from store.log.record import PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS, check_property
     props: dict[str, str] = {}
     for k, v in (properties or {}).items():
         try:
@@ -74,7 +74,7 @@ def delay_spec(delay: Delay | None) -> tuple[int, int] | None:
     :class:`datetime.timedelta`; None for no delay."""
     if delay is None:
         return None
-    from ..schedule import LEVEL_MS
+    from store.log.schedule import LEVEL_MS
     if isinstance(delay, _dt.timedelta):
         ms = delay // _dt.timedelta(milliseconds=1)
         if ms < 0:
@@ -110,7 +110,7 @@ class Producer:
     def __init__(self, path: PathLike | None = None, *, flush: str = "async") -> None:
         if flush not in ("async", "sync"):
             raise UsageError(f"flush must be 'async' or 'sync', not {flush!r}")
-        from ..broker import Store
+        from store.log.broker import Store
         self.path = resolve_store_path(path)
         self.flush = flush
         self._store: Store | None = Store.open(self.path, create=True)
@@ -154,11 +154,11 @@ class Producer:
         props = message_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)
         deliver = delay_spec(delay)
         self._check_route(store, topic, queue, sharding_key)
-        from ..record import Draft
+        from store.log.record import Draft
         drafts: list[Draft] = [Draft(topic, b, dict(props), -1 if queue is None else queue, sharding_key)
                                for b in data]
         if deliver is not None:
-            from ..schedule import delay_draft
+            from store.log.schedule import delay_draft
             drafts = [delay_draft(d, deliver, store) for d in drafts]
         results = store.put(drafts, sync=self.flush == "sync")
         return [SendResult(msg_id=r.uniq_key, topic=topic, queue_id=r.queue_id, queue_offset=r.queue_offset,

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import names
-from ..record import (
-    PROP_DLQ_ORIGIN_MESSAGE_ID, PROP_DLQ_ORIGIN_TOPIC, PROP_ORIGIN_MESSAGE_ID, PROP_RETRY_TOPIC,
-    Draft, Message,
+from store import names
+from store.log.record import (
+    PROP_DLQ_ORIGIN_MESSAGE_ID,
+    PROP_DLQ_ORIGIN_TOPIC,
+    PROP_ORIGIN_MESSAGE_ID,
+    PROP_RETRY_TOPIC,
+    Draft,
+    Message,
 )
-from ..schedule import LEVEL_MS, delay_draft
+from store.log.schedule import LEVEL_MS, delay_draft
 
 if TYPE_CHECKING:
-    from ..broker import Store
+    from store.log.broker import Store
 
 DEFAULT_MAX_RECONSUME = 16
 

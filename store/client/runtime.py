@@ -38,19 +38,19 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, runtime_checkable
 
-from .. import names
-from ..allocate import allocate, queues_of
-from ..broker import Store
-from ..errors import HandlerError, StoreError
-from ..failpoints import failpoint
-from ..record import Message, java_hash
-from .process_queue import PULL_THRESHOLD_COUNT, ProcessQueue
-from .retry import DEFAULT_MAX_RECONSUME, dead_letter, original_topic, send_back
+from store import names
+from store.client.allocate import allocate, queues_of
+from store.client.process_queue import PULL_THRESHOLD_COUNT, ProcessQueue
+from store.client.retry import DEFAULT_MAX_RECONSUME, dead_letter, original_topic, send_back
+from store.errors import HandlerError, StoreError
+from store.failpoints import failpoint
+from store.log.broker import Store
+from store.log.record import Message, java_hash
 
 if TYPE_CHECKING:
-    from ..dedup import DedupLog
-    from ..members import Membership
-    from ..qlocks import QueueLock
+    from store.client.dedup import DedupLog
+    from store.client.members import Membership
+    from store.client.qlocks import QueueLock
 
 QueueKey = tuple[str, int]
 PULL_BATCH = 256
@@ -125,14 +125,6 @@ class MemoryOffsetStore:
 
     def persist(self, owned: Any) -> None:
         return None
-
-
-def parse_tag_expression(expr: str | None) -> frozenset[str] | None:
-    """RocketMQ's subscription expression: ``*`` or empty = all, else ``A || B``."""
-    if expr is None or expr.strip() in ("", "*"):
-        return None
-    tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
-    return tags or None
 
 
 # -- sinks -----------------------------------------------------------------------------------
@@ -228,7 +220,7 @@ class Runtime:
         # Woken by the store itself (inotify, or polling where there is none): a new batch, a
         # member joining or leaving, an offset reset, a queue lock released. ``set()`` from a
         # thread or a signal handler wakes it too, as the threading.Event it replaces.
-        from ..watch import Watcher, consumer_paths
+        from store.watch import Watcher, consumer_paths
         self.wake = Watcher(consumer_paths(store.layout, opts.group, orderly=not opts.broadcast)
                             if opts.group and not opts.no_group else [(store.layout.checkpoint, "file")])
         self.stop_requested = False
@@ -354,8 +346,8 @@ class Runtime:
         o = self.o
         names.validate_group(o.group)
         self.store.topic(o.topic)  # TopicNotFoundError: exit 3
-        from ..members import Membership
-        from ..offsets import BroadcastOffsetStore, ClusterOffsetStore
+        from store.client.members import Membership
+        from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
         if o.no_group:
             self.offset_store = MemoryOffsetStore()
         elif o.broadcast:
@@ -371,7 +363,7 @@ class Runtime:
                 self.snapshot_ends()
             return
         if o.dedup:
-            from ..dedup import DedupLog
+            from store.client.dedup import DedupLog
             self.dedup = DedupLog(self.layout, o.group, max_entries=200_000)
         self.membership = Membership(self.layout, o.group, o.client_id, {
             "topics": [o.topic], "mode": "broadcasting" if o.broadcast else "clustering",
@@ -381,7 +373,7 @@ class Runtime:
         except BaseException as exc:
             if self.dedup is not None:
                 self.dedup.close()
-            from ..errors import ClientIdInUseError
+            from store.errors import ClientIdInUseError
             if isinstance(exc, ClientIdInUseError) and o.broadcast and not o.client_id_given:
                 raise ClientIdInUseError(
                     f"{exc}: a broadcast consumer's default client id ({o.client_id}) is one per "
@@ -463,7 +455,7 @@ class Runtime:
     # -- the loop --------------------------------------------------------------------------
     def _loop(self) -> None:
         o = self.o
-        from ..members import members_token
+        from store.client.members import members_token
         next_rebalance = 0.0
         next_persist = time.monotonic() + o.persist_interval_s
         next_renew = time.monotonic() + RENEW_INTERVAL_S
@@ -495,7 +487,7 @@ class Runtime:
                 self._renew_locks()
                 next_renew = now + RENEW_INTERVAL_S
             if now >= self.schedule_at:
-                from ..schedule import deliver_due, next_due
+                from store.log.schedule import deliver_due, next_due
                 deliver_due(self.store)
                 # until the next delayed message is due (a new one wakes the loop: every
                 # level is at least a second, so 1 s is the longest it can wait past its time)
@@ -564,7 +556,7 @@ class Runtime:
     # -- rebalance -------------------------------------------------------------------------
     def _rebalance(self) -> bool:
         """Bring the held queues in line with the allocation. False: try again soon."""
-        from store.members import live_members
+        from store.client.members import live_members
         o = self.o
         balanced = True
         members = None
@@ -618,7 +610,7 @@ class Runtime:
             # The previous owner releases the queue's lock only after persisting the offset of
             # everything it delivered from it (``_settle_drops``), so the offset read below is
             # where it stopped; a dead owner's lock is dropped by the OS at once.
-            from store.qlocks import QueueLock
+            from store.client.qlocks import QueueLock
             lock = QueueLock(self.layout, self.o.group, t, q, self.o.client_id, warn=self.warn)
             if not lock.try_acquire():
                 return False

@@ -234,9 +234,9 @@ def mqctl_env(store: Path) -> dict[str, str]:
 
 
 def mqctl_crc() -> str:
-    """Which CRC-32 the mqctl processes use (store.record picks ISA-L's when installed)."""
+    """Which CRC-32 the mqctl processes use (store.log.record picks ISA-L's when installed)."""
     py = MQCTL.parent / "python"
-    p = subprocess.run([str(py), "-c", "import store.record as r; print(r.crc32.__module__)"],
+    p = subprocess.run([str(py), "-c", "import store.log.record as r; print(r.crc32.__module__)"],
                        capture_output=True, text=True, env=mqctl_env(Path("/nonexistent")))
     return p.stdout.strip() or "?"
 

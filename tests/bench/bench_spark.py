@@ -32,8 +32,8 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from store.broker import Store  # noqa: E402
-from store.record import Draft  # noqa: E402
+from store.log.broker import Store  # noqa: E402
+from store.log.record import Draft  # noqa: E402
 
 TOPIC = "bench"
 PUT_BATCH = 8192
@@ -90,8 +90,8 @@ SINK_PHASE = r'''
 import json, resource, sys, time
 import pyarrow as pa
 sys.path.insert(0, sys.argv[1])
-import store.spark as S
-from store.broker import Store
+import store.spark.datasource as S
+from store.log.broker import Store
 root, n, phase = sys.argv[2], int(sys.argv[3]), sys.argv[4]
 opts = S.WriteOptions(root, "sink", False)
 parts = [S.StagedPart(p, c) for p, c in json.loads(open(root + "-parts.json").read())]
@@ -118,7 +118,8 @@ def sink_bench(n: int, size: int, work: Path) -> None:
     import subprocess
 
     import pyarrow as pa
-    import store.spark as S
+
+    import store.spark.datasource as S
     root = work / "sink-store"
     Store.open(root, create=True).close()
     opts = S.WriteOptions(str(root), "sink", False)
@@ -172,7 +173,8 @@ def main() -> None:
               f"JSON lines {du(jsonl) / 2**20:.0f} MiB", flush=True)
 
         from pyspark.sql import functions as fn
-        from store.spark import local_session
+
+        from store.spark.datasource import local_session
         t = time.perf_counter()
         spark = local_session(args.master)
         print(f"Spark session {args.master} in {time.perf_counter() - t:.1f}s", flush=True)

@@ -275,7 +275,8 @@ def redis_latency(rpy: str, redis: Redis, n: int, gap: float) -> dict:
             f = c.makefile("rb")
             for i in range(n):
                 c.sendall(f"XADD lat * i {i}\r\n".encode())
-                f.readline(); f.readline()   # $len, id
+                f.readline()   # $len
+                f.readline()   # the id
                 time.sleep(gap)
         wait_lines(reader, n + 1)
     finally:

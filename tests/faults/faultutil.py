@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterable
 
 import pytest
 
-from procs import Proc, wait_for as _wait_for   # tests/ is on sys.path (tests/conftest.py)
+from tests.procs import Proc  # tests/ is on sys.path (tests/conftest.py)
+from tests.procs import wait_for as _wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 MQCTL = [sys.executable, "-m", "mqctl"]
@@ -243,9 +244,9 @@ class MQ:
 
 def is_dirty(root: Path) -> bool:
     """The checkpoint disagrees with the commit log: a writer died inside a batch."""
-    from store import checkpoint as ckpt
-    from store.commitlog import CommitLog
     from store.layout import Layout
+    from store.log import checkpoint as ckpt
+    from store.log.commitlog import CommitLog
     lay = Layout(root)
     cp = ckpt.read(lay.checkpoint)
     return cp is None or cp.written_end != CommitLog(lay.commitlog_dir).end()
@@ -353,7 +354,9 @@ def run_inprocess(args: list[str], stdin: bytes = b"", env: dict[str, str] | Non
     stdout and stderr are real files (commands use their descriptors); everything the run
     changes in ``sys`` and in signal dispositions is put back."""
     import tempfile
+
     import typer.main as typer_main
+
     from mqctl.app import main
     saved_std = (sys.stdin, sys.stdout, sys.stderr)
     saved_sig = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ)}

@@ -20,11 +20,10 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from faultutil import MQCTL, assert_one_error, base_env, run_inprocess
-
 from store import names
 from store.errors import UsageError
-from store.record import RESERVED_PROPERTIES
+from store.log.record import RESERVED_PROPERTIES
+from tests.faults.faultutil import MQCTL, assert_one_error, base_env, run_inprocess
 
 QUEUES = 3
 SCALE = int(os.environ.get("MQCTL_FUZZ_SCALE", "1"))  # more examples for a longer hunt, e.g. 20
@@ -222,7 +221,7 @@ time_text = st.one_of(
 @settings(max_examples=300 * SCALE, deadline=None)
 @given(text=time_text)
 def test_time_and_duration_parsers_raise_only_usage_errors(text: str) -> None:
-    from mqctl.timeparse import parse_duration, parse_time
+    from store.timeparse import parse_duration, parse_time
     for parse in (parse_time, parse_duration):
         try:
             value = parse(text)
@@ -251,7 +250,7 @@ template_text = st.one_of(
 @given(text=template_text)
 def test_templates_compile_or_raise_usage_and_render_anything(text: str) -> None:
     from mqctl.template import compile_template
-    from store.record import decode, encode, encode_properties
+    from store.log.record import decode, encode, encode_properties
     try:
         tpl = compile_template(text)
     except UsageError:
@@ -337,7 +336,7 @@ def test_option_values(store: Path, case, value: str) -> None:
 # -- a sample through real processes -------------------------------------------------------------------
 
 def real(root: Path, *args: str, stdin: bytes = b""):
-    from faultutil import Result
+    from tests.faults.faultutil import Result
     cp = subprocess.run(MQCTL + list(args), input=stdin, capture_output=True, env=base_env(root), timeout=60)
     return Result(list(args), cp.returncode, cp.stdout, cp.stderr.decode(errors="replace"))
 
@@ -374,7 +373,7 @@ def test_arguments_that_are_not_utf8_are_usage_errors(store: Path) -> None:
                  ["send", "t", "x", "-p", b"a=\xff"], ["tx", "send", "t", "x", "-k", b"\xff"]):
         argv = [a if isinstance(a, bytes) else a.encode() for a in MQCTL + args]
         cp = subprocess.run(argv, capture_output=True, env=env, timeout=60)
-        from faultutil import Result
+        from tests.faults.faultutil import Result
         assert_one_error(Result([str(a) for a in args], cp.returncode, cp.stdout, cp.stderr.decode(errors="replace")), 2)
 
 

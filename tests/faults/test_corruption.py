@@ -23,13 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from faultutil import KILLED, MQ, Result, assert_one_error, is_dirty, run_inprocess
-
-from store import format as F
-from store.broker import Store
-from store.commitlog import CommitLog
 from store.layout import Layout
+from store.log import format as F
+from store.log.broker import Store
+from store.log.commitlog import CommitLog
 from store.names import HALF_TOPIC, OP_HALF_TOPIC
+from tests.faults.faultutil import KILLED, MQ, Result, assert_one_error, is_dirty, run_inprocess
 
 SLOW = pytest.mark.slow
 SEEDS = [11, *[pytest.param(s, marks=SLOW) for s in (2024, 7, 99, 31337)]]

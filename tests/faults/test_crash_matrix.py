@@ -3,12 +3,12 @@ named step of the write path, the consumer and transactions; then the invariants
 
 Crash points (where they are placed):
 
-* ``put-after-log``, ``put-after-cq``, ``put-after-index`` — ``store/broker.py``
+* ``put-after-log``, ``put-after-cq``, ``put-after-index`` — ``store/log/broker.py``
   ``Store.commit_batch``: after the commit-log write / the consume queues / the key index,
   before the checkpoint moves;
 * ``rebalance-after-lock``, ``rebalance-before-unlock``, ``offsets-before-persist``,
   ``offsets-after-persist`` — ``store/client/runtime.py``;
-* ``tx-…`` — ``store/transaction.py`` and ``store/txcheck.py`` (listed in their docstrings).
+* ``tx-…`` — ``store/tx/transaction.py`` and ``store/tx/check.py`` (listed in their docstrings).
 
 Invariants, after the next open (which recovers):
 
@@ -27,7 +27,8 @@ import json
 from pathlib import Path
 
 import pytest
-from faultutil import (
+
+from tests.faults.faultutil import (
     KILLED,
     LOGGING_HANDLER,
     MQ,
@@ -116,7 +117,7 @@ def test_send_killed_in_the_write_path(mq: MQ, point: str, mode: str) -> None:
     third = [e for e in envs if e["msgId"] not in body_of]
     shown = mq.ok("msg", "show", third[-1]["msgId"], "--json").json_lines()[0]
     assert shown["body"] == third[-1]["body"]
-    from store.broker import Store
+    from store.log.broker import Store
     with Store.open(mq.root) as store:
         for e in envs:
             assert store.find(e["msgId"]).body.decode() == e["body"]
@@ -149,14 +150,14 @@ def test_writer_after_a_crash_recovers_before_writing(mq: MQ, point: str) -> Non
 # -- transactions through the write path ---------------------------------------------------------
 
 def _real_copies(mq: MQ, topic: str, tx_id: str) -> int:
-    from store.broker import Store
+    from store.log.broker import Store
     with Store.open(mq.root) as store:
         return sum(1 for q in store.queue_ids(topic) for m in store.iter_queue(topic, q, 0)
                    if m.uniq_key == tx_id)
 
 
 def _ops(mq: MQ, tx_id: str) -> list[str]:
-    from store.broker import Store
+    from store.log.broker import Store
     from store.names import OP_HALF_TOPIC
     with Store.open(mq.root) as store:
         if not store.has_topic(OP_HALF_TOPIC):
@@ -166,8 +167,8 @@ def _ops(mq: MQ, tx_id: str) -> list[str]:
 
 
 def _state(mq: MQ, tx_id: str) -> str:
-    from store.broker import Store
-    from store.transaction import load
+    from store.log.broker import Store
+    from store.tx.transaction import load
     with Store.open(mq.root) as store:
         return load(store, tx_id).state
 
@@ -250,7 +251,7 @@ TX_POINTS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("point", sorted(TX_POINTS))
 def test_tx_points_resolve_at_most_once(mq: MQ, tmp_path: Path, point: str) -> None:
-    """The transaction helper's own points (``store/transaction.py``, ``store/txcheck.py``),
+    """The transaction helper's own points (``store/tx/transaction.py``, ``store/tx/check.py``),
     each reached by the command that passes it; then everything is finished and checked for
     at-most-once."""
     answer = script(tmp_path, "answer.sh", """
@@ -262,8 +263,8 @@ def test_tx_points_resolve_at_most_once(mq: MQ, tmp_path: Path, point: str) -> N
     how = TX_POINTS[point]
     if how == "send-exec":
         assert mq.run("tx", "send", "orders", "c-local", "--exec", ok_exec, failpoints=point).returncode == KILLED
-        from store.broker import Store
-        from store.txcheck import pending
+        from store.log.broker import Store
+        from store.tx.check import pending
         with Store.open(mq.root) as store:
             txs["c-local"] = next(p.tx_id for p in pending(store) if p.half.body == b"c-local")
     elif how == "commit":

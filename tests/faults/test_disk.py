@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from faultutil import KILLED, MQ, MQCTL, assert_one_error, is_dirty, wait_for
-
 from store.layout import Layout
+from tests.faults.faultutil import KILLED, MQ, MQCTL, assert_one_error, is_dirty, wait_for
 
 
 def sizes(root: Path) -> dict[str, int]:
@@ -284,7 +283,7 @@ def test_running_consumer_goes_on_after_its_queue_is_rebuilt(mq: MQ) -> None:
 
 
 def test_deleted_write_lock_file_still_excludes(mq: MQ) -> None:
-    from store.broker import Store
+    from store.log.broker import Store
     mq.ok("send", "t", "-q", "0", "one")
     with Store.open(mq.root) as store, store.write_lock():
         (mq.root / "lock").unlink()

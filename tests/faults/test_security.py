@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from faultutil import KILLED, LOGGING_HANDLER, MQ, MQCTL, REPO, assert_one_error, run_inprocess, script
+from tests.faults.faultutil import KILLED, LOGGING_HANDLER, MQ, MQCTL, REPO, assert_one_error, run_inprocess, script
 
 
 def tree(path: Path) -> set[str]:

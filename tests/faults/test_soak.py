@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from faultutil import LOGGING_HANDLER, MQ, MQCTL, drop_torn_by_kills, read_handler_log, script, wait_for
+from tests.faults.faultutil import LOGGING_HANDLER, MQ, MQCTL, drop_torn_by_kills, read_handler_log, script, wait_for
 
 TOPIC, TX_TOPIC, QUEUES = "soak", "soaktx", 4
 
@@ -200,8 +200,8 @@ def test_soak(mq: MQ, tmp_path: Path) -> None:
         if e["msgId"] in bodies_of and e["body"] != bodies_of[e["msgId"]]:
             violations.append(f"concurrent: wrong body for {e['msgId']}")
 
-    from store.broker import Store
-    from store.transaction import load
+    from store.log.broker import Store
+    from store.tx.transaction import load
     tx_states = Counter()
     tx_bad = []
     with Store.open(mq.root) as store:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from procs import Proc, wait_for  # tests/ is on sys.path (tests/conftest.py's rootdir)
+from tests.procs import Proc, wait_for  # tests/ is on sys.path (tests/conftest.py's rootdir)
 
 MQCTL_BIN = Path(sys.executable).parent / "mqctl"
 REPO = Path(__file__).resolve().parents[2]

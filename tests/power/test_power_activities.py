@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from powerlib import Power, ndjson, wait_for
+from tests.power.powerlib import Power, ndjson, wait_for
 
 pytestmark = [pytest.mark.power, pytest.mark.slow]
 

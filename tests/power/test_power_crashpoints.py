@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from powerlib import Power, wait_for
+from tests.power.powerlib import Power, wait_for
 
 pytestmark = [pytest.mark.power, pytest.mark.slow]
 

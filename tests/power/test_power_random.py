@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from powerlib import Power
+from tests.power.powerlib import Power
 
 pytestmark = [pytest.mark.power, pytest.mark.slow]
 

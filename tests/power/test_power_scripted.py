@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from powerlib import Power
+from tests.power.powerlib import Power
 
 pytestmark = [pytest.mark.power, pytest.mark.slow]
 

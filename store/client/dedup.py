@@ -1,0 +1,304 @@
+"""The ``consume --dedup`` log: ids of messages whose handler completed, per group.
+
+File ``dedup/<group>.log`` — append-only text, one record per line::
+
+    <storeMs> <uniqKey>\\n
+
+``storeMs`` is the wall clock (ms since the epoch) when the line was written; ``uniqKey`` is
+the message's unique key (printable ASCII without spaces, at most 255 characters). Every
+member of the group, in whatever process, appends to the same file with ``O_APPEND`` and one
+``write`` per batch, so records of different members interleave as whole lines. Readers keep
+their position and read only the new tail (:meth:`DedupLog.refresh`); a last line without its
+newline is a write still in progress and is left for the next refresh. A line that does not
+parse (left by a machine crash in the middle of a write) is skipped; an appender that finds
+the file not ending in a newline starts its batch with one, so its own lines stay intact.
+
+Bounds. Memory holds at most ``max_entries`` ids no older than ``max_age_ms`` (default one
+million, seven days); older ones are forgotten, and a redelivery of a forgotten id is handed
+to the handler again. When the file grows past ``2 × max_entries`` lines it is compacted: under
+an exclusive portalocker lock on ``dedup/<group>.log.lock`` the remembered entries are written
+to a temp file that is renamed over the log. Appenders hold the same lock *shared* around their
+write and reopen the log when its inode changed, so no append lands in a replaced file; readers
+notice the new inode (or a shorter file) and read it again from the start.
+
+Guarantees, honestly:
+
+* A consumer checks :meth:`DedupLog.seen` before running a handler and writes the id with
+  :meth:`DedupLog.record` right after the handler completed. The one window left is a crash
+  after the handler completed and before its id is recorded: that message is delivered again
+  after the restart, so it costs at most one duplicate per crash (one handler run: the
+  in-flight message, or the in-flight batch with ``--batch``).
+* ``record`` is durable against a process crash once it returns (the bytes are in the kernel);
+  against a machine crash only with ``fsync=True``.
+* The log rules out *redeliveries* of recorded ids. Two deliveries of one id that run at the
+  same moment (say two members during a rebalance hand-over) both pass ``seen`` before either
+  is recorded; the log does not claim ids in flight.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from store import fsutil
+from store.errors import BadInputError, UsageError, io_error
+from store.flock import wait_flock
+from store.layout import Layout
+from store.names import validate_group
+
+MAX_ENTRIES = 1_000_000
+MAX_AGE_MS = 7 * 24 * 3600 * 1000
+LOCK_TIMEOUT_S = 30.0
+READ_CHUNK_BYTES = 1 << 20
+
+_KEY_RE = re.compile(r"[!-~]{1,255}")
+_LINE_RE = re.compile(rb"([0-9]{1,19}) ([!-~]{1,255})")
+
+Clock = Callable[[], int]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class _ReadState:
+    """Where this instance stands in the log file it last read."""
+
+    fd: int | None = None
+    inode: tuple[int, int] | None = None  # (st_dev, st_ino) of the file ``fd`` is open on
+    pos: int = 0  # bytes consumed; always just after a newline
+    lines: int = 0  # complete lines consumed from this file, for the compaction trigger
+
+
+class DedupLog:
+    """One group's record of completed message ids, shared by all its members.
+
+    Call :meth:`refresh` to pick up what other members recorded before checking a batch with
+    :meth:`seen`. Use as a context manager, or :meth:`close` it, to release its descriptors.
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        group: str,
+        max_entries: int = MAX_ENTRIES,
+        max_age_ms: int = MAX_AGE_MS,
+        clock: Clock = now_ms,
+    ) -> None:
+        if max_entries < 1 or max_age_ms < 1:
+            raise UsageError("dedup bounds must be positive")
+        self.path: Path = layout.dedup_log(validate_group(group))
+        self.max_entries = max_entries
+        self.max_age_ms = max_age_ms
+        self._clock = clock
+        self._lock_path = self.path.with_name(self.path.name + ".lock")
+        # Insertion order is recording order, so the oldest entries are at the front.
+        self._entries: OrderedDict[str, int] = OrderedDict()
+        self._read = _ReadState()
+        self._append_fd: int | None = None
+        self.refresh()
+
+    # -- reading
+    def refresh(self) -> int:
+        """Read the records appended since the last call; returns how many lines were read."""
+        try:
+            return self._read_tail()
+        except OSError as exc:
+            raise io_error(exc, f"read {self.path}") from exc
+
+    def _read_tail(self) -> int:
+        fd = self._reader_fd()
+        if fd is None:
+            return 0
+        size = os.fstat(fd).st_size
+        if size < self._read.pos:
+            # Shorter than what we already read: not ours to explain, so start over.
+            self._read.pos = self._read.lines = 0
+        count = 0
+        for block in _complete_lines(fd, self._read.pos, size):
+            count += self._ingest(block)
+            self._read.pos += len(block)
+        self._read.lines += count
+        self._trim()
+        return count
+
+    def seen(self, key: str) -> bool:
+        """Whether ``key`` was recorded (by any member) and is not yet forgotten."""
+        ms = self._entries.get(key)
+        return ms is not None and ms >= self._clock() - self.max_age_ms
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- writing
+    def record(self, keys: Iterable[str], fsync: bool = False) -> None:
+        """Append ``keys`` as completed, in one write; compacts the log when it is too long."""
+        keys = list(keys)
+        for key in keys:
+            if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
+                raise BadInputError(f"cannot record message key {key!r}: "
+                                    "use 1-255 printable ASCII characters without spaces")
+        if not keys:
+            return
+        now = self._clock()
+        self._append("".join(f"{now} {key}\n" for key in keys).encode("ascii"), fsync)
+        for key in keys:
+            self._remember(key, now)
+        self.refresh()
+        if self._read.lines > 2 * self.max_entries:
+            self._compact(force=False)
+
+    def compact(self) -> None:
+        """Rewrite the log with only the remembered entries, oldest first."""
+        self._compact(force=True)
+
+    def close(self) -> None:
+        for fd in (self._read.fd, self._append_fd):
+            if fd is not None:
+                os.close(fd)
+        self._read = _ReadState()
+        self._append_fd = None
+
+    def __enter__(self) -> DedupLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- memory
+    def _ingest(self, block: bytes) -> int:
+        lines = block.split(b"\n")[:-1]  # block ends with a newline
+        for line in lines:
+            match = _LINE_RE.fullmatch(line)
+            if match is not None:
+                self._remember(match.group(2).decode("ascii"), int(match.group(1)))
+        return len(lines)
+
+    def _remember(self, key: str, ms: int) -> None:
+        self._entries[key] = max(ms, self._entries.get(key, ms))
+        self._entries.move_to_end(key)
+
+    def _trim(self) -> None:
+        horizon = self._clock() - self.max_age_ms
+        # Lines arrive roughly in time order, so stopping at the first young entry is enough;
+        # the count bound holds regardless.
+        while self._entries:
+            oldest_ms = next(iter(self._entries.values()))
+            if len(self._entries) <= self.max_entries and oldest_ms >= horizon:
+                break
+            self._entries.popitem(last=False)
+
+    # -- files
+    def _reader_fd(self) -> int | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._close_reader()
+            return None
+        if self._read.fd is not None and (st.st_dev, st.st_ino) == self._read.inode:
+            return self._read.fd
+        # First read, or the log was replaced by a compaction: read the new file from the start.
+        self._close_reader()
+        try:
+            fd = fsutil.open_private(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        fst = os.fstat(fd)
+        self._read = _ReadState(fd=fd, inode=(fst.st_dev, fst.st_ino))
+        return fd
+
+    def _close_reader(self) -> None:
+        if self._read.fd is not None:
+            os.close(self._read.fd)
+        self._read = _ReadState()
+
+    def _append(self, data: bytes, fsync: bool) -> None:
+        fsutil.ensure_dir(self.path.parent)
+        with self._locked(shared=True):
+            try:
+                fd, created = self._appender_fd()
+                if _ends_torn(fd):
+                    data = b"\n" + data
+                _write_all(fd, data)
+                if fsync:
+                    os.fsync(fd)
+                    if created:
+                        fsutil.fsync_dir(self.path.parent)
+            except OSError as exc:
+                raise io_error(exc, f"write {self.path}") from exc
+
+    def _appender_fd(self) -> tuple[int, bool]:
+        """The append descriptor, reopened when the log was replaced; (fd, newly created)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+        if self._append_fd is not None and st is not None:
+            fst = os.fstat(self._append_fd)
+            if (fst.st_dev, fst.st_ino) == (st.st_dev, st.st_ino):
+                return self._append_fd, False
+        if self._append_fd is not None:
+            os.close(self._append_fd)
+            self._append_fd = None
+        # Read-write, not write-only, so that _ends_torn can pread the last byte.
+        self._append_fd = fsutil.open_private(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        return self._append_fd, st is None
+
+    def _compact(self, force: bool) -> None:
+        fsutil.ensure_dir(self.path.parent)
+        with self._locked(shared=False):
+            # Appenders are shut out now, so this reads the log to its true end.
+            self.refresh()
+            if not force and self._read.lines <= 2 * self.max_entries:
+                return  # another member compacted while we waited for the lock
+            newest = sorted(self._entries.items(), key=lambda item: item[1])
+            data = "".join(f"{ms} {key}\n" for key, ms in newest).encode("ascii")
+            fsutil.atomic_write_bytes(self.path, data, keep_bak=False)
+        self.refresh()
+
+    @contextmanager
+    def _locked(self, shared: bool) -> Iterator[None]:
+        # Opened per use and released by closing: the lock is held for a few system calls.
+        try:
+            fd = fsutil.open_private(self._lock_path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            raise io_error(exc, f"open {self._lock_path}") from exc
+        try:
+            wait_flock(fd, self._lock_path, LOCK_TIMEOUT_S, shared=shared)
+            yield
+        finally:
+            os.close(fd)
+
+
+def _complete_lines(fd: int, pos: int, size: int) -> Iterator[bytes]:
+    """Blocks of whole lines between ``pos`` and ``size``; a torn last line is held back."""
+    want = READ_CHUNK_BYTES
+    while pos < size:
+        block = os.pread(fd, min(want, size - pos), pos)
+        if not block:
+            return  # the file shrank under us: the next refresh sees it and starts over
+        end = block.rfind(b"\n") + 1
+        if end == 0:
+            if pos + len(block) >= size:
+                return  # only an incomplete line is left: wait for its newline
+            want *= 2  # a line longer than the chunk (garbage): read further
+            continue
+        yield block[:end]
+        pos += end
+
+
+def _ends_torn(fd: int) -> bool:
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

@@ -1,0 +1,270 @@
+"""Consumer-group membership: who is consuming, told apart from who merely was.
+
+A running ``mqctl consume`` is a member of its group. RocketMQ learns its members from client
+heartbeats and forgets one after a timeout; here a member proves it is alive by holding an OS
+file lock (``flock`` through portalocker) for its whole life. The kernel drops the lock the
+instant the process ends, however it ends (``kill -9`` included), so liveness never waits for
+a lease or a heartbeat to run out.
+
+Files (under the store root)::
+
+    consumers/<group>/                 0700, created by the first member to join
+    consumers/<group>/<clientId>.lock  empty; exclusively locked by the live member
+    consumers/<group>/<clientId>.json  what the member publishes, written atomically
+
+A member's JSON (``fsutil.atomic_write_json``: sorted keys, no ``.bak``, not fsynced — after a
+machine crash there are no live members to describe)::
+
+    {"clientId": "host@4242", "group": "G", "host": "host", "pid": 4242,
+     "startedAt": 1700000000000,               ms since the epoch
+     ...whatever the consumer passes at join or update, by convention:
+     "topics": ["T"], "mode": "clustering" | "broadcasting", "orderly": true,
+     "strategy": "averagely", "queues": [{"topic": "T", "queueId": 0}],
+     "heartbeatAt": 1700000020000}
+
+A member is live when its JSON exists *and* its lock is held. The lock is taken before the
+JSON is written and the JSON is removed before the lock is given up, so a live member with no
+JSON is one still joining, and a JSON whose lock is free was left by a dead process (ignored;
+``live_members(..., prune=True)`` removes it).
+
+Unlinking lock files. A lock file is unlinked only by a process that holds its lock (the
+leaving member, or a pruner that took the lock of a dead one), always after the JSON. Anyone
+who takes a lock then checks that the path still names the file it locked; a joiner that
+opened the old file just before the unlink ends up locking an orphan inode, notices, and opens
+the new one (``flock.open_exclusive``). So a lock file can be deleted without ever letting two
+processes believe they hold the same client id, and ``consumers/<group>/`` does not fill up
+with the files of every ``HOST@PID`` that ever ran.
+
+Probes take a *shared* lock and drop it at once: probes never block each other, and a joiner
+that meets a probe (or a pruner's brief exclusive lock) retries for ``JOIN_GRACE`` seconds
+before deciding that the client id is in use.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from store.errors import ClientIdInUseError, OperationError
+from store.flock import list_dir, names_same_file, now_ms, open_exclusive, probe_held, unlink_if_exists
+from store.fsutil import atomic_write_json, ensure_dir
+from store.layout import Layout
+from store.names import CLIENT_ID_RE, NAME_RE, validate_client_id, validate_group
+
+JOIN_GRACE = 0.25  # seconds a joiner keeps retrying a lock that a probe or pruner may hold
+_RESERVED_FIELDS = ("clientId", "group", "pid", "host", "startedAt")
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    """A live member as it describes itself. ``record`` is its whole JSON object."""
+
+    group: str
+    clientId: str
+    pid: int | None
+    host: str | None
+    startedAt: int | None
+    record: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The published record, with the identity fields as this listing established them."""
+        return {**self.record, "group": self.group, "clientId": self.clientId, "pid": self.pid,
+                "host": self.host, "startedAt": self.startedAt}
+
+    @property
+    def queues(self) -> list[dict[str, Any]]:
+        """The queues the member published as held (``[{"topic", "queueId"}]``)."""
+        queues = self.record.get("queues")
+        return queues if isinstance(queues, list) else []
+
+
+def _lock_path(layout: Layout, group: str, client_id: str) -> Path:
+    return layout.members_dir(group) / f"{client_id}.lock"
+
+
+def _json_path(layout: Layout, group: str, client_id: str) -> Path:
+    return layout.members_dir(group) / f"{client_id}.json"
+
+
+class Membership:
+    """This process's membership of a consumer group, from ``join()`` to ``leave()``."""
+
+    def __init__(self, layout: Layout, group: str, client_id: str,
+                 info: dict[str, Any] | None = None) -> None:
+        self.layout = layout
+        self.group = validate_group(group)
+        self.client_id = validate_client_id(client_id)
+        self.lock_path = _lock_path(layout, group, client_id)
+        self.json_path = _json_path(layout, group, client_id)
+        self._info = dict(info or {})
+        self._record: dict[str, Any] = {}
+        self._fd: int | None = None
+
+    @property
+    def joined(self) -> bool:
+        return self._fd is not None
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """What this member last published."""
+        return dict(self._record)
+
+    def join(self) -> None:
+        """Become a live member: lock ``<clientId>.lock`` for good, then publish the JSON.
+
+        ClientIdInUseError (exit 4) if a live process already holds the client id.
+        """
+        if self._fd is not None:
+            return
+        ensure_dir(self.layout.members_dir(self.group), durable=False)
+        fd = self._lock_within_grace()
+        if fd is None:
+            pid = _read_json(self.json_path).get("pid")
+            shown = pid if isinstance(pid, int) else "unknown"
+            raise ClientIdInUseError(
+                f"client id {self.client_id} is already used by a live member (pid {shown})")
+        self._fd = fd
+        base = {"clientId": self.client_id, "group": self.group, "pid": os.getpid(),
+                "host": socket.gethostname(), "startedAt": now_ms()}
+        try:
+            self._publish({**self._info, **base})
+        except BaseException:
+            self._give_up_lock()
+            raise
+
+    def _lock_within_grace(self) -> int | None:
+        deadline = time.monotonic() + JOIN_GRACE
+        while True:
+            fd = open_exclusive(self.lock_path)
+            if fd is not None or time.monotonic() >= deadline:
+                return fd
+            time.sleep(0.01)
+
+    def update(self, **fields: Any) -> None:
+        """Publish more or newer fields (the queues held, ``heartbeatAt``, ...)."""
+        if self._fd is None:
+            raise OperationError(f"client {self.client_id} has not joined group {self.group}")
+        if not names_same_file(self._fd, self.lock_path):
+            # Someone removed our lock file by hand: another process may now hold the id, and
+            # writing the JSON would overwrite its record with ours.
+            raise OperationError(f"membership of {self.client_id} in group {self.group} was "
+                                 f"lost: {self.lock_path} was removed or replaced")
+        fixed = {k: self._record[k] for k in _RESERVED_FIELDS}
+        self._publish({**self._record, **fields, **fixed})
+
+    def _publish(self, record: dict[str, Any]) -> None:
+        atomic_write_json(self.json_path, record, keep_bak=False, sync=False)
+        self._record = record
+
+    def leave(self) -> None:
+        """Stop being a member: remove the JSON, then the lock file, then drop the lock."""
+        if self._fd is None:
+            return
+        if names_same_file(self._fd, self.lock_path):
+            unlink_if_exists(self.json_path)
+        self._give_up_lock()
+
+    def _give_up_lock(self) -> None:
+        fd, self._fd = self._fd, None
+        try:
+            if fd is not None and names_same_file(fd, self.lock_path):
+                unlink_if_exists(self.lock_path)  # still holding the lock: see the docstring
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def __enter__(self) -> "Membership":
+        self.join()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.leave()
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A member's JSON, or {} if it is missing or unreadable."""
+    try:
+        obj = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _published_ids(layout: Layout, group: str) -> list[str]:
+    """Client ids with a JSON in the group's directory, sorted (RocketMQ sorts cidAll so)."""
+    ids = []
+    for name in list_dir(layout.members_dir(group)):
+        # Temp files (``.X.json.PID.tmp``) and backups end otherwise, so the suffix suffices.
+        cid = name[:-5]
+        if name.endswith(".json") and CLIENT_ID_RE.match(cid) and cid not in (".", ".."):
+            ids.append(cid)
+    return sorted(ids)
+
+
+def _prune(layout: Layout, group: str, client_id: str) -> None:
+    """Remove a dead member's leftovers, holding its lock so no joiner can be mid-way."""
+    lock_path = _lock_path(layout, group, client_id)
+    fd = open_exclusive(lock_path)
+    if fd is None:
+        return  # it has come alive (a new process took the id): leave it be
+    try:
+        unlink_if_exists(_json_path(layout, group, client_id))
+        unlink_if_exists(lock_path)
+    finally:
+        os.close(fd)
+
+
+def live_members(layout: Layout, group: str, *, prune: bool = False) -> list[MemberInfo]:
+    """The group's live members, sorted by client id. A member is live while its lock is
+    held; leftovers of dead ones are skipped, and removed when ``prune`` is set."""
+    validate_group(group)
+    members = []
+    for cid in _published_ids(layout, group):
+        if probe_held(_lock_path(layout, group, cid)):
+            members.append(_member_info(layout, group, cid))
+        elif prune:
+            _prune(layout, group, cid)
+    return members
+
+
+def _member_info(layout: Layout, group: str, client_id: str) -> MemberInfo:
+    # The id comes from the file name, which the lock vouches for; the rest is as published.
+    record = _read_json(_json_path(layout, group, client_id))
+    host = record.get("host")
+    return MemberInfo(group=group, clientId=client_id, pid=_int_field(record, "pid"),
+                      host=host if isinstance(host, str) else None,
+                      startedAt=_int_field(record, "startedAt"), record=record)
+
+
+def _int_field(record: dict[str, Any], key: str) -> int | None:
+    value = record.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def members_token(layout: Layout, group: str) -> tuple[str, ...]:
+    """A cheap fingerprint of the group's membership for the rebalance loop to poll.
+
+    It is the sorted ids of the live members: one directory listing and one lock probe per
+    member, no JSON read. It changes when a member joins, leaves or dies (a death changes no
+    file, so file times alone would miss it) and not when members publish updates or
+    heartbeats; allocation depends on the ids alone, so an unchanged token needs no rebalance.
+    """
+    validate_group(group)
+    return tuple(cid for cid in _published_ids(layout, group)
+                 if probe_held(_lock_path(layout, group, cid)))
+
+
+def groups_with_members(layout: Layout) -> list[str]:
+    """Groups with at least one live member, sorted."""
+    root = layout.members_root
+    groups = sorted(name for name in list_dir(root)
+                    if NAME_RE.match(name) and (root / name).is_dir())
+    return [g for g in groups if _any_live(layout, g)]
+
+
+def _any_live(layout: Layout, group: str) -> bool:
+    return any(probe_held(_lock_path(layout, group, cid)) for cid in _published_ids(layout, group))

@@ -1,0 +1,482 @@
+"""Consumer offsets: where each group (or broadcast client) resumes in each queue.
+
+Semantics are RocketMQ's: a committed offset is the **next** offset to consume (the oldest
+unconsumed message), and -1 means "no offset", never "before 0".
+
+Clustering groups — ``config/consumerOffset.json`` (:class:`ClusterOffsetStore`)
+------------------------------------------------------------------------------------
+One file for the whole store, the broker's ``ConsumerOffsetManager`` table in standard JSON
+(queue ids are string keys; fastjson's bare integer keys are not JSON, so they are not
+accepted)::
+
+    {
+      "offsetTable": {"<topic>@<group>": {"<queueId>": <offset>, ...}, ...},
+      "resetEpoch":  {"<topic>@<group>": <n>, ...}
+    }
+
+``resetEpoch`` is ours: ``reset`` and ``delete_topic`` bump it, so a consumer that loaded the
+table before a reset can learn that its in-memory offsets are stale instead of writing them
+back over the reset (RocketMQ pushes the reset to online clients; there is no broker here to
+push). Topic and group names cannot contain ``@`` (``names.py``), so the key splits cleanly.
+Epochs of deleted topics stay (bumped) so that a re-created topic is protected the same way.
+
+Members of every group persist into this one file from their own processes. Every change is a
+read-modify-write under an exclusive portalocker lock on ``consumerOffset.json.lock`` and is
+published with :func:`fsutil.atomic_write_json` (temp file, fsync, rename, previous version
+kept as ``consumerOffset.json.bak``). Readers take no lock: a rename is atomic.
+
+Broadcast clients — ``offsets/<clientId>/<group>/offsets.json`` (:class:`BroadcastOffsetStore`)
+-------------------------------------------------------------------------------------------
+RocketMQ's ``LocalFileOffsetStore`` writes fastjson with ``MessageQueue`` objects as map keys,
+which is not valid JSON, and overwrites the file in place. Here it is standard JSON, one
+object per queue, written the same atomic way with ``offsets.json.bak`` and a sidecar lock::
+
+    {"offsetTable": [{"topic": "T", "brokerName": "mqctl", "queueId": 0, "offset": 42}, ...]}
+
+Damage
+------
+A main file that is missing, empty, unparsable or of the wrong shape is replaced by its
+``.bak``, and the ``warn`` callback says so (default: ``mqctl: warning: …`` on stderr). When
+the ``.bak`` is unreadable too, :class:`CorruptionError` names the file: starting over from
+offset 0 (or from the end) without being told would silently redeliver or skip everything.
+The write that follows a fallback does not rotate the unreadable file into ``.bak``, so the
+good copy survives until a good main file exists.
+
+Directories are created 0700, files 0600.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from store import fsutil
+from store.client.allocate import BROKER_NAME
+from store.errors import StoreError, UsageError, io_error
+from store.flock import wait_flock
+from store.layout import Layout
+from store.names import validate_any_topic, validate_client_id, validate_group
+
+NO_OFFSET = -1
+TOPIC_GROUP_SEPARATOR = "@"
+LOCK_TIMEOUT_S = 30.0
+
+Warn = Callable[[str], None]
+QueueKey = tuple[str, int]  # (topic, queueId)
+
+
+def warn_stderr(message: str) -> None:
+    """The default ``warn``: one line on stderr in the CLI's format."""
+    sys.stderr.write(f"mqctl: warning: {message}\n")
+    sys.stderr.flush()
+
+
+# -- locking and reading with fallback -------------------------------------------------------
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+@contextmanager
+def _exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold an exclusive flock on ``lock_path`` (created 0600, never deleted) for the block."""
+    fsutil.ensure_dir(lock_path.parent)
+    try:
+        fd = fsutil.open_private(lock_path, os.O_RDWR | os.O_CREAT)
+    except OSError as exc:
+        raise io_error(exc, f"open {lock_path}") from exc
+    try:
+        wait_flock(fd, lock_path, timeout)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock, as does a crash
+
+
+@dataclass
+class _FallbackWatch:
+    """A ``warn`` wrapper that remembers whether the ``.bak`` had to be used."""
+
+    warn: Warn
+    used: bool = False
+
+    def __call__(self, message: str) -> None:
+        self.used = True
+        self.warn(message)
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_offset(offset: Any, queue_id: Any) -> None:
+    if not _is_int(queue_id) or queue_id < 0:
+        raise UsageError(f"invalid queue id {queue_id!r}")
+    if not _is_int(offset) or offset < 0:
+        raise UsageError(f"invalid offset {offset!r} for queue {queue_id}: offsets are >= 0")
+
+
+# -- clustering: config/consumerOffset.json --------------------------------------------------
+
+def _table_key(topic: str, group: str) -> str:
+    return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+
+
+def _split_key(key: Any) -> tuple[str, str]:
+    parts = key.split(TOPIC_GROUP_SEPARATOR) if isinstance(key, str) else []
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(f"bad key {key!r}: expected '<topic>@<group>'")
+    return parts[0], parts[1]
+
+
+@dataclass
+class _ClusterTable:
+    """The parsed content of ``consumerOffset.json``."""
+
+    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    epochs: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> _ClusterTable:
+        """Parse and validate; ``ValueError`` on any wrong shape (the reader then uses .bak)."""
+        if not isinstance(obj, dict):
+            raise ValueError("top level is not an object")
+        table = cls()
+        for key, queues in _json_object(obj, "offsetTable").items():
+            _split_key(key)
+            if not isinstance(queues, dict):
+                raise ValueError(f"offsetTable[{key!r}] is not an object")
+            table.offsets[key] = {_parse_queue_id(q): _parse_offset(o) for q, o in queues.items()}
+        for key, epoch in _json_object(obj, "resetEpoch").items():
+            _split_key(key)
+            if not _is_int(epoch) or epoch < 0:
+                raise ValueError(f"resetEpoch[{key!r}] is not a count")
+            table.epochs[key] = epoch
+        return table
+
+    def to_json(self) -> dict[str, Any]:
+        offsets = {key: {str(q): o for q, o in queues.items()}
+                   for key, queues in self.offsets.items() if queues}
+        return {"offsetTable": offsets, "resetEpoch": dict(self.epochs)}
+
+    def get(self, topic: str, group: str, queue_id: int) -> int:
+        return self.offsets.get(_table_key(topic, group), {}).get(queue_id, NO_OFFSET)
+
+    def put(self, topic: str, group: str, queue_id: int, offset: int) -> None:
+        self.offsets.setdefault(_table_key(topic, group), {})[queue_id] = offset
+
+    def epoch(self, topic: str, group: str) -> int:
+        return self.epochs.get(_table_key(topic, group), 0)
+
+    def bump_epoch(self, topic: str, group: str) -> int:
+        key = _table_key(topic, group)
+        self.epochs[key] = self.epochs.get(key, 0) + 1
+        return self.epochs[key]
+
+    def queues_of_group(self, group: str) -> Iterator[tuple[str, dict[int, int]]]:
+        """(topic, queues) of every topic the group has offsets in."""
+        for key, queues in self.offsets.items():
+            topic, owner = _split_key(key)
+            if owner == group and queues:
+                yield topic, queues
+
+
+def _json_object(obj: dict[str, Any], name: str) -> dict[str, Any]:
+    # Absent sections are empty: a broker-written file has no resetEpoch.
+    value = obj.get(name, {})
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} is not an object")
+    return value
+
+
+def _parse_queue_id(text: Any) -> int:
+    if not isinstance(text, str) or not text.isdigit():
+        raise ValueError(f"bad queue id {text!r}")
+    return int(text)
+
+
+def _parse_offset(value: Any) -> int:
+    if not _is_int(value) or value < NO_OFFSET:
+        raise ValueError(f"bad offset {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class GroupOffsets:
+    """One group's offsets and reset epochs, read from a single version of the file.
+
+    Pass ``epochs`` back as ``expected_epochs`` to :meth:`ClusterOffsetStore.commit`.
+    """
+
+    group: str
+    offsets: dict[QueueKey, int]
+    epochs: dict[str, int]
+
+    def epoch(self, topic: str) -> int:
+        return self.epochs.get(topic, 0)
+
+
+class ClusterOffsetStore:
+    """The clustering groups' shared offset table, safe for concurrent processes.
+
+    ``commit`` merges only the queues it is given, so members owning different queues never
+    overwrite each other; with ``increase_only`` (concurrent consumption) an offset never moves
+    backwards; with ``expected_epochs`` a commit computed before a reset is refused per topic.
+    """
+
+    def __init__(self, layout: Layout, warn: Warn | None = None) -> None:
+        self.path = layout.consumer_offset_json
+        self._warn = warn or warn_stderr
+
+    # -- reads (no lock: the file is only ever replaced by rename)
+    def read(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset of one queue, or -1 when there is none."""
+        return self._load(_FallbackWatch(self._warn)).get(topic, group, queue_id)
+
+    def read_group(self, group: str) -> dict[QueueKey, int]:
+        """Every committed offset of ``group``, keyed by (topic, queueId)."""
+        return self.snapshot(group).offsets
+
+    def snapshot(self, group: str) -> GroupOffsets:
+        """Offsets and epochs of ``group`` from one read, so that they agree with each other."""
+        table = self._load(_FallbackWatch(self._warn))
+        offsets = {(topic, q): o for topic, queues in table.queues_of_group(group) for q, o in queues.items()}
+        epochs: dict[str, int] = {}
+        for key, epoch in table.epochs.items():
+            topic, owner = _split_key(key)
+            if owner == group:
+                epochs[topic] = epoch
+        return GroupOffsets(group, offsets, epochs)
+
+    def epoch(self, group: str, topic: str) -> int:
+        """How many times the offsets of ``topic`` for ``group`` were reset (0: never)."""
+        return self._load(_FallbackWatch(self._warn)).epoch(topic, group)
+
+    def groups(self) -> list[str]:
+        """Groups that have at least one committed offset, sorted."""
+        table = self._load(_FallbackWatch(self._warn))
+        return sorted({_split_key(key)[1] for key, queues in table.offsets.items() if queues})
+
+    def topics_of(self, group: str) -> list[str]:
+        """Topics in which ``group`` has committed offsets, sorted."""
+        return sorted(topic for topic, _ in self._load(_FallbackWatch(self._warn)).queues_of_group(group))
+
+    # -- writes (read-modify-write under the lock)
+    def commit(
+        self,
+        group: str,
+        offsets: Mapping[QueueKey, int],
+        increase_only: bool = True,
+        expected_epochs: Mapping[str, int] | None = None,
+    ) -> set[str]:
+        """Merge ``offsets`` ((topic, queueId) → next offset) into the table.
+
+        With ``increase_only`` the stored value becomes ``max(old, new)``, RocketMQ's
+        ``updateOffset(mq, offset, true)``; without it the value is replaced (orderly mode).
+        With ``expected_epochs`` (topic → epoch the caller loaded; a topic not listed is
+        expected at 0), queues of a topic whose epoch moved are skipped. Returns the skipped
+        topics: the caller must reload them (:meth:`snapshot`) before committing again.
+        """
+        validate_group(group)
+        for (topic, queue_id), offset in offsets.items():
+            validate_any_topic(topic)
+            _check_offset(offset, queue_id)
+        skipped: set[str] = set()
+
+        def merge(table: _ClusterTable) -> bool:
+            changed = False
+            for (topic, queue_id), offset in sorted(offsets.items()):
+                if expected_epochs is not None and table.epoch(topic, group) != expected_epochs.get(topic, 0):
+                    skipped.add(topic)
+                    continue
+                old = table.get(topic, group, queue_id)
+                new = max(old, offset) if increase_only else offset
+                if new != old:
+                    table.put(topic, group, queue_id, new)
+                    changed = True
+            return changed
+
+        if offsets:
+            self._update(merge)
+        return skipped
+
+    def reset(self, group: str, topic: str, offsets: Mapping[int, int]) -> int:
+        """Set the given queues of ``topic`` exactly (backwards too); returns the new epoch."""
+        validate_group(group)
+        validate_any_topic(topic)
+        for queue_id, offset in offsets.items():
+            _check_offset(offset, queue_id)
+        epoch = 0
+
+        def apply(table: _ClusterTable) -> bool:
+            nonlocal epoch
+            for queue_id, offset in offsets.items():
+                table.put(topic, group, queue_id, offset)
+            epoch = table.bump_epoch(topic, group)
+            return True
+
+        self._update(apply)
+        return epoch
+
+    def delete_topic(self, topic: str) -> None:
+        """Drop every group's offsets of ``topic`` (``topic delete``), bumping their epochs."""
+        validate_any_topic(topic)
+
+        def drop(table: _ClusterTable) -> bool:
+            doomed = [key for key in table.offsets if _split_key(key)[0] == topic]
+            for key in doomed:
+                del table.offsets[key]
+                table.bump_epoch(topic, _split_key(key)[1])
+            return bool(doomed)
+
+        self._update(drop)
+
+    def delete_group(self, group: str) -> list[str]:
+        """Drop every offset of ``group`` (``offsets delete``), bumping its epochs so a member
+        that loaded them before cannot write them back. Returns the topics it had offsets in."""
+        validate_group(group)
+        gone: list[str] = []
+
+        def drop(table: _ClusterTable) -> bool:
+            for key in [k for k in table.offsets if _split_key(k)[1] == group]:
+                topic = _split_key(key)[0]
+                del table.offsets[key]
+                table.bump_epoch(topic, group)
+                gone.append(topic)
+            return bool(gone)
+
+        self._update(drop)
+        return sorted(gone)
+
+    # -- internals
+    def _load(self, watch: _FallbackWatch) -> _ClusterTable:
+        obj = fsutil.read_json_with_bak(self.path, default=None, validate=_ClusterTable.from_json, warn=watch)
+        return _ClusterTable() if obj is None else _ClusterTable.from_json(obj)
+
+    def _update(self, mutate: Callable[[_ClusterTable], bool]) -> None:
+        with _exclusive(_lock_path(self.path)):
+            watch = _FallbackWatch(self._warn)
+            table = self._load(watch)
+            # After a fallback, write even when nothing changed: it repairs the main file.
+            if mutate(table) or watch.used:
+                fsutil.atomic_write_json(self.path, table.to_json(), keep_bak=not watch.used)
+
+
+# -- broadcasting: offsets/<clientId>/<group>/offsets.json -----------------------------------
+
+def _parse_broadcast(obj: Any) -> dict[QueueKey, int]:
+    """Parse and validate the broadcast file; ``ValueError`` on any wrong shape."""
+    entries = obj.get("offsetTable") if isinstance(obj, dict) else None
+    if not isinstance(entries, list):
+        raise ValueError("offsetTable is not a list")
+    table: dict[QueueKey, int] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ValueError(f"entry {entry!r} is not an object")
+        topic, queue_id, offset = entry.get("topic"), entry.get("queueId"), entry.get("offset")
+        if not isinstance(topic, str) or not isinstance(entry.get("brokerName"), str):
+            raise ValueError(f"entry {entry!r} lacks topic or brokerName")
+        if not _is_int(queue_id) or queue_id < 0:
+            raise ValueError(f"entry {entry!r} has a bad queueId")
+        table[(topic, queue_id)] = _parse_offset(offset)
+    return table
+
+
+def _broadcast_json(table: Mapping[QueueKey, int]) -> dict[str, Any]:
+    entries = [{"topic": topic, "brokerName": BROKER_NAME, "queueId": queue_id, "offset": offset}
+               for (topic, queue_id), offset in sorted(table.items())]
+    return {"offsetTable": entries}
+
+
+class BroadcastOffsetStore:
+    """One broadcast client's offsets (RocketMQ's ``LocalFileOffsetStore``).
+
+    Offsets live in memory (``update``) and reach the file with ``persist``, which re-reads the
+    file and replaces only the queues the client owns, so entries of other queues survive.
+    """
+
+    def __init__(self, layout: Layout, client_id: str, group: str, warn: Warn | None = None) -> None:
+        self.path = layout.broadcast_offsets(validate_client_id(client_id), validate_group(group))
+        self._warn = warn or warn_stderr
+        self._table: dict[QueueKey, int] = {}
+
+    def load(self) -> dict[QueueKey, int]:
+        """Fill the memory table from the file (replacing it) and return a copy."""
+        self._table = self._read_file(_FallbackWatch(self._warn))
+        return dict(self._table)
+
+    def read(self, topic: str, queue_id: int) -> int:
+        """The in-memory offset of one queue, or -1 (RocketMQ's READ_FROM_MEMORY)."""
+        return self._table.get((topic, queue_id), NO_OFFSET)
+
+    def update(self, topic: str, queue_id: int, offset: int, increase_only: bool = True) -> None:
+        """Set one queue's offset in memory; with ``increase_only`` it never moves back."""
+        validate_any_topic(topic)
+        _check_offset(offset, queue_id)
+        old = self._table.get((topic, queue_id), NO_OFFSET)
+        self._table[(topic, queue_id)] = max(old, offset) if increase_only else offset
+
+    def persist(self, owned: Iterable[QueueKey]) -> None:
+        """Write the memory offsets of the ``owned`` queues; other entries of the file stay."""
+        mine = {key: self._table[key] for key in owned if key in self._table}
+        if not mine:
+            return
+        fsutil.ensure_dir(self.path.parent)
+        with _exclusive(_lock_path(self.path)):
+            watch = _FallbackWatch(self._warn)
+            on_disk = self._read_file(watch)
+            merged = {**on_disk, **mine}
+            # An idle consumer persists every few seconds; skip the fsyncs when nothing moved.
+            if merged != on_disk or watch.used:
+                fsutil.atomic_write_json(self.path, _broadcast_json(merged), keep_bak=not watch.used)
+
+    def _read_file(self, watch: _FallbackWatch) -> dict[QueueKey, int]:
+        obj = fsutil.read_json_with_bak(self.path, default=None, validate=_parse_broadcast, warn=watch)
+        return {} if obj is None else _parse_broadcast(obj)
+
+
+def clamp_to_queue_ends(layout: Layout, queue_end: Callable[[str, int], int],
+                        warn: Warn | None = None) -> list[str]:
+    """Move every committed offset that points past its queue's end back to that end, for
+    clustering groups and broadcast clients alike; returns one line per offset moved.
+
+    Recovery calls this after a power cut has shortened a queue. Consumers may have committed
+    offsets for messages that were never durable (async sends, or a sync batch read before its
+    fsync); new messages then take those queue offsets again, and a group whose offset stayed
+    ahead would never see them. ``queue_end(topic, queue_id)`` is the queue's max offset, or a
+    negative number for a queue that no longer exists (left alone)."""
+    say = warn or warn_stderr
+    moved: list[str] = []
+    cluster = ClusterOffsetStore(layout, warn)
+    for group in cluster.groups():
+        by_topic: dict[str, dict[int, int]] = {}
+        for (topic, queue_id), offset in cluster.read_group(group).items():
+            end = queue_end(topic, queue_id)
+            if 0 <= end < offset:
+                by_topic.setdefault(topic, {})[queue_id] = end
+                moved.append(f"group {group}: {topic}/{queue_id} offset {offset} -> {end}")
+        for topic, ends in by_topic.items():
+            cluster.reset(group, topic, ends)
+    root = layout.root / "offsets"
+    for path in sorted(root.glob("*/*/offsets.json")):
+        client_id, group = path.parent.parent.name, path.parent.name
+        try:
+            store = BroadcastOffsetStore(layout, client_id, group, warn)
+            table = store.load()
+        except StoreError:
+            continue   # a name that is not ours, or an unreadable file: `store check` reports it
+        owned = []
+        for (topic, queue_id), offset in table.items():
+            end = queue_end(topic, queue_id)
+            if 0 <= end < offset:
+                store.update(topic, queue_id, end, increase_only=False)
+                owned.append((topic, queue_id))
+                moved.append(f"broadcast client {client_id} of group {group}: "
+                             f"{topic}/{queue_id} offset {offset} -> {end}")
+        store.persist(owned)
+    for line in moved:
+        say(f"{line} (the queue is shorter after a crash: messages sent from now on are delivered)")
+    return moved

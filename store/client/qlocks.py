@@ -1,0 +1,500 @@
+"""Queue locks: the broker's orderly-consumption lock table, kept as locked files.
+
+RocketMQ's broker keeps ``group → queue → (clientId, lastUpdate)`` in memory and lets an entry
+expire 60 s after its last renewal; clients renew every 20 s and stop consuming a queue 30 s
+after their last successful renewal, so a client always gives up before the broker lets someone
+else in (reference §6.1, §6.2). There is no broker here, so the table is a directory and the
+truth about who holds a queue is an OS file lock (``flock`` through portalocker):
+
+* the OS lock is taken non-blocking and exclusively on the queue's lock file and held, through
+  one open file description, for as long as the consumer owns the queue;
+* the moment the holder dies (even ``kill -9``) the kernel drops the lock, so a crashed holder
+  never makes anyone wait for a lease;
+* the lease only matters for a holder that is alive but stuck (stopped, swapped out, hung): when
+  its record has not been renewed for 60 s, a contender may *break* the lock: it unlinks the
+  file and creates and locks a new one; the stuck holder's :meth:`QueueLock.is_valid` then
+  fails because the path no longer names the file it locked.
+
+Files (under the store root)::
+
+    locks/<group>/.mutex.lock            the group's mutex, see below; empty, never deleted
+    locks/<group>/<topic>/<queueId>.lock one queue's lock file: the OS lock + the record
+
+The record is written into the lock file itself by its holder (when it takes the lock and at
+every renewal): one JSON object, a newline, then spaces up to the file's previous length (so a
+rewrite is a single ``pwrite`` that never leaves an older, longer record's tail behind)::
+
+    {"group": "G", "topic": "T", "queueId": 3, "clientId": "host@1234", "pid": 1234,
+     "host": "host", "acquiredAt": 1700000000000, "renewedAt": 1700000020000,
+     "expiresAt": 1700000080000}
+
+Times are ms since the epoch; ``expiresAt = renewedAt + 60 s`` (the store-side lease). The
+record is informational: the OS lock is the truth. A record that does not parse (torn read,
+damage) reads as an unknown holder; it is never taken for an expired one, so garbage can not
+let a contender in, and the holder rewrites it at its next renewal. Records are not fsynced:
+after a machine crash no process holds any lock, whatever the files say.
+
+Path changes and the group mutex. A lock file is only ever unlinked or replaced while the
+group's mutex (an exclusive ``flock`` on ``.mutex.lock``) is held, and every acquisition takes
+the OS lock under that same mutex and then checks that the path still names the locked file.
+That makes "is it held? is its record expired? replace it" one atomic step with respect to
+every other acquirer, breaker, renewal and release, so two contenders can never both break the
+same stuck holder, and a renewal can never slip between a breaker's check and its replace (a
+renewal also runs under the mutex and, once the file is replaced, reports the lock lost). A
+clean release unlinks its file (under the mutex, still holding the OS lock) so the table only
+shows what is held or was left by a crash. The mutex is held for a few system calls; waiting
+for it is bounded (``MUTEX_TIMEOUT``), so a process stopped *inside* it delays the group's lock
+changes by that long and then they fail softly (no acquisition, a deferred renewal) instead of
+hanging. ``is_valid`` and :func:`list_locks` never take the mutex.
+
+Probes (``list_locks``' ``alive``) take a *shared* non-blocking lock and drop it at once, so
+two probes never mistake each other for a holder. A probe can make a concurrent
+``try_acquire`` fail once; consumers retry at the next rebalance anyway.
+
+Locks are ``flock`` locks: they belong to an open file description, not to a process, so two
+:class:`QueueLock` objects in one process exclude each other, and a lock file descriptor is
+opened close-on-exec so a handler started by the consumer never inherits (and outlives it
+with) the lock. The file-lock primitives themselves (``try_flock``, ``wait_flock``,
+``open_exclusive``, the identity checks) live in ``flock.py``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+import threading
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from store.errors import LockHeldError, StoreIOError, UsageError, io_error
+from store.flock import (
+    file_id,
+    list_dir,
+    names_same_file,
+    now_ms,
+    open_exclusive,
+    open_file,
+    path_id,
+    try_flock,
+    unlink_if_exists,
+    wait_flock,
+)
+from store.fsutil import ensure_dir
+from store.layout import Layout
+from store.names import NAME_RE, validate_any_topic, validate_client_id, validate_group
+
+STORE_LEASE_MS = 60_000   # broker's lockMaxLiveTime: a record older than this may be broken
+CLIENT_LEASE_MS = 30_000  # client's lockMaxLiveTime: a holder stops handing out batches
+RENEW_INTERVAL_MS = 20_000  # client's lockInterval: how often a holder should call renew()
+MUTEX_TIMEOUT = 5.0       # seconds to wait for a group's mutex before giving up softly
+MUTEX_NAME = ".mutex.lock"
+
+_LOCK_FILE_RE = re.compile(r"^(0|[1-9][0-9]{0,9})\.lock$")
+_MAX_RECORD = 64 * 1024
+_log = logging.getLogger(__name__)
+
+
+# -- records ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LockInfo:
+    """One row of the lock table, with the contract's field names (``mqctl locks``).
+
+    ``group``/``topic``/``queueId`` come from the file's path; the holder fields come from the
+    record and are None when it is unreadable. ``alive`` is the OS lock, probed.
+    """
+
+    group: str
+    topic: str
+    queueId: int
+    clientId: str | None
+    pid: int | None
+    host: str | None
+    acquiredAt: int | None
+    renewedAt: int | None
+    expiresAt: int | None
+    alive: bool
+
+    def expired(self, at_ms: int | None = None) -> bool:
+        """True if the record says the store-side lease ran out (unknown is never expired)."""
+        now = at_ms if at_ms is not None else now_ms()
+        return self.expiresAt is not None and self.expiresAt < now
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _read_record(fd: int) -> dict[str, Any] | None:
+    """The record in an open lock file, or None if it is missing or garbage."""
+    try:
+        raw = os.pread(fd, _MAX_RECORD, 0)
+        obj = json.loads(raw.decode("utf-8").strip())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _info(group: str, topic: str, queue_id: int, record: dict[str, Any] | None, alive: bool) -> LockInfo:
+    rec = record or {}
+    return LockInfo(
+        group=group, topic=topic, queueId=queue_id,
+        clientId=_str_or_none(rec.get("clientId")), pid=_int_or_none(rec.get("pid")),
+        host=_str_or_none(rec.get("host")), acquiredAt=_int_or_none(rec.get("acquiredAt")),
+        renewedAt=_int_or_none(rec.get("renewedAt")), expiresAt=_int_or_none(rec.get("expiresAt")),
+        alive=alive,
+    )
+
+
+def _record_expired(record: dict[str, Any] | None, at_ms: int) -> bool:
+    expires = _int_or_none((record or {}).get("expiresAt"))
+    return expires is not None and expires < at_ms
+
+
+def _write_record(fd: int, path: Path, record: dict[str, Any]) -> None:
+    data = (json.dumps(record, sort_keys=True) + "\n").encode()
+    try:
+        size = os.fstat(fd).st_size
+        # Pad to the old length instead of truncating: one pwrite, no moment with an empty file.
+        os.pwrite(fd, data.ljust(size, b" "), 0)
+    except OSError as exc:
+        raise io_error(exc, f"write {path}") from exc
+
+
+# -- the group mutex -------------------------------------------------------------------------
+
+@contextmanager
+def group_mutex(layout: Layout, group: str, timeout: float = MUTEX_TIMEOUT) -> Iterator[None]:
+    """Hold ``locks/<group>/.mutex.lock`` exclusively; LockHeldError after ``timeout`` s.
+
+    The file is never deleted, so unlike a queue lock it needs no identity check.
+    """
+    path = layout.queue_locks_dir(group) / MUTEX_NAME
+    ensure_dir(path.parent, durable=False)
+    fd = open_file(path, os.O_RDWR | os.O_CREAT)
+    try:
+        wait_flock(fd, path, timeout)
+        yield
+    finally:
+        os.close(fd)
+
+
+# -- one queue lock --------------------------------------------------------------------------
+
+class QueueLock:
+    """The lock one consumer holds on one queue of one group (orderly consumption).
+
+    Usage: ``try_acquire()``; then ``renew()`` every ``RENEW_INTERVAL_MS``; ``is_valid()``
+    before handing out every batch; ``release()`` when the queue is dropped or at shutdown.
+    As a context manager it only guarantees the release (acquiring can fail, so it is left to
+    the caller). Thread-safe: a renewal timer may run beside the consuming thread.
+    """
+
+    def __init__(self, layout: Layout, group: str, topic: str, queue_id: int, client_id: str, *,
+                 warn: Callable[[str], None] | None = None, lease_ms: int = STORE_LEASE_MS,
+                 client_lease_ms: int = CLIENT_LEASE_MS,
+                 mutex_timeout: float = MUTEX_TIMEOUT) -> None:
+        if not isinstance(queue_id, int) or queue_id < 0:
+            raise UsageError(f"invalid queue id {queue_id!r}")
+        if not 0 < client_lease_ms < lease_ms:
+            # The holder must stop before anyone may break in, as in RocketMQ (30 s < 60 s).
+            raise UsageError("the client lease must be positive and shorter than the store lease")
+        self.layout = layout
+        self.group = validate_group(group)
+        self.topic = validate_any_topic(topic)
+        self.queue_id = queue_id
+        self.client_id = validate_client_id(client_id)
+        self.path = layout.queue_lock(group, topic, queue_id)
+        self.lease_ms = lease_ms
+        self.client_lease_ms = client_lease_ms
+        self.mutex_timeout = mutex_timeout
+        self._warn = warn or _log.warning
+        self._guard = threading.RLock()
+        self._fd: int | None = None
+        self._id: tuple[int, int] | None = None
+        self.acquired_at: int | None = None
+        self.renewed_at: int | None = None
+
+    def __repr__(self) -> str:
+        state = "held" if self._fd is not None else "not held"
+        return f"QueueLock({self.group}/{self.topic}/{self.queue_id} by {self.client_id}: {state})"
+
+    @property
+    def held(self) -> bool:
+        """True from a successful acquisition until release or a detected loss."""
+        return self._fd is not None
+
+    # -- acquisition
+
+    def try_acquire(self) -> bool:
+        """Take the queue without waiting; True if this client holds it now.
+
+        A lock held by someone whose record expired (not renewed for the store lease) is broken
+        and taken over. Holding it already counts as a renewal.
+        """
+        with self._guard:
+            if self._fd is not None:
+                return self.renew()
+            try:
+                with group_mutex(self.layout, self.group, self.mutex_timeout):
+                    fd = self._acquire_locked()
+                    if fd is None:
+                        return False
+                    # The record is written before the mutex is let go: until then the file
+                    # may still carry a dead holder's expired record, which a contender would
+                    # take as licence to break our brand-new lock.
+                    self._take(fd)
+                    return True
+            except LockHeldError as exc:
+                self._warn(f"cannot lock queue {self._name()}: {exc}")
+                return False
+
+    def _acquire_locked(self) -> int | None:
+        # Called under the group mutex.
+        ensure_dir(self.path.parent, durable=False)
+        fd = open_exclusive(self.path)
+        if fd is not None:
+            return fd
+        return self._break_if_expired()
+
+    def _break_if_expired(self) -> int | None:
+        # Called under the group mutex, after the lock was found held.
+        try:
+            fd = open_file(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return open_exclusive(self.path)  # the holder released it a moment ago
+        try:
+            record = _read_record(fd)
+            still_held = not try_flock(fd, self.path, shared=True)
+        finally:
+            os.close(fd)
+        if still_held and not _record_expired(record, now_ms()):
+            return None
+        if still_held:
+            holder = _info(self.group, self.topic, self.queue_id, record, True)
+            idle = (now_ms() - (holder.renewedAt or 0)) / 1000
+            self._warn(f"breaking the lock on queue {self._name()}: held by {holder.clientId} "
+                       f"(pid {holder.pid}) but not renewed for {idle:.1f} s")
+            # The stuck holder keeps its OS lock on the old inode; unlinking the name is what
+            # takes the queue away from it (its is_valid compares inodes).
+            unlink_if_exists(self.path)
+        return open_exclusive(self.path)
+
+    def _take(self, fd: int) -> None:
+        now = now_ms()
+        self._fd, self._id = fd, file_id(os.fstat(fd))
+        self.acquired_at = self.renewed_at = now
+        try:
+            _write_record(fd, self.path, self._record(now))
+        except StoreIOError:
+            self._close()
+            raise
+
+    def _record(self, renewed_at: int) -> dict[str, Any]:
+        return {
+            "group": self.group, "topic": self.topic, "queueId": self.queue_id,
+            "clientId": self.client_id, "pid": os.getpid(), "host": socket.gethostname(),
+            "acquiredAt": self.acquired_at, "renewedAt": renewed_at,
+            "expiresAt": renewed_at + self.lease_ms,
+        }
+
+    # -- while held
+
+    def share_fd(self) -> int:
+        """A new descriptor of the held lock file's open file description (``dup``): the
+        ``flock`` belongs to that description, so whoever holds the copy (a handler process
+        it is passed to) keeps the queue locked until it closes it or exits, even if this
+        process dies first. The caller closes it."""
+        with self._guard:
+            if self._fd is None:
+                raise OSError(f"queue lock {self._name()} is not held")
+            return os.dup(self._fd)
+
+    def renew(self) -> bool:
+        """Extend the lease; False if the lock is lost (then the queue must be dropped).
+
+        If the group's mutex stays busy the renewal is skipped with a warning and True is
+        returned when the lock is still ours: the lease keeps running down, and ``is_valid``
+        turns False on its own if renewals keep failing.
+        """
+        with self._guard:
+            if self._fd is None:
+                return False
+            try:
+                with group_mutex(self.layout, self.group, self.mutex_timeout):
+                    return self._renew_locked()
+            except LockHeldError as exc:
+                self._warn(f"could not renew the lock on queue {self._name()}: {exc}")
+                return self._check_identity()
+
+    def _renew_locked(self) -> bool:
+        if not self._check_identity():
+            return False
+        now = now_ms()
+        if self._fd is None:
+            return False
+        _write_record(self._fd, self.path, self._record(now))
+        self.renewed_at = now
+        return True
+
+    def is_valid(self) -> bool:
+        """May the holder hand out a batch now? Call before every batch.
+
+        True only while this object holds the OS lock, the path still names the file it locked
+        (a deleted or replaced file is reported through ``warn`` and ends the ownership), and
+        the last renewal is younger than the client lease.
+        """
+        with self._guard:
+            if self._fd is None or not self._check_identity():
+                return False
+            return self.renewed_at is not None and now_ms() < self.renewed_at + self.client_lease_ms
+
+    def _check_identity(self) -> bool:
+        # A lock whose file was unlinked (mqctl unlock --force) or replaced (broken as stuck)
+        # is no longer the queue's lock: someone else may hold the new file right now.
+        current = path_id(self.path)
+        if current == self._id:
+            return True
+        how = "deleted" if current is None else "replaced by another process"
+        self._warn(f"lost the lock on queue {self._name()}: {self.path} was {how}")
+        self._close()
+        return False
+
+    # -- giving it up
+
+    def release(self) -> None:
+        """Give the queue up and remove its lock file. Safe to call when not held."""
+        with self._guard:
+            if self._fd is None:
+                return
+            try:
+                with group_mutex(self.layout, self.group, self.mutex_timeout):
+                    if names_same_file(self._fd, self.path):
+                        unlink_if_exists(self.path)  # while still holding the OS lock
+            except LockHeldError as exc:
+                # Closing still drops the OS lock; the file stays behind as a stale entry.
+                self._warn(f"released queue {self._name()} without removing its file: {exc}")
+            finally:
+                self._close()
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = self._id = None
+
+    def _name(self) -> str:
+        return f"{self.topic}:{self.queue_id} of group {self.group}"
+
+    def __enter__(self) -> "QueueLock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+# -- the table -------------------------------------------------------------------------------
+
+def _lock_files(layout: Layout, group: str, topic: str | None = None,
+                queue_id: int | None = None) -> list[tuple[str, int, Path]]:
+    """(topic, queueId, path) of the group's lock files, sorted, filtered."""
+    found = []
+    for topic_dir in _subdirs(layout.queue_locks_dir(group)):
+        if topic is not None and topic_dir.name != topic:
+            continue
+        for entry in list_dir(topic_dir):
+            match = _LOCK_FILE_RE.match(entry)
+            if match and (queue_id is None or int(match.group(1)) == queue_id):
+                found.append((topic_dir.name, int(match.group(1)), topic_dir / entry))
+    return sorted(found)
+
+
+def _subdirs(path: Path) -> list[Path]:
+    # Only valid names: skips the mutex file and anything a user dropped in by hand.
+    return sorted(path / name for name in list_dir(path)
+                  if NAME_RE.match(name) and (path / name).is_dir())
+
+
+def lock_groups(layout: Layout) -> list[str]:
+    """Groups that have a lock directory (held, stale or empty)."""
+    return [p.name for p in _subdirs(layout.queue_locks_root)]
+
+
+def _probe_info(group: str, topic: str, queue_id: int, path: Path) -> LockInfo | None:
+    try:
+        fd = open_file(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None  # released between listing and probing
+    try:
+        record = _read_record(fd)
+        alive = not try_flock(fd, path, shared=True)
+    finally:
+        os.close(fd)
+    return _info(group, topic, queue_id, record, alive)
+
+
+def list_locks(layout: Layout, group: str | None = None) -> list[LockInfo]:
+    """Every queue lock file of ``group`` (or of all groups), with its holder probed.
+
+    ``alive=False`` means nobody holds the OS lock: the record is what a crashed holder left.
+    Read-only: takes no mutex and changes no file.
+    """
+    groups = [validate_group(group)] if group is not None else lock_groups(layout)
+    infos = []
+    for g in groups:
+        for topic, qid, path in _lock_files(layout, g):
+            info = _probe_info(g, topic, qid, path)
+            if info is not None:
+                infos.append(info)
+    return infos
+
+
+def unlock(layout: Layout, group: str, topic: str | None = None, queue_id: int | None = None,
+           force: bool = False, *, timeout: float = MUTEX_TIMEOUT) -> list[LockInfo]:
+    """Remove stale locks (holder gone) and expired ones (holder stuck past the store lease).
+
+    With ``force`` live locks are broken too; their holders' ``is_valid`` turns False before
+    their next batch. Returns what was removed, as it was just before. LockHeldError if the
+    group's mutex stays busy for ``timeout`` seconds.
+    """
+    validate_group(group)
+    if not layout.queue_locks_dir(group).is_dir():
+        return []
+    released = []
+    with group_mutex(layout, group, timeout):
+        for t, qid, path in _lock_files(layout, group, topic, queue_id):
+            info = _remove_if_allowed(group, t, qid, path, force)
+            if info is not None:
+                released.append(info)
+    return released
+
+
+def _remove_if_allowed(group: str, topic: str, queue_id: int, path: Path,
+                       force: bool) -> LockInfo | None:
+    # Called under the group mutex. A free file is locked before it is unlinked, so nobody
+    # can be taking it at that moment; a held one is unlinked under its holder.
+    try:
+        fd = open_file(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        record = _read_record(fd)
+        alive = not try_flock(fd, path)
+        info = _info(group, topic, queue_id, record, alive)
+        if alive and not force and not info.expired():
+            return None
+        if names_same_file(fd, path):
+            unlink_if_exists(path)
+        return info
+    finally:
+        os.close(fd)

@@ -1,0 +1,478 @@
+"""The producer's fast path: the batch encoding behind :meth:`Store.put_bodies`.
+
+:func:`put_bodies_locked` turns many bodies for one topic, sharing their properties, into
+commit-log records, consume-queue entries and key-index hashes, and hands them to the store to
+commit. It owns only how a batch is encoded quickly (precomputed header parts, unique keys
+built from a table, CRCs continued or combined instead of recomputed); the record layout itself
+lives in ``format.py`` and the general encoder in ``record.py``.
+
+Three ways, all writing the same bytes (tests/store/test_store_bodywrite.py): a long-running
+sender's batches are framed as arrays (:func:`_frame_arrays`, numpy: headers, consume-queue
+entries, CRC properties and key hashes for the whole batch; per record only its two CRC calls
+and its place in one join); otherwise per-record loops. Every batch is one buffer, one pwrite
+per segment. The loops are measured hot loops: unrolled on purpose, everything in locals.
+"""
+from __future__ import annotations
+
+import random
+import struct
+import time
+import zlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from store.errors import UsageError
+from store.log import format as F
+from store.log.commitlog import LogAppender
+from store.log.record import FAST_CRC as _FAST_CRC
+from store.log.record import PROP_KEYS, PROP_TAGS, Draft, java_hash
+from store.log.record import crc32 as _crc32
+from store.log.results import BatchResult
+
+if TYPE_CHECKING:
+    from store.log.broker import Store
+    from store.log.topics import TopicConfig
+
+_HEX4: list[bytes] = []
+
+
+def _hex4_table() -> list[bytes]:
+    if not _HEX4:
+        digits = [b"%02X" % i for i in range(256)]
+        _HEX4.extend([a + b for a in digits for b in digits])
+    return _HEX4
+
+
+# The record header in three parts for the producer's fast path: the fields that vary, then
+# SYSFLAG .. PREPARED TX OFFSET (48 bytes, the same for a whole batch), then BODYLENGTH.
+_HEAD_PACK = struct.Struct(">iIIiiqq48si").pack
+_HEAD_CONST = struct.Struct(">iqIiqIiiq")
+assert struct.calcsize(">iIIiiqq48si") == F.RECORD_HEADER_SIZE and _HEAD_CONST.size == 48
+
+# From this body size on a record is copied into the batch buffer in parts (head, body, rest)
+# rather than joined first; with zlib's CRC (or ISA-L's, from _COMBINE_FROM) its record CRC is
+# combined from the body's instead of a second pass. (With per-message sharding keys, big
+# bodies are written from the body objects themselves, pwritev.)
+_BIG_BODY = 2048
+_COMBINE: list[Any] = []
+
+
+def _crc32_combine() -> Any:
+    """zlib's ``crc32_combine`` (not exposed by Python's zlib module), or None.
+
+    ``combine(crc(A), crc(B), len(B)) == crc(A + B)``: the record CRC of a big message is
+    then computed without a second pass over its body. Checked against ``zlib.crc32`` once,
+    so a library that misbehaves is simply not used."""
+    if not _COMBINE:
+        fn = None
+        try:
+            import ctypes
+            import ctypes.util
+            lib = ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1")
+            f = lib.crc32_combine
+            f.restype = ctypes.c_ulong
+            f.argtypes = (ctypes.c_ulong, ctypes.c_ulong, ctypes.c_long)
+            a, b = b"mqctl" * 7, bytes(range(256)) * 9
+            if f(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b):
+                fn = f
+        except (OSError, AttributeError, ImportError):
+            fn = None
+        _COMBINE.append(fn)
+    return _COMBINE[0]
+
+
+# From this body size on (with ISA-L's CRC; always with zlib's) the record CRC is combined
+# from the body's CRC instead of a second pass over the body.
+_COMBINE_FROM = 16384
+
+
+def _combiner() -> Any:
+    """zlib's ``(crc32_combine_gen, crc32_combine_op)`` (zlib >= 1.2.12), or None.
+
+    ``op(crc(A), crc(B), gen(len(B))) == crc(A + B)``; ``gen`` is computed once per body length
+    (a batch's bodies mostly share one), ``op`` is one carry-less multiply: far cheaper than a
+    pass over a big body. Checked against ``zlib.crc32`` once."""
+    if not _COMBINE_OP:
+        fn = None
+        try:
+            import ctypes
+            import ctypes.util
+            lib = ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1")
+            gen, op = lib.crc32_combine_gen, lib.crc32_combine_op
+            gen.restype, gen.argtypes = ctypes.c_ulong, (ctypes.c_long,)
+            op.restype, op.argtypes = ctypes.c_ulong, (ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+            a, b = b"mqctl" * 7, bytes(range(256)) * 9
+            if op(zlib.crc32(a), zlib.crc32(b), gen(len(b))) == zlib.crc32(a + b):
+                fn = (gen, op)
+        except (OSError, AttributeError, ImportError):
+            fn = None
+        _COMBINE_OP.append(fn)
+    return _COMBINE_OP[0]
+
+
+_COMBINE_OP: list[Any] = []
+
+# Batches framed as arrays (numpy): only once this process has sent enough to pay for numpy's
+# import (~0.1 s), so a single `mqctl send` (or a short one) never imports it.
+_ARRAYS_MIN_BATCH = 512
+_ARRAYS_AFTER = 100_000       # messages framed by this process before numpy is worth importing
+_sent = [0]
+_NP: list[Any] = []
+
+
+def _use_arrays(n: int, big: bool) -> bool:
+    _sent[0] += n
+    if n < _ARRAYS_MIN_BATCH:
+        return False
+    import sys
+    return "numpy" in sys.modules or _sent[0] >= _ARRAYS_AFTER
+
+
+def _np_tables() -> list[Any]:
+    if not _NP:
+        import numpy as np
+        head = np.dtype([("total", ">i4"), ("magic", ">u4"), ("bodycrc", ">u4"), ("qid", ">i4"),
+                         ("flag", ">i4"), ("qoff", ">i8"), ("phys", ">i8"), ("const", "V48"),
+                         ("blen", ">i4")])
+        assert head.itemsize == F.RECORD_HEADER_SIZE
+        cq = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+        assert cq.itemsize == F.CQ_ENTRY_SIZE
+        _NP.extend((np, head, cq, 10 ** np.arange(10, dtype=np.int64)))
+    return _NP
+
+
+def _hex4_crcs() -> Any:
+    """CRC of each of the 65536 four-hex-digit key counters (as an array), computed once."""
+    np = _NP[0]
+    if len(_NP) < 5:
+        _NP.append(np.fromiter(map(_crc32, _hex4_table()), np.int64, 65536))
+    return _NP[4]
+
+
+def _frame_arrays(store: Store, topic: str, bodies: Sequence[bytes], qids: list[int], hex4: list[bytes],
+                  first_counter: int, pos: int, room_end: int, fixed: int, magic: int, const48: bytes,
+                  mid: bytes, tail: bytes, tags: int, nxt: list[int], cqb: list[Any], first_off: dict[int, int],
+                  key_crc0: int) -> tuple[bytes, list[int], list[int], list[int]] | None:
+    """Frame a whole batch at once: headers, consume-queue entries and record-CRC properties
+    as arrays; per record only its CRCs (the body's, then the record's continued over head,
+    body and the rest: C calls through ``map``) and its place in one ``join``. Returns
+    ``(bytes of every record, queue offsets, commit-log offsets, unique-key index hashes)``, or
+    None (nothing changed) when the batch does not fit in the current segment or has a body
+    big enough for the per-record path's CRC combine."""
+    np, head_t, cq_t, pow10 = _np_tables()[:4]
+    n = len(bodies)
+    blen = np.fromiter(map(len, bodies), np.int64, n)
+    if int(blen.max()) >= (_COMBINE_FROM if _FAST_CRC else _BIG_BODY):
+        return None
+    total = blen + fixed
+    ends = np.cumsum(total)
+    if pos + int(ends[-1]) > room_end:
+        return None
+    phys = ends - total + pos
+    hx = hex4[first_counter:first_counter + n]
+    while len(hx) < n:   # the counter wraps within the batch
+        hx += hex4[:n - len(hx)]
+    qarr = np.fromiter(qids, np.int64, n)
+    qoff = np.empty(n, np.int64)
+    used = set(qids)
+    queues = {q: (np.flatnonzero(qarr == q) if len(used) > 1 else None) for q in used}
+    for q, idx in queues.items():
+        start = nxt[q]
+        if start < 0:
+            start = first_off[q] = store.queue(topic, q).max_offset()
+            cqb[q] = bytearray()
+        if idx is None:   # the whole batch goes to one queue
+            qoff[:] = np.arange(start, start + n)
+            nxt[q] = start + n
+        else:
+            qoff[idx] = np.arange(start, start + len(idx))
+            nxt[q] = start + len(idx)
+    crc32 = _crc32
+    M = 0x7FFFFFFF
+    head = np.empty(n, head_t)
+    head["total"] = total
+    head["magic"] = magic
+    head["bodycrc"] = np.fromiter(map(crc32, bodies), np.int64, n) & M
+    head["qid"] = qarr
+    head["flag"] = 0
+    head["qoff"] = qoff
+    head["phys"] = phys
+    head["const"] = np.frombuffer(const48, "V48")[0]
+    head["blen"] = blen
+    hb = head.tobytes()
+    step = F.RECORD_HEADER_SIZE
+    heads = list(map(hb.__getitem__, map(slice, range(0, n * step, step), range(step, n * step + 1, step))))
+    afters = [mid + h4 + tail for h4 in hx]
+    rcrc = np.fromiter(map(crc32, afters, map(crc32, bodies, map(crc32, heads))), np.int64, n) & M
+    trail = np.empty((n, F.CRC_PROPERTY_SIZE), np.uint8)
+    trail[:, :9] = np.frombuffer(F.CRC_PROPERTY.encode() + b"\x01", np.uint8)
+    trail[:, 9:19] = (rcrc[:, None] // pow10) % 10 + 48    # least significant digit first
+    trail[:, 19] = 2
+    tb = trail.tobytes()
+    step = F.CRC_PROPERTY_SIZE
+    trails = list(map(tb.__getitem__, map(slice, range(0, n * step, step), range(step, n * step + 1, step))))
+    parts: list[Any] = [b""] * (4 * n)
+    parts[0::4] = heads
+    parts[1::4] = bodies
+    parts[2::4] = afters
+    parts[3::4] = trails
+    data = b"".join(parts)
+    for q, idx in queues.items():
+        cq = np.empty(n if idx is None else len(idx), cq_t)
+        cq["phys"] = phys if idx is None else phys[idx]
+        cq["size"] = total if idx is None else total[idx]
+        cq["tags"] = tags
+        cqb[q] += cq.tobytes()
+    # The unique key's index hash, CRC(head + counter digits), from a table of the counters'
+    # CRCs: CRC is affine in its initial value, crc(d, i) = crc(d) ^ crc(0000, i) ^ crc(0000).
+    ctr = (np.arange(first_counter, first_counter + n, dtype=np.int64) & 0xFFFF)
+    fold = _crc32(b"\0" * 4, key_crc0) ^ _crc32(b"\0" * 4)
+    hashes = ((_hex4_crcs()[ctr] ^ fold) & M).tolist()
+    return data, qoff.tolist(), phys.tolist(), hashes
+
+
+def put_bodies_locked(store: Store, topic: str, bodies: Sequence[bytes], props: dict[str, str], queue_id: int,
+                      sharding_keys: list[str | None] | None, sync: bool) -> BatchResult:
+    # The producer's hot loop: everything that is the same for the whole batch is built
+    # once, so each record costs one header pack, one join and two CRCs (one pass over a
+    # big body plus a CRC combine), one CQ entry and one index hash.
+    cp = store.checkpoint_locked()
+    now = int(time.time() * 1000)
+    store_ts = max(now, cp.last_store_ts)
+    cfg = store.ensure_topic_locked(topic, queue_id)
+    qids = _queue_ids_for(store, cfg, len(bodies), queue_id, sharding_keys)
+    topic_b = topic.encode()
+    tail_topic = bytes((len(topic_b),)) + topic_b
+    static = "".join(f"{k}\x01{v}\x02" for k, v in props.items() if v).encode()
+    tags = java_hash(props[PROP_TAGS]) if props.get(PROP_TAGS) else 0
+    key_items = [f"{topic}#{k}".encode() for k in (props.get(PROP_KEYS) or "").split(" ") if k]
+    nxt = [-1] * cfg.queues
+    cqb: list[Any] = [None] * cfg.queues   # a bytearray per queue the batch touches
+    first_off: dict[int, int] = {}
+    app = LogAppender(store.commitlog, cp.written_end)
+    seg = store.commitlog.segment_size
+    pos = app.pos
+    room_end = pos - pos % seg + seg - F.END_FILE_MIN_BLANK
+    chunk = app.start_chunk()
+    offs: list[int] = []
+    physs: list[int] = []
+    hashes: list[int] = []
+    M = 0x7FFFFFFF
+    # TOTALSIZE magic BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET, then 48 bytes that
+    # are the same for every record of the batch, then BODYLENGTH (format.py).
+    pack = _HEAD_PACK
+    const48 = _HEAD_CONST.pack(0, now, F.LOOPBACK_IP, store.pid, store_ts, F.LOOPBACK_IP,
+                               F.STORE_PORT, 0, 0)
+    pack_cq = F.CQ_ENTRY.pack
+    crc32 = _crc32
+    # Big bodies are not joined into a record (a copy): the record CRC continues over the
+    # parts; with zlib's slow CRC, CRC(head + body) comes from CRC(body) by a combine.
+    big = max(map(len, bodies)) >= _BIG_BODY
+    combine = _crc32_combine() if big and not _FAST_CRC else None
+    magic = F.MAGIC_V1
+    counter = first_counter = (store.uniq_keys.counter + 1) & 0xFFFF
+    counter -= 1
+    # Within a batch every unique key shares host, pid, random and time: only the 16-bit
+    # counter changes, so the key is a precomputed head plus 4 hex digits from a table,
+    # and its index hash continues the CRC of the head.
+    uk_head_s = f"{store.uniq_keys.prefix}{(now - store.uniq_keys.month_start_ms) & 0xFFFFFFFF:08X}"
+    uk_head = uk_head_s.encode()
+    key_crc0 = crc32(b"#" + uk_head)
+    hex4 = _hex4_table()
+    pb_tail = b"\x02" + static
+    pb_len0 = len(b"UNIQ_KEY\x01") + len(uk_head) + 4 + len(pb_tail)   # properties w/o CRC
+    mid0 = tail_topic + (pb_len0 + F.CRC_PROPERTY_SIZE).to_bytes(2, "big") + b"UNIQ_KEY\x01" + uk_head
+    fixed0 = 91 + len(topic_b) + pb_len0 + F.CRC_PROPERTY_SIZE
+    tails: list[bytes] | None = None
+    if sharding_keys is not None:
+        tails = [pb_tail if k is None else b"\x02__SHARDINGKEY\x01" + k.encode() + pb_tail
+                 for k in sharding_keys]
+    tail, mid, fixed = pb_tail, mid0, fixed0
+    parts: list[Any] | None = None
+    framed = None
+    if tails is None and _use_arrays(len(bodies), big):
+        framed = _frame_arrays(store, topic, bodies, qids, hex4, first_counter, pos, room_end, fixed,
+                               magic, const48, mid, tail, tags, nxt, cqb, first_off, key_crc0)
+    if framed is not None:
+        # The whole batch framed as arrays (below): no per-record Python loop.
+        data, offs, physs, hashes = framed
+        n = len(bodies)
+        chunk += data
+        pos += len(data)
+        counter = (first_counter + n - 1) & 0xFFFF
+        bodies = ()
+    elif tails is None and not big:
+        # The common case, kept lean: no per-message properties, no big bodies.
+        n = len(bodies)
+        hx = hex4[first_counter:first_counter + n]
+        while len(hx) < n:   # the counter wraps within the batch
+            hx += hex4[:n - len(hx)]
+        join = b"".join
+        offs_append, physs_append = offs.append, physs.append
+        trailer = b"\x02%010d\x01#23CRC__"   # reversed: __CRC32# 0x01 digits 0x02
+        for body, qid, h4 in zip(bodies, qids, hx):
+            qoff = nxt[qid]
+            if qoff < 0:
+                qoff = first_off[qid] = store.queue(topic, qid).max_offset()
+                cqb[qid] = bytearray()
+            nxt[qid] = qoff + 1
+            blen = len(body)
+            total = fixed + blen
+            if pos + total > room_end:
+                app.pos = pos
+                pos = app.place(total)
+                chunk = app.start_chunk()
+                room_end = pos + seg - F.END_FILE_MIN_BLANK
+            rec = join((pack(total, magic, crc32(body) & M, qid, 0, qoff, pos, const48, blen), body, mid, h4, tail))
+            chunk += rec
+            chunk += (trailer % (crc32(rec) & M))[::-1]
+            cqb[qid] += pack_cq(pos, total, tags)
+            offs_append(qoff)
+            physs_append(pos)
+            pos += total
+        hashes = [crc32(h4, key_crc0) & M for h4 in hx]
+        counter = (first_counter + n - 1) & 0xFFFF
+        bodies = ()   # the general loop below has nothing left to do
+    elif tails is None:
+        # Big bodies: each record is copied once, straight into the batch buffer (one pwrite
+        # per batch, no per-record parts), with as few Python operations per record as
+        # possible. The body is CRC'd once for BODYCRC; the record CRC continues over it
+        # (a second pass, cheap with ISA-L) or, for the biggest bodies, is combined from the
+        # body's CRC without touching the body again (zlib's crc32_combine_op).
+        n = len(bodies)
+        hx = hex4[first_counter:first_counter + n]
+        while len(hx) < n:
+            hx += hex4[:n - len(hx)]
+        offs_append, physs_append = offs.append, physs.append
+        trailer = b"\x02%010d\x01#23CRC__"
+        # with zlib's slow CRC, every big body's record CRC is combined
+        cfrom = _COMBINE_FROM if _FAST_CRC else _BIG_BODY
+        comb = _combiner() if max(map(len, bodies)) >= cfrom else None
+        ops: dict[int, int] = {}
+        chunk = app.start_chunk()
+        cq_add: list[Any] = [None] * len(cqb)
+        for body, qid, h4 in zip(bodies, qids, hx):
+            qoff = nxt[qid]
+            if qoff < 0:
+                qoff = first_off[qid] = store.queue(topic, qid).max_offset()
+                cqb[qid] = bytearray()
+                cq_add[qid] = cqb[qid].extend
+            nxt[qid] = qoff + 1
+            blen = len(body)
+            total = fixed + blen
+            if pos + total > room_end:
+                app.pos = pos
+                pos = app.place(total)
+                chunk = app.start_chunk()
+                room_end = pos + seg - F.END_FILE_MIN_BLANK
+            bcrc = crc32(body)
+            head = pack(total, magic, bcrc & M, qid, 0, qoff, pos, const48, blen)
+            after = mid + h4 + tail
+            if comb is not None and blen >= cfrom:
+                op = ops.get(blen)
+                if op is None:
+                    op = ops[blen] = comb[0](blen)
+                c = crc32(after, comb[1](crc32(head), bcrc, op)) & M
+            else:
+                c = crc32(after, crc32(body, crc32(head))) & M
+            chunk += head
+            chunk += body
+            chunk += after
+            chunk += (trailer % c)[::-1]
+            cq_add[qid](pack_cq(pos, total, tags))
+            offs_append(qoff)
+            physs_append(pos)
+            pos += total
+        hashes = [crc32(h4, key_crc0) & M for h4 in hx]
+        counter = (first_counter + n - 1) & 0xFFFF
+        bodies = ()
+    for i, body in enumerate(bodies):
+        qid = qids[i]
+        qoff = nxt[qid]
+        if qoff < 0:
+            qoff = first_off[qid] = store.queue(topic, qid).max_offset()
+            cqb[qid] = bytearray()
+        nxt[qid] = qoff + 1
+        counter = (counter + 1) & 0xFFFF
+        h4 = hex4[counter]
+        blen = len(body)
+        if tails is not None:
+            tail = tails[i]
+            extra = len(tail) - len(pb_tail)
+            if extra:
+                plen = (pb_len0 + extra + F.CRC_PROPERTY_SIZE).to_bytes(2, "big")
+                mid = tail_topic + plen + mid0[len(tail_topic) + 2:]
+                fixed = fixed0 + extra
+            else:
+                mid, fixed = mid0, fixed0
+        total = fixed + blen
+        if pos + total > room_end:
+            app.pos = pos
+            pos = app.place(total)
+            chunk = app.start_chunk()
+            if parts is not None:
+                parts = app.start_parts()
+            room_end = pos + seg - F.END_FILE_MIN_BLANK
+        bcrc = crc32(body)
+        head = pack(total, magic, bcrc & M, qid, 0, qoff, pos, const48, blen)
+        if blen < _BIG_BODY:
+            rec = b"".join((head, body, mid, h4, tail))
+            crc_prop = (b"\x02%010d\x01#23CRC__" % (crc32(rec) & M))[::-1]   # __CRC32# 0x01 digits 0x02
+            if parts is None:
+                chunk += rec
+                chunk += crc_prop
+            else:
+                parts += (rec, crc_prop)
+        else:
+            # A big body is written from the body itself (pwritev), never copied; its
+            # record CRC continues over the parts (or, with zlib, is combined).
+            after = b"".join((mid, h4, tail))
+            hc = crc32(head)
+            hc = combine(hc, bcrc, blen) if combine is not None else crc32(body, hc)
+            crc_prop = (b"\x02%010d\x01#23CRC__" % (crc32(after, hc) & M))[::-1]
+            if parts is None:
+                parts = app.start_parts()
+            parts.extend((head, body, after + crc_prop))
+        cqb[qid] += pack_cq(pos, total, tags)
+        hashes.append(crc32(h4, key_crc0) & M)
+        offs.append(qoff)
+        physs.append(pos)
+        pos += total
+    app.pos = pos
+    store.uniq_keys.counter = counter
+    if key_items:
+        key_hashes = [crc32(k) & M for k in key_items]
+        per = 1 + len(key_hashes)
+        all_hashes = [0] * (len(hashes) * per)
+        all_physs = [0] * len(all_hashes)
+        all_hashes[::per] = hashes
+        for j, kh in enumerate(key_hashes, 1):
+            all_hashes[j::per] = [kh] * len(hashes)
+        for j in range(per):
+            all_physs[j::per] = physs
+        index = (all_hashes, all_physs)
+    else:
+        index = (hashes, physs)
+    store.commit_batch(app, cp, store_ts, {(topic, q): (first_off[q], b) for q, b in enumerate(cqb) if b is not None},
+                        [], sync, index_hashes=index)
+    return BatchResult(topic, qids, offs, physs, store_ts, uk_head_s, first_counter)
+
+
+def _queue_ids_for(store: Store, cfg: TopicConfig, n: int, queue_id: int,
+                   sharding_keys: list[str | None] | None) -> list[int]:
+    nq = cfg.queues
+    if queue_id >= nq:
+        raise UsageError(f"queue {queue_id} does not exist: topic {cfg.name!r} has queues 0-{nq - 1}")
+    if sharding_keys is None:
+        if queue_id >= 0:
+            return [queue_id] * n
+        if cfg.order:
+            raise UsageError(f"topic {cfg.name!r} is ordered: give a sharding key (-s) or a queue (-q)")
+        start = store.round_robin.get(cfg.name)
+        if start is None:
+            start = random.randrange(nq)
+        store.round_robin[cfg.name] = start + n
+        return [(start + i) % nq for i in range(n)]
+    fallback = Draft(cfg.name, b"", queue_id=queue_id)
+    return [abs(java_hash(k)) % nq if k is not None else store.select_queue(cfg, fallback)
+            for k in sharding_keys]

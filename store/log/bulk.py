@@ -1,0 +1,344 @@
+"""Bulk reads: a run of one queue's records, checked and cut into columns, with no
+:class:`~store.record.Message` built per record.
+
+Readers that want many messages and few of their fields (``consume`` writing raw bodies, the
+Spark source building Arrow columns) pay for a Message per record more than for the read
+itself. :func:`pull_columns` reads a run of consume-queue entries, fetches the records they
+point at with one ``pread`` when they sit close together, and checks every record as
+:func:`store.record.decode` does (record CRC property, the record's own commit-log offset,
+queue id, queue offset and topic, field lengths). (The body CRC is implied: the record CRC
+covers the body and BODYCRC alike.) It then hands out parallel lists:
+queue offset, body, born and store timestamps, and the raw properties (without the record
+CRC property), optionally also the commit-log offsets.
+
+A record that fails a check is never returned: it is listed in ``damaged`` and skipped. The
+record layout is the one ``format.py`` describes.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from store.log import format as F
+from store.log.record import RecordError, crc32
+
+if TYPE_CHECKING:
+    from store.log.broker import Store
+    from store.log.commitlog import CommitLog
+    from store.log.consumequeue import ConsumeQueue
+
+# TOTALSIZE MAGIC BODYCRC QUEUEID . QUEUEOFFSET PHYSICALOFFSET . BORNTIMESTAMP . STORETIMESTAMP
+# ... BODYLENGTH: what a bulk read needs of a record header (format.py).
+_HEAD_FMT = ">iIIi4xqq4xq8xq20xi"
+_HEAD = struct.Struct(_HEAD_FMT).unpack_from
+assert struct.calcsize(_HEAD_FMT) == F.RECORD_HEADER_SIZE
+
+_CRC_TRAILER = b"\x02%010d\x01#23CRC__"   # the record CRC property reversed, digits in order
+_MASK = 0x7FFFFFFF
+
+
+@dataclass(slots=True)
+class Columns:
+    """Messages of one queue as parallel lists: entry ``i`` of every list is the message at
+    queue offset ``offsets[i]``. ``props`` are the raw ``name 0x01 value 0x02`` bytes.
+    ``phys`` (commit-log offsets) is filled only when asked for."""
+
+    offsets: list[int]
+    bodies: list[bytes]
+    born: list[int]
+    stored: list[int]
+    props: list[bytes]
+    phys: list[int]
+    next_offset: int
+    max_offset: int
+    damaged: list[tuple[int, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+def fetch_span(log: "CommitLog", entries: list[tuple[int, int, int]],
+               max_bytes: int) -> tuple[list[tuple[int, int, int]], int, bytes]:
+    """The records of a run of one queue's consume-queue entries, with one ``pread``:
+    ``(entries, lo, span)``, ``span`` starting at commit-log offset ``lo``.
+
+    A queue's records lie in log order, interleaved with other queues' records. The run is
+    cut before the first entry outside the first record's segment (a record never spans segments, and the
+    caller's next pull starts there). When the records are too sparse for one read (over
+    four times their own size and over ``max_bytes``), the span is empty and the caller reads
+    each record on its own. The span is ``bytes``, not a memoryview: slicing and comparing
+    small pieces of bytes is cheaper than through a view."""
+    # A queue's entries are in log order, so the first and last bound the run; a damaged
+    # entry breaks that, and the caller reads a record outside the span on its own.
+    lo, hi = entries[0][0], entries[-1][0] + entries[-1][1]
+    seg_end = log.segment_of(lo) + log.segment_size
+    if hi > seg_end or hi <= lo:
+        cut = 1   # keep the prefix in the first record's segment
+        while cut < len(entries) and lo <= entries[cut][0] and entries[cut][0] + entries[cut][1] <= seg_end:
+            cut += 1
+        entries = entries[:cut]
+        hi = max(e[0] + e[1] for e in entries)
+    if hi - lo <= max_bytes or hi - lo <= sum(e[1] for e in entries) * 4:
+        return entries, lo, log.read_bytes(lo, hi - lo)
+    # Sparse (many queues interleaved): the prefix of the run within max_bytes of ``lo`` is
+    # still read at once when the other records between its own are few bytes each (copying
+    # a gap costs less than a read of its own: about _GAP_PER_READ bytes); the next pull
+    # starts after it. Otherwise each record is read on its own.
+    end = lo + max_bytes
+    fit = own = 0
+    for phys, size, _tags in entries:
+        if phys < lo or phys + size > end:
+            break
+        fit += 1
+        own += size
+    if fit >= _MIN_DENSE_RUN:
+        hi = max(e[0] + e[1] for e in entries[:fit])
+        if hi - lo - own <= fit * _GAP_PER_READ:
+            return entries[:fit], lo, log.read_bytes(lo, hi - lo)
+    return entries, lo, b""
+
+
+_GAP_PER_READ = 12288
+_MIN_DENSE_RUN = 16
+
+
+def _why(span: bytes, start: int, end: int, phys: int, qoff: int, queue_id: int,
+         topic_field: bytes) -> str:
+    """Why the record at ``span[start:end]`` failed the fast check, in decode()'s order."""
+    total, magic, _bcrc, qid, rqoff, rphys, _b, _s, blen = _HEAD(span, start)
+    t = start + F.RECORD_HEADER_SIZE + blen
+    p = t + len(topic_field) + 2
+    if total != end - start or magic != F.MAGIC_V1 or rphys != phys:
+        return "record does not match its consume-queue entry"
+    body_end = end - F.CRC_PROPERTY_SIZE
+    if span[body_end:end] != (_CRC_TRAILER % (crc32(span[start:body_end]) & _MASK))[::-1]:
+        return "record CRC mismatch"
+    if rqoff != qoff or qid != queue_id or blen < 0 or p > end or span[t:p - 2] != topic_field:
+        return "record does not match its consume-queue entry"
+    return "field lengths do not add up to TOTALSIZE"
+
+
+def pull_columns(store: "Store", topic: str, queue_id: int, offset: int, max_count: int = 256,
+                 max_bytes: int = 4 * 1024 * 1024, with_phys: bool = False,
+                 bodies_only: bool = False) -> Columns:
+    """Up to ``max_count`` messages of one queue from ``offset``, stopping after the record that
+    reaches ``max_bytes``; ``next_offset`` is where the next pull starts. ``bodies_only``
+    leaves ``born``, ``stored`` and ``props`` empty (``consume`` writing raw bodies)."""
+    q = store.queue(topic, queue_id)
+    max_off = q.max_offset()
+    out = Columns([], [], [], [], [], [], offset, max_off)
+    if offset >= max_off:
+        return out
+    if bodies_only and not with_phys and min(max_count, max_off - offset) >= _VECTOR_MIN_RUN and (
+            "numpy" in sys.modules or max_off - offset >= _VECTOR_MIN_BACKLOG):
+        got = _bodies_vector(store, q, topic, queue_id, offset, min(max_count, max_off - offset), max_bytes)
+        if got is not None:
+            out.offsets, out.bodies = got
+            out.next_offset = offset + len(got[1])
+            return out
+    entries = q.read_entries(offset, min(max_count, max_off - offset))
+    if not entries:
+        why = q.invalid_at(offset)
+        if why is not None:
+            out.next_offset = offset + 1
+            out.damaged.append((offset, why))
+        return out
+    log = store.commitlog
+    entries, lo, span = fetch_span(log, entries, max_bytes)
+    span_len = len(span)
+    topic_b = topic.encode()
+    topic_field = bytes((len(topic_b),)) + topic_b
+    tf_len = len(topic_field)
+    head, magic_v1, trailer, M = _HEAD, F.MAGIC_V1, _CRC_TRAILER, _MASK
+    hsize, csize, min_size = F.RECORD_HEADER_SIZE, F.CRC_PROPERTY_SIZE, F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
+    offs, bodies, born, stored, props, phys_l = out.offsets, out.bodies, out.born, out.stored, out.props, out.phys
+    damaged = out.damaged
+    qoff = offset - 1
+    total_bytes = 0
+    # A record outside the span (a sparse run: this queue's records interleaved with other
+    # queues' ones, or another segment) is read on its own with one pread through a
+    # descriptor looked up once per segment, then checked exactly as one in the span.
+    seg_size = log.segment_size
+    pread = os.pread
+    fds: dict[int, int] = {}
+    for phys, size, _tags in entries:
+        qoff += 1
+        start = phys - lo
+        end = start + size
+        buf = span
+        if start < 0 or end > span_len or size < min_size:
+            buf = b""
+            if size >= min_size:
+                base = phys - phys % seg_size
+                fd = fds.get(base)
+                if fd is None:
+                    try:
+                        fd = fds[base] = log._fd(base)
+                    except OSError:
+                        fd = fds[base] = -1
+                if fd >= 0:
+                    try:
+                        buf = pread(fd, size, phys - base)
+                    except OSError:
+                        buf = b""
+            start, end = 0, size
+            if len(buf) != size:
+                try:   # missing, short or odd: the general path names what is wrong
+                    m = log.read(phys, size)
+                    if m.queue_offset != qoff or m.queue_id != queue_id or m.topic != topic:
+                        raise RecordError("record does not match its consume-queue entry")
+                except RecordError as exc:
+                    damaged.append((qoff, f"commit-log offset {phys}: {exc.reason}"))
+                    continue
+                offs.append(qoff)
+                bodies.append(m.body)
+                if not bodies_only:
+                    born.append(m.born_timestamp)
+                    stored.append(m.store_timestamp)
+                    props.append(m._props_raw)
+                if with_phys:
+                    phys_l.append(phys)
+                total_bytes += size
+                if total_bytes >= max_bytes:
+                    break
+                continue
+        # One test for the common case; _why() names the failure. The body CRC is not
+        # checked separately: the record CRC covers the body and BODYCRC alike.
+        total, magic, _bcrc, qid, rqoff, rphys, b_ts, s_ts, blen = head(buf, start)
+        t = start + hsize + blen
+        p = t + tf_len + 2
+        if (total != size or magic != magic_v1 or rphys != phys or rqoff != qoff or qid != queue_id
+                or blen < 0 or p > end or buf[t:p - 2] != topic_field
+                or p + ((buf[p - 2] << 8) | buf[p - 1]) != end
+                or buf[end - csize:end] != (trailer % (crc32(buf[start:end - csize]) & M))[::-1]):
+            damaged.append((qoff, f"commit-log offset {phys}: "
+                                  f"{_why(buf, start, end, phys, qoff, queue_id, topic_field)}"))
+            continue
+        offs.append(qoff)
+        bodies.append(buf[start + hsize:t])
+        if not bodies_only:
+            born.append(b_ts)
+            stored.append(s_ts)
+            props.append(buf[p:end - csize])
+        if with_phys:
+            phys_l.append(phys)
+        total_bytes += size
+        if total_bytes >= max_bytes:
+            break
+    out.next_offset = qoff + 1
+    return out
+
+
+# The vectorised check (numpy) of a dense run of bodies: only for runs and backlogs big enough
+# to pay for numpy's import (~0.1 s); a consumer with a small backlog never imports it.
+_VECTOR_MIN_RUN = 128
+_GATHER_MAX_AVG = 16384
+_VECTOR_MIN_BACKLOG = 20_000
+_NP: list[Any] = []
+
+
+def _np_tables() -> list[Any]:
+    if not _NP:
+        import numpy as np
+        head = np.dtype([
+            ("total", ">i4"), ("magic", ">u4"), ("bodycrc", ">u4"), ("qid", ">i4"), ("flag", ">i4"),
+            ("qoff", ">i8"), ("phys", ">i8"), ("sysflag", ">i4"), ("born", ">i8"), ("bornhost", ">u8"),
+            ("stored", ">i8"), ("storehost", ">u8"), ("reconsume", ">i4"), ("prepared", ">i8"),
+            ("blen", ">i4"),
+        ])
+        assert head.itemsize == F.RECORD_HEADER_SIZE
+        cq = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+        assert cq.itemsize == F.CQ_ENTRY_SIZE
+        crc_head = np.frombuffer(F.CRC_PROPERTY.encode() + b"\x01", np.uint8)
+        _NP.extend((np, head, cq, crc_head, 10 ** np.arange(10, dtype=np.int64)))
+    return _NP
+
+
+def _bodies_vector(store: "Store", q: "ConsumeQueue", topic: str, queue_id: int, offset: int, count: int,
+                   max_bytes: int) -> tuple[list[int], list[bytes]] | None:
+    """The bodies of a run of one queue, every record checked as in :func:`pull_columns` but
+    as arrays (one comparison per check over the run; the record CRC stays one call per
+    record), or None when the run is not a dense one (see :func:`fetch_span`) or anything is
+    unusual: the caller's exact loop then reads it and names what is wrong. Stops after the
+    record that reaches ``max_bytes`` and at the first record's segment end, as the loop."""
+    np, head_t, cq_t, crc_head, pow10 = _np_tables()
+    raw = q.read_raw(offset, count)
+    if not raw:
+        return None
+    ent = np.frombuffer(raw, cq_t)
+    phys, size = ent["phys"].astype(np.int64), ent["size"].astype(np.int64)
+    if int(size.min()) < F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE:
+        return None   # an invalid entry (or a tiny record): the exact path
+    n = min(len(ent), int(np.searchsorted(np.cumsum(size), max_bytes)) + 1)
+    phys, size = phys[:n], size[:n]
+    log = store.commitlog
+    lo = int(phys[0])
+    ends_abs = phys + size
+    if lo < 0 or (n > 1 and bool((phys[1:] < ends_abs[:-1]).any())):
+        return None   # out of log order: the exact path
+    seg_end = log.segment_of(lo) + log.segment_size
+    n = int(np.searchsorted(ends_abs, seg_end, side="right"))
+    if n < _VECTOR_MIN_RUN:
+        return None
+    hi = int(ends_abs[n - 1])
+    gathered = False
+    if not (hi - lo <= max_bytes or hi - lo <= int(size[:n].sum()) * 4):
+        m = int(np.searchsorted(ends_abs, lo + max_bytes, side="right"))   # fetch_span's prefix
+        if m >= _VECTOR_MIN_RUN and int(ends_abs[m - 1]) - lo - int(size[:m].sum()) <= m * _GAP_PER_READ:
+            n, hi = m, int(ends_abs[m - 1])
+        elif int(size[:n].sum()) <= n * _GATHER_MAX_AVG:
+            gathered = True   # sparse: one read per record, the records then laid end to end
+        else:
+            return None       # big records: the loop reads each and copies no more
+    phys, size = phys[:n], size[:n]
+    if gathered:
+        base = log.segment_of(lo)
+        try:
+            fd = log._fd(base)
+            pread = os.pread
+            size_l = size.tolist()
+            parts = [pread(fd, k, o) for k, o in zip(size_l, (phys - base).tolist())]
+        except OSError:
+            return None
+        if list(map(len, parts)) != size_l:
+            return None
+        span = b"".join(parts)
+        del parts
+        ends = np.cumsum(size)
+        starts = ends - size
+    else:
+        span = log.read_bytes(lo, hi - lo)
+        if len(span) != hi - lo:
+            return None
+        starts = phys - lo
+        ends = starts + size
+    buf = np.frombuffer(span, np.uint8)
+    head = buf[starts[:, None] + np.arange(F.RECORD_HEADER_SIZE)].view(head_t).reshape(n)
+    blen = head["blen"].astype(np.int64)
+    t = starts + F.RECORD_HEADER_SIZE + blen
+    topic_b = topic.encode()
+    topic_field = np.frombuffer(bytes((len(topic_b),)) + topic_b, np.uint8)
+    p = t + len(topic_field) + 2
+    crc_at = ends - F.CRC_PROPERTY_SIZE
+    if not ((head["total"] == size) & (head["magic"] == F.MAGIC_V1) & (head["phys"] == phys)
+            & (head["qoff"] == offset + np.arange(n)) & (head["qid"] == queue_id)
+            & (blen >= 0) & (p <= crc_at)).all():
+        return None
+    if not (buf[t[:, None] + np.arange(len(topic_field))] == topic_field).all():
+        return None
+    plen = (buf[p - 2].astype(np.int64) << 8) | buf[p - 1]
+    if (not (p + plen == ends).all() or not (buf[crc_at[:, None] + np.arange(9)] == crc_head).all()
+            or not (buf[ends - 1] == 2).all()):
+        return None
+    digits = buf[(crc_at + 9)[:, None] + np.arange(10)].astype(np.int64) - 48
+    if int(digits.min()) < 0 or int(digits.max()) > 9:
+        return None
+    mv = memoryview(span)
+    got = np.fromiter(map(crc32, map(mv.__getitem__, map(slice, starts.tolist(), crc_at.tolist()))), np.int64, n)
+    if not ((got & _MASK) == digits @ pow10).all():
+        return None
+    bodies = list(map(span.__getitem__, map(slice, (starts + F.RECORD_HEADER_SIZE).tolist(), t.tolist())))
+    return list(range(offset, offset + n)), bodies

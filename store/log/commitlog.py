@@ -1,0 +1,301 @@
+"""The commit log: ordered segments of records, addressed by a global physical offset.
+
+Segment ``B`` (file ``commitlog/<B as 20 digits>``) holds offsets ``[B, B + segment_size)``;
+bases are multiples of the segment size, so ``offset - offset % segment_size`` locates a
+record's segment without any table. A segment's file size is its write position (files are
+not preallocated), which is how a writer that just took the store lock finds the end even
+when other processes appended since it last looked. The record and BLANK trailer layouts are
+in ``format.py``.
+
+Writers append through :class:`LogAppender` while holding the store's write lock; readers use
+:meth:`CommitLog.read` without any lock: they only ever read records that a consume queue or
+the index already points at, which are complete before those entries are written.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from store.errors import MessageTooLargeError, io_error
+from store.fsutil import SegmentListing, ensure_dir, fsync_dir, open_private, pwrite_all
+from store.log import format as F
+from store.log.record import Buffer, Message, RecordError, decode, record_size_at
+
+
+class CommitLog:
+    def __init__(self, directory: Path, segment_size: int = F.COMMITLOG_SEGMENT_SIZE) -> None:
+        self.dir = directory
+        self.segment_size = segment_size
+        self._read_fds: dict[int, tuple[int, int]] = {}   # base -> (fd, inode)
+        self._listing = SegmentListing(directory)
+        self._dir_s = str(directory)
+
+    # -- segments ------------------------------------------------------------------------
+    def segment_path(self, base: int) -> Path:
+        return self.dir / F.segment_name(base)
+
+    def segments(self) -> list[int]:
+        """Bases of the segment files present, oldest first."""
+        return self._listing.bases()
+
+    def segment_of(self, offset: int) -> int:
+        return offset - offset % self.segment_size
+
+    def end(self) -> int:
+        """The offset one past the last byte written (the next record's offset)."""
+        segs = self.segments()
+        if not segs:
+            return 0
+        last = segs[-1]
+        return last + os.stat(f"{self._dir_s}/{last:020d}").st_size
+
+    def min_offset(self) -> int:
+        segs = self.segments()
+        return segs[0] if segs else 0
+
+    # -- reading ---------------------------------------------------------------------------
+    def _fd(self, base: int) -> int:
+        """A cached read descriptor for segment ``base``, checked against the path on every
+        use (one stat): a segment removed and written anew (recovery cutting a torn new
+        segment, then the next writer) is read from its new file, not the old inode."""
+        path = self.segment_path(base)
+        ino = os.stat(path).st_ino          # FileNotFoundError: the caller's "missing"
+        cached = self._read_fds.get(base)
+        if cached is not None:
+            if cached[1] == ino:
+                return cached[0]
+            os.close(self._read_fds.pop(base)[0])
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._read_fds[base] = (fd, os.fstat(fd).st_ino)
+        return fd
+
+    def read_bytes(self, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes at ``offset`` (fewer at the end of a segment)."""
+        base = self.segment_of(offset)
+        try:
+            return os.pread(self._fd(base), size, offset - base)
+        except FileNotFoundError:
+            return b""
+
+    def read(self, offset: int, size: int | None = None, verify: bool = True) -> Message:
+        """The record at ``offset``; RecordError when it is missing, torn or damaged."""
+        data = self.read_bytes(offset, size if size else F.MAX_MESSAGE_SIZE + 65536 + 512)
+        if size is None and len(data) >= 4:
+            total = int.from_bytes(data[:4], "big", signed=True)
+            data = data[:max(total, 0)] if 0 < total <= len(data) else data
+        msg = decode(data, 0, len(data), verify=verify)
+        if msg.commitlog_offset != offset:
+            raise RecordError(f"record claims offset {msg.commitlog_offset}, found at {offset}")
+        return msg
+
+    def scan(self, start: int, verify: bool = True) -> Iterator[tuple[int, Message | None, RecordError | None]]:
+        """Walk records from ``start``: yields ``(offset, message, None)`` for each valid
+        record and ends with ``(offset, None, error)`` at the first invalid one (if any).
+        BLANK trailers move on to the next segment."""
+        chunk = 4 * 1024 * 1024
+        segs = self.segments()
+        pos = start
+        while segs and pos < segs[-1] + self.segment_size:
+            base = self.segment_of(pos)
+            if base not in segs:
+                later = [s for s in segs if s > base]
+                if not later:
+                    return
+                pos = later[0]
+                continue
+            path = self.segment_path(base)
+            fsize = os.stat(path).st_size
+            trailer = False
+            with open(path, "rb") as fh:
+                buf_start = pos - base
+                fh.seek(buf_start)
+                buf = fh.read(chunk)
+                bpos = 0
+                while True:
+                    file_pos = buf_start + bpos
+                    if file_pos >= fsize:
+                        break
+                    try:
+                        total = record_size_at(buf, bpos, len(buf))
+                    except RecordError as exc:
+                        if exc.torn and buf_start + len(buf) < fsize:
+                            # ran past our chunk, not the file: read on from here
+                            buf_start = file_pos
+                            fh.seek(buf_start)
+                            buf = fh.read(max(chunk, F.MAX_MESSAGE_SIZE + 65536 + 1024))
+                            bpos = 0
+                            continue
+                        yield base + file_pos, None, exc
+                        return
+                    if total == 0:  # BLANK trailer: the rest of this segment is unused
+                        trailer = True
+                        break
+                    try:
+                        msg = decode(buf, bpos, len(buf), verify=verify)
+                        if msg.commitlog_offset != base + file_pos:
+                            raise RecordError(
+                                f"record claims offset {msg.commitlog_offset}, found at {base + file_pos}")
+                    except RecordError as exc:
+                        yield base + file_pos, None, exc
+                        return
+                    yield base + file_pos, msg, None
+                    bpos += total
+            if base == segs[-1]:
+                return
+            if not trailer:
+                # Every segment but the last ends with a BLANK trailer (``place`` keeps room
+                # for one). Without it, the end of this segment was lost (a power cut before
+                # its data was synced) while a later segment survived: a gap, never skipped
+                # silently, or the consume queues would point past it into nothing.
+                yield base + max(fsize, pos - base), None, RecordError(
+                    f"segment {F.segment_name(base)} ends at byte {fsize} without its end-of-segment "
+                    f"trailer (its tail was lost)", torn=True)
+                return
+            pos = base + self.segment_size
+
+    def close(self) -> None:
+        for fd, _ino in self._read_fds.values():
+            os.close(fd)
+        self._read_fds.clear()
+
+
+@dataclass
+class _Chunk:
+    base: int
+    start: int                 # file position where this chunk's bytes go
+    data: bytearray = field(default_factory=bytearray)
+    parts: list[Buffer] | None = None  # instead of ``data``: buffers written as they are (pwritev)
+
+
+class LogAppender:
+    """Places records for one batch; call only while holding the store's write lock.
+
+    :meth:`place` returns the physical offset the next record will have (rolling to a new
+    segment when it does not fit), :meth:`add` buffers it, :meth:`flush` writes every buffered
+    chunk with one ``pwrite`` per segment. On failure :meth:`undo` restores the previous end.
+    """
+
+    def __init__(self, log: CommitLog, end: int) -> None:
+        self.log = log
+        self.start_end = end
+        self.pos = end
+        self.chunks: list[_Chunk] = []
+        self._new_segments: list[int] = []
+        self.created_segment = False   # a segment file began in this batch (its name needs a directory fsync)
+
+    def _chunk(self) -> _Chunk:
+        base = self.log.segment_of(self.pos)
+        if not self.chunks or self.chunks[-1].base != base:
+            self.chunks.append(_Chunk(base, self.pos - base))
+        return self.chunks[-1]
+
+    def place(self, size: int) -> int:
+        seg = self.log.segment_size
+        if size + F.END_FILE_MIN_BLANK > seg:
+            raise MessageTooLargeError(
+                f"record of {size} bytes does not fit in a {seg}-byte commit-log segment")
+        base = self.log.segment_of(self.pos)
+        left = base + seg - self.pos
+        if size + F.END_FILE_MIN_BLANK > left:
+            ch = self._chunk()
+            trailer = F.BLANK_TRAILER.pack(left, F.BLANK_MAGIC)
+            if ch.parts is not None:
+                ch.parts.append(trailer)
+            else:
+                ch.data += trailer
+            self.pos = base + seg
+        return self.pos
+
+    def start_chunk(self) -> bytearray:
+        """The buffer the next record at :attr:`pos` goes into (for callers that inline
+        :meth:`add`; they must advance :attr:`pos` themselves)."""
+        return self._chunk().data
+
+    def start_parts(self) -> list[Buffer]:
+        """Like :meth:`start_chunk`, but a list of buffers written as they are, without
+        being copied together first (big bodies). One chunk holds one or the other."""
+        ch = self._chunk()
+        if ch.parts is None:
+            if ch.data:
+                ch.parts = [bytes(ch.data)]
+                ch.data = bytearray()
+            else:
+                ch.parts = []
+        return ch.parts
+
+    def add(self, record: bytes) -> None:
+        self._chunk().data += record
+        self.pos += len(record)
+
+    def flush(self, sync: bool = False) -> None:
+        ensure_dir(self.log.dir)
+        new_file = False
+        for ch in self.chunks:
+            path = self.log.segment_path(ch.base)
+            try:
+                fd = open_private(path, os.O_WRONLY | os.O_CREAT)
+            except OSError as exc:
+                raise io_error(exc, f"open {path}") from exc
+            try:
+                if ch.base != self.log.segment_of(self.start_end):
+                    self._new_segments.append(ch.base)
+                    new_file = True
+                if new_file or ch.start == 0:
+                    new_file = self.created_segment = True
+                if ch.parts is not None:
+                    _pwritev_all(fd, ch.parts, ch.start)
+                else:
+                    pwrite_all(fd, ch.data, ch.start)
+                if sync:
+                    os.fdatasync(fd)
+            except OSError as exc:
+                os.close(fd)
+                self.undo()
+                raise io_error(exc, f"append to {path}") from exc
+            os.close(fd)
+        if new_file:
+            # A new segment's name is made durable before any record in it is acknowledged
+            # by anyone: a later ``--flush sync`` writer syncs only file data (and may not be
+            # the process that created the file). One directory fsync per segment.
+            try:
+                fsync_dir(self.log.dir)
+            except OSError as exc:
+                self.undo()
+                raise io_error(exc, f"sync directory {self.log.dir}") from exc
+
+    def undo(self) -> None:
+        """Cut the log back to where this batch started (best effort: called on failure)."""
+        first_base = self.log.segment_of(self.start_end)
+        for base in self._new_segments:
+            if base != first_base:
+                try:
+                    os.unlink(self.log.segment_path(base))
+                except OSError:
+                    pass
+        path = self.log.segment_path(first_base)
+        try:
+            if path.exists():
+                os.truncate(path, self.start_end - first_base)
+        except OSError:
+            pass
+
+
+_IOV_MAX = 1024
+
+
+def _pwritev_all(fd: int, parts: list[Buffer], pos: int) -> None:
+    """Write every buffer of ``parts`` at ``pos`` in order (pwritev, IOV_MAX at a time); a
+    short write is finished with plain pwrites, so a full disk or a file-size limit surfaces
+    as an OSError."""
+    for i in range(0, len(parts), _IOV_MAX):
+        group = parts[i:i + _IOV_MAX]
+        want = sum(map(len, group))
+        n = os.pwritev(fd, group, pos)
+        if n <= 0 and want:
+            raise OSError(28, "short write")
+        pos += n
+        if n < want:
+            pwrite_all(fd, memoryview(b"".join(group))[n:], pos)
+            pos += want - n

@@ -1,0 +1,197 @@
+"""One consume queue: the fixed-width index of a (topic, queue) into the commit log.
+
+Files ``consumequeue/<topic>/<queueId>/<20-digit byte offset>`` hold ``CQ_SEGMENT_ENTRIES``
+entries of 20 bytes each (layout in ``format.py``); entry ``i`` of the queue lives at byte
+``i * 20`` of the queue's logical space, so the queue offset of an entry is arithmetic, not
+stored. Like commit-log segments, these files grow as entries are appended; their total size
+is the queue's max offset. Entries are appended only under the store's write lock, after the
+records they point at are complete, so a reader that sees an entry can read its record.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from store.errors import io_error
+from store.fsutil import SegmentListing, ensure_dir, open_private, pwrite_all
+from store.log import format as F
+
+_ENTRY = F.CQ_ENTRY
+_SIZE = F.CQ_ENTRY_SIZE
+
+
+class ConsumeQueue:
+    def __init__(self, directory: Path, segment_entries: int = F.CQ_SEGMENT_ENTRIES) -> None:
+        self.dir = directory
+        self.segment_entries = segment_entries
+        self.segment_bytes = segment_entries * _SIZE
+        self._read_fds: dict[int, tuple[int, int]] = {}   # base -> (fd, inode)
+        self._listing = SegmentListing(directory)
+        self._dir_s = str(directory)
+
+    # -- segments --------------------------------------------------------------------------
+    def segments(self) -> list[int]:
+        return self._listing.bases()
+
+    def segment_path(self, base: int) -> Path:
+        return self.dir / F.segment_name(base)
+
+    def max_offset(self) -> int:
+        """The next offset to be written (= number of entries ever written)."""
+        segs = self.segments()
+        while segs:
+            last = segs.pop()
+            try:
+                size = os.stat(f"{self._dir_s}/{last:020d}").st_size
+            except FileNotFoundError:
+                continue
+            if size == 0 and segs:
+                # An empty last segment (a failed batch's undo, or a writer killed between
+                # creating the file and writing it) is not the end: the entries end in the
+                # segment before it, which may not be full.
+                continue
+            return (last + size) // _SIZE
+        return 0
+
+    def min_offset(self) -> int:
+        segs = self.segments()
+        return segs[0] // _SIZE if segs else 0
+
+    # -- reading ---------------------------------------------------------------------------
+    def _fd(self, base: int) -> int | None:
+        """A read descriptor for segment ``base``, cached, and checked against the path on
+        every use (one stat): a segment deleted and written anew (``store recover``, a topic
+        deleted and re-created) must be read from its new file, never the old inode."""
+        path = self.segment_path(base)
+        try:
+            ino = os.stat(path).st_ino
+        except FileNotFoundError:
+            self._drop_fd(base)
+            return None
+        cached = self._read_fds.get(base)
+        if cached is not None:
+            if cached[1] == ino:
+                return cached[0]
+            self._drop_fd(base)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        self._read_fds[base] = (fd, os.fstat(fd).st_ino)
+        return fd
+
+    def _drop_fd(self, base: int) -> None:
+        cached = self._read_fds.pop(base, None)
+        if cached is not None:
+            os.close(cached[0])
+
+    def read_raw(self, offset: int, count: int) -> bytes:
+        """The bytes of up to ``count`` entries from ``offset`` within one segment, unchecked
+        (whole entries only): for readers that decode a run at once (``store/log/vecread.py``)."""
+        byte_off = offset * _SIZE
+        base = byte_off - byte_off % self.segment_bytes
+        fd = self._fd(base)
+        if fd is None:
+            return b""
+        n = min(count, (base + self.segment_bytes - byte_off) // _SIZE)
+        data = os.pread(fd, n * _SIZE, byte_off - base)
+        return data[: len(data) - len(data) % _SIZE]
+
+    def read_entries(self, offset: int, count: int) -> list[tuple[int, int, int]]:
+        """Up to ``count`` entries from ``offset`` within one segment: (phys, size, tags).
+
+        Stops early at the end of the segment (the caller asks again) and at an invalid
+        entry (``size <= 0``, a zero-filled or torn tail)."""
+        byte_off = offset * _SIZE
+        base = byte_off - byte_off % self.segment_bytes
+        fd = self._fd(base)
+        if fd is None:
+            return []
+        n = min(count, (base + self.segment_bytes - byte_off) // _SIZE)
+        data = os.pread(fd, n * _SIZE, byte_off - base)
+        out = []
+        for (phys, size, tags) in _ENTRY.iter_unpack(data[: len(data) - len(data) % _SIZE]):
+            if phys < 0 or size <= 0:
+                break
+            out.append((phys, size, tags))
+        return out
+
+    def invalid_at(self, offset: int) -> str | None:
+        """Why the entry at ``offset`` cannot be read when it is present but invalid (zero
+        filled, negative); None when it is valid or absent. Readers that get no entries below
+        the max offset ask this, then skip the entry as damaged: stopping there would wait
+        for ever for an entry that is never going to change."""
+        byte_off = offset * _SIZE
+        base = byte_off - byte_off % self.segment_bytes
+        fd = self._fd(base)
+        if fd is None:
+            return None
+        raw = os.pread(fd, _SIZE, byte_off - base)
+        if len(raw) < _SIZE:
+            return None
+        phys, size, _tags = _ENTRY.unpack(raw)
+        if phys < 0 or size <= 0:
+            return f"consume-queue entry {offset} is invalid (offset {phys}, size {size}): no record to deliver"
+        return None
+
+    def entry(self, offset: int) -> tuple[int, int, int] | None:
+        got = self.read_entries(offset, 1)
+        return got[0] if got else None
+
+    def last_entry(self) -> tuple[int, int, int] | None:
+        m = self.max_offset()
+        return self.entry(m - 1) if m > 0 else None
+
+    def close(self) -> None:
+        for fd, _ino in self._read_fds.values():
+            os.close(fd)
+        self._read_fds.clear()
+
+    # -- writing (store write lock held) ---------------------------------------------------
+    def append(self, first_offset: int, entries: bytes) -> list[tuple[str, int]]:
+        """Write ``entries`` (whole 20-byte entries) starting at queue offset ``first_offset``.
+
+        Returns the undo list ``(path, previous size)`` for each file touched, so a failed
+        batch can be cut back."""
+        undo: list[tuple[str, int]] = []
+        pos = first_offset * _SIZE
+        view = memoryview(entries)
+        while view:
+            base = pos - pos % self.segment_bytes
+            room = base + self.segment_bytes - pos
+            part, view = view[:room], view[room:]
+            path = f"{self._dir_s}/{base:020d}"
+            try:
+                try:
+                    fd = open_private(path, os.O_WRONLY | os.O_CREAT)
+                except FileNotFoundError:   # a new queue (or one removed under us): make its directory
+                    ensure_dir(self.dir, durable=False)   # synced by the derived flush
+                    fd = open_private(path, os.O_WRONLY | os.O_CREAT)
+            except OSError as exc:
+                raise io_error(exc, f"open {path}") from exc
+            try:
+                undo.append((path, os.fstat(fd).st_size))
+                pwrite_all(fd, part, pos - base)
+            except OSError as exc:
+                raise io_error(exc, f"append to {path}") from exc
+            finally:
+                os.close(fd)
+            pos += len(part)
+        return undo
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry at or after ``offset`` (recovery)."""
+        byte_off = offset * _SIZE
+        for base in reversed(self.segments()):
+            path = self.segment_path(base)
+            if base >= byte_off and base > 0:
+                path.unlink()
+            else:
+                if os.stat(path).st_size > byte_off - base:
+                    os.truncate(path, max(byte_off - base, 0))
+                break
+        self.close()
+
+
+def pack_entry(phys: int, size: int, tags: int) -> bytes:
+    return _ENTRY.pack(phys, size, tags)

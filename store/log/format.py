@@ -1,0 +1,185 @@
+"""The on-disk format of an mqctl store: every binary file's grammar, and its constants.
+
+All integers are big-endian (as RocketMQ, which wrote them with Java's ByteBuffer). "CRC" is
+zlib's CRC-32 masked with 0x7FFFFFFF, RocketMQ's ``UtilAll.crc32``.
+
+Directory tree (RocketMQ's names where they exist; see ``layout.py``)::
+
+    STORE/
+      store.json                 format version and store settings (JSON)
+      lock                       writers' exclusive lock (portalocker), held for one batch
+      checkpoint                 64 bytes, below: where derived files are complete
+      commitlog/<20-digit base>  commit-log segments
+      consumequeue/<topic>/<queueId>/<20-digit base>   consume-queue segments
+      index/<20-digit base>      key-index files
+      config/topics.json, config/consumerOffset.json, config/delayOffset.json
+      ...                        consumer state: store/client/offsets.py, members.py, qlocks.py
+
+Commit-log record (RocketMQ's ``MessageExtEncoder`` layout, V1, IPv4 hosts)::
+
+    off  field                   width   notes
+      0  TOTALSIZE               int     whole record, this field included
+      4  MAGICCODE               int     0xDAA320A7 (V1: 1-byte topic length)
+      8  BODYCRC                 int     CRC of the body
+     12  QUEUEID                 int
+     16  FLAG                    int     user flag, opaque
+     20  QUEUEOFFSET             long    index in the consume queue (0 for a prepared half)
+     28  PHYSICALOFFSET          long    this record's own commit-log offset
+     36  SYSFLAG                 int     bits 2-3: transaction type (0 NOT, 4 PREPARED, 8 COMMIT, 12 ROLLBACK)
+     40  BORNTIMESTAMP           long    producer clock, ms since the epoch
+     48  BORNHOST                int+int IPv4 127.0.0.1 + the producer's pid as the port
+     56  STORETIMESTAMP          long    assigned under the write lock: non-decreasing in log order
+     64  STOREHOST               int+int 127.0.0.1:10911
+     72  RECONSUMETIMES          int
+     76  PREPARED TX OFFSET      long    commit-log offset of the half message, for a committed one
+     84  BODYLENGTH + BODY       int + N
+         TOPICLENGTH + TOPIC     byte + T   UTF-8, T <= 127
+         PROPLENGTH + PROPS      short + P  UTF-8 ``name 0x01 value 0x02`` repeated, P <= 32767
+
+    TOTALSIZE = 91 + N + T + P.
+
+The last property of every record is ``__CRC32#`` (RocketMQ's optional record CRC, always on
+here): ``__CRC32#`` 0x01, ten decimal digits of the CRC of every byte of the record before
+this 20-byte property, least significant digit first, 0x02. BODYCRC alone would let a flipped
+byte in the header, topic or properties pass; the record CRC catches every one.
+
+A record never spans segments. When a record does not fit in what is left of a segment
+(keeping 8 bytes spare), the writer ends the segment with an 8-byte BLANK trailer
+``int bytesLeft, int 0xCBD43194`` and starts the next one at ``base + SEGMENT_SIZE``, so a
+physical offset locates its segment by arithmetic alone. Segments are *not* preallocated: a
+segment's file size is its write position, which is also how concurrent writers find the end.
+
+Message ids. The offset id is 16 bytes as 32 upper-case hex digits: store host IPv4 (4),
+store port (4), commit-log offset (8) — it locates the record directly. The unique key
+(UNIQ_KEY property) is made by the producer: host hash (4), pid (2), random (4), ms since
+the start of the month (4), counter (2), also 32 hex digits.
+
+Consume-queue entry (``CQ_ENTRY``, 20 bytes; entry i of a queue at byte i*20)::
+
+      0  commit-log offset       long
+      8  record size             int
+     12  tags code               long    Java String.hashCode of the TAGS property; 0 = none;
+                                         in SCHEDULE_TOPIC_XXXX: the delivery time in ms
+
+Consume-queue segments hold ``CQ_SEGMENT_ENTRIES`` entries and are named by their first
+entry's byte offset (20 digits). A queue's max offset is ``(last base + size) // 20``; a
+trailing partial entry (a torn write) is ignored by readers and cut by recovery.
+
+Key index file (RocketMQ's ``IndexFile`` shape, smaller, created sparse)::
+
+      0  header 40 bytes: beginTimestamp long, endTimestamp long, beginPhyOffset long,
+         endPhyOffset long, hashSlotCount int, indexCount int (starts at 1: entry 0 unused)
+     40  slot table: INDEX_SLOTS x int, the number of the newest entry in the slot (0 = empty)
+      .  entries: INDEX_ENTRIES x 20 bytes: keyHash int, phyOffset long,
+         timeDiff int (seconds since beginTimestamp), prevIndex int (older entry in the slot)
+
+Keys indexed: ``#<UNIQ_KEY>`` (no topic: one unique key finds every copy of a message, its
+retries and dead letter included) and ``<topic>#<key>`` for every key of KEYS.
+keyHash = CRC of the UTF-8 key (not Java's hash: ours is computed in C, and collisions are
+resolved by reading the record). Files are named by the commit-log offset of their first
+entry; a full file is followed by a new one.
+
+Checkpoint (``checkpoint``, ``CHECKPOINT`` struct, 64 bytes, rewritten in place)::
+
+      0  magic                   int     0x4D51434B ("MQCK")
+      4  version                 int     1
+      8  written end             long    commit-log end up to which consume queues and index
+                                         are complete; == the log's end when no write is torn
+     16  last store timestamp    long    keeps store timestamps non-decreasing
+     24  synced end              long    the commit log is durable (fdatasync) below this
+     32  boot id                 16 bytes the kernel boot id of the last writer
+     48  derived end             long    consume queues and key index are durable below this
+                                         (0 in stores of earlier versions: unknown)
+     56  derived at              int     when ``derived end`` was last moved (s since epoch)
+     60  CRC of bytes 0..59      int
+
+The checkpoint is the store's clean/dirty marker: ``written end`` differing from the
+commit log's real end means a writer died inside a batch; a different boot id means the machine
+restarted and the page cache may have lost anything after ``synced end`` (and any derived entry
+after ``derived end``). Either makes the next opener run recovery.
+
+The checkpoint itself is never fsynced: after a power cut it may hold any earlier version, whose
+ends are only lower than the truth (each is written only after what it claims is durable), so
+recovery redoes more work, never less. Durability is a prefix: every sync makes the whole log
+below its end durable, never only the batch it acknowledges, so a power cut can shorten the log
+but never leave a hole below a durable record.
+"""
+from __future__ import annotations
+
+import struct
+
+# -- commit log --------------------------------------------------------------------------------
+
+MAGIC_V1 = 0xDAA320A7
+MAGIC_V2 = 0xDAA320AB
+BLANK_MAGIC = 0xCBD43194
+END_FILE_MIN_BLANK = 8
+
+# Why 64 MiB: a user's home directory is not a broker's data disk. Files are not preallocated
+# (a topic of three messages costs three records), and 64 MiB keeps retention's unit of
+# deletion small while leaving room for 15 maximum-size (4 MiB) messages per segment.
+COMMITLOG_SEGMENT_SIZE = 64 * 1024 * 1024
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+# TOTALSIZE .. BODYLENGTH: everything before the body.
+RECORD_HEADER = struct.Struct(">iIIiiqqiqIiqIiiqi")
+RECORD_HEADER_SIZE = RECORD_HEADER.size  # 88
+RECORD_FIXED_SIZE = RECORD_HEADER_SIZE + 1 + 2  # + topic length byte + properties length
+BLANK_TRAILER = struct.Struct(">iI")
+
+OFF_QUEUE_OFFSET = 20
+OFF_PHYSICAL_OFFSET = 28
+OFF_SYSFLAG = 36
+OFF_STORE_TIMESTAMP = 56
+
+LOOPBACK_IP = 0x7F000001
+STORE_PORT = 10911
+
+NAME_VALUE_SEP = "\x01"
+PROPERTY_SEP = "\x02"
+CRC_PROPERTY = "__CRC32#"
+CRC_PROPERTY_SIZE = len(CRC_PROPERTY) + 1 + 10 + 1  # 20
+MAX_PROPERTIES_SIZE = 32767
+
+# SYSFLAG transaction types
+TX_MASK = 0xC
+TX_NOT = 0x0
+TX_PREPARED = 0x4
+TX_COMMIT = 0x8
+TX_ROLLBACK = 0xC
+
+# -- consume queue ------------------------------------------------------------------------------
+
+CQ_ENTRY = struct.Struct(">qiq")
+CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
+CQ_SEGMENT_ENTRIES = 300_000
+
+# -- key index ----------------------------------------------------------------------------------
+
+INDEX_HEADER = struct.Struct(">qqqqii")
+INDEX_HEADER_SIZE = INDEX_HEADER.size  # 40
+INDEX_SLOT = struct.Struct(">i")
+INDEX_ENTRY = struct.Struct(">iqii")
+INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 20
+INDEX_SLOTS = 131_072
+INDEX_ENTRIES = 1_048_576
+INDEX_FILE_SIZE = INDEX_HEADER_SIZE + INDEX_SLOTS * 4 + INDEX_ENTRIES * INDEX_ENTRY_SIZE
+
+# -- checkpoint ---------------------------------------------------------------------------------
+
+CHECKPOINT = struct.Struct(">iiqqq16sqiI")
+CHECKPOINT_MAGIC = 0x4D51434B
+CHECKPOINT_VERSION = 1
+
+STORE_FORMAT_VERSION = 1
+
+
+def crc(data: bytes | bytearray | memoryview) -> int:
+    """RocketMQ's CRC: zlib CRC-32 masked to a non-negative Java int."""
+    import zlib
+    return zlib.crc32(data) & 0x7FFFFFFF
+
+
+def segment_name(base: int) -> str:
+    """A segment's file name: its base offset, 20 digits (lexical order = log order)."""
+    return f"{base:020d}"

@@ -1,0 +1,410 @@
+"""The key index: ``topic#key`` → commit-log offsets, without scanning the log.
+
+Each file ``index/<20-digit begin offset>`` is RocketMQ's IndexFile shape (``format.py``): a
+40-byte header, a slot table of ``INDEX_SLOTS`` ints, then 20-byte entries chained newest to
+oldest through ``prevIndex``. The header and slot table (512 KiB) are written as real zeros
+when the file is created, so slot updates through ``mmap`` can never fault on a full disk;
+entries are appended with ``pwrite`` after them, so a full disk surfaces as an error.
+
+Crash order inside a batch: entries first, then slots, then the header (``indexCount``,
+``endPhyOffset``). Entries past ``indexCount`` are invisible and are overwritten by the next
+batch; recovery first points any slot a killed writer left past ``indexCount`` back along the
+entries' ``prevIndex`` (:meth:`KeyIndex.repair`), then re-adds records past ``endPhyOffset``
+(idempotent). Lookups check each hit
+against the record itself, so a hash collision or a stale slot costs a read, never a wrong
+answer.
+"""
+from __future__ import annotations
+
+import array
+import bisect
+import mmap
+import os
+import struct
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from store.errors import CorruptionError, io_error
+from store.fsutil import (
+    SegmentListing,
+    ensure_dir,
+    fdatasync_path,
+    open_private,
+    pwrite_all,
+    sync_dir_if_changed,
+)
+from store.log import format as F
+from store.log.record import crc32
+
+_HDR = F.INDEX_HEADER
+_SLOT = F.INDEX_SLOT
+_ENTRY = F.INDEX_ENTRY
+_TABLE_END = F.INDEX_HEADER_SIZE + F.INDEX_SLOTS * 4
+_LITTLE = sys.byteorder == "little"
+_WHOLE_TABLE = 2048   # a batch at least this big reads and writes the slot table in one piece
+
+
+def key_hash(key: str | bytes) -> int:
+    return int(crc32(key.encode() if isinstance(key, str) else key)) & 0x7FFFFFFF
+
+
+class KeyIndex:
+    def __init__(self, directory: Path, slots: int = F.INDEX_SLOTS, entries: int = F.INDEX_ENTRIES) -> None:
+        self.dir = directory
+        self.slots = slots
+        self.max_entries = entries
+        self.table_end = F.INDEX_HEADER_SIZE + slots * 4
+        self._listing = SegmentListing(directory)
+        # The newest file's slot table stays mapped between batches: mapping it anew for each
+        # batch cost a page fault for every slot touched. (base, inode, fd, map)
+        self._mapped: tuple[int, int, int, mmap.mmap] | None = None
+
+    def files(self) -> list[int]:
+        return self._listing.bases()
+
+    def path(self, base: int) -> Path:
+        return self.dir / F.segment_name(base)
+
+    def _map(self, base: int) -> tuple[int, mmap.mmap]:
+        """The descriptor and slot-table map of file ``base``, reused while the path still
+        names the same file (one stat): a file removed and made anew is mapped anew."""
+        path = self.path(base)
+        ino = os.stat(path).st_ino
+        m = self._mapped
+        if m is not None and m[0] == base and m[1] == ino:
+            return m[2], m[3]
+        self.close()
+        fd = open_private(path, os.O_RDWR)
+        try:
+            if os.fstat(fd).st_size < self.table_end:
+                # never mapped past its end (SIGBUS); recovery rebuilds such a file
+                raise CorruptionError(str(path), 0, "index file is shorter than its header and slot "
+                                      "table (run: mqctl store recover)")
+            mm = mmap.mmap(fd, self.table_end)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._mapped = (base, ino, fd, mm)
+        return fd, mm
+
+    def close(self) -> None:
+        if self._mapped is not None:
+            _base, _ino, fd, mm = self._mapped
+            self._mapped = None
+            mm.close()
+            os.close(fd)
+
+    def header(self, base: int) -> tuple[int, int, int, int, int, int]:
+        with open(self.path(base), "rb") as fh:
+            return _HDR.unpack(fh.read(F.INDEX_HEADER_SIZE))
+
+    # -- writing (store write lock held) ---------------------------------------------------
+    def _create(self, begin_phys: int, begin_ts: int) -> int:
+        """Make file ``begin_phys`` whole or not at all: header and slot table are written to
+        a temp file that is then renamed into place, so a writer killed while making one can
+        no longer leave a short file behind (the store failed to open after that). It is not
+        synced here: like every derived file it becomes durable with the next derived flush
+        (:meth:`Store.flush_durable`), and after a power cut before that, recovery finds it
+        short or empty and rebuilds it from the log."""
+        ensure_dir(self.dir, durable=False)
+        path = self.path(begin_phys)
+        tmp = self.dir / f".{F.segment_name(begin_phys)}.{os.getpid()}.tmp"
+        try:
+            fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+            try:
+                pwrite_all(fd, _HDR.pack(begin_ts, begin_ts, begin_phys, -1, self.slots, 1), 0)
+                # the slot table as real zeros: slot writes through mmap can then never
+                # fault on a full disk
+                zero = bytes(64 * 1024)
+                pos, end = F.INDEX_HEADER_SIZE, self.table_end
+                while pos < end:
+                    n = min(end - pos, len(zero))
+                    pwrite_all(fd, zero[:n], pos)
+                    pos += n
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError as exc:
+            for leftover in (tmp, path):
+                try:
+                    leftover.unlink()
+                except OSError:
+                    pass
+            raise io_error(exc, f"create index file {path}") from exc
+        self._listing = SegmentListing(self.dir)
+        return begin_phys
+
+    def sync_files(self, since_end: int, since_s: int = 0) -> None:
+        """``fdatasync`` every index file that may hold entries for offsets at or after
+        ``since_end`` (the newest, and any that ends there or later): the derived-durability
+        step of :meth:`Store.flush_durable`. Slot and header writes go through ``mmap``;
+        ``fdatasync`` writes those pages back too."""
+        files = self.files()
+        for i, base in enumerate(files):
+            if i < len(files) - 1:
+                try:
+                    if self.header(base)[3] < since_end:
+                        continue
+                except (OSError, struct.error):
+                    pass
+            fdatasync_path(self.path(base))
+        sync_dir_if_changed(self.dir, since_s)
+
+    def problem(self, base: int, thorough: bool = False) -> str | None:
+        """Why file ``base`` cannot be trusted, or None. Always: its size against its
+        header and slot table, and the header's own fields. ``thorough`` also reads every
+        entry and slot: entries lost to a power cut (zeros), chains that point forward or
+        out of range, and entries no slot chain reaches (a lookup would silently miss them)."""
+        path = self.path(base)
+        try:
+            size = os.stat(path).st_size
+            if size < self.table_end:
+                return f"shorter ({size} bytes) than its header and slot table ({self.table_end} bytes)"
+            with open(path, "rb") as fh:
+                data = fh.read() if thorough else fh.read(F.INDEX_HEADER_SIZE)
+        except OSError as exc:
+            return f"unreadable: {exc.strerror or exc}"
+        _bts, _ets, begin_phys, end_phys, slots, count = _HDR.unpack_from(data, 0)
+        if slots != self.slots:
+            return f"header names {slots} slots, not {self.slots}"
+        if begin_phys != base:
+            return f"header begins at offset {begin_phys}, but the file is named {base}"
+        if not 1 <= count <= self.max_entries:
+            return f"header counts {count} entries (1 to {self.max_entries} allowed)"
+        if count > 1 and size < self.table_end + count * F.INDEX_ENTRY_SIZE:
+            return f"header counts {count} entries but the file holds {(size - self.table_end) // F.INDEX_ENTRY_SIZE}"
+        if count > 1 and end_phys < begin_phys:
+            return f"header ends at offset {end_phys}, before it begins ({begin_phys})"
+        if not thorough:
+            return None
+        table = array.array("i")
+        table.frombytes(data[F.INDEX_HEADER_SIZE:self.table_end])
+        if _LITTLE:
+            table.byteswap()
+        reached = bytearray(count)
+        for sl, head in enumerate(table):
+            if head < 0 or head >= count:
+                return f"slot {sl} points at entry {head}, past the {count} entries"
+            if head:
+                reached[head] = 1
+        pos = self.table_end + F.INDEX_ENTRY_SIZE
+        for i, (h, phys, _td, prev) in enumerate(_ENTRY.iter_unpack(
+                data[pos:self.table_end + count * F.INDEX_ENTRY_SIZE]), start=1):
+            if h == 0 and phys == 0 and prev == 0 and _td == 0:
+                return f"entry {i} is zero (lost)"
+            if prev < 0 or prev >= i:
+                return f"entry {i} chains forward to entry {prev}"
+            if phys < begin_phys:   # (past end_phys is allowed: recovery fences the end back)
+                return f"entry {i} points at offset {phys}, before the file begins ({begin_phys})"
+            if prev:
+                reached[prev] = 1
+        missing = reached.find(0, 1)
+        if missing > 0:
+            return f"entry {missing} is reached by no slot chain (lookups would miss it)"
+        return None
+
+    def pairs(self, base: int) -> set[int]:
+        """Every ``(keyHash << 64) | phys`` reachable through file ``base``'s slot chains, for
+        ``store check``'s comparison against the log (the file must pass :meth:`problem`)."""
+        with open(self.path(base), "rb") as fh:
+            data = fh.read()
+        count = _HDR.unpack_from(data, 0)[5]
+        table = array.array("i")
+        table.frombytes(data[F.INDEX_HEADER_SIZE:self.table_end])
+        if _LITTLE:
+            table.byteswap()
+        entries = list(_ENTRY.iter_unpack(data[self.table_end:self.table_end + count * F.INDEX_ENTRY_SIZE]))
+        out: set[int] = set()
+        for head in table:
+            n, steps = head, 0
+            while 0 < n < count and steps < count:
+                h, phys, _td, prev = entries[n]
+                out.add((h << 64) | phys)
+                if prev >= n:
+                    break
+                n, steps = prev, steps + 1
+        return out
+
+    def add(self, items: Sequence[tuple[str | bytes, int]], store_ts: int) -> None:
+        """Index ``(key, commit-log offset)`` pairs of one batch (offsets ascending); keys are
+        str or already-encoded bytes."""
+        if not items:
+            return
+        self.add_hashes([crc32(k if isinstance(k, bytes) else k.encode()) & 0x7FFFFFFF for k, _ in items],
+                        [p for _, p in items], store_ts)
+
+    def add_hashes(self, hashes: list[int], physs: list[int], store_ts: int) -> None:
+        """Like :meth:`add`, with each key given as its :func:`key_hash` (the producer's fast
+        path computes them without building the keys). ``physs`` is ascending."""
+        if not hashes:
+            return
+        files = self.files()
+        base = files[-1] if files else self._create(physs[0], store_ts)
+        while hashes:
+            try:
+                _fd, mm = self._map(base)
+            except OSError as exc:
+                raise io_error(exc, f"open index file {self.path(base)}") from exc
+            begin_ts, _end_ts, _begin_phys, end_phys, slots, count = _HDR.unpack_from(mm, 0)
+            if physs[0] <= end_phys:  # already indexed (recovery replays records): skip them
+                i = bisect.bisect_right(physs, end_phys)
+                hashes, physs = hashes[i:], physs[i:]
+                if not hashes:
+                    return
+            room = self.max_entries - count
+            if room <= 0:
+                base = self._create(physs[0], store_ts)
+                continue
+            self._add_to(base, hashes[:room], physs[:room], store_ts, begin_ts, count)
+            hashes, physs = hashes[room:], physs[room:]
+            if hashes:
+                base = self._create(physs[0], store_ts)
+
+    def _add_to(self, base: int, hashes: list[int], physs: list[int], store_ts: int, begin_ts: int,
+                count: int) -> None:
+        """Append entries to one file. Order, for a crash at any point: entries (invisible
+        past ``indexCount``), then slots, then the header. A slot left pointing at an entry
+        past ``indexCount`` by a killed writer is resolved by :meth:`repair`."""
+        path = self.path(base)
+        fd, mm = self._map(base)
+        tdiff = max(0, min((store_ts - begin_ts) // 1000, 0x7FFFFFFF))
+        slots = self.slots
+        pack_entry = _ENTRY.pack
+        n = count
+        entries = bytearray()
+        if len(hashes) >= _WHOLE_TABLE:
+            # big batch: the slot table as an array (one copy in, one copy out)
+            table = array.array("i")
+            table.frombytes(mm[F.INDEX_HEADER_SIZE:self.table_end])
+            if _LITTLE:
+                table.byteswap()
+            for h, phys in zip(hashes, physs):
+                sl = h % slots
+                prev = table[sl]
+                if prev >= n or prev < 0:   # [count, n) are this batch's own entries
+                    prev = self._resolve(fd, prev, count)
+                entries += pack_entry(h, phys, tdiff, prev)
+                table[sl] = n
+                n += 1
+            self._write_entries(fd, path, entries, count)
+            if _LITTLE:
+                table.byteswap()
+            mm[F.INDEX_HEADER_SIZE:self.table_end] = table.tobytes()
+        else:
+            unpack_slot = _SLOT.unpack_from
+            pack_slot = _SLOT.pack_into
+            touched: dict[int, int] = {}
+            for h, phys in zip(hashes, physs):
+                sp = F.INDEX_HEADER_SIZE + (h % slots) * 4
+                seen = touched.get(sp)
+                if seen is not None:
+                    prev = seen
+                else:
+                    prev = unpack_slot(mm, sp)[0]
+                    if prev >= count or prev < 0:
+                        prev = self._resolve(fd, prev, count)
+                entries += pack_entry(h, phys, tdiff, prev)
+                touched[sp] = n
+                n += 1
+            self._write_entries(fd, path, entries, count)
+            for sp, v in touched.items():
+                pack_slot(mm, sp, v)
+        _HDR.pack_into(mm, 0, begin_ts, store_ts, base, physs[-1], slots, n)
+
+    def _write_entries(self, fd: int, path: Path, entries: bytearray, count: int) -> None:
+        try:
+            pwrite_all(fd, entries, self.table_end + count * F.INDEX_ENTRY_SIZE)
+        except OSError as exc:
+            raise io_error(exc, f"append to {path}") from exc
+
+    def _resolve(self, fd: int, value: int, count: int) -> int:
+        """A slot value a killed writer left past ``indexCount``: its entries were written
+        before the slot, so following their ``prevIndex`` leads back to the chain as it was."""
+        seen = 0
+        while value >= count and seen < 1 << 20:
+            seen += 1
+            raw = os.pread(fd, F.INDEX_ENTRY_SIZE, self.table_end + value * F.INDEX_ENTRY_SIZE)
+            if len(raw) < F.INDEX_ENTRY_SIZE:
+                return 0
+            prev = _ENTRY.unpack(raw)[3]
+            if prev >= value:
+                return 0
+            value = prev
+        return value if value > 0 else 0
+
+    def repair(self) -> int:
+        """Point every slot of the newest file that a killed writer left past ``indexCount``
+        back at its chain (recovery runs this before re-indexing). Returns slots fixed."""
+        files = self.files()
+        if not files:
+            return 0
+        path = self.path(files[-1])
+        try:
+            fd = open_private(path, os.O_RDWR)
+        except OSError:
+            return 0
+        fixed = 0
+        try:
+            hdr = os.pread(fd, F.INDEX_HEADER_SIZE, 0)
+            if len(hdr) < F.INDEX_HEADER_SIZE:
+                return 0
+            count = _HDR.unpack(hdr)[5]
+            raw = os.pread(fd, self.slots * 4, F.INDEX_HEADER_SIZE)
+            table = array.array("i")
+            table.frombytes(raw[: len(raw) - len(raw) % 4])
+            if _LITTLE:
+                table.byteswap()
+            for sl, v in enumerate(table):
+                if v >= count or v < 0:
+                    good = self._resolve(fd, v, count) if v > 0 else 0
+                    os.pwrite(fd, _SLOT.pack(good), F.INDEX_HEADER_SIZE + sl * 4)
+                    fixed += 1
+        finally:
+            os.close(fd)
+        return fixed
+
+    def truncate_after(self, end_phys: int) -> None:
+        """Forget index files that begin at or after ``end_phys`` (recovery); entries of
+        older files that point past it are filtered at lookup."""
+        for base in self.files():
+            if base >= end_phys:
+                self.path(base).unlink()
+
+    # -- reading ---------------------------------------------------------------------------
+    def lookup(self, key: str, limit: int = 64) -> list[int]:
+        """Commit-log offsets whose entry hash matches ``key``, newest first (unverified)."""
+        h = key_hash(key)
+        out: list[int] = []
+        for base in reversed(self.files()):
+            try:
+                fd = os.open(self.path(base), os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                hdr = os.pread(fd, F.INDEX_HEADER_SIZE, 0)
+                if len(hdr) < F.INDEX_HEADER_SIZE:
+                    continue
+                _b, _e, _bp, _ep, slots, count = _HDR.unpack(hdr)
+                if slots != self.slots or count < 1:
+                    continue
+                table_end = F.INDEX_HEADER_SIZE + slots * 4
+                raw = os.pread(fd, 4, F.INDEX_HEADER_SIZE + (h % slots) * 4)
+                n = _SLOT.unpack(raw)[0] if len(raw) == 4 else 0
+                seen = 0
+                while 0 < n < count and seen < count:
+                    seen += 1
+                    ent = os.pread(fd, F.INDEX_ENTRY_SIZE, table_end + n * F.INDEX_ENTRY_SIZE)
+                    if len(ent) < F.INDEX_ENTRY_SIZE:
+                        break
+                    eh, phys, _td, prev = _ENTRY.unpack(ent)
+                    if eh == h:
+                        out.append(phys)
+                        if len(out) >= limit:
+                            return out
+                    if prev >= n:
+                        break
+                    n = prev
+            finally:
+                os.close(fd)
+        return out

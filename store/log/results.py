@@ -1,0 +1,67 @@
+"""What the store's calls return: :class:`PutResult` and :class:`BatchResult` (writes),
+:class:`PullResult` and :class:`BodiesResult` (reads)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from store.log.record import Message, offset_msg_id
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    uniq_key: str
+    store_timestamp: int
+
+    @property
+    def msg_id(self) -> str:
+        return offset_msg_id(self.commitlog_offset)
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """Results of :meth:`Store.put_bodies`, one list entry per body, in input order."""
+
+    topic: str
+    queue_ids: list[int]
+    queue_offsets: list[int]
+    commitlog_offsets: list[int]
+    store_timestamp: int
+    uk_head: str = ""      # the batch's unique keys share this head ...
+    uk_first: int = 0      # ... and end in 4 hex digits of a counter starting here
+
+    def __len__(self) -> int:
+        return len(self.queue_offsets)
+
+    @property
+    def uniq_keys(self) -> list[str]:
+        """The messages' unique keys (built on demand: most callers never ask)."""
+        head, first = self.uk_head, self.uk_first
+        return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(len(self.queue_offsets))]
+
+
+@dataclass
+class PullResult:
+    """What a pull found. ``next_offset`` is where the next pull should start."""
+
+    messages: list[Message]
+    next_offset: int
+    max_offset: int
+    damaged: list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass
+class BodiesResult:
+    """What :meth:`Store.pull_bodies` found: ``bodies[i]`` is the message at queue offset
+    ``offsets[i]``. ``next_offset``, ``max_offset`` and ``damaged`` as in :class:`PullResult`."""
+
+    bodies: list[bytes]
+    offsets: list[int]
+    next_offset: int
+    max_offset: int
+    damaged: list[tuple[int, str]] = field(default_factory=list)
+
+

@@ -1,0 +1,246 @@
+"""Delayed delivery: RocketMQ's delay levels, and the scheduler that delivers due messages.
+
+A delayed message is stored in ``SCHEDULE_TOPIC_XXXX`` instead of its topic, with the real
+topic and queue in ``REAL_TOPIC`` / ``REAL_QID`` and the delivery time in ``TIMER_DELIVER_MS``;
+its consume-queue tag code holds the delivery time (RocketMQ's trick), so the scheduler can
+tell what is due from the consume queue alone. Level ``k`` (1-18) lives in queue ``k - 1``:
+every message of a level has the same delay, so each such queue is in delivery order and the
+scheduler stops at the first message that is not due. Free durations (``--delay 90s``) share
+queue 18, which is not in delivery order: the scheduler looks at every pending entry there and
+remembers which ones it delivered past its offset.
+
+There is no broker thread: any consumer process (and ``mqctl schedule``) runs
+:func:`deliver_due` now and then under a non-blocking service lock, so one process does a pass
+at a time and a killed one is replaced at once.
+
+Progress (``config/delayOffset.json``, written atomically with ``.bak``)::
+
+    {"offsetTable": {"<queueId>": <next offset>}, "delivered": {"18": [<offset>, ...]}}
+
+Delivery is at-least-once: a crash after a message was delivered and before the offset was
+saved delivers it again (as RocketMQ's ScheduleMessageService).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from store import names
+from store.errors import UsageError
+from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
+from store.log.record import (
+    PROP_DELAY,
+    PROP_DELIVER_MS,
+    PROP_REAL_QID,
+    PROP_REAL_TOPIC,
+    PROP_TAGS,
+    Draft,
+    Message,
+    java_hash,
+)
+
+if TYPE_CHECKING:
+    from store.log.broker import Store
+
+DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+FREE_QUEUE = 18
+_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def level_delays_ms(spec: str = DELAY_LEVELS) -> list[int]:
+    """Milliseconds of each level, level 1 first."""
+    return [int(tok[:-1]) * _UNITS[tok[-1]] for tok in spec.split()]
+
+
+LEVEL_MS = level_delays_ms()
+
+
+def parse_delay(text: str) -> tuple[int, int]:
+    """``--delay``: a level 1-18 (RocketMQ's, clamped to 18 as the broker does) or a duration
+    such as ``90s``, ``500ms``, ``1h30m``. Returns ``(level, delay_ms)``; level 0 = free."""
+    text = text.strip()
+    if text.isascii() and text.isdigit():
+        level = int(text)
+        if level < 1:
+            raise UsageError(f"--delay level must be 1-18 (or a duration like 90s), not {text}")
+        level = min(level, len(LEVEL_MS))
+        return level, LEVEL_MS[level - 1]
+    import re
+    parts = re.findall(r"(\d+)(ms|s|m|h|d)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise UsageError(f"--delay {text!r}: give a level 1-18 or a duration like 500ms, 90s, 1h30m")
+    ms = sum(int(n) * (1 if u == "ms" else _UNITS[u]) for n, u in parts)
+    return 0, ms
+
+
+def delay_draft(draft: Draft, delay: tuple[int, int], store: "Store", now_ms: int | None = None) -> Draft:
+    """Turn ``draft`` into its parked form in the schedule topic."""
+    level, ms = delay
+    if ms <= 0:
+        return draft
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    deliver = now_ms + ms
+    if not draft.born_timestamp:  # the delay counts from birth, as the receiver sees it
+        draft = replace(draft, born_timestamp=now_ms)
+    with store.write_lock():
+        cfg = store.ensure_topic_locked(draft.topic)
+    qid = store.select_queue(cfg, draft)
+    props = dict(draft.properties)
+    props[PROP_REAL_TOPIC] = draft.topic
+    props[PROP_REAL_QID] = str(qid)
+    props[PROP_DELIVER_MS] = str(deliver)
+    if level:
+        props[PROP_DELAY] = str(level)
+    return replace(draft, topic=names.SCHEDULE_TOPIC, properties=props,
+                   queue_id=level - 1 if level else FREE_QUEUE, sharding_key=None, tags_code=deliver)
+
+
+def restore_draft(m: Message) -> Draft:
+    """The message a parked one becomes when it is due."""
+    props = {k: v for k, v in m.properties.items()
+             if k not in (PROP_REAL_TOPIC, PROP_REAL_QID, PROP_DELIVER_MS, PROP_DELAY)}
+    return Draft(topic=m.properties[PROP_REAL_TOPIC], body=m.body, properties=props,
+                 queue_id=int(m.properties.get(PROP_REAL_QID, "-1")), flag=m.flag,
+                 born_timestamp=m.born_timestamp, reconsume_times=m.reconsume_times,
+                 tags_code=java_hash(props[PROP_TAGS]) if props.get(PROP_TAGS) else 0)
+
+
+def _load(store: "Store") -> dict[str, Any]:
+    obj = read_json_with_bak(store.layout.delay_offset_json, default={}, warn=store.warn)
+    if not isinstance(obj, dict):
+        obj = {}
+    return {"offsetTable": {str(k): int(v) for k, v in (obj.get("offsetTable") or {}).items()},
+            "delivered": {str(k): [int(x) for x in v] for k, v in (obj.get("delivered") or {}).items()}}
+
+
+def deliver_due(store: "Store", now_ms: int | None = None, max_messages: int = 10_000) -> int:
+    """One scheduler pass, if no other process is running one. Returns messages delivered."""
+    if not store.has_topic(names.SCHEDULE_TOPIC):
+        return 0
+    from store.flock import try_flock
+    lock_path = store.layout.service_lock("schedule")
+    ensure_dir(lock_path.parent)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        if not try_flock(fd, lock_path):
+            return 0
+        return _pass(store, int(time.time() * 1000) if now_ms is None else now_ms, max_messages)
+    finally:
+        os.close(fd)
+
+
+def _pass(store: "Store", now: int, budget: int) -> int:
+    state = _load(store)
+    delivered = 0
+    changed = False
+    for qid in range(store.topic(names.SCHEDULE_TOPIC).queues):
+        key = str(qid)
+        start = state["offsetTable"].get(key, 0)
+        end = store.max_offset(names.SCHEDULE_TOPIC, qid)
+        if start >= end:
+            continue
+        done = set(state["delivered"].get(key, []))
+        q = store.queue(names.SCHEDULE_TOPIC, qid)
+        off, new_start = start, start
+        batch: list[int] = []
+        while off < end and len(batch) < budget - delivered:
+            entries = q.read_entries(off, min(256, end - off))
+            if not entries:
+                why = q.invalid_at(off)
+                if why is None:
+                    break
+                # an entry with no record (damage): passed over, as consumers do, never
+                # waited on (it would hold every later delayed message back for ever)
+                store.warn(f"delay scheduler: skipping {names.SCHEDULE_TOPIC}/{qid}@{off}: {why}")
+                done.add(off)
+                if off == new_start:
+                    new_start += 1
+                    state["offsetTable"][key] = new_start
+                    changed = True
+                off += 1
+                continue
+            for i, (_phys, _size, due) in enumerate(entries):
+                o = off + i
+                if o in done:
+                    if o == new_start:
+                        new_start += 1
+                    continue
+                if due <= now:
+                    batch.append(o)
+                elif qid != FREE_QUEUE:
+                    break
+            else:
+                off += len(entries)
+                continue
+            break
+        if not batch:
+            continue
+        drafts = []
+        for o in batch:
+            res = store.pull(names.SCHEDULE_TOPIC, qid, o, 1)
+            drafts += [restore_draft(m) for m in res.messages if m.queue_offset == o]
+        store.put(drafts)
+        delivered += len(batch)
+        done.update(batch)
+        while new_start in done:
+            new_start += 1
+        state["offsetTable"][key] = new_start
+        state["delivered"][key] = sorted(o for o in done if o >= new_start)
+        changed = True
+    if changed:
+        store.sync_written()   # the delivered copies first, then the offsets past them
+        atomic_write_json(store.layout.delay_offset_json, state)
+    return delivered
+
+
+def next_due(store: "Store") -> int | None:
+    """The earliest delivery time still pending (for sleeping until then), or None."""
+    if not store.has_topic(names.SCHEDULE_TOPIC):
+        return None
+    state = _load(store)
+    best = None
+    for qid in range(store.topic(names.SCHEDULE_TOPIC).queues):
+        start = state["offsetTable"].get(str(qid), 0)
+        end = store.max_offset(names.SCHEDULE_TOPIC, qid)
+        done = set(state["delivered"].get(str(qid), []))
+        q = store.queue(names.SCHEDULE_TOPIC, qid)
+        off = start
+        while off < end:
+            entries = q.read_entries(off, min(256, end - off))
+            if not entries:
+                break
+            for i, (_p, _s, due) in enumerate(entries):
+                if off + i not in done:
+                    best = due if best is None else min(best, due)
+                    if qid != FREE_QUEUE:
+                        break
+            else:
+                off += len(entries)
+                continue
+            break
+    return best
+
+
+def clamp_to_queue_ends(store: "Store") -> list[str]:
+    """Move the scheduler's offsets back to the schedule queues' ends where a power cut has
+    shortened them (recovery): new delayed messages take those offsets again and must be
+    delivered. Returns one line per queue moved."""
+    if not store.layout.delay_offset_json.exists() or not store.has_topic(names.SCHEDULE_TOPIC):
+        return []
+    state = _load(store)
+    moved = []
+    for key, offset in list(state["offsetTable"].items()):
+        end = store.max_offset(names.SCHEDULE_TOPIC, int(key))
+        if offset > end:
+            state["offsetTable"][key] = end
+            moved.append(f"delay scheduler: queue {key} offset {offset} -> {end}")
+    for key, done in state["delivered"].items():
+        end = store.max_offset(names.SCHEDULE_TOPIC, int(key))
+        if any(o >= end for o in done):
+            state["delivered"][key] = [o for o in done if o < end]
+            moved.append(f"delay scheduler: queue {key} forgets deliveries at or past {end}")
+    if moved:
+        atomic_write_json(store.layout.delay_offset_json, state)
+    return moved

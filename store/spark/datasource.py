@@ -1,0 +1,211 @@
+"""Spark data source ``mqctl``: topics of a store as DataFrames, batch and streaming.
+
+Usage (PySpark >= 4.2 and pyarrow are an optional extra: ``pip install 'mqctl[spark]'``)::
+
+    from store.spark.datasource import register
+    register(spark)
+    df = spark.read.format("mqctl").option("store", DIR).option("topic", "orders").load()
+    df.write.format("mqctl").mode("append").option("store", DIR).option("topic", "copy").save()
+
+Columns (:data:`SCHEMA`): ``topic`` string, ``queueId`` int, ``queueOffset`` bigint, ``msgId``
+string (the unique key, as ``consume --json`` prints it), ``keys`` array<string>, ``tags``
+string, ``properties`` map<string,string> (user properties only), ``body`` binary,
+``bornTimestamp`` and ``storeTimestamp`` timestamps. ``keys`` is an array because the store
+keeps a list of keys and ``consume --json`` prints a list; ``write`` accepts either form.
+
+Reading (``read`` and ``readStream``) goes through the bulk reads of ``store.log.vecread`` (numpy,
+a whole run of a queue at once) with ``store.log.bulk.pull_columns`` as the exact fallback: one
+Spark partition per (topic, queue), rows handed to Spark as Arrow record batches. A record that fails its CRC
+raises :class:`~store.errors.DataError`; nothing damaged is ever returned.
+
+Options (keys are case-insensitive; every value is a string; an option no mode knows fails,
+naming the valid ones):
+
+==========================  =========================================================
+``store`` (or ``load(p)``)   the store directory (required); it must exist...
+``create``                   ...unless ``true``: then a missing store is created
+``topic``                    ``*`` (every user topic; the default for reads) or a comma
+                             list; for writes one topic (else a ``topic`` column)
+``startingOffsets``          ``earliest`` | ``latest`` | JSON ``{"T":{"0":5}}`` | a time in
+                             the CLI's grammar (13-digit ms, 10-digit s, ``now``, ``-1h``,
+                             ISO-8601; no offset means UTC).
+                             Batch default ``earliest``; stream default ``latest``.
+``endingOffsets``            batch only: ``latest`` (default) | ``earliest`` | JSON | time
+``tags``                     tag filter ``A || B`` (``*`` = all)
+``maxMessagesPerTrigger``    stream only: cap on messages per micro-batch
+``waitForTopic``             stream only: ``true`` lets a named topic not exist yet (else
+                             the stream fails: a misspelled topic would never have data)
+``flush``                    write only: ``async`` (default) or ``sync`` (fsync)
+``sinkId``                   writeStream only: the idempotency ledger's name (default:
+                             the query id in ``checkpointLocation/metadata``)
+==========================  =========================================================
+
+In offset JSON, ``-2`` means earliest and ``-1`` latest; a queue it does not name starts at
+its earliest offset (``startingOffsets``) or ends at its latest (``endingOffsets``). A time
+resolves per queue with :meth:`Store.search_offset`: the first message stored at or after it.
+
+Writing (``write`` and ``writeStream``, append only: ``.mode("append")``): columns ``body``
+(string or binary), optional ``keys`` (comma-separated string or array), ``tags``,
+``shardingKey``, ``queueId``, ``properties`` (map), ``topic`` (when no ``topic`` option) and
+``bornTimestamp``; the other columns of :data:`SCHEMA` are ignored, so a DataFrame read from
+one store can be written to another. Each task validates its rows and stages them under
+``STORE/spark-staging/<job>/`` (directories 0700, files 0600; see :mod:`store.spark.staging`
+for the owner record and the sweep of what killed jobs leave); nothing is visible until the
+job commits, when the driver publishes the staged rows with :meth:`Store.put` in chunks of
+about 20 ms each, taking the store's write lock per chunk (:func:`store.sparkwrite.publish`),
+so other writers wait for one chunk at most. A failed job's ``abort`` removes the staging.
+
+A streaming sink commits each micro-batch exactly once, keyed by (sink id, batch id), with a
+ledger ``STORE/spark-sinks/<sinkId>.json`` (``lastBatchId``, and while a batch is published
+``publishing``, ``done`` and ``digest``): see :mod:`store.spark.sink`. A replay after a crash
+mid-publish skips the recorded part without key-index lookups.
+
+Modules: this one registers the source and builds sessions; :mod:`store.spark.schema` holds the
+columns, :mod:`store.spark.read` the read options and readers, :mod:`store.spark.write` row
+validation, staging and the batch writer, :mod:`store.spark.sink` the streaming sink and its
+ledger. The names other code imports from here are re-exported.
+
+These modules must never import ``mqctl``: the store is usable without the CLI.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Mapping
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from store.errors import UsageError
+from store.spark.read import (
+    READ_OPTIONS,
+    STREAM_READ_OPTIONS,
+    MqctlReader,
+    MqctlStreamReader,
+    ReadOptions,
+    select_topics,
+)
+from store.spark.schema import SCHEMA, check_options, open_store, store_option
+from store.spark.ship import ship_code_to
+from store.spark.sink import MqctlStreamWriter, default_sink_id
+from store.spark.write import WRITE_OPTIONS, MqctlWriter, WriteOptions, check_write_schema
+
+STREAM_WRITE_OPTIONS = (*WRITE_OPTIONS, "sinkid", "checkpointlocation")
+ALL_READ_OPTIONS = tuple(dict.fromkeys((*READ_OPTIONS, *STREAM_READ_OPTIONS)))
+
+FORMAT_NAME = "mqctl"
+
+# The Spark session settings of the reference recipe (local mode, quiet, small and fast).
+SESSION_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+}
+# Only for local masters: a cluster keeps Spark's defaults (sized for many cores).
+LOCAL_CONF: dict[str, str] = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
+
+
+# -- registration and sessions ----------------------------------------------------------------
+
+def register(spark: Any, ship_code: bool = False) -> None:
+    """Make ``format("mqctl")`` available to ``spark`` (one registration per session).
+
+    Spark's Python processes import this module by name, so the ``store`` package must be
+    importable by the workers' Python (``PYSPARK_PYTHON``) *and* by the driver-side Python
+    processes that plan reads and streams. Either install mqctl there (``pip install
+    mqctl[spark]``, or a wheel from ``pip wheel .``), or pass ``ship_code=True``: the ``store``
+    package and its pure-Python dependencies (portalocker, sortedcontainers) are zipped once
+    per content into a cache directory (see :mod:`store.spark.ship`), sent to the executors with
+    ``addPyFile``, and put on the ``PYTHONPATH`` Spark gives its driver-side planners (which do
+    not see ``addPyFile`` files). pyarrow and numpy must still be installed on the workers.
+    Under Spark Connect ``ship_code`` is refused: install mqctl on the server instead.
+    """
+    if ship_code:
+        ship_code_to(spark)
+    spark.dataSource.register(MqctlDataSource)
+
+
+def prepare_environment(local: bool = True) -> None:
+    """Environment the Spark launcher reads, unless already set: workers run this
+    interpreter (so they can import ``store``); a local session binds to loopback. A cluster
+    whose workers run another interpreter sets ``PYSPARK_PYTHON`` itself."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def session_conf(master: str = "local[2]", log_level: str = "ERROR",
+                 extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings :func:`local_session` uses, for callers that build sessions themselves."""
+    conf = {"spark.master": master, "spark.app.name": "mqctl", **SESSION_CONF,
+            **(LOCAL_CONF if master.startswith("local") else {}), "spark.log.level": log_level}
+    conf.update(extra or {})
+    return conf
+
+
+def local_session(master: str = "local[2]", log_level: str = "ERROR",
+                  extra: Mapping[str, str] | None = None) -> Any:
+    """A SparkSession configured by the reference recipe, with the data source registered."""
+    from pyspark.sql import SparkSession
+    prepare_environment(local=master.startswith("local"))
+    builder = SparkSession.builder
+    for key, value in session_conf(master, log_level, extra).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark
+
+
+def _reject_overwrite(overwrite: bool) -> None:
+    if overwrite:
+        raise UsageError('mqctl topics are append-only: use .mode("append") '
+                         '(or .outputMode("append") for a stream)')
+
+
+# -- the data source --------------------------------------------------------------------------
+
+class MqctlDataSource(DataSource):
+    """``format("mqctl")`` for read, readStream, write and writeStream."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> StructType:
+        # Called when a read or readStream is loaded (not for writes): refuse an option no
+        # mode knows, and a missing store, before a stream starts and fails in the background.
+        check_options(self.options, ALL_READ_OPTIONS, "read or readStream")
+        if self.options.get("create", "").strip().lower() not in ("true", "1", "yes"):
+            open_store(store_option(self.options), False, recover=False).close()
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        opts = ReadOptions.parse(self.options, stream=False)
+        opts.open_store().close()
+        return MqctlReader(opts, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        opts = ReadOptions.parse(self.options, stream=True)
+        with opts.open_store() as store:
+            # A misspelled topic would otherwise be an empty stream forever.
+            select_topics(store, opts.topics, must_exist=not opts.wait_for_topic)
+        return MqctlStreamReader(opts, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> MqctlWriter:
+        _reject_overwrite(overwrite)
+        opts = WriteOptions.parse(self.options)
+        check_write_schema(schema, opts.topic)
+        open_store(opts.store, opts.create).close()
+        return MqctlWriter(opts)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> MqctlStreamWriter:
+        _reject_overwrite(overwrite)
+        opts = WriteOptions.parse(self.options, STREAM_WRITE_OPTIONS, "writeStream")
+        check_write_schema(schema, opts.topic)
+        open_store(opts.store, opts.create).close()
+        return MqctlStreamWriter(opts, default_sink_id(self.options))
+
+
+__all__ = ["register", "local_session", "session_conf", "prepare_environment", "MqctlDataSource"]

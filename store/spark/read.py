@@ -1,0 +1,460 @@
+"""Reading the ``mqctl`` Spark source: read options and offsets, the per-queue partitions
+(:class:`QueueSlice`), the Arrow column plan, and the batch and streaming readers."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from store.errors import DataError, TopicNotFoundError, UsageError
+from store.log.broker import Store
+from store.log.bulk import Columns, pull_columns
+from store.log.record import PROP_TAGS, PROP_UNIQ_KEY, Message, tags_code
+from store.log.vecread import VecColumns, pull_vector
+from store.names import is_system_topic, parse_tag_expression, validate_any_topic
+from store.spark.arrowcols import build_columns
+from store.spark.schema import COLUMNS, SCHEMA, check_options, open_store, parse_bool, store_option
+from store.timeparse import parse_time
+
+ARROW_BATCH_ROWS = 10_000            # Spark's own spark.sql.execution.arrow.maxRecordsPerBatch
+PULL_COUNT = 4096
+PULL_BYTES = 16 * 1024 * 1024
+
+
+# -- option parsing ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """One side of a range: ``earliest``, ``latest``, a time (``ts`` ms) or per-queue JSON."""
+
+    kind: str                                         # earliest | latest | time | json
+    ts: int = 0
+    per_queue: tuple[tuple[str, int, int], ...] = ()  # (topic, queue, offset or -1/-2)
+
+    def resolve(self, store: Store, topic: str, queue_id: int, default: str) -> int:
+        lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+        kind = self.kind
+        if kind == "json":
+            named = {(t, q): o for t, q, o in self.per_queue}.get((topic, queue_id))
+            if named is None:
+                kind = default
+            elif named == -2:
+                kind = "earliest"
+            elif named == -1:
+                kind = "latest"
+            else:
+                return min(max(named, lo), hi)
+        if kind == "earliest":
+            return lo
+        if kind == "latest":
+            return hi
+        return store.search_offset(topic, queue_id, self.ts)
+
+
+def check_named_queues(spec: OffsetSpec, selected: Mapping[str, int], option: str) -> None:
+    """Offset JSON may only name queues that the read covers."""
+    for topic, qid, _ in spec.per_queue:
+        if topic not in selected:
+            raise UsageError(f"{option} names topic {topic!r}, which this read does not cover "
+                             f"(option topic)")
+        if qid >= selected[topic]:
+            raise UsageError(f"{option} names queue {topic}/{qid}, but {topic!r} has queues "
+                             f"0-{selected[topic] - 1}")
+
+
+def parse_offsets(text: str | None, default: str, option: str) -> OffsetSpec:
+    """``earliest`` | ``latest`` | JSON ``{"T": {"0": 5}}`` | a time."""
+    if text is None or not text.strip():
+        return OffsetSpec(default)
+    s = text.strip()
+    if s.lower() in ("earliest", "latest"):
+        return OffsetSpec(s.lower())
+    if s.startswith("{"):
+        return OffsetSpec("json", per_queue=_parse_offset_json(s, option))
+    return OffsetSpec("time", ts=parse_time_ms(s, option))
+
+
+def _parse_offset_json(text: str, option: str) -> tuple[tuple[str, int, int], ...]:
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: not valid JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise UsageError(f'{option}: expected {{"TOPIC": {{"QUEUE": OFFSET}}}}')
+    out = []
+    for topic, queues in obj.items():
+        validate_any_topic(topic)
+        if not isinstance(queues, dict):
+            raise UsageError(f"{option}: the value for topic {topic!r} must be an object")
+        for qid, off in queues.items():
+            if not str(qid).isdigit() or not isinstance(off, int) or isinstance(off, bool) or off < -2:
+                raise UsageError(f"{option}: {topic}/{qid}: queue ids are digits and offsets "
+                                 f"integers >= 0 (-2 earliest, -1 latest)")
+            out.append((topic, int(qid), off))
+    return tuple(sorted(out))
+
+
+TIME_FORMS = ("1732183200123 (ms), 1732183200 (s), now, -90s / -15m / -2h30m / -1d (ago), "
+              "2026-11-21T10:00:00Z (ISO-8601; no offset means UTC)")
+
+
+def parse_time_ms(text: str, option: str = "time", now_ms: int | None = None) -> int:
+    """The time grammar of ``consume --from`` (:func:`store.timeparse.parse_time`), with the
+    error naming the option and this option's other forms."""
+    try:
+        return parse_time(text, now_ms=now_ms)
+    except UsageError:
+        raise UsageError(f"{option}: {text!r} is not earliest, latest, offset JSON or a time "
+                         f"({TIME_FORMS})") from None
+
+
+def parse_tags(text: str | None) -> tuple[str, ...] | None:
+    """``'A || B'`` → ``('A', 'B')`` (sorted: a plan must not depend on set order); ``*`` or
+    nothing → None. The grammar is :func:`store.names.parse_tag_expression`'s."""
+    tags = parse_tag_expression(text)
+    return None if tags is None else tuple(sorted(tags))
+
+
+READ_OPTIONS = ("store", "path", "topic", "startingoffsets", "endingoffsets", "tags", "create")
+STREAM_READ_OPTIONS = ("store", "path", "topic", "startingoffsets", "tags",
+                       "maxmessagespertrigger", "waitfortopic", "create")
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    store: str
+    topics: str
+    starting: OffsetSpec
+    ending: OffsetSpec
+    tags: tuple[str, ...] | None
+    max_per_trigger: int | None
+    create: bool = False
+    wait_for_topic: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], stream: bool) -> "ReadOptions":
+        known = ("endingoffsets", "maxmessagespertrigger")    # each refused below with a reason
+        check_options({k: v for k, v in options.items() if k not in known},
+                      STREAM_READ_OPTIONS if stream else READ_OPTIONS,
+                      "readStream" if stream else "read")
+        if not stream and options.get("waitfortopic"):
+            raise UsageError("waitForTopic applies to readStream only (a batch read of a "
+                             "missing topic fails)")
+        if stream and options.get("endingoffsets"):
+            raise UsageError("endingOffsets applies to batch reads only (a stream never ends)")
+        limit = options.get("maxmessagespertrigger")
+        if limit is not None and (not limit.strip().isdigit() or int(limit) < 1):
+            raise UsageError(f"maxMessagesPerTrigger must be a positive integer, not {limit!r}")
+        if not stream and limit is not None:
+            raise UsageError("maxMessagesPerTrigger applies to readStream only")
+        return cls(store=store_option(options),
+                   topics=(options.get("topic") or "*").strip(),
+                   starting=parse_offsets(options.get("startingoffsets"),
+                                          "latest" if stream else "earliest", "startingOffsets"),
+                   ending=parse_offsets(options.get("endingoffsets"), "latest", "endingOffsets"),
+                   tags=parse_tags(options.get("tags")),
+                   max_per_trigger=int(limit) if limit is not None else None,
+                   create=parse_bool(options, "create", False),
+                   wait_for_topic=parse_bool(options, "waitfortopic", False))
+
+    def open_store(self) -> Store:
+        """The store read: it must exist unless the ``create`` option says otherwise."""
+        return open_store(self.store, self.create)
+
+
+def select_topics(store: Store, spec: str, must_exist: bool) -> list[tuple[str, int]]:
+    """(topic, queue count) for ``spec``: ``*`` = every user topic, else a comma list."""
+    topics = store.topics()
+    wanted: set[str] = set()
+    for name in (p.strip() for p in spec.split(",")):
+        if not name:
+            continue
+        if name == "*":
+            wanted.update(t for t in topics if not is_system_topic(t))
+            continue
+        validate_any_topic(name)
+        if name in topics:
+            wanted.add(name)
+        elif must_exist:
+            raise TopicNotFoundError(f"topic {name!r} does not exist")
+    return [(t, topics[t].queues) for t in sorted(wanted)]
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+@dataclass
+class QueueSlice(InputPartition):
+    """Messages ``[start, end)`` of one queue: one Spark partition."""
+
+    store: str
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+    tags: tuple[str, ...] | None = None
+
+
+def _native_arrow_schema() -> pa.Schema:
+    return to_arrow_schema(SCHEMA, timezone="UTC")
+
+
+def _column(name: str, msgs: Sequence[Message], typ: pa.DataType) -> pa.Array:
+    if name == "topic":
+        return pa.array([m.topic for m in msgs], typ)
+    if name == "queueId":
+        return pa.array([m.queue_id for m in msgs], typ)
+    if name == "queueOffset":
+        return pa.array([m.queue_offset for m in msgs], typ)
+    if name == "msgId":
+        return pa.array([m.properties.get(PROP_UNIQ_KEY) or m.msg_id for m in msgs], typ)
+    if name == "keys":
+        return pa.array([m.keys for m in msgs], typ)
+    if name == "tags":
+        return pa.array([m.properties.get(PROP_TAGS) for m in msgs], typ)
+    if name == "properties":
+        return pa.array([list(m.user_properties.items()) for m in msgs], typ)
+    if name == "body":
+        return pa.array([m.body for m in msgs], typ)
+    if name == "bornTimestamp":
+        return pa.array([m.born_timestamp * 1000 for m in msgs], typ)
+    if name == "storeTimestamp":
+        return pa.array([m.store_timestamp * 1000 for m in msgs], typ)
+    raise UsageError(f"unknown column {name!r}")
+
+
+class ColumnPlan:
+    """The columns a reader must return: the native schema, or the user's subset of it
+    (in any order, cast to the user's types where Arrow can cast)."""
+
+    def __init__(self, schema: StructType) -> None:
+        unknown = [n for n in schema.fieldNames() if n not in COLUMNS]
+        if unknown:
+            raise UsageError(f"unknown column(s) {', '.join(unknown)}: the mqctl source has "
+                             f"{', '.join(COLUMNS)}")
+        self.names = schema.fieldNames()
+        self.target = to_arrow_schema(schema, timezone="UTC")
+        native = _native_arrow_schema()
+        self.native = [native.field(n).type for n in self.names]
+        for name, have, want in zip(self.names, self.native, self.target.types):
+            if have != want:
+                try:
+                    pa.array([], have).cast(want)
+                except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as exc:
+                    raise UsageError(f"column {name!r} cannot be read as {want}: {exc}") from exc
+
+    def batch(self, msgs: Sequence[Message]) -> pa.RecordBatch:
+        return self._assemble([_column(name, msgs, have) for name, have in zip(self.names, self.native)])
+
+    def bulk_batch(self, cols: Columns | VecColumns, topic: str, queue_id: int) -> pa.RecordBatch:
+        built = build_columns(cols, topic, queue_id, self.names)
+        return self._assemble([built[name] for name in self.names])
+
+    def _assemble(self, arrays: list[pa.Array]) -> pa.RecordBatch:
+        out = []
+        for name, arr, want in zip(self.names, arrays, self.target.types):
+            if arr.type != want:
+                try:
+                    arr = arr.cast(want)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise DataError(f"column {name!r} cannot be read as {want}: {exc}") from exc
+            out.append(arr)
+        return pa.RecordBatch.from_arrays(out, schema=self.target)
+
+
+def _damaged(part: QueueSlice, damaged: list[tuple[int, str]]) -> DataError:
+    qoff, why = damaged[0]
+    return DataError(f"damaged message {part.topic}/{part.queue_id}@{qoff} in store "
+                     f"{part.store}: {why} (run: mqctl store check)")
+
+
+def read_slice(part: QueueSlice, plan: ColumnPlan) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of one queue slice; a damaged record raises :class:`DataError`."""
+    store = Store.open(part.store, recover=False)
+    try:
+        off = max(part.start, store.min_offset(part.topic, part.queue_id))
+        if not part.tags:
+            yield from _read_bulk(store, part, plan, off)
+            return
+        tags = frozenset(part.tags)
+        codes = frozenset(tags_code(t) for t in tags)
+        pending: list[Message] = []
+        while off < part.end:
+            res = store.pull(part.topic, part.queue_id, off, min(PULL_COUNT, part.end - off),
+                             tag_codes=codes, tags=tags, max_bytes=PULL_BYTES)
+            if res.damaged:
+                raise _damaged(part, res.damaged)
+            pending.extend(res.messages)
+            if len(pending) >= ARROW_BATCH_ROWS:
+                yield plan.batch(pending)
+                pending = []
+            if res.next_offset <= off:   # the queue is shorter than planned (topic deleted)
+                break
+            off = res.next_offset
+        if pending:
+            yield plan.batch(pending)
+    finally:
+        store.close()
+
+
+def _read_bulk(store: Store, part: QueueSlice, plan: ColumnPlan, off: int) -> Iterator[pa.RecordBatch]:
+    """The untagged read: one vectorised pull per Arrow batch (``vecread.py``), or the exact
+    per-record one (``bulk.py``) for a run it declines; columns built by ``arrowcols.py``."""
+    with_phys = "msgId" in plan.names
+    while off < part.end:
+        count = min(ARROW_BATCH_ROWS, part.end - off)
+        cols: Columns | VecColumns | None = pull_vector(store, part.topic, part.queue_id, off, count, PULL_BYTES)
+        if cols is None:   # anything unusual in this run: the exact, per-record path
+            cols = pull_columns(store, part.topic, part.queue_id, off, count, PULL_BYTES, with_phys)
+        if isinstance(cols, Columns) and cols.damaged:
+            raise _damaged(part, cols.damaged)
+        if len(cols):
+            yield plan.bulk_batch(cols, part.topic, part.queue_id)
+        if cols.next_offset <= off:   # the queue is shorter than planned (topic deleted)
+            break
+        off = cols.next_offset
+
+
+def _read_partition(partition: InputPartition, plan: ColumnPlan) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, QueueSlice):
+        yield from read_slice(partition, plan)
+
+
+class MqctlReader(DataSourceReader):
+    """Batch read: one partition per (topic, queue), in topic then queue order."""
+
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.plan = ColumnPlan(schema)
+
+    def partitions(self) -> list[InputPartition]:
+        o = self.opts
+        with Store.open(o.store) as store:
+            selected = select_topics(store, o.topics, must_exist=True)
+            check_named_queues(o.starting, dict(selected), "startingOffsets")
+            check_named_queues(o.ending, dict(selected), "endingOffsets")
+            out: list[InputPartition] = []
+            for topic, queues in selected:
+                for q in range(queues):
+                    start = o.starting.resolve(store, topic, q, "earliest")
+                    end = o.ending.resolve(store, topic, q, "latest")
+                    out.append(QueueSlice(o.store, topic, q, start, max(start, end), o.tags))
+            return out
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read_partition(partition, self.plan)
+
+
+def queue_key(topic: str, queue_id: int) -> str:
+    return f"{topic}/{queue_id}"
+
+
+def split_key(key: str) -> tuple[str, int]:
+    topic, _, qid = key.rpartition("/")
+    return topic, int(qid)
+
+
+def fair_share(pending: Mapping[str, int], limit: int) -> dict[str, int]:
+    """Split ``limit`` messages across queues in proportion to what each has pending."""
+    total = sum(pending.values())
+    if total <= limit:
+        return dict(pending)
+    share = {k: limit * n // total for k, n in pending.items()}
+    left = limit - sum(share.values())
+    for k in sorted(pending, key=lambda k: (-(pending[k] - share[k]), k)):
+        if left <= 0:
+            break
+        if share[k] < pending[k]:
+            share[k] += 1
+            left -= 1
+    return share
+
+
+class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streaming read. Offsets are ``{"<topic>/<queue>": next offset}`` with sorted keys (Spark
+    compares them as JSON text). A queue missing from the start offset (a topic or queue
+    created later) is read from its earliest offset."""
+
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.plan = ColumnPlan(schema)
+        self._target: dict[str, int] | None = None
+        self._store: Store | None = None
+
+    def _open(self) -> Store:
+        if self._store is None:
+            self._store = Store.open(self.opts.store)
+        return self._store
+
+    def _latest(self) -> dict[str, int]:
+        store = self._open()
+        return {queue_key(t, q): store.max_offset(t, q)
+                for t, n in select_topics(store, self.opts.topics, must_exist=False)
+                for q in range(n)}
+
+    def initialOffset(self) -> dict[str, Any]:
+        store = self._open()
+        out = {}
+        for t, n in select_topics(store, self.opts.topics, must_exist=False):
+            for q in range(n):
+                out[queue_key(t, q)] = self.opts.starting.resolve(store, t, q, "earliest")
+        return dict(sorted(out.items()))
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._latest()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        latest = self._latest()
+        if self._target is not None:
+            latest = {k: min(v, self._target[k]) for k, v in latest.items() if k in self._target}
+        store = self._open()
+        first = {k: start[k] if k in start else store.min_offset(*split_key(k)) for k in latest}
+        pending = {k: latest[k] - first[k] for k in latest if latest[k] > first[k]}
+        if isinstance(limit, ReadMaxRows):
+            pending = fair_share(pending, max(1, limit.max_rows))
+        end = dict(start)
+        for k, n in pending.items():
+            if n > 0:
+                end[k] = first[k] + n
+        return dict(sorted(end.items()))
+
+    def reportLatestOffset(self) -> Optional[dict[str, Any]]:
+        return dict(sorted(self._latest().items()))
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        out: list[InputPartition] = []
+        for key, stop in sorted(end.items()):
+            begin = start.get(key, 0)
+            if stop > begin:
+                topic, qid = split_key(key)
+                out.append(QueueSlice(self.opts.store, topic, qid, begin, stop, self.opts.tags))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read_partition(partition, self.plan)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the checkpoint's offsets are the consumer position."""
+
+    def stop(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None

@@ -1,0 +1,325 @@
+"""The transaction check service: the pass over the half queue, its progress, pending listing.
+
+The records it reads and writes (half copies, op records, discarded copies) and how a
+transaction's state follows from them are described in ``transaction.py``; this module decides
+what to do about the half messages nobody resolved, and remembers how far it got.
+
+Check progress: ``tx/CID_RMQ_SYS_TRANS.json``, the internal group's offsets in the shape of
+``config/consumerOffset.json``, replaced atomically (``fsutil.atomic_write_json``, ``.bak``)::
+
+    {"offsetTable": {"RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS": {"0": 12},
+                     "RMQ_SYS_TRANS_OP_HALF_TOPIC@CID_RMQ_SYS_TRANS": {"0": 7}}}
+
+Failpoints placed here: ``tx-check-after-copy``, ``tx-check-after-op``,
+``tx-check-after-answer``, ``tx-discard-after-copy``, ``tx-check-before-progress``.
+
+Check pass (:func:`check_pass`, RocketMQ's ``TransactionalMessageServiceImpl.check``)
+-------------------------------------------------------------------------------------
+Under the ``services/tx-check.lock`` flock (passes of several processes run one after the
+other): read the op records from the op progress offset; walk the half queue from the half
+progress offset to its end as of the start. An offset named by an op is finished. A copy younger
+than its immunity (``CHECK_IMMUNITY_TIME_IN_SECONDS`` x 1000, else the timeout) stops the walk;
+one with its own immunity property is passed over instead and only holds the progress offset
+back. Any other copy: discard it when its transaction was checked ``max_checks`` times already,
+else append a copy with the count + 1, write the CHECK op, ask the checker about the new copy
+and commit or roll back on its answer. Then the half offset moves to where the walk stopped and
+the op offset over the leading op records that name only offsets below it.
+
+Differences from RocketMQ: no discard of half messages born more than 72 h ago (retention is
+``store clean``'s business here).
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from store.errors import NotFoundError, TransactionStateError, io_error
+from store.failpoints import failpoint
+from store.fsutil import atomic_write_json, ensure_dir, open_private, read_json_with_bak
+from store.layout import Layout
+from store.log.record import PROP_CHECK_IMMUNITY, PROP_CHECK_TIMES, PROP_REAL_QID, Draft, Message
+from store.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
+from store.tx.transaction import (
+    DISCARDED,
+    OP_CHECK,
+    OP_DISCARD,
+    OP_OF_STATE,
+    OP_TAG,
+    PREPARED,
+    TxView,
+    end_transaction,
+    int_or,
+    load,
+    now_ms,
+    parse_op_body,
+    put_op,
+)
+
+if TYPE_CHECKING:
+    from store.log.broker import Store
+
+TX_GROUP = "CID_RMQ_SYS_TRANS"
+CHECK_SERVICE = "tx-check"
+ANSWER_COMMIT, ANSWER_ROLLBACK, ANSWER_UNKNOWN = "COMMIT", "ROLLBACK", "UNKNOWN"
+
+DEFAULT_TIMEOUT_MS = 6_000   # RocketMQ transactionTimeOut
+DEFAULT_MAX_CHECKS = 15      # RocketMQ transactionCheckMax
+
+
+# -- check progress -----------------------------------------------------------------------------
+
+_HALF_KEY = f"{HALF_TOPIC}@{TX_GROUP}"
+_OP_KEY = f"{OP_HALF_TOPIC}@{TX_GROUP}"
+
+
+def progress_path(layout: Layout) -> Path:
+    return layout.tx_dir() / f"{TX_GROUP}.json"
+
+
+def _validate_progress(obj: Any) -> None:
+    table = obj["offsetTable"]
+    for key in (_HALF_KEY, _OP_KEY):
+        if not isinstance(table[key]["0"], int) or table[key]["0"] < 0:
+            raise ValueError(f"{key}: offset must be a non-negative integer")
+
+
+def load_progress(layout: Layout, warn: Callable[[str], None] | None = None) -> tuple[int, int]:
+    """(half offset, op offset) of ``CID_RMQ_SYS_TRANS``; (0, 0) before the first pass."""
+    obj = read_json_with_bak(progress_path(layout), None, _validate_progress, warn)
+    if obj is None:
+        return 0, 0
+    return obj["offsetTable"][_HALF_KEY]["0"], obj["offsetTable"][_OP_KEY]["0"]
+
+
+def save_progress(layout: Layout, half_offset: int, op_offset: int) -> None:
+    ensure_dir(layout.tx_dir())
+    atomic_write_json(progress_path(layout), {"offsetTable": {
+        _HALF_KEY: {"0": half_offset}, _OP_KEY: {"0": op_offset}}})
+
+
+def _read_ops(store: "Store", start: int) -> list[tuple[int, tuple[int, ...]]]:
+    """(op queue offset, half offsets it finishes) from ``start``; other tags finish nothing."""
+    return [(m.queue_offset, parse_op_body(m.body) if m.tags == OP_TAG else ())
+            for m in store.iter_queue(OP_HALF_TOPIC, 0, start)]
+
+
+def _start_offsets(store: "Store") -> tuple[int, int]:
+    """The progress offsets, moved into each queue's readable range."""
+    half, op = load_progress(store.layout, store.warn)
+    bounds = []
+    for topic, off in ((HALF_TOPIC, half), (OP_HALF_TOPIC, op)):
+        lo, hi = store.min_offset(topic, 0), store.max_offset(topic, 0)
+        bounds.append(lo if off < lo or off > hi else off)
+    return bounds[0], bounds[1]
+
+
+# -- pending transactions -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Pending:
+    """An unresolved transaction and its newest live half copy."""
+
+    tx_id: str
+    topic: str
+    queue_id: int
+    check_times: int
+    half: Message
+
+
+def pending(store: "Store") -> list[Pending]:
+    """PREPARED transactions, oldest first (what the check service has still to decide)."""
+    half_off, op_off = _start_offsets(store)
+    finished = {o for _, offs in _read_ops(store, op_off) for o in offs}
+    newest: dict[str, Message] = {}
+    for m in store.iter_queue(HALF_TOPIC, 0, half_off):
+        if m.queue_offset not in finished and m.uniq_key:
+            newest[m.uniq_key] = m
+    out = []
+    for tx_id, m in newest.items():
+        try:
+            view = load(store, tx_id)
+        except NotFoundError:  # the key index lost it: `mqctl store recover` rebuilds it
+            continue
+        if view.state == PREPARED:
+            out.append(Pending(tx_id, view.topic, int_or(m.properties.get(PROP_REAL_QID), -1),
+                               view.check_times, view.latest))
+    return sorted(out, key=lambda p: (p.half.born_timestamp, p.half.queue_offset))
+
+
+# -- the check service ---------------------------------------------------------------------------
+
+Checker = Callable[[Message, int], str]
+"""Asked about a half copy and its check count (1 for the first check); returns COMMIT,
+ROLLBACK or UNKNOWN. Called without any lock held."""
+
+
+@dataclass(frozen=True)
+class CheckEvent:
+    tx_id: str
+    topic: str
+    check_times: int
+    action: str          # "checked", "discarded" or "repaired" (an op a crash had lost)
+    answer: str | None   # the checker's answer, for "checked"
+    state: str           # the transaction's state afterwards
+
+
+@dataclass
+class CheckReport:
+    half_offsets: tuple[int, int]   # progress before and after the pass
+    op_offsets: tuple[int, int]
+    events: list[CheckEvent] = field(default_factory=list)
+
+
+@contextmanager
+def service_lock(layout: Layout, name: str = CHECK_SERVICE) -> Iterator[None]:
+    """Hold the exclusive flock ``services/<name>.lock``, waiting while another process has it."""
+    from store.flock import lock_exclusive
+    path = layout.service_lock(name)
+    ensure_dir(path.parent)
+    try:
+        fd = open_private(path, os.O_RDWR | os.O_CREAT)
+    except OSError as exc:
+        raise io_error(exc, f"open {path}") from exc
+    try:
+        lock_exclusive(fd)   # fcntl.flock, the lock portalocker takes on POSIX
+        yield
+    finally:
+        os.close(fd)  # releases the lock, as a crash does
+
+
+def immunity_ms(m: Message, timeout_ms: int) -> int:
+    """How long after its birth a half message is left alone (RocketMQ ``getImmunityTime``)."""
+    seconds = int_or(m.properties.get(PROP_CHECK_IMMUNITY), -1)
+    return seconds * 1000 if seconds >= 0 else timeout_ms
+
+
+def check_pass(store: "Store", checker: Checker, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
+               max_checks: int = DEFAULT_MAX_CHECKS, on_event: Callable[[CheckEvent], None] | None = None,
+               should_stop: Callable[[], bool] | None = None) -> CheckReport:
+    """One pass of the check service over the half queue (algorithm in the module docstring)."""
+    with service_lock(store.layout):
+        return _CheckPass(store, checker, timeout_ms, max_checks, on_event, should_stop).run()
+
+
+class _CheckPass:
+    def __init__(self, store: "Store", checker: Checker, timeout_ms: int, max_checks: int,
+                 on_event: Callable[[CheckEvent], None] | None,
+                 should_stop: Callable[[], bool] | None) -> None:
+        self.store = store
+        self.checker = checker
+        self.timeout_ms = timeout_ms
+        self.max_checks = max_checks
+        self.on_event = on_event
+        self.should_stop = should_stop or (lambda: False)
+        self.events: list[CheckEvent] = []
+
+    def run(self) -> CheckReport:
+        self.store.ensure_recovered()  # so that the queues read below show every record
+        half_off, op_off = _start_offsets(self.store)
+        ops = _read_ops(self.store, op_off)
+        finished = {o for _, offs in ops for o in offs}
+        new_half = self._walk(half_off, self.store.max_offset(HALF_TOPIC, 0), finished)
+        new_op = op_off
+        for qoff, offs in ops:  # the leading op records nothing at or after new_half still needs
+            if any(o >= new_half for o in offs):
+                break
+            new_op = qoff + 1
+        failpoint("tx-check-before-progress")
+        if (new_half, new_op) != (half_off, op_off):
+            # the decisions this pass stored (real messages, op records) must not be lost
+            # behind progress that survives them
+            self.store.sync_written()
+            save_progress(self.store.layout, new_half, new_op)
+        return CheckReport((half_off, new_half), (op_off, new_op), self.events)
+
+    def _walk(self, start: int, end: int, finished: set[int]) -> int:
+        """Handle the half copies in [start, end); returns where the next pass must start."""
+        held: int | None = None  # first copy passed over under its own immunity
+        for m in self.store.iter_queue(HALF_TOPIC, 0, start, end):
+            if self.should_stop():
+                return min(m.queue_offset, held if held is not None else end)
+            if m.queue_offset in finished:
+                continue
+            age = now_ms() - m.born_timestamp
+            if 0 <= age < immunity_ms(m, self.timeout_ms):
+                if PROP_CHECK_IMMUNITY not in m.properties:
+                    return min(m.queue_offset, held if held is not None else end)
+                held = m.queue_offset if held is None else held
+                continue
+            self._handle(m)
+        return held if held is not None else end
+
+    def _handle(self, m: Message) -> None:
+        if not m.uniq_key:
+            self.store.warn(f"half message at offset {m.queue_offset} has no UNIQ_KEY; skipped")
+            return
+        try:
+            step = self._prepare(m)
+        except NotFoundError as exc:  # the key index lost it: `mqctl store recover` rebuilds it
+            self.store.warn(f"half message at offset {m.queue_offset}: {exc}; skipped")
+            return
+        if step is None:
+            return
+        view, copy, times = step
+        answer = self.checker(copy, times)
+        failpoint("tx-check-after-answer")
+        self._resolve(view, answer, times)
+
+    def _prepare(self, m: Message) -> tuple[TxView, Message, int] | None:
+        """Under the write lock: repair, discard, or append the next copy and finish the live
+        ones. Returns what to ask the checker about, or None when there is nothing to ask."""
+        store = self.store
+        with store.write_lock():
+            store.ensure_recovered()
+            view = load(store, m.uniq_key or "")
+            if m.queue_offset in view.finished_offsets():
+                return None  # another process finished it after this pass read the op log
+            if view.state != PREPARED:
+                put_op(store, view, OP_OF_STATE[view.state])
+                self._emit(view, "repaired", None, view.state)
+                return None
+            if view.check_times >= self.max_checks:
+                self._discard(view)
+                return None
+            times = view.check_times + 1
+            h = view.latest
+            res = store.put([Draft(HALF_TOPIC, h.body, {**h.properties, PROP_CHECK_TIMES: str(times)},
+                                   queue_id=0, flag=h.flag, born_timestamp=h.born_timestamp,
+                                   reconsume_times=h.reconsume_times)])[0]
+            failpoint("tx-check-after-copy")
+            put_op(store, view, OP_CHECK)
+            failpoint("tx-check-after-op")
+            return view, store.get(res.commitlog_offset), times
+
+    def _discard(self, view: TxView) -> None:
+        h = view.latest
+        self.store.put([Draft(CHECK_MAX_TOPIC, h.body, dict(h.properties), queue_id=0, flag=h.flag,
+                              born_timestamp=h.born_timestamp, reconsume_times=h.reconsume_times)])
+        failpoint("tx-discard-after-copy")
+        put_op(self.store, view, OP_DISCARD)
+        self._emit(view, "discarded", None, DISCARDED)
+
+    def _resolve(self, view: TxView, answer: str, times: int) -> None:
+        if answer not in (ANSWER_COMMIT, ANSWER_ROLLBACK):
+            self._emit(view, "checked", ANSWER_UNKNOWN, PREPARED, times)
+            return
+        try:
+            state = end_transaction(self.store, view.tx_id, answer == ANSWER_COMMIT).state
+        except TransactionStateError as exc:
+            self.store.warn(f"check answered {answer} for {view.tx_id}, but {exc}")
+            state = load(self.store, view.tx_id).state
+        except NotFoundError as exc:  # the real topic was deleted: the new copy stays live
+            self.store.warn(f"transaction {view.tx_id}: {exc}")
+            state = PREPARED
+        self._emit(view, "checked", answer, state, times)
+
+    def _emit(self, view: TxView, action: str, answer: str | None, state: str,
+              times: int | None = None) -> None:
+        event = CheckEvent(view.tx_id, view.topic, view.check_times if times is None else times,
+                           action, answer, state)
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)

@@ -1,0 +1,101 @@
+"""The committed completion files are what the app generates, and each shell accepts its file.
+
+Regenerate with ``python -m mqctl.completions``. zsh and fish are checked only where they are
+installed (skipped otherwise, never passed without running)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mqctl.completions import DEFAULT_DIR, SHELLS, generate, main, script
+
+FILES = {shell: DEFAULT_DIR / name for shell, name in SHELLS.items()}
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+def test_committed_file_is_current(shell: str) -> None:
+    path = FILES[shell]
+    assert path.exists(), f"{path} is missing: run python -m mqctl.completions"
+    assert path.read_text() == generate(shell), f"{path} is stale: run python -m mqctl.completions"
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+def test_in_process_script_matches_the_subprocess_one(shell: str) -> None:
+    assert script(shell) == generate(shell)
+
+
+def test_check_mode(tmp_path: Path) -> None:
+    assert main(["--check"]) == 0
+    assert main(["--dir", str(tmp_path)]) == 0
+    assert main(["--check", "--dir", str(tmp_path)]) == 0
+    (tmp_path / "_mqctl").write_text("#compdef mqctl\n# edited by hand\n")
+    assert main(["--check", "--dir", str(tmp_path)]) == 1
+
+
+def test_shapes() -> None:
+    zsh = FILES["zsh"].read_text()
+    assert zsh.splitlines()[0] == "#compdef mqctl", "zsh autoloads only with #compdef on line 1"
+    for path in FILES.values():
+        text = path.read_text()
+        assert text.endswith("\n") and not text.endswith("\n\n") and not text.startswith("\n")
+        assert "_MQCTL_COMPLETE=complete_" in text
+
+
+def _syntax(shell: str) -> None:
+    exe = shutil.which(shell)
+    if exe is None:
+        pytest.skip(f"{shell} is not installed")
+    cp = subprocess.run([exe, "-n", str(FILES[shell])], capture_output=True, text=True, timeout=30)
+    assert cp.returncode == 0, cp.stderr
+
+
+def test_bash_syntax() -> None:
+    _syntax("bash")
+
+
+def test_zsh_syntax() -> None:
+    _syntax("zsh")
+
+
+def test_fish_syntax() -> None:
+    _syntax("fish")
+
+
+def test_bash_completes_commands_and_store_names(tmp_path: Path) -> None:
+    """At tab time the shim calls mqctl back: sub-commands and topic names come back."""
+    root = tmp_path / "store"
+    env = {**os.environ, "MQCTL_STORE": str(root)}
+    exe = [str(Path(sys.executable).parent / "mqctl")]
+    subprocess.run(exe + ["topic", "create", "orders", "-n", "2"], env=env, check=True, capture_output=True)
+
+    def complete(words: str, cword: int) -> list[str]:
+        cp = subprocess.run(exe, env={**env, "COMP_WORDS": words, "COMP_CWORD": str(cword),
+                                      "_MQCTL_COMPLETE": "complete_bash"},
+                            capture_output=True, text=True, timeout=60)
+        return cp.stdout.split()
+
+    assert "offsets" in complete("mqctl off", 1)
+    assert "orders" in complete("mqctl rebalance or", 2)
+
+
+def test_install_completion_option_is_still_there() -> None:
+    from typer.testing import CliRunner
+
+    from mqctl.app import app
+    r = CliRunner().invoke(app, ["--help"])
+    assert "--install-completion" in r.stdout and "--show-completion" in r.stdout
+
+
+def test_install_completion_still_works(tmp_path: Path) -> None:
+    """Typer's own --install-completion writes the same script (into a scratch HOME here)."""
+    env = {**os.environ, "HOME": str(tmp_path), "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+    cp = subprocess.run([str(Path(sys.executable).parent / "mqctl"), "--install-completion", "bash"],
+                        env=env, capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    installed = tmp_path / ".bash_completions" / "mqctl.sh"
+    assert installed.read_text().rstrip() + "\n" == FILES["bash"].read_text()

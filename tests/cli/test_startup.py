@@ -1,0 +1,129 @@
+"""Start-up cost guards (issue 14): a command pays only for what it uses.
+
+Not timings (too noisy on shared machines) but module lists: ``mqctl send`` runs under
+``python -X importtime`` and must not import a module of :data:`FORBIDDEN_ON_SEND`; the
+consumer likewise. Each run also dumps ``sys.modules`` at exit, so a module loaded through
+``importlib.import_module`` (which ``-X importtime`` does not report) is caught as well.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Heavy or irrelevant to one message: the full-featured console stack, the lock library that
+# reads package metadata and imports redis-py, data-frame stacks, validation, the command
+# groups that `send` does not run, and what they drag in.
+HEAVY = ("rich", "redis", "numpy", "pyarrow", "pyspark", "pydantic", "pandas", "importlib.metadata",
+         "email", "asyncio", "sortedcontainers", "concurrent.futures", "ctypes")
+OTHER_GROUPS = tuple(f"mqctl.commands.{m}" for m in
+                     ("topic", "consume", "msg", "storecmd", "tx", "offsets", "admin", "dlq", "sparkcmd", "bench"))
+FORBIDDEN_ON_SEND = HEAVY + ("portalocker", "store.client.runtime", "mqctl.consumer", "store.log.recovery",
+                             "socket", "store.watch") + OTHER_GROUPS
+# the consumer needs threads (concurrent.futures), sorted containers and ctypes (inotify)
+FORBIDDEN_ON_CONSUME = ("rich", "redis", "numpy", "pyarrow", "pyspark", "pydantic", "pandas", "portalocker",
+                        "importlib.metadata", "mqctl.commands.send", "mqctl.commands.tx", "mqctl.commands.bench",
+                        "mqctl.commands.sparkcmd", "mqctl.commands.dlq")
+
+
+def imported(tmp_path: Path, args: list[str]) -> tuple[set[str], int, str]:
+    """Modules ``mqctl ARGS`` imports: the ``-X importtime`` report plus ``sys.modules`` at exit."""
+    dump = tmp_path / "modules.json"
+    code = ("import atexit, json, sys\n"
+            f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
+            "from mqctl.app import main\n"
+            "main(sys.argv[1:])\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    env.pop("_MQCTL_COMPLETE", None)
+    p = subprocess.run([sys.executable, "-X", "importtime", "-c", code, *args], env=env, capture_output=True,
+                       text=True, timeout=120, stdin=subprocess.DEVNULL)
+    mods = set()
+    for line in p.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            if name != "imported package":
+                mods.add(name)
+    if dump.exists():
+        mods.update(json.loads(dump.read_text()))
+    return mods, p.returncode, p.stderr
+
+
+def offenders(mods: set[str], forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in mods for f in forbidden if m == f or m.startswith(f + "."))
+
+
+def check(tmp_path: Path, args: list[str], forbidden: tuple[str, ...]) -> list[str]:
+    mods, code, err = imported(tmp_path, args)
+    assert code == 0, err[-2000:]
+    assert "mqctl.app" in mods and "typer" in mods   # the report was read
+    return offenders(mods, forbidden)
+
+
+# what portalocker drags in (package metadata, hence email; redis-py when installed)
+PORTALOCKER_DEPS = ("portalocker", "importlib.metadata", "email", "redis", "socket")
+
+
+def send_twice(tmp_path: Path, forbidden: tuple[str, ...]) -> list[str]:
+    """The second one-message send into a store (the first creates store and topic)."""
+    store = str(tmp_path / "s")
+    subprocess.run([sys.executable, "-m", "mqctl", "--store", store, "send", "t", "first"], check=True,
+                   capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    return check(tmp_path, ["--store", store, "send", "t", "hello"], forbidden)
+
+
+def test_send_imports_nothing_heavy(tmp_path: Path) -> None:
+    bad = send_twice(tmp_path, FORBIDDEN_ON_SEND + PORTALOCKER_DEPS)
+    assert bad == [], f"`mqctl send` imports {bad}"
+
+
+def test_consume_imports_nothing_heavy(tmp_path: Path) -> None:
+    store = str(tmp_path / "s")
+    subprocess.run([sys.executable, "-m", "mqctl", "--store", store, "send", "t", "x"], check=True,
+                   capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    bad = check(tmp_path, ["--store", store, "consume", "t", "-g", "g", "--from", "first", "-e"],
+                FORBIDDEN_ON_CONSUME)
+    assert bad == [], f"`mqctl consume` imports {bad}"
+
+
+def test_help_and_version_work_with_lazy_groups(tmp_path: Path) -> None:
+    mods, code, _ = imported(tmp_path, ["--version"])
+    assert code == 0 and not offenders(mods, OTHER_GROUPS + ("mqctl.commands.send",))
+    mods, code, _ = imported(tmp_path, ["--help"])
+    assert code == 0 and not offenders(mods, HEAVY)
+    assert set(OTHER_GROUPS) <= mods   # --help lists every group
+
+
+def test_the_table_of_contents_matches_the_modules() -> None:
+    """``mqctl.app.GROUPS`` names, per module, exactly what its register() adds."""
+    import typer
+
+    from mqctl import app as appmod
+    for module, names in appmod.GROUPS.items():
+        got = typer.main.get_command(appmod.build_app((module,)))
+        assert set(got.commands) == set(names), (module, tuple(got.commands))  # type: ignore[attr-defined]
+    full = typer.main.get_command(appmod.build_app())
+    assert set(full.commands) == set(appmod.COMMAND_MODULE)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("argv,module", [
+    (["send", "t", "x"], "send"),
+    (["--store", "send", "topic", "list"], "topic"),      # --store's value is not a command
+    (["--store=/s", "consume", "t", "-g", "g"], "consume"),
+    (["progress", "-g", "g"], "offsets"),
+    (["--help"], None), (["-h", "send"], None), ([], None), (["nosuch"], None), (["--", "send"], None),
+])
+def test_the_command_module_comes_from_argv(argv: list[str], module: str | None) -> None:
+    from mqctl.app import command_module
+    assert command_module(argv) == module
+
+
+def test_completion_requests_build_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mqctl.app import command_module
+    monkeypatch.setenv("_MQCTL_COMPLETE", "complete_bash")
+    assert command_module(["send"]) is None

@@ -1,0 +1,169 @@
+"""The one time grammar (cli-conventions C3.2) and the duration grammar, with a fixed clock."""
+from __future__ import annotations
+
+import calendar
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from store.errors import UsageError
+from store.timeparse import MAX_TIME_MS, format_age, format_time, parse_duration, parse_time
+
+
+def utc_ms(y: int, mo: int, d: int, h: int = 0, mi: int = 0, s: int = 0, ms: int = 0) -> int:
+    # calendar.timegm, not the code under test, decides what the right answer is.
+    return calendar.timegm((y, mo, d, h, mi, s)) * 1000 + ms
+
+
+NOW = utc_ms(2026, 11, 21, 10, 0, 0)
+HOUR = 3_600_000
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1795255200123", 1795255200123),                 # 13 digits: ms
+    ("1795255200", 1795255200000),                    # 10 digits: seconds
+    ("0000000000", 0),
+    ("now", NOW),
+    ("NOW", NOW),
+    ("  now  ", NOW),
+    ("-1h", NOW - HOUR),
+    ("-15m", NOW - 15 * 60_000),
+    ("-2h30m", NOW - 2 * HOUR - 30 * 60_000),
+    ("-90s", NOW - 90_000),
+    ("-1d", NOW - 24 * HOUR),
+    ("-500ms", NOW - 500),
+    ("-1H", NOW - HOUR),
+    ("2026-11-21", utc_ms(2026, 11, 21)),
+    ("2026-11-21T10:00:00", utc_ms(2026, 11, 21, 10)),   # no offset: UTC
+    ("2026-11-21T10:00:00Z", utc_ms(2026, 11, 21, 10)),
+    ("2026-11-21t10:00:00z", utc_ms(2026, 11, 21, 10)),  # RFC 3339 allows lower case
+    ("2026-11-21 10:00:00.123+02:00", utc_ms(2026, 11, 21, 8, 0, 0, 123)),
+    ("2026-11-21T10:00:00-05:30", utc_ms(2026, 11, 21, 15, 30)),
+    ("2026-11-21T10:00:00.999999Z", utc_ms(2026, 11, 21, 10, 0, 0, 999)),  # µs truncated
+    ("1970-01-01T00:00:00Z", 0),
+])
+def test_parse_time_accepts_every_form(text: str, expected: int) -> None:
+    assert parse_time(text, now_ms=NOW) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "", "   ", "12345", "123456789", "12345678901", "12345678901234",  # wrong digit counts
+    "-90", "-", "-1x", "-1h-", "+1h", "1h", "yesterday", "2026-13-01", "2026-11-21T25:00",
+    "1969-12-31T23:59:59Z", "0001-01-01", "²²²²²²²²²²", "now-1h", "20261121",
+])
+def test_parse_time_rejects_with_examples_of_every_form(text: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_time(text, now_ms=NOW)
+    message = str(info.value)
+    assert "\n" not in message
+    assert info.value.exit_code == 2
+    for example in ("1732183200123", "1732183200", "now", "-15m", "-2h30m", "2026-11-21",
+                    "2026-11-21T10:00:00Z", "+02:00", "no offset means UTC"):
+        assert example in message
+
+
+def test_time_without_offset_is_utc_whatever_the_local_zone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        assert parse_time("2026-11-21T10:00:00") == utc_ms(2026, 11, 21, 10)
+        assert parse_time("2026-11-21") == utc_ms(2026, 11, 21)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_wrong_digit_count_says_which_lengths_work() -> None:
+    with pytest.raises(UsageError, match="12-digit number is neither 13-digit ms nor 10-digit"):
+        parse_time("123456789012")
+
+
+def test_relative_time_too_far_back_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="outside 1970-01-01"):
+        parse_time("-99999999d", now_ms=NOW)
+
+
+def test_now_without_a_pinned_clock_is_the_current_time() -> None:
+    before = time.time_ns() // 1_000_000
+    got = parse_time("now")
+    assert before <= got <= time.time_ns() // 1_000_000
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("500ms", 500), ("30s", 30_000), ("5m", 300_000), ("2h", 2 * HOUR), ("3d", 72 * HOUR),
+    ("72h", 72 * HOUR), ("1h30m", 90 * 60_000), ("1d2h3m4s5ms", 93_784_005),
+    ("10", 10_000), ("0", 0), (" 2H ", 2 * HOUR),
+])
+def test_parse_duration(text: str, expected: int) -> None:
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "", "-5s", "1.5h", "5 m", "h", "5w", "1h 30m", "ms", "١٠", "9" * 16,
+])
+def test_parse_duration_rejects_with_examples(text: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_duration(text)
+    assert "500ms, 30s, 5m, 2h, 3d, 1h30m" in str(info.value)
+    assert "bare number is seconds" in str(info.value)
+
+
+@pytest.mark.parametrize("ms, text", [
+    (0, "1970-01-01T00:00:00.000Z"),
+    (utc_ms(2026, 11, 21, 10, 0, 0, 123), "2026-11-21T10:00:00.123Z"),
+    (MAX_TIME_MS, "9999-12-31T23:59:59.999Z"),
+])
+def test_format_time(ms: int, text: str) -> None:
+    assert format_time(ms) == text
+
+
+@pytest.mark.parametrize("delta, text", [
+    (0, "0ms"), (999, "999ms"), (3_000, "3s"), (3_999, "3s"), (59_999, "59s"),
+    (125_000, "2m05s"), (3_599_000, "59m59s"), (3_720_000, "1h02m"),
+    (86_399_000, "23h59m"), (86_400_000 * 3 + 4 * HOUR, "3d04h"), (-125_000, "-2m05s"),
+])
+def test_format_age(delta: int, text: str) -> None:
+    assert format_age(delta) == text
+
+
+@given(st.text(st.characters()))  # lone surrogates included
+def test_parse_time_raises_only_usage_error_on_any_text(text: str) -> None:
+    try:
+        got = parse_time(text, now_ms=NOW)
+    except UsageError:
+        return
+    assert 0 <= got <= MAX_TIME_MS
+
+
+# Text built from the grammar's own characters reaches the deeper branches far more often
+# than arbitrary Unicode does.
+@given(st.text(alphabet="0123456789-:.+TZtz nowmshd", max_size=40))
+def test_parse_time_raises_only_usage_error_on_grammar_like_text(text: str) -> None:
+    try:
+        got = parse_time(text, now_ms=NOW)
+    except UsageError:
+        return
+    assert 0 <= got <= MAX_TIME_MS
+
+
+@given(st.text(alphabet="0123456789mshd -.", max_size=40) | st.text(st.characters()))
+def test_parse_duration_raises_only_usage_error(text: str) -> None:
+    try:
+        assert parse_duration(text) >= 0
+    except UsageError:
+        pass
+
+
+@given(st.integers(min_value=0, max_value=MAX_TIME_MS))
+def test_format_time_round_trips_through_parse_time(ms: int) -> None:
+    assert parse_time(format_time(ms)) == ms
+
+
+@given(st.integers(min_value=0, max_value=10 * 365 * 86_400_000))
+def test_format_age_reads_back_as_a_duration_truncated_to_its_last_unit(ms: int) -> None:
+    back = parse_duration(format_age(ms))
+    last_unit = 1 if ms < 1000 else 1000 if ms < HOUR else 60_000 if ms < 24 * HOUR else HOUR
+    assert 0 <= ms - back < last_unit

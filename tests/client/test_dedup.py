@@ -1,0 +1,259 @@
+"""The --dedup log: sharing, torn lines, bounds and compaction, across real processes."""
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from store.client.dedup import DedupLog
+from store.errors import BadInputError, InvalidNameError, UsageError
+from store.layout import Layout
+
+REPO = Path(__file__).resolve().parents[2]
+LINE = re.compile(r"[0-9]+ [!-~]+")
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass
+class FakeClock:
+    now: int = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def run_python(script: str, *args: object) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
+                            env=env, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str]) -> None:
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def test_a_missing_log_is_empty_and_creates_nothing(layout: Layout) -> None:
+    log = DedupLog(layout, "g")
+    assert not log.seen("k1")
+    assert len(log) == 0
+    assert not layout.root.exists()
+
+
+def test_recorded_ids_are_seen_by_another_instance_after_refresh(layout: Layout) -> None:
+    clock = FakeClock()
+    with DedupLog(layout, "g", clock=clock) as writer, DedupLog(layout, "g", clock=clock) as reader:
+        writer.record(["k1", "k2"])
+        assert writer.seen("k1") and writer.seen("k2")
+        assert not reader.seen("k1")  # memory only changes on refresh
+        assert reader.refresh() == 2
+        assert reader.seen("k1") and reader.seen("k2") and not reader.seen("k3")
+        assert reader.refresh() == 0  # only the new tail is read
+    assert lines(layout.dedup_log("g")) == [f"{clock.now} k1", f"{clock.now} k2"]
+
+
+def test_groups_have_separate_logs(layout: Layout) -> None:
+    with DedupLog(layout, "g") as first, DedupLog(layout, "h") as second:
+        first.record(["k1"])
+        second.refresh()
+        assert not second.seen("k1")
+
+
+def test_files_are_private(layout: Layout) -> None:
+    with DedupLog(layout, "g") as log:
+        log.record(["k1"], fsync=True)
+    path = layout.dedup_log("g")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(layout.root.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("key", ["", "a b", "a\nb", "é", "x" * 256])
+def test_keys_that_would_break_the_line_format_are_refused(layout: Layout, key: str) -> None:
+    with DedupLog(layout, "g") as log, pytest.raises(BadInputError):
+        log.record(["ok", key])
+    assert not layout.dedup_log("g").exists()  # nothing of the batch was written
+
+
+def test_bad_arguments_are_refused(layout: Layout) -> None:
+    with pytest.raises(InvalidNameError):
+        DedupLog(layout, "../g")
+    with pytest.raises(UsageError):
+        DedupLog(layout, "g", max_entries=0)
+
+
+def test_a_torn_last_line_waits_for_its_newline(layout: Layout) -> None:
+    path = layout.dedup_log("g")
+    with DedupLog(layout, "g", clock=FakeClock()) as log:
+        log.record(["k1"])
+        with path.open("ab") as raw:
+            raw.write(b"1700000000000 abc")
+            raw.flush()
+            assert log.refresh() == 0
+            assert not log.seen("abc")
+            raw.write(b"def\n")
+        assert log.refresh() == 1
+        assert log.seen("abcdef") and not log.seen("abc")
+
+
+def test_an_append_after_a_crash_torn_tail_keeps_its_own_lines_whole(layout: Layout) -> None:
+    path = layout.dedup_log("g")
+    with DedupLog(layout, "g") as log:
+        log.record(["k1"])
+    with path.open("ab") as raw:
+        raw.write(b"17000000")  # a write cut short by a machine crash
+    with DedupLog(layout, "g") as log:
+        log.record(["k2", "k3"])
+    with DedupLog(layout, "g") as fresh:
+        assert fresh.seen("k1") and fresh.seen("k2") and fresh.seen("k3")
+    assert lines(path)[1] == "17000000"  # the torn record stays an unparsable line of its own
+
+
+def test_unparsable_lines_are_skipped(layout: Layout) -> None:
+    path = layout.dedup_log("g")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"garbage\n\n12 \nx1 k0\n1700000000000 k1\n\xff\xfe k9\n1700000000000 k2\n")
+    with DedupLog(layout, "g", clock=FakeClock()) as log:
+        assert log.seen("k1") and log.seen("k2")
+        assert len(log) == 2
+
+
+def test_entries_older_than_max_age_are_forgotten(layout: Layout) -> None:
+    clock = FakeClock()
+    with DedupLog(layout, "g", max_age_ms=DAY_MS, clock=clock) as log:
+        log.record(["old"])
+        clock.now += DAY_MS // 2
+        log.record(["young"])
+        clock.now += DAY_MS // 2 + 1
+        assert not log.seen("old") and log.seen("young")
+        log.refresh()
+        assert len(log) == 1
+    # A new reader skips what is too old while loading.
+    with DedupLog(layout, "g", max_age_ms=DAY_MS, clock=clock) as fresh:
+        assert len(fresh) == 1 and fresh.seen("young")
+
+
+def test_memory_keeps_only_the_newest_max_entries(layout: Layout) -> None:
+    with DedupLog(layout, "g", max_entries=3, clock=FakeClock()) as log:
+        for key in ["k1", "k2", "k3", "k4", "k5"]:
+            log.record([key])
+        assert len(log) == 3
+        assert [log.seen(k) for k in ["k1", "k2", "k3", "k4", "k5"]] == [False, False, True, True, True]
+
+
+def test_the_log_is_compacted_past_twice_max_entries_lines(layout: Layout) -> None:
+    clock = FakeClock()
+    path = layout.dedup_log("g")
+    with DedupLog(layout, "g", max_entries=4, clock=clock) as log:
+        for i in range(8):
+            clock.now += 1
+            log.record([f"k{i}"])
+        assert len(lines(path)) == 8  # 2 x max_entries: not yet
+        inode = path.stat().st_ino
+        clock.now += 1
+        log.record(["k8"])
+        assert path.stat().st_ino != inode
+        assert [line.split()[1] for line in lines(path)] == ["k5", "k6", "k7", "k8"]
+        assert log.seen("k8") and not log.seen("k4")
+
+
+def test_a_reader_follows_the_log_across_a_compaction(layout: Layout) -> None:
+    # Equal-length lines make the stale-position bug visible: a reader that kept its byte
+    # position in the replaced file would resume mid-file and miss "d".
+    clock = FakeClock()
+    with DedupLog(layout, "g", max_entries=2, clock=clock) as writer, \
+            DedupLog(layout, "g", clock=clock) as reader:
+        writer.record(["a", "b", "c"])
+        assert reader.refresh() == 3
+        writer.compact()  # keeps b, c
+        writer.record(["d", "e"])  # 4 lines: no automatic compaction yet
+        reader.refresh()
+        assert all(reader.seen(k) for k in "abcde")
+        assert [line.split()[1] for line in lines(layout.dedup_log("g"))] == ["b", "c", "d", "e"]
+
+
+def test_records_from_two_processes_interleave_as_whole_lines(layout: Layout) -> None:
+    script = """
+        import sys
+        from pathlib import Path
+        from store.client.dedup import DedupLog
+        from store.layout import Layout
+        root, name = sys.argv[1], sys.argv[2]
+        with DedupLog(Layout(Path(root)), "g") as log:
+            for batch in range(200):
+                log.record([f"{name}-{batch}-{i}" for i in range(5)])
+    """
+    with DedupLog(layout, "g") as reader:
+        procs = [run_python(script, layout.root, name) for name in ("p", "q")]
+        while any(proc.poll() is None for proc in procs):
+            reader.refresh()
+        for proc in procs:
+            finish(proc)
+        reader.refresh()
+        expected = {f"{name}-{batch}-{i}" for name in "pq" for batch in range(200) for i in range(5)}
+        assert all(reader.seen(key) for key in expected)
+        assert len(reader) == len(expected)
+    written = lines(layout.dedup_log("g"))
+    assert len(written) == 2000
+    assert all(LINE.fullmatch(line) for line in written)
+
+
+def test_appends_during_compactions_in_another_process_are_not_lost(layout: Layout) -> None:
+    writer = """
+        import sys
+        from pathlib import Path
+        from store.client.dedup import DedupLog
+        from store.layout import Layout
+        with DedupLog(Layout(Path(sys.argv[1])), "g") as log:
+            for i in range(400):
+                log.record([f"key-{i}"])
+    """
+    with DedupLog(layout, "g") as compactor:
+        proc = run_python(writer, layout.root)
+        compactions = 0
+        while proc.poll() is None:
+            compactor.compact()
+            compactions += 1
+        finish(proc)
+    assert compactions > 3
+    with DedupLog(layout, "g") as fresh:
+        assert [k for k in (f"key-{i}" for i in range(400)) if not fresh.seen(k)] == []
+
+
+def test_a_reader_keeps_up_while_another_process_compacts(layout: Layout) -> None:
+    writer = """
+        import sys
+        from pathlib import Path
+        from store.client.dedup import DedupLog
+        from store.layout import Layout
+        # max_entries=20: the writer compacts on its own every ~20 records.
+        with DedupLog(Layout(Path(sys.argv[1])), "g", max_entries=20) as log:
+            for i in range(600):
+                log.record([f"key-{i}"])
+    """
+    path = layout.dedup_log("g")
+    inodes: set[int] = set()
+    with DedupLog(layout, "g") as reader:
+        proc = run_python(writer, layout.root)
+        while proc.poll() is None:
+            reader.refresh()
+            if path.exists():
+                inodes.add(path.stat().st_ino)
+        finish(proc)
+        reader.refresh()
+        written = {f"key-{i}" for i in range(600)}
+        assert len(inodes) > 1  # the file really was replaced under the reader
+        assert all(reader.seen(f"key-{i}") for i in range(580, 600))
+        # Every remembered id is one that was written: nothing was read from a stale position.
+        assert sum(reader.seen(key) for key in written) == len(reader)

@@ -1,0 +1,103 @@
+"""The producer's batch encoder (store/log/bodywrite.py) on big bodies: every record exactly in
+the format of format.py (BODYCRC = CRC of the body, ``__CRC32#`` = CRC of every byte before
+it), whichever CRC path (a second pass, or combined from the body's CRC) made it."""
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import pytest
+
+from store.log import bodywrite
+from store.log import format as F
+from tests.log.storetestutil import all_messages, open_store
+
+M = 0x7FFFFFFF
+
+
+def _check_raw(store, m) -> None:
+    raw = store.commitlog.read_bytes(m.commitlog_offset, 1 << 23)
+    total = int.from_bytes(raw[:4], "big")
+    rec = raw[:total]
+    blen = int.from_bytes(rec[84:88], "big")
+    body = rec[88:88 + blen]
+    assert body == m.body
+    assert int.from_bytes(rec[8:12], "big") == zlib.crc32(body) & M
+    digits = b"%010d" % (zlib.crc32(rec[:-F.CRC_PROPERTY_SIZE]) & M)
+    assert rec[-F.CRC_PROPERTY_SIZE:] == b"__CRC32#\x01" + digits[::-1] + b"\x02"
+
+
+@pytest.mark.parametrize("combine", [True, False])
+def test_big_bodies_are_encoded_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, combine: bool) -> None:
+    if not combine:
+        monkeypatch.setattr(bodywrite, "_combiner", lambda: None)
+    store = open_store(tmp_path / "s", commitlog_segment_size=1 << 20)
+    try:
+        sizes = [2048, 4096, 100, 16384, 70000, 3, 65536, 4096, 300_000, 16383, 0, 20000] * 6
+        data = b"".join(bytes([i % 251]) * s for i, s in enumerate(sizes))
+        mv = memoryview(data)
+        bodies, p = [], 0
+        for i, s in enumerate(sizes):
+            bodies.append(mv[p:p + s] if i % 2 else bytes(mv[p:p + s]))
+            p += s
+        res = store.put_bodies("T", bodies, properties={"TAGS": "tg", "KEYS": "k1 k2", "x": "y"})
+        assert len(res) == len(sizes) and len(set(res.uniq_keys)) == len(sizes)
+        got = sorted(all_messages(store, "T"), key=lambda m: m.commitlog_offset)
+        assert [m.body for m in got] == [bytes(b) for b in bodies]
+        assert [m.commitlog_offset for m in got] == res.commitlog_offsets
+        assert len(store.commitlog.segments()) >= 3   # the batch crossed segments
+        for m, uk, qid, qoff in zip(got, res.uniq_keys, res.queue_ids, res.queue_offsets):
+            assert (m.uniq_key, m.queue_id, m.queue_offset) == (uk, qid, qoff)
+            assert m.tags == "tg" and m.keys == ["k1", "k2"] and m.user_properties == {"x": "y"}
+            _check_raw(store, m)
+        assert store.find(res.uniq_keys[7]).body == bytes(bodies[7])
+        assert [m.body for m in store.query_key("T", "k1", limit=3)] == [bytes(b) for b in bodies[-3:]][::-1]
+    finally:
+        store.close()
+
+
+def test_combiner_matches_zlib() -> None:
+    comb = bodywrite._combiner()
+    if comb is None:
+        pytest.skip("zlib without crc32_combine_gen/op")
+    gen, op = comb
+    a, b = b"head" * 22, bytes(range(256)) * 300
+    assert op(zlib.crc32(a), zlib.crc32(b), gen(len(b))) == zlib.crc32(a + b)
+
+
+def _log_and_queues(root: Path, arrays: bool, sizes: list[int], queue_id: int, props: dict,
+                    monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, dict]:
+    import time as _time
+    monkeypatch.setattr(bodywrite, "_ARRAYS_MIN_BATCH", 1 if arrays else 10 ** 9)
+    monkeypatch.setattr(bodywrite, "_ARRAYS_AFTER", 0)
+    store = open_store(root, commitlog_segment_size=1 << 20)
+    try:
+        store.round_robin["T"] = 0
+        store.uniq_keys.counter = 65530          # the key counter wraps inside the first batch
+        store.uniq_keys.prefix = "7F0000010001DEADBEEF"[:len(store.uniq_keys.prefix)]
+        monkeypatch.setattr(_time, "time", lambda: 1_700_000_000.0)
+        bodies = [bytes([65 + i % 26]) * k for i, k in enumerate(sizes)]
+        for i in range(0, len(bodies), 700):
+            store.put_bodies("T", bodies[i:i + 700], properties=props, queue_id=queue_id)
+        monkeypatch.undo()
+        for m in all_messages(store, "T"):
+            _check_raw(store, m)
+    finally:
+        store.close()
+    log = b"".join(p.read_bytes() for p in sorted((root / "commitlog").iterdir()))
+    cqs = {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "consumequeue").rglob("*")) if p.is_file()}
+    return log, cqs
+
+
+@pytest.mark.parametrize("sizes,queue_id,props", [
+    ([100] * 3000, -1, {}),
+    ([5, 0, 3000, 100, 15000] * 500, -1, {"TAGS": "a", "KEYS": "x y"}),   # crosses segments
+    ([1024] * 2000, 3, {}),
+    ([4096] * 1000, -1, {"u": "v"}),
+])
+def test_array_framing_writes_the_same_bytes_as_the_loops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          sizes: list[int], queue_id: int, props: dict) -> None:
+    pytest.importorskip("numpy")
+    a = _log_and_queues(tmp_path / "a", True, sizes, queue_id, props, monkeypatch)
+    b = _log_and_queues(tmp_path / "b", False, sizes, queue_id, props, monkeypatch)
+    assert a[0] == b[0] and a[1] == b[1]

@@ -1,0 +1,173 @@
+"""store/log/index.py: the key index (RocketMQ IndexFile shape): lookups, collisions, file roll."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from store.log import format as F
+from store.log.index import KeyIndex, key_hash
+from tests.log.storetestutil import draft, open_store
+
+# Two keys whose index hashes (CRC-32 masked to 31 bits) are equal, found by brute force.
+COLLIDE_A, COLLIDE_B = "key3985819", "key4420602"
+
+
+def test_the_colliding_pair_really_collides() -> None:
+    assert COLLIDE_A != COLLIDE_B
+    assert key_hash(f"T#{COLLIDE_A}") == key_hash(f"T#{COLLIDE_B}")
+
+
+def test_lookup_finds_every_offset_of_a_key_newest_first(tmp_path: Path) -> None:
+    idx = KeyIndex(tmp_path / "index", slots=64, entries=1000)
+    items = [(f"T#k{i % 7}", 100 * i) for i in range(200)]
+    idx.add(items[:50], 1700000000000)
+    idx.add(items[50:], 1700000005000)
+    for k in range(7):
+        want = [p for key, p in items if key == f"T#k{k}"][::-1]
+        assert idx.lookup(f"T#k{k}", limit=1000) == want
+    assert idx.lookup("T#k3", limit=5) == [p for key, p in items if key == "T#k3"][::-1][:5]
+    assert idx.lookup("T#absent") == []
+    assert idx.lookup("U#k1") == []
+    assert idx.files() == [0]
+    b, e, bp, ep, slots, count = idx.header(0)
+    assert (b, e, bp, ep, slots, count) == (1700000000000, 1700000005000, 0, 19900, 64, 201)
+    # bytes keys (the producer's fast path hands pre-encoded keys) index the same
+    idx.add([(b"T#bytes", 20000)], 1700000006000)
+    assert idx.lookup("T#bytes") == [20000]
+
+
+def test_different_keys_sharing_a_slot_are_told_apart_by_hash(tmp_path: Path) -> None:
+    idx = KeyIndex(tmp_path / "index", slots=1, entries=100)   # every key lands in slot 0
+    idx.add([("T#a", 1), ("T#b", 2), ("T#a", 3), ("T#c", 4), ("T#b", 5)], 1700000000000)
+    assert idx.lookup("T#a") == [3, 1]
+    assert idx.lookup("T#b") == [5, 2]
+    assert idx.lookup("T#c") == [4]
+
+
+def test_true_hash_collisions_are_returned_unverified(tmp_path: Path) -> None:
+    idx = KeyIndex(tmp_path / "index", slots=1024, entries=100)
+    idx.add([(f"T#{COLLIDE_A}", 10), (f"T#{COLLIDE_B}", 20)], 1700000000000)
+    # the index cannot tell them apart; the store reads each record to decide
+    assert sorted(idx.lookup(f"T#{COLLIDE_A}")) == [10, 20]
+
+
+def test_store_resolves_hash_collisions_by_reading_the_record(root: Path) -> None:
+    s = open_store(root)
+    ra = s.put([draft("T", "a", properties={"KEYS": COLLIDE_A})])[0]
+    rb = s.put([draft("T", "b", properties={"KEYS": COLLIDE_B})])[0]
+    assert [m.body for m in s.query_key("T", COLLIDE_A)] == [b"a"]
+    assert [m.body for m in s.query_key("T", COLLIDE_B)] == [b"b"]
+    assert {ra.commitlog_offset, rb.commitlog_offset} == set(s.index.lookup(f"T#{COLLIDE_A}"))
+    s.close()
+
+
+def test_index_rolls_to_a_new_file_when_full(tmp_path: Path) -> None:
+    idx = KeyIndex(tmp_path / "index", slots=4, entries=10)   # 9 usable entries per file
+    items = [(f"T#k{i % 3}", 1000 + 10 * i) for i in range(40)]
+    idx.add(items[:5], 1700000000000)
+    idx.add(items[5:], 1700000001000)   # one batch that spans several files
+    files = idx.files()
+    assert len(files) == 5
+    assert files == [items[9 * n][1] for n in range(5)]   # named by the first entry's offset
+    assert sorted(os.listdir(idx.dir)) == [F.segment_name(b) for b in files]
+    for base in files[:-1]:
+        assert idx.header(base)[5] == 10
+    for k in range(3):
+        assert idx.lookup(f"T#k{k}", limit=100) == [p for key, p in items if key == f"T#k{k}"][::-1]
+    # files are created sparse-free up to their slot table, entries appended after it
+    size = (tmp_path / "index" / F.segment_name(files[0])).stat().st_size
+    assert size == F.INDEX_HEADER_SIZE + 4 * 4 + 10 * F.INDEX_ENTRY_SIZE
+
+
+def test_adding_the_same_offsets_again_is_idempotent(tmp_path: Path) -> None:
+    idx = KeyIndex(tmp_path / "index", slots=16, entries=100)
+    items = [(f"T#k{i}", 10 * i) for i in range(10)]
+    idx.add(items, 1700000000000)
+    idx.add(items, 1700000000000)            # recovery replays the same records
+    idx.add(items[5:] + [("T#k1", 500)], 1700000000000)
+    assert idx.header(0)[5] == 12
+    assert idx.lookup("T#k1") == [500, 10]
+    assert idx.lookup("T#k7") == [70]
+
+
+def test_truncate_after_removes_files_that_begin_past_the_end(tmp_path: Path) -> None:
+    idx = KeyIndex(tmp_path / "index", slots=4, entries=5)
+    idx.add([(f"T#k{i}", 100 * i) for i in range(12)], 1700000000000)
+    assert idx.files() == [0, 400, 800]
+    idx.truncate_after(400)
+    assert idx.files() == [0]
+
+
+def test_a_batch_that_fails_while_rolling_the_index_does_not_hide_later_keys(root: Path, monkeypatch) -> None:
+    """The batch's first index file took some entries (and moved its end offset past them)
+    before creating the next file failed: the batch is undone, and the keys of the records
+    later written at those same offsets must still be indexed."""
+    from store.errors import StoreIOError
+    s = open_store(root)
+    s.index = KeyIndex(s.layout.index_dir, slots=8, entries=6)
+    s.put([draft("T", "a", properties={"KEYS": "ka"})])
+    real_create = KeyIndex._create
+
+    def failing_create(self, begin_phys, begin_ts):
+        raise StoreIOError("cannot create index file: no space left on device")
+
+    monkeypatch.setattr(KeyIndex, "_create", failing_create)
+    end = s.commitlog.end()
+    try:
+        s.put([draft("T", f"b{i}", properties={"KEYS": f"kb{i}"}) for i in range(5)])
+    except StoreIOError:
+        pass
+    else:
+        raise AssertionError("the batch should have failed")
+    assert s.commitlog.end() == end
+    monkeypatch.setattr(KeyIndex, "_create", real_create)
+    res = s.put([draft("T", f"c{i}", properties={"KEYS": f"kc{i}"}) for i in range(5)])
+    for i, r in enumerate(res):
+        assert [m.body for m in s.query_key("T", f"kc{i}")] == [f"c{i}".encode()]
+        assert s.find(r.uniq_key).body == f"c{i}".encode()
+    assert s.query_key("T", "kb1") == []
+    s.close()
+
+
+class _Killed(BaseException):
+    """Stands in for SIGKILL: nothing catches it, no cleanup runs in the store's code."""
+
+
+@pytest.mark.parametrize("n", [50, 3000])   # both of _add_to's paths (slot by slot, whole table)
+def test_a_writer_killed_before_the_index_header_keeps_older_chains(root: Path, monkeypatch, n: int) -> None:
+    """A writer dies after the index's entries and slots but before its header: the next
+    opener re-adds the batch. Older messages sharing a slot must still be found."""
+    import store.log.index as index_mod
+    s = open_store(root)
+    old = s.put([draft("T", f"old{i}", properties={"KEYS": f"k{i}"}) for i in range(n)])
+
+    class Hdr:
+        size = F.INDEX_HEADER_SIZE
+        unpack = staticmethod(F.INDEX_HEADER.unpack)
+        unpack_from = staticmethod(F.INDEX_HEADER.unpack_from)
+
+        @staticmethod
+        def pack_into(*a):
+            raise _Killed()
+
+        pack = staticmethod(F.INDEX_HEADER.pack)
+
+    monkeypatch.setattr(index_mod, "_HDR", Hdr)
+    try:
+        s.put([draft("T", f"new{i}", properties={"KEYS": f"k{i}"}) for i in range(n)])
+    except _Killed:
+        pass
+    monkeypatch.undo()
+    s.close()
+    s = Store_open(root)
+    for i in range(0, n, max(1, n // 100)):
+        assert [m.body for m in s.query_key("T", f"k{i}")] == [f"new{i}".encode(), f"old{i}".encode()], i
+        assert s.find(old[i].uniq_key).body == f"old{i}".encode()
+    s.close()
+
+
+def Store_open(root: Path):
+    from store.log.broker import Store
+    return Store.open(root)

@@ -1,0 +1,252 @@
+"""store/watch.py: a waiter wakes on the changes a consumer cares about, fast, and only then."""
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from store.watch import Watcher, consumer_paths, inotify_available, is_remote_fs
+
+BACKENDS = [pytest.param("inotify", marks=pytest.mark.skipif(not inotify_available(), reason="no inotify")),
+            "poll"]
+
+
+def later(delay: float, fn) -> threading.Thread:  # type: ignore[no-untyped-def]
+    def run() -> None:
+        time.sleep(delay)
+        try:
+            fn()
+        except OSError:
+            pass   # the test is over (a spurious early wake): its files or process are gone
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def settle(w: Watcher) -> None:
+    """Let the fixture's own writes age past the racy window (polling reports a snapshot taken
+    right after a write as one more change, to be safe), and drain what they caused."""
+    time.sleep(0.03)
+    while w.wait(0.03):
+        pass
+
+
+def timed_wait(w: Watcher, timeout: float = 5.0) -> tuple[bool, float]:
+    t0 = time.monotonic()
+    got = w.wait(timeout)
+    return got, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_times_out_when_nothing_changes(tmp_path: Path, backend: str) -> None:
+    (tmp_path / "checkpoint").write_bytes(b"x")
+    with Watcher([tmp_path / "checkpoint", tmp_path], backend=backend) as w:
+        assert w.backend == backend
+        settle(w)
+        got, dt = timed_wait(w, 0.15)
+        assert got is False and 0.1 <= dt < 2.0
+        assert w.changed == set()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_write_in_place_wakes_it(tmp_path: Path, backend: str) -> None:
+    cp = tmp_path / "checkpoint"
+    cp.write_bytes(b"a" * 64)
+    with Watcher([(cp, "file")], backend=backend) as w:
+        def write() -> None:
+            fd = os.open(cp, os.O_WRONLY)
+            os.pwrite(fd, b"b" * 64, 0)
+            os.close(fd)
+        later(0.05, write)
+        got, dt = timed_wait(w)
+        assert got and cp in w.changed and dt < 2.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_atomic_replace_wakes_it(tmp_path: Path, backend: str) -> None:
+    cfg = tmp_path / "config"
+    cfg.mkdir()
+    target = cfg / "consumerOffset.json"
+    target.write_text("{}")
+    with Watcher([cfg], backend=backend) as w:
+        def replace() -> None:
+            tmp = cfg / "consumerOffset.json.tmp"
+            tmp.write_text('{"a": 1}')
+            os.replace(tmp, target)
+        later(0.05, replace)
+        assert w.wait(5.0) and cfg in w.changed
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_entries_created_and_deleted_wake_it(tmp_path: Path, backend: str) -> None:
+    d = tmp_path / "members"
+    d.mkdir()
+    with Watcher([d], backend=backend) as w:
+        later(0.05, lambda: (d / "c1.json").write_text("{}"))
+        assert w.wait(5.0)
+        later(0.05, lambda: (d / "c1.json").unlink())
+        assert w.wait(5.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wake_from_another_thread(tmp_path: Path, backend: str) -> None:
+    with Watcher([tmp_path], backend=backend) as w:
+        settle(w)
+        later(0.05, w.wake)
+        got, dt = timed_wait(w)
+        assert got and dt < 2.0 and w.changed == set()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_change_between_waits_is_not_lost(tmp_path: Path, backend: str) -> None:
+    cp = tmp_path / "checkpoint"
+    cp.write_bytes(b"1")
+    with Watcher([(cp, "file")], backend=backend) as w:
+        settle(w)
+        assert w.wait(0) is False
+        time.sleep(0.02)   # mtime granularity, for polling
+        cp.write_bytes(b"22")
+        assert w.wait(2.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_directory_that_appears_later_is_watched(tmp_path: Path, backend: str) -> None:
+    d = tmp_path / "consumers" / "g1"
+    with Watcher([d], backend=backend) as w:
+        later(0.05, lambda: d.mkdir(parents=True))
+        assert w.wait(5.0) and d in w.changed
+        while w.wait(0.05):   # whatever the creation produced
+            pass
+        later(0.05, lambda: (d / "m.json").write_text("{}"))
+        assert w.wait(5.0) and d in w.changed
+
+
+@pytest.mark.skipif(not inotify_available(), reason="no inotify")
+def test_inotify_wakes_within_a_few_milliseconds(tmp_path: Path) -> None:
+    cp = tmp_path / "checkpoint"
+    cp.write_bytes(b"x")
+    lat = []
+    with Watcher([(cp, "file")], backend="inotify") as w:
+        for _ in range(20):
+            box: list[float] = []
+            while w.wait(0.002):   # the previous write's IN_CLOSE_WRITE, if it came apart
+                pass
+
+            def write(box: list[float] = box) -> None:
+                box.append(time.monotonic())
+                with open(cp, "r+b") as fh:
+                    fh.write(b"y")
+            later(0.005, write)
+            assert w.wait(5.0)
+            lat.append(time.monotonic() - box[0])
+    lat.sort()
+    assert lat[len(lat) // 2] < 0.01, lat   # median; generous for a loaded CI machine
+
+
+@pytest.mark.skipif(not inotify_available(), reason="no inotify")
+def test_readers_do_not_wake_it(tmp_path: Path) -> None:
+    """Read-only opens (lock probes, scans) must not wake waiters, or they wake each other."""
+    d = tmp_path / "locks"
+    d.mkdir()
+    f = d / "q0.lock"
+    f.write_text("")
+    with Watcher([d], backend="inotify") as w:
+        def probe() -> None:
+            fd = os.open(f, os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            os.close(fd)
+            os.listdir(d)
+            f.read_text()
+        later(0.02, probe)
+        assert w.wait(0.3) is False
+
+
+@pytest.mark.skipif(not inotify_available(), reason="no inotify")
+def test_a_lock_holder_killed_wakes_it(tmp_path: Path) -> None:
+    """kill -9 of a flock holder: the kernel closes its (read-write) descriptor, which
+    inotify reports, so a waiter learns of the released lock without polling."""
+    d = tmp_path / "locks"
+    d.mkdir()
+    f = d / "q0.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)", str(f)],
+        stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        with Watcher([d], backend="inotify") as w:
+            while w.wait(0.05):
+                pass
+            later(0.05, lambda: os.kill(holder.pid, signal.SIGKILL))
+            got, dt = timed_wait(w)
+            assert got and dt < 2.0
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # released indeed
+        finally:
+            os.close(fd)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_polling_sees_two_writes_in_one_clock_tick(tmp_path: Path) -> None:
+    """Same size, same coarse mtime: the racy-snapshot rule still reports the second write."""
+    cp = tmp_path / "checkpoint"
+    cp.write_bytes(b"a" * 64)
+    with Watcher([(cp, "file")], backend="poll", poll_min=0.001, poll_max=0.002) as w:
+        settle(w)
+        cp.write_bytes(b"b" * 64)
+        assert w.wait(1.0)
+        cp.write_bytes(b"c" * 64)   # at once: quite likely the same mtime tick
+        assert w.wait(1.0)
+
+
+@pytest.mark.skipif(not inotify_available(), reason="no inotify")
+def test_an_idle_wait_costs_no_cpu(tmp_path: Path) -> None:
+    with Watcher([(tmp_path / "checkpoint", "file"), tmp_path], backend="inotify") as w:
+        c0 = time.thread_time()
+        assert w.wait(0.5) is False
+        assert time.thread_time() - c0 < 0.02
+
+
+def test_consumer_paths_cover_messages_members_offsets_and_locks(tmp_path: Path) -> None:
+    from store.layout import Layout
+    lay = Layout(tmp_path)
+    got = dict(consumer_paths(lay, "g", orderly=True))
+    assert got[lay.checkpoint] == "file"
+    assert got[lay.members_dir("g")] == "dir"
+    assert got[lay.config_dir] == "dir"
+    assert got[lay.queue_locks_dir("g")] == "dir"
+    assert lay.queue_locks_dir("g") not in dict(consumer_paths(lay, "g"))
+
+
+def test_local_tmp_is_not_remote(tmp_path: Path) -> None:
+    assert is_remote_fs(tmp_path) is None
+
+
+def test_forced_polling_by_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MQCTL_WATCH", "poll")
+    with Watcher([tmp_path]) as w:
+        assert w.backend == "poll"
+
+
+def test_a_store_batch_wakes_a_watcher_on_consumer_paths(tmp_path: Path) -> None:
+    """End to end: Store.put rewrites the checkpoint, which is what wakes a consumer."""
+    from store.log.broker import Store
+    from store.log.record import Draft
+    with Store.open(tmp_path / "s", create=True) as st:
+        st.put([Draft(topic="t", body=b"first")])
+        with Watcher(consumer_paths(st.layout, "g")) as w:
+            while w.wait(0.05):
+                pass
+            later(0.05, lambda: st.put([Draft(topic="t", body=b"hello")]))
+            assert w.wait(5.0) and st.layout.checkpoint in w.changed

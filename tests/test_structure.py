@@ -1,0 +1,195 @@
+"""The architecture, checked: what ``aesthetics.md`` and issue 12 ask of the layout.
+
+* no module imports a private name (``_x``) of another module, nor reaches into one through a
+  module alias (``F._x``) or a store handle (``store._x``, ``self.store._x``);
+* ``mqctl`` uses ``store``'s public API only: no private names, and none of the modules that
+  touch the store's files directly (the CLI never reads or writes a file of the store);
+* no import cycles inside ``store/`` (imports inside functions count too: a lazy import that
+  breaks a cycle at run time is still a cycle in the design);
+* ``store`` never imports ``mqctl`` (the dependency arrow points one way);
+* every binary file format is described at the top of the module that owns it.
+
+Pure ``ast`` reading: nothing is imported or run.
+"""
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("store", "mqctl")
+
+# Modules that read or write the store's files themselves: the CLI goes through the API.
+FILE_LEVEL = {
+    "store.fsutil", "store.layout", "store.flock", "store.log.format", "store.log.commitlog",
+    "store.log.consumequeue", "store.log.index", "store.log.checkpoint", "store.log.bodywrite",
+    "store.log.bulk", "store.log.vecread",
+}
+# Private attributes of the standard library that are its public API in all but name.
+ALLOWED_ATTRS = {"os._exit", "sys._getframe"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for p in (ROOT / pkg).rglob("*.py"):
+            parts = list(p.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(mod: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = mod.split(".")
+    if MODULES[mod].name != "__init__.py":
+        base = base[:-1]
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    ids: set[int] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
+            ids.update(id(c) for c in ast.walk(n))
+    return ids
+
+
+def _imports(mod: str, tree: ast.AST) -> list[tuple[str, str | None, int]]:
+    """(imported module, imported name or None, line) for every import outside TYPE_CHECKING."""
+    skip = _type_checking_nodes(tree)
+    out: list[tuple[str, str | None, int]] = []
+    for n in ast.walk(tree):
+        if id(n) in skip:
+            continue
+        if isinstance(n, ast.ImportFrom):
+            target = _resolve(mod, n)
+            for a in n.names:
+                full = f"{target}.{a.name}"
+                if full in MODULES:
+                    out.append((full, None, n.lineno))
+                else:
+                    out.append((target, a.name, n.lineno))
+        elif isinstance(n, ast.Import):
+            out += [(a.name, None, n.lineno) for a in n.names]
+    return out
+
+
+def _trees() -> dict[str, ast.AST]:
+    return {m: ast.parse(p.read_text(), str(p)) for m, p in MODULES.items()}
+
+
+TREES = _trees()
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    bad = [f"{MODULES[m].relative_to(ROOT)}:{line}: {target}.{name}"
+           for m, tree in TREES.items() for target, name, line in _imports(m, tree)
+           if name and name.startswith("_") and not name.startswith("__")
+           and target.split(".")[0] in PACKAGES and target != m]
+    assert not bad, "private names imported across modules:\n" + "\n".join(bad)
+
+
+def test_no_module_reaches_into_another_ones_private_attributes() -> None:
+    bad = []
+    for m, tree in TREES.items():
+        aliases = set()
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.Import, ast.ImportFrom)):
+                for a in n.names:
+                    target = _resolve(m, n) if isinstance(n, ast.ImportFrom) else a.name
+                    full = f"{target}.{a.name}" if isinstance(n, ast.ImportFrom) else a.name
+                    if full in MODULES:
+                        aliases.add(a.asname or a.name)
+        for n in ast.walk(tree):
+            if not (isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")):
+                continue
+            base = ast.unparse(n.value)
+            if f"{base}.{n.attr}" in ALLOWED_ATTRS:
+                continue
+            if base in aliases or base in ("store", "self.store", "s"):
+                bad.append(f"{MODULES[m].relative_to(ROOT)}:{n.lineno}: {base}.{n.attr}")
+    assert not bad, "private attributes reached across modules:\n" + "\n".join(bad)
+
+
+def test_mqctl_uses_only_the_public_api_of_store() -> None:
+    bad = []
+    for m, tree in TREES.items():
+        if not m.startswith("mqctl"):
+            continue
+        for target, name, line in _imports(m, tree):
+            if not target.startswith("store"):
+                continue
+            where = f"{MODULES[m].relative_to(ROOT)}:{line}"
+            if any(part.startswith("_") for part in target.split(".")) or (name or "").startswith("_"):
+                bad.append(f"{where}: private {target}.{name}")
+            elif target in FILE_LEVEL:
+                bad.append(f"{where}: {target} touches the store's files (use the API)")
+    assert not bad, "\n".join(bad)
+
+
+def test_store_never_imports_mqctl() -> None:
+    bad = [f"{MODULES[m].relative_to(ROOT)}:{line}: {target}" for m, tree in TREES.items()
+           if m.startswith("store") for target, _name, line in _imports(m, tree) if target.startswith("mqctl")]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycles_inside_store() -> None:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for m, tree in TREES.items():
+        if not m.startswith("store"):
+            continue
+        for target, name, _line in _imports(m, tree):
+            dep = f"{target}.{name}" if name and f"{target}.{name}" in MODULES else target
+            if dep in MODULES and dep.startswith("store") and dep != m:
+                # a package's own __init__ is where its public names come from, not a cycle
+                if m.startswith(dep + ".") and MODULES[dep].name == "__init__.py":
+                    continue
+                edges[m].add(dep)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(m for m in MODULES if m.startswith("store")):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_every_binary_format_is_described_by_its_owner() -> None:
+    """The modules that own a binary file say its layout in their docstring."""
+    owners = {"store.log.format": "TOTALSIZE", "store.log.consumequeue": "20 bytes",
+              "store.log.index": "slot", "store.log.checkpoint": "64 bytes"}
+    for mod, needle in owners.items():
+        doc = ast.get_docstring(TREES[mod]) or ""
+        assert needle in doc, f"{mod}'s docstring does not describe its format ({needle!r})"

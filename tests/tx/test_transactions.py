@@ -1,0 +1,551 @@
+"""Transactional messages (store/tx/transaction.py, store/tx/check.py, mqctl tx): visibility,
+resolutions, the check service, and exactly-once resolution when a process is killed at each step.
+
+Everything that writes runs in real ``mqctl`` processes; what consumers would see is read
+back through a Store handle of this process, as a consumer of the real topic reads it."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from store.log import format as F
+from store.log.broker import Store
+from store.log.record import (
+    PROP_CHECK_TIMES,
+    PROP_REAL_QID,
+    PROP_REAL_TOPIC,
+    PROP_TRAN_MSG,
+    Message,
+    java_hash,
+)
+from store.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
+from store.tx.check import check_pass, load_progress, pending
+from store.tx.transaction import (
+    COMMITTED,
+    DISCARDED,
+    PREPARED,
+    PROP_TX_OP,
+    ROLLED_BACK,
+    end_transaction,
+    load,
+    parse_op_body,
+)
+from tests.procs import handler_script, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+KILLED = -signal.SIGKILL
+
+# A check command that answers by the body's first letter (c: COMMIT, r: ROLLBACK, else
+# UNKNOWN) and logs each question as one JSON line to the file named by $ASK_LOG.
+ANSWER_BY_BODY = r"""body=$(cat)
+printf '{"tx":"%s","times":"%s","topic":"%s","msgId":"%s","keys":"%s","tags":"%s","body":"%s"}\n' \
+  "$MQ_TX_ID" "$MQ_CHECK_TIMES" "$MQ_TOPIC" "$MQ_MSG_ID" "$MQ_KEYS" "$MQ_TAGS" "$body" >> "$ASK_LOG"
+case "$body" in
+  c*) echo COMMIT ;;
+  r*) echo ROLLBACK ;;
+  *) echo UNKNOWN ;;
+esac"""
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ask_log(tmp_path: Path) -> Path:
+    return tmp_path / "asked.ndjson"
+
+
+def script(tmp_path: Path, name: str, body: str) -> str:
+    """An executable /bin/sh script ``name`` in ``tmp_path`` running ``body``."""
+    return handler_script(tmp_path / name, textwrap.dedent(body).strip())
+
+
+def mq(root: Path, *args: str, failpoints: str = "", env: dict[str, str] | None = None,
+       stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "MQCTL_STORE": str(root), "PYTHONPATH": str(REPO), **(env or {})}
+    full_env.pop("MQCTL_FAILPOINTS", None)
+    if failpoints:
+        full_env["MQCTL_FAILPOINTS"] = failpoints
+    proc = subprocess.run([sys.executable, "-m", "mqctl", *args], input=stdin.decode(),
+                          capture_output=True, text=True, env=full_env, timeout=120)
+    return proc
+
+
+def ok(root: Path, *args: str, **kw) -> subprocess.CompletedProcess[str]:
+    proc = mq(root, *args, **kw)
+    assert proc.returncode == 0, (args, proc.returncode, proc.stderr)
+    return proc
+
+
+def tx_send(root: Path, topic: str, body: str, *args: str) -> dict:
+    proc = ok(root, "tx", "send", topic, body, *args)
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout
+    return json.loads(lines[0])
+
+
+def check(root: Path, cmd: str, *args: str, ask_log: Path | None = None, failpoints: str = "",
+          code: int = 0) -> subprocess.CompletedProcess[str]:
+    env = {"ASK_LOG": str(ask_log)} if ask_log is not None else None
+    proc = mq(root, "tx", "check", "--check-cmd", cmd, "--json", *args, env=env, failpoints=failpoints)
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    return proc
+
+
+def asked(ask_log: Path) -> list[dict]:
+    return [json.loads(line) for line in ask_log.read_text().splitlines()] if ask_log.exists() else []
+
+
+def read_topic(root: Path, topic: str) -> list[Message]:
+    """Every message of ``topic`` as its consumers would pull it, queue by queue."""
+    with Store.open(root) as store:
+        if not store.has_topic(topic):
+            return []
+        return [m for q in store.queue_ids(topic) for m in store.iter_queue(topic, q, 0)]
+
+
+def state_of(root: Path, tx_id: str) -> str:
+    with Store.open(root) as store:
+        return load(store, tx_id).state
+
+
+def ops_of(root: Path, tx_id: str) -> list[tuple[str, tuple[int, ...]]]:
+    return [(m.properties[PROP_TX_OP], parse_op_body(m.body)) for m in read_topic(root, OP_HALF_TOPIC)
+            if m.properties.get("__transactionId__") == tx_id]
+
+
+def pending_ids(root: Path) -> list[str]:
+    """What ``tx list`` lists (its CLI is tested on its own below)."""
+    with Store.open(root) as store:
+        return [p.tx_id for p in pending(store)]
+
+
+def assert_committed_once(root: Path, topic: str, tx_id: str, body: str) -> Message:
+    real = [m for m in read_topic(root, topic) if m.uniq_key == tx_id]
+    assert len(real) == 1, real
+    assert real[0].body == body.encode()
+    assert state_of(root, tx_id) == COMMITTED
+    assert tx_id not in pending_ids(root)
+    return real[0]
+
+
+# -- visibility -----------------------------------------------------------------------------------
+
+def test_a_half_message_is_invisible_until_commit_then_visible_once(root: Path) -> None:
+    ok(root, "init")
+    sent = tx_send(root, "orders", "pay 7", "--tag", "T", "--keys", "k1,k2", "--property", "color=red")
+    assert sent["state"] == PREPARED and sent["txId"] == sent["msgId"]
+    assert read_topic(root, "orders") == []
+    [half] = read_topic(root, HALF_TOPIC)
+    assert half.uniq_key == sent["txId"] and half.sysflag & F.TX_MASK == F.TX_NOT
+    assert half.properties[PROP_REAL_TOPIC] == "orders" and half.properties[PROP_TRAN_MSG] == "true"
+    assert int(half.properties[PROP_REAL_QID]) == sent["queueId"]
+
+    ok(root, "tx", "commit", sent["txId"])
+    [real] = read_topic(root, "orders")
+    assert real.body == b"pay 7" and real.uniq_key == sent["txId"]
+    assert real.tags == "T" and real.keys == ["k1", "k2"] and real.user_properties == {"color": "red"}
+    assert real.queue_id == sent["queueId"]
+    assert real.sysflag & F.TX_MASK == F.TX_COMMIT
+    assert real.prepared_tx_offset == half.commitlog_offset
+    assert not {PROP_REAL_TOPIC, PROP_REAL_QID, PROP_TRAN_MSG} & set(real.properties)
+    [op] = read_topic(root, OP_HALF_TOPIC)
+    assert op.tags == "d" and op.body == b"0," and op.properties[PROP_TX_OP] == "COMMIT"
+
+
+def test_a_rolled_back_message_is_never_visible(root: Path) -> None:
+    sent = tx_send(root, "orders", "nope")
+    ok(root, "tx", "rollback", sent["txId"])
+    assert read_topic(root, "orders") == []
+    assert ops_of(root, sent["txId"]) == [("ROLLBACK", (0,))]
+    assert state_of(root, sent["txId"]) == ROLLED_BACK
+    assert pending_ids(root) == []
+
+
+def test_the_real_queue_is_chosen_at_send_time(root: Path) -> None:
+    by_key = tx_send(root, "orders", "a", "--sharding-key", "customer-9")
+    assert by_key["queueId"] == abs(java_hash("customer-9")) % 8
+    by_queue = tx_send(root, "orders", "b", "--queue", "3")
+    assert by_queue["queueId"] == 3
+    for sent in (by_key, by_queue):
+        ok(root, "tx", "commit", sent["txId"])
+    assert sorted((m.body, m.queue_id) for m in read_topic(root, "orders")) == [
+        (b"a", by_key["queueId"]), (b"b", 3)]
+
+
+def test_msg_show_reports_the_transaction_state(root: Path) -> None:
+    sent = tx_send(root, "orders", "x")
+    half = json.loads(ok(root, "msg", "show", sent["offsetMsgId"], "--json").stdout)
+    assert half["transaction"]["state"] == PREPARED and half["transaction"]["txId"] == sent["txId"]
+    ok(root, "tx", "commit", sent["txId"])
+    real = json.loads(ok(root, "msg", "show", sent["txId"], "--json").stdout)
+    assert real["topic"] == "orders"
+    assert real["transaction"]["state"] == COMMITTED
+
+
+# -- resolutions and exit codes -------------------------------------------------------------------
+
+def test_repeated_and_conflicting_resolutions(root: Path) -> None:
+    a = tx_send(root, "orders", "a")["txId"]
+    b = tx_send(root, "orders", "b")["txId"]
+    ok(root, "tx", "commit", a)
+    again = json.loads(ok(root, "tx", "commit", a, "--json").stdout)
+    assert again["changed"] is False and again["state"] == COMMITTED
+    conflict = mq(root, "tx", "rollback", a)
+    assert conflict.returncode == 4 and "already committed" in conflict.stderr
+    ok(root, "tx", "rollback", b)
+    ok(root, "tx", "rollback", b)
+    assert mq(root, "tx", "commit", b).returncode == 4
+    assert mq(root, "tx", "commit", "0" * 32).returncode == 3
+    assert mq(root, "tx", "rollback", "not-a-tx").returncode == 3
+    assert [m.body for m in read_topic(root, "orders")] == [b"a"]
+    assert len(ops_of(root, a)) == 1 and len(ops_of(root, b)) == 1
+
+
+def test_the_offset_id_of_the_half_message_names_the_transaction(root: Path) -> None:
+    sent = tx_send(root, "orders", "a")
+    ok(root, "tx", "commit", sent["offsetMsgId"])
+    assert_committed_once(root, "orders", sent["txId"], "a")
+
+
+def test_exec_runs_the_local_transaction(root: Path, tmp_path: Path) -> None:
+    seen = tmp_path / "seen"
+    local = script(tmp_path, "local.sh", f"""\
+        body=$(cat)
+        echo "$MQ_TX_ID $MQ_TOPIC $body" >> {seen}
+        echo "this goes to stderr, not to tx send's stdout"
+        case "$body" in c*) exit 0 ;; r*) exit 1 ;; *) exit 7 ;; esac
+        """)
+    results = {body: tx_send(root, "orders", body, "--exec", local) for body in ("commit", "roll", "unsure")}
+    assert {b: r["state"] for b, r in results.items()} == {
+        "commit": COMMITTED, "roll": ROLLED_BACK, "unsure": "UNKNOWN"}
+    assert sorted(seen.read_text().splitlines()) == sorted(
+        f"{r['txId']} orders {b}" for b, r in results.items())
+    assert [m.body for m in read_topic(root, "orders")] == [b"commit"]
+    assert pending_ids(root) == [results["unsure"]["txId"]]
+
+
+def test_a_missing_exec_command_stores_nothing(root: Path) -> None:
+    ok(root, "init")
+    proc = mq(root, "tx", "send", "orders", "x", "--exec", "/nonexistent/cmd")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert read_topic(root, HALF_TOPIC) == []
+
+
+def test_list_shows_unresolved_transactions_with_their_fields(root: Path) -> None:
+    a = tx_send(root, "orders", "a", "--keys", "k")
+    b = tx_send(root, "audit", "b")
+    ok(root, "tx", "commit", tx_send(root, "orders", "c")["txId"])
+    rows = [json.loads(line) for line in ok(root, "tx", "list", "--json").stdout.splitlines()]
+    assert [(r["txId"], r["topic"], r["msgId"], r["checkTimes"]) for r in rows] == [
+        (a["txId"], "orders", a["txId"], 0), (b["txId"], "audit", b["txId"], 0)]
+    assert all(isinstance(r["bornTimestamp"], int) and r["bornTimestamp"] > 0 for r in rows)
+
+
+# -- the check service ----------------------------------------------------------------------------
+
+def test_check_resolves_by_the_answer_and_asks_unknown_ones_again(root: Path, tmp_path: Path,
+                                                                  ask_log: Path) -> None:
+    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    c = tx_send(root, "orders", "c1", "--keys", "k1,k2", "--tag", "T")["txId"]
+    r = tx_send(root, "orders", "r1")["txId"]
+    u = tx_send(root, "orders", "u1")["txId"]
+    proc = check(root, cmd, "--timeout", "0", ask_log=ask_log)
+    events = {e["txId"]: e for e in map(json.loads, proc.stdout.splitlines())}
+    assert {t: (e["answer"], e["state"]) for t, e in events.items()} == {
+        c: ("COMMIT", COMMITTED), r: ("ROLLBACK", ROLLED_BACK), u: ("UNKNOWN", PREPARED)}
+    first = {q["tx"]: q for q in asked(ask_log)}
+    assert first[c] == {"tx": c, "times": "1", "topic": "orders", "msgId": c, "keys": "k1 k2",
+                        "tags": "T", "body": "c1"}
+    assert_committed_once(root, "orders", c, "c1")
+    assert state_of(root, r) == ROLLED_BACK
+    assert [m.body for m in read_topic(root, "orders")] == [b"c1"]
+
+    # The unknown one was re-appended with its count; the pass moved past every offset.
+    copies = [m for m in read_topic(root, HALF_TOPIC) if m.uniq_key == u]
+    assert [m.properties.get(PROP_CHECK_TIMES) for m in copies] == [None, "1"]
+    with Store.open(root) as store:
+        assert load_progress(store.layout)[0] == 3
+    assert pending_ids(root) == [u]
+
+    check(root, cmd, "--timeout", "0", ask_log=ask_log)
+    assert [(q["tx"], q["times"]) for q in asked(ask_log)[3:]] == [(u, "2")]
+
+
+def test_young_half_messages_wait_for_the_timeout(root: Path, tmp_path: Path, ask_log: Path) -> None:
+    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    c = tx_send(root, "orders", "c1")["txId"]
+    check(root, cmd, ask_log=ask_log)  # default timeout: 6 s
+    check(root, cmd, "--timeout", "1h", ask_log=ask_log)
+    assert asked(ask_log) == []
+    assert pending_ids(root) == [c]
+    time.sleep(1.1)
+    check(root, cmd, "--timeout", "1s", ask_log=ask_log)
+    assert [q["tx"] for q in asked(ask_log)] == [c]
+    assert_committed_once(root, "orders", c, "c1")
+
+
+def test_check_immunity_property_overrides_the_timeout(root: Path, tmp_path: Path, ask_log: Path) -> None:
+    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    immune = tx_send(root, "orders", "c-immune", "-p", "CHECK_IMMUNITY_TIME_IN_SECONDS=3600")["txId"]
+    plain = tx_send(root, "orders", "c-plain")["txId"]
+    eager = tx_send(root, "orders", "c-eager", "-p", "CHECK_IMMUNITY_TIME_IN_SECONDS=0")["txId"]
+    check(root, cmd, "--timeout", "0", ask_log=ask_log)
+    # The immune one does not block the ones after it, but holds the progress offset back.
+    assert sorted(q["tx"] for q in asked(ask_log)) == sorted([plain, eager])
+    assert pending_ids(root) == [immune]
+    with Store.open(root) as store:
+        assert load_progress(store.layout)[0] == 0
+    check(root, cmd, "--timeout", "0", ask_log=ask_log)
+    assert len(asked(ask_log)) == 2
+    # A zero immunity is checked even when the timeout would leave it alone.
+    zero = tx_send(root, "orders", "c-zero", "-p", "CHECK_IMMUNITY_TIME_IN_SECONDS=0")["txId"]
+    check(root, cmd, "--timeout", "1h", ask_log=ask_log)
+    assert [q["tx"] for q in asked(ask_log)[2:]] == [zero]
+
+
+def test_after_max_checks_a_transaction_is_discarded_then_can_be_resolved_by_hand(
+        root: Path, tmp_path: Path, ask_log: Path) -> None:
+    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    u = tx_send(root, "orders", "u1")["txId"]
+    for _ in range(2):
+        check(root, cmd, "--timeout", "0", "--max-checks", "2", ask_log=ask_log)
+    assert [q["times"] for q in asked(ask_log)] == ["1", "2"]
+    proc = check(root, cmd, "--timeout", "0", "--max-checks", "2", ask_log=ask_log)
+    [event] = map(json.loads, proc.stdout.splitlines())
+    assert (event["action"], event["state"]) == ("discarded", DISCARDED)
+    [parked] = read_topic(root, CHECK_MAX_TOPIC)
+    assert parked.uniq_key == u and parked.body == b"u1"
+    assert state_of(root, u) == DISCARDED and pending_ids(root) == []
+    check(root, cmd, "--timeout", "0", "--max-checks", "2", ask_log=ask_log)
+    assert len(asked(ask_log)) == 2 and len(read_topic(root, CHECK_MAX_TOPIC)) == 1
+    ok(root, "tx", "commit", u)
+    assert_committed_once(root, "orders", u, "u1")
+
+
+@pytest.mark.parametrize("body", [
+    "sleep 30; echo COMMIT",               # overruns --cmd-timeout
+    "echo COMMIT; exit 3",                 # non-zero exit
+    "echo COMMIT; kill -9 $$",             # crash
+    "echo 'I think so'",                   # not an answer
+])
+def test_a_failed_check_command_means_unknown(root: Path, tmp_path: Path, body: str) -> None:
+    cmd = script(tmp_path, "bad.sh", "cat >/dev/null\n" + body)
+    tx = tx_send(root, "orders", "x")["txId"]
+    t0 = time.monotonic()
+    proc = check(root, cmd, "--timeout", "0", "--cmd-timeout", "500ms")
+    assert time.monotonic() - t0 < 20
+    [event] = map(json.loads, proc.stdout.splitlines())
+    assert (event["answer"], event["state"]) == ("UNKNOWN", PREPARED)
+    assert pending_ids(root) == [tx] and read_topic(root, "orders") == []
+
+
+def test_rocketmq_answer_spellings_are_accepted(root: Path, tmp_path: Path) -> None:
+    cmd = script(tmp_path, "rmq.sh", "cat >/dev/null\necho checking\necho commit_message")
+    tx = tx_send(root, "orders", "x")["txId"]
+    check(root, cmd, "--timeout", "0")
+    assert_committed_once(root, "orders", tx, "x")
+
+
+def test_one_stuck_transaction_does_not_hold_back_progress(root: Path, tmp_path: Path, ask_log: Path) -> None:
+    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    for body in ("u-stuck", "c1", "r1", "c2"):
+        tx_send(root, "orders", body)
+    for _ in range(3):
+        check(root, cmd, "--timeout", "0", ask_log=ask_log)
+    with Store.open(root) as store:
+        half, op = load_progress(store.layout)
+        # Left for the next pass: only what the last pass wrote, the stuck one's newest copy
+        # and the op record that finished the copy before it.
+        assert half == store.max_offset(HALF_TOPIC, 0) - 1
+        assert op == store.max_offset(OP_HALF_TOPIC, 0) - 1
+    assert [q["body"] for q in asked(ask_log)].count("u-stuck") == 3
+    assert sorted(m.body for m in read_topic(root, "orders")) == [b"c1", b"c2"]
+
+
+def test_loop_keeps_checking_and_stops_cleanly_on_sigterm(root: Path, tmp_path: Path, ask_log: Path) -> None:
+    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    ok(root, "init")
+    env = {**os.environ, "MQCTL_STORE": str(root), "PYTHONPATH": str(REPO), "ASK_LOG": str(ask_log)}
+    proc = subprocess.Popen([sys.executable, "-m", "mqctl", "tx", "check", "--check-cmd", cmd, "--loop",
+                             "--timeout", "0", "--interval", "100ms"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        tx = tx_send(root, "orders", "c-late")["txId"]
+        wait_for(lambda: state_of(root, tx) == COMMITTED, timeout=30, what="the loop to commit it")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert_committed_once(root, "orders", tx, "c-late")
+
+
+# -- crashes: exactly once ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("point", ["tx-commit-after-real", "tx-commit-after-op"])
+@pytest.mark.parametrize("finish", ["commit-again", "check-pass"])
+def test_commit_killed_at_each_step_completes_exactly_once(root: Path, tmp_path: Path, ask_log: Path,
+                                                          point: str, finish: str) -> None:
+    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    tx = tx_send(root, "orders", "r-but-committed")["txId"]
+    assert mq(root, "tx", "commit", tx, failpoints=point).returncode == KILLED
+    assert len(read_topic(root, "orders")) == 1  # the committed message is written first
+    assert state_of(root, tx) == COMMITTED
+    if finish == "commit-again":
+        again = json.loads(ok(root, "tx", "commit", tx, "--json").stdout)
+        assert again["changed"] is False
+    else:  # the check service completes it without asking (its answer would be ROLLBACK)
+        check(root, cmd, "--timeout", "0", ask_log=ask_log)
+        assert asked(ask_log) == []
+    assert [kind for kind, _ in ops_of(root, tx)] == ["COMMIT"]
+    assert mq(root, "tx", "rollback", tx).returncode == 4
+    check(root, cmd, "--timeout", "0", ask_log=ask_log)
+    assert asked(ask_log) == []
+    assert_committed_once(root, "orders", tx, "r-but-committed")
+
+
+CHECK_POINTS = ["tx-check-after-copy", "tx-check-after-op", "tx-check-after-answer",
+                "tx-commit-after-real", "tx-commit-after-op", "tx-check-before-progress"]
+
+
+@pytest.mark.parametrize("point", CHECK_POINTS)
+def test_check_pass_killed_at_each_step_resolves_exactly_once(root: Path, tmp_path: Path, ask_log: Path,
+                                                              point: str) -> None:
+    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    txs = {body: tx_send(root, "orders", body)["txId"] for body in ("c1", "c2", "r1")}
+    check(root, cmd, "--timeout", "0", ask_log=ask_log, failpoints=point, code=KILLED)
+    for _ in range(2):
+        check(root, cmd, "--timeout", "0", ask_log=ask_log)
+    for body in ("c1", "c2"):
+        assert_committed_once(root, "orders", txs[body], body)
+    assert state_of(root, txs["r1"]) == ROLLED_BACK
+    assert sorted(m.body for m in read_topic(root, "orders")) == [b"c1", b"c2"]
+    assert pending_ids(root) == []
+    # Each transaction was asked once, or twice when the kill came before its answer was used.
+    per_tx = [q["tx"] for q in asked(ask_log)]
+    assert all(1 <= per_tx.count(t) <= 2 for t in txs.values())
+    n = len(per_tx)
+    check(root, cmd, "--timeout", "0", ask_log=ask_log)
+    assert len(asked(ask_log)) == n
+
+
+def test_killed_in_the_middle_of_a_pass_the_rest_is_done_next_time(root: Path, tmp_path: Path,
+                                                                   ask_log: Path) -> None:
+    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    txs = [tx_send(root, "orders", f"c{i}")["txId"] for i in range(4)]
+    check(root, cmd, "--timeout", "0", ask_log=ask_log, failpoints="tx-commit-after-real:3", code=KILLED)
+    assert [state_of(root, t) for t in txs] == [COMMITTED, COMMITTED, COMMITTED, PREPARED]
+    check(root, cmd, "--timeout", "0", ask_log=ask_log)
+    for i, t in enumerate(txs):
+        assert_committed_once(root, "orders", t, f"c{i}")
+    assert [q["tx"] for q in asked(ask_log)] == txs  # the one killed mid-commit was not asked again
+
+
+def test_discard_killed_after_the_parked_copy_is_completed(root: Path, tmp_path: Path, ask_log: Path) -> None:
+    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    u = tx_send(root, "orders", "u1")["txId"]
+    check(root, cmd, "--timeout", "0", "--max-checks", "1", ask_log=ask_log)
+    check(root, cmd, "--timeout", "0", "--max-checks", "1", ask_log=ask_log,
+          failpoints="tx-discard-after-copy", code=KILLED)
+    assert state_of(root, u) == DISCARDED
+    proc = check(root, cmd, "--timeout", "0", "--max-checks", "1", ask_log=ask_log)
+    assert [json.loads(line)["action"] for line in proc.stdout.splitlines()] == ["repaired"]
+    assert [kind for kind, _ in ops_of(root, u)] == ["CHECK", "DISCARD"]
+    assert len(read_topic(root, CHECK_MAX_TOPIC)) == 1 and len(asked(ask_log)) == 1
+
+
+def test_send_killed_before_the_local_transaction_is_left_to_the_check(root: Path, tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    local = script(tmp_path, "local.sh", f"touch {ran}\nexit 0")
+    proc = mq(root, "tx", "send", "orders", "c1", "--exec", local, failpoints="tx-send-after-half")
+    assert proc.returncode == KILLED and proc.stdout == "" and not ran.exists()
+    [tx] = pending_ids(root)
+    check(root, script(tmp_path, "answer.sh", ANSWER_BY_BODY), "--timeout", "0",
+          ask_log=tmp_path / "log")
+    assert_committed_once(root, "orders", tx, "c1")
+
+
+def test_a_handle_opened_before_a_writer_died_mid_put_recovers_before_deciding(root: Path) -> None:
+    tx = tx_send(root, "orders", "c1")["txId"]
+    with Store.open(root) as early:
+        # Killed with the committed message in the log but not yet in its queue or the index.
+        assert mq(root, "tx", "commit", tx, failpoints="put-after-log").returncode == KILLED
+        res = end_transaction(early, tx, True)
+        assert (res.state, res.changed) == (COMMITTED, False)
+        questions: list[Message] = []
+        check_pass(early, lambda m, n: questions.append(m) or "COMMIT", timeout_ms=0)
+        assert questions == []
+    assert_committed_once(root, "orders", tx, "c1")
+    assert [kind for kind, _ in ops_of(root, tx)] == ["COMMIT"]
+
+
+# -- several processes at once --------------------------------------------------------------------
+
+def test_parallel_check_passes_resolve_each_transaction_once(root: Path, tmp_path: Path, ask_log: Path) -> None:
+    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    txs = {f"c{i}": tx_send(root, "orders", f"c{i}")["txId"] for i in range(8)}
+    env = {**os.environ, "MQCTL_STORE": str(root), "PYTHONPATH": str(REPO), "ASK_LOG": str(ask_log)}
+    env.pop("MQCTL_FAILPOINTS", None)
+    procs = [subprocess.Popen([sys.executable, "-m", "mqctl", "tx", "check", "--check-cmd", cmd,
+                               "--timeout", "0"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    for body, tx in txs.items():
+        assert_committed_once(root, "orders", tx, body)
+    assert sorted(q["tx"] for q in asked(ask_log)) == sorted(txs.values())
+
+
+def test_a_check_racing_manual_commits_never_resolves_both_ways(root: Path, tmp_path: Path) -> None:
+    cmd = script(tmp_path, "rollback.sh", "cat >/dev/null\necho ROLLBACK")
+    txs = [tx_send(root, "orders", f"m{i}")["txId"] for i in range(6)]
+    env = {**os.environ, "MQCTL_STORE": str(root), "PYTHONPATH": str(REPO)}
+    env.pop("MQCTL_FAILPOINTS", None)
+    checker = subprocess.Popen([sys.executable, "-m", "mqctl", "tx", "check", "--check-cmd", cmd,
+                                "--timeout", "0"], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    codes = {tx: mq(root, "tx", "commit", tx).returncode for tx in txs}
+    assert checker.wait(timeout=120) == 0
+    real = {m.uniq_key for m in read_topic(root, "orders")}
+    assert len(read_topic(root, "orders")) == len(real)
+    for tx in txs:
+        state = state_of(root, tx)
+        assert (state, codes[tx], tx in real) in ((COMMITTED, 0, True), (ROLLED_BACK, 4, False))
+
+
+# -- failpoints -----------------------------------------------------------------------------------
+
+def _run_failpoints(spec: str, hits: int) -> subprocess.CompletedProcess[str]:
+    code = f"from store.failpoints import failpoint\nfor i in range({hits}):\n" \
+           "    print(i, flush=True)\n    failpoint('unit-point')\n"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MQCTL_FAILPOINTS": spec}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_a_failpoint_kills_only_when_armed_and_at_the_armed_hit() -> None:
+    assert _run_failpoints("other-point", 3).returncode == 0
+    first = _run_failpoints("unit-point", 3)
+    assert first.returncode == KILLED and first.stdout.split() == ["0"]
+    third = _run_failpoints("x, unit-point:3", 5)
+    assert third.returncode == KILLED and third.stdout.split() == ["0", "1", "2"]
+    assert "failpoint unit-point" in third.stderr
+
+
+def test_tx_send_refuses_property_separators_in_tags_and_keys(root: Path) -> None:
+    # A \x02 in --tag would end TAGS and start a forged property (here: the unique key).
+    for args in (["--tag", "a\x02UNIQ_KEY\x01forged"], ["--keys", "k\x01v"], ["--sharding-key", "s\x02x"]):
+        proc = mq(root, "tx", "send", "t", "body", *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr.startswith("mqctl: error: ") and proc.stderr.count("\n") == 1
+    assert not (root / "consumequeue" / HALF_TOPIC).exists()  # nothing was stored
