@@ -154,6 +154,18 @@ class Producer:
         props = message_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)
         deliver = delay_spec(delay)
         self._check_route(store, topic, queue, sharding_key)
+        if deliver is None:
+            # the batch encoder of ``mqctl send`` (Store.put_bodies): one pass over the bodies,
+            # properties shared, the sharding key per body
+            from store.log.record import PROP_SHARDING_KEY, offset_msg_id
+            shared = {k: v for k, v in props.items() if k != PROP_SHARDING_KEY}
+            res = store.put_bodies(topic, data, properties=shared, queue_id=-1 if queue is None else queue,
+                                   sharding_keys=None if sharding_key is None else [sharding_key] * len(data),
+                                   sync=self.flush == "sync")
+            ts = res.store_timestamp
+            return [SendResult(msg_id=uk, topic=topic, queue_id=q, queue_offset=o, offset_msg_id=offset_msg_id(p),
+                               commitlog_offset=p, store_timestamp=ts)
+                    for uk, q, o, p in zip(res.uniq_keys, res.queue_ids, res.queue_offsets, res.commitlog_offsets)]
         from store.log.record import Draft
         drafts: list[Draft] = [Draft(topic, b, dict(props), -1 if queue is None else queue, sharding_key)
                                for b in data]
