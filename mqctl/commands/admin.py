@@ -7,6 +7,7 @@ is gone (stale) or stuck past the store lease (expired).
 """
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
@@ -70,9 +71,8 @@ def locks(
 ) -> None:
     from mqctl.output import Output
     from store.client.admin import Admin
-    from store.flock import now_ms
     locks = Admin.of(state(ctx).store()).locks(group)
-    now = now_ms()
+    now = int(time.time() * 1000)
     rows = [_lock_row(lk, now) for lk in locks]
     out = Output(json=json)
     if rows:
@@ -220,14 +220,13 @@ def unlock(
     from store.client.admin import lock_row, lock_state, require_group
     from store.client.qlocks import list_locks
     from store.client.qlocks import unlock as run_unlock
-    from store.flock import now_ms
     from store.names import validate_any_topic, validate_group
     validate_group(group)
     if topic is not None:
         validate_any_topic(topic)
     store = state(ctx).store()
     require_group(store, group)
-    now = now_ms()
+    now = int(time.time() * 1000)
     present = [i for i in list_locks(store.layout, group)
                if (topic is None or i.topic == topic) and (queue is None or i.queueId == queue)]
     if dry_run:

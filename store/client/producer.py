@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import datetime as _dt
-from types import TracebackType
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
 
 from store import names
+from store.client.handle import StoreClient
 from store.client.message import SendResult
 from store.client.paths import PathLike, resolve_store_path
 from store.errors import UsageError
@@ -87,7 +87,7 @@ def delay_spec(delay: Delay | None) -> tuple[int, int] | None:
     return delay, LEVEL_MS[delay - 1]
 
 
-class Producer:
+class Producer(StoreClient):
     """Sends messages to a store, as ``mqctl send`` does.
 
     ``path`` is the store directory; ``None`` selects ``$MQCTL_STORE``, else
@@ -106,6 +106,8 @@ class Producer:
 
     A producer is not thread-safe: give each thread its own (they may share one store).
     """
+
+    _what = "this producer"
 
     def __init__(self, path: PathLike | None = None, *, flush: str = "async") -> None:
         if flush not in ("async", "sync"):
@@ -188,23 +190,5 @@ class Producer:
             raise UsageError(f"topic {topic!r} is ordered: give a sharding_key or a queue")
 
     # -- lifecycle -------------------------------------------------------------------------
-    def _open_store(self) -> "Store":
-        if self._store is None:
-            raise UsageError("this producer is closed")
-        return self._store
-
-    def close(self) -> None:
-        """Release the store handle. Every result returned before stays valid."""
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-
-    def __enter__(self) -> "Producer":
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"Producer(path={str(self.path)!r}, flush={self.flush!r}{', closed' if self._store is None else ''})"

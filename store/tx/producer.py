@@ -8,10 +8,10 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from store import names
+from store.client.handle import StoreClient
 from store.client.message import Message
 from store.client.paths import PathLike, resolve_store_path
 from store.client.producer import Body, body_bytes, message_properties
@@ -76,7 +76,7 @@ class TransactionSendResult:
         return self.tx_id
 
 
-class TransactionProducer:
+class TransactionProducer(StoreClient):
     """Sends transactional messages, as ``mqctl tx`` does (RocketMQ's half messages).
 
     ::
@@ -102,6 +102,8 @@ class TransactionProducer:
     ``path=None`` selects ``$MQCTL_STORE``, else ``~/.mqctl/store`` (created if missing).
     ``flush="sync"`` fsyncs every record before a call returns.
     """
+
+    _what = "this transaction producer"
 
     def __init__(self, path: PathLike | None = None, *, check: Checker | None = None,
                  flush: str = "async") -> None:
@@ -206,20 +208,3 @@ class TransactionProducer:
         from dataclasses import replace
         return replace(m, queue_id=qid, msg_id=tx_id or m.msg_id)
 
-    def _open_store(self) -> "Store":
-        if self._store is None:
-            raise UsageError("this transaction producer is closed")
-        return self._store
-
-    def close(self) -> None:
-        """Release the store handle."""
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-
-    def __enter__(self) -> "TransactionProducer":
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
