@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 StartFrom = Union[str, int, _dt.datetime]
 Handler = Callable[[Message], object]
 
-PREFETCH = 32            # messages handed to the iterator ahead of the loop body, at most
+PREFETCH = 4             # batches handed to the iterator ahead of the loop body, at most
+ITER_BATCH = 256         # messages per batch (concurrent mode; orderly hands one at a time)
 _POLL_S = 0.05
 
 _ids_lock = threading.Lock()
@@ -81,22 +82,23 @@ def _seconds_ms(what: str, value: float | _dt.timedelta | None) -> int | None:
 
 
 class _IteratorSink:
-    """The pool sink behind :meth:`Consumer.messages`: each batch (one message) becomes a
-    future that the iterating thread resolves: consumed when the loop asks for the next
-    message, released when the message must be delivered again."""
+    """The pool sink behind :meth:`Consumer.messages`: each batch becomes a future that the
+    iterating thread resolves once it has walked it: consumed when the loop asked for the
+    message after the batch's last, partly consumed (the first k) when the loop stopped inside
+    it, released when nothing of it was. Orderly batches are one message (their queue is
+    committed or retried as a whole)."""
 
-    batch = 1
-
-    def __init__(self, prefetch: int) -> None:
+    def __init__(self, prefetch: int, batch: int) -> None:
         self.max_in_flight = prefetch
-        self.handoff: queue_mod.SimpleQueue[tuple[cf.Future[Any], Message]] = queue_mod.SimpleQueue()
+        self.batch = batch
+        self.handoff: queue_mod.SimpleQueue[tuple[cf.Future[Any], list[Message]]] = queue_mod.SimpleQueue()
 
     def submit(self, batch: list["record.Message"], topic: str) -> "cf.Future[Outcome]":
         fut: cf.Future[Outcome] = cf.Future[Any]()
-        self.handoff.put((fut, Message.from_record(batch[0], topic)))
+        self.handoff.put((fut, [Message.from_record(m, topic) for m in batch]))
         return fut
 
-    def get(self, timeout: float) -> tuple[cf.Future[Any], Message] | None:
+    def get(self, timeout: float) -> tuple[cf.Future[Any], list[Message]] | None:
         try:
             return self.handoff.get(timeout=timeout)
         except queue_mod.Empty:
@@ -193,6 +195,8 @@ class Consumer:
         self._mode: str | None = None        # "iterate" or "run"
         self._sink: _IteratorSink | None = None
         self._in_hand: cf.Future[Any] | None = None
+        self._hand_batch: list[Message] = []   # the batch in hand, and the index of the message
+        self._hand_index = 0                   # the loop holds in it
         self._iteration = 0
         self._serving = False
         self._closed = False
@@ -221,7 +225,7 @@ class Consumer:
         rt = self._rt
         if self._sink is None:
             self._mode = "iterate"
-            self._sink = _IteratorSink(PREFETCH)
+            self._sink = _IteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
             rt.set_sink(self._sink)
             rt.start()
         self._settle_in_hand(commit=False)
@@ -263,23 +267,36 @@ class Consumer:
                 if timeout is not None and time.monotonic() - last >= timeout:
                     return
                 continue
-            fut, msg = item
+            fut, msgs = item
             if self._iteration != iteration or self._closed:
                 fut.set_result((None, "released"))
                 return
             self._in_hand = fut
-            yield msg
-            last = time.monotonic()
+            self._hand_batch = msgs
+            for i, msg in enumerate(msgs):
+                self._hand_index = i   # the message in hand; those before it are consumed
+                yield msg
+                last = time.monotonic()
+                if self._iteration != iteration or self._closed or self._stop_iter:
+                    break
+            else:
+                self._hand_index = len(msgs) - 1
 
     _stop_iter = False
 
     def _settle_in_hand(self, commit: bool) -> None:
+        """Resolve the batch in hand: with ``commit`` the message in hand counts as consumed
+        (the loop asked for the next one, or left normally), else it is delivered again."""
         fut, self._in_hand = self._in_hand, None
-        if fut is not None and not fut.done():
-            try:
-                fut.set_result((True, "") if commit else (None, "released"))
-            except cf.InvalidStateError:  # settled by another thread (close() racing the loop)
-                pass
+        if fut is None or fut.done():
+            return
+        done = self._hand_index + (1 if commit else 0)
+        total = len(self._hand_batch)
+        outcome = (True, "") if done >= total else (None, "released") if done <= 0 else (done, "partly consumed")
+        try:
+            fut.set_result(outcome)
+        except cf.InvalidStateError:  # settled by another thread (close() racing the loop)
+            pass
 
     # -- push style ----------------------------------------------------------------------------
     def run(self, handler: Handler, *, threads: int = 4, exit_at_end: bool = False,

@@ -36,7 +36,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Union, runtime_checkable
 
 from store import names
 from store.client.allocate import allocate, queues_of
@@ -56,7 +56,9 @@ QueueKey = tuple[str, int]
 PULL_BATCH = 256
 RENEW_INTERVAL_S = 20.0
 
-Outcome = tuple[Optional[bool], str]
+# (True: consumed, False: failed, None: released untouched, or an int k: the first k of the
+# batch consumed and the rest released, concurrent mode only; the reason, for failures)
+Outcome = tuple[Optional[Union[bool, int]], str]
 """What a pool sink says about a batch: ``(True, "")`` consumed, ``(False, why)`` failed,
 ``(None, why)`` released (not consumed, not failed: the batch is handed out again)."""
 
@@ -917,6 +919,10 @@ class Runtime:
                 continue
             if ok is None:
                 self._released(pq, batch)
+            elif ok is not True and isinstance(ok, int) and 0 < ok < len(batch) and not self.o.orderly:
+                # the iterator consumed the first ``ok`` messages and gave the rest back
+                self._succeeded(key, pq, batch[:ok])
+                self._released(pq, batch[ok:])
             elif ok:
                 self._succeeded(key, pq, batch)
             else:
