@@ -59,6 +59,15 @@ def _die_with_parent(parent: int) -> None:  # runs in the child between fork and
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
+
+def _stdout_fd() -> int:
+    """The descriptor behind ``sys.stdout`` (1, unless a caller redirected ``sys.stdout``, as
+    in-process runs of the CLI do)."""
+    try:
+        return sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 1
+
 class StdoutSink:
     """``consume`` without ``--exec``: raw bodies, the JSON envelope, or a ``--format``.
 
@@ -74,7 +83,7 @@ class StdoutSink:
         self.render = render
         self.raw = raw
         self.completed = 0
-        self.fd = 1
+        self.fd = _stdout_fd()
         self._poll: Any = None   # select.poll on stdout when it is a pipe; False when not
 
     def consume(self, batch: list[Message]) -> None:
