@@ -700,7 +700,7 @@ class Runtime:
             return
         held = set(self.pqs) | set(self.dropping)
         queues = [{"topic": t, "queueId": q} for t, q in sorted(held)]
-        if queues == self.published_queues:
+        if queues == self.published_queues and self.membership.json_path.exists():
             # Liveness is the member's flock, not a heartbeat: rewriting an unchanged record
             # would only wake every member of the group (they watch its directory).
             return
