@@ -101,9 +101,12 @@ def _unescape(text: str, option: str = "--delimiter") -> bytes:
 
 
 def _no_separators(what: str, value: str) -> str:
-    """Tags, keys and sharding keys are stored as properties (``check_text`` says why)."""
-    from store.log.record import check_text
-    return check_text(what, value)
+    """Tags, keys and sharding keys are stored as properties (``has_separator`` says why).
+    ValueError: the caller makes it a usage error (a flag) or a data error (an input line)."""
+    from store.log.record import has_separator
+    if has_separator(value):
+        raise ValueError(f"{what} may not contain the control characters \\x01 or \\x02")
+    return value
 
 
 def _split(data: bytes, delim: bytes, zero_copy: bool, pending: bytes = b"") -> tuple[list[Any], bytes]:
