@@ -4,7 +4,7 @@
   completion, with a deadline), :meth:`MQ.start` (a background :class:`Proc`), and direct
   looks at the files the processes coordinate through (offsets, live members, queue locks).
 * :func:`wait_for` — poll a condition until a deadline; never a fixed long sleep.
-* :class:`LockSampler` — samples ``store.qlocks.list_locks`` (what ``mqctl locks`` shows) in a
+* :class:`LockSampler` — samples ``store.client.qlocks.list_locks`` (what ``mqctl locks`` shows) in a
   thread during a run, to check afterwards that no queue ever had two live holders.
 * :func:`handler_script` — writes an executable ``/bin/sh`` handler for ``--exec``.
 

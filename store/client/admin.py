@@ -334,7 +334,7 @@ class Admin:
 
     @classmethod
     def of(cls, store: "Store") -> "Admin":
-        """An Admin over an open :class:`store.broker.Store` handle (not closed by it)."""
+        """An Admin over an open :class:`store.log.broker.Store` handle (not closed by it)."""
         admin = cls.__new__(cls)
         admin.path = store.root
         admin._store = store

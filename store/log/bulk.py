@@ -1,11 +1,11 @@
 """Bulk reads: a run of one queue's records, checked and cut into columns, with no
-:class:`~store.record.Message` built per record.
+:class:`~store.log.record.Message` built per record.
 
 Readers that want many messages and few of their fields (``consume`` writing raw bodies, the
 Spark source building Arrow columns) pay for a Message per record more than for the read
 itself. :func:`pull_columns` reads a run of consume-queue entries, fetches the records they
 point at with one ``pread`` when they sit close together, and checks every record as
-:func:`store.record.decode` does (record CRC property, the record's own commit-log offset,
+:func:`store.log.record.decode` does (record CRC property, the record's own commit-log offset,
 queue id, queue offset and topic, field lengths). (The body CRC is implied: the record CRC
 covers the body and BODYCRC alike.) It then hands out parallel lists:
 queue offset, body, born and store timestamps, and the raw properties (without the record

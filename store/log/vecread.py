@@ -1,6 +1,6 @@
 """Vectorised bulk read of one queue (numpy), for the Spark source.
 
-:func:`store.bulk.pull_columns` checks and cuts records one at a time in Python, about 2 µs
+:func:`store.log.bulk.pull_columns` checks and cuts records one at a time in Python, about 2 µs
 a record. A Spark ``count()`` over a Python data source has no column pruning, so that loop
 is most of the read. Here a run of consume-queue entries and the records they point at are
 decoded as arrays: the headers are copied out into one structured array, every field check of
@@ -10,7 +10,7 @@ Arrow (:func:`slices`). Only the record CRC stays one call per record.
 A run stops at its segment's end and is kept within one ``max_bytes`` read (with many queues, a
 queue's records are sparse in the log: the run gets shorter). The path is optimistic: a run
 with anything unusual (entries out of log order, a record failing any check) returns ``None``,
-and the caller reads that run with :func:`store.bulk.pull_columns`, which names each damaged
+and the caller reads that run with :func:`store.log.bulk.pull_columns`, which names each damaged
 record exactly. So the two paths serve the same records, and nothing damaged is ever served.
 
 Checks per record (as ``bulk.py``): TOTALSIZE equals the entry's size, magic V1, its own

@@ -8,7 +8,7 @@ split on ``0x02`` into ``name 0x01 value`` pairs, match names against the reserv
 scatter ``TAGS``, ``KEYS`` and ``UNIQ_KEY`` back to their rows. Only the fixed-width fields
 and the bodies cross from Python lists.
 
-The semantics are those of :class:`store.record.Message`: empty names or values are dropped,
+The semantics are those of :class:`store.log.record.Message`: empty names or values are dropped,
 ``keys`` splits ``KEYS`` on spaces without empty keys, ``msgId`` is the unique key or, for a
 record without one, the offset id; ``properties`` holds the non-reserved properties.
 """

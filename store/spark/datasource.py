@@ -52,7 +52,7 @@ one store can be written to another. Each task validates its rows and stages the
 ``STORE/spark-staging/<job>/`` (directories 0700, files 0600; see :mod:`store.spark.staging`
 for the owner record and the sweep of what killed jobs leave); nothing is visible until the
 job commits, when the driver publishes the staged rows with :meth:`Store.put` in chunks of
-about 20 ms each, taking the store's write lock per chunk (:func:`store.sparkwrite.publish`),
+about 20 ms each, taking the store's write lock per chunk (:func:`store.spark.write.publish`),
 so other writers wait for one chunk at most. A failed job's ``abort`` removes the staging.
 
 A streaming sink commits each micro-batch exactly once, keyed by (sink id, batch id), with a

@@ -4,7 +4,7 @@ writer. Staging and publishing are :mod:`store.spark.write`'s.
 
 Exactly once: each message of micro-batch N gets a deterministic unique key, a digest of
 (sink id, N, its partition, its position in the partition, its content). The batch is
-published in chunks (:func:`store.sparkwrite.publish`); after each chunk the ledger records
+published in chunks (:func:`store.spark.write.publish`); after each chunk the ledger records
 ``done`` (messages published so far, in partition order) and ``digest`` (a running digest of
 their keys). A replay of N after a crash mid-publish recomputes the keys: when the first
 ``done`` keys give the recorded digest (the replay holds the same rows in the same order,

@@ -21,7 +21,7 @@ from tests.log.storetestutil import all_messages, draft, open_store
 
 
 def jhash(s: str) -> int:
-    """Java's String.hashCode, written out independently of store.record.java_hash."""
+    """Java's String.hashCode, written out independently of store.log.record.java_hash."""
     h = 0
     data = s.encode("utf-16-be")
     for i in range(0, len(data), 2):

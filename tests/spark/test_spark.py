@@ -328,9 +328,9 @@ def test_replay_after_a_crash_mid_publish_stores_the_rest_once(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     opts = WriteOptions(str(store.root), "sink", False)
     bodies = [f"m{i}" for i in range(10)]
-    monkeypatch.setattr("store.sparkwrite.PUBLISH_FIRST", 3)
-    monkeypatch.setattr("store.sparkwrite.PUBLISH_MESSAGES", 3)
-    monkeypatch.setattr("store.sparkwrite.PUBLISH_MIN", 3)
+    monkeypatch.setattr("store.spark.write.PUBLISH_FIRST", 3)
+    monkeypatch.setattr("store.spark.write.PUBLISH_MESSAGES", 3)
+    monkeypatch.setattr("store.spark.write.PUBLISH_MIN", 3)
     _crash_on_chunk(monkeypatch, 3)
     with pytest.raises(OSError):
         commit_stream_batch(opts, "q2", 0, [_stage(store, bodies[:4], "x"), _stage(store, bodies[4:], "x")])
@@ -422,7 +422,7 @@ def test_ship_code_archive_is_importable_cached_and_pruned(tmp_path: Path) -> No
     assert sparkship.ship_archive(cache) == zipped                # cached by content
     assert [p.name for p in cache.iterdir()] == [Path(zipped).name]
     probe = ("import sys; sys.path[:0] = [sys.argv[1]]; import store.log.broker, store.spark.datasource, portalocker; "
-             "print(store.broker.__file__, portalocker.__file__)")
+             "print(store.log.broker.__file__, portalocker.__file__)")
     r = subprocess.run([sys.executable, "-c", probe.replace(", store.spark.datasource", ""), zipped], capture_output=True,
                        text=True, cwd=tmp_path, timeout=60)
     assert r.returncode == 0, r.stderr
