@@ -69,6 +69,14 @@ def message_properties(*, tags: str | None, keys: str | Sequence[str] | None,
     return props
 
 
+def check_route_args(sharding_key: str | None, queue: int | None) -> None:
+    """A message goes by its sharding key or to an explicit queue id, never both."""
+    if sharding_key is not None and queue is not None:
+        raise UsageError("give sharding_key or queue, not both")
+    if queue is not None and (isinstance(queue, bool) or not isinstance(queue, int) or queue < 0):
+        raise UsageError(f"queue must be a queue id (an int >= 0), not {queue!r}")
+
+
 def delay_spec(delay: Delay | None) -> tuple[int, int] | None:
     """``delay`` as the store's ``(level, ms)``: a level 1-18 (1s 5s 10s 30s 1m ... 2h) or a
     :class:`datetime.timedelta`; None for no delay."""
@@ -146,10 +154,7 @@ class Producer(StoreClient):
         one lock, all or nothing. Returns one result per body, in order."""
         store = self._open_store()
         names.validate_topic(topic)
-        if sharding_key is not None and queue is not None:
-            raise UsageError("give sharding_key or queue, not both")
-        if queue is not None and (isinstance(queue, bool) or not isinstance(queue, int) or queue < 0):
-            raise UsageError(f"queue must be a queue id (an int >= 0), not {queue!r}")
+        check_route_args(sharding_key, queue)
         data = [body_bytes(b) for b in bodies]
         if not data:
             return []

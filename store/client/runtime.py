@@ -214,6 +214,7 @@ class Runtime:
         self._in_write = False         # an inline sink is writing: a second signal interrupts it
         self.resent = False   # a copy went to the retry topic or DLQ since the last commit
         self.schedule_at = 0.0   # when the loop next delivers due delayed messages (monotonic)
+        self._topics_stamp: tuple[int, int] | None = None   # topics.json as last seen
         self.published_queues: list[dict[str, Any]] | None = None   # as the member record says
         self.epochs: dict[str, int] = {}
         self.end_snapshot: dict[QueueKey, int] = {}
@@ -274,13 +275,7 @@ class Runtime:
         """Run the loop in this thread until a stop condition (``exit_at_end`` drained,
         ``count``, ``idle_timeout_s``) and stay a member, offsets persisted; or, when stopped
         (:meth:`stop`) or on an error, shut down and leave (re-raising the error)."""
-        if not self._set_up:
-            self.setup()
-        try:
-            self._loop()
-        except BaseException:
-            self.shutdown(wait_handlers=False)
-            raise
+        self._loop_or_leave()
         if self.stop_requested or self.fatal is not None:
             self.shutdown(wait_handlers=True)
             if self.fatal is not None:
@@ -290,12 +285,19 @@ class Runtime:
             self._collect(block=True)
         self._persist(force=True)
 
-    def run(self) -> int:
-        """Join the group (unless :meth:`setup` did), consume until a stop condition or
-        :meth:`stop`, then persist offsets, release locks and leave. Returns 0; raises what
-        stopped the member abnormally."""
-        if self.o.install_signals:
-            self._install_signals()   # first: a signal while joining is a graceful stop too
+    def _topics_changed(self) -> bool:
+        """Whether ``topics.json`` was replaced since the last look (one stat)."""
+        try:
+            st = os.stat(self.layout.topics_json)
+            stamp: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
+        except OSError:
+            stamp = None
+        changed = stamp != self._topics_stamp
+        self._topics_stamp = stamp
+        return changed
+
+    def _loop_or_leave(self) -> None:
+        """Join (unless :meth:`setup` did) and run the loop; on any error leave at once."""
         if not self._set_up:
             self.setup()
         try:
@@ -303,6 +305,14 @@ class Runtime:
         except BaseException:
             self.shutdown(wait_handlers=False)
             raise
+
+    def run(self) -> int:
+        """Join the group (unless :meth:`setup` did), consume until a stop condition or
+        :meth:`stop`, then persist offsets, release locks and leave. Returns 0; raises what
+        stopped the member abnormally."""
+        if self.o.install_signals:
+            self._install_signals()   # first: a signal while joining is a graceful stop too
+        self._loop_or_leave()
         self.shutdown(wait_handlers=True)
         if self.fatal is not None:
             raise self.fatal
@@ -527,8 +537,10 @@ class Runtime:
                 changed = self.wake.changed
                 if not o.no_group and self.layout.members_dir(o.group) in changed:
                     next_token = 0.0
-                if self.layout.config_dir in changed:
-                    next_rebalance = 0.0   # a topic made or changed (the retry topic, say)
+                if self.layout.config_dir in changed and self._topics_changed():
+                    # a topic made or changed (the retry topic, say); not every offset commit
+                    # of every member, which also replaces a file in config/
+                    next_rebalance = 0.0
                 if self.layout.checkpoint in changed:
                     # new records: perhaps delayed ones (a retry sent back, a --delay send)
                     self.schedule_at = min(self.schedule_at, time.monotonic() + 0.2)

@@ -14,7 +14,7 @@ from store import names
 from store.client.handle import StoreClient
 from store.client.message import Message
 from store.client.paths import PathLike, resolve_store_path
-from store.client.producer import Body, body_bytes, message_properties
+from store.client.producer import Body, body_bytes, check_route_args, message_properties
 from store.client.runtime import log_warning
 from store.errors import UsageError
 
@@ -128,10 +128,7 @@ class TransactionProducer(StoreClient):
         from store.tx.transaction import end_transaction, send_half
         store = self._open_store()
         names.validate_topic(topic)
-        if sharding_key is not None and queue is not None:
-            raise UsageError("give sharding_key or queue, not both")
-        if queue is not None and (isinstance(queue, bool) or not isinstance(queue, int) or queue < 0):
-            raise UsageError(f"queue must be a queue id (an int >= 0), not {queue!r}")
+        check_route_args(sharding_key, queue)
         if local_tx is not None and not callable(local_tx):
             raise UsageError("local_tx must be callable: local_tx(msg) -> TxState")
         props = message_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)
