@@ -320,7 +320,7 @@ class _Sender:
         self._syncer: Any = None       # the fsync thread (--flush sync) ...
         self._flight: tuple[Any, list[Callable[[], None]]] | None = None   # ... its fsync, covering these
         self._waiting: list[Callable[[], None]] = []        # written since that fsync started
-        self._group: tuple[int, int, bool] | None = None    # their log range, for the next one
+        self._group: tuple[int, int] | None = None    # their log range, for the next one
 
     def _topic_shape(self) -> tuple[int, bool] | None:
         """(queue count, ordered) of the topic, or what the first send will create; None when
@@ -545,10 +545,10 @@ class _Sender:
         if not self.sync:
             report()
             return
-        start, end, created = self.store.last_write
+        start, end = self.store.last_write
         self._waiting.append(report)
         g = self._group
-        self._group = (min(g[0], start), max(g[1], end), g[2] or created) if g else (start, end, created)
+        self._group = (min(g[0], start), max(g[1], end)) if g else (start, end)
         if self._flight is not None and (self._flight[0].done() or len(self._waiting) >= SYNC_GROUP):
             self._land()
         if self._flight is None:

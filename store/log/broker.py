@@ -122,9 +122,9 @@ class Store:
         self.uniq_keys = UniqKeyGenerator()
         self.boot_id = ckpt.current_boot_id()
         self.pid = os.getpid() & 0x7FFFFFFF
-        # (start, end, created a segment) of this handle's last batch: what sync_log needs
+        # (start, end) of this handle's last batch: what sync_log needs
         # when the caller makes a batch durable itself, after the write lock is released.
-        self.last_write: tuple[int, int, bool] = (0, 0, False)
+        self.last_write: tuple[int, int] = (0, 0)
         # What this handle has made durable itself (fsync threads write these; the next
         # checkpoint carries them): the log below _synced_hint, derived files below
         # _derived_hint (at _derived_at, s since the epoch).
@@ -488,7 +488,7 @@ class Store:
             derived, derived_at = cp.derived_end, cp.derived_at
         ckpt.write(self.layout.checkpoint, ckpt.Checkpoint(
             app.pos, store_ts, synced, self.boot_id, min(derived, synced), derived_at))
-        self.last_write = (app.start_end, app.pos, app.created_segment)
+        self.last_write = (app.start_end, app.pos)
         if not sync and (app.pos - derived >= ASYNC_FLUSH_BYTES
                          or (derived < app.pos and time.time() - derived_at >= ASYNC_FLUSH_INTERVAL_S)):
             # RocketMQ's async flush runs in a broker thread; here the writer that finds the
@@ -496,7 +496,7 @@ class Store:
             # can take, and how far back the recovery after one must re-dispatch)
             self._flush_due = True
 
-    def sync_log(self, start: int, end: int, new_segment: bool = True) -> None:
+    def sync_log(self, start: int, end: int) -> None:
         """Make the commit log durable below ``end`` (``fdatasync``): the ``--flush sync``
         acknowledgement.
 
@@ -508,7 +508,7 @@ class Store:
         synced, not only ``[start, end)``. Otherwise another writer's unsynced records in an
         earlier segment could be lost in a power cut while this batch survives, leaving a hole
         in the log below an acknowledged record. A segment's name was made durable when it
-        was created (``new_segment`` is kept for callers; nothing more to do for it). Every
+        was created (by the writer that created it). Every
         ``DERIVED_FLUSH_INTERVAL_S`` the consume queues and key index are synced too, which
         bounds how far back recovery re-dispatches after a power cut."""
         failpoint("sync-before-fsync")

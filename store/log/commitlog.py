@@ -183,7 +183,6 @@ class LogAppender:
         self.pos = end
         self.chunks: list[_Chunk] = []
         self._new_segments: list[int] = []
-        self.created_segment = False   # a segment file began in this batch (its name needs a directory fsync)
 
     def _chunk(self) -> _Chunk:
         base = self.log.segment_of(self.pos)
@@ -243,7 +242,7 @@ class LogAppender:
                     self._new_segments.append(ch.base)
                     new_file = True
                 if new_file or ch.start == 0:
-                    new_file = self.created_segment = True
+                    new_file = True
                 if ch.parts is not None:
                     _pwritev_all(fd, ch.parts, ch.start)
                 else:

@@ -215,8 +215,8 @@ def test_sync_makes_the_whole_log_prefix_durable_and_records_it(root: Path) -> N
     s = open_store(root)
     s.put([draft("T", "async")])
     s.put([draft("T", "sync")])
-    start, end, created = s.last_write
-    s.sync_log(start, end, created)
+    start, end = s.last_write
+    s.sync_log(start, end)
     s.flush_durable()
     s.put([draft("T", "later")])
     cp = ckpt.read(root / "checkpoint")
