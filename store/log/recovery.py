@@ -85,6 +85,7 @@ class _Plan:
     reason: str
     rebooted: bool      # the machine restarted: unsynced data may be gone from any file
     cut_from: int       # after a restart, the first invalid record at or past this ends the log
+    checkpoint: ckpt.Checkpoint | None = None   # as recovery found it
 
 
 def _plan(store: "Store", full: bool) -> _Plan:
@@ -93,19 +94,19 @@ def _plan(store: "Store", full: bool) -> _Plan:
     lo = store.commitlog.min_offset()
     if full:
         rebooted = cp is not None and cp.boot_id != store.boot_id
-        return _Plan(lo, "full rebuild requested", rebooted, cp.synced_end if cp and rebooted else end)
+        return _Plan(lo, "full rebuild requested", rebooted, cp.synced_end if cp and rebooted else end, cp)
     if cp is None:
         # No readable checkpoint (torn, or a store of an unknown version): every derived file
         # is checked as after a restart, but an invalid record is damage to report and step
         # over, never a reason to cut the log (nothing says where its durable end is).
-        return _Plan(lo, "no readable checkpoint", True, end)
+        return _Plan(lo, "no readable checkpoint", True, end, cp)
     if cp.boot_id != store.boot_id:
         # Consume queues and the index are durable only below ``derived end``; the log only
         # below ``synced end``. Everything after may have been lost in any order.
         start, reason = cp.derived_end, "the machine restarted since the last write"
-        plan = _Plan(start, reason, True, cp.synced_end)
+        plan = _Plan(start, reason, True, cp.synced_end, cp)
     else:
-        plan = _Plan(cp.written_end, "a writer stopped in the middle of a batch", False, end)
+        plan = _Plan(cp.written_end, "a writer stopped in the middle of a batch", False, end, cp)
     if plan.start > end:
         # The log is shorter than the checkpoint says (a torn or truncated tail). ``end`` may
         # then fall inside a record: scanning from it would keep the torn bytes and append
@@ -130,8 +131,7 @@ def _check_index(store: "Store", plan: _Plan, full: bool, rep: "RecoveryReport")
     if full:
         return
     files = idx.files()
-    cp = ckpt.read(store.layout.checkpoint)
-    derived = cp.derived_end if cp is not None else 0
+    derived = plan.checkpoint.derived_end if plan.checkpoint is not None else 0
     for i, base in enumerate(files):
         thorough = False
         if plan.rebooted:
@@ -211,17 +211,17 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
     if plan.rebooted or rep.cq_entries_dropped or rep.truncated_bytes:
         _clamp_consumers(store)
     rep.end = valid_end
-    cp = ckpt.read(store.layout.checkpoint) or ckpt.Checkpoint()
+    cp = plan.checkpoint or ckpt.Checkpoint()
+    last_ts = max(cp.last_store_ts, last_ts)
     ckpt.write(store.layout.checkpoint, ckpt.Checkpoint(
-        valid_end, max(cp.last_store_ts, last_ts), min(cp.synced_end, valid_end), store.boot_id,
+        valid_end, last_ts, min(cp.synced_end, valid_end), store.boot_id,
         min(cp.derived_end, valid_end), cp.derived_at))
     if plan.rebooted or full:
         # What survived the restart, and what recovery rebuilt, is made durable now, so the
         # next restart starts here (and nothing below ``valid_end`` is re-dispatched again).
         store.flush_durable(valid_end)
-        cp = ckpt.read(store.layout.checkpoint) or ckpt.Checkpoint()
         ckpt.write(store.layout.checkpoint, ckpt.Checkpoint(
-            valid_end, cp.last_store_ts, valid_end, store.boot_id, valid_end, int(time.time())))
+            valid_end, last_ts, valid_end, store.boot_id, valid_end, int(time.time())))
     return rep
 
 
