@@ -40,6 +40,8 @@ import threading
 import time
 from pathlib import Path
 
+from bench_produce import RedisServer  # (run as a script: tests/bench/ is on sys.path)
+
 REPO = Path(__file__).resolve().parents[2]
 BENCH_VENV = REPO / ".bench-venv"
 RESULTS = REPO / "bench-results"
@@ -78,34 +80,6 @@ def bench_python() -> str | None:
         subprocess.run([str(py), "-m", "pip", "install", "-q", "redis", "hiredis"], check=True)
     ok = subprocess.run([str(py), "-c", "import redis"], capture_output=True).returncode == 0
     return str(py) if ok else None
-
-
-class Redis:
-    def __init__(self, exe: str, workdir: Path) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="redis-", dir=workdir))
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir), "--appendonly", "yes",
-             "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--logfile", str(self.dir / "log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as c:
-                    c.sendall(b"PING\r\n")
-                    if c.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit("redis-server did not start")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
 
 
 # -- 1. start-up -----------------------------------------------------------------------------
@@ -266,7 +240,7 @@ while True:
 """
 
 
-def redis_latency(rpy: str, redis: Redis, n: int, gap: float) -> dict:
+def redis_latency(rpy: str, redis: RedisServer, n: int, gap: float) -> dict:
     proc = subprocess.Popen([rpy, "-c", REDIS_CONSUMER, str(redis.port)], stdout=subprocess.PIPE)
     reader = LineReader(proc.stdout)
     try:
@@ -336,7 +310,7 @@ def main() -> None:
     subprocess.run([MQCTL, "init"], env=env, check=True, stdout=subprocess.DEVNULL)
     subprocess.run([MQCTL, "send", "t", "hello"], env=env, check=True, stderr=subprocess.DEVNULL)
     server, cli = ensure_redis()
-    redis = Redis(server, work)
+    redis = RedisServer(server, work, "everysec")
     res: dict = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "python": sys.version.split()[0]}
     try:
         if "startup" not in skip:
