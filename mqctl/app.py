@@ -52,13 +52,13 @@ _ROOT_VALUE_OPTIONS = ("--store",)
 
 
 def _new_app() -> typer.Typer:
-    app = typer.Typer(
+    from mqctl.helpfmt import new_typer
+    app = new_typer(
         name="mqctl",
         help="A RocketMQ-style message queue in a directory: no broker, many processes, one store.",
         epilog=EPILOG,
         no_args_is_help=True,
         pretty_exceptions_enable=False,
-        rich_markup_mode=None,
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     app.callback()(root)
@@ -76,11 +76,13 @@ def root(
     store: Annotated[Optional[str], typer.Option(
         "--store", metavar="DIR",
         help="Store directory (else $MQCTL_STORE, else ~/.mqctl/store).")] = None,
+    utc: Annotated[bool, typer.Option(
+        "--utc", help="Print times in UTC (ISO-8601) instead of local time.")] = False,
     version: Annotated[bool, typer.Option(
         "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     """A RocketMQ-style message queue in a directory: no broker, many processes, one store."""
-    ctx.obj = State(resolve_store_path(store))
+    ctx.obj = State(resolve_store_path(store), utc=utc)
     ctx.call_on_close(ctx.obj.close)
 
 
@@ -91,11 +93,12 @@ def build_app(modules: tuple[str, ...] | None = None) -> typer.Typer:
     """The app with the command groups of ``modules`` (names of :data:`GROUPS`; all when None),
     registered in table order. Built once per selection and kept, so the command Typer makes
     of it can be cached by identity."""
-    key = tuple(m for m in GROUPS if modules is None or m in modules)
+    from mqctl.helpfmt import markup_mode
+    key = (*(m for m in GROUPS if modules is None or m in modules), f"markup={markup_mode()}")
     app = _APPS.get(key)
     if app is None:
         app = _new_app()
-        for name in key:
+        for name in key[:-1]:
             import_module(f".commands.{name}", __package__).register(app)
         _resolve_annotations(app)
         _APPS[key] = app
@@ -168,6 +171,14 @@ def app_for(argv: list[str]) -> typer.Typer:
     return build_app(None if module is None else (module,))
 
 
+def command_for(argv: list[str]) -> Any:
+    """The Click command that runs ``argv``, its help prepared for this terminal."""
+    from mqctl.helpfmt import markup_mode, polish
+    command = typer.main.get_command(app_for(argv))
+    polish(command, rich=markup_mode() == "rich")
+    return command
+
+
 def __getattr__(name: str) -> Any:
     # ``from mqctl.app import app``: the full app, built on first use (not at import, so the
     # ``mqctl`` script pays only for the command it runs).
@@ -188,11 +199,14 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     from mqctl.output import BrokenPipe
     args = sys.argv[1:] if argv is None else list(argv)
-    command = typer.main.get_command(app_for(args))
+    command = command_for(args)
+    if not os.environ.get(COMPLETE_VAR):
+        from mqctl.argv import normalize
+        args = normalize(args, command)
     sys.stdout = cast(TextIO, _PipeGuard(sys.stdout))   # duck-typed proxy of the real stream
     code = 0
     try:
-        rv = command.main(args=argv, prog_name="mqctl", standalone_mode=False)
+        rv = command.main(args=args, prog_name="mqctl", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
     except Exit as exc:
         code = exc.exit_code

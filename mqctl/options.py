@@ -1,18 +1,101 @@
-"""Shared option types and the store handle, so every command spells its flags the same way."""
+"""Shared option types, shell completion of names, and the store handle, so every command
+spells its flags the same way.
+
+One meaning per short flag, across every command (the README's flag table says the same;
+``tests/cli/test_flags.py`` holds the commands to it):
+
+====  ==================  =================================================================
+flag  long name           meaning
+====  ==================  =================================================================
+-g    --group             consumer group
+-t    --tag               a message's tag (send) or a tag filter (consume)
+-k    --keys / --key      business keys (send: comma separated; msg query: one key)
+-p    --property          a user property NAME=VALUE
+-s    --sharding-key      same key -> same queue
+-q    --queue             a queue id
+-c    --count             how many messages
+-e    --exit-at-end       stop when the queues are drained
+-o    --from              where a group with no offset starts (kcat's -o)
+-f    --format            output format
+-x    --exec              a command run per message or transaction
+-m    --msg-id            a message id
+-a    --all               include system topics
+-n    --dry-run           change nothing, print the plan
+-y    --yes               skip the confirmation
+-j    --json              NDJSON on stdout
+-i    --input             stdin format of send
+-D    --delimiter         record separator of send's stdin
+-K    --key-delimiter     KEY<D>BODY lines on send's stdin
+-r    --repeat            benchmark repetitions
+-V    --version           print the version
+-h    --help              help
+====  ==================  =================================================================
+
+``--topic`` has no short flag: ``-t`` is the tag, as in the contract's ``send``.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 if TYPE_CHECKING:
     from store.log.broker import Store
 
-JsonOpt = Annotated[bool, typer.Option("--json", "-j", "-J", help="One JSON object per line (NDJSON) on stdout.")]
-GroupOpt = Annotated[str, typer.Option("--group", "-g", help="Consumer group name.")]
-TopicFilterOpt = Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")]
+
+# -- shell completion of names (runs at tab time: quick, read-only, never raises) -----------
+
+def _completion_store(ctx: typer.Context) -> "Store | None":
+    try:
+        from store.log.broker import Store
+        root = ctx.find_root().params.get("store")
+        return Store.open(resolve_store_path(root), recover=False, warn=lambda _m: None)
+    except Exception:  # noqa: BLE001 - completion must never fail loudly
+        return None
+
+
+def complete_group(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Group names known to the store."""
+    store = _completion_store(ctx)
+    if store is None:
+        return []
+    try:
+        from store.client.admin import known_groups
+        return [g for g in known_groups(store) if g.startswith(incomplete)]
+    except Exception:  # noqa: BLE001
+        return []
+    finally:
+        store.close()
+
+
+def complete_topic(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Topic names of the store."""
+    store = _completion_store(ctx)
+    if store is None:
+        return []
+    try:
+        return sorted(t for t in store.topics() if t.startswith(incomplete))
+    except Exception:  # noqa: BLE001
+        return []
+    finally:
+        store.close()
+
+
+# -- the options every command spells the same way ------------------------------------------
+
+JsonOpt = Annotated[bool, typer.Option("--json", "-j", help="One JSON object per line (NDJSON) on stdout.")]
+GroupOpt = Annotated[str, typer.Option("--group", "-g", metavar="GROUP", help="Consumer group.",
+                                       autocompletion=complete_group)]
+OptionalGroupOpt = Annotated[Optional[str], typer.Option(
+    "--group", "-g", metavar="GROUP", help="Only this consumer group.", autocompletion=complete_group)]
+TopicFilterOpt = Annotated[Optional[str], typer.Option("--topic", metavar="TOPIC", help="Only this topic.",
+                                                       autocompletion=complete_topic)]
+TopicRequiredOpt = Annotated[str, typer.Option("--topic", metavar="TOPIC", help="Topic.",
+                                               autocompletion=complete_topic)]
+TopicArg = Annotated[str, typer.Argument(metavar="TOPIC", help="Topic.", autocompletion=complete_topic,
+                                         show_default=False)]
 
 
 @dataclass
@@ -20,6 +103,7 @@ class State:
     """What the root callback parsed; the only global state is the store handle."""
 
     store_path: Path
+    utc: bool = False
     _store: Store | None = field(default=None, repr=False)
 
     def store(self, create: bool = False) -> "Store":

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 from typing import IO, Any, BinaryIO, Iterator, Mapping, Sequence, TextIO
 
@@ -165,6 +166,26 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+_TRAILING_PAD = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+
+
+def human_size(n: int) -> str:
+    """Bytes for people, in binary units: ``512 B``, ``4.0 KiB``, ``1.2 GiB``."""
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        value /= 1024
+        if value < 1024 or unit == "PiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def plural(n: int, noun: str, plural_form: str | None = None) -> str:
+    """``1 queue``, ``8 queues``: counts in messages read like a person wrote them."""
+    return f"{n} {noun if n == 1 else (plural_form or noun + 's')}"
+
+
 class NullProgress:
     """What :meth:`Output.progress` yields when no bar is shown: same methods, no output."""
 
@@ -266,8 +287,13 @@ class Output:
             # Text(), not str: rich would read "[...]" in a topic or client id as markup.
             table.add_row(*(Text(cell(row.get(key))) for key, _ in columns))
         console = Console(file=self.stream, force_terminal=True, highlight=False)
-        try:
+        with console.capture() as captured:
             console.print(table)
+        # rich pads every cell to its column's width; the last column's padding is noise
+        # (and shows up as trailing spaces when the screen is copied).
+        text = _TRAILING_PAD.sub(r"\1", captured.get())
+        try:
+            self.stream.write(text)
             self.stream.flush()
         except BrokenPipeError as exc:
             raise BrokenPipe("stdout was closed by the reader") from exc

@@ -23,8 +23,9 @@ _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 # "ms" comes before "m" in the alternation so that "500ms" is not read as 500m followed by
 # a stray "s". Each number is capped at 15 digits: plenty for any real duration, and it keeps
 # int() away from Python's 4300-digit conversion limit (which raises ValueError).
-_PART = re.compile(r"([0-9]{1,15})(ms|s|m|h|d)")
-_DURATION = re.compile(r"(?:[0-9]{1,15}(?:ms|s|m|h|d))+")
+_PART = re.compile(r"([0-9]{1,15}(?:\.[0-9]{1,9})?)(ms|s|m|h|d)")
+_DURATION = re.compile(r"(?:[0-9]{1,15}(?:\.[0-9]{1,9})?(?:ms|s|m|h|d))+")
+_DECIMAL = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,9})?")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _ONE_MS = timedelta(milliseconds=1)
@@ -36,7 +37,7 @@ TIME_HELP = (
     "-1d (ago), 2026-11-21, 2026-11-21T10:00:00Z, 2026-11-21 10:00:00.123+02:00 "
     "(ISO-8601; no offset means UTC)"
 )
-DURATION_HELP = "500ms, 30s, 5m, 2h, 3d, 1h30m (a bare number is seconds)"
+DURATION_HELP = "500ms, 30s, 1.5s, 5m, 2h, 3d, 1h30m (a bare number is seconds)"
 
 
 def parse_time(text: str, now_ms: int | None = None) -> int:
@@ -64,8 +65,8 @@ def parse_time(text: str, now_ms: int | None = None) -> int:
 def parse_duration(text: str) -> int:
     """The length of time ``text`` names, in ms. A bare number is seconds (``--delay 10``)."""
     s = text.strip().lower()
-    if _ascii_digits(s) and len(s) <= 15:
-        return int(s) * _UNIT_MS["s"]
+    if _DECIMAL.fullmatch(s):
+        return _scaled(s, "s")
     ms = _duration_ms(s)
     if ms is None:
         raise UsageError(f"bad duration {_shown(text)}: accepted: {DURATION_HELP}")
@@ -79,6 +80,15 @@ def format_time(ms: int) -> str:
     # Fields by hand rather than strftime: glibc's %Y does not zero-pad years below 1000.
     return (f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
             f"{dt.second:02d}.{dt.microsecond // 1000:03d}Z")
+
+
+def format_local(ms: int, utc: bool = False) -> str:
+    """A time for people: local time with ms, ``2026-11-24 00:49:24.123``, or with ``utc``
+    the ISO-8601 UTC form of :func:`format_time` (what ``--utc`` prints)."""
+    if utc:
+        return format_time(ms)
+    dt = datetime.fromtimestamp(ms / 1000).astimezone()
+    return f"{dt:%Y-%m-%d %H:%M:%S}.{ms % 1000:03d}"
 
 
 def format_age(ms_delta: int) -> str:
@@ -126,7 +136,14 @@ def _duration_ms(s: str) -> int | None:
     """Sum of number+unit pairs (``2h30m``), or None when ``s`` is not made of them only."""
     if not _DURATION.fullmatch(s):
         return None
-    return sum(int(n) * _UNIT_MS[unit] for n, unit in _PART.findall(s))
+    return sum(_scaled(n, unit) for n, unit in _PART.findall(s))
+
+
+def _scaled(number: str, unit: str) -> int:
+    """``number`` (digits, maybe a decimal point) of ``unit`` in whole ms, rounded half up;
+    exact (Fraction, not float): ``0.1s`` is 100 ms, not 100.00000000000001."""
+    from fractions import Fraction
+    return int(Fraction(number) * _UNIT_MS[unit] + Fraction(1, 2))
 
 
 def _iso_ms(s: str, text: str) -> int:

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from mqctl.commands.offsets import GroupOpt, complete_group, complete_topic
-from mqctl.options import JsonOpt, state
+from mqctl.options import GroupOpt, JsonOpt, complete_group, complete_topic, state
 
 if TYPE_CHECKING:
     from store.client.admin import LockRow

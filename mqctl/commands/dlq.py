@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from mqctl.commands.offsets import GroupOpt
-from mqctl.options import JsonOpt, state
+from mqctl.options import GroupOpt, JsonOpt, state
 from store.client.dlq import is_resent, load_record, mark_resent, resent_offsets, save_record
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from mqctl.options import JsonOpt, state
+from mqctl.options import GroupOpt, JsonOpt, TopicFilterOpt, complete_topic, state
 
 if TYPE_CHECKING:
     from store.client.admin import Admin
@@ -28,48 +28,7 @@ offsets_app = typer.Typer(help="Show and reset a consumer group's committed offs
                           no_args_is_help=True)
 
 
-# -- completion helpers (run at tab time: must be quick and never raise) ---------------------
-
-def _completion_store(ctx: typer.Context) -> "Store | None":
-    try:
-        from mqctl.options import resolve_store_path
-        from store.log.broker import Store
-        root = ctx.find_root().params.get("store")
-        return Store.open(resolve_store_path(root), recover=False, warn=lambda _m: None)
-    except Exception:  # noqa: BLE001 - completion must never fail loudly
-        return None
-
-
-def complete_group(ctx: typer.Context, incomplete: str) -> list[str]:
-    """Group names known to the store (for shell completion)."""
-    store = _completion_store(ctx)
-    if store is None:
-        return []
-    try:
-        return [g for g in known_groups(store) if g.startswith(incomplete)]
-    except Exception:  # noqa: BLE001
-        return []
-    finally:
-        store.close()
-
-
-def complete_topic(ctx: typer.Context, incomplete: str) -> list[str]:
-    """Topic names of the store (for shell completion)."""
-    store = _completion_store(ctx)
-    if store is None:
-        return []
-    try:
-        return sorted(t for t in store.topics() if t.startswith(incomplete))
-    except Exception:  # noqa: BLE001
-        return []
-    finally:
-        store.close()
-
-
-GroupOpt = Annotated[str, typer.Option("--group", "-g", help="Consumer group name.",
-                                       autocompletion=complete_group)]
-TopicOpt = Annotated[Optional[str], typer.Option("--topic", "-t", help="Only this topic.",
-                                                 autocompletion=complete_topic)]
+TopicOpt = TopicFilterOpt
 
 
 def register(app: typer.Typer) -> None:

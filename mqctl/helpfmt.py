@@ -1,0 +1,168 @@
+"""How help looks: Typer's rich help on a terminal, Click's plain help when piped or with
+``NO_COLOR``, the same command panels and the same examples in both.
+
+Help text is written once, in the commands' docstrings, as plain text: a paragraph whose
+lines after the first are indented (``Examples:`` and its command lines) is shown line by
+line, never rewrapped. :func:`polish` turns that rule into what each renderer needs — Click's
+``\\b`` marker for plain help; escaped markup for rich help, so a ``[topic]`` in an example
+is printed, not taken for a style — and gives every command its whole first sentence as its
+line in the command list (Click would cut it at 45 columns). Rich is imported by Typer only
+when help is actually rendered.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any
+
+import typer
+from typer.core import TyperArgument, TyperGroup
+
+# Panel -> the top-level commands it lists, in the order of ``mqctl --help``.
+PANELS: dict[str, tuple[str, ...]] = {
+    "Produce and consume": ("send", "consume", "msg"),
+    "Groups and offsets": ("offsets", "progress", "consumers", "rebalance", "locks", "unlock", "dlq"),
+    "Transactions": ("tx",),
+    "Store and topics": ("init", "topic", "store"),
+    "Spark": ("query", "export"),
+    "Benchmarks": ("bench",),
+    "Shell": ("completion",),
+}
+PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
+ORDER = [name for names in PANELS.values() for name in names]
+
+# Rich's markup tags start with a lowercase letter, '#', '/' or '@' (rich.markup.RE_TAGS);
+# escaping them here keeps rich out of the import path until help is printed.
+_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+
+
+def markup_mode() -> str | None:
+    """"rich" on a terminal, None (Click's plain help) when piped, with NO_COLOR, TERM=dumb,
+    or without rich installed."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return None
+    try:
+        if not sys.stdout.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    import importlib.util
+    return "rich" if importlib.util.find_spec("rich") is not None else None
+
+
+class RootGroup(TyperGroup):
+    """The root command: commands listed panel by panel, in plain help as in rich help."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = list(self.commands)
+        rank = {name: i for i, name in enumerate(ORDER)}
+        return sorted(names, key=lambda n: rank.get(n, len(rank)))
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is None or cmd.hidden:
+                continue
+            panel = PANEL_OF.get(name, "Commands")
+            sections.setdefault(panel, []).append((name, cmd.get_short_help_str(200)))
+        for panel, rows in sections.items():
+            with formatter.section(panel):
+                formatter.write_dl(rows)
+
+
+class Argument(TyperArgument):
+    """An argument shown as ``TOPIC`` (required) or ``[BODY]`` (optional) in the usage line;
+    Typer 0.28 writes ``{topic}`` for the first."""
+
+    def make_metavar(self, ctx: Any, *, usage: bool = False) -> str:
+        var = self.metavar or (self.name or "value").upper()
+        if usage and not self.required and not var.startswith("["):
+            var = f"[{var}]"
+        return var + ("..." if self.nargs != 1 else "")
+
+
+def first_sentence(text: str) -> str:
+    """The help's first line of prose, whole: what the command list shows."""
+    first = text.strip().split("\n\n", 1)[0].replace("\n", " ").strip()
+    return first.rstrip()
+
+
+def polish(command: Any, rich: bool) -> None:
+    """Prepare every help text under ``command`` for the renderer (see the module doc)."""
+    stack = [command]
+    while stack:
+        cmd = stack.pop()
+        stack.extend(getattr(cmd, "commands", {}).values())
+        if cmd.help:
+            if not cmd.short_help:
+                cmd.short_help = first_sentence(cmd.help)
+            cmd.help = _render(cmd.help, rich)
+        if cmd.epilog:
+            cmd.epilog = _render(cmd.epilog, rich)
+        if rich:
+            if cmd.short_help:
+                cmd.short_help = _escape(cmd.short_help)
+            for p in cmd.params:
+                if getattr(p, "help", None):
+                    p.help = _escape(p.help)
+        for p in cmd.params:
+            if type(p) is TyperArgument:
+                p.__class__ = Argument
+            if p.metavar is None:
+                p.metavar = _metavar(p)
+        name = getattr(cmd, "name", None)
+        if name in PANEL_OF and hasattr(cmd, "rich_help_panel"):
+            cmd.rich_help_panel = PANEL_OF[name]
+
+
+def _metavar(param: Any) -> str | None:
+    """The metavar a command did not spell out: ``TOPIC`` for an argument ``topic``, the
+    choices for an enumeration, ``N`` for a number, else the option's long name in capitals
+    (never Typer's ``{topic}`` or ``<str>``)."""
+    from typer._click.types import BoolParamType, FloatParamType, IntParamType
+    kind = param.type
+    if getattr(param, "is_flag", False) or isinstance(kind, BoolParamType):
+        return None
+    if getattr(kind, "choices", None):
+        return "[" + "|".join(str(c) for c in kind.choices) + "]"
+    if param.param_type_name == "argument":
+        return (param.name or "value").upper()
+    if isinstance(kind, IntParamType):
+        return "N"
+    if isinstance(kind, FloatParamType):
+        return "SECONDS" if "timeout" in (param.name or "") or "interval" in (param.name or "") else "NUM"
+    longs = [o for o in param.opts if o.startswith("--")]
+    return longs[0][2:].upper() if longs else "VALUE"
+
+
+def _render(text: str, rich: bool) -> str:
+    import inspect
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    out = []
+    for para in paragraphs:
+        para = para.replace("\b\n", "").replace("\b", "")
+        lines = para.split("\n")
+        literal = len(lines) > 1 and any(line.startswith("  ") for line in lines[1:])
+        if rich:
+            para = _escape(para)
+            if literal:
+                # Typer dedents the help with inspect.cleandoc; an empty markup tag in front
+                # of an indented line keeps its indentation (and renders as nothing).
+                first, *rest = para.split("\n")
+                para = "\n".join([first] + [f"[bold][/bold]{line}" if line.startswith(" ") else line
+                                             for line in rest])
+            out.append(para)
+        else:
+            out.append("\b\n" + para if literal else para)
+    return "\n\n".join(out)
+
+
+def _escape(text: str) -> str:
+    return _TAG.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", text)
+
+
+def new_typer(**kwargs: Any) -> typer.Typer:
+    """The root Typer app, with the panel-aware group and the markup of this terminal."""
+    return typer.Typer(cls=RootGroup, rich_markup_mode=markup_mode(), **kwargs)  # type: ignore[arg-type]
