@@ -208,6 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = command.main(args=args, prog_name="mqctl", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
+        if code == EXIT_INTERRUPTED:   # Typer turns Ctrl-C into a silent return of 130
+            print_error("interrupted")
     except Exit as exc:
         code = exc.exit_code
     except ClickException as exc:

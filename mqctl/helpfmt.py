@@ -11,6 +11,7 @@ when help is actually rendered.
 """
 from __future__ import annotations
 
+import copy
 import os
 import re
 import sys
@@ -83,6 +84,10 @@ class Argument(TyperArgument):
         return var + ("..." if self.nargs != 1 else "")
 
 
+def _no_type_metavar(param: Any = None, ctx: Any = None) -> str:
+    return ""
+
+
 def first_sentence(text: str) -> str:
     """The help's first line of prose, whole: what the command list shows."""
     first = text.strip().split("\n\n", 1)[0].replace("\n", " ").strip()
@@ -110,6 +115,10 @@ def polish(command: Any, rich: bool) -> None:
         for p in cmd.params:
             if type(p) is TyperArgument:
                 p.__class__ = Argument
+                # rich help prints an argument's type beside its name (``TOPIC <str>``);
+                # the name says it all.
+                p.type = copy.copy(p.type)
+                p.type.get_metavar = _no_type_metavar  # type: ignore[method-assign]
             if p.metavar is None:
                 p.metavar = _metavar(p)
         name = getattr(cmd, "name", None)
@@ -147,6 +156,8 @@ def _render(text: str, rich: bool) -> str:
         literal = len(lines) > 1 and any(line.startswith("  ") for line in lines[1:])
         if rich:
             para = _escape(para)
+            if not literal:   # rich keeps source line breaks: prose must flow
+                para = " ".join(line.strip() for line in para.split("\n"))
             if literal:
                 # Typer dedents the help with inspect.cleandoc; an empty markup tag in front
                 # of an indented line keeps its indentation (and renders as nothing).

@@ -336,5 +336,6 @@ class Output:
         with Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeRemainingColumn(), console=Console(file=self.err), transient=True,
+            redirect_stdout=False, redirect_stderr=False,
         ) as bar:
             yield _RichProgress(bar, bar.add_task(label, total=total))

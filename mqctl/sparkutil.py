@@ -115,13 +115,13 @@ def _condition(exc: BaseException) -> str | None:
 
 
 class SparkRun:
-    """One CLI Spark session, its private log and its progress line; :meth:`close` stops
+    """One CLI Spark session, its private log and its progress bar; :meth:`close` stops
     them (the log is kept, and named, when the run failed)."""
 
-    def __init__(self, spark: Any, log_path: Path | None) -> None:
+    def __init__(self, spark: Any, log_path: Path | None, progress: "Progress | None" = None) -> None:
         self.spark = spark
         self.log_path = log_path
-        self.progress: Progress | None = None
+        self.progress = progress
 
     def close(self, keep_log: bool = False) -> None:
         try:
@@ -134,56 +134,103 @@ class SparkRun:
 
 
 class Progress:
-    """A one-line progress display on stderr (a terminal only): the running Spark stages'
-    finished/total tasks, redrawn every ``interval`` seconds by a daemon thread."""
+    """A rich progress bar on stderr while Spark works: "starting Spark" while the JVM starts,
+    then the finished and total tasks of the running stages, polled every ``interval``
+    seconds by a daemon thread (``sc`` set by :meth:`attach`). The bar disappears when done.
 
-    def __init__(self, sc: Any, interval: float = 0.5, stream: Any = None) -> None:
+    Only what goes through ``sys.stderr`` is shown above the bar; stdout is left alone (it
+    carries the rows)."""
+
+    def __init__(self, sc: Any = None, interval: float = 0.5, stream: Any = None,
+                 force_terminal: bool | None = None) -> None:
         import sys
         import threading
+
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as Bar
         self.sc = sc
         self.interval = interval
-        self.stream = stream or sys.stderr
+        self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), transient=True, auto_refresh=False,
+                        console=Console(file=stream or sys.stderr, force_terminal=force_terminal),
+                        redirect_stdout=False, redirect_stderr=stream is None)
+        self._task = self._bar.add_task("starting Spark", total=None)
+        self._bar.start()
+        self._stopped = False
+        _RUNNING.append(self)
         self._stop = threading.Event()
-        self._shown = False
         self._thread = threading.Thread(target=self._run, name="mqctl-progress", daemon=True)
         self._thread.start()
 
-    def line(self) -> str | None:
+    def attach(self, sc: Any) -> None:
+        self.sc = sc
+
+    def snapshot(self) -> tuple[str, int | None, int | None]:
+        """(label, tasks done, tasks in all) of the running stages; the counts are None
+        while the JVM starts or no stage runs."""
+        if self.sc is None:
+            return "starting Spark", None, None
         tracker = self.sc.statusTracker()
-        parts = []
+        ids, done, total = [], 0, 0
         for sid in sorted(tracker.getActiveStageIds()):
             info = tracker.getStageInfo(sid)
             if info is not None:
-                parts.append(f"stage {sid}: {info.numCompletedTasks}/{info.numTasks} tasks"
-                             + (f" ({info.numActiveTasks} running)" if info.numActiveTasks else ""))
-        return "mqctl: spark " + ", ".join(parts) if parts else None
+                ids.append(str(sid))
+                done += info.numCompletedTasks
+                total += info.numTasks
+        if not ids:
+            return "spark", None, None
+        return f"spark stage{'s' if len(ids) > 1 else ''} {','.join(ids)}", done, total
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                text = self.line()
+                label, done, total = self.snapshot()
             except Exception:  # noqa: BLE001 - the session is stopping
                 return
-            if text:
-                self.stream.write("\r\x1b[K" + text[:200])
-                self.stream.flush()
-                self._shown = True
+            self._bar.update(self._task, description=label, completed=done or 0, total=total)
+            self._bar.refresh()
 
     def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        _RUNNING.remove(self)
         self._stop.set()
         self._thread.join(timeout=2)
-        if self._shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
+        self._bar.stop()
+
+
+_RUNNING: list[Progress] = []
+
+
+def output_starts() -> None:
+    """Rows are about to be printed: stop the bar if stdout is a terminal too (the bar is
+    drawn there, and would garble the rows)."""
+    import sys
+
+    from mqctl.output import animation_allowed
+    if _RUNNING and animation_allowed(sys.stdout):
+        for p in list(_RUNNING):
+            p.stop()
 
 
 def progress_wanted() -> bool:
-    """Progress goes to a terminal only (``MQCTL_PROGRESS=0`` turns it off, ``=1`` forces it)."""
+    """The bar shows on a terminal only, never in CI or on a dumb terminal
+    (:func:`mqctl.output.animation_allowed`); ``MQCTL_PROGRESS=0`` turns it off, ``=1``
+    forces it (drawn as on a terminal wherever stderr goes)."""
     import sys
+
+    from mqctl.output import animation_allowed
+    if _progress_forced() is not None:
+        return bool(_progress_forced())
+    return animation_allowed(sys.stderr)
+
+
+def _progress_forced() -> bool | None:
     forced = os.environ.get("MQCTL_PROGRESS")
-    if forced is not None:
-        return forced not in ("", "0")
-    return sys.stderr.isatty()
+    return None if forced is None else forced not in ("", "0")
 
 
 def _unlink(path: Path) -> None:
@@ -225,11 +272,14 @@ def start(master: str, extra: Mapping[str, str] | None = None) -> SparkRun:
         fd, name = tempfile.mkstemp(prefix="mqctl-spark-", suffix=".log")
         log_path = Path(name)
         popen = {"stdout": fd, "stderr": fd}
+    progress = Progress(force_terminal=_progress_forced() or None) if progress_wanted() else None
     try:
         gateway = cast(Callable[..., Any], launch_gateway)(conf, popen_kwargs=popen)   # untyped in pyspark
         sc = SparkContext(conf=conf, gateway=gateway)
-    except Exception as exc:  # noqa: BLE001 - the JVM failing to start, in any of its ways
-        if debug():
+    except BaseException as exc:
+        if progress is not None:
+            progress.stop()
+        if debug() or not isinstance(exc, Exception):   # the JVM failing to start, in any of its ways
             raise
         tail = _log_tail(log_path)
         raise E.OperationError(f"Spark did not start: {tail or first_line(str(exc))}"
@@ -239,11 +289,14 @@ def start(master: str, extra: Mapping[str, str] | None = None) -> SparkRun:
             os.close(popen["stdout"])
     if not debug():
         _silence_python_loggers()
-    spark = SparkSession(sc)
-    register(spark)
-    run = SparkRun(spark, log_path)
-    if progress_wanted():
-        run.progress = Progress(sc)
+    if progress is not None:
+        progress.attach(sc)
+    run = SparkRun(SparkSession(sc), log_path, progress)
+    try:
+        register(run.spark)
+    except BaseException:
+        run.close()
+        raise
     return run
 
 

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator
 
 import typer
 
 from mqctl.options import JsonOpt, state
 
 if TYPE_CHECKING:
+    from mqctl.output import Output
     from store.log.broker import Store
     from store.log.retention import FileAction
 
@@ -20,18 +22,40 @@ def register(app: typer.Typer) -> None:
     app.add_typer(store_app, name="store")
 
 
-@store_app.command("check", help="Verify every record CRC and index entry (read-only; exit 1 on damage).")
+@contextmanager
+def _log_progress(out: "Output", store: "Store", label: str) -> Iterator[Callable[[int], None]]:
+    """A bar over the commit log's bytes, counted in MiB (a terminal only); yields the
+    callback the library reports bytes to."""
+    total = sum(os.stat(store.commitlog.segment_path(b)).st_size for b in store.commitlog.segments())
+    done = [0, 0]   # bytes reported, MiB shown
+    with out.progress(-(-total >> 20), f"{label} (MiB)") as bar:
+        def advance(n: int) -> None:
+            done[0] += n
+            if done[0] >> 20 > done[1]:
+                bar.advance((done[0] >> 20) - done[1])
+                done[1] = done[0] >> 20
+        yield advance
+
+
+@store_app.command("check", help="""Verify every record's CRC and every index entry.
+
+Read-only. Each problem is printed on stdout as FILE:OFFSET: REASON (with --json one object
+each, then a summary object) and the command exits 1; `mqctl store recover` repairs what can
+be repaired. A progress bar shows on a terminal.
+
+Examples:
+  mqctl store check
+  mqctl store check --json | jq -c 'select(.file)'""")
 def check(ctx: typer.Context, json: JsonOpt = False) -> None:
-    from mqctl.output import Output
+    from mqctl.output import Output, plural
     from store.errors import DamageFoundError
     from store.log.check import check_store
+    from store.spark.staging import stale_staging
     store = state(ctx).store()
     out = Output(json=json)
-    total = sum(os.stat(store.commitlog.segment_path(b)).st_size for b in store.commitlog.segments())
-    with out.progress(total, "checking") as bar:
-        rep = check_store(store, progress=bar.advance)
+    with _log_progress(out, store, "checking") as advance:
+        rep = check_store(store, progress=advance)
     problems = rep.problems or []
-    from store.spark.staging import stale_staging
     stale = stale_staging(store.root)
     for d in stale:   # not damage: left by a killed Spark job; `store clean` removes it
         out.warn(f"stale Spark staging {d.describe()} (mqctl store clean removes it)")
@@ -43,49 +67,76 @@ def check(ctx: typer.Context, json: JsonOpt = False) -> None:
     else:
         for p in problems:
             sys.stdout.write(f"{p.file}:{p.offset}: {p.reason}\n")
-        out.info(f"checked {rep.records} records and {rep.cq_entries} consume-queue entries: "
-                 f"{'%d problems' % len(problems) if problems else 'OK'}")
+        entries = plural(rep.cq_entries, "consume-queue entry", "consume-queue entries")
+        out.info(f"checked {plural(rep.records, 'record')} and {entries}: "
+                 f"{plural(len(problems), 'problem') if problems else 'OK'}")
     if problems:
-        raise DamageFoundError(f"store check found {len(problems)} problem{'s' if len(problems) != 1 else ''}",
+        raise DamageFoundError(f"store check found {plural(len(problems), 'problem')}; run `mqctl store recover` "
+                               f"to repair what can be (a damaged record is never served)",
                                [p.to_json() for p in problems])
 
 
-@store_app.command("recover", help="Rebuild consume queues and the key index from the commit log; cut a torn tail.")
+@store_app.command("recover", help="""Rebuild consume queues and the key index from the log.
+
+Reads the whole commit log: cuts a torn tail (a write a crash interrupted), rebuilds every
+consume queue and the key index, and drops entries that point at nothing. A damaged record
+in the middle is left in place, never served, and named in a warning. Producers wait while
+it runs. A progress bar shows on a terminal.
+
+Examples:
+  mqctl store recover
+  mqctl store recover --json""")
 def recover(ctx: typer.Context, json: JsonOpt = False) -> None:
-    from mqctl.output import Output
+    from mqctl.output import Output, human_size, plural
     from store.log.recovery import recover as run
     store = state(ctx).store()
     out = Output(json=json)
-    total = sum(os.stat(store.commitlog.segment_path(b)).st_size for b in store.commitlog.segments())
-    with store.write_lock(), out.progress(total, "recovering") as bar:
-        rep = run(store, full=True, progress=bar.advance)
+    with store.write_lock(), _log_progress(out, store, "recovering") as advance:
+        rep = run(store, full=True, progress=advance)
     if json:
         out.emit_json(rep.to_json())
     else:
-        out.info(f"recovered {rep.records} records up to offset {rep.end}: {rep.cq_entries_written} consume-queue "
-                 f"entries rebuilt, {rep.cq_entries_dropped} dropped, {rep.truncated_bytes} torn bytes cut")
+        cut = f", {human_size(rep.truncated_bytes)} of torn tail cut" if rep.truncated_bytes else ""
+        out.info(f"recovered {plural(rep.records, 'record')} up to offset {rep.end}: "
+                 f"{plural(rep.cq_entries_written, 'consume-queue entry', 'consume-queue entries')} "
+                 f"rebuilt, {rep.cq_entries_dropped} dropped{cut}")
         for f, o, r in rep.damage:
             out.warn(f"could not recover {f} at offset {o}: {r} (left in place, never served)")
 
 
-@store_app.command("stats", help="Sizes of the store's parts, and what `store clean` would free.")
+@store_app.command("stats", help="""Show how much space each part of the store takes.
+
+Sizes on disk, in binary units (--json: bytes). The last rows say what `mqctl store clean`
+would free with the default retention, and what lagging readers hold back beyond that
+(what `store clean --force` would free on top).
+
+Examples:
+  mqctl store stats
+  mqctl store stats --json | jq -r 'select(.part == "commitlog").bytes'""")
 def stats(ctx: typer.Context, json: JsonOpt = False) -> None:
-    from mqctl.output import Output
+    from mqctl.output import Output, human_size, plural
     from store.log.stats import store_stats
     store = state(ctx).store()
-    rows = store_stats(store)
-    rows += _clean_stats(store)
-    Output(json=json).table(rows, [("part", "PART"), ("files", "FILES"), ("bytes", "BYTES"), ("detail", "DETAIL")])
+    rows = store_stats(store) + _clean_stats(store)
+    out = Output(json=json)
+    if json:
+        out.table(rows, [])
+        return
+    log = store.commitlog
+    details = {"commitlog": f"offsets {log.min_offset()}-{log.end()}, {human_size(log.segment_size)} segments",
+               "consumequeue": plural(len(store.topics()), "topic")}
+    shown = [r | {"size": human_size(r["bytes"]), "detail": details.get(r["part"], r["detail"])} for r in rows]
+    out.table(shown, [("part", "PART"), ("files", "FILES"), ("size", "SIZE"), ("detail", "DETAIL")])
 
 
-def _clean_stats(store: Store) -> list[dict[str, Any]]:
+def _clean_stats(store: "Store") -> list[dict[str, Any]]:
     """Rows for what ``store clean`` (default retention) would free, and what lagging readers
     hold back beyond that (what ``clean --force`` would free on top)."""
     from store.log.retention import DEFAULT_RETENTION_MS, plan_clean
     plan = plan_clean(store, DEFAULT_RETENTION_MS)
     age = f"{DEFAULT_RETENTION_MS // 3_600_000}h"
     rows: list[dict[str, Any]] = [{"part": "reclaimable", "files": len(plan.files), "bytes": plan.bytes,
-             "detail": f"store clean would free this (segments older than {age} that every reader has passed)"}]
+                                   "detail": f"store clean frees this (older than {age}, passed by every reader)"}]
     if plan.held_files:
         culprits = ", ".join(n.describe() for n in plan.held[:3]) + (" …" if len(plan.held) > 3 else "")
         rows.append({"part": "held-back", "files": plan.held_files, "bytes": plan.held_bytes,
@@ -93,7 +144,7 @@ def _clean_stats(store: Store) -> list[dict[str, Any]]:
     return rows
 
 
-CLEAN_HELP = """Delete commit-log segments older than the retention that every reader has passed.
+CLEAN_HELP = """Delete old segments that every reader has passed.
 
 A segment goes when it is not the last one, its file was last modified more than --older-than
 ago (default 72h, RocketMQ's fileReservedTime), and no consumer group, broadcast client, the
@@ -113,36 +164,36 @@ def clean(
     ctx: typer.Context,
     older_than: Annotated[str, typer.Option(
         "--older-than", metavar="DURATION",
-        help="Retention: keep segments modified more recently than this (500ms, 30s, 5m, 2h, 3d; bare number = seconds).")] = "72h",
+        help="Keep segments modified more recently than this (500ms, 30s, 5m, 2h, 3d; bare number: seconds).")] = "72h",
     force: Annotated[bool, typer.Option("--force", help="Delete old segments even if lagging readers still need them.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Show what would be deleted; change nothing.")] = False,
     json: JsonOpt = False,
 ) -> None:
-    from mqctl.output import Output
+    from mqctl.output import Output, human_size, plural
     from store.log.retention import clean as run_clean
     from store.log.retention import plan_clean
+    from store.spark.staging import stale_staging, sweep_staging
     from store.timeparse import format_age, parse_duration
     retention = parse_duration(older_than)
     store = state(ctx).store()
     out = Output(json=json)
     rows: list[dict[str, Any]] = []
+    verb = "would delete" if dry_run else "deleted"
+    action = "would-delete" if dry_run else "deleted"
 
-    def deleted(action: FileAction) -> None:
-        row = action.to_json() | {"action": "deleted"}
+    def row(r: dict[str, Any]) -> None:
         if json:
-            out.emit_json(row)
+            out.emit_json(r)
         else:
-            rows.append(row)
+            rows.append(r)
 
-    from store.spark.staging import stale_staging, sweep_staging
+    def deleted(a: FileAction) -> None:
+        row(a.to_json() | {"action": "deleted"})
+
     if dry_run:
         plan = plan_clean(store, retention, force)
-        for action in plan.files:
-            row = action.to_json() | {"action": "would-delete"}
-            if json:
-                out.emit_json(row)
-            else:
-                rows.append(row)
+        for a in plan.files:
+            row(a.to_json() | {"action": action})
         staging = stale_staging(store.root)
     else:
         total = len(plan_clean(store, retention, force).files)
@@ -150,28 +201,25 @@ def clean(
             plan = run_clean(store, retention, force, progress=bar.advance, on_delete=deleted)
         staging = sweep_staging(store.root)   # what killed or failed Spark jobs left behind
     for d in staging:
-        row = d.to_json() | {"action": "would-delete" if dry_run else "deleted",
-                             "mtime": plan.now_ms - d.to_json()["idleMs"]}
-        if json:
-            out.emit_json(row)
-        else:
-            rows.append(row)
-    summary = plan.to_json() | {"status": "DRY_RUN" if dry_run else "OK"}
+        row(d.to_json() | {"action": action, "mtime": plan.now_ms - d.to_json()["idleMs"]})
     if json:
-        out.emit_json(summary)
+        out.emit_json(plan.to_json() | {"status": "DRY_RUN" if dry_run else "OK"})
     else:
         for r in rows:
-            r["size"] = r["bytes"]
+            r["size"] = human_size(r["bytes"])
             r["age"] = format_age(max(0, plan.now_ms - r["mtime"]))
         if rows:
-            out.table(rows, [("kind", "KIND"), ("path", "FILE"), ("size", "BYTES"), ("age", "AGE"), ("action", "ACTION")])
-        verb = "would delete" if dry_run else "deleted"
-        out.info(f"{verb} {len(plan.commitlog)} commit-log segment{'s' if len(plan.commitlog) != 1 else ''}, "
-                 f"{len(plan.consumequeue)} consume-queue and {len(plan.index)} index file"
-                 f"{'s' if len(plan.index) != 1 else ''} ({plan.bytes} bytes); the log "
-                 f"{'would start' if dry_run else 'starts'} at offset {plan.new_min_offset}")
+            out.table(rows, [("kind", "KIND"), ("path", "FILE"), ("size", "SIZE"), ("age", "AGE"), ("action", "ACTION")])
+        if not plan.files and not staging:
+            out.info(f"nothing to delete: no segment older than {older_than} that every reader has passed "
+                     f"(the newest segment always stays)")
+        else:
+            out.info(f"{verb} {plural(len(plan.commitlog), 'commit-log segment')}, "
+                     f"{plural(len(plan.consumequeue), 'consume-queue file')} and "
+                     f"{plural(len(plan.index), 'index file')} ({human_size(plan.bytes)}); the log "
+                     f"{'would start' if dry_run else 'starts'} at offset {plan.new_min_offset}")
     for n in plan.held:
         out.warn(f"kept segments older than {older_than}: {n.describe()} still needs them "
                  f"(consume or reset it, or pass --force)")
     for n in plan.overridden:
-        out.warn(f"{'would delete' if dry_run else 'deleted'} unread messages of {n.describe()}")
+        out.warn(f"{verb} unread messages of {n.describe()}")

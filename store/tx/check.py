@@ -153,7 +153,8 @@ def pending(store: "Store") -> list[Pending]:
 
 Checker = Callable[[Message, int], str]
 """Asked about a half copy and its check count (1 for the first check); returns COMMIT,
-ROLLBACK or UNKNOWN. Called without any lock held."""
+ROLLBACK or UNKNOWN (exactly: anything else is left unknown, with a warning through
+``store.warn``). Called without any lock held."""
 
 
 @dataclass(frozen=True)
@@ -304,6 +305,9 @@ class _CheckPass:
 
     def _resolve(self, view: TxView, answer: str, times: int) -> None:
         if answer not in (ANSWER_COMMIT, ANSWER_ROLLBACK):
+            if answer != ANSWER_UNKNOWN:   # a checker's mistake must not pass for a decision
+                self.store.warn(f"checker answered {answer!r} for {view.tx_id}; expected "
+                                f"{ANSWER_COMMIT}, {ANSWER_ROLLBACK} or {ANSWER_UNKNOWN}; left unknown")
             self._emit(view, "checked", ANSWER_UNKNOWN, PREPARED, times)
             return
         try:

@@ -71,7 +71,7 @@ def test_bash_completes_commands_and_store_names(tmp_path: Path) -> None:
     root = tmp_path / "store"
     env = {**os.environ, "MQCTL_STORE": str(root)}
     exe = [str(Path(sys.executable).parent / "mqctl")]
-    subprocess.run(exe + ["topic", "create", "orders", "-n", "2"], env=env, check=True, capture_output=True)
+    subprocess.run(exe + ["topic", "create", "orders", "--queues", "2"], env=env, check=True, capture_output=True)
 
     def complete(words: str, cword: int) -> list[str]:
         cp = subprocess.run(exe, env={**env, "COMP_WORDS": words, "COMP_CWORD": str(cword),
@@ -81,6 +81,41 @@ def test_bash_completes_commands_and_store_names(tmp_path: Path) -> None:
 
     assert "offsets" in complete("mqctl off", 1)
     assert "orders" in complete("mqctl rebalance or", 2)
+
+
+def _bash_complete(line: list[str], env: dict[str, str]) -> list[str]:
+    """Complete the last word of ``line`` the way an interactive bash does: the committed
+    script sourced into a real bash, COMP_WORDS/COMP_CWORD set, its function called."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash is not installed")
+    words = " ".join(f"'{w}'" for w in line)
+    program = (f"source {FILES['bash']}\n"
+               f"COMP_WORDS=({words}); COMP_CWORD={len(line) - 1}\n"
+               "_mqctl_completion mqctl\n"
+               'printf "%s\\n" "${COMPREPLY[@]}"\n')
+    path = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    cp = subprocess.run([bash, "--norc", "--noprofile", "-c", program], env={**env, "PATH": path},
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    return [w for w in cp.stdout.splitlines() if w]
+
+
+def test_real_bash_completes_choices_and_topic_names(tmp_path: Path) -> None:
+    env = {**os.environ, "MQCTL_STORE": str(tmp_path / "store")}
+    exe = str(Path(sys.executable).parent / "mqctl")
+    for topic in ("orders", "order-audit", "payments"):
+        subprocess.run([exe, "topic", "create", topic], env=env, check=True, capture_output=True)
+    assert set(_bash_complete(["mqctl", "consume", "orders", "--strategy", ""], env)) == {
+        "averagely", "circle", "hash", "config"}
+    assert set(_bash_complete(["mqctl", "send", "orders", "--flush", ""], env)) == {"async", "sync"}
+    assert set(_bash_complete(["mqctl", "send", "ord"], env)) == {"orders", "order-audit"}
+    assert set(_bash_complete(["mqctl", "consume", "p"], env)) == {"payments"}
+    # --store given on the line wins over $MQCTL_STORE for completion too
+    other = tmp_path / "other"
+    subprocess.run([exe, "--store", str(other), "topic", "create", "elsewhere"], env=env, check=True,
+                   capture_output=True)
+    assert _bash_complete(["mqctl", "--store", str(other), "send", "e"], env) == ["elsewhere"]
 
 
 def test_install_completion_option_is_still_there() -> None:

@@ -2,8 +2,20 @@
 people read first; click-man also fails on a command without help)."""
 from __future__ import annotations
 
+import fcntl
+import inspect
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Iterator
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -50,3 +62,131 @@ def test_help_renders_for_every_command() -> None:
         r = runner.invoke(app, list(path[1:]) + ["--help"], env={"NO_COLOR": "1"})
         assert r.exit_code == 0, (path, r.output)
         assert "Usage:" in r.stdout
+
+
+# -- how help reads at 80 columns, piped (plain) and on a terminal (rich) ------------------
+
+COLUMNS = 80
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_BOX = "│╭╮╰╯─┃┏┓┗┛━"
+MQCTL = str(Path(sys.executable).parent / "mqctl")
+
+
+def examples(cmd: object) -> list[str]:
+    """The example lines of a command's help, as written in its source."""
+    text = inspect.cleandoc(getattr(cmd, "help", None) or "")
+    lines: list[str] = []
+    for para in text.split("\n\n"):
+        head, *rest = para.replace("\b\n", "").split("\n")
+        if head.strip().startswith("Example"):
+            lines.extend(line.strip() for line in rest if line.strip())
+    return lines
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM", "CI")}
+    return {**env, "COLUMNS": str(COLUMNS), "LINES": "50", "TERM": "xterm-256color"}
+
+
+def render_piped(args: list[str]) -> str:
+    cp = subprocess.run([MQCTL, *args, "--help"], env=_env(), capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, (args, cp.stderr)
+    return cp.stdout
+
+
+def render_on_terminal(args: list[str]) -> str:
+    """``mqctl ARGS --help`` with stdout on a pseudo-terminal 80 columns wide."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, COLUMNS, 0, 0))
+    proc = subprocess.Popen([MQCTL, *args, "--help"], env=_env(), stdin=subprocess.DEVNULL,
+                            stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:       # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=60) == 0, (args, proc.stderr.read() if proc.stderr else "")
+    text = _ANSI.sub("", b"".join(chunks).decode("utf-8", "replace")).replace("\r\n", "\n")
+    return text
+
+
+def _lines(text: str) -> set[str]:
+    out = set()
+    for line in text.splitlines():
+        for ch in _BOX:
+            line = line.replace(ch, " ")
+        out.add(" ".join(line.split()))
+    return out
+
+
+def _visible_commands() -> list[tuple[list[str], object]]:
+    return [(list(p[1:]), c) for p, c in commands() if not getattr(c, "hidden", False)]
+
+
+@pytest.mark.parametrize("mode", ["piped", "terminal"])
+def test_help_at_80_columns_keeps_examples_and_plain_metavars(mode: str) -> None:
+    render = render_piped if mode == "piped" else render_on_terminal
+    targets = _visible_commands()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        pages = list(pool.map(lambda t: render(t[0]), targets))
+    problems = []
+    for (args, cmd), page in zip(targets, pages):
+        name = " ".join(["mqctl", *args])
+        shown = _lines(page)
+        for example in examples(cmd):
+            if " ".join(example.split()) not in shown:
+                problems.append(f"{name}: example cut or rewrapped: {example!r}")
+        for bad in re.findall(r"\{[A-Za-z_ -]+\}|<(?:str|int|float|text|path|int range|float range)>", page):
+            problems.append(f"{name}: metavar {bad!r}")
+        if page.splitlines() and max(len(line) for line in page.splitlines()) > COLUMNS:
+            problems.append(f"{name}: a line is wider than {COLUMNS} columns")
+        if args == [] or hasattr(cmd, "commands"):
+            if re.search(r"\w\.\.\.\s*$", page, re.MULTILINE):
+                problems.append(f"{name}: a command's help is cut with '...'")
+    assert problems == [], "\n".join(problems)
+
+
+def test_examples_exist_for_the_everyday_commands() -> None:
+    have = {" ".join(p[1:]) for p, c in commands() if examples(c)}
+    for name in ("send", "consume", "progress", "offsets show", "offsets reset", "msg query",
+                 "dlq resend", "tx send", "tx check", "store clean", "query"):
+        assert name in have, f"mqctl {name} --help has no examples"
+
+
+def test_root_help_groups_commands_in_panels() -> None:
+    page = render_piped([])
+    headings = [line.rstrip(":") for line in page.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert headings[:2] == ["Usage", "Options"] or "Options" in headings
+    for panel in ("Produce and consume", "Groups and offsets", "Transactions", "Store and topics",
+                  "Spark", "Benchmarks"):
+        assert panel in headings, (panel, headings)
+    rich = render_on_terminal([])
+    for panel in ("Produce and consume", "Groups and offsets", "Transactions"):
+        assert f"╭─ {panel} " in rich
+
+
+def test_no_color_gives_plain_help_even_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([MQCTL, "--help"], env={**_env(), "NO_COLOR": "1"}, stdout=slave,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    os.close(master)
+    proc.wait(timeout=60)
+    assert b"\x1b[" not in data and "╭".encode() not in data
+    assert b"Produce and consume:" in data

@@ -441,7 +441,7 @@ class Power:
     def committed(self, g: Group) -> dict[int, int]:
         if g.mode == "broadcast":
             return {}
-        cp = self.run("offsets", "show", "-g", g.name, "-t", g.topic, "--json")
+        cp = self.run("offsets", "show", "-g", g.name, "--topic", g.topic, "--json")
         if cp.returncode == 3:   # the group has no offsets (lost with the cut, or never made)
             return {}
         assert cp.returncode == 0, f"offsets show -g {g.name}: {first_lines(cp.stderr)}"

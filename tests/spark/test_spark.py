@@ -484,7 +484,7 @@ def test_query_table_output(spark: Any, store: Store, capsys: pytest.CaptureFixt
     store.create_topic("orders", 2)
     (sent,) = store.put([Draft("orders", b"hello", {"TAGS": "A", "KEYS": "k1 k2"}, queue_id=1)])
     run_query(spark, str(store.root), ["orders"], "SELECT topic, body, keys, properties, storeTimestamp, "
-              "tags IS NULL AS untagged FROM orders", json=False)
+              "tags IS NULL AS untagged FROM orders", json=False, utc=True)
     header, line = capsys.readouterr().out.splitlines()
     assert header.split() == ["TOPIC", "BODY", "KEYS", "PROPERTIES", "STORETIMESTAMP", "UNTAGGED"]
     stamp = datetime.fromtimestamp(sent.store_timestamp / 1000, timezone.utc)
@@ -776,7 +776,7 @@ def test_stall_probe_a_send_is_not_held_up_by_a_spark_write(spark: Any, store: S
 
 # -- the CLI's Spark log and progress -------------------------------------------------------------
 
-def test_cli_progress_line_and_warn_log(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_progress_bar_and_warn_log(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
     from types import SimpleNamespace
 
@@ -785,17 +785,23 @@ def test_cli_progress_line_and_warn_log(monkeypatch: pytest.MonkeyPatch) -> None
     tracker = SimpleNamespace(getActiveStageIds=lambda: [4], getStageInfo=lambda sid: stage)
     sc = SimpleNamespace(statusTracker=lambda: tracker)
     out = io.StringIO()
-    p = sparkutil.Progress(sc, interval=0.01, stream=out)
+    p = sparkutil.Progress(interval=0.01, stream=out, force_terminal=True)
+    assert p.snapshot() == ("starting Spark", None, None)       # while the JVM starts
+    p.attach(sc)
+    assert p.snapshot() == ("spark stage 4", 3, 8)
     deadline = time.time() + 10
-    while "stage 4" not in out.getvalue() and time.time() < deadline:
+    while "3/8" not in out.getvalue() and time.time() < deadline:
         time.sleep(0.01)
     p.stop()
-    assert "mqctl: spark stage 4: 3/8 tasks (2 running)" in out.getvalue()
-    assert out.getvalue().endswith("\r\x1b[K")                  # the line is cleared at the end
+    p.stop()                                                    # stopping twice is harmless
+    assert "spark stage 4" in out.getvalue() and "3/8" in out.getvalue()   # a rich bar, drawn
     monkeypatch.setenv("MQCTL_PROGRESS", "0")
     assert not sparkutil.progress_wanted()
     monkeypatch.setenv("MQCTL_PROGRESS", "1")
     assert sparkutil.progress_wanted()
+    monkeypatch.delenv("MQCTL_PROGRESS")
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert not sparkutil.progress_wanted()                      # piped: silent
     assert S.session_conf("local[2]", "WARN")["spark.log.level"] == "WARN"
     err = sparkutil.to_store_error(Exception(
         '[UNSUPPORTED_DATA_SOURCE_SAVE_MODE] The data source "mqctl" cannot be written in the '

@@ -1,0 +1,188 @@
+"""Running the commands of ``mqctl tx``: ``tx send --exec`` (the local transaction) and
+``tx check --check-cmd`` (the check service's question).
+
+A command is split like a shell command line (shlex) and run without a shell, in a process
+group of its own that is killed on a timeout or an interrupt. It gets the message body on
+stdin and, in its environment::
+
+    MQ_TX_ID, MQ_MSG_ID    the transaction id (= the message id consumers will see)
+    MQ_TOPIC, MQ_QUEUE_ID  the real topic and queue
+    MQ_KEYS                business keys, space separated (as for consume --exec)
+    MQ_TAGS                the tag
+    MQ_BORN_TIMESTAMP      ms since the epoch
+    MQ_CHECK_TIMES         check only: 1 for the first check of this transaction
+
+``--exec``: exit 0 commits, exit 1 rolls back, anything else leaves the transaction UNKNOWN
+for the check service.
+
+``--check-cmd`` answers on the last non-empty line of its stdout and exits 0. The line is
+read without its surrounding blanks and in any case: ``COMMIT`` or ``ROLLBACK`` resolve the
+transaction, ``UNKNOWN`` leaves it for a later pass; RocketMQ's ``COMMIT_MESSAGE``,
+``ROLLBACK_MESSAGE`` and ``UNKNOW`` mean the same. Lines before the last are free (logging).
+Anything else — another word, no output, a non-zero exit, a crash, overrunning
+``--cmd-timeout`` — leaves the transaction UNKNOWN too, with a warning that says why.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from store.log.broker import Store
+    from store.log.record import Message
+    from store.tx.check import CheckEvent, CheckReport
+
+ANSWERS = {"COMMIT": "COMMIT", "COMMIT_MESSAGE": "COMMIT",
+           "ROLLBACK": "ROLLBACK", "ROLLBACK_MESSAGE": "ROLLBACK",
+           "UNKNOWN": "UNKNOWN", "UNKNOW": "UNKNOWN"}
+VALID = "expected COMMIT, ROLLBACK or UNKNOWN"
+
+
+def command_argv(command: str, flag: str) -> list[str]:
+    """``command`` split like a shell line; its program must be runnable (exit 1 otherwise, as
+    ``consume --exec``), so that a typo is refused before any half message is stored or any
+    check is counted."""
+    import shlex
+
+    from mqctl.consumer.handlers import check_runnable
+    from store.errors import UsageError
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise UsageError(f"{flag} {command!r}: {exc}") from exc
+    if not argv:
+        raise UsageError(f"{flag} needs a command")
+    check_runnable(argv)
+    return argv
+
+
+def message_env(m: "Message", check_times: int | None) -> dict[str, str]:
+    """The environment of a command asked about ``m`` (table in the module doc)."""
+    from store.log.record import PROP_REAL_QID, PROP_REAL_TOPIC
+    env = dict(os.environ)
+    env.update(MQ_TX_ID=m.uniq_key or "", MQ_MSG_ID=m.uniq_key or "",
+               MQ_TOPIC=m.properties.get(PROP_REAL_TOPIC, ""),
+               MQ_QUEUE_ID=m.properties.get(PROP_REAL_QID, ""), MQ_KEYS=" ".join(m.keys),
+               MQ_TAGS=m.tags or "", MQ_BORN_TIMESTAMP=str(m.born_timestamp))
+    if check_times is not None:
+        env["MQ_CHECK_TIMES"] = str(check_times)
+    return env
+
+
+def warn(msg: str) -> None:
+    sys.stderr.write(f"mqctl: warning: {msg}\n")
+    sys.stderr.flush()
+
+
+class Runner:
+    """Runs one command at a time; :meth:`stop` (safe in a signal handler) kills it."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+
+    def run(self, argv: list[str], body: bytes, env: dict[str, str], timeout_s: float | None,
+            capture: bool = True) -> tuple[int | None, bytes]:
+        """(exit status, stdout); status None when it could not start or ran out of time
+        (both already warned about). Without ``capture`` the command's stdout goes to our
+        stderr (ours carries only data)."""
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=env, start_new_session=True,
+                                    stdout=subprocess.PIPE if capture else sys.stderr.fileno())
+        except OSError as exc:
+            warn(f"cannot run {argv[0]}: {exc.strerror or exc}")
+            return None, b""
+        self.proc = proc
+        try:
+            out, _ = proc.communicate(body, timeout=timeout_s)
+            return proc.returncode, out or b""
+        except subprocess.TimeoutExpired:
+            warn(f"{argv[0]} did not finish within {timeout_s:g}s; killed")
+            return None, b""
+        finally:
+            self.proc = None
+            if proc.poll() is None:  # timed out, or we are being interrupted
+                kill_group(proc)
+                proc.communicate()
+
+    def stop(self) -> None:
+        self.stopping = True
+        if self.proc is not None:
+            kill_group(self.proc)
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def read_answer(stdout: bytes) -> tuple[str | None, str]:
+    """(COMMIT, ROLLBACK, UNKNOWN or None, the line it was read from): the last non-empty line
+    of ``stdout``, any case, surrounding blanks ignored; None when that is no answer."""
+    lines = [ln.strip() for ln in stdout.decode("utf-8", "replace").splitlines() if ln.strip()]
+    said = lines[-1] if lines else ""
+    return ANSWERS.get(said.upper()), said
+
+
+def check_answer(status: int | None, stdout: bytes, tx_id: str) -> str:
+    """The verdict of a check command that exited with ``status`` (None: it could not run or
+    was killed, already warned about): COMMIT, ROLLBACK or UNKNOWN. A command that did not
+    answer properly is UNKNOWN, with a warning line naming what it did and the valid answers."""
+    if status is None:
+        return "UNKNOWN"
+    if status != 0:
+        how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        warn(f"check command {how} for {tx_id}; left unknown")
+        return "UNKNOWN"
+    answer, said = read_answer(stdout)
+    if answer is None:
+        shown = repr(said if len(said) <= 60 else said[:57] + "...") if said else "nothing"
+        warn(f"check command answered {shown} for {tx_id}; {VALID}; left unknown")
+        return "UNKNOWN"
+    return answer
+
+
+def local_transaction(store: "Store", half: "Message", argv: list[str], sync: bool) -> str:
+    """Run ``tx send --exec``'s command on ``half``; commit on exit 0, roll back on exit 1.
+    Returns the transaction's state (UNKNOWN for any other exit)."""
+    from store.tx.transaction import end_transaction
+    status, _ = Runner().run(argv, half.body, message_env(half, None), None, capture=False)
+    if status not in (0, 1):
+        return "UNKNOWN"
+    return end_transaction(store, half.uniq_key or "", commit=status == 0, sync=sync).state
+
+
+def check_service(store: "Store", argv: list[str], *, timeout_ms: int, max_checks: int,
+                  cmd_timeout_s: float | None, loop_pause_s: float | None,
+                  on_event: Callable[["CheckEvent"], None],
+                  on_pass: Callable[["CheckReport"], None]) -> None:
+    """Check passes asking ``argv``: one, or with ``loop_pause_s`` one every so many seconds
+    until SIGINT or SIGTERM (which kill a running command and end the loop quietly)."""
+    from store.tx.check import check_pass
+    runner = Runner()
+    if loop_pause_s is not None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: runner.stop())
+
+    def ask(copy: "Message", times: int) -> str:
+        status, said = runner.run(argv, copy.body, message_env(copy, times), cmd_timeout_s)
+        return check_answer(status, said, copy.uniq_key or "")
+
+    while True:
+        report = check_pass(store, ask, timeout_ms=timeout_ms, max_checks=max_checks,
+                            on_event=on_event, should_stop=lambda: runner.stopping)
+        if report.events or loop_pause_s is None:
+            on_pass(report)
+        if loop_pause_s is None or runner.stopping:
+            return
+        deadline = time.monotonic() + loop_pause_s
+        while not runner.stopping and time.monotonic() < deadline:
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        if runner.stopping:
+            return
