@@ -5,8 +5,14 @@ A template is parsed once by :func:`compile_template` into a byte-format string 
 call per field and a single ``bytes % tuple`` — no re-parsing per message. Bodies are kept as
 raw bytes (never decoded), so binary payloads pass through unchanged.
 
-Tokens follow kcat where kcat has one (``%t %p %o %k %s %S %h``; ``%T`` is kcat's slot, used
-here for RocketMQ tags) and add RocketMQ's own fields; the full list is :data:`FORMAT_HELP`.
+Where kcat has a token, it means what it means in kcat: ``%t`` topic, ``%p`` queue id (kcat's
+partition), ``%o`` queue offset, ``%k`` keys, ``%s`` body, ``%S`` body size, ``%R`` body size
+as a 4-byte big-endian integer (for length-prefixed framing), ``%T`` store timestamp (ms),
+``%h`` user properties. The rest are mqctl's own, on letters kcat does not use: ``%g`` tags,
+``%i`` message id (the unique key: ``--json``'s ``msgId``), ``%I`` offset message id, ``%r``
+reconsume times (above 0: a redelivery), ``%B`` born timestamp (ms), ``%D`` store time in
+ISO-8601 UTC, ``%d`` store time for people (local, or UTC with ``--utc``). The full list is
+:data:`FORMAT_HELP`; a bad token is a usage error that names it and lists them.
 """
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ import re
 from typing import TYPE_CHECKING, Callable
 
 from store.errors import UsageError
-from store.timeparse import format_time
+from store.timeparse import format_local, format_time
 
 if TYPE_CHECKING:
     from store.log.record import Message
@@ -32,36 +38,38 @@ def _int(n: int) -> bytes:
     return b"%d" % n
 
 
-def _properties(m: Message) -> bytes:
-    return _text(",".join(f"{k}={v}" for k, v in m.properties.items()))
+def _user_properties(m: Message) -> bytes:
+    # The properties --json's "properties" shows: what the sender set, never the store's own
+    # (UNIQ_KEY, TAGS, KEYS, __SHARDINGKEY, RETRY_TOPIC ...), which have tokens or --json.
+    return _text(",".join(f"{k}={v}" for k, v in m.user_properties.items()))
 
 
-# token letter -> (help text, getter). Order is the order of the help listing.
-_FIELDS: dict[str, tuple[str, Getter]] = {
-    "t": ("topic", lambda m: _text(m.topic)),
-    "q": ("queue id", lambda m: _int(m.queue_id)),
-    "p": ("queue id (kcat's partition)", lambda m: _int(m.queue_id)),
-    "o": ("queue offset", lambda m: _int(m.queue_offset)),
-    "k": ("keys (space-separated)", lambda m: _text(" ".join(m.keys))),
-    "T": ("tags", lambda m: _text(m.tags)),
-    "s": ("body", lambda m: m.body),
-    "S": ("body length (bytes)", lambda m: _int(len(m.body))),
-    "i": ("message id", lambda m: _text(m.msg_id)),
-    "u": ("unique key", lambda m: _text(m.uniq_key)),
-    # All stored properties, system ones included (RETRY_TOPIC, DLQ origin …): a format
-    # string is a debugging view, and hiding them would make retries hard to trace.
-    "h": ("properties (k=v,k=v)", _properties),
-    "d": ("store timestamp (ms)", lambda m: _int(m.store_timestamp)),
-    "D": ("store time (ISO-8601 UTC)", lambda m: _text(format_time(m.store_timestamp))),
-    "b": ("born timestamp (ms)", lambda m: _int(m.born_timestamp)),
-    "r": ("reconsume times", lambda m: _int(m.reconsume_times)),
-}
+def _fields(utc: bool) -> dict[str, tuple[str, Getter]]:
+    """Token letter -> (help text, getter), in the order of the help listing."""
+    return {
+        "t": ("topic", lambda m: _text(m.topic)),
+        "p": ("queue id", lambda m: _int(m.queue_id)),
+        "o": ("queue offset", lambda m: _int(m.queue_offset)),
+        "k": ("keys", lambda m: _text(" ".join(m.keys))),
+        "s": ("body", lambda m: m.body),
+        "S": ("body size", lambda m: _int(len(m.body))),
+        "R": ("body size as a 4-byte big-endian integer", lambda m: len(m.body).to_bytes(4, "big")),
+        "T": ("store timestamp (ms)", lambda m: _int(m.store_timestamp)),
+        "h": ("user properties (k=v,k=v)", _user_properties),
+        "g": ("tags", lambda m: _text(m.tags)),
+        "i": ("message id (msgId)", lambda m: _text(m.uniq_key or m.msg_id)),
+        "I": ("offset message id (offsetMsgId)", lambda m: _text(m.msg_id)),
+        "r": ("reconsume times (above 0: a redelivery)", lambda m: _int(m.reconsume_times)),
+        "B": ("born timestamp (ms)", lambda m: _int(m.born_timestamp)),
+        "d": ("store time (local; UTC with --utc)", lambda m: _text(format_local(m.store_timestamp, utc))),
+        "D": ("store time (ISO-8601 UTC)", lambda m: _text(format_time(m.store_timestamp))),
+    }
+
+
 _ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "0": b"\0", "\\": b"\\"}
-
-FORMAT_HELP = (
-    ", ".join(f"%{tok} {desc}" for tok, (desc, _) in _FIELDS.items())
-    + ", %% a percent sign; escapes \\n \\t \\r \\0 \\\\ \\xNN"
-)
+ESCAPES_HELP = "\\n \\t \\r \\0 \\\\ \\xNN"
+TOKENS_HELP = ", ".join(f"%{tok} {desc}" for tok, (desc, _) in _fields(False).items()) + ", %% a percent sign"
+FORMAT_HELP = f"{TOKENS_HELP}; escapes {ESCAPES_HELP}"
 
 # A "%" with the character after it (if any), a "\" with its escape (\x takes two more
 # characters, validated later), or a run of plain text.
@@ -86,46 +94,54 @@ class Template:
         return f"Template({self.source!r})"
 
 
-def compile_template(text: str) -> Template:
-    """Parse ``text`` once; an unknown token or escape is a UsageError (exit 2)."""
+def compile_template(text: str, utc: bool = False) -> Template:
+    """Parse ``text`` once; an unknown token or escape is a UsageError (exit 2) that names
+    it. ``utc``: ``%d`` prints UTC instead of local time (the root ``--utc``)."""
+    fields = _fields(utc)
     fmt = bytearray()
     getters: list[Getter] = []
     for m in _LEXER.finditer(text):
         field, esc, lit = m.group("field", "esc", "lit")
         if lit is not None:
             # Literal "%" cannot occur here (the lexer splits on it), so no %-escaping needed.
-            fmt += _literal(lit, text)
+            fmt += _literal(lit)
         elif field is not None:
             if field == "%":
                 fmt += b"%%"
-            else:
-                getters.append(_field(field, text))
+            elif field in fields:
+                getters.append(fields[field][1])
                 fmt += b"%b"
+            elif field:
+                raise UsageError(f"--format: unknown token %{_shown(field)} (tokens: {TOKENS_HELP})")
+            else:
+                raise UsageError(f"--format: a lone % at the end (%% prints a percent sign; tokens: {TOKENS_HELP})")
         else:
             # bytes % treats "%" in a literal as a conversion, so a \x25 must be doubled.
-            fmt += _escape(esc, text).replace(b"%", b"%%")
+            fmt += _escape(esc).replace(b"%", b"%%")
     return Template(text, bytes(fmt), tuple(getters))
 
 
-def _literal(lit: str, text: str) -> bytes:
+def _shown(s: str) -> str:
+    """``s`` as printable text for an error line (a control character or a lone surrogate
+    as its escape, never a raw byte on the user's terminal)."""
+    return s if s.isprintable() else s.encode("unicode_escape").decode("ascii")
+
+
+def _literal(lit: str) -> bytes:
     try:
         # surrogateescape gives back the exact bytes of an argv that was not UTF-8.
         return lit.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:  # a lone surrogate that no byte sequence decodes to
-        raise UsageError(f"format {text!r} is not valid text") from None
+        raise UsageError("--format: not valid text (it holds a lone surrogate)") from None
 
 
-def _field(token: str, text: str) -> Getter:
-    if token in _FIELDS:
-        return _FIELDS[token][1]
-    what = f"unknown format token '%{token}'" if token else "format ends with a lone '%'"
-    raise UsageError(f"{what} in {text!r}; valid: {FORMAT_HELP}")
-
-
-def _escape(esc: str, text: str) -> bytes:
+def _escape(esc: str) -> bytes:
     if esc in _ESCAPES:
         return _ESCAPES[esc]
-    if len(esc) == 3 and esc[0] == "x" and all(c in "0123456789abcdefABCDEF" for c in esc[1:]):
-        return bytes((int(esc[1:], 16),))
-    what = f"unknown escape '\\{esc}'" if esc else "format ends with a lone '\\'"
-    raise UsageError(f"{what} in {text!r}; valid: {FORMAT_HELP}")
+    if esc[:1] == "x":
+        if len(esc) == 3 and all(c in "0123456789abcdefABCDEF" for c in esc[1:]):
+            return bytes((int(esc[1:], 16),))
+        raise UsageError(f"--format: \\x needs two hex digits, as in \\x41 (escapes: {ESCAPES_HELP})")
+    if not esc:
+        raise UsageError(f"--format: a lone \\ at the end (\\\\ prints a backslash; escapes: {ESCAPES_HELP})")
+    raise UsageError(f"--format: unknown escape \\{_shown(esc)} (escapes: {ESCAPES_HELP})")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from store.errors import InvalidNameError
+from store.errors import InvalidNameError, UsageError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,127}\Z")  # \Z: "$" would accept a trailing newline
 MAX_GROUP_LEN = 120
@@ -87,10 +87,52 @@ def validate_client_id(client_id: str) -> str:
     return client_id
 
 
-def parse_tag_expression(expr: str | None) -> frozenset[str] | None:
+TAG_EXPRESSION_HELP = "* (every message) or TAG || TAG || ..."
+
+
+def tag_problem(tag: str) -> str | None:
+    """Why ``tag`` cannot be a message's tag, or None when it can. A tag holds none of the
+    characters a consumer's expression (:func:`parse_tag_expression`) refuses, so every tag
+    sent can be selected. ``send --tag`` and the ``tags`` of ``send --input json`` use it."""
+    if tag != tag.strip():
+        return "a tag may not start or end with spaces"
+    if "|" in tag:
+        return "a message has one tag, and a tag may not contain '|' (consumers select several with 'A || B')"
+    for ch in "&,*":
+        if ch in tag:
+            return f"a tag may not contain {ch!r}"
+    return None
+
+
+def parse_tag_expression(expr: str | None, what: str = "tag expression") -> frozenset[str] | None:
     """RocketMQ's subscription expression: ``A || B`` is the set of tags; ``*`` (alone or as
-    one of the alternatives) or nothing means every message (None)."""
+    one of the alternatives) or nothing means every message (None). Spaces around a tag are
+    dropped and an empty alternative is ignored, as RocketMQ does.
+
+    Strict about everything else: a tag never holds ``|``, ``&``, ``,`` or ``*``, so ``A | B``,
+    ``A && B``, ``A,B`` or ``A*`` is a UsageError naming the grammar, not a literal tag that
+    silently matches nothing. ``what`` names the expression in that error (``--tag``)."""
     if expr is None:
         return None
-    tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
-    return None if not tags or "*" in tags else tags
+    tags: set[str] = set()
+    for part in expr.split("||"):
+        tag = part.strip()
+        if not tag or tag == "*":
+            tags.add(tag)
+            continue
+        why = None
+        if "&" in tag:
+            why = "there is no '&&': a message has one tag, and 'A || B' selects either"
+        elif "|" in tag:
+            why = "alternatives are separated by '||'"
+        elif "," in tag:
+            why = "alternatives are separated by '||', not ','"
+        elif "*" in tag:
+            why = "'*' stands alone (every message); tags have no wildcards"
+        if why:
+            raise UsageError(f"{what} {expr!r}: {why}; write {TAG_EXPRESSION_HELP}")
+        tags.add(tag)
+    if "*" in tags:
+        return None
+    tags.discard("")
+    return frozenset(tags) or None

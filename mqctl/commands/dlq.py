@@ -38,26 +38,26 @@ def register(app: typer.Typer) -> None:
 
 # -- listing -----------------------------------------------------------------------------------
 
-def _dlq_topic(store: "Store", group: str) -> str:
-    from store.errors import GroupNotFoundError
-    from store.names import dlq_topic, validate_group
-    validate_group(group)
+def _dlq_topic(store: "Store", group: str) -> str | None:
+    """The group's DLQ topic, None when nothing of it was dead-lettered (exit 3: unknown group)."""
+    from store.client.admin import require_group
+    from store.names import dlq_topic
+    require_group(store, group)
     topic = dlq_topic(group)
-    if not store.has_topic(topic):
-        from store.client.admin import group_exists
-        why = ("no message of it was dead-lettered yet" if group_exists(store, group)
-               else "the group does not exist in this store")
-        raise GroupNotFoundError(f"group {group!r} has no dead-letter queue {topic}: {why}")
-    return topic
+    return topic if store.has_topic(topic) else None
+
+
+def _origin(m: "Message") -> str | None:
+    from store.log.record import PROP_DLQ_ORIGIN_TOPIC, PROP_RETRY_TOPIC
+    return m.properties.get(PROP_DLQ_ORIGIN_TOPIC) or m.properties.get(PROP_RETRY_TOPIC)
 
 
 def _row(m: "Message", group: str, resent: bool) -> dict[str, Any]:
     from store.client.envelope import envelope
-    from store.log.record import PROP_DLQ_ORIGIN_MESSAGE_ID, PROP_DLQ_ORIGIN_TOPIC, PROP_RETRY_TOPIC
+    from store.log.record import PROP_DLQ_ORIGIN_MESSAGE_ID
     from store.timeparse import format_time
     row = envelope(m)
-    origin = m.properties.get(PROP_DLQ_ORIGIN_TOPIC) or m.properties.get(PROP_RETRY_TOPIC)
-    row.update({"group": group, "dlqOriginTopic": origin,
+    row.update({"group": group, "dlqOriginTopic": _origin(m),
                 "dlqOriginMsgId": m.properties.get(PROP_DLQ_ORIGIN_MESSAGE_ID), "resent": resent,
                 "storeTime": format_time(m.store_timestamp)})
     return row
@@ -68,35 +68,37 @@ def _preview(body: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-@dlq_app.command("list", help="""Messages in the group's dead-letter queue %DLQ%GROUP, oldest first.
+@dlq_app.command("list", help="""A group's dead letters (%DLQ%GROUP), oldest first.
 
 JSON rows are consume --json envelopes plus dlqOriginTopic, dlqOriginMsgId, resent (already
-given another chance with dlq resend) and storeTime. Exit 3 if the group has no DLQ at all.
+given another chance with dlq resend) and storeTime. STORED is a local time (--utc: UTC).
+Exit 3 if the store does not know the group.
 
 Examples:
   mqctl dlq list -g billing
-  mqctl dlq list -g billing --json | jq -r 'select(.resent | not) | .msgId'""")
+  mqctl dlq list -g billing --json | jq -r 'select(.resent | not).msgId'""")
 def list_(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> None:
     from mqctl.output import Output
-    store = state(ctx).store()
+    from store.timeparse import format_local
+    st = state(ctx)
+    store = st.store()
     topic = _dlq_topic(store, group)
     record = load_record(store)
     out = Output(json=json)
-    rows = []
-    for m in store.iter_queue(topic, 0, 0):
-        row = _row(m, group, is_resent(record, group, m.queue_offset))
+    rows, n = [], 0
+    for m in (store.iter_queue(topic, 0, 0) if topic else ()):
+        row, n = _row(m, group, is_resent(record, group, m.queue_offset)), n + 1
         if json:
             out.emit_json(row)  # streamed: a large DLQ starts printing at once
         else:
-            row["bodyPreview"] = _preview(row.get("body"), 24)
-            rows.append(row)
-    if not json:
-        if rows:
-            out.table(rows, [("queueOffset", "OFFSET"), ("msgId", "MSG-ID"), ("dlqOriginTopic", "ORIGIN-TOPIC"),
-                             ("reconsumeTimes", "RECONSUMES"),
-                             ("storeTime", "STORED"), ("resent", "RESENT"), ("bodyPreview", "BODY")])
-        else:
-            out.info(f"{topic} is empty")
+            rows.append(row | {"bodyPreview": _preview(row.get("body"), 24),
+                               "stored": format_local(m.store_timestamp, st.utc)})
+    if rows:
+        out.table(rows, [("queueOffset", "OFFSET"), ("msgId", "MSG-ID"), ("dlqOriginTopic", "ORIGIN-TOPIC"),
+                         ("reconsumeTimes", "RECONSUMES"), ("stored", "STORED"), ("resent", "RESENT"),
+                         ("bodyPreview", "BODY")])
+    elif n == 0 and not json:
+        out.info(f"no dead letters for group {group}")
 
 
 # -- resending ---------------------------------------------------------------------------------
@@ -124,11 +126,12 @@ def _matches(m: "Message", msg_id: str) -> bool:
     return m.uniq_key == wanted or m.msg_id == wanted.upper()
 
 
-@dlq_app.command("resend", help="""Give dead letters another chance: copy them to %RETRY%GROUP with reconsumeTimes 0.
+@dlq_app.command("resend", help="""Give dead letters another chance (via %RETRY%GROUP).
 
-All not yet resent messages, or only the one(s) with --msg-id (unique key or offset id). Only
-the group's consumers see them again, under their original topic. What was resent is recorded
-in config/dlqResend.json, so a second resend skips it (--force resends anyway).
+Copies them to the group's retry topic with reconsumeTimes 0: all not yet resent, or only
+the one(s) with --msg-id (unique key or offset id). Only the group's consumers see them
+again, under their original topic. What was resent is recorded in config/dlqResend.json, so
+a second resend skips it (--force resends anyway).
 
 Examples:
   mqctl dlq resend -g billing --dry-run
@@ -137,30 +140,35 @@ Examples:
 def resend(
     ctx: typer.Context,
     group: GroupOpt,
-    msg_id: Annotated[Optional[str], typer.Option("--msg-id", "-m", metavar="ID",
+    msg_id: Annotated[Optional[str], typer.Option("--msg-id", "-m", metavar="MSGID",
                                                   help="Only this message (unique key or offset id).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Resend messages that were resent before, too.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be resent; change nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="List what would be resent; change nothing.")] = False,
     json: JsonOpt = False,
 ) -> None:
-    from mqctl.output import Output
+    from mqctl.output import Output, plural
     from store.client.members import live_members
     from store.errors import MessageNotFoundError
     from store.names import retry_topic
     store = state(ctx).store()
     topic = _dlq_topic(store, group)
     out = Output(json=json)
+    if topic is None:
+        if msg_id is not None:
+            raise MessageNotFoundError(f"no message with id {msg_id!r}: group {group} has no dead letters")
+        if not json:
+            out.info(f"no dead letters for group {group}")
+        return
     end = store.max_offset(topic, 0)
     record = load_record(store)
     start = 0 if (force or msg_id is not None) else min(resent_offsets(record, group)[0], end)
-    total = max(0, end - max(start, store.min_offset(topic, 0)))
+    off = max(start, store.min_offset(topic, 0))
     resent = skipped = matched = 0
     shown: list[dict[str, Any]] = []
-    with out.progress(total, "resending") as bar:
-        off = start
+    with out.progress(end - off, "resending") as bar:
         while off < end:
-            chunk = list(store.iter_queue(topic, 0, off, min(end, off + CHUNK)))
             nxt = min(end, off + CHUNK)
+            chunk = list(store.iter_queue(topic, 0, off, nxt))
             if msg_id is not None:
                 chunk = [m for m in chunk if _matches(m, msg_id)]
                 matched += len(chunk)
@@ -168,16 +176,14 @@ def resend(
                 record = load_record(store)
                 todo = [m for m in chunk if force or not is_resent(record, group, m.queue_offset)]
                 skipped += len(chunk) - len(todo)
-                results = []
-                if todo and not dry_run:
-                    results = store.put([_resend_draft(m, group) for m in todo])
+                results = store.put([_resend_draft(m, group) for m in todo]) if todo and not dry_run else []
                 if not dry_run and (todo or msg_id is None):
                     mark_resent(record, group, [m.queue_offset for m in todo], nxt if msg_id is None else None)
                     save_record(store, record)
             for i, m in enumerate(todo):
                 row = {"group": group, "msgId": m.uniq_key or m.msg_id, "dlqOffset": m.queue_offset,
-                       "originTopic": _row(m, group, False)["dlqOriginTopic"], "topic": retry_topic(group),
-                       "queueId": 0, "queueOffset": results[i].queue_offset if results else None,
+                       "originTopic": _origin(m), "topic": retry_topic(group), "queueId": 0,
+                       "queueOffset": results[i].queue_offset if results else None,
                        "offsetMsgId": results[i].msg_id if results else None, "resent": not dry_run}
                 if json:
                     out.emit_json(row)
@@ -187,15 +193,17 @@ def resend(
             bar.advance(nxt - off)
             off = nxt
     if msg_id is not None and matched == 0:
-        raise MessageNotFoundError(f"no message with id {msg_id!r} in {topic}")
-    if not json:
-        if shown:
-            out.table(shown, [("dlqOffset", "DLQ-OFFSET"), ("msgId", "MSG-ID"), ("originTopic", "ORIGIN-TOPIC"),
-                              ("topic", "TO"), ("queueOffset", "OFFSET")])
-    verb = "would resend" if dry_run else "resent"
-    msg = f"{verb} {resent} message{'s' if resent != 1 else ''} from {topic} to {retry_topic(group)}"
+        raise MessageNotFoundError(f"no message with id {msg_id!r} in the dead letters of group {group}")
+    if shown:
+        out.table(shown, [("dlqOffset", "DLQ-OFFSET"), ("msgId", "MSG-ID"), ("originTopic", "ORIGIN-TOPIC"),
+                          ("topic", "TO"), ("queueOffset", "OFFSET")])
+    if resent == skipped == 0:
+        out.info(f"no dead letters for group {group}" if end == store.min_offset(topic, 0) else
+                 f"nothing to resend: every dead letter of group {group} was resent before (--force resends them)")
+        return
+    msg = f"{'would resend' if dry_run else 'resent'} {plural(resent, 'dead letter')} of group {group} to {retry_topic(group)}"
     if skipped:
-        msg += f"; {skipped} already resent skipped (--force resends them)"
+        msg += f"; {skipped} resent before skipped (--force resends them)"
     out.info(msg)
     if resent and not dry_run:
         members = live_members(store.layout, group)

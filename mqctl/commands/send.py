@@ -14,11 +14,11 @@ import json as jsonlib
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, Literal, Optional
 
 import typer
 
-from mqctl.options import JsonOpt, state
+from mqctl.options import JsonOpt, complete_topic, state
 
 if TYPE_CHECKING:
     from store.log.record import Draft
@@ -36,13 +36,25 @@ def register(app: typer.Typer) -> None:
 
 HELP = """Send one message (BODY) or many (stdin, one per line).
 
+Without BODY (or with -), each line of stdin is a message; --delimiter changes the
+separator, --key-delimiter reads KEY<D>BODY lines (KEY is the sharding key), --input json
+reads NDJSON objects (what consume --json prints). On a terminal, end the input with Ctrl-D.
+
+Prints one human line on stderr (sent 3 messages to orders (queues 0,1,2)), or with --json
+one object per message on stdout: status, msgId, offsetMsgId, topic, queueId, queueOffset,
+commitLogOffset. A --delay message waits in the schedule topic until it is due: its JSON
+names its topic and the queue it will be delivered to, queueOffset is null (it has none yet),
+deliverTimestamp says when (ms), and commitLogOffset and offsetMsgId locate the waiting copy.
+Its msgId stays the same once delivered.
+
 Examples:
   mqctl send orders 'hello'
   seq 1000 | mqctl send orders --tag seq
-  tail -F app.log | mqctl send logs --key-delimiter ':'     # 'KEY:BODY' lines, KEY shards
+  mqctl send orders 'later' --delay 1.5s
+  # 'KEY:BODY' lines: messages with one KEY go to one queue, in order
+  tail -F app.log | mqctl send logs --key-delimiter ':'
   mqctl consume a -g copy --json -e | mqctl send b --input json
 """
-
 
 # What ``send --input json`` reads: its own fields and every field of the ``consume --json``
 # envelope (ignored ones: where the message was, not what it is), so a copy round-trips.
@@ -75,6 +87,7 @@ def message_properties(prop: list[str], tag: Optional[str], keys: Optional[str],
     ``--property`` pairs, TAGS and KEYS. No value may carry the property separators, or it
     could forge another property (a unique key, say)."""
     from store.errors import UsageError
+    from store.names import tag_problem
     props = _split_props(prop)
     try:
         for what, value in (("--tag", tag), ("--keys", keys), ("--sharding-key", sharding_key)):
@@ -82,6 +95,10 @@ def message_properties(prop: list[str], tag: Optional[str], keys: Optional[str],
                 _no_separators(what, value)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    if tag:
+        why = tag_problem(tag)
+        if why:
+            raise UsageError(f"--tag {tag!r}: {why}")
     if tag:
         props["TAGS"] = tag
     if keys:
@@ -211,20 +228,40 @@ def read_chunks(fd: int, delim: bytes, zero_copy: bool = False) -> Iterator[tupl
 
 def send(
     ctx: typer.Context,
-    topic: Annotated[str, typer.Argument(help="Topic (created on first send unless the store forbids it).")],
-    body: Annotated[Optional[str], typer.Argument(help="Message body; omit or '-' to read stdin.")] = None,
-    tag: Annotated[Optional[str], typer.Option("--tag", "-t", help="Tag (RocketMQ TAGS), used by consumer filters.")] = None,
-    keys: Annotated[Optional[str], typer.Option("--keys", "-k", help="Business keys, comma separated, for `msg query`.")] = None,
-    prop: Annotated[Optional[list[str]], typer.Option("--property", "-p", help="User property NAME=VALUE (repeatable).")] = None,
-    sharding_key: Annotated[Optional[str], typer.Option("--sharding-key", "-s", help="Same key -> same queue: |javaHash(key)| mod queues.")] = None,
-    queue: Annotated[Optional[int], typer.Option("--queue", "-q", min=0, help="Explicit queue id.")] = None,
-    key_delimiter: Annotated[Optional[str], typer.Option("--key-delimiter", "-K", help="Each stdin line is KEY<D>BODY; KEY is the sharding key.")] = None,
-    delimiter: Annotated[str, typer.Option("--delimiter", "-D", help="Record separator for stdin (escapes like \\n, \\0 allowed).")] = "\\n",
-    input_: Annotated[str, typer.Option("--input", "-i", help="stdin format: raw (one body per record) or json (NDJSON objects).")] = "raw",
-    flush: Annotated[str, typer.Option("--flush", help="async (page cache) or sync (fsync before the result is printed).")] = "async",
-    delay: Annotated[Optional[str], typer.Option("--delay", help="Deliver later: a level 1-18 (1s 5s 10s 30s 1m … 2h) or a duration like 90s.")] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=65536, help="At most N messages per store write (one lock each). With --flush sync, results are printed after an fsync covering their batch; batches written during an fsync share the next one.")] = BATCH_MESSAGES,
-    reroute: Annotated[bool, typer.Option("--reroute", help="--input json: ignore each line's queueId and route by its shardingKey (else round-robin), e.g. to copy into a topic with fewer queues.")] = False,
+    topic: Annotated[str, typer.Argument(
+        metavar="TOPIC", show_default=False, autocompletion=complete_topic,
+        help="Topic (created on first send unless the store forbids it).")],
+    body: Annotated[Optional[str], typer.Argument(
+        metavar="[BODY]", show_default=False, help="Message body; omit it or give - to read stdin.")] = None,
+    tag: Annotated[Optional[str], typer.Option(
+        "--tag", "-t", metavar="TAG", help="Tag (RocketMQ TAGS), what consume --tag selects.")] = None,
+    keys: Annotated[Optional[str], typer.Option(
+        "--keys", "-k", metavar="K1,K2", help="Business keys, comma separated, for msg query.")] = None,
+    prop: Annotated[Optional[list[str]], typer.Option(
+        "--property", "-p", metavar="NAME=VALUE", help="User property (repeatable).")] = None,
+    sharding_key: Annotated[Optional[str], typer.Option(
+        "--sharding-key", "-s", metavar="KEY", help="Same key -> same queue: |javaHash(KEY)| mod queues.")] = None,
+    queue: Annotated[Optional[int], typer.Option(
+        "--queue", "-q", metavar="N", min=0, help="Explicit queue id.")] = None,
+    key_delimiter: Annotated[Optional[str], typer.Option(
+        "--key-delimiter", "-K", metavar="D", help="Each stdin line is KEY<D>BODY; KEY is the sharding key.")] = None,
+    delimiter: Annotated[Optional[str], typer.Option(
+        "--delimiter", "-D", metavar="D",
+        help="Record separator of stdin (escapes like \\t, \\0 allowed) [default: \\n].")] = None,
+    input_: Annotated[Literal["raw", "json"], typer.Option(
+        "--input", "-i", help="stdin format: raw (one body per record) or json (NDJSON objects).")] = "raw",
+    flush: Annotated[Literal["async", "sync"], typer.Option(
+        "--flush", help="async (page cache) or sync (fsync before the result is printed).")] = "async",
+    delay: Annotated[Optional[str], typer.Option(
+        "--delay", metavar="LEVEL|DURATION",
+        help="Deliver later: a RocketMQ level 1-18 (1s 5s 10s 30s 1m ... 2h) or a duration like 1.5s, 90s, 1h30m.")] = None,
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", metavar="N", min=1, max=65536,
+        help="At most N messages per store write (one lock each). With --flush sync, results are printed after "
+             "an fsync covering their batch; batches written during an fsync share the next one.")] = BATCH_MESSAGES,
+    reroute: Annotated[bool, typer.Option(
+        "--reroute", help="--input json: ignore each line's queueId and route by its shardingKey (else round-robin), "
+                          "e.g. to copy into a topic with fewer queues.")] = False,
     json: JsonOpt = False,
 ) -> None:
     import signal as _signal
@@ -237,39 +274,46 @@ def send(
         # ``finish``), also when the shell started it with SIGINT ignored (a background job).
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     validate_topic(topic)
-    if flush not in ("sync", "async"):
-        raise UsageError(f"--flush must be sync or async, not {flush!r}")
-    if input_ not in ("raw", "json"):
-        raise UsageError(f"--input must be raw or json, not {input_!r}")
     if sharding_key is not None and queue is not None:
         raise UsageError("give --sharding-key or --queue, not both")
+    from_stdin = body is None or body == "-"
+    if not from_stdin:
+        for flag, given in (("--key-delimiter", key_delimiter is not None), ("--delimiter", delimiter is not None),
+                            ("--input json", input_ == "json"), ("--reroute", reroute)):
+            if given:
+                raise UsageError(f"{flag} applies to messages read from stdin, not to a BODY argument")
     if key_delimiter is not None and input_ == "json":
         raise UsageError("--key-delimiter applies to --input raw only")
+    if reroute and input_ != "json":
+        raise UsageError("--reroute applies to --input json (it ignores each line's queueId)")
+    delim = _unescape(delimiter if delimiter is not None else "\\n")
+    if not delim:
+        raise UsageError("--delimiter may not be empty")
+    kd = _unescape(key_delimiter, "--key-delimiter") if key_delimiter is not None else None
+    if kd == b"":
+        raise UsageError("--key-delimiter may not be empty")
     base_props = message_properties(prop or [], tag, keys, sharding_key)
-    deliver = None
-    if delay is not None:
-        from store.log.schedule import parse_delay
-        deliver = parse_delay(delay)
+    deliver = parse_delay(delay) if delay is not None else None
     sender = _Sender(ctx, topic, base_props, sharding_key, queue, flush == "sync", json, deliver)
     sender.batch_messages = batch_size
     sender.reroute = reroute
+    sender.delay_text = (delay or "").strip()
     try:
-        if body is not None and body != "-":
-            if key_delimiter is not None:
-                raise UsageError("--key-delimiter applies to stdin input only")
+        if not from_stdin:
+            assert body is not None
             sender.add_raw(os.fsencode(body), 1)   # the argument's bytes, UTF-8 or not
         else:
-            delim = _unescape(delimiter)
-            if not delim:
-                raise UsageError("--delimiter may not be empty")
-            kd = _unescape(key_delimiter, "--key-delimiter") if key_delimiter is not None else None
-            if kd == b"":
-                raise UsageError("--key-delimiter may not be empty")
+            fd = sys.stdin.fileno()
+            if os.isatty(fd):   # a person at a terminal: say what the silence is
+                what = "JSON objects" if input_ == "json" else "messages"
+                sep = "one per line" if delim == b"\n" else f"separated by {delimiter}"
+                sys.stderr.write(f"mqctl: reading {what} from stdin, {sep} (Ctrl-D to end)\n")
+                sys.stderr.flush()
             line = 0
             fast = input_ == "raw" and kd is None and deliver is None
             from mqctl.output import keep_big_buffers
             keep_big_buffers()   # read blocks and batch buffers: reused, not faulted in anew
-            for records, more in read_chunks(sys.stdin.fileno(), delim, zero_copy=fast):
+            for records, more in read_chunks(fd, delim, zero_copy=fast):
                 if fast:
                     sender.add_bodies(records, line, more)
                     line += len(records)
@@ -287,6 +331,32 @@ def send(
             sender.finish()
         finally:
             sender.summary()
+
+
+def parse_delay(text: str) -> tuple[int, int]:
+    """``--delay``: ``(level, ms)``. A bare integer is a RocketMQ delay level (1-18, as the
+    store's :func:`~store.log.schedule.parse_delay` reads it); anything else is a duration in
+    the one duration grammar (:func:`~store.timeparse.parse_duration`: ``1.5s``, ``1h30m``),
+    level 0. A bare decimal is refused rather than guessed at: ``2`` is a level, ``2.5`` is
+    not, and ``2.5s`` says what it means."""
+    from store.errors import UsageError
+    from store.log.schedule import LEVEL_MS
+    from store.log.schedule import parse_delay as parse_level
+    from store.timeparse import MAX_TIME_MS, parse_duration
+    s = text.strip()
+    if s.isascii() and s.isdigit():
+        return parse_level(s)
+    if s.replace(".", "", 1).isascii() and s.replace(".", "", 1).isdigit():
+        raise UsageError(f"--delay {text!r}: a bare number is a delay level 1-{len(LEVEL_MS)}; "
+                         f"give a unit for a duration, e.g. {s}s")
+    try:
+        ms = parse_duration(s)
+    except UsageError:
+        raise UsageError(f"--delay {text!r}: give a level 1-{len(LEVEL_MS)} or a duration like "
+                         "500ms, 1.5s, 90s, 5m, 1h30m, 2d") from None
+    if ms > MAX_TIME_MS - int(time.time() * 1000):
+        raise UsageError(f"--delay {text!r}: due after the year 9999")
+    return 0, ms
 
 
 class _Sender:
@@ -312,6 +382,9 @@ class _Sender:
         self.batch_bytes = 0
         self.sent = 0
         self.queues: set[int] = set()
+        self.due: tuple[int, int] | None = None   # --delay: the first and last delivery time
+        self.delay_text = ""
+        self.utc = state(ctx).utc
         self.t0 = time.monotonic()
         self._shape: tuple[int, bool] | None = None
         self.batch_messages = BATCH_MESSAGES
@@ -480,6 +553,10 @@ class _Sender:
                 if not isinstance(tags, str):
                     raise ValueError("'tags' must be a string")
                 if tags:
+                    from store.names import tag_problem
+                    why = tag_problem(tags)
+                    if why:
+                        raise ValueError(f"'tags' {tags!r}: {why}")
                     props["TAGS"] = _no_separators("'tags'", tags)
             keys = obj.get("keys")
             if keys is not None:
@@ -528,9 +605,23 @@ class _Sender:
         if self.batch:
             batch, self.batch, self.batch_bytes = self.batch, [], 0
             results = self.store.put(batch)
-            self._acknowledge(lambda: self._report(
-                self.topic, [r.queue_id for r in results], [r.queue_offset for r in results],
-                [r.commitlog_offset for r in results], [r.uniq_key for r in results]))
+            if self.deliver is not None:
+                # Parked in the schedule topic until due: report the topic and queue it will be
+                # delivered to (the store chose it when parking), no queue offset (it has none
+                # there yet), and when it is due. Not the schedule topic's own queue and offset.
+                from store.log.record import PROP_DELIVER_MS, PROP_REAL_QID
+                real = [(int(d.properties[PROP_REAL_QID]), int(d.properties[PROP_DELIVER_MS]))
+                        if PROP_REAL_QID in d.properties else (r.queue_id, None)
+                        for d, r in zip(batch, results)]
+                self._acknowledge(lambda: self._report(
+                    self.topic, [q for q, _ in real], [None if due is not None else r.queue_offset
+                                                       for (_, due), r in zip(real, results)],
+                    [r.commitlog_offset for r in results], [r.uniq_key for r in results],
+                    [due for _, due in real]))
+            else:
+                self._acknowledge(lambda: self._report(
+                    self.topic, [r.queue_id for r in results], [r.queue_offset for r in results],
+                    [r.commitlog_offset for r in results], [r.uniq_key for r in results]))
 
     def _acknowledge(self, report: Callable[[], None]) -> None:
         """Print a written batch's results; with ``--flush sync``, only after an fsync that
@@ -588,26 +679,55 @@ class _Sender:
                 self._syncer.shutdown()
                 self._syncer = None
 
-    def _report(self, topic: str, qids: list[int], qoffs: list[int], physs: list[int], uks: list[str] | None) -> None:
+    def _report(self, topic: str, qids: list[int], qoffs: list[int] | list[int | None], physs: list[int],
+                uks: list[str] | None, dues: list[int | None] | None = None) -> None:
         from store.log.record import offset_msg_id
         self.sent += len(qids)
+        due_at = [d for d in dues or () if d is not None]
+        if due_at:
+            lo, hi = self.due or (min(due_at), max(due_at))
+            self.due = (min(lo, *due_at), max(hi, *due_at))
         if self.json:
             t = jsonlib.dumps(topic)
             assert uks is not None   # passed whenever --json
             out = "".join(
                 f'{{"status":"SEND_OK","msgId":"{uk}","offsetMsgId":"{offset_msg_id(p)}","topic":{t},'
-                f'"queueId":{q},"queueOffset":{o},"commitLogOffset":{p}}}\n'
-                for q, o, p, uk in zip(qids, qoffs, physs, uks))
+                f'"queueId":{q},"queueOffset":{"null" if o is None else o},"commitLogOffset":{p}'
+                f'{"" if due is None else f",{_DUE_FIELD}:{due}"}}}\n'
+                for q, o, p, uk, due in zip(qids, qoffs, physs, uks, dues or [None] * len(qids)))
             sys.stdout.write(out)
             sys.stdout.flush()
         else:
             self.queues.update(qids)
 
     def summary(self) -> None:
+        """The human line on stderr: ``sent 3 messages to orders (queues 0,1,2)``."""
         if self.json or not self.sent:
             return
+        from mqctl.output import plural
+        from store.timeparse import format_local
         dt = time.monotonic() - self.t0
         rate = f", {self.sent / dt:,.0f} msg/s" if dt > 0.5 else ""
-        qs = ",".join(str(q) for q in sorted(self.queues)) if len(self.queues) <= 8 else f"{len(self.queues)} queues"
-        sys.stderr.write(f"sent {self.sent} message{'s' if self.sent != 1 else ''} to {self.topic} "
-                         f"(queue {qs}){rate}\n")
+        qs = sorted(self.queues)
+        where = (f"queue {qs[0]}" if len(qs) == 1 else f"queues {','.join(map(str, qs))}" if len(qs) <= 8
+                 else plural(len(qs), "queue"))
+        when = ""
+        if self.due is not None and self.deliver is not None:
+            lo, hi = self.due
+            first, last = format_local(lo, self.utc), format_local(hi, self.utc)
+            at = f"at {first}" if hi - lo < 1000 else f"from {first} to {last}"
+            level, ms = self.deliver
+            delay = f"delay level {level}: {_delay_text(ms)}" if level else f"a {self.delay_text} delay"
+            when = f", due {at} ({delay})"
+        sys.stderr.write(f"sent {plural(self.sent, 'message')} to {self.topic} ({where}){when}{rate}\n")
+
+
+_DUE_FIELD = jsonlib.dumps("deliverTimestamp")
+
+
+def _delay_text(ms: int) -> str:
+    """A delay level's length as the levels are written: ``1s``, ``30s``, ``2m``, ``1h``."""
+    for unit, size in (("h", 3_600_000), ("m", 60_000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms / 1000:g}s"

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from store.client.runtime import Outcome, ThreadPoolSink
@@ -193,16 +194,22 @@ def check_runnable(argv: list[str]) -> None:
 
 
 class ExecHandler:
-    """``--exec CMD``: one child process per message, or per batch with ``--batch N``."""
+    """``--exec CMD``: one child process per message, or per batch with ``--batch N``.
+
+    Stdin: the body as it is; with ``--batch N`` (N > 1) each body and a newline, even in a
+    batch of one; with ``--json`` one envelope per line. The ``MQ_*`` variables describe the
+    first message, except ``MQ_RECONSUME_TIMES`` (the highest of the batch: above 0, it holds
+    a redelivery); ``MQ_QUEUE_OFFSETS`` and ``MQ_MSG_IDS`` list every message of a batch."""
 
     def __init__(self, argv: list[str], group: str, timeout_s: float | None,
-                 render: Callable[[Message], bytes] | None = None) -> None:
+                 render: Callable[[Message], bytes] | None = None, lines: bool = False) -> None:
         check_runnable(argv)
         _load_prctl()
         self.argv = argv
         self.group = group
         self.timeout_s = timeout_s
         self.render = render          # --json: the handler reads envelopes, one per line
+        self.lines = lines            # --batch N > 1: every body ends with a newline
         self.running: set[subprocess.Popen[bytes]] = set()
         self.aborted = False
 
@@ -217,13 +224,14 @@ class ExecHandler:
             "MQ_OFFSET_MSG_ID": m.msg_id,
             "MQ_KEYS": " ".join(m.keys),
             "MQ_TAGS": m.tags or "",
-            "MQ_RECONSUME_TIMES": str(m.reconsume_times),
+            # a batch: the most any of its messages was redelivered (above 0: it holds a retry)
+            "MQ_RECONSUME_TIMES": str(max(x.reconsume_times for x in msgs)),
             "MQ_GROUP": self.group,
             "MQ_BORN_TIMESTAMP": str(m.born_timestamp),
             "MQ_STORE_TIMESTAMP": str(m.store_timestamp),
             "MQ_BATCH_SIZE": str(len(msgs)),
         })
-        if len(msgs) > 1:
+        if self.lines or len(msgs) > 1:   # --batch: every message's, in queue order
             env["MQ_QUEUE_OFFSETS"] = ",".join(str(x.queue_offset) for x in msgs)
             env["MQ_MSG_IDS"] = ",".join(x.uniq_key or x.msg_id for x in msgs)
         return env
@@ -244,9 +252,16 @@ class ExecHandler:
         if self.aborted:
             return None, "the consumer is stopping"
         if self.render is not None:
-            body = b"".join(self.render(m) for m in msgs)
+            # As consume --json prints it: a redelivery from the retry topic under the topic
+            # it was sent to (MQ_TOPIC too), its reconsumeTimes above 0.
+            render = self.render
+            body = b"".join(render(m if m.topic == topic else replace(m, topic=topic)) for m in msgs)
+        elif self.lines or len(msgs) > 1:
+            # --batch: one body per line, the last one too, whether the batch is full or not
+            # (a `while read` handler would miss a last line without its newline).
+            body = b"".join(m.body + b"\n" for m in msgs)
         else:
-            body = msgs[0].body if len(msgs) == 1 else b"".join(m.body + b"\n" for m in msgs)
+            body = msgs[0].body
         # stdin is a file written in full before the handler starts, not a pipe: if this
         # consumer is killed, the kernel closes a pipe's write end before the handler's death
         # signal arrives, and the handler would read a cut body as if it were whole.
@@ -286,7 +301,7 @@ class ExecSink(ThreadPoolSink):
 
     def __init__(self, argv: list[str], group: str, timeout_s: float | None, threads: int, batch: int,
                  render: Callable[[Message], bytes] | None = None) -> None:
-        self.handler = ExecHandler(argv, group, timeout_s, render)
+        self.handler = ExecHandler(argv, group, timeout_s, render, lines=batch > 1)
         super().__init__(self._run, threads, batch)
 
     def _run(self, batch: list[Message], topic: str) -> Outcome:

@@ -171,6 +171,7 @@ class Store:
 
     @staticmethod
     def _initialise(root: Path, settings: StoreSettings) -> None:
+        settings.validate()
         if root.exists() and not root.is_dir():
             raise UsageError(f"{root} exists and is not a directory")
         if root.exists() and any(p.name != "store.json" for p in root.iterdir()):
@@ -236,7 +237,8 @@ class Store:
         if cur is not None:
             if cur.queues != queues or cur.order != order:
                 raise TopicExistsError(
-                    f"topic {name!r} exists with {cur.queues} queues{' (ordered)' if cur.order else ''}")
+                    f"topic {name!r} exists with {cur.queues} queue{'' if cur.queues == 1 else 's'}"
+                    f"{' (ordered)' if cur.order else ''}")
             return cur, False
         cfg = TopicConfig(name, queues, order, int(time.time() * 1000), self.commitlog.end())
         topics[name] = cfg

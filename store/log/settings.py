@@ -7,6 +7,14 @@ from typing import Any
 from store.log import format as F
 
 DEFAULT_QUEUES = 8
+# The readers' sanity bound on a record's size is built from the format's 4 MiB, so a store
+# may lower its message limit but not raise it past that.
+LARGEST_MESSAGE_SIZE = F.MAX_MESSAGE_SIZE
+# A segment must hold the largest record: its body plus at most 64 KiB of header, topic and
+# properties.
+SEGMENT_SPARE = 64 * 1024
+# The end-of-segment trailer keeps the bytes left in an int32.
+MAX_SEGMENT_SIZE = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -18,6 +26,19 @@ class StoreSettings:
     default_queues: int = DEFAULT_QUEUES
     commitlog_segment_size: int = F.COMMITLOG_SEGMENT_SIZE
     cq_segment_entries: int = F.CQ_SEGMENT_ENTRIES
+
+    def validate(self) -> None:
+        """Refuse settings a store cannot work with (UsageError naming the limit)."""
+        from store.errors import UsageError
+        if not 1 <= self.max_message_size <= LARGEST_MESSAGE_SIZE:
+            raise UsageError(f"the maximum message size must be 1..{LARGEST_MESSAGE_SIZE} bytes (4 MiB), "
+                             f"got {self.max_message_size}")
+        least = self.max_message_size + SEGMENT_SPARE
+        if not least <= self.commitlog_segment_size <= MAX_SEGMENT_SIZE:
+            raise UsageError(f"the segment size (--segment-size) must be at least the maximum message size + 64 KiB = "
+                             f"{least} bytes, and at most {MAX_SEGMENT_SIZE}; got {self.commitlog_segment_size}")
+        if not 1 <= self.default_queues <= 1024:
+            raise UsageError(f"the default queue count must be 1..1024, got {self.default_queues}")
 
     def to_json(self) -> dict[str, Any]:
         return {"formatVersion": F.STORE_FORMAT_VERSION, "maxMessageSize": self.max_message_size,

@@ -99,7 +99,7 @@ def offsets_of(store: Store, group: str, topic: str) -> dict[int, int]:
 def test_offsets_show(cli: CLI, loaded: Store) -> None:
     rows = cli.ok("offsets", "show", "-g", "G", "--json").json()
     assert [(r["topic"], r["queueId"], r["offset"]) for r in rows] == [("T", 0, 4), ("T", 1, 3), ("T", 2, 0), ("T", 3, 0)]
-    table = cli.ok("offsets", "show", "-g", "G", "-t", "T").stdout.splitlines()
+    table = cli.ok("offsets", "show", "-g", "G", "--topic", "T").stdout.splitlines()
     assert table[0].split() == ["TOPIC", "QUEUE", "OFFSET"]
     assert table[1].split() == ["T", "0", "4"]
 
@@ -107,7 +107,7 @@ def test_offsets_show(cli: CLI, loaded: Store) -> None:
 def test_offsets_show_unknown_group_and_topic(cli: CLI, loaded: Store) -> None:
     r = cli("offsets", "show", "-g", "Nope")
     assert r.code == 3 and "Nope" in r.stderr and r.stdout == ""
-    assert cli("offsets", "show", "-g", "G", "-t", "Missing").code == 3
+    assert cli("offsets", "show", "-g", "G", "--topic", "Missing").code == 3
     assert cli("offsets", "show", "-g", "bad/name").code == 2
 
 
@@ -119,28 +119,28 @@ def test_missing_store_is_not_found(tmp_path: Path) -> None:
 
 def test_reset_is_a_dry_run_unless_execute(cli: CLI, loaded: Store) -> None:
     before = offsets_of(loaded, "G", "T")
-    r = cli.ok("offsets", "reset", "-g", "G", "-t", "T", "--to-earliest", "--json")
+    r = cli.ok("offsets", "reset", "-g", "G", "--topic", "T", "--to-earliest", "--json")
     plan = r.json()
     assert [(p["queueId"], p["currentOffset"], p["newOffset"], p["applied"]) for p in plan] == [
         (0, 4, 0, False), (1, 3, 0, False), (2, 0, 0, False), (3, 0, 0, False)]
     assert "--execute" in r.stderr
     assert offsets_of(loaded, "G", "T") == before
     epoch = ClusterOffsetStore(loaded.layout).epoch("G", "T")
-    r = cli.ok("offsets", "reset", "-g", "G", "-t", "T", "--to-earliest", "--execute", "--json")
+    r = cli.ok("offsets", "reset", "-g", "G", "--topic", "T", "--to-earliest", "--execute", "--json")
     assert all(p["applied"] for p in r.json())
     assert offsets_of(loaded, "G", "T") == {0: 0, 1: 0, 2: 0, 3: 0}
     assert ClusterOffsetStore(loaded.layout).epoch("G", "T") == epoch + 1, "live consumers learn of a reset by its epoch"
 
 
 def test_reset_to_latest_and_to_offset_on_one_queue(cli: CLI, loaded: Store) -> None:
-    cli.ok("offsets", "reset", "-g", "G", "-t", "T", "--to-latest", "--execute")
+    cli.ok("offsets", "reset", "-g", "G", "--topic", "T", "--to-latest", "--execute")
     assert offsets_of(loaded, "G", "T") == {0: 10, 1: 3, 2: 0, 3: 0}
-    cli.ok("offsets", "reset", "-g", "G", "-t", "T", "--to-offset", "7", "-q", "0", "--execute")
+    cli.ok("offsets", "reset", "-g", "G", "--topic", "T", "--to-offset", "7", "-q", "0", "--execute")
     assert offsets_of(loaded, "G", "T") == {0: 7, 1: 3, 2: 0, 3: 0}
 
 
 def test_reset_to_offset_beyond_the_end_is_clamped_and_reported(cli: CLI, loaded: Store) -> None:
-    r = cli.ok("offsets", "reset", "-g", "G", "-t", "T", "--to-offset", "50", "-q", "1", "--execute", "--json")
+    r = cli.ok("offsets", "reset", "-g", "G", "--topic", "T", "--to-offset", "50", "-q", "1", "--execute", "--json")
     (row,) = r.json()
     assert row["newOffset"] == 3 and row["clamped"] == "end"
     assert "past the end" in r.stderr and "clamped" in r.stderr
@@ -150,15 +150,15 @@ def test_reset_to_time(cli: CLI, loaded: Store) -> None:
     q = loaded.queue("T", 0)
     ts5 = loaded.store_timestamp_at(q.entry(5)[0])
     # Messages of one batch share a store time: the first at or after ts5 is the batch's first.
-    r = cli.ok("offsets", "reset", "-g", "G", "-t", "T", "--to-time", str(ts5), "-q", "0", "--json")
+    r = cli.ok("offsets", "reset", "-g", "G", "--topic", "T", "--to-time", str(ts5), "-q", "0", "--json")
     assert r.json()[0]["newOffset"] == loaded.search_offset("T", 0, ts5)
     future = str(int(time.time() * 1000) + 3_600_000)
-    assert cli.ok("offsets", "reset", "-g", "G", "-t", "T", "--to-time", future, "-q", "0",
+    assert cli.ok("offsets", "reset", "-g", "G", "--topic", "T", "--to-time", future, "-q", "0",
                   "--json").json()[0]["newOffset"] == 10
 
 
 def test_reset_to_time_before_the_earliest_message_is_clamped_with_a_note(cli: CLI, loaded: Store) -> None:
-    r = cli.ok("offsets", "reset", "-g", "G", "-t", "T", "--to-time", "2001-01-01", "--execute", "--json")
+    r = cli.ok("offsets", "reset", "-g", "G", "--topic", "T", "--to-time", "2001-01-01", "--execute", "--json")
     rows = {p["queueId"]: p for p in r.json()}
     assert rows[0]["newOffset"] == 0 and rows[0]["clamped"] == "earliest"
     assert rows[2]["clamped"] is None  # an empty queue has nothing to clamp to
@@ -171,18 +171,18 @@ def test_reset_to_time_before_the_earliest_message_is_clamped_with_a_note(cli: C
     ["--to-latest", "--to-offset", "0"],
 ])
 def test_reset_needs_exactly_one_target(cli: CLI, loaded: Store, targets: list[str]) -> None:
-    r = cli("offsets", "reset", "-g", "G", "-t", "T", *targets, "--execute")
+    r = cli("offsets", "reset", "-g", "G", "--topic", "T", *targets, "--execute")
     assert r.code == 2, r
     assert "exactly one target" in r.stderr
     assert offsets_of(loaded, "G", "T")[0] == 4
 
 
 def test_reset_bad_input(cli: CLI, loaded: Store) -> None:
-    assert cli("offsets", "reset", "-g", "G", "-t", "Missing", "--to-earliest").code == 3
-    assert cli("offsets", "reset", "-g", "G", "-t", "T", "--to-earliest", "-q", "9").code == 2
-    assert cli("offsets", "reset", "-g", "G", "-t", "T", "--to-time", "yesterday-ish").code == 2
-    assert cli("offsets", "reset", "-g", "G", "-t", "T", "--to-offset", "-1").code == 2
-    assert cli("offsets", "reset", "-g", "G", "-t", "T", "--to-earliest", "--execute", "--dry-run").code == 2
+    assert cli("offsets", "reset", "-g", "G", "--topic", "Missing", "--to-earliest").code == 3
+    assert cli("offsets", "reset", "-g", "G", "--topic", "T", "--to-earliest", "-q", "9").code == 2
+    assert cli("offsets", "reset", "-g", "G", "--topic", "T", "--to-time", "yesterday-ish").code == 2
+    assert cli("offsets", "reset", "-g", "G", "--topic", "T", "--to-offset", "-1").code == 2
+    assert cli("offsets", "reset", "-g", "G", "--topic", "T", "--to-earliest", "--execute", "--dry-run").code == 2
 
 
 def test_reset_of_broadcast_offsets(cli: CLI, loaded: Store) -> None:
@@ -193,7 +193,7 @@ def test_reset_of_broadcast_offsets(cli: CLI, loaded: Store) -> None:
     b.persist({("T", q) for q in range(4)})
     rows = cli.ok("offsets", "show", "-g", "B", "--json").json()
     assert {(r["clientId"], r["queueId"], r["offset"]) for r in rows} >= {("c1", 0, 2)}
-    cli.ok("offsets", "reset", "-g", "B", "-t", "T", "--to-latest", "--execute")
+    cli.ok("offsets", "reset", "-g", "B", "--topic", "T", "--to-latest", "--execute")
     again = BroadcastOffsetStore(loaded.layout, "c1", "B").load()
     assert again[("T", 0)] == 10
     assert "B" not in ClusterOffsetStore(loaded.layout).groups(), "a broadcast group gets no clustering offsets"
@@ -223,7 +223,7 @@ def test_progress_lag_is_never_negative_and_includes_the_retry_topic(cli: CLI, l
     retry = [x for x in rows if x["topic"] == retry_topic("G")]
     assert [(x["queueId"], x["brokerOffset"], x["consumerOffset"], x["lag"]) for x in retry] == [(0, 2, None, 2)]
     assert all(x["lag"] >= 0 for x in rows)
-    only_t = cli.ok("progress", "-g", "G", "-t", "T", "--json").json()
+    only_t = cli.ok("progress", "-g", "G", "--topic", "T", "--json").json()
     assert {x["topic"] for x in only_t} == {"T"}
     human = cli.ok("progress", "-g", "G")
     assert human.stdout.splitlines()[0].split()[:5] == ["TOPIC", "QUEUE", "BROKER-OFFSET", "CONSUMER-OFFSET", "LAG"]
@@ -269,7 +269,7 @@ def test_locks_and_unlock(cli: CLI, loaded: Store) -> None:
         assert [(x["queueId"], x["clientId"]) for x in r.json()] == [(1, "dead@2")]
         assert "--force" in r.stderr
         assert [x["queueId"] for x in cli.ok("locks", "--json").json()] == [0]
-        r = cli.ok("unlock", "-g", "O", "-t", "T", "-q", "0", "--force", "--json")
+        r = cli.ok("unlock", "-g", "O", "--topic", "T", "-q", "0", "--force", "--json")
         assert [x["queueId"] for x in r.json()] == [0]
         assert not held.is_valid(), "the holder notices that its lock was broken"
         assert cli.ok("locks", "--json").json() == []
@@ -360,8 +360,11 @@ def test_dlq_list(cli: CLI, dead: Store) -> None:
 
 
 def test_dlq_unknown_group(cli: CLI, loaded: Store) -> None:
-    r = cli("dlq", "list", "-g", "G")  # the group exists but nothing was dead-lettered
-    assert r.code == 3 and "dead-letter" in r.stderr
+    r = cli("dlq", "list", "-g", "G")  # the group exists but nothing was dead-lettered: empty, not an error
+    assert (r.code, r.stdout, r.stderr) == (0, "", "no dead letters for group G\n")
+    assert cli("dlq", "list", "-g", "G", "--json").stdout == ""
+    r = cli("dlq", "resend", "-g", "G")
+    assert (r.code, r.stdout, r.stderr) == (0, "", "no dead letters for group G\n")
     assert cli("dlq", "list", "-g", "Ghost").code == 3
     assert cli("dlq", "resend", "-g", "Ghost").code == 3
 
@@ -466,19 +469,19 @@ def test_live_members_block_a_reset_unless_forced(root: Path, loaded: Store, pro
         assert len(locks) == 4 and all(x["alive"] and x["pid"] == p.pid for x in locks)
         assert _mqctl(root, "unlock", "-g", group, "--json").stdout == "", "live locks stay without --force"
     before = offsets_of(loaded, group, "T")
-    cp = _mqctl(root, "offsets", "reset", "-g", group, "-t", "T", "--to-earliest", "--execute")
+    cp = _mqctl(root, "offsets", "reset", "-g", group, "--topic", "T", "--to-earliest", "--execute")
     assert cp.returncode == 4, cp.stderr
     assert "worker-1" in cp.stderr and "--force" in cp.stderr and cp.stderr.startswith("mqctl: error:")
     assert offsets_of(loaded, group, "T") == before
     # The plan alone is fine, with a warning.
-    cp = _mqctl(root, "offsets", "reset", "-g", group, "-t", "T", "--to-earliest")
+    cp = _mqctl(root, "offsets", "reset", "-g", group, "--topic", "T", "--to-earliest")
     assert cp.returncode == 0 and "--force" in cp.stderr
-    cp = _mqctl(root, "offsets", "reset", "-g", group, "-t", "T", "--to-earliest", "--execute", "--force")
+    cp = _mqctl(root, "offsets", "reset", "-g", group, "--topic", "T", "--to-earliest", "--execute", "--force")
     assert cp.returncode == 0, cp.stderr
     p.send_signal(signal.SIGTERM)
     assert p.wait(30) == 0
     # Once the consumer is gone the reset needs no --force, and the offsets are what it says.
-    cp = _mqctl(root, "offsets", "reset", "-g", group, "-t", "T", "--to-offset", "2", "-q", "0", "--execute")
+    cp = _mqctl(root, "offsets", "reset", "-g", group, "--topic", "T", "--to-offset", "2", "-q", "0", "--execute")
     assert cp.returncode == 0, cp.stderr
     assert offsets_of(loaded, group, "T")[0] == 2
 
@@ -494,7 +497,7 @@ def test_forced_reset_is_taken_up_by_a_live_consumer(root: Path, loaded: Store, 
     procs.append(p)
     wait_for(lambda: len(out.read_bytes().splitlines()) == 13, 20.0, what="the first 13 messages")
     wait_for(lambda: offsets_of(loaded, "R", "T").get(0) == 10, 20.0, what="the offsets to be committed")
-    cp = _mqctl(root, "offsets", "reset", "-g", "R", "-t", "T", "--to-earliest", "-q", "0", "--execute", "--force")
+    cp = _mqctl(root, "offsets", "reset", "-g", "R", "--topic", "T", "--to-earliest", "-q", "0", "--execute", "--force")
     assert cp.returncode == 0, cp.stderr
     put(loaded, "T", ["new"], queue=0)
     wait_for(lambda: out.read_bytes().splitlines().count(b"a0") == 2, 20.0, what="a0 to be delivered again")

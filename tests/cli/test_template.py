@@ -24,21 +24,23 @@ def message(**over: object) -> Message:
 
 
 @pytest.mark.parametrize("fmt, expected", [
+    # kcat's tokens, with kcat's meaning
     ("%t", b"orders"),
-    ("%q", b"3"),
     ("%p", b"3"),
     ("%o", b"42"),
     ("%k", b"k1 k2"),
-    ("%T", b"paid"),
     ("%s", b"caf\xc3\xa9 \xff\x00raw"),       # raw bytes, not decoded
     ("%S", b"11"),
-    ("%i", offset_msg_id(4096).encode()),
-    ("%u", b"AB12"),
-    ("%h", b"TAGS=paid,KEYS=k1 k2,UNIQ_KEY=AB12,region=eu"),
-    ("%d", b"1795255200123"),
-    ("%D", b"2026-11-21T10:00:00.123Z"),
-    ("%b", b"1795255199000"),
+    ("%R", b"\x00\x00\x00\x0b"),              # kcat's 4-byte big-endian length
+    ("%T", b"1795255200123"),                   # the store timestamp, as kcat's %T
+    ("%h", b"region=eu"),                       # user properties only, as --json's
+    # mqctl's own
+    ("%g", b"paid"),
+    ("%i", b"AB12"),                            # the unique key: --json's msgId
+    ("%I", offset_msg_id(4096).encode()),       # the offset id: --json's offsetMsgId
     ("%r", b"2"),
+    ("%B", b"1795255199000"),
+    ("%D", b"2026-11-21T10:00:00.123Z"),
     ("%%", b"%"),
 ])
 def test_each_token(fmt: str, expected: bytes) -> None:
@@ -55,14 +57,16 @@ def test_each_escape(fmt: str, expected: bytes) -> None:
 
 
 def test_tokens_literals_and_escapes_together() -> None:
-    tpl = compile_template(r"%t/%q@%o key=%k tag=%T 100%% é\t%S:%s\n")
+    tpl = compile_template(r"%t/%p@%o key=%k tag=%g 100%% é\t%S:%s\n")
     assert tpl.render(message()) == (
         b"orders/3@42 key=k1 k2 tag=paid 100% \xc3\xa9\t11:caf\xc3\xa9 \xff\x00raw\n")
 
 
 def test_missing_optional_fields_render_empty() -> None:
     bare = message(properties={})
-    assert compile_template("[%k][%T][%u][%h]").render(bare) == b"[][][][]"
+    assert compile_template("[%k][%g][%h]").render(bare) == b"[][][]"
+    # without a unique key, the message id is the offset id (as --json's msgId)
+    assert compile_template("%i").render(bare) == offset_msg_id(4096).encode()
 
 
 def test_template_is_reusable_across_messages() -> None:
@@ -75,24 +79,54 @@ def test_empty_template_renders_nothing() -> None:
     assert compile_template("").render(message()) == b""
 
 
-@pytest.mark.parametrize("fmt, named", [
-    ("%x", "'%x'"), ("body %v\n", "'%v'"), ("%", "lone '%'"), ("abc%", "lone '%'"),
-    (r"\q", r"'\q'"), (r"\x4", r"'\x'"), (r"\xzz", r"'\xzz'"), ("\\", "lone '\\'"),
+def test_h_shows_user_properties_only_like_json() -> None:
+    from store.client.envelope import envelope
+    m = message(properties={"TAGS": "t", "KEYS": "k", "UNIQ_KEY": "U", "__SHARDINGKEY": "s",
+                            "RETRY_TOPIC": "orders", "a": "1", "b": "2"})
+    assert compile_template("%h").render(m) == b"a=1,b=2"
+    assert envelope(m)["properties"] == {"a": "1", "b": "2"}
+
+
+def test_d_is_local_time_or_utc_with_the_root_flag() -> None:
+    from store.timeparse import format_local
+    assert compile_template("%d").render(message()) == format_local(STORE_TS).encode()
+    assert compile_template("%d", utc=True).render(message()) == b"2026-11-21T10:00:00.123Z"
+
+
+@pytest.mark.parametrize("fmt, first", [
+    ("%z", "--format: unknown token %z (tokens: %t topic, %p queue id, "),
+    ("body %v\n", "--format: unknown token %v (tokens: "),
+    ("%q", "--format: unknown token %q (tokens: "),
+    ("%u", "--format: unknown token %u (tokens: "),
+    ("%\x07", "--format: unknown token %\\x07 (tokens: "),
+    ("%", "--format: a lone % at the end (%% prints a percent sign; tokens: "),
+    ("abc%", "--format: a lone % at the end"),
+    (r"\q", r"--format: unknown escape \q (escapes: \n \t \r \0 \\ \xNN)"),
+    (r"\x4", r"--format: \x needs two hex digits, as in \x41"),
+    (r"\xzz", r"--format: \x needs two hex digits"),
+    ("\\", "--format: a lone \\ at the end"),
 ])
-def test_unknown_token_or_escape_is_a_usage_error_listing_valid_ones(fmt: str, named: str) -> None:
+def test_a_bad_token_or_escape_names_itself(fmt: str, first: str) -> None:
     with pytest.raises(UsageError) as info:
         compile_template(fmt)
-    message_text = str(info.value)
+    text = str(info.value)
     assert info.value.exit_code == 2
-    assert named in message_text
-    assert FORMAT_HELP in message_text
-    for token in ("%t", "%q", "%p", "%o", "%k", "%T", "%s", "%S", "%i", "%u", "%h", "%d",
-                  "%D", "%b", "%r", "%%", r"\xNN"):
-        assert token in message_text
+    assert text.startswith(first), text
+    assert repr(fmt) not in text and "\n" not in text     # never the template's Python repr
+    if "token" in first or "lone %" in first:
+        for token in ("%t", "%p", "%o", "%k", "%s", "%S", "%R", "%T", "%h", "%g", "%i", "%I",
+                      "%r", "%B", "%d", "%D", "%%"):
+            assert f"{token} " in text
+
+
+def test_the_help_lists_every_token_and_escape() -> None:
+    for token in ("%t", "%p", "%o", "%k", "%s", "%S", "%R", "%T", "%h", "%g", "%i", "%I",
+                  "%r", "%B", "%d", "%D", "%%", r"\n", r"\t", r"\r", r"\\", r"\xNN"):
+        assert token in FORMAT_HELP
 
 
 def test_a_lone_surrogate_in_the_format_is_a_usage_error() -> None:
-    with pytest.raises(UsageError, match="not valid text"):
+    with pytest.raises(UsageError, match="^--format: not valid text"):
         compile_template("a\ud800%s")
 
 
@@ -107,7 +141,7 @@ def test_argv_bytes_that_are_not_utf8_come_back_unchanged() -> None:
 
 
 # characters() includes lone surrogates, which plain st.text() leaves out.
-@given(st.text(alphabet="%\\xtqposSkTiuhdDbrn0aF9 ", max_size=30) | st.text(st.characters()))
+@given(st.text(alphabet="%\\xtpoRsSkTgiIhdDBrn0aF9 ", max_size=30) | st.text(st.characters()))
 def test_compile_raises_only_usage_error(text: str) -> None:
     try:
         tpl = compile_template(text)

@@ -96,18 +96,19 @@ def test_now_without_a_pinned_clock_is_the_current_time() -> None:
     ("500ms", 500), ("30s", 30_000), ("5m", 300_000), ("2h", 2 * HOUR), ("3d", 72 * HOUR),
     ("72h", 72 * HOUR), ("1h30m", 90 * 60_000), ("1d2h3m4s5ms", 93_784_005),
     ("10", 10_000), ("0", 0), (" 2H ", 2 * HOUR),
+    ("1.5s", 1_500), ("1.5h", 90 * 60_000), ("0.1s", 100), ("2.5", 2_500), ("1.0005s", 1_001),
 ])
 def test_parse_duration(text: str, expected: int) -> None:
     assert parse_duration(text) == expected
 
 
 @pytest.mark.parametrize("text", [
-    "", "-5s", "1.5h", "5 m", "h", "5w", "1h 30m", "ms", "١٠", "9" * 16,
+    "", "-5s", "5 m", "h", "5w", "1h 30m", "ms", "١٠", "9" * 16, "1.s", ".5s", "1..5s", "1.5.5s",
 ])
 def test_parse_duration_rejects_with_examples(text: str) -> None:
     with pytest.raises(UsageError) as info:
         parse_duration(text)
-    assert "500ms, 30s, 5m, 2h, 3d, 1h30m" in str(info.value)
+    assert "500ms, 30s, 1.5s, 5m, 2h, 3d, 1h30m" in str(info.value)
     assert "bare number is seconds" in str(info.value)
 
 

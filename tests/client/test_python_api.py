@@ -399,7 +399,7 @@ def test_admin_rows_match_the_cli(mq: MQ, path: str) -> None:
         lag = admin.lag("G", "T")
         assert [(r.topic, r.queue_id, r.broker_offset) for r in lag] == [("T", 0, 5), ("T", 1, 3)]
         assert sum(r.lag for r in lag) == 2 and all(r.lag == r.broker_offset - r.consumer_offset for r in lag)
-        cli = envelopes(mq.ok("progress", "-g", "G", "-t", "T", "--json").stdout)
+        cli = envelopes(mq.ok("progress", "-g", "G", "--topic", "T", "--json").stdout)
         assert [(r["queueId"], r["brokerOffset"], r["consumerOffset"], r["lag"]) for r in cli] == \
             [(r.queue_id, r.broker_offset, r.consumer_offset, r.lag) for r in lag]
         assert lag[0]["lag"] == lag[0].lag
