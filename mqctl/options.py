@@ -76,7 +76,8 @@ def complete_topic(ctx: typer.Context, incomplete: str) -> list[str]:
     if store is None:
         return []
     try:
-        return sorted(t for t in store.topics() if t.startswith(incomplete))
+        from store.names import is_system_topic
+        return sorted(t for t in store.topics() if t.startswith(incomplete) and not is_system_topic(t))
     except Exception:  # noqa: BLE001
         return []
     finally:

@@ -293,6 +293,7 @@ def send(
     if kd == b"":
         raise UsageError("--key-delimiter may not be empty")
     base_props = message_properties(prop or [], tag, keys, sharding_key)
+    from store.log.schedule import parse_delay
     deliver = parse_delay(delay) if delay is not None else None
     sender = _Sender(ctx, topic, base_props, sharding_key, queue, flush == "sync", json, deliver)
     sender.batch_messages = batch_size
@@ -331,32 +332,6 @@ def send(
             sender.finish()
         finally:
             sender.summary()
-
-
-def parse_delay(text: str) -> tuple[int, int]:
-    """``--delay``: ``(level, ms)``. A bare integer is a RocketMQ delay level (1-18, as the
-    store's :func:`~store.log.schedule.parse_delay` reads it); anything else is a duration in
-    the one duration grammar (:func:`~store.timeparse.parse_duration`: ``1.5s``, ``1h30m``),
-    level 0. A bare decimal is refused rather than guessed at: ``2`` is a level, ``2.5`` is
-    not, and ``2.5s`` says what it means."""
-    from store.errors import UsageError
-    from store.log.schedule import LEVEL_MS
-    from store.log.schedule import parse_delay as parse_level
-    from store.timeparse import MAX_TIME_MS, parse_duration
-    s = text.strip()
-    if s.isascii() and s.isdigit():
-        return parse_level(s)
-    if s.replace(".", "", 1).isascii() and s.replace(".", "", 1).isdigit():
-        raise UsageError(f"--delay {text!r}: a bare number is a delay level 1-{len(LEVEL_MS)}; "
-                         f"give a unit for a duration, e.g. {s}s")
-    try:
-        ms = parse_duration(s)
-    except UsageError:
-        raise UsageError(f"--delay {text!r}: give a level 1-{len(LEVEL_MS)} or a duration like "
-                         "500ms, 1.5s, 90s, 5m, 1h30m, 2d") from None
-    if ms > MAX_TIME_MS - int(time.time() * 1000):
-        raise UsageError(f"--delay {text!r}: due after the year 9999")
-    return 0, ms
 
 
 class _Sender:

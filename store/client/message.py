@@ -59,19 +59,25 @@ class SendResult:
     """Where a sent message was stored: what a result line of ``mqctl send --json`` says.
 
     ``msg_id`` is the message's unique key (what consumers see as ``msg_id``),
-    ``offset_msg_id`` its offset id. For a delayed message the queue and offset are those of
-    its parked copy in the schedule topic, as ``mqctl send --delay`` reports them."""
+    ``offset_msg_id`` its offset id. A delayed message, as ``mqctl send --delay`` reports
+    it: ``queue_id`` is the queue it will be delivered to, ``queue_offset`` None (it has none
+    until then), ``deliver_timestamp`` when it is due (ms), and ``commitlog_offset`` /
+    ``offset_msg_id`` locate its waiting copy."""
 
     msg_id: str
     topic: str
     queue_id: int
-    queue_offset: int
+    queue_offset: int | None
     offset_msg_id: str
     commitlog_offset: int
     store_timestamp: int = 0
+    deliver_timestamp: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The fields of a ``mqctl send --json`` line."""
-        return {"status": "SEND_OK", "msgId": self.msg_id, "offsetMsgId": self.offset_msg_id,
-                "topic": self.topic, "queueId": self.queue_id, "queueOffset": self.queue_offset,
-                "commitLogOffset": self.commitlog_offset}
+        out = {"status": "SEND_OK", "msgId": self.msg_id, "offsetMsgId": self.offset_msg_id,
+               "topic": self.topic, "queueId": self.queue_id, "queueOffset": self.queue_offset,
+               "commitLogOffset": self.commitlog_offset}
+        if self.deliver_timestamp is not None:
+            out["deliverTimestamp"] = self.deliver_timestamp
+        return out

@@ -52,6 +52,9 @@ def message_properties(*, tags: str | None, keys: str | Sequence[str] | None,
             raise UsageError(f"property {k!r}: {exc}") from exc
         props[str(k)] = str(v)
     if tags:
+        why = names.tag_problem(tags)
+        if why:
+            raise UsageError(f"tags {tags!r}: {why}")
         props[PROP_TAGS] = _text("tags", tags)
     if keys:
         ks = [keys] if isinstance(keys, str) else list(keys)
@@ -180,9 +183,19 @@ class Producer(StoreClient):
             from store.log.schedule import delay_draft
             drafts = [delay_draft(d, deliver, store) for d in drafts]
         results = store.put(drafts, sync=self.flush == "sync")
-        return [SendResult(msg_id=r.uniq_key, topic=topic, queue_id=r.queue_id, queue_offset=r.queue_offset,
-                           offset_msg_id=r.msg_id, commitlog_offset=r.commitlog_offset,
-                           store_timestamp=r.store_timestamp) for r in results]
+        # A parked message reports the topic and queue it will be delivered to (chosen when it
+        # was parked), no queue offset (it has none until then) and when it is due.
+        from store.log.record import PROP_DELIVER_MS, PROP_REAL_QID
+        out = []
+        for d, r in zip(drafts, results):
+            parked = PROP_REAL_QID in d.properties
+            out.append(SendResult(
+                msg_id=r.uniq_key, topic=topic,
+                queue_id=int(d.properties[PROP_REAL_QID]) if parked else r.queue_id,
+                queue_offset=None if parked else r.queue_offset,
+                offset_msg_id=r.msg_id, commitlog_offset=r.commitlog_offset, store_timestamp=r.store_timestamp,
+                deliver_timestamp=int(d.properties[PROP_DELIVER_MS]) if parked else None))
+        return out
 
     @staticmethod
     def _check_route(store: "Store", topic: str, queue: int | None, sharding_key: str | None) -> None:

@@ -58,20 +58,31 @@ LEVEL_MS = level_delays_ms()
 
 
 def parse_delay(text: str) -> tuple[int, int]:
-    """``--delay``: a level 1-18 (RocketMQ's, clamped to 18 as the broker does) or a duration
-    such as ``90s``, ``500ms``, ``1h30m``. Returns ``(level, delay_ms)``; level 0 = free."""
-    text = text.strip()
-    if text.isascii() and text.isdigit():
-        level = int(text)
+    """``--delay``: ``(level, delay_ms)``; level 0 = a free duration.
+
+    A bare integer is a RocketMQ delay level (1-18, clamped to 18 as the broker does);
+    anything else is a duration in the one duration grammar (:func:`store.timeparse.
+    parse_duration`: ``500ms``, ``1.5s``, ``90s``, ``1h30m``). A bare decimal is refused
+    rather than guessed at: ``2`` is a level, ``2.5`` is not, and ``2.5s`` says what it means.
+    """
+    from store.timeparse import MAX_TIME_MS, parse_duration
+    s = text.strip()
+    if s.isascii() and s.isdigit():
+        level = int(s)
         if level < 1:
-            raise UsageError(f"--delay level must be 1-18 (or a duration like 90s), not {text}")
+            raise UsageError(f"--delay level must be 1-{len(LEVEL_MS)} (or a duration like 90s), not {s}")
         level = min(level, len(LEVEL_MS))
         return level, LEVEL_MS[level - 1]
-    import re
-    parts = re.findall(r"(\d+)(ms|s|m|h|d)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise UsageError(f"--delay {text!r}: give a level 1-18 or a duration like 500ms, 90s, 1h30m")
-    ms = sum(int(n) * (1 if u == "ms" else _UNITS[u]) for n, u in parts)
+    if s.replace(".", "", 1).isascii() and s.replace(".", "", 1).isdigit():
+        raise UsageError(f"--delay {text!r}: a bare number is a delay level 1-{len(LEVEL_MS)}; "
+                         f"give a unit for a duration, e.g. {s}s")
+    try:
+        ms = parse_duration(s)
+    except UsageError:
+        raise UsageError(f"--delay {text!r}: give a level 1-{len(LEVEL_MS)} or a duration like "
+                         "500ms, 1.5s, 90s, 5m, 1h30m, 2d") from None
+    if ms > MAX_TIME_MS - int(time.time() * 1000):
+        raise UsageError(f"--delay {text!r}: due after the year 9999")
     return 0, ms
 
 

@@ -136,7 +136,14 @@ def test_ordered_topics_and_bad_arguments(path: str) -> None:
         with pytest.raises(store.UsageError):
             p.send("T", b"x", properties={"UNIQ_KEY": "forged"})
         assert p.send("T", b"later", delay=3).msg_id
-        assert p.send("T", b"later", delay=dt.timedelta(seconds=90)).msg_id
+        before = int(time.time() * 1000)
+        later = p.send("T", b"later", delay=dt.timedelta(seconds=90), queue=2)
+        # as `mqctl send --delay --json` reports it: the real topic and queue, no offset yet
+        assert (later.topic, later.queue_id, later.queue_offset) == ("T", 2, None)
+        assert later.deliver_timestamp is not None and later.deliver_timestamp >= before + 90_000
+        assert later.to_json()["deliverTimestamp"] == later.deliver_timestamp
+        with pytest.raises(store.UsageError, match="'\\|'"):
+            p.send("T", b"x", tags="paid||new")
     with pytest.raises(store.TopicNotFoundError):
         store.Consumer("missing", "g", path)
 
@@ -267,6 +274,19 @@ def test_broadcast_and_tags(path: str) -> None:
                            tags="paid || refunded") as b:
         assert sorted(m.text for m in a.messages(exit_at_end=True)) == ["other", "paid", "refunded"]
         assert sorted(m.text for m in b.messages(exit_at_end=True)) == ["paid", "refunded"]
+
+
+def test_broadcast_refuses_what_only_clustering_has(path: str) -> None:
+    """As `mqctl consume --broadcast` does: no dedup (a group's log), no dead letters."""
+    with pytest.raises(store.UsageError, match="dedup"):
+        store.Consumer("B", "G", path, broadcast=True, dedup=True)
+    with store.Producer(path) as p:
+        p.send("B", "x")
+    with store.Consumer("B", "G", path, broadcast=True, client_id="c1") as c:
+        with pytest.raises(store.UsageError, match="max_reconsume"):
+            c.run(lambda m: None, exit_at_end=True, max_reconsume=3)
+        with pytest.raises(store.UsageError, match="retry_delay"):
+            c.run(lambda m: None, exit_at_end=True, retry_delay=1)
 
 
 def test_start_from_time_and_client_id_in_use(path: str) -> None:
