@@ -64,7 +64,7 @@ def send(
         "--exec", "-x", metavar="CMD", help="Local transaction: exit 0 commits, 1 rolls back, else UNKNOWN.")] = None,
     flush: FlushOpt = "async",
 ) -> None:
-    from mqctl.commands.send import message_properties
+    from mqctl.msgargs import message_properties
     from mqctl.output import Output
     from mqctl.txrun import command_argv, local_transaction
     from store.errors import StoreError, UsageError

@@ -1,4 +1,4 @@
-"""Stdin in large blocks (mqctl/commands/send.py) and batch writes to stdout (mqctl/output.py):
+"""Stdin in large blocks (mqctl/stdin.py) and batch writes to stdout (mqctl/output.py):
 records cut exactly across block boundaries, whatever the delimiter and record size."""
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import threading
 
 import pytest
 
-from mqctl.commands.send import _split, read_chunks
 from mqctl.output import BrokenPipe, write_lines
+from mqctl.stdin import read_chunks
+from mqctl.stdin import split_records as _split
 
 
 def test_split_completes_the_pending_record() -> None:

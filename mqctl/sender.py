@@ -1,0 +1,406 @@
+"""``mqctl send``'s batcher: drafts gathered into batches, each batch one store write under
+one lock, its results printed only after it is stored — so a printed result means the
+message survives a crash of this process (with ``--flush sync``, of the machine too).
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json as jsonlib
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import typer
+
+from mqctl.msgargs import no_separators
+from mqctl.options import state
+
+if TYPE_CHECKING:
+    from store.log.record import Draft
+
+BATCH_MESSAGES = 8192
+BATCH_BYTES = 8 * 1024 * 1024
+SYNC_GROUP = 16   # --flush sync: batches written but not yet covered by an fsync, at most
+
+# What ``send --input json`` reads: its own fields and every field of the ``consume --json``
+# envelope (ignored ones: where the message was, not what it is), so a copy round-trips.
+JSON_FIELDS = frozenset({
+    "body", "bodyEncoding", "tags", "keys", "shardingKey", "queueId", "properties",
+    "topic", "queueOffset", "msgId", "offsetMsgId", "bornTimestamp", "storeTimestamp",
+    "reconsumeTimes", "commitLogOffset", "bornHost"})
+
+
+class Sender:
+    """Accumulates drafts into batches and prints each batch's results."""
+
+    def __init__(self, ctx: typer.Context, topic: str, props: dict[str, str], sharding_key: Optional[str],
+                 queue: Optional[int], sync: bool, json: bool,
+                 deliver: tuple[int, int] | None) -> None:
+        from store.log.record import Draft
+        self.Draft = Draft
+        self.store = state(ctx).store(create=True)
+        self.max_size = self.store.settings.max_message_size
+        self.topic = topic
+        self.props = props
+        self.sharding_key = sharding_key
+        self.queue = -1 if queue is None else queue
+        self.sync = sync
+        self.json = json
+        self.deliver = deliver
+        self.batch: list[Draft] = []   # Drafts (json input, delays) ...
+        self.bodies: list[bytes] = []  # ... or bare bodies for the store's fast path
+        self.skeys: list[str | None] | None = None
+        self.batch_bytes = 0
+        self.sent = 0
+        self.queues: set[int] = set()
+        self.due: tuple[int, int] | None = None   # --delay: the first and last delivery time
+        self.delay_text = ""
+        self.utc = state(ctx).utc
+        self.t0 = time.monotonic()
+        self._shape: tuple[int, bool] | None = None
+        self.batch_messages = BATCH_MESSAGES
+        self.reroute = False
+        self.json_input = False
+        self._syncer: Any = None       # the fsync thread (--flush sync) ...
+        self._flight: tuple[Any, list[Callable[[], None]]] | None = None   # ... its fsync, covering these
+        self._waiting: list[Callable[[], None]] = []        # written since that fsync started
+        self._group: tuple[int, int] | None = None    # their log range, for the next one
+
+    def _topic_shape(self) -> tuple[int, bool] | None:
+        """(queue count, ordered) of the topic, or what the first send will create; None when
+        it does not exist and will not be created (the send then fails with exit 3). Lets a
+        bad input line be refused by its line number, after the lines before it are sent."""
+        if self._shape is None:
+            cfg = self.store.topics().get(self.topic)
+            if cfg is not None:
+                self._shape = (cfg.queues, cfg.order)
+            elif self.store.settings.auto_create_topics:
+                self._shape = (self.store.settings.default_queues, False)
+        return self._shape
+
+    def _check_route(self, qid: int, skey: str | None) -> None:
+        shape = self._topic_shape()
+        if shape is None:
+            return
+        queues, ordered = shape
+        if qid >= queues:
+            hint = (" (to copy into a topic with fewer queues, add --reroute: lines are routed by "
+                    "shardingKey instead of queueId)") if self.json_input else ""
+            raise ValueError(f"queue {qid} does not exist: topic {self.topic!r} has queues 0-{queues - 1}{hint}")
+        if ordered and qid < 0 and skey is None:
+            raise ValueError(f"topic {self.topic!r} is ordered: give a sharding key or a queue id")
+
+    def _check_size(self, body: bytes, line: int) -> None:
+        if len(body) > self.max_size:
+            from store.errors import MessageTooLargeError
+            self.flush()
+            raise MessageTooLargeError(
+                f"line {line}: message of {len(body)} bytes exceeds the store's limit of {self.max_size} bytes"
+                f"{f' ({self.sent} sent before it)' if self.sent else ''}")
+
+    def _add(self, draft: Draft) -> None:
+        if self.deliver is not None:
+            from store.log.schedule import delay_draft
+            draft = delay_draft(draft, self.deliver, self.store)
+        self.batch.append(draft)
+        self.batch_bytes += len(draft.body)
+        if len(self.batch) >= self.batch_messages or self.batch_bytes >= BATCH_BYTES:
+            self.flush()
+
+    def add_bodies(self, records: list[bytes], first_line: int, more: bool = False) -> None:
+        """Raw records with nothing per line to parse: straight into batches, sent when a
+        batch is full or the input pauses (``more`` false). An oversized record stops the
+        input there: what came before it is sent, then the error names it."""
+        if max(map(len, records)) > self.max_size:
+            i = next(i for i, r in enumerate(records) if len(r) > self.max_size)
+            self._queue_bodies(records[:i], False)
+            self._check_size(records[i], first_line + i + 1)
+        self._queue_bodies(records, more)
+
+    def _queue_bodies(self, records: list[bytes], more: bool) -> None:
+        if b"" in records:
+            records = [r for r in records if r]
+        if not records:
+            if not more:
+                self.flush()
+            return
+        avg = max(1, sum(map(len, records)) // len(records))
+        i, n = 0, len(records)
+        while i < n:
+            room = min(self.batch_messages - len(self.bodies),
+                       max(1, (BATCH_BYTES - self.batch_bytes) // avg))
+            part = records[i:i + room] if (i or room < n) else records
+            if self.bodies:
+                self.bodies.extend(part)
+            else:
+                self.bodies = part
+            self.batch_bytes += len(part) * avg
+            i += len(part)
+            if len(self.bodies) >= self.batch_messages or self.batch_bytes >= BATCH_BYTES:
+                self.flush()
+        if not more:
+            self.flush()
+
+    def add_raw(self, body: bytes, line: int, key_delim: bytes | None = None) -> None:
+        skey = self.sharding_key
+        if key_delim is not None:
+            k, sep, rest = body.partition(key_delim)
+            if sep:
+                skey, body = k.decode("utf-8", "replace"), rest
+                from store.log.record import has_separator
+                if has_separator(k):
+                    from store.errors import BadInputError
+                    self.flush()
+                    raise BadInputError("a sharding key may not contain the control characters \\x01 or \\x02",
+                                        line=line)
+            elif skey is None and self.queue < 0:
+                try:
+                    self._check_route(-1, None)
+                except ValueError as exc:
+                    from store.errors import BadInputError
+                    self.flush()
+                    raise BadInputError(f"no key before the key delimiter: {exc}", line=line) from exc
+        if len(body) > self.max_size:
+            self._check_size(body, line)
+        if self.deliver is not None:
+            props = dict(self.props)
+            if skey is not None:
+                props["__SHARDINGKEY"] = skey
+            self._add(self.Draft(self.topic, body, props, self.queue, skey))
+            return
+        self.bodies.append(body)
+        if skey is not None:
+            if self.skeys is None:
+                self.skeys = [None] * (len(self.bodies) - 1)
+            self.skeys.append(skey)
+        elif self.skeys is not None:
+            self.skeys.append(None)
+        self.batch_bytes += len(body)
+        if len(self.bodies) >= self.batch_messages or self.batch_bytes >= BATCH_BYTES:
+            self.flush()
+
+    def add_json(self, raw: bytes, line: int) -> None:
+        from store.errors import BadInputError
+        from store.log.record import check_property
+        if not raw.strip():
+            return
+        try:
+            obj = jsonlib.loads(raw)
+        except ValueError as exc:
+            self.flush()
+            raise BadInputError(f"not a JSON object: {exc}", line=line) from exc
+        self.json_input = True
+        try:
+            if not isinstance(obj, dict):
+                raise ValueError("not a JSON object")
+            unknown = [k for k in obj if k not in JSON_FIELDS]
+            if unknown:
+                import difflib
+                close = difflib.get_close_matches(unknown[0], sorted(JSON_FIELDS), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"unknown field {unknown[0]!r}{hint}; known fields: body, bodyEncoding, "
+                                 "tags, keys, shardingKey, queueId, properties, and the other fields "
+                                 "of the consume --json envelope")
+            if "body" not in obj:
+                raise ValueError("'body' is missing")
+            body = obj.get("body")
+            if not isinstance(body, str):
+                raise ValueError("'body' must be a string")
+            enc = obj.get("bodyEncoding")
+            if enc == "base64":
+                data = base64.b64decode(body, validate=True)
+            elif enc in (None, "utf-8", "utf8"):
+                data = body.encode()
+            else:
+                raise ValueError(f"unknown bodyEncoding {enc!r}")
+            props = dict(self.props)
+            uprops = obj.get("properties") or {}
+            if not isinstance(uprops, dict):
+                raise ValueError("'properties' must be an object")
+            for k, v in uprops.items():
+                check_property(str(k), str(v))
+                props[str(k)] = str(v)
+            tags = obj.get("tags")
+            if tags is not None:
+                if not isinstance(tags, str):
+                    raise ValueError("'tags' must be a string")
+                if tags:
+                    from store.names import tag_problem
+                    why = tag_problem(tags)
+                    if why:
+                        raise ValueError(f"'tags' {tags!r}: {why}")
+                    props["TAGS"] = no_separators("'tags'", tags)
+            keys = obj.get("keys")
+            if keys is not None:
+                ks = keys if isinstance(keys, list) else [keys] if isinstance(keys, str) else None
+                if ks is None or not all(isinstance(k, str) for k in ks):
+                    raise ValueError("'keys' must be a string or a list of strings")
+                ks = [no_separators("'keys'", p) for k in ks for p in k.replace(",", " ").split() if p]
+                if ks:
+                    props["KEYS"] = " ".join(ks)
+            skey = obj["shardingKey"] if "shardingKey" in obj else self.sharding_key
+            if skey is not None and not isinstance(skey, str):
+                raise ValueError("'shardingKey' must be a string")
+            if skey is not None:
+                no_separators("'shardingKey'", skey)
+            if "queueId" in obj and self.reroute:
+                qid = -1 if skey is not None or self.queue < 0 else self.queue
+            elif "queueId" in obj:
+                qid = obj["queueId"]
+                if not isinstance(qid, int) or isinstance(qid, bool) or qid < 0:
+                    raise ValueError("'queueId' must be a non-negative integer")
+            else:
+                qid = -1 if "shardingKey" in obj else self.queue
+            if skey is not None:
+                props["__SHARDINGKEY"] = skey
+            self._check_route(qid, skey)
+        except (ValueError, binascii.Error) as exc:
+            self.flush()
+            raise BadInputError(str(exc), line=line) from exc
+        except BadInputError as exc:
+            self.flush()
+            raise BadInputError(exc.message, line=line) from exc
+        self._check_size(data, line)
+        self._add(self.Draft(self.topic, data, props, qid, skey))
+
+    def flush(self) -> None:
+        """Write the pending batch. Its results are printed at once, or with ``--flush sync``
+        once its fsync is done: see :meth:`_acknowledge`."""
+        if self.bodies:
+            bodies, self.bodies = self.bodies, []
+            skeys, self.skeys = self.skeys, None
+            self.batch_bytes = 0
+            res = self.store.put_bodies(self.topic, bodies, properties=self.props, queue_id=self.queue,
+                                        sharding_keys=skeys)
+            self._acknowledge(lambda: self._report(res.topic, res.queue_ids, res.queue_offsets, res.commitlog_offsets,
+                                                   res.uniq_keys if self.json else None))
+        if self.batch:
+            batch, self.batch, self.batch_bytes = self.batch, [], 0
+            results = self.store.put(batch)
+            if self.deliver is not None:
+                # Parked in the schedule topic until due: report the topic and queue it will be
+                # delivered to (the store chose it when parking), no queue offset (it has none
+                # there yet), and when it is due. Not the schedule topic's own queue and offset.
+                from store.log.record import PROP_DELIVER_MS, PROP_REAL_QID
+                real = [(int(d.properties[PROP_REAL_QID]), int(d.properties[PROP_DELIVER_MS]))
+                        if PROP_REAL_QID in d.properties else (r.queue_id, None)
+                        for d, r in zip(batch, results)]
+                self._acknowledge(lambda: self._report(
+                    self.topic, [q for q, _ in real], [None if due is not None else r.queue_offset
+                                                       for (_, due), r in zip(real, results)],
+                    [r.commitlog_offset for r in results], [r.uniq_key for r in results],
+                    [due for _, due in real]))
+            else:
+                self._acknowledge(lambda: self._report(
+                    self.topic, [r.queue_id for r in results], [r.queue_offset for r in results],
+                    [r.commitlog_offset for r in results], [r.uniq_key for r in results]))
+
+    def _acknowledge(self, report: Callable[[], None]) -> None:
+        """Print a written batch's results; with ``--flush sync``, only after an fsync that
+        covers it.
+
+        Group commit, as RocketMQ's GroupCommitService: fsyncs run in a thread, outside the
+        write lock, while this thread goes on writing batches. A batch written while an fsync
+        runs waits for the next one, which covers every batch written meanwhile (``fdatasync``
+        flushes the whole file). So a slow disk costs one fsync per group, not per batch. At
+        most ``SYNC_GROUP`` batches wait; a batch whose fsync fails is never acknowledged, nor
+        is any batch after it, and the error ends the send."""
+        if not self.sync:
+            report()
+            return
+        start, end = self.store.last_write
+        self._waiting.append(report)
+        g = self._group
+        self._group = (min(g[0], start), max(g[1], end)) if g else (start, end)
+        if self._flight is not None and (self._flight[0].done() or len(self._waiting) >= SYNC_GROUP):
+            self._land()
+        if self._flight is None:
+            self._launch()
+
+    def _launch(self) -> None:
+        """Start the fsync of every batch written since the last one started."""
+        if self._syncer is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._syncer = ThreadPoolExecutor(1, thread_name_prefix="fsync")
+        assert self._group is not None   # set by the write that put a report in _waiting
+        fut = self._syncer.submit(self.store.sync_log, *self._group)
+        self._flight, self._waiting, self._group = (fut, self._waiting), [], None
+
+    def _land(self) -> None:
+        """Wait for the running fsync, then print the results of the batches it covered."""
+        flight, self._flight = self._flight, None
+        assert flight is not None   # callers land only a running fsync
+        try:
+            flight[0].result()
+        except BaseException:
+            self._waiting, self._group = [], None   # nothing after a failed fsync is acknowledged
+            raise
+        for report in flight[1]:
+            report()
+
+    def finish(self) -> None:
+        """Make every written batch durable and print its results."""
+        try:
+            if self._flight is not None:
+                self._land()
+            if self._waiting:
+                self._launch()
+                self._land()
+        finally:
+            if self._syncer is not None:
+                self._syncer.shutdown()
+                self._syncer = None
+
+    def _report(self, topic: str, qids: list[int], qoffs: list[int] | list[int | None], physs: list[int],
+                uks: list[str] | None, dues: list[int | None] | None = None) -> None:
+        from store.log.record import offset_msg_id
+        self.sent += len(qids)
+        due_at = [d for d in dues or () if d is not None]
+        if due_at:
+            lo, hi = self.due or (min(due_at), max(due_at))
+            self.due = (min(lo, *due_at), max(hi, *due_at))
+        if self.json:
+            t = jsonlib.dumps(topic)
+            assert uks is not None   # passed whenever --json
+            out = "".join(
+                f'{{"status":"SEND_OK","msgId":"{uk}","offsetMsgId":"{offset_msg_id(p)}","topic":{t},'
+                f'"queueId":{q},"queueOffset":{"null" if o is None else o},"commitLogOffset":{p}'
+                f'{"" if due is None else f",{_DUE_FIELD}:{due}"}}}\n'
+                for q, o, p, uk, due in zip(qids, qoffs, physs, uks, dues or [None] * len(qids)))
+            sys.stdout.write(out)
+            sys.stdout.flush()
+        else:
+            self.queues.update(qids)
+
+    def summary(self) -> None:
+        """The human line on stderr: ``sent 3 messages to orders (queues 0,1,2)``."""
+        if self.json or not self.sent:
+            return
+        from mqctl.output import plural
+        from store.timeparse import format_local
+        dt = time.monotonic() - self.t0
+        rate = f", {self.sent / dt:,.0f} msg/s" if dt > 0.5 else ""
+        qs = sorted(self.queues)
+        where = (f"queue {qs[0]}" if len(qs) == 1 else f"queues {','.join(map(str, qs))}" if len(qs) <= 8
+                 else plural(len(qs), "queue"))
+        when = ""
+        if self.due is not None and self.deliver is not None:
+            lo, hi = self.due
+            first, last = format_local(lo, self.utc), format_local(hi, self.utc)
+            at = f"at {first}" if hi - lo < 1000 else f"from {first} to {last}"
+            level, ms = self.deliver
+            delay = f"delay level {level}: {_delay_text(ms)}" if level else f"a {self.delay_text} delay"
+            when = f", due {at} ({delay})"
+        sys.stderr.write(f"sent {plural(self.sent, 'message')} to {self.topic} ({where}){when}{rate}\n")
+
+
+_DUE_FIELD = jsonlib.dumps("deliverTimestamp")
+
+
+def _delay_text(ms: int) -> str:
+    """A delay level's length as the levels are written: ``1s``, ``30s``, ``2m``, ``1h``."""
+    for unit, size in (("h", 3_600_000), ("m", 60_000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms / 1000:g}s"

@@ -1,0 +1,113 @@
+"""Records from stdin, in large blocks: ``mqctl send``'s reader.
+
+Stdin is read in chunks of whatever is available (``os.read``), so a file is sent in large
+batches and a slow pipe (``tail -f | mqctl send``) message by message without waiting for a
+batch to fill.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+READ_CHUNK = 1 << 20
+READ_CHUNK_FILE = 4 << 20
+
+
+def split_records(data: bytes, delim: bytes, zero_copy: bool, pending: bytes = b"") -> tuple[list[Any], bytes]:
+    """``pending + data`` cut into records, and the partial record after the last delimiter.
+    Long records (the first is 1 KiB or more) come as memoryviews of ``data`` when
+    ``zero_copy``: the store copies a big body once, straight into its batch buffer. A
+    ``pending`` partial record is completed without copying all of ``data`` onto it."""
+    if pending and len(delim) > 1:
+        data, pending = pending + data, b""   # a delimiter may straddle the two
+    find = data.find
+    i = find(delim)
+    if i < 0:
+        return [], pending + data if pending else data
+    if zero_copy and len(pending) + i >= 1024:   # judged by the first record: long ones
+        mv = memoryview(data)
+        step = len(delim)
+        out: list[Any] = [pending + data[:i]] if pending else [mv[:i]]   # bytes and memoryviews
+        start = i + step
+        i = find(delim, start)
+        while i >= 0:
+            out.append(mv[start:i])
+            start = i + step
+            i = find(delim, start)
+        return out, data[start:]
+    if pending:
+        data = pending + data
+    parts = data.split(delim)
+    return parts, parts.pop()
+
+
+# A pipe's buffer is raised to this (F_SETPIPE_SZ, up to /proc/sys/fs/pipe-max-size): the
+# writer then hands over large blocks, and each read takes up to this much at once.
+PIPE_SIZE = 1 << 20
+# A read at least this big means a fast writer: when the pipe is momentarily empty after it,
+# wait this long for more before sending a partial batch (a slow pipe never waits).
+FAST_READ = 64 * 1024
+FAST_WAIT_S = 0.002
+
+
+def _grow_pipe(fd: int) -> int:
+    """Raise the pipe's buffer to :data:`PIPE_SIZE` (or what the system allows); its size."""
+    try:
+        import fcntl
+        try:
+            with open("/proc/sys/fs/pipe-max-size", "rb") as fh:
+                limit = int(fh.read())
+        except (OSError, ValueError):
+            limit = PIPE_SIZE
+        want = min(PIPE_SIZE, limit)
+        try:
+            return fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, want)
+        except OSError:
+            return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    except (OSError, ImportError, AttributeError):
+        return 65536
+
+
+def read_chunks(fd: int, delim: bytes, zero_copy: bool = False) -> Iterator[tuple[list[bytes], bool]]:
+    """Records from ``fd`` split on ``delim``, grouped by what each read returned, each group
+    with ``more``: whether more input can be read at once (a file, or a pipe with data
+    waiting). A sender batches while ``more`` and sends as soon as the input pauses, so a
+    file goes in large batches and ``tail -f | mqctl send`` message by message.
+
+    Reads are large: READ_CHUNK from a file; from a pipe, whatever it holds, its buffer raised
+    to PIPE_SIZE first. After a large read from a pipe found empty, the input is given
+    FAST_WAIT_S to go on before ``more`` is false, so a fast pipeline is sent in full batches."""
+    import select
+    import stat
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        mode = 0
+    regular = stat.S_ISREG(mode)
+    size = READ_CHUNK
+    if stat.S_ISFIFO(mode):
+        size = max(_grow_pipe(fd), 65536)
+    elif regular:
+        size = READ_CHUNK_FILE
+    read = os.read
+    pending = b""
+    while True:
+        try:
+            data = read(fd, size)
+        except InterruptedError:
+            continue
+        if not data:
+            if pending:
+                yield [pending], False
+            return
+        parts, pending = split_records(data, delim, zero_copy, pending)
+        if parts:
+            if regular:
+                more = True
+            else:
+                try:
+                    more = bool(select.select([fd], [], [], 0)[0]) or (
+                        len(data) >= FAST_READ and bool(select.select([fd], [], [], FAST_WAIT_S)[0]))
+                except (OSError, ValueError):
+                    more = False
+            yield parts, more
