@@ -275,6 +275,10 @@ def _show_usage_error(exc: Exception) -> None:
         exc.show()
         return
     message = exc.format_message()  # type: ignore[attr-defined]
+    # Click names its types ("not a valid int range"); a person wants the kind of value
+    for kind, words in (("int range", "a whole number"), ("integer", "a whole number"),
+                        ("float range", "a number"), ("float", "a number")):
+        message = message.replace(f"is not a valid {kind}.", f"is not {words}.")
     ctx = getattr(exc, "ctx", None)
     if ctx is not None:
         message = f"{message} (see '{ctx.command_path} --help')"

@@ -29,11 +29,13 @@ def normalize(argv: list[str], root: Any) -> list[str]:
         if arg == "--":
             out.extend(argv[i:])
             break
-        if arg == STORE and i + 1 < len(argv):
+        if arg == STORE:
+            if i + 1 == len(argv):   # no value: the root alone says so
+                return [STORE]
             front.extend(argv[i:i + 2])
             i += 2
             continue
-        if arg.startswith(STORE + "="):
+        if arg.startswith(STORE + "=") or arg.startswith(UTC + "="):
             front.append(arg)
             i += 1
             continue

@@ -42,16 +42,37 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 if TYPE_CHECKING:
+    from store.client.admin import Admin
     from store.log.broker import Store
 
 
 # -- shell completion of names (runs at tab time: quick, read-only, never raises) -----------
 
+def _store_on_line(ctx: typer.Context) -> str | None:
+    """``--store`` as the user typed it: anywhere on the line being completed (the shell
+    hands the words over in COMP_WORDS), not only before the command, as Click parsed it."""
+    import os
+    import shlex
+    try:
+        words = shlex.split(os.environ.get("COMP_WORDS", ""))
+    except ValueError:
+        words = []
+    for i, word in enumerate(words):
+        if word == "--store" and i + 1 < len(words):
+            # interactive bash splits --store=DIR into three words (= is a word break)
+            if words[i + 1] == "=" and i + 2 < len(words):
+                return words[i + 2]
+            return words[i + 1]
+        if word.startswith("--store="):
+            return word.split("=", 1)[1]
+    found = ctx.find_root().params.get("store")
+    return found if isinstance(found, str) else None
+
+
 def _completion_store(ctx: typer.Context) -> "Store | None":
     try:
         from store.log.broker import Store
-        root = ctx.find_root().params.get("store")
-        return Store.open(resolve_store_path(root), recover=False, warn=lambda _m: None)
+        return Store.open(resolve_store_path(_store_on_line(ctx)), recover=False, warn=lambda _m: None)
     except Exception:  # noqa: BLE001 - completion must never fail loudly
         return None
 
@@ -99,6 +120,28 @@ TopicArg = Annotated[str, typer.Argument(metavar="TOPIC", help="Topic.", autocom
                                          show_default=False)]
 
 
+# How the library's messages name arguments on the command line (``store/client/rules.py``).
+ARG_FLAGS = {
+    "broadcast": "--broadcast", "orderly": "--orderly", "dedup": "--dedup", "strategy": "--strategy",
+    "queues": "--queues", "queues_example": "--queues 0,3", "max_reconsume": "--max-reconsume",
+    "retry_delay": "--retry-delay", "suspend": "--suspend-ms", "consumers": "--consumers",
+    "consumers_example": "--consumers C1,C2", "client_id": "--client-id", "force": "--force",
+    "queue": "--queue", "topic": "--topic",
+}
+
+
+def parse_queue_ids(text: str, flag: str = "--queues") -> list[int]:
+    """Queue ids from ``0,3``: sorted, without duplicates, at least one, each >= 0."""
+    from store.errors import UsageError
+    try:
+        ids = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        ids = []
+    if not ids or ids[0] < 0:
+        raise UsageError(f"{flag} {text!r}: expected queue ids like 0,3")
+    return ids
+
+
 @dataclass
 class State:
     """What the root callback parsed; the only global state is the store handle."""
@@ -112,6 +155,11 @@ class State:
             from store.log.broker import Store
             self._store = Store.open(self.store_path, create=create)
         return self._store
+
+    def admin(self) -> "Admin":
+        """:class:`store.Admin` over the store, its messages naming the command line's flags."""
+        from store.client.admin import Admin
+        return Admin.of(self.store(), arg_names=ARG_FLAGS)
 
     def close(self) -> None:
         if self._store is not None:

@@ -96,7 +96,8 @@ class Sender:
             from store.errors import MessageTooLargeError
             self.flush()
             raise MessageTooLargeError(
-                f"line {line}: message of {len(body)} bytes exceeds the store's limit of {self.max_size} bytes"
+                f"{f'line {line}' if line else 'BODY'}: message of {len(body)} bytes exceeds the store's "
+                f"limit of {self.max_size} bytes"
                 f"{f' ({self.sent} sent before it)' if self.sent else ''}")
 
     def _add(self, draft: Draft) -> None:
@@ -373,9 +374,13 @@ class Sender:
         else:
             self.queues.update(qids)
 
-    def summary(self) -> None:
-        """The human line on stderr: ``sent 3 messages to orders (queues 0,1,2)``."""
-        if self.json or not self.sent:
+    def summary(self, finished: bool = True) -> None:
+        """The human line on stderr: ``sent 3 messages to orders (queues 0,1,2)``; after an
+        error (``finished`` false) only when something was sent, the error says the rest."""
+        if self.json or not (self.sent or finished):
+            return
+        if not self.sent:
+            sys.stderr.write(f"sent 0 messages to {self.topic} (no input)\n")
             return
         from mqctl.output import plural
         from store.timeparse import format_local

@@ -143,4 +143,8 @@ def emit_table(df: Any, utc: bool, before_output: Callable[[], None] = lambda: N
             cells[str(i)] = format_local(ms, utc) if ms is not None else human_value(value if kind == "value" else None)
         rows.append(cells)
     before_output()
-    Output().table(rows, [(str(i), n) for i, n in enumerate(df.columns)])
+    out = Output()
+    if not rows:   # like every other listing: a line on stderr, nothing on stdout
+        out.info(f"no rows (columns: {', '.join(df.columns)})")
+        return
+    out.table(rows, [(str(i), n) for i, n in enumerate(df.columns)])

@@ -56,7 +56,10 @@ def event_text(e: dict[str, Any], when: Callable[[int], str]) -> str:
     kind, n = e["event"], e.get("reconsumeTimes", 0)
     if kind == "consumed":
         who = f"group {e['group']}" + (f" (client {e['clientId']})" if e.get("clientId") else "")
-        return f"consumed by {who}" if e["consumed"] else f"not yet consumed by {who} (at offset {e['offset']})"
+        # the store keeps a group's offset, not what it handled: a group that started from
+        # "last" has its offset past messages it never saw
+        return (f"{who} is past it (committed offset {e['offset']})" if e["consumed"]
+                else f"{who} has not reached it (committed offset {e['offset']})")
     if kind == "scheduled":
         due = f", due {when(e['deliverAt'])}" if e.get("deliverAt") is not None else ""
         what = f"retry {n}" if n else "delivery"
@@ -78,8 +81,8 @@ def event_text(e: dict[str, Any], when: Callable[[int], str]) -> str:
 @msg_app.command("show", help="""One message by offset id or unique key, with its history.
 
 The history is a timeline, oldest first: where the message was sent, delayed, retried,
-dead-lettered or resent, and which groups consumed it (the store keeps each group's offset,
-not when it consumed). Times are local; --utc prints UTC. --json has every field raw.
+dead-lettered or resent, and which groups' committed offsets are past it (the store keeps
+each group's offset, not what or when it consumed). Times are local; --utc prints UTC. --json has every field raw.
 
 Examples:
   mqctl msg show 0BBFD16A3BCF76A68335686AF0BC1DDB

@@ -114,10 +114,11 @@ def send(
     sender.batch_messages = batch_size
     sender.reroute = reroute
     sender.delay_text = (delay or "").strip()
+    finished = False
     try:
         if not from_stdin:
             assert body is not None
-            sender.add_raw(os.fsencode(body), 1)   # the argument's bytes, UTF-8 or not
+            sender.add_raw(os.fsencode(body), 0)   # the argument's bytes, UTF-8 or not; line 0: BODY
         else:
             fd = sys.stdin.fileno()
             if os.isatty(fd):   # a person at a terminal: say what the silence is
@@ -142,8 +143,9 @@ def send(
                         sender.add_raw(rec, line, kd)
                 sender.flush()
         sender.flush()
+        finished = True
     finally:
         try:
             sender.finish()
         finally:
-            sender.summary()
+            sender.summary(finished)

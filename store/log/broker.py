@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator
 from store import names
 from store.errors import (
     BadInputError,
+    CorruptionError,
     DataError,
     MessageNotFoundError,
     MessageTooLargeError,
@@ -171,7 +172,7 @@ class Store:
 
     @staticmethod
     def _initialise(root: Path, settings: StoreSettings) -> None:
-        settings.validate()
+        settings.validate(strict=False)
         if root.exists() and not root.is_dir():
             raise UsageError(f"{root} exists and is not a directory")
         if root.exists() and any(p.name != "store.json" for p in root.iterdir()):
@@ -748,23 +749,26 @@ class Store:
             off = res.next_offset
 
     def find(self, msg_id: str) -> Message:
-        """A message by offset id or by unique key (offset id first, as mqadmin)."""
+        """A message by offset id or by unique key (offset id first, as mqadmin).
+
+        ``UsageError`` when ``msg_id`` is not 32 hex digits, ``MessageNotFoundError`` when no
+        stored message has it, ``CorruptionError`` when the record it leads to is damaged (a
+        damaged record is never served, and never passed off as missing)."""
         msg_id = msg_id.strip()
+        if len(msg_id) != 32 or any(c not in "0123456789abcdefABCDEF" for c in msg_id):
+            raise UsageError(f"{msg_id!r} is not a message id: give 32 hex digits (an offset id or a unique key)")
+        damage: list[tuple[int, str]] = []
         off = decode_offset_msg_id(msg_id)
         if off is not None:
-            try:
-                m = self.commitlog.read(off)
-                if m.msg_id == msg_id.upper():
-                    return m
-            except (RecordError, OSError):
-                pass
-        for phys in self.index.lookup("#" + msg_id, limit=64):
-            try:
-                m = self.commitlog.read(phys)
-            except (RecordError, OSError):
-                continue
-            if m.uniq_key == msg_id:
+            m = self._read_live(off, damage)
+            if m is not None and m.msg_id == msg_id.upper():
                 return m
+        for phys in self.index.lookup("#" + msg_id, limit=64):
+            m = self._read_live(phys, damage)
+            if m is not None and m.uniq_key == msg_id:
+                return m
+        if damage:
+            raise self._damage_error(*damage[0])
         raise MessageNotFoundError(f"no message with id {msg_id!r}")
 
     def find_all(self, uniq_key: str, limit: int = 64) -> list[Message]:
@@ -780,18 +784,34 @@ class Store:
         return sorted(out, key=lambda m: m.commitlog_offset)
 
     def query_key(self, topic: str, key: str, limit: int = 64) -> list[Message]:
-        """Messages of ``topic`` whose KEYS contain ``key``, newest first, via the index."""
+        """Messages of ``topic`` whose KEYS contain ``key``, newest first, via the index.
+        ``CorruptionError`` when a record the index leads to is damaged."""
         out = []
+        damage: list[tuple[int, str]] = []
         for phys in self.index.lookup(f"{topic}#{key}", limit=limit * 4):
-            try:
-                m = self.commitlog.read(phys)
-            except (RecordError, OSError):
-                continue
-            if m.topic == topic and key in m.keys:
+            m = self._read_live(phys, damage)
+            if m is not None and m.topic == topic and key in m.keys:
                 out.append(m)
                 if len(out) >= limit:
                     break
+        if damage:
+            raise self._damage_error(*damage[0])
         return out
+
+    def _read_live(self, phys: int, damage: list[tuple[int, str]]) -> Message | None:
+        """The record at ``phys``; None when it is not there (cleaned away, past the end) or
+        damaged — damage inside the live log is noted in ``damage``."""
+        try:
+            return self.commitlog.read(phys)
+        except (RecordError, OSError) as exc:
+            if self.commitlog.min_offset() <= phys < self.commitlog.end():
+                damage.append((phys, str(exc)))
+            return None
+
+    def _damage_error(self, phys: int, why: str) -> CorruptionError:
+        path = self.commitlog.segment_path(self.commitlog.segment_of(phys))
+        return CorruptionError(str(path), phys - self.commitlog.segment_of(phys),
+                               f"damaged message: {why} (run: mqctl store check)")
 
     def store_timestamp_at(self, phys: int) -> int:
         raw = self.commitlog.read_bytes(phys + F.OFF_STORE_TIMESTAMP, 8)

@@ -60,7 +60,8 @@ LEVEL_MS = level_delays_ms()
 def parse_delay(text: str) -> tuple[int, int]:
     """``--delay``: ``(level, delay_ms)``; level 0 = a free duration.
 
-    A bare integer is a RocketMQ delay level (1-18, clamped to 18 as the broker does);
+    A bare integer is a RocketMQ delay level (1-18; the broker clamps a higher one to 18, we
+    refuse it as we refuse 0, so a typo is not silently a two-hour delay);
     anything else is a duration in the one duration grammar (:func:`store.timeparse.
     parse_duration`: ``500ms``, ``1.5s``, ``90s``, ``1h30m``). A bare decimal is refused
     rather than guessed at: ``2`` is a level, ``2.5`` is not, and ``2.5s`` says what it means.
@@ -69,9 +70,8 @@ def parse_delay(text: str) -> tuple[int, int]:
     s = text.strip()
     if s.isascii() and s.isdigit():
         level = int(s)
-        if level < 1:
+        if not 1 <= level <= len(LEVEL_MS):
             raise UsageError(f"--delay level must be 1-{len(LEVEL_MS)} (or a duration like 90s), not {s}")
-        level = min(level, len(LEVEL_MS))
         return level, LEVEL_MS[level - 1]
     if s.replace(".", "", 1).isascii() and s.replace(".", "", 1).isdigit():
         raise UsageError(f"--delay {text!r}: a bare number is a delay level 1-{len(LEVEL_MS)}; "

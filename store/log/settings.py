@@ -27,16 +27,22 @@ class StoreSettings:
     commitlog_segment_size: int = F.COMMITLOG_SEGMENT_SIZE
     cq_segment_entries: int = F.CQ_SEGMENT_ENTRIES
 
-    def validate(self) -> None:
-        """Refuse settings a store cannot work with (UsageError naming the limit)."""
+    def validate(self, strict: bool = True) -> None:
+        """Refuse settings a store cannot work with (UsageError naming the limit).
+
+        ``strict`` (what ``mqctl init`` asks) also requires room in a segment for the largest
+        record a maximum-size body can make (:data:`SEGMENT_SPARE` more); without it (what the
+        engine requires of every new store) a segment must only be larger than the largest
+        body — a record that then does not fit is refused when it is put."""
         from store.errors import UsageError
         if not 1 <= self.max_message_size <= LARGEST_MESSAGE_SIZE:
             raise UsageError(f"the maximum message size must be 1..{LARGEST_MESSAGE_SIZE} bytes (4 MiB), "
                              f"got {self.max_message_size}")
-        least = self.max_message_size + SEGMENT_SPARE
+        least = self.max_message_size + (SEGMENT_SPARE if strict else 1)
         if not least <= self.commitlog_segment_size <= MAX_SEGMENT_SIZE:
-            raise UsageError(f"the segment size (--segment-size) must be at least the maximum message size + 64 KiB = "
-                             f"{least} bytes, and at most {MAX_SEGMENT_SIZE}; got {self.commitlog_segment_size}")
+            rule = "the maximum message size + 64 KiB" if strict else "larger than the maximum message size"
+            raise UsageError(f"the segment size (--segment-size) must be at least {rule} = {least} bytes, "
+                             f"and at most {MAX_SEGMENT_SIZE}; got {self.commitlog_segment_size}")
         if not 1 <= self.default_queues <= 1024:
             raise UsageError(f"the default queue count must be 1..1024, got {self.default_queues}")
 

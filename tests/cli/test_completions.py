@@ -116,6 +116,10 @@ def test_real_bash_completes_choices_and_topic_names(tmp_path: Path) -> None:
     subprocess.run([exe, "--store", str(other), "topic", "create", "elsewhere"], env=env, check=True,
                    capture_output=True)
     assert _bash_complete(["mqctl", "--store", str(other), "send", "e"], env) == ["elsewhere"]
+    # ... and after the command, as everywhere else on the line
+    assert _bash_complete(["mqctl", "send", "--store", str(other), "e"], env) == ["elsewhere"]
+    assert _bash_complete(["mqctl", "send", f"--store={other}", "e"], env) == ["elsewhere"]
+    assert _bash_complete(["mqctl", "send", "--store", str(other), "p"], env) == []
 
 
 def test_install_completion_option_is_still_there() -> None:

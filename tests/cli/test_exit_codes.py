@@ -61,6 +61,17 @@ def _damaged(e: Env) -> Run:
     return e.run("store", "check")
 
 
+def _damaged_key_lookup(e: Env) -> Run:
+    e.run("send", "orders", "-k", "order-1", "-", input=b"".join(b"keyed %d\n" % i for i in range(5)))
+    segment = sorted((e.store / "commitlog").iterdir())[0]
+    with open(segment, "r+b") as f:       # inside the second record
+        f.seek(250)
+        data = f.read(2)
+        f.seek(250)
+        f.write(bytes(b ^ 0xFF for b in data))
+    return e.run("msg", "query", "--topic", "orders", "-k", "order-1")
+
+
 def _resolved_other_way(e: Env) -> tuple[Run, str]:
     sent = e.run("tx", "send", "orders", "body")
     tx = json.loads(sent.stdout)["txId"]
@@ -93,6 +104,7 @@ def _closed_early(e: Env) -> Run:
 
 SCENARIOS: dict[str, Callable[[Env], Run]] = {
     "mqctl store check": _damaged,
+    "mqctl msg query --topic orders -k order-1": _damaged_key_lookup,
     "mqctl tx rollback TXID": lambda e: _resolved_other_way(e)[0],
     "mqctl send orders": lambda e: e.run("send", "orders", input=b"x" * 5_000_000 + b"\n"),
     "": _interrupted,

@@ -127,5 +127,17 @@ def test_store_and_json_anywhere_in_real_processes(tmp_path: Path) -> None:
     assert '"topic":"orders"' in cp.stdout
     cp = run("topic", "--json", "list", f"--store={store}")
     assert cp.returncode == 0 and '"topic":"orders"' in cp.stdout, cp
+    cp = run("topic", "list", "--store")
+    assert cp.returncode == 2 and cp.stderr.startswith("mqctl: error: Option '--store' requires an argument"), cp
+    cp = run("topic", "list", "--utc=1", "--store", store)
+    assert cp.returncode == 2 and "--utc" in cp.stderr and "does not take a value" in cp.stderr, cp
     cp = run("--json", "init", "--store", store)
     assert cp.returncode == 2 and cp.stderr.startswith("mqctl: error: No such option: --json"), cp
+
+
+def test_a_bad_number_names_the_kind_of_value_not_the_click_type(tmp_path: Path) -> None:
+    cp = subprocess.run([MQCTL, "--store", str(tmp_path / "s"), "consume", "t", "-g", "g", "-c", "abc"],
+                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert cp.returncode == 2
+    assert cp.stderr == ("mqctl: error: Invalid value for '--count' / '-c': 'abc' is not a whole number. "
+                         "(see 'mqctl consume --help')\n")

@@ -493,6 +493,18 @@ def test_query_table_output(spark: Any, store: Store, capsys: pytest.CaptureFixt
 
 
 @pytest.mark.spark
+def test_an_empty_query_result_says_so_on_stderr(spark: Any, store: Store,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from mqctl.commands.sparkcmd import run_query
+    store.create_topic("orders", 2)
+    store.put([Draft("orders", b"hello")])
+    run_query(spark, str(store.root), ["orders"], "SELECT topic, body FROM orders WHERE 1 = 0",
+              json=False, utc=True)
+    got = capsys.readouterr()
+    assert got.out == "" and got.err == "no rows (columns: topic, body)\n"
+
+
+@pytest.mark.spark
 def test_export_parquet_keeps_the_columns(spark: Any, store: Store, tmp_path: Path) -> None:
     from mqctl.commands.sparkcmd import export_topic, snapshot
     store.create_topic("t", 2)
