@@ -398,7 +398,11 @@ class Runtime:
 
     def snapshot_ends(self) -> None:
         """Remember where every queue of the subscribed topics ends now: with
-        ``exit_at_end`` the member drains up to there and no further."""
+        ``exit_at_end`` the member drains up to there and no further. Delayed messages
+        already due are delivered first: they belong to "now" (a ``-e`` run must not leave
+        them for the next one)."""
+        from store.log.schedule import deliver_due
+        deliver_due(self.store)
         self.end_snapshot = {}
         for t in self.topics:
             if self.store.has_topic(t):

@@ -78,6 +78,17 @@ def test_delay_json_names_the_queue_it_will_be_delivered_to(mq: MQ) -> None:
     assert got["storeTimestamp"] >= res["deliverTimestamp"]
 
 
+@pytest.mark.parametrize("group", [["-g", "G"], ["--no-group"]], ids=["group", "no-group"])
+def test_an_exit_at_end_run_takes_delayed_messages_already_due(mq: MQ, group: list[str]) -> None:
+    """Due before the run starts = part of what is there: -e must not leave it for next time."""
+    mq.ok("topic", "create", "T", "--queues", "2")
+    due = json.loads(mq.ok("send", "T", "later", "--delay", "500ms", "-j").stdout)["deliverTimestamp"]
+    while int(time.time() * 1000) <= due + 50:   # wait on the clock, not on a guess
+        time.sleep(0.05)
+    cp = mq.ok("consume", "T", *group, "--from", "first", "-e")
+    assert cp.stdout == b"later\n"
+
+
 def test_a_decimal_delay_and_its_forms(mq: MQ) -> None:
     mq.ok("topic", "create", "T", "--queues", "2")
     for value in ("1.5s", "0.5m", "500ms", "1m30s", "2"):
@@ -88,6 +99,7 @@ def test_a_decimal_delay_and_its_forms(mq: MQ) -> None:
     one_error(mq.run("send", "T", "x", "--delay", "1.5q"), 2,
               "--delay '1.5q': give a level 1-18 or a duration like 500ms, 1.5s")
     one_error(mq.run("send", "T", "x", "--delay", "0"), 2, "--delay level must be 1-18")
+    one_error(mq.run("send", "T", "x", "--delay", "19"), 2, "--delay level must be 1-18")
     one_error(mq.run("send", "T", "x", "--delay", "99999999999d"), 2, "--delay '99999999999d': due after")
 
 
