@@ -46,9 +46,29 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "bench": ("bench",),
 }
 COMMAND_MODULE = {name: module for module, names in GROUPS.items() for name in names}
+# Each command's line in ``mqctl --help``: the root's help is printed without importing a
+# single command module. tests/cli/test_startup.py checks it against the commands' own help.
+SUMMARY: dict[str, str] = {
+    "send": "Send one message (BODY) or many (stdin, one per line).",
+    "consume": "Consume a topic as a member of a consumer group.",
+    "msg": "Look messages up by id or key.",
+    "offsets": "Show, reset and delete a group's committed offsets.",
+    "progress": "Lag per queue of a consumer group.",
+    "consumers": "Live members of a group and the queues each holds.",
+    "rebalance": "Preview how a strategy shares a topic's queues.",
+    "locks": "Orderly consumers' queue locks, with their holders probed.",
+    "unlock": "Release queue locks of dead or stuck holders.",
+    "dlq": "Dead-letter queues: list a group's dead letters, resend them.",
+    "tx": "Transactional messages: half messages, commit, rollback, check.",
+    "init": "Create the store at the selected path (idempotent).",
+    "topic": "Create, list, inspect and delete topics.",
+    "store": "Verify, repair, measure and clean the store.",
+    "query": "Run Spark SQL over the store's topics.",
+    "export": "Write a topic's messages to Parquet or JSON files.",
+    "bench": "Built-in benchmarks (on a throwaway store).",
+    "completion": "Print the shell completion script for bash, zsh or fish.",
+}
 COMPLETE_VAR = "_MQCTL_COMPLETE"
-# Root options that take a value (their value is not a command name).
-_ROOT_VALUE_OPTIONS = ("--store",)
 
 
 def _new_app() -> typer.Typer:
@@ -133,50 +153,30 @@ def _resolve_annotations(app: typer.Typer) -> None:
                 pass
 
 
-def command_module(argv: list[str]) -> str | None:
-    """The one command module ``argv`` needs, or None when it needs them all: no command,
-    an unknown one, a help flag before the command, or a shell-completion request."""
-    if os.environ.get(COMPLETE_VAR):
-        return None
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            return None
-        if arg in _ROOT_VALUE_OPTIONS:
-            i += 2
-            continue
-        if arg.startswith("-"):
-            if arg in ("-h", "--help") or arg.startswith("--install-completion") \
-                    or arg.startswith("--show-completion"):
-                return None
-            i += 1   # --store=DIR, --version (eager: exits before any command runs)
-            continue
-        return COMMAND_MODULE.get(arg)
-    return None
-
-
-def _version_only(argv: list[str]) -> bool:
-    """``mqctl -V`` / ``--version`` with no command and no help flag: no group is needed."""
-    return any(a in ("-V", "--version") for a in argv) and command_module(argv) is None and not any(
-        a in ("-h", "--help") or not a.startswith("-") for a in argv if a not in _ROOT_VALUE_OPTIONS) \
-        and not os.environ.get(COMPLETE_VAR)
-
-
-def app_for(argv: list[str]) -> typer.Typer:
-    """The smallest app that runs ``argv`` exactly as the full one would."""
-    module = command_module(argv)
-    if module is None and _version_only(argv):
-        return build_app(())
-    return build_app(None if module is None else (module,))
-
-
 def command_for(argv: list[str]) -> Any:
-    """The Click command that runs ``argv``, its help prepared for this terminal."""
+    """The root command, its help prepared for this terminal. Command modules are imported
+    when Click asks for a command by name (:func:`load_command`): ``mqctl send …`` imports
+    ``send`` alone, ``mqctl --help`` (piped) none, an unknown command none."""
     from mqctl.helpfmt import markup_mode, polish
-    command = typer.main.get_command(app_for(argv))
+    command = typer.main.get_command(build_app(()))
     polish(command, rich=markup_mode() == "rich")
+    command.loader = load_command
+    command.summary = SUMMARY
     return command
+
+
+def load_command(root: Any, name: str) -> Any:
+    """Import the module of command ``name``, add its commands to ``root``; the command, or
+    None for a name no module has."""
+    from mqctl.helpfmt import markup_mode, polish
+    module = COMMAND_MODULE.get(name)
+    if module is None:
+        return None
+    rich = markup_mode() == "rich"
+    for n, cmd in typer.main.get_command(build_app((module,))).commands.items():  # type: ignore[attr-defined]
+        polish(cmd, rich=rich)
+        root.commands[n] = cmd
+    return root.commands.get(name)
 
 
 def __getattr__(name: str) -> Any:

@@ -59,7 +59,8 @@ def normalize(argv: list[str], root: Any) -> list[str]:
         i += 1
         if leaf:
             continue
-        sub = getattr(node, "commands", {}).get(arg)
+        # get_command, not .commands: the root loads a command's module when asked for it
+        sub = node.get_command(None, arg) if hasattr(node, "get_command") and hasattr(node, "commands") else None
         if sub is None:          # unknown command, or an argument of a group: leave the rest
             leaf = True
             out.extend(pending_json)

@@ -15,7 +15,7 @@ import copy
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import typer
 from typer.core import TyperArgument, TyperGroup
@@ -53,24 +53,53 @@ def markup_mode() -> str | None:
 
 
 class RootGroup(TyperGroup):
-    """The root command: commands listed panel by panel, in plain help as in rich help."""
+    """The root command: commands listed panel by panel, in plain help as in rich help, and
+    loaded on demand. ``loader(root, name)`` (set by ``mqctl/app.py``) imports a command's
+    module when Click first asks for it; ``summary`` gives the command list its lines
+    without importing anything."""
+
+    loader: Callable[[Any, str], Any] | None = None
+    summary: dict[str, str] = {}
 
     def list_commands(self, ctx: Any) -> list[str]:
-        names = list(self.commands)
+        names = set(self.commands) | (set(ORDER) if self.loader is not None else set())
         rank = {name: i for i, name in enumerate(ORDER)}
-        return sorted(names, key=lambda n: rank.get(n, len(rank)))
+        return sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        cmd = self.commands.get(cmd_name)
+        if cmd is None and self.loader is not None:
+            cmd = self.loader(self, cmd_name)
+        return cmd
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        from typer._click.exceptions import UsageError
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageError as exc:   # Typer suggests among the loaded commands only
+            if args and "Did you mean" not in exc.message:
+                from difflib import get_close_matches
+                matches = get_close_matches(args[0], self.list_commands(ctx))
+                if matches:
+                    exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
+            raise
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         sections: dict[str, list[tuple[str, str]]] = {}
         for name in self.list_commands(ctx):
-            cmd = self.get_command(ctx, name)
-            if cmd is None or cmd.hidden:
-                continue
-            panel = PANEL_OF.get(name, "Commands")
-            sections.setdefault(panel, []).append((name, cmd.get_short_help_str(200)))
-        for panel, rows in sections.items():
+            cmd = self.commands.get(name)
+            if cmd is None and name in self.summary:
+                line = self.summary[name]
+            else:
+                cmd = self.get_command(ctx, name)
+                if cmd is None or cmd.hidden:
+                    continue
+                line = cmd.get_short_help_str(200)
+            sections.setdefault(PANEL_OF.get(name, "Commands"), []).append((name, line))
+        width = max((len(n) for rows in sections.values() for n, _ in rows), default=0)
+        for panel, rows in sections.items():   # one column for all panels
             with formatter.section(panel):
-                formatter.write_dl(rows)
+                formatter.write_dl([(n.ljust(width), line) for n, line in rows])
 
 
 class Argument(TyperArgument):

@@ -13,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 # Heavy or irrelevant to one message: the full-featured console stack, the lock library that
@@ -94,36 +92,50 @@ def test_consume_imports_nothing_heavy(tmp_path: Path) -> None:
 def test_help_and_version_work_with_lazy_groups(tmp_path: Path) -> None:
     mods, code, _ = imported(tmp_path, ["--version"])
     assert code == 0 and not offenders(mods, OTHER_GROUPS + ("mqctl.commands.send",))
-    mods, code, _ = imported(tmp_path, ["--help"])
-    assert code == 0 and not offenders(mods, HEAVY)
-    assert set(OTHER_GROUPS) <= mods   # --help lists every group
+    # the root's help lists every command from the table: no command module is imported
+    mods, code, out = imported(tmp_path, ["--help"])
+    assert code == 0 and not offenders(mods, HEAVY + OTHER_GROUPS + ("mqctl.commands.send",))
+    # a command's help imports that command's module only
+    mods, code, _ = imported(tmp_path, ["send", "--help"])
+    assert code == 0 and "mqctl.commands.send" in mods and not offenders(mods, HEAVY + OTHER_GROUPS)
+    # an unknown command is answered from the table too
+    mods, code, _ = imported(tmp_path, ["sned"])
+    assert code == 2 and not offenders(mods, OTHER_GROUPS + ("mqctl.commands.send",))
 
 
 def test_the_table_of_contents_matches_the_modules() -> None:
-    """``mqctl.app.GROUPS`` names, per module, exactly what its register() adds."""
+    """``mqctl.app.GROUPS`` names, per module, exactly what its register() adds, and
+    ``SUMMARY`` is each command's own first sentence."""
     import typer
 
     from mqctl import app as appmod
+    from mqctl.helpfmt import ORDER, first_sentence
     for module, names in appmod.GROUPS.items():
         got = typer.main.get_command(appmod.build_app((module,)))
         assert set(got.commands) == set(names), (module, tuple(got.commands))  # type: ignore[attr-defined]
     full = typer.main.get_command(appmod.build_app())
-    assert set(full.commands) == set(appmod.COMMAND_MODULE)  # type: ignore[attr-defined]
+    assert set(full.commands) == set(appmod.COMMAND_MODULE) == set(appmod.SUMMARY) == set(ORDER)  # type: ignore[attr-defined]
+    for name, cmd in full.commands.items():  # type: ignore[attr-defined]
+        assert appmod.SUMMARY[name] == first_sentence(cmd.help or ""), name
 
 
-@pytest.mark.parametrize("argv,module", [
-    (["send", "t", "x"], "send"),
-    (["--store", "send", "topic", "list"], "topic"),      # --store's value is not a command
-    (["--store=/s", "consume", "t", "-g", "g"], "consume"),
-    (["progress", "-g", "g"], "offsets"),
-    (["--help"], None), (["-h", "send"], None), ([], None), (["nosuch"], None), (["--", "send"], None),
-])
-def test_the_command_module_comes_from_argv(argv: list[str], module: str | None) -> None:
-    from mqctl.app import command_module
-    assert command_module(argv) == module
+def test_lazy_and_full_root_help_agree(tmp_path: Path) -> None:
+    """The root's help from the table (piped) is what the full tree prints."""
+    from typer.testing import CliRunner
 
+    from mqctl.app import app
+    cp = subprocess.run([sys.executable, "-m", "mqctl", "--help"], capture_output=True, text=True, timeout=120,
+                        env={**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", "COLUMNS": "80"})
+    lazy = cp.stdout
+    full = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80", "NO_COLOR": "1"}).stdout
+    assert cp.returncode == 0
 
-def test_completion_requests_build_everything(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mqctl.app import command_module
-    monkeypatch.setenv("_MQCTL_COMPLETE", "complete_bash")
-    assert command_module(["send"]) is None
+    def listing(page: str) -> list[str]:
+        """The panels and their commands, in order."""
+        body = page.split("\nProduce and consume:", 1)[1]
+        return [line.split()[0] if line.startswith("  ") else line for line in body.splitlines()
+                if (line.startswith("  ") and not line.startswith("   ") and line.split()[0] in SUMMARY)
+                or (line.endswith(":") and not line.startswith(" "))]
+
+    from mqctl.app import SUMMARY
+    assert listing(lazy) == listing(full) and len(listing(lazy)) == len(SUMMARY) + 6
