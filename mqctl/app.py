@@ -13,15 +13,14 @@ attribute :data:`app` (used by tests and ``CliRunner``) is the full app, built o
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from importlib import import_module
-from typing import Annotated, Any, Optional, TextIO, cast
+from typing import Annotated, Any, Optional
 
 import typer
 
 from mqctl import __version__
-from mqctl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, debug, print_error, quiet_broken_pipe
+from mqctl.errors import EXIT_INTERRUPTED, guard, print_error
 from mqctl.options import State, resolve_store_path
 
 EPILOG = (
@@ -188,82 +187,34 @@ def __getattr__(name: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``mqctl`` script: run the app, map every failure to an exit code."""
+    """Entry point of the full command line (``mqctl.entry`` comes first): run the app, map
+    every failure to an exit code."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    sys.exit(guard(lambda: _run(args), args))
+
+
+def _run(args: list[str]) -> int:
+    """The Typer app on ``args``; Typer's own outcomes (exit, usage error, abort) as codes,
+    everything else raised to :func:`mqctl.errors.guard`."""
     from typer import Abort, Exit
     from typer._click.exceptions import ClickException
-
-    from store.errors import StoreError
-
-    # A file-size limit must fail the write (EFBIG), not kill the process.
-    if hasattr(signal, "SIGXFSZ"):
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    from mqctl.output import BrokenPipe
-    args = sys.argv[1:] if argv is None else list(argv)
     command = command_for(args)
     if not os.environ.get(COMPLETE_VAR):
         from mqctl.argv import normalize
         args = normalize(args, command)
-    sys.stdout = cast(TextIO, _PipeGuard(sys.stdout))   # duck-typed proxy of the real stream
-    code = 0
     try:
         rv = command.main(args=args, prog_name="mqctl", standalone_mode=False)
-        code = rv if isinstance(rv, int) else 0
-        if code == EXIT_INTERRUPTED:   # Typer turns Ctrl-C into a silent return of 130
-            print_error("interrupted")
     except Exit as exc:
-        code = exc.exit_code
+        return exc.exit_code
     except ClickException as exc:
         _show_usage_error(exc)
-        code = exc.exit_code
-    except StoreError as exc:
-        if debug():
-            raise
-        print_error(str(exc))
-        code = exc.exit_code
-    except (BrokenPipe, BrokenPipeError):
-        quiet_broken_pipe()
-        code = EXIT_BROKEN_PIPE
-    except (KeyboardInterrupt, Abort):
+        return exc.exit_code
+    except Abort:
+        raise KeyboardInterrupt from None
+    code = rv if isinstance(rv, int) else 0
+    if code == EXIT_INTERRUPTED:   # Typer turns Ctrl-C into a silent return of 130
         print_error("interrupted")
-        code = EXIT_INTERRUPTED
-    except OSError as exc:
-        if debug():
-            raise
-        from store.errors import io_error
-        print_error(str(io_error(exc, "complete the operation")))
-        code = 1
-    except UnicodeEncodeError as exc:
-        if debug():
-            raise
-        code = _show_unencodable(exc, sys.argv[1:] if argv is None else argv)
-    except Exception as exc:  # never a traceback for the user; MQCTL_DEBUG=1 shows it
-        if debug():
-            raise
-        print_error(f"internal error: {type(exc).__name__}: {exc} (run with MQCTL_DEBUG=1 for the traceback)")
-        code = 1
-    try:
-        sys.stdout.flush()
-    except (BrokenPipe, BrokenPipeError):
-        quiet_broken_pipe()
-        code = code or EXIT_BROKEN_PIPE
-    sys.exit(code)
-
-
-def _show_unencodable(exc: UnicodeEncodeError, argv: list[str]) -> int:
-    """Text that cannot be encoded holds lone surrogates: bytes of an argument that were not
-    UTF-8 (Python keeps them as surrogate escapes) or a ``\\ud800`` escape in JSON input.
-    Either is bad input, never an internal error: exit 2 when it came from the command line,
-    else 5 (data)."""
-    bad = str(exc.object[exc.start:exc.end])
-    if any(bad in arg for arg in argv):
-        try:
-            shown = repr(bad.encode("utf-8", "surrogateescape"))  # the bytes as given
-        except UnicodeEncodeError:
-            shown = ascii(bad)
-        print_error(f"an argument is not valid UTF-8 text ({shown}) (see 'mqctl --help')")
-        return 2
-    print_error(f"input is not valid text: {exc.reason} ({bad!r})")
-    return 5
+    return code
 
 
 def _show_usage_error(exc: Exception) -> None:
@@ -283,29 +234,3 @@ def _show_usage_error(exc: Exception) -> None:
     if ctx is not None:
         message = f"{message} (see '{ctx.command_path} --help')"
     print_error(message)
-
-
-class _PipeGuard:
-    """stdout, with EPIPE turned into :class:`BrokenPipe` (see its docstring) for every
-    writer, including ones that print tables or help through ``sys.stdout``."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self.buffer = _PipeGuard(stream.buffer) if hasattr(stream, "buffer") else None
-
-    def write(self, data: Any) -> Any:
-        try:
-            return self._stream.write(data)
-        except BrokenPipeError as exc:
-            from mqctl.output import BrokenPipe
-            raise BrokenPipe("stdout was closed by the reader") from exc
-
-    def flush(self) -> None:
-        try:
-            self._stream.flush()
-        except BrokenPipeError as exc:
-            from mqctl.output import BrokenPipe
-            raise BrokenPipe("stdout was closed by the reader") from exc
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)

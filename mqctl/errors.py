@@ -7,7 +7,9 @@ traceback instead.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+from typing import Any, Callable, TextIO, cast
 
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
@@ -35,3 +37,93 @@ def quiet_broken_pipe() -> None:
         os.close(devnull)
     except OSError:
         pass
+
+
+def guard(run: Callable[[], int], argv: list[str]) -> int:
+    """Run one command (``run`` returns its exit code) inside the CLI's one error boundary:
+    store errors, a closed stdout, Ctrl-C, I/O errors, unencodable text and anything
+    unexpected each become the contract's exit code and one line on stderr. Typer-free, so
+    the quick path of ``mqctl.entry`` shares it."""
+    from store.errors import StoreError
+    # A file-size limit must fail the write (EFBIG), not kill the process.
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    from mqctl.output import BrokenPipe
+    sys.stdout = cast(TextIO, PipeGuard(sys.stdout))   # duck-typed proxy of the real stream
+    try:
+        code = run()
+    except StoreError as exc:
+        if debug():
+            raise
+        print_error(str(exc))
+        code = exc.exit_code
+    except (BrokenPipe, BrokenPipeError):
+        quiet_broken_pipe()
+        code = EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        print_error("interrupted")
+        code = EXIT_INTERRUPTED
+    except OSError as exc:
+        if debug():
+            raise
+        from store.errors import io_error
+        print_error(str(io_error(exc, "complete the operation")))
+        code = 1
+    except UnicodeEncodeError as exc:
+        if debug():
+            raise
+        code = _show_unencodable(exc, argv)
+    except Exception as exc:  # never a traceback for the user; MQCTL_DEBUG=1 shows it
+        if debug():
+            raise
+        print_error(f"internal error: {type(exc).__name__}: {exc} (run with MQCTL_DEBUG=1 for the traceback)")
+        code = 1
+    try:
+        sys.stdout.flush()
+    except (BrokenPipe, BrokenPipeError):
+        quiet_broken_pipe()
+        code = code or EXIT_BROKEN_PIPE
+    return code
+
+
+def _show_unencodable(exc: UnicodeEncodeError, argv: list[str]) -> int:
+    """Text that cannot be encoded holds lone surrogates: bytes of an argument that were not
+    UTF-8 (Python keeps them as surrogate escapes) or a ``\\ud800`` escape in JSON input.
+    Either is bad input, never an internal error: exit 2 when it came from the command line,
+    else 5 (data)."""
+    bad = str(exc.object[exc.start:exc.end])
+    if any(bad in arg for arg in argv):
+        try:
+            shown = repr(bad.encode("utf-8", "surrogateescape"))  # the bytes as given
+        except UnicodeEncodeError:
+            shown = ascii(bad)
+        print_error(f"an argument is not valid UTF-8 text ({shown}) (see 'mqctl --help')")
+        return 2
+    print_error(f"input is not valid text: {exc.reason} ({bad!r})")
+    return 5
+
+
+class PipeGuard:
+    """stdout, with EPIPE turned into :class:`mqctl.output.BrokenPipe` for every writer,
+    including ones that print tables or help through ``sys.stdout``."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.buffer = PipeGuard(stream.buffer) if hasattr(stream, "buffer") else None
+
+    def write(self, data: Any) -> Any:
+        try:
+            return self._stream.write(data)
+        except BrokenPipeError as exc:
+            from mqctl.output import BrokenPipe
+            raise BrokenPipe("stdout was closed by the reader") from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError as exc:
+            from mqctl.output import BrokenPipe
+            raise BrokenPipe("stdout was closed by the reader") from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

@@ -7,16 +7,19 @@ from __future__ import annotations
 import base64
 import binascii
 import json as jsonlib
+import os
+import signal
 import sys
+import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
-import typer
-
-from mqctl.msgargs import no_separators
-from mqctl.options import state
+from mqctl.msgargs import message_properties, no_separators, unescape
+from mqctl.stdin import read_chunks
 
 if TYPE_CHECKING:
+    from mqctl.options import State
     from store.log.record import Draft
 
 BATCH_MESSAGES = 8192
@@ -31,15 +34,107 @@ JSON_FIELDS = frozenset({
     "reconsumeTimes", "commitLogOffset", "bornHost"})
 
 
+@dataclass
+class SendRequest:
+    """What one ``mqctl send`` was asked to do (its flags, as parsed)."""
+
+    topic: str
+    body: str | None = None
+    tag: str | None = None
+    keys: str | None = None
+    properties: list[str] = field(default_factory=list)
+    sharding_key: str | None = None
+    queue: int | None = None
+    key_delimiter: str | None = None
+    delimiter: str | None = None
+    input: Literal["raw", "json"] = "raw"
+    flush: Literal["async", "sync"] = "async"
+    delay: str | None = None
+    batch_size: int = BATCH_MESSAGES
+    reroute: bool = False
+    json: bool = False
+
+
+def run_send(st: "State", r: SendRequest) -> None:
+    """Check the request, send BODY or stdin's records, print results and the summary."""
+    from store.errors import UsageError
+    from store.names import validate_topic
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C ends a send with exit 130 (after what was acknowledged is made durable, in
+        # ``finish``), also when the shell started it with SIGINT ignored (a background job).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    validate_topic(r.topic)
+    if r.sharding_key is not None and r.queue is not None:
+        raise UsageError("give --sharding-key or --queue, not both")
+    from_stdin = r.body is None or r.body == "-"
+    if not from_stdin:
+        for flag, given in (("--key-delimiter", r.key_delimiter is not None), ("--delimiter", r.delimiter is not None),
+                            ("--input json", r.input == "json"), ("--reroute", r.reroute)):
+            if given:
+                raise UsageError(f"{flag} applies to messages read from stdin, not to a BODY argument")
+    if r.key_delimiter is not None and r.input == "json":
+        raise UsageError("--key-delimiter applies to --input raw only")
+    if r.reroute and r.input != "json":
+        raise UsageError("--reroute applies to --input json (it ignores each line's queueId)")
+    delim = unescape(r.delimiter if r.delimiter is not None else "\\n")
+    if not delim:
+        raise UsageError("--delimiter may not be empty")
+    kd = unescape(r.key_delimiter, "--key-delimiter") if r.key_delimiter is not None else None
+    if kd == b"":
+        raise UsageError("--key-delimiter may not be empty")
+    base_props = message_properties(r.properties, r.tag, r.keys, r.sharding_key)
+    from store.log.schedule import parse_delay
+    deliver = parse_delay(r.delay) if r.delay is not None else None
+    sender = Sender(st, r.topic, base_props, r.sharding_key, r.queue, r.flush == "sync", r.json, deliver)
+    sender.batch_messages = r.batch_size
+    sender.reroute = r.reroute
+    sender.delay_text = (r.delay or "").strip()
+    finished = False
+    try:
+        if not from_stdin:
+            assert r.body is not None
+            sender.add_raw(os.fsencode(r.body), 0)   # the argument's bytes, UTF-8 or not; line 0: BODY
+        else:
+            fd = sys.stdin.fileno()
+            if os.isatty(fd):   # a person at a terminal: say what the silence is
+                what = "JSON objects" if r.input == "json" else "messages"
+                sep = "one per line" if delim == b"\n" else f"separated by {r.delimiter}"
+                sys.stderr.write(f"mqctl: reading {what} from stdin, {sep} (Ctrl-D to end)\n")
+                sys.stderr.flush()
+            line = 0
+            fast = r.input == "raw" and kd is None and deliver is None
+            from mqctl.output import keep_big_buffers
+            keep_big_buffers()   # read blocks and batch buffers: reused, not faulted in anew
+            for records, more in read_chunks(fd, delim, zero_copy=fast):
+                if fast:
+                    sender.add_bodies(records, line, more)
+                    line += len(records)
+                    continue
+                for rec in records:
+                    line += 1
+                    if r.input == "json":
+                        sender.add_json(rec, line)
+                    elif rec:
+                        sender.add_raw(rec, line, kd)
+                sender.flush()
+        sender.flush()
+        finished = True
+    finally:
+        try:
+            sender.finish()
+        finally:
+            sender.summary(finished)
+
+
 class Sender:
     """Accumulates drafts into batches and prints each batch's results."""
 
-    def __init__(self, ctx: typer.Context, topic: str, props: dict[str, str], sharding_key: Optional[str],
+    def __init__(self, st: "State", topic: str, props: dict[str, str], sharding_key: Optional[str],
                  queue: Optional[int], sync: bool, json: bool,
                  deliver: tuple[int, int] | None) -> None:
         from store.log.record import Draft
         self.Draft = Draft
-        self.store = state(ctx).store(create=True)
+        self.store = st.store(create=True)
         self.max_size = self.store.settings.max_message_size
         self.topic = topic
         self.props = props
@@ -56,7 +151,7 @@ class Sender:
         self.queues: set[int] = set()
         self.due: tuple[int, int] | None = None   # --delay: the first and last delivery time
         self.delay_text = ""
-        self.utc = state(ctx).utc
+        self.utc = st.utc
         self.t0 = time.monotonic()
         self._shape: tuple[int, bool] | None = None
         self.batch_messages = BATCH_MESSAGES

@@ -1,17 +1,13 @@
-"""``mqctl send``: one message from the command line, or many from stdin (``mqctl/stdin.py``
-reads it, ``mqctl/sender.py`` batches, stores and reports)."""
+"""``mqctl send``: one message from the command line, or many from stdin. This module parses
+the flags; ``mqctl/sender.py`` runs the send (``mqctl/stdin.py`` reads stdin)."""
 from __future__ import annotations
 
-import os
-import sys
 from typing import Annotated, Literal, Optional
 
 import typer
 
-from mqctl.msgargs import message_properties, unescape
-from mqctl.options import JsonOpt, complete_topic
-from mqctl.sender import BATCH_MESSAGES, Sender
-from mqctl.stdin import read_chunks
+from mqctl.options import JsonOpt, complete_topic, state
+from mqctl.sender import BATCH_MESSAGES, SendRequest, run_send
 
 
 def register(app: typer.Typer) -> None:
@@ -79,73 +75,7 @@ def send(
                           "e.g. to copy into a topic with fewer queues.")] = False,
     json: JsonOpt = False,
 ) -> None:
-    import signal as _signal
-    import threading as _threading
-
-    from store.errors import UsageError
-    from store.names import validate_topic
-    if _threading.current_thread() is _threading.main_thread():
-        # Ctrl-C ends a send with exit 130 (after what was acknowledged is made durable, in
-        # ``finish``), also when the shell started it with SIGINT ignored (a background job).
-        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
-    validate_topic(topic)
-    if sharding_key is not None and queue is not None:
-        raise UsageError("give --sharding-key or --queue, not both")
-    from_stdin = body is None or body == "-"
-    if not from_stdin:
-        for flag, given in (("--key-delimiter", key_delimiter is not None), ("--delimiter", delimiter is not None),
-                            ("--input json", input_ == "json"), ("--reroute", reroute)):
-            if given:
-                raise UsageError(f"{flag} applies to messages read from stdin, not to a BODY argument")
-    if key_delimiter is not None and input_ == "json":
-        raise UsageError("--key-delimiter applies to --input raw only")
-    if reroute and input_ != "json":
-        raise UsageError("--reroute applies to --input json (it ignores each line's queueId)")
-    delim = unescape(delimiter if delimiter is not None else "\\n")
-    if not delim:
-        raise UsageError("--delimiter may not be empty")
-    kd = unescape(key_delimiter, "--key-delimiter") if key_delimiter is not None else None
-    if kd == b"":
-        raise UsageError("--key-delimiter may not be empty")
-    base_props = message_properties(prop or [], tag, keys, sharding_key)
-    from store.log.schedule import parse_delay
-    deliver = parse_delay(delay) if delay is not None else None
-    sender = Sender(ctx, topic, base_props, sharding_key, queue, flush == "sync", json, deliver)
-    sender.batch_messages = batch_size
-    sender.reroute = reroute
-    sender.delay_text = (delay or "").strip()
-    finished = False
-    try:
-        if not from_stdin:
-            assert body is not None
-            sender.add_raw(os.fsencode(body), 0)   # the argument's bytes, UTF-8 or not; line 0: BODY
-        else:
-            fd = sys.stdin.fileno()
-            if os.isatty(fd):   # a person at a terminal: say what the silence is
-                what = "JSON objects" if input_ == "json" else "messages"
-                sep = "one per line" if delim == b"\n" else f"separated by {delimiter}"
-                sys.stderr.write(f"mqctl: reading {what} from stdin, {sep} (Ctrl-D to end)\n")
-                sys.stderr.flush()
-            line = 0
-            fast = input_ == "raw" and kd is None and deliver is None
-            from mqctl.output import keep_big_buffers
-            keep_big_buffers()   # read blocks and batch buffers: reused, not faulted in anew
-            for records, more in read_chunks(fd, delim, zero_copy=fast):
-                if fast:
-                    sender.add_bodies(records, line, more)
-                    line += len(records)
-                    continue
-                for rec in records:
-                    line += 1
-                    if input_ == "json":
-                        sender.add_json(rec, line)
-                    elif rec:
-                        sender.add_raw(rec, line, kd)
-                sender.flush()
-        sender.flush()
-        finished = True
-    finally:
-        try:
-            sender.finish()
-        finally:
-            sender.summary(finished)
+    run_send(state(ctx), SendRequest(
+        topic=topic, body=body, tag=tag, keys=keys, properties=prop or [], sharding_key=sharding_key,
+        queue=queue, key_delimiter=key_delimiter, delimiter=delimiter, input=input_, flush=flush,
+        delay=delay, batch_size=batch_size, reroute=reroute, json=json))

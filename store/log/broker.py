@@ -751,12 +751,14 @@ class Store:
     def find(self, msg_id: str) -> Message:
         """A message by offset id or by unique key (offset id first, as mqadmin).
 
-        ``UsageError`` when ``msg_id`` is not 32 hex digits, ``MessageNotFoundError`` when no
-        stored message has it, ``CorruptionError`` when the record it leads to is damaged (a
+        ``MessageNotFoundError`` when no stored message has it (or ``msg_id`` is not 32 hex
+        digits), ``CorruptionError`` when the record it leads to is damaged (a
         damaged record is never served, and never passed off as missing)."""
         msg_id = msg_id.strip()
         if len(msg_id) != 32 or any(c not in "0123456789abcdefABCDEF" for c in msg_id):
-            raise UsageError(f"{msg_id!r} is not a message id: give 32 hex digits (an offset id or a unique key)")
+            # exit 3 like any id the store does not have, saying what an id looks like
+            raise MessageNotFoundError(f"no message with id {msg_id!r} (a message id is 32 hex digits: "
+                                       "an offset id or a unique key)")
         damage: list[tuple[int, str]] = []
         off = decode_offset_msg_id(msg_id)
         if off is not None:
