@@ -156,8 +156,9 @@ def command_for(argv: list[str]) -> Any:
     """The root command, its help prepared for this terminal. Command modules are imported
     when Click asks for a command by name (:func:`load_command`): ``mqctl send …`` imports
     ``send`` alone, ``mqctl --help`` (piped) none, an unknown command none."""
-    from mqctl.helpfmt import markup_mode, polish
+    from mqctl.helpfmt import RootGroup, markup_mode, polish
     command = typer.main.get_command(build_app(()))
+    assert isinstance(command, RootGroup)
     polish(command, rich=markup_mode() == "rich")
     command.loader = load_command
     command.summary = SUMMARY
