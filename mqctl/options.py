@@ -125,8 +125,8 @@ ARG_FLAGS = {
     "broadcast": "--broadcast", "orderly": "--orderly", "dedup": "--dedup", "strategy": "--strategy",
     "queues": "--queues", "queues_example": "--queues 0,3", "max_reconsume": "--max-reconsume",
     "retry_delay": "--retry-delay", "suspend": "--suspend-ms", "consumers": "--consumers",
-    "consumers_example": "--consumers C1,C2", "client_id": "--client-id", "force": "--force",
-    "queue": "--queue", "topic": "--topic",
+    "consumers_example": "--consumers a,b", "consumers_hint": "--consumers C1,C2",
+    "client_id": "--client-id", "force": "--force", "queue": "--queue", "topic": "--topic",
 }
 
 
@@ -159,7 +159,7 @@ class State:
     def admin(self) -> "Admin":
         """:class:`store.Admin` over the store, its messages naming the command line's flags."""
         from store.client.admin import Admin
-        return Admin.of(self.store(), arg_names=ARG_FLAGS)
+        return Admin.of(self.store, arg_names=ARG_FLAGS)   # opened when first needed
 
     def close(self) -> None:
         if self._store is not None:

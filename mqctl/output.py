@@ -20,7 +20,7 @@ import json
 import os
 import re
 import sys
-from typing import IO, Any, BinaryIO, Iterator, Mapping, Sequence, TextIO
+from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping, Sequence, TextIO
 
 from mqctl.errors import EXIT_BROKEN_PIPE
 
@@ -339,3 +339,18 @@ class Output:
             redirect_stdout=False, redirect_stderr=False,
         ) as bar:
             yield _RichProgress(bar, bar.add_task(label, total=total))
+
+    @contextlib.contextmanager
+    def progress_callback(self, label: str) -> Iterator[Callable[[int, int], None]]:
+        """A ``progress(done, total)`` callback for a library call that learns its total as it
+        starts (``Admin.resend_dead_letters``): the bar of :meth:`progress` opens at the first
+        call and follows ``done``."""
+        with contextlib.ExitStack() as stack:
+            shown: list[Any] = []   # [the bar, done so far]
+
+            def progress(done: int, total: int) -> None:
+                if not shown:
+                    shown.extend([stack.enter_context(self.progress(total, label)), 0])
+                shown[0].advance(done - shown[1])
+                shown[1] = done
+            yield progress

@@ -62,10 +62,9 @@ Examples:
 
 def locks(ctx: typer.Context, group: OptionalGroupOpt = None, json: JsonOpt = False) -> None:
     from mqctl.output import Output
-    from store.client.admin import Admin
     st = state(ctx)
     now = int(time.time() * 1000)
-    rows = [_lock_row(lk, now, None if json else st.utc) for lk in Admin.of(st.store()).locks(group)]
+    rows = [_lock_row(lk, now, None if json else st.utc) for lk in st.admin().locks(group)]
     out = Output(json=json)
     if rows:
         out.table(rows, LOCK_COLUMNS)
@@ -93,7 +92,6 @@ def _queues_text(queues: list[dict[str, Any]]) -> str:
 
 def consumers(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> None:
     from mqctl.output import Output
-    from store.client.admin import Admin
     from store.timeparse import format_local, format_time
     st = state(ctx)
     now = int(time.time() * 1000)
@@ -102,7 +100,7 @@ def consumers(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> Non
         "orderly": m.orderly, "strategy": m.strategy, "topics": m.topics, "queues": m.queues,
         "startedAt": m.started_at, "heartbeatAt": m.heartbeat_at, "queuesText": _queues_text(m.queues),
         "started": format_time(m.started_at) if m.started_at is not None else None,
-    } for m in Admin.of(st.store()).consumers(group)]
+    } for m in st.admin().consumers(group)]
     out = Output(json=json)
     for r in rows if not json else ():
         r["startedLocal"] = format_local(r["startedAt"], st.utc) if r["startedAt"] is not None else None
@@ -128,17 +126,6 @@ Examples:
       --queues 0,3"""
 
 
-def _int_list(text: str, flag: str) -> list[int]:
-    from store.errors import UsageError
-    try:
-        vals = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        vals = []
-    if not vals or vals[0] < 0:
-        raise UsageError(f"{flag} {text!r}: expected queue ids like 0,3")
-    return vals
-
-
 def rebalance(
     ctx: typer.Context,
     topic: TopicArg,
@@ -151,54 +138,18 @@ def rebalance(
         "--queues", metavar="Q1,Q2", help="Queue ids for --strategy config, e.g. 0,3.")] = None,
     json: JsonOpt = False,
 ) -> None:
+    from mqctl.options import parse_queue_ids
     from mqctl.output import Output, plural
-    from store.client.admin import require_group
-    from store.client.allocate import allocate_all, queues_of
-    from store.client.members import live_members
-    from store.errors import GroupNotFoundError, UsageError
-    from store.names import validate_any_topic, validate_client_id, validate_group
-    if queues is not None and strategy != "config":
-        raise UsageError("--queues needs --strategy config")
-    if strategy == "config" and not queues:
-        raise UsageError("--strategy config needs --queues, e.g. --queues 0,3")
-    validate_any_topic(topic)
-    validate_group(group)
-    store = state(ctx).store()
-    cfg = store.topic(topic)
-    members = [m for m in live_members(store.layout, group) if topic in (m.record.get("topics") or [topic])]
-    if consumer_ids is not None:
-        cids = [validate_client_id(c.strip()) for c in consumer_ids.split(",") if c.strip()]
-        if not cids:
-            raise UsageError("--consumers: give at least one client id, e.g. --consumers a,b")
-    else:
-        require_group(store, group)
-        cids = [m.clientId for m in members]
-        if not cids:
-            raise GroupNotFoundError(f"group {group} has no live members consuming {topic}; "
-                                     f"pass --consumers C1,C2 to preview an allocation")
-    if strategy is None:
-        used = {s for m in members if isinstance(s := m.record.get("strategy"), str)}
-        strategy = used.pop() if len(used) == 1 else "averagely"  # type: ignore[assignment]
-        if strategy == "config" and not queues:
-            raise UsageError("the live members use --strategy config: give --queues, e.g. --queues 0,3")
-    config = None
-    if queues:
-        ids = _int_list(queues, "--queues")
-        if ids[-1] >= cfg.queues:
-            raise UsageError(f"--queues: queue {ids[-1]} does not exist: topic {topic} has queues 0-{cfg.queues - 1}")
-        config = queues_of(topic, ids)
-    assert strategy is not None
-    assignment = allocate_all(strategy, queues_of(topic, range(cfg.queues)), cids, config)
-    held = {m.clientId: sorted(q["queueId"] for q in m.queues
-                               if isinstance(q, dict) and q.get("topic") == topic and isinstance(q.get("queueId"), int))
-            for m in members}
-    rows = [{"group": group, "topic": topic, "strategy": strategy, "clientId": cid,
-             "queues": [mq.queue_id for mq in mqs], "holds": held.get(cid)}
-            for cid, mqs in assignment.items()]
+    # queue ids are read for --strategy config only; with another, the library refuses any
+    ids = parse_queue_ids(queues) if queues and strategy == "config" else None if queues is None else []
+    preview = state(ctx).admin().rebalance_preview(
+        topic, group, None if consumer_ids is None else consumer_ids.split(","), strategy, ids)
     out = Output(json=json)
-    out.table(rows, [("clientId", "CLIENT-ID"), ("queues", "QUEUES"), ("holds", "HOLDS-NOW")])
-    if not json and strategy != "config":
-        out.info(f"{strategy}: {plural(cfg.queues, 'queue')} of {topic} shared by {plural(len(cids), 'member')}")
+    out.table([r.to_json() for r in preview], [("clientId", "CLIENT-ID"), ("queues", "QUEUES"),
+                                               ("holds", "HOLDS-NOW")])
+    if not json and preview.strategy != "config":
+        out.info(f"{preview.strategy}: {plural(preview.queues, 'queue')} of {topic} shared by "
+                 f"{plural(len(preview.consumers), 'member')}")
 
 
 UNLOCK_HELP = """Release queue locks of dead or stuck holders.
@@ -223,37 +174,16 @@ def unlock(
     json: JsonOpt = False,
 ) -> None:
     from mqctl.output import Output, plural
-    from store.client.admin import lock_row, lock_state, require_group
-    from store.client.qlocks import list_locks
-    from store.client.qlocks import unlock as run_unlock
-    from store.errors import UsageError
-    from store.names import validate_any_topic, validate_group
-    if queue is not None and topic is None:
-        raise UsageError("--queue needs --topic: queue ids are per topic")
-    validate_group(group)
     st = state(ctx)
-    store = st.store()
-    if topic is not None:
-        validate_any_topic(topic)
-        cfg = store.topics().get(topic)
-        if cfg is not None and queue is not None and queue >= cfg.queues:
-            raise UsageError(f"queue {queue} does not exist: topic {topic} has queues 0-{cfg.queues - 1}")
-    require_group(store, group)
+    res = st.admin().unlock(group, topic, queue, force=force, dry_run=dry_run)
     now = int(time.time() * 1000)
-    present = [i for i in list_locks(store.layout, group)
-               if (topic is None or i.topic == topic) and (queue is None or i.queueId == queue)]
-    if dry_run:
-        released = [i for i in present if force or lock_state(i, now) != "held"]
-    else:
-        released = run_unlock(store.layout, group, topic, queue, force)
-    rows = [_lock_row(lock_row(i, now), now, None if json else st.utc) | {"released": not dry_run} for i in released]
+    rows = [_lock_row(lk, now, None if json else st.utc) | {"released": not dry_run} for lk in res.released]
     out = Output(json=json)
     if rows:
         out.table(rows, LOCK_COLUMNS)
-    kept = len(present) - len(released)
-    msg = f"{'would release' if dry_run else 'released'} {plural(len(released), 'lock')}"
-    if kept > 0 and not force:
-        msg += f"; {kept} held by live consumers kept (--force breaks them)"
+    msg = f"{'would release' if dry_run else 'released'} {plural(len(rows), 'lock')}"
+    if res.kept > 0 and not force:
+        msg += f"; {res.kept} held by live consumers kept (--force breaks them)"
     out.info(msg)
 
 

@@ -122,8 +122,10 @@ def consume(
         "--rebalance-interval", metavar="DURATION",
         help="Between rebalances when nothing changes (a member joining or leaving wakes it at once).")] = "5s",
 ) -> None:
-    from mqctl.consumer.handlers import ExecSink, StdoutSink, warn
-    from store.client.runtime import ConsumeOptions, Runtime
+    from mqctl.consumer.handlers import ExecSink, StdoutSink, split_command, warn
+    from mqctl.options import ARG_FLAGS, parse_queue_ids
+    from store.client.rules import check_consume_options
+    from store.client.runtime import ConsumeOptions, Runtime, default_broadcast_client_id
     from store.errors import UsageError
     from store.names import parse_tag_expression, validate_any_topic, validate_client_id, validate_group
     validate_any_topic(topic)
@@ -140,17 +142,15 @@ def consume(
     elif group is None:
         raise UsageError("missing option --group/-g (or --no-group to read without a group); see: mqctl consume --help")
     validate_group(group)
-    _check_combinations(broadcast, orderly, dedup, strategy, queues, max_reconsume, retry_delay, suspend_ms,
-                        json, format_, exec_)
+    if json and format_ is not None:
+        raise UsageError("give --json or --format, not both")
+    if exec_ is not None and format_ is not None:
+        raise UsageError("--format applies to stdout; with --exec, give --json or nothing")
+    check_consume_options(broadcast=broadcast, orderly=orderly, dedup=dedup, strategy=strategy, queues=queues,
+                          max_reconsume=max_reconsume, retry_delay=retry_delay, suspend=suspend_ms,
+                          arg_names=ARG_FLAGS)
     tags = parse_tag_expression(tag, "--tag")
-    cfg_queues = None
-    if strategy == "config":
-        try:
-            cfg_queues = sorted({int(x) for x in (queues or "").split(",") if x.strip()})
-        except ValueError:
-            cfg_queues = None
-        if not cfg_queues or min(cfg_queues) < 0:
-            raise UsageError(f"--queues {queues!r}: expected queue ids like 0,3")
+    cfg_queues = parse_queue_ids(queues or "") if strategy == "config" else None
     from_ = {"earliest": "first", "latest": "last"}.get(from_, from_)
     from_where, from_ts = from_, None
     if from_ not in ("first", "last"):
@@ -160,10 +160,7 @@ def consume(
     handler_s = _seconds("--consume-timeout", consume_timeout, 1)
     rebalance_s = _seconds("--rebalance-interval", rebalance_interval, 50)
     render = _renderer(json, format_, state(ctx).utc) if exec_ is None or json else None
-    argv = None
-    if exec_ is not None:
-        from mqctl.consumer.handlers import split_command
-        argv = split_command(exec_)
+    argv = split_command(exec_) if exec_ is not None else None
     retry_ms = _duration_ms("--retry-delay", retry_delay) if retry_delay is not None else None
     opts = ConsumeOptions(
         topic=topic, group=group, orderly=orderly, broadcast=broadcast or no_group, from_where=from_where,
@@ -175,7 +172,6 @@ def consume(
     if client_id is not None:
         opts.client_id = validate_client_id(client_id)
     elif broadcast:
-        from store.client.runtime import default_broadcast_client_id
         opts.client_id, opts.client_id_given = default_broadcast_client_id(), False
     else:
         opts.client_id_given = False
@@ -186,43 +182,6 @@ def consume(
         assert render is not None
         sink = StdoutSink(render, raw=not json and format_ is None)
     Runtime(state(ctx).store(), opts, sink, warn=warn).run()
-
-
-def _check_combinations(broadcast: bool, orderly: bool, dedup: bool, strategy: Optional[str],
-                        queues: Optional[str], max_reconsume: Optional[int], retry_delay: Optional[str],
-                        suspend_ms: Optional[int], json: bool, format_: Optional[str],
-                        exec_: Optional[str]) -> None:
-    """Flags that contradict each other (or one that the others make meaningless) are refused
-    before anything is opened, each with the reason."""
-    from store.errors import UsageError
-    if json and format_ is not None:
-        raise UsageError("give --json or --format, not both")
-    if exec_ is not None and format_ is not None:
-        raise UsageError("--format applies to stdout; with --exec, give --json or nothing")
-    if queues is not None and strategy != "config":
-        raise UsageError("--queues applies to --strategy config only")
-    if strategy == "config" and queues is None:
-        raise UsageError("--strategy config needs --queues, e.g. --queues 0,3")
-    if broadcast:
-        why = {
-            "--strategy": (strategy is not None, "every broadcast member reads every queue"),
-            "--dedup": (dedup, "its log is the group's, so a message one broadcast member "
-                               "handled would be skipped by all the others"),
-            "--max-reconsume": (max_reconsume is not None,
-                                "broadcast messages are never dead-lettered (concurrent: a failed "
-                                "one is skipped; --orderly: retried in place)"),
-            "--retry-delay": (retry_delay is not None, "broadcast messages are not retried later "
-                                                       "(concurrent: a failed one is skipped)"),
-        }
-        for flag, (given, reason) in why.items():
-            if given:
-                raise UsageError(f"{flag} does not apply to --broadcast: {reason}")
-    if orderly and retry_delay is not None:
-        raise UsageError("--retry-delay applies to concurrent consumption; --orderly retries a failed "
-                         "message in place after --suspend-ms")
-    if not orderly and suspend_ms is not None:
-        raise UsageError("--suspend-ms applies to --orderly; concurrent consumption retries through "
-                         "the retry topic (--retry-delay)")
 
 
 def _seconds(flag: str, text: str, min_ms: int) -> float:

@@ -5,15 +5,11 @@ members unless ``--force``) are the library's: ``store/client/admin.py``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from mqctl.options import GroupOpt, JsonOpt, TopicFilterOpt, TopicRequiredOpt, state
-
-if TYPE_CHECKING:
-    from store.client.admin import Admin
-    from store.log.broker import Store
 
 offsets_app = typer.Typer(help="Show, reset and delete a group's committed offsets.", no_args_is_help=True)
 PROGRESS_MIN_ROWS = 64     # a reset moving this many queue offsets shows a progress bar
@@ -24,24 +20,16 @@ def register(app: typer.Typer) -> None:
     app.command("progress", help=PROGRESS_HELP)(progress)
 
 
-def _admin(ctx: typer.Context) -> "Admin":
-    from store.client.admin import Admin
-    return Admin.of(state(ctx).store())
-
-
 def _in(topic: str | None) -> str:
     return f" in topic {topic}" if topic else ""
 
 
-def _mark_clients(store: "Store", group: str, rows: list[dict[str, Any]]) -> None:
-    """``clientAlive``/``clientState`` (live or dead) on the rows of broadcast clients: a dead
-    client's offsets hold retention back until ``offsets delete --client-id`` removes them."""
-    from store.client.members import live_members
-    live = {m.clientId for m in live_members(store.layout, group)}
-    for r in rows:
-        if r.get("clientId"):
-            r["clientAlive"] = r["clientId"] in live
-            r["clientState"] = "live" if r["clientAlive"] else "dead"
+def _client_state(row: dict[str, Any], alive: bool | None) -> dict[str, Any]:
+    """A broadcast client's row says whether the client is live: a dead client's offsets hold
+    retention back until ``offsets delete --client-id`` removes them."""
+    if row.get("clientId"):
+        row.update(clientAlive=alive, clientState="live" if alive else "dead")
+    return row
 
 
 @offsets_app.command("show", help="""The group's committed offsets, one row per queue.
@@ -54,11 +42,10 @@ Examples:
   mqctl offsets show -g billing --topic orders --json | jq -c .offset""")
 def show(ctx: typer.Context, group: GroupOpt, topic: TopicFilterOpt = None, json: JsonOpt = False) -> None:
     from mqctl.output import Output
-    rows = [{"group": r.group, "topic": r.topic, "queueId": r.queue_id, "offset": r.offset, "clientId": r.client_id}
-            for r in _admin(ctx).offsets(group, topic)]
+    rows = [_client_state({"group": r.group, "topic": r.topic, "queueId": r.queue_id, "offset": r.offset,
+                           "clientId": r.client_id}, r.client_alive) for r in state(ctx).admin().offsets(group, topic)]
     cols = [("topic", "TOPIC"), ("queueId", "QUEUE"), ("offset", "OFFSET")]
     if any(r["clientId"] for r in rows):
-        _mark_clients(state(ctx).store(), group, rows)
         cols += [("clientId", "CLIENT-ID"), ("clientState", "CLIENT")]
     out = Output(json=json)
     if rows:
@@ -82,15 +69,15 @@ Examples:
 
 def progress(ctx: typer.Context, group: GroupOpt, topic: TopicFilterOpt = None, json: JsonOpt = False) -> None:
     from mqctl.output import Output, plural
-    from store.client.members import live_members
     from store.timeparse import format_local, format_time
     st = state(ctx)
-    store = st.store()
-    rows: list[dict[str, Any]] = [{"group": r.group, "topic": r.topic, "queueId": r.queue_id, "brokerOffset": r.broker_offset,
-             "minOffset": r.min_offset, "consumerOffset": r.consumer_offset, "lag": r.lag,
-             "lastTimestamp": r.last_timestamp, "owner": r.owner, "clientId": r.client_id,
-             "lastTime": format_time(r.last_timestamp) if r.last_timestamp is not None else None}
-            for r in _admin(ctx).lag(group, topic)]
+    admin = st.admin()
+    rows = [_client_state({
+        "group": r.group, "topic": r.topic, "queueId": r.queue_id, "brokerOffset": r.broker_offset,
+        "minOffset": r.min_offset, "consumerOffset": r.consumer_offset, "lag": r.lag,
+        "lastTimestamp": r.last_timestamp, "owner": r.owner, "clientId": r.client_id,
+        "lastTime": format_time(r.last_timestamp) if r.last_timestamp is not None else None}, r.client_alive)
+        for r in admin.lag(group, topic)]
     for row in rows if not json else ():
         last = row["lastTimestamp"]
         row["lastConsumed"] = format_local(last, st.utc) if last is not None else None
@@ -103,12 +90,11 @@ def progress(ctx: typer.Context, group: GroupOpt, topic: TopicFilterOpt = None, 
             ("consumerOffset", "CONSUMER-OFFSET"), ("lag", "LAG"), ("lastConsumed", "LAST-CONSUMED"),
             ("owner", "OWNER")]
     if any(r.get("clientId") for r in rows):
-        _mark_clients(store, group, rows)
         cols.append(("clientState", "CLIENT"))
     out.table(rows, cols)
     if not json:
-        members = live_members(store.layout, group)
-        out.info(f"group {group}: {plural(len(members), 'live member')}, total lag {sum(r['lag'] for r in rows)}")
+        members = len(admin.consumers(group))
+        out.info(f"group {group}: {plural(members, 'live member')}, total lag {sum(r['lag'] for r in rows)}")
 
 
 @offsets_app.command("delete", help="""Delete a group's offsets, or one dead broadcast client's.
@@ -129,46 +115,22 @@ def delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     json: JsonOpt = False,
 ) -> None:
-    import shutil
     import sys
 
     from mqctl.output import Output, plural
-    from store.client.admin import broadcast_clients
-    from store.client.members import live_members
-    from store.client.offsets import ClusterOffsetStore
-    from store.errors import ConflictError, NotFoundError
-    from store.names import validate_client_id, validate_group
-    validate_group(group)
-    store = state(ctx).store()
-    live = {m.clientId for m in live_members(store.layout, group)}
-    clients = broadcast_clients(store, group)
-    offsets = ClusterOffsetStore(store.layout, warn=store.warn)
-    if client_id is not None:
-        validate_client_id(client_id)
-        if client_id not in clients:
-            raise NotFoundError(f"group {group} has no broadcast offsets of client {client_id}")
-        if client_id in live:
-            raise ConflictError(f"client {client_id} is a live member of group {group}; stop it first")
-        targets, cluster = [client_id], False
-    else:
-        if live:
-            raise ConflictError(f"group {group} has {plural(len(live), 'live member')} ({', '.join(sorted(live))}); "
-                                f"stop them first, or give --client-id of a dead broadcast client")
-        if not offsets.read_group(group) and not clients:
-            raise NotFoundError(f"group {group} has no committed offsets")
-        targets, cluster = clients, True
-    what = f"broadcast client {client_id}" if client_id else f"group {group}"
+    admin = state(ctx).admin()
     if not yes and sys.stdin.isatty():
+        admin.delete_offsets(group, client_id, dry_run=True)   # refused before asking, if it would be
+        what = f"broadcast client {client_id}" if client_id else f"group {group}"
         typer.confirm(f"delete the offsets of {what}?", abort=True)
-    topics = offsets.delete_group(group) if cluster else []
-    for cid in targets:
-        shutil.rmtree(store.layout.broadcast_offsets(cid, group).parent, ignore_errors=True)
+    res = admin.delete_offsets(group, client_id)
     out = Output(json=json)
     if json:
-        out.emit_json({"group": group, "clientId": client_id, "clients": targets, "topics": topics, "deleted": True})
+        out.emit_json(res.to_json())
     else:
-        out.info(f"deleted the offsets of {what}"
-                 + (f" (and of {plural(len(targets), 'broadcast client')})" if cluster and targets else ""))
+        out.info(f"deleted the offsets of {f'broadcast client {client_id}' if client_id else f'group {group}'}"
+                 + (f" (and of {plural(len(res.clients), 'broadcast client')})" if client_id is None and res.clients
+                    else ""))
 
 
 @offsets_app.command("reset", help="""Move a group's offsets in a topic (a plan unless --execute).
@@ -220,7 +182,7 @@ def reset(
     ts = parse_time(to_time) if to_time is not None else None
     target: Any = ("earliest" if to_earliest else "latest" if to_latest else to_offset if ts is None
                    else datetime.fromtimestamp(ts // 1000, tz=timezone.utc) + timedelta(milliseconds=ts % 1000))
-    admin = _admin(ctx)
+    admin = state(ctx).admin()
     plan = admin.plan_reset(group, topic, target, queue=queue)
     out = Output(json=json)
     if not plan.group_existed:
@@ -237,8 +199,11 @@ def reset(
              "the end")
         note(sorted({r.queue_id for r in plan.rows if r.clamped == "earliest"}),
              f"offset {to_offset} is no longer stored in")
-    if execute:
-        _apply(admin, plan, force, out)
+    if execute and (len(plan.rows) < PROGRESS_MIN_ROWS or len(plan.targets) < 2):
+        admin.apply_reset(plan, force=force)
+    elif execute:   # offset set by offset set, under a bar
+        with out.progress(len(plan.rows), "resetting offsets") as bar:
+            admin.apply_reset(plan, force=force, progress=bar.advance)
     cols = [("topic", "TOPIC"), ("queueId", "QUEUE"), ("currentOffset", "CURRENT-OFFSET"),
             ("newOffset", "NEW-OFFSET"), ("clamped", "CLAMPED")]
     if plan.broadcast:
@@ -261,16 +226,3 @@ def reset(
             out.warn("running broadcast clients do not learn of a reset and will write their own "
                      "offsets back: restart them")
 
-
-def _apply(admin: "Admin", plan: Any, force: bool, out: Any) -> None:
-    """Apply the plan offset set by offset set, with a progress bar when it is long."""
-    from dataclasses import replace
-    if len(plan.rows) < PROGRESS_MIN_ROWS or len(plan.targets) < 2:
-        admin.apply_reset(plan, force=force)
-        return
-    with out.progress(len(plan.rows), "resetting offsets") as bar:
-        for s in plan.targets:
-            rows = [r for r in plan.rows if r.client_id == s.client_id]
-            admin.apply_reset(replace(plan, rows=rows, targets=[s]), force=force)
-            bar.advance(len(rows))
-    plan.applied = True

@@ -1,7 +1,6 @@
 """``mqctl store check|recover|stats|clean`` (retention rules in ``store/log/retention.py``)."""
 from __future__ import annotations
 
-import os
 import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator
@@ -26,7 +25,8 @@ def register(app: typer.Typer) -> None:
 def _log_progress(out: "Output", store: "Store", label: str) -> Iterator[Callable[[int], None]]:
     """A bar over the commit log's bytes, counted in MiB (a terminal only); yields the
     callback the library reports bytes to."""
-    total = sum(os.stat(store.commitlog.segment_path(b)).st_size for b in store.commitlog.segments())
+    from store.log.stats import commitlog_bytes
+    total = commitlog_bytes(store)
     done = [0, 0]   # bytes reported, MiB shown
     with out.progress(-(-total >> 20), f"{label} (MiB)") as bar:
         def advance(n: int) -> None:
@@ -117,7 +117,7 @@ def stats(ctx: typer.Context, json: JsonOpt = False) -> None:
     from mqctl.output import Output, human_size, plural
     from store.log.stats import store_stats
     store = state(ctx).store()
-    rows = store_stats(store) + _clean_stats(store)
+    rows = store_stats(store)
     out = Output(json=json)
     if json:
         out.table(rows, [])
@@ -127,21 +127,6 @@ def stats(ctx: typer.Context, json: JsonOpt = False) -> None:
                "consumequeue": plural(len(store.topics()), "topic")}
     shown = [r | {"size": human_size(r["bytes"]), "detail": details.get(r["part"], r["detail"])} for r in rows]
     out.table(shown, [("part", "PART"), ("files", "FILES"), ("size", "SIZE"), ("detail", "DETAIL")])
-
-
-def _clean_stats(store: "Store") -> list[dict[str, Any]]:
-    """Rows for what ``store clean`` (default retention) would free, and what lagging readers
-    hold back beyond that (what ``clean --force`` would free on top)."""
-    from store.log.retention import DEFAULT_RETENTION_MS, plan_clean
-    plan = plan_clean(store, DEFAULT_RETENTION_MS)
-    age = f"{DEFAULT_RETENTION_MS // 3_600_000}h"
-    rows: list[dict[str, Any]] = [{"part": "reclaimable", "files": len(plan.files), "bytes": plan.bytes,
-                                   "detail": f"store clean frees this (older than {age}, passed by every reader)"}]
-    if plan.held_files:
-        culprits = ", ".join(n.describe() for n in plan.held[:3]) + (" …" if len(plan.held) > 3 else "")
-        rows.append({"part": "held-back", "files": plan.held_files, "bytes": plan.held_bytes,
-                     "detail": f"older than {age} but still needed by {culprits} (store clean --force frees it)"})
-    return rows
 
 
 CLEAN_HELP = """Delete old segments that every reader has passed.

@@ -11,5 +11,10 @@ command line over the same code. Modules:
 ``process_queue``, ``retry``   its process queues, and the retry topic / dead-letter queue
 ``consumer``     :class:`~store.client.consumer.Consumer` (iterator and push styles)
 ``txproducer``   :class:`~store.client.txproducer.TransactionProducer` and ``TxState``
-``admin``        :class:`~store.client.admin.Admin`: topics, lag, offsets, locks, members
+``admin``        :class:`~store.client.admin.Admin`: topics, lag, offsets, locks, members,
+                 rebalance previews, dead letters
+``dlq``          a group's dead letters, resending them, and the record of what was resent
+``rules``        argument rules shared with ``mqctl`` (contradictory consume options), and
+                 how error messages name arguments
+``rows``         the base of the rows the client returns
 """

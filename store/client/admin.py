@@ -1,7 +1,8 @@
 """Inspection and administration: :class:`Admin`, and the group look-ups behind it.
 
-What ``mqctl topic list``, ``progress``, ``offsets show|reset``, ``locks`` and ``consumers``
-print is computed here; the command line only formats it.
+What ``mqctl topic list``, ``progress``, ``offsets show|reset|delete``, ``locks``, ``unlock``,
+``consumers``, ``rebalance`` and ``dlq list|resend`` print is computed here (dead letters in
+``store/client/dlq.py``); the command line only parses its arguments and formats the rows.
 
 What a group is: a name that has committed offsets (``config/consumerOffset.json`` or a
 broadcast client's ``offsets/<clientId>/<group>/offsets.json``), live or past members
@@ -13,33 +14,23 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
 from store import names
 from store.client.paths import PathLike, resolve_store_path
-from store.errors import GroupNotFoundError, LockHeldError, UsageError
+from store.client.rows import Row
+from store.client.rules import ArgNames, usage
+from store.errors import ConflictError, GroupNotFoundError, LockHeldError, NotFoundError, UsageError
 
 if TYPE_CHECKING:
+    from store.client.dlq import DeadLetter, Progress, ResendResult, ResentLetter
     from store.client.qlocks import LockInfo
     from store.log.broker import Store
 
 ResetTarget = Union[str, int, _dt.datetime]
-
-
-class _Row:
-    """Rows are dataclasses: attributes, plus ``row["field"]`` and :meth:`to_dict`."""
-
-    def __getitem__(self, name: str) -> Any:
-        try:
-            return getattr(self, name)
-        except AttributeError:
-            raise KeyError(name) from None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = asdict(self)  # type: ignore[call-overload]
-        return out
 
 
 # -- groups -----------------------------------------------------------------------------------
@@ -137,7 +128,7 @@ def holders(store: "Store", group: str) -> dict[tuple[str, int], str]:
 # -- rows -------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class TopicInfo(_Row):
+class TopicInfo(Row):
     """A topic: its queue count, whether it is ordered, and how many messages it stores."""
 
     topic: str
@@ -147,26 +138,29 @@ class TopicInfo(_Row):
 
 
 @dataclass(frozen=True)
-class OffsetRow(_Row):
+class OffsetRow(Row):
     """A committed offset: the next offset ``group`` consumes in ``topic``/``queue_id``.
-    ``client_id`` is set for a broadcast client's offsets."""
+    ``client_id`` is set for a broadcast client's offsets, and ``client_alive`` then says
+    whether that client is a live member (a dead one's offsets hold retention back until
+    :meth:`Admin.delete_offsets` removes them)."""
 
     group: str
     topic: str
     queue_id: int
     offset: int
     client_id: str | None = None
+    client_alive: bool | None = None
 
 
 @dataclass(frozen=True)
-class LagRow(_Row):
+class LagRow(Row):
     """How far behind a group is in one queue (``mqctl progress``).
 
     ``broker_offset`` is the queue's max offset, ``consumer_offset`` the committed offset
     (None when there is none), ``lag`` the messages still to consume (never negative; with no
     committed offset every stored message counts), ``last_timestamp`` the store time of the
     last consumed message (None when unknown or removed), ``owner`` the live member holding
-    the queue (or the broadcast client)."""
+    the queue (or the broadcast client); ``client_alive`` as in :class:`OffsetRow`."""
 
     group: str
     topic: str
@@ -178,10 +172,11 @@ class LagRow(_Row):
     last_timestamp: int | None
     owner: str | None
     client_id: str | None = None
+    client_alive: bool | None = None
 
 
 @dataclass(frozen=True)
-class LockRow(_Row):
+class LockRow(Row):
     """An orderly queue lock, its holder probed. ``state``: ``held`` (a live holder renewing
     its lease), ``expired`` (a live holder that stopped renewing: anyone may break it) or
     ``stale`` (no process holds it: a crash left the file). Times are ms since the epoch."""
@@ -201,7 +196,7 @@ class LockRow(_Row):
 
 
 @dataclass(frozen=True)
-class MemberRow(_Row):
+class MemberRow(Row):
     """A live member of a group (``mqctl consumers``): its process, how it consumes, and the
     queues it holds (``[{"topic": ..., "queueId": ...}]``)."""
 
@@ -219,7 +214,7 @@ class MemberRow(_Row):
 
 
 @dataclass
-class PlanRow(_Row):
+class PlanRow(Row):
     """One queue of an offset reset: ``current`` -> ``new`` (clamped to the stored range:
     ``clamped`` says ``"earliest"`` or ``"end"`` when it was)."""
 
@@ -280,6 +275,78 @@ class ResetPlan:
         return sum(1 for r in self.rows if r.current != r.new)
 
 
+@dataclass(frozen=True)
+class OffsetsDeletion(Row):
+    """What :meth:`Admin.delete_offsets` deleted (or, ``deleted`` False, would delete):
+    ``topics`` of the group's clustering offsets, and the broadcast ``clients`` whose offsets
+    went. ``client_id``: the one client asked for, None for the whole group."""
+
+    group: str
+    client_id: str | None
+    clients: list[str]
+    topics: list[str]
+    deleted: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``offsets delete --json`` line."""
+        return {"group": self.group, "clientId": self.client_id, "clients": self.clients, "topics": self.topics,
+                "deleted": self.deleted}
+
+
+@dataclass(frozen=True)
+class AllocationRow(Row):
+    """One consumer of a rebalance preview: the ``queues`` ``strategy`` gives it, and the
+    queues it ``holds`` now (None when it is not a live member)."""
+
+    group: str
+    topic: str
+    strategy: str
+    client_id: str
+    queues: list[int]
+    holds: list[int] | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``rebalance --json`` row."""
+        return {"group": self.group, "topic": self.topic, "strategy": self.strategy, "clientId": self.client_id,
+                "queues": self.queues, "holds": self.holds}
+
+
+@dataclass
+class RebalancePreview:
+    """What :meth:`Admin.rebalance_preview` computed: ``rows``, one per consumer in the
+    allocation's order, for ``consumers`` sharing the ``queues`` queues of ``topic``."""
+
+    group: str
+    topic: str
+    strategy: str
+    queues: int
+    consumers: list[str]
+    rows: list[AllocationRow]
+
+    def __iter__(self) -> Iterator[AllocationRow]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclass
+class UnlockResult:
+    """What :meth:`Admin.unlock` released (or, ``dry_run``, would release), each lock as it
+    was just before; ``kept``: matching locks left alone (their holders are live)."""
+
+    group: str
+    released: list[LockRow]
+    kept: int
+    dry_run: bool = False
+
+    def __iter__(self) -> Iterator[LockRow]:
+        return iter(self.released)
+
+    def __len__(self) -> int:
+        return len(self.released)
+
+
 def lock_state(info: "LockInfo", now: int) -> str:
     """``held``, ``expired`` or ``stale`` (see :class:`LockRow`)."""
     if not info.alive:
@@ -302,7 +369,8 @@ def _ms(t: _dt.datetime) -> int:
 # -- the facade -------------------------------------------------------------------------------
 
 class Admin:
-    """Inspect and administer a store: topics, a group's lag, offsets, queue locks, members.
+    """Inspect and administer a store: topics, a group's lag, offsets, queue locks, members,
+    rebalance previews and dead letters.
 
     ::
 
@@ -323,29 +391,45 @@ class Admin:
     def __init__(self, path: PathLike | None = None) -> None:
         from store.errors import StoreNotFoundError
         from store.log.broker import Store
-        self.path = resolve_store_path(path)
+        self._path: Path | None = resolve_store_path(path)
+        self.arg_names: ArgNames | None = None
         self._owned = True
         self._missing: StoreNotFoundError | None = None
         self._store: Store | None = None
+        self._opener: Callable[[], Store] | None = None
         try:
-            self._store = Store.open(self.path)
+            self._store = Store.open(self._path)
         except StoreNotFoundError as exc:   # only create_topic() may go on: it creates the store
             self._missing = exc
 
     @classmethod
-    def of(cls, store: "Store") -> "Admin":
-        """An Admin over an open :class:`store.log.broker.Store` handle (not closed by it)."""
+    def of(cls, store: Store | Callable[[], Store], *, arg_names: ArgNames | None = None) -> "Admin":
+        """An Admin over an open :class:`store.log.broker.Store` handle, or over a function
+        that returns one when it is first needed (so that bad arguments are reported before a
+        missing store); the handle is not closed by the Admin. ``arg_names``: how its error
+        messages name arguments (``store/client/rules.py``; ``mqctl`` passes its flags)."""
         admin = cls.__new__(cls)
-        admin.path = store.root
-        admin._store = store
+        admin.arg_names = arg_names
         admin._owned = False
         admin._missing = None
+        if callable(store):
+            admin._path, admin._store, admin._opener = None, None, store
+        else:
+            admin._path, admin._store, admin._opener = store.root, store, None
         return admin
+
+    @property
+    def path(self) -> Path:
+        """The store's directory."""
+        return self._path if self._path is not None else self.store.root
 
     @property
     def store(self) -> "Store":
         """The open store handle (``StoreNotFoundError`` when there is no store at ``path``)."""
         if self._store is None:
+            if self._opener is not None:
+                self._store, self._opener = self._opener(), None
+                return self._store
             if self._missing is not None:
                 raise self._missing
             raise UsageError("this Admin is closed")
@@ -396,11 +480,18 @@ class Admin:
         first, then each broadcast client's."""
         store = self._group(group, topic)
         rows = []
-        for s in group_offsets(store, group):
+        sets = group_offsets(store, group)
+        live = self._live_clients(group) if len(sets) > 1 else set()
+        for s in sets:
             for (t, q), off in sorted(s.offsets.items()):
                 if topic is None or t == topic:
-                    rows.append(OffsetRow(group, t, q, off, s.client_id))
+                    rows.append(OffsetRow(group, t, q, off, s.client_id,
+                                          None if s.client_id is None else s.client_id in live))
         return rows
+
+    def _live_clients(self, group: str) -> set[str]:
+        from store.client.members import live_members
+        return {m.clientId for m in live_members(self.store.layout, group)}
 
     def lag(self, group: str, topic: str | None = None) -> list[LagRow]:
         """Lag per queue of the group's topics (``mqctl progress``), the group's retry topic
@@ -422,6 +513,7 @@ class Admin:
         if store.has_topic(retry):
             topics_by_client[None].add(retry)
         all_topics = store.topics()
+        live = self._live_clients(group) if len(sets) > 1 else set()
         rows = []
         for s in sets:
             tnames = sorted(topics_by_client.get(s.client_id, set()), key=lambda t: (t == retry, t))
@@ -443,7 +535,7 @@ class Admin:
                     rows.append(LagRow(group, t, q, broker, lo, consumer, lag,
                                        self._last_timestamp(t, q, consumer),
                                        owners.get((t, q)) if s.client_id is None else s.client_id,
-                                       s.client_id))
+                                       s.client_id, None if s.client_id is None else s.client_id in live))
         return rows
 
     def _last_timestamp(self, topic: str, qid: int, consumer_offset: int | None) -> int | None:
@@ -536,15 +628,18 @@ class Admin:
             f"{','.join(map(str, sorted(qs)))})" for cid, qs in sorted(plan.busy.items()))
         return plan
 
-    def apply_reset(self, plan: ResetPlan, *, force: bool = False) -> None:
-        """Apply a plan of :meth:`plan_reset` (see :meth:`reset_offsets`)."""
+    def apply_reset(self, plan: ResetPlan, *, force: bool = False,
+                    progress: Callable[[int], None] | None = None) -> None:
+        """Apply a plan of :meth:`plan_reset` (see :meth:`reset_offsets`), offset set by offset
+        set (the clustering table, then each broadcast client): ``progress(n)`` is called after
+        each with the number of queue offsets it moved."""
         from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
         store = self.store
         if plan.busy and not force:
             raise LockHeldError(
                 f"live members of group {plan.group} hold queues of {plan.topic}: {plan.owners}; stop them "
-                f"first, or pass --force to reset under them (they switch to the new offsets at their next "
-                f"commit)")
+                f"first, or pass {self._arg('force')} to reset under them (they switch to the new offsets at "
+                f"their next commit)")
         for s in plan.targets:
             rows = {r.queue_id: r.new for r in plan.rows if r.client_id == s.client_id}
             if s.client_id is None:
@@ -555,7 +650,56 @@ class Admin:
                 for q, new in rows.items():
                     b.update(plan.topic, q, new, increase_only=False)
                 b.persist({(plan.topic, q) for q in rows})
+            if progress is not None:
+                progress(len(rows))
         plan.applied = True
+
+    def _arg(self, name: str) -> str:
+        from store.client.rules import spelling
+        return spelling(self.arg_names)[name]
+
+    # -- offsets delete ----------------------------------------------------------------------
+    def delete_offsets(self, group: str, client_id: str | None = None, *, dry_run: bool = False) -> OffsetsDeletion:
+        """Delete the group's committed offsets, or one dead broadcast client's.
+
+        Without ``client_id``: the clustering offsets and every broadcast client's; refused
+        (``ConflictError``) while the group has live members, ``NotFoundError`` when it has no
+        offsets. With ``client_id``: that broadcast client's offsets only (``NotFoundError``
+        when it has none, ``ConflictError`` while it is a live member). Deleted offsets no
+        longer hold retention back; a consumer that comes back starts from its
+        ``start_from``. ``dry_run``: check, and report what would go, changing nothing.
+        """
+        import shutil
+
+        from store.client.offsets import ClusterOffsetStore
+        names.validate_group(group)
+        store = self.store
+        live = self._live_clients(group)
+        clients = broadcast_clients(store, group)
+        offsets = ClusterOffsetStore(store.layout, warn=store.warn)
+        if client_id is not None:
+            names.validate_client_id(client_id)
+            if client_id not in clients:
+                raise NotFoundError(f"group {group} has no broadcast offsets of client {client_id}")
+            if client_id in live:
+                raise ConflictError(f"client {client_id} is a live member of group {group}; stop it first")
+            targets, cluster = [client_id], False
+        else:
+            if live:
+                raise ConflictError(
+                    f"group {group} has {len(live)} live member{'' if len(live) == 1 else 's'} "
+                    f"({', '.join(sorted(live))}); stop them first, or give {self._arg('client_id')} of a dead "
+                    f"broadcast client")
+            if not offsets.read_group(group) and not clients:
+                raise NotFoundError(f"group {group} has no committed offsets")
+            targets, cluster = clients, True
+        if dry_run:
+            topics = sorted({t for t, _ in offsets.read_group(group)}) if cluster else []
+            return OffsetsDeletion(group, client_id, targets, topics, False)
+        topics = offsets.delete_group(group) if cluster else []
+        for cid in targets:
+            shutil.rmtree(store.layout.broadcast_offsets(cid, group).parent, ignore_errors=True)
+        return OffsetsDeletion(group, client_id, targets, topics, True)
 
     @staticmethod
     def _target(to: ResetTarget) -> tuple[str, int]:
@@ -604,12 +748,130 @@ class Admin:
                                   rec.get("strategy"), rec.get("topics"), m.queues, m.startedAt, hb))
         return rows
 
+    def unlock(self, group: str, topic: str | None = None, queue: int | None = None, *, force: bool = False,
+               dry_run: bool = False) -> UnlockResult:
+        """Release the group's orderly queue locks whose holder is gone (stale) or stuck past
+        the store lease (expired); with ``force`` live holders' locks too (a holder notices
+        before its next batch and stops consuming the queue). ``topic`` / ``queue``: only
+        those (a queue needs its topic). ``dry_run``: report what would go, change nothing."""
+        from store.client.qlocks import list_locks
+        from store.client.qlocks import unlock as release
+        from store.flock import now_ms
+        if queue is not None and topic is None:
+            raise usage("{queue} needs {topic}: queue ids are per topic", self.arg_names)
+        if queue is not None and (isinstance(queue, bool) or not isinstance(queue, int) or queue < 0):
+            raise UsageError(f"queue must be an int >= 0, not {queue!r}")
+        names.validate_group(group)
+        store = self.store
+        if topic is not None:
+            names.validate_any_topic(topic)
+            cfg = store.topics().get(topic)
+            if cfg is not None and queue is not None and queue >= cfg.queues:
+                raise UsageError(f"queue {queue} does not exist: topic {topic} has queues 0-{cfg.queues - 1}")
+        require_group(store, group)
+        now = now_ms()
+        present = [i for i in list_locks(store.layout, group)
+                   if (topic is None or i.topic == topic) and (queue is None or i.queueId == queue)]
+        if dry_run:
+            released = [i for i in present if force or lock_state(i, now) != "held"]
+        else:
+            released = release(store.layout, group, topic, queue, force)
+        return UnlockResult(group, [lock_row(i, now) for i in released], len(present) - len(released), dry_run)
+
+    # -- rebalance ---------------------------------------------------------------------------
+    def rebalance_preview(self, topic: str, group: str, consumers: Sequence[str] | None = None,
+                          strategy: str | None = None, queues: Sequence[int] | None = None) -> RebalancePreview:
+        """How a strategy shares ``topic``'s queues, computed by the live rebalance's own code;
+        nothing changes.
+
+        ``consumers``: the client ids to allocate to (default: the group's live members
+        consuming ``topic``; ``GroupNotFoundError`` when there are none). ``strategy``:
+        ``averagely``, ``circle``, ``hash`` or ``config`` (default: the one the live members
+        use when they agree, else ``averagely``). ``queues``: the queue ids of the ``config``
+        strategy (needed by it, refused by the others). Rows come in the allocation's order,
+        each with what the consumer holds now.
+        """
+        from store.client.allocate import allocate_all, queues_of
+        from store.client.members import live_members
+        a = self.arg_names
+        if queues is not None and strategy != "config":
+            raise usage("{queues} needs {strategy} config", a)
+        if strategy == "config" and not queues:
+            raise usage("{strategy} config needs {queues}, e.g. {queues_example}", a)
+        if isinstance(consumers, str):
+            raise UsageError(f"consumers must be a list of client ids, not {consumers!r}")
+        names.validate_any_topic(topic)
+        names.validate_group(group)
+        store = self.store
+        cfg = store.topic(topic)
+        members = [m for m in live_members(store.layout, group) if topic in (m.record.get("topics") or [topic])]
+        if consumers is not None:
+            cids = [names.validate_client_id(c.strip()) for c in consumers if c.strip()]
+            if not cids:
+                raise usage("{consumers}: give at least one client id, e.g. {consumers_example}", a)
+        else:
+            require_group(store, group)
+            cids = [m.clientId for m in members]
+            if not cids:
+                raise GroupNotFoundError(f"group {group} has no live members consuming {topic}; "
+                                         f"pass {self._arg('consumers_hint')} to preview an allocation")
+        if strategy is None:
+            used = {s for m in members if isinstance(s := m.record.get("strategy"), str)}
+            strategy = used.pop() if len(used) == 1 else "averagely"
+            if strategy == "config" and not queues:
+                raise usage("the live members use {strategy} config: give {queues}, e.g. {queues_example}", a)
+        config = None
+        if queues:
+            ids = sorted(set(queues))
+            if any(isinstance(q, bool) or not isinstance(q, int) for q in ids) or ids[0] < 0:
+                raise UsageError(f"queues must be queue ids >= 0, not {list(queues)!r}")
+            if ids[-1] >= cfg.queues:
+                raise usage("{queues}: queue {qid} does not exist: topic {name} has queues 0-{last}", a,
+                            qid=ids[-1], name=topic, last=cfg.queues - 1)
+            config = queues_of(topic, ids)
+        assignment = allocate_all(strategy, queues_of(topic, range(cfg.queues)), cids, config)
+        held = {m.clientId: sorted(q["queueId"] for q in m.queues if isinstance(q, dict) and q.get("topic") == topic
+                                   and isinstance(q.get("queueId"), int)) for m in members}
+        rows = [AllocationRow(group, topic, strategy, cid, [mq.queue_id for mq in mqs], held.get(cid))
+                for cid, mqs in assignment.items()]
+        return RebalancePreview(group, topic, strategy, cfg.queues, cids, rows)
+
+    # -- dead letters ------------------------------------------------------------------------
+    def dead_letters(self, group: str) -> Iterator[DeadLetter]:
+        """The group's dead letters (``%DLQ%<group>``), oldest first, read lazily: each a
+        :class:`~store.client.dlq.DeadLetter` with the message, where it came from, and
+        whether it was resent. Nothing when none of the group's messages was dead-lettered."""
+        from store.client.dlq import dead_letters
+        store = self.store
+        require_group(store, group)
+        return dead_letters(store, group)
+
+    def resend_dead_letters(self, group: str, msg_id: str | None = None, *, force: bool = False,
+                            dry_run: bool = False, progress: Progress | None = None,
+                            on_row: Callable[[ResentLetter], None] | None = None) -> ResendResult:
+        """Give the group's dead letters another chance: copy them to its retry topic
+        ``%RETRY%<group>`` with ``reconsume_times`` 0, where the group's concurrent consumers
+        get them again under their original topic.
+
+        Every dead letter not resent before, or only the one(s) ``msg_id`` names (unique key
+        or offset id; ``MessageNotFoundError`` when none does). What was resent is recorded,
+        so a second call skips it; ``force`` resends it anyway. ``dry_run``: report, change
+        nothing. ``progress(done, total)`` follows the DLQ entries scanned; ``on_row`` gets
+        each :class:`~store.client.dlq.ResentLetter` as it is resent (instead of the result's
+        ``rows``). Returns a :class:`~store.client.dlq.ResendResult`.
+        """
+        from store.client.dlq import resend_dead_letters
+        store = self.store
+        require_group(store, group)
+        return resend_dead_letters(store, group, msg_id, force=force, dry_run=dry_run, progress=progress,
+                                   on_row=on_row)
+
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
         """Release the store handle (unless it came from :meth:`of`)."""
         if self._store is not None and self._owned:
             self._store.close()
-        self._store = None
+        self._store, self._opener = None, None
 
     def __enter__(self) -> "Admin":
         return self

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Union
 from store import names
 from store.client.message import Message
 from store.client.paths import PathLike, resolve_store_path
+from store.client.rules import check_consume_options
 from store.client.runtime import (
     ConsumeOptions,
     Outcome,
@@ -165,9 +166,7 @@ class Consumer:
                  dedup: bool = False) -> None:
         names.validate_any_topic(topic)
         names.validate_group(group)
-        if broadcast and dedup:
-            # the dedup log is the group's: one member's records would make the others skip
-            raise UsageError("dedup applies to clustering groups; broadcast members each get every message")
+        check_consume_options(broadcast=broadcast, orderly=orderly, dedup=dedup)
         from_where, from_ts = _start(start_from)
         self.path = resolve_store_path(path)
         root = str(self.path)
@@ -332,12 +331,10 @@ class Consumer:
         if max_reconsume is not None and (isinstance(max_reconsume, bool) or not isinstance(max_reconsume, int)
                                           or max_reconsume < 0):
             raise UsageError(f"max_reconsume must be an int >= 0, not {max_reconsume!r}")
-        if self.broadcast and max_reconsume is not None:
-            raise UsageError("max_reconsume applies to clustering groups: broadcast messages are never "
-                             "dead-lettered (orderly retries in place, concurrent skips a failed one)")
-        if self.broadcast and not self.orderly and retry_delay is not None:
-            raise UsageError("retry_delay applies to clustering groups: concurrent broadcast skips a failed "
-                             "message with a warning")
+        # orderly, retry_delay is the pause before a retry in place (the CLI's --suspend-ms)
+        check_consume_options(broadcast=self.broadcast, orderly=self.orderly, max_reconsume=max_reconsume,
+                              retry_delay=None if self.orderly else retry_delay,
+                              suspend=retry_delay if self.orderly else None)
         delay_ms = _seconds_ms("retry_delay", retry_delay)
         rt = self._rt
         if self.orderly:

@@ -1,4 +1,4 @@
-"""Sizes of a store's parts, for ``store stats``."""
+"""Sizes of a store's parts (``store stats``), and what retention would free."""
 from __future__ import annotations
 
 import os
@@ -21,7 +21,16 @@ def _du(path: Path) -> tuple[int, int]:
     return files, size
 
 
-def store_stats(store: Store) -> list[dict[str, Any]]:
+def commitlog_bytes(store: Store) -> int:
+    """The total size of the commit log's segment files: what ``check_store`` and
+    ``recover`` report their progress against."""
+    return sum(os.stat(store.commitlog.segment_path(b)).st_size for b in store.commitlog.segments())
+
+
+def store_stats(store: Store, clean: bool = True) -> list[dict[str, Any]]:
+    """One row per part of the store (``part``, ``files``, ``bytes`` on disk, ``detail``):
+    the commit log, consume queues, index, then the config, offsets, consumers, locks and
+    dedup directories that exist. With ``clean``, the rows of :func:`clean_stats` follow."""
     lay = store.layout
     rows = []
     log = store.commitlog
@@ -37,4 +46,20 @@ def store_stats(store: Store) -> list[dict[str, Any]]:
         if p.exists():
             files, size = _du(p)
             rows.append({"part": part, "files": files, "bytes": size, "detail": ""})
+    return rows + clean_stats(store) if clean else rows
+
+
+def clean_stats(store: Store) -> list[dict[str, Any]]:
+    """Rows for what ``store clean`` (the default retention) would free (``reclaimable``),
+    and, when lagging readers need old segments, what they hold back beyond that
+    (``held-back``: what ``clean --force`` would free on top)."""
+    from store.log.retention import DEFAULT_RETENTION_MS, plan_clean
+    plan = plan_clean(store, DEFAULT_RETENTION_MS)
+    age = f"{DEFAULT_RETENTION_MS // 3_600_000}h"
+    rows: list[dict[str, Any]] = [{"part": "reclaimable", "files": len(plan.files), "bytes": plan.bytes,
+                                   "detail": f"store clean frees this (older than {age}, passed by every reader)"}]
+    if plan.held_files:
+        culprits = ", ".join(n.describe() for n in plan.held[:3]) + (" …" if len(plan.held) > 3 else "")
+        rows.append({"part": "held-back", "files": plan.held_files, "bytes": plan.held_bytes,
+                     "detail": f"older than {age} but still needed by {culprits} (store clean --force frees it)"})
     return rows
