@@ -1,3 +1,3 @@
-from mqctl.app import main
+from mqctl.entry import main
 
 main()

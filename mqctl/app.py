@@ -21,7 +21,7 @@ import typer
 
 from mqctl import __version__
 from mqctl.errors import EXIT_INTERRUPTED, guard, print_error
-from mqctl.options import State, resolve_store_path
+from mqctl.state import State, resolve_store_path
 
 EPILOG = (
     "Exit codes: 0 ok, 1 operation or handler failed, 2 usage, 3 not found, 4 conflict, "

@@ -35,14 +35,13 @@ flag  long name           meaning
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from mqctl.state import State, resolve_store_path
+
 if TYPE_CHECKING:
-    from store.client.admin import Admin
     from store.log.broker import Store
 
 
@@ -140,37 +139,6 @@ def parse_queue_ids(text: str, flag: str = "--queues") -> list[int]:
     if not ids or ids[0] < 0:
         raise UsageError(f"{flag} {text!r}: expected queue ids like 0,3")
     return ids
-
-
-@dataclass
-class State:
-    """What the root callback parsed; the only global state is the store handle."""
-
-    store_path: Path
-    utc: bool = False
-    _store: Store | None = field(default=None, repr=False)
-
-    def store(self, create: bool = False) -> "Store":
-        if self._store is None:
-            from store.log.broker import Store
-            self._store = Store.open(self.store_path, create=create)
-        return self._store
-
-    def admin(self) -> "Admin":
-        """:class:`store.Admin` over the store, its messages naming the command line's flags."""
-        from store.client.admin import Admin
-        return Admin.of(self.store, arg_names=ARG_FLAGS)   # opened when first needed
-
-    def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-
-
-def resolve_store_path(flag: str | None) -> Path:
-    """``--store DIR``, else what the library selects for ``path=None``."""
-    from store.client.paths import resolve_store_path as library_default
-    return library_default(flag)
 
 
 def state(ctx: typer.Context) -> State:

@@ -19,7 +19,7 @@ from mqctl.msgargs import message_properties, no_separators, unescape
 from mqctl.stdin import read_chunks
 
 if TYPE_CHECKING:
-    from mqctl.options import State
+    from mqctl.state import State
     from store.log.record import Draft
 
 BATCH_MESSAGES = 8192
@@ -478,7 +478,6 @@ class Sender:
             sys.stderr.write(f"sent 0 messages to {self.topic} (no input)\n")
             return
         from mqctl.output import plural
-        from store.timeparse import format_local
         dt = time.monotonic() - self.t0
         rate = f", {self.sent / dt:,.0f} msg/s" if dt > 0.5 else ""
         qs = sorted(self.queues)
@@ -486,6 +485,7 @@ class Sender:
                  else plural(len(qs), "queue"))
         when = ""
         if self.due is not None and self.deliver is not None:
+            from store.timeparse import format_local
             lo, hi = self.due
             first, last = format_local(lo, self.utc), format_local(hi, self.utc)
             at = f"at {first}" if hi - lo < 1000 else f"from {first} to {last}"

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,3 +142,61 @@ def test_lazy_and_full_root_help_agree(tmp_path: Path) -> None:
 
     from mqctl.app import SUMMARY
     assert listing(lazy) == listing(full) and len(listing(lazy)) == len(SUMMARY) + 6
+
+
+# -- the quick send of mqctl/entry.py ---------------------------------------------------------
+
+def test_the_quick_shape_is_exactly_one_message() -> None:
+    from mqctl.entry import quick_send
+    assert quick_send(["send", "t", "hello"]) == (None, "t", "hello")
+    assert quick_send(["--store", "/s", "send", "t", "a b"]) == ("/s", "t", "a b")
+    assert quick_send(["--store=/s", "send", "t", "x"]) == ("/s", "t", "x")
+    for argv in (["send", "t"], ["send", "t", "-"], ["send", "t", "x", "-t", "a"], ["send", "-t", "x"],
+                 ["send", "t", "--json"], ["consume", "t", "x"], ["--utc", "send", "t", "x"],
+                 ["--store", "send", "t", "x"], ["send", "t", "x", "y"], []):
+        assert quick_send(argv) is None, argv
+
+
+def _both(tmp_path: Path, args: list[str]) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    """``args`` through the quick path (the mqctl script) and through the full Typer app."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("_MQCTL_COMPLETE", None)
+    quick = subprocess.run([sys.executable, "-m", "mqctl", *args], env=env, capture_output=True, text=True,
+                           timeout=120, stdin=subprocess.DEVNULL)
+    full = subprocess.run([sys.executable, "-c", "import sys; from mqctl.app import main; main(sys.argv[1:])",
+                           *args], env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return quick, full
+
+
+@pytest.mark.parametrize("topic,body", [
+    ("t", "hello"),                 # sent
+    ("bad name", "x"),              # exit 2
+    ("%DLQ%g", "x"),                # reserved: exit 2
+    ("t", "x" * 5000),              # over the store's 4000-byte limit: exit 5
+])
+def test_the_quick_send_answers_as_the_full_command_line(tmp_path: Path, topic: str, body: str) -> None:
+    store = tmp_path / "s"
+    subprocess.run([sys.executable, "-m", "mqctl", "--store", str(store), "init", "--max-message-size", "4000",
+                    "--segment-size", "1048576"], check=True, capture_output=True, timeout=120,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    quick, full = _both(tmp_path, ["--store", str(store), "send", topic, body])
+    assert quick.returncode == full.returncode, (quick, full)
+    assert re.sub(r"queue \d+", "queue N", quick.stderr) == re.sub(r"queue \d+", "queue N", full.stderr)
+    assert quick.stdout == full.stdout == ""
+
+
+def test_the_quick_send_imports_no_typer(tmp_path: Path) -> None:
+    dump = tmp_path / "modules.json"
+    code = ("import atexit, json, sys\n"
+            f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
+            "sys.argv = ['mqctl'] + sys.argv[1:]\n"
+            "from mqctl.entry import main\n"
+            "main()\n")
+    for _ in range(2):   # the second send: a store that exists, as in a shell loop
+        cp = subprocess.run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), "send", "t", "x"],
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                            timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    mods = set(json.loads(dump.read_text()))
+    assert not offenders(mods, ("typer", "rich", "click", "mqctl.app", "mqctl.options") + FORBIDDEN_ON_SEND), \
+        offenders(mods, ("typer", "rich", "click", "mqctl.app", "mqctl.options"))

@@ -1,0 +1,54 @@
+"""The ``mqctl`` script: one message sent from a shell loop without building the Typer app.
+
+``for f in *.json; do mqctl send t "$(cat "$f")"; done`` starts a process per message, and
+importing Typer and building a command is most of such a process's time (issue 14). The
+exact shape ``mqctl [--store DIR] send TOPIC BODY`` — no other flag, TOPIC and BODY not
+starting with ``-`` — is therefore run here directly: the same :func:`mqctl.sender.run_send`
+inside the same :func:`mqctl.errors.guard`, so its output, errors and exit codes are those
+of the full command line. Anything else (help, completion, any other flag or command) goes
+to :func:`mqctl.app.main`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+COMPLETE_VAR = "_MQCTL_COMPLETE"
+
+
+def quick_send(argv: list[str]) -> tuple[str | None, str, str] | None:
+    """``(store flag, topic, body)`` when ``argv`` is exactly a one-message send, else None."""
+    store: str | None = None
+    rest = argv
+    if rest[:1] == ["--store"] and len(rest) >= 2:
+        store, rest = rest[1], rest[2:]
+    elif rest[:1] and rest[0].startswith("--store="):
+        store, rest = rest[0].split("=", 1)[1], rest[1:]
+    if len(rest) != 3 or rest[0] != "send" or rest[1].startswith("-") or rest[2].startswith("-"):
+        return None
+    if store is not None and (not store or store.startswith("-")):
+        return None
+    return store, rest[1], rest[2]
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    quick = None if os.environ.get(COMPLETE_VAR) else quick_send(argv)
+    if quick is None:
+        from mqctl.app import main as full
+        full(argv)
+        return
+    from mqctl.errors import guard
+    from mqctl.sender import SendRequest, run_send
+    from mqctl.state import State, resolve_store_path
+
+    def run() -> int:
+        store, topic, body = quick
+        st = State(resolve_store_path(store))
+        try:
+            run_send(st, SendRequest(topic=topic, body=body))
+        finally:
+            st.close()
+        return 0
+
+    sys.exit(guard(run, argv))
