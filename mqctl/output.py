@@ -317,15 +317,17 @@ class Output:
         self.err.flush()
 
     @contextlib.contextmanager
-    def progress(self, total: int | None, label: str) -> Iterator[NullProgress | _RichProgress]:
+    def progress(self, total: int | None, label: str, bytes_: bool = False) -> Iterator[NullProgress | _RichProgress]:
         """A progress bar on stderr for long work; a :class:`NullProgress` when stderr is not
-        a terminal, in CI, on a dumb terminal or with ``quiet``. ``total=None``: unknown."""
+        a terminal, in CI, on a dumb terminal or with ``quiet``. ``total=None``: unknown.
+        ``bytes_``: ``total`` and the advances are bytes, shown in binary units."""
         if self.quiet or not animation_allowed(self.err):
             yield NullProgress()
             return
         from rich.console import Console
         from rich.progress import (
             BarColumn,
+            DownloadColumn,
             MofNCompleteColumn,
             Progress,
             TextColumn,
@@ -334,7 +336,8 @@ class Output:
 
         # transient: the bar disappears when done; the command's own summary line stays.
         with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.description}"), BarColumn(),
+            DownloadColumn(binary_units=True) if bytes_ else MofNCompleteColumn(),
             TimeRemainingColumn(), console=Console(file=self.err), transient=True,
             redirect_stdout=False, redirect_stderr=False,
         ) as bar:

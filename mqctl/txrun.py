@@ -56,7 +56,7 @@ def command_argv(command: str, flag: str) -> list[str]:
         raise UsageError(f"{flag} {command!r}: {exc}") from exc
     if not argv:
         raise UsageError(f"{flag} needs a command")
-    check_runnable(argv)
+    check_runnable(argv, "check command" if flag == "--check-cmd" else "local transaction")
     return argv
 
 

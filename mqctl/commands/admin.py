@@ -190,9 +190,9 @@ def unlock(
 COMPLETION_HELP = """Print the shell completion script for bash, zsh or fish.
 
 Install it once, then open a new shell:
-  bash: mqctl completion bash >> ~/.bashrc
-  zsh:  mqctl completion zsh >> ~/.zshrc         # after compinit
-  fish: mqctl completion fish > ~/.config/fish/completions/mqctl.fish
+  mqctl completion bash > ~/.local/share/bash-completion/completions/mqctl
+  mqctl completion zsh > "${fpath[1]}/_mqctl"
+  mqctl completion fish > ~/.config/fish/completions/mqctl.fish
 
 Or load it into the current shell only: source <(mqctl completion bash). The same scripts
 ship in completions/ (regenerate with: python -m mqctl.completions). Topic and group names

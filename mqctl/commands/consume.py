@@ -146,6 +146,9 @@ def consume(
         raise UsageError("give --json or --format, not both")
     if exec_ is not None and format_ is not None:
         raise UsageError("--format applies to stdout; with --exec, give --json or nothing")
+    if exec_ is None and batch != 1:
+        raise UsageError("--batch applies to --exec (messages per handler run); stdout gets every message "
+                         "as it comes")
     check_consume_options(broadcast=broadcast, orderly=orderly, dedup=dedup, strategy=strategy, queues=queues,
                           max_reconsume=max_reconsume, retry_delay=retry_delay, suspend=suspend_ms,
                           arg_names=ARG_FLAGS)

@@ -23,18 +23,11 @@ def register(app: typer.Typer) -> None:
 
 @contextmanager
 def _log_progress(out: "Output", store: "Store", label: str) -> Iterator[Callable[[int], None]]:
-    """A bar over the commit log's bytes, counted in MiB (a terminal only); yields the
-    callback the library reports bytes to."""
+    """A bar over the commit log's bytes (a terminal only); yields the callback the library
+    reports bytes to."""
     from store.log.stats import commitlog_bytes
-    total = commitlog_bytes(store)
-    done = [0, 0]   # bytes reported, MiB shown
-    with out.progress(-(-total >> 20), f"{label} (MiB)") as bar:
-        def advance(n: int) -> None:
-            done[0] += n
-            if done[0] >> 20 > done[1]:
-                bar.advance((done[0] >> 20) - done[1])
-                done[1] = done[0] >> 20
-        yield advance
+    with out.progress(commitlog_bytes(store), label, bytes_=True) as bar:
+        yield bar.advance
 
 
 @store_app.command("check", help="""Verify every record's CRC and every index entry.

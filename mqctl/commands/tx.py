@@ -63,6 +63,8 @@ def send(
     exec_: Annotated[Optional[str], typer.Option(
         "--exec", "-x", metavar="CMD", help="Local transaction: exit 0 commits, 1 rolls back, else UNKNOWN.")] = None,
     flush: FlushOpt = "async",
+    json: Annotated[bool, typer.Option(
+        "--json", "-j", help="Accepted for symmetry: tx send always prints its one JSON line.")] = False,
 ) -> None:
     from mqctl.msgargs import message_properties
     from mqctl.output import Output

@@ -183,14 +183,15 @@ def split_command(cmd: str) -> list[str]:
     return argv
 
 
-def check_runnable(argv: list[str]) -> None:
-    """Fail before joining the group when the handler cannot be started at all."""
+def check_runnable(argv: list[str], what: str = "handler") -> None:
+    """Fail before anything starts when the command (a consumer's handler, a transaction's
+    check command, ...) cannot be started at all."""
     prog = argv[0]
     if os.sep in prog:
         if not (os.path.isfile(prog) and os.access(prog, os.X_OK)):
-            raise HandlerError(f"cannot run handler {prog!r}: not an executable file")
+            raise HandlerError(f"cannot run {what} {prog!r}: not an executable file")
     elif shutil.which(prog) is None:
-        raise HandlerError(f"cannot run handler {prog!r}: not found on PATH")
+        raise HandlerError(f"cannot run {what} {prog!r}: not found on PATH")
 
 
 class ExecHandler:

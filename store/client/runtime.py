@@ -357,7 +357,11 @@ class Runtime:
         """Check the topic and group, open the offsets, join the group."""
         o = self.o
         names.validate_group(o.group)
-        self.store.topic(o.topic)  # TopicNotFoundError: exit 3
+        cfg = self.store.topic(o.topic)  # TopicNotFoundError: exit 3
+        missing = sorted(q for q in (o.config_queues or []) if not 0 <= q < cfg.queues)
+        if missing:
+            from store.errors import UsageError
+            raise UsageError(f"queue {missing[0]} does not exist: topic {o.topic!r} has queues 0-{cfg.queues - 1}")
         from store.client.members import Membership
         from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
         if o.no_group:

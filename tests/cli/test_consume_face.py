@@ -131,6 +131,8 @@ def test_the_tag_grammar_selects(loaded: MQ) -> None:
     (["--idle-timeout", "soon"], "--idle-timeout 'soon': not a duration (accepted: 500ms, 30s, 1.5s"),
     (["--retry-delay", "1x"], "--retry-delay '1x': not a duration"),
     (["--consume-timeout", "0"], "--consume-timeout must be at least 1 ms"),
+    (["--batch", "5"], "--batch applies to --exec"),
+    (["--strategy", "config", "--queues", "0,99"], "queue 99 does not exist: topic 'T' has queues 0-"),
 ])
 def test_contradictory_or_bad_values_are_refused_up_front(loaded: MQ, extra: list[str], start: str) -> None:
     one_error(loaded.run("consume", "T", "-g", "G", "--from", "first", "-e", *extra), 2, start)

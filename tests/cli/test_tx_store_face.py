@@ -184,3 +184,11 @@ def test_bench_count_is_dash_c(mq: MQ) -> None:
     assert (row["count"], row["size"]) == (300, 16)
     r = mq.run("bench", "consume", "--handover", "--rebalance")
     assert r.returncode == 2 and r.stderr == "mqctl: error: give --handover or --rebalance, not both\n"
+
+
+def test_tx_send_accepts_json_and_names_a_missing_command(mq: MQ) -> None:
+    cp = mq.ok("tx", "send", "T", "body", "--json")
+    assert json.loads(cp.stdout)["state"] == "PREPARED"
+    cp = mq.run("tx", "check", "--check-cmd", "/nonexistent/ask", "--timeout", "0")
+    assert cp.returncode == 1
+    assert cp.stderr.startswith("mqctl: error: cannot run check command '/nonexistent/ask'"), cp.stderr
