@@ -98,7 +98,7 @@ def show(
     from store.timeparse import format_local
     st = state(ctx)
     store = st.store()
-    m = store.find(msg_id)
+    m = store.find(msg_id, strict=True)
     obj = message_report(store, m)
     if json:
         Output(json=True).emit_json(obj)
@@ -153,7 +153,7 @@ def query(
     st = state(ctx)
     store = st.store()
     store.topic(topic)
-    found = store.query_key(topic, key, limit)
+    found = store.query_key(topic, key, limit, strict=True)
     out = Output(json=json)
     if not found:
         if not json:

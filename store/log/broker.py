@@ -748,12 +748,13 @@ class Store:
                 break
             off = res.next_offset
 
-    def find(self, msg_id: str) -> Message:
+    def find(self, msg_id: str, strict: bool = False) -> Message:
         """A message by offset id or by unique key (offset id first, as mqadmin).
 
         ``MessageNotFoundError`` when no stored message has it (or ``msg_id`` is not 32 hex
-        digits), ``CorruptionError`` when the record it leads to is damaged (a
-        damaged record is never served, and never passed off as missing)."""
+        digits). A damaged record is never served; with ``strict`` (a person asking for this
+        message: ``mqctl msg show``) it is not passed off as missing either, but raised as
+        ``CorruptionError``."""
         msg_id = msg_id.strip()
         if len(msg_id) != 32 or any(c not in "0123456789abcdefABCDEF" for c in msg_id):
             # exit 3 like any id the store does not have, saying what an id looks like
@@ -769,7 +770,7 @@ class Store:
             m = self._read_live(phys, damage)
             if m is not None and m.uniq_key == msg_id:
                 return m
-        if damage:
+        if damage and strict:
             raise self._damage_error(*damage[0])
         raise MessageNotFoundError(f"no message with id {msg_id!r}")
 
@@ -785,9 +786,10 @@ class Store:
                 out.append(m)
         return sorted(out, key=lambda m: m.commitlog_offset)
 
-    def query_key(self, topic: str, key: str, limit: int = 64) -> list[Message]:
+    def query_key(self, topic: str, key: str, limit: int = 64, strict: bool = False) -> list[Message]:
         """Messages of ``topic`` whose KEYS contain ``key``, newest first, via the index.
-        ``CorruptionError`` when a record the index leads to is damaged."""
+        Damaged records are skipped; with ``strict`` (``mqctl msg query``) the first one the
+        index leads to raises ``CorruptionError`` instead."""
         out = []
         damage: list[tuple[int, str]] = []
         for phys in self.index.lookup(f"{topic}#{key}", limit=limit * 4):
@@ -796,7 +798,7 @@ class Store:
                 out.append(m)
                 if len(out) >= limit:
                     break
-        if damage:
+        if damage and strict:
             raise self._damage_error(*damage[0])
         return out
 
@@ -806,7 +808,12 @@ class Store:
         try:
             return self.commitlog.read(phys)
         except (RecordError, OSError) as exc:
-            if self.commitlog.min_offset() <= phys < self.commitlog.end():
+            # damage: a record starts here (its magic code says so) inside the live log, and
+            # does not check out; anything else (an offset id that points between records,
+            # a segment cleaned away) is simply not there
+            head = self.commitlog.read_bytes(phys, 8) if phys >= 0 else b""
+            starts = len(head) == 8 and int.from_bytes(head[4:], "big") in (F.MAGIC_V1, F.MAGIC_V2)
+            if starts and self.commitlog.min_offset() <= phys < self.commitlog.end():
                 damage.append((phys, str(exc)))
             return None
 

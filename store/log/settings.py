@@ -15,6 +15,7 @@ LARGEST_MESSAGE_SIZE = F.MAX_MESSAGE_SIZE
 SEGMENT_SPARE = 64 * 1024
 # The end-of-segment trailer keeps the bytes left in an int32.
 MAX_SEGMENT_SIZE = 2**31 - 1
+MIN_SEGMENT_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -31,17 +32,20 @@ class StoreSettings:
         """Refuse settings a store cannot work with (UsageError naming the limit).
 
         ``strict`` (what ``mqctl init`` asks) also requires room in a segment for the largest
-        record a maximum-size body can make (:data:`SEGMENT_SPARE` more); without it (what the
-        engine requires of every new store) a segment must only be larger than the largest
-        body — a record that then does not fit is refused when it is put."""
+        record a maximum-size body can make (:data:`SEGMENT_SPARE` more). Without it (what
+        the engine requires of every new store, small test stores included) a segment need
+        only hold :data:`MIN_SEGMENT_SIZE`; a record that then does not fit is refused when
+        it is put."""
         from store.errors import UsageError
         if not 1 <= self.max_message_size <= LARGEST_MESSAGE_SIZE:
             raise UsageError(f"the maximum message size must be 1..{LARGEST_MESSAGE_SIZE} bytes (4 MiB), "
                              f"got {self.max_message_size}")
-        least = self.max_message_size + (SEGMENT_SPARE if strict else 1)
+        if strict:
+            least, rule = self.max_message_size + SEGMENT_SPARE, "the maximum message size + 64 KiB = "
+        else:
+            least, rule = MIN_SEGMENT_SIZE, ""
         if not least <= self.commitlog_segment_size <= MAX_SEGMENT_SIZE:
-            rule = "the maximum message size + 64 KiB" if strict else "larger than the maximum message size"
-            raise UsageError(f"the segment size (--segment-size) must be at least {rule} = {least} bytes, "
+            raise UsageError(f"the segment size (--segment-size) must be at least {rule}{least} bytes, "
                              f"and at most {MAX_SEGMENT_SIZE}; got {self.commitlog_segment_size}")
         if not 1 <= self.default_queues <= 1024:
             raise UsageError(f"the default queue count must be 1..1024, got {self.default_queues}")

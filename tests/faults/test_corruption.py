@@ -146,8 +146,9 @@ def test_every_flip_in_the_log_is_found_and_never_served(mq: MQ, seed: int) -> N
     assert {e["offsetMsgId"] for e in envs} == want & committed_tx
     for _off, _size, _topic, _body, mid in victims:
         shown = mq.cli("msg", "show", mid, "--json")
-        assert shown.returncode == 3, str(shown)  # not found: never the damaged bytes
-        assert_one_error(shown, 3)
+        # never the damaged bytes, and never "not found": a data error naming the damage
+        assert shown.returncode == 5 and "damaged message" in shown.stderr, str(shown)
+        assert_one_error(shown, 5)
     with Store.open(mq.root, warn=lambda _m: None) as store:
         for q in range(3):
             res_pull = store.pull("t", q, 0, 1000)

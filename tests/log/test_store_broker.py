@@ -363,3 +363,27 @@ def test_pull_bodies_matches_pull_and_checks_every_record(root: Path) -> None:
     assert r_bodies == [m.body for m in p_msgs]
     assert r_offsets == [m.queue_offset for m in p_msgs] == [q for q in range(120) if q not in (7, 9)]
     s.close()
+
+
+def test_a_damaged_message_asked_for_is_a_corruption_error_only_when_strict(store: Store) -> None:
+    from store.errors import CorruptionError
+    res = store.put([draft("t", f"body {i}", properties={"KEYS": "k"}) for i in range(3)])
+    victim = res[1]
+    seg = store.commitlog.segment_path(store.commitlog.segment_of(victim.commitlog_offset))
+    with open(seg, "r+b") as f:   # a byte of the second record's body
+        f.seek(victim.commitlog_offset + F.RECORD_HEADER_SIZE + 2)
+        b = f.read(1)
+        f.seek(victim.commitlog_offset + F.RECORD_HEADER_SIZE + 2)
+        f.write(bytes([b[0] ^ 0xFF]))
+    for ident in (victim.msg_id, victim.uniq_key):
+        with pytest.raises(CorruptionError, match="damaged message"):
+            store.find(ident, strict=True)
+        with pytest.raises(MessageNotFoundError):
+            store.find(ident)
+    with pytest.raises(CorruptionError):
+        store.query_key("t", "k", strict=True)
+    assert sorted(m.body for m in store.query_key("t", "k")) == [b"body 0", b"body 2"]
+    # an offset id between records is not a damaged record: not found, strict or not
+    between = f"{F.LOOPBACK_IP:08X}{F.STORE_PORT:08X}{res[0].commitlog_offset + 3:016X}"
+    with pytest.raises(MessageNotFoundError):
+        store.find(between, strict=True)
