@@ -32,6 +32,7 @@ Handler = Callable[[Message], object]
 
 PREFETCH = 4             # batches handed to the iterator ahead of the loop body, at most
 ITER_BATCH = 256         # messages per batch (concurrent mode; orderly hands one at a time)
+RUN_BATCH = 64           # run(): most messages per hand-over to a handler thread (a backlog)
 _POLL_S = 0.05
 
 _ids_lock = threading.Lock()
@@ -343,14 +344,21 @@ class Consumer:
             rt.set_retries(max_reconsume, delay_ms, 1000)
 
         def work(batch: list["record.Message"], topic: str) -> Outcome:
-            msg = Message.from_record(batch[0], topic)
-            try:
-                handler(msg)
-            except Exception as exc:  # noqa: BLE001 - a failed message, retried
-                return False, f"handler raised {type(exc).__name__}: {exc}"
-            return True, ""
+            # one handler call per message; a batch (concurrent mode, a backlog) only saves
+            # the hand-over to a thread per message, each failure is still its own
+            failed: list[tuple[int, str]] = []
+            for i, rec in enumerate(batch):
+                try:
+                    handler(Message.from_record(rec, topic))
+                except Exception as exc:  # noqa: BLE001 - a failed message, retried
+                    failed.append((i, f"handler raised {type(exc).__name__}: {exc}"))
+            if not failed:
+                return True, ""
+            if len(batch) == 1:
+                return False, failed[0][1]
+            return failed, ""
 
-        sink = ThreadPoolSink(work, threads, 1)
+        sink = ThreadPoolSink(work, threads, 1 if self.orderly else RUN_BATCH, per_message=True)
         rt.set_sink(sink)
         self._mode = "run"
         rt.o.exit_at_end = exit_at_end

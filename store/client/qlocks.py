@@ -223,6 +223,7 @@ class QueueLock:
         self._guard = threading.RLock()
         self._fd: int | None = None
         self._id: tuple[int, int] | None = None
+        self._identity_at = 0   # when the path was last seen to name the locked file (ms)
         self.acquired_at: int | None = None
         self.renewed_at: int | None = None
 
@@ -294,6 +295,7 @@ class QueueLock:
     def _take(self, fd: int) -> None:
         now = now_ms()
         self._fd, self._id = fd, file_id(os.fstat(fd))
+        self._identity_at = 0
         self.acquired_at = self.renewed_at = now
         try:
             _write_record(fd, self.path, self._record(now))
@@ -348,17 +350,24 @@ class QueueLock:
         self.renewed_at = now
         return True
 
-    def is_valid(self) -> bool:
+    def is_valid(self, identity_age_ms: int = 0) -> bool:
         """May the holder hand out a batch now? Call before every batch.
 
         True only while this object holds the OS lock, the path still names the file it locked
         (a deleted or replaced file is reported through ``warn`` and ends the ownership), and
-        the last renewal is younger than the client lease.
+        the last renewal is younger than the client lease. ``identity_age_ms``: trust a path
+        check that young (a concurrent consumer hands out one message per batch and need not
+        stat the lock file for each; an orderly one checks every batch).
         """
         with self._guard:
-            if self._fd is None or not self._check_identity():
+            if self._fd is None:
                 return False
-            return self.renewed_at is not None and now_ms() < self.renewed_at + self.client_lease_ms
+            now = now_ms()
+            if identity_age_ms <= 0 or now - self._identity_at > identity_age_ms:
+                if not self._check_identity():
+                    return False
+                self._identity_at = now
+            return self.renewed_at is not None and now < self.renewed_at + self.client_lease_ms
 
     def _check_identity(self) -> bool:
         # A lock whose file was unlinked (mqctl unlock --force) or replaced (broken as stuck)

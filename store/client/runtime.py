@@ -58,9 +58,11 @@ RENEW_INTERVAL_S = 20.0
 
 # (True: consumed, False: failed, None: released untouched, or an int k: the first k of the
 # batch consumed and the rest released, concurrent mode only; the reason, for failures)
-Outcome = tuple[Optional[Union[bool, int]], str]
+Outcome = tuple[Optional[Union[bool, int, list[tuple[int, str]]]], str]
 """What a pool sink says about a batch: ``(True, "")`` consumed, ``(False, why)`` failed,
-``(None, why)`` released (not consumed, not failed: the batch is handed out again)."""
+``(None, why)`` released (not consumed, not failed: the batch is handed out again), and from
+a sink that handles a batch message by message, ``([(i, why), ...], "")``: consumed but for
+the listed messages, each of which failed."""
 
 Warn = Callable[[str], None]
 
@@ -152,7 +154,10 @@ class PoolSink(Protocol):
     """A sink that consumes elsewhere: :meth:`submit` returns a future of an :data:`Outcome`.
 
     ``batch`` is the most messages per submitted batch, ``max_in_flight`` the most batches
-    outstanding. A future that raises :class:`~store.errors.HandlerError` stops the consumer
+    outstanding. A sink with ``per_message`` true handles a batch one message at a time (its
+    outcomes may name single failures): the runtime then sizes batches to what is waiting,
+    one message each when little is, up to ``batch`` when a backlog would otherwise cost a
+    hand-over per message. A future that raises :class:`~store.errors.HandlerError` stops the consumer
     (the handler cannot run at all). :meth:`shutdown` is called once, when the member stops;
     ``wait`` is False when it stops on an error."""
 
@@ -167,9 +172,11 @@ class PoolSink(Protocol):
 class ThreadPoolSink:
     """A :class:`PoolSink` that runs ``work(batch, topic) -> Outcome`` in a thread pool."""
 
-    def __init__(self, work: Callable[[list[Message], str], Outcome], threads: int, batch: int = 1) -> None:
+    def __init__(self, work: Callable[[list[Message], str], Outcome], threads: int, batch: int = 1,
+                 per_message: bool = False) -> None:
         self.work = work
         self.batch = max(1, batch)
+        self.per_message = per_message
         self.max_in_flight = 2 * max(1, threads)
         self.pool = cf.ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="handler")
 
@@ -529,8 +536,11 @@ class Runtime:
                 break
             if worked:
                 continue
-            if self.dirty and not o.no_group:
-                self._persist()   # nothing to do: make what moved durable now
+            if self.dirty and not o.no_group and not self.futures:
+                # nothing to do and nothing in flight: make what moved durable now (while
+                # handlers run, ``urgent`` and the persist interval see to it: an fsync per
+                # completed handler would cost more than the handlers)
+                self._persist()
             idle_check = getattr(self.inline, "idle_check", None)
             if idle_check is not None:
                 idle_check()   # stdout's reader went away while nothing was written: stop now
@@ -745,10 +755,6 @@ class Runtime:
             if pq.full() or (self.o.orderly and pq.suspended_until > time.monotonic()):
                 continue
             t, q = key
-            lo = self.store.min_offset(t, q)
-            if pq.next_pull < lo:
-                self.warn(f"{t}/{q}: offset {pq.next_pull} is no longer stored; moving to {lo}")
-                pq.next_pull = lo
             # The retry topic is subscribed with '*' (RocketMQ): its messages passed the
             # filter when they were first delivered.
             tag_codes, tags = (None, None) if t != self.o.topic else (self.tag_codes, self.o.tags)
@@ -762,6 +768,13 @@ class Runtime:
                 want = min(want, self.end_snapshot.get(key, 0) - pq.next_pull)
                 if want <= 0:
                     continue
+            elif pq.next_pull >= self.store.max_offset(t, q):
+                continue   # nothing new: no need to look at retention either
+            # retention may have removed what we were about to read (checked only when pulling)
+            lo = self.store.min_offset(t, q)
+            if pq.next_pull < lo:
+                self.warn(f"{t}/{q}: offset {pq.next_pull} is no longer stored; moving to {lo}")
+                pq.next_pull = lo
             if raw:
                 worked |= self._pull_raw(key, pq, want)
                 continue
@@ -851,12 +864,17 @@ class Runtime:
                 if self.pool is not None and len(self.futures) >= self.pool.max_in_flight:
                     return worked
                 n = min(budget, self.pool.batch if self.pool is not None else 1024)
+                if self.pool is not None and getattr(self.pool, "per_message", False) and not self.o.orderly:
+                    waiting = len(pq.msgs) - len(pq.in_flight)
+                    n = max(1, min(n, waiting // self.pool.max_in_flight))
                 if self.o.orderly and (pq.busy or pq.suspended_until > time.monotonic() or not pq.msgs):
                     break
                 if not self.o.orderly and len(pq.in_flight) >= len(pq.msgs):
                     break
                 lock = self.locks.get(key)
-                if lock is not None and not lock.is_valid():
+                # orderly: the lock file's identity checked before every batch; concurrent
+                # (one message a batch): at most every 100 ms
+                if lock is not None and not lock.is_valid(0 if self.o.orderly else 100):
                     if lock.held:  # (a deleted or replaced lock file was reported by qlocks)
                         self.warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
                     self._lose(key)
@@ -937,7 +955,14 @@ class Runtime:
                 ok, why = None, str(exc)
             if pq is None:
                 continue
-            if ok is None:
+            if isinstance(ok, list):
+                failed = dict(ok)
+                good = [m for i, m in enumerate(batch) if i not in failed]
+                if good:
+                    self._succeeded(key, pq, good)
+                for i, reason in failed.items():
+                    self._failed(key, pq, [batch[i]], reason)
+            elif ok is None:
                 self._released(pq, batch)
             elif ok is not True and isinstance(ok, int) and 0 < ok < len(batch) and not self.o.orderly:
                 # the iterator consumed the first ``ok`` messages and gave the rest back

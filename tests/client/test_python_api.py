@@ -6,6 +6,7 @@ when a test ends.
 """
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import json
 import os
@@ -338,6 +339,38 @@ def test_push_failures_go_through_the_retry_topic_to_the_dlq(mq: MQ, path: str) 
     cp = mq.ok("consume", "%DLQ%G", "-g", "dlq-reader", "--from", "first", "-e", "--json")
     (dead,) = envelopes(cp.stdout)
     assert dead["body"] == "bad" and dead["reconsumeTimes"] == 2
+
+
+def test_push_backlog_failures_are_retried_one_by_one(path: str) -> None:
+    """A backlog is handed to the handler threads in batches; a failure inside a batch sends
+    that message alone to the retry topic, and every other message of the batch is consumed
+    once (no redelivery of the batch)."""
+    n = 2000
+    with store.Producer(path) as p:
+        p.send_many("B", [f"m{i}" for i in range(n)])
+    calls: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+
+    def handler(m: store.Message) -> None:
+        with lock:
+            calls[m.text] += 1
+        if int(m.text[1:]) % 97 == 0 and m.reconsume_times == 0:
+            raise ValueError("first delivery of every 97th message fails")
+
+    failing = {f"m{i}" for i in range(0, n, 97)}
+    with store.Consumer("B", "G", path, start_from="first") as c:
+        t = threading.Thread(target=c.run, args=(handler,), kwargs={"threads": 4, "retry_delay": 0},
+                             daemon=True)
+        t.start()
+        try:
+            wait_for(lambda: sum(calls.values()) >= n + len(failing), what="the retries to come back")
+        finally:
+            c.stop()
+            t.join(timeout=30)
+    assert not t.is_alive()
+    assert set(calls) == {f"m{i}" for i in range(n)}
+    assert {k for k, v in calls.items() if v == 2} == failing
+    assert all(v == 1 for k, v in calls.items() if k not in failing)
 
 
 def test_push_orderly_retries_in_place_in_order(path: str) -> None:
