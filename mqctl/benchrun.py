@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 if TYPE_CHECKING:
     from store.log.broker import Store
@@ -26,6 +26,20 @@ if TYPE_CHECKING:
 MIB = 1024 * 1024
 DEADLINE_S = 300.0
 
+
+
+def ready_chunks(sel: Any, timeout: float) -> Iterator[tuple[int, bytes]]:
+    """``(fd, data)`` for each registered pipe with data ready within ``timeout``; a pipe
+    found closed is unregistered."""
+    for key, _ev in sel.select(timeout=timeout):
+        try:
+            data = os.read(key.fd, 1 << 20)
+        except BlockingIOError:
+            continue
+        if not data:
+            sel.unregister(key.fd)
+            continue
+        yield key.fd, data
 
 def _body(size: int) -> bytes:
     return (b"0123456789abcdef" * (size // 16 + 1))[:size]
@@ -174,14 +188,7 @@ def one_rate_run(scratch: Scratch, run: int, members: int, count: int, size: int
         while lines < count:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"only {lines} of {count} messages arrived within {DEADLINE_S:g} s")
-            for key, _ev in sel.select(timeout=1.0):
-                try:
-                    data = os.read(key.fd, 1 << 20)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    sel.unregister(key.fd)
-                    continue
+            for _fd, data in ready_chunks(sel, 1.0):
                 now = time.perf_counter()
                 first = now if first is None else first
                 last = now
@@ -269,19 +276,12 @@ def rebalance_run(scratch: Scratch, count: int, size: int, queues: int, orderly:
 
     def read_ready(timeout: float) -> None:
         nonlocal dupes, unique
-        for key, _ev in sel.select(timeout=timeout):
-            try:
-                data = os.read(key.fd, 1 << 20)
-            except BlockingIOError:
-                continue
-            if not data:
-                sel.unregister(key.fd)
-                continue
+        for fd, data in ready_chunks(sel, timeout):
             now = time.perf_counter()
-            pid = owners[key.fd].pid
-            buf = partial[key.fd] + data
+            pid = owners[fd].pid
+            buf = partial[fd] + data
             cut = buf.rfind(b"\n") + 1
-            partial[key.fd] = buf[cut:]
+            partial[fd] = buf[cut:]
             for line in buf[:cut].splitlines():
                 q, i = int(line[1:4]), int(line[5:14])
                 k = q * per + i

@@ -279,3 +279,13 @@ def _pid_running(pid: int | None) -> bool:
             return f.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+def one_error(cp: subprocess.CompletedProcess, code: int, start: str) -> str:
+    """``cp`` failed with ``code`` and said so in one stderr line ``mqctl: error: START…``;
+    the line."""
+    assert cp.returncode == code, (cp.returncode, cp.stderr)
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1, cp.stderr
+    assert lines[0].startswith("mqctl: error: " + start), lines[0]
+    return lines[0]

@@ -9,18 +9,10 @@ import subprocess
 import pytest
 
 from mqctl.commands.consume import complete_from
-from tests.procs import MQ, MQCTL, handler_script
+from tests.procs import MQ, MQCTL, handler_script, one_error
 
 ERROR = "mqctl: error: "
 
-
-def one_error(cp: subprocess.CompletedProcess, code: int, start: str) -> str:
-    """The run failed with ``code`` and said so in one line that starts with ``start``."""
-    assert cp.returncode == code, (cp.returncode, cp.stderr)
-    lines = cp.stderr.strip().splitlines()
-    assert len(lines) == 1, cp.stderr
-    assert lines[0].startswith(ERROR + start), lines[0]
-    return lines[0]
 
 
 @pytest.fixture

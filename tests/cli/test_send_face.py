@@ -12,18 +12,11 @@ import time
 
 import pytest
 
-from tests.procs import MQ, MQCTL
+from tests.procs import MQ, MQCTL, one_error
 
 ERROR = "mqctl: error: "
 HINT = "mqctl: reading messages from stdin, one per line (Ctrl-D to end)"
 
-
-def one_error(cp: subprocess.CompletedProcess, code: int, start: str) -> str:
-    assert cp.returncode == code, (cp.returncode, cp.stderr)
-    lines = cp.stderr.strip().splitlines()
-    assert len(lines) == 1, cp.stderr
-    assert lines[0].startswith(ERROR + start), lines[0]
-    return lines[0]
 
 
 def topic_size(mq: MQ, topic: str) -> int:
