@@ -536,10 +536,12 @@ class Runtime:
                 break
             if worked:
                 continue
-            if self.dirty and not o.no_group and not self.futures:
-                # nothing to do and nothing in flight: make what moved durable now (while
-                # handlers run, ``urgent`` and the persist interval see to it: an fsync per
-                # completed handler would cost more than the handlers)
+            if self.dirty and not o.no_group and not (self.futures and getattr(self.pool, "per_message", False)):
+                # Nothing to do: make what moved durable now. An in-process handler (a
+                # per-message sink) is cheaper than the fsync, so while its batches run the
+                # ``urgent`` rule and the persist interval see to it instead; a handler that
+                # is a process spawn costs more than the fsync, and the redelivery window
+                # after a crash stays what finished since the last completion.
                 self._persist()
             idle_check = getattr(self.inline, "idle_check", None)
             if idle_check is not None:
