@@ -1,14 +1,16 @@
-"""The root of the command line: global options, every command group, one error boundary.
+"""The root of the command line: global options and the table of contents of the commands.
 
 Each command group lives in its own module under ``mqctl/commands``; this file is the table
-of contents (:data:`GROUPS`). :func:`main` is the only place that turns exceptions into exit
-codes.
+of contents (:data:`GROUPS`, with each command's line of help in :data:`SUMMARY`). Exceptions
+become exit codes in one place, :func:`mqctl.errors.guard`; Typer's own outcomes (usage
+errors, exits) are turned into codes by :func:`main` here.
 
-Start-up is paid per command (issue 14): :func:`main` imports and builds only the command
-module that argv names (``mqctl send …`` never imports ``tx``, ``bench`` or ``sparkcmd``, nor
-evaluates their annotations); ``--help``, shell completion, no command and an unknown command
-build every group, so help, completion and "no such command" stay complete. The module
-attribute :data:`app` (used by tests and ``CliRunner``) is the full app, built on first use.
+Start-up is paid per command (issue 14): the root command loads a command's module only when
+Click asks for that command (:func:`load_command`), so ``mqctl send …`` never imports ``tx``,
+``bench`` or ``sparkcmd`` nor evaluates their annotations, and ``mqctl --help`` (piped), an
+unknown command and ``--version`` import none. Before any of this, the ``mqctl`` script
+(``mqctl/entry.py``) runs a one-message send without Typer at all. The module attribute
+:data:`app` (used by tests and ``CliRunner``) is the full app, built on first use.
 """
 from __future__ import annotations
 

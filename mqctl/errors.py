@@ -1,8 +1,9 @@
-"""The CLI's one error boundary: store errors and interruptions become exit codes.
+"""The CLI's one error boundary (:func:`guard`): store errors, a closed stdout, interruptions,
+I/O errors and anything unexpected become exit codes.
 
 ``StoreError`` subclasses carry their contract exit code (``store/errors.py``); this module
 prints them as one line ``mqctl: error: …`` on stderr. ``MQCTL_DEBUG=1`` re-raises for the
-traceback instead.
+traceback instead. Typer-free: the quick send of ``mqctl/entry.py`` runs inside it too.
 """
 from __future__ import annotations
 
