@@ -289,3 +289,22 @@ def one_error(cp: subprocess.CompletedProcess, code: int, start: str) -> str:
     assert len(lines) == 1, cp.stderr
     assert lines[0].startswith("mqctl: error: " + start), lines[0]
     return lines[0]
+
+
+def read_pty(master: int, timeout: float = 30.0) -> bytes:
+    """Everything a child writes to the pseudo-terminal whose master side is ``master``, until
+    it closes the terminal (EIO) or is silent for ``timeout`` s; closes ``master``."""
+    import select
+    out = b""
+    try:
+        while select.select([master], [], [], timeout)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:   # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(master)
+    return out

@@ -12,7 +12,6 @@ import json
 import os
 import pty
 import re
-import select
 import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
 from store.log.record import Draft
 from store.timeparse import format_time
-from tests.procs import MQ, MQCTL
+from tests.procs import MQ, MQCTL, read_pty
 
 LOCAL = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}")
 
@@ -339,18 +338,7 @@ def _on_a_tty(mq: MQ, *args: str) -> tuple[int, bytes, bytes]:
     with open(out_path, "wb") as out_file:
         p = subprocess.Popen(MQCTL + list(args), stdout=out_file, stderr=slave, stdin=subprocess.DEVNULL, env=env)
     os.close(slave)
-    err = b""
-    try:
-        while select.select([master], [], [], 30)[0]:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:   # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            err += chunk
-    finally:
-        os.close(master)
+    err = read_pty(master)
     code = p.wait(30)
     return code, out_path.read_bytes(), err
 

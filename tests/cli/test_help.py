@@ -20,6 +20,7 @@ import typer
 from typer.testing import CliRunner
 
 from mqctl.app import app
+from tests.procs import read_pty
 
 
 def walk(cmd, path: tuple[str, ...] = ("mqctl",)) -> Iterator[tuple[tuple[str, ...], object]]:  # type: ignore[no-untyped-def]
@@ -101,18 +102,9 @@ def render_on_terminal(args: list[str]) -> str:
     proc = subprocess.Popen([MQCTL, *args, "--help"], env=_env(), stdin=subprocess.DEVNULL,
                             stdout=slave, stderr=subprocess.PIPE)
     os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:       # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
+    data = read_pty(master, timeout=60)
     assert proc.wait(timeout=60) == 0, (args, proc.stderr.read() if proc.stderr else "")
-    text = _ANSI.sub("", b"".join(chunks).decode("utf-8", "replace")).replace("\r\n", "\n")
+    text = _ANSI.sub("", data.decode("utf-8", "replace")).replace("\r\n", "\n")
     return text
 
 
@@ -177,16 +169,7 @@ def test_no_color_gives_plain_help_even_on_a_terminal(monkeypatch: pytest.Monkey
     proc = subprocess.Popen([MQCTL, "--help"], env={**_env(), "NO_COLOR": "1"}, stdout=slave,
                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     os.close(slave)
-    data = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        data += chunk
-    os.close(master)
+    data = read_pty(master, timeout=60)
     proc.wait(timeout=60)
     assert b"\x1b[" not in data and "╭".encode() not in data
     assert b"Produce and consume:" in data
