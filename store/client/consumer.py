@@ -317,7 +317,10 @@ class Consumer:
           ``max_reconsume`` it goes to the dead-letter topic after that many retries
           (default: retried forever).
 
-        ``threads``: handler calls at a time (orderly: still one per queue). ``exit_at_end``:
+        ``threads``: handler calls at a time (orderly: still one per queue). With a backlog,
+        a thread takes up to 64 messages of a queue at once and calls ``handler`` for each in
+        turn (each failure is still retried on its own); with little waiting, one at a time.
+        Offsets are committed as messages finish, in queue order. ``exit_at_end``:
         return once the queues held are drained up to their end at the call. Otherwise it
         returns when :meth:`stop` or :meth:`close` is called from another thread (the member
         then leaves its group) and raises ``KeyboardInterrupt`` at Ctrl-C, after leaving.
