@@ -7,8 +7,7 @@ from typing import Annotated
 import typer
 
 from mqctl.options import JsonOpt, TopicArg, state
-from store.log.settings import LARGEST_MESSAGE_SIZE as MAX_MESSAGE_SIZE
-from store.log.settings import MAX_SEGMENT_SIZE
+from store.log.settings import LARGEST_MESSAGE_SIZE, MAX_SEGMENT_SIZE
 
 topic_app = typer.Typer(help="Create, list, inspect and delete topics.", no_args_is_help=True)
 
@@ -34,8 +33,8 @@ def init(
     no_auto_create: Annotated[bool, typer.Option(
         "--no-auto-create", help="Refuse sends to topics that were not created first.")] = False,
     max_message_size: Annotated[int, typer.Option(
-        "--max-message-size", metavar="BYTES", min=1, max=MAX_MESSAGE_SIZE,
-        help="Largest body in bytes (default and most: 4 MiB).")] = MAX_MESSAGE_SIZE,
+        "--max-message-size", metavar="BYTES", min=1, max=LARGEST_MESSAGE_SIZE,
+        help="Largest body in bytes (default and most: 4 MiB).")] = LARGEST_MESSAGE_SIZE,
     segment_size: Annotated[int, typer.Option(
         "--segment-size", metavar="BYTES", max=MAX_SEGMENT_SIZE,
         help="Commit-log segment size in bytes (default 64 MiB); at least --max-message-size "

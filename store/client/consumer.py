@@ -355,11 +355,7 @@ class Consumer:
                     handler(Message.from_record(rec, topic))
                 except Exception as exc:  # noqa: BLE001 - a failed message, retried
                     failed.append((i, f"handler raised {type(exc).__name__}: {exc}"))
-            if not failed:
-                return True, ""
-            if len(batch) == 1:
-                return False, failed[0][1]
-            return failed, ""
+            return (True, "") if not failed else (failed, "")
 
         sink = ThreadPoolSink(work, threads, 1 if self.orderly else RUN_BATCH, per_message=True)
         rt.set_sink(sink)

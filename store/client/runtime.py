@@ -957,7 +957,10 @@ class Runtime:
                 ok, why = None, str(exc)
             if pq is None:
                 continue
-            if isinstance(ok, list):
+            if isinstance(ok, list) and self.o.orderly and ok:
+                # in order: a failure holds back the whole batch (retried in place)
+                self._failed(key, pq, batch, ok[0][1])
+            elif isinstance(ok, list):
                 failed = dict(ok)
                 good = [m for i, m in enumerate(batch) if i not in failed]
                 if good:

@@ -13,6 +13,7 @@ import pytest
 
 from store.log import format as F
 from store.log.broker import Store
+from tests.log.storetestutil import jhash
 
 _BIN = Path(sys.executable).parent / "mqctl"
 MQCTL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "mqctl"]
@@ -39,13 +40,6 @@ def results(p: subprocess.CompletedProcess) -> list[dict]:
 def error_lines(p: subprocess.CompletedProcess) -> list[str]:
     return [ln for ln in p.stderr.decode().splitlines() if ln.startswith("mqctl: error:")]
 
-
-def jhash(s: str) -> int:
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) % 2**32
-    return h - 2**32 if h >= 2**31 else h
 
 
 def messages(root: Path, topic: str) -> list:

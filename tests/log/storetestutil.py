@@ -40,3 +40,13 @@ def all_messages(s: Store, topic: str) -> list:
     for q in s.queue_ids(topic):
         out.extend(s.iter_queue(topic, q, 0))
     return out
+
+
+def jhash(s: str) -> int:
+    """Java's String.hashCode, written out independently of store.log.record.java_hash (the
+    tests' reference for sharding-key routing)."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) % 2**32
+    return h - 2**32 if h >= 2**31 else h

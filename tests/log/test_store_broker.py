@@ -17,16 +17,7 @@ from store.errors import (
 from store.log import format as F
 from store.log.broker import Store
 from store.log.record import java_hash
-from tests.log.storetestutil import all_messages, draft, open_store
-
-
-def jhash(s: str) -> int:
-    """Java's String.hashCode, written out independently of store.log.record.java_hash."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) % 2**32
-    return h - 2**32 if h >= 2**31 else h
+from tests.log.storetestutil import all_messages, draft, jhash, open_store
 
 
 def files_under(root: Path) -> dict[str, int]:
