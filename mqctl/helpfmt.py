@@ -118,9 +118,8 @@ def _no_type_metavar(param: Any = None, ctx: Any = None) -> str:
 
 
 def first_sentence(text: str) -> str:
-    """The help's first line of prose, whole: what the command list shows."""
-    first = text.strip().split("\n\n", 1)[0].replace("\n", " ").strip()
-    return first.rstrip()
+    """The help's first paragraph on one line, whole: what the command list shows."""
+    return text.strip().split("\n\n", 1)[0].replace("\n", " ").strip()
 
 
 def polish(command: Any, rich: bool) -> None:
@@ -185,14 +184,14 @@ def _render(text: str, rich: bool) -> str:
         literal = len(lines) > 1 and any(line.startswith("  ") for line in lines[1:])
         if rich:
             para = _escape(para)
-            if not literal:   # rich keeps source line breaks: prose must flow
-                para = " ".join(line.strip() for line in para.split("\n"))
             if literal:
                 # Typer dedents the help with inspect.cleandoc; an empty markup tag in front
                 # of an indented line keeps its indentation (and renders as nothing).
                 first, *rest = para.split("\n")
                 para = "\n".join([first] + [f"[bold][/bold]{line}" if line.startswith(" ") else line
                                              for line in rest])
+            else:   # rich keeps source line breaks: prose must flow
+                para = " ".join(line.strip() for line in para.split("\n"))
             out.append(para)
         else:
             out.append("\b\n" + para if literal else para)
