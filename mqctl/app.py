@@ -22,6 +22,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from mqctl import __version__
+from mqctl.entry import COMPLETE_VAR
 from mqctl.errors import EXIT_INTERRUPTED, guard, print_error
 from mqctl.state import State, resolve_store_path
 
@@ -69,7 +70,6 @@ SUMMARY: dict[str, str] = {
     "bench": "Built-in benchmarks (on a throwaway store).",
     "completion": "Print the shell completion script for bash, zsh or fish.",
 }
-COMPLETE_VAR = "_MQCTL_COMPLETE"
 
 
 def _new_app() -> typer.Typer:

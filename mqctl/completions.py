@@ -23,8 +23,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mqctl.entry import COMPLETE_VAR
+
 PROG = "mqctl"
-COMPLETE_VAR = "_MQCTL_COMPLETE"
 SHELLS = {"bash": "mqctl.bash", "zsh": "_mqctl", "fish": "mqctl.fish"}
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = ROOT / "completions"

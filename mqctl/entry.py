@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-COMPLETE_VAR = "_MQCTL_COMPLETE"
+COMPLETE_VAR = "_MQCTL_COMPLETE"   # the shell-completion request (Typer's name for mqctl)
 
 
 def quick_send(argv: list[str]) -> tuple[str | None, str, str] | None:
