@@ -83,8 +83,10 @@ def run_send(st: "State", r: SendRequest) -> None:
     if kd == b"":
         raise UsageError("--key-delimiter may not be empty")
     base_props = message_properties(r.properties, r.tag, r.keys, r.sharding_key)
-    from store.log.schedule import parse_delay
-    deliver = parse_delay(r.delay) if r.delay is not None else None
+    deliver = None
+    if r.delay is not None:   # (the scheduler's module only when asked for: start-up)
+        from store.log.schedule import parse_delay
+        deliver = parse_delay(r.delay)
     sender = Sender(st, r.topic, base_props, r.sharding_key, r.queue, r.flush == "sync", r.json, deliver)
     sender.batch_messages = r.batch_size
     sender.reroute = r.reroute
