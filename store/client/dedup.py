@@ -16,10 +16,13 @@ the file not ending in a newline starts its batch with one, so its own lines sta
 Bounds. Memory holds at most ``max_entries`` ids no older than ``max_age_ms`` (default one
 million, seven days); older ones are forgotten, and a redelivery of a forgotten id is handed
 to the handler again. When the file grows past ``2 × max_entries`` lines it is compacted: under
-an exclusive portalocker lock on ``dedup/<group>.log.lock`` the remembered entries are written
-to a temp file that is renamed over the log. Appenders hold the same lock *shared* around their
-write and reopen the log when its inode changed, so no append lands in a replaced file; readers
-notice the new inode (or a shorter file) and read it again from the start.
+an exclusive lock on ``dedup/<group>.log.lock`` the remembered entries are written to a temp
+file that is renamed over the log. Appenders take the same lock exclusively for their few system
+calls, and reopen the log when its inode changed, so no append lands in a replaced file, and an
+appender that finds the file not ending in a newline knows it is a torn line left by a crash,
+never another member's write still in progress (with a shared lock, one appender could see
+another's line half written and add a stray empty line). Readers notice the new inode (or a
+shorter file) and read it again from the start.
 
 Guarantees, honestly:
 
@@ -220,7 +223,7 @@ class DedupLog:
 
     def _append(self, data: bytes, fsync: bool) -> None:
         fsutil.ensure_dir(self.path.parent)
-        with self._locked(shared=True):
+        with self._locked(shared=False):   # exclusive: the torn-tail check must be exact
             try:
                 fd, created = self._appender_fd()
                 if _ends_torn(fd):
