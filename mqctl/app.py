@@ -35,14 +35,17 @@ EPILOG = (
 # Module under ``mqctl/commands`` -> the top-level names its ``register(app)`` adds, in the
 # order of ``mqctl --help``. tests/test_startup.py checks this table against the modules.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "topic": ("init", "topic"),
+    "init": ("init",),
+    "topic": ("topic",),
     "send": ("send",),
     "consume": ("consume",),
     "msg": ("msg",),
     "storecmd": ("store",),
     "tx": ("tx",),
-    "offsets": ("offsets", "progress"),
-    "admin": ("locks", "consumers", "rebalance", "unlock", "completion"),
+    "offsets": ("offsets",),
+    "progress": ("progress",),
+    "admin": ("locks", "consumers", "rebalance", "unlock"),
+    "completion": ("completion",),
     "dlq": ("dlq",),
     "sparkcmd": ("query", "export"),
     "bench": ("bench",),

@@ -1,53 +1,28 @@
 """What a command line says about a message: ``--property NAME=VALUE`` pairs, ``--tag``,
-``--keys``, delimiters with escapes. Shared by ``send`` and ``tx send``; every value is
-checked so that none can forge another property (a unique key, say)."""
+``--keys``, delimiters with escapes. Shared by ``send`` and ``tx send``. The properties are
+checked and built by the library (``store/client/properties.py``); this module gives it the
+flags to name in its errors. Imported on ``send``'s Typer-free path: no Typer here."""
 from __future__ import annotations
 
 from typing import Optional
 
-
-def _split_props(values: list[str]) -> dict[str, str]:
-    from store.errors import UsageError
-    from store.log.record import check_property
-    out: dict[str, str] = {}
-    for item in values:
-        sep = "=" if "=" in item else (":" if ":" in item else None)
-        if sep is None:
-            raise UsageError(f"--property {item!r}: expected NAME=VALUE")
-        name, value = item.split(sep, 1)
-        try:
-            check_property(name, value)
-        except Exception as exc:  # BadInputError from the store: a usage error on the command line
-            raise UsageError(f"--property {item!r}: {exc}") from exc
-        out[name] = value
-    return out
+# How the library's property errors name arguments on the command line.
+PROPERTY_FLAGS = {
+    "tags": "--tag", "key": "--keys", "key_with_spaces": "--keys: a key may not contain spaces",
+    "properties": "--property", "sharding_key": "--sharding-key",
+}
 
 
 def message_properties(prop: list[str], tag: Optional[str], keys: Optional[str],
                        sharding_key: Optional[str]) -> dict[str, str]:
     """The properties a command line gives every message (``send`` and ``tx send``): user
-    ``--property`` pairs, TAGS and KEYS. No value may carry the property separators, or it
-    could forge another property (a unique key, say)."""
-    from store.errors import UsageError
-    from store.names import tag_problem
-    props = _split_props(prop)
-    try:
-        for what, value in (("--tag", tag), ("--keys", keys), ("--sharding-key", sharding_key)):
-            if value is not None:
-                no_separators(what, value)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    if tag:
-        why = tag_problem(tag)
-        if why:
-            raise UsageError(f"--tag {tag!r}: {why}")
-    if tag:
-        props["TAGS"] = tag
-    if keys:
-        ks = [k.strip() for k in keys.split(",") if k.strip()]
-        if any(" " in k for k in ks):
-            raise UsageError("--keys: a key may not contain spaces")
-        props["KEYS"] = " ".join(ks)
+    ``--property`` pairs, TAGS and KEYS (``--keys`` comma separated). ``--sharding-key`` is
+    checked but not included: the caller routes by it. UsageError naming the flag."""
+    from store.client.properties import build_properties
+    from store.log.record import PROP_SHARDING_KEY
+    props = build_properties(tags=tag, keys=keys.split(",") if keys else None, properties=prop,
+                             sharding_key=sharding_key, arg_names=PROPERTY_FLAGS)
+    props.pop(PROP_SHARDING_KEY, None)
     return props
 
 

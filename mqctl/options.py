@@ -115,6 +115,7 @@ TopicFilterOpt = Annotated[Optional[str], typer.Option("--topic", metavar="TOPIC
                                                        autocompletion=complete_topic)]
 TopicRequiredOpt = Annotated[str, typer.Option("--topic", metavar="TOPIC", help="Topic.",
                                                autocompletion=complete_topic)]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 TopicArg = Annotated[str, typer.Argument(metavar="TOPIC", help="Topic.", autocompletion=complete_topic,
                                          show_default=False)]
 

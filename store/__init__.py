@@ -41,7 +41,7 @@ _EXPORTS = {
 # The error catalogue (store/errors.py): every class, so ``except store.TopicNotFoundError``.
 _ERRORS = (
     "StoreError", "OperationError", "StoreIOError", "DamageFoundError", "HandlerError", "UsageError",
-    "InvalidNameError", "NotFoundError", "StoreNotFoundError", "TopicNotFoundError",
+    "InvalidNameError", "InvalidPropertyError", "NotFoundError", "StoreNotFoundError", "TopicNotFoundError",
     "GroupNotFoundError", "MessageNotFoundError", "TransactionNotFoundError", "ConflictError",
     "TopicExistsError", "LockHeldError", "ClientIdInUseError", "TransactionStateError", "DataError",
     "CorruptionError", "MessageTooLargeError", "BadInputError",

@@ -72,6 +72,17 @@ class InvalidNameError(UsageError):
     """Raised when a topic or group name breaks the naming rules or is reserved."""
 
 
+class InvalidPropertyError(UsageError):
+    """Raised when a message's tags, keys, sharding key or a user property may not be stored.
+    ``arg`` is the argument's Python name (``tags``, ``keys``, ``properties``,
+    ``sharding_key``) and ``value`` the offending input as given."""
+
+    def __init__(self, message: str, arg: str, value: object) -> None:
+        super().__init__(message)
+        self.arg = arg
+        self.value = value
+
+
 # -- 3: not found ----------------------------------------------------------------------------
 
 class NotFoundError(StoreError):

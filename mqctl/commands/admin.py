@@ -1,4 +1,4 @@
-"""``mqctl locks|consumers|rebalance|unlock|completion``: who holds what, and the shell glue.
+"""``mqctl locks|consumers|rebalance|unlock``: who holds what (rows shown by ``mqctl/adminview.py``).
 
 All of these read the coordination files the consumers keep (``consumers/<group>/`` for
 membership, ``locks/<group>/`` for orderly queue locks; formats in ``store/client/members.py`` and
@@ -8,14 +8,11 @@ is gone (stale) or stuck past the store lease (expired).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
 from mqctl.options import GroupOpt, JsonOpt, OptionalGroupOpt, TopicArg, TopicFilterOpt, state
-
-if TYPE_CHECKING:
-    from store.client.admin import LockRow
 
 
 def register(app: typer.Typer) -> None:
@@ -23,30 +20,7 @@ def register(app: typer.Typer) -> None:
     app.command("consumers", help=CONSUMERS_HELP)(consumers)
     app.command("rebalance", help=REBALANCE_HELP)(rebalance)
     app.command("unlock", help=UNLOCK_HELP)(unlock)
-    app.command("completion", help=COMPLETION_HELP)(completion)
 
-
-def _ago(now: int, ms: int | None) -> str | None:
-    from store.timeparse import format_age
-    if ms is None:
-        return None
-    return f"in {format_age(ms - now)}" if ms > now else f"{format_age(now - ms)} ago"
-
-
-def _lock_row(lock: "LockRow", now: int, utc: bool | None) -> dict[str, Any]:
-    """A lock's JSON row; with ``utc`` not None (human output) also its local acquiredTime."""
-    from store.timeparse import format_local
-    row = lock.info.to_dict()
-    row.update(state=lock.state, acquired=_ago(now, lock.acquired_at), renewed=_ago(now, lock.renewed_at),
-               expires=_ago(now, lock.expires_at))
-    if utc is not None and lock.acquired_at is not None:
-        row["acquiredTime"] = format_local(lock.acquired_at, utc)
-    return row
-
-
-LOCK_COLUMNS = [("group", "GROUP"), ("topic", "TOPIC"), ("queueId", "QUEUE"), ("clientId", "CLIENT-ID"),
-                ("pid", "PID"), ("host", "HOST"), ("acquiredTime", "ACQUIRED"), ("renewed", "RENEWED"),
-                ("expires", "EXPIRES"), ("state", "STATE")]
 
 LOCKS_HELP = """Orderly consumers' queue locks, with their holders probed.
 
@@ -61,10 +35,11 @@ Examples:
 
 
 def locks(ctx: typer.Context, group: OptionalGroupOpt = None, json: JsonOpt = False) -> None:
+    from mqctl.adminview import LOCK_COLUMNS, lock_row
     from mqctl.output import Output
     st = state(ctx)
     now = int(time.time() * 1000)
-    rows = [_lock_row(lk, now, None if json else st.utc) for lk in st.admin().locks(group)]
+    rows = [lock_row(lk, now, None if json else st.utc) for lk in st.admin().locks(group)]
     out = Output(json=json)
     if rows:
         out.table(rows, LOCK_COLUMNS)
@@ -82,35 +57,11 @@ Examples:
   mqctl consumers -g billing --json | jq -r .clientId"""
 
 
-def _queues_text(queues: list[dict[str, Any]]) -> str:
-    by_topic: dict[str, list[int]] = {}
-    for q in queues:
-        if isinstance(q, dict) and isinstance(q.get("topic"), str) and isinstance(q.get("queueId"), int):
-            by_topic.setdefault(q["topic"], []).append(q["queueId"])
-    return " ".join(f"{t}:{','.join(map(str, sorted(ids)))}" for t, ids in sorted(by_topic.items())) or "-"
-
-
 def consumers(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> None:
+    from mqctl.adminview import show_members
     from mqctl.output import Output
-    from store.timeparse import format_local, format_time
     st = state(ctx)
-    now = int(time.time() * 1000)
-    rows: list[dict[str, Any]] = [{
-        "group": m.group, "clientId": m.client_id, "pid": m.pid, "host": m.host, "mode": m.mode,
-        "orderly": m.orderly, "strategy": m.strategy, "topics": m.topics, "queues": m.queues,
-        "startedAt": m.started_at, "heartbeatAt": m.heartbeat_at, "queuesText": _queues_text(m.queues),
-        "started": format_time(m.started_at) if m.started_at is not None else None,
-    } for m in st.admin().consumers(group)]
-    out = Output(json=json)
-    for r in rows if not json else ():
-        r["startedLocal"] = format_local(r["startedAt"], st.utc) if r["startedAt"] is not None else None
-        r["heartbeat"] = _ago(now, r["heartbeatAt"])
-    if rows:
-        out.table(rows, [("clientId", "CLIENT-ID"), ("pid", "PID"), ("host", "HOST"), ("mode", "MODE"),
-                         ("orderly", "ORDERLY"), ("queuesText", "QUEUES"), ("startedLocal", "STARTED"),
-                         ("heartbeat", "HEARTBEAT")])
-    elif not json:
-        out.info(f"no live members in group {group}")
+    show_members(Output(json=json), st.admin().consumers(group), group, int(time.time() * 1000), st.utc)
 
 
 REBALANCE_HELP = """Preview how a strategy shares a topic's queues.
@@ -173,11 +124,12 @@ def unlock(
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Show what would be released; change nothing.")] = False,
     json: JsonOpt = False,
 ) -> None:
+    from mqctl.adminview import LOCK_COLUMNS, lock_row
     from mqctl.output import Output, plural
     st = state(ctx)
     res = st.admin().unlock(group, topic, queue, force=force, dry_run=dry_run)
     now = int(time.time() * 1000)
-    rows = [_lock_row(lk, now, None if json else st.utc) | {"released": not dry_run} for lk in res.released]
+    rows = [lock_row(lk, now, None if json else st.utc) | {"released": not dry_run} for lk in res.released]
     out = Output(json=json)
     if rows:
         out.table(rows, LOCK_COLUMNS)
@@ -185,25 +137,3 @@ def unlock(
     if res.kept > 0 and not force:
         msg += f"; {res.kept} held by live consumers kept (--force breaks them)"
     out.info(msg)
-
-
-COMPLETION_HELP = """Print the shell completion script for bash, zsh or fish.
-
-Install it once, then open a new shell:
-  mqctl completion bash > ~/.local/share/bash-completion/completions/mqctl
-  mqctl completion zsh > "${fpath[1]}/_mqctl"
-  mqctl completion fish > ~/.config/fish/completions/mqctl.fish
-
-Or load it into the current shell only: source <(mqctl completion bash). The same scripts
-ship in completions/ (regenerate with: python -m mqctl.completions). Topic and group names
-are completed from the store (--store or $MQCTL_STORE)."""
-
-
-def completion(
-    shell: Annotated[Literal["bash", "zsh", "fish"], typer.Argument(metavar="SHELL", help="bash, zsh or fish.")],
-) -> None:
-    import sys
-
-    from mqctl.completions import script
-    sys.stdout.write(script(shell))
-    sys.stdout.flush()

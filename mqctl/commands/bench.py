@@ -1,4 +1,5 @@
-"""``mqctl bench produce|consume``: the built-in benchmark (its loops: ``mqctl/benchrun.py``).
+"""``mqctl bench produce|consume``: the built-in benchmark (its loops: ``mqctl/benchrun.py``;
+its results: ``mqctl/benchreport.py``).
 
 Both run against a throwaway store created in a temporary directory (``--dir`` chooses where:
 put it on the disk you care about; a tmpfs measures memory, not the disk) and removed
@@ -6,10 +7,8 @@ afterwards, so a benchmark never leaves data in a real store.
 """
 from __future__ import annotations
 
-import json as jsonlib
 import statistics
-import sys
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -17,7 +16,6 @@ from mqctl.options import JsonOpt
 
 bench_app = typer.Typer(help="Built-in benchmarks (on a throwaway store).", no_args_is_help=True)
 
-MIB = 1024 * 1024
 SizeOpt = Annotated[int, typer.Option("--size", metavar="BYTES", min=1, help="Body size in bytes.")]
 QueuesOpt = Annotated[int, typer.Option("--queues", metavar="N", min=1, max=1024, help="Queues of the topic.")]
 DirOpt = Annotated[Optional[str], typer.Option(
@@ -26,20 +24,6 @@ DirOpt = Annotated[Optional[str], typer.Option(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")
-
-
-def _say(msg: str) -> None:
-    sys.stderr.write(msg + "\n")
-    sys.stderr.flush()
-
-
-def _emit(json: bool, row: dict[str, Any], text: str) -> None:
-    sys.stdout.write((jsonlib.dumps(row, separators=(",", ":")) if json else text) + "\n")
-    sys.stdout.flush()
-
-
-def _members(n: int) -> str:
-    return f"{n} member{'s' if n != 1 else ''}"
 
 
 @bench_app.command("produce", help="""Measure how fast messages are stored.
@@ -61,14 +45,10 @@ def produce(
     dir_: DirOpt = None,
     json: JsonOpt = False,
 ) -> None:
+    from mqctl.benchreport import report_produce
     from mqctl.benchrun import peak_rss_mib, produce_run
     elapsed = produce_run(dir_, size, count, batch, flush == "sync", queues)
-    rate, mib = count / elapsed, count * size / MIB / elapsed
-    row = {"bench": "produce", "size": size, "count": count, "batch": batch, "flush": flush,
-           "seconds": round(elapsed, 3), "msgsPerSec": round(rate), "mibPerSec": round(mib, 1),
-           "peakRssMiB": round(peak_rss_mib(), 1)}
-    _emit(json, row, f"produce: {count:,} x {size} B, batch {batch}, flush {flush}: {rate:,.0f} msgs/s, "
-                     f"{mib:.1f} MiB/s, {elapsed:.2f} s, peak RSS {row['peakRssMiB']} MiB")
+    report_produce(json, size, count, batch, flush, elapsed, peak_rss_mib())
 
 
 CONSUME_HELP = """Measure consumer throughput, or hand-over after a crash.
@@ -103,6 +83,8 @@ def consume(
     dir_: DirOpt = None,
     json: JsonOpt = False,
 ) -> None:
+    from mqctl.benchreport import members as members_text
+    from mqctl.benchreport import report_handover, report_rate, report_rebalance, say
     from mqctl.benchrun import Scratch, handover_runs, one_rate_run, rebalance_run
     from store.errors import UsageError
     try:
@@ -116,34 +98,18 @@ def consume(
     mode = "orderly" if orderly else "concurrent"
     with Scratch(dir_) as scratch:
         if rebalance:
-            _say(f"rebalance: {count:,} x {size} B, {queues} queues, {mode}: 3 steady members first")
+            say(f"rebalance: {count:,} x {size} B, {queues} queues, {mode}: 3 steady members first")
             steady, _rss = one_rate_run(scratch, 0, 3, count, size, queues, orderly)
-            _say(f"  steady, 3 members: {steady:,.0f} msgs/s; now with members joining and leaving")
+            say(f"  steady, 3 members: {steady:,.0f} msgs/s; now with members joining and leaving")
             r = rebalance_run(scratch, count, size, queues, orderly)
-            row = {"bench": "consume-rebalance", "mode": mode, "queues": queues, "size": size,
-                   "count": count, "duplicates": r["duplicates"], "handovers": r["handovers"],
-                   "pauseMedianMs": r["pauseMedianMs"], "pauseMaxMs": r["pauseMaxMs"],
-                   "msgsPerSec": round(r["msgsPerSec"]), "steadyMsgsPerSec": round(steady),
-                   "ratio": round(r["msgsPerSec"] / steady, 2), "events": r["events"]}
-            _emit(json, row, f"rebalance ({mode}, {queues} queues, {count:,} x {size} B; "
-                             f"{', '.join(r['events'])}): {r['duplicates']} duplicates, "
-                             f"{r['handovers']} queue hand-overs, pause median {r['pauseMedianMs']} ms, "
-                             f"max {r['pauseMaxMs']} ms; {r['msgsPerSec']:,.0f} msgs/s = "
-                             f"x{r['msgsPerSec'] / steady:.2f} of steady state ({steady:,.0f} msgs/s)")
+            report_rebalance(json, mode, queues, size, count, r, steady)
             if r["duplicates"]:
                 raise typer.Exit(1)
             return
         if handover:
             n = max(max(counts), 2)
-            _say(f"hand-over: {n} {mode} members, {queues} queues, {runs} kills")
-            times = handover_runs(scratch, n, queues, orderly, runs, _say)
-            med = statistics.median(times)
-            row = {"bench": "consume-handover", "mode": mode, "members": n, "queues": queues,
-                   "runs": runs, "medianMs": round(med * 1000, 1), "minMs": round(min(times) * 1000, 1),
-                   "maxMs": round(max(times) * 1000, 1)}
-            _emit(json, row, f"hand-over after kill -9 ({mode}, {n} members, {queues} queues): median "
-                             f"{med * 1000:.0f} ms (min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}, "
-                             f"{runs} runs)")
+            say(f"hand-over: {n} {mode} members, {queues} queues, {runs} kills")
+            report_handover(json, mode, n, queues, runs, handover_runs(scratch, n, queues, orderly, runs, say))
             return
         base = None
         run = 0
@@ -154,13 +120,7 @@ def consume(
                 rate, peak = one_rate_run(scratch, run, n, count, size, queues, orderly)
                 rates.append(rate)
                 rss = max(rss, peak)
-                _say(f"  {mode}, {_members(n)}, run {k + 1}/{repeat}: {rate:,.0f} msgs/s")
+                say(f"  {mode}, {members_text(n)}, run {k + 1}/{repeat}: {rate:,.0f} msgs/s")
             med = statistics.median(rates)
             base = med if base is None else base
-            row = {"bench": "consume", "mode": mode, "members": n, "queues": queues, "size": size,
-                   "count": count, "runs": repeat, "msgsPerSec": round(med),
-                   "mibPerSec": round(med * size / MIB, 1), "ratio": round(med / base, 2),
-                   "memberPeakRssMiB": round(rss, 1)}
-            _emit(json, row, f"consume ({mode}, {_members(n)}, {queues} queues, {size} B): median "
-                             f"{med:,.0f} msgs/s, {med * size / MIB:.1f} MiB/s, x{med / base:.2f} vs "
-                             f"{_members(counts[0])}; member peak RSS {rss:.0f} MiB")
+            report_rate(json, mode, n, counts[0], queues, size, count, repeat, med, base, rss)

@@ -1,15 +1,13 @@
-"""``mqctl consume``: be a member of a consumer group until stopped."""
+"""``mqctl consume``: be a member of a consumer group until stopped. This module parses the
+flags; ``mqctl/consumerun.py`` checks them and runs the member."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Callable, Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
 from mqctl.options import complete_group, complete_topic, state
 from mqctl.template import FORMAT_HELP
-
-if TYPE_CHECKING:
-    from store.log.record import Message
 
 HELP = """Consume a topic as a member of a consumer group.
 
@@ -122,97 +120,10 @@ def consume(
         "--rebalance-interval", metavar="DURATION",
         help="Between rebalances when nothing changes (a member joining or leaving wakes it at once).")] = "5s",
 ) -> None:
-    from mqctl.consumer.handlers import ExecSink, StdoutSink, split_command, warn
-    from mqctl.options import ARG_FLAGS, parse_queue_ids
-    from store.client.rules import check_consume_options
-    from store.client.runtime import ConsumeOptions, Runtime, default_broadcast_client_id
-    from store.errors import UsageError
-    from store.names import parse_tag_expression, validate_any_topic, validate_client_id, validate_group
-    validate_any_topic(topic)
-    if no_group:
-        if group is not None:
-            raise UsageError("give --group or --no-group, not both")
-        for flag, given in (("--broadcast", broadcast), ("--orderly", orderly), ("--dedup", dedup),
-                            ("--client-id", client_id is not None), ("--strategy", strategy is not None),
-                            ("--max-reconsume", max_reconsume is not None),
-                            ("--retry-delay", retry_delay is not None)):
-            if given:
-                raise UsageError(f"{flag} needs a group; --no-group reads without one")
-        group = "mqctl-no-group"
-    elif group is None:
-        raise UsageError("missing option --group/-g (or --no-group to read without a group); see: mqctl consume --help")
-    validate_group(group)
-    if json and format_ is not None:
-        raise UsageError("give --json or --format, not both")
-    if exec_ is not None and format_ is not None:
-        raise UsageError("--format applies to stdout; with --exec, give --json or nothing")
-    if exec_ is None and batch != 1:
-        raise UsageError("--batch applies to --exec (messages per handler run); stdout gets every message "
-                         "as it comes")
-    check_consume_options(broadcast=broadcast, orderly=orderly, dedup=dedup, strategy=strategy, queues=queues,
-                          max_reconsume=max_reconsume, retry_delay=retry_delay, suspend=suspend_ms,
-                          arg_names=ARG_FLAGS)
-    tags = parse_tag_expression(tag, "--tag")
-    cfg_queues = parse_queue_ids(queues or "") if strategy == "config" else None
-    from_ = {"earliest": "first", "latest": "last"}.get(from_, from_)
-    from_where, from_ts = from_, None
-    if from_ not in ("first", "last"):
-        from store.timeparse import parse_time
-        from_where, from_ts = "timestamp", parse_time(from_)
-    idle_s = _seconds("--idle-timeout", idle_timeout, 0) if idle_timeout is not None else None
-    handler_s = _seconds("--consume-timeout", consume_timeout, 1)
-    rebalance_s = _seconds("--rebalance-interval", rebalance_interval, 50)
-    render = _renderer(json, format_, state(ctx).utc) if exec_ is None or json else None
-    argv = split_command(exec_) if exec_ is not None else None
-    retry_ms = _duration_ms("--retry-delay", retry_delay) if retry_delay is not None else None
-    opts = ConsumeOptions(
-        topic=topic, group=group, orderly=orderly, broadcast=broadcast or no_group, from_where=from_where,
-        from_timestamp=from_ts, tags=tags, batch=batch,
-        threads=threads, count=count, exit_at_end=exit_at_end, idle_timeout_s=idle_s,
-        strategy=strategy or "averagely", config_queues=cfg_queues, max_reconsume=max_reconsume,
-        suspend_ms=1000 if suspend_ms is None else suspend_ms, dedup=dedup, retry_delay_ms=retry_ms,
-        rebalance_interval_s=rebalance_s, no_group=no_group)
-    if client_id is not None:
-        opts.client_id = validate_client_id(client_id)
-    elif broadcast:
-        opts.client_id, opts.client_id_given = default_broadcast_client_id(), False
-    else:
-        opts.client_id_given = False
-    if argv is not None:
-        sink: ExecSink | StdoutSink = ExecSink(argv, group, handler_s, threads, batch,
-                                               render if json else None)
-    else:
-        assert render is not None
-        sink = StdoutSink(render, raw=not json and format_ is None)
-    Runtime(state(ctx).store(), opts, sink, warn=warn).run()
-
-
-def _seconds(flag: str, text: str, min_ms: int) -> float:
-    """A DURATION flag in seconds; at least ``min_ms``."""
-    from store.errors import UsageError
-    ms = _duration_ms(flag, text)
-    if ms < min_ms:
-        raise UsageError(f"{flag} must be at least {min_ms} ms, not {text!r}" if min_ms
-                         else f"{flag} must not be negative")
-    return ms / 1000
-
-
-def _duration_ms(flag: str, text: str) -> int:
-    """A DURATION flag in ms; the error names the flag."""
-    from store.errors import UsageError
-    from store.timeparse import DURATION_HELP, parse_duration
-    try:
-        return parse_duration(text)
-    except UsageError:
-        raise UsageError(f"{flag} {text!r}: not a duration (accepted: {DURATION_HELP})") from None
-
-
-def _renderer(json: bool, fmt: Optional[str], utc: bool) -> Callable[[Message], bytes]:
-    if json:
-        from mqctl.output import json_line
-        from store.client.envelope import envelope
-        return lambda m: json_line(envelope(m))
-    if fmt is not None:
-        from mqctl.template import compile_template
-        return compile_template(fmt, utc).render
-    return lambda m: m.body + b"\n"
+    from mqctl.consumerun import ConsumeRequest, run_consume
+    run_consume(state(ctx), ConsumeRequest(
+        topic=topic, group=group, no_group=no_group, orderly=orderly, broadcast=broadcast, from_=from_, tag=tag,
+        exec_=exec_, batch=batch, threads=threads, count=count, exit_at_end=exit_at_end, idle_timeout=idle_timeout,
+        client_id=client_id, strategy=strategy, queues=queues, max_reconsume=max_reconsume, suspend_ms=suspend_ms,
+        consume_timeout=consume_timeout, retry_delay=retry_delay, dedup=dedup, json=json, format_=format_,
+        rebalance_interval=rebalance_interval))

@@ -1,4 +1,5 @@
-"""``mqctl offsets show|reset|delete`` and ``mqctl progress``: where a group stands, and moving it.
+"""``mqctl offsets show|reset|delete``: where a group stands, and moving it (``mqctl progress``,
+its lag, is ``mqctl/commands/progress.py``; tables and notes: ``mqctl/offsetsview.py``).
 
 What a group is, and the reset's rules (plan first, the reset epoch, refused under live
 members unless ``--force``) are the library's: ``store/client/admin.py``.
@@ -9,7 +10,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from mqctl.options import GroupOpt, JsonOpt, TopicFilterOpt, TopicRequiredOpt, state
+from mqctl.options import GroupOpt, JsonOpt, TopicFilterOpt, TopicRequiredOpt, YesOpt, state
 
 offsets_app = typer.Typer(help="Show, reset and delete a group's committed offsets.", no_args_is_help=True)
 PROGRESS_MIN_ROWS = 64     # a reset moving this many queue offsets shows a progress bar
@@ -17,19 +18,6 @@ PROGRESS_MIN_ROWS = 64     # a reset moving this many queue offsets shows a prog
 
 def register(app: typer.Typer) -> None:
     app.add_typer(offsets_app, name="offsets")
-    app.command("progress", help=PROGRESS_HELP)(progress)
-
-
-def _in(topic: str | None) -> str:
-    return f" in topic {topic}" if topic else ""
-
-
-def _client_state(row: dict[str, Any], alive: bool | None) -> dict[str, Any]:
-    """A broadcast client's row says whether the client is live: a dead client's offsets hold
-    retention back until ``offsets delete --client-id`` removes them."""
-    if row.get("clientId"):
-        row.update(clientAlive=alive, clientState="live" if alive else "dead")
-    return row
 
 
 @offsets_app.command("show", help="""The group's committed offsets, one row per queue.
@@ -41,60 +29,9 @@ Examples:
   mqctl offsets show -g billing
   mqctl offsets show -g billing --topic orders --json | jq -c .offset""")
 def show(ctx: typer.Context, group: GroupOpt, topic: TopicFilterOpt = None, json: JsonOpt = False) -> None:
+    from mqctl.offsetsview import show_offsets
     from mqctl.output import Output
-    rows = [_client_state({"group": r.group, "topic": r.topic, "queueId": r.queue_id, "offset": r.offset,
-                           "clientId": r.client_id}, r.client_alive) for r in state(ctx).admin().offsets(group, topic)]
-    cols = [("topic", "TOPIC"), ("queueId", "QUEUE"), ("offset", "OFFSET")]
-    if any(r["clientId"] for r in rows):
-        cols += [("clientId", "CLIENT-ID"), ("clientState", "CLIENT")]
-    out = Output(json=json)
-    if rows:
-        out.table(rows, cols)
-    elif not json:
-        out.info(f"no committed offsets for group {group}{_in(topic)}")
-
-
-PROGRESS_HELP = """Lag per queue of a consumer group.
-
-mqadmin consumerProgress, Kafka's --describe. brokerOffset is the queue's max offset,
-consumerOffset the group's committed offset, lag the messages still to consume (a queue with
-no committed offset counts every stored message), lastTimestamp the store time of the last
-consumed message. Rows of the group's %RETRY% topic are included unless --topic names
-another topic. OWNER is the live member holding the queue. Times are local (--utc: UTC).
-
-Examples:
-  mqctl progress -g billing
-  mqctl progress -g billing --json | jq -s 'map(.lag) | add'"""
-
-
-def progress(ctx: typer.Context, group: GroupOpt, topic: TopicFilterOpt = None, json: JsonOpt = False) -> None:
-    from mqctl.output import Output, plural
-    from store.timeparse import format_local, format_time
-    st = state(ctx)
-    admin = st.admin()
-    rows = [_client_state({
-        "group": r.group, "topic": r.topic, "queueId": r.queue_id, "brokerOffset": r.broker_offset,
-        "minOffset": r.min_offset, "consumerOffset": r.consumer_offset, "lag": r.lag,
-        "lastTimestamp": r.last_timestamp, "owner": r.owner, "clientId": r.client_id,
-        "lastTime": format_time(r.last_timestamp) if r.last_timestamp is not None else None}, r.client_alive)
-        for r in admin.lag(group, topic)]
-    for row in rows if not json else ():
-        last = row["lastTimestamp"]
-        row["lastConsumed"] = format_local(last, st.utc) if last is not None else None
-    out = Output(json=json)
-    if not rows:
-        if not json:
-            out.info(f"no committed offsets or subscriptions for group {group}{_in(topic)}")
-        return
-    cols = [("topic", "TOPIC"), ("queueId", "QUEUE"), ("brokerOffset", "BROKER-OFFSET"),
-            ("consumerOffset", "CONSUMER-OFFSET"), ("lag", "LAG"), ("lastConsumed", "LAST-CONSUMED"),
-            ("owner", "OWNER")]
-    if any(r.get("clientId") for r in rows):
-        cols.append(("clientState", "CLIENT"))
-    out.table(rows, cols)
-    if not json:
-        members = len(admin.consumers(group))
-        out.info(f"group {group}: {plural(members, 'live member')}, total lag {sum(r['lag'] for r in rows)}")
+    show_offsets(Output(json=json), [r.to_json() for r in state(ctx).admin().offsets(group, topic)], group, topic)
 
 
 @offsets_app.command("delete", help="""Delete a group's offsets, or one dead broadcast client's.
@@ -112,7 +49,7 @@ def delete(
     group: GroupOpt,
     client_id: Annotated[Optional[str], typer.Option(
         "--client-id", metavar="CLIENT-ID", help="Only this broadcast client's offsets.")] = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    yes: YesOpt = False,
     json: JsonOpt = False,
 ) -> None:
     import sys
@@ -164,7 +101,8 @@ def reset(
 ) -> None:
     from datetime import datetime, timedelta, timezone
 
-    from mqctl.output import Output, plural
+    from mqctl.offsetsview import reset_notes, show_reset
+    from mqctl.output import Output
     from store.errors import UsageError
     from store.names import validate_any_topic, validate_group
     from store.timeparse import format_local, parse_time
@@ -187,42 +125,10 @@ def reset(
     out = Output(json=json)
     if not plan.group_existed:
         out.warn(f"group {group} has no offsets yet: the reset creates them")
-
-    def note(queues: list[int], what: str, to: str = "the earliest offset") -> None:
-        if queues:
-            out.info(f"mqctl: note: {what} {topic} {'queue' if len(queues) == 1 else 'queues'} "
-                     f"{','.join(map(str, queues))}: clamped to {to}")
-    if ts is not None:
-        note(plan.early, f"{format_local(ts, state(ctx).utc)} is before the earliest stored message of")
-    if to_offset is not None:
-        note(sorted({r.queue_id for r in plan.rows if r.clamped == "end"}), f"offset {to_offset} is past the end of",
-             "the end")
-        note(sorted({r.queue_id for r in plan.rows if r.clamped == "earliest"}),
-             f"offset {to_offset} is no longer stored in")
+    reset_notes(out, plan, to_offset, format_local(ts, state(ctx).utc) if ts is not None else None)
     if execute and (len(plan.rows) < PROGRESS_MIN_ROWS or len(plan.targets) < 2):
         admin.apply_reset(plan, force=force)
     elif execute:   # offset set by offset set, under a bar
         with out.progress(len(plan.rows), "resetting offsets") as bar:
             admin.apply_reset(plan, force=force, progress=bar.advance)
-    cols = [("topic", "TOPIC"), ("queueId", "QUEUE"), ("currentOffset", "CURRENT-OFFSET"),
-            ("newOffset", "NEW-OFFSET"), ("clamped", "CLAMPED")]
-    if plan.broadcast:
-        cols.insert(2, ("clientId", "CLIENT-ID"))
-    out.table([r.to_json(group, execute) for r in plan.rows], cols)
-    if not execute:
-        if plan.busy:
-            out.warn(f"live members of group {group} hold queues of {topic} ({plan.owners}): --execute "
-                     f"will also need --force")
-        out.info("dry run: nothing changed; add --execute to apply this plan")
-        return
-    clients = len({r.client_id for r in plan.rows if r.client_id})
-    out.info(f"reset {plural(len({r.queue_id for r in plan.rows}), 'queue')} of {topic} for group {group}"
-             + (f" and {plural(clients, 'broadcast client')} ({plan.moved} of {len(plan)} offsets moved)"
-                if clients else f" ({plan.moved} moved)"))
-    if plan.busy:
-        out.warn(f"reset under live members ({plan.owners}): they take the new offsets at their next "
-                 f"commit; an idle member keeps its position until new messages arrive")
-        if plan.broadcast:
-            out.warn("running broadcast clients do not learn of a reset and will write their own "
-                     "offsets back: restart them")
-
+    show_reset(out, plan, execute)

@@ -3,20 +3,18 @@
 Both run Spark in-process through ``store.spark.datasource`` (PySpark is an optional extra): every
 topic is a temporary view named after the topic, read by the ``mqctl`` data source. Spark
 starts quietly (see ``mqctl/sparkutil.py``) and takes a few seconds to do so; rows are printed
-by ``mqctl/sparkrows.py``.
+by ``mqctl/sparkrows.py``. The jobs themselves (views, the query, the export) are
+``mqctl/sparkjobs.py``.
 """
 from __future__ import annotations
 
-import json as jsonlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
 from mqctl.options import JsonOpt, complete_topic, state
-
-if TYPE_CHECKING:
-    from store.log.broker import Store
+from mqctl.sparkjobs import export_topic, run_query, say, snapshot, view_topics
 
 MasterOpt = Annotated[str, typer.Option(
     "--master", metavar="URL", help="Spark master: local[N] (default local[2]), spark://HOST:PORT, yarn…")]
@@ -55,8 +53,6 @@ def register(app: typer.Typer) -> None:
     app.command("export", help=EXPORT_HELP)(export)
 
 
-# -- query -----------------------------------------------------------------------------------
-
 def query(
     ctx: typer.Context,
     sql: Annotated[str, typer.Argument(metavar="SQL", help="A Spark SQL statement.", show_default=False)],
@@ -76,74 +72,6 @@ def query(
     extra = sparkutil.parse_conf(conf)
     with sparkutil.session(master, extra) as spark:
         run_query(spark, str(store.root.resolve()), topics, sql, json, utc=st.utc)
-
-
-def run_query(spark: Any, root: str, topics: list[str], sql: str, json: bool, utc: bool = False) -> None:
-    """Make the views, run ``sql`` and print its rows (NDJSON or a table, times local or with
-    ``utc`` in UTC) on stdout."""
-    for line in register_views(spark, root, topics):
-        _stderr(f"mqctl: warning: {line}")
-    from mqctl.sparkrows import emit_json, emit_table
-    from mqctl.sparkutil import output_starts
-    df = spark.sql(sql)
-    if json:
-        emit_json(df, output_starts)
-    else:
-        emit_table(df, utc, output_starts)
-
-
-def view_topics(store: "Store", wanted: list[str] | None, system: bool) -> list[str]:
-    """The topics that become views: ``--topic`` ones (they must exist), else every user
-    topic (and system topics with ``--all``)."""
-    from store.names import is_system_topic, validate_any_topic
-    existing = store.topics()
-    if wanted:
-        names = [n.strip() for item in wanted for n in item.split(",") if n.strip()]
-        for name in names:
-            validate_any_topic(name)
-            store.topic(name)
-        return sorted(set(names))
-    return sorted(t for t in existing if system or not is_system_topic(t))
-
-
-def quote_identifier(name: str) -> str:
-    """A topic name as a SQL identifier: backquoted (topic names never hold a backquote)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def register_views(spark: Any, root: str, topics: list[str]) -> list[str]:
-    """One temporary view per topic, named after it; returns warnings for names that only
-    differ in case (Spark's catalogue would let the later view replace the earlier)."""
-    from store.spark.schema import SCHEMA
-    warnings = []
-    seen: dict[str, str] = {}
-    for name in topics:
-        other = seen.get(name.lower())
-        if other is not None:
-            warnings.append(f"topics {other!r} and {name!r} differ only in case; "
-                            f"the view {name} is not created (use --topic to pick one)")
-            continue
-        seen[name.lower()] = name
-        df = spark.read.format("mqctl").schema(SCHEMA).option("store", root).option("topic", name).load()
-        df.createOrReplaceTempView(quote_identifier(name))
-    return warnings
-
-
-def _stderr(line: str) -> None:
-    import sys
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-
-
-# -- export ----------------------------------------------------------------------------------
-
-JSON_EXPORT_COLUMNS = (
-    "topic", "queueId", "queueOffset", "msgId", "keys", "tags", "properties",
-    "CASE WHEN is_valid_utf8(body) THEN CAST(body AS STRING) ELSE base64(body) END AS body",
-    "CASE WHEN is_valid_utf8(body) THEN NULL ELSE 'base64' END AS bodyEncoding",
-    "unix_millis(bornTimestamp) AS bornTimestamp",
-    "unix_millis(storeTimestamp) AS storeTimestamp",
-)
 
 
 def export(
@@ -173,22 +101,4 @@ def export(
     extra = sparkutil.parse_conf(conf)
     with sparkutil.session(master, extra) as spark:
         export_topic(spark, str(store.root.resolve()), topic, ending, out.resolve(), format_)
-    _stderr(f"exported {plural(count, 'message')} of {topic} to {out} ({format_})")
-
-
-def export_topic(spark: Any, root: str, topic: str, ending: str, out: Path, fmt: str) -> None:
-    """Write ``topic`` up to ``ending`` (offset JSON) to ``out`` as ``parquet`` or ``json``;
-    an existing ``out`` (already checked by the caller) is replaced."""
-    df = (spark.read.format("mqctl").option("store", root).option("topic", topic)
-          .option("startingOffsets", "earliest").option("endingOffsets", ending).load())
-    if fmt == "json":
-        df = df.selectExpr(*JSON_EXPORT_COLUMNS)
-    df.write.mode("overwrite" if out.exists() else "errorifexists").format(fmt).save(str(out))
-
-
-def snapshot(store: "Store", topic: str) -> tuple[str, int]:
-    """``endingOffsets`` JSON pinning every queue's current end, and the message count."""
-    cfg = store.topic(topic)
-    ends = {str(q): store.max_offset(topic, q) for q in range(cfg.queues)}
-    count = sum(e - store.min_offset(topic, int(q)) for q, e in ends.items())
-    return jsonlib.dumps({topic: ends}), count
+    say(f"exported {plural(count, 'message')} of {topic} to {out} ({format_})")

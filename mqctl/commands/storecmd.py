@@ -1,9 +1,9 @@
-"""``mqctl store check|recover|stats|clean`` (retention rules in ``store/log/retention.py``)."""
+"""``mqctl store check|recover|stats|clean`` (retention rules in ``store/log/retention.py``; what
+each reports: ``mqctl/storeview.py``)."""
 from __future__ import annotations
 
-import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Callable, Iterator
 
 import typer
 
@@ -12,7 +12,6 @@ from mqctl.options import JsonOpt, state
 if TYPE_CHECKING:
     from mqctl.output import Output
     from store.log.broker import Store
-    from store.log.retention import FileAction
 
 store_app = typer.Typer(help="Verify, repair, measure and clean the store.", no_args_is_help=True)
 
@@ -41,6 +40,7 @@ Examples:
   mqctl store check --json | jq -c 'select(.file)'""")
 def check(ctx: typer.Context, json: JsonOpt = False) -> None:
     from mqctl.output import Output, plural
+    from mqctl.storeview import show_check
     from store.errors import DamageFoundError
     from store.log.check import check_store
     from store.spark.staging import stale_staging
@@ -48,21 +48,8 @@ def check(ctx: typer.Context, json: JsonOpt = False) -> None:
     out = Output(json=json)
     with _log_progress(out, store, "checking") as advance:
         rep = check_store(store, progress=advance)
+    show_check(out, rep, stale_staging(store.root))
     problems = rep.problems or []
-    stale = stale_staging(store.root)
-    for d in stale:   # not damage: left by a killed Spark job; `store clean` removes it
-        out.warn(f"stale Spark staging {d.describe()} (mqctl store clean removes it)")
-    if json:
-        for p in problems:
-            out.emit_json(p.to_json())
-        out.emit_json({"status": "DAMAGED" if problems else "OK", "records": rep.records,
-                       "cqEntries": rep.cq_entries, "problems": len(problems), "staleStaging": len(stale)})
-    else:
-        for p in problems:
-            sys.stdout.write(f"{p.file}:{p.offset}: {p.reason}\n")
-        entries = plural(rep.cq_entries, "consume-queue entry", "consume-queue entries")
-        out.info(f"checked {plural(rep.records, 'record')} and {entries}: "
-                 f"{plural(len(problems), 'problem') if problems else 'OK'}")
     if problems:
         raise DamageFoundError(f"store check found {plural(len(problems), 'problem')}; run `mqctl store recover` "
                                f"to repair what can be (a damaged record is never served)",
@@ -80,21 +67,14 @@ Examples:
   mqctl store recover
   mqctl store recover --json""")
 def recover(ctx: typer.Context, json: JsonOpt = False) -> None:
-    from mqctl.output import Output, human_size, plural
+    from mqctl.output import Output
+    from mqctl.storeview import show_recover
     from store.log.recovery import recover as run
     store = state(ctx).store()
     out = Output(json=json)
     with store.write_lock(), _log_progress(out, store, "recovering") as advance:
         rep = run(store, full=True, progress=advance)
-    if json:
-        out.emit_json(rep.to_json())
-    else:
-        cut = f", {human_size(rep.truncated_bytes)} of torn tail cut" if rep.truncated_bytes else ""
-        out.info(f"recovered {plural(rep.records, 'record')} up to offset {rep.end}: "
-                 f"{plural(rep.cq_entries_written, 'consume-queue entry', 'consume-queue entries')} "
-                 f"rebuilt, {rep.cq_entries_dropped} dropped{cut}")
-        for f, o, r in rep.damage:
-            out.warn(f"could not recover {f} at offset {o}: {r} (left in place, never served)")
+    show_recover(out, rep)
 
 
 @store_app.command("stats", help="""Show how much space each part of the store takes.
@@ -107,19 +87,11 @@ Examples:
   mqctl store stats
   mqctl store stats --json | jq -r 'select(.part == "commitlog").bytes'""")
 def stats(ctx: typer.Context, json: JsonOpt = False) -> None:
-    from mqctl.output import Output, human_size, plural
+    from mqctl.output import Output
+    from mqctl.storeview import show_stats
     from store.log.stats import store_stats
     store = state(ctx).store()
-    rows = store_stats(store)
-    out = Output(json=json)
-    if json:
-        out.table(rows, [])
-        return
-    log = store.commitlog
-    details = {"commitlog": f"offsets {log.min_offset()}-{log.end()}, {human_size(log.segment_size)} segments",
-               "consumequeue": plural(len(store.topics()), "topic")}
-    shown = [r | {"size": human_size(r["bytes"]), "detail": details.get(r["part"], r["detail"])} for r in rows]
-    out.table(shown, [("part", "PART"), ("files", "FILES"), ("size", "SIZE"), ("detail", "DETAIL")])
+    show_stats(Output(json=json), store, store_stats(store))
 
 
 CLEAN_HELP = """Delete old segments that every reader has passed.
@@ -147,57 +119,24 @@ def clean(
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Show what would be deleted; change nothing.")] = False,
     json: JsonOpt = False,
 ) -> None:
-    from mqctl.output import Output, human_size, plural
+    from mqctl.output import Output
+    from mqctl.storeview import CleanListing
     from store.log.retention import clean as run_clean
     from store.log.retention import plan_clean
     from store.spark.staging import stale_staging, sweep_staging
-    from store.timeparse import format_age, parse_duration
+    from store.timeparse import parse_duration
     retention = parse_duration(older_than)
     store = state(ctx).store()
     out = Output(json=json)
-    rows: list[dict[str, Any]] = []
-    verb = "would delete" if dry_run else "deleted"
-    action = "would-delete" if dry_run else "deleted"
-
-    def row(r: dict[str, Any]) -> None:
-        if json:
-            out.emit_json(r)
-        else:
-            rows.append(r)
-
-    def deleted(a: FileAction) -> None:
-        row(a.to_json() | {"action": "deleted"})
-
+    listing = CleanListing(out, dry_run)
     if dry_run:
         plan = plan_clean(store, retention, force)
         for a in plan.files:
-            row(a.to_json() | {"action": action})
+            listing.planned(a)
         staging = stale_staging(store.root)
     else:
         total = len(plan_clean(store, retention, force).files)
         with out.progress(total or None, "cleaning") as bar:
-            plan = run_clean(store, retention, force, progress=bar.advance, on_delete=deleted)
+            plan = run_clean(store, retention, force, progress=bar.advance, on_delete=listing.deleted)
         staging = sweep_staging(store.root)   # what killed or failed Spark jobs left behind
-    for d in staging:
-        row(d.to_json() | {"action": action, "mtime": plan.now_ms - d.to_json()["idleMs"]})
-    if json:
-        out.emit_json(plan.to_json() | {"status": "DRY_RUN" if dry_run else "OK"})
-    else:
-        for r in rows:
-            r["size"] = human_size(r["bytes"])
-            r["age"] = format_age(max(0, plan.now_ms - r["mtime"]))
-        if rows:
-            out.table(rows, [("kind", "KIND"), ("path", "FILE"), ("size", "SIZE"), ("age", "AGE"), ("action", "ACTION")])
-        if not plan.files and not staging:
-            out.info(f"nothing to delete: no segment older than {older_than} that every reader has passed "
-                     f"(the newest segment always stays)")
-        else:
-            out.info(f"{verb} {plural(len(plan.commitlog), 'commit-log segment')}, "
-                     f"{plural(len(plan.consumequeue), 'consume-queue file')} and "
-                     f"{plural(len(plan.index), 'index file')} ({human_size(plan.bytes)}); the log "
-                     f"{'would start' if dry_run else 'starts'} at offset {plan.new_min_offset}")
-    for n in plan.held:
-        out.warn(f"kept segments older than {older_than}: {n.describe()} still needs them "
-                 f"(consume or reset it, or pass --force)")
-    for n in plan.overridden:
-        out.warn(f"{verb} unread messages of {n.describe()}")
+    listing.finish(plan, staging, older_than)

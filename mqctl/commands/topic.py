@@ -1,4 +1,5 @@
-"""``mqctl init`` and ``mqctl topic create|list|status|delete``."""
+"""``mqctl topic create|list|status|delete`` (``mqctl init``, creating the store, is
+``mqctl/commands/init.py``)."""
 from __future__ import annotations
 
 import sys
@@ -6,64 +7,13 @@ from typing import Annotated
 
 import typer
 
-from mqctl.options import JsonOpt, TopicArg, state
-from store.log.settings import LARGEST_MESSAGE_SIZE, MAX_SEGMENT_SIZE
+from mqctl.options import JsonOpt, TopicArg, YesOpt, state
 
 topic_app = typer.Typer(help="Create, list, inspect and delete topics.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("init", help=INIT_HELP)(init)
     app.add_typer(topic_app, name="topic")
-
-
-INIT_HELP = """Create the store at the selected path (idempotent).
-
-The settings are fixed when the store is created; on an existing store they are ignored
-(a warning says which differ).
-
-Examples:
-  mqctl init
-  mqctl --store ./mq init --no-auto-create
-  mqctl init --max-message-size 1048576 --segment-size 8388608"""
-
-
-def init(
-    ctx: typer.Context,
-    no_auto_create: Annotated[bool, typer.Option(
-        "--no-auto-create", help="Refuse sends to topics that were not created first.")] = False,
-    max_message_size: Annotated[int, typer.Option(
-        "--max-message-size", metavar="BYTES", min=1, max=LARGEST_MESSAGE_SIZE,
-        help="Largest body in bytes (default and most: 4 MiB).")] = LARGEST_MESSAGE_SIZE,
-    segment_size: Annotated[int, typer.Option(
-        "--segment-size", metavar="BYTES", max=MAX_SEGMENT_SIZE,
-        help="Commit-log segment size in bytes (default 64 MiB); at least --max-message-size "
-             "+ 64 KiB (4259840 with the default 4 MiB).")] = 64 * 1024 * 1024,
-) -> None:
-    from mqctl.output import Output, human_size
-    from store.log.broker import Store, StoreSettings
-    st = state(ctx)
-    existed = st.store_path.joinpath("store.json").exists()
-    settings = StoreSettings(max_message_size=max_message_size, auto_create_topics=not no_auto_create,
-                             commitlog_segment_size=segment_size)
-    if not existed:
-        settings.validate()
-    store = Store.open(st.store_path, create=True, settings=settings)
-    s = store.settings
-    store.close()
-    out = Output()
-    if not existed:
-        out.info(f"initialised store at {st.store_path} (messages up to {human_size(s.max_message_size)}, "
-                 f"{human_size(s.commitlog_segment_size)} segments"
-                 f"{', topics created on first send' if s.auto_create_topics else ', topics made by topic create'})")
-        return
-    out.info(f"store already exists at {st.store_path}")
-    differ = [flag for flag, given, kept in (
-        ("--max-message-size", max_message_size, s.max_message_size),
-        ("--segment-size", segment_size, s.commitlog_segment_size),
-        ("--no-auto-create", no_auto_create, not s.auto_create_topics)) if given != kept]
-    if differ:
-        out.warn(f"{', '.join(differ)} ignored: an existing store keeps the settings it was created with")
 
 
 @topic_app.command("create", help="""Create a topic (exit 4 if it exists with another shape).
@@ -124,20 +74,12 @@ Examples:
   mqctl topic status orders --json | jq -s 'map(.messages) | add'""")
 def status(ctx: typer.Context, topic: TopicArg, json: JsonOpt = False) -> None:
     from mqctl.output import Output
-    from store.names import validate_any_topic
-    from store.timeparse import format_local, format_time
-    validate_any_topic(topic)
+    from store.timeparse import format_local
     st = state(ctx)
-    store = st.store()
-    cfg = store.topic(topic)
-    rows = []
-    for q in range(cfg.queues):
-        last = store.last_store_timestamp(topic, q)
-        lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
-        rows.append({"topic": topic, "queueId": q, "minOffset": lo, "maxOffset": hi, "lastStoreTimestamp": last,
-                     "lastStoreTime": format_time(last) if last else None, "messages": hi - lo})
-        if not json:
-            rows[-1]["lastStored"] = format_local(last, st.utc) if last else None
+    rows = [q.to_json() for q in st.admin().topic_status(topic)]
+    for r in rows if not json else ():
+        last = r["lastStoreTimestamp"]
+        r["lastStored"] = format_local(last, st.utc) if last else None
     Output(json=json).table(rows, [("queueId", "QUEUE"), ("minOffset", "MIN-OFFSET"), ("maxOffset", "MAX-OFFSET"),
                                    ("messages", "MESSAGES"), ("lastStored", "LAST-STORED")])
 
@@ -152,7 +94,7 @@ Examples:
 def delete(
     ctx: typer.Context,
     topic: TopicArg,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    yes: YesOpt = False,
 ) -> None:
     from store.errors import UsageError
     from store.names import validate_topic

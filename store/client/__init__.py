@@ -7,6 +7,8 @@ command line over the same code. Modules:
 ``paths``        which store ``path=None`` means (``$MQCTL_STORE``, else ``~/.mqctl/store``)
 ``message``      :class:`~store.client.message.Message` and :class:`~store.client.message.SendResult`
 ``producer``     :class:`~store.client.producer.Producer`
+``properties``   a message's properties (tags, keys, user properties, sharding key): the one
+                 builder and its checks, for the producers and ``mqctl`` alike
 ``runtime``      the consumer runtime: one member of a group, output through a sink
 ``process_queue``, ``retry``   its process queues, and the retry topic / dead-letter queue
 ``consumer``     :class:`~store.client.consumer.Consumer` (iterator and push styles)
@@ -17,4 +19,5 @@ command line over the same code. Modules:
 ``rules``        argument rules shared with ``mqctl`` (contradictory consume options), and
                  how error messages name arguments
 ``rows``         the base of the rows the client returns
+``creation``     creating a store, or finding the one there (``mqctl init``)
 """

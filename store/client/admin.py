@@ -138,6 +138,28 @@ class TopicInfo(Row):
 
 
 @dataclass(frozen=True)
+class QueueStatus(Row):
+    """One queue of a topic (``mqctl topic status``): its stored offsets ``min_offset`` to
+    ``max_offset`` (the next one written), ``messages`` between them, and the store time of
+    its last message (None when it has none)."""
+
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    messages: int
+    last_store_timestamp: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``topic status --json`` line (``lastStoreTime``: ISO-8601 UTC)."""
+        from store.timeparse import format_time
+        last = self.last_store_timestamp
+        return {"topic": self.topic, "queueId": self.queue_id, "minOffset": self.min_offset,
+                "maxOffset": self.max_offset, "lastStoreTimestamp": last,
+                "lastStoreTime": format_time(last) if last else None, "messages": self.messages}
+
+
+@dataclass(frozen=True)
 class OffsetRow(Row):
     """A committed offset: the next offset ``group`` consumes in ``topic``/``queue_id``.
     ``client_id`` is set for a broadcast client's offsets, and ``client_alive`` then says
@@ -150,6 +172,11 @@ class OffsetRow(Row):
     offset: int
     client_id: str | None = None
     client_alive: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``offsets show --json`` line."""
+        return client_state({"group": self.group, "topic": self.topic, "queueId": self.queue_id,
+                             "offset": self.offset, "clientId": self.client_id}, self.client_alive)
 
 
 @dataclass(frozen=True)
@@ -173,6 +200,24 @@ class LagRow(Row):
     owner: str | None
     client_id: str | None = None
     client_alive: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``progress --json`` line (``lastTime``: ``lastTimestamp`` in ISO-8601 UTC)."""
+        from store.timeparse import format_time
+        return client_state({
+            "group": self.group, "topic": self.topic, "queueId": self.queue_id, "brokerOffset": self.broker_offset,
+            "minOffset": self.min_offset, "consumerOffset": self.consumer_offset, "lag": self.lag,
+            "lastTimestamp": self.last_timestamp, "owner": self.owner, "clientId": self.client_id,
+            "lastTime": format_time(self.last_timestamp) if self.last_timestamp is not None else None},
+            self.client_alive)
+
+
+def client_state(row: dict[str, Any], alive: bool | None) -> dict[str, Any]:
+    """A broadcast client's JSON row says whether the client is live: a dead client's offsets
+    hold retention back until :meth:`Admin.delete_offsets` removes them."""
+    if row.get("clientId"):
+        row.update(clientAlive=alive, clientState="live" if alive else "dead")
+    return row
 
 
 @dataclass(frozen=True)
@@ -446,6 +491,17 @@ class Admin:
                 continue
             messages = sum(store.max_offset(name, q) - store.min_offset(name, q) for q in range(cfg.queues))
             rows.append(TopicInfo(name, cfg.queues, cfg.order, messages))
+        return rows
+
+    def topic_status(self, topic: str) -> list[QueueStatus]:
+        """Per queue of ``topic``: its offsets, message count and last store time
+        (``TopicNotFoundError`` when there is no such topic)."""
+        names.validate_any_topic(topic)
+        store = self.store
+        rows = []
+        for q in range(store.topic(topic).queues):
+            lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
+            rows.append(QueueStatus(topic, q, lo, hi, hi - lo, store.last_store_timestamp(topic, q)))
         return rows
 
     def create_topic(self, name: str, queues: int = 8, order: bool = False) -> TopicInfo:

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("rich", "redis", "numpy", "pyarrow", "pyspark", "pydantic", "pandas", "importlib.metadata",
          "email", "asyncio", "sortedcontainers", "concurrent.futures", "ctypes")
 OTHER_GROUPS = tuple(f"mqctl.commands.{m}" for m in
-                     ("topic", "consume", "msg", "storecmd", "tx", "offsets", "admin", "dlq", "sparkcmd", "bench"))
+                     ("init", "topic", "consume", "msg", "storecmd", "tx", "txcheck", "offsets", "progress", "admin",
+                      "completion", "dlq", "sparkcmd", "bench"))
 FORBIDDEN_ON_SEND = HEAVY + ("portalocker", "store.client.runtime", "mqctl.consumer", "store.log.recovery",
                              "socket", "store.watch") + OTHER_GROUPS
 # the consumer needs threads (concurrent.futures), sorted containers and ctypes (inotify)

@@ -1,6 +1,7 @@
 """``store.Admin``'s administration calls, in process on a real store: dead letters and their
 resend, deleting offsets, the rebalance preview, unlocking, offset resets under a progress
-callback, and the consume-option rules the CLI and ``store.Consumer`` share.
+callback, the JSON rows the CLI prints, a topic's queues, creating a store, and the
+consume-option rules the CLI and ``store.Consumer`` share.
 
 The CLI's face of the same calls (text, JSON, exit codes) is in ``tests/cli/test_admin_cli.py``
 and ``tests/cli/test_admin_face.py``.
@@ -151,6 +152,44 @@ def test_broadcast_rows_say_whether_their_client_is_live(admin: Admin, loaded: S
         assert {r.client_alive for r in admin.offsets("G")} == {None}   # clustering rows
     finally:
         live.leave()
+
+
+def test_offset_and_lag_rows_as_json_name_a_broadcast_clients_state(admin: Admin, loaded: Store) -> None:
+    broadcast_offsets(loaded, "c1", "B", {0: 2})
+    assert [r.to_json() for r in admin.offsets("G")] == [
+        {"group": "G", "topic": "T", "queueId": 0, "offset": 4, "clientId": None}]
+    (row,) = [r.to_json() for r in admin.offsets("B")]
+    assert (row["clientId"], row["clientAlive"], row["clientState"]) == ("c1", False, "dead")
+    lag = {r.queue_id: r.to_json() for r in admin.lag("G", "T")}
+    assert (lag[0]["brokerOffset"], lag[0]["consumerOffset"], lag[0]["lag"]) == (10, 4, 6)
+    assert lag[0]["lastTime"].endswith("Z") and "clientState" not in lag[0]
+    assert lag[1]["lastTimestamp"] is None and lag[1]["lastTime"] is None
+
+
+def test_topic_status_per_queue(admin: Admin, loaded: Store) -> None:
+    rows = admin.topic_status("T")
+    assert [(r.queue_id, r.min_offset, r.max_offset, r.messages) for r in rows] == [
+        (0, 0, 10, 10), (1, 0, 0, 0), (2, 0, 0, 0), (3, 0, 0, 0)]
+    assert rows[0].last_store_timestamp == loaded.last_store_timestamp("T", 0) and rows[1].last_store_timestamp is None
+    assert list(rows[0].to_json()) == ["topic", "queueId", "minOffset", "maxOffset", "lastStoreTimestamp",
+                                       "lastStoreTime", "messages"]
+    with pytest.raises(mq.TopicNotFoundError):
+        admin.topic_status("nope")
+    with pytest.raises(mq.InvalidNameError):
+        admin.topic_status("bad name")
+
+
+def test_create_store_creates_once_then_reports_ignored_settings(tmp_path: Path) -> None:
+    from store.client.creation import create_store
+    from store.log.settings import StoreSettings
+    asked = StoreSettings(max_message_size=1024, commitlog_segment_size=1 << 20, auto_create_topics=False)
+    first = create_store(tmp_path / "s", asked)
+    assert first.created and first.ignored == [] and first.settings.max_message_size == 1024
+    again = create_store(tmp_path / "s", StoreSettings(max_message_size=2048, commitlog_segment_size=1 << 20))
+    assert not again.created and again.settings == first.settings
+    assert again.ignored == ["max_message_size", "auto_create_topics"]
+    with pytest.raises(mq.UsageError):   # a new store's settings are checked strictly
+        create_store(tmp_path / "t", StoreSettings(max_message_size=1 << 20, commitlog_segment_size=1 << 20))
 
 
 def test_delete_offsets_of_a_group_and_of_one_client(admin: Admin, loaded: Store) -> None:

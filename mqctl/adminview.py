@@ -1,0 +1,62 @@
+"""How ``mqctl locks``, ``unlock`` and ``consumers`` show locks and members: relative times
+(``3s ago``, ``in 57s``), local clock times, and the queues a member holds as text."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mqctl.output import Output
+
+if TYPE_CHECKING:
+    from store.client.admin import LockRow, MemberRow
+
+LOCK_COLUMNS = [("group", "GROUP"), ("topic", "TOPIC"), ("queueId", "QUEUE"), ("clientId", "CLIENT-ID"),
+                ("pid", "PID"), ("host", "HOST"), ("acquiredTime", "ACQUIRED"), ("renewed", "RENEWED"),
+                ("expires", "EXPIRES"), ("state", "STATE")]
+MEMBER_COLUMNS = [("clientId", "CLIENT-ID"), ("pid", "PID"), ("host", "HOST"), ("mode", "MODE"),
+                  ("orderly", "ORDERLY"), ("queuesText", "QUEUES"), ("startedLocal", "STARTED"),
+                  ("heartbeat", "HEARTBEAT")]
+
+
+def ago(now: int, ms: int | None) -> str | None:
+    from store.timeparse import format_age
+    if ms is None:
+        return None
+    return f"in {format_age(ms - now)}" if ms > now else f"{format_age(now - ms)} ago"
+
+
+def lock_row(lock: "LockRow", now: int, utc: bool | None) -> dict[str, Any]:
+    """A lock's JSON row; with ``utc`` not None (human output) also its local acquiredTime."""
+    from store.timeparse import format_local
+    row = lock.info.to_dict()
+    row.update(state=lock.state, acquired=ago(now, lock.acquired_at), renewed=ago(now, lock.renewed_at),
+               expires=ago(now, lock.expires_at))
+    if utc is not None and lock.acquired_at is not None:
+        row["acquiredTime"] = format_local(lock.acquired_at, utc)
+    return row
+
+
+def queues_text(queues: list[dict[str, Any]]) -> str:
+    """``orders:0,3 other:1``: a member's queues, by topic."""
+    by_topic: dict[str, list[int]] = {}
+    for q in queues:
+        if isinstance(q, dict) and isinstance(q.get("topic"), str) and isinstance(q.get("queueId"), int):
+            by_topic.setdefault(q["topic"], []).append(q["queueId"])
+    return " ".join(f"{t}:{','.join(map(str, sorted(ids)))}" for t, ids in sorted(by_topic.items())) or "-"
+
+
+def show_members(out: Output, members: "list[MemberRow]", group: str, now: int, utc: bool) -> None:
+    """``consumers``: NDJSON rows, or a table with local start times and heartbeat ages."""
+    from store.timeparse import format_local, format_time
+    rows: list[dict[str, Any]] = [{
+        "group": m.group, "clientId": m.client_id, "pid": m.pid, "host": m.host, "mode": m.mode,
+        "orderly": m.orderly, "strategy": m.strategy, "topics": m.topics, "queues": m.queues,
+        "startedAt": m.started_at, "heartbeatAt": m.heartbeat_at, "queuesText": queues_text(m.queues),
+        "started": format_time(m.started_at) if m.started_at is not None else None,
+    } for m in members]
+    for r in rows if not out.json else ():
+        r["startedLocal"] = format_local(r["startedAt"], utc) if r["startedAt"] is not None else None
+        r["heartbeat"] = ago(now, r["heartbeatAt"])
+    if rows:
+        out.table(rows, MEMBER_COLUMNS)
+    elif not out.json:
+        out.info(f"no live members in group {group}")

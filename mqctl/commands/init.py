@@ -1,0 +1,60 @@
+"""``mqctl init``: create the store at the selected path, or find the one there
+(``store/client/creation.py``)."""
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mqctl.options import state
+from store.log.settings import LARGEST_MESSAGE_SIZE, MAX_SEGMENT_SIZE
+
+
+def register(app: typer.Typer) -> None:
+    app.command("init", help=INIT_HELP)(init)
+
+
+INIT_HELP = """Create the store at the selected path (idempotent).
+
+The settings are fixed when the store is created; on an existing store they are ignored
+(a warning says which differ).
+
+Examples:
+  mqctl init
+  mqctl --store ./mq init --no-auto-create
+  mqctl init --max-message-size 1048576 --segment-size 8388608"""
+
+
+# The flag that set each setting ``store.client.creation`` reports as ignored.
+INIT_FLAGS = {"max_message_size": "--max-message-size", "commitlog_segment_size": "--segment-size",
+              "auto_create_topics": "--no-auto-create"}
+
+
+def init(
+    ctx: typer.Context,
+    no_auto_create: Annotated[bool, typer.Option(
+        "--no-auto-create", help="Refuse sends to topics that were not created first.")] = False,
+    max_message_size: Annotated[int, typer.Option(
+        "--max-message-size", metavar="BYTES", min=1, max=LARGEST_MESSAGE_SIZE,
+        help="Largest body in bytes (default and most: 4 MiB).")] = LARGEST_MESSAGE_SIZE,
+    segment_size: Annotated[int, typer.Option(
+        "--segment-size", metavar="BYTES", max=MAX_SEGMENT_SIZE,
+        help="Commit-log segment size in bytes (default 64 MiB); at least --max-message-size "
+             "+ 64 KiB (4259840 with the default 4 MiB).")] = 64 * 1024 * 1024,
+) -> None:
+    from mqctl.output import Output, human_size
+    from store.client.creation import create_store
+    from store.log.settings import StoreSettings
+    st = state(ctx)
+    res = create_store(st.store_path, StoreSettings(max_message_size=max_message_size, commitlog_segment_size=segment_size,
+                                                    auto_create_topics=not no_auto_create))
+    s, out = res.settings, Output()
+    if res.created:
+        out.info(f"initialised store at {st.store_path} (messages up to {human_size(s.max_message_size)}, "
+                 f"{human_size(s.commitlog_segment_size)} segments"
+                 f"{', topics created on first send' if s.auto_create_topics else ', topics made by topic create'})")
+        return
+    out.info(f"store already exists at {st.store_path}")
+    if res.ignored:
+        out.warn(f"{', '.join(INIT_FLAGS[f] for f in res.ignored)} ignored: an existing store keeps the settings "
+                 f"it was created with")

@@ -1,0 +1,45 @@
+"""``mqctl progress``: a consumer group's lag per queue (``Admin.lag``; its table's columns in
+``mqctl/offsetsview.py``)."""
+from __future__ import annotations
+
+import typer
+
+from mqctl.options import GroupOpt, JsonOpt, TopicFilterOpt, state
+
+
+def register(app: typer.Typer) -> None:
+    app.command("progress", help=PROGRESS_HELP)(progress)
+
+
+PROGRESS_HELP = """Lag per queue of a consumer group.
+
+mqadmin consumerProgress, Kafka's --describe. brokerOffset is the queue's max offset,
+consumerOffset the group's committed offset, lag the messages still to consume (a queue with
+no committed offset counts every stored message), lastTimestamp the store time of the last
+consumed message. Rows of the group's %RETRY% topic are included unless --topic names
+another topic. OWNER is the live member holding the queue. Times are local (--utc: UTC).
+
+Examples:
+  mqctl progress -g billing
+  mqctl progress -g billing --json | jq -s 'map(.lag) | add'"""
+
+
+def progress(ctx: typer.Context, group: GroupOpt, topic: TopicFilterOpt = None, json: JsonOpt = False) -> None:
+    from mqctl.offsetsview import CLIENT_STATE, PROGRESS_COLUMNS, in_topic
+    from mqctl.output import Output, plural
+    from store.timeparse import format_local
+    st = state(ctx)
+    admin = st.admin()
+    rows = [r.to_json() for r in admin.lag(group, topic)]
+    for row in rows if not json else ():
+        last = row["lastTimestamp"]
+        row["lastConsumed"] = format_local(last, st.utc) if last is not None else None
+    out = Output(json=json)
+    if not rows:
+        if not json:
+            out.info(f"no committed offsets or subscriptions for group {group}{in_topic(topic)}")
+        return
+    out.table(rows, PROGRESS_COLUMNS + ([CLIENT_STATE] if any(r.get("clientId") for r in rows) else []))
+    if not json:
+        members = len(admin.consumers(group))
+        out.info(f"group {group}: {plural(members, 'live member')}, total lag {sum(r['lag'] for r in rows)}")

@@ -1,0 +1,111 @@
+"""How ``mqctl msg`` shows messages: ``msg show``'s fields, what a copy is (a retry, a dead
+letter, ...) and its history as lines of text; ``msg query``'s table rows."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from store.log.broker import Store
+    from store.log.record import Message
+
+BODY_SHOWN = 2000   # characters of a body msg show prints; --json has it whole
+QUERY_COLUMNS = [("msgId", "MSG-ID"), ("queueId", "QUEUE"), ("queueOffset", "OFFSET"), ("time", "STORED"),
+                 ("tags", "TAGS"), ("keys", "KEYS"), ("properties", "PROPERTIES"), ("body", "BODY")]
+
+
+def describe(store: "Store", m: "Message", obj: dict[str, Any], when: Callable[[int], str]) -> list[str]:
+    """``msg show``'s lines: what the copy is, its fields (``obj``: its JSON report), its history."""
+    from mqctl.output import human_size
+    from store.client.history import timeline
+    body = obj["body"] if obj.get("bodyEncoding") != "base64" else "(binary; --json has it in base64)"
+    if len(body) > BODY_SHOWN:
+        body = body[:BODY_SHOWN] + f"… ({human_size(len(m.body))} in all; --json has it whole)"
+    fields = [("Topic", m.topic), ("Queue", m.queue_id), ("Queue offset", m.queue_offset),
+              ("Message id", obj["msgId"]), ("Offset id", m.msg_id), ("Keys", " ".join(m.keys) or "-"),
+              ("Tags", m.tags or "-"), ("Properties", props_text(m.user_properties)),
+              ("Born", f"{when(m.born_timestamp)} at {m.born_host}"), ("Stored", when(m.store_timestamp)),
+              ("Reconsumes", m.reconsume_times), ("Commit-log offset", m.commitlog_offset),
+              ("Size", human_size(len(m.body)))]
+    if "transaction" in obj:
+        tx = obj["transaction"]
+        fields.append(("Transaction", f"{tx['txId']} ({tx['state'].lower().replace('_', ' ')})"))
+    fields.append(("Body", body.replace("\n", "\n" + " " * 19)))
+    note = lineage(m, when)
+    lines = [note] if note else []
+    lines += [f"{(k + ':').ljust(18)} {v}" for k, v in fields]
+    lines += ["", "History:"]
+    for e in timeline(store, m):
+        lines.append(f"  {(when(e['time']) if e['time'] is not None else '').ljust(len(when(0)))}  "
+                     f"{event_text(e, when)}".rstrip())
+    return lines
+
+
+def query_row(m: "Message", stored: str) -> dict[str, Any]:
+    """A ``msg query`` table row (``stored``: the store time, shown)."""
+    return {"msgId": m.uniq_key or m.msg_id, "queueId": m.queue_id, "queueOffset": m.queue_offset,
+            "time": stored, "tags": m.tags, "keys": m.keys, "properties": props_text(m.user_properties),
+            "body": preview(m.body)}
+
+
+def props_text(props: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in props.items()) or "-"
+
+
+def lineage(m: "Message", when: Callable[[int], str]) -> str | None:
+    """What a copy is, when it is not the message as sent: a retry, a dead letter, ..."""
+    from mqctl.output import plural
+    from store import names
+    from store.log import record as R
+    p = m.properties
+    origin = p.get(R.PROP_ORIGIN_MESSAGE_ID) or p.get(R.PROP_DLQ_ORIGIN_MESSAGE_ID) or m.uniq_key or m.msg_id
+    src = p.get(R.PROP_RETRY_TOPIC) or m.topic
+    n = m.reconsume_times
+    if names.is_retry_topic(m.topic):
+        return (f"retry {n} of message {origin} from topic {src}" if n else
+                f"message {origin} from topic {src}, resent from the dead-letter queue")
+    if m.topic.startswith(names.DLQ_PREFIX):
+        return f"dead letter of message {origin} from topic {src} (reconsumed {plural(n, 'time')})"
+    if m.topic == names.SCHEDULE_TOPIC:
+        due = p.get(R.PROP_DELIVER_MS, "")
+        due_text = f", due {when(int(due))}" if due.isdigit() else ""
+        real = p.get(R.PROP_REAL_TOPIC, "?")
+        if names.is_retry_topic(real):
+            return f"retry {n} of message {origin} from topic {src}, waiting for {real}{due_text}"
+        return f"delayed message for topic {real}{due_text}"
+    if m.topic == names.HALF_TOPIC:
+        return f"half message of a transaction for topic {p.get(R.PROP_REAL_TOPIC, '?')}"
+    return None
+
+
+def event_text(e: dict[str, Any], when: Callable[[int], str]) -> str:
+    """One line of the timeline (the events of :func:`store.client.history.timeline`)."""
+    from mqctl.output import plural
+    where = f"{e.get('topic')} queue {e.get('queueId')} offset {e.get('queueOffset')}"
+    kind, n = e["event"], e.get("reconsumeTimes", 0)
+    if kind == "consumed":
+        who = f"group {e['group']}" + (f" (client {e['clientId']})" if e.get("clientId") else "")
+        # the store keeps a group's offset, not what it handled: a group that started from
+        # "last" has its offset past messages it never saw
+        return (f"{who} is past it (committed offset {e['offset']})" if e["consumed"]
+                else f"{who} has not reached it (committed offset {e['offset']})")
+    if kind == "scheduled":
+        due = f", due {when(e['deliverAt'])}" if e.get("deliverAt") is not None else ""
+        what = f"retry {n}" if n else "delivery"
+        return f"{what} scheduled for {e['realTopic']}{due}"
+    text = {"sent": f"sent to {where}", "delivered": f"delivered to {where} (delay over)",
+            "committed": f"committed to {where}", "retry": f"retry {n} sent to {where}",
+            "resent": f"resent from the dead-letter queue to {where}",
+            "dead-lettered": f"dead-lettered to {e.get('topic')} offset {e.get('queueOffset')} "
+                             f"(reconsumed {plural(n, 'time')})",
+            "half": f"transaction half message stored for {e.get('realTopic')}"
+                    + (f" (check {e['checkTimes']})" if e.get("checkTimes") else ""),
+            "discarded": f"transaction given up after {plural(e.get('checkTimes', 0), 'check')}: "
+                         f"parked in {e.get('topic')}",
+            "commit": "transaction committed", "rollback": "transaction rolled back",
+            "discard": "transaction discarded"}.get(kind, f"copy in {where}")
+    return text + ("  (this copy)" if e.get("this") else "")
+
+
+def preview(body: bytes, width: int = 32) -> str:
+    text = body.decode("utf-8", "replace").replace("\n", "\\n")
+    return text if len(text) <= width else text[: width - 1] + "…"

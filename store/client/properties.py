@@ -1,0 +1,95 @@
+"""A message's properties from what a caller gives: the one place that checks and builds
+tags, keys, user properties and the sharding key, for ``Producer``, ``TransactionProducer``,
+``mqctl send`` and ``mqctl tx send`` alike.
+
+No value may hold the property separators (``store.log.record.has_separator``: it could
+forge another property, a unique key say), a tag must be selectable by a consumer's
+expression (``store.names.tag_problem``), a key holds no space (keys are stored space
+separated), and a user property is neither empty nor reserved
+(``store.log.record.check_property``).
+
+Errors are :class:`~store.errors.InvalidPropertyError` naming the argument in the caller's
+spelling (``arg_names``, as in :mod:`store.client.rules`)::
+
+    tags 'a|b': a message has one tag, ...            (Python)
+    --tag 'a|b': a message has one tag, ...           (mqctl send)
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+from store.client.rules import ArgNames, spelling
+from store.errors import InvalidPropertyError
+
+UserProperties = Mapping[str, str] | Iterable[str]
+
+
+def build_properties(*, tags: str | None = None, keys: str | Sequence[str] | None = None,
+                     properties: UserProperties | None = None, sharding_key: str | None = None,
+                     arg_names: ArgNames | None = None) -> dict[str, str]:
+    """The stored properties of a message: the user ``properties``, ``TAGS``, ``KEYS`` (space
+    separated; ``keys`` is one key or a sequence, blank ones dropped) and the sharding key.
+
+    ``properties`` is a mapping, or ``NAME=VALUE`` strings as a command line gives them
+    (``NAME:VALUE`` too); an error then quotes the string as given. Raises
+    ``InvalidPropertyError`` for the first value that may not be stored."""
+    from store.log.record import PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS
+    from store.names import tag_problem
+    said = spelling(arg_names)
+    props = _user_properties(properties, said)
+    key_list = [] if not keys else [keys] if isinstance(keys, str) else list(keys)
+    for arg, name, value in [("tags", "tags", tags), *(("keys", "key", k) for k in key_list),
+                             ("sharding_key", "sharding_key", sharding_key)]:
+        if value is not None:
+            _storable(value, arg, said[name])
+    if tags:
+        why = tag_problem(tags)
+        if why:
+            raise InvalidPropertyError(f"{said['tags']} {tags!r}: {why}", "tags", tags)
+        props[PROP_TAGS] = tags
+    parts = []
+    for k in key_list:
+        if " " in k.strip():
+            raise InvalidPropertyError(said["key_with_spaces"].format(value=repr(k)), "keys", k)
+        if k.strip():
+            parts.append(k.strip())
+    if parts:
+        props[PROP_KEYS] = " ".join(parts)
+    if sharding_key is not None:
+        props[PROP_SHARDING_KEY] = sharding_key
+    return props
+
+
+def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> dict[str, str]:
+    """The user properties, each checked; ``NAME=VALUE`` strings split first."""
+    from store.errors import BadInputError
+    from store.log.record import check_property
+    if given is None:
+        return {}
+    if isinstance(given, Mapping):
+        pairs = [(str(k), str(k), str(v)) for k, v in given.items()]
+    else:
+        pairs = []
+        for item in given:
+            sep = "=" if "=" in item else (":" if ":" in item else None)
+            if sep is None:
+                raise InvalidPropertyError(f"{said['properties']} {item!r}: expected NAME=VALUE", "properties", item)
+            name, value = item.split(sep, 1)
+            pairs.append((item, name, value))
+    out: dict[str, str] = {}
+    for shown, name, value in pairs:
+        try:
+            check_property(name, value)
+        except BadInputError as exc:
+            raise InvalidPropertyError(f"{said['properties']} {shown!r}: {exc}", "properties", shown) from exc
+        out[name] = value
+    return out
+
+
+def _storable(value: object, arg: str, name: str) -> None:
+    """A text value that may be stored in a property, or ``InvalidPropertyError``."""
+    from store.log.record import has_separator
+    if not isinstance(value, str):
+        raise InvalidPropertyError(f"{name} must be a str, not {type(value).__name__}", arg, value)
+    if has_separator(value):
+        raise InvalidPropertyError(f"{name} may not contain the control characters \\x01 or \\x02", arg, value)

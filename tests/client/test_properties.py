@@ -1,0 +1,55 @@
+"""The one property builder (store/client/properties.py): what it stores, what it refuses, and
+how its errors name the argument in each caller's spelling (Python or the command line)."""
+from __future__ import annotations
+
+import pytest
+
+from mqctl.msgargs import PROPERTY_FLAGS, message_properties
+from store.client.properties import build_properties
+from store.errors import InvalidPropertyError, UsageError
+
+
+def test_builds_tags_keys_user_properties_and_sharding_key() -> None:
+    props = build_properties(tags="paid", keys=[" k1 ", "", "k2"], properties={"a": "1"}, sharding_key="s")
+    assert props == {"a": "1", "TAGS": "paid", "KEYS": "k1 k2", "__SHARDINGKEY": "s"}
+    assert build_properties(keys="k1", properties=["x=1", "y:2"]) == {"x": "1", "y": "2", "KEYS": "k1"}
+    assert build_properties(tags="", keys=[]) == {}
+
+
+@pytest.mark.parametrize(("kwargs", "arg", "python", "cli"), [
+    ({"tags": "a|b"}, "tags", "tags 'a|b': a message has one tag", "--tag 'a|b': a message has one tag"),
+    ({"tags": "a\x01"}, "tags", "tags may not contain the control characters",
+     "--tag may not contain the control characters"),
+    ({"keys": ["a b"]}, "keys", "a key may not contain spaces: 'a b'", "--keys: a key may not contain spaces"),
+    ({"keys": ["a\x02"]}, "keys", "a key may not contain the control", "--keys may not contain the control"),
+    ({"sharding_key": "s\x01"}, "sharding_key", "sharding_key may not contain", "--sharding-key may not contain"),
+    ({"properties": {"TAGS": "x"}}, "properties", "property 'TAGS': property 'TAGS' is reserved",
+     "--property 'TAGS': property 'TAGS' is reserved"),
+    ({"properties": ["novalue"]}, "properties", "property 'novalue': expected NAME=VALUE",
+     "--property 'novalue': expected NAME=VALUE"),
+])
+def test_errors_name_the_argument_in_the_callers_spelling(kwargs: dict[str, object], arg: str, python: str,
+                                                          cli: str) -> None:
+    with pytest.raises(InvalidPropertyError) as exc:
+        build_properties(**kwargs)  # type: ignore[arg-type]
+    assert str(exc.value).startswith(python) and exc.value.arg == arg and exc.value.exit_code == 2
+    with pytest.raises(UsageError) as exc2:
+        build_properties(arg_names=PROPERTY_FLAGS, **kwargs)  # type: ignore[arg-type]
+    assert str(exc2.value).startswith(cli)
+
+
+def test_a_cli_property_error_quotes_the_pair_as_given() -> None:
+    with pytest.raises(InvalidPropertyError, match=r"^--property 'TAGS=x': ") as exc:
+        message_properties(["ok=1", "TAGS=x"], None, None, None)
+    assert exc.value.value == "TAGS=x"
+
+
+def test_the_command_line_splits_keys_on_commas_and_routes_by_the_sharding_key_itself() -> None:
+    assert message_properties(["a=1"], "t", "k1, k2,", "s") == {"a": "1", "TAGS": "t", "KEYS": "k1 k2"}
+    with pytest.raises(InvalidPropertyError, match="^--sharding-key may not"):
+        message_properties([], None, None, "s\x02")
+
+
+def test_a_non_text_value_is_refused() -> None:
+    with pytest.raises(InvalidPropertyError, match="^tags must be a str, not int"):
+        build_properties(tags=5)  # type: ignore[arg-type]
