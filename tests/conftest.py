@@ -1,9 +1,13 @@
 """Suite-wide setup and the fixtures every test directory shares.
 
 Fixtures: ``root`` (a store path that does not exist yet), ``warnings`` (collects the store's
-warnings), ``store`` (a store opened there, closed after the test), ``layout`` (its file
-layout) and ``mq`` (``tests.procs.MQ``: real ``mqctl`` processes on that store, killed when
-the test ends). A directory's own ``conftest.py`` may narrow one (``tests/faults`` does).
+warnings), ``store`` (a store opened there with ``store_settings``, closed after the test),
+``layout`` (its file layout) and ``mq`` (``tests.procs.MQ``: real ``mqctl`` processes on a
+store made by ``mqctl init``, or copied from ``mq_template``; killed when the test ends).
+
+``store_settings`` and ``mq_template`` are the two knobs: a module whose tests all want other
+settings, or all start from one prepared store, overrides that fixture and keeps ``store`` and
+``mq`` themselves (``tests/log/test_retention.py``, ``tests/faults/test_corruption.py``).
 
 Setup: compile the project's modules once, before any test starts ``mqctl``.
 
@@ -17,12 +21,13 @@ modules to the first import.)
 from __future__ import annotations
 
 import compileall
+import shutil
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from store import Store
+from store import Store, StoreSettings
 from store.layout import Layout
 from tests.procs import MQ
 
@@ -45,8 +50,14 @@ def warnings() -> list[str]:
 
 
 @pytest.fixture
-def store(root: Path, warnings: list[str]) -> Iterator[Store]:
-    s = Store.open(root, create=True, warn=warnings.append)
+def store_settings() -> StoreSettings | None:
+    """The settings ``store`` creates its store with (None: the defaults)."""
+    return None
+
+
+@pytest.fixture
+def store(root: Path, warnings: list[str], store_settings: StoreSettings | None) -> Iterator[Store]:
+    s = Store.open(root, create=True, settings=store_settings, warn=warnings.append)
     yield s
     s.close()
 
@@ -57,9 +68,18 @@ def layout(root: Path) -> Layout:
 
 
 @pytest.fixture
-def mq(tmp_path: Path) -> Iterator[MQ]:
+def mq_template() -> Path | None:
+    """A store ``mq`` starts from, copied (None: a new one, ``mqctl init``)."""
+    return None
+
+
+@pytest.fixture
+def mq(tmp_path: Path, mq_template: Path | None) -> Iterator[MQ]:
     env = MQ(tmp_path / "store", tmp_path)
-    env.ok("init")
+    if mq_template is None:
+        env.ok("init")
+    else:
+        shutil.copytree(mq_template, env.root)
     try:
         yield env
     finally:

@@ -206,8 +206,8 @@ if [ ! -e {pidfile} ]; then sleep 60 & echo $! > {pidfile}; wait; fi""")
     mq.send_lines("T", ["m"])
     wait_for(lambda: len(read_log(log)) >= 2, 30, what="a second delivery after the timeout")
     sleeper = int(pidfile.read_text())
-    from tests.procs import _pid_running
-    wait_for(lambda: not _pid_running(sleeper), 5, what="the handler's child to be killed")
+    from tests.procs import pid_running
+    wait_for(lambda: not pid_running(sleeper), 5, what="the handler's child to be killed")
     p.signal(signal.SIGTERM)
     assert p.wait(20) == 0, p.stderr()
 

@@ -1,12 +1,9 @@
 """The --dedup log: sharing, torn lines, bounds and compaction, across real processes."""
 from __future__ import annotations
 
-import os
 import re
 import stat
 import subprocess
-import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,8 +12,8 @@ import pytest
 from store.client.dedup import DedupLog
 from store.errors import BadInputError, InvalidNameError, UsageError
 from store.layout import Layout
+from tests.procs import finish, python
 
-REPO = Path(__file__).resolve().parents[2]
 LINE = re.compile(r"[0-9]+ [!-~]+")
 DAY_MS = 24 * 3600 * 1000
 
@@ -27,17 +24,6 @@ class FakeClock:
 
     def __call__(self) -> int:
         return self.now
-
-
-def run_python(script: str, *args: object) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
-                            env=env, stderr=subprocess.PIPE, text=True)
-
-
-def finish(proc: subprocess.Popen[str]) -> None:
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
 
 
 def lines(path: Path) -> list[str]:
@@ -195,11 +181,10 @@ def test_records_from_two_processes_interleave_as_whole_lines(layout: Layout) ->
                 log.record([f"{name}-{batch}-{i}" for i in range(5)])
     """
     with DedupLog(layout, "g") as reader:
-        procs = [run_python(script, layout.root, name) for name in ("p", "q")]
+        procs = [python(script, layout.root, name, stderr=subprocess.PIPE) for name in ("p", "q")]
         while any(proc.poll() is None for proc in procs):
             reader.refresh()
-        for proc in procs:
-            finish(proc)
+        finish(*procs)
         reader.refresh()
         expected = {f"{name}-{batch}-{i}" for name in "pq" for batch in range(200) for i in range(5)}
         assert all(reader.seen(key) for key in expected)
@@ -220,7 +205,7 @@ def test_appends_during_compactions_in_another_process_are_not_lost(layout: Layo
                 log.record([f"key-{i}"])
     """
     with DedupLog(layout, "g") as compactor:
-        proc = run_python(writer, layout.root)
+        proc = python(writer, layout.root, stderr=subprocess.PIPE)
         compactions = 0
         while proc.poll() is None:
             compactor.compact()
@@ -245,7 +230,7 @@ def test_a_reader_keeps_up_while_another_process_compacts(layout: Layout) -> Non
     path = layout.dedup_log("g")
     inodes: set[int] = set()
     with DedupLog(layout, "g") as reader:
-        proc = run_python(writer, layout.root)
+        proc = python(writer, layout.root, stderr=subprocess.PIPE)
         while proc.poll() is None:
             reader.refresh()
             if path.exists():

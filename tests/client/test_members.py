@@ -6,7 +6,6 @@ import json
 import os
 import select
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,7 @@ import pytest
 from store.client.members import Membership, groups_with_members, live_members, members_token
 from store.errors import ClientIdInUseError, InvalidNameError, OperationError
 from store.layout import Layout
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.procs import finish, python
 
 # A member in its own process, driven one command per stdin line ("join", "leave",
 # "update {json}"); it answers each with one JSON line. Arguments: store, group, client id.
@@ -47,10 +45,8 @@ for line in sys.stdin:
 
 class Member:
     def __init__(self, root: Path, group: str, client_id: str):
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(root), group, client_id],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=env)
+        self.proc = python(DRIVER, root, group, client_id, stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE)
         assert self._read() == "ready"
 
     @property
@@ -317,11 +313,6 @@ print(held)
 
 def test_joining_leaving_and_pruning_one_id_never_gives_two_holders(root, tmp_path):
     marker = tmp_path / "holder"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([sys.executable, "-c", CHURN, str(root), str(marker), "1.5"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    procs = [python(CHURN, root, marker, 1.5, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for _ in range(4)]
-    outs = [p.communicate(timeout=60) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err
-    assert sum(int(out) for out, _ in outs) > 20
+    assert sum(int(out) for out in finish(*procs, timeout=60)) > 20

@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -14,8 +12,7 @@ import pytest
 from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
 from store.errors import CorruptionError, InvalidNameError, UsageError
 from store.layout import Layout
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.procs import finish, python
 
 
 @pytest.fixture
@@ -219,14 +216,10 @@ def test_concurrent_commits_from_four_processes_lose_nothing(layout: Layout, tmp
     count = 150
     start = tmp_path / "start"
     members = [("g", 0), ("g", 1), ("g", 2), ("other", 0)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([sys.executable, "-c", COMMITTER, str(layout.root), group, str(qid),
-                               str(count), str(start)], env=env, stderr=subprocess.PIPE, text=True)
+    procs = [python(COMMITTER, layout.root, group, qid, count, start, stderr=subprocess.PIPE)
              for group, qid in members]
     start.touch()
-    errors = [proc.communicate(timeout=120)[1] for proc in procs]
-
-    assert [proc.returncode for proc in procs] == [0, 0, 0, 0], errors
+    finish(*procs)
     store = ClusterOffsetStore(layout)
     assert store.read_group("g") == {("T", 0): count, ("T", 1): count, ("T", 2): count}
     assert store.read_group("other") == {("T", 0): count}

@@ -8,7 +8,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,8 +16,7 @@ import pytest
 from store.client.qlocks import QueueLock, group_mutex, list_locks, unlock
 from store.errors import InvalidNameError, LockHeldError, UsageError
 from store.layout import Layout
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.procs import finish, python
 
 # A lock holder in its own process, driven one command per stdin line; it answers each with
 # one JSON line. Arguments: store, group, topic, queueId, clientId, lease ms, client lease ms,
@@ -71,11 +69,8 @@ class Holder:
     def __init__(self, root: Path, client_id: str, *, group: str = "G", topic: str = "T",
                  queue_id: int = 0, lease_ms: int = 60_000, client_lease_ms: int = 30_000,
                  delay: str = ""):
-        args = [sys.executable, "-c", DRIVER, str(root), group, topic, str(queue_id), client_id,
-                str(lease_ms), str(client_lease_ms), delay]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env=env)
+        self.proc = python(DRIVER, root, group, topic, queue_id, client_id, lease_ms,
+                           client_lease_ms, delay, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self._read() == "ready"
 
     @property
@@ -461,11 +456,6 @@ print(held)
 
 def test_acquire_release_probe_and_unlock_churn_never_gives_two_owners(root, tmp_path):
     marker = tmp_path / "owner"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([sys.executable, "-c", CHURN, str(root), f"c{i}", str(marker), "1.5"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    procs = [python(CHURN, root, f"c{i}", marker, 1.5, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for i in range(4)]
-    outs = [p.communicate(timeout=60) for p in procs]
-    for p, (_out, err) in zip(procs, outs):
-        assert p.returncode == 0, err
-    assert sum(int(out) for out, _ in outs) > 20
+    assert sum(int(out) for out in finish(*procs, timeout=60)) > 20

@@ -13,7 +13,6 @@ import binascii
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from hypothesis import strategies as st
 from store import names
 from store.errors import UsageError
 from store.log.record import RESERVED_PROPERTIES
-from tests.faults.faultutil import MQCTL, assert_one_error, base_env, run_inprocess
+from tests.procs import MQCTL, Result, mqctl, mqctl_env, one_error, run, run_inprocess
 
 QUEUES = 3
 SCALE = int(os.environ.get("MQCTL_FUZZ_SCALE", "1"))  # more examples for a longer hunt, e.g. 20
@@ -32,7 +31,8 @@ SAMPLE = settings(max_examples=4 * SCALE, deadline=None, suppress_health_check=l
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store shared by this module's tests: topic t (3 queues) and three messages to start."""
     root = tmp_path_factory.mktemp("badinput") / "store"
     ok(root, "topic", "create", "t", "--queues", str(QUEUES))
     ok(root, "send", "t", "--keys", "k1,k2", "--tag", "A", "-p", "p=v", "--json", stdin=b"one\ntwo\n")
@@ -57,7 +57,7 @@ def assert_contract(res, allowed: set[int]) -> None:
     assert "internal error" not in res.stderr, str(res)
     assert res.returncode in allowed, str(res)
     if res.returncode != 0:  # (a summary of what was done before the error may precede it)
-        assert_one_error(res, res.returncode, allow_info=True)
+        one_error(res, res.returncode, allow_info=True)
 
 
 # -- names -----------------------------------------------------------------------------------------
@@ -86,29 +86,29 @@ def group_ok(name: str) -> bool:
 @FAST
 @given(name=name_text)
 @example(name="a\x00b")
-def test_topic_and_group_names(store: Path, name: str) -> None:
+def test_topic_and_group_names(shared_root: Path, name: str) -> None:
     assume(not name.startswith("-"))  # an option, not a name: covered by the option tests
     assume(not name.endswith("\n"))  # a known bug: test_security.py::test_a_trailing_newline_is_not_part_of_a_valid_name
-    res = cli(store, "topic", "create", name, "--queues", "1")
+    res = cli(shared_root, "topic", "create", name, "--queues", "1")
     assert_contract(res, {0, 2, 4})
     if name == "t":  # the fixture's topic, with 3 queues: a conflict
         assert res.returncode == 4, str(res)
     else:
         assert (res.returncode == 0) == topic_ok(name), str(res)
 
-    res = cli(store, "send", name, "body")
+    res = cli(shared_root, "send", name, "body")
     assert_contract(res, {0, 2})
     assert (res.returncode == 0) == topic_ok(name), str(res)
 
-    res = cli(store, "topic", "status", name, "--json")
+    res = cli(shared_root, "topic", "status", name, "--json")
     assert_contract(res, {0, 2, 3})
     assert (res.returncode == 2) == (not NAME.fullmatch(name)), str(res)
 
-    res = cli(store, "consume", "t", "-g", name, "-e", "--from", "last")
+    res = cli(shared_root, "consume", "t", "-g", name, "-e", "--from", "last")
     assert_contract(res, {0, 2})
     assert (res.returncode == 0) == group_ok(name), str(res)
 
-    res = cli(store, "offsets", "show", "--group", name, "--json")
+    res = cli(shared_root, "offsets", "show", "--group", name, "--json")
     assert_contract(res, {0, 2, 3})
     if not group_ok(name):
         assert res.returncode == 2, str(res)
@@ -184,8 +184,8 @@ def line_verdict(raw: bytes) -> str:
 
 @settings(max_examples=50 * SCALE, deadline=None, suppress_health_check=list(HealthCheck))
 @given(lines=st.lists(ndjson_line, min_size=1, max_size=6))
-def test_ndjson_lines(store: Path, lines: list[bytes]) -> None:
-    res = cli(store, "send", "t", "--input", "json", "--json", stdin=b"\n".join(lines) + b"\n")
+def test_ndjson_lines(shared_root: Path, lines: list[bytes]) -> None:
+    res = cli(shared_root, "send", "t", "--input", "json", "--json", stdin=b"\n".join(lines) + b"\n")
     assert_contract(res, {0, 5})
     verdicts = [line_verdict(ln) for ln in lines]
     first_bad = verdicts.index("bad") if "bad" in verdicts else None
@@ -200,10 +200,10 @@ def test_ndjson_lines(store: Path, lines: list[bytes]) -> None:
         assert sent == verdicts[:first_bad].count("ok"), str(res)
 
 
-def test_ndjson_lone_surrogates_are_a_data_error(store: Path) -> None:
+def test_ndjson_lone_surrogates_are_a_data_error(shared_root: Path) -> None:
     for field in ("keys", "shardingKey", "tags"):
-        res = cli(store, "send", "t", "--input", "json", stdin=b'{"body":"x","%s":"\\ud800"}\n' % field.encode())
-        assert_one_error(res, 5)
+        res = cli(shared_root, "send", "t", "--input", "json", stdin=b'{"body":"x","%s":"\\ud800"}\n' % field.encode())
+        one_error(res, 5)
 
 
 # -- time strings, durations, templates ---------------------------------------------------------------
@@ -232,9 +232,9 @@ def test_time_and_duration_parsers_raise_only_usage_errors(text: str) -> None:
 
 @FAST
 @given(text=time_text)
-def test_from_time_through_the_cli(store: Path, text: str) -> None:
+def test_from_time_through_the_cli(shared_root: Path, text: str) -> None:
     assume(not text.startswith("-") or re.match(r"^-[0-9]", text))
-    res = cli(store, "consume", "t", "-g", "timeg", "--from", text, "-e", "--count", "1")
+    res = cli(shared_root, "consume", "t", "-g", "timeg", "--from", text, "-e", "--count", "1")
     assert_contract(res, {0, 2})
 
 
@@ -264,9 +264,9 @@ def test_templates_compile_or_raise_usage_and_render_anything(text: str) -> None
 
 @FAST
 @given(text=template_text)
-def test_format_through_the_cli(store: Path, text: str) -> None:
+def test_format_through_the_cli(shared_root: Path, text: str) -> None:
     assume(not text.startswith("-"))
-    res = cli(store, "consume", "t", "-g", "fmtg", "--from", "first", "-e", "--format", text)
+    res = cli(shared_root, "consume", "t", "-g", "fmtg", "--from", "first", "-e", "--format", text)
     assert_contract(res, {0, 2})
     # each run is a new member of one group: drain once, then later runs print nothing
     assert res.returncode == 0 or not res.stdout
@@ -322,85 +322,81 @@ option_value = st.one_of(
 @given(case=st.sampled_from(OPTION_CASES), value=option_value)
 @example(case=(["msg", "show"], None, {0, 2, 3}), value="\ud800")  # found by hypothesis: not a surrogate escape
 @example(case=(["send", "t", "x"], "--keys", {0, 2}), value="\udcff")
-def test_option_values(store: Path, case, value: str) -> None:
+def test_option_values(shared_root: Path, case, value: str) -> None:
     prefix, option, codes = case
     assume(not value.startswith("-") or re.match(r"^-[0-9.]", value))
     # a known bug, pinned below: test_a_unicode_digit_delay_is_a_usage_error
     assume(not (option == "--delay" and value.strip().isdigit() and not value.strip().isascii()))
     args = [*prefix, option, value] if option else [*prefix, value]
     stdin = b"k:a\nb\n" if prefix[:2] == ["send", "t"] and len(prefix) == 2 else b""
-    res = cli(store, *args, stdin=stdin)
+    res = cli(shared_root, *args, stdin=stdin)
     assert_contract(res, codes)
 
 
 # -- a sample through real processes -------------------------------------------------------------------
 
-def real(root: Path, *args: str, stdin: bytes = b""):
-    from tests.faults.faultutil import Result
-    cp = subprocess.run(MQCTL + list(args), input=stdin, capture_output=True, env=base_env(root), timeout=60)
-    return Result(list(args), cp.returncode, cp.stdout, cp.stderr.decode(errors="replace"))
+def real(root: Path, *args: str, stdin: bytes = b"") -> Result:
+    return mqctl(root, *args, input=stdin)
 
 
 @SAMPLE
 @given(name=name_text.filter(lambda s: "\x00" not in s and not s.startswith("-") and not s.endswith("\n")),
        lines=st.lists(ndjson_line, min_size=1, max_size=3))
-def test_a_sample_through_real_processes(store: Path, name: str, lines: list[bytes]) -> None:
-    res = real(store, "send", name, "x")
+def test_a_sample_through_real_processes(shared_root: Path, name: str, lines: list[bytes]) -> None:
+    res = real(shared_root, "send", name, "x")
     assert_contract(res, {0, 2})
     assert (res.returncode == 0) == topic_ok(name)
-    res = real(store, "send", "t", "--input", "json", stdin=b"\n".join(lines) + b"\n")
+    res = real(shared_root, "send", "t", "--input", "json", stdin=b"\n".join(lines) + b"\n")
     assert_contract(res, {0, 5})
     verdicts = [line_verdict(ln) for ln in lines]
     assert (res.returncode == 5) == ("bad" in verdicts), str(res)
 
 
-def test_usage_errors_are_one_line_through_real_processes(store: Path) -> None:
+def test_usage_errors_are_one_line_through_real_processes(shared_root: Path) -> None:
     for args, code in [(["send", "t", "--bogus"], 2), (["consume", "t"], 2), (["send", "t", "x", "-q", "-1"], 2),
                        (["nosuchcommand"], 2), (["consume", "t", "-g", "g", "--count", "x"], 2),
                        (["topic", "status", "nosuch"], 3), (["msg", "show", "00"], 3),
                        (["send", "t", "--input", "json"], 5)]:
         stdin = b"not json\n" if code == 5 else b""
-        msg = assert_one_error(real(store, *args, stdin=stdin), code)
+        msg = one_error(real(shared_root, *args, stdin=stdin), code)
         if code == 2:
             assert "--help" in msg  # the hint says where to look
 
 
-def test_arguments_that_are_not_utf8_are_usage_errors(store: Path) -> None:
+def test_arguments_that_are_not_utf8_are_usage_errors(shared_root: Path) -> None:
     """Bytes that are not UTF-8 in argv arrive as surrogate escapes: a usage error, not an
     internal one."""
-    env = base_env(store)
+    env = mqctl_env(shared_root)
     for args in (["send", "t", "x", "-s", b"\xff"], ["send", "t", "x", "-k", b"\xffk"], ["send", "t", "x", "-t", b"\xff"],
                  ["send", "t", "x", "-p", b"a=\xff"], ["tx", "send", "t", "x", "-k", b"\xff"]):
         argv = [a if isinstance(a, bytes) else a.encode() for a in MQCTL + args]
-        cp = subprocess.run(argv, capture_output=True, env=env, timeout=60)
-        from tests.faults.faultutil import Result
-        assert_one_error(Result([str(a) for a in args], cp.returncode, cp.stdout, cp.stderr.decode(errors="replace")), 2)
+        one_error(run(argv, env=env, args=[str(a) for a in args]), 2)
 
 
 # -- bugs these tests found (all fixed now): regressions ----------
 
-def test_property_separators_cannot_be_injected(store: Path) -> None:
-    res = cli(store, "send", "t", "--input", "json", "--json",
+def test_property_separators_cannot_be_injected(shared_root: Path) -> None:
+    res = cli(shared_root, "send", "t", "--input", "json", "--json",
               stdin=b'{"body":"b","keys":"k\\u0002UNIQ_KEY\\u0001forged"}\n')
     assert res.returncode == 5
-    assert cli(store, "msg", "show", "forged").returncode == 3
+    assert cli(shared_root, "msg", "show", "forged").returncode == 3
 
 
-def test_body_argument_bytes_are_sent_as_they_are(store: Path) -> None:
+def test_body_argument_bytes_are_sent_as_they_are(shared_root: Path) -> None:
     argv = [a.encode() for a in MQCTL] + [b"send", b"t", b"\xffraw", b"-q", b"0", b"--json"]
-    cp = subprocess.run(argv, capture_output=True, env=base_env(store), timeout=60)
-    assert cp.returncode == 0, cp.stderr
+    res = run(argv, env=mqctl_env(shared_root))
+    assert res.returncode == 0, str(res)
 
 
-def test_an_empty_key_delimiter_is_a_usage_error(store: Path) -> None:
-    assert_one_error(cli(store, "send", "t", "--key-delimiter", "", stdin=b"k:v\n"), 2)
+def test_an_empty_key_delimiter_is_a_usage_error(shared_root: Path) -> None:
+    one_error(cli(shared_root, "send", "t", "--key-delimiter", "", stdin=b"k:v\n"), 2)
 
 
-def test_a_bad_escape_in_a_delimiter_is_a_usage_error(store: Path) -> None:
+def test_a_bad_escape_in_a_delimiter_is_a_usage_error(shared_root: Path) -> None:
     for option in ("--delimiter", "--key-delimiter"):
         for value in ("\\", "\\x", "\\u00"):
-            assert_one_error(cli(store, "send", "t", option, value, stdin=b"a\n"), 2)
+            one_error(cli(shared_root, "send", "t", option, value, stdin=b"a\n"), 2)
 
 
-def test_a_unicode_digit_delay_is_a_usage_error(store: Path) -> None:
-    assert_one_error(cli(store, "send", "t", "x", "--delay", "\u00b2"), 2)
+def test_a_unicode_digit_delay_is_a_usage_error(shared_root: Path) -> None:
+    one_error(cli(shared_root, "send", "t", "x", "--delay", "\u00b2"), 2)

@@ -28,7 +28,8 @@ from store.log import format as F
 from store.log.broker import Store
 from store.log.commitlog import CommitLog
 from store.names import HALF_TOPIC, OP_HALF_TOPIC
-from tests.faults.faultutil import KILLED, MQ, Result, assert_one_error, is_dirty, run_inprocess
+from tests.faults.faultutil import is_dirty
+from tests.procs import KILLED, MQ, Result, one_error, run_inprocess
 
 SLOW = pytest.mark.slow
 SEEDS = [11, *[pytest.param(s, marks=SLOW) for s in (2024, 7, 99, 31337)]]
@@ -43,7 +44,8 @@ def _cli(root: Path, *args: str, stdin: bytes = b"") -> Result:
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def mq_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every test here starts ``mq`` (tests/conftest.py) from a copy of this store."""
     root = tmp_path_factory.mktemp("corrupt-template") / "store"
     _cli(root, "topic", "create", "t", "--queues", "3")
     lines = "".join(f"k{i % 5}:body-{i}-{'x' * (i % 17)}\n" for i in range(60))
@@ -62,15 +64,6 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert res.returncode == KILLED, str(res)
     assert list((root / "locks" / "O" / "t").glob("*.lock"))
     return root
-
-
-@pytest.fixture
-def mq(template: Path, tmp_path: Path):
-    root = tmp_path / "store"
-    shutil.copytree(template, root)
-    m = MQ(root, tmp_path)
-    yield m
-    m.cleanup()
 
 
 def records(root: Path) -> list[tuple[int, int, str, bytes, str]]:
@@ -148,7 +141,7 @@ def test_every_flip_in_the_log_is_found_and_never_served(mq: MQ, seed: int) -> N
         shown = mq.cli("msg", "show", mid, "--json")
         # never the damaged bytes, and never "not found": a data error naming the damage
         assert shown.returncode == 5 and "damaged message" in shown.stderr, str(shown)
-        assert_one_error(shown, 5)
+        one_error(shown, 5)
     with Store.open(mq.root, warn=lambda _m: None) as store:
         for q in range(3):
             res_pull = store.pull("t", q, 0, 1000)
@@ -275,7 +268,7 @@ def _assert_works_or_one_clear_error(res: Result, codes: set[int]) -> None:
     assert "Traceback" not in res.stderr and "internal error" not in res.stderr, str(res)
     assert res.returncode in codes, str(res)
     if res.returncode != 0:
-        assert_one_error(res, res.returncode, allow_info=True)
+        one_error(res, res.returncode, allow_info=True)
 
 
 JSON_FILES = {
@@ -338,7 +331,7 @@ def test_damaged_group_offsets_without_a_backup_never_restart_silently(mq: MQ) -
     path.with_name("consumerOffset.json.bak").unlink(missing_ok=True)
     path.write_bytes(b'{"offsetTable": {"t@G": {"0": ')
     res = mq.cli("consume", "t", "-g", "G", "-e")
-    msg = assert_one_error(res, 5, allow_warnings=True)
+    msg = one_error(res, 5, allow_warnings=True)
     assert "consumerOffset.json" in msg
     assert res.stdout == b""  # nothing redelivered from offset 0 without being told
 

@@ -3,8 +3,8 @@ named step of the write path, the consumer and transactions; then the invariants
 
 Crash points (where they are placed):
 
-* ``put-after-log``, ``put-after-cq``, ``put-after-index`` — ``store/log/broker.py``
-  ``Store.commit_batch``: after the commit-log write / the consume queues / the key index,
+* ``put-after-log``, ``put-after-cq``, ``put-after-index`` — ``store/log/writebatch.py``
+  ``WriteBatch.commit``: after the commit-log write / the consume queues / the key index,
   before the checkpoint moves;
 * ``rebalance-after-lock``, ``rebalance-before-unlock``, ``offsets-before-persist``,
   ``offsets-after-persist`` — ``store/client/runtime.py``;
@@ -29,17 +29,14 @@ from pathlib import Path
 import pytest
 
 from tests.faults.faultutil import (
-    KILLED,
     LOGGING_HANDLER,
-    MQ,
     assert_key_order,
     drop_torn_by_kills,
     is_dirty,
     keyed_lines,
     read_handler_log,
-    script,
-    wait_for,
 )
+from tests.procs import KILLED, MQ, handler_script, wait_for
 
 PUT_POINTS = ["put-after-log", "put-after-cq", "put-after-index"]
 KEYS = ["alpha", "bravo", "charlie", "delta", "echo"]
@@ -215,7 +212,7 @@ def test_tx_end_killed_in_the_write_path(mq: MQ, point: str, nth: int, resolutio
 
 @pytest.mark.parametrize("point", ["put-after-cq:3", *[pytest.param(p, marks=SLOW) for p in PUT_POINTS]])
 def test_tx_check_killed_in_the_write_path(mq: MQ, tmp_path: Path, point: str) -> None:
-    answer = script(tmp_path, "answer.sh", """
+    answer = handler_script(tmp_path / "answer.sh", """
         #!/bin/sh
         case "$(cat)" in c*) echo COMMIT ;; r*) echo ROLLBACK ;; *) echo UNKNOWN ;; esac
     """)
@@ -254,11 +251,11 @@ def test_tx_points_resolve_at_most_once(mq: MQ, tmp_path: Path, point: str) -> N
     """The transaction helper's own points (``store/tx/transaction.py``, ``store/tx/check.py``),
     each reached by the command that passes it; then everything is finished and checked for
     at-most-once."""
-    answer = script(tmp_path, "answer.sh", """
+    answer = handler_script(tmp_path / "answer.sh", """
         #!/bin/sh
         case "$(cat)" in c*) echo COMMIT ;; r*) echo ROLLBACK ;; *) echo UNKNOWN ;; esac
     """)
-    ok_exec = script(tmp_path, "local.sh", "#!/bin/sh\nexit 0\n")
+    ok_exec = handler_script(tmp_path / "local.sh", "#!/bin/sh\nexit 0\n")
     txs = {b: json.loads(mq.ok("tx", "send", "orders", b).stdout)["txId"] for b in ("c1", "r1", "u1")}
     how = TX_POINTS[point]
     if how == "send-exec":
@@ -329,7 +326,7 @@ def test_consumer_killed_at_each_point(mq: MQ, tmp_path: Path, point: str, order
     lines = keyed_lines(KEYS, seqs, n)
     mq.ok("send", "events", "--key-delimiter", ":", input="".join(f"{ln}\n" for ln in lines))
     bodies = sorted(ln.split(":", 1)[1] for ln in lines)
-    handler = script(tmp_path, "handler.sh", LOGGING_HANDLER)
+    handler = handler_script(tmp_path / "handler.sh", LOGGING_HANDLER)
     log = tmp_path / "handled.log"
     env = {"HANDLER_LOG": str(log), "HANDLER_SLEEP": "0.02"}
     mode = ["--orderly"] if orderly else []
@@ -340,11 +337,11 @@ def test_consumer_killed_at_each_point(mq: MQ, tmp_path: Path, point: str, order
     # (or at its periodic offset persist).
     first_points = None if point == "rebalance-after-lock" else point
     second_points = point if point == "rebalance-after-lock" else None
-    a = mq.start(*args, failpoints=first_points, env=env)
+    a = mq.start(*args, failpoints=first_points, extra_env=env)
     # (a member persists offsets as soon as it is idle or a queue has 128 finished messages:
     # an offsets failpoint may kill the first member before ten deliveries)
     wait_for(lambda: len(read_handler_log(log)) >= 10 or not a.alive(), what="the first deliveries")
-    b = mq.start(*args, failpoints=second_points, env=env)
+    b = mq.start(*args, failpoints=second_points, extra_env=env)
     victim = b if second_points else a
     survivor = a if second_points else b
     wait_for(lambda: not victim.alive(), timeout=30, what=f"the failpoint {point}")

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from store.layout import Layout
-from tests.faults.faultutil import KILLED, MQ, MQCTL, assert_one_error, is_dirty, wait_for
+from tests.faults.faultutil import is_dirty
+from tests.procs import KILLED, MQ, MQCTL, one_error, wait_for
 
 
 def sizes(root: Path) -> dict[str, int]:
@@ -55,7 +56,7 @@ def test_file_size_limit(mq: MQ, where: str) -> None:
     good = sorted(e["body"] for e in mq.drain("t", "before"))
     limit = 4096 if where == "commitlog" else 300 * 1024
     res = mq.run("send", "t", "--keys", "k", "--json", input=lines(200, 100, "big"), preexec_fn=limit_fsize(limit))
-    msg = assert_one_error(res, 1)
+    msg = one_error(res, 1)
     assert "file size limit exceeded" in msg and where in msg, msg
     assert res.stdout == b""  # nothing acknowledged
     assert sizes(mq.root) == before, "a partial batch is left in the files"
@@ -74,14 +75,14 @@ def test_file_size_limit_on_small_files(mq: MQ) -> None:
     mq.ok("consume", "t", "-g", "G", "--from", "first", "-e")
     topics = (mq.root / "config" / "topics.json").read_bytes()
     res = mq.run("topic", "create", "u", preexec_fn=limit_fsize(64))
-    assert_one_error(res, 1)
+    one_error(res, 1)
     assert (mq.root / "config" / "topics.json").read_bytes() == topics
     assert not list((mq.root / "config").glob(".*.tmp"))  # the temp file is cleaned up
     mq.ok("send", "t", "-q", "0", "two")
     res = mq.run("consume", "t", "-g", "G", "-e", preexec_fn=limit_fsize(64))
     assert res.returncode in (0, 1) and "Traceback" not in res.stderr, str(res)
     if res.returncode:
-        assert_one_error(res, 1, allow_warnings=True)
+        one_error(res, 1, allow_warnings=True)
     mq.check_clean()
     assert [e["body"] for e in mq.drain("t", "H")] == ["one", "two"]
 
@@ -146,11 +147,11 @@ def test_full_file_system(small_fs: Path, tmp_path: Path) -> None:
         except OSError:
             pass  # full (possibly already before the filler got a byte)
         for args in (["send", "t", "x" * 5000], ["topic", "create", "u"]):
-            assert_one_error(m.run(*args), 1)
+            one_error(m.run(*args), 1)
         res = m.run("consume", "t", "-g", "late", "--from", "first", "-e")
         assert res.returncode in (0, 1) and "Traceback" not in res.stderr, str(res)
         if res.returncode:
-            assert "no space left on device" in assert_one_error(res, 1, allow_warnings=True)
+            assert "no space left on device" in one_error(res, 1, allow_warnings=True)
         assert m.ok("msg", "show", acked[0]["msgId"], "--json").json_lines()[0]["msgId"] == acked[0]["msgId"]
         m.ok("topic", "list")
         m.check_clean()
@@ -167,7 +168,6 @@ def ro_view(mq: MQ, tmp_path: Path):
     """A read-only bind mount of ``mq``'s store (root ignores file modes: the mount does not)."""
     view = tmp_path / "ro"
     view.mkdir()
-    mq.root.mkdir(parents=True, exist_ok=True)
     why = _mount(["--bind", str(mq.root), str(view)])
     if why is None:
         why = _mount(["-o", "remount,bind,ro", str(view)])
@@ -185,7 +185,7 @@ def test_read_only_store(mq: MQ, ro_view: Path, tmp_path: Path) -> None:
     ro = MQ(ro_view, tmp_path)
     for args in (["send", "t", "three"], ["topic", "create", "u"], ["consume", "t", "-g", "G", "-e"],
                  ["store", "recover"], ["tx", "send", "t", "x"]):
-        msg = assert_one_error(ro.run(*args), 1, allow_warnings=True)
+        msg = one_error(ro.run(*args), 1, allow_warnings=True)
         assert "read-only file system" in msg, msg
     assert ro.ok("msg", "query", "--topic", "t", "--key", "k", "--json").json_lines()[0]["body"] == "one"
     ro.ok("topic", "list")
@@ -288,6 +288,6 @@ def test_deleted_write_lock_file_still_excludes(mq: MQ) -> None:
     with Store.open(mq.root) as store, store.write_lock():
         (mq.root / "lock").unlink()
         p = subprocess.Popen(["timeout", "3", *MQCTL, "send", "t", "-q", "0", "two"],
-                             env=mq.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             env=mq.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         rc = p.wait(timeout=30)
     assert rc == 124, "a second writer got the write lock while this process held it"

@@ -7,12 +7,14 @@ import json
 import os
 import re
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.faults.faultutil import KILLED, LOGGING_HANDLER, MQ, MQCTL, REPO, assert_one_error, run_inprocess, script
+from tests.faults.faultutil import LOGGING_HANDLER
+from tests.procs import KILLED, MQ, handler_script, one_error, run_inprocess
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def tree(path: Path) -> set[str]:
@@ -21,12 +23,13 @@ def tree(path: Path) -> set[str]:
 
 # -- private files ----------------------------------------------------------------------------------
 
-def test_every_file_and_directory_is_private(mq: MQ, tmp_path: Path) -> None:
+def test_every_file_and_directory_is_private(tmp_path: Path) -> None:
     """A session that touches every kind of file, run with umask 000: directories 0700, files
     0600, whatever the umask."""
+    mq = MQ(tmp_path / "umask0", tmp_path)  # not the fixture's: init itself runs under umask 000
     env = {"HANDLER_LOG": str(tmp_path / "h.log")}
-    handler = script(tmp_path, "h.sh", LOGGING_HANDLER)
-    answer = script(tmp_path, "answer.sh", "#!/bin/sh\necho COMMIT\n")
+    handler = handler_script(tmp_path / "h.sh", LOGGING_HANDLER)
+    answer = handler_script(tmp_path / "answer.sh", "#!/bin/sh\necho COMMIT\n")
     old = os.umask(0)
     try:
         mq.ok("init")
@@ -34,7 +37,7 @@ def test_every_file_and_directory_is_private(mq: MQ, tmp_path: Path) -> None:
         mq.ok("send", "t", "--keys", "k", "--key-delimiter", ":", input="a:1\nb:2\n")
         mq.ok("send", "t", "later", "--delay", "1")
         mq.ok("consume", "t", "-g", "G", "--from", "first", "-e", "--dedup")
-        mq.ok("consume", "t", "-g", "E", "--from", "first", "-e", "--exec", handler, env=env)
+        mq.ok("consume", "t", "-g", "E", "--from", "first", "-e", "--exec", handler, extra_env=env)
         mq.ok("consume", "t", "-g", "B", "--broadcast", "--client-id", "c1", "--from", "first", "-e")
         assert mq.run("consume", "t", "-g", "O", "--orderly", "--from", "first", "--count", "1",
                       failpoints="rebalance-after-lock:2").returncode == KILLED  # leaves lock records
@@ -107,7 +110,7 @@ def test_no_name_or_id_reaches_outside_the_store(mq: MQ, tmp_path: Path) -> None
             assert "Traceback" not in res.stderr and "internal error" not in res.stderr, str(res)
             if res.returncode != 0:
                 assert res.returncode in (2, 3), str(res)  # a bad name (2), or nothing by that id (3)
-                assert_one_error(res, res.returncode, allow_warnings=True)
+                one_error(res, res.returncode, allow_warnings=True)
             if args[:2] in (["msg", "show"], ["tx", "commit"]):
                 assert res.returncode == 3, str(res)
             elif not re.fullmatch(r"[A-Za-z0-9_%|-]{1,127}", value):  # (%2e%2e is a plain name here)
@@ -123,11 +126,11 @@ def test_nul_and_huge_names_in_real_processes(mq: MQ, tmp_path: Path) -> None:
     mq.ok("send", "t", "x")
     for args in (["send", "../x" * 40, "b"], ["consume", "t", "-g", "/etc/passwd", "-e"],
                  ["consume", "t", "-g", "G", "-e", "--client-id", "../../" + "x" * 300]):
-        assert_one_error(mq.run(*args), 2)
+        one_error(mq.run(*args), 2)
     res = run_inprocess(["--store", str(mq.root), "send", "a\x00b", "x"])
-    assert_one_error(res, 2)
+    one_error(res, 2)
     res = run_inprocess(["--store", str(mq.root), "consume", "t", "-g", "G\x00/../x", "-e"])
-    assert_one_error(res, 2)
+    one_error(res, 2)
 
 
 def test_a_trailing_newline_is_not_part_of_a_valid_name(mq: MQ) -> None:
@@ -144,7 +147,7 @@ def test_handlers_run_without_a_shell(mq: MQ, tmp_path: Path) -> None:
     work.mkdir()
     pwned = work / "PWNED"
     env_dump = tmp_path / "env.txt"
-    dump = script(tmp_path, "dump.sh", f"""
+    dump = handler_script(tmp_path / "dump.sh", f"""
         #!/bin/sh
         cat > /dev/null
         printf '%s|%s|%s\\n' "$MQ_KEYS" "$MQ_TAGS" "$MQ_TOPIC" >> {env_dump}
@@ -154,24 +157,20 @@ def test_handlers_run_without_a_shell(mq: MQ, tmp_path: Path) -> None:
     hostile_cmds = [f"{dump} $(touch PWNED)", f"{dump}; touch PWNED", f"{dump} && touch PWNED", f"{dump} | touch PWNED",
                     f"{dump} `touch PWNED`"]
     for i, cmd in enumerate(hostile_cmds):
-        res = subprocess.run(MQCTL + ["consume", "t", "-g", f"G{i}", "--from", "first", "-e", "--exec", cmd],
-                             cwd=work, env=mq.env(), capture_output=True, timeout=60)
+        res = mq.run("consume", "t", "-g", f"G{i}", "--from", "first", "-e", "--exec", cmd, cwd=work)
         # run as plain argv: the extra words are arguments, or "dump.sh;" is no program
-        assert res.returncode == 0 or b"cannot run handler" in res.stderr, res.stderr
+        assert res.returncode == 0 or "cannot run handler" in res.stderr, res.stderr
         assert not pwned.exists(), f"a shell ran {cmd!r}"
     assert "$(touch${IFS}PWNED)|`touch PWNED`|t" in env_dump.read_text()
     # a command line that needs a shell is not one: the program "true;" does not exist
-    res = subprocess.run(MQCTL + ["consume", "t", "-g", "Gx", "--from", "first", "-e", "--exec", "true; touch PWNED"],
-                         cwd=work, env=mq.env(), capture_output=True, timeout=60)
-    assert res.returncode == 1 and b"mqctl: error:" in res.stderr
+    res = mq.run("consume", "t", "-g", "Gx", "--from", "first", "-e", "--exec", "true; touch PWNED", cwd=work)
+    assert res.returncode == 1 and "mqctl: error:" in res.stderr
     # the transaction check command and the local transaction, too
     mq.ok("tx", "send", "t", "$(touch PWNED)")
-    res = subprocess.run(MQCTL + ["tx", "check", "--check-cmd", "echo COMMIT; touch PWNED", "--timeout", "0"],
-                         cwd=work, env=mq.env(), capture_output=True, timeout=60)
-    assert "Traceback" not in res.stderr.decode()
-    res = subprocess.run(MQCTL + ["tx", "send", "t", "b", "--exec", "true $(touch PWNED)"],
-                         cwd=work, env=mq.env(), capture_output=True, timeout=60)
-    assert "Traceback" not in res.stderr.decode()
+    res = mq.run("tx", "check", "--check-cmd", "echo COMMIT; touch PWNED", "--timeout", "0", cwd=work)
+    assert "Traceback" not in res.stderr
+    res = mq.run("tx", "send", "t", "b", "--exec", "true $(touch PWNED)", cwd=work)
+    assert "Traceback" not in res.stderr
     assert not pwned.exists()
 
 
@@ -256,7 +255,7 @@ def test_a_store_owned_by_another_user_is_refused(mq: MQ) -> None:
     for args in (["topic", "list"], ["send", "t", "two"], ["consume", "t", "-g", "G", "-e"], ["store", "check"],
                  ["store", "recover"], ["tx", "list"]):
         res = mq.run(*args)
-        msg = assert_one_error(res, res.returncode)
+        msg = one_error(res, res.returncode)
         assert res.returncode != 0
         assert "12345" in msg and "refusing" in msg, msg
     # nothing was written into it

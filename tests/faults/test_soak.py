@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.faultutil import LOGGING_HANDLER, MQ, MQCTL, drop_torn_by_kills, read_handler_log, script, wait_for
+from tests.faults.faultutil import LOGGING_HANDLER, drop_torn_by_kills, read_handler_log
+from tests.procs import MQ, MQCTL, handler_script, wait_for
 
 TOPIC, TX_TOPIC, QUEUES = "soak", "soaktx", 4
 
@@ -45,8 +46,8 @@ def test_soak(mq: MQ, tmp_path: Path) -> None:
     rng = random.Random(seed)
     mq.ok("topic", "create", TOPIC, "--queues", str(QUEUES))
     mq.ok("topic", "create", TX_TOPIC, "--queues", "2")
-    handler = script(tmp_path, "handler.sh", LOGGING_HANDLER)
-    answer = script(tmp_path, "answer.sh", """
+    handler = handler_script(tmp_path / "handler.sh", LOGGING_HANDLER)
+    answer = handler_script(tmp_path / "answer.sh", """
         #!/bin/sh
         case "$(cat)" in c*) echo COMMIT ;; r*) echo ROLLBACK ;; *) echo UNKNOWN ;; esac
     """)
@@ -67,7 +68,7 @@ def test_soak(mq: MQ, tmp_path: Path) -> None:
     def start(role: str) -> None:
         if role.startswith("orderly"):
             p = mq.start("consume", TOPIC, "-g", "ORD", "--orderly", "--from", "first", "--exec", handler,
-                         "--rebalance-interval", "0.5", env={"HANDLER_LOG": str(orderly_log)})
+                         "--rebalance-interval", "0.5", extra_env={"HANDLER_LOG": str(orderly_log)})
         elif role.startswith("conc"):
             p = mq.start("consume", TOPIC, "-g", "CON", "--from", "first", "--json", "--threads", "4",
                          "--rebalance-interval", "0.5")
@@ -92,7 +93,7 @@ def test_soak(mq: MQ, tmp_path: Path) -> None:
                 attempted.update(ln.split(":", 1)[1] for ln in lines)
             while not stop.is_set():
                 p = subprocess.Popen(MQCTL + ["send", TOPIC, "--key-delimiter", ":", "--json"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=mq.env())
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=mq.env)
                 with lock:
                     procs[f"producer{n}"] = p
                 out, err = p.communicate("".join(f"{ln}\n" for ln in lines).encode(), timeout=60)
@@ -118,12 +119,12 @@ def test_soak(mq: MQ, tmp_path: Path) -> None:
         while not stop.is_set():
             i += 1
             body = f"{rng.choice('ccr')}-{i}"
-            p = subprocess.run(MQCTL + ["tx", "send", TX_TOPIC, body], capture_output=True, env=mq.env(), timeout=60)
-            if p.returncode == 0:
+            res = mq.run("tx", "send", TX_TOPIC, body)
+            if res.returncode == 0:
                 with lock:
-                    tx_sent[json.loads(p.stdout)["txId"]] = body
+                    tx_sent[json.loads(res.stdout)["txId"]] = body
             else:
-                errors.append(f"tx send exited {p.returncode}: {p.stderr.decode()[-300:]}")
+                errors.append(f"tx send exited {res.returncode}: {res.stderr[-300:]}")
             time.sleep(0.8)
 
     def killer() -> None:
@@ -170,8 +171,7 @@ def test_soak(mq: MQ, tmp_path: Path) -> None:
     want = {r["msgId"] for r in acked}
     wait_for(lambda: want <= {r[3] for r in read_handler_log(orderly_log)}, timeout=180, what="the orderly group to drain")
     wait_for(lambda: want <= {e["msgId"] for e in con_delivered()}, timeout=180, what="the concurrent group to drain")
-    final_check = subprocess.run(MQCTL + ["tx", "check", "--check-cmd", answer, "--timeout", "0"],
-                                 capture_output=True, env=mq.env(), timeout=120)
+    final_check = mq.run("tx", "check", "--check-cmd", answer, "--timeout", "0", timeout=120)
     for role, p in list(procs.items()):
         if hasattr(p, "stop"):
             assert p.stop() == 0, f"{role}: {p.stderr()[-1000:]}"

@@ -1,16 +1,12 @@
-"""Helpers for the storage engine's unit tests (tests/log/)."""
+"""Helpers for the storage engine's unit tests (tests/log/): opening a store with settings,
+drafts, reading a topic back through its consume queues, and the reference hash for
+sharding-key routing. Running ``mqctl`` on a store is ``tests/procs.py``'s (``mqctl``)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from store.log.broker import Store, StoreSettings
 from store.log.record import Draft
-
-REPO = Path(__file__).resolve().parents[2]
-MQCTL = [sys.executable, "-m", "mqctl"]
 
 
 def open_store(root: Path, warnings: list[str] | None = None, **settings) -> Store:
@@ -21,17 +17,6 @@ def open_store(root: Path, warnings: list[str] | None = None, **settings) -> Sto
 
 def draft(topic: str, body: bytes | str, **kw) -> Draft:
     return Draft(topic, body.encode() if isinstance(body, str) else body, **kw)
-
-
-def mqctl(root: Path, *args: str, input: bytes | None = None, check: bool = False,
-          timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run the real CLI against ``root`` (bytes in, bytes out)."""
-    env = dict(os.environ, MQCTL_STORE=str(root), NO_COLOR="1")
-    env.pop("MQCTL_FAILPOINTS", None)
-    p = subprocess.run(MQCTL + list(args), input=input, capture_output=True, env=env, timeout=timeout)
-    if check and p.returncode != 0:
-        raise AssertionError(f"mqctl {' '.join(args)} -> {p.returncode}: {p.stderr.decode()}")
-    return p
 
 
 def all_messages(s: Store, topic: str) -> list:

@@ -7,7 +7,6 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from typer.testing import CliRunner
@@ -23,17 +22,19 @@ SEG = 8192
 DAY = 86_400_000
 
 
+def settings(**kw: int) -> StoreSettings:
+    return StoreSettings(max_message_size=1024, commitlog_segment_size=SEG,
+                         cq_segment_entries=kw.pop("cq_segment_entries", 300_000), **kw)
+
+
 def open_store(root: Path, **kw: int) -> Store:
-    settings = StoreSettings(max_message_size=1024, commitlog_segment_size=SEG,
-                             cq_segment_entries=kw.pop("cq_segment_entries", 300_000), **kw)
-    return Store.open(root, create=True, settings=settings, warn=lambda _m: None)
+    return Store.open(root, create=True, settings=settings(**kw), warn=lambda _m: None)
 
 
 @pytest.fixture
-def store(root: Path) -> Iterator[Store]:
-    s = open_store(root, cq_segment_entries=20)
-    yield s
-    s.close()
+def store_settings() -> StoreSettings:
+    """``store`` (tests/conftest.py) with small segments, so retention has files to delete."""
+    return settings(cq_segment_entries=20)
 
 
 def fill(store: Store, topic: str = "T", n: int = 200, queue: int = 0, size: int = 180) -> None:

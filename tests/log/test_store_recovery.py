@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,8 @@ from store.log import format as F
 from store.log.broker import Store
 from store.log.check import check_store
 from store.log.recovery import recover
-from tests.log.storetestutil import MQCTL, all_messages, draft, mqctl, open_store
+from tests.log.storetestutil import all_messages, draft, open_store
+from tests.procs import KILLED, mqctl
 
 
 def fill(root: Path, n: int = 12, queues: int = 3, **settings) -> tuple[list, list[bytes]]:
@@ -150,10 +150,9 @@ def test_a_flipped_byte_in_a_middle_record_is_reported_and_never_served(root: Pa
     # store check names the file and the record's offset, and exits 1
     p = mqctl(root, "store", "check")
     assert p.returncode == 1, p.stderr
-    out = p.stdout.decode()
-    assert f"{segment0(root)}:{bad.commitlog_offset}:" in out and "CRC" in out
+    assert f"{segment0(root)}:{bad.commitlog_offset}:" in p.out and "CRC" in p.out
     pj = mqctl(root, "store", "check", "--json")
-    assert pj.returncode == 1 and f'"offset":{bad.commitlog_offset}' in pj.stdout.decode().replace(" ", "")
+    assert pj.returncode == 1 and f'"offset":{bad.commitlog_offset}' in pj.out.replace(" ", "")
     # a pull skips it and says so; every other message is served
     s = Store.open(root)
     pr = s.pull("T", bad.queue_id, 0, 32)
@@ -259,10 +258,8 @@ def test_a_writer_killed_between_steps_is_completed_by_the_next_opener(root: Pat
     """The log is written first; a kill before the consume queue, index or checkpoint are
     written leaves work that the next opener finishes from the log."""
     res, bodies = fill(root, n=4, queues=1)
-    env = dict(os.environ, MQCTL_STORE=str(root), MQCTL_FAILPOINTS=point)
-    p = subprocess.run(MQCTL + ["send", "T", "--json", "--keys", "late"], input=b"x1\nx2\nx3\n",
-                       capture_output=True, env=env, timeout=60)
-    assert p.returncode == -9, p.stderr
+    p = mqctl(root, "send", "T", "--json", "--keys", "late", input=b"x1\nx2\nx3\n", failpoints=point)
+    assert p.returncode == KILLED, p.stderr
     assert p.stdout == b"", "nothing is reported as sent before the batch is complete"
     s = Store.open(root)
     assert [m.body for m in s.iter_queue("T", 0, 0)] == bodies + [b"x1", b"x2", b"x3"]

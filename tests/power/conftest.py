@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.power.powerlib import LazyFS, Power, find_lazyfs  # noqa: E402
+from tests.power.powerlib import LazyFS, Power, find_lazyfs
 
 
 @pytest.fixture(scope="session")

@@ -4,9 +4,10 @@
   cut of ``tools/lazyfs/README.md``: kill every store process, ``sync``, ``lazyfs::clear-cache``,
   ``fusermount3 -u``, mount again. :meth:`LazyFS.arm_crash` arms a crash at an operation
   (LazyFS kills itself there; :meth:`Power.recover_from_crash` then remounts).
-* :class:`Power` — the machine: runs ``mqctl`` on ``MNT/store`` under ``unshare -m`` with the
-  current boot id bound over ``/proc/sys/kernel/random/boot_id`` (a new one after every cut,
-  since the store detects a restart by the boot id). Background processes are :class:`procs.Proc`.
+* :class:`Power` — the machine: a ``tests.procs.MQ`` (run, start, kill, check) on
+  ``MNT/store`` whose ``mqctl`` runs under ``unshare -m`` with the current boot id bound over
+  ``/proc/sys/kernel/random/boot_id`` (a new one after every cut, since the store detects a
+  restart by the boot id).
 * :class:`Ledger` — what was acknowledged (``send --json`` results, matched to the bodies
   fed in input order), what each group handled (its stdout, kept outside the mount: the
   "remote" side effects that survive the cut), and :meth:`Power.verify`, the invariants that
@@ -22,20 +23,17 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
-from tests.procs import Proc, wait_for  # tests/ is on sys.path (tests/conftest.py's rootdir)
+from tests.procs import MQ, MQCTL, Proc, wait_for
 
-MQCTL_BIN = Path(sys.executable).parent / "mqctl"
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SH = REPO.parent / "shared" / "tools" / "lazyfs" / "build.sh"
-CMD_TIMEOUT = 60.0
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 _BOOT_WRAP = 'mount --bind "$0" ' + BOOT_ID + ' && exec "$@"'
 
@@ -280,76 +278,25 @@ class Ledger:
         return out
 
 
-class Power:
-    """The machine under test: a LazyFS mount, the store on it, the processes using it."""
+class Power(MQ):
+    """The machine under test: a LazyFS mount, the store on it, the processes using it. An
+    :class:`procs.MQ` whose every ``mqctl`` runs in a mount namespace of its own with this
+    boot's id bound over ``/proc/sys/kernel/random/boot_id``."""
 
     def __init__(self, fs: LazyFS, work: Path) -> None:
+        super().__init__(fs.mnt / "store", work, cwd=work)
         self.fs = fs
-        self.work = work
-        self.root = fs.mnt / "store"
-        self.procs: list[Proc] = []
         self.ledger = Ledger()
         self.groups: dict[str, Group] = {}
         self.cuts = 0
-        self._n = 0
         self._verify_n = 0
-
-    # -- running mqctl -----------------------------------------------------------------------
-    @property
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("MQCTL_DEBUG", "MQCTL_FAILPOINTS", "MQCTL_STORE")}
-        env["MQCTL_STORE"] = str(self.root)
-        env["NO_COLOR"] = "1"
-        return env
 
     def argv(self, *args: str) -> list[str]:
         return ["unshare", "-m", "--", "sh", "-c", _BOOT_WRAP, str(self.fs.boot_file),
-                str(MQCTL_BIN), *args]
+                *MQCTL, *args]
 
-    def run(self, *args: str, input: bytes | str | None = None,
-            timeout: float = CMD_TIMEOUT) -> subprocess.CompletedProcess:
-        data = input.encode() if isinstance(input, str) else input
-        try:
-            cp = subprocess.run(self.argv(*args), input=data, capture_output=True, env=self.env,
-                                timeout=timeout, cwd=self.work)
-        except subprocess.TimeoutExpired as exc:
-            raise AssertionError(f"HANG: mqctl {' '.join(args)} did not finish within "
-                                 f"{timeout:g} s") from exc
-        cp.stderr = cp.stderr.decode(errors="replace")
-        return cp
-
-    def ok(self, *args: str, **kw: Any) -> subprocess.CompletedProcess:
-        cp = self.run(*args, **kw)
-        assert cp.returncode == 0, (f"mqctl {' '.join(args)} exited {cp.returncode} "
-                                    f"(after {self.cuts} cuts): {first_lines(cp.stderr)}")
-        return cp
-
-    def start(self, *args: str, stdin_path: Path | None = None, out: Path | None = None) -> Proc:
-        self._n += 1
-        out = out or self.work / f"proc{self._n}.out"
-        err = self.work / f"proc{self._n}.err"
-        fin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
-        with open(out, "ab") as fout, open(err, "wb") as ferr:
-            try:
-                p = subprocess.Popen(self.argv(*args), stdin=fin, stdout=fout, stderr=ferr,
-                                     env=self.env, cwd=self.work)
-            finally:
-                if stdin_path:
-                    fin.close()
-        proc = Proc(p, out, err, list(args))
-        self.procs.append(proc)
-        return proc
-
-    def kill_all(self) -> None:
-        for proc in self.procs:
-            if proc.alive():
-                proc.signal(signal.SIGKILL)
-        for proc in self.procs:
-            try:
-                proc.p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pass
+    def where(self) -> str:
+        return f" (after {self.cuts} cuts)"
 
     # -- power ------------------------------------------------------------------------------
     def power_cut(self) -> None:
@@ -388,8 +335,9 @@ class Power:
         bodies = self.bodies(tag, n)
         src = self.work / f"{tag}.in"
         src.write_text("".join(b + "\n" for b in bodies))
-        proc = self.start("send", topic, "--json", "--flush", "sync" if sync else "async",
-                          "--batch-size", str(batch), stdin_path=src)
+        with open(src, "rb") as fin:
+            proc = self.start("send", topic, "--json", "--flush", "sync" if sync else "async",
+                              "--batch-size", str(batch), stdin=fin)
         return Producer(proc, topic, bodies, sync)
 
     def collect(self, producers: Iterable[Producer]) -> int:
@@ -406,8 +354,7 @@ class Power:
         return g
 
     def _out(self, g: Group) -> Path:
-        self._n += 1
-        path = self.work / f"{g.name}.{self._n}.out"
+        path = self.work / f"{self.fresh(g.name + '.')}.out"
         g.outputs.append(path)
         return path
 
@@ -415,7 +362,7 @@ class Power:
         return self.start("consume", g.topic, "-g", g.name, "--from", "first", "--json",
                           *g.flags(), *extra, out=self._out(g))
 
-    def drain(self, g: Group, timeout: float = 60.0, check: bool = True) -> list[dict]:
+    def drain_group(self, g: Group, timeout: float = 60.0, check: bool = True) -> list[dict]:
         """Run the group to the end of its queues (-e); returns what this run delivered."""
         path = self._out(g)
         cp = self.run("consume", g.topic, "-g", g.name, "--from", "first", "-e", "--json",
@@ -428,11 +375,7 @@ class Power:
     def read_topic(self, topic: str) -> list[dict]:
         """Every message of the topic, via a fresh group (a consumer that hangs fails)."""
         self._verify_n += 1
-        cp = self.run("consume", topic, "-g", f"verify{self._verify_n}", "--from", "first", "-e",
-                      "--json", timeout=90)
-        assert cp.returncode == 0, (f"reading {topic} (consume --from first -e) exited "
-                                    f"{cp.returncode} after {self.cuts} cuts: {first_lines(cp.stderr)}")
-        return ndjson(cp.stdout)
+        return self.drain(topic, f"verify{self._verify_n}", timeout=90)
 
     def status(self, topic: str) -> dict[int, dict]:
         cp = self.ok("topic", "status", topic, "--json")
@@ -448,12 +391,6 @@ class Power:
         return {row["queueId"]: row["offset"] for row in ndjson(cp.stdout)}
 
     # -- the invariants ----------------------------------------------------------------------
-    def check_clean(self) -> None:
-        cp = self.run("store", "check", "--json", timeout=90)
-        assert cp.returncode == 0, (
-            f"store check after cut {self.cuts} exited {cp.returncode}: "
-            f"{first_lines(cp.stderr)} {first_lines(cp.stdout.decode(errors='replace'), 4)}")
-
     def verify(self, topics: Iterable[str], *, retained_from: dict | None = None) -> dict[str, list[dict]]:
         """After a cut: the store opens by itself and is clean; every sync-acknowledged message
         is there exactly once with its id and body; queue offsets are dense up to maxOffset;
@@ -529,15 +466,15 @@ class Power:
 
     def send_after_cut_and_deliver(self, topics: Iterable[str], n: int = 24) -> None:
         """New sync messages to every topic; every group must deliver all of them."""
-        self._n += 1
+        k = self.fresh("")
         fresh: dict[str, set[str]] = {}
         for topic in topics:
-            acked = self.send(topic, self.bodies(f"after{self.cuts}-{topic}-{self._n}", n))
+            acked = self.send(topic, self.bodies(f"after{self.cuts}-{topic}-{k}", n))
             fresh[topic] = {a["msgId"] for a in acked}
         for g in self.groups.values():
             if g.topic not in fresh:
                 continue
-            delivered = {m["msgId"] for m in self.drain(g)}
+            delivered = {m["msgId"] for m in self.drain_group(g)}
             lost = fresh[g.topic] - delivered
             assert not lost, (
                 f"after cut {self.cuts}: group {g.name} ({g.mode}) did not deliver {len(lost)} of "

@@ -110,7 +110,7 @@ def test_cut_during_retention(power: Power) -> None:
     power.ok("topic", "create", "logs", "--queues", "2")
     power.send("logs", power.bodies("old", 1500), True)     # ~3 segments
     g = power.group("keep", "logs")
-    power.drain(g)
+    power.drain_group(g)
     p = power.start_producer("logs", "during", 2000, sync=True, batch=8)
     cleaner = power.run("store", "clean", "--older-than", "0s", "--json", timeout=60)
     assert cleaner.returncode == 0, f"store clean exited {cleaner.returncode}: {cleaner.stderr[:300]}"

@@ -47,7 +47,7 @@ def test_cut_at_operation(power: Power, timing: str, op: str, rgx: str, workload
         power.send("cp", power.bodies("base-sync", 30), True)
         power.send("cp", power.bodies("base-async", 60), False)
         g = power.group("grp", "cp")
-        power.drain(g)
+        power.drain_group(g)
         power.fs.arm_crash(timing, op, rgx)
         if workload == "produce":
             p = power.start_producer("cp", "prod", 1500, sync=True, batch=16)
@@ -59,7 +59,7 @@ def test_cut_at_operation(power: Power, timing: str, op: str, rgx: str, workload
         else:  # consume: async data, then the group commits offsets past it
             power.send("cp", power.bodies("more-async", 100), False)
             p = power.start_producer("cp", "prod", 300, sync=True, batch=4)
-            power.drain(g, check=False)   # LazyFS may die under it
+            power.drain_group(g, check=False)   # LazyFS may die under it
     wait_for(power.fs.crashed, 60, what=f"LazyFS to crash at {timing} {op} {rgx}")
     power.recover_from_crash()
     power.collect([p])

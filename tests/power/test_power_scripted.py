@@ -55,7 +55,7 @@ def test_b_group_offsets_past_lost_data_do_not_hide_new_messages(power: Power) -
     o = power.group("ordered", "jobs", "orderly")
     b = power.group("everyone", "jobs", "broadcast")
     for grp in (g, o, b):
-        assert len(power.drain(grp)) == 128
+        assert len(power.drain_group(grp)) == 128
     two_cuts(power, ["jobs"])
 
 
@@ -82,7 +82,7 @@ def test_f2_middle_segment_lost_leaves_no_zeroed_queue_entries(power: Power, var
         power.send("seg", power.bodies("f2-first", 200), False)
         power.fs.checkpoint()   # segment 0 reaches the disk up to a record boundary
     power.send("seg", power.bodies("f2-async", 1200), False)   # 2-3 more segments, unsynced
-    power.drain(g)
+    power.drain_group(g)
     power.send("seg", power.bodies("f2-sync", 10), True)
     two_cuts(power, ["seg"])
 
@@ -95,7 +95,7 @@ def test_async_control_acknowledged_messages_are_lost(power: Power) -> None:
     power.send("loose", power.bodies("ctl-sync", 5), True)
     power.send("loose", power.bodies("ctl-async", 200), False)
     g = power.group("reader", "loose")
-    power.drain(g)
+    power.drain_group(g)
     power.power_cut()
     got = power.verify(["loose"])
     present = {m["msgId"] for m in got["loose"]}

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -38,10 +36,7 @@ from store.tx.transaction import (
     load,
     parse_op_body,
 )
-from tests.procs import handler_script, wait_for
-
-REPO = Path(__file__).resolve().parents[2]
-KILLED = -signal.SIGKILL
+from tests.procs import KILLED, MQ, Result, handler_script, mqctl, wait_for
 
 # A check command that answers by the body's first letter (c: COMMIT, r: ROLLBACK, else
 # UNKNOWN) and logs each question as one JSON line to the file named by $ASK_LOG.
@@ -63,23 +58,13 @@ def ask_log(tmp_path: Path) -> Path:
     return tmp_path / "asked.ndjson"
 
 
-def script(tmp_path: Path, name: str, body: str) -> str:
-    """An executable /bin/sh script ``name`` in ``tmp_path`` running ``body``."""
-    return handler_script(tmp_path / name, textwrap.dedent(body).strip())
-
-
 def mq(root: Path, *args: str, failpoints: str = "", env: dict[str, str] | None = None,
-       stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "MQCTL_STORE": str(root), "PYTHONPATH": str(REPO), **(env or {})}
-    full_env.pop("MQCTL_FAILPOINTS", None)
-    if failpoints:
-        full_env["MQCTL_FAILPOINTS"] = failpoints
-    proc = subprocess.run([sys.executable, "-m", "mqctl", *args], input=stdin.decode(),
-                          capture_output=True, text=True, env=full_env, timeout=120)
-    return proc
+       stdin: bytes = b"") -> Result:
+    """``mqctl ARGS`` on ``root`` (:func:`tests.procs.mqctl`), within two minutes."""
+    return mqctl(root, *args, input=stdin, failpoints=failpoints or None, extra_env=env, timeout=120)
 
 
-def ok(root: Path, *args: str, **kw) -> subprocess.CompletedProcess[str]:
+def ok(root: Path, *args: str, **kw) -> Result:
     proc = mq(root, *args, **kw)
     assert proc.returncode == 0, (args, proc.returncode, proc.stderr)
     return proc
@@ -93,7 +78,7 @@ def tx_send(root: Path, topic: str, body: str, *args: str) -> dict:
 
 
 def check(root: Path, cmd: str, *args: str, ask_log: Path | None = None, failpoints: str = "",
-          code: int = 0) -> subprocess.CompletedProcess[str]:
+          code: int = 0) -> Result:
     env = {"ASK_LOG": str(ask_log)} if ask_log is not None else None
     proc = mq(root, "tx", "check", "--check-cmd", cmd, "--json", *args, env=env, failpoints=failpoints)
     assert proc.returncode == code, (proc.returncode, proc.stderr)
@@ -218,7 +203,7 @@ def test_the_offset_id_of_the_half_message_names_the_transaction(root: Path) -> 
 
 def test_exec_runs_the_local_transaction(root: Path, tmp_path: Path) -> None:
     seen = tmp_path / "seen"
-    local = script(tmp_path, "local.sh", f"""\
+    local = handler_script(tmp_path / "local.sh", f"""\
         body=$(cat)
         echo "$MQ_TX_ID $MQ_TOPIC $body" >> {seen}
         echo "this goes to stderr, not to tx send's stdout"
@@ -236,7 +221,7 @@ def test_exec_runs_the_local_transaction(root: Path, tmp_path: Path) -> None:
 def test_a_missing_exec_command_stores_nothing(root: Path) -> None:
     ok(root, "init")
     proc = mq(root, "tx", "send", "orders", "x", "--exec", "/nonexistent/cmd")
-    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.returncode == 1 and proc.stdout == b""
     assert read_topic(root, HALF_TOPIC) == []
 
 
@@ -254,7 +239,7 @@ def test_list_shows_unresolved_transactions_with_their_fields(root: Path) -> Non
 
 def test_check_resolves_by_the_answer_and_asks_unknown_ones_again(root: Path, tmp_path: Path,
                                                                   ask_log: Path) -> None:
-    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    cmd = handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY)
     c = tx_send(root, "orders", "c1", "--keys", "k1,k2", "--tag", "T")["txId"]
     r = tx_send(root, "orders", "r1")["txId"]
     u = tx_send(root, "orders", "u1")["txId"]
@@ -281,7 +266,7 @@ def test_check_resolves_by_the_answer_and_asks_unknown_ones_again(root: Path, tm
 
 
 def test_young_half_messages_wait_for_the_timeout(root: Path, tmp_path: Path, ask_log: Path) -> None:
-    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    cmd = handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY)
     c = tx_send(root, "orders", "c1")["txId"]
     check(root, cmd, ask_log=ask_log)  # default timeout: 6 s
     check(root, cmd, "--timeout", "1h", ask_log=ask_log)
@@ -294,7 +279,7 @@ def test_young_half_messages_wait_for_the_timeout(root: Path, tmp_path: Path, as
 
 
 def test_check_immunity_property_overrides_the_timeout(root: Path, tmp_path: Path, ask_log: Path) -> None:
-    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    cmd = handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY)
     immune = tx_send(root, "orders", "c-immune", "-p", "CHECK_IMMUNITY_TIME_IN_SECONDS=3600")["txId"]
     plain = tx_send(root, "orders", "c-plain")["txId"]
     eager = tx_send(root, "orders", "c-eager", "-p", "CHECK_IMMUNITY_TIME_IN_SECONDS=0")["txId"]
@@ -314,7 +299,7 @@ def test_check_immunity_property_overrides_the_timeout(root: Path, tmp_path: Pat
 
 def test_after_max_checks_a_transaction_is_discarded_then_can_be_resolved_by_hand(
         root: Path, tmp_path: Path, ask_log: Path) -> None:
-    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    cmd = handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY)
     u = tx_send(root, "orders", "u1")["txId"]
     for _ in range(2):
         check(root, cmd, "--timeout", "0", "--max-checks", "2", ask_log=ask_log)
@@ -338,7 +323,7 @@ def test_after_max_checks_a_transaction_is_discarded_then_can_be_resolved_by_han
     "echo 'I think so'",                   # not an answer
 ])
 def test_a_failed_check_command_means_unknown(root: Path, tmp_path: Path, body: str) -> None:
-    cmd = script(tmp_path, "bad.sh", "cat >/dev/null\n" + body)
+    cmd = handler_script(tmp_path / "bad.sh", "cat >/dev/null\n" + body)
     tx = tx_send(root, "orders", "x")["txId"]
     t0 = time.monotonic()
     proc = check(root, cmd, "--timeout", "0", "--cmd-timeout", "500ms")
@@ -349,14 +334,14 @@ def test_a_failed_check_command_means_unknown(root: Path, tmp_path: Path, body: 
 
 
 def test_rocketmq_answer_spellings_are_accepted(root: Path, tmp_path: Path) -> None:
-    cmd = script(tmp_path, "rmq.sh", "cat >/dev/null\necho checking\necho commit_message")
+    cmd = handler_script(tmp_path / "rmq.sh", "cat >/dev/null\necho checking\necho commit_message")
     tx = tx_send(root, "orders", "x")["txId"]
     check(root, cmd, "--timeout", "0")
     assert_committed_once(root, "orders", tx, "x")
 
 
 def test_one_stuck_transaction_does_not_hold_back_progress(root: Path, tmp_path: Path, ask_log: Path) -> None:
-    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    cmd = handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY)
     for body in ("u-stuck", "c1", "r1", "c2"):
         tx_send(root, "orders", body)
     for _ in range(3):
@@ -371,22 +356,14 @@ def test_one_stuck_transaction_does_not_hold_back_progress(root: Path, tmp_path:
     assert sorted(m.body for m in read_topic(root, "orders")) == [b"c1", b"c2"]
 
 
-def test_loop_keeps_checking_and_stops_cleanly_on_sigterm(root: Path, tmp_path: Path, ask_log: Path) -> None:
-    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
-    ok(root, "init")
-    env = {**os.environ, "MQCTL_STORE": str(root), "PYTHONPATH": str(REPO), "ASK_LOG": str(ask_log)}
-    proc = subprocess.Popen([sys.executable, "-m", "mqctl", "tx", "check", "--check-cmd", cmd, "--loop",
-                             "--timeout", "0", "--interval", "100ms"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        tx = tx_send(root, "orders", "c-late")["txId"]
-        wait_for(lambda: state_of(root, tx) == COMMITTED, timeout=30, what="the loop to commit it")
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
+def test_loop_keeps_checking_and_stops_cleanly_on_sigterm(mq: MQ, tmp_path: Path, ask_log: Path) -> None:
+    root = mq.root
+    cmd = handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY)
+    proc = mq.start("tx", "check", "--check-cmd", cmd, "--loop", "--timeout", "0", "--interval", "100ms",
+                    extra_env={"ASK_LOG": str(ask_log)})
+    tx = tx_send(root, "orders", "c-late")["txId"]
+    wait_for(lambda: state_of(root, tx) == COMMITTED, timeout=30, what="the loop to commit it")
+    assert proc.stop(timeout=30) == 0, proc.stderr()
     assert_committed_once(root, "orders", tx, "c-late")
 
 
@@ -396,7 +373,7 @@ def test_loop_keeps_checking_and_stops_cleanly_on_sigterm(root: Path, tmp_path: 
 @pytest.mark.parametrize("finish", ["commit-again", "check-pass"])
 def test_commit_killed_at_each_step_completes_exactly_once(root: Path, tmp_path: Path, ask_log: Path,
                                                           point: str, finish: str) -> None:
-    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    cmd = handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY)
     tx = tx_send(root, "orders", "r-but-committed")["txId"]
     assert mq(root, "tx", "commit", tx, failpoints=point).returncode == KILLED
     assert len(read_topic(root, "orders")) == 1  # the committed message is written first
@@ -421,7 +398,7 @@ CHECK_POINTS = ["tx-check-after-copy", "tx-check-after-op", "tx-check-after-answ
 @pytest.mark.parametrize("point", CHECK_POINTS)
 def test_check_pass_killed_at_each_step_resolves_exactly_once(root: Path, tmp_path: Path, ask_log: Path,
                                                               point: str) -> None:
-    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    cmd = handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY)
     txs = {body: tx_send(root, "orders", body)["txId"] for body in ("c1", "c2", "r1")}
     check(root, cmd, "--timeout", "0", ask_log=ask_log, failpoints=point, code=KILLED)
     for _ in range(2):
@@ -441,7 +418,7 @@ def test_check_pass_killed_at_each_step_resolves_exactly_once(root: Path, tmp_pa
 
 def test_killed_in_the_middle_of_a_pass_the_rest_is_done_next_time(root: Path, tmp_path: Path,
                                                                    ask_log: Path) -> None:
-    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    cmd = handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY)
     txs = [tx_send(root, "orders", f"c{i}")["txId"] for i in range(4)]
     check(root, cmd, "--timeout", "0", ask_log=ask_log, failpoints="tx-commit-after-real:3", code=KILLED)
     assert [state_of(root, t) for t in txs] == [COMMITTED, COMMITTED, COMMITTED, PREPARED]
@@ -452,7 +429,7 @@ def test_killed_in_the_middle_of_a_pass_the_rest_is_done_next_time(root: Path, t
 
 
 def test_discard_killed_after_the_parked_copy_is_completed(root: Path, tmp_path: Path, ask_log: Path) -> None:
-    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+    cmd = handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY)
     u = tx_send(root, "orders", "u1")["txId"]
     check(root, cmd, "--timeout", "0", "--max-checks", "1", ask_log=ask_log)
     check(root, cmd, "--timeout", "0", "--max-checks", "1", ask_log=ask_log,
@@ -466,11 +443,11 @@ def test_discard_killed_after_the_parked_copy_is_completed(root: Path, tmp_path:
 
 def test_send_killed_before_the_local_transaction_is_left_to_the_check(root: Path, tmp_path: Path) -> None:
     ran = tmp_path / "ran"
-    local = script(tmp_path, "local.sh", f"touch {ran}\nexit 0")
+    local = handler_script(tmp_path / "local.sh", f"touch {ran}\nexit 0")
     proc = mq(root, "tx", "send", "orders", "c1", "--exec", local, failpoints="tx-send-after-half")
-    assert proc.returncode == KILLED and proc.stdout == "" and not ran.exists()
+    assert proc.returncode == KILLED and proc.stdout == b"" and not ran.exists()
     [tx] = pending_ids(root)
-    check(root, script(tmp_path, "answer.sh", ANSWER_BY_BODY), "--timeout", "0",
+    check(root, handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY), "--timeout", "0",
           ask_log=tmp_path / "log")
     assert_committed_once(root, "orders", tx, "c1")
 
@@ -491,32 +468,26 @@ def test_a_handle_opened_before_a_writer_died_mid_put_recovers_before_deciding(r
 
 # -- several processes at once --------------------------------------------------------------------
 
-def test_parallel_check_passes_resolve_each_transaction_once(root: Path, tmp_path: Path, ask_log: Path) -> None:
-    cmd = script(tmp_path, "answer.sh", ANSWER_BY_BODY)
+def test_parallel_check_passes_resolve_each_transaction_once(mq: MQ, tmp_path: Path, ask_log: Path) -> None:
+    root = mq.root
+    cmd = handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY)
     txs = {f"c{i}": tx_send(root, "orders", f"c{i}")["txId"] for i in range(8)}
-    env = {**os.environ, "MQCTL_STORE": str(root), "PYTHONPATH": str(REPO), "ASK_LOG": str(ask_log)}
-    env.pop("MQCTL_FAILPOINTS", None)
-    procs = [subprocess.Popen([sys.executable, "-m", "mqctl", "tx", "check", "--check-cmd", cmd,
-                               "--timeout", "0"], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [mq.start("tx", "check", "--check-cmd", cmd, "--timeout", "0", extra_env={"ASK_LOG": str(ask_log)})
+             for _ in range(2)]
     for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
+        assert p.wait(timeout=120) == 0, p.stderr()
     for body, tx in txs.items():
         assert_committed_once(root, "orders", tx, body)
     assert sorted(q["tx"] for q in asked(ask_log)) == sorted(txs.values())
 
 
-def test_a_check_racing_manual_commits_never_resolves_both_ways(root: Path, tmp_path: Path) -> None:
-    cmd = script(tmp_path, "rollback.sh", "cat >/dev/null\necho ROLLBACK")
+def test_a_check_racing_manual_commits_never_resolves_both_ways(mq: MQ, tmp_path: Path) -> None:
+    root = mq.root
+    cmd = handler_script(tmp_path / "rollback.sh", "cat >/dev/null\necho ROLLBACK")
     txs = [tx_send(root, "orders", f"m{i}")["txId"] for i in range(6)]
-    env = {**os.environ, "MQCTL_STORE": str(root), "PYTHONPATH": str(REPO)}
-    env.pop("MQCTL_FAILPOINTS", None)
-    checker = subprocess.Popen([sys.executable, "-m", "mqctl", "tx", "check", "--check-cmd", cmd,
-                                "--timeout", "0"], env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    codes = {tx: mq(root, "tx", "commit", tx).returncode for tx in txs}
-    assert checker.wait(timeout=120) == 0
+    checker = mq.start("tx", "check", "--check-cmd", cmd, "--timeout", "0")
+    codes = {tx: mq.run("tx", "commit", tx, timeout=120).returncode for tx in txs}
+    assert checker.wait(timeout=120) == 0, checker.stderr()
     real = {m.uniq_key for m in read_topic(root, "orders")}
     assert len(read_topic(root, "orders")) == len(real)
     for tx in txs:
@@ -529,7 +500,7 @@ def test_a_check_racing_manual_commits_never_resolves_both_ways(root: Path, tmp_
 def _run_failpoints(spec: str, hits: int) -> subprocess.CompletedProcess[str]:
     code = f"from store.failpoints import failpoint\nfor i in range({hits}):\n" \
            "    print(i, flush=True)\n    failpoint('unit-point')\n"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MQCTL_FAILPOINTS": spec}
+    env = {**os.environ, "MQCTL_FAILPOINTS": spec}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
 
 
