@@ -6,15 +6,20 @@ A handler returns True when the batch is consumed. The stdout handler consumes a
 it is written and flushed (``BrokenPipe`` if the reader went away: nothing of that batch is
 committed). The exec handler runs CMD without a shell, body on stdin, metadata in ``MQ_*``
 environment variables; exit 0 = consumed, anything else (or ``--consume-timeout``) = failed.
-Handler children get SIGKILL when the consumer dies (``PR_SET_PDEATHSIG``, checked against
-``getppid()`` right after it is set, so a consumer killed between ``fork()`` and ``prctl()``
-does not leave its handler running), and a clustering handler inherits a descriptor of its
-queue's lock file: the OS lock is held until the last handler of the queue is gone, so no
-new owner can start the queue while a handler of the previous one may still run.
+Handlers are started without running any Python between ``fork`` and ``exec`` (so the spawn
+is a ``vfork``), each in a process group of its own that a watchdog process hands out
+(``mqctl/consumer/watchdog.py``): when the consumer dies, even of SIGKILL, even right around a
+spawn, the watchdog kills every group still in use. Their own group keeps a Ctrl-C at the
+terminal for the consumer alone (which then lets the batches in handlers finish and commits
+them) and lets a timeout kill a handler's whole tree. A clustering handler inherits a
+descriptor of its queue's lock file: the OS lock is held until the last handler of the queue
+is gone, so no new owner can start the queue while a handler of the previous one may still
+run.
 """
 from __future__ import annotations
 
-import ctypes
+import concurrent.futures as cf
+import errno
 import os
 import shlex
 import shutil
@@ -22,43 +27,21 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from store.client.runtime import Outcome, ThreadPoolSink
+from mqctl.consumer.watchdog import Watchdog
+from store.client.runtime import ThreadPoolSink
 from store.errors import HandlerError, UsageError
 from store.log.record import Message
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
+    from store.client.runtime import Outcome
 
-_PR_SET_PDEATHSIG = 1
-_libc_prctl: Callable[..., int] | None = None
-
-
-def _load_prctl() -> None:
-    global _libc_prctl
-    try:
-        _libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        _libc_prctl = None
-
-
-def _die_with_parent(parent: int) -> None:  # runs in the child between fork and exec
-    if _libc_prctl is not None:
-        _libc_prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        # The death signal only covers a parent that dies from now on: one killed between
-        # fork() and prctl() has already gone, and the child was re-parented.
-        if os.getppid() != parent:
-            os._exit(137)
-    # Its own process group: a Ctrl-C at the terminal goes to the consumer alone, which then
-    # lets the batches in handlers finish and commits them (instead of every handler dying
-    # of SIGINT and its message counting as failed), and a timeout can kill the handler's
-    # whole tree, not just the shell at its top.
-    os.setpgid(0, 0)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-
+def _ignore(_signum: int, _frame: object) -> None:
+    pass
 
 
 def _stdout_fd() -> int:
@@ -89,10 +72,16 @@ class StdoutSink:
 
     def consume(self, batch: list[Message]) -> None:
         lines = [self.render(m) for m in batch]
-        self._write(lines, [len(x) for x in lines])
+        # one write for the batch (a write per line was a syscall per message); the sizes
+        # still say which lines a failed write delivered whole
+        self._write([b"".join(lines)], [len(x) for x in lines])
 
     def write_raw(self, bodies: list[bytes]) -> None:
-        self._write([b"\n".join(bodies), b"\n"], None, bodies)
+        chunk = b"\n".join(bodies)
+        if len(chunk) >= 1 << 20:
+            from mqctl.output import keep_big_buffers
+            keep_big_buffers()   # batches this big will follow: reuse their memory (once)
+        self._write([chunk, b"\n"], None, bodies)
 
     def _write(self, chunks: list[bytes], sizes: list[int] | None, bodies: list[bytes] | None = None) -> None:
         self.completed = 0
@@ -203,16 +192,25 @@ class ExecHandler:
     a redelivery); ``MQ_QUEUE_OFFSETS`` and ``MQ_MSG_IDS`` list every message of a batch."""
 
     def __init__(self, argv: list[str], group: str, timeout_s: float | None,
-                 render: Callable[[Message], bytes] | None = None, lines: bool = False) -> None:
+                 render: Callable[[Message], bytes] | None = None, lines: bool = False,
+                 pool: int = 2) -> None:
         check_runnable(argv)
-        _load_prctl()
         self.argv = argv
         self.group = group
         self.timeout_s = timeout_s
         self.render = render          # --json: the handler reads envelopes, one per line
         self.lines = lines            # --batch N > 1: every body ends with a newline
-        self.running: set[subprocess.Popen[bytes]] = set()
+        self.running: dict[subprocess.Popen[bytes], int] = {}   # a running handler: its group
         self.aborted = False
+        # pool: placeholders kept ready, one more than the handlers that can run at once
+        self.watchdog = Watchdog(pool)
+        # Nothing runs in the child before exec, so a handler keeps the dispositions this
+        # process has, but exec resets every caught signal to its default: an ignored SIGINT
+        # (a consumer started with `&` by a script) becomes a caught one that does nothing.
+        # (SIGPIPE and SIGXFSZ, which Python ignores, are reset by subprocess itself.)
+        if (signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+                and threading.current_thread() is threading.main_thread()):
+            signal.signal(signal.SIGINT, _ignore)
 
     def environment(self, msgs: list[Message], topic: str) -> dict[str, str]:
         m = msgs[0]
@@ -241,17 +239,30 @@ class ExecHandler:
         """End every running handler now (a second SIGINT/SIGTERM); none starts after this.
         Their batches are handed back, not counted as failed."""
         self.aborted = True
-        for proc in list(self.running):
+        for pgid in list(self.running.values()):
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(pgid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+    def close(self) -> None:
+        """No handler starts after this; the watchdog kills what still runs and exits."""
+        self.watchdog.close()
 
     def run(self, msgs: list[Message], topic: str, pass_fds: tuple[int, ...] = ()) -> tuple[bool | None, str]:
         """(consumed, why not); None: ended by :meth:`abort`, hand the batch back. Raises
         HandlerError when the command cannot be started."""
-        if self.aborted:
+        started = self.spawn(msgs, topic, pass_fds)
+        if started is None:
             return None, "the consumer is stopping"
+        return self.finish(*started)
+
+    def spawn(self, msgs: list[Message], topic: str,
+              pass_fds: tuple[int, ...] = ()) -> tuple[subprocess.Popen[bytes], int] | None:
+        """Start the handler of a batch: (the process, its process group), for :meth:`finish`;
+        None after :meth:`abort`. Raises HandlerError when the command cannot be started."""
+        if self.aborted:
+            return None
         if self.render is not None:
             # As consume --json prints it: a redelivery from the retry topic under the topic
             # it was sent to (MQ_TOPIC too), its reconsumeTimes above 0.
@@ -263,30 +274,57 @@ class ExecHandler:
             body = b"".join(m.body + b"\n" for m in msgs)
         else:
             body = msgs[0].body
+        env = self.environment(msgs, topic)
         # stdin is a file written in full before the handler starts, not a pipe: if this
-        # consumer is killed, the kernel closes a pipe's write end before the handler's death
-        # signal arrives, and the handler would read a cut body as if it were whole.
+        # consumer is killed, the kernel closes a pipe's write end before the handler is
+        # killed, and the handler would read a cut body as if it were whole.
         with tempfile.TemporaryFile(prefix="mqctl-body-") as stdin:
             stdin.write(body)
             stdin.flush()
             stdin.seek(0)
-            parent = os.getpid()
-            try:
-                proc = subprocess.Popen(self.argv, stdin=stdin, env=self.environment(msgs, topic),
-                                        preexec_fn=lambda: _die_with_parent(parent), close_fds=True,
-                                        pass_fds=pass_fds)
-            except OSError as exc:
-                raise HandlerError(f"cannot run handler {self.argv[0]!r}: {exc.strerror or exc}") from exc
-            self.running.add(proc)
-            try:
-                if self.aborted:   # abort() ran between the check above and the start
-                    _kill_tree(proc)
-                proc.wait(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill_tree(proc)
-                return False, f"handler timed out after {self.timeout_s:g}s"
-            finally:
-                self.running.discard(proc)
+            for attempt in (1, 2):
+                try:
+                    pgid = self.watchdog.take()
+                except OSError as exc:
+                    raise HandlerError(f"cannot run handler {self.argv[0]!r}: {exc.strerror or exc}") from exc
+                try:
+                    # No preexec_fn: nothing runs in the child before exec (a vfork); the
+                    # group is joined by subprocess's own setpgid.
+                    proc = subprocess.Popen(self.argv, stdin=stdin, env=env, close_fds=True,
+                                            pass_fds=pass_fds, process_group=pgid)
+                    break
+                except OSError as exc:
+                    self.watchdog.give_back(pgid)
+                    # EPERM from setpgid: the group went with a watchdog that died; a new one
+                    # gives a new group.
+                    if attempt == 1 and exc.errno == errno.EPERM:
+                        self.watchdog.check()
+                        continue
+                    raise HandlerError(f"cannot run handler {self.argv[0]!r}: {exc.strerror or exc}") from exc
+        self.running[proc] = pgid
+        try:
+            # A watchdog that died between take() and the spawn: the new one adopts pgid.
+            self.watchdog.check()
+            if self.aborted:   # abort() ran between the check above and the start
+                _kill_tree(proc, pgid)
+        except BaseException:
+            self.finish(proc, pgid)
+            raise
+        return proc, pgid
+
+    def finish(self, proc: subprocess.Popen[bytes], pgid: int) -> tuple[bool | None, str]:
+        """Wait for a handler :meth:`spawn` started (killing it at the timeout): (consumed,
+        why not), as :meth:`run`."""
+        try:
+            proc.wait(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_tree(proc, pgid)
+            return False, f"handler timed out after {self.timeout_s:g}s"
+        finally:
+            self.running.pop(proc, None)
+            if proc.returncode is None:   # an exception on the way: do not leave it running
+                _kill_tree(proc, pgid)
+            self.watchdog.give_back(pgid)   # reaped: the group may go
         if self.aborted and proc.returncode != 0:
             return None, "handler ended by a second interrupt"
         if proc.returncode == 0:
@@ -302,44 +340,110 @@ class ExecSink(ThreadPoolSink):
 
     def __init__(self, argv: list[str], group: str, timeout_s: float | None, threads: int, batch: int,
                  render: Callable[[Message], bytes] | None = None) -> None:
-        self.handler = ExecHandler(argv, group, timeout_s, render, lines=batch > 1)
+        self.handler = ExecHandler(argv, group, timeout_s, render, lines=batch > 1, pool=threads + 1)
         super().__init__(self._run, threads, batch)
+        # --threads handlers at a time (the slots); a pool thread per batch in flight, which
+        # waits for its handler, or for a slot and then starts it: a batch is never queued
+        # behind another's wait.
+        self.slots = threading.Semaphore(max(1, threads))
+        self.pool = cf.ThreadPoolExecutor(max_workers=2 * self.max_in_flight, thread_name_prefix="handler")
+        try:
+            self.handler.watchdog.start()   # now, not in the first handler's latency
+        except OSError as exc:
+            raise HandlerError(f"cannot run handler {argv[0]!r}: {exc.strerror or exc}") from exc
 
     def _run(self, batch: list[Message], topic: str) -> Outcome:
         return self.handler.run(batch, topic)
 
+    def submit(self, batch: list[Message], topic: str) -> Future[Outcome]:
+        return self._submit(batch, topic, None)
+
     def submit_locked(self, batch: list[Message], topic: str, lock_fd: int) -> Future[Outcome]:
         """Like ``submit``; the handler inherits ``lock_fd`` (a copy of its queue's lock,
         closed here when it is done), so the queue stays locked while it runs."""
-        closed: list[bool] = []
+        return self._submit(batch, topic, lock_fd)
 
-        def close_once() -> None:
-            if not closed:
-                closed.append(True)
-                os.close(lock_fd)
-
-        def work() -> Outcome:
+    def _submit(self, batch: list[Message], topic: str, lock_fd: int | None) -> Future[Outcome]:
+        """With a slot free the handler starts now, in the caller's thread: handing the
+        start to a pool thread costs milliseconds (it waits for the GIL while the caller's
+        loop runs on). Otherwise a pool thread starts it when a slot frees; until then the
+        future is pending, so a stop can still hand the batch back (``cancel``)."""
+        fut: Future[Outcome] = Future()
+        job: Callable[[], None]
+        if self.slots.acquire(blocking=False):
+            fut.set_running_or_notify_cancel()   # running: a stop waits for it
             try:
-                return self.handler.run(batch, topic, (lock_fd,))
-            finally:
-                close_once()
+                started = self.handler.spawn(batch, topic, () if lock_fd is None else (lock_fd,))
+            except BaseException as exc:
+                self._settle(fut, lock_fd, exc)
+                return fut
+
+            def job() -> None:
+                self._wait(fut, started, lock_fd)
+        else:
+            def job() -> None:
+                self._later(fut, batch, topic, lock_fd)
+            started = None
         try:
-            fut = self.pool.submit(work)
-        except BaseException:
-            close_once()
+            self.pool.submit(job)
+        except BaseException as exc:   # the pool was shut down
+            if started is not None:
+                _kill_tree(*started)
+                self.handler.finish(*started)
+            if fut.running():
+                self._settle(fut, lock_fd, exc)
+            elif lock_fd is not None:
+                os.close(lock_fd)
             raise
-        fut.add_done_callback(lambda f: close_once() if f.cancelled() else None)
         return fut
+
+    def _later(self, fut: Future[Outcome], batch: list[Message], topic: str, lock_fd: int | None) -> None:
+        self.slots.acquire()
+        if not fut.set_running_or_notify_cancel():   # handed back by a stop meanwhile
+            self.slots.release()
+            if lock_fd is not None:
+                os.close(lock_fd)
+            return
+        try:
+            started = self.handler.spawn(batch, topic, () if lock_fd is None else (lock_fd,))
+        except BaseException as exc:
+            self._settle(fut, lock_fd, exc)
+            return
+        self._wait(fut, started, lock_fd)
+
+    def _wait(self, fut: Future[Outcome], started: tuple[subprocess.Popen[bytes], int] | None,
+              lock_fd: int | None) -> None:
+        try:
+            outcome: Outcome = (None, "the consumer is stopping") if started is None else self.handler.finish(*started)
+        except BaseException as exc:
+            self._settle(fut, lock_fd, exc)
+        else:
+            self._settle(fut, lock_fd, outcome)
+
+    def _settle(self, fut: Future[Outcome], lock_fd: int | None, result: Outcome | BaseException) -> None:
+        """The handler is done (or never started): free its slot and its copy of the queue's
+        lock, then complete the future."""
+        self.slots.release()
+        if lock_fd is not None:
+            os.close(lock_fd)
+        if isinstance(result, BaseException):
+            fut.set_exception(result)
+        else:
+            fut.set_result(result)
 
     def abort(self) -> None:
         self.handler.abort()
 
+    def shutdown(self, wait: bool) -> None:
+        super().shutdown(wait)
+        self.handler.close()
 
-def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the handler's process group (it leads one, see ``_die_with_parent``), so a
+
+def _kill_tree(proc: subprocess.Popen[bytes], pgid: int) -> None:
+    """SIGKILL the handler's process group (one of its own, see the module docstring), so a
     ``sh -c 'sleep 999'`` does not leave the sleep running after its shell is gone."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
     proc.wait()

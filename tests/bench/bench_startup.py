@@ -18,7 +18,9 @@ In one run:
    handler's start) and for an ``--orderly`` consumer; Redis Streams ``XREADGROUP BLOCK`` as
    the peer (entry id ms -> line). Both timestamps are whole milliseconds taken by the
    server/store, so both sides carry the same 0-1 ms rounding. For mqctl the latency from the
-   start of ``put`` (ns) is given too.
+   start of ``put`` (ns) is given too. ``--rounds N`` repeats the mqctl runs and reports the
+   median of each round's p50/p99; ``--baseline DIR`` (a copy of an older ``mqctl``/``store``
+   tree, put first on ``PYTHONPATH``) runs it too, interleaved with this tree, round by round.
 4. CPU seconds used by an idle follow-mode consumer over ``--idle-seconds`` (target < 0.05).
 
 ``redis-server``/``redis-cli`` are installed with apt-get when missing; the Redis consumer
@@ -218,6 +220,38 @@ def mq_latency(store: Path, mode: str, n: int, gap: float, env: dict[str, str], 
     return summarize(from_store, n) | {"from_put": summarize(from_put, n)}
 
 
+def latency_rounds(store: Path, a: argparse.Namespace, env: dict[str, str], work: Path) -> dict:
+    """Every mode, ``--rounds`` times, for this tree and ``--baseline`` alternately (so load
+    changes hit both alike): per mode, the median of the rounds' p50 and p99."""
+    trees = {"": env}
+    if a.baseline is not None:
+        trees[" [baseline]"] = dict(env, PYTHONPATH=str(a.baseline.resolve()))
+    runs: dict[str, list[dict]] = {}
+    for r in range(a.rounds):
+        for mode in a.modes.split(","):
+            for tag, tenv in (trees.items() if r % 2 == 0 else reversed(trees.items())):
+                log(f"latency: mqctl consume ({mode}){tag}, {a.messages} messages, round {r + 1}/{a.rounds}")
+                d = work / f"lat{r}-{mode}{'-base' if tag else ''}"
+                d.mkdir()
+                runs.setdefault(f"mqctl {mode}{tag}", []).append(
+                    mq_latency(work / f"store{r}{'-base' if tag else ''}", mode, a.messages, a.gap, tenv, d))
+    out = {}
+    for name, rs in runs.items():
+        ok = [x for x in rs if x.get("received")]
+        if not ok:
+            out[name] = rs[0]
+            continue
+        med = {k: statistics.median(x[k] for x in ok) for k in ("p50_ms", "p99_ms", "max_ms")}
+        fp = [x["from_put"] for x in ok if x["from_put"].get("received")]
+        out[name] = {"received": sum(x["received"] for x in ok), "sent": sum(x["sent"] for x in rs),
+                     "rounds": len(rs), **med,
+                     "from_put": {"received": sum(x["received"] for x in fp),
+                                  **{k: statistics.median(x[k] for x in fp) for k in ("p50_ms", "p99_ms")}}
+                     if fp else {"received": 0},
+                     "per_round_p50": [round(x["p50_ms"], 2) for x in ok]}
+    return out
+
+
 def summarize(lat: list[float], n: int) -> dict:
     if not lat:
         return {"received": 0, "sent": n}
@@ -293,6 +327,10 @@ def main() -> None:
     ap.add_argument("--sends", type=int, default=1000)
     ap.add_argument("--messages", type=int, default=200)
     ap.add_argument("--gap", type=float, default=0.02, help="pause between latency messages (s)")
+    ap.add_argument("--rounds", type=int, default=1, help="latency runs per mqctl mode (median of each)")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="a directory with an older mqctl/ and store/: latency measured for it too, interleaved")
+    ap.add_argument("--modes", default="stdout,exec,orderly", help="mqctl latency modes to run")
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--quick", action="store_true", help="fewer runs, 10 s idle: a smoke run")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: startup,xargs,latency,idle")
@@ -336,10 +374,7 @@ def main() -> None:
             }
         if "latency" not in skip:
             rpy = bench_python()
-            res["latency"] = {}
-            for mode in ("stdout", "exec", "orderly"):
-                log(f"latency: mqctl consume ({mode}), {a.messages} messages")
-                res["latency"][f"mqctl {mode}"] = mq_latency(store, mode, a.messages, a.gap, env, work)
+            res["latency"] = latency_rounds(store, a, env, work)
             if rpy:
                 log(f"latency: redis XREADGROUP BLOCK, {a.messages} messages")
                 res["latency"]["redis XREADGROUP BLOCK"] = redis_latency(rpy, redis, a.messages, a.gap)
@@ -375,6 +410,10 @@ def report(res: dict) -> None:
             if "from_put" in v and v["from_put"].get("received"):
                 fp = v["from_put"]
                 extra = f"   (from put: p50 {fp['p50_ms']:.2f} p99 {fp['p99_ms']:.2f})"
+            if name.endswith(" [baseline]") and name[:-11] in res["latency"]:
+                cur = res["latency"][name[:-11]]
+                if cur.get("received"):
+                    extra += f"   this tree / baseline: p50 {cur['p50_ms'] / v['p50_ms']:.2f}x"
             print(f"  {name:32s} p50 {v['p50_ms']:6.2f}  p99 {v['p99_ms']:7.2f}  max {v['max_ms']:7.2f}  "
                   f"({v['received']}/{v['sent']}){extra}")
     if "idle" in res:

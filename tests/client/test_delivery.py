@@ -377,28 +377,141 @@ def test_send_interrupted_exits_130_even_when_started_with_sigint_ignored(mq: MQ
 
 # -- no orphans ---------------------------------------------------------------------------------
 
-def test_handler_exits_when_its_parent_died_before_prctl() -> None:
-    from mqctl.consumer import handlers
-    handlers._load_prctl()
-    if handlers._libc_prctl is None:
-        pytest.skip("no prctl")
-    pid = os.fork()
-    if pid == 0:   # the child: pretend the consumer that forked it is another process, now dead
+def processes() -> list[tuple[int, str]]:
+    """(pid, command line) of every process."""
+    return [(x, cmd) for x, _ppid, cmd in _proc_table()]
+
+
+def children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the processes whose parent is ``pid``."""
+    return [(x, cmd) for x, ppid, cmd in _proc_table() if ppid == pid]
+
+
+def _proc_table() -> list[tuple[int, int, str]]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
-            handlers._die_with_parent(os.getppid() + 999_999)
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    assert os.WEXITSTATUS(status) == 137
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(") ", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as fb:
+                cmd = fb.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        out.append((int(entry), ppid, cmd))
+    return out
+
+
+def watchdog_of(consumer: int) -> int | None:
+    found = [p for p, cmd in children(consumer) if "watchdog.py" in cmd]
+    return found[0] if found else None
+
+
+# Each handler records: its pid, its process group, the signals it ignores (hex mask), and the
+# pid of a child it leaves running; then it waits for that child (60 s).
+RECORD_AND_WAIT = """sleep 60 &
+echo "$$ $(ps -o pgid= -p $$ | tr -d ' ') $(awk '/^SigIgn/ {print $2}' /proc/$$/status) $!" >> "$LOG"
+wait"""
+
+
+def handler_rows(log: Path) -> list[list[str]]:
+    return [x.split() for x in log_lines(log) if len(x.split()) == 4]
+
+
+def test_handlers_die_with_a_killed_consumer_and_each_runs_in_a_group_of_its_own(mq: MQ) -> None:
+    mq.ok("topic", "create", "T", "--queues", "1")
+    log = mq.work / "log"
+    h = handler_script(mq.work / "h.sh", RECORD_AND_WAIT)
+    p = mq.start("consume", "T", "-g", "G", "--from", "first", "--exec", h, "--threads", "2",
+                 extra_env={"LOG": str(log)})
+    mq.send_lines("T", ["a", "b"])
+    rows = wait_for(lambda: len(handler_rows(log)) == 2 and handler_rows(log), what="both handlers")
+    consumer_pgid = os.getpgid(p.pid)
+    groups = {int(r[1]) for r in rows}
+    assert len(groups) == 2 and consumer_pgid not in groups and p.pid not in groups, rows
+    for r in rows:   # SIGINT (2) and SIGPIPE (13) at their default
+        assert not int(r[2], 16) & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGPIPE - 1)), rows
+    pids = [int(r[0]) for r in rows] + [int(r[3]) for r in rows]
+    assert all(pid_alive(x) for x in pids)
+    p.kill9()
+    wait_for(lambda: not any(pid_alive(x) for x in pids), 10,
+             what="the handlers and their children to die with the consumer")
+
+
+@pytest.mark.parametrize("delay_ms", [0, 3, 10, 25])
+def test_no_handler_outlives_a_consumer_killed_while_it_starts_handlers(mq: MQ, delay_ms: int) -> None:
+    """The consumer is killed in the middle of a burst of spawns (16 handlers started at
+    once): some are running, some being started. Every one that got to run dies."""
+    mq.ok("topic", "create", "T", "--queues", "1")
+    mq.send_lines("T", [f"m{i}" for i in range(32)])
+    log = mq.work / "log"
+    h = handler_script(mq.work / "h.sh", 'echo "$$" >> "$LOG"; sleep 60')
+    p = mq.start("consume", "T", "-g", "G", "--from", "first", "--exec", h, "--threads", "16",
+                 extra_env={"LOG": str(log)})
+    wait_for(lambda: log_lines(log), 30, interval=0.001, what="the first handler")
+    time.sleep(delay_ms / 1000)
+    p.kill9()
+
+    def survivors() -> list[int]:
+        logged = [int(x) for x in log_lines(log) if x.strip().isdigit()]
+        return [x for x in logged if pid_alive(x)] + [x for x, cmd in processes() if h in cmd and pid_alive(x)]
+    wait_for(lambda: not survivors(), 10, what="every handler to die with the consumer")
+    # A handler being started at the kill, had it escaped, would show up within this window
+    # (its exec is microseconds away); it would then run for a minute.
+    time.sleep(0.5)
+    assert not survivors()
+    assert log_lines(log)
+
+
+def test_a_killed_watchdog_is_replaced_and_running_handlers_still_die_with_the_consumer(mq: MQ) -> None:
+    mq.ok("topic", "create", "T", "--queues", "1")
+    log = mq.work / "log"
+    h = handler_script(mq.work / "h.sh", RECORD_AND_WAIT)
+    p = mq.start("consume", "T", "-g", "G", "--from", "first", "--exec", h, "--threads", "2",
+                 extra_env={"LOG": str(log)})
+    mq.send_lines("T", ["a"])
+    wait_for(lambda: len(handler_rows(log)) == 1, what="the first handler")
+    first = wait_for(lambda: watchdog_of(p.pid), what="the watchdog")
+    os.kill(first, signal.SIGKILL)
+    second = wait_for(lambda: (w := watchdog_of(p.pid)) and w != first and w, what="a new watchdog")
+    assert pid_alive(second)
+    mq.send_lines("T", ["b"])   # a handler starts under the new watchdog
+    rows = wait_for(lambda: len(handler_rows(log)) == 2 and handler_rows(log), what="the second handler")
+    pids = [int(r[0]) for r in rows] + [int(r[3]) for r in rows]
+    assert all(pid_alive(x) for x in pids)
+    p.kill9()
+    # the first handler's group came from the killed watchdog: the new one adopted it
+    wait_for(lambda: not any(pid_alive(x) for x in pids), 10,
+             what="the handlers of both watchdogs to die with the consumer")
+    wait_for(lambda: not pid_alive(second), 10, what="the watchdog to exit")
+
+
+def test_a_stopping_consumer_ends_its_watchdog(mq: MQ) -> None:
+    mq.ok("topic", "create", "T", "--queues", "1")
+    log = mq.work / "log"
+    h = handler_script(mq.work / "h.sh", 'echo "$$" >> "$LOG"')
+    p = mq.start("consume", "T", "-g", "G", "--from", "first", "--exec", h, extra_env={"LOG": str(log)})
+    mq.send_lines("T", ["a"])
+    wait_for(lambda: log_lines(log), what="the handler")
+    w = wait_for(lambda: watchdog_of(p.pid), what="the watchdog")
+    placeholders = [c for c, _cmd in children(w)]
+    assert placeholders
+    p.signal(signal.SIGTERM)
+    assert p.wait(20) == 0, p.stderr()
+    assert mq.committed_total("G", "T") == 1
+    wait_for(lambda: not any(pid_alive(x) for x in [w, *placeholders]), 10,
+             what="the watchdog and its placeholders to exit")
 
 
 def test_a_new_owner_waits_for_handlers_of_a_killed_owner(mq: MQ) -> None:
     mq.ok("topic", "create", "T", "--queues", "1")
     mq.send_lines("T", ["one"])
     pidfile = mq.work / "grandchild"
-    # The handler leaves a grandchild (no death signal of its own) that lives 3 s: it still
-    # holds the queue's lock through the descriptor it inherited.
-    h = handler_script(mq.work / "h.sh", f'sleep 3 & echo $! > {pidfile}; wait')
+    # The handler leaves a grandchild that lives 3 s in a session of its own (out of reach of
+    # the kill of the handler's group): it still holds the queue's lock through the
+    # descriptor it inherited.
+    h = handler_script(mq.work / "h.sh", f'setsid sleep 3 & echo $! > {pidfile}; wait')
     a = mq.start("consume", "T", "-g", "G", "--orderly", "--from", "first", "--exec", h)
     wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the handler")
     grandchild = int(pidfile.read_text())
