@@ -2,13 +2,16 @@
 property tests) through its ``main`` in this process.
 
 * :func:`mqctl_env` — the environment every test's ``mqctl`` runs in: its store, no colour,
-  and nothing inherited that would change what it does (failpoints, debug, another store).
+  and nothing inherited that would change what it does (failpoints, debug, another store,
+  a completion request).
 * :class:`Result` — a finished run: exit code, stdout bytes, stderr text.
-* :func:`run` — run a command to completion within a deadline.
+* :func:`run` — run a command to completion within a deadline, optionally with one of its
+  standard streams on a pseudo-terminal.
 * :class:`Proc` — a background process, stdout/stderr to files; kill -9, SIGTERM, wait.
 * :class:`Feeder` — ``mqctl send --json`` fed batch by batch through a pipe.
 * :class:`MQ` — one store directory and the ``mqctl`` processes a test runs on it
-  (:meth:`MQ.run`, :meth:`MQ.ok`, :meth:`MQ.start`, :meth:`MQ.feed`, :meth:`MQ.cli`), direct
+  (:meth:`MQ.run`, :meth:`MQ.ok`, :meth:`MQ.start`, :meth:`MQ.feed`, :meth:`MQ.cli`,
+  :meth:`MQ.shell`), direct
   looks at the files the processes coordinate through (offsets, live members, queue locks),
   and the invariants the fault and power tests check (:meth:`MQ.check_clean`, :meth:`MQ.drain`).
   ``tests/power``'s machine is an ``MQ`` whose processes run on a LazyFS mount.
@@ -17,45 +20,57 @@ property tests) through its ``main`` in this process.
 * :func:`run_inprocess` — ``mqctl ARGS`` through :func:`mqctl.app.main` in this process.
 * :func:`python`, :func:`finish` — ``python -c SCRIPT`` children (other holders of a lock or
   a log), and waiting for them to succeed.
-* :class:`LockSampler`, :func:`handler_script`, :func:`read_pty`, :func:`pid_running`.
+* :class:`LockSampler`, :func:`handler_script`, :func:`pid_running`.
 
 Every wait is bounded; a test that hangs is a failing test, not a stuck CI job. Processes a
 test started are killed (by pid) when the fixture ends, whatever the test did.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
 import select
 import signal
+import struct
 import subprocess
 import sys
+import tempfile
+import termios
 import textwrap
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 _BIN = Path(sys.executable).parent / "mqctl"
 MQCTL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "mqctl"]
 DEFAULT_TIMEOUT = 60.0
 KILLED = -signal.SIGKILL   # the exit status of a process killed by SIGKILL (or a failpoint)
 # What a caller's environment may set that would change what a test's mqctl does.
-_INHERITED_NOT = ("MQCTL_STORE", "MQCTL_FAILPOINTS", "MQCTL_DEBUG")
+_INHERITED_NOT = ("MQCTL_STORE", "MQCTL_FAILPOINTS", "MQCTL_DEBUG", "_MQCTL_COMPLETE")
+Stream = Literal["stdin", "stdout", "stderr"]
 
 
-def mqctl_env(root: Path, failpoints: str | None = None,
-              extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for ``mqctl`` on the store ``root``: ``MQCTL_FAILPOINTS`` only when
-    ``failpoints`` names some (see ``store/failpoints.py``), then ``extra`` on top."""
+def mqctl_env(root: Path | None, failpoints: str | None = None,
+              extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    """The environment for ``mqctl`` on the store ``root`` (None: no store in the environment,
+    for a command line that names its own or needs none): ``MQCTL_FAILPOINTS`` only when
+    ``failpoints`` names some (see ``store/failpoints.py``), then ``extra`` on top, where None
+    unsets a variable (``{"NO_COLOR": None}``: colour as a user's shell would allow it)."""
     env = {k: v for k, v in os.environ.items() if k not in _INHERITED_NOT}
-    env["MQCTL_STORE"] = str(root)
+    if root is not None:
+        env["MQCTL_STORE"] = str(root)
     env["NO_COLOR"] = "1"
     if failpoints:
         env["MQCTL_FAILPOINTS"] = failpoints
-    if extra:
-        env.update(extra)
+    for k, v in (extra or {}).items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
     return env
 
 
@@ -95,17 +110,67 @@ class Result:
 
 def run(cmd: Sequence[str | bytes], *, env: Mapping[str, str], args: Sequence[str] | None = None,
         input: bytes | str | None = None, timeout: float = DEFAULT_TIMEOUT, cwd: Path | None = None,
-        preexec_fn: Callable[[], None] | None = None) -> Result:
+        preexec_fn: Callable[[], None] | None = None, tty: Stream | None = None,
+        tty_size: tuple[int, int] | None = None) -> Result:
     """Run ``cmd`` to completion; AssertionError when it is not done within ``timeout`` s.
-    ``args``: how the result names the run (default: ``cmd``)."""
+    ``args``: how the result names the run (default: ``cmd``). stdin is ``input``, or empty
+    (never the test runner's own).
+
+    ``tty``: that stream is a pseudo-terminal instead (``tty_size``: its rows and columns).
+    What the command writes to it is that stream's output in the result (with the terminal's
+    ``\r\n`` line ends); on a terminal stdin, ``input`` is typed, then Ctrl-D."""
     data = input.encode() if isinstance(input, str) else input
     shown = [a if isinstance(a, str) else repr(a) for a in (cmd if args is None else args)]
+    if tty is not None:
+        assert tty == "stdin" or data is None, "input goes to stdin: a terminal only when tty='stdin'"
+        return _run_on_tty(cmd, shown, tty, tty_size, data or b"", env=env, timeout=timeout,
+                           cwd=cwd, preexec_fn=preexec_fn)
     try:
         cp = subprocess.run(list(cmd), input=data, capture_output=True, env=dict(env),
+                            stdin=subprocess.DEVNULL if data is None else None,
                             timeout=timeout, cwd=cwd, preexec_fn=preexec_fn)
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"mqctl {' '.join(shown)} did not finish within {timeout:g} s") from exc
     return Result(shown, cp.returncode, cp.stdout, cp.stderr.decode(errors="replace"))
+
+
+def _run_on_tty(cmd: Sequence[str | bytes], shown: list[str], tty: Stream, size: tuple[int, int] | None,
+                data: bytes, *, env: Mapping[str, str], timeout: float, cwd: Path | None,
+                preexec_fn: Callable[[], None] | None) -> Result:
+    master, slave = pty.openpty()
+    if size is not None:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
+    # The streams not on the terminal go to files: a pipe nobody reads while the terminal is
+    # read could block the command.
+    with tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:
+        streams: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": fout, "stderr": ferr}
+        streams[tty] = slave
+        try:
+            p = subprocess.Popen(list(cmd), env=dict(env), cwd=cwd, preexec_fn=preexec_fn, **streams)
+        finally:
+            os.close(slave)
+        on_tty = b""
+        try:
+            if tty == "stdin":
+                os.write(master, data + b"\x04")   # Ctrl-D at the start of a line ends the input
+            else:
+                on_tty = _read_pty(master, timeout)
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            p.kill()
+            p.wait()
+            raise AssertionError(f"mqctl {' '.join(shown)} did not finish within {timeout:g} s") from exc
+        finally:
+            if tty == "stdin":
+                os.close(master)
+        fout.seek(0)
+        ferr.seek(0)
+        out, err = fout.read(), ferr.read()
+    if tty == "stdout":
+        out = on_tty
+    elif tty == "stderr":
+        err = on_tty
+    return Result(shown, p.returncode, out, err.decode(errors="replace"))
 
 
 def one_error(res: Result, code: int, start: str = "", *, allow_warnings: bool = False,
@@ -243,11 +308,14 @@ class Feeder:
 @dataclass
 class MQ:
     """One store directory and the ``mqctl`` processes a test runs on it. ``work``: where
-    their output files go; ``cwd``: the directory they run in (default: the test's own)."""
+    their output files go; ``cwd``: the directory they run in (default: the test's own);
+    ``extra_env``: what every one of its processes gets on top of :func:`mqctl_env` (a
+    call's own ``extra_env`` on top of that)."""
 
     root: Path
     work: Path
     cwd: Path | None = None
+    extra_env: dict[str, str | None] = field(default_factory=dict)
     procs: list[Proc | Feeder] = field(default_factory=list)
     _n: int = 0
 
@@ -266,16 +334,22 @@ class MQ:
 
     @property
     def env(self) -> dict[str, str]:
-        return mqctl_env(self.root)
+        return self.environ()
+
+    def environ(self, failpoints: str | None = None,
+                extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
+        """The environment of this MQ's processes (:func:`mqctl_env`'s options)."""
+        return mqctl_env(self.root, failpoints, {**self.extra_env, **(extra or {})})
 
     # -- running mqctl ----------------------------------------------------------------------
     def run(self, *args: str, input: bytes | str | None = None, failpoints: str | None = None,
-            extra_env: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
+            extra_env: Mapping[str, str | None] | None = None, timeout: float = DEFAULT_TIMEOUT,
             cwd: Path | None = None, preexec_fn: Callable[[], None] | None = None,
-            check: bool = False) -> Result:
-        """Run ``mqctl ARGS`` to completion (``check``: it must exit 0)."""
-        res = run(self.argv(*args), args=args, env=mqctl_env(self.root, failpoints, extra_env),
-                  input=input, timeout=timeout, cwd=cwd or self.cwd, preexec_fn=preexec_fn)
+            tty: Stream | None = None, check: bool = False) -> Result:
+        """Run ``mqctl ARGS`` to completion (``check``: it must exit 0; ``tty``: that stream
+        on a pseudo-terminal, see :func:`run`)."""
+        res = run(self.argv(*args), args=args, env=self.environ(failpoints, extra_env),
+                  input=input, timeout=timeout, cwd=cwd or self.cwd, preexec_fn=preexec_fn, tty=tty)
         if check:
             assert res.returncode == 0, f"{res}{self.where()}"
         return res
@@ -283,13 +357,26 @@ class MQ:
     def ok(self, *args: str, **kw: Any) -> Result:
         return self.run(*args, check=True, **kw)
 
-    def cli(self, *args: str, stdin: bytes = b"") -> Result:
-        """``mqctl ARGS`` through the CLI's ``main`` in this process (see :func:`run_inprocess`)."""
-        return run_inprocess(["--store", str(self.root), *args], stdin=stdin, workdir=self.work)
+    def cli(self, *args: str, stdin: bytes = b"", check: bool = False) -> Result:
+        """``mqctl ARGS`` through the CLI's ``main`` in this process (see :func:`run_inprocess`);
+        ``check``: it must exit 0."""
+        res = run_inprocess(["--store", str(self.root), *args], stdin=stdin, workdir=self.work)
+        if check:
+            assert res.returncode == 0, str(res)
+        return res
+
+    def shell(self, script: str, *, extra_env: Mapping[str, str | None] | None = None,
+              timeout: float = DEFAULT_TIMEOUT, cwd: Path | None = None) -> Result:
+        """``bash -c SCRIPT`` in this MQ's environment, with this project's ``mqctl`` first on
+        PATH: a pipeline, or a shell function calling ``mqctl`` back (completion)."""
+        path = f"{_BIN.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        return run(["bash", "--norc", "--noprofile", "-c", script], args=["bash -c", script],
+                   env=self.environ(extra={"PATH": path, **(extra_env or {})}),
+                   timeout=timeout, cwd=cwd or self.cwd)
 
     def start(self, *args: str, stdin: Any = subprocess.DEVNULL, stdout: Any = None,
               out: Path | None = None, failpoints: str | None = None,
-              extra_env: Mapping[str, str] | None = None, new_session: bool = False) -> Proc:
+              extra_env: Mapping[str, str | None] | None = None, new_session: bool = False) -> Proc:
         """Start ``mqctl ARGS`` in the background: stdout to the file ``out`` (default: a new
         one in ``work``) unless ``stdout`` is given, stderr to a file. ``new_session``: in a
         process group of its own, as a shell job would be, so a test can signal the whole
@@ -302,7 +389,7 @@ class MQ:
         try:
             p = subprocess.Popen(self.argv(*args), stdin=stdin,
                                  stdout=fout if stdout is None else stdout, stderr=ferr,
-                                 env=mqctl_env(self.root, failpoints, extra_env), cwd=self.cwd,
+                                 env=self.environ(failpoints, extra_env), cwd=self.cwd,
                                  start_new_session=new_session)
         finally:
             if fout is not None:
@@ -316,7 +403,7 @@ class MQ:
         """``mqctl send ARGS --json``, fed batch by batch (:class:`Feeder`)."""
         p = subprocess.Popen(self.argv("send", *args, "--json"), stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             env=mqctl_env(self.root, failpoints), cwd=self.cwd)
+                             env=self.environ(failpoints), cwd=self.cwd)
         feeder = Feeder(p, list(args))
         self.procs.append(feeder)
         return feeder
@@ -514,7 +601,7 @@ def pid_running(pid: int | None) -> bool:
         return False
 
 
-def read_pty(master: int, timeout: float = 30.0) -> bytes:
+def _read_pty(master: int, timeout: float) -> bytes:
     """Everything a child writes to the pseudo-terminal whose master side is ``master``, until
     it closes the terminal (EIO) or is silent for ``timeout`` s; closes ``master``."""
     out = b""

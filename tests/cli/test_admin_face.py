@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
-import pty
 import re
-import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -21,21 +18,18 @@ import pytest
 from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
 from store.log.record import Draft
 from store.timeparse import format_time
-from tests.procs import MQ, MQCTL, read_pty
+from tests.procs import MQ, Result, one_error
 
 LOCAL = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}")
 
 
-def one_error(res: subprocess.CompletedProcess, code: int, *parts: str) -> str:
-    """``res`` failed with ``code`` and exactly one stderr line ``mqctl: error: …`` holding
-    every one of ``parts``; nothing on stdout."""
-    lines = res.stderr.splitlines()
-    assert res.returncode == code, (res.returncode, res.stderr)
-    assert len(lines) == 1 and lines[0].startswith("mqctl: error: "), res.stderr
+def refused(res: Result, code: int, *parts: str) -> None:
+    """:func:`one_error` (its only stderr line) holding every one of ``parts``, and nothing
+    on stdout."""
+    line = one_error(res, code)
     for part in parts:
-        assert part in lines[0], (part, lines[0])
+        assert part in line, (part, line)
     assert res.stdout == b""
-    return lines[0]
 
 
 @pytest.fixture
@@ -65,7 +59,7 @@ def loaded(mq: MQ) -> MQ:
     (["progress", "-g", "G", "-J"], "-J"),
 ])
 def test_removed_short_flags_are_usage_errors(loaded: MQ, args: list[str], flag: str) -> None:
-    one_error(loaded.run(*args), 2, f"No such option: {flag}")
+    refused(loaded.run(*args), 2, f"No such option: {flag}")
 
 
 def test_the_long_names_and_the_kept_short_flags_work(loaded: MQ) -> None:
@@ -84,7 +78,7 @@ def test_topic_create_says_what_it_made(mq: MQ) -> None:
     assert mq.ok("topic", "create", "A", "--queues", "1").stderr == "created topic A (1 queue)\n"
     assert mq.ok("topic", "create", "A", "--queues", "1").stderr == "topic A exists (1 queue)\n"
     assert mq.ok("topic", "create", "B", "--order").stderr == "created topic B (8 queues, ordered)\n"
-    one_error(mq.run("topic", "create", "A", "--queues", "2"), 4, "exists")
+    refused(mq.run("topic", "create", "A", "--queues", "2"), 4, "exists")
 
 
 def test_init_says_where_and_warns_about_ignored_settings(tmp_path: Path) -> None:
@@ -143,7 +137,7 @@ def test_empty_topic_list(mq: MQ) -> None:
 def test_an_unknown_group_is_still_not_found(loaded: MQ) -> None:
     for args in (["dlq", "list", "-g", "Ghost"], ["dlq", "resend", "-g", "Ghost"], ["progress", "-g", "Ghost"],
                  ["consumers", "-g", "Ghost"]):
-        one_error(loaded.run(*args), 3, "Ghost", "does not exist")
+        refused(loaded.run(*args), 3, "Ghost", "does not exist")
 
 
 # -- human times: local, or UTC with --utc; JSON keeps ms ---------------------------------------
@@ -269,14 +263,14 @@ def test_msg_query_table(loaded: MQ) -> None:
     (["init", "--max-message-size", "4194305"], 2, ["1<=x<=4194304"]),
 ])
 def test_contradictions_and_bad_values(loaded: MQ, args: list[str], code: int, parts: list[str]) -> None:
-    one_error(loaded.run(*args), code, *parts)
+    refused(loaded.run(*args), code, *parts)
 
 
 def test_segment_size_minimum_is_stated_and_accepted(tmp_path: Path) -> None:
     mq = MQ(tmp_path / "s", tmp_path)
-    one_error(mq.run("init", "--segment-size", "100000"), 2,
+    refused(mq.run("init", "--segment-size", "100000"), 2,
               "segment size (--segment-size) must be at least the maximum message size + 64 KiB = 4259840 bytes", "got 100000")
-    one_error(mq.run("init", "--max-message-size", "1000", "--segment-size", "66535"), 2, "= 66536 bytes")
+    refused(mq.run("init", "--max-message-size", "1000", "--segment-size", "66535"), 2, "= 66536 bytes")
     assert not mq.root.exists()
     mq.ok("init", "--max-message-size", "1000", "--segment-size", "66536")
     assert json.loads((mq.root / "store.json").read_text())["commitlogSegmentSize"] == 66536
@@ -328,19 +322,9 @@ def test_help_states_limits_and_installation(mq: MQ) -> None:
 
 # -- progress bars: on a terminal only ----------------------------------------------------------
 
-def _on_a_tty(mq: MQ, *args: str) -> tuple[int, bytes, bytes]:
-    """Run ``mqctl ARGS`` with stderr on a pseudo-terminal; (exit code, stdout, stderr bytes)."""
-    master, slave = pty.openpty()
-    env = {**mq.env, "TERM": "xterm"}
-    env.pop("CI", None)
-    env.pop("NO_COLOR", None)
-    out_path = mq.work / "tty.out"
-    with open(out_path, "wb") as out_file:
-        p = subprocess.Popen(MQCTL + list(args), stdout=out_file, stderr=slave, stdin=subprocess.DEVNULL, env=env)
-    os.close(slave)
-    err = read_pty(master)
-    code = p.wait(30)
-    return code, out_path.read_bytes(), err
+def _on_a_tty(mq: MQ, *args: str) -> Result:
+    """``mqctl ARGS`` with stderr on a terminal that allows colour and animation."""
+    return mq.run(*args, tty="stderr", extra_env={"TERM": "xterm", "CI": None, "NO_COLOR": None})
 
 
 def _dead_letters(mq: MQ, n: int) -> None:
@@ -354,8 +338,8 @@ def _dead_letters(mq: MQ, n: int) -> None:
 
 def test_dlq_resend_shows_a_bar_on_a_terminal_only(loaded: MQ) -> None:
     _dead_letters(loaded, 5)
-    code, _, err = _on_a_tty(loaded, "dlq", "resend", "-g", "G", "-n")
-    assert code == 0 and b"resending" in err and b"5/5" in err
+    res = _on_a_tty(loaded, "dlq", "resend", "-g", "G", "-n")
+    assert res.returncode == 0 and "resending" in res.stderr and "5/5" in res.stderr
     piped = loaded.ok("dlq", "resend", "-g", "G")
     assert piped.stderr == "resent 5 dead letters of group G to %RETRY%G\n"
 
@@ -371,9 +355,9 @@ def test_a_long_reset_shows_a_bar_and_moves_every_offset_set(mq: MQ) -> None:
             b.update("W", q, 0)
         b.persist({("W", q) for q in range(64)})
     s.close()
-    code, out, err = _on_a_tty(mq, "offsets", "reset", "-g", "B", "--topic", "W", "--to-latest", "--execute", "--json")
-    assert code == 0 and b"resetting offsets" in err and b"192/192" in err
-    rows = [json.loads(x) for x in out.splitlines()]
+    res = _on_a_tty(mq, "offsets", "reset", "-g", "B", "--topic", "W", "--to-latest", "--execute", "--json")
+    assert res.returncode == 0 and "resetting offsets" in res.stderr and "192/192" in res.stderr
+    rows = res.json_lines()
     assert len(rows) == 192 and all(r["applied"] and r["newOffset"] == r["maxOffset"] for r in rows)
     s = mq.store()
     assert BroadcastOffsetStore(s.layout, "c2", "B").load()[("W", 5)] == s.max_offset("W", 5)

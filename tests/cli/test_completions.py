@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mqctl.completions import DEFAULT_DIR, SHELLS, generate, main, script
+from tests.procs import MQ, mqctl, run
 
 FILES = {shell: DEFAULT_DIR / name for shell, name in SHELLS.items()}
 
@@ -50,7 +49,7 @@ def _syntax(shell: str) -> None:
     exe = shutil.which(shell)
     if exe is None:
         pytest.skip(f"{shell} is not installed")
-    cp = subprocess.run([exe, "-n", str(FILES[shell])], capture_output=True, text=True, timeout=30)
+    cp = run([exe, "-n", str(FILES[shell])], env=os.environ, timeout=30)
     assert cp.returncode == 0, cp.stderr
 
 
@@ -66,60 +65,49 @@ def test_fish_syntax() -> None:
     _syntax("fish")
 
 
-def test_bash_completes_commands_and_store_names(tmp_path: Path) -> None:
+def test_bash_completes_commands_and_store_names(mq: MQ) -> None:
     """At tab time the shim calls mqctl back: sub-commands and topic names come back."""
-    root = tmp_path / "store"
-    env = {**os.environ, "MQCTL_STORE": str(root)}
-    exe = [str(Path(sys.executable).parent / "mqctl")]
-    subprocess.run(exe + ["topic", "create", "orders", "--queues", "2"], env=env, check=True, capture_output=True)
+    mq.ok("topic", "create", "orders", "--queues", "2")
 
     def complete(words: str, cword: int) -> list[str]:
-        cp = subprocess.run(exe, env={**env, "COMP_WORDS": words, "COMP_CWORD": str(cword),
-                                      "_MQCTL_COMPLETE": "complete_bash"},
-                            capture_output=True, text=True, timeout=60)
-        return cp.stdout.split()
+        return mq.run(extra_env={"COMP_WORDS": words, "COMP_CWORD": str(cword),
+                                 "_MQCTL_COMPLETE": "complete_bash"}).out.split()
 
     assert "offsets" in complete("mqctl off", 1)
     assert "orders" in complete("mqctl rebalance or", 2)
 
 
-def _bash_complete(line: list[str], env: dict[str, str]) -> list[str]:
+def _bash_complete(mq: MQ, line: list[str]) -> list[str]:
     """Complete the last word of ``line`` the way an interactive bash does: the committed
     script sourced into a real bash, COMP_WORDS/COMP_CWORD set, its function called."""
-    bash = shutil.which("bash")
-    if bash is None:
+    if shutil.which("bash") is None:
         pytest.skip("bash is not installed")
     words = " ".join(f"'{w}'" for w in line)
     program = (f"source {FILES['bash']}\n"
                f"COMP_WORDS=({words}); COMP_CWORD={len(line) - 1}\n"
                "_mqctl_completion mqctl\n"
                'printf "%s\\n" "${COMPREPLY[@]}"\n')
-    path = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    cp = subprocess.run([bash, "--norc", "--noprofile", "-c", program], env={**env, "PATH": path},
-                        capture_output=True, text=True, timeout=60)
+    cp = mq.shell(program)
     assert cp.returncode == 0, cp.stderr
-    return [w for w in cp.stdout.splitlines() if w]
+    return [w for w in cp.out.splitlines() if w]
 
 
-def test_real_bash_completes_choices_and_topic_names(tmp_path: Path) -> None:
-    env = {**os.environ, "MQCTL_STORE": str(tmp_path / "store")}
-    exe = str(Path(sys.executable).parent / "mqctl")
+def test_real_bash_completes_choices_and_topic_names(mq: MQ, tmp_path: Path) -> None:
     for topic in ("orders", "order-audit", "payments"):
-        subprocess.run([exe, "topic", "create", topic], env=env, check=True, capture_output=True)
-    assert set(_bash_complete(["mqctl", "consume", "orders", "--strategy", ""], env)) == {
+        mq.ok("topic", "create", topic)
+    assert set(_bash_complete(mq, ["mqctl", "consume", "orders", "--strategy", ""])) == {
         "averagely", "circle", "hash", "config"}
-    assert set(_bash_complete(["mqctl", "send", "orders", "--flush", ""], env)) == {"async", "sync"}
-    assert set(_bash_complete(["mqctl", "send", "ord"], env)) == {"orders", "order-audit"}
-    assert set(_bash_complete(["mqctl", "consume", "p"], env)) == {"payments"}
+    assert set(_bash_complete(mq, ["mqctl", "send", "orders", "--flush", ""])) == {"async", "sync"}
+    assert set(_bash_complete(mq, ["mqctl", "send", "ord"])) == {"orders", "order-audit"}
+    assert set(_bash_complete(mq, ["mqctl", "consume", "p"])) == {"payments"}
     # --store given on the line wins over $MQCTL_STORE for completion too
     other = tmp_path / "other"
-    subprocess.run([exe, "--store", str(other), "topic", "create", "elsewhere"], env=env, check=True,
-                   capture_output=True)
-    assert _bash_complete(["mqctl", "--store", str(other), "send", "e"], env) == ["elsewhere"]
+    mqctl(other, "topic", "create", "elsewhere", check=True)
+    assert _bash_complete(mq, ["mqctl", "--store", str(other), "send", "e"]) == ["elsewhere"]
     # ... and after the command, as everywhere else on the line
-    assert _bash_complete(["mqctl", "send", "--store", str(other), "e"], env) == ["elsewhere"]
-    assert _bash_complete(["mqctl", "send", f"--store={other}", "e"], env) == ["elsewhere"]
-    assert _bash_complete(["mqctl", "send", "--store", str(other), "p"], env) == []
+    assert _bash_complete(mq, ["mqctl", "send", "--store", str(other), "e"]) == ["elsewhere"]
+    assert _bash_complete(mq, ["mqctl", "send", f"--store={other}", "e"]) == ["elsewhere"]
+    assert _bash_complete(mq, ["mqctl", "send", "--store", str(other), "p"]) == []
 
 
 def test_install_completion_option_is_still_there() -> None:
@@ -132,9 +120,8 @@ def test_install_completion_option_is_still_there() -> None:
 
 def test_install_completion_still_works(tmp_path: Path) -> None:
     """Typer's own --install-completion writes the same script (into a scratch HOME here)."""
-    env = {**os.environ, "HOME": str(tmp_path), "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
-    cp = subprocess.run([str(Path(sys.executable).parent / "mqctl"), "--install-completion", "bash"],
-                        env=env, capture_output=True, text=True, timeout=60)
+    cp = mqctl(tmp_path / "store", "--install-completion", "bash",
+               extra_env={"HOME": str(tmp_path), "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert cp.returncode == 0, cp.stderr
     installed = tmp_path / ".bash_completions" / "mqctl.sh"
     assert installed.read_text().rstrip() + "\n" == FILES["bash"].read_text()

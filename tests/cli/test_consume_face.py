@@ -4,12 +4,12 @@ so. Real ``mqctl`` processes on a real store."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from mqctl.commands.consume import complete_from
-from tests.procs import MQ, MQCTL, handler_script, one_error
+from tests.cli.helppage import help_at_80_columns
+from tests.procs import MQ, handler_script, one_error
 
 ERROR = "mqctl: error: "
 
@@ -271,24 +271,14 @@ def test_a_redelivery_in_json_and_format(mq: MQ) -> None:
 
 def test_help_examples_survive_at_80_columns(mq: MQ) -> None:
     from mqctl.commands.consume import HELP
-    examples = HELP.split("Examples:\n", 1)[1].rstrip("\n").splitlines()
-    assert examples and all(len(line) <= 72 for line in examples), [x for x in examples if len(x) > 72]
-    env = dict(mq.env, COLUMNS="80")
-    cp = subprocess.run([*MQCTL, "consume", "--help"], capture_output=True, env=env, timeout=60, text=True)
-    assert cp.returncode == 0
-    out = cp.stdout.splitlines()
-    for line in examples:
-        assert "  " + line in out, line
-    assert "{" not in cp.stdout and "<str>" not in cp.stdout
+    page = help_at_80_columns(mq, "consume", HELP)
     for metavar in ("TOPIC", "GROUP", "first|last|TIME", "EXPR", "CMD", "CLIENT-ID", "IDS", "DURATION",
                     "[averagely|circle|hash|config]", "FORMAT"):
-        assert metavar in cp.stdout, metavar
-    first = HELP.split("\n", 1)[0]
-    assert len(first) <= 60 and first.endswith(".") and "\b" not in HELP
+        assert metavar in page, metavar
 
 
 def test_from_completes_first_and_last(mq: MQ) -> None:
     assert complete_from("") == ["first", "last"] and complete_from("l") == ["last"]
-    env = dict(mq.env, _MQCTL_COMPLETE="complete_bash", COMP_WORDS="mqctl consume t --from ", COMP_CWORD="4")
-    cp = subprocess.run(MQCTL, capture_output=True, env=env, timeout=60, text=True)
-    assert cp.stdout.split() == ["first", "last"]
+    cp = mq.run(extra_env={"_MQCTL_COMPLETE": "complete_bash", "COMP_WORDS": "mqctl consume t --from ",
+                           "COMP_CWORD": "4"})
+    assert cp.out.split() == ["first", "last"]

@@ -4,20 +4,17 @@ with the row's text (one line). A row added to the README without a scenario her
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
+from tests.procs import MQ, Result, mqctl, wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
-MQCTL = str(Path(sys.executable).parent / "mqctl")
-Run = subprocess.CompletedProcess
 
 
 def readme_rows() -> list[tuple[int, str, str]]:
@@ -34,25 +31,24 @@ def readme_rows() -> list[tuple[int, str, str]]:
     return rows
 
 
-class Env:
-    def __init__(self, tmp: Path) -> None:
-        self.store = tmp / "store"
-        self.env = {**os.environ, "MQCTL_STORE": str(self.store)}
-        self.env.pop("NO_COLOR", None)
-
-    def run(self, *args: str, input: bytes | None = None) -> Run:
-        return subprocess.run([MQCTL, *args], env=self.env, input=input, capture_output=True, timeout=120,
-                              stdin=None if input is not None else subprocess.DEVNULL)
-
-    def shell(self, line: str) -> Run:
-        line = line.replace("mqctl ", f"{MQCTL} ")
-        return subprocess.run(["bash", "-c", f"set -o pipefail; {line}"], env=self.env, capture_output=True,
-                              timeout=120, stdin=subprocess.DEVNULL)
+@pytest.fixture(scope="module")
+def mq_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every row runs on a copy of this store: a topic ``orders``."""
+    root = tmp_path_factory.mktemp("exit-codes") / "store"
+    mqctl(root, "topic", "create", "orders", check=True)
+    return root
 
 
-def _damaged(e: Env) -> Run:
+@pytest.fixture
+def e(mq: MQ) -> MQ:
+    """``mq`` as a user's shell runs it: NO_COLOR unset."""
+    mq.extra_env["NO_COLOR"] = None
+    return mq
+
+
+def _damaged(e: MQ) -> Result:
     e.run("send", "orders", "-", input=b"".join(b"message %d\n" % i for i in range(50)))
-    segment = sorted((e.store / "commitlog").iterdir())[0]
+    segment = sorted((e.root / "commitlog").iterdir())[0]
     with open(segment, "r+b") as f:       # flip a few bytes inside an early record's body
         f.seek(300)
         data = f.read(4)
@@ -61,9 +57,9 @@ def _damaged(e: Env) -> Run:
     return e.run("store", "check")
 
 
-def _damaged_key_lookup(e: Env) -> Run:
+def _damaged_key_lookup(e: MQ) -> Result:
     e.run("send", "orders", "-k", "order-1", "-", input=b"".join(b"keyed %d\n" % i for i in range(5)))
-    segment = sorted((e.store / "commitlog").iterdir())[0]
+    segment = sorted((e.root / "commitlog").iterdir())[0]
     with open(segment, "r+b") as f:       # inside the second record
         f.seek(250)
         data = f.read(2)
@@ -72,46 +68,52 @@ def _damaged_key_lookup(e: Env) -> Run:
     return e.run("msg", "query", "--topic", "orders", "-k", "order-1")
 
 
-def _resolved_other_way(e: Env) -> tuple[Run, str]:
+def _resolved_other_way(e: MQ) -> tuple[Result, str]:
     sent = e.run("tx", "send", "orders", "body")
     tx = json.loads(sent.stdout)["txId"]
     assert e.run("tx", "commit", tx).returncode == 0
     return e.run("tx", "rollback", tx), tx
 
 
-def _interrupted(e: Env) -> Run:
-    proc = subprocess.Popen([MQCTL, "send", "orders"], env=e.env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def _blocked_on_a_pipe(pid: int) -> bool:
+    try:
+        return "pipe" in Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+
+
+def _interrupted(e: MQ) -> Result:
+    proc = e.start("send", "orders", stdin=subprocess.PIPE)
     # SIGINT once the process is blocked reading stdin: its handlers are installed by then.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if "pipe" in Path(f"/proc/{proc.pid}/wchan").read_text():
-                break
-        except OSError:
-            pass
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    try:
+        wait_for(lambda: _blocked_on_a_pipe(proc.pid), 60.0, interval=0.02, what="send to read stdin")
+    except AssertionError:
+        pass   # a kernel that does not show wchan: a minute is long past the handlers' set-up
+    proc.signal(signal.SIGINT)
+    return Result(proc.args, proc.wait(60), proc.stdout(), proc.stderr())
 
 
-def _closed_early(e: Env) -> Run:
+def _shell(e: MQ, line: str) -> Result:
+    """``line`` as a user's bash runs it; a pipeline fails with its first failing command."""
+    return e.shell(f"set -o pipefail; {line}", timeout=120)
+
+
+def _closed_early(e: MQ) -> Result:
     # more than a pipe buffer of output, so the reader is gone while consume still writes
     e.run("send", "orders", input=b"".join(b"message number %06d\n" % i for i in range(20_000)))
-    return e.shell("mqctl consume orders -g g --from first -e | head -1")
+    return _shell(e, "mqctl consume orders -g g --from first -e | head -1")
 
 
-SCENARIOS: dict[str, Callable[[Env], Run]] = {
+SCENARIOS: dict[str, Callable[[MQ], Result]] = {
     "mqctl store check": _damaged,
     "mqctl msg query --topic orders -k order-1": _damaged_key_lookup,
     "mqctl tx rollback TXID": lambda e: _resolved_other_way(e)[0],
-    "mqctl send orders": lambda e: e.run("send", "orders", input=b"x" * 5_000_000 + b"\n"),
+    "mqctl send orders": lambda e: e.run("send", "orders", input=b"x" * 5_000_000 + b"\n", timeout=120),
     "": _interrupted,
 }
 
 
-def _scenario(example: str) -> tuple[str, Callable[[Env], Run] | None]:
+def _scenario(example: str) -> tuple[str, Callable[[MQ], Result] | None]:
     commands = re.findall(r"`([^`]*)`", example)
     if not commands:
         return "", SCENARIOS[""]
@@ -121,14 +123,12 @@ def _scenario(example: str) -> tuple[str, Callable[[Env], Run] | None]:
     if first == "mqctl consume orders -g g --from first -e | head -1":
         return first, _closed_early
     if "mqctl " in first:
-        return first, lambda e: e.shell(first)
+        return first, lambda e: _shell(e, first)
     return first, None
 
 
 @pytest.mark.parametrize("code,example,want", readme_rows(), ids=[f"{r[0]}:{r[1][:40]}" for r in readme_rows()])
-def test_readme_exit_code_row(code: int, example: str, want: str, tmp_path: Path) -> None:
-    e = Env(tmp_path)
-    assert e.run("topic", "create", "orders").returncode == 0
+def test_readme_exit_code_row(code: int, example: str, want: str, e: MQ) -> None:
     key, scenario = _scenario(example)
     assert scenario is not None, f"no scenario for README row {example!r}"
     if key == "mqctl tx rollback TXID":
@@ -136,7 +136,7 @@ def test_readme_exit_code_row(code: int, example: str, want: str, tmp_path: Path
         want = want.replace("TXID", tx)
     else:
         cp = scenario(e)
-    err = cp.stderr.decode() if isinstance(cp.stderr, bytes) else cp.stderr
+    err = cp.stderr
     assert cp.returncode == code, (example, cp.returncode, err)
     errors = [line for line in err.splitlines() if line.startswith("mqctl: error:")]
     if want.startswith("mqctl: error:"):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import collections
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +12,12 @@ import typer
 import mqctl.options
 from mqctl.app import app
 from mqctl.argv import normalize
+from tests.procs import MQCTL, Result, mqctl_env, run
 
-MQCTL = str(Path(sys.executable).parent / "mqctl")
+
+def on_the_line(*args: str) -> Result:
+    """``mqctl ARGS`` with no store in the environment: only the command line names one."""
+    return run([*MQCTL, *args], args=args, env=mqctl_env(None))
 
 
 def documented() -> dict[str, set[str]]:
@@ -82,9 +84,8 @@ REMOVED = [
 
 @pytest.mark.parametrize("line", [r[1] for r in REMOVED], ids=[r[0] for r in REMOVED])
 def test_a_removed_short_flag_is_a_usage_error(line: list[str], tmp_path: Path) -> None:
-    cp = subprocess.run([MQCTL, "--store", str(tmp_path / "s"), *line], capture_output=True, text=True,
-                        timeout=60, stdin=subprocess.DEVNULL)
-    assert cp.returncode == 2, cp
+    cp = on_the_line("--store", str(tmp_path / "s"), *line)
+    assert cp.returncode == 2, str(cp)
     flag = next(a for a in line if re.fullmatch(r"-[A-Za-z]", a) and a not in ("-g", "-k"))
     assert cp.stderr.startswith(f"mqctl: error: No such option: {flag}"), cp.stderr
     assert len(cp.stderr.strip().splitlines()) == 1
@@ -116,28 +117,23 @@ def test_normalize_leaves_values_and_the_rest_alone() -> None:
 def test_store_and_json_anywhere_in_real_processes(tmp_path: Path) -> None:
     store = str(tmp_path / "s")
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([MQCTL, *args], capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
-
-    cp = run("send", "orders", "hello", "--store", store)
+    cp = on_the_line("send", "orders", "hello", "--store", store)
     assert cp.returncode == 0, cp.stderr
-    cp = run("--json", "topic", "list", "--store", store)
+    cp = on_the_line("--json", "topic", "list", "--store", store)
     assert cp.returncode == 0, cp.stderr
-    assert '"topic":"orders"' in cp.stdout
-    cp = run("topic", "--json", "list", f"--store={store}")
-    assert cp.returncode == 0 and '"topic":"orders"' in cp.stdout, cp
-    cp = run("topic", "list", "--store")
-    assert cp.returncode == 2 and cp.stderr.startswith("mqctl: error: Option '--store' requires an argument"), cp
-    cp = run("topic", "list", "--utc=1", "--store", store)
-    assert cp.returncode == 2 and "--utc" in cp.stderr and "does not take a value" in cp.stderr, cp
-    cp = run("--json", "init", "--store", store)
-    assert cp.returncode == 2 and cp.stderr.startswith("mqctl: error: No such option: --json"), cp
+    assert '"topic":"orders"' in cp.out
+    cp = on_the_line("topic", "--json", "list", f"--store={store}")
+    assert cp.returncode == 0 and '"topic":"orders"' in cp.out, str(cp)
+    cp = on_the_line("topic", "list", "--store")
+    assert cp.returncode == 2 and cp.stderr.startswith("mqctl: error: Option '--store' requires an argument"), str(cp)
+    cp = on_the_line("topic", "list", "--utc=1", "--store", store)
+    assert cp.returncode == 2 and "--utc" in cp.stderr and "does not take a value" in cp.stderr, str(cp)
+    cp = on_the_line("--json", "init", "--store", store)
+    assert cp.returncode == 2 and cp.stderr.startswith("mqctl: error: No such option: --json"), str(cp)
 
 
 def test_a_bad_number_names_the_kind_of_value_not_the_click_type(tmp_path: Path) -> None:
-    cp = subprocess.run([MQCTL, "--store", str(tmp_path / "s"), "consume", "t", "-g", "g", "-c", "abc"],
-                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    cp = on_the_line("--store", str(tmp_path / "s"), "consume", "t", "-g", "g", "-c", "abc")
     assert cp.returncode == 2
     assert cp.stderr == ("mqctl: error: Invalid value for '--count' / '-c': 'abc' is not a whole number. "
                          "(see 'mqctl consume --help')\n")

@@ -2,17 +2,9 @@
 people read first; click-man also fails on a command without help)."""
 from __future__ import annotations
 
-import fcntl
 import inspect
-import os
-import pty
 import re
-import struct
-import subprocess
-import sys
-import termios
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -20,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from mqctl.app import app
-from tests.procs import read_pty
+from tests.procs import MQCTL, mqctl_env, run
 
 
 def walk(cmd, path: tuple[str, ...] = ("mqctl",)) -> Iterator[tuple[tuple[str, ...], object]]:  # type: ignore[no-untyped-def]
@@ -70,7 +62,9 @@ def test_help_renders_for_every_command() -> None:
 COLUMNS = 80
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _BOX = "│╭╮╰╯─┃┏┓┗┛━"
-MQCTL = str(Path(sys.executable).parent / "mqctl")
+# A terminal that allows colour, 80 columns wide (no store: help needs none).
+HELP_ENV = mqctl_env(None, extra={"NO_COLOR": None, "CI": None, "TERM": "xterm-256color",
+                                  "COLUMNS": str(COLUMNS), "LINES": "50"})
 
 
 def examples(cmd: object) -> list[str]:
@@ -84,28 +78,17 @@ def examples(cmd: object) -> list[str]:
     return lines
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM", "CI")}
-    return {**env, "COLUMNS": str(COLUMNS), "LINES": "50", "TERM": "xterm-256color"}
-
-
 def render_piped(args: list[str]) -> str:
-    cp = subprocess.run([MQCTL, *args, "--help"], env=_env(), capture_output=True, text=True, timeout=60)
-    assert cp.returncode == 0, (args, cp.stderr)
-    return cp.stdout
+    cp = run([*MQCTL, *args, "--help"], env=HELP_ENV)
+    assert cp.returncode == 0, str(cp)
+    return cp.out
 
 
 def render_on_terminal(args: list[str]) -> str:
     """``mqctl ARGS --help`` with stdout on a pseudo-terminal 80 columns wide."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, COLUMNS, 0, 0))
-    proc = subprocess.Popen([MQCTL, *args, "--help"], env=_env(), stdin=subprocess.DEVNULL,
-                            stdout=slave, stderr=subprocess.PIPE)
-    os.close(slave)
-    data = read_pty(master, timeout=60)
-    assert proc.wait(timeout=60) == 0, (args, proc.stderr.read() if proc.stderr else "")
-    text = _ANSI.sub("", data.decode("utf-8", "replace")).replace("\r\n", "\n")
-    return text
+    cp = run([*MQCTL, *args, "--help"], env=HELP_ENV, tty="stdout", tty_size=(50, COLUMNS))
+    assert cp.returncode == 0, str(cp)
+    return _ANSI.sub("", cp.out).replace("\r\n", "\n")
 
 
 def _lines(text: str) -> set[str]:
@@ -163,13 +146,7 @@ def test_root_help_groups_commands_in_panels() -> None:
         assert f"╭─ {panel} " in rich
 
 
-def test_no_color_gives_plain_help_even_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NO_COLOR", "1")
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([MQCTL, "--help"], env={**_env(), "NO_COLOR": "1"}, stdout=slave,
-                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    os.close(slave)
-    data = read_pty(master, timeout=60)
-    proc.wait(timeout=60)
+def test_no_color_gives_plain_help_even_on_a_terminal() -> None:
+    data = run([*MQCTL, "--help"], env={**HELP_ENV, "NO_COLOR": "1"}, tty="stdout").stdout
     assert b"\x1b[" not in data and "╭".encode() not in data
     assert b"Produce and consume:" in data

@@ -6,10 +6,7 @@ import json
 import os
 import select
 import subprocess
-import sys
-import textwrap
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
@@ -24,8 +21,7 @@ from mqctl.output import (
     json_line,
     write_records,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.procs import finish, python
 
 ROWS = [
     {"topic": "orders", "queueId": 0, "consumerOffset": 5, "lag": None},
@@ -76,11 +72,6 @@ def pseudo_terminal() -> Iterator[tuple[io.TextIOWrapper, Callable[[], bytes]]]:
     finally:
         stream.close()
         os.close(master)
-
-
-def subprocess_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **extra)
-    return env
 
 
 # -- JSON lines ----------------------------------------------------------------------------
@@ -299,7 +290,7 @@ def test_emit_json_to_a_closed_pipe_raises_broken_pipe() -> None:
 def test_reader_closing_stdout_ends_the_writer_with_141_and_no_noise() -> None:
     # `mqctl consume … | head -1`: the writer learns of the closed pipe as BrokenPipe and ends
     # the way mqctl.app does (quiet stdout, exit 141), with nothing on stderr.
-    script = textwrap.dedent("""
+    proc = python("""
         import sys
         from mqctl.errors import quiet_broken_pipe
         from mqctl.output import BrokenPipe, write_records
@@ -311,15 +302,13 @@ def test_reader_closing_stdout_ends_the_writer_with_141_and_no_noise() -> None:
         except BrokenPipe as exc:
             quiet_broken_pipe()
             sys.exit(exc.exit_code)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=subprocess_env())
+    """, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
     first = proc.stdout.readline()
     proc.stdout.close()
     _, err = proc.communicate(timeout=60)
-    assert first == b"record 0\n"
-    assert err == b""
+    assert first == "record 0\n"
+    assert err == ""
     assert proc.returncode == 141
 
 
@@ -328,6 +317,5 @@ def test_reader_closing_stdout_ends_the_writer_with_141_and_no_noise() -> None:
 def test_importing_the_support_modules_does_not_import_rich() -> None:
     code = ("import sys, mqctl.output, mqctl.template, store.timeparse; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('rich', 'typer')))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=subprocess_env(), timeout=60, check=True)
-    assert done.stdout.strip() == "[]"
+    (out,) = finish(python(code, stdout=subprocess.PIPE), timeout=60)
+    assert out.strip() == "[]"

@@ -10,42 +10,25 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from store.log.broker import Store
-
-_BIN = Path(sys.executable).parent / "mqctl"
-MQCTL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "mqctl"]
+from tests.procs import MQ, Proc, wait_for
 
 
-def env_for(root: Path) -> dict[str, str]:
-    env = dict(os.environ, MQCTL_STORE=str(root), NO_COLOR="1")
-    env.pop("MQCTL_FAILPOINTS", None)
-    return env
+def start_producer(mq: MQ, topic: str, data_file: Path, *extra: str) -> Proc:
+    """``mqctl send TOPIC --json < data_file`` in the background."""
+    with open(data_file, "rb") as stdin:
+        return mq.start("send", topic, "--json", *extra, stdin=stdin)
 
 
-def start_producer(root: Path, topic: str, data_file: Path, out: Path, *extra: str) -> subprocess.Popen:
-    """``mqctl send TOPIC --json < data_file > out`` in the background."""
-    with open(data_file, "rb") as stdin, open(out, "wb") as stdout:
-        return subprocess.Popen(MQCTL + ["send", topic, "--json", *extra], stdin=stdin, stdout=stdout,
-                                stderr=subprocess.PIPE, env=env_for(root))
-
-
-def printed(out: Path) -> list[dict]:
+def printed(producer: Proc) -> list[dict]:
     """Results a producer printed: complete lines only (a kill may cut the last one)."""
-    data = out.read_bytes()
-    lines = data.split(b"\n")
+    lines = producer.stdout().split(b"\n")
     return [json.loads(ln) for ln in lines[:-1]]
-
-
-def check(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(MQCTL + ["store", "check"], capture_output=True, env=env_for(root), timeout=120)
 
 
 def write_lines(path: Path, lines: list[bytes]) -> None:
@@ -67,32 +50,28 @@ def assert_dense(queues: dict[int, list]) -> None:
 
 # -- concurrent producers -------------------------------------------------------------------------
 
-def run_four_producers(tmp_path: Path, per_producer: int) -> None:
-    root = tmp_path / "store"
-    s = Store.open(root, create=True)
+def run_four_producers(mq: MQ, per_producer: int) -> None:
+    s = mq.store()
     s.create_topic("T", 8)
     s.close()
-    procs, outs, sent = [], [], {}
+    inputs, sent = [], {}
     for p in range(4):
         lines = [b"p%d-%07d" % (p, i) for i in range(per_producer)]
         sent.update({ln: p for ln in lines})
-        data, out = tmp_path / f"in{p}", tmp_path / f"out{p}"
-        write_lines(data, lines)
-        outs.append((out, lines))
-    for p, (out, _) in enumerate(outs):
-        procs.append(start_producer(root, "T", tmp_path / f"in{p}", out))
-    for pr in procs:
-        _, err = pr.communicate(timeout=300)
-        assert pr.returncode == 0, err.decode()
-    queues = queue_contents(root, "T")
+        write_lines(mq.work / f"in{p}", lines)
+        inputs.append(lines)
+    producers = [start_producer(mq, "T", mq.work / f"in{p}") for p in range(4)]
+    for pr in producers:
+        assert pr.wait(300) == 0, pr.stderr()
+    queues = queue_contents(mq.root, "T")
     assert_dense(queues)
     stored = [m for msgs in queues.values() for m in msgs]
     assert len(stored) == 4 * per_producer
     assert sorted(m.body for m in stored) == sorted(sent)
     by_offset = {m.commitlog_offset: m for m in stored}
     assert len(by_offset) == len(stored)
-    for out, lines in outs:
-        rs = printed(out)
+    for pr, lines in zip(producers, inputs):
+        rs = printed(pr)
         assert len(rs) == len(lines)
         for r, line in zip(rs, lines):   # results are in input order
             m = by_offset[r["commitLogOffset"]]
@@ -101,25 +80,24 @@ def run_four_producers(tmp_path: Path, per_producer: int) -> None:
     owners = [sent[m.body] for m in sorted(stored, key=lambda m: m.commitlog_offset)]
     switches = sum(1 for a, b in zip(owners, owners[1:]) if a != b)
     assert switches >= 3
-    p = check(root)
-    assert p.returncode == 0, p.stdout.decode() + p.stderr.decode()
+    mq.check_clean()
 
 
-def test_four_producers_at_once(tmp_path: Path) -> None:
-    run_four_producers(tmp_path, 20_000)
+def test_four_producers_at_once(mq: MQ) -> None:
+    run_four_producers(mq, 20_000)
 
 
 @pytest.mark.slow
-def test_four_producers_at_once_long(tmp_path: Path) -> None:
+def test_four_producers_at_once_long(mq: MQ) -> None:
     """150,000 lines each (``MQCTL_PRODUCER_LINES`` for a longer run)."""
-    run_four_producers(tmp_path, int(os.environ.get("MQCTL_PRODUCER_LINES", "150000")))
+    run_four_producers(mq, int(os.environ.get("MQCTL_PRODUCER_LINES", "150000")))
 
 
 # -- kill -9 in the middle of a batch ---------------------------------------------------------------
 
-def kill_mid_batch(tmp_path: Path, reps: int, lines_per_rep: int = 150_000) -> None:
-    root = tmp_path / "store"
-    s = Store.open(root, create=True)
+def kill_mid_batch(mq: MQ, reps: int, lines_per_rep: int = 150_000) -> None:
+    root = mq.root
+    s = mq.store()
     s.create_topic("T", 4)
     s.close()
     rng = random.Random(1234)
@@ -127,23 +105,22 @@ def kill_mid_batch(tmp_path: Path, reps: int, lines_per_rep: int = 150_000) -> N
     killed_mid_run = 0
     for rep in range(reps):
         lines = [b"r%02d-%07d-" % (rep, i) + b"x" * rng.randrange(0, 100) for i in range(lines_per_rep)]
-        data, out = tmp_path / f"in{rep}", tmp_path / f"out{rep}"
+        data = mq.work / f"in{rep}"
         write_lines(data, lines)
         extra = ["--keys", f"rep{rep}"] if rep % 2 else []
         if rep % 3 == 2:
             extra += ["--flush", "sync"]
-        pr = start_producer(root, "T", data, out, *extra)
+        pr = start_producer(mq, "T", data, *extra)
         # wait until it has reported something, then kill it at a random moment
-        deadline = time.monotonic() + 60
-        while out.stat().st_size == 0 and pr.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_for(lambda pr=pr: pr.out_path.stat().st_size > 0 or not pr.alive(), 60.0, interval=0.005,
+                 what="the producer's first results")
         time.sleep(rng.uniform(0, 0.15))
-        if pr.poll() is None:
-            os.kill(pr.pid, signal.SIGKILL)
+        if pr.alive():
+            pr.kill9()
             killed_mid_run += 1
-        pr.communicate(timeout=60)
-        rs = printed(out)
-        assert len(rs) < len(lines) or pr.returncode == 0
+        code = pr.wait(60)
+        rs = printed(pr)
+        assert len(rs) < len(lines) or code == 0
         all_printed += list(zip(rs, lines))
         # every message whose result was printed is readable, by offset id and through its queue
         s = Store.open(root)       # recovers what the killed producer left
@@ -157,8 +134,7 @@ def kill_mid_batch(tmp_path: Path, reps: int, lines_per_rep: int = 150_000) -> N
                 assert s.find(r["msgId"]).body == line
         finally:
             s.close()
-        p = check(root)
-        assert p.returncode == 0, p.stdout.decode()[-2000:] + p.stderr.decode()
+        mq.check_clean()
     assert killed_mid_run >= max(1, reps - 1), "the producers finished before they could be killed"
     # in the end: every queue dense, every reported message still there, nothing duplicated
     queues = queue_contents(root, "T")
@@ -168,15 +144,14 @@ def kill_mid_batch(tmp_path: Path, reps: int, lines_per_rep: int = 150_000) -> N
         assert stored[r["commitLogOffset"]] == line
     assert len(set(stored.values())) == len(stored)
     # and the store takes new writes normally
-    p = subprocess.run(MQCTL + ["send", "T", "after"], capture_output=True, env=env_for(root), timeout=60)
-    assert p.returncode == 0, p.stderr.decode()
+    mq.ok("send", "T", "after")
 
 
-def test_kill_9_mid_batch(tmp_path: Path) -> None:
-    kill_mid_batch(tmp_path, reps=2)
+def test_kill_9_mid_batch(mq: MQ) -> None:
+    kill_mid_batch(mq, reps=2)
 
 
 @pytest.mark.slow
-def test_kill_9_mid_batch_repeated(tmp_path: Path) -> None:
+def test_kill_9_mid_batch_repeated(mq: MQ) -> None:
     """Six producers killed at random moments (``MQCTL_KILL_REPS`` for a longer run)."""
-    kill_mid_batch(tmp_path, reps=int(os.environ.get("MQCTL_KILL_REPS", "6")))
+    kill_mid_batch(mq, reps=int(os.environ.get("MQCTL_KILL_REPS", "6")))

@@ -8,14 +8,13 @@ PATH, and must exit 0 within the time limit. Examples stay fast by using ``--exi
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.procs import MQ
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = "<!-- test -->"
@@ -83,19 +82,11 @@ def test_the_readme_has_runnable_examples_for_each_job() -> None:
 
 @pytest.mark.parametrize(("path", "lineno", "code"), examples())
 def test_example_runs(path: Path, lineno: int, code: str, tmp_path: Path) -> None:
-    bash = shutil.which("bash")
-    assert bash is not None
+    assert shutil.which("bash") is not None
     work = tmp_path / "work"
     work.mkdir()
-    script = tmp_path / "example.sh"
-    script.write_text("set -euo pipefail\n" + code)
-    env = {**os.environ, "MQCTL_STORE": str(tmp_path / "store"), "NO_COLOR": "1",
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    env.pop("MQCTL_DEBUG", None)
-    try:
-        cp = subprocess.run([bash, str(script)], cwd=work, env=env, capture_output=True, text=True,
-                            timeout=TIMEOUT, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"{path.name}:{lineno}: example did not finish within {TIMEOUT} s") from exc
-    assert cp.returncode == 0, (f"{path.name}:{lineno}: exit {cp.returncode}\n--- stdout\n{cp.stdout[-3000:]}"
+    # A fresh store the example creates itself (not the ``mq`` fixture's, made by ``mqctl init``).
+    mq = MQ(tmp_path / "store", tmp_path, cwd=work)
+    cp = mq.shell("set -euo pipefail\n" + code, timeout=TIMEOUT)
+    assert cp.returncode == 0, (f"{path.name}:{lineno}: exit {cp.returncode}\n--- stdout\n{cp.out[-3000:]}"
                                 f"\n--- stderr\n{cp.stderr[-3000:]}")

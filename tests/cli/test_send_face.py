@@ -4,15 +4,13 @@ with one-line errors. Real ``mqctl`` processes on a real store."""
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
-import subprocess
 import time
 
 import pytest
 
-from tests.procs import MQ, MQCTL, one_error
+from tests.cli.helppage import help_at_80_columns
+from tests.procs import MQ, one_error
 
 ERROR = "mqctl: error: "
 HINT = "mqctl: reading messages from stdin, one per line (Ctrl-D to end)"
@@ -107,28 +105,12 @@ def test_delayed_stdin_lines_report_their_queues(mq: MQ) -> None:
 
 # -- the hint on a terminal -------------------------------------------------------------------------
 
-def _send_on_a_pty(mq: MQ, *args: str, data: bytes) -> subprocess.CompletedProcess:
-    master, slave = pty.openpty()
-    try:
-        p = subprocess.Popen(MQCTL + list(args), stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             env=mq.env)
-        os.close(slave)
-        slave = -1
-        os.write(master, data + b"\x04")   # the line, then Ctrl-D at the start of a line
-        out, err = p.communicate(timeout=60)
-    finally:
-        if slave >= 0:
-            os.close(slave)
-        os.close(master)
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err.decode())
-
-
 def test_a_terminal_on_stdin_gets_a_one_line_hint(mq: MQ) -> None:
-    cp = _send_on_a_pty(mq, "send", "T", data=b"hello\n")
+    cp = mq.run("send", "T", input=b"hello\n", tty="stdin")
     assert cp.returncode == 0, cp.stderr
     hint, summary = cp.stderr.splitlines()
     assert hint == HINT and re.fullmatch(r"sent 1 message to T \(queue \d\)", summary)
-    cp = _send_on_a_pty(mq, "send", "T", "-i", "json", data=b'{"body":"x"}\n')
+    cp = mq.run("send", "T", "-i", "json", input=b'{"body":"x"}\n', tty="stdin")
     assert cp.stderr.splitlines()[0] == "mqctl: reading JSON objects from stdin, one per line (Ctrl-D to end)"
 
 
@@ -138,8 +120,8 @@ def test_no_hint_from_a_pipe_or_a_file(mq: MQ, tmp_path) -> None:  # noqa: ANN00
     f = tmp_path / "in"
     f.write_bytes(b"a\n")
     with open(f, "rb") as fh:
-        cp = subprocess.run(MQCTL + ["send", "T"], stdin=fh, capture_output=True, env=mq.env, timeout=60)
-    assert cp.returncode == 0 and b"reading" not in cp.stderr
+        from_file = mq.start("send", "T", stdin=fh)
+    assert from_file.wait() == 0 and "reading" not in from_file.stderr()
     assert mq.ok("send", "T", "body").stderr.startswith("sent 1 message")   # BODY: stdin is not read
 
 
@@ -202,26 +184,15 @@ def test_the_short_flags_of_the_table(mq: MQ) -> None:
 
 def test_help_examples_survive_at_80_columns(mq: MQ) -> None:
     from mqctl.commands.send import HELP
-    examples = HELP.split("Examples:\n", 1)[1].rstrip("\n").splitlines()
-    assert examples and all(len(line) <= 72 for line in examples), [x for x in examples if len(x) > 72]
-    cp = subprocess.run(MQCTL + ["send", "--help"], capture_output=True, env=dict(mq.env, COLUMNS="80"),
-                        timeout=60, text=True)
-    assert cp.returncode == 0
-    out = cp.stdout.splitlines()
-    for line in examples:
-        assert "  " + line in out, line
-    assert "Usage: mqctl send [OPTIONS] TOPIC [BODY]" in cp.stdout
+    page = help_at_80_columns(mq, "send", HELP)
+    assert "Usage: mqctl send [OPTIONS] TOPIC [BODY]" in page
     for metavar in ("--tag TAG", "--keys K1,K2", "--property NAME=VALUE", "--sharding-key KEY", "--queue N",
                     "--key-delimiter D", "--delimiter D", "--input [raw|json]", "--flush [async|sync]",
                     "--delay LEVEL|DURATION", "--batch-size N"):
-        assert metavar in cp.stdout, metavar
-    assert "{" not in cp.stdout and "<str>" not in cp.stdout
-    first = HELP.split("\n", 1)[0]
-    assert len(first) <= 60 and first.endswith(".") and "\b" not in HELP
+        assert metavar in page, metavar
 
 
 def test_flush_and_input_complete_their_choices(mq: MQ) -> None:
     for words, want in (("mqctl send t --flush ", ["async", "sync"]), ("mqctl send t --input ", ["raw", "json"])):
-        env = dict(mq.env, _MQCTL_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD="4")
-        cp = subprocess.run(MQCTL, capture_output=True, env=env, timeout=60, text=True)
-        assert cp.stdout.split() == want
+        cp = mq.run(extra_env={"_MQCTL_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": "4"})
+        assert cp.out.split() == want

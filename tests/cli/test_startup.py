@@ -8,15 +8,13 @@ consumer likewise. Each run also dumps ``sys.modules`` at exit, so a module load
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.procs import MQCTL, Result, mqctl, mqctl_env, run
 
 # Heavy or irrelevant to one message: the full-featured console stack, the lock library that
 # reads package metadata and imports redis-py, data-frame stacks, validation, the command
@@ -41,10 +39,8 @@ def imported(tmp_path: Path, args: list[str]) -> tuple[set[str], int, str]:
             f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
             "from mqctl.app import main\n"
             "main(sys.argv[1:])\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
-    env.pop("_MQCTL_COMPLETE", None)
-    p = subprocess.run([sys.executable, "-X", "importtime", "-c", code, *args], env=env, capture_output=True,
-                       text=True, timeout=120, stdin=subprocess.DEVNULL)
+    p = run([sys.executable, "-X", "importtime", "-c", code, *args], args=args, env=mqctl_env(None),
+            timeout=120)
     mods = set()
     for line in p.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:
@@ -73,10 +69,9 @@ PORTALOCKER_DEPS = ("portalocker", "importlib.metadata", "email", "redis", "sock
 
 def send_twice(tmp_path: Path, forbidden: tuple[str, ...]) -> list[str]:
     """The second one-message send into a store (the first creates store and topic)."""
-    store = str(tmp_path / "s")
-    subprocess.run([sys.executable, "-m", "mqctl", "--store", store, "send", "t", "first"], check=True,
-                   capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
-    return check(tmp_path, ["--store", store, "send", "t", "hello"], forbidden)
+    store = tmp_path / "s"
+    mqctl(store, "send", "t", "first", check=True, timeout=120)
+    return check(tmp_path, ["--store", str(store), "send", "t", "hello"], forbidden)
 
 
 def test_send_imports_nothing_heavy(tmp_path: Path) -> None:
@@ -85,10 +80,9 @@ def test_send_imports_nothing_heavy(tmp_path: Path) -> None:
 
 
 def test_consume_imports_nothing_heavy(tmp_path: Path) -> None:
-    store = str(tmp_path / "s")
-    subprocess.run([sys.executable, "-m", "mqctl", "--store", store, "send", "t", "x"], check=True,
-                   capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
-    bad = check(tmp_path, ["--store", store, "consume", "t", "-g", "g", "--from", "first", "-e"],
+    store = tmp_path / "s"
+    mqctl(store, "send", "t", "x", check=True, timeout=120)
+    bad = check(tmp_path, ["--store", str(store), "consume", "t", "-g", "g", "--from", "first", "-e"],
                 FORBIDDEN_ON_CONSUME)
     assert bad == [], f"`mqctl consume` imports {bad}"
 
@@ -128,9 +122,8 @@ def test_lazy_and_full_root_help_agree(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from mqctl.app import app
-    cp = subprocess.run([sys.executable, "-m", "mqctl", "--help"], capture_output=True, text=True, timeout=120,
-                        env={**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", "COLUMNS": "80"})
-    lazy = cp.stdout
+    cp = run([*MQCTL, "--help"], env=mqctl_env(None, extra={"COLUMNS": "80"}), timeout=120)
+    lazy = cp.out
     full = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80", "NO_COLOR": "1"}).stdout
     assert cp.returncode == 0
 
@@ -158,14 +151,13 @@ def test_the_quick_shape_is_exactly_one_message() -> None:
         assert quick_send(argv) is None, argv
 
 
-def _both(tmp_path: Path, args: list[str]) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
-    """``args`` through the quick path (the mqctl script) and through the full Typer app."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("_MQCTL_COMPLETE", None)
-    quick = subprocess.run([sys.executable, "-m", "mqctl", *args], env=env, capture_output=True, text=True,
-                           timeout=120, stdin=subprocess.DEVNULL)
-    full = subprocess.run([sys.executable, "-c", "import sys; from mqctl.app import main; main(sys.argv[1:])",
-                           *args], env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+def _both(args: list[str]) -> tuple[Result, Result]:
+    """``args`` through the quick path (the mqctl script) and through the full Typer app,
+    in a user's environment (NO_COLOR unset)."""
+    env = mqctl_env(None, extra={"NO_COLOR": None})
+    quick = run([*MQCTL, *args], args=args, env=env, timeout=120)
+    full = run([sys.executable, "-c", "import sys; from mqctl.app import main; main(sys.argv[1:])", *args],
+               args=args, env=env, timeout=120)
     return quick, full
 
 
@@ -177,13 +169,11 @@ def _both(tmp_path: Path, args: list[str]) -> tuple[subprocess.CompletedProcess,
 ])
 def test_the_quick_send_answers_as_the_full_command_line(tmp_path: Path, topic: str, body: str) -> None:
     store = tmp_path / "s"
-    subprocess.run([sys.executable, "-m", "mqctl", "--store", str(store), "init", "--max-message-size", "4000",
-                    "--segment-size", "1048576"], check=True, capture_output=True, timeout=120,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})
-    quick, full = _both(tmp_path, ["--store", str(store), "send", topic, body])
-    assert quick.returncode == full.returncode, (quick, full)
+    mqctl(store, "init", "--max-message-size", "4000", "--segment-size", "1048576", check=True, timeout=120)
+    quick, full = _both(["--store", str(store), "send", topic, body])
+    assert quick.returncode == full.returncode, (str(quick), str(full))
     assert re.sub(r"queue \d+", "queue N", quick.stderr) == re.sub(r"queue \d+", "queue N", full.stderr)
-    assert quick.stdout == full.stdout == ""
+    assert quick.stdout == full.stdout == b""
 
 
 def test_the_quick_send_imports_no_typer(tmp_path: Path) -> None:
@@ -194,9 +184,8 @@ def test_the_quick_send_imports_no_typer(tmp_path: Path) -> None:
             "from mqctl.entry import main\n"
             "main()\n")
     for _ in range(2):   # the second send: a store that exists, as in a shell loop
-        cp = subprocess.run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), "send", "t", "x"],
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-                            timeout=120)
+        cp = run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), "send", "t", "x"],
+                 env=mqctl_env(None, extra={"NO_COLOR": None}), timeout=120)
     assert cp.returncode == 0, cp.stderr
     mods = set(json.loads(dump.read_text()))
     assert not offenders(mods, ("typer", "rich", "click", "mqctl.app", "mqctl.options") + FORBIDDEN_ON_SEND), \
