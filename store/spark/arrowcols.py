@@ -139,10 +139,20 @@ def _kept_offsets(offsets: pa.Array, keep: pa.Array) -> pa.Array:
 
 def _keys(raw: pa.Array) -> pa.ListArray:
     """``KEYS`` values (null: none) as lists of keys, empty keys dropped."""
+    if raw.null_count == len(raw):   # no message has keys (common): skip the split
+        return pa.ListArray.from_arrays(pa.array(np.zeros(len(raw) + 1, np.int32)), pa.array([], pa.string()))
     split = pc.split_pattern(pc.fill_null(raw, ""), " ")
     flat = split.flatten()
     keep = pc.not_equal(pc.utf8_length(flat), 0)
     return pa.ListArray.from_arrays(_kept_offsets(split.offsets, keep), pc.filter(flat, keep))
+
+
+def _constant(text: str, n: int) -> pa.StringArray:
+    """``text`` n times, laid out directly (a list of n Python strings cost more than
+    reading the records)."""
+    raw = text.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(raw))
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
 
 
 def _timestamps(ms: Any) -> pa.Array:
@@ -169,8 +179,8 @@ def build_columns(cols: Columns | VecColumns, topic: str, queue_id: int,
         return uniq
 
     make: dict[str, Callable[[], pa.Array]] = {
-        "topic": lambda: pa.array([topic] * n, pa.string()),
-        "queueId": lambda: pa.array([queue_id] * n, pa.int32()),
+        "topic": lambda: _constant(topic, n),
+        "queueId": lambda: pa.array(np.full(n, queue_id, np.int32)),
         "queueOffset": lambda: pa.array(cols.offsets, pa.int64()),
         "msgId": msg_id,
         "keys": lambda: _keys(props.get(PROP_KEYS)),

@@ -130,7 +130,8 @@ def parse_tags(text: str | None) -> tuple[str, ...] | None:
     return None if tags is None else tuple(sorted(tags))
 
 
-READ_OPTIONS = ("store", "path", "topic", "startingoffsets", "endingoffsets", "tags", "create")
+READ_OPTIONS = ("store", "path", "topic", "startingoffsets", "endingoffsets", "tags", "create",
+                "minpartitions")
 STREAM_READ_OPTIONS = ("store", "path", "topic", "startingoffsets", "tags",
                        "maxmessagespertrigger", "waitfortopic", "create")
 
@@ -145,6 +146,7 @@ class ReadOptions:
     max_per_trigger: int | None
     create: bool = False
     wait_for_topic: bool = False
+    min_partitions: int = 1
 
     @classmethod
     def parse(cls, options: Mapping[str, str], stream: bool) -> "ReadOptions":
@@ -162,6 +164,9 @@ class ReadOptions:
             raise UsageError(f"maxMessagesPerTrigger must be a positive integer, not {limit!r}")
         if not stream and limit is not None:
             raise UsageError("maxMessagesPerTrigger applies to readStream only")
+        parts = (options.get("minpartitions") or "1").strip()
+        if not parts.isdigit() or int(parts) < 1:
+            raise UsageError(f"minPartitions must be a positive integer, not {parts!r}")
         return cls(store=store_option(options),
                    topics=(options.get("topic") or "*").strip(),
                    starting=parse_offsets(options.get("startingoffsets"),
@@ -170,7 +175,8 @@ class ReadOptions:
                    tags=parse_tags(options.get("tags")),
                    max_per_trigger=int(limit) if limit is not None else None,
                    create=parse_bool(options, "create", False),
-                   wait_for_topic=parse_bool(options, "waitfortopic", False))
+                   wait_for_topic=parse_bool(options, "waitfortopic", False),
+                   min_partitions=int(parts))
 
     def open_store(self) -> Store:
         """The store read: it must exist unless the ``create`` option says otherwise."""
@@ -347,16 +353,33 @@ class MqctlReader(DataSourceReader):
             selected = select_topics(store, o.topics, must_exist=True)
             check_named_queues(o.starting, dict(selected), "startingOffsets")
             check_named_queues(o.ending, dict(selected), "endingOffsets")
-            out: list[InputPartition] = []
+            out: list[QueueSlice] = []
             for topic, queues in selected:
                 for q in range(queues):
                     start = o.starting.resolve(store, topic, q, "earliest")
                     end = o.ending.resolve(store, topic, q, "latest")
                     out.append(QueueSlice(o.store, topic, q, start, max(start, end), o.tags))
-            return out
+            return split_slices(out, o.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(partition, self.plan)
+
+
+def split_slices(slices: list[QueueSlice], at_least: int) -> list[InputPartition]:
+    """``slices`` cut into at least ``at_least`` partitions (Kafka's ``minPartitions``): each
+    queue's range is cut into pieces in proportion to its share of the messages, so that
+    fewer queues than cores still keep every core busy. Queue order is kept."""
+    total = sum(s.end - s.start for s in slices)
+    if at_least <= len(slices) or total == 0:
+        return list(slices)
+    out: list[InputPartition] = []
+    for s in slices:
+        size = s.end - s.start
+        pieces = max(1, min(size, -(-size * at_least // total)))
+        bounds = [s.start + size * i // pieces for i in range(pieces + 1)]
+        out.extend(QueueSlice(s.store, s.topic, s.queue_id, a, b, s.tags)
+                   for a, b in zip(bounds, bounds[1:]))
+    return out
 
 
 def queue_key(topic: str, queue_id: int) -> str:

@@ -73,6 +73,7 @@ def parse_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
 _SPELLING = {
     "startingoffsets": "startingOffsets", "endingoffsets": "endingOffsets",
     "maxmessagespertrigger": "maxMessagesPerTrigger", "waitfortopic": "waitForTopic",
+    "minpartitions": "minPartitions",
     "sinkid": "sinkId", "checkpointlocation": "checkpointLocation",
 }
 

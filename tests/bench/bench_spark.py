@@ -1,20 +1,26 @@
-"""Benchmark (not a test): Spark reading N messages from an mqctl store vs from JSON lines.
+"""Benchmark (not a test): Spark reading N messages from an mqctl store vs Parquet and JSON lines.
 
-Builds a store with N messages of SIZE bytes spread over QUEUES queues, and a JSON-lines copy
-of the same messages in the ``consume --json`` shape (one file per queue, so both sides get the
-same number of Spark partitions). Then, in one Spark session, times per source
+Builds a store with N messages of SIZE bytes spread over QUEUES queues, a JSON-lines copy of
+the same messages in the ``consume --json`` shape (one file per queue, so every source gets the
+same number of Spark partitions) and a Parquet copy (written by Spark from the store). Then, in
+one ``local_session()``, times per source
 
 * ``count``: ``df.count()``;
-* ``bodies``: ``sum(length(body))``, which makes every body reach Spark.
+* ``bodies``: ``sum(length(body))``, which makes every body reach Spark;
 
-Each measurement is the median of ``--runs`` runs, after one untimed warm-up read per source
-(the first read of a Python data source starts Spark's Python daemons). A Parquet copy of
-the same messages (written by Spark from the store) is timed too. Prints a table with the
-mqctl/Parquet and JSON/mqctl ratios (targets: at most 2x Parquet's time, at least 2x faster
-than JSON). Usage::
+for mqctl with its full schema and with each ``--schema`` (default ``body BINARY``: Python
+sources get no column pruning, a narrower user schema is how to read less). Every pair is
+warmed up once, then the runs go round all pairs in turn, so load from elsewhere on the
+machine hits every source alike. Each figure is a median: wall seconds, and CPU seconds of the
+Spark JVM and its Python processes (from /proc; steadier than wall time on a shared machine).
+Ratios: mqctl/Parquet and JSON/mqctl (targets: at most 2x Parquet's time, at least 2x faster
+than JSON). ``--conf`` changes the session (``--conf
+spark.python.unix.domain.socket.enabled=false`` is Spark's default transport); ``--dir`` keeps
+the data for the next run. Usage::
 
     .venv/bin/python tests/bench/bench_spark.py                 # 1,000,000 x 100 bytes
-    .venv/bin/python tests/bench/bench_spark.py --messages 200000 --runs 5
+    .venv/bin/python tests/bench/bench_spark.py --messages 5000000 --dir /tmp/bench5m
+    .venv/bin/python tests/bench/bench_spark.py --messages 200000 --runs 5 --split 8
 """
 from __future__ import annotations
 
@@ -90,11 +96,12 @@ SINK_PHASE = r'''
 import json, resource, sys, time
 import pyarrow as pa
 sys.path.insert(0, sys.argv[1])
-import store.spark.datasource as S
+from store.spark.sink import commit_stream_batch
+from store.spark.write import StagedPart, WriteOptions
 from store.log.broker import Store
 root, n, phase = sys.argv[2], int(sys.argv[3]), sys.argv[4]
-opts = S.WriteOptions(root, "sink", False)
-parts = [S.StagedPart(p, c) for p, c in json.loads(open(root + "-parts.json").read())]
+opts = WriteOptions(root, "sink", False)
+parts = [StagedPart(p, c) for p, c in json.loads(open(root + "-parts.json").read())]
 if phase == "crash":                       # die half way through the publish
     real, done = Store.put, [0]
     def put(self, drafts, sync=False):
@@ -105,7 +112,7 @@ if phase == "crash":                       # die half way through the publish
         return real(self, drafts, sync=sync)
     Store.put = put
 t = time.perf_counter()
-stored = S.commit_stream_batch(opts, "q", 1 if phase == "normal" else 2, parts)
+stored = commit_stream_batch(opts, "q", 1 if phase == "normal" else 2, parts)
 print(json.dumps({"phase": phase, "seconds": time.perf_counter() - t, "stored": stored,
                   "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 '''
@@ -119,10 +126,11 @@ def sink_bench(n: int, size: int, work: Path) -> None:
 
     import pyarrow as pa
 
-    import store.spark.datasource as S
+    from store.spark.staging import STAGING_DIR
+    from store.spark.write import WriteOptions, write_staged
     root = work / "sink-store"
     Store.open(root, create=True).close()
-    opts = S.WriteOptions(str(root), "sink", False)
+    opts = WriteOptions(str(root), "sink", False)
     parts = []
     per = 4
     for p in range(per):
@@ -130,7 +138,7 @@ def sink_bench(n: int, size: int, work: Path) -> None:
             for lo in range(p * n // per, (p + 1) * n // per, 10_000):
                 hi = min((p + 1) * n // per, lo + 10_000)
                 yield pa.record_batch({"body": [body_of(i, size) for i in range(lo, hi)]})
-        part = S.write_staged(batches(), opts, f"{S.STAGING_DIR}/bench")
+        part = write_staged(batches(), opts, f"{STAGING_DIR}/bench")
         parts.append((part.path, part.rows))
     (work / "sink-store-parts.json").write_text(json.dumps(parts))
     script = work / "sink_phase.py"
@@ -149,9 +157,18 @@ def main() -> None:
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
-    ap.add_argument("--schema", help="read mqctl with this user schema (e.g. 'body BINARY'): "
-                    "Python data sources get no column pruning, a narrower schema is how to ask for less")
+    ap.add_argument("--dir", help="work directory, kept (default: a temporary one, removed after); "
+                    "data already built there for the same --messages/--size/--queues is reused")
+    ap.add_argument("--schema", action="append", default=[],
+                    help="also read mqctl with this user schema (repeatable; default: 'body BINARY'). "
+                    "Python data sources get no column pruning: a narrower schema is how to ask for less")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="a read option for every mqctl read (repeatable)")
+    ap.add_argument("--split", type=int, action="append", default=[], metavar="N",
+                    help="also read each mqctl variant with minPartitions=N (repeatable)")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark conf for the session (repeatable); the default session is what "
+                    "the targets are judged on")
     ap.add_argument("--sink", action="store_true",
                     help="time the streaming sink's commit instead (normal, crash, replay) with its peak RSS")
     args = ap.parse_args()
@@ -166,57 +183,124 @@ def main() -> None:
                 shutil.rmtree(work, ignore_errors=True)
         return
     try:
-        t = time.perf_counter()
-        put_rate = build(root, jsonl, args.messages, args.size, args.queues)
-        print(f"built {args.messages:,} messages of {args.size} bytes in {time.perf_counter() - t:.1f}s "
-              f"(Store.put {put_rate:,.0f} msg/s); store {du(root) / 2**20:.0f} MiB, "
-              f"JSON lines {du(jsonl) / 2**20:.0f} MiB", flush=True)
+        stamp = work / "built.json"
+        shape = {"messages": args.messages, "size": args.size, "queues": args.queues}
+        if stamp.exists() and json.loads(stamp.read_text()) == shape:
+            print(f"reusing the data in {work}", flush=True)
+        else:
+            for old in (root, jsonl, work / "parquet", stamp):
+                shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+            t = time.perf_counter()
+            put_rate = build(root, jsonl, args.messages, args.size, args.queues)
+            print(f"built {args.messages:,} messages of {args.size} bytes in {time.perf_counter() - t:.1f}s "
+                  f"(Store.put {put_rate:,.0f} msg/s); store {du(root) / 2**20:.0f} MiB, "
+                  f"JSON lines {du(jsonl) / 2**20:.0f} MiB", flush=True)
 
         from pyspark.sql import functions as fn
 
         from store.spark.datasource import local_session
         t = time.perf_counter()
-        spark = local_session(args.master)
-        print(f"Spark session {args.master} in {time.perf_counter() - t:.1f}s", flush=True)
+        spark = local_session(args.master, extra=dict(kv.split("=", 1) for kv in args.conf))
+        print(f"Spark session {args.master} in {time.perf_counter() - t:.1f}s"
+              f"{' with ' + ', '.join(args.conf) if args.conf else ''}", flush=True)
+        read_opts = dict(kv.split("=", 1) for kv in args.option)
 
-        def mq(schema: str | None = args.schema) -> Any:
-            r = spark.read.format("mqctl")
-            if schema:
-                r = r.schema(schema)
-            return r.option("store", str(root)).option("topic", TOPIC).load()
-
-        def js() -> Any:
-            return spark.read.schema(JSON_SCHEMA).json(str(jsonl))
+        def mq(schema: str | None, split: int | None = None) -> Callable[[], Any]:
+            def load() -> Any:
+                r = spark.read.format("mqctl")
+                if schema:
+                    r = r.schema(schema)
+                if split:
+                    r = r.option("minPartitions", split)
+                return r.options(**read_opts).option("store", str(root)).option("topic", TOPIC).load()
+            return load
 
         parquet = work / "parquet"
-        t = time.perf_counter()
-        # the same messages as Parquet (one file per queue, like the other two sources)
-        mq(None).repartition(args.queues, "queueId").write.mode("overwrite").parquet(str(parquet))
-        print(f"Parquet copy written in {time.perf_counter() - t:.1f}s, {du(parquet) / 2**20:.0f} MiB", flush=True)
+        if not stamp.exists():
+            t = time.perf_counter()
+            # the same messages as Parquet (one file per queue, like the other two sources)
+            mq(None)().repartition(args.queues, "queueId").write.mode("overwrite").parquet(str(parquet))
+            print(f"Parquet copy written in {time.perf_counter() - t:.1f}s, {du(parquet) / 2**20:.0f} MiB",
+                  flush=True)
+            stamp.write_text(json.dumps(shape))
 
-        def pq() -> Any:
-            return spark.read.parquet(str(parquet))
-
-        rows = []
-        for what, agg in (("count", lambda df: df.count()),
-                          ("bodies", lambda df: df.agg(fn.sum(fn.length("body"))).first()[0])):
-            t_mq, r_mq = timed(lambda agg=agg: agg(mq()), args.runs)
-            t_pq, r_pq = timed(lambda agg=agg: agg(pq()), args.runs)
-            t_js, r_js = timed(lambda agg=agg: agg(js()), args.runs)
-            assert r_mq == r_js == r_pq, (what, r_mq, r_js, r_pq)
-            rows.append((what, t_mq, t_pq, t_js))
+        sources: dict[str, Callable[[], Any]] = {}
+        for schema in (None, *(args.schema or ["body BINARY"])):
+            sources[f"mqctl {schema or ''}".rstrip()] = mq(schema)
+            for n in args.split:
+                sources[f"mqctl {schema or ''} /{n}".replace("  ", " ")] = mq(schema, n)
+        sources["parquet"] = lambda: spark.read.parquet(str(parquet))
+        sources["json"] = lambda: spark.read.schema(JSON_SCHEMA).json(str(jsonl))
+        aggs: dict[str, Callable[[Any], Any]] = {
+            "count": lambda df: df.count(),
+            "bodies": lambda df: df.agg(fn.sum(fn.length("body"))).first()[0],
+        }
+        times = interleaved(sources, aggs, args.runs)
         spark.stop()
 
-        print(f"\n{'read':8} {'mqctl s':>9} {'parquet s':>10} {'json s':>9} {'mqctl msg/s':>13} "
-              f"{'mq/parquet':>11} {'json/mq':>8}")
-        for what, t_mq, t_pq, t_js in rows:
-            print(f"{what:8} {t_mq:9.2f} {t_pq:10.2f} {t_js:9.2f} {args.messages / t_mq:13,.0f} "
-                  f"{t_mq / t_pq:10.2f}x {t_js / t_mq:7.2f}x")
-        print(f"(median of {args.runs} runs; targets: mq/parquet <= 2x, json/mq >= 2x; "
-              f"{os.cpu_count()} CPUs)")
+        width = max(len(s) for s in sources)
+        print(f"\n{'source':{width}} {'read':7} {'wall s':>7} {'runs s':>17} {'msg/s':>11} "
+              f"{'/parquet':>9} {'json/this':>10} {'CPU s':>7} {'/parquet':>9} {'json/this':>10}")
+
+        def med(src: str, what: str, i: int) -> float:
+            return statistics.median(x[i] for x in times[(src, what)])
+        for what in aggs:
+            for src in sources:
+                wall, cpu = med(src, what, 0), med(src, what, 1)
+                runs = " ".join(f"{x[0]:.2f}" for x in times[(src, what)])
+                print(f"{src:{width}} {what:7} {wall:7.2f} {runs:>17} {args.messages / wall:11,.0f} "
+                      f"{wall / med('parquet', what, 0):8.2f}x {med('json', what, 0) / wall:9.2f}x "
+                      f"{cpu:7.2f} {cpu / med('parquet', what, 1):8.2f}x {med('json', what, 1) / cpu:9.2f}x")
+        print(f"(medians of {args.runs} interleaved runs after one warm-up each; CPU: the Spark JVM "
+              f"and its Python processes; targets for mqctl bodies: /parquet <= 2x, json/this >= 2x; "
+              f"{os.cpu_count()} CPUs, load average at the end {os.getloadavg()[0]:.1f})")
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def tree_cpu() -> float:
+    """CPU seconds used so far by this process's descendants (the Spark JVM, its Python
+    daemons and workers, and the children they reaped), from /proc. Unlike wall time it
+    hardly depends on what else the machine runs."""
+    tick = os.sysconf("SC_CLK_TCK")
+    kids: dict[int, list[int]] = {}
+    cpu: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kids.setdefault(int(fields[1]), []).append(int(entry))
+        cpu[int(entry)] = sum(int(f) for f in fields[11:15])   # utime stime cutime cstime
+    total, todo = 0, list(kids.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0)
+        todo.extend(kids.get(pid, []))
+    return total / tick
+
+
+def interleaved(sources: dict[str, Callable[[], Any]], aggs: dict[str, Callable[[Any], Any]],
+                runs: int) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """(wall, CPU) seconds per (source, aggregate), each run of every pair taken in turn (so
+    a burst of load on the shared machine hits all sources alike); every pair is warmed up
+    once first and all sources must agree on each result."""
+    results: dict[str, set[Any]] = {what: set() for what in aggs}
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {(s, w): [] for s in sources for w in aggs}
+    for rnd in range(runs + 1):
+        for what, agg in aggs.items():
+            for src, load in sources.items():
+                c, t = tree_cpu(), time.perf_counter()
+                results[what].add(agg(load()))
+                if rnd:
+                    times[(src, what)].append((time.perf_counter() - t, tree_cpu() - c))
+    for what, seen in results.items():
+        assert len(seen) == 1, (what, seen)
+    return times
 
 
 def du(path: Path) -> int:

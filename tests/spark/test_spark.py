@@ -106,6 +106,41 @@ def test_read_partitions_columns_and_values(spark: Any, store: Store) -> None:
     assert bodies == {b"\xff\xfe", b"x", b"y"}
 
 
+def test_vector_columns_of_a_run_without_keys_match_the_messages(store: Store) -> None:
+    """A run where no message has keys or properties (the common case, which skips the key
+    split) and whose topic column is laid out as a constant, against the per-message path."""
+    from store.log.vecread import pull_vector
+    from store.spark.read import ColumnPlan
+    store.create_topic("eu%x|y", 2)
+    store.put([Draft("eu%x|y", f"m{i}".encode(), {"TAGS": "t"} if i % 2 else {}, queue_id=1)
+               for i in range(50)])
+    plan = ColumnPlan(SCHEMA)
+    cols = pull_vector(store, "eu%x|y", 1, 0, 100, 1 << 20)
+    assert cols is not None and len(cols) == 50
+    batch = plan.bulk_batch(cols, "eu%x|y", 1)
+    batch.validate(full=True)
+    want = plan.batch(list(store.iter_queue("eu%x|y", 1, 0)))
+    assert batch.to_pylist() == want.to_pylist()
+    assert batch.column("keys").to_pylist() == [[]] * 50
+    assert batch.column("topic").to_pylist() == ["eu%x|y"] * 50
+
+
+def test_min_partitions_cuts_queues_in_proportion() -> None:
+    from store.spark.read import QueueSlice, split_slices
+    qs = [QueueSlice("s", "a", 0, 10, 110), QueueSlice("s", "a", 1, 0, 300), QueueSlice("s", "b", 0, 5, 5)]
+    assert split_slices(qs, 2) == qs                      # already enough
+    cut = split_slices(qs, 8)
+    assert len(cut) >= 8
+    for q in qs:                                          # each range covered once, in order
+        mine = [(p.start, p.end) for p in cut if (p.topic, p.queue_id) == (q.topic, q.queue_id)]
+        assert mine[0][0] == q.start and mine[-1][1] == q.end
+        assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
+    assert [(p.start, p.end) for p in cut if p.queue_id == 1 and p.topic == "a"] == \
+        [(0, 50), (50, 100), (100, 150), (150, 200), (200, 250), (250, 300)]
+    assert split_slices([QueueSlice("s", "a", 0, 0, 3)], 10) == \
+        [QueueSlice("s", "a", 0, i, i + 1) for i in range(3)]   # never an empty piece
+
+
 @pytest.mark.spark
 def test_read_offsets_tags_time_and_user_schema(spark: Any, store: Store) -> None:
     store.create_topic("a", 2)
@@ -122,6 +157,12 @@ def test_read_offsets_tags_time_and_user_schema(spark: Any, store: Store) -> Non
     assert sorted((r.queueId, r.queueOffset) for r in rng.collect()) == [(0, 2), (0, 3), (0, 4)]
     assert [bytes(r.body) for r in reader(spark, store, topic="a", startingOffsets=str(t)).collect()] == [b"late"]
     assert reader(spark, store, topic="a", endingOffsets=str(t)).count() == 12
+    split = reader(spark, store, topic="a", minPartitions="5", tags="A")
+    assert split.rdd.getNumPartitions() >= 5
+    assert sorted(bytes(r.body) for r in split.collect()) == \
+        sorted(bytes(r.body) for r in reader(spark, store, topic="a", tags="A").collect())
+    with pytest.raises(Exception, match="minPartitions must be a positive integer"):
+        reader(spark, store, topic="a", minPartitions="0").count()
     sub = (spark.read.format("mqctl").schema("body STRING, queueOffset BIGINT")
            .option("store", str(store.root)).option("topic", "a").load())
     assert sorted(r.body for r in sub.collect())[:2] == ["late", "m0"]

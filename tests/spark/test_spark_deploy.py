@@ -11,6 +11,10 @@ read, a batch write, a ``readStream`` and a ``writeStream``, and prints what it 
   dependencies; ``register(spark, ship_code=True)`` must make all four paths work.
 * ``test_cluster_with_an_installed_wheel``: a wheel built by ``pip wheel .`` is installed in
   the workers' Python; ``register(spark)`` alone must work.
+* ``test_spark_connect_with_mqctl_on_the_server``: a Spark Connect client drives a local
+  Connect server whose Python has mqctl. The client needs ``pyspark[connect]``'s dependencies,
+  which this venv lacks: a venv holding them is built once from the package index (about
+  90 s) and kept beside pytest's temporary directories.
 """
 from __future__ import annotations
 
@@ -174,28 +178,72 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-def connect_client_python() -> str | None:
-    """A Python that has the Spark Connect client's dependencies (pandas, grpcio…):
-    ``MQCTL_TEST_CONNECT_PYTHON``, else this one if it has them."""
+CONNECT_EXTRA = "connect"    # pyspark's extra naming the Connect client's dependencies
+
+
+def has_connect_client(python: str) -> bool:
+    # what pyspark.sql.connect.utils.check_dependencies requires of a client
+    probe = subprocess.run([python, "-c", "import pandas, pyarrow, grpc, grpc_status, google.rpc, "
+                            "zstandard, pyspark.sql.connect.session"],
+                           capture_output=True, text=True, timeout=120)
+    return probe.returncode == 0
+
+
+def connect_client_venv(cache: Path) -> Path:
+    """A client Python for Spark Connect, built once and kept under ``cache``: this venv's
+    Spark runtime and mqctl's dependencies linked in (with their dist-info, so pip counts
+    them as installed), plus ``pyspark[connect]``'s own (pandas, grpcio, protobuf, zstandard)
+    from the package index. Keyed by this interpreter, site-packages and pyspark version, so a
+    rebuilt main venv gets a new one; built under a temporary name and renamed when complete."""
+    import hashlib
+    import shutil
+    from importlib.metadata import version
+    pyspark_version = version("pyspark")
+    key = hashlib.sha256(f"{sys.executable}|{SITE}|{pyspark_version}".encode()).hexdigest()[:12]
+    where = cache / f"mqctl-connect-client-{key}"
+    py = where / "bin" / "python"
+    if py.exists() and has_connect_client(str(py)):
+        return py
+    building = cache / f"{where.name}.{os.getpid()}"
+    shutil.rmtree(building, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(building)], check=True, timeout=120)
+    site = next(building.glob("lib/python*/site-packages"))
+    for entry in SITE.iterdir():
+        name = entry.name.split("-")[0].lower() if entry.name.endswith(".dist-info") else entry.name
+        if name in (*RUNTIME, "portalocker", "sortedcontainers"):
+            (site / entry.name).symlink_to(entry)
+    inst = subprocess.run([sys.executable, "-m", "pip", "--python", str(building / "bin" / "python"),
+                           "install", "-q", "--disable-pip-version-check",
+                           f"pyspark[{CONNECT_EXTRA}]=={pyspark_version}"],
+                          capture_output=True, text=True, timeout=600)
+    if inst.returncode != 0:
+        shutil.rmtree(building, ignore_errors=True)
+        pytest.skip(f"could not install the Spark Connect client's dependencies: {inst.stderr[-800:]}")
+    shutil.rmtree(where, ignore_errors=True)
+    building.rename(where)     # a venv's interpreter finds its site-packages relative to itself
+    assert has_connect_client(str(py))
+    return py
+
+
+def connect_client_python(cache: Path) -> str:
+    """A Python with the Spark Connect client's dependencies: ``MQCTL_TEST_CONNECT_PYTHON``,
+    else this one if it has them, else :func:`connect_client_venv`."""
     given = os.environ.get("MQCTL_TEST_CONNECT_PYTHON")
     if given:
         return given
-    try:
-        import grpc  # noqa: F401
-        import pandas  # noqa: F401
-    except ImportError:
-        return None
-    return sys.executable
+    if has_connect_client(sys.executable):
+        return sys.executable
+    return str(connect_client_venv(cache))
 
 
-def test_spark_connect_with_mqctl_on_the_server(tmp_path: Path) -> None:
+def test_spark_connect_with_mqctl_on_the_server(tmp_path: Path,
+                                                 tmp_path_factory: pytest.TempPathFactory) -> None:
     """Spark Connect: the server (here a local one, whose Python is this venv's, where mqctl
     is installed) plans and runs the source; the client only registers it. ``ship_code``
     is refused with a pointer to the server-side install."""
-    client = connect_client_python()
-    if client is None:
-        pytest.skip("no Python with the Spark Connect client's dependencies "
-                    "(set MQCTL_TEST_CONNECT_PYTHON)")
+    # kept beside pytest's numbered temporary directories (pytest-N), which come and go
+    base = tmp_path_factory.getbasetemp()
+    client = connect_client_python(base.parent if base.name.startswith("pytest-") else base)
     work = tmp_path / "driver"
     work.mkdir()
     (work / "driver.py").write_text(CONNECT_DRIVER)
