@@ -150,8 +150,11 @@ def open_private(path: Path | str, flags: int) -> int:
     return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: bool = True) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content."""
+def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: bool = True,
+                       sync_dir: bool | None = None) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content.
+    ``sync_dir`` False (default: as ``sync``): the new content is fsynced but the rename
+    is not, so a power cut may leave the old content (a consumer's offsets: redelivery)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -176,7 +179,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: 
                 except OSError:
                     pass
         os.replace(tmp, path)
-        if sync:
+        if sync if sync_dir is None else sync_dir:
             fsync_dir(path.parent)
     except OSError as exc:
         try:
@@ -186,10 +189,11 @@ def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: 
         raise io_error(exc, f"write {path}") from exc
 
 
-def atomic_write_json(path: Path, obj: Any, *, keep_bak: bool = True, sync: bool = True) -> None:
+def atomic_write_json(path: Path, obj: Any, *, keep_bak: bool = True, sync: bool = True,
+                      sync_dir: bool | None = None) -> None:
     """Write ``obj`` as pretty, sorted, standard JSON via :func:`atomic_write_bytes`."""
     data = (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
-    atomic_write_bytes(path, data, keep_bak=keep_bak, sync=sync)
+    atomic_write_bytes(path, data, keep_bak=keep_bak, sync=sync, sync_dir=sync_dir)
 
 
 def _parse_json(path: Path, validate: Callable[[Any], object] | None) -> Any:

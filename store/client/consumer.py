@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import datetime as _dt
+import operator
 import os
 import queue as queue_mod
 import socket
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator, Union
 
 from store import names
 from store.client.message import Message
@@ -24,15 +25,13 @@ from store.client.runtime import (
 )
 from store.errors import UsageError
 
-if TYPE_CHECKING:
-    from store.log import record
-
 StartFrom = Union[str, int, _dt.datetime]
 Handler = Callable[[Message], object]
 
 PREFETCH = 4             # batches handed to the iterator ahead of the loop body, at most
-ITER_BATCH = 256         # messages per batch (concurrent mode; orderly hands one at a time)
-RUN_BATCH = 64           # run(): most messages per hand-over to a handler thread (a backlog)
+ITER_BATCH = 1000        # messages per batch (concurrent mode; orderly hands one at a time)
+RUN_BATCH = 256          # run(): most messages per hand-over to a handler thread (a backlog)
+PERSIST_EVERY_S = 0.5    # in-process consumers persist offsets on lag at most this often
 _POLL_S = 0.05
 
 _ids_lock = threading.Lock()
@@ -83,6 +82,14 @@ def _seconds_ms(what: str, value: float | _dt.timedelta | None) -> int | None:
     return int(round(value * 1000))
 
 
+def as_client_messages(batch: list[Any], topic: str) -> list[Message]:
+    """A batch as the user sees it: records converted (``topic`` shown for a retry-topic
+    copy), messages the runtime already built from columns as they are."""
+    if batch and batch[0].__class__ is Message and batch[-1].__class__ is Message:
+        return batch   # (a queue's cache holds one kind: what its pulls make)
+    return [m if m.__class__ is Message else Message.from_record(m, topic) for m in batch]
+
+
 class _IteratorSink:
     """The pool sink behind :meth:`Consumer.messages`: each batch becomes a future that the
     iterating thread resolves once it has walked it: consumed when the loop asked for the
@@ -90,14 +97,17 @@ class _IteratorSink:
     it, released when nothing of it was. Orderly batches are one message (their queue is
     committed or retried as a whole)."""
 
+    client_messages = True               # batches of store.Message, built from columns
+    persist_every_s = PERSIST_EVERY_S    # (see Runtime.set_sink)
+
     def __init__(self, prefetch: int, batch: int) -> None:
         self.max_in_flight = prefetch
         self.batch = batch
         self.handoff: queue_mod.SimpleQueue[tuple[cf.Future[Any], list[Message]]] = queue_mod.SimpleQueue()
 
-    def submit(self, batch: list["record.Message"], topic: str) -> "cf.Future[Outcome]":
+    def submit(self, batch: list[Any], topic: str) -> "cf.Future[Outcome]":
         fut: cf.Future[Outcome] = cf.Future[Any]()
-        self.handoff.put((fut, [Message.from_record(m, topic) for m in batch]))
+        self.handoff.put((fut, as_client_messages(batch, topic)))
         return fut
 
     def get(self, timeout: float) -> tuple[cf.Future[Any], list[Message]] | None:
@@ -156,6 +166,11 @@ class Consumer:
       retries: a function that raises sends the message to the group's retry topic (and to
       its dead-letter queue in the end), or, orderly, retries it in place.
 
+    Offsets of what was consumed reach the store when nothing is in flight, at least twice a
+    second while messages stream, and when the consumer is closed: a process that dies
+    without closing (``kill -9``) has the messages of its last half second (at least the
+    last 128 per queue) and those in hand delivered again, to this group.
+
     Errors are :class:`store.StoreError` subclasses: ``StoreNotFoundError`` and
     ``TopicNotFoundError`` (nothing to consume), ``ClientIdInUseError`` (another live member
     has ``client_id``), ``UsageError`` (a bad argument).
@@ -198,8 +213,8 @@ class Consumer:
         self._mode: str | None = None        # "iterate" or "run"
         self._sink: _IteratorSink | None = None
         self._in_hand: cf.Future[Any] | None = None
-        self._hand_batch: list[Message] = []   # the batch in hand, and the index of the message
-        self._hand_index = 0                   # the loop holds in it
+        self._hand_batch: list[Message] = []   # the batch in hand
+        self._hand_iter: Iterator[Message] = iter(())   # and where the loop is in it
         self._iteration = 0
         self._serving = False
         self._closed = False
@@ -241,6 +256,7 @@ class Consumer:
                 rt.drained = drained
         rt.call_soon(configure)
         self._iteration += 1
+        self._live = self._iteration
         return self._iterate(self._iteration, exit_at_end, timeout, drained)
 
     def __iter__(self) -> Iterator[Message]:
@@ -276,16 +292,18 @@ class Consumer:
                 return
             self._in_hand = fut
             self._hand_batch = msgs
-            for i, msg in enumerate(msgs):
-                self._hand_index = i   # the message in hand; those before it are consumed
+            # The message in hand is the last one this iterator gave (its position is what
+            # _settle_in_hand reads): no bookkeeping per message, one check whether this
+            # loop was stopped, closed or taken over.
+            self._hand_iter = walk = iter(msgs)
+            for msg in walk:
                 yield msg
-                last = time.monotonic()
-                if self._iteration != iteration or self._closed or self._stop_iter:
+                if self._live != iteration:
                     break
-            else:
-                self._hand_index = len(msgs) - 1
+            last = time.monotonic()
 
     _stop_iter = False
+    _live = 0       # the messages() loop that may go on (-1: none; stop() or close() came)
 
     def _settle_in_hand(self, commit: bool) -> None:
         """Resolve the batch in hand: with ``commit`` the message in hand counts as consumed
@@ -293,8 +311,9 @@ class Consumer:
         fut, self._in_hand = self._in_hand, None
         if fut is None or fut.done():
             return
-        done = self._hand_index + (1 if commit else 0)
         total = len(self._hand_batch)
+        in_hand = total - operator.length_hint(self._hand_iter) - 1   # (what the list iterator has left)
+        done = in_hand + (1 if commit else 0)
         outcome = (True, "") if done >= total else (None, "released") if done <= 0 else (done, "partly consumed")
         try:
             fut.set_result(outcome)
@@ -318,7 +337,7 @@ class Consumer:
           (default: retried forever).
 
         ``threads``: handler calls at a time (orderly: still one per queue). With a backlog,
-        a thread takes up to 64 messages of a queue at once and calls ``handler`` for each in
+        a thread takes up to 256 messages of a queue at once and calls ``handler`` for each in
         turn (each failure is still retried on its own); with little waiting, one at a time.
         Offsets are committed as messages finish, in queue order. ``exit_at_end``:
         return once the queues held are drained up to their end at the call. Otherwise it
@@ -346,18 +365,20 @@ class Consumer:
         else:
             rt.set_retries(max_reconsume, delay_ms, 1000)
 
-        def work(batch: list["record.Message"], topic: str) -> Outcome:
+        def work(batch: list[Any], topic: str) -> Outcome:
             # one handler call per message; a batch (concurrent mode, a backlog) only saves
             # the hand-over to a thread per message, each failure is still its own
             failed: list[tuple[int, str]] = []
-            for i, rec in enumerate(batch):
+            for i, msg in enumerate(as_client_messages(batch, topic)):
                 try:
-                    handler(Message.from_record(rec, topic))
+                    handler(msg)
                 except Exception as exc:  # noqa: BLE001 - a failed message, retried
                     failed.append((i, f"handler raised {type(exc).__name__}: {exc}"))
             return (True, "") if not failed else (failed, "")
 
         sink = ThreadPoolSink(work, threads, 1 if self.orderly else RUN_BATCH, per_message=True)
+        sink.client_messages = True              # (see Runtime.set_sink)
+        sink.persist_every_s = PERSIST_EVERY_S
         rt.set_sink(sink)
         self._mode = "run"
         rt.o.exit_at_end = exit_at_end
@@ -378,6 +399,7 @@ class Consumer:
             self._rt.stop()
         else:
             self._stop_iter = True
+            self._live = -1
 
     def close(self) -> None:
         """Leave the group: commit the message in hand, persist offsets, release queue locks.
@@ -388,6 +410,7 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
+        self._live = -1
         rt = self._rt
         try:
             self._settle_in_hand(commit=commit)

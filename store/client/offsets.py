@@ -23,7 +23,9 @@ Epochs of deleted topics stay (bumped) so that a re-created topic is protected t
 Members of every group persist into this one file from their own processes. Every change is a
 read-modify-write under an exclusive portalocker lock on ``consumerOffset.json.lock`` and is
 published with :func:`fsutil.atomic_write_json` (temp file, fsync, rename, previous version
-kept as ``consumerOffset.json.bak``). Readers take no lock: a rename is atomic.
+kept as ``consumerOffset.json.bak``). Readers take no lock: a rename is atomic. A member's
+commit does not fsync the directory after the rename (resets and deletes do): a power cut may
+then keep the previous commit, whose messages are delivered again, but never a torn table.
 
 Broadcast clients — ``offsets/<clientId>/<group>/offsets.json`` (:class:`BroadcastOffsetStore`)
 -------------------------------------------------------------------------------------------
@@ -300,7 +302,11 @@ class ClusterOffsetStore:
             return changed
 
         if offsets:
-            self._update(merge)
+            # A member's commit: its content is fsynced before the rename (a power cut
+            # leaves the old table or the new one, never a torn one), the rename is not (a
+            # cut may keep the previous commit: those messages are delivered again, which
+            # at-least-once allows). A consumer commits every turn; that saves an fsync each.
+            self._update(merge, sync_dir=False)
         return skipped
 
     def reset(self, group: str, topic: str, offsets: Mapping[int, int]) -> int:
@@ -356,13 +362,14 @@ class ClusterOffsetStore:
         obj = fsutil.read_json_with_bak(self.path, default=None, validate=_ClusterTable.from_json, warn=watch)
         return _ClusterTable() if obj is None else _ClusterTable.from_json(obj)
 
-    def _update(self, mutate: Callable[[_ClusterTable], bool]) -> None:
+    def _update(self, mutate: Callable[[_ClusterTable], bool], sync_dir: bool = True) -> None:
         with _exclusive(_lock_path(self.path)):
             watch = _FallbackWatch(self._warn)
             table = self._load(watch)
             # After a fallback, write even when nothing changed: it repairs the main file.
             if mutate(table) or watch.used:
-                fsutil.atomic_write_json(self.path, table.to_json(), keep_bak=not watch.used)
+                fsutil.atomic_write_json(self.path, table.to_json(), keep_bak=not watch.used,
+                                         sync_dir=sync_dir or watch.used)
 
 
 # -- broadcasting: offsets/<clientId>/<group>/offsets.json -----------------------------------
@@ -431,7 +438,9 @@ class BroadcastOffsetStore:
             merged = {**on_disk, **mine}
             # An idle consumer persists every few seconds; skip the fsyncs when nothing moved.
             if merged != on_disk or watch.used:
-                fsutil.atomic_write_json(self.path, _broadcast_json(merged), keep_bak=not watch.used)
+                # (the rename not fsynced, as a clustering member's commit)
+                fsutil.atomic_write_json(self.path, _broadcast_json(merged), keep_bak=not watch.used,
+                                         sync_dir=watch.used)
 
     def _read_file(self, watch: _FallbackWatch) -> dict[QueueKey, int]:
         obj = fsutil.read_json_with_bak(self.path, default=None, validate=_parse_broadcast, warn=watch)

@@ -5,6 +5,11 @@ Concurrent mode: any number of batches may be in flight; :meth:`remove` returns 
 commit, which is the smallest offset still cached (a slow message holds the offset back, as
 RocketMQ's ``removeMessage``), or one past the largest seen when nothing is left.
 
+Its messages are records, or :class:`store.Message` objects for a sink that takes those
+(anything with ``queue_offset`` and ``body``). Concurrent batches are handed out, and mostly
+consumed, oldest first: the bookkeeping of a batch is a slice of the sorted keys then, not a
+sorted insert or delete per message.
+
 Orderly mode: :meth:`take` moves the smallest offsets to the in-flight ("consuming") map;
 :meth:`commit` drops them and returns the offset after the last one; :meth:`make_again` puts
 them back so the same messages are retried, in place, before anything later.
@@ -13,11 +18,26 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Iterable
+from operator import attrgetter
+from typing import Iterable, Protocol, Sequence
 
 from sortedcontainers import SortedDict
 
 from store.log.record import Message
+
+
+class Queued(Protocol):
+    """What a process queue needs of a message (a record, or a client's message)."""
+
+    @property
+    def queue_offset(self) -> int: ...
+
+    @property
+    def body(self) -> bytes: ...
+
+
+_OFFSET = attrgetter("queue_offset")
+_BODY = attrgetter("body")
 
 PULL_THRESHOLD_COUNT = 1000
 PULL_THRESHOLD_BYTES = 100 * 1024 * 1024
@@ -30,6 +50,8 @@ class ProcessQueue:
         self.msgs: SortedDict = SortedDict()       # queue offset -> Message, cached
         self.consuming: SortedDict = SortedDict()  # orderly: taken, in flight
         self.in_flight: set[int] = set()           # concurrent: offsets handed out
+        self.handed_max = -1         # concurrent: the highest offset handed out while any is out
+        self.gaps = False            # concurrent: a cached offset below handed_max is not out
         self.max_seen = -1
         self.bytes = 0
         self.dropped = False
@@ -42,7 +64,7 @@ class ProcessQueue:
         self.consume_lock = threading.Lock()  # a drop waits for the batch in the handler
 
     # -- filling ---------------------------------------------------------------------------
-    def put(self, messages: Iterable[Message]) -> int:
+    def put(self, messages: Iterable[Queued]) -> int:
         msgs, consuming = self.msgs, self.consuming
         fresh = {m.queue_offset: m for m in messages
                  if m.queue_offset not in msgs and m.queue_offset not in consuming}
@@ -52,7 +74,23 @@ class ProcessQueue:
             top = max(fresh)
             if top > self.max_seen:
                 self.max_seen = top
+            if self.in_flight and min(fresh) <= self.handed_max:
+                self.gaps = True
         return len(fresh)
+
+    def put_run(self, offsets: list[int], messages: Sequence[Queued], nbytes: int) -> int:
+        """A pull's messages (``offsets`` ascending, ``nbytes`` their bodies' length): when
+        they all come after what is cached, one bulk insert with no test per message."""
+        msgs = self.msgs
+        if not messages or self.consuming or (msgs and offsets[0] <= msgs.keys()[-1]):
+            return self.put(messages)
+        msgs.update(zip(offsets, messages))
+        self.bytes += nbytes
+        if offsets[-1] > self.max_seen:
+            self.max_seen = offsets[-1]
+        if self.in_flight and offsets[0] <= self.handed_max:
+            self.gaps = True
+        return len(messages)
 
     def full(self) -> bool:
         """RocketMQ's pull flow control: at most 1000 messages or 100 MiB cached per queue."""
@@ -67,7 +105,12 @@ class ProcessQueue:
         """Up to ``n`` cached messages not yet handed out, oldest first (concurrent mode)."""
         msgs, in_flight = self.msgs, self.in_flight
         if not in_flight:
+            self.gaps = False
             keys = msgs.keys()[:n]
+        elif not self.gaps:
+            # every cached offset up to handed_max is out: the next ones follow it
+            i = msgs.bisect_right(self.handed_max)
+            keys = msgs.keys()[i:i + n]
         else:
             keys = []
             for off in msgs.irange():
@@ -75,25 +118,45 @@ class ProcessQueue:
                     keys.append(off)
                     if len(keys) >= n:
                         break
+        if keys:
+            self.handed_max = max(self.handed_max, keys[-1]) if in_flight else keys[-1]
         in_flight.update(keys)
-        return [msgs[k] for k in keys]
+        return list(map(msgs.__getitem__, keys))
 
     def remove(self, messages: list[Message]) -> int:
         """Forget consumed messages; the offset to commit (or -1 if nothing was cached)."""
         msgs = self.msgs
         if not msgs:
             return -1
-        if len(messages) == len(msgs) and all(m.queue_offset in msgs for m in messages):
-            # the common case: everything cached was consumed (no per-key sorted deletes)
-            self.bytes = 0
-            msgs.clear()
-            self.in_flight.clear()
-            return self.max_seen + 1
-        for m in messages:
-            got = msgs.pop(m.queue_offset, None)
-            self.in_flight.discard(m.queue_offset)
-            if got is not None:
-                self.bytes -= len(got.body)
+        n = len(messages)
+        keys = msgs.keys()
+        offs = list(map(_OFFSET, messages))
+        if n and keys[0] == offs[0] and keys[:n] == offs:
+            # the oldest n cached, in order (batches are handed out so)
+            if n == len(keys):
+                # the common case: everything cached was consumed (no sorted deletes)
+                self.bytes = 0
+                msgs.clear()
+                self.in_flight.clear()
+                return self.max_seen + 1
+            self.in_flight.difference_update(offs)
+            self.bytes -= sum(map(len, map(_BODY, messages)))
+            if 8 * n >= len(keys):
+                del keys[:n]   # (a slice this big is one rebuild of the sorted keys)
+            else:
+                # a small slice would be deleted key by key: keep the rest instead, in one go
+                rest = keys[n:]
+                kept = list(map(msgs.__getitem__, rest))
+                msgs.clear()
+                msgs.update(zip(rest, kept))
+        else:
+            for m in messages:
+                got = msgs.pop(m.queue_offset, None)
+                self.in_flight.discard(m.queue_offset)
+                if got is not None:
+                    self.bytes -= len(got.body)
+        if not self.in_flight:
+            self.gaps = False
         if msgs:
             first: int = msgs.keys()[0]
             return first
@@ -103,6 +166,8 @@ class ProcessQueue:
         """Hand messages back (concurrent mode) so a later batch takes them again."""
         for m in messages:
             self.in_flight.discard(m.queue_offset)
+        # what was handed back lies below handed_max and is not out any more
+        self.gaps = bool(self.in_flight)
 
     # -- orderly ---------------------------------------------------------------------------
     def take(self, n: int) -> list[Message]:

@@ -16,6 +16,12 @@ What consuming a batch *means* is the sink's business (:class:`InlineSink`, :cla
   :data:`Outcome`: consumed, failed (retry topic / DLQ, or retried in place when orderly) or
   released (handed back untouched, to be delivered again).
 
+Pulls: records are checked as arrays where numpy is worth it (``store.log.bulk``), and the
+queues of a topic whose records lie side by side in the log are read together, one window of
+the log for all (:func:`~store.log.bulk.pull_many`): ``mqctl consume`` writing raw bodies
+gets bodies only, a sink that takes :class:`store.Message` objects (``client_messages``) gets
+them built straight from the records' columns; every other sink gets decoded records.
+
 Orderly mode adds RocketMQ's three locks: the queue lock across processes (``qlocks``), taken
 before a queue is added and checked before every batch; one batch at a time per queue inside
 this process (``ProcessQueue.busy``); and the drop rule that a queue is released only after
@@ -39,13 +45,16 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Union, runtime_checkable
 
 from store import names
+from store.client import message as client_message
 from store.client.allocate import allocate, queues_of
 from store.client.process_queue import PULL_THRESHOLD_COUNT, ProcessQueue
 from store.client.retry import DEFAULT_MAX_RECONSUME, dead_letter, original_topic, send_back
 from store.errors import HandlerError, StoreError
 from store.failpoints import failpoint
 from store.log.broker import Store
+from store.log.bulk import Columns, pull_many, pull_records
 from store.log.record import Message, java_hash
+from store.log.results import BodiesResult
 
 if TYPE_CHECKING:
     from store.client.dedup import DedupLog
@@ -54,6 +63,7 @@ if TYPE_CHECKING:
 
 QueueKey = tuple[str, int]
 PULL_BATCH = 256
+PULL_MAX_BYTES = 4 * 1024 * 1024   # what one pull reads at most (Store.pull's max_bytes)
 RENEW_INTERVAL_S = 20.0
 
 # (True: consumed, False: failed, None: released untouched, or an int k: the first k of the
@@ -159,7 +169,13 @@ class PoolSink(Protocol):
     one message each when little is, up to ``batch`` when a backlog would otherwise cost a
     hand-over per message. A future that raises :class:`~store.errors.HandlerError` stops the consumer
     (the handler cannot run at all). :meth:`shutdown` is called once, when the member stops;
-    ``wait`` is False when it stops on an error."""
+    ``wait`` is False when it stops on an error.
+
+    Optional attributes: ``client_messages`` true, the sink takes :class:`store.Message`
+    objects as they are (the runtime then builds them straight from a pull's columns, for the
+    subscribed topic's queues in concurrent mode without dedup or a tag filter; elsewhere it
+    hands over records, which the sink converts); ``persist_every_s`` above 0, an in-process
+    consumer (the iterator, Python handlers): see :meth:`Runtime.set_sink`."""
 
     batch: int
     max_in_flight: int
@@ -171,6 +187,9 @@ class PoolSink(Protocol):
 
 class ThreadPoolSink:
     """A :class:`PoolSink` that runs ``work(batch, topic) -> Outcome`` in a thread pool."""
+
+    client_messages = False     # (the optional PoolSink attributes)
+    persist_every_s = 0.0
 
     def __init__(self, work: Callable[[list[Message], str], Outcome], threads: int, batch: int = 1,
                  per_message: bool = False) -> None:
@@ -213,6 +232,9 @@ class Runtime:
         self.persisted: dict[QueueKey, int] = {}   # what the offset store has, per queue
         self.urgent = False   # a queue ran ahead of its persisted offset (see set_sink)
         self._persist_lag = PULL_BATCH // 2
+        self._persist_every_s = 0.0     # in-process sinks: the least time between lag persists
+        self._last_persist = time.monotonic()
+        self.client_fast = False        # build store.Message objects straight from columns
         # Clustering members own every queue they consume under a queue lock (orderly and
         # concurrent alike): a new owner starts only after the previous one persisted and
         # released it, died (the OS drops the lock), or let its lease expire.
@@ -261,12 +283,22 @@ class Runtime:
         self.inline = sink if not isinstance(sink, PoolSink) else None
         self.pool = sink if isinstance(sink, PoolSink) else None
         self.raw_fast = self.inline is not None and bool(getattr(sink, "raw", False)) and not self.o.dedup
+        self.client_fast = (self.pool is not None and bool(getattr(sink, "client_messages", False))
+                            and not self.o.orderly and not self.o.dedup)
         # How far a queue's consumed offset may run ahead of the persisted one before the loop
         # persists it (at the end of its turn): a crash hands at most that much, plus one turn's
         # delivery, to the next owner again. Inline sinks persist every turn that moved an
         # offset (at most one pull batch per queue is lost to a crash); pool sinks every half
         # pull batch, plus what was in flight. An idle loop persists whatever moved.
+        #
+        # In-process pool sinks (``persist_every_s`` > 0: the iterator of store.Consumer and
+        # Python handlers) consume far faster than an offset commit (an fsync) completes, so
+        # they persist on lag at most once per ``persist_every_s``, and not on every idle
+        # moment while their batches are out: a kill -9 hands the next owner again at most
+        # what was consumed in the last ``persist_every_s`` (or half a pull batch per queue,
+        # whichever is more), plus the batches in flight.
         self._persist_lag = 1 if self.inline is not None else PULL_BATCH // 2
+        self._persist_every_s = max(0.0, float(getattr(sink, "persist_every_s", 0.0) or 0.0))
 
     def set_retries(self, max_reconsume: int | None, retry_delay_ms: int | None, suspend_ms: int) -> None:
         """Failed batches: deliveries before the DLQ (None: 16 concurrent, unlimited
@@ -526,9 +558,10 @@ class Runtime:
             worked |= self._dispatch_all()
             worked |= self._collect(block=False)
             self._retry_local()
-            if self.urgent:
+            if self.urgent and now - self._last_persist >= self._persist_every_s:
                 # Offsets reach the store at least once per pull batch of every queue: a crash
-                # hands at most one pull batch per queue to a member a second time.
+                # hands at most one pull batch per queue to a member a second time (in-process
+                # sinks: see set_sink).
                 self._persist()
             if o.exit_at_end and self._is_drained():
                 self.drained.set()
@@ -536,12 +569,16 @@ class Runtime:
                 break
             if worked:
                 continue
-            if self.dirty and not o.no_group and not (self.futures and getattr(self.pool, "per_message", False)):
+            in_process = self._persist_every_s > 0
+            if self.dirty and not o.no_group and (
+                    not (self.futures and (in_process or getattr(self.pool, "per_message", False)))
+                    or (in_process and time.monotonic() - self._last_persist >= self._persist_every_s)):
                 # Nothing to do: make what moved durable now. An in-process handler (a
                 # per-message sink) is cheaper than the fsync, so while its batches run the
-                # ``urgent`` rule and the persist interval see to it instead; a handler that
-                # is a process spawn costs more than the fsync, and the redelivery window
-                # after a crash stays what finished since the last completion.
+                # ``urgent`` rule and the persist interval see to it instead (in-process
+                # sinks: at least once per ``persist_every_s`` while anything moved); a
+                # handler that is a process spawn costs more than the fsync, and the
+                # redelivery window after a crash stays what finished since the last completion.
                 self._persist()
             idle_check = getattr(self.inline, "idle_check", None)
             if idle_check is not None:
@@ -549,6 +586,8 @@ class Runtime:
             due_at = min(next_rebalance, next_persist, self.schedule_at, next_token)
             if self.locks:
                 due_at = min(due_at, next_renew)
+            if self.dirty and in_process:
+                due_at = min(due_at, self._last_persist + self._persist_every_s)
             if self.retry_later:
                 due_at = min(due_at, min(r[0] for r in self.retry_later))
             if o.idle_timeout_s is not None:
@@ -628,63 +667,81 @@ class Runtime:
             wanted.update((mq.topic, mq.queue_id) for mq in mine)
         for key in [k for k in self.pqs if k not in wanted]:
             self._drop(key)
+        locked: list[QueueKey] = []
         for key in sorted(wanted - set(self.pqs)):
             if key in self.dropping:
                 balanced = False
                 continue
-            if not self._add(key):
+            if not self._lock(key):
                 balanced = False
+                continue
+            failpoint("rebalance-after-lock")
+            locked.append(key)
+        if locked:
+            self._add(locked)
         self._rebalanced_once = True
         self._publish_queues()
         return balanced
 
-    def _add(self, key: QueueKey) -> bool:
-        t, q = key
+    def _lock(self, key: QueueKey) -> bool:
+        """Take a queue's lock (clustering members); False when another member holds it."""
         if self.locked:
             # The previous owner releases the queue's lock only after persisting the offset of
-            # everything it delivered from it (``_settle_drops``), so the offset read below is
-            # where it stopped; a dead owner's lock is dropped by the OS at once.
+            # everything it delivered from it (``_settle_drops``), so the offset read after
+            # this (``_add``) is where it stopped; a dead owner's lock is dropped by the OS at once.
             from store.client.qlocks import QueueLock
+            t, q = key
             lock = QueueLock(self.layout, self.o.group, t, q, self.o.client_id, warn=self.warn)
             if not lock.try_acquire():
                 return False
             self.locks[key] = lock
-        failpoint("rebalance-after-lock")
-        start = self._start_offset(key)
-        pq = ProcessQueue(t, q)
-        pq.next_pull = start
-        pq.max_seen = start - 1
-        self.pqs[key] = pq
-        self.offsets[key] = start
-        self.persisted[key] = start
         return True
 
-    def _start_offset(self, key: QueueKey) -> int:
-        """RocketMQ's computePullFromWhere: the stored offset, else first/last/timestamp. A
-        computed start is persisted at once so that a queue handed over before anything was
-        consumed continues where it started, not at a newer end."""
+    def _add(self, keys: list[QueueKey]) -> None:
+        """Start consuming queues whose locks were taken: their offsets read (one read of
+        the table for them all), and the computed ones persisted in one commit."""
+        stored = self._read_stored(keys)
+        starts: dict[QueueKey, int] = {}
+        computed: dict[QueueKey, int] = {}
+        for key in keys:
+            starts[key], is_computed = self._start_offset(key, stored.get(key, -1))
+            if is_computed:
+                computed[key] = starts[key]
+        if computed:
+            # A computed start is persisted at once so that a queue handed over before
+            # anything was consumed continues where it started, not at a newer end.
+            self._commit_offsets(computed, increase_only=True)
+        for key, start in starts.items():
+            pq = ProcessQueue(*key)
+            pq.next_pull = start
+            pq.max_seen = start - 1
+            self.pqs[key] = pq
+            self.offsets[key] = start
+            self.persisted[key] = start
+
+    def _start_offset(self, key: QueueKey, stored: int) -> tuple[int, bool]:
+        """RocketMQ's computePullFromWhere: the stored offset, else first/last/timestamp
+        (then True: the caller persists it)."""
         t, q = key
         o = self.o
-        stored = self._read_stored(key)
         lo, hi = self.store.min_offset(t, q), self.store.max_offset(t, q)
         if stored >= 0:
             if stored < lo:
                 self.warn(f"{t}/{q}: committed offset {stored} is no longer stored; starting at {lo}")
-            return min(max(stored, lo), hi)
+            return min(max(stored, lo), hi), False
         if names.is_retry_topic(t) or o.from_where == "first":
             start = lo
         elif o.from_where == "timestamp" and o.from_timestamp is not None:
             start = self.store.search_offset(t, q, o.from_timestamp)
         else:
             start = hi
-        self._commit_offsets({key: start}, increase_only=True)
-        return start
+        return start, True
 
-    def _read_stored(self, key: QueueKey) -> int:
-        t, q = key
-        if self.o.broadcast:
-            return int(self.offset_store.read(t, q))
-        return int(self.offset_store.read(self.o.group, t, q))
+    def _read_stored(self, keys: list[QueueKey]) -> dict[QueueKey, int]:
+        if self.o.broadcast or self.o.no_group:
+            return {(t, q): int(self.offset_store.read(t, q)) for t, q in keys}
+        offsets: dict[QueueKey, int] = self.offset_store.snapshot(self.o.group).offsets
+        return offsets
 
     def _drop(self, key: QueueKey) -> None:
         """Stop pulling a queue; release it once its in-flight batch is done."""
@@ -753,6 +810,10 @@ class Runtime:
     # -- pulling ---------------------------------------------------------------------------
     def _pull_all(self) -> bool:
         worked = False
+        # Raw and client-message pulls of several queues of a topic are read together
+        # (pull_many): one read of the log serves them all. Not with --count, whose budget is
+        # taken queue by queue.
+        shared: dict[QueueKey, tuple[bool, int]] = {}
         for key, pq in self.pqs.items():
             if pq.full() or (self.o.orderly and pq.suspended_until > time.monotonic()):
                 continue
@@ -761,9 +822,11 @@ class Runtime:
             # filter when they were first delivered.
             tag_codes, tags = (None, None) if t != self.o.topic else (self.tag_codes, self.o.tags)
             raw = self.raw_fast and tag_codes is None and not pq.cached() and not pq.in_flight
+            client = self.client_fast and tag_codes is None and not names.is_retry_topic(t)
             # The raw path caches nothing, so it may take what flow control allows a queue's
-            # cache (1000 messages): fewer, larger pulls and writes.
-            want = PULL_THRESHOLD_COUNT if raw else PULL_BATCH
+            # cache (1000 messages): fewer, larger pulls and writes. So may the path that builds
+            # client messages from columns, up to what the cache has room for.
+            want = PULL_THRESHOLD_COUNT if raw else PULL_THRESHOLD_COUNT - pq.cached() if client else PULL_BATCH
             if self.o.exit_at_end:
                 # -e drains each queue up to its end at start and no further: what arrives
                 # later is neither waited for nor taken (it stays for the next run).
@@ -777,8 +840,16 @@ class Runtime:
             if pq.next_pull < lo:
                 self.warn(f"{t}/{q}: offset {pq.next_pull} is no longer stored; moving to {lo}")
                 pq.next_pull = lo
+            if (raw or client) and self.o.count is None:
+                lock = self.locks.get(key)
+                if lock is None or lock.is_valid():
+                    shared[key] = (raw, want)
+                continue
             if raw:
                 worked |= self._pull_raw(key, pq, want)
+                continue
+            if client:
+                worked |= self._pull_client(key, pq, want)
                 continue
             res = self.store.pull(t, q, pq.next_pull, want, tag_codes, tags)
             for qoff, why in res.damaged:
@@ -794,20 +865,78 @@ class Runtime:
             pq.next_pull = res.next_offset
             if not pq.cached() and not pq.in_flight:
                 self._set_offset(key, res.next_offset)
+        if shared:
+            worked |= self._pull_shared(shared)
         return worked
 
-    def _pull_raw(self, key: QueueKey, pq: ProcessQueue, want: int) -> bool:
+    def _pull_shared(self, plan: dict[QueueKey, tuple[bool, int]]) -> bool:
+        """Raw and client-message pulls (``plan``: queue -> (raw, how many)), each topic's
+        queues read together, window by window (:func:`~store.log.bulk.pull_many`), until
+        every queue got what one pull of its own would have (its count, and 4 MiB) or no
+        window serves it any more; what is left is pulled queue by queue."""
+        worked = False
+        left = {key: [want, PULL_MAX_BYTES] for key, (_raw, want) in plan.items()}
+        for topic in sorted({k[0] for k in plan}):
+            for raw in (True, False):
+                keys = [k for k in plan if k[0] == topic and plan[k][0] == raw]
+                while len(keys) > 1 and not self.stop_requested:
+                    got = pull_many(self.store, topic, [(k[1], self.pqs[k].next_pull, left[k][0], left[k][1])
+                                                        for k in keys], full=not raw)
+                    if not got:
+                        break
+                    for key in keys:
+                        c = got.get(key[1])
+                        if c is None:
+                            continue
+                        pq = self.pqs[key]
+                        worked |= self._pull_raw(key, pq, 0, c) if raw else self._pull_client(key, pq, 0, c)
+                        left[key][0] -= len(c)
+                        left[key][1] -= sum(map(len, c.bodies))
+                    keys = [k for k in keys if k[1] in got and left[k][0] > 0 and left[k][1] > 0
+                            and k in self.pqs and self.pqs[k].next_pull < got[k[1]].max_offset]
+        for key, (raw, want) in plan.items():
+            held = self.pqs.get(key)
+            if held is None or left[key][0] < want or self.stop_requested:
+                continue   # served (in part) by a shared read: the rest comes next turn
+            worked |= self._pull_raw(key, held, want) if raw else self._pull_client(key, held, want)
+        return worked
+
+    def _pull_client(self, key: QueueKey, pq: ProcessQueue, want: int, pre: Columns | None = None) -> bool:
+        """A pull for a sink that takes :class:`store.Message` objects: the records' columns
+        (every record checked as by :meth:`Store.pull`), and messages built straight from them
+        with their properties parsed only when read; no record is decoded on the way. ``pre``:
+        the columns read already (:meth:`_pull_shared`)."""
+        t, q = key
+        c = pull_records(self.store, t, q, pq.next_pull, want) if pre is None else pre
+        for qoff, why in c.damaged:
+            self.warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
+        if c.next_offset == pq.next_pull:
+            return False
+        pq.put_run(c.offsets, client_message.from_columns(t, q, c.offsets, c.bodies, c.born, c.stored, c.phys,
+                                                          c.reconsume, c.props), sum(map(len, c.bodies)))
+        pq.max_seen = max(pq.max_seen, c.next_offset - 1)
+        pq.next_pull = c.next_offset
+        if not pq.cached() and not pq.in_flight:
+            self._set_offset(key, c.next_offset)
+        return True
+
+    def _pull_raw(self, key: QueueKey, pq: ProcessQueue, want: int, pre: Columns | None = None) -> bool:
         """Raw bodies to stdout with nothing to filter or dedup: pull only the bodies (every
         record still checked) and write them at once; no Message, no process queue. The
-        offset moves only after the write returned, as on the general path."""
-        want = min(want, self._budget())
-        if want <= 0:
-            return False
-        lock = self.locks.get(key)
-        if lock is not None and not lock.is_valid():
-            return False  # the next rebalance drops the queue through the normal path
+        offset moves only after the write returned, as on the general path. ``pre``: the
+        bodies read already (:meth:`_pull_shared`, which checked the lock)."""
         t, q = key
-        res = self.store.pull_bodies(t, q, pq.next_pull, want)
+        res: BodiesResult | Columns
+        if pre is None:
+            want = min(want, self._budget())
+            if want <= 0:
+                return False
+            lock = self.locks.get(key)
+            if lock is not None and not lock.is_valid():
+                return False  # the next rebalance drops the queue through the normal path
+            res = self.store.pull_bodies(t, q, pq.next_pull, want)
+        else:
+            res = pre
         for qoff, why in res.damaged:
             self.warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
         if res.next_offset == pq.next_pull:
@@ -856,6 +985,10 @@ class Runtime:
 
     def _dispatch_all(self) -> bool:
         worked = False
+        sized = self.pool is not None and getattr(self.pool, "per_message", False) and not self.o.orderly
+        # per-message sinks: batches sized to the backlog of every queue held (spread over the
+        # batches the sink may have out), one message each when little waits
+        waiting = sum(len(p.msgs) - len(p.in_flight) for p in self.pqs.values()) if sized else 0
         for key, pq in list(self.pqs.items()):
             if self.stop_requested or self.fatal is not None:
                 break
@@ -866,8 +999,8 @@ class Runtime:
                 if self.pool is not None and len(self.futures) >= self.pool.max_in_flight:
                     return worked
                 n = min(budget, self.pool.batch if self.pool is not None else 1024)
-                if self.pool is not None and getattr(self.pool, "per_message", False) and not self.o.orderly:
-                    waiting = len(pq.msgs) - len(pq.in_flight)
+                if sized:
+                    assert self.pool is not None
                     n = max(1, min(n, waiting // self.pool.max_in_flight))
                 if self.o.orderly and (pq.busy or pq.suspended_until > time.monotonic() or not pq.msgs):
                     break
@@ -889,6 +1022,7 @@ class Runtime:
                 if not batch:
                     break
                 worked = True
+                waiting -= len(batch)
                 self.handed_out += len(batch)
                 if self.inline is not None:
                     self._consume_inline(key, pq, batch)
@@ -1034,9 +1168,12 @@ class Runtime:
             return
         for m in batch:
             try:
-                where = send_back(self.store, o.group, m, self.max_reconsume or 0, o.retry_delay_ms)
+                # (a message built for a client sink is sent back as the record it came from)
+                rec = self.store.get(m.commitlog_offset) if isinstance(m, client_message.Message) else m
+                where = send_back(self.store, o.group, rec, self.max_reconsume or 0, o.retry_delay_ms)
             except StoreError as exc:
-                self.warn(f"could not send {m.uniq_key} back ({exc}); retrying here in 5 s")
+                self.warn(f"could not send {m.msg_id if isinstance(m, client_message.Message) else m.uniq_key} "
+                          f"back ({exc}); retrying here in 5 s")
                 pq.release([m])
                 self.retry_later.append((time.monotonic() + 5, key, m))
                 continue
@@ -1108,6 +1245,7 @@ class Runtime:
         self.dirty -= keys
         self.persisted.update(offsets)
         self.urgent = False
+        self._last_persist = time.monotonic()
         if skipped:
             self._reload_after_reset(skipped)
 

@@ -1,29 +1,30 @@
-"""The producer's fast path: the batch encoding behind :meth:`Store.put_bodies`.
+"""The producer's fast path: the framing of raw bodies behind :meth:`Store.put_bodies`.
 
-:func:`put_bodies_locked` turns many bodies for one topic, sharing their properties, into
-commit-log records, consume-queue entries and key-index hashes, and hands them to the store to
-commit. It owns only how a batch is encoded quickly (precomputed header parts, unique keys
+:func:`frame_bodies` turns many bodies for one topic, sharing their properties, into
+commit-log records, consume-queue entries and key-index hashes, framed into a
+:class:`~store.log.writebatch.WriteBatch` (its appender's buffers and queue runs; the batch
+commits them). It owns only how a batch is framed quickly (precomputed header parts, unique keys
 built from a table, CRCs continued or combined instead of recomputed); the record layout itself
 lives in ``format.py`` and the general encoder in ``record.py``.
 
-Three ways, all writing the same bytes (tests/store/test_store_bodywrite.py): a long-running
-sender's batches are framed as arrays (:func:`_frame_arrays`, numpy: headers, consume-queue
-entries, CRC properties and key hashes for the whole batch; per record only its two CRC calls
-and its place in one join); otherwise per-record loops. Every batch is one buffer, one pwrite
-per segment. The loops are measured hot loops: unrolled on purpose, everything in locals.
+Four ways, all writing the same bytes (tests/log/test_store_bodywrite.py): a long-running
+sender's batches of small bodies are framed as arrays (:func:`_frame_arrays`, numpy: headers,
+consume-queue entries, CRC properties and key hashes for the whole batch; per record only its
+two CRC calls and its place in one join); otherwise per-record loops, into one buffer per
+segment; a batch of only big bodies (``_WRITE_FROM_BODIES``) is written from the bodies where
+they lie, each between its header and trailer (pwritev, no copy). One write per segment. The
+loops are measured hot loops: unrolled on purpose, everything in locals.
 """
 from __future__ import annotations
 
 import random
 import struct
-import time
 import zlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 from store.errors import UsageError
 from store.log import format as F
-from store.log.commitlog import LogAppender
 from store.log.record import FAST_CRC as _FAST_CRC
 from store.log.record import PROP_KEYS, PROP_TAGS, Draft, java_hash
 from store.log.record import crc32 as _crc32
@@ -32,6 +33,10 @@ from store.log.results import BatchResult
 if TYPE_CHECKING:
     from store.log.broker import Store
     from store.log.topics import TopicConfig
+    from store.log.writebatch import WriteBatch
+
+# A body: bytes, or a view of a read buffer (copied once, into the batch's buffer).
+Body = Union[bytes, bytearray, memoryview]
 
 _HEX4: list[bytes] = []
 
@@ -68,6 +73,9 @@ assert struct.calcsize(">iIIiiqq48si") == F.RECORD_HEADER_SIZE and _HEAD_CONST.s
 # bodies are written from the body objects themselves, pwritev.)
 _BIG_BODY = 2048
 _COMBINE: list[Any] = []
+# From this body size on (every body of a batch) a batch is written from the bodies themselves,
+# never copied into the batch buffer: a copy of each byte saved, for an iovec per part.
+_WRITE_FROM_BODIES = 32768
 
 
 def _crc32_combine() -> Any:
@@ -162,9 +170,9 @@ def _hex4_crcs() -> Any:
     return _NP[4]
 
 
-def _frame_arrays(store: Store, topic: str, bodies: Sequence[bytes], qids: list[int],
+def _frame_arrays(batch: WriteBatch, topic: str, bodies: Sequence[Body], qids: list[int],
                   first_counter: int, pos: int, room_end: int, fixed: int, magic: int, const48: bytes,
-                  mid: bytes, tail: bytes, tags: int, nxt: list[int], cqb: list[Any], first_off: dict[int, int],
+                  mid: bytes, tail: bytes, tags: int, nxt: list[int], cqb: list[Any],
                   key_crc0: int) -> tuple[bytes, list[int], list[int], list[int]] | None:
     """Frame a whole batch at once: headers, consume-queue entries and record-CRC properties
     as arrays; per record only its CRCs (the body's, then the record's continued over head,
@@ -190,8 +198,8 @@ def _frame_arrays(store: Store, topic: str, bodies: Sequence[bytes], qids: list[
     for q, idx in queues.items():
         start = nxt[q]
         if start < 0:
-            start = first_off[q] = store.queue(topic, q).max_offset()
-            cqb[q] = bytearray()
+            run = batch.queue_run(topic, q)
+            start, cqb[q] = run.next, run.entries
         if idx is None:   # the whole batch goes to one queue
             qoff[:] = np.arange(start, start + n)
             nxt[q] = start + n
@@ -242,15 +250,16 @@ def _frame_arrays(store: Store, topic: str, bodies: Sequence[bytes], qids: list[
     return data, qoff.tolist(), phys.tolist(), hashes
 
 
-def put_bodies_locked(store: Store, topic: str, bodies: Sequence[bytes], props: dict[str, str], queue_id: int,
-                      sharding_keys: list[str | None] | None, sync: bool) -> BatchResult:
+def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dict[str, str], queue_id: int,
+                 sharding_keys: list[str | None] | None) -> BatchResult:
+    """Frame ``bodies`` for one topic, sharing ``props``, into ``batch`` (placed, queued and
+    indexed: the caller commits it)."""
     # The producer's hot loop: everything that is the same for the whole batch is built
     # once, so each record costs one header pack, one join and two CRCs (one pass over a
     # big body plus a CRC combine), one CQ entry and one index hash.
-    cp = store.checkpoint_locked()
-    now = int(time.time() * 1000)
-    store_ts = max(now, cp.last_store_ts)
-    cfg = store.ensure_topic_locked(topic, queue_id)
+    store = batch.store
+    now, store_ts = batch.now, batch.store_ts
+    cfg = batch.topic(topic, queue_id)
     qids = _queue_ids_for(store, cfg, len(bodies), queue_id, sharding_keys)
     topic_b = topic.encode()
     tail_topic = bytes((len(topic_b),)) + topic_b
@@ -258,9 +267,8 @@ def put_bodies_locked(store: Store, topic: str, bodies: Sequence[bytes], props: 
     tags = java_hash(props[PROP_TAGS]) if props.get(PROP_TAGS) else 0
     key_items = [f"{topic}#{k}".encode() for k in (props.get(PROP_KEYS) or "").split(" ") if k]
     nxt = [-1] * cfg.queues
-    cqb: list[Any] = [None] * cfg.queues   # a bytearray per queue the batch touches
-    first_off: dict[int, int] = {}
-    app = LogAppender(store.commitlog, cp.written_end)
+    cqb: list[Any] = [None] * cfg.queues   # the batch's entries of each queue it touches
+    app = batch.app
     seg = store.commitlog.segment_size
     pos = app.pos
     room_end = pos - pos % seg + seg - F.END_FILE_MIN_BLANK
@@ -301,8 +309,8 @@ def put_bodies_locked(store: Store, topic: str, bodies: Sequence[bytes], props: 
     parts: list[Any] | None = None
     framed = None
     if tails is None and _use_arrays(len(bodies), big):
-        framed = _frame_arrays(store, topic, bodies, qids, first_counter, pos, room_end, fixed,
-                               magic, const48, mid, tail, tags, nxt, cqb, first_off, key_crc0)
+        framed = _frame_arrays(batch, topic, bodies, qids, first_counter, pos, room_end, fixed,
+                               magic, const48, mid, tail, tags, nxt, cqb, key_crc0)
     if framed is not None:
         # The whole batch framed as arrays (below): no per-record Python loop.
         data, offs, physs, hashes = framed
@@ -321,8 +329,8 @@ def put_bodies_locked(store: Store, topic: str, bodies: Sequence[bytes], props: 
         for body, qid, h4 in zip(bodies, qids, hx):
             qoff = nxt[qid]
             if qoff < 0:
-                qoff = first_off[qid] = store.queue(topic, qid).max_offset()
-                cqb[qid] = bytearray()
+                run = batch.queue_run(topic, qid)
+                qoff, cqb[qid] = run.next, run.entries
             nxt[qid] = qoff + 1
             blen = len(body)
             total = fixed + blen
@@ -355,21 +363,30 @@ def put_bodies_locked(store: Store, topic: str, bodies: Sequence[bytes], props: 
         cfrom = _COMBINE_FROM if _FAST_CRC else _BIG_BODY
         comb = _combiner() if max(map(len, bodies)) >= cfrom else None
         ops: dict[int, int] = {}
-        chunk = app.start_chunk()
+        # The biggest bodies are not copied at all: the batch is written from them where
+        # they lie (a read buffer's views, say), header and trailer around each (pwritev).
+        from_bodies = min(map(len, bodies)) >= _WRITE_FROM_BODIES
+        if from_bodies:
+            out = app.start_parts()
+        else:
+            chunk = app.start_chunk()
         cq_add: list[Any] = [None] * len(cqb)
         for body, qid, h4 in zip(bodies, qids, hx):
             qoff = nxt[qid]
             if qoff < 0:
-                qoff = first_off[qid] = store.queue(topic, qid).max_offset()
-                cqb[qid] = bytearray()
-                cq_add[qid] = cqb[qid].extend
+                run = batch.queue_run(topic, qid)
+                qoff, cqb[qid] = run.next, run.entries
+                cq_add[qid] = run.entries.extend
             nxt[qid] = qoff + 1
             blen = len(body)
             total = fixed + blen
             if pos + total > room_end:
                 app.pos = pos
                 pos = app.place(total)
-                chunk = app.start_chunk()
+                if from_bodies:
+                    out = app.start_parts()
+                else:
+                    chunk = app.start_chunk()
                 room_end = pos + seg - F.END_FILE_MIN_BLANK
             bcrc = crc32(body)
             head = pack(total, magic, bcrc & M, qid, 0, qoff, pos, const48, blen)
@@ -381,10 +398,13 @@ def put_bodies_locked(store: Store, topic: str, bodies: Sequence[bytes], props: 
                 c = crc32(after, comb[1](crc32(head), bcrc, op)) & M
             else:
                 c = crc32(after, crc32(body, crc32(head))) & M
-            chunk += head
-            chunk += body
-            chunk += after
-            chunk += (trailer % c)[::-1]
+            if from_bodies:
+                out += (head, body, after + (trailer % c)[::-1])
+            else:
+                chunk += head
+                chunk += body
+                chunk += after
+                chunk += (trailer % c)[::-1]
             cq_add[qid](pack_cq(pos, total, tags))
             offs_append(qoff)
             physs_append(pos)
@@ -396,8 +416,8 @@ def put_bodies_locked(store: Store, topic: str, bodies: Sequence[bytes], props: 
         qid = qids[i]
         qoff = nxt[qid]
         if qoff < 0:
-            qoff = first_off[qid] = store.queue(topic, qid).max_offset()
-            cqb[qid] = bytearray()
+            run = batch.queue_run(topic, qid)
+            qoff, cqb[qid] = run.next, run.entries
         nxt[qid] = qoff + 1
         counter = (counter + 1) & 0xFFFF
         h4 = b"%04X" % counter
@@ -459,8 +479,10 @@ def put_bodies_locked(store: Store, topic: str, bodies: Sequence[bytes], props: 
         index = (all_hashes, all_physs)
     else:
         index = (hashes, physs)
-    store.commit_batch(app, cp, store_ts, {(topic, q): (first_off[q], b) for q, b in enumerate(cqb) if b is not None},
-                        [], sync, index_hashes=index)
+    for q, b in enumerate(cqb):
+        if b is not None:
+            batch.queue_run(topic, q).next = nxt[q]
+    batch.index_hashes(*index)
     return BatchResult(topic, qids, offs, physs, store_ts, uk_head_s, first_counter)
 
 

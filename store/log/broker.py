@@ -2,24 +2,27 @@
 
 There is no broker process: every ``mqctl`` process opens the directory with :meth:`Store.open`
 and they coordinate through it. Writers serialise on one exclusive portalocker lock on
-``STORE/lock``, taken once per batch (never per message); inside it a writer
+``STORE/lock``, taken once per batch (never per message); inside it every kind of put goes
+through one :class:`~store.log.writebatch.WriteBatch`, which
 
 1. checks the checkpoint against the commit log's real end and recovers if a previous writer
    died mid-batch or the machine restarted (``recovery.py``),
 2. assigns each message its queue and dense queue offset and the store timestamp,
 3. appends the records (one ``pwrite`` per segment), then the consume-queue entries, then the
    key-index entries, and
-4. moves the checkpoint past the batch.
+4. moves the checkpoint past the batch (or, on any failure, cuts every file back).
 
 Readers take no lock: they read consume-queue entries, then the records those point at, and
 check every record's CRC before handing it out.
 
 Failpoints (``failpoints.py``): ``put-after-log``, ``put-after-cq``, ``put-after-index`` inside
-a batch; ``sync-before-fsync`` in :meth:`Store.sync_log`, before a batch is made durable.
+a batch (``writebatch.py``); ``sync-before-fsync`` in :meth:`Store.sync_log`, before a batch is
+made durable.
 
 Around it: ``settings.py`` (:class:`StoreSettings`, ``store.json``), ``results.py`` (what puts
-and pulls return) and ``bodywrite.py`` (the batch encoding of :meth:`Store.put_bodies`); their
-names are re-exported here.
+and pulls return), ``writebatch.py`` (placement, commit and undo of a batch) and
+``bodywrite.py`` (the framing of :meth:`Store.put_bodies`' raw bodies); the settings and
+results are re-exported here.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from store import names
 from store.errors import (
@@ -60,14 +63,12 @@ from store.fsutil import (
 from store.layout import Layout
 from store.log import checkpoint as ckpt
 from store.log import format as F
-from store.log.bodywrite import put_bodies_locked
+from store.log.bodywrite import Body, frame_bodies
 from store.log.bulk import fetch_span, pull_columns
-from store.log.commitlog import CommitLog, LogAppender
+from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.index import KeyIndex
 from store.log.record import (
-    PROP_KEYS,
-    PROP_TAGS,
     PROP_UNIQ_KEY,
     Draft,
     Message,
@@ -75,23 +76,22 @@ from store.log.record import (
     UniqKeyGenerator,
     decode,
     decode_offset_msg_id,
-    encode,
     has_separator,
     java_hash,
 )
 from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
 from store.log.settings import DEFAULT_QUEUES, StoreSettings
 from store.log.topics import TopicConfig, TopicTable
+from store.log.writebatch import WriteBatch
 
 __all__ = [
     "DEFAULT_QUEUES", "SYSTEM_TOPIC_QUEUES", "BatchResult", "BodiesResult", "PullResult", "PutResult",
     "Store", "StoreSettings", "open_store",
 ]
 
-# How often writers move the durable points themselves (see Store.sync_log, commit_batch).
-DERIVED_FLUSH_INTERVAL_S = 2.0          # --flush sync writers: consume queues and index
-ASYNC_FLUSH_BYTES = 64 * 1024 * 1024    # async writers: log, queues and index, by volume
-ASYNC_FLUSH_INTERVAL_S = 30.0           # ... or by age
+# How often --flush sync writers move the durable point of the consume queues and index
+# themselves (Store.sync_log); async writers move it by volume or age (writebatch.py).
+DERIVED_FLUSH_INTERVAL_S = 2.0
 
 # System topics created on demand, with their queue counts (RocketMQ's numbers).
 SYSTEM_TOPIC_QUEUES = {
@@ -126,14 +126,9 @@ class Store:
         # (start, end) of this handle's last batch: what sync_log needs
         # when the caller makes a batch durable itself, after the write lock is released.
         self.last_write: tuple[int, int] = (0, 0)
-        # What this handle has made durable itself (fsync threads write these; the next
-        # checkpoint carries them): the log below _synced_hint, derived files below
-        # _derived_hint (at _derived_at, s since the epoch).
-        self._synced_hint = 0
-        self._derived_hint = 0
-        self._derived_at = 0
+        # What this handle has made durable itself (checkpoint.Hints).
+        self.hints = ckpt.Hints()
         self._derived_flushed = time.monotonic()
-        self._flush_due = False
         self._flusher: threading.Thread | None = None
 
     # -- opening ---------------------------------------------------------------------------
@@ -342,83 +337,21 @@ class Store:
                 raise MessageTooLargeError(
                     f"message body of {len(d.body)} bytes exceeds the store's limit of {max_size} bytes")
         with self.write_lock():
-            results = self._put_locked(drafts, sync)
-        if self._flush_due:
+            batch = WriteBatch(self, sync)
+            results = batch.put_drafts(drafts)
+            batch.commit()
+        if self.hints.flush_due:
             self._flush_in_background()
         return results
 
-    def _put_locked(self, drafts: list[Draft], sync: bool) -> list[PutResult]:
-        cp = self.checkpoint_locked()
-        now = int(time.time() * 1000)
-        store_ts = max(now, cp.last_store_ts)
-        log = self.commitlog
-        app = LogAppender(log, cp.written_end)
-        topic_cache: dict[str, tuple[TopicConfig, bytes]] = {}
-        next_off: dict[tuple[str, int], int] = {}
-        cq_bufs: dict[tuple[str, int], tuple[int, bytearray]] = {}
-        index_items: list[tuple[str, int]] = []
-        results: list[PutResult] = []
-        pid = self.pid
-        gen = self.uniq_keys.next
-        for d in drafts:
-            tc = topic_cache.get(d.topic)
-            if tc is None:
-                cfg = self.ensure_topic_locked(d.topic, d.queue_id)
-                tc = topic_cache[d.topic] = (cfg, d.topic.encode())
-            cfg, topic_b = tc
-            qid = self.select_queue(cfg, d)
-            key = (d.topic, qid)
-            dispatch = (d.sysflag & F.TX_MASK) in (F.TX_NOT, F.TX_COMMIT)
-            qoff = 0
-            if dispatch:
-                qoff = next_off.get(key, -1)
-                if qoff < 0:
-                    qoff = self.queue(d.topic, qid).max_offset()
-            props = d.properties
-            uniq = props.get(PROP_UNIQ_KEY)
-            if not uniq:
-                uniq = gen(now)
-                props = {PROP_UNIQ_KEY: uniq, **props}
-            props_s = "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v])
-            seps = props_s.count("\x02")
-            if seps != props_s.count("\x01") or seps != sum(1 for v in props.values() if v):
-                raise BadInputError("a property name or value (tags, keys, sharding key included) "
-                                    "contains the control characters \\x01 or \\x02")
-            props_b = props_s.encode()
-            if len(props_b) + F.CRC_PROPERTY_SIZE > F.MAX_PROPERTIES_SIZE:
-                raise DataError(f"properties of {len(props_b)} bytes exceed {F.MAX_PROPERTIES_SIZE}")
-            size = 91 + len(d.body) + len(topic_b) + len(props_b) + F.CRC_PROPERTY_SIZE
-            phys = app.place(size)
-            rec = encode(topic_b, d.body, props_b, qid, qoff, phys, store_ts,
-                         d.born_timestamp or now, pid, d.flag, d.sysflag, d.reconsume_times,
-                         d.prepared_tx_offset)
-            app.add(rec)
-            if dispatch:
-                next_off[key] = qoff + 1
-                tags = d.tags_code if d.tags_code is not None else (
-                    java_hash(props[PROP_TAGS]) if props.get(PROP_TAGS) else 0)
-                buf = cq_bufs.get(key)
-                if buf is None:
-                    buf = cq_bufs[key] = (qoff, bytearray())
-                buf[1].extend(F.CQ_ENTRY.pack(phys, size, tags))
-            if (d.sysflag & F.TX_MASK) != F.TX_ROLLBACK:
-                index_items.append(("#" + uniq, phys))
-                keys = props.get(PROP_KEYS)
-                if keys:
-                    for k in keys.split(" "):
-                        if k:
-                            index_items.append((f"{d.topic}#{k}", phys))
-            results.append(PutResult(d.topic, qid, qoff, phys, uniq, store_ts))
-        self.commit_batch(app, cp, store_ts, cq_bufs, index_items, sync)
-        return results
-
-    def put_bodies(self, topic: str, bodies: list[bytes], *, properties: dict[str, str] | None = None,
+    def put_bodies(self, topic: str, bodies: Sequence[Body], *, properties: dict[str, str] | None = None,
                    queue_id: int = -1, sharding_keys: list[str | None] | None = None,
                    sync: bool = False) -> BatchResult:
         """The producer's fast path: many bodies for one topic sharing their properties.
 
         Same records and guarantees as :meth:`put`; ``sharding_keys`` gives each body its own
-        key (``None`` entries fall back to ``queue_id`` or round robin)."""
+        key (``None`` entries fall back to ``queue_id`` or round robin). A body may be any
+        bytes-like object (a memoryview of a read buffer is copied once, into the batch)."""
         if not bodies:
             return BatchResult(topic, [], [], [], 0)
         max_size = self.settings.max_message_size
@@ -436,68 +369,12 @@ class Store:
             raise BadInputError("a property name or value (tags, keys, sharding key included) "
                                 "contains the control characters \\x01 or \\x02")
         with self.write_lock():
-            result = self._put_bodies_locked(topic, bodies, props, queue_id, sharding_keys, sync)
-        if self._flush_due:
+            batch = WriteBatch(self, sync)
+            result = frame_bodies(batch, topic, bodies, props, queue_id, sharding_keys)
+            batch.commit()
+        if self.hints.flush_due:
             self._flush_in_background()
         return result
-
-    def _put_bodies_locked(self, topic: str, bodies: list[bytes], props: dict[str, str], queue_id: int,
-                           sharding_keys: list[str | None] | None, sync: bool) -> BatchResult:
-        return put_bodies_locked(self, topic, bodies, props, queue_id, sharding_keys, sync)
-
-    def commit_batch(self, app: LogAppender, cp: ckpt.Checkpoint, store_ts: int,
-                      cq_bufs: dict[tuple[str, int], tuple[int, bytearray]],
-                      index_items: list[tuple[str, int]], sync: bool,
-                      index_hashes: tuple[list[int], list[int]] | None = None) -> None:
-        """Write a placed batch: log, then consume queues, then index, then the checkpoint.
-        Any failure cuts every file back, so nothing of the batch is visible."""
-        app.flush()
-        if sync:
-            try:
-                self._sync_log_prefix(app.start_end, app.pos, cp)
-            except OSError as exc:
-                app.undo()
-                raise io_error(exc, f"sync commit log {app.start_end}-{app.pos}") from exc
-        failpoint("put-after-log")
-        undo: list[tuple[str, int]] = []
-        try:
-            for (topic, qid), (first, buf) in cq_bufs.items():
-                undo += self.queue(topic, qid).append(first, bytes(buf))
-            failpoint("put-after-cq")
-            self.index.add(index_items, store_ts)
-            if index_hashes is not None:
-                self.index.add_hashes(index_hashes[0], index_hashes[1], store_ts)
-            failpoint("put-after-index")
-        except StoreError:
-            for path, size in reversed(undo):
-                try:
-                    os.truncate(path, size)
-                except OSError:
-                    pass
-            app.undo()
-            # An index file may have taken part of the batch (and moved its end offset past
-            # it) before the next one failed: fence it back, or the records later written at
-            # those offsets would be skipped as "already indexed".
-            try:
-                from store.log.recovery import fence_index
-                fence_index(self, app.start_end)
-            except (OSError, StoreError):
-                pass
-            raise
-        synced = min(max(cp.synced_end, self._synced_hint), app.pos)
-        if self._derived_hint > cp.derived_end:
-            derived, derived_at = self._derived_hint, self._derived_at
-        else:
-            derived, derived_at = cp.derived_end, cp.derived_at
-        ckpt.write(self.layout.checkpoint, ckpt.Checkpoint(
-            app.pos, store_ts, synced, self.boot_id, min(derived, synced), derived_at))
-        self.last_write = (app.start_end, app.pos)
-        if not sync and (app.pos - derived >= ASYNC_FLUSH_BYTES
-                         or (derived < app.pos and time.time() - derived_at >= ASYNC_FLUSH_INTERVAL_S)):
-            # RocketMQ's async flush runs in a broker thread; here the writer that finds the
-            # durable point too far behind moves it (rarely: it bounds how much a power cut
-            # can take, and how far back the recovery after one must re-dispatch)
-            self._flush_due = True
 
     def sync_log(self, start: int, end: int) -> None:
         """Make the commit log durable below ``end`` (``fdatasync``): the ``--flush sync``
@@ -517,7 +394,7 @@ class Store:
         failpoint("sync-before-fsync")
         try:
             cp = ckpt.read(self.layout.checkpoint)
-            self._sync_log_prefix(start, end, cp)
+            self.sync_prefix(start, end, cp)
             if time.monotonic() - self._derived_flushed >= DERIVED_FLUSH_INTERVAL_S:
                 self._sync_derived(end, cp)
         except OSError as exc:
@@ -533,7 +410,7 @@ class Store:
         progress and lose the copy: the message would be gone."""
         try:
             end = self.commitlog.end()
-            self._sync_log_prefix(end, end, ckpt.read(self.layout.checkpoint))
+            self.sync_prefix(end, end, ckpt.read(self.layout.checkpoint))
         except OSError as exc:
             raise io_error(exc, "sync the commit log") from exc
 
@@ -545,17 +422,17 @@ class Store:
             cp = ckpt.read(self.layout.checkpoint)
             if end is None:
                 end = cp.written_end if cp is not None else self.commitlog.end()
-            self._sync_log_prefix(end, end, cp)
+            self.sync_prefix(end, end, cp)
             self._sync_derived(end, cp)
         except OSError as exc:
             raise io_error(exc, "sync the store") from exc
-        self._flush_due = False
+        self.hints.flush_due = False
 
     def _flush_in_background(self) -> None:
         """An async writer's periodic flush (RocketMQ's FlushRealTimeService), in a daemon
         thread so that the writer never waits for the disk: at most one at a time per
         handle; one cut short by the process exiting simply did not move the durable point."""
-        self._flush_due = False
+        self.hints.flush_due = False
         t = self._flusher
         if t is not None and t.is_alive():
             return
@@ -568,9 +445,9 @@ class Store:
         except StoreError as exc:   # nothing was promised: the next flush tries again
             self.warn(f"background flush failed: {exc}")
 
-    def _sync_log_prefix(self, start: int, end: int, cp: ckpt.Checkpoint | None) -> None:
+    def sync_prefix(self, start: int, end: int, cp: ckpt.Checkpoint | None) -> None:
         log = self.commitlog
-        known = max(self._synced_hint, cp.synced_end if cp is not None else 0)
+        known = max(self.hints.synced, cp.synced_end if cp is not None else 0)
         frm = max(min(start, known), log.min_offset())
         base = log.segment_of(frm)
         while base < end:
@@ -578,8 +455,8 @@ class Store:
             # segment retention removed meanwhile needs nothing
             fdatasync_path(log.segment_path(base))
             base += log.segment_size
-        if end > self._synced_hint:
-            self._synced_hint = end
+        if end > self.hints.synced:
+            self.hints.synced = end
 
     def _sync_derived(self, end: int, cp: ckpt.Checkpoint | None) -> None:
         """Sync the consume-queue segments and index files written since the last derived
@@ -619,8 +496,8 @@ class Store:
             sync_dir_if_changed(d, since_s)
         sync_dir_if_changed(root, since_s)
         self.index.sync_files(since_end, since_s)
-        if claim > self._derived_hint:
-            self._derived_hint, self._derived_at = claim, started
+        if claim > self.hints.derived:
+            self.hints.derived, self.hints.derived_at = claim, started
         self._derived_flushed = time.monotonic()
 
     def checkpoint_locked(self) -> ckpt.Checkpoint:

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from store.log.consumequeue import ConsumeQueue
 
 # TOTALSIZE MAGIC BODYCRC QUEUEID . QUEUEOFFSET PHYSICALOFFSET . BORNTIMESTAMP . STORETIMESTAMP
-# ... BODYLENGTH: what a bulk read needs of a record header (format.py).
-_HEAD_FMT = ">iIIi4xqq4xq8xq20xi"
+# . RECONSUMETIMES . BODYLENGTH: what a bulk read needs of a record header (format.py).
+_HEAD_FMT = ">iIIi4xqq4xq8xq8xi8xi"
 _HEAD = struct.Struct(_HEAD_FMT).unpack_from
 assert struct.calcsize(_HEAD_FMT) == F.RECORD_HEADER_SIZE
 
@@ -44,7 +44,8 @@ _MASK = 0x7FFFFFFF
 class Columns:
     """Messages of one queue as parallel lists: entry ``i`` of every list is the message at
     queue offset ``offsets[i]``. ``props`` are the raw ``name 0x01 value 0x02`` bytes.
-    ``phys`` (commit-log offsets) is filled only when asked for."""
+    ``phys`` (commit-log offsets) and ``reconsume`` (reconsume times) are filled only when
+    asked for (``with_phys``, and not ``bodies_only``)."""
 
     offsets: list[int]
     bodies: list[bytes]
@@ -55,6 +56,7 @@ class Columns:
     next_offset: int
     max_offset: int
     damaged: list[tuple[int, str]] = field(default_factory=list)
+    reconsume: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -108,7 +110,7 @@ _MIN_DENSE_RUN = 16
 def _why(span: bytes, start: int, end: int, phys: int, qoff: int, queue_id: int,
          topic_field: bytes) -> str:
     """Why the record at ``span[start:end]`` failed the fast check, in decode()'s order."""
-    total, magic, _bcrc, qid, rqoff, rphys, _b, _s, blen = _HEAD(span, start)
+    total, magic, _bcrc, qid, rqoff, rphys, _b, _s, _r, blen = _HEAD(span, start)
     t = start + F.RECORD_HEADER_SIZE + blen
     p = t + len(topic_field) + 2
     if total != end - start or magic != F.MAGIC_V1 or rphys != phys:
@@ -134,10 +136,7 @@ def pull_columns(store: "Store", topic: str, queue_id: int, offset: int, max_cou
         return out
     if bodies_only and not with_phys and min(max_count, max_off - offset) >= _VECTOR_MIN_RUN and (
             "numpy" in sys.modules or max_off - offset >= _VECTOR_MIN_BACKLOG):
-        got = _bodies_vector(store, q, topic, queue_id, offset, min(max_count, max_off - offset), max_bytes)
-        if got is not None:
-            out.offsets, out.bodies = got
-            out.next_offset = offset + len(got[1])
+        if _vector_run(store, q, topic, queue_id, offset, min(max_count, max_off - offset), max_bytes, out, False):
             return out
     entries = q.read_entries(offset, min(max_count, max_off - offset))
     if not entries:
@@ -155,7 +154,7 @@ def pull_columns(store: "Store", topic: str, queue_id: int, offset: int, max_cou
     head, magic_v1, trailer, M = _HEAD, F.MAGIC_V1, _CRC_TRAILER, _MASK
     hsize, csize, min_size = F.RECORD_HEADER_SIZE, F.CRC_PROPERTY_SIZE, F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
     offs, bodies, born, stored, props, phys_l = out.offsets, out.bodies, out.born, out.stored, out.props, out.phys
-    damaged = out.damaged
+    damaged, reconsume = out.damaged, out.reconsume
     qoff = offset - 1
     total_bytes = 0
     # A record outside the span (a sparse run: this queue's records interleaved with other
@@ -201,13 +200,15 @@ def pull_columns(store: "Store", topic: str, queue_id: int, offset: int, max_cou
                     props.append(m._props_raw)
                 if with_phys:
                     phys_l.append(phys)
+                    if not bodies_only:
+                        reconsume.append(m.reconsume_times)
                 total_bytes += size
                 if total_bytes >= max_bytes:
                     break
                 continue
         # One test for the common case; _why() names the failure. The body CRC is not
         # checked separately: the record CRC covers the body and BODYCRC alike.
-        total, magic, _bcrc, qid, rqoff, rphys, b_ts, s_ts, blen = head(buf, start)
+        total, magic, _bcrc, qid, rqoff, rphys, b_ts, s_ts, r_t, blen = head(buf, start)
         t = start + hsize + blen
         p = t + tf_len + 2
         if (total != size or magic != magic_v1 or rphys != phys or rqoff != qoff or qid != queue_id
@@ -225,6 +226,8 @@ def pull_columns(store: "Store", topic: str, queue_id: int, offset: int, max_cou
             props.append(buf[p:end - csize])
         if with_phys:
             phys_l.append(phys)
+            if not bodies_only:
+                reconsume.append(r_t)
         total_bytes += size
         if total_bytes >= max_bytes:
             break
@@ -257,32 +260,49 @@ def _np_tables() -> list[Any]:
     return _NP
 
 
-def _bodies_vector(store: "Store", q: "ConsumeQueue", topic: str, queue_id: int, offset: int, count: int,
-                   max_bytes: int) -> tuple[list[int], list[bytes]] | None:
-    """The bodies of a run of one queue, every record checked as in :func:`pull_columns` but
-    as arrays (one comparison per check over the run; the record CRC stays one call per
-    record), or None when the run is not a dense one (see :func:`fetch_span`) or anything is
-    unusual: the caller's exact loop then reads it and names what is wrong. Stops after the
-    record that reaches ``max_bytes`` and at the first record's segment end, as the loop."""
+def pull_records(store: "Store", topic: str, queue_id: int, offset: int, max_count: int = 256,
+                 max_bytes: int = 4 * 1024 * 1024) -> Columns:
+    """Every column of up to ``max_count`` messages of one queue (``phys`` and ``reconsume``
+    too): what a client's message is made of, with no :class:`~store.log.record.Message` built
+    (the Python consumer). A dense run big enough for numpy is checked as arrays, anything else
+    by :func:`pull_columns`' exact loop, which names each damaged record."""
+    q = store.queue(topic, queue_id)
+    max_off = q.max_offset()
+    count = min(max_count, max_off - offset)
+    if count >= _VECTOR_MIN_RUN and ("numpy" in sys.modules or max_off - offset >= _VECTOR_MIN_BACKLOG):
+        out = Columns([], [], [], [], [], [], offset, max_off)
+        if _vector_run(store, q, topic, queue_id, offset, count, max_bytes, out, True):
+            return out
+    return pull_columns(store, topic, queue_id, offset, max_count, max_bytes, with_phys=True)
+
+
+def _vector_run(store: "Store", q: "ConsumeQueue", topic: str, queue_id: int, offset: int, count: int,
+                max_bytes: int, out: Columns, full: bool) -> bool:
+    """A run of one queue into ``out`` (its bodies; with ``full`` every column), every record
+    checked as in :func:`pull_columns` but as arrays (one comparison per check over the run;
+    the record CRC stays one call per record). False, with ``out`` untouched, when the run is
+    not a dense one (see :func:`fetch_span`) or anything is unusual: the caller's exact loop
+    then reads it and names what is wrong. Stops after the record that reaches ``max_bytes``
+    and at the first record's segment end, as the loop."""
     np, head_t, cq_t, crc_head, pow10 = _np_tables()
     raw = q.read_raw(offset, count)
     if not raw:
-        return None
+        return False
     ent = np.frombuffer(raw, cq_t)
     phys, size = ent["phys"].astype(np.int64), ent["size"].astype(np.int64)
     if int(size.min()) < F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE:
-        return None   # an invalid entry (or a tiny record): the exact path
+        return False   # an invalid entry (or a tiny record): the exact path
     n = min(len(ent), int(np.searchsorted(np.cumsum(size), max_bytes)) + 1)
     phys, size = phys[:n], size[:n]
     log = store.commitlog
     lo = int(phys[0])
     ends_abs = phys + size
     if lo < 0 or (n > 1 and bool((phys[1:] < ends_abs[:-1]).any())):
-        return None   # out of log order: the exact path
+        return False   # out of log order: the exact path
     seg_end = log.segment_of(lo) + log.segment_size
     n = int(np.searchsorted(ends_abs, seg_end, side="right"))
     if n < _VECTOR_MIN_RUN:
-        return None
+        return False
     hi = int(ends_abs[n - 1])
     gathered = False
     if not (hi - lo <= max_bytes or hi - lo <= int(size[:n].sum()) * 4):
@@ -292,7 +312,7 @@ def _bodies_vector(store: "Store", q: "ConsumeQueue", topic: str, queue_id: int,
         elif int(size[:n].sum()) <= n * _GATHER_MAX_AVG:
             gathered = True   # sparse: one read per record, the records then laid end to end
         else:
-            return None       # big records: the loop reads each and copies no more
+            return False       # big records: the loop reads each and copies no more
     phys, size = phys[:n], size[:n]
     if gathered:
         base = log.segment_of(lo)
@@ -302,9 +322,9 @@ def _bodies_vector(store: "Store", q: "ConsumeQueue", topic: str, queue_id: int,
             size_l = size.tolist()
             parts = [pread(fd, k, o) for k, o in zip(size_l, (phys - base).tolist())]
         except OSError:
-            return None
+            return False
         if list(map(len, parts)) != size_l:
-            return None
+            return False
         span = b"".join(parts)
         del parts
         ends = np.cumsum(size)
@@ -312,9 +332,23 @@ def _bodies_vector(store: "Store", q: "ConsumeQueue", topic: str, queue_id: int,
     else:
         span = log.read_bytes(lo, hi - lo)
         if len(span) != hi - lo:
-            return None
+            return False
         starts = phys - lo
         ends = starts + size
+    checked = _check_span(span, starts, ends, size, phys, offset + np.arange(n), queue_id, topic)
+    if checked is None:
+        return False
+    _cut(span, starts, phys, checked, 0, n, offset, out, full)
+    return True
+
+
+def _check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs: Any, qids: Any,
+                topic: str) -> tuple[Any, Any, Any, Any] | None:
+    """Check the records at ``span[starts[i]:ends[i]]`` (numpy arrays; ``qoffs`` and ``qids``
+    what each must say) as :func:`pull_columns` does, as arrays: ``(head, body ends, property
+    starts, CRC property starts)``, or None if any record fails a check."""
+    np, head_t, _cq_t, crc_head, pow10 = _np_tables()
+    n = len(starts)
     buf = np.frombuffer(span, np.uint8)
     head = buf[starts[:, None] + np.arange(F.RECORD_HEADER_SIZE)].view(head_t).reshape(n)
     blen = head["blen"].astype(np.int64)
@@ -324,7 +358,7 @@ def _bodies_vector(store: "Store", q: "ConsumeQueue", topic: str, queue_id: int,
     p = t + len(topic_field) + 2
     crc_at = ends - F.CRC_PROPERTY_SIZE
     if not ((head["total"] == size) & (head["magic"] == F.MAGIC_V1) & (head["phys"] == phys)
-            & (head["qoff"] == offset + np.arange(n)) & (head["qid"] == queue_id)
+            & (head["qoff"] == qoffs) & (head["qid"] == qids)
             & (blen >= 0) & (p <= crc_at)).all():
         return None
     if not (buf[t[:, None] + np.arange(len(topic_field))] == topic_field).all():
@@ -340,5 +374,101 @@ def _bodies_vector(store: "Store", q: "ConsumeQueue", topic: str, queue_id: int,
     got = np.fromiter(map(crc32, map(mv.__getitem__, map(slice, starts.tolist(), crc_at.tolist()))), np.int64, n)
     if not ((got & _MASK) == digits @ pow10).all():
         return None
-    bodies = list(map(span.__getitem__, map(slice, (starts + F.RECORD_HEADER_SIZE).tolist(), t.tolist())))
-    return list(range(offset, offset + n)), bodies
+    return head, t, p, crc_at
+
+
+def _cut(span: bytes, starts: Any, phys: Any, checked: tuple[Any, Any, Any, Any], a: int, b: int,
+         offset: int, out: Columns, full: bool) -> None:
+    """Records ``a`` to ``b`` of a checked span (:func:`_check_span`), at queue offsets from
+    ``offset``, into ``out``'s columns (bodies only, unless ``full``)."""
+    head, t, p, crc_at = checked
+    n = b - a
+    out.offsets = list(range(offset, offset + n))
+    out.bodies = list(map(span.__getitem__, map(slice, (starts[a:b] + F.RECORD_HEADER_SIZE).tolist(), t[a:b].tolist())))
+    if full:
+        out.props = list(map(span.__getitem__, map(slice, p[a:b].tolist(), crc_at[a:b].tolist())))
+        out.born = head["born"][a:b].tolist()
+        out.stored = head["stored"][a:b].tolist()
+        out.reconsume = head["reconsume"][a:b].tolist()
+        out.phys = phys[a:b].tolist()
+    out.next_offset = offset + n
+
+
+# A shared read (pull_many): at most this much of the log at once (a window that stays in
+# the CPU's caches while its records are checked and cut out).
+_WINDOW = 8 * 1024 * 1024
+
+
+def pull_many(store: "Store", topic: str, requests: list[tuple[int, int, int, int]],
+              full: bool = False) -> dict[int, Columns]:
+    """Runs of several queues of ``topic`` (``(queue_id, offset, max_count, max_bytes)``
+    each), read together: producers spread a topic's messages over its queues, so their
+    records are interleaved in the log, and a run of each queue read on its own reads the
+    others' records too (eight queues: eight times the log). Here the records of every run
+    that lie within one window of the log (in the segment of the lowest, at most 8 MiB) are
+    read with one ``pread`` and checked as arrays together (as :func:`pull_columns` checks
+    them); each run stops, as a pull does, after the record that reaches its ``max_bytes``.
+    The window ends at the end of the last record a consume-queue entry points at: nothing
+    past what the queues index is read.
+
+    Returns the runs served this way, by queue id (each may be shorter than asked: the
+    caller asks again for the rest); a queue not in the answer is read on its own
+    (:func:`pull_columns`, :func:`pull_records`). ``full``: every column, as
+    :func:`pull_records`, else bodies only. Needs numpy: with it not loaded yet and less
+    than 20,000 messages left in the queues asked for, the answer is empty."""
+    queues = [(store.queue(topic, r[0]), *r) for r in requests]
+    ends = [q.max_offset() for q, *_r in queues]
+    if "numpy" not in sys.modules and sum(e - r[2] for e, r in zip(ends, queues)) < _VECTOR_MIN_BACKLOG:
+        return {}
+    np, _head_t, cq_t, _crc_head, _pow10 = _np_tables()
+    runs = []
+    for (q, queue_id, offset, max_count, max_bytes), max_off in zip(queues, ends):
+        count = min(max_count, max_off - offset)
+        if count <= 0 or max_bytes <= 0:
+            continue
+        raw = q.read_raw(offset, count)
+        if not raw:
+            continue
+        ent = np.frombuffer(raw, cq_t)
+        phys, size = ent["phys"].astype(np.int64), ent["size"].astype(np.int64)
+        if int(size.min()) < F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE or int(phys[0]) < 0:
+            continue
+        k = min(len(ent), int(np.searchsorted(np.cumsum(size), max_bytes)) + 1)
+        phys, size = phys[:k], size[:k]
+        if k > 1 and bool((phys[1:] < (phys + size)[:-1]).any()):
+            continue   # out of log order: the exact path
+        runs.append((queue_id, offset, max_off, phys, size))
+    if len(runs) < 2:
+        return {}
+    log = store.commitlog
+    lo = min(int(r[3][0]) for r in runs)
+    limit = min(log.segment_of(lo) + log.segment_size, lo + _WINDOW)
+    kept = []
+    for queue_id, offset, max_off, phys, size in runs:
+        k = int(np.searchsorted(phys + size, limit, side="right"))
+        if k:
+            kept.append((queue_id, offset, max_off, phys[:k], size[:k]))
+    own = sum(int(r[4].sum()) for r in kept)
+    hi = max(int(r[3][-1] + r[4][-1]) for r in kept) if kept else lo
+    if len(kept) < 2 or (hi - lo > 4 * own and hi - lo > 1024 * 1024):
+        return {}   # the runs are not where one read serves them: each is read on its own
+    span = log.read_bytes(lo, hi - lo)
+    if len(span) != hi - lo:
+        return {}
+    phys = np.concatenate([r[3] for r in kept])
+    size = np.concatenate([r[4] for r in kept])
+    counts = [len(r[3]) for r in kept]
+    qoffs = np.concatenate([r[1] + np.arange(c) for r, c in zip(kept, counts)])
+    qids = np.repeat(np.array([r[0] for r in kept], np.int64), counts)
+    starts = phys - lo
+    checked = _check_span(span, starts, starts + size, size, phys, qoffs, qids, topic)
+    if checked is None:
+        return {}   # something is unusual: each run on its own names what
+    out: dict[int, Columns] = {}
+    a = 0
+    for (queue_id, offset, max_off, _p, _s), c in zip(kept, counts):
+        col = Columns([], [], [], [], [], [], offset, max_off)
+        _cut(span, starts, phys, checked, a, a + c, offset, col, full)
+        out[queue_id] = col
+        a += c
+    return out

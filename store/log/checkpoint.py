@@ -34,6 +34,19 @@ class Checkpoint:
         return body + (zlib.crc32(body) & 0x7FFFFFFF).to_bytes(4, "big")
 
 
+@dataclass
+class Hints:
+    """What one store handle has made durable itself since it was opened (its fsync threads
+    write these; the next checkpoint it writes carries them): the commit log below ``synced``,
+    consume queues and key index below ``derived`` (at ``derived_at``, s since the epoch).
+    ``flush_due``: a batch found the durable point too far behind (``writebatch.py``)."""
+
+    synced: int = 0
+    derived: int = 0
+    derived_at: int = 0
+    flush_due: bool = False
+
+
 def current_boot_id() -> bytes:
     """The kernel's boot id: a different one means the machine restarted since."""
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from store.errors import io_error
+from store.errors import StoreError, io_error
 from store.fsutil import SegmentListing, ensure_dir, open_private, pwrite_all
 from store.log import format as F
 
@@ -148,12 +148,24 @@ class ConsumeQueue:
         self._read_fds.clear()
 
     # -- writing (store write lock held) ---------------------------------------------------
-    def append(self, first_offset: int, entries: bytes) -> list[tuple[str, int]]:
+    def append(self, first_offset: int, entries: bytes | bytearray) -> list[tuple[str, int]]:
         """Write ``entries`` (whole 20-byte entries) starting at queue offset ``first_offset``.
 
         Returns the undo list ``(path, previous size)`` for each file touched, so a failed
-        batch can be cut back."""
+        batch can be cut back; when this call itself fails, what it wrote is cut back first."""
         undo: list[tuple[str, int]] = []
+        try:
+            self._append(first_offset, entries, undo)
+        except StoreError:
+            for path, size in reversed(undo):
+                try:
+                    os.truncate(path, size)
+                except OSError:
+                    pass
+            raise
+        return undo
+
+    def _append(self, first_offset: int, entries: bytes | bytearray, undo: list[tuple[str, int]]) -> None:
         pos = first_offset * _SIZE
         view = memoryview(entries)
         while view:
@@ -177,7 +189,6 @@ class ConsumeQueue:
             finally:
                 os.close(fd)
             pos += len(part)
-        return undo
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry at or after ``offset`` (recovery)."""

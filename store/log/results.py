@@ -39,8 +39,20 @@ class BatchResult:
     @property
     def uniq_keys(self) -> list[str]:
         """The messages' unique keys (built on demand: most callers never ask)."""
-        head, first = self.uk_head, self.uk_first
-        return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(len(self.queue_offsets))]
+        head, first, n = self.uk_head, self.uk_first, len(self.queue_offsets)
+        if n < 512:
+            return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(n)]
+        # big batches: the counters' digits from a table built once (a concatenation each,
+        # a third of a formatting's cost)
+        if not _HEX4:
+            _HEX4.extend(f"{i:04X}" for i in range(65536))
+        hx = _HEX4[first:first + n]
+        while len(hx) < n:   # the counter wraps within the batch
+            hx += _HEX4[:n - len(hx)]
+        return [head + h for h in hx]
+
+
+_HEX4: list[str] = []
 
 
 @dataclass

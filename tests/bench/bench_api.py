@@ -15,6 +15,7 @@ the ratio API / CLI::
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import statistics
@@ -65,10 +66,12 @@ def main() -> None:
                     got += 1
             t.setdefault("consume api (iterator)", []).append(time.perf_counter() - t0)
             assert got == n, (got, n)
+            handled = itertools.count()   # next() on it is atomic: the handler threads share it
             t0 = time.perf_counter()
             with store.Consumer("T", group="H", path=api_root, start_from="first") as c:
-                c.run(lambda m: None, exit_at_end=True)
+                c.run(lambda _m, h=handled: next(h), exit_at_end=True)
             t.setdefault("consume api (push)", []).append(time.perf_counter() - t0)
+            assert next(handled) == n
             shutil.rmtree(api_root)
             shutil.rmtree(cli_root)
     finally:

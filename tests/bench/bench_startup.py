@@ -15,7 +15,8 @@ In one run:
 3. End-to-end latency: 200 messages sent one at a time (a pause between them, so the consumer
    is waiting each time) to a consumer in follow mode; store timestamp (ms) -> the line on the
    consumer's stdout (target p50 <= 2 ms, p99 <= 10 ms); the same for ``--exec`` (the
-   handler's start) and for an ``--orderly`` consumer; Redis Streams ``XREADGROUP BLOCK`` as
+   handler's start: ``exec`` a bash script reading ``$EPOCHREALTIME``, ``exec-bin`` a compiled
+   handler reading the clock first thing in ``main``, without a shell's own start-up) and for an ``--orderly`` consumer; Redis Streams ``XREADGROUP BLOCK`` as
    the peer (entry id ms -> line). Both timestamps are whole milliseconds taken by the
    server/store, so both sides carry the same 0-1 ms rounding. For mqctl the latency from the
    start of ``put`` (ns) is given too. ``--rounds N`` repeats the mqctl runs and reports the
@@ -150,6 +151,23 @@ def wait_lines(reader: LineReader, n: int, timeout: float = 10.0) -> bool:
     return len(reader.lines) >= n
 
 
+HANDLER_C = r"""
+#include <stdio.h>
+#include <time.h>
+int main(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char body[256];
+    size_t n = fread(body, 1, sizeof body - 1, stdin);
+    body[n] = 0;
+    FILE *f = fopen(MARKS, "a");
+    if (!f) return 1;
+    fprintf(f, "%lld %s\n", (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, body);
+    return fclose(f) != 0;
+}
+"""
+
+
 def mq_latency(store: Path, mode: str, n: int, gap: float, env: dict[str, str], tmp: Path) -> dict:
     """``mode``: stdout (``--json``), exec (handler start) or orderly (``--orderly --json``)."""
     import store as mq
@@ -158,7 +176,15 @@ def mq_latency(store: Path, mode: str, n: int, gap: float, env: dict[str, str], 
         st.create_topic(topic, 4, order=(mode == "orderly"))
     args = [MQCTL, "--store", str(store), "consume", topic, "-g", f"g-{mode}", "--from", "last"]
     marks = tmp / f"exec-{mode}.txt"
-    if mode == "exec":
+    if mode == "exec-bin":
+        # The handler's start in the strict sense: a compiled handler reads the clock first
+        # thing in main(), so a shell's own start-up (about 1 ms for bash) is not counted.
+        handler = tmp / "handler-bin"
+        src = tmp / "handler.c"
+        src.write_text(HANDLER_C.replace("MARKS", json.dumps(str(marks))))
+        subprocess.run([shutil.which("cc") or "cc", "-O2", "-o", str(handler), str(src)], check=True)
+        args += ["--exec", str(handler)]
+    elif mode == "exec":
         handler = tmp / "handler.sh"
         if shutil.which("bash"):   # $EPOCHREALTIME: the start time without forking date(1)
             handler.write_text(f"#!{shutil.which('bash')}\nt=${{EPOCHREALTIME/[.,]/}}000\n"
@@ -178,11 +204,11 @@ def mq_latency(store: Path, mode: str, n: int, gap: float, env: dict[str, str], 
             for i in range(200):
                 prod.send(topic, b"warm", sharding_key=str(i) if mode == "orderly" else None)
                 time.sleep(0.05)
-                got = len(reader.lines) if mode != "exec" else (len(marks.read_text().splitlines()) if marks.exists() else 0)
+                got = len(reader.lines) if not mode.startswith("exec") else (len(marks.read_text().splitlines()) if marks.exists() else 0)
                 if got:
                     break
             time.sleep(1.5)
-            base = len(reader.lines) if mode != "exec" else len(marks.read_text().splitlines())
+            base = len(reader.lines) if not mode.startswith("exec") else len(marks.read_text().splitlines())
             sent: dict[str, tuple[int, int]] = {}
             for i in range(n):
                 body = f"m{i}"
@@ -192,7 +218,7 @@ def mq_latency(store: Path, mode: str, n: int, gap: float, env: dict[str, str], 
                 time.sleep(gap)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            have = len(reader.lines) if mode != "exec" else len(marks.read_text().splitlines())
+            have = len(reader.lines) if not mode.startswith("exec") else len(marks.read_text().splitlines())
             if have >= base + n:
                 break
             time.sleep(0.01)
@@ -204,7 +230,7 @@ def mq_latency(store: Path, mode: str, n: int, gap: float, env: dict[str, str], 
             proc.kill()
             proc.wait()
     from_store, from_put = [], []
-    if mode == "exec":
+    if mode.startswith("exec"):
         rows = [(int(a), b.strip().encode()) for a, _, b in
                 (line.partition(" ") for line in marks.read_text().splitlines()[base:])]
     else:
@@ -330,7 +356,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="latency runs per mqctl mode (median of each)")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="a directory with an older mqctl/ and store/: latency measured for it too, interleaved")
-    ap.add_argument("--modes", default="stdout,exec,orderly", help="mqctl latency modes to run")
+    ap.add_argument("--modes", default="stdout,exec,exec-bin,orderly",
+                    help="mqctl latency modes to run (exec-bin needs a C compiler)")
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--quick", action="store_true", help="fewer runs, 10 s idle: a smoke run")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: startup,xargs,latency,idle")

@@ -101,3 +101,16 @@ def test_array_framing_writes_the_same_bytes_as_the_loops(tmp_path: Path, monkey
     a = _log_and_queues(tmp_path / "a", True, sizes, queue_id, props, monkeypatch)
     b = _log_and_queues(tmp_path / "b", False, sizes, queue_id, props, monkeypatch)
     assert a[0] == b[0] and a[1] == b[1]
+
+
+def test_big_bodies_written_from_themselves_are_the_same_bytes_as_copied(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of big bodies is written from the bodies (pwritev, no copy into the batch
+    buffer): the log and queues are byte for byte those of the copying path, across segments."""
+    sizes = [40000, 65536, 100000, 32768, 65536] * 12
+    logs = []
+    for write_from in (32768, 1 << 40):
+        monkeypatch.setattr(bodywrite, "_WRITE_FROM_BODIES", write_from)
+        logs.append(_log_and_queues(tmp_path / str(write_from), False, sizes, -1, {"TAGS": "t"}, monkeypatch))
+    assert logs[0][0] == logs[1][0] and logs[0][1] == logs[1][1]
+    assert len(list((tmp_path / "32768" / "commitlog").iterdir())) >= 3

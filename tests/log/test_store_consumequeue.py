@@ -99,3 +99,28 @@ def test_a_replaced_segment_is_read_from_its_new_file(tmp_path: Path) -> None:
     q2.append(0, entries(100, 7))
     assert q.entry(4) == (104000, 204, 99)
     assert q.entry(6) == (106000, 206, 101)
+
+
+def test_an_append_that_fails_in_its_second_segment_cuts_back_its_first(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    import pytest
+
+    from store.errors import StoreIOError
+    from store.log import consumequeue
+    q = ConsumeQueue(tmp_path / "T" / "0", 10)
+    q.append(0, entries(0, 7))
+    real = consumequeue.pwrite_all
+    calls = []
+
+    def second_fails(fd: int, data, pos: int) -> None:  # noqa: ANN001
+        calls.append(pos)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(fd, data, pos)
+    monkeypatch.setattr(consumequeue, "pwrite_all", second_fails)
+    with pytest.raises(StoreIOError):
+        q.append(7, entries(7, 8))   # 3 entries fit in segment 0, 5 go to segment 200
+    monkeypatch.undo()
+    assert q.max_offset() == 7
+    assert q.segment_path(0).stat().st_size == 7 * F.CQ_ENTRY_SIZE
+    q.append(7, entries(7, 8))
+    assert [e[0] for e in q.read_entries(0, 10)] == [1000 * i for i in range(10)]

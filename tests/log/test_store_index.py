@@ -171,3 +171,55 @@ def test_a_writer_killed_before_the_index_header_keeps_older_chains(root: Path, 
 def Store_open(root: Path):
     from store.log.broker import Store
     return Store.open(root)
+
+
+@pytest.mark.parametrize("slots", [64, 4096])
+def test_batches_indexed_as_arrays_are_byte_identical_to_the_loop(tmp_path: Path, slots: int,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The numpy path (big batches, numpy loaded) writes the same file as the per-entry loop:
+    the same entries, prevIndex chains through earlier batches and within one, slots, header;
+    and rolls into a second file at the same place."""
+    np = pytest.importorskip("numpy")
+    import store.log.index as index_mod
+    rng = np.random.default_rng(7)
+    batches = []
+    phys = 0
+    for n in (300, 1, 700, 2500, 400):
+        hashes = (rng.integers(0, 1 << 31, n) if n != 700 else rng.integers(0, 40, n)).tolist()
+        physs = list(range(phys, phys + 100 * n, 100))
+        phys += 100 * n
+        batches.append((hashes, physs))
+    files = {}
+    for name, arrays_from in (("loop", 1 << 40), ("arrays", 256)):
+        monkeypatch.setattr(index_mod, "_ARRAYS_FROM", arrays_from)
+        idx = KeyIndex(tmp_path / name, slots=slots, entries=3000)
+        for i, (hashes, physs) in enumerate(batches):
+            idx.add_hashes(list(hashes), list(physs), 1700000000000 + 1000 * i)
+        idx.close()
+        files[name] = {p.name: p.read_bytes() for p in sorted((tmp_path / name).iterdir())}
+    assert list(files["arrays"]) == list(files["loop"]) and len(files["loop"]) == 2
+    for fname in files["loop"]:
+        assert files["arrays"][fname] == files["loop"][fname], fname
+    idx = KeyIndex(tmp_path / "arrays", slots=slots, entries=3000)
+    want = [p for hashes, physs in batches for h, p in zip(hashes, physs) if h == batches[2][0][0]][::-1]
+    got = []
+    for base in reversed(idx.files()):
+        got += idx_lookup_hash(idx, base, batches[2][0][0])
+    assert got == want
+
+
+def idx_lookup_hash(idx: KeyIndex, base: int, h: int) -> list[int]:
+    """Offsets chained from a hash's slot in one index file, newest first (reading the file)."""
+    raw = idx.path(base).read_bytes()
+    slot = F.INDEX_SLOT.unpack_from(raw, F.INDEX_HEADER_SIZE + (h % idx.slots) * 4)[0]
+    count = F.INDEX_HEADER.unpack_from(raw, 0)[5]
+    out = []
+    n = slot
+    while 0 < n < count:   # entry 0 is never used: a slot of 0 is empty
+        eh, ep, _td, prev = F.INDEX_ENTRY.unpack_from(raw, idx.table_end + n * F.INDEX_ENTRY_SIZE)
+        if eh == h:
+            out.append(ep)
+        if prev == n:
+            break
+        n = prev
+    return out

@@ -1,0 +1,228 @@
+"""One write batch: placement, framing, commit and undo for every kind of put (issue 12).
+
+Every put goes through a :class:`WriteBatch`, made under the store's write lock: a single
+message, a batch of drafts (transactional half and op messages, retry and dead-letter copies,
+the delay scheduler's parked and delivered messages, Spark's publish all come as drafts), or a
+producer's batch of raw bodies (``bodywrite.py`` frames those, into this batch's buffer).
+The batch owns
+
+* placement: the commit-log position of each record (rolling to a new segment, with the
+  segment's BLANK trailer, through :class:`~store.log.commitlog.LogAppender`) and the dense
+  queue offsets of each (topic, queue) it touches, starting at the queue's end;
+* framing into one buffer per segment (the records' bytes; the layout is ``format.py``'s);
+* the commit, in crash-safe order: one ``pwrite`` per segment of the commit log (``fdatasync``
+  first for ``--flush sync``), then the consume-queue entries (one append per queue), then the
+  key-index entries, then the checkpoint past the batch;
+* the undo when any step fails: every file is cut back to where the batch started, the key
+  index fenced, so nothing of the batch is visible.
+
+It writes no file format of its own: the bytes are those of ``commitlog.py``,
+``consumequeue.py``, ``index.py`` and ``checkpoint.py``, whose modules describe them.
+
+Failpoints (``failpoints.py``): ``put-after-log``, ``put-after-cq``, ``put-after-index``.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from store.errors import BadInputError, DataError, StoreError, io_error
+from store.failpoints import failpoint
+from store.log import checkpoint as ckpt
+from store.log import format as F
+from store.log.commitlog import LogAppender
+from store.log.index import key_hash
+from store.log.record import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Draft, encode, java_hash
+from store.log.results import PutResult
+
+if TYPE_CHECKING:
+    from store.log.broker import Store
+    from store.log.topics import TopicConfig
+
+# How far an async writer lets the durable point fall behind before it moves it itself
+# (Store.flush_durable, in a background thread): by volume, or by age.
+ASYNC_FLUSH_BYTES = 64 * 1024 * 1024
+ASYNC_FLUSH_INTERVAL_S = 30.0
+
+
+@dataclass(slots=True)
+class QueueRun:
+    """What a batch adds to one queue: packed consume-queue entries from offset ``first``;
+    ``next`` is the offset the next one gets."""
+
+    first: int
+    next: int
+    entries: bytearray = field(default_factory=bytearray)
+
+
+class WriteBatch:
+    """One batch of puts; make it, add records, :meth:`commit` — all under the write lock.
+
+    Until :meth:`commit` nothing is written: a batch abandoned after an error (a refused
+    property, a record too large) leaves the store as it was."""
+
+    def __init__(self, store: Store, sync: bool) -> None:
+        self.store = store
+        self.sync = sync
+        # The checkpoint, checked against the log's real end (recovering first if a writer
+        # died mid-batch): the batch starts at its written end.
+        self.cp = store.checkpoint_locked()
+        self.now = int(time.time() * 1000)
+        # Store timestamps never go backwards, even when the clock does.
+        self.store_ts = max(self.now, self.cp.last_store_ts)
+        self.app = LogAppender(store.commitlog, self.cp.written_end)
+        self._topics: dict[str, TopicConfig] = {}
+        self.queues: dict[tuple[str, int], QueueRun] = {}
+        self._index_hashes: list[int] = []
+        self._index_physs: list[int] = []
+
+    # -- placement ---------------------------------------------------------------------------
+    def topic(self, name: str, queue_id: int = -1) -> TopicConfig:
+        """The topic's config, created on first send (see :meth:`Store.ensure_topic_locked`)."""
+        cfg = self._topics.get(name)
+        if cfg is None:
+            cfg = self._topics[name] = self.store.ensure_topic_locked(name, queue_id)
+        return cfg
+
+    def queue_run(self, topic: str, queue_id: int) -> QueueRun:
+        """What this batch adds to ``(topic, queue_id)``: its entries start at the queue's end.
+        A framer that appends packed entries to ``entries`` moves ``next`` past them."""
+        run = self.queues.get((topic, queue_id))
+        if run is None:
+            first = self.store.queue(topic, queue_id).max_offset()
+            run = self.queues[(topic, queue_id)] = QueueRun(first, first)
+        return run
+
+    def add_entry(self, topic: str, queue_id: int, phys: int, size: int, tags_code: int) -> int:
+        """Dispatch one record to a queue; its queue offset."""
+        run = self.queue_run(topic, queue_id)
+        qoff = run.next
+        run.entries += F.CQ_ENTRY.pack(phys, size, tags_code)
+        run.next = qoff + 1
+        return qoff
+
+    def index(self, key: str, phys: int) -> None:
+        """Index ``key`` (``topic#key`` or ``#uniqkey``) for the record at ``phys``."""
+        self._index_hashes.append(key_hash(key))
+        self._index_physs.append(phys)
+
+    def index_hashes(self, hashes: list[int], physs: list[int]) -> None:
+        """Index keys given as their key hashes (``index.key_hash``), ``physs`` ascending.
+
+        One list for every encoder of the batch, in log order (records are placed in order):
+        the index skips an offset below its end as already indexed."""
+        self._index_hashes += hashes
+        self._index_physs += physs
+
+    # -- the general encoder -------------------------------------------------------------------
+    def put_drafts(self, drafts: list[Draft]) -> list[PutResult]:
+        """Frame drafts (any topics, any properties, transactional flags) into the batch."""
+        store = self.store
+        now, store_ts = self.now, self.store_ts
+        app = self.app
+        results: list[PutResult] = []
+        pid = store.pid
+        gen = store.uniq_keys.next
+        topic_bytes: dict[str, bytes] = {}
+        for d in drafts:
+            cfg = self.topic(d.topic, d.queue_id)
+            topic_b = topic_bytes.get(d.topic)
+            if topic_b is None:
+                topic_b = topic_bytes[d.topic] = d.topic.encode()
+            qid = store.select_queue(cfg, d)
+            # Half and rollback messages of a transaction are not dispatched to a queue.
+            dispatch = (d.sysflag & F.TX_MASK) in (F.TX_NOT, F.TX_COMMIT)
+            qoff = self.queue_run(d.topic, qid).next if dispatch else 0
+            props = d.properties
+            uniq = props.get(PROP_UNIQ_KEY)
+            if not uniq:
+                uniq = gen(now)
+                props = {PROP_UNIQ_KEY: uniq, **props}
+            props_s = "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v])
+            seps = props_s.count("\x02")
+            if seps != props_s.count("\x01") or seps != sum(1 for v in props.values() if v):
+                raise BadInputError("a property name or value (tags, keys, sharding key included) "
+                                    "contains the control characters \\x01 or \\x02")
+            props_b = props_s.encode()
+            if len(props_b) + F.CRC_PROPERTY_SIZE > F.MAX_PROPERTIES_SIZE:
+                raise DataError(f"properties of {len(props_b)} bytes exceed {F.MAX_PROPERTIES_SIZE}")
+            size = 91 + len(d.body) + len(topic_b) + len(props_b) + F.CRC_PROPERTY_SIZE
+            phys = app.place(size)
+            app.add(encode(topic_b, d.body, props_b, qid, qoff, phys, store_ts,
+                           d.born_timestamp or now, pid, d.flag, d.sysflag, d.reconsume_times,
+                           d.prepared_tx_offset))
+            if dispatch:
+                tags = d.tags_code if d.tags_code is not None else (
+                    java_hash(props[PROP_TAGS]) if props.get(PROP_TAGS) else 0)
+                self.add_entry(d.topic, qid, phys, size, tags)
+            if (d.sysflag & F.TX_MASK) != F.TX_ROLLBACK:
+                self.index("#" + uniq, phys)
+                keys = props.get(PROP_KEYS)
+                if keys:
+                    for k in keys.split(" "):
+                        if k:
+                            self.index(f"{d.topic}#{k}", phys)
+            results.append(PutResult(d.topic, qid, qoff, phys, uniq, store_ts))
+        return results
+
+    # -- commit and undo -----------------------------------------------------------------------
+    def commit(self) -> None:
+        """Write the batch: log, then consume queues, then index, then the checkpoint. Any
+        failure cuts every file back (:meth:`undo`), so nothing of the batch is visible."""
+        store, app, cp = self.store, self.app, self.cp
+        if app.pos == app.start_end:
+            return   # nothing placed
+        app.flush()
+        if self.sync:
+            try:
+                store.sync_prefix(app.start_end, app.pos, cp)
+            except OSError as exc:
+                app.undo()
+                raise io_error(exc, f"sync commit log {app.start_end}-{app.pos}") from exc
+        failpoint("put-after-log")
+        cut: list[tuple[str, int]] = []
+        try:
+            for (topic, qid), run in self.queues.items():
+                if run.entries:
+                    cut += store.queue(topic, qid).append(run.first, run.entries)
+            failpoint("put-after-cq")
+            store.index.add_hashes(self._index_hashes, self._index_physs, self.store_ts)
+            failpoint("put-after-index")
+        except StoreError:
+            self.undo(cut)
+            raise
+        hints = store.hints
+        synced = min(max(cp.synced_end, hints.synced), app.pos)
+        if hints.derived > cp.derived_end:
+            derived, derived_at = hints.derived, hints.derived_at
+        else:
+            derived, derived_at = cp.derived_end, cp.derived_at
+        ckpt.write(store.layout.checkpoint, ckpt.Checkpoint(
+            app.pos, self.store_ts, synced, store.boot_id, min(derived, synced), derived_at))
+        store.last_write = (app.start_end, app.pos)
+        if not self.sync and (app.pos - derived >= ASYNC_FLUSH_BYTES
+                              or (derived < app.pos and time.time() - derived_at >= ASYNC_FLUSH_INTERVAL_S)):
+            # RocketMQ's async flush runs in a broker thread; here the writer that finds the
+            # durable point too far behind moves it (rarely: it bounds how much a power cut
+            # can take, and how far back the recovery after one must re-dispatch)
+            hints.flush_due = True
+
+    def undo(self, cut: list[tuple[str, int]]) -> None:
+        """Cut the consume-queue files in ``cut`` (path, old size), then the commit log, back
+        to where the batch started, and fence the key index (best effort: called on failure)."""
+        for path, size in reversed(cut):
+            try:
+                os.truncate(path, size)
+            except OSError:
+                pass
+        self.app.undo()
+        # An index file may have taken part of the batch (and moved its end offset past it)
+        # before the next one failed: fence it back, or the records later written at those
+        # offsets would be skipped as "already indexed".
+        try:
+            from store.log.recovery import fence_index
+            fence_index(self.store, self.app.start_end)
+        except (OSError, StoreError):
+            pass

@@ -1,0 +1,109 @@
+"""The read side's fast paths give what the general ones give: messages built from a pull's
+columns (lazy properties) equal the ones built from decoded records, a shared read of several
+queues (``pull_many``) equals each queue's own pull, and the process queue's slice bookkeeping
+hands out, releases and commits as the per-message one did."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+from pathlib import Path
+
+import pytest
+
+import store
+from store.client.message import Message, from_columns
+from store.client.process_queue import ProcessQueue
+from store.log.broker import Store
+from store.log.bulk import pull_columns, pull_many, pull_records
+
+np = pytest.importorskip("numpy")   # loaded: runs of 128 and more are checked as arrays
+
+
+@pytest.fixture()
+def filled(tmp_path: Path) -> Store:
+    """A topic of 4 queues whose records are interleaved in the log, with properties."""
+    root = tmp_path / "s"
+    s = Store.open(root, create=True)
+    s.create_topic("T", queues=4)
+    s.close()
+    with store.Producer(root) as p:
+        for i in range(0, 2000, 50):
+            p.send_many("T", [f"m{j}" * (1 + j % 7) for j in range(i, i + 50)], tags=f"t{i % 3}")
+        p.send("T", "keyed", keys=["k1", "k2"], properties={"a": "b"}, queue=2)
+    return Store.open(root)
+
+
+def test_messages_from_columns_equal_those_from_records(filled: Store) -> None:
+    for q in range(4):
+        c = pull_records(filled, "T", q, 0, 1000)
+        exact = pull_columns(filled, "T", q, 0, 1000, with_phys=True)   # the record-by-record loop
+        assert (c.offsets, c.bodies, c.born, c.stored, c.phys, c.reconsume, c.props) == \
+            (exact.offsets, exact.bodies, exact.born, exact.stored, exact.phys, exact.reconsume, exact.props)
+        lazy = from_columns("T", q, c.offsets, c.bodies, c.born, c.stored, c.phys, c.reconsume, c.props)
+        eager = [Message.from_record(m) for m in filled.pull("T", q, 0, 1000).messages]
+        assert lazy == eager and len(lazy) > 400
+        for a, b in zip(lazy, eager):
+            assert (a.msg_id, a.tags, a.keys, a.properties, a.offset_msg_id) == \
+                (b.msg_id, b.tags, b.keys, b.properties, b.offset_msg_id)
+            assert hash(a) == hash(b)
+    keyed = [m for m in from_columns("T", 2, *_cols(filled, 2)) if m.text == "keyed"][0]
+    assert (keyed.keys, keyed.properties) == (["k1", "k2"], {"a": "b"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        keyed.body = b"x"   # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(keyed)) == keyed == copy.copy(keyed)
+    assert dataclasses.asdict(keyed)["msg_id"] == keyed.msg_id
+    assert type(keyed) is store.Message
+
+
+def _cols(s: Store, q: int) -> tuple[list[int], list[bytes], list[int], list[int], list[int], list[int], list[bytes]]:
+    c = pull_records(s, "T", q, 0, 1000)
+    return c.offsets, c.bodies, c.born, c.stored, c.phys, c.reconsume, c.props
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_a_shared_read_equals_each_queues_own_pull(filled: Store, full: bool) -> None:
+    offsets = {q: 0 for q in range(4)}
+    got: dict[int, list[bytes]] = {q: [] for q in range(4)}
+    props: dict[int, list[bytes]] = {q: [] for q in range(4)}
+    while True:
+        runs = pull_many(filled, "T", [(q, offsets[q], 120, 4096) for q in range(4) if offsets[q] < 501], full)
+        if not runs:
+            break
+        for q, c in runs.items():
+            assert c.offsets == list(range(offsets[q], c.next_offset))
+            got[q] += c.bodies
+            props[q] += c.props
+            offsets[q] = c.next_offset
+    for q in range(4):
+        own = pull_records(filled, "T", q, 0, offsets[q])
+        assert got[q] == own.bodies and offsets[q] >= 400
+        assert props[q] == (own.props if full else [])
+
+
+def test_a_shared_read_stops_at_what_the_queues_index(filled: Store) -> None:
+    """Each run ends at its queue's end: nothing past an indexed record is served."""
+    ends = {q: filled.max_offset("T", q) for q in range(4)}
+    runs = pull_many(filled, "T", [(q, ends[q] - 3, 1000, 1 << 20) for q in range(4)], True)
+    assert {q: c.next_offset for q, c in runs.items()} == {q: ends[q] for q in runs}
+
+
+def test_process_queue_hands_out_releases_and_commits_in_order() -> None:
+    pq = ProcessQueue("T", 0)
+    msgs = from_columns("T", 0, list(range(10)), [b"x"] * 10, [0] * 10, [0] * 10, list(range(10)), [0] * 10,
+                        [b""] * 10)
+    assert pq.put_run(list(range(10)), msgs, 10) == 10
+    a, b = pq.next_batch(3), pq.next_batch(3)
+    assert [m.queue_offset for m in a + b] == [0, 1, 2, 3, 4, 5]
+    pq.release(a)                                   # handed back: out again before what follows
+    assert [m.queue_offset for m in pq.next_batch(4)] == [0, 1, 2, 6]
+    assert pq.remove(b) == 0                        # 0..2 and 6 still out: the commit waits
+    c = pq.next_batch(10)
+    assert [m.queue_offset for m in c] == [7, 8, 9]
+    assert pq.remove(c) == 0
+    assert pq.remove([m for m in msgs if m.queue_offset in (0, 1, 2, 6)]) == 10
+    assert pq.cached() == 0 and pq.bytes == 0 and not pq.in_flight
+    more = from_columns("T", 0, [10, 11], [b"y", b"z"], [0, 0], [0, 0], [0, 0], [0, 0], [b"", b""])
+    pq.put_run([10, 11], more, 2)
+    first = pq.next_batch(1)
+    assert pq.remove(first) == 11 and pq.remove(pq.next_batch(5)) == 12

@@ -1,0 +1,93 @@
+"""store/log/writebatch.py: one write batch places, commits and undoes every kind of put."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from store.errors import BadInputError, StoreIOError
+from store.log.bodywrite import frame_bodies
+from store.log.broker import Store
+from store.log.record import PROP_UNIQ_KEY
+from store.log.writebatch import WriteBatch
+from tests.log.storetestutil import all_messages, draft, open_store
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = open_store(tmp_path / "s", default_queues=2)
+    yield s
+    s.close()
+
+
+def _state(s: Store) -> tuple[int, list[int], bytes]:
+    return (s.commitlog.end(), [s.max_offset("T", q) for q in range(2)],
+            s.layout.checkpoint.read_bytes())
+
+
+def test_drafts_and_raw_bodies_share_one_batch_with_dense_offsets(store: Store) -> None:
+    store.put([draft("T", "before", queue_id=0)])
+    with store.write_lock():
+        batch = WriteBatch(store, sync=False)
+        a = batch.put_drafts([draft("T", "d0", queue_id=0), draft("U", "u0"), draft("T", "d1", queue_id=1)])
+        b = frame_bodies(batch, "T", [b"r0", b"r1", b"r2"], {"TAGS": "x"}, 0, None)
+        c = batch.put_drafts([draft("T", "d2", queue_id=0, properties={"KEYS": "k"})])
+        batch.commit()
+    assert [r.queue_offset for r in a] == [1, 0, 0]
+    assert b.queue_offsets == [2, 3, 4] and c[0].queue_offset == 5
+    got = {(m.queue_id, m.queue_offset): m.body for m in all_messages(store, "T")}
+    assert got == {(0, 0): b"before", (0, 1): b"d0", (1, 0): b"d1", (0, 2): b"r0", (0, 3): b"r1",
+                   (0, 4): b"r2", (0, 5): b"d2"}
+    # one batch: every record in log order, the index covering both encoders' records
+    assert a[0].commitlog_offset < b.commitlog_offsets[0] < c[0].commitlog_offset
+    assert store.find(b.uniq_keys[1]).body == b"r1"
+    assert [m.body for m in store.query_key("T", "k")] == [b"d2"]
+    assert store.last_write == (a[0].commitlog_offset, store.commitlog.end())
+
+
+def test_a_batch_abandoned_before_its_commit_writes_nothing(store: Store) -> None:
+    store.put([draft("T", "x", queue_id=0)])
+    before = _state(store)
+    with pytest.raises(BadInputError):
+        store.put([draft("T", "ok", queue_id=0), draft("T", "bad", properties={"p": "a\x01b"})])
+    assert _state(store) == before
+    assert [m.body for m in all_messages(store, "T")] == [b"x"]
+
+
+@pytest.mark.parametrize("fail_in", ["queue", "index"])
+def test_a_failed_commit_is_undone_in_every_file(store: Store, monkeypatch: pytest.MonkeyPatch,
+                                                 fail_in: str) -> None:
+    store.put([draft("T", "x", queue_id=0)])
+    store.put_bodies("T", [b"y"] * 3, queue_id=1)
+    before = _state(store)
+
+    def fail(*_a: object, **_k: object) -> None:
+        raise StoreIOError("injected")
+
+    if fail_in == "index":
+        monkeypatch.setattr(store.index, "add_hashes", fail)
+    else:   # the second queue the batch writes to fails, after the first one was written
+        calls = []
+        for qid in (0, 1):
+            q = store.queue("T", qid)
+
+            def second_fails(first: int, entries: bytes, real=q.append) -> list[tuple[str, int]]:
+                calls.append(first)
+                if len(calls) == 2:
+                    fail()
+                return real(first, entries)
+            monkeypatch.setattr(q, "append", second_fails)
+    with pytest.raises(StoreIOError):
+        store.put_bodies("T", [b"a", b"b", b"c", b"d"])
+    monkeypatch.undo()
+    assert _state(store) == before
+    # the next batch takes the same places, and every record reads back
+    res = store.put_bodies("T", [b"a", b"b", b"c", b"d"], properties={"KEYS": "kk"})
+    assert res.commitlog_offsets[0] == before[0]
+    assert sorted(m.body for m in all_messages(store, "T")) == sorted([b"x", b"y", b"y", b"y", b"a", b"b", b"c", b"d"])
+    assert len(store.query_key("T", "kk")) == 4
+
+
+def test_a_batch_of_drafts_keeps_given_unique_keys(store: Store) -> None:
+    res = store.put([draft("T", "m", properties={PROP_UNIQ_KEY: "AB" * 16}, queue_id=1)])
+    assert res[0].uniq_key == "AB" * 16 and store.find("AB" * 16).body == b"m"
