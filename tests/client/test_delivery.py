@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import MQ, MQCTL, handler_script, wait_for  # noqa: F401  (mq is a fixture)
+from tests.procs import MQ, MQCTL, Proc, handler_script, pid_running, wait_for  # noqa: F401  (mq is a fixture)
 
 
 def ids_of(lines: list[bytes]) -> list[str]:
@@ -29,18 +29,6 @@ def fill(mq: MQ, topic: str, n: int, queues: int = 8, size: int = 20) -> None:
     mq.ok("topic", "create", topic, "--queues", str(queues))
     st = mq.store()
     st.put_bodies(topic, [b"%08d" % i + b"x" * max(0, size - 8) for i in range(n)])
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:   # a zombie is not running
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
 
 
 # -- hand-over: members starting together, joining and leaving -----------------------------
@@ -198,7 +186,7 @@ def test_second_signal_ends_running_handlers_commits_what_finished_and_exits_130
     p.signal(signal.SIGINT)
     assert p.wait(15) == 130
     assert time.monotonic() - t0 < 10
-    wait_for(lambda: not pid_alive(handler_pid), 5, what="the handler to be gone")
+    wait_for(lambda: not pid_running(handler_pid), 5, what="the handler to be gone")
     assert mq.offsets("G", "T")[("T", 0)] == 3           # the three that finished
     assert "done 3" not in log_lines(log)
     assert mq.members("G") == [] and mq.locks("G") == []
@@ -419,12 +407,18 @@ def handler_rows(log: Path) -> list[list[str]]:
     return [x.split() for x in log_lines(log) if len(x.split()) == 4]
 
 
-def test_handlers_die_with_a_killed_consumer_and_each_runs_in_a_group_of_its_own(mq: MQ) -> None:
+def start_recording_consumer(mq: MQ) -> tuple[Proc, Path]:
+    """A consumer of a one-queue topic T whose handlers (two at a time) log a row each
+    (``handler_rows``) and then wait; the log's path."""
     mq.ok("topic", "create", "T", "--queues", "1")
     log = mq.work / "log"
     h = handler_script(mq.work / "h.sh", RECORD_AND_WAIT)
-    p = mq.start("consume", "T", "-g", "G", "--from", "first", "--exec", h, "--threads", "2",
-                 extra_env={"LOG": str(log)})
+    return mq.start("consume", "T", "-g", "G", "--from", "first", "--exec", h, "--threads", "2",
+                    extra_env={"LOG": str(log)}), log
+
+
+def test_handlers_die_with_a_killed_consumer_and_each_runs_in_a_group_of_its_own(mq: MQ) -> None:
+    p, log = start_recording_consumer(mq)
     mq.send_lines("T", ["a", "b"])
     rows = wait_for(lambda: len(handler_rows(log)) == 2 and handler_rows(log), what="both handlers")
     consumer_pgid = os.getpgid(p.pid)
@@ -433,9 +427,9 @@ def test_handlers_die_with_a_killed_consumer_and_each_runs_in_a_group_of_its_own
     for r in rows:   # SIGINT (2) and SIGPIPE (13) at their default
         assert not int(r[2], 16) & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGPIPE - 1)), rows
     pids = [int(r[0]) for r in rows] + [int(r[3]) for r in rows]
-    assert all(pid_alive(x) for x in pids)
+    assert all(pid_running(x) for x in pids)
     p.kill9()
-    wait_for(lambda: not any(pid_alive(x) for x in pids), 10,
+    wait_for(lambda: not any(pid_running(x) for x in pids), 10,
              what="the handlers and their children to die with the consumer")
 
 
@@ -455,7 +449,7 @@ def test_no_handler_outlives_a_consumer_killed_while_it_starts_handlers(mq: MQ, 
 
     def survivors() -> list[int]:
         logged = [int(x) for x in log_lines(log) if x.strip().isdigit()]
-        return [x for x in logged if pid_alive(x)] + [x for x, cmd in processes() if h in cmd and pid_alive(x)]
+        return [x for x in logged if pid_running(x)] + [x for x, cmd in processes() if h in cmd and pid_running(x)]
     wait_for(lambda: not survivors(), 10, what="every handler to die with the consumer")
     # A handler being started at the kill, had it escaped, would show up within this window
     # (its exec is microseconds away); it would then run for a minute.
@@ -465,26 +459,22 @@ def test_no_handler_outlives_a_consumer_killed_while_it_starts_handlers(mq: MQ, 
 
 
 def test_a_killed_watchdog_is_replaced_and_running_handlers_still_die_with_the_consumer(mq: MQ) -> None:
-    mq.ok("topic", "create", "T", "--queues", "1")
-    log = mq.work / "log"
-    h = handler_script(mq.work / "h.sh", RECORD_AND_WAIT)
-    p = mq.start("consume", "T", "-g", "G", "--from", "first", "--exec", h, "--threads", "2",
-                 extra_env={"LOG": str(log)})
+    p, log = start_recording_consumer(mq)
     mq.send_lines("T", ["a"])
     wait_for(lambda: len(handler_rows(log)) == 1, what="the first handler")
     first = wait_for(lambda: watchdog_of(p.pid), what="the watchdog")
     os.kill(first, signal.SIGKILL)
     second = wait_for(lambda: (w := watchdog_of(p.pid)) and w != first and w, what="a new watchdog")
-    assert pid_alive(second)
+    assert pid_running(second)
     mq.send_lines("T", ["b"])   # a handler starts under the new watchdog
     rows = wait_for(lambda: len(handler_rows(log)) == 2 and handler_rows(log), what="the second handler")
     pids = [int(r[0]) for r in rows] + [int(r[3]) for r in rows]
-    assert all(pid_alive(x) for x in pids)
+    assert all(pid_running(x) for x in pids)
     p.kill9()
     # the first handler's group came from the killed watchdog: the new one adopted it
-    wait_for(lambda: not any(pid_alive(x) for x in pids), 10,
+    wait_for(lambda: not any(pid_running(x) for x in pids), 10,
              what="the handlers of both watchdogs to die with the consumer")
-    wait_for(lambda: not pid_alive(second), 10, what="the watchdog to exit")
+    wait_for(lambda: not pid_running(second), 10, what="the watchdog to exit")
 
 
 def test_a_stopping_consumer_ends_its_watchdog(mq: MQ) -> None:
@@ -500,7 +490,7 @@ def test_a_stopping_consumer_ends_its_watchdog(mq: MQ) -> None:
     p.signal(signal.SIGTERM)
     assert p.wait(20) == 0, p.stderr()
     assert mq.committed_total("G", "T") == 1
-    wait_for(lambda: not any(pid_alive(x) for x in [w, *placeholders]), 10,
+    wait_for(lambda: not any(pid_running(x) for x in [w, *placeholders]), 10,
              what="the watchdog and its placeholders to exit")
 
 
@@ -519,7 +509,7 @@ def test_a_new_owner_waits_for_handlers_of_a_killed_owner(mq: MQ) -> None:
     log = mq.work / "b.log"
     hb = handler_script(mq.work / "hb.sh", f'echo "$MQ_QUEUE_OFFSET" >> {log}')
     b = mq.start("consume", "T", "-g", "G", "--orderly", "--from", "first", "--exec", hb)
-    while pid_alive(grandchild):
+    while pid_running(grandchild):
         assert not log.exists(), "the new owner started while a handler of the old one ran"
         time.sleep(0.05)
     wait_for(log.exists, 15, what="the new owner to take the queue")
