@@ -18,6 +18,7 @@ run.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import errno
 import os
@@ -366,7 +367,7 @@ class ExecSink(ThreadPoolSink):
         # --threads handlers at a time (the slots); a pool thread per batch in flight, which
         # waits for its handler, or for a slot and then starts it: a batch is never queued
         # behind another's wait.
-        self.slots = threading.Semaphore(max(1, threads))
+        self.slots = FifoSlots(max(1, threads))
         self.pool = cf.ThreadPoolExecutor(max_workers=2 * self.max_in_flight, thread_name_prefix="handler")
         try:
             self.handler.watchdog.start()   # now, not in the first handler's latency
@@ -391,7 +392,8 @@ class ExecSink(ThreadPoolSink):
         future is pending, so a stop can still hand the batch back (``cancel``)."""
         fut: Future[Outcome] = Future()
         job: Callable[[], None]
-        if self.slots.acquire(blocking=False):
+        ticket = self.slots.ticket()
+        if ticket.is_set():
             fut.set_running_or_notify_cancel()   # running: a stop waits for it
             try:
                 started = self.handler.spawn(batch, topic, () if lock_fd is None else (lock_fd,))
@@ -403,7 +405,7 @@ class ExecSink(ThreadPoolSink):
                 self._wait(fut, started, lock_fd)
         else:
             def job() -> None:
-                self._later(fut, batch, topic, lock_fd)
+                self._later(fut, ticket, batch, topic, lock_fd)
             started = None
         try:
             self.pool.submit(job)
@@ -413,13 +415,16 @@ class ExecSink(ThreadPoolSink):
                 self.handler.finish(*started)
             if fut.running():
                 self._settle(fut, lock_fd, exc)
-            elif lock_fd is not None:
-                os.close(lock_fd)
+            else:
+                self.slots.withdraw(ticket)
+                if lock_fd is not None:
+                    os.close(lock_fd)
             raise
         return fut
 
-    def _later(self, fut: Future[Outcome], batch: list[Message], topic: str, lock_fd: int | None) -> None:
-        self.slots.acquire()
+    def _later(self, fut: Future[Outcome], ticket: threading.Event, batch: list[Message], topic: str,
+               lock_fd: int | None) -> None:
+        ticket.wait()
         if not fut.set_running_or_notify_cancel():   # handed back by a stop meanwhile
             self.slots.release()
             if lock_fd is not None:
@@ -458,6 +463,47 @@ class ExecSink(ThreadPoolSink):
     def shutdown(self, wait: bool) -> None:
         super().shutdown(wait)
         self.handler.close()
+
+
+class FifoSlots:
+    """``--threads`` slots handed out first come, first served. A plain semaphore lets a slot
+    that frees go to whoever asks next (a batch submitted later, or another waiting thread),
+    so a later message could start while an earlier one still waits — and a stop then hands
+    back the earlier one after the later one ran. Here a batch's turn is fixed when it is
+    submitted: a freed slot passes straight to the oldest waiting ticket."""
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._waiting: collections.deque[threading.Event] = collections.deque()
+        self._lock = threading.Lock()
+
+    def ticket(self) -> threading.Event:
+        """A turn: already set when a slot is free and nobody waits, else set when a slot is
+        handed to it (in the order tickets were taken)."""
+        ev = threading.Event()
+        with self._lock:
+            if self._free and not self._waiting:
+                self._free -= 1
+                ev.set()
+            else:
+                self._waiting.append(ev)
+        return ev
+
+    def release(self) -> None:
+        """A slot is free: to the oldest waiting ticket, if any."""
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().set()
+            else:
+                self._free += 1
+
+    def withdraw(self, ev: threading.Event) -> None:
+        """A ticket that will not be used: out of the queue, or its slot given back."""
+        with self._lock:
+            if ev in self._waiting:
+                self._waiting.remove(ev)
+                return
+        self.release()
 
 
 def _kill_tree(proc: subprocess.Popen[bytes], pgid: int) -> None:

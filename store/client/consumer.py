@@ -30,7 +30,7 @@ Handler = Callable[[Message], object]
 
 PREFETCH = 4             # batches handed to the iterator ahead of the loop body, at most
 ITER_BATCH = 1000        # messages per batch (concurrent mode; orderly hands one at a time)
-RUN_BATCH = 256          # run(): most messages per hand-over to a handler thread (a backlog)
+RUN_BATCH = 512          # run(): most messages per hand-over to a handler thread (a backlog)
 PERSIST_EVERY_S = 0.5    # in-process consumers persist offsets on lag at most this often
 _POLL_S = 0.05
 
@@ -103,7 +103,8 @@ class _IteratorSink:
     def __init__(self, prefetch: int, batch: int) -> None:
         self.max_in_flight = prefetch
         self.batch = batch
-        self.handoff: queue_mod.SimpleQueue[tuple[cf.Future[Any], list[Message]]] = queue_mod.SimpleQueue()
+        # (None: a nudge, see wake_reader)
+        self.handoff: queue_mod.SimpleQueue[tuple[cf.Future[Any], list[Message]] | None] = queue_mod.SimpleQueue()
 
     def submit(self, batch: list[Any], topic: str) -> "cf.Future[Outcome]":
         fut: cf.Future[Outcome] = cf.Future[Any]()
@@ -111,22 +112,44 @@ class _IteratorSink:
         return fut
 
     def get(self, timeout: float) -> tuple[cf.Future[Any], list[Message]] | None:
+        """The next batch, or None after ``timeout`` s or a :meth:`wake_reader`."""
         try:
             return self.handoff.get(timeout=timeout)
         except queue_mod.Empty:
             return None
 
+    def wake_reader(self) -> None:
+        """Make the iterating thread's wait for a batch return now (it then looks at why)."""
+        self.handoff.put(None)
+
     def release_all(self) -> None:
         while True:
             try:
-                fut, _m = self.handoff.get_nowait()
+                item = self.handoff.get_nowait()
             except queue_mod.Empty:
                 return
+            if item is None:
+                continue
+            fut, _m = item
             if not fut.done():
                 fut.set_result((None, "released"))
 
     def shutdown(self, wait: bool) -> None:
         self.release_all()
+
+
+class _Drained(threading.Event):
+    """An ``exit_at_end`` iteration's drained event: set by the loop thread, it also wakes the
+    iterating thread if it waits for a batch, so the loop ends at once, not at its next poll."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        super().__init__()
+        self._wake = wake
+
+    def set(self) -> None:
+        if not self.is_set():   # (the loop thread sets it on every turn while drained)
+            super().set()
+            self._wake()
 
 
 class Consumer:
@@ -247,7 +270,7 @@ class Consumer:
             rt.set_sink(self._sink)
             rt.start()
         self._settle_in_hand(commit=False)
-        drained = threading.Event()
+        drained = _Drained(self._sink.wake_reader)
 
         def configure() -> None:
             rt.o.exit_at_end = exit_at_end
@@ -337,8 +360,10 @@ class Consumer:
           (default: retried forever).
 
         ``threads``: handler calls at a time (orderly: still one per queue). With a backlog,
-        a thread takes up to 256 messages of a queue at once and calls ``handler`` for each in
+        a thread takes up to 512 messages of a queue at once and calls ``handler`` for each in
         turn (each failure is still retried on its own); with little waiting, one at a time.
+        After :meth:`stop`, a thread calls ``handler`` for no further message of its batch (the
+        rest is delivered again, later), unless one of the batch already failed.
         Offsets are committed as messages finish, in queue order. ``exit_at_end``:
         return once the queues held are drained up to their end at the call. Otherwise it
         returns when :meth:`stop` or :meth:`close` is called from another thread (the member
@@ -370,6 +395,11 @@ class Consumer:
             # the hand-over to a thread per message, each failure is still its own
             failed: list[tuple[int, str]] = []
             for i, msg in enumerate(as_client_messages(batch, topic)):
+                if rt.stop_requested and not failed:
+                    # a stop starts no new handler call: the rest of the batch goes back
+                    # untouched (with a failure in it, the batch is finished: an outcome
+                    # names failures or a consumed prefix, not both)
+                    return (i, "stopped") if i else (None, "stopped")
                 try:
                     handler(msg)
                 except Exception as exc:  # noqa: BLE001 - a failed message, retried
@@ -379,6 +409,7 @@ class Consumer:
         sink = ThreadPoolSink(work, threads, 1 if self.orderly else RUN_BATCH, per_message=True)
         sink.client_messages = True              # (see Runtime.set_sink)
         sink.persist_every_s = PERSIST_EVERY_S
+        sink.spread = threads                    # a backlog: a batch per thread at a time
         rt.set_sink(sink)
         self._mode = "run"
         rt.o.exit_at_end = exit_at_end

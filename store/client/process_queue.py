@@ -1,5 +1,5 @@
 """The process queue: messages pulled from one queue and not yet consumed (RocketMQ's
-``ProcessQueue``), kept sorted by queue offset in a ``SortedDict``.
+``ProcessQueue``), kept sorted by queue offset in an :class:`OffsetMap`.
 
 Concurrent mode: any number of batches may be in flight; :meth:`remove` returns the offset to
 commit, which is the smallest offset still cached (a slow message holds the offset back, as
@@ -16,10 +16,12 @@ them back so the same messages are retried, in place, before anything later.
 """
 from __future__ import annotations
 
+import bisect
 import threading
 import time
+from itertools import islice
 from operator import attrgetter
-from typing import Iterable, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 from sortedcontainers import SortedDict
 
@@ -43,11 +45,116 @@ PULL_THRESHOLD_COUNT = 1000
 PULL_THRESHOLD_BYTES = 100 * 1024 * 1024
 
 
+class OffsetMap:
+    """Queue offset -> message, in offset order: a dict, and its keys as a sorted list whose
+    first ``lo`` entries are gone. Messages are cached and consumed mostly in queue order, so
+    an insert is mostly an append and a removal mostly a prefix: the dict loses the prefix's
+    keys and ``lo`` moves, the list is compacted only once the dead prefix is half of it.
+    (A ``SortedDict`` rebuilt its sorted list for every prefix a batch consumed.)"""
+
+    __slots__ = ("_d", "_keys", "_lo")
+
+    def __init__(self) -> None:
+        self._d: dict[int, Any] = {}
+        self._keys: list[int] = []
+        self._lo = 0
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._d
+
+    def __getitem__(self, key: int) -> Any:
+        return self._d[key]
+
+    def __setitem__(self, key: int, value: Any) -> None:
+        if key not in self._d:
+            keys = self._keys
+            if len(keys) == self._lo or key > keys[-1]:
+                keys.append(key)
+            else:
+                bisect.insort(keys, key, self._lo)
+        self._d[key] = value
+
+    def __iter__(self) -> Iterator[int]:
+        return islice(self._keys, self._lo, None)
+
+    def first(self) -> int:
+        return self._keys[self._lo]
+
+    def last(self) -> int:
+        return self._keys[-1]
+
+    def head(self, n: int) -> list[int]:
+        """The ``n`` smallest keys (fewer if there are not so many)."""
+        return self._keys[self._lo:self._lo + n]
+
+    def after(self, key: int, n: int) -> list[int]:
+        """The ``n`` smallest keys above ``key``."""
+        i = bisect.bisect_right(self._keys, key, self._lo)
+        return self._keys[i:i + n]
+
+    def values_of(self, keys: list[int]) -> list[Any]:
+        return list(map(self._d.__getitem__, keys))
+
+    def append_run(self, keys: list[int], values: Sequence[Any]) -> None:
+        """Add ascending ``keys``, all above the last key."""
+        self._d.update(zip(keys, values))
+        self._keys += keys
+
+    def update(self, items: dict[int, Any]) -> None:
+        """Add keys not present yet, in any order."""
+        d, keys = self._d, self._keys
+        d.update(items)
+        new = sorted(items)
+        if len(keys) == self._lo or new[0] > keys[-1]:
+            keys += new
+        else:
+            merged = sorted(islice(keys, self._lo, None))
+            merged += new
+            merged.sort()
+            self._keys, self._lo = merged, 0
+
+    def drop_head(self, n: int) -> None:
+        """Forget the ``n`` smallest keys."""
+        d, keys, lo = self._d, self._keys, self._lo
+        for k in keys[lo:lo + n]:
+            del d[k]
+        lo += n
+        if 2 * lo >= len(keys):
+            del keys[:lo]
+            lo = 0
+        self._lo = lo
+
+    def pop(self, key: int, default: Any = None) -> Any:
+        if key not in self._d:
+            return default
+        keys, lo = self._keys, self._lo
+        if keys[lo] == key:
+            self._lo = lo + 1
+            if 2 * self._lo >= len(keys):
+                del keys[:self._lo]
+                self._lo = 0
+        else:
+            del keys[bisect.bisect_left(keys, key, lo)]
+        return self._d.pop(key)
+
+    def pop_first(self) -> tuple[int, Any]:
+        key = self._keys[self._lo]
+        return key, self.pop(key)
+
+    def clear(self) -> None:
+        self._d.clear()
+        self._keys = []
+        self._lo = 0
+
+
 class ProcessQueue:
     def __init__(self, topic: str, queue_id: int) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self.msgs: SortedDict = SortedDict()       # queue offset -> Message, cached
+        self.msgs = OffsetMap()                    # queue offset -> Message, cached
         self.consuming: SortedDict = SortedDict()  # orderly: taken, in flight
         self.in_flight: set[int] = set()           # concurrent: offsets handed out
         self.handed_max = -1         # concurrent: the highest offset handed out while any is out
@@ -82,9 +189,9 @@ class ProcessQueue:
         """A pull's messages (``offsets`` ascending, ``nbytes`` their bodies' length): when
         they all come after what is cached, one bulk insert with no test per message."""
         msgs = self.msgs
-        if not messages or self.consuming or (msgs and offsets[0] <= msgs.keys()[-1]):
+        if not messages or self.consuming or (msgs and offsets[0] <= msgs.last()):
             return self.put(messages)
-        msgs.update(zip(offsets, messages))
+        msgs.append_run(offsets, messages)
         self.bytes += nbytes
         if offsets[-1] > self.max_seen:
             self.max_seen = offsets[-1]
@@ -106,14 +213,13 @@ class ProcessQueue:
         msgs, in_flight = self.msgs, self.in_flight
         if not in_flight:
             self.gaps = False
-            keys = msgs.keys()[:n]
+            keys = msgs.head(n)
         elif not self.gaps:
             # every cached offset up to handed_max is out: the next ones follow it
-            i = msgs.bisect_right(self.handed_max)
-            keys = msgs.keys()[i:i + n]
+            keys = msgs.after(self.handed_max, n)
         else:
             keys = []
-            for off in msgs.irange():
+            for off in msgs:
                 if off not in in_flight:
                     keys.append(off)
                     if len(keys) >= n:
@@ -121,7 +227,7 @@ class ProcessQueue:
         if keys:
             self.handed_max = max(self.handed_max, keys[-1]) if in_flight else keys[-1]
         in_flight.update(keys)
-        return list(map(msgs.__getitem__, keys))
+        return msgs.values_of(keys)
 
     def remove(self, messages: list[Message]) -> int:
         """Forget consumed messages; the offset to commit (or -1 if nothing was cached)."""
@@ -129,26 +235,18 @@ class ProcessQueue:
         if not msgs:
             return -1
         n = len(messages)
-        keys = msgs.keys()
         offs = list(map(_OFFSET, messages))
-        if n and keys[0] == offs[0] and keys[:n] == offs:
+        if n and msgs.first() == offs[0] and msgs.head(n) == offs:
             # the oldest n cached, in order (batches are handed out so)
-            if n == len(keys):
-                # the common case: everything cached was consumed (no sorted deletes)
+            if n == len(msgs):
+                # the common case: everything cached was consumed
                 self.bytes = 0
                 msgs.clear()
                 self.in_flight.clear()
                 return self.max_seen + 1
             self.in_flight.difference_update(offs)
             self.bytes -= sum(map(len, map(_BODY, messages)))
-            if 8 * n >= len(keys):
-                del keys[:n]   # (a slice this big is one rebuild of the sorted keys)
-            else:
-                # a small slice would be deleted key by key: keep the rest instead, in one go
-                rest = keys[n:]
-                kept = list(map(msgs.__getitem__, rest))
-                msgs.clear()
-                msgs.update(zip(rest, kept))
+            msgs.drop_head(n)
         else:
             for m in messages:
                 got = msgs.pop(m.queue_offset, None)
@@ -158,8 +256,7 @@ class ProcessQueue:
         if not self.in_flight:
             self.gaps = False
         if msgs:
-            first: int = msgs.keys()[0]
-            return first
+            return msgs.first()
         return self.max_seen + 1
 
     def release(self, messages: Iterable[Message]) -> None:
@@ -173,7 +270,7 @@ class ProcessQueue:
     def take(self, n: int) -> list[Message]:
         out: list[Message] = []
         while self.msgs and len(out) < n:
-            off, m = self.msgs.popitem(0)
+            off, m = self.msgs.pop_first()
             self.consuming[off] = m
             out.append(m)
         return out

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import datetime as _dt
-from itertools import repeat
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
 
 from store import names
 from store.client.handle import StoreClient
-from store.client.message import SendResult
+from store.client.message import SendResult, send_results
 from store.client.paths import PathLike, resolve_store_path
 from store.errors import UsageError
 
@@ -45,31 +44,6 @@ def body_list(bodies: Iterable[Body]) -> list[bytes]:
     if set(map(type, data)) <= {bytes}:
         return data   # type: ignore[return-value]  # every element checked to be bytes
     return [body_bytes(b) for b in data]
-
-
-def batch_results(topic: str, uniq_keys: list[str], queue_ids: list[int], queue_offsets: list[int],
-                  commitlog_offsets: list[int], store_ts: int) -> list[SendResult]:
-    """One :class:`SendResult` per message of a batch, built without a per-field
-    ``object.__setattr__`` each: a frozen dataclass's ``__init__`` costs about 1.5 µs, more
-    than storing the message did. Each result's fields are filled in its ``__dict__`` from a
-    template (the same object ``SendResult(...)`` makes: equality, repr and hash are the
-    dataclass's own)."""
-    from store.log.record import offset_msg_id
-    if "__slots__" in SendResult.__dict__:   # no instance dict to fill: the plain way
-        return [SendResult(uk, topic, q, o, offset_msg_id(p), p, store_ts)
-                for uk, q, o, p in zip(uniq_keys, queue_ids, queue_offsets, commitlog_offsets)]
-    template = SendResult("", topic, 0, 0, "", 0, store_ts).__dict__
-    out: list[SendResult] = list(map(object.__new__, repeat(SendResult, len(commitlog_offsets))))
-    offset_ids = map((offset_msg_id(0)[:-16] + "%016X").__mod__, commitlog_offsets)
-    for r, uk, q, o, oid, p in zip(out, uniq_keys, queue_ids, queue_offsets, offset_ids, commitlog_offsets):
-        d = r.__dict__
-        d.update(template)
-        d["msg_id"] = uk
-        d["queue_id"] = q
-        d["queue_offset"] = o
-        d["offset_msg_id"] = oid
-        d["commitlog_offset"] = p
-    return out
 
 
 def message_properties(*, tags: str | None, keys: str | Sequence[str] | None,
@@ -182,7 +156,7 @@ class Producer(StoreClient):
             res = store.put_bodies(topic, data, properties=shared, queue_id=-1 if queue is None else queue,
                                    sharding_keys=None if sharding_key is None else [sharding_key] * len(data),
                                    sync=self.flush == "sync")
-            return batch_results(topic, res.uniq_keys, res.queue_ids, res.queue_offsets, res.commitlog_offsets,
+            return send_results(topic, res.uniq_keys, res.queue_ids, res.queue_offsets, res.commitlog_offsets,
                                  res.store_timestamp)
         from store.log.record import Draft
         drafts: list[Draft] = [Draft(topic, b, dict(props), -1 if queue is None else queue, sharding_key)

@@ -175,7 +175,10 @@ class PoolSink(Protocol):
     objects as they are (the runtime then builds them straight from a pull's columns, for the
     subscribed topic's queues in concurrent mode without dedup or a tag filter; elsewhere it
     hands over records, which the sink converts); ``persist_every_s`` above 0, an in-process
-    consumer (the iterator, Python handlers): see :meth:`Runtime.set_sink`."""
+    consumer (the iterator, Python handlers): see :meth:`Runtime.set_sink`; ``spread`` above
+    0, a per-message sink's backlog is cut into that many batches (default ``max_in_flight``):
+    a sink whose hand-over costs as much as many handler calls (Python handlers in threads)
+    says its thread count, one batch per thread, half the hand-overs."""
 
     batch: int
     max_in_flight: int
@@ -190,6 +193,7 @@ class ThreadPoolSink:
 
     client_messages = False     # (the optional PoolSink attributes)
     persist_every_s = 0.0
+    spread = 0
 
     def __init__(self, work: Callable[[list[Message], str], Outcome], threads: int, batch: int = 1,
                  per_message: bool = False) -> None:
@@ -827,6 +831,12 @@ class Runtime:
             # cache (1000 messages): fewer, larger pulls and writes. So may the path that builds
             # client messages from columns, up to what the cache has room for.
             want = PULL_THRESHOLD_COUNT if raw else PULL_THRESHOLD_COUNT - pq.cached() if client else PULL_BATCH
+            if client and want < PULL_THRESHOLD_COUNT // 2 and pq.cached():
+                # A pull costs about as much to set up as a few hundred messages cost to
+                # check and build: a queue with more than half its cache still to consume
+                # waits for a bigger pull (handlers finishing 200 messages at a time would
+                # otherwise cause a pull of 200 each).
+                continue
             if self.o.exit_at_end:
                 # -e drains each queue up to its end at start and no further: what arrives
                 # later is neither waited for nor taken (it stays for the next run).
@@ -987,8 +997,10 @@ class Runtime:
         worked = False
         sized = self.pool is not None and getattr(self.pool, "per_message", False) and not self.o.orderly
         # per-message sinks: batches sized to the backlog of every queue held (spread over the
-        # batches the sink may have out), one message each when little waits
+        # batches the sink may have out, or its ``spread``), one message each when little waits
         waiting = sum(len(p.msgs) - len(p.in_flight) for p in self.pqs.values()) if sized else 0
+        spread = max(1, int(getattr(self.pool, "spread", 0) or 0)
+                     or (self.pool.max_in_flight if self.pool is not None else 1))
         for key, pq in list(self.pqs.items()):
             if self.stop_requested or self.fatal is not None:
                 break
@@ -1001,7 +1013,7 @@ class Runtime:
                 n = min(budget, self.pool.batch if self.pool is not None else 1024)
                 if sized:
                     assert self.pool is not None
-                    n = max(1, min(n, waiting // self.pool.max_in_flight))
+                    n = max(1, min(n, waiting // spread))
                 if self.o.orderly and (pq.busy or pq.suspended_until > time.monotonic() or not pq.msgs):
                     break
                 if not self.o.orderly and len(pq.in_flight) >= len(pq.msgs):

@@ -2,27 +2,63 @@
 and a batch of plain bodies goes through the raw-body framing with the same outcome."""
 from __future__ import annotations
 
+import copy
+import dataclasses
+import pickle
 from pathlib import Path
 
+import pytest
+
 import store
-from store.client.message import SendResult
-from store.client.producer import batch_results, body_list
+from store.client.message import SendResult, send_results
+from store.client.producer import Body, body_list
 from store.log.record import offset_msg_id
 
 
-def test_batch_results_are_the_dataclass_itself() -> None:
-    got = batch_results("T", ["A" * 32, "B" * 32], [3, 1], [7, 0], [0, 4242], 1_700_000_000_123)
-    want = [SendResult("A" * 32, "T", 3, 7, offset_msg_id(0), 0, 1_700_000_000_123),
+def _batch() -> list[SendResult]:
+    return send_results("T", ["A" * 32, "B" * 32], [3, 1], [7, 0], [0, 4242], 1_700_000_000_123)
+
+
+def _want() -> list[SendResult]:
+    return [SendResult("A" * 32, "T", 3, 7, offset_msg_id(0), 0, 1_700_000_000_123),
             SendResult("B" * 32, "T", 1, 0, offset_msg_id(4242), 4242, 1_700_000_000_123)]
+
+
+def test_batch_results_are_the_dataclass_itself() -> None:
+    got, want = _batch(), _want()
     assert got == want and [type(r) for r in got] == [SendResult, SendResult]
     assert list(map(hash, got)) == list(map(hash, want)) and list(map(repr, got)) == list(map(repr, want))
     assert got[1].deliver_timestamp is None and got[1].to_json() == want[1].to_json()
+    assert {got[0]: 1}[want[0]] == 1 and got[0] != got[1]
+
+
+@pytest.mark.parametrize("read", [
+    lambda r: r.offset_msg_id, repr, hash, dataclasses.astuple, dataclasses.asdict, SendResult.to_json,
+    lambda r: dataclasses.replace(r, queue_id=5).offset_msg_id, copy.copy, copy.deepcopy,
+    lambda r: pickle.loads(pickle.dumps(r)),
+], ids=["attr", "repr", "hash", "astuple", "asdict", "to_json", "replace", "copy", "deepcopy", "pickle"])
+def test_a_batch_result_reads_as_a_constructed_one_whichever_way_it_is_read_first(read: object) -> None:
+    got, want = _batch()[1], _want()[1]
+    assert read(got) == read(want)   # type: ignore[operator]
+    assert got == want and got.offset_msg_id == offset_msg_id(4242)
+
+
+def test_a_send_result_is_immutable_and_has_only_its_fields() -> None:
+    r = _batch()[0]
+    assert [f.name for f in dataclasses.fields(r)] == [f.name for f in dataclasses.fields(SendResult)]
+    for name, value in (("queue_id", 9), ("offset_msg_id", "x"), ("extra", 1)):
+        with pytest.raises((dataclasses.FrozenInstanceError, AttributeError, TypeError)):
+            setattr(r, name, value)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = r.nope
+    assert not hasattr(r, "__dict__") and r.queue_id == 3 and r.offset_msg_id == offset_msg_id(0)
 
 
 def test_body_list_keeps_a_list_of_bytes_and_converts_the_rest() -> None:
     bodies = [b"a", b"b"]
     assert body_list(bodies) is bodies
-    assert body_list(iter([b"a", "é", bytearray(b"c"), memoryview(b"d")])) == [b"a", "é".encode(), b"c", b"d"]
+    mixed: list[Body] = [b"a", "é", bytearray(b"c"), memoryview(b"d")]
+    assert body_list(iter(mixed)) == [b"a", "é".encode(), b"c", b"d"]
 
 
 def test_send_many_results_point_at_the_stored_messages(tmp_path: Path) -> None:
