@@ -19,7 +19,21 @@ class _Lazy:
     _raw: bytes
 
 
-_LAZY_FIELDS = frozenset({"msg_id", "tags", "keys", "properties", "offset_msg_id"})
+# What a message's stored properties give its client view, in :func:`_client_view`'s order.
+_LAZY_ORDER = ("offset_msg_id", "msg_id", "tags", "keys", "properties")
+_LAZY_FIELDS = frozenset(_LAZY_ORDER)
+
+
+def _client_view(props: dict[str, str],
+                 commitlog_offset: int) -> tuple[str, str, str | None, list[str], dict[str, str]]:
+    """``offset_msg_id``, ``msg_id``, ``tags``, ``keys`` and the user ``properties`` of a
+    message stored at ``commitlog_offset`` with the properties ``props``."""
+    offset_id = record.offset_msg_id(commitlog_offset)
+    raw_keys = props.get(record.PROP_KEYS)
+    reserved = record.RESERVED_PROPERTIES
+    return (offset_id, props.get(record.PROP_UNIQ_KEY) or offset_id, props.get(record.PROP_TAGS),
+            [k for k in raw_keys.split(" ") if k] if raw_keys else [],
+            {k: v for k, v in props.items() if k not in reserved})
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,15 +67,9 @@ class Message(_Lazy):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         raw: bytes = object.__getattribute__(self, "_raw")
         props = record.parse_properties(raw.decode("utf-8", "replace"))
-        offset_id = record.offset_msg_id(self.commitlog_offset)
-        raw_keys = props.get(record.PROP_KEYS)
-        reserved = record.RESERVED_PROPERTIES
         setattr_ = object.__setattr__
-        setattr_(self, "offset_msg_id", offset_id)
-        setattr_(self, "msg_id", props.get(record.PROP_UNIQ_KEY) or offset_id)
-        setattr_(self, "tags", props.get(record.PROP_TAGS))
-        setattr_(self, "keys", [k for k in raw_keys.split(" ") if k] if raw_keys else [])
-        setattr_(self, "properties", {k: v for k, v in props.items() if k not in reserved})
+        for key, value in zip(_LAZY_ORDER, _client_view(props, self.commitlog_offset)):
+            setattr_(self, key, value)
         return object.__getattribute__(self, name)
 
     @property
@@ -73,21 +81,16 @@ class Message(_Lazy):
     def from_record(cls, m: record.Message, topic: str | None = None) -> "Message":
         """The client view of a stored record; ``topic`` overrides the record's (a retry-topic
         copy is shown under the topic it was first sent to)."""
-        props = m.properties
-        offset_id = record.offset_msg_id(m.commitlog_offset)
-        raw_keys = props.get(record.PROP_KEYS)
-        reserved = record.RESERVED_PROPERTIES
-        obj = object.__new__(_Building)
+        obj: Any = object.__new__(_Building)   # its fields are Message's (the shared slots)
         obj.topic = m.topic if topic is None else topic
         obj.queue_id, obj.queue_offset, obj.body = m.queue_id, m.queue_offset, m.body
-        obj.msg_id = props.get(record.PROP_UNIQ_KEY) or offset_id
-        obj.tags = props.get(record.PROP_TAGS)
-        obj.keys = [k for k in raw_keys.split(" ") if k] if raw_keys else []
-        obj.properties = {k: v for k, v in props.items() if k not in reserved}
+        view = _client_view(m.properties, m.commitlog_offset)
+        obj.offset_msg_id, obj.msg_id, obj.tags, obj.keys, obj.properties = view
         obj.reconsume_times, obj.born_timestamp = m.reconsume_times, m.born_timestamp
-        obj.store_timestamp, obj.offset_msg_id, obj.commitlog_offset = m.store_timestamp, offset_id, m.commitlog_offset
-        obj.__class__ = Message   # type: ignore[assignment]
-        return obj  # type: ignore[return-value]
+        obj.store_timestamp, obj.commitlog_offset = m.store_timestamp, m.commitlog_offset
+        obj.__class__ = Message
+        result: Message = obj
+        return result
 
     def __repr__(self) -> str:
         body = self.body if len(self.body) <= 40 else self.body[:40] + b"..."
@@ -104,20 +107,6 @@ class _Building(_Lazy):
 
     __slots__ = Message.__slots__
 
-    topic: str
-    queue_id: int
-    queue_offset: int
-    msg_id: str
-    body: bytes
-    tags: str | None
-    keys: list[str]
-    properties: dict[str, str]
-    reconsume_times: int
-    born_timestamp: int
-    store_timestamp: int
-    offset_msg_id: str
-    commitlog_offset: int
-
 
 def from_columns(topic: str, queue_id: int, offsets: list[int], bodies: list[bytes], born: list[int],
                  stored: list[int], phys: list[int], reconsume: list[int], props: list[bytes]) -> list[Message]:
@@ -128,7 +117,7 @@ def from_columns(topic: str, queue_id: int, offsets: list[int], bodies: list[byt
     new = object.__new__
     building, message = _Building, Message
     for off, body, b_ts, s_ts, ph, rt, raw in zip(offsets, bodies, born, stored, phys, reconsume, props):
-        m = new(building)
+        m: Any = new(building)   # its fields are Message's (the shared slots)
         m.topic = topic
         m.queue_id = queue_id
         m.queue_offset = off
@@ -138,8 +127,8 @@ def from_columns(topic: str, queue_id: int, offsets: list[int], bodies: list[byt
         m.commitlog_offset = ph
         m.reconsume_times = rt
         m._raw = raw
-        m.__class__ = message   # type: ignore[assignment]
-        append(m)  # type: ignore[arg-type]
+        m.__class__ = message
+        append(m)
     return out
 
 
@@ -190,15 +179,6 @@ class _SendResultFields:
 
     __slots__ = SendResult.__slots__
 
-    msg_id: str
-    topic: str
-    queue_id: int
-    queue_offset: int | None
-    offset_msg_id: str
-    commitlog_offset: int
-    store_timestamp: int
-    deliver_timestamp: int | None
-
 
 def send_results(topic: str, uniq_keys: list[str], queue_ids: list[int], queue_offsets: list[int],
                  commitlog_offsets: list[int], store_timestamp: int) -> list[SendResult]:
@@ -206,7 +186,8 @@ def send_results(topic: str, uniq_keys: list[str], queue_ids: list[int], queue_o
     batch's parallel lists (:class:`store.log.results.BatchResult`): the same objects
     ``SendResult(...)`` makes, at a sixth of the cost: each one's ``offset_msg_id`` is formatted
     when first read."""
-    out: list[_SendResultFields] = list(map(object.__new__, repeat(_SendResultFields, len(commitlog_offsets))))
+    # its fields are SendResult's (the shared slots); every element is a SendResult at the end
+    out: list[Any] = list(map(object.__new__, repeat(_SendResultFields, len(commitlog_offsets))))
     result = SendResult
     for r, uk, q, o, p in zip(out, uniq_keys, queue_ids, queue_offsets, commitlog_offsets):
         r.msg_id = uk
@@ -216,5 +197,5 @@ def send_results(topic: str, uniq_keys: list[str], queue_ids: list[int], queue_o
         r.commitlog_offset = p   # offset_msg_id left unset: SendResult.__getattr__ derives it
         r.store_timestamp = store_timestamp
         r.deliver_timestamp = None
-        r.__class__ = result   # type: ignore[assignment]
-    return out  # type: ignore[return-value]  # every element is a SendResult now
+        r.__class__ = result
+    return out
