@@ -35,11 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from store.log.broker import Store  # noqa: E402
-from store.log.record import Draft  # noqa: E402
+from store.log.broker import Store
+from store.log.record import Draft
 
 TOPIC = "bench"
 PUT_BATCH = 8192
@@ -95,11 +92,10 @@ def timed(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
 SINK_PHASE = r'''
 import json, resource, sys, time
 import pyarrow as pa
-sys.path.insert(0, sys.argv[1])
 from store.spark.sink import commit_stream_batch
 from store.spark.write import StagedPart, WriteOptions
 from store.log.broker import Store
-root, n, phase = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+root, n, phase = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 opts = WriteOptions(root, "sink", False)
 parts = [StagedPart(p, c) for p, c in json.loads(open(root + "-parts.json").read())]
 if phase == "crash":                       # die half way through the publish
@@ -144,7 +140,7 @@ def sink_bench(n: int, size: int, work: Path) -> None:
     script = work / "sink_phase.py"
     script.write_text(SINK_PHASE)
     for phase in ("normal", "crash", "replay"):
-        r = subprocess.run([sys.executable, str(script), str(REPO), str(root), str(n), phase],
+        r = subprocess.run([sys.executable, str(script), str(root), str(n), phase],
                            capture_output=True, text=True)
         line = (r.stdout.strip().splitlines() or [r.stderr[-500:]])[-1]
         print(f"sink {n:,} messages: {line}", flush=True)
