@@ -155,6 +155,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: 
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new content.
     ``sync_dir`` False (default: as ``sync``): the new content is fsynced but the rename
     is not, so a power cut may leave the old content (a consumer's offsets: redelivery)."""
+    if sync_dir is None:
+        sync_dir = sync
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -179,7 +181,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: 
                 except OSError:
                     pass
         os.replace(tmp, path)
-        if sync if sync_dir is None else sync_dir:
+        if sync_dir:
             fsync_dir(path.parent)
     except OSError as exc:
         try:

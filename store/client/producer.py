@@ -8,6 +8,7 @@ from store import names
 from store.client.handle import StoreClient
 from store.client.message import SendResult, send_results
 from store.client.paths import PathLike, resolve_store_path
+from store.client.properties import build_properties
 from store.errors import UsageError
 
 if TYPE_CHECKING:
@@ -16,17 +17,6 @@ if TYPE_CHECKING:
 
 Body = Union[bytes, bytearray, memoryview, str]
 Delay = Union[int, _dt.timedelta]
-
-_SEPARATORS = ("\x01", "\x02")
-
-
-def _text(what: str, value: str) -> str:
-    if not isinstance(value, str):
-        raise UsageError(f"{what} must be a str, not {type(value).__name__}")
-    if any(ch in value for ch in _SEPARATORS):
-        raise UsageError(f"{what} may not contain the control characters \\x01 or \\x02")
-    return value
-
 
 def body_bytes(body: Body) -> bytes:
     """A body given as bytes (or a bytes-like object) or as text (encoded as UTF-8)."""
@@ -44,16 +34,6 @@ def body_list(bodies: Iterable[Body]) -> list[bytes]:
     if set(map(type, data)) <= {bytes}:
         return data   # type: ignore[return-value]  # every element checked to be bytes
     return [body_bytes(b) for b in data]
-
-
-def message_properties(*, tags: str | None, keys: str | Sequence[str] | None,
-                       properties: Mapping[str, str] | None,
-                       sharding_key: str | None = None) -> dict[str, str]:
-    """The stored properties of a message: user properties (not reserved, no separators),
-    ``TAGS``, ``KEYS`` (space separated) and the sharding key. ``InvalidPropertyError`` (a
-    ``UsageError``) when one is not allowed; the rules are in ``store/client/properties.py``."""
-    from store.client.properties import build_properties
-    return build_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)
 
 
 def check_route_args(sharding_key: str | None, queue: int | None) -> None:
@@ -145,7 +125,7 @@ class Producer(StoreClient):
         data = body_list(bodies)
         if not data:
             return []
-        props = message_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)
+        props = build_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)
         deliver = delay_spec(delay)
         self._check_route(store, topic, queue, sharding_key)
         if deliver is None:

@@ -688,9 +688,13 @@ class Store:
             # damage: a record starts here (its magic code says so) inside the live log, and
             # does not check out; anything else (an offset id that points between records,
             # a segment cleaned away) is simply not there
-            head = self.commitlog.read_bytes(phys, 8) if phys >= 0 else b""
-            starts = len(head) == 8 and int.from_bytes(head[4:], "big") in (F.MAGIC_V1, F.MAGIC_V2)
-            if starts and self.commitlog.min_offset() <= phys < self.commitlog.end():
+            if not self.commitlog.min_offset() <= phys < self.commitlog.end():
+                return None
+            try:
+                head = self.commitlog.read_bytes(phys, 8)
+            except OSError:
+                return None
+            if len(head) == 8 and int.from_bytes(head[4:], "big") in (F.MAGIC_V1, F.MAGIC_V2):
                 damage.append((phys, str(exc)))
             return None
 

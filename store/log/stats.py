@@ -27,10 +27,10 @@ def commitlog_bytes(store: Store) -> int:
     return sum(os.stat(store.commitlog.segment_path(b)).st_size for b in store.commitlog.segments())
 
 
-def store_stats(store: Store, clean: bool = True) -> list[dict[str, Any]]:
+def store_stats(store: Store) -> list[dict[str, Any]]:
     """One row per part of the store (``part``, ``files``, ``bytes`` on disk, ``detail``):
     the commit log, consume queues, index, then the config, offsets, consumers, locks and
-    dedup directories that exist. With ``clean``, the rows of :func:`clean_stats` follow."""
+    dedup directories that exist, then the rows of :func:`clean_stats`."""
     lay = store.layout
     rows = []
     log = store.commitlog
@@ -46,7 +46,7 @@ def store_stats(store: Store, clean: bool = True) -> list[dict[str, Any]]:
         if p.exists():
             files, size = _du(p)
             rows.append({"part": part, "files": files, "bytes": size, "detail": ""})
-    return rows + clean_stats(store) if clean else rows
+    return rows + clean_stats(store)
 
 
 def clean_stats(store: Store) -> list[dict[str, Any]]:

@@ -14,7 +14,8 @@ from store import names
 from store.client.handle import StoreClient
 from store.client.message import Message
 from store.client.paths import PathLike, resolve_store_path
-from store.client.producer import Body, body_bytes, check_route_args, message_properties
+from store.client.producer import Body, body_bytes, check_route_args
+from store.client.properties import build_properties
 from store.client.runtime import log_warning
 from store.errors import UsageError
 
@@ -131,7 +132,7 @@ class TransactionProducer(StoreClient):
         check_route_args(sharding_key, queue)
         if local_tx is not None and not callable(local_tx):
             raise UsageError("local_tx must be callable: local_tx(msg) -> TxState")
-        props = message_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)
+        props = build_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)
         res = send_half(store, topic, body_bytes(body), props, queue_id=-1 if queue is None else queue,
                         sharding_key=sharding_key, sync=self.sync)
         state, stored = TxState.UNKNOWN, "PREPARED"
