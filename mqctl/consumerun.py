@@ -44,8 +44,9 @@ class ConsumeRequest:
 
 def run_consume(st: "State", r: ConsumeRequest) -> None:
     """Check the request, then consume until the runtime stops (count, end, idle, signal)."""
+    from mqctl.argnames import ARG_FLAGS
     from mqctl.consumer.handlers import ExecSink, StdoutSink, split_command, warn
-    from mqctl.options import ARG_FLAGS, parse_queue_ids
+    from mqctl.options import parse_queue_ids
     from store.client.rules import check_consume_options
     from store.client.runtime import ConsumeOptions, Runtime, default_broadcast_client_id
     from store.names import parse_tag_expression, validate_any_topic, validate_client_id, validate_group

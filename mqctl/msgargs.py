@@ -1,16 +1,10 @@
 """What a command line says about a message: ``--property NAME=VALUE`` pairs, ``--tag``,
 ``--keys``, delimiters with escapes. Shared by ``send`` and ``tx send``. The properties are
-checked and built by the library (``store/client/properties.py``); this module gives it the
-flags to name in its errors. Imported on ``send``'s Typer-free path: no Typer here."""
+checked and built by the library (``store/client/properties.py``); it names the flags in its
+errors (``mqctl/argnames.py``). Imported on ``send``'s Typer-free path: no Typer here."""
 from __future__ import annotations
 
 from typing import Optional
-
-# How the library's property errors name arguments on the command line.
-PROPERTY_FLAGS = {
-    "tags": "--tag", "key": "--keys", "key_with_spaces": "--keys: a key may not contain spaces",
-    "properties": "--property", "sharding_key": "--sharding-key",
-}
 
 
 def message_properties(prop: list[str], tag: Optional[str], keys: Optional[str],
@@ -18,10 +12,11 @@ def message_properties(prop: list[str], tag: Optional[str], keys: Optional[str],
     """The properties a command line gives every message (``send`` and ``tx send``): user
     ``--property`` pairs, TAGS and KEYS (``--keys`` comma separated). ``--sharding-key`` is
     checked but not included: the caller routes by it. UsageError naming the flag."""
+    from mqctl.argnames import ARG_FLAGS
     from store.client.properties import build_properties
     from store.log.record import PROP_SHARDING_KEY
     props = build_properties(tags=tag, keys=keys.split(",") if keys else None, properties=prop,
-                             sharding_key=sharding_key, arg_names=PROPERTY_FLAGS)
+                             sharding_key=sharding_key, arg_names=ARG_FLAGS)
     props.pop(PROP_SHARDING_KEY, None)
     return props
 

@@ -120,16 +120,6 @@ TopicArg = Annotated[str, typer.Argument(metavar="TOPIC", help="Topic.", autocom
                                          show_default=False)]
 
 
-# How the library's messages name arguments on the command line (``store/client/rules.py``).
-ARG_FLAGS = {
-    "broadcast": "--broadcast", "orderly": "--orderly", "dedup": "--dedup", "strategy": "--strategy",
-    "queues": "--queues", "queues_example": "--queues 0,3", "max_reconsume": "--max-reconsume",
-    "retry_delay": "--retry-delay", "suspend": "--suspend-ms", "consumers": "--consumers",
-    "consumers_example": "--consumers a,b", "consumers_hint": "--consumers C1,C2",
-    "client_id": "--client-id", "force": "--force", "queue": "--queue", "topic": "--topic",
-}
-
-
 def parse_queue_ids(text: str, flag: str = "--queues") -> list[int]:
     """Queue ids from ``0,3``: sorted, without duplicates, at least one, each >= 0."""
     from store.errors import UsageError

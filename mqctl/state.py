@@ -27,7 +27,7 @@ class State:
 
     def admin(self) -> "Admin":
         """:class:`store.Admin` over the store, its messages naming the command line's flags."""
-        from mqctl.options import ARG_FLAGS
+        from mqctl.argnames import ARG_FLAGS
         from store.client.admin import Admin
         return Admin.of(self.store, arg_names=ARG_FLAGS)   # opened when first needed
 

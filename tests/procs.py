@@ -45,12 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
+from mqctl.entry import COMPLETE_VAR
+
 _BIN = Path(sys.executable).parent / "mqctl"
 MQCTL = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "mqctl"]
 DEFAULT_TIMEOUT = 60.0
 KILLED = -signal.SIGKILL   # the exit status of a process killed by SIGKILL (or a failpoint)
 # What a caller's environment may set that would change what a test's mqctl does.
-_INHERITED_NOT = ("MQCTL_STORE", "MQCTL_FAILPOINTS", "MQCTL_DEBUG", "_MQCTL_COMPLETE")
+_INHERITED_NOT = ("MQCTL_STORE", "MQCTL_FAILPOINTS", "MQCTL_DEBUG", COMPLETE_VAR)
 Stream = Literal["stdin", "stdout", "stderr"]
 
 
@@ -331,10 +333,6 @@ class MQ:
         """``stem`` and a number this MQ has not handed out before (unique file names)."""
         self._n += 1
         return f"{stem}{self._n}"
-
-    @property
-    def env(self) -> dict[str, str]:
-        return self.environ()
 
     def environ(self, failpoints: str | None = None,
                 extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
@@ -630,8 +628,6 @@ def run_inprocess(args: list[str], stdin: bytes = b"", env: dict[str, str] | Non
     this process: ~100x cheaper than a subprocess, so property tests can afford it. stdin,
     stdout and stderr are real files (commands use their descriptors); everything the run
     changes in ``sys``, ``os.environ`` and signal dispositions is put back."""
-    import tempfile
-
     import typer.main as typer_main
 
     from mqctl.app import main

@@ -55,9 +55,8 @@ def list_(
     json: JsonOpt = False,
 ) -> None:
     from mqctl.output import Output
-    from store.client.admin import Admin
     rows = [{"topic": t.topic, "queues": t.queues, "order": t.order, "messages": t.messages}
-            for t in Admin.of(state(ctx).store()).topics(system=all_)]
+            for t in state(ctx).admin().topics(system=all_)]
     out = Output(json=json)
     if rows:
         out.table(rows, [("topic", "TOPIC"), ("queues", "QUEUES"), ("order", "ORDER"), ("messages", "MESSAGES")])

@@ -249,7 +249,9 @@ class Watchdog:
                 p.register(ready, select.POLLIN)
                 data = os.read(ready, READY.size) if p.poll(TAKE_TIMEOUT_S * 1000) else None
                 with self.lock:
-                    if data and len(data) == READY.size:
+                    # A pgid left in the pipe by a watchdog that has died since: its placeholder
+                    # is gone and the number may belong to another group by now.
+                    if data and len(data) == READY.size and self._alive():
                         pgid: int = READY.unpack(data)[0]
                         self.in_use.add(pgid)
                         return pgid

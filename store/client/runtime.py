@@ -744,7 +744,7 @@ class Runtime:
     def _read_stored(self, keys: list[QueueKey]) -> dict[QueueKey, int]:
         if self.o.broadcast or self.o.no_group:
             return {(t, q): int(self.offset_store.read(t, q)) for t, q in keys}
-        offsets: dict[QueueKey, int] = self.offset_store.snapshot(self.o.group).offsets
+        offsets: dict[QueueKey, int] = self.offset_store.read_group(self.o.group)
         return offsets
 
     def _drop(self, key: QueueKey) -> None:

@@ -218,7 +218,7 @@ def test_shell_pipe_into_head(mq: MQ) -> None:
     st = mq.store()
     st.put_bodies("T", [b"%06d" % i + b"x" * 200 for i in range(3000)])
     script = f"{' '.join(MQCTL)} consume T -g G --from first; echo \"rc=$?\" >&2"
-    cp = subprocess.run(["sh", "-c", f"( {script} ) | head -1"], capture_output=True, env=mq.env,
+    cp = subprocess.run(["sh", "-c", f"( {script} ) | head -1"], capture_output=True, env=mq.environ(),
                         timeout=60)
     assert cp.stdout.startswith(b"000000")
     assert b"rc=141" in cp.stderr

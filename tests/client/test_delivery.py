@@ -74,7 +74,7 @@ def test_joins_and_graceful_leaves_during_a_stream_never_duplicate(mq: MQ, mode:
         return p
 
     producer = subprocess.Popen(MQCTL + ["send", "T", "--batch-size", "50"], stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=mq.env)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=mq.environ())
     sent = 0
 
     def send(k: int) -> None:
@@ -236,7 +236,7 @@ def test_consume_into_head(mq: MQ, k: int, size: int) -> None:
     n = 1000 if size < 70_000 else 300
     fill(mq, "T", n, queues=1, size=size)
     cmd = f"{' '.join(MQCTL)} consume T -g G --from first; echo \"rc=$?\" >&2"
-    cp = subprocess.run(["sh", "-c", f"( {cmd} ) | head -n {k}"], capture_output=True, env=mq.env, timeout=60)
+    cp = subprocess.run(["sh", "-c", f"( {cmd} ) | head -n {k}"], capture_output=True, env=mq.environ(), timeout=60)
     lines = cp.stdout.splitlines()
     assert len(lines) == k and lines[0].startswith(b"00000000")
     assert b"rc=141" in cp.stderr, cp.stderr
@@ -351,7 +351,7 @@ def test_read_without_a_group_and_from_synonyms(mq: MQ) -> None:
 
 def test_send_interrupted_exits_130_even_when_started_with_sigint_ignored(mq: MQ) -> None:
     p = subprocess.Popen(MQCTL + ["send", "T", "--json"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env=mq.env,
+                         stderr=subprocess.PIPE, env=mq.environ(),
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert p.stdin is not None and p.stdout is not None
     p.stdin.write(b"a\nb\n")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mqctl.msgargs import PROPERTY_FLAGS, message_properties
+from mqctl.argnames import ARG_FLAGS
+from mqctl.msgargs import message_properties
 from store.client.properties import build_properties
 from store.errors import InvalidPropertyError, UsageError
 
@@ -34,7 +35,7 @@ def test_errors_name_the_argument_in_the_callers_spelling(kwargs: dict[str, obje
         build_properties(**kwargs)  # type: ignore[arg-type]
     assert str(exc.value).startswith(python) and exc.value.arg == arg and exc.value.exit_code == 2
     with pytest.raises(UsageError) as exc2:
-        build_properties(arg_names=PROPERTY_FLAGS, **kwargs)  # type: ignore[arg-type]
+        build_properties(arg_names=ARG_FLAGS, **kwargs)  # type: ignore[arg-type]
     assert str(exc2.value).startswith(cli)
 
 

@@ -288,6 +288,6 @@ def test_deleted_write_lock_file_still_excludes(mq: MQ) -> None:
     with Store.open(mq.root) as store, store.write_lock():
         (mq.root / "lock").unlink()
         p = subprocess.Popen(["timeout", "3", *MQCTL, "send", "t", "-q", "0", "two"],
-                             env=mq.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             env=mq.environ(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         rc = p.wait(timeout=30)
     assert rc == 124, "a second writer got the write lock while this process held it"

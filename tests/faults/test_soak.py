@@ -93,7 +93,7 @@ def test_soak(mq: MQ, tmp_path: Path) -> None:
                 attempted.update(ln.split(":", 1)[1] for ln in lines)
             while not stop.is_set():
                 p = subprocess.Popen(MQCTL + ["send", TOPIC, "--key-delimiter", ":", "--json"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=mq.env)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=mq.environ())
                 with lock:
                     procs[f"producer{n}"] = p
                 out, err = p.communicate("".join(f"{ln}\n" for ln in lines).encode(), timeout=60)

@@ -521,7 +521,7 @@ def test_cli_export_json_reads_back_with_send(store: Store, tmp_path: Path) -> N
 
 @pytest.mark.spark
 def test_query_table_output(spark: Any, store: Store, capsys: pytest.CaptureFixture[str]) -> None:
-    from mqctl.commands.sparkcmd import run_query
+    from mqctl.sparkjobs import run_query
     store.create_topic("orders", 2)
     (sent,) = store.put([Draft("orders", b"hello", {"TAGS": "A", "KEYS": "k1 k2"}, queue_id=1)])
     run_query(spark, str(store.root), ["orders"], "SELECT topic, body, keys, properties, storeTimestamp, "
@@ -536,7 +536,7 @@ def test_query_table_output(spark: Any, store: Store, capsys: pytest.CaptureFixt
 @pytest.mark.spark
 def test_an_empty_query_result_says_so_on_stderr(spark: Any, store: Store,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from mqctl.commands.sparkcmd import run_query
+    from mqctl.sparkjobs import run_query
     store.create_topic("orders", 2)
     store.put([Draft("orders", b"hello")])
     run_query(spark, str(store.root), ["orders"], "SELECT topic, body FROM orders WHERE 1 = 0",
@@ -547,7 +547,7 @@ def test_an_empty_query_result_says_so_on_stderr(spark: Any, store: Store,
 
 @pytest.mark.spark
 def test_export_parquet_keeps_the_columns(spark: Any, store: Store, tmp_path: Path) -> None:
-    from mqctl.commands.sparkcmd import export_topic, snapshot
+    from mqctl.sparkjobs import export_topic, snapshot
     store.create_topic("t", 2)
     put(store, "t", [b"one", b"two"])
     ending, count = snapshot(store, "t")

@@ -1,0 +1,15 @@
+"""How the library's errors name arguments on the command line: one table, passed as
+``arg_names`` wherever ``mqctl`` calls ``store`` (the Python spellings are
+``store.client.rules.PYTHON_NAMES``). Typer-free: ``send``'s quick path imports it."""
+from __future__ import annotations
+
+ARG_FLAGS = {
+    "broadcast": "--broadcast", "orderly": "--orderly", "dedup": "--dedup", "strategy": "--strategy",
+    "queues": "--queues", "queues_example": "--queues 0,3", "max_reconsume": "--max-reconsume",
+    "retry_delay": "--retry-delay", "suspend": "--suspend-ms", "consumers": "--consumers",
+    "consumers_example": "--consumers a,b", "consumers_hint": "--consumers C1,C2",
+    "client_id": "--client-id", "force": "--force", "queue": "--queue", "topic": "--topic",
+    # a message's properties (store/client/properties.py)
+    "tags": "--tag", "key": "--keys", "key_with_spaces": "--keys: a key may not contain spaces",
+    "properties": "--property", "sharding_key": "--sharding-key",
+}
