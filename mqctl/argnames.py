@@ -13,3 +13,9 @@ ARG_FLAGS = {
     "tags": "--tag", "key": "--keys", "key_with_spaces": "--keys: a key may not contain spaces",
     "properties": "--property", "sharding_key": "--sharding-key",
 }
+
+# A ``send --input json`` line's fields, as an error about one names it.
+JSON_FIELD_NAMES = {
+    "tags": "'tags'", "key": "'keys'", "key_with_spaces": "'keys': a key may not contain spaces",
+    "properties": "property", "sharding_key": "'shardingKey'",
+}

@@ -10,11 +10,6 @@ from typing import Any
 MIB = 1024 * 1024
 
 
-def say(msg: str) -> None:
-    sys.stderr.write(msg + "\n")
-    sys.stderr.flush()
-
-
 def emit(json: bool, row: dict[str, Any], text: str) -> None:
     sys.stdout.write((jsonlib.dumps(row, separators=(",", ":")) if json else text) + "\n")
     sys.stdout.flush()

@@ -14,32 +14,33 @@ if TYPE_CHECKING:
 
 @dataclass
 class ConsumeRequest:
-    """What one ``mqctl consume`` was asked to do (its flags, as parsed)."""
+    """What one ``mqctl consume`` was asked to do: its flags as parsed, every one given (the
+    defaults are the command's, in ``mqctl/commands/consume.py``)."""
 
     topic: str
-    group: Optional[str] = None
-    no_group: bool = False
-    orderly: bool = False
-    broadcast: bool = False
-    from_: str = "last"
-    tag: Optional[str] = None
-    exec_: Optional[str] = None
-    batch: int = 1
-    threads: int = 4
-    count: Optional[int] = None
-    exit_at_end: bool = False
-    idle_timeout: Optional[str] = None
-    client_id: Optional[str] = None
-    strategy: Optional[str] = None
-    queues: Optional[str] = None
-    max_reconsume: Optional[int] = None
-    suspend_ms: Optional[int] = None
-    consume_timeout: str = "15m"
-    retry_delay: Optional[str] = None
-    dedup: bool = False
-    json: bool = False
-    format_: Optional[str] = None
-    rebalance_interval: str = "5s"
+    group: Optional[str]
+    no_group: bool
+    orderly: bool
+    broadcast: bool
+    from_: str
+    tag: Optional[str]
+    exec_: Optional[str]
+    batch: int
+    threads: int
+    count: Optional[int]
+    exit_at_end: bool
+    idle_timeout: Optional[str]
+    client_id: Optional[str]
+    strategy: Optional[str]
+    queues: Optional[str]
+    max_reconsume: Optional[int]
+    suspend_ms: Optional[int]
+    consume_timeout: str
+    retry_delay: Optional[str]
+    dedup: bool
+    json: bool
+    format_: Optional[str]
+    rebalance_interval: str
 
 
 def run_consume(st: "State", r: ConsumeRequest) -> None:

@@ -31,7 +31,16 @@ def quick_send(argv: list[str]) -> tuple[str | None, str, str] | None:
     return store, rest[1], rest[2]
 
 
+# Batch reads and writes use numpy, whose OpenBLAS starts a spinning thread per core when it
+# loads: ~0.1 CPU-second per process, for linear algebra mqctl never does. Its thread count is
+# set in the C environment only (what OpenBLAS reads), not in os.environ, from which handlers,
+# check-back commands and Spark get theirs: those keep the user's.
+_BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
 def main() -> None:
+    if not any(v in os.environ for v in _BLAS_THREAD_VARS):
+        os.putenv("OPENBLAS_NUM_THREADS", "1")
     argv = sys.argv[1:]
     quick = None if os.environ.get(COMPLETE_VAR) else quick_send(argv)
     if quick is None:

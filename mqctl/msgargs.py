@@ -1,5 +1,6 @@
 """What a command line says about a message: ``--property NAME=VALUE`` pairs, ``--tag``,
-``--keys``, delimiters with escapes. Shared by ``send`` and ``tx send``. The properties are
+``--keys``, delimiters with escapes, and a ``send --input json`` line's fields. Shared by
+``send`` and ``tx send``. The properties are
 checked and built by the library (``store/client/properties.py``); it names the flags in its
 errors (``mqctl/argnames.py``). Imported on ``send``'s Typer-free path: no Typer here."""
 from __future__ import annotations
@@ -10,15 +11,37 @@ from typing import Optional
 def message_properties(prop: list[str], tag: Optional[str], keys: Optional[str],
                        sharding_key: Optional[str]) -> dict[str, str]:
     """The properties a command line gives every message (``send`` and ``tx send``): user
-    ``--property`` pairs, TAGS and KEYS (``--keys`` comma separated). ``--sharding-key`` is
-    checked but not included: the caller routes by it. UsageError naming the flag."""
+    ``--property`` pairs, TAGS, KEYS (``--keys`` comma separated) and the sharding key.
+    UsageError naming the flag."""
     from mqctl.argnames import ARG_FLAGS
     from store.client.properties import build_properties
-    from store.log.record import PROP_SHARDING_KEY
-    props = build_properties(tags=tag, keys=keys.split(",") if keys else None, properties=prop,
-                             sharding_key=sharding_key, arg_names=ARG_FLAGS)
-    props.pop(PROP_SHARDING_KEY, None)
-    return props
+    return build_properties(tags=tag, keys=keys.split(",") if keys else None, properties=prop,
+                            sharding_key=sharding_key, arg_names=ARG_FLAGS)
+
+
+def json_properties(obj: dict[str, object]) -> dict[str, str]:
+    """The properties one ``send --input json`` line gives its message: its ``properties``
+    object, ``tags``, ``keys`` (a string or a list of strings, each split on commas and
+    spaces) and ``shardingKey``, checked by the library. ValueError for a field of the wrong
+    type; InvalidPropertyError (naming the field) for a value that may not be stored."""
+    from mqctl.argnames import JSON_FIELD_NAMES
+    from store.client.properties import build_properties
+    uprops = obj.get("properties") or {}
+    if not isinstance(uprops, dict):
+        raise ValueError("'properties' must be an object")
+    tags = obj.get("tags")
+    if tags is not None and not isinstance(tags, str):
+        raise ValueError("'tags' must be a string")
+    keys = obj.get("keys")
+    ks = [] if keys is None else [keys] if isinstance(keys, str) else keys if isinstance(keys, list) else None
+    if ks is None or not all(isinstance(k, str) for k in ks):
+        raise ValueError("'keys' must be a string or a list of strings")
+    skey = obj.get("shardingKey")
+    if skey is not None and not isinstance(skey, str):
+        raise ValueError("'shardingKey' must be a string")
+    return build_properties(tags=tags, keys=[p for k in ks for p in k.replace(",", " ").split()],
+                            properties={str(k): str(v) for k, v in uprops.items()}, sharding_key=skey,
+                            arg_names=JSON_FIELD_NAMES)
 
 
 def unescape(text: str, option: str = "--delimiter") -> bytes:
@@ -27,12 +50,3 @@ def unescape(text: str, option: str = "--delimiter") -> bytes:
         return text.encode().decode("unicode_escape").encode("latin-1")
     except (UnicodeDecodeError, UnicodeEncodeError) as exc:
         raise UsageError(f"{option} {text!r}: not a valid escape sequence ({exc.reason})") from exc
-
-
-def no_separators(what: str, value: str) -> str:
-    """Tags, keys and sharding keys are stored as properties (``has_separator`` says why).
-    ValueError: the caller makes it a usage error (a flag) or a data error (an input line)."""
-    from store.log.record import has_separator
-    if has_separator(value):
-        raise ValueError(f"{what} may not contain the control characters \\x01 or \\x02")
-    return value

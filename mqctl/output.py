@@ -70,6 +70,14 @@ _IOV_MAX = 1024
 _TUNED: list[bool] = []
 
 
+def say(line: str, stream: TextIO | None = None) -> None:
+    """``line`` as one line on stderr (or ``stream``), flushed, whatever it holds: scripts
+    read stderr line-wise."""
+    err = sys.stderr if stream is None else stream
+    err.write(" ".join(line.split("\n")) + "\n")
+    err.flush()
+
+
 def keep_big_buffers() -> None:
     """Let this process reuse the memory of its big batch buffers instead of getting fresh
     pages from the kernel for each (glibc ``mallopt``; nothing elsewhere).
@@ -312,9 +320,7 @@ class Output:
         self._say(f"mqctl: error: {msg}")
 
     def _say(self, line: str) -> None:
-        # One line per message, whatever the message holds: scripts read stderr line-wise.
-        self.err.write(" ".join(line.split("\n")) + "\n")
-        self.err.flush()
+        say(line, self.err)
 
     @contextlib.contextmanager
     def progress(self, total: int | None, label: str, bytes_: bool = False) -> Iterator[NullProgress | _RichProgress]:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
-from mqctl.msgargs import message_properties, no_separators, unescape
+from mqctl.msgargs import json_properties, message_properties, unescape
 from mqctl.stdin import read_chunks
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ class SendRequest:
 def run_send(st: "State", r: SendRequest) -> None:
     """Check the request, send BODY or stdin's records, print results and the summary."""
     from store.errors import UsageError
+    from store.log.record import PROP_SHARDING_KEY
     from store.names import validate_topic
     if threading.current_thread() is threading.main_thread():
         # Ctrl-C ends a send with exit 130 (after what was acknowledged is made durable, in
@@ -85,6 +86,7 @@ def run_send(st: "State", r: SendRequest) -> None:
     if kd == b"":
         raise UsageError("--key-delimiter may not be empty")
     base_props = message_properties(r.properties, r.tag, r.keys, r.sharding_key)
+    base_props.pop(PROP_SHARDING_KEY, None)   # the Sender routes each message by its own key
     deliver = None
     if r.delay is not None:   # (the scheduler's module only when asked for: start-up)
         from store.log.schedule import parse_delay
@@ -281,8 +283,8 @@ class Sender:
             self.flush()
 
     def add_json(self, raw: bytes, line: int) -> None:
-        from store.errors import BadInputError
-        from store.log.record import check_property
+        from store.errors import BadInputError, InvalidPropertyError
+        from store.log.record import PROP_SHARDING_KEY
         if not raw.strip():
             return
         try:
@@ -314,36 +316,8 @@ class Sender:
                 data = body.encode()
             else:
                 raise ValueError(f"unknown bodyEncoding {enc!r}")
-            props = dict(self.props)
-            uprops = obj.get("properties") or {}
-            if not isinstance(uprops, dict):
-                raise ValueError("'properties' must be an object")
-            for k, v in uprops.items():
-                check_property(str(k), str(v))
-                props[str(k)] = str(v)
-            tags = obj.get("tags")
-            if tags is not None:
-                if not isinstance(tags, str):
-                    raise ValueError("'tags' must be a string")
-                if tags:
-                    from store.names import tag_problem
-                    why = tag_problem(tags)
-                    if why:
-                        raise ValueError(f"'tags' {tags!r}: {why}")
-                    props["TAGS"] = no_separators("'tags'", tags)
-            keys = obj.get("keys")
-            if keys is not None:
-                ks = keys if isinstance(keys, list) else [keys] if isinstance(keys, str) else None
-                if ks is None or not all(isinstance(k, str) for k in ks):
-                    raise ValueError("'keys' must be a string or a list of strings")
-                ks = [no_separators("'keys'", p) for k in ks for p in k.replace(",", " ").split() if p]
-                if ks:
-                    props["KEYS"] = " ".join(ks)
-            skey = obj["shardingKey"] if "shardingKey" in obj else self.sharding_key
-            if skey is not None and not isinstance(skey, str):
-                raise ValueError("'shardingKey' must be a string")
-            if skey is not None:
-                no_separators("'shardingKey'", skey)
+            props = {**self.props, **json_properties(obj)}
+            skey = props.get(PROP_SHARDING_KEY) if "shardingKey" in obj else self.sharding_key
             if "queueId" in obj and self.reroute:
                 qid = -1 if skey is not None or self.queue < 0 else self.queue
             elif "queueId" in obj:
@@ -353,12 +327,12 @@ class Sender:
             else:
                 qid = -1 if "shardingKey" in obj else self.queue
             if skey is not None:
-                props["__SHARDINGKEY"] = skey
+                props[PROP_SHARDING_KEY] = skey
             self._check_route(qid, skey)
         except (ValueError, binascii.Error) as exc:
             self.flush()
             raise BadInputError(str(exc), line=line) from exc
-        except BadInputError as exc:
+        except (BadInputError, InvalidPropertyError) as exc:
             self.flush()
             raise BadInputError(exc.message, line=line) from exc
         self._check_size(data, line)

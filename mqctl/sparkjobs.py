@@ -8,6 +8,8 @@ import json as jsonlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mqctl.output import say
+
 if TYPE_CHECKING:
     from store.log.broker import Store
 
@@ -61,13 +63,6 @@ def register_views(spark: Any, root: str, topics: list[str]) -> list[str]:
         df = spark.read.format("mqctl").schema(SCHEMA).option("store", root).option("topic", name).load()
         df.createOrReplaceTempView(quote_identifier(name))
     return warnings
-
-
-def say(line: str) -> None:
-    """A line on stderr (Spark's own output is kept off it: ``mqctl/sparkutil.py``)."""
-    import sys
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
 
 
 JSON_EXPORT_COLUMNS = (

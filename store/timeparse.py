@@ -141,9 +141,10 @@ def _duration_ms(s: str) -> int | None:
 
 def _scaled(number: str, unit: str) -> int:
     """``number`` (digits, maybe a decimal point) of ``unit`` in whole ms, rounded half up;
-    exact (Fraction, not float): ``0.1s`` is 100 ms, not 100.00000000000001."""
-    from fractions import Fraction
-    return int(Fraction(number) * _UNIT_MS[unit] + Fraction(1, 2))
+    exact (integers, not float): ``0.1s`` is 100 ms, not 100.00000000000001."""
+    whole, _, frac = number.partition(".")
+    scale: int = 10 ** len(frac)
+    return (int(whole + frac) * _UNIT_MS[unit] * 2 + scale) // (2 * scale)
 
 
 def _iso_ms(s: str, text: str) -> int:

@@ -18,9 +18,14 @@ Usage::
 
 API
 ---
-``Watcher(paths=(), *, backend="auto", poll_min=0.002, poll_max=0.05)``
+``Watcher(paths=(), *, backend="auto", poll_min=0.002, poll_max=0.05, lazy=False)``
     ``backend``: ``"auto"`` (inotify where it works, else polling; ``MQCTL_WATCH=poll`` forces
-    polling), ``"inotify"`` (error if unavailable) or ``"poll"``.
+    polling), ``"inotify"`` (error if unavailable) or ``"poll"``. ``lazy``: set up nothing
+    until the first :meth:`wait` (or :meth:`fileno`, :attr:`backend`), which then returns True
+    at once with every path in :attr:`changed` (what changed before the watches existed is
+    unknown): a consumer that drains a backlog and exits (``-e``) never waits, and then
+    never pays for inotify, whose ``close`` alone takes 10-20 ms (the kernel waits out an
+    RCU grace period).
 ``watch(path)``
     A directory: any entry in it created, deleted, renamed, written, or closed after being
     opened for writing (so a lock holder that dies, even by ``kill -9``, wakes the waiter: the
@@ -75,6 +80,7 @@ import os
 import select
 import struct
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -188,7 +194,7 @@ class Watcher:
     """Waits until watched files or directories change (see the module docstring)."""
 
     def __init__(self, paths: Iterable[str | Path | tuple[str | Path, str]] = (), *, backend: str = "auto",
-                 poll_min: float = 0.002, poll_max: float = 0.05) -> None:
+                 poll_min: float = 0.002, poll_max: float = 0.05, lazy: bool = False) -> None:
         if backend not in ("auto", "inotify", "poll"):
             raise ValueError(f"backend must be auto, inotify or poll, not {backend!r}")
         if backend == "auto" and os.environ.get("MQCTL_WATCH", "").lower() == "poll":
@@ -206,10 +212,26 @@ class Watcher:
         self._wds: dict[int, Path] = {}            # wd -> watched directory
         self._polled: dict[Path, _Snap] = {}
         self._dirty = False                        # a change seen outside wait (arming)
+        self._backend = "poll"
+        self._poller = select.poll()
         self._rpipe, self._wpipe = os.pipe()
         for fd in (self._rpipe, self._wpipe):
             os.set_blocking(fd, False)
             os.set_inheritable(fd, False)
+        self._want = backend
+        self._started = False
+        for p in paths:
+            if isinstance(p, tuple):
+                self.watch(p[0], kind=p[1])
+            else:
+                self.watch(p)
+        if not lazy:
+            self._start()
+
+    def _start(self) -> None:
+        """Set up the kernel's watches (or the polling snapshots) of every path watched."""
+        self._started = True
+        backend = self._want
         if backend != "poll":
             libc = _load_libc()
             fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC) if libc else -1
@@ -221,16 +243,19 @@ class Watcher:
                     raise OSError(err, f"inotify unavailable: {os.strerror(err)}")
             else:
                 self._fd = fd
-        self.backend = "inotify" if self._fd >= 0 else "poll"
-        self._poller = select.poll()
+        self._backend = "inotify" if self._fd >= 0 else "poll"
         self._poller.register(self._rpipe, select.POLLIN)
         if self._fd >= 0:
             self._poller.register(self._fd, select.POLLIN)
-        for p in paths:
-            if isinstance(p, tuple):
-                self.watch(p[0], kind=p[1])
-            else:
-                self.watch(p)
+        for p in self._kinds:
+            self._arm(p)
+
+    @property
+    def backend(self) -> str:
+        """``"inotify"`` or ``"poll"`` (a lazy watcher sets up its watches to know)."""
+        if not self._started:
+            self._start()
+        return self._backend
 
     # -- the watch set ---------------------------------------------------------------------
     @property
@@ -249,7 +274,8 @@ class Watcher:
         if kind not in ("dir", "file"):
             raise ValueError(f"kind must be dir or file, not {kind!r}")
         self._kinds[p] = ("file", p.name) if kind == "file" else ("dir", None)
-        self._arm(p)
+        if self._started:
+            self._arm(p)
 
     def unwatch(self, path: str | Path) -> None:
         p = Path(path)
@@ -321,11 +347,19 @@ class Watcher:
         """Nothing to do: :meth:`wait` consumes wakes and changes itself."""
 
     def fileno(self) -> int:
+        if not self._started:
+            self._start()
         return self._fd if self._fd >= 0 else self._rpipe
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until a change, a :meth:`wake` or ``timeout`` s; True unless it timed out."""
         self.changed = set()
+        if not self._started:
+            # What changed before the watches existed cannot be known: say everything did,
+            # so the caller looks once more now that a change from here on wakes it.
+            self._start()
+            self.changed = set(self._kinds)
+            return True
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         if self._dirty:
             self._dirty = False
@@ -425,8 +459,11 @@ class Watcher:
             return
         self._closed = True
         if self._fd >= 0:
-            os.close(self._fd)   # drops every watch
-            self._fd = -1
+            fd, self._fd = self._fd, -1
+            # Closing an inotify descriptor (which drops every watch) waits out an RCU grace
+            # period, 10-20 ms: a thread of its own does it, off the caller's way (a Python
+            # consumer leaving its group).
+            threading.Thread(target=os.close, args=(fd,), name="inotify-close", daemon=True).start()
         self._close_pipes()
 
     def _close_pipes(self) -> None:

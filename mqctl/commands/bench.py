@@ -84,8 +84,9 @@ def consume(
     json: JsonOpt = False,
 ) -> None:
     from mqctl.benchreport import members as members_text
-    from mqctl.benchreport import report_handover, report_rate, report_rebalance, say
+    from mqctl.benchreport import report_handover, report_rate, report_rebalance
     from mqctl.benchrun import Scratch, handover_runs, one_rate_run, rebalance_run
+    from mqctl.output import say
     from store.errors import UsageError
     try:
         counts = [int(x) for x in members.split(",") if x.strip()]

@@ -14,7 +14,8 @@ from typing import Annotated, Literal, Optional
 import typer
 
 from mqctl.options import JsonOpt, complete_topic, state
-from mqctl.sparkjobs import export_topic, run_query, say, snapshot, view_topics
+from mqctl.output import say
+from mqctl.sparkjobs import export_topic, run_query, snapshot, view_topics
 
 MasterOpt = Annotated[str, typer.Option(
     "--master", metavar="URL", help="Spark master: local[N] (default local[2]), spark://HOST:PORT, yarn…")]

@@ -67,7 +67,6 @@ def send(
     from mqctl.output import Output
     from mqctl.txrun import command_argv, local_transaction
     from store.errors import StoreError, UsageError
-    from store.log.record import PROP_SHARDING_KEY
     from store.names import validate_topic
     from store.tx.transaction import load, send_half
     validate_topic(topic)
@@ -75,8 +74,6 @@ def send(
         raise UsageError("give --sharding-key or --queue, not both")
     argv = command_argv(exec_, "--exec") if exec_ is not None else None
     props = message_properties(prop or [], tag, keys, sharding_key)
-    if sharding_key is not None:
-        props[PROP_SHARDING_KEY] = sharding_key
     if body == "-" and sys.stdin.isatty():
         Output().info("mqctl: reading one body from stdin, all of it (Ctrl-D to end)")
     data = sys.stdin.buffer.read() if body == "-" else body.encode()

@@ -21,20 +21,21 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import errno
+import fcntl
 import os
+import select
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
+import time
 from concurrent.futures import Future
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from mqctl.consumer.watchdog import Watchdog
-from store.client.runtime import ThreadPoolSink
 from store.errors import HandlerError, UsageError
 from store.log.record import Message
 
@@ -77,20 +78,21 @@ class StdoutSink:
         # still say which lines a failed write delivered whole
         self._write([b"".join(lines)], [len(x) for x in lines])
 
-    def write_raw(self, bodies: list[bytes]) -> None:
+    def write_raw(self, bodies: Sequence[bytes | memoryview]) -> None:
         total = sum(map(len, bodies))
         if total >= 1 << 20:
             from mqctl.output import keep_big_buffers
             keep_big_buffers()   # batches this big will follow: reuse their memory (once)
         if total >= len(bodies) * _GATHER_MIN_AVG:
             # big bodies go to the kernel as they are (writev): not copied together first
-            iov = [b"\n"] * (2 * len(bodies))
+            iov: list[bytes | memoryview] = [b"\n"] * (2 * len(bodies))
             iov[::2] = bodies
             self._write(iov, None, bodies)
             return
         self._write([b"\n".join(bodies), b"\n"], None, bodies)
 
-    def _write(self, chunks: list[bytes], sizes: list[int] | None, bodies: list[bytes] | None = None) -> None:
+    def _write(self, chunks: Sequence[bytes | memoryview], sizes: list[int] | None,
+               bodies: Sequence[bytes | memoryview] | None = None) -> None:
         self.completed = 0
         written = 0
         try:
@@ -173,7 +175,7 @@ def _unread(fd: int) -> int:
         return 0
 
 
-def _whole_lines(nbytes: int, sizes: list[int] | None, bodies: list[bytes] | None) -> int:
+def _whole_lines(nbytes: int, sizes: list[int] | None, bodies: Sequence[bytes | memoryview] | None) -> int:
     """How many leading lines fit in full in the first ``nbytes`` bytes written."""
     total = n = 0
     for size in (sizes if sizes is not None else (len(b) + 1 for b in bodies or ())):
@@ -205,13 +207,143 @@ def check_runnable(argv: list[str], what: str = "handler") -> None:
         raise HandlerError(f"cannot run {what} {prog!r}: not found on PATH")
 
 
+class HandlerTimeout(Exception):
+    """A handler still ran when :meth:`Child.wait`'s time was up (control flow inside this
+    module: :meth:`ExecHandler.finish` turns it into a failed outcome, never raised further)."""
+
+
+@dataclass(eq=False)
+class Child:
+    """A handler process :meth:`ExecHandler.spawn` started: its pid, the process group it
+    runs in, and its exit status once reaped (as ``Popen.returncode``: -N for a signal)."""
+
+    pid: int
+    pgid: int
+    returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Reap it (HandlerTimeout if it still runs after ``timeout`` s). Not thread-safe:
+        only the thread that owns the child (the one that started it, or the pool thread it
+        handed it to) waits for it, :func:`_kill_tree` included; others only signal it
+        (:meth:`ExecHandler.abort`)."""
+        if self.returncode is not None:
+            return self.returncode
+        if timeout is not None and not _exited(self, timeout):
+            raise HandlerTimeout()
+        if self.returncode is None:
+            self._reap(0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _reap(self, flags: int) -> bool:
+        try:
+            pid, status = os.waitpid(self.pid, flags)
+        except ChildProcessError:   # reaped elsewhere (SIGCHLD ignored): as Popen, say 0
+            self.returncode = 0
+            return True
+        if pid == 0:
+            return False
+        self.returncode = os.waitstatus_to_exitcode(status)
+        return True
+
+
+def _exited(child: Child, timeout: float) -> bool:
+    """Whether ``child`` exits within ``timeout`` s: a pidfd polled (no polling loop, so a
+    handler's end is seen at once), or, without pidfd, waitpid(WNOHANG) at a growing interval
+    as ``Popen.wait`` does."""
+    try:
+        pidfd = os.pidfd_open(child.pid)
+    except (AttributeError, OSError):
+        pidfd = -1
+    deadline = time.monotonic() + timeout
+    if pidfd >= 0:
+        try:
+            p = select.poll()
+            p.register(pidfd, select.POLLIN)
+            while True:
+                left_ms = int((deadline - time.monotonic()) * 1000 + 0.999)
+                # poll takes a C int of ms: a --consume-timeout of weeks is waited in parts
+                if p.poll(max(0, min(left_ms, _POLL_MAX_MS))):
+                    return True
+                if left_ms <= _POLL_MAX_MS:
+                    return False
+        finally:
+            os.close(pidfd)
+    delay = 0.0005
+    while not child._reap(os.WNOHANG):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        delay = min(delay * 2, left, 0.05)
+        time.sleep(delay)
+    return True
+
+
+def _empty_file() -> int:
+    """A close-on-exec descriptor of a new, empty, unnamed file: a memfd (one syscall, no file
+    system), or an unlinked temporary file where there is none."""
+    try:
+        return os.memfd_create("mqctl-body", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        with tempfile.TemporaryFile(prefix="mqctl-body-") as f:
+            return os.dup(f.fileno())
+
+
+def _fill(fd: int, body: bytes) -> None:
+    """Write ``body`` into the empty file ``fd`` (``pwrite``: its offset stays at 0, where
+    the handler starts reading)."""
+    view = memoryview(body)
+    pos = 0
+    while pos < len(view):
+        pos += os.pwrite(fd, view[pos:], pos)
+
+
+def _no_inherited_fds() -> None:
+    """Make every descriptor above stderr that this process got inheritable (from whoever
+    started it) close-on-exec: a handler is started with ``posix_spawn``, which has no
+    "close the others" action before Python 3.13, so what a handler inherits is what is not
+    close-on-exec. Python opens everything close-on-exec (PEP 446), and so does the store:
+    once per consumer (its :class:`ExecHandler`) is enough."""
+    d = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    for name in names:
+        fd = int(name)
+        try:
+            if fd > 2 and os.get_inheritable(fd):
+                os.set_inheritable(fd, False)
+        except OSError:
+            pass   # the listing's own descriptor, closed by now
+
+
+_POLL_MAX_MS = 1 << 30
+# subprocess resets these (Python ignores them) before exec: so does the handler's spawn.
+_RESET_SIGNALS = tuple(getattr(signal, s) for s in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, s))
+
+
 class ExecHandler:
     """``--exec CMD``: one child process per message, or per batch with ``--batch N``.
 
     Stdin: the body as it is; with ``--batch N`` (N > 1) each body and a newline, even in a
     batch of one; with ``--json`` one envelope per line. The ``MQ_*`` variables describe the
     first message, except ``MQ_RECONSUME_TIMES`` (the highest of the batch: above 0, it holds
-    a redelivery); ``MQ_QUEUE_OFFSETS`` and ``MQ_MSG_IDS`` list every message of a batch."""
+    a redelivery); ``MQ_QUEUE_OFFSETS`` and ``MQ_MSG_IDS`` list every message of a batch.
+
+    A handler is started with ``posix_spawnp`` (a ``vfork``-like clone in the C library: no
+    Python runs in the child): stdin a memfd written in full first, ``setpgid`` into the
+    watchdog's group, ``execvp``. Its environment is this process's as it was when the
+    handler was set up (taken once, not per message), plus the ``MQ_*`` variables. glibc's
+    ``posix_spawn`` leaves its two internal signals (32 and 33) ignored in the new program;
+    programs on glibc set their own handlers for them, and nothing else uses them."""
 
     def __init__(self, argv: list[str], group: str, timeout_s: float | None,
                  render: Callable[[Message], bytes] | None = None, lines: bool = False,
@@ -222,27 +354,32 @@ class ExecHandler:
         self.timeout_s = timeout_s
         self.render = render          # --json: the handler reads envelopes, one per line
         self.lines = lines            # --batch N > 1: every body ends with a newline
-        self.running: dict[subprocess.Popen[bytes], int] = {}   # a running handler: its group
+        self.running: dict[Child, int] = {}   # a running handler: its group
         self.aborted = False
+        self.closed = False
+        self.base_env = dict(os.environ)
+        self.spare: list[int] = []   # empty files for the next handlers' stdin (list: atomic pop)
         # pool: placeholders kept ready, one more than the handlers that can run at once
         self.watchdog = Watchdog(pool)
+        _no_inherited_fds()
         # Nothing runs in the child before exec, so a handler keeps the dispositions this
         # process has, but exec resets every caught signal to its default: an ignored SIGINT
         # (a consumer started with `&` by a script) becomes a caught one that does nothing.
-        # (SIGPIPE and SIGXFSZ, which Python ignores, are reset by subprocess itself.)
+        # (SIGPIPE and SIGXFSZ, which Python ignores, are reset by the spawn: _RESET_SIGNALS.)
         if (signal.getsignal(signal.SIGINT) == signal.SIG_IGN
                 and threading.current_thread() is threading.main_thread()):
             signal.signal(signal.SIGINT, _ignore)
 
     def environment(self, msgs: list[Message], topic: str) -> dict[str, str]:
         m = msgs[0]
-        env = dict(os.environ)
+        env = self.base_env.copy()
+        offset_id = m.msg_id
         env.update({
             "MQ_TOPIC": topic,
             "MQ_QUEUE_ID": str(m.queue_id),
             "MQ_QUEUE_OFFSET": str(m.queue_offset),
-            "MQ_MSG_ID": m.uniq_key or m.msg_id,
-            "MQ_OFFSET_MSG_ID": m.msg_id,
+            "MQ_MSG_ID": m.uniq_key or offset_id,
+            "MQ_OFFSET_MSG_ID": offset_id,
             "MQ_KEYS": " ".join(m.keys),
             "MQ_TAGS": m.tags or "",
             # a batch: the most any of its messages was redelivered (above 0: it holds a retry)
@@ -269,20 +406,14 @@ class ExecHandler:
 
     def close(self) -> None:
         """No handler starts after this; the watchdog kills what still runs and exits."""
+        self.closed = True
         self.watchdog.close()
+        while self.spare:
+            os.close(self.spare.pop())
 
-    def run(self, msgs: list[Message], topic: str, pass_fds: tuple[int, ...] = ()) -> tuple[bool | None, str]:
-        """(consumed, why not); None: ended by :meth:`abort`, hand the batch back. Raises
+    def spawn(self, msgs: list[Message], topic: str, pass_fds: tuple[int, ...] = ()) -> Child | None:
+        """Start the handler of a batch, for :meth:`finish`; None after :meth:`abort`. Raises
         HandlerError when the command cannot be started."""
-        started = self.spawn(msgs, topic, pass_fds)
-        if started is None:
-            return None, "the consumer is stopping"
-        return self.finish(*started)
-
-    def spawn(self, msgs: list[Message], topic: str,
-              pass_fds: tuple[int, ...] = ()) -> tuple[subprocess.Popen[bytes], int] | None:
-        """Start the handler of a batch: (the process, its process group), for :meth:`finish`;
-        None after :meth:`abort`. Raises HandlerError when the command cannot be started."""
         if self.aborted:
             return None
         if self.render is not None:
@@ -300,20 +431,39 @@ class ExecHandler:
         # stdin is a file written in full before the handler starts, not a pipe: if this
         # consumer is killed, the kernel closes a pipe's write end before the handler is
         # killed, and the handler would read a cut body as if it were whole.
-        with tempfile.TemporaryFile(prefix="mqctl-body-") as stdin:
-            stdin.write(body)
-            stdin.flush()
-            stdin.seek(0)
+        try:   # an empty file made after the last spawn (see below), or a new one
+            stdin = self.spare.pop()
+        except IndexError:
+            stdin = _empty_file()
+        low: list[int] = []
+        try:
+            _fill(stdin, body)
+            # Every descriptor reaches the handler through a dup2 onto another number, made in
+            # the child only: the copy there is not close-on-exec, and nothing inheritable is
+            # ever opened here (a handler started meanwhile by another thread gets none of
+            # them). Not dup2 onto itself, which clears close-on-exec only on glibc 2.29 and
+            # later; so a source among 0-2 (this process runs with them closed) is first
+            # copied above them, as subprocess does, and the passed ones land above them all.
+            if stdin <= 2:
+                low.append(stdin)
+                stdin = fcntl.fcntl(stdin, fcntl.F_DUPFD_CLOEXEC, 3)
+            fds = []
+            for fd in pass_fds:
+                if fd <= 2:
+                    fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+                    low.append(fd)
+                fds.append(fd)
+            top = max([stdin, *fds]) + 1
+            actions = [(os.POSIX_SPAWN_DUP2, stdin, 0),
+                       *((os.POSIX_SPAWN_DUP2, fd, top + i) for i, fd in enumerate(fds))]
             for attempt in (1, 2):
                 try:
                     pgid = self.watchdog.take()
                 except OSError as exc:
                     raise HandlerError(f"cannot run handler {self.argv[0]!r}: {exc.strerror or exc}") from exc
                 try:
-                    # No preexec_fn: nothing runs in the child before exec (a vfork); the
-                    # group is joined by subprocess's own setpgid.
-                    proc = subprocess.Popen(self.argv, stdin=stdin, env=env, close_fds=True,
-                                            pass_fds=pass_fds, process_group=pgid)
+                    pid = os.posix_spawnp(self.argv[0], self.argv, env, file_actions=actions,
+                                          setpgroup=pgid, setsigdef=_RESET_SIGNALS)
                     break
                 except OSError as exc:
                     self.watchdog.give_back(pgid)
@@ -323,47 +473,67 @@ class ExecHandler:
                         self.watchdog.check()
                         continue
                     raise HandlerError(f"cannot run handler {self.argv[0]!r}: {exc.strerror or exc}") from exc
-        self.running[proc] = pgid
+        finally:
+            os.close(stdin)
+            for fd in low:
+                os.close(fd)
+        child = Child(pid, pgid)
+        self.running[child] = pgid
+        if not self.spare and not self.aborted and not self.closed:
+            # the next handler's stdin, made now that this one is started: out of its latency
+            try:
+                self.spare.append(_empty_file())
+            except OSError:
+                pass   # made when needed, or the error is reported then
         try:
             # A watchdog that died between take() and the spawn: the new one adopts pgid.
             self.watchdog.check()
             if self.aborted:   # abort() ran between the check above and the start
-                _kill_tree(proc, pgid)
+                _kill_tree(child)
         except BaseException:
-            self.finish(proc, pgid)
+            self.finish(child)
             raise
-        return proc, pgid
+        return child
 
-    def finish(self, proc: subprocess.Popen[bytes], pgid: int) -> tuple[bool | None, str]:
+    def finish(self, child: Child) -> tuple[bool | None, str]:
         """Wait for a handler :meth:`spawn` started (killing it at the timeout): (consumed,
-        why not), as :meth:`run`."""
+        why not); None: ended by :meth:`abort`, hand the batch back."""
         try:
-            proc.wait(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_tree(proc, pgid)
+            child.wait(self.timeout_s)
+        except HandlerTimeout:
+            _kill_tree(child)
             return False, f"handler timed out after {self.timeout_s:g}s"
         finally:
-            self.running.pop(proc, None)
-            if proc.returncode is None:   # an exception on the way: do not leave it running
-                _kill_tree(proc, pgid)
-            self.watchdog.give_back(pgid)   # reaped: the group may go
-        if self.aborted and proc.returncode != 0:
+            self.running.pop(child, None)
+            if child.returncode is None:   # an exception on the way: do not leave it running
+                _kill_tree(child)
+            self.watchdog.give_back(child.pgid)   # reaped: the group may go
+        code = child.wait()   # reaped: its exit status
+        if self.aborted and code != 0:
             return None, "handler ended by a second interrupt"
-        if proc.returncode == 0:
+        if code == 0:
             return True, ""
-        if proc.returncode < 0:
-            return False, f"handler killed by signal {-proc.returncode}"
-        return False, f"handler exited with {proc.returncode}"
+        if code < 0:
+            return False, f"handler killed by signal {-code}"
+        return False, f"handler exited with {code}"
 
 
-class ExecSink(ThreadPoolSink):
-    """``--exec CMD`` as a pool sink: ``--threads`` handler runs at a time, ``--batch`` messages
-    each. The command is checked before the consumer joins its group."""
+class ExecSink:
+    """``--exec CMD`` as a :class:`~store.client.runtime.PoolSink`: ``--threads`` handler
+    runs at a time, ``--batch`` messages each. The command is checked before the consumer
+    joins its group."""
+
+    client_messages = False     # (the optional PoolSink attributes)
+    persist_every_s = 0.0
+    spread = 0
+    per_message = False
+    cancel_on_stop = True       # a batch still waiting for a slot is handed back by a stop
 
     def __init__(self, argv: list[str], group: str, timeout_s: float | None, threads: int, batch: int,
                  render: Callable[[Message], bytes] | None = None) -> None:
         self.handler = ExecHandler(argv, group, timeout_s, render, lines=batch > 1, pool=threads + 1)
-        super().__init__(self._run, threads, batch)
+        self.batch = max(1, batch)
+        self.max_in_flight = 2 * max(1, threads)
         # --threads handlers at a time (the slots); a pool thread per batch in flight, which
         # waits for its handler, or for a slot and then starts it: a batch is never queued
         # behind another's wait.
@@ -373,9 +543,6 @@ class ExecSink(ThreadPoolSink):
             self.handler.watchdog.start()   # now, not in the first handler's latency
         except OSError as exc:
             raise HandlerError(f"cannot run handler {argv[0]!r}: {exc.strerror or exc}") from exc
-
-    def _run(self, batch: list[Message], topic: str) -> Outcome:
-        return self.handler.run(batch, topic)
 
     def submit(self, batch: list[Message], topic: str) -> Future[Outcome]:
         return self._submit(batch, topic, None)
@@ -411,8 +578,8 @@ class ExecSink(ThreadPoolSink):
             self.pool.submit(job)
         except BaseException as exc:   # the pool was shut down
             if started is not None:
-                _kill_tree(*started)
-                self.handler.finish(*started)
+                _kill_tree(started)
+                self.handler.finish(started)
             if fut.running():
                 self._settle(fut, lock_fd, exc)
             else:
@@ -437,10 +604,9 @@ class ExecSink(ThreadPoolSink):
             return
         self._wait(fut, started, lock_fd)
 
-    def _wait(self, fut: Future[Outcome], started: tuple[subprocess.Popen[bytes], int] | None,
-              lock_fd: int | None) -> None:
+    def _wait(self, fut: Future[Outcome], started: Child | None, lock_fd: int | None) -> None:
         try:
-            outcome: Outcome = (None, "the consumer is stopping") if started is None else self.handler.finish(*started)
+            outcome: Outcome = (None, "the consumer is stopping") if started is None else self.handler.finish(started)
         except BaseException as exc:
             self._settle(fut, lock_fd, exc)
         else:
@@ -461,7 +627,7 @@ class ExecSink(ThreadPoolSink):
         self.handler.abort()
 
     def shutdown(self, wait: bool) -> None:
-        super().shutdown(wait)
+        self.pool.shutdown(wait=wait, cancel_futures=True)
         self.handler.close()
 
 
@@ -480,13 +646,12 @@ class FifoSlots:
     def ticket(self) -> threading.Event:
         """A turn: already set when a slot is free and nobody waits, else set when a slot is
         handed to it (in the order tickets were taken)."""
-        ev = threading.Event()
         with self._lock:
             if self._free and not self._waiting:
                 self._free -= 1
-                ev.set()
-            else:
-                self._waiting.append(ev)
+                return _GRANTED
+            ev = threading.Event()
+            self._waiting.append(ev)
         return ev
 
     def release(self) -> None:
@@ -506,14 +671,21 @@ class FifoSlots:
         self.release()
 
 
-def _kill_tree(proc: subprocess.Popen[bytes], pgid: int) -> None:
+# The ticket of a slot taken at once, shared by every FifoSlots: set once here and never
+# cleared or waited on by anyone who could block, so sharing it is safe; no Event is made per
+# handler start.
+_GRANTED = threading.Event()
+_GRANTED.set()
+
+
+def _kill_tree(child: Child) -> None:
     """SIGKILL the handler's process group (one of its own, see the module docstring), so a
     ``sh -c 'sleep 999'`` does not leave the sleep running after its shell is gone."""
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(child.pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.wait()
+        child.kill()
+    child.wait()
 
 
 def warn(msg: str) -> None:

@@ -1,13 +1,13 @@
 """The handler watchdog of ``mqctl consume --exec``: what kills a consumer's handlers when the
 consumer itself is killed (SIGKILL included), without running any code in a handler between
-``fork`` and ``exec`` (so ``subprocess`` keeps its ``vfork`` path: about 1 ms to start a handler
+``fork`` and ``exec`` (so the spawn keeps its ``vfork`` path: well under 1 ms to start a handler
 instead of about 5 ms for a full fork of a threaded process that runs Python in the child).
 
 One watchdog process per consumer, started once, in a process group of its own (a Ctrl-C at
 the terminal does not reach it), ignoring the catchable signals. It forks *placeholders*: each
 one makes itself the leader of a new process group and then only waits. Every handler is
-spawned into a fresh placeholder's group (``Popen(process_group=G)``: a C-level ``setpgid``
-between ``vfork`` and ``exec``), so each handler still has a group of its own: a timeout or a
+spawned into a fresh placeholder's group (``posix_spawnp(..., setpgroup=G)``: the C library's
+``setpgid`` between its ``vfork``-like clone and ``exec``), so each handler still has a group of its own: a timeout or a
 second Ctrl-C kills that handler's whole tree with ``killpg(G)``, and a handler's own
 ``kill 0`` reaches its own tree only.
 
@@ -15,10 +15,10 @@ The consumer holds the only write end of the command pipe. When the consumer is 
 SIGKILL, at any moment) the watchdog reads EOF and SIGKILLs every group it handed out and has
 not been given back (and every adopted one), then exits. The races, closed:
 
-* killed between ``vfork`` and the handler's ``setpgid``: the child still holds its copy of the
-  command pipe's write end until it closes its descriptors, which CPython does after
-  ``setpgid`` and right before ``exec``; so EOF comes only once the child is in its group (and
-  is killed with it) or has failed;
+* killed between ``vfork`` and the handler's ``setpgid``: the child (a descriptor table of its
+  own) still holds its copy of the command pipe's write end until ``exec`` closes it (it is
+  close-on-exec), which comes after ``setpgid``; so EOF comes only once the child is in its
+  group (and is killed with it) or has failed;
 * a group cannot vanish or be reused while handed out: its placeholder is the watchdog's child
   and is reaped only when the consumer gives the group back (after reaping the handler), so
   the group's number stays allocated even if the placeholder is killed (a zombie pins it);
@@ -168,6 +168,7 @@ class Watchdog:
         finally:
             os.close(cmd_r)     # the watchdog's ends: the command pipe must have one writer (us)
             os.close(ready_w)   # and the ready pipe one writer (the watchdog)
+        os.set_blocking(ready_r, False)   # take() reads first, and polls only when empty
         self.cmd, self.ready = cmd_w, ready_r
         self.generation += 1
         self.started_at = time.monotonic()
@@ -245,9 +246,12 @@ class Watchdog:
                     if not self._alive():
                         self._start()
                     ready = self.ready
-                p = select.poll()
-                p.register(ready, select.POLLIN)
-                data = os.read(ready, READY.size) if p.poll(TAKE_TIMEOUT_S * 1000) else None
+                try:   # a placeholder is most often ready: no poll (a syscall) first
+                    data: bytes | None = os.read(ready, READY.size)
+                except BlockingIOError:
+                    p = select.poll()
+                    p.register(ready, select.POLLIN)
+                    data = os.read(ready, READY.size) if p.poll(TAKE_TIMEOUT_S * 1000) else None
                 with self.lock:
                     # A pgid left in the pipe by a watchdog that has died since: its placeholder
                     # is gone and the number may belong to another group by now.

@@ -10,10 +10,10 @@ import socket
 import threading
 import time
 from types import TracebackType
-from typing import Any, Callable, Iterable, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from store import names
-from store.client.message import Message
+from store.client.message import Message, MessageRows
 from store.client.paths import PathLike, resolve_store_path
 from store.client.rules import check_consume_options
 from store.client.runtime import (
@@ -30,7 +30,9 @@ Handler = Callable[[Message], object]
 
 PREFETCH = 4             # batches handed to the iterator ahead of the loop body, at most
 ITER_BATCH = 1000        # messages per batch (concurrent mode; orderly hands one at a time)
-RUN_BATCH = 512          # run(): most messages per hand-over to a handler thread (a backlog)
+RUN_BATCH = 1000         # run(): most messages per hand-over to a handler thread (a backlog: a
+                         # queue's whole cache, so its next pull is a whole one too)
+RUN_BATCH_S = 0.05       # run(): and no more than the handler calls in this long (as measured)
 PERSIST_EVERY_S = 0.5    # in-process consumers persist offsets on lag at most this often
 _POLL_S = 0.05
 
@@ -82,12 +84,30 @@ def _seconds_ms(what: str, value: float | _dt.timedelta | None) -> int | None:
     return int(round(value * 1000))
 
 
-def as_client_messages(batch: list[Any], topic: str) -> list[Message]:
+def as_client_messages(batch: Sequence[Any], topic: str) -> Sequence[Message]:
     """A batch as the user sees it: records converted (``topic`` shown for a retry-topic
-    copy), messages the runtime already built from columns as they are."""
+    copy); rows of a pull's columns (:class:`MessageRows`, a message built as each is read)
+    and messages as they are."""
+    if isinstance(batch, MessageRows):
+        return batch
     if batch and batch[0].__class__ is Message and batch[-1].__class__ is Message:
         return batch   # (a queue's cache holds one kind: what its pulls make)
     return [m if m.__class__ is Message else Message.from_record(m, topic) for m in batch]
+
+
+def _walk(msgs: Sequence[Message], positions: Iterator[int]) -> Iterator[Message]:
+    """The messages of a batch at the indexes ``positions`` gives (a ``range`` iterator, whose
+    length hint then tells the caller where it is), rows built one at a time."""
+    return msgs.walk(positions) if isinstance(msgs, MessageRows) else map(msgs.__getitem__, positions)
+
+
+def _run_batch(per_call_s: float) -> int:
+    """The most messages per batch for a handler that took ``per_call_s`` a message: a backlog
+    in batches saves hand-overs to threads, but a batch's offsets are committed only once all
+    of it is through (a crash hands all of it to the group again): it should not take long."""
+    if per_call_s * RUN_BATCH <= RUN_BATCH_S:
+        return RUN_BATCH
+    return max(1, int(RUN_BATCH_S / per_call_s))
 
 
 class _IteratorSink:
@@ -104,14 +124,14 @@ class _IteratorSink:
         self.max_in_flight = prefetch
         self.batch = batch
         # (None: a nudge, see wake_reader)
-        self.handoff: queue_mod.SimpleQueue[tuple[cf.Future[Any], list[Message]] | None] = queue_mod.SimpleQueue()
+        self.handoff: queue_mod.SimpleQueue[tuple[cf.Future[Any], Sequence[Message]] | None] = queue_mod.SimpleQueue()
 
     def submit(self, batch: list[Any], topic: str) -> "cf.Future[Outcome]":
         fut: cf.Future[Outcome] = cf.Future[Any]()
         self.handoff.put((fut, as_client_messages(batch, topic)))
         return fut
 
-    def get(self, timeout: float) -> tuple[cf.Future[Any], list[Message]] | None:
+    def get(self, timeout: float) -> tuple[cf.Future[Any], Sequence[Message]] | None:
         """The next batch, or None after ``timeout`` s or a :meth:`wake_reader`."""
         try:
             return self.handoff.get(timeout=timeout)
@@ -236,8 +256,8 @@ class Consumer:
         self._mode: str | None = None        # "iterate" or "run"
         self._sink: _IteratorSink | None = None
         self._in_hand: cf.Future[Any] | None = None
-        self._hand_batch: list[Message] = []   # the batch in hand
-        self._hand_iter: Iterator[Message] = iter(())   # and where the loop is in it
+        self._hand_total = 0                   # the batch in hand: its length
+        self._hand_iter: Iterator[int] = iter(())   # and where the loop is in it (what is left)
         self._iteration = 0
         self._serving = False
         self._closed = False
@@ -314,12 +334,13 @@ class Consumer:
                 fut.set_result((None, "released"))
                 return
             self._in_hand = fut
-            self._hand_batch = msgs
+            self._hand_total = n = len(msgs)
             # The message in hand is the last one this iterator gave (its position is what
-            # _settle_in_hand reads): no bookkeeping per message, one check whether this
-            # loop was stopped, closed or taken over.
-            self._hand_iter = walk = iter(msgs)
-            for msg in walk:
+            # _settle_in_hand reads off the range walked): no bookkeeping per message, one
+            # check whether this loop was stopped, closed or taken over. Rows build each
+            # message as it is given, so the loop's last one is usually gone by then.
+            self._hand_iter = walk = iter(range(n))
+            for msg in _walk(msgs, walk):
                 yield msg
                 if self._live != iteration:
                     break
@@ -334,8 +355,8 @@ class Consumer:
         fut, self._in_hand = self._in_hand, None
         if fut is None or fut.done():
             return
-        total = len(self._hand_batch)
-        in_hand = total - operator.length_hint(self._hand_iter) - 1   # (what the list iterator has left)
+        total = self._hand_total
+        in_hand = total - operator.length_hint(self._hand_iter) - 1   # (what the range iterator has left)
         done = in_hand + (1 if commit else 0)
         outcome = (True, "") if done >= total else (None, "released") if done <= 0 else (done, "partly consumed")
         try:
@@ -360,8 +381,9 @@ class Consumer:
           (default: retried forever).
 
         ``threads``: handler calls at a time (orderly: still one per queue). With a backlog,
-        a thread takes up to 512 messages of a queue at once and calls ``handler`` for each in
-        turn (each failure is still retried on its own); with little waiting, one at a time.
+        a thread takes up to 1000 messages of a queue at once, as many as ``handler`` got through
+        in 50 ms so far, and calls it for each in turn (each failure is still retried on its
+        own); with little waiting, one at a time.
         After :meth:`stop`, a thread calls ``handler`` for no further message of its batch (the
         rest is delivered again, later), unless one of the batch already failed.
         Offsets are committed as messages finish, in queue order. ``exit_at_end``:
@@ -394,19 +416,28 @@ class Consumer:
             # one handler call per message; a batch (concurrent mode, a backlog) only saves
             # the hand-over to a thread per message, each failure is still its own
             failed: list[tuple[int, str]] = []
-            for i, msg in enumerate(as_client_messages(batch, topic)):
+            msgs = as_client_messages(batch, topic)
+            n = len(msgs)
+            walk = iter(range(n))   # (what it has left says where the loop is: no count kept)
+            started = time.perf_counter()
+            for msg in _walk(msgs, walk):
                 if rt.stop_requested and not failed:
                     # a stop starts no new handler call: the rest of the batch goes back
                     # untouched (with a failure in it, the batch is finished: an outcome
                     # names failures or a consumed prefix, not both)
+                    i = n - operator.length_hint(walk) - 1
                     return (i, "stopped") if i else (None, "stopped")
                 try:
                     handler(msg)
                 except Exception as exc:  # noqa: BLE001 - a failed message, retried
-                    failed.append((i, f"handler raised {type(exc).__name__}: {exc}"))
+                    failed.append((n - operator.length_hint(walk) - 1,
+                                   f"handler raised {type(exc).__name__}: {exc}"))
+            if not self.orderly and n:
+                sink.batch = _run_batch((time.perf_counter() - started) / n)
             return (True, "") if not failed else (failed, "")
 
-        sink = ThreadPoolSink(work, threads, 1 if self.orderly else RUN_BATCH, per_message=True)
+        # (one message a batch until a handler call was timed: see _run_batch)
+        sink = ThreadPoolSink(work, threads, 1, per_message=True)
         sink.client_messages = True              # (see Runtime.set_sink)
         sink.persist_every_s = PERSIST_EVERY_S
         sink.spread = threads                    # a backlog: a batch per thread at a time

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
+from typing import Any, Iterator, overload
 
 from store.log import record
 
@@ -108,28 +108,77 @@ class _Building(_Lazy):
     __slots__ = Message.__slots__
 
 
+class MessageRows:
+    """Messages of one queue as a pull's parallel columns (:func:`store.log.bulk.pull_records`):
+    a sequence of :class:`Message` whose each element is built when it is read, and built
+    again if it is read again.
+
+    The consumer caches and hands out batches in this form: a message is made only as the
+    iterator gives it or just before the handler is called with it, and the loop's previous
+    one is usually gone by then. Built all at once from a pull, a thousand messages per queue
+    would live through several garbage collections, and every collection of the older
+    generations walked them again: that cost more than building them."""
+
+    __slots__ = ("topic", "queue_id", "offsets", "bodies", "born", "stored", "phys", "reconsume", "props")
+
+    def __init__(self, topic: str, queue_id: int, offsets: list[int], bodies: list[bytes], born: list[int],
+                 stored: list[int], phys: list[int], reconsume: list[int], props: list[bytes]) -> None:
+        self.topic, self.queue_id = topic, queue_id
+        self.offsets, self.bodies, self.born, self.stored = offsets, bodies, born, stored
+        self.phys, self.reconsume, self.props = phys, reconsume, props
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __iter__(self) -> Iterator[Message]:
+        return self.walk(iter(range(len(self.offsets))))
+
+    @overload
+    def __getitem__(self, i: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> "MessageRows": ...
+
+    def __getitem__(self, i: int | slice) -> "Message | MessageRows":
+        if isinstance(i, slice):
+            return MessageRows(self.topic, self.queue_id, self.offsets[i], self.bodies[i], self.born[i],
+                               self.stored[i], self.phys[i], self.reconsume[i], self.props[i])
+        return next(self.walk(iter((range(len(self.offsets))[i],))))
+
+    def __add__(self, other: "MessageRows") -> "MessageRows":
+        """The rows of both (of the same queue)."""
+        return MessageRows(self.topic, self.queue_id, self.offsets + other.offsets, self.bodies + other.bodies,
+                           self.born + other.born, self.stored + other.stored, self.phys + other.phys,
+                           self.reconsume + other.reconsume, self.props + other.props)
+
+    def walk(self, positions: Iterator[int]) -> Iterator[Message]:
+        """The messages at the indexes ``positions`` gives, each built when asked for (the
+        iterator of a ``range`` lets a caller tell how far a walk got by what it has left)."""
+        topic, queue_id = self.topic, self.queue_id
+        offsets, bodies, born, stored = self.offsets, self.bodies, self.born, self.stored
+        phys, reconsume, props = self.phys, self.reconsume, self.props
+        new = object.__new__
+        building, message = _Building, Message
+        for i in positions:
+            m: Any = new(building)   # its fields are Message's (the shared slots)
+            m.topic = topic
+            m.queue_id = queue_id
+            m.queue_offset = offsets[i]
+            m.body = bodies[i]
+            m.born_timestamp = born[i]
+            m.store_timestamp = stored[i]
+            m.commitlog_offset = phys[i]
+            m.reconsume_times = reconsume[i]
+            m._raw = props[i]
+            m.__class__ = message
+            yield m
+
+
 def from_columns(topic: str, queue_id: int, offsets: list[int], bodies: list[bytes], born: list[int],
                  stored: list[int], phys: list[int], reconsume: list[int], props: list[bytes]) -> list[Message]:
     """Messages of one queue from a pull's parallel columns (:func:`store.log.bulk.pull_records`),
     their properties parsed only when first read."""
-    out: list[Message] = []
-    append = out.append
-    new = object.__new__
-    building, message = _Building, Message
-    for off, body, b_ts, s_ts, ph, rt, raw in zip(offsets, bodies, born, stored, phys, reconsume, props):
-        m: Any = new(building)   # its fields are Message's (the shared slots)
-        m.topic = topic
-        m.queue_id = queue_id
-        m.queue_offset = off
-        m.body = body
-        m.born_timestamp = b_ts
-        m.store_timestamp = s_ts
-        m.commitlog_offset = ph
-        m.reconsume_times = rt
-        m._raw = raw
-        m.__class__ = message
-        append(m)
-    return out
+    return list(MessageRows(topic, queue_id, offsets, bodies, born, stored, phys, reconsume, props))
 
 
 @dataclass(frozen=True, slots=True)

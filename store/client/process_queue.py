@@ -10,6 +10,12 @@ Its messages are records, or :class:`store.Message` objects for a sink that take
 consumed, oldest first: the bookkeeping of a batch is a slice of the sorted keys then, not a
 sorted insert or delete per message.
 
+A client consumer's pulls come as :class:`~store.client.message.MessageRows` (a pull's columns;
+:meth:`ProcessQueue.put_rows`): the queue then keeps those chunks, and each cached offset maps
+to its body only (what the byte count needs); a batch handed out is the chunk rows of its
+offsets, and a :class:`store.Message` is built for each only when it is read. A queue holds
+rows or messages, not both: messages put into a queue of rows turn its rows into messages.
+
 Orderly mode: :meth:`take` moves the smallest offsets to the in-flight ("consuming") map;
 :meth:`commit` drops them and returns the offset after the last one; :meth:`make_again` puts
 them back so the same messages are retried, in place, before anything later.
@@ -25,6 +31,7 @@ from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 from sortedcontainers import SortedDict
 
+from store.client.message import MessageRows
 from store.log.record import Message
 
 
@@ -43,6 +50,12 @@ _BODY = attrgetter("body")
 
 PULL_THRESHOLD_COUNT = 1000
 PULL_THRESHOLD_BYTES = 100 * 1024 * 1024
+MAX_CHUNKS = 4   # a queue of rows rebuilds its chunks as one when it holds more
+
+
+def offsets_of(batch: Iterable[Queued] | MessageRows) -> list[int]:
+    """The queue offsets of a batch (of rows: with no message built)."""
+    return batch.offsets if isinstance(batch, MessageRows) else list(map(_OFFSET, batch))
 
 
 class OffsetMap:
@@ -154,7 +167,8 @@ class ProcessQueue:
     def __init__(self, topic: str, queue_id: int) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self.msgs = OffsetMap()                    # queue offset -> Message, cached
+        self.msgs = OffsetMap()                    # queue offset -> Message (or body: see chunks), cached
+        self.chunks: list[MessageRows] = []        # rows put: the cached ones' columns (and spent ones)
         self.consuming: SortedDict = SortedDict()  # orderly: taken, in flight
         self.in_flight: set[int] = set()           # concurrent: offsets handed out
         self.handed_max = -1         # concurrent: the highest offset handed out while any is out
@@ -172,6 +186,8 @@ class ProcessQueue:
 
     # -- filling ---------------------------------------------------------------------------
     def put(self, messages: Iterable[Queued]) -> int:
+        if self.chunks:
+            self._materialize()
         msgs, consuming = self.msgs, self.consuming
         fresh = {m.queue_offset: m for m in messages
                  if m.queue_offset not in msgs and m.queue_offset not in consuming}
@@ -189,7 +205,7 @@ class ProcessQueue:
         """A pull's messages (``offsets`` ascending, ``nbytes`` their bodies' length): when
         they all come after what is cached, one bulk insert with no test per message."""
         msgs = self.msgs
-        if not messages or self.consuming or (msgs and offsets[0] <= msgs.last()):
+        if not messages or self.consuming or self.chunks or (msgs and offsets[0] <= msgs.last()):
             return self.put(messages)
         msgs.append_run(offsets, messages)
         self.bytes += nbytes
@@ -198,6 +214,78 @@ class ProcessQueue:
         if self.in_flight and offsets[0] <= self.handed_max:
             self.gaps = True
         return len(messages)
+
+    def put_rows(self, rows: MessageRows, nbytes: int) -> int:
+        """A pull's rows (offsets ascending; ``nbytes`` their bodies' length), kept as they
+        are: the offsets map to the bodies. Offsets cached already are left out."""
+        msgs, offsets = self.msgs, rows.offsets
+        if not offsets:
+            return 0
+        if self.consuming or (msgs and not self.chunks):
+            return self.put_run(offsets, list(rows), nbytes)   # (a queue of messages)
+        if msgs and offsets[0] <= msgs.last():
+            keep = [i for i, off in enumerate(offsets) if off not in msgs]
+            if not keep:
+                return 0
+            rows = _pick(rows, keep)
+            offsets = rows.offsets
+            msgs.update(dict(zip(offsets, rows.bodies)))
+            nbytes = sum(map(len, rows.bodies))
+        else:
+            msgs.append_run(offsets, rows.bodies)
+        self.chunks.append(rows)
+        self.bytes += nbytes
+        if offsets[-1] > self.max_seen:
+            self.max_seen = offsets[-1]
+        if self.in_flight and offsets[0] <= self.handed_max:
+            self.gaps = True
+        if len(self.chunks) > MAX_CHUNKS:
+            # (chunks spent but for a message or two: keep only the rows still cached)
+            self.chunks = [self._rows_of(list(msgs))]
+        return len(offsets)
+
+    def _rows_of(self, keys: list[int]) -> MessageRows:
+        """The rows of the cached offsets ``keys`` (ascending), from the chunks: a slice of
+        one chunk when they lie in a row there, as they mostly do."""
+        out: MessageRows | None = None
+        rest = keys
+        while rest:
+            first = rest[0]
+            for c in self.chunks:
+                offs = c.offsets
+                i = bisect.bisect_left(offs, first)
+                if i < len(offs) and offs[i] == first:
+                    break
+            else:
+                raise KeyError(first)
+            k = min(len(rest), len(offs) - i)
+            if i == 0 and k == len(offs) == len(keys) and offs[-1] == keys[-1] == first + k - 1:
+                return c   # the whole chunk, the common case (one run of offsets: the keys)
+            if offs[i:i + k] != rest[:k]:
+                k = 1
+                while k < len(rest) and i + k < len(offs) and offs[i + k] == rest[k]:
+                    k += 1
+            part = c[i:i + k]
+            out = part if out is None else out + part
+            rest = rest[k:]
+        return out if out is not None else MessageRows(self.topic, self.queue_id, [], [], [], [], [], [], [])
+
+    def _materialize(self) -> None:
+        """Turn a queue of rows into one of messages (messages are put into it)."""
+        keys = list(self.msgs)
+        for off, m in zip(keys, self._rows_of(keys)):
+            self.msgs[off] = m   # (a key present: only its value changes)
+        self.chunks = []
+
+    def _spent(self) -> None:
+        """Forget the chunks no cached offset needs (all of them when nothing is cached)."""
+        msgs = self.msgs
+        if not msgs:
+            self.chunks = []
+            return
+        first = msgs.first()
+        while self.chunks and self.chunks[0].offsets[-1] < first:
+            del self.chunks[0]
 
     def full(self) -> bool:
         """RocketMQ's pull flow control: at most 1000 messages or 100 MiB cached per queue."""
@@ -209,7 +297,8 @@ class ProcessQueue:
 
     # -- concurrent ------------------------------------------------------------------------
     def next_batch(self, n: int) -> list[Message]:
-        """Up to ``n`` cached messages not yet handed out, oldest first (concurrent mode)."""
+        """Up to ``n`` cached messages not yet handed out, oldest first (concurrent mode); of
+        a queue of rows, their :class:`MessageRows`."""
         msgs, in_flight = self.msgs, self.in_flight
         if not in_flight:
             self.gaps = False
@@ -227,6 +316,8 @@ class ProcessQueue:
         if keys:
             self.handed_max = max(self.handed_max, keys[-1]) if in_flight else keys[-1]
         in_flight.update(keys)
+        if self.chunks:
+            return self._rows_of(keys)   # type: ignore[return-value]  # (read as client messages)
         return msgs.values_of(keys)
 
     def remove(self, messages: list[Message]) -> int:
@@ -235,39 +326,45 @@ class ProcessQueue:
         if not msgs:
             return -1
         n = len(messages)
-        offs = list(map(_OFFSET, messages))
+        offs = offsets_of(messages)
         if n and msgs.first() == offs[0] and msgs.head(n) == offs:
             # the oldest n cached, in order (batches are handed out so)
             if n == len(msgs):
                 # the common case: everything cached was consumed
                 self.bytes = 0
                 msgs.clear()
+                self.chunks = []
                 self.in_flight.clear()
                 return self.max_seen + 1
             self.in_flight.difference_update(offs)
-            self.bytes -= sum(map(len, map(_BODY, messages)))
+            self.bytes -= sum(map(len, messages.bodies if isinstance(messages, MessageRows)
+                                  else map(_BODY, messages)))
             msgs.drop_head(n)
         else:
-            for m in messages:
-                got = msgs.pop(m.queue_offset, None)
-                self.in_flight.discard(m.queue_offset)
+            bodies = bool(self.chunks)   # (a queue of rows maps offsets to bodies)
+            for off in offs:
+                got = msgs.pop(off, None)
+                self.in_flight.discard(off)
                 if got is not None:
-                    self.bytes -= len(got.body)
+                    self.bytes -= len(got if bodies else got.body)
         if not self.in_flight:
             self.gaps = False
+        if self.chunks:
+            self._spent()
         if msgs:
             return msgs.first()
         return self.max_seen + 1
 
     def release(self, messages: Iterable[Message]) -> None:
         """Hand messages back (concurrent mode) so a later batch takes them again."""
-        for m in messages:
-            self.in_flight.discard(m.queue_offset)
+        self.in_flight.difference_update(offsets_of(messages))
         # what was handed back lies below handed_max and is not out any more
         self.gaps = bool(self.in_flight)
 
     # -- orderly ---------------------------------------------------------------------------
     def take(self, n: int) -> list[Message]:
+        if self.chunks:
+            self._materialize()
         out: list[Message] = []
         while self.msgs and len(out) < n:
             off, m = self.msgs.pop_first()
@@ -294,6 +391,16 @@ class ProcessQueue:
 
     def clear(self) -> None:
         self.msgs.clear()
+        self.chunks = []
         self.consuming.clear()
         self.in_flight.clear()
         self.bytes = 0
+
+
+def _pick(rows: MessageRows, keep: list[int]) -> MessageRows:
+    """The rows at the indexes ``keep``."""
+    at = keep.__iter__
+    return MessageRows(rows.topic, rows.queue_id, list(map(rows.offsets.__getitem__, at())),
+                       list(map(rows.bodies.__getitem__, at())), list(map(rows.born.__getitem__, at())),
+                       list(map(rows.stored.__getitem__, at())), list(map(rows.phys.__getitem__, at())),
+                       list(map(rows.reconsume.__getitem__, at())), list(map(rows.props.__getitem__, at())))

@@ -6,7 +6,7 @@ No value may hold the property separators (``store.log.record.has_separator``: i
 forge another property, a unique key say), a tag must be selectable by a consumer's
 expression (``store.names.tag_problem``), a key holds no space (keys are stored space
 separated), and a user property is neither empty nor reserved
-(``store.log.record.check_property``).
+(``store.log.record.property_problem``).
 
 Errors are :class:`~store.errors.InvalidPropertyError` naming the argument in the caller's
 spelling (``arg_names``, as in :mod:`store.client.rules`)::
@@ -62,8 +62,7 @@ def build_properties(*, tags: str | None = None, keys: str | Sequence[str] | Non
 
 def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> dict[str, str]:
     """The user properties, each checked; ``NAME=VALUE`` strings split first."""
-    from store.errors import BadInputError
-    from store.log.record import check_property
+    from store.log.record import property_problem
     if given is None:
         return {}
     if isinstance(given, Mapping):
@@ -78,10 +77,9 @@ def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> d
             pairs.append((item, name, value))
     out: dict[str, str] = {}
     for shown, name, value in pairs:
-        try:
-            check_property(name, value)
-        except BadInputError as exc:
-            raise InvalidPropertyError(f"{said['properties']} {shown!r}: {exc}", "properties", shown) from exc
+        why = property_problem(name, value)
+        if why is not None:
+            raise InvalidPropertyError(f"{said['properties']} {shown!r}: {why}", "properties", shown)
         out[name] = value
     return out
 

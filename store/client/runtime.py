@@ -42,7 +42,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, Union, cast, runtime_checkable
 
 from store import names
 from store.client import message as client_message
@@ -156,7 +156,7 @@ class InlineSink(Protocol):
 
     def consume(self, batch: list[Message]) -> None: ...
 
-    def write_raw(self, bodies: list[bytes]) -> None: ...
+    def write_raw(self, bodies: Sequence[bytes | memoryview]) -> None: ...
 
 
 @runtime_checkable
@@ -178,7 +178,10 @@ class PoolSink(Protocol):
     consumer (the iterator, Python handlers): see :meth:`Runtime.set_sink`; ``spread`` above
     0, a per-message sink's backlog is cut into that many batches (default ``max_in_flight``):
     a sink whose hand-over costs as much as many handler calls (Python handlers in threads)
-    says its thread count, one batch per thread, half the hand-overs."""
+    says its thread count, one batch per thread, half the hand-overs (a backlog of ``spread``
+    full batches and more goes out in full batches); ``cancel_on_stop`` true,
+    the futures still pending when the member stops are cancelled (their batches handed back:
+    a stop starts no new handler)."""
 
     batch: int
     max_in_flight: int
@@ -194,6 +197,7 @@ class ThreadPoolSink:
     client_messages = False     # (the optional PoolSink attributes)
     persist_every_s = 0.0
     spread = 0
+    cancel_on_stop = True
 
     def __init__(self, work: Callable[[list[Message], str], Outcome], threads: int, batch: int = 1,
                  per_message: bool = False) -> None:
@@ -258,7 +262,8 @@ class Runtime:
         # thread or a signal handler wakes it too, as the threading.Event it replaces.
         from store.watch import Watcher, consumer_paths
         self.wake = Watcher(consumer_paths(store.layout, opts.group, orderly=not opts.broadcast)
-                            if opts.group and not opts.no_group else [(store.layout.checkpoint, "file")])
+                            if opts.group and not opts.no_group else [(store.layout.checkpoint, "file")],
+                            lazy=True)
         self.stop_requested = False
         self.consumed = 0
         self.handed_out = 0
@@ -481,7 +486,7 @@ class Runtime:
         self._shut_down = True
         self._run_calls()
         if self.pool is not None:
-            if isinstance(self.pool, ThreadPoolSink):
+            if getattr(self.pool, "cancel_on_stop", False):
                 # Batches queued for a handler thread but not started are handed back: a stop
                 # starts no new handler.
                 for fut in list(self.futures):
@@ -899,11 +904,15 @@ class Runtime:
                         if c is None:
                             continue
                         pq = self.pqs[key]
-                        worked |= self._pull_raw(key, pq, 0, c) if raw else self._pull_client(key, pq, 0, c)
+                        nbytes = sum(map(len, c.bodies))
+                        worked |= self._pull_raw(key, pq, 0, c) if raw else self._pull_client(key, pq, 0, c, nbytes)
                         left[key][0] -= len(c)
-                        left[key][1] -= sum(map(len, c.bodies))
+                        left[key][1] -= nbytes
                     keys = [k for k in keys if k[1] in got and left[k][0] > 0 and left[k][1] > 0
                             and k in self.pqs and self.pqs[k].next_pull < got[k[1]].max_offset]
+                    # A raw read's bodies are views into its buffer: free it before the next
+                    # read, which then reuses its memory instead of faulting in fresh pages.
+                    del got, c
         for key, (raw, want) in plan.items():
             held = self.pqs.get(key)
             if held is None or left[key][0] < want or self.stop_requested:
@@ -911,19 +920,22 @@ class Runtime:
             worked |= self._pull_raw(key, held, want) if raw else self._pull_client(key, held, want)
         return worked
 
-    def _pull_client(self, key: QueueKey, pq: ProcessQueue, want: int, pre: Columns | None = None) -> bool:
+    def _pull_client(self, key: QueueKey, pq: ProcessQueue, want: int, pre: Columns | None = None,
+                     nbytes: int | None = None) -> bool:
         """A pull for a sink that takes :class:`store.Message` objects: the records' columns
-        (every record checked as by :meth:`Store.pull`), and messages built straight from them
-        with their properties parsed only when read; no record is decoded on the way. ``pre``:
-        the columns read already (:meth:`_pull_shared`)."""
+        (every record checked as by :meth:`Store.pull`), kept as they are; each message is
+        built from them as it is handed out, its properties parsed only when read; no record is
+        decoded on the way. ``pre``: the columns read already (:meth:`_pull_shared`), and
+        ``nbytes`` their bodies' length."""
         t, q = key
         c = pull_records(self.store, t, q, pq.next_pull, want) if pre is None else pre
         for qoff, why in c.damaged:
             self.warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
         if c.next_offset == pq.next_pull:
             return False
-        pq.put_run(c.offsets, client_message.from_columns(t, q, c.offsets, c.bodies, c.born, c.stored, c.phys,
-                                                          c.reconsume, c.props), sum(map(len, c.bodies)))
+        bodies = cast("list[bytes]", c.bodies)   # full reads copy the bodies out (no views)
+        pq.put_rows(client_message.MessageRows(t, q, c.offsets, bodies, c.born, c.stored, c.phys, c.reconsume,
+                                               c.props), sum(map(len, bodies)) if nbytes is None else nbytes)
         pq.max_seen = max(pq.max_seen, c.next_offset - 1)
         pq.next_pull = c.next_offset
         if not pq.cached() and not pq.in_flight:
@@ -944,7 +956,7 @@ class Runtime:
             lock = self.locks.get(key)
             if lock is not None and not lock.is_valid():
                 return False  # the next rebalance drops the queue through the normal path
-            res = self.store.pull_bodies(t, q, pq.next_pull, want)
+            res = self.store.pull_bodies(t, q, pq.next_pull, want, views=True)
         else:
             res = pre
         for qoff, why in res.damaged:
@@ -997,10 +1009,15 @@ class Runtime:
         worked = False
         sized = self.pool is not None and getattr(self.pool, "per_message", False) and not self.o.orderly
         # per-message sinks: batches sized to the backlog of every queue held (spread over the
-        # batches the sink may have out, or its ``spread``), one message each when little waits
+        # batches the sink may have out, or its ``spread``), one message each when little waits;
+        # full batches while the queues hold more than ``spread`` of them (handed out or not):
+        # every thread has a batch then, and a pull's worth cut in ``spread`` parts would only
+        # cost more hand-overs (and commits)
         waiting = sum(len(p.msgs) - len(p.in_flight) for p in self.pqs.values()) if sized else 0
         spread = max(1, int(getattr(self.pool, "spread", 0) or 0)
                      or (self.pool.max_in_flight if self.pool is not None else 1))
+        if sized and self.pool is not None and sum(len(p.msgs) for p in self.pqs.values()) >= spread * self.pool.batch:
+            sized = False
         for key, pq in list(self.pqs.items()):
             if self.stop_requested or self.fatal is not None:
                 break

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, Union
 
 from store.errors import UsageError
 from store.log import format as F
+from store.log.arrays import layouts
 from store.log.record import FAST_CRC as _FAST_CRC
-from store.log.record import PROP_KEYS, PROP_TAGS, Draft, java_hash
+from store.log.record import PROP_KEYS, PROP_TAGS, Draft, counter_hex, java_hash
 from store.log.record import crc32 as _crc32
 from store.log.results import BatchResult
 
@@ -37,28 +38,6 @@ if TYPE_CHECKING:
 
 # A body: bytes, or a view of a read buffer (copied once, into the batch's buffer).
 Body = Union[bytes, bytearray, memoryview]
-
-_HEX4: list[bytes] = []
-
-
-def _hex4_table() -> list[bytes]:
-    if not _HEX4:
-        digits = [b"%02X" % i for i in range(256)]
-        _HEX4.extend([a + b for a in digits for b in digits])
-    return _HEX4
-
-
-def _counter_hex(first: int, n: int) -> list[bytes]:
-    """The 4 hex digits of the unique-key counters ``first .. first+n-1`` (mod 2**16). Large
-    batches slice a table built once (4 ms); a few messages, the common one-message send
-    among them, format theirs directly rather than pay for the table."""
-    if n < 512:
-        return [b"%04X" % ((first + i) & 0xFFFF) for i in range(n)]
-    hex4 = _hex4_table()
-    hx = hex4[first:first + n]
-    while len(hx) < n:   # the counter wraps within the batch
-        hx += hex4[:n - len(hx)]
-    return hx
 
 
 # The record header in three parts for the producer's fast path: the fields that vary, then
@@ -138,7 +117,7 @@ _COMBINE_OP: list[Any] = []
 _ARRAYS_MIN_BATCH = 512
 _ARRAYS_AFTER = 100_000       # messages framed by this process before numpy is worth importing
 _sent = [0]
-_NP: list[Any] = []
+_HEX4_CRCS: list[Any] = []
 
 
 def _use_arrays(n: int, big: bool) -> bool:
@@ -149,25 +128,12 @@ def _use_arrays(n: int, big: bool) -> bool:
     return "numpy" in sys.modules or _sent[0] >= _ARRAYS_AFTER
 
 
-def _np_tables() -> list[Any]:
-    if not _NP:
-        import numpy as np
-        head = np.dtype([("total", ">i4"), ("magic", ">u4"), ("bodycrc", ">u4"), ("qid", ">i4"),
-                         ("flag", ">i4"), ("qoff", ">i8"), ("phys", ">i8"), ("const", "V48"),
-                         ("blen", ">i4")])
-        assert head.itemsize == F.RECORD_HEADER_SIZE
-        cq = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-        assert cq.itemsize == F.CQ_ENTRY_SIZE
-        _NP.extend((np, head, cq, 10 ** np.arange(10, dtype=np.int64)))
-    return _NP
-
-
 def _hex4_crcs() -> Any:
     """CRC of each of the 65536 four-hex-digit key counters (as an array), computed once."""
-    np = _NP[0]
-    if len(_NP) < 5:
-        _NP.append(np.fromiter(map(_crc32, _hex4_table()), np.int64, 65536))
-    return _NP[4]
+    if not _HEX4_CRCS:
+        np = layouts().np
+        _HEX4_CRCS.append(np.fromiter(map(_crc32, counter_hex(0, 65536)), np.int64, 65536))
+    return _HEX4_CRCS[0]
 
 
 def _frame_arrays(batch: WriteBatch, topic: str, bodies: Sequence[Body], qids: list[int],
@@ -180,7 +146,8 @@ def _frame_arrays(batch: WriteBatch, topic: str, bodies: Sequence[Body], qids: l
     ``(bytes of every record, queue offsets, commit-log offsets, unique-key index hashes)``, or
     None (nothing changed) when the batch does not fit in the current segment or has a body
     big enough for the per-record path's CRC combine."""
-    np, head_t, cq_t, pow10 = _np_tables()[:4]
+    L = layouts()
+    np, head_t, cq_t, pow10 = L.np, L.write_head, L.cq, L.pow10
     n = len(bodies)
     blen = np.fromiter(map(len, bodies), np.int64, n)
     if int(blen.max()) >= (_COMBINE_FROM if _FAST_CRC else _BIG_BODY):
@@ -190,7 +157,7 @@ def _frame_arrays(batch: WriteBatch, topic: str, bodies: Sequence[Body], qids: l
     if pos + int(ends[-1]) > room_end:
         return None
     phys = ends - total + pos
-    hx = _counter_hex(first_counter, n)
+    hx = counter_hex(first_counter, n)
     qarr = np.fromiter(qids, np.int64, n)
     qoff = np.empty(n, np.int64)
     used = set(qids)
@@ -322,7 +289,7 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
     elif tails is None and not big:
         # The common case, kept lean: no per-message properties, no big bodies.
         n = len(bodies)
-        hx = _counter_hex(first_counter, n)
+        hx = counter_hex(first_counter, n)
         join = b"".join
         offs_append, physs_append = offs.append, physs.append
         trailer = b"\x02%010d\x01#23CRC__"   # reversed: __CRC32# 0x01 digits 0x02
@@ -356,7 +323,7 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
         # (a second pass, cheap with ISA-L) or, for the biggest bodies, is combined from the
         # body's CRC without touching the body again (zlib's crc32_combine_op).
         n = len(bodies)
-        hx = _counter_hex(first_counter, n)
+        hx = counter_hex(first_counter, n)
         offs_append, physs_append = offs.append, physs.append
         trailer = b"\x02%010d\x01#23CRC__"
         # with zlib's slow CRC, every big body's record CRC is combined
@@ -479,9 +446,6 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
         index = (all_hashes, all_physs)
     else:
         index = (hashes, physs)
-    for q, b in enumerate(cqb):
-        if b is not None:
-            batch.queue_run(topic, q).next = nxt[q]
     batch.index_hashes(*index)
     return BatchResult(topic, qids, offs, physs, store_ts, uk_head_s, first_counter)
 

@@ -601,13 +601,15 @@ class Store:
         return PullResult(msgs, nxt, max_off, damaged)
 
     def pull_bodies(self, topic: str, queue_id: int, offset: int, max_count: int = 256,
-                    max_bytes: int = 4 * 1024 * 1024) -> BodiesResult:
+                    max_bytes: int = 4 * 1024 * 1024, views: bool = False) -> BodiesResult:
         """Only the bodies of up to ``max_count`` messages of one queue from ``offset``, for
         readers that need nothing else (``consume`` writing raw bodies, no tag filter).
 
         Every record gets the same checks as in :meth:`pull` (see :mod:`store.log.bulk`), but no
-        :class:`Message` is built: about three times cheaper per message."""
-        c = pull_columns(self, topic, queue_id, offset, max_count, max_bytes, bodies_only=True)
+        :class:`Message` is built: about three times cheaper per message. ``views``: bodies of
+        1 KiB and more may come as memoryviews into the read's buffer instead of copies (for
+        a caller that writes them out and lets go)."""
+        c = pull_columns(self, topic, queue_id, offset, max_count, max_bytes, bodies_only=True, views=views)
         return BodiesResult(c.bodies, c.offsets, c.next_offset, c.max_offset, c.damaged)
 
     def iter_queue(self, topic: str, queue_id: int, start: int, end: int | None = None,

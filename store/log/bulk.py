@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from store.log import format as F
+from store.log.arrays import layouts
 from store.log.record import RecordError, crc32
 
 if TYPE_CHECKING:
@@ -45,10 +46,11 @@ class Columns:
     """Messages of one queue as parallel lists: entry ``i`` of every list is the message at
     queue offset ``offsets[i]``. ``props`` are the raw ``name 0x01 value 0x02`` bytes.
     ``phys`` (commit-log offsets) and ``reconsume`` (reconsume times) are filled only when
-    asked for (``with_phys``, and not ``bodies_only``)."""
+    asked for (``with_phys``, and not ``bodies_only``). ``bodies`` are ``bytes`` except from
+    :func:`pull_many` without ``full`` (views there)."""
 
     offsets: list[int]
-    bodies: list[bytes]
+    bodies: list[bytes | memoryview]
     born: list[int]
     stored: list[int]
     props: list[bytes]
@@ -125,18 +127,23 @@ def _why(span: bytes, start: int, end: int, phys: int, qoff: int, queue_id: int,
 
 def pull_columns(store: "Store", topic: str, queue_id: int, offset: int, max_count: int = 256,
                  max_bytes: int = 4 * 1024 * 1024, with_phys: bool = False,
-                 bodies_only: bool = False) -> Columns:
+                 bodies_only: bool = False, views: bool = False) -> Columns:
     """Up to ``max_count`` messages of one queue from ``offset``, stopping after the record that
     reaches ``max_bytes``; ``next_offset`` is where the next pull starts. ``bodies_only``
-    leaves ``born``, ``stored`` and ``props`` empty (``consume`` writing raw bodies)."""
+    leaves ``born``, ``stored`` and ``props`` empty (``consume`` writing raw bodies); with
+    ``views`` too, a dense run of big bodies may come as views (see :func:`pull_many`)."""
     q = store.queue(topic, queue_id)
     max_off = q.max_offset()
     out = Columns([], [], [], [], [], [], offset, max_off)
     if offset >= max_off:
         return out
-    if bodies_only and not with_phys and min(max_count, max_off - offset) >= _VECTOR_MIN_RUN and (
+    # A dense run big enough for numpy is checked as arrays (bodies only, or every column
+    # with ``phys``); anything else, and anything unusual, by the exact loop below, which
+    # names each damaged record.
+    if bodies_only != with_phys and min(max_count, max_off - offset) >= _VECTOR_MIN_RUN and (
             "numpy" in sys.modules or max_off - offset >= _VECTOR_MIN_BACKLOG):
-        if _vector_run(store, q, topic, queue_id, offset, min(max_count, max_off - offset), max_bytes, out, False):
+        if _vector_run(store, q, topic, queue_id, offset, min(max_count, max_off - offset), max_bytes, out,
+                       with_phys, views):
             return out
     entries = q.read_entries(offset, min(max_count, max_off - offset))
     if not entries:
@@ -240,65 +247,31 @@ def pull_columns(store: "Store", topic: str, queue_id: int, offset: int, max_cou
 _VECTOR_MIN_RUN = 128
 _GATHER_MAX_AVG = 16384
 _VECTOR_MIN_BACKLOG = 20_000
-_NP: list[Any] = []
-
-
-def _np_tables() -> list[Any]:
-    if not _NP:
-        import numpy as np
-        head = np.dtype([
-            ("total", ">i4"), ("magic", ">u4"), ("bodycrc", ">u4"), ("qid", ">i4"), ("flag", ">i4"),
-            ("qoff", ">i8"), ("phys", ">i8"), ("sysflag", ">i4"), ("born", ">i8"), ("bornhost", ">u8"),
-            ("stored", ">i8"), ("storehost", ">u8"), ("reconsume", ">i4"), ("prepared", ">i8"),
-            ("blen", ">i4"),
-        ])
-        assert head.itemsize == F.RECORD_HEADER_SIZE
-        cq = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-        assert cq.itemsize == F.CQ_ENTRY_SIZE
-        crc_head = np.frombuffer(F.CRC_PROPERTY.encode() + b"\x01", np.uint8)
-        _NP.extend((np, head, cq, crc_head, 10 ** np.arange(10, dtype=np.int64)))
-    return _NP
-
-
 def pull_records(store: "Store", topic: str, queue_id: int, offset: int, max_count: int = 256,
                  max_bytes: int = 4 * 1024 * 1024) -> Columns:
     """Every column of up to ``max_count`` messages of one queue (``phys`` and ``reconsume``
     too): what a client's message is made of, with no :class:`~store.log.record.Message` built
-    (the Python consumer). A dense run big enough for numpy is checked as arrays, anything else
-    by :func:`pull_columns`' exact loop, which names each damaged record."""
-    q = store.queue(topic, queue_id)
-    max_off = q.max_offset()
-    count = min(max_count, max_off - offset)
-    if count >= _VECTOR_MIN_RUN and ("numpy" in sys.modules or max_off - offset >= _VECTOR_MIN_BACKLOG):
-        out = Columns([], [], [], [], [], [], offset, max_off)
-        if _vector_run(store, q, topic, queue_id, offset, count, max_bytes, out, True):
-            return out
+    (the Python consumer), checked as :func:`pull_columns` checks them."""
     return pull_columns(store, topic, queue_id, offset, max_count, max_bytes, with_phys=True)
 
 
 def _vector_run(store: "Store", q: "ConsumeQueue", topic: str, queue_id: int, offset: int, count: int,
-                max_bytes: int, out: Columns, full: bool) -> bool:
-    """A run of one queue into ``out`` (its bodies; with ``full`` every column), every record
+                max_bytes: int, out: Columns, full: bool, views: bool) -> bool:
+    """A run of one queue into ``out`` (its bodies, as views if ``views`` allows, see
+    :func:`_cut`; with ``full`` every column), every record
     checked as in :func:`pull_columns` but as arrays (one comparison per check over the run;
     the record CRC stays one call per record). False, with ``out`` untouched, when the run is
     not a dense one (see :func:`fetch_span`) or anything is unusual: the caller's exact loop
     then reads it and names what is wrong. Stops after the record that reaches ``max_bytes``
     and at the first record's segment end, as the loop."""
-    np, head_t, cq_t, crc_head, pow10 = _np_tables()
-    raw = q.read_raw(offset, count)
-    if not raw:
+    np = layouts().np
+    screened = _screen(q, offset, count, max_bytes)
+    if screened is None:
         return False
-    ent = np.frombuffer(raw, cq_t)
-    phys, size = ent["phys"].astype(np.int64), ent["size"].astype(np.int64)
-    if int(size.min()) < F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE:
-        return False   # an invalid entry (or a tiny record): the exact path
-    n = min(len(ent), int(np.searchsorted(np.cumsum(size), max_bytes)) + 1)
-    phys, size = phys[:n], size[:n]
+    phys, size = screened
     log = store.commitlog
     lo = int(phys[0])
     ends_abs = phys + size
-    if lo < 0 or (n > 1 and bool((phys[1:] < ends_abs[:-1]).any())):
-        return False   # out of log order: the exact path
     seg_end = log.segment_of(lo) + log.segment_size
     n = int(np.searchsorted(ends_abs, seg_end, side="right"))
     if n < _VECTOR_MIN_RUN:
@@ -338,8 +311,29 @@ def _vector_run(store: "Store", q: "ConsumeQueue", topic: str, queue_id: int, of
     checked = _check_span(span, starts, ends, size, phys, offset + np.arange(n), queue_id, topic)
     if checked is None:
         return False
-    _cut(span, starts, phys, checked, 0, n, offset, out, full)
+    _cut(span, starts, phys, checked, 0, n, offset, out, full, views)
     return True
+
+
+def _screen(q: "ConsumeQueue", offset: int, count: int, max_bytes: int) -> tuple[Any, Any] | None:
+    """The commit-log offsets and sizes (numpy arrays) of up to ``count`` entries of ``q`` from
+    ``offset``, cut after the record that reaches ``max_bytes``; None when the vectorised
+    check cannot take them (no entries, an invalid entry or a record too small to be one,
+    entries out of log order): the exact loop reads those and names what is wrong."""
+    L = layouts()
+    np, cq_t = L.np, L.cq
+    raw = q.read_raw(offset, count)
+    if not raw:
+        return None
+    ent = np.frombuffer(raw, cq_t)
+    phys, size = ent["phys"].astype(np.int64), ent["size"].astype(np.int64)
+    if int(size.min()) < F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE or int(phys[0]) < 0:
+        return None
+    k = min(len(ent), int(np.searchsorted(np.cumsum(size), max_bytes)) + 1)
+    phys, size = phys[:k], size[:k]
+    if k > 1 and bool((phys[1:] < (phys + size)[:-1]).any()):
+        return None
+    return phys, size
 
 
 def _check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs: Any, qids: Any,
@@ -347,7 +341,8 @@ def _check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs
     """Check the records at ``span[starts[i]:ends[i]]`` (numpy arrays; ``qoffs`` and ``qids``
     what each must say) as :func:`pull_columns` does, as arrays: ``(head, body ends, property
     starts, CRC property starts)``, or None if any record fails a check."""
-    np, head_t, _cq_t, crc_head, pow10 = _np_tables()
+    L = layouts()
+    np, head_t, crc_head, pow10 = L.np, L.head, L.crc_head, L.pow10
     n = len(starts)
     buf = np.frombuffer(span, np.uint8)
     head = buf[starts[:, None] + np.arange(F.RECORD_HEADER_SIZE)].view(head_t).reshape(n)
@@ -378,13 +373,18 @@ def _check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs
 
 
 def _cut(span: bytes, starts: Any, phys: Any, checked: tuple[Any, Any, Any, Any], a: int, b: int,
-         offset: int, out: Columns, full: bool) -> None:
+         offset: int, out: Columns, full: bool, views: bool) -> None:
     """Records ``a`` to ``b`` of a checked span (:func:`_check_span`), at queue offsets from
-    ``offset``, into ``out``'s columns (bodies only, unless ``full``)."""
+    ``offset``, into ``out``'s columns (bodies only, unless ``full``). ``views``: bodies of
+    ``_VIEW_MIN_AVG`` bytes and more on average are views into ``span``, not copies."""
     head, t, p, crc_at = checked
     n = b - a
     out.offsets = list(range(offset, offset + n))
-    out.bodies = list(map(span.__getitem__, map(slice, (starts[a:b] + F.RECORD_HEADER_SIZE).tolist(), t[a:b].tolist())))
+    body_at = starts[a:b] + F.RECORD_HEADER_SIZE
+    src: bytes | memoryview = span
+    if views and n and int((t[a:b] - body_at).sum()) >= n * _VIEW_MIN_AVG:
+        src = memoryview(span)
+    out.bodies = list(map(src.__getitem__, map(slice, body_at.tolist(), t[a:b].tolist())))
     if full:
         out.props = list(map(span.__getitem__, map(slice, p[a:b].tolist(), crc_at[a:b].tolist())))
         out.born = head["born"][a:b].tolist()
@@ -397,6 +397,9 @@ def _cut(span: bytes, starts: Any, phys: Any, checked: tuple[Any, Any, Any, Any]
 # A shared read (pull_many): at most this much of the log at once (a window that stays in
 # the CPU's caches while its records are checked and cut out).
 _WINDOW = 8 * 1024 * 1024
+# Raw bodies this big on average are handed out as views: a view costs about what copying
+# 300 bytes does, and a copy of a big body is most of what a raw consumer spends on it.
+_VIEW_MIN_AVG = 1024
 
 
 def pull_many(store: "Store", topic: str, requests: list[tuple[int, int, int, int]],
@@ -414,30 +417,22 @@ def pull_many(store: "Store", topic: str, requests: list[tuple[int, int, int, in
     Returns the runs served this way, by queue id (each may be shorter than asked: the
     caller asks again for the rest); a queue not in the answer is read on its own
     (:func:`pull_columns`, :func:`pull_records`). ``full``: every column, as
-    :func:`pull_records`, else bodies only. Needs numpy: with it not loaded yet and less
-    than 20,000 messages left in the queues asked for, the answer is empty."""
+    :func:`pull_records`, else bodies only; then, when they are 1 KiB and more on average,
+    as memoryviews into the read's buffer (no copy; each keeps the whole read alive: for a
+    caller that writes them out and lets go of them before its next read). Needs numpy:
+    with it not loaded yet and less than 20,000 messages left in the queues asked for, the
+    answer is empty."""
     queues = [(store.queue(topic, r[0]), *r) for r in requests]
     ends = [q.max_offset() for q, *_r in queues]
     if "numpy" not in sys.modules and sum(e - r[2] for e, r in zip(ends, queues)) < _VECTOR_MIN_BACKLOG:
         return {}
-    np, _head_t, cq_t, _crc_head, _pow10 = _np_tables()
+    np = layouts().np
     runs = []
     for (q, queue_id, offset, max_count, max_bytes), max_off in zip(queues, ends):
         count = min(max_count, max_off - offset)
-        if count <= 0 or max_bytes <= 0:
-            continue
-        raw = q.read_raw(offset, count)
-        if not raw:
-            continue
-        ent = np.frombuffer(raw, cq_t)
-        phys, size = ent["phys"].astype(np.int64), ent["size"].astype(np.int64)
-        if int(size.min()) < F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE or int(phys[0]) < 0:
-            continue
-        k = min(len(ent), int(np.searchsorted(np.cumsum(size), max_bytes)) + 1)
-        phys, size = phys[:k], size[:k]
-        if k > 1 and bool((phys[1:] < (phys + size)[:-1]).any()):
-            continue   # out of log order: the exact path
-        runs.append((queue_id, offset, max_off, phys, size))
+        screened = _screen(q, offset, count, max_bytes) if count > 0 and max_bytes > 0 else None
+        if screened is not None:
+            runs.append((queue_id, offset, max_off, *screened))
     if len(runs) < 2:
         return {}
     log = store.commitlog
@@ -468,7 +463,7 @@ def pull_many(store: "Store", topic: str, requests: list[tuple[int, int, int, in
     a = 0
     for (queue_id, offset, max_off, _p, _s), c in zip(kept, counts):
         col = Columns([], [], [], [], [], [], offset, max_off)
-        _cut(span, starts, phys, checked, a, a + c, offset, col, full)
+        _cut(span, starts, phys, checked, a, a + c, offset, col, full, not full)
         out[queue_id] = col
         a += c
     return out

@@ -157,11 +157,7 @@ class ConsumeQueue:
         try:
             self._append(first_offset, entries, undo)
         except StoreError:
-            for path, size in reversed(undo):
-                try:
-                    os.truncate(path, size)
-                except OSError:
-                    pass
+            cut_back(undo)
             raise
         return undo
 
@@ -206,3 +202,13 @@ class ConsumeQueue:
 
 def pack_entry(phys: int, size: int, tags: int) -> bytes:
     return _ENTRY.pack(phys, size, tags)
+
+
+def cut_back(undo: list[tuple[str, int]]) -> None:
+    """Cut each file of an undo list (:meth:`ConsumeQueue.append`'s) back to its previous size,
+    newest first; best effort (called on a failure already being raised)."""
+    for path, size in reversed(undo):
+        try:
+            os.truncate(path, size)
+        except OSError:
+            pass

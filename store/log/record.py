@@ -136,6 +136,24 @@ class UniqKeyGenerator:
         return f"{self.prefix}{(now_ms - self.month_start_ms) & 0xFFFFFFFF:08X}{self.counter:04X}"
 
 
+_HEX4: list[bytes] = []
+
+
+def counter_hex(first: int, n: int) -> list[bytes]:
+    """The 4 hex digits ending the unique keys of a batch whose counters run ``first ..
+    first+n-1`` (mod 2**16). Large batches slice a table built once (4 ms); a few messages,
+    the common one-message send among them, format theirs directly rather than pay for it."""
+    if n < 512:
+        return [b"%04X" % ((first + i) & 0xFFFF) for i in range(n)]
+    if not _HEX4:
+        digits = [b"%02X" % i for i in range(256)]
+        _HEX4.extend([a + b for a in digits for b in digits])
+    hx = _HEX4[first:first + n]
+    while len(hx) < n:   # the counter wraps within the batch
+        hx += _HEX4[:n - len(hx)]
+    return hx
+
+
 def has_separator(value: str | bytes) -> bool:
     """Whether ``value`` holds a property separator (bytes 1 and 2): stored in a property (a
     user property, tags, keys, a sharding key) it would let a producer inject properties, e.g.
@@ -152,14 +170,23 @@ def check_text(what: str, value: str) -> str:
     return value
 
 
-def check_property(name: str, value: str) -> None:
-    """A user property must be non-empty, not reserved, and free of the separators."""
+def property_problem(name: str, value: str) -> str | None:
+    """Why a user property may not be stored (None: it may): it must be non-empty, not
+    reserved, and free of the separators."""
     if not name or not value:
-        raise BadInputError(f"property {name!r}: name and value must both be non-empty")
+        return "name and value must both be non-empty"
     if name in RESERVED_PROPERTIES:
-        raise BadInputError(f"property {name!r} is reserved for the store")
-    check_text(f"property {name!r}", name)
-    check_text(f"property {name!r}", value)
+        return "the name is reserved for the store"
+    if has_separator(name) or has_separator(value):
+        return "may not contain the control characters \\x01 or \\x02"
+    return None
+
+
+def check_property(name: str, value: str) -> None:
+    """A user property that may be stored (:func:`property_problem`), else BadInputError."""
+    why = property_problem(name, value)
+    if why is not None:
+        raise BadInputError(f"property {name!r}: {why}")
 
 
 def encode_properties(props: dict[str, str]) -> bytes:

@@ -27,24 +27,15 @@ import numpy as np
 import pyarrow as pa
 
 from store.log import format as F
+from store.log.arrays import layouts
 from store.log.record import crc32
 
 if TYPE_CHECKING:
     from store.log.broker import Store
 
-_CQ = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-assert _CQ.itemsize == F.CQ_ENTRY_SIZE
-# format.py's RECORD_HEADER, field by field (88 bytes, packed, big-endian)
-_HEAD = np.dtype([
-    ("total", ">i4"), ("magic", ">u4"), ("bodycrc", ">u4"), ("qid", ">i4"), ("flag", ">i4"),
-    ("qoff", ">i8"), ("phys", ">i8"), ("sysflag", ">i4"), ("born", ">i8"), ("bornhost", ">u8"),
-    ("stored", ">i8"), ("storehost", ">u8"), ("reconsume", ">i4"), ("prepared", ">i8"),
-    ("blen", ">i4"),
-])
-assert _HEAD.itemsize == F.RECORD_HEADER_SIZE
-_CRC_HEAD = np.frombuffer(F.CRC_PROPERTY.encode() + b"\x01", np.uint8)   # "__CRC32#" 0x01
+_L = layouts()
+_CQ, _HEAD, _CRC_HEAD, _POW10 = _L.cq, _L.head, _L.crc_head, _L.pow10
 _DIGITS = np.arange(10, dtype=np.int64)
-_POW10 = 10 ** _DIGITS
 _MIN_SIZE = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
 
 

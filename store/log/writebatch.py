@@ -23,7 +23,6 @@ Failpoints (``failpoints.py``): ``put-after-log``, ``put-after-cq``, ``put-after
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -33,6 +32,7 @@ from store.failpoints import failpoint
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.commitlog import LogAppender
+from store.log.consumequeue import cut_back
 from store.log.index import key_hash
 from store.log.record import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Draft, encode, java_hash
 from store.log.results import PutResult
@@ -49,12 +49,15 @@ ASYNC_FLUSH_INTERVAL_S = 30.0
 
 @dataclass(slots=True)
 class QueueRun:
-    """What a batch adds to one queue: packed consume-queue entries from offset ``first``;
-    ``next`` is the offset the next one gets."""
+    """What a batch adds to one queue: packed consume-queue entries from offset ``first``."""
 
     first: int
-    next: int
     entries: bytearray = field(default_factory=bytearray)
+
+    @property
+    def next(self) -> int:
+        """The queue offset the next entry gets."""
+        return self.first + len(self.entries) // F.CQ_ENTRY_SIZE
 
 
 class WriteBatch:
@@ -92,7 +95,7 @@ class WriteBatch:
         run = self.queues.get((topic, queue_id))
         if run is None:
             first = self.store.queue(topic, queue_id).max_offset()
-            run = self.queues[(topic, queue_id)] = QueueRun(first, first)
+            run = self.queues[(topic, queue_id)] = QueueRun(first)
         return run
 
     def add_entry(self, topic: str, queue_id: int, phys: int, size: int, tags_code: int) -> int:
@@ -100,7 +103,6 @@ class WriteBatch:
         run = self.queue_run(topic, queue_id)
         qoff = run.next
         run.entries += F.CQ_ENTRY.pack(phys, size, tags_code)
-        run.next = qoff + 1
         return qoff
 
     def index(self, key: str, phys: int) -> None:
@@ -212,11 +214,7 @@ class WriteBatch:
     def undo(self, cut: list[tuple[str, int]]) -> None:
         """Cut the consume-queue files in ``cut`` (path, old size), then the commit log, back
         to where the batch started, and fence the key index (best effort: called on failure)."""
-        for path, size in reversed(cut):
-            try:
-                os.truncate(path, size)
-            except OSError:
-                pass
+        cut_back(cut)
         self.app.undo()
         # An index file may have taken part of the batch (and moved its end offset past it)
         # before the next one failed: fence it back, or the records later written at those

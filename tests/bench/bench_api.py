@@ -92,7 +92,7 @@ def main() -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     rate = {k: n / statistics.median(v) for k, v in t.items()}
-    print(f"{n} messages of 100 B, medians of {args.reps}")
+    print(f"{n} messages of 100 B, medians of {args.reps} (load average {os.getloadavg()[0]:.2f})")
     for k, r in rate.items():
         base = rate["produce cli"] if k.startswith("produce") else rate["consume cli"]
         print(f"{k:26} {r:12,.0f} msg/s   {r / base:5.2f}x the CLI")

@@ -24,8 +24,11 @@ the same repetition), then their median:
 * persist-queue's SQLiteQueue (``--npq``, 0 = skipped): ``auto_commit=False`` with
   ``task_done()`` every 100.
 * Page-cache write bandwidth: ``os.write`` of 1 MiB blocks to a new file (dd-like), as many
-  bytes as mqctl's 4 KiB and 64 KiB runs write; each starts after a ``sync`` (no dirty pages),
-  as does each mqctl produce run.
+  bytes as mqctl's 4 KiB and 64 KiB runs write, the median of three; each starts after a
+  ``sync`` (no dirty pages), as does each mqctl produce run. And the floor of any pipeline
+  fed by ``cat``: ``cat FILE`` into a reader that only reads the pipe (1 MiB pipe buffer,
+  4 MiB reads), same bytes: what ``mqctl send`` could reach if framing, CRC and the write
+  cost nothing.
 * Peak RSS of ``mqctl send`` for 10 million messages from stdin (``/usr/bin/time``).
 
 Targets (issue 16): produce >= 2x Redis pipelined XADD at every size, and at 64 KiB >= 50% of
@@ -283,21 +286,53 @@ def write_input(path: Path, n: int, size: int) -> None:
             fh.write(b"\n".join(block) + b"\n")
 
 
-def page_cache_bandwidth(workdir: Path, total: int) -> float:
-    """Bytes per second of os.write(1 MiB) appends to a new file (no fsync): dd to page cache."""
+def page_cache_bandwidth(workdir: Path, total: int, tries: int = 3) -> float:
+    """Bytes per second of os.write(1 MiB) appends to a new file (no fsync): dd to page cache.
+    The median of ``tries`` runs, each after a sync: one alone swings 10x here (the first
+    write after a store's files were deleted and synced can run at a tenth of the others)."""
     path = workdir / "ddtest"
     block = b"\0" * (1 << 20)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    rates = []
+    for _ in range(tries):
+        os.sync()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            t = time.perf_counter()
+            written = 0
+            while written < total:
+                written += os.write(fd, block)
+            dt = time.perf_counter() - t
+        finally:
+            os.close(fd)
+            path.unlink()
+        rates.append(written / dt)
+    return statistics.median(rates)
+
+
+_PIPE_READER = """
+import fcntl, os
+try:
+    fcntl.fcntl(0, 1031, 1 << 20)   # F_SETPIPE_SZ, as mqctl send does
+except OSError:
+    pass
+buf = bytearray(4 << 20)
+while os.readv(0, [buf]):
+    pass
+"""
+
+
+def pipe_floor_seconds(stdin_path: Path) -> float:
+    """``cat FILE | python -c <read the pipe and drop it>``, timed as :func:`run_mqctl` times
+    ``send``: the least any pipeline fed by ``cat`` through a pipe can take."""
+    t = time.perf_counter()
+    cat = subprocess.Popen(["cat", str(stdin_path)], stdout=subprocess.PIPE)
     try:
-        t = time.perf_counter()
-        written = 0
-        while written < total:
-            written += os.write(fd, block)
-        dt = time.perf_counter() - t
+        subprocess.run([sys.executable, "-S", "-c", _PIPE_READER], stdin=cat.stdout, check=True)
     finally:
-        os.close(fd)
-        path.unlink()
-    return written / dt
+        assert cat.stdout is not None
+        cat.stdout.close()
+        cat.wait()
+    return time.perf_counter() - t
 
 
 def peak_rss(n: int, workdir: Path) -> dict:
@@ -363,6 +398,9 @@ def main() -> None:
         a.reps, a.mb, a.nmax, a.nsync, a.nsync4k, a.npq, a.nrss = 1, 8.0, 20_000, 2_000, 500, min(a.npq, 2_000), 50_000
     if not MQCTL.exists():
         raise SystemExit(f"{MQCTL} not found: create the project venv first")
+    import compileall
+    for pkg in ("mqctl", "store"):   # timed as installed: bytecode compiled once, not per process
+        compileall.compile_dir(REPO / pkg, quiet=1)
     sizes = [int(x) for x in a.sizes.split(",") if x]
     counts = {size: max(100, min(a.nmax, int(a.mb * 1e6 / size))) for size in sizes}
     sync_sizes = [s for s in (100, 4096) if s in sizes] or sizes[:1]
@@ -416,6 +454,7 @@ def main() -> None:
                 os.sync()
                 bw = page_cache_bandwidth(workdir, n * (size + 154))
                 rec(f"pagecache_write_bytes_per_s_{tag}", bw)
+                rec(f"pipe_floor_{tag}", n / pipe_floor_seconds(inputs[size]))
             os.sync()
             r = run_mqctl(["send", "T"], store, inputs[size])
             log_bytes = sum(p.stat().st_size for p in (store / "commitlog").iterdir())
@@ -468,8 +507,8 @@ def main() -> None:
 
     def ratio_runs(a_key: str, b_key: str, scale: float = 1.0) -> dict:
         """Ratio per repetition (both from the same repetition), then its median."""
-        rs = [x * scale / y for x, y in zip(runs[a_key], runs[b_key])]
-        return summarise(rs)
+        rs = [x * scale / y for x, y in zip(runs.get(a_key, []), runs.get(b_key, [])) if y]
+        return summarise(rs) if rs else {"median": float("nan"), "min": float("nan"), "max": float("nan"), "runs": []}
 
     ratios: dict[str, dict] = {}
     for size in sizes:
@@ -482,6 +521,9 @@ def main() -> None:
             want = " (target >= 0.5)" if size == 65536 else ""
             ratios[f"produce_{tag}_payload_vs_pagecache{want}"] = ratio_runs(
                 f"mqctl_produce_{tag}", f"pagecache_write_bytes_per_s_{tag}", float(size))
+            ratios[f"pipe_floor_{tag}_payload_vs_pagecache"] = ratio_runs(
+                f"pipe_floor_{tag}", f"pagecache_write_bytes_per_s_{tag}", float(size))
+            ratios[f"produce_{tag}_vs_pipe_floor"] = ratio_runs(f"mqctl_produce_{tag}", f"pipe_floor_{tag}")
             ratios[f"produce_{tag}_logbytes_vs_pagecache"] = summarise([
                 x * e["log_bytes"] / counts[size] / y for x, e, y in
                 zip(runs[f"mqctl_produce_{tag}"], extra[f"mqctl_produce_{tag}"], runs[f"pagecache_write_bytes_per_s_{tag}"])])

@@ -107,3 +107,26 @@ def test_process_queue_hands_out_releases_and_commits_in_order() -> None:
     pq.put_run([10, 11], more, 2)
     first = pq.next_batch(1)
     assert pq.remove(first) == 11 and pq.remove(pq.next_batch(5)) == 12
+
+
+def test_a_raw_read_hands_big_bodies_out_as_views(tmp_path: Path) -> None:
+    """Raw bodies of 1 KiB and more come as views into the read (a raw consumer writes them
+    out without copying each first), from a shared read and from one queue's own pull when
+    asked for; smaller ones, full reads and plain pulls give bytes."""
+    root = tmp_path / "s"
+    with store.Producer(root) as p:
+        p.send_many("T", [bytes([65 + i % 26]) * (2048 + i) for i in range(1600)])
+        p.send_many("U", [b"small %d" % i for i in range(1600)])
+    s = Store.open(root)
+    n = 8   # the default of an auto-created topic
+    for topic, kind in (("T", memoryview), ("U", bytes)):
+        own = {q: pull_records(s, topic, q, 0, 1000).bodies for q in range(n)}
+        assert all(len(b) >= 150 for b in own.values())
+        for full in (False, True):
+            runs = pull_many(s, topic, [(q, 0, 1000, 1 << 30) for q in range(n)], full)
+            assert runs and all(c.bodies == own[q][:len(c.bodies)] for q, c in runs.items())
+            assert {type(b) for c in runs.values() for b in c.bodies} == {kind if not full else bytes}
+        for views in (True, False):
+            r = s.pull_bodies(topic, 3, 0, 1000, views=views)
+            assert r.bodies == own[3]
+            assert {type(b) for b in r.bodies} == {kind if views else bytes}

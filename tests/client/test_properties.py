@@ -24,8 +24,8 @@ def test_builds_tags_keys_user_properties_and_sharding_key() -> None:
     ({"keys": ["a b"]}, "keys", "a key may not contain spaces: 'a b'", "--keys: a key may not contain spaces"),
     ({"keys": ["a\x02"]}, "keys", "a key may not contain the control", "--keys may not contain the control"),
     ({"sharding_key": "s\x01"}, "sharding_key", "sharding_key may not contain", "--sharding-key may not contain"),
-    ({"properties": {"TAGS": "x"}}, "properties", "property 'TAGS': property 'TAGS' is reserved",
-     "--property 'TAGS': property 'TAGS' is reserved"),
+    ({"properties": {"TAGS": "x"}}, "properties", "property 'TAGS': the name is reserved for the store",
+     "--property 'TAGS': the name is reserved for the store"),
     ({"properties": ["novalue"]}, "properties", "property 'novalue': expected NAME=VALUE",
      "--property 'novalue': expected NAME=VALUE"),
 ])
@@ -45,8 +45,9 @@ def test_a_cli_property_error_quotes_the_pair_as_given() -> None:
     assert exc.value.value == "TAGS=x"
 
 
-def test_the_command_line_splits_keys_on_commas_and_routes_by_the_sharding_key_itself() -> None:
-    assert message_properties(["a=1"], "t", "k1, k2,", "s") == {"a": "1", "TAGS": "t", "KEYS": "k1 k2"}
+def test_the_command_line_splits_keys_on_commas() -> None:
+    assert message_properties(["a=1"], "t", "k1, k2,", "s") == {"a": "1", "TAGS": "t", "KEYS": "k1 k2",
+                                                                 "__SHARDINGKEY": "s"}
     with pytest.raises(InvalidPropertyError, match="^--sharding-key may not"):
         message_properties([], None, None, "s\x02")
 

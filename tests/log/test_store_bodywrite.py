@@ -10,6 +10,7 @@ import pytest
 
 from store.log import bodywrite
 from store.log import format as F
+from store.log.results import BatchResult
 from tests.log.storetestutil import all_messages, open_store
 
 M = 0x7FFFFFFF
@@ -114,3 +115,9 @@ def test_big_bodies_written_from_themselves_are_the_same_bytes_as_copied(tmp_pat
         logs.append(_log_and_queues(tmp_path / str(write_from), False, sizes, -1, {"TAGS": "t"}, monkeypatch))
     assert logs[0][0] == logs[1][0] and logs[0][1] == logs[1][1]
     assert len(list((tmp_path / "32768" / "commitlog").iterdir())) >= 3
+
+
+@pytest.mark.parametrize("first,n", [(65_500, 1000), (0, 600), (7, 5)])
+def test_a_batchs_unique_keys_end_in_its_counters_wrapping_at_16_bits(first: int, n: int) -> None:
+    r = BatchResult("T", [0] * n, list(range(n)), list(range(n)), 0, "ABC", first)
+    assert r.uniq_keys == [f"ABC{(first + i) & 0xFFFF:04X}" for i in range(n)]

@@ -251,3 +251,38 @@ def test_a_store_batch_wakes_a_watcher_on_consumer_paths(tmp_path: Path) -> None
                 pass
             later(0.05, lambda: st.put([Draft(topic="t", body=b"hello")]))
             assert w.wait(5.0) and st.layout.checkpoint in w.changed
+
+
+def _inotify_fds() -> int:
+    """This process's inotify descriptors, once every watcher closed before has let its own
+    go (a thread of its own closes each: see Watcher.close)."""
+    for t in threading.enumerate():
+        if t.name == "inotify-close":
+            t.join(10)
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+        except OSError:
+            pass
+    return n
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_lazy_watcher_sets_up_at_its_first_wait_and_reports_every_path(tmp_path: Path, backend: str) -> None:
+    """A consumer that drains and exits never waits: a lazy watcher opens nothing until then.
+    Its first wait cannot know what changed before it watched, so it says everything did;
+    from then on it waits as any other."""
+    cp = tmp_path / "checkpoint"
+    cp.write_bytes(b"x")
+    before = _inotify_fds()
+    with Watcher([(cp, "file"), tmp_path / "members"], backend=backend, lazy=True) as w:
+        assert _inotify_fds() == before
+        assert w.wait(5.0) is True
+        assert w.changed == {cp, tmp_path / "members"}
+        assert _inotify_fds() == before + (backend == "inotify")
+        settle(w)
+        later(0.05, lambda: cp.write_bytes(b"y" * 10))
+        got, _dt = timed_wait(w)
+        assert got is True and cp in w.changed
+    assert _inotify_fds() == before

@@ -1,0 +1,44 @@
+"""The record and consume-queue layouts of ``format.py`` as numpy dtypes, for the paths that
+handle a batch as arrays: bulk reads (``bulk.py``), the write path's array framing
+(``bodywrite.py``) and the Spark reader (``vecread.py``).
+
+numpy is imported on the first call of :func:`layouts`, never on import of this module: its
+import costs ~0.1 s, which a single ``mqctl send`` or a short consume must not pay.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from store.log import format as F
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """numpy, and the layouts as its dtypes and constant arrays."""
+
+    np: Any
+    head: Any         # RECORD_HEADER field by field (88 bytes, packed, big-endian)
+    write_head: Any   # the same bytes with SYSFLAG .. PREPARED TX OFFSET as one 48-byte block
+    cq: Any           # a consume-queue entry: PHYS, SIZE, TAGS
+    crc_head: Any     # "__CRC32#" 0x01: what precedes a record CRC property's ten digits
+    pow10: Any        # 10**0 .. 10**9 (int64): the digits' weights, lowest first
+
+
+_CACHE: list[Layouts] = []
+
+
+def layouts() -> Layouts:
+    if not _CACHE:
+        import numpy as np
+        fields = [("total", ">i4"), ("magic", ">u4"), ("bodycrc", ">u4"), ("qid", ">i4"), ("flag", ">i4"),
+                  ("qoff", ">i8"), ("phys", ">i8")]
+        head = np.dtype([*fields, ("sysflag", ">i4"), ("born", ">i8"), ("bornhost", ">u8"), ("stored", ">i8"),
+                         ("storehost", ">u8"), ("reconsume", ">i4"), ("prepared", ">i8"), ("blen", ">i4")])
+        write_head = np.dtype([*fields, ("const", "V48"), ("blen", ">i4")])
+        cq = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+        assert head.itemsize == write_head.itemsize == F.RECORD_HEADER_SIZE
+        assert cq.itemsize == F.CQ_ENTRY_SIZE
+        crc_head = np.frombuffer(F.CRC_PROPERTY.encode() + b"\x01", np.uint8)
+        _CACHE.append(Layouts(np, head, write_head, cq, crc_head, 10 ** np.arange(10, dtype=np.int64)))
+    return _CACHE[0]
