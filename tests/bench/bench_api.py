@@ -95,7 +95,8 @@ def main() -> None:
     print(f"{n} messages of 100 B, medians of {args.reps} (load average {os.getloadavg()[0]:.2f})")
     for k, r in rate.items():
         base = rate["produce cli"] if k.startswith("produce") else rate["consume cli"]
-        print(f"{k:26} {r:12,.0f} msg/s   {r / base:5.2f}x the CLI")
+        runs = ", ".join(f"{n / x:,.0f}" for x in t[k])
+        print(f"{k:26} {r:12,.0f} msg/s   {r / base:5.2f}x the CLI   (runs: {runs})")
     for k, v in cpu.items():
         c = statistics.median(v)
         cli_cpu = statistics.median(cpu["produce cli" if k.startswith("produce") else "consume cli"])
