@@ -35,8 +35,8 @@ _EXPORTS = {
     "TransactionSendResult": "tx.producer", "Admin": "client.admin",
     "Message": "client.message", "SendResult": "client.message",
     # the engine
-    "Store": "log.broker", "StoreSettings": "log.broker", "open_store": "log.broker", "PutResult": "log.broker",
-    "PullResult": "log.broker", "BatchResult": "log.broker", "Draft": "log.record",
+    "Store": "log.broker", "open_store": "log.broker", "StoreSettings": "log.settings",
+    "PutResult": "log.results", "PullResult": "log.results", "BatchResult": "log.results", "Draft": "log.record",
 }
 # The error catalogue (store/errors.py): every class, so ``except store.TopicNotFoundError``.
 _ERRORS = (

@@ -28,7 +28,6 @@ import shlex
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import Future
@@ -292,17 +291,22 @@ def _empty_file() -> int:
     try:
         return os.memfd_create("mqctl-body", os.MFD_CLOEXEC)
     except (AttributeError, OSError):
+        import tempfile  # (only here: not on every consumer's start-up)
         with tempfile.TemporaryFile(prefix="mqctl-body-") as f:
             return os.dup(f.fileno())
 
 
 def _fill(fd: int, body: bytes) -> None:
-    """Write ``body`` into the empty file ``fd`` (``pwrite``: its offset stays at 0, where
-    the handler starts reading)."""
+    """Write ``body`` into the empty file ``fd`` with ``pwrite``: the file's offset, which the
+    handler shares, stays at 0, where it starts reading. (mqctl keeps out of ``store``'s file
+    helpers: this file is the handler's, not the store's.)"""
     view = memoryview(body)
     pos = 0
     while pos < len(view):
-        pos += os.pwrite(fd, view[pos:], pos)
+        n = os.pwrite(fd, view[pos:], pos)
+        if n <= 0:   # a full memory file system: say so rather than loop
+            raise OSError(errno.ENOSPC, "short write of a handler's stdin")
+        pos += n
 
 
 def _no_inherited_fds() -> None:

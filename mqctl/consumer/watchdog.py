@@ -6,10 +6,10 @@ instead of about 5 ms for a full fork of a threaded process that runs Python in 
 One watchdog process per consumer, started once, in a process group of its own (a Ctrl-C at
 the terminal does not reach it), ignoring the catchable signals. It forks *placeholders*: each
 one makes itself the leader of a new process group and then only waits. Every handler is
-spawned into a fresh placeholder's group (``posix_spawnp(..., setpgroup=G)``: the C library's
-``setpgid`` between its ``vfork``-like clone and ``exec``), so each handler still has a group of its own: a timeout or a
-second Ctrl-C kills that handler's whole tree with ``killpg(G)``, and a handler's own
-``kill 0`` reaches its own tree only.
+spawned into a fresh placeholder's group (``posix_spawnp(..., setpgroup=G)``: the C
+library's ``setpgid`` between its ``vfork``-like clone and ``exec``), so each handler still
+has a group of its own: a timeout or a second Ctrl-C kills that handler's whole tree with
+``killpg(G)``, and a handler's own ``kill 0`` reaches its own tree only.
 
 The consumer holds the only write end of the command pipe. When the consumer is gone (exit or
 SIGKILL, at any moment) the watchdog reads EOF and SIGKILLs every group it handed out and has

@@ -9,7 +9,7 @@ from store.log import record
 
 
 class _Lazy:
-    """The raw properties of a message built from a pull's columns (see :func:`from_columns`):
+    """The raw properties of a message built from a pull's columns (see :class:`MessageRows`):
     its ``msg_id``, ``tags``, ``keys``, ``properties`` and ``offset_msg_id`` are parsed from
     them the first time one is read. Most consumers read a few fields of each message, and
     parsing the properties was most of the cost of building one."""
@@ -61,7 +61,7 @@ class Message(_Lazy):
     commitlog_offset: int = 0
 
     def __getattr__(self, name: str) -> Any:
-        # Reached only for an unset slot: a message from from_columns() whose properties
+        # Reached only for an unset slot: a message built by MessageRows whose properties
         # were not parsed yet.
         if name not in _LAZY_FIELDS:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -172,13 +172,6 @@ class MessageRows:
             m._raw = props[i]
             m.__class__ = message
             yield m
-
-
-def from_columns(topic: str, queue_id: int, offsets: list[int], bodies: list[bytes], born: list[int],
-                 stored: list[int], phys: list[int], reconsume: list[int], props: list[bytes]) -> list[Message]:
-    """Messages of one queue from a pull's parallel columns (:func:`store.log.bulk.pull_records`),
-    their properties parsed only when first read."""
-    return list(MessageRows(topic, queue_id, offsets, bodies, born, stored, phys, reconsume, props))
 
 
 @dataclass(frozen=True, slots=True)

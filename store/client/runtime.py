@@ -243,6 +243,10 @@ class Runtime:
         self._persist_every_s = 0.0     # in-process sinks: the least time between lag persists
         self._last_persist = time.monotonic()
         self.client_fast = False        # build store.Message objects straight from columns
+        # the sink's optional attributes (PoolSink), read once in set_sink
+        self._per_message = False
+        self._spread = 1
+        self._idle_check: Callable[[], None] | None = None
         # Clustering members own every queue they consume under a queue lock (orderly and
         # concurrent alike): a new owner starts only after the previous one persisted and
         # released it, died (the OS drops the lock), or let its lease expire.
@@ -308,6 +312,10 @@ class Runtime:
         # whichever is more), plus the batches in flight.
         self._persist_lag = 1 if self.inline is not None else PULL_BATCH // 2
         self._persist_every_s = max(0.0, float(getattr(sink, "persist_every_s", 0.0) or 0.0))
+        self._per_message = self.pool is not None and bool(getattr(sink, "per_message", False))
+        self._spread = max(1, int(getattr(sink, "spread", 0) or 0)
+                           or (self.pool.max_in_flight if self.pool is not None else 1))
+        self._idle_check = getattr(self.inline, "idle_check", None)
 
     def set_retries(self, max_reconsume: int | None, retry_delay_ms: int | None, suspend_ms: int) -> None:
         """Failed batches: deliveries before the DLQ (None: 16 concurrent, unlimited
@@ -580,7 +588,7 @@ class Runtime:
                 continue
             in_process = self._persist_every_s > 0
             if self.dirty and not o.no_group and (
-                    not (self.futures and (in_process or getattr(self.pool, "per_message", False)))
+                    not (self.futures and (in_process or self._per_message))
                     or (in_process and time.monotonic() - self._last_persist >= self._persist_every_s)):
                 # Nothing to do: make what moved durable now. An in-process handler (a
                 # per-message sink) is cheaper than the fsync, so while its batches run the
@@ -589,9 +597,8 @@ class Runtime:
                 # handler that is a process spawn costs more than the fsync, and the
                 # redelivery window after a crash stays what finished since the last completion.
                 self._persist()
-            idle_check = getattr(self.inline, "idle_check", None)
-            if idle_check is not None:
-                idle_check()   # stdout's reader went away while nothing was written: stop now
+            if self._idle_check is not None:
+                self._idle_check()   # stdout's reader went away while nothing was written: stop now
             due_at = min(next_rebalance, next_persist, self.schedule_at, next_token)
             if self.locks:
                 due_at = min(due_at, next_renew)
@@ -1007,15 +1014,14 @@ class Runtime:
 
     def _dispatch_all(self) -> bool:
         worked = False
-        sized = self.pool is not None and getattr(self.pool, "per_message", False) and not self.o.orderly
+        sized = self._per_message and not self.o.orderly
         # per-message sinks: batches sized to the backlog of every queue held (spread over the
         # batches the sink may have out, or its ``spread``), one message each when little waits;
         # full batches while the queues hold more than ``spread`` of them (handed out or not):
         # every thread has a batch then, and a pull's worth cut in ``spread`` parts would only
         # cost more hand-overs (and commits)
         waiting = sum(len(p.msgs) - len(p.in_flight) for p in self.pqs.values()) if sized else 0
-        spread = max(1, int(getattr(self.pool, "spread", 0) or 0)
-                     or (self.pool.max_in_flight if self.pool is not None else 1))
+        spread = self._spread
         if sized and self.pool is not None and sum(len(p.msgs) for p in self.pqs.values()) >= spread * self.pool.batch:
             sized = False
         for key, pq in list(self.pqs.items()):

@@ -21,8 +21,7 @@ made durable.
 
 Around it: ``settings.py`` (:class:`StoreSettings`, ``store.json``), ``results.py`` (what puts
 and pulls return), ``writebatch.py`` (placement, commit and undo of a batch) and
-``bodywrite.py`` (the framing of :meth:`Store.put_bodies`' raw bodies); the settings and
-results are re-exported here.
+``bodywrite.py`` (the framing of :meth:`Store.put_bodies`' raw bodies).
 """
 from __future__ import annotations
 
@@ -80,14 +79,11 @@ from store.log.record import (
     java_hash,
 )
 from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
-from store.log.settings import DEFAULT_QUEUES, StoreSettings
+from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig, TopicTable
 from store.log.writebatch import WriteBatch
 
-__all__ = [
-    "DEFAULT_QUEUES", "SYSTEM_TOPIC_QUEUES", "BatchResult", "BodiesResult", "PullResult", "PutResult",
-    "Store", "StoreSettings", "open_store",
-]
+__all__ = ["SYSTEM_TOPIC_QUEUES", "Store", "open_store"]
 
 # How often --flush sync writers move the durable point of the consume queues and index
 # themselves (Store.sync_log); async writers move it by volume or age (writebatch.py).

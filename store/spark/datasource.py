@@ -67,7 +67,7 @@ mid-publish skips the recorded part without key-index lookups.
 Modules: this one registers the source and builds sessions; :mod:`store.spark.schema` holds the
 columns, :mod:`store.spark.read` the read options and readers, :mod:`store.spark.write` row
 validation, staging and the batch writer, :mod:`store.spark.sink` the streaming sink and its
-ledger. The names other code imports from here are re-exported.
+ledger. Other code imports from here only what is defined here (``__all__``).
 
 These modules must never import ``mqctl``: the store is usable without the CLI.
 """

@@ -27,7 +27,7 @@ def messages(root: Path, topic: str) -> list:
 
 def init(root: Path, **settings) -> None:
     """Create the store in-process (saves a process start; the CLI's init is tested elsewhere)."""
-    from store.log.broker import StoreSettings
+    from store.log.settings import StoreSettings
     Store.open(root, create=True, settings=StoreSettings(**settings)).close()
 
 

@@ -12,12 +12,16 @@ from pathlib import Path
 import pytest
 
 import store
-from store.client.message import Message, from_columns
+from store.client.message import Message, MessageRows
 from store.client.process_queue import ProcessQueue
 from store.log.broker import Store
 from store.log.bulk import pull_columns, pull_many, pull_records
 
 np = pytest.importorskip("numpy")   # loaded: runs of 128 and more are checked as arrays
+
+
+def _rows(*columns: object) -> list[Message]:
+    return list(MessageRows(*columns))  # type: ignore[arg-type]
 
 
 @pytest.fixture()
@@ -40,14 +44,14 @@ def test_messages_from_columns_equal_those_from_records(filled: Store) -> None:
         exact = pull_columns(filled, "T", q, 0, 1000, with_phys=True)   # the record-by-record loop
         assert (c.offsets, c.bodies, c.born, c.stored, c.phys, c.reconsume, c.props) == \
             (exact.offsets, exact.bodies, exact.born, exact.stored, exact.phys, exact.reconsume, exact.props)
-        lazy = from_columns("T", q, c.offsets, c.bodies, c.born, c.stored, c.phys, c.reconsume, c.props)
+        lazy = _rows("T", q, c.offsets, c.bodies, c.born, c.stored, c.phys, c.reconsume, c.props)
         eager = [Message.from_record(m) for m in filled.pull("T", q, 0, 1000).messages]
         assert lazy == eager and len(lazy) > 400
         for a, b in zip(lazy, eager):
             assert (a.msg_id, a.tags, a.keys, a.properties, a.offset_msg_id) == \
                 (b.msg_id, b.tags, b.keys, b.properties, b.offset_msg_id)
             assert hash(a) == hash(b)
-    keyed = [m for m in from_columns("T", 2, *_cols(filled, 2)) if m.text == "keyed"][0]
+    keyed = [m for m in _rows("T", 2, *_cols(filled, 2)) if m.text == "keyed"][0]
     assert (keyed.keys, keyed.properties) == (["k1", "k2"], {"a": "b"})
     with pytest.raises(dataclasses.FrozenInstanceError):
         keyed.body = b"x"   # type: ignore[misc]
@@ -90,7 +94,7 @@ def test_a_shared_read_stops_at_what_the_queues_index(filled: Store) -> None:
 
 def test_process_queue_hands_out_releases_and_commits_in_order() -> None:
     pq = ProcessQueue("T", 0)
-    msgs = from_columns("T", 0, list(range(10)), [b"x"] * 10, [0] * 10, [0] * 10, list(range(10)), [0] * 10,
+    msgs = _rows("T", 0, list(range(10)), [b"x"] * 10, [0] * 10, [0] * 10, list(range(10)), [0] * 10,
                         [b""] * 10)
     assert pq.put_run(list(range(10)), msgs, 10) == 10
     a, b = pq.next_batch(3), pq.next_batch(3)
@@ -103,7 +107,7 @@ def test_process_queue_hands_out_releases_and_commits_in_order() -> None:
     assert pq.remove(c) == 0
     assert pq.remove([m for m in msgs if m.queue_offset in (0, 1, 2, 6)]) == 10
     assert pq.cached() == 0 and pq.bytes == 0 and not pq.in_flight
-    more = from_columns("T", 0, [10, 11], [b"y", b"z"], [0, 0], [0, 0], [0, 0], [0, 0], [b"", b""])
+    more = _rows("T", 0, [10, 11], [b"y", b"z"], [0, 0], [0, 0], [0, 0], [0, 0], [b"", b""])
     pq.put_run([10, 11], more, 2)
     first = pq.next_batch(1)
     assert pq.remove(first) == 11 and pq.remove(pq.next_batch(5)) == 12

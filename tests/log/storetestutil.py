@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store.log.broker import Store, StoreSettings
+from store.log.broker import Store
 from store.log.record import Draft
+from store.log.settings import StoreSettings
 
 
 def open_store(root: Path, warnings: list[str] | None = None, **settings) -> Store:

@@ -13,10 +13,11 @@ from typer.testing import CliRunner
 
 from mqctl.app import app
 from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
-from store.log.broker import Store, StoreSettings
+from store.log.broker import Store
 from store.log.check import check_store
 from store.log.record import Draft
 from store.log.retention import DEFAULT_RETENTION_MS, clean, plan_clean
+from store.log.settings import StoreSettings
 
 SEG = 8192
 DAY = 86_400_000
