@@ -10,6 +10,7 @@ to :func:`mqctl.app.main`.
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -39,9 +40,20 @@ _BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREAD
 
 
 def main() -> None:
+    try:
+        run_command(sys.argv[1:])
+    finally:
+        # Exiting, the interpreter runs the cyclic garbage collector over every object it
+        # still holds, more than once (~10 ms with Typer loaded, ~40 ms after a consume of
+        # 100,000 messages, measured). Frozen, they are only freed: nothing is left to collect
+        # but cycles, which the process's end reclaims.
+        gc.freeze()
+
+
+def run_command(argv: list[str]) -> None:
+    """Run the command line ``argv`` (exits through SystemExit with the command's code)."""
     if not any(v in os.environ for v in _BLAS_THREAD_VARS):
         os.putenv("OPENBLAS_NUM_THREADS", "1")
-    argv = sys.argv[1:]
     quick = None if os.environ.get(COMPLETE_VAR) else quick_send(argv)
     if quick is None:
         from mqctl.app import main as full

@@ -13,13 +13,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
+from typing import TYPE_CHECKING, Callable, Literal, Optional
 
 from mqctl.msgargs import json_properties, message_properties, unescape
 from mqctl.stdin import read_chunks
 
 if TYPE_CHECKING:
     from mqctl.state import State
+    from mqctl.syncthread import SyncThread
     from store.log.record import Draft
 
 BATCH_MESSAGES = 8192
@@ -115,14 +116,16 @@ def run_send(st: "State", r: SendRequest) -> None:
                 if fast:
                     sender.add_bodies(records, line, more)
                     line += len(records)
-                    continue
-                for rec in records:
-                    line += 1
-                    if r.input == "json":
-                        sender.add_json(rec, line)
-                    elif rec:
-                        sender.add_raw(rec, line, kd)
-                sender.flush()
+                else:
+                    for rec in records:
+                        line += 1
+                        if r.input == "json":
+                            sender.add_json(rec, line)
+                        elif rec:
+                            sender.add_raw(rec, line, kd)
+                    sender.flush()
+                if not more:
+                    sender.settle()
         sender.flush()
         finished = True
     finally:
@@ -163,8 +166,8 @@ class Sender:
         self.batch_messages = BATCH_MESSAGES
         self.reroute = False
         self.json_input = False
-        self._syncer: Any = None       # the fsync thread (--flush sync) ...
-        self._flight: tuple[Any, list[Callable[[], None]]] | None = None   # ... its fsync, covering these
+        self._syncer: SyncThread | None = None       # the fsync thread (--flush sync) ...
+        self._flight: list[Callable[[], None]] | None = None   # ... its fsync running, covering these
         self._waiting: list[Callable[[], None]] = []        # written since that fsync started
         self._group: tuple[int, int] | None = None    # their log range, for the next one
 
@@ -387,43 +390,50 @@ class Sender:
         self._waiting.append(report)
         g = self._group
         self._group = (min(g[0], start), max(g[1], end)) if g else (start, end)
-        if self._flight is not None and (self._flight[0].done() or len(self._waiting) >= SYNC_GROUP):
+        syncer = self._syncer
+        if self._flight is not None and syncer is not None and (syncer.done() or len(self._waiting) >= SYNC_GROUP):
             self._land()
         if self._flight is None:
             self._launch()
 
+    def settle(self) -> None:
+        """The input paused: make every written batch durable and print its results now,
+        not when more input comes (``tail -f | mqctl send --flush sync`` acknowledges each
+        message as soon as it is on disk)."""
+        if self._flight is not None:
+            self._land()
+        if self._waiting:
+            self._launch()
+            self._land()
+
     def _launch(self) -> None:
         """Start the fsync of every batch written since the last one started."""
         if self._syncer is None:
-            from concurrent.futures import ThreadPoolExecutor
-            self._syncer = ThreadPoolExecutor(1, thread_name_prefix="fsync")
+            from mqctl.syncthread import SyncThread
+            self._syncer = SyncThread(self.store.sync_log)
         assert self._group is not None   # set by the write that put a report in _waiting
-        fut = self._syncer.submit(self.store.sync_log, *self._group)
-        self._flight, self._waiting, self._group = (fut, self._waiting), [], None
+        self._syncer.start(*self._group)
+        self._flight, self._waiting, self._group = self._waiting, [], None
 
     def _land(self) -> None:
         """Wait for the running fsync, then print the results of the batches it covered."""
         flight, self._flight = self._flight, None
-        assert flight is not None   # callers land only a running fsync
+        assert flight is not None and self._syncer is not None   # callers land only a running fsync
         try:
-            flight[0].result()
+            self._syncer.wait()
         except BaseException:
             self._waiting, self._group = [], None   # nothing after a failed fsync is acknowledged
             raise
-        for report in flight[1]:
+        for report in flight:
             report()
 
     def finish(self) -> None:
         """Make every written batch durable and print its results."""
         try:
-            if self._flight is not None:
-                self._land()
-            if self._waiting:
-                self._launch()
-                self._land()
+            self.settle()
         finally:
             if self._syncer is not None:
-                self._syncer.shutdown()
+                self._syncer.stop()
                 self._syncer = None
 
     def _report(self, topic: str, qids: list[int], qoffs: list[int] | list[int | None], physs: list[int],

@@ -6,7 +6,6 @@ import datetime as _dt
 import operator
 import os
 import queue as queue_mod
-import socket
 import threading
 import time
 from types import TracebackType
@@ -43,7 +42,7 @@ _ids_in_use: set[tuple[str, str, str]] = set()   # (store, group, client id) of 
 def _default_client_id(root: str, group: str) -> str:
     """``HOST@PID`` as ``mqctl consume`` uses, made unique among this process's consumers of
     the same group (``HOST@PID#2``, ...)."""
-    base = f"{socket.gethostname()}@{os.getpid()}"
+    base = f"{os.uname().nodename}@{os.getpid()}"
     with _ids_lock:
         n = 1
         while True:

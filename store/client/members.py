@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,7 +128,7 @@ class Membership:
                 f"client id {self.client_id} is already used by a live member (pid {shown})")
         self._fd = fd
         base = {"clientId": self.client_id, "group": self.group, "pid": os.getpid(),
-                "host": socket.gethostname(), "startedAt": now_ms()}
+                "host": os.uname().nodename, "startedAt": now_ms()}
         try:
             self._publish({**self._info, **base})
         except BaseException:

@@ -63,7 +63,6 @@ import json
 import logging
 import os
 import re
-import socket
 import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -306,7 +305,7 @@ class QueueLock:
     def _record(self, renewed_at: int) -> dict[str, Any]:
         return {
             "group": self.group, "topic": self.topic, "queueId": self.queue_id,
-            "clientId": self.client_id, "pid": os.getpid(), "host": socket.gethostname(),
+            "clientId": self.client_id, "pid": os.getpid(), "host": os.uname().nodename,
             "acquiredAt": self.acquired_at, "renewedAt": renewed_at,
             "expiresAt": renewed_at + self.lease_ms,
         }

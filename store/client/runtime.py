@@ -38,7 +38,6 @@ import logging
 import os
 import queue as queue_mod
 import signal
-import socket
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -101,7 +100,7 @@ class ConsumeOptions:
     count: int | None = None
     exit_at_end: bool = False
     idle_timeout_s: float | None = None
-    client_id: str = field(default_factory=lambda: f"{socket.gethostname()}@{os.getpid()}")
+    client_id: str = field(default_factory=lambda: f"{os.uname().nodename}@{os.getpid()}")
     strategy: str = "averagely"
     config_queues: list[int] | None = None
     max_reconsume: int | None = None    # None: 16 concurrent, unlimited orderly
@@ -118,7 +117,7 @@ class ConsumeOptions:
 def default_broadcast_client_id() -> str:
     """A broadcast consumer's default id: stable on a host, as RocketMQ's ``IP@DEFAULT``, so a
     restarted broadcast consumer resumes its own offsets instead of being a new client."""
-    return f"{socket.gethostname()}@DEFAULT"
+    return f"{os.uname().nodename}@DEFAULT"
 
 
 class MemoryOffsetStore:

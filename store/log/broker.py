@@ -85,6 +85,9 @@ from store.log.writebatch import WriteBatch
 
 __all__ = ["SYSTEM_TOPIC_QUEUES", "Store", "open_store"]
 
+# Consume queues whose last segment a writing handle keeps open between batches.
+MAX_OPEN_TAILS = 64
+
 # How often --flush sync writers move the durable point of the consume queues and index
 # themselves (Store.sync_log); async writers move it by volume or age (writebatch.py).
 DERIVED_FLUSH_INTERVAL_S = 2.0
@@ -112,6 +115,9 @@ class Store:
         self.index = KeyIndex(self.layout.index_dir)
         self.topic_table = TopicTable(self.layout.topics_json, warn=warn)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # The queues this handle appended to most recently, oldest first: each keeps its last
+        # segment open for the next batch (ConsumeQueue.write_end), at most MAX_OPEN_TAILS.
+        self._tails: dict[tuple[str, int], None] = {}
         self._write_lock = _WriteLock(root, self.layout.write_lock)
         # Under the write lock, for the batch encoders (this class and ``bodywrite.py``):
         # the next round-robin queue per topic, the unique-key generator, the producer pid.
@@ -124,6 +130,7 @@ class Store:
         self.last_write: tuple[int, int] = (0, 0)
         # What this handle has made durable itself (checkpoint.Hints).
         self.hints = ckpt.Hints()
+        self.checkpoint_file = ckpt.CheckpointFile(self.layout.checkpoint)   # the writer's, under the lock
         self._derived_flushed = time.monotonic()
         self._flusher: threading.Thread | None = None
 
@@ -184,6 +191,7 @@ class Store:
     def close(self) -> None:
         self.commitlog.close()
         self.index.close()
+        self.checkpoint_file.close()
         for q in self._queues.values():
             q.close()
         self._write_lock.close()
@@ -287,6 +295,26 @@ class Store:
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.queue(topic, queue_id).max_offset()
 
+    def append_entries(self, topic: str, queue_id: int, first: int,
+                       entries: bytes | bytearray) -> list[tuple[str, int]]:
+        """Append a batch's consume-queue entries (write lock held): the queue keeps its
+        segment open for the next batch, the least recently used beyond ``MAX_OPEN_TAILS``
+        closes theirs (a writer to thousands of queues stays within its descriptor limit).
+        The undo list of :meth:`ConsumeQueue.append`."""
+        key = (topic, queue_id)
+        undo = self.queue(topic, queue_id).append(first, entries)
+        tails = self._tails
+        if key in tails:
+            del tails[key]   # to the end: most recently used
+        elif len(tails) >= MAX_OPEN_TAILS:
+            old = next(iter(tails))
+            del tails[old]
+            q = self._queues.get(old)
+            if q is not None:
+                q.drop_tail()
+        tails[key] = None
+        return undo
+
     def min_offset(self, topic: str, queue_id: int) -> int:
         """The first offset whose record is still in the commit log (retention aware)."""
         q = self.queue(topic, queue_id)
@@ -389,10 +417,12 @@ class Store:
         bounds how far back recovery re-dispatches after a power cut."""
         failpoint("sync-before-fsync")
         try:
-            cp = ckpt.read(self.layout.checkpoint)
+            # The checkpoint's durable point matters only below what this handle synced itself
+            # (a group-committing sender's next range starts where its last one ended).
+            cp = ckpt.read(self.layout.checkpoint) if self.hints.synced < start else None
             self.sync_prefix(start, end, cp)
             if time.monotonic() - self._derived_flushed >= DERIVED_FLUSH_INTERVAL_S:
-                self._sync_derived(end, cp)
+                self._sync_derived(end, cp if cp is not None else ckpt.read(self.layout.checkpoint))
         except OSError as exc:
             raise io_error(exc, f"sync commit log {start}-{end}") from exc
 
@@ -444,12 +474,14 @@ class Store:
     def sync_prefix(self, start: int, end: int, cp: ckpt.Checkpoint | None) -> None:
         log = self.commitlog
         known = max(self.hints.synced, cp.synced_end if cp is not None else 0)
-        frm = max(min(start, known), log.min_offset())
+        frm = min(start, known)
+        if log.segment_of(frm) != log.segment_of(max(end - 1, frm)):
+            # more than one segment: none below the oldest one retention left (a segment that
+            # is gone needs nothing either way: datasync skips it; this only skips the walk)
+            frm = max(frm, log.min_offset())
         base = log.segment_of(frm)
         while base < end:
-            # its own descriptor: this may run in a thread beside readers of the cache; a
-            # segment retention removed meanwhile needs nothing
-            fdatasync_path(log.segment_path(base))
+            log.datasync(base)
             base += log.segment_size
         if end > self.hints.synced:
             self.hints.synced = end
@@ -498,11 +530,11 @@ class Store:
 
     def checkpoint_locked(self) -> ckpt.Checkpoint:
         """The checkpoint, after making sure it matches the log (write lock held)."""
-        cp = ckpt.read(self.layout.checkpoint)
+        cp = self.checkpoint_file.read()
         if cp is None or cp.written_end != self.commitlog.end() or cp.boot_id != self.boot_id:
             from store.log.recovery import recover
             recover(self)
-            cp = ckpt.read(self.layout.checkpoint)
+            cp = self.checkpoint_file.read()
             assert cp is not None
         return cp
 

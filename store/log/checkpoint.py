@@ -65,6 +65,11 @@ def read(path: Path) -> Checkpoint | None:
         raw = path.read_bytes()
     except FileNotFoundError:
         return None
+    return unpack(raw)
+
+
+def unpack(raw: bytes) -> Checkpoint | None:
+    """The checkpoint in ``raw``, or None when it is short or fails its CRC."""
     if len(raw) < F.CHECKPOINT.size:
         return None
     magic, version, written, last_ts, synced, boot, derived, derived_at, crc = \
@@ -78,6 +83,55 @@ def read(path: Path) -> Checkpoint | None:
     synced = max(0, min(synced, written))
     derived = max(0, min(derived, synced))
     return Checkpoint(written, last_ts, synced, boot, derived, derived_at)
+
+
+class CheckpointFile:
+    """The checkpoint as a writer reads and writes it once per batch (write lock held): kept
+    open, a ``pread`` and a ``pwrite`` instead of two opens and closes. The file is only ever
+    written in place; one that was removed (a store deleted under a running writer) is seen
+    by its link count and opened anew. One thread's: others use :func:`read`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def _open(self, create: bool) -> int | None:
+        fd = self._fd
+        if fd is not None:
+            if os.fstat(fd).st_nlink:
+                return fd
+            self.close()
+        try:
+            fd = open_private(self.path, os.O_RDWR | (os.O_CREAT if create else 0))
+        except FileNotFoundError:
+            if create:
+                raise
+            return None
+        self._fd = fd
+        return fd
+
+    def read(self) -> Checkpoint | None:
+        """Like :func:`read`."""
+        try:
+            fd = self._open(create=False)
+            return None if fd is None else unpack(os.pread(fd, F.CHECKPOINT.size, 0))
+        except OSError as exc:
+            raise io_error(exc, f"read {self.path}") from exc
+
+    def write(self, cp: Checkpoint) -> None:
+        """Like :func:`write`."""
+        try:
+            fd = self._open(create=True)
+            assert fd is not None
+            os.pwrite(fd, cp.pack(), 0)
+        except OSError as exc:
+            self.close()
+            raise io_error(exc, f"write {self.path}") from exc
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def write(path: Path, cp: Checkpoint) -> None:

@@ -14,6 +14,7 @@ the index already points at, which are complete before those entries are written
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -29,6 +30,12 @@ class CommitLog:
         self.dir = directory
         self.segment_size = segment_size
         self._read_fds: dict[int, tuple[int, int]] = {}   # base -> (fd, inode)
+        # The segment the last batch was appended to, kept open for the next: (base, fd).
+        self._write_fd: tuple[int, int] | None = None
+        # The segment synced last, kept open for the next fsync, (base, fd): fsyncs run in
+        # any thread (a sender's group commit, a background flush), hence the lock.
+        self._sync_fd: tuple[int, int] | None = None
+        self._sync_lock = threading.Lock()
         self._listing = SegmentListing(directory)
         self._dir_s = str(directory)
 
@@ -159,6 +166,56 @@ class CommitLog:
         for fd, _ino in self._read_fds.values():
             os.close(fd)
         self._read_fds.clear()
+        self.drop_write_fd()
+        with self._sync_lock:
+            self._drop_sync_fd()
+
+    def datasync(self, base: int) -> None:
+        """``fdatasync`` segment ``base`` (any thread); a segment removed meanwhile (retention)
+        needs nothing. Its descriptor is kept for the next call and checked on each: a
+        segment removed and made anew (recovery cut a torn one) is opened anew."""
+        with self._sync_lock:
+            cached = self._sync_fd
+            if cached is not None and (cached[0] != base or not os.fstat(cached[1]).st_nlink):
+                self._drop_sync_fd()
+                cached = None
+            if cached is None:
+                try:
+                    fd = os.open(f"{self._dir_s}/{base:020d}", os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    return
+                cached = self._sync_fd = (base, fd)
+            os.fdatasync(cached[1])
+
+    def _drop_sync_fd(self) -> None:
+        cached, self._sync_fd = self._sync_fd, None
+        if cached is not None:
+            os.close(cached[1])
+
+    # -- writing (store write lock held) -----------------------------------------------------
+    def write_fd(self, base: int) -> int:
+        """A descriptor to append to segment ``base`` (created if missing), kept open between
+        batches. It is checked on every use: a segment recovery removed (a torn new one) and a
+        writer made anew has a link count of 0 under the old descriptor, which is then closed.
+        (Recovery cuts a segment back in place: the descriptor stays right.)"""
+        cached = self._write_fd
+        if cached is not None:
+            if cached[0] == base and os.fstat(cached[1]).st_nlink:
+                return cached[1]
+            self.drop_write_fd()
+        ensure_dir(self.dir)
+        path = self.segment_path(base)
+        try:
+            fd = open_private(path, os.O_WRONLY | os.O_CREAT)
+        except OSError as exc:
+            raise io_error(exc, f"open {path}") from exc
+        self._write_fd = (base, fd)
+        return fd
+
+    def drop_write_fd(self) -> None:
+        cached, self._write_fd = self._write_fd, None
+        if cached is not None:
+            os.close(cached[1])
 
 
 @dataclass
@@ -209,8 +266,14 @@ class LogAppender:
 
     def start_chunk(self) -> bytearray:
         """The buffer the next record at :attr:`pos` goes into (for callers that inline
-        :meth:`add`; they must advance :attr:`pos` themselves)."""
-        return self._chunk().data
+        :meth:`add`; they must advance :attr:`pos` themselves). A chunk already written as
+        parts gets a new buffer as its next part."""
+        ch = self._chunk()
+        if ch.parts is not None:
+            buf = bytearray()
+            ch.parts.append(buf)
+            return buf
+        return ch.data
 
     def start_parts(self) -> list[Buffer]:
         """Like :meth:`start_chunk`, but a list of buffers written as they are, without
@@ -225,18 +288,20 @@ class LogAppender:
         return ch.parts
 
     def add(self, record: bytes) -> None:
-        self._chunk().data += record
+        ch = self._chunk()
+        if ch.parts is not None:
+            ch.parts.append(record)
+        else:
+            ch.data += record
         self.pos += len(record)
 
     def flush(self, sync: bool = False) -> None:
-        ensure_dir(self.log.dir)
         new_file = False
         for ch in self.chunks:
-            path = self.log.segment_path(ch.base)
             try:
-                fd = open_private(path, os.O_WRONLY | os.O_CREAT)
-            except OSError as exc:
-                raise io_error(exc, f"open {path}") from exc
+                fd = self.log.write_fd(ch.base)
+            except OSError as exc:   # fstat
+                raise io_error(exc, f"open {self.log.segment_path(ch.base)}") from exc
             try:
                 if ch.base != self.log.segment_of(self.start_end):
                     self._new_segments.append(ch.base)
@@ -250,10 +315,9 @@ class LogAppender:
                 if sync:
                     os.fdatasync(fd)
             except OSError as exc:
-                os.close(fd)
+                self.log.drop_write_fd()
                 self.undo()
-                raise io_error(exc, f"append to {path}") from exc
-            os.close(fd)
+                raise io_error(exc, f"append to {self.log.segment_path(ch.base)}") from exc
         if new_file:
             # A new segment's name is made durable before any record in it is acknowledged
             # by anyone: a later ``--flush sync`` writer syncs only file data (and may not be

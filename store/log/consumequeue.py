@@ -26,6 +26,8 @@ class ConsumeQueue:
         self.segment_entries = segment_entries
         self.segment_bytes = segment_entries * _SIZE
         self._read_fds: dict[int, tuple[int, int]] = {}   # base -> (fd, inode)
+        # The segment this handle appended to last, kept open between batches: (base, fd).
+        self._tail: tuple[int, int] | None = None
         self._listing = SegmentListing(directory)
         self._dir_s = str(directory)
 
@@ -146,14 +148,64 @@ class ConsumeQueue:
         for fd, _ino in self._read_fds.values():
             os.close(fd)
         self._read_fds.clear()
+        self.drop_tail()
+
+    def drop_tail(self) -> None:
+        """Close the descriptor kept for appends (see :meth:`write_end`)."""
+        tail, self._tail = self._tail, None
+        if tail is not None:
+            os.close(tail[1])
 
     # -- writing (store write lock held) ---------------------------------------------------
+    def write_end(self) -> int:
+        """:meth:`max_offset`, for a writer holding the write lock: from the descriptor of the
+        segment this handle appended to last, when that is still the queue's last segment (one
+        ``fstat`` instead of a directory listing and a ``stat``; a writer's batches touch
+        every queue of a topic).
+
+        It is still the last when it is linked, holds only whole entries and is neither empty
+        nor full: a later segment is begun only once this one is full, recovery cuts a queue
+        back from its end (``truncate_to``, in place), and deleting a topic or a segment
+        unlinks the file. Anything else falls back to the listing."""
+        tail = self._tail
+        if tail is not None:
+            base, fd = tail
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                st = None
+            if st is not None and st.st_nlink and 0 < st.st_size < self.segment_bytes \
+                    and st.st_size % _SIZE == 0:
+                return (base + st.st_size) // _SIZE
+            self.drop_tail()
+        return self.max_offset()
+
     def append(self, first_offset: int, entries: bytes | bytearray) -> list[tuple[str, int]]:
         """Write ``entries`` (whole 20-byte entries) starting at queue offset ``first_offset``.
 
         Returns the undo list ``(path, previous size)`` for each file touched, so a failed
         batch can be cut back; when this call itself fails, what it wrote is cut back first."""
-        undo: list[tuple[str, int]] = []
+        pos = first_offset * _SIZE
+        tail = self._tail
+        if tail is not None and tail[0] <= pos and pos + len(entries) <= tail[0] + self.segment_bytes:
+            # The usual batch: into the segment kept open, when it is still linked and ends
+            # where the batch begins (as write_end found it), with one pwrite.
+            base, fd = tail
+            try:
+                st: os.stat_result | None = os.fstat(fd)
+            except OSError:
+                st = None
+            if st is not None and st.st_nlink and st.st_size == pos - base:
+                undo = [(f"{self._dir_s}/{base:020d}", pos - base)]
+                try:
+                    pwrite_all(fd, entries, pos - base)
+                except OSError as exc:
+                    self.drop_tail()
+                    cut_back(undo)
+                    raise io_error(exc, f"append to {undo[0][0]}") from exc
+                return undo
+        self.drop_tail()   # anything else: the files as they are named now
+        undo = []
         try:
             self._append(first_offset, entries, undo)
         except StoreError:
@@ -181,10 +233,13 @@ class ConsumeQueue:
                 undo.append((path, os.fstat(fd).st_size))
                 pwrite_all(fd, part, pos - base)
             except OSError as exc:
-                raise io_error(exc, f"append to {path}") from exc
-            finally:
                 os.close(fd)
+                raise io_error(exc, f"append to {path}") from exc
             pos += len(part)
+            if view:
+                os.close(fd)
+            else:
+                self._tail = (base, fd)   # kept for the next batch (write_end)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry at or after ``offset`` (recovery)."""

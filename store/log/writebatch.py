@@ -94,7 +94,7 @@ class WriteBatch:
         A framer that appends packed entries to ``entries`` moves ``next`` past them."""
         run = self.queues.get((topic, queue_id))
         if run is None:
-            first = self.store.queue(topic, queue_id).max_offset()
+            first = self.store.queue(topic, queue_id).write_end()
             run = self.queues[(topic, queue_id)] = QueueRun(first)
         return run
 
@@ -188,7 +188,7 @@ class WriteBatch:
         try:
             for (topic, qid), run in self.queues.items():
                 if run.entries:
-                    cut += store.queue(topic, qid).append(run.first, run.entries)
+                    cut += store.append_entries(topic, qid, run.first, run.entries)
             failpoint("put-after-cq")
             store.index.add_hashes(self._index_hashes, self._index_physs, self.store_ts)
             failpoint("put-after-index")
@@ -201,7 +201,7 @@ class WriteBatch:
             derived, derived_at = hints.derived, hints.derived_at
         else:
             derived, derived_at = cp.derived_end, cp.derived_at
-        ckpt.write(store.layout.checkpoint, ckpt.Checkpoint(
+        store.checkpoint_file.write(ckpt.Checkpoint(
             app.pos, self.store_ts, synced, store.boot_id, min(derived, synced), derived_at))
         store.last_write = (app.start_end, app.pos)
         if not self.sync and (app.pos - derived >= ASYNC_FLUSH_BYTES

@@ -397,9 +397,11 @@ def test_unwritable_store_directory_fails_with_one_line(root: Path) -> None:
         {k: v for k, v in before.items() if k.startswith("commitlog/")}
 
 
-def test_a_slow_pipe_is_sent_line_by_line_without_waiting_for_more(mq: MQ) -> None:
-    """``tail -f | mqctl send``: each line is stored and reported while stdin stays open."""
-    feeder = mq.feed("T")
+@pytest.mark.parametrize("flush", ["async", "sync"])
+def test_a_slow_pipe_is_sent_line_by_line_without_waiting_for_more(mq: MQ, flush: str) -> None:
+    """``tail -f | mqctl send``: each line is stored and reported while stdin stays open;
+    with ``--flush sync`` as soon as its fsync is done, not when the next line comes."""
+    feeder = mq.feed("T", "--flush", flush)
     for i in range(3):
         assert feeder.batch([f"line {i}"], timeout=30), f"send died at line {i}: {feeder.close()} {feeder.stderr}"
         assert feeder.acked[-1]["status"] == "SEND_OK"

@@ -66,11 +66,17 @@ def test_combiner_matches_zlib() -> None:
     assert op(zlib.crc32(a), zlib.crc32(b), gen(len(b))) == zlib.crc32(a + b)
 
 
-def _log_and_queues(root: Path, arrays: bool, sizes: list[int], queue_id: int, props: dict,
-                    monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, dict]:
+def _log_and_queues(root: Path, framing: str, sizes: list[int], queue_id: int, props: dict,
+                    monkeypatch: pytest.MonkeyPatch, batch: int = 700) -> tuple[bytes, dict]:
+    """The commit log and consume queues after ``sizes`` were sent in batches of ``batch``,
+    framed as ``arrays`` (numpy), ``small`` (the C-iteration path where it applies) or
+    ``loop`` (record by record)."""
     import time as _time
-    monkeypatch.setattr(bodywrite, "_ARRAYS_MIN_BATCH", 1 if arrays else 10 ** 9)
+    monkeypatch.setattr(bodywrite, "_ARRAYS_MIN_BATCH", 1 if framing == "arrays" else 10 ** 9)
+    monkeypatch.setattr(bodywrite, "_ARRAYS_MAX_AVG", 1 << 40)   # arrays for every size
     monkeypatch.setattr(bodywrite, "_ARRAYS_AFTER", 0)
+    if framing == "loop":
+        monkeypatch.setattr(bodywrite, "_frame_small", lambda *a: None)
     store = open_store(root, commitlog_segment_size=1 << 20)
     try:
         store.round_robin["T"] = 0
@@ -78,8 +84,8 @@ def _log_and_queues(root: Path, arrays: bool, sizes: list[int], queue_id: int, p
         store.uniq_keys.prefix = "7F0000010001DEADBEEF"[:len(store.uniq_keys.prefix)]
         monkeypatch.setattr(_time, "time", lambda: 1_700_000_000.0)
         bodies = [bytes([65 + i % 26]) * k for i, k in enumerate(sizes)]
-        for i in range(0, len(bodies), 700):
-            store.put_bodies("T", bodies[i:i + 700], properties=props, queue_id=queue_id)
+        for i in range(0, len(bodies), batch):
+            store.put_bodies("T", bodies[i:i + batch], properties=props, queue_id=queue_id)
         monkeypatch.undo()
         for m in all_messages(store, "T"):
             _check_raw(store, m)
@@ -99,9 +105,23 @@ def _log_and_queues(root: Path, arrays: bool, sizes: list[int], queue_id: int, p
 def test_array_framing_writes_the_same_bytes_as_the_loops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           sizes: list[int], queue_id: int, props: dict) -> None:
     pytest.importorskip("numpy")
-    a = _log_and_queues(tmp_path / "a", True, sizes, queue_id, props, monkeypatch)
-    b = _log_and_queues(tmp_path / "b", False, sizes, queue_id, props, monkeypatch)
+    a = _log_and_queues(tmp_path / "a", "arrays", sizes, queue_id, props, monkeypatch)
+    b = _log_and_queues(tmp_path / "b", "loop", sizes, queue_id, props, monkeypatch)
     assert a[0] == b[0] and a[1] == b[1]
+
+
+@pytest.mark.parametrize("batch", [3, 100, 700])
+@pytest.mark.parametrize("queue_id,props", [(-1, {}), (5, {"TAGS": "a", "KEYS": "x y"})])
+def test_small_body_framing_writes_the_same_bytes_as_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              batch: int, queue_id: int, props: dict) -> None:
+    """Small bodies framed by C iterations (``_frame_small``): byte for byte the per-record
+    loop's, round robin (batches smaller than the topic's 8 queues too) or one queue, key
+    counters wrapping, batches that cross a segment's end (which fall back to the loop)."""
+    sizes = [100, 0, 37, 1500, 100] * 1500
+    a = _log_and_queues(tmp_path / "a", "small", sizes, queue_id, props, monkeypatch, batch)
+    b = _log_and_queues(tmp_path / "b", "loop", sizes, queue_id, props, monkeypatch, batch)
+    assert a[0] == b[0] and a[1] == b[1]
+    assert len(list((tmp_path / "a" / "commitlog").iterdir())) >= 2
 
 
 def test_big_bodies_written_from_themselves_are_the_same_bytes_as_copied(tmp_path: Path,
@@ -112,7 +132,7 @@ def test_big_bodies_written_from_themselves_are_the_same_bytes_as_copied(tmp_pat
     logs = []
     for write_from in (32768, 1 << 40):
         monkeypatch.setattr(bodywrite, "_WRITE_FROM_BODIES", write_from)
-        logs.append(_log_and_queues(tmp_path / str(write_from), False, sizes, -1, {"TAGS": "t"}, monkeypatch))
+        logs.append(_log_and_queues(tmp_path / str(write_from), "loop", sizes, -1, {"TAGS": "t"}, monkeypatch))
     assert logs[0][0] == logs[1][0] and logs[0][1] == logs[1][1]
     assert len(list((tmp_path / "32768" / "commitlog").iterdir())) >= 3
 

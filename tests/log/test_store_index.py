@@ -223,3 +223,43 @@ def idx_lookup_hash(idx: KeyIndex, base: int, h: int) -> list[int]:
             break
         n = prev
     return out
+
+
+@pytest.mark.parametrize("slots", [4096, F.INDEX_SLOTS])
+def test_batches_of_distinct_slots_are_byte_identical_to_the_loop(tmp_path: Path, slots: int,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose keys all fall in different slots (``_add_distinct``: C iterations) writes
+    the same file as the per-entry loop: entries chained to earlier batches' entries, slots,
+    header; batches with a shared slot take the loop either way."""
+    import random
+
+    import store.log.index as index_mod
+    monkeypatch.setattr(index_mod, "_ARRAYS_FROM", 1 << 40)
+    rng = random.Random(11)
+    batches = []
+    phys = 0
+    for n in (100, 1, 100, 300, 100, 40) * 3:
+        hashes = [rng.getrandbits(31) for _ in range(n)]
+        batches.append((hashes, list(range(phys, phys + 100 * n, 100))))
+        phys += 100 * n
+    batches.append(([7, 7 + slots, 9], [phys, phys + 100, phys + 200]))   # a shared slot
+    distinct_used = []
+    real = KeyIndex._add_distinct
+
+    def spy(self, *a):
+        took = real(self, *a)
+        distinct_used.append(took)
+        return took
+
+    files = {}
+    for name, add_distinct in (("loop", lambda self, *a: False), ("distinct", spy)):
+        monkeypatch.setattr(KeyIndex, "_add_distinct", add_distinct)
+        idx = KeyIndex(tmp_path / name, slots=slots, entries=1500)   # rolls into a second file
+        for i, (hashes, physs) in enumerate(batches):
+            idx.add_hashes(list(hashes), list(physs), 1700000000000 + 1000 * i)
+        idx.close()
+        files[name] = {p.name: p.read_bytes() for p in sorted((tmp_path / name).iterdir())}
+    assert any(distinct_used) and not all(distinct_used)
+    assert list(files["distinct"]) == list(files["loop"]) and len(files["loop"]) == 2
+    for fname in files["loop"]:
+        assert files["distinct"][fname] == files["loop"][fname], fname

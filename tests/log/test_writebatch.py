@@ -91,3 +91,18 @@ def test_a_failed_commit_is_undone_in_every_file(store: Store, monkeypatch: pyte
 def test_a_batch_of_drafts_keeps_given_unique_keys(store: Store) -> None:
     res = store.put([draft("T", "m", properties={PROP_UNIQ_KEY: "AB" * 16}, queue_id=1)])
     assert res[0].uniq_key == "AB" * 16 and store.find("AB" * 16).body == b"m"
+
+
+def test_every_framing_path_can_follow_another_in_one_batch(store: Store) -> None:
+    """Records framed as parts (small bodies: pwritev), then by the per-record loop (sharding
+    keys), then as drafts, then as parts again: each lands after the one before, none lost."""
+    with store.write_lock():
+        batch = WriteBatch(store, sync=False)
+        frame_bodies(batch, "T", [b"s0", b"s1"], {}, 0, None)
+        frame_bodies(batch, "T", [b"k0", b"k1"], {}, -1, ["a", "a"])
+        batch.put_drafts([draft("T", "d0", queue_id=0)])
+        frame_bodies(batch, "T", [b"s2"], {}, 0, None)
+        batch.commit()
+    got = sorted(all_messages(store, "T"), key=lambda m: m.commitlog_offset)
+    assert [m.body for m in got] == [b"s0", b"s1", b"k0", b"k1", b"d0", b"s2"]
+    assert store.commitlog.end() == got[-1].commitlog_offset + got[-1].size
