@@ -421,6 +421,9 @@ class Sender:
         assert flight is not None and self._syncer is not None   # callers land only a running fsync
         try:
             self._syncer.wait()
+        except KeyboardInterrupt:
+            self._flight = flight   # still running: finish() lands it and prints what it covered
+            raise
         except BaseException:
             self._waiting, self._group = [], None   # nothing after a failed fsync is acknowledged
             raise

@@ -7,13 +7,15 @@ commits them). It owns only how a batch is framed quickly (precomputed header pa
 built from a table, CRCs continued or combined instead of recomputed); the record layout itself
 lives in ``format.py`` and the general encoder in ``record.py``.
 
-Four ways, all writing the same bytes (tests/log/test_store_bodywrite.py): a long-running
-sender's batches of small bodies are framed as arrays (:func:`_frame_arrays`, numpy: headers,
-consume-queue entries, CRC properties and key hashes for the whole batch; per record only its
-two CRC calls and its place in one join); otherwise per-record loops, into one buffer per
-segment; a batch of only big bodies (``_WRITE_FROM_BODIES``) is written from the bodies where
-they lie, each between its header and trailer (pwritev, no copy). One write per segment. The
-loops are measured hot loops: unrolled on purpose, everything in locals.
+Five ways, all writing the same bytes (tests/log/test_store_bodywrite.py): a long-running
+sender's big batches of bodies under 512 B are framed as arrays (:func:`_frame_arrays`,
+numpy: headers, consume-queue entries, CRC properties and key hashes for the whole batch; per
+record only its two CRC calls and its place in one join); other bodies under 2 KiB, when the
+batch fits in the segment, by C iterations into parts written as they are
+(:func:`_frame_small`, pwritev); otherwise per-record loops, into one buffer per segment; a
+batch of only big bodies (``_WRITE_FROM_BODIES``) is written from the bodies where they lie,
+each between its header and trailer (pwritev, no copy). One write per segment. The loops are
+measured hot loops: unrolled on purpose, everything in locals.
 """
 from __future__ import annotations
 
@@ -354,7 +356,7 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
         counter = (first_counter + n - 1) & 0xFFFF
         bodies = ()
     elif tails is None and not big and (small := _frame_small(
-            batch, topic, bodies, qids, queue_id < 0 and cfg.queues, first_counter, pos, room_end, fixed,
+            batch, topic, bodies, qids, cfg.queues if queue_id < 0 else 0, first_counter, pos, room_end, fixed,
             magic, const48, mid, tail, tags, nxt, cqb, key_crc0)) is not None:
         # The common case: small bodies, no per-message properties, the batch within the
         # segment. Framed by C iterations (below), written as the records' parts (pwritev).

@@ -302,7 +302,7 @@ class Store:
         closes theirs (a writer to thousands of queues stays within its descriptor limit).
         The undo list of :meth:`ConsumeQueue.append`."""
         key = (topic, queue_id)
-        undo = self.queue(topic, queue_id).append(first, entries)
+        undo = self.queue(topic, queue_id).append(first, entries, keep=True)
         tails = self._tails
         if key in tails:
             del tails[key]   # to the end: most recently used

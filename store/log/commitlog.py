@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from store.errors import MessageTooLargeError, io_error
+from store.errors import MessageTooLargeError, StoreError, io_error
 from store.fsutil import SegmentListing, ensure_dir, fsync_dir, open_private, pwrite_all
 from store.log import format as F
 from store.log.record import Buffer, Message, RecordError, decode, record_size_at
@@ -33,9 +33,11 @@ class CommitLog:
         # The segment the last batch was appended to, kept open for the next: (base, fd).
         self._write_fd: tuple[int, int] | None = None
         # The segment synced last, kept open for the next fsync, (base, fd): fsyncs run in
-        # any thread (a sender's group commit, a background flush), hence the lock.
+        # any thread (a sender's group commit, a background flush), hence the lock; it is
+        # held through the fsync, so close() waits for one that runs. None after close().
         self._sync_fd: tuple[int, int] | None = None
         self._sync_lock = threading.Lock()
+        self._closed = False
         self._listing = SegmentListing(directory)
         self._dir_s = str(directory)
 
@@ -169,6 +171,7 @@ class CommitLog:
         self.drop_write_fd()
         with self._sync_lock:
             self._drop_sync_fd()
+            self._closed = True   # a background flush after this keeps nothing open
 
     def datasync(self, base: int) -> None:
         """``fdatasync`` segment ``base`` (any thread); a segment removed meanwhile (retention)
@@ -184,8 +187,14 @@ class CommitLog:
                     fd = os.open(f"{self._dir_s}/{base:020d}", os.O_RDONLY | os.O_CLOEXEC)
                 except FileNotFoundError:
                     return
-                cached = self._sync_fd = (base, fd)
-            os.fdatasync(cached[1])
+                cached = (base, fd)
+                if not self._closed:
+                    self._sync_fd = cached
+            try:
+                os.fdatasync(cached[1])
+            finally:
+                if self._sync_fd is None:
+                    os.close(cached[1])
 
     def _drop_sync_fd(self) -> None:
         cached, self._sync_fd = self._sync_fd, None
@@ -199,12 +208,16 @@ class CommitLog:
         writer made anew has a link count of 0 under the old descriptor, which is then closed.
         (Recovery cuts a segment back in place: the descriptor stays right.)"""
         cached = self._write_fd
+        path = self.segment_path(base)
         if cached is not None:
-            if cached[0] == base and os.fstat(cached[1]).st_nlink:
-                return cached[1]
+            try:
+                if cached[0] == base and os.fstat(cached[1]).st_nlink:
+                    return cached[1]
+            except OSError as exc:
+                self.drop_write_fd()
+                raise io_error(exc, f"open {path}") from exc
             self.drop_write_fd()
         ensure_dir(self.dir)
-        path = self.segment_path(base)
         try:
             fd = open_private(path, os.O_WRONLY | os.O_CREAT)
         except OSError as exc:
@@ -231,7 +244,8 @@ class LogAppender:
 
     :meth:`place` returns the physical offset the next record will have (rolling to a new
     segment when it does not fit), :meth:`add` buffers it, :meth:`flush` writes every buffered
-    chunk with one ``pwrite`` per segment. On failure :meth:`undo` restores the previous end.
+    chunk with one ``pwrite`` (or one ``pwritev`` of its parts) per segment. On failure
+    :meth:`undo` restores the previous end.
     """
 
     def __init__(self, log: CommitLog, end: int) -> None:
@@ -300,8 +314,9 @@ class LogAppender:
         for ch in self.chunks:
             try:
                 fd = self.log.write_fd(ch.base)
-            except OSError as exc:   # fstat
-                raise io_error(exc, f"open {self.log.segment_path(ch.base)}") from exc
+            except StoreError:   # (a later segment of the batch: the earlier ones are written)
+                self.undo()
+                raise
             try:
                 if ch.base != self.log.segment_of(self.start_end):
                     self._new_segments.append(ch.base)

@@ -180,8 +180,10 @@ class ConsumeQueue:
             self.drop_tail()
         return self.max_offset()
 
-    def append(self, first_offset: int, entries: bytes | bytearray) -> list[tuple[str, int]]:
+    def append(self, first_offset: int, entries: bytes | bytearray, keep: bool = False) -> list[tuple[str, int]]:
         """Write ``entries`` (whole 20-byte entries) starting at queue offset ``first_offset``.
+        ``keep``: keep the last segment written open for the next batch (a writer's, whose
+        store bounds how many it keeps: :meth:`Store.append_entries`).
 
         Returns the undo list ``(path, previous size)`` for each file touched, so a failed
         batch can be cut back; when this call itself fails, what it wrote is cut back first."""
@@ -207,13 +209,14 @@ class ConsumeQueue:
         self.drop_tail()   # anything else: the files as they are named now
         undo = []
         try:
-            self._append(first_offset, entries, undo)
+            self._append(first_offset, entries, undo, keep)
         except StoreError:
             cut_back(undo)
             raise
         return undo
 
-    def _append(self, first_offset: int, entries: bytes | bytearray, undo: list[tuple[str, int]]) -> None:
+    def _append(self, first_offset: int, entries: bytes | bytearray, undo: list[tuple[str, int]],
+                keep: bool) -> None:
         pos = first_offset * _SIZE
         view = memoryview(entries)
         while view:
@@ -236,10 +239,10 @@ class ConsumeQueue:
                 os.close(fd)
                 raise io_error(exc, f"append to {path}") from exc
             pos += len(part)
-            if view:
-                os.close(fd)
-            else:
+            if keep and not view:
                 self._tail = (base, fd)   # kept for the next batch (write_end)
+            else:
+                os.close(fd)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry at or after ``offset`` (recovery)."""

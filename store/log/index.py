@@ -81,8 +81,9 @@ class KeyIndex:
         return self.dir / F.segment_name(base)
 
     def _map(self, base: int) -> tuple[int, mmap.mmap]:
-        """The descriptor and slot-table map of file ``base``, reused while the path still
-        names the same file (one stat): a file removed and made anew is mapped anew."""
+        """The descriptor and slot-table map of file ``base``, reused while the file is still
+        linked (one ``fstat``): a file removed or replaced by a new one of the same name (a
+        rebuild renames it into place) is mapped anew."""
         m = self._mapped
         if m is not None and m[0] == base and os.fstat(m[1]).st_nlink:
             return m[1], m[2]

@@ -101,3 +101,51 @@ def test_a_writer_to_many_queues_keeps_a_bounded_number_open(tmp_path: Path) -> 
         assert [m.body for m in all_messages(s, "T0")] == [b"x", b"y"]
     finally:
         s.close()
+
+
+def test_a_batch_whose_next_segment_cannot_be_made_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
+    """A batch crossing into a new segment that cannot be created (a full disk): the part
+    already written to the old segment is cut back, none of the batch is visible."""
+    import errno
+
+    from store.errors import StoreError
+    from store.log import commitlog as commitlog_mod
+    s = open_store(tmp_path / "s", commitlog_segment_size=1 << 20)
+    try:
+        s.put_bodies("T", [b"x" * 1000] * 800)           # most of segment 0
+        end, before = s.commitlog.end(), sorted(m.body for m in all_messages(s, "T"))
+        real = commitlog_mod.open_private
+
+        def full_disk(path, flags):
+            if str(path).endswith(f"{1 << 20:020d}"):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(path, flags)
+
+        monkeypatch.setattr(commitlog_mod, "open_private", full_disk)
+        try:
+            s.put_bodies("T", [b"y" * 1000] * 200)       # crosses into segment 1 << 20
+        except StoreError:
+            pass
+        else:
+            raise AssertionError("the batch was stored without its second segment")
+        monkeypatch.undo()
+        assert s.commitlog.end() == end
+        assert sorted(m.body for m in all_messages(s, "T")) == before
+        s.put_bodies("T", [b"z"] * 3)
+        assert sorted(m.body for m in all_messages(s, "T")) == sorted(before + [b"z"] * 3)
+    finally:
+        s.close()
+
+
+def test_appends_outside_a_writers_batches_keep_nothing_open(tmp_path: Path) -> None:
+    """Recovery appends to every queue it repairs (``ConsumeQueue.append`` without ``keep``):
+    those files are closed again, or a store with many damaged queues runs out of them."""
+    from store.log import format as F
+    from store.log.consumequeue import ConsumeQueue, pack_entry
+    queues = [ConsumeQueue(tmp_path / "cq" / str(i)) for i in range(50)]
+    before = len(os.listdir("/proc/self/fd"))
+    for q in queues:
+        q.append(0, pack_entry(0, F.RECORD_FIXED_SIZE + 20, 0) * 3)
+        q.append(1, pack_entry(0, F.RECORD_FIXED_SIZE + 20, 0))   # a fix in place
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert [q.max_offset() for q in queues] == [3] * 50
