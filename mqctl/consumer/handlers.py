@@ -358,7 +358,7 @@ class ExecHandler:
         self.timeout_s = timeout_s
         self.render = render          # --json: the handler reads envelopes, one per line
         self.lines = lines            # --batch N > 1: every body ends with a newline
-        self.running: dict[Child, int] = {}   # a running handler: its group
+        self.running: set[Child] = set()   # handlers started and not yet reaped
         self.aborted = False
         self.closed = False
         self.base_env = dict(os.environ)
@@ -402,9 +402,9 @@ class ExecHandler:
         """End every running handler now (a second SIGINT/SIGTERM); none starts after this.
         Their batches are handed back, not counted as failed."""
         self.aborted = True
-        for pgid in list(self.running.values()):
+        for child in list(self.running):
             try:
-                os.killpg(pgid, signal.SIGKILL)
+                os.killpg(child.pgid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
 
@@ -482,7 +482,7 @@ class ExecHandler:
             for fd in low:
                 os.close(fd)
         child = Child(pid, pgid)
-        self.running[child] = pgid
+        self.running.add(child)
         if not self.spare and not self.aborted and not self.closed:
             # the next handler's stdin, made now that this one is started: out of its latency
             try:
@@ -508,7 +508,7 @@ class ExecHandler:
             _kill_tree(child)
             return False, f"handler timed out after {self.timeout_s:g}s"
         finally:
-            self.running.pop(child, None)
+            self.running.discard(child)
             if child.returncode is None:   # an exception on the way: do not leave it running
                 _kill_tree(child)
             self.watchdog.give_back(child.pgid)   # reaped: the group may go

@@ -208,15 +208,15 @@ class CommitLog:
         writer made anew has a link count of 0 under the old descriptor, which is then closed.
         (Recovery cuts a segment back in place: the descriptor stays right.)"""
         cached = self._write_fd
-        path = self.segment_path(base)
         if cached is not None:
             try:
                 if cached[0] == base and os.fstat(cached[1]).st_nlink:
                     return cached[1]
             except OSError as exc:
                 self.drop_write_fd()
-                raise io_error(exc, f"open {path}") from exc
+                raise io_error(exc, f"open {self.segment_path(base)}") from exc
             self.drop_write_fd()
+        path = self.segment_path(base)
         ensure_dir(self.dir)
         try:
             fd = open_private(path, os.O_WRONLY | os.O_CREAT)
