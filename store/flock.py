@@ -60,7 +60,7 @@ def lock_exclusive(f: Any) -> None:
 
     The same lock ``portalocker.lock(f, portalocker.LOCK_EX)`` takes on POSIX (portalocker's
     default locker there is ``fcntl.flock``), so processes using either exclude each other;
-    EINTR is retried. For the store's write lock (``broker._WriteLock``)."""
+    EINTR is retried. For the store's write lock (``writelock.WriteLock``)."""
     if _fcntl is None:  # pragma: no cover
         pl = _portalocker()
         pl.lock(f, pl.LOCK_EX)

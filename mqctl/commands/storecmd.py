@@ -42,12 +42,11 @@ def check(ctx: typer.Context, json: JsonOpt = False) -> None:
     from mqctl.output import Output, plural
     from mqctl.storeview import show_check
     from store.errors import DamageFoundError
-    from store.log.check import check_store
     from store.spark.staging import stale_staging
     store = state(ctx).store()
     out = Output(json=json)
     with _log_progress(out, store, "checking") as advance:
-        rep = check_store(store, progress=advance)
+        rep = store.check(progress=advance)
     show_check(out, rep, stale_staging(store.root))
     problems = rep.problems or []
     if problems:
@@ -69,11 +68,10 @@ Examples:
 def recover(ctx: typer.Context, json: JsonOpt = False) -> None:
     from mqctl.output import Output
     from mqctl.storeview import show_recover
-    from store.log.recovery import recover as run
     store = state(ctx).store()
     out = Output(json=json)
-    with store.write_lock(), _log_progress(out, store, "recovering") as advance:
-        rep = run(store, full=True, progress=advance)
+    with _log_progress(out, store, "recovering") as advance:
+        rep = store.recover(full=True, progress=advance)
     show_recover(out, rep)
 
 

@@ -48,7 +48,7 @@ def broadcast_clients(store: "Store", group: str) -> list[str]:
 
 def known_groups(store: "Store") -> list[str]:
     """Every group the store knows of, sorted (offsets, members, locks, retry/DLQ topics)."""
-    from store.client.offsets import ClusterOffsetStore
+    from store.log.offsets import ClusterOffsetStore
     groups = set(ClusterOffsetStore(store.layout).groups())
     for d in (store.layout.members_root, store.layout.queue_locks_root, store.layout.root / "offsets"):
         try:
@@ -72,7 +72,7 @@ def known_groups(store: "Store") -> list[str]:
 
 def group_exists(store: "Store", group: str) -> bool:
     """Whether the store knows ``group`` (see the module docstring)."""
-    from store.client.offsets import ClusterOffsetStore
+    from store.log.offsets import ClusterOffsetStore
     if ClusterOffsetStore(store.layout).topics_of(group):
         return True
     if (store.layout.members_dir(group).is_dir() or store.layout.queue_locks_dir(group).is_dir()
@@ -102,8 +102,8 @@ class OffsetSet:
 def group_offsets(store: "Store", group: str) -> list[OffsetSet]:
     """The group's clustering offsets (always first, possibly empty), then one set per
     broadcast client."""
-    from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
     from store.errors import StoreError
+    from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
     sets = [OffsetSet(None, ClusterOffsetStore(store.layout, warn=store.warn).read_group(group))]
     for cid in broadcast_clients(store, group):
         try:
@@ -689,7 +689,7 @@ class Admin:
         """Apply a plan of :meth:`plan_reset` (see :meth:`reset_offsets`), offset set by offset
         set (the clustering table, then each broadcast client): ``progress(n)`` is called after
         each with the number of queue offsets it moved."""
-        from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
+        from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
         store = self.store
         if plan.busy and not force:
             raise LockHeldError(
@@ -727,7 +727,7 @@ class Admin:
         """
         import shutil
 
-        from store.client.offsets import ClusterOffsetStore
+        from store.log.offsets import ClusterOffsetStore
         names.validate_group(group)
         store = self.store
         live = self._live_clients(group)

@@ -31,10 +31,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from store.errors import UsageError
+from store.names import BROKER_NAME
 
 # The store is one "broker"; queues still carry a broker name so that their text form (the
 # consistent-hash key) and their sort order are RocketMQ's.
-BROKER_NAME = "mqctl"
 DEFAULT_VIRTUAL_NODES = 10
 STRATEGIES = ("averagely", "circle", "hash", "config")
 

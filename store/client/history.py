@@ -10,7 +10,7 @@ from store.log.record import Message
 
 
 def message_report(store: Store, m: Message) -> dict[str, Any]:
-    from store.client.offsets import ClusterOffsetStore
+    from store.log.offsets import ClusterOffsetStore
     from store.names import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC
     obj = envelope(m)
     obj["sysFlag"] = m.sysflag

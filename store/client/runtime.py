@@ -51,7 +51,7 @@ from store.client.retry import DEFAULT_MAX_RECONSUME, dead_letter, original_topi
 from store.errors import HandlerError, StoreError
 from store.failpoints import failpoint
 from store.log.broker import Store
-from store.log.bulk import Columns, pull_many, pull_records
+from store.log.bulk import Columns
 from store.log.record import Message, java_hash
 from store.log.results import BodiesResult
 
@@ -418,7 +418,7 @@ class Runtime:
             from store.errors import UsageError
             raise UsageError(f"queue {missing[0]} does not exist: topic {o.topic!r} has queues 0-{cfg.queues - 1}")
         from store.client.members import Membership
-        from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
+        from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
         if o.no_group:
             self.offset_store = MemoryOffsetStore()
         elif o.broadcast:
@@ -901,7 +901,7 @@ class Runtime:
             for raw in (True, False):
                 keys = [k for k in plan if k[0] == topic and plan[k][0] == raw]
                 while len(keys) > 1 and not self.stop_requested:
-                    got = pull_many(self.store, topic, [(k[1], self.pqs[k].next_pull, left[k][0], left[k][1])
+                    got = self.store.pull_many(topic, [(k[1], self.pqs[k].next_pull, left[k][0], left[k][1])
                                                         for k in keys], full=not raw)
                     if not got:
                         break
@@ -934,7 +934,7 @@ class Runtime:
         decoded on the way. ``pre``: the columns read already (:meth:`_pull_shared`), and
         ``nbytes`` their bodies' length."""
         t, q = key
-        c = pull_records(self.store, t, q, pq.next_pull, want) if pre is None else pre
+        c = self.store.pull_records(t, q, pq.next_pull, want) if pre is None else pre
         for qoff, why in c.damaged:
             self.warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
         if c.next_offset == pq.next_pull:

@@ -35,7 +35,7 @@ from store.log.record import crc32 as _crc32
 from store.log.results import BatchResult
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.engine import Engine
     from store.log.topics import TopicConfig
     from store.log.writebatch import WriteBatch
 
@@ -293,10 +293,10 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
     # The producer's hot loop: everything that is the same for the whole batch is built
     # once, so each record costs one header pack, one join and two CRCs (one pass over a
     # big body plus a CRC combine), one CQ entry and one index hash.
-    store = batch.store
+    engine = batch.engine
     now, store_ts = batch.now, batch.store_ts
     cfg = batch.topic(topic, queue_id)
-    qids = _queue_ids_for(store, cfg, len(bodies), queue_id, sharding_keys)
+    qids = _queue_ids_for(engine, cfg, len(bodies), queue_id, sharding_keys)
     topic_b = topic.encode()
     tail_topic = bytes((len(topic_b),)) + topic_b
     static = "".join(f"{k}\x01{v}\x02" for k, v in props.items() if v).encode()
@@ -305,7 +305,7 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
     nxt = [-1] * cfg.queues
     cqb: list[Any] = [None] * cfg.queues   # the batch's entries of each queue it touches
     app = batch.app
-    seg = store.commitlog.segment_size
+    seg = engine.commitlog.segment_size
     pos = app.pos
     room_end = pos - pos % seg + seg - F.END_FILE_MIN_BLANK
     chunk = app.start_chunk()
@@ -316,7 +316,7 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
     # TOTALSIZE magic BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET, then 48 bytes that
     # are the same for every record of the batch, then BODYLENGTH (format.py).
     pack = _HEAD_PACK
-    const48 = _HEAD_CONST.pack(0, now, F.LOOPBACK_IP, store.pid, store_ts, F.LOOPBACK_IP,
+    const48 = _HEAD_CONST.pack(0, now, F.LOOPBACK_IP, engine.writer.pid, store_ts, F.LOOPBACK_IP,
                                F.STORE_PORT, 0, 0)
     pack_cq = F.CQ_ENTRY.pack
     crc32 = _crc32
@@ -325,12 +325,12 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
     big = max(map(len, bodies)) >= _BIG_BODY
     combine = _crc32_combine() if big and not _FAST_CRC else None
     magic = F.MAGIC_V1
-    counter = first_counter = (store.uniq_keys.counter + 1) & 0xFFFF
+    counter = first_counter = (engine.writer.uniq_keys.counter + 1) & 0xFFFF
     counter -= 1
     # Within a batch every unique key shares host, pid, random and time: only the 16-bit
     # counter changes, so the key is a precomputed head plus 4 hex digits from a table,
     # and its index hash continues the CRC of the head.
-    uk_head_s = f"{store.uniq_keys.prefix}{(now - store.uniq_keys.month_start_ms) & 0xFFFFFFFF:08X}"
+    uk_head_s = f"{engine.writer.uniq_keys.prefix}{(now - engine.writer.uniq_keys.month_start_ms) & 0xFFFFFFFF:08X}"
     uk_head = uk_head_s.encode()
     key_crc0 = crc32(b"#" + uk_head)
     pb_tail = b"\x02" + static
@@ -512,7 +512,7 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
         physs.append(pos)
         pos += total
     app.pos = pos
-    store.uniq_keys.counter = counter
+    engine.writer.uniq_keys.counter = counter
     if key_items:
         key_hashes = [crc32(k) & M for k in key_items]
         per = 1 + len(key_hashes)
@@ -530,7 +530,7 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
     return BatchResult(topic, qids, offs, physs, store_ts, uk_head_s, first_counter)
 
 
-def _queue_ids_for(store: Store, cfg: TopicConfig, n: int, queue_id: int,
+def _queue_ids_for(engine: "Engine", cfg: TopicConfig, n: int, queue_id: int,
                    sharding_keys: list[str | None] | None) -> list[int]:
     nq = cfg.queues
     if queue_id >= nq:
@@ -540,11 +540,11 @@ def _queue_ids_for(store: Store, cfg: TopicConfig, n: int, queue_id: int,
             return [queue_id] * n
         if cfg.order:
             raise UsageError(f"topic {cfg.name!r} is ordered: give a sharding key (-s) or a queue (-q)")
-        start = store.round_robin.get(cfg.name)
+        start = engine.writer.round_robin.get(cfg.name)
         if start is None:
             start = random.randrange(nq)
-        store.round_robin[cfg.name] = start + n
+        engine.writer.round_robin[cfg.name] = start + n
         return [(start + i) % nq for i in range(n)]
     fallback = Draft(cfg.name, b"", queue_id=queue_id)
-    return [abs(java_hash(k)) % nq if k is not None else store.select_queue(cfg, fallback)
+    return [abs(java_hash(k)) % nq if k is not None else engine.writer.select_queue(cfg, fallback)
             for k in sharding_keys]

@@ -27,9 +27,9 @@ from store.log.arrays import layouts
 from store.log.record import RecordError, crc32
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
     from store.log.commitlog import CommitLog
     from store.log.consumequeue import ConsumeQueue
+    from store.log.engine import Engine
 
 # TOTALSIZE MAGIC BODYCRC QUEUEID . QUEUEOFFSET PHYSICALOFFSET . BORNTIMESTAMP . STORETIMESTAMP
 # . RECONSUMETIMES . BODYLENGTH: what a bulk read needs of a record header (format.py).
@@ -125,14 +125,14 @@ def _why(span: bytes, start: int, end: int, phys: int, qoff: int, queue_id: int,
     return "field lengths do not add up to TOTALSIZE"
 
 
-def pull_columns(store: "Store", topic: str, queue_id: int, offset: int, max_count: int = 256,
+def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: int = 256,
                  max_bytes: int = 4 * 1024 * 1024, with_phys: bool = False,
                  bodies_only: bool = False, views: bool = False) -> Columns:
     """Up to ``max_count`` messages of one queue from ``offset``, stopping after the record that
     reaches ``max_bytes``; ``next_offset`` is where the next pull starts. ``bodies_only``
     leaves ``born``, ``stored`` and ``props`` empty (``consume`` writing raw bodies); with
     ``views`` too, a dense run of big bodies may come as views (see :func:`pull_many`)."""
-    q = store.queue(topic, queue_id)
+    q = engine.queues.queue(topic, queue_id)
     max_off = q.max_offset()
     out = Columns([], [], [], [], [], [], offset, max_off)
     if offset >= max_off:
@@ -142,7 +142,7 @@ def pull_columns(store: "Store", topic: str, queue_id: int, offset: int, max_cou
     # names each damaged record.
     if bodies_only != with_phys and min(max_count, max_off - offset) >= _VECTOR_MIN_RUN and (
             "numpy" in sys.modules or max_off - offset >= _VECTOR_MIN_BACKLOG):
-        if _vector_run(store, q, topic, queue_id, offset, min(max_count, max_off - offset), max_bytes, out,
+        if _vector_run(engine, q, topic, queue_id, offset, min(max_count, max_off - offset), max_bytes, out,
                        with_phys, views):
             return out
     entries = q.read_entries(offset, min(max_count, max_off - offset))
@@ -152,7 +152,7 @@ def pull_columns(store: "Store", topic: str, queue_id: int, offset: int, max_cou
             out.next_offset = offset + 1
             out.damaged.append((offset, why))
         return out
-    log = store.commitlog
+    log = engine.commitlog
     entries, lo, span = fetch_span(log, entries, max_bytes)
     span_len = len(span)
     topic_b = topic.encode()
@@ -247,15 +247,15 @@ def pull_columns(store: "Store", topic: str, queue_id: int, offset: int, max_cou
 _VECTOR_MIN_RUN = 128
 _GATHER_MAX_AVG = 16384
 _VECTOR_MIN_BACKLOG = 20_000
-def pull_records(store: "Store", topic: str, queue_id: int, offset: int, max_count: int = 256,
+def pull_records(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: int = 256,
                  max_bytes: int = 4 * 1024 * 1024) -> Columns:
     """Every column of up to ``max_count`` messages of one queue (``phys`` and ``reconsume``
     too): what a client's message is made of, with no :class:`~store.log.record.Message` built
     (the Python consumer), checked as :func:`pull_columns` checks them."""
-    return pull_columns(store, topic, queue_id, offset, max_count, max_bytes, with_phys=True)
+    return pull_columns(engine, topic, queue_id, offset, max_count, max_bytes, with_phys=True)
 
 
-def _vector_run(store: "Store", q: "ConsumeQueue", topic: str, queue_id: int, offset: int, count: int,
+def _vector_run(engine: "Engine", q: "ConsumeQueue", topic: str, queue_id: int, offset: int, count: int,
                 max_bytes: int, out: Columns, full: bool, views: bool) -> bool:
     """A run of one queue into ``out`` (its bodies, as views if ``views`` allows, see
     :func:`_cut`; with ``full`` every column), every record
@@ -269,7 +269,7 @@ def _vector_run(store: "Store", q: "ConsumeQueue", topic: str, queue_id: int, of
     if screened is None:
         return False
     phys, size = screened
-    log = store.commitlog
+    log = engine.commitlog
     lo = int(phys[0])
     ends_abs = phys + size
     seg_end = log.segment_of(lo) + log.segment_size
@@ -402,7 +402,7 @@ _WINDOW = 8 * 1024 * 1024
 _VIEW_MIN_AVG = 1024
 
 
-def pull_many(store: "Store", topic: str, requests: list[tuple[int, int, int, int]],
+def pull_many(engine: "Engine", topic: str, requests: list[tuple[int, int, int, int]],
               full: bool = False) -> dict[int, Columns]:
     """Runs of several queues of ``topic`` (``(queue_id, offset, max_count, max_bytes)``
     each), read together: producers spread a topic's messages over its queues, so their
@@ -422,7 +422,7 @@ def pull_many(store: "Store", topic: str, requests: list[tuple[int, int, int, in
     caller that writes them out and lets go of them before its next read). Needs numpy:
     with it not loaded yet and less than 20,000 messages left in the queues asked for, the
     answer is empty."""
-    queues = [(store.queue(topic, r[0]), *r) for r in requests]
+    queues = [(engine.queues.queue(topic, r[0]), *r) for r in requests]
     ends = [q.max_offset() for q, *_r in queues]
     if "numpy" not in sys.modules and sum(e - r[2] for e, r in zip(ends, queues)) < _VECTOR_MIN_BACKLOG:
         return {}
@@ -435,7 +435,7 @@ def pull_many(store: "Store", topic: str, requests: list[tuple[int, int, int, in
             runs.append((queue_id, offset, max_off, *screened))
     if len(runs) < 2:
         return {}
-    log = store.commitlog
+    log = engine.commitlog
     lo = min(int(r[3][0]) for r in runs)
     limit = min(log.segment_of(lo) + log.segment_size, lo + _WINDOW)
     kept = []

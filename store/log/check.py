@@ -25,7 +25,7 @@ from store.names import SCHEDULE_TOPIC
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -50,34 +50,34 @@ class CheckReport:
 Valid = dict[int, tuple[str, int, int, int, int]]
 
 
-def check_store(store: "Store", progress: Callable[[int], None] | None = None) -> CheckReport:
+def check_store(engine: "Engine", progress: Callable[[int], None] | None = None) -> CheckReport:
     rep = CheckReport()
     problems = rep.problems
     valid: Valid = {}
     claims: dict[tuple[str, int], tuple[int, int]] = {}
     keyed: list[tuple[int, int, str]] = []
-    cp0 = ckpt.read(store.layout.checkpoint)
+    cp0 = ckpt.read(engine.layout.checkpoint)
     # Records past the checkpoint belong to a batch a killed writer left (a read-only store
     # cannot be recovered at open): the next writable open dispatches them, they are not lost.
-    _check_log(store, rep, valid, progress, claims, cp0.written_end if cp0 is not None else None, keyed)
-    _check_queues(store, rep, valid)
-    _check_queue_ends(store, problems, claims)
-    _check_index(store, problems, keyed)
-    _check_json(store, problems)
-    cp = ckpt.read(store.layout.checkpoint)
-    if store.layout.checkpoint.exists() and cp is None:
-        problems.append(Problem(str(store.layout.checkpoint), 0, "checkpoint unreadable (bad CRC or size)"))
+    _check_log(engine, rep, valid, progress, claims, cp0.written_end if cp0 is not None else None, keyed)
+    _check_queues(engine, rep, valid)
+    _check_queue_ends(engine, problems, claims)
+    _check_index(engine, problems, keyed)
+    _check_json(engine, problems)
+    cp = ckpt.read(engine.layout.checkpoint)
+    if engine.layout.checkpoint.exists() and cp is None:
+        problems.append(Problem(str(engine.layout.checkpoint), 0, "checkpoint unreadable (bad CRC or size)"))
     return rep
 
 
-def _check_log(store: "Store", rep: CheckReport, valid: Valid, progress: Callable[[int], None] | None,
+def _check_log(engine: "Engine", rep: CheckReport, valid: Valid, progress: Callable[[int], None] | None,
                claims: dict[tuple[str, int], tuple[int, int]] | None = None,
                pending_from: int | None = None, keyed: list[tuple[int, int, str]] | None = None) -> None:
     """Every record; ``claims`` gets, per (topic, queue), the highest queue offset a record
     dispatched to that queue claims, with that record's offset; ``keyed`` gets each index key
     a record must be found by, as ``(keyHash, offset, key)``."""
-    log = store.commitlog
-    topics = store.topics()
+    log = engine.commitlog
+    topics = engine.topics()
     problems = rep.problems
     segs = log.segments()
     for i, base in enumerate(segs):
@@ -180,11 +180,11 @@ def _next_record(data: bytes, pos: int, base: int) -> int | None:
         start = cand + 1
 
 
-def _check_queues(store: "Store", rep: CheckReport, valid: Valid) -> None:
+def _check_queues(engine: "Engine", rep: CheckReport, valid: Valid) -> None:
     problems = rep.problems
-    root = store.layout.consumequeue_dir
-    cl_min = store.commitlog.min_offset()
-    topics = store.topics()
+    root = engine.layout.consumequeue_dir
+    cl_min = engine.commitlog.min_offset()
+    topics = engine.topics()
     for topic in sorted(os.listdir(root)) if root.exists() else []:
         if topic not in topics:
             problems.append(Problem(str(root / topic), 0, "consume queue of a topic that is not in topics.json"))
@@ -193,7 +193,7 @@ def _check_queues(store: "Store", rep: CheckReport, valid: Valid) -> None:
             if not (qname.isascii() and qname.isdigit()):
                 continue
             qid = int(qname)
-            q = store.queue(topic, qid)
+            q = engine.queues.queue(topic, qid)
             for sbase in q.segments():
                 path = q.segment_path(sbase)
                 data = path.read_bytes()
@@ -220,23 +220,24 @@ def _check_queues(store: "Store", rep: CheckReport, valid: Valid) -> None:
                                                 f"(a tag filter would pass it over; run mqctl store recover)"))
 
 
-def _check_queue_ends(store: "Store", problems: list[Problem], claims: dict[tuple[str, int], tuple[int, int]]) -> None:
+def _check_queue_ends(engine: "Engine", problems: list[Problem],
+                      claims: dict[tuple[str, int], tuple[int, int]]) -> None:
     """A consume queue that ends before the last offset its records claim lost entries (its
     files were cut or deleted): readers would never see those messages, and the next writer
     would give their queue offsets to new messages. ``store recover`` rebuilds it."""
     for (topic, qid), (qoff, phys) in sorted(claims.items()):
-        end = store.queue(topic, qid).max_offset()
+        end = engine.queues.queue(topic, qid).max_offset()
         if end <= qoff:
-            problems.append(Problem(str(store.layout.queue_dir(topic, qid)), end * F.CQ_ENTRY_SIZE,
+            problems.append(Problem(str(engine.layout.queue_dir(topic, qid)), end * F.CQ_ENTRY_SIZE,
                                     f"consume queue {topic}/{qid} ends at offset {end}, but the record at "
                                     f"commit-log offset {phys} is {topic}/{qid}@{qoff} (entries lost: "
                                     f"run mqctl store recover)"))
 
 
-def _check_index(store: "Store", problems: list[Problem], keyed: list[tuple[int, int, str]]) -> None:
-    idx = store.index
+def _check_index(engine: "Engine", problems: list[Problem], keyed: list[tuple[int, int, str]]) -> None:
+    idx = engine.index
     files = idx.files()
-    log_end = store.commitlog.end()
+    log_end = engine.commitlog.end()
     reachable: set[int] = set()
     trusted_from = None
     for base in files:
@@ -265,8 +266,8 @@ def _check_index(store: "Store", problems: list[Problem], keyed: list[tuple[int,
                                                  f"(msg query would miss them; run mqctl store recover)"))
 
 
-def _check_json(store: "Store", problems: list[Problem]) -> None:
-    lay = store.layout
+def _check_json(engine: "Engine", problems: list[Problem]) -> None:
+    lay = engine.layout
     paths = [lay.store_json, lay.topics_json, lay.consumer_offset_json, lay.delay_offset_json]
     offsets_root = lay.root / "offsets"
     if offsets_root.exists():

@@ -13,7 +13,16 @@ import os
 from pathlib import Path
 
 from store.errors import StoreError, io_error
-from store.fsutil import SegmentListing, ensure_dir, open_private, pwrite_all
+from store.fsutil import (
+    SegmentListing,
+    ensure_dir,
+    fdatasync_path,
+    open_private,
+    pwrite_all,
+    segment_bases,
+    sync_dir_if_changed,
+)
+from store.layout import Layout
 from store.log import format as F
 
 _ENTRY = F.CQ_ENTRY
@@ -183,7 +192,7 @@ class ConsumeQueue:
     def append(self, first_offset: int, entries: bytes | bytearray, keep: bool = False) -> list[tuple[str, int]]:
         """Write ``entries`` (whole 20-byte entries) starting at queue offset ``first_offset``.
         ``keep``: keep the last segment written open for the next batch (a writer's, whose
-        store bounds how many it keeps: :meth:`Store.append_entries`).
+        store bounds how many it keeps: :meth:`QueueTable.append`).
 
         Returns the undo list ``(path, previous size)`` for each file touched, so a failed
         batch can be cut back; when this call itself fails, what it wrote is cut back first."""
@@ -270,3 +279,37 @@ def cut_back(undo: list[tuple[str, int]]) -> None:
             os.truncate(path, size)
         except OSError:
             pass
+
+
+def sync_changed_queues(layout: Layout, since_s: int) -> None:
+    """fsync every consume-queue segment written since ``since_s`` (s since the epoch; 0: all),
+    then the directories whose entries changed (new queues and segments are not synced when
+    they are made: the derived flush syncs them, children before parents)."""
+    root = layout.consumequeue_dir
+    try:
+        topics = os.listdir(root)
+    except FileNotFoundError:
+        topics = []
+    changed_dirs: list[Path] = []
+    for topic in topics:
+        tdir = layout.topic_cq_dir(topic)
+        try:
+            qids = [int(q) for q in os.listdir(tdir) if q.isdigit()]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        changed_dirs.append(tdir)
+        for qid in qids:
+            qdir = layout.queue_dir(topic, qid)
+            changed_dirs.append(qdir)
+            for i, base in enumerate(reversed(segment_bases(qdir))):
+                path = qdir / F.segment_name(base)
+                if i > 0 and since_s:
+                    try:
+                        if os.stat(path).st_mtime < since_s - 2:
+                            break   # older segments were complete at the last flush
+                    except FileNotFoundError:
+                        continue
+                fdatasync_path(path)
+    for d in reversed(changed_dirs):   # children before parents
+        sync_dir_if_changed(d, since_s)
+    sync_dir_if_changed(root, since_s)

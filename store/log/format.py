@@ -13,7 +13,7 @@ Directory tree (RocketMQ's names where they exist; see ``layout.py``)::
       consumequeue/<topic>/<queueId>/<20-digit base>   consume-queue segments
       index/<20-digit base>      key-index files
       config/topics.json, config/consumerOffset.json, config/delayOffset.json
-      ...                        consumer state: store/client/offsets.py, members.py, qlocks.py
+      ...                        consumer state: store/log/offsets.py, store/client/members.py, qlocks.py
 
 Commit-log record (RocketMQ's ``MessageExtEncoder`` layout, V1, IPv4 hosts)::
 

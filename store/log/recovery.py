@@ -1,6 +1,6 @@
 """Recovery: make the derived files (consume queues, key index) agree with the commit log.
 
-Runs under the write lock, from :meth:`Store.checkpoint_locked` when the checkpoint says a
+Runs under the write lock, from :func:`checkpoint_locked` when the checkpoint says a
 writer died mid-batch or the machine restarted, and from ``mqctl store recover`` (``full``).
 
 1. Choose where to start: the checkpoint's written end (a writer died), its synced end (the
@@ -22,18 +22,16 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from store.client.offsets import clamp_to_queue_ends
+from store.errors import StoreIOError
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.consumequeue import ConsumeQueue
+from store.log.positions import clamp_to_queue_ends
 from store.log.record import PROP_KEYS, PROP_UNIQ_KEY, Message, RecordError, decode, java_hash
-from store.log.schedule import clamp_to_queue_ends as clamp_schedule
 from store.log.topics import TopicConfig
-from store.names import HALF_TOPIC, OP_HALF_TOPIC
-from store.tx.check import load_progress, save_progress
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.engine import Engine
 
 
 @dataclass
@@ -54,9 +52,9 @@ class RecoveryReport:
                 "damage": [{"file": f, "offset": o, "reason": r} for f, o, r in self.damage]}
 
 
-def find_next_valid(store: "Store", after: int) -> int | None:
+def find_next_valid(engine: "Engine", after: int) -> int | None:
     """The offset of the first valid record strictly after ``after``, searching by magic."""
-    log = store.commitlog
+    log = engine.commitlog
     magic = F.MAGIC_V1.to_bytes(4, "big")
     for base in log.segments():
         if base + log.segment_size <= after:
@@ -88,19 +86,19 @@ class _Plan:
     checkpoint: ckpt.Checkpoint | None = None   # as recovery found it
 
 
-def _plan(store: "Store", full: bool) -> _Plan:
-    cp = ckpt.read(store.layout.checkpoint)
-    end = store.commitlog.end()
-    lo = store.commitlog.min_offset()
+def _plan(engine: "Engine", full: bool) -> _Plan:
+    cp = ckpt.read(engine.layout.checkpoint)
+    end = engine.commitlog.end()
+    lo = engine.commitlog.min_offset()
     if full:
-        rebooted = cp is not None and cp.boot_id != store.boot_id
+        rebooted = cp is not None and cp.boot_id != engine.writer.boot_id
         return _Plan(lo, "full rebuild requested", rebooted, cp.synced_end if cp and rebooted else end, cp)
     if cp is None:
         # No readable checkpoint (torn, or a store of an unknown version): every derived file
         # is checked as after a restart, but an invalid record is damage to report and step
         # over, never a reason to cut the log (nothing says where its durable end is).
         return _Plan(lo, "no readable checkpoint", True, end, cp)
-    if cp.boot_id != store.boot_id:
+    if cp.boot_id != engine.writer.boot_id:
         # Consume queues and the index are durable only below ``derived end``; the log only
         # below ``synced end``. Everything after may have been lost in any order.
         start, reason = cp.derived_end, "the machine restarted since the last write"
@@ -111,18 +109,18 @@ def _plan(store: "Store", full: bool) -> _Plan:
         # The log is shorter than the checkpoint says (a torn or truncated tail). ``end`` may
         # then fall inside a record: scanning from it would keep the torn bytes and append
         # after them. The base of the segment holding ``end`` is a record boundary.
-        plan.start = store.commitlog.segment_of(end)
+        plan.start = engine.commitlog.segment_of(end)
         plan.reason += "; the commit log is shorter than the checkpoint"
     plan.start = max(lo, plan.start)
     return plan
 
 
-def _check_index(store: "Store", plan: _Plan, full: bool, rep: "RecoveryReport") -> None:
+def _check_index(engine: "Engine", plan: _Plan, full: bool, rep: "RecoveryReport") -> None:
     """Drop key-index files that cannot be trusted, and every later one, and move the scan
     back to the first dropped file's offset so the records it covered are indexed again.
     After a restart, every file written since the last derived flush is read whole (entries
     or slots lost in the cut); otherwise the header and sizes are checked."""
-    idx = store.index
+    idx = engine.index
     for leftover in idx.dir.glob(".*.tmp"):   # a file being made when its writer died
         try:
             leftover.unlink()
@@ -149,25 +147,25 @@ def _check_index(store: "Store", plan: _Plan, full: bool, rep: "RecoveryReport")
             except FileNotFoundError:
                 pass
         rep.damage.append((str(idx.path(base)), 0, f"key index {why}: rebuilt from the commit log"))
-        lo = store.commitlog.min_offset()
+        lo = engine.commitlog.min_offset()
         if max(base, lo) < plan.start:
             plan.start = max(base, lo)
             plan.reason += "; a key-index file had to be rebuilt"
         return
 
 
-def recover(store: "Store", full: bool = False, progress: Callable[[int], None] | None = None) -> RecoveryReport:
+def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None] | None = None) -> RecoveryReport:
     """Repair the store (write lock held). Returns what was done."""
-    plan = _plan(store, full)
+    plan = _plan(engine, full)
     rep = RecoveryReport(reason=plan.reason)
-    _check_index(store, plan, full, rep)
+    _check_index(engine, plan, full, rep)
     rep.start = plan.start
     rep.reason = plan.reason
-    store.index.repair()   # slots a killed writer left pointing past the index's count
+    engine.index.repair()   # slots a killed writer left pointing past the index's count
     if full:
-        _drop_index(store)  # rebuilt below from every record: damage in it is not trusted
-    topics = store.topics()
-    log = store.commitlog
+        _drop_index(engine)  # rebuilt below from every record: damage in it is not trusted
+    topics = engine.topics()
+    log = engine.commitlog
     start = plan.start
     valid_end = start
     last_ts = 0
@@ -180,7 +178,7 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
             if err is not None:
                 if plan.rebooted and off >= plan.cut_from:
                     break   # lost in the power cut: nothing after it was ever durable
-                nxt = find_next_valid(store, off)
+                nxt = find_next_valid(engine, off)
                 if nxt is None:
                     break  # torn tail
                 rep.damage.append((str(log.segment_path(log.segment_of(off))), off - log.segment_of(off), err.reason))
@@ -190,9 +188,9 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
             rep.records += 1
             valid_end = off + msg.size
             last_ts = max(last_ts, msg.store_timestamp)
-            rep.cq_entries_written += _dispatch(store, topics, msg, index_items, queues)
+            rep.cq_entries_written += _dispatch(engine, topics, msg, index_items, queues)
             if len(index_items) >= 8192:
-                store.index.add(index_items, last_ts)
+                engine.index.add(index_items, last_ts)
                 index_items.clear()
             if progress is not None:
                 progress(msg.size)
@@ -201,64 +199,56 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
     for qr in queues.values():
         qr.flush()
     if index_items:
-        store.index.add(index_items, last_ts)
-    rep.truncated_bytes = _truncate_log(store, valid_end)
-    rep.cq_entries_dropped = _trim_queues(store, valid_end)
+        engine.index.add(index_items, last_ts)
+    rep.truncated_bytes = _truncate_log(engine, valid_end)
+    rep.cq_entries_dropped = _trim_queues(engine, valid_end)
     if full or rep.damage:
-        _fill_queue_holes(store, rep)
-    fence_index(store, valid_end)
-    _clamp_topics(store, valid_end)
+        _fill_queue_holes(engine, rep)
+    fence_index(engine, valid_end)
+    _clamp_topics(engine, valid_end)
     if plan.rebooted or rep.cq_entries_dropped or rep.truncated_bytes:
-        _clamp_consumers(store)
+        _clamp_consumers(engine)
     rep.end = valid_end
     cp = plan.checkpoint or ckpt.Checkpoint()
     last_ts = max(cp.last_store_ts, last_ts)
-    ckpt.write(store.layout.checkpoint, ckpt.Checkpoint(
-        valid_end, last_ts, min(cp.synced_end, valid_end), store.boot_id,
+    ckpt.write(engine.layout.checkpoint, ckpt.Checkpoint(
+        valid_end, last_ts, min(cp.synced_end, valid_end), engine.writer.boot_id,
         min(cp.derived_end, valid_end), cp.derived_at))
     if plan.rebooted or full:
         # What survived the restart, and what recovery rebuilt, is made durable now, so the
         # next restart starts here (and nothing below ``valid_end`` is re-dispatched again).
-        store.flush_durable(valid_end)
-        ckpt.write(store.layout.checkpoint, ckpt.Checkpoint(
-            valid_end, last_ts, valid_end, store.boot_id, valid_end, int(time.time())))
+        engine.durability.flush_durable(valid_end)
+        ckpt.write(engine.layout.checkpoint, ckpt.Checkpoint(
+            valid_end, last_ts, valid_end, engine.writer.boot_id, valid_end, int(time.time())))
     return rep
 
 
-def _clamp_topics(store: "Store", valid_end: int) -> None:
+def _clamp_topics(engine: "Engine", valid_end: int) -> None:
     """A topic created after records that a crash then took away recorded a creation offset
     past the log's end; the next records of that topic land below it, and recovery would skip
     them as older than their topic. Such offsets come back to the end."""
-    topics = store.topic_table.load()
+    topics = engine.topic_table.load()
     late = {n: t for n, t in topics.items() if t.created_offset > valid_end}
     if late:
-        store.topic_table.save({**topics, **{n: replace(t, created_offset=valid_end) for n, t in late.items()}})
+        engine.topic_table.save({**topics, **{n: replace(t, created_offset=valid_end) for n, t in late.items()}})
 
 
-def _clamp_consumers(store: "Store") -> None:
-    """Offsets committed past a queue's end (the queue lost unsynced messages that consumers
-    had already read) come back to the end, so the messages that take those offsets next are
-    delivered. Warned about, never silent."""
-    topics = store.topics()
+def _clamp_consumers(engine: "Engine") -> None:
+    """Reader positions past a queue's end (the queue lost unsynced messages that readers had
+    already read) come back to the end, so the messages that take those offsets next are
+    delivered. Warned about, never silent (``positions.py``)."""
+    topics = engine.topics()
 
     def queue_end(topic: str, queue_id: int) -> int:
         cfg = topics.get(topic)
         if cfg is None or queue_id >= cfg.queues:
             return -1
-        return store.max_offset(topic, queue_id)
+        return engine.queues.max_offset(topic, queue_id)
 
-    clamp_to_queue_ends(store.layout, queue_end, store.warn)
-    for line in clamp_schedule(store):
-        store.warn(line)
-    half_end = queue_end(HALF_TOPIC, 0)
-    op_end = queue_end(OP_HALF_TOPIC, 0)
-    half, op = load_progress(store.layout, store.warn)
-    if (0 <= half_end < half) or (0 <= op_end < op):
-        save_progress(store.layout, min(half, max(half_end, 0)), min(op, max(op_end, 0)))
-        store.warn(f"transaction check progress moved back to the queues' ends ({half_end}, {op_end})")
+    clamp_to_queue_ends(engine.layout, queue_end, engine.warn)
 
 
-def _dispatch(store: "Store", topics: dict[str, TopicConfig], msg: Message, index_items: list[tuple[str, int]],
+def _dispatch(engine: "Engine", topics: dict[str, TopicConfig], msg: Message, index_items: list[tuple[str, int]],
               queues: dict[tuple[str, int], "_QueueRebuild"]) -> int:
     """Give one recovered record its consume-queue entry and index keys. Returns 1 when a
     consume-queue entry had to be written."""
@@ -278,7 +268,7 @@ def _dispatch(store: "Store", topics: dict[str, TopicConfig], msg: Message, inde
     key = (msg.topic, msg.queue_id)
     qr = queues.get(key)
     if qr is None:
-        qr = queues[key] = _QueueRebuild(store.queue(msg.topic, msg.queue_id))
+        qr = queues[key] = _QueueRebuild(engine.queues.queue(msg.topic, msg.queue_id))
     if msg.topic == "SCHEDULE_TOPIC_XXXX":
         tags = int(msg.properties.get("TIMER_DELIVER_MS", "0") or 0)
     else:
@@ -347,9 +337,9 @@ def _fix_partial_entry(q: ConsumeQueue) -> None:
             os.truncate(path, size - size % F.CQ_ENTRY_SIZE)
 
 
-def _truncate_log(store: "Store", valid_end: int) -> int:
+def _truncate_log(engine: "Engine", valid_end: int) -> int:
     """Cut the log at ``valid_end``: later segments go, the segment holding it is shortened."""
-    log = store.commitlog
+    log = engine.commitlog
     cut = 0
     last = log.segment_of(valid_end)
     for base in log.segments():
@@ -365,9 +355,9 @@ def _truncate_log(store: "Store", valid_end: int) -> int:
     return cut
 
 
-def _trim_queues(store: "Store", valid_end: int) -> int:
+def _trim_queues(engine: "Engine", valid_end: int) -> int:
     dropped = 0
-    root = store.layout.consumequeue_dir
+    root = engine.layout.consumequeue_dir
     try:
         topics = os.listdir(root)
     except FileNotFoundError:
@@ -378,7 +368,7 @@ def _trim_queues(store: "Store", valid_end: int) -> int:
         except (FileNotFoundError, NotADirectoryError):
             continue
         for qid in qids:
-            q = store.queue(topic, qid)
+            q = engine.queues.queue(topic, qid)
             _fix_partial_entry(q)
             m = q.max_offset()
             keep = m
@@ -386,7 +376,7 @@ def _trim_queues(store: "Store", valid_end: int) -> int:
                 # The tail must point at its own record: after a power cut it may be zeros, or
                 # an older entry that a later recovery had replaced.
                 e = q.entry(keep - 1)
-                if e is not None and e[0] + e[1] <= valid_end and _points_home(store, topic, qid, keep - 1, e):
+                if e is not None and e[0] + e[1] <= valid_end and _points_home(engine, topic, qid, keep - 1, e):
                     break
                 keep -= 1
             if keep < m:
@@ -395,18 +385,18 @@ def _trim_queues(store: "Store", valid_end: int) -> int:
     return dropped
 
 
-def _points_home(store: "Store", topic: str, queue_id: int, qoff: int, entry: tuple[int, int, int]) -> bool:
+def _points_home(engine: "Engine", topic: str, queue_id: int, qoff: int, entry: tuple[int, int, int]) -> bool:
     try:
-        m = store.commitlog.read(entry[0], entry[1])
+        m = engine.commitlog.read(entry[0], entry[1])
     except (RecordError, OSError):
         return False
     return m.topic == topic and m.queue_id == queue_id and m.queue_offset == qoff
 
 
-def fence_index(store: "Store", valid_end: int) -> None:
+def fence_index(engine: "Engine", valid_end: int) -> None:
     """Make the index forget offsets at or past ``valid_end``: files that begin there are
     removed, and an older file's end offset is moved back so those offsets get re-indexed."""
-    idx = store.index
+    idx = engine.index
     idx.truncate_after(valid_end)
     for base in idx.files():
         hdr = list(idx.header(base))
@@ -416,9 +406,9 @@ def fence_index(store: "Store", valid_end: int) -> None:
                 fh.write(F.INDEX_HEADER.pack(*hdr))
 
 
-def _drop_index(store: "Store") -> None:
+def _drop_index(engine: "Engine") -> None:
     """Remove every key-index file (a full recovery re-adds every record's keys)."""
-    idx = store.index
+    idx = engine.index
     for base in idx.files():
         try:
             idx.path(base).unlink()
@@ -426,29 +416,29 @@ def _drop_index(store: "Store") -> None:
             pass
 
 
-def _damaged_regions(store: "Store", rep: RecoveryReport) -> list[tuple[int, int]]:
+def _damaged_regions(engine: "Engine", rep: RecoveryReport) -> list[tuple[int, int]]:
     """``(start, end)`` commit-log ranges of the damaged records the scan stepped over."""
     regions = []
-    log = store.commitlog
+    log = engine.commitlog
     for file, off, _reason in rep.damage:
         name = os.path.basename(file)
         if not (len(name) == 20 and name.isascii() and name.isdigit()) or os.path.dirname(file) != str(log.dir):
             continue
         start = int(name) + off
-        nxt = find_next_valid(store, start)
+        nxt = find_next_valid(engine, start)
         regions.append((start, nxt if nxt is not None else start + 1))
     return sorted(regions)
 
 
-def _fill_queue_holes(store: "Store", rep: RecoveryReport) -> None:
+def _fill_queue_holes(engine: "Engine", rep: RecoveryReport) -> None:
     """Give every consume-queue slot that no valid record claims (a zero-filled hole left by
     writing a later entry past the end: its record is damaged, or gone) an entry pointing at
     the damaged range before the next valid entry's record. Readers then skip that offset as
     damaged instead of stopping at the hole for ever (a zero entry reads as the queue's end).
     Each filled slot is reported in ``rep.damage``."""
-    regions = _damaged_regions(store, rep)
+    regions = _damaged_regions(engine, rep)
     starts = [r[0] for r in regions]
-    root = store.layout.consumequeue_dir
+    root = engine.layout.consumequeue_dir
     try:
         topics = sorted(os.listdir(root))
     except FileNotFoundError:
@@ -460,7 +450,7 @@ def _fill_queue_holes(store: "Store", rep: RecoveryReport) -> None:
         except (FileNotFoundError, NotADirectoryError):
             continue
         for qid in qids:
-            q = store.queue(topic, qid)
+            q = engine.queues.queue(topic, qid)
             holes: list[tuple[int, int]] = []   # (segment base, entry index) awaiting a fill
             for sbase in q.segments():
                 path = q.segment_path(sbase)
@@ -485,3 +475,34 @@ def _fill_queue_holes(store: "Store", rep: RecoveryReport) -> None:
                                            f"valid record (damaged or removed); readers skip it"))
                     holes.clear()
             q.close()
+
+
+def checkpoint_locked(engine: "Engine") -> ckpt.Checkpoint:
+    """The checkpoint, after making sure it matches the log (write lock held): a writer that
+    died mid-batch, or a machine restart, is recovered from first."""
+    cp = engine.checkpoint_file.read()
+    if cp is None or cp.written_end != engine.commitlog.end() or cp.boot_id != engine.writer.boot_id:
+        recover(engine)
+        cp = engine.checkpoint_file.read()
+        assert cp is not None
+    return cp
+
+
+def recover_if_dirty(engine: "Engine") -> None:
+    """Recover at open when the checkpoint says a writer died or the machine restarted; a
+    store that cannot be written is read as it is (consume queues only point at whole
+    records)."""
+    cp = ckpt.read(engine.layout.checkpoint)
+    try:
+        end = engine.commitlog.end()
+    except OSError:
+        return
+    if cp is not None and cp.written_end == end and cp.boot_id == engine.writer.boot_id:
+        return
+    if cp is None and end == 0 and not engine.index.files() and not any(engine.layout.consumequeue_dir.glob("*/*/*")):
+        return   # a new store: nothing written yet, nothing to check
+    try:
+        with engine.write_lock:
+            checkpoint_locked(engine)
+    except StoreIOError as exc:
+        engine.warn(f"store needs recovery but cannot be written ({exc}); reading what is complete")

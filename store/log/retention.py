@@ -152,7 +152,7 @@ def _offset_table_needs(store: "Store", who: str, offsets: dict[tuple[str, int],
 
 def consumer_needs(store: "Store") -> list[Need]:
     """Every reader's position, as the commit-log offset it will read next."""
-    from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
+    from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
     topics = store.topics()
     needs: list[Need] = []
     cluster = ClusterOffsetStore(store.layout, warn=store.warn)
@@ -190,6 +190,7 @@ def transaction_needs(store: "Store") -> list[Need]:
     """The live half copies of unresolved transactions (see the module docstring)."""
     if not store.has_topic(HALF_TOPIC):
         return []
+    from store.log.positions import load_tx_progress
     from store.tx import check as txcheck
     from store.tx import transaction as tx
     try:
@@ -201,7 +202,7 @@ def transaction_needs(store: "Store") -> list[Need]:
     except (StoreError, OSError, ValueError) as exc:
         store.warn(f"could not read the unresolved transactions ({exc}); keeping the log from the "
                    f"check service's position")
-        half, _op = txcheck.load_progress(store.layout, store.warn)
+        half, _op = load_tx_progress(store.layout, store.warn)
         n = _queue_need(store, "transaction check service", HALF_TOPIC, 0, half)
         return [] if n is None else [n]
 

@@ -25,11 +25,12 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from store import names
 from store.errors import UsageError
-from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
+from store.fsutil import ensure_dir
+from store.log.positions import load_delay_progress, save_delay_progress
 from store.log.record import (
     PROP_DELAY,
     PROP_DELIVER_MS,
@@ -118,14 +119,6 @@ def restore_draft(m: Message) -> Draft:
                  tags_code=java_hash(props[PROP_TAGS]) if props.get(PROP_TAGS) else 0)
 
 
-def _load(store: "Store") -> dict[str, Any]:
-    obj = read_json_with_bak(store.layout.delay_offset_json, default={}, warn=store.warn)
-    if not isinstance(obj, dict):
-        obj = {}
-    return {"offsetTable": {str(k): int(v) for k, v in (obj.get("offsetTable") or {}).items()},
-            "delivered": {str(k): [int(x) for x in v] for k, v in (obj.get("delivered") or {}).items()}}
-
-
 def deliver_due(store: "Store", now_ms: int | None = None, max_messages: int = 10_000) -> int:
     """One scheduler pass, if no other process is running one. Returns messages delivered."""
     if not store.has_topic(names.SCHEDULE_TOPIC):
@@ -143,7 +136,7 @@ def deliver_due(store: "Store", now_ms: int | None = None, max_messages: int = 1
 
 
 def _pass(store: "Store", now: int, budget: int) -> int:
-    state = _load(store)
+    state = load_delay_progress(store.layout, store.warn)
     delivered = 0
     changed = False
     for qid in range(store.topic(names.SCHEDULE_TOPIC).queues):
@@ -202,7 +195,7 @@ def _pass(store: "Store", now: int, budget: int) -> int:
         changed = True
     if changed:
         store.sync_written()   # the delivered copies first, then the offsets past them
-        atomic_write_json(store.layout.delay_offset_json, state)
+        save_delay_progress(store.layout, state)
     return delivered
 
 
@@ -210,7 +203,7 @@ def next_due(store: "Store") -> int | None:
     """The earliest delivery time still pending (for sleeping until then), or None."""
     if not store.has_topic(names.SCHEDULE_TOPIC):
         return None
-    state = _load(store)
+    state = load_delay_progress(store.layout, store.warn)
     best = None
     for qid in range(store.topic(names.SCHEDULE_TOPIC).queues):
         start = state["offsetTable"].get(str(qid), 0)
@@ -232,26 +225,3 @@ def next_due(store: "Store") -> int | None:
                 continue
             break
     return best
-
-
-def clamp_to_queue_ends(store: "Store") -> list[str]:
-    """Move the scheduler's offsets back to the schedule queues' ends where a power cut has
-    shortened them (recovery): new delayed messages take those offsets again and must be
-    delivered. Returns one line per queue moved."""
-    if not store.layout.delay_offset_json.exists() or not store.has_topic(names.SCHEDULE_TOPIC):
-        return []
-    state = _load(store)
-    moved = []
-    for key, offset in list(state["offsetTable"].items()):
-        end = store.max_offset(names.SCHEDULE_TOPIC, int(key))
-        if offset > end:
-            state["offsetTable"][key] = end
-            moved.append(f"delay scheduler: queue {key} offset {offset} -> {end}")
-    for key, done in state["delivered"].items():
-        end = store.max_offset(names.SCHEDULE_TOPIC, int(key))
-        if any(o >= end for o in done):
-            state["delivered"][key] = [o for o in done if o < end]
-            moved.append(f"delay scheduler: queue {key} forgets deliveries at or past {end}")
-    if moved:
-        atomic_write_json(store.layout.delay_offset_json, state)
-    return moved

@@ -31,7 +31,7 @@ from store.log.arrays import layouts
 from store.log.record import crc32
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.engine import Engine
 
 _L = layouts()
 _CQ, _HEAD, _CRC_HEAD, _POW10 = _L.cq, _L.head, _L.crc_head, _L.pow10
@@ -67,12 +67,12 @@ def slices(span: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.BinaryAr
     return laid.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
 
 
-def pull_vector(store: "Store", topic: str, queue_id: int, offset: int, max_count: int,
+def pull_vector(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: int,
                 max_bytes: int) -> VecColumns | None:
     """Up to ``max_count`` messages of a queue from ``offset`` (fewer at a segment end), or
     None when this run needs the exact path (``bulk.pull_columns``); ``offset`` must be below
     the queue's max offset."""
-    q = store.queue(topic, queue_id)
+    q = engine.queues.queue(topic, queue_id)
     raw = q.read_raw(offset, max_count)
     if not raw:
         return None
@@ -82,7 +82,7 @@ def pull_vector(store: "Store", topic: str, queue_id: int, offset: int, max_coun
     # as bulk.py: stop after the record that reaches max_bytes
     n = min(len(ent), int(np.searchsorted(np.cumsum(size), max_bytes)) + 1)
     phys, size = phys[:n], size[:n]
-    log = store.commitlog
+    log = engine.commitlog
     lo = int(phys[0])
     seg_end = log.segment_of(lo) + log.segment_size
     if lo < 0:

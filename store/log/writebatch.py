@@ -35,14 +35,15 @@ from store.log.commitlog import LogAppender
 from store.log.consumequeue import cut_back
 from store.log.index import key_hash
 from store.log.record import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Draft, encode, java_hash
+from store.log.recovery import checkpoint_locked, fence_index
 from store.log.results import PutResult
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.engine import Engine
     from store.log.topics import TopicConfig
 
 # How far an async writer lets the durable point fall behind before it moves it itself
-# (Store.flush_durable, in a background thread): by volume, or by age.
+# (Durability.flush_durable, in a background thread): by volume, or by age.
 ASYNC_FLUSH_BYTES = 64 * 1024 * 1024
 ASYNC_FLUSH_INTERVAL_S = 30.0
 
@@ -66,16 +67,16 @@ class WriteBatch:
     Until :meth:`commit` nothing is written: a batch abandoned after an error (a refused
     property, a record too large) leaves the store as it was."""
 
-    def __init__(self, store: Store, sync: bool) -> None:
-        self.store = store
+    def __init__(self, engine: "Engine", sync: bool) -> None:
+        self.engine = engine
         self.sync = sync
         # The checkpoint, checked against the log's real end (recovering first if a writer
         # died mid-batch): the batch starts at its written end.
-        self.cp = store.checkpoint_locked()
+        self.cp = checkpoint_locked(engine)
         self.now = int(time.time() * 1000)
         # Store timestamps never go backwards, even when the clock does.
         self.store_ts = max(self.now, self.cp.last_store_ts)
-        self.app = LogAppender(store.commitlog, self.cp.written_end)
+        self.app = LogAppender(engine.commitlog, self.cp.written_end)
         self._topics: dict[str, TopicConfig] = {}
         self.queues: dict[tuple[str, int], QueueRun] = {}
         self._index_hashes: list[int] = []
@@ -83,10 +84,10 @@ class WriteBatch:
 
     # -- placement ---------------------------------------------------------------------------
     def topic(self, name: str, queue_id: int = -1) -> TopicConfig:
-        """The topic's config, created on first send (see :meth:`Store.ensure_topic_locked`)."""
+        """The topic's config, created on first send (see :meth:`Engine.ensure_topic_locked`)."""
         cfg = self._topics.get(name)
         if cfg is None:
-            cfg = self._topics[name] = self.store.ensure_topic_locked(name, queue_id)
+            cfg = self._topics[name] = self.engine.ensure_topic_locked(name, queue_id)
         return cfg
 
     def queue_run(self, topic: str, queue_id: int) -> QueueRun:
@@ -94,7 +95,7 @@ class WriteBatch:
         A framer that appends packed entries to ``entries`` moves ``next`` past them."""
         run = self.queues.get((topic, queue_id))
         if run is None:
-            first = self.store.queue(topic, queue_id).write_end()
+            first = self.engine.queues.queue(topic, queue_id).write_end()
             run = self.queues[(topic, queue_id)] = QueueRun(first)
         return run
 
@@ -121,19 +122,19 @@ class WriteBatch:
     # -- the general encoder -------------------------------------------------------------------
     def put_drafts(self, drafts: list[Draft]) -> list[PutResult]:
         """Frame drafts (any topics, any properties, transactional flags) into the batch."""
-        store = self.store
+        engine = self.engine
         now, store_ts = self.now, self.store_ts
         app = self.app
         results: list[PutResult] = []
-        pid = store.pid
-        gen = store.uniq_keys.next
+        pid = engine.writer.pid
+        gen = engine.writer.uniq_keys.next
         topic_bytes: dict[str, bytes] = {}
         for d in drafts:
             cfg = self.topic(d.topic, d.queue_id)
             topic_b = topic_bytes.get(d.topic)
             if topic_b is None:
                 topic_b = topic_bytes[d.topic] = d.topic.encode()
-            qid = store.select_queue(cfg, d)
+            qid = engine.writer.select_queue(cfg, d)
             # Half and rollback messages of a transaction are not dispatched to a queue.
             dispatch = (d.sysflag & F.TX_MASK) in (F.TX_NOT, F.TX_COMMIT)
             qoff = self.queue_run(d.topic, qid).next if dispatch else 0
@@ -173,13 +174,13 @@ class WriteBatch:
     def commit(self) -> None:
         """Write the batch: log, then consume queues, then index, then the checkpoint. Any
         failure cuts every file back (:meth:`undo`), so nothing of the batch is visible."""
-        store, app, cp = self.store, self.app, self.cp
+        engine, app, cp = self.engine, self.app, self.cp
         if app.pos == app.start_end:
             return   # nothing placed
         app.flush()
         if self.sync:
             try:
-                store.sync_prefix(app.start_end, app.pos, cp)
+                engine.durability.sync_prefix(app.start_end, app.pos, cp)
             except OSError as exc:
                 app.undo()
                 raise io_error(exc, f"sync commit log {app.start_end}-{app.pos}") from exc
@@ -188,22 +189,22 @@ class WriteBatch:
         try:
             for (topic, qid), run in self.queues.items():
                 if run.entries:
-                    cut += store.append_entries(topic, qid, run.first, run.entries)
+                    cut += engine.queues.append(topic, qid, run.first, run.entries)
             failpoint("put-after-cq")
-            store.index.add_hashes(self._index_hashes, self._index_physs, self.store_ts)
+            engine.index.add_hashes(self._index_hashes, self._index_physs, self.store_ts)
             failpoint("put-after-index")
         except StoreError:
             self.undo(cut)
             raise
-        hints = store.hints
+        hints = engine.hints
         synced = min(max(cp.synced_end, hints.synced), app.pos)
         if hints.derived > cp.derived_end:
             derived, derived_at = hints.derived, hints.derived_at
         else:
             derived, derived_at = cp.derived_end, cp.derived_at
-        store.checkpoint_file.write(ckpt.Checkpoint(
-            app.pos, self.store_ts, synced, store.boot_id, min(derived, synced), derived_at))
-        store.last_write = (app.start_end, app.pos)
+        engine.checkpoint_file.write(ckpt.Checkpoint(
+            app.pos, self.store_ts, synced, engine.writer.boot_id, min(derived, synced), derived_at))
+        engine.writer.last_write = (app.start_end, app.pos)
         if not self.sync and (app.pos - derived >= ASYNC_FLUSH_BYTES
                               or (derived < app.pos and time.time() - derived_at >= ASYNC_FLUSH_INTERVAL_S)):
             # RocketMQ's async flush runs in a broker thread; here the writer that finds the
@@ -220,7 +221,6 @@ class WriteBatch:
         # before the next one failed: fence it back, or the records later written at those
         # offsets would be skipped as "already indexed".
         try:
-            from store.log.recovery import fence_index
-            fence_index(self.store, self.app.start_end)
+            fence_index(self.engine, self.app.start_end)
         except (OSError, StoreError):
             pass

@@ -23,9 +23,9 @@ from pyspark.sql.types import StructType
 
 from store.errors import DataError, TopicNotFoundError, UsageError
 from store.log.broker import Store
-from store.log.bulk import Columns, pull_columns
+from store.log.bulk import Columns
 from store.log.record import PROP_TAGS, PROP_UNIQ_KEY, Message, tags_code
-from store.log.vecread import VecColumns, pull_vector
+from store.log.vecread import VecColumns
 from store.names import is_system_topic, parse_tag_expression, validate_any_topic
 from store.spark.arrowcols import build_columns
 from store.spark.schema import COLUMNS, SCHEMA, check_options, open_store, parse_bool, store_option
@@ -323,9 +323,9 @@ def _read_bulk(store: Store, part: QueueSlice, plan: ColumnPlan, off: int) -> It
     with_phys = "msgId" in plan.names
     while off < part.end:
         count = min(ARROW_BATCH_ROWS, part.end - off)
-        cols: Columns | VecColumns | None = pull_vector(store, part.topic, part.queue_id, off, count, PULL_BYTES)
+        cols: Columns | VecColumns | None = store.pull_vector(part.topic, part.queue_id, off, count, PULL_BYTES)
         if cols is None:   # anything unusual in this run: the exact, per-record path
-            cols = pull_columns(store, part.topic, part.queue_id, off, count, PULL_BYTES, with_phys)
+            cols = store.pull_columns(part.topic, part.queue_id, off, count, PULL_BYTES, with_phys)
         if isinstance(cols, Columns) and cols.damaged:
             raise _damaged(part, cols.damaged)
         if len(cols):

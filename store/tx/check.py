@@ -4,11 +4,8 @@ The records it reads and writes (half copies, op records, discarded copies) and 
 transaction's state follows from them are described in ``transaction.py``; this module decides
 what to do about the half messages nobody resolved, and remembers how far it got.
 
-Check progress: ``tx/CID_RMQ_SYS_TRANS.json``, the internal group's offsets in the shape of
-``config/consumerOffset.json``, replaced atomically (``fsutil.atomic_write_json``, ``.bak``)::
-
-    {"offsetTable": {"RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS": {"0": 12},
-                     "RMQ_SYS_TRANS_OP_HALF_TOPIC@CID_RMQ_SYS_TRANS": {"0": 7}}}
+Check progress: ``tx/CID_RMQ_SYS_TRANS.json``, owned by ``store/log/positions.py`` (which
+describes it), so that recovery can move it back without knowing this service.
 
 Failpoints placed here: ``tx-check-after-copy``, ``tx-check-after-op``,
 ``tx-check-after-answer``, ``tx-discard-after-copy``, ``tx-check-before-progress``.
@@ -33,13 +30,13 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from store.errors import NotFoundError, TransactionStateError, io_error
 from store.failpoints import failpoint
-from store.fsutil import atomic_write_json, ensure_dir, open_private, read_json_with_bak
+from store.fsutil import ensure_dir, open_private
 from store.layout import Layout
+from store.log.positions import load_tx_progress, save_tx_progress
 from store.log.record import PROP_CHECK_IMMUNITY, PROP_CHECK_TIMES, PROP_REAL_QID, Draft, Message
 from store.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 from store.tx.transaction import (
@@ -61,43 +58,11 @@ from store.tx.transaction import (
 if TYPE_CHECKING:
     from store.log.broker import Store
 
-TX_GROUP = "CID_RMQ_SYS_TRANS"
 CHECK_SERVICE = "tx-check"
 ANSWER_COMMIT, ANSWER_ROLLBACK, ANSWER_UNKNOWN = "COMMIT", "ROLLBACK", "UNKNOWN"
 
 DEFAULT_TIMEOUT_MS = 6_000   # RocketMQ transactionTimeOut
 DEFAULT_MAX_CHECKS = 15      # RocketMQ transactionCheckMax
-
-
-# -- check progress -----------------------------------------------------------------------------
-
-_HALF_KEY = f"{HALF_TOPIC}@{TX_GROUP}"
-_OP_KEY = f"{OP_HALF_TOPIC}@{TX_GROUP}"
-
-
-def progress_path(layout: Layout) -> Path:
-    return layout.tx_dir() / f"{TX_GROUP}.json"
-
-
-def _validate_progress(obj: Any) -> None:
-    table = obj["offsetTable"]
-    for key in (_HALF_KEY, _OP_KEY):
-        if not isinstance(table[key]["0"], int) or table[key]["0"] < 0:
-            raise ValueError(f"{key}: offset must be a non-negative integer")
-
-
-def load_progress(layout: Layout, warn: Callable[[str], None] | None = None) -> tuple[int, int]:
-    """(half offset, op offset) of ``CID_RMQ_SYS_TRANS``; (0, 0) before the first pass."""
-    obj = read_json_with_bak(progress_path(layout), None, _validate_progress, warn)
-    if obj is None:
-        return 0, 0
-    return obj["offsetTable"][_HALF_KEY]["0"], obj["offsetTable"][_OP_KEY]["0"]
-
-
-def save_progress(layout: Layout, half_offset: int, op_offset: int) -> None:
-    ensure_dir(layout.tx_dir())
-    atomic_write_json(progress_path(layout), {"offsetTable": {
-        _HALF_KEY: {"0": half_offset}, _OP_KEY: {"0": op_offset}}})
 
 
 def _read_ops(store: "Store", start: int) -> list[tuple[int, tuple[int, ...]]]:
@@ -108,7 +73,7 @@ def _read_ops(store: "Store", start: int) -> list[tuple[int, tuple[int, ...]]]:
 
 def _start_offsets(store: "Store") -> tuple[int, int]:
     """The progress offsets, moved into each queue's readable range."""
-    half, op = load_progress(store.layout, store.warn)
+    half, op = load_tx_progress(store.layout, store.warn)
     bounds = []
     for topic, off in ((HALF_TOPIC, half), (OP_HALF_TOPIC, op)):
         lo, hi = store.min_offset(topic, 0), store.max_offset(topic, 0)
@@ -233,7 +198,7 @@ class _CheckPass:
             # the decisions this pass stored (real messages, op records) must not be lost
             # behind progress that survives them
             self.store.sync_written()
-            save_progress(self.store.layout, new_half, new_op)
+            save_tx_progress(self.store.layout, new_half, new_op)
         return CheckReport((half_off, new_half), (op_off, new_op), self.events)
 
     def _walk(self, start: int, end: int, finished: set[int]) -> int:

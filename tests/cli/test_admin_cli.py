@@ -18,9 +18,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from store.client.offsets import ClusterOffsetStore
 from store.layout import Layout
 from store.log.broker import Store
+from store.log.offsets import ClusterOffsetStore
 from store.log.record import PROP_DLQ_ORIGIN_TOPIC, PROP_RETRY_TOPIC, Draft
 from store.names import dlq_topic, retry_topic
 from tests.procs import MQ, run_inprocess, wait_for
@@ -139,7 +139,7 @@ def test_reset_bad_input(mq: MQ, loaded: Store) -> None:
 
 
 def test_reset_of_broadcast_offsets(mq: MQ, loaded: Store) -> None:
-    from store.client.offsets import BroadcastOffsetStore
+    from store.log.offsets import BroadcastOffsetStore
     b = BroadcastOffsetStore(loaded.layout, "c1", "B")
     for q in range(4):
         b.update("T", q, 2 if q == 0 else 0)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
+from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
 from store.log.record import Draft
 from store.timeparse import format_time
 from tests.procs import MQ, Result, one_error

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.client.allocate import BROKER_NAME, MessageQueue, allocate, allocate_all, md5_hash, queues_of
+from store.client.allocate import MessageQueue, allocate, allocate_all, md5_hash, queues_of
 from store.errors import UsageError
+from store.names import BROKER_NAME
 
 
 def mqs(count: int, topic: str = "topic", broker: str = "brokerName") -> list[MessageQueue]:

@@ -305,8 +305,8 @@ def test_send_delay_level_1(mq: MQ) -> None:
 
 
 def test_dedup_after_offsets_reset(mq: MQ) -> None:
-    from store.client.offsets import ClusterOffsetStore
     from store.layout import Layout
+    from store.log.offsets import ClusterOffsetStore
     mq.ok("topic", "create", "T", "--queues", "4")
     mq.send_lines("T", [f"m{i}" for i in range(12)])
     log = mq.work / "log"

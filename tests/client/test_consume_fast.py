@@ -15,7 +15,6 @@ import store
 from store.client.message import Message, MessageRows
 from store.client.process_queue import ProcessQueue
 from store.log.broker import Store
-from store.log.bulk import pull_columns, pull_many, pull_records
 
 np = pytest.importorskip("numpy")   # loaded: runs of 128 and more are checked as arrays
 
@@ -40,8 +39,8 @@ def filled(tmp_path: Path) -> Store:
 
 def test_messages_from_columns_equal_those_from_records(filled: Store) -> None:
     for q in range(4):
-        c = pull_records(filled, "T", q, 0, 1000)
-        exact = pull_columns(filled, "T", q, 0, 1000, with_phys=True)   # the record-by-record loop
+        c = filled.pull_records("T", q, 0, 1000)
+        exact = filled.pull_columns("T", q, 0, 1000, with_phys=True)   # the record-by-record loop
         assert (c.offsets, c.bodies, c.born, c.stored, c.phys, c.reconsume, c.props) == \
             (exact.offsets, exact.bodies, exact.born, exact.stored, exact.phys, exact.reconsume, exact.props)
         lazy = _rows("T", q, c.offsets, c.bodies, c.born, c.stored, c.phys, c.reconsume, c.props)
@@ -61,7 +60,7 @@ def test_messages_from_columns_equal_those_from_records(filled: Store) -> None:
 
 
 def _cols(s: Store, q: int) -> tuple[list[int], list[bytes], list[int], list[int], list[int], list[int], list[bytes]]:
-    c = pull_records(s, "T", q, 0, 1000)
+    c = s.pull_records("T", q, 0, 1000)
     return c.offsets, c.bodies, c.born, c.stored, c.phys, c.reconsume, c.props
 
 
@@ -71,7 +70,7 @@ def test_a_shared_read_equals_each_queues_own_pull(filled: Store, full: bool) ->
     got: dict[int, list[bytes]] = {q: [] for q in range(4)}
     props: dict[int, list[bytes]] = {q: [] for q in range(4)}
     while True:
-        runs = pull_many(filled, "T", [(q, offsets[q], 120, 4096) for q in range(4) if offsets[q] < 501], full)
+        runs = filled.pull_many("T", [(q, offsets[q], 120, 4096) for q in range(4) if offsets[q] < 501], full)
         if not runs:
             break
         for q, c in runs.items():
@@ -80,7 +79,7 @@ def test_a_shared_read_equals_each_queues_own_pull(filled: Store, full: bool) ->
             props[q] += c.props
             offsets[q] = c.next_offset
     for q in range(4):
-        own = pull_records(filled, "T", q, 0, offsets[q])
+        own = filled.pull_records("T", q, 0, offsets[q])
         assert got[q] == own.bodies and offsets[q] >= 400
         assert props[q] == (own.props if full else [])
 
@@ -88,7 +87,7 @@ def test_a_shared_read_equals_each_queues_own_pull(filled: Store, full: bool) ->
 def test_a_shared_read_stops_at_what_the_queues_index(filled: Store) -> None:
     """Each run ends at its queue's end: nothing past an indexed record is served."""
     ends = {q: filled.max_offset("T", q) for q in range(4)}
-    runs = pull_many(filled, "T", [(q, ends[q] - 3, 1000, 1 << 20) for q in range(4)], True)
+    runs = filled.pull_many("T", [(q, ends[q] - 3, 1000, 1 << 20) for q in range(4)], True)
     assert {q: c.next_offset for q, c in runs.items()} == {q: ends[q] for q in runs}
 
 
@@ -124,10 +123,10 @@ def test_a_raw_read_hands_big_bodies_out_as_views(tmp_path: Path) -> None:
     s = Store.open(root)
     n = 8   # the default of an auto-created topic
     for topic, kind in (("T", memoryview), ("U", bytes)):
-        own = {q: pull_records(s, topic, q, 0, 1000).bodies for q in range(n)}
+        own = {q: s.pull_records(topic, q, 0, 1000).bodies for q in range(n)}
         assert all(len(b) >= 150 for b in own.values())
         for full in (False, True):
-            runs = pull_many(s, topic, [(q, 0, 1000, 1 << 30) for q in range(n)], full)
+            runs = s.pull_many(topic, [(q, 0, 1000, 1 << 30) for q in range(n)], full)
             assert runs and all(c.bodies == own[q][:len(c.bodies)] for q, c in runs.items())
             assert {type(b) for c in runs.values() for b in c.bodies} == {kind if not full else bytes}
         for views in (True, False):

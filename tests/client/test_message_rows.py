@@ -13,7 +13,6 @@ import store
 from store.client.message import Message, MessageRows
 from store.client.process_queue import MAX_CHUNKS, ProcessQueue
 from store.log.broker import Store
-from store.log.bulk import pull_records
 from tests.procs import wait_for
 
 
@@ -28,7 +27,7 @@ def filled(tmp_path: Path) -> Store:
 
 
 def _rows(s: Store, q: int) -> MessageRows:
-    c = pull_records(s, "T", q, 0, 1000)
+    c = s.pull_records("T", q, 0, 1000)
     return MessageRows("T", q, c.offsets, [bytes(b) for b in c.bodies], c.born, c.stored, c.phys, c.reconsume,
                        c.props)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
 from store.errors import CorruptionError, InvalidNameError, UsageError
 from store.layout import Layout
+from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
 from tests.procs import finish, python
 
 
@@ -197,7 +197,7 @@ COMMITTER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from store.layout import Layout
-    from store.client.offsets import ClusterOffsetStore
+    from store.log.offsets import ClusterOffsetStore
 
     root, group, queue_id, count, start = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
     store = ClusterOffsetStore(Layout(Path(root)))

@@ -12,9 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from mqctl.app import app
-from store.client.offsets import BroadcastOffsetStore, ClusterOffsetStore
 from store.log.broker import Store
-from store.log.check import check_store
+from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
 from store.log.record import Draft
 from store.log.retention import DEFAULT_RETENTION_MS, clean, plan_clean
 from store.log.settings import StoreSettings
@@ -96,7 +95,7 @@ def test_no_reader_means_everything_but_the_last_segment_goes(store: Store) -> N
     assert len(plan.commitlog) == len(segs) - 1
     assert segments(store) == segs[-1:]
     assert store.min_offset("T", 0) <= store.max_offset("T", 0)
-    assert check_store(store).problems == []
+    assert store.check().problems == []
 
 
 def test_a_lagging_group_holds_segments_back_unless_forced(store: Store) -> None:
@@ -194,7 +193,7 @@ def test_unresolved_transactions_hold_segments(store: Store) -> None:
     assert plan.commitlog, "a resolved transaction holds nothing back"
     # The committed message is still readable if it lies in a kept segment; either way the
     # store stays consistent.
-    assert check_store(store).problems == []
+    assert store.check().problems == []
 
 
 # -- derived files -----------------------------------------------------------------------------
@@ -202,7 +201,7 @@ def test_unresolved_transactions_hold_segments(store: Store) -> None:
 def test_consume_queue_and_index_files_that_only_point_below_the_log_go(root: Path) -> None:
     from store.log.index import KeyIndex
     s = open_store(root, cq_segment_entries=20)
-    s.index = KeyIndex(s.layout.index_dir, slots=64, entries=40)  # small index files
+    s.engine.index = s.engine.durability.index = KeyIndex(s.layout.index_dir, slots=64, entries=40)  # small index files
     try:
         fill(s)
         q = s.queue("T", 0)
@@ -254,7 +253,7 @@ def test_a_crash_at_any_step_leaves_an_openable_consistent_store(root: Path, tmp
             os.unlink(copy / action.path.relative_to(root))
         c = Store.open(copy, warn=lambda _m: None)
         try:
-            assert check_store(c).problems == [], f"after {k} deletions"
+            assert c.check().problems == [], f"after {k} deletions"
             assert c.max_offset("T", 0) == 200 and c.max_offset("T", 1) == 60
             lo = c.min_offset("T", 0)
             got = [m.queue_offset for m in c.iter_queue("T", 0, 0)]
@@ -263,7 +262,7 @@ def test_a_crash_at_any_step_leaves_an_openable_consistent_store(root: Path, tmp
             # The next clean finishes the job.
             rest = clean(c)
             assert len(rest.files) == len(files) - k
-            assert check_store(c).problems == []
+            assert c.check().problems == []
         finally:
             c.close()
 

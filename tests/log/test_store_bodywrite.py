@@ -79,7 +79,7 @@ def _log_and_queues(root: Path, framing: str, sizes: list[int], queue_id: int, p
         monkeypatch.setattr(bodywrite, "_frame_small", lambda *a: None)
     store = open_store(root, commitlog_segment_size=1 << 20)
     try:
-        store.round_robin["T"] = 0
+        store.engine.writer.round_robin["T"] = 0
         store.uniq_keys.counter = 65530          # the key counter wraps inside the first batch
         store.uniq_keys.prefix = "7F0000010001DEADBEEF"[:len(store.uniq_keys.prefix)]
         monkeypatch.setattr(_time, "time", lambda: 1_700_000_000.0)

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from store.log import format as F
-from store.log.bulk import pull_columns
 from store.log.record import Draft
 from tests.log.storetestutil import open_store
 
@@ -44,7 +43,7 @@ def test_columns_match_messages_across_segments(tmp_path: Path) -> None:
         got = {name: [] for name in plan.names}
         off, pulls = 0, 0
         while off < s.max_offset("T", q):
-            cols = pull_columns(s, "T", q, off, 37, 1 << 20, with_phys=True)
+            cols = s.pull_columns("T", q, off, 37, 1 << 20, with_phys=True)
             assert not cols.damaged and cols.offsets == list(range(off, cols.next_offset))
             assert cols.phys == [m.commitlog_offset for m in msgs[off:cols.next_offset]]
             batch = plan.bulk_batch(cols, "T", q)
@@ -68,7 +67,7 @@ def test_columns_report_damage_like_pull(tmp_path: Path) -> None:
     data = bytearray(seg.read_bytes())
     data[victim.commitlog_offset + F.RECORD_HEADER_SIZE] ^= 0xFF   # first body byte
     seg.write_bytes(bytes(data))
-    cols = pull_columns(s, "T", 0, 0, 100)
+    cols = s.pull_columns("T", 0, 0, 100)
     assert [q for q, _ in cols.damaged] == [q for q, _ in s.pull("T", 0, 0, 100).damaged] == [4]
     assert "CRC" in cols.damaged[0][1]
     assert cols.offsets == [0, 1, 2, 3, 5, 6, 7, 8, 9] and cols.next_offset == 10
@@ -82,7 +81,7 @@ def test_user_schema_subset_and_msgid_fallback(tmp_path: Path) -> None:
     s.create_topic("T", 1)
     s.put([Draft("T", b"x", {"TAGS": "a"})])
     plan = ColumnPlan(StructType([StructField("tags", StringType()), StructField("msgId", StringType())]))
-    cols = pull_columns(s, "T", 0, 0, 10, with_phys=True)
+    cols = s.pull_columns("T", 0, 0, 10, with_phys=True)
     # a record written without a unique key (older writers, other tools) gets its offset id
     cols.props[0] = b"TAGS\x01a\x02"
     batch = plan.bulk_batch(cols, "T", 0)
@@ -93,7 +92,6 @@ def test_user_schema_subset_and_msgid_fallback(tmp_path: Path) -> None:
 
 def test_vector_read_matches_the_exact_path_or_declines(tmp_path: Path) -> None:
     pytest.importorskip("numpy")
-    from store.log.vecread import pull_vector
     s = open_store(tmp_path / "s", commitlog_segment_size=64 * 1024)
     s.create_topic("T", 2)
     s.put(drafts(200))
@@ -101,8 +99,8 @@ def test_vector_read_matches_the_exact_path_or_declines(tmp_path: Path) -> None:
     for q in (0, 1):
         off, vec_runs = 0, 0
         while off < s.max_offset("T", q):
-            exact = pull_columns(s, "T", q, off, 37, 1 << 20, with_phys=True)
-            vec = pull_vector(s, "T", q, off, 37, 1 << 20)
+            exact = s.pull_columns("T", q, off, 37, 1 << 20, with_phys=True)
+            vec = s.pull_vector("T", q, off, 37, 1 << 20)
             if vec is not None:   # declined only where a run leaves its segment
                 vec_runs += 1
                 assert vec.next_offset == exact.next_offset
@@ -114,17 +112,17 @@ def test_vector_read_matches_the_exact_path_or_declines(tmp_path: Path) -> None:
     # a damaged record anywhere in a run: the vector path declines, the exact one names it
     s.create_topic("D", 1)
     s.put([Draft("D", b"m%d" % i, {}) for i in range(10)])
-    assert pull_vector(s, "D", 0, 0, 100, 1 << 20) is not None
+    assert s.pull_vector("D", 0, 0, 100, 1 << 20) is not None
     victim = s.pull("D", 0, 6, 1).messages[0]
     seg = s.commitlog.segment_path(s.commitlog.segment_of(victim.commitlog_offset))
     data = bytearray(seg.read_bytes())
     data[victim.commitlog_offset - s.commitlog.segment_of(victim.commitlog_offset) + F.RECORD_HEADER_SIZE] ^= 1
     seg.write_bytes(bytes(data))
-    assert pull_vector(s, "D", 0, 0, 100, 1 << 20) is None
-    assert pull_vector(s, "D", 0, 0, 6, 1 << 20) is not None     # the run before it is fine
-    assert [q for q, _ in pull_columns(s, "D", 0, 0, 100).damaged] == [6]
+    assert s.pull_vector("D", 0, 0, 100, 1 << 20) is None
+    assert s.pull_vector("D", 0, 0, 6, 1 << 20) is not None     # the run before it is fine
+    assert [q for q, _ in s.pull_columns("D", 0, 0, 100).damaged] == [6]
     # max_bytes: the run stops after the record that reaches it, as the exact path
-    assert len(pull_vector(s, "D", 0, 0, 6, 1)) == len(pull_columns(s, "D", 0, 0, 6, 1)) == 1
+    assert len(s.pull_vector("D", 0, 0, 6, 1)) == len(s.pull_columns("D", 0, 0, 6, 1)) == 1
     s.close()
 
 
@@ -165,13 +163,12 @@ def test_vector_read_of_a_queue_among_many_cuts_runs_instead_of_declining(tmp_pa
     """With many queues a queue's records are sparse in the log: the one read per run must
     stay within max_bytes, so the run is shortened (never refused, never over-read)."""
     pytest.importorskip("numpy")
-    from store.log.vecread import pull_vector
     s = open_store(tmp_path / "s")
     s.create_topic("S", 16)
     s.put([Draft("S", b"x%03d" % i, {}, queue_id=i % 16) for i in range(320)])
     off, runs = 0, 0
     while off < 20:
-        vec = pull_vector(s, "S", 3, off, 100, 2000)
+        vec = s.pull_vector("S", 3, off, 100, 2000)
         assert vec is not None and len(vec) >= 1
         assert vec.bodies.to_pylist() == [m.body for m in s.pull("S", 3, off, len(vec)).messages]
         off, runs = vec.next_offset, runs + 1
@@ -192,7 +189,7 @@ def test_an_entry_pointing_back_into_the_run_is_reported_by_every_reader(tmp_pat
     raw = bytearray(cq.read_bytes())
     raw[3 * 20:4 * 20] = F.CQ_ENTRY.pack(u0.commitlog_offset, u0.size, 0)
     cq.write_bytes(bytes(raw))
-    for read in (lambda: s.pull("T", 0, 2, 10), lambda: pull_columns(s, "T", 0, 2, 10)):
+    for read in (lambda: s.pull("T", 0, 2, 10), lambda: s.pull_columns("T", 0, 2, 10)):
         got = read()
         assert [q for q, _ in got.damaged] == [3]
         assert got.next_offset == 6

@@ -167,8 +167,7 @@ def test_store_rolls_segments_and_serves_every_message(root: Path) -> None:
         assert got[r.commitlog_offset] == b
     for p, b in zip(res2.commitlog_offsets, bodies):
         assert got[p] == b
-    from store.log.check import check_store
-    assert check_store(s).problems == []
+    assert s.check().problems == []
     s.close()
 
 
@@ -183,8 +182,7 @@ def test_big_bodies_written_from_parts_roll_segments_too(root: Path) -> None:
     assert len(s.commitlog.segments()) >= 7
     got = sorted(all_messages(s, "T"), key=lambda m: m.commitlog_offset)
     assert [m.body for m in got] == bodies
-    from store.log.check import check_store
-    assert check_store(s).problems == []
+    assert s.check().problems == []
     s.close()
 
 

@@ -106,7 +106,7 @@ def test_a_batch_that_fails_while_rolling_the_index_does_not_hide_later_keys(roo
     later written at those same offsets must still be indexed."""
     from store.errors import StoreIOError
     s = open_store(root)
-    s.index = KeyIndex(s.layout.index_dir, slots=8, entries=6)
+    s.engine.index = s.engine.durability.index = KeyIndex(s.layout.index_dir, slots=8, entries=6)
     s.put([draft("T", "a", properties={"KEYS": "ka"})])
     real_create = KeyIndex._create
 

@@ -21,9 +21,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from store.client.offsets import ClusterOffsetStore
 from store.log.broker import Store
-from store.log.check import check_store
+from store.log.offsets import ClusterOffsetStore
 from store.log.record import Draft, java_hash
 
 TOPICS = ("alpha", "beta")
@@ -156,7 +155,7 @@ class StoreModel(RuleBasedStateMachine):
             for topic, qs in self.queues.items():
                 for qid, q in enumerate(qs):
                     assert [m.body for m in self.store.iter_queue(topic, qid, 0)] == q
-            rep = check_store(self.store)
+            rep = self.store.check()
             assert not rep.problems, rep.problems
         finally:
             self.store.close()

@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from store.client.offsets import ClusterOffsetStore
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.broker import Store
-from store.log.check import check_store
+from store.log.offsets import ClusterOffsetStore
 from store.log.record import java_hash
 from tests.log.storetestutil import draft, open_store
 
@@ -32,7 +31,7 @@ def restarted(root: Path, *, synced: int | None = None, derived: int | None = No
 
 
 def problems(s: Store) -> list[str]:
-    rep = check_store(s)
+    rep = s.check()
     return [p.reason for p in rep.problems or []]
 
 
@@ -201,9 +200,8 @@ def test_a_wrong_tag_code_is_reported_by_check_and_fixed_by_recover(root: Path) 
         fh.write((java_hash("other") & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big"))
     s = Store.open(root)
     assert any("tag code" in p for p in problems(s))
-    from store.log.recovery import recover
     with s.write_lock():
-        recover(s, full=True)
+        s.recover(full=True)
     assert problems(s) == []
     assert s.queue("T", 0).entry(0)[2] == java_hash("paid")
     s.close()

@@ -14,8 +14,6 @@ from store.errors import MessageNotFoundError
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.broker import Store
-from store.log.check import check_store
-from store.log.recovery import recover
 from tests.log.storetestutil import all_messages, draft, open_store
 from tests.procs import KILLED, mqctl
 
@@ -43,7 +41,7 @@ def segment0(root: Path) -> Path:
 
 
 def clean(s: Store) -> list:
-    return check_store(s).problems
+    return s.check().problems
 
 
 # -- torn tails -------------------------------------------------------------------------------
@@ -197,7 +195,7 @@ def test_recovery_after_a_crash_resumes_past_damage_in_its_scan(root: Path) -> N
     flip(segment0(root), res[4].commitlog_offset + 95)
     s = Store.open(root, recover=False)
     with s.write_lock():
-        rep = recover(s)
+        rep = s.recover()
     assert rep.start == res[2].commitlog_offset
     assert [d[1] for d in rep.damage] == [res[4].commitlog_offset]
     assert rep.end == segment0(root).stat().st_size
@@ -296,7 +294,7 @@ def test_a_stale_checkpoint_from_another_boot_recovers_from_the_derived_end(root
     s.close()
     s = Store.open(root, recover=False)
     with s.write_lock():
-        rep = recover(s)
+        rep = s.recover()
     assert rep.start == synced and "restarted" in rep.reason
     assert rep.cq_entries_written == 12 - 7
     new = ckpt.read(root / "checkpoint")

@@ -90,9 +90,8 @@ def test_store_topic_lifecycle(root: Path) -> None:
     # re-created: the old record (still in the commit log) does not come back, even after a
     # full rebuild of the derived files
     s.create_topic("T", 4)
-    from store.log.recovery import recover
     with s.write_lock():
-        recover(s, full=True)
+        s.recover(full=True)
     assert sum(s.max_offset("T", q) for q in range(4)) == 0
     s.close()
 

@@ -28,7 +28,7 @@ def _state(s: Store) -> tuple[int, list[int], bytes]:
 def test_drafts_and_raw_bodies_share_one_batch_with_dense_offsets(store: Store) -> None:
     store.put([draft("T", "before", queue_id=0)])
     with store.write_lock():
-        batch = WriteBatch(store, sync=False)
+        batch = WriteBatch(store.engine, sync=False)
         a = batch.put_drafts([draft("T", "d0", queue_id=0), draft("U", "u0"), draft("T", "d1", queue_id=1)])
         b = frame_bodies(batch, "T", [b"r0", b"r1", b"r2"], {"TAGS": "x"}, 0, None)
         c = batch.put_drafts([draft("T", "d2", queue_id=0, properties={"KEYS": "k"})])
@@ -98,7 +98,7 @@ def test_every_framing_path_can_follow_another_in_one_batch(store: Store) -> Non
     """Records framed as parts (small bodies: pwritev), then by the per-record loop (sharding
     keys), then as drafts, then as parts again: each lands after the one before, none lost."""
     with store.write_lock():
-        batch = WriteBatch(store, sync=False)
+        batch = WriteBatch(store.engine, sync=False)
         frame_bodies(batch, "T", [b"s0", b"s1"], {}, 0, None)
         frame_bodies(batch, "T", [b"k0", b"k1"], {}, -1, ["a", "a"])
         batch.put_drafts([draft("T", "d0", queue_id=0)])

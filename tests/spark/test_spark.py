@@ -109,13 +109,12 @@ def test_read_partitions_columns_and_values(spark: Any, store: Store) -> None:
 def test_vector_columns_of_a_run_without_keys_match_the_messages(store: Store) -> None:
     """A run where no message has keys or properties (the common case, which skips the key
     split) and whose topic column is laid out as a constant, against the per-message path."""
-    from store.log.vecread import pull_vector
     from store.spark.read import ColumnPlan
     store.create_topic("eu%x|y", 2)
     store.put([Draft("eu%x|y", f"m{i}".encode(), {"TAGS": "t"} if i % 2 else {}, queue_id=1)
                for i in range(50)])
     plan = ColumnPlan(SCHEMA)
-    cols = pull_vector(store, "eu%x|y", 1, 0, 100, 1 << 20)
+    cols = store.pull_vector("eu%x|y", 1, 0, 100, 1 << 20)
     assert cols is not None and len(cols) == 50
     batch = plan.bulk_batch(cols, "eu%x|y", 1)
     batch.validate(full=True)

@@ -16,6 +16,7 @@ import pytest
 
 from store.log import format as F
 from store.log.broker import Store
+from store.log.positions import load_tx_progress as load_progress
 from store.log.record import (
     PROP_CHECK_TIMES,
     PROP_REAL_QID,
@@ -25,7 +26,7 @@ from store.log.record import (
     java_hash,
 )
 from store.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
-from store.tx.check import check_pass, load_progress, pending
+from store.tx.check import check_pass, pending
 from store.tx.transaction import (
     COMMITTED,
     DISCARDED,

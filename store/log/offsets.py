@@ -57,11 +57,10 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from store import fsutil
-from store.client.allocate import BROKER_NAME
 from store.errors import StoreError, UsageError, io_error
 from store.flock import wait_flock
 from store.layout import Layout
-from store.names import validate_any_topic, validate_client_id, validate_group
+from store.names import BROKER_NAME, validate_any_topic, validate_client_id, validate_group
 
 NO_OFFSET = -1
 TOPIC_GROUP_SEPARATOR = "@"

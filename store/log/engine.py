@@ -1,0 +1,217 @@
+"""The engine: every part of an open store, held in one object below the front door.
+
+:class:`Engine` holds the commit log, the queue table (consume queues, the segments a writer
+keeps open, min/max offsets), the key index, the checkpoint, the topic table, the layout and
+settings, the write lock, the writer's per-process state (:class:`WriterState`) and its
+fsyncs (:class:`~store.log.flush.Durability`). The write batch, the body framing, the bulk
+reads, recovery and check take an ``Engine``; nothing here imports them, and nothing below
+the front door (``broker.py``'s :class:`~store.log.broker.Store`) imports the front door.
+
+Each file kind keeps its one owner module (``commitlog.py``, ``consumequeue.py``,
+``index.py``, ``checkpoint.py``, ``topics.py``); this module only ties them together.
+"""
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from store import names
+from store.errors import TopicExistsError, TopicNotFoundError, UsageError
+from store.layout import Layout
+from store.log import checkpoint as ckpt
+from store.log.commitlog import CommitLog
+from store.log.consumequeue import ConsumeQueue
+from store.log.flush import Durability
+from store.log.index import KeyIndex
+from store.log.record import Draft, UniqKeyGenerator, java_hash
+from store.log.settings import StoreSettings
+from store.log.topics import TopicConfig, TopicTable
+from store.log.writelock import WriteLock
+
+# Consume queues whose last segment a writing handle keeps open between batches.
+MAX_OPEN_TAILS = 64
+
+# System topics created on demand, with their queue counts (RocketMQ's numbers).
+SYSTEM_TOPIC_QUEUES = {
+    names.SCHEDULE_TOPIC: 19,   # levels 1..18 in queues 0..17; queue 18 holds free durations
+    names.HALF_TOPIC: 1,
+    names.OP_HALF_TOPIC: 1,
+    names.CHECK_MAX_TOPIC: 1,
+}
+
+
+class QueueTable:
+    """The consume queues of one store handle, opened on first use, and the last segments a
+    writer keeps open between batches (at most ``MAX_OPEN_TAILS``, least recently used
+    closed), so a writer to thousands of queues stays within its descriptor limit."""
+
+    def __init__(self, layout: Layout, segment_entries: int, commitlog: CommitLog) -> None:
+        self.layout = layout
+        self.segment_entries = segment_entries
+        self.commitlog = commitlog
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._tails: dict[tuple[str, int], None] = {}   # oldest first
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        q = self._queues.get(key)
+        if q is None:
+            q = ConsumeQueue(self.layout.queue_dir(topic, queue_id), self.segment_entries)
+            self._queues[key] = q
+        return q
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.queue(topic, queue_id).max_offset()
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """The first offset whose record is still in the commit log (retention aware)."""
+        q = self.queue(topic, queue_id)
+        lo, hi = q.min_offset(), q.max_offset()
+        cl_min = self.commitlog.min_offset()
+        first = q.entry(lo) if lo < hi else None
+        if first is None or first[0] >= cl_min:
+            return lo
+        while lo < hi:  # first entry whose record is still present
+            mid = (lo + hi) // 2
+            e = q.entry(mid)
+            if e is not None and e[0] >= cl_min:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def append(self, topic: str, queue_id: int, first: int, entries: bytes | bytearray) -> list[tuple[str, int]]:
+        """Append a batch's consume-queue entries (write lock held), keeping the queue's
+        segment open for the next batch. The undo list of :meth:`ConsumeQueue.append`."""
+        key = (topic, queue_id)
+        undo = self.queue(topic, queue_id).append(first, entries, keep=True)
+        tails = self._tails
+        if key in tails:
+            del tails[key]   # to the end: most recently used
+        elif len(tails) >= MAX_OPEN_TAILS:
+            old = next(iter(tails))
+            del tails[old]
+            q = self._queues.get(old)
+            if q is not None:
+                q.drop_tail()
+        tails[key] = None
+        return undo
+
+    def forget_topic(self, topic: str) -> None:
+        """Close and forget the queues of a topic whose files are being removed."""
+        for key in [k for k in self._queues if k[0] == topic]:
+            self._queues.pop(key).close()
+            self._tails.pop(key, None)
+
+    def close(self) -> None:
+        for q in self._queues.values():
+            q.close()
+
+
+@dataclass
+class WriterState:
+    """What a writing handle carries from batch to batch (used under the write lock): the
+    next round-robin queue per topic, the unique-key generator, this process's pid and boot
+    id, and the range of its last batch (what ``sync_log`` needs when the caller makes a batch
+    durable itself, after the write lock is released)."""
+
+    round_robin: dict[str, int] = field(default_factory=dict)
+    uniq_keys: UniqKeyGenerator = field(default_factory=UniqKeyGenerator)
+    boot_id: bytes = field(default_factory=ckpt.current_boot_id)
+    pid: int = field(default_factory=lambda: os.getpid() & 0x7FFFFFFF)
+    last_write: tuple[int, int] = (0, 0)
+
+    def select_queue(self, topic: TopicConfig, draft: Draft) -> int:
+        if draft.queue_id >= 0:
+            if draft.queue_id >= topic.queues:
+                raise UsageError(f"queue {draft.queue_id} does not exist: topic {topic.name!r} "
+                                 f"has queues 0-{topic.queues - 1}")
+            return draft.queue_id
+        if draft.sharding_key is not None:
+            # Documented, stable: |Java String.hashCode(key)| mod queue count (RocketMQ's
+            # SelectMessageQueueByHash), so producers in any language agree.
+            return abs(java_hash(draft.sharding_key)) % topic.queues
+        if topic.order:
+            raise UsageError(f"topic {topic.name!r} is ordered: give a sharding key (-s) or a queue (-q)")
+        n = self.round_robin.get(topic.name)
+        if n is None:
+            n = random.randrange(topic.queues)
+        self.round_robin[topic.name] = n + 1
+        return n % topic.queues
+
+
+class Engine:
+    """The parts of one open store (see the module docstring)."""
+
+    def __init__(self, layout: Layout, settings: StoreSettings, warn: Callable[[str], None]) -> None:
+        self.layout = layout
+        self.settings = settings
+        self.warn = warn
+        self.commitlog = CommitLog(layout.commitlog_dir, settings.commitlog_segment_size)
+        self.index = KeyIndex(layout.index_dir)
+        self.topic_table = TopicTable(layout.topics_json, warn=warn)
+        self.queues = QueueTable(layout, settings.cq_segment_entries, self.commitlog)
+        self.write_lock = WriteLock(layout.root, layout.write_lock)
+        self.writer = WriterState()
+        # What this handle has made durable itself, and its fsyncs.
+        self.hints = ckpt.Hints()
+        self.durability = Durability(layout, self.commitlog, self.index, self.hints, warn)
+        self.checkpoint_file = ckpt.CheckpointFile(layout.checkpoint)   # the writer's, under the lock
+
+    def close(self) -> None:
+        self.commitlog.close()
+        self.index.close()
+        self.checkpoint_file.close()
+        self.queues.close()
+        self.write_lock.close()
+
+    # -- topics ----------------------------------------------------------------------------
+    def topics(self) -> dict[str, TopicConfig]:
+        return self.topic_table.load()
+
+    def topic(self, name: str) -> TopicConfig:
+        t = self.topics().get(name)
+        if t is None:
+            raise TopicNotFoundError(f"topic {name!r} does not exist")
+        return t
+
+    def create_topic_locked(self, name: str, queues: int, order: bool) -> tuple[TopicConfig, bool]:
+        """Create a topic (write lock held); returns (config, created). Exists with another
+        shape: ``TopicExistsError``."""
+        topics = dict(self.topic_table.load())
+        cur = topics.get(name)
+        if cur is not None:
+            if cur.queues != queues or cur.order != order:
+                raise TopicExistsError(
+                    f"topic {name!r} exists with {cur.queues} queue{'' if cur.queues == 1 else 's'}"
+                    f"{' (ordered)' if cur.order else ''}")
+            return cur, False
+        cfg = TopicConfig(name, queues, order, int(time.time() * 1000), self.commitlog.end())
+        topics[name] = cfg
+        self.topic_table.save(topics)
+        return cfg, True
+
+    def ensure_topic_locked(self, name: str, queue_id: int = -1) -> TopicConfig:
+        """The topic's config, creating it on first send (write lock held). ``queue_id`` (an
+        explicit queue the caller will use) is checked *before* the topic is created, so a
+        refused send leaves no topic behind."""
+        t = self.topic_table.load().get(name)
+        if t is not None:
+            return t
+        if name in SYSTEM_TOPIC_QUEUES:
+            queues = SYSTEM_TOPIC_QUEUES[name]
+        elif names.is_system_topic(name):  # %RETRY%G and %DLQ%G: one queue each, as RocketMQ
+            queues = 1
+        elif not self.settings.auto_create_topics:
+            raise TopicNotFoundError(
+                f"topic {name!r} does not exist and this store does not create topics on send "
+                f"(create it with: mqctl topic create {name})")
+        else:
+            queues = self.settings.default_queues
+        if queue_id >= queues:
+            raise UsageError(f"queue {queue_id} does not exist: topic {name!r} would be created "
+                             f"with queues 0-{queues - 1}")
+        return self.create_topic_locked(name, queues, False)[0]

@@ -1,0 +1,120 @@
+"""Where the store's own readers got to: the delay scheduler's progress and the transaction
+check service's progress, and the one place recovery moves every reader position back.
+
+Files (standard JSON, written with :func:`fsutil.atomic_write_json`: temp file, fsync,
+rename, previous version kept as ``.bak``)::
+
+    config/delayOffset.json        {"offsetTable": {"<level queue id>": <next offset>, ...},
+                                    "delivered":   {"<queue id>": [<offset>, ...], ...}}
+    tx/CID_RMQ_SYS_TRANS.json      {"offsetTable": {"RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS": {"0": <n>},
+                                                    "RMQ_SYS_TRANS_OP_HALF_TOPIC@CID_RMQ_SYS_TRANS": {"0": <n>}}}
+
+``delayOffset.json`` is RocketMQ's file (``delivered`` is ours: the free-duration queue's
+messages delivered out of order). Consumer groups' offsets are ``offsets.py``'s.
+
+After a power cut has shortened queues, :func:`clamp_to_queue_ends` moves every position that
+points past its queue's end back to that end — group offsets, broadcast offsets, delay and
+transaction-check progress — so that the messages that take those offsets next are delivered.
+Recovery calls it; it is the only thing recovery knows about readers.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
+from store.layout import Layout
+from store.log import offsets
+from store.names import HALF_TOPIC, OP_HALF_TOPIC, SCHEDULE_TOPIC
+
+Warn = Callable[[str], None]
+QueueEnd = Callable[[str, int], int]
+
+TX_GROUP = "CID_RMQ_SYS_TRANS"
+_HALF_KEY = f"{HALF_TOPIC}@{TX_GROUP}"
+_OP_KEY = f"{OP_HALF_TOPIC}@{TX_GROUP}"
+
+
+# -- the delay scheduler ------------------------------------------------------------------------
+
+def load_delay_progress(layout: Layout, warn: Warn | None = None) -> dict[str, Any]:
+    """``{"offsetTable": {queue: next offset}, "delivered": {queue: [offsets]}}``; empty
+    tables before the scheduler's first pass."""
+    obj = read_json_with_bak(layout.delay_offset_json, default={}, warn=warn)
+    if not isinstance(obj, dict):
+        obj = {}
+    return {"offsetTable": {str(k): int(v) for k, v in (obj.get("offsetTable") or {}).items()},
+            "delivered": {str(k): [int(x) for x in v] for k, v in (obj.get("delivered") or {}).items()}}
+
+
+def save_delay_progress(layout: Layout, state: dict[str, Any]) -> None:
+    atomic_write_json(layout.delay_offset_json, state)
+
+
+def _clamp_delay(layout: Layout, queue_end: QueueEnd) -> list[str]:
+    if not layout.delay_offset_json.exists():
+        return []
+    state = load_delay_progress(layout)
+    moved = []
+    for key, offset in list(state["offsetTable"].items()):
+        end = queue_end(SCHEDULE_TOPIC, int(key))
+        if 0 <= end < offset:
+            state["offsetTable"][key] = end
+            moved.append(f"delay scheduler: queue {key} offset {offset} -> {end}")
+    for key, done in state["delivered"].items():
+        end = queue_end(SCHEDULE_TOPIC, int(key))
+        if end >= 0 and any(o >= end for o in done):
+            state["delivered"][key] = [o for o in done if o < end]
+            moved.append(f"delay scheduler: queue {key} forgets deliveries at or past {end}")
+    if moved:
+        save_delay_progress(layout, state)
+    return moved
+
+
+# -- the transaction check service ----------------------------------------------------------------
+
+def tx_progress_path(layout: Layout) -> Path:
+    return layout.tx_dir() / f"{TX_GROUP}.json"
+
+
+def _validate_tx_progress(obj: Any) -> None:
+    table = obj["offsetTable"]
+    for key in (_HALF_KEY, _OP_KEY):
+        if not isinstance(table[key]["0"], int) or table[key]["0"] < 0:
+            raise ValueError(f"{key}: offset must be a non-negative integer")
+
+
+def load_tx_progress(layout: Layout, warn: Warn | None = None) -> tuple[int, int]:
+    """(half offset, op offset) of ``CID_RMQ_SYS_TRANS``; (0, 0) before the first pass."""
+    obj = read_json_with_bak(tx_progress_path(layout), None, _validate_tx_progress, warn)
+    if obj is None:
+        return 0, 0
+    return obj["offsetTable"][_HALF_KEY]["0"], obj["offsetTable"][_OP_KEY]["0"]
+
+
+def save_tx_progress(layout: Layout, half_offset: int, op_offset: int) -> None:
+    ensure_dir(layout.tx_dir())
+    atomic_write_json(tx_progress_path(layout), {"offsetTable": {
+        _HALF_KEY: {"0": half_offset}, _OP_KEY: {"0": op_offset}}})
+
+
+def _clamp_tx(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]:
+    half_end, op_end = queue_end(HALF_TOPIC, 0), queue_end(OP_HALF_TOPIC, 0)
+    half, op = load_tx_progress(layout, warn)
+    if (0 <= half_end < half) or (0 <= op_end < op):
+        save_tx_progress(layout, min(half, max(half_end, 0)), min(op, max(op_end, 0)))
+        return [f"transaction check progress moved back to the queues' ends ({half_end}, {op_end})"]
+    return []
+
+
+# -- all of them ---------------------------------------------------------------------------------
+
+def clamp_to_queue_ends(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]:
+    """Move every reader position past its queue's end back to that end; warn and return one
+    line per position moved. ``queue_end(topic, queue_id)`` is the queue's max offset, or a
+    negative number for a queue that does not exist (its positions are left alone)."""
+    moved = offsets.clamp_to_queue_ends(layout, queue_end, warn)
+    for line in _clamp_delay(layout, queue_end) + _clamp_tx(layout, queue_end, warn):
+        warn(line)
+        moved.append(line)
+    return moved

@@ -1,0 +1,198 @@
+"""Reads of single messages and short runs: a queue's messages from an offset, a message by
+its commit-log offset, by id, by key, and a queue's offset for a time.
+
+Every record read here passes :func:`store.log.record.decode`'s checks (its CRC, and its own
+commit-log offset, queue and topic against the consume-queue entry that led to it). A record
+that fails is never returned: it is listed as damaged (``pull``) or, for a person asking for
+that message (``strict``), raised as :class:`CorruptionError`. Bulk reads of many records as
+columns are ``bulk.py``'s.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from store.errors import CorruptionError, MessageNotFoundError, io_error
+from store.log import format as F
+from store.log.bulk import fetch_span
+from store.log.record import Message, RecordError, decode, decode_offset_msg_id
+from store.log.results import PullResult
+
+if TYPE_CHECKING:
+    from store.log.engine import Engine
+
+
+def get(engine: "Engine", commitlog_offset: int, size: int | None = None) -> Message:
+    try:
+        return engine.commitlog.read(commitlog_offset, size)
+    except RecordError as exc:
+        raise MessageNotFoundError(
+            f"no valid message at commit-log offset {commitlog_offset}: {exc.reason}") from exc
+    except OSError as exc:
+        raise io_error(exc, f"read commit log at {commitlog_offset}") from exc
+
+
+def pull(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: int = 32,
+         tag_codes: frozenset[int] | None = None, tags: frozenset[str] | None = None,
+         max_bytes: int = 4 * 1024 * 1024) -> PullResult:
+    """Up to ``max_count`` messages of one queue from ``offset``.
+
+    Tag filtering is done on the consume queue's tag code first and then exactly on the
+    record (hash collisions removed), as RocketMQ's broker and client do together. A record
+    that fails its CRC is never returned: it is listed in ``damaged`` and skipped."""
+    q = engine.queues.queue(topic, queue_id)
+    max_off = q.max_offset()
+    if offset >= max_off:
+        return PullResult([], offset, max_off)
+    entries = q.read_entries(offset, min(max_count, max_off - offset))
+    if not entries:
+        why = q.invalid_at(offset)
+        if why is not None:
+            return PullResult([], offset + 1, max_off, [(offset, why)])
+        return PullResult([], offset, max_off)
+    msgs: list[Message] = []
+    damaged: list[tuple[int, str]] = []
+    log = engine.commitlog
+    entries, lo, data = fetch_span(log, entries, max_bytes)
+    span = memoryview(data)   # decode() reads a view in place
+    span_len = len(span)
+    nxt = offset
+    total_bytes = 0
+    qoff = offset - 1
+    for phys, size, tcode in entries:
+        qoff += 1
+        nxt = qoff + 1
+        if tag_codes is not None and tcode not in tag_codes:
+            continue
+        try:
+            start = phys - lo
+            if 0 <= start and start + size <= span_len:
+                m = decode(span, start, start + size)
+                if m.commitlog_offset != phys:
+                    raise RecordError("record offset does not match its consume-queue entry")
+            else:
+                m = log.read(phys, size)
+            if m.queue_offset != qoff or m.queue_id != queue_id or m.topic != topic:
+                raise RecordError("record does not match its consume-queue entry")
+        except RecordError as exc:
+            damaged.append((qoff, f"commit-log offset {phys}: {exc.reason}"))
+            continue
+        if tags is not None and m.tags not in tags:
+            continue
+        msgs.append(m)
+        total_bytes += size
+        if total_bytes >= max_bytes:
+            break
+    return PullResult(msgs, nxt, max_off, damaged)
+
+
+def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
+    """A message by offset id or by unique key (offset id first, as mqadmin).
+
+    ``MessageNotFoundError`` when no stored message has it (or ``msg_id`` is not 32 hex
+    digits). A damaged record is never served; with ``strict`` (a person asking for this
+    message: ``mqctl msg show``) it is not passed off as missing either, but raised as
+    ``CorruptionError``."""
+    msg_id = msg_id.strip()
+    if len(msg_id) != 32 or any(c not in "0123456789abcdefABCDEF" for c in msg_id):
+        # exit 3 like any id the store does not have, saying what an id looks like
+        raise MessageNotFoundError(f"no message with id {msg_id!r} (a message id is 32 hex digits: "
+                                   "an offset id or a unique key)")
+    damage: list[tuple[int, str]] = []
+    off = decode_offset_msg_id(msg_id)
+    if off is not None:
+        m = _read_live(engine, off, damage)
+        if m is not None and m.msg_id == msg_id.upper():
+            return m
+    for phys in engine.index.lookup("#" + msg_id, limit=64):
+        m = _read_live(engine, phys, damage)
+        if m is not None and m.uniq_key == msg_id:
+            return m
+    if damage and strict:
+        raise _damage_error(engine, *damage[0])
+    raise MessageNotFoundError(f"no message with id {msg_id!r}")
+
+
+def find_all(engine: "Engine", uniq_key: str, limit: int = 64) -> list[Message]:
+    """Every stored copy carrying a unique key (retries and DLQ copies keep it)."""
+    out = []
+    for phys in engine.index.lookup("#" + uniq_key, limit=limit):
+        try:
+            m = engine.commitlog.read(phys)
+        except (RecordError, OSError):
+            continue
+        if m.uniq_key == uniq_key:
+            out.append(m)
+    return sorted(out, key=lambda m: m.commitlog_offset)
+
+
+def query_key(engine: "Engine", topic: str, key: str, limit: int = 64, strict: bool = False) -> list[Message]:
+    """Messages of ``topic`` whose KEYS contain ``key``, newest first, via the index.
+    Damaged records are skipped; with ``strict`` (``mqctl msg query``) the first one the
+    index leads to raises ``CorruptionError`` instead."""
+    out = []
+    damage: list[tuple[int, str]] = []
+    for phys in engine.index.lookup(f"{topic}#{key}", limit=limit * 4):
+        m = _read_live(engine, phys, damage)
+        if m is not None and m.topic == topic and key in m.keys:
+            out.append(m)
+            if len(out) >= limit:
+                break
+    if damage and strict:
+        raise _damage_error(engine, *damage[0])
+    return out
+
+
+def _read_live(engine: "Engine", phys: int, damage: list[tuple[int, str]]) -> Message | None:
+    """The record at ``phys``; None when it is not there (cleaned away, past the end) or
+    damaged — damage inside the live log is noted in ``damage``."""
+    log = engine.commitlog
+    try:
+        return log.read(phys)
+    except (RecordError, OSError) as exc:
+        # damage: a record starts here (its magic code says so) inside the live log, and
+        # does not check out; anything else (an offset id that points between records,
+        # a segment cleaned away) is simply not there
+        if not log.min_offset() <= phys < log.end():
+            return None
+        try:
+            head = log.read_bytes(phys, 8)
+        except OSError:
+            return None
+        if len(head) == 8 and int.from_bytes(head[4:], "big") in (F.MAGIC_V1, F.MAGIC_V2):
+            damage.append((phys, str(exc)))
+        return None
+
+
+def _damage_error(engine: "Engine", phys: int, why: str) -> CorruptionError:
+    log = engine.commitlog
+    path = log.segment_path(log.segment_of(phys))
+    return CorruptionError(str(path), phys - log.segment_of(phys),
+                           f"damaged message: {why} (run: mqctl store check)")
+
+
+def store_timestamp_at(engine: "Engine", phys: int) -> int:
+    raw = engine.commitlog.read_bytes(phys + F.OFF_STORE_TIMESTAMP, 8)
+    return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else -1
+
+
+def search_offset(engine: "Engine", topic: str, queue_id: int, ts_ms: int) -> int:
+    """First offset whose message was stored at or after ``ts_ms`` (RocketMQ's LOWER
+    boundary); the max offset when every message is older."""
+    q = engine.queues.queue(topic, queue_id)
+    lo, hi = engine.queues.min_offset(topic, queue_id), q.max_offset()
+    while lo < hi:
+        mid = (lo + hi) // 2
+        e = q.entry(mid)
+        if e is None or store_timestamp_at(engine, e[0]) >= ts_ms:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def last_store_timestamp(engine: "Engine", topic: str, queue_id: int) -> int | None:
+    e = engine.queues.queue(topic, queue_id).last_entry()
+    if e is None:
+        return None
+    ts = store_timestamp_at(engine, e[0])
+    return ts if ts >= 0 else None
