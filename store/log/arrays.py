@@ -39,6 +39,6 @@ def layouts() -> Layouts:
         cq = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
         assert head.itemsize == write_head.itemsize == F.RECORD_HEADER_SIZE
         assert cq.itemsize == F.CQ_ENTRY_SIZE
-        crc_head = np.frombuffer(F.CRC_PROPERTY.encode() + b"\x01", np.uint8)
+        crc_head = np.frombuffer(F.CRC_PROPERTY_HEAD, np.uint8)
         _CACHE.append(Layouts(np, head, write_head, cq, crc_head, 10 ** np.arange(10, dtype=np.int64)))
     return _CACHE[0]

@@ -8,7 +8,7 @@ built from a table, CRCs continued or combined instead of recomputed); the recor
 lives in ``format.py`` and the general encoder in ``record.py``.
 
 Five ways, all writing the same bytes (tests/log/test_store_bodywrite.py): a long-running
-sender's big batches of bodies under 512 B are framed as arrays (:func:`_frame_arrays`,
+sender's big batches of bodies under 512 B are framed as arrays (``framearrays.py``,
 numpy: headers, consume-queue entries, CRC properties and key hashes for the whole batch; per
 record only its two CRC calls and its place in one join); other bodies under 2 KiB, when the
 batch fits in the segment, by C iterations into parts written as they are
@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Union
 
 from store.errors import UsageError
 from store.log import format as F
-from store.log.arrays import layouts
+from store.log.framearrays import frame_arrays, use_arrays
 from store.log.record import FAST_CRC as _FAST_CRC
-from store.log.record import PROP_KEYS, PROP_TAGS, Draft, counter_hex, java_hash
+from store.log.record import PROP_KEYS, PROP_TAGS, Draft, counter_hex, java_hash, tags_code
 from store.log.record import crc32 as _crc32
 from store.log.results import BatchResult
 
@@ -115,42 +115,6 @@ def _combiner() -> Any:
 
 _COMBINE_OP: list[Any] = []
 
-# Batches framed as arrays (numpy): only once this process has sent enough to pay for numpy's
-# import (~0.1 s), so a single `mqctl send` (or a short one) never imports it.
-_ARRAYS_MIN_BATCH = 512
-_ARRAYS_AFTER = 100_000       # messages framed by this process before numpy is worth importing
-# ... and only for small bodies: arrays save Python steps per record but copy each body once
-# more (into one join). Per message, arrays against _frame_small (tests/bench/bench_produce.py
-# sizes, 2 CPUs): 100 B 0.78 against 0.86 µs, 300 B 1.03 against 1.10, 1 KiB 1.95 against
-# 1.52, 4 KiB 6.2 against 2.9.
-_ARRAYS_MAX_AVG = 512
-_sent = [0]
-_HEX4_CRCS: list[Any] = []
-
-
-def _use_arrays(bodies: Sequence[Body]) -> bool:
-    """Whether to frame this batch as arrays; past ``_ARRAYS_AFTER`` messages in big batches
-    numpy is loaded either way: the key index builds a big batch's entries as arrays too."""
-    n = len(bodies)
-    _sent[0] += n
-    if n < _ARRAYS_MIN_BATCH:
-        return False
-    import sys
-    if "numpy" not in sys.modules:
-        if _sent[0] < _ARRAYS_AFTER:
-            return False
-        layouts()
-    return sum(map(len, bodies)) < n * _ARRAYS_MAX_AVG
-
-
-def _hex4_crcs() -> Any:
-    """CRC of each of the 65536 four-hex-digit key counters (as an array), computed once."""
-    if not _HEX4_CRCS:
-        np = layouts().np
-        _HEX4_CRCS.append(np.fromiter(map(_crc32, counter_hex(0, 65536)), np.int64, 65536))
-    return _HEX4_CRCS[0]
-
-
 def _frame_small(batch: WriteBatch, topic: str, bodies: Sequence[Body], qids: list[int], stride: int,
                  first_counter: int, pos: int, room_end: int, fixed: int, magic: int, const48: bytes,
                  mid: bytes, tail: bytes, tags: int, nxt: list[int], cqb: list[Any],
@@ -191,7 +155,7 @@ def _frame_small(batch: WriteBatch, topic: str, bodies: Sequence[Body], qids: li
                 offs, physs, repeat(const48), blens)
     join = b"".join
     recs = list(map(join, zip(heads, bodies, repeat(mid), hx, repeat(tail))))
-    trailer = b"\x02%010d\x01#23CRC__"   # reversed: __CRC32# 0x01 digits 0x02
+    trailer = F.CRC_PROPERTY_REVERSED
     parts: list[bytes] = [b""] * (2 * n)
     parts[0::2] = recs
     parts[1::2] = [(trailer % (c & M))[::-1] for c in map(_crc32, recs)]
@@ -203,87 +167,6 @@ def _frame_small(batch: WriteBatch, topic: str, bodies: Sequence[Body], qids: li
         cqb[qids[0]] += join(cqs)
     hashes = [c & M for c in map(_crc32, hx, repeat(key_crc0))]
     return parts, end, offs, physs, hashes
-
-
-def _frame_arrays(batch: WriteBatch, topic: str, bodies: Sequence[Body], qids: list[int],
-                  first_counter: int, pos: int, room_end: int, fixed: int, magic: int, const48: bytes,
-                  mid: bytes, tail: bytes, tags: int, nxt: list[int], cqb: list[Any],
-                  key_crc0: int) -> tuple[bytes, list[int], list[int], list[int]] | None:
-    """Frame a whole batch at once: headers, consume-queue entries and record-CRC properties
-    as arrays; per record only its CRCs (the body's, then the record's continued over head,
-    body and the rest: C calls through ``map``) and its place in one ``join``. Returns
-    ``(bytes of every record, queue offsets, commit-log offsets, unique-key index hashes)``, or
-    None (nothing changed) when the batch does not fit in the current segment or has a body
-    big enough for the per-record path's CRC combine."""
-    L = layouts()
-    np, head_t, cq_t, pow10 = L.np, L.write_head, L.cq, L.pow10
-    n = len(bodies)
-    blen = np.fromiter(map(len, bodies), np.int64, n)
-    if int(blen.max()) >= (_COMBINE_FROM if _FAST_CRC else _BIG_BODY):
-        return None
-    total = blen + fixed
-    ends = np.cumsum(total)
-    if pos + int(ends[-1]) > room_end:
-        return None
-    phys = ends - total + pos
-    hx = counter_hex(first_counter, n)
-    qarr = np.fromiter(qids, np.int64, n)
-    qoff = np.empty(n, np.int64)
-    used = set(qids)
-    queues = {q: (np.flatnonzero(qarr == q) if len(used) > 1 else None) for q in used}
-    for q, idx in queues.items():
-        start = nxt[q]
-        if start < 0:
-            run = batch.queue_run(topic, q)
-            start, cqb[q] = run.next, run.entries
-        if idx is None:   # the whole batch goes to one queue
-            qoff[:] = np.arange(start, start + n)
-            nxt[q] = start + n
-        else:
-            qoff[idx] = np.arange(start, start + len(idx))
-            nxt[q] = start + len(idx)
-    crc32 = _crc32
-    M = 0x7FFFFFFF
-    head = np.empty(n, head_t)
-    head["total"] = total
-    head["magic"] = magic
-    head["bodycrc"] = np.fromiter(map(crc32, bodies), np.int64, n) & M
-    head["qid"] = qarr
-    head["flag"] = 0
-    head["qoff"] = qoff
-    head["phys"] = phys
-    head["const"] = np.frombuffer(const48, "V48")[0]
-    head["blen"] = blen
-    hb = head.tobytes()
-    step = F.RECORD_HEADER_SIZE
-    heads = list(map(hb.__getitem__, map(slice, range(0, n * step, step), range(step, n * step + 1, step))))
-    afters = [mid + h4 + tail for h4 in hx]
-    rcrc = np.fromiter(map(crc32, afters, map(crc32, bodies, map(crc32, heads))), np.int64, n) & M
-    trail = np.empty((n, F.CRC_PROPERTY_SIZE), np.uint8)
-    trail[:, :9] = np.frombuffer(F.CRC_PROPERTY.encode() + b"\x01", np.uint8)
-    trail[:, 9:19] = (rcrc[:, None] // pow10) % 10 + 48    # least significant digit first
-    trail[:, 19] = 2
-    tb = trail.tobytes()
-    step = F.CRC_PROPERTY_SIZE
-    trails = list(map(tb.__getitem__, map(slice, range(0, n * step, step), range(step, n * step + 1, step))))
-    parts: list[Any] = [b""] * (4 * n)
-    parts[0::4] = heads
-    parts[1::4] = bodies
-    parts[2::4] = afters
-    parts[3::4] = trails
-    data = b"".join(parts)
-    for q, idx in queues.items():
-        cq = np.empty(n if idx is None else len(idx), cq_t)
-        cq["phys"] = phys if idx is None else phys[idx]
-        cq["size"] = total if idx is None else total[idx]
-        cq["tags"] = tags
-        cqb[q] += cq.tobytes()
-    # The unique key's index hash, CRC(head + counter digits), from a table of the counters'
-    # CRCs: CRC is affine in its initial value, crc(d, i) = crc(d) ^ crc(0000, i) ^ crc(0000).
-    ctr = (np.arange(first_counter, first_counter + n, dtype=np.int64) & 0xFFFF)
-    fold = _crc32(b"\0" * 4, key_crc0) ^ _crc32(b"\0" * 4)
-    hashes = ((_hex4_crcs()[ctr] ^ fold) & M).tolist()
-    return data, qoff.tolist(), phys.tolist(), hashes
 
 
 def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dict[str, str], queue_id: int,
@@ -300,7 +183,7 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
     topic_b = topic.encode()
     tail_topic = bytes((len(topic_b),)) + topic_b
     static = "".join(f"{k}\x01{v}\x02" for k, v in props.items() if v).encode()
-    tags = java_hash(props[PROP_TAGS]) if props.get(PROP_TAGS) else 0
+    tags = tags_code(props.get(PROP_TAGS))
     key_items = [f"{topic}#{k}".encode() for k in (props.get(PROP_KEYS) or "").split(" ") if k]
     nxt = [-1] * cfg.queues
     cqb: list[Any] = [None] * cfg.queues   # the batch's entries of each queue it touches
@@ -336,7 +219,7 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
     pb_tail = b"\x02" + static
     pb_len0 = len(b"UNIQ_KEY\x01") + len(uk_head) + 4 + len(pb_tail)   # properties w/o CRC
     mid0 = tail_topic + (pb_len0 + F.CRC_PROPERTY_SIZE).to_bytes(2, "big") + b"UNIQ_KEY\x01" + uk_head
-    fixed0 = 91 + len(topic_b) + pb_len0 + F.CRC_PROPERTY_SIZE
+    fixed0 = F.RECORD_FIXED_SIZE + len(topic_b) + pb_len0 + F.CRC_PROPERTY_SIZE
     tails: list[bytes] | None = None
     if sharding_keys is not None:
         tails = [pb_tail if k is None else b"\x02__SHARDINGKEY\x01" + k.encode() + pb_tail
@@ -344,9 +227,10 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
     tail, mid, fixed = pb_tail, mid0, fixed0
     parts: list[Any] | None = None
     framed = None
-    if tails is None and _use_arrays(bodies):
-        framed = _frame_arrays(batch, topic, bodies, qids, first_counter, pos, room_end, fixed,
-                               magic, const48, mid, tail, tags, nxt, cqb, key_crc0)
+    if tails is None and use_arrays(engine.writer, bodies):
+        framed = frame_arrays(batch, topic, bodies, qids, first_counter, pos, room_end, fixed,
+                              magic, const48, mid, tail, tags, nxt, cqb, key_crc0,
+                              _COMBINE_FROM if _FAST_CRC else _BIG_BODY)
     if framed is not None:
         # The whole batch framed as arrays (below): no per-record Python loop.
         data, offs, physs, hashes = framed
@@ -372,7 +256,7 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
         hx = counter_hex(first_counter, n)
         join = b"".join
         offs_append, physs_append = offs.append, physs.append
-        trailer = b"\x02%010d\x01#23CRC__"   # reversed: __CRC32# 0x01 digits 0x02
+        trailer = F.CRC_PROPERTY_REVERSED
         for body, qid, h4 in zip(bodies, qids, hx):
             qoff = nxt[qid]
             if qoff < 0:
@@ -405,7 +289,7 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
         n = len(bodies)
         hx = counter_hex(first_counter, n)
         offs_append, physs_append = offs.append, physs.append
-        trailer = b"\x02%010d\x01#23CRC__"
+        trailer = F.CRC_PROPERTY_REVERSED
         # with zlib's slow CRC, every big body's record CRC is combined
         cfrom = _COMBINE_FROM if _FAST_CRC else _BIG_BODY
         comb = _combiner() if max(map(len, bodies)) >= cfrom else None
@@ -490,7 +374,7 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
         head = pack(total, magic, bcrc & M, qid, 0, qoff, pos, const48, blen)
         if blen < _BIG_BODY:
             rec = b"".join((head, body, mid, h4, tail))
-            crc_prop = (b"\x02%010d\x01#23CRC__" % (crc32(rec) & M))[::-1]   # __CRC32# 0x01 digits 0x02
+            crc_prop = (F.CRC_PROPERTY_REVERSED % (crc32(rec) & M))[::-1]
             if parts is None:
                 chunk += rec
                 chunk += crc_prop
@@ -502,7 +386,7 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
             after = b"".join((mid, h4, tail))
             hc = crc32(head)
             hc = combine(hc, bcrc, blen) if combine is not None else crc32(body, hc)
-            crc_prop = (b"\x02%010d\x01#23CRC__" % (crc32(after, hc) & M))[::-1]
+            crc_prop = (F.CRC_PROPERTY_REVERSED % (crc32(after, hc) & M))[::-1]
             if parts is None:
                 parts = app.start_parts()
             parts.extend((head, body, after + crc_prop))

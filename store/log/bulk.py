@@ -37,7 +37,7 @@ _HEAD_FMT = ">iIIi4xqq4xq8xq8xi8xi"
 _HEAD = struct.Struct(_HEAD_FMT).unpack_from
 assert struct.calcsize(_HEAD_FMT) == F.RECORD_HEADER_SIZE
 
-_CRC_TRAILER = b"\x02%010d\x01#23CRC__"   # the record CRC property reversed, digits in order
+_CRC_TRAILER = F.CRC_PROPERTY_REVERSED
 _MASK = 0x7FFFFFFF
 
 

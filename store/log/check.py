@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.index import key_hash
-from store.log.record import PROP_KEYS, PROP_UNIQ_KEY, RecordError, decode, java_hash
-from store.names import SCHEDULE_TOPIC
+from store.log.record import PROP_KEYS, PROP_UNIQ_KEY, RecordError, decode, entry_tags_code
 
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")
 
@@ -105,10 +104,7 @@ def _check_log(engine: "Engine", rep: CheckReport, valid: Valid, progress: Calla
                     break
                 pos = nxt
                 continue
-            if m.topic == SCHEDULE_TOPIC:
-                tcode = int(m.properties.get("TIMER_DELIVER_MS", "0") or 0)
-            else:
-                tcode = java_hash(m.tags) if m.tags else 0
+            tcode = entry_tags_code(m.topic, m.properties)
             valid[base + pos] = (m.topic, m.queue_id, m.queue_offset, m.size, tcode)
             if keyed is not None and (m.sysflag & F.TX_MASK) != F.TX_ROLLBACK and (
                     pending_from is None or base + pos < pending_from):

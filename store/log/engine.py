@@ -115,14 +115,15 @@ class QueueTable:
 class WriterState:
     """What a writing handle carries from batch to batch (used under the write lock): the
     next round-robin queue per topic, the unique-key generator, this process's pid and boot
-    id, and the range of its last batch (what ``sync_log`` needs when the caller makes a batch
-    durable itself, after the write lock is released)."""
+    id, the range of its last batch (what ``sync_log`` needs when the caller makes a batch
+    durable itself, after the write lock is released), and how many bodies it framed."""
 
     round_robin: dict[str, int] = field(default_factory=dict)
     uniq_keys: UniqKeyGenerator = field(default_factory=UniqKeyGenerator)
     boot_id: bytes = field(default_factory=ckpt.current_boot_id)
     pid: int = field(default_factory=lambda: os.getpid() & 0x7FFFFFFF)
     last_write: tuple[int, int] = (0, 0)
+    sent: int = 0   # bodies framed by this handle (``bodywrite.py`` frames big batches as arrays past a count)
 
     def select_queue(self, topic: TopicConfig, draft: Draft) -> int:
         if draft.queue_id >= 0:

@@ -139,6 +139,11 @@ NAME_VALUE_SEP = "\x01"
 PROPERTY_SEP = "\x02"
 CRC_PROPERTY = "__CRC32#"
 CRC_PROPERTY_SIZE = len(CRC_PROPERTY) + 1 + 10 + 1  # 20
+# The record CRC property as it ends a record: ``__CRC32#`` 0x01, the ten digits least
+# significant first, 0x02. Kept reversed with the digits in order, so that the property of CRC
+# ``c`` is ``(CRC_PROPERTY_REVERSED % c)[::-1]``: one ``%`` and one slice, no digit loop.
+CRC_PROPERTY_HEAD = CRC_PROPERTY.encode() + b"\x01"
+CRC_PROPERTY_REVERSED = b"\x02%010d" + CRC_PROPERTY_HEAD[::-1]
 MAX_PROPERTIES_SIZE = 32767
 
 # SYSFLAG transaction types

@@ -17,6 +17,7 @@ from typing import Any, Callable, Union
 
 from store.errors import BadInputError
 from store.log import format as F
+from store.names import SCHEDULE_TOPIC
 
 _HEADER_PACK = F.RECORD_HEADER.pack
 # What decode() and record_size_at() read from: a segment read, a view of one, or a map.
@@ -86,6 +87,15 @@ def java_hash(s: str) -> int:
 def tags_code(tags: str | None) -> int:
     """The consume-queue tags code: Java hash of the tag, 0 when the message has none."""
     return java_hash(tags) if tags else 0
+
+
+def entry_tags_code(topic: str, properties: dict[str, str]) -> int:
+    """The tags code of a stored record's consume-queue entry: for the schedule topic its
+    delivery time (RocketMQ's trick: the scheduler sees what is due from the queue alone),
+    for every other topic :func:`tags_code` of its tag. Writers and rebuilders all use this."""
+    if topic == SCHEDULE_TOPIC:
+        return int(properties.get(PROP_DELIVER_MS, "0") or 0)
+    return tags_code(properties.get(PROP_TAGS))
 
 
 def offset_msg_id(commitlog_offset: int) -> str:
@@ -161,13 +171,6 @@ def has_separator(value: str | bytes) -> bool:
     if isinstance(value, bytes):
         return b"\x01" in value or b"\x02" in value
     return F.NAME_VALUE_SEP in value or F.PROPERTY_SEP in value
-
-
-def check_text(what: str, value: str) -> str:
-    """``value`` when it may be stored in a property; else BadInputError naming ``what``."""
-    if has_separator(value):
-        raise BadInputError(f"{what} may not contain the control characters \\x01 or \\x02")
-    return value
 
 
 def property_problem(name: str, value: str) -> str | None:
@@ -301,7 +304,7 @@ def encode(
     body_len = len(body)
     topic_len = len(topic_bytes)
     props_len = len(props_bytes) + F.CRC_PROPERTY_SIZE
-    total = 91 + body_len + topic_len + props_len
+    total = F.RECORD_FIXED_SIZE + body_len + topic_len + props_len
     head = _HEADER_PACK(
         total, F.MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
         physical_offset, sysflag, born_timestamp, F.LOOPBACK_IP, born_port, store_timestamp,
@@ -310,7 +313,7 @@ def encode(
     rec = b"".join((head, body, bytes((topic_len,)), topic_bytes,
                     props_len.to_bytes(2, "big"), props_bytes))
     c = crc32(rec) & 0x7FFFFFFF
-    return rec + b"__CRC32#\x01" + f"{c:010d}"[::-1].encode() + b"\x02"
+    return rec + (F.CRC_PROPERTY_REVERSED % c)[::-1]
 
 
 class RecordError(Exception):
@@ -341,8 +344,8 @@ def record_size_at(buf: Buffer, pos: int, limit: int) -> int:
     return total
 
 
-_CRC_PROP_HEAD = b"__CRC32#\x01"
-_CRC_PROP_REVERSED = b"\x02%010d\x01#23CRC__"   # reversed, with the CRC's digits in order
+_CRC_PROP_HEAD = F.CRC_PROPERTY_HEAD
+_CRC_PROP_REVERSED = F.CRC_PROPERTY_REVERSED
 _MIN_TOTAL = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
 _MAX_TOTAL = F.MAX_MESSAGE_SIZE + 65536 + 512
 _TOPICS: dict[bytes, str] = {}

@@ -27,7 +27,7 @@ from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.consumequeue import ConsumeQueue
 from store.log.positions import clamp_to_queue_ends
-from store.log.record import PROP_KEYS, PROP_UNIQ_KEY, Message, RecordError, decode, java_hash
+from store.log.record import PROP_KEYS, PROP_UNIQ_KEY, Message, RecordError, decode, entry_tags_code
 from store.log.topics import TopicConfig
 
 if TYPE_CHECKING:
@@ -269,11 +269,7 @@ def _dispatch(engine: "Engine", topics: dict[str, TopicConfig], msg: Message, in
     qr = queues.get(key)
     if qr is None:
         qr = queues[key] = _QueueRebuild(engine.queues.queue(msg.topic, msg.queue_id))
-    if msg.topic == "SCHEDULE_TOPIC_XXXX":
-        tags = int(msg.properties.get("TIMER_DELIVER_MS", "0") or 0)
-    else:
-        tags = java_hash(msg.tags) if msg.tags else 0
-    return qr.put(msg.queue_offset, msg.commitlog_offset, msg.size, tags)
+    return qr.put(msg.queue_offset, msg.commitlog_offset, msg.size, entry_tags_code(msg.topic, msg.properties))
 
 
 class _QueueRebuild:

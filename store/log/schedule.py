@@ -39,7 +39,7 @@ from store.log.record import (
     PROP_TAGS,
     Draft,
     Message,
-    java_hash,
+    tags_code,
 )
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def restore_draft(m: Message) -> Draft:
     return Draft(topic=m.properties[PROP_REAL_TOPIC], body=m.body, properties=props,
                  queue_id=int(m.properties.get(PROP_REAL_QID, "-1")), flag=m.flag,
                  born_timestamp=m.born_timestamp, reconsume_times=m.reconsume_times,
-                 tags_code=java_hash(props[PROP_TAGS]) if props.get(PROP_TAGS) else 0)
+                 tags_code=tags_code(props.get(PROP_TAGS)))
 
 
 def deliver_due(store: "Store", now_ms: int | None = None, max_messages: int = 10_000) -> int:

@@ -34,7 +34,7 @@ from store.log import format as F
 from store.log.commitlog import LogAppender
 from store.log.consumequeue import cut_back
 from store.log.index import key_hash
-from store.log.record import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Draft, encode, java_hash
+from store.log.record import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Draft, encode, tags_code
 from store.log.recovery import checkpoint_locked, fence_index
 from store.log.results import PutResult
 
@@ -151,14 +151,13 @@ class WriteBatch:
             props_b = props_s.encode()
             if len(props_b) + F.CRC_PROPERTY_SIZE > F.MAX_PROPERTIES_SIZE:
                 raise DataError(f"properties of {len(props_b)} bytes exceed {F.MAX_PROPERTIES_SIZE}")
-            size = 91 + len(d.body) + len(topic_b) + len(props_b) + F.CRC_PROPERTY_SIZE
+            size = F.RECORD_FIXED_SIZE + len(d.body) + len(topic_b) + len(props_b) + F.CRC_PROPERTY_SIZE
             phys = app.place(size)
             app.add(encode(topic_b, d.body, props_b, qid, qoff, phys, store_ts,
                            d.born_timestamp or now, pid, d.flag, d.sysflag, d.reconsume_times,
                            d.prepared_tx_offset))
             if dispatch:
-                tags = d.tags_code if d.tags_code is not None else (
-                    java_hash(props[PROP_TAGS]) if props.get(PROP_TAGS) else 0)
+                tags = d.tags_code if d.tags_code is not None else tags_code(props.get(PROP_TAGS))
                 self.add_entry(d.topic, qid, phys, size, tags)
             if (d.sysflag & F.TX_MASK) != F.TX_ROLLBACK:
                 self.index("#" + uniq, phys)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from store.log import bodywrite
+from store.log import bodywrite, framearrays
 from store.log import format as F
 from store.log.results import BatchResult
 from tests.log.storetestutil import all_messages, open_store
@@ -72,9 +72,9 @@ def _log_and_queues(root: Path, framing: str, sizes: list[int], queue_id: int, p
     framed as ``arrays`` (numpy), ``small`` (the C-iteration path where it applies) or
     ``loop`` (record by record)."""
     import time as _time
-    monkeypatch.setattr(bodywrite, "_ARRAYS_MIN_BATCH", 1 if framing == "arrays" else 10 ** 9)
-    monkeypatch.setattr(bodywrite, "_ARRAYS_MAX_AVG", 1 << 40)   # arrays for every size
-    monkeypatch.setattr(bodywrite, "_ARRAYS_AFTER", 0)
+    monkeypatch.setattr(framearrays, "_ARRAYS_MIN_BATCH", 1 if framing == "arrays" else 10 ** 9)
+    monkeypatch.setattr(framearrays, "_ARRAYS_MAX_AVG", 1 << 40)   # arrays for every size
+    monkeypatch.setattr(framearrays, "_ARRAYS_AFTER", 0)
     if framing == "loop":
         monkeypatch.setattr(bodywrite, "_frame_small", lambda *a: None)
     store = open_store(root, commitlog_segment_size=1 << 20)
