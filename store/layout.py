@@ -62,9 +62,18 @@ class Layout:
         return self.consumequeue_dir / topic
 
     # -- consumer state
+    @property
+    def broadcast_offsets_root(self) -> Path:
+        """``offsets/``: one directory per broadcast client id, one per group inside."""
+        return self.root / "offsets"
+
     def broadcast_offsets(self, client_id: str, group: str) -> Path:
         """LocalFileOffsetStore's ``<dir>/<clientId>/<group>/offsets.json``."""
         return self.root / "offsets" / client_id / group / "offsets.json"
+
+    @property
+    def dedup_root(self) -> Path:
+        return self.root / "dedup"
 
     @property
     def members_root(self) -> Path:
@@ -86,7 +95,7 @@ class Layout:
         return self.root / "locks" / group / topic / f"{queue_id}.lock"
 
     def dedup_log(self, group: str) -> Path:
-        return self.root / "dedup" / f"{group}.log"
+        return self.dedup_root / f"{group}.log"
 
     def service_lock(self, name: str) -> Path:
         """Locks of store-wide services (delay scheduler, transaction check)."""

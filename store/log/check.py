@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.index import key_hash
+from store.log.offsets import broadcast_offset_files
 from store.log.record import PROP_KEYS, PROP_UNIQ_KEY, RecordError, decode, entry_tags_code
 
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")
@@ -265,9 +266,7 @@ def _check_index(engine: "Engine", problems: list[Problem], keyed: list[tuple[in
 def _check_json(engine: "Engine", problems: list[Problem]) -> None:
     lay = engine.layout
     paths = [lay.store_json, lay.topics_json, lay.consumer_offset_json, lay.delay_offset_json]
-    offsets_root = lay.root / "offsets"
-    if offsets_root.exists():
-        paths += sorted(offsets_root.glob("*/*/offsets.json"))
+    paths += [lay.broadcast_offsets(cid, group) for cid, group in broadcast_offset_files(lay)]
     for p in paths:
         if p.exists():
             try:

@@ -60,7 +60,14 @@ from store import fsutil
 from store.errors import StoreError, UsageError, io_error
 from store.flock import wait_flock
 from store.layout import Layout
-from store.names import BROKER_NAME, validate_any_topic, validate_client_id, validate_group
+from store.names import (
+    BROKER_NAME,
+    CLIENT_ID_RE,
+    NAME_RE,
+    validate_any_topic,
+    validate_client_id,
+    validate_group,
+)
 
 NO_OFFSET = -1
 TOPIC_GROUP_SEPARATOR = "@"
@@ -446,6 +453,26 @@ class BroadcastOffsetStore:
         return {} if obj is None else _parse_broadcast(obj)
 
 
+def broadcast_offset_files(layout: Layout, group: str | None = None) -> list[tuple[str, str]]:
+    """(client id, group) of every broadcast offsets file (of ``group`` only, if given),
+    sorted; directories whose names are not valid ids are passed over."""
+    root = layout.broadcast_offsets_root
+    try:
+        cids = os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for cid in cids:
+        if not CLIENT_ID_RE.match(cid) or cid in (".", ".."):
+            continue
+        try:
+            groups = [group] if group is not None else os.listdir(root / cid)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        out += [(cid, g) for g in groups if NAME_RE.match(g) and layout.broadcast_offsets(cid, g).exists()]
+    return sorted(out)
+
+
 def clamp_to_queue_ends(layout: Layout, queue_end: Callable[[str, int], int],
                         warn: Warn | None = None) -> list[str]:
     """Move every committed offset that points past its queue's end back to that end, for
@@ -468,9 +495,7 @@ def clamp_to_queue_ends(layout: Layout, queue_end: Callable[[str, int], int],
                 moved.append(f"group {group}: {topic}/{queue_id} offset {offset} -> {end}")
         for topic, ends in by_topic.items():
             cluster.reset(group, topic, ends)
-    root = layout.root / "offsets"
-    for path in sorted(root.glob("*/*/offsets.json")):
-        client_id, group = path.parent.parent.name, path.parent.name
+    for client_id, group in broadcast_offset_files(layout):
         try:
             store = BroadcastOffsetStore(layout, client_id, group, warn)
             table = store.load()

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from store.errors import StoreError, io_error
 from store.fsutil import fsync_dir, read_json_with_bak
 from store.log import format as F
-from store.names import CLIENT_ID_RE, HALF_TOPIC, NAME_RE, SCHEDULE_TOPIC
+from store.names import HALF_TOPIC, SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
     from store.log.broker import Store
@@ -152,21 +152,15 @@ def _offset_table_needs(store: "Store", who: str, offsets: dict[tuple[str, int],
 
 def consumer_needs(store: "Store") -> list[Need]:
     """Every reader's position, as the commit-log offset it will read next."""
-    from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
+    from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore, broadcast_offset_files
     topics = store.topics()
     needs: list[Need] = []
     cluster = ClusterOffsetStore(store.layout, warn=store.warn)
     for group in cluster.groups():
         needs += _offset_table_needs(store, f"group {group}", cluster.read_group(group), topics)
-    root = store.layout.root / "offsets"
-    for cid in sorted(_listdir(root)):
-        if not CLIENT_ID_RE.match(cid) or cid in (".", ".."):
-            continue
-        for group in sorted(_listdir(root / cid)):
-            if not NAME_RE.match(group) or not (root / cid / group / "offsets.json").exists():
-                continue
-            table = BroadcastOffsetStore(store.layout, cid, group, warn=store.warn).load()
-            needs += _offset_table_needs(store, f"broadcast client {cid} of group {group}", table, topics)
+    for cid, group in broadcast_offset_files(store.layout):
+        table = BroadcastOffsetStore(store.layout, cid, group, warn=store.warn).load()
+        needs += _offset_table_needs(store, f"broadcast client {cid} of group {group}", table, topics)
     needs += _schedule_needs(store, topics)
     needs += transaction_needs(store)
     return needs

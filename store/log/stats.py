@@ -41,8 +41,8 @@ def store_stats(store: Store) -> list[dict[str, Any]]:
     rows.append({"part": "consumequeue", "files": files, "bytes": size, "detail": f"{len(store.topics())} topics"})
     files, size = _du(lay.index_dir)
     rows.append({"part": "index", "files": files, "bytes": size, "detail": ""})
-    for part in ("config", "offsets", "consumers", "locks", "dedup"):
-        p = lay.root / part
+    for part, p in (("config", lay.config_dir), ("offsets", lay.broadcast_offsets_root),
+                    ("consumers", lay.members_root), ("locks", lay.queue_locks_root), ("dedup", lay.dedup_root)):
         if p.exists():
             files, size = _du(p)
             rows.append({"part": part, "files": files, "bytes": size, "detail": ""})
