@@ -467,6 +467,27 @@ def list_locks(layout: Layout, group: str | None = None) -> list[LockInfo]:
     return infos
 
 
+def peek_locks(layout: Layout, held: Callable[[Path, int | None], bool | None]) -> list[LockInfo]:
+    """Every group's queue locks without touching their OS locks: ``held(path, pid)`` says
+    whether a holder is alive (``heldlocks.HeldLocks.held``, which reads the kernel's lock
+    table), so a monitor that looks every second never makes an acquisition fail."""
+    infos = []
+    for g in lock_groups(layout):
+        for topic, qid, path in _lock_files(layout, g):
+            try:
+                fd = open_file(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # released between listing and reading
+            try:
+                record = _read_record(fd)
+            finally:
+                os.close(fd)
+            alive = held(path, _int_or_none((record or {}).get("pid")))
+            if alive is not None:
+                infos.append(_info(g, topic, qid, record, alive))
+    return infos
+
+
 def unlock(layout: Layout, group: str, topic: str | None = None, queue_id: int | None = None,
            force: bool = False, *, timeout: float = MUTEX_TIMEOUT) -> list[LockInfo]:
     """Remove stale locks (holder gone) and expired ones (holder stuck past the store lease).
