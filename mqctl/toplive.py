@@ -113,12 +113,16 @@ def run_live(monitor: Any, history: Any, interval: float, store: str, focus: str
             history.add(snap)
             due = time.monotonic() + interval
             size = os.get_terminal_size(sys.stdout.fileno())
+            console.size = (size.columns, size.lines)
             live.update(render(snap, history, screen, store, focus, size.lines), refresh=True)
             while True:
                 ready, _, _ = select.select([fd], [], [], min(0.1, max(0.0, due - time.monotonic())))
                 redraw = False
                 if ready:
-                    data = os.read(fd, 64).decode("utf-8", "replace")
+                    try:
+                        data = os.read(fd, 64).decode("utf-8", "replace")
+                    except OSError:   # the terminal went away (EIO after a hang-up)
+                        return
                     if not data:
                         return   # stdin closed
                     for ch in data:
@@ -134,6 +138,9 @@ def run_live(monitor: Any, history: Any, interval: float, store: str, focus: str
                     due = time.monotonic() + interval
                     redraw = True
                 if redraw:
+                    # rich is told the size measured here, so that a frame is never drawn
+                    # for the size before a resize (it would scroll the screen away)
+                    console.size = (size.columns, size.lines)
                     live.update(render(snap, history, screen, store, focus, size.lines), refresh=True)
     except KeyboardInterrupt:
         return
