@@ -24,28 +24,30 @@ PROC_LOCKS = "/proc/locks"
 
 
 class HeldLocks:
-    """One reading of the kernel's table of held ``flock`` locks."""
+    """One reading of the kernel's table of held ``flock`` locks, taken at the first question
+    (a look at a store with no members and no queue locks does not read it)."""
 
     def __init__(self, path: str = PROC_LOCKS) -> None:
-        self.available = True
-        self._held: set[tuple[int, int]] = set()
-        try:
-            with open(path, "rb") as f:
-                text = f.read()
-        except OSError:
-            self.available = False
-            return
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) < 6 or parts[1] == b"->" or parts[1] != b"FLOCK":
-                continue
-            dev = parts[5].split(b":")
-            if len(dev) != 3:
-                continue
+        self.path = path
+        self._held: set[tuple[int, int]] | None = None   # read at the first question
+        self._missing = False
+
+    @property
+    def available(self) -> bool:
+        return self._table() is not None
+
+    def _table(self) -> set[tuple[int, int]] | None:
+        if self._held is None:
             try:
-                self._held.add((os.makedev(int(dev[0], 16), int(dev[1], 16)), int(dev[2])))
-            except ValueError:
-                continue
+                with open(self.path, "rb") as f:
+                    text = f.read()
+            except OSError:
+                self._held = set()
+                self._missing = True
+                return None
+            self._missing = False
+            self._held = _parse(text)
+        return None if self._missing else self._held
 
     def held(self, path: str | os.PathLike[str], pid: int | None = None) -> bool | None:
         """Whether a process holds a lock on ``path`` (None: the file is gone). Without the
@@ -56,9 +58,26 @@ class HeldLocks:
             return None
         except OSError:
             return False
-        if self.available:
-            return (st.st_dev, st.st_ino) in self._held
+        table = self._table()
+        if table is not None:
+            return (st.st_dev, st.st_ino) in table
         return pid_alive(pid)
+
+
+def _parse(text: bytes) -> set[tuple[int, int]]:
+    held = set()
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 6 or parts[1] != b"FLOCK":   # a waiter's line has "->" there
+            continue
+        dev = parts[5].split(b":")
+        if len(dev) != 3:
+            continue
+        try:
+            held.add((os.makedev(int(dev[0], 16), int(dev[1], 16)), int(dev[2])))
+        except ValueError:
+            continue
+    return held
 
 
 def pid_alive(pid: int | None) -> bool:

@@ -47,8 +47,7 @@ def broadcast_clients(store: "Store", group: str) -> list[str]:
 
 
 def known_groups(store: "Store", offset_groups: "Iterable[str] | None" = None) -> list[str]:
-    """Every group the store knows of, sorted (offsets, members, locks, retry/DLQ topics).
-    ``offset_groups``: the groups with committed offsets, when the caller has read them."""
+    """Every group the store knows of, sorted (offsets or ``offset_groups``, members, locks, retry/DLQ topics)."""
     from store.client.offsets import ClusterOffsetStore
     groups = set(ClusterOffsetStore(store.layout).groups() if offset_groups is None else offset_groups)
     for d in (store.layout.members_root, store.layout.queue_locks_root, store.layout.root / "offsets"):

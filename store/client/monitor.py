@@ -44,6 +44,7 @@ from store.client.snapshot import (
     TopicStat,
 )
 from store.heldlocks import HeldLocks
+from store.log.format import CQ_ENTRY
 
 if TYPE_CHECKING:
     from store.log.broker import Store
@@ -152,9 +153,10 @@ class Monitor:
         if key == self._topics_key:
             return self._topic_stats
         stats = []
+        trimmed = key[0] > 0   # retention ran: a queue's first entries may point at removed records
         for name, cfg in sorted(table.items()):
             if self.topic is None or name == self.topic or name.startswith((names.RETRY_PREFIX, names.DLQ_PREFIX)):
-                stats.append(self._topic(cfg))
+                stats.append(self._topic(cfg, trimmed))
         live = {(t.topic, q) for t in stats for q in range(t.queues)}
         for gone in [k for k in self._bytes if k not in live]:
             del self._bytes[gone]
@@ -163,9 +165,8 @@ class Monitor:
         self._topics_key = key if time.time_ns() - cp[0] > RACY_NS else None
         return self._topic_stats
 
-    def _topic(self, cfg: "TopicConfig") -> TopicStat:
+    def _topic(self, cfg: "TopicConfig", trimmed: bool) -> TopicStat:
         store = self.store
-        trimmed = store.commitlog.min_offset() > 0   # retention ran: a queue's first entries may be gone
         los, his, total, exact = [], [], 0, True
         for q in range(cfg.queues):
             cq = store.queue(cfg.name, q)
@@ -192,11 +193,14 @@ class Monitor:
             raw = cq.read_raw(acc.hi, min(hi - acc.hi, budget))
             if not raw:
                 break
-            # an entry is >qiq: five big-endian int32 words, the size is the third
-            words = np.frombuffer(raw, dtype=">i4").reshape(-1, 5)
-            acc.bytes += int(words[:, 2].sum(dtype=np.int64))
-            acc.hi += len(words)
-            budget -= len(words)
+            n = len(raw) // CQ_ENTRY.size
+            if n < 64:   # numpy's fixed cost is more than a few entries' unpacking
+                acc.bytes += sum(size for _phys, size, _tags in CQ_ENTRY.iter_unpack(raw))
+            else:
+                # an entry is >qiq: five big-endian int32 words, the size is the third
+                acc.bytes += int(np.frombuffer(raw, dtype=">i4").reshape(-1, 5)[:, 2].sum(dtype=np.int64))
+            acc.hi += n
+            budget -= n
         return acc.bytes, acc.hi >= hi
 
     # -- groups ----------------------------------------------------------------------------
@@ -278,9 +282,9 @@ class Monitor:
     # -- locks -----------------------------------------------------------------------------
     def _locks(self, held: HeldLocks, now: int) -> tuple[LockStat, ...]:
         from store.client.admin import lock_state
-        from store.client.qlocks import peek_locks
+        from store.client.qlocks import list_locks
         out = []
-        for i in peek_locks(self.store.layout, held.held):
+        for i in list_locks(self.store.layout, None, held.held):
             if (self.group is not None and i.group != self.group) or (self.topic is not None and i.topic != self.topic):
                 continue
             left = i.expiresAt - now if i.expiresAt is not None else None

@@ -266,3 +266,19 @@ def test_live_screen_in_a_terminal(mq: MQ, tmp_path: Path) -> None:
         term.close()
         feeder.close()
         print(err.read_text())
+
+
+def test_keys_switch_views_and_edit_the_filter() -> None:
+    from mqctl.toplive import Screen
+    s = Screen()
+    for ch, view in (("2", "groups"), ("l", "locks"), ("\t", "problems"), ("\t", "topics"), ("p", "problems")):
+        assert s.key(ch) and s.view == view
+    for ch in "/ab\x7fc":
+        assert s.key(ch)
+    assert s.typing and s.filter == "ac"
+    assert s.key("q") and s.filter == "acq"        # while typing, q is a letter
+    s.key("\r")
+    assert not s.typing and s.filter == "acq"
+    s.key("\x1b")
+    assert s.filter == ""
+    assert s.key("q") is False
