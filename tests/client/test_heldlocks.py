@@ -19,7 +19,6 @@ def test_held_follows_the_kernel_table(tmp_path: Path) -> None:
     with open(path, "rb") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         assert HeldLocks().held(path) is True
-        # the look took no lock of its own: another exclusive taker is refused only by ours
         fcntl.flock(f, fcntl.LOCK_UN)
         assert HeldLocks().held(path) is False
     assert HeldLocks().held(tmp_path / "gone.lock") is None
