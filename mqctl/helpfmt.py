@@ -25,7 +25,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Produce and consume": ("send", "consume", "msg"),
     "Groups and offsets": ("offsets", "progress", "consumers", "rebalance", "locks", "unlock", "dlq"),
     "Transactions": ("tx",),
-    "Store and topics": ("init", "topic", "store"),
+    "Store and topics": ("init", "topic", "store", "top"),
     "Spark": ("query", "export"),
     "Benchmarks": ("bench",),
     "Shell": ("completion",),

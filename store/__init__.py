@@ -13,7 +13,8 @@ A Python program is a client like ``mqctl``, side by side with it on the same st
 
 ``Producer``, ``Consumer`` (iterator and push styles, concurrent and orderly, clustering and
 broadcast), ``TransactionProducer`` with ``TxState``, ``Admin`` (topics, lag, offsets, locks,
-members), ``Message`` and ``SendResult`` live in ``store/client/``; the errors, all
+members), ``Monitor`` and ``History`` (repeated read-only looks, rates), ``Message`` and
+``SendResult`` live in ``store/client/``; the errors, all
 ``StoreError`` subclasses, in ``store/errors.py``. The engine underneath (``Store``,
 ``Draft``) is usable on its own::
 
@@ -34,6 +35,12 @@ _EXPORTS = {
     "TransactionProducer": "tx.producer", "TxState": "tx.producer",
     "TransactionSendResult": "tx.producer", "Admin": "client.admin",
     "Message": "client.message", "SendResult": "client.message",
+    # live inspection (``mqctl top``): one look, and rates from successive looks
+    "Monitor": "client.monitor", "History": "client.trends", "Drain": "client.trends",
+    "sparkline": "client.trends", "format_duration": "client.trends",
+    "Snapshot": "client.snapshot", "TopicStat": "client.snapshot", "GroupStat": "client.snapshot",
+    "QueueLag": "client.snapshot", "MemberStat": "client.snapshot", "LockStat": "client.snapshot",
+    "Problems": "client.snapshot", "PendingTx": "client.snapshot",
     # the engine
     "Store": "log.broker", "open_store": "log.broker", "StoreSettings": "log.settings",
     "PutResult": "log.results", "PullResult": "log.results", "BatchResult": "log.results", "Draft": "log.record",

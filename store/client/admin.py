@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, Union
 
 from store import names
 from store.client.paths import PathLike, resolve_store_path
@@ -46,10 +46,10 @@ def broadcast_clients(store: "Store", group: str) -> list[str]:
                   and (root / c / group / "offsets.json").exists())
 
 
-def known_groups(store: "Store") -> list[str]:
-    """Every group the store knows of, sorted (offsets, members, locks, retry/DLQ topics)."""
+def known_groups(store: "Store", offset_groups: "Iterable[str] | None" = None) -> list[str]:
+    """Every group the store knows of, sorted (offsets or ``offset_groups``, members, locks, retry/DLQ topics)."""
     from store.log.offsets import ClusterOffsetStore
-    groups = set(ClusterOffsetStore(store.layout).groups())
+    groups = set(ClusterOffsetStore(store.layout).groups() if offset_groups is None else offset_groups)
     for d in (store.layout.members_root, store.layout.queue_locks_root, store.layout.root / "offsets"):
         try:
             entries = os.listdir(d)

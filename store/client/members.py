@@ -46,7 +46,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from store.errors import ClientIdInUseError, OperationError
 from store.flock import list_dir, names_same_file, now_ms, open_exclusive, probe_held, unlink_if_exists
@@ -227,6 +227,19 @@ def live_members(layout: Layout, group: str, *, prune: bool = False) -> list[Mem
             members.append(_member_info(layout, group, cid))
         elif prune:
             _prune(layout, group, cid)
+    return members
+
+
+def peek_members(layout: Layout, group: str, held: Callable[[Path, int | None], bool | None]) -> list[MemberInfo]:
+    """The group's live members, like :func:`live_members`, without probing their locks:
+    ``held(path, pid)`` answers from the kernel's lock table (``heldlocks.HeldLocks.held``),
+    so a monitor never makes a joiner retry."""
+    validate_group(group)
+    members = []
+    for cid in _published_ids(layout, group):
+        info = _member_info(layout, group, cid)
+        if held(_lock_path(layout, group, cid), info.pid):
+            members.append(info)
     return members
 
 

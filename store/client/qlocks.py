@@ -95,6 +95,7 @@ MUTEX_NAME = ".mutex.lock"
 _LOCK_FILE_RE = re.compile(r"^(0|[1-9][0-9]{0,9})\.lock$")
 _MAX_RECORD = 64 * 1024
 _log = logging.getLogger(__name__)
+Held = Callable[[Path, int | None], bool | None]   # liveness without a probe (heldlocks.py: for monitors)
 
 
 # -- records ---------------------------------------------------------------------------------
@@ -438,30 +439,29 @@ def lock_groups(layout: Layout) -> list[str]:
     return [p.name for p in _subdirs(layout.queue_locks_root)]
 
 
-def _probe_info(group: str, topic: str, queue_id: int, path: Path) -> LockInfo | None:
+def _probe_info(group: str, topic: str, queue_id: int, path: Path, held: Held | None) -> LockInfo | None:
     try:
         fd = open_file(path, os.O_RDONLY)
     except FileNotFoundError:
         return None  # released between listing and probing
     try:
         record = _read_record(fd)
-        alive = not try_flock(fd, path, shared=True)
+        alive = held(path, _int_or_none((record or {}).get("pid"))) if held else not try_flock(fd, path, shared=True)
     finally:
         os.close(fd)
-    return _info(group, topic, queue_id, record, alive)
+    return None if alive is None else _info(group, topic, queue_id, record, alive)
 
 
-def list_locks(layout: Layout, group: str | None = None) -> list[LockInfo]:
+def list_locks(layout: Layout, group: str | None = None, held: Held | None = None) -> list[LockInfo]:
     """Every queue lock file of ``group`` (or of all groups), with its holder probed.
 
-    ``alive=False`` means nobody holds the OS lock: the record is what a crashed holder left.
-    Read-only: takes no mutex and changes no file.
-    """
+    ``alive=False``: nobody holds the OS lock (a crashed holder's record). Read-only: takes no
+    mutex and changes no file. ``held(path, pid)`` answers instead of a probe."""
     groups = [validate_group(group)] if group is not None else lock_groups(layout)
     infos = []
     for g in groups:
         for topic, qid, path in _lock_files(layout, g):
-            info = _probe_info(g, topic, qid, path)
+            info = _probe_info(g, topic, qid, path, held)
             if info is not None:
                 infos.append(info)
     return infos

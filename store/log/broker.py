@@ -163,6 +163,12 @@ class Store:
         return self.engine.writer.uniq_keys
 
     @property
+    def boot_id(self) -> bytes:
+        """The machine's boot id as this handle saw it (a checkpoint with another one was
+        written before a restart)."""
+        return self.engine.writer.boot_id
+
+    @property
     def last_write(self) -> tuple[int, int]:
         """The commit-log range of this handle's last batch (for :meth:`sync_log`)."""
         return self.engine.writer.last_write

@@ -268,6 +268,14 @@ class ClusterOffsetStore:
         table = self._load(_FallbackWatch(self._warn))
         return sorted({_split_key(key)[1] for key, queues in table.offsets.items() if queues})
 
+    def all_groups(self) -> dict[str, dict[QueueKey, int]]:
+        """Every group's committed offsets from one read: group -> (topic, queueId) -> offset."""
+        out: dict[str, dict[QueueKey, int]] = {}
+        for key, queues in self._load(_FallbackWatch(self._warn)).offsets.items():
+            topic, group = _split_key(key)
+            out.setdefault(group, {}).update({(topic, q): o for q, o in queues.items()})
+        return out
+
     def topics_of(self, group: str) -> list[str]:
         """Topics in which ``group`` has committed offsets, sorted."""
         return sorted(topic for topic, _ in self._load(_FallbackWatch(self._warn)).queues_of_group(group))

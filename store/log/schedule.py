@@ -225,3 +225,30 @@ def next_due(store: "Store") -> int | None:
                 continue
             break
     return best
+
+
+def backlog(store: "Store", now_ms: int, limit: int = 100_000) -> tuple[int, int]:
+    """(pending, due): delayed messages not delivered yet, and those of them whose delivery
+    time has come (a scheduler should have moved them). Read from the consume queues' tag
+    codes and ``delayOffset.json`` alone; at most ``limit`` entries per queue are looked at."""
+    if not store.has_topic(names.SCHEDULE_TOPIC):
+        return 0, 0
+    state = load_delay_progress(store.layout, store.warn)
+    pending = due = 0
+    for qid in range(store.topic(names.SCHEDULE_TOPIC).queues):
+        start = state["offsetTable"].get(str(qid), 0)
+        end = min(store.max_offset(names.SCHEDULE_TOPIC, qid), start + limit)
+        done = set(state["delivered"].get(str(qid), []))
+        q = store.queue(names.SCHEDULE_TOPIC, qid)
+        off = start
+        while off < end:
+            entries = q.read_entries(off, min(4096, end - off))
+            if not entries:
+                break
+            for i, (_p, _s, deliver_at) in enumerate(entries):
+                if off + i not in done:
+                    pending += 1
+                    due += deliver_at <= now_ms
+            off += len(entries)
+    return pending, due
+

@@ -1,0 +1,152 @@
+"""The full-screen ``mqctl top``: rich's Live on the alternate screen, keys read raw from stdin.
+
+The terminal is put in cbreak mode (keys arrive one by one, unechoed; Ctrl-C still sends
+SIGINT) and restored in a ``finally``, so ``q``, Ctrl-C and an error all leave it as it was.
+The loop waits on stdin with ``select`` in short steps: a key, a resize (the terminal's size
+is compared at each step) or the next refresh redraws at once.
+"""
+from __future__ import annotations
+
+import os
+import select
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from mqctl.topview import VIEWS, Section, sections, summary
+
+KEYS = {"1": "topics", "2": "groups", "3": "locks", "4": "problems",
+        "t": "topics", "g": "groups", "l": "locks", "p": "problems"}
+HELP = "q quit  1-4 or t/g/l/p views  tab next  / filter  esc clear"
+
+
+@dataclass
+class Screen:
+    """What the person chose: the view, the filter (and whether it is being typed)."""
+
+    view: str = "topics"
+    filter: str = ""
+    typing: bool = False
+
+    def key(self, ch: str) -> bool:
+        """Apply one key; False when it asks to quit."""
+        if self.typing:
+            if ch in ("\r", "\n"):
+                self.typing = False
+            elif ch == "\x1b":
+                self.typing, self.filter = False, ""
+            elif ch in ("\x7f", "\b"):
+                self.filter = self.filter[:-1]
+            elif ch.isprintable():
+                self.filter += ch
+            return True
+        if ch in ("q", "Q"):
+            return False
+        if ch in KEYS:
+            self.view = KEYS[ch]
+        elif ch == "\t":
+            self.view = VIEWS[(VIEWS.index(self.view) + 1) % len(VIEWS)]
+        elif ch == "/":
+            self.typing, self.filter = True, ""
+        elif ch == "\x1b":
+            self.filter = ""
+        return True
+
+
+def render(snap: Any, hist: Any, screen: Screen, store: str, focus: str | None, height: int,
+           width: int = 200) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+    tabs = Text()
+    for i, v in enumerate(VIEWS, 1):
+        tabs.append(f" {i} {v} ", style="reverse bold" if v == screen.view else "")
+    head = Text(f"mqctl top  {store}  {time.strftime('%H:%M:%S')}  ", style="bold")
+    head.append(summary(snap))
+    parts: list[Any] = [head, tabs]
+    room = max(3, height - 5)
+    for sec in sections(snap, hist, screen.view, screen.filter, focus):
+        if not sec.rows and sec.title in ("members", "queues"):
+            continue
+        parts.append(_table(sec, room, width))
+        room -= len(sec.rows) + 2
+        if room <= 2:
+            break
+    flt = f"filter: /{screen.filter}{'_' if screen.typing else ''}" if screen.typing or screen.filter else ""
+    parts.append(Text(f"{HELP}   {flt}   look {snap.cost_ms:.1f} ms CPU", style="dim"))
+    return Group(*parts)
+
+
+def _table(sec: Section, room: int, width: int) -> Any:
+    """The section as aligned text lines, cut at the screen's width: rich's Table costs ten
+    times as much per refresh, and the columns here need no wrapping."""
+    from rich.text import Text
+    shown = sec.rows[: max(1, room - 1)]
+    cells = [[name for _key, name in sec.columns]]
+    cells += [["-" if row.get(k) is None else str(row.get(k)) for k, _ in sec.columns] for row in shown]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(sec.columns))]
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for i, line in enumerate(cells):
+        body = "  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip()[:width]
+        style = "bold" if i == 0 else ("bold red" if i - 1 in sec.alert else "")
+        text.append(body + "\n", style=style)
+    if not sec.rows:
+        text.append(f"no {sec.title}\n", style="dim")
+    elif len(sec.rows) > len(shown):
+        text.append(f"… {len(sec.rows) - len(shown)} more (/ to filter)\n", style="dim")
+    text.rstrip()
+    return text
+
+
+def run_live(monitor: Any, history: Any, interval: float, store: str, focus: str | None) -> None:
+    """Refresh until ``q`` or Ctrl-C; the terminal is restored either way."""
+    import termios
+    import tty
+
+    from rich.console import Console
+    from rich.live import Live
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    console = Console(highlight=False)
+    screen = Screen(view="groups" if focus else "topics")
+    try:
+        tty.setcbreak(fd)
+        with Live(console=console, screen=True, auto_refresh=False, redirect_stdout=False,
+                  redirect_stderr=False) as live:
+            snap = monitor.snapshot()
+            history.add(snap)
+            due = time.monotonic() + interval
+            size = os.get_terminal_size(sys.stdout.fileno())
+            console.size = (size.columns, size.lines)
+            live.update(render(snap, history, screen, store, focus, size.lines, size.columns), refresh=True)
+            while True:
+                ready, _, _ = select.select([fd], [], [], min(0.1, max(0.0, due - time.monotonic())))
+                redraw = False
+                if ready:
+                    try:
+                        data = os.read(fd, 64).decode("utf-8", "replace")
+                    except OSError:   # the terminal went away (EIO after a hang-up)
+                        return
+                    if not data:
+                        return   # stdin closed
+                    for ch in data:
+                        if not screen.key(ch):
+                            return
+                    redraw = True
+                now_size = os.get_terminal_size(sys.stdout.fileno())
+                if now_size != size:
+                    size, redraw = now_size, True
+                if time.monotonic() >= due:
+                    snap = monitor.snapshot()
+                    history.add(snap)
+                    due = time.monotonic() + interval
+                    redraw = True
+                if redraw:
+                    # rich is told the size measured here, so that a frame is never drawn
+                    # for the size before a resize (it would scroll the screen away)
+                    console.size = (size.columns, size.lines)
+                    live.update(render(snap, history, screen, store, focus, size.lines, size.columns), refresh=True)
+    except KeyboardInterrupt:
+        return
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)

@@ -1,0 +1,284 @@
+"""``mqctl top`` as a person and a script use it: ``--once`` and ``--json`` on a store with a
+producer and consumers running, checked against ``progress``, ``locks`` and ``consumers``;
+a read-only store left byte for byte as it was; and the full screen driven in a real
+terminal (tmux): views, filter, resize, ``q``, the terminal restored."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.procs import MQ, MQCTL, mqctl_env, one_error, wait_for
+
+
+def _setup(mq: MQ) -> None:
+    """Topic orders (4 queues); group idle consumed 20 of 60 and stopped; group live is an
+    orderly consumer still running (it holds queue locks)."""
+    mq.ok("topic", "create", "orders", "--queues", "4")
+    mq.ok("send", "orders", input="".join(f"m{i}\n" for i in range(60)))
+    mq.ok("consume", "orders", "-g", "idle", "--from", "first", "-c", "20", "-e")
+
+
+def _start_live(mq: MQ):
+    c = mq.start("consume", "orders", "-g", "live", "--orderly", "--from", "first", "--rebalance-interval", "0.2")
+    def ready() -> bool:
+        res = mq.run("locks", "-g", "live", "--json")   # exit 3 until the member has joined
+        return (res.returncode == 0 and len(res.json_lines()) == 4
+                and {lk["state"] for lk in res.json_lines()} == {"held"} and _lag(mq, "live") == 0)
+    wait_for(ready, what="live to lock every queue and drain")
+    return c
+
+
+def _lag(mq: MQ, group: str) -> int:
+    return sum(r["lag"] for r in mq.ok("progress", "-g", group, "--json").json_lines())
+
+
+def test_once_json_agrees_with_the_other_commands(mq: MQ) -> None:
+    _setup(mq)
+    _start_live(mq)
+    mq.ok("send", "orders", input="".join(f"n{i}\n" for i in range(7)))
+    wait_for(lambda: _lag(mq, "live") == 0, what="live to consume the new messages")
+    res = mq.ok("top", "--once", "--json")
+    [obj] = res.json_lines()
+    topics = {t["topic"]: t for t in obj["topics"]}
+    assert topics["orders"]["messages"] == 67 and sum(topics["orders"]["maxOffsets"]) == 67
+    assert topics["orders"]["bytes"] > 0 and topics["orders"]["bytesExact"] is True
+    groups = {g["group"]: g for g in obj["groups"]}
+    assert groups["idle"]["lag"] == _lag(mq, "idle") == 47
+    assert groups["live"]["lag"] == 0
+    progress = {(r["topic"], r["queueId"]): r for r in mq.ok("progress", "-g", "idle", "--json").json_lines()}
+    for q in groups["idle"]["queues"]:
+        p = progress[(q["topic"], q["queueId"])]
+        assert (q["brokerOffset"], q["consumerOffset"], q["lag"]) == (p["brokerOffset"], p["consumerOffset"], p["lag"])
+    [member] = mq.ok("consumers", "-g", "live", "--json").json_lines()
+    [shown] = groups["live"]["members"]
+    assert shown["clientId"] == member["clientId"] and shown["pid"] == member["pid"]
+    assert sorted(q["queueId"] for q in shown["queues"]) == [0, 1, 2, 3]
+    locks = {(lk["topic"], lk["queueId"]): lk for lk in mq.ok("locks", "--json").json_lines()}
+    assert {(lk["topic"], lk["queueId"]) for lk in obj["locks"]} == set(locks)
+    for lk in obj["locks"]:
+        assert lk["state"] == "held" and lk["alive"] is True and lk["clientId"] == member["clientId"]
+        assert 0 < lk["leaseLeftMs"] <= 60_000
+    assert obj["problems"]["deadLetters"] == {} and obj["problems"]["warnings"] == []
+
+
+def test_once_plain_shows_every_view(mq: MQ) -> None:
+    _setup(mq)
+    res = mq.ok("top", "--once")
+    out = res.out
+    for title in ("TOPICS", "GROUPS", "LOCKS", "PROBLEMS"):
+        assert f"\n{title}\n" in f"\n{out}"
+    idle = next(line.split() for line in out.splitlines() if line.startswith("idle "))
+    assert idle[:3] == ["idle", "orders", "40"]
+    assert "\x1b[" not in out
+    # a pipe without --once is the same single snapshot
+    assert mq.ok("top").out.splitlines()[:3] == out.splitlines()[:3]
+    focused = mq.ok("top", "--once", "-g", "idle").out
+    assert "QUEUES" in focused and "COMMITTED" in focused
+
+
+def test_json_stream_one_object_per_refresh(mq: MQ) -> None:
+    _setup(mq)
+    p = mq.start("top", "--json", "--interval", "0.2")
+    wait_for(lambda: len(p.lines()) >= 3, what="three refreshes")
+    p.signal(2)
+    assert p.wait() == 0
+    objs = [__import__("json").loads(line) for line in p.lines()]
+    assert all(o["groups"][0]["group"] == "idle" for o in objs)
+    assert objs[0]["topics"][0]["inRate"] is None and objs[-1]["topics"][0]["inRate"] == 0.0
+
+
+def test_missing_store_and_unknown_names(mq: MQ, tmp_path: Path) -> None:
+    one_error(mq.run("--store", str(tmp_path / "nope"), "top", "--once"), 3, "no store at")
+    _setup(mq)
+    one_error(mq.run("top", "--once", "-g", "nosuch"), 3, "consumer group 'nosuch' does not exist")
+    one_error(mq.run("top", "--once", "--topic", "nosuch"), 3, "topic 'nosuch' does not exist")
+
+
+def test_stale_lock_and_dead_letters_are_problems(mq: MQ) -> None:
+    _setup(mq)
+    c = _start_live(mq)
+    c.kill9()
+    mq.ok("send", "orders", "-q", "0", "POISON")
+    mq.ok("consume", "orders", "-g", "workers", "--from", "first", "-e", "--max-reconsume", "0",
+          "--exec", 'sh -c "! grep -q POISON"')
+    [obj] = mq.ok("top", "--once", "--json").json_lines()
+    assert {lk["state"] for lk in obj["locks"]} == {"stale"}
+    assert obj["problems"]["deadLetters"] == {"workers": 1}
+    out = mq.ok("top", "--once").out
+    assert "stale" in out and "dead letters  workers" in out
+
+
+# -- read-only ------------------------------------------------------------------------------------
+
+def _digest(root: Path) -> dict[str, str]:
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = Path(dirpath) / n
+            rel = str(p.relative_to(root))
+            out[rel] = "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _mount(args: list[str]) -> str | None:
+    try:
+        r = subprocess.run(["mount", *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if r.returncode == 0 else (r.stderr.strip() or f"mount exited {r.returncode}")
+
+
+def test_top_on_a_read_only_store_writes_nothing(mq: MQ, tmp_path: Path) -> None:
+    _setup(mq)
+    live = _start_live(mq)
+    copy = tmp_path / "copy"
+    shutil.copytree(mq.root, copy)
+    live.stop()
+    subprocess.run(["chmod", "-R", "a-w", str(copy)], check=True)
+    view = tmp_path / "ro"
+    view.mkdir()
+    mounted = _mount(["--bind", str(copy), str(view)]) is None
+    if mounted and _mount(["-o", "remount,bind,ro", str(view)]) is not None:
+        subprocess.run(["umount", str(view)])
+        mounted = False
+    if not mounted and os.geteuid() == 0:
+        pytest.skip("root ignores file modes and a read-only bind mount could not be made")
+    target = view if mounted else copy
+    try:
+        before = _digest(target)
+        ro = MQ(target, tmp_path)
+        [obj] = ro.ok("top", "--once", "--json").json_lines()
+        assert {g["group"]: g["lag"] for g in obj["groups"]} == {"idle": 40, "live": 0}
+        assert {lk["state"] for lk in obj["locks"]} == {"stale"}   # the copy's holder is no process
+        res = ro.ok("top", "--once")
+        assert "orders" in res.out and res.stderr.count("warning") == 0, res.stderr
+        assert _digest(target) == before
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(view)])
+        subprocess.run(["chmod", "-R", "u+w", str(copy)])
+
+
+# -- the full screen, in a real terminal ----------------------------------------------------------
+
+TMUX = shutil.which("tmux")
+
+
+class Tmux:
+    """One tmux server of the test's own (its own socket), one window running a command."""
+
+    def __init__(self, tmp_path: Path, command: str, env: dict[str, str], width: int, height: int) -> None:
+        self.sock = str(tmp_path / "tmux.sock")
+        script = tmp_path / "run.sh"
+        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items() if k.isidentifier())
+        script.write_text(f"{exports}{command}\necho EXIT=$?\nstty -a | tr ' ;' '\\n\\n' | grep -x -- '-\\?icanon'\n"
+                          "stty -a | tr ' ;' '\\n\\n' | grep -x -- '-\\?echo'\nsleep 600\n")
+        self.tmux("new-session", "-d", "-x", str(width), "-y", str(height), "bash --norc --noprofile " + str(script))
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run([TMUX or "tmux", "-S", self.sock, *args], capture_output=True, text=True,
+                              check=True, timeout=30).stdout
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p")
+
+    def wait(self, cond, what: str) -> str:
+        got: list[str] = []
+
+        def check() -> bool:
+            got[:] = [self.screen()]
+            return bool(cond(got[0]))
+        try:
+            wait_for(check, timeout=60, interval=0.1, what=what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the screen:\n{got[0] if got else ''!r}") from None
+        return got[0]
+
+    def keys(self, *keys: str) -> None:
+        self.tmux("send-keys", *keys)
+
+    def close(self) -> None:
+        subprocess.run([TMUX or "tmux", "-S", self.sock, "kill-server"], capture_output=True, timeout=30)
+
+
+def _row(screen: str, first: str) -> list[str] | None:
+    return next((line.split() for line in screen.splitlines() if line.split()[:1] == [first]), None)
+
+
+@pytest.mark.skipif(TMUX is None, reason="needs tmux")
+def test_live_screen_in_a_terminal(mq: MQ, tmp_path: Path) -> None:
+    _setup(mq)
+    _start_live(mq)
+    feeder = mq.feed("orders")
+    env = mqctl_env(mq.root, extra={"TERM": "xterm-256color"})
+    err = tmp_path / "top.err"
+    term = Tmux(tmp_path, " ".join(shlex.quote(a) for a in MQCTL + ["top", "--interval", "0.5"]) + f" 2>{err}",
+                env, 100, 30)
+    try:
+        screen = term.wait(lambda s: _row(s, "orders") is not None, "the topics view")
+        assert "1 topics" in screen and "LAST-60S" in screen
+        assert feeder.batch([f"f{i}" for i in range(13)])
+        stored = next(t["messages"] for t in mq.ok("topic", "list", "--json").json_lines() if t["topic"] == "orders")
+        assert stored == 73
+        # the new messages show in MESSAGES, and IN/S is no longer 0 (a rate over the last 5 s)
+        screen = term.wait(lambda s: (r := _row(s, "orders")) is not None and r[2] == "73" and r[5] != "0.0",
+                           "the new messages and their rate")
+        term.keys("2")
+        lag = _lag(mq, "idle")
+        assert lag == 53
+        screen = term.wait(lambda s: (r := _row(s, "idle")) is not None and r[2] == str(lag), "idle's lag")
+        assert _row(screen, "live") is not None and "GROUP" in screen and "DRAIN" in screen
+        # focus by filter: only the matching group stays
+        term.keys("/", "idle", "Enter")
+        screen = term.wait(lambda s: _row(s, "live") is None and _row(s, "idle") is not None, "the filter")
+        assert "filter: /idle" in screen
+        term.keys("Escape")
+        term.wait(lambda s: _row(s, "live") is not None, "the filter cleared")
+        # the locks view: the live group's four held locks, their holder from `mqctl locks`
+        holder = mq.ok("locks", "-g", "live", "--json").json_lines()[0]["clientId"]
+        term.keys("3")
+        screen = term.wait(lambda s: sum(1 for line in s.splitlines() if line.startswith("live ")) == 4, "locks")
+        assert all(holder in line and line.rstrip().endswith("held")
+                   for line in screen.splitlines() if line.startswith("live "))
+        # resize: the screen is drawn again at the new width
+        term.tmux("resize-window", "-x", "60", "-y", "20")
+        screen = term.wait(lambda s: max(len(line.rstrip()) for line in s.splitlines()) <= 60
+                           and sum(1 for line in s.splitlines() if line.startswith("live ")) == 4
+                           and len(s.splitlines()) <= 20, "the redraw at 60 columns")
+        term.keys("4")
+        term.wait(lambda s: "no problems" in s, "the problems view")
+        term.keys("Tab")
+        term.wait(lambda s: "LAST-60S" in s, "tab back to topics")
+        term.keys("q")
+        screen = term.wait(lambda s: "EXIT=" in s, "the exit")
+        assert "EXIT=0" in screen
+        lines = screen.split()
+        assert "icanon" in lines and "echo" in lines, screen    # the terminal as it was, not cbreak
+        assert "Traceback" not in screen
+        assert err.read_text() == ""
+    finally:
+        term.close()
+        feeder.close()
+        print(err.read_text())
+
+
+def test_keys_switch_views_and_edit_the_filter() -> None:
+    from mqctl.toplive import Screen
+    s = Screen()
+    for ch, view in (("2", "groups"), ("l", "locks"), ("\t", "problems"), ("\t", "topics"), ("p", "problems")):
+        assert s.key(ch) and s.view == view
+    for ch in "/ab\x7fc":
+        assert s.key(ch)
+    assert s.typing and s.filter == "ac"
+    assert s.key("q") and s.filter == "acq"        # while typing, q is a letter
+    s.key("\r")
+    assert not s.typing and s.filter == "acq"
+    s.key("\x1b")
+    assert s.filter == ""
+    assert s.key("q") is False
