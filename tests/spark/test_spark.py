@@ -35,7 +35,8 @@ import store.spark.datasource as S  # noqa: E402
 from store.errors import BadInputError, UsageError  # noqa: E402
 from store.log.broker import Store  # noqa: E402
 from store.log.record import Draft, java_hash  # noqa: E402
-from store.spark.read import fair_share, parse_offsets, parse_tags  # noqa: E402
+from store.spark.options import parse_offsets, parse_tags  # noqa: E402
+from store.spark.read import fair_share  # noqa: E402
 from store.spark.schema import COLUMNS, SCHEMA, SCHEMA_DDL  # noqa: E402
 from store.spark.sink import SINKS_DIR, SinkLedger, commit_stream_batch  # noqa: E402
 from store.spark.staging import STAGING_DIR  # noqa: E402
@@ -125,8 +126,9 @@ def test_vector_columns_of_a_run_without_keys_match_the_messages(store: Store) -
 
 
 def test_min_partitions_cuts_queues_in_proportion() -> None:
-    from store.spark.read import QueueSlice, split_slices
-    qs = [QueueSlice("s", "a", 0, 10, 110), QueueSlice("s", "a", 1, 0, 300), QueueSlice("s", "b", 0, 5, 5)]
+    from store.spark.options import split_slices
+    from store.spark.read import QueueSlice
+    qs = [QueueSlice("a", 0, 10, 110, "s"), QueueSlice("a", 1, 0, 300, "s"), QueueSlice("b", 0, 5, 5, "s")]
     assert split_slices(qs, 2) == qs                      # already enough
     cut = split_slices(qs, 8)
     assert len(cut) >= 8
@@ -136,8 +138,8 @@ def test_min_partitions_cuts_queues_in_proportion() -> None:
         assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
     assert [(p.start, p.end) for p in cut if p.queue_id == 1 and p.topic == "a"] == \
         [(0, 50), (50, 100), (100, 150), (150, 200), (200, 250), (250, 300)]
-    assert split_slices([QueueSlice("s", "a", 0, 0, 3)], 10) == \
-        [QueueSlice("s", "a", 0, i, i + 1) for i in range(3)]   # never an empty piece
+    assert split_slices([QueueSlice("a", 0, 0, 3, "s")], 10) == \
+        [QueueSlice("a", 0, i, i + 1, "s") for i in range(3)]   # never an empty piece
 
 
 @pytest.mark.spark
@@ -661,7 +663,7 @@ def test_starting_offsets_take_the_cli_time_grammar(spark: Any, store: Store) ->
 
 
 def test_the_time_grammar_matches_the_cli() -> None:
-    from store.spark.read import parse_time_ms
+    from store.spark.options import parse_time_ms
     from store.timeparse import parse_time
     now = 1_780_000_000_000
     for text in ("1732183200123", "1732183200", "now", "NOW", "-90s", "-2h30m", "-1d", "-500ms",
