@@ -16,6 +16,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 SOURCES = Path(__file__).with_name("java")
 SERVICE = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
@@ -84,9 +85,9 @@ def build_jar() -> Path | None:
 def add_to_session(spark: object, jar: Path) -> bool:
     """Put ``jar`` on a running session: the driver's class loader (Spark looks data sources up
     there) and the executors (``addJar``). False when the session's loader cannot take it."""
-    sc = getattr(spark, "sparkContext", None)
+    sc: Any = getattr(spark, "sparkContext", None)
     jvm = getattr(sc, "_jvm", None)
-    if jvm is None:   # Spark Connect: no JVM in this process
+    if sc is None or jvm is None:   # Spark Connect: no JVM in this process
         return False
     url = jvm.java.io.File(str(jar)).toURI().toURL()
     loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
