@@ -2,7 +2,6 @@
 (:class:`QueueSlice`), the Arrow column plan, and the batch and streaming readers."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
@@ -21,197 +20,35 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from store.errors import DataError, TopicNotFoundError, UsageError
+from store.errors import DataError, UsageError
 from store.log.broker import Store
 from store.log.bulk import Columns
 from store.log.record import PROP_TAGS, PROP_UNIQ_KEY, Message, tags_code
 from store.log.vecread import VecColumns
-from store.names import is_system_topic, parse_tag_expression, validate_any_topic
 from store.spark.arrowcols import build_columns
-from store.spark.schema import COLUMNS, SCHEMA, check_options, open_store, parse_bool, store_option
-from store.timeparse import parse_time
+from store.spark.options import (
+    QueueRange,
+    ReadOptions,
+    plan_ranges,
+    queue_key,
+    select_topics,
+    split_key,
+    split_slices,
+)
+from store.spark.schema import COLUMNS, SCHEMA
 
 ARROW_BATCH_ROWS = 10_000            # Spark's own spark.sql.execution.arrow.maxRecordsPerBatch
 PULL_COUNT = 4096
 PULL_BYTES = 16 * 1024 * 1024
 
 
-# -- option parsing ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class OffsetSpec:
-    """One side of a range: ``earliest``, ``latest``, a time (``ts`` ms) or per-queue JSON."""
-
-    kind: str                                         # earliest | latest | time | json
-    ts: int = 0
-    per_queue: tuple[tuple[str, int, int], ...] = ()  # (topic, queue, offset or -1/-2)
-
-    def resolve(self, store: Store, topic: str, queue_id: int, default: str) -> int:
-        lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
-        kind = self.kind
-        if kind == "json":
-            named = {(t, q): o for t, q, o in self.per_queue}.get((topic, queue_id))
-            if named is None:
-                kind = default
-            elif named == -2:
-                kind = "earliest"
-            elif named == -1:
-                kind = "latest"
-            else:
-                return min(max(named, lo), hi)
-        if kind == "earliest":
-            return lo
-        if kind == "latest":
-            return hi
-        return store.search_offset(topic, queue_id, self.ts)
-
-
-def check_named_queues(spec: OffsetSpec, selected: Mapping[str, int], option: str) -> None:
-    """Offset JSON may only name queues that the read covers."""
-    for topic, qid, _ in spec.per_queue:
-        if topic not in selected:
-            raise UsageError(f"{option} names topic {topic!r}, which this read does not cover "
-                             f"(option topic)")
-        if qid >= selected[topic]:
-            raise UsageError(f"{option} names queue {topic}/{qid}, but {topic!r} has queues "
-                             f"0-{selected[topic] - 1}")
-
-
-def parse_offsets(text: str | None, default: str, option: str) -> OffsetSpec:
-    """``earliest`` | ``latest`` | JSON ``{"T": {"0": 5}}`` | a time."""
-    if text is None or not text.strip():
-        return OffsetSpec(default)
-    s = text.strip()
-    if s.lower() in ("earliest", "latest"):
-        return OffsetSpec(s.lower())
-    if s.startswith("{"):
-        return OffsetSpec("json", per_queue=_parse_offset_json(s, option))
-    return OffsetSpec("time", ts=parse_time_ms(s, option))
-
-
-def _parse_offset_json(text: str, option: str) -> tuple[tuple[str, int, int], ...]:
-    try:
-        obj = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"{option}: not valid JSON: {exc}") from exc
-    if not isinstance(obj, dict):
-        raise UsageError(f'{option}: expected {{"TOPIC": {{"QUEUE": OFFSET}}}}')
-    out = []
-    for topic, queues in obj.items():
-        validate_any_topic(topic)
-        if not isinstance(queues, dict):
-            raise UsageError(f"{option}: the value for topic {topic!r} must be an object")
-        for qid, off in queues.items():
-            if not str(qid).isdigit() or not isinstance(off, int) or isinstance(off, bool) or off < -2:
-                raise UsageError(f"{option}: {topic}/{qid}: queue ids are digits and offsets "
-                                 f"integers >= 0 (-2 earliest, -1 latest)")
-            out.append((topic, int(qid), off))
-    return tuple(sorted(out))
-
-
-TIME_FORMS = ("1732183200123 (ms), 1732183200 (s), now, -90s / -15m / -2h30m / -1d (ago), "
-              "2026-11-21T10:00:00Z (ISO-8601; no offset means UTC)")
-
-
-def parse_time_ms(text: str, option: str = "time", now_ms: int | None = None) -> int:
-    """The time grammar of ``consume --from`` (:func:`store.timeparse.parse_time`), with the
-    error naming the option and this option's other forms."""
-    try:
-        return parse_time(text, now_ms=now_ms)
-    except UsageError:
-        raise UsageError(f"{option}: {text!r} is not earliest, latest, offset JSON or a time "
-                         f"({TIME_FORMS})") from None
-
-
-def parse_tags(text: str | None) -> tuple[str, ...] | None:
-    """``'A || B'`` → ``('A', 'B')`` (sorted: a plan must not depend on set order); ``*`` or
-    nothing → None. The grammar is :func:`store.names.parse_tag_expression`'s."""
-    tags = parse_tag_expression(text)
-    return None if tags is None else tuple(sorted(tags))
-
-
-READ_OPTIONS = ("store", "path", "topic", "startingoffsets", "endingoffsets", "tags", "create",
-                "minpartitions")
-STREAM_READ_OPTIONS = ("store", "path", "topic", "startingoffsets", "tags",
-                       "maxmessagespertrigger", "waitfortopic", "create")
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    store: str
-    topics: str
-    starting: OffsetSpec
-    ending: OffsetSpec
-    tags: tuple[str, ...] | None
-    max_per_trigger: int | None
-    create: bool = False
-    wait_for_topic: bool = False
-    min_partitions: int = 1
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str], stream: bool) -> "ReadOptions":
-        known = ("endingoffsets", "maxmessagespertrigger")    # each refused below with a reason
-        check_options({k: v for k, v in options.items() if k not in known},
-                      STREAM_READ_OPTIONS if stream else READ_OPTIONS,
-                      "readStream" if stream else "read")
-        if not stream and options.get("waitfortopic"):
-            raise UsageError("waitForTopic applies to readStream only (a batch read of a "
-                             "missing topic fails)")
-        if stream and options.get("endingoffsets"):
-            raise UsageError("endingOffsets applies to batch reads only (a stream never ends)")
-        limit = options.get("maxmessagespertrigger")
-        if limit is not None and (not limit.strip().isdigit() or int(limit) < 1):
-            raise UsageError(f"maxMessagesPerTrigger must be a positive integer, not {limit!r}")
-        if not stream and limit is not None:
-            raise UsageError("maxMessagesPerTrigger applies to readStream only")
-        parts = (options.get("minpartitions") or "1").strip()
-        if not parts.isdigit() or int(parts) < 1:
-            raise UsageError(f"minPartitions must be a positive integer, not {parts!r}")
-        return cls(store=store_option(options),
-                   topics=(options.get("topic") or "*").strip(),
-                   starting=parse_offsets(options.get("startingoffsets"),
-                                          "latest" if stream else "earliest", "startingOffsets"),
-                   ending=parse_offsets(options.get("endingoffsets"), "latest", "endingOffsets"),
-                   tags=parse_tags(options.get("tags")),
-                   max_per_trigger=int(limit) if limit is not None else None,
-                   create=parse_bool(options, "create", False),
-                   wait_for_topic=parse_bool(options, "waitfortopic", False),
-                   min_partitions=int(parts))
-
-    def open_store(self) -> Store:
-        """The store read: it must exist unless the ``create`` option says otherwise."""
-        return open_store(self.store, self.create)
-
-
-def select_topics(store: Store, spec: str, must_exist: bool) -> list[tuple[str, int]]:
-    """(topic, queue count) for ``spec``: ``*`` = every user topic, else a comma list."""
-    topics = store.topics()
-    wanted: set[str] = set()
-    for name in (p.strip() for p in spec.split(",")):
-        if not name:
-            continue
-        if name == "*":
-            wanted.update(t for t in topics if not is_system_topic(t))
-            continue
-        validate_any_topic(name)
-        if name in topics:
-            wanted.add(name)
-        elif must_exist:
-            raise TopicNotFoundError(f"topic {name!r} does not exist")
-    return [(t, topics[t].queues) for t in sorted(wanted)]
-
-
 # -- reading ----------------------------------------------------------------------------------
 
-@dataclass
-class QueueSlice(InputPartition):
+@dataclass(frozen=True)
+class QueueSlice(QueueRange, InputPartition):
     """Messages ``[start, end)`` of one queue: one Spark partition."""
 
-    store: str
-    topic: str
-    queue_id: int
-    start: int
-    end: int
+    store: str = ""
     tags: tuple[str, ...] | None = None
 
 
@@ -350,45 +187,12 @@ class MqctlReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         o = self.opts
         with Store.open(o.store) as store:
-            selected = select_topics(store, o.topics, must_exist=True)
-            check_named_queues(o.starting, dict(selected), "startingOffsets")
-            check_named_queues(o.ending, dict(selected), "endingOffsets")
-            out: list[QueueSlice] = []
-            for topic, queues in selected:
-                for q in range(queues):
-                    start = o.starting.resolve(store, topic, q, "earliest")
-                    end = o.ending.resolve(store, topic, q, "latest")
-                    out.append(QueueSlice(o.store, topic, q, start, max(start, end), o.tags))
-            return split_slices(out, o.min_partitions)
+            ranges = plan_ranges(store, o)
+        return list(split_slices([QueueSlice(r.topic, r.queue_id, r.start, r.end, o.store, o.tags)
+                                  for r in ranges], o.min_partitions))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(partition, self.plan)
-
-
-def split_slices(slices: list[QueueSlice], at_least: int) -> list[InputPartition]:
-    """``slices`` cut into at least ``at_least`` partitions (Kafka's ``minPartitions``): each
-    queue's range is cut into pieces in proportion to its share of the messages, so that
-    fewer queues than cores still keep every core busy. Queue order is kept."""
-    total = sum(s.end - s.start for s in slices)
-    if at_least <= len(slices) or total == 0:
-        return list(slices)
-    out: list[InputPartition] = []
-    for s in slices:
-        size = s.end - s.start
-        pieces = max(1, min(size, -(-size * at_least // total)))
-        bounds = [s.start + size * i // pieces for i in range(pieces + 1)]
-        out.extend(QueueSlice(s.store, s.topic, s.queue_id, a, b, s.tags)
-                   for a, b in zip(bounds, bounds[1:]))
-    return out
-
-
-def queue_key(topic: str, queue_id: int) -> str:
-    return f"{topic}/{queue_id}"
-
-
-def split_key(key: str) -> tuple[str, int]:
-    topic, _, qid = key.rpartition("/")
-    return topic, int(qid)
 
 
 def fair_share(pending: Mapping[str, int], limit: int) -> dict[str, int]:
@@ -468,7 +272,7 @@ class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin = start.get(key, 0)
             if stop > begin:
                 topic, qid = split_key(key)
-                out.append(QueueSlice(self.opts.store, topic, qid, begin, stop, self.opts.tags))
+                out.append(QueueSlice(topic, qid, begin, stop, self.opts.store, self.opts.tags))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

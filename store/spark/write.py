@@ -32,7 +32,7 @@ from store.fsutil import open_private
 from store.log.broker import Store
 from store.log.record import PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS, Draft, check_property
 from store.names import validate_topic
-from store.spark.schema import check_options, open_store, parse_bool, store_option
+from store.spark.options import check_options, open_store, parse_bool, store_option
 from store.spark.staging import OWNER_FILE, STAGING_DIR, remove_job_dirs, sweep_staging, write_owner
 
 # Publishing takes the store's write lock once per chunk, never for a whole job: a chunk is

@@ -47,6 +47,10 @@ JSON_SCHEMA = (
 )
 
 
+def tag_of(i: int) -> str:
+    return f"t{i // 7 % 8}"
+
+
 def body_of(i: int, size: int) -> bytes:
     stem = f"message-{i:09d}-".encode()
     return (stem * (size // len(stem) + 1))[:size]
@@ -61,7 +65,7 @@ def build(root: Path, jsonl: Path, n: int, size: int, queues: int) -> float:
     put_time = 0.0
     try:
         for lo in range(0, n, PUT_BATCH):
-            drafts = [Draft(TOPIC, body_of(i, size), {"TAGS": "bench"}, queue_id=i % queues)
+            drafts = [Draft(TOPIC, body_of(i, size), {"TAGS": tag_of(i)}, queue_id=i % queues)
                       for i in range(lo, min(n, lo + PUT_BATCH))]
             t = time.perf_counter()
             results = store.put(drafts)
@@ -69,7 +73,8 @@ def build(root: Path, jsonl: Path, n: int, size: int, queues: int) -> float:
             for d, r in zip(drafts, results):
                 files[r.queue_id].write(json.dumps({
                     "topic": r.topic, "queueId": r.queue_id, "queueOffset": r.queue_offset,
-                    "msgId": r.uniq_key, "keys": [], "tags": "bench", "properties": {},
+                    "msgId": r.uniq_key, "keys": [], "tags": d.properties["TAGS"],
+                    "properties": {},
                     "body": d.body.decode(), "bornTimestamp": r.store_timestamp,
                     "storeTimestamp": r.store_timestamp}, separators=(",", ":")) + "\n")
     finally:
@@ -201,9 +206,9 @@ def main() -> None:
               f"{' with ' + ', '.join(args.conf) if args.conf else ''}", flush=True)
         read_opts = dict(kv.split("=", 1) for kv in args.option)
 
-        def mq(schema: str | None, split: int | None = None) -> Callable[[], Any]:
+        def mq(schema: str | None, split: int | None = None, via: str = "jvm") -> Callable[[], Any]:
             def load() -> Any:
-                r = spark.read.format("mqctl")
+                r = spark.read.format("mqctl").option("reader", via)
                 if schema:
                     r = r.schema(schema)
                 if split:
@@ -220,16 +225,18 @@ def main() -> None:
                   flush=True)
             stamp.write_text(json.dumps(shape))
 
-        sources: dict[str, Callable[[], Any]] = {}
-        for schema in (None, *(args.schema or ["body BINARY"])):
-            sources[f"mqctl {schema or ''}".rstrip()] = mq(schema)
-            for n in args.split:
-                sources[f"mqctl {schema or ''} /{n}".replace("  ", " ")] = mq(schema, n)
+        sources: dict[str, Callable[[], Any]] = {"mqctl jvm": mq(None), "mqctl python": mq(None, via="python")}
+        for schema in args.schema or []:
+            sources[f"mqctl python {schema}"] = mq(schema, via="python")
+        for n in args.split:
+            sources[f"mqctl jvm /{n}"] = mq(None, n)
         sources["parquet"] = lambda: spark.read.parquet(str(parquet))
         sources["json"] = lambda: spark.read.schema(JSON_SCHEMA).json(str(jsonl))
         aggs: dict[str, Callable[[Any], Any]] = {
             "count": lambda df: df.count(),
             "bodies": lambda df: df.agg(fn.sum(fn.length("body"))).first()[0],
+            "tag": lambda df: df.where("tags = 't3'").count(),
+            "groupby": lambda df: tuple(sorted(map(tuple, df.groupBy("queueId").count().collect()))),
         }
         times = interleaved(sources, aggs, args.runs)
         spark.stop()

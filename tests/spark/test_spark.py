@@ -35,7 +35,8 @@ import store.spark.datasource as S  # noqa: E402
 from store.errors import BadInputError, UsageError  # noqa: E402
 from store.log.broker import Store  # noqa: E402
 from store.log.record import Draft, java_hash  # noqa: E402
-from store.spark.read import fair_share, parse_offsets, parse_tags  # noqa: E402
+from store.spark.options import parse_offsets, parse_tags  # noqa: E402
+from store.spark.read import fair_share  # noqa: E402
 from store.spark.schema import COLUMNS, SCHEMA, SCHEMA_DDL  # noqa: E402
 from store.spark.sink import SINKS_DIR, SinkLedger, commit_stream_batch  # noqa: E402
 from store.spark.staging import STAGING_DIR  # noqa: E402
@@ -59,8 +60,14 @@ def put(store: Store, topic: str, bodies: list[bytes], **props: str) -> list[Any
     return store.put([Draft(topic, b, dict(props)) for b in bodies])
 
 
-def reader(spark: Any, store: Store, **options: str) -> Any:
-    r = spark.read.format("mqctl").option("store", str(store.root))
+@pytest.fixture(params=["jvm", "python"])
+def via(request: pytest.FixtureRequest) -> str:
+    """Which reader serves ``format("mqctl")``: the JVM one, or the Python one."""
+    return str(request.param)
+
+
+def reader(spark: Any, store: Store, via: str = "jvm", **options: str) -> Any:
+    r = spark.read.format("mqctl").option("store", str(store.root)).option("reader", via)
     for k, v in options.items():
         r = r.option(k, v)
     return r.load()
@@ -84,13 +91,15 @@ def run_cli(store: Store, *args: str, env: dict[str, str] | None = None) -> subp
 # -- batch read -------------------------------------------------------------------------------
 
 @pytest.mark.spark
-def test_read_partitions_columns_and_values(spark: Any, store: Store) -> None:
+def test_read_partitions_columns_and_values(spark: Any, store: Store, via: str) -> None:
     store.create_topic("orders", 4)
     store.create_topic("eu%x|y", 2)
     sent = store.put([Draft("orders", f"o{i}".encode(), {"TAGS": f"t{i % 2}", "KEYS": "k1 k2",
                                                           "color": "red"}) for i in range(20)])
     put(store, "eu%x|y", [b"\xff\xfe", b"x", b"y"])
-    df = reader(spark, store)
+    df = reader(spark, store, via)
+    scan = df._jdf.queryExecution().executedPlan().toString()
+    assert ("BatchScan mqctl[" in scan) == (via == "jvm"), scan   # the reader asked for serves
     assert df.schema == SCHEMA == spark.createDataFrame([], SCHEMA_DDL).schema
     assert df.rdd.getNumPartitions() == 6                 # one per (topic, queue)
     assert df.count() == 23
@@ -102,7 +111,7 @@ def test_read_partitions_columns_and_values(spark: Any, store: Store) -> None:
     assert bytes(row.body) == b"o5"
     assert ms(row.storeTimestamp) == sent[5].store_timestamp
     assert ms(row.bornTimestamp) == store.find(sent[5].uniq_key).born_timestamp
-    bodies = {bytes(r.body) for r in reader(spark, store, topic="eu%x|y").collect()}
+    bodies = {bytes(r.body) for r in reader(spark, store, via, topic="eu%x|y").collect()}
     assert bodies == {b"\xff\xfe", b"x", b"y"}
 
 
@@ -125,8 +134,9 @@ def test_vector_columns_of_a_run_without_keys_match_the_messages(store: Store) -
 
 
 def test_min_partitions_cuts_queues_in_proportion() -> None:
-    from store.spark.read import QueueSlice, split_slices
-    qs = [QueueSlice("s", "a", 0, 10, 110), QueueSlice("s", "a", 1, 0, 300), QueueSlice("s", "b", 0, 5, 5)]
+    from store.spark.options import split_slices
+    from store.spark.read import QueueSlice
+    qs = [QueueSlice("a", 0, 10, 110, "s"), QueueSlice("a", 1, 0, 300, "s"), QueueSlice("b", 0, 5, 5, "s")]
     assert split_slices(qs, 2) == qs                      # already enough
     cut = split_slices(qs, 8)
     assert len(cut) >= 8
@@ -136,12 +146,12 @@ def test_min_partitions_cuts_queues_in_proportion() -> None:
         assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
     assert [(p.start, p.end) for p in cut if p.queue_id == 1 and p.topic == "a"] == \
         [(0, 50), (50, 100), (100, 150), (150, 200), (200, 250), (250, 300)]
-    assert split_slices([QueueSlice("s", "a", 0, 0, 3)], 10) == \
-        [QueueSlice("s", "a", 0, i, i + 1) for i in range(3)]   # never an empty piece
+    assert split_slices([QueueSlice("a", 0, 0, 3, "s")], 10) == \
+        [QueueSlice("a", 0, i, i + 1, "s") for i in range(3)]   # never an empty piece
 
 
 @pytest.mark.spark
-def test_read_offsets_tags_time_and_user_schema(spark: Any, store: Store) -> None:
+def test_read_offsets_tags_time_and_user_schema(spark: Any, store: Store, via: str) -> None:
     store.create_topic("a", 2)
     store.put([Draft("a", f"m{i}".encode(), {"TAGS": "A" if i % 3 else "B"}, queue_id=i % 2)
                for i in range(12)])
@@ -149,30 +159,71 @@ def test_read_offsets_tags_time_and_user_schema(spark: Any, store: Store) -> Non
     t = int(time.time() * 1000)
     time.sleep(0.02)
     store.put([Draft("a", b"late", queue_id=1)])
-    assert reader(spark, store, topic="a", tags="B").count() == 4
-    assert reader(spark, store, topic="a", tags="A || B").count() == 12     # "late" has no tag
-    rng = reader(spark, store, topic="a", startingOffsets=json.dumps({"a": {"0": 2, "1": -1}}),
+    assert reader(spark, store, via, topic="a", tags="B").count() == 4
+    assert reader(spark, store, via, topic="a", tags="A || B").count() == 12     # "late" has no tag
+    rng = reader(spark, store, via, topic="a", startingOffsets=json.dumps({"a": {"0": 2, "1": -1}}),
                  endingOffsets=json.dumps({"a": {"0": 5}}))
     assert sorted((r.queueId, r.queueOffset) for r in rng.collect()) == [(0, 2), (0, 3), (0, 4)]
-    assert [bytes(r.body) for r in reader(spark, store, topic="a", startingOffsets=str(t)).collect()] == [b"late"]
-    assert reader(spark, store, topic="a", endingOffsets=str(t)).count() == 12
-    split = reader(spark, store, topic="a", minPartitions="5", tags="A")
+    assert [bytes(r.body) for r in reader(spark, store, via, topic="a", startingOffsets=str(t)).collect()] == [b"late"]
+    assert reader(spark, store, via, topic="a", endingOffsets=str(t)).count() == 12
+    split = reader(spark, store, via, topic="a", minPartitions="5", tags="A")
     assert split.rdd.getNumPartitions() >= 5
     assert sorted(bytes(r.body) for r in split.collect()) == \
-        sorted(bytes(r.body) for r in reader(spark, store, topic="a", tags="A").collect())
+        sorted(bytes(r.body) for r in reader(spark, store, via, topic="a", tags="A").collect())
     with pytest.raises(Exception, match="minPartitions must be a positive integer"):
-        reader(spark, store, topic="a", minPartitions="0").count()
-    sub = (spark.read.format("mqctl").schema("body STRING, queueOffset BIGINT")
+        reader(spark, store, via, topic="a", minPartitions="0").count()
+    sub = (spark.read.format("mqctl").option("reader", via).schema("body STRING, queueOffset BIGINT")
            .option("store", str(store.root)).option("topic", "a").load())
     assert sorted(r.body for r in sub.collect())[:2] == ["late", "m0"]
     with pytest.raises(Exception, match="does not exist"):
-        reader(spark, store, topic="nosuch").count()
+        reader(spark, store, via, topic="nosuch").count()
     with pytest.raises(Exception, match="has queues 0-1"):
-        reader(spark, store, topic="a", startingOffsets='{"a": {"5": 0}}').count()
+        reader(spark, store, via, topic="a", startingOffsets='{"a": {"5": 0}}').count()
 
 
 @pytest.mark.spark
-def test_a_damaged_record_fails_the_read(spark: Any, store: Store) -> None:
+def test_predicates_and_colliding_tag_codes(spark: Any, store: Store, via: str) -> None:
+    """Tag, queue and store-time predicates (pushed down by the JVM reader: tags through the
+    consume queue's code, re-checked on the record as "Aa" and "BB" share a Java hash)."""
+    assert java_hash("Aa") == java_hash("BB")
+    store.create_topic("c", 2)
+    store.put([Draft("c", f"m{i}".encode(), {"TAGS": ("Aa", "BB", "Cc")[i % 3]}, queue_id=i % 2)
+               for i in range(12)])
+    time.sleep(0.02)
+    cut = datetime.fromtimestamp(time.time(), timezone.utc)
+    time.sleep(0.02)
+    store.put([Draft("c", b"late", {"TAGS": "Aa"}, queue_id=0)])
+    df = reader(spark, store, via, topic="c")
+    assert sorted(bytes(r.body) for r in df.where("tags = 'Aa'").collect()) == [b"late", b"m0", b"m3", b"m6", b"m9"]
+    assert df.where("tags IN ('BB', 'Cc')").count() == 8
+    assert df.where("tags = 'Aa' AND queueId = 1").select("queueOffset").count() == 2
+    assert [bytes(r.body) for r in df.where(df.storeTimestamp >= cut).collect()] == [b"late"]
+    assert df.where(df.storeTimestamp < cut).count() == 12
+    assert dict(df.groupBy("queueId").count().collect()) == {0: 7, 1: 6}
+    assert reader(spark, store, via, topic="c", tags="Aa || Cc").where("tags = 'Cc'").count() == 4
+
+
+@pytest.mark.spark
+def test_queue_columns_come_from_the_consume_queue(spark: Any, store: Store) -> None:
+    """The JVM reader opens no record for count() or queue columns: a damaged record fails only
+    the reads that need it (the Python reader opens every record)."""
+    store.create_topic("a", 1)
+    (bad,) = put(store, "a", [b"CORRUPT-ME"])
+    put(store, "a", [b"fine"])
+    seg = store.layout.commitlog_dir / F.segment_name(0)
+    with open(seg, "r+b") as fh:
+        fh.seek(bad.commitlog_offset + F.RECORD_HEADER_SIZE)
+        fh.write(b"X")
+    df = reader(spark, store, "jvm", topic="a")
+    assert df.count() == 2
+    assert sorted(r.queueOffset for r in df.select("queueId", "queueOffset").collect()) == [0, 1]
+    with pytest.raises(Exception, match=r"store\.errors\.DataError: damaged message a/\d+@0 in store .*: "
+                                        r"commit-log offset \d+: record CRC mismatch \(run: mqctl store check\)"):
+        df.select("body").collect()
+
+
+@pytest.mark.spark
+def test_a_damaged_record_fails_the_read(spark: Any, store: Store, via: str) -> None:
     put(store, "a", [b"fine-1"])
     (bad,) = put(store, "a", [b"CORRUPT-ME"])
     seg = store.layout.commitlog_dir / F.segment_name(0)
@@ -180,7 +231,7 @@ def test_a_damaged_record_fails_the_read(spark: Any, store: Store) -> None:
         fh.seek(bad.commitlog_offset + F.RECORD_HEADER_SIZE)
         fh.write(b"X")
     with pytest.raises(Exception, match="damaged message a/") as info:
-        reader(spark, store, topic="a").collect()
+        reader(spark, store, via, topic="a").collect()
     from mqctl.sparkutil import to_store_error
     assert to_store_error(info.value).exit_code == 5          # `mqctl query` exits 5, as other reads
 
@@ -653,15 +704,15 @@ def test_a_write_without_a_mode_says_mode_append(spark: Any, store: Store) -> No
 
 
 @pytest.mark.spark
-def test_starting_offsets_take_the_cli_time_grammar(spark: Any, store: Store) -> None:
+def test_starting_offsets_take_the_cli_time_grammar(spark: Any, store: Store, via: str) -> None:
     put(store, "a", [b"x", b"y"])
-    assert reader(spark, store, topic="a", startingOffsets="-1h").count() == 2
-    assert reader(spark, store, topic="a", startingOffsets="now", endingOffsets="latest").count() == 0
-    assert reader(spark, store, topic="a", endingOffsets="-1d").count() == 0
+    assert reader(spark, store, via, topic="a", startingOffsets="-1h").count() == 2
+    assert reader(spark, store, via, topic="a", startingOffsets="now", endingOffsets="latest").count() == 0
+    assert reader(spark, store, via, topic="a", endingOffsets="-1d").count() == 0
 
 
 def test_the_time_grammar_matches_the_cli() -> None:
-    from store.spark.read import parse_time_ms
+    from store.spark.options import parse_time_ms
     from store.timeparse import parse_time
     now = 1_780_000_000_000
     for text in ("1732183200123", "1732183200", "now", "NOW", "-90s", "-2h30m", "-1d", "-500ms",

@@ -1,0 +1,427 @@
+package store.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.io.IOException;
+import java.io.Serializable;
+import java.nio.ByteBuffer;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Map;
+import java.util.Set;
+import java.util.stream.Stream;
+import java.util.zip.CRC32;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
+import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+
+/**
+ * Reads one {@link QueueSlice} as column batches. The byte layouts are those of
+ * {@code store/log/format.py}: 20-byte consume-queue entries (commit-log offset long, size
+ * int, tags code long) and commit-log records (header fields at the offsets named below,
+ * then body, topic, properties ending with the {@code __CRC32#} property).
+ *
+ * <p>Records are opened only when a column needs them or a tag must be confirmed (entries whose
+ * tags code is not a wanted tag's are skipped unread; a matching code is checked against the
+ * record's tag, as codes collide). Every record opened is checked as {@code store/log/bulk.py}
+ * checks it, in the same order and with the same words: one that fails ends the read with
+ * the message the Python reader gives.
+ */
+final class SliceReader implements PartitionReader<ColumnarBatch> {
+  private static final int BATCH = 4096;
+  private static final int CQ_ENTRY = 20;
+  // record header (format.py): TOTALSIZE 0, MAGICCODE 4, QUEUEID 12, QUEUEOFFSET 20,
+  // PHYSICALOFFSET 28, BORNTIMESTAMP 40, STORETIMESTAMP 56, BODYLENGTH 84
+  private static final byte[] TAGS = bytes("TAGS");
+  private static final byte[] KEYS = bytes("KEYS");
+  private static final byte[] UNIQ = bytes("UNIQ_KEY");
+  private static final Set<String> RECORD_COLUMNS = Set.of(
+      "msgId", "keys", "tags", "properties", "body", "bornTimestamp", "storeTimestamp");
+
+  /** What every slice of a read shares; from the plan (format constants included). */
+  static final class Factory implements PartitionReaderFactory, Serializable {
+    final StructType schema;
+    final String store;
+    final String commitlogDir;
+    final long segmentSize;
+    final int cqEntries;
+    final String offsetIdPrefix;
+    final String[] reserved;
+    final int magic;
+    final int headerSize;
+    final int crcSize;
+    final byte[] crcHead;
+
+    Factory(StructType schema, JsonNode plan) {
+      this.schema = schema;
+      this.store = plan.get("store").asText();
+      this.commitlogDir = plan.get("commitlogDir").asText();
+      this.segmentSize = plan.get("segmentSize").asLong();
+      this.cqEntries = plan.get("cqEntries").asInt();
+      this.offsetIdPrefix = plan.get("offsetIdPrefix").asText();
+      JsonNode fmt = plan.get("format");
+      this.reserved = new String[fmt.get("reserved").size()];
+      for (int i = 0; i < reserved.length; i++) reserved[i] = fmt.get("reserved").get(i).asText();
+      this.magic = (int) fmt.get("magicV1").asLong();
+      this.headerSize = fmt.get("headerSize").asInt();
+      this.crcSize = fmt.get("crcPropertySize").asInt();
+      this.crcHead = fmt.get("crcPropertyHead").asText().getBytes(StandardCharsets.ISO_8859_1);
+    }
+
+    @Override
+    public PartitionReader<InternalRow> createReader(InputPartition p) {
+      throw new UnsupportedOperationException("the mqctl reader returns column batches");
+    }
+
+    @Override
+    public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition p) {
+      return new SliceReader(this, (QueueSlice) p);
+    }
+
+    @Override
+    public boolean supportColumnarReads(InputPartition p) {
+      return true;
+    }
+  }
+
+  private final Factory f;
+  private final QueueSlice s;
+  private final long[] tagCodes;
+  private final Set<String> tags;
+  private final Set<String> reserved;
+  private final byte[] topicField;
+  private final boolean needRecord;
+  private final WritableColumnVector[] vectors;
+  private final ColumnarBatch batch;
+  private final int cTopic, cQueue, cOffset, cMsgId, cKeys, cTags, cProps, cBody, cBorn, cStored;
+  private final ByteBuffer entries = ByteBuffer.allocate(BATCH * CQ_ENTRY);
+  private final Map<Long, MappedByteBuffer> segments = new HashMap<>();
+  private final CRC32 crc = new CRC32();
+  private byte[] rec = new byte[4096];
+  private ByteBuffer recView = ByteBuffer.wrap(rec);
+  private FileChannel cq;
+  private long cqBase = -1;
+  private long next;
+  private long end;
+  private int keyCount;
+  private int propCount;
+
+  SliceReader(Factory f, QueueSlice s) {
+    this.f = f;
+    this.s = s;
+    this.next = s.start();
+    this.end = s.end();
+    this.tags = s.tags() == null ? null : new HashSet<>(Arrays.asList(s.tags()));
+    this.tagCodes = s.tags() == null ? null
+        : Arrays.stream(s.tags()).mapToLong(t -> (long) t.hashCode()).toArray();
+    this.reserved = new HashSet<>(Arrays.asList(f.reserved));
+    byte[] tb = bytes(s.topic());
+    this.topicField = new byte[tb.length + 1];
+    topicField[0] = (byte) tb.length;
+    System.arraycopy(tb, 0, topicField, 1, tb.length);
+    String[] names = f.schema.fieldNames();
+    boolean need = tags != null;
+    for (String n : names) need |= RECORD_COLUMNS.contains(n);
+    this.needRecord = need;
+    this.vectors = OnHeapColumnVector.allocateColumns(BATCH, f.schema);
+    this.batch = new ColumnarBatch(vectors);
+    java.util.List<String> list = Arrays.asList(names);
+    cTopic = list.indexOf("topic");
+    cQueue = list.indexOf("queueId");
+    cOffset = list.indexOf("queueOffset");
+    cMsgId = list.indexOf("msgId");
+    cKeys = list.indexOf("keys");
+    cTags = list.indexOf("tags");
+    cProps = list.indexOf("properties");
+    cBody = list.indexOf("body");
+    cBorn = list.indexOf("bornTimestamp");
+    cStored = list.indexOf("storeTimestamp");
+  }
+
+  @Override
+  public boolean next() throws IOException {
+    while (next < end) {
+      for (WritableColumnVector v : vectors) v.reset();
+      keyCount = 0;
+      propCount = 0;
+      int got = readEntries();
+      if (got == 0) {
+        end = next;   // the queue is shorter than planned (a topic deleted meanwhile)
+        return false;
+      }
+      int rows = 0;
+      for (int i = 0; i < got; i++) {
+        long qoff = next + i;
+        long phys = entries.getLong(i * CQ_ENTRY);
+        int size = entries.getInt(i * CQ_ENTRY + 8);
+        long code = entries.getLong(i * CQ_ENTRY + 12);
+        if (phys < 0 || size <= 0) {
+          throw damaged(qoff, "consume-queue entry " + qoff + " is invalid (offset " + phys + ", size "
+              + size + "): no record to deliver");
+        }
+        if (tagCodes != null && !wanted(code)) continue;
+        if (needRecord) {
+          if (!load(qoff, phys, size)) continue;
+          if (!fill(rows, qoff, phys, size)) continue;
+        } else {
+          queueColumns(rows, qoff);
+        }
+        rows++;
+      }
+      next += got;
+      if (rows > 0) {
+        batch.setNumRows(rows);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private boolean wanted(long code) {
+    for (long c : tagCodes) if (c == code) return true;
+    return false;
+  }
+
+  /** Up to a batch of entries from {@code next}, within one segment; 0 at the queue's end. */
+  private int readEntries() throws IOException {
+    long byteOff = next * CQ_ENTRY;
+    long segBytes = (long) f.cqEntries * CQ_ENTRY;
+    long base = byteOff - byteOff % segBytes;
+    if (base != cqBase) {
+      if (cq != null) cq.close();
+      cq = null;
+      cqBase = base;
+      Path path = Paths.get(s.queueDir(), segmentName(base));
+      try {
+        cq = FileChannel.open(path, StandardOpenOption.READ);
+      } catch (NoSuchFileException e) {
+        long first = firstSegment(Paths.get(s.queueDir()));
+        if (first > base) {   // removed by retention since the plan: start at what is left
+          next = Math.min(end, first / CQ_ENTRY);
+          cqBase = -1;
+          return next < end ? readEntries() : 0;
+        }
+        return 0;
+      }
+    }
+    int want = (int) Math.min(Math.min(BATCH, end - next), (base + segBytes - byteOff) / CQ_ENTRY);
+    entries.clear().limit(want * CQ_ENTRY);
+    long pos = byteOff - base;
+    while (entries.hasRemaining()) {
+      int n = cq.read(entries, pos + entries.position());
+      if (n <= 0) break;
+    }
+    return entries.position() / CQ_ENTRY;
+  }
+
+  /** The record into {@code rec}, checked; false for one retention removed since the plan. */
+  private boolean load(long qoff, long phys, int size) throws IOException {
+    long base = phys - phys % f.segmentSize;
+    MappedByteBuffer seg = segment(base, phys - base + size);
+    if (seg == null) {
+      if (phys < firstSegment(Paths.get(f.commitlogDir))) return false;
+      throw damaged(qoff, "commit-log offset " + phys + ": the commit-log segment is missing");
+    }
+    int pos = (int) (phys - base);
+    if (pos + size > seg.capacity()) {
+      throw damaged(qoff, "commit-log offset " + phys + ": record of " + size + " bytes runs past the end");
+    }
+    if (rec.length < size) {
+      rec = new byte[Math.max(size, rec.length * 2)];
+      recView = ByteBuffer.wrap(rec);
+    }
+    seg.get(pos, rec, 0, size);
+    if (size < f.headerSize + 3 + f.crcSize) {
+      throw damaged(qoff, "commit-log offset " + phys + ": impossible record size " + size);
+    }
+    String why = check(qoff, phys, size);
+    if (why != null) throw damaged(qoff, "commit-log offset " + phys + ": " + why);
+    return true;
+  }
+
+  /** bulk.py's checks and its words for what failed (its _why order); null: the record is sound. */
+  private String check(long qoff, long phys, int size) {
+    ByteBuffer b = recView;
+    int blen = b.getInt(84);
+    boolean entryOk = b.getInt(0) == size && b.getInt(4) == f.magic && b.getLong(28) == phys;
+    if (!entryOk) return "record does not match its consume-queue entry";
+    if (!crcOk(size)) return "record CRC mismatch";
+    int t = f.headerSize + blen;
+    int p = t + topicField.length + 2;
+    if (b.getLong(20) != qoff || b.getInt(12) != s.queueId() || blen < 0 || p > size
+        || !Arrays.equals(rec, t, t + topicField.length, topicField, 0, topicField.length)) {
+      return "record does not match its consume-queue entry";
+    }
+    int plen = ((rec[p - 2] & 0xFF) << 8) | (rec[p - 1] & 0xFF);
+    if (p + plen != size) return "field lengths do not add up to TOTALSIZE";
+    return null;
+  }
+
+  /** The {@code __CRC32#} property: the CRC of every byte before it, ten digits least significant first. */
+  private boolean crcOk(int size) {
+    int at = size - f.crcSize;
+    crc.reset();
+    crc.update(rec, 0, at);
+    long c = crc.getValue() & 0x7FFFFFFFL;
+    if (!Arrays.equals(rec, at, at + f.crcHead.length, f.crcHead, 0, f.crcHead.length)) return false;
+    for (int i = 0; i < 10; i++) {
+      if (rec[at + f.crcHead.length + i] != (byte) ('0' + c % 10)) return false;
+      c /= 10;
+    }
+    return rec[size - 1] == 2;
+  }
+
+  private void queueColumns(int row, long qoff) {
+    if (cTopic >= 0) vectors[cTopic].putByteArray(row, topicField, 1, topicField.length - 1);
+    if (cQueue >= 0) vectors[cQueue].putInt(row, s.queueId());
+    if (cOffset >= 0) vectors[cOffset].putLong(row, qoff);
+  }
+
+  /** One row from the record in {@code rec}; false when its tag is not wanted (a code collision). */
+  private boolean fill(int row, long qoff, long phys, int size) {
+    ByteBuffer b = recView;
+    int blen = b.getInt(84);
+    int p = f.headerSize + blen + topicField.length + 2;
+    int propsEnd = size - f.crcSize;
+    // properties: name 0x01 value 0x02 pieces; the last of a name counts (as a dict)
+    int tagA = -1, tagB = -1, keyA = -1, keyB = -1, uniqA = -1, uniqB = -1;
+    int a = p;
+    while (a < propsEnd) {
+      int e = a;
+      while (e < propsEnd && rec[e] != 2) e++;
+      int sep = a;
+      while (sep < e && rec[sep] != 1) sep++;
+      if (sep > a && sep + 1 < e) {
+        if (is(a, sep, TAGS)) { tagA = sep + 1; tagB = e; }
+        else if (is(a, sep, KEYS)) { keyA = sep + 1; keyB = e; }
+        else if (is(a, sep, UNIQ)) { uniqA = sep + 1; uniqB = e; }
+      }
+      a = e + 1;
+    }
+    if (tags != null && (tagA < 0 || !tags.contains(new String(rec, tagA, tagB - tagA, StandardCharsets.UTF_8)))) {
+      return false;
+    }
+    queueColumns(row, qoff);
+    if (cMsgId >= 0) {
+      if (uniqA >= 0) vectors[cMsgId].putByteArray(row, rec, uniqA, uniqB - uniqA);
+      else vectors[cMsgId].putByteArray(row, bytes(f.offsetIdPrefix + String.format("%016X", phys)));
+    }
+    if (cTags >= 0) {
+      if (tagA >= 0) vectors[cTags].putByteArray(row, rec, tagA, tagB - tagA);
+      else vectors[cTags].putNull(row);
+    }
+    if (cKeys >= 0) keys(row, keyA, keyB);
+    if (cProps >= 0) properties(row, p, propsEnd);
+    if (cBody >= 0) vectors[cBody].putByteArray(row, rec, f.headerSize, blen);
+    if (cBorn >= 0) vectors[cBorn].putLong(row, b.getLong(40) * 1000L);
+    if (cStored >= 0) vectors[cStored].putLong(row, b.getLong(56) * 1000L);
+    return true;
+  }
+
+  private boolean is(int a, int b, byte[] name) {
+    return b - a == name.length && Arrays.equals(rec, a, b, name, 0, name.length);
+  }
+
+  /** KEYS split on spaces, empty keys dropped. */
+  private void keys(int row, int a, int b) {
+    WritableColumnVector out = vectors[cKeys];
+    WritableColumnVector child = out.arrayData();
+    int first = keyCount;
+    int i = a;
+    while (a >= 0 && i < b) {
+      int j = i;
+      while (j < b && rec[j] != ' ') j++;
+      if (j > i) {
+        child.reserve(keyCount + 1);
+        child.putByteArray(keyCount++, rec, i, j - i);
+      }
+      i = j + 1;
+    }
+    out.putArray(row, first, keyCount - first);
+  }
+
+  /** The properties that are not the store's own. */
+  private void properties(int row, int p, int propsEnd) {
+    WritableColumnVector out = vectors[cProps];
+    WritableColumnVector names = (WritableColumnVector) out.getChild(0);
+    WritableColumnVector values = (WritableColumnVector) out.getChild(1);
+    int first = propCount;
+    int a = p;
+    while (a < propsEnd) {
+      int e = a;
+      while (e < propsEnd && rec[e] != 2) e++;
+      int sep = a;
+      while (sep < e && rec[sep] != 1) sep++;
+      if (sep > a && sep + 1 < e && !reserved.contains(new String(rec, a, sep - a, StandardCharsets.UTF_8))) {
+        names.reserve(propCount + 1);
+        values.reserve(propCount + 1);
+        names.putByteArray(propCount, rec, a, sep - a);
+        values.putByteArray(propCount++, rec, sep + 1, e - sep - 1);
+      }
+      a = e + 1;
+    }
+    out.putArray(row, first, propCount - first);
+  }
+
+  private StoreError damaged(long qoff, String why) {
+    return new StoreError("DataError", "damaged message " + s.topic() + "/" + s.queueId() + "@" + qoff
+        + " in store " + f.store + ": " + why + " (run: mqctl store check)");
+  }
+
+  /** Segment {@code base} mapped to at least {@code need} bytes (a growing file is mapped again). */
+  private MappedByteBuffer segment(long base, long need) throws IOException {
+    MappedByteBuffer m = segments.get(base);
+    if (m != null && m.capacity() >= need) return m;
+    try (FileChannel ch = FileChannel.open(Paths.get(f.commitlogDir, segmentName(base)), StandardOpenOption.READ)) {
+      m = ch.map(FileChannel.MapMode.READ_ONLY, 0, ch.size());
+    } catch (NoSuchFileException e) {
+      return null;
+    }
+    segments.put(base, m);
+    return m;
+  }
+
+  /** A segment file's name: its base offset in 20 digits (format.py's segment_name). */
+  private static String segmentName(long base) {
+    return String.format("%020d", base);
+  }
+
+  private static long firstSegment(Path dir) throws IOException {
+    try (Stream<Path> files = Files.list(dir)) {
+      return files.map(x -> x.getFileName().toString()).filter(n -> n.matches("\\d{20}"))
+          .mapToLong(Long::parseLong).min().orElse(Long.MAX_VALUE);
+    } catch (NoSuchFileException e) {
+      return Long.MAX_VALUE;
+    }
+  }
+
+  private static byte[] bytes(String s) {
+    return s.getBytes(StandardCharsets.UTF_8);
+  }
+
+  @Override
+  public ColumnarBatch get() {
+    return batch;
+  }
+
+  @Override
+  public void close() throws IOException {
+    if (cq != null) cq.close();
+    batch.close();
+    segments.clear();
+  }
+}

@@ -1,0 +1,294 @@
+"""Options of the ``mqctl`` Spark source's reads, and the plan of a batch read: which queue
+ranges it covers. Nothing here imports PySpark: the JVM reader runs :mod:`store.spark.plan` in
+a plain Python process to plan a read, so that option parsing, topic selection, offset and
+time resolution have one definition for both readers."""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Sequence, TypeVar
+
+from store.errors import TopicNotFoundError, UsageError
+from store.names import is_system_topic, parse_tag_expression, validate_any_topic
+from store.timeparse import parse_time
+
+if TYPE_CHECKING:
+    from store.log.broker import Store
+
+R = TypeVar("R", bound="QueueRange")
+
+
+# -- option parsing ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """One side of a range: ``earliest``, ``latest``, a time (``ts`` ms) or per-queue JSON."""
+
+    kind: str                                         # earliest | latest | time | json
+    ts: int = 0
+    per_queue: tuple[tuple[str, int, int], ...] = ()  # (topic, queue, offset or -1/-2)
+
+    def resolve(self, store: "Store", topic: str, queue_id: int, default: str) -> int:
+        lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+        kind = self.kind
+        if kind == "json":
+            named = {(t, q): o for t, q, o in self.per_queue}.get((topic, queue_id))
+            if named is None:
+                kind = default
+            elif named == -2:
+                kind = "earliest"
+            elif named == -1:
+                kind = "latest"
+            else:
+                return min(max(named, lo), hi)
+        if kind == "earliest":
+            return lo
+        if kind == "latest":
+            return hi
+        return store.search_offset(topic, queue_id, self.ts)
+
+
+def check_named_queues(spec: OffsetSpec, selected: Mapping[str, int], option: str) -> None:
+    """Offset JSON may only name queues that the read covers."""
+    for topic, qid, _ in spec.per_queue:
+        if topic not in selected:
+            raise UsageError(f"{option} names topic {topic!r}, which this read does not cover "
+                             f"(option topic)")
+        if qid >= selected[topic]:
+            raise UsageError(f"{option} names queue {topic}/{qid}, but {topic!r} has queues "
+                             f"0-{selected[topic] - 1}")
+
+
+def parse_offsets(text: str | None, default: str, option: str) -> OffsetSpec:
+    """``earliest`` | ``latest`` | JSON ``{"T": {"0": 5}}`` | a time."""
+    if text is None or not text.strip():
+        return OffsetSpec(default)
+    s = text.strip()
+    if s.lower() in ("earliest", "latest"):
+        return OffsetSpec(s.lower())
+    if s.startswith("{"):
+        return OffsetSpec("json", per_queue=_parse_offset_json(s, option))
+    return OffsetSpec("time", ts=parse_time_ms(s, option))
+
+
+def _parse_offset_json(text: str, option: str) -> tuple[tuple[str, int, int], ...]:
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: not valid JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise UsageError(f'{option}: expected {{"TOPIC": {{"QUEUE": OFFSET}}}}')
+    out = []
+    for topic, queues in obj.items():
+        validate_any_topic(topic)
+        if not isinstance(queues, dict):
+            raise UsageError(f"{option}: the value for topic {topic!r} must be an object")
+        for qid, off in queues.items():
+            if not str(qid).isdigit() or not isinstance(off, int) or isinstance(off, bool) or off < -2:
+                raise UsageError(f"{option}: {topic}/{qid}: queue ids are digits and offsets "
+                                 f"integers >= 0 (-2 earliest, -1 latest)")
+            out.append((topic, int(qid), off))
+    return tuple(sorted(out))
+
+
+TIME_FORMS = ("1732183200123 (ms), 1732183200 (s), now, -90s / -15m / -2h30m / -1d (ago), "
+              "2026-11-21T10:00:00Z (ISO-8601; no offset means UTC)")
+
+
+def parse_time_ms(text: str, option: str = "time", now_ms: int | None = None) -> int:
+    """The time grammar of ``consume --from`` (:func:`store.timeparse.parse_time`), with the
+    error naming the option and this option's other forms."""
+    try:
+        return parse_time(text, now_ms=now_ms)
+    except UsageError:
+        raise UsageError(f"{option}: {text!r} is not earliest, latest, offset JSON or a time "
+                         f"({TIME_FORMS})") from None
+
+
+def parse_tags(text: str | None) -> tuple[str, ...] | None:
+    """``'A || B'`` → ``('A', 'B')`` (sorted: a plan must not depend on set order); ``*`` or
+    nothing → None. The grammar is :func:`store.names.parse_tag_expression`'s."""
+    tags = parse_tag_expression(text)
+    return None if tags is None else tuple(sorted(tags))
+
+
+# ``reader`` (jvm | python) is read by the JVM source, which hands ``python`` reads to this one.
+READ_OPTIONS = ("store", "path", "topic", "startingoffsets", "endingoffsets", "tags", "create",
+                "minpartitions", "reader")
+STREAM_READ_OPTIONS = ("store", "path", "topic", "startingoffsets", "tags",
+                       "maxmessagespertrigger", "waitfortopic", "create", "reader")
+ALL_READ_OPTIONS = tuple(dict.fromkeys((*READ_OPTIONS, *STREAM_READ_OPTIONS)))
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    store: str
+    topics: str
+    starting: OffsetSpec
+    ending: OffsetSpec
+    tags: tuple[str, ...] | None
+    max_per_trigger: int | None
+    create: bool = False
+    wait_for_topic: bool = False
+    min_partitions: int = 1
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], stream: bool) -> "ReadOptions":
+        known = ("endingoffsets", "maxmessagespertrigger")    # each refused below with a reason
+        check_options({k: v for k, v in options.items() if k not in known},
+                      STREAM_READ_OPTIONS if stream else READ_OPTIONS,
+                      "readStream" if stream else "read")
+        if not stream and options.get("waitfortopic"):
+            raise UsageError("waitForTopic applies to readStream only (a batch read of a "
+                             "missing topic fails)")
+        if stream and options.get("endingoffsets"):
+            raise UsageError("endingOffsets applies to batch reads only (a stream never ends)")
+        limit = options.get("maxmessagespertrigger")
+        if limit is not None and (not limit.strip().isdigit() or int(limit) < 1):
+            raise UsageError(f"maxMessagesPerTrigger must be a positive integer, not {limit!r}")
+        if not stream and limit is not None:
+            raise UsageError("maxMessagesPerTrigger applies to readStream only")
+        parts = (options.get("minpartitions") or "1").strip()
+        if not parts.isdigit() or int(parts) < 1:
+            raise UsageError(f"minPartitions must be a positive integer, not {parts!r}")
+        return cls(store=store_option(options),
+                   topics=(options.get("topic") or "*").strip(),
+                   starting=parse_offsets(options.get("startingoffsets"),
+                                          "latest" if stream else "earliest", "startingOffsets"),
+                   ending=parse_offsets(options.get("endingoffsets"), "latest", "endingOffsets"),
+                   tags=parse_tags(options.get("tags")),
+                   max_per_trigger=int(limit) if limit is not None else None,
+                   create=parse_bool(options, "create", False),
+                   wait_for_topic=parse_bool(options, "waitfortopic", False),
+                   min_partitions=int(parts))
+
+    def open_store(self) -> "Store":
+        """The store read: it must exist unless the ``create`` option says otherwise."""
+        return open_store(self.store, self.create)
+
+
+def select_topics(store: "Store", spec: str, must_exist: bool) -> list[tuple[str, int]]:
+    """(topic, queue count) for ``spec``: ``*`` = every user topic, else a comma list."""
+    topics = store.topics()
+    wanted: set[str] = set()
+    for name in (p.strip() for p in spec.split(",")):
+        if not name:
+            continue
+        if name == "*":
+            wanted.update(t for t in topics if not is_system_topic(t))
+            continue
+        validate_any_topic(name)
+        if name in topics:
+            wanted.add(name)
+        elif must_exist:
+            raise TopicNotFoundError(f"topic {name!r} does not exist")
+    return [(t, topics[t].queues) for t in sorted(wanted)]
+
+
+
+
+@dataclass(frozen=True)
+class QueueRange:
+    """Messages ``[start, end)`` of one queue."""
+
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+
+
+def plan_ranges(store: "Store", opts: ReadOptions) -> list[QueueRange]:
+    """The queue ranges of a batch read, in topic then queue order (before ``minPartitions``)."""
+    selected = select_topics(store, opts.topics, must_exist=True)
+    check_named_queues(opts.starting, dict(selected), "startingOffsets")
+    check_named_queues(opts.ending, dict(selected), "endingOffsets")
+    out: list[QueueRange] = []
+    for topic, queues in selected:
+        for q in range(queues):
+            start = opts.starting.resolve(store, topic, q, "earliest")
+            end = opts.ending.resolve(store, topic, q, "latest")
+            out.append(QueueRange(topic, q, start, max(start, end)))
+    return out
+
+
+def split_slices(slices: Sequence[R], at_least: int) -> list[R]:
+    """``slices`` cut into at least ``at_least`` partitions (Kafka's ``minPartitions``): each
+    queue's range is cut into pieces in proportion to its share of the messages, so that
+    fewer queues than cores still keep every core busy. Queue order is kept."""
+    total = sum(s.end - s.start for s in slices)
+    if at_least <= len(slices) or total == 0:
+        return list(slices)
+    out: list[R] = []
+    for s in slices:
+        size = s.end - s.start
+        pieces = max(1, min(size, -(-size * at_least // total)))
+        bounds = [s.start + size * i // pieces for i in range(pieces + 1)]
+        out.extend(replace(s, start=a, end=b) for a, b in zip(bounds, bounds[1:]))
+    return out
+
+
+def queue_key(topic: str, queue_id: int) -> str:
+    return f"{topic}/{queue_id}"
+
+
+def split_key(key: str) -> tuple[str, int]:
+    topic, _, qid = key.rpartition("/")
+    return topic, int(qid)
+
+
+
+def store_option(options: Mapping[str, str]) -> str:
+    root = options.get("store") or options.get("path")
+    if not root:
+        raise UsageError('the mqctl data source needs .option("store", DIR) (or load(DIR))')
+    return os.path.abspath(Path(root).expanduser())
+
+
+def check_options(options: Mapping[str, str], allowed: Sequence[str], what: str) -> None:
+    """Refuse an option this source does not know (a typo would otherwise be ignored),
+    naming the valid ones. ``allowed`` holds lower-case keys, as Spark hands them over."""
+    unknown = sorted(k for k in options if k.lower() not in allowed)
+    if unknown:
+        names = ", ".join(_SPELLING.get(k, k) for k in allowed if k not in ("path", "reader"))
+        close = difflib.get_close_matches(unknown[0].lower(), [k for k in allowed if k != "path"], 1, 0.6)
+        hint = f" (did you mean {_SPELLING.get(close[0], close[0])}?)" if close else ""
+        raise UsageError(f"unknown option{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(repr(k) for k in unknown)} for {what} with mqctl{hint}; "
+                         f"valid: {names}")
+
+
+def parse_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    value = options.get(key)
+    if value is None or not value.strip():
+        return default
+    v = value.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise UsageError(f"option {_SPELLING.get(key, key)} must be true or false, not {value!r}")
+
+
+# How the documentation spells each (case-insensitive) option.
+_SPELLING = {
+    "startingoffsets": "startingOffsets", "endingoffsets": "endingOffsets",
+    "maxmessagespertrigger": "maxMessagesPerTrigger", "waitfortopic": "waitForTopic",
+    "minpartitions": "minPartitions",
+    "sinkid": "sinkId", "checkpointlocation": "checkpointLocation",
+}
+
+
+def open_store(root: str, create: bool, recover: bool = True) -> "Store":
+    """Open the store a read or write names: a missing store is a
+    :class:`~store.errors.StoreNotFoundError` (exit 3 in the CLI) unless ``create``."""
+    from store.errors import StoreNotFoundError
+    from store.log.broker import Store
+    try:
+        opened: Store = Store.open(root, create=create, recover=recover)
+        return opened
+    except StoreNotFoundError as exc:
+        raise StoreNotFoundError(f"{exc.message.split(' (create one')[0]}: give "
+                                 f'.option("create", "true") to create it') from None

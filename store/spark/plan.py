@@ -1,0 +1,95 @@
+"""The plan of a JVM batch read: ``python -m store.spark.plan`` reads one JSON request on stdin
+and writes one JSON answer on stdout.
+
+The JVM reader (``store/spark/java``) reads consume queues and commit-log records itself but
+asks this process what to read, so that options, topic selection, offsets, the time grammar
+and their errors have one definition (:mod:`store.spark.options`) for both readers.
+
+Request: ``{"options": {lower-case option: value}, "topics": [..] | null, "queueIds": [..] |
+null, "fromMs": ms | null, "untilMs": ms | null}``: the predicates Spark pushed down (topic and
+queue id sets; store time ``>= fromMs`` and ``< untilMs``, found per queue by binary search:
+store timestamps never decrease within a queue).
+
+Answer: ``{"store": abs path, "host": this host, "commitlogDir": .., "segmentSize": commit-log
+segment bytes, "cqEntries": entries per consume-queue segment, "offsetIdPrefix": .., "format":
+{format.py's constants}, "tags": [..] | null, "ranges": [[topic, queue, start, end, queue
+directory], ..]}`` (``minPartitions`` applied), or ``{"error": "DataError", "message": ..}``
+naming a :mod:`store.errors` class; exit status 0 either way (the JVM raises the error).
+``{"check": true, "options": ..}`` only validates the options (the load of a read).
+"""
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from typing import Any
+
+from store.errors import StoreError
+from store.log import format as F
+from store.log.record import RESERVED_PROPERTIES, offset_msg_id
+from store.spark.options import (
+    ALL_READ_OPTIONS,
+    QueueRange,
+    ReadOptions,
+    check_options,
+    open_store,
+    plan_ranges,
+    split_slices,
+    store_option,
+)
+
+# What the reader needs of format.py (the field offsets inside a record header are written
+# down in the Java reader, beside the layout's name).
+FORMAT = {"magicV1": F.MAGIC_V1, "headerSize": F.RECORD_HEADER_SIZE,
+          "crcPropertySize": F.CRC_PROPERTY_SIZE, "crcPropertyHead": F.CRC_PROPERTY_HEAD.decode("latin-1"),
+          "reserved": sorted(RESERVED_PROPERTIES)}
+
+
+def check(options: dict[str, str]) -> dict[str, Any]:
+    """What the Python source's ``schema()`` refuses when a read is loaded."""
+    check_options(options, ALL_READ_OPTIONS, "read or readStream")
+    if options.get("create", "").strip().lower() not in ("true", "1", "yes"):
+        open_store(store_option(options), False, recover=False).close()
+    return {"ok": True}
+
+
+def plan(request: dict[str, Any]) -> dict[str, Any]:
+    options = {str(k).lower(): str(v) for k, v in request["options"].items()}
+    if request.get("check"):
+        return check(options)
+    opts = ReadOptions.parse(options, stream=False)
+    topics = request.get("topics")
+    queue_ids = request.get("queueIds")
+    since, until = request.get("fromMs"), request.get("untilMs")
+    with opts.open_store() as store:
+        ranges = []
+        for r in plan_ranges(store, opts):
+            if (topics is not None and r.topic not in topics) or \
+                    (queue_ids is not None and r.queue_id not in queue_ids):
+                continue
+            start, end = r.start, r.end
+            if since is not None and start < end:
+                start = max(start, store.search_offset(r.topic, r.queue_id, int(since)))
+            if until is not None and start < end:
+                end = min(end, store.search_offset(r.topic, r.queue_id, int(until)))
+            ranges.append(QueueRange(r.topic, r.queue_id, start, max(start, end)))
+        settings, layout = store.settings, store.layout
+        return {"store": opts.store, "host": socket.gethostname(), "commitlogDir": str(layout.commitlog_dir),
+                "segmentSize": settings.commitlog_segment_size, "cqEntries": settings.cq_segment_entries,
+                "offsetIdPrefix": offset_msg_id(0)[:16], "format": FORMAT,
+                "tags": list(opts.tags) if opts.tags is not None else None,
+                "ranges": [[r.topic, r.queue_id, r.start, r.end, str(layout.queue_dir(r.topic, r.queue_id))]
+                           for r in split_slices(ranges, opts.min_partitions)]}
+
+
+def main() -> int:
+    try:
+        answer = plan(json.load(sys.stdin))
+    except StoreError as exc:
+        answer = {"error": type(exc).__name__, "message": exc.message}
+    json.dump(answer, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
