@@ -24,13 +24,13 @@ import struct
 import zlib
 from collections.abc import Sequence
 from itertools import accumulate, count, repeat
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from store.errors import UsageError
 from store.log import format as F
 from store.log.framearrays import frame_arrays, use_arrays
 from store.log.record import FAST_CRC as _FAST_CRC
-from store.log.record import PROP_KEYS, PROP_TAGS, Draft, counter_hex, java_hash, tags_code
+from store.log.record import PROP_KEYS, PROP_TAGS, Body, Draft, counter_hex, java_hash, tags_code
 from store.log.record import crc32 as _crc32
 from store.log.results import BatchResult
 
@@ -38,9 +38,6 @@ if TYPE_CHECKING:
     from store.log.engine import Engine
     from store.log.topics import TopicConfig
     from store.log.writebatch import WriteBatch
-
-# A body: bytes, or a view of a read buffer (copied once, into the batch's buffer).
-Body = Union[bytes, bytearray, memoryview]
 
 
 # The record header in three parts for the producer's fast path: the fields that vary, then

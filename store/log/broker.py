@@ -44,14 +44,14 @@ from store.errors import (
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
 from store.layout import Layout
 from store.log import reads
-from store.log.bodywrite import Body, frame_bodies
+from store.log.bodywrite import frame_bodies
 from store.log.bulk import Columns, pull_columns, pull_many, pull_records
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
 from store.log.index import KeyIndex
 from store.log.offsets import ClusterOffsetStore
-from store.log.record import PROP_UNIQ_KEY, Draft, Message, UniqKeyGenerator, has_separator
+from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
 from store.log.recovery import RecoveryReport, checkpoint_locked, recover, recover_if_dirty
 from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
 from store.log.settings import StoreSettings

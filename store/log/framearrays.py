@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from store.log import format as F
 from store.log.arrays import layouts
-from store.log.record import counter_hex
+from store.log.record import Body, counter_hex
 from store.log.record import crc32 as _crc32
 
 if TYPE_CHECKING:
-    from store.log.bodywrite import Body
     from store.log.engine import WriterState
     from store.log.writebatch import WriteBatch
 

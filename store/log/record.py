@@ -22,6 +22,8 @@ from store.names import SCHEDULE_TOPIC
 _HEADER_PACK = F.RECORD_HEADER.pack
 # What decode() and record_size_at() read from: a segment read, a view of one, or a map.
 Buffer = Union[bytes, bytearray, memoryview, mmap.mmap]
+# A message body handed to a writer: bytes, or a view of a read buffer (copied once, into the batch).
+Body = Union[bytes, bytearray, memoryview]
 _HEADER_UNPACK = F.RECORD_HEADER.unpack_from
 
 
