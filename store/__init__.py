@@ -34,9 +34,36 @@ _EXPORTS = {
     "TransactionProducer": "tx.producer", "TxState": "tx.producer",
     "TransactionSendResult": "tx.producer", "Admin": "client.admin",
     "Message": "client.message", "SendResult": "client.message",
+    # what Admin's methods return (store/client/admin.py, maintenance.py, txadmin.py)
+    "LockRow": "client.admin", "MemberRow": "client.admin", "ResetPlan": "client.admin",
+    "CheckReport": "log.check", "RecoveryReport": "log.recovery", "CleanPlan": "log.retention",
+    "FileAction": "log.retention", "StagingDir": "spark.staging", "StoreCreation": "client.creation",
+    "PendingTransaction": "tx.check:Pending", "TransactionCheckEvent": "tx.check:CheckEvent",
+    "TransactionCheckReport": "tx.check:CheckReport", "TransactionEnd": "tx.transaction:EndResult",
+    "PreparedTransaction": "tx.transaction:HalfResult",
+    # creating and finding a store
+    "create_store": "client.creation", "resolve_store_path": "client.paths",
+    # names: topics, groups, client ids, tag expressions (store/names.py)
+    "validate_topic": "names", "validate_any_topic": "names", "validate_group": "names",
+    "validate_client_id": "names", "is_system_topic": "names", "parse_tag_expression": "names",
+    "topic_kind": "names",
+    # times and durations as the command line writes them (store/timeparse.py)
+    "parse_time": "timeparse", "parse_duration": "timeparse", "format_time": "timeparse",
+    "format_local": "timeparse", "format_age": "timeparse", "DURATION_HELP": "timeparse",
+    "parse_delay": "log.schedule",
+    # a message's properties and JSON form
+    "build_properties": "client.properties", "envelope": "client.envelope", "Prop": "client.propnames",
+    "offset_msg_id": "log.record", "has_property_separator": "log.record:has_separator",
+    "message_report": "client.history", "message_timeline": "client.history:timeline",
+    # the consume runtime that ``mqctl consume`` drives with its own sinks (store/client/runtime.py)
+    "ConsumeOptions": "client.runtime", "ConsumerRuntime": "client.runtime:Runtime",
+    "Outcome": "client.runtime", "default_broadcast_client_id": "client.runtime",
+    "check_consume_options": "client.rules",
     # the engine
     "Store": "log.broker", "open_store": "log.broker", "StoreSettings": "log.settings",
+    "LARGEST_MESSAGE_SIZE": "log.settings", "MAX_SEGMENT_SIZE": "log.settings",
     "PutResult": "log.results", "PullResult": "log.results", "BatchResult": "log.results", "Draft": "log.record",
+    "StoredMessage": "log.record:Message",
 }
 # The error catalogue (store/errors.py): every class, so ``except store.TopicNotFoundError``.
 _ERRORS = (
@@ -56,7 +83,8 @@ def __getattr__(name: str) -> Any:
     if mod is None:
         raise AttributeError(f"module 'store' has no attribute {name!r}")
     import importlib
-    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    mod, _, attr = mod.partition(":")   # "module:name" when the public name differs
+    value = getattr(importlib.import_module(f".{mod}", __name__), attr or name)
     globals()[name] = value
     return value
 

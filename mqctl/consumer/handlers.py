@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from mqctl.consumer.watchdog import Watchdog
 from store.errors import HandlerError, UsageError
-from store.log.record import Message
 
 if TYPE_CHECKING:
-    from store.client.runtime import Outcome
+    from store import Outcome
+    from store import StoredMessage as Message
 
 def _ignore(_signum: int, _frame: object) -> None:
     pass
