@@ -225,11 +225,16 @@ def _run(args: list[str]) -> int:
 
 def _show_usage_error(exc: Exception) -> None:
     """Typer's own errors (unknown flag, bad value, missing argument) as the contract's one
-    line ``mqctl: error: … (see 'mqctl CMD --help')``; a bare command group still prints
-    its help."""
+    line ``mqctl: error: … (see 'mqctl CMD --help')``; a bare command group prints its help,
+    then the line that says what is missing (all on stderr, exit 2)."""
     from typer._click.exceptions import NoArgsIsHelpError
     if isinstance(exc, NoArgsIsHelpError):
         exc.show()
+        ctx = exc.ctx
+        path = ctx.command_path if ctx is not None else "mqctl"
+        names = ctx.command.list_commands(ctx) if ctx is not None and hasattr(ctx.command, "list_commands") else []
+        which = f": one of {', '.join(names)}" if 0 < len(names) <= 8 else " (listed above)"
+        print_error(f"missing command after '{path}'{which}")
         return
     message = exc.format_message()  # type: ignore[attr-defined]
     # Click names its types ("not a valid int range"); a person wants the kind of value
