@@ -230,9 +230,9 @@ def _show_usage_error(exc: Exception) -> None:
     from typer._click.exceptions import NoArgsIsHelpError
     if isinstance(exc, NoArgsIsHelpError):
         exc.show()
-        ctx = exc.ctx
-        path = ctx.command_path if ctx is not None else "mqctl"
-        names = ctx.command.list_commands(ctx) if ctx is not None and hasattr(ctx.command, "list_commands") else []
+        group = exc.ctx
+        path = group.command_path if group is not None else "mqctl"
+        names = group.command.list_commands(group) if group is not None and hasattr(group.command, "list_commands") else []
         which = f": one of {', '.join(names)}" if 0 < len(names) <= 8 else " (listed above)"
         print_error(f"missing command after '{path}'{which}")
         return
