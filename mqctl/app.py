@@ -232,7 +232,8 @@ def _show_usage_error(exc: Exception) -> None:
         exc.show()
         group = exc.ctx
         path = group.command_path if group is not None else "mqctl"
-        names = group.command.list_commands(group) if group is not None and hasattr(group.command, "list_commands") else []
+        lister = getattr(group.command, "list_commands", None) if group is not None else None
+        names = lister(group) if lister is not None else []
         which = f": one of {', '.join(names)}" if 0 < len(names) <= 8 else " (listed above)"
         print_error(f"missing command after '{path}'{which}")
         return
