@@ -46,7 +46,8 @@ class ConsumeRequest:
 def run_consume(st: "State", r: ConsumeRequest) -> None:
     """Check the request, then consume until the runtime stops (count, end, idle, signal)."""
     from mqctl.argnames import ARG_FLAGS
-    from mqctl.consumer.handlers import ExecSink, StdoutSink, split_command, warn
+    from mqctl.consumer.handlers import ExecSink, split_command, warn
+    from mqctl.consumer.stdoutsink import StdoutSink
     from mqctl.options import parse_queue_ids
     from store import (
         ConsumeOptions,
