@@ -3,24 +3,26 @@ batch calls (:meth:`Producer.send_bodies`, :meth:`Producer.send_drafts`) are wha
 send`` drives, with group commit (``store/client/groupcommit.py``) for ``flush="sync"``."""
 from __future__ import annotations
 
-import datetime as _dt
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypeVar, Union
 
 from store import names
 from store.client.handle import StoreClient
-from store.client.message import SendResult, send_results
 from store.client.paths import PathLike, resolve_store_path
 from store.client.properties import build_properties
 from store.errors import UsageError
 
 if TYPE_CHECKING:
+    import datetime as _dt
+
     from store.client.groupcommit import GroupCommit
+    from store.client.message import SendResult
     from store.log.broker import Store
     from store.log.record import Draft
     from store.log.results import BatchResult
 
 Body = Union[bytes, bytearray, memoryview, str]
-Delay = Union[int, _dt.timedelta]
+# datetime and the result classes are imported when used: ``mqctl send``'s start-up needs neither
+Delay = Union[int, "_dt.timedelta"]
 _R = TypeVar("_R")
 
 def body_bytes(body: Body) -> bytes:
@@ -54,6 +56,8 @@ def delay_spec(delay: Delay | None) -> tuple[int, int] | None:
     :class:`datetime.timedelta`; None for no delay."""
     if delay is None:
         return None
+    import datetime as _dt
+
     from store.log.schedule import LEVEL_MS
     if isinstance(delay, _dt.timedelta):
         ms = delay // _dt.timedelta(milliseconds=1)
@@ -161,6 +165,7 @@ class Producer(StoreClient):
             # bodies, properties shared, the sharding key per body
             from store.log.record import PROP_SHARDING_KEY
             shared = {k: v for k, v in props.items() if k != PROP_SHARDING_KEY}
+            from store.client.message import send_results
             res = self.send_bodies(topic, data, properties=shared, queue=queue,
                                    sharding_keys=None if sharding_key is None else [sharding_key] * len(data))
             return send_results(topic, res.uniq_keys, res.queue_ids, res.queue_offsets, res.commitlog_offsets,
@@ -200,6 +205,8 @@ class Producer(StoreClient):
             from store.log.schedule import delay_draft
             drafts = [delay_draft(d, deliver, store) for d in drafts]
         results = store.put(drafts, sync=self.flush == "sync" and not self.group_commit)
+        from store.client.message import SendResult
+
         # A parked message reports the topic and queue it will be delivered to (chosen when it
         # was parked), no queue offset (it has none until then) and when it is due.
         from store.log.record import PROP_DELIVER_MS, PROP_REAL_QID, PROP_REAL_TOPIC
