@@ -1,7 +1,8 @@
 """``mqctl consume``'s flags turned into a member of a group: the checks only the command line
 needs (``--no-group``, ``--json``/``--format``/``--exec`` combinations, durations naming their
-flag), the library's options (``store.client.runtime.ConsumeOptions``, its shared rules in
-``store/client/rules.py``) and the sink messages go to (``mqctl/consumer/handlers.py``)."""
+flag), the library's options (:class:`store.ConsumeOptions`, its shared rules in
+:func:`store.check_consume_options`) and the sink messages go to (``mqctl/consumer/stdoutsink.py``
+or ``handlers.py``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
