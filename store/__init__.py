@@ -21,8 +21,29 @@ members), ``Message`` and ``SendResult`` live in ``store/client/``; the errors, 
     with Store.open("~/.mqctl/store", create=True) as s:
         s.put([Draft(topic="orders", body=b"hello")])
 
+What else a program (and ``mqctl``, which imports nothing else of ``store``) finds here:
+
+* ``Admin`` also checks, recovers, measures and cleans the whole store (``check``,
+  ``recover``, ``stats``, ``plan_clean``, ``clean``, ``sweep_staging``) and handles
+  transactions by id (``prepare_transaction``, ``transactions``, ``end_transaction``,
+  ``check_transactions``); its results: ``CheckReport``, ``RecoveryReport``, ``CleanPlan``,
+  ``FileAction``, ``StagingDir``, ``PendingTransaction``, ``TransactionEnd``, ...
+* ``Producer.send_bodies`` / ``send_drafts``: whole batches as ``mqctl send`` writes them,
+  with ``Producer(flush="sync", group_commit=True)`` acknowledging through ``on_durable``
+  once a background fsync covers a batch.
+* Names: ``validate_topic``, ``validate_any_topic``, ``validate_group``,
+  ``validate_client_id``, ``parse_tag_expression``, ``is_system_topic``, ``topic_kind``.
+* Times as the command line writes them: ``parse_time``, ``parse_duration``, ``parse_delay``,
+  ``format_time``, ``format_local``, ``format_age``.
+* Messages: ``build_properties``, ``Prop`` (the store's property names), ``envelope`` (the
+  ``consume --json`` object), ``message_report`` / ``message_timeline`` (``msg show``),
+  ``StoredMessage`` (a record as the engine returns it), ``offset_msg_id``.
+* The consumer runtime for programs that bring their own sink, as ``mqctl consume`` does:
+  ``ConsumerRuntime``, ``ConsumeOptions``, ``check_consume_options``, ``Outcome``.
+* ``create_store`` and ``resolve_store_path``: making and finding a store.
+
 Names are resolved lazily, so ``import store`` is cheap and a small module (``store.errors``)
-does not pay for the engine.
+does not pay for the engine (``__init__.pyi`` tells type checkers what each name is).
 """
 from __future__ import annotations
 
