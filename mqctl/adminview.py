@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from mqctl.output import Output
 
 if TYPE_CHECKING:
-    from store.client.admin import LockRow, MemberRow
+    from store import LockRow, MemberRow
 
 LOCK_COLUMNS = [("group", "GROUP"), ("topic", "TOPIC"), ("queueId", "QUEUE"), ("clientId", "CLIENT-ID"),
                 ("pid", "PID"), ("host", "HOST"), ("acquiredTime", "ACQUIRED"), ("renewed", "RENEWED"),
@@ -18,7 +18,7 @@ MEMBER_COLUMNS = [("clientId", "CLIENT-ID"), ("pid", "PID"), ("host", "HOST"), (
 
 
 def ago(now: int, ms: int | None) -> str | None:
-    from store.timeparse import format_age
+    from store import format_age
     if ms is None:
         return None
     return f"in {format_age(ms - now)}" if ms > now else f"{format_age(now - ms)} ago"
@@ -26,7 +26,7 @@ def ago(now: int, ms: int | None) -> str | None:
 
 def lock_row(lock: "LockRow", now: int, utc: bool | None) -> dict[str, Any]:
     """A lock's JSON row; with ``utc`` not None (human output) also its local acquiredTime."""
-    from store.timeparse import format_local
+    from store import format_local
     row = lock.info.to_dict()
     row.update(state=lock.state, acquired=ago(now, lock.acquired_at), renewed=ago(now, lock.renewed_at),
                expires=ago(now, lock.expires_at))
@@ -46,7 +46,7 @@ def queues_text(queues: list[dict[str, Any]]) -> str:
 
 def show_members(out: Output, members: "list[MemberRow]", group: str, now: int, utc: bool) -> None:
     """``consumers``: NDJSON rows, or a table with local start times and heartbeat ages."""
-    from store.timeparse import format_local, format_time
+    from store import format_local, format_time
     rows: list[dict[str, Any]] = [{
         "group": m.group, "clientId": m.client_id, "pid": m.pid, "host": m.host, "mode": m.mode,
         "orderly": m.orderly, "strategy": m.strategy, "topics": m.topics, "queues": m.queues,

@@ -227,11 +227,17 @@ def _run(args: list[str]) -> int:
 
 def _show_usage_error(exc: Exception) -> None:
     """Typer's own errors (unknown flag, bad value, missing argument) as the contract's one
-    line ``mqctl: error: … (see 'mqctl CMD --help')``; a bare command group still prints
-    its help."""
+    line ``mqctl: error: … (see 'mqctl CMD --help')``; a bare command group prints its help,
+    then the line that says what is missing (all on stderr, exit 2)."""
     from typer._click.exceptions import NoArgsIsHelpError
     if isinstance(exc, NoArgsIsHelpError):
         exc.show()
+        group = exc.ctx
+        path = group.command_path if group is not None else "mqctl"
+        lister = getattr(group.command, "list_commands", None) if group is not None else None
+        names = lister(group) if lister is not None else []
+        which = f": one of {', '.join(names)}" if 0 < len(names) <= 8 else " (listed above)"
+        print_error(f"missing command after '{path}'{which}")
         return
     message = exc.format_message()  # type: ignore[attr-defined]
     # Click names its types ("not a valid int range"); a person wants the kind of value

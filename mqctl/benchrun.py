@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store import LockRow, MemberRow, Store
 
 MIB = 1024 * 1024
 DEADLINE_S = 300.0
@@ -45,6 +45,28 @@ def _body(size: int) -> bytes:
     return (b"0123456789abcdef" * (size // 16 + 1))[:size]
 
 
+def members(root: Path, group: str) -> list["MemberRow"]:
+    """The live members of ``group`` (none while no member has joined it yet)."""
+    from store import Admin, Store
+    from store.errors import GroupNotFoundError
+    with Store.open(root, recover=False) as st:
+        try:
+            return Admin.of(st).consumers(group)
+        except GroupNotFoundError:
+            return []
+
+
+def locks(root: Path, group: str) -> list["LockRow"]:
+    """The queue locks of ``group``, holders probed."""
+    from store import Admin, Store
+    from store.errors import GroupNotFoundError
+    with Store.open(root, recover=False) as st:
+        try:
+            return Admin.of(st).locks(group)
+        except GroupNotFoundError:
+            return []
+
+
 class Scratch:
     """A temporary directory holding one throwaway store, removed at exit."""
 
@@ -53,7 +75,7 @@ class Scratch:
         self.root = self.dir / "store"
 
     def open(self) -> "Store":
-        from store.log.broker import Store
+        from store import Store
         return Store.open(self.root, create=True)
 
     def __enter__(self) -> "Scratch":
@@ -109,13 +131,8 @@ class Members:
 
     def split(self, queues: int) -> dict[str, set[int]] | None:
         """clientId -> queues, when the live members hold every queue exactly once."""
-        from store.client.members import live_members
-        from store.client.qlocks import list_locks
-        from store.log.broker import Store
-        with Store.open(self.root, recover=False) as st:
-            layout = st.layout
-        held = {m.clientId: {q["queueId"] for q in m.queues if q.get("topic") == self.topic}
-                for m in live_members(layout, self.group)}
+        held = {m.client_id: {q["queueId"] for q in m.queues if q.get("topic") == self.topic}
+                for m in members(self.root, self.group)}
         pids = {p.pid for p in self.live()}
         if len(held) != len(pids) or not all(cid.rsplit("@", 1)[-1].isdigit()
                                              and int(cid.rsplit("@", 1)[-1]) in pids for cid in held):
@@ -124,8 +141,8 @@ class Members:
         if len(flat) != len(set(flat)) or set(flat) != set(range(queues)):
             return None
         if self.orderly:
-            locked = {i.queueId for i in list_locks(layout, self.group)
-                      if i.topic == self.topic and i.alive and i.pid in pids}
+            locked = {r.queue_id for r in locks(self.root, self.group)
+                      if r.topic == self.topic and r.alive and r.pid in pids}
             if locked != set(range(queues)):
                 return None
         return held
@@ -236,9 +253,7 @@ def rebalance_run(scratch: Scratch, count: int, size: int, queues: int, orderly:
     Every body is ``q<queue>-<seq>`` padded to ``size``: a duplicate is a (queue, seq) seen
     twice; a hand-over pause is the time between the last line of a queue from its old owner
     and the first from its new one (the queues always have a backlog during the run)."""
-    from store.client.members import live_members
     st = scratch.open()
-    layout = st.layout
     topic, group = "REBAL", "RG"
     st.create_topic(topic, queues)
     per = -(-count // queues)
@@ -272,7 +287,7 @@ def rebalance_run(scratch: Scratch, count: int, size: int, queues: int, orderly:
         partial[p.stdout.fileno()] = b""
 
     def joined(p: subprocess.Popen[bytes]) -> bool:
-        return any(m.pid == p.pid for m in live_members(layout, group))
+        return any(m.pid == p.pid for m in members(scratch.root, group))
 
     def read_ready(timeout: float) -> None:
         nonlocal dupes, unique

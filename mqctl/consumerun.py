@@ -1,7 +1,8 @@
 """``mqctl consume``'s flags turned into a member of a group: the checks only the command line
 needs (``--no-group``, ``--json``/``--format``/``--exec`` combinations, durations naming their
-flag), the library's options (``store.client.runtime.ConsumeOptions``, its shared rules in
-``store/client/rules.py``) and the sink messages go to (``mqctl/consumer/handlers.py``)."""
+flag), the library's options (:class:`store.ConsumeOptions`, its shared rules in
+:func:`store.check_consume_options`) and the sink messages go to (``mqctl/consumer/stdoutsink.py``
+or ``handlers.py``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:
     from mqctl.state import State
-    from store.log.record import Message
+    from store import StoredMessage as Message
 
 
 @dataclass
@@ -46,11 +47,19 @@ class ConsumeRequest:
 def run_consume(st: "State", r: ConsumeRequest) -> None:
     """Check the request, then consume until the runtime stops (count, end, idle, signal)."""
     from mqctl.argnames import ARG_FLAGS
-    from mqctl.consumer.handlers import ExecSink, StdoutSink, split_command, warn
+    from mqctl.consumer.handlers import ExecSink, split_command, warn
+    from mqctl.consumer.stdoutsink import StdoutSink
     from mqctl.options import parse_queue_ids
-    from store.client.rules import check_consume_options
-    from store.client.runtime import ConsumeOptions, Runtime, default_broadcast_client_id
-    from store.names import parse_tag_expression, validate_any_topic, validate_client_id, validate_group
+    from store import (
+        ConsumeOptions,
+        ConsumerRuntime,
+        check_consume_options,
+        default_broadcast_client_id,
+        parse_tag_expression,
+        validate_any_topic,
+        validate_client_id,
+        validate_group,
+    )
     validate_any_topic(r.topic)
     group = _group(r)
     validate_group(group)
@@ -63,7 +72,7 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
     from_ = {"earliest": "first", "latest": "last"}.get(r.from_, r.from_)
     from_where, from_ts = from_, None
     if from_ not in ("first", "last"):
-        from store.timeparse import parse_time
+        from store import parse_time
         from_where, from_ts = "timestamp", parse_time(from_)
     idle_s = seconds("--idle-timeout", r.idle_timeout, 0) if r.idle_timeout is not None else None
     handler_s = seconds("--consume-timeout", r.consume_timeout, 1)
@@ -90,7 +99,7 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
     else:
         assert render is not None
         sink = StdoutSink(render, raw=not r.json and r.format_ is None)
-    Runtime(st.store(), opts, sink, warn=warn).run()
+    ConsumerRuntime(st.store(), opts, sink, warn=warn).run()
 
 
 def _group(r: ConsumeRequest) -> str:
@@ -137,8 +146,8 @@ def seconds(flag: str, text: str, min_ms: int) -> float:
 
 def duration_ms(flag: str, text: str) -> int:
     """A DURATION flag in ms; the error names the flag."""
+    from store import DURATION_HELP, parse_duration
     from store.errors import UsageError
-    from store.timeparse import DURATION_HELP, parse_duration
     try:
         return parse_duration(text)
     except UsageError:
@@ -149,7 +158,7 @@ def renderer(json: bool, fmt: Optional[str], utc: bool) -> Callable[["Message"],
     """How a message is written to stdout (or to a ``--exec --json`` handler's stdin)."""
     if json:
         from mqctl.output import json_line
-        from store.client.envelope import envelope
+        from store import envelope
         return lambda m: json_line(envelope(m))
     if fmt is not None:
         from mqctl.template import compile_template

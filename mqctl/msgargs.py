@@ -14,7 +14,7 @@ def message_properties(prop: list[str], tag: Optional[str], keys: Optional[str],
     ``--property`` pairs, TAGS, KEYS (``--keys`` comma separated) and the sharding key.
     UsageError naming the flag."""
     from mqctl.argnames import ARG_FLAGS
-    from store.client.properties import build_properties
+    from store import build_properties
     return build_properties(tags=tag, keys=keys.split(",") if keys else None, properties=prop,
                             sharding_key=sharding_key, arg_names=ARG_FLAGS)
 
@@ -25,7 +25,7 @@ def json_properties(obj: dict[str, object]) -> dict[str, str]:
     spaces) and ``shardingKey``, checked by the library. ValueError for a field of the wrong
     type; InvalidPropertyError (naming the field) for a value that may not be stored."""
     from mqctl.argnames import JSON_FIELD_NAMES
-    from store.client.properties import build_properties
+    from store import build_properties
     uprops = obj.get("properties") or {}
     if not isinstance(uprops, dict):
         raise ValueError("'properties' must be an object")

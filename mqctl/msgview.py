@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
-    from store.log.record import Message
+    from store import Store
+    from store import StoredMessage as Message
 
 BODY_SHOWN = 2000   # characters of a body msg show prints; --json has it whole
 QUERY_COLUMNS = [("msgId", "MSG-ID"), ("queueId", "QUEUE"), ("queueOffset", "OFFSET"), ("time", "STORED"),
@@ -16,7 +16,7 @@ QUERY_COLUMNS = [("msgId", "MSG-ID"), ("queueId", "QUEUE"), ("queueOffset", "OFF
 def describe(store: "Store", m: "Message", obj: dict[str, Any], when: Callable[[int], str]) -> list[str]:
     """``msg show``'s lines: what the copy is, its fields (``obj``: its JSON report), its history."""
     from mqctl.output import human_size
-    from store.client.history import timeline
+    from store import message_timeline as timeline
     body = obj["body"] if obj.get("bodyEncoding") != "base64" else "(binary; --json has it in base64)"
     if len(body) > BODY_SHOWN:
         body = body[:BODY_SHOWN] + f"… ({human_size(len(m.body))} in all; --json has it whole)"
@@ -54,26 +54,26 @@ def props_text(props: dict[str, str]) -> str:
 def lineage(m: "Message", when: Callable[[int], str]) -> str | None:
     """What a copy is, when it is not the message as sent: a retry, a dead letter, ..."""
     from mqctl.output import plural
-    from store import names
-    from store.log import record as R
+    from store import Prop, topic_kind
     p = m.properties
-    origin = p.get(R.PROP_ORIGIN_MESSAGE_ID) or p.get(R.PROP_DLQ_ORIGIN_MESSAGE_ID) or m.uniq_key or m.msg_id
-    src = p.get(R.PROP_RETRY_TOPIC) or m.topic
+    origin = p.get(Prop.ORIGIN_MESSAGE_ID) or p.get(Prop.DLQ_ORIGIN_MESSAGE_ID) or m.uniq_key or m.msg_id
+    src = p.get(Prop.RETRY_TOPIC) or m.topic
     n = m.reconsume_times
-    if names.is_retry_topic(m.topic):
+    kind = topic_kind(m.topic)
+    if kind == "retry":
         return (f"retry {n} of message {origin} from topic {src}" if n else
                 f"message {origin} from topic {src}, resent from the dead-letter queue")
-    if m.topic.startswith(names.DLQ_PREFIX):
+    if kind == "dlq":
         return f"dead letter of message {origin} from topic {src} (reconsumed {plural(n, 'time')})"
-    if m.topic == names.SCHEDULE_TOPIC:
-        due = p.get(R.PROP_DELIVER_MS, "")
+    if kind == "schedule":
+        due = p.get(Prop.DELIVER_MS, "")
         due_text = f", due {when(int(due))}" if due.isdigit() else ""
-        real = p.get(R.PROP_REAL_TOPIC, "?")
-        if names.is_retry_topic(real):
+        real = p.get(Prop.REAL_TOPIC, "?")
+        if topic_kind(real) == "retry":
             return f"retry {n} of message {origin} from topic {src}, waiting for {real}{due_text}"
         return f"delayed message for topic {real}{due_text}"
-    if m.topic == names.HALF_TOPIC:
-        return f"half message of a transaction for topic {p.get(R.PROP_REAL_TOPIC, '?')}"
+    if kind == "half":
+        return f"half message of a transaction for topic {p.get(Prop.REAL_TOPIC, '?')}"
     return None
 
 

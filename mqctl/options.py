@@ -42,7 +42,7 @@ import typer
 from mqctl.state import State, resolve_store_path
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store import Store
 
 
 # -- shell completion of names (runs at tab time: quick, read-only, never raises) -----------
@@ -70,7 +70,7 @@ def _store_on_line(ctx: typer.Context) -> str | None:
 
 def _completion_store(ctx: typer.Context) -> "Store | None":
     try:
-        from store.log.broker import Store
+        from store import Store
         return Store.open(resolve_store_path(_store_on_line(ctx)), recover=False, warn=lambda _m: None)
     except Exception:  # noqa: BLE001 - completion must never fail loudly
         return None
@@ -82,8 +82,8 @@ def complete_group(ctx: typer.Context, incomplete: str) -> list[str]:
     if store is None:
         return []
     try:
-        from store.client.admin import known_groups
-        return [g for g in known_groups(store) if g.startswith(incomplete)]
+        from store import Admin
+        return [g for g in Admin.of(store).groups() if g.startswith(incomplete)]
     except Exception:  # noqa: BLE001
         return []
     finally:
@@ -96,7 +96,7 @@ def complete_topic(ctx: typer.Context, incomplete: str) -> list[str]:
     if store is None:
         return []
     try:
-        from store.names import is_system_topic
+        from store import is_system_topic
         return sorted(t for t in store.topics() if t.startswith(incomplete) and not is_system_topic(t))
     except Exception:  # noqa: BLE001
         return []

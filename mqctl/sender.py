@@ -1,6 +1,8 @@
 """``mqctl send``'s batcher: drafts gathered into batches, each batch one store write under
-one lock, its results printed only after it is stored — so a printed result means the
-message survives a crash of this process (with ``--flush sync``, of the machine too).
+one lock (through :class:`store.Producer`'s batch calls), its results printed only after it is
+stored — so a printed result means the message survives a crash of this process (with
+``--flush sync``, of the machine too: the producer's group commit prints a batch's results
+once a background fsync covers it).
 """
 from __future__ import annotations
 
@@ -13,21 +15,21 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 from mqctl.msgargs import json_properties, message_properties, unescape
 from mqctl.stdin import read_chunks
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from mqctl.state import State
-    from mqctl.syncthread import SyncThread
-    from store.log.record import Draft
+    from store import BatchResult, Draft, SendResult
 
 BATCH_MESSAGES = 8192
 # A batch's bytes stay in the CPU's caches from the stdin read through the CRC to the write
 # (2 MiB: a core's L2 here); 8 MiB batches of 64 KiB bodies were written about 1.5x slower.
 BATCH_BYTES = 2 * 1024 * 1024
-SYNC_GROUP = 16   # --flush sync: batches written but not yet covered by an fsync, at most
 
 # What ``send --input json`` reads: its own fields and every field of the ``consume --json``
 # envelope (ignored ones: where the message was, not what it is), so a copy round-trips.
@@ -60,9 +62,8 @@ class SendRequest:
 
 def run_send(st: "State", r: SendRequest) -> None:
     """Check the request, send BODY or stdin's records, print results and the summary."""
+    from store import Prop, validate_topic
     from store.errors import UsageError
-    from store.log.record import PROP_SHARDING_KEY
-    from store.names import validate_topic
     if threading.current_thread() is threading.main_thread():
         # Ctrl-C ends a send with exit 130 (after what was acknowledged is made durable, in
         # ``finish``), also when the shell started it with SIGINT ignored (a background job).
@@ -87,10 +88,10 @@ def run_send(st: "State", r: SendRequest) -> None:
     if kd == b"":
         raise UsageError("--key-delimiter may not be empty")
     base_props = message_properties(r.properties, r.tag, r.keys, r.sharding_key)
-    base_props.pop(PROP_SHARDING_KEY, None)   # the Sender routes each message by its own key
+    base_props.pop(Prop.SHARDING_KEY, None)   # the Sender routes each message by its own key
     deliver = None
     if r.delay is not None:   # (the scheduler's module only when asked for: start-up)
-        from store.log.schedule import parse_delay
+        from store import parse_delay
         deliver = parse_delay(r.delay)
     sender = Sender(st, r.topic, base_props, r.sharding_key, r.queue, r.flush == "sync", r.json, deliver)
     sender.batch_messages = r.batch_size
@@ -141,9 +142,10 @@ class Sender:
     def __init__(self, st: "State", topic: str, props: dict[str, str], sharding_key: Optional[str],
                  queue: Optional[int], sync: bool, json: bool,
                  deliver: tuple[int, int] | None) -> None:
-        from store.log.record import Draft
+        from store import Draft, Producer
         self.Draft = Draft
         self.store = st.store(create=True)
+        self.producer = Producer.of(self.store, flush="sync" if sync else "async", group_commit=sync)
         self.max_size = self.store.settings.max_message_size
         self.topic = topic
         self.props = props
@@ -152,6 +154,10 @@ class Sender:
         self.sync = sync
         self.json = json
         self.deliver = deliver
+        self.delay: int | timedelta | None = None   # deliver as Producer takes it
+        if deliver is not None:
+            from datetime import timedelta
+            self.delay = deliver[0] or timedelta(milliseconds=deliver[1])
         self.batch: list[Draft] = []   # Drafts (json input, delays) ...
         self.bodies: list[bytes] = []  # ... or bare bodies for the store's fast path
         self.skeys: list[str | None] | None = None
@@ -166,10 +172,6 @@ class Sender:
         self.batch_messages = BATCH_MESSAGES
         self.reroute = False
         self.json_input = False
-        self._syncer: SyncThread | None = None       # the fsync thread (--flush sync) ...
-        self._flight: list[Callable[[], None]] | None = None   # ... its fsync running, covering these
-        self._waiting: list[Callable[[], None]] = []        # written since that fsync started
-        self._group: tuple[int, int] | None = None    # their log range, for the next one
 
     def _topic_shape(self) -> tuple[int, bool] | None:
         """(queue count, ordered) of the topic, or what the first send will create; None when
@@ -205,9 +207,6 @@ class Sender:
                 f"{f' ({self.sent} sent before it)' if self.sent else ''}")
 
     def _add(self, draft: Draft) -> None:
-        if self.deliver is not None:
-            from store.log.schedule import delay_draft
-            draft = delay_draft(draft, self.deliver, self.store)
         self.batch.append(draft)
         self.batch_bytes += len(draft.body)
         if len(self.batch) >= self.batch_messages or self.batch_bytes >= BATCH_BYTES:
@@ -253,8 +252,8 @@ class Sender:
             k, sep, rest = body.partition(key_delim)
             if sep:
                 skey, body = k.decode("utf-8", "replace"), rest
-                from store.log.record import has_separator
-                if has_separator(k):
+                from store import has_property_separator
+                if has_property_separator(k):
                     from store.errors import BadInputError
                     self.flush()
                     raise BadInputError("a sharding key may not contain the control characters \\x01 or \\x02",
@@ -286,8 +285,8 @@ class Sender:
             self.flush()
 
     def add_json(self, raw: bytes, line: int) -> None:
+        from store import Prop
         from store.errors import BadInputError, InvalidPropertyError
-        from store.log.record import PROP_SHARDING_KEY
         if not raw.strip():
             return
         try:
@@ -320,7 +319,7 @@ class Sender:
             else:
                 raise ValueError(f"unknown bodyEncoding {enc!r}")
             props = {**self.props, **json_properties(obj)}
-            skey = props.get(PROP_SHARDING_KEY) if "shardingKey" in obj else self.sharding_key
+            skey = props.get(Prop.SHARDING_KEY) if "shardingKey" in obj else self.sharding_key
             if "queueId" in obj and self.reroute:
                 qid = -1 if skey is not None or self.queue < 0 else self.queue
             elif "queueId" in obj:
@@ -330,7 +329,7 @@ class Sender:
             else:
                 qid = -1 if "shardingKey" in obj else self.queue
             if skey is not None:
-                props[PROP_SHARDING_KEY] = skey
+                props[Prop.SHARDING_KEY] = skey
             self._check_route(qid, skey)
         except (ValueError, binascii.Error) as exc:
             self.flush()
@@ -343,105 +342,45 @@ class Sender:
 
     def flush(self) -> None:
         """Write the pending batch. Its results are printed at once, or with ``--flush sync``
-        once its fsync is done: see :meth:`_acknowledge`."""
+        once an fsync covers it (the producer's group commit: fsyncs run in a thread while
+        this one goes on writing; a batch whose fsync fails is never printed, nor any after
+        it, and the error ends the send)."""
         if self.bodies:
             bodies, self.bodies = self.bodies, []
             skeys, self.skeys = self.skeys, None
             self.batch_bytes = 0
-            res = self.store.put_bodies(self.topic, bodies, properties=self.props, queue_id=self.queue,
-                                        sharding_keys=skeys)
-            self._acknowledge(lambda: self._report(res.topic, res.queue_ids, res.queue_offsets, res.commitlog_offsets,
-                                                   res.uniq_keys if self.json else None))
+            self.producer.send_bodies(self.topic, bodies, properties=self.props,
+                                      queue=None if self.queue < 0 else self.queue, sharding_keys=skeys,
+                                      on_durable=self._report_batch)
         if self.batch:
             batch, self.batch, self.batch_bytes = self.batch, [], 0
-            results = self.store.put(batch)
-            if self.deliver is not None:
-                # Parked in the schedule topic until due: report the topic and queue it will be
-                # delivered to (the store chose it when parking), no queue offset (it has none
-                # there yet), and when it is due. Not the schedule topic's own queue and offset.
-                from store.log.record import PROP_DELIVER_MS, PROP_REAL_QID
-                real = [(int(d.properties[PROP_REAL_QID]), int(d.properties[PROP_DELIVER_MS]))
-                        if PROP_REAL_QID in d.properties else (r.queue_id, None)
-                        for d, r in zip(batch, results)]
-                self._acknowledge(lambda: self._report(
-                    self.topic, [q for q, _ in real], [None if due is not None else r.queue_offset
-                                                       for (_, due), r in zip(real, results)],
-                    [r.commitlog_offset for r in results], [r.uniq_key for r in results],
-                    [due for _, due in real]))
-            else:
-                self._acknowledge(lambda: self._report(
-                    self.topic, [r.queue_id for r in results], [r.queue_offset for r in results],
-                    [r.commitlog_offset for r in results], [r.uniq_key for r in results]))
+            self.producer.send_drafts(batch, delay=self.delay, on_durable=self._report_results)
 
-    def _acknowledge(self, report: Callable[[], None]) -> None:
-        """Print a written batch's results; with ``--flush sync``, only after an fsync that
-        covers it.
+    def _report_batch(self, res: "BatchResult") -> None:
+        self._report(res.topic, res.queue_ids, res.queue_offsets, res.commitlog_offsets,
+                     res.uniq_keys if self.json else None)
 
-        Group commit, as RocketMQ's GroupCommitService: fsyncs run in a thread, outside the
-        write lock, while this thread goes on writing batches. A batch written while an fsync
-        runs waits for the next one, which covers every batch written meanwhile (``fdatasync``
-        flushes the whole file). So a slow disk costs one fsync per group, not per batch. At
-        most ``SYNC_GROUP`` batches wait; a batch whose fsync fails is never acknowledged, nor
-        is any batch after it, and the error ends the send."""
-        if not self.sync:
-            report()
-            return
-        start, end = self.store.last_write
-        self._waiting.append(report)
-        g = self._group
-        self._group = (min(g[0], start), max(g[1], end)) if g else (start, end)
-        syncer = self._syncer
-        if self._flight is not None and syncer is not None and (syncer.done() or len(self._waiting) >= SYNC_GROUP):
-            self._land()
-        if self._flight is None:
-            self._launch()
+    def _report_results(self, results: "list[SendResult]") -> None:
+        # A parked message (--delay) reports the topic and queue it will be delivered to (the
+        # store chose it when parking), no queue offset (it has none there yet), and when it
+        # is due: not the schedule topic's own queue and offset.
+        self._report(self.topic, [r.queue_id for r in results], [r.queue_offset for r in results],
+                     [r.commitlog_offset for r in results], [r.msg_id for r in results],
+                     [r.deliver_timestamp for r in results] if self.deliver is not None else None)
 
     def settle(self) -> None:
         """The input paused: make every written batch durable and print its results now,
         not when more input comes (``tail -f | mqctl send --flush sync`` acknowledges each
         message as soon as it is on disk)."""
-        if self._flight is not None:
-            self._land()
-        if self._waiting:
-            self._launch()
-            self._land()
-
-    def _launch(self) -> None:
-        """Start the fsync of every batch written since the last one started."""
-        if self._syncer is None:
-            from mqctl.syncthread import SyncThread
-            self._syncer = SyncThread(self.store.sync_log)
-        assert self._group is not None   # set by the write that put a report in _waiting
-        self._syncer.start(*self._group)
-        self._flight, self._waiting, self._group = self._waiting, [], None
-
-    def _land(self) -> None:
-        """Wait for the running fsync, then print the results of the batches it covered."""
-        flight, self._flight = self._flight, None
-        assert flight is not None and self._syncer is not None   # callers land only a running fsync
-        try:
-            self._syncer.wait()
-        except KeyboardInterrupt:
-            self._flight = flight   # still running: finish() lands it and prints what it covered
-            raise
-        except BaseException:
-            self._waiting, self._group = [], None   # nothing after a failed fsync is acknowledged
-            raise
-        for report in flight:
-            report()
+        self.producer.settle()
 
     def finish(self) -> None:
         """Make every written batch durable and print its results."""
-        try:
-            self.settle()
-        finally:
-            if self._syncer is not None:
-                self._syncer.stop()
-                self._syncer = None
+        self.producer.close()   # the store handle stays open: it is the run's
 
     def _report(self, topic: str, qids: list[int], qoffs: list[int] | list[int | None], physs: list[int],
                 uks: list[str] | None, dues: list[int | None] | None = None) -> None:
-        from store.log.record import offset_msg_id
+        from store import offset_msg_id
         self.sent += len(qids)
         due_at = [d for d in dues or () if d is not None]
         if due_at:
@@ -476,7 +415,7 @@ class Sender:
                  else plural(len(qs), "queue"))
         when = ""
         if self.due is not None and self.deliver is not None:
-            from store.timeparse import format_local
+            from store import format_local
             lo, hi = self.due
             first, last = format_local(lo, self.utc), format_local(hi, self.utc)
             at = f"at {first}" if hi - lo < 1000 else f"from {first} to {last}"

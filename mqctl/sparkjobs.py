@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from mqctl.output import say
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store import Store
 
 
 def run_query(spark: Any, root: str, topics: list[str], sql: str, json: bool, utc: bool = False) -> None:
@@ -31,7 +31,7 @@ def run_query(spark: Any, root: str, topics: list[str], sql: str, json: bool, ut
 def view_topics(store: "Store", wanted: list[str] | None, system: bool) -> list[str]:
     """The topics that become views: ``--topic`` ones (they must exist), else every user
     topic (and system topics with ``--all``)."""
-    from store.names import is_system_topic, validate_any_topic
+    from store import is_system_topic, validate_any_topic
     existing = store.topics()
     if wanted:
         names = [n.strip() for item in wanted for n in item.split(",") if n.strip()]
@@ -50,7 +50,7 @@ def quote_identifier(name: str) -> str:
 def register_views(spark: Any, root: str, topics: list[str]) -> list[str]:
     """One temporary view per topic, named after it; returns warnings for names that only
     differ in case (Spark's catalogue would let the later view replace the earlier)."""
-    from store.spark.schema import SCHEMA
+    from store.spark import SCHEMA
     warnings = []
     seen: dict[str, str] = {}
     for name in topics:

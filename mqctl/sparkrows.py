@@ -133,7 +133,7 @@ def emit_table(df: Any, utc: bool, before_output: Callable[[], None] = lambda: N
     """The rows of ``df`` as a table for people; ``before_output`` runs once they are all
     collected, before the table is printed."""
     from mqctl.output import Output
-    from store.timeparse import format_local
+    from store import format_local
     kinds = column_kinds(df)
     rows = []
     for row in df.collect():

@@ -259,7 +259,7 @@ def start(master: str, extra: Mapping[str, str] | None = None) -> SparkRun:
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
-    from store.spark.datasource import prepare_environment, register, session_conf
+    from store.spark import prepare_environment, register, session_conf
 
     prepare_environment(local=master.startswith("local"))
     conf = SparkConf(loadDefaults=False)

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from store.client.admin import Admin
-    from store.log.broker import Store
+    from store import Admin, Store
 
 
 @dataclass
@@ -21,14 +20,14 @@ class State:
 
     def store(self, create: bool = False) -> "Store":
         if self._store is None:
-            from store.log.broker import Store
+            from store import Store
             self._store = Store.open(self.store_path, create=create)
         return self._store
 
     def admin(self) -> "Admin":
         """:class:`store.Admin` over the store, its messages naming the command line's flags."""
         from mqctl.argnames import ARG_FLAGS
-        from store.client.admin import Admin
+        from store import Admin
         return Admin.of(self.store, arg_names=ARG_FLAGS)   # opened when first needed
 
     def close(self) -> None:
@@ -39,5 +38,5 @@ class State:
 
 def resolve_store_path(flag: str | None) -> Path:
     """``--store DIR``, else what the library selects for ``path=None``."""
-    from store.client.paths import resolve_store_path as library_default
+    from store import resolve_store_path as library_default
     return library_default(flag)

@@ -9,11 +9,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from mqctl.output import Output, human_size, plural
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
-    from store.log.check import CheckReport
-    from store.log.recovery import RecoveryReport
-    from store.log.retention import CleanPlan, FileAction
-    from store.spark.staging import StagingDir
+    from store import CheckReport, CleanPlan, FileAction, RecoveryReport, StagingDir, Store
 
 CLEAN_COLUMNS = [("kind", "KIND"), ("path", "FILE"), ("size", "SIZE"), ("age", "AGE"), ("action", "ACTION")]
 
@@ -82,7 +78,7 @@ class CleanListing:
 
     def finish(self, plan: "CleanPlan", staging: "Sequence[StagingDir]", older_than: str) -> None:
         """The Spark staging directories swept, then the summary and the readers' warnings."""
-        from store.timeparse import format_age
+        from store import format_age
         out, dry_run = self.out, self.dry_run
         verb = "would delete" if dry_run else "deleted"
         for d in staging:

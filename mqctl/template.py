@@ -19,11 +19,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Callable
 
+from store import format_local, format_time
 from store.errors import UsageError
-from store.timeparse import format_local, format_time
 
 if TYPE_CHECKING:
-    from store.log.record import Message
+    from store import StoredMessage as Message
 
 Getter = Callable[["Message"], bytes]
 

@@ -32,9 +32,10 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
-    from store.log.record import Message
-    from store.tx.check import CheckEvent, CheckReport
+    from store import Admin
+    from store import StoredMessage as Message
+    from store import TransactionCheckEvent as CheckEvent
+    from store import TransactionCheckReport as CheckReport
 
 ANSWERS = {"COMMIT": "COMMIT", "COMMIT_MESSAGE": "COMMIT",
            "ROLLBACK": "ROLLBACK", "ROLLBACK_MESSAGE": "ROLLBACK",
@@ -62,11 +63,11 @@ def command_argv(command: str, flag: str) -> list[str]:
 
 def message_env(m: "Message", check_times: int | None) -> dict[str, str]:
     """The environment of a command asked about ``m`` (table in the module doc)."""
-    from store.log.record import PROP_REAL_QID, PROP_REAL_TOPIC
+    from store import Prop
     env = dict(os.environ)
     env.update(MQ_TX_ID=m.uniq_key or "", MQ_MSG_ID=m.uniq_key or "",
-               MQ_TOPIC=m.properties.get(PROP_REAL_TOPIC, ""),
-               MQ_QUEUE_ID=m.properties.get(PROP_REAL_QID, ""), MQ_KEYS=" ".join(m.keys),
+               MQ_TOPIC=m.properties.get(Prop.REAL_TOPIC, ""),
+               MQ_QUEUE_ID=m.properties.get(Prop.REAL_QID, ""), MQ_KEYS=" ".join(m.keys),
                MQ_TAGS=m.tags or "", MQ_BORN_TIMESTAMP=str(m.born_timestamp))
     if check_times is not None:
         env["MQ_CHECK_TIMES"] = str(check_times)
@@ -148,23 +149,21 @@ def check_answer(status: int | None, stdout: bytes, tx_id: str) -> str:
     return answer
 
 
-def local_transaction(store: "Store", half: "Message", argv: list[str], sync: bool) -> str:
+def local_transaction(admin: "Admin", half: "Message", argv: list[str], sync: bool) -> str:
     """Run ``tx send --exec``'s command on ``half``; commit on exit 0, roll back on exit 1.
     Returns the transaction's state (UNKNOWN for any other exit)."""
-    from store.tx.transaction import end_transaction
     status, _ = Runner().run(argv, half.body, message_env(half, None), None, capture=False)
     if status not in (0, 1):
         return "UNKNOWN"
-    return end_transaction(store, half.uniq_key or "", commit=status == 0, sync=sync).state
+    return admin.end_transaction(half.uniq_key or "", commit=status == 0, sync=sync).state
 
 
-def check_service(store: "Store", argv: list[str], *, timeout_ms: int, max_checks: int,
+def check_service(admin: "Admin", argv: list[str], *, timeout_ms: int, max_checks: int,
                   cmd_timeout_s: float | None, loop_pause_s: float | None,
                   on_event: Callable[["CheckEvent"], None],
                   on_pass: Callable[["CheckReport"], None]) -> None:
     """Check passes asking ``argv``: one, or with ``loop_pause_s`` one every so many seconds
     until SIGINT or SIGTERM (which kill a running command and end the loop quietly)."""
-    from store.tx.check import check_pass
     runner = Runner()
     if loop_pause_s is not None:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -175,7 +174,7 @@ def check_service(store: "Store", argv: list[str], *, timeout_ms: int, max_check
         return check_answer(status, said, copy.uniq_key or "")
 
     while True:
-        report = check_pass(store, ask, timeout_ms=timeout_ms, max_checks=max_checks,
+        report = admin.check_transactions(ask, timeout_ms=timeout_ms, max_checks=max_checks,
                             on_event=on_event, should_stop=lambda: runner.stopping)
         if report.events or loop_pause_s is None:
             on_pass(report)

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING, Any
 from mqctl.output import Output, plural
 
 if TYPE_CHECKING:
-    from store.tx.check import CheckEvent, CheckReport, Pending
-    from store.tx.transaction import EndResult
+    from store import PendingTransaction as Pending
+    from store import TransactionCheckEvent as CheckEvent
+    from store import TransactionCheckReport as CheckReport
+    from store import TransactionEnd as EndResult
 
 STATE_WORDS = {"COMMITTED": "committed", "ROLLED_BACK": "rolled back", "PREPARED": "left unknown",
                "DISCARDED": "discarded"}
@@ -18,7 +20,7 @@ LIST_COLUMNS = [("txId", "TX-ID"), ("topic", "TOPIC"), ("queueId", "QUEUE"), ("b
 
 def show_pending(out: Output, txs: "list[Pending]", now: int, utc: bool) -> None:
     """``tx list``: NDJSON rows, or a table with local times and ages (a note when empty)."""
-    from store.timeparse import format_age, format_local, format_time
+    from store import format_age, format_local, format_time
     rows: list[dict[str, Any]] = [
         {"txId": p.tx_id, "topic": p.topic, "msgId": p.tx_id, "queueId": p.queue_id,
          "bornTimestamp": p.half.born_timestamp, "bornTime": format_time(p.half.born_timestamp),

@@ -22,8 +22,29 @@ members), ``Monitor`` and ``History`` (repeated read-only looks, rates), ``Messa
     with Store.open("~/.mqctl/store", create=True) as s:
         s.put([Draft(topic="orders", body=b"hello")])
 
+What else a program (and ``mqctl``, which imports nothing else of ``store``) finds here:
+
+* ``Admin`` also checks, recovers, measures and cleans the whole store (``check``,
+  ``recover``, ``stats``, ``plan_clean``, ``clean``, ``sweep_staging``) and handles
+  transactions by id (``prepare_transaction``, ``transactions``, ``end_transaction``,
+  ``check_transactions``); its results: ``CheckReport``, ``RecoveryReport``, ``CleanPlan``,
+  ``FileAction``, ``StagingDir``, ``PendingTransaction``, ``TransactionEnd``, ...
+* ``Producer.send_bodies`` / ``send_drafts``: whole batches as ``mqctl send`` writes them,
+  with ``Producer(flush="sync", group_commit=True)`` acknowledging through ``on_durable``
+  once a background fsync covers a batch.
+* Names: ``validate_topic``, ``validate_any_topic``, ``validate_group``,
+  ``validate_client_id``, ``parse_tag_expression``, ``is_system_topic``, ``topic_kind``.
+* Times as the command line writes them: ``parse_time``, ``parse_duration``, ``parse_delay``,
+  ``format_time``, ``format_local``, ``format_age``.
+* Messages: ``build_properties``, ``Prop`` (the store's property names), ``envelope`` (the
+  ``consume --json`` object), ``message_report`` / ``message_timeline`` (``msg show``),
+  ``StoredMessage`` (a record as the engine returns it), ``offset_msg_id``.
+* The consumer runtime for programs that bring their own sink, as ``mqctl consume`` does:
+  ``ConsumerRuntime``, ``ConsumeOptions``, ``check_consume_options``, ``Outcome``.
+* ``create_store`` and ``resolve_store_path``: making and finding a store.
+
 Names are resolved lazily, so ``import store`` is cheap and a small module (``store.errors``)
-does not pay for the engine.
+does not pay for the engine (``__init__.pyi`` tells type checkers what each name is).
 """
 from __future__ import annotations
 
@@ -41,9 +62,36 @@ _EXPORTS = {
     "Snapshot": "client.snapshot", "TopicStat": "client.snapshot", "GroupStat": "client.snapshot",
     "QueueLag": "client.snapshot", "MemberStat": "client.snapshot", "LockStat": "client.snapshot",
     "Problems": "client.snapshot", "PendingTx": "client.snapshot",
+    # what Admin's methods return (store/client/admin.py, maintenance.py, txadmin.py)
+    "LockRow": "client.admin", "MemberRow": "client.admin", "ResetPlan": "client.admin",
+    "CheckReport": "log.check", "RecoveryReport": "log.recovery", "CleanPlan": "log.retention",
+    "FileAction": "log.retention", "StagingDir": "spark.staging", "StoreCreation": "client.creation",
+    "PendingTransaction": "tx.check:Pending", "TransactionCheckEvent": "tx.check:CheckEvent",
+    "TransactionCheckReport": "tx.check:CheckReport", "TransactionEnd": "tx.transaction:EndResult",
+    "PreparedTransaction": "tx.transaction:HalfResult",
+    # creating and finding a store
+    "create_store": "client.creation", "resolve_store_path": "client.paths",
+    # names: topics, groups, client ids, tag expressions (store/names.py)
+    "validate_topic": "names", "validate_any_topic": "names", "validate_group": "names",
+    "validate_client_id": "names", "is_system_topic": "names", "parse_tag_expression": "names",
+    "topic_kind": "names",
+    # times and durations as the command line writes them (store/timeparse.py)
+    "parse_time": "timeparse", "parse_duration": "timeparse", "format_time": "timeparse",
+    "format_local": "timeparse", "format_age": "timeparse", "DURATION_HELP": "timeparse",
+    "parse_delay": "log.schedule",
+    # a message's properties and JSON form
+    "build_properties": "client.properties", "envelope": "client.envelope", "Prop": "client.propnames",
+    "offset_msg_id": "log.record", "has_property_separator": "log.record:has_separator",
+    "message_report": "client.history", "message_timeline": "client.history:timeline",
+    # the consume runtime that ``mqctl consume`` drives with its own sinks (store/client/runtime.py)
+    "ConsumeOptions": "client.runtime", "ConsumerRuntime": "client.runtime:Runtime",
+    "Outcome": "client.runtime", "default_broadcast_client_id": "client.runtime",
+    "check_consume_options": "client.rules",
     # the engine
     "Store": "log.broker", "open_store": "log.broker", "StoreSettings": "log.settings",
+    "LARGEST_MESSAGE_SIZE": "log.settings", "MAX_SEGMENT_SIZE": "log.settings",
     "PutResult": "log.results", "PullResult": "log.results", "BatchResult": "log.results", "Draft": "log.record",
+    "StoredMessage": "log.record:Message",
 }
 # The error catalogue (store/errors.py): every class, so ``except store.TopicNotFoundError``.
 _ERRORS = (
@@ -63,7 +111,8 @@ def __getattr__(name: str) -> Any:
     if mod is None:
         raise AttributeError(f"module 'store' has no attribute {name!r}")
     import importlib
-    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    mod, _, attr = mod.partition(":")   # "module:name" when the public name differs
+    value = getattr(importlib.import_module(f".{mod}", __name__), attr or name)
     globals()[name] = value
     return value
 

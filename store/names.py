@@ -75,7 +75,23 @@ def is_retry_topic(topic: str) -> bool:
 
 
 def is_system_topic(topic: str) -> bool:
+    """A topic the store keeps for itself (retries, dead letters, delays, transactions)."""
     return topic.startswith(RESERVED_PREFIXES) or topic in SYSTEM_TOPICS
+
+
+def topic_kind(topic: str) -> str:
+    """What a topic holds: ``retry`` (a group's ``%RETRY%`` topic), ``dlq`` (its dead
+    letters), ``schedule`` (delayed messages until due), ``half`` (transactions' half
+    messages), ``system`` (the store's other topics) or ``user``."""
+    if is_retry_topic(topic):
+        return "retry"
+    if topic.startswith(DLQ_PREFIX):
+        return "dlq"
+    if topic == SCHEDULE_TOPIC:
+        return "schedule"
+    if topic == HALF_TOPIC:
+        return "half"
+    return "system" if is_system_topic(topic) else "user"
 
 
 CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9_.@:%|#-]{1,200}\Z")

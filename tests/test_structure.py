@@ -2,10 +2,13 @@
 
 * no module imports a private name (``_x``) of another module, nor reaches into one through a
   module alias (``F._x``) or a store handle (``store._x``, ``self.store._x``);
-* ``mqctl`` uses ``store``'s public API only: no private names, and none of the modules that
-  touch the store's files directly (the CLI never reads or writes a file of the store);
-* no import cycles inside ``store/`` (imports inside functions count too: a lazy import that
-  breaks a cycle at run time is still a cycle in the design);
+* ``mqctl`` uses ``store``'s public API only: it imports ``store``, ``store.errors`` and
+  ``store.spark`` and nothing else of ``store`` (every import counts: inside functions and
+  under ``TYPE_CHECKING`` too), and no private names;
+* the type stubs of the lazily exporting packages (``__init__.pyi``) name what ``_EXPORTS``
+  exports, no more, no less;
+* no import cycles inside ``store/`` (imports inside functions and under ``TYPE_CHECKING``
+  count too: a lazy import that breaks a cycle at run time is still a cycle in the design);
 * ``store`` never imports ``mqctl`` (the dependency arrow points one way);
 * every binary file format is described at the top of the module that owns it.
 
@@ -26,6 +29,8 @@ FILE_LEVEL = {
     "store.log.consumequeue", "store.log.index", "store.log.checkpoint", "store.log.bodywrite",
     "store.log.bulk", "store.log.vecread",
 }
+# What mqctl may import of store: the package (its lazy exports) and these two.
+PUBLIC_API = {"store", "store.errors", "store.spark"}
 # Private attributes of the standard library that are its public API in all but name.
 ALLOWED_ATTRS = {"os._exit", "sys._getframe"}
 
@@ -62,9 +67,10 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return ids
 
 
-def _imports(mod: str, tree: ast.AST) -> list[tuple[str, str | None, int]]:
-    """(imported module, imported name or None, line) for every import outside TYPE_CHECKING."""
-    skip = _type_checking_nodes(tree)
+def _imports(mod: str, tree: ast.AST, *, type_checking: bool = False) -> list[tuple[str, str | None, int]]:
+    """(imported module, imported name or None, line) for every import outside TYPE_CHECKING;
+    with ``type_checking``, those under it too."""
+    skip = set() if type_checking else _type_checking_nodes(tree)
     out: list[tuple[str, str | None, int]] = []
     for n in ast.walk(tree):
         if id(n) in skip:
@@ -124,15 +130,68 @@ def test_mqctl_uses_only_the_public_api_of_store() -> None:
     for m, tree in TREES.items():
         if not m.startswith("mqctl"):
             continue
-        for target, name, line in _imports(m, tree):
-            if not target.startswith("store"):
+        for target, name, line in _imports(m, tree, type_checking=True):
+            if target.split(".")[0] != "store":
                 continue
             where = f"{MODULES[m].relative_to(ROOT)}:{line}"
             if any(part.startswith("_") for part in target.split(".")) or (name or "").startswith("_"):
                 bad.append(f"{where}: private {target}.{name}")
-            elif target in FILE_LEVEL:
-                bad.append(f"{where}: {target} touches the store's files (use the API)")
+            elif target not in PUBLIC_API:
+                bad.append(f"{where}: {target} is not store's public API ({', '.join(sorted(PUBLIC_API))}); "
+                           f"export what the command line needs from store/__init__.py")
     assert not bad, "\n".join(bad)
+
+
+def _exports(init: Path) -> set[str]:
+    """The names a package's ``__init__.py`` exports through ``_EXPORTS`` (and ``_ERRORS``)."""
+    names: set[str] = set()
+    for n in ast.parse(init.read_text()).body:
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name):
+            if n.targets[0].id == "_EXPORTS":
+                names |= set(ast.literal_eval(n.value))
+            elif n.targets[0].id == "_ERRORS":
+                names |= set(ast.literal_eval(n.value))
+    return names
+
+
+def render_stub(pkg: str) -> str:
+    """The type stub of a lazily exporting package, made from its ``_EXPORTS`` (type checkers
+    see ``__getattr__``'s names as Any): one ``from MODULE import NAME as PUBLIC`` a name."""
+    init = ROOT / pkg / "__init__.py"
+    dotted = pkg.replace("/", ".")
+    exports: dict[str, str] = {}
+    for n in ast.parse(init.read_text()).body:
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id == "_EXPORTS":
+            exports.update(ast.literal_eval(n.value))
+        elif isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id == "_ERRORS":
+            exports.update({e: "errors" for e in ast.literal_eval(n.value)})
+    rows, aliases = [], []
+    for public, where in exports.items():
+        mod, _, attr = where.partition(":")
+        if attr and attr != public:   # exported under another name: an alias a checker exports
+            rows.append((f"{dotted}.{mod}", attr, f"_{public}"))
+            aliases.append(f"{public} = _{public}")
+        else:
+            rows.append((f"{dotted}.{mod}", public, public))
+
+    def order(row: tuple[str, str, str]) -> tuple[str, int, str]:   # isort's: CONSTANTS, Classes, functions
+        name = row[1]
+        return row[0], 0 if name.isupper() else 1 if name[:1].isupper() else 2, name
+
+    lines = [f"from {m} import {a} as {p}" for m, a, p in sorted(rows, key=order)]
+    return (f'"""The names ``{dotted}`` exports lazily (``_EXPORTS`` in ``__init__.py``), for type checkers.\n'
+            f'Made from ``_EXPORTS`` by ``python -m tests.test_structure``; a test keeps them equal."""\n\n'
+            + "\n".join(lines) + "\n" + ("\n" + "\n".join(sorted(aliases)) + "\n" if aliases else ""))
+
+
+STUBBED = ("store", "store/spark")
+
+
+def test_type_stubs_match_the_lazy_exports() -> None:
+    for pkg in STUBBED:
+        stub = ROOT / pkg / "__init__.pyi"
+        assert stub.read_text() == render_stub(pkg), (
+            f"{stub.relative_to(ROOT)} differs from _EXPORTS: run python -m tests.test_structure")
 
 
 def test_store_never_imports_mqctl() -> None:
@@ -146,7 +205,7 @@ def test_no_import_cycles_inside_store() -> None:
     for m, tree in TREES.items():
         if not m.startswith("store"):
             continue
-        for target, name, _line in _imports(m, tree):
+        for target, name, _line in _imports(m, tree, type_checking=True):
             dep = f"{target}.{name}" if name and f"{target}.{name}" in MODULES else target
             if dep in MODULES and dep.startswith("store") and dep != m:
                 # a package's own __init__ is where its public names come from, not a cycle
@@ -193,3 +252,8 @@ def test_every_binary_format_is_described_by_its_owner() -> None:
     for mod, needle in owners.items():
         doc = ast.get_docstring(TREES[mod]) or ""
         assert needle in doc, f"{mod}'s docstring does not describe its format ({needle!r})"
+
+
+if __name__ == "__main__":
+    for pkg in STUBBED:
+        (ROOT / pkg / "__init__.pyi").write_text(render_stub(pkg))

@@ -41,7 +41,7 @@ Examples:
   mqctl dlq list -g billing --json | jq -r 'select(.resent | not).msgId'""")
 def list_(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> None:
     from mqctl.output import Output
-    from store.timeparse import format_local
+    from store import format_local
     st = state(ctx)
     out = Output(json=json)
     rows, n = [], 0

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from mqctl.options import state
-from store.log.settings import LARGEST_MESSAGE_SIZE, MAX_SEGMENT_SIZE
+from store import LARGEST_MESSAGE_SIZE, MAX_SEGMENT_SIZE
 
 
 def register(app: typer.Typer) -> None:
@@ -43,8 +43,7 @@ def init(
              "+ 64 KiB (4259840 with the default 4 MiB).")] = 64 * 1024 * 1024,
 ) -> None:
     from mqctl.output import Output, human_size
-    from store.client.creation import create_store
-    from store.log.settings import StoreSettings
+    from store import StoreSettings, create_store
     st = state(ctx)
     res = create_store(st.store_path, StoreSettings(max_message_size=max_message_size, commitlog_segment_size=segment_size,
                                                     auto_create_topics=not no_auto_create))

@@ -33,8 +33,7 @@ def show(
 ) -> None:
     from mqctl.msgview import describe
     from mqctl.output import Output
-    from store.client.history import message_report
-    from store.timeparse import format_local
+    from store import format_local, message_report
     st = state(ctx)
     store = st.store()
     m = store.find(msg_id, strict=True)
@@ -62,9 +61,7 @@ def query(
 ) -> None:
     from mqctl.msgview import QUERY_COLUMNS, query_row
     from mqctl.output import Output
-    from store.client.envelope import envelope
-    from store.names import validate_any_topic
-    from store.timeparse import format_local
+    from store import envelope, format_local, validate_any_topic
     validate_any_topic(topic)
     st = state(ctx)
     store = st.store()

@@ -103,9 +103,8 @@ def reset(
 
     from mqctl.offsetsview import reset_notes, show_reset
     from mqctl.output import Output
+    from store import format_local, parse_time, validate_any_topic, validate_group
     from store.errors import UsageError
-    from store.names import validate_any_topic, validate_group
-    from store.timeparse import format_local, parse_time
     given = [name for name, on in (("--to-earliest", to_earliest), ("--to-latest", to_latest),
                                    ("--to-time", to_time is not None), ("--to-offset", to_offset is not None)) if on]
     if len(given) != 1:

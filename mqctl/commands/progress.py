@@ -27,7 +27,7 @@ Examples:
 def progress(ctx: typer.Context, group: GroupOpt, topic: TopicFilterOpt = None, json: JsonOpt = False) -> None:
     from mqctl.offsetsview import CLIENT_STATE, PROGRESS_COLUMNS, in_topic
     from mqctl.output import Output, plural
-    from store.timeparse import format_local
+    from store import format_local
     st = state(ctx)
     admin = st.admin()
     rows = [r.to_json() for r in admin.lag(group, topic)]

@@ -89,8 +89,8 @@ def export(
 ) -> None:
     from mqctl import sparkutil
     from mqctl.output import plural
+    from store import validate_any_topic
     from store.errors import ConflictError
-    from store.names import validate_any_topic
     validate_any_topic(topic)
     out = out.expanduser()
     if out.exists() and not out.is_dir():

@@ -11,7 +11,7 @@ from mqctl.options import JsonOpt, state
 
 if TYPE_CHECKING:
     from mqctl.output import Output
-    from store.log.broker import Store
+    from store import Admin
 
 store_app = typer.Typer(help="Verify, repair, measure and clean the store.", no_args_is_help=True)
 
@@ -21,11 +21,10 @@ def register(app: typer.Typer) -> None:
 
 
 @contextmanager
-def _log_progress(out: "Output", store: "Store", label: str) -> Iterator[Callable[[int], None]]:
+def _log_progress(out: "Output", admin: "Admin", label: str) -> Iterator[Callable[[int], None]]:
     """A bar over the commit log's bytes (a terminal only); yields the callback the library
     reports bytes to."""
-    from store.log.stats import commitlog_bytes
-    with out.progress(commitlog_bytes(store), label, bytes_=True) as bar:
+    with out.progress(admin.log_bytes(), label, bytes_=True) as bar:
         yield bar.advance
 
 
@@ -42,12 +41,11 @@ def check(ctx: typer.Context, json: JsonOpt = False) -> None:
     from mqctl.output import Output, plural
     from mqctl.storeview import show_check
     from store.errors import DamageFoundError
-    from store.spark.staging import stale_staging
-    store = state(ctx).store()
+    admin = state(ctx).admin()
     out = Output(json=json)
-    with _log_progress(out, store, "checking") as advance:
-        rep = store.check(progress=advance)
-    show_check(out, rep, stale_staging(store.root))
+    with _log_progress(out, admin, "checking") as advance:
+        rep = admin.check(progress=advance)
+    show_check(out, rep, admin.stale_staging())
     problems = rep.problems or []
     if problems:
         raise DamageFoundError(f"store check found {plural(len(problems), 'problem')}; run `mqctl store recover` "
@@ -68,10 +66,10 @@ Examples:
 def recover(ctx: typer.Context, json: JsonOpt = False) -> None:
     from mqctl.output import Output
     from mqctl.storeview import show_recover
-    store = state(ctx).store()
+    admin = state(ctx).admin()
     out = Output(json=json)
-    with _log_progress(out, store, "recovering") as advance:
-        rep = store.recover(full=True, progress=advance)
+    with _log_progress(out, admin, "recovering") as advance:
+        rep = admin.recover(progress=advance)
     show_recover(out, rep)
 
 
@@ -87,9 +85,8 @@ Examples:
 def stats(ctx: typer.Context, json: JsonOpt = False) -> None:
     from mqctl.output import Output
     from mqctl.storeview import show_stats
-    from store.log.stats import store_stats
-    store = state(ctx).store()
-    show_stats(Output(json=json), store, store_stats(store))
+    admin = state(ctx).admin()
+    show_stats(Output(json=json), admin.store, admin.stats())
 
 
 CLEAN_HELP = """Delete old segments that every reader has passed.
@@ -119,22 +116,19 @@ def clean(
 ) -> None:
     from mqctl.output import Output
     from mqctl.storeview import CleanListing
-    from store.log.retention import clean as run_clean
-    from store.log.retention import plan_clean
-    from store.spark.staging import stale_staging, sweep_staging
-    from store.timeparse import parse_duration
+    from store import parse_duration
     retention = parse_duration(older_than)
-    store = state(ctx).store()
+    admin = state(ctx).admin()
     out = Output(json=json)
     listing = CleanListing(out, dry_run)
     if dry_run:
-        plan = plan_clean(store, retention, force)
+        plan = admin.plan_clean(retention, force=force)
         for a in plan.files:
             listing.planned(a)
-        staging = stale_staging(store.root)
+        staging = admin.stale_staging()
     else:
-        total = len(plan_clean(store, retention, force).files)
+        total = len(admin.plan_clean(retention, force=force).files)
         with out.progress(total or None, "cleaning") as bar:
-            plan = run_clean(store, retention, force, progress=bar.advance, on_delete=listing.deleted)
-        staging = sweep_staging(store.root)   # what killed or failed Spark jobs left behind
+            plan = admin.clean(retention, force=force, progress=bar.advance, on_delete=listing.deleted)
+        staging = admin.sweep_staging()   # what killed or failed Spark jobs left behind
     listing.finish(plan, staging, older_than)

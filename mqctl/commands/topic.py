@@ -33,7 +33,7 @@ def create(
     json: JsonOpt = False,
 ) -> None:
     from mqctl.output import Output, plural
-    from store.names import validate_topic
+    from store import validate_topic
     validate_topic(topic)
     cfg, created = state(ctx).store(create=True).create_topic(topic, queues, order)
     out = Output(json=json)
@@ -73,7 +73,7 @@ Examples:
   mqctl topic status orders --json | jq -s 'map(.messages) | add'""")
 def status(ctx: typer.Context, topic: TopicArg, json: JsonOpt = False) -> None:
     from mqctl.output import Output
-    from store.timeparse import format_local
+    from store import format_local
     st = state(ctx)
     rows = [q.to_json() for q in st.admin().topic_status(topic)]
     for r in rows if not json else ():
@@ -95,8 +95,8 @@ def delete(
     topic: TopicArg,
     yes: YesOpt = False,
 ) -> None:
+    from store import validate_topic
     from store.errors import UsageError
-    from store.names import validate_topic
     validate_topic(topic)
     store = state(ctx).store()
     store.topic(topic)

@@ -66,9 +66,8 @@ def send(
     from mqctl.msgargs import message_properties
     from mqctl.output import Output
     from mqctl.txrun import command_argv, local_transaction
+    from store import validate_topic
     from store.errors import StoreError, UsageError
-    from store.names import validate_topic
-    from store.tx.transaction import load, send_half
     validate_topic(topic)
     if sharding_key is not None and queue is not None:
         raise UsageError("give --sharding-key or --queue, not both")
@@ -77,16 +76,18 @@ def send(
     if body == "-" and sys.stdin.isatty():
         Output().info("mqctl: reading one body from stdin, all of it (Ctrl-D to end)")
     data = sys.stdin.buffer.read() if body == "-" else body.encode()
-    store = state(ctx).store(create=True)
-    res = send_half(store, topic, data, props, queue_id=-1 if queue is None else queue,
-                    sharding_key=sharding_key, sync=flush == "sync")
+    st = state(ctx)
+    st.store(create=True)
+    admin = st.admin()
+    res = admin.prepare_transaction(topic, data, props, queue=queue, sharding_key=sharding_key,
+                                    sync=flush == "sync")
     outcome, error = "PREPARED", None
     if argv is not None:
         try:
-            outcome = local_transaction(store, res.half, argv, flush == "sync")
+            outcome = local_transaction(admin, res.half, argv, flush == "sync")
         except StoreError as exc:  # e.g. `tx check` resolved it the other way meanwhile:
             # the one line still reports the state the store holds, then the error's exit code
-            outcome, error = load(store, res.tx_id).state, exc
+            outcome, error = admin.transaction_state(res.tx_id), exc
     Output().emit_json({"txId": res.tx_id, "msgId": res.tx_id, "state": outcome, "topic": res.topic,
                         "queueId": res.queue_id, "offsetMsgId": res.offset_msg_id})
     if error is not None:
@@ -118,9 +119,7 @@ def rollback(ctx: typer.Context, tx_id: TxIdArg, flush: FlushOpt = "async", json
 def _end(ctx: typer.Context, text: str, commit: bool, sync: bool, json: bool) -> None:
     from mqctl.output import Output
     from mqctl.txview import show_end
-    from store.tx.transaction import end_transaction, resolve_tx_id
-    store = state(ctx).store()
-    show_end(Output(json=json), end_transaction(store, resolve_tx_id(store, text), commit, sync=sync), commit)
+    show_end(Output(json=json), state(ctx).admin().end_transaction(text, commit, sync=sync), commit)
 
 
 @tx_app.command("list", help="""List unresolved (PREPARED) transactions, oldest first.
@@ -133,12 +132,13 @@ Examples:
   mqctl tx list
   mqctl tx list --json | jq -r .txId""")
 def list_(ctx: typer.Context, json: JsonOpt = False) -> None:
+    import time
+
     from mqctl.output import Output
     from mqctl.txview import show_pending
-    from store.tx.check import pending
-    from store.tx.transaction import now_ms
     st = state(ctx)
-    show_pending(Output(json=json), pending(st.store()), now_ms(), st.utc)
+    txs = st.admin().transactions()
+    show_pending(Output(json=json), txs, time.time_ns() // 1_000_000, st.utc)
 
 
 # ``tx check`` (the check service) has a module of its own; registered last, as listed

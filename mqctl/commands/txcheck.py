@@ -44,10 +44,10 @@ def check(
     from mqctl.output import Output
     from mqctl.txrun import check_service, command_argv
     from mqctl.txview import pass_summary, show_event
-    from store.timeparse import parse_duration
+    from store import parse_duration
     argv = command_argv(check_cmd, "--check-cmd")
     timeout_ms, pause_s = parse_duration(timeout), parse_duration(interval) / 1000
     out = Output(json=json)
-    check_service(state(ctx).store(), argv, timeout_ms=timeout_ms, max_checks=max_checks,
+    check_service(state(ctx).admin(), argv, timeout_ms=timeout_ms, max_checks=max_checks,
                   cmd_timeout_s=parse_duration(cmd_timeout) / 1000 or None, loop_pause_s=pause_s if loop else None,
                   on_event=lambda ev: show_event(out, ev), on_pass=lambda report: out.info(pass_summary(report)))

@@ -1,6 +1,7 @@
-"""What consuming a batch means for ``mqctl consume``: writing it to stdout, or running
-``--exec CMD``. These are the CLI's sinks for the library's consumer runtime
-(``store/client/runtime.py``), which does everything else.
+"""What consuming a batch means for ``mqctl consume --exec CMD``: running CMD. This and
+``mqctl/consumer/stdoutsink.py`` (writing to stdout) are the CLI's sinks for the library's
+consumer runtime (:class:`store.ConsumerRuntime`), which does everything else; a handler
+process itself is a :class:`~mqctl.consumer.child.Child`.
 
 A handler returns True when the batch is consumed. The stdout handler consumes a batch once
 it is written and flushed (``BrokenPipe`` if the reader went away: nothing of that batch is
@@ -23,166 +24,26 @@ import concurrent.futures as cf
 import errno
 import fcntl
 import os
-import select
 import shlex
 import shutil
 import signal
 import sys
 import threading
-import time
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable
 
+from mqctl.consumer.child import Child, HandlerTimeout, kill_tree
 from mqctl.consumer.watchdog import Watchdog
 from store.errors import HandlerError, UsageError
-from store.log.record import Message
 
 if TYPE_CHECKING:
-    from store.client.runtime import Outcome
+    from store import Outcome
+    from store import StoredMessage as Message
+
 
 def _ignore(_signum: int, _frame: object) -> None:
     pass
-
-
-def _stdout_fd() -> int:
-    """The descriptor behind ``sys.stdout`` (1, unless a caller redirected ``sys.stdout``, as
-    in-process runs of the CLI do)."""
-    try:
-        return sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):
-        return 1
-
-class StdoutSink:
-    """``consume`` without ``--exec``: raw bodies, the JSON envelope, or a ``--format``.
-
-    An inline sink: a message is consumed once the write of its whole line returned. When a
-    write fails (the reader closed the pipe: ``BrokenPipe``, exit 141; or a second signal
-    interrupted a blocked write) ``completed`` tells the runtime how many leading messages of
-    the call were delivered, and only those are committed. For a pipe, delivered means taken
-    out of the pipe by the reader: what was still in the pipe's buffer when the reader went
-    away (``FIONREAD``) was never read, and is not counted. ``raw`` (the renderer is body +
-    newline) lets the runtime hand over bare bodies."""
-
-    def __init__(self, render: Callable[[Message], bytes], raw: bool = False) -> None:
-        self.render = render
-        self.raw = raw
-        self.completed = 0
-        self.fd = _stdout_fd()
-        self._poll: Any = None   # select.poll on stdout when it is a pipe; False when not
-
-    def consume(self, batch: list[Message]) -> None:
-        lines = [self.render(m) for m in batch]
-        # one write for the batch (a write per line was a syscall per message); the sizes
-        # still say which lines a failed write delivered whole
-        self._write([b"".join(lines)], [len(x) for x in lines])
-
-    def write_raw(self, bodies: Sequence[bytes | memoryview]) -> None:
-        total = sum(map(len, bodies))
-        if total >= 1 << 20:
-            from mqctl.output import keep_big_buffers
-            keep_big_buffers()   # batches this big will follow: reuse their memory (once)
-        if total >= len(bodies) * _GATHER_MIN_AVG:
-            # big bodies go to the kernel as they are (writev): not copied together first
-            iov: list[bytes | memoryview] = [b"\n"] * (2 * len(bodies))
-            iov[::2] = bodies
-            self._write(iov, None, bodies)
-            return
-        self._write([b"\n".join(bodies), b"\n"], None, bodies)
-
-    def _write(self, chunks: Sequence[bytes | memoryview], sizes: list[int] | None,
-               bodies: Sequence[bytes | memoryview] | None = None) -> None:
-        self.completed = 0
-        written = 0
-        try:
-            try:
-                sys.stdout.flush()
-            except (OSError, ValueError):
-                pass
-            i, done = 0, 0   # chunks[i] is the first not written in full; done: of its bytes
-            while i < len(chunks):
-                group: list[bytes | memoryview] = list(chunks[i:i + _IOV_MAX])
-                if done:
-                    group[0] = memoryview(group[0])[done:]
-                n = os.writev(self.fd, group) if len(group) > 1 else os.write(self.fd, group[0])
-                written += n
-                if n == sum(map(len, group)):
-                    i, done = i + len(group), 0
-                    continue
-                while i < len(chunks) and (n or not len(chunks[i])):   # past what was written
-                    left = len(chunks[i]) - done
-                    if n < left:
-                        done += n
-                        break
-                    n -= left
-                    i, done = i + 1, 0
-        except BrokenPipeError as exc:
-            self.completed = _whole_lines(written - _unread(self.fd), sizes, bodies)
-            from mqctl.output import BrokenPipe
-            raise BrokenPipe("stdout was closed by the reader") from exc
-        except BaseException:
-            self.completed = _whole_lines(written, sizes, bodies)
-            raise
-        if sizes is None:
-            self.completed = len(bodies or ())
-        else:
-            self.completed = len(sizes)
-
-
-    def idle_check(self) -> None:
-        """Called by an idle consumer: BrokenPipe if stdout is a pipe whose reader is gone
-        (``| head`` got its lines while everything fitted in the pipe), so the consumer exits
-        141 now instead of at its next write, which may never come."""
-        if self._poll is None:
-            import select
-            import stat
-            try:
-                if not stat.S_ISFIFO(os.fstat(self.fd).st_mode):
-                    self._poll = False
-                    return
-                self._poll = select.poll()
-                self._poll.register(self.fd, 0)   # POLLERR / POLLHUP are always reported
-            except (OSError, AttributeError, ValueError):
-                self._poll = False
-                return
-        if self._poll is False:
-            return
-        if self._poll.poll(0):
-            self.completed = 0
-            from mqctl.output import BrokenPipe
-            raise BrokenPipe("stdout was closed by the reader")
-
-
-_GATHER_MIN_AVG = 1024   # raw bodies this big on average are written with writev, not joined
-_IOV_MAX = 1024
-
-
-def _unread(fd: int) -> int:
-    """Bytes still in the pipe ``fd`` writes to (0 if it is not a pipe, or cannot say): after
-    the reader closed its end, they are what it never read."""
-    try:
-        import fcntl
-        import stat
-        import struct
-        import termios
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            return 0
-        buf = fcntl.ioctl(fd, termios.FIONREAD, struct.pack("i", 0))
-        n: int = struct.unpack("i", buf)[0]
-        return max(0, n)
-    except (OSError, ImportError, AttributeError, ValueError):
-        return 0
-
-
-def _whole_lines(nbytes: int, sizes: list[int] | None, bodies: Sequence[bytes | memoryview] | None) -> int:
-    """How many leading lines fit in full in the first ``nbytes`` bytes written."""
-    total = n = 0
-    for size in (sizes if sizes is not None else (len(b) + 1 for b in bodies or ())):
-        total += size
-        if total > nbytes:
-            break
-        n += 1
-    return n
 
 
 def split_command(cmd: str) -> list[str]:
@@ -204,85 +65,6 @@ def check_runnable(argv: list[str], what: str = "handler") -> None:
             raise HandlerError(f"cannot run {what} {prog!r}: not an executable file")
     elif shutil.which(prog) is None:
         raise HandlerError(f"cannot run {what} {prog!r}: not found on PATH")
-
-
-class HandlerTimeout(Exception):
-    """A handler still ran when :meth:`Child.wait`'s time was up (control flow inside this
-    module: :meth:`ExecHandler.finish` turns it into a failed outcome, never raised further)."""
-
-
-@dataclass(eq=False)
-class Child:
-    """A handler process :meth:`ExecHandler.spawn` started: its pid, the process group it
-    runs in, and its exit status once reaped (as ``Popen.returncode``: -N for a signal)."""
-
-    pid: int
-    pgid: int
-    returncode: int | None = None
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Reap it (HandlerTimeout if it still runs after ``timeout`` s). Not thread-safe:
-        only the thread that owns the child (the one that started it, or the pool thread it
-        handed it to) waits for it, :func:`_kill_tree` included; others only signal it
-        (:meth:`ExecHandler.abort`)."""
-        if self.returncode is not None:
-            return self.returncode
-        if timeout is not None and not _exited(self, timeout):
-            raise HandlerTimeout()
-        if self.returncode is None:
-            self._reap(0)
-        assert self.returncode is not None
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.returncode is None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    def _reap(self, flags: int) -> bool:
-        try:
-            pid, status = os.waitpid(self.pid, flags)
-        except ChildProcessError:   # reaped elsewhere (SIGCHLD ignored): as Popen, say 0
-            self.returncode = 0
-            return True
-        if pid == 0:
-            return False
-        self.returncode = os.waitstatus_to_exitcode(status)
-        return True
-
-
-def _exited(child: Child, timeout: float) -> bool:
-    """Whether ``child`` exits within ``timeout`` s: a pidfd polled (no polling loop, so a
-    handler's end is seen at once), or, without pidfd, waitpid(WNOHANG) at a growing interval
-    as ``Popen.wait`` does."""
-    try:
-        pidfd = os.pidfd_open(child.pid)
-    except (AttributeError, OSError):
-        pidfd = -1
-    deadline = time.monotonic() + timeout
-    if pidfd >= 0:
-        try:
-            p = select.poll()
-            p.register(pidfd, select.POLLIN)
-            while True:
-                left_ms = int((deadline - time.monotonic()) * 1000 + 0.999)
-                # poll takes a C int of ms: a --consume-timeout of weeks is waited in parts
-                if p.poll(max(0, min(left_ms, _POLL_MAX_MS))):
-                    return True
-                if left_ms <= _POLL_MAX_MS:
-                    return False
-        finally:
-            os.close(pidfd)
-    delay = 0.0005
-    while not child._reap(os.WNOHANG):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        delay = min(delay * 2, left, 0.05)
-        time.sleep(delay)
-    return True
 
 
 def _empty_file() -> int:
@@ -329,7 +111,6 @@ def _no_inherited_fds() -> None:
             pass   # the listing's own descriptor, closed by now
 
 
-_POLL_MAX_MS = 1 << 30
 # subprocess resets these (Python ignores them) before exec: so does the handler's spawn.
 _RESET_SIGNALS = tuple(getattr(signal, s) for s in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, s))
 
@@ -493,7 +274,7 @@ class ExecHandler:
             # A watchdog that died between take() and the spawn: the new one adopts pgid.
             self.watchdog.check()
             if self.aborted:   # abort() ran between the check above and the start
-                _kill_tree(child)
+                kill_tree(child)
         except BaseException:
             self.finish(child)
             raise
@@ -505,12 +286,12 @@ class ExecHandler:
         try:
             child.wait(self.timeout_s)
         except HandlerTimeout:
-            _kill_tree(child)
+            kill_tree(child)
             return False, f"handler timed out after {self.timeout_s:g}s"
         finally:
             self.running.discard(child)
             if child.returncode is None:   # an exception on the way: do not leave it running
-                _kill_tree(child)
+                kill_tree(child)
             self.watchdog.give_back(child.pgid)   # reaped: the group may go
         code = child.wait()   # reaped: its exit status
         if self.aborted and code != 0:
@@ -582,7 +363,7 @@ class ExecSink:
             self.pool.submit(job)
         except BaseException as exc:   # the pool was shut down
             if started is not None:
-                _kill_tree(started)
+                kill_tree(started)
                 self.handler.finish(started)
             if fut.running():
                 self._settle(fut, lock_fd, exc)
@@ -681,15 +462,6 @@ class FifoSlots:
 _GRANTED = threading.Event()
 _GRANTED.set()
 
-
-def _kill_tree(child: Child) -> None:
-    """SIGKILL the handler's process group (one of its own, see the module docstring), so a
-    ``sh -c 'sleep 999'`` does not leave the sleep running after its shell is gone."""
-    try:
-        os.killpg(child.pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        child.kill()
-    child.wait()
 
 
 def warn(msg: str) -> None:

@@ -7,6 +7,8 @@ command line over the same code. Modules:
 ``paths``        which store ``path=None`` means (``$MQCTL_STORE``, else ``~/.mqctl/store``)
 ``message``      :class:`~store.client.message.Message` and :class:`~store.client.message.SendResult`
 ``producer``     :class:`~store.client.producer.Producer`
+``groupcommit``  the producer's group commit for ``flush="sync"`` (fsyncs in a thread)
+``propnames``    :class:`~store.client.propnames.Prop`: the store's reserved property names
 ``properties``   a message's properties (tags, keys, user properties, sharding key): the one
                  builder and its checks, for the producers and ``mqctl`` alike
 ``runtime``      the consumer runtime: one member of a group, output through a sink
@@ -15,6 +17,9 @@ command line over the same code. Modules:
 ``txproducer``   :class:`~store.client.txproducer.TransactionProducer` and ``TxState``
 ``admin``        :class:`~store.client.admin.Admin`: topics, lag, offsets, locks, members,
                  rebalance previews, dead letters
+``maintenance``  Admin's whole-store operations: check, recover, stats, clean, staging
+``txadmin``      Admin's transactions by id: prepare, list, commit/rollback, check
+``history``      a message's copies and events (``msg show``)
 ``dlq``          a group's dead letters, resending them, and the record of what was resent
 ``rules``        argument rules shared with ``mqctl`` (contradictory consume options), and
                  how error messages name arguments

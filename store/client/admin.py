@@ -20,9 +20,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, Union
 
 from store import names
+from store.client.maintenance import StoreMaintenance
 from store.client.paths import PathLike, resolve_store_path
 from store.client.rows import Row
 from store.client.rules import ArgNames, usage
+from store.client.txadmin import TransactionAdmin
 from store.errors import ConflictError, GroupNotFoundError, LockHeldError, NotFoundError, UsageError
 
 if TYPE_CHECKING:
@@ -413,9 +415,11 @@ def _ms(t: _dt.datetime) -> int:
 
 # -- the facade -------------------------------------------------------------------------------
 
-class Admin:
+class Admin(StoreMaintenance, TransactionAdmin):
     """Inspect and administer a store: topics, a group's lag, offsets, queue locks, members,
-    rebalance previews and dead letters.
+    rebalance previews and dead letters; the whole store's check, recovery, statistics and
+    retention (:meth:`check`, :meth:`recover`, :meth:`stats`, :meth:`clean`); transactions
+    by id (:meth:`transactions`, :meth:`end_transaction`, :meth:`check_transactions`).
 
     ::
 

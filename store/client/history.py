@@ -10,6 +10,8 @@ from store.log.record import Message
 
 
 def message_report(store: Store, m: Message) -> dict[str, Any]:
+    """What ``mqctl msg show --json`` prints about the stored message ``m``: its envelope, its
+    system flag and where its other copies are (retries, dead letter, transaction)."""
     from store.log.offsets import ClusterOffsetStore
     from store.names import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC
     obj = envelope(m)

@@ -1,22 +1,29 @@
-"""The producer: :class:`Producer` sends messages to a store, one or a batch per call."""
+"""The producer: :class:`Producer` sends messages to a store, one or a batch per call; its
+batch calls (:meth:`Producer.send_bodies`, :meth:`Producer.send_drafts`) are what ``mqctl
+send`` drives, with group commit (``store/client/groupcommit.py``) for ``flush="sync"``."""
 from __future__ import annotations
 
-import datetime as _dt
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypeVar, Union
 
 from store import names
 from store.client.handle import StoreClient
-from store.client.message import SendResult, send_results
 from store.client.paths import PathLike, resolve_store_path
 from store.client.properties import build_properties
 from store.errors import UsageError
 
 if TYPE_CHECKING:
+    import datetime as _dt
+
+    from store.client.groupcommit import GroupCommit
+    from store.client.message import SendResult
     from store.log.broker import Store
     from store.log.record import Draft
+    from store.log.results import BatchResult
 
 Body = Union[bytes, bytearray, memoryview, str]
-Delay = Union[int, _dt.timedelta]
+# datetime and the result classes are imported when used: ``mqctl send``'s start-up needs neither
+Delay = Union[int, "_dt.timedelta"]
+_R = TypeVar("_R")
 
 def body_bytes(body: Body) -> bytes:
     """A body given as bytes (or a bytes-like object) or as text (encoded as UTF-8)."""
@@ -49,6 +56,8 @@ def delay_spec(delay: Delay | None) -> tuple[int, int] | None:
     :class:`datetime.timedelta`; None for no delay."""
     if delay is None:
         return None
+    import datetime as _dt
+
     from store.log.schedule import LEVEL_MS
     if isinstance(delay, _dt.timedelta):
         ms = delay // _dt.timedelta(milliseconds=1)
@@ -73,6 +82,12 @@ class Producer(StoreClient):
     process: it is in the page cache) or ``"sync"`` (it was also fsynced: it survives a crash
     of the machine).
 
+    ``group_commit=True`` (with ``flush="sync"``): a batch call returns once the batch is
+    written, and its ``on_durable`` callback runs once an fsync running in the background
+    covers it (later, in this thread: during a later send, :meth:`settle` or :meth:`close`).
+    One fsync then covers every batch written while the previous one ran, as RocketMQ's
+    GroupCommitService: a producer that keeps writing pays far fewer fsyncs than batches.
+
     Use it as a context manager, or call :meth:`close`::
 
         with store.Producer() as producer:
@@ -84,13 +99,30 @@ class Producer(StoreClient):
 
     _what = "this producer"
 
-    def __init__(self, path: PathLike | None = None, *, flush: str = "async") -> None:
+    def __init__(self, path: PathLike | None = None, *, flush: str = "async", group_commit: bool = False) -> None:
+        from store.log.broker import Store
+        self._setup(flush, group_commit)
+        self.path = resolve_store_path(path)
+        self._owned = True
+        self._store: Store | None = Store.open(self.path, create=True)
+
+    @classmethod
+    def of(cls, store: "Store", *, flush: str = "async", group_commit: bool = False) -> "Producer":
+        """A producer over an open :class:`store.Store` handle, which :meth:`close` leaves
+        open (``mqctl send`` shares its handle this way)."""
+        producer = cls.__new__(cls)
+        producer._setup(flush, group_commit)
+        producer.path, producer._owned, producer._store = store.root, False, store
+        return producer
+
+    def _setup(self, flush: str, group_commit: bool) -> None:
         if flush not in ("async", "sync"):
             raise UsageError(f"flush must be 'async' or 'sync', not {flush!r}")
-        from store.log.broker import Store
-        self.path = resolve_store_path(path)
+        if group_commit and flush != "sync":
+            raise UsageError("group_commit applies to flush='sync'")
         self.flush = flush
-        self._store: Store | None = Store.open(self.path, create=True)
+        self.group_commit = group_commit
+        self._commits: GroupCommit | None = None
 
     # -- sending ---------------------------------------------------------------------------
     def send(self, topic: str, body: Body, tags: str | None = None,
@@ -133,31 +165,78 @@ class Producer(StoreClient):
             # bodies, properties shared, the sharding key per body
             from store.log.record import PROP_SHARDING_KEY
             shared = {k: v for k, v in props.items() if k != PROP_SHARDING_KEY}
-            res = store.put_bodies(topic, data, properties=shared, queue_id=-1 if queue is None else queue,
-                                   sharding_keys=None if sharding_key is None else [sharding_key] * len(data),
-                                   sync=self.flush == "sync")
+            from store.client.message import send_results
+            res = self.send_bodies(topic, data, properties=shared, queue=queue,
+                                   sharding_keys=None if sharding_key is None else [sharding_key] * len(data))
             return send_results(topic, res.uniq_keys, res.queue_ids, res.queue_offsets, res.commitlog_offsets,
                                  res.store_timestamp)
         from store.log.record import Draft
-        drafts: list[Draft] = [Draft(topic, b, dict(props), -1 if queue is None else queue, sharding_key)
-                               for b in data]
+        return self.send_drafts([Draft(topic, b, dict(props), -1 if queue is None else queue, sharding_key)
+                                 for b in data], delay=delay)
+
+    # -- batches as ``mqctl send`` writes them ---------------------------------------------
+    def send_bodies(self, topic: str, bodies: Sequence[bytes | bytearray | memoryview], *,
+                    properties: dict[str, str] | None = None, queue: int | None = None,
+                    sharding_keys: list[str | None] | None = None,
+                    on_durable: Callable[["BatchResult"], None] | None = None) -> "BatchResult":
+        """Send raw bodies to ``topic`` as one batch (one write under one lock, all or
+        nothing), sharing ``properties`` as :func:`store.build_properties` makes them; the
+        fastest way to send many messages. ``sharding_keys`` gives each body its own key
+        (``None`` entries go to ``queue``, else round robin). Returns the results as columns
+        (:class:`store.BatchResult`: ``queue_ids``, ``queue_offsets``, ``uniq_keys``, ...).
+
+        ``on_durable(result)`` runs once the batch is as durable as ``flush`` promises: at
+        once, or with ``group_commit`` once a background fsync covers it. Checks nothing
+        that :meth:`send_many` checks beyond the store's own limits (size, topic)."""
+        store = self._open_store()
+        res = store.put_bodies(topic, bodies, properties=properties, queue_id=-1 if queue is None else queue,
+                               sharding_keys=sharding_keys, sync=self.flush == "sync" and not self.group_commit)
+        self._acknowledge(res, on_durable)
+        return res
+
+    def send_drafts(self, drafts: list["Draft"], *, delay: Delay | None = None,
+                    on_durable: Callable[[list[SendResult]], None] | None = None) -> list[SendResult]:
+        """Send :class:`store.Draft` records (each with its own topic, properties, queue or
+        sharding key) as one batch; ``delay`` parks every one of them until due. Returns one
+        result per draft; ``on_durable`` as for :meth:`send_bodies`."""
+        store = self._open_store()
+        deliver = delay_spec(delay)
         if deliver is not None:
             from store.log.schedule import delay_draft
             drafts = [delay_draft(d, deliver, store) for d in drafts]
-        results = store.put(drafts, sync=self.flush == "sync")
+        results = store.put(drafts, sync=self.flush == "sync" and not self.group_commit)
+        from store.client.message import SendResult
+
         # A parked message reports the topic and queue it will be delivered to (chosen when it
         # was parked), no queue offset (it has none until then) and when it is due.
-        from store.log.record import PROP_DELIVER_MS, PROP_REAL_QID
+        from store.log.record import PROP_DELIVER_MS, PROP_REAL_QID, PROP_REAL_TOPIC
         out = []
         for d, r in zip(drafts, results):
             parked = PROP_REAL_QID in d.properties
             out.append(SendResult(
-                msg_id=r.uniq_key, topic=topic,
+                msg_id=r.uniq_key, topic=d.properties[PROP_REAL_TOPIC] if parked else d.topic,
                 queue_id=int(d.properties[PROP_REAL_QID]) if parked else r.queue_id,
                 queue_offset=None if parked else r.queue_offset,
                 offset_msg_id=r.msg_id, commitlog_offset=r.commitlog_offset, store_timestamp=r.store_timestamp,
                 deliver_timestamp=int(d.properties[PROP_DELIVER_MS]) if parked else None))
+        self._acknowledge(out, on_durable)
         return out
+
+    def settle(self) -> None:
+        """With ``group_commit``: make every batch sent durable now and run its
+        ``on_durable`` (a no-op otherwise)."""
+        if self._commits is not None:
+            self._commits.settle()
+
+    def _acknowledge(self, result: _R, on_durable: Callable[[_R], None] | None) -> None:
+        if not self.group_commit:
+            if on_durable is not None:
+                on_durable(result)
+            return
+        if self._commits is None:
+            from store.client.groupcommit import GroupCommit
+            self._commits = GroupCommit(self._open_store())
+        self._commits.written((lambda: on_durable(result)) if on_durable is not None else _nothing)
 
     @staticmethod
     def _check_route(store: "Store", topic: str, queue: int | None, sharding_key: str | None) -> None:
@@ -170,5 +249,22 @@ class Producer(StoreClient):
             raise UsageError(f"topic {topic!r} is ordered: give a sharding_key or a queue")
 
     # -- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Make what was sent durable (``group_commit``: run the pending ``on_durable``
+        callbacks), then release the store handle (idempotent)."""
+        commits, self._commits = self._commits, None
+        try:
+            if commits is not None:
+                commits.close()
+        finally:
+            if self._owned:
+                super().close()
+            else:
+                self._store = None
+
     def __repr__(self) -> str:
         return f"Producer(path={str(self.path)!r}, flush={self.flush!r}{', closed' if self._store is None else ''})"
+
+
+def _nothing() -> None:
+    pass

@@ -59,7 +59,7 @@ def test_a_command_without_a_slash_is_looked_up_on_path(mq: MQ) -> None:
 
 
 def test_a_handlers_wait_times_out_reaps_and_takes_a_timeout_of_weeks() -> None:
-    from mqctl.consumer.handlers import Child, HandlerTimeout
+    from mqctl.consumer.child import Child, HandlerTimeout
     env = dict(os.environ)
     slow = Child(os.posix_spawnp("sleep", ["sleep", "600"], env), 0)
     with pytest.raises(HandlerTimeout):

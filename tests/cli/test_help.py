@@ -150,3 +150,26 @@ def test_no_color_gives_plain_help_even_on_a_terminal() -> None:
     data = run([*MQCTL, "--help"], env={**HELP_ENV, "NO_COLOR": "1"}, tty="stdout").stdout
     assert b"\x1b[" not in data and "╭".encode() not in data
     assert b"Produce and consume:" in data
+
+
+def _groups() -> list[tuple[str, ...]]:
+    return [p for p, c in commands() if getattr(c, "commands", None) and not getattr(c, "hidden", False)]
+
+
+def test_every_group_without_a_command_prints_its_help_and_one_error_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 24 D7: ``mqctl store`` printed the help and exited 2 with no ``mqctl: error:``
+    line. Every command group (the root too) prints its help on stderr, nothing on stdout,
+    then one error line naming what is missing, and exits 2."""
+    from tests.procs import mqctl
+    groups = _groups()
+    assert ("mqctl", "store") in groups and ("mqctl", "tx") in groups and ("mqctl",) in groups
+    for path in groups:
+        res = mqctl(tmp_path / "store", *path[1:])
+        assert res.returncode == 2, str(res)
+        assert res.stdout == b"", str(res)
+        assert f"Usage: {' '.join(path)} " in res.stderr, str(res)
+        lines = [ln for ln in res.stderr.split("\n") if ln.strip()]
+        errors = [ln for ln in lines if ln.startswith("mqctl: error: ")]
+        assert errors == [lines[-1]], str(res)
+        assert errors[0].startswith(f"mqctl: error: missing command after '{' '.join(path)}'"), errors[0]
+        assert "Traceback" not in res.stderr

@@ -1,4 +1,4 @@
-"""mqctl/syncthread.py: the ``--flush sync`` sender's fsync thread — one request at a time,
+"""store/client/groupcommit.py: the ``--flush sync`` producer's fsync thread — one request at a time,
 its error handed to the sender, a stop that waits for the running request."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from mqctl.syncthread import SyncThread
+from store.client.groupcommit import SyncThread
 
 
 def test_requests_run_one_at_a_time_and_errors_reach_the_sender() -> None:
