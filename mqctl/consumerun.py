@@ -90,7 +90,9 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
     else:
         assert render is not None
         sink = StdoutSink(render, raw=not r.json and r.format_ is None)
-    Runtime(st.store(), opts, sink, warn=warn).run()
+    from mqctl.terminal import output_kept_on_interrupt
+    with output_kept_on_interrupt(sink.fd if isinstance(sink, StdoutSink) else -1):
+        Runtime(st.store(), opts, sink, warn=warn).run()
 
 
 def _group(r: ConsumeRequest) -> str:

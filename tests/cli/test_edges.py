@@ -1,0 +1,74 @@
+"""What a newcomer hits at the edges (issue 27): a consumer on a terminal stopped by Ctrl-C,
+auto-creation said and refusable, a consumer started before its topic, ``mqctl help``, the
+Spark entry points, kcat's ``-o`` and the smaller surprises. Every test runs ``mqctl`` as a
+user does: real processes on a real store (a real pseudo-terminal for Ctrl-C)."""
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+from tests.procs import MQ, mqctl_env, one_error, run, wait_for  # noqa: F401
+
+# -- 1: Ctrl-C on a terminal keeps what was counted as consumed -------------------------------
+
+
+def _pending(master: int) -> int:
+    """Bytes written to the pty that its reader (the master side) has not taken yet."""
+    return int(struct.unpack("i", fcntl.ioctl(master, termios.FIONREAD, struct.pack("i", 0)))[0])
+
+
+def test_ctrl_c_on_a_terminal_commits_only_what_the_terminal_showed(mq: MQ) -> None:
+    """A consumer on a terminal nobody reads for a while blocks with a full tty buffer; ^C
+    then used to discard that buffer (the tty driver flushes output on an interrupt) while
+    the consumer committed it: messages never seen and never delivered again. Now every
+    committed message was read from the terminal, and the rest come to the group again."""
+    n = 6000
+    mq.ok("topic", "create", "big", "--queues", "2")
+    mq.send_lines("big", (f"body-{i:05d}-" + "x" * 40 for i in range(n)))
+    master, slave = os.openpty()
+
+    def controlling_terminal() -> None:   # what a shell does for a foreground job
+        os.setsid()
+        fcntl.ioctl(1, termios.TIOCSCTTY, 0)
+
+    err = mq.work / "tty.err"
+    with open(err, "wb") as ferr:
+        p = subprocess.Popen(mq.argv("consume", "big", "-g", "ttyg", "--from", "first", "-f", r"%p:%o %s\n"),
+                             stdin=subprocess.DEVNULL, stdout=slave, stderr=ferr, env=mq.environ(),
+                             preexec_fn=controlling_terminal)
+    os.close(slave)
+    try:
+        # nobody reads the terminal: the consumer fills its buffer and blocks in a write
+        wait_for(lambda: _pending(master) >= 4095, what="the terminal's buffer to fill")
+        os.write(master, b"\x03")   # Ctrl-C, typed on the terminal
+        shown = b""
+        while select.select([master], [], [], 60)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:   # EIO: the consumer closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+        assert p.wait(timeout=60) == 0, err.read_text()
+    finally:
+        os.close(master)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    shown = shown.replace(b"^C", b"")   # the echo of the interrupt, wherever it fell in a line
+    seen = {(int(q), int(o)) for q, o in re.findall(rb"(\d+):(\d+) body-\d{5}-x+\r?\n", shown)}
+    committed = mq.offsets("ttyg", "big")
+    assert sum(committed.values()) > 0
+    lost = [(q, o) for (_, q), end in committed.items() for o in range(end) if (q, o) not in seen]
+    assert not lost, f"{len(lost)} messages committed but never shown on the terminal"
+    rest = mq.ok("consume", "big", "-g", "ttyg", "-e", "-f", r"%p:%o\n").out.split()
+    again = {(int(q), int(o)) for q, o in (x.split(":") for x in rest)}
+    assert len(seen | again) == n
