@@ -72,3 +72,22 @@ def test_ctrl_c_on_a_terminal_commits_only_what_the_terminal_showed(mq: MQ) -> N
     rest = mq.ok("consume", "big", "-g", "ttyg", "-e", "-f", r"%p:%o\n").out.split()
     again = {(int(q), int(o)) for q, o in (x.split(":") for x in rest)}
     assert len(seen | again) == n
+
+
+# -- 6: the Spark entry points of the contract -------------------------------------------------
+
+
+def test_store_spark_exports_its_entry_points_lazily() -> None:
+    """``from store.spark import register`` (spec/cli.md, the README) works, and neither
+    ``import store`` nor ``import store.spark`` imports PySpark."""
+    script = """
+import sys
+import store, store.spark
+assert "pyspark" not in sys.modules, "import store.spark imported pyspark"
+from store.spark import local_session, prepare_environment, register, ship_archive
+assert all(map(callable, (register, local_session, prepare_environment, ship_archive)))
+assert sorted(store.spark.__all__) == ["local_session", "prepare_environment", "register", "ship_archive"]
+print("ok")
+"""
+    res = run([sys.executable, "-c", script], env=mqctl_env(None))
+    assert res.returncode == 0 and res.out == "ok\n", str(res)
