@@ -91,3 +91,35 @@ print("ok")
 """
     res = run([sys.executable, "-c", script], env=mqctl_env(None))
     assert res.returncode == 0 and res.out == "ok\n", str(res)
+
+
+# -- 9: the README's completion commands on a fresh HOME; mqctl help -------------------------
+
+
+def _readme_block_after(marker: str) -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("```sh\n", readme.index(marker)) + len("```sh\n")
+    return readme[start:readme.index("```", start)]
+
+
+def test_readme_completion_commands_work_on_a_fresh_home(mq: MQ, tmp_path: Path) -> None:
+    """The bash and fish lines of the README's completion block, run as written in a HOME
+    that has no ~/.local or ~/.config yet, install the scripts (the zsh line needs zsh)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    block = _readme_block_after("### Shell completion")
+    lines = [ln for ln in block.splitlines() if ln.strip() and "zsh" not in ln]
+    res = mq.shell("set -e\n" + "\n".join(lines), extra_env={"HOME": str(home)})
+    assert res.returncode == 0, str(res)
+    assert "complete" in (home / ".local/share/bash-completion/completions/mqctl").read_text()
+    assert "complete" in (home / ".config/fish/completions/mqctl.fish").read_text()
+
+
+def test_help_command_is_the_help_flag(mq: MQ) -> None:
+    """``mqctl help consume`` prints ``mqctl consume --help``; ``mqctl help`` ``mqctl --help``;
+    ``mqctl help topic create`` the sub-command's page; an unknown name is exit 2."""
+    for words in (["consume"], [], ["topic", "create"]):
+        by_flag = mq.ok(*words, "--help")
+        by_help = mq.ok("help", *words)
+        assert by_help.out == by_flag.out and by_help.out.startswith("Usage: mqctl"), words
+    one_error(mq.run("help", "nosuch"), 2, "No such command 'nosuch'")
