@@ -76,7 +76,9 @@ def consume(
         help="Run CMD per message (or per --batch); exit 0 = consumed. Split like a shell line, "
              "run without a shell.")] = None,
     batch: Annotated[int, typer.Option(
-        "--batch", metavar="N", min=1, help="Messages per --exec run (stdin: one per line).")] = 1,
+        "--batch", metavar="N", min=1, max=1000,
+        help="Messages per --exec run (stdin: one per line); at most 1000, what a queue's cache holds. "
+             "A batch holds what is waiting, up to N.")] = 1,
     threads: Annotated[int, typer.Option(
         "--threads", metavar="N", min=1, max=256, help="--exec runs at a time (orderly: one per queue).")] = 4,
     count: Annotated[Optional[int], typer.Option(

@@ -253,6 +253,7 @@ class Runtime:
         self.force_stop = False        # a second SIGINT/SIGTERM: end handlers at once
         self._in_write = False         # an inline sink is writing: a second signal interrupts it
         self.resent = False   # a copy went to the retry topic or DLQ since the last commit
+        self.retries_sent = 0   # copies sent to the retry topic (not the DLQ) by this member
         self.schedule_at = 0.0   # when the loop next delivers due delayed messages (monotonic)
         self._topics_stamp: tuple[int, int] | None = None   # topics.json as last seen
         self.published_queues: list[dict[str, Any]] | None = None   # as the member record says
@@ -371,6 +372,12 @@ class Runtime:
         self.shutdown(wait_handlers=True)
         if self.fatal is not None:
             raise self.fatal
+        if self.o.exit_at_end and self.retries_sent:
+            # -e stops at the ends seen at start, so the copies this run sent back are all
+            # still waiting: exit 0 (everything there was taken) but do not let it pass unsaid
+            self.warn(f"{self.retries_sent} failed message{'s' if self.retries_sent != 1 else ''} "
+                      f"wait{'s' if self.retries_sent == 1 else ''} in {names.retry_topic(self.o.group)} "
+                      f"for a retry; run the consumer again to handle them")
         if self.force_stop:
             raise KeyboardInterrupt   # a second signal: exit 130, what finished is committed
         return 0
@@ -841,7 +848,10 @@ class Runtime:
             # The raw path caches nothing, so it may take what flow control allows a queue's
             # cache (1000 messages): fewer, larger pulls and writes. So may the path that builds
             # client messages from columns, up to what the cache has room for.
-            want = PULL_THRESHOLD_COUNT if raw else PULL_THRESHOLD_COUNT - pq.cached() if client else PULL_BATCH
+            # A pool sink's --batch may be bigger than a pull: pull a whole batch (up to what
+            # the queue's cache holds), or its handler gets 256 at a time.
+            want = (PULL_THRESHOLD_COUNT if raw else PULL_THRESHOLD_COUNT - pq.cached() if client
+                    else max(PULL_BATCH, min(self.pool.batch, PULL_THRESHOLD_COUNT) if self.pool is not None else 0))
             if client and want < PULL_THRESHOLD_COUNT // 2 and pq.cached():
                 # A pull costs about as much to set up as a few hundred messages cost to
                 # check and build: a queue with more than half its cache still to consume
@@ -1218,6 +1228,8 @@ class Runtime:
                 self.warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; will be redelivered through "
                      f"{names.retry_topic(o.group)} (reconsume {m.reconsume_times + 1} of {self.max_reconsume})")
             self.resent = True
+            if where != "dlq":
+                self.retries_sent += 1
             # its copy is a delayed message: look for due ones soon (not at the idle backstop)
             self.schedule_at = min(self.schedule_at, time.monotonic() + 0.2)
             off = pq.remove([m])

@@ -123,3 +123,66 @@ def test_help_command_is_the_help_flag(mq: MQ) -> None:
         by_help = mq.ok("help", *words)
         assert by_help.out == by_flag.out and by_help.out.startswith("Usage: mqctl"), words
     one_error(mq.run("help", "nosuch"), 2, "No such command 'nosuch'")
+
+
+# -- 11: the smaller surprises --------------------------------------------------------------
+
+
+def test_msg_show_takes_the_id_as_m_too(mq: MQ) -> None:
+    """The README's short-flag table lists ``-m`` (``--msg-id``): ``msg show -m ID`` is
+    ``msg show ID``; neither or both is a usage error."""
+    msg_id = mq.ok("send", "orders", "hello", "--json").json_lines()[0]["msgId"]
+    by_arg = mq.ok("msg", "show", msg_id, "--json").json_lines()
+    assert mq.ok("msg", "show", "-m", msg_id, "--json").json_lines() == by_arg
+    assert mq.ok("msg", "show", "--msg-id", msg_id, "--json").json_lines() == by_arg
+    one_error(mq.run("msg", "show"), 2, "give the message id once")
+    one_error(mq.run("msg", "show", msg_id, "-m", msg_id), 2, "give the message id once")
+
+
+def test_offsets_delete_needs_yes_off_a_terminal(mq: MQ) -> None:
+    """Like ``topic delete``: without ``--yes`` and without a terminal to ask on, nothing is
+    deleted (exit 2, naming the flag)."""
+    mq.ok("send", "orders", "hello")
+    mq.ok("consume", "orders", "-g", "G", "--from", "first", "-e")
+    before = mq.offsets("G")
+    assert sum(before.values()) == 1
+    one_error(mq.run("offsets", "delete", "-g", "G"), 2, "deleting the offsets of group G needs --yes")
+    assert mq.offsets("G") == before
+    mq.ok("offsets", "delete", "-g", "G", "--yes")
+    assert mq.offsets("G") == {}
+
+
+def test_exec_batch_bigger_than_a_pull_is_handed_whole(mq: MQ) -> None:
+    """``--batch 500`` on a backlog hands the handler 500 messages (it got 256, a pull's
+    worth); more than a queue's cache (1000) is refused rather than quietly cut."""
+    mq.ok("topic", "create", "b", "--queues", "1")
+    mq.send_lines("b", (str(i) for i in range(600)))
+    sizes = mq.work / "sizes"
+    mq.ok("consume", "b", "-g", "G", "--from", "first", "-e", "--batch", "500",
+          "--exec", f"sh -c 'wc -l >> {sizes}'")
+    assert [int(x) for x in sizes.read_text().split()] == [500, 100]
+    one_error(mq.run("consume", "b", "-g", "G", "--batch", "1001", "-x", "true"), 2,
+              "Invalid value for '--batch'")
+
+
+def test_a_due_delayed_message_counts_in_topic_list(mq: MQ) -> None:
+    """A delayed message that is due shows in ``topic list`` and ``topic status`` although no
+    consumer ran (a broker would have delivered it by itself)."""
+    mq.ok("send", "later", "x", "--delay", "1s")
+
+    def counted() -> bool:
+        rows = {r["topic"]: r for r in mq.ok("topic", "list", "--json").json_lines()}
+        return rows.get("later", {}).get("messages") == 1
+    wait_for(counted, what="the due message in topic list")
+    status = mq.ok("topic", "status", "later", "--json").json_lines()
+    assert sum(r["maxOffset"] - r["minOffset"] for r in status) == 1
+
+
+def test_exit_at_end_says_its_retries_are_pending(mq: MQ) -> None:
+    """``-e`` exits 0 after a handler failed, and says on stderr that the failed messages
+    wait in the retry topic (a run that exits 0 looked like everything was handled)."""
+    mq.ok("send", "jobs", "a")
+    res = mq.ok("consume", "jobs", "-g", "G", "--from", "first", "-e", "-x", "false")
+    assert "mqctl: warning: 1 failed message waits in %RETRY%G for a retry" in res.stderr, res.stderr
+    res = mq.ok("consume", "jobs", "-g", "H", "--from", "first", "-e", "-x", "true")
+    assert "for a retry" not in res.stderr
