@@ -111,6 +111,8 @@ class Store:
         self.layout = Layout(root)
         self.settings = settings
         self.warn = warn
+        # Told of each topic a send creates (auto-creation), so a command line can say so.
+        self.on_topic_created: Callable[[TopicConfig], None] | None = None
         self.commitlog = CommitLog(self.layout.commitlog_dir, settings.commitlog_segment_size)
         self.index = KeyIndex(self.layout.index_dir)
         self.topic_table = TopicTable(self.layout.topics_json, warn=warn)
@@ -274,14 +276,17 @@ class Store:
             queues = 1
         elif not self.settings.auto_create_topics:
             raise TopicNotFoundError(
-                f"topic {name!r} does not exist and this store does not create topics on send "
-                f"(create it with: mqctl topic create {name})")
+                f"topic {name!r} does not exist, and topics are not created on send here "
+                f"(mqctl init --no-auto-create or MQCTL_AUTO_CREATE=0); create it with: mqctl topic create {name}")
         else:
             queues = self.settings.default_queues
         if queue_id >= queues:
             raise UsageError(f"queue {queue_id} does not exist: topic {name!r} would be created "
                              f"with queues 0-{queues - 1}")
-        return self._create_topic_locked(name, queues, False)[0]
+        cfg, created = self._create_topic_locked(name, queues, False)
+        if created and self.on_topic_created is not None and not names.is_system_topic(name):
+            self.on_topic_created(cfg)
+        return cfg
 
     # -- queues ----------------------------------------------------------------------------
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue:

@@ -186,3 +186,58 @@ def test_exit_at_end_says_its_retries_are_pending(mq: MQ) -> None:
     assert "mqctl: warning: 1 failed message waits in %RETRY%G for a retry" in res.stderr, res.stderr
     res = mq.ok("consume", "jobs", "-g", "H", "--from", "first", "-e", "-x", "true")
     assert "for a retry" not in res.stderr
+
+
+# -- 4: auto-creation said, and refusable ----------------------------------------------------
+
+
+def test_auto_creation_is_said_on_stderr(tmp_path: Path) -> None:
+    """A send that creates the store or the topic says so on stderr (a typo in a path or a
+    name shows at once), only when it created it, never in ``--json`` stdout."""
+    where = tmp_path / "typo"
+    env = mqctl_env(None)
+    mq = MQ(where, tmp_path)
+    first = run(mq.argv("--store", str(where), "send", "jbos", "hello"), env=env)
+    assert first.returncode == 0, str(first)
+    assert first.stderr.splitlines()[:2] == [f"mqctl: created store at {where}",
+                                             "mqctl: created topic jbos (8 queues)"], first.stderr
+    again = run(mq.argv("--store", str(where), "send", "jbos", "hello"), env=env)
+    assert "created" not in again.stderr, again.stderr
+    js = run(mq.argv("--store", str(where), "send", "other", "--json"), env=env, input="a\nb\n")
+    assert js.returncode == 0 and "mqctl: created topic other (8 queues)" in js.stderr, str(js)
+    assert [r["status"] for r in js.json_lines()] == ["SEND_OK", "SEND_OK"]
+
+
+def test_no_auto_create_refuses_sends_to_missing_topics(tmp_path: Path) -> None:
+    """``init --no-auto-create`` (kept in store.json) and ``MQCTL_AUTO_CREATE=0`` make a send
+    to a missing topic exit 3 with a clear error; nothing is created. The variable also keeps
+    a send from creating a store."""
+    mq = MQ(tmp_path / "strict", tmp_path)
+    mq.ok("init", "--no-auto-create")
+    assert '"autoCreateTopics": false' in (mq.root / "store.json").read_text()
+    one_error(mq.run("send", "jbos", "hello"), 3, "topic 'jbos' does not exist")
+    mq.ok("topic", "create", "jobs")
+    mq.ok("send", "jobs", "hello")
+    assert [r["topic"] for r in mq.ok("topic", "list", "--json").json_lines()] == ["jobs"]
+
+    other = MQ(tmp_path / "other", tmp_path, extra_env={"MQCTL_AUTO_CREATE": "0"})
+    one_error(other.run("send", "t", "x"), 3, "no store at")
+    assert not other.root.exists()
+    other.ok("init")
+    one_error(other.run("send", "t", "x"), 3, "topic 't' does not exist")
+    one_error(other.run("send", "t", input="a\nb\n"), 3, "topic 't' does not exist")
+    other.ok("topic", "create", "t")
+    other.ok("send", "t", "x")
+
+
+def test_a_store_json_without_the_auto_create_setting_opens(tmp_path: Path) -> None:
+    """A store.json written before the setting existed (no ``autoCreateTopics``) still opens,
+    with topics created on send as before."""
+    import json
+    mq = MQ(tmp_path / "old", tmp_path)
+    mq.ok("init")
+    obj = json.loads((mq.root / "store.json").read_text())
+    del obj["autoCreateTopics"]
+    (mq.root / "store.json").write_text(json.dumps(obj))
+    mq.ok("send", "fresh", "x")
+    assert mq.ok("topic", "list", "--json").json_lines()[0]["topic"] == "fresh"
