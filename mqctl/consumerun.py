@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:
     from mqctl.state import State
+    from store.log.broker import Store
     from store.log.record import Message
 
 
@@ -90,9 +91,45 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
     else:
         assert render is not None
         sink = StdoutSink(render, raw=not r.json and r.format_ is None)
+    store = st.store()
+    if not r.exit_at_end and not store.has_topic(r.topic):
+        if not wait_for_topic(store, r.topic, idle_s):
+            return
+        if opts.from_where == "last":
+            # everything in the topic was sent after this consumer started: "last" would
+            # skip what the first sends put there before it joined
+            opts.from_where = "first"
     from mqctl.terminal import output_kept_on_interrupt
     with output_kept_on_interrupt(sink.fd if isinstance(sink, StdoutSink) else -1):
-        Runtime(st.store(), opts, sink, warn=warn).run()
+        Runtime(store, opts, sink, warn=warn).run()
+
+
+def wait_for_topic(store: "Store", topic: str, idle_s: float | None) -> bool:
+    """A long-running consumer started before its topic exists waits for it (as Kafka's and
+    RocketMQ's consumers do), saying so once on stderr. True once it exists; False when
+    SIGINT/SIGTERM or ``--idle-timeout`` ended the wait (a stop like any other: exit 0).
+    (``-e`` does not wait: nothing is there to drain, so the topic is not found, exit 3.)"""
+    import signal
+    import threading
+    import time
+
+    from mqctl.output import say
+    say(f"mqctl: waiting for topic {topic!r} to be created (Ctrl-C to stop)")
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    deadline = None if idle_s is None else time.monotonic() + idle_s
+    try:
+        # a topic is made rarely and once: a look at topics.json (a stat while it is
+        # unchanged) every 200 ms costs nothing and needs no watcher
+        while not stop.wait(0.2):
+            if store.has_topic(topic):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+        return False
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _group(r: ConsumeRequest) -> str:

@@ -241,3 +241,27 @@ def test_a_store_json_without_the_auto_create_setting_opens(tmp_path: Path) -> N
     (mq.root / "store.json").write_text(json.dumps(obj))
     mq.ok("send", "fresh", "x")
     assert mq.ok("topic", "list", "--json").json_lines()[0]["topic"] == "fresh"
+
+
+# -- 8: a consumer started before its topic -------------------------------------------------
+
+
+def test_a_consumer_waits_for_its_topic(mq: MQ) -> None:
+    """``consume notyet -g w`` (no ``-e``) waits for the topic, saying so once on stderr, then
+    gets what is sent to it, the first messages included (default ``--from last``); SIGTERM
+    stops it with exit 0. ``-e`` still exits 3."""
+    one_error(mq.run("consume", "notyet", "-g", "w", "-e"), 3, "topic 'notyet' does not exist")
+    p = mq.start("consume", "notyet", "-g", "w")
+    wait_for(lambda: "waiting for topic 'notyet'" in p.stderr(), what="the waiting line")
+    assert p.alive()
+    mq.send_lines("notyet", ["one", "two"])
+    wait_for(lambda: sorted(p.lines()) == [b"one", b"two"], what="both messages")
+    assert p.stop() == 0
+    assert p.stderr().count("waiting for topic") == 1, p.stderr()
+    # stopped while still waiting: exit 0, nothing created
+    q = mq.start("consume", "later", "-g", "w")
+    wait_for(lambda: "waiting for topic 'later'" in q.stderr(), what="the waiting line")
+    assert q.stop() == 0
+    assert "later" not in {r["topic"] for r in mq.ok("topic", "list", "--json").json_lines()}
+    # and --idle-timeout ends the wait as it ends an idle consumer
+    assert mq.run("consume", "later", "-g", "w", "--idle-timeout", "0.3").returncode == 0
