@@ -265,3 +265,20 @@ def test_a_consumer_waits_for_its_topic(mq: MQ) -> None:
     assert "later" not in {r["topic"] for r in mq.ok("topic", "list", "--json").json_lines()}
     # and --idle-timeout ends the wait as it ends an idle consumer
     assert mq.run("consume", "later", "-g", "w", "--idle-timeout", "0.3").returncode == 0
+
+
+# -- 10: tx check says what it left alone ------------------------------------------------------
+
+
+def test_tx_check_says_how_many_it_left_because_they_are_young(mq: MQ) -> None:
+    """Two unknown transactions younger than --timeout: the pass says they are pending and
+    why they were not checked (it said "nothing to check" while tx list showed two)."""
+    for body in ("a", "b"):
+        mq.ok("tx", "send", "pay", body, "--exec", "sh -c 'exit 3'")
+    assert len(mq.ok("tx", "list", "--json").json_lines()) == 2
+    res = mq.ok("tx", "check", "--check-cmd", "true", "--timeout", "1h")
+    assert res.stderr.strip() == "check pass: nothing to check (2 pending, none older than 1 h)", res.stderr
+    res = mq.ok("tx", "check", "--check-cmd", "echo COMMIT", "--timeout", "0")
+    assert "2 transactions checked (2 committed" in res.stderr, res.stderr
+    res = mq.ok("tx", "check", "--check-cmd", "true", "--timeout", "0")
+    assert res.stderr.strip() == "check pass: nothing to check", res.stderr
