@@ -45,8 +45,8 @@ def register(app: typer.Typer) -> None:
 
 
 def complete_from(incomplete: str) -> list[str]:
-    """``--from``: the two words (a time is typed, not completed)."""
-    return [w for w in ("first", "last") if w.startswith(incomplete)]
+    """``--from``: the words (a time or an offset is typed, not completed)."""
+    return [w for w in ("first", "last", "beginning", "end", "stored") if w.startswith(incomplete)]
 
 
 def consume(
@@ -66,9 +66,10 @@ def consume(
     broadcast: Annotated[bool, typer.Option(
         "--broadcast", help="Every member gets every message (offsets kept per client).")] = False,
     from_: Annotated[str, typer.Option(
-        "--from", "-o", metavar="first|last|TIME", autocompletion=complete_from,
-        help="Where a queue with no committed offset starts: first, last, or a TIME "
-             "(ISO-8601, ms since epoch, -1h).")] = "last",
+        "--from", "-o", metavar="first|last|TIME|-N|N", autocompletion=complete_from,
+        help="Where a queue with no committed offset starts: first (beginning), last (end, stored), "
+             "a TIME (ISO-8601, ms since epoch, -1h), -N (N before the end of each queue, kcat) or "
+             "N (a queue offset; --no-group on a one-queue topic).")] = "last",
     tag: Annotated[Optional[str], typer.Option(
         "--tag", "-t", metavar="EXPR", help="Tag filter: * (all) or 'A || B || C'.")] = None,
     exec_: Annotated[Optional[str], typer.Option(

@@ -92,8 +92,9 @@ class ConsumeOptions:
     group: str
     orderly: bool = False
     broadcast: bool = False
-    from_where: str = "last"            # first | last | timestamp
+    from_where: str = "last"            # first | last | timestamp | offset | tail
     from_timestamp: int | None = None
+    from_offset: int | None = None      # "offset": this queue offset; "tail": this many before the end
     tags: frozenset[str] | None = None  # None = every tag
     batch: int = 1                      # messages per pool-sink batch
     threads: int = 4                    # pool sinks: batches in flight at most 2 x threads
@@ -755,6 +756,10 @@ class Runtime:
             start = lo
         elif o.from_where == "timestamp" and o.from_timestamp is not None:
             start = self.store.search_offset(t, q, o.from_timestamp)
+        elif o.from_where == "offset" and o.from_offset is not None:   # kcat's -o N
+            start = min(max(o.from_offset, lo), hi)
+        elif o.from_where == "tail" and o.from_offset is not None:     # kcat's -o -N
+            start = max(lo, hi - o.from_offset)
         else:
             start = hi
         return start, True

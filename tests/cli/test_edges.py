@@ -282,3 +282,29 @@ def test_tx_check_says_how_many_it_left_because_they_are_young(mq: MQ) -> None:
     assert "2 transactions checked (2 committed" in res.stderr, res.stderr
     res = mq.ok("tx", "check", "--check-cmd", "true", "--timeout", "0")
     assert res.stderr.strip() == "check pass: nothing to check", res.stderr
+
+
+# -- 7: kcat's -o values ------------------------------------------------------------------------
+
+
+def test_kcat_offsets_for_o(mq: MQ) -> None:
+    """``-o beginning|end|stored|N|-N`` as kcat means them: N is a queue offset (--no-group,
+    one queue), -N is N before the end of each queue; a bad value lists what -o takes."""
+    mq.ok("topic", "create", "one", "--queues", "1")
+    mq.send_lines("one", (str(i) for i in range(1, 11)))
+
+    def got(*args: str) -> list[str]:
+        return mq.ok("consume", "one", *args, "-e").out.split()
+    assert got("--no-group", "-o", "7") == ["8", "9", "10"]
+    assert got("--no-group", "-o", "-3") == ["8", "9", "10"]
+    assert got("--no-group", "-o", "beginning", "-c", "2") == ["1", "2"]
+    assert got("-g", "a", "-o", "beginning", "-c", "2") == ["1", "2"]
+    assert got("-g", "a", "-o", "stored", "-c", "2") == ["3", "4"]   # the group's own offset
+    assert got("-g", "b", "-o", "end") == []
+    assert got("-g", "c", "-o", "-2") == ["9", "10"]
+    one_error(mq.run("consume", "one", "-g", "d", "-o", "5", "-e"), 2, "-o 5 (a queue offset) needs --no-group")
+    one_error(mq.run("consume", "one", "--no-group", "-o", "stored", "-e"), 2, "-o stored")
+    mq.send_lines("eight", ["x"])
+    one_error(mq.run("consume", "eight", "--no-group", "-o", "2", "-e"), 2, "-o 2 (a queue offset) needs a one-queue")
+    line = one_error(mq.run("consume", "one", "-g", "g", "--from", "yesterday"), 2, "bad time 'yesterday'")
+    assert "first/earliest/beginning, last/latest/end, stored" in line
