@@ -83,7 +83,8 @@ def consume(
     threads: Annotated[int, typer.Option(
         "--threads", metavar="N", min=1, max=256, help="--exec runs at a time (orderly: one per queue).")] = 4,
     count: Annotated[Optional[int], typer.Option(
-        "--count", "-c", metavar="N", min=1, help="Stop after N messages.")] = None,
+        "--count", "-c", metavar="N", min=1,
+        help="Stop after N messages taken, whatever their outcome (a failed one counts).")] = None,
     exit_at_end: Annotated[bool, typer.Option(
         "--exit-at-end", "-e", help="Stop when the queues held are drained up to their end at start.")] = False,
     idle_timeout: Annotated[Optional[str], typer.Option(

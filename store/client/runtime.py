@@ -1187,6 +1187,10 @@ class Runtime:
     def _failed(self, key: QueueKey, pq: ProcessQueue, batch: list[Message], why: str) -> None:
         o = self.o
         self.last_activity = time.monotonic()
+        # --count K bounds the messages taken, whatever their outcome: a failed one counts
+        # (it was handed to the handler), or a failing handler would take message after
+        # message, each retried or dead-lettered, until stopped
+        self.consumed += len(batch)
         if o.orderly:
             exhausted = []
             for m in batch:
@@ -1203,7 +1207,7 @@ class Runtime:
                 self.resent = True
                 self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; moved to {names.dlq_topic(o.group)}")
                 self._succeeded(key, pq, batch)
-                self.consumed -= len(batch)
+                self.consumed -= len(batch)   # counted above, and by _succeeded
                 return
             self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; retrying in place in {o.suspend_ms} ms")
             pq.make_again()
@@ -1213,7 +1217,7 @@ class Runtime:
         if o.broadcast:
             self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; broadcast messages are not retried")
             self._succeeded(key, pq, batch)
-            self.consumed -= len(batch)
+            self.consumed -= len(batch)   # counted above, and by _succeeded
             return
         for m in batch:
             try:

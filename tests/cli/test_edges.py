@@ -308,3 +308,19 @@ def test_kcat_offsets_for_o(mq: MQ) -> None:
     one_error(mq.run("consume", "eight", "--no-group", "-o", "2", "-e"), 2, "-o 2 (a queue offset) needs a one-queue")
     line = one_error(mq.run("consume", "one", "-g", "g", "--from", "yesterday"), 2, "bad time 'yesterday'")
     assert "first/earliest/beginning, last/latest/end, stored" in line
+
+
+# -- 2: --count bounds the messages taken --------------------------------------------------------
+
+
+def test_count_bounds_messages_taken_whatever_their_outcome(mq: MQ) -> None:
+    """``--count 1`` with a failing handler makes one attempt and stops (it went on taking
+    message after message, dead-lettering each, until stopped); orderly too."""
+    mq.send_lines("jobs", (str(i) for i in range(5)))
+    mq.ok("consume", "jobs", "-g", "g", "--from", "first", "--count", "1", "--max-reconsume", "0",
+          "--exec", "sh -c 'exit 1'", timeout=30)
+    assert len(mq.ok("dlq", "list", "-g", "g", "--json").json_lines()) == 1
+    assert sum(mq.offsets("g", "jobs").values()) == 1
+    res = mq.ok("consume", "jobs", "-g", "o", "--orderly", "--from", "first", "--count", "1",
+                "--suspend-ms", "10", "--exec", "sh -c 'exit 1'", timeout=30)
+    assert res.stderr.count("retrying in place") == 1, res.stderr
