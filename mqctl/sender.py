@@ -198,11 +198,26 @@ class Sender:
     def _check_size(self, body: bytes, line: int) -> None:
         if len(body) > self.max_size:
             from store.errors import MessageTooLargeError
-            self.flush()
             raise MessageTooLargeError(
                 f"{f'line {line}' if line else 'BODY'}: message of {len(body)} bytes exceeds the store's "
-                f"limit of {self.max_size} bytes"
-                f"{f' ({self.sent} sent before it)' if self.sent else ''}")
+                f"limit of {self.max_size} bytes{self._sent_before(line)}")
+
+    def _bad_line(self, message: str, line: int) -> Exception:
+        """A malformed input line: the lines before it are sent (and their results printed),
+        the input stops there, and the error says how many were stored, so a fixed file is
+        not sent again from the top without knowing it would duplicate them."""
+        from store.errors import BadInputError
+        return BadInputError(f"{message}{self._sent_before(line)}", line=line)
+
+    def _sent_before(self, line: int) -> str:
+        """Send what came before a bad line, have its results printed (with ``--flush sync``,
+        once synced), and say how many were stored (line 0: the BODY argument, alone)."""
+        self.flush()
+        self.settle()
+        if not line:
+            return ""
+        from mqctl.output import plural
+        return f" ({plural(self.sent, 'message')} sent before it)" if self.sent else " (nothing was sent)"
 
     def _add(self, draft: Draft) -> None:
         if self.deliver is not None:
@@ -255,17 +270,13 @@ class Sender:
                 skey, body = k.decode("utf-8", "replace"), rest
                 from store.log.record import has_separator
                 if has_separator(k):
-                    from store.errors import BadInputError
-                    self.flush()
-                    raise BadInputError("a sharding key may not contain the control characters \\x01 or \\x02",
-                                        line=line)
+                    raise self._bad_line("a sharding key may not contain the control characters \\x01 or \\x02",
+                                         line)
             elif skey is None and self.queue < 0:
                 try:
                     self._check_route(-1, None)
                 except ValueError as exc:
-                    from store.errors import BadInputError
-                    self.flush()
-                    raise BadInputError(f"no key before the key delimiter: {exc}", line=line) from exc
+                    raise self._bad_line(f"no key before the key delimiter: {exc}", line) from exc
         if len(body) > self.max_size:
             self._check_size(body, line)
         if self.deliver is not None:
@@ -293,8 +304,7 @@ class Sender:
         try:
             obj = jsonlib.loads(raw)
         except ValueError as exc:
-            self.flush()
-            raise BadInputError(f"not a JSON object: {exc}", line=line) from exc
+            raise self._bad_line(f"not a JSON object: {exc}", line) from exc
         self.json_input = True
         try:
             if not isinstance(obj, dict):
@@ -333,11 +343,9 @@ class Sender:
                 props[PROP_SHARDING_KEY] = skey
             self._check_route(qid, skey)
         except (ValueError, binascii.Error) as exc:
-            self.flush()
-            raise BadInputError(str(exc), line=line) from exc
+            raise self._bad_line(str(exc), line) from exc
         except (BadInputError, InvalidPropertyError) as exc:
-            self.flush()
-            raise BadInputError(exc.message, line=line) from exc
+            raise self._bad_line(exc.message, line) from exc
         self._check_size(data, line)
         self._add(self.Draft(self.topic, data, props, qid, skey))
 

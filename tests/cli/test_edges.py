@@ -324,3 +324,23 @@ def test_count_bounds_messages_taken_whatever_their_outcome(mq: MQ) -> None:
     res = mq.ok("consume", "jobs", "-g", "o", "--orderly", "--from", "first", "--count", "1",
                 "--suspend-ms", "10", "--exec", "sh -c 'exit 1'", timeout=30)
     assert res.stderr.count("retrying in place") == 1, res.stderr
+
+
+# -- 3: a malformed input line says what was stored before it ---------------------------------
+
+
+def test_a_bad_input_line_says_how_many_were_sent_before_it(mq: MQ) -> None:
+    """The lines before a malformed one are stored (their --json results printed, with
+    --flush sync after their fsync) and the error says how many, so resending the fixed file
+    from the top is not a silent duplicate; a first bad line says nothing was sent."""
+    res = mq.run("send", "ndj", "--input", "json", input='{"body":"ok1"}\n{oops\n')
+    line = one_error(res, 5, "line 2: not a JSON object", allow_info=True)
+    assert line.endswith("(1 message sent before it)"), line
+    res = mq.run("send", "ndj", "--input", "json", "--json", "--flush", "sync",
+                 input='{"body":"a"}\n{"body":"b"}\n[1]\n')
+    line = one_error(res, 5, "line 3: not a JSON object", allow_info=True)
+    assert line.endswith("(2 messages sent before it)"), line
+    assert [r["status"] for r in res.json_lines()] == ["SEND_OK", "SEND_OK"]
+    line = one_error(mq.run("send", "ndj", "--input", "json", input="{oops\n"), 5, "line 1:", allow_info=True)
+    assert line.endswith("(nothing was sent)"), line
+    assert mq.ok("topic", "list", "--json").json_lines()[0]["messages"] == 3
