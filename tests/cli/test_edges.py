@@ -14,6 +14,8 @@ import sys
 import termios
 from pathlib import Path
 
+import pytest
+
 from tests.procs import MQ, mqctl_env, one_error, run, wait_for  # noqa: F401
 
 # -- 1: Ctrl-C on a terminal keeps what was counted as consumed -------------------------------
@@ -344,3 +346,35 @@ def test_a_bad_input_line_says_how_many_were_sent_before_it(mq: MQ) -> None:
     line = one_error(mq.run("send", "ndj", "--input", "json", input="{oops\n"), 5, "line 1:", allow_info=True)
     assert line.endswith("(nothing was sent)"), line
     assert mq.ok("topic", "list", "--json").json_lines()[0]["messages"] == 3
+
+
+# -- 5: a directory named store in the current directory -------------------------------------
+
+
+@pytest.mark.slow   # a venv and the README's install: ~30 s
+def test_readme_install_imports_store_beside_a_store_directory(tmp_path: Path) -> None:
+    """The README's install (``pip install -e .`` into a fresh venv), then, from a directory
+    holding ``store/`` and ``mqctl/`` folders (users name their data directory ``store``),
+    ``import store`` finds the package, and the README's first commands work with ``store`` as
+    the store. The editable install's import hook used to lose to such a folder (the folder
+    became a namespace package: ``AttributeError: module 'store' has no attribute 'Consumer'``)."""
+    project = Path(__file__).resolve().parents[2]
+    readme = (project / "README.md").read_text()
+    install = readme[readme.index("python3 -m venv .venv && "):].split(" && seq", 1)[0]
+    assert install == "python3 -m venv .venv && .venv/bin/pip install -q -e .", install
+    venv = tmp_path / "venv"
+    env = mqctl_env(None)
+    res = run(["bash", "-c", install.replace(".venv", str(venv))], env=env, cwd=project, timeout=600)
+    assert res.returncode == 0, str(res)
+    work = tmp_path / "work"
+    (work / "store").mkdir(parents=True)
+    (work / "mqctl").mkdir()
+    res = run([str(venv / "bin/python"), "-c", "import store, mqctl.app; print(store.Consumer.__name__)"],
+              env=env, cwd=work)
+    assert res.returncode == 0 and res.out == "Consumer\n", str(res)
+    (work / "store").rmdir()
+    res = run(["bash", "-c", "seq 5 | mqctl --store store send demo && "
+               "mqctl --store store consume demo -g readme --from first --exit-at-end && "
+               "python -c 'import store; print(store.Admin(\"store\").topics()[0].messages)'"],
+              env={**env, "PATH": f"{venv / 'bin'}:{env['PATH']}"}, cwd=work)
+    assert res.returncode == 0 and res.out.split() == ["1", "2", "3", "4", "5", "5"], str(res)
