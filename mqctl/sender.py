@@ -203,21 +203,16 @@ class Sender:
                 f"limit of {self.max_size} bytes{self._sent_before(line)}")
 
     def _bad_line(self, message: str, line: int) -> Exception:
-        """A malformed input line: the lines before it are sent (and their results printed),
-        the input stops there, and the error says how many were stored, so a fixed file is
-        not sent again from the top without knowing it would duplicate them."""
         from store.errors import BadInputError
         return BadInputError(f"{message}{self._sent_before(line)}", line=line)
 
     def _sent_before(self, line: int) -> str:
-        """Send what came before a bad line, have its results printed (with ``--flush sync``,
-        once synced), and say how many were stored (line 0: the BODY argument, alone)."""
+        """A bad line ends the input: what came before is sent, its results printed; say how many."""
         self.flush()
         self.settle()
-        if not line:
-            return ""
         from mqctl.output import plural
-        return f" ({plural(self.sent, 'message')} sent before it)" if self.sent else " (nothing was sent)"
+        sent = f" ({plural(self.sent, 'message')} sent before it)" if self.sent else " (nothing was sent)"
+        return sent if line else ""
 
     def _add(self, draft: Draft) -> None:
         if self.deliver is not None:
