@@ -206,6 +206,8 @@ def _run(args: list[str]) -> int:
     everything else raised to :func:`mqctl.errors.guard`."""
     from typer import Abort, Exit
     from typer._click.exceptions import ClickException
+    if not os.environ.get(COMPLETE_VAR):
+        args = help_alias(args)
     command = command_for(args)
     if not os.environ.get(COMPLETE_VAR):
         from mqctl.argv import normalize
@@ -223,6 +225,23 @@ def _run(args: list[str]) -> int:
     if code == EXIT_INTERRUPTED:   # Typer turns Ctrl-C into a silent return of 130
         print_error("interrupted")
     return code
+
+
+def help_alias(args: list[str]) -> list[str]:
+    """``mqctl help [CMD …]`` as ``mqctl [CMD …] --help`` (git, cargo and rpk take it too):
+    ``help`` counts only as the first word that is not a global option."""
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--store":
+            i += 2
+        elif word.startswith("--store=") or word == "--utc":
+            i += 1
+        elif word == "help":
+            return args[:i] + args[i + 1:] + ["--help"]
+        else:
+            break
+    return args
 
 
 def _show_usage_error(exc: Exception) -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:
     from mqctl.state import State
+    from store import Store
     from store import StoredMessage as Message
 
 
@@ -69,11 +70,7 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
                           suspend=r.suspend_ms, arg_names=ARG_FLAGS)
     tags = parse_tag_expression(r.tag, "--tag")
     cfg_queues = parse_queue_ids(r.queues or "") if r.strategy == "config" else None
-    from_ = {"earliest": "first", "latest": "last"}.get(r.from_, r.from_)
-    from_where, from_ts = from_, None
-    if from_ not in ("first", "last"):
-        from store import parse_time
-        from_where, from_ts = "timestamp", parse_time(from_)
+    from_where, from_ts, from_off = start_position(r.from_, r.no_group)
     idle_s = seconds("--idle-timeout", r.idle_timeout, 0) if r.idle_timeout is not None else None
     handler_s = seconds("--consume-timeout", r.consume_timeout, 1)
     rebalance_s = seconds("--rebalance-interval", r.rebalance_interval, 50)
@@ -86,7 +83,7 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         threads=r.threads, count=r.count, exit_at_end=r.exit_at_end, idle_timeout_s=idle_s,
         strategy=r.strategy or "averagely", config_queues=cfg_queues, max_reconsume=r.max_reconsume,
         suspend_ms=1000 if r.suspend_ms is None else r.suspend_ms, dedup=r.dedup, retry_delay_ms=retry_ms,
-        rebalance_interval_s=rebalance_s, no_group=r.no_group)
+        rebalance_interval_s=rebalance_s, no_group=r.no_group, from_offset=from_off)
     if r.client_id is not None:
         opts.client_id = validate_client_id(r.client_id)
     elif r.broadcast:
@@ -99,7 +96,81 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
     else:
         assert render is not None
         sink = StdoutSink(render, raw=not r.json and r.format_ is None)
-    ConsumerRuntime(st.store(), opts, sink, warn=warn).run()
+    from store.errors import UsageError
+    store = st.store()
+    if from_where == "offset" and store.has_topic(r.topic) and store.topic(r.topic).queues != 1:
+        raise UsageError(f"-o {r.from_} (a queue offset) needs a one-queue topic; {r.topic!r} has "
+                         f"{store.topic(r.topic).queues}: use -o -N (N before the end of each queue) or a time")
+    if not r.exit_at_end and not store.has_topic(r.topic):
+        if not wait_for_topic(store, r.topic, idle_s):
+            return
+        if opts.from_where == "last":
+            # everything in the topic was sent after this consumer started: "last" would
+            # skip what the first sends put there before it joined
+            opts.from_where = "first"
+    from mqctl.terminal import output_kept_on_interrupt
+    with output_kept_on_interrupt(sink.fd if isinstance(sink, StdoutSink) else -1):
+        ConsumerRuntime(store, opts, sink, warn=warn).run()
+
+
+def wait_for_topic(store: "Store", topic: str, idle_s: float | None) -> bool:
+    """A long-running consumer started before its topic exists waits for it (as Kafka's and
+    RocketMQ's consumers do), saying so once on stderr. True once it exists; False when
+    SIGINT/SIGTERM or ``--idle-timeout`` ended the wait (a stop like any other: exit 0).
+    (``-e`` does not wait: nothing is there to drain, so the topic is not found, exit 3.)"""
+    import signal
+    import threading
+    import time
+
+    from mqctl.output import say
+    say(f"mqctl: waiting for topic {topic!r} to be created (Ctrl-C to stop)")
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    deadline = None if idle_s is None else time.monotonic() + idle_s
+    try:
+        # a topic is made rarely and once: a look at topics.json (a stat while it is
+        # unchanged) every 200 ms costs nothing and needs no watcher
+        while not stop.wait(0.2):
+            if store.has_topic(topic):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+        return False
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+# --from/-o words: RocketMQ's and Kafka's names, and kcat's (beginning, end, stored)
+FROM_WORDS = {"first": "first", "earliest": "first", "beginning": "first",
+              "last": "last", "latest": "last", "end": "last", "stored": "last"}
+FROM_HELP = ("first/earliest/beginning, last/latest/end, stored (the group's committed offset), -N (N before "
+             "the end of each queue), N (a queue offset: --no-group, one-queue topic) or a time")
+
+
+def start_position(text: str, no_group: bool) -> tuple[str, Optional[int], Optional[int]]:
+    """``--from``/``-o`` as (where, timestamp, offset). A bare number of 10 or 13 digits is a
+    time (seconds or ms since the epoch); any other is kcat's queue offset N, and ``-N`` is N
+    before the end of each queue. Only queues with no committed offset start there: a group
+    resumes from its own (kcat's ``stored``)."""
+    from store import parse_time
+    from store.errors import UsageError
+    word = text.strip()
+    if word in FROM_WORDS:
+        if word == "stored" and no_group:
+            raise UsageError("-o stored is the group's committed offset: --no-group has none")
+        return FROM_WORDS[word], None, None
+    if word.startswith("-") and word[1:].isdigit():
+        return "tail", None, int(word[1:])
+    if word.isdigit() and len(word) not in (10, 13):
+        if not no_group:
+            raise UsageError(f"-o {word} (a queue offset) needs --no-group (a group resumes from its own "
+                             f"offsets); use -o -N for N before the end of each queue")
+        return "offset", None, int(word)
+    try:
+        return "timestamp", parse_time(word), None
+    except UsageError as exc:
+        raise UsageError(f"{exc}; --from/-o also takes {FROM_HELP}") from None
 
 
 def _group(r: ConsumeRequest) -> str:

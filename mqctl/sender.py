@@ -200,11 +200,21 @@ class Sender:
     def _check_size(self, body: bytes, line: int) -> None:
         if len(body) > self.max_size:
             from store.errors import MessageTooLargeError
-            self.flush()
             raise MessageTooLargeError(
                 f"{f'line {line}' if line else 'BODY'}: message of {len(body)} bytes exceeds the store's "
-                f"limit of {self.max_size} bytes"
-                f"{f' ({self.sent} sent before it)' if self.sent else ''}")
+                f"limit of {self.max_size} bytes{self._sent_before(line)}")
+
+    def _bad_line(self, message: str, line: int) -> Exception:
+        from store.errors import BadInputError
+        return BadInputError(f"{message}{self._sent_before(line)}", line=line)
+
+    def _sent_before(self, line: int) -> str:
+        """A bad line ends the input: what came before is sent, its results printed; say how many."""
+        self.flush()
+        self.settle()
+        from mqctl.output import plural
+        sent = f" ({plural(self.sent, 'message')} sent before it)" if self.sent else " (nothing was sent)"
+        return sent if line else ""
 
     def _add(self, draft: Draft) -> None:
         self.batch.append(draft)
@@ -254,17 +264,13 @@ class Sender:
                 skey, body = k.decode("utf-8", "replace"), rest
                 from store import has_property_separator
                 if has_property_separator(k):
-                    from store.errors import BadInputError
-                    self.flush()
-                    raise BadInputError("a sharding key may not contain the control characters \\x01 or \\x02",
-                                        line=line)
+                    raise self._bad_line("a sharding key may not contain the control characters \\x01 or \\x02",
+                                         line)
             elif skey is None and self.queue < 0:
                 try:
                     self._check_route(-1, None)
                 except ValueError as exc:
-                    from store.errors import BadInputError
-                    self.flush()
-                    raise BadInputError(f"no key before the key delimiter: {exc}", line=line) from exc
+                    raise self._bad_line(f"no key before the key delimiter: {exc}", line) from exc
         if len(body) > self.max_size:
             self._check_size(body, line)
         if self.deliver is not None:
@@ -292,8 +298,7 @@ class Sender:
         try:
             obj = jsonlib.loads(raw)
         except ValueError as exc:
-            self.flush()
-            raise BadInputError(f"not a JSON object: {exc}", line=line) from exc
+            raise self._bad_line(f"not a JSON object: {exc}", line) from exc
         self.json_input = True
         try:
             if not isinstance(obj, dict):
@@ -332,11 +337,9 @@ class Sender:
                 props[Prop.SHARDING_KEY] = skey
             self._check_route(qid, skey)
         except (ValueError, binascii.Error) as exc:
-            self.flush()
-            raise BadInputError(str(exc), line=line) from exc
+            raise self._bad_line(str(exc), line) from exc
         except (BadInputError, InvalidPropertyError) as exc:
-            self.flush()
-            raise BadInputError(exc.message, line=line) from exc
+            raise self._bad_line(exc.message, line) from exc
         self._check_size(data, line)
         self._add(self.Draft(self.topic, data, props, qid, skey))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from store import Admin, Store
@@ -19,10 +19,38 @@ class State:
     _store: Store | None = field(default=None, repr=False)
 
     def store(self, create: bool = False) -> "Store":
+        """The store, opened on first use. ``create`` (a command that writes): a missing store
+        is created, and topics on first send, unless the store was made with ``init
+        --no-auto-create`` or ``MQCTL_AUTO_CREATE=0``; either creation is said on stderr, so a
+        typo in a store path or topic name does not pass unnoticed."""
         if self._store is None:
             from store import Store
-            self._store = Store.open(self.store_path, create=create)
+            from store.errors import StoreNotFoundError
+            try:
+                self._store = Store.open(self.store_path)
+            except StoreNotFoundError:
+                if not create:
+                    raise
+                if not auto_create_allowed():
+                    raise StoreNotFoundError(f"no store at {self.store_path} and MQCTL_AUTO_CREATE=0 "
+                                             f"(create one with: mqctl init)") from None
+                self._store = Store.open(self.store_path, create=True)
+                from mqctl.output import say
+                say(f"mqctl: created store at {self.store_path}")
+            if create:
+                self._watch_topic_creation(self._store)
         return self._store
+
+    @staticmethod
+    def _watch_topic_creation(store: "Store") -> None:
+        import dataclasses
+        if not auto_create_allowed() and store.settings.auto_create_topics:
+            store.settings = dataclasses.replace(store.settings, auto_create_topics=False)
+
+        def created(cfg: Any) -> None:
+            from mqctl.output import say
+            say(f"mqctl: created topic {cfg.name} ({cfg.queues} queue{'' if cfg.queues == 1 else 's'})")
+        store.on_topic_created = created
 
     def admin(self) -> "Admin":
         """:class:`store.Admin` over the store, its messages naming the command line's flags."""
@@ -34,6 +62,13 @@ class State:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+def auto_create_allowed() -> bool:
+    """False when ``MQCTL_AUTO_CREATE`` says no (0, false, no, off): sends then neither create
+    a store nor a topic, whatever the store's own setting."""
+    import os
+    return os.environ.get("MQCTL_AUTO_CREATE", "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def resolve_store_path(flag: str | None) -> Path:

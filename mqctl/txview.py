@@ -68,10 +68,13 @@ def event_line(ev: "CheckEvent") -> str:
     return f"{what}: check {ev.check_times} answered {ev.answer}: {STATE_WORDS.get(ev.state, ev.state)}"
 
 
-def pass_summary(report: "CheckReport") -> str:
-    """The line after each check pass (stderr)."""
+def pass_summary(report: "CheckReport", timeout: str = "") -> str:
+    """The line after each check pass (stderr); ``timeout``: the ``--timeout`` as given."""
     checked = [e for e in report.events if e.action == "checked"]
     if not report.events:
+        if report.left_young:
+            older = f" older than {timeout}" if timeout else " due for a check"
+            return f"check pass: nothing to check ({report.left_young} pending, none{older})"
         return "check pass: nothing to check"
     count = {s: sum(1 for e in checked if e.state == s) for s in ("COMMITTED", "ROLLED_BACK", "PREPARED")}
     discarded = sum(1 for e in report.events if e.action == "discarded")

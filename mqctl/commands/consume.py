@@ -45,8 +45,8 @@ def register(app: typer.Typer) -> None:
 
 
 def complete_from(incomplete: str) -> list[str]:
-    """``--from``: the two words (a time is typed, not completed)."""
-    return [w for w in ("first", "last") if w.startswith(incomplete)]
+    """``--from``: the words (a time or an offset is typed, not completed)."""
+    return [w for w in ("first", "last", "beginning", "end", "stored") if w.startswith(incomplete)]
 
 
 def consume(
@@ -66,9 +66,10 @@ def consume(
     broadcast: Annotated[bool, typer.Option(
         "--broadcast", help="Every member gets every message (offsets kept per client).")] = False,
     from_: Annotated[str, typer.Option(
-        "--from", "-o", metavar="first|last|TIME", autocompletion=complete_from,
-        help="Where a queue with no committed offset starts: first, last, or a TIME "
-             "(ISO-8601, ms since epoch, -1h).")] = "last",
+        "--from", "-o", metavar="first|last|TIME|-N|N", autocompletion=complete_from,
+        help="Where a queue with no committed offset starts: first (beginning), last (end, stored), "
+             "a TIME (ISO-8601, ms since epoch, -1h), -N (N before the end of each queue, kcat) or "
+             "N (a queue offset; --no-group on a one-queue topic).")] = "last",
     tag: Annotated[Optional[str], typer.Option(
         "--tag", "-t", metavar="EXPR", help="Tag filter: * (all) or 'A || B || C'.")] = None,
     exec_: Annotated[Optional[str], typer.Option(
@@ -76,11 +77,14 @@ def consume(
         help="Run CMD per message (or per --batch); exit 0 = consumed. Split like a shell line, "
              "run without a shell.")] = None,
     batch: Annotated[int, typer.Option(
-        "--batch", metavar="N", min=1, help="Messages per --exec run (stdin: one per line).")] = 1,
+        "--batch", metavar="N", min=1, max=1000,
+        help="Messages per --exec run (stdin: one per line); at most 1000, what a queue's cache holds. "
+             "A batch holds what is waiting, up to N.")] = 1,
     threads: Annotated[int, typer.Option(
         "--threads", metavar="N", min=1, max=256, help="--exec runs at a time (orderly: one per queue).")] = 4,
     count: Annotated[Optional[int], typer.Option(
-        "--count", "-c", metavar="N", min=1, help="Stop after N messages.")] = None,
+        "--count", "-c", metavar="N", min=1,
+        help="Stop after N messages taken, whatever their outcome (a failed one counts).")] = None,
     exit_at_end: Annotated[bool, typer.Option(
         "--exit-at-end", "-e", help="Stop when the queues held are drained up to their end at start.")] = False,
     idle_timeout: Annotated[Optional[str], typer.Option(

@@ -3,7 +3,7 @@ a message and its history read: ``mqctl/msgview.py``)."""
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -25,12 +25,21 @@ each group's offset, not what or when it consumed). Times are local; --utc print
 Examples:
   mqctl msg show 0BBFD16A3BCF76A68335686AF0BC1DDB
   mqctl msg show 7F00000100002A9F0000000000000000 --utc
-  mqctl msg show 0BBFD16A3BCF76A68335686AF0BC1DDB --json | jq .history""")
+  mqctl msg show 0BBFD16A3BCF76A68335686AF0BC1DDB --json | jq .history
+  mqctl msg show -m 0BBFD16A3BCF76A68335686AF0BC1DDB""")
 def show(
     ctx: typer.Context,
-    msg_id: Annotated[str, typer.Argument(metavar="MSGID", help="Offset id or unique key (32 hex digits).")],
+    msg_id: Annotated[Optional[str], typer.Argument(
+        metavar="[MSGID]", show_default=False, help="Offset id or unique key (32 hex digits).")] = None,
+    msg_id_opt: Annotated[Optional[str], typer.Option(
+        "--msg-id", "-m", metavar="MSGID", help="The message id, as a flag (as in dlq resend).")] = None,
     json: JsonOpt = False,
 ) -> None:
+    from store.errors import UsageError
+    if (msg_id is None) == (msg_id_opt is None):
+        raise UsageError("give the message id once: mqctl msg show MSGID (or -m MSGID)")
+    msg_id = msg_id if msg_id is not None else msg_id_opt
+    assert msg_id is not None
     from mqctl.msgview import describe
     from mqctl.output import Output
     from store import format_local, message_report

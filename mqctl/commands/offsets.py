@@ -39,7 +39,8 @@ def show(ctx: typer.Context, group: GroupOpt, topic: TopicFilterOpt = None, json
 Without --client-id: the group's clustering offsets and every broadcast client's (refused
 while the group has live members). With --client-id: that broadcast client's offsets only
 (refused while it is live). Deleted offsets no longer hold retention back; a consumer that
-comes back starts from --from. Asks for confirmation on a terminal unless --yes.
+comes back starts from --from. Asks on a terminal; elsewhere --yes is required (as for
+topic delete).
 
 Examples:
   mqctl offsets delete -g audit --client-id host1@DEFAULT --yes
@@ -56,10 +57,14 @@ def delete(
 
     from mqctl.output import Output, plural
     admin = state(ctx).admin()
-    if not yes and sys.stdin.isatty():
+    if not yes:
+        from store.errors import UsageError
         admin.delete_offsets(group, client_id, dry_run=True)   # refused before asking, if it would be
         what = f"broadcast client {client_id}" if client_id else f"group {group}"
-        typer.confirm(f"delete the offsets of {what}?", abort=True)
+        if not (sys.stdin.isatty() and sys.stderr.isatty()):
+            raise UsageError(f"deleting the offsets of {what} needs --yes when not run from a terminal")
+        if not typer.confirm(f"Delete the offsets of {what}?", err=True):
+            raise typer.Exit(1)
     res = admin.delete_offsets(group, client_id)
     out = Output(json=json)
     if json:

@@ -50,4 +50,13 @@ def check(
     out = Output(json=json)
     check_service(state(ctx).admin(), argv, timeout_ms=timeout_ms, max_checks=max_checks,
                   cmd_timeout_s=parse_duration(cmd_timeout) / 1000 or None, loop_pause_s=pause_s if loop else None,
-                  on_event=lambda ev: show_event(out, ev), on_pass=lambda report: out.info(pass_summary(report)))
+                  on_event=lambda ev: show_event(out, ev), on_pass=lambda report: out.info(pass_summary(report, _spoken(timeout))))
+
+
+def _spoken(duration: str) -> str:
+    """``6s`` as ``6 s``, a bare number as seconds: how the summary names --timeout."""
+    text = duration.strip()
+    if text.replace(".", "", 1).isdigit():
+        return f"{text} s"
+    import re
+    return re.sub(r"(\d)([a-z]+)", r"\1 \2", text)

@@ -25,7 +25,7 @@ from store.client.paths import PathLike, resolve_store_path
 from store.client.rows import Row
 from store.client.rules import ArgNames, usage
 from store.client.txadmin import TransactionAdmin
-from store.errors import ConflictError, GroupNotFoundError, LockHeldError, NotFoundError, UsageError
+from store.errors import ConflictError, GroupNotFoundError, LockHeldError, NotFoundError, StoreError, UsageError
 
 if TYPE_CHECKING:
     from store.client.dlq import DeadLetter, Progress, ResendResult, ResentLetter
@@ -489,6 +489,7 @@ class Admin(StoreMaintenance, TransactionAdmin):
         """The topics, sorted by name, with their stored message counts. ``system``: include
         ``%RETRY%``, ``%DLQ%`` and ``RMQ_SYS_`` topics."""
         store = self.store
+        self._deliver_due_delays()
         rows = []
         for name, cfg in sorted(store.topics().items()):
             if names.is_system_topic(name) and not system:
@@ -497,11 +498,22 @@ class Admin(StoreMaintenance, TransactionAdmin):
             rows.append(TopicInfo(name, cfg.queues, cfg.order, messages))
         return rows
 
+    def _deliver_due_delays(self) -> None:
+        """Deliver the delayed messages that are due, as a broker would have by itself, so
+        counts include them before any consumer ran (a store we cannot write to is counted
+        as it is)."""
+        from store.log.schedule import deliver_due
+        try:
+            deliver_due(self.store)
+        except (StoreError, OSError):
+            pass
+
     def topic_status(self, topic: str) -> list[QueueStatus]:
         """Per queue of ``topic``: its offsets, message count and last store time
         (``TopicNotFoundError`` when there is no such topic)."""
         names.validate_any_topic(topic)
         store = self.store
+        self._deliver_due_delays()
         rows = []
         for q in range(store.topic(topic).queues):
             lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)

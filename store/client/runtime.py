@@ -92,8 +92,9 @@ class ConsumeOptions:
     group: str
     orderly: bool = False
     broadcast: bool = False
-    from_where: str = "last"            # first | last | timestamp
+    from_where: str = "last"            # first | last | timestamp | offset | tail
     from_timestamp: int | None = None
+    from_offset: int | None = None      # "offset": this queue offset; "tail": this many before the end
     tags: frozenset[str] | None = None  # None = every tag
     batch: int = 1                      # messages per pool-sink batch
     threads: int = 4                    # pool sinks: batches in flight at most 2 x threads
@@ -253,6 +254,7 @@ class Runtime:
         self.force_stop = False        # a second SIGINT/SIGTERM: end handlers at once
         self._in_write = False         # an inline sink is writing: a second signal interrupts it
         self.resent = False   # a copy went to the retry topic or DLQ since the last commit
+        self.retries_sent = 0   # copies sent to the retry topic (not the DLQ) by this member
         self.schedule_at = 0.0   # when the loop next delivers due delayed messages (monotonic)
         self._topics_stamp: tuple[int, int] | None = None   # topics.json as last seen
         self.published_queues: list[dict[str, Any]] | None = None   # as the member record says
@@ -371,6 +373,12 @@ class Runtime:
         self.shutdown(wait_handlers=True)
         if self.fatal is not None:
             raise self.fatal
+        if self.o.exit_at_end and self.retries_sent:
+            # -e stops at the ends seen at start, so the copies this run sent back are all
+            # still waiting: exit 0 (everything there was taken) but do not let it pass unsaid
+            self.warn(f"{self.retries_sent} failed message{'s' if self.retries_sent != 1 else ''} "
+                      f"wait{'s' if self.retries_sent == 1 else ''} in {names.retry_topic(self.o.group)} "
+                      f"for a retry; run the consumer again to handle them")
         if self.force_stop:
             raise KeyboardInterrupt   # a second signal: exit 130, what finished is committed
         return 0
@@ -748,6 +756,10 @@ class Runtime:
             start = lo
         elif o.from_where == "timestamp" and o.from_timestamp is not None:
             start = self.store.search_offset(t, q, o.from_timestamp)
+        elif o.from_where == "offset" and o.from_offset is not None:   # kcat's -o N
+            start = min(max(o.from_offset, lo), hi)
+        elif o.from_where == "tail" and o.from_offset is not None:     # kcat's -o -N
+            start = max(lo, hi - o.from_offset)
         else:
             start = hi
         return start, True
@@ -841,7 +853,10 @@ class Runtime:
             # The raw path caches nothing, so it may take what flow control allows a queue's
             # cache (1000 messages): fewer, larger pulls and writes. So may the path that builds
             # client messages from columns, up to what the cache has room for.
-            want = PULL_THRESHOLD_COUNT if raw else PULL_THRESHOLD_COUNT - pq.cached() if client else PULL_BATCH
+            # A pool sink's --batch may be bigger than a pull: pull a whole batch (up to what
+            # the queue's cache holds), or its handler gets 256 at a time.
+            want = (PULL_THRESHOLD_COUNT if raw else PULL_THRESHOLD_COUNT - pq.cached() if client
+                    else max(PULL_BATCH, min(self.pool.batch, PULL_THRESHOLD_COUNT) if self.pool is not None else 0))
             if client and want < PULL_THRESHOLD_COUNT // 2 and pq.cached():
                 # A pull costs about as much to set up as a few hundred messages cost to
                 # check and build: a queue with more than half its cache still to consume
@@ -1172,6 +1187,10 @@ class Runtime:
     def _failed(self, key: QueueKey, pq: ProcessQueue, batch: list[Message], why: str) -> None:
         o = self.o
         self.last_activity = time.monotonic()
+        # --count K bounds the messages taken, whatever their outcome: a failed one counts
+        # (it was handed to the handler), or a failing handler would take message after
+        # message, each retried or dead-lettered, until stopped
+        self.consumed += len(batch)
         if o.orderly:
             exhausted = []
             for m in batch:
@@ -1188,7 +1207,7 @@ class Runtime:
                 self.resent = True
                 self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; moved to {names.dlq_topic(o.group)}")
                 self._succeeded(key, pq, batch)
-                self.consumed -= len(batch)
+                self.consumed -= len(batch)   # counted above, and by _succeeded
                 return
             self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; retrying in place in {o.suspend_ms} ms")
             pq.make_again()
@@ -1198,7 +1217,7 @@ class Runtime:
         if o.broadcast:
             self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; broadcast messages are not retried")
             self._succeeded(key, pq, batch)
-            self.consumed -= len(batch)
+            self.consumed -= len(batch)   # counted above, and by _succeeded
             return
         for m in batch:
             try:
@@ -1218,6 +1237,8 @@ class Runtime:
                 self.warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; will be redelivered through "
                      f"{names.retry_topic(o.group)} (reconsume {m.reconsume_times + 1} of {self.max_reconsume})")
             self.resent = True
+            if where != "dlq":
+                self.retries_sent += 1
             # its copy is a delayed message: look for due ones soon (not at the idle backstop)
             self.schedule_at = min(self.schedule_at, time.monotonic() + 0.2)
             off = pq.remove([m])

@@ -77,10 +77,26 @@ class Store:
         self.root = root
         self.engine = Engine(Layout(root), settings, warn)
         self.layout: Layout = self.engine.layout
-        self.settings: StoreSettings = settings
         self.warn = warn
 
     # The parts clients read through the front door: the engine's own.
+    @property
+    def settings(self) -> StoreSettings:
+        return self.engine.settings
+
+    @settings.setter
+    def settings(self, value: StoreSettings) -> None:
+        self.engine.settings = value
+
+    @property
+    def on_topic_created(self) -> Callable[[TopicConfig], None] | None:
+        """Told of each user topic a send creates (auto-creation), so a command line can say so."""
+        return self.engine.on_topic_created
+
+    @on_topic_created.setter
+    def on_topic_created(self, hook: Callable[[TopicConfig], None] | None) -> None:
+        self.engine.on_topic_created = hook
+
     @property
     def commitlog(self) -> CommitLog:
         return self.engine.commitlog

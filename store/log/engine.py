@@ -161,6 +161,8 @@ class Engine:
         self.hints = ckpt.Hints()
         self.durability = Durability(layout, self.commitlog, self.index, self.hints, warn)
         self.checkpoint_file = ckpt.CheckpointFile(layout.checkpoint)   # the writer's, under the lock
+        # Told of each user topic a send creates (auto-creation), so a command line can say so.
+        self.on_topic_created: Callable[[TopicConfig], None] | None = None
 
     def close(self) -> None:
         self.commitlog.close()
@@ -208,11 +210,14 @@ class Engine:
             queues = 1
         elif not self.settings.auto_create_topics:
             raise TopicNotFoundError(
-                f"topic {name!r} does not exist and this store does not create topics on send "
-                f"(create it with: mqctl topic create {name})")
+                f"topic {name!r} does not exist, and topics are not created on send here "
+                f"(mqctl init --no-auto-create or MQCTL_AUTO_CREATE=0); create it with: mqctl topic create {name}")
         else:
             queues = self.settings.default_queues
         if queue_id >= queues:
             raise UsageError(f"queue {queue_id} does not exist: topic {name!r} would be created "
                              f"with queues 0-{queues - 1}")
-        return self.create_topic_locked(name, queues, False)[0]
+        cfg, created = self.create_topic_locked(name, queues, False)
+        if created and self.on_topic_created is not None and not names.is_system_topic(name):
+            self.on_topic_created(cfg)
+        return cfg

@@ -61,7 +61,7 @@ class StoreSettings:
         if int(obj.get("formatVersion", 0)) != F.STORE_FORMAT_VERSION:
             raise ValueError(f"unsupported store format version {obj.get('formatVersion')!r}")
         return cls(max_message_size=int(obj["maxMessageSize"]),
-                   auto_create_topics=bool(obj["autoCreateTopics"]),
+                   auto_create_topics=bool(obj.get("autoCreateTopics", True)),
                    default_queues=int(obj.get("defaultQueues", DEFAULT_QUEUES)),
                    commitlog_segment_size=int(obj["commitlogSegmentSize"]),
                    cq_segment_entries=int(obj["cqSegmentEntries"]))

@@ -9,8 +9,8 @@ does not import PySpark)::
     df = spark.read.format("mqctl").option("store", DIR).option("topic", "orders").load()
 
 ``local_session``, ``register``, ``prepare_environment`` and ``session_conf`` are in
-``store/spark/datasource.py`` (its docstring: columns, options, streaming); ``SCHEMA`` is the
-columns' Spark schema.
+``store/spark/datasource.py`` (its docstring: columns, options, streaming), ``ship_archive``
+(the code zipped for executors) in ``ship.py``; ``SCHEMA`` is the columns' Spark schema.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any
 
 _EXPORTS = {
     "local_session": "datasource", "register": "datasource", "prepare_environment": "datasource",
-    "session_conf": "datasource",
+    "session_conf": "datasource", "ship_archive": "ship",
     "SCHEMA": "schema", "SCHEMA_DDL": "schema",
 }
 

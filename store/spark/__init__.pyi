@@ -7,3 +7,4 @@ from store.spark.datasource import register as register
 from store.spark.datasource import session_conf as session_conf
 from store.spark.schema import SCHEMA as SCHEMA
 from store.spark.schema import SCHEMA_DDL as SCHEMA_DDL
+from store.spark.ship import ship_archive as ship_archive

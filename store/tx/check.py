@@ -137,6 +137,10 @@ class CheckReport:
     half_offsets: tuple[int, int]   # progress before and after the pass
     op_offsets: tuple[int, int]
     events: list[CheckEvent] = field(default_factory=list)
+    # A pass that checked nothing: how many transactions are still pending (all younger than
+    # the timeout, or waiting out their check immunity), so "nothing to check" is not taken
+    # for "nothing pending" (0 after a pass that did check some)
+    left_young: int = 0
 
 
 @contextmanager
@@ -199,7 +203,8 @@ class _CheckPass:
             # behind progress that survives them
             self.store.sync_written()
             save_tx_progress(self.store.layout, new_half, new_op)
-        return CheckReport((half_off, new_half), (op_off, new_op), self.events)
+        young = len(pending(self.store)) if not self.events else 0
+        return CheckReport((half_off, new_half), (op_off, new_op), self.events, young)
 
     def _walk(self, start: int, end: int, finished: set[int]) -> int:
         """Handle the half copies in [start, end); returns where the next pass must start."""

@@ -59,7 +59,8 @@ def test_send_one_body_prints_the_send_result(root: Path) -> None:
 def test_send_without_json_summarises_on_stderr_only(root: Path) -> None:
     p = mqctl(root, "send", "T", "x", check=True)
     assert p.stdout == b""
-    assert p.stderr.startswith("sent 1 message to T")
+    assert p.stderr.splitlines()[-1].startswith("sent 1 message to T")
+    assert "mqctl: created topic T (8 queues)" in p.stderr.splitlines()   # the first send made it
 
 
 # -- stdin ------------------------------------------------------------------------------------

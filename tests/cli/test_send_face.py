@@ -106,6 +106,7 @@ def test_delayed_stdin_lines_report_their_queues(mq: MQ) -> None:
 # -- the hint on a terminal -------------------------------------------------------------------------
 
 def test_a_terminal_on_stdin_gets_a_one_line_hint(mq: MQ) -> None:
+    mq.ok("topic", "create", "T")
     cp = mq.run("send", "T", input=b"hello\n", tty="stdin")
     assert cp.returncode == 0, cp.stderr
     hint, summary = cp.stderr.splitlines()
@@ -115,6 +116,7 @@ def test_a_terminal_on_stdin_gets_a_one_line_hint(mq: MQ) -> None:
 
 
 def test_no_hint_from_a_pipe_or_a_file(mq: MQ, tmp_path) -> None:  # noqa: ANN001
+    mq.ok("topic", "create", "T")
     cp = mq.ok("send", "T", input="hello\n")
     assert re.fullmatch(r"sent 1 message to T \(queue \d\)\n", cp.stderr)
     f = tmp_path / "in"
@@ -142,6 +144,7 @@ def test_a_tag_no_consumer_could_select_is_refused(mq: MQ, tag: str, why: str) -
 
 
 def test_a_json_line_with_such_a_tag_is_a_data_error_naming_its_line(mq: MQ) -> None:
+    mq.ok("topic", "create", "T")
     cp = mq.run("send", "T", "-i", "json", input='{"body":"ok","tags":"a"}\n{"body":"x","tags":"a || b"}\n')
     assert cp.returncode == 5
     summary, error = cp.stderr.splitlines()   # the line before it is sent and reported

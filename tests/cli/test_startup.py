@@ -170,6 +170,7 @@ def _both(args: list[str]) -> tuple[Result, Result]:
 def test_the_quick_send_answers_as_the_full_command_line(tmp_path: Path, topic: str, body: str) -> None:
     store = tmp_path / "s"
     mqctl(store, "init", "--max-message-size", "4000", "--segment-size", "1048576", check=True, timeout=120)
+    mqctl(store, "topic", "create", "t", check=True, timeout=120)   # (the first send would say it made it)
     quick, full = _both(["--store", str(store), "send", topic, body])
     assert quick.returncode == full.returncode, (str(quick), str(full))
     assert re.sub(r"queue \d+", "queue N", quick.stderr) == re.sub(r"queue \d+", "queue N", full.stderr)

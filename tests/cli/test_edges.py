@@ -1,0 +1,380 @@
+"""What a newcomer hits at the edges (issue 27): a consumer on a terminal stopped by Ctrl-C,
+auto-creation said and refusable, a consumer started before its topic, ``mqctl help``, the
+Spark entry points, kcat's ``-o`` and the smaller surprises. Every test runs ``mqctl`` as a
+user does: real processes on a real store (a real pseudo-terminal for Ctrl-C)."""
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+
+from tests.procs import MQ, mqctl_env, one_error, run, wait_for  # noqa: F401
+
+# -- 1: Ctrl-C on a terminal keeps what was counted as consumed -------------------------------
+
+
+def _pending(master: int) -> int:
+    """Bytes written to the pty that its reader (the master side) has not taken yet."""
+    return int(struct.unpack("i", fcntl.ioctl(master, termios.FIONREAD, struct.pack("i", 0)))[0])
+
+
+def test_ctrl_c_on_a_terminal_commits_only_what_the_terminal_showed(mq: MQ) -> None:
+    """A consumer on a terminal nobody reads for a while blocks with a full tty buffer; ^C
+    then used to discard that buffer (the tty driver flushes output on an interrupt) while
+    the consumer committed it: messages never seen and never delivered again. Now every
+    committed message was read from the terminal, and the rest come to the group again."""
+    n = 6000
+    mq.ok("topic", "create", "big", "--queues", "2")
+    mq.send_lines("big", (f"body-{i:05d}-" + "x" * 40 for i in range(n)))
+    master, slave = os.openpty()
+
+    def controlling_terminal() -> None:   # what a shell does for a foreground job
+        os.setsid()
+        fcntl.ioctl(1, termios.TIOCSCTTY, 0)
+
+    err = mq.work / "tty.err"
+    with open(err, "wb") as ferr:
+        p = subprocess.Popen(mq.argv("consume", "big", "-g", "ttyg", "--from", "first", "-f", r"%p:%o %s\n"),
+                             stdin=subprocess.DEVNULL, stdout=slave, stderr=ferr, env=mq.environ(),
+                             preexec_fn=controlling_terminal)
+    os.close(slave)
+    try:
+        # nobody reads the terminal: the consumer fills its buffer and blocks in a write
+        wait_for(lambda: _pending(master) >= 4095, what="the terminal's buffer to fill")
+        os.write(master, b"\x03")   # Ctrl-C, typed on the terminal
+        shown = b""
+        while select.select([master], [], [], 60)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:   # EIO: the consumer closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+        assert p.wait(timeout=60) == 0, err.read_text()
+    finally:
+        os.close(master)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    shown = shown.replace(b"^C", b"")   # the echo of the interrupt, wherever it fell in a line
+    seen = {(int(q), int(o)) for q, o in re.findall(rb"(\d+):(\d+) body-\d{5}-x+\r?\n", shown)}
+    committed = mq.offsets("ttyg", "big")
+    assert sum(committed.values()) > 0
+    lost = [(q, o) for (_, q), end in committed.items() for o in range(end) if (q, o) not in seen]
+    assert not lost, f"{len(lost)} messages committed but never shown on the terminal"
+    rest = mq.ok("consume", "big", "-g", "ttyg", "-e", "-f", r"%p:%o\n").out.split()
+    again = {(int(q), int(o)) for q, o in (x.split(":") for x in rest)}
+    assert len(seen | again) == n
+
+
+# -- 6: the Spark entry points of the contract -------------------------------------------------
+
+
+def test_store_spark_exports_its_entry_points_lazily() -> None:
+    """``from store.spark import register`` (spec/cli.md, the README) works, and neither
+    ``import store`` nor ``import store.spark`` imports PySpark."""
+    script = """
+import sys
+import store, store.spark
+assert "pyspark" not in sys.modules, "import store.spark imported pyspark"
+from store.spark import local_session, prepare_environment, register, ship_archive
+assert all(map(callable, (register, local_session, prepare_environment, ship_archive)))
+assert sorted(store.spark.__all__) == ["local_session", "prepare_environment", "register", "ship_archive"]
+print("ok")
+"""
+    res = run([sys.executable, "-c", script], env=mqctl_env(None))
+    assert res.returncode == 0 and res.out == "ok\n", str(res)
+
+
+# -- 9: the README's completion commands on a fresh HOME; mqctl help -------------------------
+
+
+def _readme_block_after(marker: str) -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("```sh\n", readme.index(marker)) + len("```sh\n")
+    return readme[start:readme.index("```", start)]
+
+
+def test_readme_completion_commands_work_on_a_fresh_home(mq: MQ, tmp_path: Path) -> None:
+    """The bash and fish lines of the README's completion block, run as written in a HOME
+    that has no ~/.local or ~/.config yet, install the scripts (the zsh line needs zsh)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    block = _readme_block_after("### Shell completion")
+    lines = [ln for ln in block.splitlines() if ln.strip() and "zsh" not in ln]
+    res = mq.shell("set -e\n" + "\n".join(lines), extra_env={"HOME": str(home)})
+    assert res.returncode == 0, str(res)
+    assert "complete" in (home / ".local/share/bash-completion/completions/mqctl").read_text()
+    assert "complete" in (home / ".config/fish/completions/mqctl.fish").read_text()
+
+
+def test_help_command_is_the_help_flag(mq: MQ) -> None:
+    """``mqctl help consume`` prints ``mqctl consume --help``; ``mqctl help`` ``mqctl --help``;
+    ``mqctl help topic create`` the sub-command's page; an unknown name is exit 2."""
+    for words in (["consume"], [], ["topic", "create"]):
+        by_flag = mq.ok(*words, "--help")
+        by_help = mq.ok("help", *words)
+        assert by_help.out == by_flag.out and by_help.out.startswith("Usage: mqctl"), words
+    one_error(mq.run("help", "nosuch"), 2, "No such command 'nosuch'")
+
+
+# -- 11: the smaller surprises --------------------------------------------------------------
+
+
+def test_msg_show_takes_the_id_as_m_too(mq: MQ) -> None:
+    """The README's short-flag table lists ``-m`` (``--msg-id``): ``msg show -m ID`` is
+    ``msg show ID``; neither or both is a usage error."""
+    msg_id = mq.ok("send", "orders", "hello", "--json").json_lines()[0]["msgId"]
+    by_arg = mq.ok("msg", "show", msg_id, "--json").json_lines()
+    assert mq.ok("msg", "show", "-m", msg_id, "--json").json_lines() == by_arg
+    assert mq.ok("msg", "show", "--msg-id", msg_id, "--json").json_lines() == by_arg
+    one_error(mq.run("msg", "show"), 2, "give the message id once")
+    one_error(mq.run("msg", "show", msg_id, "-m", msg_id), 2, "give the message id once")
+
+
+def test_offsets_delete_needs_yes_off_a_terminal(mq: MQ) -> None:
+    """Like ``topic delete``: without ``--yes`` and without a terminal to ask on, nothing is
+    deleted (exit 2, naming the flag)."""
+    mq.ok("send", "orders", "hello")
+    mq.ok("consume", "orders", "-g", "G", "--from", "first", "-e")
+    before = mq.offsets("G")
+    assert sum(before.values()) == 1
+    one_error(mq.run("offsets", "delete", "-g", "G"), 2, "deleting the offsets of group G needs --yes")
+    assert mq.offsets("G") == before
+    mq.ok("offsets", "delete", "-g", "G", "--yes")
+    assert mq.offsets("G") == {}
+
+
+def test_exec_batch_bigger_than_a_pull_is_handed_whole(mq: MQ) -> None:
+    """``--batch 500`` on a backlog hands the handler 500 messages (it got 256, a pull's
+    worth); more than a queue's cache (1000) is refused rather than quietly cut."""
+    mq.ok("topic", "create", "b", "--queues", "1")
+    mq.send_lines("b", (str(i) for i in range(600)))
+    sizes = mq.work / "sizes"
+    mq.ok("consume", "b", "-g", "G", "--from", "first", "-e", "--batch", "500",
+          "--exec", f"sh -c 'wc -l >> {sizes}'")
+    assert [int(x) for x in sizes.read_text().split()] == [500, 100]
+    one_error(mq.run("consume", "b", "-g", "G", "--batch", "1001", "-x", "true"), 2,
+              "Invalid value for '--batch'")
+
+
+def test_a_due_delayed_message_counts_in_topic_list(mq: MQ) -> None:
+    """A delayed message that is due shows in ``topic list`` and ``topic status`` although no
+    consumer ran (a broker would have delivered it by itself)."""
+    mq.ok("send", "later", "x", "--delay", "1s")
+
+    def counted() -> bool:
+        rows = {r["topic"]: r for r in mq.ok("topic", "list", "--json").json_lines()}
+        return rows.get("later", {}).get("messages") == 1
+    wait_for(counted, what="the due message in topic list")
+    status = mq.ok("topic", "status", "later", "--json").json_lines()
+    assert sum(r["maxOffset"] - r["minOffset"] for r in status) == 1
+
+
+def test_exit_at_end_says_its_retries_are_pending(mq: MQ) -> None:
+    """``-e`` exits 0 after a handler failed, and says on stderr that the failed messages
+    wait in the retry topic (a run that exits 0 looked like everything was handled)."""
+    mq.ok("send", "jobs", "a")
+    res = mq.ok("consume", "jobs", "-g", "G", "--from", "first", "-e", "-x", "false")
+    assert "mqctl: warning: 1 failed message waits in %RETRY%G for a retry" in res.stderr, res.stderr
+    res = mq.ok("consume", "jobs", "-g", "H", "--from", "first", "-e", "-x", "true")
+    assert "for a retry" not in res.stderr
+
+
+# -- 4: auto-creation said, and refusable ----------------------------------------------------
+
+
+def test_auto_creation_is_said_on_stderr(tmp_path: Path) -> None:
+    """A send that creates the store or the topic says so on stderr (a typo in a path or a
+    name shows at once), only when it created it, never in ``--json`` stdout."""
+    where = tmp_path / "typo"
+    env = mqctl_env(None)
+    mq = MQ(where, tmp_path)
+    first = run(mq.argv("--store", str(where), "send", "jbos", "hello"), env=env)
+    assert first.returncode == 0, str(first)
+    assert first.stderr.splitlines()[:2] == [f"mqctl: created store at {where}",
+                                             "mqctl: created topic jbos (8 queues)"], first.stderr
+    again = run(mq.argv("--store", str(where), "send", "jbos", "hello"), env=env)
+    assert "created" not in again.stderr, again.stderr
+    js = run(mq.argv("--store", str(where), "send", "other", "--json"), env=env, input="a\nb\n")
+    assert js.returncode == 0 and "mqctl: created topic other (8 queues)" in js.stderr, str(js)
+    assert [r["status"] for r in js.json_lines()] == ["SEND_OK", "SEND_OK"]
+
+
+def test_no_auto_create_refuses_sends_to_missing_topics(tmp_path: Path) -> None:
+    """``init --no-auto-create`` (kept in store.json) and ``MQCTL_AUTO_CREATE=0`` make a send
+    to a missing topic exit 3 with a clear error; nothing is created. The variable also keeps
+    a send from creating a store."""
+    mq = MQ(tmp_path / "strict", tmp_path)
+    mq.ok("init", "--no-auto-create")
+    assert '"autoCreateTopics": false' in (mq.root / "store.json").read_text()
+    one_error(mq.run("send", "jbos", "hello"), 3, "topic 'jbos' does not exist")
+    mq.ok("topic", "create", "jobs")
+    mq.ok("send", "jobs", "hello")
+    assert [r["topic"] for r in mq.ok("topic", "list", "--json").json_lines()] == ["jobs"]
+
+    other = MQ(tmp_path / "other", tmp_path, extra_env={"MQCTL_AUTO_CREATE": "0"})
+    one_error(other.run("send", "t", "x"), 3, "no store at")
+    assert not other.root.exists()
+    other.ok("init")
+    one_error(other.run("send", "t", "x"), 3, "topic 't' does not exist")
+    one_error(other.run("send", "t", input="a\nb\n"), 3, "topic 't' does not exist")
+    other.ok("topic", "create", "t")
+    other.ok("send", "t", "x")
+
+
+def test_a_store_json_without_the_auto_create_setting_opens(tmp_path: Path) -> None:
+    """A store.json written before the setting existed (no ``autoCreateTopics``) still opens,
+    with topics created on send as before."""
+    import json
+    mq = MQ(tmp_path / "old", tmp_path)
+    mq.ok("init")
+    obj = json.loads((mq.root / "store.json").read_text())
+    del obj["autoCreateTopics"]
+    (mq.root / "store.json").write_text(json.dumps(obj))
+    mq.ok("send", "fresh", "x")
+    assert mq.ok("topic", "list", "--json").json_lines()[0]["topic"] == "fresh"
+
+
+# -- 8: a consumer started before its topic -------------------------------------------------
+
+
+def test_a_consumer_waits_for_its_topic(mq: MQ) -> None:
+    """``consume notyet -g w`` (no ``-e``) waits for the topic, saying so once on stderr, then
+    gets what is sent to it, the first messages included (default ``--from last``); SIGTERM
+    stops it with exit 0. ``-e`` still exits 3."""
+    one_error(mq.run("consume", "notyet", "-g", "w", "-e"), 3, "topic 'notyet' does not exist")
+    p = mq.start("consume", "notyet", "-g", "w")
+    wait_for(lambda: "waiting for topic 'notyet'" in p.stderr(), what="the waiting line")
+    assert p.alive()
+    mq.send_lines("notyet", ["one", "two"])
+    wait_for(lambda: sorted(p.lines()) == [b"one", b"two"], what="both messages")
+    assert p.stop() == 0
+    assert p.stderr().count("waiting for topic") == 1, p.stderr()
+    # stopped while still waiting: exit 0, nothing created
+    q = mq.start("consume", "later", "-g", "w")
+    wait_for(lambda: "waiting for topic 'later'" in q.stderr(), what="the waiting line")
+    assert q.stop() == 0
+    assert "later" not in {r["topic"] for r in mq.ok("topic", "list", "--json").json_lines()}
+    # and --idle-timeout ends the wait as it ends an idle consumer
+    assert mq.run("consume", "later", "-g", "w", "--idle-timeout", "0.3").returncode == 0
+
+
+# -- 10: tx check says what it left alone ------------------------------------------------------
+
+
+def test_tx_check_says_how_many_it_left_because_they_are_young(mq: MQ) -> None:
+    """Two unknown transactions younger than --timeout: the pass says they are pending and
+    why they were not checked (it said "nothing to check" while tx list showed two)."""
+    for body in ("a", "b"):
+        mq.ok("tx", "send", "pay", body, "--exec", "sh -c 'exit 3'")
+    assert len(mq.ok("tx", "list", "--json").json_lines()) == 2
+    res = mq.ok("tx", "check", "--check-cmd", "true", "--timeout", "1h")
+    assert res.stderr.strip() == "check pass: nothing to check (2 pending, none older than 1 h)", res.stderr
+    res = mq.ok("tx", "check", "--check-cmd", "echo COMMIT", "--timeout", "0")
+    assert "2 transactions checked (2 committed" in res.stderr, res.stderr
+    res = mq.ok("tx", "check", "--check-cmd", "true", "--timeout", "0")
+    assert res.stderr.strip() == "check pass: nothing to check", res.stderr
+
+
+# -- 7: kcat's -o values ------------------------------------------------------------------------
+
+
+def test_kcat_offsets_for_o(mq: MQ) -> None:
+    """``-o beginning|end|stored|N|-N`` as kcat means them: N is a queue offset (--no-group,
+    one queue), -N is N before the end of each queue; a bad value lists what -o takes."""
+    mq.ok("topic", "create", "one", "--queues", "1")
+    mq.send_lines("one", (str(i) for i in range(1, 11)))
+
+    def got(*args: str) -> list[str]:
+        return mq.ok("consume", "one", *args, "-e").out.split()
+    assert got("--no-group", "-o", "7") == ["8", "9", "10"]
+    assert got("--no-group", "-o", "-3") == ["8", "9", "10"]
+    assert got("--no-group", "-o", "beginning", "-c", "2") == ["1", "2"]
+    assert got("-g", "a", "-o", "beginning", "-c", "2") == ["1", "2"]
+    assert got("-g", "a", "-o", "stored", "-c", "2") == ["3", "4"]   # the group's own offset
+    assert got("-g", "b", "-o", "end") == []
+    assert got("-g", "c", "-o", "-2") == ["9", "10"]
+    one_error(mq.run("consume", "one", "-g", "d", "-o", "5", "-e"), 2, "-o 5 (a queue offset) needs --no-group")
+    one_error(mq.run("consume", "one", "--no-group", "-o", "stored", "-e"), 2, "-o stored")
+    mq.send_lines("eight", ["x"])
+    one_error(mq.run("consume", "eight", "--no-group", "-o", "2", "-e"), 2, "-o 2 (a queue offset) needs a one-queue")
+    line = one_error(mq.run("consume", "one", "-g", "g", "--from", "yesterday"), 2, "bad time 'yesterday'")
+    assert "first/earliest/beginning, last/latest/end, stored" in line
+
+
+# -- 2: --count bounds the messages taken --------------------------------------------------------
+
+
+def test_count_bounds_messages_taken_whatever_their_outcome(mq: MQ) -> None:
+    """``--count 1`` with a failing handler makes one attempt and stops (it went on taking
+    message after message, dead-lettering each, until stopped); orderly too."""
+    mq.send_lines("jobs", (str(i) for i in range(5)))
+    mq.ok("consume", "jobs", "-g", "g", "--from", "first", "--count", "1", "--max-reconsume", "0",
+          "--exec", "sh -c 'exit 1'", timeout=30)
+    assert len(mq.ok("dlq", "list", "-g", "g", "--json").json_lines()) == 1
+    assert sum(mq.offsets("g", "jobs").values()) == 1
+    res = mq.ok("consume", "jobs", "-g", "o", "--orderly", "--from", "first", "--count", "1",
+                "--suspend-ms", "10", "--exec", "sh -c 'exit 1'", timeout=30)
+    assert res.stderr.count("retrying in place") == 1, res.stderr
+
+
+# -- 3: a malformed input line says what was stored before it ---------------------------------
+
+
+def test_a_bad_input_line_says_how_many_were_sent_before_it(mq: MQ) -> None:
+    """The lines before a malformed one are stored (their --json results printed, with
+    --flush sync after their fsync) and the error says how many, so resending the fixed file
+    from the top is not a silent duplicate; a first bad line says nothing was sent."""
+    res = mq.run("send", "ndj", "--input", "json", input='{"body":"ok1"}\n{oops\n')
+    line = one_error(res, 5, "line 2: not a JSON object", allow_info=True)
+    assert line.endswith("(1 message sent before it)"), line
+    res = mq.run("send", "ndj", "--input", "json", "--json", "--flush", "sync",
+                 input='{"body":"a"}\n{"body":"b"}\n[1]\n')
+    line = one_error(res, 5, "line 3: not a JSON object", allow_info=True)
+    assert line.endswith("(2 messages sent before it)"), line
+    assert [r["status"] for r in res.json_lines()] == ["SEND_OK", "SEND_OK"]
+    line = one_error(mq.run("send", "ndj", "--input", "json", input="{oops\n"), 5, "line 1:", allow_info=True)
+    assert line.endswith("(nothing was sent)"), line
+    assert mq.ok("topic", "list", "--json").json_lines()[0]["messages"] == 3
+
+
+# -- 5: a directory named store in the current directory -------------------------------------
+
+
+@pytest.mark.slow   # a venv and the README's install: ~30 s
+def test_readme_install_imports_store_beside_a_store_directory(tmp_path: Path) -> None:
+    """The README's install (``pip install -e .`` into a fresh venv), then, from a directory
+    holding ``store/`` and ``mqctl/`` folders (users name their data directory ``store``),
+    ``import store`` finds the package, and the README's first commands work with ``store`` as
+    the store. The editable install's import hook used to lose to such a folder (the folder
+    became a namespace package: ``AttributeError: module 'store' has no attribute 'Consumer'``)."""
+    project = Path(__file__).resolve().parents[2]
+    readme = (project / "README.md").read_text()
+    install = readme[readme.index("python3 -m venv .venv && "):].split(" && seq", 1)[0]
+    assert install == "python3 -m venv .venv && .venv/bin/pip install -q -e .", install
+    venv = tmp_path / "venv"
+    env = mqctl_env(None)
+    res = run(["bash", "-c", install.replace(".venv", str(venv))], env=env, cwd=project, timeout=600)
+    assert res.returncode == 0, str(res)
+    work = tmp_path / "work"
+    (work / "store").mkdir(parents=True)
+    (work / "mqctl").mkdir()
+    res = run([str(venv / "bin/python"), "-c", "import store, mqctl.app; print(store.Consumer.__name__)"],
+              env=env, cwd=work)
+    assert res.returncode == 0 and res.out == "Consumer\n", str(res)
+    (work / "store").rmdir()
+    res = run(["bash", "-c", "seq 5 | mqctl --store store send demo && "
+               "mqctl --store store consume demo -g readme --from first --exit-at-end && "
+               "python -c 'import store; print(store.Admin(\"store\").topics()[0].messages)'"],
+              env={**env, "PATH": f"{venv / 'bin'}:{env['PATH']}"}, cwd=work)
+    assert res.returncode == 0 and res.out.split() == ["1", "2", "3", "4", "5", "5"], str(res)
