@@ -66,6 +66,7 @@ from store.log.bodywrite import Body, frame_bodies
 from store.log.bulk import fetch_span, pull_columns
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
+from store.log.entrysearch import find_record
 from store.log.index import KeyIndex
 from store.log.record import (
     PROP_UNIQ_KEY,
@@ -591,9 +592,14 @@ class Store:
         entries = q.read_entries(offset, min(max_count, max_off - offset))
         if not entries:
             why = q.invalid_at(offset)
-            if why is not None:
+            if why is None:
+                return PullResult([], offset, max_off)
+            # A bad entry: its record is looked for in the log (store/log/entrysearch.py)
+            found = find_record(self.commitlog, q, topic, queue_id, offset)
+            if found is None:
                 return PullResult([], offset + 1, max_off, [(offset, why)])
-            return PullResult([], offset, max_off)
+            keep = tags is None or found.tags in tags
+            return PullResult([found] if keep else [], offset + 1, max_off)
         msgs: list[Message] = []
         damaged: list[tuple[int, str]] = []
         entries, lo, data = fetch_span(self.commitlog, entries, max_bytes)
@@ -618,8 +624,11 @@ class Store:
                 if m.queue_offset != qoff or m.queue_id != queue_id or m.topic != topic:
                     raise RecordError("record does not match its consume-queue entry")
             except RecordError as exc:
-                damaged.append((qoff, f"commit-log offset {phys}: {exc.reason}"))
-                continue
+                found = find_record(self.commitlog, q, topic, queue_id, qoff)
+                if found is None:
+                    damaged.append((qoff, f"commit-log offset {phys}: {exc.reason}"))
+                    continue
+                m = found
             if tags is not None and m.tags not in tags:
                 continue
             msgs.append(m)
