@@ -19,10 +19,12 @@ class State:
     utc: bool = False
     _store: Store | None = field(default=None, repr=False)
 
-    def store(self, create: bool = False) -> "Store":
+    def store(self, create: bool = False, recover: bool = True) -> "Store":
+        """The store, opened on first use; ``recover=False``: as it is on disk, nothing
+        repaired at open (``store check`` only reads)."""
         if self._store is None:
             from store.log.broker import Store
-            self._store = Store.open(self.store_path, create=create)
+            self._store = Store.open(self.store_path, create=create, recover=recover)
         return self._store
 
     def admin(self) -> "Admin":

@@ -44,7 +44,7 @@ def check(ctx: typer.Context, json: JsonOpt = False) -> None:
     from store.errors import DamageFoundError
     from store.log.check import check_store
     from store.spark.staging import stale_staging
-    store = state(ctx).store()
+    store = state(ctx).store(recover=False)   # never repairs: a dirty store is reported as found
     out = Output(json=json)
     with _log_progress(out, store, "checking") as advance:
         rep = check_store(store, progress=advance)

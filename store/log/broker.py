@@ -30,6 +30,7 @@ import random
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -62,11 +63,12 @@ from store.fsutil import (
 from store.layout import Layout
 from store.log import checkpoint as ckpt
 from store.log import format as F
+from store.log import topicdelete
 from store.log.bodywrite import Body, frame_bodies
 from store.log.bulk import fetch_span, pull_columns
 from store.log.commitlog import CommitLog
-from store.log.consumequeue import ConsumeQueue
-from store.log.entrysearch import find_record
+from store.log.consumequeue import ConsumeQueue, remove_queues
+from store.log.entrysearch import find_record, records_with_uniq_key
 from store.log.index import KeyIndex
 from store.log.record import (
     PROP_UNIQ_KEY,
@@ -190,12 +192,28 @@ class Store:
             q.close()
 
     def close(self) -> None:
+        if self.hints.synced:
+            self._record_synced()
         self.commitlog.close()
         self.index.close()
         self.checkpoint_file.close()
         for q in self._queues.values():
             q.close()
         self._write_lock.close()
+
+    def _record_synced(self) -> None:
+        """Put the durable end this handle reached into the checkpoint: batches carry the
+        previous sync's end (a ``--flush sync`` writer syncs after the lock is released), so
+        without this the last batch's sync would never be recorded, and a log later found
+        cut below it could not be told from a torn tail (``store check``)."""
+        try:
+            with self.write_lock():
+                cp = self.checkpoint_file.read()
+                if (cp is not None and cp.boot_id == self.boot_id
+                        and cp.synced_end < self.hints.synced <= cp.written_end):
+                    self.checkpoint_file.write(replace(cp, synced_end=self.hints.synced))
+        except StoreError:
+            pass   # best effort: the checkpoint stays a lower bound
 
     def __enter__(self) -> "Store":
         return self
@@ -242,6 +260,8 @@ class Store:
                     f"{' (ordered)' if cur.order else ''}")
             return cur, False
         cfg = TopicConfig(name, queues, order, int(time.time() * 1000), self.commitlog.end())
+        # queue files of no topic (an older version's killed `topic delete`) are not this one's
+        remove_queues(self.layout.topic_cq_dir(name))
         topics[name] = cfg
         self.topic_table.save(topics)
         return cfg, True
@@ -249,18 +269,14 @@ class Store:
     def delete_topic(self, name: str) -> None:
         """Forget a topic: its config, consume queues and offsets. Records stay in the commit
         log until retention removes their segment (as RocketMQ)."""
-        import shutil
+        from store.client.offsets import ClusterOffsetStore
         with self.write_lock():
-            topics = dict(self.topic_table.load())
-            if name not in topics:
+            cfg = self.topic_table.load().get(name)
+            if cfg is None:
                 raise TopicNotFoundError(f"topic {name!r} does not exist")
-            del topics[name]
-            self.topic_table.save(topics)
             for key in [k for k in self._queues if k[0] == name]:
                 self._queues.pop(key).close()
-            shutil.rmtree(self.layout.topic_cq_dir(name), ignore_errors=True)
-        from store.client.offsets import ClusterOffsetStore
-        ClusterOffsetStore(self.layout).delete_topic(name)
+            topicdelete.delete_topic(self.layout, self.topic_table, cfg, ClusterOffsetStore(self.layout).delete_topic)
 
     def ensure_topic_locked(self, name: str, queue_id: int = -1) -> TopicConfig:
         """The topic's config, creating it on first send. ``queue_id`` (an explicit queue the
@@ -555,12 +571,17 @@ class Store:
             end = self.commitlog.end()
         except OSError:
             return
-        if cp is not None and cp.written_end == end and cp.boot_id == self.boot_id:
+        # what a killed `store recover` or `topic delete` left half done (recovery finishes it)
+        unfinished = self.index.rebuilding() or bool(topicdelete.pending(self.layout))
+        if cp is not None and cp.written_end == end and cp.boot_id == self.boot_id and not unfinished:
             return
         if cp is None and end == 0 and not self.index.files() and not any(self.layout.consumequeue_dir.glob("*/*/*")):
             return   # a new store: nothing written yet, nothing to check
         try:
             with self.write_lock():
+                if unfinished:
+                    from store.log.recovery import recover
+                    recover(self)
                 self.checkpoint_locked()
         except StoreIOError as exc:
             # A read-only store can still be read: consume queues only point at whole records.
@@ -682,12 +703,19 @@ class Store:
             m = self._read_live(off, damage)
             if m is not None and m.msg_id == msg_id.upper():
                 return m
-        for phys in self.index.lookup("#" + msg_id, limit=64):
+        index_damage: list[str] = []
+        if self.index.rebuilding():   # a rebuild was cut short: its files may lack the key
+            hits = records_with_uniq_key(self.commitlog, msg_id)
+        else:
+            hits = self.index.lookup("#" + msg_id, limit=64, damaged=index_damage)
+        for phys in hits:
             m = self._read_live(phys, damage)
             if m is not None and m.uniq_key == msg_id:
                 return m
         if damage and strict:
             raise self._damage_error(*damage[0])
+        if index_damage and strict:
+            raise _index_damage_error(index_damage[0])
         raise MessageNotFoundError(f"no message with id {msg_id!r}")
 
     def find_all(self, uniq_key: str, limit: int = 64) -> list[Message]:
@@ -708,7 +736,8 @@ class Store:
         index leads to raises ``CorruptionError`` instead."""
         out = []
         damage: list[tuple[int, str]] = []
-        for phys in self.index.lookup(f"{topic}#{key}", limit=limit * 4):
+        index_damage: list[str] = []
+        for phys in self.index.lookup(f"{topic}#{key}", limit=limit * 4, damaged=index_damage):
             m = self._read_live(phys, damage)
             if m is not None and m.topic == topic and key in m.keys:
                 out.append(m)
@@ -716,6 +745,8 @@ class Store:
                     break
         if damage and strict:
             raise self._damage_error(*damage[0])
+        if index_damage and strict and not out:
+            raise _index_damage_error(index_damage[0])
         return out
 
     def _read_live(self, phys: int, damage: list[tuple[int, str]]) -> Message | None:
@@ -769,6 +800,11 @@ class Store:
 
     def queue_ids(self, topic: str) -> list[int]:
         return list(range(self.topic(topic).queues))
+
+
+def _index_damage_error(path: str) -> CorruptionError:
+    return CorruptionError(path, 0, "key index file is shorter than its header says: it cannot answer "
+                           "(run: mqctl store recover)")
 
 
 class _WriteLock:

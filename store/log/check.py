@@ -20,6 +20,7 @@ from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.index import key_hash
 from store.log.record import PROP_KEYS, PROP_UNIQ_KEY, RecordError, decode, java_hash
+from store.log.topicdelete import pending as pending_deletes
 from store.names import SCHEDULE_TOPIC
 
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")
@@ -59,15 +60,27 @@ def check_store(store: "Store", progress: Callable[[int], None] | None = None) -
     cp0 = ckpt.read(store.layout.checkpoint)
     # Records past the checkpoint belong to a batch a killed writer left (a read-only store
     # cannot be recovered at open): the next writable open dispatches them, they are not lost.
+    _check_durable_end(store, problems, cp0)
     _check_log(store, rep, valid, progress, claims, cp0.written_end if cp0 is not None else None, keyed)
     _check_queues(store, rep, valid)
     _check_queue_ends(store, problems, claims)
     _check_index(store, problems, keyed)
     _check_json(store, problems)
+    for name in pending_deletes(store.layout):
+        problems.append(Problem(str(store.layout.topic_tombstone(name)), 0,
+                                f"deleting topic {name} was interrupted (run mqctl store recover)"))
     cp = ckpt.read(store.layout.checkpoint)
     if store.layout.checkpoint.exists() and cp is None:
         problems.append(Problem(str(store.layout.checkpoint), 0, "checkpoint unreadable (bad CRC or size)"))
     return rep
+
+
+def _check_durable_end(store: "Store", problems: list[Problem], cp: ckpt.Checkpoint | None) -> None:
+    """A log that ends below the checkpoint's synced end lost records that were durable
+    (acknowledged to ``--flush sync`` producers): damage, never a torn tail."""
+    lost = ckpt.lost_durable_bytes(cp, store.commitlog)
+    if lost is not None:
+        problems.append(Problem(*lost))
 
 
 def _check_log(store: "Store", rep: CheckReport, valid: Valid, progress: Callable[[int], None] | None,
@@ -235,6 +248,10 @@ def _check_queue_ends(store: "Store", problems: list[Problem], claims: dict[tupl
 
 def _check_index(store: "Store", problems: list[Problem], keyed: list[tuple[int, int, str]]) -> None:
     idx = store.index
+    if idx.rebuilding():
+        problems.append(Problem(str(idx.dir), 0, "a key-index rebuild was interrupted: lookups search the log "
+                                                 "until it is done (run mqctl store recover)"))
+        return
     files = idx.files()
     log_end = store.commitlog.end()
     reachable: set[int] = set()

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from store.errors import StoreError, io_error
-from store.fsutil import SegmentListing, ensure_dir, open_private, pwrite_all
+from store.fsutil import SegmentListing, ensure_dir, fsync_dir, open_private, pwrite_all
 from store.log import format as F
 
 _ENTRY = F.CQ_ENTRY
@@ -270,3 +270,24 @@ def cut_back(undo: list[tuple[str, int]]) -> None:
             os.truncate(path, size)
         except OSError:
             pass
+
+
+def retire_queues(topic_dir: Path, into: Path) -> None:
+    """Move a topic's queue files (``topic_dir``, if any) to ``into`` in one rename: no reader
+    sees the topic's entries afterwards, and what is left to remove is out of the way of a
+    topic of the same name created later (``store/log/topicdelete.py``)."""
+    try:
+        os.rename(topic_dir, into)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise io_error(exc, f"move {topic_dir} to {into}") from exc
+    fsync_dir(topic_dir.parent)
+    fsync_dir(into.parent)
+
+
+def remove_queues(directory: Path) -> None:
+    """Remove a tree of queue files (a retired topic's, or an orphan left by an older version's
+    killed ``topic delete``): files first, then directories, so a crash leaves a smaller tree."""
+    import shutil
+    shutil.rmtree(directory, ignore_errors=True)

@@ -20,7 +20,7 @@ from store.errors import CorruptionError
 from store.log import format as F
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
-from store.log.record import Message, RecordError, decode
+from store.log.record import PROP_UNIQ_KEY, Message, RecordError, decode
 
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")
 _NEIGHBOURS = 64            # entries looked at on each side for one that checks out
@@ -93,16 +93,33 @@ def find_record(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, qoff
                 if m.queue_offset == qoff:
                     return m
                 if m.queue_offset > qoff:
-                    return _gone(log, damaged, qoff, topic, queue_id, pos + i)
+                    _gone(log, damaged, qoff, topic, queue_id, pos + i)
+                    return None
             i += m.size
         pos += i
-    return _gone(log, damaged, qoff, topic, queue_id, hi)
+    _gone(log, damaged, qoff, topic, queue_id, hi)
+    return None
 
 
 def _gone(log: CommitLog, damaged: bool, qoff: int, topic: str, queue_id: int, where: int) -> None:
+    """Nothing found: fine (a damaged record, skipped) when the search crossed damage; else
+    raise, naming where the record should have been."""
     if damaged:
         return None
     base = log.segment_of(where)
     raise CorruptionError(str(log.segment_path(base)), where - base,
                           f"consume-queue entry {qoff} of {topic}/{queue_id} is damaged and the commit log "
                           f"holds no record for it (run: mqctl store recover)")
+
+
+def records_with_uniq_key(log: CommitLog, uniq_key: str) -> list[int]:
+    """Offsets of the records carrying unique key ``uniq_key``, newest first, by reading the
+    whole log: for lookups while the key index is fenced off (an interrupted rebuild on a
+    store this process cannot repair). Stops at the first damaged record."""
+    out = []
+    for off, m, _err in log.scan(log.min_offset()):
+        if m is None:
+            break
+        if m.properties.get(PROP_UNIQ_KEY) == uniq_key:
+            out.append(off)
+    return out[::-1]

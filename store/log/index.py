@@ -32,6 +32,7 @@ from store.fsutil import (
     SegmentListing,
     ensure_dir,
     fdatasync_path,
+    fsync_dir,
     open_private,
     pwrite_all,
     sync_dir_if_changed,
@@ -445,9 +446,50 @@ class KeyIndex:
             if base >= end_phys:
                 self.path(base).unlink()
 
+    # -- the rebuild fence ------------------------------------------------------------------
+    # ``store recover`` rebuilds the index from nothing: files are removed, then every
+    # record's keys are added again. A marker file, made durable before the first removal
+    # and removed only once the new files are durable, says the files cannot be trusted to
+    # be complete: readers then search the log instead (``Store.find``), and the next
+    # writable open or recovery rebuilds again (``recovery.py``).
+    def _marker(self) -> Path:
+        return self.dir / F.INDEX_REBUILD_MARKER
+
+    def rebuilding(self) -> bool:
+        """A rebuild began and has not finished (it was killed, or is running)."""
+        return os.path.exists(self._marker())
+
+    def begin_rebuild(self) -> None:
+        """Fence the index off, then remove every file (write lock held)."""
+        ensure_dir(self.dir)
+        fd = open_private(self._marker(), os.O_WRONLY | os.O_CREAT)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(self.dir)
+        self.close()
+        for base in self.files():
+            try:
+                self.path(base).unlink()
+            except FileNotFoundError:
+                pass
+
+    def end_rebuild(self) -> None:
+        """Lift the fence, once every file the rebuild wrote is durable."""
+        for base in self.files():
+            fdatasync_path(self.path(base))
+        try:
+            os.unlink(self._marker())
+        except FileNotFoundError:
+            return
+        fsync_dir(self.dir)
+
     # -- reading ---------------------------------------------------------------------------
-    def lookup(self, key: str, limit: int = 64) -> list[int]:
-        """Commit-log offsets whose entry hash matches ``key``, newest first (unverified)."""
+    def lookup(self, key: str, limit: int = 64, damaged: list[str] | None = None) -> list[int]:
+        """Commit-log offsets whose entry hash matches ``key``, newest first (unverified).
+        ``damaged`` gets the path of each file too short for what its header says (a lookup
+        cannot tell what such a file would have answered)."""
         h = key_hash(key)
         out: list[int] = []
         for base in reversed(self.files()):
@@ -458,11 +500,16 @@ class KeyIndex:
             try:
                 hdr = os.pread(fd, F.INDEX_HEADER_SIZE, 0)
                 if len(hdr) < F.INDEX_HEADER_SIZE:
+                    if damaged is not None:
+                        damaged.append(str(self.path(base)))
                     continue
                 _b, _e, _bp, _ep, slots, count = _HDR.unpack(hdr)
                 if slots != self.slots or count < 1:
                     continue
                 table_end = F.INDEX_HEADER_SIZE + slots * 4
+                if damaged is not None and os.fstat(fd).st_size < table_end + (
+                        count * F.INDEX_ENTRY_SIZE if count > 1 else 0):
+                    damaged.append(str(self.path(base)))
                 raw = os.pread(fd, 4, F.INDEX_HEADER_SIZE + (h % slots) * 4)
                 n = _SLOT.unpack(raw)[0] if len(raw) == 4 else 0
                 seen = 0

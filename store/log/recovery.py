@@ -14,6 +14,10 @@ writer died mid-batch or the machine restarted, and from ``mqctl store recover``
 4. Consume-queue entries that point past the recovered end are dropped; so is a torn
    (partial) entry; index entries past it are fenced off via the header.
 5. The checkpoint is moved to the recovered end.
+
+A log that ends below the checkpoint's synced end lost durable records: that is reported
+(a warning and ``damage``), not taken for a torn tail. Crash points (``store/failpoints.py``):
+``recover-after-index-drop`` (the key index fenced off and removed, nothing re-added yet).
 """
 from __future__ import annotations
 
@@ -22,12 +26,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from store.client.offsets import clamp_to_queue_ends
+from store.client.offsets import ClusterOffsetStore, clamp_to_queue_ends
+from store.failpoints import failpoint
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.consumequeue import ConsumeQueue
 from store.log.record import PROP_KEYS, PROP_UNIQ_KEY, Message, RecordError, decode, java_hash
 from store.log.schedule import clamp_to_queue_ends as clamp_schedule
+from store.log.topicdelete import finish_pending
 from store.log.topics import TopicConfig
 from store.names import HALF_TOPIC, OP_HALF_TOPIC
 from store.tx.check import load_progress, save_progress
@@ -160,12 +166,32 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
     """Repair the store (write lock held). Returns what was done."""
     plan = _plan(store, full)
     rep = RecoveryReport(reason=plan.reason)
-    _check_index(store, plan, full, rep)
+    for name in finish_pending(store.layout, store.topic_table, ClusterOffsetStore(store.layout).delete_topic,
+                               store.warn):
+        store.close_queues()
+        rep.damage.append((str(store.layout.topic_tombstone(name)), 0, "an interrupted topic delete was finished"))
+    lost = ckpt.lost_durable_bytes(plan.checkpoint, store.commitlog)
+    if lost is not None:
+        # Not a torn tail: said loudly, and kept in the report (the checkpoint moves down to
+        # the log's end below, so the store is usable again; readers past it are clamped
+        # to their queues' new ends, each with a warning).
+        rep.damage.append(lost)
+        store.warn(f"{lost[0]} at offset {lost[1]}: {lost[2]}")
+    rebuild_index = full or store.index.rebuilding()
+    if rebuild_index and not full:
+        plan.start = store.commitlog.min_offset()
+        plan.reason += "; a key-index rebuild was interrupted: it is done again"
+    _check_index(store, plan, rebuild_index, rep)
     rep.start = plan.start
     rep.reason = plan.reason
-    store.index.repair()   # slots a killed writer left pointing past the index's count
-    if full:
-        _drop_index(store)  # rebuilt below from every record: damage in it is not trusted
+    if rebuild_index:
+        # Rebuilt below from every record (damage in it is not trusted), behind a fence that
+        # stays up until the new files are durable: a kill in between leaves a store whose
+        # readers search the log and whose next open rebuilds again.
+        store.index.begin_rebuild()
+        failpoint("recover-after-index-drop")
+    else:
+        store.index.repair()   # slots a killed writer left pointing past the index's count
     topics = store.topics()
     log = store.commitlog
     start = plan.start
@@ -216,12 +242,14 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
     ckpt.write(store.layout.checkpoint, ckpt.Checkpoint(
         valid_end, last_ts, min(cp.synced_end, valid_end), store.boot_id,
         min(cp.derived_end, valid_end), cp.derived_at))
-    if plan.rebooted or full:
+    if plan.rebooted or rebuild_index:
         # What survived the restart, and what recovery rebuilt, is made durable now, so the
         # next restart starts here (and nothing below ``valid_end`` is re-dispatched again).
         store.flush_durable(valid_end)
         ckpt.write(store.layout.checkpoint, ckpt.Checkpoint(
             valid_end, last_ts, valid_end, store.boot_id, valid_end, int(time.time())))
+    if rebuild_index:
+        store.index.end_rebuild()
     return rep
 
 
@@ -414,16 +442,6 @@ def fence_index(store: "Store", valid_end: int) -> None:
             hdr[3] = valid_end - 1
             with open(idx.path(base), "r+b") as fh:
                 fh.write(F.INDEX_HEADER.pack(*hdr))
-
-
-def _drop_index(store: "Store") -> None:
-    """Remove every key-index file (a full recovery re-adds every record's keys)."""
-    idx = store.index
-    for base in idx.files():
-        try:
-            idx.path(base).unlink()
-        except FileNotFoundError:
-            pass
 
 
 def _damaged_regions(store: "Store", rep: RecoveryReport) -> list[tuple[int, int]]:
