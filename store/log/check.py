@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from store.log import checkpoint as ckpt
-from store.log import format as F
 from store.log import recordscan
 from store.log.checkderived import IndexCheck, QueueCursors
 from store.log.topicdelete import pending as pending_deletes
@@ -62,20 +61,12 @@ def check_store(store: "Store", progress: Callable[[int], None] | None = None) -
 
     queues = QueueCursors(store.layout, store.settings.cq_segment_entries, log.min_offset(), report)
     keys = IndexCheck(store.index, log.end(), report)
-    dispatched = (F.TX_NOT, F.TX_COMMIT)
     for w in recordscan.scan(log, log.min_offset(), progress):
         rep.bytes_checked += w.bytes
         problems += [Problem(*d) for d in w.damage]
-        for r in w.records:
-            pending = pending_from is not None and r.phys >= pending_from
-            if r.keys and not pending:
-                keys.add(r.phys, r.keys)
-            if r.sysflag & F.TX_MASK in dispatched:
-                cfg = topics.get(r.topic)
-                if cfg is not None and r.phys >= cfg.created_offset and r.queue_id < cfg.queues:
-                    queues.claim(r, pending)
-        rep.records += len(w.records)
-        keys.flush()
+        keys.add_window(w, pending_from)
+        queues.claim_window(w, topics, pending_from)
+        rep.records += len(w)
     rep.cq_entries = queues.finish(topics)
     keys.finish()
     _check_json(store, problems)

@@ -15,17 +15,15 @@ keys of older records there).
 """
 from __future__ import annotations
 
-import array
-import bisect
 import os
-import sys
 from typing import Any, Callable
 
 from store.layout import Layout
 from store.log import format as F
+from store.log.arrays import layouts
 from store.log.consumequeue import ConsumeQueue
-from store.log.index import KeyIndex, key_hash
-from store.log.recordscan import Rec
+from store.log.index import KeyIndex
+from store.log.recordscan import Window, queue_runs
 from store.log.topics import TopicConfig
 
 Report = Callable[[str, int, str], None]
@@ -53,6 +51,20 @@ class _Cursor:
         phys, size, tags = F.CQ_ENTRY.unpack_from(self.buf, i * F.CQ_ENTRY_SIZE)
         return phys, size, tags
 
+    def entries_array(self, k: int, n: int) -> Any:
+        """Entries ``[k, k + n)`` as a numpy array (fewer at the queue's end)."""
+        L = layouts()
+        parts = []
+        got = 0
+        while got < n:
+            raw = self.q.read_raw(k + got, n - got)
+            if not raw:
+                break
+            parts.append(raw)
+            got += len(raw) // F.CQ_ENTRY_SIZE
+        self.q.close()
+        return L.np.frombuffer(b"".join(parts), L.cq)
+
     def path_of(self, k: int) -> tuple[str, int]:
         byte = k * F.CQ_ENTRY_SIZE
         base = byte - byte % self.q.segment_bytes
@@ -74,14 +86,31 @@ class QueueCursors:
             c = self.cursors[(topic, queue_id)] = _Cursor(q, topic, queue_id)
         return c
 
-    def claim(self, r: Rec, pending: bool) -> None:
-        """Record ``r`` is entry ``r.queue_offset`` of its queue (``pending``: it may not have
-        its entry yet)."""
-        c = self._cursor(r.topic, r.queue_id)
-        k = r.queue_offset
+    def claim_window(self, w: Window, topics: dict[str, TopicConfig], pending_from: int | None) -> None:
+        """Every record of ``w`` that its queue must hold: compared with the queue's entries,
+        a queue's run at a time (records past ``pending_from`` may lack their entries)."""
+        np = layouts().np
+        for topic, qid, run in queue_runs(w, topics):
+            c = self._cursor(topic, qid)
+            qoffs, phys, size, tags = w.queue_offset[run], w.phys[run], w.size[run], w.tag_code[run]
+            k0, n = int(qoffs[0]), len(run)
+            if k0 == c.next and k0 + n <= c.end and int(qoffs[-1]) == k0 + n - 1 and (
+                    n == 1 or bool((np.diff(qoffs) == 1).all())):
+                ent = c.entries_array(k0, n)
+                if len(ent) == n and bool(((ent["phys"] == phys) & (ent["size"] == size)
+                                           & (ent["tags"] == tags)).all()):
+                    c.next = k0 + n
+                    continue
+            pend = [pending_from is not None and x >= pending_from for x in phys.tolist()]
+            for a, b, s_, t_, pe in zip(qoffs.tolist(), phys.tolist(), size.tolist(), tags.tolist(), pend):
+                self.claim(c, a, b, s_, t_, pe)
+
+    def claim(self, c: _Cursor, k: int, rphys: int, rsize: int, rtag: int, pending: bool) -> None:
+        """The record at ``rphys`` is entry ``k`` of ``c``'s queue (``pending``: it may not
+        have its entry yet)."""
         if k >= c.end:
             if not pending and (c.short is None or k > c.short[0]):
-                c.short = (k, r.phys)
+                c.short = (k, rphys)
             self._unclaimed(c, c.next, c.end)
             c.next = max(c.next, c.end)
             return
@@ -92,13 +121,13 @@ class QueueCursors:
         if e is None:
             return
         phys, size, tags = e
-        if (phys, size) != (r.phys, r.size):
+        if (phys, size) != (rphys, rsize):
             path, off = c.path_of(k)
             self.report(path, off, f"entry {k} points at commit-log offset {phys} (size {size}), but the record "
-                                   f"of {r.topic}/{r.queue_id}@{k} is at {r.phys} (size {r.size})")
-        elif tags != r.tag_code:
+                                   f"of {c.topic}/{c.queue_id}@{k} is at {rphys} (size {rsize})")
+        elif tags != rtag:
             path, off = c.path_of(k)
-            self.report(path, off + 12, f"entry {k} has tag code {tags}, but its record's is {r.tag_code} "
+            self.report(path, off + 12, f"entry {k} has tag code {tags}, but its record's is {rtag} "
                                         f"(a tag filter would pass it over; run mqctl store recover)")
 
     def _unclaimed(self, c: _Cursor, a: int, b: int) -> None:
@@ -166,9 +195,8 @@ class IndexCheck:
                                     "done (run mqctl store recover)")
         self.trusted_from: int | None = None
         self.loaded: dict[int, Any] = {}     # file base -> sorted pairs (None: untrusted)
-        self.pending: list[tuple[int, str]] = []
         self.missing = 0
-        self.example: tuple[str, int] | None = None
+        self.example: int | None = None
         if not self.fenced and self.files:
             self.newest = self._load(self.files[-1])
         elif not self.fenced:
@@ -197,75 +225,88 @@ class IndexCheck:
         self.loaded[base] = pairs
         return pairs
 
-    def add(self, phys: int, keys: tuple[str, ...]) -> None:
-        for k in keys:
-            self.pending.append((phys, k))
-
-    def flush(self) -> None:
-        """Look up the keys of the window just scanned."""
-        if self.fenced or not self.pending:
-            self.pending.clear()
+    def add_window(self, w: Window, pending_from: int | None) -> None:
+        """Look up the index keys of the records of ``w`` (those below ``pending_from``)."""
+        np = layouts().np
+        if self.fenced or w.key_hash is None or not len(w.key_hash):
             return
-        files = self.files
-        for phys, k in self.pending:
-            if not files:
-                covering = None
-            else:
-                i = bisect.bisect_right(files, phys) - 1
-                covering = files[i] if i >= 0 else None
-            pair = (key_hash(k) << 32) ^ (phys & 0xFFFFFFFF)
-            found = False
-            for base in (covering, files[-1] if files else None):
-                if base is None:
-                    continue
-                pairs = self._load(base)
-                if pairs is not None and _has(pairs, pair):
-                    found = True
-                    break
-            if not found and self.trusted_from is not None and phys >= self.trusted_from:
-                self.missing += 1
-                if self.example is None:
-                    self.example = (k, phys)
-        self.pending.clear()
+        kh, kp = w.key_hash, w.key_phys
+        if pending_from is not None:
+            keep = kp < pending_from
+            kh, kp = kh[keep], kp[keep]
+        if not len(kp):
+            return
+        pair = (kh.astype(np.uint64) << np.uint64(32)) ^ (kp.astype(np.uint64) & np.uint64(0xFFFFFFFF))
+        found = np.zeros(len(kp), bool)
+        if self.files:
+            files = np.array(self.files, np.int64)
+            cover = np.searchsorted(files, kp, side="right") - 1
+            for ci in np.unique(cover).tolist():
+                bases = [self.files[ci]] if ci >= 0 else []
+                for base in bases:
+                    pairs = self._load(base)
+                    if pairs is not None:
+                        m = cover == ci
+                        found[m] |= _isin(np, pair[m], pairs)
+            newest = self._load(self.files[-1])
+            if newest is not None and not found.all():
+                found[~found] |= _isin(np, pair[~found], newest)
+        if self.trusted_from is None:
+            return
+        miss = np.flatnonzero(~found & (kp >= self.trusted_from))
+        if len(miss):
+            self.missing += len(miss)
+            if self.example is None:
+                self.example = int(kp[miss[0]])
 
     def finish(self) -> None:
-        self.flush()
         for base in self.files:   # files no record's range reached are checked too
             if base not in self.loaded and not self.fenced:
                 self._load(base)
         if self.missing and self.example is not None:
-            key, phys = self.example
             self.report(str(self.idx.dir), 0, f"{self.missing} key(s) of records are not found in the key index, "
-                                              f"e.g. {key!r} of the record at commit-log offset {phys} "
+                                              f"e.g. a key of the record at commit-log offset {self.example} "
                                               f"(msg query would miss them; run mqctl store recover)")
 
 
-def _has(pairs: "array.array[int]", pair: int) -> bool:
-    i = bisect.bisect_left(pairs, pair)
-    return i < len(pairs) and pairs[i] == pair
+def _isin(np: Any, a: Any, sorted_b: Any) -> Any:
+    if not len(sorted_b):
+        return np.zeros(len(a), bool)
+    i = np.searchsorted(sorted_b, a)
+    i[i == len(sorted_b)] = 0
+    return sorted_b[i] == a
 
 
-def reachable_pairs(idx: KeyIndex, base: int) -> "array.array[int]":
-    """``(keyHash << 32) ^ (offset & 0xFFFFFFFF)`` of every entry of file ``base`` that a
-    lookup of its key would reach (on the chain of its key's slot), sorted: 8 bytes each."""
+def reachable_pairs(idx: KeyIndex, base: int) -> Any:
+    """``(keyHash << 32) ^ (offset & 0xFFFFFFFF)`` (uint64, sorted) of every entry of file
+    ``base`` that a lookup of its key reaches: on the chain of its own key's slot. The chains
+    are followed for all slots at once, a link per step."""
+    np = layouts().np
     with open(idx.path(base), "rb") as fh:
         data = fh.read()
     count = F.INDEX_HEADER.unpack_from(data, 0)[5]
-    table = array.array("i")
-    table.frombytes(data[F.INDEX_HEADER_SIZE:idx.table_end])
-    if sys.byteorder == "little":
-        table.byteswap()
-    ent = data[idx.table_end:idx.table_end + count * F.INDEX_ENTRY_SIZE]
-    out = array.array("Q")
     slots = idx.slots
-    unpack = F.INDEX_ENTRY.unpack_from
-    for sl, head in enumerate(table):
-        n, steps = head, 0
-        while 0 < n < count and steps < count:
-            h, phys, _td, prev = unpack(ent, n * F.INDEX_ENTRY_SIZE)
-            if h % slots == sl:
-                out.append(((h << 32) ^ (phys & 0xFFFFFFFF)) & 0xFFFFFFFFFFFFFFFF)
-            if prev >= n:
-                break
-            n, steps = prev, steps + 1
-    return array.array("Q", sorted(out))
+    table = np.frombuffer(data, ">i4", count=slots, offset=F.INDEX_HEADER_SIZE).astype(np.int64)
+    ent = np.frombuffer(data, np.dtype([("h", ">i4"), ("phys", ">i8"), ("td", ">i4"), ("prev", ">i4")]),
+                        count=count, offset=idx.table_end)
+    prev = ent["prev"].astype(np.int64)
+    label = np.full(count, -1, np.int64)
+    heads = np.flatnonzero((table > 0) & (table < count))
+    front = table[heads]
+    label[front] = heads
+    for _ in range(count):
+        if not len(front):
+            break
+        nxt = prev[front]
+        ok = (nxt > 0) & (nxt < front)
+        nxt, lab = nxt[ok], label[front[ok]]
+        new = label[nxt] < 0
+        label[nxt[new]] = lab[new]
+        front = nxt[new]
+    got = np.flatnonzero(label >= 0)
+    h = ent["h"][got].astype(np.int64)
+    got = got[h % slots == label[got]]
+    pairs = (ent["h"][got].astype(np.uint64) << np.uint64(32)) ^ (ent["phys"][got].astype(np.uint64)
+                                                                 & np.uint64(0xFFFFFFFF))
+    pairs.sort()
+    return pairs

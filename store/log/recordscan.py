@@ -12,24 +12,26 @@ segment). Record layout: ``format.py``.
 """
 from __future__ import annotations
 
+import array
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from store.log import format as F
+from store.log.arrays import layouts
 from store.log.commitlog import CommitLog
 from store.log.record import PROP_DELIVER_MS, PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, RecordError, crc32, decode, java_hash
 from store.names import SCHEDULE_TOPIC
 
-WINDOW = 16 * 1024 * 1024
-_SLACK = F.MAX_MESSAGE_SIZE + 65536 + 1024
+if TYPE_CHECKING:
+    from store.log.topics import TopicConfig
+
+WINDOW = 4 * 1024 * 1024
+_SLACK = 64 * 1024
+_MAX_SIZE = F.MAX_MESSAGE_SIZE + 65536 + 1024   # the largest record a store can hold
 _I32 = struct.Struct(">i").unpack_from
 _I64 = struct.Struct(">q").unpack_from
-# TOTALSIZE MAGIC . QUEUEID . QUEUEOFFSET PHYSICALOFFSET SYSFLAG . STORETIMESTAMP ... BODYLENGTH
-_HEAD = struct.Struct(">iI4xi4xqqi12xq16x8xi").unpack_from
-assert struct.calcsize(">iI4xi4xqqi12xq16x8xi") == F.RECORD_HEADER_SIZE
-_CRC_TRAILER = b"\x02%010d\x01#23CRC__"   # the record CRC property reversed, digits in order
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")
 _MIN_SIZE = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
 _TAGS = PROP_TAGS.encode() + b"\x01"
@@ -38,30 +40,29 @@ _UNIQ = PROP_UNIQ_KEY.encode() + b"\x01"
 _DELIVER = PROP_DELIVER_MS.encode() + b"\x01"
 
 
-@dataclass(slots=True)
-class Rec:
-    """One valid record: where it is, where it belongs, what its derived entries hold."""
-
-    phys: int
-    size: int
-    topic: str
-    queue_id: int
-    queue_offset: int
-    sysflag: int
-    tag_code: int
-    store_ts: int
-    keys: tuple[str, ...]   # index keys: "#<uniq key>", then "<topic>#<key>" for each KEYS word
-
-
 @dataclass
 class Window:
-    """The records of one window, in log order, and the damage found among them."""
+    """The valid records of one window, in log order, as parallel columns (numpy arrays, no
+    object per record), and the damage found among them."""
 
-    records: list[Rec] = field(default_factory=list)
+    phys: Any = None          # int64 arrays, one value per record
+    size: Any = None
+    queue_id: Any = None
+    queue_offset: Any = None
+    sysflag: Any = None
+    store_ts: Any = None
+    tag_code: Any = None
+    topic_id: Any = None      # index into ``topics``
+    topics: list[str] = field(default_factory=list)
+    key_hash: Any = None      # index keys, flattened: each key's hash and its record's offset
+    key_phys: Any = None
     damage: list[tuple[str, int, str]] = field(default_factory=list)   # (segment, offset in it, why)
     damage_at: list[int] = field(default_factory=list)                 # each damage's log offset
     end: int = 0       # the log offset this window's scan reached
     bytes: int = 0     # bytes of log read for it
+
+    def __len__(self) -> int:
+        return 0 if self.phys is None else len(self.phys)
 
 
 def _prop(props: bytes, name: bytes) -> bytes | None:
@@ -75,14 +76,6 @@ def _prop(props: bytes, name: bytes) -> bytes | None:
         i += len(name) + 1
     j = props.find(b"\x02", i)
     return props[i:j] if j >= 0 else props[i:]
-
-
-def _topic_of(buf: bytes, t: int, cache: dict[bytes, str]) -> str:
-    tb = buf[t + 1:t + 1 + buf[t]]
-    name = cache.get(tb)
-    if name is None:
-        name = cache[tb] = tb.decode("utf-8", "replace")
-    return name
 
 
 def scan(log: CommitLog, start: int, progress: Callable[[int], None] | None = None) -> Iterator[Window]:
@@ -115,18 +108,25 @@ def _segment(fd: int, path: str, base: int, pos: int, last: bool, topics: dict[b
     size = os.fstat(fd).st_size
     resync = False
     started = pos
+    want = WINDOW + _SLACK
     while pos < size:
-        buf = os.pread(fd, WINDOW + _SLACK, pos)
+        buf = os.pread(fd, want, pos)
         limit = min(len(buf), WINDOW)
         w = Window()
-        w.bytes = limit
         if resync:   # the previous window ended inside damage: find the next record start
             nxt = resume_at(buf, -1, base + pos)
-            i = nxt if nxt is not None else limit
-            resync = nxt is None
+            if nxt is None:
+                pos += limit
+                continue
+            i, resync = nxt, False
         else:
             i = 0
-        i, trailer, resync = _records(buf, i, limit, base + pos, path, base, w, topics, resync)
+        i, trailer, resync = _records(buf, i, limit, base + pos, path, base, w, topics, pos + len(buf) < size)
+        if i == 0 and not trailer and not resync and not w.damage:
+            want = _I32(buf, 0)[0] + _SLACK   # a record bigger than a window: read it whole
+            continue
+        want = WINDOW + _SLACK
+        w.bytes = i
         pos += i
         w.end = base + pos
         if trailer:
@@ -139,8 +139,6 @@ def _segment(fd: int, path: str, base: int, pos: int, last: bool, topics: dict[b
             progress(min(pos, size) - started)
             started = min(pos, size)
         yield w
-        if i == 0:
-            break
     if not last:
         w = Window(end=base + size)
         w.damage.append((path, size, "segment ends without its end-of-segment trailer (its tail was lost)"))
@@ -149,74 +147,175 @@ def _segment(fd: int, path: str, base: int, pos: int, last: bool, topics: dict[b
 
 
 def _records(buf: bytes, i: int, limit: int, wbase: int, path: str, base: int, w: Window,
-             topics: dict[bytes, str], resync: bool) -> tuple[int, bool, bool]:
-    """Records starting in ``buf[i:limit]`` into ``w``. Returns (where the next window starts,
-    relative to ``buf``; a BLANK trailer ended the segment; the window ended inside damage)."""
-    n = len(buf)
-    head, hsize, csize, magic_v1 = _HEAD, F.RECORD_HEADER_SIZE, F.CRC_PROPERTY_SIZE, F.MAGIC_V1
-    trailer_fmt, recs = _CRC_TRAILER, w.records
+             topics: dict[bytes, str], more: bool) -> tuple[int, bool, bool]:
+    """Records starting in ``buf[i:limit]`` into ``w`` (``more``: the segment goes on past
+    ``buf``). Returns (where the next window starts, relative to ``buf``; a BLANK trailer
+    ended the segment; the window ended inside damage)."""
+    cols: list[tuple[Any, ...]] = []
     while i < limit:
-        reason = None
-        if n - i < 8:
-            reason = "truncated header"
-        else:
-            total = _I32(buf, i)[0]
-            if total >= 8 and _I32(buf, i + 4)[0] & 0xFFFFFFFF == F.BLANK_MAGIC:
+        starts, stop = _chain(buf, i, limit)
+        good, blank = _verify(buf, starts, wbase, cols)
+        if good < len(starts):
+            i = int(starts[good])
+            if blank:
+                _columns(w, cols, topics)
                 return i, True, False
-            if total < _MIN_SIZE or i + total > n:
-                reason = "torn or impossible record size"
-            else:
-                end = i + total
-                tot, magic, qid, qoff, phys, sysflag, store_ts, blen = head(buf, i)
-                t = i + hsize + blen
-                if magic != magic_v1 or phys != wbase + i or blen < 0 or t + 3 > end:
-                    reason = "header"
-                else:
-                    p = t + 1 + buf[t] + 2
-                    if p > end - csize or p + ((buf[p - 2] << 8) | buf[p - 1]) != end or \
-                            buf[end - csize:end] != (trailer_fmt % (crc32(memoryview(buf)[i:end - csize])
-                                                                    & 0x7FFFFFFF))[::-1]:
-                        reason = "crc"
-                    else:
-                        topic = _topic_of(buf, t, topics)
-                        props = buf[p:end - csize]
-                        recs.append(_rec(phys, total, topic, qid, qoff, sysflag, store_ts, props))
-                        i = end
-                        continue
-        # damaged: decode names what is wrong; resume at the next record start
-        try:
-            m = decode(buf, i, n)
-            why = "record claims offset %d" % m.commitlog_offset if m.commitlog_offset != wbase + i else reason
-        except RecordError as exc:
-            why = exc.reason
-        w.damage.append((path, wbase + i - base, str(why)))
+        else:
+            i = stop
+            if i >= limit:
+                break
+            if _blank_at(buf, i):
+                _columns(w, cols, topics)
+                return i, True, False
+            if more and _continues(buf, i):
+                break   # the next record ends past this read: the next window starts with it
+        # damaged at i: named, then the scan resumes at the next record start
+        w.damage.append((path, wbase + i - base, _reason(buf, i, wbase)))
         w.damage_at.append(wbase + i)
         nxt = resume_at(buf, i, wbase)
         if nxt is None:
+            _columns(w, cols, topics)
             return max(limit, i + 1), False, True
         i = nxt
+    _columns(w, cols, topics)
     return i, False, False
 
 
-def _rec(phys: int, size: int, topic: str, qid: int, qoff: int, sysflag: int, store_ts: int, props: bytes) -> Rec:
-    keys: tuple[str, ...] = ()
-    if sysflag & F.TX_MASK != F.TX_ROLLBACK and props:
-        uk = _prop(props, _UNIQ)
-        ks = ["#" + uk.decode("utf-8", "replace")] if uk else []
-        kw = _prop(props, _KEYS)
-        if kw:
-            ks += [f"{topic}#{k}" for k in kw.decode("utf-8", "replace").split(" ") if k]
-        keys = tuple(ks)
-    if topic == SCHEDULE_TOPIC:
-        v = _prop(props, _DELIVER)
-        try:
-            code = int(v) if v else 0
-        except ValueError:
-            code = 0
-    else:
-        tv = _prop(props, _TAGS) if props else None
-        code = java_hash(tv.decode("utf-8", "replace")) if tv else 0
-    return Rec(phys, size, topic, qid, qoff, sysflag, code, store_ts, keys)
+def _continues(buf: bytes, i: int) -> bool:
+    """The record at ``i`` may be whole in the file though not in ``buf``."""
+    if len(buf) - i < 8:
+        return True
+    total: int = _I32(buf, i)[0]
+    return _MIN_SIZE <= total <= _MAX_SIZE and i + total > len(buf)
+
+
+def _blank_at(buf: bytes, i: int) -> bool:
+    return len(buf) - i >= 8 and _I32(buf, i + 4)[0] & 0xFFFFFFFF == F.BLANK_MAGIC
+
+
+def _chain(buf: bytes, i: int, limit: int) -> tuple[Any, int]:
+    """Record starts from ``i`` by their TOTALSIZE while each is plausible and whole: the
+    array of starts and where the walk stopped."""
+    np = layouts().np
+    n = len(buf)
+    out = array.array("q")
+    add = out.append
+    unpack = _I32
+    lo = _MIN_SIZE
+    while i < limit and n - i >= 8:
+        total = unpack(buf, i)[0]
+        if total < lo or i + total > n:
+            break
+        add(i)
+        i += total
+    return (np.frombuffer(out, np.int64) if out else np.zeros(0, np.int64)), i
+
+
+def _reason(buf: bytes, i: int, wbase: int) -> str:
+    try:
+        m = decode(buf, i, len(buf))
+    except RecordError as exc:
+        return exc.reason
+    return f"record claims offset {m.commitlog_offset}" if m.commitlog_offset != wbase + i else "damaged record"
+
+
+def _verify(buf: bytes, starts: Any, wbase: int, cols: list[tuple[Any, ...]]) -> tuple[int, bool]:
+    """Check the records at ``starts`` as arrays (as ``decode`` does); the leading run that
+    passes goes into ``cols``. Returns (how many passed, the next is a BLANK trailer)."""
+    L = layouts()
+    np = L.np
+    n = len(starts)
+    if not n:
+        return 0, False
+    b = np.frombuffer(buf, np.uint8)
+    head = b[starts[:, None] + np.arange(F.RECORD_HEADER_SIZE)].view(L.head).reshape(n)
+    total = head["total"].astype(np.int64)
+    ends = starts + total
+    blen = head["blen"].astype(np.int64)
+    t = starts + F.RECORD_HEADER_SIZE + blen
+    ok = (head["magic"] == F.MAGIC_V1) & (head["phys"] == wbase + starts) & (blen >= 0) & (t + 3 <= ends)
+    t = np.where(ok, t, starts)
+    p = t + 1 + b[t].astype(np.int64) + 2
+    crc_at = ends - F.CRC_PROPERTY_SIZE
+    ok &= p <= crc_at
+    p = np.where(ok, p, starts + 2)
+    ok &= p + ((b[p - 2].astype(np.int64) << 8) | b[p - 1]) == ends
+    at = np.where(ok, crc_at, starts)
+    ok &= (b[at[:, None] + np.arange(9)] == L.crc_head).all(axis=1) & (b[np.where(ok, ends - 1, starts)] == 2)
+    digits = b[(at + 9)[:, None] + np.arange(10)].astype(np.int64) - 48
+    ok &= ((digits >= 0) & (digits <= 9)).all(axis=1)
+    bad = np.flatnonzero(~ok)
+    good = int(bad[0]) if len(bad) else n
+    blank = good < n and int(head["magic"][good]) == F.BLANK_MAGIC
+    if good:
+        mv = memoryview(buf)
+        got = np.fromiter(map(crc32, map(mv.__getitem__, map(slice, starts[:good].tolist(),
+                                                             crc_at[:good].tolist()))), np.int64, good)
+        crc_bad = np.flatnonzero((got & 0x7FFFFFFF) != digits[:good] @ L.pow10)
+        if len(crc_bad):
+            good, blank = int(crc_bad[0]), False
+    if good:
+        cols.append((head[:good], starts[:good], total[:good], t[:good], p[:good], crc_at[:good], buf, wbase))
+    return good, blank
+
+
+def _columns(w: Window, cols: list[tuple[Any, ...]], topics: dict[bytes, str]) -> None:
+    """The checked runs of a window into its columns: header fields, topic ids, tag codes
+    and index keys (the properties are searched only for the names that matter)."""
+    np = layouts().np
+    if not cols:
+        return
+    ids: dict[str, int] = {}
+    parts: list[list[Any]] = [[] for _ in range(10)]
+    for head, starts, total, t, p, crc_at, buf, wbase in cols:
+        tb = list(map(buf.__getitem__, map(slice, (t + 1).tolist(), (p - 2).tolist())))
+        tnames = [topics.get(x) or topics.setdefault(x, x.decode("utf-8", "replace")) for x in tb]
+        tid = [ids.setdefault(x, len(ids)) for x in tnames]
+        props = list(map(buf.__getitem__, map(slice, p.tolist(), crc_at.tolist())))
+        phys = wbase + starts
+        sysflag = head["sysflag"].astype(np.int64)
+        tags, kh, kp = _props(props, tnames, phys.tolist(),
+                              ((sysflag & F.TX_MASK) == F.TX_ROLLBACK).tolist())
+        for col, v in zip(parts, (phys, total, head["qid"].astype(np.int64), head["qoff"].astype(np.int64),
+                                  sysflag, head["stored"].astype(np.int64), np.array(tags, np.int64),
+                                  np.array(tid, np.int64), np.array(kh, np.int64), np.array(kp, np.int64))):
+            col.append(v)
+    cat = np.concatenate
+    (w.phys, w.size, w.queue_id, w.queue_offset, w.sysflag, w.store_ts, w.tag_code, w.topic_id,
+     w.key_hash, w.key_phys) = (cat(c) for c in parts)
+    w.topics = list(ids)
+
+
+def _props(props: list[bytes], tnames: list[str], physl: list[int],
+           rollback: list[bool]) -> tuple[list[int], list[int], list[int]]:
+    """Tag codes, and the index keys' hashes with their records' offsets (``#UNIQ_KEY`` and
+    ``topic#key`` per KEYS word; none for a rolled-back half), as the write path makes them."""
+    tags = [0] * len(props)
+    kh: list[int] = []
+    kp: list[int] = []
+    for j, pr in enumerate(props):
+        if _TAGS in pr or _DELIVER in pr:
+            if tnames[j] == SCHEDULE_TOPIC:
+                v = _prop(pr, _DELIVER)
+                tags[j] = int(v) if v and v.isdigit() else 0
+            else:
+                v = _prop(pr, _TAGS)
+                tags[j] = java_hash(v.decode("utf-8", "replace")) if v else 0
+        if rollback[j]:
+            continue
+        uk = _prop(pr, _UNIQ)
+        if uk:
+            kh.append(crc32(b"#" + uk) & 0x7FFFFFFF)
+            kp.append(physl[j])
+        if _KEYS in pr:
+            kw = _prop(pr, _KEYS)
+            if kw:
+                tn = tnames[j].encode()
+                for k in kw.split(b" "):
+                    if k:
+                        kh.append(crc32(tn + b"#" + k) & 0x7FFFFFFF)
+                        kp.append(physl[j])
+    return tags, kh, kp
 
 
 def _looks_like_start(data: bytes, cand: int, wbase: int) -> bool:
@@ -252,3 +351,28 @@ def resume_at(data: bytes, pos: int, wbase: int) -> int | None:
         if F.RECORD_FIXED_SIZE <= total and pos + total < len(data) and (cand is None or pos + total < cand):
             return pos + total
     return cand
+
+
+def queue_runs(w: Window, topics: dict[str, "TopicConfig"]) -> Iterator[tuple[str, int, Any]]:
+    """The records of ``w`` that get a consume-queue entry (not a prepared or rolled-back
+    half; a topic that exists, created at or before the record; a queue it has), as
+    ``(topic, queue id, indexes into w)`` per queue, each in log order."""
+    np = layouts().np
+    if not len(w):
+        return
+    tx = w.sysflag & F.TX_MASK
+    sel = (tx == F.TX_NOT) | (tx == F.TX_COMMIT)
+    for tid, name in enumerate(w.topics):
+        cfg = topics.get(name)
+        if cfg is None:
+            sel &= w.topic_id != tid
+        else:
+            sel &= (w.topic_id != tid) | ((w.phys >= cfg.created_offset) & (w.queue_id < cfg.queues))
+    idx = np.flatnonzero(sel)
+    if not len(idx):
+        return
+    key = w.topic_id[idx] * (1 << 20) + w.queue_id[idx]
+    order = idx[np.argsort(key, kind="stable")]
+    key = w.topic_id[order] * (1 << 20) + w.queue_id[order]
+    for run in np.split(order, np.flatnonzero(np.diff(key)) + 1):
+        yield w.topics[int(w.topic_id[run[0]])], int(w.queue_id[run[0]]), run

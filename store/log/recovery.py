@@ -30,8 +30,10 @@ from store.client.offsets import ClusterOffsetStore, clamp_to_queue_ends
 from store.failpoints import failpoint
 from store.log import checkpoint as ckpt
 from store.log import format as F
+from store.log import recordscan
+from store.log.arrays import layouts
 from store.log.consumequeue import ConsumeQueue
-from store.log.record import PROP_KEYS, PROP_UNIQ_KEY, Message, RecordError, decode, java_hash
+from store.log.record import RecordError, decode
 from store.log.schedule import clamp_to_queue_ends as clamp_schedule
 from store.log.topicdelete import finish_pending
 from store.log.topics import TopicConfig
@@ -193,41 +195,7 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
     else:
         store.index.repair()   # slots a killed writer left pointing past the index's count
     topics = store.topics()
-    log = store.commitlog
-    start = plan.start
-    valid_end = start
-    last_ts = 0
-    index_items: list[tuple[str, int]] = []
-    queues: dict[tuple[str, int], _QueueRebuild] = {}
-    pos = start
-    while True:
-        resumed = False
-        for off, msg, err in log.scan(pos):
-            if err is not None:
-                if plan.rebooted and off >= plan.cut_from:
-                    break   # lost in the power cut: nothing after it was ever durable
-                nxt = find_next_valid(store, off)
-                if nxt is None:
-                    break  # torn tail
-                rep.damage.append((str(log.segment_path(log.segment_of(off))), off - log.segment_of(off), err.reason))
-                pos, resumed = nxt, True
-                break
-            assert msg is not None
-            rep.records += 1
-            valid_end = off + msg.size
-            last_ts = max(last_ts, msg.store_timestamp)
-            rep.cq_entries_written += _dispatch(store, topics, msg, index_items, queues)
-            if len(index_items) >= 8192:
-                store.index.add(index_items, last_ts)
-                index_items.clear()
-            if progress is not None:
-                progress(msg.size)
-        if not resumed:
-            break
-    for qr in queues.values():
-        qr.flush()
-    if index_items:
-        store.index.add(index_items, last_ts)
+    valid_end, last_ts = _redispatch(store, plan, topics, rep, progress)
     rep.truncated_bytes = _truncate_log(store, valid_end)
     rep.cq_entries_dropped = _trim_queues(store, valid_end)
     if full or rep.damage:
@@ -286,32 +254,56 @@ def _clamp_consumers(store: "Store") -> None:
         store.warn(f"transaction check progress moved back to the queues' ends ({half_end}, {op_end})")
 
 
-def _dispatch(store: "Store", topics: dict[str, TopicConfig], msg: Message, index_items: list[tuple[str, int]],
-              queues: dict[tuple[str, int], "_QueueRebuild"]) -> int:
-    """Give one recovered record its consume-queue entry and index keys. Returns 1 when a
-    consume-queue entry had to be written."""
-    tx = msg.sysflag & F.TX_MASK
-    if tx != F.TX_ROLLBACK:
-        uk = msg.properties.get(PROP_UNIQ_KEY)
-        if uk:
-            index_items.append(("#" + uk, msg.commitlog_offset))
-        for k in (msg.properties.get(PROP_KEYS) or "").split(" "):
-            if k:
-                index_items.append((f"{msg.topic}#{k}", msg.commitlog_offset))
-    cfg = topics.get(msg.topic)
-    if tx not in (F.TX_NOT, F.TX_COMMIT) or cfg is None or msg.commitlog_offset < cfg.created_offset:
-        return 0
-    if msg.queue_id >= cfg.queues:
-        return 0
-    key = (msg.topic, msg.queue_id)
-    qr = queues.get(key)
-    if qr is None:
-        qr = queues[key] = _QueueRebuild(store.queue(msg.topic, msg.queue_id))
-    if msg.topic == "SCHEDULE_TOPIC_XXXX":
-        tags = int(msg.properties.get("TIMER_DELIVER_MS", "0") or 0)
-    else:
-        tags = java_hash(msg.tags) if msg.tags else 0
-    return qr.put(msg.queue_offset, msg.commitlog_offset, msg.size, tags)
+def _redispatch(store: "Store", plan: _Plan, topics: dict[str, TopicConfig], rep: RecoveryReport,
+                progress: Callable[[int], None] | None) -> tuple[int, int]:
+    """One pass over the log from ``plan.start`` (``recordscan.py``): every valid record gets
+    its consume-queue entry and its index keys, a queue's run and a window's keys at a time.
+    Damage followed by a valid record is reported and stepped over; damage with none after
+    it is a torn tail (not reported: the caller cuts the log back to the returned end); after
+    a restart, damage at or past ``plan.cut_from`` ends the log. Returns (the end of the last
+    valid record, the last store timestamp)."""
+    valid_end, last_ts = plan.start, 0
+    queues: dict[tuple[str, int], _QueueRebuild] = {}
+    unconfirmed: list[tuple[str, int, str]] = []
+    for w in recordscan.scan(store.commitlog, plan.start, progress):
+        cut = None
+        for d, at in zip(w.damage, w.damage_at):
+            if plan.rebooted and at >= plan.cut_from:
+                cut = at   # lost in the power cut: nothing after it was ever durable
+                break
+            unconfirmed.append(d)
+        if cut is not None and len(w):
+            keep = w.phys < cut
+            if not keep.all():
+                w = _head_of(w, int(keep.sum()))
+        if len(w):
+            rep.damage += unconfirmed   # a valid record follows: damage, not a torn tail
+            unconfirmed = []
+            rep.records += len(w)
+            valid_end = int(w.phys[-1] + w.size[-1])
+            last_ts = max(last_ts, int(w.store_ts.max()))
+            for topic, qid, run in recordscan.queue_runs(w, topics):
+                qr = queues.get((topic, qid))
+                if qr is None:
+                    qr = queues[(topic, qid)] = _QueueRebuild(store.queue(topic, qid))
+                rep.cq_entries_written += qr.put_many(w.queue_offset[run], w.phys[run], w.size[run],
+                                                      w.tag_code[run])
+            if len(w.key_hash):
+                store.index.add_hashes(w.key_hash.tolist(), w.key_phys.tolist(), last_ts)
+        if cut is not None:
+            break
+    for qr in queues.values():
+        qr.flush()
+    return valid_end, last_ts
+
+
+def _head_of(w: recordscan.Window, n: int) -> recordscan.Window:
+    """The first ``n`` records of ``w`` (and their keys)."""
+    end = int(w.phys[n - 1]) if n else -1
+    k = int((w.key_phys <= end).sum()) if len(w.key_phys) else 0
+    return recordscan.Window(w.phys[:n], w.size[:n], w.queue_id[:n], w.queue_offset[:n], w.sysflag[:n],
+                             w.store_ts[:n], w.tag_code[:n], w.topic_id[:n], w.topics, w.key_hash[:k],
+                             w.key_phys[:k])
 
 
 class _QueueRebuild:
@@ -357,6 +349,35 @@ class _QueueRebuild:
         self.end = qoff + 1
         return 1
 
+    def put_many(self, qoffs: Any, phys: Any, size: Any, tags: Any) -> int:
+        """:meth:`put` for a run of one window (numpy arrays, in log order): entries already
+        right are compared as arrays, and a run that continues the queue is packed at once."""
+        np = layouts().np
+        n, k0 = len(qoffs), int(qoffs[0])
+        if n > 1 and not bool((np.diff(qoffs) == 1).all()):
+            return sum(map(self.put, qoffs.tolist(), phys.tolist(), size.tolist(), tags.tolist()))
+        written = 0
+        below = min(max(self.end - k0, 0), n) if not self.run else 0
+        if below:
+            have = _entries(self.q, k0, below)
+            same = np.zeros(below, bool)
+            m = min(len(have), below)
+            same[:m] = (have["phys"][:m] == phys[:m]) & (have["size"][:m] == size[:m]) & (have["tags"][:m] == tags[:m])
+            for i in np.flatnonzero(~same).tolist():
+                written += self.put(k0 + i, int(phys[i]), int(size[i]), int(tags[i]))
+        rest = slice(below, n)
+        if below < n and k0 + below == (self.run_first + len(self.run) // F.CQ_ENTRY_SIZE if self.run else self.end):
+            ent = np.empty(n - below, layouts().cq)
+            ent["phys"], ent["size"], ent["tags"] = phys[rest], size[rest], tags[rest]
+            if not self.run:
+                self.run_first = k0 + below
+            self.run += ent.tobytes()
+            if len(self.run) >= self.RUN * F.CQ_ENTRY_SIZE:
+                self.flush()
+            return written + n - below
+        return written + sum(map(self.put, qoffs[rest].tolist(), phys[rest].tolist(), size[rest].tolist(),
+                                 tags[rest].tolist()))
+
     def flush(self) -> None:
         if self.run:
             self.q.append(self.run_first, bytes(self.run))
@@ -364,6 +385,19 @@ class _QueueRebuild:
             self.run.clear()
             self.win = []
         self.q.close()
+
+
+def _entries(q: ConsumeQueue, k: int, n: int) -> Any:
+    """Entries ``[k, k + n)`` of ``q`` as a numpy array (fewer at its end)."""
+    L = layouts()
+    parts, got = [], 0
+    while got < n:
+        raw = q.read_raw(k + got, n - got)
+        if not raw:
+            break
+        parts.append(raw)
+        got += len(raw) // F.CQ_ENTRY_SIZE
+    return L.np.frombuffer(b"".join(parts), L.cq)
 
 
 def _fix_partial_entry(q: ConsumeQueue) -> None:
