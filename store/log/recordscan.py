@@ -16,6 +16,7 @@ import array
 import os
 import struct
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from store.log import format as F
@@ -228,7 +229,8 @@ def _verify(buf: bytes, starts: Any, wbase: int, cols: list[tuple[Any, ...]]) ->
     if not n:
         return 0, False
     b = np.frombuffer(buf, np.uint8)
-    head = b[starts[:, None] + np.arange(F.RECORD_HEADER_SIZE)].view(L.head).reshape(n)
+    rows = np.lib.stride_tricks.sliding_window_view   # rows gathered with no index matrix
+    head = rows(b, F.RECORD_HEADER_SIZE)[starts].view(L.head).reshape(n)
     total = head["total"].astype(np.int64)
     ends = starts + total
     blen = head["blen"].astype(np.int64)
@@ -241,8 +243,9 @@ def _verify(buf: bytes, starts: Any, wbase: int, cols: list[tuple[Any, ...]]) ->
     p = np.where(ok, p, starts + 2)
     ok &= p + ((b[p - 2].astype(np.int64) << 8) | b[p - 1]) == ends
     at = np.where(ok, crc_at, starts)
-    ok &= (b[at[:, None] + np.arange(9)] == L.crc_head).all(axis=1) & (b[np.where(ok, ends - 1, starts)] == 2)
-    digits = b[(at + 9)[:, None] + np.arange(10)].astype(np.int64) - 48
+    prop = rows(b, F.CRC_PROPERTY_SIZE)[at]
+    ok &= (prop[:, :9] == L.crc_head).all(axis=1) & (prop[:, 19] == 2)
+    digits = prop[:, 9:19].astype(np.int64) - 48
     ok &= ((digits >= 0) & (digits <= 9)).all(axis=1)
     bad = np.flatnonzero(~ok)
     good = int(bad[0]) if len(bad) else n
@@ -274,8 +277,9 @@ def _columns(w: Window, cols: list[tuple[Any, ...]], topics: dict[bytes, str]) -
         props = list(map(buf.__getitem__, map(slice, p.tolist(), crc_at.tolist())))
         phys = wbase + starts
         sysflag = head["sysflag"].astype(np.int64)
-        tags, kh, kp = _props(props, tnames, phys.tolist(),
-                              ((sysflag & F.TX_MASK) == F.TX_ROLLBACK).tolist())
+        rollback = (sysflag & F.TX_MASK) == F.TX_ROLLBACK
+        rare = bool(rollback.any()) or _TAGS in buf or _KEYS in buf or _DELIVER in buf
+        tags, kh, kp = _props(props, tnames, phys.tolist(), rollback.tolist(), rare)
         for col, v in zip(parts, (phys, total, head["qid"].astype(np.int64), head["qoff"].astype(np.int64),
                                   sysflag, head["stored"].astype(np.int64), np.array(tags, np.int64),
                                   np.array(tid, np.int64), np.array(kh, np.int64), np.array(kp, np.int64))):
@@ -286,14 +290,34 @@ def _columns(w: Window, cols: list[tuple[Any, ...]], topics: dict[bytes, str]) -
     w.topics = list(ids)
 
 
-def _props(props: list[bytes], tnames: list[str], physl: list[int],
-           rollback: list[bool]) -> tuple[list[int], list[int], list[int]]:
+def _props(props: list[bytes], tnames: list[str], physl: list[int], rollback: list[bool],
+           rare: bool) -> tuple[list[int], list[int], list[int]]:
     """Tag codes, and the index keys' hashes with their records' offsets (``#UNIQ_KEY`` and
-    ``topic#key`` per KEYS word; none for a rolled-back half), as the write path makes them."""
+    ``topic#key`` per KEYS word; none for a rolled-back half), as the write path makes them.
+    The common record (a unique key, no tags, no keys) takes a few C calls; others go by
+    :func:`_prop`."""
     tags = [0] * len(props)
+    uniq = _UNIQ
+    # a unique key where the properties begin, or right after a 0x02 (else: the slow path)
+    at = list(map(bytes.find, props, repeat(uniq)))
+    if rare:
+        slow = [j for j, (pr, i) in enumerate(zip(props, at))
+                if (i > 0 and pr[i - 1] != 2) or _TAGS in pr or _KEYS in pr or _DELIVER in pr or rollback[j]]
+    else:   # no record of this window has tags, keys or a delivery time, none is rolled back
+        slow = [j for j, (pr, i) in enumerate(zip(props, at)) if i > 0 and pr[i - 1] != 2]
+    keyed = [(crc32(b"#" + pr[i + 9:pr.find(b"\x02", i + 9)]) & 0x7FFFFFFF, ph)
+             for pr, i, ph in zip(props, at, physl) if i >= 0]
+    if not slow:
+        return tags, [k for k, _ in keyed], [ph for _, ph in keyed]
     kh: list[int] = []
     kp: list[int] = []
+    slow_set = set(slow)
     for j, pr in enumerate(props):
+        if j not in slow_set:
+            if at[j] >= 0:
+                kh.append(crc32(b"#" + pr[at[j] + 9:pr.find(b"\x02", at[j] + 9)]) & 0x7FFFFFFF)
+                kp.append(physl[j])
+            continue
         if _TAGS in pr or _DELIVER in pr:
             if tnames[j] == SCHEDULE_TOPIC:
                 v = _prop(pr, _DELIVER)
@@ -303,7 +327,7 @@ def _props(props: list[bytes], tnames: list[str], physl: list[int],
                 tags[j] = java_hash(v.decode("utf-8", "replace")) if v else 0
         if rollback[j]:
             continue
-        uk = _prop(pr, _UNIQ)
+        uk = _prop(pr, uniq)
         if uk:
             kh.append(crc32(b"#" + uk) & 0x7FFFFFFF)
             kp.append(physl[j])
