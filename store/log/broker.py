@@ -63,7 +63,7 @@ from store.fsutil import (
 from store.layout import Layout
 from store.log import checkpoint as ckpt
 from store.log import format as F
-from store.log import topicdelete
+from store.log import indexfence, topicdelete
 from store.log.bodywrite import Body, frame_bodies
 from store.log.bulk import fetch_span, pull_columns
 from store.log.commitlog import CommitLog
@@ -572,7 +572,7 @@ class Store:
         except OSError:
             return
         # what a killed `store recover` or `topic delete` left half done (recovery finishes it)
-        unfinished = self.index.rebuilding() or bool(topicdelete.pending(self.layout))
+        unfinished = indexfence.rebuilding(self.index) or bool(topicdelete.pending(self.layout))
         if cp is not None and cp.written_end == end and cp.boot_id == self.boot_id and not unfinished:
             return
         if cp is None and end == 0 and not self.index.files() and not any(self.layout.consumequeue_dir.glob("*/*/*")):
@@ -704,7 +704,7 @@ class Store:
             if m is not None and m.msg_id == msg_id.upper():
                 return m
         index_damage: list[str] = []
-        if self.index.rebuilding():   # a rebuild was cut short: its files may lack the key
+        if indexfence.rebuilding(self.index):   # a rebuild was cut short: its files may lack the key
             hits = records_with_uniq_key(self.commitlog, msg_id)
         else:
             hits = self.index.lookup("#" + msg_id, limit=64, damaged=index_damage)

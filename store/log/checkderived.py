@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from store.layout import Layout
 from store.log import format as F
+from store.log import indexfence
 from store.log.arrays import layouts
 from store.log.consumequeue import ConsumeQueue
 from store.log.index import KeyIndex
@@ -189,7 +190,7 @@ class IndexCheck:
     def __init__(self, idx: KeyIndex, log_end: int, report: Report) -> None:
         self.idx, self.log_end, self.report = idx, log_end, report
         self.files = idx.files()
-        self.fenced = idx.rebuilding()
+        self.fenced = indexfence.rebuilding(idx)
         if self.fenced:
             report(str(idx.dir), 0, "a key-index rebuild was interrupted: lookups search the log until it is "
                                     "done (run mqctl store recover)")

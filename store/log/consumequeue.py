@@ -244,6 +244,25 @@ class ConsumeQueue:
             else:
                 os.close(fd)
 
+    def drop_partial_entry(self) -> None:
+        """Cut a torn (partial) entry off the last segment (recovery)."""
+        segs = self.segments()
+        if segs:
+            path = self.segment_path(segs[-1])
+            size = os.stat(path).st_size
+            if size % _SIZE:
+                os.truncate(path, size - size % _SIZE)
+
+    def write_entry(self, offset: int, entry: bytes) -> None:
+        """Overwrite entry ``offset`` in place (recovery: a hole given a filler entry)."""
+        byte_off = offset * _SIZE
+        base = byte_off - byte_off % self.segment_bytes
+        fd = open_private(self.segment_path(base), os.O_WRONLY)
+        try:
+            pwrite_all(fd, entry, byte_off - base)
+        finally:
+            os.close(fd)
+
     def truncate_to(self, offset: int) -> None:
         """Drop every entry at or after ``offset`` (recovery)."""
         byte_off = offset * _SIZE

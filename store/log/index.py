@@ -32,7 +32,6 @@ from store.fsutil import (
     SegmentListing,
     ensure_dir,
     fdatasync_path,
-    fsync_dir,
     open_private,
     pwrite_all,
     sync_dir_if_changed,
@@ -218,28 +217,6 @@ class KeyIndex:
         if missing > 0:
             return f"entry {missing} is reached by no slot chain (lookups would miss it)"
         return None
-
-    def pairs(self, base: int) -> set[int]:
-        """Every ``(keyHash << 64) | phys`` reachable through file ``base``'s slot chains, for
-        ``store check``'s comparison against the log (the file must pass :meth:`problem`)."""
-        with open(self.path(base), "rb") as fh:
-            data = fh.read()
-        count = _HDR.unpack_from(data, 0)[5]
-        table = array.array("i")
-        table.frombytes(data[F.INDEX_HEADER_SIZE:self.table_end])
-        if _LITTLE:
-            table.byteswap()
-        entries = list(_ENTRY.iter_unpack(data[self.table_end:self.table_end + count * F.INDEX_ENTRY_SIZE]))
-        out: set[int] = set()
-        for head in table:
-            n, steps = head, 0
-            while 0 < n < count and steps < count:
-                h, phys, _td, prev = entries[n]
-                out.add((h << 64) | phys)
-                if prev >= n:
-                    break
-                n, steps = prev, steps + 1
-        return out
 
     def add(self, items: Sequence[tuple[str | bytes, int]], store_ts: int) -> None:
         """Index ``(key, commit-log offset)`` pairs of one batch (offsets ascending); keys are
@@ -439,6 +416,37 @@ class KeyIndex:
             os.close(fd)
         return fixed
 
+    def remove_leftovers(self) -> None:
+        """Remove files a writer was making when it died (``_create``'s temp files)."""
+        for leftover in self.dir.glob(".*.tmp"):
+            try:
+                leftover.unlink()
+            except OSError:
+                pass
+
+    def drop_from(self, base: int) -> None:
+        """Remove file ``base`` and every later one (recovery re-indexes their records)."""
+        self.close()
+        for later in [b for b in self.files() if b >= base]:
+            try:
+                self.path(later).unlink()
+            except FileNotFoundError:
+                pass
+
+    def fence(self, end_phys: int) -> None:
+        """Forget offsets at or past ``end_phys``: files that begin there go, an older file's
+        end offset moves back so those offsets are indexed again (recovery, a batch's undo)."""
+        self.truncate_after(end_phys)
+        for base in self.files():
+            hdr = list(self.header(base))
+            if hdr[3] >= end_phys:
+                hdr[3] = end_phys - 1
+                fd = open_private(self.path(base), os.O_WRONLY)
+                try:
+                    pwrite_all(fd, _HDR.pack(*hdr), 0)
+                finally:
+                    os.close(fd)
+
     def truncate_after(self, end_phys: int) -> None:
         """Forget index files that begin at or after ``end_phys`` (recovery); entries of
         older files that point past it are filtered at lookup."""
@@ -446,50 +454,10 @@ class KeyIndex:
             if base >= end_phys:
                 self.path(base).unlink()
 
-    # -- the rebuild fence ------------------------------------------------------------------
-    # ``store recover`` rebuilds the index from nothing: files are removed, then every
-    # record's keys are added again. A marker file, made durable before the first removal
-    # and removed only once the new files are durable, says the files cannot be trusted to
-    # be complete: readers then search the log instead (``Store.find``), and the next
-    # writable open or recovery rebuilds again (``recovery.py``).
-    def _marker(self) -> Path:
-        return self.dir / F.INDEX_REBUILD_MARKER
-
-    def rebuilding(self) -> bool:
-        """A rebuild began and has not finished (it was killed, or is running)."""
-        return os.path.exists(self._marker())
-
-    def begin_rebuild(self) -> None:
-        """Fence the index off, then remove every file (write lock held)."""
-        ensure_dir(self.dir)
-        fd = open_private(self._marker(), os.O_WRONLY | os.O_CREAT)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(self.dir)
-        self.close()
-        for base in self.files():
-            try:
-                self.path(base).unlink()
-            except FileNotFoundError:
-                pass
-
-    def end_rebuild(self) -> None:
-        """Lift the fence, once every file the rebuild wrote is durable."""
-        for base in self.files():
-            fdatasync_path(self.path(base))
-        try:
-            os.unlink(self._marker())
-        except FileNotFoundError:
-            return
-        fsync_dir(self.dir)
-
     # -- reading ---------------------------------------------------------------------------
     def lookup(self, key: str, limit: int = 64, damaged: list[str] | None = None) -> list[int]:
-        """Commit-log offsets whose entry hash matches ``key``, newest first (unverified).
-        ``damaged`` gets the path of each file too short for what its header says (a lookup
-        cannot tell what such a file would have answered)."""
+        """Commit-log offsets whose entry hash matches ``key``, newest first (unverified);
+        ``damaged`` gets each file too short for its header (it cannot answer)."""
         h = key_hash(key)
         out: list[int] = []
         for base in reversed(self.files()):

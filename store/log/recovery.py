@@ -30,7 +30,7 @@ from store.client.offsets import ClusterOffsetStore, clamp_to_queue_ends
 from store.failpoints import failpoint
 from store.log import checkpoint as ckpt
 from store.log import format as F
-from store.log import recordscan
+from store.log import indexfence, recordscan
 from store.log.arrays import layouts
 from store.log.consumequeue import ConsumeQueue
 from store.log.record import RecordError, decode
@@ -131,11 +131,7 @@ def _check_index(store: "Store", plan: _Plan, full: bool, rep: "RecoveryReport")
     After a restart, every file written since the last derived flush is read whole (entries
     or slots lost in the cut); otherwise the header and sizes are checked."""
     idx = store.index
-    for leftover in idx.dir.glob(".*.tmp"):   # a file being made when its writer died
-        try:
-            leftover.unlink()
-        except OSError:
-            pass
+    idx.remove_leftovers()
     if full:
         return
     files = idx.files()
@@ -150,12 +146,7 @@ def _check_index(store: "Store", plan: _Plan, full: bool, rep: "RecoveryReport")
         why = idx.problem(base, thorough=thorough)
         if why is None:
             continue
-        idx.close()
-        for later in files[i:]:
-            try:
-                idx.path(later).unlink()
-            except FileNotFoundError:
-                pass
+        idx.drop_from(base)
         rep.damage.append((str(idx.path(base)), 0, f"key index {why}: rebuilt from the commit log"))
         lo = store.commitlog.min_offset()
         if max(base, lo) < plan.start:
@@ -179,7 +170,7 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
         # to their queues' new ends, each with a warning).
         rep.damage.append(lost)
         store.warn(f"{lost[0]} at offset {lost[1]}: {lost[2]}")
-    rebuild_index = full or store.index.rebuilding()
+    rebuild_index = full or indexfence.rebuilding(store.index)
     if rebuild_index and not full:
         plan.start = store.commitlog.min_offset()
         plan.reason += "; a key-index rebuild was interrupted: it is done again"
@@ -190,13 +181,13 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
         # Rebuilt below from every record (damage in it is not trusted), behind a fence that
         # stays up until the new files are durable: a kill in between leaves a store whose
         # readers search the log and whose next open rebuilds again.
-        store.index.begin_rebuild()
+        indexfence.begin_rebuild(store.index)
         failpoint("recover-after-index-drop")
     else:
         store.index.repair()   # slots a killed writer left pointing past the index's count
     topics = store.topics()
     valid_end, last_ts = _redispatch(store, plan, topics, rep, progress)
-    rep.truncated_bytes = _truncate_log(store, valid_end)
+    rep.truncated_bytes = store.commitlog.truncate_to(valid_end)
     rep.cq_entries_dropped = _trim_queues(store, valid_end)
     if full or rep.damage:
         _fill_queue_holes(store, rep)
@@ -217,7 +208,7 @@ def recover(store: "Store", full: bool = False, progress: Callable[[int], None] 
         ckpt.write(store.layout.checkpoint, ckpt.Checkpoint(
             valid_end, last_ts, valid_end, store.boot_id, valid_end, int(time.time())))
     if rebuild_index:
-        store.index.end_rebuild()
+        indexfence.end_rebuild(store.index)
     return rep
 
 
@@ -315,7 +306,7 @@ class _QueueRebuild:
 
     def __init__(self, q: ConsumeQueue) -> None:
         self.q = q
-        _fix_partial_entry(q)
+        q.drop_partial_entry()
         self.end = q.max_offset()
         self.run_first = -1
         self.run = bytearray()
@@ -400,33 +391,6 @@ def _entries(q: ConsumeQueue, k: int, n: int) -> Any:
     return L.np.frombuffer(b"".join(parts), L.cq)
 
 
-def _fix_partial_entry(q: ConsumeQueue) -> None:
-    segs = q.segments()
-    if segs:
-        path = q.segment_path(segs[-1])
-        size = os.stat(path).st_size
-        if size % F.CQ_ENTRY_SIZE:
-            os.truncate(path, size - size % F.CQ_ENTRY_SIZE)
-
-
-def _truncate_log(store: "Store", valid_end: int) -> int:
-    """Cut the log at ``valid_end``: later segments go, the segment holding it is shortened."""
-    log = store.commitlog
-    cut = 0
-    last = log.segment_of(valid_end)
-    for base in log.segments():
-        path = log.segment_path(base)
-        size = os.stat(path).st_size
-        if base > last:
-            cut += size
-            path.unlink()
-        elif base == last and size > valid_end - base:
-            cut += size - (valid_end - base)
-            os.truncate(path, valid_end - base)
-    log.close()
-    return cut
-
-
 def _trim_queues(store: "Store", valid_end: int) -> int:
     dropped = 0
     root = store.layout.consumequeue_dir
@@ -441,7 +405,7 @@ def _trim_queues(store: "Store", valid_end: int) -> int:
             continue
         for qid in qids:
             q = store.queue(topic, qid)
-            _fix_partial_entry(q)
+            q.drop_partial_entry()
             m = q.max_offset()
             keep = m
             while keep > 0:
@@ -468,14 +432,7 @@ def _points_home(store: "Store", topic: str, queue_id: int, qoff: int, entry: tu
 def fence_index(store: "Store", valid_end: int) -> None:
     """Make the index forget offsets at or past ``valid_end``: files that begin there are
     removed, and an older file's end offset is moved back so those offsets get re-indexed."""
-    idx = store.index
-    idx.truncate_after(valid_end)
-    for base in idx.files():
-        hdr = list(idx.header(base))
-        if hdr[3] >= valid_end:
-            hdr[3] = valid_end - 1
-            with open(idx.path(base), "r+b") as fh:
-                fh.write(F.INDEX_HEADER.pack(*hdr))
+    store.index.fence(valid_end)
 
 
 def _damaged_regions(store: "Store", rep: RecoveryReport) -> list[tuple[int, int]]:
@@ -529,9 +486,7 @@ def _fill_queue_holes(store: "Store", rep: RecoveryReport) -> None:
                     entry = F.CQ_ENTRY.pack(filler[0], filler[1], 0)
                     for hbase, hj in holes:
                         hpath = q.segment_path(hbase)
-                        with open(hpath, "r+b") as fh:
-                            fh.seek(hj * F.CQ_ENTRY_SIZE)
-                            fh.write(entry)
+                        q.write_entry((hbase + hj * F.CQ_ENTRY_SIZE) // F.CQ_ENTRY_SIZE, entry)
                         rep.damage.append((str(hpath), hj * F.CQ_ENTRY_SIZE,
                                            f"entry {(hbase + hj * F.CQ_ENTRY_SIZE) // F.CQ_ENTRY_SIZE} has no "
                                            f"valid record (damaged or removed); readers skip it"))
