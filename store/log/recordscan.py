@@ -39,6 +39,7 @@ _TAGS = PROP_TAGS.encode() + b"\x01"
 _KEYS = PROP_KEYS.encode() + b"\x01"
 _UNIQ = PROP_UNIQ_KEY.encode() + b"\x01"
 _DELIVER = PROP_DELIVER_MS.encode() + b"\x01"
+_HASH_MARK = crc32(b"#")
 
 
 @dataclass
@@ -271,9 +272,7 @@ def _columns(w: Window, cols: list[tuple[Any, ...]], topics: dict[bytes, str]) -
     ids: dict[str, int] = {}
     parts: list[list[Any]] = [[] for _ in range(10)]
     for head, starts, total, t, p, crc_at, buf, wbase in cols:
-        tb = list(map(buf.__getitem__, map(slice, (t + 1).tolist(), (p - 2).tolist())))
-        tnames = [topics.get(x) or topics.setdefault(x, x.decode("utf-8", "replace")) for x in tb]
-        tid = [ids.setdefault(x, len(ids)) for x in tnames]
+        tnames, tid = _topic_ids(buf, t, p, topics, ids)
         props = list(map(buf.__getitem__, map(slice, p.tolist(), crc_at.tolist())))
         phys = wbase + starts
         sysflag = head["sysflag"].astype(np.int64)
@@ -282,12 +281,35 @@ def _columns(w: Window, cols: list[tuple[Any, ...]], topics: dict[bytes, str]) -
         tags, kh, kp = _props(props, tnames, phys.tolist(), rollback.tolist(), rare)
         for col, v in zip(parts, (phys, total, head["qid"].astype(np.int64), head["qoff"].astype(np.int64),
                                   sysflag, head["stored"].astype(np.int64), np.array(tags, np.int64),
-                                  np.array(tid, np.int64), np.array(kh, np.int64), np.array(kp, np.int64))):
+                                  tid, np.array(kh, np.int64), np.array(kp, np.int64))):
             col.append(v)
     cat = np.concatenate
     (w.phys, w.size, w.queue_id, w.queue_offset, w.sysflag, w.store_ts, w.tag_code, w.topic_id,
      w.key_hash, w.key_phys) = (cat(c) for c in parts)
     w.topics = list(ids)
+
+
+def _topic_ids(buf: bytes, t: Any, p: Any, topics: dict[bytes, str], ids: dict[str, int]) -> tuple[list[str], Any]:
+    """Each record's topic (its name, and its index in ``ids``): the topics of the first record
+    compared as arrays with every record's topic field, the rest one by one."""
+    np = layouts().np
+    n = len(t)
+    tid = np.full(n, -1, np.int64)
+    b = np.frombuffer(buf, np.uint8)
+    first = bytes(buf[int(t[0]):int(p[0]) - 2])
+    field = np.frombuffer(first, np.uint8)
+    name = topics.get(first[1:]) or topics.setdefault(first[1:], first[1:].decode("utf-8", "replace"))
+    room = len(b) - len(field)
+    tt = np.minimum(t, room)
+    same = (np.lib.stride_tricks.sliding_window_view(b, len(field))[tt] == field).all(axis=1) & (t == tt)
+    tid[same] = ids.setdefault(name, len(ids))
+    rest = np.flatnonzero(~same)
+    for j in rest.tolist():
+        tb = buf[int(t[j]) + 1:int(p[j]) - 2]
+        nm = topics.get(tb) or topics.setdefault(tb, tb.decode("utf-8", "replace"))
+        tid[j] = ids.setdefault(nm, len(ids))
+    names = list(ids)
+    return [names[i] for i in tid.tolist()], tid
 
 
 def _props(props: list[bytes], tnames: list[str], physl: list[int], rollback: list[bool],
@@ -305,7 +327,8 @@ def _props(props: list[bytes], tnames: list[str], physl: list[int], rollback: li
                 if (i > 0 and pr[i - 1] != 2) or _TAGS in pr or _KEYS in pr or _DELIVER in pr or rollback[j]]
     else:   # no record of this window has tags, keys or a delivery time, none is rolled back
         slow = [j for j, (pr, i) in enumerate(zip(props, at)) if i > 0 and pr[i - 1] != 2]
-    keyed = [(crc32(b"#" + pr[i + 9:pr.find(b"\x02", i + 9)]) & 0x7FFFFFFF, ph)
+    h0 = _HASH_MARK   # crc32 of "#" + key, as a running CRC: no concatenation per record
+    keyed = [(crc32(pr[i + 9:pr.find(b"\x02", i + 9)], h0) & 0x7FFFFFFF, ph)
              for pr, i, ph in zip(props, at, physl) if i >= 0]
     if not slow:
         return tags, [k for k, _ in keyed], [ph for _, ph in keyed]
@@ -315,7 +338,7 @@ def _props(props: list[bytes], tnames: list[str], physl: list[int], rollback: li
     for j, pr in enumerate(props):
         if j not in slow_set:
             if at[j] >= 0:
-                kh.append(crc32(b"#" + pr[at[j] + 9:pr.find(b"\x02", at[j] + 9)]) & 0x7FFFFFFF)
+                kh.append(crc32(pr[at[j] + 9:pr.find(b"\x02", at[j] + 9)], h0) & 0x7FFFFFFF)
                 kp.append(physl[j])
             continue
         if _TAGS in pr or _DELIVER in pr:
