@@ -287,11 +287,11 @@ def reachable_pairs(idx: KeyIndex, base: int) -> Any:
         data = fh.read()
     count = F.INDEX_HEADER.unpack_from(data, 0)[5]
     slots = idx.slots
-    table = np.frombuffer(data, ">i4", count=slots, offset=F.INDEX_HEADER_SIZE).astype(np.int64)
+    table = np.frombuffer(data, ">i4", count=slots, offset=F.INDEX_HEADER_SIZE).astype(np.int32)
     ent = np.frombuffer(data, np.dtype([("h", ">i4"), ("phys", ">i8"), ("td", ">i4"), ("prev", ">i4")]),
                         count=count, offset=idx.table_end)
-    prev = ent["prev"].astype(np.int64)
-    label = np.full(count, -1, np.int64)
+    prev = ent["prev"].astype(np.int32)   # (counts fit 32 bits: memory is what bounds a check)
+    label = np.full(count, -1, np.int32)
     heads = np.flatnonzero((table > 0) & (table < count))
     front = table[heads]
     label[front] = heads
@@ -304,10 +304,13 @@ def reachable_pairs(idx: KeyIndex, base: int) -> Any:
         new = label[nxt] < 0
         label[nxt[new]] = lab[new]
         front = nxt[new]
+    del prev, front
     got = np.flatnonzero(label >= 0)
     h = ent["h"][got].astype(np.int64)
     got = got[h % slots == label[got]]
+    del h, label
     pairs = (ent["h"][got].astype(np.uint64) << np.uint64(32)) ^ (ent["phys"][got].astype(np.uint64)
                                                                  & np.uint64(0xFFFFFFFF))
+    del ent, data, got
     pairs.sort()
     return pairs
