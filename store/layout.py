@@ -61,6 +61,21 @@ class Layout:
     def topic_cq_dir(self, topic: str) -> Path:
         return self.consumequeue_dir / topic
 
+    @property
+    def deleting_dir(self) -> Path:
+        """``deleting/``: one directory per topic whose deletion is under way
+        (``store/log/topicdelete.py``)."""
+        return self.root / "deleting"
+
+    def topic_tombstone(self, topic: str) -> Path:
+        return self.deleting_dir / topic
+
+    def tombstone_intent(self, topic: str) -> Path:
+        return self.deleting_dir / topic / "intent.json"
+
+    def tombstone_queues(self, topic: str) -> Path:
+        return self.deleting_dir / topic / "queues"
+
     # -- consumer state
     @property
     def broadcast_offsets_root(self) -> Path:

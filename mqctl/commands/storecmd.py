@@ -41,7 +41,7 @@ def check(ctx: typer.Context, json: JsonOpt = False) -> None:
     from mqctl.output import Output, plural
     from mqctl.storeview import show_check
     from store.errors import DamageFoundError
-    admin = state(ctx).admin()
+    admin = state(ctx).admin(recover=False)   # never repairs: a dirty store is reported as found
     out = Output(json=json)
     with _log_progress(out, admin, "checking") as advance:
         rep = admin.check(progress=advance)

@@ -26,7 +26,6 @@ and pulls return), ``writebatch.py`` (placement, commit and undo of a batch) and
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
@@ -43,7 +42,7 @@ from store.errors import (
 )
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
 from store.layout import Layout
-from store.log import reads
+from store.log import reads, topicdelete
 from store.log.bodywrite import frame_bodies
 from store.log.bulk import Columns, pull_columns, pull_many, pull_records
 from store.log.commitlog import CommitLog
@@ -213,14 +212,13 @@ class Store:
         """Forget a topic: its config, consume queues and offsets. Records stay in the commit
         log until retention removes their segment (as RocketMQ)."""
         with self.engine.write_lock:
-            topics = dict(self.engine.topic_table.load())
-            if name not in topics:
+            cfg = self.engine.topic_table.load().get(name)
+            if cfg is None:
                 raise TopicNotFoundError(f"topic {name!r} does not exist")
-            del topics[name]
-            self.engine.topic_table.save(topics)
             self.engine.queues.forget_topic(name)
-            shutil.rmtree(self.layout.topic_cq_dir(name), ignore_errors=True)
-        ClusterOffsetStore(self.layout).delete_topic(name)
+            # crash-safe: a tombstone first, finished by the next writable open (topicdelete.py)
+            topicdelete.delete_topic(self.layout, self.engine.topic_table, cfg,
+                                     ClusterOffsetStore(self.layout).delete_topic)
 
     def ensure_topic_locked(self, name: str, queue_id: int = -1) -> TopicConfig:
         """The topic's config, creating it on first send (write lock held)."""

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from store.log import format as F
 from store.log.arrays import layouts
-from store.log.record import RecordError, crc32
+from store.log.entrysearch import find_record
+from store.log.record import Message, RecordError, crc32
 
 if TYPE_CHECKING:
     from store.log.commitlog import CommitLog
@@ -146,13 +147,13 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
                        with_phys, views):
             return out
     entries = q.read_entries(offset, min(max_count, max_off - offset))
+    log = engine.commitlog
     if not entries:
         why = q.invalid_at(offset)
         if why is not None:
             out.next_offset = offset + 1
-            out.damaged.append((offset, why))
+            _from_log(log, q, topic, queue_id, offset, why, out, bodies_only, with_phys)
         return out
-    log = engine.commitlog
     entries, lo, span = fetch_span(log, entries, max_bytes)
     span_len = len(span)
     topic_b = topic.encode()
@@ -161,7 +162,7 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
     head, magic_v1, trailer, M = _HEAD, F.MAGIC_V1, _CRC_TRAILER, _MASK
     hsize, csize, min_size = F.RECORD_HEADER_SIZE, F.CRC_PROPERTY_SIZE, F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
     offs, bodies, born, stored, props, phys_l = out.offsets, out.bodies, out.born, out.stored, out.props, out.phys
-    damaged, reconsume = out.damaged, out.reconsume
+    reconsume = out.reconsume
     qoff = offset - 1
     total_bytes = 0
     # A record outside the span (a sparse run: this queue's records interleaved with other
@@ -197,18 +198,11 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
                     if m.queue_offset != qoff or m.queue_id != queue_id or m.topic != topic:
                         raise RecordError("record does not match its consume-queue entry")
                 except RecordError as exc:
-                    damaged.append((qoff, f"commit-log offset {phys}: {exc.reason}"))
-                    continue
-                offs.append(qoff)
-                bodies.append(m.body)
-                if not bodies_only:
-                    born.append(m.born_timestamp)
-                    stored.append(m.store_timestamp)
-                    props.append(m._props_raw)
-                if with_phys:
-                    phys_l.append(phys)
-                    if not bodies_only:
-                        reconsume.append(m.reconsume_times)
+                    if not _from_log(log, q, topic, queue_id, qoff, f"commit-log offset {phys}: {exc.reason}",
+                                     out, bodies_only, with_phys):
+                        continue
+                else:
+                    _put(out, m, bodies_only, with_phys)
                 total_bytes += size
                 if total_bytes >= max_bytes:
                     break
@@ -222,8 +216,13 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
                 or blen < 0 or p > end or buf[t:p - 2] != topic_field
                 or p + ((buf[p - 2] << 8) | buf[p - 1]) != end
                 or buf[end - csize:end] != (trailer % (crc32(buf[start:end - csize]) & M))[::-1]):
-            damaged.append((qoff, f"commit-log offset {phys}: "
-                                  f"{_why(buf, start, end, phys, qoff, queue_id, topic_field)}"))
+            if not _from_log(log, q, topic, queue_id, qoff, f"commit-log offset {phys}: "
+                             f"{_why(buf, start, end, phys, qoff, queue_id, topic_field)}",
+                             out, bodies_only, with_phys):
+                continue
+            total_bytes += size
+            if total_bytes >= max_bytes:
+                break
             continue
         offs.append(qoff)
         bodies.append(buf[start + hsize:t])
@@ -240,6 +239,33 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
             break
     out.next_offset = qoff + 1
     return out
+
+
+def _put(out: Columns, m: Message, bodies_only: bool, with_phys: bool) -> None:
+    """One decoded record's columns into ``out``."""
+    out.offsets.append(m.queue_offset)
+    out.bodies.append(m.body)
+    if not bodies_only:
+        out.born.append(m.born_timestamp)
+        out.stored.append(m.store_timestamp)
+        out.props.append(m._props_raw)
+    if with_phys:
+        out.phys.append(m.commitlog_offset)
+        if not bodies_only:
+            out.reconsume.append(m.reconsume_times)
+
+
+def _from_log(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, qoff: int, why: str,
+              out: Columns, bodies_only: bool, with_phys: bool) -> bool:
+    """Entry ``qoff`` did not lead to its record: the record found in the log instead
+    (:func:`~store.log.entrysearch.find_record`) goes into ``out``; False, with ``qoff``
+    listed as damaged, when the log's own bytes there are damaged."""
+    m = find_record(log, q, topic, queue_id, qoff)
+    if m is None:
+        out.damaged.append((qoff, why))
+        return False
+    _put(out, m, bodies_only, with_phys)
+    return True
 
 
 # The vectorised check (numpy) of a dense run of bodies: only for runs and backlogs big enough

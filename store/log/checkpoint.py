@@ -16,6 +16,7 @@ from pathlib import Path
 from store.errors import io_error
 from store.fsutil import open_private
 from store.log import format as F
+from store.log.commitlog import CommitLog
 
 
 @dataclass
@@ -143,3 +144,19 @@ def write(path: Path, cp: Checkpoint) -> None:
             os.close(fd)
     except OSError as exc:
         raise io_error(exc, f"write {path}") from exc
+
+
+def lost_durable_bytes(cp: Checkpoint | None, log: CommitLog) -> tuple[str, int, str] | None:
+    """``(segment, offset in it, reason)`` when the commit log ends below ``cp``'s synced end:
+    records that had been made durable are gone (a file cut or replaced, not a torn write,
+    which only ever loses what was never synced); None when nothing durable is missing."""
+    if cp is None:
+        return None
+    end = log.end()
+    if end >= cp.synced_end:
+        return None
+    base = log.segment_of(end)
+    lost = cp.synced_end - end
+    return (str(log.segment_path(base)), end - base,
+            f"the commit log ends at offset {end}, {lost} bytes short of its durable end "
+            f"{cp.synced_end}: records that were synced to disk are lost")

@@ -164,6 +164,23 @@ class CommitLog:
                 return
             pos = base + self.segment_size
 
+    def truncate_to(self, end: int) -> int:
+        """Cut the log at ``end`` (recovery, write lock held): later segments go, the segment
+        holding it is shortened. Returns the bytes cut."""
+        cut = 0
+        last = self.segment_of(end)
+        for base in self.segments():
+            path = self.segment_path(base)
+            size = os.stat(path).st_size
+            if base > last:
+                cut += size
+                path.unlink()
+            elif base == last and size > end - base:
+                cut += size - (end - base)
+                os.truncate(path, end - base)
+        self.close()
+        return cut
+
     def close(self) -> None:
         for fd, _ino in self._read_fds.values():
             os.close(fd)

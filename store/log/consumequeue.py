@@ -17,6 +17,7 @@ from store.fsutil import (
     SegmentListing,
     ensure_dir,
     fdatasync_path,
+    fsync_dir,
     open_private,
     pwrite_all,
     segment_bases,
@@ -253,6 +254,25 @@ class ConsumeQueue:
             else:
                 os.close(fd)
 
+    def drop_partial_entry(self) -> None:
+        """Cut a torn (partial) entry off the last segment (recovery)."""
+        segs = self.segments()
+        if segs:
+            path = self.segment_path(segs[-1])
+            size = os.stat(path).st_size
+            if size % _SIZE:
+                os.truncate(path, size - size % _SIZE)
+
+    def write_entry(self, offset: int, entry: bytes) -> None:
+        """Overwrite entry ``offset`` in place (recovery: a hole given a filler entry)."""
+        byte_off = offset * _SIZE
+        base = byte_off - byte_off % self.segment_bytes
+        fd = open_private(self.segment_path(base), os.O_WRONLY)
+        try:
+            pwrite_all(fd, entry, byte_off - base)
+        finally:
+            os.close(fd)
+
     def truncate_to(self, offset: int) -> None:
         """Drop every entry at or after ``offset`` (recovery)."""
         byte_off = offset * _SIZE
@@ -313,3 +333,24 @@ def sync_changed_queues(layout: Layout, since_s: int) -> None:
     for d in reversed(changed_dirs):   # children before parents
         sync_dir_if_changed(d, since_s)
     sync_dir_if_changed(root, since_s)
+
+
+def retire_queues(topic_dir: Path, into: Path) -> None:
+    """Move a topic's queue files (``topic_dir``, if any) to ``into`` in one rename: no reader
+    sees the topic's entries afterwards, and what is left to remove is out of the way of a
+    topic of the same name created later (``store/log/topicdelete.py``)."""
+    try:
+        os.rename(topic_dir, into)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise io_error(exc, f"move {topic_dir} to {into}") from exc
+    fsync_dir(topic_dir.parent)
+    fsync_dir(into.parent)
+
+
+def remove_queues(directory: Path) -> None:
+    """Remove a tree of queue files (a retired topic's, or an orphan left by an older version's
+    killed ``topic delete``): files first, then directories, so a crash leaves a smaller tree."""
+    import shutil
+    shutil.rmtree(directory, ignore_errors=True)

@@ -15,15 +15,15 @@ from __future__ import annotations
 import os
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from store import names
-from store.errors import TopicExistsError, TopicNotFoundError, UsageError
+from store.errors import StoreError, TopicExistsError, TopicNotFoundError, UsageError
 from store.layout import Layout
 from store.log import checkpoint as ckpt
 from store.log.commitlog import CommitLog
-from store.log.consumequeue import ConsumeQueue
+from store.log.consumequeue import ConsumeQueue, remove_queues
 from store.log.flush import Durability
 from store.log.index import KeyIndex
 from store.log.record import Draft, UniqKeyGenerator, java_hash
@@ -165,6 +165,8 @@ class Engine:
         self.on_topic_created: Callable[[TopicConfig], None] | None = None
 
     def close(self) -> None:
+        if self.hints.synced:
+            self._record_synced()
         self.commitlog.close()
         self.index.close()
         self.checkpoint_file.close()
@@ -192,6 +194,8 @@ class Engine:
                     f"topic {name!r} exists with {cur.queues} queue{'' if cur.queues == 1 else 's'}"
                     f"{' (ordered)' if cur.order else ''}")
             return cur, False
+        # queue files of no topic (an older version's killed `topic delete`) are not this one's
+        remove_queues(self.layout.topic_cq_dir(name))
         cfg = TopicConfig(name, queues, order, int(time.time() * 1000), self.commitlog.end())
         topics[name] = cfg
         self.topic_table.save(topics)
@@ -221,3 +225,17 @@ class Engine:
         if created and self.on_topic_created is not None and not names.is_system_topic(name):
             self.on_topic_created(cfg)
         return cfg
+
+    def _record_synced(self) -> None:
+        """Put the durable end this handle reached into the checkpoint: batches carry the
+        previous sync's end (a ``--flush sync`` writer syncs after the lock is released), so
+        without this the last batch's sync would never be recorded, and a log later found
+        cut below it could not be told from a torn tail (``store check``)."""
+        try:
+            with self.write_lock:
+                cp = self.checkpoint_file.read()
+                if (cp is not None and cp.boot_id == self.writer.boot_id
+                        and cp.synced_end < self.hints.synced <= cp.written_end):
+                    self.checkpoint_file.write(replace(cp, synced_end=self.hints.synced))
+        except StoreError:
+            pass   # best effort: the checkpoint stays a lower bound

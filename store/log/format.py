@@ -168,6 +168,8 @@ INDEX_ENTRY = struct.Struct(">iqii")
 INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 20
 INDEX_SLOTS = 131_072
 INDEX_ENTRIES = 1_048_576
+# In the index directory while a rebuild is under way (``index.py``: the rebuild fence).
+INDEX_REBUILD_MARKER = "REBUILDING"
 INDEX_FILE_SIZE = INDEX_HEADER_SIZE + INDEX_SLOTS * 4 + INDEX_ENTRIES * INDEX_ENTRY_SIZE
 
 # -- checkpoint ---------------------------------------------------------------------------------

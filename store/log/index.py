@@ -218,28 +218,6 @@ class KeyIndex:
             return f"entry {missing} is reached by no slot chain (lookups would miss it)"
         return None
 
-    def pairs(self, base: int) -> set[int]:
-        """Every ``(keyHash << 64) | phys`` reachable through file ``base``'s slot chains, for
-        ``store check``'s comparison against the log (the file must pass :meth:`problem`)."""
-        with open(self.path(base), "rb") as fh:
-            data = fh.read()
-        count = _HDR.unpack_from(data, 0)[5]
-        table = array.array("i")
-        table.frombytes(data[F.INDEX_HEADER_SIZE:self.table_end])
-        if _LITTLE:
-            table.byteswap()
-        entries = list(_ENTRY.iter_unpack(data[self.table_end:self.table_end + count * F.INDEX_ENTRY_SIZE]))
-        out: set[int] = set()
-        for head in table:
-            n, steps = head, 0
-            while 0 < n < count and steps < count:
-                h, phys, _td, prev = entries[n]
-                out.add((h << 64) | phys)
-                if prev >= n:
-                    break
-                n, steps = prev, steps + 1
-        return out
-
     def add(self, items: Sequence[tuple[str | bytes, int]], store_ts: int) -> None:
         """Index ``(key, commit-log offset)`` pairs of one batch (offsets ascending); keys are
         str or already-encoded bytes."""
@@ -438,6 +416,37 @@ class KeyIndex:
             os.close(fd)
         return fixed
 
+    def remove_leftovers(self) -> None:
+        """Remove files a writer was making when it died (``_create``'s temp files)."""
+        for leftover in self.dir.glob(".*.tmp"):
+            try:
+                leftover.unlink()
+            except OSError:
+                pass
+
+    def drop_from(self, base: int) -> None:
+        """Remove file ``base`` and every later one (recovery re-indexes their records)."""
+        self.close()
+        for later in [b for b in self.files() if b >= base]:
+            try:
+                self.path(later).unlink()
+            except FileNotFoundError:
+                pass
+
+    def fence(self, end_phys: int) -> None:
+        """Forget offsets at or past ``end_phys``: files that begin there go, an older file's
+        end offset moves back so those offsets are indexed again (recovery, a batch's undo)."""
+        self.truncate_after(end_phys)
+        for base in self.files():
+            hdr = list(self.header(base))
+            if hdr[3] >= end_phys:
+                hdr[3] = end_phys - 1
+                fd = open_private(self.path(base), os.O_WRONLY)
+                try:
+                    pwrite_all(fd, _HDR.pack(*hdr), 0)
+                finally:
+                    os.close(fd)
+
     def truncate_after(self, end_phys: int) -> None:
         """Forget index files that begin at or after ``end_phys`` (recovery); entries of
         older files that point past it are filtered at lookup."""
@@ -446,8 +455,9 @@ class KeyIndex:
                 self.path(base).unlink()
 
     # -- reading ---------------------------------------------------------------------------
-    def lookup(self, key: str, limit: int = 64) -> list[int]:
-        """Commit-log offsets whose entry hash matches ``key``, newest first (unverified)."""
+    def lookup(self, key: str, limit: int = 64, damaged: list[str] | None = None) -> list[int]:
+        """Commit-log offsets whose entry hash matches ``key``, newest first (unverified);
+        ``damaged`` gets each file too short for its header (it cannot answer)."""
         h = key_hash(key)
         out: list[int] = []
         for base in reversed(self.files()):
@@ -458,11 +468,16 @@ class KeyIndex:
             try:
                 hdr = os.pread(fd, F.INDEX_HEADER_SIZE, 0)
                 if len(hdr) < F.INDEX_HEADER_SIZE:
+                    if damaged is not None:
+                        damaged.append(str(self.path(base)))
                     continue
                 _b, _e, _bp, _ep, slots, count = _HDR.unpack(hdr)
                 if slots != self.slots or count < 1:
                     continue
                 table_end = F.INDEX_HEADER_SIZE + slots * 4
+                if damaged is not None and os.fstat(fd).st_size < table_end + (
+                        count * F.INDEX_ENTRY_SIZE if count > 1 else 0):
+                    damaged.append(str(self.path(base)))
                 raw = os.pread(fd, 4, F.INDEX_HEADER_SIZE + (h % slots) * 4)
                 n = _SLOT.unpack(raw)[0] if len(raw) == 4 else 0
                 seen = 0

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 
 from store.errors import CorruptionError, MessageNotFoundError, io_error
 from store.log import format as F
+from store.log import indexfence
 from store.log.bulk import fetch_span
+from store.log.entrysearch import find_record, records_with_uniq_key
 from store.log.record import Message, RecordError, decode, decode_offset_msg_id
 from store.log.results import PullResult
 
@@ -46,9 +48,14 @@ def pull(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: in
     entries = q.read_entries(offset, min(max_count, max_off - offset))
     if not entries:
         why = q.invalid_at(offset)
-        if why is not None:
+        if why is None:
+            return PullResult([], offset, max_off)
+        # A bad entry is derived data: its record is looked for in the log (entrysearch.py)
+        found = find_record(engine.commitlog, q, topic, queue_id, offset)
+        if found is None:
             return PullResult([], offset + 1, max_off, [(offset, why)])
-        return PullResult([], offset, max_off)
+        keep = tags is None or found.tags in tags
+        return PullResult([found] if keep else [], offset + 1, max_off)
     msgs: list[Message] = []
     damaged: list[tuple[int, str]] = []
     log = engine.commitlog
@@ -74,8 +81,11 @@ def pull(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: in
             if m.queue_offset != qoff or m.queue_id != queue_id or m.topic != topic:
                 raise RecordError("record does not match its consume-queue entry")
         except RecordError as exc:
-            damaged.append((qoff, f"commit-log offset {phys}: {exc.reason}"))
-            continue
+            found = find_record(log, q, topic, queue_id, qoff)
+            if found is None:
+                damaged.append((qoff, f"commit-log offset {phys}: {exc.reason}"))
+                continue
+            m = found
         if tags is not None and m.tags not in tags:
             continue
         msgs.append(m)
@@ -103,10 +113,17 @@ def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
         m = _read_live(engine, off, damage)
         if m is not None and m.msg_id == msg_id.upper():
             return m
-    for phys in engine.index.lookup("#" + msg_id, limit=64):
+    index_damage: list[str] = []
+    if indexfence.rebuilding(engine.index):   # a rebuild was cut short: its files may lack the key
+        hits = records_with_uniq_key(engine.commitlog, msg_id)
+    else:
+        hits = engine.index.lookup("#" + msg_id, limit=64, damaged=index_damage)
+    for phys in hits:
         m = _read_live(engine, phys, damage)
         if m is not None and m.uniq_key == msg_id:
             return m
+    if index_damage and strict:
+        raise _index_damage_error(index_damage[0])
     if damage and strict:
         raise _damage_error(engine, *damage[0])
     raise MessageNotFoundError(f"no message with id {msg_id!r}")
@@ -131,12 +148,15 @@ def query_key(engine: "Engine", topic: str, key: str, limit: int = 64, strict: b
     index leads to raises ``CorruptionError`` instead."""
     out = []
     damage: list[tuple[int, str]] = []
-    for phys in engine.index.lookup(f"{topic}#{key}", limit=limit * 4):
+    index_damage: list[str] = []
+    for phys in engine.index.lookup(f"{topic}#{key}", limit=limit * 4, damaged=index_damage):
         m = _read_live(engine, phys, damage)
         if m is not None and m.topic == topic and key in m.keys:
             out.append(m)
             if len(out) >= limit:
                 break
+    if index_damage and strict and not out:
+        raise _index_damage_error(index_damage[0])
     if damage and strict:
         raise _damage_error(engine, *damage[0])
     return out
@@ -168,6 +188,11 @@ def _damage_error(engine: "Engine", phys: int, why: str) -> CorruptionError:
     path = log.segment_path(log.segment_of(phys))
     return CorruptionError(str(path), phys - log.segment_of(phys),
                            f"damaged message: {why} (run: mqctl store check)")
+
+
+def _index_damage_error(path: str) -> CorruptionError:
+    return CorruptionError(path, 0, "key index file is shorter than its header says: it cannot answer "
+                           "(run: mqctl store recover)")
 
 
 def store_timestamp_at(engine: "Engine", phys: int) -> int:

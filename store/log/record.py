@@ -96,7 +96,8 @@ def entry_tags_code(topic: str, properties: dict[str, str]) -> int:
     delivery time (RocketMQ's trick: the scheduler sees what is due from the queue alone),
     for every other topic :func:`tags_code` of its tag. Writers and rebuilders all use this."""
     if topic == SCHEDULE_TOPIC:
-        return int(properties.get(PROP_DELIVER_MS, "0") or 0)
+        due = properties.get(PROP_DELIVER_MS, "")
+        return int(due) if due.isdigit() else 0
     return tags_code(properties.get(PROP_TAGS))
 
 

@@ -14,6 +14,10 @@ writer died mid-batch or the machine restarted, and from ``mqctl store recover``
 4. Consume-queue entries that point past the recovered end are dropped; so is a torn
    (partial) entry; index entries past it are fenced off via the header.
 5. The checkpoint is moved to the recovered end.
+
+A log that ends below the checkpoint's synced end lost durable records: that is reported
+(a warning and ``damage``), not taken for a torn tail. Crash points (``store/failpoints.py``):
+``recover-after-index-drop`` (the key index fenced off and removed, nothing re-added yet).
 """
 from __future__ import annotations
 
@@ -23,11 +27,15 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from store.errors import StoreIOError
+from store.failpoints import failpoint
 from store.log import checkpoint as ckpt
 from store.log import format as F
+from store.log import indexfence, recordscan, topicdelete
+from store.log.arrays import layouts
 from store.log.consumequeue import ConsumeQueue
+from store.log.offsets import ClusterOffsetStore
 from store.log.positions import clamp_to_queue_ends
-from store.log.record import PROP_KEYS, PROP_UNIQ_KEY, Message, RecordError, decode, entry_tags_code
+from store.log.record import RecordError, decode
 from store.log.topics import TopicConfig
 
 if TYPE_CHECKING:
@@ -121,11 +129,7 @@ def _check_index(engine: "Engine", plan: _Plan, full: bool, rep: "RecoveryReport
     After a restart, every file written since the last derived flush is read whole (entries
     or slots lost in the cut); otherwise the header and sizes are checked."""
     idx = engine.index
-    for leftover in idx.dir.glob(".*.tmp"):   # a file being made when its writer died
-        try:
-            leftover.unlink()
-        except OSError:
-            pass
+    idx.remove_leftovers()
     if full:
         return
     files = idx.files()
@@ -140,12 +144,7 @@ def _check_index(engine: "Engine", plan: _Plan, full: bool, rep: "RecoveryReport
         why = idx.problem(base, thorough=thorough)
         if why is None:
             continue
-        idx.close()
-        for later in files[i:]:
-            try:
-                idx.path(later).unlink()
-            except FileNotFoundError:
-                pass
+        idx.drop_from(base)
         rep.damage.append((str(idx.path(base)), 0, f"key index {why}: rebuilt from the commit log"))
         lo = engine.commitlog.min_offset()
         if max(base, lo) < plan.start:
@@ -158,49 +157,35 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     """Repair the store (write lock held). Returns what was done."""
     plan = _plan(engine, full)
     rep = RecoveryReport(reason=plan.reason)
-    _check_index(engine, plan, full, rep)
+    drop_offsets = ClusterOffsetStore(engine.layout).delete_topic
+    for name in topicdelete.finish_pending(engine.layout, engine.topic_table, drop_offsets, engine.warn):
+        engine.queues.close()
+        rep.damage.append((str(engine.layout.topic_tombstone(name)), 0, "an interrupted topic delete was finished"))
+    lost = ckpt.lost_durable_bytes(plan.checkpoint, engine.commitlog)
+    if lost is not None:
+        # Not a torn tail: said loudly, and kept in the report (the checkpoint moves down to
+        # the log's end below, so the store is usable again; readers past it are clamped
+        # to their queues' new ends, each with a warning).
+        rep.damage.append(lost)
+        engine.warn(f"{lost[0]} at offset {lost[1]}: {lost[2]}")
+    rebuild_index = full or indexfence.rebuilding(engine.index)
+    if rebuild_index and not full:
+        plan.start = engine.commitlog.min_offset()
+        plan.reason += "; a key-index rebuild was interrupted: it is done again"
+    _check_index(engine, plan, rebuild_index, rep)
     rep.start = plan.start
     rep.reason = plan.reason
-    engine.index.repair()   # slots a killed writer left pointing past the index's count
-    if full:
-        _drop_index(engine)  # rebuilt below from every record: damage in it is not trusted
+    if rebuild_index:
+        # Rebuilt below from every record (damage in it is not trusted), behind a fence that
+        # stays up until the new files are durable: a kill in between leaves a store whose
+        # readers search the log and whose next open rebuilds again.
+        indexfence.begin_rebuild(engine.index)
+        failpoint("recover-after-index-drop")
+    else:
+        engine.index.repair()   # slots a killed writer left pointing past the index's count
     topics = engine.topics()
-    log = engine.commitlog
-    start = plan.start
-    valid_end = start
-    last_ts = 0
-    index_items: list[tuple[str, int]] = []
-    queues: dict[tuple[str, int], _QueueRebuild] = {}
-    pos = start
-    while True:
-        resumed = False
-        for off, msg, err in log.scan(pos):
-            if err is not None:
-                if plan.rebooted and off >= plan.cut_from:
-                    break   # lost in the power cut: nothing after it was ever durable
-                nxt = find_next_valid(engine, off)
-                if nxt is None:
-                    break  # torn tail
-                rep.damage.append((str(log.segment_path(log.segment_of(off))), off - log.segment_of(off), err.reason))
-                pos, resumed = nxt, True
-                break
-            assert msg is not None
-            rep.records += 1
-            valid_end = off + msg.size
-            last_ts = max(last_ts, msg.store_timestamp)
-            rep.cq_entries_written += _dispatch(engine, topics, msg, index_items, queues)
-            if len(index_items) >= 8192:
-                engine.index.add(index_items, last_ts)
-                index_items.clear()
-            if progress is not None:
-                progress(msg.size)
-        if not resumed:
-            break
-    for qr in queues.values():
-        qr.flush()
-    if index_items:
-        engine.index.add(index_items, last_ts)
-    rep.truncated_bytes = _truncate_log(engine, valid_end)
+    valid_end, last_ts = _redispatch(engine, plan, topics, rep, progress)
+    rep.truncated_bytes = engine.commitlog.truncate_to(valid_end)
     rep.cq_entries_dropped = _trim_queues(engine, valid_end)
     if full or rep.damage:
         _fill_queue_holes(engine, rep)
@@ -214,12 +199,14 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     ckpt.write(engine.layout.checkpoint, ckpt.Checkpoint(
         valid_end, last_ts, min(cp.synced_end, valid_end), engine.writer.boot_id,
         min(cp.derived_end, valid_end), cp.derived_at))
-    if plan.rebooted or full:
+    if plan.rebooted or rebuild_index:
         # What survived the restart, and what recovery rebuilt, is made durable now, so the
         # next restart starts here (and nothing below ``valid_end`` is re-dispatched again).
         engine.durability.flush_durable(valid_end)
         ckpt.write(engine.layout.checkpoint, ckpt.Checkpoint(
             valid_end, last_ts, valid_end, engine.writer.boot_id, valid_end, int(time.time())))
+    if rebuild_index:
+        indexfence.end_rebuild(engine.index)
     return rep
 
 
@@ -248,28 +235,56 @@ def _clamp_consumers(engine: "Engine") -> None:
     clamp_to_queue_ends(engine.layout, queue_end, engine.warn)
 
 
-def _dispatch(engine: "Engine", topics: dict[str, TopicConfig], msg: Message, index_items: list[tuple[str, int]],
-              queues: dict[tuple[str, int], "_QueueRebuild"]) -> int:
-    """Give one recovered record its consume-queue entry and index keys. Returns 1 when a
-    consume-queue entry had to be written."""
-    tx = msg.sysflag & F.TX_MASK
-    if tx != F.TX_ROLLBACK:
-        uk = msg.properties.get(PROP_UNIQ_KEY)
-        if uk:
-            index_items.append(("#" + uk, msg.commitlog_offset))
-        for k in (msg.properties.get(PROP_KEYS) or "").split(" "):
-            if k:
-                index_items.append((f"{msg.topic}#{k}", msg.commitlog_offset))
-    cfg = topics.get(msg.topic)
-    if tx not in (F.TX_NOT, F.TX_COMMIT) or cfg is None or msg.commitlog_offset < cfg.created_offset:
-        return 0
-    if msg.queue_id >= cfg.queues:
-        return 0
-    key = (msg.topic, msg.queue_id)
-    qr = queues.get(key)
-    if qr is None:
-        qr = queues[key] = _QueueRebuild(engine.queues.queue(msg.topic, msg.queue_id))
-    return qr.put(msg.queue_offset, msg.commitlog_offset, msg.size, entry_tags_code(msg.topic, msg.properties))
+def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], rep: RecoveryReport,
+                progress: Callable[[int], None] | None) -> tuple[int, int]:
+    """One pass over the log from ``plan.start`` (``recordscan.py``): every valid record gets
+    its consume-queue entry and its index keys, a queue's run and a window's keys at a time.
+    Damage followed by a valid record is reported and stepped over; damage with none after
+    it is a torn tail (not reported: the caller cuts the log back to the returned end); after
+    a restart, damage at or past ``plan.cut_from`` ends the log. Returns (the end of the last
+    valid record, the last engine timestamp)."""
+    valid_end, last_ts = plan.start, 0
+    queues: dict[tuple[str, int], _QueueRebuild] = {}
+    unconfirmed: list[tuple[str, int, str]] = []
+    for w in recordscan.scan(engine.commitlog, plan.start, progress):
+        cut = None
+        for d, at in zip(w.damage, w.damage_at):
+            if plan.rebooted and at >= plan.cut_from:
+                cut = at   # lost in the power cut: nothing after it was ever durable
+                break
+            unconfirmed.append(d)
+        if cut is not None and len(w):
+            keep = w.phys < cut
+            if not keep.all():
+                w = _head_of(w, int(keep.sum()))
+        if len(w):
+            rep.damage += unconfirmed   # a valid record follows: damage, not a torn tail
+            unconfirmed = []
+            rep.records += len(w)
+            valid_end = int(w.phys[-1] + w.size[-1])
+            last_ts = max(last_ts, int(w.store_ts.max()))
+            for topic, qid, run in recordscan.queue_runs(w, topics):
+                qr = queues.get((topic, qid))
+                if qr is None:
+                    qr = queues[(topic, qid)] = _QueueRebuild(engine.queues.queue(topic, qid))
+                rep.cq_entries_written += qr.put_many(w.queue_offset[run], w.phys[run], w.size[run],
+                                                      w.tag_code[run])
+            if len(w.key_hash):
+                engine.index.add_hashes(w.key_hash.tolist(), w.key_phys.tolist(), last_ts)
+        if cut is not None:
+            break
+    for qr in queues.values():
+        qr.flush()
+    return valid_end, last_ts
+
+
+def _head_of(w: recordscan.Window, n: int) -> recordscan.Window:
+    """The first ``n`` records of ``w`` (and their keys)."""
+    end = int(w.phys[n - 1]) if n else -1
+    k = int((w.key_phys <= end).sum()) if len(w.key_phys) else 0
+    return recordscan.Window(w.phys[:n], w.size[:n], w.queue_id[:n], w.queue_offset[:n], w.sysflag[:n],
+                             w.store_ts[:n], w.tag_code[:n], w.topic_id[:n], w.topics, w.key_hash[:k],
+                             w.key_phys[:k])
 
 
 class _QueueRebuild:
@@ -281,7 +296,7 @@ class _QueueRebuild:
 
     def __init__(self, q: ConsumeQueue) -> None:
         self.q = q
-        _fix_partial_entry(q)
+        q.drop_partial_entry()
         self.end = q.max_offset()
         self.run_first = -1
         self.run = bytearray()
@@ -315,6 +330,35 @@ class _QueueRebuild:
         self.end = qoff + 1
         return 1
 
+    def put_many(self, qoffs: Any, phys: Any, size: Any, tags: Any) -> int:
+        """:meth:`put` for a run of one window (numpy arrays, in log order): entries already
+        right are compared as arrays, and a run that continues the queue is packed at once."""
+        np = layouts().np
+        n, k0 = len(qoffs), int(qoffs[0])
+        if n > 1 and not bool((np.diff(qoffs) == 1).all()):
+            return sum(map(self.put, qoffs.tolist(), phys.tolist(), size.tolist(), tags.tolist()))
+        written = 0
+        below = min(max(self.end - k0, 0), n) if not self.run else 0
+        if below:
+            have = _entries(self.q, k0, below)
+            same = np.zeros(below, bool)
+            m = min(len(have), below)
+            same[:m] = (have["phys"][:m] == phys[:m]) & (have["size"][:m] == size[:m]) & (have["tags"][:m] == tags[:m])
+            for i in np.flatnonzero(~same).tolist():
+                written += self.put(k0 + i, int(phys[i]), int(size[i]), int(tags[i]))
+        rest = slice(below, n)
+        if below < n and k0 + below == (self.run_first + len(self.run) // F.CQ_ENTRY_SIZE if self.run else self.end):
+            ent = np.empty(n - below, layouts().cq)
+            ent["phys"], ent["size"], ent["tags"] = phys[rest], size[rest], tags[rest]
+            if not self.run:
+                self.run_first = k0 + below
+            self.run += ent.tobytes()
+            if len(self.run) >= self.RUN * F.CQ_ENTRY_SIZE:
+                self.flush()
+            return written + n - below
+        return written + sum(map(self.put, qoffs[rest].tolist(), phys[rest].tolist(), size[rest].tolist(),
+                                 tags[rest].tolist()))
+
     def flush(self) -> None:
         if self.run:
             self.q.append(self.run_first, bytes(self.run))
@@ -324,31 +368,17 @@ class _QueueRebuild:
         self.q.close()
 
 
-def _fix_partial_entry(q: ConsumeQueue) -> None:
-    segs = q.segments()
-    if segs:
-        path = q.segment_path(segs[-1])
-        size = os.stat(path).st_size
-        if size % F.CQ_ENTRY_SIZE:
-            os.truncate(path, size - size % F.CQ_ENTRY_SIZE)
-
-
-def _truncate_log(engine: "Engine", valid_end: int) -> int:
-    """Cut the log at ``valid_end``: later segments go, the segment holding it is shortened."""
-    log = engine.commitlog
-    cut = 0
-    last = log.segment_of(valid_end)
-    for base in log.segments():
-        path = log.segment_path(base)
-        size = os.stat(path).st_size
-        if base > last:
-            cut += size
-            path.unlink()
-        elif base == last and size > valid_end - base:
-            cut += size - (valid_end - base)
-            os.truncate(path, valid_end - base)
-    log.close()
-    return cut
+def _entries(q: ConsumeQueue, k: int, n: int) -> Any:
+    """Entries ``[k, k + n)`` of ``q`` as a numpy array (fewer at its end)."""
+    L = layouts()
+    parts, got = [], 0
+    while got < n:
+        raw = q.read_raw(k + got, n - got)
+        if not raw:
+            break
+        parts.append(raw)
+        got += len(raw) // F.CQ_ENTRY_SIZE
+    return L.np.frombuffer(b"".join(parts), L.cq)
 
 
 def _trim_queues(engine: "Engine", valid_end: int) -> int:
@@ -365,7 +395,7 @@ def _trim_queues(engine: "Engine", valid_end: int) -> int:
             continue
         for qid in qids:
             q = engine.queues.queue(topic, qid)
-            _fix_partial_entry(q)
+            q.drop_partial_entry()
             m = q.max_offset()
             keep = m
             while keep > 0:
@@ -392,24 +422,7 @@ def _points_home(engine: "Engine", topic: str, queue_id: int, qoff: int, entry: 
 def fence_index(engine: "Engine", valid_end: int) -> None:
     """Make the index forget offsets at or past ``valid_end``: files that begin there are
     removed, and an older file's end offset is moved back so those offsets get re-indexed."""
-    idx = engine.index
-    idx.truncate_after(valid_end)
-    for base in idx.files():
-        hdr = list(idx.header(base))
-        if hdr[3] >= valid_end:
-            hdr[3] = valid_end - 1
-            with open(idx.path(base), "r+b") as fh:
-                fh.write(F.INDEX_HEADER.pack(*hdr))
-
-
-def _drop_index(engine: "Engine") -> None:
-    """Remove every key-index file (a full recovery re-adds every record's keys)."""
-    idx = engine.index
-    for base in idx.files():
-        try:
-            idx.path(base).unlink()
-        except FileNotFoundError:
-            pass
+    engine.index.fence(valid_end)
 
 
 def _damaged_regions(engine: "Engine", rep: RecoveryReport) -> list[tuple[int, int]]:
@@ -463,9 +476,7 @@ def _fill_queue_holes(engine: "Engine", rep: RecoveryReport) -> None:
                     entry = F.CQ_ENTRY.pack(filler[0], filler[1], 0)
                     for hbase, hj in holes:
                         hpath = q.segment_path(hbase)
-                        with open(hpath, "r+b") as fh:
-                            fh.seek(hj * F.CQ_ENTRY_SIZE)
-                            fh.write(entry)
+                        q.write_entry((hbase + hj * F.CQ_ENTRY_SIZE) // F.CQ_ENTRY_SIZE, entry)
                         rep.damage.append((str(hpath), hj * F.CQ_ENTRY_SIZE,
                                            f"entry {(hbase + hj * F.CQ_ENTRY_SIZE) // F.CQ_ENTRY_SIZE} has no "
                                            f"valid record (damaged or removed); readers skip it"))
@@ -485,20 +496,24 @@ def checkpoint_locked(engine: "Engine") -> ckpt.Checkpoint:
 
 
 def recover_if_dirty(engine: "Engine") -> None:
-    """Recover at open when the checkpoint says a writer died or the machine restarted; a
-    store that cannot be written is read as it is (consume queues only point at whole
-    records)."""
+    """Recover at open when the checkpoint says a writer died or the machine restarted, or a
+    killed ``store recover`` or ``topic delete`` left work half done; a store that cannot be
+    written is read as it is (consume queues only point at whole records)."""
     cp = ckpt.read(engine.layout.checkpoint)
     try:
         end = engine.commitlog.end()
     except OSError:
         return
-    if cp is not None and cp.written_end == end and cp.boot_id == engine.writer.boot_id:
+    unfinished = indexfence.rebuilding(engine.index) or bool(topicdelete.pending(engine.layout))
+    if cp is not None and cp.written_end == end and cp.boot_id == engine.writer.boot_id and not unfinished:
         return
     if cp is None and end == 0 and not engine.index.files() and not any(engine.layout.consumequeue_dir.glob("*/*/*")):
         return   # a new store: nothing written yet, nothing to check
     try:
         with engine.write_lock:
-            checkpoint_locked(engine)
+            if unfinished:
+                recover(engine)
+            else:
+                checkpoint_locked(engine)
     except StoreIOError as exc:
         engine.warn(f"store needs recovery but cannot be written ({exc}); reading what is complete")

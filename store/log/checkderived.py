@@ -1,0 +1,316 @@
+"""``store check``'s comparison of the derived files with the log, streamed alongside the one
+pass over the log (``check.py``), in bounded memory.
+
+Consume queues: a cursor per queue reads its entries in runs as the records that claim them
+come by (a queue's records are in log order, so its entries are read front to back once).
+Each claimed entry must point at its record, with its size and tag code; an entry that no
+record claims (the cursor passed it, or it is past the last claim) must point below the
+log's first segment (removed by retention) or it is reported; a queue that ends before the
+last offset its records claim lost entries.
+
+Key index: each file is checked whole (``KeyIndex.problem``), then the ``(key hash, offset)``
+pairs its slot chains reach are kept, sorted, while the log pass is in its range; a record's
+keys must be among the pairs of the file covering it, or of the newest file (recovery adds
+keys of older records there).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from store.layout import Layout
+from store.log import format as F
+from store.log import indexfence
+from store.log.arrays import layouts
+from store.log.consumequeue import ConsumeQueue
+from store.log.index import KeyIndex
+from store.log.recordscan import Window, queue_runs
+from store.log.topics import TopicConfig
+
+Report = Callable[[str, int, str], None]
+_RUN = 1024          # entries read at once per queue
+_FEW = 3             # unclaimed entries named one by one; more are summed up per run
+
+
+class _Cursor:
+    def __init__(self, q: ConsumeQueue, topic: str, queue_id: int) -> None:
+        self.q, self.topic, self.queue_id = q, topic, queue_id
+        self.next = q.min_offset()      # the first entry not yet accounted for
+        self.end = q.max_offset()
+        self.buf_first = 0
+        self.buf = b""
+        self.short: tuple[int, int] | None = None   # (queue offset, phys) claimed past the end
+
+    def entry(self, k: int) -> tuple[int, int, int] | None:
+        i = k - self.buf_first
+        if not 0 <= i < len(self.buf) // F.CQ_ENTRY_SIZE:
+            self.buf_first, self.buf = k, self.q.read_raw(k, _RUN)
+            self.q.close()   # a cursor per queue: keep no descriptors between runs
+            i = 0
+            if not self.buf:
+                return None
+        phys, size, tags = F.CQ_ENTRY.unpack_from(self.buf, i * F.CQ_ENTRY_SIZE)
+        return phys, size, tags
+
+    def entries_array(self, k: int, n: int) -> Any:
+        """Entries ``[k, k + n)`` as a numpy array (fewer at the queue's end)."""
+        L = layouts()
+        parts = []
+        got = 0
+        while got < n:
+            raw = self.q.read_raw(k + got, n - got)
+            if not raw:
+                break
+            parts.append(raw)
+            got += len(raw) // F.CQ_ENTRY_SIZE
+        self.q.close()
+        return L.np.frombuffer(b"".join(parts), L.cq)
+
+    def path_of(self, k: int) -> tuple[str, int]:
+        byte = k * F.CQ_ENTRY_SIZE
+        base = byte - byte % self.q.segment_bytes
+        return str(self.q.segment_path(base)), byte - base
+
+
+class QueueCursors:
+    def __init__(self, layout: Layout, segment_entries: int, log_min: int, report: Report) -> None:
+        self.layout = layout
+        self.segment_entries = segment_entries
+        self.log_min = log_min
+        self.report = report
+        self.cursors: dict[tuple[str, int], _Cursor] = {}
+
+    def _cursor(self, topic: str, queue_id: int) -> _Cursor:
+        c = self.cursors.get((topic, queue_id))
+        if c is None:
+            q = ConsumeQueue(self.layout.queue_dir(topic, queue_id), self.segment_entries)
+            c = self.cursors[(topic, queue_id)] = _Cursor(q, topic, queue_id)
+        return c
+
+    def claim_window(self, w: Window, topics: dict[str, TopicConfig], pending_from: int | None) -> None:
+        """Every record of ``w`` that its queue must hold: compared with the queue's entries,
+        a queue's run at a time (records past ``pending_from`` may lack their entries)."""
+        np = layouts().np
+        for topic, qid, run in queue_runs(w, topics):
+            c = self._cursor(topic, qid)
+            qoffs, phys, size, tags = w.queue_offset[run], w.phys[run], w.size[run], w.tag_code[run]
+            k0, n = int(qoffs[0]), len(run)
+            if k0 == c.next and k0 + n <= c.end and int(qoffs[-1]) == k0 + n - 1 and (
+                    n == 1 or bool((np.diff(qoffs) == 1).all())):
+                ent = c.entries_array(k0, n)
+                if len(ent) == n and bool(((ent["phys"] == phys) & (ent["size"] == size)
+                                           & (ent["tags"] == tags)).all()):
+                    c.next = k0 + n
+                    continue
+            pend = [pending_from is not None and x >= pending_from for x in phys.tolist()]
+            for a, b, s_, t_, pe in zip(qoffs.tolist(), phys.tolist(), size.tolist(), tags.tolist(), pend):
+                self.claim(c, a, b, s_, t_, pe)
+
+    def claim(self, c: _Cursor, k: int, rphys: int, rsize: int, rtag: int, pending: bool) -> None:
+        """The record at ``rphys`` is entry ``k`` of ``c``'s queue (``pending``: it may not
+        have its entry yet)."""
+        if k >= c.end:
+            if not pending and (c.short is None or k > c.short[0]):
+                c.short = (k, rphys)
+            self._unclaimed(c, c.next, c.end)
+            c.next = max(c.next, c.end)
+            return
+        if k >= c.next:
+            self._unclaimed(c, c.next, k)
+            c.next = k + 1
+        e = c.entry(k)
+        if e is None:
+            return
+        phys, size, tags = e
+        if (phys, size) != (rphys, rsize):
+            path, off = c.path_of(k)
+            self.report(path, off, f"entry {k} points at commit-log offset {phys} (size {size}), but the record "
+                                   f"of {c.topic}/{c.queue_id}@{k} is at {rphys} (size {rsize})")
+        elif tags != rtag:
+            path, off = c.path_of(k)
+            self.report(path, off + 12, f"entry {k} has tag code {tags}, but its record's is {rtag} "
+                                        f"(a tag filter would pass it over; run mqctl store recover)")
+
+    def _unclaimed(self, c: _Cursor, a: int, b: int) -> None:
+        """Entries ``[a, b)`` of ``c`` that no valid record claims: each is reported unless
+        its record went with retention; past a few, the rest of the run in one line."""
+        named = 0
+        for k in range(a, b):
+            e = c.entry(k)
+            if e is not None and 0 <= e[0] < self.log_min and e[1] > 0:
+                continue   # its record was removed by retention
+            path, off = c.path_of(k)
+            if named == _FEW:
+                self.report(path, off, f"entries {k} to {b - 1} of {c.topic}/{c.queue_id} point where no valid "
+                                       f"record claims them either (run mqctl store recover)")
+                return
+            named += 1
+            self.report(path, off, f"entry {k} points at commit-log offset {e[0] if e else -1}, where no valid "
+                                   f"record of {c.topic}/{c.queue_id}@{k} starts")
+
+    def finish(self, topics: dict[str, TopicConfig]) -> int:
+        """Every queue on disk: entries past the last claim, torn entries, queues of no topic,
+        queues that end before their records' claims. Returns how many entries were read."""
+        root = self.layout.consumequeue_dir
+        try:
+            names = sorted(os.listdir(root))
+        except FileNotFoundError:
+            names = []
+        for topic in names:
+            if topic not in topics:
+                self.report(str(root / topic), 0, "consume queue of a topic that is not in topics.json")
+                continue
+            try:
+                qids = sorted(int(x) for x in os.listdir(root / topic) if x.isascii() and x.isdigit())
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for qid in qids:
+                c = self._cursor(topic, qid)
+                segs = c.q.segments()
+                if segs:
+                    size = os.stat(c.q.segment_path(segs[-1])).st_size
+                    if size % F.CQ_ENTRY_SIZE:
+                        self.report(str(c.q.segment_path(segs[-1])), size - size % F.CQ_ENTRY_SIZE,
+                                    "partial (torn) consume-queue entry")
+        total = 0
+        for (topic, qid), c in sorted(self.cursors.items()):
+            if c.next < c.end:
+                self._unclaimed(c, c.next, c.end)
+            if c.short is not None:
+                qoff, phys = c.short
+                self.report(str(self.layout.queue_dir(topic, qid)), c.end * F.CQ_ENTRY_SIZE,
+                            f"consume queue {topic}/{qid} ends at offset {c.end}, but the record at commit-log "
+                            f"offset {phys} is {topic}/{qid}@{qoff} (entries lost: run mqctl store recover)")
+            total += c.end - c.q.min_offset()
+            c.q.close()
+        return total
+
+
+class IndexCheck:
+    def __init__(self, idx: KeyIndex, log_end: int, report: Report) -> None:
+        self.idx, self.log_end, self.report = idx, log_end, report
+        self.files = idx.files()
+        self.fenced = indexfence.rebuilding(idx)
+        if self.fenced:
+            report(str(idx.dir), 0, "a key-index rebuild was interrupted: lookups search the log until it is "
+                                    "done (run mqctl store recover)")
+        self.trusted_from: int | None = None
+        self.loaded: dict[int, Any] = {}     # file base -> sorted pairs (None: untrusted)
+        self.missing = 0
+        self.example: int | None = None
+        if not self.fenced and self.files:
+            self.newest = self._load(self.files[-1])
+        elif not self.fenced:
+            self.trusted_from = 0
+
+    def _load(self, base: int) -> Any:
+        if base in self.loaded:
+            return self.loaded[base]
+        for old in [b for b in self.loaded if b != base and b != self.files[-1]]:
+            del self.loaded[old]
+        path = self.idx.path(base)
+        why = self.idx.problem(base, thorough=True)
+        pairs = None
+        if why is not None:
+            self.report(str(path), 0, f"key index {why} (run mqctl store recover)")
+        else:
+            ephys = self.idx.header(base)[3]
+            count = self.idx.header(base)[5]
+            if count > 1 and ephys >= self.log_end:
+                self.report(str(path), 24, f"header says records up to offset {ephys} are indexed, past the end "
+                                           f"of the commit log (new keys would not be)")
+            else:
+                pairs = reachable_pairs(self.idx, base)
+                if self.trusted_from is None or base < self.trusted_from:
+                    self.trusted_from = base if self.trusted_from is None else min(self.trusted_from, base)
+        self.loaded[base] = pairs
+        return pairs
+
+    def add_window(self, w: Window, pending_from: int | None) -> None:
+        """Look up the index keys of the records of ``w`` (those below ``pending_from``)."""
+        np = layouts().np
+        if self.fenced or w.key_hash is None or not len(w.key_hash):
+            return
+        kh, kp = w.key_hash, w.key_phys
+        if pending_from is not None:
+            keep = kp < pending_from
+            kh, kp = kh[keep], kp[keep]
+        if not len(kp):
+            return
+        pair = (kh.astype(np.uint64) << np.uint64(32)) ^ (kp.astype(np.uint64) & np.uint64(0xFFFFFFFF))
+        found = np.zeros(len(kp), bool)
+        if self.files:
+            files = np.array(self.files, np.int64)
+            cover = np.searchsorted(files, kp, side="right") - 1
+            for ci in np.unique(cover).tolist():
+                bases = [self.files[ci]] if ci >= 0 else []
+                for base in bases:
+                    pairs = self._load(base)
+                    if pairs is not None:
+                        m = cover == ci
+                        found[m] |= _isin(np, pair[m], pairs)
+            newest = self._load(self.files[-1])
+            if newest is not None and not found.all():
+                found[~found] |= _isin(np, pair[~found], newest)
+        if self.trusted_from is None:
+            return
+        miss = np.flatnonzero(~found & (kp >= self.trusted_from))
+        if len(miss):
+            self.missing += len(miss)
+            if self.example is None:
+                self.example = int(kp[miss[0]])
+
+    def finish(self) -> None:
+        for base in self.files:   # files no record's range reached are checked too
+            if base not in self.loaded and not self.fenced:
+                self._load(base)
+        if self.missing and self.example is not None:
+            self.report(str(self.idx.dir), 0, f"{self.missing} key(s) of records are not found in the key index, "
+                                              f"e.g. a key of the record at commit-log offset {self.example} "
+                                              f"(msg query would miss them; run mqctl store recover)")
+
+
+def _isin(np: Any, a: Any, sorted_b: Any) -> Any:
+    if not len(sorted_b):
+        return np.zeros(len(a), bool)
+    i = np.searchsorted(sorted_b, a)
+    i[i == len(sorted_b)] = 0
+    return sorted_b[i] == a
+
+
+def reachable_pairs(idx: KeyIndex, base: int) -> Any:
+    """``(keyHash << 32) ^ (offset & 0xFFFFFFFF)`` (uint64, sorted) of every entry of file
+    ``base`` that a lookup of its key reaches: on the chain of its own key's slot. The chains
+    are followed for all slots at once, a link per step."""
+    np = layouts().np
+    with open(idx.path(base), "rb") as fh:
+        data = fh.read()
+    count = F.INDEX_HEADER.unpack_from(data, 0)[5]
+    slots = idx.slots
+    table = np.frombuffer(data, ">i4", count=slots, offset=F.INDEX_HEADER_SIZE).astype(np.int32)
+    ent = np.frombuffer(data, np.dtype([("h", ">i4"), ("phys", ">i8"), ("td", ">i4"), ("prev", ">i4")]),
+                        count=count, offset=idx.table_end)
+    prev = ent["prev"].astype(np.int32)   # (counts fit 32 bits: memory is what bounds a check)
+    label = np.full(count, -1, np.int32)
+    heads = np.flatnonzero((table > 0) & (table < count))
+    front = table[heads]
+    label[front] = heads
+    for _ in range(count):
+        if not len(front):
+            break
+        nxt = prev[front]
+        ok = (nxt > 0) & (nxt < front)
+        nxt, lab = nxt[ok], label[front[ok]]
+        new = label[nxt] < 0
+        label[nxt[new]] = lab[new]
+        front = nxt[new]
+    del prev, front
+    got = np.flatnonzero(label >= 0)
+    h = ent["h"][got].astype(np.int64)
+    got = got[h % slots == label[got]]
+    del h, label
+    pairs = (ent["h"][got].astype(np.uint64) << np.uint64(32)) ^ (ent["phys"][got].astype(np.uint64)
+                                                                 & np.uint64(0xFFFFFFFF))
+    del ent, data, got
+    pairs.sort()
+    return pairs

@@ -1,0 +1,125 @@
+"""Find a consume-queue entry's record in the commit log when the entry itself cannot be
+trusted.
+
+A consume-queue entry is derived from the log (``consumequeue.py``): when one is invalid
+(zeros, a negative size) or points at bytes that are not its record (a flipped bit in its
+offset or size), the record is usually intact. Readers then search the log instead of
+skipping the message: a queue's records lie in log order, so the record of entry ``n`` starts
+at or after the end of entry ``n - 1``'s record and before entry ``n + 1``'s, and it names its
+own topic, queue and queue offset. Neighbours are trusted only once their records check out.
+
+The outcome is one of three: the record (delivered as if its entry had been right); None
+when the search crossed damaged bytes of the log (the record itself is gone: readers skip it
+with a warning, as any damaged record); or :class:`CorruptionError` when the log is intact
+over the whole range and holds no such record (nothing to deliver and nothing to skip over
+safely: the queue stops there until ``mqctl store recover`` rebuilds it).
+"""
+from __future__ import annotations
+
+from store.errors import CorruptionError
+from store.log import format as F
+from store.log.commitlog import CommitLog
+from store.log.consumequeue import ConsumeQueue
+from store.log.record import PROP_UNIQ_KEY, Message, RecordError, decode
+
+_MAGIC = F.MAGIC_V1.to_bytes(4, "big")
+_NEIGHBOURS = 64            # entries looked at on each side for one that checks out
+_WINDOW = 8 * 1024 * 1024   # bytes of log searched per read
+_SLACK = F.MAX_MESSAGE_SIZE + 65536 + 1024   # read past a window so its last record is whole
+
+
+def _home(log: CommitLog, entry: tuple[int, int, int] | None, topic: str, queue_id: int, qoff: int) -> bool:
+    if entry is None:
+        return False
+    try:
+        m = log.read(entry[0], entry[1])
+    except (RecordError, OSError):
+        return False
+    return m.topic == topic and m.queue_id == queue_id and m.queue_offset == qoff
+
+
+def search_bounds(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, qoff: int) -> tuple[int, int]:
+    """``[lo, hi)``: the log range where the record of entry ``qoff`` must start."""
+    lo, hi = log.min_offset(), log.end()
+    for k in range(qoff - 1, max(q.min_offset(), qoff - _NEIGHBOURS) - 1, -1):
+        e = q.entry(k)
+        if _home(log, e, topic, queue_id, k):
+            assert e is not None
+            lo = e[0] + e[1]
+            break
+    top = min(q.max_offset(), qoff + 1 + _NEIGHBOURS)
+    for k in range(qoff + 1, top):
+        e = q.entry(k)
+        if _home(log, e, topic, queue_id, k):
+            assert e is not None
+            hi = e[0]
+            break
+    return lo, hi
+
+
+def find_record(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, qoff: int) -> Message | None:
+    """The intact record of entry ``qoff`` of ``topic``/``queue_id``, found in the log; None
+    when damaged log bytes lie where it must be; CorruptionError when it is nowhere."""
+    lo, hi = search_bounds(log, q, topic, queue_id, qoff)
+    damaged = False
+    pos = lo
+    while pos < hi:
+        base = log.segment_of(pos)
+        seg_end = base + log.segment_size
+        limit = min(hi, seg_end, pos + _WINDOW) - pos
+        try:
+            buf = log.read_bytes(pos, limit + _SLACK)
+        except OSError:
+            buf = b""
+        if not buf:
+            damaged = True   # a segment missing or cut short: its records are gone
+            pos = seg_end
+            continue
+        i = 0
+        while i < limit:
+            try:
+                m = decode(buf, i, len(buf))
+                if m.commitlog_offset != pos + i:
+                    raise RecordError("record claims another offset")
+            except RecordError as exc:
+                if exc.reason == "blank trailer":
+                    i = seg_end - pos
+                    break
+                damaged = True
+                j = buf.find(_MAGIC, i + 5)
+                i = j - 4 if j >= 0 else max(limit, i + 1)
+                continue
+            if m.topic == topic and m.queue_id == queue_id:
+                if m.queue_offset == qoff:
+                    return m
+                if m.queue_offset > qoff:
+                    _gone(log, damaged, qoff, topic, queue_id, pos + i)
+                    return None
+            i += m.size
+        pos += i
+    _gone(log, damaged, qoff, topic, queue_id, hi)
+    return None
+
+
+def _gone(log: CommitLog, damaged: bool, qoff: int, topic: str, queue_id: int, where: int) -> None:
+    """Nothing found: fine (a damaged record, skipped) when the search crossed damage; else
+    raise, naming where the record should have been."""
+    if damaged:
+        return None
+    base = log.segment_of(where)
+    raise CorruptionError(str(log.segment_path(base)), where - base,
+                          f"consume-queue entry {qoff} of {topic}/{queue_id} is damaged and the commit log "
+                          f"holds no record for it (run: mqctl store recover)")
+
+
+def records_with_uniq_key(log: CommitLog, uniq_key: str) -> list[int]:
+    """Offsets of the records carrying unique key ``uniq_key``, newest first, by reading the
+    whole log: for lookups while the key index is fenced off (an interrupted rebuild on a
+    store this process cannot repair). Stops at the first damaged record."""
+    out = []
+    for off, m, _err in log.scan(log.min_offset()):
+        if m is None:
+            break
+        if m.properties.get(PROP_UNIQ_KEY) == uniq_key:
+            out.append(off)
+    return out[::-1]

@@ -1,0 +1,430 @@
+"""One sequential pass over the commit log in big windows: every record checked (as
+:func:`~store.log.record.decode` checks it: lengths, its own offset, the record CRC) and
+reduced to the few fields that ``store check`` and ``store recover`` compare the derived
+files against; no :class:`~store.log.record.Message` is built.
+
+Memory is bounded by one window (``WINDOW`` bytes, plus room for the largest record) and
+the records of one window; nothing is kept from one window to the next. A record that fails
+a check is reported as damage (its segment, its offset in it, why) and the scan resumes at
+the next record start (:func:`resume_at`). A segment other than the last must end with its
+BLANK trailer; one that does not lost its tail (reported, and the scan moves on to the next
+segment). Record layout: ``format.py``.
+"""
+from __future__ import annotations
+
+import array
+import os
+import struct
+from dataclasses import dataclass, field
+from itertools import repeat
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from store.log import format as F
+from store.log.arrays import layouts
+from store.log.commitlog import CommitLog
+from store.log.record import (
+    PROP_DELIVER_MS,
+    PROP_KEYS,
+    PROP_TAGS,
+    PROP_UNIQ_KEY,
+    RecordError,
+    crc32,
+    decode,
+    entry_tags_code,
+)
+
+if TYPE_CHECKING:
+    from store.log.topics import TopicConfig
+
+WINDOW = 4 * 1024 * 1024
+_SLACK = 64 * 1024
+_MAX_SIZE = F.MAX_MESSAGE_SIZE + 65536 + 1024   # the largest record a store can hold
+_I32 = struct.Struct(">i").unpack_from
+_I64 = struct.Struct(">q").unpack_from
+_MAGIC = F.MAGIC_V1.to_bytes(4, "big")
+_MIN_SIZE = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
+_TAGS = PROP_TAGS.encode() + b"\x01"
+_KEYS = PROP_KEYS.encode() + b"\x01"
+_UNIQ = PROP_UNIQ_KEY.encode() + b"\x01"
+_DELIVER = PROP_DELIVER_MS.encode() + b"\x01"
+_HASH_MARK = crc32(b"#")
+
+
+@dataclass
+class Window:
+    """The valid records of one window, in log order, as parallel columns (numpy arrays, no
+    object per record), and the damage found among them."""
+
+    phys: Any = None          # int64 arrays, one value per record
+    size: Any = None
+    queue_id: Any = None
+    queue_offset: Any = None
+    sysflag: Any = None
+    store_ts: Any = None
+    tag_code: Any = None
+    topic_id: Any = None      # index into ``topics``
+    topics: list[str] = field(default_factory=list)
+    key_hash: Any = None      # index keys, flattened: each key's hash and its record's offset
+    key_phys: Any = None
+    damage: list[tuple[str, int, str]] = field(default_factory=list)   # (segment, offset in it, why)
+    damage_at: list[int] = field(default_factory=list)                 # each damage's log offset
+    end: int = 0       # the log offset this window's scan reached
+    bytes: int = 0     # bytes of log read for it
+
+    def __len__(self) -> int:
+        return 0 if self.phys is None else len(self.phys)
+
+
+def _prop(props: bytes, name: bytes) -> bytes | None:
+    """The raw value of property ``name`` (``b"NAME\\x01"``) in ``NAME 0x01 VALUE 0x02 ...``."""
+    if props.startswith(name):
+        i = len(name)
+    else:
+        i = props.find(b"\x02" + name)
+        if i < 0:
+            return None
+        i += len(name) + 1
+    j = props.find(b"\x02", i)
+    return props[i:j] if j >= 0 else props[i:]
+
+
+def scan(log: CommitLog, start: int, progress: Callable[[int], None] | None = None) -> Iterator[Window]:
+    """Every record from ``start`` (a record boundary) to the end of the log, a window at a time."""
+    segs = log.segments()
+    topics: dict[bytes, str] = {}
+    for n, base in enumerate(segs):
+        seg_end = base + log.segment_size
+        if seg_end <= start:
+            continue
+        path = log.segment_path(base)
+        last = n + 1 == len(segs)
+        if not last and segs[n + 1] != seg_end:
+            w = Window(end=base)
+            w.damage.append((str(path), 0, f"next segment is {segs[n + 1]}, expected {seg_end}"))
+            w.damage_at.append(base)
+            yield w
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            yield from _segment(fd, str(path), base, max(start - base, 0), last, topics, progress)
+        finally:
+            os.close(fd)
+
+
+def _segment(fd: int, path: str, base: int, pos: int, last: bool, topics: dict[bytes, str],
+             progress: Callable[[int], None] | None) -> Iterator[Window]:
+    size = os.fstat(fd).st_size
+    resync = False
+    started = pos
+    want = WINDOW + _SLACK
+    while pos < size:
+        buf = os.pread(fd, want, pos)
+        limit = min(len(buf), WINDOW)
+        w = Window()
+        if resync:   # the previous window ended inside damage: find the next record start
+            nxt = resume_at(buf, -1, base + pos)
+            if nxt is None:
+                pos += limit
+                continue
+            i, resync = nxt, False
+        else:
+            i = 0
+        i, trailer, resync = _records(buf, i, limit, base + pos, path, base, w, topics, pos + len(buf) < size)
+        if i == 0 and not trailer and not resync and not w.damage:
+            want = _I32(buf, 0)[0] + _SLACK   # a record bigger than a window: read it whole
+            continue
+        want = WINDOW + _SLACK
+        w.bytes = i
+        pos += i
+        w.end = base + pos
+        if trailer:
+            w.end = base + size
+            if progress is not None:
+                progress(size - started)
+            yield w
+            return
+        if progress is not None:
+            progress(min(pos, size) - started)
+            started = min(pos, size)
+        yield w
+    if not last:
+        w = Window(end=base + size)
+        w.damage.append((path, size, "segment ends without its end-of-segment trailer (its tail was lost)"))
+        w.damage_at.append(base + size)
+        yield w
+
+
+def _records(buf: bytes, i: int, limit: int, wbase: int, path: str, base: int, w: Window,
+             topics: dict[bytes, str], more: bool) -> tuple[int, bool, bool]:
+    """Records starting in ``buf[i:limit]`` into ``w`` (``more``: the segment goes on past
+    ``buf``). Returns (where the next window starts, relative to ``buf``; a BLANK trailer
+    ended the segment; the window ended inside damage)."""
+    cols: list[tuple[Any, ...]] = []
+    while i < limit:
+        starts, stop = _chain(buf, i, limit)
+        good, blank = _verify(buf, starts, wbase, cols)
+        if good < len(starts):
+            i = int(starts[good])
+            if blank:
+                _columns(w, cols, topics)
+                return i, True, False
+        else:
+            i = stop
+            if i >= limit:
+                break
+            if _blank_at(buf, i):
+                _columns(w, cols, topics)
+                return i, True, False
+            if more and _continues(buf, i):
+                break   # the next record ends past this read: the next window starts with it
+        # damaged at i: named, then the scan resumes at the next record start
+        w.damage.append((path, wbase + i - base, _reason(buf, i, wbase)))
+        w.damage_at.append(wbase + i)
+        nxt = resume_at(buf, i, wbase)
+        if nxt is None:
+            _columns(w, cols, topics)
+            return max(limit, i + 1), False, True
+        i = nxt
+    _columns(w, cols, topics)
+    return i, False, False
+
+
+def _continues(buf: bytes, i: int) -> bool:
+    """The record at ``i`` may be whole in the file though not in ``buf``."""
+    if len(buf) - i < 8:
+        return True
+    total: int = _I32(buf, i)[0]
+    return _MIN_SIZE <= total <= _MAX_SIZE and i + total > len(buf)
+
+
+def _blank_at(buf: bytes, i: int) -> bool:
+    return len(buf) - i >= 8 and _I32(buf, i + 4)[0] & 0xFFFFFFFF == F.BLANK_MAGIC
+
+
+def _chain(buf: bytes, i: int, limit: int) -> tuple[Any, int]:
+    """Record starts from ``i`` by their TOTALSIZE while each is plausible and whole: the
+    array of starts and where the walk stopped."""
+    np = layouts().np
+    n = len(buf)
+    out = array.array("q")
+    add = out.append
+    unpack = _I32
+    lo = _MIN_SIZE
+    while i < limit and n - i >= 8:
+        total = unpack(buf, i)[0]
+        if total < lo or i + total > n:
+            break
+        add(i)
+        i += total
+    return (np.frombuffer(out, np.int64) if out else np.zeros(0, np.int64)), i
+
+
+def _reason(buf: bytes, i: int, wbase: int) -> str:
+    try:
+        m = decode(buf, i, len(buf))
+    except RecordError as exc:
+        return exc.reason
+    return f"record claims offset {m.commitlog_offset}" if m.commitlog_offset != wbase + i else "damaged record"
+
+
+def _verify(buf: bytes, starts: Any, wbase: int, cols: list[tuple[Any, ...]]) -> tuple[int, bool]:
+    """Check the records at ``starts`` as arrays (as ``decode`` does); the leading run that
+    passes goes into ``cols``. Returns (how many passed, the next is a BLANK trailer)."""
+    L = layouts()
+    np = L.np
+    n = len(starts)
+    if not n:
+        return 0, False
+    b = np.frombuffer(buf, np.uint8)
+    rows = np.lib.stride_tricks.sliding_window_view   # rows gathered with no index matrix
+    head = rows(b, F.RECORD_HEADER_SIZE)[starts].view(L.head).reshape(n)
+    total = head["total"].astype(np.int64)
+    ends = starts + total
+    blen = head["blen"].astype(np.int64)
+    t = starts + F.RECORD_HEADER_SIZE + blen
+    ok = (head["magic"] == F.MAGIC_V1) & (head["phys"] == wbase + starts) & (blen >= 0) & (t + 3 <= ends)
+    t = np.where(ok, t, starts)
+    p = t + 1 + b[t].astype(np.int64) + 2
+    crc_at = ends - F.CRC_PROPERTY_SIZE
+    ok &= p <= crc_at
+    p = np.where(ok, p, starts + 2)
+    ok &= p + ((b[p - 2].astype(np.int64) << 8) | b[p - 1]) == ends
+    at = np.where(ok, crc_at, starts)
+    prop = rows(b, F.CRC_PROPERTY_SIZE)[at]
+    ok &= (prop[:, :9] == L.crc_head).all(axis=1) & (prop[:, 19] == 2)
+    digits = prop[:, 9:19].astype(np.int64) - 48
+    ok &= ((digits >= 0) & (digits <= 9)).all(axis=1)
+    bad = np.flatnonzero(~ok)
+    good = int(bad[0]) if len(bad) else n
+    blank = good < n and int(head["magic"][good]) == F.BLANK_MAGIC
+    if good:
+        mv = memoryview(buf)
+        got = np.fromiter(map(crc32, map(mv.__getitem__, map(slice, starts[:good].tolist(),
+                                                             crc_at[:good].tolist()))), np.int64, good)
+        crc_bad = np.flatnonzero((got & 0x7FFFFFFF) != digits[:good] @ L.pow10)
+        if len(crc_bad):
+            good, blank = int(crc_bad[0]), False
+    if good:
+        cols.append((head[:good], starts[:good], total[:good], t[:good], p[:good], crc_at[:good], buf, wbase))
+    return good, blank
+
+
+def _columns(w: Window, cols: list[tuple[Any, ...]], topics: dict[bytes, str]) -> None:
+    """The checked runs of a window into its columns: header fields, topic ids, tag codes
+    and index keys (the properties are searched only for the names that matter)."""
+    np = layouts().np
+    if not cols:
+        return
+    ids: dict[str, int] = {}
+    parts: list[list[Any]] = [[] for _ in range(10)]
+    for head, starts, total, t, p, crc_at, buf, wbase in cols:
+        tnames, tid = _topic_ids(buf, t, p, topics, ids)
+        props = list(map(buf.__getitem__, map(slice, p.tolist(), crc_at.tolist())))
+        phys = wbase + starts
+        sysflag = head["sysflag"].astype(np.int64)
+        rollback = (sysflag & F.TX_MASK) == F.TX_ROLLBACK
+        rare = bool(rollback.any()) or _TAGS in buf or _KEYS in buf or _DELIVER in buf
+        tags, kh, kp = _props(props, tnames, phys.tolist(), rollback.tolist(), rare)
+        for col, v in zip(parts, (phys, total, head["qid"].astype(np.int64), head["qoff"].astype(np.int64),
+                                  sysflag, head["stored"].astype(np.int64), np.array(tags, np.int64),
+                                  tid, np.array(kh, np.int64), np.array(kp, np.int64))):
+            col.append(v)
+    cat = np.concatenate
+    (w.phys, w.size, w.queue_id, w.queue_offset, w.sysflag, w.store_ts, w.tag_code, w.topic_id,
+     w.key_hash, w.key_phys) = (cat(c) for c in parts)
+    w.topics = list(ids)
+
+
+def _topic_ids(buf: bytes, t: Any, p: Any, topics: dict[bytes, str], ids: dict[str, int]) -> tuple[list[str], Any]:
+    """Each record's topic (its name, and its index in ``ids``): the topics of the first record
+    compared as arrays with every record's topic field, the rest one by one."""
+    np = layouts().np
+    n = len(t)
+    tid = np.full(n, -1, np.int64)
+    b = np.frombuffer(buf, np.uint8)
+    first = bytes(buf[int(t[0]):int(p[0]) - 2])
+    field = np.frombuffer(first, np.uint8)
+    name = topics.get(first[1:]) or topics.setdefault(first[1:], first[1:].decode("utf-8", "replace"))
+    room = len(b) - len(field)
+    tt = np.minimum(t, room)
+    same = (np.lib.stride_tricks.sliding_window_view(b, len(field))[tt] == field).all(axis=1) & (t == tt)
+    tid[same] = ids.setdefault(name, len(ids))
+    rest = np.flatnonzero(~same)
+    for j in rest.tolist():
+        tb = buf[int(t[j]) + 1:int(p[j]) - 2]
+        nm = topics.get(tb) or topics.setdefault(tb, tb.decode("utf-8", "replace"))
+        tid[j] = ids.setdefault(nm, len(ids))
+    names = list(ids)
+    return [names[i] for i in tid.tolist()], tid
+
+
+def _props(props: list[bytes], tnames: list[str], physl: list[int], rollback: list[bool],
+           rare: bool) -> tuple[list[int], list[int], list[int]]:
+    """Tag codes, and the index keys' hashes with their records' offsets (``#UNIQ_KEY`` and
+    ``topic#key`` per KEYS word; none for a rolled-back half), as the write path makes them.
+    The common record (a unique key, no tags, no keys) takes a few C calls; others go by
+    :func:`_prop`."""
+    tags = [0] * len(props)
+    uniq = _UNIQ
+    # a unique key where the properties begin, or right after a 0x02 (else: the slow path)
+    at = list(map(bytes.find, props, repeat(uniq)))
+    if rare:
+        slow = [j for j, (pr, i) in enumerate(zip(props, at))
+                if (i > 0 and pr[i - 1] != 2) or _TAGS in pr or _KEYS in pr or _DELIVER in pr or rollback[j]]
+    else:   # no record of this window has tags, keys or a delivery time, none is rolled back
+        slow = [j for j, (pr, i) in enumerate(zip(props, at)) if i > 0 and pr[i - 1] != 2]
+    h0 = _HASH_MARK   # crc32 of "#" + key, as a running CRC: no concatenation per record
+    keyed = [(crc32(pr[i + 9:pr.find(b"\x02", i + 9)], h0) & 0x7FFFFFFF, ph)
+             for pr, i, ph in zip(props, at, physl) if i >= 0]
+    if not slow:
+        return tags, [k for k, _ in keyed], [ph for _, ph in keyed]
+    kh: list[int] = []
+    kp: list[int] = []
+    slow_set = set(slow)
+    for j, pr in enumerate(props):
+        if j not in slow_set:
+            if at[j] >= 0:
+                kh.append(crc32(pr[at[j] + 9:pr.find(b"\x02", at[j] + 9)], h0) & 0x7FFFFFFF)
+                kp.append(physl[j])
+            continue
+        if _TAGS in pr or _DELIVER in pr:
+            found = {name: v.decode("utf-8", "replace")
+                     for name, v in ((PROP_TAGS, _prop(pr, _TAGS)), (PROP_DELIVER_MS, _prop(pr, _DELIVER))) if v}
+            tags[j] = entry_tags_code(tnames[j], found)
+        if rollback[j]:
+            continue
+        uk = _prop(pr, uniq)
+        if uk:
+            kh.append(crc32(b"#" + uk) & 0x7FFFFFFF)
+            kp.append(physl[j])
+        if _KEYS in pr:
+            kw = _prop(pr, _KEYS)
+            if kw:
+                tn = tnames[j].encode()
+                for k in kw.split(b" "):
+                    if k:
+                        kh.append(crc32(tn + b"#" + k) & 0x7FFFFFFF)
+                        kp.append(physl[j])
+    return tags, kh, kp
+
+
+def _looks_like_start(data: bytes, cand: int, wbase: int) -> bool:
+    """A record header begins at ``cand``: its magic, and its own offset in PHYSICALOFFSET
+    (12 bytes that body data does not reproduce by chance), whatever the rest holds."""
+    if cand < 0 or cand + F.OFF_PHYSICAL_OFFSET + 8 > len(data):
+        return False
+    return data[cand + 4:cand + 8] == _MAGIC and _I64(data, cand + F.OFF_PHYSICAL_OFFSET)[0] == wbase + cand
+
+
+def resume_at(data: bytes, pos: int, wbase: int) -> int | None:
+    """Where to resume after the damaged record at ``pos`` of ``data`` (log offset ``wbase``
+    at ``data[0]``), so that each damaged record is reported at its own offset: the next
+    record start after ``pos`` — a valid record, or one whose header is intact (magic and
+    offset) though its body or properties are damaged — or, when the damaged record's own
+    header is intact and ends before that, its end."""
+    cand = None
+    i = data.find(_MAGIC, pos + 5)
+    while i >= 0:
+        c = i - 4
+        if _looks_like_start(data, c, wbase):
+            cand = c
+            break
+        try:
+            if decode(data, c, len(data)).commitlog_offset == wbase + c:
+                cand = c
+                break
+        except RecordError:
+            pass
+        i = data.find(_MAGIC, i + 1)
+    if _looks_like_start(data, pos, wbase):
+        total: int = _I32(data, pos)[0]
+        if F.RECORD_FIXED_SIZE <= total and pos + total < len(data) and (cand is None or pos + total < cand):
+            return pos + total
+    return cand
+
+
+def queue_runs(w: Window, topics: dict[str, "TopicConfig"]) -> Iterator[tuple[str, int, Any]]:
+    """The records of ``w`` that get a consume-queue entry (not a prepared or rolled-back
+    half; a topic that exists, created at or before the record; a queue it has), as
+    ``(topic, queue id, indexes into w)`` per queue, each in log order."""
+    np = layouts().np
+    if not len(w):
+        return
+    tx = w.sysflag & F.TX_MASK
+    sel = (tx == F.TX_NOT) | (tx == F.TX_COMMIT)
+    for tid, name in enumerate(w.topics):
+        cfg = topics.get(name)
+        if cfg is None:
+            sel &= w.topic_id != tid
+        else:
+            sel &= (w.topic_id != tid) | ((w.phys >= cfg.created_offset) & (w.queue_id < cfg.queues))
+    idx = np.flatnonzero(sel)
+    if not len(idx):
+        return
+    key = w.topic_id[idx] * (1 << 20) + w.queue_id[idx]
+    order = idx[np.argsort(key, kind="stable")]
+    key = w.topic_id[order] * (1 << 20) + w.queue_id[order]
+    for run in np.split(order, np.flatnonzero(np.diff(key)) + 1):
+        yield w.topics[int(w.topic_id[run[0]])], int(w.queue_id[run[0]]), run
