@@ -50,8 +50,8 @@ from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
 from store.log.index import KeyIndex
 from store.log.offsets import ClusterOffsetStore
+from store.log.preflight import checkpoint_locked, recover_if_dirty
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
-from store.log.recovery import RecoveryReport, checkpoint_locked, recover, recover_if_dirty
 from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
 from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig
@@ -60,6 +60,7 @@ from store.log.writelock import WriteLock
 
 if TYPE_CHECKING:
     from store.log.check import CheckReport
+    from store.log.recovery import RecoveryReport
     from store.log.vecread import VecColumns
 
 __all__ = ["SYSTEM_TOPIC_QUEUES", "Store", "open_store"]
@@ -321,6 +322,7 @@ class Store:
         """Repair the store under the write lock (``full``: rebuild every derived file from
         the log, as ``mqctl store recover``)."""
         with self.engine.write_lock:
+            from store.log.recovery import recover
             return recover(self.engine, full=full, progress=progress)
 
     def check(self, progress: Callable[[int], None] | None = None) -> "CheckReport":

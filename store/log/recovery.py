@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from store.errors import StoreIOError
 from store.failpoints import failpoint
 from store.log import checkpoint as ckpt
 from store.log import format as F
@@ -189,7 +188,7 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     rep.cq_entries_dropped = _trim_queues(engine, valid_end)
     if full or rep.damage:
         _fill_queue_holes(engine, rep)
-    fence_index(engine, valid_end)
+    engine.index.fence(valid_end)
     _clamp_topics(engine, valid_end)
     if plan.rebooted or rep.cq_entries_dropped or rep.truncated_bytes:
         _clamp_consumers(engine)
@@ -419,12 +418,6 @@ def _points_home(engine: "Engine", topic: str, queue_id: int, qoff: int, entry: 
     return m.topic == topic and m.queue_id == queue_id and m.queue_offset == qoff
 
 
-def fence_index(engine: "Engine", valid_end: int) -> None:
-    """Make the index forget offsets at or past ``valid_end``: files that begin there are
-    removed, and an older file's end offset is moved back so those offsets get re-indexed."""
-    engine.index.fence(valid_end)
-
-
 def _damaged_regions(engine: "Engine", rep: RecoveryReport) -> list[tuple[int, int]]:
     """``(start, end)`` commit-log ranges of the damaged records the scan stepped over."""
     regions = []
@@ -482,38 +475,3 @@ def _fill_queue_holes(engine: "Engine", rep: RecoveryReport) -> None:
                                            f"valid record (damaged or removed); readers skip it"))
                     holes.clear()
             q.close()
-
-
-def checkpoint_locked(engine: "Engine") -> ckpt.Checkpoint:
-    """The checkpoint, after making sure it matches the log (write lock held): a writer that
-    died mid-batch, or a machine restart, is recovered from first."""
-    cp = engine.checkpoint_file.read()
-    if cp is None or cp.written_end != engine.commitlog.end() or cp.boot_id != engine.writer.boot_id:
-        recover(engine)
-        cp = engine.checkpoint_file.read()
-        assert cp is not None
-    return cp
-
-
-def recover_if_dirty(engine: "Engine") -> None:
-    """Recover at open when the checkpoint says a writer died or the machine restarted, or a
-    killed ``store recover`` or ``topic delete`` left work half done; a store that cannot be
-    written is read as it is (consume queues only point at whole records)."""
-    cp = ckpt.read(engine.layout.checkpoint)
-    try:
-        end = engine.commitlog.end()
-    except OSError:
-        return
-    unfinished = indexfence.rebuilding(engine.index) or bool(topicdelete.pending(engine.layout))
-    if cp is not None and cp.written_end == end and cp.boot_id == engine.writer.boot_id and not unfinished:
-        return
-    if cp is None and end == 0 and not engine.index.files() and not any(engine.layout.consumequeue_dir.glob("*/*/*")):
-        return   # a new store: nothing written yet, nothing to check
-    try:
-        with engine.write_lock:
-            if unfinished:
-                recover(engine)
-            else:
-                checkpoint_locked(engine)
-    except StoreIOError as exc:
-        engine.warn(f"store needs recovery but cannot be written ({exc}); reading what is complete")

@@ -34,8 +34,8 @@ from store.log import format as F
 from store.log.commitlog import LogAppender
 from store.log.consumequeue import cut_back
 from store.log.index import key_hash
+from store.log.preflight import checkpoint_locked
 from store.log.record import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Draft, encode, tags_code
-from store.log.recovery import checkpoint_locked, fence_index
 from store.log.results import PutResult
 
 if TYPE_CHECKING:
@@ -220,6 +220,6 @@ class WriteBatch:
         # before the next one failed: fence it back, or the records later written at those
         # offsets would be skipped as "already indexed".
         try:
-            fence_index(self.engine, self.app.start_end)
+            self.engine.index.fence(self.app.start_end)
         except (OSError, StoreError):
             pass
