@@ -1,6 +1,6 @@
 """``mqctl consume``'s flags turned into a member of a group: the checks only the command line
 needs (``--no-group``, ``--json``/``--format``/``--exec`` combinations, durations naming their
-flag), the library's options (``store.client.runtime.ConsumeOptions``, its shared rules in
+flag), the library's options (``store.client.options.ConsumeOptions``, its shared rules in
 ``store/client/rules.py``) and the sink messages go to (``mqctl/consumer/handlers.py``)."""
 from __future__ import annotations
 
@@ -48,8 +48,9 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
     from mqctl.argnames import ARG_FLAGS
     from mqctl.consumer.handlers import ExecSink, StdoutSink, split_command, warn
     from mqctl.options import parse_queue_ids
+    from store.client.options import ConsumeOptions, default_broadcast_client_id
     from store.client.rules import check_consume_options
-    from store.client.runtime import ConsumeOptions, Runtime, default_broadcast_client_id
+    from store.client.runtime import Runtime
     from store.names import parse_tag_expression, validate_any_topic, validate_client_id, validate_group
     validate_any_topic(r.topic)
     group = _group(r)

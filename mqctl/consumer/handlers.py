@@ -39,7 +39,7 @@ from store.errors import HandlerError, UsageError
 from store.log.record import Message
 
 if TYPE_CHECKING:
-    from store.client.runtime import Outcome
+    from store.client.sinks import Outcome
 
 def _ignore(_signum: int, _frame: object) -> None:
     pass
@@ -523,7 +523,7 @@ class ExecHandler:
 
 
 class ExecSink:
-    """``--exec CMD`` as a :class:`~store.client.runtime.PoolSink`: ``--threads`` handler
+    """``--exec CMD`` as a :class:`~store.client.sinks.PoolSink`: ``--threads`` handler
     runs at a time, ``--batch`` messages each. The command is checked before the consumer
     joins its group."""
 

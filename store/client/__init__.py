@@ -9,8 +9,11 @@ command line over the same code. Modules:
 ``producer``     :class:`~store.client.producer.Producer`
 ``properties``   a message's properties (tags, keys, user properties, sharding key): the one
                  builder and its checks, for the producers and ``mqctl`` alike
-``runtime``      the consumer runtime: one member of a group, output through a sink
-``process_queue``, ``retry``   its process queues, and the retry topic / dead-letter queue
+``runtime``      the consumer runtime: one member of a group, its loop and its life; its parts:
+                 ``options`` (what it is told), ``sinks`` (where batches go), ``rebalance``
+                 and ``holding`` (which queues it holds), ``pulling``, ``dispatch``,
+                 ``offset_keeper`` (its offsets), ``retry`` (failed messages: the retry topic
+                 and the dead-letter queue), ``process_queue`` (a held queue's cache)
 ``consumer``     :class:`~store.client.consumer.Consumer` (iterator and push styles)
 ``txproducer``   :class:`~store.client.txproducer.TransactionProducer` and ``TxState``
 ``admin``        :class:`~store.client.admin.Admin`: topics, lag, offsets, locks, members,

@@ -13,15 +13,11 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from store import names
 from store.client.message import Message, MessageRows
+from store.client.options import ConsumeOptions, log_warning
 from store.client.paths import PathLike, resolve_store_path
 from store.client.rules import check_consume_options
-from store.client.runtime import (
-    ConsumeOptions,
-    Outcome,
-    Runtime,
-    ThreadPoolSink,
-    log_warning,
-)
+from store.client.runtime import Runtime
+from store.client.sinks import Outcome, ThreadPoolSink
 from store.errors import UsageError
 
 StartFrom = Union[str, int, _dt.datetime]
@@ -231,7 +227,7 @@ class Consumer:
         if client_id is not None:
             cid = names.validate_client_id(client_id)
         elif broadcast:
-            from store.client.runtime import default_broadcast_client_id
+            from store.client.options import default_broadcast_client_id
             cid = default_broadcast_client_id()   # stable: a restart resumes its offsets
         else:
             cid = _default_client_id(root, group)

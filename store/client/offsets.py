@@ -58,6 +58,7 @@ from typing import Any, TypeGuard
 
 from store import fsutil
 from store.client.allocate import BROKER_NAME
+from store.client.options import QueueKey, Warn
 from store.errors import StoreError, UsageError, io_error
 from store.flock import wait_flock
 from store.layout import Layout
@@ -66,9 +67,6 @@ from store.names import validate_any_topic, validate_client_id, validate_group
 NO_OFFSET = -1
 TOPIC_GROUP_SEPARATOR = "@"
 LOCK_TIMEOUT_S = 30.0
-
-Warn = Callable[[str], None]
-QueueKey = tuple[str, int]  # (topic, queueId)
 
 
 def warn_stderr(message: str) -> None:
