@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from mqctl.output import Output
 
 if TYPE_CHECKING:
-    from store.client.admin import LockRow, MemberRow
+    from store.client.admin_rows import LockRow, MemberRow
 
 LOCK_COLUMNS = [("group", "GROUP"), ("topic", "TOPIC"), ("queueId", "QUEUE"), ("clientId", "CLIENT-ID"),
                 ("pid", "PID"), ("host", "HOST"), ("acquiredTime", "ACQUIRED"), ("renewed", "RENEWED"),

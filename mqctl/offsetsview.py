@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from mqctl.output import Output, plural
 
 if TYPE_CHECKING:
-    from store.client.admin import ResetPlan
+    from store.client.admin_rows import ResetPlan
 
 SHOW_COLUMNS = [("topic", "TOPIC"), ("queueId", "QUEUE"), ("offset", "OFFSET")]
 CLIENT_STATE = ("clientState", "CLIENT")

@@ -82,7 +82,7 @@ def complete_group(ctx: typer.Context, incomplete: str) -> list[str]:
     if store is None:
         return []
     try:
-        from store.client.admin import known_groups
+        from store.client.groups import known_groups
         return [g for g in known_groups(store) if g.startswith(incomplete)]
     except Exception:  # noqa: BLE001
         return []
