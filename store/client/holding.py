@@ -36,9 +36,7 @@ class Holdings:
 
     def drop(self, key: QueueKey) -> None:
         """Stop pulling a queue; it is released once its in-flight batch is done."""
-        pq = self.pqs.pop(key)
-        pq.dropped = True
-        self.dropping[key] = pq
+        self.dropping[key] = self.pqs.pop(key)
 
     def lose(self, key: QueueKey) -> None:
         """The queue lock is no longer ours (its file was deleted or replaced, or a renewal
@@ -49,7 +47,6 @@ class Holdings:
         pq = self.pqs.pop(key, None)
         if pq is None:
             return
-        pq.dropped = True
         pq.lost = True
         self.dropping[key] = pq
         lock = self.locks.pop(key, None)
@@ -59,7 +56,7 @@ class Holdings:
     def forget(self, key: QueueKey) -> None:
         """Let go of a held queue at once, its lock released (its offsets were reset under
         it: nothing it holds is worth finishing)."""
-        self.pqs.pop(key).dropped = True
+        del self.pqs[key]
         self.release_lock(key)
 
     def release_lock(self, key: QueueKey) -> None:

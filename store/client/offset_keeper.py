@@ -31,9 +31,6 @@ class MemoryOffsetStore:
     def __init__(self) -> None:
         self._table: dict[QueueKey, int] = {}
 
-    def load(self) -> dict[QueueKey, int]:
-        return dict(self._table)
-
     def read(self, topic: str, queue_id: int) -> int:
         return self._table.get((topic, queue_id), -1)
 

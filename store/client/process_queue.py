@@ -174,8 +174,7 @@ class ProcessQueue:
         self.gaps = False            # concurrent: a cached offset below handed_max is not out
         self.max_seen = -1
         self.bytes = 0
-        self.dropped = False
-        self.lost = False            # orderly: dropped because its queue lock was lost
+        self.lost = False            # dropped because its queue lock was lost
         self.busy = False            # orderly: a batch of this queue is in a handler
         self.suspended_until = 0.0   # orderly: failure → wait before retrying in place
         self.next_pull = 0           # next offset to pull from the store
