@@ -14,10 +14,14 @@ command line over the same code. Modules:
                  and ``holding`` (which queues it holds), ``pulling``, ``dispatch``,
                  ``offset_keeper`` (its offsets), ``retry`` (failed messages: the retry topic
                  and the dead-letter queue), ``process_queue`` (a held queue's cache)
-``consumer``     :class:`~store.client.consumer.Consumer` (iterator and push styles)
+``consumer``     :class:`~store.client.consumer.Consumer` (iterator and push styles); ``handoff``
+                 the hand-over to the thread iterating it
 ``txproducer``   :class:`~store.client.txproducer.TransactionProducer` and ``TxState``
 ``admin``        :class:`~store.client.admin.Admin`: topics, lag, offsets, locks, members,
-                 rebalance previews, dead letters
+                 rebalance previews, dead letters; its parts ``admin_base`` (the store
+                 handle), ``offsets_admin``, ``members_admin``, its rows ``admin_rows``, and
+                 ``groups`` (what a group is)
+``qlocks``       queue locks (orderly and clustering members), ``group_mutex`` the group's mutex
 ``dlq``          a group's dead letters, resending them, and the record of what was resent
 ``rules``        argument rules shared with ``mqctl`` (contradictory consume options), and
                  how error messages name arguments
