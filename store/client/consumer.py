@@ -327,6 +327,8 @@ class Consumer:
         else:
             rt.set_retries(max_reconsume, delay_ms, 1000)
 
+        state = rt.state   # (read for every message: the attribute, not Runtime's property)
+
         def work(batch: list[Any], topic: str) -> Outcome:
             # one handler call per message; a batch (concurrent mode, a backlog) only saves
             # the hand-over to a thread per message, each failure is still its own
@@ -336,7 +338,7 @@ class Consumer:
             walk = iter(range(n))   # (what it has left says where the loop is: no count kept)
             started = time.perf_counter()
             for msg in walk_batch(msgs, walk):
-                if rt.stop_requested and not failed:
+                if state.stop_requested and not failed:
                     # a stop starts no new handler call: the rest of the batch goes back
                     # untouched (with a failure in it, the batch is finished: an outcome
                     # names failures or a consumed prefix, not both)

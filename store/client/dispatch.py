@@ -205,12 +205,13 @@ class Dispatcher:
         """Apply the outcomes of the pool sink's finished batches (``block``: wait for one)."""
         if not self.futures:
             return False
-        done = [f for f in self.futures if f.done()]
+        futures, pqs, dropping = self.futures, self.held.pqs, self.held.dropping
+        done = [f for f in futures if f.done()]
         if not done and block:
-            done = list(cf.wait(list(self.futures), return_when=cf.FIRST_COMPLETED).done)
+            done = list(cf.wait(list(futures), return_when=cf.FIRST_COMPLETED).done)
         for fut in done:
-            key, batch = self.futures.pop(fut)
-            pq = self.held.pqs.get(key) or self.held.dropping.get(key)
+            key, batch = futures.pop(fut)
+            pq = pqs.get(key) or dropping.get(key)
             try:
                 ok, why = fut.result()
             except (HandlerError, cf.CancelledError) as exc:

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 
 class Holdings:
-    """The member's queues (see the module docstring)."""
+    """The member's queues (see the module docstring). The three tables are changed in
+    place, never replaced: the parts may keep references to them."""
 
     def __init__(self) -> None:
         self.pqs: dict[QueueKey, ProcessQueue] = {}

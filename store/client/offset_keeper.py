@@ -50,6 +50,7 @@ class OffsetKeeper:
         self.store = store
         self.o = opts
         self.held = held
+        self._pqs, self._dropping = held.pqs, held.dropping   # (advance runs once per batch)
         self.topics = topics
         self.warn = warn
         self.offsets: dict[QueueKey, int] = {}
@@ -139,7 +140,7 @@ class OffsetKeeper:
     # -- consuming -------------------------------------------------------------------------
     def advance(self, key: QueueKey, off: int) -> None:
         """A queue was consumed up to ``off`` (orderly: set to it)."""
-        if key in self.held.pqs or key in self.held.dropping:
+        if key in self._pqs or key in self._dropping:
             if self.o.orderly or off > self.offsets.get(key, -1):
                 self.offsets[key] = off
                 self.dirty.add(key)
