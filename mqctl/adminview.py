@@ -27,7 +27,7 @@ def ago(now: int, ms: int | None) -> str | None:
 def lock_row(lock: "LockRow", now: int, utc: bool | None) -> dict[str, Any]:
     """A lock's JSON row; with ``utc`` not None (human output) also its local acquiredTime."""
     from store import format_local
-    row = lock.info.to_dict()
+    row: dict[str, Any] = lock.info.to_dict()
     row.update(state=lock.state, acquired=ago(now, lock.acquired_at), renewed=ago(now, lock.renewed_at),
                expires=ago(now, lock.expires_at))
     if utc is not None and lock.acquired_at is not None:

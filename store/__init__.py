@@ -63,7 +63,7 @@ _EXPORTS = {
     "QueueLag": "client.snapshot", "MemberStat": "client.snapshot", "LockStat": "client.snapshot",
     "Problems": "client.snapshot", "PendingTx": "client.snapshot",
     # what Admin's methods return (store/client/admin.py, maintenance.py, txadmin.py)
-    "LockRow": "client.admin", "MemberRow": "client.admin", "ResetPlan": "client.admin",
+    "LockRow": "client.admin_rows", "MemberRow": "client.admin_rows", "ResetPlan": "client.admin_rows",
     "CheckReport": "log.check", "RecoveryReport": "log.recovery", "CleanPlan": "log.retention",
     "FileAction": "log.retention", "StagingDir": "spark.staging", "StoreCreation": "client.creation",
     "PendingTransaction": "tx.check:Pending", "TransactionCheckEvent": "tx.check:CheckEvent",
@@ -84,8 +84,8 @@ _EXPORTS = {
     "offset_msg_id": "log.record", "has_property_separator": "log.record:has_separator",
     "message_report": "client.history", "message_timeline": "client.history:timeline",
     # the consume runtime that ``mqctl consume`` drives with its own sinks (store/client/runtime.py)
-    "ConsumeOptions": "client.runtime", "ConsumerRuntime": "client.runtime:Runtime",
-    "Outcome": "client.runtime", "default_broadcast_client_id": "client.runtime",
+    "ConsumeOptions": "client.options", "ConsumerRuntime": "client.runtime:Runtime",
+    "Outcome": "client.sinks", "default_broadcast_client_id": "client.options",
     "check_consume_options": "client.rules",
     # the engine
     "Store": "log.broker", "open_store": "log.broker", "StoreSettings": "log.settings",

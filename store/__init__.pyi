@@ -2,9 +2,9 @@
 Made from ``_EXPORTS`` by ``python -m tests.test_structure``; a test keeps them equal."""
 
 from store.client.admin import Admin as Admin
-from store.client.admin import LockRow as LockRow
-from store.client.admin import MemberRow as MemberRow
-from store.client.admin import ResetPlan as ResetPlan
+from store.client.admin_rows import LockRow as LockRow
+from store.client.admin_rows import MemberRow as MemberRow
+from store.client.admin_rows import ResetPlan as ResetPlan
 from store.client.consumer import Consumer as Consumer
 from store.client.creation import StoreCreation as StoreCreation
 from store.client.creation import create_store as create_store
@@ -14,15 +14,15 @@ from store.client.history import timeline as _message_timeline
 from store.client.message import Message as Message
 from store.client.message import SendResult as SendResult
 from store.client.monitor import Monitor as Monitor
+from store.client.options import ConsumeOptions as ConsumeOptions
+from store.client.options import default_broadcast_client_id as default_broadcast_client_id
 from store.client.paths import resolve_store_path as resolve_store_path
 from store.client.producer import Producer as Producer
 from store.client.properties import build_properties as build_properties
 from store.client.propnames import Prop as Prop
 from store.client.rules import check_consume_options as check_consume_options
-from store.client.runtime import ConsumeOptions as ConsumeOptions
-from store.client.runtime import Outcome as Outcome
 from store.client.runtime import Runtime as _ConsumerRuntime
-from store.client.runtime import default_broadcast_client_id as default_broadcast_client_id
+from store.client.sinks import Outcome as Outcome
 from store.client.snapshot import GroupStat as GroupStat
 from store.client.snapshot import LockStat as LockStat
 from store.client.snapshot import MemberStat as MemberStat

@@ -51,13 +51,10 @@ API
 
 How
 ---
-* inotify through ``ctypes`` on libc (``inotify_init1``, ``inotify_add_watch``,
-  ``inotify_rm_watch``): the standard library has no binding, and the three calls are all we
-  need; a dependency (``inotify_simple``, ``watchdog``) would add an install and, for
-  watchdog, a thread and 10+ ms of imports, for the same three syscalls. One watch per
-  *directory* (files are watched through their parent with a name filter, so an atomic
-  replace, which gives the name a new inode, is still seen). The waiting is ``poll(2)`` on the
-  inotify descriptor and a wake pipe: zero CPU while nothing happens.
+* inotify through ``ctypes`` on libc (:mod:`store.inotify`). One watch per *directory*
+  (files are watched through their parent with a name filter, so an atomic replace, which
+  gives the name a new inode, is still seen). The waiting is ``poll(2)`` on the inotify
+  descriptor and a wake pipe: zero CPU while nothing happens.
 * Polling: ``stat`` of every watched path (mtime, ctime, size, inode, link count) at an
   interval that starts at ``poll_min`` and doubles up to ``poll_max`` while nothing changes;
   a snapshot taken within ``RACY_NS`` of the mtime it shows counts as one more change once
@@ -78,85 +75,25 @@ from __future__ import annotations
 import errno
 import os
 import select
-import struct
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["Watcher", "consumer_paths", "inotify_available", "is_remote_fs"]
+from store.inotify import (
+    DIR_MASK,
+    EVENT,
+    IN_CLOEXEC,
+    IN_DELETE_SELF,
+    IN_IGNORED,
+    IN_MOVE_SELF,
+    IN_NONBLOCK,
+    IN_Q_OVERFLOW,
+    is_remote_fs,
+    load_libc,
+)
 
-# <sys/inotify.h>
-IN_ACCESS = 0x001
-IN_MODIFY = 0x002
-IN_ATTRIB = 0x004
-IN_CLOSE_WRITE = 0x008
-IN_MOVED_FROM = 0x040
-IN_MOVED_TO = 0x080
-IN_CREATE = 0x100
-IN_DELETE = 0x200
-IN_DELETE_SELF = 0x400
-IN_MOVE_SELF = 0x800
-IN_Q_OVERFLOW = 0x4000
-IN_IGNORED = 0x8000
-IN_ONLYDIR = 0x01000000
-IN_NONBLOCK = os.O_NONBLOCK
-IN_CLOEXEC = 0o2000000
-
-# What a directory watch listens to. Not IN_ACCESS/IN_OPEN/IN_CLOSE_NOWRITE: readers (our own
-# scans, lock probes that open read-only) must not wake anyone, or waiters would wake each
-# other in a loop.
-DIR_MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE
-            | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
-_EVENT = struct.Struct("iIII")
-
-# statfs f_type of file systems whose inotify misses remote changes (linux/magic.h).
-REMOTE_FS_MAGIC = {
-    0x6969: "nfs", 0x517B: "smb", 0xFF534D42: "cifs", 0xFE534D42: "smb2", 0x01021997: "9p",
-    0x65735546: "fuse", 0x00C36400: "ceph", 0x5346414F: "afs", 0x0BD00BD0: "lustre",
-    0x01161970: "gfs2", 0x7461636F: "ocfs2",
-}
-
-_libc: Any = None
-
-
-def _load_libc() -> Any:
-    global _libc
-    if _libc is None:
-        _libc = False
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
-                libc = ctypes.CDLL(None, use_errno=True)
-                libc.inotify_init1.argtypes = [ctypes.c_int]
-                libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-                libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
-                libc.statfs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
-                _libc = libc
-            except (OSError, AttributeError, ImportError):
-                _libc = False
-    return _libc
-
-
-def inotify_available() -> bool:
-    """True if this system has inotify (Linux with a libc that exports it)."""
-    return bool(_load_libc())
-
-
-def is_remote_fs(path: str | Path) -> str | None:
-    """The name of the network (or FUSE) file system ``path`` is on, or None if it is local or
-    cannot be told. ``path`` must exist."""
-    libc = _load_libc()
-    if not libc:
-        return None
-    import ctypes
-    buf = ctypes.create_string_buffer(256)   # struct statfs: f_type is the first word
-    if libc.statfs(os.fsencode(path), buf) != 0:
-        return None
-    f_type = ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
-    return REMOTE_FS_MAGIC.get(f_type)
-
+__all__ = ["Watcher", "consumer_paths"]
 
 def consumer_paths(layout: Any, group: str, *, orderly: bool = False) -> list[tuple[Path, str]]:
     """What a waiting consumer of ``group`` watches, as ``(path, kind)`` pairs for
@@ -233,11 +170,11 @@ class Watcher:
         self._started = True
         backend = self._want
         if backend != "poll":
-            libc = _load_libc()
+            libc = load_libc()
             fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC) if libc else -1
             if fd < 0:
                 if backend == "inotify":
-                    import ctypes  # loaded already: _load_libc used it
+                    import ctypes  # loaded already: load_libc used it
                     err = ctypes.get_errno() if libc else errno.ENOSYS
                     self._close_pipes()
                     raise OSError(err, f"inotify unavailable: {os.strerror(err)}")
@@ -316,7 +253,7 @@ class Watcher:
         return True
 
     def _add_wd(self, d: Path) -> int:
-        wd: int = _load_libc().inotify_add_watch(self._fd, os.fsencode(d), DIR_MASK)  # ctypes: c_int -> int
+        wd: int = load_libc().inotify_add_watch(self._fd, os.fsencode(d), DIR_MASK)  # ctypes: c_int -> int
         if wd >= 0:
             self._wds[wd] = d
         return wd
@@ -326,7 +263,7 @@ class Watcher:
             return
         self._wds.pop(wd, None)
         if self._fd >= 0:
-            _load_libc().inotify_rm_watch(self._fd, wd)
+            load_libc().inotify_rm_watch(self._fd, wd)
 
     # -- waiting -------------------------------------------------------------------------------
     def wake(self) -> None:
@@ -424,10 +361,10 @@ class Watcher:
             data += chunk
         pos, n = 0, len(data)
         lost: set[int] = set()
-        while pos + _EVENT.size <= n:
-            wd, mask, _cookie, length = _EVENT.unpack_from(data, pos)
-            name = data[pos + _EVENT.size:pos + _EVENT.size + length].rstrip(b"\0")
-            pos += _EVENT.size + length
+        while pos + EVENT.size <= n:
+            wd, mask, _cookie, length = EVENT.unpack_from(data, pos)
+            name = data[pos + EVENT.size:pos + EVENT.size + length].rstrip(b"\0")
+            pos += EVENT.size + length
             if mask & IN_Q_OVERFLOW:
                 self.changed.update(self._kinds)
                 continue

@@ -304,7 +304,7 @@ class ExecHandler:
 
 
 class ExecSink:
-    """``--exec CMD`` as a :class:`~store.client.runtime.PoolSink`: ``--threads`` handler
+    """``--exec CMD`` as a :class:`~store.client.sinks.PoolSink`: ``--threads`` handler
     runs at a time, ``--batch`` messages each. The command is checked before the consumer
     joins its group."""
 

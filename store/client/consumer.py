@@ -5,23 +5,19 @@ import concurrent.futures as cf
 import datetime as _dt
 import operator
 import os
-import queue as queue_mod
 import threading
 import time
 from types import TracebackType
-from typing import Any, Callable, Iterable, Iterator, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Union
 
 from store import names
-from store.client.message import Message, MessageRows
+from store.client.handoff import PERSIST_EVERY_S, DrainedEvent, IteratorSink, as_client_messages, walk_batch
+from store.client.message import Message
+from store.client.options import ConsumeOptions, log_warning
 from store.client.paths import PathLike, resolve_store_path
 from store.client.rules import check_consume_options
-from store.client.runtime import (
-    ConsumeOptions,
-    Outcome,
-    Runtime,
-    ThreadPoolSink,
-    log_warning,
-)
+from store.client.runtime import Runtime
+from store.client.sinks import Outcome, ThreadPoolSink
 from store.errors import UsageError
 
 StartFrom = Union[str, int, _dt.datetime]
@@ -32,7 +28,6 @@ ITER_BATCH = 1000        # messages per batch (concurrent mode; orderly hands on
 RUN_BATCH = 1000         # run(): most messages per hand-over to a handler thread (a backlog: a
                          # queue's whole cache, so its next pull is a whole one too)
 RUN_BATCH_S = 0.05       # run(): and no more than the handler calls in this long (as measured)
-PERSIST_EVERY_S = 0.5    # in-process consumers persist offsets on lag at most this often
 _POLL_S = 0.05
 
 _ids_lock = threading.Lock()
@@ -83,23 +78,6 @@ def _seconds_ms(what: str, value: float | _dt.timedelta | None) -> int | None:
     return int(round(value * 1000))
 
 
-def as_client_messages(batch: Sequence[Any], topic: str) -> Sequence[Message]:
-    """A batch as the user sees it: records converted (``topic`` shown for a retry-topic
-    copy); rows of a pull's columns (:class:`MessageRows`, a message built as each is read)
-    and messages as they are."""
-    if isinstance(batch, MessageRows):
-        return batch
-    if batch and batch[0].__class__ is Message and batch[-1].__class__ is Message:
-        return batch   # (a queue's cache holds one kind: what its pulls make)
-    return [m if m.__class__ is Message else Message.from_record(m, topic) for m in batch]
-
-
-def _walk(msgs: Sequence[Message], positions: Iterator[int]) -> Iterator[Message]:
-    """The messages of a batch at the indexes ``positions`` gives (a ``range`` iterator, whose
-    length hint then tells the caller where it is), rows built one at a time."""
-    return msgs.walk(positions) if isinstance(msgs, MessageRows) else map(msgs.__getitem__, positions)
-
-
 def _run_batch(per_call_s: float) -> int:
     """The most messages per batch for a handler that took ``per_call_s`` a message: a backlog
     in batches saves hand-overs to threads, but a batch's offsets are committed only once all
@@ -107,68 +85,6 @@ def _run_batch(per_call_s: float) -> int:
     if per_call_s * RUN_BATCH <= RUN_BATCH_S:
         return RUN_BATCH
     return max(1, int(RUN_BATCH_S / per_call_s))
-
-
-class _IteratorSink:
-    """The pool sink behind :meth:`Consumer.messages`: each batch becomes a future that the
-    iterating thread resolves once it has walked it: consumed when the loop asked for the
-    message after the batch's last, partly consumed (the first k) when the loop stopped inside
-    it, released when nothing of it was. Orderly batches are one message (their queue is
-    committed or retried as a whole)."""
-
-    client_messages = True               # batches of store.Message, built from columns
-    persist_every_s = PERSIST_EVERY_S    # (see Runtime.set_sink)
-
-    def __init__(self, prefetch: int, batch: int) -> None:
-        self.max_in_flight = prefetch
-        self.batch = batch
-        # (None: a nudge, see wake_reader)
-        self.handoff: queue_mod.SimpleQueue[tuple[cf.Future[Any], Sequence[Message]] | None] = queue_mod.SimpleQueue()
-
-    def submit(self, batch: list[Any], topic: str) -> "cf.Future[Outcome]":
-        fut: cf.Future[Outcome] = cf.Future[Any]()
-        self.handoff.put((fut, as_client_messages(batch, topic)))
-        return fut
-
-    def get(self, timeout: float) -> tuple[cf.Future[Any], Sequence[Message]] | None:
-        """The next batch, or None after ``timeout`` s or a :meth:`wake_reader`."""
-        try:
-            return self.handoff.get(timeout=timeout)
-        except queue_mod.Empty:
-            return None
-
-    def wake_reader(self) -> None:
-        """Make the iterating thread's wait for a batch return now (it then looks at why)."""
-        self.handoff.put(None)
-
-    def release_all(self) -> None:
-        while True:
-            try:
-                item = self.handoff.get_nowait()
-            except queue_mod.Empty:
-                return
-            if item is None:
-                continue
-            fut, _m = item
-            if not fut.done():
-                fut.set_result((None, "released"))
-
-    def shutdown(self, wait: bool) -> None:
-        self.release_all()
-
-
-class _Drained(threading.Event):
-    """An ``exit_at_end`` iteration's drained event: set by the loop thread, it also wakes the
-    iterating thread if it waits for a batch, so the loop ends at once, not at its next poll."""
-
-    def __init__(self, wake: Callable[[], None]) -> None:
-        super().__init__()
-        self._wake = wake
-
-    def set(self) -> None:
-        if not self.is_set():   # (the loop thread sets it on every turn while drained)
-            super().set()
-            self._wake()
 
 
 class Consumer:
@@ -231,7 +147,7 @@ class Consumer:
         if client_id is not None:
             cid = names.validate_client_id(client_id)
         elif broadcast:
-            from store.client.runtime import default_broadcast_client_id
+            from store.client.options import default_broadcast_client_id
             cid = default_broadcast_client_id()   # stable: a restart resumes its offsets
         else:
             cid = _default_client_id(root, group)
@@ -253,7 +169,7 @@ class Consumer:
         with _ids_lock:
             _ids_in_use.add(self._id_key)
         self._mode: str | None = None        # "iterate" or "run"
-        self._sink: _IteratorSink | None = None
+        self._sink: IteratorSink | None = None
         self._in_hand: cf.Future[Any] | None = None
         self._hand_total = 0                   # the batch in hand: its length
         self._hand_iter: Iterator[int] = iter(())   # and where the loop is in it (what is left)
@@ -285,11 +201,11 @@ class Consumer:
         rt = self._rt
         if self._sink is None:
             self._mode = "iterate"
-            self._sink = _IteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
+            self._sink = IteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
             rt.set_sink(self._sink)
             rt.start()
         self._settle_in_hand(commit=False)
-        drained = _Drained(self._sink.wake_reader)
+        drained = DrainedEvent(self._sink.wake_reader)
 
         def configure() -> None:
             rt.o.exit_at_end = exit_at_end
@@ -339,7 +255,7 @@ class Consumer:
             # check whether this loop was stopped, closed or taken over. Rows build each
             # message as it is given, so the loop's last one is usually gone by then.
             self._hand_iter = walk = iter(range(n))
-            for msg in _walk(msgs, walk):
+            for msg in walk_batch(msgs, walk):
                 yield msg
                 if self._live != iteration:
                     break
@@ -411,6 +327,8 @@ class Consumer:
         else:
             rt.set_retries(max_reconsume, delay_ms, 1000)
 
+        state = rt.state   # (read for every message: the attribute, not Runtime's property)
+
         def work(batch: list[Any], topic: str) -> Outcome:
             # one handler call per message; a batch (concurrent mode, a backlog) only saves
             # the hand-over to a thread per message, each failure is still its own
@@ -419,8 +337,8 @@ class Consumer:
             n = len(msgs)
             walk = iter(range(n))   # (what it has left says where the loop is: no count kept)
             started = time.perf_counter()
-            for msg in _walk(msgs, walk):
-                if rt.stop_requested and not failed:
+            for msg in walk_batch(msgs, walk):
+                if state.stop_requested and not failed:
                     # a stop starts no new handler call: the rest of the batch goes back
                     # untouched (with a failure in it, the batch is finished: an outcome
                     # names failures or a consumed prefix, not both)

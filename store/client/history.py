@@ -50,7 +50,7 @@ def timeline(store: Store, m: Message, limit: int = 256) -> list[dict[str, Any]]
     consume, one ``consumed`` event per group (and broadcast client) with an offset in its
     queue: ``consumed`` true when the offset is past it. The store does not record when a
     group consumed, so those events have ``time`` None. ``this`` marks ``m`` itself."""
-    from store.client.admin import group_offsets, known_groups
+    from store.client.groups import group_offsets, known_groups
     from store.log import format as F
     from store.log.record import PROP_CHECK_TIMES, PROP_DELIVER_MS, PROP_REAL_TOPIC, PROP_TRANSACTION_ID
     from store.names import CHECK_MAX_TOPIC, DLQ_PREFIX, HALF_TOPIC, OP_HALF_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC

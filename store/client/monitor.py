@@ -112,7 +112,7 @@ class Monitor:
             self._warnings.append(msg)
 
     def _check_filters(self) -> None:
-        from store.client.admin import require_group
+        from store.client.groups import require_group
         if self.topic is not None:
             names.validate_any_topic(self.topic)
             self.store.topic(self.topic)
@@ -220,7 +220,7 @@ class Monitor:
 
     def _groups(self, offsets: dict[str, dict[tuple[str, int], int]], ends: dict[tuple[str, int], tuple[int, int]],
                 held: HeldLocks) -> tuple[GroupStat, ...]:
-        from store.client.admin import known_groups
+        from store.client.groups import known_groups
         from store.client.members import peek_members
         store = self.store
         if self.group is not None:
@@ -265,7 +265,7 @@ class Monitor:
 
     def _broadcast_lags(self, group: str, ends: dict[tuple[str, int], tuple[int, int]],
                         topics: set[str]) -> list[QueueLag]:
-        from store.client.admin import broadcast_clients
+        from store.client.groups import broadcast_clients
         from store.errors import StoreError
         from store.log.offsets import BroadcastOffsetStore
         rows: list[QueueLag] = []
@@ -281,7 +281,7 @@ class Monitor:
 
     # -- locks -----------------------------------------------------------------------------
     def _locks(self, held: HeldLocks, now: int) -> tuple[LockStat, ...]:
-        from store.client.admin import lock_state
+        from store.client.admin_rows import lock_state
         from store.client.qlocks import list_locks
         out = []
         for i in list_locks(self.store.layout, None, held.held):

@@ -23,8 +23,6 @@ them back so the same messages are retried, in place, before anything later.
 from __future__ import annotations
 
 import bisect
-import threading
-import time
 from itertools import islice
 from operator import attrgetter
 from typing import Any, Iterable, Iterator, Protocol, Sequence
@@ -48,6 +46,7 @@ class Queued(Protocol):
 _OFFSET = attrgetter("queue_offset")
 _BODY = attrgetter("body")
 
+PULL_BATCH = 256            # messages one pull asks for (a queue's cache takes a few pulls)
 PULL_THRESHOLD_COUNT = 1000
 PULL_THRESHOLD_BYTES = 100 * 1024 * 1024
 MAX_CHUNKS = 4   # a queue of rows rebuilds its chunks as one when it holds more
@@ -175,14 +174,11 @@ class ProcessQueue:
         self.gaps = False            # concurrent: a cached offset below handed_max is not out
         self.max_seen = -1
         self.bytes = 0
-        self.dropped = False
-        self.lost = False            # orderly: dropped because its queue lock was lost
+        self.lost = False            # dropped because its queue lock was lost
         self.busy = False            # orderly: a batch of this queue is in a handler
         self.suspended_until = 0.0   # orderly: failure → wait before retrying in place
         self.next_pull = 0           # next offset to pull from the store
-        self.last_pull = time.monotonic()
         self.retries: dict[int, int] = {}  # orderly: local reconsume count per offset
-        self.consume_lock = threading.Lock()  # a drop waits for the batch in the handler
 
     # -- filling ---------------------------------------------------------------------------
     def put(self, messages: Iterable[Queued]) -> int:

@@ -17,7 +17,7 @@ truth about who holds a queue is an OS file lock (``flock`` through portalocker)
 
 Files (under the store root)::
 
-    locks/<group>/.mutex.lock            the group's mutex, see below; empty, never deleted
+    locks/<group>/.mutex.lock            the group's mutex (group_mutex.py)
     locks/<group>/<topic>/<queueId>.lock one queue's lock file: the OS lock + the record
 
 The record is written into the lock file itself by its holder (when it takes the lock and at
@@ -34,18 +34,9 @@ damage) reads as an unknown holder; it is never taken for an expired one, so gar
 let a contender in, and the holder rewrites it at its next renewal. Records are not fsynced:
 after a machine crash no process holds any lock, whatever the files say.
 
-Path changes and the group mutex. A lock file is only ever unlinked or replaced while the
-group's mutex (an exclusive ``flock`` on ``.mutex.lock``) is held, and every acquisition takes
-the OS lock under that same mutex and then checks that the path still names the locked file.
-That makes "is it held? is its record expired? replace it" one atomic step with respect to
-every other acquirer, breaker, renewal and release, so two contenders can never both break the
-same stuck holder, and a renewal can never slip between a breaker's check and its replace (a
-renewal also runs under the mutex and, once the file is replaced, reports the lock lost). A
-clean release unlinks its file (under the mutex, still holding the OS lock) so the table only
-shows what is held or was left by a crash. The mutex is held for a few system calls; waiting
-for it is bounded (``MUTEX_TIMEOUT``), so a process stopped *inside* it delays the group's lock
-changes by that long and then they fail softly (no acquisition, a deferred renewal) instead of
-hanging. ``is_valid`` and :func:`list_locks` never take the mutex.
+Path changes are serialised by the group's mutex (``store/client/group_mutex.py``): a lock
+file is only ever unlinked or replaced under it, and every acquisition, renewal and release
+runs under it. ``is_valid`` and :func:`list_locks` never take the mutex.
 
 Probes (``list_locks``' ``alive``) take a *shared* non-blocking lock and drop it at once, so
 two probes never mistake each other for a holder. A probe can make a concurrent
@@ -64,11 +55,11 @@ import logging
 import os
 import re
 import threading
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
+from store.client.group_mutex import MUTEX_TIMEOUT, group_mutex
 from store.errors import LockHeldError, StoreIOError, UsageError, io_error
 from store.flock import (
     file_id,
@@ -80,7 +71,6 @@ from store.flock import (
     path_id,
     try_flock,
     unlink_if_exists,
-    wait_flock,
 )
 from store.fsutil import ensure_dir
 from store.layout import Layout
@@ -88,9 +78,6 @@ from store.names import NAME_RE, validate_any_topic, validate_client_id, validat
 
 STORE_LEASE_MS = 60_000   # broker's lockMaxLiveTime: a record older than this may be broken
 CLIENT_LEASE_MS = 30_000  # client's lockMaxLiveTime: a holder stops handing out batches
-RENEW_INTERVAL_MS = 20_000  # client's lockInterval: how often a holder should call renew()
-MUTEX_TIMEOUT = 5.0       # seconds to wait for a group's mutex before giving up softly
-MUTEX_NAME = ".mutex.lock"
 
 _LOCK_FILE_RE = re.compile(r"^(0|[1-9][0-9]{0,9})\.lock$")
 _MAX_RECORD = 64 * 1024
@@ -172,30 +159,12 @@ def _write_record(fd: int, path: Path, record: dict[str, Any]) -> None:
         raise io_error(exc, f"write {path}") from exc
 
 
-# -- the group mutex -------------------------------------------------------------------------
-
-@contextmanager
-def group_mutex(layout: Layout, group: str, timeout: float = MUTEX_TIMEOUT) -> Iterator[None]:
-    """Hold ``locks/<group>/.mutex.lock`` exclusively; LockHeldError after ``timeout`` s.
-
-    The file is never deleted, so unlike a queue lock it needs no identity check.
-    """
-    path = layout.queue_locks_dir(group) / MUTEX_NAME
-    ensure_dir(path.parent, durable=False)
-    fd = open_file(path, os.O_RDWR | os.O_CREAT)
-    try:
-        wait_flock(fd, path, timeout)
-        yield
-    finally:
-        os.close(fd)
-
-
 # -- one queue lock --------------------------------------------------------------------------
 
 class QueueLock:
     """The lock one consumer holds on one queue of one group (orderly consumption).
 
-    Usage: ``try_acquire()``; then ``renew()`` every ``RENEW_INTERVAL_MS``; ``is_valid()``
+    Usage: ``try_acquire()``; then ``renew()`` every 20 s (RocketMQ's lockInterval); ``is_valid()``
     before handing out every batch; ``release()`` when the queue is dropped or at shutdown.
     As a context manager it only guarantees the release (acquiring can fail, so it is left to
     the caller). Thread-safe: a renewal timer may run beside the consuming thread.

@@ -8,12 +8,25 @@ the maximum (16) it goes to the DLQ instead. Orderly consumption retries in plac
 message straight to the DLQ when its local retries reach the maximum (``--max-reconsume``,
 ``max_reconsume``). The copy keeps
 the unique key, tags and keys, so ``msg show`` finds its whole history.
+
+:class:`Retrier` is what a consumer group member does with a failed batch: retry in place
+(orderly), send back to the retry topic or to the DLQ (concurrent), or give up (broadcast);
+a send-back that fails is retried here a little later.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+from dataclasses import replace
+from typing import Callable
 
 from store import names
+from store.client import message as client_message
+from store.client.offset_keeper import OffsetKeeper
+from store.client.options import ConsumeOptions
+from store.client.process_queue import ProcessQueue
+from store.errors import StoreError
+from store.log.broker import Store
+from store.log.offsets import QueueKey, Warn
 from store.log.record import (
     PROP_DLQ_ORIGIN_MESSAGE_ID,
     PROP_DLQ_ORIGIN_TOPIC,
@@ -23,9 +36,6 @@ from store.log.record import (
     Message,
 )
 from store.log.schedule import LEVEL_MS, delay_draft
-
-if TYPE_CHECKING:
-    from store.log.broker import Store
 
 DEFAULT_MAX_RECONSUME = 16
 
@@ -64,3 +74,89 @@ def send_back(store: "Store", group: str, m: Message, max_reconsume: int,
                   reconsume_times=m.reconsume_times + 1)
     store.put([delay_draft(draft, delay, store)])
     return "retry"
+
+
+class Retrier:
+    """A consumer group member's failed batches (see the module docstring)."""
+
+    def __init__(self, store: Store, opts: ConsumeOptions, keeper: OffsetKeeper, warn: Warn,
+                 sent_back: Callable[[], None]) -> None:
+        self.store = store
+        self.o = opts
+        self.keeper = keeper
+        self.warn = warn
+        self.sent_back = sent_back   # a copy went to the retry topic: delayed messages soon due
+        self.max_reconsume: int | None = None
+        self.retry_later: list[tuple[float, QueueKey, Message]] = []   # failed send-backs
+        self.retries_sent = 0   # copies sent to the retry topic (not the DLQ) by this member
+
+    def set_retries(self, max_reconsume: int | None, retry_delay_ms: int | None, suspend_ms: int) -> None:
+        """Failed batches: deliveries before the DLQ (None: 16 concurrent, unlimited
+        orderly), the fixed retry delay instead of the levels (concurrent), and the pause
+        before a retry in place (orderly)."""
+        o = self.o
+        o.max_reconsume, o.retry_delay_ms, o.suspend_ms = max_reconsume, retry_delay_ms, suspend_ms
+        self.max_reconsume = max_reconsume if max_reconsume is not None else (
+            None if o.orderly else DEFAULT_MAX_RECONSUME)
+
+    def failed(self, key: QueueKey, pq: ProcessQueue, batch: list[Message], why: str) -> bool:
+        """Deal with a failed batch. True: it is settled without being consumed (dead-lettered
+        in orderly mode, or broadcast: never retried): the caller commits it like a consumed
+        batch, but does not count it."""
+        o = self.o
+        if o.orderly:
+            exhausted = []
+            for m in batch:
+                n = pq.retries.get(m.queue_offset, m.reconsume_times) + 1
+                pq.retries[m.queue_offset] = n
+                # RocketMQ counts local retries on the message itself (reconsumeTimes++), so
+                # the next delivery shows MQ_RECONSUME_TIMES=n and a dead letter carries it.
+                pq.consuming[m.queue_offset] = replace(m, reconsume_times=n)
+                if self.max_reconsume is not None and n > self.max_reconsume:
+                    exhausted.append(m)
+            if exhausted and len(exhausted) == len(batch) and not o.broadcast:
+                for m in batch:
+                    dead_letter(self.store, o.group, m, m.reconsume_times)
+                self.keeper.resent = True
+                self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; moved to {names.dlq_topic(o.group)}")
+                return True
+            self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; retrying in place in {o.suspend_ms} ms")
+            pq.make_again()
+            pq.busy = False
+            pq.suspended_until = time.monotonic() + o.suspend_ms / 1000
+            return False
+        if o.broadcast:
+            self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; broadcast messages are not retried")
+            return True
+        for m in batch:
+            try:
+                # (a message built for a client sink is sent back as the record it came from)
+                rec = self.store.get(m.commitlog_offset) if isinstance(m, client_message.Message) else m
+                where = send_back(self.store, o.group, rec, self.max_reconsume or 0, o.retry_delay_ms)
+            except StoreError as exc:
+                self.warn(f"could not send {m.msg_id if isinstance(m, client_message.Message) else m.uniq_key} "
+                          f"back ({exc}); retrying here in 5 s")
+                pq.release([m])
+                self.retry_later.append((time.monotonic() + 5, key, m))
+                continue
+            if where == "dlq":
+                self.warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; reconsumed {m.reconsume_times} times, "
+                          f"moved to {names.dlq_topic(o.group)}")
+            else:
+                self.warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; will be redelivered through "
+                          f"{names.retry_topic(o.group)} (reconsume {m.reconsume_times + 1} of {self.max_reconsume})")
+            self.keeper.resent = True
+            if where != "dlq":
+                self.retries_sent += 1
+            self.sent_back()
+            off = pq.remove([m])
+            if off >= 0:
+                self.keeper.advance(key, off)
+        return False
+
+    def due(self) -> list[tuple[QueueKey, Message]]:
+        """The messages whose send-back failed and is due again now (taken off the list)."""
+        now = time.monotonic()
+        due = [(key, m) for t, key, m in self.retry_later if t <= now]
+        self.retry_later = [r for r in self.retry_later if r[0] > now]
+        return due

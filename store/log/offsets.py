@@ -73,8 +73,8 @@ NO_OFFSET = -1
 TOPIC_GROUP_SEPARATOR = "@"
 LOCK_TIMEOUT_S = 30.0
 
-Warn = Callable[[str], None]
-QueueKey = tuple[str, int]  # (topic, queueId)
+Warn = Callable[[str], None]   # where warnings go, one line each
+QueueKey = tuple[str, int]     # (topic, queueId)
 
 
 def warn_stderr(message: str) -> None:

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 from store import names
 from store.client.handle import StoreClient
 from store.client.message import Message
+from store.client.options import log_warning
 from store.client.paths import PathLike, resolve_store_path
 from store.client.producer import Body, body_bytes, check_route_args
 from store.client.properties import build_properties
-from store.client.runtime import log_warning
 from store.errors import UsageError
 
 if TYPE_CHECKING:

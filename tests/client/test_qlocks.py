@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from store.client.qlocks import QueueLock, group_mutex, list_locks, unlock
+from store.client.group_mutex import group_mutex
+from store.client.qlocks import QueueLock, list_locks, unlock
 from store.errors import InvalidNameError, LockHeldError, UsageError
 from store.layout import Layout
 from tests.procs import finish, python

@@ -6,8 +6,8 @@ Crash points (where they are placed):
 * ``put-after-log``, ``put-after-cq``, ``put-after-index`` — ``store/log/writebatch.py``
   ``WriteBatch.commit``: after the commit-log write / the consume queues / the key index,
   before the checkpoint moves;
-* ``rebalance-after-lock``, ``rebalance-before-unlock``, ``offsets-before-persist``,
-  ``offsets-after-persist`` — ``store/client/runtime.py``;
+* ``rebalance-after-lock``, ``rebalance-before-unlock`` — ``store/client/rebalance.py``;
+  ``offsets-before-persist``, ``offsets-after-persist`` — ``store/client/offset_keeper.py``;
 * ``tx-…`` — ``store/tx/transaction.py`` and ``store/tx/check.py`` (listed in their docstrings).
 
 Invariants, after the next open (which recovers):

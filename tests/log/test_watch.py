@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from store.watch import Watcher, consumer_paths, inotify_available, is_remote_fs
+from store.inotify import inotify_available, is_remote_fs
+from store.watch import Watcher, consumer_paths
 
 BACKENDS = [pytest.param("inotify", marks=pytest.mark.skipif(not inotify_available(), reason="no inotify")),
             "poll"]

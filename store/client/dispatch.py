@@ -1,0 +1,311 @@
+"""Handing a consumer group member's pulled messages to its sink, and applying what comes back.
+
+What consuming a batch *means* is the sink's business (:mod:`store.client.sinks`):
+
+* an inline sink runs on the loop's thread, and a batch counts as consumed when its
+  ``consume`` returned (``mqctl consume`` writing to stdout: consumed once flushed; an
+  exception commits nothing of that batch and stops the consumer);
+* a pool sink is handed batches to work on elsewhere (``--exec`` children in a thread pool,
+  Python handlers in a thread pool, the iterator of :meth:`store.Consumer.messages` in the
+  caller's thread) and answers each with a future of an :data:`~store.client.sinks.Outcome`:
+  consumed, failed (:class:`~store.client.retry.Retrier`) or released (handed back untouched,
+  to be delivered again).
+
+Orderly mode hands out one batch at a time per queue (``ProcessQueue.busy``) and checks the
+queue's lock before every batch.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from store import names
+from store.client.holding import Holdings
+from store.client.offset_keeper import OffsetKeeper
+from store.client.options import ConsumeOptions, RunState
+from store.client.process_queue import ProcessQueue
+from store.client.retry import Retrier, original_topic
+from store.client.sinks import InlineSink, PoolSink
+from store.errors import HandlerError
+from store.log.offsets import QueueKey, Warn
+from store.log.record import Message
+
+if TYPE_CHECKING:
+    from store.client.dedup import DedupLog
+
+
+class Dispatcher:
+    """The member's sink and the batches out in it (see the module docstring)."""
+
+    def __init__(self, opts: ConsumeOptions, run: RunState, held: Holdings, keeper: OffsetKeeper,
+                 retrier: Retrier, warn: Warn, wake: Callable[[], None]) -> None:
+        self.o = opts
+        self.warn = warn
+        self.run = run
+        self.held = held
+        self.keeper = keeper
+        self.retrier = retrier
+        self.wake = wake
+        self.inline: InlineSink | None = None
+        self.pool: PoolSink | None = None
+        self.raw_fast = False
+        self.client_fast = False        # build store.Message objects straight from columns
+        # the sink's optional attributes (PoolSink), read once in set_sink
+        self.per_message = False
+        self.spread = 1
+        self.idle_check: Callable[[], None] | None = None
+        self.in_write = False           # an inline sink is writing: a second signal interrupts it
+        self.futures: dict[cf.Future[Any], tuple[QueueKey, list[Message]]] = {}
+        self.dedup: DedupLog | None = None
+        self.consumed = 0
+        self.last_activity = time.monotonic()
+
+    def set_sink(self, sink: InlineSink | PoolSink) -> None:
+        """Where batches go from now on. Only while no batch is out."""
+        if self.futures:
+            raise RuntimeError("cannot change the sink while batches are out")
+        o = self.o
+        self.inline = sink if not isinstance(sink, PoolSink) else None
+        self.pool = sink if isinstance(sink, PoolSink) else None
+        self.raw_fast = self.inline is not None and bool(getattr(sink, "raw", False)) and not o.dedup
+        self.client_fast = (self.pool is not None and bool(getattr(sink, "client_messages", False))
+                            and not o.orderly and not o.dedup)
+        every_s = max(0.0, float(getattr(sink, "persist_every_s", 0.0) or 0.0))
+        self.keeper.pace(self.inline is not None, every_s)
+        self.per_message = self.pool is not None and bool(getattr(sink, "per_message", False))
+        self.spread = max(1, int(getattr(sink, "spread", 0) or 0)
+                          or (self.pool.max_in_flight if self.pool is not None else 1))
+        self.idle_check = getattr(self.inline, "idle_check", None)
+
+    def budget(self) -> int:
+        """How many more messages may be handed out (``count``)."""
+        if self.o.count is None:
+            return 1 << 30
+        return max(0, self.o.count - self.consumed - sum(len(m) for _k, m in self.futures.values()))
+
+    # -- handing out -----------------------------------------------------------------------
+    def dispatch_all(self) -> bool:
+        """Hand out what the held queues have cached, as far as the sink takes it."""
+        worked = False
+        o, run, pool, held = self.o, self.run, self.pool, self.held
+        pqs, locks = held.pqs, held.locks
+        sized = self.per_message and not o.orderly
+        # per-message sinks: batches sized to the backlog of every queue held (spread over the
+        # batches the sink may have out, or its ``spread``), one message each when little waits;
+        # full batches while the queues hold more than ``spread`` of them (handed out or not):
+        # every thread has a batch then, and a pull's worth cut in ``spread`` parts would only
+        # cost more hand-overs (and commits)
+        waiting = sum(len(p.msgs) - len(p.in_flight) for p in pqs.values()) if sized else 0
+        spread = self.spread
+        if sized and pool is not None and sum(len(p.msgs) for p in pqs.values()) >= spread * pool.batch:
+            sized = False
+        for key, pq in list(pqs.items()):
+            if run.stop_requested or run.fatal is not None:
+                break
+            while True:
+                budget = self.budget()
+                if budget <= 0:
+                    return worked
+                if pool is not None and len(self.futures) >= pool.max_in_flight:
+                    return worked
+                n = min(budget, pool.batch if pool is not None else 1024)
+                if sized:
+                    n = max(1, min(n, waiting // spread))
+                if o.orderly and (pq.busy or pq.suspended_until > time.monotonic() or not pq.msgs):
+                    break
+                if not o.orderly and len(pq.in_flight) >= len(pq.msgs):
+                    break
+                lock = locks.get(key)
+                # orderly: the lock file's identity checked before every batch; concurrent
+                # (one message a batch): at most every 100 ms
+                if lock is not None and not lock.is_valid(0 if o.orderly else 100):
+                    if lock.held:  # (a deleted or replaced lock file was reported by qlocks)
+                        self.warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
+                    held.lose(key)
+                    break
+                if o.orderly:
+                    batch = pq.take(n)
+                    pq.busy = True
+                else:
+                    batch = pq.next_batch(n)
+                if not batch:
+                    break
+                worked = True
+                waiting -= len(batch)
+                if self.inline is not None:
+                    self._consume_inline(key, pq, batch)
+                else:
+                    assert pool is not None
+                    submit_locked = getattr(pool, "submit_locked", None)
+                    if submit_locked is not None and lock is not None and lock.held:
+                        # The handler inherits a descriptor of the queue's lock file: the OS
+                        # lock stays held while any handler of this queue runs, so even if
+                        # this process dies, no new owner starts the queue before its
+                        # handlers are gone.
+                        fut = submit_locked(batch, original_topic(batch[0]), lock.share_fd())
+                    else:
+                        fut = pool.submit(batch, original_topic(batch[0]))
+                    fut.add_done_callback(lambda _f: self.wake())
+                    self.futures[fut] = (key, batch)
+                    if o.orderly:
+                        break
+        return worked
+
+    def _consume_inline(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> None:
+        # An exception (BrokenPipe) propagates: nothing of this batch is committed.
+        assert self.inline is not None
+        self.in_write = True
+        try:
+            self.inline.consume([_present(m) for m in batch] if names.is_retry_topic(key[0]) else batch)
+        except BaseException:
+            # The leading messages whose whole line was written are consumed; the rest are not.
+            done = self.completed(len(batch))
+            if done:
+                if self.o.orderly:
+                    for m in batch[done:]:   # back in front, for whoever holds the queue next
+                        pq.consuming.pop(m.queue_offset, None)
+                        pq.msgs[m.queue_offset] = m
+                self.succeeded(key, pq, batch[:done])
+            raise
+        finally:
+            self.in_write = False
+        self.succeeded(key, pq, batch)
+
+    def write_raw(self, key: QueueKey, bodies: Sequence[bytes | memoryview], offsets: Sequence[int],
+                  next_offset: int) -> None:
+        """Bare bodies of one queue straight to the inline sink (nothing to filter or dedup);
+        the queue's offset moves only after the write returned, as on the general path."""
+        assert self.inline is not None
+        self.in_write = True
+        try:
+            self.inline.write_raw(bodies)
+        except BaseException:
+            # A closed pipe or a second signal: the bodies whose whole line was written
+            # (and, for a pipe, read) are consumed; the rest are not.
+            done = self.completed(len(bodies))
+            if done:
+                self.consumed += done
+                offs = list(offsets)
+                self.keeper.advance(key, offs[done] if done < len(offs) else next_offset)
+            raise
+        finally:
+            self.in_write = False
+        self.consumed += len(bodies)
+        self.last_activity = time.monotonic()
+
+    def completed(self, n: int) -> int:
+        """How many leading messages of the inline sink's last, failed call were delivered
+        in full (its ``completed`` attribute; 0 for a sink that does not say)."""
+        done = getattr(self.inline, "completed", 0)
+        return max(0, min(n, done if isinstance(done, int) else 0))
+
+    # -- outcomes --------------------------------------------------------------------------
+    def collect(self, block: bool) -> bool:
+        """Apply the outcomes of the pool sink's finished batches (``block``: wait for one)."""
+        if not self.futures:
+            return False
+        futures, pqs, dropping = self.futures, self.held.pqs, self.held.dropping
+        done = [f for f in futures if f.done()]
+        if not done and block:
+            done = list(cf.wait(list(futures), return_when=cf.FIRST_COMPLETED).done)
+        for fut in done:
+            key, batch = futures.pop(fut)
+            pq = pqs.get(key) or dropping.get(key)
+            try:
+                ok, why = fut.result()
+            except (HandlerError, cf.CancelledError) as exc:
+                if isinstance(exc, HandlerError):
+                    self.run.fatal = exc
+                    self.run.stop_requested = True
+                ok, why = None, str(exc)
+            if pq is None:
+                continue
+            if isinstance(ok, list) and self.o.orderly and ok:
+                # in order: a failure holds back the whole batch (retried in place)
+                self.failed(key, pq, batch, ok[0][1])
+            elif isinstance(ok, list):
+                failed = dict(ok)
+                good = [m for i, m in enumerate(batch) if i not in failed]
+                if good:
+                    self.succeeded(key, pq, good)
+                for i, reason in failed.items():
+                    self.failed(key, pq, [batch[i]], reason)
+            elif ok is None:
+                self._released(pq, batch)
+            elif ok is not True and isinstance(ok, int) and 0 < ok < len(batch) and not self.o.orderly:
+                # the iterator consumed the first ``ok`` messages and gave the rest back
+                self.succeeded(key, pq, batch[:ok])
+                self._released(pq, batch[ok:])
+            elif ok:
+                self.succeeded(key, pq, batch)
+            else:
+                self.failed(key, pq, batch, why)
+        return bool(done)
+
+    def _released(self, pq: ProcessQueue, batch: list[Message]) -> None:
+        """Hand a batch back untouched: the next dispatch takes it again, in order."""
+        if self.o.orderly:
+            pq.make_again()
+            pq.busy = False
+        else:
+            pq.release(batch)
+
+    def succeeded(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> None:
+        if self.dedup is not None:
+            self.dedup.record([m.uniq_key for m in batch if m.uniq_key])
+        if self.o.orderly:
+            off = pq.commit()
+            pq.busy = False
+        else:
+            off = pq.remove(batch)
+        if off >= 0:
+            self.keeper.advance(key, off)
+        self.consumed += len(batch)
+        self.last_activity = time.monotonic()
+
+    def failed(self, key: QueueKey, pq: ProcessQueue, batch: list[Message], why: str) -> None:
+        self.last_activity = time.monotonic()
+        # --count K bounds the messages taken, whatever their outcome: a failed one counts
+        # (it was handed to the handler), or a failing handler would take message after
+        # message, each retried or dead-lettered, until stopped
+        self.consumed += len(batch)
+        if self.retrier.failed(key, pq, batch, why):
+            self.succeeded(key, pq, batch)   # settled: committed (and counted once, above)
+            self.consumed -= len(batch)
+
+    def retry_due(self) -> None:
+        """Retry the send-backs that failed earlier and are due now."""
+        for key, m in self.retrier.due():
+            pq = self.held.pqs.get(key)
+            if pq is not None:
+                self.failed(key, pq, [m], "retry after a failed send-back")
+
+    # -- stopping --------------------------------------------------------------------------
+    def finish(self, wait_handlers: bool) -> None:
+        """Stop the pool sink: the batches not started are handed back (when the sink says
+        so), the running ones end (``wait_handlers``) or are ended (a sink that can
+        ``abort``), and what finished is applied."""
+        pool = self.pool
+        if pool is None:
+            return
+        if getattr(pool, "cancel_on_stop", False):
+            # Batches queued for a handler thread but not started are handed back: a stop
+            # starts no new handler.
+            for fut in list(self.futures):
+                fut.cancel()
+        abort = getattr(pool, "abort", None)
+        if not wait_handlers and abort is not None:
+            abort()   # end the running handlers (they are not counted as consumed)
+        if wait_handlers or abort is not None:
+            # The batches in handlers finish (or were ended), and what finished is committed.
+            while self.futures:
+                self.collect(block=True)
+        pool.shutdown(wait_handlers)
+
+
+def _present(m: Message) -> Message:
+    """A retry-topic message as its consumer sees it: under its original topic."""
+    topic = original_topic(m)
+    return m if topic == m.topic else replace(m, topic=topic)

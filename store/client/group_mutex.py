@@ -1,0 +1,47 @@
+"""A consumer group's mutex: the one lock that serialises changes to the group's queue lock
+files (``store/client/qlocks.py``).
+
+File (under the store root)::
+
+    locks/<group>/.mutex.lock            empty, never deleted: only its ``flock`` matters
+
+A lock file is only ever unlinked or replaced while the group's mutex (an exclusive ``flock``
+on ``.mutex.lock``) is held, and every acquisition takes the OS lock under that same mutex and
+then checks that the path still names the locked file. That makes "is it held? is its record
+expired? replace it" one atomic step with respect to every other acquirer, breaker, renewal and
+release, so two contenders can never both break the same stuck holder, and a renewal can never
+slip between a breaker's check and its replace (a renewal also runs under the mutex and, once
+the file is replaced, reports the lock lost). A clean release unlinks its file (under the
+mutex, still holding the OS lock) so the table only shows what is held or was left by a crash.
+The mutex is held for a few system calls; waiting for it is bounded (``MUTEX_TIMEOUT``), so a
+process stopped *inside* it delays the group's lock changes by that long and then they fail
+softly (no acquisition, a deferred renewal) instead of hanging.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+from store.flock import open_file, wait_flock
+from store.fsutil import ensure_dir
+from store.layout import Layout
+
+MUTEX_TIMEOUT = 5.0       # seconds to wait for a group's mutex before giving up softly
+MUTEX_NAME = ".mutex.lock"
+
+
+@contextmanager
+def group_mutex(layout: Layout, group: str, timeout: float = MUTEX_TIMEOUT) -> Iterator[None]:
+    """Hold ``locks/<group>/.mutex.lock`` exclusively; LockHeldError after ``timeout`` s.
+
+    The file is never deleted, so unlike a queue lock it needs no identity check.
+    """
+    path = layout.queue_locks_dir(group) / MUTEX_NAME
+    ensure_dir(path.parent, durable=False)
+    fd = open_file(path, os.O_RDWR | os.O_CREAT)
+    try:
+        wait_flock(fd, path, timeout)
+        yield
+    finally:
+        os.close(fd)

@@ -1,0 +1,98 @@
+"""The consumer groups a store knows, and where their offsets and members are.
+
+What a group is: a name that has committed offsets (``config/consumerOffset.json`` or a
+broadcast client's ``offsets/<clientId>/<group>/offsets.json``), live or past members
+(``consumers/<group>/``), queue locks, or a retry or dead-letter topic. Anything else is an
+unknown group (``GroupNotFoundError``): a typo must not look like a group that simply has
+nothing to show.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+from store import names
+from store.errors import GroupNotFoundError
+
+if TYPE_CHECKING:
+    from store.log.broker import Store
+
+
+def broadcast_clients(store: "Store", group: str) -> list[str]:
+    """Client ids that keep broadcast offsets for ``group`` (``offsets/<cid>/<group>/``)."""
+    from store.log.offsets import broadcast_offset_files
+    return [cid for cid, _group in broadcast_offset_files(store.layout, group)]
+
+
+def known_groups(store: "Store", offset_groups: "Iterable[str] | None" = None) -> list[str]:
+    """Every group the store knows of, sorted (offsets or ``offset_groups``, members, locks,
+    broadcast offsets, retry/DLQ topics)."""
+    from store.log.offsets import ClusterOffsetStore, broadcast_offset_files
+    groups = set(ClusterOffsetStore(store.layout).groups() if offset_groups is None else offset_groups)
+    for d in (store.layout.members_root, store.layout.queue_locks_root):
+        try:
+            groups.update(n for n in os.listdir(d) if names.NAME_RE.match(n))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    groups.update(group for _cid, group in broadcast_offset_files(store.layout))
+    for t in store.topics():
+        for prefix in (names.RETRY_PREFIX, names.DLQ_PREFIX):
+            if t.startswith(prefix):
+                groups.add(t[len(prefix):])
+    return sorted(groups)
+
+
+def group_exists(store: "Store", group: str) -> bool:
+    """Whether the store knows ``group`` (see the module docstring)."""
+    from store.log.offsets import ClusterOffsetStore
+    if ClusterOffsetStore(store.layout).topics_of(group):
+        return True
+    if (store.layout.members_dir(group).is_dir() or store.layout.queue_locks_dir(group).is_dir()
+            or broadcast_clients(store, group)):
+        return True
+    return store.has_topic(names.retry_topic(group)) or store.has_topic(names.dlq_topic(group))
+
+
+def require_group(store: "Store", group: str) -> None:
+    """``GroupNotFoundError`` (exit 3) unless the store knows ``group``."""
+    names.validate_group(group)
+    if not group_exists(store, group):
+        raise GroupNotFoundError(
+            f"consumer group {group!r} does not exist in this store (no offsets, members or "
+            f"dead letters); known groups: {', '.join(known_groups(store)) or 'none'}")
+
+
+@dataclass(frozen=True)
+class OffsetSet:
+    """One set of committed offsets of a group: the clustering table (``client_id`` None) or
+    one broadcast client's file."""
+
+    client_id: str | None
+    offsets: dict[tuple[str, int], int]
+
+
+def group_offsets(store: "Store", group: str) -> list[OffsetSet]:
+    """The group's clustering offsets (always first, possibly empty), then one set per
+    broadcast client."""
+    from store.errors import StoreError
+    from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
+    sets = [OffsetSet(None, ClusterOffsetStore(store.layout, warn=store.warn).read_group(group))]
+    for cid in broadcast_clients(store, group):
+        try:
+            b = BroadcastOffsetStore(store.layout, cid, group, warn=store.warn)
+            sets.append(OffsetSet(cid, b.load()))
+        except StoreError as exc:  # one bad client file must not hide the rest
+            store.warn(f"broadcast offsets of {cid}: {exc}")
+    return sets
+
+
+def holders(store: "Store", group: str) -> dict[tuple[str, int], str]:
+    """(topic, queueId) -> client id of the live member that says it holds the queue."""
+    from store.client.members import live_members
+    out: dict[tuple[str, int], str] = {}
+    for m in live_members(store.layout, group):
+        for q in m.queues:
+            if isinstance(q, dict) and isinstance(q.get("topic"), str) and isinstance(q.get("queueId"), int):
+                out.setdefault((q["topic"], q["queueId"]), m.clientId)
+    return out

@@ -1,0 +1,93 @@
+"""The hand-over between a consumer's loop thread and the thread iterating
+:meth:`store.Consumer.messages`: the pool sink whose futures the iterating thread resolves, the
+batches as the user sees them, and the drained event that wakes the iterating thread."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import queue as queue_mod
+import threading
+from typing import Any, Callable, Iterator, Sequence
+
+from store.client.message import Message, MessageRows
+from store.client.sinks import Outcome
+
+PERSIST_EVERY_S = 0.5    # in-process consumers persist offsets on lag at most this often
+
+
+def as_client_messages(batch: Sequence[Any], topic: str) -> Sequence[Message]:
+    """A batch as the user sees it: records converted (``topic`` shown for a retry-topic
+    copy); rows of a pull's columns (:class:`MessageRows`, a message built as each is read)
+    and messages as they are."""
+    if isinstance(batch, MessageRows):
+        return batch
+    if batch and batch[0].__class__ is Message and batch[-1].__class__ is Message:
+        return batch   # (a queue's cache holds one kind: what its pulls make)
+    return [m if m.__class__ is Message else Message.from_record(m, topic) for m in batch]
+
+
+def walk_batch(msgs: Sequence[Message], positions: Iterator[int]) -> Iterator[Message]:
+    """The messages of a batch at the indexes ``positions`` gives (a ``range`` iterator, whose
+    length hint then tells the caller where it is), rows built one at a time."""
+    return msgs.walk(positions) if isinstance(msgs, MessageRows) else map(msgs.__getitem__, positions)
+
+
+class IteratorSink:
+    """The pool sink behind :meth:`Consumer.messages`: each batch becomes a future that the
+    iterating thread resolves once it has walked it: consumed when the loop asked for the
+    message after the batch's last, partly consumed (the first k) when the loop stopped inside
+    it, released when nothing of it was. Orderly batches are one message (their queue is
+    committed or retried as a whole)."""
+
+    client_messages = True               # batches of store.Message, built from columns
+    persist_every_s = PERSIST_EVERY_S    # (see OffsetKeeper.pace)
+
+    def __init__(self, prefetch: int, batch: int) -> None:
+        self.max_in_flight = prefetch
+        self.batch = batch
+        # (None: a nudge, see wake_reader)
+        self.handoff: queue_mod.SimpleQueue[tuple[cf.Future[Any], Sequence[Message]] | None] = queue_mod.SimpleQueue()
+
+    def submit(self, batch: list[Any], topic: str) -> "cf.Future[Outcome]":
+        fut: cf.Future[Outcome] = cf.Future[Any]()
+        self.handoff.put((fut, as_client_messages(batch, topic)))
+        return fut
+
+    def get(self, timeout: float) -> tuple[cf.Future[Any], Sequence[Message]] | None:
+        """The next batch, or None after ``timeout`` s or a :meth:`wake_reader`."""
+        try:
+            return self.handoff.get(timeout=timeout)
+        except queue_mod.Empty:
+            return None
+
+    def wake_reader(self) -> None:
+        """Make the iterating thread's wait for a batch return now (it then looks at why)."""
+        self.handoff.put(None)
+
+    def release_all(self) -> None:
+        while True:
+            try:
+                item = self.handoff.get_nowait()
+            except queue_mod.Empty:
+                return
+            if item is None:
+                continue
+            fut, _m = item
+            if not fut.done():
+                fut.set_result((None, "released"))
+
+    def shutdown(self, wait: bool) -> None:
+        self.release_all()
+
+
+class DrainedEvent(threading.Event):
+    """An ``exit_at_end`` iteration's drained event: set by the loop thread, it also wakes the
+    iterating thread if it waits for a batch, so the loop ends at once, not at its next poll."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        super().__init__()
+        self._wake = wake
+
+    def set(self) -> None:
+        if not self.is_set():   # (the loop thread sets it on every turn while drained)
+            super().set()
+            self._wake()

@@ -1,0 +1,66 @@
+"""The queues a consumer group member holds: their process queues, those being dropped, and
+their queue locks.
+
+A queue is *held* while it is pulled and handed out (``pqs``), then *dropping* from when a
+rebalance gives it away (or its lock was lost) until its in-flight batch finished and its
+offset was persisted (see :meth:`store.client.rebalance.Rebalancer.settle_drops`): only then is
+its lock released. What to hold is the rebalancer's business; this table only keeps the
+state and the transitions every part of the member may make.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from store.client.process_queue import ProcessQueue
+from store.log.offsets import QueueKey
+
+if TYPE_CHECKING:
+    from store.client.qlocks import QueueLock
+
+
+class Holdings:
+    """The member's queues (see the module docstring). The three tables are changed in
+    place, never replaced: the parts may keep references to them."""
+
+    def __init__(self) -> None:
+        self.pqs: dict[QueueKey, ProcessQueue] = {}
+        self.dropping: dict[QueueKey, ProcessQueue] = {}
+        self.locks: dict[QueueKey, QueueLock] = {}
+
+    def holds(self, key: QueueKey) -> bool:
+        """Whether the queue is held or still being dropped (its offset still ours to move)."""
+        return key in self.pqs or key in self.dropping
+
+    def keys(self) -> set[QueueKey]:
+        """The queues held or being dropped."""
+        return set(self.pqs) | set(self.dropping)
+
+    def drop(self, key: QueueKey) -> None:
+        """Stop pulling a queue; it is released once its in-flight batch is done."""
+        self.dropping[key] = self.pqs.pop(key)
+
+    def lose(self, key: QueueKey) -> None:
+        """The queue lock is no longer ours (its file was deleted or replaced, or a renewal
+        failed): stop handing out batches at once, and drop the queue like a rebalance does,
+        so a batch still in a handler is committed rather than forgotten. Its offset is then
+        persisted increase-only: everything below it was consumed by us, and a new holder
+        that already moved further must not be set back (see ``Rebalancer.settle_drops``)."""
+        pq = self.pqs.pop(key, None)
+        if pq is None:
+            return
+        pq.lost = True
+        self.dropping[key] = pq
+        lock = self.locks.pop(key, None)
+        if lock is not None:
+            lock.release()  # a no-op on a lost lock; frees the descriptor otherwise
+
+    def forget(self, key: QueueKey) -> None:
+        """Let go of a held queue at once, its lock released (its offsets were reset under
+        it: nothing it holds is worth finishing)."""
+        del self.pqs[key]
+        self.release_lock(key)
+
+    def release_lock(self, key: QueueKey) -> None:
+        lock = self.locks.pop(key, None)
+        if lock is not None:
+            lock.release()

@@ -1,0 +1,169 @@
+"""The members part of :class:`store.Admin`: queue locks, live members, rebalance previews and
+dead letters."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+
+from store import names
+from store.client.admin_base import AdminBase
+from store.client.admin_rows import (
+    AllocationRow,
+    LockRow,
+    MemberRow,
+    RebalancePreview,
+    UnlockResult,
+    lock_row,
+    lock_state,
+)
+from store.client.groups import require_group
+from store.client.rules import usage
+from store.errors import GroupNotFoundError, UsageError
+
+if TYPE_CHECKING:
+    from store.client.dlq import DeadLetter, Progress, ResendResult, ResentLetter
+
+
+class MembersAdmin(AdminBase):
+    """Locks, members, rebalance previews and dead letters (a part of :class:`store.Admin`)."""
+
+    # -- locks and members -------------------------------------------------------------------
+    def locks(self, group: str | None = None) -> list[LockRow]:
+        """Orderly consumers' queue locks (of ``group``, or of every group), holders probed."""
+        from store.client.qlocks import list_locks
+        from store.flock import now_ms
+        store = self.store
+        if group is not None:
+            require_group(store, group)
+        now = now_ms()
+        return [lock_row(i, now) for i in list_locks(store.layout, group)]
+
+    def consumers(self, group: str) -> list[MemberRow]:
+        """The live members of ``group`` (Python and command line alike) and their queues."""
+        from store.client.members import live_members
+        store = self.store
+        require_group(store, group)
+        rows = []
+        for m in live_members(store.layout, group):
+            rec = m.record
+            hb = rec.get("heartbeatAt") if isinstance(rec.get("heartbeatAt"), int) else None
+            rows.append(MemberRow(group, m.clientId, m.pid, m.host, rec.get("mode"), rec.get("orderly"),
+                                  rec.get("strategy"), rec.get("topics"), m.queues, m.startedAt, hb))
+        return rows
+
+    def unlock(self, group: str, topic: str | None = None, queue: int | None = None, *, force: bool = False,
+               dry_run: bool = False) -> UnlockResult:
+        """Release the group's orderly queue locks whose holder is gone (stale) or stuck past
+        the store lease (expired); with ``force`` live holders' locks too (a holder notices
+        before its next batch and stops consuming the queue). ``topic`` / ``queue``: only
+        those (a queue needs its topic). ``dry_run``: report what would go, change nothing."""
+        from store.client.qlocks import list_locks
+        from store.client.qlocks import unlock as release
+        from store.flock import now_ms
+        if queue is not None and topic is None:
+            raise usage("{queue} needs {topic}: queue ids are per topic", self.arg_names)
+        if queue is not None and (isinstance(queue, bool) or not isinstance(queue, int) or queue < 0):
+            raise UsageError(f"queue must be an int >= 0, not {queue!r}")
+        names.validate_group(group)
+        store = self.store
+        if topic is not None:
+            names.validate_any_topic(topic)
+            cfg = store.topics().get(topic)
+            if cfg is not None and queue is not None and queue >= cfg.queues:
+                raise UsageError(f"queue {queue} does not exist: topic {topic} has queues 0-{cfg.queues - 1}")
+        require_group(store, group)
+        now = now_ms()
+        present = [i for i in list_locks(store.layout, group)
+                   if (topic is None or i.topic == topic) and (queue is None or i.queueId == queue)]
+        if dry_run:
+            released = [i for i in present if force or lock_state(i, now) != "held"]
+        else:
+            released = release(store.layout, group, topic, queue, force)
+        return UnlockResult(group, [lock_row(i, now) for i in released], len(present) - len(released), dry_run)
+
+    # -- rebalance ---------------------------------------------------------------------------
+    def rebalance_preview(self, topic: str, group: str, consumers: Sequence[str] | None = None,
+                          strategy: str | None = None, queues: Sequence[int] | None = None) -> RebalancePreview:
+        """How a strategy shares ``topic``'s queues, computed by the live rebalance's own code;
+        nothing changes.
+
+        ``consumers``: the client ids to allocate to (default: the group's live members
+        consuming ``topic``; ``GroupNotFoundError`` when there are none). ``strategy``:
+        ``averagely``, ``circle``, ``hash`` or ``config`` (default: the one the live members
+        use when they agree, else ``averagely``). ``queues``: the queue ids of the ``config``
+        strategy (needed by it, refused by the others). Rows come in the allocation's order,
+        each with what the consumer holds now.
+        """
+        from store.client.allocate import allocate_all, queues_of
+        from store.client.members import live_members
+        a = self.arg_names
+        if queues is not None and strategy != "config":
+            raise usage("{queues} needs {strategy} config", a)
+        if strategy == "config" and not queues:
+            raise usage("{strategy} config needs {queues}, e.g. {queues_example}", a)
+        if isinstance(consumers, str):
+            raise UsageError(f"consumers must be a list of client ids, not {consumers!r}")
+        names.validate_any_topic(topic)
+        names.validate_group(group)
+        store = self.store
+        cfg = store.topic(topic)
+        members = [m for m in live_members(store.layout, group) if topic in (m.record.get("topics") or [topic])]
+        if consumers is not None:
+            cids = [names.validate_client_id(c.strip()) for c in consumers if c.strip()]
+            if not cids:
+                raise usage("{consumers}: give at least one client id, e.g. {consumers_example}", a)
+        else:
+            require_group(store, group)
+            cids = [m.clientId for m in members]
+            if not cids:
+                raise GroupNotFoundError(f"group {group} has no live members consuming {topic}; "
+                                         f"pass {self._arg('consumers_hint')} to preview an allocation")
+        if strategy is None:
+            used = {s for m in members if isinstance(s := m.record.get("strategy"), str)}
+            strategy = used.pop() if len(used) == 1 else "averagely"
+            if strategy == "config" and not queues:
+                raise usage("the live members use {strategy} config: give {queues}, e.g. {queues_example}", a)
+        config = None
+        if queues:
+            ids = sorted(set(queues))
+            if any(isinstance(q, bool) or not isinstance(q, int) for q in ids) or ids[0] < 0:
+                raise UsageError(f"queues must be queue ids >= 0, not {list(queues)!r}")
+            if ids[-1] >= cfg.queues:
+                raise usage("{queues}: queue {qid} does not exist: topic {name} has queues 0-{last}", a,
+                            qid=ids[-1], name=topic, last=cfg.queues - 1)
+            config = queues_of(topic, ids)
+        assignment = allocate_all(strategy, queues_of(topic, range(cfg.queues)), cids, config)
+        held = {m.clientId: sorted(q["queueId"] for q in m.queues if isinstance(q, dict) and q.get("topic") == topic
+                                   and isinstance(q.get("queueId"), int)) for m in members}
+        rows = [AllocationRow(group, topic, strategy, cid, [mq.queue_id for mq in mqs], held.get(cid))
+                for cid, mqs in assignment.items()]
+        return RebalancePreview(group, topic, strategy, cfg.queues, cids, rows)
+
+    # -- dead letters ------------------------------------------------------------------------
+    def dead_letters(self, group: str) -> Iterator[DeadLetter]:
+        """The group's dead letters (``%DLQ%<group>``), oldest first, read lazily: each a
+        :class:`~store.client.dlq.DeadLetter` with the message, where it came from, and
+        whether it was resent. Nothing when none of the group's messages was dead-lettered."""
+        from store.client.dlq import dead_letters
+        store = self.store
+        require_group(store, group)
+        return dead_letters(store, group)
+
+    def resend_dead_letters(self, group: str, msg_id: str | None = None, *, force: bool = False,
+                            dry_run: bool = False, progress: Progress | None = None,
+                            on_row: Callable[[ResentLetter], None] | None = None) -> ResendResult:
+        """Give the group's dead letters another chance: copy them to its retry topic
+        ``%RETRY%<group>`` with ``reconsume_times`` 0, where the group's concurrent consumers
+        get them again under their original topic.
+
+        Every dead letter not resent before, or only the one(s) ``msg_id`` names (unique key
+        or offset id; ``MessageNotFoundError`` when none does). What was resent is recorded,
+        so a second call skips it; ``force`` resends it anyway. ``dry_run``: report, change
+        nothing. ``progress(done, total)`` follows the DLQ entries scanned; ``on_row`` gets
+        each :class:`~store.client.dlq.ResentLetter` as it is resent (instead of the result's
+        ``rows``). Returns a :class:`~store.client.dlq.ResendResult`.
+        """
+        from store.client.dlq import resend_dead_letters
+        store = self.store
+        require_group(store, group)
+        return resend_dead_letters(store, group, msg_id, force=force, dry_run=dry_run, progress=progress,
+                                   on_row=on_row)

@@ -1,0 +1,205 @@
+"""Which queues a consumer group member holds: RocketMQ's rebalance, with queue locks.
+
+Every rebalance allocates the subscribed topics' queues among the group's live members
+(:mod:`store.client.allocate`), drops the queues no longer allocated to this member and adds
+the new ones. Clustering members own every queue they consume under a queue lock
+(:mod:`store.client.qlocks`, orderly and concurrent alike): a new owner starts only after the
+previous one persisted and released it, died (the OS drops the lock), or let its lease
+expire. A queue given away is released only after its in-flight batch finished and its offset
+was persisted (:meth:`Rebalancer.settle_drops`). The member record tells the group which
+queues this member holds (:mod:`store.client.members`).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from store.client.allocate import allocate, queues_of
+from store.client.holding import Holdings
+from store.client.offset_keeper import OffsetKeeper
+from store.client.options import ConsumeOptions
+from store.client.process_queue import ProcessQueue
+from store.failpoints import failpoint
+from store.log.broker import Store
+from store.log.offsets import QueueKey, Warn
+
+if TYPE_CHECKING:
+    from store.client.members import Membership
+
+
+class Rebalancer:
+    """The member's share of the group's queues (see the module docstring)."""
+
+    def __init__(self, store: Store, opts: ConsumeOptions, held: Holdings, keeper: OffsetKeeper,
+                 topics: list[str], warn: Warn) -> None:
+        self.store = store
+        self.o = opts
+        self.held = held
+        self.keeper = keeper
+        self.topics = topics
+        self.warn = warn
+        self.locked = not opts.broadcast and not opts.no_group
+        self.membership: Membership | None = None
+        self.published_queues: list[dict[str, Any]] | None = None   # as the member record says
+        self.rebalanced_once = False
+        self._topics_stamp: tuple[int, int] | None = None   # topics.json as last seen
+
+    # -- membership ------------------------------------------------------------------------
+    def join(self) -> None:
+        """Join the group (a member record, under the member's flock)."""
+        o = self.o
+        from store.client.members import Membership
+        self.membership = Membership(self.store.layout, o.group, o.client_id, {
+            "topics": [o.topic], "mode": "broadcasting" if o.broadcast else "clustering",
+            "orderly": o.orderly, "strategy": o.strategy, "queues": []})
+        from store.errors import ClientIdInUseError
+        try:
+            self.membership.join()
+        except ClientIdInUseError as exc:
+            if o.broadcast and not o.client_id_given:
+                raise ClientIdInUseError(
+                    f"{exc}: a broadcast consumer's default client id ({o.client_id}) is one per "
+                    f"host and group; give each broadcast consumer of group {o.group} on this host "
+                    f"its own --client-id (it keeps its offsets under that id)") from exc
+            raise
+
+    def leave(self) -> None:
+        """Release every queue lock and leave the group (offsets persisted before)."""
+        for key in list(self.held.locks):
+            self.held.release_lock(key)
+        if self.membership is not None:
+            self.membership.leave()
+
+    def publish_queues(self) -> None:
+        """Tell the group which queues this member holds. A queue being dropped still counts
+        until its offset is persisted: a concurrent-mode newcomer waits for that."""
+        if self.membership is None:
+            return
+        queues = [{"topic": t, "queueId": q} for t, q in sorted(self.held.keys())]
+        if queues == self.published_queues and self.membership.json_path.exists():
+            # Liveness is the member's flock, not a heartbeat: rewriting an unchanged record
+            # would only wake every member of the group (they watch its directory).
+            return
+        self.membership.update(queues=queues, heartbeatAt=int(time.time() * 1000))
+        self.published_queues = queues
+
+    # -- rebalance -------------------------------------------------------------------------
+    def rebalance(self) -> bool:
+        """Bring the held queues in line with the allocation. False: try again soon."""
+        held = self.held
+        balanced = True
+        if held.locks:
+            # An idle queue hands out no batch, so the per-batch check would notice a deleted
+            # or broken lock only at the next renewal (20 s): check them all here too (one
+            # stat each), so the queue is locked again within a rebalance interval.
+            for key, lock in list(held.locks.items()):
+                if key in held.pqs and not lock.is_valid():
+                    if lock.held:
+                        self.warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
+                    held.lose(key)
+        wanted = self._allocation()
+        for key in [k for k in held.pqs if k not in wanted]:
+            held.drop(key)
+        locked: list[QueueKey] = []
+        for key in sorted(wanted - set(held.pqs)):
+            if key in held.dropping:
+                balanced = False
+                continue
+            if not self._lock(key):
+                balanced = False
+                continue
+            failpoint("rebalance-after-lock")
+            locked.append(key)
+        if locked:
+            self._add(locked)
+        self.rebalanced_once = True
+        self.publish_queues()
+        return balanced
+
+    def topics_changed(self) -> bool:
+        """Whether ``topics.json`` was replaced since the last look (one stat): a topic made
+        or changed (the retry topic, say) is a reason to rebalance at once."""
+        try:
+            st = os.stat(self.store.layout.topics_json)
+            stamp: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
+        except OSError:
+            stamp = None
+        changed = stamp != self._topics_stamp
+        self._topics_stamp = stamp
+        return changed
+
+    def _allocation(self) -> set[QueueKey]:
+        """The queues of the subscribed topics allocated to this member now."""
+        from store.client.members import live_members
+        o = self.o
+        members = None
+        if not o.broadcast:
+            live = [m for m in live_members(self.store.layout, o.group, prune=True)
+                    if o.topic in (m.record.get("topics") or [o.topic])]
+            members = sorted({m.clientId for m in live} | {o.client_id})
+        wanted: set[QueueKey] = set()
+        for t in self.topics:
+            if not self.store.has_topic(t):
+                continue
+            mqs = queues_of(t, range(self.store.topic(t).queues))
+            if o.broadcast or o.no_group:
+                mine = mqs
+            elif o.strategy == "config" and t == o.topic:
+                cfg = queues_of(t, o.config_queues or [])
+                mine = allocate("config", o.client_id, mqs, members or [], config_queues=cfg)
+            else:
+                strategy = "averagely" if o.strategy == "config" else o.strategy
+                mine = allocate(strategy, o.client_id, mqs, members or [])
+            wanted.update((mq.topic, mq.queue_id) for mq in mine)
+        return wanted
+
+    def _lock(self, key: QueueKey) -> bool:
+        """Take a queue's lock (clustering members); False when another member holds it."""
+        if self.locked:
+            # The previous owner releases the queue's lock only after persisting the offset of
+            # everything it delivered from it (``settle_drops``), so the offset read after
+            # this (``_add``) is where it stopped; a dead owner's lock is dropped by the OS at once.
+            from store.client.qlocks import QueueLock
+            t, q = key
+            lock = QueueLock(self.store.layout, self.o.group, t, q, self.o.client_id, warn=self.warn)
+            if not lock.try_acquire():
+                return False
+            self.held.locks[key] = lock
+        return True
+
+    def _add(self, keys: list[QueueKey]) -> None:
+        """Start consuming queues whose locks were taken, each from its start offset."""
+        for key, start in self.keeper.start(keys).items():
+            pq = ProcessQueue(*key)
+            pq.next_pull = start
+            pq.max_seen = start - 1
+            self.held.pqs[key] = pq
+
+    def settle_drops(self) -> None:
+        """Release the dropped queues whose last batch is done, their offsets persisted."""
+        held = self.held
+        if not held.dropping:
+            return
+        settled = False
+        for key, pq in list(held.dropping.items()):
+            if pq.busy or pq.in_flight:
+                continue  # never give a queue away mid-batch
+            del held.dropping[key]
+            # A lost queue's offset used to be thrown away with the queue, so the next holder
+            # (often this very process, a rebalance later) started from the last periodic
+            # persist and handed everything since then to the handler again.
+            self.keeper.persist(force=True, only={key}, increase_only=True if pq.lost else None)
+            failpoint("rebalance-before-unlock")
+            self.keeper.forget(key)
+            held.release_lock(key)
+            settled = True
+        if settled and self.membership is not None and self.membership.joined:
+            self.publish_queues()
+
+    def renew_locks(self) -> None:
+        """Renew the held queues' locks (every ``RENEW_INTERVAL_S``)."""
+        for key, lock in list(self.held.locks.items()):
+            if not lock.renew() and key in self.held.pqs:
+                self.warn(f"lost the lock of {key[0]}/{key[1]}; dropping the queue")
+                self.held.lose(key)
