@@ -518,6 +518,18 @@ class Admin:
         messages = sum(store.max_offset(name, q) - store.min_offset(name, q) for q in range(cfg.queues))
         return TopicInfo(cfg.name, cfg.queues, cfg.order, messages)
 
+    def update_topic(self, name: str, queues: int) -> TopicInfo:
+        """Give a topic ``queues`` queues: more than today adds queues (consumers pick them up
+        at once; sharding keys route by the new count from then on), the same is a no-op,
+        fewer is refused with ``UsageError`` (exit 2), as Kafka refuses fewer partitions."""
+        names.validate_any_topic(name)
+        if isinstance(queues, bool) or not isinstance(queues, int):
+            raise UsageError(f"queues must be an int, not {queues!r}")
+        cfg, _changed = self.store.update_topic(name, queues)
+        store = self.store
+        messages = sum(store.max_offset(name, q) - store.min_offset(name, q) for q in range(cfg.queues))
+        return TopicInfo(cfg.name, cfg.queues, cfg.order, messages)
+
     # -- groups ------------------------------------------------------------------------------
     def groups(self) -> list[str]:
         """Every group the store knows of, sorted."""
@@ -821,7 +833,7 @@ class Admin:
         store = self.store
         if topic is not None:
             names.validate_any_topic(topic)
-            cfg = store.topics().get(topic)
+            cfg = store.find_topic(topic)
             if cfg is not None and queue is not None and queue >= cfg.queues:
                 raise UsageError(f"queue {queue} does not exist: topic {topic} has queues 0-{cfg.queues - 1}")
         require_group(store, group)

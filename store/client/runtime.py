@@ -343,7 +343,7 @@ class Runtime:
     def _topics_changed(self) -> bool:
         """Whether ``topics.json`` was replaced since the last look (one stat)."""
         try:
-            st = os.stat(self.layout.topics_json)
+            st = os.stat(self.layout.topics_epoch)
             stamp: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
         except OSError:
             stamp = None

@@ -5,7 +5,8 @@ CRC, its own offset; every segment but the last ends with its trailer), every co
 entry (points at a valid record of the same topic, queue and offset, with that record's tag
 code; no torn partial entry), every key-index file (header, sizes, every entry reachable from
 its slot, and every record's keys findable: a damaged index makes ``msg query`` miss messages
-silently), and that the JSON metadata files parse. Returns the problems found, each with the
+silently), that the JSON metadata files parse, and that the topic files and the offset table
+(crc, journal) can be trusted. Returns the problems found, each with the
 file and byte offset.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from store.log import checkpoint as ckpt
 from store.log import format as F
+from store.log import offsettable
 from store.log.index import key_hash
 from store.log.record import PROP_KEYS, PROP_UNIQ_KEY, RecordError, decode, entry_tags_code
 
@@ -63,6 +65,7 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     _check_queue_ends(engine, problems, claims)
     _check_index(engine, problems, keyed)
     _check_json(engine, problems)
+    problems += [Problem(f, 0, why) for f, why in engine.topic_table.problems() + offsettable.verify(engine.layout)]
     cp = ckpt.read(engine.layout.checkpoint)
     if engine.layout.checkpoint.exists() and cp is None:
         problems.append(Problem(str(engine.layout.checkpoint), 0, "checkpoint unreadable (bad CRC or size)"))

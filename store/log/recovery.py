@@ -156,6 +156,7 @@ def _check_index(engine: "Engine", plan: _Plan, full: bool, rep: "RecoveryReport
 
 def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None] | None = None) -> RecoveryReport:
     """Repair the store (write lock held). Returns what was done."""
+    engine.heal_topics_locked()   # records are dispatched only to topics that exist
     plan = _plan(engine, full)
     rep = RecoveryReport(reason=plan.reason)
     _check_index(engine, plan, full, rep)
@@ -227,10 +228,9 @@ def _clamp_topics(engine: "Engine", valid_end: int) -> None:
     """A topic created after records that a crash then took away recorded a creation offset
     past the log's end; the next records of that topic land below it, and recovery would skip
     them as older than their topic. Such offsets come back to the end."""
-    topics = engine.topic_table.load()
-    late = {n: t for n, t in topics.items() if t.created_offset > valid_end}
-    if late:
-        engine.topic_table.save({**topics, **{n: replace(t, created_offset=valid_end) for n, t in late.items()}})
+    for t in engine.topics().values():
+        if t.created_offset > valid_end:
+            engine.topic_table.save(replace(t, created_offset=valid_end))
 
 
 def _clamp_consumers(engine: "Engine") -> None:
