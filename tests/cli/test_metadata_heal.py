@@ -180,7 +180,8 @@ def test_interrupted_topic_delete_is_finished(mq: MQ, point: str) -> None:
 
 def test_topic_update_adds_queues_and_a_running_consumer_takes_them(mq: MQ) -> None:
     mq.ok("topic", "create", "u", "--queues", "2")
-    member = mq.start("consume", "u", "-g", "W", "--json", "--from", "first")
+    # the backstop rebalance is far away: only the topic change can wake the member
+    member = mq.start("consume", "u", "-g", "W", "--json", "--from", "first", "--rebalance-interval", "10m")
     mq.ok("send", "u", "-q", "1", "before")
     wait_for(lambda: b"before" in member.stdout(), what="the member to get the first message")
     res = mq.ok("topic", "update", "u", "--queues", "4", "--json")
