@@ -312,6 +312,9 @@ class ClusterOffsetStore:
         if loaded.source in ("bak", "journal"):
             self._warn(f"{self.path} is damaged; offsets come from "
                        f"{'its .bak and the offsets journal' if loaded.source == 'bak' else 'the offsets journal'}")
+        if loaded.unknown:
+            raise CorruptionError(str(self.path), 0, "unreadable, and so is its .bak, and there is no offsets "
+                                  "journal; run mqctl store recover (every group then starts again per its --from)")
         lost = loaded.lost_groups()
         if group is not None and group in lost:
             raise CorruptionError(str(self.path), 0, f"offsets of group {group} (topics {', '.join(lost[group])}) "
@@ -323,6 +326,12 @@ class ClusterOffsetStore:
                 on_lost: Callable[[ClusterTable, set[str]], bool] | None = None) -> None:
         with _exclusive(_lock_path(self.path)):
             loaded = offsettable.load(self.layout)
+            if loaded.unknown and on_lost is None:
+                self._load()   # raises: only recovery starts such a table over
+            if loaded.unknown:
+                self._warn(f"{self.path} and its .bak are unreadable and there is no offsets journal: "
+                           f"the table starts empty (every group starts again per its --from)")
+                loaded.source = "journal"   # rewrite both, keeping nothing of the damaged copies
             before = loaded.table.copy()
             # keys a damaged copy names stay known as lost until recover resets them
             loaded.table.lost |= loaded.lost

@@ -153,6 +153,7 @@ class Loaded:
     problems: list[tuple[str, str]] = field(default_factory=list)   # (file, why) for check
     behind: bool = False              # the snapshot lacks journal records (a writer died)
     snapshot_end: int = 0             # the trusted copy's journalEnd
+    unknown: bool = False             # damaged, no journal, and no group named: nothing to trust
 
     @property
     def repair(self) -> bool:
@@ -227,6 +228,10 @@ def load(layout: Layout) -> Loaded:
         problems.append((str(layout.consumer_offset_log), "offsets journal " + (
             "missing" if not tail.exists else "damaged (ends early)")))
     lost = _lost(damaged_text, table)
+    if not tail.exists and not lost:
+        # a store of an older version (no journal) whose table names no group any more:
+        # every read is refused rather than every group silently starting over
+        return Loaded(table, tail, "none", lost, problems, unknown=True)
     if lost:
         groups = sorted({split_key(k)[1] for k in lost})
         problems.append((str(path), "offsets that cannot be recovered of group(s) " + ", ".join(groups)
