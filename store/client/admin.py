@@ -489,8 +489,7 @@ class Admin:
         for name, cfg in sorted(store.topics().items()):
             if names.is_system_topic(name) and not system:
                 continue
-            messages = sum(store.max_offset(name, q) - store.min_offset(name, q) for q in range(cfg.queues))
-            rows.append(TopicInfo(name, cfg.queues, cfg.order, messages))
+            rows.append(TopicInfo(name, cfg.queues, cfg.order, store.messages(name, cfg.queues)))
         return rows
 
     def topic_status(self, topic: str) -> list[QueueStatus]:

@@ -251,6 +251,10 @@ class Store:
         """The first offset whose record is still in the commit log (retention aware)."""
         return self.engine.queues.min_offset(topic, queue_id)
 
+    def messages(self, topic: str, queues: int) -> int:
+        """How many messages the first ``queues`` queues of ``topic`` hold (retention aware)."""
+        return self.engine.queues.messages(topic, queues)
+
     def queue_ids(self, topic: str) -> list[int]:
         return list(range(self.topic(topic).queues))
 

@@ -87,6 +87,20 @@ class QueueTable:
                 lo = mid + 1
         return lo
 
+    def messages(self, topic: str, queues: int) -> int:
+        """Messages stored in queues ``0..queues-1`` of ``topic``. A queue without segment
+        files holds none: one ``listdir``, no queue opened (``topic list`` of 10,000 topics)."""
+        total = 0
+        base = f"{self.layout.topic_cq_dir(topic)}/"
+        for q in range(queues):
+            try:
+                names_ = os.listdir(base + str(q))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if any(len(n) == 20 and n.isdigit() for n in names_):
+                total += self.max_offset(topic, q) - self.min_offset(topic, q)
+        return total
+
     def append(self, topic: str, queue_id: int, first: int, entries: bytes | bytearray) -> list[tuple[str, int]]:
         """Append a batch's consume-queue entries (write lock held), keeping the queue's
         segment open for the next batch. The undo list of :meth:`ConsumeQueue.append`."""
@@ -274,7 +288,7 @@ class Engine:
             return None
         cfg = self.topic_table.rebuild(name, self.first_entry, self.commitlog.end())
         if cfg is not None:
-            self.warn(f"topic {name!r} had lost its config; restored from its queues "
+            self.warn(f"topic {name!r} had lost its config; restored from what is beside its queues "
                       f"({cfg.queues} queue(s){', ordered' if cfg.order else ''})")
             self.topic_table.save(cfg)
         return cfg
@@ -284,10 +298,12 @@ class Engine:
         explicit queue the caller will use) is checked *before* the topic is created, so a
         refused send leaves no topic behind."""
         t = self.topic_table.get(name)
-        if t is not None:
+        if t is not None and self.topic_table.trusted(name):
             return t
         self.migrate_topics_locked()
-        t = self.topic_table.get(name) or self._restore_locked(name)
+        t = self.topic_table.get(name)
+        if t is None or not self.topic_table.trusted(name):
+            t = self._restore_locked(name)   # from its copy or its queues, saved; None: no trace
         if t is not None:
             return t
         if name in SYSTEM_TOPIC_QUEUES:

@@ -146,7 +146,7 @@ class TopicTable:
     def __init__(self, layout: Layout, warn: Warn | None = None) -> None:
         self.layout = layout
         self.warn = warn
-        self._one: dict[str, tuple[tuple[int, int, int], TopicConfig]] = {}
+        self._one: dict[str, tuple[tuple[int, int, int], TopicConfig, bool]] = {}
         self._legacy_stamp: tuple[int, int, int] | None = None
         self._legacy: dict[str, TopicConfig] = {}
 
@@ -174,23 +174,34 @@ class TopicTable:
             found = self._read(name)
             if found is None:
                 return None
-            cfg = found
-            self._one[name] = (stamp, cfg)
+            cfg = found[0]
+            self._one[name] = (stamp, cfg, found[1])
         return None if cfg.deleting else cfg
 
-    def _read(self, name: str) -> TopicConfig | None:
+    def trusted(self, name: str) -> bool:
+        """The last :meth:`get` of ``name`` came from its own intact config file (a writer
+        restores any other)."""
+        hit = self._one.get(name)
+        return hit is not None and hit[2] and hit[0] == _stamp(self.layout.topic_config(name))
+
+    def _read(self, name: str) -> tuple[TopicConfig, bool] | None:
+        """(config, from its own file) — else from its copy, else from its queue directories."""
         got = read_topic_file(self.layout.topic_config(name), name)
         if isinstance(got, TopicConfig):
-            return got
+            return got, True
+        where = self.layout.topic_config(name)
         mirror = read_topic_file(self.layout.topic_mirror(name), name)
         if isinstance(mirror, TopicConfig):
             if self.warn is not None and got != "missing":
-                self.warn(f"{self.layout.topic_config(name)} is {got}; using its copy "
-                          f"{self.layout.topic_mirror(name)} (mqctl store recover repairs it)")
-            return mirror
+                self.warn(f"{where} is {got}; using its copy {self.layout.topic_mirror(name)} "
+                          f"(mqctl store recover repairs it)")
+            return mirror, False
+        qids = queue_dirs(self.layout, name)
         if self.warn is not None and got != "missing":
-            self.warn(f"{self.layout.topic_config(name)} is {got}, and so is its copy "
-                      f"(run mqctl store recover: it rebuilds the topic from its queues)")
+            self.warn(f"{where} is {got}, and so is its copy" + (
+                f"; using its {qids[-1] + 1} queue directories (mqctl store recover repairs it)" if qids else ""))
+        if qids:
+            return TopicConfig(name, qids[-1] + 1), False
         return None
 
     def all(self) -> dict[str, TopicConfig]:
@@ -206,9 +217,9 @@ class TopicTable:
             if entry.startswith(".") or not entry.endswith(_SUFFIX):
                 continue   # a writer's temp file
             name = entry[: -len(_SUFFIX)]
-            cfg = self._read(name)
-            if cfg is not None and not cfg.deleting:
-                out[name] = cfg
+            found = self._read(name)
+            if found is not None and not found[0].deleting:
+                out[name] = found[0]
         return out
 
     def _legacy_table(self) -> dict[str, TopicConfig]:
