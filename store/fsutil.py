@@ -205,8 +205,9 @@ CRC_FIELD = "crc"
 
 
 def json_crc(obj: dict[str, Any]) -> int:
-    """The CRC-32 of a JSON object's canonical form (sorted keys, no spaces, its ``crc``
-    field left out): the one rule every checksummed metadata file follows."""
+    """The CRC-32 of a JSON object's canonical form — ``json.dumps(sort_keys=True,
+    separators=(",", ":"))`` of the object without its ``crc`` field (C-encoded: cheap next to
+    the pretty form written): the one rule every checksummed metadata file follows."""
     body = {k: v for k, v in obj.items() if k != CRC_FIELD}
     return zlib.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
@@ -214,6 +215,11 @@ def json_crc(obj: dict[str, Any]) -> int:
 def with_crc(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` with its ``crc`` field set."""
     return {**obj, CRC_FIELD: json_crc(obj)}
+
+
+def atomic_write_json_crc(path: Path, obj: dict[str, Any], **kw: Any) -> None:
+    """:func:`atomic_write_json` of ``obj`` with its ``crc`` field."""
+    atomic_write_json(path, with_crc(obj), **kw)
 
 
 def crc_problem(obj: Any) -> str | None:

@@ -180,30 +180,3 @@ def apply(record: dict[str, Any], state: dict[str, Any]) -> None:
     state.setdefault("resetEpoch", {}).update(record.get("epoch") or {})
     if "lost" in record:
         state["lostOffsets"] = list(record["lost"])
-
-
-def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
-    """The record that turns the old table into the new one, both in their JSON shape
-    (None: no change)."""
-    old_offsets, new_offsets = old["offsetTable"], new["offsetTable"]
-    record: dict[str, Any] = {}
-    drop = sorted(k for k in old_offsets if k not in new_offsets)
-    changed = {}
-    for key, queues in new_offsets.items():
-        before = old_offsets.get(key, {})
-        moved = {q: o for q, o in queues.items() if before.get(q) != o}
-        if any(q not in queues for q in before):
-            drop.append(key)        # a queue went: the key is written whole
-            moved = dict(queues)
-        if moved:
-            changed[key] = moved
-    epochs = {k: v for k, v in new["resetEpoch"].items() if old["resetEpoch"].get(k) != v}
-    if drop:
-        record["drop"] = sorted(drop)
-    if changed:
-        record["set"] = changed
-    if epochs:
-        record["epoch"] = epochs
-    if old.get("lostOffsets", []) != new.get("lostOffsets", []):
-        record["lost"] = new.get("lostOffsets", [])
-    return record or None

@@ -255,7 +255,7 @@ class ClusterOffsetStore:
             table.lost -= {key for key in table.lost if _split_key(key)[0] == topic}
             doomed = [key for key in table.offsets if _split_key(key)[0] == topic]
             for key in doomed:
-                del table.offsets[key]
+                table.drop(key)
                 table.bump_epoch(topic, _split_key(key)[1])
             return bool(doomed)
 
@@ -271,7 +271,7 @@ class ClusterOffsetStore:
             table.lost -= {key for key in table.lost if _split_key(key)[1] == group}
             for key in [k for k in table.offsets if _split_key(k)[1] == group]:
                 topic = _split_key(key)[0]
-                del table.offsets[key]
+                table.drop(key)
                 table.bump_epoch(topic, group)
                 gone.append(topic)
             return bool(gone)
@@ -332,15 +332,15 @@ class ClusterOffsetStore:
                 self._warn(f"{self.path} and its .bak are unreadable and there is no offsets journal: "
                            f"the table starts empty (every group starts again per its --from)")
                 loaded.source = "journal"   # rewrite both, keeping nothing of the damaged copies
-            before = loaded.table.copy()
+            lost_before = set(loaded.table.lost)
             # keys a damaged copy names stay known as lost until recover resets them
             loaded.table.lost |= loaded.lost
-            changed = mutate(loaded.table) or loaded.table.lost != before.lost
+            changed = mutate(loaded.table) or loaded.table.lost != lost_before
             if on_lost is not None and on_lost(loaded.table, loaded.lost):
                 changed = True
             # After a fallback, write even when nothing changed: it repairs the snapshot.
             if changed or loaded.repair:
-                offsettable.write(self.layout, loaded, before, sync=sync)
+                offsettable.write(self.layout, loaded, lost_before, sync=sync)
 
 
 # -- broadcasting: offsets/<clientId>/<group>/offsets.json -----------------------------------

@@ -82,6 +82,9 @@ class ClusterTable:
     offsets: dict[str, dict[int, int]] = field(default_factory=dict)
     epochs: dict[str, int] = field(default_factory=dict)
     lost: set[str] = field(default_factory=set)   # keys whose offsets could not be recovered
+    # What changed since it was loaded (not stored): the journal record is built from these.
+    touched: set[str] = field(default_factory=set, compare=False)
+    dropped: set[str] = field(default_factory=set, compare=False)
 
     @classmethod
     def from_json(cls, obj: Any) -> ClusterTable:
@@ -115,8 +118,26 @@ class ClusterTable:
             obj["lostOffsets"] = sorted(self.lost)
         return obj
 
-    def copy(self) -> ClusterTable:
-        return ClusterTable({k: dict(v) for k, v in self.offsets.items()}, dict(self.epochs), set(self.lost))
+    def change(self, lost_before: set[str]) -> dict[str, Any] | None:
+        """The journal record of what changed since loading (None: nothing)."""
+        record: dict[str, Any] = {}
+        if self.dropped:
+            record["drop"] = sorted(self.dropped)
+        changed = {k: {str(q): o for q, o in self.offsets[k].items()} for k in sorted(self.touched)
+                   if self.offsets.get(k)}
+        if changed:
+            record["set"] = changed
+        epochs = {k: self.epochs[k] for k in sorted(self.touched) if k in self.epochs}
+        if epochs:
+            record["epoch"] = epochs
+        if self.lost != lost_before:
+            record["lost"] = sorted(self.lost)
+        return record or None
+
+    def drop(self, key: str) -> None:
+        self.offsets.pop(key, None)
+        self.dropped.add(key)
+        self.touched.discard(key)
 
     def get(self, topic: str, group: str, queue_id: int) -> int:
         return self.offsets.get(table_key(topic, group), {}).get(queue_id, NO_OFFSET)
@@ -125,6 +146,7 @@ class ClusterTable:
         key = table_key(topic, group)
         self.offsets.setdefault(key, {})[queue_id] = offset
         self.lost.discard(key)
+        self.touched.add(key)
 
     def epoch(self, topic: str, group: str) -> int:
         return self.epochs.get(table_key(topic, group), 0)
@@ -132,6 +154,7 @@ class ClusterTable:
     def bump_epoch(self, topic: str, group: str) -> int:
         key = table_key(topic, group)
         self.epochs[key] = self.epochs.get(key, 0) + 1
+        self.touched.add(key)
         return self.epochs[key]
 
     def queues_of_group(self, group: str) -> Iterator[tuple[str, dict[int, int]]]:
@@ -154,6 +177,7 @@ class Loaded:
     behind: bool = False              # the snapshot lacks journal records (a writer died)
     snapshot_end: int = 0             # the trusted copy's journalEnd
     unknown: bool = False             # damaged, no journal, and no group named: nothing to trust
+    snapshot_bytes: int = 0           # the size of the copy read (bounds the journal's growth)
 
     @property
     def repair(self) -> bool:
@@ -168,29 +192,30 @@ class Loaded:
         return out
 
 
-def _read_copy(path: Path) -> tuple[dict[str, Any] | None, str | None, bytes]:
-    """(trusted object, why not, raw bytes) of one copy of the snapshot."""
+def _read_copy(path: Path) -> tuple[ClusterTable | None, int | None, str | None, bytes]:
+    """(trusted table, its journalEnd, why not trusted, raw bytes) of one copy of the
+    snapshot; a copy without a ``crc`` field (an older version's) has ``journalEnd`` -1."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return None, "missing", b""
+        return None, None, "missing", b""
     except OSError as exc:
-        return None, f"unreadable ({exc.strerror})", b""
+        return None, None, f"unreadable ({exc.strerror})", b""
     try:
         obj = json.loads(raw) if raw.strip() else None
         if obj is None:
-            return None, "empty", raw
+            return None, None, "empty", raw
         if isinstance(obj, dict) and fsutil.CRC_FIELD in obj:
             why = fsutil.crc_problem(obj)
             if why is not None:
-                return None, why, raw
-        ClusterTable.from_json(obj)
-        je = obj.get("journalEnd", None)
-        if je is not None and not (is_int(je) and je >= 0):
-            return None, "bad journalEnd", raw
+                return None, None, why, raw
+        table = ClusterTable.from_json(obj)
+        je = obj.get("journalEnd", -1 if fsutil.CRC_FIELD not in obj else None)
+        if not (is_int(je) and je >= -1):
+            return None, None, "bad journalEnd", raw
     except ValueError as exc:
-        return None, f"not valid ({exc})", raw
-    return obj, None, raw
+        return None, None, f"not valid ({exc})", raw
+    return table, je, None, raw
 
 
 def load(layout: Layout) -> Loaded:
@@ -200,24 +225,19 @@ def load(layout: Layout) -> Loaded:
     problems: list[tuple[str, str]] = []
     damaged_text = b""
     for source, copy in (("snapshot", path), ("bak", path.with_name(path.name + ".bak"))):
-        obj, why, raw = _read_copy(copy)
-        if obj is not None and fsutil.CRC_FIELD not in obj and layout.consumer_offset_log.exists():
-            obj, why = None, "no crc field"   # written by hand, or by an older version meanwhile
-        if obj is None:
+        table, je, why, raw = _read_copy(copy)
+        if table is not None and je == -1 and layout.consumer_offset_log.exists():
+            table, why = None, "no crc field"   # written by hand, or by an older version meanwhile
+        if table is None or je is None:
             damaged_text += raw
             if why != "missing" or source == "snapshot":
                 problems.append((str(copy), f"offset table {why}"))
             continue
-        je = obj.get("journalEnd")
-        tail = journal.read(je if is_int(je) else None) if je is not None else oj.Tail([], 0, 0, exists=False)
-        if je is None and layout.consumer_offset_log.exists():
-            tail = journal.read(None)   # an older snapshot next to a journal: the journal wins
-        table = _replay(ClusterTable.from_json(obj).to_json(), tail.records)
-        if source == "snapshot" and tail.records:
-            problems.append((str(path), f"snapshot lacks {len(tail.records)} journal record(s) "
-                                        f"(a writer stopped between them; the next write repairs it)"))
+        tail = journal.read(je) if je >= 0 else oj.Tail([], 0, 0, exists=False)
+        if tail.records:
+            table = _replay(table.to_json(), tail.records)
         return Loaded(table, tail, source, _lost(damaged_text, table), problems,
-                      behind=bool(tail.records), snapshot_end=je if is_int(je) else 0)
+                      behind=bool(tail.records), snapshot_end=max(je, 0), snapshot_bytes=len(raw))
     tail = journal.read(None)
     if not tail.exists:
         missing_only = all(why.endswith("missing") for _f, why in problems)
@@ -255,31 +275,31 @@ def _lost(damaged_text: bytes, table: ClusterTable) -> set[str]:
     return out
 
 
-def save(layout: Layout, table: ClusterTable, journal_end: int, *, keep_bak: bool, sync_dir: bool) -> None:
-    """Write the snapshot (content fsynced before the rename)."""
-    obj = fsutil.with_crc({**table.to_json(), "journalEnd": journal_end})
-    fsutil.atomic_write_json(layout.consumer_offset_json, obj, keep_bak=keep_bak, sync_dir=sync_dir)
+def save(layout: Layout, table: dict[str, Any], journal_end: int, *, keep_bak: bool, sync_dir: bool) -> None:
+    """Write the snapshot (``table`` in its JSON shape; content fsynced before the rename)."""
+    obj = {**table, "journalEnd": journal_end}
+    fsutil.atomic_write_json_crc(layout.consumer_offset_json, obj, keep_bak=keep_bak, sync_dir=sync_dir)
 
 
-def write(layout: Layout, loaded: Loaded, before: ClusterTable, *, sync: bool) -> None:
-    """Publish ``loaded.table`` (changed from ``before``) under the table's lock: the journal
-    record first, then the snapshot. ``sync``: a reset or deletion (see ``offsetjournal``)."""
+def write(layout: Layout, loaded: Loaded, lost_before: set[str], *, sync: bool) -> None:
+    """Publish ``loaded.table`` under the table's lock: the journal record of what changed
+    first, then the snapshot. ``sync``: a reset or deletion (see ``offsetjournal``)."""
     journal = oj.Journal(layout.consumer_offset_log)
     tail = loaded.journal
     new = loaded.table.to_json()
-    full_bytes = len(json.dumps(new))
-    if not tail.exists or not tail.header:
-        # positions never go back, so an old ``.bak`` cannot name one inside the new journal
+    if not tail.exists or not tail.header or tail.end < loaded.snapshot_end:
+        # No journal, an unreadable one, or one that lost records the snapshot has (a power
+        # cut took its unsynced tail): it starts again from the whole table. Positions never
+        # go back, so an old ``.bak`` cannot name one inside the new journal.
         end = journal.rewrite(new, max(tail.end, loaded.snapshot_end))
     else:
-        old = before.to_json()
-        record = oj.diff(old, new)
+        record = loaded.table.change(lost_before)
         end = tail.end
         if record is not None:
             end = journal.append(record, tail.end, sync=sync)
-        if journal.needs_compaction(end, tail.base, full_bytes):
+        if journal.needs_compaction(end, tail.base, loaded.snapshot_bytes):
             end = journal.rewrite(new, end)
-    save(layout, loaded.table, end, keep_bak=loaded.source == "snapshot", sync_dir=sync or loaded.repair)
+    save(layout, new, end, keep_bak=loaded.source == "snapshot", sync_dir=sync or loaded.repair)
 
 
 def verify(layout: Layout) -> list[tuple[str, str]]:

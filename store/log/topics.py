@@ -46,12 +46,11 @@ from typing import Any, Callable
 from store.errors import CorruptionError
 from store.fsutil import (
     atomic_write_bytes,
-    atomic_write_json,
+    atomic_write_json_crc,
     crc_problem,
     ensure_dir,
     fsync_dir,
     read_json_with_bak,
-    with_crc,
 )
 from store.layout import Layout
 
@@ -248,9 +247,9 @@ class TopicTable:
                 ensure_dir(self.layout.queue_dir(cfg.name, q), durable=False)
             if missing:
                 fsync_dir(cq)   # one fsync for every new queue directory
-            atomic_write_json(self.layout.topic_mirror(cfg.name), with_crc(cfg.to_json()), keep_bak=False)
+            atomic_write_json_crc(self.layout.topic_mirror(cfg.name), cfg.to_json(), keep_bak=False)
         ensure_dir(self.layout.topics_dir)
-        atomic_write_json(self.layout.topic_config(cfg.name), with_crc(cfg.to_json()), keep_bak=False)
+        atomic_write_json_crc(self.layout.topic_config(cfg.name), cfg.to_json(), keep_bak=False)
         self._one.pop(cfg.name, None)
         self.touch_epoch()
 
