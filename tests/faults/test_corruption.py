@@ -330,6 +330,7 @@ def test_json_files_damaged(mq: MQ, name: str, bak: str, seed: int) -> None:
 def test_damaged_group_offsets_without_a_backup_never_restart_silently(mq: MQ) -> None:
     path = mq.root / "config" / "consumerOffset.json"
     path.with_name("consumerOffset.json.bak").unlink(missing_ok=True)
+    path.with_name("consumerOffset.log").unlink(missing_ok=True)   # no journal either
     path.write_bytes(b'{"offsetTable": {"t@G": {"0": ')
     res = mq.cli("consume", "t", "-g", "G", "-e")
     msg = one_error(res, 5, allow_warnings=True)
