@@ -68,7 +68,7 @@ SUMMARY: dict[str, str] = {
     "dlq": "Dead-letter queues: list a group's dead letters, resend them.",
     "tx": "Transactional messages: half messages, commit, rollback, check.",
     "init": "Create the store at the selected path (idempotent).",
-    "topic": "Create, list, inspect and delete topics.",
+    "topic": "Create, list, inspect, grow and delete topics.",
     "store": "Verify, repair, measure and clean the store.",
     "query": "Run Spark SQL over the store's topics.",
     "export": "Write a topic's messages to Parquet or JSON files.",

@@ -178,7 +178,7 @@ class Sender:
         it does not exist and will not be created (the send then fails with exit 3). Lets a
         bad input line be refused by its line number, after the lines before it are sent."""
         if self._shape is None:
-            cfg = self.store.topics().get(self.topic)
+            cfg = self.store.find_topic(self.topic)
             if cfg is not None:
                 self._shape = (cfg.queues, cfg.order)
             elif self.store.settings.auto_create_topics:

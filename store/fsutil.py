@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import time
+import zlib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -196,6 +197,41 @@ def atomic_write_json(path: Path, obj: Any, *, keep_bak: bool = True, sync: bool
     """Write ``obj`` as pretty, sorted, standard JSON via :func:`atomic_write_bytes`."""
     data = (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
     atomic_write_bytes(path, data, keep_bak=keep_bak, sync=sync, sync_dir=sync_dir)
+
+
+# -- checksummed JSON: ``"crc"`` over the canonical content --------------------------------
+
+CRC_FIELD = "crc"
+
+
+def json_crc(obj: dict[str, Any]) -> int:
+    """The CRC-32 of a JSON object's canonical form — ``json.dumps(sort_keys=True,
+    separators=(",", ":"))`` of the object without its ``crc`` field (C-encoded: cheap next to
+    the pretty form written): the one rule every checksummed metadata file follows."""
+    body = {k: v for k, v in obj.items() if k != CRC_FIELD}
+    return zlib.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def with_crc(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` with its ``crc`` field set."""
+    return {**obj, CRC_FIELD: json_crc(obj)}
+
+
+def atomic_write_json_crc(path: Path, obj: dict[str, Any], **kw: Any) -> None:
+    """:func:`atomic_write_json` of ``obj`` with its ``crc`` field."""
+    atomic_write_json(path, with_crc(obj), **kw)
+
+
+def crc_problem(obj: Any) -> str | None:
+    """Why a parsed checksummed object cannot be trusted, or None when its ``crc`` checks."""
+    if not isinstance(obj, dict):
+        return "not a JSON object"
+    crc = obj.get(CRC_FIELD)
+    if not isinstance(crc, int):
+        return "no crc field"
+    if crc != json_crc(obj):
+        return f"crc mismatch (stored {crc}, content {json_crc(obj)})"
+    return None
 
 
 def _parse_json(path: Path, validate: Callable[[Any], object] | None) -> Any:

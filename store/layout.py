@@ -44,7 +44,30 @@ class Layout:
 
     @property
     def topics_json(self) -> Path:
+        """The legacy one-file topic table (migrated to ``topics_dir`` by the first writer)."""
         return self.config_dir / "topics.json"
+
+    @property
+    def topics_dir(self) -> Path:
+        """``config/topics/``: one authoritative file per topic."""
+        return self.config_dir / "topics"
+
+    def topic_config(self, topic: str) -> Path:
+        return self.config_dir / "topics" / f"{topic}.json"
+
+    def topic_mirror(self, topic: str) -> Path:
+        """The copy of a topic's config kept beside its consume queues."""
+        return self.consumequeue_dir / topic / "topic.json"
+
+    @property
+    def topics_epoch(self) -> Path:
+        """Replaced on every topic create, update and delete: one stat tells a change."""
+        return self.config_dir / "topics.epoch"
+
+    @property
+    def consumer_offset_log(self) -> Path:
+        """The offsets journal of which ``consumerOffset.json`` is the snapshot."""
+        return self.config_dir / "consumerOffset.log"
 
     @property
     def consumer_offset_json(self) -> Path:
@@ -60,21 +83,6 @@ class Layout:
 
     def topic_cq_dir(self, topic: str) -> Path:
         return self.consumequeue_dir / topic
-
-    @property
-    def deleting_dir(self) -> Path:
-        """``deleting/``: one directory per topic whose deletion is under way
-        (``store/log/topicdelete.py``)."""
-        return self.root / "deleting"
-
-    def topic_tombstone(self, topic: str) -> Path:
-        return self.deleting_dir / topic
-
-    def tombstone_intent(self, topic: str) -> Path:
-        return self.deleting_dir / topic / "intent.json"
-
-    def tombstone_queues(self, topic: str) -> Path:
-        return self.deleting_dir / topic / "queues"
 
     # -- consumer state
     @property

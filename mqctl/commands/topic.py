@@ -1,4 +1,4 @@
-"""``mqctl topic create|list|status|delete`` (``mqctl init``, creating the store, is
+"""``mqctl topic create|list|status|update|delete`` (``mqctl init``, creating the store, is
 ``mqctl/commands/init.py``)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import typer
 
 from mqctl.options import JsonOpt, TopicArg, YesOpt, state
 
-topic_app = typer.Typer(help="Create, list, inspect and delete topics.", no_args_is_help=True)
+topic_app = typer.Typer(help="Create, list, inspect, grow and delete topics.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -81,6 +81,35 @@ def status(ctx: typer.Context, topic: TopicArg, json: JsonOpt = False) -> None:
         r["lastStored"] = format_local(last, st.utc) if last else None
     Output(json=json).table(rows, [("queueId", "QUEUE"), ("minOffset", "MIN-OFFSET"), ("maxOffset", "MAX-OFFSET"),
                                    ("messages", "MESSAGES"), ("lastStored", "LAST-STORED")])
+
+
+@topic_app.command("update", help="""Add queues to a topic (N larger than today; the same N does nothing).
+
+Consumers pick the new queues up at once. Sharding keys route by the new count from then
+on: a key's messages before and after the change may sit in different queues, so per-key
+order holds across the change only once consumers have drained the old queues. Queues
+cannot be removed (exit 2): their messages would become unreachable.
+
+Examples:
+  mqctl topic update orders --queues 16""")
+def update(
+    ctx: typer.Context,
+    topic: TopicArg,
+    queues: Annotated[int, typer.Option("--queues", metavar="N", min=1, max=1024,
+                                        help="The new number of queues (at least today's).")],
+    json: JsonOpt = False,
+) -> None:
+    from mqctl.output import Output, plural
+    admin = state(ctx).admin()
+    before = admin.topic_status(topic)
+    info = admin.update_topic(topic, queues)
+    out = Output(json=json)
+    changed = info.queues != len(before)
+    if json:
+        out.emit_json({"topic": info.topic, "queues": info.queues, "order": info.order, "updated": changed})
+    else:
+        out.info(f"topic {info.topic} now has {plural(info.queues, 'queue')} (was {len(before)})" if changed
+                 else f"topic {info.topic} has {plural(info.queues, 'queue')} already")
 
 
 @topic_app.command("delete", help="""Delete a topic, its consume queues and group offsets.

@@ -52,8 +52,7 @@ class Admin(OffsetsAdmin, MembersAdmin, StoreMaintenance, TransactionAdmin):
         for name, cfg in sorted(store.topics().items()):
             if names.is_system_topic(name) and not system:
                 continue
-            messages = sum(store.max_offset(name, q) - store.min_offset(name, q) for q in range(cfg.queues))
-            rows.append(TopicInfo(name, cfg.queues, cfg.order, messages))
+            rows.append(TopicInfo(name, cfg.queues, cfg.order, store.messages(name, cfg.queues)))
         return rows
 
     def _deliver_due_delays(self) -> None:
@@ -88,6 +87,18 @@ class Admin(OffsetsAdmin, MembersAdmin, StoreMaintenance, TransactionAdmin):
             from store.log.broker import Store
             self._store, self._missing = Store.open(self.path, create=True), None  # as `mqctl topic create`
         cfg, _created = self.store.create_topic(name, queues, bool(order))
+        store = self.store
+        messages = sum(store.max_offset(name, q) - store.min_offset(name, q) for q in range(cfg.queues))
+        return TopicInfo(cfg.name, cfg.queues, cfg.order, messages)
+
+    def update_topic(self, name: str, queues: int) -> TopicInfo:
+        """Give a topic ``queues`` queues: more than today adds queues (consumers pick them up
+        at once; sharding keys route by the new count from then on), the same is a no-op,
+        fewer is refused with ``UsageError`` (exit 2), as Kafka refuses fewer partitions."""
+        names.validate_any_topic(name)
+        if isinstance(queues, bool) or not isinstance(queues, int):
+            raise UsageError(f"queues must be an int, not {queues!r}")
+        cfg, _changed = self.store.update_topic(name, queues)
         store = self.store
         messages = sum(store.max_offset(name, q) - store.min_offset(name, q) for q in range(cfg.queues))
         return TopicInfo(cfg.name, cfg.queues, cfg.order, messages)

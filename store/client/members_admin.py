@@ -67,7 +67,7 @@ class MembersAdmin(AdminBase):
         store = self.store
         if topic is not None:
             names.validate_any_topic(topic)
-            cfg = store.topics().get(topic)
+            cfg = store.find_topic(topic)
             if cfg is not None and queue is not None and queue >= cfg.queues:
                 raise UsageError(f"queue {queue} does not exist: topic {topic} has queues 0-{cfg.queues - 1}")
         require_group(store, group)

@@ -145,7 +145,7 @@ class Monitor:
             cp = (0, 0)
         table = store.topics()
         try:
-            st = os.stat(store.layout.topics_json)
+            st = os.stat(store.layout.topics_epoch)
             topics_stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         except FileNotFoundError:
             topics_stamp = (0, 0, 0)

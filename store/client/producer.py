@@ -240,7 +240,7 @@ class Producer(StoreClient):
 
     @staticmethod
     def _check_route(store: "Store", topic: str, queue: int | None, sharding_key: str | None) -> None:
-        cfg = store.topics().get(topic)
+        cfg = store.find_topic(topic)
         if cfg is None:
             return
         if queue is not None and queue >= cfg.queues:

@@ -43,7 +43,7 @@ class Rebalancer:
         self.membership: Membership | None = None
         self.published_queues: list[dict[str, Any]] | None = None   # as the member record says
         self.rebalanced_once = False
-        self._topics_stamp: tuple[int, int] | None = None   # topics.json as last seen
+        self._topics_stamp: tuple[int, int] | None = None   # the topic table's epoch as last seen
 
     # -- membership ------------------------------------------------------------------------
     def join(self) -> None:
@@ -118,10 +118,11 @@ class Rebalancer:
         return balanced
 
     def topics_changed(self) -> bool:
-        """Whether ``topics.json`` was replaced since the last look (one stat): a topic made
-        or changed (the retry topic, say) is a reason to rebalance at once."""
+        """Whether the topic table changed (``config/topics.epoch`` replaced) since the last
+        look (one stat): a topic made or changed (the retry topic, say) is a reason to
+        rebalance at once."""
         try:
-            st = os.stat(self.store.layout.topics_json)
+            st = os.stat(self.store.layout.topics_epoch)
             stamp: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
         except OSError:
             stamp = None

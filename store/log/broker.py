@@ -36,13 +36,14 @@ from store.errors import (
     DataError,
     MessageTooLargeError,
     OperationError,
+    StoreError,
+    StoreIOError,
     StoreNotFoundError,
-    TopicNotFoundError,
     UsageError,
 )
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
 from store.layout import Layout
-from store.log import reads, topicdelete
+from store.log import reads
 from store.log.bodywrite import frame_bodies
 from store.log.bulk import Columns, pull_columns, pull_many, pull_records
 from store.log.commitlog import CommitLog
@@ -115,7 +116,7 @@ class Store:
         recovered here, under the write lock, before anything is read."""
         root = Path(root).expanduser()
         layout = Layout(root)
-        if not layout.store_json.exists():
+        if not layout.store_json.exists() and not cls._restore_settings(layout, warn):
             if not create:
                 if root.exists() and any(root.iterdir()):
                     raise StoreNotFoundError(f"{root} is not an mqctl store (no store.json)")
@@ -130,7 +131,38 @@ class Store:
         opened = cls(root, st, warn)
         if recover:
             recover_if_dirty(opened.engine)
+            opened._migrate_topics()
         return opened
+
+    @staticmethod
+    def _restore_settings(layout: Layout, warn: Callable[[str], None]) -> bool:
+        """``store.json`` is gone but its ``.bak`` is readable: put it back (True)."""
+        bak = layout.store_json.with_name("store.json.bak")
+        try:
+            obj = read_json_with_bak(bak)
+            if obj is None:
+                return False
+            StoreSettings.from_json(obj)
+        except (StoreError, ValueError, KeyError, TypeError):
+            return False
+        warn(f"{layout.store_json} is missing; restored from {bak.name}")
+        try:
+            atomic_write_json(layout.store_json, obj, keep_bak=False)
+        except StoreError:
+            pass   # a store this process cannot write: read from the .bak
+        return True
+
+    def _migrate_topics(self) -> None:
+        """The first writer moves a legacy ``topics.json`` to one file per topic; a process
+        that cannot write reads the legacy file."""
+        if not self.engine.topic_table.legacy():
+            return
+        try:
+            with self.engine.write_lock:
+                self.engine.migrate_topics_locked()
+        except StoreIOError as exc:
+            self.warn(f"topics are kept in the legacy {self.layout.topics_json.name}; "
+                      f"this process cannot migrate them ({exc})")
 
     @staticmethod
     def _check_owner(root: Path) -> None:
@@ -196,30 +228,36 @@ class Store:
     def topic(self, name: str) -> TopicConfig:
         return self.engine.topic(name)
 
+    def find_topic(self, name: str) -> TopicConfig | None:
+        """One topic's config, or None; reads only that topic's file (``topics()`` lists all)."""
+        return self.engine.find_topic(name)
+
     def has_topic(self, name: str) -> bool:
-        return name in self.engine.topics()
+        return self.engine.find_topic(name) is not None
 
     def create_topic(self, name: str, queues: int | None = None, order: bool = False,
                      *, system: bool = False) -> tuple[TopicConfig, bool]:
         """Create a topic; returns (config, created). Exists with another shape → exit 4."""
         (names.validate_any_topic if system else names.validate_topic)(name)
         queues = self.settings.default_queues if queues is None else queues
-        if not 1 <= queues <= 1024:
-            raise UsageError(f"--queues must be between 1 and 1024, got {queues}")
+        _check_queue_count(queues)
         with self.engine.write_lock:
             return self.engine.create_topic_locked(name, queues, order)
+
+    def update_topic(self, name: str, queues: int) -> tuple[TopicConfig, bool]:
+        """Add queues to a topic; returns (config, changed). Fewer queues than today: exit 2.
+        Sharding keys route by the new count from then on; consumers pick the queues up at
+        once (``config/topics.epoch`` changes)."""
+        names.validate_any_topic(name)
+        _check_queue_count(queues)
+        with self.engine.write_lock:
+            return self.engine.update_topic_locked(name, queues)
 
     def delete_topic(self, name: str) -> None:
         """Forget a topic: its config, consume queues and offsets. Records stay in the commit
         log until retention removes their segment (as RocketMQ)."""
         with self.engine.write_lock:
-            cfg = self.engine.topic_table.load().get(name)
-            if cfg is None:
-                raise TopicNotFoundError(f"topic {name!r} does not exist")
-            self.engine.queues.forget_topic(name)
-            # crash-safe: a tombstone first, finished by the next writable open (topicdelete.py)
-            topicdelete.delete_topic(self.layout, self.engine.topic_table, cfg,
-                                     ClusterOffsetStore(self.layout).delete_topic)
+            self.engine.delete_topic_locked(name)
 
     def ensure_topic_locked(self, name: str, queue_id: int = -1) -> TopicConfig:
         """The topic's config, creating it on first send (write lock held)."""
@@ -235,6 +273,10 @@ class Store:
     def min_offset(self, topic: str, queue_id: int) -> int:
         """The first offset whose record is still in the commit log (retention aware)."""
         return self.engine.queues.min_offset(topic, queue_id)
+
+    def messages(self, topic: str, queues: int) -> int:
+        """How many messages the first ``queues`` queues of ``topic`` hold (retention aware)."""
+        return self.engine.queues.messages(topic, queues)
 
     def queue_ids(self, topic: str) -> list[int]:
         return list(range(self.topic(topic).queues))
@@ -323,7 +365,13 @@ class Store:
         the log, as ``mqctl store recover``)."""
         with self.engine.write_lock:
             from store.log.recovery import recover
-            return recover(self.engine, full=full, progress=progress)
+            rep = recover(self.engine, full=full, progress=progress)
+        ClusterOffsetStore(self.layout, self.warn).reset_lost(self.min_offset, self._queue_count)
+        return rep
+
+    def _queue_count(self, topic: str) -> int:
+        cfg = self.engine.find_topic(topic)
+        return 0 if cfg is None else cfg.queues
 
     def check(self, progress: Callable[[int], None] | None = None) -> "CheckReport":
         """Verify every record, consume-queue entry and index entry; writes nothing."""
@@ -410,6 +458,11 @@ class Store:
 
     def last_store_timestamp(self, topic: str, queue_id: int) -> int | None:
         return reads.last_store_timestamp(self.engine, topic, queue_id)
+
+
+def _check_queue_count(queues: int) -> None:
+    if not 1 <= queues <= 1024:
+        raise UsageError(f"--queues must be between 1 and 1024, got {queues}")
 
 
 def open_store(root: str | Path, *, create: bool = False, **kw: Any) -> Store:

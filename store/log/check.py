@@ -10,7 +10,8 @@ CRC, its own offset; every segment but the last ends with its trailer), every co
 entry (points at a valid record of the same topic, queue and offset, with that record's tag
 code; no torn partial entry), every key-index file (header, sizes, every entry reachable from
 its slot, and every record's keys findable: a damaged index makes ``msg query`` miss messages
-silently), and that the JSON metadata files parse. Returns the problems found, each with the
+silently), that the JSON metadata files parse, and that the topic files and the offset table
+(crc, journal) can be trusted. Returns the problems found, each with the
 file and byte offset.
 """
 from __future__ import annotations
@@ -20,10 +21,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from store.log import checkpoint as ckpt
-from store.log import recordscan
+from store.log import offsettable, recordscan
 from store.log.checkderived import IndexCheck, QueueCursors
 from store.log.offsets import broadcast_offset_files
-from store.log.topicdelete import pending as pending_deletes
 
 if TYPE_CHECKING:
     from store.log.engine import Engine
@@ -57,6 +57,7 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     pending_from = cp0.written_end if cp0 is not None else None
     log = engine.commitlog
     topics = engine.topics()
+
     def report(file: str, offset: int, reason: str) -> None:
         problems.append(Problem(file, offset, reason))
 
@@ -71,9 +72,7 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     rep.cq_entries = queues.finish(topics)
     keys.finish()
     _check_json(engine, problems)
-    for name in pending_deletes(engine.layout):
-        problems.append(Problem(str(engine.layout.topic_tombstone(name)), 0,
-                                f"deleting topic {name} was interrupted (run mqctl store recover)"))
+    problems += [Problem(f, 0, why) for f, why in engine.topic_table.problems() + offsettable.verify(engine.layout)]
     if engine.layout.checkpoint.exists() and ckpt.read(engine.layout.checkpoint) is None:
         problems.append(Problem(str(engine.layout.checkpoint), 0, "checkpoint unreadable (bad CRC or size)"))
     return rep

@@ -17,7 +17,6 @@ from store.fsutil import (
     SegmentListing,
     ensure_dir,
     fdatasync_path,
-    fsync_dir,
     open_private,
     pwrite_all,
     segment_bases,
@@ -333,20 +332,6 @@ def sync_changed_queues(layout: Layout, since_s: int) -> None:
     for d in reversed(changed_dirs):   # children before parents
         sync_dir_if_changed(d, since_s)
     sync_dir_if_changed(root, since_s)
-
-
-def retire_queues(topic_dir: Path, into: Path) -> None:
-    """Move a topic's queue files (``topic_dir``, if any) to ``into`` in one rename: no reader
-    sees the topic's entries afterwards, and what is left to remove is out of the way of a
-    topic of the same name created later (``store/log/topicdelete.py``)."""
-    try:
-        os.rename(topic_dir, into)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise io_error(exc, f"move {topic_dir} to {into}") from exc
-    fsync_dir(topic_dir.parent)
-    fsync_dir(into.parent)
 
 
 def remove_queues(directory: Path) -> None:

@@ -8,24 +8,28 @@ reads, recovery and check take an ``Engine``; nothing here imports them, and not
 the front door (``broker.py``'s :class:`~store.log.broker.Store`) imports the front door.
 
 Each file kind keeps its one owner module (``commitlog.py``, ``consumequeue.py``,
-``index.py``, ``checkpoint.py``, ``topics.py``); this module only ties them together.
+``index.py``, ``checkpoint.py``, ``topics.py``, ``offsets.py``); this module only ties them
+together, and orders the steps of a topic's creation, update and deletion.
 """
 from __future__ import annotations
 
 import os
 import random
+import shutil
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from store import names
 from store.errors import StoreError, TopicExistsError, TopicNotFoundError, UsageError
+from store.failpoints import failpoint
 from store.layout import Layout
 from store.log import checkpoint as ckpt
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue, remove_queues
 from store.log.flush import Durability
 from store.log.index import KeyIndex
+from store.log.offsets import ClusterOffsetStore
 from store.log.record import Draft, UniqKeyGenerator, java_hash
 from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig, TopicTable
@@ -82,6 +86,20 @@ class QueueTable:
             else:
                 lo = mid + 1
         return lo
+
+    def messages(self, topic: str, queues: int) -> int:
+        """Messages stored in queues ``0..queues-1`` of ``topic``. A queue without segment
+        files holds none: one ``listdir``, no queue opened (``topic list`` of 10,000 topics)."""
+        total = 0
+        base = f"{self.layout.topic_cq_dir(topic)}/"
+        for q in range(queues):
+            try:
+                names_ = os.listdir(base + str(q))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if any(len(n) == 20 and n.isdigit() for n in names_):
+                total += self.max_offset(topic, q) - self.min_offset(topic, q)
+        return total
 
     def append(self, topic: str, queue_id: int, first: int, entries: bytes | bytearray) -> list[tuple[str, int]]:
         """Append a batch's consume-queue entries (write lock held), keeping the queue's
@@ -153,7 +171,7 @@ class Engine:
         self.warn = warn
         self.commitlog = CommitLog(layout.commitlog_dir, settings.commitlog_segment_size)
         self.index = KeyIndex(layout.index_dir)
-        self.topic_table = TopicTable(layout.topics_json, warn=warn)
+        self.topic_table = TopicTable(layout, warn=warn)
         self.queues = QueueTable(layout, settings.cq_segment_entries, self.commitlog)
         self.write_lock = WriteLock(layout.root, layout.write_lock)
         self.writer = WriterState()
@@ -173,21 +191,48 @@ class Engine:
         self.queues.close()
         self.write_lock.close()
 
-    # -- topics ----------------------------------------------------------------------------
+    # -- topics (``topics.py`` owns their files) ---------------------------------------------
     def topics(self) -> dict[str, TopicConfig]:
-        return self.topic_table.load()
+        """Every topic (a listing: for commands that show or walk them all)."""
+        return self.topic_table.all()
+
+    def find_topic(self, name: str) -> TopicConfig | None:
+        """One topic's config, reading only its file."""
+        return self.topic_table.get(name)
 
     def topic(self, name: str) -> TopicConfig:
-        t = self.topics().get(name)
+        t = self.topic_table.get(name)
         if t is None:
             raise TopicNotFoundError(f"topic {name!r} does not exist")
         return t
 
+    def first_entry(self, topic: str, queue_ids: list[int]) -> int | None:
+        """The lowest commit-log offset the oldest entries of these queues point at: the
+        creation offset of a topic rebuilt from its queues."""
+        found = []
+        for q in queue_ids:
+            cq = self.queues.queue(topic, q)
+            e = cq.entry(cq.min_offset())
+            if e is not None:
+                found.append(e[0])
+        return min(found) if found else None
+
+    def heal_topics_locked(self) -> None:
+        """Restore every damaged or lost topic file and finish interrupted deletions (write
+        lock held; recovery)."""
+        for name in self.topic_table.heal(self.first_entry, self.commitlog.end()):
+            self.warn(f"finishing the deletion of topic {name!r} (interrupted)")
+            self.delete_topic_locked(name)
+
+    def migrate_topics_locked(self) -> None:
+        if self.topic_table.legacy():
+            self.topic_table.migrate(self.first_entry, self.commitlog.end())
+
     def create_topic_locked(self, name: str, queues: int, order: bool) -> tuple[TopicConfig, bool]:
         """Create a topic (write lock held); returns (config, created). Exists with another
         shape: ``TopicExistsError``."""
-        topics = dict(self.topic_table.load())
-        cur = topics.get(name)
+        self.migrate_topics_locked()
+        cur = self.topic_table.get(name) or self._restore_locked(name)
         if cur is not None:
             if cur.queues != queues or cur.order != order:
                 raise TopicExistsError(
@@ -197,15 +242,75 @@ class Engine:
         # queue files of no topic (an older version's killed `topic delete`) are not this one's
         remove_queues(self.layout.topic_cq_dir(name))
         cfg = TopicConfig(name, queues, order, int(time.time() * 1000), self.commitlog.end())
-        topics[name] = cfg
-        self.topic_table.save(topics)
+        try:
+            self.topic_table.save(cfg)
+        except StoreError:
+            # nothing half-made stays: queue directories alone would be healed into a topic
+            shutil.rmtree(self.layout.topic_cq_dir(name), ignore_errors=True)
+            raise
         return cfg, True
+
+    def update_topic_locked(self, name: str, queues: int) -> tuple[TopicConfig, bool]:
+        """Give a topic ``queues`` queues (write lock held); returns (config, changed). Fewer
+        queues than today are refused: their messages would become unreachable."""
+        self.migrate_topics_locked()
+        cur = self.topic_table.get(name) or self._restore_locked(name)
+        if cur is None:
+            raise TopicNotFoundError(f"topic {name!r} does not exist")
+        if queues < cur.queues:
+            raise UsageError(f"topic {name!r} has {cur.queues} queues: queues cannot be removed "
+                             f"(their messages would be lost to consumers); --queues must be at least {cur.queues}")
+        if queues == cur.queues:
+            return cur, False
+        cfg = replace(cur, queues=queues)
+        self.topic_table.save(cfg)
+        return cfg, True
+
+    def delete_topic_locked(self, name: str) -> None:
+        """Forget a topic in an order whose every prefix recovery can finish: its config is
+        marked as being deleted, its queues and offsets go, then its config.
+
+        Failpoints: ``topic-delete-after-mark``, ``-after-queues``, ``-after-offsets``."""
+        self.migrate_topics_locked()
+        cur = self.topic_table.get(name)
+        if cur is not None:
+            self.topic_table.mark_deleting(cur)
+        elif not self.topic_table.is_deleting(name):
+            raise TopicNotFoundError(f"topic {name!r} does not exist")
+        failpoint("topic-delete-after-mark")
+        self.queues.forget_topic(name)
+        shutil.rmtree(self.layout.topic_cq_dir(name), ignore_errors=True)
+        failpoint("topic-delete-after-queues")
+        ClusterOffsetStore(self.layout, self.warn).delete_topic(name)
+        failpoint("topic-delete-after-offsets")
+        self.topic_table.remove(name)
+
+    def _restore_locked(self, name: str) -> TopicConfig | None:
+        """A topic whose config is lost but whose queues remain is restored from them, never
+        created anew with other settings; a deletion a crash interrupted is finished first
+        (write lock held)."""
+        if self.topic_table.is_deleting(name):
+            self.warn(f"finishing the deletion of topic {name!r} (interrupted)")
+            self.delete_topic_locked(name)
+            return None
+        cfg = self.topic_table.rebuild(name, self.first_entry, self.commitlog.end())
+        if cfg is not None:
+            self.warn(f"topic {name!r} had lost its config; restored from what is beside its queues "
+                      f"({cfg.queues} queue(s){', ordered' if cfg.order else ''})")
+            self.topic_table.save(cfg)
+        return cfg
 
     def ensure_topic_locked(self, name: str, queue_id: int = -1) -> TopicConfig:
         """The topic's config, creating it on first send (write lock held). ``queue_id`` (an
         explicit queue the caller will use) is checked *before* the topic is created, so a
         refused send leaves no topic behind."""
-        t = self.topic_table.load().get(name)
+        t = self.topic_table.get(name)
+        if t is not None and self.topic_table.trusted(name):
+            return t
+        self.migrate_topics_locked()
+        t = self.topic_table.get(name)
+        if t is None or not self.topic_table.trusted(name):
+            t = self._restore_locked(name)   # from its copy or its queues, saved; None: no trace
         if t is not None:
             return t
         if name in SYSTEM_TOPIC_QUEUES:

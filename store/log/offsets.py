@@ -5,27 +5,20 @@ unconsumed message), and -1 means "no offset", never "before 0".
 
 Clustering groups — ``config/consumerOffset.json`` (:class:`ClusterOffsetStore`)
 ------------------------------------------------------------------------------------
-One file for the whole store, the broker's ``ConsumerOffsetManager`` table in standard JSON
-(queue ids are string keys; fastjson's bare integer keys are not JSON, so they are not
-accepted)::
+One table for the whole store, the broker's ``ConsumerOffsetManager`` file (format, crc and
+healing in ``offsettable.py``), with the offsets journal ``config/consumerOffset.log`` of which
+it is the snapshot (``offsetjournal.py``).
 
-    {
-      "offsetTable": {"<topic>@<group>": {"<queueId>": <offset>, ...}, ...},
-      "resetEpoch":  {"<topic>@<group>": <n>, ...}
-    }
-
-``resetEpoch`` is ours: ``reset`` and ``delete_topic`` bump it, so a consumer that loaded the
-table before a reset can learn that its in-memory offsets are stale instead of writing them
-back over the reset (RocketMQ pushes the reset to online clients; there is no broker here to
-push). Topic and group names cannot contain ``@`` (``names.py``), so the key splits cleanly.
-Epochs of deleted topics stay (bumped) so that a re-created topic is protected the same way.
-
-Members of every group persist into this one file from their own processes. Every change is a
-read-modify-write under an exclusive portalocker lock on ``consumerOffset.json.lock`` and is
-published with :func:`fsutil.atomic_write_json` (temp file, fsync, rename, previous version
-kept as ``consumerOffset.json.bak``). Readers take no lock: a rename is atomic. A member's
-commit does not fsync the directory after the rename (resets and deletes do): a power cut may
-then keep the previous commit, whose messages are delivered again, but never a torn table.
+Members of every group persist into this one table from their own processes. Every change is a
+read-modify-write under an exclusive portalocker lock on ``consumerOffset.json.lock``: the
+change is appended to the journal, then the snapshot is published with
+:func:`fsutil.atomic_write_json` (temp file, fsync, rename, previous version kept as
+``consumerOffset.json.bak``). Readers take no lock: a rename is atomic, and journal records
+past the snapshot's ``journalEnd`` (a writer between the two steps, or one that died there)
+are applied on reading. A member's commit does not fsync the directory after the rename
+(resets and deletes do): a power cut may then keep the previous commit, whose messages are
+delivered again, but never a torn table. A damaged table stops only the groups whose offsets
+it lost (exit 5, naming them) until ``store recover`` resets them to the oldest message.
 
 Broadcast clients — ``offsets/<clientId>/<group>/offsets.json`` (:class:`BroadcastOffsetStore`)
 -------------------------------------------------------------------------------------------
@@ -52,14 +45,24 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 from store import fsutil
-from store.errors import StoreError, UsageError, io_error
+from store.errors import CorruptionError, StoreError, UsageError, io_error
 from store.flock import wait_flock
 from store.layout import Layout
+from store.log import offsettable
+from store.log.offsettable import (
+    NO_OFFSET,
+    TOPIC_GROUP_SEPARATOR,
+    ClusterTable,
+    is_int,
+    parse_offset,
+    split_key,
+    table_key,
+)
 from store.names import (
     BROKER_NAME,
     CLIENT_ID_RE,
@@ -69,8 +72,9 @@ from store.names import (
     validate_group,
 )
 
-NO_OFFSET = -1
-TOPIC_GROUP_SEPARATOR = "@"
+__all__ = ["NO_OFFSET", "TOPIC_GROUP_SEPARATOR", "BroadcastOffsetStore", "ClusterOffsetStore", "GroupOffsets",
+           "clamp_to_queue_ends", "table_key"]
+
 LOCK_TIMEOUT_S = 30.0
 
 Warn = Callable[[str], None]   # where warnings go, one line each
@@ -116,100 +120,16 @@ class _FallbackWatch:
         self.warn(message)
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _check_offset(offset: Any, queue_id: Any) -> None:
-    if not _is_int(queue_id) or queue_id < 0:
+    if not is_int(queue_id) or queue_id < 0:
         raise UsageError(f"invalid queue id {queue_id!r}")
-    if not _is_int(offset) or offset < 0:
+    if not is_int(offset) or offset < 0:
         raise UsageError(f"invalid offset {offset!r} for queue {queue_id}: offsets are >= 0")
 
 
 # -- clustering: config/consumerOffset.json --------------------------------------------------
 
-def _table_key(topic: str, group: str) -> str:
-    return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
-
-
-def _split_key(key: Any) -> tuple[str, str]:
-    parts = key.split(TOPIC_GROUP_SEPARATOR) if isinstance(key, str) else []
-    if len(parts) != 2 or not all(parts):
-        raise ValueError(f"bad key {key!r}: expected '<topic>@<group>'")
-    return parts[0], parts[1]
-
-
-@dataclass
-class _ClusterTable:
-    """The parsed content of ``consumerOffset.json``."""
-
-    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
-    epochs: dict[str, int] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, obj: Any) -> _ClusterTable:
-        """Parse and validate; ``ValueError`` on any wrong shape (the reader then uses .bak)."""
-        if not isinstance(obj, dict):
-            raise ValueError("top level is not an object")
-        table = cls()
-        for key, queues in _json_object(obj, "offsetTable").items():
-            _split_key(key)
-            if not isinstance(queues, dict):
-                raise ValueError(f"offsetTable[{key!r}] is not an object")
-            table.offsets[key] = {_parse_queue_id(q): _parse_offset(o) for q, o in queues.items()}
-        for key, epoch in _json_object(obj, "resetEpoch").items():
-            _split_key(key)
-            if not _is_int(epoch) or epoch < 0:
-                raise ValueError(f"resetEpoch[{key!r}] is not a count")
-            table.epochs[key] = epoch
-        return table
-
-    def to_json(self) -> dict[str, Any]:
-        offsets = {key: {str(q): o for q, o in queues.items()}
-                   for key, queues in self.offsets.items() if queues}
-        return {"offsetTable": offsets, "resetEpoch": dict(self.epochs)}
-
-    def get(self, topic: str, group: str, queue_id: int) -> int:
-        return self.offsets.get(_table_key(topic, group), {}).get(queue_id, NO_OFFSET)
-
-    def put(self, topic: str, group: str, queue_id: int, offset: int) -> None:
-        self.offsets.setdefault(_table_key(topic, group), {})[queue_id] = offset
-
-    def epoch(self, topic: str, group: str) -> int:
-        return self.epochs.get(_table_key(topic, group), 0)
-
-    def bump_epoch(self, topic: str, group: str) -> int:
-        key = _table_key(topic, group)
-        self.epochs[key] = self.epochs.get(key, 0) + 1
-        return self.epochs[key]
-
-    def queues_of_group(self, group: str) -> Iterator[tuple[str, dict[int, int]]]:
-        """(topic, queues) of every topic the group has offsets in."""
-        for key, queues in self.offsets.items():
-            topic, owner = _split_key(key)
-            if owner == group and queues:
-                yield topic, queues
-
-
-def _json_object(obj: dict[str, Any], name: str) -> dict[str, Any]:
-    # Absent sections are empty: a broker-written file has no resetEpoch.
-    value = obj.get(name, {})
-    if not isinstance(value, dict):
-        raise ValueError(f"{name} is not an object")
-    return value
-
-
-def _parse_queue_id(text: Any) -> int:
-    if not isinstance(text, str) or not text.isdigit():
-        raise ValueError(f"bad queue id {text!r}")
-    return int(text)
-
-
-def _parse_offset(value: Any) -> int:
-    if not _is_int(value) or value < NO_OFFSET:
-        raise ValueError(f"bad offset {value!r}")
-    return value
+_split_key = split_key
 
 
 @dataclass(frozen=True)
@@ -236,13 +156,14 @@ class ClusterOffsetStore:
     """
 
     def __init__(self, layout: Layout, warn: Warn | None = None) -> None:
+        self.layout = layout
         self.path = layout.consumer_offset_json
         self._warn = warn or warn_stderr
 
     # -- reads (no lock: the file is only ever replaced by rename)
     def read(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset of one queue, or -1 when there is none."""
-        return self._load(_FallbackWatch(self._warn)).get(topic, group, queue_id)
+        return self._load(group).get(topic, group, queue_id)
 
     def read_group(self, group: str) -> dict[QueueKey, int]:
         """Every committed offset of ``group``, keyed by (topic, queueId)."""
@@ -250,7 +171,7 @@ class ClusterOffsetStore:
 
     def snapshot(self, group: str) -> GroupOffsets:
         """Offsets and epochs of ``group`` from one read, so that they agree with each other."""
-        table = self._load(_FallbackWatch(self._warn))
+        table = self._load(group)
         offsets = {(topic, q): o for topic, queues in table.queues_of_group(group) for q, o in queues.items()}
         epochs: dict[str, int] = {}
         for key, epoch in table.epochs.items():
@@ -261,24 +182,24 @@ class ClusterOffsetStore:
 
     def epoch(self, group: str, topic: str) -> int:
         """How many times the offsets of ``topic`` for ``group`` were reset (0: never)."""
-        return self._load(_FallbackWatch(self._warn)).epoch(topic, group)
+        return self._load(group).epoch(topic, group)
 
     def groups(self) -> list[str]:
         """Groups that have at least one committed offset, sorted."""
-        table = self._load(_FallbackWatch(self._warn))
+        table = self._load()
         return sorted({_split_key(key)[1] for key, queues in table.offsets.items() if queues})
 
     def all_groups(self) -> dict[str, dict[QueueKey, int]]:
         """Every group's committed offsets from one read: group -> (topic, queueId) -> offset."""
         out: dict[str, dict[QueueKey, int]] = {}
-        for key, queues in self._load(_FallbackWatch(self._warn)).offsets.items():
-            topic, group = _split_key(key)
+        for key, queues in self._load().offsets.items():
+            topic, group = split_key(key)
             out.setdefault(group, {}).update({(topic, q): o for q, o in queues.items()})
         return out
 
     def topics_of(self, group: str) -> list[str]:
         """Topics in which ``group`` has committed offsets, sorted."""
-        return sorted(topic for topic, _ in self._load(_FallbackWatch(self._warn)).queues_of_group(group))
+        return sorted(topic for topic, _ in self._load(group).queues_of_group(group))
 
     # -- writes (read-modify-write under the lock)
     def commit(
@@ -302,7 +223,7 @@ class ClusterOffsetStore:
             _check_offset(offset, queue_id)
         skipped: set[str] = set()
 
-        def merge(table: _ClusterTable) -> bool:
+        def merge(table: ClusterTable) -> bool:
             changed = False
             for (topic, queue_id), offset in sorted(offsets.items()):
                 if expected_epochs is not None and table.epoch(topic, group) != expected_epochs.get(topic, 0):
@@ -320,7 +241,7 @@ class ClusterOffsetStore:
             # leaves the old table or the new one, never a torn one), the rename is not (a
             # cut may keep the previous commit: those messages are delivered again, which
             # at-least-once allows). A consumer commits every turn; that saves an fsync each.
-            self._update(merge, sync_dir=False)
+            self._update(merge, sync=False)
         return skipped
 
     def reset(self, group: str, topic: str, offsets: Mapping[int, int]) -> int:
@@ -331,7 +252,7 @@ class ClusterOffsetStore:
             _check_offset(offset, queue_id)
         epoch = 0
 
-        def apply(table: _ClusterTable) -> bool:
+        def apply(table: ClusterTable) -> bool:
             nonlocal epoch
             for queue_id, offset in offsets.items():
                 table.put(topic, group, queue_id, offset)
@@ -345,10 +266,11 @@ class ClusterOffsetStore:
         """Drop every group's offsets of ``topic`` (``topic delete``), bumping their epochs."""
         validate_any_topic(topic)
 
-        def drop(table: _ClusterTable) -> bool:
+        def drop(table: ClusterTable) -> bool:
+            table.lost -= {key for key in table.lost if _split_key(key)[0] == topic}
             doomed = [key for key in table.offsets if _split_key(key)[0] == topic]
             for key in doomed:
-                del table.offsets[key]
+                table.drop(key)
                 table.bump_epoch(topic, _split_key(key)[1])
             return bool(doomed)
 
@@ -360,10 +282,11 @@ class ClusterOffsetStore:
         validate_group(group)
         gone: list[str] = []
 
-        def drop(table: _ClusterTable) -> bool:
+        def drop(table: ClusterTable) -> bool:
+            table.lost -= {key for key in table.lost if _split_key(key)[1] == group}
             for key in [k for k in table.offsets if _split_key(k)[1] == group]:
                 topic = _split_key(key)[0]
-                del table.offsets[key]
+                table.drop(key)
                 table.bump_epoch(topic, group)
                 gone.append(topic)
             return bool(gone)
@@ -371,19 +294,68 @@ class ClusterOffsetStore:
         self._update(drop)
         return sorted(gone)
 
-    # -- internals
-    def _load(self, watch: _FallbackWatch) -> _ClusterTable:
-        obj = fsutil.read_json_with_bak(self.path, default=None, validate=_ClusterTable.from_json, warn=watch)
-        return _ClusterTable() if obj is None else _ClusterTable.from_json(obj)
+    def lost_groups(self) -> dict[str, list[str]]:
+        """Groups whose offsets the table lost beyond recovery, with their topics."""
+        return offsettable.load(self.layout).lost_groups()
 
-    def _update(self, mutate: Callable[[_ClusterTable], bool], sync_dir: bool = True) -> None:
+    def reset_lost(self, oldest: Callable[[str, int], int], queue_count: Callable[[str], int]) -> list[str]:
+        """``store recover``: give every lost group's queues the oldest message's offset
+        (``oldest(topic, queue)``; topics with ``queue_count`` 0 are gone and skipped), and
+        rewrite a damaged snapshot; returns one warning line per group."""
+        said: list[str] = []
+
+        def apply(table: ClusterTable, lost: set[str]) -> bool:
+            for key in sorted(set(lost)):
+                topic, group = split_key(key)
+                n = queue_count(topic)
+                for q in range(n):
+                    table.put(topic, group, q, oldest(topic, q))
+                table.lost.discard(key)
+                table.bump_epoch(topic, group)
+                said.append(f"group {group}: offsets of topic {topic} could not be recovered; "
+                            f"reset to the oldest message" + ("" if n else " (the topic is gone: dropped)"))
+            return bool(lost)
+
+        self._update(lambda table: False, sync=True, on_lost=apply)
+        for line in said:
+            self._warn(line)
+        return said
+
+    # -- internals
+    def _load(self, group: str | None = None) -> ClusterTable:
+        loaded = offsettable.load(self.layout)
+        if loaded.source in ("bak", "journal"):
+            self._warn(f"{self.path} is damaged; offsets come from "
+                       f"{'its .bak and the offsets journal' if loaded.source == 'bak' else 'the offsets journal'}")
+        if loaded.unknown:
+            raise CorruptionError(str(self.path), 0, "unreadable, and so is its .bak, and there is no offsets "
+                                  "journal; run mqctl store recover (every group then starts again per its --from)")
+        lost = loaded.lost_groups()
+        if group is not None and group in lost:
+            raise CorruptionError(str(self.path), 0, f"offsets of group {group} (topics {', '.join(lost[group])}) "
+                                  f"were damaged and cannot be recovered; run mqctl store recover "
+                                  f"(resets them to the oldest message)")
+        return loaded.table
+
+    def _update(self, mutate: Callable[[ClusterTable], bool], sync: bool = True,
+                on_lost: Callable[[ClusterTable, set[str]], bool] | None = None) -> None:
         with _exclusive(_lock_path(self.path)):
-            watch = _FallbackWatch(self._warn)
-            table = self._load(watch)
-            # After a fallback, write even when nothing changed: it repairs the main file.
-            if mutate(table) or watch.used:
-                fsutil.atomic_write_json(self.path, table.to_json(), keep_bak=not watch.used,
-                                         sync_dir=sync_dir or watch.used)
+            loaded = offsettable.load(self.layout)
+            if loaded.unknown and on_lost is None:
+                self._load()   # raises: only recovery starts such a table over
+            if loaded.unknown:
+                self._warn(f"{self.path} and its .bak are unreadable and there is no offsets journal: "
+                           f"the table starts empty (every group starts again per its --from)")
+                loaded.source = "journal"   # rewrite both, keeping nothing of the damaged copies
+            lost_before = set(loaded.table.lost)
+            # keys a damaged copy names stay known as lost until recover resets them
+            loaded.table.lost |= loaded.lost
+            changed = mutate(loaded.table) or loaded.table.lost != lost_before
+            if on_lost is not None and on_lost(loaded.table, loaded.lost):
+                changed = True
+            # After a fallback, write even when nothing changed: it repairs the snapshot.
+            if changed or loaded.repair:
+                offsettable.write(self.layout, loaded, lost_before, sync=sync)
 
 
 # -- broadcasting: offsets/<clientId>/<group>/offsets.json -----------------------------------
@@ -400,9 +372,9 @@ def _parse_broadcast(obj: Any) -> dict[QueueKey, int]:
         topic, queue_id, offset = entry.get("topic"), entry.get("queueId"), entry.get("offset")
         if not isinstance(topic, str) or not isinstance(entry.get("brokerName"), str):
             raise ValueError(f"entry {entry!r} lacks topic or brokerName")
-        if not _is_int(queue_id) or queue_id < 0:
+        if not is_int(queue_id) or queue_id < 0:
             raise ValueError(f"entry {entry!r} has a bad queueId")
-        table[(topic, queue_id)] = _parse_offset(offset)
+        table[(topic, queue_id)] = parse_offset(offset)
     return table
 
 

@@ -1,6 +1,6 @@
 """Before a store is used: does it need recovery? The cheap look every opener and every write
 batch takes first — the checkpoint against the commit log's end, the boot id, and the markers
-a killed ``store recover`` or ``topic delete`` leaves — and the call into ``recovery.py`` (imported
+a killed ``store recover`` leaves — and the call into ``recovery.py`` (imported
 only then: a clean store's commands never load it) when it does.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from store.errors import StoreIOError
 from store.log import checkpoint as ckpt
-from store.log import indexfence, topicdelete
+from store.log import indexfence
 
 if TYPE_CHECKING:
     from store.log.engine import Engine
@@ -29,14 +29,14 @@ def checkpoint_locked(engine: "Engine") -> ckpt.Checkpoint:
 
 def recover_if_dirty(engine: "Engine") -> None:
     """Recover at open when the checkpoint says a writer died or the machine restarted, or a
-    killed ``store recover`` or ``topic delete`` left work half done; a store that cannot be
+    killed ``store recover`` left work half done; a store that cannot be
     written is read as it is (consume queues only point at whole records)."""
     cp = ckpt.read(engine.layout.checkpoint)
     try:
         end = engine.commitlog.end()
     except OSError:
         return
-    unfinished = indexfence.rebuilding(engine.index) or bool(topicdelete.pending(engine.layout))
+    unfinished = indexfence.rebuilding(engine.index)
     if cp is not None and cp.written_end == end and cp.boot_id == engine.writer.boot_id and not unfinished:
         return
     if cp is None and end == 0 and not engine.index.files() and not any(engine.layout.consumequeue_dir.glob("*/*/*")):

@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from store.failpoints import failpoint
 from store.log import checkpoint as ckpt
 from store.log import format as F
-from store.log import indexfence, recordscan, topicdelete
+from store.log import indexfence, recordscan
 from store.log.arrays import layouts
 from store.log.consumequeue import ConsumeQueue
-from store.log.offsets import ClusterOffsetStore
 from store.log.positions import clamp_to_queue_ends
 from store.log.record import RecordError, decode
 from store.log.topics import TopicConfig
@@ -154,12 +153,9 @@ def _check_index(engine: "Engine", plan: _Plan, full: bool, rep: "RecoveryReport
 
 def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None] | None = None) -> RecoveryReport:
     """Repair the store (write lock held). Returns what was done."""
+    engine.heal_topics_locked()   # records are dispatched only to topics that exist
     plan = _plan(engine, full)
     rep = RecoveryReport(reason=plan.reason)
-    drop_offsets = ClusterOffsetStore(engine.layout).delete_topic
-    for name in topicdelete.finish_pending(engine.layout, engine.topic_table, drop_offsets, engine.warn):
-        engine.queues.close()
-        rep.damage.append((str(engine.layout.topic_tombstone(name)), 0, "an interrupted topic delete was finished"))
     lost = ckpt.lost_durable_bytes(plan.checkpoint, engine.commitlog)
     if lost is not None:
         # Not a torn tail: said loudly, and kept in the report (the checkpoint moves down to
@@ -213,10 +209,9 @@ def _clamp_topics(engine: "Engine", valid_end: int) -> None:
     """A topic created after records that a crash then took away recorded a creation offset
     past the log's end; the next records of that topic land below it, and recovery would skip
     them as older than their topic. Such offsets come back to the end."""
-    topics = engine.topic_table.load()
-    late = {n: t for n, t in topics.items() if t.created_offset > valid_end}
-    if late:
-        engine.topic_table.save({**topics, **{n: replace(t, created_offset=valid_end) for n, t in late.items()}})
+    for t in engine.topics().values():
+        if t.created_offset > valid_end:
+            engine.topic_table.save(replace(t, created_offset=valid_end))
 
 
 def _clamp_consumers(engine: "Engine") -> None:

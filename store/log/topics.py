@@ -1,25 +1,65 @@
-"""Topic configuration: ``config/topics.json``.
+"""Topic configuration: one checksummed file per topic, and its mirror.
 
-Standard JSON in the shape of the broker's ``TopicConfigManager`` file::
+Files (standard JSON, the fields of the broker's ``TopicConfigManager`` entries)::
 
-    {"topicConfigTable": {"<topic>": {"topicName": "<topic>", "readQueueNums": 8,
-                                      "writeQueueNums": 8, "perm": 6, "order": false,
-                                      "createdAt": <ms>, "createdOffset": <commit-log end>}},
-     "dataVersion": {"counter": <n>, "timestamp": <ms>}}
+    config/topics/<topic>.json          the authoritative copy
+    consumequeue/<topic>/topic.json     its mirror, beside the topic's queue directories
+
+        {"topicName": "<topic>", "readQueueNums": 8, "writeQueueNums": 8, "perm": 6,
+         "order": false, "createdAt": <ms>, "createdOffset": <commit-log end>,
+         "state": "deleting",            (only while a deletion is in progress)
+         "crc": <CRC-32 of the canonical content: fsutil.json_crc>}
+
+    config/topics.epoch                 a token (ns), replaced on every create, update, delete
 
 ``createdOffset`` is the commit-log end when the topic was created: recovery never re-indexes
 a record older than its topic, so a deleted and re-created topic does not resurrect old
-messages. Changes are made under the store's write lock and written atomically (``.bak`` kept).
+messages. Changes are made under the store's write lock; each copy is written atomically and
+durably (temp file, fsync, rename, directory fsync), the mirror first, so either copy heals
+the other. A command reads only the files of the topics it uses; consumers notice any topic
+change with one ``stat`` of the epoch file.
+
+Creating a topic creates its queue directories too (``consumequeue/<topic>/<queueId>/``), so
+the queue count can always be rebuilt: from the config; when it is damaged or missing, from
+the mirror (its queue count, or more if more queue directories exist: an update that did not
+finish writing both copies); when both are lost, from the directories alone (the highest
+queue id + 1; the order flag is unknown and becomes false, with a warning naming the topic).
+
+Deletion is crash-safe: the config is first marked ``"state": "deleting"`` (the topic no
+longer exists for readers), then the queues and offsets go, then the file; recovery finishes
+a marked deletion.
+
+Legacy stores keep all topics in ``config/topics.json`` (``{"topicConfigTable": {...},
+"dataVersion": {...}}``, with a ``.bak``). The first writer that opens such a store migrates
+it (each entry to its file, then ``topics.json`` renamed to ``topics.json.migrated``); until
+then readers that cannot write read the legacy file.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from store.fsutil import atomic_write_json, read_json_with_bak
+from store.errors import CorruptionError
+from store.fsutil import (
+    atomic_write_bytes,
+    atomic_write_json_crc,
+    crc_problem,
+    ensure_dir,
+    fsync_dir,
+    read_json_with_bak,
+)
+from store.layout import Layout
+
+Warn = Callable[[str], None]
+# The lowest commit-log offset the first entries of a topic's queues point at (None: empty).
+FirstEntry = Callable[[str, list[int]], "int | None"]
+
+DELETING = "deleting"
+_SUFFIX = ".json"
 
 
 @dataclass(frozen=True)
@@ -29,60 +69,306 @@ class TopicConfig:
     order: bool = False
     created_at: int = 0
     created_offset: int = 0
+    deleting: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"topicName": self.name, "readQueueNums": self.queues, "writeQueueNums": self.queues,
-                "perm": 6, "order": self.order, "createdAt": self.created_at,
-                "createdOffset": self.created_offset}
+        obj: dict[str, Any] = {
+            "topicName": self.name, "readQueueNums": self.queues, "writeQueueNums": self.queues,
+            "perm": 6, "order": self.order, "createdAt": self.created_at,
+            "createdOffset": self.created_offset}
+        if self.deleting:
+            obj["state"] = DELETING
+        return obj
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "TopicConfig":
-        return cls(name=str(obj["topicName"]), queues=int(obj["writeQueueNums"]),
-                   order=bool(obj.get("order", False)), created_at=int(obj.get("createdAt", 0)),
-                   created_offset=int(obj.get("createdOffset", 0)))
+        queues = int(obj["writeQueueNums"])
+        if not 1 <= queues <= 1024:
+            raise ValueError(f"queue count {queues} out of range")
+        return cls(name=str(obj["topicName"]), queues=queues, order=bool(obj.get("order", False)),
+                   created_at=int(obj.get("createdAt", 0)), created_offset=int(obj.get("createdOffset", 0)),
+                   deleting=obj.get("state") == DELETING)
 
 
-def _validate(obj: Any) -> None:
+def read_topic_file(path: Path, name: str) -> TopicConfig | str:
+    """The config in ``path``, or why it cannot be trusted (missing, unparsable, bad crc)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    try:
+        obj = json.loads(raw)
+    except ValueError as exc:
+        return f"not valid JSON ({exc})"
+    why = crc_problem(obj)
+    if why is not None:
+        return why
+    try:
+        cfg = TopicConfig.from_json(obj)
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"bad field ({exc})"
+    if cfg.name != name:
+        return f"names topic {cfg.name!r}"
+    return cfg
+
+
+def queue_dirs(layout: Layout, topic: str) -> list[int]:
+    """The queue ids that have a directory under ``consumequeue/<topic>/``, ascending."""
+    try:
+        entries = os.listdir(layout.topic_cq_dir(topic))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(int(n) for n in entries if n.isascii() and n.isdigit())
+
+
+def _validate_legacy(obj: Any) -> None:
     if not isinstance(obj, dict) or not isinstance(obj.get("topicConfigTable"), dict):
         raise ValueError("no topicConfigTable object")
     for v in obj["topicConfigTable"].values():
         TopicConfig.from_json(v)
 
 
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 class TopicTable:
-    """A cached view of topics.json, reloaded when the file changes."""
+    """The topics of one store: single-topic reads cached by ``stat``, listings, and the
+    writes (caller holds the store's write lock)."""
 
-    def __init__(self, path: Path, warn: Callable[[str], None] | None = None) -> None:
-        self.path = path
+    def __init__(self, layout: Layout, warn: Warn | None = None) -> None:
+        self.layout = layout
         self.warn = warn
-        self._stamp: tuple[int, int, int] | None = None
-        self._topics: dict[str, TopicConfig] = {}
-        self._version = 0
+        self._one: dict[str, tuple[tuple[int, int, int], TopicConfig, bool]] = {}
+        self._legacy_stamp: tuple[int, int, int] | None = None
+        self._legacy: dict[str, TopicConfig] = {}
 
-    def _file_stamp(self) -> tuple[int, int, int] | None:
+    # -- reads -----------------------------------------------------------------------------
+    def legacy(self) -> bool:
+        """The store still keeps its topics in ``config/topics.json`` (not migrated yet)."""
+        return self.layout.topics_json.exists()
+
+    def get(self, name: str) -> TopicConfig | None:
+        """The topic's config (None: no such topic, or one being deleted). One ``stat`` when
+        the file did not change since the last call."""
+        path = self.layout.topic_config(name)
+        stamp = _stamp(path)
+        if stamp is None:
+            if self.legacy():
+                return self._legacy_table().get(name)
+            # A config lost on its own (its copy beside the queues is written first and
+            # removed first): the copy stands in until recovery or the next send restores it.
+            mirror = read_topic_file(self.layout.topic_mirror(name), name)
+            return mirror if isinstance(mirror, TopicConfig) and not mirror.deleting else None
+        hit = self._one.get(name)
+        if hit is not None and hit[0] == stamp:
+            cfg = hit[1]
+        else:
+            found = self._read(name)
+            if found is None:
+                return None
+            cfg = found[0]
+            self._one[name] = (stamp, cfg, found[1])
+        return None if cfg.deleting else cfg
+
+    def trusted(self, name: str) -> bool:
+        """The last :meth:`get` of ``name`` came from its own intact config file (a writer
+        restores any other)."""
+        hit = self._one.get(name)
+        return hit is not None and hit[2] and hit[0] == _stamp(self.layout.topic_config(name))
+
+    def _read(self, name: str) -> tuple[TopicConfig, bool] | None:
+        """(config, from its own file) — else from its copy, else from its queue directories."""
+        got = read_topic_file(self.layout.topic_config(name), name)
+        if isinstance(got, TopicConfig):
+            return got, True
+        where = self.layout.topic_config(name)
+        mirror = read_topic_file(self.layout.topic_mirror(name), name)
+        if isinstance(mirror, TopicConfig):
+            if self.warn is not None and got != "missing":
+                self.warn(f"{where} is {got}; using its copy {self.layout.topic_mirror(name)} "
+                          f"(mqctl store recover repairs it)")
+            return mirror, False
+        qids = queue_dirs(self.layout, name)
+        if self.warn is not None and got != "missing":
+            self.warn(f"{where} is {got}, and so is its copy" + (
+                f"; using its {qids[-1] + 1} queue directories (mqctl store recover repairs it)" if qids else ""))
+        if qids:
+            return TopicConfig(name, qids[-1] + 1), False
+        return None
+
+    def all(self) -> dict[str, TopicConfig]:
+        """Every topic, by name (a listing of ``config/topics/``)."""
+        if self.legacy():
+            return dict(self._legacy_table())
         try:
-            st = os.stat(self.path)
+            entries = os.listdir(self.layout.topics_dir)
         except FileNotFoundError:
+            return {}
+        out: dict[str, TopicConfig] = {}
+        for entry in entries:
+            if entry.startswith(".") or not entry.endswith(_SUFFIX):
+                continue   # a writer's temp file
+            name = entry[: -len(_SUFFIX)]
+            found = self._read(name)
+            if found is not None and not found[0].deleting:
+                out[name] = found[0]
+        return out
+
+    def _legacy_table(self) -> dict[str, TopicConfig]:
+        stamp = _stamp(self.layout.topics_json)
+        if stamp is None or stamp != self._legacy_stamp:
+            obj = read_json_with_bak(self.layout.topics_json, default={"topicConfigTable": {}},
+                                     validate=_validate_legacy, warn=self.warn)
+            self._legacy = {k: TopicConfig.from_json(v) for k, v in obj["topicConfigTable"].items()}
+            self._legacy_stamp = stamp
+        return self._legacy
+
+    def is_deleting(self, name: str) -> bool:
+        """The topic's deletion was started and not finished (a crash in between)."""
+        cfg = read_topic_file(self.layout.topic_config(name), name)
+        return isinstance(cfg, TopicConfig) and cfg.deleting
+
+    # -- writes (store write lock held) ----------------------------------------------------
+    def save(self, cfg: TopicConfig) -> None:
+        """Write the topic's queue directories, its mirror, then its config; then the epoch."""
+        cq = self.layout.topic_cq_dir(cfg.name)
+        if not cfg.deleting:
+            ensure_dir(cq)
+            existing = set(queue_dirs(self.layout, cfg.name))
+            missing = [q for q in range(cfg.queues) if q not in existing]
+            for q in missing:
+                ensure_dir(self.layout.queue_dir(cfg.name, q), durable=False)
+            if missing:
+                fsync_dir(cq)   # one fsync for every new queue directory
+            atomic_write_json_crc(self.layout.topic_mirror(cfg.name), cfg.to_json(), keep_bak=False)
+        ensure_dir(self.layout.topics_dir)
+        atomic_write_json_crc(self.layout.topic_config(cfg.name), cfg.to_json(), keep_bak=False)
+        self._one.pop(cfg.name, None)
+        self.touch_epoch()
+
+    def mark_deleting(self, cfg: TopicConfig) -> None:
+        self.save(replace(cfg, deleting=True))
+
+    def remove(self, name: str) -> None:
+        """The last step of a deletion: the config file goes (queues and offsets went first)."""
+        try:
+            os.unlink(self.layout.topic_config(name))
+        except FileNotFoundError:
+            pass
+        fsync_dir(self.layout.topics_dir)
+        self._one.pop(name, None)
+        self.touch_epoch()
+
+    def touch_epoch(self) -> None:
+        # A change signal only: nothing is lost if a power cut keeps the old token.
+        atomic_write_bytes(self.layout.topics_epoch, f"{time.time_ns()}\n".encode(), keep_bak=False, sync=False)
+
+    def epoch_stamp(self) -> tuple[int, int, int] | None:
+        return _stamp(self.layout.topics_epoch)
+
+    # -- rebuilding ------------------------------------------------------------------------
+    def rebuild(self, name: str, first_entry: FirstEntry, log_end: int) -> TopicConfig | None:
+        """What the files beside a topic's queues say its config is (its config file being
+        damaged or missing): the mirror, else the queue directories. None: nothing there."""
+        qids = queue_dirs(self.layout, name)
+        mirror = read_topic_file(self.layout.topic_mirror(name), name)
+        if isinstance(mirror, TopicConfig):
+            queues = max(mirror.queues, qids[-1] + 1 if qids else 0)
+            return replace(mirror, queues=queues, deleting=False)
+        if not qids:
             return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
+        first = first_entry(name, qids)
+        if self.warn is not None:
+            self.warn(f"topic {name!r}: its config and its copy are lost; rebuilt from its queue "
+                      f"directories with {qids[-1] + 1} queue(s), order unknown (set to false)")
+        return TopicConfig(name, qids[-1] + 1, False, int(time.time() * 1000),
+                           log_end if first is None else first)
 
-    def load(self) -> dict[str, TopicConfig]:
-        stamp = self._file_stamp()
-        if stamp is not None and stamp == self._stamp:
-            return self._topics
-        obj = read_json_with_bak(self.path, default={"topicConfigTable": {}}, validate=_validate,
-                                 warn=self.warn)
-        self._topics = {k: TopicConfig.from_json(v) for k, v in obj["topicConfigTable"].items()}
-        self._version = int(obj.get("dataVersion", {}).get("counter", 0))
-        self._stamp = stamp
-        return self._topics
+    def heal(self, first_entry: FirstEntry, log_end: int) -> list[str]:
+        """Repair every topic (recovery, write lock held): a damaged or missing config is
+        rebuilt (:meth:`rebuild`), a damaged or missing mirror is rewritten. Returns the
+        topics whose deletion must be finished."""
+        if self.legacy():
+            self.migrate(first_entry, log_end)
+        names = {e[: -len(_SUFFIX)] for e in _listdir(self.layout.topics_dir)
+                 if e.endswith(_SUFFIX) and not e.startswith(".")}
+        names |= {e for e in _listdir(self.layout.consumequeue_dir) if not e.startswith(".")}
+        doomed = []
+        for name in sorted(names):
+            got = read_topic_file(self.layout.topic_config(name), name)
+            if isinstance(got, TopicConfig):
+                if got.deleting:
+                    doomed.append(name)
+                elif read_topic_file(self.layout.topic_mirror(name), name) != got:
+                    self.save(got)
+                continue
+            cfg = self.rebuild(name, first_entry, log_end)
+            if cfg is None:
+                continue
+            if self.warn is not None and got != "missing":
+                self.warn(f"{self.layout.topic_config(name)} was {got}; restored "
+                          f"({cfg.queues} queue(s){', ordered' if cfg.order else ''})")
+            self.save(cfg)
+        return doomed
 
-    def save(self, topics: dict[str, TopicConfig]) -> None:
-        """Write the table (caller holds the store write lock)."""
-        self._version += 1
-        atomic_write_json(self.path, {
-            "topicConfigTable": {k: v.to_json() for k, v in sorted(topics.items())},
-            "dataVersion": {"counter": self._version, "timestamp": int(time.time() * 1000)},
-        })
-        self._topics = dict(topics)
-        self._stamp = self._file_stamp()
+    def migrate(self, first_entry: FirstEntry, log_end: int) -> None:
+        """Move a legacy ``topics.json`` to one file per topic (write lock held). A damaged
+        table (and ``.bak``) still migrates: what it lost is rebuilt from the queues."""
+        try:
+            legacy = dict(self._legacy_table())
+        except CorruptionError as exc:
+            if self.warn is not None:
+                self.warn(f"{exc}; topics are rebuilt from their queue directories")
+            legacy = {}
+        for name, cfg in sorted(legacy.items()):
+            if not isinstance(read_topic_file(self.layout.topic_config(name), name), TopicConfig):
+                self.save(cfg)
+        for name in sorted(_listdir(self.layout.consumequeue_dir)):
+            if name not in legacy and not name.startswith("."):
+                if not isinstance(read_topic_file(self.layout.topic_config(name), name), TopicConfig):
+                    found = self.rebuild(name, first_entry, log_end)
+                    if found is not None:
+                        self.save(found)
+        ensure_dir(self.layout.topics_dir)
+        src = self.layout.topics_json
+        os.replace(src, src.with_name(src.name + ".migrated"))
+        fsync_dir(src.parent)
+        self.touch_epoch()
+
+    # -- check (read-only) -----------------------------------------------------------------
+    def problems(self) -> list[tuple[str, str]]:
+        """(file, reason) of every damaged or missing topic file, and of queue directories
+        that no topic owns."""
+        if self.legacy():
+            return []
+        out = []
+        configs = {e[: -len(_SUFFIX)] for e in _listdir(self.layout.topics_dir)
+                   if e.endswith(_SUFFIX) and not e.startswith(".")}
+        for name in sorted(configs):
+            got = read_topic_file(self.layout.topic_config(name), name)
+            if isinstance(got, str):
+                out.append((str(self.layout.topic_config(name)), f"topic config {got} (run mqctl store recover)"))
+            elif got.deleting:
+                out.append((str(self.layout.topic_config(name)), "topic deletion did not finish "
+                                                                 "(run mqctl store recover)"))
+            elif isinstance(mirror := read_topic_file(self.layout.topic_mirror(name), name), str):
+                out.append((str(self.layout.topic_mirror(name)), f"topic copy {mirror} (run mqctl store recover)"))
+        for name in sorted(set(_listdir(self.layout.consumequeue_dir)) - configs):
+            if queue_dirs(self.layout, name):
+                out.append((str(self.layout.topic_cq_dir(name)),
+                            "consume queues of a topic without a config (run mqctl store recover)"))
+        return out
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []

@@ -122,7 +122,8 @@ class RowRules:
         self.max_size = store.settings.max_message_size
         self.default_queues = store.settings.default_queues
         self.auto_create = store.settings.auto_create_topics
-        self.topics = store.topics()
+        self.store = store
+        self.topics: dict[str, Any] = {}   # looked up one at a time, as rows name them
         self._checked: set[str] = set()
 
     def topic(self, name: Any, where: str) -> str:
@@ -130,14 +131,19 @@ class RowRules:
             raise BadInputError(f"{where}: topic is null or empty")
         if name not in self._checked:
             validate_topic(name)
-            if name not in self.topics and not self.auto_create:
+            if self._find(name) is None and not self.auto_create:
                 raise TopicNotFoundError(f"topic {name!r} does not exist and this store does not "
                                          f"create topics on send")
             self._checked.add(name)
         return name
 
+    def _find(self, name: str) -> Any:
+        if name not in self.topics:
+            self.topics[name] = self.store.find_topic(name)
+        return self.topics[name]
+
     def queue(self, topic: str, qid: Any, skey: Any, where: str) -> int:
-        cfg = self.topics.get(topic)
+        cfg = self._find(topic)
         queues = cfg.queues if cfg else self.default_queues
         if qid is None:
             if cfg is not None and cfg.order and skey is None:
@@ -345,11 +351,13 @@ def precheck(store: Store, root: Path, parts: Sequence[Optional[StagedPart]]) ->
     """Before anything is published: every staged row still fits the topics as they are now
     (a topic could have been created meanwhile), so the publish fails only on I/O or on a
     topic changed while it runs (Store.put checks each chunk again)."""
-    topics = store.topics()
+    topics: dict[str, Any] = {}
     for batch in iter_staged(root, [p for p in parts if p is not None]):
         cols = batch.select(["topic", "queueId", "shardingKey"]).to_pydict()
         for topic, qid, skey in zip(cols["topic"], cols["queueId"], cols["shardingKey"]):
-            cfg = topics.get(topic)
+            if topic not in topics:
+                topics[topic] = store.find_topic(topic)
+            cfg = topics[topic]
             if cfg is None:
                 if not store.settings.auto_create_topics:
                     raise TopicNotFoundError(f"topic {topic!r} does not exist and this store does "

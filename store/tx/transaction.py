@@ -261,7 +261,7 @@ class HalfResult:
 
 
 def _real_topic(store: "Store", topic: str) -> TopicConfig:
-    cfg = store.topics().get(topic)
+    cfg = store.find_topic(topic)
     if cfg is not None:
         return cfg
     if not store.settings.auto_create_topics:

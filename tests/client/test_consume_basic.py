@@ -344,6 +344,14 @@ def test_corrupt_offsets_file(mq: MQ) -> None:
     assert len(bodies(cp)) == 6  # it resumed from the backup, not from scratch
     json.loads(main.read_text())  # and the main file is good again
 
+    mq.send_lines("T", ["n0", "n1"])
+    main.write_bytes(b"garbage")
+    bak.write_bytes(b"more garbage")
+    cp = mq.run("consume", "T", "-g", "G", "-e", timeout=30)
+    assert cp.returncode == 0, cp.stderr
+    assert sorted(bodies(cp)) == ["n0", "n1"]  # both copies lost: the offsets journal has them
+
+    (mq.root / "config" / "consumerOffset.log").unlink()   # a store of an older version
     main.write_bytes(b"garbage")
     bak.write_bytes(b"more garbage")
     cp = mq.run("consume", "T", "-g", "G", "-e", timeout=30)

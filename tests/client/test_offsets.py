@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from store.errors import CorruptionError, InvalidNameError, UsageError
+from store.fsutil import json_crc
 from store.layout import Layout
 from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
 from tests.procs import finish, python
@@ -48,7 +49,10 @@ def test_commit_round_trip_in_the_broker_file_format(cluster: ClusterOffsetStore
     assert cluster.groups() == ["g", "h"]
     assert cluster.topics_of("g") == ["T", "U"]
     path = layout.consumer_offset_json
-    assert json.loads(path.read_text()) == {
+    obj = json.loads(path.read_text())
+    assert obj.pop("crc") == json_crc(obj)
+    assert obj.pop("journalEnd") == layout.consumer_offset_log.stat().st_size - 16
+    assert obj == {
         "offsetTable": {"T@g": {"0": 5, "1": 7}, "U@g": {"0": 1}, "T@h": {"0": 2}},
         "resetEpoch": {},
     }
@@ -135,18 +139,18 @@ def test_bad_group_name_is_refused(cluster: ClusterOffsetStore) -> None:
         cluster.commit("a@b", {("T", 0): 1})
 
 
-def test_garbage_main_file_falls_back_to_bak_with_a_warning(cluster: ClusterOffsetStore, layout: Layout,
-                                                             warnings: list[str]) -> None:
+def test_garbage_main_file_falls_back_to_bak_and_journal_with_a_warning(cluster: ClusterOffsetStore, layout: Layout,
+                                                                         warnings: list[str]) -> None:
     path = layout.consumer_offset_json
     cluster.commit("g", {("T", 0): 5})
-    cluster.commit("g", {("T", 0): 9})  # .bak now holds 5
+    cluster.commit("g", {("T", 0): 9})  # .bak now holds 5, the journal 9
     path.write_bytes(b"\x00garbage{")
 
-    assert cluster.read("g", "T", 0) == 5
+    assert cluster.read("g", "T", 0) == 9
     assert len(warnings) == 1 and str(path) in warnings[0] and ".bak" in warnings[0]
 
     cluster.commit("g", {("T", 1): 1})
-    assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 5, "1": 1}}
+    assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 9, "1": 1}}
     # The unreadable file was not rotated over the good copy.
     assert json.loads(bak(path).read_text())["offsetTable"] == {"T@g": {"0": 5}}
 
@@ -157,6 +161,7 @@ def test_garbage_main_file_falls_back_to_bak_with_a_warning(cluster: ClusterOffs
     {"offsetTable": {"T@g": {"x": 9}}},
     {"offsetTable": [], "resetEpoch": {}},
     {"offsetTable": {}, "resetEpoch": {"T@g": -1}},
+    {"offsetTable": {"T@g": {"0": 9}}},   # no crc: written by hand beside a journal
     [1, 2],
 ])
 def test_wrong_shape_counts_as_unreadable(cluster: ClusterOffsetStore, layout: Layout,
@@ -164,14 +169,27 @@ def test_wrong_shape_counts_as_unreadable(cluster: ClusterOffsetStore, layout: L
     cluster.commit("g", {("T", 0): 5})
     cluster.commit("g", {("T", 0): 6})
     layout.consumer_offset_json.write_text(json.dumps(content))
-    assert cluster.read("g", "T", 0) == 5
+    assert cluster.read("g", "T", 0) == 6
     assert warnings
 
 
-def test_both_files_unreadable_is_a_corruption_error(cluster: ClusterOffsetStore, layout: Layout) -> None:
+def test_both_files_unreadable_are_rebuilt_from_the_journal(cluster: ClusterOffsetStore, layout: Layout) -> None:
     path = layout.consumer_offset_json
     cluster.commit("g", {("T", 0): 5})
     cluster.commit("g", {("T", 0): 6})
+    path.write_text("{")
+    bak(path).write_text("")
+    assert cluster.read("g", "T", 0) == 6
+    cluster.commit("g", {("T", 0): 7})
+    assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 7}}
+
+
+def test_both_files_unreadable_without_a_journal_is_a_corruption_error(cluster: ClusterOffsetStore,
+                                                                      layout: Layout) -> None:
+    path = layout.consumer_offset_json
+    cluster.commit("g", {("T", 0): 5})
+    cluster.commit("g", {("T", 0): 6})
+    layout.consumer_offset_log.unlink()   # a store of an older version
     path.write_text("{")
     bak(path).write_text("")
 
@@ -182,6 +200,20 @@ def test_both_files_unreadable_is_a_corruption_error(cluster: ClusterOffsetStore
     with pytest.raises(CorruptionError):
         cluster.commit("g", {("T", 0): 7})
     assert path.read_text() == "{"  # never silently restarted from nothing
+    assert cluster.reset_lost(lambda t, q: 0, lambda t: 1) == []   # recovery alone starts it over
+    assert cluster.read("g", "T", 0) == -1
+
+
+def test_journal_is_compacted_past_its_bound(cluster: ClusterOffsetStore, layout: Layout,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from store.log import offsetjournal
+    monkeypatch.setattr(offsetjournal, "COMPACT_BYTES", 2000)
+    for i in range(200):
+        cluster.commit("g", {("T", i % 4): i})
+    assert layout.consumer_offset_log.stat().st_size < 2000 + 200
+    layout.consumer_offset_json.unlink()
+    bak(layout.consumer_offset_json).unlink()
+    assert cluster.read_group("g") == {("T", q): 196 + q for q in range(4)}
 
 
 def test_default_warning_is_a_line_on_stderr(layout: Layout, capsys: pytest.CaptureFixture[str]) -> None:
@@ -189,7 +221,7 @@ def test_default_warning_is_a_line_on_stderr(layout: Layout, capsys: pytest.Capt
     store.commit("g", {("T", 0): 1})
     store.commit("g", {("T", 0): 2})
     layout.consumer_offset_json.write_text("not json")
-    assert store.read("g", "T", 0) == 1
+    assert store.read("g", "T", 0) == 2
     assert capsys.readouterr().err.startswith("mqctl: warning: ")
 
 

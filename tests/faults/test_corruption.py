@@ -273,7 +273,7 @@ def _assert_works_or_one_clear_error(res: Result, codes: set[int]) -> None:
 
 
 JSON_FILES = {
-    "topics": "config/topics.json",
+    "topics": "config/topics/t.json",
     "consumerOffset": "config/consumerOffset.json",
     "broadcast": "offsets/bc1/B/offsets.json",
     "txProgress": "tx/CID_RMQ_SYS_TRANS.json",
@@ -297,7 +297,8 @@ def test_json_files_damaged(mq: MQ, name: str, bak: str, seed: int) -> None:
     if name == "store":
         (mq.root / "store.json.bak").write_bytes(path.read_bytes())  # (store.json is written once)
     assert path.exists(), path
-    bak_path = path.with_name(path.name + ".bak")
+    # a topic's copy is the one beside its queues; every other file keeps a .bak
+    bak_path = mq.root / "consumequeue/t/topic.json" if name == "topics" else path.with_name(path.name + ".bak")
     if bak == "without-bak":
         bak_path.unlink(missing_ok=True)
     else:
@@ -330,6 +331,7 @@ def test_json_files_damaged(mq: MQ, name: str, bak: str, seed: int) -> None:
 def test_damaged_group_offsets_without_a_backup_never_restart_silently(mq: MQ) -> None:
     path = mq.root / "config" / "consumerOffset.json"
     path.with_name("consumerOffset.json.bak").unlink(missing_ok=True)
+    path.with_name("consumerOffset.log").unlink(missing_ok=True)   # no journal either
     path.write_bytes(b'{"offsetTable": {"t@G": {"0": ')
     res = mq.cli("consume", "t", "-g", "G", "-e")
     msg = one_error(res, 5, allow_warnings=True)

@@ -73,11 +73,13 @@ def test_file_size_limit_on_small_files(mq: MQ) -> None:
     """JSON metadata (topics, offsets) written under the limit: an error, the old copy stays."""
     mq.ok("send", "t", "-q", "0", "one")
     mq.ok("consume", "t", "-g", "G", "--from", "first", "-e")
-    topics = (mq.root / "config" / "topics.json").read_bytes()
+    topics = (mq.root / "config" / "topics" / "t.json").read_bytes()
     res = mq.run("topic", "create", "u", preexec_fn=limit_fsize(64))
     one_error(res, 1)
-    assert (mq.root / "config" / "topics.json").read_bytes() == topics
-    assert not list((mq.root / "config").glob(".*.tmp"))  # the temp file is cleaned up
+    assert (mq.root / "config" / "topics" / "t.json").read_bytes() == topics
+    assert not (mq.root / "config" / "topics" / "u.json").exists()
+    assert not (mq.root / "consumequeue" / "u").exists(), "a failed creation leaves no queues behind"
+    assert not list((mq.root / "config").glob("**/.*.tmp"))  # the temp file is cleaned up
     mq.ok("send", "t", "-q", "0", "two")
     res = mq.run("consume", "t", "-g", "G", "-e", preexec_fn=limit_fsize(64))
     assert res.returncode in (0, 1) and "Traceback" not in res.stderr, str(res)

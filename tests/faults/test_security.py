@@ -62,7 +62,7 @@ def test_every_file_and_directory_is_private(tmp_path: Path) -> None:
             seen["file"] += 1
             assert mode == 0o600, f"{p}: file mode {mode:o}"
     names = tree(mq.root)
-    for part in ("commitlog", "index", "config/consumerOffset.json", "config/topics.json", "checkpoint",
+    for part in ("commitlog", "index", "config/consumerOffset.json", "config/topics", "checkpoint",
                  "locks", "consumers", "offsets", "tx", "dedup"):
         assert any(n == part or n.startswith(part + "/") for n in names), f"the session made no {part}"
     assert seen["file"] > 20

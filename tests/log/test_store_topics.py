@@ -8,41 +8,64 @@ from pathlib import Path
 import pytest
 
 from store import names
-from store.errors import CorruptionError, InvalidNameError, TopicExistsError, TopicNotFoundError
-from store.log.topics import TopicConfig, TopicTable
+from store.errors import InvalidNameError, TopicExistsError, TopicNotFoundError
+from store.fsutil import json_crc
+from store.layout import Layout
+from store.log.topics import TopicConfig, TopicTable, queue_dirs
 from tests.log.storetestutil import draft, open_store
 
 
 def test_table_round_trip_in_rocketmq_shape(tmp_path: Path) -> None:
-    path = tmp_path / "config" / "topics.json"
-    path.parent.mkdir()
-    t = TopicTable(path)
-    assert t.load() == {}
-    t.save({"A": TopicConfig("A", 4, False, 123, 0), "B": TopicConfig("B", 2, True, 456, 789)})
-    obj = json.loads(path.read_text())
-    assert obj["topicConfigTable"]["B"] == {"topicName": "B", "readQueueNums": 2, "writeQueueNums": 2,
-                                            "perm": 6, "order": True, "createdAt": 456, "createdOffset": 789}
-    assert obj["dataVersion"]["counter"] == 1
-    fresh = TopicTable(path)
-    assert fresh.load()["B"] == TopicConfig("B", 2, True, 456, 789)
-    t.save({"A": TopicConfig("A", 4)})
-    assert (tmp_path / "config" / "topics.json.bak").exists()
-    assert set(fresh.load()) == {"A"}, "a cached table reloads when the file changes"
-    assert json.loads(path.read_text())["dataVersion"]["counter"] == 2
+    lay = Layout(tmp_path)
+    t = TopicTable(lay)
+    assert t.all() == {} and t.get("A") is None
+    t.save(TopicConfig("A", 4, False, 123, 0))
+    t.save(TopicConfig("B", 2, True, 456, 789))
+    obj = json.loads(lay.topic_config("B").read_text())
+    crc = obj.pop("crc")
+    assert obj == {"topicName": "B", "readQueueNums": 2, "writeQueueNums": 2,
+                   "perm": 6, "order": True, "createdAt": 456, "createdOffset": 789}
+    assert crc == json_crc(obj)
+    assert json.loads(lay.topic_mirror("B").read_text()) == json.loads(lay.topic_config("B").read_text())
+    assert sorted(os.listdir(lay.topic_cq_dir("B"))) == ["0", "1", "topic.json"], "queue dirs made at creation"
+    fresh = TopicTable(lay)
+    assert fresh.get("B") == TopicConfig("B", 2, True, 456, 789)
+    assert set(fresh.all()) == {"A", "B"}
+    epoch = lay.topics_epoch.stat()
+    t.save(TopicConfig("B", 3, True, 456, 789))
+    assert fresh.get("B") == TopicConfig("B", 3, True, 456, 789), "a cached topic reloads when its file changes"
+    assert lay.topics_epoch.stat().st_ino != epoch.st_ino, "every change replaces the epoch file"
 
 
-def test_damaged_table_falls_back_to_bak_and_warns(tmp_path: Path) -> None:
-    path = tmp_path / "topics.json"
+def test_damaged_config_falls_back_to_its_copy_and_warns(tmp_path: Path) -> None:
+    lay = Layout(tmp_path)
     warned: list[str] = []
-    t = TopicTable(path, warn=warned.append)
-    t.save({"A": TopicConfig("A", 4)})
-    t.save({"A": TopicConfig("A", 4), "B": TopicConfig("B", 1)})
-    path.write_text("{not json")
-    assert set(TopicTable(path, warn=warned.append).load()) == {"A"}
-    assert warned and "topics.json" in warned[0]
-    path.with_name("topics.json.bak").write_text("")
-    with pytest.raises(CorruptionError):
-        TopicTable(path).load()
+    TopicTable(lay).save(TopicConfig("A", 4))
+    with open(lay.topic_config("A"), "r+b") as fh:   # one flipped digit: the crc catches it
+        data = fh.read().replace(b'"writeQueueNums": 4', b'"writeQueueNums": 5')
+        fh.seek(0)
+        fh.write(data)
+    assert TopicTable(lay, warn=warned.append).get("A") == TopicConfig("A", 4)
+    assert warned and "crc mismatch" in warned[0]
+    lay.topic_mirror("A").write_text("")
+    assert TopicTable(lay, warn=warned.append).get("A") == TopicConfig("A", 4), "from its queue directories"
+    assert "queue directories" in warned[-1] and "store recover" in warned[-1]
+    for q in range(4):
+        os.rmdir(lay.queue_dir("A", q))
+    assert TopicTable(lay, warn=warned.append).get("A") is None
+
+
+def test_legacy_table_is_read_and_migrated(tmp_path: Path) -> None:
+    lay = Layout(tmp_path)
+    lay.config_dir.mkdir()
+    legacy = {"topicConfigTable": {"A": TopicConfig("A", 3, True, 1, 0).to_json()}, "dataVersion": {"counter": 1}}
+    lay.topics_json.write_text(json.dumps(legacy))
+    t = TopicTable(lay)
+    assert t.legacy() and t.get("A") == TopicConfig("A", 3, True, 1, 0) and set(t.all()) == {"A"}
+    t.migrate(lambda topic, qids: None, 0)
+    assert not t.legacy() and lay.topics_json.with_name("topics.json.migrated").exists()
+    assert TopicTable(lay).get("A") == TopicConfig("A", 3, True, 1, 0)
+    assert queue_dirs(lay, "A") == [0, 1, 2]
 
 
 @pytest.mark.parametrize("name", ["T", "a-b_c|d%e", "x" * 127, "0"])
@@ -102,5 +125,5 @@ def test_created_offset_is_the_log_end(root: Path) -> None:
     end = s.commitlog.end()
     cfg, _ = s.create_topic("B", 2)
     assert cfg.created_offset == end > 0
-    assert oct(os.stat(root / "config" / "topics.json").st_mode & 0o777) == "0o600"
+    assert oct(os.stat(root / "config" / "topics" / "B.json").st_mode & 0o777) == "0o600"
     s.close()

@@ -1,0 +1,182 @@
+"""The offsets journal: ``config/consumerOffset.log``, the log of which
+``config/consumerOffset.json`` is the snapshot (Kafka's ``__consumer_offsets``, in small).
+
+Format (big-endian)::
+
+    header   "MQOJ"  u32 version (1)  u64 base          16 bytes
+    record   u32 length  u32 crc32(payload)  payload    payload: compact JSON, one object
+
+A record's *position* is logical: ``base`` + its byte offset after the header, so positions
+keep growing across compactions (the snapshot's ``journalEnd`` names one). Payloads::
+
+    {"full": {"offsetTable": {...}, "resetEpoch": {...}}}       the whole table
+    {"set": {"<topic>@<group>": {"<queueId>": <offset>}},      changed queues (new values)
+     "epoch": {"<topic>@<group>": <n>}, "drop": ["<topic>@<group>", ...]}
+
+The first record of a journal is always a full one, so the journal alone rebuilds the table.
+Records are appended under the offset table's lock, *before* the snapshot that includes them
+is replaced. When the journal grows past :data:`COMPACT_BYTES` (or four times the table) it is
+rewritten as one full record at the current end (temp file, fsync, rename, directory fsync).
+
+A member's commit does not fsync the journal. The snapshot written right after it is fsynced
+(content before rename), so a power cut that takes the journal's unsynced tail leaves those
+commits in the snapshot; the journal matters when the snapshot *and* its ``.bak`` are damaged
+or lost, and then a journal missing its last seconds gives older offsets: messages delivered
+again, never skipped (at-least-once). Resets and deletions move offsets backwards or drop
+them, which an older journal would undo the other way: they fsync the journal. A torn tail
+(a record cut by a crash, or zeros after a power cut) ends the journal; the next append cuts
+it off first.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from store.errors import io_error
+from store.fsutil import fsync_dir, open_private, pwrite_all
+
+MAGIC = b"MQOJ"
+VERSION = 1
+HEADER = struct.Struct(">4sIQ")
+FRAME = struct.Struct(">II")
+COMPACT_BYTES = 1 << 20
+MAX_RECORD = 64 << 20
+
+
+@dataclass
+class Tail:
+    """What a read of the journal found: records (payloads) from the position asked for,
+    the journal's ``base``, its logical end (after its last valid record), and whether a
+    torn or damaged record ended it early."""
+
+    records: list[dict[str, Any]]
+    base: int
+    end: int
+    torn: bool = False
+    exists: bool = True
+    header: bool = True   # False: no readable header (the next write rewrites the file)
+
+
+class Journal:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self, after: int | None = None) -> Tail:
+        """Records from logical position ``after`` (None, or before ``base``: from the start,
+        whose first record holds the whole table). Most reads under a commit find nothing
+        past the snapshot: one small read, not the whole file."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return Tail([], 0, 0, exists=False)
+        except OSError as exc:
+            raise io_error(exc, f"read {self.path}") from exc
+        try:
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, HEADER.size, 0)
+            if len(head) < HEADER.size:
+                return Tail([], 0, 0, torn=True, header=False)
+            magic, version, base = HEADER.unpack(head)
+            if magic != MAGIC or version != VERSION:
+                return Tail([], 0, 0, torn=True, header=False)
+            start = HEADER.size
+            if after is not None and after >= base:
+                start = HEADER.size + after - base
+            if start >= size:   # nothing after ``after`` (or a tail lost in a power cut)
+                return Tail([], base, base + size - HEADER.size)
+            data = os.pread(fd, size - start, start)
+        except OSError as exc:
+            raise io_error(exc, f"read {self.path}") from exc
+        finally:
+            os.close(fd)
+        records: list[dict[str, Any]] = []
+        pos = 0
+        torn = False
+        while pos < len(data):
+            if pos + FRAME.size > len(data):
+                torn = True
+                break
+            length, crc = FRAME.unpack_from(data, pos)
+            payload = data[pos + FRAME.size: pos + FRAME.size + length]
+            if length > MAX_RECORD or len(payload) != length or zlib.crc32(payload) != crc:
+                torn = True
+                break
+            try:
+                records.append(json.loads(payload))
+            except ValueError:
+                torn = True
+                break
+            pos += FRAME.size + length
+        return Tail(records, base, base + start - HEADER.size + pos, torn)
+
+    def append(self, payload: dict[str, Any], at: int, sync: bool = False) -> int:
+        """Write one record at logical position ``at`` (the end a read under the lock found:
+        a torn tail after it is overwritten and cut); returns the new end."""
+        body = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+        frame = FRAME.pack(len(body), zlib.crc32(body)) + body
+        try:
+            fd = open_private(self.path, os.O_RDWR)
+            try:
+                base = HEADER.unpack(os.pread(fd, HEADER.size, 0))[2]
+                pos = HEADER.size + at - base
+                if pos < HEADER.size:
+                    raise OSError(f"position {at} is before the journal's base {base}")
+                pwrite_all(fd, frame, pos)
+                if os.fstat(fd).st_size > pos + len(frame):
+                    os.ftruncate(fd, pos + len(frame))
+                if sync:
+                    os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise io_error(exc, f"append to {self.path}") from exc
+        return at + len(frame)
+
+    def rewrite(self, full: dict[str, Any], base: int) -> int:
+        """Replace the journal by one full-table record at ``base`` (compaction, and the
+        first write); returns the new end."""
+        body = json.dumps({"full": full}, sort_keys=True, separators=(",", ":")).encode()
+        data = HEADER.pack(MAGIC, VERSION, base) + FRAME.pack(len(body), zlib.crc32(body)) + body
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                pwrite_all(fd, data, 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            fsync_dir(self.path.parent)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise io_error(exc, f"write {self.path}") from exc
+        return base + len(data) - HEADER.size
+
+    def needs_compaction(self, end: int, base: int, table_bytes: int) -> bool:
+        return end - base > max(COMPACT_BYTES, 4 * table_bytes)
+
+
+def apply(record: dict[str, Any], state: dict[str, Any]) -> None:
+    """Apply one journal record to a table in its JSON shape (``offsetTable``, ``resetEpoch``,
+    ``lostOffsets``), in place."""
+    full = record.get("full")
+    if isinstance(full, dict):
+        state.clear()
+        state.update(json.loads(json.dumps(full)))
+        return
+    offsets = state.setdefault("offsetTable", {})
+    for key in record.get("drop") or []:
+        offsets.pop(key, None)
+    for key, queues in (record.get("set") or {}).items():
+        offsets.setdefault(key, {}).update(queues)
+    state.setdefault("resetEpoch", {}).update(record.get("epoch") or {})
+    if "lost" in record:
+        state["lostOffsets"] = list(record["lost"])

@@ -1,0 +1,317 @@
+"""The clustering groups' offset table: ``config/consumerOffset.json``, its ``.bak``, and how
+they are trusted and healed with the offsets journal (``offsetjournal.py``).
+
+``consumerOffset.json`` is the broker's ``ConsumerOffsetManager`` table in standard JSON (queue
+ids are string keys; fastjson's bare integer keys are not JSON, so they are not accepted)::
+
+    {
+      "offsetTable": {"<topic>@<group>": {"<queueId>": <offset>, ...}, ...},
+      "resetEpoch":  {"<topic>@<group>": <n>, ...},
+      "journalEnd":  <position in consumerOffset.log after the last record this includes>,
+      "crc":         <CRC-32 of the canonical content: fsutil.json_crc>
+    }
+
+``resetEpoch`` is ours: ``reset`` and ``delete_topic`` bump it, so a consumer that loaded the
+table before a reset can learn that its in-memory offsets are stale instead of writing them
+back over the reset. Topic and group names cannot contain ``@``, so the key splits cleanly.
+
+Loading (:func:`load`): the snapshot when its crc checks, plus the journal's records after its
+``journalEnd``; else the ``.bak`` (checked the same way) plus the journal after *its*
+``journalEnd``; else the whole journal. A file without a ``crc`` field is a store of an older
+version: trusted while no journal exists. Keys that appear in a damaged copy but in no
+trusted source are *lost*: their groups are named (``store check``), refused with exit 5 by
+reads of those groups only, and reset to the oldest message by ``store recover``.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from store import fsutil
+from store.layout import Layout
+from store.log import offsetjournal as oj
+
+NO_OFFSET = -1
+TOPIC_GROUP_SEPARATOR = "@"
+_KEY_TEXT = re.compile(rb'"([A-Za-z0-9_%|-]{1,127}@[A-Za-z0-9_%|-]{1,127})"')
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def table_key(topic: str, group: str) -> str:
+    return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+
+
+def split_key(key: Any) -> tuple[str, str]:
+    parts = key.split(TOPIC_GROUP_SEPARATOR) if isinstance(key, str) else []
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(f"bad key {key!r}: expected '<topic>@<group>'")
+    return parts[0], parts[1]
+
+
+def parse_offset(value: Any) -> int:
+    if not is_int(value) or value < NO_OFFSET:
+        raise ValueError(f"bad offset {value!r}")
+    return value
+
+
+def _parse_queue_id(text: Any) -> int:
+    if not isinstance(text, str) or not text.isdigit():
+        raise ValueError(f"bad queue id {text!r}")
+    return int(text)
+
+
+def _json_object(obj: dict[str, Any], name: str) -> dict[str, Any]:
+    # Absent sections are empty: a broker-written file has no resetEpoch.
+    value = obj.get(name, {})
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} is not an object")
+    return value
+
+
+@dataclass
+class ClusterTable:
+    """The parsed offset table."""
+
+    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    epochs: dict[str, int] = field(default_factory=dict)
+    lost: set[str] = field(default_factory=set)   # keys whose offsets could not be recovered
+    # What changed since it was loaded (not stored): the journal record is built from these.
+    touched: set[str] = field(default_factory=set, compare=False)
+    dropped: set[str] = field(default_factory=set, compare=False)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> ClusterTable:
+        """Parse and validate; ``ValueError`` on any wrong shape."""
+        if not isinstance(obj, dict):
+            raise ValueError("top level is not an object")
+        table = cls()
+        for key, queues in _json_object(obj, "offsetTable").items():
+            split_key(key)
+            if not isinstance(queues, dict):
+                raise ValueError(f"offsetTable[{key!r}] is not an object")
+            table.offsets[key] = {_parse_queue_id(q): parse_offset(o) for q, o in queues.items()}
+        for key, epoch in _json_object(obj, "resetEpoch").items():
+            split_key(key)
+            if not is_int(epoch) or epoch < 0:
+                raise ValueError(f"resetEpoch[{key!r}] is not a count")
+            table.epochs[key] = epoch
+        lost = obj.get("lostOffsets", [])
+        if not isinstance(lost, list):
+            raise ValueError("lostOffsets is not a list")
+        for key in lost:
+            split_key(key)
+            table.lost.add(key)
+        return table
+
+    def to_json(self) -> dict[str, Any]:
+        offsets = {key: {str(q): o for q, o in queues.items()}
+                   for key, queues in self.offsets.items() if queues}
+        obj: dict[str, Any] = {"offsetTable": offsets, "resetEpoch": dict(self.epochs)}
+        if self.lost:
+            obj["lostOffsets"] = sorted(self.lost)
+        return obj
+
+    def change(self, lost_before: set[str]) -> dict[str, Any] | None:
+        """The journal record of what changed since loading (None: nothing)."""
+        record: dict[str, Any] = {}
+        if self.dropped:
+            record["drop"] = sorted(self.dropped)
+        changed = {k: {str(q): o for q, o in self.offsets[k].items()} for k in sorted(self.touched)
+                   if self.offsets.get(k)}
+        if changed:
+            record["set"] = changed
+        epochs = {k: self.epochs[k] for k in sorted(self.touched) if k in self.epochs}
+        if epochs:
+            record["epoch"] = epochs
+        if self.lost != lost_before:
+            record["lost"] = sorted(self.lost)
+        return record or None
+
+    def drop(self, key: str) -> None:
+        self.offsets.pop(key, None)
+        self.dropped.add(key)
+        self.touched.discard(key)
+
+    def get(self, topic: str, group: str, queue_id: int) -> int:
+        return self.offsets.get(table_key(topic, group), {}).get(queue_id, NO_OFFSET)
+
+    def put(self, topic: str, group: str, queue_id: int, offset: int) -> None:
+        key = table_key(topic, group)
+        self.offsets.setdefault(key, {})[queue_id] = offset
+        self.lost.discard(key)
+        self.touched.add(key)
+
+    def epoch(self, topic: str, group: str) -> int:
+        return self.epochs.get(table_key(topic, group), 0)
+
+    def bump_epoch(self, topic: str, group: str) -> int:
+        key = table_key(topic, group)
+        self.epochs[key] = self.epochs.get(key, 0) + 1
+        self.touched.add(key)
+        return self.epochs[key]
+
+    def queues_of_group(self, group: str) -> Iterator[tuple[str, dict[int, int]]]:
+        """(topic, queues) of every topic the group has offsets in."""
+        for key, queues in self.offsets.items():
+            topic, owner = split_key(key)
+            if owner == group and queues:
+                yield topic, queues
+
+
+@dataclass
+class Loaded:
+    """A table as :func:`load` found it."""
+
+    table: ClusterTable
+    journal: oj.Tail
+    source: str = "snapshot"          # snapshot | bak | journal | none
+    lost: set[str] = field(default_factory=set)      # "<topic>@<group>" keys not recoverable
+    problems: list[tuple[str, str]] = field(default_factory=list)   # (file, why) for check
+    behind: bool = False              # the snapshot lacks journal records (a writer died)
+    snapshot_end: int = 0             # the trusted copy's journalEnd
+    unknown: bool = False             # damaged, no journal, and no group named: nothing to trust
+    snapshot_bytes: int = 0           # the size of the copy read (bounds the journal's growth)
+
+    @property
+    def repair(self) -> bool:
+        """The next write must rewrite the snapshot even when nothing changed."""
+        return self.source not in ("snapshot", "none") or self.behind
+
+    def lost_groups(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for key in sorted(self.lost):
+            topic, group = split_key(key)
+            out.setdefault(group, []).append(topic)
+        return out
+
+
+def _read_copy(path: Path) -> tuple[ClusterTable | None, int | None, str | None, bytes]:
+    """(trusted table, its journalEnd, why not trusted, raw bytes) of one copy of the
+    snapshot; a copy without a ``crc`` field (an older version's) has ``journalEnd`` -1."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None, None, "missing", b""
+    except OSError as exc:
+        return None, None, f"unreadable ({exc.strerror})", b""
+    try:
+        obj = json.loads(raw) if raw.strip() else None
+        if obj is None:
+            return None, None, "empty", raw
+        if isinstance(obj, dict) and fsutil.CRC_FIELD in obj:
+            why = fsutil.crc_problem(obj)
+            if why is not None:
+                return None, None, why, raw
+        table = ClusterTable.from_json(obj)
+        je = obj.get("journalEnd", -1 if fsutil.CRC_FIELD not in obj else None)
+        if not (is_int(je) and je >= -1):
+            return None, None, "bad journalEnd", raw
+    except ValueError as exc:
+        return None, None, f"not valid ({exc})", raw
+    return table, je, None, raw
+
+
+def load(layout: Layout) -> Loaded:
+    """The table from the snapshot, its ``.bak`` and the journal (see the module docstring)."""
+    path = layout.consumer_offset_json
+    journal = oj.Journal(layout.consumer_offset_log)
+    problems: list[tuple[str, str]] = []
+    damaged_text = b""
+    for source, copy in (("snapshot", path), ("bak", path.with_name(path.name + ".bak"))):
+        table, je, why, raw = _read_copy(copy)
+        if table is not None and je == -1 and layout.consumer_offset_log.exists():
+            table, why = None, "no crc field"   # written by hand, or by an older version meanwhile
+        if table is None or je is None:
+            damaged_text += raw
+            if why != "missing" or source == "snapshot":
+                problems.append((str(copy), f"offset table {why}"))
+            continue
+        tail = journal.read(je) if je >= 0 else oj.Tail([], 0, 0, exists=False)
+        if tail.records:
+            table = _replay(table.to_json(), tail.records)
+        return Loaded(table, tail, source, _lost(damaged_text, table), problems,
+                      behind=bool(tail.records), snapshot_end=max(je, 0), snapshot_bytes=len(raw))
+    tail = journal.read(None)
+    if not tail.exists:
+        missing_only = all(why.endswith("missing") for _f, why in problems)
+        if missing_only:
+            return Loaded(ClusterTable(), tail, "none")
+    table = _replay({}, tail.records)
+    if not tail.exists or tail.torn:
+        problems.append((str(layout.consumer_offset_log), "offsets journal " + (
+            "missing" if not tail.exists else "damaged (ends early)")))
+    lost = _lost(damaged_text, table)
+    if not tail.exists and not lost:
+        # a store of an older version (no journal) whose table names no group any more:
+        # every read is refused rather than every group silently starting over
+        return Loaded(table, tail, "none", lost, problems, unknown=True)
+    if lost:
+        groups = sorted({split_key(k)[1] for k in lost})
+        problems.append((str(path), "offsets that cannot be recovered of group(s) " + ", ".join(groups)
+                         + " (mqctl store recover resets them to the oldest message)"))
+    return Loaded(table, tail, "journal" if tail.exists else "none", lost, problems)
+
+
+def _replay(state: dict[str, Any], records: list[dict[str, Any]]) -> ClusterTable:
+    for record in records:
+        oj.apply(record, state)
+    return ClusterTable.from_json(state)
+
+
+def _lost(damaged_text: bytes, table: ClusterTable) -> set[str]:
+    """Keys named in a damaged copy that no trusted source has, and those it lost before."""
+    out = set(table.lost)
+    for m in _KEY_TEXT.finditer(damaged_text):
+        key = m.group(1).decode()
+        if key not in table.offsets:
+            out.add(key)
+    return out
+
+
+def save(layout: Layout, table: dict[str, Any], journal_end: int, *, keep_bak: bool, sync_dir: bool) -> None:
+    """Write the snapshot (``table`` in its JSON shape; content fsynced before the rename)."""
+    obj = {**table, "journalEnd": journal_end}
+    fsutil.atomic_write_json_crc(layout.consumer_offset_json, obj, keep_bak=keep_bak, sync_dir=sync_dir)
+
+
+def write(layout: Layout, loaded: Loaded, lost_before: set[str], *, sync: bool) -> None:
+    """Publish ``loaded.table`` under the table's lock: the journal record of what changed
+    first, then the snapshot. ``sync``: a reset or deletion (see ``offsetjournal``)."""
+    journal = oj.Journal(layout.consumer_offset_log)
+    tail = loaded.journal
+    new = loaded.table.to_json()
+    if not tail.exists or not tail.header or tail.end < loaded.snapshot_end:
+        # No journal, an unreadable one, or one that lost records the snapshot has (a power
+        # cut took its unsynced tail): it starts again from the whole table. Positions never
+        # go back, so an old ``.bak`` cannot name one inside the new journal.
+        end = journal.rewrite(new, max(tail.end, loaded.snapshot_end))
+    else:
+        record = loaded.table.change(lost_before)
+        end = tail.end
+        if record is not None:
+            end = journal.append(record, tail.end, sync=sync)
+        if journal.needs_compaction(end, tail.base, loaded.snapshot_bytes):
+            end = journal.rewrite(new, end)
+    save(layout, new, end, keep_bak=loaded.source == "snapshot", sync_dir=sync or loaded.repair)
+
+
+def verify(layout: Layout) -> list[tuple[str, str]]:
+    """Problems ``store check`` reports (reads only): damaged copies, lost groups, a journal
+    that ends early, and a snapshot that disagrees with the journal it names."""
+    loaded = load(layout)
+    problems = list(loaded.problems)
+    tail = loaded.journal
+    if loaded.source == "snapshot" and tail.exists and tail.header and not loaded.behind \
+            and tail.end >= loaded.snapshot_end:
+        whole = oj.Journal(layout.consumer_offset_log).read(None)
+        if whole.end == tail.end and _replay({}, whole.records).to_json() != loaded.table.to_json():
+            problems.append((str(layout.consumer_offset_json),
+                             "offset table disagrees with the offsets journal it names (the table is used)"))
+    return problems

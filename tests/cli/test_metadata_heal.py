@@ -1,0 +1,209 @@
+"""Metadata that heals (issue 25): topic files and group offsets survive damage, topics grow.
+
+Every step is a real ``mqctl`` process on a real store; damage is done to the files the way a
+user (or a disk) would: emptied, appended to, a digit flipped, deleted.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from tests.procs import MQ, one_error, wait_for
+
+OFFSETS = "config/consumerOffset.json"
+
+
+def _bodies(res_lines: list[dict]) -> list[str]:
+    return [e["body"] for e in res_lines]
+
+
+def _consume(mq: MQ, topic: str, group: str, *extra: str) -> list[str]:
+    res = mq.run("consume", topic, "-g", group, "-e", "--json", *extra)
+    assert res.returncode == 0, str(res)
+    return _bodies(res.json_lines())
+
+
+def _status_queues(mq: MQ, topic: str) -> int:
+    return len(mq.ok("topic", "status", topic, "--json").json_lines())
+
+
+# -- D5: the offsets table and its .bak both damaged --------------------------------------------
+
+@pytest.mark.parametrize("how", ["empty", "garbage", "deleted"])
+def test_offsets_recovered_from_the_journal_when_both_files_are_lost(mq: MQ, how: str) -> None:
+    mq.ok("topic", "create", "t", "--queues", "1")
+    mq.send_lines("t", [f"m{i}" for i in range(10)])
+    assert _consume(mq, "t", "G", "--from", "first", "--count", "4") == ["m0", "m1", "m2", "m3"]
+    assert _consume(mq, "t", "H", "--from", "first", "--count", "7") == [f"m{i}" for i in range(7)]
+    for name in (OFFSETS, OFFSETS + ".bak"):
+        path = mq.root / name
+        if how == "empty":
+            path.write_bytes(b"")
+        elif how == "garbage":
+            path.write_bytes(b"\x00garbage{")
+        else:
+            path.unlink(missing_ok=True)
+    msg_id = mq.ok("send", "t", "m10", "--json").json_lines()[0]["msgId"]
+    # every group goes on where it was: nothing skipped, nothing delivered twice
+    assert _consume(mq, "t", "G") == [f"m{i}" for i in range(4, 11)]
+    assert _consume(mq, "t", "H") == ["m7", "m8", "m9", "m10"]
+    assert _consume(mq, "t", "NEW", "--from", "first") == [f"m{i}" for i in range(11)]
+    res = mq.run("msg", "show", msg_id)
+    assert res.returncode == 0, str(res)
+    mq.ok("store", "recover")
+    mq.check_clean()
+
+
+def test_a_flipped_digit_fails_the_crc_and_the_right_offset_comes_back(mq: MQ) -> None:
+    mq.ok("topic", "create", "t", "--queues", "1")
+    mq.send_lines("t", [f"m{i}" for i in range(10)])
+    assert len(_consume(mq, "t", "G", "--from", "first", "--count", "4")) == 4
+    path = mq.root / OFFSETS
+    text = path.read_text()
+    assert '"0": 4' in text
+    path.write_text(text.replace('"0": 4', '"0": 6'))
+    res = mq.run("store", "check")
+    assert res.returncode == 1 and "crc" in res.out + res.stderr, str(res)
+    assert _consume(mq, "t", "G") == [f"m{i}" for i in range(4, 10)], "the flipped offset would skip m4, m5"
+    mq.check_clean()
+
+
+def test_lost_group_is_named_by_check_and_reset_to_the_oldest_by_recover(mq: MQ) -> None:
+    mq.ok("topic", "create", "t", "--queues", "1")
+    mq.send_lines("t", [f"m{i}" for i in range(6)])
+    _consume(mq, "t", "G", "--from", "first", "--count", "3")
+    (mq.root / "config" / "consumerOffset.log").unlink()
+    (mq.root / (OFFSETS + ".bak")).unlink(missing_ok=True)
+    p = mq.root / OFFSETS
+    p.write_text(p.read_text().replace('"0": 3', '"0": 9'))   # the crc fails; no .bak, no journal
+    res = mq.run("store", "check")
+    assert res.returncode == 1 and "group(s) G" in res.out + res.stderr, str(res)
+    one_error(mq.run("consume", "t", "-g", "G", "-e"), 5)
+    assert _consume(mq, "t", "OTHER", "--from", "first") == [f"m{i}" for i in range(6)], "other groups go on"
+    res = mq.run("store", "recover")
+    assert res.returncode == 0 and "group G" in res.stderr and "oldest message" in res.stderr, str(res)
+    assert _consume(mq, "t", "G") == [f"m{i}" for i in range(6)], "reset to the oldest: nothing skipped"
+    mq.check_clean()
+
+
+# -- D6: topics ------------------------------------------------------------------------------------
+
+def _make_legacy(mq: MQ, table: dict[str, tuple[int, bool]], bak: dict[str, tuple[int, bool]]) -> None:
+    """Turn the store into the one-file topic table of earlier versions."""
+    cfg = mq.root / "config"
+
+    def legacy(entries: dict[str, tuple[int, bool]]) -> str:
+        return json.dumps({"topicConfigTable": {
+            n: {"topicName": n, "readQueueNums": q, "writeQueueNums": q, "perm": 6, "order": o,
+                "createdAt": 1, "createdOffset": 0} for n, (q, o) in entries.items()},
+            "dataVersion": {"counter": 2, "timestamp": 1}})
+    shutil.rmtree(cfg / "topics", ignore_errors=True)
+    (cfg / "topics.epoch").unlink(missing_ok=True)
+    for mirror in (mq.root / "consumequeue").glob("*/topic.json"):
+        mirror.unlink()
+    (cfg / "topics.json").write_text(legacy(table))
+    (cfg / "topics.json.bak").write_text(legacy(bak))
+
+
+def test_damaged_legacy_table_keeps_the_newest_topic_and_its_queue_count(mq: MQ) -> None:
+    mq.ok("topic", "create", "A", "--queues", "2")
+    mq.ok("topic", "create", "B", "--queues", "3")
+    mq.send_lines("B", [f"b{i}" for i in range(9)])
+    _make_legacy(mq, {"A": (2, False), "B": (3, False)}, {"A": (2, False)})
+    with open(mq.root / "config" / "topics.json", "ab") as fh:
+        fh.write(b"XX")
+    res = mq.run("send", "B", "after")
+    assert res.returncode == 0, str(res)
+    assert _status_queues(mq, "B") == 3, "send re-created B with the default queue count"
+    assert sorted(_consume(mq, "B", "G", "--from", "first")) == sorted([f"b{i}" for i in range(9)] + ["after"])
+    mq.ok("store", "recover")
+    listed = {r["topic"]: r["queues"] for r in mq.ok("topic", "list", "--json").json_lines()}
+    assert listed == {"A": 2, "B": 3}
+    mq.check_clean()
+
+
+@pytest.mark.parametrize("damage", ["append", "delete-both"])
+def test_damaged_topic_file_never_recreates_the_topic_with_other_settings(mq: MQ, damage: str) -> None:
+    mq.ok("topic", "create", "B", "--queues", "3")
+    mq.send_lines("B", [f"b{i}" for i in range(6)])
+    config = mq.root / "config" / "topics" / "B.json"
+    if damage == "append":
+        with open(config, "ab") as fh:
+            fh.write(b"XX")
+    else:
+        config.unlink()
+        (mq.root / "consumequeue" / "B" / "topic.json").unlink()
+    res = mq.run("send", "B", "-s", "key", "after")
+    assert res.returncode == 0, str(res)
+    assert _status_queues(mq, "B") == 3
+    mq.ok("store", "recover")
+    assert _status_queues(mq, "B") == 3
+    assert len(_consume(mq, "B", "G", "--from", "first")) == 7
+    mq.check_clean()
+
+
+def test_store_json_lost_with_its_bak_intact(mq: MQ) -> None:
+    mq.send_lines("t", ["one"])
+    (mq.root / "store.json").unlink()
+    res = mq.run("topic", "list", "--json")
+    assert res.returncode == 0 and "store.json" in res.stderr, str(res)
+    assert (mq.root / "store.json").exists()
+    assert _consume(mq, "t", "G", "--from", "first") == ["one"]
+    mq.check_clean()
+
+
+# -- deletion a crash interrupted ------------------------------------------------------------------
+
+@pytest.mark.parametrize("point", ["topic-delete-after-mark", "topic-delete-after-queues"])
+def test_interrupted_topic_delete_is_finished(mq: MQ, point: str) -> None:
+    mq.ok("topic", "create", "d", "--queues", "2")
+    mq.send_lines("d", ["x", "y"])
+    _consume(mq, "d", "G", "--from", "first")
+    res = mq.run("topic", "delete", "d", "--yes", failpoints=point)
+    assert res.returncode < 0, str(res)
+    assert "d" not in {r["topic"] for r in mq.ok("topic", "list", "--json").json_lines()}
+    assert mq.run("store", "check").returncode == 1
+    res = mq.run("store", "recover")
+    assert res.returncode == 0 and "deletion of topic 'd'" in res.stderr, str(res)
+    assert not (mq.root / "consumequeue" / "d").exists()
+    assert not (mq.root / "config" / "topics" / "d.json").exists()
+    assert mq.offsets("G", "d") == {}
+    mq.check_clean()
+    mq.ok("send", "d", "fresh")
+    assert _consume(mq, "d", "H", "--from", "first") == ["fresh"], "old messages came back"
+
+
+# -- topic update --------------------------------------------------------------------------------
+
+def test_topic_update_adds_queues_and_a_running_consumer_takes_them(mq: MQ) -> None:
+    mq.ok("topic", "create", "u", "--queues", "2")
+    # the backstop rebalance is far away: only the topic change can wake the member
+    member = mq.start("consume", "u", "-g", "W", "--json", "--from", "first", "--rebalance-interval", "10m")
+    mq.ok("send", "u", "-q", "1", "before")
+    wait_for(lambda: b"before" in member.stdout(), what="the member to get the first message")
+    res = mq.ok("topic", "update", "u", "--queues", "4", "--json")
+    assert res.json_lines() == [{"topic": "u", "queues": 4, "order": False, "updated": True}]
+    assert [r["queueId"] for r in mq.ok("topic", "status", "u", "--json").json_lines()] == [0, 1, 2, 3]
+    mq.ok("send", "u", "-q", "3", "in-new-queue")
+    wait_for(lambda: b"in-new-queue" in member.stdout(), what="the member to pick up queue 3")
+    assert member.stop() == 0
+    one_error(mq.run("topic", "update", "u", "--queues", "3"), 2, "topic 'u' has 4 queues")
+    res = mq.ok("topic", "update", "u", "--queues", "4")
+    assert "already" in res.stderr
+    one_error(mq.run("topic", "update", "nosuch", "--queues", "4"), 3)
+    mq.check_clean()
+
+
+def test_update_topic_in_python(mq: MQ) -> None:
+    import store
+    mq.ok("topic", "create", "p", "--queues", "2")
+    with store.Admin(str(mq.root)) as admin:
+        info = admin.update_topic("p", 5)
+        assert (info.topic, info.queues) == ("p", 5)
+        with pytest.raises(store.UsageError):
+            admin.update_topic("p", 1)
+    assert _status_queues(mq, "p") == 5
+    assert os.path.isdir(mq.root / "consumequeue" / "p" / "4")
