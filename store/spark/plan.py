@@ -1,5 +1,6 @@
-"""The plan of a JVM batch read: ``python -m store.spark.plan`` reads one JSON request on stdin
-and writes one JSON answer on stdout.
+"""The plan of a JVM batch read: ``python -m store.spark.plan`` reads JSON requests on stdin,
+one a line, and writes one JSON answer line on stdout for each, until stdin ends. The JVM
+keeps one such process for its lifetime, so a query pays no interpreter start.
 
 The JVM reader (``store/spark/java``) reads consume queues and commit-log records itself but
 asks this process what to read, so that options, topic selection, offsets, the time grammar
@@ -13,8 +14,8 @@ store timestamps never decrease within a queue).
 Answer: ``{"store": abs path, "host": this host, "commitlogDir": .., "segmentSize": commit-log
 segment bytes, "cqEntries": entries per consume-queue segment, "offsetIdPrefix": .., "format":
 {format.py's constants}, "tags": [..] | null, "ranges": [[topic, queue, start, end, queue
-directory], ..]}`` (``minPartitions`` applied), or ``{"error": "DataError", "message": ..}``
-naming a :mod:`store.errors` class; exit status 0 either way (the JVM raises the error).
+directory], ..], "failOnDataLoss": ..}`` (``minPartitions`` applied), or ``{"error": "DataError", "message": ..}``
+naming a :mod:`store.errors` class (the JVM raises the error; the process serves on).
 ``{"check": true, "options": ..}`` only validates the options (the load of a read).
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import traceback
 from typing import Any
 
 from store.errors import StoreError
@@ -33,6 +35,7 @@ from store.spark.options import (
     ReadOptions,
     check_options,
     open_store,
+    parse_shape,
     plan_ranges,
     split_slices,
     store_option,
@@ -48,6 +51,7 @@ FORMAT = {"magicV1": F.MAGIC_V1, "headerSize": F.RECORD_HEADER_SIZE,
 def check(options: dict[str, str]) -> dict[str, Any]:
     """What the Python source's ``schema()`` refuses when a read is loaded."""
     check_options(options, ALL_READ_OPTIONS, "read or readStream")
+    parse_shape(options)
     if options.get("create", "").strip().lower() not in ("true", "1", "yes"):
         open_store(store_option(options), False, recover=False).close()
     return {"ok": True}
@@ -78,16 +82,26 @@ def plan(request: dict[str, Any]) -> dict[str, Any]:
                 "segmentSize": settings.commitlog_segment_size, "cqEntries": settings.cq_segment_entries,
                 "offsetIdPrefix": offset_msg_id(0)[:16], "format": FORMAT,
                 "tags": list(opts.tags) if opts.tags is not None else None,
+                "failOnDataLoss": opts.fail_on_data_loss,
                 "ranges": [[r.topic, r.queue_id, r.start, r.end, str(layout.queue_dir(r.topic, r.queue_id))]
                            for r in split_slices(ranges, opts.min_partitions)]}
 
 
-def main() -> int:
+def answer(line: str) -> dict[str, Any]:
     try:
-        answer = plan(json.load(sys.stdin))
+        return plan(json.loads(line))
     except StoreError as exc:
-        answer = {"error": type(exc).__name__, "message": exc.message}
-    json.dump(answer, sys.stdout)
+        return {"error": type(exc).__name__, "message": exc.message}
+    except Exception as exc:  # noqa: BLE001 - a bug here must not end the planner of the session
+        traceback.print_exc()
+        return {"error": "OperationError", "message": f"the mqctl read planner failed: {exc!r}"}
+
+
+def main() -> int:
+    for line in sys.stdin:
+        if line.strip():
+            sys.stdout.write(json.dumps(answer(line)) + "\n")
+            sys.stdout.flush()
     return 0
 
 
