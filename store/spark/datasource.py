@@ -83,11 +83,13 @@ from pyspark.sql.types import StructType
 
 from store.errors import UsageError
 from store.spark.jvm import add_to_session, build_jar
+from store.spark.kafka import KAFKA_SCHEMA, check_kafka_write, write_schema
 from store.spark.options import (
     ALL_READ_OPTIONS,
     ReadOptions,
     check_options,
     open_store,
+    parse_shape,
     select_topics,
     store_option,
 )
@@ -193,6 +195,14 @@ def _with_jar(conf: dict[str, str]) -> dict[str, str]:
     return conf
 
 
+def _as_written(schema: StructType, opts: WriteOptions) -> StructType:
+    """The store's columns a write's DataFrame becomes (Kafka's, with ``shape`` kafka)."""
+    if opts.shape != "kafka":
+        return schema
+    check_kafka_write(schema)
+    return write_schema(schema)
+
+
 def _reject_overwrite(overwrite: bool) -> None:
     if overwrite:
         raise UsageError('mqctl topics are append-only: use .mode("append") '
@@ -214,7 +224,7 @@ class MqctlDataSource(DataSource):
         check_options(self.options, ALL_READ_OPTIONS, "read or readStream")
         if self.options.get("create", "").strip().lower() not in ("true", "1", "yes"):
             open_store(store_option(self.options), False, recover=False).close()
-        return SCHEMA
+        return KAFKA_SCHEMA if parse_shape(self.options) == "kafka" else SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = ReadOptions.parse(self.options, stream=False)
@@ -231,14 +241,14 @@ class MqctlDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> MqctlWriter:
         _reject_overwrite(overwrite)
         opts = WriteOptions.parse(self.options)
-        check_write_schema(schema, opts.topic)
+        check_write_schema(_as_written(schema, opts), opts.topic)
         open_store(opts.store, opts.create).close()
         return MqctlWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> MqctlStreamWriter:
         _reject_overwrite(overwrite)
         opts = WriteOptions.parse(self.options, STREAM_WRITE_OPTIONS, "writeStream")
-        check_write_schema(schema, opts.topic)
+        check_write_schema(_as_written(schema, opts), opts.topic)
         open_store(opts.store, opts.create).close()
         return MqctlStreamWriter(opts, default_sink_id(self.options))
 

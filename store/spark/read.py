@@ -26,9 +26,11 @@ from store.log.bulk import Columns
 from store.log.record import PROP_TAGS, PROP_UNIQ_KEY, Message, tags_code
 from store.log.vecread import VecColumns
 from store.spark.arrowcols import build_columns
+from store.spark.kafka import KAFKA_COLUMNS, KAFKA_SCHEMA, kafka_arrays, native_names
 from store.spark.options import (
     QueueRange,
     ReadOptions,
+    data_lost,
     plan_ranges,
     queue_key,
     select_topics,
@@ -50,6 +52,7 @@ class QueueSlice(QueueRange, InputPartition):
 
     store: str = ""
     tags: tuple[str, ...] | None = None
+    fail_on_data_loss: bool = True
 
 
 def _native_arrow_schema() -> pa.Schema:
@@ -82,18 +85,23 @@ def _column(name: str, msgs: Sequence[Message], typ: pa.DataType) -> pa.Array:
 
 class ColumnPlan:
     """The columns a reader must return: the native schema, or the user's subset of it
-    (in any order, cast to the user's types where Arrow can cast)."""
+    (in any order, cast to the user's types where Arrow can cast); with ``shape`` kafka,
+    Kafka's columns (:mod:`store.spark.kafka`), made from the store's columns read."""
 
-    def __init__(self, schema: StructType) -> None:
-        unknown = [n for n in schema.fieldNames() if n not in COLUMNS]
+    def __init__(self, schema: StructType, shape: str = "mqctl") -> None:
+        have_columns = KAFKA_COLUMNS if shape == "kafka" else COLUMNS
+        unknown = [n for n in schema.fieldNames() if n not in have_columns]
         if unknown:
-            raise UsageError(f"unknown column(s) {', '.join(unknown)}: the mqctl source has "
-                             f"{', '.join(COLUMNS)}")
-        self.names = schema.fieldNames()
+            raise UsageError(f"unknown column(s) {', '.join(unknown)}: the mqctl source"
+                             f"{' with shape kafka' if shape == 'kafka' else ''} has {', '.join(have_columns)}")
+        self.kafka = schema.fieldNames() if shape == "kafka" else None
+        self.names = native_names(self.kafka) if self.kafka is not None else schema.fieldNames()
         self.target = to_arrow_schema(schema, timezone="UTC")
         native = _native_arrow_schema()
         self.native = [native.field(n).type for n in self.names]
-        for name, have, want in zip(self.names, self.native, self.target.types):
+        produced = (to_arrow_schema(KAFKA_SCHEMA, timezone="UTC") if self.kafka is not None else native)
+        for name, want in zip(schema.fieldNames(), self.target.types):
+            have = produced.field(name).type
             if have != want:
                 try:
                     pa.array([], have).cast(want)
@@ -108,8 +116,12 @@ class ColumnPlan:
         return self._assemble([built[name] for name in self.names])
 
     def _assemble(self, arrays: list[pa.Array]) -> pa.RecordBatch:
+        names = self.names
+        if self.kafka is not None:
+            arrays = kafka_arrays(self.kafka, dict(zip(self.names, arrays)), len(arrays[0]))
+            names = self.kafka
         out = []
-        for name, arr, want in zip(self.names, arrays, self.target.types):
+        for name, arr, want in zip(names, arrays, self.target.types):
             if arr.type != want:
                 try:
                     arr = arr.cast(want)
@@ -129,7 +141,10 @@ def read_slice(part: QueueSlice, plan: ColumnPlan) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one queue slice; a damaged record raises :class:`DataError`."""
     store = Store.open(part.store, recover=False)
     try:
-        off = max(part.start, store.min_offset(part.topic, part.queue_id))
+        earliest = store.min_offset(part.topic, part.queue_id)
+        if earliest > part.start:   # retention ran since the plan
+            data_lost(part.topic, part.queue_id, part.start, earliest, part.fail_on_data_loss)
+        off = max(part.start, earliest)
         if not part.tags:
             yield from _read_bulk(store, part, plan, off)
             return
@@ -182,14 +197,14 @@ class MqctlReader(DataSourceReader):
 
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.opts = opts
-        self.plan = ColumnPlan(schema)
+        self.plan = ColumnPlan(schema, opts.shape)
 
     def partitions(self) -> list[InputPartition]:
         o = self.opts
         with Store.open(o.store) as store:
             ranges = plan_ranges(store, o)
-        return list(split_slices([QueueSlice(r.topic, r.queue_id, r.start, r.end, o.store, o.tags)
-                                  for r in ranges], o.min_partitions))
+        return list(split_slices([QueueSlice(r.topic, r.queue_id, r.start, r.end, o.store, o.tags,
+                                             o.fail_on_data_loss) for r in ranges], o.min_partitions))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(partition, self.plan)
@@ -218,7 +233,7 @@ class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.opts = opts
-        self.plan = ColumnPlan(schema)
+        self.plan = ColumnPlan(schema, opts.shape)
         self._target: dict[str, int] | None = None
         self._store: Store | None = None
 
@@ -253,7 +268,12 @@ class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:
             latest = {k: min(v, self._target[k]) for k, v in latest.items() if k in self._target}
         store = self._open()
-        first = {k: start[k] if k in start else store.min_offset(*split_key(k)) for k in latest}
+        first = {}
+        for k in latest:
+            earliest = store.min_offset(*split_key(k))
+            if k in start and start[k] < earliest:
+                data_lost(*split_key(k), start[k], earliest, self.opts.fail_on_data_loss)
+            first[k] = max(start.get(k, earliest), earliest)
         pending = {k: latest[k] - first[k] for k in latest if latest[k] > first[k]}
         if isinstance(limit, ReadMaxRows):
             pending = fair_share(pending, max(1, limit.max_rows))
@@ -267,13 +287,14 @@ class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return dict(sorted(self._latest().items()))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        out: list[InputPartition] = []
+        o = self.opts
+        out: list[QueueSlice] = []
         for key, stop in sorted(end.items()):
             begin = start.get(key, 0)
             if stop > begin:
                 topic, qid = split_key(key)
-                out.append(QueueSlice(topic, qid, begin, stop, self.opts.store, self.opts.tags))
-        return out
+                out.append(QueueSlice(topic, qid, begin, stop, o.store, o.tags, o.fail_on_data_loss))
+        return list(split_slices(out, o.min_partitions))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(partition, self.plan)

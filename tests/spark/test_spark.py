@@ -49,21 +49,8 @@ CLI_TIMEOUT = 240
 
 # -- fixtures and helpers ---------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    session = S.local_session(log_level="OFF")
-    yield session
-    session.stop()
-
-
 def put(store: Store, topic: str, bodies: list[bytes], **props: str) -> list[Any]:
     return store.put([Draft(topic, b, dict(props)) for b in bodies])
-
-
-@pytest.fixture(params=["jvm", "python"])
-def via(request: pytest.FixtureRequest) -> str:
-    """Which reader serves ``format("mqctl")``: the JVM one, or the Python one."""
-    return str(request.param)
 
 
 def reader(spark: Any, store: Store, via: str = "jvm", **options: str) -> Any:
@@ -645,13 +632,13 @@ def test_cli_without_java_or_pyspark_fails_in_one_line(store: Store) -> None:
 def test_an_unknown_option_fails_naming_the_valid_ones(spark: Any, store: Store, tmp_path: Path) -> None:
     put(store, "a", [b"x"])
     with pytest.raises(Exception, match=r"unknown option 'startoffsets' for read .*valid: store, topic, "
-                                        r"startingOffsets, endingOffsets, tags, create"):
+                                        r"subscribe, startingOffsets, startingTimestamp, endingOffsets"):
         reader(spark, store, topic="a", startOffsets="earliest").collect()
     with pytest.raises(Exception, match=r"unknown option 'flsh' for write .*valid: store, topic, flush, create"):
         spark.createDataFrame([("x",)], "body string").write.format("mqctl").mode("append") \
             .option("store", str(store.root)).option("topic", "a").option("flsh", "sync").save()
     with pytest.raises(Exception, match=r"unknown option 'maxmessagespertriger' for read or readStream .*"
-                                        r"maxMessagesPerTrigger, waitForTopic"):
+                                        r"maxMessagesPerTrigger, maxOffsetsPerTrigger, waitForTopic"):
         spark.readStream.format("mqctl").option("store", str(store.root)) \
             .option("maxMessagesPerTriger", "5").load().writeStream.format("console").start()
 

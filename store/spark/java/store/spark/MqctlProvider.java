@@ -32,6 +32,15 @@ public final class MqctlProvider implements TableProvider, DataSourceRegister {
       + "tags STRING, properties MAP<STRING,STRING>, body BINARY, bornTimestamp TIMESTAMP, "
       + "storeTimestamp TIMESTAMP");
 
+  /** {@code shape=kafka} (store.spark.kafka): Kafka's columns, read by the Python source. */
+  static final StructType KAFKA_SCHEMA = StructType.fromDDL(
+      "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+      + "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>");
+
+  static boolean kafka(Map<String, String> options) {
+    return "kafka".equalsIgnoreCase(new CaseInsensitiveStringMap(options).getOrDefault("shape", "").trim());
+  }
+
   @Override
   public String shortName() {
     return "mqctl";
@@ -44,7 +53,7 @@ public final class MqctlProvider implements TableProvider, DataSourceRegister {
     if (!"python".equalsIgnoreCase(options.getOrDefault("reader", ""))) {
       Planner.plan(options, Planner.request().put("check", true));
     }
-    return SCHEMA;
+    return kafka(options) ? KAFKA_SCHEMA : SCHEMA;
   }
 
   @Override
@@ -55,7 +64,7 @@ public final class MqctlProvider implements TableProvider, DataSourceRegister {
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
     String reader = new CaseInsensitiveStringMap(properties).getOrDefault("reader", "jvm");
-    if ("python".equalsIgnoreCase(reader) || !servable(schema)) {
+    if ("python".equalsIgnoreCase(reader) || kafka(properties) || !servable(schema)) {
       return python(schema, partitioning, properties);
     }
     return new MqctlTable(schema, partitioning, properties);
