@@ -82,6 +82,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from store.errors import UsageError
+from store.spark.errors import traceback_conf
 from store.spark.jvm import add_to_session, build_jar
 from store.spark.kafka import KAFKA_SCHEMA, check_kafka_write, write_schema
 from store.spark.options import (
@@ -167,7 +168,7 @@ def prepare_environment(local: bool = True) -> None:
 def session_conf(master: str = "local[2]", log_level: str = "ERROR",
                  extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings :func:`local_session` uses, for callers that build sessions themselves."""
-    conf = {"spark.master": master, "spark.app.name": "mqctl", **SESSION_CONF,
+    conf = {"spark.master": master, "spark.app.name": "mqctl", **SESSION_CONF, **traceback_conf(),
             **(LOCAL_CONF if master.startswith("local") else {}), "spark.log.level": log_level}
     conf.update(extra or {})
     return _with_jar(conf)
