@@ -2,6 +2,10 @@
 (:class:`QueueSlice`), the Arrow column plan, and the batch and streaming readers."""
 from __future__ import annotations
 
+import functools
+import os
+import socket
+import sys
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
@@ -23,7 +27,7 @@ from pyspark.sql.types import StructType
 from store.errors import DataError, UsageError
 from store.log.broker import Store
 from store.log.bulk import Columns
-from store.log.record import PROP_TAGS, PROP_UNIQ_KEY, Message, tags_code
+from store.log.record import FAST_CRC, PROP_TAGS, PROP_UNIQ_KEY, Message, tags_code
 from store.log.vecread import VecColumns
 from store.spark.arrowcols import build_columns
 from store.spark.kafka import KAFKA_COLUMNS, KAFKA_SCHEMA, kafka_arrays, native_names
@@ -137,8 +141,20 @@ def _damaged(part: QueueSlice, damaged: list[tuple[int, str]]) -> DataError:
                      f"{part.store}: {why} (run: mqctl store check)")
 
 
+@functools.cache
+def say_crc_is_slow() -> None:
+    """Once per worker process: this executor checks CRCs with zlib's function, because it has
+    no ``isal`` (``register(spark, ship_code=True)`` ships pure-Python code only: a compiled
+    package cannot be imported from the archive)."""
+    if not FAST_CRC and os.environ.get("MQCTL_PURE_ZLIB", "") in ("", "0"):
+        print(f"mqctl: notice: no isal on {socket.gethostname()}: the Python reader checks CRCs "
+              f"with zlib, about 4x slower (pip install isal there, or read with the JVM reader)",
+              file=sys.stderr)
+
+
 def read_slice(part: QueueSlice, plan: ColumnPlan) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one queue slice; a damaged record raises :class:`DataError`."""
+    say_crc_is_slow()
     store = Store.open(part.store, recover=False)
     try:
         earliest = store.min_offset(part.topic, part.queue_id)

@@ -1,9 +1,13 @@
 """Errors of the ``mqctl`` source as a data engineer reads them, from both readers: in Python
 the store's error (its class, its message first and whole) through ``mqctl_errors``, and no
 Python traceback inside Spark's own exception; from ``mqctl query``/``export`` (real
-processes) one ``mqctl: error:`` line and the contract's exit code."""
+processes) one ``mqctl: error:`` line and the contract's exit code; and the notice of an
+executor without ``isal``."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +79,31 @@ def test_cli_query_and_export_of_a_damaged_store_fail_in_one_line(store: Store, 
     one_error(res, 5, "damaged message a/0@1 in store", allow_warnings=True)
     res = mqctl(store.root, "query", "SELECT * FROM nosuch", timeout=CLI_TIMEOUT)
     one_error(res, 3, allow_warnings=True)
+
+
+WITHOUT_ISAL = r'''
+import sys
+import store.spark.datasource as S
+spark = S.local_session("local[1]", log_level="OFF")
+df = spark.read.format("mqctl").option("store", sys.argv[1]).option("topic", "a").option("reader", "python").load()
+print(sorted(bytes(r.body) for r in df.collect()))
+spark.stop()
+'''
+
+
+def test_an_executor_without_isal_says_so(store: Store, tmp_path: Path) -> None:
+    """A worker whose Python has no ``isal`` (here: one that fails to import) says, once, that
+    it checks CRCs with zlib's slower function; the rows are the same."""
+    store.create_topic("a", 1)
+    store.put([Draft("a", b"one"), Draft("a", b"two")])
+    hidden = tmp_path / "hide" / "isal"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('isal is not installed here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden.parent), *sys.path[1:]])}
+    env.pop("MQCTL_PURE_ZLIB", None)
+    res = subprocess.run([sys.executable, "-c", WITHOUT_ISAL, str(store.root)], capture_output=True,
+                         text=True, env=env, timeout=CLI_TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[b'one', b'two']"
+    notices = [ln for ln in res.stderr.splitlines() if "isal" in ln]
+    assert len(notices) == 1 and notices[0].startswith("mqctl: notice: no isal on "), res.stderr
