@@ -34,11 +34,17 @@ naming the valid ones):
                              Batch default ``earliest``; stream default ``latest``.
 ``endingOffsets``            batch only: ``latest`` (default) | ``earliest`` | JSON | time
 ``tags``                     tag filter ``A || B`` (``*`` = all)
-``minPartitions``            batch only: cut queues into at least this many partitions
+``minPartitions``            cut queues into at least this many partitions
                              (default: one per queue)
 ``maxMessagesPerTrigger``    stream only: cap on messages per micro-batch
 ``waitForTopic``             stream only: ``true`` lets a named topic not exist yet (else
                              the stream fails: a misspelled topic would never have data)
+``failOnDataLoss``           ``true`` (default): fail when retention removed messages the
+                             read was due to read; ``false``: skip them with a warning
+``shape``                    ``kafka``: Kafka's columns (:mod:`store.spark.kafka`), read
+                             and write
+``subscribe``, ``maxOffsetsPerTrigger``, ``startingTimestamp``, ``endingTimestamp``: Kafka's
+                             names for ``topic``, ``maxMessagesPerTrigger`` and a time
 ``flush``                    write only: ``async`` (default) or ``sync`` (fsync)
 ``sinkId``                   writeStream only: the idempotency ledger's name (default:
                              the query id in ``checkpointLocation/metadata``)

@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -36,12 +36,10 @@ from store.spark.options import (
     ReadOptions,
     data_lost,
     plan_ranges,
-    queue_key,
-    select_topics,
-    split_key,
     split_slices,
 )
 from store.spark.schema import COLUMNS, SCHEMA
+from store.spark.streamplan import batch_ranges, initial, latest, next_end
 
 ARROW_BATCH_ROWS = 10_000            # Spark's own spark.sql.execution.arrow.maxRecordsPerBatch
 PULL_COUNT = 4096
@@ -226,26 +224,8 @@ class MqctlReader(DataSourceReader):
         return _read_partition(partition, self.plan)
 
 
-def fair_share(pending: Mapping[str, int], limit: int) -> dict[str, int]:
-    """Split ``limit`` messages across queues in proportion to what each has pending."""
-    total = sum(pending.values())
-    if total <= limit:
-        return dict(pending)
-    share = {k: limit * n // total for k, n in pending.items()}
-    left = limit - sum(share.values())
-    for k in sorted(pending, key=lambda k: (-(pending[k] - share[k]), k)):
-        if left <= 0:
-            break
-        if share[k] < pending[k]:
-            share[k] += 1
-            left -= 1
-    return share
-
-
 class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Streaming read. Offsets are ``{"<topic>/<queue>": next offset}`` with sorted keys (Spark
-    compares them as JSON text). A queue missing from the start offset (a topic or queue
-    created later) is read from its earliest offset."""
+    """Streaming read; its offsets are :mod:`store.spark.streamplan`'s."""
 
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.opts = opts
@@ -258,59 +238,27 @@ class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._store = Store.open(self.opts.store)
         return self._store
 
-    def _latest(self) -> dict[str, int]:
-        store = self._open()
-        return {queue_key(t, q): store.max_offset(t, q)
-                for t, n in select_topics(store, self.opts.topics, must_exist=False)
-                for q in range(n)}
-
     def initialOffset(self) -> dict[str, Any]:
-        store = self._open()
-        out = {}
-        for t, n in select_topics(store, self.opts.topics, must_exist=False):
-            for q in range(n):
-                out[queue_key(t, q)] = self.opts.starting.resolve(store, t, q, "earliest")
-        return dict(sorted(out.items()))
+        return initial(self._open(), self.opts)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._latest()
+        self._target = latest(self._open(), self.opts)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        latest = self._latest()
-        if self._target is not None:
-            latest = {k: min(v, self._target[k]) for k, v in latest.items() if k in self._target}
-        store = self._open()
-        first = {}
-        for k in latest:
-            earliest = store.min_offset(*split_key(k))
-            if k in start and start[k] < earliest:
-                data_lost(*split_key(k), start[k], earliest, self.opts.fail_on_data_loss)
-            first[k] = max(start.get(k, earliest), earliest)
-        pending = {k: latest[k] - first[k] for k in latest if latest[k] > first[k]}
-        if isinstance(limit, ReadMaxRows):
-            pending = fair_share(pending, max(1, limit.max_rows))
-        end = dict(start)
-        for k, n in pending.items():
-            if n > 0:
-                end[k] = first[k] + n
-        return dict(sorted(end.items()))
+        rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return next_end(self._open(), self.opts, start, self._target, rows)
 
     def reportLatestOffset(self) -> Optional[dict[str, Any]]:
-        return dict(sorted(self._latest().items()))
+        return latest(self._open(), self.opts)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         o = self.opts
-        out: list[QueueSlice] = []
-        for key, stop in sorted(end.items()):
-            begin = start.get(key, 0)
-            if stop > begin:
-                topic, qid = split_key(key)
-                out.append(QueueSlice(topic, qid, begin, stop, o.store, o.tags, o.fail_on_data_loss))
-        return list(split_slices(out, o.min_partitions))
+        return [QueueSlice(r.topic, r.queue_id, r.start, r.end, o.store, o.tags, o.fail_on_data_loss)
+                for r in batch_ranges(o, start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(partition, self.plan)

@@ -21,9 +21,10 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * {@code format("mqctl")} on the JVM: batch reads here ({@link MqctlScan}); writes, streams and
- * reads this reader cannot serve (a user schema asking for a cast, {@code reader=python}) are
- * handed to the Python source, registered as {@code mqctl_python} by {@code register(spark)}.
+ * {@code format("mqctl")} on the JVM: batch and streaming reads here ({@link MqctlScan},
+ * {@link MqctlStream}); writes and reads this reader cannot serve (a user schema asking for a
+ * cast, {@code shape=kafka}, {@code reader=python}) are handed to the Python source,
+ * registered as {@code mqctl_python} by {@code register(spark)}.
  */
 public final class MqctlProvider implements TableProvider, DataSourceRegister {
   static final String PYTHON_SOURCE = "mqctl_python";
@@ -87,7 +88,7 @@ public final class MqctlProvider implements TableProvider, DataSourceRegister {
     return true;
   }
 
-  /** Reads on the JVM; writes and streams through the Python source's own table. */
+  /** Reads on the JVM; writes through the Python source's own table. */
   static final class MqctlTable implements SupportsRead, SupportsWrite {
     private final StructType schema;
     private final Transform[] partitioning;
@@ -130,7 +131,7 @@ public final class MqctlProvider implements TableProvider, DataSourceRegister {
 
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-      return new MqctlScan(schema, options, () -> ((SupportsRead) python()).newScanBuilder(options));
+      return new MqctlScan(schema, options);
     }
 
     @Override
