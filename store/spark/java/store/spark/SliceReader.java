@@ -113,6 +113,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
   private final int cTopic, cQueue, cOffset, cMsgId, cKeys, cTags, cProps, cBody, cBorn, cStored;
   private final ByteBuffer entries = ByteBuffer.allocate(BATCH * CQ_ENTRY);
   private final Map<Long, MappedByteBuffer> segments = new HashMap<>();
+  private long lastBase = -1;          // the segment of the last record: no map lookup per record
+  private MappedByteBuffer last;
   private final CRC32 crc = new CRC32();
   private byte[] rec = new byte[4096];
   private ByteBuffer recView = ByteBuffer.wrap(rec);
@@ -404,14 +406,21 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
   /** Segment {@code base} mapped to at least {@code need} bytes (a growing file is mapped again). */
   private MappedByteBuffer segment(long base, long need) throws IOException {
+    if (base == lastBase && last.capacity() >= need) return last;
     MappedByteBuffer m = segments.get(base);
-    if (m != null && m.capacity() >= need) return m;
+    if (m != null && m.capacity() >= need) {
+      lastBase = base;
+      last = m;
+      return m;
+    }
     try (FileChannel ch = FileChannel.open(Paths.get(f.commitlogDir, segmentName(base)), StandardOpenOption.READ)) {
       m = ch.map(FileChannel.MapMode.READ_ONLY, 0, ch.size());
     } catch (NoSuchFileException e) {
       return null;
     }
     segments.put(base, m);
+    lastBase = base;
+    last = m;
     return m;
   }
 
