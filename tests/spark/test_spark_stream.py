@@ -1,8 +1,9 @@
 """Streaming reads on the JVM reader and the Python reader keep the same offsets: a checkpoint
 written by one resumes with the other, and the JVM stream reads the same rows (columns from
-the records, tag filter) as the Python one."""
+the records, tag filter) as the Python one. One planner process serves all the JVM's reads."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +47,31 @@ def test_a_checkpoint_of_one_reader_resumes_with_the_other(
     keys = {bytes(b): k for b, k in zip(table.column("body").to_pylist(), table.column("keys").to_pylist())}
     assert keys[b"a3"] == ["k3"] and keys[b"b0"] == []
     assert set(table.column("tags").to_pylist()) == {"x"}
+
+
+def planners(parent: int) -> list[int]:
+    """The ``python -m store.spark.plan`` processes ``parent`` started."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == parent and b"store.spark.plan" in cmd:
+            found.append(int(pid))
+    return found
+
+
+def test_one_planner_process_serves_every_read_of_the_jvm(spark: Any, store: Store, tmp_path: Path) -> None:
+    """Starting Python for each plan cost every query 0.1-0.3 s, twice (load and plan)."""
+    store.create_topic("t", 2)
+    store.put([Draft("t", f"m{i}".encode(), queue_id=i % 2) for i in range(6)])
+    jvm = spark.sparkContext._gateway.proc.pid
+    df = spark.read.format("mqctl").option("store", str(store.root)).option("topic", "t").load()
+    assert df.count() == 6
+    first = planners(jvm)
+    assert len(first) == 1, first
+    assert df.where("queueId = 1").count() == 3
+    drain(spark, store, "jvm", tmp_path / "out", tmp_path / "ckpt", topic="t", startingOffsets="earliest")
+    assert planners(jvm) == first
