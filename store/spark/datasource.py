@@ -34,11 +34,17 @@ naming the valid ones):
                              Batch default ``earliest``; stream default ``latest``.
 ``endingOffsets``            batch only: ``latest`` (default) | ``earliest`` | JSON | time
 ``tags``                     tag filter ``A || B`` (``*`` = all)
-``minPartitions``            batch only: cut queues into at least this many partitions
+``minPartitions``            cut queues into at least this many partitions
                              (default: one per queue)
 ``maxMessagesPerTrigger``    stream only: cap on messages per micro-batch
 ``waitForTopic``             stream only: ``true`` lets a named topic not exist yet (else
                              the stream fails: a misspelled topic would never have data)
+``failOnDataLoss``           ``true`` (default): fail when retention removed messages the
+                             read was due to read; ``false``: skip them with a warning
+``shape``                    ``kafka``: Kafka's columns (:mod:`store.spark.kafka`), read
+                             and write
+``subscribe``, ``maxOffsetsPerTrigger``, ``startingTimestamp``, ``endingTimestamp``: Kafka's
+                             names for ``topic``, ``maxMessagesPerTrigger`` and a time
 ``flush``                    write only: ``async`` (default) or ``sync`` (fsync)
 ``sinkId``                   writeStream only: the idempotency ledger's name (default:
                              the query id in ``checkpointLocation/metadata``)
@@ -82,12 +88,15 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from store.errors import UsageError
+from store.spark.errors import traceback_conf
 from store.spark.jvm import add_to_session, build_jar
+from store.spark.kafka import KAFKA_SCHEMA, check_kafka_write, write_schema
 from store.spark.options import (
     ALL_READ_OPTIONS,
     ReadOptions,
     check_options,
     open_store,
+    parse_shape,
     select_topics,
     store_option,
 )
@@ -165,7 +174,7 @@ def prepare_environment(local: bool = True) -> None:
 def session_conf(master: str = "local[2]", log_level: str = "ERROR",
                  extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings :func:`local_session` uses, for callers that build sessions themselves."""
-    conf = {"spark.master": master, "spark.app.name": "mqctl", **SESSION_CONF,
+    conf = {"spark.master": master, "spark.app.name": "mqctl", **SESSION_CONF, **traceback_conf(),
             **(LOCAL_CONF if master.startswith("local") else {}), "spark.log.level": log_level}
     conf.update(extra or {})
     return _with_jar(conf)
@@ -193,6 +202,14 @@ def _with_jar(conf: dict[str, str]) -> dict[str, str]:
     return conf
 
 
+def _as_written(schema: StructType, opts: WriteOptions) -> StructType:
+    """The store's columns a write's DataFrame becomes (Kafka's, with ``shape`` kafka)."""
+    if opts.shape != "kafka":
+        return schema
+    check_kafka_write(schema)
+    return write_schema(schema)
+
+
 def _reject_overwrite(overwrite: bool) -> None:
     if overwrite:
         raise UsageError('mqctl topics are append-only: use .mode("append") '
@@ -214,7 +231,7 @@ class MqctlDataSource(DataSource):
         check_options(self.options, ALL_READ_OPTIONS, "read or readStream")
         if self.options.get("create", "").strip().lower() not in ("true", "1", "yes"):
             open_store(store_option(self.options), False, recover=False).close()
-        return SCHEMA
+        return KAFKA_SCHEMA if parse_shape(self.options) == "kafka" else SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = ReadOptions.parse(self.options, stream=False)
@@ -231,14 +248,14 @@ class MqctlDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> MqctlWriter:
         _reject_overwrite(overwrite)
         opts = WriteOptions.parse(self.options)
-        check_write_schema(schema, opts.topic)
+        check_write_schema(_as_written(schema, opts), opts.topic)
         open_store(opts.store, opts.create).close()
         return MqctlWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> MqctlStreamWriter:
         _reject_overwrite(overwrite)
         opts = WriteOptions.parse(self.options, STREAM_WRITE_OPTIONS, "writeStream")
-        check_write_schema(schema, opts.topic)
+        check_write_schema(_as_written(schema, opts), opts.topic)
         open_store(opts.store, opts.create).close()
         return MqctlStreamWriter(opts, default_sink_id(self.options))
 

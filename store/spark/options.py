@@ -7,11 +7,12 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence, TypeVar
 
-from store.errors import TopicNotFoundError, UsageError
+from store.errors import DataError, TopicNotFoundError, UsageError
 from store.names import is_system_topic, parse_tag_expression, validate_any_topic
 from store.timeparse import parse_time
 
@@ -116,11 +117,16 @@ def parse_tags(text: str | None) -> tuple[str, ...] | None:
 
 
 # ``reader`` (jvm | python) is read by the JVM source, which hands ``python`` reads to this one.
-READ_OPTIONS = ("store", "path", "topic", "startingoffsets", "endingoffsets", "tags", "create",
-                "minpartitions", "reader")
-STREAM_READ_OPTIONS = ("store", "path", "topic", "startingoffsets", "tags",
-                       "maxmessagespertrigger", "waitfortopic", "create", "reader")
+# Kafka's names where they mean the same: ``subscribe`` (topic), ``maxOffsetsPerTrigger``,
+# ``startingTimestamp``/``endingTimestamp`` (ms, or the CLI's time grammar), ``failOnDataLoss``.
+READ_OPTIONS = ("store", "path", "topic", "subscribe", "startingoffsets", "startingtimestamp",
+                "endingoffsets", "endingtimestamp", "tags", "create", "minpartitions",
+                "failondataloss", "shape", "reader")
+STREAM_READ_OPTIONS = ("store", "path", "topic", "subscribe", "startingoffsets", "startingtimestamp",
+                       "tags", "maxmessagespertrigger", "maxoffsetspertrigger", "minpartitions",
+                       "failondataloss", "waitfortopic", "shape", "create", "reader")
 ALL_READ_OPTIONS = tuple(dict.fromkeys((*READ_OPTIONS, *STREAM_READ_OPTIONS)))
+SHAPES = ("mqctl", "kafka")
 
 
 @dataclass(frozen=True)
@@ -134,40 +140,72 @@ class ReadOptions:
     create: bool = False
     wait_for_topic: bool = False
     min_partitions: int = 1
+    fail_on_data_loss: bool = True
+    shape: str = "mqctl"
 
     @classmethod
     def parse(cls, options: Mapping[str, str], stream: bool) -> "ReadOptions":
-        known = ("endingoffsets", "maxmessagespertrigger")    # each refused below with a reason
-        check_options({k: v for k, v in options.items() if k not in known},
+        known = ("endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxoffsetspertrigger")
+        check_options({k: v for k, v in options.items() if k not in known},   # each refused below
                       STREAM_READ_OPTIONS if stream else READ_OPTIONS,
                       "readStream" if stream else "read")
         if not stream and options.get("waitfortopic"):
             raise UsageError("waitForTopic applies to readStream only (a batch read of a "
                              "missing topic fails)")
-        if stream and options.get("endingoffsets"):
-            raise UsageError("endingOffsets applies to batch reads only (a stream never ends)")
-        limit = options.get("maxmessagespertrigger")
+        for ending in ("endingoffsets", "endingtimestamp"):
+            if stream and options.get(ending):
+                raise UsageError(f"{_SPELLING[ending]} applies to batch reads only (a stream never ends)")
+        limit_key = one_of(options, "maxmessagespertrigger", "maxoffsetspertrigger")
+        limit = options.get(limit_key) if limit_key else None
         if limit is not None and (not limit.strip().isdigit() or int(limit) < 1):
-            raise UsageError(f"maxMessagesPerTrigger must be a positive integer, not {limit!r}")
+            raise UsageError(f"{_SPELLING[str(limit_key)]} must be a positive integer, not {limit!r}")
         if not stream and limit is not None:
-            raise UsageError("maxMessagesPerTrigger applies to readStream only")
+            raise UsageError(f"{_SPELLING[str(limit_key)]} applies to readStream only")
         parts = (options.get("minpartitions") or "1").strip()
         if not parts.isdigit() or int(parts) < 1:
             raise UsageError(f"minPartitions must be a positive integer, not {parts!r}")
+        topic_key = one_of(options, "topic", "subscribe")
         return cls(store=store_option(options),
-                   topics=(options.get("topic") or "*").strip(),
-                   starting=parse_offsets(options.get("startingoffsets"),
-                                          "latest" if stream else "earliest", "startingOffsets"),
-                   ending=parse_offsets(options.get("endingoffsets"), "latest", "endingOffsets"),
+                   topics=((options.get(topic_key) if topic_key else None) or "*").strip(),
+                   starting=_side(options, "starting", "latest" if stream else "earliest"),
+                   ending=_side(options, "ending", "latest"),
                    tags=parse_tags(options.get("tags")),
                    max_per_trigger=int(limit) if limit is not None else None,
                    create=parse_bool(options, "create", False),
                    wait_for_topic=parse_bool(options, "waitfortopic", False),
-                   min_partitions=int(parts))
+                   min_partitions=int(parts),
+                   fail_on_data_loss=parse_bool(options, "failondataloss", True),
+                   shape=parse_shape(options))
 
     def open_store(self) -> "Store":
         """The store read: it must exist unless the ``create`` option says otherwise."""
         return open_store(self.store, self.create)
+
+
+def _side(options: Mapping[str, str], side: str, default: str) -> OffsetSpec:
+    """``startingOffsets``, or Kafka's ``startingTimestamp`` which (as in Kafka) wins over it."""
+    stamp = options.get(f"{side}timestamp")
+    if stamp is not None and stamp.strip():
+        return OffsetSpec("time", ts=parse_time_ms(stamp.strip(), _SPELLING[f"{side}timestamp"]))
+    return parse_offsets(options.get(f"{side}offsets"), default, _SPELLING[f"{side}offsets"])
+
+
+def one_of(options: Mapping[str, str], name: str, kafka_name: str) -> str | None:
+    """Which of an option and its Kafka synonym is given (None: neither); both is an error."""
+    given = [k for k in (name, kafka_name) if options.get(k) is not None]
+    if len(given) > 1:
+        raise UsageError(f"{_SPELLING.get(name, name)} and {_SPELLING.get(kafka_name, kafka_name)} "
+                         f"are the same option: give one")
+    return given[0] if given else None
+
+
+def parse_shape(options: Mapping[str, str]) -> str:
+    """``shape``: ``mqctl`` (the store's columns, the default) or ``kafka`` (Kafka's source
+    columns: key, value, topic, partition, offset, timestamp, timestampType, headers)."""
+    shape = (options.get("shape") or "mqctl").strip().lower()
+    if shape not in SHAPES:
+        raise UsageError(f"shape must be mqctl or kafka, not {options.get('shape')!r}")
+    return shape
 
 
 def select_topics(store: "Store", spec: str, must_exist: bool) -> list[tuple[str, int]]:
@@ -205,6 +243,9 @@ def plan_ranges(store: "Store", opts: ReadOptions) -> list[QueueRange]:
     selected = select_topics(store, opts.topics, must_exist=True)
     check_named_queues(opts.starting, dict(selected), "startingOffsets")
     check_named_queues(opts.ending, dict(selected), "endingOffsets")
+    for topic, q, named in opts.starting.per_queue:
+        if named >= 0 and named < store.min_offset(topic, q):
+            data_lost(topic, q, named, store.min_offset(topic, q), opts.fail_on_data_loss)
     out: list[QueueRange] = []
     for topic, queues in selected:
         for q in range(queues):
@@ -212,6 +253,17 @@ def plan_ranges(store: "Store", opts: ReadOptions) -> list[QueueRange]:
             end = opts.ending.resolve(store, topic, q, "latest")
             out.append(QueueRange(topic, q, start, max(start, end)))
     return out
+
+
+def data_lost(topic: str, queue_id: int, wanted: int, earliest: int, fail: bool) -> None:
+    """Messages ``[wanted, earliest)`` a read was due to read are gone (retention removed
+    them): Kafka's ``failOnDataLoss`` fails the read (the default), ``false`` skips them with
+    a warning on stderr."""
+    what = (f"messages {topic}/{queue_id}@{wanted}-{earliest - 1} were removed by retention "
+            f"before this read reached them")
+    if fail:
+        raise DataError(f"{what} (give failOnDataLoss=false to skip what is gone)")
+    print(f"mqctl: warning: {what}: skipped (failOnDataLoss=false)", file=sys.stderr)
 
 
 def split_slices(slices: Sequence[R], at_least: int) -> list[R]:
@@ -255,6 +307,8 @@ def check_options(options: Mapping[str, str], allowed: Sequence[str], what: str)
         names = ", ".join(_SPELLING.get(k, k) for k in allowed if k not in ("path", "reader"))
         close = difflib.get_close_matches(unknown[0].lower(), [k for k in allowed if k != "path"], 1, 0.6)
         hint = f" (did you mean {_SPELLING.get(close[0], close[0])}?)" if close else ""
+        if unknown[0].lower().startswith("kafka."):   # a Kafka job's client settings
+            hint = " (a store is a directory, with no brokers: give store instead of kafka.* options)"
         raise UsageError(f"unknown option{'s' if len(unknown) > 1 else ''} "
                          f"{', '.join(repr(k) for k in unknown)} for {what} with mqctl{hint}; "
                          f"valid: {names}")
@@ -276,7 +330,9 @@ def parse_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
 _SPELLING = {
     "startingoffsets": "startingOffsets", "endingoffsets": "endingOffsets",
     "maxmessagespertrigger": "maxMessagesPerTrigger", "waitfortopic": "waitForTopic",
-    "minpartitions": "minPartitions",
+    "minpartitions": "minPartitions", "startingtimestamp": "startingTimestamp",
+    "endingtimestamp": "endingTimestamp", "maxoffsetspertrigger": "maxOffsetsPerTrigger",
+    "failondataloss": "failOnDataLoss",
     "sinkid": "sinkId", "checkpointlocation": "checkpointLocation",
 }
 

@@ -2,8 +2,12 @@
 (:class:`QueueSlice`), the Arrow column plan, and the batch and streaming readers."""
 from __future__ import annotations
 
+import functools
+import os
+import socket
+import sys
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -23,19 +27,19 @@ from pyspark.sql.types import StructType
 from store.errors import DataError, UsageError
 from store.log.broker import Store
 from store.log.bulk import Columns
-from store.log.record import PROP_TAGS, PROP_UNIQ_KEY, Message, tags_code
+from store.log.record import FAST_CRC, PROP_TAGS, PROP_UNIQ_KEY, Message, tags_code
 from store.log.vecread import VecColumns
 from store.spark.arrowcols import build_columns
+from store.spark.kafka import KAFKA_COLUMNS, KAFKA_SCHEMA, kafka_arrays, native_names
 from store.spark.options import (
     QueueRange,
     ReadOptions,
+    data_lost,
     plan_ranges,
-    queue_key,
-    select_topics,
-    split_key,
     split_slices,
 )
 from store.spark.schema import COLUMNS, SCHEMA
+from store.spark.streamplan import batch_ranges, initial, latest, next_end
 
 ARROW_BATCH_ROWS = 10_000            # Spark's own spark.sql.execution.arrow.maxRecordsPerBatch
 PULL_COUNT = 4096
@@ -50,6 +54,7 @@ class QueueSlice(QueueRange, InputPartition):
 
     store: str = ""
     tags: tuple[str, ...] | None = None
+    fail_on_data_loss: bool = True
 
 
 def _native_arrow_schema() -> pa.Schema:
@@ -82,18 +87,23 @@ def _column(name: str, msgs: Sequence[Message], typ: pa.DataType) -> pa.Array:
 
 class ColumnPlan:
     """The columns a reader must return: the native schema, or the user's subset of it
-    (in any order, cast to the user's types where Arrow can cast)."""
+    (in any order, cast to the user's types where Arrow can cast); with ``shape`` kafka,
+    Kafka's columns (:mod:`store.spark.kafka`), made from the store's columns read."""
 
-    def __init__(self, schema: StructType) -> None:
-        unknown = [n for n in schema.fieldNames() if n not in COLUMNS]
+    def __init__(self, schema: StructType, shape: str = "mqctl") -> None:
+        have_columns = KAFKA_COLUMNS if shape == "kafka" else COLUMNS
+        unknown = [n for n in schema.fieldNames() if n not in have_columns]
         if unknown:
-            raise UsageError(f"unknown column(s) {', '.join(unknown)}: the mqctl source has "
-                             f"{', '.join(COLUMNS)}")
-        self.names = schema.fieldNames()
+            raise UsageError(f"unknown column(s) {', '.join(unknown)}: the mqctl source"
+                             f"{' with shape kafka' if shape == 'kafka' else ''} has {', '.join(have_columns)}")
+        self.kafka = schema.fieldNames() if shape == "kafka" else None
+        self.names = native_names(self.kafka) if self.kafka is not None else schema.fieldNames()
         self.target = to_arrow_schema(schema, timezone="UTC")
         native = _native_arrow_schema()
         self.native = [native.field(n).type for n in self.names]
-        for name, have, want in zip(self.names, self.native, self.target.types):
+        produced = (to_arrow_schema(KAFKA_SCHEMA, timezone="UTC") if self.kafka is not None else native)
+        for name, want in zip(schema.fieldNames(), self.target.types):
+            have = produced.field(name).type
             if have != want:
                 try:
                     pa.array([], have).cast(want)
@@ -108,8 +118,12 @@ class ColumnPlan:
         return self._assemble([built[name] for name in self.names])
 
     def _assemble(self, arrays: list[pa.Array]) -> pa.RecordBatch:
+        names = self.names
+        if self.kafka is not None:
+            arrays = kafka_arrays(self.kafka, dict(zip(self.names, arrays)), len(arrays[0]))
+            names = self.kafka
         out = []
-        for name, arr, want in zip(self.names, arrays, self.target.types):
+        for name, arr, want in zip(names, arrays, self.target.types):
             if arr.type != want:
                 try:
                     arr = arr.cast(want)
@@ -125,11 +139,26 @@ def _damaged(part: QueueSlice, damaged: list[tuple[int, str]]) -> DataError:
                      f"{part.store}: {why} (run: mqctl store check)")
 
 
+@functools.cache
+def say_crc_is_slow() -> None:
+    """Once per worker process: this executor checks CRCs with zlib's function, because it has
+    no ``isal`` (``register(spark, ship_code=True)`` ships pure-Python code only: a compiled
+    package cannot be imported from the archive)."""
+    if not FAST_CRC and os.environ.get("MQCTL_PURE_ZLIB", "") in ("", "0"):
+        print(f"mqctl: notice: no isal on {socket.gethostname()}: the Python reader checks CRCs "
+              f"with zlib, about 4x slower (pip install isal there, or read with the JVM reader)",
+              file=sys.stderr)
+
+
 def read_slice(part: QueueSlice, plan: ColumnPlan) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one queue slice; a damaged record raises :class:`DataError`."""
+    say_crc_is_slow()
     store = Store.open(part.store, recover=False)
     try:
-        off = max(part.start, store.min_offset(part.topic, part.queue_id))
+        earliest = store.min_offset(part.topic, part.queue_id)
+        if earliest > part.start:   # retention ran since the plan
+            data_lost(part.topic, part.queue_id, part.start, earliest, part.fail_on_data_loss)
+        off = max(part.start, earliest)
         if not part.tags:
             yield from _read_bulk(store, part, plan, off)
             return
@@ -182,43 +211,25 @@ class MqctlReader(DataSourceReader):
 
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.opts = opts
-        self.plan = ColumnPlan(schema)
+        self.plan = ColumnPlan(schema, opts.shape)
 
     def partitions(self) -> list[InputPartition]:
         o = self.opts
         with Store.open(o.store) as store:
             ranges = plan_ranges(store, o)
-        return list(split_slices([QueueSlice(r.topic, r.queue_id, r.start, r.end, o.store, o.tags)
-                                  for r in ranges], o.min_partitions))
+        return list(split_slices([QueueSlice(r.topic, r.queue_id, r.start, r.end, o.store, o.tags,
+                                             o.fail_on_data_loss) for r in ranges], o.min_partitions))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(partition, self.plan)
 
 
-def fair_share(pending: Mapping[str, int], limit: int) -> dict[str, int]:
-    """Split ``limit`` messages across queues in proportion to what each has pending."""
-    total = sum(pending.values())
-    if total <= limit:
-        return dict(pending)
-    share = {k: limit * n // total for k, n in pending.items()}
-    left = limit - sum(share.values())
-    for k in sorted(pending, key=lambda k: (-(pending[k] - share[k]), k)):
-        if left <= 0:
-            break
-        if share[k] < pending[k]:
-            share[k] += 1
-            left -= 1
-    return share
-
-
 class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Streaming read. Offsets are ``{"<topic>/<queue>": next offset}`` with sorted keys (Spark
-    compares them as JSON text). A queue missing from the start offset (a topic or queue
-    created later) is read from its earliest offset."""
+    """Streaming read; its offsets are :mod:`store.spark.streamplan`'s."""
 
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.opts = opts
-        self.plan = ColumnPlan(schema)
+        self.plan = ColumnPlan(schema, opts.shape)
         self._target: dict[str, int] | None = None
         self._store: Store | None = None
 
@@ -227,53 +238,27 @@ class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._store = Store.open(self.opts.store)
         return self._store
 
-    def _latest(self) -> dict[str, int]:
-        store = self._open()
-        return {queue_key(t, q): store.max_offset(t, q)
-                for t, n in select_topics(store, self.opts.topics, must_exist=False)
-                for q in range(n)}
-
     def initialOffset(self) -> dict[str, Any]:
-        store = self._open()
-        out = {}
-        for t, n in select_topics(store, self.opts.topics, must_exist=False):
-            for q in range(n):
-                out[queue_key(t, q)] = self.opts.starting.resolve(store, t, q, "earliest")
-        return dict(sorted(out.items()))
+        return initial(self._open(), self.opts)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._latest()
+        self._target = latest(self._open(), self.opts)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        latest = self._latest()
-        if self._target is not None:
-            latest = {k: min(v, self._target[k]) for k, v in latest.items() if k in self._target}
-        store = self._open()
-        first = {k: start[k] if k in start else store.min_offset(*split_key(k)) for k in latest}
-        pending = {k: latest[k] - first[k] for k in latest if latest[k] > first[k]}
-        if isinstance(limit, ReadMaxRows):
-            pending = fair_share(pending, max(1, limit.max_rows))
-        end = dict(start)
-        for k, n in pending.items():
-            if n > 0:
-                end[k] = first[k] + n
-        return dict(sorted(end.items()))
+        rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return next_end(self._open(), self.opts, start, self._target, rows)
 
     def reportLatestOffset(self) -> Optional[dict[str, Any]]:
-        return dict(sorted(self._latest().items()))
+        return latest(self._open(), self.opts)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        out: list[InputPartition] = []
-        for key, stop in sorted(end.items()):
-            begin = start.get(key, 0)
-            if stop > begin:
-                topic, qid = split_key(key)
-                out.append(QueueSlice(topic, qid, begin, stop, self.opts.store, self.opts.tags))
-        return out
+        o = self.opts
+        return [QueueSlice(r.topic, r.queue_id, r.start, r.end, o.store, o.tags, o.fail_on_data_loss)
+                for r in batch_ranges(o, start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(partition, self.plan)

@@ -32,7 +32,8 @@ from store.fsutil import open_private
 from store.log.broker import Store
 from store.log.record import PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS, Draft, check_property
 from store.names import validate_topic
-from store.spark.options import check_options, open_store, parse_bool, store_option
+from store.spark.kafka import to_store_batch
+from store.spark.options import check_options, open_store, parse_bool, parse_shape, store_option
 from store.spark.staging import OWNER_FILE, STAGING_DIR, remove_job_dirs, sweep_staging, write_owner
 
 # Publishing takes the store's write lock once per chunk, never for a whole job: a chunk is
@@ -43,7 +44,7 @@ PUBLISH_MIN = 64
 PUBLISH_MESSAGES = 8192              # never more than this many messages per chunk...
 PUBLISH_BYTES = 4 * 1024 * 1024      # ...or bytes of body
 PUBLISH_TARGET_S = 0.02
-WRITE_OPTIONS = ("store", "path", "topic", "flush", "create")
+WRITE_OPTIONS = ("store", "path", "topic", "flush", "create", "shape")
 
 
 # -- writing: options and row validation ------------------------------------------------------
@@ -98,6 +99,7 @@ class WriteOptions:
     topic: str | None
     sync: bool
     create: bool = False
+    shape: str = "mqctl"          # kafka: Kafka's sink columns (store.spark.kafka)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], allowed: Sequence[str] = WRITE_OPTIONS,
@@ -112,7 +114,7 @@ class WriteOptions:
         if flush not in ("sync", "async"):
             raise UsageError(f"flush must be sync or async, not {flush!r}")
         return cls(store_option(options), topic, flush == "sync",
-                   parse_bool(options, "create", False))
+                   parse_bool(options, "create", False), parse_shape(options))
 
 
 class RowRules:
@@ -278,6 +280,8 @@ def write_staged(rows: Iterator[pa.RecordBatch], opts: WriteOptions, stage_rel: 
     fh = None
     try:
         for batch in rows:
+            if opts.shape == "kafka":
+                batch = to_store_batch(batch)
             staged = stage_batch(batch, opts.topic, rules, count, part)
             if staged.num_rows == 0:
                 continue

@@ -36,10 +36,10 @@ from store.errors import BadInputError, UsageError  # noqa: E402
 from store.log.broker import Store  # noqa: E402
 from store.log.record import Draft, java_hash  # noqa: E402
 from store.spark.options import parse_offsets, parse_tags  # noqa: E402
-from store.spark.read import fair_share  # noqa: E402
 from store.spark.schema import COLUMNS, SCHEMA, SCHEMA_DDL  # noqa: E402
 from store.spark.sink import SINKS_DIR, SinkLedger, commit_stream_batch  # noqa: E402
 from store.spark.staging import STAGING_DIR  # noqa: E402
+from store.spark.streamplan import fair_share  # noqa: E402
 from store.spark.write import StagedPart, WriteOptions, write_staged  # noqa: E402
 
 _BIN = Path(sys.executable).parent / "mqctl"
@@ -49,21 +49,8 @@ CLI_TIMEOUT = 240
 
 # -- fixtures and helpers ---------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    session = S.local_session(log_level="OFF")
-    yield session
-    session.stop()
-
-
 def put(store: Store, topic: str, bodies: list[bytes], **props: str) -> list[Any]:
     return store.put([Draft(topic, b, dict(props)) for b in bodies])
-
-
-@pytest.fixture(params=["jvm", "python"])
-def via(request: pytest.FixtureRequest) -> str:
-    """Which reader serves ``format("mqctl")``: the JVM one, or the Python one."""
-    return str(request.param)
 
 
 def reader(spark: Any, store: Store, via: str = "jvm", **options: str) -> Any:
@@ -308,29 +295,30 @@ def _stream_to_parquet(spark: Any, store: Store, out: Path, ckpt: Path, **option
 
 
 @pytest.mark.spark
-def test_stream_resumes_from_checkpoint_with_only_new_messages(spark: Any, store: Store, tmp_path: Path) -> None:
+def test_stream_resumes_from_checkpoint_with_only_new_messages(
+        spark: Any, store: Store, tmp_path: Path, via: str) -> None:
     store.create_topic("a", 4)
     put(store, "a", [f"m{i}".encode() for i in range(25)])
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     batches = _stream_to_parquet(spark, store, out, ckpt, topic="*", startingOffsets="earliest",
-                                 maxMessagesPerTrigger="7")
+                                 maxMessagesPerTrigger="7", reader=via)
     assert batches == [7, 7, 7, 4]
     put(store, "a", [f"n{i}".encode() for i in range(5)])
     put(store, "later", [f"x{i}".encode() for i in range(3)])     # a topic created after the start
-    assert sum(_stream_to_parquet(spark, store, out, ckpt, topic="*", startingOffsets="earliest")) == 8
-    assert _stream_to_parquet(spark, store, out, ckpt, topic="*", startingOffsets="earliest") == []
+    assert sum(_stream_to_parquet(spark, store, out, ckpt, topic="*", startingOffsets="earliest", reader=via)) == 8
+    assert _stream_to_parquet(spark, store, out, ckpt, topic="*", startingOffsets="earliest", reader=via) == []
     ids = pq.read_table(out).column("msgId").to_pylist()
     expected = {m.uniq_key for t in ("a", "later") for m in stored(store, t)}
     assert len(ids) == 33 and set(ids) == expected
 
 
 @pytest.mark.spark
-def test_stream_starts_at_latest_by_default(spark: Any, store: Store, tmp_path: Path) -> None:
+def test_stream_starts_at_latest_by_default(spark: Any, store: Store, tmp_path: Path, via: str) -> None:
     put(store, "a", [b"old"])
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    assert _stream_to_parquet(spark, store, out, ckpt, topic="a") == []
+    assert _stream_to_parquet(spark, store, out, ckpt, topic="a", reader=via) == []
     put(store, "a", [b"new"])
-    assert _stream_to_parquet(spark, store, out, ckpt, topic="a") == [1]
+    assert _stream_to_parquet(spark, store, out, ckpt, topic="a", reader=via) == [1]
     assert [bytes(b) for b in pq.read_table(out).column("body").to_pylist()] == [b"new"]
 
 
@@ -645,13 +633,13 @@ def test_cli_without_java_or_pyspark_fails_in_one_line(store: Store) -> None:
 def test_an_unknown_option_fails_naming_the_valid_ones(spark: Any, store: Store, tmp_path: Path) -> None:
     put(store, "a", [b"x"])
     with pytest.raises(Exception, match=r"unknown option 'startoffsets' for read .*valid: store, topic, "
-                                        r"startingOffsets, endingOffsets, tags, create"):
+                                        r"subscribe, startingOffsets, startingTimestamp, endingOffsets"):
         reader(spark, store, topic="a", startOffsets="earliest").collect()
     with pytest.raises(Exception, match=r"unknown option 'flsh' for write .*valid: store, topic, flush, create"):
         spark.createDataFrame([("x",)], "body string").write.format("mqctl").mode("append") \
             .option("store", str(store.root)).option("topic", "a").option("flsh", "sync").save()
     with pytest.raises(Exception, match=r"unknown option 'maxmessagespertriger' for read or readStream .*"
-                                        r"maxMessagesPerTrigger, waitForTopic"):
+                                        r"maxMessagesPerTrigger, maxOffsetsPerTrigger, waitForTopic"):
         spark.readStream.format("mqctl").option("store", str(store.root)) \
             .option("maxMessagesPerTriger", "5").load().writeStream.format("console").start()
 

@@ -21,9 +21,10 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * {@code format("mqctl")} on the JVM: batch reads here ({@link MqctlScan}); writes, streams and
- * reads this reader cannot serve (a user schema asking for a cast, {@code reader=python}) are
- * handed to the Python source, registered as {@code mqctl_python} by {@code register(spark)}.
+ * {@code format("mqctl")} on the JVM: batch and streaming reads here ({@link MqctlScan},
+ * {@link MqctlStream}); writes and reads this reader cannot serve (a user schema asking for a
+ * cast, {@code shape=kafka}, {@code reader=python}) are handed to the Python source,
+ * registered as {@code mqctl_python} by {@code register(spark)}.
  */
 public final class MqctlProvider implements TableProvider, DataSourceRegister {
   static final String PYTHON_SOURCE = "mqctl_python";
@@ -31,6 +32,15 @@ public final class MqctlProvider implements TableProvider, DataSourceRegister {
       "topic STRING, queueId INT, queueOffset BIGINT, msgId STRING, keys ARRAY<STRING>, "
       + "tags STRING, properties MAP<STRING,STRING>, body BINARY, bornTimestamp TIMESTAMP, "
       + "storeTimestamp TIMESTAMP");
+
+  /** {@code shape=kafka} (store.spark.kafka): Kafka's columns, read by the Python source. */
+  static final StructType KAFKA_SCHEMA = StructType.fromDDL(
+      "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+      + "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>");
+
+  static boolean kafka(Map<String, String> options) {
+    return "kafka".equalsIgnoreCase(new CaseInsensitiveStringMap(options).getOrDefault("shape", "").trim());
+  }
 
   @Override
   public String shortName() {
@@ -44,7 +54,7 @@ public final class MqctlProvider implements TableProvider, DataSourceRegister {
     if (!"python".equalsIgnoreCase(options.getOrDefault("reader", ""))) {
       Planner.plan(options, Planner.request().put("check", true));
     }
-    return SCHEMA;
+    return kafka(options) ? KAFKA_SCHEMA : SCHEMA;
   }
 
   @Override
@@ -55,7 +65,7 @@ public final class MqctlProvider implements TableProvider, DataSourceRegister {
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
     String reader = new CaseInsensitiveStringMap(properties).getOrDefault("reader", "jvm");
-    if ("python".equalsIgnoreCase(reader) || !servable(schema)) {
+    if ("python".equalsIgnoreCase(reader) || kafka(properties) || !servable(schema)) {
       return python(schema, partitioning, properties);
     }
     return new MqctlTable(schema, partitioning, properties);
@@ -78,7 +88,7 @@ public final class MqctlProvider implements TableProvider, DataSourceRegister {
     return true;
   }
 
-  /** Reads on the JVM; writes and streams through the Python source's own table. */
+  /** Reads on the JVM; writes through the Python source's own table. */
   static final class MqctlTable implements SupportsRead, SupportsWrite {
     private final StructType schema;
     private final Transform[] partitioning;
@@ -121,7 +131,7 @@ public final class MqctlProvider implements TableProvider, DataSourceRegister {
 
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-      return new MqctlScan(schema, options, () -> ((SupportsRead) python()).newScanBuilder(options));
+      return new MqctlScan(schema, options);
     }
 
     @Override

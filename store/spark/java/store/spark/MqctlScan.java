@@ -10,7 +10,6 @@ import java.util.Arrays;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Set;
-import java.util.function.Supplier;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
@@ -33,13 +32,12 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * A batch read's plan: the columns it needs (pruning), the predicates it serves itself
  * (topic and queue id sets, the tag set through the consume queue's tags code, the store time
  * as an offset range), and one partition per queue range that {@code store.spark.plan} gives.
- * A stream is the Python source's ({@code toMicroBatchStream}).
+ * A stream is a {@link MqctlStream} with the same predicates.
  */
 final class MqctlScan implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters,
     Scan, Batch {
   private StructType schema;
   private final CaseInsensitiveStringMap options;
-  private final Supplier<ScanBuilder> python;
   private final List<Filter> pushed = new ArrayList<>();
   private Set<String> topics;
   private Set<Integer> queueIds;
@@ -48,10 +46,9 @@ final class MqctlScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
   private Long untilMs;
   private JsonNode plan;
 
-  MqctlScan(StructType schema, CaseInsensitiveStringMap options, Supplier<ScanBuilder> python) {
+  MqctlScan(StructType schema, CaseInsensitiveStringMap options) {
     this.schema = schema;
     this.options = options;
-    this.python = python;
   }
 
   @Override
@@ -162,11 +159,11 @@ final class MqctlScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
 
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-    return python.get().build().toMicroBatchStream(checkpointLocation);
+    return new MqctlStream(schema, options, pushedRequest(), tags == null ? null : tags.toArray(new String[0]));
   }
 
-  @Override
-  public InputPartition[] planInputPartitions() {
+  /** The predicates pushed down, as a planner request. */
+  private ObjectNode pushedRequest() {
     ObjectNode request = Planner.request();
     if (topics != null) {
       ArrayNode a = request.putArray("topics");
@@ -178,8 +175,18 @@ final class MqctlScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
     }
     if (fromMs != null) request.put("fromMs", fromMs);
     if (untilMs != null) request.put("untilMs", untilMs);
-    plan = Planner.plan(options, request);
-    String[] tagSet = tagSet(plan.get("tags"));
+    return request;
+  }
+
+  @Override
+  public InputPartition[] planInputPartitions() {
+    plan = Planner.plan(options, pushedRequest());
+    return slices(plan, tags == null ? null : tags.toArray(new String[0]));
+  }
+
+  /** One partition per range of a plan, preferring the planning host (the store's). */
+  static InputPartition[] slices(JsonNode plan, String[] pushedTags) {
+    String[] tagSet = tagSet(pushedTags, plan.get("tags"));
     String host = plan.get("host").asText();
     List<InputPartition> out = new ArrayList<>();
     for (JsonNode r : plan.get("ranges")) {
@@ -190,8 +197,8 @@ final class MqctlScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
   }
 
   /** The tags a row must have: the option's, the pushed predicate's, or both's common ones. */
-  private String[] tagSet(JsonNode option) {
-    Set<String> set = tags == null ? null : new LinkedHashSet<>(tags);
+  private static String[] tagSet(String[] pushedTags, JsonNode option) {
+    Set<String> set = pushedTags == null ? null : new LinkedHashSet<>(Arrays.asList(pushedTags));
     if (option != null && !option.isNull()) {
       Set<String> opt = new LinkedHashSet<>();
       option.forEach(t -> opt.add(t.asText()));

@@ -3,21 +3,30 @@ package store.spark;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.ByteArrayOutputStream;
+import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStream;
+import java.io.InputStreamReader;
 import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
 import java.util.Map;
 import org.apache.spark.sql.internal.SQLConf;
 
 /**
- * Asks {@code python -m store.spark.plan} what a batch read covers (see that module): options,
+ * Asks {@code python -m store.spark.plan} what a read covers (see that module): options,
  * topics, offsets and times have one definition, in Python. The interpreter is the one the
  * session was registered from ({@code spark.mqctl.python}), else PySpark's.
+ *
+ * <p>One planner process serves this JVM for as long as it runs (a JSON line in, a JSON line
+ * out): starting Python and importing the store costs 0.1-0.3 s, which every query paid twice
+ * (the load's check and the plan) when each request had its own process. It exits when this
+ * JVM closes its stdin, or dies with it; one that died meanwhile is started again.
  */
 final class Planner {
   private static final ObjectMapper JSON = new ObjectMapper();
+  private static Process proc;
+  private static String started;   // the command line of proc (a session may change the conf)
+  private static OutputStream requests;
+  private static BufferedReader answers;
 
   private Planner() {}
 
@@ -30,36 +39,60 @@ final class Planner {
     String python = conf("spark.mqctl.python", System.getenv("PYSPARK_DRIVER_PYTHON"));
     if (python == null) python = System.getenv("PYSPARK_PYTHON");
     if (python == null) python = "python3";
-    ProcessBuilder pb = new ProcessBuilder(python, "-m", "store.spark.plan");
     String path = conf("spark.mqctl.pythonpath", null);
+    String line;
+    try {
+      line = ask(python, path, JSON.writeValueAsString(request));
+    } catch (IOException e) {
+      throw new StoreError("OperationError", "cannot run the mqctl read planner " + python + ": " + e.getMessage());
+    }
+    if (line == null) {
+      throw new StoreError("OperationError", "the mqctl read planner (" + python
+          + " -m store.spark.plan) exited: is mqctl installed for that interpreter?");
+    }
+    JsonNode answer;
+    try {
+      answer = JSON.readTree(line);
+    } catch (IOException e) {
+      throw new StoreError("OperationError", "the mqctl read planner answered " + line);
+    }
+    if (answer.has("error")) {
+      throw new StoreError(answer.get("error").asText(), answer.get("message").asText());
+    }
+    return answer;
+  }
+
+  /** One request line to the running planner (started first if needed): its answer line, or
+   *  null when the planner exits without one. A planner found dead is started once more. */
+  private static synchronized String ask(String python, String path, String request) throws IOException {
+    String cmd = python + "\0" + path;
+    for (int attempt = 0; ; attempt++) {
+      boolean fresh = proc == null || !proc.isAlive() || !cmd.equals(started);
+      if (fresh) start(python, path, cmd);
+      try {
+        requests.write((request + "\n").getBytes(StandardCharsets.UTF_8));
+        requests.flush();
+        String line = answers.readLine();
+        if (line != null || fresh || attempt > 0) return line;
+      } catch (IOException e) {
+        if (fresh || attempt > 0) throw e;
+      }
+      proc.destroy();
+    }
+  }
+
+  private static void start(String python, String path, String cmd) throws IOException {
+    if (proc != null) proc.destroy();
+    ProcessBuilder pb = new ProcessBuilder(python, "-m", "store.spark.plan");
     if (path != null) {
       String old = pb.environment().get("PYTHONPATH");
       pb.environment().put("PYTHONPATH", old == null || old.isEmpty() ? path : path + ":" + old);
     }
     pb.redirectError(ProcessBuilder.Redirect.INHERIT);
-    try {
-      Process proc = pb.start();
-      try (OutputStream in = proc.getOutputStream()) {
-        in.write(JSON.writeValueAsBytes(request));
-      }
-      byte[] out = readAll(proc.getInputStream());
-      int rc = proc.waitFor();
-      if (rc != 0 || out.length == 0) {
-        throw new StoreError("OperationError", "the mqctl read planner (" + python
-            + " -m store.spark.plan) failed with exit status " + rc
-            + ": is mqctl installed for that interpreter?");
-      }
-      JsonNode answer = JSON.readTree(new String(out, StandardCharsets.UTF_8));
-      if (answer.has("error")) {
-        throw new StoreError(answer.get("error").asText(), answer.get("message").asText());
-      }
-      return answer;
-    } catch (IOException e) {
-      throw new StoreError("OperationError", "cannot run the mqctl read planner " + python + ": " + e.getMessage());
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      throw new StoreError("OperationError", "interrupted while planning the read");
-    }
+    proc = pb.start();
+    started = cmd;
+    requests = proc.getOutputStream();
+    answers = new BufferedReader(new InputStreamReader(proc.getInputStream(), StandardCharsets.UTF_8));
   }
 
   static ObjectNode request() {
@@ -69,11 +102,5 @@ final class Planner {
   private static String conf(String key, String fallback) {
     String v = SQLConf.get().getConfString(key, null);
     return v != null && !v.isEmpty() ? v : fallback;
-  }
-
-  private static byte[] readAll(InputStream in) throws IOException {
-    ByteArrayOutputStream buf = new ByteArrayOutputStream();
-    in.transferTo(buf);
-    return buf.toByteArray();
   }
 }

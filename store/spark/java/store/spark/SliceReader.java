@@ -65,6 +65,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     final int headerSize;
     final int crcSize;
     final byte[] crcHead;
+    final boolean failOnDataLoss;
 
     Factory(StructType schema, JsonNode plan) {
       this.schema = schema;
@@ -80,6 +81,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       this.headerSize = fmt.get("headerSize").asInt();
       this.crcSize = fmt.get("crcPropertySize").asInt();
       this.crcHead = fmt.get("crcPropertyHead").asText().getBytes(StandardCharsets.ISO_8859_1);
+      this.failOnDataLoss = plan.get("failOnDataLoss").asBoolean(true);
     }
 
     @Override
@@ -105,11 +107,14 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
   private final Set<String> reserved;
   private final byte[] topicField;
   private final boolean needRecord;
+  private final boolean needProps;   // a column (or the tag check) needs TAGS, KEYS or UNIQ_KEY
   private final WritableColumnVector[] vectors;
   private final ColumnarBatch batch;
   private final int cTopic, cQueue, cOffset, cMsgId, cKeys, cTags, cProps, cBody, cBorn, cStored;
   private final ByteBuffer entries = ByteBuffer.allocate(BATCH * CQ_ENTRY);
   private final Map<Long, MappedByteBuffer> segments = new HashMap<>();
+  private long lastBase = -1;          // the segment of the last record: no map lookup per record
+  private MappedByteBuffer last;
   private final CRC32 crc = new CRC32();
   private byte[] rec = new byte[4096];
   private ByteBuffer recView = ByteBuffer.wrap(rec);
@@ -137,6 +142,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     boolean need = tags != null;
     for (String n : names) need |= RECORD_COLUMNS.contains(n);
     this.needRecord = need;
+    java.util.List<String> named = Arrays.asList(names);
+    this.needProps = tags != null || named.contains("msgId") || named.contains("tags") || named.contains("keys");
     this.vectors = OnHeapColumnVector.allocateColumns(BATCH, f.schema);
     this.batch = new ColumnarBatch(vectors);
     java.util.List<String> list = Arrays.asList(names);
@@ -211,6 +218,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       } catch (NoSuchFileException e) {
         long first = firstSegment(Paths.get(s.queueDir()));
         if (first > base) {   // removed by retention since the plan: start at what is left
+          lost(next, first / CQ_ENTRY);
           next = Math.min(end, first / CQ_ENTRY);
           cqBase = -1;
           return next < end ? readEntries() : 0;
@@ -233,7 +241,10 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     long base = phys - phys % f.segmentSize;
     MappedByteBuffer seg = segment(base, phys - base + size);
     if (seg == null) {
-      if (phys < firstSegment(Paths.get(f.commitlogDir))) return false;
+      if (phys < firstSegment(Paths.get(f.commitlogDir))) {
+        lost(qoff, qoff + 1);
+        return false;
+      }
       throw damaged(qoff, "commit-log offset " + phys + ": the commit-log segment is missing");
     }
     int pos = (int) (phys - base);
@@ -299,7 +310,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     int propsEnd = size - f.crcSize;
     // properties: name 0x01 value 0x02 pieces; the last of a name counts (as a dict)
     int tagA = -1, tagB = -1, keyA = -1, keyB = -1, uniqA = -1, uniqB = -1;
-    int a = p;
+    int a = needProps ? p : propsEnd;   // the scan costs more than the rest of a body-only row
     while (a < propsEnd) {
       int e = a;
       while (e < propsEnd && rec[e] != 2) e++;
@@ -377,6 +388,17 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     out.putArray(row, first, propCount - first);
   }
 
+  /** Messages {@code [from, to)} removed by retention before this read reached them: the read
+   *  fails unless {@code failOnDataLoss} is false (then a warning), as {@code options.data_lost}. */
+  private void lost(long from, long to) {
+    String what = "messages " + s.topic() + "/" + s.queueId() + "@" + from + "-" + (to - 1)
+        + " were removed by retention before this read reached them";
+    if (f.failOnDataLoss) {
+      throw new StoreError("DataError", what + " (give failOnDataLoss=false to skip what is gone)");
+    }
+    System.err.println("mqctl: warning: " + what + ": skipped (failOnDataLoss=false)");
+  }
+
   private StoreError damaged(long qoff, String why) {
     return new StoreError("DataError", "damaged message " + s.topic() + "/" + s.queueId() + "@" + qoff
         + " in store " + f.store + ": " + why + " (run: mqctl store check)");
@@ -384,14 +406,21 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
   /** Segment {@code base} mapped to at least {@code need} bytes (a growing file is mapped again). */
   private MappedByteBuffer segment(long base, long need) throws IOException {
+    if (base == lastBase && last.capacity() >= need) return last;
     MappedByteBuffer m = segments.get(base);
-    if (m != null && m.capacity() >= need) return m;
+    if (m != null && m.capacity() >= need) {
+      lastBase = base;
+      last = m;
+      return m;
+    }
     try (FileChannel ch = FileChannel.open(Paths.get(f.commitlogDir, segmentName(base)), StandardOpenOption.READ)) {
       m = ch.map(FileChannel.MapMode.READ_ONLY, 0, ch.size());
     } catch (NoSuchFileException e) {
       return null;
     }
     segments.put(base, m);
+    lastBase = base;
+    last = m;
     return m;
   }
 

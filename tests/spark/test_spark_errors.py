@@ -1,0 +1,109 @@
+"""Errors of the ``mqctl`` source as a data engineer reads them, from both readers: in Python
+the store's error (its class, its message first and whole) through ``mqctl_errors``, and no
+Python traceback inside Spark's own exception; from ``mqctl query``/``export`` (real
+processes) one ``mqctl: error:`` line and the contract's exit code; and the notice of an
+executor without ``isal``."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import store.log.format as F  # noqa: E402
+from store.errors import DataError, TopicNotFoundError, UsageError  # noqa: E402
+from store.log.broker import Store  # noqa: E402
+from store.log.record import Draft  # noqa: E402
+from store.spark.errors import mqctl_errors  # noqa: E402
+from tests.procs import mqctl, one_error  # noqa: E402
+
+pytestmark = pytest.mark.spark
+CLI_TIMEOUT = 240
+
+
+def read(spark: Any, store: Store, via: str, **options: str) -> Any:
+    r = spark.read.format("mqctl").option("store", str(store.root)).option("reader", via)
+    return r.options(**options).load()
+
+
+def damage(store: Store) -> None:
+    """Topic ``a`` with a record whose body no longer matches its CRC."""
+    store.create_topic("a", 1)
+    store.put([Draft("a", b"fine")])
+    (bad,) = store.put([Draft("a", b"CORRUPT-ME")])
+    with open(store.layout.commitlog_dir / F.segment_name(0), "r+b") as fh:
+        fh.seek(bad.commitlog_offset + F.RECORD_HEADER_SIZE)
+        fh.write(b"X")
+
+
+def test_python_users_get_the_store_error_first_and_whole(spark: Any, store: Store, via: str) -> None:
+    store.create_topic("t", 1)
+    with pytest.raises(TopicNotFoundError) as missing:
+        with mqctl_errors():
+            read(spark, store, via, topic="nosuch").count()
+    assert str(missing.value) == "topic 'nosuch' does not exist"
+    with pytest.raises(UsageError) as bad:
+        with mqctl_errors():
+            read(spark, store, via, topic="t", startingOffsets="soon").count()
+    assert str(bad.value).startswith("startingOffsets: 'soon' is not earliest, latest")
+    damage(store)
+    with pytest.raises(DataError, match=r"^damaged message a/0@1 in store .*record CRC mismatch"):
+        with mqctl_errors():
+            read(spark, store, via, topic="a").select("body").collect()
+    # without it: Spark's exception, with the store's line and no Python traceback
+    with pytest.raises(Exception) as raw:
+        read(spark, store, via, topic="a").select("body").collect()
+    assert "store.errors.DataError: damaged message a/0@1" in str(raw.value)
+    assert "Traceback" not in str(raw.value)
+
+
+def test_a_stream_error_is_the_store_error(spark: Any, store: Store, via: str, tmp_path: Path) -> None:
+    with pytest.raises(TopicNotFoundError, match="^topic 'nosuch' does not exist"):
+        with mqctl_errors():
+            spark.readStream.format("mqctl").option("store", str(store.root)).option("reader", via) \
+                .option("topic", "nosuch").load().writeStream.format("parquet") \
+                .option("path", str(tmp_path / "o")).option("checkpointLocation", str(tmp_path / "c")) \
+                .trigger(availableNow=True).start().awaitTermination()
+
+
+def test_cli_query_and_export_of_a_damaged_store_fail_in_one_line(store: Store, tmp_path: Path) -> None:
+    damage(store)
+    res = mqctl(store.root, "query", "SELECT sum(length(body)) FROM a", timeout=CLI_TIMEOUT)
+    one_error(res, 5, "damaged message a/0@1 in store", allow_warnings=True)
+    res = mqctl(store.root, "export", "a", "--out", str(tmp_path / "out"), timeout=CLI_TIMEOUT)
+    one_error(res, 5, "damaged message a/0@1 in store", allow_warnings=True)
+    res = mqctl(store.root, "query", "SELECT * FROM nosuch", timeout=CLI_TIMEOUT)
+    one_error(res, 3, allow_warnings=True)
+
+
+WITHOUT_ISAL = r'''
+import sys
+import store.spark.datasource as S
+spark = S.local_session("local[1]", log_level="OFF")
+df = spark.read.format("mqctl").option("store", sys.argv[1]).option("topic", "a").option("reader", "python").load()
+print(sorted(bytes(r.body) for r in df.collect()))
+spark.stop()
+'''
+
+
+def test_an_executor_without_isal_says_so(store: Store, tmp_path: Path) -> None:
+    """A worker whose Python has no ``isal`` (here: one that fails to import) says, once, that
+    it checks CRCs with zlib's slower function; the rows are the same."""
+    store.create_topic("a", 1)
+    store.put([Draft("a", b"one"), Draft("a", b"two")])
+    hidden = tmp_path / "hide" / "isal"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('isal is not installed here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden.parent), *sys.path[1:]])}
+    env.pop("MQCTL_PURE_ZLIB", None)
+    res = subprocess.run([sys.executable, "-c", WITHOUT_ISAL, str(store.root)], capture_output=True,
+                         text=True, env=env, timeout=CLI_TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[b'one', b'two']"
+    notices = [ln for ln in res.stderr.splitlines() if "isal" in ln]
+    assert len(notices) == 1 and notices[0].startswith("mqctl: notice: no isal on "), res.stderr

@@ -1,0 +1,157 @@
+"""Kafka's names on the ``mqctl`` source: ``subscribe``, ``startingTimestamp``,
+``maxOffsetsPerTrigger``, ``minPartitions`` in streams, ``failOnDataLoss`` (Kafka's default:
+fail when retention removed data a read was due to read) and ``shape=kafka`` (Kafka's
+columns on read and write), against both readers. Streams use ``availableNow`` triggers, and
+retention runs as ``mqctl store clean`` on files aged by ``os.utime``: nothing waits on a clock
+except for the next millisecond between two sends."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from store.log.broker import Store  # noqa: E402
+from store.log.record import Draft  # noqa: E402
+from store.log.settings import StoreSettings  # noqa: E402
+from tests.procs import mqctl  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture
+def store_settings() -> StoreSettings:
+    """Small commit-log segments, so that retention has whole segments to delete."""
+    return StoreSettings(max_message_size=1024, commitlog_segment_size=8192, cq_segment_entries=20)
+
+
+def read(spark: Any, store: Store, via: str, **options: str) -> Any:
+    r = spark.read.format("mqctl").option("store", str(store.root)).option("reader", via)
+    return r.options(**options).load()
+
+
+def stream(spark: Any, store: Store, via: str, **options: str) -> Any:
+    r = spark.readStream.format("mqctl").option("store", str(store.root)).option("reader", via)
+    return r.options(**options).load()
+
+
+def run_stream(df: Any, checkpoint: Path, out: Path) -> Any:
+    """Run ``df`` into Parquet files under ``out`` until it has read what is there now."""
+    q = df.writeStream.format("parquet").option("path", str(out)) \
+        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    q.awaitTermination()
+    return q
+
+
+def bodies(rows: list[Any], column: str = "body") -> list[bytes]:
+    return sorted(bytes(r[column]) for r in rows)
+
+
+def next_millisecond(after_ms: int) -> None:
+    """Wait until the clock is past ``after_ms``, so the next send has a later store time."""
+    while time.time_ns() // 1_000_000 <= after_ms:
+        time.sleep(0.001)
+
+
+def test_batch_reads_take_subscribe_and_starting_timestamp(spark: Any, store: Store, via: str) -> None:
+    store.create_topic("k", 2)
+    first = store.put([Draft("k", f"old-{i}".encode()) for i in range(4)])
+    next_millisecond(max(r.store_timestamp for r in first))
+    second = store.put([Draft("k", f"new-{i}".encode()) for i in range(3)])
+    since = min(r.store_timestamp for r in second)
+    got = read(spark, store, via, subscribe="k", startingTimestamp=str(since), failOnDataLoss="true").collect()
+    assert bodies(got) == [f"new-{i}".encode() for i in range(3)]
+    # Kafka's precedence: the timestamp wins over startingOffsets
+    got = read(spark, store, via, subscribe="k", startingOffsets="earliest", startingTimestamp=str(since))
+    assert got.count() == 3
+    assert read(spark, store, via, topic="k", endingTimestamp=str(since)).count() == 4
+    with pytest.raises(Exception, match="topic and subscribe are the same option: give one"):
+        read(spark, store, via, topic="k", subscribe="k").count()
+    with pytest.raises(Exception, match=r"give store instead of kafka\.\* options"):
+        read(spark, store, via, subscribe="k", **{"kafka.bootstrap.servers": "h:9092"}).count()
+
+
+def test_a_stream_takes_max_offsets_per_trigger_and_min_partitions(
+        spark: Any, store: Store, via: str, tmp_path: Path) -> None:
+    store.create_topic("s", 2)
+    store.put([Draft("s", f"m-{i}".encode()) for i in range(10)])
+    name = tmp_path / "out"
+    q = run_stream(stream(spark, store, via, subscribe="s", startingOffsets="earliest",
+                          maxOffsetsPerTrigger="4", minPartitions="3"), tmp_path / "ck", name)
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sizes and max(sizes) <= 4 and sum(sizes) == 10, sizes
+    assert bodies(spark.read.parquet(str(name)).collect()) == sorted(f"m-{i}".encode() for i in range(10))
+    with pytest.raises(Exception, match="maxMessagesPerTrigger and maxOffsetsPerTrigger are the same"):
+        run_stream(stream(spark, store, via, subscribe="s", maxMessagesPerTrigger="1",
+                          maxOffsetsPerTrigger="4"), tmp_path / "ck2", tmp_path / "out2")
+
+
+def fill(store: Store, topic: str, start: int, n: int) -> None:
+    for i in range(start, start + n, 10):
+        store.put([Draft(topic, f"{topic}-{j:05d}-".encode() + b"x" * 200, queue_id=0)
+                   for j in range(i, min(i + 10, start + n))])
+
+
+def clean_old_segments(store: Store) -> None:
+    """``mqctl store clean`` with every file made four days old: all but the last segment go."""
+    t = time.time() - 4 * 86400
+    for dirpath, _dirs, names in os.walk(store.root):
+        for n in names:
+            os.utime(os.path.join(dirpath, n), (t, t))
+    res = mqctl(store.root, "store", "clean", "--older-than", "1h")
+    assert res.returncode == 0, res
+
+
+def test_data_removed_before_a_read_reached_it_fails_unless_fail_on_data_loss_is_false(
+        spark: Any, store: Store, via: str, tmp_path: Path) -> None:
+    store.create_topic("r", 1)
+    fill(store, "r", 0, 5)
+    name = tmp_path / "out"
+    run_stream(stream(spark, store, via, topic="r", startingOffsets="earliest"), tmp_path / "ck", name)
+    fill(store, "r", 5, 200)
+    clean_old_segments(store)
+    earliest = store.min_offset("r", 0)
+    assert earliest > 5, "the test needs the unread messages 5.. gone"
+    with pytest.raises(Exception, match=rf"messages r/0@5-{earliest - 1} were removed by retention before "
+                                        r"this read reached them \(give failOnDataLoss=false"):
+        run_stream(stream(spark, store, via, topic="r", startingOffsets="earliest"), tmp_path / "ck", name)
+    run_stream(stream(spark, store, via, topic="r", failOnDataLoss="false"), tmp_path / "ck", name)
+    assert spark.read.parquet(str(name)).count() == 5 + 205 - earliest
+    # a batch read asked for offsets that are gone: the same rule
+    gone = '{"r": {"0": 3}}'
+    with pytest.raises(Exception, match=r"messages r/0@3-\d+ were removed by retention"):
+        read(spark, store, via, topic="r", startingOffsets=gone).count()
+    assert read(spark, store, via, topic="r", startingOffsets=gone, failOnDataLoss="false").count() == 205 - earliest
+
+
+def test_kafka_shape_reads_kafka_columns_and_writes_them_back(spark: Any, store: Store, via: str) -> None:
+    store.create_topic("src", 2)
+    sent = store.put([Draft("src", b"v1", {"KEYS": "user-1", "TAGS": "A", "region": "eu"}, queue_id=1),
+                      Draft("src", b"v2", {}, queue_id=0)])
+    df = read(spark, store, via, topic="src", shape="kafka")
+    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
+    rows = {bytes(r["value"]): r for r in df.collect()}
+    one, two = rows[b"v1"], rows[b"v2"]
+    assert (one["key"], one["topic"], one["partition"], one["offset"], one["timestampType"]) == \
+        (b"user-1", "src", 1, sent[0].queue_offset, 0)
+    assert [(h["key"], bytes(h["value"])) for h in one["headers"]] == [("region", b"eu")]
+    assert two["key"] is None and two["headers"] == []
+    born = next(m for m in store.iter_queue("src", 1, 0) if m.body == b"v1").born_timestamp
+    assert round(one["timestamp"].timestamp() * 1000) == born
+    # a Kafka job's write: the same DataFrame, and one made from scratch
+    store.create_topic("dst", 2)
+    df.write.format("mqctl").mode("append").option("store", str(store.root)).option("topic", "dst") \
+        .option("shape", "kafka").save()
+    spark.createDataFrame([("k9", "v9")], "key string, value string").write.format("mqctl") \
+        .mode("append").option("store", str(store.root)).option("topic", "dst").option("shape", "kafka").save()
+    copied = {m.body: m for q in range(2) for m in store.iter_queue("dst", q, 0)}
+    assert set(copied) == {b"v1", b"v2", b"v9"}
+    assert copied[b"v1"].keys == ["user-1"] and copied[b"v1"].queue_id == 1
+    assert copied[b"v1"].user_properties == {"region": "eu"} and copied[b"v9"].keys == ["k9"]
+    with pytest.raises(Exception, match="shape must be mqctl or kafka"):
+        read(spark, store, via, topic="src", shape="avro").count()
+
