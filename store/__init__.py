@@ -88,7 +88,7 @@ _EXPORTS = {
     "Outcome": "client.sinks", "default_broadcast_client_id": "client.options",
     "check_consume_options": "client.rules",
     # the engine
-    "Store": "log.broker", "open_store": "log.broker", "StoreSettings": "log.settings",
+    "Store": "log.messagestore", "open_store": "log.messagestore", "StoreSettings": "log.settings",
     "LARGEST_MESSAGE_SIZE": "log.settings", "MAX_SEGMENT_SIZE": "log.settings",
     "PutResult": "log.results", "PullResult": "log.results", "BatchResult": "log.results", "Draft": "log.record",
     "StoredMessage": "log.record:Message",

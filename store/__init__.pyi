@@ -58,9 +58,9 @@ from store.errors import TopicNotFoundError as TopicNotFoundError
 from store.errors import TransactionNotFoundError as TransactionNotFoundError
 from store.errors import TransactionStateError as TransactionStateError
 from store.errors import UsageError as UsageError
-from store.log.broker import Store as Store
-from store.log.broker import open_store as open_store
 from store.log.check import CheckReport as CheckReport
+from store.log.messagestore import Store as Store
+from store.log.messagestore import open_store as open_store
 from store.log.record import Draft as Draft
 from store.log.record import Message as _StoredMessage
 from store.log.record import has_separator as _has_property_separator

@@ -449,7 +449,7 @@ class MQ:
 
     # -- the store, read directly -----------------------------------------------------------
     def store(self):  # noqa: ANN201
-        from store.log.broker import Store
+        from store.log.messagestore import Store
         return Store.open(self.root)
 
     def send_lines(self, topic: str, lines: Iterable[str], *extra: str) -> None:

@@ -26,8 +26,8 @@ PACKAGES = ("store", "mqctl")
 # Modules that read or write the store's files themselves: the CLI goes through the API.
 FILE_LEVEL = {
     "store.fsutil", "store.layout", "store.flock", "store.log.format", "store.log.commitlog",
-    "store.log.consumequeue", "store.log.index", "store.log.checkpoint", "store.log.bodywrite",
-    "store.log.bulk", "store.log.vecread",
+    "store.log.consumequeue", "store.log.index", "store.log.checkpoint", "store.log.framing",
+    "store.log.columns", "store.log.arraycolumns",
 }
 # What mqctl may import of store: the package (its lazy exports) and these two.
 PUBLIC_API = {"store", "store.errors", "store.spark"}

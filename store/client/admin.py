@@ -84,7 +84,7 @@ class Admin(OffsetsAdmin, MembersAdmin, StoreMaintenance, TransactionAdmin):
         if isinstance(queues, bool) or not isinstance(queues, int):
             raise UsageError(f"queues must be an int, not {queues!r}")
         if self._store is None and self._missing is not None:
-            from store.log.broker import Store
+            from store.log.messagestore import Store
             self._store, self._missing = Store.open(self.path, create=True), None  # as `mqctl topic create`
         cfg, _created = self.store.create_topic(name, queues, bool(order))
         store = self.store

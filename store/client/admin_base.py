@@ -20,7 +20,7 @@ from store.client.rules import ArgNames
 from store.errors import UsageError
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
 
 _A = TypeVar("_A", bound="AdminBase")
 
@@ -30,7 +30,7 @@ class AdminBase:
 
     def __init__(self, path: PathLike | None = None) -> None:
         from store.errors import StoreNotFoundError
-        from store.log.broker import Store
+        from store.log.messagestore import Store
         self._path: Path | None = resolve_store_path(path)
         self.arg_names: ArgNames | None = None
         self._owned = True
@@ -44,7 +44,7 @@ class AdminBase:
 
     @classmethod
     def of(cls: type[_A], store: Store | Callable[[], Store], *, arg_names: ArgNames | None = None) -> _A:
-        """An Admin over an open :class:`store.log.broker.Store` handle, or over a function
+        """An Admin over an open :class:`store.log.messagestore.Store` handle, or over a function
         that returns one when it is first needed (so that bad arguments are reported before a
         missing store); the handle is not closed by the Admin. ``arg_names``: how its error
         messages name arguments (``store/client/rules.py``; ``mqctl`` passes its flags)."""

@@ -157,7 +157,7 @@ class Consumer:
                               from_where=from_where, from_timestamp=from_ts, tags=_tags(tags),
                               client_id=cid, dedup=bool(dedup), install_signals=False,
                               client_id_given=client_id is not None)
-        from store.log.broker import Store
+        from store.log.messagestore import Store
         self._store = Store.open(self.path)
         self._rt = Runtime(self._store, opts, warn=log_warning)
         try:

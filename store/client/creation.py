@@ -26,7 +26,7 @@ def create_store(path: Path, settings: StoreSettings) -> StoreCreation:
     """Create the store at ``path`` with ``settings`` (``UsageError`` for settings it could not
     work with), or open the one there (idempotent)."""
     from store.layout import Layout
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     created = not Layout(path).store_json.exists()
     if created:
         settings.validate()

@@ -38,7 +38,7 @@ from store.fsutil import atomic_write_json, read_json_with_bak
 from store.log import record as rec
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
 
 RESEND_FILE = "dlqResend.json"
 CHUNK = 256     # DLQ entries read, resent and recorded at a time (under the write lock)

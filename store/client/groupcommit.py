@@ -19,7 +19,7 @@ import threading
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
 
 MAX_WAITING = 16   # batches written but not yet covered by an fsync, at most
 

@@ -16,7 +16,7 @@ from store import names
 from store.errors import GroupNotFoundError
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
 
 
 def broadcast_clients(store: "Store", group: str) -> list[str]:

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, TypeVar
 from store.errors import UsageError
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
 
 _H = TypeVar("_H", bound="StoreClient")
 
 
 class StoreClient:
-    """A client holding an open :class:`~store.log.broker.Store` until :meth:`close`."""
+    """A client holding an open :class:`~store.log.messagestore.Store` until :meth:`close`."""
 
     _store: "Store | None"
     _what = "this client"   # how errors name it ("this producer is closed")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from store.client.envelope import envelope
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.record import Message
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
     from store.log.check import CheckReport
+    from store.log.messagestore import Store
     from store.log.recovery import RecoveryReport
     from store.log.retention import CleanPlan, FileAction
     from store.spark.staging import StagingDir

@@ -109,7 +109,7 @@ class _Building(_Lazy):
 
 
 class MessageRows:
-    """Messages of one queue as a pull's parallel columns (:func:`store.log.bulk.pull_records`):
+    """Messages of one queue as a pull's parallel columns (:func:`store.log.columns.pull_records`):
     a sequence of :class:`Message` whose each element is built when it is read, and built
     again if it is read again.
 

@@ -47,7 +47,7 @@ from store.heldlocks import HeldLocks
 from store.log.format import CQ_ENTRY
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     from store.log.topics import TopicConfig
 
 # Consume-queue entries summed per queue per look: a first look at a long backlog is spread
@@ -79,7 +79,7 @@ class Monitor:
 
     def __init__(self, path: PathLike | None = None, *, group: str | None = None, topic: str | None = None,
                  check_timeout_ms: int | None = None) -> None:
-        from store.log.broker import Store
+        from store.log.messagestore import Store
         from store.tx.check import DEFAULT_TIMEOUT_MS
         self.path: Path = resolve_store_path(path)
         self.group, self.topic = group, topic

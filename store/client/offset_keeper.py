@@ -22,7 +22,7 @@ from store.client.holding import Holdings
 from store.client.options import ConsumeOptions
 from store.client.process_queue import PULL_BATCH
 from store.failpoints import failpoint
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
 
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from store.client.groupcommit import GroupCommit
     from store.client.message import SendResult
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     from store.log.record import Draft
     from store.log.results import BatchResult
 
@@ -100,7 +100,7 @@ class Producer(StoreClient):
     _what = "this producer"
 
     def __init__(self, path: PathLike | None = None, *, flush: str = "async", group_commit: bool = False) -> None:
-        from store.log.broker import Store
+        from store.log.messagestore import Store
         self._setup(flush, group_commit)
         self.path = resolve_store_path(path)
         self._owned = True

@@ -2,9 +2,9 @@
 
 Each turn of the loop pulls every held queue whose cache has room (RocketMQ's flow control,
 :mod:`store.client.process_queue`), up to the end snapshot with ``exit_at_end``. Records are
-checked as arrays where numpy is worth it (``store.log.bulk``), and the queues of a topic
+checked as arrays where numpy is worth it (``store.log.columns``), and the queues of a topic
 whose records lie side by side in the log are read together, one window of the log for all
-(:func:`~store.log.bulk.pull_many`): ``mqctl consume`` writing raw bodies gets bodies only
+(:func:`~store.log.columns.pull_many`): ``mqctl consume`` writing raw bodies gets bodies only
 (written at once, nothing cached), a sink that takes :class:`store.Message` objects
 (``client_messages``) gets them built straight from the records' columns; every other sink
 gets decoded records, filtered by tag and deduplicated here.
@@ -21,8 +21,8 @@ from store.client.holding import Holdings
 from store.client.offset_keeper import OffsetKeeper
 from store.client.options import ConsumeOptions, RunState
 from store.client.process_queue import PULL_BATCH, PULL_THRESHOLD_COUNT, ProcessQueue
-from store.log.broker import Store
-from store.log.bulk import Columns
+from store.log.columns import Columns
+from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
 from store.log.record import Message, java_hash
 from store.log.results import BodiesResult
@@ -134,7 +134,7 @@ class Puller:
 
     def _pull_shared(self, plan: dict[QueueKey, tuple[bool, int]]) -> bool:
         """Raw and client-message pulls (``plan``: queue -> (raw, how many)), each topic's
-        queues read together, window by window (:func:`~store.log.bulk.pull_many`), until
+        queues read together, window by window (:func:`~store.log.columns.pull_many`), until
         every queue got what one pull of its own would have (its count, and 4 MiB) or no
         window serves it any more; what is left is pulled queue by queue."""
         worked = False

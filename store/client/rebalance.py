@@ -21,7 +21,7 @@ from store.client.offset_keeper import OffsetKeeper
 from store.client.options import ConsumeOptions
 from store.client.process_queue import ProcessQueue
 from store.failpoints import failpoint
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
 
 if TYPE_CHECKING:

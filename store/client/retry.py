@@ -25,7 +25,7 @@ from store.client.offset_keeper import OffsetKeeper
 from store.client.options import ConsumeOptions
 from store.client.process_queue import ProcessQueue
 from store.errors import StoreError
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
 from store.log.record import (
     PROP_DLQ_ORIGIN_MESSAGE_ID,

@@ -45,7 +45,7 @@ from store.client.rebalance import Rebalancer
 from store.client.retry import Retrier
 from store.client.sinks import InlineSink, PoolSink
 from store.errors import StoreError
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.offsets import Warn
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     from store.log.record import Message
     from store.tx.check import CheckEvent, CheckReport, Pending
     from store.tx.transaction import EndResult, HalfResult

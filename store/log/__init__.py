@@ -1,3 +1,3 @@
 """The storage engine: the commit log, consume queues, key index, checkpoint, the write
 path, reads, recovery, check, retention, topics and the delay scheduler. ``Store``
-(``store.log.broker``) is its façade."""
+(``store.log.messagestore``) is its façade."""

@@ -1,6 +1,6 @@
 """The record and consume-queue layouts of ``format.py`` as numpy dtypes, for the paths that
-handle a batch as arrays: bulk reads (``bulk.py``), the write path's array framing
-(``bodywrite.py``) and the Spark reader (``vecread.py``).
+handle a batch as arrays: bulk reads (``columns.py``), the write path's array framing
+(``framing.py``) and the Spark reader (``arraycolumns.py``).
 
 numpy is imported on the first call of :func:`layouts`, never on import of this module: its
 import costs ~0.1 s, which a single ``mqctl send`` or a short consume must not pay.

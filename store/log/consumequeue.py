@@ -98,7 +98,7 @@ class ConsumeQueue:
 
     def read_raw(self, offset: int, count: int) -> bytes:
         """The bytes of up to ``count`` entries from ``offset`` within one segment, unchecked
-        (whole entries only): for readers that decode a run at once (``store/log/vecread.py``)."""
+        (whole entries only): for readers that decode a run at once (``store/log/arraycolumns.py``)."""
         byte_off = offset * _SIZE
         base = byte_off - byte_off % self.segment_bytes
         fd = self._fd(base)

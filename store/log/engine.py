@@ -5,7 +5,7 @@ keeps open, min/max offsets), the key index, the checkpoint, the topic table, th
 settings, the write lock, the writer's per-process state (:class:`WriterState`) and its
 fsyncs (:class:`~store.log.flush.Durability`). The write batch, the body framing, the bulk
 reads, recovery and check take an ``Engine``; nothing here imports them, and nothing below
-the front door (``broker.py``'s :class:`~store.log.broker.Store`) imports the front door.
+the front door (``messagestore.py``'s :class:`~store.log.messagestore.Store`) imports the front door.
 
 Each file kind keeps its one owner module (``commitlog.py``, ``consumequeue.py``,
 ``index.py``, ``checkpoint.py``, ``topics.py``, ``offsets.py``); this module only ties them
@@ -141,7 +141,7 @@ class WriterState:
     boot_id: bytes = field(default_factory=ckpt.current_boot_id)
     pid: int = field(default_factory=lambda: os.getpid() & 0x7FFFFFFF)
     last_write: tuple[int, int] = (0, 0)
-    sent: int = 0   # bodies framed by this handle (``bodywrite.py`` frames big batches as arrays past a count)
+    sent: int = 0   # bodies framed by this handle (``framing.py`` frames big batches as arrays past a count)
 
     def select_queue(self, topic: TopicConfig, draft: Draft) -> int:
         if draft.queue_id >= 0:

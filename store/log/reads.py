@@ -5,7 +5,7 @@ Every record read here passes :func:`store.log.record.decode`'s checks (its CRC,
 commit-log offset, queue and topic against the consume-queue entry that led to it). A record
 that fails is never returned: it is listed as damaged (``pull``) or, for a person asking for
 that message (``strict``), raised as :class:`CorruptionError`. Bulk reads of many records as
-columns are ``bulk.py``'s.
+columns are ``columns.py``'s.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from store.errors import CorruptionError, MessageNotFoundError, io_error
 from store.log import format as F
 from store.log import indexfence
-from store.log.bulk import fetch_span
+from store.log.columns import fetch_span
 from store.log.entrysearch import find_record, records_with_uniq_key
 from store.log.record import Message, RecordError, decode, decode_offset_msg_id
 from store.log.results import PullResult

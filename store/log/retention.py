@@ -55,7 +55,7 @@ from store.log import format as F
 from store.names import HALF_TOPIC, SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
 
 DEFAULT_RETENTION_MS = 72 * 3_600_000
 

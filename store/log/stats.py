@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from store.log.broker import Store
+from store.log.messagestore import Store
 
 
 def _du(path: Path) -> tuple[int, int]:

@@ -3,7 +3,7 @@
 Every put goes through a :class:`WriteBatch`, made under the store's write lock: a single
 message, a batch of drafts (transactional half and op messages, retry and dead-letter copies,
 the delay scheduler's parked and delivered messages, Spark's publish all come as drafts), or a
-producer's batch of raw bodies (``bodywrite.py`` frames those, into this batch's buffer).
+producer's batch of raw bodies (``framing.py`` frames those, into this batch's buffer).
 The batch owns
 
 * placement: the commit-log position of each record (rolling to a new segment, with the

@@ -1,4 +1,4 @@
-"""Arrow columns of the Spark source, built from a bulk read (:mod:`store.log.bulk`).
+"""Arrow columns of the Spark source, built from a bulk read (:mod:`store.log.columns`).
 
 Python data sources get no column pruning: every read produces all ten columns, so a
 ``count()`` pays for the properties of every message. Building them per row in Python
@@ -20,11 +20,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store.log.bulk import Columns
-from store.log.vecread import slices
+from store.log.arraycolumns import slices
+from store.log.columns import Columns
 
 if TYPE_CHECKING:
-    from store.log.vecread import VecColumns
+    from store.log.arraycolumns import VecColumns
 from store.log.record import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, RESERVED_PROPERTIES, offset_msg_id
 
 _RESERVED_NAMES = sorted(RESERVED_PROPERTIES)

@@ -13,8 +13,8 @@ string, ``properties`` map<string,string> (user properties only), ``body`` binar
 ``bornTimestamp`` and ``storeTimestamp`` timestamps. ``keys`` is an array because the store
 keeps a list of keys and ``consume --json`` prints a list; ``write`` accepts either form.
 
-Reading (``read`` and ``readStream``) goes through the bulk reads of ``store.log.vecread`` (numpy,
-a whole run of a queue at once) with ``store.log.bulk.pull_columns`` as the exact fallback: one
+Reading (``read`` and ``readStream``) goes through the bulk reads of ``store.log.arraycolumns`` (numpy,
+a whole run of a queue at once) with ``store.log.columns.pull_columns`` as the exact fallback: one
 Spark partition per (topic, queue) unless ``minPartitions`` asks for more, rows handed to Spark
 as Arrow record batches holding only the columns of the read's schema (a user schema such as
 ``body BINARY`` is how to read less: Python sources get no column pruning). A record that fails its CRC

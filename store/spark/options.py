@@ -17,7 +17,7 @@ from store.names import is_system_topic, parse_tag_expression, validate_any_topi
 from store.timeparse import parse_time
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
 
 R = TypeVar("R", bound="QueueRange")
 
@@ -341,7 +341,7 @@ def open_store(root: str, create: bool, recover: bool = True) -> "Store":
     """Open the store a read or write names: a missing store is a
     :class:`~store.errors.StoreNotFoundError` (exit 3 in the CLI) unless ``create``."""
     from store.errors import StoreNotFoundError
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     try:
         opened: Store = Store.open(root, create=create, recover=recover)
         return opened

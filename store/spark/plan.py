@@ -29,7 +29,7 @@ from typing import Any
 
 from store.errors import StoreError
 from store.log import format as F
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.record import RESERVED_PROPERTIES, offset_msg_id
 from store.spark import streamplan
 from store.spark.options import (

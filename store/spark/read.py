@@ -25,10 +25,10 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from store.errors import DataError, UsageError
-from store.log.broker import Store
-from store.log.bulk import Columns
+from store.log.arraycolumns import VecColumns
+from store.log.columns import Columns
+from store.log.messagestore import Store
 from store.log.record import FAST_CRC, PROP_TAGS, PROP_UNIQ_KEY, Message, tags_code
-from store.log.vecread import VecColumns
 from store.spark.arrowcols import build_columns
 from store.spark.kafka import KAFKA_COLUMNS, KAFKA_SCHEMA, kafka_arrays, native_names
 from store.spark.options import (
@@ -184,8 +184,8 @@ def read_slice(part: QueueSlice, plan: ColumnPlan) -> Iterator[pa.RecordBatch]:
 
 
 def _read_bulk(store: Store, part: QueueSlice, plan: ColumnPlan, off: int) -> Iterator[pa.RecordBatch]:
-    """The untagged read: one vectorised pull per Arrow batch (``vecread.py``), or the exact
-    per-record one (``bulk.py``) for a run it declines; columns built by ``arrowcols.py``."""
+    """The untagged read: one vectorised pull per Arrow batch (``arraycolumns.py``), or the exact
+    per-record one (``columns.py``) for a run it declines; columns built by ``arrowcols.py``."""
     with_phys = "msgId" in plan.names
     while off < part.end:
         count = min(ARROW_BATCH_ROWS, part.end - off)

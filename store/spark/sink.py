@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 
 from store.errors import UsageError
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.record import PROP_UNIQ_KEY, Draft
 from store.spark.staging import STAGING_DIR, owner_identity, sweep_staging
 from store.spark.write import (

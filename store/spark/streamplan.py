@@ -23,7 +23,7 @@ from store.spark.options import (
 )
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
 
 Offsets = dict[str, int]
 

@@ -29,7 +29,7 @@ from pyspark.sql.types import (
 
 from store.errors import BadInputError, MessageTooLargeError, OperationError, TopicNotFoundError, UsageError
 from store.fsutil import open_private
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.record import PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS, Draft, check_property
 from store.names import validate_topic
 from store.spark.kafka import to_store_batch

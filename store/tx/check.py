@@ -56,7 +56,7 @@ from store.tx.transaction import (
 )
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
 
 CHECK_SERVICE = "tx-check"
 ANSWER_COMMIT, ANSWER_ROLLBACK, ANSWER_UNKNOWN = "COMMIT", "ROLLBACK", "UNKNOWN"

@@ -21,7 +21,7 @@ from store.errors import UsageError
 
 if TYPE_CHECKING:
     from store.log import record
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     from store.tx.check import CheckReport
     from store.tx.transaction import EndResult
 
@@ -112,7 +112,7 @@ class TransactionProducer(StoreClient):
             raise UsageError(f"flush must be 'async' or 'sync', not {flush!r}")
         if check is not None and not callable(check):
             raise UsageError("check must be callable: check(msg) -> TxState")
-        from store.log.broker import Store
+        from store.log.messagestore import Store
         self.path = resolve_store_path(path)
         self.check = check
         self.sync = flush == "sync"

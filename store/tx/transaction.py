@@ -86,7 +86,7 @@ from store.log.topics import TopicConfig
 from store.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 
 if TYPE_CHECKING:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
 
 OP_TAG = "d"
 PROP_TX_OP = "TRAN_OP"

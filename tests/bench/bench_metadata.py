@@ -87,7 +87,7 @@ def median_of(runs: int, fn) -> float:  # noqa: ANN001
 
 def measure(store: Path, n: int, runs: int) -> dict:
     sys.path.insert(0, str(REPO))
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     row: dict = {"topics": n}
     row["topicList_s"] = median_of(runs, lambda i: mqctl(None, store, "topic", "list", "--json"))
     row["topicsListedPerS"] = n / row["topicList_s"]

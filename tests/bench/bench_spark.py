@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.record import Draft
 
 TOPIC = "bench"
@@ -99,7 +99,7 @@ import json, resource, sys, time
 import pyarrow as pa
 from store.spark.sink import commit_stream_batch
 from store.spark.write import StagedPart, WriteOptions
-from store.log.broker import Store
+from store.log.messagestore import Store
 root, n, phase = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 opts = WriteOptions(root, "sink", False)
 parts = [StagedPart(p, c) for p, c in json.loads(open(root + "-parts.json").read())]

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import pytest
 
 from store.layout import Layout
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.offsets import ClusterOffsetStore
 from store.log.record import PROP_DLQ_ORIGIN_TOPIC, PROP_RETRY_TOPIC, Draft
 from store.names import dlq_topic, retry_topic

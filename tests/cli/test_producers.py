@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from store.log.broker import Store
+from store.log.messagestore import Store
 from tests.procs import MQ, Proc, wait_for
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from store.log import format as F
-from store.log.broker import Store
+from store.log.messagestore import Store
 from tests.log.storetestutil import jhash
 from tests.procs import MQ, mqctl, one_error
 

@@ -80,7 +80,7 @@ def test_unknown_is_a_valid_answer_without_a_warning(mq: MQ, tmp_path: Path, sai
 def test_the_library_warns_about_a_checker_answer_outside_the_three(mq: MQ) -> None:
     tx = tx_send(mq, "b")
     said: list[str] = []
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     with Store.open(mq.root, warn=said.append) as store:
         report = check_pass(store, lambda _m, _n: "maybe", timeout_ms=0)
         assert [(e.answer, e.state) for e in report.events] == [("UNKNOWN", "PREPARED")]

@@ -14,7 +14,7 @@ import pytest
 import store
 from store.client.message import Message, MessageRows
 from store.client.process_queue import ProcessQueue
-from store.log.broker import Store
+from store.log.messagestore import Store
 
 np = pytest.importorskip("numpy")   # loaded: runs of 128 and more are checked as arrays
 

@@ -12,7 +12,7 @@ import pytest
 import store
 from store.client.message import Message, MessageRows
 from store.client.process_queue import MAX_CHUNKS, ProcessQueue
-from store.log.broker import Store
+from store.log.messagestore import Store
 from tests.procs import wait_for
 
 

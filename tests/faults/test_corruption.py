@@ -25,8 +25,8 @@ import pytest
 
 from store.layout import Layout
 from store.log import format as F
-from store.log.broker import Store
 from store.log.commitlog import CommitLog
+from store.log.messagestore import Store
 from store.names import HALF_TOPIC, OP_HALF_TOPIC
 from tests.faults.faultutil import is_dirty
 from tests.procs import KILLED, MQ, Result, one_error, run_inprocess

@@ -116,7 +116,7 @@ def test_send_killed_in_the_write_path(mq: MQ, point: str, mode: str) -> None:
     third = [e for e in envs if e["msgId"] not in body_of]
     shown = mq.ok("msg", "show", third[-1]["msgId"], "--json").json_lines()[0]
     assert shown["body"] == third[-1]["body"]
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     with Store.open(mq.root) as store:
         for e in envs:
             assert store.find(e["msgId"]).body.decode() == e["body"]
@@ -149,14 +149,14 @@ def test_writer_after_a_crash_recovers_before_writing(mq: MQ, point: str) -> Non
 # -- transactions through the write path ---------------------------------------------------------
 
 def _real_copies(mq: MQ, topic: str, tx_id: str) -> int:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     with Store.open(mq.root) as store:
         return sum(1 for q in store.queue_ids(topic) for m in store.iter_queue(topic, q, 0)
                    if m.uniq_key == tx_id)
 
 
 def _ops(mq: MQ, tx_id: str) -> list[str]:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     from store.names import OP_HALF_TOPIC
     with Store.open(mq.root) as store:
         if not store.has_topic(OP_HALF_TOPIC):
@@ -166,7 +166,7 @@ def _ops(mq: MQ, tx_id: str) -> list[str]:
 
 
 def _state(mq: MQ, tx_id: str) -> str:
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     from store.tx.transaction import load
     with Store.open(mq.root) as store:
         return load(store, tx_id).state
@@ -262,7 +262,7 @@ def test_tx_points_resolve_at_most_once(mq: MQ, tmp_path: Path, point: str) -> N
     how = TX_POINTS[point]
     if how == "send-exec":
         assert mq.run("tx", "send", "orders", "c-local", "--exec", ok_exec, failpoints=point).returncode == KILLED
-        from store.log.broker import Store
+        from store.log.messagestore import Store
         from store.tx.check import pending
         with Store.open(mq.root) as store:
             txs["c-local"] = next(p.tx_id for p in pending(store) if p.half.body == b"c-local")

@@ -200,7 +200,7 @@ def test_soak(mq: MQ, tmp_path: Path) -> None:
         if e["msgId"] in bodies_of and e["body"] != bodies_of[e["msgId"]]:
             violations.append(f"concurrent: wrong body for {e['msgId']}")
 
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     from store.tx.transaction import load
     tx_states = Counter()
     tx_bad = []

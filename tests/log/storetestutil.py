@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.record import Draft
 from store.log.settings import StoreSettings
 

@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 from store.log import checkpoint as ckpt
-from store.log.broker import Store
 from store.log.commitlog import CommitLog
 from store.log.engine import MAX_OPEN_TAILS
+from store.log.messagestore import Store
 from tests.log.storetestutil import all_messages, open_store
 
 

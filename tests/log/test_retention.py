@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mqctl.app import app
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
 from store.log.record import Draft
 from store.log.retention import DEFAULT_RETENTION_MS, clean, plan_clean

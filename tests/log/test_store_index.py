@@ -169,7 +169,7 @@ def test_a_writer_killed_before_the_index_header_keeps_older_chains(root: Path, 
 
 
 def Store_open(root: Path):
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     return Store.open(root)
 
 

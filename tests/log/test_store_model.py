@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.offsets import ClusterOffsetStore
 from store.log.record import Draft, java_hash
 
@@ -32,7 +32,7 @@ bodies = st.lists(st.binary(min_size=0, max_size=300).filter(bool), min_size=1, 
 # A child that sends one batch (bodies as hex on argv) with a failpoint armed in its env.
 _CHILD = """
 import sys
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.record import Draft
 s = Store.open(sys.argv[1])
 s.put([Draft(sys.argv[2], bytes.fromhex(h), queue_id=int(sys.argv[3])) for h in sys.argv[4:]])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from store.log import checkpoint as ckpt
 from store.log import format as F
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.offsets import ClusterOffsetStore
 from store.log.record import java_hash
 from tests.log.storetestutil import draft, open_store

@@ -13,7 +13,7 @@ import pytest
 from store.errors import MessageNotFoundError
 from store.log import checkpoint as ckpt
 from store.log import format as F
-from store.log.broker import Store
+from store.log.messagestore import Store
 from tests.log.storetestutil import all_messages, draft, open_store
 from tests.procs import KILLED, mqctl
 

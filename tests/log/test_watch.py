@@ -243,7 +243,7 @@ def test_forced_polling_by_environment(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_a_store_batch_wakes_a_watcher_on_consumer_paths(tmp_path: Path) -> None:
     """End to end: Store.put rewrites the checkpoint, which is what wakes a consumer."""
-    from store.log.broker import Store
+    from store.log.messagestore import Store
     from store.log.record import Draft
     with Store.open(tmp_path / "s", create=True) as st:
         st.put([Draft(topic="t", body=b"first")])

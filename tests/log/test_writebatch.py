@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from store.errors import BadInputError, StoreIOError
-from store.log.bodywrite import frame_bodies
-from store.log.broker import Store
+from store.log.framing import frame_bodies
+from store.log.messagestore import Store
 from store.log.record import PROP_UNIQ_KEY
 from store.log.writebatch import WriteBatch
 from tests.log.storetestutil import all_messages, draft, open_store

@@ -33,7 +33,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 import store.log.format as F  # noqa: E402
 import store.spark.datasource as S  # noqa: E402
 from store.errors import BadInputError, UsageError  # noqa: E402
-from store.log.broker import Store  # noqa: E402
+from store.log.messagestore import Store  # noqa: E402
 from store.log.record import Draft, java_hash  # noqa: E402
 from store.spark.options import parse_offsets, parse_tags  # noqa: E402
 from store.spark.schema import COLUMNS, SCHEMA, SCHEMA_DDL  # noqa: E402
@@ -500,8 +500,8 @@ def test_ship_code_archive_is_importable_cached_and_pruned(tmp_path: Path) -> No
     zipped = sparkship.ship_archive(cache)
     assert sparkship.ship_archive(cache) == zipped                # cached by content
     assert [p.name for p in cache.iterdir()] == [Path(zipped).name]
-    probe = ("import sys; sys.path[:0] = [sys.argv[1]]; import store.log.broker, store.spark.datasource, portalocker; "
-             "print(store.log.broker.__file__, portalocker.__file__)")
+    probe = ("import sys; sys.path[:0] = [sys.argv[1]]; import store.log.messagestore, store.spark.datasource, portalocker; "
+             "print(store.log.messagestore.__file__, portalocker.__file__)")
     r = subprocess.run([sys.executable, "-c", probe.replace(", store.spark.datasource", ""), zipped], capture_output=True,
                        text=True, cwd=tmp_path, timeout=60)
     assert r.returncode == 0, r.stderr

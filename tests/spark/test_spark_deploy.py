@@ -53,7 +53,7 @@ def bare_python(where: Path, extra: tuple[str, ...] = ()) -> Path:
 
 DRIVER = r'''
 import json, sys, time
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.record import Draft
 import store.spark.datasource as S
 
@@ -144,7 +144,7 @@ def test_cluster_with_an_installed_wheel(tmp_path: Path) -> None:
 CONNECT_DRIVER = r'''
 import json, sys
 from pyspark.sql import SparkSession
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.record import Draft
 import store.spark.datasource as S
 

@@ -17,7 +17,7 @@ pytest.importorskip("pyspark")
 
 import store.log.format as F  # noqa: E402
 from store.errors import DataError, TopicNotFoundError, UsageError  # noqa: E402
-from store.log.broker import Store  # noqa: E402
+from store.log.messagestore import Store  # noqa: E402
 from store.log.record import Draft  # noqa: E402
 from store.spark.errors import mqctl_errors  # noqa: E402
 from tests.procs import mqctl, one_error  # noqa: E402

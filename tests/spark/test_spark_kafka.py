@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from store.log.broker import Store  # noqa: E402
+from store.log.messagestore import Store  # noqa: E402
 from store.log.record import Draft  # noqa: E402
 from store.log.settings import StoreSettings  # noqa: E402
 from tests.procs import mqctl  # noqa: E402

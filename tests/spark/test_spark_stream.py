@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("pyspark")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from store.log.broker import Store  # noqa: E402
+from store.log.messagestore import Store  # noqa: E402
 from store.log.record import Draft  # noqa: E402
 
 pytestmark = pytest.mark.spark

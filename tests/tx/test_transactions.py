@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from store.log import format as F
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.positions import load_tx_progress as load_progress
 from store.log.record import (
     PROP_CHECK_TIMES,

@@ -1,19 +1,19 @@
 """Vectorised bulk read of one queue (numpy), for the Spark source.
 
-:func:`store.log.bulk.pull_columns` checks and cuts records one at a time in Python, about 2 µs
+:func:`store.log.columns.pull_columns` checks and cuts records one at a time in Python, about 2 µs
 a record. A Spark ``count()`` over a Python data source has no column pruning, so that loop
 is most of the read. Here a run of consume-queue entries and the records they point at are
 decoded as arrays: the headers are copied out into one structured array, every field check of
-:mod:`store.log.bulk` is one comparison over the run, and bodies and properties are cut out by
+:mod:`store.log.columns` is one comparison over the run, and bodies and properties are cut out by
 Arrow (:func:`slices`). Only the record CRC stays one call per record.
 
 A run stops at its segment's end and is kept within one ``max_bytes`` read (with many queues, a
 queue's records are sparse in the log: the run gets shorter). The path is optimistic: a run
 with anything unusual (entries out of log order, a record failing any check) returns ``None``,
-and the caller reads that run with :func:`store.log.bulk.pull_columns`, which names each damaged
+and the caller reads that run with :func:`store.log.columns.pull_columns`, which names each damaged
 record exactly. So the two paths serve the same records, and nothing damaged is ever served.
 
-Checks per record (as ``bulk.py``): TOTALSIZE equals the entry's size, magic V1, its own
+Checks per record (as ``columns.py``): TOTALSIZE equals the entry's size, magic V1, its own
 commit-log offset, queue id and queue offset, a body length inside the record, the topic
 field, the properties length reaching the end, and the ``__CRC32#`` property (ten ASCII digits
 least significant first) equal to the CRC of the bytes before it.
@@ -79,7 +79,7 @@ def pull_vector(engine: "Engine", topic: str, queue_id: int, offset: int, max_co
     ent = np.frombuffer(raw, _CQ)
     phys = ent["phys"].astype(np.int64)
     size = ent["size"].astype(np.int64)
-    # as bulk.py: stop after the record that reaches max_bytes
+    # as columns.py: stop after the record that reaches max_bytes
     n = min(len(ent), int(np.searchsorted(np.cumsum(size), max_bytes)) + 1)
     phys, size = phys[:n], size[:n]
     log = engine.commitlog

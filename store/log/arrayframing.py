@@ -1,8 +1,8 @@
-"""Framing a producer's big batch of small bodies as arrays (numpy), for ``bodywrite.py``.
+"""Framing a producer's big batch of small bodies as arrays (numpy), for ``framing.py``.
 
 Headers, consume-queue entries, record-CRC properties and unique-key index hashes for the
 whole batch at once; per record only its two CRC calls and its place in one join. The bytes
-are the ones ``bodywrite.py``'s other paths write (tests/log/test_store_bodywrite.py); the
+are the ones ``framing.py``'s other paths write (tests/log/test_framing.py); the
 record layout is ``format.py``'s.
 """
 from __future__ import annotations

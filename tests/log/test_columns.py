@@ -1,4 +1,4 @@
-"""Bulk reads (store/log/bulk.py) and the Arrow columns built from them (store/spark/arrowcols.py):
+"""Bulk reads (store/log/columns.py) and the Arrow columns built from them (store/spark/arrowcols.py):
 the same messages, fields and damage reports as the per-message path, across segments."""
 from __future__ import annotations
 

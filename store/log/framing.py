@@ -7,8 +7,8 @@ commits them). It owns only how a batch is framed quickly (precomputed header pa
 built from a table, CRCs continued or combined instead of recomputed); the record layout itself
 lives in ``format.py`` and the general encoder in ``record.py``.
 
-Five ways, all writing the same bytes (tests/log/test_store_bodywrite.py): a long-running
-sender's big batches of bodies under 512 B are framed as arrays (``framearrays.py``,
+Five ways, all writing the same bytes (tests/log/test_framing.py): a long-running
+sender's big batches of bodies under 512 B are framed as arrays (``arrayframing.py``,
 numpy: headers, consume-queue entries, CRC properties and key hashes for the whole batch; per
 record only its two CRC calls and its place in one join); other bodies under 2 KiB, when the
 batch fits in the segment, by C iterations into parts written as they are
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from store.errors import UsageError
 from store.log import format as F
-from store.log.framearrays import frame_arrays, use_arrays
+from store.log.arrayframing import frame_arrays, use_arrays
 from store.log.record import FAST_CRC as _FAST_CRC
 from store.log.record import PROP_KEYS, PROP_TAGS, Body, Draft, counter_hex, java_hash, tags_code
 from store.log.record import crc32 as _crc32

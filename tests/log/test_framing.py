@@ -1,4 +1,4 @@
-"""The producer's batch encoder (store/log/bodywrite.py) on big bodies: every record exactly in
+"""The producer's batch encoder (store/log/framing.py) on big bodies: every record exactly in
 the format of format.py (BODYCRC = CRC of the body, ``__CRC32#`` = CRC of every byte before
 it), whichever CRC path (a second pass, or combined from the body's CRC) made it."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from store.log import bodywrite, framearrays
+from store.log import arrayframing, framing
 from store.log import format as F
 from store.log.results import BatchResult
 from tests.log.storetestutil import all_messages, open_store
@@ -31,7 +31,7 @@ def _check_raw(store, m) -> None:
 @pytest.mark.parametrize("combine", [True, False])
 def test_big_bodies_are_encoded_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, combine: bool) -> None:
     if not combine:
-        monkeypatch.setattr(bodywrite, "_combiner", lambda: None)
+        monkeypatch.setattr(framing, "_combiner", lambda: None)
     store = open_store(tmp_path / "s", commitlog_segment_size=1 << 20)
     try:
         sizes = [2048, 4096, 100, 16384, 70000, 3, 65536, 4096, 300_000, 16383, 0, 20000] * 6
@@ -58,7 +58,7 @@ def test_big_bodies_are_encoded_exactly(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_combiner_matches_zlib() -> None:
-    comb = bodywrite._combiner()
+    comb = framing._combiner()
     if comb is None:
         pytest.skip("zlib without crc32_combine_gen/op")
     gen, op = comb
@@ -72,11 +72,11 @@ def _log_and_queues(root: Path, framing: str, sizes: list[int], queue_id: int, p
     framed as ``arrays`` (numpy), ``small`` (the C-iteration path where it applies) or
     ``loop`` (record by record)."""
     import time as _time
-    monkeypatch.setattr(framearrays, "_ARRAYS_MIN_BATCH", 1 if framing == "arrays" else 10 ** 9)
-    monkeypatch.setattr(framearrays, "_ARRAYS_MAX_AVG", 1 << 40)   # arrays for every size
-    monkeypatch.setattr(framearrays, "_ARRAYS_AFTER", 0)
+    monkeypatch.setattr(arrayframing, "_ARRAYS_MIN_BATCH", 1 if framing == "arrays" else 10 ** 9)
+    monkeypatch.setattr(arrayframing, "_ARRAYS_MAX_AVG", 1 << 40)   # arrays for every size
+    monkeypatch.setattr(arrayframing, "_ARRAYS_AFTER", 0)
     if framing == "loop":
-        monkeypatch.setattr(bodywrite, "_frame_small", lambda *a: None)
+        monkeypatch.setattr(framing, "_frame_small", lambda *a: None)
     store = open_store(root, commitlog_segment_size=1 << 20)
     try:
         store.engine.writer.round_robin["T"] = 0
@@ -131,7 +131,7 @@ def test_big_bodies_written_from_themselves_are_the_same_bytes_as_copied(tmp_pat
     sizes = [40000, 65536, 100000, 32768, 65536] * 12
     logs = []
     for write_from in (32768, 1 << 40):
-        monkeypatch.setattr(bodywrite, "_WRITE_FROM_BODIES", write_from)
+        monkeypatch.setattr(framing, "_WRITE_FROM_BODIES", write_from)
         logs.append(_log_and_queues(tmp_path / str(write_from), "loop", sizes, -1, {"TAGS": "t"}, monkeypatch))
     assert logs[0][0] == logs[1][0] and logs[0][1] == logs[1][1]
     assert len(list((tmp_path / "32768" / "commitlog").iterdir())) >= 3

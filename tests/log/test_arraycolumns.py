@@ -1,4 +1,4 @@
-"""The vectorised bodies read of store/log/bulk.py (numpy, big backlogs only) serves exactly what
+"""The vectorised bodies read of store/log/columns.py (numpy, big backlogs only) serves exactly what
 the per-record loop serves, and hands any damaged run to the loop, which names the damage."""
 from __future__ import annotations
 

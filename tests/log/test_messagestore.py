@@ -1,4 +1,4 @@
-"""store/log/broker.py: the Store façade — put, pull, find, query_key, search_offset, queue choice."""
+"""store/log/messagestore.py: the Store façade — put, pull, find, query_key, search_offset, queue choice."""
 from __future__ import annotations
 
 import os
@@ -15,7 +15,7 @@ from store.errors import (
     UsageError,
 )
 from store.log import format as F
-from store.log.broker import Store
+from store.log.messagestore import Store
 from store.log.record import java_hash
 from tests.log.storetestutil import all_messages, draft, jhash, open_store
 

@@ -21,7 +21,7 @@ made durable.
 
 Around it: ``settings.py`` (:class:`StoreSettings`, ``store.json``), ``results.py`` (what puts
 and pulls return), ``writebatch.py`` (placement, commit and undo of a batch) and
-``bodywrite.py`` (the framing of :meth:`Store.put_bodies`' raw bodies).
+``framing.py`` (the framing of :meth:`Store.put_bodies`' raw bodies).
 """
 from __future__ import annotations
 
@@ -44,11 +44,11 @@ from store.errors import (
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
 from store.layout import Layout
 from store.log import reads
-from store.log.bodywrite import frame_bodies
-from store.log.bulk import Columns, pull_columns, pull_many, pull_records
+from store.log.columns import Columns, pull_columns, pull_many, pull_records
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
+from store.log.framing import frame_bodies
 from store.log.index import KeyIndex
 from store.log.offsets import ClusterOffsetStore
 from store.log.preflight import checkpoint_locked, recover_if_dirty
@@ -60,9 +60,9 @@ from store.log.writebatch import WriteBatch
 from store.log.writelock import WriteLock
 
 if TYPE_CHECKING:
+    from store.log.arraycolumns import VecColumns
     from store.log.check import CheckReport
     from store.log.recovery import RecoveryReport
-    from store.log.vecread import VecColumns
 
 __all__ = ["SYSTEM_TOPIC_QUEUES", "Store", "open_store"]
 
@@ -393,7 +393,7 @@ class Store:
         """Only the bodies of up to ``max_count`` messages of one queue from ``offset``, for
         readers that need nothing else (``consume`` writing raw bodies, no tag filter).
 
-        Every record gets the same checks as in :meth:`pull` (see :mod:`store.log.bulk`), but no
+        Every record gets the same checks as in :meth:`pull` (see :mod:`store.log.columns`), but no
         :class:`Message` is built: about three times cheaper per message. ``views``: bodies of
         1 KiB and more may come as memoryviews into the read's buffer instead of copies (for
         a caller that writes them out and lets go)."""
@@ -418,8 +418,8 @@ class Store:
     def pull_vector(self, topic: str, queue_id: int, offset: int, max_count: int,
                     max_bytes: int) -> "VecColumns | None":
         """A run of one queue decoded as arrays (numpy, pyarrow: the Spark source), or None
-        when anything in it is unusual (``vecread.py``; then :meth:`pull_columns`)."""
-        from store.log.vecread import pull_vector
+        when anything in it is unusual (``arraycolumns.py``; then :meth:`pull_columns`)."""
+        from store.log.arraycolumns import pull_vector
         return pull_vector(self.engine, topic, queue_id, offset, max_count, max_bytes)
 
     def iter_queue(self, topic: str, queue_id: int, start: int, end: int | None = None,
