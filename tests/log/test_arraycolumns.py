@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from store.log import bulk
+from store.log import columns
 from tests.log.storetestutil import open_store
 
 pytest.importorskip("numpy")
@@ -38,20 +38,20 @@ def test_vector_path_serves_what_the_loop_serves(tmp_path: Path, monkeypatch: py
     for i in range(0, n, 700):
         s.put_bodies("T", bodies[i:i + 700])
     calls = []
-    real = bulk._vector_run
+    real = columns._vector_run
 
     def spy(*a, **kw):
         got = real(*a, **kw)
         calls.append(got)
         return got
 
-    monkeypatch.setattr(bulk, "_VECTOR_MIN_RUN", 16)
+    monkeypatch.setattr(columns, "_VECTOR_MIN_RUN", 16)
     for q in range(queues):
-        monkeypatch.setattr(bulk, "_VECTOR_MIN_BACKLOG", 10 ** 12)
-        monkeypatch.setattr(bulk, "_vector_run", lambda *a, **kw: False)
+        monkeypatch.setattr(columns, "_VECTOR_MIN_BACKLOG", 10 ** 12)
+        monkeypatch.setattr(columns, "_vector_run", lambda *a, **kw: False)
         want, wd, _ = _drain(s, "T", q, max_bytes=max_bytes)
-        monkeypatch.setattr(bulk, "_VECTOR_MIN_BACKLOG", 0)
-        monkeypatch.setattr(bulk, "_vector_run", spy)
+        monkeypatch.setattr(columns, "_VECTOR_MIN_BACKLOG", 0)
+        monkeypatch.setattr(columns, "_vector_run", spy)
         got, gd, _ = _drain(s, "T", q, max_bytes=max_bytes)
         assert got == want and not wd and not gd
     assert len(s.commitlog.segments()) > 1
@@ -63,7 +63,7 @@ def test_vector_path_serves_what_the_loop_serves(tmp_path: Path, monkeypatch: py
 
 
 def test_a_damaged_record_falls_back_to_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bulk, "_VECTOR_MIN_BACKLOG", 0)
+    monkeypatch.setattr(columns, "_VECTOR_MIN_BACKLOG", 0)
     s = open_store(tmp_path / "s")
     s.create_topic("T", 1)
     res = s.put_bodies("T", [b"m%05d" % i + b"." * 90 for i in range(600)])
