@@ -88,7 +88,12 @@ def _check_durable_end(engine: "Engine", problems: list[Problem], cp: ckpt.Check
 
 def _check_json(engine: "Engine", problems: list[Problem]) -> None:
     lay = engine.layout
-    paths = [lay.store_json, lay.topics_json, lay.consumer_offset_json, lay.delay_offset_json]
+    # (the offset table and the topic files are checked by their owners: offsettable.verify,
+    # TopicTable.problems)
+    paths = [lay.store_json, lay.topics_json, lay.delay_offset_json]
+    if not lay.store_json.exists():
+        problems.append(Problem(str(lay.store_json), 0, "missing (its .bak is read instead; "
+                                                        "mqctl store recover puts it back)"))
     paths += [lay.broadcast_offsets(cid, group) for cid, group in broadcast_offset_files(lay)]
     for p in paths:
         if p.exists():

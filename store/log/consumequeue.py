@@ -17,6 +17,7 @@ from store.fsutil import (
     SegmentListing,
     ensure_dir,
     fdatasync_path,
+    fsync_dir,
     open_private,
     pwrite_all,
     segment_bases,
@@ -335,7 +336,15 @@ def sync_changed_queues(layout: Layout, since_s: int) -> None:
 
 
 def remove_queues(directory: Path) -> None:
-    """Remove a tree of queue files (a retired topic's, or an orphan left by an older version's
-    killed ``topic delete``): files first, then directories, so a crash leaves a smaller tree."""
+    """Remove a topic's tree of queue files (a deleted topic's, or an orphan left by an older
+    version's killed ``topic delete``), durably: the parent directory is fsynced after, so a
+    power cut cannot bring the queues back once the caller goes on (a topic delete removes
+    the topic's config next, and queues without a config would be healed into a topic)."""
     import shutil
-    shutil.rmtree(directory, ignore_errors=True)
+    try:
+        shutil.rmtree(directory)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise io_error(exc, f"remove {directory}") from exc
+    fsync_dir(directory.parent)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -29,7 +28,6 @@ from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue, remove_queues
 from store.log.flush import Durability
 from store.log.index import KeyIndex
-from store.log.offsets import ClusterOffsetStore
 from store.log.record import Draft, UniqKeyGenerator, java_hash
 from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig, TopicTable
@@ -246,7 +244,10 @@ class Engine:
             self.topic_table.save(cfg)
         except StoreError:
             # nothing half-made stays: queue directories alone would be healed into a topic
-            shutil.rmtree(self.layout.topic_cq_dir(name), ignore_errors=True)
+            try:
+                remove_queues(self.layout.topic_cq_dir(name))
+            except StoreError:
+                pass   # the error being raised is the one to report
             raise
         return cfg, True
 
@@ -279,8 +280,9 @@ class Engine:
             raise TopicNotFoundError(f"topic {name!r} does not exist")
         failpoint("topic-delete-after-mark")
         self.queues.forget_topic(name)
-        shutil.rmtree(self.layout.topic_cq_dir(name), ignore_errors=True)
+        remove_queues(self.layout.topic_cq_dir(name))   # raises, leaving the mark, if it cannot
         failpoint("topic-delete-after-queues")
+        from store.log.offsets import ClusterOffsetStore
         ClusterOffsetStore(self.layout, self.warn).delete_topic(name)
         failpoint("topic-delete-after-offsets")
         self.topic_table.remove(name)

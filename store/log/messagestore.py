@@ -43,14 +43,11 @@ from store.errors import (
 )
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
 from store.layout import Layout
-from store.log import reads
-from store.log.columns import Columns, pull_columns, pull_many, pull_records
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
 from store.log.framing import frame_bodies
 from store.log.index import KeyIndex
-from store.log.offsets import ClusterOffsetStore
 from store.log.preflight import checkpoint_locked, recover_if_dirty
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
 from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
@@ -62,6 +59,7 @@ from store.log.writelock import WriteLock
 if TYPE_CHECKING:
     from store.log.arraycolumns import VecColumns
     from store.log.check import CheckReport
+    from store.log.columns import Columns
     from store.log.recovery import RecoveryReport
 
 __all__ = ["SYSTEM_TOPIC_QUEUES", "Store", "open_store"]
@@ -116,7 +114,7 @@ class Store:
         recovered here, under the write lock, before anything is read."""
         root = Path(root).expanduser()
         layout = Layout(root)
-        if not layout.store_json.exists() and not cls._restore_settings(layout, warn):
+        if not layout.store_json.exists() and not cls._restore_settings(layout, warn, write=recover):
             if not create:
                 if root.exists() and any(root.iterdir()):
                     raise StoreNotFoundError(f"{root} is not an mqctl store (no store.json)")
@@ -135,8 +133,10 @@ class Store:
         return opened
 
     @staticmethod
-    def _restore_settings(layout: Layout, warn: Callable[[str], None]) -> bool:
-        """``store.json`` is gone but its ``.bak`` is readable: put it back (True)."""
+    def _restore_settings(layout: Layout, warn: Callable[[str], None], write: bool) -> bool:
+        """``store.json`` is gone but its ``.bak`` is readable: put it back (True). ``write``
+        False (an open that must change nothing: ``store check``, ``top``): the ``.bak`` is
+        only read, and ``store check`` reports the missing file."""
         bak = layout.store_json.with_name("store.json.bak")
         try:
             obj = read_json_with_bak(bak)
@@ -145,6 +145,8 @@ class Store:
             StoreSettings.from_json(obj)
         except (StoreError, ValueError, KeyError, TypeError):
             return False
+        if not write:
+            return True
         warn(f"{layout.store_json} is missing; restored from {bak.name}")
         try:
             atomic_write_json(layout.store_json, obj, keep_bak=False)
@@ -363,10 +365,18 @@ class Store:
     def recover(self, full: bool = False, progress: Callable[[int], None] | None = None) -> RecoveryReport:
         """Repair the store under the write lock (``full``: rebuild every derived file from
         the log, as ``mqctl store recover``)."""
+        if full:
+            if not self.layout.store_json.exists():
+                self._restore_settings(self.layout, self.warn, write=True)
+            self._migrate_topics()
         with self.engine.write_lock:
+            from store.log.offsets import ClusterOffsetStore
             from store.log.recovery import recover
-            rep = recover(self.engine, full=full, progress=progress)
-        ClusterOffsetStore(self.layout, self.warn).reset_lost(self.min_offset, self._queue_count)
+            offsets = ClusterOffsetStore(self.layout, self.warn)
+            if full:   # an offset table recovery cannot read would stop it half way
+                offsets.reset_lost(self.min_offset, self._queue_count)
+            rep = recover(self.engine, full=full, progress=progress, accept_loss=full)
+        offsets.reset_lost(self.min_offset, self._queue_count)
         return rep
 
     def _queue_count(self, topic: str) -> int:
@@ -380,12 +390,14 @@ class Store:
 
     # -- reading ---------------------------------------------------------------------------
     def get(self, commitlog_offset: int, size: int | None = None) -> Message:
+        from store.log import reads
         return reads.get(self.engine, commitlog_offset, size)
 
     def pull(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
              tag_codes: frozenset[int] | None = None, tags: frozenset[str] | None = None,
              max_bytes: int = 4 * 1024 * 1024) -> PullResult:
         """Up to ``max_count`` messages of one queue from ``offset`` (``reads.pull``)."""
+        from store.log import reads
         return reads.pull(self.engine, topic, queue_id, offset, max_count, tag_codes, tags, max_bytes)
 
     def pull_bodies(self, topic: str, queue_id: int, offset: int, max_count: int = 256,
@@ -397,22 +409,26 @@ class Store:
         :class:`Message` is built: about three times cheaper per message. ``views``: bodies of
         1 KiB and more may come as memoryviews into the read's buffer instead of copies (for
         a caller that writes them out and lets go)."""
+        from store.log.columns import pull_columns
         c = pull_columns(self.engine, topic, queue_id, offset, max_count, max_bytes, bodies_only=True, views=views)
         return BodiesResult(c.bodies, c.offsets, c.next_offset, c.max_offset, c.damaged)
 
     def pull_columns(self, topic: str, queue_id: int, offset: int, max_count: int = 256,
                      max_bytes: int = 4 * 1024 * 1024, with_phys: bool = False) -> Columns:
         """A run of one queue as checked columns (``bulk.pull_columns``)."""
+        from store.log.columns import pull_columns
         return pull_columns(self.engine, topic, queue_id, offset, max_count, max_bytes, with_phys)
 
     def pull_records(self, topic: str, queue_id: int, offset: int, max_count: int = 256,
                      max_bytes: int = 4 * 1024 * 1024) -> Columns:
         """A run of one queue as columns with every field a Message needs (``bulk``)."""
+        from store.log.columns import pull_records
         return pull_records(self.engine, topic, queue_id, offset, max_count, max_bytes)
 
     def pull_many(self, topic: str, requests: list[tuple[int, int, int, int]],
                   full: bool = False) -> dict[int, Columns]:
         """Runs of several queues of one topic, one read of the log per window (``bulk``)."""
+        from store.log.columns import pull_many
         return pull_many(self.engine, topic, requests, full)
 
     def pull_vector(self, topic: str, queue_id: int, offset: int, max_count: int,
@@ -439,24 +455,30 @@ class Store:
 
     def find(self, msg_id: str, strict: bool = False) -> Message:
         """A message by offset id or by unique key (``reads.find``)."""
+        from store.log import reads
         return reads.find(self.engine, msg_id, strict)
 
     def find_all(self, uniq_key: str, limit: int = 64) -> list[Message]:
         """Every stored copy carrying a unique key (retries and DLQ copies keep it)."""
+        from store.log import reads
         return reads.find_all(self.engine, uniq_key, limit)
 
     def query_key(self, topic: str, key: str, limit: int = 64, strict: bool = False) -> list[Message]:
         """Messages of ``topic`` whose KEYS contain ``key``, newest first (``reads``)."""
+        from store.log import reads
         return reads.query_key(self.engine, topic, key, limit, strict)
 
     def store_timestamp_at(self, phys: int) -> int:
+        from store.log import reads
         return reads.store_timestamp_at(self.engine, phys)
 
     def search_offset(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """First offset whose message was stored at or after ``ts_ms``."""
+        from store.log import reads
         return reads.search_offset(self.engine, topic, queue_id, ts_ms)
 
     def last_store_timestamp(self, topic: str, queue_id: int) -> int | None:
+        from store.log import reads
         return reads.last_store_timestamp(self.engine, topic, queue_id)
 
 

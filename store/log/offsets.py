@@ -129,7 +129,6 @@ def _check_offset(offset: Any, queue_id: Any) -> None:
 
 # -- clustering: config/consumerOffset.json --------------------------------------------------
 
-_split_key = split_key
 
 
 @dataclass(frozen=True)
@@ -175,7 +174,7 @@ class ClusterOffsetStore:
         offsets = {(topic, q): o for topic, queues in table.queues_of_group(group) for q, o in queues.items()}
         epochs: dict[str, int] = {}
         for key, epoch in table.epochs.items():
-            topic, owner = _split_key(key)
+            topic, owner = split_key(key)
             if owner == group:
                 epochs[topic] = epoch
         return GroupOffsets(group, offsets, epochs)
@@ -187,7 +186,7 @@ class ClusterOffsetStore:
     def groups(self) -> list[str]:
         """Groups that have at least one committed offset, sorted."""
         table = self._load()
-        return sorted({_split_key(key)[1] for key, queues in table.offsets.items() if queues})
+        return sorted({split_key(key)[1] for key, queues in table.offsets.items() if queues})
 
     def all_groups(self) -> dict[str, dict[QueueKey, int]]:
         """Every group's committed offsets from one read: group -> (topic, queueId) -> offset."""
@@ -267,11 +266,11 @@ class ClusterOffsetStore:
         validate_any_topic(topic)
 
         def drop(table: ClusterTable) -> bool:
-            table.lost -= {key for key in table.lost if _split_key(key)[0] == topic}
-            doomed = [key for key in table.offsets if _split_key(key)[0] == topic]
+            table.lost -= {key for key in table.lost if split_key(key)[0] == topic}
+            doomed = [key for key in table.offsets if split_key(key)[0] == topic]
             for key in doomed:
                 table.drop(key)
-                table.bump_epoch(topic, _split_key(key)[1])
+                table.bump_epoch(topic, split_key(key)[1])
             return bool(doomed)
 
         self._update(drop)
@@ -283,9 +282,9 @@ class ClusterOffsetStore:
         gone: list[str] = []
 
         def drop(table: ClusterTable) -> bool:
-            table.lost -= {key for key in table.lost if _split_key(key)[1] == group}
-            for key in [k for k in table.offsets if _split_key(k)[1] == group]:
-                topic = _split_key(key)[0]
+            table.lost -= {key for key in table.lost if split_key(key)[1] == group}
+            for key in [k for k in table.offsets if split_key(k)[1] == group]:
+                topic = split_key(key)[0]
                 table.drop(key)
                 table.bump_epoch(topic, group)
                 gone.append(topic)

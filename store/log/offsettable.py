@@ -236,7 +236,10 @@ def load(layout: Layout) -> Loaded:
         tail = journal.read(je) if je >= 0 else oj.Tail([], 0, 0, exists=False)
         if tail.records:
             table = _replay(table.to_json(), tail.records)
-        return Loaded(table, tail, source, _lost(damaged_text, table), problems,
+        lost = _lost(damaged_text, table)
+        if lost:
+            problems.append(_lost_problem(path, lost))
+        return Loaded(table, tail, source, lost, problems,
                       behind=bool(tail.records), snapshot_end=max(je, 0), snapshot_bytes=len(raw))
     tail = journal.read(None)
     if not tail.exists:
@@ -253,10 +256,14 @@ def load(layout: Layout) -> Loaded:
         # every read is refused rather than every group silently starting over
         return Loaded(table, tail, "none", lost, problems, unknown=True)
     if lost:
-        groups = sorted({split_key(k)[1] for k in lost})
-        problems.append((str(path), "offsets that cannot be recovered of group(s) " + ", ".join(groups)
-                         + " (mqctl store recover resets them to the oldest message)"))
+        problems.append(_lost_problem(path, lost))
     return Loaded(table, tail, "journal" if tail.exists else "none", lost, problems)
+
+
+def _lost_problem(path: Path, lost: set[str]) -> tuple[str, str]:
+    groups = sorted({split_key(k)[1] for k in lost})
+    return (str(path), "offsets that cannot be recovered of group(s) " + ", ".join(groups)
+            + " (mqctl store recover resets them to the oldest message)")
 
 
 def _replay(state: dict[str, Any], records: list[dict[str, Any]]) -> ClusterTable:
@@ -266,11 +273,13 @@ def _replay(state: dict[str, Any], records: list[dict[str, Any]]) -> ClusterTabl
 
 
 def _lost(damaged_text: bytes, table: ClusterTable) -> set[str]:
-    """Keys named in a damaged copy that no trusted source has, and those it lost before."""
+    """Keys named in a damaged copy that no trusted source has, and those it lost before. A
+    key a trusted source knows by its reset epoch alone (its offsets were reset or deleted
+    since) is not lost: the damaged copy only remembers it from before."""
     out = set(table.lost)
     for m in _KEY_TEXT.finditer(damaged_text):
         key = m.group(1).decode()
-        if key not in table.offsets:
+        if key not in table.offsets and key not in table.epochs:
             out.add(key)
     return out
 

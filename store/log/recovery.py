@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
+from store.errors import CorruptionError
 from store.failpoints import failpoint
 from store.log import checkpoint as ckpt
 from store.log import format as F
@@ -151,12 +152,21 @@ def _check_index(engine: "Engine", plan: _Plan, full: bool, rep: "RecoveryReport
         return
 
 
-def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None] | None = None) -> RecoveryReport:
-    """Repair the store (write lock held). Returns what was done."""
-    engine.heal_topics_locked()   # records are dispatched only to topics that exist
+def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None] | None = None,
+            accept_loss: bool = False) -> RecoveryReport:
+    """Repair the store (write lock held). Returns what was done.
+
+    A commit log found shorter than its durable end (``checkpoint.lost_durable_bytes``) is
+    damage, not a torn tail: only ``accept_loss`` (``mqctl store recover``) goes on past it,
+    cutting the store back to what the log has; any other caller gets ``CorruptionError``
+    (exit 5) and the store is left as found, for ``store check`` to report."""
     plan = _plan(engine, full)
     rep = RecoveryReport(reason=plan.reason)
     lost = ckpt.lost_durable_bytes(plan.checkpoint, engine.commitlog)
+    if lost is not None and not accept_loss:
+        raise CorruptionError(lost[0], lost[1], f"{lost[2]} (run mqctl store check; mqctl store recover "
+                                                f"accepts the loss and cuts the store back to the log)")
+    engine.heal_topics_locked()   # records are dispatched only to topics that exist
     if lost is not None:
         # Not a torn tail: said loudly, and kept in the report (the checkpoint moves down to
         # the log's end below, so the store is usable again; readers past it are clamped

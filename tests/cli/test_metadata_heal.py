@@ -207,3 +207,18 @@ def test_update_topic_in_python(mq: MQ) -> None:
             admin.update_topic("p", 1)
     assert _status_queues(mq, "p") == 5
     assert os.path.isdir(mq.root / "consumequeue" / "p" / "4")
+
+
+def test_a_deleted_groups_old_offsets_in_a_damaged_snapshot_are_not_lost_offsets(mq: MQ) -> None:
+    """A damaged snapshot names every ``topic@group`` it held, reset epochs included: a group
+    whose offsets were deleted since is known to the journal by its epoch, not lost."""
+    mq.send_lines("t", ["a", "b"])
+    _consume(mq, "t", "g1", "--from", "first")
+    _consume(mq, "t", "g2", "--from", "first")
+    mq.ok("offsets", "delete", "-g", "g2", "--yes")
+    path = mq.root / "config" / "consumerOffset.json"
+    path.write_bytes(path.read_bytes()[:-7] + b"garbage")
+    res = mq.run("consume", "t", "-g", "g2", "--from", "first", "-e")
+    assert res.returncode == 0 and res.out.split() == ["a", "b"], str(res)
+    assert "g2" not in mq.run("store", "check").out
+    assert _consume(mq, "t", "g1") == []

@@ -96,6 +96,13 @@ def test_log_cut_below_its_durable_end_is_loss_and_check_never_writes(mq: MQ, tm
     # the same on the store itself: nothing is repaired by a check, the offsets stay
     first = mq.run("store", "check")
     assert first.returncode == 1 and mq.run("store", "check").out == first.out
+    # nor by any other command: each refuses (exit 5) rather than accept the loss unasked
+    offsets = mq.offsets("g", "t")
+    for args in (("topic", "list"), ("consume", "t", "-g", "g", "-e"), ("send", "t", "x")):
+        refused = mq.run(*args)
+        assert refused.returncode == 5 and "bytes short of its durable end" in refused.stderr, str(refused)
+    assert mq.offsets("g", "t") == offsets
+    assert mq.run("store", "check").out == first.out
     # recovery makes the store usable and says what was lost
     rec = mq.run("store", "recover")
     assert rec.returncode == 0, str(rec)
@@ -146,3 +153,15 @@ def test_truncated_index_file_is_a_data_error(mq: MQ) -> None:
     res = mq.run("msg", "show", sent[10]["msgId"])
     one_error(res, 5)
     assert str(idx) in res.stderr
+
+
+def test_check_of_a_store_without_store_json_reports_it_and_writes_nothing(mq: MQ) -> None:
+    mq.ok("send", "t", "x")
+    (mq.root / "store.json").unlink()
+    before = _tree(mq.root)
+    res = mq.run("store", "check")
+    assert res.returncode == 1 and "store.json" in res.out and "missing" in res.out, str(res)
+    assert _tree(mq.root) == before, "store check restored store.json"
+    mq.ok("store", "recover")
+    assert (mq.root / "store.json").exists()
+    mq.ok("store", "check")

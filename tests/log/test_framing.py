@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from store.log import arrayframing, framing
+from store.log import arrayframing
 from store.log import format as F
+from store.log import framing as framing_module
 from store.log.results import BatchResult
 from tests.log.storetestutil import all_messages, open_store
 
@@ -31,7 +32,7 @@ def _check_raw(store, m) -> None:
 @pytest.mark.parametrize("combine", [True, False])
 def test_big_bodies_are_encoded_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, combine: bool) -> None:
     if not combine:
-        monkeypatch.setattr(framing, "_combiner", lambda: None)
+        monkeypatch.setattr(framing_module, "_combiner", lambda: None)
     store = open_store(tmp_path / "s", commitlog_segment_size=1 << 20)
     try:
         sizes = [2048, 4096, 100, 16384, 70000, 3, 65536, 4096, 300_000, 16383, 0, 20000] * 6
@@ -58,7 +59,7 @@ def test_big_bodies_are_encoded_exactly(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_combiner_matches_zlib() -> None:
-    comb = framing._combiner()
+    comb = framing_module._combiner()
     if comb is None:
         pytest.skip("zlib without crc32_combine_gen/op")
     gen, op = comb
@@ -76,7 +77,7 @@ def _log_and_queues(root: Path, framing: str, sizes: list[int], queue_id: int, p
     monkeypatch.setattr(arrayframing, "_ARRAYS_MAX_AVG", 1 << 40)   # arrays for every size
     monkeypatch.setattr(arrayframing, "_ARRAYS_AFTER", 0)
     if framing == "loop":
-        monkeypatch.setattr(framing, "_frame_small", lambda *a: None)
+        monkeypatch.setattr(framing_module, "_frame_small", lambda *a: None)
     store = open_store(root, commitlog_segment_size=1 << 20)
     try:
         store.engine.writer.round_robin["T"] = 0
@@ -131,7 +132,7 @@ def test_big_bodies_written_from_themselves_are_the_same_bytes_as_copied(tmp_pat
     sizes = [40000, 65536, 100000, 32768, 65536] * 12
     logs = []
     for write_from in (32768, 1 << 40):
-        monkeypatch.setattr(framing, "_WRITE_FROM_BODIES", write_from)
+        monkeypatch.setattr(framing_module, "_WRITE_FROM_BODIES", write_from)
         logs.append(_log_and_queues(tmp_path / str(write_from), "loop", sizes, -1, {"TAGS": "t"}, monkeypatch))
     assert logs[0][0] == logs[1][0] and logs[0][1] == logs[1][1]
     assert len(list((tmp_path / "32768" / "commitlog").iterdir())) >= 3
