@@ -53,6 +53,7 @@ from typing import Any
 _EXPORTS = {
     # the Python client (store/client/)
     "Producer": "client.producer", "Consumer": "client.consumer",
+    "AsyncProducer": "client.aio_producer", "AsyncConsumer": "client.aio_consumer",
     "TransactionProducer": "tx.producer", "TxState": "tx.producer",
     "TransactionSendResult": "tx.producer", "Admin": "client.admin",
     "Message": "client.message", "SendResult": "client.message",

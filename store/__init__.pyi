@@ -5,6 +5,8 @@ from store.client.admin import Admin as Admin
 from store.client.admin_rows import LockRow as LockRow
 from store.client.admin_rows import MemberRow as MemberRow
 from store.client.admin_rows import ResetPlan as ResetPlan
+from store.client.aio_consumer import AsyncConsumer as AsyncConsumer
+from store.client.aio_producer import AsyncProducer as AsyncProducer
 from store.client.consumer import Consumer as Consumer
 from store.client.creation import StoreCreation as StoreCreation
 from store.client.creation import create_store as create_store

@@ -24,8 +24,9 @@ this process (``ProcessQueue.busy``); and the drop rule that a queue is released
 its in-flight batch finished and its offset was persisted.
 
 The loop runs in the thread that calls :meth:`Runtime.run` (``mqctl consume``, push
-consumers), or in a thread of its own (:meth:`Runtime.start`, the iterator). Every other
-thread talks to it through :meth:`Runtime.call_soon` and :meth:`Runtime.stop` only.
+consumers), in a thread of its own (:meth:`Runtime.start`, the iterator), or in an event
+loop that drives :meth:`Runtime.turns` (``store/client/aio_driver.py``). Every other thread
+talks to it through :meth:`Runtime.call_soon` and :meth:`Runtime.stop` only.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import queue as queue_mod
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Generator
 
 from store import names
 from store.client.dispatch import Dispatcher
@@ -296,6 +297,22 @@ class Runtime:
 
     # -- the loop --------------------------------------------------------------------------
     def _loop(self) -> None:
+        """The loop of :meth:`turns`, waiting on the store's change notification in this thread."""
+        turns = self.turns()
+        wait = self.wake.wait
+        try:
+            due = next(turns)
+            while True:
+                due = turns.send(False if due is None else wait(due))
+        except StopIteration:
+            return
+
+    def turns(self) -> Generator[float | None, bool, None]:
+        """The loop as a generator, for a driver that waits its own way (an event loop): it
+        yields None after a turn that did work (go on at once, send False) and otherwise the
+        seconds to wait at most for a change of the store (``wake``); the driver sends back
+        whether the wait was woken (a change or :meth:`stop`) rather than timed out, after
+        ``wake.wait(0)`` has read what changed. It returns when the loop ends."""
         o, state, layout = self.o, self.state, self.layout
         held, keeper, rebalancer, dispatcher = self.held, self.keeper, self.rebalancer, self.dispatcher
         pull_all, dispatch_all, collect = self.puller.pull_all, dispatcher.dispatch_all, dispatcher.collect
@@ -346,6 +363,7 @@ class Runtime:
             if self._done():
                 break
             if worked:
+                yield None
                 continue
             if keeper.dirty:
                 keeper.persist_idle(bool(dispatcher.futures) and (keeper.every_s > 0 or dispatcher.per_message))
@@ -360,7 +378,7 @@ class Runtime:
                 due_at = min(due_at, min(r[0] for r in self.retrier.retry_later))
             if o.idle_timeout_s is not None:
                 due_at = min(due_at, dispatcher.last_activity + o.idle_timeout_s)
-            if self.wake.wait(max(0.0, due_at - time.monotonic())):
+            if (yield max(0.0, due_at - time.monotonic())):
                 changed = self.wake.changed
                 if not o.no_group and layout.members_dir(o.group) in changed:
                     next_token = 0.0
