@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Union
 
 from store.client.aio_driver import drive
 from store.client.aio_sinks import AsyncIteratorSink, TaskSink
-from store.client.consumer import ITER_BATCH, PREFETCH, Consumer, StartFrom, _run_batch, _seconds_ms
+from store.client.consumer import ITER_BATCH, PREFETCH, Consumer, StartFrom, run_batch_size, seconds_ms
 from store.client.handoff import DrainedEvent, as_client_messages, walk_batch
 from store.client.message import Message
 from store.client.paths import PathLike
@@ -65,7 +65,7 @@ class AsyncConsumer:
         m = self._member
         self.path, self.topic, self.group, self.client_id = m.path, m.topic, m.group, m.client_id
         self.orderly, self.broadcast = m.orderly, m.broadcast
-        self._rt = m._rt
+        self._rt = m.runtime
         self._mode: str | None = None
         self._sink: AsyncIteratorSink | None = None
         self._driver: asyncio.Task[None] | None = None
@@ -199,7 +199,7 @@ class AsyncConsumer:
         check_consume_options(broadcast=self.broadcast, orderly=self.orderly, max_reconsume=max_reconsume,
                               retry_delay=None if self.orderly else retry_delay,
                               suspend=retry_delay if self.orderly else None)
-        delay_ms = _seconds_ms("retry_delay", retry_delay)
+        delay_ms = seconds_ms("retry_delay", retry_delay)
         rt = self._rt
         if self.orderly:
             rt.set_retries(max_reconsume, None, max(10, delay_ms) if delay_ms is not None else 1000)
@@ -231,7 +231,7 @@ class AsyncConsumer:
                 except Exception as exc:  # noqa: BLE001 - a failed message, retried
                     failed.append((i, f"handler raised {type(exc).__name__}: {exc}"))
             if not orderly and n:
-                sink.batch = _run_batch((time.perf_counter() - started) / n)
+                sink.batch = run_batch_size((time.perf_counter() - started) / n)
             return (True, "") if not failed else (failed, "")
 
         sink = TaskSink(work, concurrency)

@@ -14,7 +14,7 @@ import asyncio
 import queue
 import threading
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Mapping, Sequence, TypeVar
 
 from store.client.paths import PathLike
 from store.client.producer import Body, Delay, Producer
@@ -22,7 +22,8 @@ from store.client.producer import Body, Delay, Producer
 if TYPE_CHECKING:
     from store.client.message import SendResult
 
-_Job = tuple[Callable[[Producer], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+_T = TypeVar("_T")
+_Job = tuple[Callable[[Any], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 _MAX_UNSETTLED = 64   # sends written but not yet answered, at most, before the worker settles
 
 
@@ -35,17 +36,31 @@ def _answer(fut: asyncio.Future[Any], result: Any, error: BaseException | None) 
         fut.set_result(result)
 
 
-class _Worker:
-    """The producer's thread: runs jobs against the sync producer, one at a time."""
+class Worker(Generic[_T]):
+    """A thread that runs calls on ``target`` one at a time, in order, for an event loop:
+    :meth:`call` awaits one. ``settle(target)``, when given, runs once no call waits (and
+    after at most ``_MAX_UNSETTLED`` calls): the calls' answers wait for it (a producer's
+    fsyncs), and its error fails all of them."""
 
-    def __init__(self, producer: Producer) -> None:
-        self.producer = producer
+    def __init__(self, target: _T, settle: Callable[[_T], None] | None = None, name: str = "mq-producer") -> None:
+        self.target = target
+        self._settle_fn = settle
         self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._run, name="mq-producer", daemon=True)
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 
+    async def call(self, call: Callable[[_T], Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self.jobs.put((call, loop, fut))
+        return await fut
+
+    def stop(self) -> None:
+        """End the thread once every call put is answered."""
+        self.jobs.put(None)
+        self.thread.join()
+
     def _run(self) -> None:
-        producer = self.producer
         unsettled: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Any]] = []
         while True:
             job = self.jobs.get()
@@ -54,24 +69,25 @@ class _Worker:
                 return
             call, loop, fut = job
             try:
-                result = call(producer)
+                result = call(self.target)
             except BaseException as exc:  # noqa: BLE001 - raised to the awaiting task
                 self._settle(unsettled)
                 loop.call_soon_threadsafe(_answer, fut, None, exc)
                 continue
             unsettled.append((loop, fut, result))
-            if self.jobs.empty() or len(unsettled) >= _MAX_UNSETTLED:
+            if self._settle_fn is None or self.jobs.empty() or len(unsettled) >= _MAX_UNSETTLED:
                 self._settle(unsettled)
 
     def _settle(self, unsettled: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Any]]) -> None:
-        """Answer every send written so far, once it is as durable as ``flush`` promises."""
+        """Answer every call made so far (once ``settle`` made it as durable as promised)."""
         if not unsettled:
             return
         error: BaseException | None = None
-        try:
-            self.producer.settle()
-        except BaseException as exc:  # noqa: BLE001 - a failed fsync fails every send it covered
-            error = exc
+        if self._settle_fn is not None:
+            try:
+                self._settle_fn(self.target)
+            except BaseException as exc:  # noqa: BLE001 - a failed fsync fails every send it covered
+                error = exc
         for loop, fut, result in unsettled:
             loop.call_soon_threadsafe(_answer, fut, result, error)
         unsettled.clear()
@@ -94,7 +110,7 @@ class AsyncProducer:
     def __init__(self, path: PathLike | None = None, *, flush: str = "async") -> None:
         self._producer = Producer(path, flush=flush, group_commit=flush == "sync")
         self.path, self.flush = self._producer.path, flush
-        self._worker: _Worker | None = None
+        self._worker: Worker[Producer] | None = None
         self._closed = False
 
     async def _call(self, call: Callable[[Producer], Any]) -> Any:
@@ -102,11 +118,8 @@ class AsyncProducer:
             from store.errors import UsageError
             raise UsageError("this producer is closed")
         if self._worker is None:
-            self._worker = _Worker(self._producer)
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        self._worker.jobs.put((call, loop, fut))
-        return await fut
+            self._worker = Worker(self._producer, Producer.settle)
+        return await self._worker.call(call)
 
     async def send(self, topic: str, body: Body, tags: str | None = None,
                    keys: str | Sequence[str] | None = None, sharding_key: str | None = None,
@@ -141,8 +154,7 @@ class AsyncProducer:
         finally:
             self._closed, self._worker = True, None
             if worker is not None:
-                worker.jobs.put(None)
-                worker.thread.join()   # (it ends at once: nothing is left to write)
+                worker.stop()   # (at once: nothing is left to write)
             self._producer.close()
 
     async def __aenter__(self) -> "AsyncProducer":

@@ -9,7 +9,7 @@ import asyncio
 import json
 import threading
 import time
-from typing import Any, Awaitable, Callable, Coroutine
+from typing import Any, Callable, Coroutine
 
 import pytest
 
@@ -243,7 +243,7 @@ def test_idle_async_consumers_start_no_thread_each(mq: MQ, path: str) -> None:
 
         async def iterate(c: store.AsyncConsumer) -> None:
             async for m in c.messages():
-                got.append(c.group)
+                got.append(f"{c.group}:{m.text}")
         tasks = [asyncio.get_running_loop().create_task(iterate(c)) for c in consumers]
         # every member has joined and holds its queues once all of them got a message
         async with store.AsyncProducer(path) as p:
@@ -257,5 +257,42 @@ def test_idle_async_consumers_start_no_thread_each(mq: MQ, path: str) -> None:
             await c.close()
         return before, during, got
     before, during, got = arun(main())
-    assert sorted(got) == sorted(f"g{i}" for i in range(n))
+    assert sorted(got) == sorted(f"g{i}:hello" for i in range(n))
     assert during <= before + 2, f"{during - before} threads started for {n} consumers"
+
+
+def test_transactions_with_async_local_transactions_and_checks(mq: MQ, path: str) -> None:
+    decided: dict[str, store.TxState] = {}
+
+    async def main() -> dict[str, Any]:
+        async def check(m: store.Message) -> store.TxState:
+            await asyncio.sleep(0)
+            return decided.get(m.keys[0], store.TxState.UNKNOWN)
+
+        async def local(m: store.Message) -> store.TxState:
+            await asyncio.sleep(0)
+            return {"commit me": store.TxState.COMMIT, "roll me back": store.TxState.ROLLBACK}.get(
+                m.text, store.TxState.UNKNOWN)
+
+        async def boom(m: store.Message) -> store.TxState:
+            raise RuntimeError("local transaction crashed")
+        async with store.AsyncTransactionProducer(path, check=check) as tp:
+            r = {body: await tp.send("pay", body.encode(), local_tx=local, keys=[key])
+                 for key, body in [("o1", "commit me"), ("o2", "roll me back"), ("o3", "ask me later")]}
+            r["crashed"] = await tp.send("pay", b"crashed", local_tx=boom, keys=["o4"])
+            r["by hand"] = await tp.send("pay", b"by hand", keys=["o5"])
+            assert r["commit me"].transaction_state == "COMMITTED"
+            assert r["roll me back"].transaction_state == "ROLLED_BACK"
+            assert r["crashed"].state is store.TxState.UNKNOWN
+            assert set(await tp.pending()) == {r[b].tx_id for b in ("ask me later", "crashed", "by hand")}
+            await tp.commit(r["by hand"].tx_id)
+            with pytest.raises(store.TransactionStateError):
+                await tp.rollback(r["by hand"].tx_id)
+            decided.update(o3=store.TxState.COMMIT, o4=store.TxState.ROLLBACK)
+            report = await tp.check_pending(timeout=0)
+            assert {e.answer for e in report.events} == {"COMMIT", "ROLLBACK"}
+            assert await tp.pending() == []
+        return r
+    r = arun(main())
+    got = {e["msgId"]: e["body"] for e in mq.drain("pay", "G")}
+    assert got == {r[b].tx_id: b for b in ("commit me", "ask me later", "by hand")}
