@@ -318,13 +318,15 @@ class Watcher:
         if self._dirty:
             self._dirty = False
             return True
+        looked = False   # (a wait(0) still looks once: what is pending is read, not left)
         while True:
             if self._polled and self._poll_once():
                 self._interval = self.poll_min
                 return True
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if remaining == 0 and looked:
                 return False
+            looked = True
             slice_s = remaining
             if self._polled:
                 slice_s = self._interval if remaining is None else min(self._interval, remaining)
