@@ -118,6 +118,8 @@ class AsyncConsumer:
             if error is not None:
                 raise error
             task = self._driver = asyncio.get_running_loop().create_task(drive(self._rt))
+            if self._sink is not None:   # an iterator waiting for a batch looks why it ended
+                task.add_done_callback(lambda _t, sink=self._sink: sink.wake_reader())
         return task
 
     async def _iterate(self, iteration: int, exit_at_end: bool, timeout: float | None,
@@ -142,7 +144,7 @@ class AsyncConsumer:
                     return
                 driver = self._ensure_driver()   # (raises what ended it, if anything)
             wait = None if timeout is None else max(0.0, last + timeout - time.monotonic())
-            item = await sink.get(wait if wait is not None else 0.5)
+            item = await sink.get(wait)
             if item is None:
                 if timeout is not None and time.monotonic() - last >= timeout:
                     return
