@@ -118,8 +118,9 @@ class AsyncConsumer:
             if error is not None:
                 raise error
             task = self._driver = asyncio.get_running_loop().create_task(drive(self._rt))
-            if self._sink is not None:   # an iterator waiting for a batch looks why it ended
-                task.add_done_callback(lambda _t, sink=self._sink: sink.wake_reader())
+            sink = self._sink
+            if sink is not None:   # an iterator waiting for a batch looks why it ended
+                task.add_done_callback(lambda _t: sink.wake_reader())
         return task
 
     async def _iterate(self, iteration: int, exit_at_end: bool, timeout: float | None,

@@ -30,6 +30,7 @@ talks to it through :meth:`Runtime.call_soon` and :meth:`Runtime.stop` only.
 """
 from __future__ import annotations
 
+import math
 import queue as queue_mod
 import signal
 import threading
@@ -55,6 +56,14 @@ if TYPE_CHECKING:
 RENEW_INTERVAL_S = 20.0   # how often a holder renews its queue locks (RocketMQ's lockInterval)
 
 
+def backstop(at: float) -> float:
+    """A periodic look (membership, rebalance, persist, delays) due at ``at``, put off to the
+    next whole second of the monotonic clock: an idle member's looks then fall due together,
+    one wake-up for all of them (and with the other members of the process), not one each.
+    They are backstops (a change wakes the loop at once): a second later costs nothing."""
+    return float(math.ceil(at))
+
+
 class DelayClock:
     """When the loop next runs the delay scheduler (``at``, monotonic)."""
 
@@ -70,7 +79,7 @@ class DelayClock:
         deliver_due(self.store)
         due = next_due(self.store)
         wait_s = 5.0 if due is None else (due - int(time.time() * 1000)) / 1000
-        self.at = now + min(1.0 if due is not None else 5.0, max(0.2, wait_s))
+        self.at = now + min(1.0, max(0.2, wait_s)) if due is not None else backstop(now + 5.0)
 
     def soon(self) -> None:
         """Delayed messages may be due soon (a copy was sent back, new records came): look
@@ -318,7 +327,7 @@ class Runtime:
         pull_all, dispatch_all, collect = self.puller.pull_all, dispatcher.dispatch_all, dispatcher.collect
         from store.client.members import members_token
         next_rebalance = 0.0
-        next_persist = time.monotonic() + o.persist_interval_s
+        next_persist = backstop(time.monotonic() + o.persist_interval_s)
         next_renew = time.monotonic() + RENEW_INTERVAL_S
         delays = self.delays
         delays.at = 0.0
@@ -332,19 +341,19 @@ class Runtime:
                 t = members_token(layout, o.group)
                 if t != token:
                     token, next_rebalance = t, 0.0
-                next_token = now + 5.0   # a backstop: a membership change wakes the loop
+                next_token = backstop(now + 5.0)   # a membership change wakes the loop
             if now >= next_rebalance:
                 balanced = rebalancer.rebalance()
                 # Waiting for a queue the previous owner is still handing over: look again
                 # soon (50 ms), backing off to 0.5 s when it stays taken (overlapping
                 # --strategy config members, a stuck holder whose lease runs down).
                 streak = 0 if balanced else streak + 1
-                next_rebalance = now + (o.rebalance_interval_s if balanced
-                                        else min(0.5, 0.05 * (1.25 ** max(0, streak - 8))))
+                next_rebalance = (backstop(now + o.rebalance_interval_s) if balanced
+                                  else now + min(0.5, 0.05 * (1.25 ** max(0, streak - 8))))
             if now >= next_persist:
                 keeper.persist()
                 keeper.check_reset()
-                next_persist = now + o.persist_interval_s
+                next_persist = backstop(now + o.persist_interval_s)
             if held.locks and now >= next_renew:
                 rebalancer.renew_locks()
                 next_renew = now + RENEW_INTERVAL_S
