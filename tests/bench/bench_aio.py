@@ -12,7 +12,7 @@
   p50 / p99 / max;
 * idle: ``--idle-consumers`` async consumers of as many groups in one process, each waiting
   in ``async for``: threads started for them, CPU time of the process over ``--idle-s``
-  seconds, and which wait each one's watcher uses (inotify, or polling when the per-user
+  seconds (from 8 s after they started), and which wait each one's watcher uses (inotify, or polling when the per-user
   inotify limit is reached).
 
 redis.asyncio ``XREADGROUP`` is compared when the ``redis`` package and a ``redis-server`` on
@@ -123,7 +123,9 @@ async def idle(root: Path, count: int, idle_s: float) -> None:
         async for _m in c.messages():
             pass
     tasks = [asyncio.get_running_loop().create_task(wait_in(c)) for c in consumers]
-    await asyncio.sleep(3)   # every one joined and rebalanced, waiting
+    # every one joined, rebalanced and past its first look at the offsets file (each reads
+    # it once after joining, when it may have changed): from here on they only wait
+    await asyncio.sleep(8)
     threads1 = threading.active_count()
     backends = [c._rt.wake.backend for c in consumers]   # (what the watcher got; bench only)
     c0, w0 = cpu_s(), time.perf_counter()
