@@ -12,7 +12,8 @@ A Python program is a client like ``mqctl``, side by side with it on the same st
             print(msg.msg_id, msg.text)
 
 ``Producer``, ``Consumer`` (iterator and push styles, concurrent and orderly, clustering and
-broadcast), ``TransactionProducer`` with ``TxState``, ``Admin`` (topics, lag, offsets, locks,
+broadcast), ``TransactionProducer`` with ``TxState``, their asyncio twins ``AsyncProducer``,
+``AsyncConsumer`` and ``AsyncTransactionProducer``, ``Admin`` (topics, lag, offsets, locks,
 members), ``Monitor`` and ``History`` (repeated read-only looks, rates), ``Message`` and
 ``SendResult`` live in ``store/client/``; the errors, all
 ``StoreError`` subclasses, in ``store/errors.py``. The engine underneath (``Store``,
@@ -53,7 +54,8 @@ from typing import Any
 _EXPORTS = {
     # the Python client (store/client/)
     "Producer": "client.producer", "Consumer": "client.consumer",
-    "TransactionProducer": "tx.producer", "TxState": "tx.producer",
+    "AsyncProducer": "client.aio_producer", "AsyncConsumer": "client.aio_consumer",
+    "AsyncTransactionProducer": "tx.aio_producer", "TransactionProducer": "tx.producer", "TxState": "tx.producer",
     "TransactionSendResult": "tx.producer", "Admin": "client.admin",
     "Message": "client.message", "SendResult": "client.message",
     # live inspection (``mqctl top``): one look, and rates from successive looks

@@ -5,6 +5,8 @@ from store.client.admin import Admin as Admin
 from store.client.admin_rows import LockRow as LockRow
 from store.client.admin_rows import MemberRow as MemberRow
 from store.client.admin_rows import ResetPlan as ResetPlan
+from store.client.aio_consumer import AsyncConsumer as AsyncConsumer
+from store.client.aio_producer import AsyncProducer as AsyncProducer
 from store.client.consumer import Consumer as Consumer
 from store.client.creation import StoreCreation as StoreCreation
 from store.client.creation import create_store as create_store
@@ -89,6 +91,7 @@ from store.timeparse import format_local as format_local
 from store.timeparse import format_time as format_time
 from store.timeparse import parse_duration as parse_duration
 from store.timeparse import parse_time as parse_time
+from store.tx.aio_producer import AsyncTransactionProducer as AsyncTransactionProducer
 from store.tx.check import CheckEvent as _TransactionCheckEvent
 from store.tx.check import CheckReport as _TransactionCheckReport
 from store.tx.check import Pending as _PendingTransaction

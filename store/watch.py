@@ -46,6 +46,10 @@ API
 ``fileno()``
     A descriptor that becomes readable on a change or a wake (inotify backend), for callers
     that multiplex with ``select``; then call ``wait(0)`` to consume it.
+``descriptors()``, ``polls``
+    Every descriptor to register with an event loop (``loop.add_reader``: the inotify one and
+    the wake pipe's), and whether some path is polled all the same (then wake every
+    ``poll_max`` s to look): an asyncio consumer waits this way, holding no thread.
 ``backend``, ``close()`` (once no other thread calls :meth:`wake` any more: the runtime's
     ``shutdown``, after its handler pool is shut down); a context manager.
 
@@ -288,6 +292,19 @@ class Watcher:
             self._start()
         return self._fd if self._fd >= 0 else self._rpipe
 
+    def descriptors(self) -> tuple[int, ...]:
+        """Every descriptor that becomes readable on a change or a :meth:`wake`, for an event
+        loop's readers (then call ``wait(0)`` to read what changed). Paths that are polled
+        (see :attr:`polls`) change without one: look with ``wait(0)`` every ``poll_max`` s."""
+        if not self._started:
+            self._start()
+        return (self._rpipe,) if self._fd < 0 else (self._rpipe, self._fd)
+
+    @property
+    def polls(self) -> bool:
+        """Whether some path is polled (no inotify for it): a change then wakes no descriptor."""
+        return bool(self._polled)
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until a change, a :meth:`wake` or ``timeout`` s; True unless it timed out."""
         self.changed = set()
@@ -301,13 +318,15 @@ class Watcher:
         if self._dirty:
             self._dirty = False
             return True
+        looked = False   # (a wait(0) still looks once: what is pending is read, not left)
         while True:
             if self._polled and self._poll_once():
                 self._interval = self.poll_min
                 return True
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if remaining == 0 and looked:
                 return False
+            looked = True
             slice_s = remaining
             if self._polled:
                 slice_s = self._interval if remaining is None else min(self._interval, remaining)

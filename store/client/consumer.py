@@ -68,7 +68,7 @@ def _tags(tags: str | Iterable[str] | None) -> frozenset[str] | None:
     return None if not out or "*" in out else out
 
 
-def _seconds_ms(what: str, value: float | _dt.timedelta | None) -> int | None:
+def seconds_ms(what: str, value: float | _dt.timedelta | None) -> int | None:
     if value is None:
         return None
     if isinstance(value, _dt.timedelta):
@@ -78,7 +78,7 @@ def _seconds_ms(what: str, value: float | _dt.timedelta | None) -> int | None:
     return int(round(value * 1000))
 
 
-def _run_batch(per_call_s: float) -> int:
+def run_batch_size(per_call_s: float) -> int:
     """The most messages per batch for a handler that took ``per_call_s`` a message: a backlog
     in batches saves hand-overs to threads, but a batch's offsets are committed only once all
     of it is through (a crash hands all of it to the group again): it should not take long."""
@@ -176,6 +176,12 @@ class Consumer:
         self._iteration = 0
         self._serving = False
         self._closed = False
+
+    @property
+    def runtime(self) -> Runtime:
+        """The member's runtime, for a driver of its own (:class:`store.AsyncConsumer` runs
+        it on an event loop); this consumer then neither iterates nor runs."""
+        return self._rt
 
     # -- iterator style ----------------------------------------------------------------------
     def messages(self, exit_at_end: bool = False, timeout: float | None = None) -> Iterator[Message]:
@@ -320,7 +326,7 @@ class Consumer:
         check_consume_options(broadcast=self.broadcast, orderly=self.orderly, max_reconsume=max_reconsume,
                               retry_delay=None if self.orderly else retry_delay,
                               suspend=retry_delay if self.orderly else None)
-        delay_ms = _seconds_ms("retry_delay", retry_delay)
+        delay_ms = seconds_ms("retry_delay", retry_delay)
         rt = self._rt
         if self.orderly:
             rt.set_retries(max_reconsume, None, max(10, delay_ms) if delay_ms is not None else 1000)
@@ -350,10 +356,10 @@ class Consumer:
                     failed.append((n - operator.length_hint(walk) - 1,
                                    f"handler raised {type(exc).__name__}: {exc}"))
             if not self.orderly and n:
-                sink.batch = _run_batch((time.perf_counter() - started) / n)
+                sink.batch = run_batch_size((time.perf_counter() - started) / n)
             return (True, "") if not failed else (failed, "")
 
-        # (one message a batch until a handler call was timed: see _run_batch)
+        # (one message a batch until a handler call was timed: see run_batch_size)
         sink = ThreadPoolSink(work, threads, 1, per_message=True)
         sink.client_messages = True              # (see Runtime.set_sink)
         sink.persist_every_s = PERSIST_EVERY_S

@@ -14,6 +14,7 @@ are :mod:`store.log.offsets`'s.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -63,6 +64,7 @@ class OffsetKeeper:
         self.last_persist = time.monotonic()
         self.resent = False   # a copy went to the retry topic or DLQ since the last commit
         self.epochs: dict[str, int] = {}
+        self._reset_look: tuple[int, int, int] | None = None   # the offsets file check_reset last read
         self.offset_store: Any = None   # ClusterOffsetStore, BroadcastOffsetStore or MemoryOffsetStore
 
     def open(self) -> None:
@@ -76,7 +78,9 @@ class OffsetKeeper:
             self.offset_store.load()
         else:
             self.offset_store = ClusterOffsetStore(self.store.layout)
+            look = self._offsets_look()
             self.epochs = dict(self.offset_store.snapshot(o.group).epochs)
+            self._reset_look = look
 
     def pace(self, inline: bool, every_s: float) -> None:
         """How far a queue's consumed offset may run ahead of the persisted one before the loop
@@ -225,10 +229,28 @@ class OffsetKeeper:
         commits: compare the reset epochs of the topics it holds."""
         if self.o.broadcast:
             return
+        # The file is only ever replaced (a reset too): unchanged since the last look, it
+        # says nothing new. (Stat first: a replace between the stat and the read is read
+        # again next time.) An idle member then reads nothing every 5 s but a stat.
+        look = self._offsets_look()
+        if look is not None and look == self._reset_look:
+            return
         snap = self.offset_store.snapshot(self.o.group)
+        self._reset_look = look
         moved = {t for t in self.topics if snap.epochs.get(t, 0) != self.epochs.get(t, 0)}
         if moved:
             self._reload_after_reset(moved)
+
+    def _offsets_look(self) -> tuple[int, int, int] | None:
+        """The offsets file's identity and size now (None: it cannot be looked at)."""
+        path = getattr(self.offset_store, "path", None)
+        if path is None:
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
 
     def _reload_after_reset(self, topics: set[str]) -> None:
         """Offsets were reset while we ran (``offsets reset --force``): let the queues of

@@ -24,16 +24,18 @@ this process (``ProcessQueue.busy``); and the drop rule that a queue is released
 its in-flight batch finished and its offset was persisted.
 
 The loop runs in the thread that calls :meth:`Runtime.run` (``mqctl consume``, push
-consumers), or in a thread of its own (:meth:`Runtime.start`, the iterator). Every other
-thread talks to it through :meth:`Runtime.call_soon` and :meth:`Runtime.stop` only.
+consumers), in a thread of its own (:meth:`Runtime.start`, the iterator), or in an event
+loop that drives :meth:`Runtime.turns` (``store/client/aio_driver.py``). Every other thread
+talks to it through :meth:`Runtime.call_soon` and :meth:`Runtime.stop` only.
 """
 from __future__ import annotations
 
+import math
 import queue as queue_mod
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Generator
 
 from store import names
 from store.client.dispatch import Dispatcher
@@ -54,6 +56,14 @@ if TYPE_CHECKING:
 RENEW_INTERVAL_S = 20.0   # how often a holder renews its queue locks (RocketMQ's lockInterval)
 
 
+def backstop(at: float) -> float:
+    """A periodic look (membership, rebalance, persist, delays) due at ``at``, put off to the
+    next whole second of the monotonic clock: an idle member's looks then fall due together,
+    one wake-up for all of them (and with the other members of the process), not one each.
+    They are backstops (a change wakes the loop at once): a second later costs nothing."""
+    return float(math.ceil(at))
+
+
 class DelayClock:
     """When the loop next runs the delay scheduler (``at``, monotonic)."""
 
@@ -69,7 +79,7 @@ class DelayClock:
         deliver_due(self.store)
         due = next_due(self.store)
         wait_s = 5.0 if due is None else (due - int(time.time() * 1000)) / 1000
-        self.at = now + min(1.0 if due is not None else 5.0, max(0.2, wait_s))
+        self.at = now + min(1.0, max(0.2, wait_s)) if due is not None else backstop(now + 5.0)
 
     def soon(self) -> None:
         """Delayed messages may be due soon (a copy was sent back, new records came): look
@@ -296,12 +306,28 @@ class Runtime:
 
     # -- the loop --------------------------------------------------------------------------
     def _loop(self) -> None:
+        """The loop of :meth:`turns`, waiting on the store's change notification in this thread."""
+        turns = self.turns()
+        wait = self.wake.wait
+        try:
+            due = next(turns)
+            while True:
+                due = turns.send(False if due is None else wait(due))
+        except StopIteration:
+            return
+
+    def turns(self) -> Generator[float | None, bool, None]:
+        """The loop as a generator, for a driver that waits its own way (an event loop): it
+        yields None after a turn that did work (go on at once, send False) and otherwise the
+        seconds to wait at most for a change of the store (``wake``); the driver sends back
+        whether the wait was woken (a change or :meth:`stop`) rather than timed out, after
+        ``wake.wait(0)`` has read what changed. It returns when the loop ends."""
         o, state, layout = self.o, self.state, self.layout
         held, keeper, rebalancer, dispatcher = self.held, self.keeper, self.rebalancer, self.dispatcher
         pull_all, dispatch_all, collect = self.puller.pull_all, dispatcher.dispatch_all, dispatcher.collect
         from store.client.members import members_token
         next_rebalance = 0.0
-        next_persist = time.monotonic() + o.persist_interval_s
+        next_persist = backstop(time.monotonic() + o.persist_interval_s)
         next_renew = time.monotonic() + RENEW_INTERVAL_S
         delays = self.delays
         delays.at = 0.0
@@ -315,19 +341,19 @@ class Runtime:
                 t = members_token(layout, o.group)
                 if t != token:
                     token, next_rebalance = t, 0.0
-                next_token = now + 5.0   # a backstop: a membership change wakes the loop
+                next_token = backstop(now + 5.0)   # a membership change wakes the loop
             if now >= next_rebalance:
                 balanced = rebalancer.rebalance()
                 # Waiting for a queue the previous owner is still handing over: look again
                 # soon (50 ms), backing off to 0.5 s when it stays taken (overlapping
                 # --strategy config members, a stuck holder whose lease runs down).
                 streak = 0 if balanced else streak + 1
-                next_rebalance = now + (o.rebalance_interval_s if balanced
-                                        else min(0.5, 0.05 * (1.25 ** max(0, streak - 8))))
+                next_rebalance = (backstop(now + o.rebalance_interval_s) if balanced
+                                  else now + min(0.5, 0.05 * (1.25 ** max(0, streak - 8))))
             if now >= next_persist:
                 keeper.persist()
                 keeper.check_reset()
-                next_persist = now + o.persist_interval_s
+                next_persist = backstop(now + o.persist_interval_s)
             if held.locks and now >= next_renew:
                 rebalancer.renew_locks()
                 next_renew = now + RENEW_INTERVAL_S
@@ -346,6 +372,7 @@ class Runtime:
             if self._done():
                 break
             if worked:
+                yield None
                 continue
             if keeper.dirty:
                 keeper.persist_idle(bool(dispatcher.futures) and (keeper.every_s > 0 or dispatcher.per_message))
@@ -360,7 +387,7 @@ class Runtime:
                 due_at = min(due_at, min(r[0] for r in self.retrier.retry_later))
             if o.idle_timeout_s is not None:
                 due_at = min(due_at, dispatcher.last_activity + o.idle_timeout_s)
-            if self.wake.wait(max(0.0, due_at - time.monotonic())):
+            if (yield max(0.0, due_at - time.monotonic())):
                 changed = self.wake.changed
                 if not o.no_group and layout.members_dir(o.group) in changed:
                     next_token = 0.0

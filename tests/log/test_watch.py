@@ -106,6 +106,23 @@ def test_wake_from_another_thread(tmp_path: Path, backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_zero_wait_reads_what_is_pending(tmp_path: Path, backend: str) -> None:
+    """``wait(0)`` looks once (what an event loop calls after a descriptor became readable):
+    a wake or a change already there is read, and the descriptors are quiet again."""
+    cp = tmp_path / "checkpoint"
+    cp.write_bytes(b"1")
+    with Watcher([(cp, "file")], backend=backend) as w:
+        settle(w)
+        w.wake()
+        assert w.wait(0) is True and w.changed == set()
+        assert w.wait(0) is False
+        time.sleep(0.02)   # mtime granularity, for polling
+        cp.write_bytes(b"22")
+        assert w.wait(0) is True and w.changed == {cp}
+        assert w.wait(0) is False
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_change_between_waits_is_not_lost(tmp_path: Path, backend: str) -> None:
     cp = tmp_path / "checkpoint"
     cp.write_bytes(b"1")

@@ -1,0 +1,311 @@
+"""The asyncio consumer: :class:`AsyncConsumer`, a member of a consumer group whose runtime runs
+on the event loop (``store/client/aio_driver.py``): no thread of its own, waiting on the
+store's change notification through the loop's readers."""
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import inspect
+import operator
+import time
+from types import TracebackType
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Union
+
+from store.client.aio_driver import drive
+from store.client.aio_sinks import AsyncIteratorSink, TaskSink
+from store.client.consumer import ITER_BATCH, PREFETCH, Consumer, StartFrom, run_batch_size, seconds_ms
+from store.client.handoff import DrainedEvent, as_client_messages, walk_batch
+from store.client.message import Message
+from store.client.paths import PathLike
+from store.client.rules import check_consume_options
+from store.client.sinks import Outcome
+from store.errors import UsageError
+
+AsyncHandler = Callable[[Message], Union[Awaitable[object], object]]
+
+
+class AsyncConsumer:
+    """A member of a consumer group on ``topic`` for asyncio programs: :class:`store.Consumer`
+    name for name, argument for argument, awaited.
+
+    ::
+
+        async with store.AsyncConsumer("orders", group="billing", start_from="first") as consumer:
+            async for msg in consumer.messages(exit_at_end=True):
+                await handle(msg)
+
+    It is a member like any other (``mqctl consume`` processes and :class:`store.Consumer`
+    share the group's queues, locks and offsets with it). Its runtime runs in the event loop:
+    a turn pulls, hands out and commits; between turns it waits on the store's change
+    notification (inotify registered with ``loop.add_reader``; polling where there is none),
+    so a waiting consumer holds no thread and uses no CPU. A consumer belongs to the loop it
+    was first used in.
+
+    * :meth:`messages` iterates, at-least-once, as :meth:`store.Consumer.messages`: a message
+      counts as consumed when the loop asks for the next one, or when the ``async with``
+      block is left normally; leaving it by an exception (a cancellation too) delivers the
+      message in hand again.
+    * :meth:`run` awaits ``handler(msg)`` for each message, ``concurrency`` at a time, with
+      the retries of :meth:`store.Consumer.run`.
+
+    Cancelling the task that iterates or runs (``task.cancel()``, ``asyncio.timeout``) stops
+    the member cleanly: what was handled is committed and persisted, queue locks are
+    released, the member leaves its group and the message in hand is delivered again. The
+    arguments and errors are :class:`store.Consumer`'s.
+    """
+
+    def __init__(self, topic: str, group: str, path: PathLike | None = None, *, orderly: bool = False,
+                 broadcast: bool = False, start_from: StartFrom = "last",
+                 tags: str | Iterable[str] | None = "*", client_id: str | None = None,
+                 dedup: bool = False) -> None:
+        # The member itself (joining, ids, leaving) is a sync Consumer's, never iterated or
+        # run: only its runtime is driven, here, on the event loop.
+        self._member = Consumer(topic, group, path, orderly=orderly, broadcast=broadcast, start_from=start_from,
+                                tags=tags, client_id=client_id, dedup=dedup)
+        m = self._member
+        self.path, self.topic, self.group, self.client_id = m.path, m.topic, m.group, m.client_id
+        self.orderly, self.broadcast = m.orderly, m.broadcast
+        self._rt = m.runtime
+        self._mode: str | None = None
+        self._sink: AsyncIteratorSink | None = None
+        self._driver: asyncio.Task[None] | None = None
+        self._in_hand: Any = None               # the batch in hand: its future,
+        self._hand_total = 0                    # its length,
+        self._hand_iter: Any = iter(())         # and where the loop is in it
+        self._iteration = 0
+        self._live = 0
+        self._stop_iter = False
+        self._closed = False
+
+    # -- iterator style ----------------------------------------------------------------------
+    def messages(self, exit_at_end: bool = False, timeout: float | None = None) -> AsyncIterator[Message]:
+        """``async for`` over the messages of the queues this member holds, as
+        :meth:`store.Consumer.messages`: ``exit_at_end`` stops once the queues held are
+        drained up to their end at the call, ``timeout`` after that many seconds with nothing
+        new; without either it goes on until :meth:`stop` or :meth:`close`. At-least-once:
+        the message in hand is committed when the loop asks for the next one."""
+        self._check_open()
+        if self._mode == "run":
+            raise UsageError("this consumer runs a handler (run()); use another AsyncConsumer to iterate")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+            raise UsageError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
+        rt = self._rt
+        if self._sink is None:
+            self._mode = "iterate"
+            self._sink = AsyncIteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
+            rt.set_sink(self._sink)
+        self._settle_in_hand(commit=False)
+        sink = self._sink
+        drained = DrainedEvent(sink.wake_reader)
+        rt.o.exit_at_end = exit_at_end
+        if exit_at_end:
+            rt.snapshot_ends()
+        rt.drained = drained
+        self._iteration += 1
+        self._live = self._iteration
+        return self._iterate(self._iteration, exit_at_end, timeout, drained)
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        """``async for msg in consumer`` is ``async for msg in consumer.messages()``."""
+        return self.messages()
+
+    def _ensure_driver(self) -> asyncio.Task[None]:
+        """The runtime's loop as a task of the running loop (again, after an ``exit_at_end``
+        iteration ended it)."""
+        task = self._driver
+        if task is None or task.done():
+            error = None if task is None or task.cancelled() else task.exception()
+            if error is not None:
+                raise error
+            task = self._driver = asyncio.get_running_loop().create_task(drive(self._rt))
+            sink = self._sink
+            if sink is not None:   # an iterator waiting for a batch looks why it ended
+                task.add_done_callback(lambda _t: sink.wake_reader())
+        return task
+
+    async def _iterate(self, iteration: int, exit_at_end: bool, timeout: float | None,
+                       drained: DrainedEvent) -> AsyncIterator[Message]:
+        rt, sink = self._rt, self._sink
+        assert sink is not None
+        driver = self._ensure_driver()
+        last = time.monotonic()
+        while True:
+            if self._iteration != iteration:
+                return   # a newer messages() loop took over
+            self._settle_in_hand(commit=True)   # the loop asked for the next one
+            if self._closed or self._stop_iter:
+                self._stop_iter = False
+                return
+            if rt.fatal is not None:
+                raise rt.fatal
+            if exit_at_end and drained.is_set():
+                return
+            if driver.done():
+                if rt.stop_requested:
+                    return
+                driver = self._ensure_driver()   # (raises what ended it, if anything)
+            wait = None if timeout is None else max(0.0, last + timeout - time.monotonic())
+            item = await sink.get(wait)
+            if item is None:
+                if timeout is not None and time.monotonic() - last >= timeout:
+                    return
+                continue
+            fut, msgs = item
+            if self._iteration != iteration or self._closed:
+                fut.set_result((None, "released"))
+                return
+            self._in_hand = fut
+            self._hand_total = n = len(msgs)
+            self._hand_iter = walk = iter(range(n))
+            for msg in walk_batch(msgs, walk):
+                yield msg
+                if self._live != iteration:
+                    break
+            last = time.monotonic()
+
+    def _settle_in_hand(self, commit: bool) -> None:
+        """As :meth:`store.Consumer._settle_in_hand`: the message in hand consumed (``commit``)
+        or handed back with the rest of its batch."""
+        fut, self._in_hand = self._in_hand, None
+        if fut is None or fut.done():
+            return
+        total = self._hand_total
+        in_hand = total - operator.length_hint(self._hand_iter) - 1
+        done = in_hand + (1 if commit else 0)
+        fut.set_result((True, "") if done >= total else (None, "released") if done <= 0
+                       else (done, "partly consumed"))
+
+    # -- push style ----------------------------------------------------------------------------
+    async def run(self, handler: AsyncHandler, *, concurrency: int = 4, exit_at_end: bool = False,
+                  max_reconsume: int | None = None, retry_delay: float | _dt.timedelta | None = None) -> None:
+        """Await ``handler(msg)`` for every message until stopped, with the retries of
+        :meth:`store.Consumer.run`: returning means consumed, raising means failed
+        (concurrent: to the retry topic, then the dead-letter topic after ``max_reconsume``;
+        orderly: the queue suspended ``retry_delay`` s and the message retried in place).
+        ``handler`` is an ``async def`` function (a plain function is called on the loop).
+
+        ``concurrency``: handler calls at a time (orderly: still one per queue).
+        ``exit_at_end``: return once the queues held are drained up to their end at the call;
+        otherwise return after :meth:`stop` or :meth:`close` (the member leaves its group).
+        Cancelled, the running handler calls are cancelled, their messages delivered again,
+        what finished is committed, and the member leaves its group."""
+        self._check_open()
+        if self._mode == "iterate":
+            raise UsageError("this consumer iterates (messages()); use another AsyncConsumer to run a handler")
+        if not callable(handler):
+            raise UsageError("handler must be callable: handler(msg)")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 4096:
+            raise UsageError(f"concurrency must be 1-4096, not {concurrency!r}")
+        if max_reconsume is not None and (isinstance(max_reconsume, bool) or not isinstance(max_reconsume, int)
+                                          or max_reconsume < 0):
+            raise UsageError(f"max_reconsume must be an int >= 0, not {max_reconsume!r}")
+        check_consume_options(broadcast=self.broadcast, orderly=self.orderly, max_reconsume=max_reconsume,
+                              retry_delay=None if self.orderly else retry_delay,
+                              suspend=retry_delay if self.orderly else None)
+        delay_ms = seconds_ms("retry_delay", retry_delay)
+        rt = self._rt
+        if self.orderly:
+            rt.set_retries(max_reconsume, None, max(10, delay_ms) if delay_ms is not None else 1000)
+        else:
+            rt.set_retries(max_reconsume, delay_ms, 1000)
+        state = rt.state
+        orderly = self.orderly
+
+        async def work(batch: list[Any], topic: str) -> Outcome:
+            # as Consumer.run's: one handler call per message, each failure its own; a
+            # cancelled call hands back the rest of the batch from it (delivered again)
+            failed: list[tuple[int, str]] = []
+            msgs = as_client_messages(batch, topic)
+            n = len(msgs)
+            started = time.perf_counter()
+            for i in range(n):
+                if state.stop_requested and not failed:
+                    return (i, "stopped") if i else (None, "stopped")
+                try:
+                    result = handler(msgs[i])
+                    if inspect.isawaitable(result):
+                        await result
+                except asyncio.CancelledError:
+                    if not failed:
+                        return (i, "cancelled") if i else (None, "cancelled")
+                    # (an outcome names failures or a consumed prefix, not both)
+                    failed.extend((j, "cancelled") for j in range(i, n))
+                    return failed, ""
+                except Exception as exc:  # noqa: BLE001 - a failed message, retried
+                    failed.append((i, f"handler raised {type(exc).__name__}: {exc}"))
+            if not orderly and n:
+                sink.batch = run_batch_size((time.perf_counter() - started) / n)
+            return (True, "") if not failed else (failed, "")
+
+        sink = TaskSink(work, concurrency)
+        rt.set_sink(sink)
+        self._mode = "run"
+        rt.o.exit_at_end = exit_at_end
+        if exit_at_end:
+            rt.snapshot_ends()
+        try:
+            await drive(rt)
+        except BaseException:
+            # cancelled (or failed): end the handler calls, commit what finished, leave
+            rt.stop()
+            sink.cancel()
+            await sink.drain()
+            rt.shutdown(wait_handlers=True)
+            raise
+        await sink.drain()
+        if state.halted():
+            rt.shutdown(wait_handlers=True)
+            if rt.fatal is not None:
+                raise rt.fatal
+            return
+        rt.dispatcher.collect(block=False)
+        rt.keeper.persist(force=True)
+
+    # -- stopping -----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Make a running :meth:`run` return (the member then leaves its group), or the
+        current (or else the next) :meth:`messages` loop end."""
+        if self._mode == "run":
+            self._rt.stop()
+        else:
+            self._stop_iter = True
+            self._live = -1
+            if self._sink is not None:
+                self._sink.wake_reader()
+
+    async def close(self) -> None:
+        """Leave the group: commit the message in hand, persist offsets, release queue locks.
+        Idempotent."""
+        await self._close(commit=True)
+
+    async def _close(self, commit: bool) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._live = -1
+        self._settle_in_hand(commit=commit)
+        self._rt.stop()
+        driver, self._driver = self._driver, None
+        if driver is not None and not driver.done():
+            driver.cancel()
+            await asyncio.gather(driver, return_exceptions=True)
+        if self._sink is not None:
+            self._sink.release_all()
+            self._rt.dispatcher.collect(block=False)
+        self._member.close()   # (nothing is out: its shutdown waits for nothing)
+
+    def _check_open(self) -> None:
+        if self._closed or self._rt.stopped.is_set():
+            raise UsageError("this consumer is closed")
+
+    async def __aenter__(self) -> "AsyncConsumer":
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self._close(commit=exc_type is None)
+
+    def __repr__(self) -> str:
+        mode = "orderly" if self.orderly else "concurrently"
+        return (f"AsyncConsumer(topic={self.topic!r}, group={self.group!r}, client_id={self.client_id!r}, "
+                f"{'broadcast, ' if self.broadcast else ''}{mode}{', closed' if self._closed else ''})")

@@ -1,0 +1,73 @@
+"""A consumer runtime driven by an asyncio event loop: :func:`drive` runs the turns of
+:meth:`store.client.runtime.Runtime.turns` on the loop, and waits between them on the store's
+change notification registered with the loop (:func:`wait_for_change`), so a waiting async
+consumer holds no thread and burns no CPU.
+
+A turn itself is the runtime's ordinary, synchronous work (pulls from the page cache, offset
+and member files, queue locks taken without waiting): short, as a ``mqctl consume`` turn is.
+Between two turns that found work the loop gets a turn of its own (``asyncio.sleep(0)``), so a
+backlog does not starve the handlers and iterators the runtime feeds.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from store.client.runtime import Runtime
+    from store.watch import Watcher
+
+
+async def wait_for_change(watcher: Watcher, timeout: float) -> bool:
+    """Wait up to ``timeout`` s for a change the watcher reports (or its :meth:`wake`) without
+    blocking the loop: its descriptors (inotify and the wake pipe) are the loop's readers
+    while it waits; paths that are polled are looked at every ``poll_max`` s. True unless it
+    timed out; ``watcher.changed`` then says what changed, as after ``watcher.wait``."""
+    if watcher.wait(0):   # (also sets the watches up on a first wait, and reads what is pending)
+        return True
+    loop = asyncio.get_running_loop()
+    deadline = time.monotonic() + timeout
+    fds = watcher.descriptors()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        if watcher.polls:
+            remaining = min(remaining, watcher.poll_max)
+        woken = loop.create_future()
+
+        def ready(woken: asyncio.Future[None] = woken) -> None:
+            if not woken.done():
+                woken.set_result(None)
+        for fd in fds:
+            loop.add_reader(fd, ready)
+        timer = loop.call_later(remaining, ready)
+        try:
+            await woken
+        finally:
+            timer.cancel()
+            for fd in fds:
+                loop.remove_reader(fd)
+        if watcher.wait(0):
+            return True
+
+
+async def drive(rt: Runtime) -> None:
+    """Run the runtime's loop on the running event loop until it ends (a stop, an error,
+    ``exit_at_end`` drained). Cancelling it ends the loop between two turns: the runtime is
+    then as after any turn, and its owner shuts it down."""
+    turns = rt.turns()
+    try:
+        due = next(turns)
+        while True:
+            if due is None:
+                await asyncio.sleep(0)
+                woke = False
+            else:
+                woke = await wait_for_change(rt.wake, due)
+            due = turns.send(woke)
+    except StopIteration:
+        return
+    finally:
+        turns.close()

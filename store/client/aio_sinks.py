@@ -1,0 +1,112 @@
+"""The sinks of an asyncio consumer (:class:`store.AsyncConsumer`), living on the event loop
+that drives its runtime (``store/client/aio_driver.py``): every method runs in the loop's
+thread, so the ``concurrent.futures`` futures the runtime reads are resolved there too.
+
+* :class:`AsyncIteratorSink` hands batches to ``async for msg in consumer.messages()``, which
+  resolves each one's future as the sync iterator does (``store/client/handoff.py``).
+* :class:`TaskSink` runs ``work(batch, topic)`` as a task per batch, ``concurrency`` at a time.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures as cf
+from typing import Any, Awaitable, Callable, Sequence
+
+from store.client.handoff import PERSIST_EVERY_S, as_client_messages
+from store.client.message import Message
+from store.client.sinks import Outcome
+
+Batch = tuple["cf.Future[Outcome]", Sequence[Message]]
+
+
+class AsyncIteratorSink:
+    """The pool sink behind :meth:`store.AsyncConsumer.messages`: batches wait in a deque for
+    the iterator, which is woken through an :class:`asyncio.Event`."""
+
+    client_messages = True
+    persist_every_s = PERSIST_EVERY_S
+
+    def __init__(self, prefetch: int, batch: int) -> None:
+        self.max_in_flight = prefetch
+        self.batch = batch
+        self._ready: collections.deque[Batch | None] = collections.deque()   # (None: a nudge)
+        self._event = asyncio.Event()
+
+    def submit(self, batch: list[Any], topic: str) -> "cf.Future[Outcome]":
+        fut: cf.Future[Outcome] = cf.Future()
+        self._ready.append((fut, as_client_messages(batch, topic)))
+        self._event.set()
+        return fut
+
+    async def get(self, timeout: float | None) -> Batch | None:
+        """The next batch, or None after ``timeout`` s or a :meth:`wake_reader`."""
+        if not self._ready:
+            self._event.clear()
+            try:
+                await asyncio.wait_for(self._event.wait(), timeout)
+            except asyncio.TimeoutError:
+                return None
+        return self._ready.popleft() if self._ready else None
+
+    def wake_reader(self) -> None:
+        self._ready.append(None)
+        self._event.set()
+
+    def release_all(self) -> None:
+        """Hand back every batch not taken by the iterator (they are delivered again)."""
+        while self._ready:
+            item = self._ready.popleft()
+            if item is not None and not item[0].done():
+                item[0].set_result((None, "released"))
+
+    def shutdown(self, wait: bool) -> None:
+        self.release_all()
+
+
+class TaskSink:
+    """A per-message pool sink running ``work(batch, topic)`` as an asyncio task per batch:
+    at most ``concurrency`` batches (so handler calls) at a time. :meth:`drain` waits for the
+    running ones (the owner calls it before the runtime's shutdown, which must not wait)."""
+
+    client_messages = True
+    persist_every_s = PERSIST_EVERY_S
+    per_message = True
+    cancel_on_stop = False   # a task checks for a stop before each handler call itself
+
+    def __init__(self, work: Callable[[list[Any], str], Awaitable[Outcome]], concurrency: int) -> None:
+        self.work = work
+        self.batch = 1             # (grown by the owner once a handler call was timed)
+        self.max_in_flight = concurrency
+        self.spread = concurrency
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def submit(self, batch: list[Any], topic: str) -> "cf.Future[Outcome]":
+        fut: cf.Future[Outcome] = cf.Future()
+        task = asyncio.get_running_loop().create_task(self._run(fut, batch, topic))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return fut
+
+    async def _run(self, fut: "cf.Future[Outcome]", batch: list[Any], topic: str) -> None:
+        # (work reports handler failures and cancellation in its outcome: what escapes it is
+        # a failure of the consumer, which the runtime raises from the future)
+        try:
+            outcome = await self.work(batch, topic)
+        except BaseException as exc:  # noqa: BLE001 - handed to the runtime through the future
+            fut.set_exception(exc)
+            return
+        fut.set_result(outcome)
+
+    def cancel(self) -> None:
+        """Cancel the running handler calls (their messages are delivered again)."""
+        for task in self.tasks:
+            task.cancel()
+
+    async def drain(self) -> None:
+        """Wait until no task runs."""
+        while self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    def shutdown(self, wait: bool) -> None:
+        """(The tasks were drained by the owner: nothing runs.)"""

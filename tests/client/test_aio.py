@@ -1,0 +1,309 @@
+"""The asyncio clients (``store.AsyncProducer``, ``store.AsyncConsumer``) on a real store, beside
+real ``mqctl`` processes: each test runs its own event loop (``asyncio.run``, and uvloop's
+where it is installed). Blocking helpers (CLI runs, ``wait_for``) run in a thread
+(``asyncio.to_thread``) so the consumers driven by the loop go on meanwhile; every wait is
+bounded."""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any, Callable, Coroutine
+
+import pytest
+
+import store
+from tests.procs import MQ, wait_for  # noqa: F401  (mq is a fixture)
+
+LOOPS = ["asyncio", "uvloop"]
+
+
+@pytest.fixture
+def path(mq: MQ) -> str:
+    return str(mq.root)
+
+
+def arun(main: Coroutine[Any, Any, Any], loop: str = "asyncio") -> Any:
+    if loop == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(main)
+    return asyncio.run(main)
+
+
+async def until(cond: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+    """Await until ``cond()`` is truthy (the loop runs meanwhile); AssertionError after
+    ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def envelopes(raw: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in raw.splitlines() if line.strip()]
+
+
+def one_queue_topic(path: str, topic: str = "Q") -> None:
+    store.Admin(path).create_topic(topic, queues=1)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_round_trip_producer_iterator_and_push(mq: MQ, path: str, loop: str) -> None:
+    async def main() -> tuple[list[Any], list[str], list[str]]:
+        async with store.AsyncProducer(path, flush="sync") as p:
+            one = await p.send("T", b"first", tags="a", keys=["k1"], properties={"src": "web"})
+            many = await p.send_many("T", [f"m{i}" for i in range(99)], tags="b")
+            both = [one, *many]
+        got: list[str] = []
+        async with store.AsyncConsumer("T", "iter", path, start_from="first") as c:
+            async for m in c.messages(exit_at_end=True):
+                got.append(m.msg_id)
+        pushed: list[str] = []
+
+        async def handler(m: store.Message) -> None:
+            await asyncio.sleep(0)
+            pushed.append(m.msg_id)
+        async with store.AsyncConsumer("T", "push", path, start_from="first") as c:
+            await c.run(handler, concurrency=8, exit_at_end=True)
+        return both, got, pushed
+
+    results, got, pushed = arun(main(), loop)
+    ids = [r.msg_id for r in results]
+    assert sorted(got) == sorted(ids) and sorted(pushed) == sorted(ids)
+    assert mq.committed_total("iter", "T") == 100 and mq.committed_total("push", "T") == 100
+    # the CLI sees what the async producer sent, as it was sent
+    (first,) = [e for e in mq.drain("T", "cli") if e["msgId"] == ids[0]]
+    assert first["body"] == "first" and first["tags"] == "a" and first["keys"] == ["k1"]
+    assert first["properties"]["src"] == "web"
+
+
+def test_sync_flush_does_not_block_the_loop(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fsync of a sync send waits here until a ticker task on the loop has ticked: were
+    the fsync run on the loop, the ticker could not tick and the send would fail."""
+    ticks = 0
+    fsyncs = 0
+    real_sync = store.Store.sync_log
+
+    def slow_sync(self: Any, start: int, end: int) -> None:
+        nonlocal fsyncs
+        seen = ticks
+        wait_for(lambda: ticks >= seen + 3, timeout=20, what="the loop to tick during an fsync")
+        fsyncs += 1
+        real_sync(self, start, end)
+    monkeypatch.setattr(store.Store, "sync_log", slow_sync)
+
+    async def main() -> list[Any]:
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.001)
+        t = asyncio.get_running_loop().create_task(ticker())
+        try:
+            async with store.AsyncProducer(path, flush="sync") as p:
+                # many tasks sending at once: they share fsyncs (group commit)
+                return list(await asyncio.gather(*(p.send("T", f"m{i}") for i in range(20))))
+        finally:
+            t.cancel()
+    results = arun(main())
+    assert len({r.msg_id for r in results}) == 20
+    assert 1 <= fsyncs < 20
+
+
+def test_async_and_cli_members_share_the_group(mq: MQ, path: str) -> None:
+    mq.ok("topic", "create", "T", "--queues", "8")
+    cli = mq.start("consume", "T", "-g", "G", "--from", "first", "--json", "--client-id", "cli-member")
+    try:
+        wait_for(lambda: "cli-member" in mq.member_queues("G"), what="the CLI member to join")
+
+        async def main() -> tuple[list[store.Message], dict[str, set[int]], list[str]]:
+            got: list[store.Message] = []
+            async with store.AsyncConsumer("T", "G", path, start_from="first", client_id="aio-member") as c:
+                async def iterate() -> None:
+                    async for m in c.messages():
+                        got.append(m)
+                task = asyncio.get_running_loop().create_task(iterate())
+                split = await asyncio.to_thread(mq.wait_balanced, "G", "T", 2, 8)
+                async with store.AsyncProducer(path) as p:
+                    ids = [r.msg_id for r in await p.send_many("T", [f"m{i}" for i in range(300)])]
+                    ids += [(await p.send("T", f"one{i}")).msg_id for i in range(16)]
+                await until(lambda: len(got) + len(envelopes(cli.stdout())) >= len(ids),
+                            "both members to consume everything")
+                await asyncio.sleep(0.3)   # anything handled twice would show up now
+                c.stop()
+                await task
+            return got, split, ids
+        got, split, ids = arun(main())
+    finally:
+        assert cli.stop() == 0
+    cli_msgs = envelopes(cli.stdout())
+    assert sorted([m.msg_id for m in got] + [e["msgId"] for e in cli_msgs]) == sorted(ids)
+    assert got and cli_msgs
+    assert {m.queue_id for m in got} <= split["aio-member"]
+    assert {e["queueId"] for e in cli_msgs} <= split["cli-member"]
+    assert mq.committed_total("G", "T") == len(ids)
+
+
+@pytest.mark.parametrize(("loop", "how"), [("asyncio", "cancel"), ("uvloop", "cancel"), ("asyncio", "timeout")])
+def test_cancelling_an_iterator_redelivers_the_message_in_hand(mq: MQ, path: str, loop: str, how: str) -> None:
+    one_queue_topic(path)
+    mq.send_lines("Q", ["m0", "m1", "m2"])
+
+    async def main() -> list[str]:
+        in_hand = asyncio.Event()
+        seen: list[str] = []
+
+        async def consume() -> None:
+            async with store.AsyncConsumer("Q", "G", path, start_from="first", orderly=True) as c:
+                async for m in c.messages():
+                    seen.append(m.text)
+                    if m.text == "m1":
+                        in_hand.set()
+                        await asyncio.Event().wait()   # handling m1 ... until cancelled
+        if how == "timeout":
+            # asyncio.timeout, made to expire once m1 is in hand (not after a guessed time)
+            async def within_timeout() -> None:
+                async with asyncio.timeout(None) as limit:
+                    inner = asyncio.get_running_loop().create_task(consume())
+                    await asyncio.wait_for(in_hand.wait(), 20)
+                    limit.reschedule(asyncio.get_running_loop().time())
+                    await inner
+            with pytest.raises(TimeoutError):
+                await within_timeout()
+            return seen
+        task = asyncio.get_running_loop().create_task(consume())
+        await asyncio.wait_for(in_hand.wait(), 20)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return seen
+    assert arun(main(), loop) == ["m0", "m1"]
+    assert mq.offsets("G", "Q") == {("Q", 0): 1}          # m0 committed, m1 (in hand) not
+    assert envelopes(mq.ok("consumers", "-g", "G", "--json").stdout) == []   # left the group
+    assert mq.ok("locks", "-g", "G", "--json").stdout.strip() in (b"", b"[]")
+    assert [e["body"] for e in mq.drain("Q", "G")] == ["m1", "m2"]   # m1 delivered again
+
+
+def test_cancelling_run_commits_what_finished_and_redelivers_the_rest(mq: MQ, path: str) -> None:
+    one_queue_topic(path)
+    mq.send_lines("Q", [f"m{i}" for i in range(5)])
+
+    async def main() -> list[str]:
+        handled: list[str] = []
+        stuck = asyncio.Event()
+
+        async def handler(m: store.Message) -> None:
+            if m.text == "m3":
+                stuck.set()
+                await asyncio.Event().wait()
+            handled.append(m.text)
+        async with store.AsyncConsumer("Q", "G", path, start_from="first", orderly=True) as c:
+            task = asyncio.get_running_loop().create_task(c.run(handler))
+            await asyncio.wait_for(stuck.wait(), 20)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        return handled
+    assert arun(main()) == ["m0", "m1", "m2"]
+    assert mq.offsets("G", "Q") == {("Q", 0): 3}
+    assert [e["body"] for e in mq.drain("Q", "G")] == ["m3", "m4"]
+
+
+def test_push_failures_go_through_the_retry_topic_to_the_dlq(mq: MQ, path: str) -> None:
+    one_queue_topic(path)
+    mq.send_lines("Q", ["ok1", "bad", "ok2"])
+    calls: list[tuple[str, int, str]] = []
+
+    async def main() -> None:
+        async def handler(m: store.Message) -> None:
+            calls.append((m.text, m.reconsume_times, m.topic))
+            await asyncio.sleep(0)
+            if m.text == "bad":
+                raise ValueError("cannot handle it")
+
+        def dead_lettered() -> bool:
+            with mq.store() as s:
+                return bool(s.has_topic("%DLQ%G") and s.max_offset("%DLQ%G", 0) == 1)
+        async with store.AsyncConsumer("Q", "G", path, start_from="first") as c:
+            task = asyncio.get_running_loop().create_task(
+                c.run(handler, concurrency=2, max_reconsume=2, retry_delay=0))
+            await until(dead_lettered, "the failed message to reach the DLQ")
+            c.stop()
+            await asyncio.wait_for(task, 20)
+    arun(main())
+    assert sorted(x for x in calls if x[0] != "bad") == [("ok1", 0, "Q"), ("ok2", 0, "Q")]
+    assert [x[1:] for x in calls if x[0] == "bad"] == [(0, "Q"), (1, "Q"), (2, "Q")]
+    (dead,) = mq.drain("%DLQ%G", "dlq-reader")
+    assert dead["body"] == "bad" and dead["reconsumeTimes"] == 2
+
+
+def test_idle_async_consumers_start_no_thread_each(mq: MQ, path: str) -> None:
+    mq.ok("topic", "create", "T", "--queues", "4")
+    n = 100
+
+    async def main() -> tuple[int, int, list[str]]:
+        before = threading.active_count()
+        consumers = [store.AsyncConsumer("T", f"g{i}", path, start_from="first") for i in range(n)]
+        got: list[str] = []
+
+        async def iterate(c: store.AsyncConsumer) -> None:
+            async for m in c.messages():
+                got.append(f"{c.group}:{m.text}")
+        tasks = [asyncio.get_running_loop().create_task(iterate(c)) for c in consumers]
+        # every member has joined and holds its queues once all of them got a message
+        async with store.AsyncProducer(path) as p:
+            await p.send("T", b"hello", queue=0)
+        await until(lambda: len(got) == n, f"{n} consumers to get the message", timeout=60)
+        during = threading.active_count()
+        for c in consumers:
+            c.stop()
+        await asyncio.gather(*tasks)
+        for c in consumers:
+            await c.close()
+        return before, during, got
+    before, during, got = arun(main())
+    assert sorted(got) == sorted(f"g{i}:hello" for i in range(n))
+    assert during <= before + 2, f"{during - before} threads started for {n} consumers"
+
+
+def test_transactions_with_async_local_transactions_and_checks(mq: MQ, path: str) -> None:
+    decided: dict[str, store.TxState] = {}
+
+    async def main() -> dict[str, Any]:
+        async def check(m: store.Message) -> store.TxState:
+            await asyncio.sleep(0)
+            return decided.get(m.keys[0], store.TxState.UNKNOWN)
+
+        async def local(m: store.Message) -> store.TxState:
+            await asyncio.sleep(0)
+            return {"commit me": store.TxState.COMMIT, "roll me back": store.TxState.ROLLBACK}.get(
+                m.text, store.TxState.UNKNOWN)
+
+        async def boom(m: store.Message) -> store.TxState:
+            raise RuntimeError("local transaction crashed")
+        async with store.AsyncTransactionProducer(path, check=check) as tp:
+            r = {body: await tp.send("pay", body.encode(), local_tx=local, keys=[key])
+                 for key, body in [("o1", "commit me"), ("o2", "roll me back"), ("o3", "ask me later")]}
+            r["crashed"] = await tp.send("pay", b"crashed", local_tx=boom, keys=["o4"])
+            r["by hand"] = await tp.send("pay", b"by hand", keys=["o5"])
+            assert r["commit me"].transaction_state == "COMMITTED"
+            assert r["roll me back"].transaction_state == "ROLLED_BACK"
+            assert r["crashed"].state is store.TxState.UNKNOWN
+            assert set(await tp.pending()) == {r[b].tx_id for b in ("ask me later", "crashed", "by hand")}
+            await tp.commit(r["by hand"].tx_id)
+            with pytest.raises(store.TransactionStateError):
+                await tp.rollback(r["by hand"].tx_id)
+            decided.update(o3=store.TxState.COMMIT, o4=store.TxState.ROLLBACK)
+            report = await tp.check_pending(timeout=0)
+            assert {e.answer for e in report.events} == {"COMMIT", "ROLLBACK"}
+            assert await tp.pending() == []
+        return r
+    r = arun(main())
+    got = {e["msgId"]: e["body"] for e in mq.drain("pay", "G")}
+    assert got == {r[b].tx_id: b for b in ("commit me", "ask me later", "by hand")}
