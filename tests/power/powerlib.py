@@ -391,6 +391,11 @@ class Power(MQ):
         return {row["queueId"]: row["offset"] for row in ndjson(cp.stdout)}
 
     # -- the invariants ----------------------------------------------------------------------
+    def reopen(self) -> None:
+        """The first command after a cut, as a user's would be: any command that opens the
+        store recovers it (``store check`` only reads, so it comes after)."""
+        self.ok("topic", "list", "--json", timeout=90)
+
     def verify(self, topics: Iterable[str], *, retained_from: dict | None = None) -> dict[str, list[dict]]:
         """After a cut: the store opens by itself and is clean; every sync-acknowledged message
         is there exactly once with its id and body; queue offsets are dense up to maxOffset;
@@ -398,6 +403,7 @@ class Power(MQ):
         ``retained_from``: {topic: {queueId: minOffset}} below which retention may have deleted.
         Returns the messages read, per topic."""
         where = f"after cut {self.cuts}"
+        self.reopen()
         self.check_clean()
         got: dict[str, list[dict]] = {}
         for topic in topics:

@@ -83,6 +83,7 @@ def test_cut_during_transactions_and_check_service(power: Power) -> None:
     power.power_cut()
 
     def settle_and_check() -> None:
+        power.reopen()
         power.check_clean()
         power.ok("tx", "check", "--check-cmd", str(script), "--timeout", "0", timeout=90)
         left = power.ok("tx", "list", "--json").stdout
