@@ -1,4 +1,4 @@
-"""The architecture, checked: what ``aesthetics.md`` and issue 12 ask of the layout.
+"""The architecture, checked: what ``aesthetics.md`` and issues 12 and 24 ask of the layout.
 
 * no module imports a private name (``_x``) of another module, nor reaches into one through a
   module alias (``F._x``) or a store handle (``store._x``, ``self.store._x``);
@@ -10,6 +10,7 @@
 * no import cycles inside ``store/`` (imports inside functions and under ``TYPE_CHECKING``
   count too: a lazy import that breaks a cycle at run time is still a cycle in the design);
 * ``store`` never imports ``mqctl`` (the dependency arrow points one way);
+* no module of ``store`` or ``mqctl`` is over 500 lines;
 * every binary file format is described at the top of the module that owns it.
 
 Pure ``ast`` reading: nothing is imported or run.
@@ -192,6 +193,16 @@ def test_type_stubs_match_the_lazy_exports() -> None:
         stub = ROOT / pkg / "__init__.pyi"
         assert stub.read_text() == render_stub(pkg), (
             f"{stub.relative_to(ROOT)} differs from _EXPORTS: run python -m tests.test_structure")
+
+
+MAX_MODULE_LINES = 500
+
+
+def test_modules_are_small() -> None:
+    """Modules under ~500 lines, named after their job (a module past it does two jobs)."""
+    big = {f"{p.relative_to(ROOT)}: {n}" for p in MODULES.values()
+           if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not big, f"modules over {MAX_MODULE_LINES} lines: {sorted(big)}"
 
 
 def test_store_never_imports_mqctl() -> None:
