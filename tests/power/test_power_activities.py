@@ -123,6 +123,7 @@ def test_cut_during_retention(power: Power) -> None:
     def floors() -> dict:
         return {"logs": {q: row["minOffset"] for q, row in power.status("logs").items()}}
 
+    power.reopen()
     power.check_clean()
     first = floors()
     assert any(v > 0 for v in first["logs"].values()), f"store clean deleted nothing: {first}"
