@@ -15,9 +15,10 @@ NEW_SEG = r".*/commitlog/0*[1-9][0-9]*"          # any segment but the first
 INDEX = r".*/index/[^/]+"                       # the file, or a temp file made for it
 # store/fsutil.py atomic_write_bytes: tmp ".NAME.PID.tmp" renamed over NAME, ".NAME.bak.PID.tmp"
 # linked from NAME then renamed over NAME.bak.
-TOPICS_TMP = r".*/config/\.topics\.json\.[0-9]+\.tmp"
+# A topic is one file, config/topics/NAME.json, written after its copy consumequeue/NAME/topic.json.
+TOPIC_TMP = r".*/config/topics/\.[^/]+\.json\.[0-9]+\.tmp"
+TOPIC_COPY_TMP = r".*/consumequeue/[^/]+/\.topic\.json\.[0-9]+\.tmp"
 OFFSETS_TMP = r".*/config/\.consumerOffset\.json\.[0-9]+\.tmp"
-TOPICS = r".*/config/topics\.json"
 
 CASES = [
     # (id, timing, op, regex, workload)
@@ -27,9 +28,9 @@ CASES = [
     ("index-create-after", "after", "create", INDEX, "first-send"),
     ("commitlog-fsync-before", "before", "fsync", SEG, "produce"),
     ("commitlog-fsync-after", "after", "fsync", SEG, "produce"),
-    ("topics-rename-before", "before", "rename", TOPICS_TMP, "topic"),
-    ("topics-rename-after", "after", "rename", TOPICS_TMP, "topic"),
-    ("topics-bak-link-after", "after", "link", TOPICS, "topic"),
+    ("topic-rename-before", "before", "rename", TOPIC_TMP, "topic"),
+    ("topic-rename-after", "after", "rename", TOPIC_TMP, "topic"),
+    ("topic-copy-rename-after", "after", "rename", TOPIC_COPY_TMP, "topic"),
     ("offsets-rename-before", "before", "rename", OFFSETS_TMP, "consume"),
     ("offsets-rename-after", "after", "rename", OFFSETS_TMP, "consume"),
 ]
