@@ -91,7 +91,7 @@ class Retrier:
         self.retries_sent = 0   # copies sent to the retry topic (not the DLQ) by this member
 
     def set_retries(self, max_reconsume: int | None, retry_delay_ms: int | None, suspend_ms: int) -> None:
-        """Failed batches: deliveries before the DLQ (None: 16 concurrent, unlimited
+        """Failed batches: retries before the DLQ (None: 16 concurrent, unlimited
         orderly), the fixed retry delay instead of the levels (concurrent), and the pause
         before a retry in place (orderly)."""
         o = self.o

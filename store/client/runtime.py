@@ -144,7 +144,7 @@ class Runtime:
         self.dispatcher.set_sink(sink)
 
     def set_retries(self, max_reconsume: int | None, retry_delay_ms: int | None, suspend_ms: int) -> None:
-        """Failed batches: deliveries before the DLQ (None: 16 concurrent, unlimited
+        """Failed batches: retries before the DLQ (None: 16 concurrent, unlimited
         orderly), the fixed retry delay instead of the levels (concurrent), and the pause
         before a retry in place (orderly)."""
         self.retrier.set_retries(max_reconsume, retry_delay_ms, suspend_ms)

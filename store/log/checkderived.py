@@ -158,7 +158,8 @@ class QueueCursors:
             names = []
         for topic in names:
             if topic not in topics:
-                self.report(str(root / topic), 0, "consume queue of a topic that is not in topics.json")
+                self.report(str(root / topic), 0,
+                            "consume queue of a topic that has no config (run mqctl store recover)")
                 continue
             try:
                 qids = sorted(int(x) for x in os.listdir(root / topic) if x.isascii() and x.isdigit())

@@ -114,6 +114,8 @@ class Store:
         recovered here, under the write lock, before anything is read."""
         root = Path(root).expanduser()
         layout = Layout(root)
+        if root.exists() and not root.is_dir():
+            raise StoreNotFoundError(f"no store at {root}: it is not a directory")
         if not layout.store_json.exists() and not cls._restore_settings(layout, warn, write=recover):
             if not create:
                 if root.exists() and any(root.iterdir()):

@@ -38,7 +38,8 @@ def store_stats(store: Store) -> list[dict[str, Any]]:
     rows.append({"part": "commitlog", "files": files, "bytes": size,
                  "detail": f"offsets {log.min_offset()}-{log.end()}, segment size {log.segment_size}"})
     files, size = _du(lay.consumequeue_dir)
-    rows.append({"part": "consumequeue", "files": files, "bytes": size, "detail": f"{len(store.topics())} topics"})
+    n = len(store.topics())
+    rows.append({"part": "consumequeue", "files": files, "bytes": size, "detail": f"{n} topic{'' if n == 1 else 's'}"})
     files, size = _du(lay.index_dir)
     rows.append({"part": "index", "files": files, "bytes": size, "detail": ""})
     for part, p in (("config", lay.config_dir), ("offsets", lay.broadcast_offsets_root),

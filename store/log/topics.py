@@ -204,7 +204,8 @@ class TopicTable:
         return None
 
     def all(self) -> dict[str, TopicConfig]:
-        """Every topic, by name (a listing of ``config/topics/``)."""
+        """Every topic, by name (a listing of ``config/topics/``, and of the copies beside the
+        queues of topics whose config is lost)."""
         if self.legacy():
             return dict(self._legacy_table())
         try:
@@ -219,6 +220,12 @@ class TopicTable:
             found = self._read(name)
             if found is not None and not found[0].deleting:
                 out[name] = found[0]
+        # a config lost on its own: its copy beside the queues stands in (as in get)
+        for name in _listdir(self.layout.consumequeue_dir):
+            if name not in out and f"{name}{_SUFFIX}" not in entries and not name.startswith("."):
+                mirror = read_topic_file(self.layout.topic_mirror(name), name)
+                if isinstance(mirror, TopicConfig) and not mirror.deleting:
+                    out[name] = mirror
         return out
 
     def _legacy_table(self) -> dict[str, TopicConfig]:

@@ -212,6 +212,7 @@ def test_update_topic_in_python(mq: MQ) -> None:
 def test_a_deleted_groups_old_offsets_in_a_damaged_snapshot_are_not_lost_offsets(mq: MQ) -> None:
     """A damaged snapshot names every ``topic@group`` it held, reset epochs included: a group
     whose offsets were deleted since is known to the journal by its epoch, not lost."""
+    mq.ok("topic", "create", "t", "--queues", "1")   # one queue: the bodies come back in order
     mq.send_lines("t", ["a", "b"])
     _consume(mq, "t", "g1", "--from", "first")
     _consume(mq, "t", "g2", "--from", "first")
@@ -222,3 +223,16 @@ def test_a_deleted_groups_old_offsets_in_a_damaged_snapshot_are_not_lost_offsets
     assert res.returncode == 0 and res.out.split() == ["a", "b"], str(res)
     assert "g2" not in mq.run("store", "check").out
     assert _consume(mq, "t", "g1") == []
+
+
+def test_a_topic_whose_config_alone_is_lost_is_still_listed(mq: MQ) -> None:
+    """Its copy beside the queues stands in for every reader, ``topic list`` included, until
+    a send or ``store recover`` writes the config again."""
+    mq.ok("topic", "create", "jobs", "--queues", "3")
+    mq.send_lines("jobs", ["a", "b"])
+    (mq.root / "config" / "topics" / "jobs.json").unlink()
+    rows = mq.ok("topic", "list", "--json").json_lines()
+    assert [(r["topic"], r["queues"], r["messages"]) for r in rows] == [("jobs", 3, 2)]
+    assert mq.run("store", "check").returncode == 1
+    mq.ok("store", "recover")
+    mq.check_clean()
