@@ -24,12 +24,14 @@ def path(mq: MQ) -> str:
     return str(mq.root)
 
 
-def arun(main: Coroutine[Any, Any, Any], loop: str = "asyncio") -> Any:
+def arun(main: Callable[[], Coroutine[Any, Any, Any]], loop: str = "asyncio") -> Any:
+    """Run ``main()`` on a new loop of the kind asked for (the coroutine is made only once the
+    loop is there: a skipped uvloop run leaves no coroutine never awaited)."""
     if loop == "uvloop":
         uvloop = pytest.importorskip("uvloop")
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            return runner.run(main)
-    return asyncio.run(main)
+            return runner.run(main())
+    return asyncio.run(main())
 
 
 async def until(cond: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
@@ -73,7 +75,7 @@ def test_round_trip_producer_iterator_and_push(mq: MQ, path: str, loop: str) -> 
             await c.run(handler, concurrency=8, exit_at_end=True)
         return both, got, pushed
 
-    results, got, pushed = arun(main(), loop)
+    results, got, pushed = arun(main, loop)
     ids = [r.msg_id for r in results]
     assert sorted(got) == sorted(ids) and sorted(pushed) == sorted(ids)
     assert mq.committed_total("iter", "T") == 100 and mq.committed_total("push", "T") == 100
@@ -111,7 +113,7 @@ def test_sync_flush_does_not_block_the_loop(path: str, monkeypatch: pytest.Monke
                 return list(await asyncio.gather(*(p.send("T", f"m{i}") for i in range(20))))
         finally:
             t.cancel()
-    results = arun(main())
+    results = arun(main)
     assert len({r.msg_id for r in results}) == 20
     assert 1 <= fsyncs < 20
 
@@ -139,7 +141,7 @@ def test_async_and_cli_members_share_the_group(mq: MQ, path: str) -> None:
                 c.stop()
                 await task
             return got, split, ids
-        got, split, ids = arun(main())
+        got, split, ids = arun(main)
     finally:
         assert cli.stop() == 0
     cli_msgs = envelopes(cli.stdout())
@@ -183,7 +185,7 @@ def test_cancelling_an_iterator_redelivers_the_message_in_hand(mq: MQ, path: str
         with pytest.raises(asyncio.CancelledError):
             await task
         return seen
-    assert arun(main(), loop) == ["m0", "m1"]
+    assert arun(main, loop) == ["m0", "m1"]
     assert mq.offsets("G", "Q") == {("Q", 0): 1}          # m0 committed, m1 (in hand) not
     assert envelopes(mq.ok("consumers", "-g", "G", "--json").stdout) == []   # left the group
     assert mq.ok("locks", "-g", "G", "--json").stdout.strip() in (b"", b"[]")
@@ -210,7 +212,7 @@ def test_cancelling_run_commits_what_finished_and_redelivers_the_rest(mq: MQ, pa
             with pytest.raises(asyncio.CancelledError):
                 await task
         return handled
-    assert arun(main()) == ["m0", "m1", "m2"]
+    assert arun(main) == ["m0", "m1", "m2"]
     assert mq.offsets("G", "Q") == {("Q", 0): 3}
     assert [e["body"] for e in mq.drain("Q", "G")] == ["m3", "m4"]
 
@@ -236,7 +238,7 @@ def test_push_failures_go_through_the_retry_topic_to_the_dlq(mq: MQ, path: str) 
             await until(dead_lettered, "the failed message to reach the DLQ")
             c.stop()
             await asyncio.wait_for(task, 20)
-    arun(main())
+    arun(main)
     assert sorted(x for x in calls if x[0] != "bad") == [("ok1", 0, "Q"), ("ok2", 0, "Q")]
     assert [x[1:] for x in calls if x[0] == "bad"] == [(0, "Q"), (1, "Q"), (2, "Q")]
     (dead,) = mq.drain("%DLQ%G", "dlq-reader")
@@ -267,7 +269,7 @@ def test_idle_async_consumers_start_no_thread_each(mq: MQ, path: str) -> None:
         for c in consumers:
             await c.close()
         return before, during, got
-    before, during, got = arun(main())
+    before, during, got = arun(main)
     assert sorted(got) == sorted(f"g{i}:hello" for i in range(n))
     assert during <= before + 2, f"{during - before} threads started for {n} consumers"
 
@@ -304,6 +306,6 @@ def test_transactions_with_async_local_transactions_and_checks(mq: MQ, path: str
             assert {e.answer for e in report.events} == {"COMMIT", "ROLLBACK"}
             assert await tp.pending() == []
         return r
-    r = arun(main())
+    r = arun(main)
     got = {e["msgId"]: e["body"] for e in mq.drain("pay", "G")}
     assert got == {r[b].tx_id: b for b in ("commit me", "ask me later", "by hand")}
