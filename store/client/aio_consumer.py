@@ -13,11 +13,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Union
 
 from store.client.aio_driver import drive
 from store.client.aio_sinks import AsyncIteratorSink, TaskSink
-from store.client.consumer import ITER_BATCH, PREFETCH, Consumer, StartFrom, run_batch_size, seconds_ms
+from store.client.consumer import ITER_BATCH, PREFETCH, Consumer, StartFrom, run_batch_size, set_retries
 from store.client.handoff import DrainedEvent, as_client_messages, walk_batch
 from store.client.message import Message
 from store.client.paths import PathLike
-from store.client.rules import check_consume_options
 from store.client.sinks import Outcome
 from store.errors import UsageError
 
@@ -196,18 +195,9 @@ class AsyncConsumer:
             raise UsageError("handler must be callable: handler(msg)")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 4096:
             raise UsageError(f"concurrency must be 1-4096, not {concurrency!r}")
-        if max_reconsume is not None and (isinstance(max_reconsume, bool) or not isinstance(max_reconsume, int)
-                                          or max_reconsume < 0):
-            raise UsageError(f"max_reconsume must be an int >= 0, not {max_reconsume!r}")
-        check_consume_options(broadcast=self.broadcast, orderly=self.orderly, max_reconsume=max_reconsume,
-                              retry_delay=None if self.orderly else retry_delay,
-                              suspend=retry_delay if self.orderly else None)
-        delay_ms = seconds_ms("retry_delay", retry_delay)
         rt = self._rt
-        if self.orderly:
-            rt.set_retries(max_reconsume, None, max(10, delay_ms) if delay_ms is not None else 1000)
-        else:
-            rt.set_retries(max_reconsume, delay_ms, 1000)
+        set_retries(rt, orderly=self.orderly, broadcast=self.broadcast, max_reconsume=max_reconsume,
+                    retry_delay=retry_delay)
         state = rt.state
         orderly = self.orderly
 

@@ -68,6 +68,23 @@ def _tags(tags: str | Iterable[str] | None) -> frozenset[str] | None:
     return None if not out or "*" in out else out
 
 
+def set_retries(rt: Runtime, *, orderly: bool, broadcast: bool, max_reconsume: int | None,
+                retry_delay: float | _dt.timedelta | None) -> None:
+    """A push consumer's failure handling (``run``, sync and async): ``max_reconsume`` retries
+    before the DLQ; ``retry_delay`` the retry topic's delay, or orderly the pause before a
+    retry in place (the CLI's --suspend-ms)."""
+    if max_reconsume is not None and (isinstance(max_reconsume, bool) or not isinstance(max_reconsume, int)
+                                      or max_reconsume < 0):
+        raise UsageError(f"max_reconsume must be an int >= 0, not {max_reconsume!r}")
+    check_consume_options(broadcast=broadcast, orderly=orderly, max_reconsume=max_reconsume,
+                          retry_delay=None if orderly else retry_delay, suspend=retry_delay if orderly else None)
+    delay_ms = seconds_ms("retry_delay", retry_delay)
+    if orderly:
+        rt.set_retries(max_reconsume, None, max(10, delay_ms) if delay_ms is not None else 1000)
+    else:
+        rt.set_retries(max_reconsume, delay_ms, 1000)
+
+
 def seconds_ms(what: str, value: float | _dt.timedelta | None) -> int | None:
     if value is None:
         return None
@@ -319,19 +336,9 @@ class Consumer:
             raise UsageError("handler must be callable: handler(msg)")
         if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256:
             raise UsageError(f"threads must be 1-256, not {threads!r}")
-        if max_reconsume is not None and (isinstance(max_reconsume, bool) or not isinstance(max_reconsume, int)
-                                          or max_reconsume < 0):
-            raise UsageError(f"max_reconsume must be an int >= 0, not {max_reconsume!r}")
-        # orderly, retry_delay is the pause before a retry in place (the CLI's --suspend-ms)
-        check_consume_options(broadcast=self.broadcast, orderly=self.orderly, max_reconsume=max_reconsume,
-                              retry_delay=None if self.orderly else retry_delay,
-                              suspend=retry_delay if self.orderly else None)
-        delay_ms = seconds_ms("retry_delay", retry_delay)
         rt = self._rt
-        if self.orderly:
-            rt.set_retries(max_reconsume, None, max(10, delay_ms) if delay_ms is not None else 1000)
-        else:
-            rt.set_retries(max_reconsume, delay_ms, 1000)
+        set_retries(rt, orderly=self.orderly, broadcast=self.broadcast, max_reconsume=max_reconsume,
+                    retry_delay=retry_delay)
 
         state = rt.state   # (read for every message: the attribute, not Runtime's property)
 
