@@ -43,6 +43,9 @@ class ConsumeRequest:
     json: bool
     format_: Optional[str]
     rebalance_interval: str
+    to: Optional[str] = None
+    output: Optional[str] = None
+    flush: Optional[str] = None
 
 
 def run_consume(st: "State", r: ConsumeRequest) -> None:
@@ -83,17 +86,19 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         threads=r.threads, count=r.count, exit_at_end=r.exit_at_end, idle_timeout_s=idle_s,
         strategy=r.strategy or "averagely", config_queues=cfg_queues, max_reconsume=r.max_reconsume,
         suspend_ms=1000 if r.suspend_ms is None else r.suspend_ms, dedup=r.dedup, retry_delay_ms=retry_ms,
-        rebalance_interval_s=rebalance_s, no_group=r.no_group, from_offset=from_off)
+        rebalance_interval_s=rebalance_s, no_group=r.no_group, from_offset=from_off, to=r.to,
+        to_sync=r.flush == "sync")
     if r.client_id is not None:
         opts.client_id = validate_client_id(r.client_id)
     elif r.broadcast:
         opts.client_id, opts.client_id_given = default_broadcast_client_id(), False
     else:
         opts.client_id_given = False
+    sink: ExecSink | StdoutSink | None = None
     if argv is not None:
-        sink: ExecSink | StdoutSink = ExecSink(argv, group, handler_s, r.threads, r.batch,
-                                               render if r.json else None)
-    else:
+        sink = ExecSink(argv, group, handler_s, r.threads, r.batch, render if r.json else None,
+                        outputs=None if r.to is None else r.output or "lines")
+    elif r.to is None:
         assert render is not None
         sink = StdoutSink(render, raw=not r.json and r.format_ is None)
     from store.errors import UsageError
@@ -109,8 +114,12 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
             # skip what the first sends put there before it joined
             opts.from_where = "first"
     from mqctl.terminal import output_kept_on_interrupt
+    rt = ConsumerRuntime(store, opts, warn=warn)
+    if isinstance(sink, ExecSink):
+        sink.emit = rt.emit
+    rt.set_sink(sink if sink is not None else rt.copy_sink())
     with output_kept_on_interrupt(sink.fd if isinstance(sink, StdoutSink) else -1):
-        ConsumerRuntime(store, opts, sink, warn=warn).run()
+        rt.run()
 
 
 def wait_for_topic(store: "Store", topic: str, idle_s: float | None) -> bool:
@@ -194,13 +203,25 @@ def _group(r: ConsumeRequest) -> str:
 
 
 def _check_output(r: ConsumeRequest) -> None:
-    """Where messages go: stdout (raw, ``--json`` or ``--format``) or ``--exec`` runs."""
+    """Where messages go: stdout (raw, ``--json`` or ``--format``), ``--exec`` runs, or an
+    exactly-once stage's output topic (``--to``)."""
     from store.errors import UsageError
+    if r.to is None:
+        for flag, given in (("--output", r.output), ("--flush", r.flush)):
+            if given is not None:
+                raise UsageError(f"{flag} applies to --to (an exactly-once stage's outputs)")
+    else:
+        if r.exec_ is None and (r.json or r.format_ is not None):
+            raise UsageError("--to copies messages to DST: nothing goes to stdout (no --json/--format)")
+        if r.exec_ is None and r.output is not None:
+            raise UsageError("--output is how an --exec handler's stdout becomes messages: it needs --exec")
+        if r.to == r.topic:
+            raise UsageError("--to must name another topic than the one consumed")
     if r.json and r.format_ is not None:
         raise UsageError("give --json or --format, not both")
     if r.exec_ is not None and r.format_ is not None:
         raise UsageError("--format applies to stdout; with --exec, give --json or nothing")
-    if r.exec_ is None and r.batch != 1:
+    if r.exec_ is None and r.batch != 1 and r.to is None:
         raise UsageError("--batch applies to --exec (messages per handler run); stdout gets every message "
                          "as it comes")
 

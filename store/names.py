@@ -23,6 +23,8 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+# Exactly-once stages' offset commits, written with their outputs (store/log/offsetcommits.py)
+OFFSET_COMMIT_TOPIC = "RMQ_SYS_OFFSET_COMMIT"
 # The one "broker" of a store, in MessageQueue identities and broadcast offset files.
 BROKER_NAME = "mqctl"
 SYSTEM_TOPICS = frozenset({

@@ -30,6 +30,13 @@ id as before, but its queue id and offset are the retry topic's.
 (no queue is shared); a failed message is retried in place until it succeeds. Broadcast
 messages are never dead-lettered: concurrent broadcast skips a failed one with a warning.
 
+With --to DST the member is an exactly-once pipeline stage: each message is copied to DST,
+or with --exec CMD, CMD's stdout becomes DST's messages (a message per line, or with --output
+json one NDJSON object per line: body, keys, tags, shardingKey, properties), and those outputs
+are written in one atomic batch with the group's offsets for their inputs: after a crash,
+kill -9 or power cut (--flush sync) both are there or neither. A failing CMD emits nothing and
+is retried as usual. Outputs keep their inputs' queue order.
+
 Examples:
   mqctl consume orders -g billing --from first -e
   mqctl consume orders -g billing --exec ./handle.sh
@@ -38,6 +45,8 @@ Examples:
   mqctl consume orders --no-group --from first -e -f '%p@%o %k %s\\n'
   mqctl consume orders -g copy --from first -e --json --batch 500 \\
       --exec 'mqctl send orders-copy --input json --reroute'
+  mqctl consume orders -g mirror --from first --to orders-copy
+  mqctl consume orders -g enrich --exec ./enrich.sh --output json --to orders-enriched
 """
 
 def register(app: typer.Typer) -> None:
@@ -120,6 +129,18 @@ def consume(
              "--exec, the handler reads envelopes on stdin, one per line.")] = False,
     format_: Annotated[Optional[str], typer.Option(
         "--format", "-f", metavar="FORMAT", help=f"Output template (kcat's tokens): {FORMAT_HELP}.")] = None,
+    to: Annotated[Optional[str], typer.Option(
+        "--to", metavar="DST", autocompletion=complete_topic,
+        help="Exactly-once stage: copy each message to DST (with --exec: CMD's stdout becomes DST's "
+             "messages), written in one atomic batch with the group's offsets.")] = None,
+    output: Annotated[Optional[Literal["lines", "json"]], typer.Option(
+        "--output",
+        help="--exec --to: how CMD's stdout becomes messages: a message per line, or NDJSON objects "
+             "(body, keys, tags, shardingKey, properties) [default: lines].", show_default=False)] = None,
+    flush: Annotated[Optional[Literal["sync", "async"]], typer.Option(
+        "--flush",
+        help="--to: sync fsyncs each batch of outputs and offsets before it counts (a power cut keeps "
+             "it); async leaves that to the periodic flush [default: async].", show_default=False)] = None,
     rebalance_interval: Annotated[str, typer.Option(
         "--rebalance-interval", metavar="DURATION",
         help="Between rebalances when nothing changes (a member joining or leaving wakes it at once).")] = "5s",
@@ -130,4 +151,4 @@ def consume(
         exec_=exec_, batch=batch, threads=threads, count=count, exit_at_end=exit_at_end, idle_timeout=idle_timeout,
         client_id=client_id, strategy=strategy, queues=queues, max_reconsume=max_reconsume, suspend_ms=suspend_ms,
         consume_timeout=consume_timeout, retry_delay=retry_delay, dedup=dedup, json=json, format_=format_,
-        rebalance_interval=rebalance_interval))
+        rebalance_interval=rebalance_interval, to=to, output=output, flush=flush))

@@ -31,9 +31,10 @@ import sys
 import threading
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from mqctl.consumer.child import Child, HandlerTimeout, kill_tree
+from mqctl.consumer.outputs import emit_outputs, read_captured
 from mqctl.consumer.watchdog import Watchdog
 from store.errors import HandlerError, UsageError
 
@@ -132,8 +133,10 @@ class ExecHandler:
 
     def __init__(self, argv: list[str], group: str, timeout_s: float | None,
                  render: Callable[[Message], bytes] | None = None, lines: bool = False,
-                 pool: int = 2) -> None:
+                 pool: int = 2, capture: bool = False) -> None:
         check_runnable(argv)
+        self.capture = capture        # --to: stdout goes to a file read back as outputs
+        self.stdouts: dict[int, int] = {}   # pid -> its captured stdout (a memfd)
         self.argv = argv
         self.group = group
         self.timeout_s = timeout_s
@@ -221,6 +224,7 @@ class ExecHandler:
         except IndexError:
             stdin = _empty_file()
         low: list[int] = []
+        out = -1
         try:
             _fill(stdin, body)
             # Every descriptor reaches the handler through a dup2 onto another number, made in
@@ -238,9 +242,16 @@ class ExecHandler:
                     fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
                     low.append(fd)
                 fds.append(fd)
-            top = max([stdin, *fds]) + 1
+            if self.capture:   # (made before ``top``: no passed descriptor may land on it)
+                out = _empty_file()
+                if out <= 2:
+                    low.append(out)
+                    out = fcntl.fcntl(out, fcntl.F_DUPFD_CLOEXEC, 3)
+            top = max([stdin, out, *fds]) + 1
             actions = [(os.POSIX_SPAWN_DUP2, stdin, 0),
                        *((os.POSIX_SPAWN_DUP2, fd, top + i) for i, fd in enumerate(fds))]
+            if out >= 0:
+                actions.append((os.POSIX_SPAWN_DUP2, out, 1))
             for attempt in (1, 2):
                 try:
                     pgid = self.watchdog.take()
@@ -258,11 +269,17 @@ class ExecHandler:
                         self.watchdog.check()
                         continue
                     raise HandlerError(f"cannot run handler {self.argv[0]!r}: {exc.strerror or exc}") from exc
+        except BaseException:
+            if out >= 0:
+                os.close(out)
+            raise
         finally:
             os.close(stdin)
             for fd in low:
                 os.close(fd)
         child = Child(pid, pgid)
+        if out >= 0:
+            self.stdouts[pid] = out
         self.running.add(child)
         if not self.spare and not self.aborted and not self.closed:
             # the next handler's stdin, made now that this one is started: out of its latency
@@ -294,6 +311,12 @@ class ExecHandler:
                 kill_tree(child)
             self.watchdog.give_back(child.pgid)   # reaped: the group may go
         code = child.wait()   # reaped: its exit status
+        out = self.stdouts.pop(child.pid, None)
+        if out is not None:
+            try:
+                child.output = read_captured(out) if code == 0 else b""
+            finally:
+                os.close(out)
         if self.aborted and code != 0:
             return None, "handler ended by a second interrupt"
         if code == 0:
@@ -315,8 +338,13 @@ class ExecSink:
     cancel_on_stop = True       # a batch still waiting for a slot is handed back by a stop
 
     def __init__(self, argv: list[str], group: str, timeout_s: float | None, threads: int, batch: int,
-                 render: Callable[[Message], bytes] | None = None) -> None:
-        self.handler = ExecHandler(argv, group, timeout_s, render, lines=batch > 1, pool=threads + 1)
+                 render: Callable[[Message], bytes] | None = None, outputs: str | None = None) -> None:
+        self.handler = ExecHandler(argv, group, timeout_s, render, lines=batch > 1, pool=threads + 1,
+                                   capture=outputs is not None)
+        # --to: a handler's stdout read as messages ("lines" or "json"), handed to ``emit``
+        # (the stage's) as the outputs of its batch's last message, which settles the batch
+        self.outputs = outputs
+        self.emit: Callable[[Message, list[Any]], None] | None = None
         self.batch = max(1, batch)
         self.max_in_flight = 2 * max(1, threads)
         # --threads handlers at a time (the slots); a pool thread per batch in flight, which
@@ -354,7 +382,7 @@ class ExecSink:
                 return fut
 
             def job() -> None:
-                self._wait(fut, started, lock_fd)
+                self._wait(fut, started, lock_fd, batch)
         else:
             def job() -> None:
                 self._later(fut, ticket, batch, topic, lock_fd)
@@ -387,11 +415,15 @@ class ExecSink:
         except BaseException as exc:
             self._settle(fut, lock_fd, exc)
             return
-        self._wait(fut, started, lock_fd)
+        self._wait(fut, started, lock_fd, batch)
 
-    def _wait(self, fut: Future[Outcome], started: Child | None, lock_fd: int | None) -> None:
+    def _wait(self, fut: Future[Outcome], started: Child | None, lock_fd: int | None,
+              batch: list[Message]) -> None:
         try:
             outcome: Outcome = (None, "the consumer is stopping") if started is None else self.handler.finish(started)
+            if outcome[0] is True and self.outputs is not None and started is not None:
+                assert self.emit is not None
+                outcome = emit_outputs(self.emit, batch[-1], started.output, self.outputs == "json")
         except BaseException as exc:
             self._settle(fut, lock_fd, exc)
         else:

@@ -253,6 +253,9 @@ class Dispatcher:
             pq.release(batch)
 
     def succeeded(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> None:
+        stage = self.keeper.stage
+        if stage is not None:
+            stage.settle(key, [(m.queue_offset, m.commitlog_offset) for m in batch])
         if self.dedup is not None:
             self.dedup.record([m.uniq_key for m in batch if m.uniq_key])
         if self.o.orderly:

@@ -22,6 +22,7 @@ from store import names
 from store.client.holding import Holdings
 from store.client.options import ConsumeOptions
 from store.client.process_queue import PULL_BATCH
+from store.client.stage import LostQueueError, Stage
 from store.failpoints import failpoint
 from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
@@ -66,6 +67,8 @@ class OffsetKeeper:
         self.epochs: dict[str, int] = {}
         self._reset_look: tuple[int, int, int] | None = None   # the offsets file check_reset last read
         self.offset_store: Any = None   # ClusterOffsetStore, BroadcastOffsetStore or MemoryOffsetStore
+        self.stage: Stage | None = None   # an exactly-once stage commits through its outputs' batches
+        self._absorbed_at = 0.0
 
     def open(self) -> None:
         """Open the offset store the member's mode uses, and learn the reset epochs."""
@@ -163,6 +166,9 @@ class OffsetKeeper:
     def commit(self, offsets: dict[QueueKey, int], increase_only: bool) -> set[str]:
         """Write offsets to the store; returns the topics whose offsets were reset meanwhile
         (their commits skipped)."""
+        if self.stage is not None:
+            self._commit_stage(offsets)
+            return set()
         if self.resent:
             # Offsets past messages sent to the retry topic or the DLQ are durable only after
             # those copies are: else a power cut could keep the offset and lose the message.
@@ -176,6 +182,45 @@ class OffsetKeeper:
         skipped: set[str] = self.offset_store.commit(self.o.group, offsets, increase_only=increase_only,
                                                      expected_epochs=self.epochs)
         return skipped
+
+    def _commit_stage(self, offsets: dict[QueueKey, int]) -> None:
+        """An exactly-once stage's commit: its outputs below these offsets and the offsets in
+        one write batch, for the queues whose locks this member still holds (checked again
+        under the store's write lock). A queue whose lock is gone keeps neither: its new owner
+        starts from the last commit and makes those outputs again."""
+        assert self.stage is not None
+        stage, locks = self.stage, self.held.locks
+
+        def lost() -> list[QueueKey]:
+            return [k for k in offsets if k not in locks or not locks[k].is_valid(0)]
+
+        def fence() -> None:
+            if lost():
+                raise LostQueueError("a queue lock was lost")
+
+        for _attempt in range(3):
+            for key in lost():
+                self.warn(f"{key[0]}/{key[1]}: the queue's lock is gone; its uncommitted outputs are dropped "
+                          f"(the new owner makes them again)")
+                stage.forget(key)
+                offsets = {k: v for k, v in offsets.items() if k != key}
+            if not offsets:
+                return
+            try:
+                stage.commit(offsets, self.epochs, fence)
+                break
+            except LostQueueError:
+                continue
+        now = time.monotonic()
+        if now - self._absorbed_at >= 1.0:
+            # the durable commits into the offsets file (readers see all of them anyway)
+            self._absorbed_at = now
+            self.offset_store.absorb()
+
+    def finish_stage(self) -> None:
+        """At exit: the stage's commits made durable and written into the offsets file."""
+        if self.stage is not None and self.offset_store is not None:
+            self.offset_store.absorb(self.store.sync_written())
 
     def persist(self, force: bool = False, only: set[QueueKey] | None = None,
                 increase_only: bool | None = None) -> None:
@@ -259,6 +304,8 @@ class OffsetKeeper:
         self.epochs = dict(snap.epochs)
         for key in [k for k in self.held.pqs if k[0] in topics]:
             self.warn(f"offsets of {key[0]}/{key[1]} were reset; continuing from {snap.offsets.get(key, 0)}")
+            if self.stage is not None:
+                self.stage.forget(key)
             self.held.forget(key)
             self.offsets.pop(key, None)
             self.dirty.discard(key)

@@ -43,6 +43,8 @@ class ConsumeOptions:
     install_signals: bool = True        # SIGINT/SIGTERM stop the loop (its thread must be main)
     client_id_given: bool = True        # False: a default id (broadcast: HOST@DEFAULT)
     no_group: bool = False              # read without a group: nothing persisted, no member
+    to: str | None = None               # an exactly-once stage: outputs go here (stage.py)
+    to_sync: bool = False               # its batches fsynced before they count (--flush sync)
 
 
 def default_broadcast_client_id() -> str:

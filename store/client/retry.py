@@ -52,27 +52,31 @@ def _copy_properties(m: Message) -> dict[str, str]:
     return props
 
 
-def dead_letter(store: "Store", group: str, m: Message, reconsume_times: int) -> None:
-    """Store a copy of ``m`` in the group's dead-letter topic (queue 0)."""
+Put = Callable[[list[Draft]], object]
+
+
+def dead_letter(store: "Store", group: str, m: Message, reconsume_times: int, put: Put | None = None) -> None:
+    """Store a copy of ``m`` in the group's dead-letter topic (queue 0); ``put``: instead of
+    storing it now (an exactly-once stage writes it with its offset)."""
     props = _copy_properties(m)
     props[PROP_DLQ_ORIGIN_TOPIC] = original_topic(m)
     props[PROP_DLQ_ORIGIN_MESSAGE_ID] = m.msg_id
-    store.put([Draft(topic=names.dlq_topic(group), body=m.body, properties=props, queue_id=0,
+    (put or store.put)([Draft(topic=names.dlq_topic(group), body=m.body, properties=props, queue_id=0,
                      flag=m.flag, born_timestamp=m.born_timestamp, reconsume_times=reconsume_times)])
 
 
 def send_back(store: "Store", group: str, m: Message, max_reconsume: int,
-              retry_delay_ms: int | None = None) -> str:
+              retry_delay_ms: int | None = None, put: Put | None = None) -> str:
     """Retry later or dead-letter; returns ``"retry"`` or ``"dlq"``."""
     if m.reconsume_times >= max_reconsume:
-        dead_letter(store, group, m, m.reconsume_times)
+        dead_letter(store, group, m, m.reconsume_times, put)
         return "dlq"
     level = min(3 + m.reconsume_times, len(LEVEL_MS))
     delay = (0, retry_delay_ms) if retry_delay_ms is not None else (level, LEVEL_MS[level - 1])
     draft = Draft(topic=names.retry_topic(group), body=m.body, properties=_copy_properties(m),
                   queue_id=0, flag=m.flag, born_timestamp=m.born_timestamp,
                   reconsume_times=m.reconsume_times + 1)
-    store.put([delay_draft(draft, delay, store)])
+    (put or store.put)([delay_draft(draft, delay, store)])
     return "retry"
 
 
@@ -116,7 +120,7 @@ class Retrier:
                     exhausted.append(m)
             if exhausted and len(exhausted) == len(batch) and not o.broadcast:
                 for m in batch:
-                    dead_letter(self.store, o.group, m, m.reconsume_times)
+                    dead_letter(self.store, o.group, m, m.reconsume_times, self._put_for(m))
                 self.keeper.resent = True
                 self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; moved to {names.dlq_topic(o.group)}")
                 return True
@@ -132,7 +136,8 @@ class Retrier:
             try:
                 # (a message built for a client sink is sent back as the record it came from)
                 rec = self.store.get(m.commitlog_offset) if isinstance(m, client_message.Message) else m
-                where = send_back(self.store, o.group, rec, self.max_reconsume or 0, o.retry_delay_ms)
+                where = send_back(self.store, o.group, rec, self.max_reconsume or 0, o.retry_delay_ms,
+                                  self._put_for(m))
             except StoreError as exc:
                 self.warn(f"could not send {m.msg_id if isinstance(m, client_message.Message) else m.uniq_key} "
                           f"back ({exc}); retrying here in 5 s")
@@ -150,9 +155,19 @@ class Retrier:
                 self.retries_sent += 1
             self.sent_back()
             off = pq.remove([m])
+            if self.keeper.stage is not None:
+                self.keeper.stage.settle(key, [(m.queue_offset, m.commitlog_offset)])
             if off >= 0:
                 self.keeper.advance(key, off)
         return False
+
+    def _put_for(self, m: Message) -> Put | None:
+        """Where a copy of failed ``m`` goes: stored now, or (an exactly-once stage) written
+        with the offset that settles ``m``, as its only output."""
+        stage = self.keeper.stage
+        if stage is None:
+            return None
+        return lambda drafts: stage.emit_drafts(m.commitlog_offset, drafts)
 
     def due(self) -> list[tuple[QueueKey, Message]]:
         """The messages whose send-back failed and is due again now (taken off the list)."""

@@ -35,7 +35,7 @@ import queue as queue_mod
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Generator
+from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from store import names
 from store.client.dispatch import Dispatcher
@@ -46,7 +46,8 @@ from store.client.pulling import Puller
 from store.client.rebalance import Rebalancer
 from store.client.retry import Retrier
 from store.client.sinks import InlineSink, PoolSink
-from store.errors import StoreError
+from store.client.stage import CopySink, Stage, check_stage
+from store.errors import StoreError, UsageError
 from store.log.messagestore import Store
 from store.log.offsets import Warn
 
@@ -111,6 +112,9 @@ class Runtime:
                             lazy=True)
         self.held = Holdings()
         self.keeper = OffsetKeeper(store, opts, self.held, self.topics, warn)
+        check_stage(opts.to, broadcast=opts.broadcast, dedup=opts.dedup, no_group=opts.no_group)
+        self.stage = None if opts.to is None else Stage(store, opts.group, opts.to, opts.to_sync, opts.orderly)
+        self.keeper.stage = self.stage
         self.rebalancer = Rebalancer(store, opts, self.held, self.keeper, self.topics, warn)
         self.retrier = Retrier(store, opts, self.keeper, warn, self.delays.soon)
         self.retrier.set_retries(opts.max_reconsume, opts.retry_delay_ms, opts.suspend_ms)
@@ -142,6 +146,19 @@ class Runtime:
         or between two :meth:`serve` calls). A sink's ``persist_every_s`` paces the offset
         commits (see :meth:`~store.client.offset_keeper.OffsetKeeper.pace`)."""
         self.dispatcher.set_sink(sink)
+
+    def emit(self, m: Any, outputs: Any) -> None:
+        """An exactly-once stage's outputs for input ``m`` (bytes, str, dicts, or a list of
+        them), written with the offset that settles ``m`` (``stage.py``); any thread."""
+        if self.stage is None:
+            raise UsageError("emit() is for an exactly-once stage (a consumer with to=TOPIC / --to)")
+        self.stage.emit(m, outputs)
+
+    def copy_sink(self) -> InlineSink:
+        """The sink of a stage that copies every message to its output topic."""
+        if self.stage is None:
+            raise UsageError("a copy sink is for an exactly-once stage (to=TOPIC / --to)")
+        return CopySink(self.stage)
 
     def set_retries(self, max_reconsume: int | None, retry_delay_ms: int | None, suspend_ms: int) -> None:
         """Failed batches: retries before the DLQ (None: 16 concurrent, unlimited
@@ -288,6 +305,7 @@ class Runtime:
         self.dispatcher.finish(wait_handlers)
         try:
             self.keeper.persist(force=True)
+            self.keeper.finish_stage()
         except StoreError as exc:
             self.warn(f"could not persist offsets at exit: {exc}")
         self.rebalancer.leave()

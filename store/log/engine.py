@@ -42,6 +42,7 @@ SYSTEM_TOPIC_QUEUES = {
     names.HALF_TOPIC: 1,
     names.OP_HALF_TOPIC: 1,
     names.CHECK_MAX_TOPIC: 1,
+    names.OFFSET_COMMIT_TOPIC: 1,
 }
 
 

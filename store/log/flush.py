@@ -65,7 +65,7 @@ class Durability:
         except OSError as exc:
             raise io_error(exc, f"sync commit log {start}-{end}") from exc
 
-    def sync_written(self) -> None:
+    def sync_written(self) -> int:
         """Make the commit log durable up to its current end (a prefix, see :meth:`sync_log`).
 
         For a writer that is about to make a *decision* durable which depends on records it
@@ -78,6 +78,7 @@ class Durability:
             self.sync_prefix(end, end, ckpt.read(self.layout.checkpoint))
         except OSError as exc:
             raise io_error(exc, "sync the commit log") from exc
+        return end
 
     def flush_durable(self, end: int | None = None) -> None:
         """Make everything written below ``end`` (default: the log's end) durable: the commit

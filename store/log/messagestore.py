@@ -48,6 +48,7 @@ from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
 from store.log.framing import frame_bodies
 from store.log.index import KeyIndex
+from store.log.offsetcommits import OffsetCommit, seal
 from store.log.preflight import checkpoint_locked, recover_if_dirty
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
 from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
@@ -290,8 +291,13 @@ class Store:
         """The queue a draft goes to: its own, its sharding key's, or the next round-robin."""
         return self.engine.writer.select_queue(topic, draft)
 
-    def put(self, drafts: list[Draft], *, sync: bool = False) -> list[PutResult]:
-        """Store a batch under one lock. All or nothing: on an error nothing is visible."""
+    def put(self, drafts: list[Draft], *, sync: bool = False, commit: OffsetCommit | None = None,
+            fence: Callable[[], None] | None = None) -> list[PutResult]:
+        """Store a batch under one lock. All or nothing: on an error nothing is visible. With
+        ``commit`` the batch ends in that offset commit and is atomic across crashes too
+        (``offsetcommits.py``); ``fence`` runs under the write lock first (raising refuses)."""
+        if commit is not None:
+            drafts = seal(drafts, commit)
         if not drafts:
             return []
         max_size = self.settings.max_message_size
@@ -300,6 +306,8 @@ class Store:
                 raise MessageTooLargeError(
                     f"message body of {len(d.body)} bytes exceeds the store's limit of {max_size} bytes")
         with self.engine.write_lock:
+            if fence is not None:
+                fence()
             batch = WriteBatch(self.engine, sync)
             results = batch.put_drafts(drafts)
             batch.commit()
@@ -345,10 +353,10 @@ class Store:
         a batch written without ``sync`` (see :meth:`Durability.sync_log`)."""
         self.engine.durability.sync_log(start, end)
 
-    def sync_written(self) -> None:
-        """Make the commit log durable up to its current end, before a decision that depends
-        on records written with ``--flush async`` is made durable."""
-        self.engine.durability.sync_written()
+    def sync_written(self) -> int:
+        """Make the commit log durable up to its current end (returned), before a decision
+        that depends on records written with ``--flush async`` is made durable."""
+        return self.engine.durability.sync_written()
 
     def flush_durable(self, end: int | None = None) -> None:
         """Make everything written below ``end`` durable: log, consume queues, key index."""

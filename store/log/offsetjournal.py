@@ -11,7 +11,8 @@ keep growing across compactions (the snapshot's ``journalEnd`` names one). Paylo
 
     {"full": {"offsetTable": {...}, "resetEpoch": {...}}}       the whole table
     {"set": {"<topic>@<group>": {"<queueId>": <offset>}},      changed queues (new values)
-     "epoch": {"<topic>@<group>": <n>}, "drop": ["<topic>@<group>", ...]}
+     "epoch": {"<topic>@<group>": <n>}, "drop": ["<topic>@<group>", ...],
+     "applied": <commitsApplied>}
 
 The first record of a journal is always a full one, so the journal alone rebuilds the table.
 Records are appended under the offset table's lock, *before* the snapshot that includes them
@@ -180,3 +181,5 @@ def apply(record: dict[str, Any], state: dict[str, Any]) -> None:
     state.setdefault("resetEpoch", {}).update(record.get("epoch") or {})
     if "lost" in record:
         state["lostOffsets"] = list(record["lost"])
+    if "applied" in record:
+        state["commitsApplied"] = record["applied"]

@@ -53,7 +53,7 @@ from store import fsutil
 from store.errors import CorruptionError, StoreError, UsageError, io_error
 from store.flock import wait_flock
 from store.layout import Layout
-from store.log import offsettable
+from store.log import offsetcommits, offsettable
 from store.log.offsettable import (
     NO_OFFSET,
     TOPIC_GROUP_SEPARATOR,
@@ -334,10 +334,21 @@ class ClusterOffsetStore:
             raise CorruptionError(str(self.path), 0, f"offsets of group {group} (topics {', '.join(lost[group])}) "
                                   f"were damaged and cannot be recovered; run mqctl store recover "
                                   f"(resets them to the oldest message)")
-        return loaded.table
+        table = loaded.table
+        if offsetcommits.queue_end(self.layout) > table.applied:
+            # exactly-once stages' commits not in the file yet: read as if they were
+            for commit, _end, _at in offsetcommits.read_after(self.layout, table.applied).commits:
+                offsetcommits.apply_commit(commit, table.epoch, table.put)
+        return table
+
+    def absorb(self, durable_end: int = 0) -> None:
+        """Write the offset commits of exactly-once stages that are durable (below the
+        checkpoint's synced end, or ``durable_end``, a point the caller made durable) into
+        the table file."""
+        self._update(lambda table: False, sync=False, durable_end=durable_end)
 
     def _update(self, mutate: Callable[[ClusterTable], bool], sync: bool = True,
-                on_lost: Callable[[ClusterTable, set[str]], bool] | None = None) -> None:
+                on_lost: Callable[[ClusterTable, set[str]], bool] | None = None, durable_end: int = 0) -> None:
         with _exclusive(_lock_path(self.path)):
             loaded = offsettable.load(self.layout)
             if loaded.unknown and on_lost is None:
@@ -346,15 +357,27 @@ class ClusterOffsetStore:
                 self._warn(f"{self.path} and its .bak are unreadable and there is no offsets journal: "
                            f"the table starts empty (every group starts again per its --from)")
                 loaded.source = "journal"   # rewrite both, keeping nothing of the damaged copies
-            lost_before = set(loaded.table.lost)
+            lost_before, applied_before = set(loaded.table.lost), loaded.table.applied
             # keys a damaged copy names stay known as lost until recover resets them
             loaded.table.lost |= loaded.lost
+            self._absorb(loaded.table, durable_end)
             changed = mutate(loaded.table) or loaded.table.lost != lost_before
+            changed = changed or loaded.table.applied != applied_before
             if on_lost is not None and on_lost(loaded.table, loaded.lost):
                 changed = True
             # After a fallback, write even when nothing changed: it repairs the snapshot.
             if changed or loaded.repair:
-                offsettable.write(self.layout, loaded, lost_before, sync=sync)
+                offsettable.write(self.layout, loaded, lost_before, applied_before, sync=sync)
+
+    def _absorb(self, table: ClusterTable, durable_end: int) -> None:
+        """Apply the durable offset commits after ``table.applied`` (lock held)."""
+        if offsetcommits.queue_end(self.layout) == table.applied:
+            return
+        durable = max(durable_end, offsetcommits.durable_end(self.layout))
+        pending = offsetcommits.read_after(self.layout, table.applied, durable).durable(durable)
+        for commit, _end, _at in pending.commits:
+            offsetcommits.apply_commit(commit, table.epoch, table.put)
+        table.applied = pending.end
 
 
 # -- broadcasting: offsets/<clientId>/<group>/offsets.json -----------------------------------

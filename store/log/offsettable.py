@@ -7,6 +7,7 @@ ids are string keys; fastjson's bare integer keys are not JSON, so they are not 
     {
       "offsetTable": {"<topic>@<group>": {"<queueId>": <offset>, ...}, ...},
       "resetEpoch":  {"<topic>@<group>": <n>, ...},
+      "commitsApplied": <offset commits included: offsetcommits.py; absent when 0>,
       "journalEnd":  <position in consumerOffset.log after the last record this includes>,
       "crc":         <CRC-32 of the canonical content: fsutil.json_crc>
     }
@@ -82,6 +83,7 @@ class ClusterTable:
     offsets: dict[str, dict[int, int]] = field(default_factory=dict)
     epochs: dict[str, int] = field(default_factory=dict)
     lost: set[str] = field(default_factory=set)   # keys whose offsets could not be recovered
+    applied: int = 0   # the commit queue offset up to which offset commits are in (offsetcommits.py)
     # What changed since it was loaded (not stored): the journal record is built from these.
     touched: set[str] = field(default_factory=set, compare=False)
     dropped: set[str] = field(default_factory=set, compare=False)
@@ -102,6 +104,10 @@ class ClusterTable:
             if not is_int(epoch) or epoch < 0:
                 raise ValueError(f"resetEpoch[{key!r}] is not a count")
             table.epochs[key] = epoch
+        applied = obj.get("commitsApplied", 0)
+        if not is_int(applied) or applied < 0:
+            raise ValueError("commitsApplied is not an offset")
+        table.applied = applied
         lost = obj.get("lostOffsets", [])
         if not isinstance(lost, list):
             raise ValueError("lostOffsets is not a list")
@@ -116,11 +122,15 @@ class ClusterTable:
         obj: dict[str, Any] = {"offsetTable": offsets, "resetEpoch": dict(self.epochs)}
         if self.lost:
             obj["lostOffsets"] = sorted(self.lost)
+        if self.applied:
+            obj["commitsApplied"] = self.applied
         return obj
 
-    def change(self, lost_before: set[str]) -> dict[str, Any] | None:
+    def change(self, lost_before: set[str], applied_before: int) -> dict[str, Any] | None:
         """The journal record of what changed since loading (None: nothing)."""
         record: dict[str, Any] = {}
+        if self.applied != applied_before:
+            record["applied"] = self.applied
         if self.dropped:
             record["drop"] = sorted(self.dropped)
         changed = {k: {str(q): o for q, o in self.offsets[k].items()} for k in sorted(self.touched)
@@ -290,7 +300,7 @@ def save(layout: Layout, table: dict[str, Any], journal_end: int, *, keep_bak: b
     fsutil.atomic_write_json_crc(layout.consumer_offset_json, obj, keep_bak=keep_bak, sync_dir=sync_dir)
 
 
-def write(layout: Layout, loaded: Loaded, lost_before: set[str], *, sync: bool) -> None:
+def write(layout: Layout, loaded: Loaded, lost_before: set[str], applied_before: int, *, sync: bool) -> None:
     """Publish ``loaded.table`` under the table's lock: the journal record of what changed
     first, then the snapshot. ``sync``: a reset or deletion (see ``offsetjournal``)."""
     journal = oj.Journal(layout.consumer_offset_log)
@@ -302,7 +312,7 @@ def write(layout: Layout, loaded: Loaded, lost_before: set[str], *, sync: bool) 
         # go back, so an old ``.bak`` cannot name one inside the new journal.
         end = journal.rewrite(new, max(tail.end, loaded.snapshot_end))
     else:
-        record = loaded.table.change(lost_before)
+        record = loaded.table.change(lost_before, applied_before)
         end = tail.end
         if record is not None:
             end = journal.append(record, tail.end, sync=sync)

@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
+
 from store.errors import CorruptionError
 from store.failpoints import failpoint
 from store.log import checkpoint as ckpt
@@ -250,6 +252,7 @@ def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], r
     valid_end, last_ts = plan.start, 0
     queues: dict[tuple[str, int], _QueueRebuild] = {}
     unconfirmed: list[tuple[str, int, str]] = []
+    open_at = -1   # where an atomic batch without its end record yet begins
     for w in recordscan.scan(engine.commitlog, plan.start, progress):
         cut = None
         for d, at in zip(w.damage, w.damage_at):
@@ -267,6 +270,7 @@ def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], r
             rep.records += len(w)
             valid_end = int(w.phys[-1] + w.size[-1])
             last_ts = max(last_ts, int(w.store_ts.max()))
+            open_at = _open_batch(w, open_at)
             for topic, qid, run in recordscan.queue_runs(w, topics):
                 qr = queues.get((topic, qid))
                 if qr is None:
@@ -279,7 +283,27 @@ def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], r
             break
     for qr in queues.values():
         qr.flush()
+    if open_at >= 0:
+        # An exactly-once stage's batch whose end record never made it (its writer was
+        # killed inside the write, or a power cut kept a prefix): it is cut whole, so its
+        # outputs never appear without the offsets committed with them.
+        valid_end = open_at
+        rep.reason += "; an unfinished atomic batch at the end of the log was cut"
     return valid_end, last_ts
+
+
+def _open_batch(w: recordscan.Window, open_at: int) -> int:
+    """Where an unfinished atomic batch begins after window ``w`` (-1: none): its records
+    carry ATOMIC_BATCH, and the batch is closed by its ATOMIC_END record. A record outside
+    any batch closes nothing but ends the search (batches are written whole, under the lock)."""
+    atomic = (w.sysflag & F.ATOMIC_BATCH) != 0
+    if not atomic.any() and open_at < 0:
+        return -1
+    stops = np.flatnonzero(~atomic | ((w.sysflag & F.ATOMIC_END) != 0))
+    if len(stops) == 0:
+        return open_at if open_at >= 0 else int(w.phys[0])
+    k = int(stops[-1])
+    return int(w.phys[k + 1]) if k + 1 < len(w) else -1
 
 
 def _head_of(w: recordscan.Window, n: int) -> recordscan.Window:

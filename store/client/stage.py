@@ -1,0 +1,190 @@
+"""An exactly-once pipeline stage: a group member whose outputs and offsets are written in one
+atomic batch (``mqctl consume --to DST``, ``Consumer.run(handler, to="DST")``).
+
+Handlers (threads, ``--exec`` children, the iterator's caller) :meth:`Stage.emit` the outputs
+of each input message as they finish, in any order. When the runtime settles a message
+(consumed, or a failed one sent back to the retry topic or the DLQ, whose copy is its output)
+its outputs move to the queue's *pending* list under its queue offset. A commit of the group's
+offsets (:class:`~store.client.offset_keeper.OffsetKeeper`, at its usual pace) then writes,
+per queue, the outputs of every input below the committed offset, in queue order, followed by
+the commit record (``store/log/offsetcommits.py``): one write batch under the store's write
+lock, after checking that this member still holds those queues' locks. Outputs of an input
+above the committed offset (an earlier one still in a handler) wait for the next commit, so a
+stage's outputs appear in its inputs' queue order whatever the handler concurrency.
+
+Nothing of this reaches the offset table directly: readers of the table apply the commit
+records after it, and the table absorbs them once they are durable. A crash or a ``kill -9``
+loses the pending outputs and the uncommitted offsets together: the next owner of a queue
+starts at the last commit and runs the handlers again for what came after it.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+from store import names
+from store.errors import StoreError, UsageError
+from store.log.messagestore import Store
+from store.log.offsetcommits import OffsetCommit
+from store.log.offsets import QueueKey
+from store.log.record import PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS, RESERVED_PROPERTIES, Draft, Message
+
+if TYPE_CHECKING:
+    from store.client.message import Message as ClientMessage
+
+Output = Any   # bytes | str | dict (body, keys, tags, sharding_key/shardingKey, properties)
+
+
+class LostQueueError(StoreError):
+    """A stage's commit found a queue lock gone (the queue went to another member)."""
+
+
+@dataclass
+class Stage:
+    """The outputs of a member's inputs, waiting for their offsets (see the module docstring)."""
+
+    store: Store
+    group: str
+    to: str
+    sync: bool = False
+    orderly: bool = False     # outputs without a sharding key stay in their input's queue number
+    by_record: dict[int, list[Draft]] = field(default_factory=dict)   # input record -> outputs
+    pending: dict[QueueKey, dict[int, list[Draft]]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    written: int = 0          # outputs written so far
+    _n: int | None = None     # the output topic's queues
+
+    def emit(self, m: Message | ClientMessage, outputs: Iterable[Output] | Output | None) -> None:
+        """The outputs of input ``m`` (any thread; called again, it replaces them)."""
+        drafts = [to_draft(self.to, o) for o in _as_list(outputs)]
+        if self.orderly:
+            n = self._queues()
+            drafts = [d if d.sharding_key is not None or d.queue_id >= 0 else replace(d, queue_id=m.queue_id % n)
+                      for d in drafts]
+        with self.lock:
+            self.by_record[m.commitlog_offset] = drafts
+
+    def copy(self, m: Message | ClientMessage) -> None:
+        """Input ``m`` copied to the output topic: body, tags, keys, sharding key and user
+        properties (a redelivery's too, under the topic it was first sent to)."""
+        props = {k: v for k, v in m.properties.items() if k not in RESERVED_PROPERTIES or k in _COPIED}
+        sharding = m.properties.get(PROP_SHARDING_KEY)
+        d = Draft(topic=self.to, body=bytes(m.body), properties=props, sharding_key=sharding,
+                  flag=m.flag, born_timestamp=m.born_timestamp)
+        if sharding is None and self.orderly:
+            d.queue_id = m.queue_id % self._queues()
+        with self.lock:
+            self.by_record[m.commitlog_offset] = [d]
+
+    def _queues(self) -> int:
+        if self._n is None:
+            self._n = self.store.topic(self.to).queues if self.store.has_topic(self.to) else \
+                self.store.settings.default_queues
+        return self._n
+
+    def emit_drafts(self, commitlog_offset: int, drafts: list[Draft]) -> None:
+        """Drafts that stand for an input's outcome (its retry or dead-letter copy)."""
+        with self.lock:
+            self.by_record.setdefault(commitlog_offset, []).extend(drafts)
+
+    def settle(self, key: QueueKey, offsets_and_records: Iterable[tuple[int, int]]) -> None:
+        """Inputs of queue ``key`` settled: (queue offset, commit-log offset) each."""
+        q = self.pending.setdefault(key, {})
+        with self.lock:
+            for qoff, phys in offsets_and_records:
+                q[qoff] = self.by_record.pop(phys, [])
+
+    def forget(self, key: QueueKey) -> None:
+        """A queue let go without committing (a reset): its outputs are never written."""
+        self.pending.pop(key, None)
+
+    def commit(self, offsets: Mapping[QueueKey, int], epochs: Mapping[str, int],
+               fence: Callable[[], None] | None) -> None:
+        """Write the outputs below ``offsets`` and the offsets, atomically."""
+        drafts: list[Draft] = []
+        taken: list[tuple[QueueKey, int]] = []
+        for key, off in sorted(offsets.items()):
+            q = self.pending.get(key)
+            if not q:
+                continue
+            for qoff in sorted(k for k in q if k < off):
+                drafts += q[qoff]
+                taken.append((key, qoff))
+        topics = {t for t, _q in offsets}
+        commit = OffsetCommit(self.group, dict(offsets), {t: epochs.get(t, 0) for t in topics})
+        self.store.put(drafts, sync=self.sync, commit=commit, fence=fence)
+        for key, qoff in taken:
+            self.pending[key].pop(qoff, None)
+        self.written += len(drafts)
+
+
+def check_stage(to: str | None, *, broadcast: bool, dedup: bool, no_group: bool = False) -> None:
+    """The combinations an exactly-once stage refuses (exit 2)."""
+    if to is None:
+        return
+    names.validate_topic(to)
+    if no_group:
+        raise UsageError("--to commits the group's offsets with the outputs: it needs a group, not --no-group")
+    if broadcast:
+        raise UsageError("--to needs a clustering group: broadcast offsets are each member's own")
+    if dedup:
+        raise UsageError("--dedup is not used with --to: a stage's outputs and offsets are written "
+                         "together, so a redelivered message has no output in the topic yet")
+
+
+def _as_list(outputs: Iterable[Output] | Output | None) -> Sequence[Output]:
+    if outputs is None:
+        return ()
+    if isinstance(outputs, (bytes, bytearray, memoryview, str, dict)):
+        return (outputs,)
+    return list(outputs)
+
+
+_COPIED = {PROP_TAGS, PROP_KEYS, PROP_SHARDING_KEY}
+_FIELDS = {"body", "keys", "tags", "sharding_key", "shardingKey", "properties", "queueId", "queue_id"}
+
+
+def to_draft(topic: str, out: Output) -> Draft:
+    """One output as a draft for ``topic``: bytes or str (the body), or a dict with ``body``
+    and optional ``keys`` (a list or a comma-separated string), ``tags``, ``sharding_key``
+    (or ``shardingKey``) and ``properties``."""
+    from store.client.properties import build_properties
+    if isinstance(out, (bytes, bytearray, memoryview)):
+        return Draft(topic=topic, body=bytes(out))
+    if isinstance(out, str):
+        return Draft(topic=topic, body=out.encode())
+    if not isinstance(out, dict):
+        raise UsageError(f"an output is bytes, str or a dict with 'body', not {type(out).__name__}")
+    unknown = set(out) - _FIELDS
+    if unknown:
+        raise UsageError(f"unknown output field(s) {', '.join(sorted(unknown))} (known: body, keys, tags, "
+                         f"shardingKey, properties)")
+    body = out.get("body", b"")
+    body = body.encode() if isinstance(body, str) else bytes(body)
+    keys = out.get("keys")
+    if isinstance(keys, str):
+        keys = [k for k in keys.split(",") if k]
+    sharding = out.get("sharding_key", out.get("shardingKey"))
+    props = build_properties(tags=out.get("tags"), keys=keys, properties=out.get("properties") or {},
+                             sharding_key=sharding)
+    qid = out.get("queue_id", out.get("queueId", -1))
+    return Draft(topic=topic, body=body, properties=props, sharding_key=sharding,
+                 queue_id=-1 if qid is None else int(qid))
+
+
+class CopySink:
+    """``mqctl consume SRC --to DST`` without ``--exec``: every message copied (an inline
+    sink: consumed when its copy waits in the stage, written with its offset)."""
+
+    raw = False
+
+    def __init__(self, stage: Stage) -> None:
+        self.stage = stage
+
+    def consume(self, batch: list[Message]) -> None:
+        for m in batch:
+            self.stage.copy(m)
+
+    def write_raw(self, bodies: Sequence[bytes | memoryview]) -> None:
+        raise RuntimeError("a copy sink takes messages")

@@ -1,0 +1,202 @@
+"""Offset commits in the commit log: how an exactly-once stage's outputs and its group's
+offsets become durable together (``mqctl consume --to``, ``Consumer.run(handler, to=…)``).
+
+A stage's write batch is its outputs (messages for other topics, and the copies of failed
+inputs for the retry topic or the DLQ) followed by one *commit record*: a message in the
+system topic ``RMQ_SYS_OFFSET_COMMIT`` (one queue) whose body says which offsets the batch
+commits. Every record of such a batch carries the SYSFLAG bit ``ATOMIC_BATCH``; the commit
+record, last, carries ``ATOMIC_END`` as well. Recovery cuts a batch that has no end record at
+the log's tail (a writer killed inside its write, or a power cut that kept only a prefix of
+it: ``recovery.py``), so after any crash the log holds a stage's batch whole or not at all.
+
+Commit record body (compact JSON, UTF-8)::
+
+    {"group": "G", "offsets": [["TOPIC", queueId, nextOffset], ...], "epochs": {"TOPIC": n}}
+
+``epochs`` are the reset epochs (``offsettable.py``) the member loaded for those topics. A
+record is *applied* to the offset table (the offsets become the group's) only while the
+table's epoch of its topic is the same: an ``offsets reset``, ``offsets delete`` or ``topic
+delete`` bumps the epoch, so a commit computed before it can never undo it, whenever it is
+read. Records are applied in log order, the value set as given (a member commits only queues
+it holds, under their queue locks).
+
+The offset table (``consumerOffset.json``) records in ``commitsApplied`` the offset in the
+commit topic's queue up to which it includes these records. Readers of the table apply the
+records after it in memory (``ClusterOffsetStore``), so a group's offsets as anyone reads
+them include every commit in the log; a write of the table *absorbs* only the records that are
+durable (below the checkpoint's synced end, or a point the caller made durable): the table
+file, which is fsynced, must never hold an offset whose outputs a power cut could take back.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from store import names
+from store.layout import Layout
+from store.log import checkpoint as ckpt
+from store.log import format as F
+from store.log.consumequeue import ConsumeQueue
+from store.log.record import Draft, RecordError, decode
+
+TOPIC = names.OFFSET_COMMIT_TOPIC
+QueueKey = tuple[str, int]
+
+
+@dataclass
+class OffsetCommit:
+    """What one stage batch commits: ``group``'s next offsets, and the epochs they assume."""
+
+    group: str
+    offsets: dict[QueueKey, int]
+    epochs: dict[str, int] = field(default_factory=dict)
+
+    def to_draft(self) -> Draft:
+        body = {"group": self.group, "offsets": [[t, q, o] for (t, q), o in sorted(self.offsets.items())],
+                "epochs": {t: self.epochs.get(t, 0) for t in sorted({t for t, _q in self.offsets})}}
+        return Draft(topic=TOPIC, body=json.dumps(body, separators=(",", ":")).encode(), queue_id=0,
+                     sysflag=F.ATOMIC_BATCH | F.ATOMIC_END)
+
+    @classmethod
+    def parse(cls, body: bytes) -> "OffsetCommit | None":
+        """The commit in a record's body; None for a body of any other shape (never applied)."""
+        try:
+            obj = json.loads(body)
+            group = obj["group"]
+            offsets = {(str(t), int(q)): int(o) for t, q, o in obj["offsets"]}
+            epochs = {str(t): int(n) for t, n in obj.get("epochs", {}).items()}
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+        if not isinstance(group, str) or any(q < 0 or o < 0 for (_t, q), o in offsets.items()):
+            return None
+        return cls(group, offsets, epochs)
+
+
+def seal(outputs: list[Draft], commit: OffsetCommit) -> list[Draft]:
+    """The drafts of one atomic batch: the outputs flagged as inside it, then its end record."""
+    out = [d if d.sysflag & F.ATOMIC_BATCH else _flagged(d) for d in outputs]
+    out.append(commit.to_draft())
+    return out
+
+
+def _flagged(d: Draft) -> Draft:
+    return replace(d, sysflag=d.sysflag | F.ATOMIC_BATCH)
+
+
+@dataclass
+class Pending:
+    """The commit records after a table's ``commitsApplied``: ``commits`` in log order, each
+    with the log offset its record ends at and its offset in the commit queue; ``end`` the
+    commit queue's offset after them."""
+
+    commits: list[tuple[OffsetCommit, int, int]]
+    end: int
+
+    def durable(self, durable_end: int) -> "Pending":
+        """The leading commits whose records end at or below ``durable_end``."""
+        for i, (_c, log_end, qoff) in enumerate(self.commits):
+            if log_end > durable_end:
+                return Pending(self.commits[:i], qoff)
+        return self
+
+
+def queue_end(layout: Layout) -> int:
+    """The commit queue's end (0: no commit was ever written)."""
+    d = layout.queue_dir(TOPIC, 0)
+    if not d.is_dir():
+        return 0
+    q = ConsumeQueue(d)
+    try:
+        return q.max_offset()
+    finally:
+        q.close()
+
+
+def read_after(layout: Layout, applied: int, durable: int = 0) -> Pending:
+    """Every commit record after queue offset ``applied``. A record that cannot be read stops
+    the reading (a writer may be between its entry and a reader's look) unless it lies below
+    ``durable`` (damage, reported by ``store check``: nothing can be applied from it). A queue
+    shorter than ``applied`` lost durable records (``store recover`` accepted the loss): its
+    new records are read from its end."""
+    d = layout.queue_dir(TOPIC, 0)
+    if not d.is_dir():
+        return Pending([], 0)
+    q = ConsumeQueue(d)
+    log = _LogReader(layout)
+    commits: list[tuple[OffsetCommit, int, int]] = []
+    try:
+        end = q.max_offset()
+        pos = max(min(applied, end), q.min_offset())
+        while pos < end:
+            entries = q.read_entries(pos, 4096)
+            if not entries:
+                break
+            for phys, size, _tags in entries:
+                body = log.body(phys, size)
+                commit = OffsetCommit.parse(body) if body is not None else None
+                if commit is not None:
+                    commits.append((commit, phys + size, pos))
+                elif phys + size > durable:
+                    return Pending(commits, pos)
+                pos += 1
+        return Pending(commits, pos)
+    finally:
+        q.close()
+        log.close()
+
+
+def durable_end(layout: Layout) -> int:
+    """How far the commit log is known to be on disk (the checkpoint's synced end)."""
+    cp = ckpt.read(layout.checkpoint)
+    return cp.synced_end if cp is not None else 0
+
+
+def apply_commit(commit: OffsetCommit, epoch_of: Any, put: Any) -> bool:
+    """Apply one commit through ``epoch_of(topic, group)`` and ``put(topic, group, queue,
+    offset)``: only the topics whose epoch is still the one the commit assumed."""
+    changed = False
+    for (topic, qid), off in commit.offsets.items():
+        if epoch_of(topic, commit.group) == commit.epochs.get(topic, 0):
+            put(topic, commit.group, qid, off)
+            changed = True
+    return changed
+
+
+class _LogReader:
+    """Reads single records of the commit log by offset (segments found by listing)."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.dir = layout.commitlog_dir
+        try:
+            self.bases = sorted(int(n) for n in os.listdir(self.dir) if n.isdigit())
+        except FileNotFoundError:
+            self.bases = []
+        self.fds: dict[int, int] = {}
+
+    def body(self, phys: int, size: int) -> bytes | None:
+        i = bisect.bisect_right(self.bases, phys) - 1
+        if i < 0:
+            return None
+        base = self.bases[i]
+        fd = self.fds.get(base)
+        if fd is None:
+            try:
+                fd = self.fds[base] = os.open(self.dir / F.segment_name(base), os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return None
+        data = os.pread(fd, size, phys - base)
+        try:
+            m = decode(data, 0, len(data))
+        except RecordError:
+            return None
+        if m.commitlog_offset != phys or m.topic != TOPIC:
+            return None
+        return m.body
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
