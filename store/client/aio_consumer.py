@@ -176,7 +176,8 @@ class AsyncConsumer:
 
     # -- push style ----------------------------------------------------------------------------
     async def run(self, handler: AsyncHandler, *, concurrency: int = 4, exit_at_end: bool = False,
-                  max_reconsume: int | None = None, retry_delay: float | _dt.timedelta | None = None) -> None:
+                  max_reconsume: int | None = None, retry_delay: float | _dt.timedelta | None = None,
+                  to: str | None = None, flush: str = "async") -> None:
         """Await ``handler(msg)`` for every message until stopped, with the retries of
         :meth:`store.Consumer.run`: returning means consumed, raising means failed
         (concurrent: to the retry topic, then the dead-letter topic after ``max_reconsume``;
@@ -187,7 +188,9 @@ class AsyncConsumer:
         ``exit_at_end``: return once the queues held are drained up to their end at the call;
         otherwise return after :meth:`stop` or :meth:`close` (the member leaves its group).
         Cancelled, the running handler calls are cancelled, their messages delivered again,
-        what finished is committed, and the member leaves its group."""
+        what finished is committed, and the member leaves its group.
+        ``to``/``flush``: an exactly-once stage, as :meth:`store.Consumer.run`'s (what
+        ``handler`` returns is sent to ``to`` in one atomic write with the offset)."""
         self._check_open()
         if self._mode == "iterate":
             raise UsageError("this consumer iterates (messages()); use another AsyncConsumer to run a handler")
@@ -198,6 +201,11 @@ class AsyncConsumer:
         rt = self._rt
         set_retries(rt, orderly=self.orderly, broadcast=self.broadcast, max_reconsume=max_reconsume,
                     retry_delay=retry_delay)
+        if to is not None:
+            if flush not in ("sync", "async"):
+                raise UsageError(f"flush must be 'sync' or 'async', not {flush!r}")
+            rt.set_stage(to, flush == "sync")
+        stage = rt.stage if to is not None else None
         state = rt.state
         orderly = self.orderly
 
@@ -214,7 +222,9 @@ class AsyncConsumer:
                 try:
                     result = handler(msgs[i])
                     if inspect.isawaitable(result):
-                        await result
+                        result = await result
+                    if stage is not None:
+                        stage.emit(msgs[i], result)
                 except asyncio.CancelledError:
                     if not failed:
                         return (i, "cancelled") if i else (None, "cancelled")

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from types import TracebackType
-from typing import Any, Callable, Iterable, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from store import names
 from store.client.handoff import PERSIST_EVERY_S, DrainedEvent, IteratorSink, as_client_messages, walk_batch
@@ -18,6 +18,7 @@ from store.client.paths import PathLike, resolve_store_path
 from store.client.rules import check_consume_options
 from store.client.runtime import Runtime
 from store.client.sinks import Outcome, ThreadPoolSink
+from store.client.stage import Stage
 from store.errors import UsageError
 
 StartFrom = Union[str, int, _dt.datetime]
@@ -189,6 +190,7 @@ class Consumer:
         self._sink: IteratorSink | None = None
         self._in_hand: cf.Future[Any] | None = None
         self._hand_total = 0                   # the batch in hand: its length
+        self._hand_msgs: Sequence[Message] | None = None
         self._hand_iter: Iterator[int] = iter(())   # and where the loop is in it (what is left)
         self._iteration = 0
         self._serving = False
@@ -201,7 +203,8 @@ class Consumer:
         return self._rt
 
     # -- iterator style ----------------------------------------------------------------------
-    def messages(self, exit_at_end: bool = False, timeout: float | None = None) -> Iterator[Message]:
+    def messages(self, exit_at_end: bool = False, timeout: float | None = None, *, to: str | None = None,
+                 flush: str = "async") -> Iterator[Message]:
         """Iterate over the messages of the queues this member holds.
 
         ``exit_at_end``: stop once the queues held are drained up to where they ended when
@@ -215,6 +218,9 @@ class Consumer:
         this group, after a restart or to another member). A message in hand when a new
         ``messages()`` loop starts (the last one was left by ``break`` or an exception that
         was caught) is delivered again, first.
+
+        ``to``: an exactly-once stage (see :meth:`run`); :meth:`commit_with` gives the outputs
+        of the message in hand, written with its offset when it is committed.
         """
         self._check_open()
         if self._mode == "run":
@@ -223,6 +229,7 @@ class Consumer:
             raise UsageError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
         rt = self._rt
         if self._sink is None:
+            self._stage(to, flush)
             self._mode = "iterate"
             self._sink = IteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
             rt.set_sink(self._sink)
@@ -272,6 +279,7 @@ class Consumer:
                 fut.set_result((None, "released"))
                 return
             self._in_hand = fut
+            self._hand_msgs = msgs
             self._hand_total = n = len(msgs)
             # The message in hand is the last one this iterator gave (its position is what
             # _settle_in_hand reads off the range walked): no bookkeeping per message, one
@@ -304,8 +312,16 @@ class Consumer:
 
     # -- push style ----------------------------------------------------------------------------
     def run(self, handler: Handler, *, threads: int = 4, exit_at_end: bool = False,
-            max_reconsume: int | None = None, retry_delay: float | _dt.timedelta | None = None) -> None:
+            max_reconsume: int | None = None, retry_delay: float | _dt.timedelta | None = None,
+            to: str | None = None, flush: str = "async") -> None:
         """Hand every message to ``handler(msg)`` until stopped, with RocketMQ's retries.
+
+        ``to``: an exactly-once pipeline stage. What ``handler`` returns (a body as bytes or
+        str, a dict with ``body``, ``keys``, ``tags``, ``sharding_key``, ``properties``, a list
+        of those, or None for nothing) is sent to topic ``to`` in one atomic write with the
+        group's offset for ``msg``: after a crash or ``kill -9`` (and a power cut with
+        ``flush="sync"``) both are there or neither, and the message is handled again only if
+        neither is. A failing handler sends nothing. Outputs keep their inputs' queue order.
 
         ``handler`` returning means consumed; raising (any ``Exception``) means failed:
 
@@ -339,6 +355,7 @@ class Consumer:
         rt = self._rt
         set_retries(rt, orderly=self.orderly, broadcast=self.broadcast, max_reconsume=max_reconsume,
                     retry_delay=retry_delay)
+        stage = self._stage(to, flush)
 
         state = rt.state   # (read for every message: the attribute, not Runtime's property)
 
@@ -358,7 +375,9 @@ class Consumer:
                     i = n - operator.length_hint(walk) - 1
                     return (i, "stopped") if i else (None, "stopped")
                 try:
-                    handler(msg)
+                    out = handler(msg)
+                    if stage is not None:
+                        stage.emit(msg, out)
                 except Exception as exc:  # noqa: BLE001 - a failed message, retried
                     failed.append((n - operator.length_hint(walk) - 1,
                                    f"handler raised {type(exc).__name__}: {exc}"))
@@ -382,6 +401,26 @@ class Consumer:
         finally:
             self._serving = False
             sink.shutdown(True)
+
+    def _stage(self, to: str | None, flush: str) -> Stage | None:
+        if to is None:
+            return None
+        if flush not in ("sync", "async"):
+            raise UsageError(f"flush must be 'sync' or 'async', not {flush!r}")
+        self._rt.set_stage(to, flush == "sync")
+        return self._rt.stage
+
+    def commit_with(self, outputs: Any) -> None:
+        """An exactly-once stage's iterator (``messages(to=…)``): ``outputs`` are what the
+        message in hand produced (as :meth:`run`'s handler returns them); they are written to
+        the stage's topic in one atomic write with its offset, when it is committed (the loop
+        asks for the next message, or the ``with`` block ends normally). If it is not committed
+        (the loop raises out of the block), neither are they: it is delivered again."""
+        stage = self._rt.stage
+        if stage is None or self._in_hand is None or self._hand_msgs is None:
+            raise UsageError("commit_with() is for the message in hand of messages(to=TOPIC)")
+        i = self._hand_total - operator.length_hint(self._hand_iter) - 1
+        stage.emit(self._hand_msgs[i], outputs)
 
     # -- stopping -----------------------------------------------------------------------------
     def stop(self) -> None:

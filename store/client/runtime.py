@@ -112,9 +112,9 @@ class Runtime:
                             lazy=True)
         self.held = Holdings()
         self.keeper = OffsetKeeper(store, opts, self.held, self.topics, warn)
-        check_stage(opts.to, broadcast=opts.broadcast, dedup=opts.dedup, no_group=opts.no_group)
-        self.stage = None if opts.to is None else Stage(store, opts.group, opts.to, opts.to_sync, opts.orderly)
-        self.keeper.stage = self.stage
+        self.stage: Stage | None = None
+        if opts.to is not None:
+            self.set_stage(opts.to, opts.to_sync)
         self.rebalancer = Rebalancer(store, opts, self.held, self.keeper, self.topics, warn)
         self.retrier = Retrier(store, opts, self.keeper, warn, self.delays.soon)
         self.retrier.set_retries(opts.max_reconsume, opts.retry_delay_ms, opts.suspend_ms)
@@ -146,6 +146,18 @@ class Runtime:
         or between two :meth:`serve` calls). A sink's ``persist_every_s`` paces the offset
         commits (see :meth:`~store.client.offset_keeper.OffsetKeeper.pace`)."""
         self.dispatcher.set_sink(sink)
+
+    def set_stage(self, to: str, sync: bool = False) -> None:
+        """Make this member an exactly-once stage whose outputs go to ``to`` (``stage.py``),
+        before it holds any queue; ``sync``: each batch fsynced before it counts."""
+        if self.stage is not None and (self.stage.to, self.stage.sync) == (to, sync):
+            return
+        if self.held.pqs or self.held.dropping:
+            raise UsageError("a consumer becomes an exactly-once stage before it consumes")
+        o = self.o
+        check_stage(to, broadcast=o.broadcast, dedup=o.dedup, no_group=o.no_group)
+        o.to, o.to_sync = to, sync
+        self.stage = self.keeper.stage = Stage(self.store, o.group, to, sync, o.orderly)
 
     def emit(self, m: Any, outputs: Any) -> None:
         """An exactly-once stage's outputs for input ``m`` (bytes, str, dicts, or a list of
