@@ -19,7 +19,6 @@ run.
 """
 from __future__ import annotations
 
-import collections
 import concurrent.futures as cf
 import errno
 import fcntl
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from mqctl.consumer.child import Child, HandlerTimeout, kill_tree
 from mqctl.consumer.outputs import emit_outputs, read_captured
+from mqctl.consumer.slots import FifoSlots
 from mqctl.consumer.watchdog import Watchdog
 from store.errors import HandlerError, UsageError
 
@@ -341,8 +341,7 @@ class ExecSink:
                  render: Callable[[Message], bytes] | None = None, outputs: str | None = None) -> None:
         self.handler = ExecHandler(argv, group, timeout_s, render, lines=batch > 1, pool=threads + 1,
                                    capture=outputs is not None)
-        # --to: a handler's stdout read as messages ("lines" or "json"), handed to ``emit``
-        # (the stage's) as the outputs of its batch's last message, which settles the batch
+        # --to: stdout read as messages ("lines", "json"), the outputs of the batch's last one
         self.outputs = outputs
         self.emit: Callable[[Message, list[Any]], None] | None = None
         self.batch = max(1, batch)
@@ -446,54 +445,6 @@ class ExecSink:
     def shutdown(self, wait: bool) -> None:
         self.pool.shutdown(wait=wait, cancel_futures=True)
         self.handler.close()
-
-
-class FifoSlots:
-    """``--threads`` slots handed out first come, first served. A plain semaphore lets a slot
-    that frees go to whoever asks next (a batch submitted later, or another waiting thread),
-    so a later message could start while an earlier one still waits — and a stop then hands
-    back the earlier one after the later one ran. Here a batch's turn is fixed when it is
-    submitted: a freed slot passes straight to the oldest waiting ticket."""
-
-    def __init__(self, n: int) -> None:
-        self._free = n
-        self._waiting: collections.deque[threading.Event] = collections.deque()
-        self._lock = threading.Lock()
-
-    def ticket(self) -> threading.Event:
-        """A turn: already set when a slot is free and nobody waits, else set when a slot is
-        handed to it (in the order tickets were taken)."""
-        with self._lock:
-            if self._free and not self._waiting:
-                self._free -= 1
-                return _GRANTED
-            ev = threading.Event()
-            self._waiting.append(ev)
-        return ev
-
-    def release(self) -> None:
-        """A slot is free: to the oldest waiting ticket, if any."""
-        with self._lock:
-            if self._waiting:
-                self._waiting.popleft().set()
-            else:
-                self._free += 1
-
-    def withdraw(self, ev: threading.Event) -> None:
-        """A ticket that will not be used: out of the queue, or its slot given back."""
-        with self._lock:
-            if ev in self._waiting:
-                self._waiting.remove(ev)
-                return
-        self.release()
-
-
-# The ticket of a slot taken at once, shared by every FifoSlots: set once here and never
-# cleared or waited on by anyone who could block, so sharing it is safe; no Event is made per
-# handler start.
-_GRANTED = threading.Event()
-_GRANTED.set()
-
 
 
 def warn(msg: str) -> None:

@@ -293,9 +293,8 @@ class Store:
 
     def put(self, drafts: list[Draft], *, sync: bool = False, commit: OffsetCommit | None = None,
             fence: Callable[[], None] | None = None) -> list[PutResult]:
-        """Store a batch under one lock. All or nothing: on an error nothing is visible. With
-        ``commit`` the batch ends in that offset commit and is atomic across crashes too
-        (``offsetcommits.py``); ``fence`` runs under the write lock first (raising refuses)."""
+        """Store a batch under one lock, all or nothing. With ``commit`` it ends in that offset
+        commit, atomic across crashes too (``offsetcommits.py``); ``fence`` runs first, locked."""
         if commit is not None:
             drafts = seal(drafts, commit)
         if not drafts:

@@ -40,6 +40,7 @@ from store.layout import Layout
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.consumequeue import ConsumeQueue
+from store.log.offsettable import ClusterTable
 from store.log.record import Draft, RecordError, decode
 
 TOPIC = names.OFFSET_COMMIT_TOPIC
@@ -152,6 +153,41 @@ def durable_end(layout: Layout) -> int:
     """How far the commit log is known to be on disk (the checkpoint's synced end)."""
     cp = ckpt.read(layout.checkpoint)
     return cp.synced_end if cp is not None else 0
+
+
+def overlay(layout: Layout, table: ClusterTable) -> None:
+    """Apply every commit record after ``table.applied`` to ``table`` (in memory: a read)."""
+    if queue_end(layout) > table.applied:
+        for commit, _end, _at in read_after(layout, table.applied).commits:
+            apply_commit(commit, table.epoch, table.put)
+
+
+def absorb(layout: Layout, table: ClusterTable, durable: int) -> None:
+    """Apply the durable commit records after ``table.applied`` and move it past them (the
+    table's lock held: the caller writes the table)."""
+    if queue_end(layout) == table.applied:
+        return
+    durable = max(durable, durable_end(layout))
+    pending = read_after(layout, table.applied, durable).durable(durable)
+    for commit, _end, _at in pending.commits:
+        apply_commit(commit, table.epoch, table.put)
+    table.applied = pending.end
+
+
+def open_batch(sysflag: Any, phys: Any, open_at: int) -> int:
+    """Recovery's tail rule: where an unfinished atomic batch begins after a run of records
+    (their ``sysflag`` and ``phys`` arrays, in log order; ``open_at`` where one began before
+    them, -1: none), or -1. A record outside any batch, or a batch's end record, closes what
+    was open (batches are written whole, under the write lock)."""
+    import numpy as np  # (recovery's arrays; not on a sender's start-up)
+    atomic = (sysflag & F.ATOMIC_BATCH) != 0
+    if not atomic.any() and open_at < 0:
+        return -1
+    stops = np.flatnonzero(~atomic | ((sysflag & F.ATOMIC_END) != 0))
+    if len(stops) == 0:
+        return open_at if open_at >= 0 else int(phys[0])
+    k = int(stops[-1])
+    return int(phys[k + 1]) if k + 1 < len(phys) else -1
 
 
 def apply_commit(commit: OffsetCommit, epoch_of: Any, put: Any) -> bool:

@@ -87,8 +87,6 @@ def warn_stderr(message: str) -> None:
     sys.stderr.flush()
 
 
-# -- locking and reading with fallback -------------------------------------------------------
-
 def _lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
@@ -236,10 +234,8 @@ class ClusterOffsetStore:
             return changed
 
         if offsets:
-            # A member's commit: its content is fsynced before the rename (a power cut
-            # leaves the old table or the new one, never a torn one), the rename is not (a
-            # cut may keep the previous commit: those messages are delivered again, which
-            # at-least-once allows). A consumer commits every turn; that saves an fsync each.
+            # Content fsynced before the rename (never a torn table), the rename not: a cut may
+            # keep the previous commit (delivered again: at-least-once). Saves an fsync a turn.
             self._update(merge, sync=False)
         return skipped
 
@@ -334,12 +330,8 @@ class ClusterOffsetStore:
             raise CorruptionError(str(self.path), 0, f"offsets of group {group} (topics {', '.join(lost[group])}) "
                                   f"were damaged and cannot be recovered; run mqctl store recover "
                                   f"(resets them to the oldest message)")
-        table = loaded.table
-        if offsetcommits.queue_end(self.layout) > table.applied:
-            # exactly-once stages' commits not in the file yet: read as if they were
-            for commit, _end, _at in offsetcommits.read_after(self.layout, table.applied).commits:
-                offsetcommits.apply_commit(commit, table.epoch, table.put)
-        return table
+        offsetcommits.overlay(self.layout, loaded.table)   # stages' commits not in the file yet
+        return loaded.table
 
     def absorb(self, durable_end: int = 0) -> None:
         """Write the offset commits of exactly-once stages that are durable (below the
@@ -360,7 +352,7 @@ class ClusterOffsetStore:
             lost_before, applied_before = set(loaded.table.lost), loaded.table.applied
             # keys a damaged copy names stay known as lost until recover resets them
             loaded.table.lost |= loaded.lost
-            self._absorb(loaded.table, durable_end)
+            offsetcommits.absorb(self.layout, loaded.table, durable_end)
             changed = mutate(loaded.table) or loaded.table.lost != lost_before
             changed = changed or loaded.table.applied != applied_before
             if on_lost is not None and on_lost(loaded.table, loaded.lost):
@@ -368,16 +360,6 @@ class ClusterOffsetStore:
             # After a fallback, write even when nothing changed: it repairs the snapshot.
             if changed or loaded.repair:
                 offsettable.write(self.layout, loaded, lost_before, applied_before, sync=sync)
-
-    def _absorb(self, table: ClusterTable, durable_end: int) -> None:
-        """Apply the durable offset commits after ``table.applied`` (lock held)."""
-        if offsetcommits.queue_end(self.layout) == table.applied:
-            return
-        durable = max(durable_end, offsetcommits.durable_end(self.layout))
-        pending = offsetcommits.read_after(self.layout, table.applied, durable).durable(durable)
-        for commit, _end, _at in pending.commits:
-            offsetcommits.apply_commit(commit, table.epoch, table.put)
-        table.applied = pending.end
 
 
 # -- broadcasting: offsets/<clientId>/<group>/offsets.json -----------------------------------

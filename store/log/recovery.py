@@ -26,13 +26,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
-
 from store.errors import CorruptionError
 from store.failpoints import failpoint
 from store.log import checkpoint as ckpt
 from store.log import format as F
-from store.log import indexfence, recordscan
+from store.log import indexfence, offsetcommits, recordscan
 from store.log.arrays import layouts
 from store.log.consumequeue import ConsumeQueue
 from store.log.positions import clamp_to_queue_ends
@@ -270,7 +268,7 @@ def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], r
             rep.records += len(w)
             valid_end = int(w.phys[-1] + w.size[-1])
             last_ts = max(last_ts, int(w.store_ts.max()))
-            open_at = _open_batch(w, open_at)
+            open_at = offsetcommits.open_batch(w.sysflag, w.phys, open_at)
             for topic, qid, run in recordscan.queue_runs(w, topics):
                 qr = queues.get((topic, qid))
                 if qr is None:
@@ -290,20 +288,6 @@ def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], r
         valid_end = open_at
         rep.reason += "; an unfinished atomic batch at the end of the log was cut"
     return valid_end, last_ts
-
-
-def _open_batch(w: recordscan.Window, open_at: int) -> int:
-    """Where an unfinished atomic batch begins after window ``w`` (-1: none): its records
-    carry ATOMIC_BATCH, and the batch is closed by its ATOMIC_END record. A record outside
-    any batch closes nothing but ends the search (batches are written whole, under the lock)."""
-    atomic = (w.sysflag & F.ATOMIC_BATCH) != 0
-    if not atomic.any() and open_at < 0:
-        return -1
-    stops = np.flatnonzero(~atomic | ((w.sysflag & F.ATOMIC_END) != 0))
-    if len(stops) == 0:
-        return open_at if open_at >= 0 else int(w.phys[0])
-    k = int(stops[-1])
-    return int(w.phys[k + 1]) if k + 1 < len(w) else -1
 
 
 def _head_of(w: recordscan.Window, n: int) -> recordscan.Window:
