@@ -310,6 +310,15 @@ def test_sharding_key_and_queue_together_is_a_usage_error(root: Path) -> None:
     assert not root.exists()
 
 
+def test_sharding_key_routes_every_stdin_line_to_its_queue(root: Path) -> None:
+    # the raw stdin fast path used to spread the lines round robin, ignoring --sharding-key
+    p = mqctl(root, "send", "T", "-s", "k", "--json", input="a\nb\nc\n")
+    assert p.returncode == 0, p.stderr
+    queues = {json.loads(line)["queueId"] for line in p.stdout.splitlines()}
+    single = json.loads(mqctl(root, "send", "T", "d", "-s", "k", "--json").stdout)["queueId"]
+    assert queues == {single} == {abs(107) % 8}   # Java "k".hashCode() = 107
+
+
 # -- missing and unwritable stores -----------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [["topic", "list"], ["topic", "status", "T"], ["msg", "show", "0" * 32],
