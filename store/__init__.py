@@ -41,7 +41,7 @@ What else a program (and ``mqctl``, which imports nothing else of ``store``) fin
   ``consume --json`` object), ``message_report`` / ``message_timeline`` (``msg show``),
   ``StoredMessage`` (a record as the engine returns it), ``offset_msg_id``.
 * The consumer runtime for programs that bring their own sink, as ``mqctl consume`` does:
-  ``ConsumerRuntime``, ``ConsumeOptions``, ``check_consume_options``, ``Outcome``.
+  ``ConsumerRuntime``, ``ConsumeOptions``, ``check_consume_options``, ``check_stage``, ``Outcome``.
 * ``create_store`` and ``resolve_store_path``: making and finding a store.
 
 Names are resolved lazily, so ``import store`` is cheap and a small module (``store.errors``)
@@ -88,7 +88,7 @@ _EXPORTS = {
     # the consume runtime that ``mqctl consume`` drives with its own sinks (store/client/runtime.py)
     "ConsumeOptions": "client.options", "ConsumerRuntime": "client.runtime:Runtime",
     "Outcome": "client.sinks", "default_broadcast_client_id": "client.options",
-    "check_consume_options": "client.rules",
+    "check_consume_options": "client.rules", "check_stage": "client.stage",
     # the engine
     "Store": "log.messagestore", "open_store": "log.messagestore", "StoreSettings": "log.settings",
     "LARGEST_MESSAGE_SIZE": "log.settings", "MAX_SEGMENT_SIZE": "log.settings",

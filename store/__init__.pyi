@@ -33,6 +33,7 @@ from store.client.snapshot import Problems as Problems
 from store.client.snapshot import QueueLag as QueueLag
 from store.client.snapshot import Snapshot as Snapshot
 from store.client.snapshot import TopicStat as TopicStat
+from store.client.stage import check_stage as check_stage
 from store.client.trends import Drain as Drain
 from store.client.trends import History as History
 from store.client.trends import format_duration as format_duration

@@ -105,6 +105,11 @@ class OffsetKeeper:
     def start(self, keys: list[QueueKey]) -> dict[QueueKey, int]:
         """Where each of these newly held queues starts: their stored offsets read (one read
         of the table for them all), the computed ones persisted in one commit."""
+        if self.stage is not None:
+            # A stage reads where it starts only after the store's write lock was free once and
+            # the log recovered: a batch of the queue's last holder that was in its write (a
+            # holder killed inside it, or one stuck past its lease) is then whole or gone.
+            self.store.ensure_recovered()
         stored = self._read_stored(keys)
         starts: dict[QueueKey, int] = {}
         computed: dict[QueueKey, int] = {}

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from store import names
-from store.errors import StoreError, UsageError
+from store.errors import MessageTooLargeError, StoreError, TopicNotFoundError, UsageError
 from store.log.messagestore import Store
 from store.log.offsetcommits import OffsetCommit
 from store.log.offsets import QueueKey
@@ -58,6 +58,11 @@ class Stage:
     def emit(self, m: Message | ClientMessage, outputs: Iterable[Output] | Output | None) -> None:
         """The outputs of input ``m`` (any thread; called again, it replaces them)."""
         drafts = [to_draft(self.to, o) for o in _as_list(outputs)]
+        limit = self.store.settings.max_message_size
+        for d in drafts:   # refused here, as the handler's failure, not by the stage's write
+            if len(d.body) > limit:
+                raise MessageTooLargeError(f"an output of {len(d.body)} bytes exceeds the store's limit "
+                                           f"of {limit} bytes")
         if self.orderly:
             n = self._queues()
             drafts = [d if d.sharding_key is not None or d.queue_id >= 0 else replace(d, queue_id=m.queue_id % n)
@@ -119,8 +124,10 @@ class Stage:
         self.written += len(drafts)
 
 
-def check_stage(to: str | None, *, broadcast: bool, dedup: bool, no_group: bool = False) -> None:
-    """The combinations an exactly-once stage refuses (exit 2)."""
+def check_stage(store: Store | None, to: str | None, *, broadcast: bool, dedup: bool,
+                no_group: bool = False) -> None:
+    """The combinations an exactly-once stage refuses (exit 2), and (given the store) an
+    output topic that does not exist where topics are not created on send (exit 3)."""
     if to is None:
         return
     names.validate_topic(to)
@@ -131,6 +138,9 @@ def check_stage(to: str | None, *, broadcast: bool, dedup: bool, no_group: bool 
     if dedup:
         raise UsageError("--dedup is not used with --to: a stage's outputs and offsets are written "
                          "together, so a redelivered message has no output in the topic yet")
+    if store is not None and not store.settings.auto_create_topics and not store.has_topic(to):
+        raise TopicNotFoundError(f"topic {to!r} does not exist, and topics are not created on send here; "
+                                 f"create it with: mqctl topic create {to}")
 
 
 def _as_list(outputs: Iterable[Output] | Output | None) -> Sequence[Output]:
