@@ -1,10 +1,10 @@
-"""``--threads`` slots of ``consume --exec`` go first come, first served (mqctl/consumer/handlers.py
-``FifoSlots``): a batch that waits for a slot is never overtaken by a later one."""
+"""``--threads`` slots of ``consume --exec`` go first come, first served
+(``mqctl/consumer/slots.py``): a batch that waits for a slot is never overtaken by a later one."""
 from __future__ import annotations
 
 import threading
 
-from mqctl.consumer.handlers import FifoSlots
+from mqctl.consumer.slots import FifoSlots
 
 
 def test_a_freed_slot_goes_to_the_oldest_waiting_ticket() -> None:
