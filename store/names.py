@@ -25,6 +25,8 @@ OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 # Exactly-once stages' offset commits, written with their outputs (store/log/offsetcommits.py)
 OFFSET_COMMIT_TOPIC = "RMQ_SYS_OFFSET_COMMIT"
+# The delay scheduler's progress, written with the messages it delivers (store/log/positions.py)
+DELAY_PROGRESS_TOPIC = "RMQ_SYS_DELAY_PROGRESS"
 # The one "broker" of a store, in MessageQueue identities and broadcast offset files.
 BROKER_NAME = "mqctl"
 SYSTEM_TOPICS = frozenset({

@@ -43,6 +43,7 @@ SYSTEM_TOPIC_QUEUES = {
     names.OP_HALF_TOPIC: 1,
     names.CHECK_MAX_TOPIC: 1,
     names.OFFSET_COMMIT_TOPIC: 1,
+    names.DELAY_PROGRESS_TOPIC: 1,
 }
 
 

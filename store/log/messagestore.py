@@ -48,7 +48,7 @@ from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
 from store.log.framing import frame_bodies
 from store.log.index import KeyIndex
-from store.log.offsetcommits import OffsetCommit, seal
+from store.log.offsetcommits import BatchEnd, seal
 from store.log.preflight import checkpoint_locked, recover_if_dirty
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
 from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
@@ -291,7 +291,7 @@ class Store:
         """The queue a draft goes to: its own, its sharding key's, or the next round-robin."""
         return self.engine.writer.select_queue(topic, draft)
 
-    def put(self, drafts: list[Draft], *, sync: bool = False, commit: OffsetCommit | None = None,
+    def put(self, drafts: list[Draft], *, sync: bool = False, commit: BatchEnd | None = None,
             fence: Callable[[], None] | None = None) -> list[PutResult]:
         """Store a batch under one lock, all or nothing. With ``commit`` it ends in that offset
         commit, atomic across crashes too (``offsetcommits.py``); ``fence`` runs first, locked."""

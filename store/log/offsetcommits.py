@@ -8,6 +8,8 @@ commits. Every record of such a batch carries the SYSFLAG bit ``ATOMIC_BATCH``; 
 record, last, carries ``ATOMIC_END`` as well. Recovery cuts a batch that has no end record at
 the log's tail (a writer killed inside its write, or a power cut that kept only a prefix of
 it: ``recovery.py``), so after any crash the log holds a stage's batch whole or not at all.
+The delay scheduler seals its passes the same way, with a progress record of its own
+(``positions.DelayProgress``, :func:`last_record`): retries come back once.
 
 Commit record body (compact JSON, UTF-8)::
 
@@ -33,7 +35,7 @@ import bisect
 import json
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from store import names
 from store.layout import Layout
@@ -58,8 +60,7 @@ class OffsetCommit:
     def to_draft(self) -> Draft:
         body = {"group": self.group, "offsets": [[t, q, o] for (t, q), o in sorted(self.offsets.items())],
                 "epochs": {t: self.epochs.get(t, 0) for t in sorted({t for t, _q in self.offsets})}}
-        return Draft(topic=TOPIC, body=json.dumps(body, separators=(",", ":")).encode(), queue_id=0,
-                     sysflag=F.ATOMIC_BATCH | F.ATOMIC_END)
+        return Draft(topic=TOPIC, body=json.dumps(body, separators=(",", ":")).encode(), queue_id=0)
 
     @classmethod
     def parse(cls, body: bytes) -> "OffsetCommit | None":
@@ -76,15 +77,41 @@ class OffsetCommit:
         return cls(group, offsets, epochs)
 
 
-def seal(outputs: list[Draft], commit: OffsetCommit) -> list[Draft]:
+class BatchEnd(Protocol):
+    """What ends an atomic batch: an offset commit, or the delay scheduler's progress
+    (``positions.py``), as the draft of the batch's last record."""
+
+    def to_draft(self) -> Draft: ...
+
+
+def seal(outputs: list[Draft], end: BatchEnd) -> list[Draft]:
     """The drafts of one atomic batch: the outputs flagged as inside it, then its end record."""
-    out = [d if d.sysflag & F.ATOMIC_BATCH else _flagged(d) for d in outputs]
-    out.append(commit.to_draft())
+    out = [d if d.sysflag & F.ATOMIC_BATCH else replace(d, sysflag=d.sysflag | F.ATOMIC_BATCH) for d in outputs]
+    last = end.to_draft()
+    out.append(replace(last, sysflag=last.sysflag | F.ATOMIC_BATCH | F.ATOMIC_END))
     return out
 
 
-def _flagged(d: Draft) -> Draft:
-    return replace(d, sysflag=d.sysflag | F.ATOMIC_BATCH)
+def last_record(layout: Layout, topic: str, after: int) -> tuple[bytes | None, int]:
+    """(the body of the last record of system topic ``topic`` (queue 0), the queue's end),
+    when the queue ends after offset ``after``; (None, end) when it does not, or the record
+    cannot be read."""
+    d = layout.queue_dir(topic, 0)
+    if not d.is_dir():
+        return None, 0
+    q = ConsumeQueue(d)
+    try:
+        end = q.max_offset()
+        entry = q.entry(end - 1) if end > after else None
+    finally:
+        q.close()
+    if entry is None:
+        return None, end
+    log = _LogReader(layout, topic)
+    try:
+        return log.body(entry[0], entry[1]), end
+    finally:
+        log.close()
 
 
 @dataclass
@@ -204,8 +231,9 @@ def apply_commit(commit: OffsetCommit, epoch_of: Any, put: Any) -> bool:
 class _LogReader:
     """Reads single records of the commit log by offset (segments found by listing)."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, topic: str = TOPIC) -> None:
         self.dir = layout.commitlog_dir
+        self.topic = topic
         try:
             self.bases = sorted(int(n) for n in os.listdir(self.dir) if n.isdigit())
         except FileNotFoundError:
@@ -228,7 +256,7 @@ class _LogReader:
             m = decode(data, 0, len(data))
         except RecordError:
             return None
-        if m.commitlog_offset != phys or m.topic != TOPIC:
+        if m.commitlog_offset != phys or m.topic != self.topic:
             return None
         return m.body
 

@@ -5,12 +5,16 @@ Files (standard JSON, written with :func:`fsutil.atomic_write_json`: temp file, 
 rename, previous version kept as ``.bak``)::
 
     config/delayOffset.json        {"offsetTable": {"<level queue id>": <next offset>, ...},
-                                    "delivered":   {"<queue id>": [<offset>, ...], ...}}
+                                    "delivered":   {"<queue id>": [<offset>, ...], ...},
+                                    "progressRecords": <RMQ_SYS_DELAY_PROGRESS records it includes>}
     tx/CID_RMQ_SYS_TRANS.json      {"offsetTable": {"RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS": {"0": <n>},
                                                     "RMQ_SYS_TRANS_OP_HALF_TOPIC@CID_RMQ_SYS_TRANS": {"0": <n>}}}
 
 ``delayOffset.json`` is RocketMQ's file (``delivered`` is ours: the free-duration queue's
-messages delivered out of order). Consumer groups' offsets are ``offsets.py``'s.
+messages delivered out of order). Each scheduler pass writes the copies it delivers and its new
+state (a record in ``RMQ_SYS_DELAY_PROGRESS``, body ``{"offsetTable": …, "delivered": …}``) in
+one atomic batch, then the file: a pass killed in between delivers nothing twice.
+Consumer groups' offsets are ``offsets.py``'s.
 
 After a power cut has shortened queues, :func:`clamp_to_queue_ends` moves every position that
 points past its queue's end back to that end — group offsets, broadcast offsets, delay and
@@ -19,13 +23,16 @@ Recovery calls it; it is the only thing recovery knows about readers.
 """
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
 from store.layout import Layout
-from store.log import offsets
-from store.names import HALF_TOPIC, OP_HALF_TOPIC, SCHEDULE_TOPIC
+from store.log import offsetcommits, offsets
+from store.log.record import Draft
+from store.names import DELAY_PROGRESS_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, SCHEDULE_TOPIC
 
 Warn = Callable[[str], None]
 QueueEnd = Callable[[str, int], int]
@@ -38,13 +45,37 @@ _OP_KEY = f"{OP_HALF_TOPIC}@{TX_GROUP}"
 # -- the delay scheduler ------------------------------------------------------------------------
 
 def load_delay_progress(layout: Layout, warn: Warn | None = None) -> dict[str, Any]:
-    """``{"offsetTable": {queue: next offset}, "delivered": {queue: [offsets]}}``; empty
-    tables before the scheduler's first pass."""
+    """``{"offsetTable": {queue: next offset}, "delivered": {queue: [offsets]},
+    "progressRecords": n}``; empty tables before the scheduler's first pass. A progress
+    record written after the file's ``progressRecords`` (the scheduler died between its
+    batch and the file) is the newer state."""
     obj = read_json_with_bak(layout.delay_offset_json, default={}, warn=warn)
     if not isinstance(obj, dict):
         obj = {}
+    seen = obj.get("progressRecords", 0)
+    body, end = offsetcommits.last_record(layout, DELAY_PROGRESS_TOPIC, seen if isinstance(seen, int) else 0)
+    if body is not None:
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            pass
     return {"offsetTable": {str(k): int(v) for k, v in (obj.get("offsetTable") or {}).items()},
-            "delivered": {str(k): [int(x) for x in v] for k, v in (obj.get("delivered") or {}).items()}}
+            "delivered": {str(k): [int(x) for x in v] for k, v in (obj.get("delivered") or {}).items()},
+            "progressRecords": end}
+
+
+@dataclass
+class DelayProgress:
+    """The end record of a scheduler pass's batch (``offsetcommits.seal``): its state after
+    the pass, so that the copies it delivers and its progress past them are one atomic write.
+    ``delayOffset.json`` is written after it, and a record newer than the file is read first."""
+
+    state: dict[str, Any]
+
+    def to_draft(self) -> Draft:
+        body = {"offsetTable": self.state["offsetTable"], "delivered": self.state["delivered"]}
+        return Draft(topic=DELAY_PROGRESS_TOPIC, body=json.dumps(body, separators=(",", ":")).encode(),
+                     queue_id=0)
 
 
 def save_delay_progress(layout: Layout, state: dict[str, Any]) -> None:

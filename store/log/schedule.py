@@ -13,12 +13,15 @@ There is no broker thread: any consumer process (and ``mqctl schedule``) runs
 :func:`deliver_due` now and then under a non-blocking service lock, so one process does a pass
 at a time and a killed one is replaced at once.
 
-Progress (``config/delayOffset.json``, written atomically with ``.bak``)::
+Progress (``config/delayOffset.json``, written atomically with ``.bak``; ``positions.py``)::
 
-    {"offsetTable": {"<queueId>": <next offset>}, "delivered": {"18": [<offset>, ...]}}
+    {"offsetTable": {"<queueId>": <next offset>}, "delivered": {"18": [<offset>, ...]}, ...}
 
-Delivery is at-least-once: a crash after a message was delivered and before the offset was
-saved delivers it again (as RocketMQ's ScheduleMessageService).
+Delivery is exactly-once, unlike RocketMQ's ScheduleMessageService (whose crash between a
+delivery and the saved offset delivers again): a pass writes the copies it delivers and its
+progress past them in one atomic batch (``positions.DelayProgress``), so an exactly-once
+stage's retries come back once. Crash point: ``schedule-after-deliver`` (the batch written,
+``delayOffset.json`` not).
 """
 from __future__ import annotations
 
@@ -29,8 +32,9 @@ from typing import TYPE_CHECKING
 
 from store import names
 from store.errors import UsageError
+from store.failpoints import failpoint
 from store.fsutil import ensure_dir
-from store.log.positions import load_delay_progress, save_delay_progress
+from store.log.positions import DelayProgress, load_delay_progress, save_delay_progress
 from store.log.record import (
     PROP_DELAY,
     PROP_DELIVER_MS,
@@ -185,16 +189,18 @@ def _pass(store: "Store", now: int, budget: int) -> int:
         for o in batch:
             res = store.pull(names.SCHEDULE_TOPIC, qid, o, 1)
             drafts += [restore_draft(m) for m in res.messages if m.queue_offset == o]
-        store.put(drafts)
         delivered += len(batch)
         done.update(batch)
         while new_start in done:
             new_start += 1
         state["offsetTable"][key] = new_start
         state["delivered"][key] = sorted(o for o in done if o >= new_start)
+        # the copies and the progress past them in one atomic write (positions.DelayProgress)
+        state["progressRecords"] = store.put(drafts, commit=DelayProgress(state))[-1].queue_offset + 1
         changed = True
     if changed:
-        store.sync_written()   # the delivered copies first, then the offsets past them
+        failpoint("schedule-after-deliver")
+        store.sync_written()   # the delivered copies first, then the file past them
         save_delay_progress(store.layout, state)
     return delivered
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.offsetcommits import OffsetCommit, open_batch
 from store.log.offsets import ClusterOffsetStore
+from store.log.schedule import delay_draft, deliver_due
 from tests.log.storetestutil import all_messages, draft, open_store
 
 
@@ -130,3 +134,21 @@ def test_the_tail_rule_follows_a_batch_across_windows() -> None:
     assert open_batch(np.array([A, A, A, A]), phys + 400, 200) == 200  # still open in the next window
     assert open_batch(np.array([A, E, 0, 0]), phys + 800, 200) == -1   # and closed in the one after
     assert open_batch(np.array([A, A, A, A]), phys, -1) == 0
+
+
+def test_a_scheduler_killed_after_delivering_delivers_nothing_twice(tmp_path: Path) -> None:
+    # RocketMQ's scheduler (and this one before) delivered again after a crash between the
+    # copies and its saved offset: an exactly-once stage's retries would then come back twice
+    s = open_store(tmp_path)
+    now = int(time.time() * 1000)
+    s.put([delay_draft(draft("T", f"d{i}"), (0, 10), s, now_ms=now - 1000) for i in range(3)])
+    s.close()
+    code = ("import sys; from store.log.messagestore import Store; from store.log.schedule import deliver_due; "
+            "deliver_due(Store.open(sys.argv[1]))")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                       env={**os.environ, "MQCTL_FAILPOINTS": "schedule-after-deliver"})
+    assert p.returncode == -9, p.stderr
+    s = open_store(tmp_path)
+    assert deliver_due(s) == 0
+    assert sorted(m.body for m in all_messages(s, "T")) == [b"d0", b"d1", b"d2"]
+    s.close()
