@@ -46,7 +46,8 @@ Examples:
   mqctl consume orders -g copy --from first -e --json --batch 500 \\
       --exec 'mqctl send orders-copy --input json --reroute'
   mqctl consume orders -g mirror --from first --to orders-copy
-  mqctl consume orders -g enrich --exec ./enrich.sh --output json --to orders-enriched
+  mqctl consume orders -g enrich --exec ./enrich.sh --output json \\
+      --to orders-enriched
 """
 
 def register(app: typer.Typer) -> None:

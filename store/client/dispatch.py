@@ -132,6 +132,8 @@ class Dispatcher:
                     batch = pq.next_batch(n)
                 if not batch:
                     break
+                if self.keeper.stage is not None:
+                    self.keeper.stage.handed_out(batch)
                 worked = True
                 waiting -= len(batch)
                 if self.inline is not None:

@@ -69,6 +69,8 @@ class OffsetKeeper:
         self.offset_store: Any = None   # ClusterOffsetStore, BroadcastOffsetStore or MemoryOffsetStore
         self.stage: Stage | None = None   # an exactly-once stage commits through its outputs' batches
         self._absorbed_at = 0.0
+        self._fence_look: tuple[int, int, int] | None = None   # the offsets file at the last epoch read
+        self._fence_epochs: dict[str, int] = {}
 
     def open(self) -> None:
         """Open the offset store the member's mode uses, and learn the reset epochs."""
@@ -200,8 +202,12 @@ class OffsetKeeper:
             return [k for k in offsets if k not in locks or not locks[k].is_valid(0)]
 
         def fence() -> None:
+            # (the write lock held: a reset or deletion, which takes it, is before or after)
             if lost():
                 raise LostQueueError("a queue lock was lost")
+            moved = self._reset_topics({t for t, _q in offsets})
+            if moved:
+                raise LostQueueError("offsets were reset", moved)
 
         for _attempt in range(3):
             for key in lost():
@@ -214,13 +220,25 @@ class OffsetKeeper:
             try:
                 stage.commit(offsets, self.epochs, fence)
                 break
-            except LostQueueError:
-                continue
+            except LostQueueError as exc:
+                if exc.topics:   # reset under us: those queues start again from the new offsets
+                    self._reload_after_reset(exc.topics)
+                    offsets = {k: v for k, v in offsets.items() if k[0] not in exc.topics}
         now = time.monotonic()
         if now - self._absorbed_at >= 1.0:
-            # the durable commits into the offsets file (readers see all of them anyway)
+            # Once a second the stage's batches are made durable and taken into the offsets
+            # file: the file stays current, and what readers apply on top of it stays small.
             self._absorbed_at = now
-            self.offset_store.absorb()
+            self.offset_store.absorb(self.store.sync_written())
+
+    def _reset_topics(self, topics: set[str]) -> set[str]:
+        """Those of ``topics`` whose reset epoch moved since this member loaded it (one stat
+        while the offsets file is unchanged)."""
+        look = self._offsets_look()
+        if look is None or look != self._fence_look:
+            self._fence_look = look
+            self._fence_epochs = self.offset_store.epochs_of(self.o.group)
+        return {t for t in topics if self._fence_epochs.get(t, 0) != self.epochs.get(t, 0)}
 
     def finish_stage(self) -> None:
         """At exit: the stage's commits made durable and written into the offsets file."""

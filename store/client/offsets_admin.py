@@ -185,7 +185,11 @@ class OffsetsAdmin(AdminBase):
         for s in plan.targets:
             rows = {r.queue_id: r.new for r in plan.rows if r.client_id == s.client_id}
             if s.client_id is None:
-                ClusterOffsetStore(store.layout, warn=store.warn).reset(plan.group, plan.topic, rows)
+                # under the write lock, the log synced: an exactly-once stage's commits are all
+                # taken in before the reset, and none is written beside it (stage.py)
+                with store.write_lock():
+                    ClusterOffsetStore(store.layout, warn=store.warn).reset(plan.group, plan.topic, rows,
+                                                                           durable_end=store.sync_written())
             else:
                 b = BroadcastOffsetStore(store.layout, s.client_id, plan.group, warn=store.warn)
                 b.load()
@@ -234,7 +238,11 @@ class OffsetsAdmin(AdminBase):
         if dry_run:
             topics = sorted({t for t, _ in offsets.read_group(group)}) if cluster else []
             return OffsetsDeletion(group, client_id, targets, topics, False)
-        topics = offsets.delete_group(group) if cluster else []
+        if cluster:
+            with store.write_lock():   # (as a reset: see reset_offsets)
+                topics = offsets.delete_group(group, durable_end=store.sync_written())
+        else:
+            topics = []
         for cid in targets:
             shutil.rmtree(store.layout.broadcast_offsets(cid, group).parent, ignore_errors=True)
         return OffsetsDeletion(group, client_id, targets, topics, True)

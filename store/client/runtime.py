@@ -320,6 +320,8 @@ class Runtime:
             self.keeper.finish_stage()
         except StoreError as exc:
             self.warn(f"could not persist offsets at exit: {exc}")
+            if self.stage is not None and self.state.fatal is None:
+                self.state.fatal = exc   # a stage's outputs were not written: not a success
         self.rebalancer.leave()
         if self.dedup is not None:
             self.dedup.close()

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from store import names
 from store.errors import MessageTooLargeError, StoreError, TopicNotFoundError, UsageError
+from store.log import format as F
 from store.log.messagestore import Store
 from store.log.offsetcommits import OffsetCommit
 from store.log.offsets import QueueKey
@@ -37,7 +38,12 @@ Output = Any   # bytes | str | dict (body, keys, tags, sharding_key/shardingKey,
 
 
 class LostQueueError(StoreError):
-    """A stage's commit found a queue lock gone (the queue went to another member)."""
+    """A stage's commit found a queue lock gone (the queue went to another member), or the
+    offsets of ``topics`` reset since the member loaded them."""
+
+    def __init__(self, message: str, topics: set[str] | None = None) -> None:
+        super().__init__(message)
+        self.topics = topics or set()
 
 
 @dataclass
@@ -57,7 +63,7 @@ class Stage:
 
     def emit(self, m: Message | ClientMessage, outputs: Iterable[Output] | Output | None) -> None:
         """The outputs of input ``m`` (any thread; called again, it replaces them)."""
-        drafts = [to_draft(self.to, o) for o in _as_list(outputs)]
+        drafts = [to_draft(self.to, o, self._queues()) for o in _as_list(outputs)]
         limit = self.store.settings.max_message_size
         for d in drafts:   # refused here, as the handler's failure, not by the stage's write
             if len(d.body) > limit:
@@ -76,7 +82,7 @@ class Stage:
         props = {k: v for k, v in m.properties.items() if k not in RESERVED_PROPERTIES or k in _COPIED}
         sharding = m.properties.get(PROP_SHARDING_KEY)
         d = Draft(topic=self.to, body=bytes(m.body), properties=props, sharding_key=sharding,
-                  flag=m.flag, born_timestamp=m.born_timestamp)
+                  flag=m.flag, born_timestamp=m.born_timestamp, sysflag=F.ATOMIC_BATCH)   # (seal's flag)
         if sharding is None and self.orderly:
             d.queue_id = m.queue_id % self._queues()
         with self.lock:
@@ -89,9 +95,17 @@ class Stage:
         return self._n
 
     def emit_drafts(self, commitlog_offset: int, drafts: list[Draft]) -> None:
-        """Drafts that stand for an input's outcome (its retry or dead-letter copy)."""
+        """Drafts that stand for an input's outcome (its retry or dead-letter copy), instead
+        of anything its handler gave (a batch dead-lettered whole keeps no output)."""
         with self.lock:
-            self.by_record.setdefault(commitlog_offset, []).extend(drafts)
+            self.by_record[commitlog_offset] = list(drafts)
+
+    def handed_out(self, batch: Sequence[Message]) -> None:
+        """A batch goes to a handler (again): what an earlier attempt gave is not its output."""
+        if self.by_record:
+            with self.lock:
+                for m in batch:
+                    self.by_record.pop(m.commitlog_offset, None)
 
     def settle(self, key: QueueKey, offsets_and_records: Iterable[tuple[int, int]]) -> None:
         """Inputs of queue ``key`` settled: (queue offset, commit-log offset) each."""
@@ -155,32 +169,44 @@ _COPIED = {PROP_TAGS, PROP_KEYS, PROP_SHARDING_KEY}
 _FIELDS = {"body", "keys", "tags", "sharding_key", "shardingKey", "properties", "queueId", "queue_id"}
 
 
-def to_draft(topic: str, out: Output) -> Draft:
-    """One output as a draft for ``topic``: bytes or str (the body), or a dict with ``body``
-    and optional ``keys`` (a list or a comma-separated string), ``tags``, ``sharding_key``
-    (or ``shardingKey``) and ``properties``."""
+def to_draft(topic: str, out: Output, queues: int) -> Draft:
+    """One output as a draft for ``topic`` (of ``queues`` queues): bytes or str (the body), or
+    a dict with ``body`` and optional ``keys`` (a list or a comma-separated string), ``tags``,
+    ``sharding_key`` (or ``shardingKey``), ``properties`` and ``queue_id``. Everything a write
+    would refuse is refused here (``UsageError``), where it fails the handler's message."""
     from store.client.properties import build_properties
     if isinstance(out, (bytes, bytearray, memoryview)):
-        return Draft(topic=topic, body=bytes(out))
+        return Draft(topic=topic, body=bytes(out), sysflag=F.ATOMIC_BATCH)
     if isinstance(out, str):
-        return Draft(topic=topic, body=out.encode())
+        return Draft(topic=topic, body=out.encode(), sysflag=F.ATOMIC_BATCH)
     if not isinstance(out, dict):
         raise UsageError(f"an output is bytes, str or a dict with 'body', not {type(out).__name__}")
     unknown = set(out) - _FIELDS
     if unknown:
         raise UsageError(f"unknown output field(s) {', '.join(sorted(unknown))} (known: body, keys, tags, "
-                         f"shardingKey, properties)")
+                         f"shardingKey, properties, queueId)")
     body = out.get("body", b"")
-    body = body.encode() if isinstance(body, str) else bytes(body)
+    if not isinstance(body, (bytes, bytearray, memoryview, str)):
+        raise UsageError(f"an output's body is bytes or str, not {type(body).__name__}")
     keys = out.get("keys")
     if isinstance(keys, str):
-        keys = [k for k in keys.split(",") if k]
+        keys = [k for k in keys.replace(",", " ").split() if k]
+    elif keys is not None and not (isinstance(keys, (list, tuple)) and all(isinstance(k, str) for k in keys)):
+        raise UsageError("an output's keys are a string or a list of strings")
+    user = out.get("properties") or {}
+    if not isinstance(user, dict):
+        raise UsageError("an output's properties are an object of names and values")
     sharding = out.get("sharding_key", out.get("shardingKey"))
-    props = build_properties(tags=out.get("tags"), keys=keys, properties=out.get("properties") or {},
+    props = build_properties(tags=out.get("tags"), keys=keys, properties={str(k): str(v) for k, v in user.items()},
                              sharding_key=sharding)
-    qid = out.get("queue_id", out.get("queueId", -1))
-    return Draft(topic=topic, body=body, properties=props, sharding_key=sharding,
-                 queue_id=-1 if qid is None else int(qid))
+    size = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in props.items())
+    if size + F.CRC_PROPERTY_SIZE + 64 > F.MAX_PROPERTIES_SIZE:   # (64: the unique key the write adds)
+        raise UsageError(f"an output's properties take {size} bytes; at most {F.MAX_PROPERTIES_SIZE - 200} fit")
+    qid = out.get("queue_id", out.get("queueId"))
+    if qid is not None and (isinstance(qid, bool) or not isinstance(qid, int) or not 0 <= qid < queues):
+        raise UsageError(f"an output's queue id {qid!r} is not one of {topic}'s queues 0-{queues - 1}")
+    return Draft(topic=topic, body=body.encode() if isinstance(body, str) else bytes(body), properties=props,
+                 sharding_key=sharding, queue_id=-1 if qid is None else qid, sysflag=F.ATOMIC_BATCH)
 
 
 class CopySink:

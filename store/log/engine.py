@@ -285,7 +285,7 @@ class Engine:
         remove_queues(self.layout.topic_cq_dir(name))   # raises, leaving the mark, if it cannot
         failpoint("topic-delete-after-queues")
         from store.log.offsets import ClusterOffsetStore
-        ClusterOffsetStore(self.layout, self.warn).delete_topic(name)
+        ClusterOffsetStore(self.layout, self.warn).delete_topic(name, durable_end=self.durability.sync_written())
         failpoint("topic-delete-after-offsets")
         self.topic_table.remove(name)
 

@@ -295,15 +295,15 @@ class Store:
             fence: Callable[[], None] | None = None) -> list[PutResult]:
         """Store a batch under one lock, all or nothing. With ``commit`` it ends in that offset
         commit, atomic across crashes too (``offsetcommits.py``); ``fence`` runs first, locked."""
+        max_size = self.settings.max_message_size
+        for d in drafts:   # (not a batch's end record: the store's own, never a user's body)
+            if len(d.body) > max_size:
+                raise MessageTooLargeError(
+                    f"message body of {len(d.body)} bytes exceeds the store's limit of {max_size} bytes")
         if commit is not None:
             drafts = seal(drafts, commit)
         if not drafts:
             return []
-        max_size = self.settings.max_message_size
-        for d in drafts:
-            if len(d.body) > max_size:
-                raise MessageTooLargeError(
-                    f"message body of {len(d.body)} bytes exceeds the store's limit of {max_size} bytes")
         with self.engine.write_lock:
             if fence is not None:
                 fence()

@@ -9,7 +9,7 @@ record, last, carries ``ATOMIC_END`` as well. Recovery cuts a batch that has no 
 the log's tail (a writer killed inside its write, or a power cut that kept only a prefix of
 it: ``recovery.py``), so after any crash the log holds a stage's batch whole or not at all.
 The delay scheduler seals its passes the same way, with a progress record of its own
-(``positions.DelayProgress``, :func:`last_record`): retries come back once.
+(``positions.DelayProgress``, :func:`records_after`): retries come back once.
 
 Commit record body (compact JSON, UTF-8)::
 
@@ -92,25 +92,31 @@ def seal(outputs: list[Draft], end: BatchEnd) -> list[Draft]:
     return out
 
 
-def last_record(layout: Layout, topic: str, after: int) -> tuple[bytes | None, int]:
-    """(the body of the last record of system topic ``topic`` (queue 0), the queue's end),
-    when the queue ends after offset ``after``; (None, end) when it does not, or the record
-    cannot be read."""
+def records_after(layout: Layout, topic: str, after: int) -> tuple[list[bytes], int]:
+    """(the bodies of system topic ``topic``'s records (queue 0) after queue offset ``after``,
+    in order, the queue's end); unreadable ones are left out. A queue shorter than ``after``
+    (a loss ``store recover`` accepted) has nothing after it."""
     d = layout.queue_dir(topic, 0)
     if not d.is_dir():
-        return None, 0
+        return [], 0
     q = ConsumeQueue(d)
+    log = _LogReader(layout, topic)
+    bodies: list[bytes] = []
     try:
         end = q.max_offset()
-        entry = q.entry(end - 1) if end > after else None
+        pos = max(after, q.min_offset())
+        while pos < end:
+            entries = q.read_entries(pos, 4096)
+            if not entries:
+                break
+            for phys, size, _tags in entries:
+                body = log.body(phys, size)
+                if body is not None:
+                    bodies.append(body)
+            pos += len(entries)
+        return bodies, end
     finally:
         q.close()
-    if entry is None:
-        return None, end
-    log = _LogReader(layout, topic)
-    try:
-        return log.body(entry[0], entry[1]), end
-    finally:
         log.close()
 
 
@@ -184,7 +190,7 @@ def durable_end(layout: Layout) -> int:
 
 def overlay(layout: Layout, table: ClusterTable) -> None:
     """Apply every commit record after ``table.applied`` to ``table`` (in memory: a read)."""
-    if queue_end(layout) > table.applied:
+    if queue_end(layout) != table.applied:
         for commit, _end, _at in read_after(layout, table.applied).commits:
             apply_commit(commit, table.epoch, table.put)
 

@@ -179,7 +179,12 @@ class ClusterOffsetStore:
 
     def epoch(self, group: str, topic: str) -> int:
         """How many times the offsets of ``topic`` for ``group`` were reset (0: never)."""
-        return self._load(group).epoch(topic, group)
+        return self.epochs_of(group).get(topic, 0)
+
+    def epochs_of(self, group: str) -> dict[str, int]:
+        """The reset epochs of ``group``'s topics (one read of the file: no commit applied)."""
+        table = offsettable.load(self.layout).table
+        return {split_key(k)[0]: n for k, n in table.epochs.items() if split_key(k)[1] == group}
 
     def groups(self) -> list[str]:
         """Groups that have at least one committed offset, sorted."""
@@ -239,8 +244,11 @@ class ClusterOffsetStore:
             self._update(merge, sync=False)
         return skipped
 
-    def reset(self, group: str, topic: str, offsets: Mapping[int, int]) -> int:
-        """Set the given queues of ``topic`` exactly (backwards too); returns the new epoch."""
+    def reset(self, group: str, topic: str, offsets: Mapping[int, int], durable_end: int = 0) -> int:
+        """Set the given queues of ``topic`` exactly (backwards too); returns the new epoch.
+        ``durable_end`` (here and in the deletions below): how far the caller made the log
+        durable, with the write lock held: every offset commit below it is taken in first, so
+        the new epoch only refuses the commits of members that have not seen it."""
         validate_group(group)
         validate_any_topic(topic)
         for queue_id, offset in offsets.items():
@@ -254,10 +262,10 @@ class ClusterOffsetStore:
             epoch = table.bump_epoch(topic, group)
             return True
 
-        self._update(apply)
+        self._update(apply, durable_end=durable_end)
         return epoch
 
-    def delete_topic(self, topic: str) -> None:
+    def delete_topic(self, topic: str, durable_end: int = 0) -> None:
         """Drop every group's offsets of ``topic`` (``topic delete``), bumping their epochs."""
         validate_any_topic(topic)
 
@@ -269,9 +277,9 @@ class ClusterOffsetStore:
                 table.bump_epoch(topic, split_key(key)[1])
             return bool(doomed)
 
-        self._update(drop)
+        self._update(drop, durable_end=durable_end)
 
-    def delete_group(self, group: str) -> list[str]:
+    def delete_group(self, group: str, durable_end: int = 0) -> list[str]:
         """Drop every offset of ``group`` (``offsets delete``), bumping its epochs so a member
         that loaded them before cannot write them back. Returns the topics it had offsets in."""
         validate_group(group)
@@ -286,7 +294,7 @@ class ClusterOffsetStore:
                 gone.append(topic)
             return bool(gone)
 
-        self._update(drop)
+        self._update(drop, durable_end=durable_end)
         return sorted(gone)
 
     def lost_groups(self) -> dict[str, list[str]]:

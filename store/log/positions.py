@@ -11,9 +11,10 @@ rename, previous version kept as ``.bak``)::
                                                     "RMQ_SYS_TRANS_OP_HALF_TOPIC@CID_RMQ_SYS_TRANS": {"0": <n>}}}
 
 ``delayOffset.json`` is RocketMQ's file (``delivered`` is ours: the free-duration queue's
-messages delivered out of order). Each scheduler pass writes the copies it delivers and its new
-state (a record in ``RMQ_SYS_DELAY_PROGRESS``, body ``{"offsetTable": …, "delivered": …}``) in
-one atomic batch, then the file: a pass killed in between delivers nothing twice.
+messages delivered out of order). Each scheduler pass writes the copies it delivers from a
+queue and its progress (a record in ``RMQ_SYS_DELAY_PROGRESS``, body ``{"queue": q, "offset":
+<new next offset>, "delivered": [[first, last], ...]}``, the offsets above it this pass
+delivered) in one atomic batch, then the file: a pass killed in between delivers nothing twice.
 Consumer groups' offsets are ``offsets.py``'s.
 
 After a power cut has shortened queues, :func:`clamp_to_queue_ends` moves every position that
@@ -46,34 +47,48 @@ _OP_KEY = f"{OP_HALF_TOPIC}@{TX_GROUP}"
 
 def load_delay_progress(layout: Layout, warn: Warn | None = None) -> dict[str, Any]:
     """``{"offsetTable": {queue: next offset}, "delivered": {queue: [offsets]},
-    "progressRecords": n}``; empty tables before the scheduler's first pass. A progress
-    record written after the file's ``progressRecords`` (the scheduler died between its
-    batch and the file) is the newer state."""
+    "progressRecords": n}``; empty tables before the scheduler's first pass. Progress records
+    written after the file's ``progressRecords`` (a scheduler that died between its batch and
+    the file) are applied on top."""
     obj = read_json_with_bak(layout.delay_offset_json, default={}, warn=warn)
     if not isinstance(obj, dict):
         obj = {}
+    table = {str(k): int(v) for k, v in (obj.get("offsetTable") or {}).items()}
+    delivered = {str(k): {int(x) for x in v} for k, v in (obj.get("delivered") or {}).items()}
     seen = obj.get("progressRecords", 0)
-    body, end = offsetcommits.last_record(layout, DELAY_PROGRESS_TOPIC, seen if isinstance(seen, int) else 0)
-    if body is not None:
+    bodies, end = offsetcommits.records_after(layout, DELAY_PROGRESS_TOPIC, seen if isinstance(seen, int) else 0)
+    for body in bodies:
         try:
-            obj = json.loads(body)
-        except ValueError:
-            pass
-    return {"offsetTable": {str(k): int(v) for k, v in (obj.get("offsetTable") or {}).items()},
-            "delivered": {str(k): [int(x) for x in v] for k, v in (obj.get("delivered") or {}).items()},
+            rec = json.loads(body)
+            q, start = str(rec["queue"]), int(rec["offset"])
+            done = {o for a, b in rec["delivered"] for o in range(int(a), int(b) + 1)}
+        except (ValueError, TypeError, KeyError):
+            continue
+        table[q] = max(table.get(q, 0), start)
+        delivered[q] = {o for o in delivered.get(q, set()) | done if o >= table[q]}
+    return {"offsetTable": table, "delivered": {k: sorted(v) for k, v in delivered.items() if v},
             "progressRecords": end}
 
 
 @dataclass
 class DelayProgress:
-    """The end record of a scheduler pass's batch (``offsetcommits.seal``): its state after
-    the pass, so that the copies it delivers and its progress past them are one atomic write.
-    ``delayOffset.json`` is written after it, and a record newer than the file is read first."""
+    """The end record of a scheduler pass's batch for one queue (``offsetcommits.seal``):
+    the queue's new offset and the offsets above it this pass delivered (as ranges), so that
+    the copies and the progress past them are one atomic write. ``delayOffset.json`` is
+    written after it; records newer than the file are applied on reading it."""
 
-    state: dict[str, Any]
+    queue: int
+    offset: int
+    delivered: list[int]
 
     def to_draft(self) -> Draft:
-        body = {"offsetTable": self.state["offsetTable"], "delivered": self.state["delivered"]}
+        ranges: list[list[int]] = []
+        for o in sorted(x for x in self.delivered if x >= self.offset):
+            if ranges and ranges[-1][1] == o - 1:
+                ranges[-1][1] = o
+            else:
+                ranges.append([o, o])
+        body = {"queue": self.queue, "offset": self.offset, "delivered": ranges}
         return Draft(topic=DELAY_PROGRESS_TOPIC, body=json.dumps(body, separators=(",", ":")).encode(),
                      queue_id=0)
 

@@ -196,7 +196,8 @@ def _pass(store: "Store", now: int, budget: int) -> int:
         state["offsetTable"][key] = new_start
         state["delivered"][key] = sorted(o for o in done if o >= new_start)
         # the copies and the progress past them in one atomic write (positions.DelayProgress)
-        state["progressRecords"] = store.put(drafts, commit=DelayProgress(state))[-1].queue_offset + 1
+        sealed = store.put(drafts, commit=DelayProgress(qid, new_start, batch))
+        state["progressRecords"] = sealed[-1].queue_offset + 1
         changed = True
     if changed:
         failpoint("schedule-after-deliver")
