@@ -1,0 +1,227 @@
+"""Exactly-once stages from outside (issue 29): ``mqctl consume SRC -g G --to DST``, with and
+without ``--exec``, as real ``mqctl`` processes on a real store. DST must hold each output
+once, only outputs of handler runs that succeeded, in their inputs' queue order, and the
+group's offsets must say so everywhere they are shown."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.procs import MQ, handler_script, one_error, wait_for
+
+
+def read_all(mq: MQ, topic: str) -> list[dict]:
+    """Every message of ``topic``, through a fresh group."""
+    return mq.drain(topic, mq.fresh("reader"))
+
+
+def send_keyed(mq: MQ, topic: str, n: int, keys: int = 5) -> list[str]:
+    """``n`` messages with sharding keys ``k0..k{keys-1}``, bodies ``k<i>-<seq>``."""
+    lines = [json.dumps({"body": f"k{i % keys}-{i:05d}", "shardingKey": f"k{i % keys}",
+                         "keys": [f"id{i}"], "tags": "T"}) for i in range(n)]
+    mq.ok("send", topic, "--input", "json", input="\n".join(lines) + "\n")
+    return [json.loads(line)["body"] for line in lines]
+
+
+def committed(mq: MQ, group: str, topic: str) -> int:
+    """The group's committed offsets on ``topic``, summed, as ``offsets show`` reads them (the
+    offsets file itself absorbs a stage's commits only once they are durable)."""
+    res = mq.run("offsets", "show", "-g", group, "--topic", topic, "--json")
+    if res.returncode == 3:
+        return 0
+    assert res.returncode == 0, str(res)
+    return sum(r["offset"] for r in res.json_lines())
+
+
+def per_queue(msgs: list[dict]) -> dict[int, list[str]]:
+    out: dict[int, list[tuple[int, str]]] = {}
+    for m in msgs:
+        out.setdefault(m["queueId"], []).append((m["queueOffset"], m["body"]))
+    return {q: [b for _o, b in sorted(v)] for q, v in out.items()}
+
+
+def per_key(msgs: list[dict]) -> dict[str, list[str]]:
+    """Bodies per sharding key, in queue order (a key stays in one queue)."""
+    out: dict[str, list[str]] = {}
+    for m in sorted(msgs, key=lambda m: (m["queueId"], m["queueOffset"])):
+        out.setdefault(m.get("shardingKey") or "", []).append(m["body"])
+    return out
+
+
+def once_each(got: list[str], want: list[str]) -> None:
+    dups = [b for b, n in Counter(got).items() if n > 1]
+    assert not dups, f"{len(dups)} outputs more than once, e.g. {dups[:5]}"
+    assert sorted(got) == sorted(want), (f"missing {sorted(set(want) - set(got))[:5]}, "
+                                         f"foreign {sorted(set(got) - set(want))[:5]}")
+
+
+@pytest.fixture
+def src(mq: MQ) -> list[str]:
+    mq.ok("topic", "create", "A", "--queues", "4")
+    mq.ok("topic", "create", "B", "--queues", "4")
+    return send_keyed(mq, "A", 200)
+
+
+def test_copy_is_exactly_once_and_keeps_keys_tags_and_sharding(mq: MQ, src: list[str]) -> None:
+    mq.ok("consume", "A", "-g", "copy", "--from", "first", "-e", "--to", "B")
+    got = read_all(mq, "B")
+    once_each([m["body"] for m in got], src)
+    first = next(m for m in got if m["body"] == src[7])
+    assert (first["keys"], first["tags"], first["shardingKey"]) == (["id7"], "T", "k2")
+    # a key's messages stay in order (the sharding key picks DST's queue)
+    assert per_key(got) == {k: [b for b in src if b.startswith(k + "-")] for k in per_key(got)}
+    # run again: everything is committed, nothing is copied twice
+    mq.ok("consume", "A", "-g", "copy", "--from", "first", "-e", "--to", "B")
+    assert len(read_all(mq, "B")) == len(src)
+
+
+def test_offsets_show_progress_and_the_offsets_file_include_the_stage(mq: MQ, src: list[str]) -> None:
+    mq.ok("consume", "A", "-g", "copy", "--from", "first", "-e", "--to", "B")
+    want = {q: row["maxOffset"] for q, row in
+            ((r["queueId"], r) for r in mq.ok("topic", "status", "A", "--json").json_lines())}
+    shown = {r["queueId"]: r["offset"] for r in
+             mq.ok("offsets", "show", "-g", "copy", "--topic", "A", "--json").json_lines()}
+    assert shown == want
+    prog = [r for r in mq.ok("progress", "-g", "copy", "--topic", "A", "--json").json_lines()]
+    assert {r["queueId"]: r["consumerOffset"] for r in prog} == want
+    assert all(r["lag"] == 0 for r in prog)
+    table = json.loads((mq.root / "config" / "consumerOffset.json").read_text())["offsetTable"]
+    assert {int(q): o for q, o in table["A@copy"].items()} == want
+
+
+def test_exec_lines_become_messages_with_batches(mq: MQ, src: list[str], tmp_path: Path) -> None:
+    h = handler_script(tmp_path / "suffix.sh", """
+        # one output per input line, a blank line (skipped), and the batch size
+        while IFS= read -r line; do echo "$line/b$MQ_BATCH_SIZE"; echo; done
+    """)
+    mq.ok("consume", "A", "-g", "t", "--from", "first", "-e", "--exec", h, "--batch", "7", "--to", "B")
+    got = [m["body"] for m in read_all(mq, "B")]
+    assert sorted(b.split("/")[0] for b in got) == sorted(src)
+    once_each(got, got)
+    sizes = {int(b.split("/b")[1]) for b in got}
+    assert max(sizes) > 1 and max(sizes) <= 7, sizes
+
+
+def test_exec_json_outputs_carry_body_keys_tags_sharding_and_properties(mq: MQ, src: list[str],
+                                                                        tmp_path: Path) -> None:
+    h = handler_script(tmp_path / "env.py", """
+        #!/usr/bin/env python3
+        import json, sys
+        for line in sys.stdin:
+            m = json.loads(line)
+            print(json.dumps({"body": m["body"].upper(), "keys": ["x", m["keys"][0]], "tags": "U",
+                              "shardingKey": m["shardingKey"], "properties": {"src": str(m["queueOffset"])}}))
+    """)
+    mq.ok("consume", "A", "-g", "j", "--from", "first", "-e", "--json", "--batch", "10", "--exec", h,
+          "--output", "json", "--to", "B")
+    got = read_all(mq, "B")
+    once_each([m["body"] for m in got], [b.upper() for b in src])
+    m = next(m for m in got if m["body"] == src[3].upper())
+    assert (m["keys"], m["tags"], m["shardingKey"]) == (["x", "id3"], "U", "k3")
+    assert m["properties"]["src"].isdigit()
+    assert per_key(got) == {k: [b.upper() for b in src if b.startswith(k.lower() + "-")]
+                            for k in per_key(got)}
+
+
+def test_a_bad_json_line_fails_the_batch_emits_nothing_and_is_retried(mq: MQ, tmp_path: Path) -> None:
+    mq.ok("topic", "create", "A", "--queues", "1")
+    mq.ok("send", "A", input="a\nb\nc\n")
+    # first run of each batch: a good line, then one that is not JSON; the retry is clean
+    h = handler_script(tmp_path / "bad.sh", """
+        body=$(cat)
+        printf '{"body":"%s-try%s"}\\n' "$body" "$MQ_RECONSUME_TIMES"
+        [ "$MQ_RECONSUME_TIMES" -gt 0 ] || echo 'not json'
+        exit 0
+    """)
+    stage = mq.start("consume", "A", "-g", "j", "--from", "first", "--exec", h, "--output", "json",
+                     "--to", "B", "--retry-delay", "0")
+    wait_for(lambda: committed(mq, "j", "A") == 3 and len(read_all(mq, "B")) >= 3, 60,
+             what="the retried batches")
+    stage.stop()
+    assert "handler output line 2" in stage.stderr(), stage.stderr()
+    assert sorted(m["body"] for m in read_all(mq, "B")) == ["a-try1", "b-try1", "c-try1"]
+
+
+def test_a_failing_handler_emits_nothing_and_goes_to_the_dlq(mq: MQ, tmp_path: Path) -> None:
+    mq.ok("topic", "create", "A", "--queues", "2")
+    mq.ok("send", "A", input="ok1\nbad\nok2\n")
+    h = handler_script(tmp_path / "fail.sh", """
+        body=$(cat)
+        echo "out-$body-$MQ_RECONSUME_TIMES"
+        [ "$body" != bad ]
+    """)
+    stage = mq.start("consume", "A", "-g", "f", "--from", "first", "--exec", h, "--to", "B",
+                     "--retry-delay", "0", "--max-reconsume", "2")
+    wait_for(lambda: mq.run("consume", "%DLQ%f", "-g", "dlq", "--from", "first", "-e").out.strip() == "bad",
+             60, what="the failed message in the DLQ")
+    wait_for(lambda: committed(mq, "f", "A") == 3, 30, what="the inputs committed")
+    stage.stop()
+    assert sorted(m["body"] for m in read_all(mq, "B")) == ["out-ok1-0", "out-ok2-0"]
+
+
+def test_orderly_stage_keeps_each_queues_order(mq: MQ, src: list[str], tmp_path: Path) -> None:
+    # outputs without a sharding key stay in their input's queue number (DST has as many)
+    h = handler_script(tmp_path / "tag.sh", 'sed "s/$/-o/"')
+    mq.ok("consume", "A", "-g", "o", "--from", "first", "-e", "--orderly", "--threads", "4",
+          "--exec", h, "--to", "B")
+    a = per_queue(read_all(mq, "A"))
+    b = per_queue(read_all(mq, "B"))
+    assert b == {q: [x + "-o" for x in bodies] for q, bodies in a.items()}
+
+
+def test_concurrent_handlers_still_write_in_queue_order(mq: MQ, src: list[str], tmp_path: Path) -> None:
+    h = handler_script(tmp_path / "tag.sh", 'sed "s/$/-c/"')
+    mq.ok("consume", "A", "-g", "c", "--from", "first", "-e", "--threads", "8", "--exec", h, "--to", "B")
+    got = read_all(mq, "B")
+    once_each([m["body"] for m in got], [b + "-c" for b in src])
+    # each output lands on the queue of DST its line says nothing about: its order among the
+    # outputs of one input queue is the inputs' order
+    a = per_queue(read_all(mq, "A"))
+    order = {b + "-c": (q, i) for q, bodies in a.items() for i, b in enumerate(bodies)}
+    for q, bodies in per_queue(got).items():
+        seen: dict[int, int] = {}
+        for b in bodies:
+            src_q, i = order[b]
+            assert i > seen.get(src_q, -1), f"DST queue {q}: {b} came after a later input of queue {src_q}"
+            seen[src_q] = i
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--to", "B", "--broadcast"], "--to needs a clustering group"),
+    (["--to", "B", "--dedup"], "--dedup is not used with --to"),
+    (["--to", "A"], "--to must name another topic"),
+    (["--output", "json"], "--output applies to --to"),
+    (["--flush", "sync"], "--flush applies to --to"),
+    (["--to", "B", "--output", "json"], "--output is how an --exec handler"),
+    (["--to", "B", "--json"], "--to copies messages to DST"),
+])
+def test_usage_errors(mq: MQ, extra: list[str], msg: str) -> None:
+    mq.ok("topic", "create", "A", "--queues", "1")
+    one_error(mq.run("consume", "A", "-g", "g", "-e", *extra), 2, msg)
+
+
+def test_no_group_with_to_is_a_usage_error(mq: MQ) -> None:
+    mq.ok("topic", "create", "A", "--queues", "1")
+    one_error(mq.run("consume", "A", "--no-group", "-e", "--to", "B"), 2, "--to commits")
+
+
+def test_kill_9_mid_stream_then_restart_leaves_each_output_once(mq: MQ, tmp_path: Path) -> None:
+    mq.ok("topic", "create", "A", "--queues", "4")
+    mq.ok("topic", "create", "B", "--queues", "4")
+    src = send_keyed(mq, "A", 1000)
+    h = handler_script(tmp_path / "slow.sh", 'sleep 0.1; sed "s/$/-s/"')
+    for _kill in range(3):
+        stage = mq.start("consume", "A", "-g", "k", "--from", "first", "--batch", "5", "--exec", h,
+                         "--to", "B")
+        # killed once it has committed some outputs, with handlers running
+        target = committed(mq, "k", "A") + 20
+        wait_for(lambda t=target: committed(mq, "k", "A") > t, 60, what="some outputs committed")
+        stage.kill9()
+    mq.ok("consume", "A", "-g", "k", "--from", "first", "-e", "--batch", "5", "--exec", h, "--to", "B",
+          timeout=120)
+    got = read_all(mq, "B")
+    once_each([m["body"] for m in got], [b + "-s" for b in src])
+    mq.check_clean()
