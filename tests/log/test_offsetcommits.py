@@ -152,3 +152,19 @@ def test_a_scheduler_killed_after_delivering_delivers_nothing_twice(tmp_path: Pa
     assert deliver_due(s) == 0
     assert sorted(m.body for m in all_messages(s, "T")) == [b"d0", b"d1", b"d2"]
     s.close()
+
+
+def test_a_scheduler_pass_records_its_change_not_its_whole_state(tmp_path: Path) -> None:
+    # One late message at the head of the free-duration queue keeps every later one in the
+    # "delivered out of order" list; a progress record holding that whole list grew with it
+    # (past the store's message limit: every consumer's scheduler pass then failed)
+    s = open_store(tmp_path)
+    now = int(time.time() * 1000)
+    s.put([delay_draft(draft("T", "late"), (0, 3_600_000), s, now_ms=now)])
+    for rnd in range(3):
+        s.put([delay_draft(draft("T", f"d{rnd}-{i}"), (0, 10), s, now_ms=now - 1000) for i in range(300)])
+        assert deliver_due(s) == 300
+        body = s.pull("RMQ_SYS_DELAY_PROGRESS", 0, rnd, 1).messages[0].body
+        assert len(body) < 100, body
+    assert len(all_messages(s, "T")) == 900
+    s.close()
