@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from store.errors import CorruptionError, io_error
+from store.layout import backup_of
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -171,7 +172,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: 
         finally:
             os.close(fd)
         if keep_bak and path.exists():
-            bak = path.with_name(path.name + ".bak")
+            bak = backup_of(path)
             bak_tmp = path.with_name(f".{path.name}.bak.{os.getpid()}.tmp")
             try:
                 os.link(path, bak_tmp)
@@ -256,7 +257,7 @@ def read_json_with_bak(
     (``warn`` is told). Both unreadable → :class:`CorruptionError` naming the main file: a
     caller must never silently start over from nothing.
     """
-    bak = path.with_name(path.name + ".bak")
+    bak = backup_of(path)
     main_error: Exception | None = None
     if path.exists():
         try:

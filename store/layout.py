@@ -9,6 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def backup_of(path: Path) -> Path:
+    """The previous version kept beside a file that is replaced whole (``NAME.bak``)."""
+    return path.with_name(path.name + ".bak")
+
+
+def lock_beside(path: Path) -> Path:
+    """The sidecar lock file of a file that several processes rewrite (``NAME.lock``)."""
+    return path.with_name(path.name + ".lock")
+
+
 @dataclass(frozen=True)
 class Layout:
     root: Path

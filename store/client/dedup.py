@@ -51,7 +51,7 @@ from pathlib import Path
 from store import fsutil
 from store.errors import BadInputError, UsageError, io_error
 from store.flock import wait_flock
-from store.layout import Layout
+from store.layout import Layout, lock_beside
 from store.names import validate_group
 
 MAX_ENTRIES = 1_000_000
@@ -100,7 +100,7 @@ class DedupLog:
         self.max_entries = max_entries
         self.max_age_ms = max_age_ms
         self._clock = clock
-        self._lock_path = self.path.with_name(self.path.name + ".lock")
+        self._lock_path = lock_beside(self.path)
         # Insertion order is recording order, so the oldest entries are at the front.
         self._entries: OrderedDict[str, int] = OrderedDict()
         self._read = _ReadState()

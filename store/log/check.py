@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from store.layout import backup_of
 from store.log import checkpoint as ckpt
 from store.log import offsettable, recordscan
 from store.log.checkderived import IndexCheck, QueueCursors
@@ -100,6 +101,6 @@ def _check_json(engine: "Engine", problems: list[Problem]) -> None:
             try:
                 json.loads(p.read_bytes())
             except ValueError as exc:
-                bak = p.with_name(p.name + ".bak")
+                bak = backup_of(p)
                 note = f" ({bak.name} is used instead)" if bak.exists() else ""
                 problems.append(Problem(str(p), 0, f"not valid JSON: {exc}{note}"))

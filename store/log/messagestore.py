@@ -42,7 +42,7 @@ from store.errors import (
     UsageError,
 )
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
-from store.layout import Layout
+from store.layout import Layout, backup_of
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
@@ -140,7 +140,7 @@ class Store:
         """``store.json`` is gone but its ``.bak`` is readable: put it back (True). ``write``
         False (an open that must change nothing: ``store check``, ``top``): the ``.bak`` is
         only read, and ``store check`` reports the missing file."""
-        bak = layout.store_json.with_name("store.json.bak")
+        bak = backup_of(layout.store_json)
         try:
             obj = read_json_with_bak(bak)
             if obj is None:
@@ -188,7 +188,7 @@ class Store:
         for d in (layout.commitlog_dir, layout.consumequeue_dir, layout.index_dir, layout.config_dir):
             ensure_dir(d)
         # store.json is written once; its .bak copy is the fallback a damaged one names
-        atomic_write_json(layout.store_json.with_name("store.json.bak"), settings.to_json(), keep_bak=False)
+        atomic_write_json(backup_of(layout.store_json), settings.to_json(), keep_bak=False)
         atomic_write_json(layout.store_json, settings.to_json(), keep_bak=False)
 
     def close_queues(self) -> None:

@@ -9,16 +9,14 @@ One table for the whole store, the broker's ``ConsumerOffsetManager`` file (form
 healing in ``offsettable.py``), with the offsets journal ``config/consumerOffset.log`` of which
 it is the snapshot (``offsetjournal.py``).
 
-Members of every group persist into this one table from their own processes. Every change is a
-read-modify-write under an exclusive portalocker lock on ``consumerOffset.json.lock``: the
-change is appended to the journal, then the snapshot is published with
-:func:`fsutil.atomic_write_json` (temp file, fsync, rename, previous version kept as
-``consumerOffset.json.bak``). Readers take no lock: a rename is atomic, and journal records
-past the snapshot's ``journalEnd`` (a writer between the two steps, or one that died there)
-are applied on reading. A member's commit does not fsync the directory after the rename
-(resets and deletes do): a power cut may then keep the previous commit, whose messages are
-delivered again, but never a torn table. A damaged table stops only the groups whose offsets
-it lost (exit 5, naming them) until ``store recover`` resets them to the oldest message.
+Members of every group persist into this one table from their own processes, each change a
+read-modify-write under a lock on ``consumerOffset.json.lock``: appended to the journal, then
+the snapshot published with :func:`fsutil.atomic_write_json` (temp file, fsync, rename, ``.bak``
+kept). Readers take no lock, and apply journal records past the snapshot's ``journalEnd`` (a
+writer between the two steps) and exactly-once stages' offset commits past its
+``commitsApplied`` (``offsetcommits.py``). A member's commit does not fsync the directory
+(resets and deletes do): a power cut may keep the previous commit, never a torn table. A
+damaged table stops only the groups whose offsets it lost (exit 5) until ``store recover``.
 
 Broadcast clients — ``offsets/<clientId>/<group>/offsets.json`` (:class:`BroadcastOffsetStore`)
 -------------------------------------------------------------------------------------------
@@ -31,11 +29,9 @@ object per queue, written the same atomic way with ``offsets.json.bak`` and a si
 Damage
 ------
 A main file that is missing, empty, unparsable or of the wrong shape is replaced by its
-``.bak``, and the ``warn`` callback says so (default: ``mqctl: warning: …`` on stderr). When
-the ``.bak`` is unreadable too, :class:`CorruptionError` names the file: starting over from
-offset 0 (or from the end) without being told would silently redeliver or skip everything.
-The write that follows a fallback does not rotate the unreadable file into ``.bak``, so the
-good copy survives until a good main file exists.
+``.bak``, and ``warn`` says so; when the ``.bak`` is unreadable too, :class:`CorruptionError`
+names the file (starting over from 0 or the end unasked would redeliver or skip everything).
+The write after a fallback does not rotate the unreadable file into ``.bak``.
 
 Directories are created 0700, files 0600.
 """
@@ -52,7 +48,7 @@ from typing import Any
 from store import fsutil
 from store.errors import CorruptionError, StoreError, UsageError, io_error
 from store.flock import wait_flock
-from store.layout import Layout
+from store.layout import Layout, lock_beside
 from store.log import offsetcommits, offsettable
 from store.log.offsettable import (
     NO_OFFSET,
@@ -88,7 +84,7 @@ def warn_stderr(message: str) -> None:
 
 
 def _lock_path(path: Path) -> Path:
-    return path.with_name(path.name + ".lock")
+    return lock_beside(path)
 
 
 @contextmanager

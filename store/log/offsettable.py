@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from store import fsutil
-from store.layout import Layout
+from store.layout import Layout, backup_of
 from store.log import offsetjournal as oj
 
 NO_OFFSET = -1
@@ -234,7 +234,7 @@ def load(layout: Layout) -> Loaded:
     journal = oj.Journal(layout.consumer_offset_log)
     problems: list[tuple[str, str]] = []
     damaged_text = b""
-    for source, copy in (("snapshot", path), ("bak", path.with_name(path.name + ".bak"))):
+    for source, copy in (("snapshot", path), ("bak", backup_of(path))):
         table, je, why, raw = _read_copy(copy)
         if table is not None and je == -1 and layout.consumer_offset_log.exists():
             table, why = None, "no crc field"   # written by hand, or by an older version meanwhile
