@@ -83,10 +83,6 @@ def warn_stderr(message: str) -> None:
     sys.stderr.flush()
 
 
-def _lock_path(path: Path) -> Path:
-    return lock_beside(path)
-
-
 @contextmanager
 def _exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold an exclusive flock on ``lock_path`` (created 0600, never deleted) for the block."""
@@ -345,7 +341,7 @@ class ClusterOffsetStore:
 
     def _update(self, mutate: Callable[[ClusterTable], bool], sync: bool = True,
                 on_lost: Callable[[ClusterTable, set[str]], bool] | None = None, durable_end: int = 0) -> None:
-        with _exclusive(_lock_path(self.path)):
+        with _exclusive(lock_beside(self.path)):
             loaded = offsettable.load(self.layout)
             if loaded.unknown and on_lost is None:
                 self._load()   # raises: only recovery starts such a table over
@@ -426,7 +422,7 @@ class BroadcastOffsetStore:
         if not mine:
             return
         fsutil.ensure_dir(self.path.parent)
-        with _exclusive(_lock_path(self.path)):
+        with _exclusive(lock_beside(self.path)):
             watch = _FallbackWatch(self._warn)
             on_disk = self._read_file(watch)
             merged = {**on_disk, **mine}
