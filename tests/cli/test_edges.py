@@ -320,13 +320,54 @@ def test_count_bounds_messages_taken_whatever_their_outcome(mq: MQ) -> None:
     """``--count 1`` with a failing handler makes one attempt and stops (it went on taking
     message after message, dead-lettering each, until stopped); orderly too."""
     mq.send_lines("jobs", (str(i) for i in range(5)))
-    mq.ok("consume", "jobs", "-g", "g", "--from", "first", "--count", "1", "--max-reconsume", "0",
-          "--exec", "sh -c 'exit 1'", timeout=30)
+    res = mq.run("consume", "jobs", "-g", "g", "--from", "first", "--count", "1", "--max-reconsume", "0",
+                 "--exec", "sh -c 'exit 1'", timeout=30)
+    one_error(res, 1, "gave up on 1 message", allow_warnings=True)
     assert len(mq.ok("dlq", "list", "-g", "g", "--json").json_lines()) == 1
     assert sum(mq.offsets("g", "jobs").values()) == 1
     res = mq.ok("consume", "jobs", "-g", "o", "--orderly", "--from", "first", "--count", "1",
                 "--suspend-ms", "10", "--exec", "sh -c 'exit 1'", timeout=30)
     assert res.stderr.count("retrying in place") == 1, res.stderr
+
+
+
+# -- a consumer that gave up on a message exits 1 ---------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [[], ["--orderly", "--suspend-ms", "10"], ["--broadcast"]],
+                         ids=["concurrent", "orderly", "broadcast"])
+def test_consume_exec_that_gave_up_on_a_message_exits_1(mq: MQ, mode: list[str]) -> None:
+    """The contract's exit 1 for "``consume --exec`` gave up": a run ending on its own (``-e``)
+    after dead-lettering a message (or skipping a failed broadcast one) exits 1 with one error
+    line naming where it went; it used to exit 0. The good messages are still consumed."""
+    mq.ok("topic", "create", "jobs", "--queues", "1")
+    mq.send_lines("jobs", ["ok-1", "POISON", "ok-2"])
+    reconsume = [] if mode == ["--broadcast"] else ["--max-reconsume", "0"]
+    res = mq.run("consume", "jobs", "-g", "g", "--from", "first", "-e", *mode, *reconsume,
+                 "--exec", 'sh -c "! grep -q POISON"', timeout=60)
+    where = "broadcast messages are not retried" if mode == ["--broadcast"] else "moved to %DLQ%g"
+    one_error(res, 1, f"gave up on 1 message ({where}", allow_warnings=True)
+    if mode != ["--broadcast"]:
+        assert [r["body"] for r in mq.ok("dlq", "list", "-g", "g", "--json").json_lines()] == ["POISON"]
+        assert mq.offsets("g", "jobs") == {("jobs", 0): 3}
+    # nothing given up: exit 0
+    mq.send_lines("jobs", ["ok-3"])
+    ok = mq.run("consume", "jobs", "-g", "g2", "--from", "first", "-e", *mode, "--exec", "true", timeout=60)
+    assert ok.returncode == 0 and "gave up" not in ok.stderr, str(ok)
+
+
+def test_consume_stopped_by_sigterm_after_giving_up_exits_0_and_says_so(mq: MQ) -> None:
+    """A long-running member stopped by SIGTERM exits 0 (the contract's graceful stop), but
+    still says on stderr that it gave up on a message."""
+    import signal
+    mq.ok("topic", "create", "jobs", "--queues", "1")
+    p = mq.start("consume", "jobs", "-g", "g", "--from", "first", "--max-reconsume", "0",
+                 "--exec", 'sh -c "! grep -q POISON"')
+    mq.send_lines("jobs", ["POISON"])
+    wait_for(lambda: mq.run("dlq", "list", "-g", "g", "--json").json_lines(), 30, what="a dead letter")
+    p.signal(signal.SIGTERM)
+    assert p.wait(30) == 0, p.stderr()
+    assert "mqctl: warning: gave up on 1 message (moved to %DLQ%g" in p.stderr(), p.stderr()
 
 
 # -- 3: a malformed input line says what was stored before it ---------------------------------
