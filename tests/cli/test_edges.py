@@ -370,6 +370,30 @@ def test_consume_stopped_by_sigterm_after_giving_up_exits_0_and_says_so(mq: MQ) 
     assert "mqctl: warning: gave up on 1 message (moved to %DLQ%g" in p.stderr(), p.stderr()
 
 
+
+def test_progress_shows_a_retry_waiting_in_the_schedule_topic(mq: MQ) -> None:
+    """A failed message waiting out its retry delay is in the schedule topic, in no queue of
+    the group: ``progress`` showed lag 0 everywhere, as if nothing were left to do. Now the
+    group's %RETRY% row counts it as ``scheduled`` (the table, its summary and ``--json``)."""
+    mq.ok("topic", "create", "jobs", "--queues", "2")
+    mq.send_lines("jobs", ["ok", "POISON"])
+    res = mq.ok("consume", "jobs", "-g", "g", "--from", "first", "-e", "--exec", 'sh -c "! grep -q POISON"')
+    assert "wait" in res.stderr and "%RETRY%g" in res.stderr, res.stderr   # retry level 3: 10 s away
+    rows = mq.ok("progress", "-g", "g", "--json").json_lines()
+    assert sum(r["lag"] for r in rows) == 0
+    assert {(r["topic"], r["queueId"]): r["scheduled"] for r in rows} == {
+        ("jobs", 0): 0, ("jobs", 1): 0, ("%RETRY%g", 0): 1}, rows
+    table = mq.ok("progress", "-g", "g")
+    header, *lines = table.out.splitlines()
+    assert "SCHEDULED" in header.split(), table.out
+    retry_line = next(ln for ln in lines if ln.startswith("%RETRY%g"))
+    assert retry_line.split()[header.split().index("SCHEDULED")] == "1", table.out
+    assert "1 failed message waiting for a retry" in table.stderr, table.stderr
+    # --topic naming the user topic leaves the retry row out, and with it the column
+    only = mq.ok("progress", "-g", "g", "--topic", "jobs")
+    assert "SCHEDULED" not in only.out, only.out
+
+
 # -- 3: a malformed input line says what was stored before it ---------------------------------
 
 
