@@ -57,6 +57,8 @@ async def drive(rt: Runtime) -> None:
     """Run the runtime's loop on the running event loop until it ends (a stop, an error,
     ``exit_at_end`` drained). Cancelling it ends the loop between two turns: the runtime is
     then as after any turn, and its owner shuts it down."""
+    from store.client.aio_watch import share_loop_inotify
+    share_loop_inotify(rt.wake, asyncio.get_running_loop())   # one inotify instance per loop
     turns = rt.turns()
     try:
         due = next(turns)
