@@ -85,7 +85,7 @@ def is_remote_fs(path: str | Path) -> str | None:
 
 class Instance:
     """One inotify descriptor and who watches what through it: a :class:`store.watch.Watcher`
-    has one of its own, or shares its event loop's (``store/client/aio_watch.py``: the kernel
+    has one of its own, or shares its event loop's (``store/client/aio_shared.py``: the kernel
     allows 128 instances per user, not one per asyncio consumer). Watching a directory twice
     on one instance gives the same watch descriptor, so each is kept for the set of its
     owners and removed from the kernel when the last one lets go; :meth:`pump` reads what

@@ -52,7 +52,7 @@ API
     ``poll_max`` s to look): an asyncio consumer waits this way, holding no thread.
 ``share(instance, release)``, ``started``
     Before the first wait: watch through an inotify instance shared with other watchers (an
-    event loop's, read by the loop: ``store/client/aio_watch.py``), woken through the wake
+    event loop's, read by the loop: ``store/client/aio_shared.py``), woken through the wake
     pipe; ``close`` calls ``release``.
 ``backend``, ``close()`` (once no other thread calls :meth:`wake` any more: the runtime's
     ``shutdown``, after its handler pool is shut down); a context manager.
@@ -165,7 +165,7 @@ class Watcher:
 
     def share(self, instance: Instance, release: Callable[[], None]) -> None:
         """Watch through ``instance``, an inotify instance others watch through too (an event
-        loop's, whose reader pumps it: ``store/client/aio_watch.py``),
+        loop's, whose reader pumps it: ``store/client/aio_shared.py``),
         instead of one of our own; ``release`` is called once by :meth:`close`. Events for our
         paths then wake us through the wake pipe. Only before the watches are set up."""
         if self._started or self._closed or self._want == "poll":

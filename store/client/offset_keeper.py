@@ -66,6 +66,10 @@ class OffsetKeeper:
         self.epochs: dict[str, int] = {}
         self._reset_look: tuple[int, int, int] | None = None   # the offsets file check_reset last read
         self.offset_store: Any = None   # ClusterOffsetStore, BroadcastOffsetStore or MemoryOffsetStore
+        # An asyncio driver commits off the event loop: the end-of-turn persists only ask for
+        # it (``persist_wanted``), and the driver runs :meth:`persist` on a thread after the turn
+        self.defer_turn_persists = False
+        self.persist_wanted = False
 
     def open(self) -> None:
         """Open the offset store the member's mode uses, and learn the reset epochs."""
@@ -209,7 +213,7 @@ class OffsetKeeper:
         queue (``lag``), so a crash hands at most one pull batch per queue to a member a
         second time (in-process sinks: at most once per ``every_s``, see :meth:`pace`)."""
         if self.urgent and now - self.last_persist >= self.every_s:
-            self.persist()
+            self._turn_persist()
 
     def persist_idle(self, handlers_busy: bool) -> None:
         """The loop has nothing to do: make what moved durable now, unless in-process or
@@ -221,6 +225,12 @@ class OffsetKeeper:
         if self.dirty and not self.o.no_group and (
                 not handlers_busy
                 or (self.every_s > 0 and time.monotonic() - self.last_persist >= self.every_s)):
+            self._turn_persist()
+
+    def _turn_persist(self) -> None:
+        if self.defer_turn_persists:
+            self.persist_wanted = True
+        else:
             self.persist()
 
     # -- resets ----------------------------------------------------------------------------

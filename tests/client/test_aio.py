@@ -15,7 +15,7 @@ from typing import Any, Callable, Coroutine
 import pytest
 
 import store
-from store.client import aio_watch
+from store.client import aio_shared
 from store.inotify import inotify_available
 from tests.procs import MQ, wait_for  # noqa: F401  (mq is a fixture)
 
@@ -325,8 +325,52 @@ def test_200_async_consumers_share_one_inotify_instance(mq: MQ, path: str) -> No
     assert sorted(got) == sorted(f"g{i}:{b}" for i in range(n) for b in ("one", "two"))
     assert during == 1, f"{during} inotify instances for {n} consumers in one loop"
     assert backends == {"inotify"}, backends
-    assert aio_watch.loop_instances() == 0
+    assert aio_shared.loop_instances() == 0
     wait_for(lambda: _inotify_fds() == before, 10, what="the shared instance to be closed")
+
+
+
+def test_offset_commits_of_a_consuming_async_consumer_run_off_the_loop(
+        mq: MQ, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An offset commit ends with an fsync; the end-of-turn commits of an AsyncConsumer ran
+    in the turn, on the event loop, stalling every task of it for the fsync. Now they run on
+    the loop's commit thread: while the consumer takes and commits messages, no fsync is
+    called on the loop's thread (what asyncio's debug mode reported as slow callbacks)."""
+    one_queue_topic(path, "T")
+    on_loop: list[str] = []
+    watching = threading.Event()
+    loop_thread = threading.get_ident()
+
+    def spy(real: Callable[[int], None]) -> Callable[[int], None]:
+        def call(fd: int) -> None:
+            if watching.is_set() and threading.get_ident() == loop_thread:
+                on_loop.append(real.__name__)
+            real(fd)
+        return call
+    monkeypatch.setattr(os, "fsync", spy(os.fsync))
+    monkeypatch.setattr(os, "fdatasync", spy(os.fdatasync))
+
+    async def main() -> list[str]:
+        got: list[str] = []
+        async with store.AsyncConsumer("T", "g", path, start_from="first") as c:
+            async def iterate() -> None:
+                async for m in c.messages():
+                    got.append(m.text)
+            task = asyncio.get_running_loop().create_task(iterate())
+            async with store.AsyncProducer(path) as p:
+                await p.send("T", b"m0")
+                await until(lambda: got, "the first message (the member has joined)")
+                watching.set()   # from here on: taking and committing messages
+                for i in range(1, 6):
+                    await p.send("T", f"m{i}".encode())
+                    await until(lambda i=i: len(got) > i, f"message m{i}")
+                await until(lambda: store.Admin(path).offsets("g", "T")[0].offset >= 5, "offsets committed")
+            watching.clear()
+            c.stop()
+            await task
+        return got
+    assert arun(main) == [f"m{i}" for i in range(6)]
+    assert on_loop == [], f"{len(on_loop)} fsyncs on the event loop's thread while consuming"
 
 
 def test_transactions_with_async_local_transactions_and_checks(mq: MQ, path: str) -> None:
