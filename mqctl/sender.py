@@ -351,6 +351,9 @@ class Sender:
         if self.bodies:
             bodies, self.bodies = self.bodies, []
             skeys, self.skeys = self.skeys, None
+            if skeys is None and self.sharding_key is not None:
+                # (the fast path of raw stdin lines keeps no list: one --sharding-key for all)
+                skeys = [self.sharding_key] * len(bodies)
             self.batch_bytes = 0
             self.producer.send_bodies(self.topic, bodies, properties=self.props,
                                       queue=None if self.queue < 0 else self.queue, sharding_keys=skeys,

@@ -124,7 +124,9 @@ def consume(
         help="Write each message as a JSON envelope (what send --input json reads back); with "
              "--exec, the handler reads envelopes on stdin, one per line.")] = False,
     format_: Annotated[Optional[str], typer.Option(
-        "--format", "-f", metavar="FORMAT", help=f"Output template (kcat's tokens): {FORMAT_HELP}.")] = None,
+        "--format", "-f", metavar="FORMAT",
+        help=f"raw (the default: each body and a newline), json (as --json), or an output template "
+             f"(kcat's tokens): {FORMAT_HELP}.")] = None,
     rebalance_interval: Annotated[str, typer.Option(
         "--rebalance-interval", metavar="DURATION",
         help="Between rebalances when nothing changes (a member joining or leaving wakes it at once).")] = "5s",
