@@ -65,6 +65,7 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         validate_group,
     )
     validate_any_topic(r.topic)
+    _named_format(r)
     group = _group(r)
     validate_group(group)
     _check_output(r)
@@ -200,6 +201,15 @@ def _group(r: ConsumeRequest) -> str:
         if given:
             raise UsageError(f"{flag} needs a group; --no-group reads without one")
     return "mqctl-no-group"
+
+
+def _named_format(r: ConsumeRequest) -> None:
+    """``--format raw`` is the default output (each body and a newline) and ``--format json``
+    is ``--json``, by the contract's names; any other ``--format`` is a template."""
+    if r.format_ == "raw":
+        r.format_ = None
+    elif r.format_ == "json":
+        r.format_, r.json = None, True
 
 
 def _check_output(r: ConsumeRequest) -> None:

@@ -16,6 +16,7 @@ CLIENT_COLUMNS = [("clientId", "CLIENT-ID"), CLIENT_STATE]
 PROGRESS_COLUMNS = [("topic", "TOPIC"), ("queueId", "QUEUE"), ("brokerOffset", "BROKER-OFFSET"),
                     ("consumerOffset", "CONSUMER-OFFSET"), ("lag", "LAG"), ("lastConsumed", "LAST-CONSUMED"),
                     ("owner", "OWNER")]
+SCHEDULED = ("scheduled", "SCHEDULED")   # shown when a message waits in the schedule topic
 RESET_COLUMNS = [("topic", "TOPIC"), ("queueId", "QUEUE"), ("currentOffset", "CURRENT-OFFSET"),
                  ("newOffset", "NEW-OFFSET"), ("clamped", "CLAMPED")]
 

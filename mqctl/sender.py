@@ -352,7 +352,8 @@ class Sender:
             bodies, self.bodies = self.bodies, []
             skeys, self.skeys = self.skeys, None
             if skeys is None and self.sharding_key is not None:
-                skeys = [self.sharding_key] * len(bodies)   # --sharding-key for every line
+                # (the fast path of raw stdin lines keeps no list: one --sharding-key for all)
+                skeys = [self.sharding_key] * len(bodies)
             self.batch_bytes = 0
             self.producer.send_bodies(self.topic, bodies, properties=self.props,
                                       queue=None if self.queue < 0 else self.queue, sharding_keys=skeys,

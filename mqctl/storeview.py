@@ -14,22 +14,32 @@ if TYPE_CHECKING:
 CLEAN_COLUMNS = [("kind", "KIND"), ("path", "FILE"), ("size", "SIZE"), ("age", "AGE"), ("action", "ACTION")]
 
 
-def show_check(out: Output, rep: "CheckReport", stale: "Sequence[StagingDir]") -> None:
-    """Each problem as FILE:OFFSET: REASON (or a JSON object), then the summary."""
-    problems = rep.problems or []
+def show_check(out: Output, rep: "CheckReport", stale: "Sequence[StagingDir]", utc: bool = False) -> None:
+    """Each problem as FILE:OFFSET: REASON (or a JSON object), the damage ``store recover``
+    already reported marked as known, then the summary."""
+    from store import format_local
+    problems, known = rep.problems or [], rep.known or []
     for d in stale:   # not damage: left by a killed Spark job; `store clean` removes it
         out.warn(f"stale Spark staging {d.describe()} (mqctl store clean removes it)")
     if out.json:
-        for p in problems:
+        for p in [*problems, *known]:
             out.emit_json(p.to_json())
         out.emit_json({"status": "DAMAGED" if problems else "OK", "records": rep.records,
-                       "cqEntries": rep.cq_entries, "problems": len(problems), "staleStaging": len(stale)})
+                       "cqEntries": rep.cq_entries, "problems": len(problems), "knownProblems": len(known),
+                       "staleStaging": len(stale)})
         return
     for p in problems:
         sys.stdout.write(f"{p.file}:{p.offset}: {p.reason}\n")
+    for p in known:
+        sys.stdout.write(f"{p.file}:{p.offset}: {p.reason} (known: reported by store recover "
+                         f"{format_local(p.reported_at or 0, utc)})\n")
     entries = plural(rep.cq_entries, "consume-queue entry", "consume-queue entries")
     out.info(f"checked {plural(rep.records, 'record')} and {entries}: "
              f"{plural(len(problems), 'problem') if problems else 'OK'}")
+    if known:
+        first = format_local(min(p.reported_at or 0 for p in known), utc)
+        out.info(f"{plural(len(known), 'known problem')}: damage `mqctl store recover` already reported "
+                 f"(since {first}); its messages are lost and never served, nothing new to repair")
 
 
 def show_recover(out: Output, rep: "RecoveryReport") -> None:

@@ -7,6 +7,7 @@ syscalls. ``statfs`` tells the file systems where inotify misses other machines'
 """
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import struct
@@ -80,3 +81,77 @@ def is_remote_fs(path: str | Path) -> str | None:
         return None
     f_type = ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
     return REMOTE_FS_MAGIC.get(f_type)
+
+
+class Instance:
+    """One inotify descriptor and who watches what through it: a :class:`store.watch.Watcher`
+    has one of its own, or shares its event loop's (``store/client/aio_shared.py``: the kernel
+    allows 128 instances per user, not one per asyncio consumer). Watching a directory twice
+    on one instance gives the same watch descriptor, so each is kept for the set of its
+    owners and removed from the kernel when the last one lets go; :meth:`pump` reads what
+    arrived and hands each event to the owners of its watch (``owner.event(wd, mask, name)``;
+    a queue overflow goes to every owner, with ``wd`` -1)."""
+
+    def __init__(self) -> None:
+        libc = load_libc()
+        fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC) if libc else -1
+        if fd < 0:
+            import ctypes
+            err = ctypes.get_errno() if libc else errno.ENOSYS
+            raise OSError(err, f"inotify unavailable: {os.strerror(err)}")
+        self.fd: int = fd
+        self._owners: dict[int, set[Any]] = {}
+
+    def add(self, directory: Path, owner: Any) -> int:
+        """Watch ``directory`` for ``owner``; its watch descriptor, or -1 (errno unread)."""
+        wd: int = load_libc().inotify_add_watch(self.fd, os.fsencode(directory), DIR_MASK)
+        if wd >= 0:
+            self._owners.setdefault(wd, set()).add(owner)
+        return wd
+
+    def remove(self, wd: int, owner: Any) -> None:
+        owners = self._owners.get(wd)
+        if owners is None:
+            return
+        owners.discard(owner)
+        if not owners:
+            del self._owners[wd]
+            if self.fd >= 0:
+                load_libc().inotify_rm_watch(self.fd, wd)
+
+    def pump(self) -> None:
+        """Read every event waiting (never blocks) and hand each to its watch's owners."""
+        data = b""
+        while self.fd >= 0:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            except InterruptedError:
+                continue
+            if not chunk:
+                break
+            data += chunk
+        pos, n = 0, len(data)
+        while pos + EVENT.size <= n:
+            wd, mask, _cookie, length = EVENT.unpack_from(data, pos)
+            name = os.fsdecode(data[pos + EVENT.size:pos + EVENT.size + length].rstrip(b"\0"))
+            pos += EVENT.size + length
+            if mask & IN_Q_OVERFLOW:
+                owners = set().union(*self._owners.values()) if self._owners else set()
+                for owner in owners:
+                    owner.event(-1, mask, name)
+                continue
+            for owner in list(self._owners.get(wd, ())):
+                owner.event(wd, mask, name)
+            if mask & IN_IGNORED:   # the kernel dropped the watch (its directory went away)
+                self._owners.pop(wd, None)
+
+    def close(self) -> None:
+        """Drop every watch. Closing an inotify descriptor waits out an RCU grace period
+        (10-20 ms): a thread of its own does it, off the caller's way."""
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            self._owners.clear()
+            import threading
+            threading.Thread(target=os.close, args=(fd,), name="inotify-close", daemon=True).start()

@@ -87,6 +87,11 @@ class Layout:
     def delay_offset_json(self) -> Path:
         return self.config_dir / "delayOffset.json"
 
+    @property
+    def known_damage_json(self) -> Path:
+        """Damaged log ranges ``store recover`` reported (``store/log/knowndamage.py``)."""
+        return self.config_dir / "knownDamage.json"
+
     # -- per topic / queue
     def queue_dir(self, topic: str, queue_id: int) -> Path:
         return self.consumequeue_dir / topic / str(queue_id)

@@ -50,6 +50,10 @@ API
     Every descriptor to register with an event loop (``loop.add_reader``: the inotify one and
     the wake pipe's), and whether some path is polled all the same (then wake every
     ``poll_max`` s to look): an asyncio consumer waits this way, holding no thread.
+``share(instance, release)``, ``started``
+    Before the first wait: watch through an inotify instance shared with other watchers (an
+    event loop's, read by the loop: ``store/client/aio_shared.py``), woken through the wake
+    pipe; ``close`` calls ``release``.
 ``backend``, ``close()`` (once no other thread calls :meth:`wake` any more: the runtime's
     ``shutdown``, after its handler pool is shut down); a context manager.
 
@@ -76,26 +80,13 @@ How
 """
 from __future__ import annotations
 
-import errno
 import os
 import select
-import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
-from store.inotify import (
-    DIR_MASK,
-    EVENT,
-    IN_CLOEXEC,
-    IN_DELETE_SELF,
-    IN_IGNORED,
-    IN_MOVE_SELF,
-    IN_NONBLOCK,
-    IN_Q_OVERFLOW,
-    is_remote_fs,
-    load_libc,
-)
+from store.inotify import IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, Instance, is_remote_fs
 
 __all__ = ["Watcher", "consumer_paths"]
 
@@ -144,7 +135,10 @@ class Watcher:
         self.poll_max = poll_max
         self._interval = poll_min
         self.changed: set[Path] = set()
-        self._fd = -1
+        self._inst: Instance | None = None        # inotify: our own, or shared (see share)
+        self._release: Callable[[], None] | None = None   # set when shared: let go of it
+        self._seen: set[Path] = set()              # paths events named since the last look
+        self._lost: set[int] = set()               # wds whose directory went away
         self._closed = False
         # logical watches: path -> ("dir", None) | ("file", name) and where they are armed
         self._kinds: dict[Path, tuple[str, str | None]] = {}
@@ -169,27 +163,37 @@ class Watcher:
         if not lazy:
             self._start()
 
+    def share(self, instance: Instance, release: Callable[[], None]) -> None:
+        """Watch through ``instance``, an inotify instance others watch through too (an event
+        loop's, whose reader pumps it: ``store/client/aio_shared.py``),
+        instead of one of our own; ``release`` is called once by :meth:`close`. Events for our
+        paths then wake us through the wake pipe. Only before the watches are set up."""
+        if self._started or self._closed or self._want == "poll":
+            release()
+            return
+        self._inst, self._release = instance, release
+
     def _start(self) -> None:
         """Set up the kernel's watches (or the polling snapshots) of every path watched."""
         self._started = True
-        backend = self._want
-        if backend != "poll":
-            libc = load_libc()
-            fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC) if libc else -1
-            if fd < 0:
-                if backend == "inotify":
-                    import ctypes  # loaded already: load_libc used it
-                    err = ctypes.get_errno() if libc else errno.ENOSYS
+        if self._inst is None and self._want != "poll":
+            try:
+                self._inst = Instance()
+            except OSError:
+                if self._want == "inotify":
                     self._close_pipes()
-                    raise OSError(err, f"inotify unavailable: {os.strerror(err)}")
-            else:
-                self._fd = fd
-        self._backend = "inotify" if self._fd >= 0 else "poll"
+                    raise
+        self._backend = "inotify" if self._inst is not None else "poll"
         self._poller.register(self._rpipe, select.POLLIN)
-        if self._fd >= 0:
-            self._poller.register(self._fd, select.POLLIN)
+        if self._inst is not None and self._release is None:
+            self._poller.register(self._inst.fd, select.POLLIN)
         for p in self._kinds:
             self._arm(p)
+
+    @property
+    def started(self) -> bool:
+        """Whether the watches are set up (by a first wait, :meth:`fileno` or :attr:`backend`)."""
+        return self._started
 
     @property
     def backend(self) -> str:
@@ -235,7 +239,7 @@ class Watcher:
         """Arm ``p``: an inotify watch on its directory, or polling. False if it (its
         directory) does not exist yet: then its nearest existing ancestor is watched."""
         target = self._dir_of(p)
-        if self._fd < 0 or is_remote_fs(target if target.exists() else _existing_ancestor(target)):
+        if self._inst is None or is_remote_fs(target if target.exists() else _existing_ancestor(target)):
             self._polled[p] = _Snap(p)
             return True
         for _ in range(8):
@@ -257,7 +261,8 @@ class Watcher:
         return True
 
     def _add_wd(self, d: Path) -> int:
-        wd: int = load_libc().inotify_add_watch(self._fd, os.fsencode(d), DIR_MASK)  # ctypes: c_int -> int
+        assert self._inst is not None
+        wd = self._inst.add(d, self)
         if wd >= 0:
             self._wds[wd] = d
         return wd
@@ -266,8 +271,8 @@ class Watcher:
         if wd in self._armed.values() or wd in self._pending.values():
             return
         self._wds.pop(wd, None)
-        if self._fd >= 0:
-            load_libc().inotify_rm_watch(self._fd, wd)
+        if self._inst is not None:
+            self._inst.remove(wd, self)
 
     # -- waiting -------------------------------------------------------------------------------
     def wake(self) -> None:
@@ -290,7 +295,7 @@ class Watcher:
     def fileno(self) -> int:
         if not self._started:
             self._start()
-        return self._fd if self._fd >= 0 else self._rpipe
+        return self._inst.fd if self._inst is not None and self._release is None else self._rpipe
 
     def descriptors(self) -> tuple[int, ...]:
         """Every descriptor that becomes readable on a change or a :meth:`wake`, for an event
@@ -298,7 +303,8 @@ class Watcher:
         (see :attr:`polls`) change without one: look with ``wait(0)`` every ``poll_max`` s."""
         if not self._started:
             self._start()
-        return (self._rpipe,) if self._fd < 0 else (self._rpipe, self._fd)
+        own = self._inst is not None and self._release is None
+        return (self._rpipe, self._inst.fd) if own and self._inst is not None else (self._rpipe,)
 
     @property
     def polls(self) -> bool:
@@ -323,6 +329,12 @@ class Watcher:
             if self._polled and self._poll_once():
                 self._interval = self.poll_min
                 return True
+            if self._release is not None:   # shared: what the loop's reader has not read yet
+                self._take_events()
+                if self._pending:
+                    self._retry_pending()
+                if self.changed:
+                    return True
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if remaining == 0 and looked:
                 return False
@@ -336,8 +348,10 @@ class Watcher:
                 if fd == self._rpipe:
                     _drain(self._rpipe)
                     woke = True
-                elif fd == self._fd:
-                    self._read_events()
+                else:
+                    self._take_events()
+            if self._release is not None:
+                self._take_events()
             if self._pending:
                 self._retry_pending()
             if woke or self.changed:
@@ -366,30 +380,28 @@ class Watcher:
                 self.changed.add(p)   # it appeared: what is in it now is news to the caller
                 self._release_wd(old_wd)
 
-    def _read_events(self) -> None:
-        data = b""
-        while True:
-            try:
-                chunk = os.read(self._fd, 65536)
-            except BlockingIOError:
-                break
-            except InterruptedError:
-                continue
-            if not chunk:
-                break
-            data += chunk
-        pos, n = 0, len(data)
-        lost: set[int] = set()
-        while pos + EVENT.size <= n:
-            wd, mask, _cookie, length = EVENT.unpack_from(data, pos)
-            name = data[pos + EVENT.size:pos + EVENT.size + length].rstrip(b"\0")
-            pos += EVENT.size + length
-            if mask & IN_Q_OVERFLOW:
-                self.changed.update(self._kinds)
-                continue
+    def event(self, wd: int, mask: int, name: str) -> None:
+        """An inotify event on one of our watches (``wd`` -1: the queue overflowed, so
+        anything may have changed), from :meth:`Instance.pump`."""
+        before = len(self._seen)
+        if wd < 0:
+            self._seen.update(self._kinds)
+        else:
             if mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF):
-                lost.add(wd)
-            self._match(wd, os.fsdecode(name), mask)
+                self._lost.add(wd)
+            self._seen.update(self._match(wd, name, mask))
+        if self._release is not None and (len(self._seen) > before or wd in self._lost
+                                          or wd in self._pending.values()):
+            self.wake()   # shared: the loop's reader read it for us; our wait looks now
+
+    def _take_events(self) -> None:
+        """Read what the instance has (for us and, shared, the other owners), then take what
+        was seen into :attr:`changed` and watch again what went away."""
+        if self._inst is not None:
+            self._inst.pump()
+        self.changed |= self._seen
+        self._seen = set()
+        lost, self._lost = self._lost, set()
         for wd in lost:   # the directory went away (or moved): watch for it to come back
             self._wds.pop(wd, None)
             for p in [p for p, w in self._armed.items() if w == wd]:
@@ -400,26 +412,32 @@ class Watcher:
                 del self._pending[p]
                 self._arm(p)
 
-    def _match(self, wd: int, name: str, mask: int) -> None:
+    def _match(self, wd: int, name: str, mask: int) -> list[Path]:
+        hit = []
         for p, w in self._armed.items():
             if w != wd:
                 continue
             kind, fname = self._kinds[p]
             if kind == "dir" or name == fname or (not name and mask & (IN_DELETE_SELF | IN_MOVE_SELF)):
-                self.changed.add(p)
+                hit.append(p)
         # a pending path's ancestor changed: maybe the path appeared (checked by the caller)
+        return hit
 
     # -- closing -------------------------------------------------------------------------------
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            # Closing an inotify descriptor (which drops every watch) waits out an RCU grace
-            # period, 10-20 ms: a thread of its own does it, off the caller's way (a Python
-            # consumer leaving its group).
-            threading.Thread(target=os.close, args=(fd,), name="inotify-close", daemon=True).start()
+        inst, self._inst = self._inst, None
+        if inst is not None and self._release is not None:
+            for wd in list(self._wds):   # our watches on the shared instance, not the others'
+                inst.remove(wd, self)
+            release, self._release = self._release, None
+            release()
+        elif inst is not None:
+            inst.close()   # (off the caller's way: closing waits out an RCU grace period)
+        elif self._release is not None:
+            self._release()
         self._close_pipes()
 
     def _close_pipes(self) -> None:

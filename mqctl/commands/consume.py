@@ -17,6 +17,11 @@ and MQ_TOPIC, MQ_QUEUE_ID, MQ_QUEUE_OFFSET, MQ_MSG_ID, MQ_KEYS, MQ_TAGS, MQ_RECO
 MQ_GROUP, MQ_BORN_TIMESTAMP, MQ_STORE_TIMESTAMP in its environment; exit 0 = consumed,
 anything else = retried. Delivery is at-least-once.
 
+Exit status: 1 when the run gave up on a message (dead-lettered it after --max-reconsume
+retries, or skipped a failed --broadcast one) and ended on its own (-e, --count,
+--idle-timeout); 0 otherwise, and 0 when stopped by SIGINT/SIGTERM (a warning then says
+what it gave up on).
+
 With --batch N, CMD gets up to N messages of one queue at a time. Its stdin holds each body
 followed by a newline, or with --json one envelope per line (use it when bodies may hold
 newlines). The MQ_* values are the first message's, except MQ_RECONSUME_TIMES: the highest
@@ -129,7 +134,9 @@ def consume(
         help="Write each message as a JSON envelope (what send --input json reads back); with "
              "--exec, the handler reads envelopes on stdin, one per line.")] = False,
     format_: Annotated[Optional[str], typer.Option(
-        "--format", "-f", metavar="FORMAT", help=f"Output template (kcat's tokens): {FORMAT_HELP}.")] = None,
+        "--format", "-f", metavar="FORMAT",
+        help=f"raw (the default: each body and a newline), json (as --json), or an output template "
+             f"(kcat's tokens): {FORMAT_HELP}.")] = None,
     to: Annotated[Optional[str], typer.Option(
         "--to", metavar="DST", autocompletion=complete_topic,
         help="Exactly-once stage: copy each message to DST (with --exec: CMD's stdout becomes DST's "

@@ -19,15 +19,20 @@ no committed offset counts every stored message), lastTimestamp the store time o
 consumed message. Rows of the group's %RETRY% topic are included unless --topic names
 another topic. OWNER is the live member holding the queue. Times are local (--utc: UTC).
 
+scheduled counts the messages waiting out a delay before they come to the queue, not yet in
+its lag: on the %RETRY% row, the group's failed messages waiting for their retry (RocketMQ's
+delay levels: 10s, 30s, 1m, ...). The column is shown when one is waiting; --json always
+has the field.
+
 Examples:
   mqctl progress -g billing
   mqctl progress -g billing --json | jq -s 'map(.lag) | add'"""
 
 
 def progress(ctx: typer.Context, group: GroupOpt, topic: TopicFilterOpt = None, json: JsonOpt = False) -> None:
-    from mqctl.offsetsview import CLIENT_STATE, PROGRESS_COLUMNS, in_topic
+    from mqctl.offsetsview import CLIENT_STATE, PROGRESS_COLUMNS, SCHEDULED, in_topic
     from mqctl.output import Output, plural
-    from store import format_local
+    from store import format_local, topic_kind
     st = state(ctx)
     admin = st.admin()
     rows = [r.to_json() for r in admin.lag(group, topic)]
@@ -39,7 +44,14 @@ def progress(ctx: typer.Context, group: GroupOpt, topic: TopicFilterOpt = None, 
         if not json:
             out.info(f"no committed offsets or subscriptions for group {group}{in_topic(topic)}")
         return
-    out.table(rows, PROGRESS_COLUMNS + ([CLIENT_STATE] if any(r.get("clientId") for r in rows) else []))
+    scheduled = sum(r["scheduled"] for r in rows)
+    columns = PROGRESS_COLUMNS[:-1] + ([SCHEDULED] if scheduled else []) + PROGRESS_COLUMNS[-1:]
+    out.table(rows, columns + ([CLIENT_STATE] if any(r.get("clientId") for r in rows) else []))
     if not json:
         members = len(admin.consumers(group))
-        out.info(f"group {group}: {plural(members, 'live member')}, total lag {sum(r['lag'] for r in rows)}")
+        retrying = sum(r["scheduled"] for r in rows if topic_kind(r["topic"]) == "retry")
+        waiting = f", {plural(retrying, 'failed message')} waiting for a retry" if retrying else ""
+        delayed = scheduled - retrying
+        waiting += f", {plural(delayed, 'delayed message')} not due yet" if delayed else ""
+        out.info(f"group {group}: {plural(members, 'live member')}, total lag {sum(r['lag'] for r in rows)}"
+                 f"{waiting}")

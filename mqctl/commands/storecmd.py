@@ -32,7 +32,10 @@ def _log_progress(out: "Output", admin: "Admin", label: str) -> Iterator[Callabl
 
 Read-only. Each problem is printed on stdout as FILE:OFFSET: REASON (with --json one object
 each, then a summary object) and the command exits 1; `mqctl store recover` repairs what can
-be repaired. A progress bar shows on a terminal.
+be repaired. A damaged record cannot be: recover steps over it (its message is lost, never
+served) and records the damage as reported (config/knownDamage.json). Check then lists it
+as known ("(known: reported by store recover …)", --json "known": true) and exits 0, while
+any damage not reported yet still exits 1. A progress bar shows on a terminal.
 
 Examples:
   mqctl store check
@@ -45,7 +48,7 @@ def check(ctx: typer.Context, json: JsonOpt = False) -> None:
     out = Output(json=json)
     with _log_progress(out, admin, "checking") as advance:
         rep = admin.check(progress=advance)
-    show_check(out, rep, admin.stale_staging())
+    show_check(out, rep, admin.stale_staging(), state(ctx).utc)
     problems = rep.problems or []
     if problems:
         raise DamageFoundError(f"store check found {plural(len(problems), 'problem')}; run `mqctl store recover` "
@@ -57,8 +60,9 @@ def check(ctx: typer.Context, json: JsonOpt = False) -> None:
 
 Reads the whole commit log: cuts a torn tail (a write a crash interrupted), rebuilds every
 consume queue and the key index, and drops entries that point at nothing. A damaged record
-in the middle is left in place, never served, and named in a warning. Producers wait while
-it runs. A progress bar shows on a terminal.
+in the middle is left in place, never served, and named in a warning; recover records it as
+reported, so `mqctl store check` lists it as a known loss (exit 0) from then on. Producers
+wait while it runs. A progress bar shows on a terminal.
 
 Examples:
   mqctl store recover

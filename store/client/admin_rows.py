@@ -76,7 +76,10 @@ class LagRow(Row):
     (None when there is none), ``lag`` the messages still to consume (never negative; with no
     committed offset every stored message counts), ``last_timestamp`` the store time of the
     last consumed message (None when unknown or removed), ``owner`` the live member holding
-    the queue (or the broadcast client); ``client_alive`` as in :class:`OffsetRow`."""
+    the queue (or the broadcast client); ``client_alive`` as in :class:`OffsetRow`;
+    ``scheduled`` the messages waiting out a delay in the schedule topic before they come to
+    this queue (for the group's retry topic: its failed messages waiting for their retry),
+    which ``lag`` does not count yet."""
 
     group: str
     topic: str
@@ -89,6 +92,7 @@ class LagRow(Row):
     owner: str | None
     client_id: str | None = None
     client_alive: bool | None = None
+    scheduled: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The ``progress --json`` line (``lastTime``: ``lastTimestamp`` in ISO-8601 UTC)."""
@@ -96,7 +100,8 @@ class LagRow(Row):
         return client_state({
             "group": self.group, "topic": self.topic, "queueId": self.queue_id, "brokerOffset": self.broker_offset,
             "minOffset": self.min_offset, "consumerOffset": self.consumer_offset, "lag": self.lag,
-            "lastTimestamp": self.last_timestamp, "owner": self.owner, "clientId": self.client_id,
+            "lastTimestamp": self.last_timestamp, "scheduled": self.scheduled, "owner": self.owner,
+            "clientId": self.client_id,
             "lastTime": format_time(self.last_timestamp) if self.last_timestamp is not None else None},
             self.client_alive)
 

@@ -5,6 +5,8 @@ consumer holds no thread and burns no CPU.
 
 A turn itself is the runtime's ordinary, synchronous work (pulls from the page cache, offset
 and member files, queue locks taken without waiting): short, as a ``mqctl consume`` turn is.
+Its end-of-turn offset commits (an fsync each) are awaited between turns on the loop's commit
+thread instead (``store/client/aio_shared.py``).
 Between two turns that found work the loop gets a turn of its own (``asyncio.sleep(0)``), so a
 backlog does not starve the handlers and iterators the runtime feeds.
 """
@@ -57,10 +59,18 @@ async def drive(rt: Runtime) -> None:
     """Run the runtime's loop on the running event loop until it ends (a stop, an error,
     ``exit_at_end`` drained). Cancelling it ends the loop between two turns: the runtime is
     then as after any turn, and its owner shuts it down."""
+    from store.client.aio_shared import share_loop
+    share = share_loop(rt.wake, asyncio.get_running_loop())   # one inotify instance per loop
+    keeper = rt.keeper
+    if share is not None:
+        keeper.defer_turn_persists = True   # their fsyncs run on the loop's commit thread
     turns = rt.turns()
     try:
         due = next(turns)
         while True:
+            if keeper.persist_wanted and share is not None:
+                keeper.persist_wanted = False
+                await share.offload(keeper.persist)
             if due is None:
                 await asyncio.sleep(0)
                 woke = False

@@ -33,7 +33,8 @@ class StoreMaintenance:
     def check(self, *, progress: Progress | None = None) -> CheckReport:
         """Verify every record's CRC and every consume-queue and index entry. Read-only.
         ``progress(n)`` is told each ``n`` bytes of the log read. ``report.problems`` lists
-        what is wrong (empty: the store is sound)."""
+        what is wrong (empty: the store is sound, or its only damage is ``report.known``:
+        damaged records a :meth:`recover` already reported, a loss accepted)."""
         return self.store.check(progress=progress)
 
     def recover(self, *, progress: Progress | None = None) -> RecoveryReport:

@@ -71,6 +71,10 @@ class OffsetKeeper:
         self._absorbed_at = 0.0
         self._fence_look: tuple[int, int, int] | None = None   # the offsets file at the last epoch read
         self._fence_epochs: dict[str, int] = {}
+        # An asyncio driver commits off the event loop: the end-of-turn persists only ask for
+        # it (``persist_wanted``), and the driver runs :meth:`persist` on a thread after the turn
+        self.defer_turn_persists = False
+        self.persist_wanted = False
 
     def open(self) -> None:
         """Open the offset store the member's mode uses, and learn the reset epochs."""
@@ -277,7 +281,7 @@ class OffsetKeeper:
         queue (``lag``), so a crash hands at most one pull batch per queue to a member a
         second time (in-process sinks: at most once per ``every_s``, see :meth:`pace`)."""
         if self.urgent and now - self.last_persist >= self.every_s:
-            self.persist()
+            self._turn_persist()
 
     def persist_idle(self, handlers_busy: bool) -> None:
         """The loop has nothing to do: make what moved durable now, unless in-process or
@@ -289,6 +293,12 @@ class OffsetKeeper:
         if self.dirty and not self.o.no_group and (
                 not handlers_busy
                 or (self.every_s > 0 and time.monotonic() - self.last_persist >= self.every_s)):
+            self._turn_persist()
+
+    def _turn_persist(self) -> None:
+        if self.defer_turn_persists:
+            self.persist_wanted = True
+        else:
             self.persist()
 
     # -- resets ----------------------------------------------------------------------------

@@ -3,6 +3,7 @@ and deleting offsets."""
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import replace
 from typing import Any, Callable
 
 from store import names
@@ -10,6 +11,7 @@ from store.client.admin_base import AdminBase
 from store.client.admin_rows import LagRow, OffsetRow, OffsetsDeletion, PlanRow, ResetPlan, ResetTarget
 from store.client.groups import broadcast_clients, group_exists, group_offsets, holders
 from store.errors import ConflictError, LockHeldError, NotFoundError, UsageError
+from store.log.schedule import scheduled_for
 
 
 def _ms(t: _dt.datetime) -> int:
@@ -78,7 +80,10 @@ class OffsetsAdmin(AdminBase):
                                        self._last_timestamp(t, q, consumer),
                                        owners.get((t, q)) if s.client_id is None else s.client_id,
                                        s.client_id, None if s.client_id is None else s.client_id in live))
-        return rows
+        # a failed message waiting out its retry delay is in the schedule topic, not yet in
+        # the group's retry queue: without this a group with retries pending shows no lag
+        waiting = scheduled_for(store, {r.topic for r in rows})
+        return [replace(r, scheduled=waiting.get((r.topic, r.queue_id), 0)) for r in rows]
 
     def _last_timestamp(self, topic: str, qid: int, consumer_offset: int | None) -> int | None:
         store = self.store

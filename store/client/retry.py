@@ -93,6 +93,9 @@ class Retrier:
         self.max_reconsume: int | None = None
         self.retry_later: list[tuple[float, QueueKey, Message]] = []   # failed send-backs
         self.retries_sent = 0   # copies sent to the retry topic (not the DLQ) by this member
+        # messages this member settled without their handler succeeding (dead-lettered, or a
+        # broadcast one skipped): what ``mqctl consume`` turns into exit 1
+        self.gave_up = 0
 
     def set_retries(self, max_reconsume: int | None, retry_delay_ms: int | None, suspend_ms: int) -> None:
         """Failed batches: retries before the DLQ (None: 16 concurrent, unlimited
@@ -121,6 +124,7 @@ class Retrier:
             if exhausted and len(exhausted) == len(batch) and not o.broadcast:
                 for m in batch:
                     dead_letter(self.store, o.group, m, m.reconsume_times, self._put_for(m))
+                self.gave_up += len(batch)
                 self.keeper.resent = True
                 self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; moved to {names.dlq_topic(o.group)}")
                 return True
@@ -131,6 +135,7 @@ class Retrier:
             return False
         if o.broadcast:
             self.warn(f"{key[0]}/{key[1]}@{batch[0].queue_offset}: {why}; broadcast messages are not retried")
+            self.gave_up += len(batch)
             return True
         for m in batch:
             try:
@@ -153,6 +158,8 @@ class Retrier:
             self.keeper.resent = True
             if where != "dlq":
                 self.retries_sent += 1
+            else:
+                self.gave_up += 1
             self.sent_back()
             off = pq.remove([m])
             if self.keeper.stage is not None:

@@ -47,7 +47,7 @@ from store.client.rebalance import Rebalancer
 from store.client.retry import Retrier
 from store.client.sinks import InlineSink, PoolSink
 from store.client.stage import CopySink, Stage, check_stage
-from store.errors import StoreError, UsageError
+from store.errors import HandlerError, StoreError, UsageError
 from store.log.messagestore import Store
 from store.log.offsets import Warn
 
@@ -206,7 +206,8 @@ class Runtime:
     def run(self) -> int:
         """Join the group (unless :meth:`setup` did), consume until a stop condition or
         :meth:`stop`, then persist offsets, release locks and leave. Returns 0; raises what
-        stopped the member abnormally."""
+        stopped the member abnormally, and :class:`~store.errors.HandlerError` when it ended on
+        its own after giving up on a message."""
         if self.o.install_signals:
             self._install_signals()   # first: a signal while joining is a graceful stop too
         self._loop_or_leave()
@@ -221,7 +222,24 @@ class Runtime:
                       f"{names.retry_topic(self.o.group)} for a retry; run the consumer again to handle them")
         if self.force_stop:
             raise KeyboardInterrupt   # a second signal: exit 130, what finished is committed
+        self._report_given_up()
         return 0
+
+    def _report_given_up(self) -> None:
+        """A run that ended on its own (``exit_at_end``, ``count``, ``idle_timeout_s``) after
+        giving up on a message failed: :class:`HandlerError` (the CLI's exit 1). A member
+        stopped by SIGINT/SIGTERM or :meth:`stop` says it and ends normally: being stopped is
+        not a failure, and the dead-letter topic keeps what it gave up on."""
+        n = self.retrier.gave_up
+        if not n:
+            return
+        where = ("broadcast messages are not retried" if self.o.broadcast
+                 else f"moved to {names.dlq_topic(self.o.group)}; see: mqctl dlq list -g {self.o.group}")
+        text = f"gave up on {n} message{'s' if n != 1 else ''} ({where})"
+        if self.state.stop_requested:
+            self.warn(text)
+            return
+        raise HandlerError(text)
 
     def start(self) -> None:
         """Run the loop in a thread of its own until :meth:`stop` (``loop_ended`` is set when

@@ -109,32 +109,35 @@ class Stage:
 
     def settle(self, key: QueueKey, offsets_and_records: Iterable[tuple[int, int]]) -> None:
         """Inputs of queue ``key`` settled: (queue offset, commit-log offset) each."""
-        q = self.pending.setdefault(key, {})
         with self.lock:
+            q = self.pending.setdefault(key, {})
             for qoff, phys in offsets_and_records:
                 q[qoff] = self.by_record.pop(phys, [])
 
     def forget(self, key: QueueKey) -> None:
         """A queue let go without committing (a reset): its outputs are never written."""
-        self.pending.pop(key, None)
+        with self.lock:
+            self.pending.pop(key, None)
 
     def commit(self, offsets: Mapping[QueueKey, int], epochs: Mapping[str, int],
                fence: Callable[[], None] | None) -> None:
         """Write the outputs below ``offsets`` and the offsets, atomically."""
         drafts: list[Draft] = []
         taken: list[tuple[QueueKey, int]] = []
-        for key, off in sorted(offsets.items()):
-            q = self.pending.get(key)
-            if not q:
-                continue
-            for qoff in sorted(k for k in q if k < off):
-                drafts += q[qoff]
-                taken.append((key, qoff))
+        with self.lock:   # (an asyncio member commits on a thread of its loop's)
+            for key, off in sorted(offsets.items()):
+                q = self.pending.get(key)
+                if not q:
+                    continue
+                for qoff in sorted(k for k in q if k < off):
+                    drafts += q[qoff]
+                    taken.append((key, qoff))
         topics = {t for t, _q in offsets}
         commit = OffsetCommit(self.group, dict(offsets), {t: epochs.get(t, 0) for t in topics})
         self.store.put(drafts, sync=self.sync, commit=commit, fence=fence)
-        for key, qoff in taken:
-            self.pending[key].pop(qoff, None)
+        with self.lock:
+            for key, qoff in taken:
+                self.pending.get(key, {}).pop(qoff, None)
         self.written += len(drafts)
 
 

@@ -12,17 +12,18 @@ code; no torn partial entry), every key-index file (header, sizes, every entry r
 its slot, and every record's keys findable: a damaged index makes ``msg query`` miss messages
 silently), that the JSON metadata files parse, and that the topic files and the offset table
 (crc, journal) can be trusted. Returns the problems found, each with the
-file and byte offset.
+file and byte offset; damage a ``store recover`` already reported (``knowndamage.py``) is
+returned apart, as known.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from store.layout import backup_of
 from store.log import checkpoint as ckpt
-from store.log import offsettable, recordscan
+from store.log import knowndamage, offsettable, recordscan
 from store.log.checkderived import IndexCheck, QueueCursors
 from store.log.offsets import broadcast_offset_files
 
@@ -32,25 +33,48 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Problem:
+    """What is wrong, where. ``reported_at``: when ``store recover`` reported this damage (ms
+    since the epoch; ``knowndamage.py``), None for damage not reported yet."""
+
     file: str
     offset: int
     reason: str
+    reported_at: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "offset": self.offset, "reason": self.reason}
+        out: dict[str, Any] = {"file": self.file, "offset": self.offset, "reason": self.reason,
+                               "known": self.reported_at is not None}
+        if self.reported_at is not None:
+            out["reportedAt"] = self.reported_at
+        return out
 
 
 @dataclass
 class CheckReport:
+    """``problems``: what is wrong and was not reported before (the store is sound when it is
+    empty); ``known``: damage a ``store recover`` already reported (a loss accepted, never
+    served)."""
+
     records: int = 0
     cq_entries: int = 0
     bytes_checked: int = 0
     problems: list[Problem] = field(default_factory=list)
+    known: list[Problem] = field(default_factory=list)
 
 
 def check_store(engine: "Engine", progress: Callable[[int], None] | None = None) -> CheckReport:
     rep = CheckReport()
     problems = rep.problems
+    known = knowndamage.load(engine.layout)
+    if known.problem is not None:
+        problems.append(Problem(str(engine.layout.known_damage_json), 0, known.problem))
+
+    def classify(p: Problem, at: int | None) -> None:
+        k = known.find(at)
+        if k is None:
+            problems.append(p)
+        else:
+            rep.known.append(replace(p, reported_at=k.reported_at))
     cp0 = ckpt.read(engine.layout.checkpoint)
     _check_durable_end(engine, problems, cp0)
     # Records past the checkpoint belong to a batch a killed writer left: the next writable
@@ -59,14 +83,15 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     log = engine.commitlog
     topics = engine.topics()
 
-    def report(file: str, offset: int, reason: str) -> None:
-        problems.append(Problem(file, offset, reason))
+    def report(file: str, offset: int, reason: str, at: int | None = None) -> None:
+        classify(Problem(file, offset, reason), at)
 
     queues = QueueCursors(engine.layout, engine.settings.cq_segment_entries, log.min_offset(), report)
     keys = IndexCheck(engine.index, log.end(), report)
     for w in recordscan.scan(log, log.min_offset(), progress):
         rep.bytes_checked += w.bytes
-        problems += [Problem(*d) for d in w.damage]
+        for d, at in zip(w.damage, w.damage_at):
+            classify(Problem(*d), at)
         keys.add_window(w, pending_from)
         queues.claim_window(w, topics, pending_from)
         rep.records += len(w)

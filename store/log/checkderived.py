@@ -16,7 +16,7 @@ keys of older records there).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any, Protocol
 
 from store.layout import Layout
 from store.log import format as F
@@ -27,7 +27,13 @@ from store.log.index import KeyIndex
 from store.log.recordscan import Window, queue_runs
 from store.log.topics import TopicConfig
 
-Report = Callable[[str, int, str], None]
+
+class Report(Protocol):
+    """Where a problem goes: its file, byte offset and reason, and (``at``) the commit-log
+    offset of the record it concerns when there is one (``check.py`` matches it with the
+    known damage)."""
+
+    def __call__(self, file: str, offset: int, reason: str, at: int | None = None) -> None: ...
 _RUN = 1024          # entries read at once per queue
 _FEW = 3             # unclaimed entries named one by one; more are summed up per run
 
@@ -125,7 +131,7 @@ class QueueCursors:
         if (phys, size) != (rphys, rsize):
             path, off = c.path_of(k)
             self.report(path, off, f"entry {k} points at commit-log offset {phys} (size {size}), but the record "
-                                   f"of {c.topic}/{c.queue_id}@{k} is at {rphys} (size {rsize})")
+                                   f"of {c.topic}/{c.queue_id}@{k} is at {rphys} (size {rsize})", at=phys)
         elif tags != rtag:
             path, off = c.path_of(k)
             self.report(path, off + 12, f"entry {k} has tag code {tags}, but its record's is {rtag} "
@@ -146,7 +152,7 @@ class QueueCursors:
                 return
             named += 1
             self.report(path, off, f"entry {k} points at commit-log offset {e[0] if e else -1}, where no valid "
-                                   f"record of {c.topic}/{c.queue_id}@{k} starts")
+                                   f"record of {c.topic}/{c.queue_id}@{k} starts", at=e[0] if e else None)
 
     def finish(self, topics: dict[str, TopicConfig]) -> int:
         """Every queue on disk: entries past the last claim, torn entries, queues of no topic,

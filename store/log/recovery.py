@@ -30,7 +30,7 @@ from store.errors import CorruptionError
 from store.failpoints import failpoint
 from store.log import checkpoint as ckpt
 from store.log import format as F
-from store.log import indexfence, offsetcommits, recordscan
+from store.log import indexfence, knowndamage, offsetcommits, recordscan
 from store.log.arrays import layouts
 from store.log.consumequeue import ConsumeQueue
 from store.log.positions import clamp_to_queue_ends
@@ -193,7 +193,10 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     rep.truncated_bytes = engine.commitlog.truncate_to(valid_end)
     rep.cq_entries_dropped = _trim_queues(engine, valid_end)
     if full or rep.damage:
-        _fill_queue_holes(engine, rep)
+        regions = _damaged_regions(engine, rep)
+        _fill_queue_holes(engine, rep, regions)
+        if full:   # ``mqctl store recover``: what it reports is the loss the user accepted
+            knowndamage.record(engine.layout, [r for r in regions if r[0] < valid_end], int(time.time() * 1000))
     engine.index.fence(valid_end)
     _clamp_topics(engine, valid_end)
     if plan.rebooted or rep.cq_entries_dropped or rep.truncated_bytes:
@@ -431,27 +434,26 @@ def _points_home(engine: "Engine", topic: str, queue_id: int, qoff: int, entry: 
     return m.topic == topic and m.queue_id == queue_id and m.queue_offset == qoff
 
 
-def _damaged_regions(engine: "Engine", rep: RecoveryReport) -> list[tuple[int, int]]:
-    """``(start, end)`` commit-log ranges of the damaged records the scan stepped over."""
+def _damaged_regions(engine: "Engine", rep: RecoveryReport) -> list[tuple[int, int, str]]:
+    """``(start, end, why)`` commit-log ranges of the damaged records the scan stepped over."""
     regions = []
     log = engine.commitlog
-    for file, off, _reason in rep.damage:
+    for file, off, reason in rep.damage:
         name = os.path.basename(file)
         if not (len(name) == 20 and name.isascii() and name.isdigit()) or os.path.dirname(file) != str(log.dir):
             continue
         start = int(name) + off
         nxt = find_next_valid(engine, start)
-        regions.append((start, nxt if nxt is not None else start + 1))
+        regions.append((start, nxt if nxt is not None else start + 1, reason))
     return sorted(regions)
 
 
-def _fill_queue_holes(engine: "Engine", rep: RecoveryReport) -> None:
+def _fill_queue_holes(engine: "Engine", rep: RecoveryReport, regions: list[tuple[int, int, str]]) -> None:
     """Give every consume-queue slot that no valid record claims (a zero-filled hole left by
     writing a later entry past the end: its record is damaged, or gone) an entry pointing at
     the damaged range before the next valid entry's record. Readers then skip that offset as
     damaged instead of stopping at the hole for ever (a zero entry reads as the queue's end).
     Each filled slot is reported in ``rep.damage``."""
-    regions = _damaged_regions(engine, rep)
     starts = [r[0] for r in regions]
     root = engine.layout.consumequeue_dir
     try:

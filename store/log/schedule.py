@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from store import names
 from store.errors import UsageError
@@ -234,14 +234,11 @@ def next_due(store: "Store") -> int | None:
     return best
 
 
-def backlog(store: "Store", now_ms: int, limit: int = 100_000) -> tuple[int, int]:
-    """(pending, due): delayed messages not delivered yet, and those of them whose delivery
-    time has come (a scheduler should have moved them). Read from the consume queues' tag
-    codes and ``delayOffset.json`` alone; at most ``limit`` entries per queue are looked at."""
-    if not store.has_topic(names.SCHEDULE_TOPIC):
-        return 0, 0
+def _pending(store: "Store", limit: int) -> Iterator[tuple[int, int, int]]:
+    """``(queue id, offset, delivery time)`` of each delayed message not delivered yet, from
+    the consume queues' tag codes and ``delayOffset.json``; at most ``limit`` entries per
+    queue are looked at."""
     state = load_delay_progress(store.layout, store.warn)
-    pending = due = 0
     for qid in range(store.topic(names.SCHEDULE_TOPIC).queues):
         start = state["offsetTable"].get(str(qid), 0)
         end = min(store.max_offset(names.SCHEDULE_TOPIC, qid), start + limit)
@@ -254,8 +251,47 @@ def backlog(store: "Store", now_ms: int, limit: int = 100_000) -> tuple[int, int
                 break
             for i, (_p, _s, deliver_at) in enumerate(entries):
                 if off + i not in done:
-                    pending += 1
-                    due += deliver_at <= now_ms
+                    yield qid, off + i, deliver_at
             off += len(entries)
+
+
+def backlog(store: "Store", now_ms: int, limit: int = 100_000) -> tuple[int, int]:
+    """(pending, due): delayed messages not delivered yet, and those of them whose delivery
+    time has come (a scheduler should have moved them). Read from the consume queues alone
+    (see :func:`_pending`)."""
+    if not store.has_topic(names.SCHEDULE_TOPIC):
+        return 0, 0
+    pending = due = 0
+    for _qid, _off, deliver_at in _pending(store, limit):
+        pending += 1
+        due += deliver_at <= now_ms
     return pending, due
 
+
+def scheduled_for(store: "Store", topics: set[str], limit: int = 100_000) -> dict[tuple[str, int], int]:
+    """Delayed messages not delivered yet, counted by the ``(topic, queue)`` they will be
+    delivered to, for the destinations in ``topics``: a consumer's retry waiting out its delay
+    level is in no queue of its group yet (``mqctl progress`` shows it beside the lag). The
+    destination is a property of the record, so each pending record is read (a pull per run
+    of pending offsets); damaged ones are not counted."""
+    if not topics or not store.has_topic(names.SCHEDULE_TOPIC):
+        return {}
+    by_queue: dict[int, list[int]] = {}
+    for qid, off, _at in _pending(store, limit):
+        by_queue.setdefault(qid, []).append(off)
+    counts: dict[tuple[str, int], int] = {}
+    for qid, offsets in by_queue.items():
+        wanted, i = set(offsets), 0
+        while i < len(offsets):
+            res = store.pull(names.SCHEDULE_TOPIC, qid, offsets[i], 256)
+            for m in res.messages:
+                real = m.properties.get(PROP_REAL_TOPIC)
+                if m.queue_offset in wanted and real in topics:
+                    key = (real, int(m.properties.get(PROP_REAL_QID, "0")))
+                    counts[key] = counts.get(key, 0) + 1
+            if res.next_offset <= offsets[i]:
+                i += 1   # nothing readable there: go on with the next pending offset
+                continue
+            while i < len(offsets) and offsets[i] < res.next_offset:
+                i += 1
+    return counts

@@ -320,13 +320,78 @@ def test_count_bounds_messages_taken_whatever_their_outcome(mq: MQ) -> None:
     """``--count 1`` with a failing handler makes one attempt and stops (it went on taking
     message after message, dead-lettering each, until stopped); orderly too."""
     mq.send_lines("jobs", (str(i) for i in range(5)))
-    mq.ok("consume", "jobs", "-g", "g", "--from", "first", "--count", "1", "--max-reconsume", "0",
-          "--exec", "sh -c 'exit 1'", timeout=30)
+    res = mq.run("consume", "jobs", "-g", "g", "--from", "first", "--count", "1", "--max-reconsume", "0",
+                 "--exec", "sh -c 'exit 1'", timeout=30)
+    one_error(res, 1, "gave up on 1 message", allow_warnings=True)
     assert len(mq.ok("dlq", "list", "-g", "g", "--json").json_lines()) == 1
     assert sum(mq.offsets("g", "jobs").values()) == 1
     res = mq.ok("consume", "jobs", "-g", "o", "--orderly", "--from", "first", "--count", "1",
                 "--suspend-ms", "10", "--exec", "sh -c 'exit 1'", timeout=30)
     assert res.stderr.count("retrying in place") == 1, res.stderr
+
+
+
+# -- a consumer that gave up on a message exits 1 ---------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [[], ["--orderly", "--suspend-ms", "10"], ["--broadcast"]],
+                         ids=["concurrent", "orderly", "broadcast"])
+def test_consume_exec_that_gave_up_on_a_message_exits_1(mq: MQ, mode: list[str]) -> None:
+    """The contract's exit 1 for "``consume --exec`` gave up": a run ending on its own (``-e``)
+    after dead-lettering a message (or skipping a failed broadcast one) exits 1 with one error
+    line naming where it went; it used to exit 0. The good messages are still consumed."""
+    mq.ok("topic", "create", "jobs", "--queues", "1")
+    mq.send_lines("jobs", ["ok-1", "POISON", "ok-2"])
+    reconsume = [] if mode == ["--broadcast"] else ["--max-reconsume", "0"]
+    res = mq.run("consume", "jobs", "-g", "g", "--from", "first", "-e", *mode, *reconsume,
+                 "--exec", 'sh -c "! grep -q POISON"', timeout=60)
+    where = "broadcast messages are not retried" if mode == ["--broadcast"] else "moved to %DLQ%g"
+    one_error(res, 1, f"gave up on 1 message ({where}", allow_warnings=True)
+    if mode != ["--broadcast"]:
+        assert [r["body"] for r in mq.ok("dlq", "list", "-g", "g", "--json").json_lines()] == ["POISON"]
+        assert mq.offsets("g", "jobs") == {("jobs", 0): 3}
+    # nothing given up: exit 0
+    mq.send_lines("jobs", ["ok-3"])
+    ok = mq.run("consume", "jobs", "-g", "g2", "--from", "first", "-e", *mode, "--exec", "true", timeout=60)
+    assert ok.returncode == 0 and "gave up" not in ok.stderr, str(ok)
+
+
+def test_consume_stopped_by_sigterm_after_giving_up_exits_0_and_says_so(mq: MQ) -> None:
+    """A long-running member stopped by SIGTERM exits 0 (the contract's graceful stop), but
+    still says on stderr that it gave up on a message."""
+    import signal
+    mq.ok("topic", "create", "jobs", "--queues", "1")
+    p = mq.start("consume", "jobs", "-g", "g", "--from", "first", "--max-reconsume", "0",
+                 "--exec", 'sh -c "! grep -q POISON"')
+    mq.send_lines("jobs", ["POISON"])
+    wait_for(lambda: mq.run("dlq", "list", "-g", "g", "--json").json_lines(), 30, what="a dead letter")
+    p.signal(signal.SIGTERM)
+    assert p.wait(30) == 0, p.stderr()
+    assert "mqctl: warning: gave up on 1 message (moved to %DLQ%g" in p.stderr(), p.stderr()
+
+
+
+def test_progress_shows_a_retry_waiting_in_the_schedule_topic(mq: MQ) -> None:
+    """A failed message waiting out its retry delay is in the schedule topic, in no queue of
+    the group: ``progress`` showed lag 0 everywhere, as if nothing were left to do. Now the
+    group's %RETRY% row counts it as ``scheduled`` (the table, its summary and ``--json``)."""
+    mq.ok("topic", "create", "jobs", "--queues", "2")
+    mq.send_lines("jobs", ["ok", "POISON"])
+    res = mq.ok("consume", "jobs", "-g", "g", "--from", "first", "-e", "--exec", 'sh -c "! grep -q POISON"')
+    assert "wait" in res.stderr and "%RETRY%g" in res.stderr, res.stderr   # retry level 3: 10 s away
+    rows = mq.ok("progress", "-g", "g", "--json").json_lines()
+    assert sum(r["lag"] for r in rows) == 0
+    assert {(r["topic"], r["queueId"]): r["scheduled"] for r in rows} == {
+        ("jobs", 0): 0, ("jobs", 1): 0, ("%RETRY%g", 0): 1}, rows
+    table = mq.ok("progress", "-g", "g")
+    header, *lines = table.out.splitlines()
+    assert "SCHEDULED" in header.split(), table.out
+    retry_line = next(ln for ln in lines if ln.startswith("%RETRY%g"))
+    assert retry_line.split()[header.split().index("SCHEDULED")] == "1", table.out
+    assert "1 failed message waiting for a retry" in table.stderr, table.stderr
+    # --topic naming the user topic leaves the retry row out, and with it the column
+    only = mq.ok("progress", "-g", "g", "--topic", "jobs")
+    assert "SCHEDULED" not in only.out, only.out
 
 
 # -- 3: a malformed input line says what was stored before it ---------------------------------

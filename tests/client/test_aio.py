@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from typing import Any, Callable, Coroutine
@@ -14,6 +15,8 @@ from typing import Any, Callable, Coroutine
 import pytest
 
 import store
+from store.client import aio_shared
+from store.inotify import inotify_available
 from tests.procs import MQ, wait_for  # noqa: F401  (mq is a fixture)
 
 LOOPS = ["asyncio", "uvloop"]
@@ -272,6 +275,102 @@ def test_idle_async_consumers_start_no_thread_each(mq: MQ, path: str) -> None:
     before, during, got = arun(main)
     assert sorted(got) == sorted(f"g{i}:hello" for i in range(n))
     assert during <= before + 2, f"{during - before} threads started for {n} consumers"
+
+
+
+def _inotify_fds() -> int:
+    """Inotify instances this process holds open."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+        except OSError:
+            pass
+    return n
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd") or not inotify_available(), reason="needs Linux inotify")
+def test_200_async_consumers_share_one_inotify_instance(mq: MQ, path: str) -> None:
+    """The kernel allows 128 inotify instances per user: one per AsyncConsumer ran out at
+    the 129th (which then polled, and left the user's other processes none). The consumers
+    of one loop now share one instance, every one is woken by it, and the last to close
+    closes it."""
+    mq.ok("topic", "create", "T", "--queues", "1")
+    n = 200
+    before = _inotify_fds()
+
+    async def main() -> tuple[list[str], int, set[str]]:
+        consumers = [store.AsyncConsumer("T", f"g{i}", path, start_from="first") for i in range(n)]
+        got: list[str] = []
+
+        async def iterate(c: store.AsyncConsumer) -> None:
+            async for m in c.messages():
+                got.append(f"{c.group}:{m.text}")
+        tasks = [asyncio.get_running_loop().create_task(iterate(c)) for c in consumers]
+        async with store.AsyncProducer(path) as p:
+            await p.send("T", b"one")
+            await until(lambda: len(got) == n, f"{n} consumers to get the first message", timeout=120)
+            # all of them waiting now: the next message can only reach them through inotify
+            await p.send("T", b"two")
+            await until(lambda: len(got) == 2 * n, f"{n} consumers to get the second message", timeout=120)
+        during = _inotify_fds() - before
+        backends = {c._rt.wake.backend for c in consumers}
+        for c in consumers:
+            c.stop()
+        await asyncio.gather(*tasks)
+        for c in consumers:
+            await c.close()
+        return got, during, backends
+    got, during, backends = arun(main)
+    assert sorted(got) == sorted(f"g{i}:{b}" for i in range(n) for b in ("one", "two"))
+    assert during == 1, f"{during} inotify instances for {n} consumers in one loop"
+    assert backends == {"inotify"}, backends
+    assert aio_shared.loop_instances() == 0
+    wait_for(lambda: _inotify_fds() == before, 10, what="the shared instance to be closed")
+
+
+
+def test_offset_commits_of_a_consuming_async_consumer_run_off_the_loop(
+        mq: MQ, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An offset commit ends with an fsync; the end-of-turn commits of an AsyncConsumer ran
+    in the turn, on the event loop, stalling every task of it for the fsync. Now they run on
+    the loop's commit thread: while the consumer takes and commits messages, no fsync is
+    called on the loop's thread (what asyncio's debug mode reported as slow callbacks)."""
+    one_queue_topic(path, "T")
+    on_loop: list[str] = []
+    watching = threading.Event()
+    loop_thread = threading.get_ident()
+
+    def spy(real: Callable[[int], None]) -> Callable[[int], None]:
+        def call(fd: int) -> None:
+            if watching.is_set() and threading.get_ident() == loop_thread:
+                on_loop.append(real.__name__)
+            real(fd)
+        return call
+    monkeypatch.setattr(os, "fsync", spy(os.fsync))
+    monkeypatch.setattr(os, "fdatasync", spy(os.fdatasync))
+
+    async def main() -> list[str]:
+        got: list[str] = []
+        async with store.AsyncConsumer("T", "g", path, start_from="first") as c:
+            async def iterate() -> None:
+                async for m in c.messages():
+                    got.append(m.text)
+            task = asyncio.get_running_loop().create_task(iterate())
+            async with store.AsyncProducer(path) as p:
+                await p.send("T", b"m0")
+                await until(lambda: got, "the first message (the member has joined)")
+                watching.set()   # from here on: taking and committing messages
+                for i in range(1, 6):
+                    await p.send("T", f"m{i}".encode())
+                    await until(lambda i=i: len(got) > i, f"message m{i}")
+                await until(lambda: store.Admin(path).offsets("g", "T")[0].offset >= 5, "offsets committed")
+            watching.clear()
+            c.stop()
+            await task
+        return got
+    assert arun(main) == [f"m{i}" for i in range(6)]
+    assert on_loop == [], f"{len(on_loop)} fsyncs on the event loop's thread while consuming"
 
 
 def test_transactions_with_async_local_transactions_and_checks(mq: MQ, path: str) -> None:

@@ -304,3 +304,31 @@ def test_a_lazy_watcher_sets_up_at_its_first_wait_and_reports_every_path(tmp_pat
         got, _dt = timed_wait(w)
         assert got is True and cp in w.changed
     assert _inotify_fds() == before
+
+
+@pytest.mark.skipif(not inotify_available(), reason="no inotify")
+def test_watchers_sharing_an_instance_keep_their_watches_apart(tmp_path: Path) -> None:
+    """Two watchers of one directory through one shared instance get the same watch
+    descriptor from the kernel: when one closes, the other must still be woken (the watch is
+    removed only with its last owner), and each sees only its own paths."""
+    from store.inotify import Instance
+    inst = Instance()
+    released: list[str] = []
+    a = Watcher([(tmp_path / "checkpoint", "file")], lazy=True)
+    b = Watcher([(tmp_path / "checkpoint", "file"), (tmp_path / "other", "file")], lazy=True)
+    a.share(inst, lambda: released.append("a"))
+    b.share(inst, lambda: released.append("b"))
+    assert a.wait(0) and b.wait(0)   # (a first wait sets the watches up)
+    assert a.descriptors() == (a.fileno(),)   # the instance is the owner's to read, not ours
+    (tmp_path / "other").write_bytes(b"x")
+    inst.pump()                               # what the loop's reader does
+    assert b.wait(0) and b.changed == {tmp_path / "other"}
+    assert not a.wait(0)
+    a.close()
+    assert released == ["a"]
+    (tmp_path / "checkpoint").write_bytes(b"y")
+    inst.pump()
+    assert b.wait(0) and b.changed == {tmp_path / "checkpoint"}
+    b.close()
+    assert released == ["a", "b"]
+    inst.close()
