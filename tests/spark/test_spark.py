@@ -210,6 +210,27 @@ def test_queue_columns_come_from_the_consume_queue(spark: Any, store: Store) -> 
 
 
 @pytest.mark.spark
+def test_a_tag_predicate_opens_only_that_tags_records(spark: Any, store: Store, via: str) -> None:
+    """``where tags = …`` / ``IN`` is served by the reader (the Python one through PySpark's
+    filter pushdown), which opens only the records whose consume-queue tag code matches: a
+    damaged record of another tag fails the whole read but not the filtered one."""
+    store.create_topic("a", 2)
+    put(store, "a", [b"a-1"], TAGS="A")
+    (bad,) = put(store, "a", [b"CORRUPT-ME"], TAGS="B")
+    put(store, "a", [b"a-2", b"a-3"], TAGS="A")
+    seg = store.layout.commitlog_dir / F.segment_name(0)
+    with open(seg, "r+b") as fh:
+        fh.seek(bad.commitlog_offset + F.RECORD_HEADER_SIZE)
+        fh.write(b"X")
+    df = reader(spark, store, via, topic="a")
+    assert sorted(bytes(r.body) for r in df.where("tags = 'A'").collect()) == [b"a-1", b"a-2", b"a-3"]
+    assert df.where("tags IN ('A', 'C')").count() == 3
+    assert df.where("tags = 'A' AND queueId = 5").count() == 0
+    with pytest.raises(Exception, match="damaged message a/"):
+        df.where("tags = 'B'").collect()
+
+
+@pytest.mark.spark
 def test_a_damaged_record_fails_the_read(spark: Any, store: Store, via: str) -> None:
     put(store, "a", [b"fine-1"])
     (bad,) = put(store, "a", [b"CORRUPT-ME"])
