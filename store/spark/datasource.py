@@ -147,7 +147,7 @@ def register(spark: Any, ship_code: bool = False) -> None:
     """
     if ship_code:
         ship_code_to(spark)
-    # the Python reader serves tags/topic/queueId predicates itself (MqctlReader.pushFilters),
+    # the Python reader serves topic/queueId predicates itself (MqctlReader.pushFilters),
     # which PySpark allows only with this set
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     jar = build_jar() if use_jvm() else None
