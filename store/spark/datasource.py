@@ -147,6 +147,9 @@ def register(spark: Any, ship_code: bool = False) -> None:
     """
     if ship_code:
         ship_code_to(spark)
+    # the Python reader serves topic/queueId predicates itself (MqctlReader.pushFilters),
+    # which PySpark allows only with this set
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     jar = build_jar() if use_jvm() else None
     if jar is not None and add_to_session(spark, jar):
         spark.conf.set("spark.mqctl.python", sys.executable)

@@ -13,6 +13,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    In,
     InputPartition,
 )
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -206,17 +209,57 @@ def _read_partition(partition: InputPartition, plan: ColumnPlan) -> Iterator[pa.
         yield from read_slice(partition, plan)
 
 
+# Pushed-down predicates the Python reader serves itself: column -> the Python type of a value.
+# Not tags: its per-record tag path (store.pull) costs more than the bulk read of every record
+# and Spark's filter (5 M x 100 B, 1 tag in 8: 9.2 against 7.2 CPU-s for all records).
+PUSHABLE = {"topic": str, "queueId": int}
+
+
 class MqctlReader(DataSourceReader):
-    """Batch read: one partition per (topic, queue), in topic then queue order."""
+    """Batch read: one partition per (topic, queue), in topic then queue order.
+
+    ``topic`` and ``queueId`` predicates (``=``, ``IN``) pushed down drop whole queues unread.
+    PySpark offers this only with ``spark.sql.python.filterPushdown.enabled`` (``register``
+    sets it)."""
 
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.opts = opts
         self.plan = ColumnPlan(schema, opts.shape)
+        self.pushed: dict[str, frozenset[Any]] = {}
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        rest = []
+        for f in filters:
+            pushed = self._values(f)
+            if pushed is None:
+                rest.append(f)   # Spark evaluates it
+            else:
+                name, values = pushed
+                self.pushed[name] = self.pushed.get(name, values) & values
+        return rest
+
+    def _values(self, f: Filter) -> tuple[str, frozenset[Any]] | None:
+        """The column and the values an ``=`` / ``IN`` filter on a pushable column allows;
+        None: not ours."""
+        if isinstance(f, EqualTo):
+            values: tuple[Any, ...] = (f.value,)
+        elif isinstance(f, In):
+            values = tuple(v for v in f.value if v is not None)   # a null never matches
+        else:
+            return None
+        if self.opts.shape != "mqctl" or len(f.attribute) != 1 or f.attribute[0] not in PUSHABLE:
+            return None
+        name = f.attribute[0]
+        if not all(type(v) is PUSHABLE[name] for v in values):
+            return None
+        return name, frozenset(values)
 
     def partitions(self) -> list[InputPartition]:
-        o = self.opts
+        o, pushed = self.opts, self.pushed
         with Store.open(o.store) as store:
-            ranges = plan_ranges(store, o)
+            ranges = [r for r in plan_ranges(store, o)
+                      if r.topic in pushed.get("topic", (r.topic,))
+                      and r.queue_id in pushed.get("queueId", (r.queue_id,))]
         return list(split_slices([QueueSlice(r.topic, r.queue_id, r.start, r.end, o.store, o.tags,
                                              o.fail_on_data_loss) for r in ranges], o.min_partitions))
 

@@ -210,6 +210,27 @@ def test_queue_columns_come_from_the_consume_queue(spark: Any, store: Store) -> 
 
 
 @pytest.mark.spark
+def test_queue_and_topic_predicates_open_only_those_queues(spark: Any, store: Store, via: str) -> None:
+    """``where queueId = …`` / ``topic IN (…)`` are served by the reader (the Python one
+    through PySpark's filter pushdown), which reads only the queues they allow: a damaged
+    record in another queue fails the whole read but not the filtered ones."""
+    store.create_topic("a", 2)
+    store.create_topic("b", 1)
+    store.put([Draft("a", b"a0-1", {}, queue_id=0), Draft("b", b"b0-1", {}, queue_id=0)])
+    (bad,) = store.put([Draft("a", b"CORRUPT-ME", {}, queue_id=1)])
+    seg = store.layout.commitlog_dir / F.segment_name(0)
+    with open(seg, "r+b") as fh:
+        fh.seek(bad.commitlog_offset + F.RECORD_HEADER_SIZE)
+        fh.write(b"X")
+    df = reader(spark, store, via)
+    assert sorted(bytes(r.body) for r in df.where("queueId = 0").collect()) == [b"a0-1", b"b0-1"]
+    assert [bytes(r.body) for r in df.where("topic IN ('b', 'c')").collect()] == [b"b0-1"]
+    assert df.where("topic = 'a' AND queueId IN (0, 7)").count() == 1
+    with pytest.raises(Exception, match="damaged message a/1@0"):
+        df.where("queueId = 1").collect()
+
+
+@pytest.mark.spark
 def test_a_damaged_record_fails_the_read(spark: Any, store: Store, via: str) -> None:
     put(store, "a", [b"fine-1"])
     (bad,) = put(store, "a", [b"CORRUPT-ME"])
