@@ -12,11 +12,9 @@ segment). Record layout: ``format.py``.
 """
 from __future__ import annotations
 
-import array
 import os
 import struct
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from store.log import format as F
@@ -48,6 +46,9 @@ _KEYS = PROP_KEYS.encode() + b"\x01"
 _UNIQ = PROP_UNIQ_KEY.encode() + b"\x01"
 _DELIVER = PROP_DELIVER_MS.encode() + b"\x01"
 _HASH_MARK = crc32(b"#")
+_UNIQ_LEN = 32                         # a unique key: 32 hex digits (format.py)
+_UNIQ_PROPS = len(_UNIQ) + _UNIQ_LEN + 1   # properties that are a unique key alone
+_UNIQ_TABLE: list[tuple[Any, Any, int]] = []   # (_uniq_hashes' table, its row offsets, CRC of the zero key)
 
 
 @dataclass
@@ -205,20 +206,47 @@ def _blank_at(buf: bytes, i: int) -> bool:
 
 def _chain(buf: bytes, i: int, limit: int) -> tuple[Any, int]:
     """Record starts from ``i`` by their TOTALSIZE while each is plausible and whole: the
-    array of starts and where the walk stopped."""
+    array of starts and where the walk stopped. The walk is taken in runs over the places
+    where the magic stands (found as arrays): a run of such places that each end where the
+    next begins is the walk itself; elsewhere (a record with a damaged magic, magic bytes
+    inside a body) it goes a record at a time."""
     np = layouts().np
     n = len(buf)
-    out = array.array("q")
-    add = out.append
+    b = np.frombuffer(buf, np.uint8)
+    c = np.flatnonzero(b[4:n - 3] == _MAGIC[0])
+    c = c[(b[c + 5] == _MAGIC[1]) & (b[c + 6] == _MAGIC[2]) & (b[c + 7] == _MAGIC[3])]
+    tot = np.lib.stride_tricks.sliding_window_view(b, 4)[c].view(">i4").reshape(len(c)).astype(np.int64)
+    ends = c + tot
+    whole = (tot >= _MIN_SIZE) & (ends <= n)
+    linked = np.zeros(len(c), bool)
+    linked[:-1] = ends[:-1] == c[1:]
+    breaks = np.flatnonzero(~(whole & linked))   # a run through j ends at the first break >= j
+    parts: list[Any] = []
     unpack = _I32
-    lo = _MIN_SIZE
     while i < limit and n - i >= 8:
+        k = int(np.searchsorted(c, i))
+        if k < len(c) and c[k] == i:
+            e = int(breaks[np.searchsorted(breaks, k)])
+            run = c[k:e + 1]
+            cut = int(np.searchsorted(run, limit))
+            if cut < len(run):        # the walk passes the limit inside this run
+                parts.append(run[:cut])
+                i = int(run[cut])
+                break
+            if not whole[e]:          # the walk stops at this record
+                parts.append(run[:-1])
+                i = int(c[e])
+                break
+            parts.append(run)
+            i = int(ends[e])
+            continue
         total = unpack(buf, i)[0]
-        if total < lo or i + total > n:
+        if total < _MIN_SIZE or i + total > n:
             break
-        add(i)
+        parts.append(np.array([i], np.int64))
         i += total
-    return (np.frombuffer(out, np.int64) if out else np.zeros(0, np.int64)), i
+    starts = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return starts.astype(np.int64, copy=False), i
 
 
 def _reason(buf: bytes, i: int, wbase: int) -> str:
@@ -273,23 +301,20 @@ def _verify(buf: bytes, starts: Any, wbase: int, cols: list[tuple[Any, ...]]) ->
 
 def _columns(w: Window, cols: list[tuple[Any, ...]], topics: dict[bytes, str]) -> None:
     """The checked runs of a window into its columns: header fields, topic ids, tag codes
-    and index keys (the properties are searched only for the names that matter)."""
+    and index keys."""
     np = layouts().np
     if not cols:
         return
     ids: dict[str, int] = {}
     parts: list[list[Any]] = [[] for _ in range(10)]
     for head, starts, total, t, p, crc_at, buf, wbase in cols:
-        tnames, tid = _topic_ids(buf, t, p, topics, ids)
-        props = list(map(buf.__getitem__, map(slice, p.tolist(), crc_at.tolist())))
+        tid = _topic_ids(buf, t, p, topics, ids)
         phys = wbase + starts
         sysflag = head["sysflag"].astype(np.int64)
         rollback = (sysflag & F.TX_MASK) == F.TX_ROLLBACK
-        rare = bool(rollback.any()) or _TAGS in buf or _KEYS in buf or _DELIVER in buf
-        tags, kh, kp = _props(props, tnames, phys.tolist(), rollback.tolist(), rare)
+        tags, kh, kp = _keys(buf, p, crc_at, phys, rollback, tid, list(ids))
         for col, v in zip(parts, (phys, total, head["qid"].astype(np.int64), head["qoff"].astype(np.int64),
-                                  sysflag, head["stored"].astype(np.int64), np.array(tags, np.int64),
-                                  tid, np.array(kh, np.int64), np.array(kp, np.int64))):
+                                  sysflag, head["stored"].astype(np.int64), tags, tid, kh, kp)):
             col.append(v)
     cat = np.concatenate
     (w.phys, w.size, w.queue_id, w.queue_offset, w.sysflag, w.store_ts, w.tag_code, w.topic_id,
@@ -297,9 +322,9 @@ def _columns(w: Window, cols: list[tuple[Any, ...]], topics: dict[bytes, str]) -
     w.topics = list(ids)
 
 
-def _topic_ids(buf: bytes, t: Any, p: Any, topics: dict[bytes, str], ids: dict[str, int]) -> tuple[list[str], Any]:
-    """Each record's topic (its name, and its index in ``ids``): the topics of the first record
-    compared as arrays with every record's topic field, the rest one by one."""
+def _topic_ids(buf: bytes, t: Any, p: Any, topics: dict[bytes, str], ids: dict[str, int]) -> Any:
+    """Each record's topic as its index in ``ids``: the topic of the first record compared as
+    arrays with every record's topic field, the rest one by one."""
     np = layouts().np
     n = len(t)
     tid = np.full(n, -1, np.int64)
@@ -316,58 +341,86 @@ def _topic_ids(buf: bytes, t: Any, p: Any, topics: dict[bytes, str], ids: dict[s
         tb = buf[int(t[j]) + 1:int(p[j]) - 2]
         nm = topics.get(tb) or topics.setdefault(tb, tb.decode("utf-8", "replace"))
         tid[j] = ids.setdefault(nm, len(ids))
-    names = list(ids)
-    return [names[i] for i in tid.tolist()], tid
+    return tid
 
 
-def _props(props: list[bytes], tnames: list[str], physl: list[int], rollback: list[bool],
-           rare: bool) -> tuple[list[int], list[int], list[int]]:
+def _keys(buf: bytes, p: Any, crc_at: Any, phys: Any, rollback: Any, tid: Any,
+          names: list[str]) -> tuple[Any, Any, Any]:
     """Tag codes, and the index keys' hashes with their records' offsets (``#UNIQ_KEY`` and
     ``topic#key`` per KEYS word; none for a rolled-back half), as the write path makes them.
-    The common record (a unique key, no tags, no keys) takes a few C calls; others go by
-    :func:`_prop`."""
-    tags = [0] * len(props)
-    uniq = _UNIQ
-    # a unique key where the properties begin, or right after a 0x02 (else: the slow path)
-    at = list(map(bytes.find, props, repeat(uniq)))
-    if rare:
-        slow = [j for j, (pr, i) in enumerate(zip(props, at))
-                if (i > 0 and pr[i - 1] != 2) or _TAGS in pr or _KEYS in pr or _DELIVER in pr or rollback[j]]
-    else:   # no record of this window has tags, keys or a delivery time, none is rolled back
-        slow = [j for j, (pr, i) in enumerate(zip(props, at)) if i > 0 and pr[i - 1] != 2]
-    h0 = _HASH_MARK   # crc32 of "#" + key, as a running CRC: no concatenation per record
-    keyed = [(crc32(pr[i + 9:pr.find(b"\x02", i + 9)], h0) & 0x7FFFFFFF, ph)
-             for pr, i, ph in zip(props, at, physl) if i >= 0]
-    if not slow:
-        return tags, [k for k, _ in keyed], [ph for _, ph in keyed]
-    kh: list[int] = []
-    kp: list[int] = []
-    slow_set = set(slow)
-    for j, pr in enumerate(props):
-        if j not in slow_set:
-            if at[j] >= 0:
-                kh.append(crc32(pr[at[j] + 9:pr.find(b"\x02", at[j] + 9)], h0) & 0x7FFFFFFF)
-                kp.append(physl[j])
-            continue
-        if _TAGS in pr or _DELIVER in pr:
-            found = {name: v.decode("utf-8", "replace")
-                     for name, v in ((PROP_TAGS, _prop(pr, _TAGS)), (PROP_DELIVER_MS, _prop(pr, _DELIVER))) if v}
-            tags[j] = entry_tags_code(tnames[j], found)
-        if rollback[j]:
-            continue
-        uk = _prop(pr, uniq)
-        if uk:
-            kh.append(crc32(b"#" + uk) & 0x7FFFFFFF)
-            kp.append(physl[j])
-        if _KEYS in pr:
-            kw = _prop(pr, _KEYS)
-            if kw:
-                tn = tnames[j].encode()
-                for k in kw.split(b" "):
-                    if k:
-                        kh.append(crc32(tn + b"#" + k) & 0x7FFFFFFF)
-                        kp.append(physl[j])
-    return tags, kh, kp
+    The common record, whose properties are its unique key alone (``UNIQ_KEY`` 0x01, 32
+    bytes free of 0x01 and 0x02, 0x02), is told and hashed as arrays (:func:`_uniq_hashes`);
+    the others one by one (:func:`_record_keys`)."""
+    np = layouts().np
+    n = len(p)
+    b = np.frombuffer(buf, np.uint8)
+    rows = np.lib.stride_tricks.sliding_window_view
+    common = ((crc_at - p) == _UNIQ_PROPS) & ~rollback
+    at = np.where(common, p, 0)
+    common &= (rows(b, len(_UNIQ))[at] == np.frombuffer(_UNIQ, np.uint8)).all(axis=1) & (b[at + _UNIQ_PROPS - 1] == 2)
+    at = np.where(common, at + len(_UNIQ), 0)
+    value = rows(b, _UNIQ_LEN)[at]
+    common &= ~((value == 1) | (value == 2)).any(axis=1)
+    tags = np.zeros(n, np.int64)
+    if bool(common.all()):
+        return tags, _uniq_hashes(np, value), phys
+    kh = _uniq_hashes(np, value[common])
+    kp = phys[common]
+    slow = np.flatnonzero(~common)
+    if not len(slow):
+        return tags, kh, kp
+    sh: list[int] = []
+    sp: list[int] = []
+    for j, a, e, ph, rb, ti in zip(slow.tolist(), p[slow].tolist(), crc_at[slow].tolist(), phys[slow].tolist(),
+                                   rollback[slow].tolist(), tid[slow].tolist()):
+        tags[j] = _record_keys(buf[a:e], names[ti], ph, rb, sh, sp)
+    kh = np.concatenate([kh, np.array(sh, np.int64)])
+    kp = np.concatenate([kp, np.array(sp, np.int64)])
+    order = np.argsort(kp, kind="stable")   # log order; a record's own keys as it listed them
+    return tags, kh[order], kp[order]
+
+
+def _record_keys(pr: bytes, tname: str, ph: int, rollback: bool, kh: list[int], kp: list[int]) -> int:
+    """One record's index keys (appended to ``kh``/``kp``) from its properties ``pr``; returns
+    its tag code."""
+    tag = 0
+    if _TAGS in pr or _DELIVER in pr:
+        found = {name: v.decode("utf-8", "replace")
+                 for name, v in ((PROP_TAGS, _prop(pr, _TAGS)), (PROP_DELIVER_MS, _prop(pr, _DELIVER))) if v}
+        tag = entry_tags_code(tname, found)
+    if rollback:
+        return tag
+    uk = _prop(pr, _UNIQ)
+    if uk:
+        kh.append(crc32(uk, _HASH_MARK) & 0x7FFFFFFF)
+        kp.append(ph)
+    if _KEYS in pr:
+        kw = _prop(pr, _KEYS)
+        if kw:
+            tn = tname.encode()
+            for k in kw.split(b" "):
+                if k:
+                    kh.append(crc32(tn + b"#" + k) & 0x7FFFFFFF)
+                    kp.append(ph)
+    return tag
+
+
+def _uniq_hashes(np: Any, value: Any) -> Any:
+    """``crc32(b"#" + key) & 0x7FFFFFFF`` of each row of ``value`` (n x 32 bytes) as arrays.
+    CRC-32 is affine over GF(2): for messages of one length, the CRC of ``"#" + key`` is the
+    CRC of ``"#"`` and 32 zero bytes, xor, for every position, the change that position's
+    byte makes (a 32 x 256 table, computed once)."""
+    if not _UNIQ_TABLE:
+        zero = bytes(_UNIQ_LEN)
+        c0 = crc32(zero, _HASH_MARK)
+        tab = np.array([[crc32(zero[:j] + bytes([v]) + zero[j + 1:], _HASH_MARK) ^ c0 for v in range(256)]
+                        for j in range(_UNIQ_LEN)], np.uint32)
+        _UNIQ_TABLE.append((tab.reshape(-1), np.arange(_UNIQ_LEN, dtype=np.intp) * 256, c0))
+    flat, shift, c0 = _UNIQ_TABLE[0]
+    if not len(value):
+        return np.zeros(0, np.int64)
+    h = np.bitwise_xor.reduce(flat[value + shift], axis=1)
+    return ((h ^ np.uint32(c0)) & np.uint32(0x7FFFFFFF)).astype(np.int64)
 
 
 def _looks_like_start(data: bytes, cand: int, wbase: int) -> bool:
