@@ -46,6 +46,7 @@ _KEYS = PROP_KEYS.encode() + b"\x01"
 _UNIQ = PROP_UNIQ_KEY.encode() + b"\x01"
 _DELIVER = PROP_DELIVER_MS.encode() + b"\x01"
 _HASH_MARK = crc32(b"#")
+_TOPIC_ROUNDS = 8   # topics of a window told apart as arrays (more: one record at a time)
 _CRC_HEAD8 = int.from_bytes(F.CRC_PROPERTY_HEAD[:8], "little")
 _UNIQ_LEN = 32                         # a unique key: 32 hex digits (format.py)
 _UNIQ_PROPS = len(_UNIQ) + _UNIQ_LEN + 1   # properties that are a unique key alone
@@ -355,24 +356,34 @@ def _columns(w: Window, cols: list[tuple[Any, ...]], topics: dict[bytes, str]) -
 
 
 def _topic_ids(buf: bytes, t: Any, p: Any, topics: dict[bytes, str], ids: dict[str, int]) -> Any:
-    """Each record's topic as its index in ``ids``: the topic of the first record compared as
-    arrays with every record's topic field, the rest one by one."""
+    """Each record's topic as its index in ``ids``: the topic of the first record not yet
+    named compared as arrays with the topic fields of all those left, for a few topics (a
+    window of interleaved topics); the rest one by one."""
     np = layouts().np
-    n = len(t)
-    tid = np.full(n, -1, np.int64)
+    tid = np.full(len(t), -1, np.int64)
     b = np.frombuffer(buf, np.uint8)
-    first = bytes(buf[int(t[0]):int(p[0]) - 2])
-    name = topics.get(first[1:]) or topics.setdefault(first[1:], first[1:].decode("utf-8", "replace"))
-    room = len(b) - (len(first) + 7) // 8 * 8
-    tt = np.minimum(t, room)
-    same = _equal_at(np, b, tt, first) & (t == tt)
-    tid[same] = ids.setdefault(name, len(ids))
-    rest = np.flatnonzero(~same)
+    rest = np.arange(len(t))
+    for _ in range(_TOPIC_ROUNDS):
+        if not len(rest):
+            break
+        j = int(rest[0])
+        field = bytes(buf[int(t[j]):int(p[j]) - 2])
+        tt = t[rest]
+        at = np.minimum(tt, len(b) - (len(field) + 7) // 8 * 8)
+        same = _equal_at(np, b, at, field) & (tt == at)
+        same[0] = True
+        tid[rest[same]] = ids.setdefault(_topic_name(topics, field[1:]), len(ids))
+        rest = rest[~same]
     for j in rest.tolist():
-        tb = buf[int(t[j]) + 1:int(p[j]) - 2]
-        nm = topics.get(tb) or topics.setdefault(tb, tb.decode("utf-8", "replace"))
-        tid[j] = ids.setdefault(nm, len(ids))
+        tid[j] = ids.setdefault(_topic_name(topics, buf[int(t[j]) + 1:int(p[j]) - 2]), len(ids))
     return tid
+
+
+def _topic_name(topics: dict[bytes, str], raw: bytes) -> str:
+    name = topics.get(raw)
+    if name is None:
+        name = topics[raw] = raw.decode("utf-8", "replace")
+    return name
 
 
 def _keys(buf: bytes, p: Any, crc_at: Any, phys: Any, rollback: Any, tid: Any,
@@ -514,8 +525,12 @@ def queue_runs(w: Window, topics: dict[str, "TopicConfig"]) -> Iterator[tuple[st
     idx = np.flatnonzero(sel)
     if not len(idx):
         return
-    key = w.topic_id[idx] * (1 << 20) + w.queue_id[idx]
-    order = idx[np.argsort(key, kind="stable")]
+    qid = w.queue_id[idx]
+    if len(w.topics) <= 256 and 0 <= int(qid.min()) and int(qid.max()) < 256:
+        # (a 16-bit key sorts by radix, several times faster than a 64-bit one)
+        order = idx[np.argsort((w.topic_id[idx] * 256 + qid).astype(np.uint16), kind="stable")]
+    else:
+        order = idx[np.argsort(w.topic_id[idx] * (1 << 20) + qid, kind="stable")]
     key = w.topic_id[order] * (1 << 20) + w.queue_id[order]
     for run in np.split(order, np.flatnonzero(np.diff(key)) + 1):
         yield w.topics[int(w.topic_id[run[0]])], int(w.queue_id[run[0]]), run
