@@ -40,7 +40,7 @@ def env_for(store: Path, code: Path) -> dict[str, str]:
 
 
 def build(store: Path, n: int) -> float:
-    """A store of ``n`` 100-byte messages (99 bytes and a newline per line) on topic T, 8 queues."""
+    """A store of ``n`` 100-byte messages on topic T, 8 queues."""
     done = store / ".bench-built"
     if done.exists():
         return float(done.read_text())
@@ -52,7 +52,7 @@ def build(store: Path, n: int) -> float:
     p = subprocess.Popen([*MQCTL, "send", "T", "--flush", "async"], stdin=subprocess.PIPE,
                          stdout=subprocess.DEVNULL, env=env)
     assert p.stdin is not None
-    pad = b"x" * 88
+    pad = b"x" * 90
     step = 100_000
     for a in range(0, n, step):
         p.stdin.write(b"".join(b"%010d" % i + pad + b"\n" for i in range(a, min(a + step, n))))
