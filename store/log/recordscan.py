@@ -165,8 +165,9 @@ def _records(buf: bytes, i: int, limit: int, wbase: int, path: str, base: int, w
     ``buf``). Returns (where the next window starts, relative to ``buf``; a BLANK trailer
     ended the segment; the window ended inside damage)."""
     cols: list[tuple[Any, ...]] = []
+    marks = _magic_runs(buf)   # (once per window: the walk resumes after damage with them)
     while i < limit:
-        starts, stop = _chain(buf, i, limit)
+        starts, stop = _chain(buf, i, limit, marks)
         good, blank = _verify(buf, starts, wbase, cols)
         if good < len(starts):
             i = int(starts[good])
@@ -206,12 +207,10 @@ def _blank_at(buf: bytes, i: int) -> bool:
     return len(buf) - i >= 8 and _I32(buf, i + 4)[0] & 0xFFFFFFFF == F.BLANK_MAGIC
 
 
-def _chain(buf: bytes, i: int, limit: int) -> tuple[Any, int]:
-    """Record starts from ``i`` by their TOTALSIZE while each is plausible and whole: the
-    array of starts and where the walk stopped. The walk is taken in runs over the places
-    where the magic stands (found as arrays): a run of such places that each end where the
-    next begins is the walk itself; elsewhere (a record with a damaged magic, magic bytes
-    inside a body) it goes a record at a time."""
+def _magic_runs(buf: bytes) -> tuple[Any, Any, Any, Any]:
+    """The places in ``buf`` where a record's magic stands (as record starts), the ends their
+    TOTALSIZE gives, whether each such record is plausible and whole, and the places where a
+    run of such records that each end where the next begins is broken (:func:`_chain`)."""
     np = layouts().np
     n = len(buf)
     b = np.frombuffer(buf, np.uint8)
@@ -223,6 +222,18 @@ def _chain(buf: bytes, i: int, limit: int) -> tuple[Any, int]:
     linked = np.zeros(len(c), bool)
     linked[:-1] = ends[:-1] == c[1:]
     breaks = np.flatnonzero(~(whole & linked))   # a run through j ends at the first break >= j
+    return c, ends, whole, breaks
+
+
+def _chain(buf: bytes, i: int, limit: int, marks: tuple[Any, Any, Any, Any]) -> tuple[Any, int]:
+    """Record starts from ``i`` by their TOTALSIZE while each is plausible and whole: the
+    array of starts and where the walk stopped. The walk is taken in runs over the places
+    where the magic stands (``marks``, :func:`_magic_runs`): a run of such places that each
+    end where the next begins is the walk itself; elsewhere (a record with a damaged magic,
+    magic bytes inside a body) it goes a record at a time."""
+    np = layouts().np
+    n = len(buf)
+    c, ends, whole, breaks = marks
     parts: list[Any] = []
     unpack = _I32
     while i < limit and n - i >= 8:

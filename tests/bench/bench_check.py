@@ -119,13 +119,17 @@ def main() -> None:
                 print(f"  rep {rep + 1}: " + ", ".join(f"{k} {v[-1]['s']:.2f} s" for k, v in runs.items()), flush=True)
             print(f"  load before {load0}, after {loadavg()}{' (with a CPU hog per core)' if hogs else ''}")
             base = [r["s"] for r in runs["consume"]]
+            base_cpu = [r["cpu"] for r in runs["consume"]]
             for name, rs in runs.items():
                 s = [r["s"] for r in rs]
+                cpu = [r["cpu"] for r in rs]
                 ratio = [x / b for x, b in zip(s, base)]
-                print(f"  {name:13s} median {statistics.median(s):6.2f} s (min {min(s):.2f}, max {max(s):.2f}), "
-                      f"cpu {statistics.median(r['cpu'] for r in rs):6.2f} s, max RSS {max(r['mb'] for r in rs):4.0f} MB,"
-                      f" ratio to consume: median {statistics.median(ratio):.2f} "
-                      f"({min(ratio):.2f}-{max(ratio):.2f})", flush=True)
+                cratio = [x / b for x, b in zip(cpu, base_cpu)]
+                print(f"  {name:13s} wall median {statistics.median(s):6.2f} s ({min(s):.2f}-{max(s):.2f}), "
+                      f"cpu {statistics.median(cpu):6.2f} s, max RSS {max(r['mb'] for r in rs):4.0f} MB; "
+                      f"to consume of the same rep: wall {statistics.median(ratio):.2f} "
+                      f"({min(ratio):.2f}-{max(ratio):.2f}), cpu {statistics.median(cratio):.2f} "
+                      f"({min(cratio):.2f}-{max(cratio):.2f})", flush=True)
             results[str(n)] = runs
     finally:
         for h in hogs:
