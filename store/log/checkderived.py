@@ -202,7 +202,7 @@ class IndexCheck:
             report(str(idx.dir), 0, "a key-index rebuild was interrupted: lookups search the log until it is "
                                     "done (run mqctl store recover)")
         self.trusted_from: int | None = None
-        self.loaded: dict[int, Any] = {}     # file base -> sorted pairs (None: untrusted)
+        self.loaded: dict[int, Any] = {}     # file base -> its reachable (offsets, hashes) (None: untrusted)
         self.missing = 0
         self.example: int | None = None
         if not self.fenced and self.files:
@@ -227,7 +227,7 @@ class IndexCheck:
                 self.report(str(path), 24, f"header says records up to offset {ephys} are indexed, past the end "
                                            f"of the commit log (new keys would not be)")
             else:
-                pairs = reachable_pairs(self.idx, base)
+                pairs = self.idx.reachable(base)
                 if self.trusted_from is None or base < self.trusted_from:
                     self.trusted_from = base if self.trusted_from is None else min(self.trusted_from, base)
         self.loaded[base] = pairs
@@ -244,21 +244,19 @@ class IndexCheck:
             kh, kp = kh[keep], kp[keep]
         if not len(kp):
             return
-        pair = (kh.astype(np.uint64) << np.uint64(32)) ^ (kp.astype(np.uint64) & np.uint64(0xFFFFFFFF))
         found = np.zeros(len(kp), bool)
         if self.files:
             files = np.array(self.files, np.int64)
             cover = np.searchsorted(files, kp, side="right") - 1
             for ci in np.unique(cover).tolist():
-                bases = [self.files[ci]] if ci >= 0 else []
-                for base in bases:
-                    pairs = self._load(base)
+                if ci >= 0:
+                    pairs = self._load(self.files[ci])
                     if pairs is not None:
                         m = cover == ci
-                        found[m] |= _isin(np, pair[m], pairs)
+                        found[m] |= _found(np, kh[m], kp[m], *pairs)
             newest = self._load(self.files[-1])
             if newest is not None and not found.all():
-                found[~found] |= _isin(np, pair[~found], newest)
+                found[~found] |= _found(np, kh[~found], kp[~found], *newest)
         if self.trusted_from is None:
             return
         miss = np.flatnonzero(~found & (kp >= self.trusted_from))
@@ -277,47 +275,22 @@ class IndexCheck:
                                               f"(msg query would miss them; run mqctl store recover)")
 
 
-def _isin(np: Any, a: Any, sorted_b: Any) -> Any:
-    if not len(sorted_b):
-        return np.zeros(len(a), bool)
-    i = np.searchsorted(sorted_b, a)
-    i[i == len(sorted_b)] = 0
-    return sorted_b[i] == a
-
-
-def reachable_pairs(idx: KeyIndex, base: int) -> Any:
-    """``(keyHash << 32) ^ (offset & 0xFFFFFFFF)`` (uint64, sorted) of every entry of file
-    ``base`` that a lookup of its key reaches: on the chain of its own key's slot. The chains
-    are followed for all slots at once, a link per step."""
-    np = layouts().np
-    with open(idx.path(base), "rb") as fh:
-        data = fh.read()
-    count = F.INDEX_HEADER.unpack_from(data, 0)[5]
-    slots = idx.slots
-    table = np.frombuffer(data, ">i4", count=slots, offset=F.INDEX_HEADER_SIZE).astype(np.int32)
-    ent = np.frombuffer(data, np.dtype([("h", ">i4"), ("phys", ">i8"), ("td", ">i4"), ("prev", ">i4")]),
-                        count=count, offset=idx.table_end)
-    prev = ent["prev"].astype(np.int32)   # (counts fit 32 bits: memory is what bounds a check)
-    label = np.full(count, -1, np.int32)
-    heads = np.flatnonzero((table > 0) & (table < count))
-    front = table[heads]
-    label[front] = heads
-    for _ in range(count):
-        if not len(front):
-            break
-        nxt = prev[front]
-        ok = (nxt > 0) & (nxt < front)
-        nxt, lab = nxt[ok], label[front[ok]]
-        new = label[nxt] < 0
-        label[nxt[new]] = lab[new]
-        front = nxt[new]
-    del prev, front
-    got = np.flatnonzero(label >= 0)
-    h = ent["h"][got].astype(np.int64)
-    got = got[h % slots == label[got]]
-    del h, label
-    pairs = (ent["h"][got].astype(np.uint64) << np.uint64(32)) ^ (ent["phys"][got].astype(np.uint64)
-                                                                 & np.uint64(0xFFFFFFFF))
-    del ent, data, got
-    pairs.sort()
-    return pairs
+def _found(np: Any, kh: Any, kp: Any, phys: Any, hashes: Any) -> Any:
+    """Which keys ``(kh, kp)`` (hashes and record offsets, offsets ascending, as a window's)
+    are among an index file's reachable entries ``(phys, hashes)`` (offsets ascending): the
+    file's entries in the keys' range of offsets are taken; usually they are the keys
+    themselves, in order (one comparison), else each key is looked up among them."""
+    lo = int(np.searchsorted(phys, kp[0], side="left"))
+    hi = int(np.searchsorted(phys, kp[-1], side="right"))
+    ph, hs = phys[lo:hi], hashes[lo:hi]
+    if len(ph) == len(kp) and bool((ph == kp).all()) and bool((hs == kh).all()):
+        return np.ones(len(kp), bool)
+    found = np.zeros(len(kp), bool)
+    if not len(ph):
+        return found
+    # (offset - first, hash) as one uint64: offsets within a window's range fit 32 bits
+    have = np.sort(((ph - kp[0]).astype(np.uint64) << np.uint64(32)) | hs.astype(np.uint64))
+    want = ((kp - kp[0]).astype(np.uint64) << np.uint64(32)) | kh.astype(np.uint64)
+    i = np.searchsorted(have, want)
+    i[i == len(have)] = 0
+    return have[i] == want

@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Sequence
 from itertools import repeat
 from pathlib import Path
+from typing import Any
 
 from store.errors import CorruptionError, io_error
 from store.fsutil import (
@@ -37,6 +38,7 @@ from store.fsutil import (
     sync_dir_if_changed,
 )
 from store.log import format as F
+from store.log import indexchains
 from store.log.record import crc32
 
 _HDR = F.INDEX_HEADER
@@ -192,31 +194,15 @@ class KeyIndex:
             return f"header ends at offset {end_phys}, before it begins ({begin_phys})"
         if not thorough:
             return None
-        table = array.array("i")
-        table.frombytes(data[F.INDEX_HEADER_SIZE:self.table_end])
-        if _LITTLE:
-            table.byteswap()
-        reached = bytearray(count)
-        for sl, head in enumerate(table):
-            if head < 0 or head >= count:
-                return f"slot {sl} points at entry {head}, past the {count} entries"
-            if head:
-                reached[head] = 1
-        pos = self.table_end + F.INDEX_ENTRY_SIZE
-        for i, (h, phys, _td, prev) in enumerate(_ENTRY.iter_unpack(
-                data[pos:self.table_end + count * F.INDEX_ENTRY_SIZE]), start=1):
-            if h == 0 and phys == 0 and prev == 0 and _td == 0:
-                return f"entry {i} is zero (lost)"
-            if prev < 0 or prev >= i:
-                return f"entry {i} chains forward to entry {prev}"
-            if phys < begin_phys:   # (past end_phys is allowed: recovery fences the end back)
-                return f"entry {i} points at offset {phys}, before the file begins ({begin_phys})"
-            if prev:
-                reached[prev] = 1
-        missing = reached.find(0, 1)
-        if missing > 0:
-            return f"entry {missing} is reached by no slot chain (lookups would miss it)"
-        return None
+        return indexchains.problem(data, self.table_end, count, begin_phys)
+
+    def reachable(self, base: int) -> tuple[Any, Any]:
+        """The entries of file ``base`` that a lookup of their own key reaches (on their key's
+        slot chain), as arrays ``(commit-log offsets ascending, key hashes)``
+        (:func:`indexchains.reachable`)."""
+        with open(self.path(base), "rb") as fh:
+            data = fh.read()
+        return indexchains.reachable(data, self.table_end, self.slots)
 
     def add(self, items: Sequence[tuple[str | bytes, int]], store_ts: int) -> None:
         """Index ``(key, commit-log offset)`` pairs of one batch (offsets ascending); keys are
@@ -497,3 +483,4 @@ class KeyIndex:
             finally:
                 os.close(fd)
         return out
+

@@ -1,7 +1,7 @@
 """One sequential pass over the commit log in big windows: every record checked (as
 :func:`~store.log.record.decode` checks it: lengths, its own offset, the record CRC) and
 reduced to the few fields that ``store check`` and ``store recover`` compare the derived
-files against; no :class:`~store.log.record.Message` is built.
+files against (taken by ``recordfields.py``); no :class:`~store.log.record.Message` is built.
 
 Memory is bounded by one window (``WINDOW`` bytes, plus room for the largest record) and
 the records of one window; nothing is kept from one window to the next. A record that fails
@@ -12,26 +12,16 @@ segment). Record layout: ``format.py``.
 """
 from __future__ import annotations
 
-import array
 import os
 import struct
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from store.log import format as F
+from store.log import recordfields
 from store.log.arrays import layouts
 from store.log.commitlog import CommitLog
-from store.log.record import (
-    PROP_DELIVER_MS,
-    PROP_KEYS,
-    PROP_TAGS,
-    PROP_UNIQ_KEY,
-    RecordError,
-    crc32,
-    decode,
-    entry_tags_code,
-)
+from store.log.record import RecordError, crc32, decode
 
 if TYPE_CHECKING:
     from store.log.topics import TopicConfig
@@ -43,11 +33,7 @@ _I32 = struct.Struct(">i").unpack_from
 _I64 = struct.Struct(">q").unpack_from
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")
 _MIN_SIZE = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
-_TAGS = PROP_TAGS.encode() + b"\x01"
-_KEYS = PROP_KEYS.encode() + b"\x01"
-_UNIQ = PROP_UNIQ_KEY.encode() + b"\x01"
-_DELIVER = PROP_DELIVER_MS.encode() + b"\x01"
-_HASH_MARK = crc32(b"#")
+_CRC_HEAD8 = int.from_bytes(F.CRC_PROPERTY_HEAD[:8], "little")
 
 
 @dataclass
@@ -73,19 +59,6 @@ class Window:
 
     def __len__(self) -> int:
         return 0 if self.phys is None else len(self.phys)
-
-
-def _prop(props: bytes, name: bytes) -> bytes | None:
-    """The raw value of property ``name`` (``b"NAME\\x01"``) in ``NAME 0x01 VALUE 0x02 ...``."""
-    if props.startswith(name):
-        i = len(name)
-    else:
-        i = props.find(b"\x02" + name)
-        if i < 0:
-            return None
-        i += len(name) + 1
-    j = props.find(b"\x02", i)
-    return props[i:j] if j >= 0 else props[i:]
 
 
 def scan(log: CommitLog, start: int, progress: Callable[[int], None] | None = None) -> Iterator[Window]:
@@ -162,8 +135,9 @@ def _records(buf: bytes, i: int, limit: int, wbase: int, path: str, base: int, w
     ``buf``). Returns (where the next window starts, relative to ``buf``; a BLANK trailer
     ended the segment; the window ended inside damage)."""
     cols: list[tuple[Any, ...]] = []
+    marks = _magic_runs(buf)   # (once per window: the walk resumes after damage with them)
     while i < limit:
-        starts, stop = _chain(buf, i, limit)
+        starts, stop = _chain(buf, i, limit, marks)
         good, blank = _verify(buf, starts, wbase, cols)
         if good < len(starts):
             i = int(starts[good])
@@ -203,22 +177,59 @@ def _blank_at(buf: bytes, i: int) -> bool:
     return len(buf) - i >= 8 and _I32(buf, i + 4)[0] & 0xFFFFFFFF == F.BLANK_MAGIC
 
 
-def _chain(buf: bytes, i: int, limit: int) -> tuple[Any, int]:
-    """Record starts from ``i`` by their TOTALSIZE while each is plausible and whole: the
-    array of starts and where the walk stopped."""
+def _magic_runs(buf: bytes) -> tuple[Any, Any, Any, Any]:
+    """The places in ``buf`` where a record's magic stands (as record starts), the ends their
+    TOTALSIZE gives, whether each such record is plausible and whole, and the places where a
+    run of such records that each end where the next begins is broken (:func:`_chain`)."""
     np = layouts().np
     n = len(buf)
-    out = array.array("q")
-    add = out.append
+    b = np.frombuffer(buf, np.uint8)
+    c = np.flatnonzero(b[4:n - 3] == _MAGIC[0])
+    c = c[(b[c + 5] == _MAGIC[1]) & (b[c + 6] == _MAGIC[2]) & (b[c + 7] == _MAGIC[3])]
+    tot = np.lib.stride_tricks.sliding_window_view(b, 4)[c].view(">i4").reshape(len(c)).astype(np.int64)
+    ends = c + tot
+    whole = (tot >= _MIN_SIZE) & (ends <= n)
+    linked = np.zeros(len(c), bool)
+    linked[:-1] = ends[:-1] == c[1:]
+    breaks = np.flatnonzero(~(whole & linked))   # a run through j ends at the first break >= j
+    return c, ends, whole, breaks
+
+
+def _chain(buf: bytes, i: int, limit: int, marks: tuple[Any, Any, Any, Any]) -> tuple[Any, int]:
+    """Record starts from ``i`` by their TOTALSIZE while each is plausible and whole: the
+    array of starts and where the walk stopped. The walk is taken in runs over the places
+    where the magic stands (``marks``, :func:`_magic_runs`): a run of such places that each
+    end where the next begins is the walk itself; elsewhere (a record with a damaged magic,
+    magic bytes inside a body) it goes a record at a time."""
+    np = layouts().np
+    n = len(buf)
+    c, ends, whole, breaks = marks
+    parts: list[Any] = []
     unpack = _I32
-    lo = _MIN_SIZE
     while i < limit and n - i >= 8:
+        k = int(np.searchsorted(c, i))
+        if k < len(c) and c[k] == i:
+            e = int(breaks[np.searchsorted(breaks, k)])
+            run = c[k:e + 1]
+            cut = int(np.searchsorted(run, limit))
+            if cut < len(run):        # the walk passes the limit inside this run
+                parts.append(run[:cut])
+                i = int(run[cut])
+                break
+            if not whole[e]:          # the walk stops at this record
+                parts.append(run[:-1])
+                i = int(c[e])
+                break
+            parts.append(run)
+            i = int(ends[e])
+            continue
         total = unpack(buf, i)[0]
-        if total < lo or i + total > n:
+        if total < _MIN_SIZE or i + total > n:
             break
-        add(i)
+        parts.append(np.array([i], np.int64))
         i += total
-    return (np.frombuffer(out, np.int64) if out else np.zeros(0, np.int64)), i
+    starts = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return starts.astype(np.int64, copy=False), i
 
 
 def _reason(buf: bytes, i: int, wbase: int) -> str:
@@ -252,18 +263,16 @@ def _verify(buf: bytes, starts: Any, wbase: int, cols: list[tuple[Any, ...]]) ->
     p = np.where(ok, p, starts + 2)
     ok &= p + ((b[p - 2].astype(np.int64) << 8) | b[p - 1]) == ends
     at = np.where(ok, crc_at, starts)
-    prop = rows(b, F.CRC_PROPERTY_SIZE)[at]
-    ok &= (prop[:, :9] == L.crc_head).all(axis=1) & (prop[:, 19] == 2)
-    digits = prop[:, 9:19].astype(np.int64) - 48
-    ok &= ((digits >= 0) & (digits <= 9)).all(axis=1)
+    ok &= _crc_property_ok(np, b, at)
     bad = np.flatnonzero(~ok)
     good = int(bad[0]) if len(bad) else n
     blank = good < n and int(head["magic"][good]) == F.BLANK_MAGIC
     if good:
-        mv = memoryview(buf)
-        got = np.fromiter(map(crc32, map(mv.__getitem__, map(slice, starts[:good].tolist(),
-                                                             crc_at[:good].tolist()))), np.int64, good)
-        crc_bad = np.flatnonzero((got & 0x7FFFFFFF) != digits[:good] @ L.pow10)
+        # one C call per record (a comprehension slices without making slice objects)
+        got = np.array([crc32(buf[a:e]) for a, e in zip(starts[:good].tolist(), crc_at[:good].tolist())], np.int64)
+        digits = rows(b, 10)[crc_at[:good] + len(F.CRC_PROPERTY_HEAD)].astype(np.int64)
+        want = np.einsum("ij,j->i", digits, L.pow10) - 48 * int(L.pow10.sum())
+        crc_bad = np.flatnonzero((got & 0x7FFFFFFF) != want)
         if len(crc_bad):
             good, blank = int(crc_bad[0]), False
     if good:
@@ -271,103 +280,44 @@ def _verify(buf: bytes, starts: Any, wbase: int, cols: list[tuple[Any, ...]]) ->
     return good, blank
 
 
+def _crc_property_ok(np: Any, b: Any, at: Any) -> Any:
+    """Whether a record CRC property (``__CRC32#`` 0x01, ten decimal digits, 0x02) stands at
+    each of ``at``: three 8-byte words each (the head; 0x01 and digits 0-6; digits 3-9 and
+    0x02), a byte is a digit when its high nibble is 3 and its low nibble plus 6 stays a
+    nibble (no carry out of any byte: the bytes are checked all at once)."""
+    u = np.uint64
+    w = np.lib.stride_tricks.sliding_window_view(b, 8)
+    n = len(at)
+    head, lo, hi = (w[at + k].view("<u8").reshape(n) for k in (0, 8, 12))
+    ok = head == u(_CRC_HEAD8)
+    ok &= (lo & u(0xF0F0F0F0F0F0F0FF)) == u(0x3030303030303001)
+    ok &= ((lo & u(0x0F0F0F0F0F0F0F00)) + u(0x0606060606060600)) & u(0xF0F0F0F0F0F0F000) == 0
+    ok &= (hi & u(0xFFF0F0F0F0F0F0F0)) == u(0x0230303030303030)
+    ok &= ((hi & u(0x000F0F0F0F0F0F0F)) + u(0x0006060606060606)) & u(0x00F0F0F0F0F0F0F0) == 0
+    return ok
+
+
 def _columns(w: Window, cols: list[tuple[Any, ...]], topics: dict[bytes, str]) -> None:
     """The checked runs of a window into its columns: header fields, topic ids, tag codes
-    and index keys (the properties are searched only for the names that matter)."""
+    and index keys."""
     np = layouts().np
     if not cols:
         return
     ids: dict[str, int] = {}
     parts: list[list[Any]] = [[] for _ in range(10)]
     for head, starts, total, t, p, crc_at, buf, wbase in cols:
-        tnames, tid = _topic_ids(buf, t, p, topics, ids)
-        props = list(map(buf.__getitem__, map(slice, p.tolist(), crc_at.tolist())))
+        tid = recordfields.topic_ids(buf, t, p, topics, ids)
         phys = wbase + starts
         sysflag = head["sysflag"].astype(np.int64)
         rollback = (sysflag & F.TX_MASK) == F.TX_ROLLBACK
-        rare = bool(rollback.any()) or _TAGS in buf or _KEYS in buf or _DELIVER in buf
-        tags, kh, kp = _props(props, tnames, phys.tolist(), rollback.tolist(), rare)
+        tags, kh, kp = recordfields.keys(buf, p, crc_at, phys, rollback, tid, list(ids))
         for col, v in zip(parts, (phys, total, head["qid"].astype(np.int64), head["qoff"].astype(np.int64),
-                                  sysflag, head["stored"].astype(np.int64), np.array(tags, np.int64),
-                                  tid, np.array(kh, np.int64), np.array(kp, np.int64))):
+                                  sysflag, head["stored"].astype(np.int64), tags, tid, kh, kp)):
             col.append(v)
     cat = np.concatenate
     (w.phys, w.size, w.queue_id, w.queue_offset, w.sysflag, w.store_ts, w.tag_code, w.topic_id,
      w.key_hash, w.key_phys) = (cat(c) for c in parts)
     w.topics = list(ids)
-
-
-def _topic_ids(buf: bytes, t: Any, p: Any, topics: dict[bytes, str], ids: dict[str, int]) -> tuple[list[str], Any]:
-    """Each record's topic (its name, and its index in ``ids``): the topics of the first record
-    compared as arrays with every record's topic field, the rest one by one."""
-    np = layouts().np
-    n = len(t)
-    tid = np.full(n, -1, np.int64)
-    b = np.frombuffer(buf, np.uint8)
-    first = bytes(buf[int(t[0]):int(p[0]) - 2])
-    field = np.frombuffer(first, np.uint8)
-    name = topics.get(first[1:]) or topics.setdefault(first[1:], first[1:].decode("utf-8", "replace"))
-    room = len(b) - len(field)
-    tt = np.minimum(t, room)
-    same = (np.lib.stride_tricks.sliding_window_view(b, len(field))[tt] == field).all(axis=1) & (t == tt)
-    tid[same] = ids.setdefault(name, len(ids))
-    rest = np.flatnonzero(~same)
-    for j in rest.tolist():
-        tb = buf[int(t[j]) + 1:int(p[j]) - 2]
-        nm = topics.get(tb) or topics.setdefault(tb, tb.decode("utf-8", "replace"))
-        tid[j] = ids.setdefault(nm, len(ids))
-    names = list(ids)
-    return [names[i] for i in tid.tolist()], tid
-
-
-def _props(props: list[bytes], tnames: list[str], physl: list[int], rollback: list[bool],
-           rare: bool) -> tuple[list[int], list[int], list[int]]:
-    """Tag codes, and the index keys' hashes with their records' offsets (``#UNIQ_KEY`` and
-    ``topic#key`` per KEYS word; none for a rolled-back half), as the write path makes them.
-    The common record (a unique key, no tags, no keys) takes a few C calls; others go by
-    :func:`_prop`."""
-    tags = [0] * len(props)
-    uniq = _UNIQ
-    # a unique key where the properties begin, or right after a 0x02 (else: the slow path)
-    at = list(map(bytes.find, props, repeat(uniq)))
-    if rare:
-        slow = [j for j, (pr, i) in enumerate(zip(props, at))
-                if (i > 0 and pr[i - 1] != 2) or _TAGS in pr or _KEYS in pr or _DELIVER in pr or rollback[j]]
-    else:   # no record of this window has tags, keys or a delivery time, none is rolled back
-        slow = [j for j, (pr, i) in enumerate(zip(props, at)) if i > 0 and pr[i - 1] != 2]
-    h0 = _HASH_MARK   # crc32 of "#" + key, as a running CRC: no concatenation per record
-    keyed = [(crc32(pr[i + 9:pr.find(b"\x02", i + 9)], h0) & 0x7FFFFFFF, ph)
-             for pr, i, ph in zip(props, at, physl) if i >= 0]
-    if not slow:
-        return tags, [k for k, _ in keyed], [ph for _, ph in keyed]
-    kh: list[int] = []
-    kp: list[int] = []
-    slow_set = set(slow)
-    for j, pr in enumerate(props):
-        if j not in slow_set:
-            if at[j] >= 0:
-                kh.append(crc32(pr[at[j] + 9:pr.find(b"\x02", at[j] + 9)], h0) & 0x7FFFFFFF)
-                kp.append(physl[j])
-            continue
-        if _TAGS in pr or _DELIVER in pr:
-            found = {name: v.decode("utf-8", "replace")
-                     for name, v in ((PROP_TAGS, _prop(pr, _TAGS)), (PROP_DELIVER_MS, _prop(pr, _DELIVER))) if v}
-            tags[j] = entry_tags_code(tnames[j], found)
-        if rollback[j]:
-            continue
-        uk = _prop(pr, uniq)
-        if uk:
-            kh.append(crc32(b"#" + uk) & 0x7FFFFFFF)
-            kp.append(physl[j])
-        if _KEYS in pr:
-            kw = _prop(pr, _KEYS)
-            if kw:
-                tn = tnames[j].encode()
-                for k in kw.split(b" "):
-                    if k:
-                        kh.append(crc32(tn + b"#" + k) & 0x7FFFFFFF)
-                        kp.append(physl[j])
-    return tags, kh, kp
 
 
 def _looks_like_start(data: bytes, cand: int, wbase: int) -> bool:
@@ -423,8 +373,12 @@ def queue_runs(w: Window, topics: dict[str, "TopicConfig"]) -> Iterator[tuple[st
     idx = np.flatnonzero(sel)
     if not len(idx):
         return
-    key = w.topic_id[idx] * (1 << 20) + w.queue_id[idx]
-    order = idx[np.argsort(key, kind="stable")]
+    qid = w.queue_id[idx]
+    if len(w.topics) <= 256 and 0 <= int(qid.min()) and int(qid.max()) < 256:
+        # (a 16-bit key sorts by radix, several times faster than a 64-bit one)
+        order = idx[np.argsort((w.topic_id[idx] * 256 + qid).astype(np.uint16), kind="stable")]
+    else:
+        order = idx[np.argsort(w.topic_id[idx] * (1 << 20) + qid, kind="stable")]
     key = w.topic_id[order] * (1 << 20) + w.queue_id[order]
     for run in np.split(order, np.flatnonzero(np.diff(key)) + 1):
         yield w.topics[int(w.topic_id[run[0]])], int(w.queue_id[run[0]]), run

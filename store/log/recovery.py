@@ -473,6 +473,8 @@ def _fill_queue_holes(engine: "Engine", rep: RecoveryReport, regions: list[tuple
                 path = q.segment_path(sbase)
                 data = path.read_bytes()
                 data = data[: len(data) - len(data) % F.CQ_ENTRY_SIZE]
+                if not holes and not _has_holes(data):
+                    continue   # (the usual segment: looked at as an array)
                 for j, (phys, size, _tags) in enumerate(F.CQ_ENTRY.iter_unpack(data)):
                     if phys < 0 or size <= 0:
                         holes.append((sbase, j))
@@ -490,3 +492,10 @@ def _fill_queue_holes(engine: "Engine", rep: RecoveryReport, regions: list[tuple
                                            f"valid record (damaged or removed); readers skip it"))
                     holes.clear()
             q.close()
+
+
+def _has_holes(data: bytes) -> bool:
+    """Whether any consume-queue entry in ``data`` is a hole (:func:`_fill_queue_holes`)."""
+    L = layouts()
+    ent = L.np.frombuffer(data, L.cq)
+    return bool(((ent["phys"] < 0) | (ent["size"] <= 0)).any())
