@@ -8,12 +8,12 @@ writer died mid-batch or the machine restarted, and from ``mqctl store recover``
    (``full``, or no readable checkpoint).
 2. Scan records from there, checking every CRC. Each valid record gets its consume-queue entry
    (idempotently: an entry already right is left alone) and its index keys.
-3. An invalid record with no valid record anywhere after it is a torn tail: the log is cut
-   back to the last valid record. An invalid record *followed* by valid ones is corruption:
-   it is reported, never served, and the scan resumes at the next valid record.
-4. Consume-queue entries that point past the recovered end are dropped; so is a torn
-   (partial) entry; index entries past it are fenced off via the header.
-5. The checkpoint is moved to the recovered end.
+3. An invalid record with no valid record after it is a torn tail: the log is cut back to the
+   last valid record, and to the start of an atomic batch left without its end record
+   (``offsetcommits.py``). An invalid record *followed* by valid ones is corruption: reported,
+   never served, and the scan resumes at the next valid record.
+4. Consume-queue entries pointing past the recovered end, and a torn entry, are dropped; index
+   entries past it are fenced off via the header. The checkpoint moves to the recovered end.
 
 A log that ends below the checkpoint's synced end lost durable records: that is reported
 (a warning and ``damage``), not taken for a torn tail. Crash points (``store/failpoints.py``):
