@@ -15,9 +15,8 @@ writer died mid-batch or the machine restarted, and from ``mqctl store recover``
 4. Consume-queue entries pointing past the recovered end, and a torn entry, are dropped; index
    entries past it are fenced off via the header. The checkpoint moves to the recovered end.
 
-A log that ends below the checkpoint's synced end lost durable records: that is reported
-(a warning and ``damage``), not taken for a torn tail. Crash points (``store/failpoints.py``):
-``recover-after-index-drop`` (the key index fenced off and removed, nothing re-added yet).
+A log ending below the checkpoint's synced end lost durable records: reported, not taken for a
+torn tail. Crash point ``recover-after-index-drop``: the key index fenced off, nothing re-added.
 """
 from __future__ import annotations
 
