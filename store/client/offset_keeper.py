@@ -85,7 +85,8 @@ class OffsetKeeper:
         # members in one thread starts no thread for each).
         self.on_commit: Callable[[], None] = _nothing
         self.threaded = True
-        self.writer = OffsetWriter(self._commit_in_writer, lambda: self.on_commit())
+        self.held_back = False   # a pull waited for room (:meth:`room`)
+        self.writer = OffsetWriter(self._commit_in_writer, self._written)
 
     def open(self) -> None:
         """Open the offset store the member's mode uses, and learn the reset epochs."""
@@ -248,7 +249,17 @@ class OffsetKeeper:
         done = self.persisted.get(key)
         if off is None or done is None:
             return bound
-        return max(0, bound - max(0, off - done))
+        left = max(0, bound - max(0, off - done))
+        if not left:
+            self.held_back = True
+        return left
+
+    def _written(self) -> None:
+        """(In the writer thread.) A commit was written: wake the loop only if it has work
+        for it (offsets moved meanwhile, or a pull waits for room); an idle loop sleeps on,
+        and takes the outcome at its next turn."""
+        if self.dirty or self.held_back:
+            self.on_commit()
 
     @property
     def committing(self) -> bool:
@@ -298,6 +309,7 @@ class OffsetKeeper:
         if done is None:
             return
         offsets, skipped = done
+        self.held_back = False
         self.persisted.update(offsets)
         self.last_persist = time.monotonic()
         if skipped:

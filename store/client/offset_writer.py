@@ -32,6 +32,11 @@ class OffsetWriter:
         """Whether a commit is out (written, or its outcome not taken yet)."""
         return self._inflight is not None
 
+    @property
+    def written(self) -> bool:
+        """Whether the commit out was written (its outcome not taken yet)."""
+        return self._inflight is not None and self._inflight[0].done()
+
     def submit(self, offsets: dict[QueueKey, int], increase_only: bool) -> None:
         """Write ``offsets`` in the writer thread (only when not :attr:`busy`); ``on_done``
         is called from there when it is written."""

@@ -397,7 +397,9 @@ class Runtime:
                 self.drained.set()
             if self._done():
                 break
-            if worked:
+            if worked or (keeper.held_back and keeper.writer.written):
+                # (a pull waited for room that a commit written just now has made: its
+                # wake-up may have come before the pull asked, so go on at once)
                 yield None
                 continue
             if keeper.dirty:
