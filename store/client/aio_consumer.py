@@ -65,6 +65,7 @@ class AsyncConsumer:
         self.path, self.topic, self.group, self.client_id = m.path, m.topic, m.group, m.client_id
         self.orderly, self.broadcast = m.orderly, m.broadcast
         self._rt = m.runtime
+        self._rt.keeper.threaded = False   # every member of the event loop in its one thread
         self._mode: str | None = None
         self._sink: AsyncIteratorSink | None = None
         self._driver: asyncio.Task[None] | None = None

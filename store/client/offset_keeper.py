@@ -5,9 +5,18 @@ Where a queue starts is RocketMQ's computePullFromWhere: the stored offset, else
 the last, or the one at a timestamp (a computed start is persisted at once). Consumed offsets
 move in memory (:meth:`OffsetKeeper.advance`) and are persisted in batches (:meth:`persist`):
 every persist interval, when a queue ran ahead of its persisted offset by the sink's lag, when
-the loop is idle, and before a queue is given away. ``offsets reset --force`` while the member
-runs is noticed by the reset epochs (:meth:`check_reset`): the queues of a reset topic are let
-go and taken again from their new offsets.
+the loop is idle, and before a queue is given away.
+
+The commits of every turn and of idle moments (:meth:`OffsetKeeper.commit_soon`) are written
+by a thread of their own (:class:`~store.client.offset_writer.OffsetWriter`): a message that
+arrived meanwhile would otherwise wait behind them. The loop goes on delivering; what it may deliver before the
+commit is done is bounded (:meth:`OffsetKeeper.room`), so a crash hands no more to the next
+owner again than with the commit in the loop. Every other persist (the interval, a queue
+given away, shutdown) first waits for the one in flight and then writes in the loop's thread.
+
+``offsets reset --force`` while the member runs is noticed by the reset epochs
+(:meth:`check_reset`): the queues of a reset topic are let go and taken again from their new
+offsets.
 
 The stores themselves (the group's offset table, a broadcast client's file) and their format
 are :mod:`store.log.offsets`'s.
@@ -16,16 +25,21 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from store import names
 from store.client.holding import Holdings
+from store.client.offset_writer import OffsetWriter
 from store.client.options import ConsumeOptions
 from store.client.process_queue import PULL_BATCH
 from store.client.stage import LostQueueError, Stage
 from store.failpoints import failpoint
 from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
+
+
+def _nothing() -> None:
+    return None
 
 
 class MemoryOffsetStore:
@@ -75,6 +89,13 @@ class OffsetKeeper:
         # it (``persist_wanted``), and the driver runs :meth:`persist` on a thread after the turn
         self.defer_turn_persists = False
         self.persist_wanted = False
+        # commits of every turn; ``on_commit`` (a commit was written) wakes the loop.
+        # ``threaded`` False: written in the loop's thread (an event loop driving many
+        # members in one thread starts no thread for each).
+        self.on_commit: Callable[[], None] = _nothing
+        self.threaded = True
+        self.held_back = False   # a pull waited for room (:meth:`room`)
+        self.writer = OffsetWriter(self._commit_in_writer, self._written)
 
     def open(self) -> None:
         """Open the offset store the member's mode uses, and learn the reset epochs."""
@@ -155,6 +176,7 @@ class OffsetKeeper:
         return start, True
 
     def _read_stored(self, keys: list[QueueKey]) -> dict[QueueKey, int]:
+        self.reap(wait=True)
         if self.o.broadcast or self.o.no_group:
             return {(t, q): int(self.offset_store.read(t, q)) for t, q in keys}
         offsets: dict[QueueKey, int] = self.offset_store.read_group(self.o.group)
@@ -253,6 +275,7 @@ class OffsetKeeper:
                 increase_only: bool | None = None) -> None:
         """Persist what moved (``only``: of these queues); ``increase_only`` None: as the mode
         says (concurrent: never backwards; orderly: as consumed)."""
+        self.reap(wait=True)
         keys = {k for k in self.dirty if only is None or k in only}
         if not keys and not force:
             return
@@ -279,9 +302,96 @@ class OffsetKeeper:
     def persist_lagging(self, now: float) -> None:
         """At the end of a turn: offsets reach the store at least once per pull batch of every
         queue (``lag``), so a crash hands at most one pull batch per queue to a member a
-        second time (in-process sinks: at most once per ``every_s``, see :meth:`pace`)."""
+        second time (in-process sinks: at most once per ``every_s``, see :meth:`pace`).
+        An inline sink's commit of every turn is written by the writer thread (the pulls are
+        bounded by :meth:`room` meanwhile); a pool sink's, which comes once per half a pull
+        batch, here, as its bound is counted from the commit."""
         if self.urgent and now - self.last_persist >= self.every_s:
-            self._turn_persist()
+            self._turn_persist(soon=self.lag == 1)
+
+    def room(self, key: QueueKey, bound: int) -> int:
+        """How many more messages of ``key`` an inline sink may be handed before its offsets
+        must be durable: at most ``bound`` (a pull batch) consumed past the committed offset,
+        as when every turn's commit was written before the next turn. 0 until the commit in
+        flight is done, when it holds a whole batch."""
+        off = self.offsets.get(key)
+        done = self.persisted.get(key)
+        if off is None or done is None:
+            return bound
+        left = max(0, bound - max(0, off - done))
+        if not left:
+            self.held_back = True
+        return left
+
+    def _written(self) -> None:
+        """(In the writer thread.) A commit was written: wake the loop only if it has work
+        for it (offsets moved meanwhile, or a pull waits for room); an idle loop sleeps on,
+        and takes the outcome at its next turn."""
+        if self.dirty or self.held_back:
+            self.on_commit()
+
+    @property
+    def committing(self) -> bool:
+        """Whether a commit is being written by the writer thread."""
+        return self.writer.busy
+
+    def commit_soon(self) -> None:
+        """Hand what moved to the writer thread (nothing if a commit is out: the loop hands
+        the rest over when that one is done, :attr:`on_commit`)."""
+        self.reap(wait=False)
+        if self.writer.busy or not self.dirty or self.o.no_group:
+            return
+        if not self.threaded:
+            self.persist()
+            return
+        dropping = self.held.dropping
+        if any(k in dropping and dropping[k].lost for k in self.dirty):
+            self.persist()   # the lost-lock rule of persist: never set such a queue back
+            return
+        if self.resent:
+            # the copies sent to the retry topic or the DLQ are made durable first, in this
+            # thread (it is the one that writes them)
+            self.store.sync_written()
+            self.resent = False
+        keys = set(self.dirty)
+        self.writer.submit({k: self.offsets[k] for k in keys if k in self.offsets}, not self.o.orderly)
+        self.dirty -= keys
+        self.urgent = False
+
+    def _commit_in_writer(self, offsets: dict[QueueKey, int], increase_only: bool) -> set[str]:
+        failpoint("offsets-before-persist")
+        skipped = self.commit(offsets, increase_only=increase_only)
+        failpoint("offsets-after-persist")
+        return skipped
+
+    def reap(self, wait: bool) -> None:
+        """Take the outcome of the commit out, if it was written (``wait``: once it is). A
+        failed commit is raised here, in the loop's thread, its offsets dirty again."""
+        if not self.writer.busy:
+            return
+        out = self.writer.offsets_out()
+        try:
+            done = self.writer.take(wait)
+        except BaseException:
+            self.dirty |= {k for k in out if k in self.offsets}
+            raise
+        if done is None:
+            return
+        offsets, skipped = done
+        self.held_back = False
+        self.persisted.update(offsets)
+        self.last_persist = time.monotonic()
+        if skipped:
+            self._reload_after_reset(skipped)
+        if any(self.offsets.get(k, -1) - self.persisted.get(k, 0) >= self.lag for k in self.dirty):
+            self.urgent = True
+
+    def close(self) -> None:
+        """Wait for the commit out, and end the writer thread."""
+        try:
+            self.reap(wait=True)
+        finally:
+            self.writer.close()
 
     def persist_idle(self, handlers_busy: bool) -> None:
         """The loop has nothing to do: make what moved durable now, unless in-process or
@@ -293,11 +403,15 @@ class OffsetKeeper:
         if self.dirty and not self.o.no_group and (
                 not handlers_busy
                 or (self.every_s > 0 and time.monotonic() - self.last_persist >= self.every_s)):
-            self._turn_persist()
+            self._turn_persist(soon=True)
 
-    def _turn_persist(self) -> None:
+    def _turn_persist(self, soon: bool) -> None:
+        """An end-of-turn persist: asked of an asyncio driver's commit thread
+        (``defer_turn_persists``), handed to the writer thread (``soon``), or written now."""
         if self.defer_turn_persists:
             self.persist_wanted = True
+        elif soon:
+            self.commit_soon()
         else:
             self.persist()
 
@@ -307,6 +421,9 @@ class OffsetKeeper:
         commits: compare the reset epochs of the topics it holds."""
         if self.o.broadcast:
             return
+        self.reap(wait=False)
+        if self.writer.busy:
+            return   # our own commit is replacing the file: look next time
         # The file is only ever replaced (a reset too): unchanged since the last look, it
         # says nothing new. (Stat first: a replace between the stat and the read is read
         # again next time.) An idle member then reads nothing every 5 s but a stat.

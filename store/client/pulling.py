@@ -64,6 +64,8 @@ class Puller:
         o, store, pqs = self.o, self.store, self.held.pqs
         raw_fast, client_fast = self.dispatcher.raw_fast, self.dispatcher.client_fast
         pool_batch = self.dispatcher.pool.batch if self.dispatcher.pool is not None else 0
+        inline = self.dispatcher.inline is not None
+        room = self.keeper.room
         # Raw and client-message pulls of several queues of a topic are read together
         # (pull_many): one read of the log serves them all. Not with --count, whose budget is
         # taken queue by queue.
@@ -90,6 +92,13 @@ class Puller:
                 # waits for a bigger pull (handlers finishing 200 messages at a time would
                 # otherwise cause a pull of 200 each).
                 continue
+            if inline:
+                # an inline sink's offsets are committed by the writer thread while the loop
+                # goes on: no more than a pull batch past the committed offset, as when every
+                # turn's commit was written before the next turn
+                want = min(want, room(key, PULL_THRESHOLD_COUNT if raw else PULL_BATCH))
+                if want <= 0:
+                    continue
             if o.exit_at_end:
                 # -e drains each queue up to its end at start and no further: what arrives
                 # later is neither waited for nor taken (it stays for the next run).

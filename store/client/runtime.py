@@ -71,14 +71,32 @@ class DelayClock:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.at = 0.0
+        # What the last pass saw: the schedule queues' ends and the next delivery time. A
+        # look after new records (:meth:`soon`) that finds the same ends and nothing due yet
+        # skips the pass (the progress file read, the lock, the queues scanned twice): the
+        # new records were not delayed ones, and a waiting consumer need not pay for it.
+        self._seen: tuple[tuple[int, ...], int | None] | None = None
+
+    def _ends(self) -> tuple[int, ...]:
+        from store import names
+        st = self.store
+        if not st.has_topic(names.SCHEDULE_TOPIC):
+            return ()
+        return tuple(st.max_offset(names.SCHEDULE_TOPIC, q) for q in range(st.topic(names.SCHEDULE_TOPIC).queues))
 
     def deliver(self, now: float) -> None:
         """Deliver the due delayed messages, and look again when the next one is due (a new
         one wakes the loop: every level is at least a second, so 1 s is the longest it can
         wait past its time)."""
         from store.log.schedule import deliver_due, next_due
-        deliver_due(self.store)
-        due = next_due(self.store)
+        ends = self._ends()
+        if self._seen is not None and self._seen[0] == ends and (
+                self._seen[1] is None or self._seen[1] > int(time.time() * 1000)):
+            due = self._seen[1]
+        else:
+            deliver_due(self.store)
+            due = next_due(self.store)
+            self._seen = (ends, due)
         wait_s = 5.0 if due is None else (due - int(time.time() * 1000)) / 1000
         self.at = now + min(1.0, max(0.2, wait_s)) if due is not None else backstop(now + 5.0)
 
@@ -115,6 +133,7 @@ class Runtime:
         self.stage: Stage | None = None
         if opts.to is not None:
             self.set_stage(opts.to, opts.to_sync)
+        self.keeper.on_commit = self.wake.set   # a commit written by the writer thread is done
         self.rebalancer = Rebalancer(store, opts, self.held, self.keeper, self.topics, warn)
         self.retrier = Retrier(store, opts, self.keeper, warn, self.delays.soon)
         self.retrier.set_retries(opts.max_reconsume, opts.retry_delay_ms, opts.suspend_ms)
@@ -158,6 +177,7 @@ class Runtime:
         check_stage(self.store, to, broadcast=o.broadcast, dedup=o.dedup, no_group=o.no_group)
         o.to, o.to_sync = to, sync
         self.stage = self.keeper.stage = Stage(self.store, o.group, to, sync, o.orderly)
+        self.keeper.threaded = False   # a stage's commits are its writes: in the loop's thread
 
     def emit(self, m: Any, outputs: Any) -> None:
         """An exactly-once stage's outputs for input ``m`` (bytes, str, dicts, or a list of
@@ -340,6 +360,11 @@ class Runtime:
             self.warn(f"could not persist offsets at exit: {exc}")
             if self.stage is not None and self.state.fatal is None:
                 self.state.fatal = exc   # a stage's outputs were not written: not a success
+        finally:
+            try:
+                self.keeper.close()
+            except StoreError as exc:
+                self.warn(f"could not persist offsets at exit: {exc}")
         self.rebalancer.leave()
         if self.dedup is not None:
             self.dedup.close()
@@ -410,6 +435,8 @@ class Runtime:
             if now >= delays.at:
                 delays.deliver(now)
             rebalancer.settle_drops()
+            if keeper.committing:
+                keeper.reap(wait=False)   # a commit done: the pulls it held back may go on
             worked = pull_all()
             worked |= dispatch_all()
             worked |= collect(block=False)
@@ -421,7 +448,9 @@ class Runtime:
                 self.drained.set()
             if self._done():
                 break
-            if worked:
+            if worked or (keeper.held_back and keeper.writer.written):
+                # (a pull waited for room that a commit written just now has made: its
+                # wake-up may have come before the pull asked, so go on at once)
                 yield None
                 continue
             if keeper.dirty:
@@ -431,7 +460,7 @@ class Runtime:
             due_at = min(next_rebalance, next_persist, delays.at, next_token)
             if held.locks:
                 due_at = min(due_at, next_renew)
-            if keeper.dirty and keeper.every_s > 0:
+            if keeper.dirty and keeper.every_s > 0 and not keeper.committing:
                 due_at = min(due_at, keeper.last_persist + keeper.every_s)
             if self.retrier.retry_later:
                 due_at = min(due_at, min(r[0] for r in self.retrier.retry_later))

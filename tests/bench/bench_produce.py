@@ -29,12 +29,26 @@ the same repetition), then their median:
   fed by ``cat``: ``cat FILE`` into a reader that only reads the pipe (1 MiB pipe buffer,
   4 MiB reads), same bytes: what ``mqctl send`` could reach if framing, CRC and the write
   cost nothing.
+* The C floor at 4 KiB and 64 KiB: ``cat FILE | pipe_floor OUT``, where ``pipe_floor`` is
+  ``tests/bench/pipe_floor.c`` compiled here with ``cc -O2 ... -lz`` into the scratch
+  directory: it reads the same pipe, cuts lines, frames each as a record (a header of mqctl's
+  size, zlib's CRC-32 of the body) and writes them in big appends. ``mqctl send`` against it
+  (target at 64 KiB: >= 0.8).
+* The Python API (``--api``, on by default), in a process of the project's venv:
+  ``Producer.send_many`` in batches of 1,000 and the ``Consumer.messages`` iterator
+  (offsets committed) at every size; ``Producer(flush="sync").send_many`` in batches of 100
+  against Redis ``appendfsync always`` pipelines of 100; ``--nsingle`` single
+  ``Producer(flush="sync").send`` calls against SQLite in WAL mode with ``synchronous=FULL``
+  (one INSERT and COMMIT each) and Redis ``appendfsync always`` without pipelining.
+* ``--hogs N``: N CPU hogs (``yes > /dev/null``) run through every repetition, beside mqctl
+  and the peers alike (``tests/bench/hogs.py``).
 * Peak RSS of ``mqctl send`` for 10 million messages from stdin (``/usr/bin/time``).
 
-Targets (issue 16): produce >= 2x Redis pipelined XADD at every size, and at 64 KiB >= 50% of
-the page cache's write bandwidth; consume >= 2x Redis XREADGROUP + XACK at every size;
-``--flush sync --batch-size 100`` >= 1.5x Redis ``appendfsync always`` at 100 B and 4 KiB;
-peak RSS for 10 M messages < 200 MB.
+Targets (issues 16 and 26): produce >= 2x Redis pipelined XADD at every size, CLI and API, on
+a busy machine too; at 64 KiB >= 0.8 of the C floor; consume >= 2x Redis XREADGROUP + XACK at
+every size; ``--flush sync`` batches of 100 (CLI and API) >= 1.5x Redis ``appendfsync always``
+at 100 B and 4 KiB; single sync sends >= SQLite WAL ``synchronous=FULL``; peak RSS for 10 M
+messages < 200 MB. ``tests/bench/bench_all.py`` runs this with and without hogs.
 
 The peers run in a separate virtualenv (``.bench-venv``, created on first use): with redis-py
 installed, portalocker imports it, which would slow ``mqctl``'s own start-up. ``redis-server``
@@ -56,6 +70,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from hogs import cpu_hogs, loadavg
 
 REPO = Path(__file__).resolve().parents[2]
 MQCTL = REPO / ".venv" / "bin" / "mqctl"
@@ -129,7 +145,53 @@ def peer_worker(spec: dict) -> dict:
         q.task_done()
         dt = time.perf_counter() - t
         return {"seconds": dt, "count": got}
+    if kind == "sqlite_full":
+        # SQLite in WAL mode with synchronous=FULL: one INSERT and one COMMIT (an fsync of
+        # the WAL) per message, as a single durable send is
+        import sqlite3
+        db = sqlite3.connect(spec["path"], isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("CREATE TABLE q (id INTEGER PRIMARY KEY, body BLOB)")
+        t = time.perf_counter()
+        for i in range(n):
+            db.execute("BEGIN")
+            db.execute("INSERT INTO q (body) VALUES (?)", (body_of(i, size),))
+            db.execute("COMMIT")
+        dt = time.perf_counter() - t
+        got = db.execute("SELECT count(*) FROM q").fetchone()[0]
+        db.close()
+        return {"seconds": dt, "count": got}
     raise SystemExit(f"unknown peer kind {kind!r}")
+
+
+# ==============================================================================================
+# Python API worker: runs in the project's venv (imports store, never redis)
+# ==============================================================================================
+
+def api_worker(spec: dict) -> dict:
+    """``store.Producer`` / ``store.Consumer`` in-process, timed from the first call."""
+    import store
+    phase, n, size, root = spec["phase"], spec["n"], spec["size"], spec["path"]
+    bodies = [body_of(i, size) for i in range(n)]
+    if phase == "consume":
+        t = time.perf_counter()
+        got = 0
+        with store.Consumer("T", group="api", path=root, start_from="first") as c:
+            for _m in c.messages(exit_at_end=True):
+                got += 1
+        return {"seconds": time.perf_counter() - t, "count": got}
+    batch = {"produce": 1000, "sync_many100": 100, "sync_single": 1}[phase]
+    flush = "async" if phase == "produce" else "sync"
+    t = time.perf_counter()
+    with store.Producer(root, flush=flush) as p:
+        if batch == 1:
+            for b in bodies:
+                p.send("T", b)
+        else:
+            for i in range(0, n, batch):
+                p.send_many("T", bodies[i:i + batch])
+    return {"seconds": time.perf_counter() - t, "count": n}
 
 
 # ==============================================================================================
@@ -354,6 +416,48 @@ def peak_rss(n: int, workdir: Path) -> dict:
     return {"n": n, "peak_rss_mb": kib / 1024, "seconds": dt, "msgs_per_s": n / dt, "summary": err[0] if err else ""}
 
 
+def run_api(spec: dict) -> dict:
+    p = subprocess.run([str(MQCTL.parent / "python"), __file__, "--api-worker", json.dumps(spec)],
+                       capture_output=True, timeout=3600, env=mqctl_env(Path(spec["path"])))
+    if p.returncode != 0:
+        raise SystemExit(f"api worker {spec} failed: {p.stderr.decode()[-2000:]}")
+    out = json.loads(p.stdout)
+    if out["count"] != spec["n"]:
+        raise SystemExit(f"api worker {spec}: expected {spec['n']} messages, got {out['count']}")
+    return out
+
+
+def build_c_floor(workdir: Path) -> Path | None:
+    """tests/bench/pipe_floor.c compiled with ``cc`` into the scratch directory (None: no
+    compiler or no zlib headers, and the floor is not measured)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return None
+    exe = workdir / "pipe_floor"
+    p = subprocess.run([cc, "-O2", "-o", str(exe), str(REPO / "tests" / "bench" / "pipe_floor.c"), "-lz"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        log(f"pipe_floor.c did not build, the C floor is skipped: {p.stderr.strip()[-300:]}")
+        return None
+    return exe
+
+
+def c_floor_seconds(exe: Path, stdin_path: Path, out: Path) -> float:
+    """``cat FILE | pipe_floor OUT``, timed as :func:`run_mqctl` times ``send``, after a sync."""
+    os.sync()
+    t = time.perf_counter()
+    cat = subprocess.Popen(["cat", str(stdin_path)], stdout=subprocess.PIPE)
+    try:
+        subprocess.run([str(exe), str(out)], stdin=cat.stdout, check=True, stdout=subprocess.DEVNULL)
+    finally:
+        assert cat.stdout is not None
+        cat.stdout.close()
+        cat.wait()
+    dt = time.perf_counter() - t
+    out.unlink()
+    return dt
+
+
 def summarise(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
 
@@ -365,16 +469,17 @@ def fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def loadavg() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
-    except OSError:
-        return "?"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--peer-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--api-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--hogs", type=int, default=0,
+                    help="CPU hogs (yes > /dev/null) running through every repetition, beside mqctl and the peers alike")
+    ap.add_argument("--api", action=argparse.BooleanOptionalAction, default=True,
+                    help="the Python API too (Producer.send_many, the Consumer iterator, sync sends)")
+    ap.add_argument("--nsingle", type=int, default=1000, help="single sync sends per run (Python API, SQLite, Redis)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--sizes", default="100,1024,4096,65536", help="message sizes in bytes, comma separated")
     ap.add_argument("--mb", type=float, default=400.0,
@@ -394,8 +499,12 @@ def main() -> None:
     if a.peer_worker:
         print(json.dumps(peer_worker(json.loads(a.peer_worker))))
         return
+    if a.api_worker:
+        print(json.dumps(api_worker(json.loads(a.api_worker))))
+        return
     if a.quick:
         a.reps, a.mb, a.nmax, a.nsync, a.nsync4k, a.npq, a.nrss = 1, 8.0, 20_000, 2_000, 500, min(a.npq, 2_000), 50_000
+        a.nsingle = 100
     if not MQCTL.exists():
         raise SystemExit(f"{MQCTL} not found: create the project venv first")
     import compileall
@@ -439,6 +548,10 @@ def main() -> None:
     def label(size: int) -> str:
         return f"{size // 1024}k" if size >= 1024 else str(size)
 
+    floor_exe = build_c_floor(workdir)
+    hogs = cpu_hogs(a.hogs).start()   # (stopped at exit too, if the run is interrupted)
+    machine["hogs"] = a.hogs
+    machine["loadavg_hogs_started"] = loadavg()
     for rep in range(a.reps):
         loads.append(loadavg())
         log(f"repetition {rep + 1}/{a.reps}; load {loads[-1]}")
@@ -455,6 +568,8 @@ def main() -> None:
                 bw = page_cache_bandwidth(workdir, n * (size + 154))
                 rec(f"pagecache_write_bytes_per_s_{tag}", bw)
                 rec(f"pipe_floor_{tag}", n / pipe_floor_seconds(inputs[size]))
+                if floor_exe is not None:
+                    rec(f"c_floor_{tag}", n / c_floor_seconds(floor_exe, inputs[size], workdir / "floor.out"))
             os.sync()
             r = run_mqctl(["send", "T"], store, inputs[size])
             log_bytes = sum(p.stat().st_size for p in (store / "commitlog").iterdir())
@@ -462,6 +577,12 @@ def main() -> None:
             r = run_mqctl(["consume", "T", "-g", "bench", "--from", "first", "-e"], store)
             rec(f"mqctl_consume_{tag}", n / r["seconds"], cpu_s=round(r["cpu_seconds"], 2))
             shutil.rmtree(store, ignore_errors=True)
+            if a.api:
+                os.sync()
+                spec = {"n": n, "size": size, "path": str(store)}
+                rec(f"api_produce_{tag}", n / run_api(spec | {"phase": "produce"})["seconds"])
+                rec(f"api_consume_{tag}", n / run_api(spec | {"phase": "consume"})["seconds"])
+                shutil.rmtree(store, ignore_errors=True)
         for size in sync_sizes:
             store = workdir / "store"
             shutil.rmtree(store, ignore_errors=True)
@@ -469,9 +590,25 @@ def main() -> None:
             r = run_mqctl(["send", "T", "--flush", "sync", "--batch-size", "100"], store, sync_inputs[size])
             rec(f"mqctl_produce_sync_b100_{label(size)}", sync_counts[size] / r["seconds"], cpu_s=round(r["cpu_seconds"], 2))
             shutil.rmtree(store, ignore_errors=True)
+            if a.api:
+                spec = {"n": sync_counts[size], "size": size, "path": str(store), "phase": "sync_many100"}
+                rec(f"api_sync_many100_{label(size)}", sync_counts[size] / run_api(spec)["seconds"])
+                shutil.rmtree(store, ignore_errors=True)
+        if a.api and a.nsingle:
+            store = workdir / "store"
+            spec = {"n": a.nsingle, "size": 100, "path": str(store), "phase": "sync_single"}
+            rec("api_sync_single_100", a.nsingle / run_api(spec)["seconds"])
+            shutil.rmtree(store, ignore_errors=True)
+            db = workdir / "sqlite.db"
+            p = run_peer(peer_py, {"kind": "sqlite_full", "phase": "produce", "path": str(db), "n": a.nsingle, "size": 100})
+            rec("sqlite_wal_full_single_100", a.nsingle / p["seconds"])
+            for f in workdir.glob("sqlite.db*"):
+                f.unlink()
         # -- Redis Streams -------------------------------------------------------------------
         plan = [("everysec", 1000, size, counts[size]) for size in sizes]
         plan += [("always", 100, size, sync_counts[size]) for size in sync_sizes]
+        if a.nsingle:
+            plan.append(("always", 1, 100, a.nsingle))
         for fsync, pipe, size, n in plan:
             srv = RedisServer(redis_exe, workdir, fsync)
             try:
@@ -495,6 +632,8 @@ def main() -> None:
             rec("pq_sqlite_b100_consume_100", a.npq / c["seconds"])
             shutil.rmtree(pqdir, ignore_errors=True)
 
+    machine["loadavg_hogs_end"] = loadavg()
+    hogs.stop()
     rss = peak_rss(a.nrss, workdir) if a.nrss else None
     if rss:
         log(f"peak RSS for {a.nrss} messages: {rss['peak_rss_mb']:.1f} MB ({fmt(rss['msgs_per_s'])} msgs/s)")
@@ -524,13 +663,29 @@ def main() -> None:
             ratios[f"pipe_floor_{tag}_payload_vs_pagecache"] = ratio_runs(
                 f"pipe_floor_{tag}", f"pagecache_write_bytes_per_s_{tag}", float(size))
             ratios[f"produce_{tag}_vs_pipe_floor"] = ratio_runs(f"mqctl_produce_{tag}", f"pipe_floor_{tag}")
+            if f"c_floor_{tag}" in runs:
+                want = " (target >= 0.8)" if size == 65536 else ""
+                ratios[f"produce_{tag}_vs_c_floor{want}"] = ratio_runs(f"mqctl_produce_{tag}", f"c_floor_{tag}")
             ratios[f"produce_{tag}_logbytes_vs_pagecache"] = summarise([
                 x * e["log_bytes"] / counts[size] / y for x, e, y in
                 zip(runs[f"mqctl_produce_{tag}"], extra[f"mqctl_produce_{tag}"], runs[f"pagecache_write_bytes_per_s_{tag}"])])
+        if a.api:
+            ratios[f"api_produce_{tag}_vs_redis_xadd_p1000 (target >= 2)"] = ratio_runs(
+                f"api_produce_{tag}", f"redis_everysec_p1000_{tag}_produce")
+            ratios[f"api_consume_{tag}_vs_redis_xreadgroup_xack (target >= 2)"] = ratio_runs(
+                f"api_consume_{tag}", f"redis_everysec_p1000_{tag}_consume")
     for size in sync_sizes:
         tag = label(size)
         ratios[f"sync_b100_{tag}_vs_redis_always_p100 (target >= 1.5)"] = ratio_runs(
             f"mqctl_produce_sync_b100_{tag}", f"redis_always_p100_{tag}_produce")
+        if a.api:
+            ratios[f"api_sync_many100_{tag}_vs_redis_always_p100 (target >= 1.5)"] = ratio_runs(
+                f"api_sync_many100_{tag}", f"redis_always_p100_{tag}_produce")
+    if a.api and a.nsingle:
+        ratios["api_sync_single_100_vs_sqlite_wal_full (target >= 1)"] = ratio_runs(
+            "api_sync_single_100", "sqlite_wal_full_single_100")
+        ratios["api_sync_single_100_vs_redis_always_p1"] = ratio_runs(
+            "api_sync_single_100", "redis_always_p1_100_produce")
     if a.npq:
         ratios["produce_100_vs_pq_sqlite"] = ratio_runs("mqctl_produce_100", "pq_sqlite_b100_produce_100")
     result = {"started": started, "machine": machine, "args": vars(a), "counts": counts,

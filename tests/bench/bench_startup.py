@@ -19,8 +19,10 @@ In one run:
    handler reading the clock first thing in ``main``, without a shell's own start-up) and for an ``--orderly`` consumer; Redis Streams ``XREADGROUP BLOCK`` as
    the peer (entry id ms -> line). Both timestamps are whole milliseconds taken by the
    server/store, so both sides carry the same 0-1 ms rounding. For mqctl the latency from the
-   start of ``put`` (ns) is given too. ``--rounds N`` repeats the mqctl runs and reports the
-   median of each round's p50/p99; ``--baseline DIR`` (a copy of an older ``mqctl``/``store``
+   start of ``put`` (ns) is given too. ``--rounds N`` repeats the mqctl runs and Redis's, one
+   of each per round, and reports the median of each round's p50/p99; ``--hogs N`` runs N CPU
+   hogs (``yes > /dev/null``) beside them all (targets on a busy machine: p99 <= 10 ms for
+   stdout and orderly, <= 15 ms for ``--exec``); ``--baseline DIR`` (a copy of an older ``mqctl``/``store``
    tree, put first on ``PYTHONPATH``) runs it too, interleaved with this tree, round by round.
 4. CPU seconds used by an idle follow-mode consumer over ``--idle-seconds`` (target < 0.05).
 
@@ -44,6 +46,7 @@ import time
 from pathlib import Path
 
 from bench_produce import RedisServer  # (run as a script: tests/bench/ is on sys.path)
+from hogs import cpu_hogs, loadavg
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_VENV = REPO / ".bench-venv"
@@ -246,14 +249,20 @@ def mq_latency(store: Path, mode: str, n: int, gap: float, env: dict[str, str], 
     return summarize(from_store, n) | {"from_put": summarize(from_put, n)}
 
 
-def latency_rounds(store: Path, a: argparse.Namespace, env: dict[str, str], work: Path) -> dict:
+def latency_rounds(store: Path, a: argparse.Namespace, env: dict[str, str], work: Path,
+                   redis: RedisServer | None = None, rpy: str | None = None) -> dict:
     """Every mode, ``--rounds`` times, for this tree and ``--baseline`` alternately (so load
-    changes hit both alike): per mode, the median of the rounds' p50 and p99."""
+    changes hit both alike), and Redis ``XREADGROUP BLOCK`` once per round beside them: per
+    mode, the median of the rounds' p50 and p99."""
     trees = {"": env}
     if a.baseline is not None:
         trees[" [baseline]"] = dict(env, PYTHONPATH=str(a.baseline.resolve()))
     runs: dict[str, list[dict]] = {}
     for r in range(a.rounds):
+        if redis is not None and rpy is not None:
+            log(f"latency: redis XREADGROUP BLOCK, {a.messages} messages, round {r + 1}/{a.rounds}")
+            runs.setdefault("redis XREADGROUP BLOCK", []).append(
+                redis_latency(rpy, redis, a.messages, a.gap) | {"from_put": {"received": 0}})
         for mode in a.modes.split(","):
             for tag, tenv in (trees.items() if r % 2 == 0 else reversed(trees.items())):
                 log(f"latency: mqctl consume ({mode}){tag}, {a.messages} messages, round {r + 1}/{a.rounds}")
@@ -360,6 +369,8 @@ def main() -> None:
                     help="mqctl latency modes to run (exec-bin needs a C compiler)")
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--quick", action="store_true", help="fewer runs, 10 s idle: a smoke run")
+    ap.add_argument("--hogs", type=int, default=0,
+                    help="CPU hogs (yes > /dev/null) running beside the latency runs, mqctl's and Redis's alike")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: startup,xargs,latency,idle")
     a = ap.parse_args()
     if a.quick:
@@ -401,10 +412,10 @@ def main() -> None:
             }
         if "latency" not in skip:
             rpy = bench_python()
-            res["latency"] = latency_rounds(store, a, env, work)
-            if rpy:
-                log(f"latency: redis XREADGROUP BLOCK, {a.messages} messages")
-                res["latency"]["redis XREADGROUP BLOCK"] = redis_latency(rpy, redis, a.messages, a.gap)
+            with cpu_hogs(a.hogs):
+                res["latency_load"] = {"hogs": a.hogs, "load_start": loadavg()}
+                res["latency"] = latency_rounds(store, a, env, work, redis if rpy else None, rpy)
+                res["latency_load"]["load_end"] = loadavg()
         if "idle" not in skip:
             log(f"idle consumer: {a.idle_seconds:g} s")
             res["idle"] = idle_cpu(store, a.idle_seconds, env)
@@ -428,7 +439,9 @@ def report(res: dict) -> None:
         for name, v in res["xargs"].items():
             print(f"  {name:32s} {v:8.1f}")
     if "latency" in res:
-        print("\nEnd-to-end latency, store timestamp -> consumer output (ms)")
+        ld = res.get("latency_load", {})
+        print(f"\nEnd-to-end latency, store timestamp -> consumer output (ms); {ld.get('hogs', 0)} CPU hogs,"
+              f" load {ld.get('load_start', '?')} -> {ld.get('load_end', '?')}")
         for name, v in res["latency"].items():
             if not v.get("received"):
                 print(f"  {name:32s} nothing received")

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Every comparison of issue 26 in one command, quiet and beside CPU hogs, and one table.
+
+Not a test. Run from the repository::
+
+    .venv/bin/python tests/bench/bench_all.py                  # quiet, then 2 hogs; ~40-60 min
+    .venv/bin/python tests/bench/bench_all.py --hogs 2 --mb 30 --reps 5   # loaded only, smaller
+
+For each hog count in ``--hogs`` (``yes > /dev/null`` processes, started before and ended after
+each part, beside mqctl and its peers alike) it runs
+
+* ``bench_startup.py --skip startup,xargs,idle``: store -> ``consume --json`` stdout,
+  ``--exec`` (a bash handler and a compiled one), ``--orderly``, and Redis ``XREADGROUP BLOCK``,
+  interleaved round by round (``--rounds``), p50/p99 per mode (the median of the rounds');
+* ``bench_produce.py --nrss 0``: produce and consume, CLI and Python API, at 100 B-64 KiB
+  against Redis Streams; ``--flush sync`` (CLI ``--batch-size 100``, ``send_many`` of 100)
+  against Redis ``appendfsync always``; single sync sends against SQLite WAL
+  ``synchronous=FULL``; 64 KiB against the C floor (``pipe_floor.c``), ``--reps``
+  interleaved repetitions, medians;
+
+and prints one table: the machine's load during each part, each figure, its target, and
+whether it is met. The parts' own JSON results stay in ``bench-results/``; the table is
+written there too (``all-<UTC>.txt``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hogs import loadavg
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+RESULTS = REPO / "bench-results"
+
+
+def newest(prefix: str, after: float) -> dict:
+    files = [p for p in RESULTS.glob(f"{prefix}-*.json") if p.stat().st_mtime >= after]
+    if not files:
+        raise SystemExit(f"no bench-results/{prefix}-*.json was written")
+    return dict(json.loads(max(files, key=lambda p: p.stat().st_mtime).read_text()))
+
+
+def run_part(script: str, args: list[str], prefix: str) -> dict:
+    t = time.time()
+    subprocess.run([sys.executable, str(HERE / script), *args], check=True, cwd=REPO,
+                   stdout=subprocess.DEVNULL)
+    return newest(prefix, t - 1)
+
+
+def verdict(value: float, target: float | None, higher: bool = True) -> str:
+    if target is None or value != value:
+        return ""
+    ok = value >= target if higher else value <= target
+    return "met" if ok else "NOT met"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hogs", default="0,2", help="CPU hog counts to run every part with (0: a quiet run)")
+    ap.add_argument("--reps", type=int, default=5, help="interleaved repetitions of bench_produce")
+    ap.add_argument("--mb", type=float, default=100.0, help="payload per produce run, MB")
+    ap.add_argument("--nmax", type=int, default=500_000, help="most messages per produce run")
+    ap.add_argument("--rounds", type=int, default=3, help="latency rounds (each mode and Redis per round)")
+    ap.add_argument("--messages", type=int, default=200, help="messages per latency run")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: latency,produce")
+    a = ap.parse_args()
+    skip = set(filter(None, a.skip.split(",")))
+    RESULTS.mkdir(exist_ok=True)
+    lines: list[str] = []
+
+    def out(text: str = "") -> None:
+        lines.append(text)
+        print(text, flush=True)
+
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    out(f"mqctl against its peers, {started}; {os.cpu_count()} cores; load at start {loadavg()}")
+    out(f"commit {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=REPO).stdout.strip()}"
+        f"; {a.reps} interleaved repetitions, medians (min-max) of per-repetition ratios")
+    for hogs in [int(x) for x in a.hogs.split(",") if x]:
+        out()
+        out(f"=== {hogs} CPU hog{'s' if hogs != 1 else ''} (yes > /dev/null) ===")
+        if "latency" not in skip:
+            res = run_part("bench_startup.py", ["--skip", "startup,xargs,idle", "--hogs", str(hogs),
+                                                "--rounds", str(a.rounds), "--messages", str(a.messages)],
+                           "startup")
+            ld = res.get("latency_load", {})
+            out(f"latency, store -> consumer (ms), {a.rounds} rounds x {a.messages} messages;"
+                f" load {ld.get('load_start', '?')} -> {ld.get('load_end', '?')}")
+            out(f"  {'':26s} {'p50':>7s} {'p99':>7s} {'max':>7s}  target p99")
+            for name, v in res.get("latency", {}).items():
+                if not v.get("received"):
+                    out(f"  {name:26s} nothing received")
+                    continue
+                target = 15.0 if "exec" in name else (10.0 if name.startswith("mqctl") else None)
+                out(f"  {name:26s} {v['p50_ms']:7.2f} {v['p99_ms']:7.2f} {v['max_ms']:7.2f}  "
+                    f"{'<= ' + format(target, 'g') if target else '':7s} {verdict(v['p99_ms'], target, higher=False)}")
+        if "produce" not in skip:
+            res = run_part("bench_produce.py", ["--nrss", "0", "--reps", str(a.reps), "--mb", str(a.mb),
+                                                "--nmax", str(a.nmax), "--hogs", str(hogs)], "produce")
+            m = res["machine"]
+            out(f"throughput (msgs/s), N per size {res['counts']}; load per repetition:"
+                f" {'; '.join(m.get('loadavg_per_rep', []))}")
+            for k, v in res["medians"].items():
+                if k.startswith("pagecache"):
+                    continue
+                out(f"  {k:44s} {v['median']:12,.0f}  ({v['min']:,.0f}-{v['max']:,.0f})")
+            out("ratios (median of per-repetition ratios)")
+            for k, v in res["ratios"].items():
+                if "logbytes" in k or "pagecache" in k:
+                    continue
+                target = None
+                if "(target >= " in k:
+                    target = float(k.split("(target >= ")[1].rstrip(")"))
+                name = k.split(" (target")[0]
+                out(f"  {name:52s} {v['median']:6.2f}  ({v['min']:.2f}-{v['max']:.2f})"
+                    f"  {'>= ' + format(target, 'g') if target else '':6s} {verdict(v['median'], target)}")
+    out()
+    out(f"load at end {loadavg()}")
+    path = RESULTS / f"all-{started.replace(':', '')}.txt"
+    path.write_text("\n".join(lines) + "\n")
+    print(f"\nwritten to {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
