@@ -26,6 +26,7 @@ class Holdings:
         self.pqs: dict[QueueKey, ProcessQueue] = {}
         self.dropping: dict[QueueKey, ProcessQueue] = {}
         self.locks: dict[QueueKey, QueueLock] = {}
+        self.lost_one = False   # a lock was lost (:meth:`lose`): the member rebalances at once
 
     def holds(self, key: QueueKey) -> bool:
         """Whether the queue is held or still being dropped (its offset still ours to move)."""
@@ -49,6 +50,7 @@ class Holdings:
         if pq is None:
             return
         pq.lost = True
+        self.lost_one = True
         self.dropping[key] = pq
         lock = self.locks.pop(key, None)
         if lock is not None:

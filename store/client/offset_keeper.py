@@ -5,7 +5,10 @@ Where a queue starts is RocketMQ's computePullFromWhere: the stored offset, else
 the last, or the one at a timestamp (a computed start is persisted at once). Consumed offsets
 move in memory (:meth:`OffsetKeeper.advance`) and are persisted in batches (:meth:`persist`):
 every persist interval, when a queue ran ahead of its persisted offset by the sink's lag, when
-the loop is idle, and before a queue is given away. ``offsets reset --force`` while the member
+the loop is idle, and before a queue is given away. A commit for lag does not wait behind
+another member's commit of the group's table: it is put off to the next turn instead, at most
+``MAX_PUT_OFF`` turns in a row (members of one group would otherwise take turns at the table's
+lock, each waiting for the others' fsyncs instead of consuming). ``offsets reset --force`` while the member
 runs is noticed by the reset epochs (:meth:`check_reset`): the queues of a reset topic are let
 go and taken again from their new offsets.
 
@@ -22,9 +25,12 @@ from store import names
 from store.client.holding import Holdings
 from store.client.options import ConsumeOptions
 from store.client.process_queue import PULL_BATCH
+from store.errors import LockHeldError
 from store.failpoints import failpoint
 from store.log.messagestore import Store
-from store.log.offsets import QueueKey, Warn
+from store.log.offsets import LOCK_TIMEOUT_S, QueueKey, Warn
+
+MAX_PUT_OFF = 15   # lag commits put off in a row (the table busy) before one waits for it
 
 
 class MemoryOffsetStore:
@@ -63,6 +69,7 @@ class OffsetKeeper:
         self.every_s = 0.0     # in-process sinks: the least time between lag persists
         self.last_persist = time.monotonic()
         self.resent = False   # a copy went to the retry topic or DLQ since the last commit
+        self.put_off = 0      # lag commits put off in a row because the table was busy
         self.epochs: dict[str, int] = {}
         self._reset_look: tuple[int, int, int] | None = None   # the offsets file check_reset last read
         self.offset_store: Any = None   # ClusterOffsetStore, BroadcastOffsetStore or MemoryOffsetStore
@@ -160,9 +167,10 @@ class OffsetKeeper:
         """A queue was let go: its offset is no longer ours to move."""
         self.offsets.pop(key, None)
 
-    def commit(self, offsets: dict[QueueKey, int], increase_only: bool) -> set[str]:
+    def commit(self, offsets: dict[QueueKey, int], increase_only: bool, wait: bool = True) -> set[str]:
         """Write offsets to the store; returns the topics whose offsets were reset meanwhile
-        (their commits skipped)."""
+        (their commits skipped). Not ``wait``: LockHeldError at once if another process is
+        committing to the group's table."""
         if self.resent:
             # Offsets past messages sent to the retry topic or the DLQ are durable only after
             # those copies are: else a power cut could keep the offset and lose the message.
@@ -174,16 +182,18 @@ class OffsetKeeper:
             self.offset_store.persist(self.held.keys() | set(offsets))
             return set()
         skipped: set[str] = self.offset_store.commit(self.o.group, offsets, increase_only=increase_only,
-                                                     expected_epochs=self.epochs)
+                                                     expected_epochs=self.epochs,
+                                                     timeout=LOCK_TIMEOUT_S if wait else 0.0)
         return skipped
 
     def persist(self, force: bool = False, only: set[QueueKey] | None = None,
-                increase_only: bool | None = None) -> None:
+                increase_only: bool | None = None, wait: bool = True) -> bool:
         """Persist what moved (``only``: of these queues); ``increase_only`` None: as the mode
-        says (concurrent: never backwards; orderly: as consumed)."""
+        says (concurrent: never backwards; orderly: as consumed). Not ``wait``: False, and
+        nothing changed here, when another process is committing to the group's table."""
         keys = {k for k in self.dirty if only is None or k in only}
         if not keys and not force:
-            return
+            return True
         offsets = {k: self.offsets[k] for k in keys if k in self.offsets}
         failpoint("offsets-before-persist")
         if increase_only is None:
@@ -191,25 +201,34 @@ class OffsetKeeper:
         dropping = self.held.dropping
         lost = {k: v for k, v in offsets.items() if k in dropping and dropping[k].lost}
         skipped = set()
-        if lost and not increase_only:
-            # Never set back a queue whose lock we lost: someone else may hold it now.
-            skipped |= self.commit(lost, increase_only=True)
-            offsets = {k: v for k, v in offsets.items() if k not in lost}
-        skipped |= self.commit(offsets, increase_only=increase_only)
+        try:
+            if lost and not increase_only:
+                # Never set back a queue whose lock we lost: someone else may hold it now.
+                skipped |= self.commit(lost, increase_only=True, wait=wait)
+                offsets = {k: v for k, v in offsets.items() if k not in lost}
+            skipped |= self.commit(offsets, increase_only=increase_only, wait=wait)
+        except LockHeldError:
+            if wait:
+                raise
+            return False   # (a commit of the lost queues alone is made again: increase-only)
         failpoint("offsets-after-persist")
         self.dirty -= keys
         self.persisted.update(offsets)
         self.urgent = False
         self.last_persist = time.monotonic()
+        self.put_off = 0
         if skipped:
             self._reload_after_reset(skipped)
+        return True
 
     def persist_lagging(self, now: float) -> None:
         """At the end of a turn: offsets reach the store at least once per pull batch of every
         queue (``lag``), so a crash hands at most one pull batch per queue to a member a
-        second time (in-process sinks: at most once per ``every_s``, see :meth:`pace`)."""
+        second time (in-process sinks: at most once per ``every_s``, see :meth:`pace`), or
+        ``MAX_PUT_OFF`` more when another member was committing at those moments."""
         if self.urgent and now - self.last_persist >= self.every_s:
-            self.persist()
+            if not self.persist(wait=self.put_off >= MAX_PUT_OFF):
+                self.put_off += 1
 
     def persist_idle(self, handlers_busy: bool) -> None:
         """The loop has nothing to do: make what moved durable now, unless in-process or

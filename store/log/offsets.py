@@ -207,6 +207,7 @@ class ClusterOffsetStore:
         offsets: Mapping[QueueKey, int],
         increase_only: bool = True,
         expected_epochs: Mapping[str, int] | None = None,
+        timeout: float = LOCK_TIMEOUT_S,
     ) -> set[str]:
         """Merge ``offsets`` ((topic, queueId) → next offset) into the table.
 
@@ -215,6 +216,8 @@ class ClusterOffsetStore:
         With ``expected_epochs`` (topic → epoch the caller loaded; a topic not listed is
         expected at 0), queues of a topic whose epoch moved are skipped. Returns the skipped
         topics: the caller must reload them (:meth:`snapshot`) before committing again.
+        ``timeout``: seconds to wait for the table's lock (LockHeldError after; 0: fail at
+        once when another process is committing, for a caller that can commit later).
         """
         validate_group(group)
         for (topic, queue_id), offset in offsets.items():
@@ -240,7 +243,7 @@ class ClusterOffsetStore:
             # leaves the old table or the new one, never a torn one), the rename is not (a
             # cut may keep the previous commit: those messages are delivered again, which
             # at-least-once allows). A consumer commits every turn; that saves an fsync each.
-            self._update(merge, sync=False)
+            self._update(merge, sync=False, timeout=timeout)
         return skipped
 
     def reset(self, group: str, topic: str, offsets: Mapping[int, int]) -> int:
@@ -337,8 +340,9 @@ class ClusterOffsetStore:
         return loaded.table
 
     def _update(self, mutate: Callable[[ClusterTable], bool], sync: bool = True,
-                on_lost: Callable[[ClusterTable, set[str]], bool] | None = None) -> None:
-        with _exclusive(_lock_path(self.path)):
+                on_lost: Callable[[ClusterTable, set[str]], bool] | None = None,
+                timeout: float = LOCK_TIMEOUT_S) -> None:
+        with _exclusive(_lock_path(self.path), timeout):
             loaded = offsettable.load(self.layout)
             if loaded.unknown and on_lost is None:
                 self._load()   # raises: only recovery starts such a table over
