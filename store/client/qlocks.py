@@ -164,7 +164,9 @@ def _write_record(fd: int, path: Path, record: dict[str, Any]) -> None:
 class QueueLock:
     """The lock one consumer holds on one queue of one group (orderly consumption).
 
-    Usage: ``try_acquire()``; then ``renew()`` every 20 s (RocketMQ's lockInterval); ``is_valid()``
+    Usage: ``try_acquire()``; then ``renew()`` (or :func:`renew_all`) every 20 s while batches
+    are handed out (RocketMQ's lockInterval), and at least every 40 s (well within the store
+    lease) while idle; ``is_valid()``
     before handing out every batch; ``release()`` when the queue is dropped or at shutdown.
     As a context manager it only guarantees the release (acquiring can fail, so it is left to
     the caller). Thread-safe: a renewal timer may run beside the consuming thread.

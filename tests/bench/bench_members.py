@@ -11,8 +11,9 @@ cost (issue 30), this checkout against a baseline checkout in the same run. Not 
   them together, from ``/proc``: the gain on more cores is the ratio of these);
 * settle: 16 members started together: seconds from the launch until every one has joined,
   and from the last join until every queue is held by exactly one member (all consuming);
-  then a 17th member joining the running group: seconds from its join until the group's
-  split includes it;
+  then, one of them stopped and the 15 left holding every queue, a new member joining: seconds
+  from its join (its member record written, the moment it starts consuming) until the split
+  gives it its queue;
 * idle: ``--idle-consumers`` consumers of as many groups in one process, sync
   (``store.Consumer.messages()`` in a thread each) and asyncio (``async for``), waiting:
   CPU of the process over ``--idle-s`` seconds (from 5 s after they started; the process's
@@ -108,11 +109,15 @@ def settle(members: int, queues: int) -> dict[str, Any]:
                         break
                 time.sleep(0.002)
             settled = time.monotonic()
+            # a joiner that gets queues: one member leaves first, and its queues are shared
+            ms.procs[0].terminate()
+            ms.procs[0].wait()
+            ms.wait_split(queues, members - 1, poll=0.002)
             p = ms.start()
             while f"{os.uname().nodename}@{p.pid}.json" not in _names(d):
                 time.sleep(0.001)
             j0 = time.monotonic()
-            ms.wait_split(queues, members + 1, poll=0.002)
+            ms.wait_split(queues, members, poll=0.002)
             j1 = time.monotonic()
         finally:
             ms.stop()
@@ -271,7 +276,8 @@ def _measure(args: argparse.Namespace, checkouts: list[tuple[str, Path]], skip: 
         for _rep in range(args.reps):
             for name, path in checkouts:
                 sres.setdefault(name, []).append(run_child(path, {"what": "settle"}, args))
-        print(f"\n16 members started together, then a 17th joining; seconds, median (min-max) of {args.reps}:")
+        print(f"\n16 members started together; then one leaves and a new one joins; seconds, "
+              f"median (min-max) of {args.reps}:")
         print(f"{'checkout':10} {'all joined':>20} {'settled after':>20} {'from launch':>20} {'joiner':>20}")
         for name, _path in checkouts:
             rows = sres[name]
