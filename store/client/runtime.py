@@ -432,7 +432,7 @@ class Runtime:
                 due_at = min(due_at, backstop(now + 5.0))
             if o.idle_timeout_s is not None:
                 due_at = min(due_at, dispatcher.last_activity + o.idle_timeout_s)
-            if (yield max(0.0, due_at - time.monotonic())):
+            while (yield max(0.0, due_at - time.monotonic())):
                 changed = wake.changed
                 if not o.no_group and layout.members_dir(o.group) in changed:
                     next_token = 0.0
@@ -451,6 +451,9 @@ class Runtime:
                 if layout.checkpoint in changed:
                     # new records: perhaps delayed ones (a retry sent back, a --delay send)
                     delays.soon()
+                if not changed or next_rebalance == 0.0 or not changed <= {lk.path for lk in held.locks.values()}:
+                    break   # (a wake() from a thread, a signal, a call_soon: changed is empty)
+                # only our own renewals' writes: nothing to do, wait on
 
     def _lock_file(self, key: tuple[str, int]) -> Path:
         return self.layout.queue_lock(self.o.group, *key)
