@@ -308,7 +308,7 @@ class QueueLock:
                 return self._check_identity()
 
     def renew_under_mutex(self) -> bool:
-        """:meth:`renew` for a caller that holds the group's mutex already (:func:`renew_all`)."""
+        """:meth:`renew` for a caller holding the group's mutex (:func:`renew_all`)."""
         with self._guard:
             return self._fd is not None and self._renew_locked()
 
@@ -391,9 +391,8 @@ class QueueLock:
 
 
 def renew_all(locks: list[QueueLock]) -> list[QueueLock]:
-    """Renew a member's locks, all of one group, under one acquisition of the group's mutex
-    (a member holding 16 queues takes it once, not 16 times); returns the locks found lost.
-    If the mutex stays busy, as :meth:`QueueLock.renew`: a warning, and only the lost ones."""
+    """Renew a member's locks (of one group) under one take of the group's mutex; returns
+    those found lost. A busy mutex: as :meth:`QueueLock.renew`, a warning, the lost ones."""
     if not locks:
         return []
     first = locks[0]
