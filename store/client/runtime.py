@@ -398,10 +398,10 @@ class Runtime:
             worked |= collect(block=False)
             if self.retrier.retry_later:
                 dispatcher.retry_due()
-            if held.lost_one or (held.locks and not all(lock.held for lock in held.locks.values())):
+            if held.retake or (held.locks and not all(lock.held for lock in held.locks.values())):
                 # a batch's lock check found a lock deleted or broken: drop the queue and take
                 # it again as soon as it is let go (an idle queue's: at the next renewal)
-                held.lost_one = False
+                held.retake = False
                 next_rebalance = 0.0
             if keeper.urgent:
                 keeper.persist_lagging(now)
@@ -416,7 +416,7 @@ class Runtime:
                 keeper.persist_idle(bool(dispatcher.futures) and (keeper.every_s > 0 or dispatcher.per_message))
             if dispatcher.idle_check is not None:
                 dispatcher.idle_check()   # stdout's reader went away while nothing was written: stop now
-            due_at = min(next_rebalance, delays.at, next_token)
+            due_at = 0.0 if held.retake else min(next_rebalance, delays.at, next_token)   # (reset by an idle commit)
             if keeper.dirty or reset_look or polled:
                 due_at = min(due_at, next_persist)
             if held.locks:
