@@ -2,9 +2,9 @@
 
 A waiting consumer should wake when something it cares about changes, not on a timer (issue
 14): a new batch (the writer rewrites ``STORE/checkpoint`` after every batch), a member joining
-or leaving (``consumers/<group>/``), a queue lock released (``locks/<group>/``), an offset
-reset (``config/consumerOffset.json`` replaced) or a topic created or resized
-(``config/topics.json``). :class:`Watcher` is that wait, and nothing else: it says *that*
+or leaving (``consumers/<group>/``), a queue lock it waits for released (that lock file), an
+offset reset (``config/consumerOffset.json`` replaced) or a topic created or resized
+(``config/topics.epoch`` replaced). :class:`Watcher` is that wait, and nothing else: it says *that*
 something changed, and which of the watched paths; what changed is for the caller to read.
 
 Usage::
@@ -90,16 +90,17 @@ from store.inotify import IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, Instance, is
 
 __all__ = ["Watcher", "consumer_paths"]
 
-def consumer_paths(layout: Any, group: str, *, orderly: bool = False) -> list[tuple[Path, str]]:
+def consumer_paths(layout: Any, group: str) -> list[tuple[Path, str]]:
     """What a waiting consumer of ``group`` watches, as ``(path, kind)`` pairs for
     :class:`Watcher`: new batches (the ``checkpoint`` file), members (``consumers/<group>/``),
-    offsets and topics (``config/``: ``consumerOffset.json`` is replaced on a reset,
-    ``topics.json`` on a topic change) and, for an orderly consumer, queue locks
-    (``locks/<group>/``). ``layout`` is a :class:`store.layout.Layout`."""
-    paths = [(layout.checkpoint, "file"), (layout.members_dir(group), "dir"), (layout.config_dir, "dir")]
-    if orderly:
-        paths.append((layout.queue_locks_dir(group), "dir"))
-    return paths
+    topics (``config/topics.epoch``, replaced on every topic change) and offsets
+    (``config/consumerOffset.json``, replaced by a reset). Files, not ``config/`` itself:
+    every offset commit also writes a lock file and a temporary file there, which would wake
+    every member of every group three times more. A member waiting for a queue lock watches
+    that lock file too (the runtime adds it while it waits). ``layout`` is a
+    :class:`store.layout.Layout`."""
+    return [(layout.checkpoint, "file"), (layout.members_dir(group), "dir"),
+            (layout.topics_epoch, "file"), (layout.consumer_offset_json, "file")]
 
 
 # A stat snapshot taken this soon after the mtime it shows may miss a second write in the

@@ -151,7 +151,8 @@ def consume(
              "it); async leaves that to the periodic flush [default: async].", show_default=False)] = None,
     rebalance_interval: Annotated[str, typer.Option(
         "--rebalance-interval", metavar="DURATION",
-        help="Between rebalances when nothing changes (a member joining or leaving wakes it at once).")] = "5s",
+        help="Between rebalances where changes cannot be seen (no inotify, a network file system); "
+             "elsewhere a member joining or leaving, a topic or a lock changing starts one at once.")] = "5s",
 ) -> None:
     from mqctl.consumerun import ConsumeRequest, run_consume
     run_consume(state(ctx), ConsumeRequest(

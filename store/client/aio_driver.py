@@ -13,6 +13,7 @@ backlog does not starve the handlers and iterators the runtime feeds.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -22,10 +23,11 @@ if TYPE_CHECKING:
 
 
 async def wait_for_change(watcher: Watcher, timeout: float) -> bool:
-    """Wait up to ``timeout`` s for a change the watcher reports (or its :meth:`wake`) without
-    blocking the loop: its descriptors (inotify and the wake pipe) are the loop's readers
-    while it waits; paths that are polled are looked at every ``poll_max`` s. True unless it
-    timed out; ``watcher.changed`` then says what changed, as after ``watcher.wait``."""
+    """Wait up to ``timeout`` s (``math.inf``: no limit) for a change the watcher reports (or
+    its :meth:`wake`) without blocking the loop: its descriptors (inotify and the wake pipe)
+    are the loop's readers while it waits; paths that are polled are looked at every
+    ``poll_max`` s. True unless it timed out; ``watcher.changed`` then says what changed, as
+    after ``watcher.wait``."""
     if watcher.wait(0):   # (also sets the watches up on a first wait, and reads what is pending)
         return True
     loop = asyncio.get_running_loop()
@@ -44,11 +46,12 @@ async def wait_for_change(watcher: Watcher, timeout: float) -> bool:
                 woken.set_result(None)
         for fd in fds:
             loop.add_reader(fd, ready)
-        timer = loop.call_later(remaining, ready)
+        timer = loop.call_later(remaining, ready) if remaining != math.inf else None
         try:
             await woken
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
             for fd in fds:
                 loop.remove_reader(fd)
         if watcher.wait(0):

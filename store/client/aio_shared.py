@@ -44,7 +44,7 @@ class LoopShare:
         self._worker: Worker[None] | None = None
         loop.add_reader(self.instance.fd, self.instance.pump)
 
-    async def offload(self, call: Callable[[], None]) -> None:
+    async def offload(self, call: Callable[[], object]) -> None:
         """Run ``call`` on the loop's commit thread; a cancellation waits for it to finish
         (the owner shuts the consumer down next, and must not commit beside it)."""
         if self._worker is None:

@@ -29,7 +29,6 @@ ITER_BATCH = 1000        # messages per batch (concurrent mode; orderly hands on
 RUN_BATCH = 1000         # run(): most messages per hand-over to a handler thread (a backlog: a
                          # queue's whole cache, so its next pull is a whole one too)
 RUN_BATCH_S = 0.05       # run(): and no more than the handler calls in this long (as measured)
-_POLL_S = 0.05
 
 _ids_lock = threading.Lock()
 _ids_in_use: set[tuple[str, str, str]] = set()   # (store, group, client id) of this process
@@ -233,6 +232,9 @@ class Consumer:
             self._mode = "iterate"
             self._sink = IteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
             rt.set_sink(self._sink)
+            # the iterating thread waits for a batch without a timeout: whatever ends its
+            # loop wakes it (the member's loop ending, stop(), close(), a newer loop)
+            rt.loop_ended = DrainedEvent(self._sink.wake_reader)
             rt.start()
         self._settle_in_hand(commit=False)
         drained = DrainedEvent(self._sink.wake_reader)
@@ -245,6 +247,7 @@ class Consumer:
         rt.call_soon(configure)
         self._iteration += 1
         self._live = self._iteration
+        self._sink.wake_reader()   # a loop still waiting in another thread: it ends
         return self._iterate(self._iteration, exit_at_end, timeout, drained)
 
     def __iter__(self) -> Iterator[Message]:
@@ -267,7 +270,7 @@ class Consumer:
                 raise rt.fatal
             if rt.loop_ended.is_set():
                 return
-            item = sink.get(_POLL_S)
+            item = sink.get(None if timeout is None else max(0.0, last + timeout - time.monotonic()))
             if item is None:
                 if exit_at_end and drained.is_set():
                     return
@@ -431,6 +434,8 @@ class Consumer:
         else:
             self._stop_iter = True
             self._live = -1
+            if self._sink is not None:
+                self._sink.wake_reader()
 
     def close(self) -> None:
         """Leave the group: commit the message in hand, persist offsets, release queue locks.
@@ -442,6 +447,8 @@ class Consumer:
             return
         self._closed = True
         self._live = -1
+        if self._sink is not None:
+            self._sink.wake_reader()   # an iteration waiting in another thread ends
         rt = self._rt
         try:
             self._settle_in_hand(commit=commit)

@@ -52,8 +52,8 @@ class IteratorSink:
         self.handoff.put((fut, as_client_messages(batch, topic)))
         return fut
 
-    def get(self, timeout: float) -> tuple[cf.Future[Any], Sequence[Message]] | None:
-        """The next batch, or None after ``timeout`` s or a :meth:`wake_reader`."""
+    def get(self, timeout: float | None) -> tuple[cf.Future[Any], Sequence[Message]] | None:
+        """The next batch, or None after ``timeout`` s (None: no limit) or a :meth:`wake_reader`."""
         try:
             return self.handoff.get(timeout=timeout)
         except queue_mod.Empty:
@@ -80,8 +80,9 @@ class IteratorSink:
 
 
 class DrainedEvent(threading.Event):
-    """An ``exit_at_end`` iteration's drained event: set by the loop thread, it also wakes the
-    iterating thread if it waits for a batch, so the loop ends at once, not at its next poll."""
+    """An event set by the member's loop that also wakes the iterating thread if it waits for a
+    batch, so the iteration ends at once: an ``exit_at_end`` iteration's drained event, and the
+    end of the member's loop."""
 
     def __init__(self, wake: Callable[[], None]) -> None:
         super().__init__()

@@ -26,6 +26,8 @@ class Holdings:
         self.pqs: dict[QueueKey, ProcessQueue] = {}
         self.dropping: dict[QueueKey, ProcessQueue] = {}
         self.locks: dict[QueueKey, QueueLock] = {}
+        self.retake = False   # a queue was let go under us (:meth:`lose`, :meth:`forget`):
+        #                       the member rebalances at once, to take it again
 
     def holds(self, key: QueueKey) -> bool:
         """Whether the queue is held or still being dropped (its offset still ours to move)."""
@@ -49,6 +51,7 @@ class Holdings:
         if pq is None:
             return
         pq.lost = True
+        self.retake = True
         self.dropping[key] = pq
         lock = self.locks.pop(key, None)
         if lock is not None:
@@ -58,6 +61,7 @@ class Holdings:
         """Let go of a held queue at once, its lock released (its offsets were reset under
         it: nothing it holds is worth finishing)."""
         del self.pqs[key]
+        self.retake = True
         self.release_lock(key)
 
     def release_lock(self, key: QueueKey) -> None:

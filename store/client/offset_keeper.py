@@ -5,14 +5,18 @@ Where a queue starts is RocketMQ's computePullFromWhere: the stored offset, else
 the last, or the one at a timestamp (a computed start is persisted at once). Consumed offsets
 move in memory (:meth:`OffsetKeeper.advance`) and are persisted in batches (:meth:`persist`):
 every persist interval, when a queue ran ahead of its persisted offset by the sink's lag, when
-the loop is idle, and before a queue is given away.
+the loop is idle, and before a queue is given away. A commit for lag does not wait behind
+another member's commit of the group's table: it is put off to the next turn instead, at most
+``MAX_PUT_OFF`` turns in a row (members of one group would otherwise take turns at the table's
+lock, each waiting for the others' fsyncs instead of consuming).
 
 The commits of every turn and of idle moments (:meth:`OffsetKeeper.commit_soon`) are written
 by a thread of their own (:class:`~store.client.offset_writer.OffsetWriter`): a message that
-arrived meanwhile would otherwise wait behind them. The loop goes on delivering; what it may deliver before the
-commit is done is bounded (:meth:`OffsetKeeper.room`), so a crash hands no more to the next
-owner again than with the commit in the loop. Every other persist (the interval, a queue
-given away, shutdown) first waits for the one in flight and then writes in the loop's thread.
+arrived meanwhile would otherwise wait behind them. The loop goes on delivering; what it may
+deliver before the commit is done is bounded (:meth:`OffsetKeeper.room`), so a crash hands no
+more to the next owner again than with the commit in the loop. Every other persist (the
+interval, a queue given away, shutdown) first waits for the one in flight and then writes in
+the loop's thread.
 
 ``offsets reset --force`` while the member runs is noticed by the reset epochs
 (:meth:`check_reset`): the queues of a reset topic are let go and taken again from their new
@@ -33,9 +37,12 @@ from store.client.offset_writer import OffsetWriter
 from store.client.options import ConsumeOptions
 from store.client.process_queue import PULL_BATCH
 from store.client.stage import LostQueueError, Stage
+from store.errors import LockHeldError
 from store.failpoints import failpoint
 from store.log.messagestore import Store
-from store.log.offsets import QueueKey, Warn
+from store.log.offsets import LOCK_TIMEOUT_S, QueueKey, Warn
+
+MAX_PUT_OFF = 15   # lag commits put off in a row (the table busy) before one waits for it
 
 
 def _nothing() -> None:
@@ -78,6 +85,7 @@ class OffsetKeeper:
         self.every_s = 0.0     # in-process sinks: the least time between lag persists
         self.last_persist = time.monotonic()
         self.resent = False   # a copy went to the retry topic or DLQ since the last commit
+        self.put_off = 0      # lag commits put off in a row because the table was busy
         self.epochs: dict[str, int] = {}
         self._reset_look: tuple[int, int, int] | None = None   # the offsets file check_reset last read
         self.offset_store: Any = None   # ClusterOffsetStore, BroadcastOffsetStore or MemoryOffsetStore
@@ -196,9 +204,10 @@ class OffsetKeeper:
         """A queue was let go: its offset is no longer ours to move."""
         self.offsets.pop(key, None)
 
-    def commit(self, offsets: dict[QueueKey, int], increase_only: bool) -> set[str]:
+    def commit(self, offsets: dict[QueueKey, int], increase_only: bool, wait: bool = True) -> set[str]:
         """Write offsets to the store; returns the topics whose offsets were reset meanwhile
-        (their commits skipped)."""
+        (their commits skipped). Not ``wait``: LockHeldError at once if another process is
+        committing to the group's table."""
         if self.stage is not None:
             self._commit_stage(offsets)
             return set()
@@ -213,7 +222,8 @@ class OffsetKeeper:
             self.offset_store.persist(self.held.keys() | set(offsets))
             return set()
         skipped: set[str] = self.offset_store.commit(self.o.group, offsets, increase_only=increase_only,
-                                                     expected_epochs=self.epochs)
+                                                     expected_epochs=self.epochs,
+                                                     timeout=LOCK_TIMEOUT_S if wait else 0.0)
         return skipped
 
     def _commit_stage(self, offsets: dict[QueueKey, int]) -> None:
@@ -272,13 +282,14 @@ class OffsetKeeper:
             self.offset_store.absorb(self.store.sync_written())
 
     def persist(self, force: bool = False, only: set[QueueKey] | None = None,
-                increase_only: bool | None = None) -> None:
+                increase_only: bool | None = None, wait: bool = True) -> bool:
         """Persist what moved (``only``: of these queues); ``increase_only`` None: as the mode
-        says (concurrent: never backwards; orderly: as consumed)."""
+        says (concurrent: never backwards; orderly: as consumed). Not ``wait``: False, and
+        nothing changed here, when another process is committing to the group's table."""
         self.reap(wait=True)
         keys = {k for k in self.dirty if only is None or k in only}
         if not keys and not force:
-            return
+            return True
         offsets = {k: self.offsets[k] for k in keys if k in self.offsets}
         failpoint("offsets-before-persist")
         if increase_only is None:
@@ -286,28 +297,39 @@ class OffsetKeeper:
         dropping = self.held.dropping
         lost = {k: v for k, v in offsets.items() if k in dropping and dropping[k].lost}
         skipped = set()
-        if lost and not increase_only:
-            # Never set back a queue whose lock we lost: someone else may hold it now.
-            skipped |= self.commit(lost, increase_only=True)
-            offsets = {k: v for k, v in offsets.items() if k not in lost}
-        skipped |= self.commit(offsets, increase_only=increase_only)
+        try:
+            if lost and not increase_only:
+                # Never set back a queue whose lock we lost: someone else may hold it now.
+                skipped |= self.commit(lost, increase_only=True, wait=wait)
+                offsets = {k: v for k, v in offsets.items() if k not in lost}
+            skipped |= self.commit(offsets, increase_only=increase_only, wait=wait)
+        except LockHeldError:
+            if wait:
+                raise
+            return False   # (a commit of the lost queues alone is made again: increase-only)
         failpoint("offsets-after-persist")
         self.dirty -= keys
         self.persisted.update(offsets)
         self.urgent = False
         self.last_persist = time.monotonic()
+        self.put_off = 0
         if skipped:
             self._reload_after_reset(skipped)
+        return True
 
     def persist_lagging(self, now: float) -> None:
         """At the end of a turn: offsets reach the store at least once per pull batch of every
         queue (``lag``), so a crash hands at most one pull batch per queue to a member a
-        second time (in-process sinks: at most once per ``every_s``, see :meth:`pace`).
-        An inline sink's commit of every turn is written by the writer thread (the pulls are
-        bounded by :meth:`room` meanwhile); a pool sink's, which comes once per half a pull
-        batch, here, as its bound is counted from the commit."""
+        second time (in-process sinks: at most once per ``every_s``, see :meth:`pace`), or
+        ``MAX_PUT_OFF`` more when another member was committing at those moments. An inline
+        sink's commit of every turn is written by the writer thread (the pulls are bounded by
+        :meth:`room` meanwhile); a pool sink's, which comes once per half a pull batch, here,
+        as its bound is counted from the commit."""
         if self.urgent and now - self.last_persist >= self.every_s:
-            self._turn_persist(soon=self.lag == 1)
+            if self.lag == 1 or self.defer_turn_persists:
+                self._turn_persist(soon=self.lag == 1)
+            elif not self.persist(wait=self.put_off >= MAX_PUT_OFF):
+                self.put_off += 1
 
     def room(self, key: QueueKey, bound: int) -> int:
         """How many more messages of ``key`` an inline sink may be handed before its offsets

@@ -164,7 +164,9 @@ def _write_record(fd: int, path: Path, record: dict[str, Any]) -> None:
 class QueueLock:
     """The lock one consumer holds on one queue of one group (orderly consumption).
 
-    Usage: ``try_acquire()``; then ``renew()`` every 20 s (RocketMQ's lockInterval); ``is_valid()``
+    Usage: ``try_acquire()``; then ``renew()`` (or :func:`renew_all`) every 20 s while batches
+    are handed out (RocketMQ's lockInterval), and at least every 40 s (well within the store
+    lease) while idle; ``is_valid()``
     before handing out every batch; ``release()`` when the queue is dropped or at shutdown.
     As a context manager it only guarantees the release (acquiring can fail, so it is left to
     the caller). Thread-safe: a renewal timer may run beside the consuming thread.
@@ -188,7 +190,7 @@ class QueueLock:
         self.lease_ms = lease_ms
         self.client_lease_ms = client_lease_ms
         self.mutex_timeout = mutex_timeout
-        self._warn = warn or _log.warning
+        self.warn = warn or _log.warning
         self._guard = threading.RLock()
         self._fd: int | None = None
         self._id: tuple[int, int] | None = None
@@ -227,23 +229,19 @@ class QueueLock:
                     self._take(fd)
                     return True
             except LockHeldError as exc:
-                self._warn(f"cannot lock queue {self._name()}: {exc}")
+                self.warn(f"cannot lock queue {self._name()}: {exc}")
                 return False
 
     def _acquire_locked(self) -> int | None:
-        # Called under the group mutex.
+        # Called under the group mutex. A held lock is seen through a read-only descriptor
+        # first: closing it tells no watcher of the file anything, where a failed attempt
+        # through a writable one would (a member waiting for the queue watches the file, and
+        # would be woken by its own attempts).
         ensure_dir(self.path.parent, durable=False)
-        fd = open_exclusive(self.path)
-        if fd is not None:
-            return fd
-        return self._break_if_expired()
-
-    def _break_if_expired(self) -> int | None:
-        # Called under the group mutex, after the lock was found held.
         try:
             fd = open_file(self.path, os.O_RDONLY)
         except FileNotFoundError:
-            return open_exclusive(self.path)  # the holder released it a moment ago
+            return open_exclusive(self.path)  # released (or never taken)
         try:
             record = _read_record(fd)
             still_held = not try_flock(fd, self.path, shared=True)
@@ -254,8 +252,8 @@ class QueueLock:
         if still_held:
             holder = _info(self.group, self.topic, self.queue_id, record, True)
             idle = (now_ms() - (holder.renewedAt or 0)) / 1000
-            self._warn(f"breaking the lock on queue {self._name()}: held by {holder.clientId} "
-                       f"(pid {holder.pid}) but not renewed for {idle:.1f} s")
+            self.warn(f"breaking the lock on queue {self._name()}: held by {holder.clientId} "
+                      f"(pid {holder.pid}) but not renewed for {idle:.1f} s")
             # The stuck holder keeps its OS lock on the old inode; unlinking the name is what
             # takes the queue away from it (its is_valid compares inodes).
             unlink_if_exists(self.path)
@@ -306,8 +304,19 @@ class QueueLock:
                 with group_mutex(self.layout, self.group, self.mutex_timeout):
                     return self._renew_locked()
             except LockHeldError as exc:
-                self._warn(f"could not renew the lock on queue {self._name()}: {exc}")
+                self.warn(f"could not renew the lock on queue {self._name()}: {exc}")
                 return self._check_identity()
+
+    def renew_under_mutex(self) -> bool:
+        """:meth:`renew` for a caller holding the group's mutex (:func:`renew_all`)."""
+        with self._guard:
+            return self._fd is not None and self._renew_locked()
+
+    def still_named(self) -> bool:
+        """Whether the lock is held and its path still names the file it locked (no lease
+        check): what a renewal that could not take the mutex can still tell."""
+        with self._guard:
+            return self._fd is not None and self._check_identity()
 
     def _renew_locked(self) -> bool:
         if not self._check_identity():
@@ -345,7 +354,7 @@ class QueueLock:
         if current == self._id:
             return True
         how = "deleted" if current is None else "replaced by another process"
-        self._warn(f"lost the lock on queue {self._name()}: {self.path} was {how}")
+        self.warn(f"lost the lock on queue {self._name()}: {self.path} was {how}")
         self._close()
         return False
 
@@ -362,7 +371,7 @@ class QueueLock:
                         unlink_if_exists(self.path)  # while still holding the OS lock
             except LockHeldError as exc:
                 # Closing still drops the OS lock; the file stays behind as a stale entry.
-                self._warn(f"released queue {self._name()} without removing its file: {exc}")
+                self.warn(f"released queue {self._name()} without removing its file: {exc}")
             finally:
                 self._close()
 
@@ -379,6 +388,20 @@ class QueueLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def renew_all(locks: list[QueueLock]) -> list[QueueLock]:
+    """Renew a member's locks (of one group) under one take of the group's mutex; returns
+    those found lost. A busy mutex: as :meth:`QueueLock.renew`, a warning, the lost ones."""
+    if not locks:
+        return []
+    first = locks[0]
+    try:
+        with group_mutex(first.layout, first.group, first.mutex_timeout):
+            return [lock for lock in locks if not lock.renew_under_mutex()]
+    except LockHeldError as exc:
+        first.warn(f"could not renew the queue locks of group {first.group}: {exc}")
+        return [lock for lock in locks if not lock.still_named()]
 
 
 # -- the table -------------------------------------------------------------------------------

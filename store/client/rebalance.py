@@ -8,11 +8,18 @@ previous one persisted and released it, died (the OS drops the lock), or let its
 expire. A queue given away is released only after its in-flight batch finished and its offset
 was persisted (:meth:`Rebalancer.settle_drops`). The member record tells the group which
 queues this member holds (:mod:`store.client.members`).
+
+One round settles a group: every member computes the same allocation from the same sorted
+member list, so each knows its share without asking the others; a member gives away what is
+no longer its own at once (after the batch in hand), and one waiting for a queue still locked
+by its previous owner watches that lock file (:attr:`Rebalancer.waiting_for`) and takes it the
+moment it is released, instead of polling on a timer.
 """
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from store.client.allocate import allocate, queues_of
@@ -26,6 +33,7 @@ from store.log.offsets import QueueKey, Warn
 
 if TYPE_CHECKING:
     from store.client.members import Membership
+    from store.watch import Watcher
 
 
 class Rebalancer:
@@ -43,6 +51,9 @@ class Rebalancer:
         self.membership: Membership | None = None
         self.published_queues: list[dict[str, Any]] | None = None   # as the member record says
         self.rebalanced_once = False
+        # queues allocated to this member whose locks someone else still holds: the runtime
+        # watches their lock files and rebalances when one is released
+        self.waiting_for: set[QueueKey] = set()
         self._topics_stamp: tuple[int, int] | None = None   # the topic table's epoch as last seen
 
     # -- membership ------------------------------------------------------------------------
@@ -102,12 +113,14 @@ class Rebalancer:
         for key in [k for k in held.pqs if k not in wanted]:
             held.drop(key)
         locked: list[QueueKey] = []
+        self.waiting_for = set()
         for key in sorted(wanted - set(held.pqs)):
             if key in held.dropping:
                 balanced = False
                 continue
             if not self._lock(key):
                 balanced = False
+                self.waiting_for.add(key)
                 continue
             failpoint("rebalance-after-lock")
             locked.append(key)
@@ -198,9 +211,27 @@ class Rebalancer:
         if settled and self.membership is not None and self.membership.joined:
             self.publish_queues()
 
-    def renew_locks(self) -> None:
-        """Renew the held queues' locks (every ``RENEW_INTERVAL_S``)."""
+    def renew_locks(self) -> bool:
+        """Renew the held queues' locks, under one take of the group's mutex (the runtime
+        says when: ``RENEW_INTERVAL_S``). True if one was lost (a rebalance takes it again)."""
+        from store.client.qlocks import renew_all
+        lost = renew_all(list(self.held.locks.values()))
         for key, lock in list(self.held.locks.items()):
-            if not lock.renew() and key in self.held.pqs:
+            if lock in lost and key in self.held.pqs:
                 self.warn(f"lost the lock of {key[0]}/{key[1]}; dropping the queue")
                 self.held.lose(key)
+        return bool(lost)
+
+    def lock_file(self, key: QueueKey) -> Path:
+        return self.store.layout.queue_lock(self.o.group, *key)
+
+    def watch_locks(self, wake: Watcher, watched: set[Path]) -> set[Path]:
+        """Watch the lock files of the queues the member holds (one deleted by ``mqctl unlock
+        --force`` is taken again at once, even while its queue is idle) and of those it waits
+        for (taken the moment they are released); no others. Returns what is watched."""
+        want = {self.lock_file(k) for k in self.waiting_for | set(self.held.locks)}
+        for path in watched - want:
+            wake.unwatch(path)
+        for path in want - watched:
+            wake.watch(path, kind="file")
+        return want

@@ -24,7 +24,7 @@ from store.client import message as client_message
 from store.client.offset_keeper import OffsetKeeper
 from store.client.options import ConsumeOptions
 from store.client.process_queue import ProcessQueue
-from store.errors import StoreError
+from store.errors import HandlerError, StoreError
 from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
 from store.log.record import (
@@ -182,3 +182,19 @@ class Retrier:
         due = [(key, m) for t, key, m in self.retry_later if t <= now]
         self.retry_later = [r for r in self.retry_later if r[0] > now]
         return due
+
+    def report_given_up(self, stop_requested: bool) -> None:
+        """A run that ended on its own (``exit_at_end``, ``count``, ``idle_timeout_s``) after
+        giving up on a message failed: :class:`HandlerError` (the CLI's exit 1). A member
+        stopped by SIGINT/SIGTERM or ``stop()`` says it and ends normally: being stopped is
+        not a failure, and the dead-letter topic keeps what it gave up on."""
+        n = self.gave_up
+        if not n:
+            return
+        where = ("broadcast messages are not retried" if self.o.broadcast
+                 else f"moved to {names.dlq_topic(self.o.group)}; see: mqctl dlq list -g {self.o.group}")
+        text = f"gave up on {n} message{'s' if n != 1 else ''} ({where})"
+        if stop_requested:
+            self.warn(text)
+            return
+        raise HandlerError(text)

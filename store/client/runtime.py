@@ -1,9 +1,15 @@
 """The consumer runtime: one member of a consumer group, for ``mqctl consume`` and the Python API.
 
-One loop does what RocketMQ's client threads do, in turn: rebalance (on a short interval, and
-at once when the group's membership changes), pull each held queue into its process queue,
-hand batches to the sink, apply results (commit, retry, suspend, dead-letter), persist offsets
-every 5 s, renew queue locks every 20 s (orderly), and run the delay scheduler.
+One loop does what RocketMQ's client threads do, in turn: rebalance (when the group's
+membership, its topics or a queue lock it waits for changes), pull each held queue into its
+process queue, hand batches to the sink, apply results (commit, retry, suspend, dead-letter),
+persist offsets, renew queue locks, and run the delay scheduler.
+
+An idle member does nothing on a timer where the store's change notification (inotify) tells
+it what changed: no periodic rebalance or membership look, no offsets look, no delay
+scheduler pass; only its queue locks' leases are renewed, once per ``IDLE_RENEW_S``. Where a
+path is polled (no inotify, a network file system: a dead member's lock changes no file
+there) the looks run every few seconds as backstops, ``--rebalance-interval`` among them.
 
 :class:`Runtime` owns the loop and the member's life (join, signals, stop, leave); each job
 of a turn is a part of its own, with its own state:
@@ -35,9 +41,11 @@ import queue as queue_mod
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from store import names
+from store.client.clocks import DelayClock, backstop
 from store.client.dispatch import Dispatcher
 from store.client.holding import Holdings
 from store.client.offset_keeper import OffsetKeeper
@@ -47,63 +55,19 @@ from store.client.rebalance import Rebalancer
 from store.client.retry import Retrier
 from store.client.sinks import InlineSink, PoolSink
 from store.client.stage import CopySink, Stage, check_stage
-from store.errors import HandlerError, StoreError, UsageError
+from store.errors import StoreError, UsageError
 from store.log.messagestore import Store
 from store.log.offsets import Warn
 
 if TYPE_CHECKING:
     from store.client.dedup import DedupLog
 
-RENEW_INTERVAL_S = 20.0   # how often a holder renews its queue locks (RocketMQ's lockInterval)
-
-
-def backstop(at: float) -> float:
-    """A periodic look (membership, rebalance, persist, delays) due at ``at``, put off to the
-    next whole second of the monotonic clock: an idle member's looks then fall due together,
-    one wake-up for all of them (and with the other members of the process), not one each.
-    They are backstops (a change wakes the loop at once): a second later costs nothing."""
-    return float(math.ceil(at))
-
-
-class DelayClock:
-    """When the loop next runs the delay scheduler (``at``, monotonic)."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.at = 0.0
-        # What the last pass saw: the schedule queues' ends and the next delivery time. A
-        # look after new records (:meth:`soon`) that finds the same ends and nothing due yet
-        # skips the pass (the progress file read, the lock, the queues scanned twice): the
-        # new records were not delayed ones, and a waiting consumer need not pay for it.
-        self._seen: tuple[tuple[int, ...], int | None] | None = None
-
-    def _ends(self) -> tuple[int, ...]:
-        from store import names
-        st = self.store
-        if not st.has_topic(names.SCHEDULE_TOPIC):
-            return ()
-        return tuple(st.max_offset(names.SCHEDULE_TOPIC, q) for q in range(st.topic(names.SCHEDULE_TOPIC).queues))
-
-    def deliver(self, now: float) -> None:
-        """Deliver the due delayed messages, and look again when the next one is due (a new
-        one wakes the loop: every level is at least a second, so 1 s is the longest it can
-        wait past its time)."""
-        from store.log.schedule import deliver_due, next_due
-        ends = self._ends()
-        if self._seen is not None and self._seen[0] == ends and (
-                self._seen[1] is None or self._seen[1] > int(time.time() * 1000)):
-            due = self._seen[1]
-        else:
-            deliver_due(self.store)
-            due = next_due(self.store)
-            self._seen = (ends, due)
-        wait_s = 5.0 if due is None else (due - int(time.time() * 1000)) / 1000
-        self.at = now + min(1.0, max(0.2, wait_s)) if due is not None else backstop(now + 5.0)
-
-    def soon(self) -> None:
-        """Delayed messages may be due soon (a copy was sent back, new records came): look
-        for them within 0.2 s, not at the idle backstop."""
-        self.at = min(self.at, time.monotonic() + 0.2)
+# A holder renews its queue locks before it hands out a batch when the last renewal is this old
+# (RocketMQ's lockInterval; a batch may be handed out for the client lease, 30 s, after one).
+RENEW_INTERVAL_S = 20.0
+# An idle holder renews only for the store lease (60 s, after which a contender may break the
+# lock): 20 s to spare, as much as between an active holder's renewal and its client lease.
+IDLE_RENEW_S = 40.0
 
 
 class Runtime:
@@ -125,7 +89,7 @@ class Runtime:
         # member joining or leaving, an offset reset, a queue lock released. ``set()`` from a
         # thread or a signal handler wakes it too, as the threading.Event it replaces.
         from store.watch import Watcher, consumer_paths
-        self.wake = Watcher(consumer_paths(store.layout, opts.group, orderly=not opts.broadcast)
+        self.wake = Watcher(consumer_paths(store.layout, opts.group)
                             if opts.group and not opts.no_group else [(store.layout.checkpoint, "file")],
                             lazy=True)
         self.held = Holdings()
@@ -242,24 +206,8 @@ class Runtime:
                       f"{names.retry_topic(self.o.group)} for a retry; run the consumer again to handle them")
         if self.force_stop:
             raise KeyboardInterrupt   # a second signal: exit 130, what finished is committed
-        self._report_given_up()
+        self.retrier.report_given_up(self.state.stop_requested)
         return 0
-
-    def _report_given_up(self) -> None:
-        """A run that ended on its own (``exit_at_end``, ``count``, ``idle_timeout_s``) after
-        giving up on a message failed: :class:`HandlerError` (the CLI's exit 1). A member
-        stopped by SIGINT/SIGTERM or :meth:`stop` says it and ends normally: being stopped is
-        not a failure, and the dead-letter topic keeps what it gave up on."""
-        n = self.retrier.gave_up
-        if not n:
-            return
-        where = ("broadcast messages are not retried" if self.o.broadcast
-                 else f"moved to {names.dlq_topic(self.o.group)}; see: mqctl dlq list -g {self.o.group}")
-        text = f"gave up on {n} message{'s' if n != 1 else ''} ({where})"
-        if self.state.stop_requested:
-            self.warn(text)
-            return
-        raise HandlerError(text)
 
     def start(self) -> None:
         """Run the loop in a thread of its own until :meth:`stop` (``loop_ended`` is set when
@@ -387,51 +335,67 @@ class Runtime:
         try:
             due = next(turns)
             while True:
-                due = turns.send(False if due is None else wait(due))
+                due = turns.send(False if due is None else wait(None if due == math.inf else due))
         except StopIteration:
             return
 
     def turns(self) -> Generator[float | None, bool, None]:
         """The loop as a generator, for a driver that waits its own way (an event loop): it
         yields None after a turn that did work (go on at once, send False) and otherwise the
-        seconds to wait at most for a change of the store (``wake``); the driver sends back
+        seconds to wait at most for a change of the store (``wake``; ``math.inf``: no limit,
+        nothing is due on a timer); the driver sends back
         whether the wait was woken (a change or :meth:`stop`) rather than timed out, after
         ``wake.wait(0)`` has read what changed. It returns when the loop ends."""
         o, state, layout = self.o, self.state, self.layout
         held, keeper, rebalancer, dispatcher = self.held, self.keeper, self.rebalancer, self.dispatcher
         pull_all, dispatch_all, collect = self.puller.pull_all, dispatcher.dispatch_all, dispatcher.collect
         from store.client.members import members_token
+        wake = self.wake
+        inf = math.inf
         next_rebalance = 0.0
         next_persist = backstop(time.monotonic() + o.persist_interval_s)
-        next_renew = time.monotonic() + RENEW_INTERVAL_S
+        reset_look = False    # the offsets file was replaced: look for a reset at next_persist
+        last_renew = time.monotonic()
         delays = self.delays
         delays.at = 0.0
         next_token = 0.0
         token = None
         streak = 0   # rebalances in a row that could not take every queue wanted
+        watched_locks: set[Path] = set()
         while not state.stop_requested and state.fatal is None:
             self._run_calls()
             now = time.monotonic()
+            # Where a change may go unseen (polled paths), the looks below also run on timers.
+            polled = wake.polls
+            if held.locks and now - last_renew >= RENEW_INTERVAL_S:
+                # before anything else: a rebalance checks the locks, and a batch may be
+                # handed out only within the client lease of the last renewal
+                if rebalancer.renew_locks():
+                    next_rebalance = 0.0
+                last_renew = now
             if now >= next_token and not o.no_group:
                 t = members_token(layout, o.group)
                 if t != token:
-                    token, next_rebalance = t, 0.0
-                next_token = backstop(now + 5.0)   # a membership change wakes the loop
+                    token, next_rebalance, streak = t, 0.0, 0
+                next_token = backstop(now + 5.0) if polled else inf
             if now >= next_rebalance:
                 balanced = rebalancer.rebalance()
-                # Waiting for a queue the previous owner is still handing over: look again
-                # soon (50 ms), backing off to 0.5 s when it stays taken (overlapping
-                # --strategy config members, a stuck holder whose lease runs down).
+                # Waiting for a queue the previous owner is still handing over: its lock file is
+                # watched (a release wakes the loop); look again soon all the same, backing off
+                # to 0.5 s when it stays taken (overlapping --strategy config members, a stuck
+                # holder whose lease runs down).
                 streak = 0 if balanced else streak + 1
-                next_rebalance = (backstop(now + o.rebalance_interval_s) if balanced
-                                  else now + min(0.5, 0.05 * (1.25 ** max(0, streak - 8))))
+                if balanced:
+                    next_rebalance = backstop(now + o.rebalance_interval_s) if polled else inf
+                else:
+                    next_rebalance = now + min(0.5, 0.05 * (1.25 ** min(max(0, streak - 8), 20)))
+                watched_locks = rebalancer.watch_locks(self.wake, watched_locks)
             if now >= next_persist:
                 keeper.persist()
-                keeper.check_reset()
+                if reset_look or polled:
+                    keeper.check_reset()
+                reset_look = False
                 next_persist = backstop(now + o.persist_interval_s)
-            if held.locks and now >= next_renew:
-                rebalancer.renew_locks()
-                next_renew = now + RENEW_INTERVAL_S
             if now >= delays.at:
                 delays.deliver(now)
             rebalancer.settle_drops()
@@ -442,6 +406,11 @@ class Runtime:
             worked |= collect(block=False)
             if self.retrier.retry_later:
                 dispatcher.retry_due()
+            if held.retake or (held.locks and not all(lock.held for lock in held.locks.values())):
+                # a batch's lock check found a lock deleted or broken: drop the queue and take
+                # it again as soon as it is let go (an idle queue's: at the next renewal)
+                held.retake = False
+                next_rebalance = 0.0
             if keeper.urgent:
                 keeper.persist_lagging(now)
             if o.exit_at_end and self._is_drained():
@@ -457,26 +426,44 @@ class Runtime:
                 keeper.persist_idle(bool(dispatcher.futures) and (keeper.every_s > 0 or dispatcher.per_message))
             if dispatcher.idle_check is not None:
                 dispatcher.idle_check()   # stdout's reader went away while nothing was written: stop now
-            due_at = min(next_rebalance, next_persist, delays.at, next_token)
+            due_at = 0.0 if held.retake else min(next_rebalance, delays.at, next_token)   # (reset by an idle commit)
+            if keeper.dirty or reset_look or polled:
+                due_at = min(due_at, next_persist)
             if held.locks:
-                due_at = min(due_at, next_renew)
+                due_at = min(due_at, last_renew + IDLE_RENEW_S)
             if keeper.dirty and keeper.every_s > 0 and not keeper.committing:
                 due_at = min(due_at, keeper.last_persist + keeper.every_s)
             if self.retrier.retry_later:
                 due_at = min(due_at, min(r[0] for r in self.retrier.retry_later))
+            if o.orderly:   # a queue suspended after a failure is retried in place then
+                due_at = min([due_at, *(pq.suspended_until for pq in held.pqs.values() if pq.suspended_until > now)])
+            if dispatcher.idle_check is not None:
+                # a pipe's reader that goes away changes no file: look at it every few seconds
+                due_at = min(due_at, backstop(now + 5.0))
             if o.idle_timeout_s is not None:
                 due_at = min(due_at, dispatcher.last_activity + o.idle_timeout_s)
-            if (yield max(0.0, due_at - time.monotonic())):
-                changed = self.wake.changed
+            while (yield max(0.0, due_at - time.monotonic())):
+                changed = wake.changed
                 if not o.no_group and layout.members_dir(o.group) in changed:
                     next_token = 0.0
-                if layout.config_dir in changed and rebalancer.topics_changed():
-                    # a topic made or changed (the retry topic, say); not every offset commit
-                    # of every member, which also replaces a file in config/
+                if layout.topics_epoch in changed and rebalancer.topics_changed():
+                    next_rebalance = 0.0   # a topic made or changed (the retry topic, say)
+                if layout.consumer_offset_json in changed:
+                    # replaced by every commit of every group, and by a reset: look at it once
+                    # per persist interval at most (one stat while nothing was reset)
+                    reset_look = True
+                hit = watched_locks & changed
+                if hit and (any(rebalancer.lock_file(k) in hit for k in rebalancer.waiting_for) or any(
+                        not lock.still_named() for lock in held.locks.values() if lock.path in hit)):
+                    # a lock we wait for was released, or one we hold was deleted or broken
+                    # (not merely renewed: our own renewals wake us too)
                     next_rebalance = 0.0
                 if layout.checkpoint in changed:
                     # new records: perhaps delayed ones (a retry sent back, a --delay send)
                     delays.soon()
+                if not changed or next_rebalance == 0.0 or not changed <= {lk.path for lk in held.locks.values()}:
+                    break   # (a wake() from a thread, a signal, a call_soon: changed is empty)
+                # only our own renewals' writes: nothing to do, wait on
 
     def _done(self) -> bool:
         o = self.o

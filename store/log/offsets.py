@@ -169,10 +169,6 @@ class ClusterOffsetStore:
                 epochs[topic] = epoch
         return GroupOffsets(group, offsets, epochs)
 
-    def epoch(self, group: str, topic: str) -> int:
-        """How many times the offsets of ``topic`` for ``group`` were reset (0: never)."""
-        return self.epochs_of(group).get(topic, 0)
-
     def epochs_of(self, group: str) -> dict[str, int]:
         """The reset epochs of ``group``'s topics (one read of the file: no commit applied)."""
         table = offsettable.load(self.layout).table
@@ -202,6 +198,7 @@ class ClusterOffsetStore:
         offsets: Mapping[QueueKey, int],
         increase_only: bool = True,
         expected_epochs: Mapping[str, int] | None = None,
+        timeout: float = LOCK_TIMEOUT_S,
     ) -> set[str]:
         """Merge ``offsets`` ((topic, queueId) → next offset) into the table.
 
@@ -210,6 +207,8 @@ class ClusterOffsetStore:
         With ``expected_epochs`` (topic → epoch the caller loaded; a topic not listed is
         expected at 0), queues of a topic whose epoch moved are skipped. Returns the skipped
         topics: the caller must reload them (:meth:`snapshot`) before committing again.
+        ``timeout``: seconds to wait for the table's lock (LockHeldError after; 0: fail at
+        once when another process is committing, for a caller that can commit later).
         """
         validate_group(group)
         for (topic, queue_id), offset in offsets.items():
@@ -233,14 +232,13 @@ class ClusterOffsetStore:
         if offsets:
             # Content fsynced before the rename (never a torn table), the rename not: a cut may
             # keep the previous commit (delivered again: at-least-once). Saves an fsync a turn.
-            self._update(merge, sync=False)
+            self._update(merge, sync=False, timeout=timeout)
         return skipped
 
     def reset(self, group: str, topic: str, offsets: Mapping[int, int], durable_end: int = 0) -> int:
         """Set the given queues of ``topic`` exactly (backwards too); returns the new epoch.
-        ``durable_end`` (here and in the deletions below): how far the caller made the log
-        durable, with the write lock held: every offset commit below it is taken in first, so
-        the new epoch only refuses the commits of members that have not seen it."""
+        ``durable_end`` (also below): the log synced to it under the write lock, every stage's
+        commit below it is taken in first (the epoch refuses only later, unaware ones)."""
         validate_group(group)
         validate_any_topic(topic)
         for queue_id, offset in offsets.items():
@@ -340,8 +338,9 @@ class ClusterOffsetStore:
         self._update(lambda table: False, sync=False, durable_end=durable_end)
 
     def _update(self, mutate: Callable[[ClusterTable], bool], sync: bool = True,
-                on_lost: Callable[[ClusterTable, set[str]], bool] | None = None, durable_end: int = 0) -> None:
-        with _exclusive(lock_beside(self.path)):
+                on_lost: Callable[[ClusterTable, set[str]], bool] | None = None, durable_end: int = 0,
+                timeout: float = LOCK_TIMEOUT_S) -> None:
+        with _exclusive(lock_beside(self.path), timeout):
             loaded = offsettable.load(self.layout)
             if loaded.unknown and on_lost is None:
                 self._load()   # raises: only recovery starts such a table over

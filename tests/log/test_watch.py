@@ -237,15 +237,16 @@ def test_an_idle_wait_costs_no_cpu(tmp_path: Path) -> None:
         assert time.thread_time() - c0 < 0.02
 
 
-def test_consumer_paths_cover_messages_members_offsets_and_locks(tmp_path: Path) -> None:
+def test_consumer_paths_cover_messages_members_offsets_and_topics(tmp_path: Path) -> None:
     from store.layout import Layout
     lay = Layout(tmp_path)
-    got = dict(consumer_paths(lay, "g", orderly=True))
+    got = dict(consumer_paths(lay, "g"))
     assert got[lay.checkpoint] == "file"
     assert got[lay.members_dir("g")] == "dir"
-    assert got[lay.config_dir] == "dir"
-    assert got[lay.queue_locks_dir("g")] == "dir"
-    assert lay.queue_locks_dir("g") not in dict(consumer_paths(lay, "g"))
+    assert got[lay.topics_epoch] == "file"
+    assert got[lay.consumer_offset_json] == "file"
+    # not config/ (every commit writes its lock and temporary files there) nor locks/<group>/
+    assert lay.config_dir not in got and lay.queue_locks_dir("g") not in got
 
 
 def test_local_tmp_is_not_remote(tmp_path: Path) -> None:

@@ -1,0 +1,173 @@
+"""A group member rebalances on changes, not on timers (issues 26 and 30).
+
+The member's loop (:meth:`store.client.runtime.Runtime.turns`) is driven by hand here, turn
+by turn, so what it waits for is read off what it yields: nothing is timed. Real processes:
+a group of 16 ``mqctl consume`` members started together, then one more joining.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from typing import Generator, Iterator
+
+import pytest
+
+from store import Store
+from store.client import runtime as runtime_mod
+from store.client.options import ConsumeOptions
+from store.client.qlocks import QueueLock, renew_all
+from store.client.runtime import Runtime
+from store.log.offsets import ClusterOffsetStore, _exclusive, _lock_path
+from store.log.record import Draft
+from tests.procs import MQ, wait_for
+
+
+@pytest.fixture
+def topic(store: Store) -> Store:
+    store.create_topic("T", 2)
+    return store
+
+
+def member(store: Store, **kw: object) -> Runtime:
+    # (a persist interval short enough for settle() to wait out its first look at the offsets)
+    opts = ConsumeOptions(topic="T", group="G", client_id="m1", install_signals=False,  # type: ignore[arg-type]
+                          persist_interval_s=0.2, **kw)
+    rt = Runtime(store, opts, warn=lambda _m: None)
+    rt.setup()
+    return rt
+
+
+def settle(rt: Runtime, turns: Generator[float | None, bool, None], due: float | None) -> float:
+    """Run turns until the member waits over a second with nothing it watches changed (what
+    is due sooner, such as a first delay-scheduler pass, is waited for): the wait it asks."""
+    for _ in range(200):
+        if due is None:
+            due = turns.send(False)
+        elif rt.wake.wait(0):
+            due = turns.send(True)
+        elif due < 1.0:
+            due = turns.send(rt.wake.wait(due))
+        else:
+            return due
+    raise AssertionError("the member never came to wait")
+
+
+@pytest.fixture
+def rt(topic: Store) -> Iterator[Runtime]:
+    r = member(topic)
+    yield r
+    r.shutdown(wait_handlers=False)
+
+
+def test_an_idle_member_waits_for_a_change_and_only_its_lock_renewal(rt: Runtime) -> None:
+    turns = rt.turns()
+    due = settle(rt, turns, next(turns))
+    assert set(rt.held.pqs) == {("T", 0), ("T", 1)}
+    assert rt.wake.backend == "inotify" and not rt.wake.polls
+    # no rebalance, membership look, offsets look or delay pass on a timer: the next thing
+    # due is the renewal of its queue locks for the store lease
+    assert due > runtime_mod.RENEW_INTERVAL_S, due
+    rt.store.put([Draft(topic="T", body=b"x", queue_id=0)])   # (a change still wakes it)
+    assert rt.wake.wait(5.0)
+    turns.close()
+
+
+def test_a_member_without_locks_waits_without_a_timer(topic: Store) -> None:
+    r = member(topic, broadcast=True)
+    try:
+        turns = r.turns()
+        assert settle(r, turns, next(turns)) == math.inf
+        turns.close()
+    finally:
+        r.shutdown(wait_handlers=False)
+
+
+def test_a_released_lock_wakes_the_member_waiting_for_it(topic: Store) -> None:
+    other = QueueLock(topic.layout, "G", "T", 1, "someone-else")
+    assert other.try_acquire()
+    r = member(topic)
+    try:
+        turns = r.turns()
+        due = next(turns)
+        for _ in range(50):   # its first turns: it takes queue 0 and waits for queue 1
+            due = turns.send(due is not None and r.wake.wait(0))
+        assert set(r.held.pqs) == {("T", 0)} and r.rebalancer.waiting_for == {("T", 1)}
+        assert due is not None and due <= 0.5   # (it also looks again on a short timer)
+        lock_file = topic.layout.queue_lock("G", "T", 1)
+        assert lock_file in r.wake.paths
+        while r.wake.wait(0):
+            turns.send(True)
+        other.release()
+        # the release itself wakes it (a wait without a timeout returns on it)
+        assert r.wake.wait(None) and lock_file in r.wake.changed
+        settle(r, turns, turns.send(True))
+        assert set(r.held.pqs) == {("T", 0), ("T", 1)} and not r.rebalancer.waiting_for
+        assert lock_file in r.wake.paths   # now as one of its own (a deletion is noticed at once)
+        turns.close()
+    finally:
+        other.release()
+        r.shutdown(wait_handlers=False)
+
+
+def test_an_idle_member_renews_its_locks(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    turns = rt.turns()
+    settle(rt, turns, next(turns))
+    monkeypatch.setattr(runtime_mod, "RENEW_INTERVAL_S", 0.0)   # (the leases as if 40 s passed)
+    monkeypatch.setattr(runtime_mod, "IDLE_RENEW_S", 0.0)
+    lock = rt.held.locks[("T", 0)]
+    before = lock.renewed_at
+    assert before is not None
+
+    def renewed() -> bool:
+        turns.send(False)   # (the wait timed out)
+        return lock.renewed_at != before
+    wait_for(renewed, 10, what="the lease renewed")
+    assert lock.is_valid()
+    turns.close()
+
+
+def test_renew_all_renews_under_one_mutex_and_names_the_lost(topic: Store) -> None:
+    locks = [QueueLock(topic.layout, "G", "T", q, "m1") for q in (0, 1)]
+    assert all(lock.try_acquire() for lock in locks)
+    topic.layout.queue_lock("G", "T", 1).unlink()   # (mqctl unlock --force)
+    assert renew_all(locks) == [locks[1]]
+    assert locks[0].is_valid() and not locks[1].held
+    locks[0].release()
+
+
+def test_a_lag_commit_does_not_wait_behind_another_commit(rt: Runtime) -> None:
+    turns = rt.turns()
+    settle(rt, turns, next(turns))
+    keeper = rt.keeper
+    keeper.pace(inline=True, every_s=0.0)   # as mqctl consume's stdout: a commit every turn
+    keeper.advance(("T", 0), 5)
+    assert keeper.urgent
+    done = threading.Event()
+    with _exclusive(_lock_path(rt.layout.consumer_offset_json)):   # another process committing
+        th = threading.Thread(target=lambda: (keeper.persist_lagging(1e9), done.set()), daemon=True)
+        th.start()
+        wait_for(done.is_set, 20, what="the lag commit to return while the table is locked")
+        assert keeper.dirty and keeper.put_off == 1
+    keeper.persist_lagging(1e9)
+    assert not keeper.dirty and keeper.put_off == 0
+    assert ClusterOffsetStore(rt.layout).read_group("G")[("T", 0)] == 5
+    turns.close()
+
+
+def test_sixteen_members_started_together_settle_and_a_joiner_gets_its_share(mq: MQ) -> None:
+    mq.ok("topic", "create", "T", "--queues", "16")
+    procs = [mq.start("consume", "T", "-g", "G", "--from", "first") for _ in range(16)]
+    split = mq.wait_balanced("G", "T", 16, 16, timeout=120)
+    pids = {p.pid for p in procs}
+    owners = {lk.queueId: lk.pid for lk in mq.locks("G") if lk.alive}
+    assert set(owners) == set(range(16)) and set(owners.values()) == pids, owners
+    assert all(len(qs) == 1 for qs in split.values())
+    procs[0].signal(15)
+    assert procs[0].wait() == 0
+    mq.wait_balanced("G", "T", 15, 16, timeout=120)
+    joiner = mq.start("consume", "T", "-g", "G", "--from", "first")
+    split = mq.wait_balanced("G", "T", 16, 16, timeout=120)
+    assert any(cid.endswith(f"@{joiner.pid}") for cid in split)
+    for p in procs[1:] + [joiner]:
+        p.signal(15)
+    assert all(p.wait() == 0 for p in procs[1:] + [joiner])
