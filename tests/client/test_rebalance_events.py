@@ -17,7 +17,8 @@ from store.client import runtime as runtime_mod
 from store.client.options import ConsumeOptions
 from store.client.qlocks import QueueLock, renew_all
 from store.client.runtime import Runtime
-from store.log.offsets import ClusterOffsetStore, _exclusive, _lock_path
+from store.layout import lock_beside
+from store.log.offsets import ClusterOffsetStore, _exclusive
 from store.log.record import Draft
 from tests.procs import MQ, wait_for
 
@@ -139,18 +140,20 @@ def test_a_lag_commit_does_not_wait_behind_another_commit(rt: Runtime) -> None:
     turns = rt.turns()
     settle(rt, turns, next(turns))
     keeper = rt.keeper
-    keeper.pace(inline=True, every_s=0.0)   # as mqctl consume's stdout: a commit every turn
-    keeper.advance(("T", 0), 5)
+    # a pool sink's (--exec) commit for lag, made in the loop's thread (an inline sink's is
+    # handed to the writer thread: tests/client/test_commit_off_path.py)
+    keeper.pace(inline=False, every_s=0.0)
+    keeper.advance(("T", 0), keeper.lag + 5)
     assert keeper.urgent
     done = threading.Event()
-    with _exclusive(_lock_path(rt.layout.consumer_offset_json)):   # another process committing
+    with _exclusive(lock_beside(rt.layout.consumer_offset_json)):   # another process committing
         th = threading.Thread(target=lambda: (keeper.persist_lagging(1e9), done.set()), daemon=True)
         th.start()
         wait_for(done.is_set, 20, what="the lag commit to return while the table is locked")
         assert keeper.dirty and keeper.put_off == 1
     keeper.persist_lagging(1e9)
     assert not keeper.dirty and keeper.put_off == 0
-    assert ClusterOffsetStore(rt.layout).read_group("G")[("T", 0)] == 5
+    assert ClusterOffsetStore(rt.layout).read_group("G")[("T", 0)] == keeper.lag + 5
     turns.close()
 
 
