@@ -306,6 +306,10 @@ def write(layout: Layout, loaded: Loaded, lost_before: set[str], applied_before:
     journal = oj.Journal(layout.consumer_offset_log)
     tail = loaded.journal
     new = loaded.table.to_json()
+    if loaded.source == "none" and not tail.exists and not layout.consumer_offset_json.exists():
+        # A new table: an empty snapshot first, so that no reader ever finds the journal
+        # without one (and takes the new table for a damaged one)
+        save(layout, ClusterTable().to_json(), 0, keep_bak=False, sync_dir=False)
     if not tail.exists or not tail.header or tail.end < loaded.snapshot_end:
         # No journal, an unreadable one, or one that lost records the snapshot has (a power
         # cut took its unsynced tail): it starts again from the whole table. Positions never

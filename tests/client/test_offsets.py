@@ -345,3 +345,24 @@ def test_broadcast_both_files_unreadable_is_a_corruption_error(layout: Layout, w
 def test_broadcast_refuses_a_client_id_that_could_leave_the_store(layout: Layout, warnings: list[str]) -> None:
     with pytest.raises(InvalidNameError):
         broadcast(layout, warnings, "../x")
+
+
+def test_a_new_table_is_never_seen_as_a_journal_without_its_snapshot(tmp_path: Path, monkeypatch) -> None:
+    # The first commit of a store wrote the journal, then the snapshot: a reader in between
+    # (members starting together) found no snapshot and warned that the table was damaged
+    from store.log import offsetjournal, offsettable
+    lay = Layout(tmp_path)
+    (tmp_path / "config").mkdir()
+    seen: list[str] = []
+    rewrite = offsetjournal.Journal.rewrite
+
+    def journal_written_then_look(self, *args, **kw):   # noqa: ANN001, ANN202
+        end = rewrite(self, *args, **kw)
+        seen.append(offsettable.load(lay).source)
+        return end
+
+    monkeypatch.setattr(offsetjournal.Journal, "rewrite", journal_written_then_look)
+    warnings: list[str] = []
+    ClusterOffsetStore(lay, warn=warnings.append).commit("g", {("T", 0): 1})
+    assert seen == ["snapshot"] and not warnings
+    assert ClusterOffsetStore(lay).read_group("g") == {("T", 0): 1}
