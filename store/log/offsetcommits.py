@@ -34,6 +34,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -92,32 +93,36 @@ def seal(outputs: list[Draft], end: BatchEnd) -> list[Draft]:
     return out
 
 
-def records_after(layout: Layout, topic: str, after: int) -> tuple[list[bytes], int]:
-    """(the bodies of system topic ``topic``'s records (queue 0) after queue offset ``after``,
-    in order, the queue's end); unreadable ones are left out. A queue shorter than ``after``
-    (a loss ``store recover`` accepted) has nothing after it."""
+def _walk(layout: Layout, topic: str, after: int) -> Iterator[tuple[int, int, bytes | None]]:
+    """(queue offset, where the record ends in the log, its body or None when it cannot be
+    read) of each record of system topic ``topic`` (queue 0) from queue offset ``after``,
+    clamped to the queue (one shorter than ``after`` lost durable records: ``store recover``
+    accepted the loss, and its new records are read from its end)."""
     d = layout.queue_dir(topic, 0)
     if not d.is_dir():
-        return [], 0
+        return
     q = ConsumeQueue(d)
     log = _LogReader(layout, topic)
-    bodies: list[bytes] = []
     try:
         end = q.max_offset()
-        pos = max(after, q.min_offset())
+        pos = max(min(after, end), q.min_offset())
         while pos < end:
             entries = q.read_entries(pos, 4096)
             if not entries:
-                break
+                return
             for phys, size, _tags in entries:
-                body = log.body(phys, size)
-                if body is not None:
-                    bodies.append(body)
-            pos += len(entries)
-        return bodies, end
+                yield pos, phys + size, log.body(phys, size)
+                pos += 1
     finally:
         q.close()
         log.close()
+
+
+def records_after(layout: Layout, topic: str, after: int) -> tuple[list[bytes], int]:
+    """(the bodies of system topic ``topic``'s records after queue offset ``after``, in
+    order, the queue's end); unreadable ones are left out."""
+    bodies = [body for _at, _end, body in _walk(layout, topic, after) if body is not None]
+    return bodies, queue_end(layout, topic)
 
 
 @dataclass
@@ -137,9 +142,9 @@ class Pending:
         return self
 
 
-def queue_end(layout: Layout) -> int:
-    """The commit queue's end (0: no commit was ever written)."""
-    d = layout.queue_dir(TOPIC, 0)
+def queue_end(layout: Layout, topic: str = TOPIC) -> int:
+    """The end of a system topic's queue (0: nothing was ever written to it)."""
+    d = layout.queue_dir(topic, 0)
     if not d.is_dir():
         return 0
     q = ConsumeQueue(d)
@@ -152,34 +157,17 @@ def queue_end(layout: Layout) -> int:
 def read_after(layout: Layout, applied: int, durable: int = 0) -> Pending:
     """Every commit record after queue offset ``applied``. A record that cannot be read stops
     the reading (a writer may be between its entry and a reader's look) unless it lies below
-    ``durable`` (damage, reported by ``store check``: nothing can be applied from it). A queue
-    shorter than ``applied`` lost durable records (``store recover`` accepted the loss): its
-    new records are read from its end."""
-    d = layout.queue_dir(TOPIC, 0)
-    if not d.is_dir():
-        return Pending([], 0)
-    q = ConsumeQueue(d)
-    log = _LogReader(layout)
+    ``durable`` (damage, reported by ``store check``: nothing can be applied from it)."""
     commits: list[tuple[OffsetCommit, int, int]] = []
-    try:
-        end = q.max_offset()
-        pos = max(min(applied, end), q.min_offset())
-        while pos < end:
-            entries = q.read_entries(pos, 4096)
-            if not entries:
-                break
-            for phys, size, _tags in entries:
-                body = log.body(phys, size)
-                commit = OffsetCommit.parse(body) if body is not None else None
-                if commit is not None:
-                    commits.append((commit, phys + size, pos))
-                elif phys + size > durable:
-                    return Pending(commits, pos)
-                pos += 1
-        return Pending(commits, pos)
-    finally:
-        q.close()
-        log.close()
+    pos = min(applied, queue_end(layout))
+    for at, log_end, body in _walk(layout, TOPIC, applied):
+        commit = OffsetCommit.parse(body) if body is not None else None
+        if commit is not None:
+            commits.append((commit, log_end, at))
+        elif log_end > durable:
+            return Pending(commits, at)
+        pos = at + 1
+    return Pending(commits, pos)
 
 
 def durable_end(layout: Layout) -> int:
