@@ -29,7 +29,15 @@ from store.log import format as F
 from store.log.messagestore import Store
 from store.log.offsetcommits import OffsetCommit
 from store.log.offsets import QueueKey
-from store.log.record import PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS, RESERVED_PROPERTIES, Draft, Message
+from store.log.record import (
+    PROP_KEYS,
+    PROP_SHARDING_KEY,
+    PROP_TAGS,
+    PROP_UNIQ_KEY,
+    RESERVED_PROPERTIES,
+    Draft,
+    Message,
+)
 
 if TYPE_CHECKING:
     from store.client.message import Message as ClientMessage
@@ -58,7 +66,6 @@ class Stage:
     by_record: dict[int, list[Draft]] = field(default_factory=dict)   # input record -> outputs
     pending: dict[QueueKey, dict[int, list[Draft]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    written: int = 0          # outputs written so far
     _n: int | None = None     # the output topic's queues
 
     def emit(self, m: Message | ClientMessage, outputs: Iterable[Output] | Output | None) -> None:
@@ -69,12 +76,8 @@ class Stage:
             if len(d.body) > limit:
                 raise MessageTooLargeError(f"an output of {len(d.body)} bytes exceeds the store's limit "
                                            f"of {limit} bytes")
-        if self.orderly:
-            n = self._queues()
-            drafts = [d if d.sharding_key is not None or d.queue_id >= 0 else replace(d, queue_id=m.queue_id % n)
-                      for d in drafts]
         with self.lock:
-            self.by_record[m.commitlog_offset] = drafts
+            self.by_record[m.commitlog_offset] = self._placed(m, drafts)
 
     def copy(self, m: Message | ClientMessage) -> None:
         """Input ``m`` copied to the output topic: body, tags, keys, sharding key and user
@@ -83,10 +86,17 @@ class Stage:
         sharding = m.properties.get(PROP_SHARDING_KEY)
         d = Draft(topic=self.to, body=bytes(m.body), properties=props, sharding_key=sharding,
                   flag=m.flag, born_timestamp=m.born_timestamp, sysflag=F.ATOMIC_BATCH)   # (seal's flag)
-        if sharding is None and self.orderly:
-            d.queue_id = m.queue_id % self._queues()
         with self.lock:
-            self.by_record[m.commitlog_offset] = [d]
+            self.by_record[m.commitlog_offset] = self._placed(m, [d])
+
+    def _placed(self, m: Message | ClientMessage, drafts: list[Draft]) -> list[Draft]:
+        """An orderly stage's outputs with neither a sharding key nor a queue go to their
+        input's queue number, so that a queue's order carries on; others are placed by the write."""
+        if not self.orderly:
+            return drafts
+        n = self._queues()
+        return [d if d.sharding_key is not None or d.queue_id >= 0 else replace(d, queue_id=m.queue_id % n)
+                for d in drafts]
 
     def _queues(self) -> int:
         if self._n is None:
@@ -138,7 +148,6 @@ class Stage:
         with self.lock:
             for key, qoff in taken:
                 self.pending.get(key, {}).pop(qoff, None)
-        self.written += len(drafts)
 
 
 def check_stage(store: Store | None, to: str | None, *, broadcast: bool, dedup: bool,
@@ -169,6 +178,7 @@ def _as_list(outputs: Iterable[Output] | Output | None) -> Sequence[Output]:
 
 
 _COPIED = {PROP_TAGS, PROP_KEYS, PROP_SHARDING_KEY}
+_UNIQ_KEY_SIZE = len(PROP_UNIQ_KEY) + 2 + 32   # the unique key's property, as the write adds it
 _FIELDS = {"body", "keys", "tags", "sharding_key", "shardingKey", "properties", "queueId", "queue_id"}
 
 
@@ -203,8 +213,9 @@ def to_draft(topic: str, out: Output, queues: int) -> Draft:
     props = build_properties(tags=out.get("tags"), keys=keys, properties={str(k): str(v) for k, v in user.items()},
                              sharding_key=sharding)
     size = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in props.items())
-    if size + F.CRC_PROPERTY_SIZE + 64 > F.MAX_PROPERTIES_SIZE:   # (64: the unique key the write adds)
-        raise UsageError(f"an output's properties take {size} bytes; at most {F.MAX_PROPERTIES_SIZE - 200} fit")
+    room = F.MAX_PROPERTIES_SIZE - F.CRC_PROPERTY_SIZE - _UNIQ_KEY_SIZE   # (what the write adds)
+    if size > room:
+        raise UsageError(f"an output's properties take {size} bytes; at most {room} fit")
     qid = out.get("queue_id", out.get("queueId"))
     if qid is not None and (isinstance(qid, bool) or not isinstance(qid, int) or not 0 <= qid < queues):
         raise UsageError(f"an output's queue id {qid!r} is not one of {topic}'s queues 0-{queues - 1}")

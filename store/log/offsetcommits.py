@@ -31,20 +31,22 @@ file, which is fsynced, must never hold an offset whose outputs a power cut coul
 """
 from __future__ import annotations
 
-import bisect
 import json
-import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from store import names
+from store.fsutil import read_json_with_bak
 from store.layout import Layout
 from store.log import checkpoint as ckpt
 from store.log import format as F
+from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
-from store.log.offsettable import ClusterTable
-from store.log.record import Draft, RecordError, decode
+from store.log.record import Draft, RecordError
+from store.log.settings import StoreSettings
+
+if TYPE_CHECKING:   # (the offset table is its caller's: not imported by every sender)
+    from store.log.offsettable import ClusterTable
 
 TOPIC = names.OFFSET_COMMIT_TOPIC
 QueueKey = tuple[str, int]
@@ -93,36 +95,59 @@ def seal(outputs: list[Draft], end: BatchEnd) -> list[Draft]:
     return out
 
 
-def _walk(layout: Layout, topic: str, after: int) -> Iterator[tuple[int, int, bytes | None]]:
-    """(queue offset, where the record ends in the log, its body or None when it cannot be
-    read) of each record of system topic ``topic`` (queue 0) from queue offset ``after``,
-    clamped to the queue (one shorter than ``after`` lost durable records: ``store recover``
-    accepted the loss, and its new records are read from its end)."""
+def _records(layout: Layout, topic: str, after: int) -> tuple[list[tuple[int, int, bytes | None]], int]:
+    """The records of system topic ``topic`` (queue 0) from queue offset ``after`` — each as
+    (its queue offset, where it ends in the log, its body or None when it cannot be read) —
+    and the queue's end. ``after`` is clamped to the queue (one shorter than ``after`` lost
+    durable records: ``store recover`` accepted the loss, and its new records are read from
+    its end)."""
     d = layout.queue_dir(topic, 0)
     if not d.is_dir():
-        return
+        return [], 0
     q = ConsumeQueue(d)
-    log = _LogReader(layout, topic)
+    log: CommitLog | None = None
+    out: list[tuple[int, int, bytes | None]] = []
     try:
         end = q.max_offset()
         pos = max(min(after, end), q.min_offset())
         while pos < end:
             entries = q.read_entries(pos, 4096)
             if not entries:
-                return
+                break
+            log = log or _commitlog(layout)
             for phys, size, _tags in entries:
-                yield pos, phys + size, log.body(phys, size)
+                out.append((pos, phys + size, _body(log, phys, size, topic)))
                 pos += 1
+        return out, end
     finally:
         q.close()
-        log.close()
+        if log is not None:
+            log.close()
+
+
+def _commitlog(layout: Layout) -> CommitLog:
+    """The store's commit log, to read records by offset (its segment size from store.json)."""
+    try:
+        size = StoreSettings.from_json(read_json_with_bak(layout.store_json, default={})).commitlog_segment_size
+    except (ValueError, KeyError, TypeError):
+        size = F.COMMITLOG_SEGMENT_SIZE
+    return CommitLog(layout.commitlog_dir, size)
+
+
+def _body(log: CommitLog, phys: int, size: int, topic: str) -> bytes | None:
+    """The body of the ``topic`` record at ``phys``; None when it is missing or damaged."""
+    try:
+        m = log.read(phys, size)
+    except (RecordError, OSError):
+        return None
+    return m.body if m.topic == topic else None
 
 
 def records_after(layout: Layout, topic: str, after: int) -> tuple[list[bytes], int]:
     """(the bodies of system topic ``topic``'s records after queue offset ``after``, in
     order, the queue's end); unreadable ones are left out."""
-    bodies = [body for _at, _end, body in _walk(layout, topic, after) if body is not None]
-    return bodies, queue_end(layout, topic)
+    records, end = _records(layout, topic, after)
+    return [body for _at, _end, body in records if body is not None], end
 
 
 @dataclass
@@ -142,9 +167,9 @@ class Pending:
         return self
 
 
-def queue_end(layout: Layout, topic: str = TOPIC) -> int:
-    """The end of a system topic's queue (0: nothing was ever written to it)."""
-    d = layout.queue_dir(topic, 0)
+def queue_end(layout: Layout) -> int:
+    """The commit queue's end (0: no commit was ever written)."""
+    d = layout.queue_dir(TOPIC, 0)
     if not d.is_dir():
         return 0
     q = ConsumeQueue(d)
@@ -159,8 +184,9 @@ def read_after(layout: Layout, applied: int, durable: int = 0) -> Pending:
     the reading (a writer may be between its entry and a reader's look) unless it lies below
     ``durable`` (damage, reported by ``store check``: nothing can be applied from it)."""
     commits: list[tuple[OffsetCommit, int, int]] = []
-    pos = min(applied, queue_end(layout))
-    for at, log_end, body in _walk(layout, TOPIC, applied):
+    records, end = _records(layout, TOPIC, applied)
+    pos = min(applied, end)
+    for at, log_end, body in records:
         commit = OffsetCommit.parse(body) if body is not None else None
         if commit is not None:
             commits.append((commit, log_end, at))
@@ -211,50 +237,9 @@ def open_batch(sysflag: Any, phys: Any, open_at: int) -> int:
     return int(phys[k + 1]) if k + 1 < len(phys) else -1
 
 
-def apply_commit(commit: OffsetCommit, epoch_of: Any, put: Any) -> bool:
+def apply_commit(commit: OffsetCommit, epoch_of: Any, put: Any) -> None:
     """Apply one commit through ``epoch_of(topic, group)`` and ``put(topic, group, queue,
     offset)``: only the topics whose epoch is still the one the commit assumed."""
-    changed = False
     for (topic, qid), off in commit.offsets.items():
         if epoch_of(topic, commit.group) == commit.epochs.get(topic, 0):
             put(topic, commit.group, qid, off)
-            changed = True
-    return changed
-
-
-class _LogReader:
-    """Reads single records of the commit log by offset (segments found by listing)."""
-
-    def __init__(self, layout: Layout, topic: str = TOPIC) -> None:
-        self.dir = layout.commitlog_dir
-        self.topic = topic
-        try:
-            self.bases = sorted(int(n) for n in os.listdir(self.dir) if n.isdigit())
-        except FileNotFoundError:
-            self.bases = []
-        self.fds: dict[int, int] = {}
-
-    def body(self, phys: int, size: int) -> bytes | None:
-        i = bisect.bisect_right(self.bases, phys) - 1
-        if i < 0:
-            return None
-        base = self.bases[i]
-        fd = self.fds.get(base)
-        if fd is None:
-            try:
-                fd = self.fds[base] = os.open(self.dir / F.segment_name(base), os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                return None
-        data = os.pread(fd, size, phys - base)
-        try:
-            m = decode(data, 0, len(data))
-        except RecordError:
-            return None
-        if m.commitlog_offset != phys or m.topic != self.topic:
-            return None
-        return m.body
-
-    def close(self) -> None:
-        for fd in self.fds.values():
-            os.close(fd)
-        self.fds.clear()
