@@ -7,6 +7,29 @@ from __future__ import annotations
 
 from typing import Optional
 
+# The fields of a ``consume --json`` envelope that say where a message was, not what it is:
+# readers of envelopes (``send --input json``, a ``--to`` stage's ``--output json``) ignore them.
+ENVELOPE_PLACE_FIELDS = frozenset({
+    "topic", "queueOffset", "msgId", "offsetMsgId", "bornTimestamp", "storeTimestamp", "reconsumeTimes",
+    "commitLogOffset", "bornHost"})
+
+
+def json_body(obj: dict[str, object]) -> bytes:
+    """A JSON line's ``body`` (a string; ``bodyEncoding`` ``base64`` for bytes). ValueError
+    (``binascii.Error`` for bad base64) naming what is wrong."""
+    if "body" not in obj:
+        raise ValueError("'body' is missing")
+    body = obj["body"]
+    if not isinstance(body, str):
+        raise ValueError("'body' must be a string")
+    enc = obj.get("bodyEncoding")
+    if enc == "base64":
+        import base64
+        return base64.b64decode(body, validate=True)
+    if enc in (None, "utf-8", "utf8"):
+        return body.encode()
+    raise ValueError(f"unknown bodyEncoding {enc!r}")
+
 
 def message_properties(prop: list[str], tag: Optional[str], keys: Optional[str],
                        sharding_key: Optional[str]) -> dict[str, str]:

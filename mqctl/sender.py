@@ -6,7 +6,6 @@ once a background fsync covers it).
 """
 from __future__ import annotations
 
-import base64
 import binascii
 import json as jsonlib
 import os
@@ -17,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Optional
 
-from mqctl.msgargs import json_properties, message_properties, unescape
+from mqctl.msgargs import ENVELOPE_PLACE_FIELDS, json_body, json_properties, message_properties, unescape
 from mqctl.stdin import read_chunks
 
 if TYPE_CHECKING:
@@ -34,9 +33,7 @@ BATCH_BYTES = 2 * 1024 * 1024
 # What ``send --input json`` reads: its own fields and every field of the ``consume --json``
 # envelope (ignored ones: where the message was, not what it is), so a copy round-trips.
 JSON_FIELDS = frozenset({
-    "body", "bodyEncoding", "tags", "keys", "shardingKey", "queueId", "properties",
-    "topic", "queueOffset", "msgId", "offsetMsgId", "bornTimestamp", "storeTimestamp",
-    "reconsumeTimes", "commitLogOffset", "bornHost"})
+    "body", "bodyEncoding", "tags", "keys", "shardingKey", "queueId", "properties"}) | ENVELOPE_PLACE_FIELDS
 
 
 @dataclass
@@ -311,18 +308,7 @@ class Sender:
                 raise ValueError(f"unknown field {unknown[0]!r}{hint}; known fields: body, bodyEncoding, "
                                  "tags, keys, shardingKey, queueId, properties, and the other fields "
                                  "of the consume --json envelope")
-            if "body" not in obj:
-                raise ValueError("'body' is missing")
-            body = obj.get("body")
-            if not isinstance(body, str):
-                raise ValueError("'body' must be a string")
-            enc = obj.get("bodyEncoding")
-            if enc == "base64":
-                data = base64.b64decode(body, validate=True)
-            elif enc in (None, "utf-8", "utf8"):
-                data = body.encode()
-            else:
-                raise ValueError(f"unknown bodyEncoding {enc!r}")
+            data = json_body(obj)
             props = {**self.props, **json_properties(obj)}
             skey = props.get(Prop.SHARDING_KEY) if "shardingKey" in obj else self.sharding_key
             if "queueId" in obj and self.reroute:

@@ -2,20 +2,20 @@
 (``mqctl consume SRC --exec CMD --to DST [--output json]``)."""
 from __future__ import annotations
 
-import base64
 import binascii
 import json as jsonlib
 import os
 from typing import TYPE_CHECKING, Any, Callable
 
+from mqctl.msgargs import ENVELOPE_PLACE_FIELDS, json_body
 from store.errors import StoreError
 
 if TYPE_CHECKING:
     from store import Outcome
     from store import StoredMessage as Message
 
-_ENVELOPE_ONLY = ("topic", "queueId", "queueOffset", "msgId", "offsetMsgId", "bornTimestamp", "storeTimestamp",
-                  "reconsumeTimes", "commitLogOffset", "bornHost")
+# What a stage's output line may carry besides what it is: where an echoed envelope was
+_IGNORED = ENVELOPE_PLACE_FIELDS | {"queueId", "bodyEncoding"}
 
 
 def parse_outputs(data: bytes, json: bool) -> list[Any]:
@@ -35,18 +35,10 @@ def parse_outputs(data: bytes, json: bool) -> list[Any]:
             obj = jsonlib.loads(line)
             if not isinstance(obj, dict):
                 raise ValueError("not a JSON object")
-            body = obj.get("body")
-            if not isinstance(body, str):
-                raise ValueError("'body' is missing or not a string")
-            enc = obj.pop("bodyEncoding", None)
-            if enc not in (None, "base64", "utf-8", "utf8"):
-                raise ValueError(f"unknown bodyEncoding {enc!r}")
-            obj["body"] = base64.b64decode(body, validate=True) if enc == "base64" else body.encode()
-            for k in _ENVELOPE_ONLY:
-                obj.pop(k, None)
+            body = json_body(obj)
         except (ValueError, binascii.Error) as exc:
             raise ValueError(f"line {n}: {exc}") from None
-        out.append(obj)
+        out.append({**{k: v for k, v in obj.items() if k not in _IGNORED}, "body": body})
     return out
 
 

@@ -202,11 +202,7 @@ class AsyncConsumer:
         rt = self._rt
         set_retries(rt, orderly=self.orderly, broadcast=self.broadcast, max_reconsume=max_reconsume,
                     retry_delay=retry_delay)
-        if to is not None:
-            if flush not in ("sync", "async"):
-                raise UsageError(f"flush must be 'sync' or 'async', not {flush!r}")
-            rt.set_stage(to, flush == "sync")
-        stage = rt.stage if to is not None else None
+        stage = None if to is None else rt.set_stage(to, flush)
         state = rt.state
         orderly = self.orderly
 

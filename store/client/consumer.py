@@ -406,12 +406,7 @@ class Consumer:
             sink.shutdown(True)
 
     def _stage(self, to: str | None, flush: str) -> Stage | None:
-        if to is None:
-            return None
-        if flush not in ("sync", "async"):
-            raise UsageError(f"flush must be 'sync' or 'async', not {flush!r}")
-        self._rt.set_stage(to, flush == "sync")
-        return self._rt.stage
+        return None if to is None else self._rt.set_stage(to, flush)
 
     def commit_with(self, outputs: Any) -> None:
         """An exactly-once stage's iterator (``messages(to=…)``): ``outputs`` are what the

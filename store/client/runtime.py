@@ -96,7 +96,7 @@ class Runtime:
         self.keeper = OffsetKeeper(store, opts, self.held, self.topics, warn)
         self.stage: Stage | None = None
         if opts.to is not None:
-            self.set_stage(opts.to, opts.to_sync)
+            self.set_stage(opts.to, "sync" if opts.to_sync else "async")
         self.keeper.on_commit = self.wake.set   # a commit written by the writer thread is done
         self.rebalancer = Rebalancer(store, opts, self.held, self.keeper, self.topics, warn)
         self.retrier = Retrier(store, opts, self.keeper, warn, self.delays.soon)
@@ -130,11 +130,14 @@ class Runtime:
         commits (see :meth:`~store.client.offset_keeper.OffsetKeeper.pace`)."""
         self.dispatcher.set_sink(sink)
 
-    def set_stage(self, to: str, sync: bool = False) -> None:
+    def set_stage(self, to: str, flush: str = "async") -> Stage:
         """Make this member an exactly-once stage whose outputs go to ``to`` (``stage.py``),
-        before it holds any queue; ``sync``: each batch fsynced before it counts."""
+        before it holds any queue; ``flush`` "sync": each batch fsynced before it counts."""
+        if flush not in ("sync", "async"):
+            raise UsageError(f"flush must be 'sync' or 'async', not {flush!r}")
+        sync = flush == "sync"
         if self.stage is not None and (self.stage.to, self.stage.sync) == (to, sync):
-            return
+            return self.stage
         if self.held.pqs or self.held.dropping:
             raise UsageError("a consumer becomes an exactly-once stage before it consumes")
         o = self.o
@@ -142,6 +145,7 @@ class Runtime:
         o.to, o.to_sync = to, sync
         self.stage = self.keeper.stage = Stage(self.store, o.group, to, sync, o.orderly)
         self.keeper.threaded = False   # a stage's commits are its writes: in the loop's thread
+        return self.stage
 
     def emit(self, m: Any, outputs: Any) -> None:
         """An exactly-once stage's outputs for input ``m`` (bytes, str, dicts, or a list of
