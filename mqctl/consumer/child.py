@@ -25,7 +25,8 @@ class Child:
     pid: int
     pgid: int
     returncode: int | None = None
-    output: bytes = b""   # its stdout, when captured (--to) and it exited 0
+    stdout_fd: int = -1   # (--to) the file its stdout goes to, until it is read back
+    output: bytes = b""   # its stdout, when captured and it exited 0
 
     def wait(self, timeout: float | None = None) -> int:
         """Reap it (HandlerTimeout if it still runs after ``timeout`` s). Not thread-safe:

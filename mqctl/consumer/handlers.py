@@ -136,7 +136,6 @@ class ExecHandler:
                  pool: int = 2, capture: bool = False) -> None:
         check_runnable(argv)
         self.capture = capture        # --to: stdout goes to a file read back as outputs
-        self.stdouts: dict[int, int] = {}   # pid -> its captured stdout (a memfd)
         self.argv = argv
         self.group = group
         self.timeout_s = timeout_s
@@ -277,9 +276,7 @@ class ExecHandler:
             os.close(stdin)
             for fd in low:
                 os.close(fd)
-        child = Child(pid, pgid)
-        if out >= 0:
-            self.stdouts[pid] = out
+        child = Child(pid, pgid, stdout_fd=out)
         self.running.add(child)
         if not self.spare and not self.aborted and not self.closed:
             # the next handler's stdin, made now that this one is started: out of its latency
@@ -311,12 +308,12 @@ class ExecHandler:
                 kill_tree(child)
             self.watchdog.give_back(child.pgid)   # reaped: the group may go
         code = child.wait()   # reaped: its exit status
-        out = self.stdouts.pop(child.pid, None)
-        if out is not None:
+        if child.stdout_fd >= 0:
             try:
-                child.output = read_captured(out) if code == 0 else b""
+                child.output = read_captured(child.stdout_fd) if code == 0 else b""
             finally:
-                os.close(out)
+                os.close(child.stdout_fd)
+                child.stdout_fd = -1
         if self.aborted and code != 0:
             return None, "handler ended by a second interrupt"
         if code == 0:
