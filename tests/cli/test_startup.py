@@ -145,7 +145,9 @@ def test_the_quick_shape_is_exactly_one_message() -> None:
     assert quick_send(["send", "t", "hello"]) == (None, "t", "hello")
     assert quick_send(["--store", "/s", "send", "t", "a b"]) == ("/s", "t", "a b")
     assert quick_send(["--store=/s", "send", "t", "x"]) == ("/s", "t", "x")
-    for argv in (["send", "t"], ["send", "t", "-"], ["send", "t", "x", "-t", "a"], ["send", "-t", "x"],
+    assert quick_send(["send", "t"]) == (None, "t", None)   # stdin's lines
+    assert quick_send(["--store", "/s", "send", "t"]) == ("/s", "t", None)
+    for argv in (["send"], ["send", "t", "-"], ["send", "-t", "x"], ["send", "t", "--json"], ["send", "--", "t"], ["send", "t", "x", "-t", "a"], ["send", "-t", "x"],
                  ["send", "t", "--json"], ["consume", "t", "x"], ["--utc", "send", "t", "x"],
                  ["--store", "send", "t", "x"], ["send", "t", "x", "y"], []):
         assert quick_send(argv) is None, argv
@@ -177,6 +179,34 @@ def test_the_quick_send_answers_as_the_full_command_line(tmp_path: Path, topic: 
     assert quick.stdout == full.stdout == b""
 
 
+@pytest.mark.parametrize("topic,lines", [
+    ("t", b"a\nb\n" + b"x" * 3000 + b"\nlast"),   # sent, the last line without its newline
+    ("t", b""),                                     # no input
+    ("bad name", b"x\n"),                          # exit 2
+    ("t", b"a\n" + b"x" * 5000 + b"\nb\n"),      # line 2 over the 4000-byte limit: exit 5, line 1 sent
+])
+def test_the_quick_send_of_stdin_answers_as_the_full_command_line(tmp_path: Path, topic: str, lines: bytes) -> None:
+    """``producer | mqctl send TOPIC`` takes the quick path too: same messages stored, same
+    stderr, same exit code as through the Typer app."""
+    stores = []
+    for name in ("quick", "full"):
+        store = tmp_path / name
+        mqctl(store, "init", "--max-message-size", "4000", "--segment-size", "1048576", check=True, timeout=120)
+        mqctl(store, "topic", "create", "t", "--queues", "1", check=True, timeout=120)
+        stores.append(store)
+    env = mqctl_env(None, extra={"NO_COLOR": None})
+    args = ["send", topic]
+    quick = run([*MQCTL, "--store", str(stores[0]), *args], env=env, timeout=120, input=lines)
+    full = run([sys.executable, "-c", "import sys; from mqctl.app import main; main(sys.argv[1:])",
+                "--store", str(stores[1]), *args], env=env, timeout=120, input=lines)
+    assert quick.returncode == full.returncode, (str(quick), str(full))
+    assert re.sub(r", [\d,]+ msg/s", "", quick.stderr) == re.sub(r", [\d,]+ msg/s", "", full.stderr)
+    assert quick.stdout == full.stdout == b""
+    got = [mqctl(s, "consume", "t", "-g", "g", "--from", "first", "-e", check=True, timeout=120).stdout
+           for s in stores]
+    assert got[0] == got[1]
+
+
 def test_the_quick_send_imports_no_typer(tmp_path: Path) -> None:
     dump = tmp_path / "modules.json"
     code = ("import atexit, json, sys\n"
@@ -191,3 +221,19 @@ def test_the_quick_send_imports_no_typer(tmp_path: Path) -> None:
     mods = set(json.loads(dump.read_text()))
     assert not offenders(mods, ("typer", "rich", "click", "mqctl.app", "mqctl.options") + FORBIDDEN_ON_SEND), \
         offenders(mods, ("typer", "rich", "click", "mqctl.app", "mqctl.options"))
+
+
+def test_the_quick_send_of_stdin_imports_no_typer(tmp_path: Path) -> None:
+    """``producer | mqctl send TOPIC``: no Typer, no console stack, no other command group."""
+    dump = tmp_path / "modules.json"
+    code = ("import atexit, json, sys\n"
+            f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
+            "sys.argv = ['mqctl'] + sys.argv[1:]\n"
+            "from mqctl.entry import main\n"
+            "main()\n")
+    cp = run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), "send", "t"],
+             env=mqctl_env(None, extra={"NO_COLOR": None}), input=b"a\nb\n", timeout=120)
+    assert cp.returncode == 0 and "sent 2 messages" in cp.stderr, cp.stderr
+    mods = set(json.loads(dump.read_text()))
+    assert not offenders(mods, ("typer", "rich", "click", "mqctl.app", "mqctl.options") + OTHER_GROUPS), \
+        offenders(mods, ("typer", "rich", "click", "mqctl.app", "mqctl.options") + OTHER_GROUPS)
