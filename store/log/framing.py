@@ -57,6 +57,21 @@ _COMBINE: list[Any] = []
 _WRITE_FROM_BODIES = 32768
 
 
+def _libz() -> Any:
+    """zlib's shared library, by its usual soname first: ``ctypes.util.find_library`` imports
+    ``subprocess`` and runs ``ldconfig -p`` (~10 ms of a piped send's start-up); it is asked
+    only where that name does not load."""
+    import ctypes
+    try:
+        return ctypes.CDLL("libz.so.1")
+    except OSError:
+        import ctypes.util
+        name = ctypes.util.find_library("z")
+        if name is None:
+            raise
+        return ctypes.CDLL(name)
+
+
 def _crc32_combine() -> Any:
     """zlib's ``crc32_combine`` (not exposed by Python's zlib module), or None.
 
@@ -67,8 +82,7 @@ def _crc32_combine() -> Any:
         fn = None
         try:
             import ctypes
-            import ctypes.util
-            lib = ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1")
+            lib = _libz()
             f = lib.crc32_combine
             f.restype = ctypes.c_ulong
             f.argtypes = (ctypes.c_ulong, ctypes.c_ulong, ctypes.c_long)
@@ -96,8 +110,7 @@ def _combiner() -> Any:
         fn = None
         try:
             import ctypes
-            import ctypes.util
-            lib = ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1")
+            lib = _libz()
             gen, op = lib.crc32_combine_gen, lib.crc32_combine_op
             gen.restype, gen.argtypes = ctypes.c_ulong, (ctypes.c_long,)
             op.restype, op.argtypes = ctypes.c_ulong, (ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
