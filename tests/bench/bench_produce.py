@@ -34,6 +34,14 @@ the same repetition), then their median:
   directory: it reads the same pipe, cuts lines, frames each as a record (a header of mqctl's
   size, zlib's CRC-32 of the body) and writes them in big appends. ``mqctl send`` against it
   (target at 64 KiB: >= 0.8).
+* The Python floor at 4 KiB and 64 KiB: ``cat FILE | python -c <the same as pipe_floor.c>``
+  (:data:`_PY_FLOOR`: big ``readinto`` a reused buffer, ``bytes.find`` for the newlines, ISA-L's
+  or zlib's CRC-32 over memoryview slices, a header packed per record, one ``pwritev`` of
+  headers and bodies per read): what any Python program pays for the same pipe and bytes,
+  the part of the C floor's lead that is the interpreter's.
+* ``--baseline DIR``: the same ``mqctl`` and API runs with another checkout (its ``.venv``),
+  in every repetition next to this one's (variants ``base_…``), so a change is measured
+  against the code before it under the same load.
 * The Python API (``--api``, on by default), in a process of the project's venv:
   ``Producer.send_many`` in batches of 1,000 and the ``Consumer.messages`` iterator
   (offsets committed) at every size; ``Producer(flush="sync").send_many`` in batches of 100
@@ -307,7 +315,7 @@ def mqctl_crc() -> str:
 
 
 def run_mqctl(args: list[str], store: Path, stdin_path: Path | None = None, stdout=subprocess.DEVNULL,
-              pipe: bool = True) -> dict:
+              pipe: bool = True, exe: Path | None = None) -> dict:
     """Run one mqctl process; wall time (start-up included) and its CPU time. With
     ``stdin_path`` and ``pipe``, the input comes through a pipe from ``cat`` (as in a user's
     pipeline; timed from cat's start), else from the file itself."""
@@ -321,7 +329,7 @@ def run_mqctl(args: list[str], store: Path, stdin_path: Path | None = None, stdo
         stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
         t = time.perf_counter()
     try:
-        p = subprocess.run([str(MQCTL), *args], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+        p = subprocess.run([str(exe or MQCTL), *args], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
                            env=mqctl_env(store), timeout=3600)
         dt = time.perf_counter() - t
     finally:
@@ -383,6 +391,63 @@ while os.readv(0, [buf]):
 """
 
 
+_PY_FLOOR = """
+import fcntl, os, struct, sys
+try:
+    from isal.isal_zlib import crc32
+except ImportError:
+    from zlib import crc32
+try:
+    fcntl.fcntl(0, 1031, 1 << 20)   # F_SETPIPE_SZ, as mqctl send does
+except OSError:
+    pass
+HEADER = 91                          # mqctl's fixed record part, as in pipe_floor.c
+head = struct.Struct("<i4xI8xqq51xi")   # TOTAL, CRC, record number, position, BODYLENGTH
+out = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+buf = bytearray(8 << 20)
+view = memoryview(buf)
+have = pos = records = 0
+while True:
+    n = os.readv(0, [view[have:]])
+    have += n
+    start, parts = 0, []
+    find = buf.find
+    i = find(b"\\n", 0, have)
+    while i >= 0:
+        body = view[start:i]
+        parts += (head.pack(HEADER + i - start, crc32(body), records, pos, i - start), body)
+        pos += HEADER + i - start
+        records += 1
+        start = i + 1
+        i = find(b"\\n", start, have)
+    for k in range(0, len(parts), 1024):
+        os.writev(out, parts[k:k + 1024])
+    buf[:have - start] = buf[start:have]
+    have -= start
+    if n == 0:
+        break
+print(records)
+"""
+
+
+def py_floor_seconds(stdin_path: Path, out: Path) -> float:
+    """``cat FILE | python -c _PY_FLOOR OUT`` (the project venv's interpreter, ISA-L's CRC
+    when installed), timed as :func:`c_floor_seconds`, after a sync."""
+    os.sync()
+    t = time.perf_counter()
+    cat = subprocess.Popen(["cat", str(stdin_path)], stdout=subprocess.PIPE)
+    try:
+        subprocess.run([str(MQCTL.parent / "python"), "-c", _PY_FLOOR, str(out)], stdin=cat.stdout, check=True,
+                       stdout=subprocess.DEVNULL)
+    finally:
+        assert cat.stdout is not None
+        cat.stdout.close()
+        cat.wait()
+    dt = time.perf_counter() - t
+    out.unlink()
+    return dt
+
+
 def pipe_floor_seconds(stdin_path: Path) -> float:
     """``cat FILE | python -c <read the pipe and drop it>``, timed as :func:`run_mqctl` times
     ``send``: the least any pipeline fed by ``cat`` through a pipe can take."""
@@ -416,8 +481,8 @@ def peak_rss(n: int, workdir: Path) -> dict:
     return {"n": n, "peak_rss_mb": kib / 1024, "seconds": dt, "msgs_per_s": n / dt, "summary": err[0] if err else ""}
 
 
-def run_api(spec: dict) -> dict:
-    p = subprocess.run([str(MQCTL.parent / "python"), __file__, "--api-worker", json.dumps(spec)],
+def run_api(spec: dict, exe: Path | None = None) -> dict:
+    p = subprocess.run([str((exe or MQCTL).parent / "python"), __file__, "--api-worker", json.dumps(spec)],
                        capture_output=True, timeout=3600, env=mqctl_env(Path(spec["path"])))
     if p.returncode != 0:
         raise SystemExit(f"api worker {spec} failed: {p.stderr.decode()[-2000:]}")
@@ -491,6 +556,8 @@ def main() -> None:
     ap.add_argument("--nrss", type=int, default=10_000_000, help="messages for the peak-RSS run (0: skip)")
     ap.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir under /tmp)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: check that the script works")
+    ap.add_argument("--baseline", default=None, metavar="DIR",
+                    help="another checkout (with its .venv) run beside this one in every repetition")
     ap.add_argument("--pure-zlib", action="store_true",
                     help="make mqctl use zlib's CRC even when ISA-L (isal) is installed")
     a = ap.parse_args()
@@ -507,9 +574,15 @@ def main() -> None:
         a.nsingle = 100
     if not MQCTL.exists():
         raise SystemExit(f"{MQCTL} not found: create the project venv first")
+    base_exe = None
+    if a.baseline:
+        base_exe = Path(a.baseline).resolve() / ".venv" / "bin" / "mqctl"
+        if not base_exe.exists():
+            raise SystemExit(f"{base_exe} not found: the baseline checkout needs its venv")
     import compileall
-    for pkg in ("mqctl", "store"):   # timed as installed: bytecode compiled once, not per process
-        compileall.compile_dir(REPO / pkg, quiet=1)
+    for root in (REPO, *([base_exe.parents[2]] if base_exe is not None else [])):
+        for pkg in ("mqctl", "store"):   # timed as installed: bytecode compiled once, not per process
+            compileall.compile_dir(root / pkg, quiet=1)
     sizes = [int(x) for x in a.sizes.split(",") if x]
     counts = {size: max(100, min(a.nmax, int(a.mb * 1e6 / size))) for size in sizes}
     sync_sizes = [s for s in (100, 4096) if s in sizes] or sizes[:1]
@@ -552,6 +625,7 @@ def main() -> None:
     hogs = cpu_hogs(a.hogs).start()   # (stopped at exit too, if the run is interrupted)
     machine["hogs"] = a.hogs
     machine["loadavg_hogs_started"] = loadavg()
+    sides: list[tuple[str, Path | None]] = [("", None)] + ([("base_", base_exe)] if base_exe is not None else [])
     for rep in range(a.reps):
         loads.append(loadavg())
         log(f"repetition {rep + 1}/{a.reps}; load {loads[-1]}")
@@ -570,30 +644,37 @@ def main() -> None:
                 rec(f"pipe_floor_{tag}", n / pipe_floor_seconds(inputs[size]))
                 if floor_exe is not None:
                     rec(f"c_floor_{tag}", n / c_floor_seconds(floor_exe, inputs[size], workdir / "floor.out"))
-            os.sync()
-            r = run_mqctl(["send", "T"], store, inputs[size])
-            log_bytes = sum(p.stat().st_size for p in (store / "commitlog").iterdir())
-            rec(f"mqctl_produce_{tag}", n / r["seconds"], cpu_s=round(r["cpu_seconds"], 2), log_bytes=log_bytes)
-            r = run_mqctl(["consume", "T", "-g", "bench", "--from", "first", "-e"], store)
-            rec(f"mqctl_consume_{tag}", n / r["seconds"], cpu_s=round(r["cpu_seconds"], 2))
-            shutil.rmtree(store, ignore_errors=True)
-            if a.api:
+                rec(f"py_floor_{tag}", n / py_floor_seconds(inputs[size], workdir / "floor.out"))
+            # this checkout and the baseline's (when given), in alternating order by repetition
+            for prefix, exe in (sides if rep % 2 == 0 else sides[::-1]):
                 os.sync()
-                spec = {"n": n, "size": size, "path": str(store)}
-                rec(f"api_produce_{tag}", n / run_api(spec | {"phase": "produce"})["seconds"])
-                rec(f"api_consume_{tag}", n / run_api(spec | {"phase": "consume"})["seconds"])
+                r = run_mqctl(["send", "T"], store, inputs[size], exe=exe)
+                log_bytes = sum(p.stat().st_size for p in (store / "commitlog").iterdir())
+                rec(f"{prefix}mqctl_produce_{tag}", n / r["seconds"], cpu_s=round(r["cpu_seconds"], 2),
+                    log_bytes=log_bytes)
+                r = run_mqctl(["consume", "T", "-g", "bench", "--from", "first", "-e"], store, exe=exe)
+                rec(f"{prefix}mqctl_consume_{tag}", n / r["seconds"], cpu_s=round(r["cpu_seconds"], 2))
                 shutil.rmtree(store, ignore_errors=True)
+                if a.api:
+                    os.sync()
+                    spec = {"n": n, "size": size, "path": str(store)}
+                    rec(f"{prefix}api_produce_{tag}", n / run_api(spec | {"phase": "produce"}, exe)["seconds"])
+                    rec(f"{prefix}api_consume_{tag}", n / run_api(spec | {"phase": "consume"}, exe)["seconds"])
+                    shutil.rmtree(store, ignore_errors=True)
         for size in sync_sizes:
             store = workdir / "store"
-            shutil.rmtree(store, ignore_errors=True)
-            os.sync()
-            r = run_mqctl(["send", "T", "--flush", "sync", "--batch-size", "100"], store, sync_inputs[size])
-            rec(f"mqctl_produce_sync_b100_{label(size)}", sync_counts[size] / r["seconds"], cpu_s=round(r["cpu_seconds"], 2))
-            shutil.rmtree(store, ignore_errors=True)
-            if a.api:
-                spec = {"n": sync_counts[size], "size": size, "path": str(store), "phase": "sync_many100"}
-                rec(f"api_sync_many100_{label(size)}", sync_counts[size] / run_api(spec)["seconds"])
+            for prefix, exe in (sides if rep % 2 == 0 else sides[::-1]):
                 shutil.rmtree(store, ignore_errors=True)
+                os.sync()
+                r = run_mqctl(["send", "T", "--flush", "sync", "--batch-size", "100"], store, sync_inputs[size],
+                              exe=exe)
+                rec(f"{prefix}mqctl_produce_sync_b100_{label(size)}", sync_counts[size] / r["seconds"],
+                    cpu_s=round(r["cpu_seconds"], 2))
+                shutil.rmtree(store, ignore_errors=True)
+                if a.api:
+                    spec = {"n": sync_counts[size], "size": size, "path": str(store), "phase": "sync_many100"}
+                    rec(f"{prefix}api_sync_many100_{label(size)}", sync_counts[size] / run_api(spec, exe)["seconds"])
+                    shutil.rmtree(store, ignore_errors=True)
         if a.api and a.nsingle:
             store = workdir / "store"
             spec = {"n": a.nsingle, "size": 100, "path": str(store), "phase": "sync_single"}
@@ -666,9 +747,19 @@ def main() -> None:
             if f"c_floor_{tag}" in runs:
                 want = " (target >= 0.8)" if size == 65536 else ""
                 ratios[f"produce_{tag}_vs_c_floor{want}"] = ratio_runs(f"mqctl_produce_{tag}", f"c_floor_{tag}")
+                ratios[f"py_floor_{tag}_vs_c_floor"] = ratio_runs(f"py_floor_{tag}", f"c_floor_{tag}")
+                if a.baseline:
+                    ratios[f"base_produce_{tag}_vs_c_floor"] = ratio_runs(f"base_mqctl_produce_{tag}",
+                                                                          f"c_floor_{tag}")
+            ratios[f"produce_{tag}_vs_py_floor"] = ratio_runs(f"mqctl_produce_{tag}", f"py_floor_{tag}")
             ratios[f"produce_{tag}_logbytes_vs_pagecache"] = summarise([
                 x * e["log_bytes"] / counts[size] / y for x, e, y in
                 zip(runs[f"mqctl_produce_{tag}"], extra[f"mqctl_produce_{tag}"], runs[f"pagecache_write_bytes_per_s_{tag}"])])
+        if a.baseline:
+            for what in ("mqctl_produce", "mqctl_consume") + (("api_produce", "api_consume") if a.api else ()):
+                ratios[f"base_{what}_{tag}_vs_redis"] = ratio_runs(
+                    f"base_{what}_{tag}", f"redis_everysec_p1000_{tag}_{what.split('_')[1]}")
+                ratios[f"{what}_{tag}_vs_base"] = ratio_runs(f"{what}_{tag}", f"base_{what}_{tag}")
         if a.api:
             ratios[f"api_produce_{tag}_vs_redis_xadd_p1000 (target >= 2)"] = ratio_runs(
                 f"api_produce_{tag}", f"redis_everysec_p1000_{tag}_produce")
@@ -681,6 +772,12 @@ def main() -> None:
         if a.api:
             ratios[f"api_sync_many100_{tag}_vs_redis_always_p100 (target >= 1.5)"] = ratio_runs(
                 f"api_sync_many100_{tag}", f"redis_always_p100_{tag}_produce")
+        if a.baseline:
+            ratios[f"base_sync_b100_{tag}_vs_redis_always_p100"] = ratio_runs(
+                f"base_mqctl_produce_sync_b100_{tag}", f"redis_always_p100_{tag}_produce")
+            if a.api:
+                ratios[f"base_api_sync_many100_{tag}_vs_redis_always_p100"] = ratio_runs(
+                    f"base_api_sync_many100_{tag}", f"redis_always_p100_{tag}_produce")
     if a.api and a.nsingle:
         ratios["api_sync_single_100_vs_sqlite_wal_full (target >= 1)"] = ratio_runs(
             "api_sync_single_100", "sqlite_wal_full_single_100")
