@@ -44,6 +44,30 @@ def test_create_makes_rocketmq_layout_private_to_the_user(root: Path) -> None:
 
 # -- put and pull -----------------------------------------------------------------------------
 
+def test_create_syncs_the_store_directory_once_for_its_subdirectories(tmp_path: Path, monkeypatch) -> None:
+    """Every name a new store holds is durable when Store.open(create=True) returns, with two
+    fsyncs of the store's directory (one after its four subdirectories, one after store.json's
+    rename, which also covers store.json.bak's), not one per name: a created store is paid
+    for by every first send (issue 26)."""
+    root = tmp_path / "s"
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    Store.open(root, create=True).close()
+    monkeypatch.undo()
+    assert synced.count(str(root)) == 2, synced
+    assert synced.count(str(tmp_path)) == 1   # root's own name
+    first_file = next(i for i, p in enumerate(synced) if p.startswith(str(root / ".store.json")))
+    assert synced.index(str(root)) < first_file, synced   # the subdirectories before store.json
+    names = sorted(p.name for p in root.iterdir())
+    assert {"commitlog", "consumequeue", "index", "config", "store.json", "store.json.bak"} <= set(names), names
+
+
 def test_put_then_pull_gives_dense_offsets_and_all_fields(store: Store) -> None:
     store.create_topic("T", 2)
     res = store.put([draft("T", f"m{i}", queue_id=i % 2, properties={"TAGS": "A" if i % 3 else "B", "KEYS": f"k{i} all", "p": "v"})
