@@ -125,6 +125,19 @@ def test_small_body_framing_writes_the_same_bytes_as_the_loop(tmp_path: Path, mo
     assert len(list((tmp_path / "a" / "commitlog").iterdir())) >= 2
 
 
+def test_mid_size_bodies_framed_by_c_iterations_are_the_bytes_of_the_big_loop(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ISA-L's CRC, bodies of 2-16 KiB are framed by C iterations (``_frame_small``) too:
+    log and queues byte for byte those of the big-body loop that framed them before."""
+    sizes = [4096, 2048, 8000, 16383, 3000] * 300
+    logs = []
+    for name, below in (("small", framing_module._JOIN_BELOW), ("big", framing_module._BIG_BODY)):
+        monkeypatch.setattr(framing_module, "_JOIN_BELOW", below)
+        logs.append(_log_and_queues(tmp_path / name, "small", sizes, -1, {"TAGS": "t"}, monkeypatch, 100))
+    assert logs[0][0] == logs[1][0] and logs[0][1] == logs[1][1]
+    assert len(list((tmp_path / "small" / "commitlog").iterdir())) >= 3
+
+
 def test_big_bodies_written_from_themselves_are_the_same_bytes_as_copied(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch of big bodies is written from the bodies (pwritev, no copy into the batch
