@@ -185,11 +185,9 @@ class Store:
             raise UsageError(f"{root} is not empty and is not an mqctl store")
         ensure_dir(root)
         layout = Layout(root)
-        for d in (layout.commitlog_dir, layout.consumequeue_dir, layout.index_dir):
-            ensure_dir(d, durable=False)   # made durable by the next one's fsync of root
-        ensure_dir(layout.config_dir)
-        # store.json is written once; its .bak copy (made durable by store.json's fsync of
-        # root) is the fallback a damaged one names
+        for d in (layout.commitlog_dir, layout.consumequeue_dir, layout.index_dir, layout.config_dir):
+            ensure_dir(d, durable=d == layout.config_dir)   # one fsync of root makes all four durable
+        # store.json is written once; its .bak (durable by store.json's dir fsync) is the fallback a damaged one names
         atomic_write_json(backup_of(layout.store_json), settings.to_json(), keep_bak=False, sync_dir=False)
         atomic_write_json(layout.store_json, settings.to_json(), keep_bak=False)
 
