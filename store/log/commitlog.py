@@ -178,17 +178,21 @@ class CommitLog:
             elif base == last and size > end - base:
                 cut += size - (end - base)
                 os.truncate(path, end - base)
-        self.close()
+        self._drop_fds(closing=False)   # the handle stays open: its next fsync keeps a descriptor again
         return cut
 
     def close(self) -> None:
+        self._drop_fds(closing=True)
+
+    def _drop_fds(self, closing: bool) -> None:
         for fd, _ino in self._read_fds.values():
             os.close(fd)
         self._read_fds.clear()
         self.drop_write_fd()
         with self._sync_lock:
             self._drop_sync_fd()
-            self._closed = True   # a background flush after this keeps nothing open
+            if closing:
+                self._closed = True   # a background flush after this keeps nothing open
 
     def datasync(self, base: int) -> None:
         """``fdatasync`` segment ``base`` (any thread); a segment removed meanwhile (retention)

@@ -89,6 +89,32 @@ def test_a_segment_replaced_under_the_log_is_opened_anew(tmp_path: Path) -> None
         log.close()
 
 
+def test_a_log_cut_back_by_recovery_still_keeps_the_segment_it_fsyncs_open(tmp_path: Path, monkeypatch) -> None:
+    """A cut (recovery's ``truncate_to``, run when a store is made or a writer died) drops the
+    log's descriptors but leaves the log open: the ``--flush sync`` batches after it keep one
+    descriptor for their fsyncs, not an open and a close of the segment per batch."""
+    log = CommitLog(tmp_path / "log", 1 << 20)
+    try:
+        os.pwrite(log.write_fd(0), b"abcdef", 0)
+        log.truncate_to(3)
+        opened: list[str] = []
+        real_open = os.open
+
+        def counting_open(path, flags, *args, **kw):  # type: ignore[no-untyped-def]
+            opened.append(str(path))
+            return real_open(path, flags, *args, **kw)
+
+        monkeypatch.setattr(os, "open", counting_open)
+        for i in range(3):
+            os.pwrite(log.write_fd(0), b"x", 3 + i)
+            log.datasync(0)
+        monkeypatch.undo()
+        assert opened.count(str(log.segment_path(0))) == 2, opened   # one to append, one kept to fsync
+        assert log.segment_path(0).read_bytes() == b"abcxxx"
+    finally:
+        log.close()
+
+
 def test_a_writer_to_many_queues_keeps_a_bounded_number_open(tmp_path: Path) -> None:
     s = open_store(tmp_path / "s", default_queues=1)
     try:
