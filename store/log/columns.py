@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from store.log import format as F
-from store.log.arrays import layouts
+from store.log.arrays import layouts, rows
 from store.log.entrysearch import find_record
 from store.log.record import Message, RecordError, crc32
 
@@ -132,8 +132,7 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
     """Up to ``max_count`` messages of one queue from ``offset``, stopping after the record that
     reaches ``max_bytes``; ``next_offset`` is where the next pull starts. ``bodies_only``
     leaves ``born``, ``stored`` and ``props`` empty (``consume`` writing raw bodies); with
-    ``views`` too, a dense run of big bodies (see :func:`pull_many`) and bodies of records of
-    ``_VIEW_MIN_SIZE`` bytes and more may come as views into the read's buffers."""
+    ``views`` too, big bodies may come as views into the read's buffers (see :func:`pull_many`)."""
     q = engine.queues.queue(topic, queue_id)
     max_off = q.max_offset()
     out = Columns([], [], [], [], [], [], offset, max_off)
@@ -214,11 +213,9 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
         total, magic, _bcrc, qid, rqoff, rphys, b_ts, s_ts, r_t, blen = head(buf, start)
         t = start + hsize + blen
         p = t + tf_len + 2
-        # A big record is checked (and its body, with ``views``, handed out) through a view:
-        # a slice of bytes would copy it first, the one copy of the read that is not needed
-        # (a small one is sliced: a view costs more than copying a few hundred bytes).
-        cut: bytes | memoryview = buf if size < _VIEW_MIN_SIZE else (
-            mv if buf is span else memoryview(buf))
+        # A big record is checked (its body, with ``views``, handed out) through a view, not a
+        # copy of it; a small one is sliced (a view costs more than copying a few hundred bytes)
+        cut: bytes | memoryview = buf if size < _VIEW_MIN_SIZE else mv if buf is span else memoryview(buf)
         if (total != size or magic != magic_v1 or rphys != phys or rqoff != qoff or qid != queue_id
                 or blen < 0 or p > end or buf[t:p - 2] != topic_field
                 or p + ((buf[p - 2] << 8) | buf[p - 1]) != end
@@ -378,7 +375,7 @@ def _check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs
     np, head_t, crc_head, pow10 = L.np, L.head, L.crc_head, L.pow10
     n = len(starts)
     buf = np.frombuffer(span, np.uint8)
-    head = _rows(np, span, starts, F.RECORD_HEADER_SIZE).view(head_t).reshape(n)
+    head = rows(span, starts, F.RECORD_HEADER_SIZE).view(head_t).reshape(n)
     blen = head["blen"].astype(np.int64)
     t = starts + F.RECORD_HEADER_SIZE + blen
     topic_b = topic.encode()
@@ -389,13 +386,13 @@ def _check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs
             & (head["qoff"] == qoffs) & (head["qid"] == qids)
             & (blen >= 0) & (p <= crc_at)).all():
         return None
-    if not (_rows(np, span, t, len(topic_field)) == topic_field).all():
+    if not (rows(span, t, len(topic_field)) == topic_field).all():
         return None
     plen = (buf[p - 2].astype(np.int64) << 8) | buf[p - 1]
-    if (not (p + plen == ends).all() or not (_rows(np, span, crc_at, 9) == crc_head).all()
+    if (not (p + plen == ends).all() or not (rows(span, crc_at, 9) == crc_head).all()
             or not (buf[ends - 1] == 2).all()):
         return None
-    digits = _rows(np, span, crc_at + 9, 10).astype(np.int64) - 48
+    digits = rows(span, crc_at + 9, 10).astype(np.int64) - 48
     if int(digits.min()) < 0 or int(digits.max()) > 9:
         return None
     mv = memoryview(span)
@@ -403,17 +400,6 @@ def _check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs
     if not ((got & _MASK) == digits @ pow10).all():
         return None
     return head, t, p, crc_at
-
-
-def _rows(np: Any, span: bytes, at: Any, width: int) -> Any:
-    """The ``width`` bytes of ``span`` from each offset in ``at`` (in range), as an
-    ``(len(at), width)`` uint8 array. Taken through a view whose element ``i`` is the ``width``
-    bytes from byte ``i``: one copy per row, where indexing byte by byte (``at[:, None] +
-    arange(width)``) made an index and a copy per byte, most of the check's time."""
-    if len(span) < width:   # (no record is this short: kept exact all the same)
-        return np.frombuffer(span, np.uint8)[at[:, None] + np.arange(width)]
-    windows = np.ndarray((len(span) - width + 1,), np.dtype((np.void, width)), span, 0, (1,))
-    return windows[at].view(np.uint8).reshape(len(at), width)
 
 
 def _cut(span: bytes, starts: Any, phys: Any, checked: tuple[Any, Any, Any, Any], a: int, b: int,
@@ -444,9 +430,7 @@ _WINDOW = 8 * 1024 * 1024
 # Raw bodies this big on average are handed out as views: a view costs about what copying
 # 300 bytes does, and a copy of a big body is most of what a raw consumer spends on it.
 _VIEW_MIN_AVG = 1024
-# The exact loop of pull_columns checks records this big (and cuts out their bodies, for a
-# caller that takes views) through a memoryview rather than a copy.
-_VIEW_MIN_SIZE = 2048
+_VIEW_MIN_SIZE = 2048   # records this big are checked and cut through views in pull_columns
 
 
 def pull_many(engine: "Engine", topic: str, requests: list[tuple[int, int, int, int]],

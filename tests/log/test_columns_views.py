@@ -97,10 +97,12 @@ def test_vectorised_check_of_a_dense_run_finds_damage_in_every_field(tmp_path: P
 
 def test_rows_are_the_bytes_at_each_offset() -> None:
     np = pytest.importorskip("numpy")
-    from store.log.columns import _rows
+    from store.log.arrays import rows
     span = bytes(range(256)) * 40
     at = np.array([0, 1, 7, 255, 1000, len(span) - 88], np.int64)
-    rows = _rows(np, span, at, 88)
-    assert rows.shape == (len(at), 88) and rows.dtype == np.uint8
-    assert [bytes(r) for r in rows] == [span[a:a + 88] for a in at.tolist()]
-    assert _rows(np, span, at[:0], 9).shape == (0, 9)
+    got = rows(span, at, 88)
+    assert got.shape == (len(at), 88) and got.dtype == np.uint8
+    assert [bytes(r) for r in got] == [span[a:a + 88] for a in at.tolist()]
+    assert rows(span, at[:0], 9).shape == (0, 9)
+    with pytest.raises(IndexError):   # past the end: an error, never bytes from elsewhere
+        rows(span, np.array([len(span) - 87], np.int64), 88)
