@@ -335,12 +335,16 @@ class OffsetKeeper:
         """How many more messages of ``key`` an inline sink may be handed before its offsets
         must be durable: at most ``bound`` (a pull batch) consumed past the committed offset,
         as when every turn's commit was written before the next turn. 0 until the commit in
-        flight is done, when it holds a whole batch."""
+        flight is done, when it holds a whole batch.
+
+        One pull takes at most half of ``bound``: the other half is delivered while that
+        pull's commit is written. (A pull of the whole bound left nothing to do until its
+        commit, an fsync, was done: a draining consumer waited for every one of them.)"""
         off = self.offsets.get(key)
         done = self.persisted.get(key)
         if off is None or done is None:
             return bound
-        left = max(0, bound - max(0, off - done))
+        left = max(0, min(bound - bound // 2, bound - max(0, off - done)))
         if not left:
             self.held_back = True
         return left

@@ -405,6 +405,10 @@ class Runtime:
             rebalancer.settle_drops()
             if keeper.committing:
                 keeper.reap(wait=False)   # a commit done: the pulls it held back may go on
+                if keeper.lag == 1 and keeper.urgent and not keeper.committing:
+                    # an inline sink's last turn, to the writer now: this turn's pull is
+                    # delivered while it is written (OffsetKeeper.room)
+                    keeper.persist_lagging(time.monotonic())
             worked = pull_all()
             worked |= dispatch_all()
             worked |= collect(block=False)

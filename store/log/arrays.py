@@ -1,6 +1,7 @@
 """The record and consume-queue layouts of ``format.py`` as numpy dtypes, for the paths that
 handle a batch as arrays: bulk reads (``columns.py``), the write path's array framing
-(``framing.py``) and the Spark reader (``arraycolumns.py``).
+(``framing.py``) and the Spark reader (``arraycolumns.py``); and :func:`rows`, how such a path
+takes a field of the same width from many records at once.
 
 numpy is imported on the first call of :func:`layouts`, never on import of this module: its
 import costs ~0.1 s, which a single ``mqctl send`` or a short consume must not pay.
@@ -42,3 +43,15 @@ def layouts() -> Layouts:
         crc_head = np.frombuffer(F.CRC_PROPERTY_HEAD, np.uint8)
         _CACHE.append(Layouts(np, head, write_head, cq, crc_head, 10 ** np.arange(10, dtype=np.int64)))
     return _CACHE[0]
+
+
+def rows(span: bytes, at: Any, width: int) -> Any:
+    """The ``width`` bytes of ``span`` from each offset in ``at`` (an int array, in range), as
+    an ``(len(at), width)`` uint8 array. Taken through a view whose element ``i`` is the
+    ``width`` bytes from byte ``i``: one copy per row, where indexing byte by byte
+    (``at[:, None] + arange(width)``) makes an index and a copy per byte."""
+    np = layouts().np
+    if len(span) < width:   # (no window fits: the byte-by-byte way, which raises the same)
+        return np.frombuffer(span, np.uint8)[at[:, None] + np.arange(width)]
+    windows = np.ndarray((len(span) - width + 1,), np.dtype((np.void, width)), span, 0, (1,))
+    return windows[at].view(np.uint8).reshape(len(at), width)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from store.log import format as F
-from store.log.arrays import layouts
+from store.log.arrays import layouts, rows
 from store.log.entrysearch import find_record
 from store.log.record import Message, RecordError, crc32
 
@@ -132,7 +132,7 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
     """Up to ``max_count`` messages of one queue from ``offset``, stopping after the record that
     reaches ``max_bytes``; ``next_offset`` is where the next pull starts. ``bodies_only``
     leaves ``born``, ``stored`` and ``props`` empty (``consume`` writing raw bodies); with
-    ``views`` too, a dense run of big bodies may come as views (see :func:`pull_many`)."""
+    ``views`` too, big bodies may come as views into the read's buffers (see :func:`pull_many`)."""
     q = engine.queues.queue(topic, queue_id)
     max_off = q.max_offset()
     out = Columns([], [], [], [], [], [], offset, max_off)
@@ -156,6 +156,7 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
         return out
     entries, lo, span = fetch_span(log, entries, max_bytes)
     span_len = len(span)
+    mv = memoryview(span)
     topic_b = topic.encode()
     topic_field = bytes((len(topic_b),)) + topic_b
     tf_len = len(topic_field)
@@ -212,10 +213,13 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
         total, magic, _bcrc, qid, rqoff, rphys, b_ts, s_ts, r_t, blen = head(buf, start)
         t = start + hsize + blen
         p = t + tf_len + 2
+        # A big record is checked (its body, with ``views``, handed out) through a view, not a
+        # copy of it; a small one is sliced (a view costs more than copying a few hundred bytes)
+        cut: bytes | memoryview = buf if size < _VIEW_MIN_SIZE else mv if buf is span else memoryview(buf)
         if (total != size or magic != magic_v1 or rphys != phys or rqoff != qoff or qid != queue_id
                 or blen < 0 or p > end or buf[t:p - 2] != topic_field
                 or p + ((buf[p - 2] << 8) | buf[p - 1]) != end
-                or buf[end - csize:end] != (trailer % (crc32(buf[start:end - csize]) & M))[::-1]):
+                or buf[end - csize:end] != (trailer % (crc32(cut[start:end - csize]) & M))[::-1]):
             if not _from_log(log, q, topic, queue_id, qoff, f"commit-log offset {phys}: "
                              f"{_why(buf, start, end, phys, qoff, queue_id, topic_field)}",
                              out, bodies_only, with_phys):
@@ -225,7 +229,7 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
                 break
             continue
         offs.append(qoff)
-        bodies.append(buf[start + hsize:t])
+        bodies.append(cut[start + hsize:t] if views else buf[start + hsize:t])
         if not bodies_only:
             born.append(b_ts)
             stored.append(s_ts)
@@ -371,7 +375,7 @@ def _check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs
     np, head_t, crc_head, pow10 = L.np, L.head, L.crc_head, L.pow10
     n = len(starts)
     buf = np.frombuffer(span, np.uint8)
-    head = buf[starts[:, None] + np.arange(F.RECORD_HEADER_SIZE)].view(head_t).reshape(n)
+    head = rows(span, starts, F.RECORD_HEADER_SIZE).view(head_t).reshape(n)
     blen = head["blen"].astype(np.int64)
     t = starts + F.RECORD_HEADER_SIZE + blen
     topic_b = topic.encode()
@@ -382,13 +386,13 @@ def _check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs
             & (head["qoff"] == qoffs) & (head["qid"] == qids)
             & (blen >= 0) & (p <= crc_at)).all():
         return None
-    if not (buf[t[:, None] + np.arange(len(topic_field))] == topic_field).all():
+    if not (rows(span, t, len(topic_field)) == topic_field).all():
         return None
     plen = (buf[p - 2].astype(np.int64) << 8) | buf[p - 1]
-    if (not (p + plen == ends).all() or not (buf[crc_at[:, None] + np.arange(9)] == crc_head).all()
+    if (not (p + plen == ends).all() or not (rows(span, crc_at, 9) == crc_head).all()
             or not (buf[ends - 1] == 2).all()):
         return None
-    digits = buf[(crc_at + 9)[:, None] + np.arange(10)].astype(np.int64) - 48
+    digits = rows(span, crc_at + 9, 10).astype(np.int64) - 48
     if int(digits.min()) < 0 or int(digits.max()) > 9:
         return None
     mv = memoryview(span)
@@ -426,6 +430,7 @@ _WINDOW = 8 * 1024 * 1024
 # Raw bodies this big on average are handed out as views: a view costs about what copying
 # 300 bytes does, and a copy of a big body is most of what a raw consumer spends on it.
 _VIEW_MIN_AVG = 1024
+_VIEW_MIN_SIZE = 2048   # records this big are checked and cut through views in pull_columns
 
 
 def pull_many(engine: "Engine", topic: str, requests: list[tuple[int, int, int, int]],

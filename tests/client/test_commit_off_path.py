@@ -72,3 +72,23 @@ def test_no_more_than_a_pull_batch_is_delivered_past_the_commit(mq: MQ) -> None:
     assert wait_for(lambda: mq.offsets("g", "T").get(("T", 0)) == 1 + n, timeout=60)
     assert proc.stop() == 0
     assert _bodies(proc) == ["warm"] + [f"m{i}" for i in range(n)]
+
+
+RAW_BATCH = 1000   # a raw consumer's pull batch: the most it delivers past its commit
+
+
+def test_a_draining_consumer_commits_every_half_batch_while_it_goes_on(mq: MQ) -> None:
+    # A pull takes at most half of what may be delivered past the committed offset: the other
+    # half is delivered while that pull's commit is written. (A pull of the whole batch left
+    # the consumer nothing to do but wait for its commit, an fsync, every 1,000 messages.)
+    # The group's commits, in the offsets journal, show the size of each step.
+    from store.log.offsetjournal import Journal
+    mq.ok("topic", "create", "T", "--queues", "1")
+    n = 4 * RAW_BATCH + 10
+    mq.send_lines("T", [f"m{i}" for i in range(n)])
+    res = mq.ok("consume", "T", "-g", "g", "--from", "first", "-e")
+    assert res.stdout.splitlines() == [b"m%d" % i for i in range(n)]
+    tail = Journal(mq.root / "config" / "consumerOffset.log").read()
+    steps = [rec["set"]["T@g"]["0"] for rec in tail.records if "T@g" in rec.get("set", {})]
+    assert steps[-1] == n == mq.offsets("g", "T")[("T", 0)]
+    assert max(b - a for a, b in zip(steps, steps[1:])) <= RAW_BATCH // 2, steps
