@@ -29,6 +29,7 @@ IN_MOVE_SELF = 0x800
 IN_Q_OVERFLOW = 0x4000
 IN_IGNORED = 0x8000
 IN_ONLYDIR = 0x01000000
+IN_MASK_ADD = 0x20000000
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = 0o2000000
 
@@ -37,6 +38,12 @@ IN_CLOEXEC = 0o2000000
 # other in a loop.
 DIR_MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE
             | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+# What a directory watch listens to when all that is watched in it are files only ever replaced
+# by a rename onto their name, or deleted (``store.watch``'s "replaced" kind: ``config/``'s
+# ``consumerOffset.json`` and ``topics.epoch``). Every offset commit also writes the journal, a
+# lock file and two temporary files there, eleven events in all: with this mask the kernel
+# queues two of them (the ``.bak`` and the table renamed into place), and none of the writes.
+REPLACED_MASK = IN_MOVED_TO | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
 EVENT = struct.Struct("iIII")
 
 # statfs f_type of file systems whose inotify misses remote changes (linux/magic.h).
@@ -102,9 +109,12 @@ class Instance:
         self.fd: int = fd
         self._owners: dict[int, set[Any]] = {}
 
-    def add(self, directory: Path, owner: Any) -> int:
-        """Watch ``directory`` for ``owner``; its watch descriptor, or -1 (errno unread)."""
-        wd: int = load_libc().inotify_add_watch(self.fd, os.fsencode(directory), DIR_MASK)
+    def add(self, directory: Path, owner: Any, mask: int = DIR_MASK) -> int:
+        """Watch ``directory`` for ``owner``, for the events of ``mask``; its watch descriptor,
+        or -1 (errno unread). The kernel keeps one mask per directory and instance: ``mask``
+        is added to what it listens to already (for other owners, or other paths), never
+        narrows it."""
+        wd: int = load_libc().inotify_add_watch(self.fd, os.fsencode(directory), mask | IN_MASK_ADD)
         if wd >= 0:
             self._owners.setdefault(wd, set()).add(owner)
         return wd

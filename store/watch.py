@@ -31,14 +31,19 @@ API
     opened for writing (so a lock holder that dies, even by ``kill -9``, wakes the waiter: the
     kernel closes its descriptors). A file (or a path whose name has a suffix, like
     ``checkpoint`` or ``*.json``, that does not exist yet): writes to it, and it being
-    created, replaced (atomic rename) or deleted. A path that does not exist yet is watched
+    created, replaced (atomic rename) or deleted. ``kind="replaced"``: a file only ever
+    replaced by a rename onto its name (an atomic write) or deleted, and only that is seen
+    (the directory's watch then leaves out writes and creations: the temporary files and
+    journal beside the file cost no wake-up). A path that does not exist yet is watched
     from its nearest existing ancestor and armed when it appears (which counts as a change).
 ``unwatch(path)``, ``paths``
 ``wait(timeout=None) -> bool``
     Block until a watched path changes, :meth:`wake` is called, or ``timeout`` seconds pass
     (``None``: no limit). True unless it timed out. :attr:`changed` then holds the watched
     paths seen changing (empty after a bare :meth:`wake`). Events that arrived between two
-    waits are not lost: the next wait returns at once.
+    waits are not lost: the next wait returns at once. :attr:`woken` then says whether a
+    :meth:`wake` came too (with changes or without): a caller that waits on through changes
+    it does not care about must not wait on through a wake.
 ``wake()`` (alias ``set()``; ``clear()`` is a no-op)
     From any thread (or a signal handler): make the current or next :meth:`wait` return True.
     With ``set``/``clear``/``wait(timeout)`` a Watcher stands in for the ``threading.Event`` a
@@ -86,7 +91,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from store.inotify import IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, Instance, is_remote_fs
+from store.inotify import DIR_MASK, IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, REPLACED_MASK, Instance, is_remote_fs
 
 __all__ = ["Watcher", "consumer_paths"]
 
@@ -94,13 +99,14 @@ def consumer_paths(layout: Any, group: str) -> list[tuple[Path, str]]:
     """What a waiting consumer of ``group`` watches, as ``(path, kind)`` pairs for
     :class:`Watcher`: new batches (the ``checkpoint`` file), members (``consumers/<group>/``),
     topics (``config/topics.epoch``, replaced on every topic change) and offsets
-    (``config/consumerOffset.json``, replaced by a reset). Files, not ``config/`` itself:
-    every offset commit also writes a lock file and a temporary file there, which would wake
-    every member of every group three times more. A member waiting for a queue lock watches
+    (``config/consumerOffset.json``, replaced by a reset). Files, not ``config/`` itself, and
+    watched as "replaced" (both are only ever written by an atomic rename): every offset
+    commit also writes the journal, a lock file and temporary files there, which would wake
+    every member of every group several times more. A member waiting for a queue lock watches
     that lock file too (the runtime adds it while it waits). ``layout`` is a
     :class:`store.layout.Layout`."""
     return [(layout.checkpoint, "file"), (layout.members_dir(group), "dir"),
-            (layout.topics_epoch, "file"), (layout.consumer_offset_json, "file")]
+            (layout.topics_epoch, "replaced"), (layout.consumer_offset_json, "replaced")]
 
 
 # A stat snapshot taken this soon after the mtime it shows may miss a second write in the
@@ -136,12 +142,13 @@ class Watcher:
         self.poll_max = poll_max
         self._interval = poll_min
         self.changed: set[Path] = set()
+        self.woken = False   # the last wait saw a wake() (see wait)
         self._inst: Instance | None = None        # inotify: our own, or shared (see share)
         self._release: Callable[[], None] | None = None   # set when shared: let go of it
         self._seen: set[Path] = set()              # paths events named since the last look
         self._lost: set[int] = set()               # wds whose directory went away
         self._closed = False
-        # logical watches: path -> ("dir", None) | ("file", name) and where they are armed
+        # logical watches: path -> ("dir", None) | ("file" or "replaced", name); where armed
         self._kinds: dict[Path, tuple[str, str | None]] = {}
         self._armed: dict[Path, int] = {}          # path -> wd (inotify)
         self._pending: dict[Path, int] = {}        # not existing yet -> wd of the ancestor
@@ -209,17 +216,17 @@ class Watcher:
         return list(self._kinds)
 
     def watch(self, path: str | Path, *, kind: str | None = None) -> None:
-        """Watch ``path``: ``kind`` ``"dir"`` (its entries) or ``"file"`` (that name, through
-        its parent directory); by default what the path is now, a directory if it does not
-        exist yet."""
+        """Watch ``path``: ``kind`` ``"dir"`` (its entries), ``"file"`` (that name, through
+        its parent directory) or ``"replaced"`` (that name replaced or deleted, see the module
+        docstring); by default what the path is now, a directory if it does not exist yet."""
         p = Path(path)
         if p in self._kinds:
             return
         if kind is None:
             kind = "file" if p.exists() and not p.is_dir() else "dir"
-        if kind not in ("dir", "file"):
-            raise ValueError(f"kind must be dir or file, not {kind!r}")
-        self._kinds[p] = ("file", p.name) if kind == "file" else ("dir", None)
+        if kind not in ("dir", "file", "replaced"):
+            raise ValueError(f"kind must be dir, file or replaced, not {kind!r}")
+        self._kinds[p] = ("dir", None) if kind == "dir" else (kind, p.name)
         if self._started:
             self._arm(p)
 
@@ -243,8 +250,9 @@ class Watcher:
         if self._inst is None or is_remote_fs(target if target.exists() else _existing_ancestor(target)):
             self._polled[p] = _Snap(p)
             return True
+        mask = REPLACED_MASK if self._kinds[p][0] == "replaced" else DIR_MASK
         for _ in range(8):
-            wd = self._add_wd(target)
+            wd = self._add_wd(target, mask)
             if wd >= 0:
                 self._armed[p] = wd
                 self._pending.pop(p, None)
@@ -261,9 +269,9 @@ class Watcher:
         self._polled[p] = _Snap(p)
         return True
 
-    def _add_wd(self, d: Path) -> int:
+    def _add_wd(self, d: Path, mask: int = DIR_MASK) -> int:
         assert self._inst is not None
-        wd = self._inst.add(d, self)
+        wd = self._inst.add(d, self, mask)
         if wd >= 0:
             self._wds[wd] = d
         return wd
@@ -315,6 +323,7 @@ class Watcher:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until a change, a :meth:`wake` or ``timeout`` s; True unless it timed out."""
         self.changed = set()
+        self.woken = False
         if not self._started:
             # What changed before the watches existed cannot be known: say everything did,
             # so the caller looks once more now that a change from here on wakes it.
@@ -348,7 +357,7 @@ class Watcher:
             for fd, _ in ready:
                 if fd == self._rpipe:
                     _drain(self._rpipe)
-                    woke = True
+                    woke = self.woken = True
                 else:
                     self._take_events()
             if self._release is not None:

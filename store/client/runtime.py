@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from store import names
 from store.client.clocks import DelayClock, backstop
+from store.client.configwatch import ConfigWatch
 from store.client.dispatch import Dispatcher
 from store.client.holding import Holdings
 from store.client.offset_keeper import OffsetKeeper
@@ -356,6 +357,9 @@ class Runtime:
         from store.client.members import members_token
         wake = self.wake
         inf = math.inf
+        members_dir = layout.members_dir(o.group) if not o.no_group else None
+        offsets_json, topics_epoch, checkpoint = layout.consumer_offset_json, layout.topics_epoch, layout.checkpoint
+        config = ConfigWatch(wake, layout, offsets_json in wake.paths)
         next_rebalance = 0.0
         next_persist = backstop(time.monotonic() + o.persist_interval_s)
         reset_look = False    # the offsets file was replaced: look for a reset at next_persist
@@ -395,6 +399,8 @@ class Runtime:
                     next_rebalance = now + min(0.5, 0.05 * (1.25 ** min(max(0, streak - 8), 20)))
                 watched_locks = rebalancer.watch_locks(self.wake, watched_locks)
             if now >= next_persist:
+                if config.persist_look():   # config/ watched again: look at what it would have said
+                    reset_look, next_rebalance = True, 0.0 if rebalancer.topics_changed() else next_rebalance
                 keeper.persist()
                 if reset_look or polled:
                     keeper.check_reset()
@@ -452,26 +458,31 @@ class Runtime:
                 due_at = min(due_at, dispatcher.last_activity + o.idle_timeout_s)
             while (yield max(0.0, due_at - time.monotonic())):
                 changed = wake.changed
-                if not o.no_group and layout.members_dir(o.group) in changed:
+                if members_dir in changed:
                     next_token = 0.0
-                if layout.topics_epoch in changed and rebalancer.topics_changed():
+                if topics_epoch in changed and rebalancer.topics_changed():
                     next_rebalance = 0.0   # a topic made or changed (the retry topic, say)
-                if layout.consumer_offset_json in changed:
+                if offsets_json in changed:
                     # replaced by every commit of every group, and by a reset: look at it once
-                    # per persist interval at most (one stat while nothing was reset)
+                    # per persist interval at most (one stat while nothing was reset), and
+                    # not at once: another member's commit alone is no reason for a turn
                     reset_look = True
+                    due_at = min(due_at, next_persist)
+                    if not wake.woken:
+                        config.commit_seen(getattr(keeper.offset_store, "last_written", None))
                 hit = watched_locks & changed
                 if hit and (any(rebalancer.lock_file(k) in hit for k in rebalancer.waiting_for) or any(
                         not lock.still_named() for lock in held.locks.values() if lock.path in hit)):
                     # a lock we wait for was released, or one we hold was deleted or broken
                     # (not merely renewed: our own renewals wake us too)
                     next_rebalance = 0.0
-                if layout.checkpoint in changed:
+                if checkpoint in changed:
                     # new records: perhaps delayed ones (a retry sent back, a --delay send)
                     delays.soon()
-                if not changed or next_rebalance == 0.0 or not changed <= {lk.path for lk in held.locks.values()}:
-                    break   # (a wake() from a thread, a signal, a call_soon: changed is empty)
-                # only our own renewals' writes: nothing to do, wait on
+                if not changed or wake.woken or next_rebalance == 0.0 or not changed <= {offsets_json, *(
+                        lk.path for lk in held.locks.values())}:
+                    break   # (a wake() from a thread, a signal, a call_soon: with or without changes)
+                # only our own renewals' writes, or commits: nothing to do now, wait on
 
     def _done(self) -> bool:
         o = self.o

@@ -120,7 +120,6 @@ def _check_offset(offset: Any, queue_id: Any) -> None:
 # -- clustering: config/consumerOffset.json --------------------------------------------------
 
 
-
 @dataclass(frozen=True)
 class GroupOffsets:
     """One group's offsets and reset epochs, read from a single version of the file.
@@ -148,6 +147,7 @@ class ClusterOffsetStore:
         self.layout = layout
         self.path = layout.consumer_offset_json
         self._warn = warn or warn_stderr
+        self.last_written: tuple[int, int, int] | None = None   # (inode, mtime, size) of its last write
 
     # -- reads (no lock: the file is only ever replaced by rename)
     def read(self, group: str, topic: str, queue_id: int) -> int:
@@ -359,6 +359,8 @@ class ClusterOffsetStore:
             # After a fallback, write even when nothing changed: it repairs the snapshot.
             if changed or loaded.repair:
                 offsettable.write(self.layout, loaded, lost_before, applied_before, sync=sync)
+                st = os.stat(self.path)   # (a consumer woken by the file replaced tells its own commits by it)
+                self.last_written = (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 # -- broadcasting: offsets/<clientId>/<group>/offsets.json -----------------------------------

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Generator, Iterator
+from typing import Callable, Generator, Iterator
 
 import pytest
 
 from store import Store
 from store.client import runtime as runtime_mod
+from store.client.configwatch import BUSY_COMMITS
 from store.client.options import ConsumeOptions
 from store.client.qlocks import QueueLock, renew_all
 from store.client.runtime import Runtime
@@ -155,6 +156,46 @@ def test_a_lag_commit_does_not_wait_behind_another_commit(rt: Runtime) -> None:
     assert not keeper.dirty and keeper.put_off == 0
     assert ClusterOffsetStore(rt.layout).read_group("G")[("T", 0)] == keeper.lag + 5
     turns.close()
+
+
+def _woken_by(rt: Runtime, turns: Generator[float | None, bool, None], change: Callable[[], object]) -> bool:
+    """Whether ``change`` (a file written now, its inotify event queued before it returns)
+    wakes the member; the wake is handed to its turns as its driver does."""
+    change()
+    if not rt.wake.wait(0):
+        return False
+    turns.send(True)
+    return True
+
+
+def test_other_members_commits_put_the_offsets_watch_to_sleep_until_the_persist_look(topic: Store) -> None:
+    """Every offset commit of every group replaces the offsets table, which a member watches
+    only for resets: 16 busy members woke each other ~200 times a second each (half of their
+    CPU). After a few such wake-ups the member stops watching config/ until its next persist
+    look, which watches it again and takes up what it missed: a reset, a topic resized."""
+    warned: list[str] = []
+    opts = ConsumeOptions(topic="T", group="G", client_id="m1", install_signals=False, persist_interval_s=0.2)
+    rt = Runtime(topic, opts, warn=warned.append)
+    rt.setup()
+    try:
+        turns = rt.turns()
+        settle(rt, turns, next(turns))
+        own = rt.keeper.offset_store   # its own commits (what the writer thread writes) do not count
+        assert all(_woken_by(rt, turns, lambda i=i: own.commit("G", {("T", 1): i})) for i in range(1, 6))
+        table = ClusterOffsetStore(rt.layout)
+        woken = [_woken_by(rt, turns, lambda i=i: table.commit("H", {("T", 0): i})) for i in range(1, 11)]
+        assert woken == [True] * BUSY_COMMITS + [False] * (10 - BUSY_COMMITS)
+        # missed while asleep: a forced reset of its own group, and the topic resized
+        table.reset("G", "T", {0: 0})
+        topic.update_topic("T", 3)
+        assert not rt.wake.wait(0)
+        wait_for(lambda: settle(rt, turns, None) and ("T", 2) in rt.held.pqs, 20,
+                 what="the persist look to take up the resize")
+        assert any("offsets of T/0 were reset" in w for w in warned), warned
+        assert _woken_by(rt, turns, lambda: table.commit("H", {("T", 0): 11}))   # watched again
+        turns.close()
+    finally:
+        rt.shutdown(wait_handlers=False)
 
 
 def test_sixteen_members_started_together_settle_and_a_joiner_gets_its_share(mq: MQ) -> None:

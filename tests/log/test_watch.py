@@ -243,8 +243,8 @@ def test_consumer_paths_cover_messages_members_offsets_and_topics(tmp_path: Path
     got = dict(consumer_paths(lay, "g"))
     assert got[lay.checkpoint] == "file"
     assert got[lay.members_dir("g")] == "dir"
-    assert got[lay.topics_epoch] == "file"
-    assert got[lay.consumer_offset_json] == "file"
+    assert got[lay.topics_epoch] == "replaced"
+    assert got[lay.consumer_offset_json] == "replaced"
     # not config/ (every commit writes its lock and temporary files there) nor locks/<group>/
     assert lay.config_dir not in got and lay.queue_locks_dir("g") not in got
 
@@ -333,3 +333,87 @@ def test_watchers_sharing_an_instance_keep_their_watches_apart(tmp_path: Path) -
     b.close()
     assert released == ["a", "b"]
     inst.close()
+
+
+def _queued(fd: int) -> bool:
+    """Whether the kernel has queued anything on ``fd`` (nothing read)."""
+    import select
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+@pytest.mark.skipif(not inotify_available(), reason="no inotify")
+def test_a_replaced_file_watch_queues_nothing_for_the_writes_beside_it(tmp_path: Path) -> None:
+    """An offset commit writes the journal, a lock file and temporary files beside the table
+    it then renames into place: a "replaced" watch has the kernel queue none of those writes
+    (a "file" watch's directory queues them all, to be filtered out by name afterwards)."""
+    table = tmp_path / "consumerOffset.json"
+    table.write_text("{}")
+    with Watcher([(table, "replaced")], backend="inotify") as w:
+        settle(w)
+        (tmp_path / "consumerOffset.log").write_bytes(b"record")
+        (tmp_path / "consumerOffset.json.lock").write_bytes(b"")
+        tmp = tmp_path / ".consumerOffset.json.1.tmp"
+        tmp.write_text('{"a": 1}')
+        table.write_text("{}")   # (in place: not how the table is written, so not watched)
+        assert not _queued(w.fileno())
+        os.replace(tmp, table)
+        assert _queued(w.fileno())
+        assert w.wait(0) and w.changed == {table} and not w.woken
+        table.unlink()
+        assert w.wait(5.0) and w.changed == {table}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_replaced_file_wakes_it_when_replaced_or_deleted(tmp_path: Path, backend: str) -> None:
+    epoch = tmp_path / "config" / "topics.epoch"
+    epoch.parent.mkdir()
+    epoch.write_text("1")
+    with Watcher([(epoch, "replaced")], backend=backend) as w:
+        settle(w)
+        tmp = epoch.with_name(".topics.epoch.tmp")
+        tmp.write_text("2")
+        later(0.05, lambda: os.replace(tmp, epoch))
+        got, _dt = timed_wait(w)
+        assert got and w.changed == {epoch}
+        settle(w)
+        later(0.05, epoch.unlink)
+        got, _dt = timed_wait(w)
+        assert got and w.changed == {epoch}
+
+
+@pytest.mark.skipif(not inotify_available(), reason="no inotify")
+@pytest.mark.parametrize("replaced_first", [True, False])
+def test_watchers_sharing_an_instance_get_the_union_of_their_events(tmp_path: Path, replaced_first: bool) -> None:
+    """The kernel keeps one mask per directory and instance: a "replaced" watch added after a
+    "file" watch of the same directory must not narrow it (the file's in-place writes still
+    wake its watcher), whichever comes first."""
+    from store.inotify import Instance
+    inst = Instance()
+    table, cp = tmp_path / "consumerOffset.json", tmp_path / "checkpoint"
+    a = Watcher([(table, "replaced")], lazy=True)
+    b = Watcher([(cp, "file")], lazy=True)
+    for w in ((a, b) if replaced_first else (b, a)):
+        w.share(inst, lambda: None)
+        assert w.wait(0)   # (a first wait sets the watches up)
+    cp.write_bytes(b"in place")
+    inst.pump()
+    assert b.wait(0) and b.changed == {cp}
+    assert not a.wait(0)
+    a.close()
+    b.close()
+    inst.close()
+
+
+def test_woken_says_a_wake_came_with_the_changes(tmp_path: Path) -> None:
+    """A caller that waits on through changes it does not care about (a member, through other
+    members' commits) must not wait on through a wake(): ``woken`` tells them apart."""
+    cp = tmp_path / "checkpoint"
+    cp.write_bytes(b"x")
+    with Watcher([(cp, "file")]) as w:
+        settle(w)
+        cp.write_bytes(b"y")
+        assert w.wait(5.0) and w.changed == {cp} and not w.woken
+        cp.write_bytes(b"z")
+        w.wake()
+        assert w.wait(5.0) and w.woken
+        assert not w.wait(0) and not w.woken
