@@ -145,6 +145,8 @@ class ReadOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], stream: bool) -> "ReadOptions":
+        if stream and options.get("stores"):
+            raise UsageError("stores (one store per host) applies to batch reads only")
         known = ("endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxoffsetspertrigger")
         check_options({k: v for k, v in options.items() if k not in known},   # each refused below
                       STREAM_READ_OPTIONS if stream else READ_OPTIONS,
@@ -152,8 +154,6 @@ class ReadOptions:
         if not stream and options.get("waitfortopic"):
             raise UsageError("waitForTopic applies to readStream only (a batch read of a "
                              "missing topic fails)")
-        if stream and options.get("stores"):
-            raise UsageError("stores (one store per host) applies to batch reads only")
         for ending in ("endingoffsets", "endingtimestamp"):
             if stream and options.get(ending):
                 raise UsageError(f"{_SPELLING[ending]} applies to batch reads only (a stream never ends)")

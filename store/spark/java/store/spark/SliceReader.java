@@ -115,6 +115,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     long end;
     int got;                         // entries read into the buffer
     int at;                          // the entry to take next
+    int warmTo;                      // entries before it are warmed (see warm)
 
     Cursor(QueueSlice s) {
       this.s = s;
@@ -126,16 +127,26 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       System.arraycopy(tb, 0, topicField, 1, tb.length);
     }
 
-    /** The commit-log offset of the entry to take next; MAX_VALUE when the slice is done. */
+    /** The commit-log offset of the entry to take next; MAX_VALUE when the slice is done.
+     *  Sound entries whose tags code is not a wanted tag's are passed over here, so that
+     *  the merge in log order only orders entries that give rows. */
     long phys() throws IOException {
-      if (at == got) {
-        next += got;
-        at = 0;
-        got = next < end ? readEntries(this) : 0;
-        if (got == 0) end = next;   // the queue is shorter than planned (a topic deleted meanwhile)
-        if (got == 0) return Long.MAX_VALUE;
+      while (true) {
+        if (at == got) {
+          next += got;
+          at = 0;
+          warmTo = 0;
+          got = next < end ? readEntries(this) : 0;
+          if (got == 0) end = next;   // the queue is shorter than planned (a topic deleted meanwhile)
+          if (got == 0) return Long.MAX_VALUE;
+        }
+        long phys = entries.getLong(at * CQ_ENTRY);
+        if (tagCodes == null || phys < 0 || entries.getInt(at * CQ_ENTRY + 8) <= 0
+            || wanted(entries.getLong(at * CQ_ENTRY + 12))) {
+          return phys;
+        }
+        at++;
       }
-      return entries.getLong(at * CQ_ENTRY);
     }
   }
 
@@ -210,7 +221,10 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     if (cursors.length == 1) {        // one queue: its entries in turn, warmed ahead
       Cursor c = cursors[0];
       while (rows < BATCH && c.phys() != Long.MAX_VALUE) {
-        if (needRecord && c.at % WARM == 0) warm(c, c.at, Math.min(c.got, c.at + WARM));
+        if (needRecord && c.at >= c.warmTo) {
+          c.warmTo = Math.min(c.got, c.at + WARM);
+          warm(c, c.at, c.warmTo);
+        }
         if (take(c, rows)) rows++;
       }
     } else {                          // several: the entry first in the log next
