@@ -22,6 +22,9 @@ import org.apache.spark.sql.connector.read.InputPartition;
  */
 final class LogOrder {
   private static final int CQ_ENTRY = 20;
+  // The cuts cost (ranges - 1) binary searches per range, on the driver: beyond this many
+  // ranges a read keeps its partition per range (and has parallelism enough from them).
+  private static final int MAX_CUT = 32;
 
   /** Slices of several queues read together, in commit-log order. */
   record LogSlice(QueueSlice[] parts) implements InputPartition {}
@@ -31,7 +34,7 @@ final class LogOrder {
   /** {@code slices} cut by the log (unchanged when there is nothing to gain, or a consume
    *  queue cannot be read now: the read then reports what is wrong). */
   static InputPartition[] cut(InputPartition[] slices, int cqEntries) {
-    if (slices.length < 2) return slices;
+    if (slices.length < 2 || slices.length > MAX_CUT) return slices;
     QueueSlice[] qs = new QueueSlice[slices.length];
     long lo = Long.MAX_VALUE;
     long hi = Long.MIN_VALUE;
@@ -89,7 +92,7 @@ final class LogOrder {
     long segBytes = (long) cqEntries * CQ_ENTRY;
     long byteOff = offset * CQ_ENTRY;
     long base = byteOff - byteOff % segBytes;
-    try (FileChannel ch = FileChannel.open(Paths.get(q.queueDir(), String.format("%020d", base)),
+    try (FileChannel ch = FileChannel.open(Paths.get(q.queueDir(), SliceReader.segmentName(base)),
         StandardOpenOption.READ)) {
       ByteBuffer b = ByteBuffer.allocate(8);
       while (b.hasRemaining()) {

@@ -46,7 +46,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  */
 final class SliceReader implements PartitionReader<ColumnarBatch> {
   private static final int BATCH = 4096;
-  private static final int CQ_ENTRY = 20;
+  static final int CQ_ENTRY = 20;
   private static final int WARM = 256;   // records warmed at a time (see warm): a few hundred KiB
   // record header (format.py): TOTALSIZE 0, MAGICCODE 4, QUEUEID 12, QUEUEOFFSET 20,
   // PHYSICALOFFSET 28, BORNTIMESTAMP 40, STORETIMESTAMP 56, BODYLENGTH 84
@@ -104,54 +104,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     }
   }
 
-  /** Where the read of one queue slice is: its consume-queue entries, a batch at a time. */
-  private final class Cursor {
-    final QueueSlice s;
-    final byte[] topicField;         // the record's topic field: length byte, then the name
-    final ByteBuffer entries = ByteBuffer.allocate(BATCH * CQ_ENTRY);
-    FileChannel cq;
-    long cqBase = -1;
-    long next;                       // the queue offset of entries[0]
-    long end;
-    int got;                         // entries read into the buffer
-    int at;                          // the entry to take next
-    int warmTo;                      // entries before it are warmed (see warm)
-
-    Cursor(QueueSlice s) {
-      this.s = s;
-      this.next = s.start();
-      this.end = s.end();
-      byte[] tb = bytes(s.topic());
-      this.topicField = new byte[tb.length + 1];
-      topicField[0] = (byte) tb.length;
-      System.arraycopy(tb, 0, topicField, 1, tb.length);
-    }
-
-    /** The commit-log offset of the entry to take next; MAX_VALUE when the slice is done.
-     *  Sound entries whose tags code is not a wanted tag's are passed over here, so that
-     *  the merge in log order only orders entries that give rows. */
-    long phys() throws IOException {
-      while (true) {
-        if (at == got) {
-          next += got;
-          at = 0;
-          warmTo = 0;
-          got = next < end ? readEntries(this) : 0;
-          if (got == 0) end = next;   // the queue is shorter than planned (a topic deleted meanwhile)
-          if (got == 0) return Long.MAX_VALUE;
-        }
-        long phys = entries.getLong(at * CQ_ENTRY);
-        if (tagCodes == null || phys < 0 || entries.getInt(at * CQ_ENTRY + 8) <= 0
-            || wanted(entries.getLong(at * CQ_ENTRY + 12))) {
-          return phys;
-        }
-        at++;
-      }
-    }
-  }
-
   private final Factory f;
-  private final Cursor[] cursors;
+  private final QueueCursor[] cursors;
   private QueueSlice s;              // the slice of the entry being read
   private byte[] topicField;         // its topic field
   private final long[] tagCodes;
@@ -174,12 +128,12 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
   SliceReader(Factory f, QueueSlice[] slices) {
     this.f = f;
-    this.cursors = new Cursor[slices.length];
-    for (int i = 0; i < slices.length; i++) cursors[i] = new Cursor(slices[i]);
-    use(cursors[0]);
     String[] wanted = slices[0].tags();   // one read's slices want the same tags
     this.tags = wanted == null ? null : new HashSet<>(Arrays.asList(wanted));
     this.tagCodes = wanted == null ? null : Arrays.stream(wanted).mapToLong(t -> (long) t.hashCode()).toArray();
+    this.cursors = new QueueCursor[slices.length];
+    for (int i = 0; i < slices.length; i++) cursors[i] = new QueueCursor(f, slices[i], tagCodes, BATCH);
+    use(cursors[0]);
     this.reserved = new HashSet<>(Arrays.asList(f.reserved));
     String[] names = f.schema.fieldNames();
     this.needRecord = opensRecords(f.schema, tags != null);
@@ -207,7 +161,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     return need;
   }
 
-  private void use(Cursor c) {
+  private void use(QueueCursor c) {
     s = c.s;
     topicField = c.topicField;
   }
@@ -219,7 +173,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     propCount = 0;
     int rows = 0;
     if (cursors.length == 1) {        // one queue: its entries in turn, warmed ahead
-      Cursor c = cursors[0];
+      QueueCursor c = cursors[0];
       while (rows < BATCH && c.phys() != Long.MAX_VALUE) {
         if (needRecord && c.at >= c.warmTo) {
           c.warmTo = Math.min(c.got, c.at + WARM);
@@ -229,9 +183,9 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       }
     } else {                          // several: the entry first in the log next
       while (rows < BATCH) {
-        Cursor first = null;
+        QueueCursor first = null;
         long least = Long.MAX_VALUE;
-        for (Cursor c : cursors) {
+        for (QueueCursor c : cursors) {
           long p = c.phys();
           if (p < least) {
             least = p;
@@ -248,7 +202,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
   /** The cursor's next entry into row {@code row}; false when it gives no row (another tag,
    *  removed by retention, a tag code collision). */
-  private boolean take(Cursor c, int row) throws IOException {
+  private boolean take(QueueCursor c, int row) throws IOException {
     use(c);
     int i = c.at++;
     long qoff = c.next + i;
@@ -260,7 +214,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       throw damaged(qoff, "consume-queue entry " + qoff + " is invalid (offset " + phys + ", size "
           + size + "): no record to deliver");
     }
-    if (tagCodes != null && !wanted(code)) return false;
+    if (tagCodes != null && !QueueCursor.wanted(tagCodes, code)) return false;
     if (needRecord) {
       return load(qoff, phys, size) && fill(row, qoff, phys, size);
     }
@@ -276,13 +230,13 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
    * records are opened (5 M x 100 B bodies: 1.0 to 0.6 CPU-s for the reader). Entries that
    * are invalid or outside a mapped segment are left for {@link #next} to report.
    */
-  private void warm(Cursor c, int from, int to) throws IOException {
+  private void warm(QueueCursor c, int from, int to) throws IOException {
     int acc = 0;
     ByteBuffer entries = c.entries;
     for (int i = from; i < to; i++) {
       long phys = entries.getLong(i * CQ_ENTRY);
       int size = entries.getInt(i * CQ_ENTRY + 8);
-      if (phys < 0 || size <= 0 || (tagCodes != null && !wanted(entries.getLong(i * CQ_ENTRY + 12)))) continue;
+      if (phys < 0 || size <= 0 || (tagCodes != null && !QueueCursor.wanted(tagCodes, entries.getLong(i * CQ_ENTRY + 12)))) continue;
       long base = phys - phys % f.segmentSize;
       MappedByteBuffer seg = segment(base, phys - base + size);
       int pos = (int) (phys - base);
@@ -293,54 +247,13 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     warmed += acc;   // kept, so that the compiler cannot drop the loads
   }
 
-  private boolean wanted(long code) {
-    for (long c : tagCodes) if (c == code) return true;
-    return false;
-  }
-
-  /** Up to a batch of the cursor's entries from its {@code next}, within one segment; 0 at the
-   *  queue's end. */
-  private int readEntries(Cursor c) throws IOException {
-    QueueSlice s = c.s;
-    ByteBuffer entries = c.entries;
-    long byteOff = c.next * CQ_ENTRY;
-    long segBytes = (long) f.cqEntries * CQ_ENTRY;
-    long base = byteOff - byteOff % segBytes;
-    if (base != c.cqBase) {
-      if (c.cq != null) c.cq.close();
-      c.cq = null;
-      c.cqBase = base;
-      Path path = Paths.get(s.queueDir(), segmentName(base));
-      try {
-        c.cq = FileChannel.open(path, StandardOpenOption.READ);
-      } catch (NoSuchFileException e) {
-        long first = firstSegment(Paths.get(s.queueDir()));
-        if (first > base) {   // removed by retention since the plan: start at what is left
-          lost(s, c.next, first / CQ_ENTRY);
-          c.next = Math.min(c.end, first / CQ_ENTRY);
-          c.cqBase = -1;
-          return c.next < c.end ? readEntries(c) : 0;
-        }
-        return 0;
-      }
-    }
-    int want = (int) Math.min(Math.min(BATCH, c.end - c.next), (base + segBytes - byteOff) / CQ_ENTRY);
-    entries.clear().limit(want * CQ_ENTRY);
-    long pos = byteOff - base;
-    while (entries.hasRemaining()) {
-      int n = c.cq.read(entries, pos + entries.position());
-      if (n <= 0) break;
-    }
-    return entries.position() / CQ_ENTRY;
-  }
-
   /** The record into {@code rec}, checked; false for one retention removed since the plan. */
   private boolean load(long qoff, long phys, int size) throws IOException {
     long base = phys - phys % f.segmentSize;
     MappedByteBuffer seg = segment(base, phys - base + size);
     if (seg == null) {
       if (phys < firstSegment(Paths.get(f.commitlogDir))) {
-        lost(s, qoff, qoff + 1);
+        QueueCursor.lost(f, s, qoff, qoff + 1);
         return false;
       }
       throw damaged(qoff, "commit-log offset " + phys + ": the commit-log segment is missing");
@@ -488,17 +401,6 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     out.putArray(row, first, propCount - first);
   }
 
-  /** Messages {@code [from, to)} removed by retention before this read reached them: the read
-   *  fails unless {@code failOnDataLoss} is false (then a warning), as {@code options.data_lost}. */
-  private void lost(QueueSlice s, long from, long to) {
-    String what = "messages " + s.topic() + "/" + s.queueId() + "@" + from + "-" + (to - 1)
-        + " were removed by retention before this read reached them";
-    if (f.failOnDataLoss) {
-      throw new StoreError("DataError", what + " (give failOnDataLoss=false to skip what is gone)");
-    }
-    System.err.println("mqctl: warning: " + what + ": skipped (failOnDataLoss=false)");
-  }
-
   private StoreError damaged(long qoff, String why) {
     return new StoreError("DataError", "damaged message " + s.topic() + "/" + s.queueId() + "@" + qoff
         + " in store " + f.store + ": " + why + " (run: mqctl store check)");
@@ -525,11 +427,11 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
   }
 
   /** A segment file's name: its base offset in 20 digits (format.py's segment_name). */
-  private static String segmentName(long base) {
+  static String segmentName(long base) {
     return String.format("%020d", base);
   }
 
-  private static long firstSegment(Path dir) throws IOException {
+  static long firstSegment(Path dir) throws IOException {
     try (Stream<Path> files = Files.list(dir)) {
       return files.map(x -> x.getFileName().toString()).filter(n -> n.matches("\\d{20}"))
           .mapToLong(Long::parseLong).min().orElse(Long.MAX_VALUE);
@@ -538,7 +440,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     }
   }
 
-  private static byte[] bytes(String s) {
+  static byte[] bytes(String s) {
     return s.getBytes(StandardCharsets.UTF_8);
   }
 
@@ -549,7 +451,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
   @Override
   public void close() throws IOException {
-    for (Cursor c : cursors) if (c.cq != null) c.cq.close();
+    for (QueueCursor c : cursors) c.close();
     batch.close();
     segments.clear();
   }
