@@ -121,7 +121,7 @@ def parse_tags(text: str | None) -> tuple[str, ...] | None:
 # ``startingTimestamp``/``endingTimestamp`` (ms, or the CLI's time grammar), ``failOnDataLoss``.
 READ_OPTIONS = ("store", "path", "topic", "subscribe", "startingoffsets", "startingtimestamp",
                 "endingoffsets", "endingtimestamp", "tags", "create", "minpartitions",
-                "failondataloss", "shape", "reader")
+                "failondataloss", "shape", "reader", "stores")
 STREAM_READ_OPTIONS = ("store", "path", "topic", "subscribe", "startingoffsets", "startingtimestamp",
                        "tags", "maxmessagespertrigger", "maxoffsetspertrigger", "minpartitions",
                        "failondataloss", "waitfortopic", "shape", "create", "reader")
@@ -145,6 +145,8 @@ class ReadOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], stream: bool) -> "ReadOptions":
+        if stream and options.get("stores"):
+            raise UsageError("stores (one store per host) applies to batch reads only")
         known = ("endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxoffsetspertrigger")
         check_options({k: v for k, v in options.items() if k not in known},   # each refused below
                       STREAM_READ_OPTIONS if stream else READ_OPTIONS,
@@ -293,10 +295,30 @@ def split_key(key: str) -> tuple[str, int]:
 
 
 def store_option(options: Mapping[str, str]) -> str:
+    if options.get("stores"):
+        raise UsageError("the stores option (one store per host) is read by the JVM reader only "
+                         "(batch reads; it needs a JDK)")
     root = options.get("store") or options.get("path")
     if not root:
         raise UsageError('the mqctl data source needs .option("store", DIR) (or load(DIR))')
     return os.path.abspath(Path(root).expanduser())
+
+
+def parse_stores(options: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The ``stores`` option, ``HOST:DIR,HOST:DIR``: one store on each host's own disk (a
+    host may hold several). DIR is absolute (it is opened on HOST, not here); ``store`` and
+    ``path`` are not given beside it."""
+    if options.get("store") or options.get("path"):
+        raise UsageError("give either store or stores (HOST:DIR,...), not both")
+    out = []
+    for entry in filter(None, (e.strip() for e in options.get("stores", "").split(","))):
+        host, sep, root = entry.partition(":")
+        if not sep or not host.strip() or not root.startswith("/"):
+            raise UsageError(f"stores: {entry!r} is not HOST:/absolute/dir (entries are comma separated)")
+        out.append((host.strip(), os.path.normpath(root)))
+    if not out:
+        raise UsageError("stores: no HOST:DIR entry given")
+    return out
 
 
 def check_options(options: Mapping[str, str], allowed: Sequence[str], what: str) -> None:

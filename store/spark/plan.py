@@ -11,18 +11,20 @@ null, "fromMs": ms | null, "untilMs": ms | null}``: the predicates Spark pushed 
 queue id sets; store time ``>= fromMs`` and ``< untilMs``, found per queue by binary search:
 store timestamps never decrease within a queue).
 
-Answer: ``{"store": abs path, "host": this host, "commitlogDir": .., "segmentSize": commit-log
+Answer: ``{"store": abs path, "commitlogDir": .., "segmentSize": commit-log
 segment bytes, "cqEntries": entries per consume-queue segment, "offsetIdPrefix": .., "format":
 {format.py's constants}, "tags": [..] | null, "ranges": [[topic, queue, start, end, queue
 directory], ..], "failOnDataLoss": ..}`` (``minPartitions`` applied), or ``{"error": "DataError", "message": ..}``
 naming a :mod:`store.errors` class (the JVM raises the error; the process serves on).
 ``{"check": true, "options": ..}`` only validates the options (the load of a read);
+``{"stores": true, "options": ..}`` answers ``{"stores": [[host, dir], ..]}``, the ``stores``
+option's stores (one store per host: each is planned by this module on its own host, when the
+task that reads it starts there);
 ``{"stream": .., "options": ..}`` asks what a streaming read needs (see :func:`stream`).
 """
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import traceback
 from typing import Any
@@ -34,11 +36,13 @@ from store.log.record import RESERVED_PROPERTIES, offset_msg_id
 from store.spark import streamplan
 from store.spark.options import (
     ALL_READ_OPTIONS,
+    READ_OPTIONS,
     QueueRange,
     ReadOptions,
     check_options,
     open_store,
     parse_shape,
+    parse_stores,
     plan_ranges,
     select_topics,
     split_slices,
@@ -57,6 +61,9 @@ def check(options: dict[str, str]) -> dict[str, Any]:
     """What the Python source's ``schema()`` refuses when a read is loaded."""
     check_options(options, ALL_READ_OPTIONS, "read or readStream")
     parse_shape(options)
+    if options.get("stores"):   # on other hosts' disks: each is opened where it is read
+        parse_stores(options)
+        return {"ok": True}
     if options.get("create", "").strip().lower() not in ("true", "1", "yes"):
         open_store(store_option(options), False, recover=False).close()
     return {"ok": True}
@@ -66,6 +73,9 @@ def plan(request: dict[str, Any]) -> dict[str, Any]:
     options = {str(k).lower(): str(v) for k, v in request["options"].items()}
     if request.get("check"):
         return check(options)
+    if request.get("stores"):
+        check_options(options, READ_OPTIONS, "read")
+        return {"stores": [list(s) for s in parse_stores(options)]}
     if request.get("stream"):
         return stream(request, ReadOptions.parse(options, stream=True))
     opts = ReadOptions.parse(options, stream=False)
@@ -116,7 +126,7 @@ def read_plan(store: Store, opts: ReadOptions, planned: list[QueueRange], reques
             end = min(end, store.search_offset(r.topic, r.queue_id, int(until)))
         ranges.append(QueueRange(r.topic, r.queue_id, start, max(start, end)))
     settings, layout = store.settings, store.layout
-    return {"store": opts.store, "host": socket.gethostname(), "commitlogDir": str(layout.commitlog_dir),
+    return {"store": opts.store, "commitlogDir": str(layout.commitlog_dir),
             "segmentSize": settings.commitlog_segment_size, "cqEntries": settings.cq_segment_entries,
             "offsetIdPrefix": offset_msg_id(0)[:16], "format": FORMAT,
             "tags": list(opts.tags) if opts.tags is not None else None,

@@ -35,7 +35,7 @@ import store.spark.datasource as S  # noqa: E402
 from store.errors import BadInputError, UsageError  # noqa: E402
 from store.log.messagestore import Store  # noqa: E402
 from store.log.record import Draft, java_hash  # noqa: E402
-from store.spark.options import parse_offsets, parse_tags  # noqa: E402
+from store.spark.options import ReadOptions, parse_offsets, parse_tags  # noqa: E402
 from store.spark.schema import COLUMNS, SCHEMA, SCHEMA_DDL  # noqa: E402
 from store.spark.sink import SINKS_DIR, SinkLedger, commit_stream_batch  # noqa: E402
 from store.spark.staging import STAGING_DIR  # noqa: E402
@@ -207,6 +207,64 @@ def test_queue_columns_come_from_the_consume_queue(spark: Any, store: Store) -> 
     with pytest.raises(Exception, match=r"store\.errors\.DataError: damaged message a/\d+@0 in store .*: "
                                         r"commit-log offset \d+: record CRC mismatch \(run: mqctl store check\)"):
         df.select("body").collect()
+
+
+@pytest.mark.spark
+def test_reads_that_open_records_walk_the_log_in_order(spark: Any, store: Store) -> None:
+    """The JVM reader cuts a read that opens records by the commit log, not by queue: each
+    partition reads several queues' records in log order (each message once), so no task
+    strides over the whole log; count() and queue columns keep a partition per queue."""
+    from pyspark.sql import functions as fn
+    store.create_topic("a", 4)
+    store.create_topic("other", 1)
+    for lo in range(0, 400, 50):
+        store.put([Draft("a", f"{i:04d}".encode(), {"TAGS": f"t{i % 3}"}, queue_id=i % 4)
+                   for i in range(lo, lo + 50)] + [Draft("other", b"x", {})])
+    for where, want in (("true", range(400)), ("tags = 't1'", range(1, 400, 3))):
+        df = reader(spark, store, "jvm", topic="a").where(where)
+        rows = df.select(fn.spark_partition_id().alias("p"), "queueId", "queueOffset", "body").collect()
+        assert sorted(int(r.body) for r in rows) == list(want)                # each message once
+        assert all(r.queueOffset == int(r.body) // 4 and r.queueId == int(r.body) % 4 for r in rows)
+        parts: dict[int, list[Any]] = {}
+        for r in rows:
+            parts.setdefault(r.p, []).append(r)
+        for held in parts.values():
+            assert [int(r.body) for r in held] == sorted(int(r.body) for r in held)   # log order
+        assert max(len({r.queueId for r in held}) for held in parts.values()) == 4
+    queue_only = reader(spark, store, "jvm", topic="a").select("queueId", fn.spark_partition_id().alias("p"))
+    assert all(len(set(qs)) == 1 for qs in _by_partition(queue_only.collect()).values())
+
+
+def _by_partition(rows: list[Any]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for r in rows:
+        out.setdefault(r.p, []).append(r.queueId)
+    return out
+
+
+@pytest.mark.spark
+def test_stores_one_per_host(spark: Any, tmp_path: Path) -> None:
+    """``stores`` lists stores by host (here both on this machine): one read returns them all;
+    the Python reader, streams and a ``store`` beside it refuse it, in one line."""
+    dirs = []
+    for name, n in (("x", 3), ("y", 5)):
+        with Store.open(tmp_path / name, create=True) as st:
+            st.create_topic("t", 2)
+            st.put([Draft("t", f"{name}{i}".encode(), {}, queue_id=i % 2) for i in range(n)])
+        dirs.append(str(tmp_path / name))
+    listed = f"127.0.0.1:{dirs[0]}, localhost:{dirs[1]}"
+    df = spark.read.format("mqctl").option("stores", listed).option("topic", "t").load()
+    assert sorted(bytes(r.body) for r in df.select("body").collect()) == \
+        sorted(b"x%d" % i for i in range(3)) + sorted(b"y%d" % i for i in range(5))
+    assert df.where("tags IS NULL AND queueId = 1").count() == 1 + 2
+    with pytest.raises(Exception, match="read by the JVM reader only"):
+        spark.read.format("mqctl").option("reader", "python").option("stores", listed).load().count()
+    with pytest.raises(Exception, match="give either store or stores"):
+        spark.read.format("mqctl").option("stores", listed).option("store", dirs[0]).load().count()
+    with pytest.raises(Exception, match="is not HOST:/absolute/dir"):
+        spark.read.format("mqctl").option("stores", "127.0.0.1:relative").load().count()
+    with pytest.raises(UsageError, match="applies to batch reads only"):   # what a stream's start asks
+        ReadOptions.parse({"stores": listed}, stream=True)
 
 
 @pytest.mark.spark

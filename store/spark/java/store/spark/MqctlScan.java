@@ -180,14 +180,18 @@ final class MqctlScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
 
   @Override
   public InputPartition[] planInputPartitions() {
+    if (options.containsKey("stores")) return StoreReader.slices(options);
     plan = Planner.plan(options, pushedRequest());
-    return slices(plan, tags == null ? null : tags.toArray(new String[0]));
+    InputPartition[] slices = slices(plan, tags == null ? null : tags.toArray(new String[0]));
+    boolean tagged = slices.length > 0 && ((QueueSlice) slices[0]).tags() != null;
+    return SliceReader.opensRecords(schema, tagged) ? LogOrder.cut(slices, plan.get("cqEntries").asInt()) : slices;
   }
 
-  /** One partition per range of a plan, preferring the planning host (the store's). */
+  /** One partition per range of a plan. A store given by {@code store} is on storage every
+   *  host sees: its partitions prefer no host (preferring the driver's would queue them there). */
   static InputPartition[] slices(JsonNode plan, String[] pushedTags) {
     String[] tagSet = tagSet(pushedTags, plan.get("tags"));
-    String host = plan.get("host").asText();
+    String host = null;
     List<InputPartition> out = new ArrayList<>();
     for (JsonNode r : plan.get("ranges")) {
       out.add(new QueueSlice(r.get(0).asText(), r.get(1).asInt(), r.get(2).asLong(), r.get(3).asLong(),
@@ -209,6 +213,9 @@ final class MqctlScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
+    if (options.containsKey("stores")) {
+      return new StoreReader.Factory(schema, options, pushedRequest(), tags == null ? null : tags.toArray(new String[0]));
+    }
     if (plan == null) planInputPartitions();
     return new SliceReader.Factory(schema, plan);
   }

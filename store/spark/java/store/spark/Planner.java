@@ -31,15 +31,25 @@ final class Planner {
   private Planner() {}
 
   static JsonNode plan(Map<String, String> options, ObjectNode pushed) {
+    String[] interpreter = interpreter();
+    return plan(options, pushed, interpreter[0], interpreter[1]);
+  }
+
+  /** The planner's Python and its {@code PYTHONPATH} addition (or null), as this session says. */
+  static String[] interpreter() {
+    String python = conf("spark.mqctl.python", System.getenv("PYSPARK_DRIVER_PYTHON"));
+    if (python == null) python = System.getenv("PYSPARK_PYTHON");
+    if (python == null) python = "python3";
+    return new String[] {python, conf("spark.mqctl.pythonpath", null)};
+  }
+
+  /** The plan of a read by the planner {@code python} runs (also on an executor: one store per host). */
+  static JsonNode plan(Map<String, String> options, ObjectNode pushed, String python, String path) {
     ObjectNode request = pushed.deepCopy();
     ObjectNode opts = request.putObject("options");
     for (Map.Entry<String, String> e : options.entrySet()) {
       opts.put(e.getKey().toLowerCase(java.util.Locale.ROOT), e.getValue());
     }
-    String python = conf("spark.mqctl.python", System.getenv("PYSPARK_DRIVER_PYTHON"));
-    if (python == null) python = System.getenv("PYSPARK_PYTHON");
-    if (python == null) python = "python3";
-    String path = conf("spark.mqctl.pythonpath", null);
     String line;
     try {
       line = ask(python, path, JSON.writeValueAsString(request));
@@ -97,6 +107,14 @@ final class Planner {
 
   static ObjectNode request() {
     return JSON.createObjectNode();
+  }
+
+  static ObjectNode parse(String json) {
+    try {
+      return (ObjectNode) JSON.readTree(json);
+    } catch (IOException e) {
+      throw new IllegalArgumentException(json, e);
+    }
   }
 
   private static String conf(String key, String fallback) {

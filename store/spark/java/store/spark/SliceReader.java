@@ -30,7 +30,10 @@ import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
- * Reads one {@link QueueSlice} as column batches. The byte layouts are those of
+ * Reads {@link QueueSlice}s as column batches: one, or several read together in commit-log
+ * order (a {@link LogOrder.LogSlice}: the records of the queues it holds lie among each other
+ * in the log, and walking them in log order reads the log forwards instead of striding over
+ * it once per queue: 5 M x 100 B bodies, 1.0 to 0.55 s on one core). The byte layouts are those of
  * {@code store/log/format.py}: 20-byte consume-queue entries (commit-log offset long, size
  * int, tags code long) and commit-log records (header fields at the offsets named below,
  * then body, topic, properties ending with the {@code __CRC32#} property).
@@ -43,7 +46,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  */
 final class SliceReader implements PartitionReader<ColumnarBatch> {
   private static final int BATCH = 4096;
-  private static final int CQ_ENTRY = 20;
+  static final int CQ_ENTRY = 20;
   private static final int WARM = 256;   // records warmed at a time (see warm): a few hundred KiB
   // record header (format.py): TOTALSIZE 0, MAGICCODE 4, QUEUEID 12, QUEUEOFFSET 20,
   // PHYSICALOFFSET 28, BORNTIMESTAMP 40, STORETIMESTAMP 56, BODYLENGTH 84
@@ -92,7 +95,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
     @Override
     public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition p) {
-      return new SliceReader(this, (QueueSlice) p);
+      return new SliceReader(this, p instanceof LogOrder.LogSlice l ? l.parts() : new QueueSlice[] {(QueueSlice) p});
     }
 
     @Override
@@ -102,48 +105,38 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
   }
 
   private final Factory f;
-  private final QueueSlice s;
+  private final QueueCursor[] cursors;
+  private QueueSlice s;              // the slice of the entry being read
+  private byte[] topicField;         // its topic field
   private final long[] tagCodes;
   private final Set<String> tags;
   private final Set<String> reserved;
-  private final byte[] topicField;
   private final boolean needRecord;
   private final boolean needProps;   // a column (or the tag check) needs TAGS, KEYS or UNIQ_KEY
   private final WritableColumnVector[] vectors;
   private final ColumnarBatch batch;
   private final int cTopic, cQueue, cOffset, cMsgId, cKeys, cTags, cProps, cBody, cBorn, cStored;
-  private final ByteBuffer entries = ByteBuffer.allocate(BATCH * CQ_ENTRY);
   private final Map<Long, MappedByteBuffer> segments = new HashMap<>();
   private long lastBase = -1;          // the segment of the last record: no map lookup per record
   private MappedByteBuffer last;
   private final CRC32 crc = new CRC32();
   private byte[] rec = new byte[4096];
   private ByteBuffer recView = ByteBuffer.wrap(rec);
-  private FileChannel cq;
-  private long cqBase = -1;
-  private long next;
-  private long end;
   private int keyCount;
   private int propCount;
   private int warmed;
 
-  SliceReader(Factory f, QueueSlice s) {
+  SliceReader(Factory f, QueueSlice[] slices) {
     this.f = f;
-    this.s = s;
-    this.next = s.start();
-    this.end = s.end();
-    this.tags = s.tags() == null ? null : new HashSet<>(Arrays.asList(s.tags()));
-    this.tagCodes = s.tags() == null ? null
-        : Arrays.stream(s.tags()).mapToLong(t -> (long) t.hashCode()).toArray();
+    String[] wanted = slices[0].tags();   // one read's slices want the same tags
+    this.tags = wanted == null ? null : new HashSet<>(Arrays.asList(wanted));
+    this.tagCodes = wanted == null ? null : Arrays.stream(wanted).mapToLong(t -> (long) t.hashCode()).toArray();
+    this.cursors = new QueueCursor[slices.length];
+    for (int i = 0; i < slices.length; i++) cursors[i] = new QueueCursor(f, slices[i], tagCodes, BATCH);
+    use(cursors[0]);
     this.reserved = new HashSet<>(Arrays.asList(f.reserved));
-    byte[] tb = bytes(s.topic());
-    this.topicField = new byte[tb.length + 1];
-    topicField[0] = (byte) tb.length;
-    System.arraycopy(tb, 0, topicField, 1, tb.length);
     String[] names = f.schema.fieldNames();
-    boolean need = tags != null;
-    for (String n : names) need |= RECORD_COLUMNS.contains(n);
-    this.needRecord = need;
+    this.needRecord = opensRecords(f.schema, tags != null);
     java.util.List<String> named = Arrays.asList(names);
     this.needProps = tags != null || named.contains("msgId") || named.contains("tags") || named.contains("keys");
     this.vectors = OnHeapColumnVector.allocateColumns(BATCH, f.schema);
@@ -161,44 +154,72 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     cStored = list.indexOf("storeTimestamp");
   }
 
+  /** Whether a read of these columns opens records (or only reads consume queues). */
+  static boolean opensRecords(StructType schema, boolean tagged) {
+    boolean need = tagged;
+    for (String n : schema.fieldNames()) need |= RECORD_COLUMNS.contains(n);
+    return need;
+  }
+
+  private void use(QueueCursor c) {
+    s = c.s;
+    topicField = c.topicField;
+  }
+
   @Override
   public boolean next() throws IOException {
-    while (next < end) {
-      for (WritableColumnVector v : vectors) v.reset();
-      keyCount = 0;
-      propCount = 0;
-      int got = readEntries();
-      if (got == 0) {
-        end = next;   // the queue is shorter than planned (a topic deleted meanwhile)
-        return false;
-      }
-      int rows = 0;
-      for (int i = 0; i < got; i++) {
-        if (needRecord && i % WARM == 0) warm(i, Math.min(got, i + WARM));
-        long qoff = next + i;
-        long phys = entries.getLong(i * CQ_ENTRY);
-        int size = entries.getInt(i * CQ_ENTRY + 8);
-        long code = entries.getLong(i * CQ_ENTRY + 12);
-        if (phys < 0 || size <= 0) {
-          throw damaged(qoff, "consume-queue entry " + qoff + " is invalid (offset " + phys + ", size "
-              + size + "): no record to deliver");
+    for (WritableColumnVector v : vectors) v.reset();
+    keyCount = 0;
+    propCount = 0;
+    int rows = 0;
+    if (cursors.length == 1) {        // one queue: its entries in turn, warmed ahead
+      QueueCursor c = cursors[0];
+      while (rows < BATCH && c.phys() != Long.MAX_VALUE) {
+        if (needRecord && c.at >= c.warmTo) {
+          c.warmTo = Math.min(c.got, c.at + WARM);
+          warm(c, c.at, c.warmTo);
         }
-        if (tagCodes != null && !wanted(code)) continue;
-        if (needRecord) {
-          if (!load(qoff, phys, size)) continue;
-          if (!fill(rows, qoff, phys, size)) continue;
-        } else {
-          queueColumns(rows, qoff);
-        }
-        rows++;
+        if (take(c, rows)) rows++;
       }
-      next += got;
-      if (rows > 0) {
-        batch.setNumRows(rows);
-        return true;
+    } else {                          // several: the entry first in the log next
+      while (rows < BATCH) {
+        QueueCursor first = null;
+        long least = Long.MAX_VALUE;
+        for (QueueCursor c : cursors) {
+          long p = c.phys();
+          if (p < least) {
+            least = p;
+            first = c;
+          }
+        }
+        if (first == null) break;
+        if (take(first, rows)) rows++;
       }
     }
-    return false;
+    batch.setNumRows(rows);
+    return rows > 0;
+  }
+
+  /** The cursor's next entry into row {@code row}; false when it gives no row (another tag,
+   *  removed by retention, a tag code collision). */
+  private boolean take(QueueCursor c, int row) throws IOException {
+    use(c);
+    int i = c.at++;
+    long qoff = c.next + i;
+    ByteBuffer entries = c.entries;
+    long phys = entries.getLong(i * CQ_ENTRY);
+    int size = entries.getInt(i * CQ_ENTRY + 8);
+    long code = entries.getLong(i * CQ_ENTRY + 12);
+    if (phys < 0 || size <= 0) {
+      throw damaged(qoff, "consume-queue entry " + qoff + " is invalid (offset " + phys + ", size "
+          + size + "): no record to deliver");
+    }
+    if (tagCodes != null && !QueueCursor.wanted(tagCodes, code)) return false;
+    if (needRecord) {
+      return load(qoff, phys, size) && fill(row, qoff, phys, size);
+    }
+    queueColumns(row, qoff);
+    return true;
   }
 
   /**
@@ -209,12 +230,13 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
    * records are opened (5 M x 100 B bodies: 1.0 to 0.6 CPU-s for the reader). Entries that
    * are invalid or outside a mapped segment are left for {@link #next} to report.
    */
-  private void warm(int from, int to) throws IOException {
+  private void warm(QueueCursor c, int from, int to) throws IOException {
     int acc = 0;
+    ByteBuffer entries = c.entries;
     for (int i = from; i < to; i++) {
       long phys = entries.getLong(i * CQ_ENTRY);
       int size = entries.getInt(i * CQ_ENTRY + 8);
-      if (phys < 0 || size <= 0 || (tagCodes != null && !wanted(entries.getLong(i * CQ_ENTRY + 12)))) continue;
+      if (phys < 0 || size <= 0 || (tagCodes != null && !QueueCursor.wanted(tagCodes, entries.getLong(i * CQ_ENTRY + 12)))) continue;
       long base = phys - phys % f.segmentSize;
       MappedByteBuffer seg = segment(base, phys - base + size);
       int pos = (int) (phys - base);
@@ -225,51 +247,13 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     warmed += acc;   // kept, so that the compiler cannot drop the loads
   }
 
-  private boolean wanted(long code) {
-    for (long c : tagCodes) if (c == code) return true;
-    return false;
-  }
-
-  /** Up to a batch of entries from {@code next}, within one segment; 0 at the queue's end. */
-  private int readEntries() throws IOException {
-    long byteOff = next * CQ_ENTRY;
-    long segBytes = (long) f.cqEntries * CQ_ENTRY;
-    long base = byteOff - byteOff % segBytes;
-    if (base != cqBase) {
-      if (cq != null) cq.close();
-      cq = null;
-      cqBase = base;
-      Path path = Paths.get(s.queueDir(), segmentName(base));
-      try {
-        cq = FileChannel.open(path, StandardOpenOption.READ);
-      } catch (NoSuchFileException e) {
-        long first = firstSegment(Paths.get(s.queueDir()));
-        if (first > base) {   // removed by retention since the plan: start at what is left
-          lost(next, first / CQ_ENTRY);
-          next = Math.min(end, first / CQ_ENTRY);
-          cqBase = -1;
-          return next < end ? readEntries() : 0;
-        }
-        return 0;
-      }
-    }
-    int want = (int) Math.min(Math.min(BATCH, end - next), (base + segBytes - byteOff) / CQ_ENTRY);
-    entries.clear().limit(want * CQ_ENTRY);
-    long pos = byteOff - base;
-    while (entries.hasRemaining()) {
-      int n = cq.read(entries, pos + entries.position());
-      if (n <= 0) break;
-    }
-    return entries.position() / CQ_ENTRY;
-  }
-
   /** The record into {@code rec}, checked; false for one retention removed since the plan. */
   private boolean load(long qoff, long phys, int size) throws IOException {
     long base = phys - phys % f.segmentSize;
     MappedByteBuffer seg = segment(base, phys - base + size);
     if (seg == null) {
       if (phys < firstSegment(Paths.get(f.commitlogDir))) {
-        lost(qoff, qoff + 1);
+        QueueCursor.lost(f, s, qoff, qoff + 1);
         return false;
       }
       throw damaged(qoff, "commit-log offset " + phys + ": the commit-log segment is missing");
@@ -417,17 +401,6 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     out.putArray(row, first, propCount - first);
   }
 
-  /** Messages {@code [from, to)} removed by retention before this read reached them: the read
-   *  fails unless {@code failOnDataLoss} is false (then a warning), as {@code options.data_lost}. */
-  private void lost(long from, long to) {
-    String what = "messages " + s.topic() + "/" + s.queueId() + "@" + from + "-" + (to - 1)
-        + " were removed by retention before this read reached them";
-    if (f.failOnDataLoss) {
-      throw new StoreError("DataError", what + " (give failOnDataLoss=false to skip what is gone)");
-    }
-    System.err.println("mqctl: warning: " + what + ": skipped (failOnDataLoss=false)");
-  }
-
   private StoreError damaged(long qoff, String why) {
     return new StoreError("DataError", "damaged message " + s.topic() + "/" + s.queueId() + "@" + qoff
         + " in store " + f.store + ": " + why + " (run: mqctl store check)");
@@ -454,11 +427,11 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
   }
 
   /** A segment file's name: its base offset in 20 digits (format.py's segment_name). */
-  private static String segmentName(long base) {
+  static String segmentName(long base) {
     return String.format("%020d", base);
   }
 
-  private static long firstSegment(Path dir) throws IOException {
+  static long firstSegment(Path dir) throws IOException {
     try (Stream<Path> files = Files.list(dir)) {
       return files.map(x -> x.getFileName().toString()).filter(n -> n.matches("\\d{20}"))
           .mapToLong(Long::parseLong).min().orElse(Long.MAX_VALUE);
@@ -467,7 +440,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     }
   }
 
-  private static byte[] bytes(String s) {
+  static byte[] bytes(String s) {
     return s.getBytes(StandardCharsets.UTF_8);
   }
 
@@ -478,7 +451,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
   @Override
   public void close() throws IOException {
-    if (cq != null) cq.close();
+    for (QueueCursor c : cursors) c.close();
     batch.close();
     segments.clear();
   }
