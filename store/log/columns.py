@@ -440,23 +440,17 @@ _VIEW_MIN_SIZE = 2048   # records this big are checked and cut through views in 
 def pull_many(engine: "Engine", topic: str, requests: list[tuple[int, int, int, int]],
               full: bool = False) -> dict[int, Columns]:
     """Runs of several queues of ``topic`` (``(queue_id, offset, max_count, max_bytes)``
-    each), read together: producers spread a topic's messages over its queues, so their
-    records are interleaved in the log, and a run of each queue read on its own reads the
-    others' records too (eight queues: eight times the log). Here the records of every run
-    that lie within one window of the log (in the segment of the lowest, at most 8 MiB) are
-    read with one ``pread`` and checked as arrays together (as :func:`pull_columns` checks
-    them); each run stops, as a pull does, after the record that reaches its ``max_bytes``.
-    The window ends at the end of the last record a consume-queue entry points at: nothing
-    past what the queues index is read.
+    each), read together: a topic's queues are interleaved in the log, so each read on its
+    own reads the others' records too. The records of every run within one window of the
+    log (the lowest's segment, at most 8 MiB, ending at the last indexed record) are read
+    with one ``pread`` and checked as arrays (as :func:`pull_columns` checks them); each run
+    stops after the record that reaches its ``max_bytes``.
 
-    Returns the runs served this way, by queue id (each may be shorter than asked: the
-    caller asks again for the rest); a queue not in the answer is read on its own
-    (:func:`pull_columns`, :func:`pull_records`). ``full``: every column, as
-    :func:`pull_records`, else bodies only; then, when they are 1 KiB and more on average,
-    as memoryviews into the read's buffer (no copy; each keeps the whole read alive: for a
-    caller that writes them out and lets go of them before its next read). Needs numpy:
-    with it not loaded yet and less than 150,000 messages left in the queues asked for, the
-    answer is empty."""
+    Returns the runs served so, by queue id (each may be shorter than asked); a queue not in
+    the answer is read on its own (:func:`pull_columns`). ``full``: every column, as
+    :func:`pull_records`, else bodies only, as memoryviews into the read when they are 1 KiB
+    and more on average (each keeps the whole read alive). Needs numpy: not loaded yet and
+    less than 150,000 messages left in the queues asked for, the answer is empty."""
     queues = [(engine.queues.queue(topic, r[0]), *r) for r in requests]
     ends = [q.max_offset() for q, *_r in queues]
     if "numpy" not in sys.modules and sum(e - r[2] for e, r in zip(ends, queues)) < _VECTOR_MIN_BACKLOG:
