@@ -10,6 +10,7 @@ import json
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Coroutine
 
 import pytest
@@ -330,13 +331,49 @@ def test_200_async_consumers_share_one_inotify_instance(mq: MQ, path: str) -> No
 
 
 
-def test_offset_commits_of_a_consuming_async_consumer_run_off_the_loop(
+@pytest.mark.skipif(not inotify_available(), reason="needs Linux inotify")
+def test_a_shared_watcher_is_not_woken_again_by_what_it_read(tmp_path: Path) -> None:
+    """The watchers of one loop share an inotify instance: whoever reads it hands each event
+    to its watchers. A watcher that read its own events (an idle member's own lease renewals,
+    read by its next wait) also wrote itself a wake, which ended its next wait for nothing: a
+    second turn per renewal. Now only the others are told, once per look, and directly (the
+    loop's waiter) where ``notify`` is set."""
+    from store.inotify import Instance
+    from store.watch import Watcher
+    lock = tmp_path / "0.lock"
+    lock.write_bytes(b"")
+    inst = Instance()
+    me, other, told = Watcher([(lock, "file")], lazy=True), Watcher([(lock, "file")], lazy=True), []
+    try:
+        me.share(inst, lambda: None)
+        other.share(inst, lambda: None)
+        other.notify = lambda: told.append(1)
+        assert me.wait(0) and other.wait(0)   # (a first wait sets the watches up)
+        for _ in range(3):
+            with open(lock, "r+b") as f:   # a renewal: records rewritten in place
+                f.write(b"{}")
+        assert me.wait(0) and me.changed == {lock}
+        assert not me.wait(0), "woken again by the events it read itself"
+        assert told == [1]   # the other watcher: told once, not once per event
+        assert other.wait(0) and other.changed == {lock}
+        assert not other.wait(0)
+    finally:
+        me.close()
+        other.close()
+        inst.close()
+
+
+def test_offset_commits_of_an_async_consumer_run_off_the_loop(
         mq: MQ, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An offset commit ends with an fsync; the end-of-turn commits of an AsyncConsumer ran
-    in the turn, on the event loop, stalling every task of it for the fsync. Now they run on
-    the loop's commit thread: while the consumer takes and commits messages, no fsync is
-    called on the loop's thread (what asyncio's debug mode reported as slow callbacks)."""
+    """An offset commit ends with an fsync. The commits of an AsyncConsumer ran on the event
+    loop, stalling every task of it for the fsync: the end-of-turn ones, the commit of the
+    start offsets computed for the queues a member takes (before anything of them is
+    delivered), the last commit when it closes, and the one at the end of a run. They now
+    run on the loop's commit thread: no fsync is called on the loop's thread from joining to
+    leaving (what asyncio's debug mode reported as slow callbacks). And each is still made:
+    the starts and the consumed offsets are in the table afterwards."""
     one_queue_topic(path, "T")
+    mq.ok("send", "T", "m0")   # (before the table holds the groups: their starts are computed)
     on_loop: list[str] = []
     watching = threading.Event()
     loop_thread = threading.get_ident()
@@ -350,27 +387,38 @@ def test_offset_commits_of_a_consuming_async_consumer_run_off_the_loop(
     monkeypatch.setattr(os, "fsync", spy(os.fsync))
     monkeypatch.setattr(os, "fdatasync", spy(os.fdatasync))
 
-    async def main() -> list[str]:
+    def committed(group: str) -> list[int]:
+        return [o.offset for o in store.Admin(path).offsets(group, "T")]
+
+    async def main() -> tuple[list[str], list[str]]:
         got: list[str] = []
-        async with store.AsyncConsumer("T", "g", path, start_from="first") as c:
-            async def iterate() -> None:
-                async for m in c.messages():
-                    got.append(m.text)
-            task = asyncio.get_running_loop().create_task(iterate())
-            async with store.AsyncProducer(path) as p:
-                await p.send("T", b"m0")
-                await until(lambda: got, "the first message (the member has joined)")
-                watching.set()   # from here on: taking and committing messages
+        ran: list[str] = []
+        async with store.AsyncProducer(path) as p:
+            async def send_after_the_start() -> None:
+                # the start ("last": 1, past m0) is committed before anything is delivered
+                await until(lambda: committed("g") == [1], "the computed start committed")
                 for i in range(1, 6):
                     await p.send("T", f"m{i}".encode())
-                    await until(lambda i=i: len(got) > i, f"message m{i}")
-                await until(lambda: store.Admin(path).offsets("g", "T")[0].offset >= 5, "offsets committed")
+            async with store.AsyncConsumer("T", "g", path, start_from="last") as c:
+                watching.set()   # from here on: joining, taking and committing, leaving
+                sender = asyncio.get_running_loop().create_task(send_after_the_start())
+                async for m in c.messages():
+                    got.append(m.text)
+                    if m.text == "m5":
+                        break
+                await sender
+            # (left with m5 in hand: the close commits it)
+            async with store.AsyncConsumer("T", "r", path, start_from="first") as r:
+                async def handle(m: store.Message) -> None:
+                    ran.append(m.text)
+                await r.run(handle, exit_at_end=True)   # its start, and its last commit
             watching.clear()
-            c.stop()
-            await task
-        return got
-    assert arun(main) == [f"m{i}" for i in range(6)]
-    assert on_loop == [], f"{len(on_loop)} fsyncs on the event loop's thread while consuming"
+        return got, ran
+    got, ran = arun(main)
+    assert got == [f"m{i}" for i in range(1, 6)]
+    assert ran == [f"m{i}" for i in range(6)]
+    assert on_loop == [], f"{len(on_loop)} fsyncs on the event loop's thread"
+    assert committed("g") == [6] and committed("r") == [6]
 
 
 def test_transactions_with_async_local_transactions_and_checks(mq: MQ, path: str) -> None:
