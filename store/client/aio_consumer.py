@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Union
 
 from store.client.aio_driver import drive
+from store.client.aio_shared import off_loop
 from store.client.aio_sinks import AsyncIteratorSink, TaskSink
 from store.client.consumer import ITER_BATCH, PREFETCH, Consumer, StartFrom, run_batch_size, set_retries
 from store.client.handoff import DrainedEvent, as_client_messages, walk_batch
@@ -256,6 +257,8 @@ class AsyncConsumer:
                 raise rt.fatal
             return
         rt.dispatcher.collect(block=False)
+        if stage is None:
+            await off_loop(rt.keeper.persist)   # (its fsync on the loop's commit thread)
         rt.keeper.persist(force=True)
 
     # -- stopping -----------------------------------------------------------------------------
@@ -286,10 +289,17 @@ class AsyncConsumer:
         if driver is not None and not driver.done():
             driver.cancel()
             await asyncio.gather(driver, return_exceptions=True)
+        rt = self._rt
         if self._sink is not None:
             self._sink.release_all()
-            self._rt.dispatcher.collect(block=False)
-        self._member.close()   # (nothing is out: its shutdown waits for nothing)
+            rt.dispatcher.collect(block=False)
+        try:
+            if rt.stage is None and not rt.stopped.is_set():
+                # the last commit on the loop's commit thread: the shutdown then finds
+                # nothing left to write (and writes nothing)
+                await off_loop(rt.keeper.persist)
+        finally:
+            self._member.close()   # (nothing is out: its shutdown waits for nothing)
 
     def _check_open(self) -> None:
         if self._closed or self._rt.stopped.is_set():
