@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -419,6 +420,54 @@ def test_offset_commits_of_an_async_consumer_run_off_the_loop(
     assert ran == [f"m{i}" for i in range(6)]
     assert on_loop == [], f"{len(on_loop)} fsyncs on the event loop's thread"
     assert committed("g") == [6] and committed("r") == [6]
+
+
+def test_an_async_consumer_opens_the_store_and_joins_off_the_loop(
+        mq: MQ, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening a store that a writer left dirty recovers it (with fsyncs), and joining takes
+    the group's mutex: an AsyncConsumer did both in its constructor, on the event loop. Now
+    the constructor only checks its arguments, and the member is made at its first await,
+    on the loop's commit thread; the recovered message is delivered."""
+    one_queue_topic(path, "T")
+    mq.ok("send", "T", "m0")
+    killed = mq.run("send", "T", "m1", failpoints="put-after-log")   # the log written, nothing after
+    assert killed.returncode == -signal.SIGKILL, killed
+    from store.log import recovery
+    from store.log.messagestore import Store
+    on_loop: list[str] = []
+    recovered: list[bool] = []
+    loop_thread = threading.get_ident()
+
+    def spy(real: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kw: Any) -> Any:
+            if threading.get_ident() == loop_thread:
+                on_loop.append(name)
+            if name == "recover":
+                recovered.append(True)
+            return real(*args, **kw)
+        return call
+    monkeypatch.setattr(os, "fsync", spy(os.fsync, "fsync"))
+    monkeypatch.setattr(os, "fdatasync", spy(os.fdatasync, "fdatasync"))
+    monkeypatch.setattr(recovery, "recover", spy(recovery.recover, "recover"))
+    monkeypatch.setattr(Store, "open", staticmethod(spy(Store.open, "Store.open")))
+
+    async def main() -> tuple[list[str], str | None, str | None]:
+        got: list[str] = []
+        c = store.AsyncConsumer("T", "g", path, start_from="first")
+        before = c.client_id   # (not joined yet: its default id is given on joining)
+        async with c:
+            async for m in c.messages(exit_at_end=True):
+                got.append(m.text)
+        return got, before, c.client_id
+    got, before, joined_as = arun(main)
+    assert on_loop == [], f"on the event loop's thread: {on_loop}"
+    assert recovered and got == ["m0", "m1"]
+    assert before is None and joined_as is not None and "@" in joined_as
+    with pytest.raises(store.errors.TopicNotFoundError):   # (raised at the first await)
+        async def missing() -> None:
+            async with store.AsyncConsumer("NOPE", "g", path):
+                pass
+        arun(missing)
 
 
 def test_transactions_with_async_local_transactions_and_checks(mq: MQ, path: str) -> None:
