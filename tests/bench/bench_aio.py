@@ -18,8 +18,9 @@ see the same load; medians with min-max, the load average printed with each part
   async) carrying its send time; an idle ``async for`` consumer notes when each arrives:
   p50 / p99 / max. Target on a quiet machine: <= 2 ms / <= 10 ms.
 * idle: ``--idle-consumers`` async consumers of as many groups in a process of their own,
-  each waiting in ``async for``, beside (at the same time, in another process) as many
-  sync consumers (``store.Consumer.messages``, the baseline): threads started in the process
+  each waiting in ``async for``, beside (at the same time, in other processes) as many
+  sync consumers (``store.Consumer.messages``) and, with ``--baseline CHECKOUT``, as many
+  async consumers of that checkout (e.g. main's): threads started in the process
   for them, and the CPU time of the whole process over a 60 s window that starts 30 s after
   they started (so it holds two of an idle member's lease renewals, one per 40 s: the most
   a 60 s window can). Target: < 0.1 s and no thread per consumer.
@@ -286,14 +287,22 @@ def idle_child(kind: str, count: int, warm_s: float, window_s: float) -> dict[st
             "inotify": backends.count("inotify"), "poll": backends.count("poll")}
 
 
-def idle(count: int, reps: int, warm_s: float, window_s: float) -> None:
+def idle(count: int, reps: int, warm_s: float, window_s: float, baseline: Path | None) -> None:
     res: dict[str, list[dict[str, Any]]] = {"async": [], "sync": []}
+    if baseline is not None:
+        res["async baseline"] = []
     loads = []
     for _rep in range(reps):
         loads.append(loadavg())
-        procs = {kind: subprocess.Popen([sys.executable, __file__, "--idle-child", json.dumps(
-            {"kind": kind, "count": count, "warm_s": warm_s, "window_s": window_s})],
-            stdout=subprocess.PIPE, text=True) for kind in res}   # (both at once: the same load)
+        procs = {}
+        for kind in res:   # (all at once: the same load)
+            env = dict(os.environ)
+            if kind == "async baseline":
+                assert baseline is not None
+                env["PYTHONPATH"] = str(baseline)
+            procs[kind] = subprocess.Popen([sys.executable, __file__, "--idle-child", json.dumps(
+                {"kind": kind.split()[0], "count": count, "warm_s": warm_s, "window_s": window_s})],
+                stdout=subprocess.PIPE, text=True, env=env, cwd="/tmp")
         for kind, p in procs.items():
             out, _ = p.communicate(timeout=window_s + warm_s + 600)
             if p.returncode != 0:
@@ -302,7 +311,8 @@ def idle(count: int, reps: int, warm_s: float, window_s: float) -> None:
     print(f"idle: {count} consumers of {count} groups in one process, CPU of the process over "
           f"{window_s:.0f} s from {warm_s:.0f} s after they started, {reps} reps (load {'; '.join(loads)}):")
     for kind, rs in res.items():
-        name = "async for (AsyncConsumer)" if kind == "async" else "sync iterator (baseline)"
+        name = {"async": "async for (AsyncConsumer)", "sync": "sync iterator",
+                "async baseline": f"async for, {baseline}"}[kind]
         print(f"  {name:26s} CPU {spread([r['cpu_s'] for r in rs], '.3f')} s; threads started "
               f"{spread([float(r['threads']) for r in rs], '.0f')}; lease renewals per member in the window "
               f"{spread([float(r['renewals']) for r in rs], '.0f')}; watchers: {rs[-1]['inotify']} inotify, "
@@ -320,6 +330,7 @@ def main() -> None:
     ap.add_argument("--idle-s", type=float, default=60.0)
     ap.add_argument("--skip", default="", help="comma list of parts to skip: throughput,redis,latency,idle")
     ap.add_argument("--hogs", type=int, default=0, help="CPU hogs (yes > /dev/null) beside every part")
+    ap.add_argument("--baseline", type=Path, help="a checkout (e.g. of main) whose AsyncConsumer idles beside")
     ap.add_argument("--peer-worker", help=argparse.SUPPRESS)
     ap.add_argument("--idle-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -354,7 +365,7 @@ def main() -> None:
             if "latency" not in skip:
                 latency(root, args.samples, args.reps)
             if "idle" not in skip:
-                idle(args.idle_consumers, args.reps, args.idle_warm_s, args.idle_s)
+                idle(args.idle_consumers, args.reps, args.idle_warm_s, args.idle_s, args.baseline)
         print(f"load at end {loadavg()}")
     finally:
         if peer is not None:
