@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
-import inspect
 import operator
 import time
 from types import TracebackType
@@ -14,23 +13,21 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Union
 from store import names
 from store.client.aio_driver import drive
 from store.client.aio_shared import off_loop
-from store.client.aio_sinks import AsyncIteratorSink, TaskSink
+from store.client.aio_sinks import AsyncIteratorSink, HandlerCalls, TaskSink
 from store.client.consumer import (
     ITER_BATCH,
     PREFETCH,
     Consumer,
     StartFrom,
-    run_batch_size,
     set_retries,
     start_position,
     tag_filter,
 )
-from store.client.handoff import DrainedEvent, as_client_messages, walk_batch
+from store.client.handoff import DrainedEvent, walk_batch
 from store.client.message import Message
 from store.client.paths import PathLike, resolve_store_path
 from store.client.rules import check_consume_options
 from store.client.runtime import Runtime
-from store.client.sinks import Outcome
 from store.errors import UsageError
 
 AsyncHandler = Callable[[Message], Union[Awaitable[object], object]]
@@ -51,7 +48,10 @@ class AsyncConsumer:
     a turn pulls, hands out and commits; between turns it waits on the store's change
     notification (inotify registered with ``loop.add_reader``; polling where there is none),
     so a waiting consumer holds no thread and uses no CPU. A consumer belongs to the loop it
-    was first used in.
+    was first used in. It joins its group at its first await (entering ``async with``, the
+    first message, :meth:`run`), not when it is made: opening the store (which may recover
+    it) and joining (under the group's mutex) run on the loop's commit thread, as do its
+    offset commits, so none of them stalls the loop; ``client_id`` is known from then on.
 
     * :meth:`messages` iterates, at-least-once, as :meth:`store.Consumer.messages`: a message
       counts as consumed when the loop asks for the next one, or when the ``async with``
@@ -63,7 +63,8 @@ class AsyncConsumer:
     Cancelling the task that iterates or runs (``task.cancel()``, ``asyncio.timeout``) stops
     the member cleanly: what was handled is committed and persisted, queue locks are
     released, the member leaves its group and the message in hand is delivered again. The
-    arguments and errors are :class:`store.Consumer`'s.
+    arguments and errors are :class:`store.Consumer`'s (bad arguments raise when it is made;
+    a missing store or topic, or a client id in use, at the first await).
     """
 
     def __init__(self, topic: str, group: str, path: PathLike | None = None, *, orderly: bool = False,
@@ -254,38 +255,8 @@ class AsyncConsumer:
         set_retries(rt, orderly=self.orderly, broadcast=self.broadcast, max_reconsume=max_reconsume,
                     retry_delay=retry_delay)
         stage = None if to is None else rt.set_stage(to, flush)
-        state = rt.state
-        orderly = self.orderly
-
-        async def work(batch: list[Any], topic: str) -> Outcome:
-            # as Consumer.run's: one handler call per message, each failure its own; a
-            # cancelled call hands back the rest of the batch from it (delivered again)
-            failed: list[tuple[int, str]] = []
-            msgs = as_client_messages(batch, topic)
-            n = len(msgs)
-            started = time.perf_counter()
-            for i in range(n):
-                if state.stop_requested and not failed:
-                    return (i, "stopped") if i else (None, "stopped")
-                try:
-                    result = handler(msgs[i])
-                    if inspect.isawaitable(result):
-                        result = await result
-                    if stage is not None:
-                        stage.emit(msgs[i], result)
-                except asyncio.CancelledError:
-                    if not failed:
-                        return (i, "cancelled") if i else (None, "cancelled")
-                    # (an outcome names failures or a consumed prefix, not both)
-                    failed.extend((j, "cancelled") for j in range(i, n))
-                    return failed, ""
-                except Exception as exc:  # noqa: BLE001 - a failed message, retried
-                    failed.append((i, f"handler raised {type(exc).__name__}: {exc}"))
-            if not orderly and n:
-                sink.batch = run_batch_size((time.perf_counter() - started) / n)
-            return (True, "") if not failed else (failed, "")
-
-        sink = TaskSink(work, concurrency)
+        calls = HandlerCalls(handler, rt.state, stage, self.orderly)
+        sink = calls.sink = TaskSink(calls, concurrency)
         rt.set_sink(sink)
         rt.o.exit_at_end = exit_at_end
         if exit_at_end:
@@ -300,7 +271,7 @@ class AsyncConsumer:
             rt.shutdown(wait_handlers=True)
             raise
         await sink.drain()
-        if state.halted():
+        if rt.state.halted():
             rt.shutdown(wait_handlers=True)
             if rt.fatal is not None:
                 raise rt.fatal
