@@ -364,6 +364,47 @@ def test_a_shared_watcher_is_not_woken_again_by_what_it_read(tmp_path: Path) -> 
         inst.close()
 
 
+def test_idle_async_consumers_of_a_loop_wake_together(mq: MQ, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each idle member of a loop woke for its lease renewal on a timer of its own, set to
+    the millisecond from when it joined: a hundred members, a hundred wake-ups of the loop,
+    each costing more than the renewal it was for. Their long waits now end on a shared grid
+    (``TICK_S``), so the members of a loop renew in the same pass of the loop."""
+    from store.client import aio_driver, runtime
+    monkeypatch.setattr(runtime, "IDLE_RENEW_S", 6.0)   # (a renewal due soon; still a long wait)
+    mq.ok("topic", "create", "T", "--queues", "2")
+    long_timers: list[float] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        call_at = loop.call_at
+
+        def spy(when: float, callback: Callable[..., Any], *args: Any, **kw: Any) -> asyncio.TimerHandle:
+            if when - loop.time() >= 5.0:
+                long_timers.append(when)
+            return call_at(when, callback, *args, **kw)
+        loop.call_at = spy  # type: ignore[method-assign]
+        consumers: list[store.AsyncConsumer] = []
+        tasks = []
+        for i in range(3):
+            c = store.AsyncConsumer("T", f"g{i}", path, start_from="last")
+            await c.__aenter__()   # joined, at different moments
+            consumers.append(c)
+
+            async def idle(c: store.AsyncConsumer = c) -> None:
+                async for _m in c.messages():
+                    pass
+            tasks.append(loop.create_task(idle()))
+        await until(lambda: len(long_timers) >= 3, "the members to wait for their renewals")
+        for c in consumers:
+            c.stop()
+        await asyncio.gather(*tasks)
+        for c in consumers:
+            await c.close()
+    arun(main)
+    off_grid = [w for w in long_timers if abs(w / aio_driver.TICK_S - round(w / aio_driver.TICK_S)) > 1e-6]
+    assert not off_grid, f"{len(off_grid)} of {len(long_timers)} long waits end off the shared grid"
+
+
 def test_offset_commits_of_an_async_consumer_run_off_the_loop(
         mq: MQ, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """An offset commit ends with an fsync. The commits of an AsyncConsumer ran on the event
