@@ -58,7 +58,8 @@ API
 ``share(instance, release)``, ``started``
     Before the first wait: watch through an inotify instance shared with other watchers (an
     event loop's, read by the loop: ``store/client/aio_shared.py``), woken through the wake
-    pipe; ``close`` calls ``release``.
+    pipe (or, when ``notify`` is set, by calling it in the reading thread: the loop's waiter
+    is then told without a round trip through the pipe); ``close`` calls ``release``.
 ``backend``, ``close()`` (once no other thread calls :meth:`wake` any more: the runtime's
     ``shutdown``, after its handler pool is shut down); a context manager.
 
@@ -155,6 +156,8 @@ class Watcher:
         self._wds: dict[int, Path] = {}            # wd -> watched directory
         self._polled: dict[Path, _Snap] = {}
         self._dirty = False                        # a change seen outside wait (arming)
+        self._pumping = False                      # our own look reads the shared instance
+        self.notify: Callable[[], None] | None = None   # shared: told of events others read
         self._backend = "poll"
         self._poller = select.poll()
         self._rpipe, self._wpipe = os.pipe()
@@ -400,15 +403,26 @@ class Watcher:
             if mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF):
                 self._lost.add(wd)
             self._seen.update(self._match(wd, name, mask))
-        if self._release is not None and (len(self._seen) > before or wd in self._lost
-                                          or wd in self._pending.values()):
-            self.wake()   # shared: the loop's reader read it for us; our wait looks now
+        if self._release is not None and not self._pumping and (
+                (before == 0 and self._seen) or wd in self._lost or wd in self._pending.values()):
+            # shared: the loop's reader (or another watcher's look) read it for us; our wait
+            # looks now. Once: what is seen stays seen until that look. Not when we read it
+            # ourselves: our wait takes it at once, and a wake left in the pipe would end the
+            # next wait for nothing (an idle member's own lease renewals cost it two turns).
+            if self.notify is not None:
+                self.notify()   # (the event loop's waiter, told directly: no pipe round trip)
+            else:
+                self.wake()
 
     def _take_events(self) -> None:
         """Read what the instance has (for us and, shared, the other owners), then take what
         was seen into :attr:`changed` and watch again what went away."""
         if self._inst is not None:
-            self._inst.pump()
+            self._pumping = True
+            try:
+                self._inst.pump()
+            finally:
+                self._pumping = False
         self.changed |= self._seen
         self._seen = set()
         lost, self._lost = self._lost, set()

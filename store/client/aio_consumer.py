@@ -5,19 +5,29 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
-import inspect
 import operator
 import time
 from types import TracebackType
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Union
 
+from store import names
 from store.client.aio_driver import drive
-from store.client.aio_sinks import AsyncIteratorSink, TaskSink
-from store.client.consumer import ITER_BATCH, PREFETCH, Consumer, StartFrom, run_batch_size, set_retries
-from store.client.handoff import DrainedEvent, as_client_messages, walk_batch
+from store.client.aio_shared import off_loop
+from store.client.aio_sinks import AsyncIteratorSink, HandlerCalls, TaskSink
+from store.client.consumer import (
+    ITER_BATCH,
+    PREFETCH,
+    Consumer,
+    StartFrom,
+    set_retries,
+    start_position,
+    tag_filter,
+)
+from store.client.handoff import DrainedEvent, walk_batch
 from store.client.message import Message
-from store.client.paths import PathLike
-from store.client.sinks import Outcome
+from store.client.paths import PathLike, resolve_store_path
+from store.client.rules import check_consume_options
+from store.client.runtime import Runtime
 from store.errors import UsageError
 
 AsyncHandler = Callable[[Message], Union[Awaitable[object], object]]
@@ -38,7 +48,10 @@ class AsyncConsumer:
     a turn pulls, hands out and commits; between turns it waits on the store's change
     notification (inotify registered with ``loop.add_reader``; polling where there is none),
     so a waiting consumer holds no thread and uses no CPU. A consumer belongs to the loop it
-    was first used in.
+    was first used in. It joins its group at its first await (entering ``async with``, the
+    first message, :meth:`run`), not when it is made: opening the store (which may recover
+    it) and joining (under the group's mutex) run on the loop's commit thread, as do its
+    offset commits, so none of them stalls the loop; ``client_id`` is known from then on.
 
     * :meth:`messages` iterates, at-least-once, as :meth:`store.Consumer.messages`: a message
       counts as consumed when the loop asks for the next one, or when the ``async with``
@@ -50,22 +63,33 @@ class AsyncConsumer:
     Cancelling the task that iterates or runs (``task.cancel()``, ``asyncio.timeout``) stops
     the member cleanly: what was handled is committed and persisted, queue locks are
     released, the member leaves its group and the message in hand is delivered again. The
-    arguments and errors are :class:`store.Consumer`'s.
+    arguments and errors are :class:`store.Consumer`'s (bad arguments raise when it is made;
+    a missing store or topic, or a client id in use, at the first await).
     """
 
     def __init__(self, topic: str, group: str, path: PathLike | None = None, *, orderly: bool = False,
                  broadcast: bool = False, start_from: StartFrom = "last",
                  tags: str | Iterable[str] | None = "*", client_id: str | None = None,
                  dedup: bool = False) -> None:
-        # The member itself (joining, ids, leaving) is a sync Consumer's, never iterated or
-        # run: only its runtime is driven, here, on the event loop.
-        self._member = Consumer(topic, group, path, orderly=orderly, broadcast=broadcast, start_from=start_from,
-                                tags=tags, client_id=client_id, dedup=dedup)
-        m = self._member
-        self.path, self.topic, self.group, self.client_id = m.path, m.topic, m.group, m.client_id
-        self.orderly, self.broadcast = m.orderly, m.broadcast
-        self._rt = m.runtime
-        self._rt.keeper.threaded = False   # every member of the event loop in its one thread
+        # The arguments are checked here; the member itself (the store opened, which may
+        # recover it, the group joined under its mutex) is made at the first await (``async
+        # with``, the iteration, run) on the loop's commit thread, off the loop. It is a sync
+        # Consumer's, never iterated or run: only its runtime is driven, on the event loop.
+        names.validate_any_topic(topic)
+        names.validate_group(group)
+        check_consume_options(broadcast=broadcast, orderly=orderly, dedup=dedup)
+        start_position(start_from)
+        tag_filter(tags)
+        self.path = resolve_store_path(path)
+        self.topic, self.group = topic, group
+        self.client_id = None if client_id is None else names.validate_client_id(client_id)   # (set on joining)
+        self.orderly, self.broadcast = bool(orderly), bool(broadcast)
+        self._args: dict[str, Any] = dict(orderly=orderly, broadcast=broadcast, start_from=start_from, tags=tags,
+                                          client_id=client_id, dedup=dedup)
+        self._member: Consumer | None = None
+        self._rt: Runtime | None = None
+        self._opening: asyncio.Future[Consumer] | None = None
+        self._stop_run = False
         self._mode: str | None = None
         self._sink: AsyncIteratorSink | None = None
         self._driver: asyncio.Task[None] | None = None
@@ -89,27 +113,43 @@ class AsyncConsumer:
             raise UsageError("this consumer runs a handler (run()); use another AsyncConsumer to iterate")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise UsageError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
-        rt = self._rt
-        if self._sink is None:
-            self._mode = "iterate"
-            self._sink = AsyncIteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
-            rt.set_sink(self._sink)
+        self._mode = "iterate"
         self._settle_in_hand(commit=False)
-        sink = self._sink
-        drained = DrainedEvent(sink.wake_reader)
-        rt.o.exit_at_end = exit_at_end
-        if exit_at_end:
-            rt.snapshot_ends()
-        rt.drained = drained
         self._iteration += 1
         self._live = self._iteration
-        return self._iterate(self._iteration, exit_at_end, timeout, drained)
+        return self._iterate(self._iteration, exit_at_end, timeout)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         """``async for msg in consumer`` is ``async for msg in consumer.messages()``."""
         return self.messages()
 
-    def _ensure_driver(self) -> asyncio.Task[None]:
+    async def _open(self) -> Runtime:
+        """The member, made on the first call (on the loop's commit thread: opening the store
+        may recover it, joining takes the group's mutex); later calls and concurrent ones
+        share it. A cancelled caller leaves the opening to finish (:meth:`close` leaves)."""
+        if self._rt is not None:
+            return self._rt
+        if self._closed:
+            raise UsageError("this consumer is closed")
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(off_loop(self._join))
+            self._opening.add_done_callback(self._joined)
+        await asyncio.shield(self._opening)
+        if self._closed or self._rt is None:
+            raise UsageError("this consumer is closed")
+        return self._rt
+
+    def _join(self) -> Consumer:
+        member = Consumer(self.topic, self.group, self.path, **self._args)
+        member.runtime.keeper.threaded = False   # every member of the event loop in its one thread
+        return member
+
+    def _joined(self, opening: asyncio.Future[Consumer]) -> None:
+        if not opening.cancelled() and opening.exception() is None:
+            self._member = member = opening.result()
+            self._rt, self.client_id = member.runtime, member.client_id
+
+    def _ensure_driver(self, rt: Runtime) -> asyncio.Task[None]:
         """The runtime's loop as a task of the running loop (again, after an ``exit_at_end``
         iteration ended it)."""
         task = self._driver
@@ -117,17 +157,26 @@ class AsyncConsumer:
             error = None if task is None or task.cancelled() else task.exception()
             if error is not None:
                 raise error
-            task = self._driver = asyncio.get_running_loop().create_task(drive(self._rt))
+            task = self._driver = asyncio.get_running_loop().create_task(drive(rt))
             sink = self._sink
             if sink is not None:   # an iterator waiting for a batch looks why it ended
                 task.add_done_callback(lambda _t: sink.wake_reader())
         return task
 
-    async def _iterate(self, iteration: int, exit_at_end: bool, timeout: float | None,
-                       drained: DrainedEvent) -> AsyncIterator[Message]:
-        rt, sink = self._rt, self._sink
-        assert sink is not None
-        driver = self._ensure_driver()
+    async def _iterate(self, iteration: int, exit_at_end: bool, timeout: float | None) -> AsyncIterator[Message]:
+        rt = await self._open()
+        if self._iteration != iteration:
+            return   # a newer messages() loop took over meanwhile
+        if self._sink is None:
+            self._sink = AsyncIteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
+            rt.set_sink(self._sink)
+        sink = self._sink
+        drained = DrainedEvent(sink.wake_reader)
+        rt.o.exit_at_end = exit_at_end
+        if exit_at_end:
+            rt.snapshot_ends()
+        rt.drained = drained
+        driver = self._ensure_driver(rt)
         last = time.monotonic()
         while True:
             if self._iteration != iteration:
@@ -143,7 +192,7 @@ class AsyncConsumer:
             if driver.done():
                 if rt.stop_requested:
                     return
-                driver = self._ensure_driver()   # (raises what ended it, if anything)
+                driver = self._ensure_driver(rt)   # (raises what ended it, if anything)
             wait = None if timeout is None else max(0.0, last + timeout - time.monotonic())
             item = await sink.get(wait)
             if item is None:
@@ -199,44 +248,16 @@ class AsyncConsumer:
             raise UsageError("handler must be callable: handler(msg)")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 4096:
             raise UsageError(f"concurrency must be 1-4096, not {concurrency!r}")
-        rt = self._rt
+        self._mode = "run"
+        rt = await self._open()
+        if self._stop_run:
+            rt.stop()   # (stopped while it joined)
         set_retries(rt, orderly=self.orderly, broadcast=self.broadcast, max_reconsume=max_reconsume,
                     retry_delay=retry_delay)
         stage = None if to is None else rt.set_stage(to, flush)
-        state = rt.state
-        orderly = self.orderly
-
-        async def work(batch: list[Any], topic: str) -> Outcome:
-            # as Consumer.run's: one handler call per message, each failure its own; a
-            # cancelled call hands back the rest of the batch from it (delivered again)
-            failed: list[tuple[int, str]] = []
-            msgs = as_client_messages(batch, topic)
-            n = len(msgs)
-            started = time.perf_counter()
-            for i in range(n):
-                if state.stop_requested and not failed:
-                    return (i, "stopped") if i else (None, "stopped")
-                try:
-                    result = handler(msgs[i])
-                    if inspect.isawaitable(result):
-                        result = await result
-                    if stage is not None:
-                        stage.emit(msgs[i], result)
-                except asyncio.CancelledError:
-                    if not failed:
-                        return (i, "cancelled") if i else (None, "cancelled")
-                    # (an outcome names failures or a consumed prefix, not both)
-                    failed.extend((j, "cancelled") for j in range(i, n))
-                    return failed, ""
-                except Exception as exc:  # noqa: BLE001 - a failed message, retried
-                    failed.append((i, f"handler raised {type(exc).__name__}: {exc}"))
-            if not orderly and n:
-                sink.batch = run_batch_size((time.perf_counter() - started) / n)
-            return (True, "") if not failed else (failed, "")
-
-        sink = TaskSink(work, concurrency)
+        calls = HandlerCalls(handler, rt.state, stage, self.orderly)
+        sink = calls.sink = TaskSink(calls, concurrency)
         rt.set_sink(sink)
-        self._mode = "run"
         rt.o.exit_at_end = exit_at_end
         if exit_at_end:
             rt.snapshot_ends()
@@ -250,12 +271,14 @@ class AsyncConsumer:
             rt.shutdown(wait_handlers=True)
             raise
         await sink.drain()
-        if state.halted():
+        if rt.state.halted():
             rt.shutdown(wait_handlers=True)
             if rt.fatal is not None:
                 raise rt.fatal
             return
         rt.dispatcher.collect(block=False)
+        if stage is None:
+            await off_loop(rt.keeper.persist)   # (its fsync on the loop's commit thread)
         rt.keeper.persist(force=True)
 
     # -- stopping -----------------------------------------------------------------------------
@@ -263,7 +286,9 @@ class AsyncConsumer:
         """Make a running :meth:`run` return (the member then leaves its group), or the
         current (or else the next) :meth:`messages` loop end."""
         if self._mode == "run":
-            self._rt.stop()
+            self._stop_run = True
+            if self._rt is not None:
+                self._rt.stop()
         else:
             self._stop_iter = True
             self._live = -1
@@ -281,21 +306,33 @@ class AsyncConsumer:
         self._closed = True
         self._live = -1
         self._settle_in_hand(commit=commit)
-        self._rt.stop()
+        if self._rt is None and self._opening is not None:
+            await asyncio.wait({self._opening})   # (joining: leave once it has)
+        rt, member = self._rt, self._member
+        if rt is None or member is None:
+            return   # never joined
+        rt.stop()
         driver, self._driver = self._driver, None
         if driver is not None and not driver.done():
             driver.cancel()
             await asyncio.gather(driver, return_exceptions=True)
         if self._sink is not None:
             self._sink.release_all()
-            self._rt.dispatcher.collect(block=False)
-        self._member.close()   # (nothing is out: its shutdown waits for nothing)
+            rt.dispatcher.collect(block=False)
+        try:
+            if rt.stage is None and not rt.stopped.is_set():
+                # the last commit on the loop's commit thread: the shutdown then finds
+                # nothing left to write (and writes nothing)
+                await off_loop(rt.keeper.persist)
+        finally:
+            member.close()   # (nothing is out: its shutdown waits for nothing)
 
     def _check_open(self) -> None:
-        if self._closed or self._rt.stopped.is_set():
+        if self._closed or (self._rt is not None and self._rt.stopped.is_set()):
             raise UsageError("this consumer is closed")
 
     async def __aenter__(self) -> "AsyncConsumer":
+        await self._open()
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -13,8 +13,10 @@ An offset commit ends with an fsync (milliseconds, more on a busy disk): run in 
 would stall every task of the loop. The turns of a consumer that shares its loop's instance
 leave their end-of-turn commits (``OffsetKeeper.persist_idle``/``persist_lagging``) to the
 driver, which awaits them on the loop's one commit thread (started at the first commit): that
-consumer waits for its commit, the loop does not. Commits that must be done before the turn
-goes on (before a queue is given away, a computed start offset) stay in the turn.
+consumer waits for its commit, the loop does not. So does the commit of the start offsets
+computed for queues just taken (their queues are pulled only once it is done), and a closing
+consumer's last commit. A commit that must be done before a queue is given away stays in the
+turn.
 
 The registry is keyed by the loop; the last consumer of a loop to close (its watcher's
 ``close``) removes the reader, closes the instance and ends the thread. Where inotify is
@@ -24,13 +26,14 @@ its own as before (or polls), and its turns commit inline.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from typing import Callable, TypeVar
 
 from store.client.aio_producer import Worker
 from store.inotify import Instance
 from store.watch import Watcher
 
 _LOOPS: dict[asyncio.AbstractEventLoop, "LoopShare"] = {}
+_R = TypeVar("_R")
 
 
 class LoopShare:
@@ -44,17 +47,19 @@ class LoopShare:
         self._worker: Worker[None] | None = None
         loop.add_reader(self.instance.fd, self.instance.pump)
 
-    async def offload(self, call: Callable[[], object]) -> None:
-        """Run ``call`` on the loop's commit thread; a cancellation waits for it to finish
-        (the owner shuts the consumer down next, and must not commit beside it)."""
+    async def offload(self, call: Callable[[], _R]) -> _R:
+        """Run ``call`` on the loop's commit thread and return what it returns; a
+        cancellation waits for it to finish (the owner shuts the consumer down next, and must
+        not commit beside it)."""
         if self._worker is None:
             self._worker = Worker(None, name="mq-aio-commit")
         fut = asyncio.ensure_future(self._worker.call(lambda _none: call()))
         try:
-            await asyncio.shield(fut)
+            result: _R = await asyncio.shield(fut)
         except asyncio.CancelledError:
             await asyncio.wait({fut})
             raise
+        return result
 
     def release(self) -> None:
         try:
@@ -102,6 +107,24 @@ def share_loop(watcher: Watcher, loop: asyncio.AbstractEventLoop) -> LoopShare |
             hub.release()
     watcher.share(hub.instance, release)
     return hub if not released else None
+
+
+async def off_loop(call: Callable[[], _R]) -> _R:
+    """Run ``call`` on the running loop's commit thread (its share held meanwhile, made if
+    there is none yet) and return what it returns; where there can be no share (no
+    inotify), in the loop's thread."""
+    loop = asyncio.get_running_loop()
+    hub = _LOOPS.get(loop)
+    if hub is None:
+        try:
+            hub = _LOOPS[loop] = LoopShare(loop)
+        except OSError:
+            return call()
+    hub.users += 1
+    try:
+        return await hub.offload(call)
+    finally:
+        hub.release()
 
 
 def loop_instances() -> int:

@@ -4,18 +4,26 @@ thread, so the ``concurrent.futures`` futures the runtime reads are resolved the
 
 * :class:`AsyncIteratorSink` hands batches to ``async for msg in consumer.messages()``, which
   resolves each one's future as the sync iterator does (``store/client/handoff.py``).
-* :class:`TaskSink` runs ``work(batch, topic)`` as a task per batch, ``concurrency`` at a time.
+* :class:`TaskSink` runs ``work(batch, topic)`` as a task per batch, ``concurrency`` at a time;
+  :meth:`store.AsyncConsumer.run`'s work is :class:`HandlerCalls`.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
 import concurrent.futures as cf
-from typing import Any, Awaitable, Callable, Sequence
+import inspect
+import time
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
+from store.client.consumer import run_batch_size
 from store.client.handoff import PERSIST_EVERY_S, as_client_messages
 from store.client.message import Message
 from store.client.sinks import Outcome
+
+if TYPE_CHECKING:
+    from store.client.options import RunState
+    from store.client.stage import Stage
 
 Batch = tuple["cf.Future[Outcome]", Sequence[Message]]
 
@@ -110,3 +118,42 @@ class TaskSink:
 
     def shutdown(self, wait: bool) -> None:
         """(The tasks were drained by the owner: nothing runs.)"""
+
+
+class HandlerCalls:
+    """The work of :meth:`store.AsyncConsumer.run`'s :class:`TaskSink`, as
+    :meth:`store.Consumer.run`'s: one ``handler(msg)`` call (awaited if it returns an
+    awaitable) per message, each failure its own; a cancelled call hands back the rest of the
+    batch from it (delivered again). An exactly-once ``stage`` gets what each call returned."""
+
+    def __init__(self, handler: Callable[[Message], object], state: RunState, stage: Stage | None,
+                 orderly: bool) -> None:
+        self.handler, self.state, self.stage, self.orderly = handler, state, stage, orderly
+        self.sink: TaskSink | None = None   # (its batch grown once a call was timed)
+
+    async def __call__(self, batch: list[Any], topic: str) -> Outcome:
+        handler, stage = self.handler, self.stage
+        failed: list[tuple[int, str]] = []
+        msgs = as_client_messages(batch, topic)
+        n = len(msgs)
+        started = time.perf_counter()
+        for i in range(n):
+            if self.state.stop_requested and not failed:
+                return (i, "stopped") if i else (None, "stopped")
+            try:
+                result = handler(msgs[i])
+                if inspect.isawaitable(result):
+                    result = await result
+                if stage is not None:
+                    stage.emit(msgs[i], result)
+            except asyncio.CancelledError:
+                if not failed:
+                    return (i, "cancelled") if i else (None, "cancelled")
+                # (an outcome names failures or a consumed prefix, not both)
+                failed.extend((j, "cancelled") for j in range(i, n))
+                return failed, ""
+            except Exception as exc:  # noqa: BLE001 - a failed message, retried
+                failed.append((i, f"handler raised {type(exc).__name__}: {exc}"))
+        if not self.orderly and n and self.sink is not None:
+            self.sink.batch = run_batch_size((time.perf_counter() - started) / n)
+        return (True, "") if not failed else (failed, "")

@@ -47,7 +47,7 @@ def _default_client_id(root: str, group: str) -> str:
             n += 1
 
 
-def _start(start_from: StartFrom) -> tuple[str, int | None]:
+def start_position(start_from: StartFrom) -> tuple[str, int | None]:
     if isinstance(start_from, str):
         start_from = {"earliest": "first", "latest": "last"}.get(start_from, start_from)
         if start_from in ("first", "last"):
@@ -61,7 +61,7 @@ def _start(start_from: StartFrom) -> tuple[str, int | None]:
     raise UsageError(f"start_from must be 'first', 'last', a datetime or ms since the epoch, not {start_from!r}")
 
 
-def _tags(tags: str | Iterable[str] | None) -> frozenset[str] | None:
+def tag_filter(tags: str | Iterable[str] | None) -> frozenset[str] | None:
     if tags is None or isinstance(tags, str):
         return names.parse_tag_expression(tags)
     out = frozenset(t.strip() for t in tags if isinstance(t, str) and t.strip())
@@ -158,7 +158,7 @@ class Consumer:
         names.validate_any_topic(topic)
         names.validate_group(group)
         check_consume_options(broadcast=broadcast, orderly=orderly, dedup=dedup)
-        from_where, from_ts = _start(start_from)
+        from_where, from_ts = start_position(start_from)
         self.path = resolve_store_path(path)
         root = str(self.path)
         if client_id is not None:
@@ -171,7 +171,7 @@ class Consumer:
         self.topic, self.group, self.client_id = topic, group, cid
         self.orderly, self.broadcast = bool(orderly), bool(broadcast)
         opts = ConsumeOptions(topic=topic, group=group, orderly=self.orderly, broadcast=self.broadcast,
-                              from_where=from_where, from_timestamp=from_ts, tags=_tags(tags),
+                              from_where=from_where, from_timestamp=from_ts, tags=tag_filter(tags),
                               client_id=cid, dedup=bool(dedup), install_signals=False,
                               client_id_given=client_id is not None)
         from store.log.messagestore import Store

@@ -97,6 +97,9 @@ class OffsetKeeper:
         # it (``persist_wanted``), and the driver runs :meth:`persist` on a thread after the turn
         self.defer_turn_persists = False
         self.persist_wanted = False
+        # computed starts the driver commits off the loop (as :meth:`persist`'s first step)
+        # before it runs the next turn; their queues are not pulled until then
+        self.starts_wanted: dict[QueueKey, int] = {}
         # commits of every turn; ``on_commit`` (a commit was written) wakes the loop.
         # ``threaded`` False: written in the loop's thread (an event loop driving many
         # members in one thread starts no thread for each).
@@ -152,9 +155,12 @@ class OffsetKeeper:
             starts[key], is_computed = self._start_offset(key, stored.get(key, -1))
             if is_computed:
                 computed[key] = starts[key]
-        if computed:
-            # A computed start is persisted at once so that a queue handed over before
-            # anything was consumed continues where it started, not at a newer end.
+        if computed and self.defer_turn_persists and self.stage is None:
+            self.starts_wanted.update(computed)   # (the same rule, its fsync off the event loop)
+        elif computed:
+            # A computed start is persisted before anything of its queue is delivered, so
+            # that a queue handed over before anything was consumed continues where it
+            # started, not at a newer end.
             self.commit(computed, increase_only=True)
         for key, start in starts.items():
             self.offsets[key] = start
@@ -287,6 +293,11 @@ class OffsetKeeper:
         says (concurrent: never backwards; orderly: as consumed). Not ``wait``: False, and
         nothing changed here, when another process is committing to the group's table."""
         self.reap(wait=True)
+        if self.starts_wanted:
+            starts = dict(self.starts_wanted)
+            self.commit(starts, increase_only=True)
+            for key in starts:
+                del self.starts_wanted[key]
         keys = {k for k in self.dirty if only is None or k in only}
         if not keys and not force:
             return True

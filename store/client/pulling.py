@@ -70,8 +70,9 @@ class Puller:
         # (pull_many): one read of the log serves them all. Not with --count, whose budget is
         # taken queue by queue.
         shared: dict[QueueKey, tuple[bool, int]] = {}
+        unpersisted = self.keeper.starts_wanted   # (nothing of a queue before its start is durable)
         for key, pq in pqs.items():
-            if pq.full() or (o.orderly and pq.suspended_until > time.monotonic()):
+            if pq.full() or (o.orderly and pq.suspended_until > time.monotonic()) or key in unpersisted:
                 continue
             t, q = key
             # The retry topic is subscribed with '*' (RocketMQ): its messages passed the

@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Coroutine
 
 import pytest
@@ -330,13 +332,90 @@ def test_200_async_consumers_share_one_inotify_instance(mq: MQ, path: str) -> No
 
 
 
-def test_offset_commits_of_a_consuming_async_consumer_run_off_the_loop(
+@pytest.mark.skipif(not inotify_available(), reason="needs Linux inotify")
+def test_a_shared_watcher_is_not_woken_again_by_what_it_read(tmp_path: Path) -> None:
+    """The watchers of one loop share an inotify instance: whoever reads it hands each event
+    to its watchers. A watcher that read its own events (an idle member's own lease renewals,
+    read by its next wait) also wrote itself a wake, which ended its next wait for nothing: a
+    second turn per renewal. Now only the others are told, once per look, and directly (the
+    loop's waiter) where ``notify`` is set."""
+    from store.inotify import Instance
+    from store.watch import Watcher
+    lock = tmp_path / "0.lock"
+    lock.write_bytes(b"")
+    inst = Instance()
+    me, other, told = Watcher([(lock, "file")], lazy=True), Watcher([(lock, "file")], lazy=True), []
+    try:
+        me.share(inst, lambda: None)
+        other.share(inst, lambda: None)
+        other.notify = lambda: told.append(1)
+        assert me.wait(0) and other.wait(0)   # (a first wait sets the watches up)
+        for _ in range(3):
+            with open(lock, "r+b") as f:   # a renewal: records rewritten in place
+                f.write(b"{}")
+        assert me.wait(0) and me.changed == {lock}
+        assert not me.wait(0), "woken again by the events it read itself"
+        assert told == [1]   # the other watcher: told once, not once per event
+        assert other.wait(0) and other.changed == {lock}
+        assert not other.wait(0)
+    finally:
+        me.close()
+        other.close()
+        inst.close()
+
+
+def test_idle_async_consumers_of_a_loop_wake_together(mq: MQ, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each idle member of a loop woke for its lease renewal on a timer of its own, set to
+    the millisecond from when it joined: a hundred members, a hundred wake-ups of the loop,
+    each costing more than the renewal it was for. Their long waits now end on a shared grid
+    (``TICK_S``), so the members of a loop renew in the same pass of the loop."""
+    from store.client import aio_driver, runtime
+    monkeypatch.setattr(runtime, "IDLE_RENEW_S", 6.0)   # (a renewal due soon; still a long wait)
+    mq.ok("topic", "create", "T", "--queues", "2")
+    long_timers: list[float] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        call_at = loop.call_at
+
+        def spy(when: float, callback: Callable[..., Any], *args: Any, **kw: Any) -> asyncio.TimerHandle:
+            if when - loop.time() >= 5.0:
+                long_timers.append(when)
+            return call_at(when, callback, *args, **kw)
+        loop.call_at = spy  # type: ignore[method-assign]
+        consumers: list[store.AsyncConsumer] = []
+        tasks = []
+        for i in range(3):
+            c = store.AsyncConsumer("T", f"g{i}", path, start_from="last")
+            await c.__aenter__()   # joined, at different moments
+            consumers.append(c)
+
+            async def idle(c: store.AsyncConsumer = c) -> None:
+                async for _m in c.messages():
+                    pass
+            tasks.append(loop.create_task(idle()))
+        await until(lambda: len(long_timers) >= 3, "the members to wait for their renewals")
+        for c in consumers:
+            c.stop()
+        await asyncio.gather(*tasks)
+        for c in consumers:
+            await c.close()
+    arun(main)
+    off_grid = [w for w in long_timers if abs(w / aio_driver.TICK_S - round(w / aio_driver.TICK_S)) > 1e-6]
+    assert not off_grid, f"{len(off_grid)} of {len(long_timers)} long waits end off the shared grid"
+
+
+def test_offset_commits_of_an_async_consumer_run_off_the_loop(
         mq: MQ, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An offset commit ends with an fsync; the end-of-turn commits of an AsyncConsumer ran
-    in the turn, on the event loop, stalling every task of it for the fsync. Now they run on
-    the loop's commit thread: while the consumer takes and commits messages, no fsync is
-    called on the loop's thread (what asyncio's debug mode reported as slow callbacks)."""
+    """An offset commit ends with an fsync. The commits of an AsyncConsumer ran on the event
+    loop, stalling every task of it for the fsync: the end-of-turn ones, the commit of the
+    start offsets computed for the queues a member takes (before anything of them is
+    delivered), the last commit when it closes, and the one at the end of a run. They now
+    run on the loop's commit thread: no fsync is called on the loop's thread from joining to
+    leaving (what asyncio's debug mode reported as slow callbacks). And each is still made:
+    the starts and the consumed offsets are in the table afterwards."""
     one_queue_topic(path, "T")
+    mq.ok("send", "T", "m0")   # (before the table holds the groups: their starts are computed)
     on_loop: list[str] = []
     watching = threading.Event()
     loop_thread = threading.get_ident()
@@ -350,27 +429,86 @@ def test_offset_commits_of_a_consuming_async_consumer_run_off_the_loop(
     monkeypatch.setattr(os, "fsync", spy(os.fsync))
     monkeypatch.setattr(os, "fdatasync", spy(os.fdatasync))
 
-    async def main() -> list[str]:
+    def committed(group: str) -> list[int]:
+        return [o.offset for o in store.Admin(path).offsets(group, "T")]
+
+    async def main() -> tuple[list[str], list[str]]:
         got: list[str] = []
-        async with store.AsyncConsumer("T", "g", path, start_from="first") as c:
-            async def iterate() -> None:
-                async for m in c.messages():
-                    got.append(m.text)
-            task = asyncio.get_running_loop().create_task(iterate())
-            async with store.AsyncProducer(path) as p:
-                await p.send("T", b"m0")
-                await until(lambda: got, "the first message (the member has joined)")
-                watching.set()   # from here on: taking and committing messages
+        ran: list[str] = []
+        async with store.AsyncProducer(path) as p:
+            async def send_after_the_start() -> None:
+                # the start ("last": 1, past m0) is committed before anything is delivered
+                await until(lambda: committed("g") == [1], "the computed start committed")
                 for i in range(1, 6):
                     await p.send("T", f"m{i}".encode())
-                    await until(lambda i=i: len(got) > i, f"message m{i}")
-                await until(lambda: store.Admin(path).offsets("g", "T")[0].offset >= 5, "offsets committed")
+            async with store.AsyncConsumer("T", "g", path, start_from="last") as c:
+                watching.set()   # from here on: joining, taking and committing, leaving
+                sender = asyncio.get_running_loop().create_task(send_after_the_start())
+                async for m in c.messages():
+                    got.append(m.text)
+                    if m.text == "m5":
+                        break
+                await sender
+            # (left with m5 in hand: the close commits it)
+            async with store.AsyncConsumer("T", "r", path, start_from="first") as r:
+                async def handle(m: store.Message) -> None:
+                    ran.append(m.text)
+                await r.run(handle, exit_at_end=True)   # its start, and its last commit
             watching.clear()
-            c.stop()
-            await task
-        return got
-    assert arun(main) == [f"m{i}" for i in range(6)]
-    assert on_loop == [], f"{len(on_loop)} fsyncs on the event loop's thread while consuming"
+        return got, ran
+    got, ran = arun(main)
+    assert got == [f"m{i}" for i in range(1, 6)]
+    assert ran == [f"m{i}" for i in range(6)]
+    assert on_loop == [], f"{len(on_loop)} fsyncs on the event loop's thread"
+    assert committed("g") == [6] and committed("r") == [6]
+
+
+def test_an_async_consumer_opens_the_store_and_joins_off_the_loop(
+        mq: MQ, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening a store that a writer left dirty recovers it (with fsyncs), and joining takes
+    the group's mutex: an AsyncConsumer did both in its constructor, on the event loop. Now
+    the constructor only checks its arguments, and the member is made at its first await,
+    on the loop's commit thread; the recovered message is delivered."""
+    one_queue_topic(path, "T")
+    mq.ok("send", "T", "m0")
+    killed = mq.run("send", "T", "m1", failpoints="put-after-log")   # the log written, nothing after
+    assert killed.returncode == -signal.SIGKILL, killed
+    from store.log import recovery
+    from store.log.messagestore import Store
+    on_loop: list[str] = []
+    recovered: list[bool] = []
+    loop_thread = threading.get_ident()
+
+    def spy(real: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kw: Any) -> Any:
+            if threading.get_ident() == loop_thread:
+                on_loop.append(name)
+            if name == "recover":
+                recovered.append(True)
+            return real(*args, **kw)
+        return call
+    monkeypatch.setattr(os, "fsync", spy(os.fsync, "fsync"))
+    monkeypatch.setattr(os, "fdatasync", spy(os.fdatasync, "fdatasync"))
+    monkeypatch.setattr(recovery, "recover", spy(recovery.recover, "recover"))
+    monkeypatch.setattr(Store, "open", staticmethod(spy(Store.open, "Store.open")))
+
+    async def main() -> tuple[list[str], str | None, str | None]:
+        got: list[str] = []
+        c = store.AsyncConsumer("T", "g", path, start_from="first")
+        before = c.client_id   # (not joined yet: its default id is given on joining)
+        async with c:
+            async for m in c.messages(exit_at_end=True):
+                got.append(m.text)
+        return got, before, c.client_id
+    got, before, joined_as = arun(main)
+    assert on_loop == [], f"on the event loop's thread: {on_loop}"
+    assert recovered and got == ["m0", "m1"]
+    assert before is None and joined_as is not None and "@" in joined_as
+    with pytest.raises(store.errors.TopicNotFoundError):   # (raised at the first await)
+        async def missing() -> None:
+            async with store.AsyncConsumer("NOPE", "g", path):
+                pass
+        arun(missing)
 
 
 def test_transactions_with_async_local_transactions_and_checks(mq: MQ, path: str) -> None:
