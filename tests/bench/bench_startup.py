@@ -17,10 +17,16 @@ In one run:
    consumer's stdout (target p50 <= 2 ms, p99 <= 10 ms); the same for ``--exec`` (the
    handler's start: ``exec`` a bash script reading ``$EPOCHREALTIME``, ``exec-bin`` a compiled
    handler reading the clock first thing in ``main``, without a shell's own start-up) and for an ``--orderly`` consumer; Redis Streams ``XREADGROUP BLOCK`` as
-   the peer (entry id ms -> line). Both timestamps are whole milliseconds taken by the
-   server/store, so both sides carry the same 0-1 ms rounding. For mqctl the latency from the
-   start of ``put`` (ns) is given too. ``--rounds N`` repeats the mqctl runs and Redis's, one
-   of each per round, and reports the median of each round's p50/p99; ``--hogs N`` runs N CPU
+   the peer (entry id ms -> line); and the floor, ``tests/bench/wake_floor.c`` compiled here:
+   a C consumer of the same store that waits as mqctl's does (inotify on the store directory,
+   the ``checkpoint`` file's change), reads the new consume-queue entries and records and
+   writes one JSON line per wake-up, nothing else. Both timestamps are whole milliseconds
+   taken by the server/store, so every side carries the same 0-1 ms rounding; every line is
+   stamped on arrival by the same reader thread of this process. For mqctl the latency from
+   the start of ``put`` (ns) is given too. ``--rounds N`` repeats every mode (``--modes``,
+   in that order: by default the floor, Redis, ``--json``, ``--orderly``, ``--exec``), one of
+   each per round, and reports the median of each round's p50/p99, and each side's p99
+   divided by the floor's of the same round (median of the rounds); ``--hogs N`` runs N CPU
    hogs (``yes > /dev/null``) beside them all (targets on a busy machine: p99 <= 10 ms for
    stdout and orderly, <= 15 ms for ``--exec``); ``--baseline DIR`` (a copy of an older ``mqctl``/``store``
    tree, put first on ``PYTHONPATH``) runs it too, interleaved with this tree, round by round.
@@ -171,15 +177,35 @@ int main(void) {
 """
 
 
-def mq_latency(store: Path, mode: str, n: int, gap: float, env: dict[str, str], tmp: Path) -> dict:
-    """``mode``: stdout (``--json``), exec (handler start) or orderly (``--orderly --json``)."""
+def build_wake_floor(work: Path) -> Path | None:
+    """tests/bench/wake_floor.c compiled into the scratch directory (None: no compiler)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return None
+    exe = work / "wake_floor"
+    p = subprocess.run([cc, "-O2", "-o", str(exe), str(REPO / "tests" / "bench" / "wake_floor.c")],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        log(f"wake_floor.c did not build, the floor is skipped: {p.stderr.strip()[-300:]}")
+        return None
+    return exe
+
+
+def mq_latency(store: Path, mode: str, n: int, gap: float, env: dict[str, str], tmp: Path,
+               floor_exe: Path | None = None) -> dict:
+    """``mode``: stdout (``--json``), exec (handler start), orderly (``--orderly --json``) or
+    floor (``floor_exe``, the C consumer of ``wake_floor.c``, on the same kind of topic as
+    stdout's: 4 queues, messages spread over them)."""
     import store as mq
     topic = f"lat-{mode}"
     with mq.Store.open(store, create=True) as st:
         st.create_topic(topic, 4, order=(mode == "orderly"))
     args = [MQCTL, "--store", str(store), "consume", topic, "-g", f"g-{mode}", "--from", "last"]
     marks = tmp / f"exec-{mode}.txt"
-    if mode == "exec-bin":
+    if mode == "floor":
+        assert floor_exe is not None
+        args = [str(floor_exe), str(store), topic, "4"]
+    elif mode == "exec-bin":
         # The handler's start in the strict sense: a compiled handler reads the clock first
         # thing in main(), so a shell's own start-up (about 1 ms for bash) is not counted.
         handler = tmp / "handler-bin"
@@ -200,6 +226,8 @@ def mq_latency(store: Path, mode: str, n: int, gap: float, env: dict[str, str], 
         args += ["--json"] + (["--orderly"] if mode == "orderly" else [])
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     reader = LineReader(proc.stdout)
+    if mode == "floor":
+        wait_lines(reader, 1)   # its "ready": watching, and the queues' ends taken
     try:
         # warm up until the consumer holds its queues and delivers
         with mq.Producer(path=store) as prod:
@@ -237,7 +265,8 @@ def mq_latency(store: Path, mode: str, n: int, gap: float, env: dict[str, str], 
         rows = [(int(a), b.strip().encode()) for a, _, b in
                 (line.partition(" ") for line in marks.read_text().splitlines()[base:])]
     else:
-        rows = [(t, json.loads(line)["body"].encode()) for t, line in reader.lines[base:]]
+        rows = [(t, json.loads(line)["body"].encode()) for t, line in reader.lines[base:]
+                if line.startswith(b"{")]
     for t_ns, body in rows:
         key = body.decode()
         if key not in sent:
@@ -246,30 +275,47 @@ def mq_latency(store: Path, mode: str, n: int, gap: float, env: dict[str, str], 
         from_put.append((t_ns - t0) / 1e6)
         if sts:
             from_store.append(t_ns / 1e6 - sts)
-    return summarize(from_store, n) | {"from_put": summarize(from_put, n)}
+    res = summarize(from_store, n) | {"from_put": summarize(from_put, n)}
+    if mode == "floor":   # its own clock, before its write: the wait alone, without the pipe and reader
+        own = [json.loads(line)["latencyUs"] / 1000 for _t, line in reader.lines[base:] if line.startswith(b"{")]
+        res["own"] = summarize(own, n)
+    return res
 
 
 def latency_rounds(store: Path, a: argparse.Namespace, env: dict[str, str], work: Path,
                    redis: RedisServer | None = None, rpy: str | None = None) -> dict:
-    """Every mode, ``--rounds`` times, for this tree and ``--baseline`` alternately (so load
-    changes hit both alike), and Redis ``XREADGROUP BLOCK`` once per round beside them: per
-    mode, the median of the rounds' p50 and p99."""
+    """Every mode of ``--modes``, in its order, ``--rounds`` times (so load changes hit all
+    alike); mqctl's modes for this tree and ``--baseline`` alternately. Per mode: the median of
+    the rounds' p50 and p99, and of each round's p99 over the floor's p99 in that round."""
     trees = {"": env}
     if a.baseline is not None:
         trees[" [baseline]"] = dict(env, PYTHONPATH=str(a.baseline.resolve()))
+    modes = [m for m in a.modes.split(",") if m]
+    floor_exe = build_wake_floor(work) if "floor" in modes else None
     runs: dict[str, list[dict]] = {}
     for r in range(a.rounds):
-        if redis is not None and rpy is not None:
-            log(f"latency: redis XREADGROUP BLOCK, {a.messages} messages, round {r + 1}/{a.rounds}")
-            runs.setdefault("redis XREADGROUP BLOCK", []).append(
-                redis_latency(rpy, redis, a.messages, a.gap) | {"from_put": {"received": 0}})
-        for mode in a.modes.split(","):
+        for mode in modes:
+            if mode == "redis":
+                if redis is not None and rpy is not None:
+                    log(f"latency: redis XREADGROUP BLOCK, {a.messages} messages, round {r + 1}/{a.rounds}")
+                    runs.setdefault(REDIS, []).append(
+                        redis_latency(rpy, redis, a.messages, a.gap) | {"from_put": {"received": 0}})
+                continue
+            if mode == "floor":
+                if floor_exe is not None:
+                    log(f"latency: C floor (wake_floor.c), {a.messages} messages, round {r + 1}/{a.rounds}")
+                    d = work / f"lat{r}-floor"
+                    d.mkdir()
+                    runs.setdefault(FLOOR, []).append(
+                        mq_latency(work / f"store{r}", "floor", a.messages, a.gap, env, d, floor_exe))
+                continue
             for tag, tenv in (trees.items() if r % 2 == 0 else reversed(trees.items())):
                 log(f"latency: mqctl consume ({mode}){tag}, {a.messages} messages, round {r + 1}/{a.rounds}")
                 d = work / f"lat{r}-{mode}{'-base' if tag else ''}"
                 d.mkdir()
                 runs.setdefault(f"mqctl {mode}{tag}", []).append(
                     mq_latency(work / f"store{r}{'-base' if tag else ''}", mode, a.messages, a.gap, tenv, d))
+    floor_p99 = [x.get("p99_ms") if x.get("received") else None for x in runs.get(FLOOR, [])]
     out = {}
     for name, rs in runs.items():
         ok = [x for x in rs if x.get("received")]
@@ -278,13 +324,24 @@ def latency_rounds(store: Path, a: argparse.Namespace, env: dict[str, str], work
             continue
         med = {k: statistics.median(x[k] for x in ok) for k in ("p50_ms", "p99_ms", "max_ms")}
         fp = [x["from_put"] for x in ok if x["from_put"].get("received")]
+        x_floor = [x["p99_ms"] / f for x, f in zip(rs, floor_p99) if x.get("received") and f]
         out[name] = {"received": sum(x["received"] for x in ok), "sent": sum(x["sent"] for x in rs),
                      "rounds": len(rs), **med,
                      "from_put": {"received": sum(x["received"] for x in fp),
                                   **{k: statistics.median(x[k] for x in fp) for k in ("p50_ms", "p99_ms")}}
                      if fp else {"received": 0},
-                     "per_round_p50": [round(x["p50_ms"], 2) for x in ok]}
+                     "per_round_p50": [round(x["p50_ms"], 2) for x in ok],
+                     "per_round_p99": [round(x["p99_ms"], 2) for x in ok]}
+        if x_floor:
+            out[name]["p99_x_floor"] = statistics.median(x_floor)
+        own = [x["own"] for x in ok if x.get("own", {}).get("received")]
+        if own:
+            out[name]["own"] = {k: statistics.median(x[k] for x in own) for k in ("p50_ms", "p99_ms", "max_ms")}
     return out
+
+
+REDIS = "redis XREADGROUP BLOCK"
+FLOOR = "C floor (wake_floor.c)"
 
 
 def summarize(lat: list[float], n: int) -> dict:
@@ -365,8 +422,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="latency runs per mqctl mode (median of each)")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="a directory with an older mqctl/ and store/: latency measured for it too, interleaved")
-    ap.add_argument("--modes", default="stdout,exec,exec-bin,orderly",
-                    help="mqctl latency modes to run (exec-bin needs a C compiler)")
+    ap.add_argument("--modes", default="floor,redis,stdout,orderly,exec,exec-bin",
+                    help="latency modes, run in this order every round: floor (wake_floor.c), redis, and"
+                         " mqctl's stdout, orderly, exec, exec-bin (floor and exec-bin need a C compiler)")
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--quick", action="store_true", help="fewer runs, 10 s idle: a smoke run")
     ap.add_argument("--hogs", type=int, default=0,
@@ -454,6 +512,10 @@ def report(res: dict) -> None:
                 cur = res["latency"][name[:-11]]
                 if cur.get("received"):
                     extra += f"   this tree / baseline: p50 {cur['p50_ms'] / v['p50_ms']:.2f}x"
+            if "own" in v:
+                extra += f"   (its own clock before its write: p50 {v['own']['p50_ms']:.2f} p99 {v['own']['p99_ms']:.2f})"
+            if "p99_x_floor" in v and name != FLOOR:
+                extra = f"   p99 / floor's {v['p99_x_floor']:.2f}x" + extra
             print(f"  {name:32s} p50 {v['p50_ms']:6.2f}  p99 {v['p99_ms']:7.2f}  max {v['max_ms']:7.2f}  "
                   f"({v['received']}/{v['sent']}){extra}")
     if "idle" in res:
