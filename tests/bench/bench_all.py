@@ -9,9 +9,11 @@ Not a test. Run from the repository::
 For each hog count in ``--hogs`` (``yes > /dev/null`` processes, started before and ended after
 each part, beside mqctl and its peers alike) it runs
 
-* ``bench_startup.py --skip startup,xargs,idle``: store -> ``consume --json`` stdout,
-  ``--exec`` (a bash handler and a compiled one), ``--orderly``, and Redis ``XREADGROUP BLOCK``,
-  interleaved round by round (``--rounds``), p50/p99 per mode (the median of the rounds');
+* ``bench_startup.py --skip startup,xargs,idle``: the floor (``wake_floor.c``: a C consumer
+  of the same store woken the same way, inotify), Redis ``XREADGROUP BLOCK``, store ->
+  ``consume --json`` stdout, ``--orderly`` and ``--exec`` (a bash handler and a compiled one),
+  interleaved round by round (``--rounds``), p50/p99 per mode (the median of the rounds') and
+  each p99 over the floor's in the same round (the median of the rounds' ratios);
 * ``bench_produce.py --nrss 0``: produce and consume, CLI and Python API, at 100 B-64 KiB
   against Redis Streams; ``--flush sync`` (CLI ``--batch-size 100``, ``send_many`` of 100)
   against Redis ``appendfsync always``; single sync sends against SQLite WAL
@@ -92,13 +94,14 @@ def main() -> None:
             ld = res.get("latency_load", {})
             out(f"latency, store -> consumer (ms), {a.rounds} rounds x {a.messages} messages;"
                 f" load {ld.get('load_start', '?')} -> {ld.get('load_end', '?')}")
-            out(f"  {'':26s} {'p50':>7s} {'p99':>7s} {'max':>7s}  target p99")
+            out(f"  {'':26s} {'p50':>7s} {'p99':>7s} {'max':>7s} {'p99/floor':>9s}  target p99")
             for name, v in res.get("latency", {}).items():
                 if not v.get("received"):
                     out(f"  {name:26s} nothing received")
                     continue
                 target = 15.0 if "exec" in name else (10.0 if name.startswith("mqctl") else None)
-                out(f"  {name:26s} {v['p50_ms']:7.2f} {v['p99_ms']:7.2f} {v['max_ms']:7.2f}  "
+                ratio = f"{v['p99_x_floor']:8.2f}x" if "p99_x_floor" in v and "floor" not in name else f"{'':9s}"
+                out(f"  {name:26s} {v['p50_ms']:7.2f} {v['p99_ms']:7.2f} {v['max_ms']:7.2f} {ratio}  "
                     f"{'<= ' + format(target, 'g') if target else '':7s} {verdict(v['p99_ms'], target, higher=False)}")
         if "produce" not in skip:
             res = run_part("bench_produce.py", ["--nrss", "0", "--reps", str(a.reps), "--mb", str(a.mb),
