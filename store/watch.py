@@ -139,9 +139,7 @@ class Watcher:
             raise ValueError(f"backend must be auto, inotify or poll, not {backend!r}")
         if backend == "auto" and os.environ.get("MQCTL_WATCH", "").lower() == "poll":
             backend = "poll"
-        self.poll_min = poll_min
-        self.poll_max = poll_max
-        self._interval = poll_min
+        self.poll_min, self.poll_max, self._interval = poll_min, poll_max, poll_min
         self.changed: set[Path] = set()
         self.woken = False   # the last wait saw a wake() (see wait)
         self._inst: Instance | None = None        # inotify: our own, or shared (see share)

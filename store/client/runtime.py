@@ -162,9 +162,8 @@ class Runtime:
         return CopySink(self.stage)
 
     def set_retries(self, max_reconsume: int | None, retry_delay_ms: int | None, suspend_ms: int) -> None:
-        """Failed batches: retries before the DLQ (None: 16 concurrent, unlimited
-        orderly), the fixed retry delay instead of the levels (concurrent), and the pause
-        before a retry in place (orderly)."""
+        """Failed batches: retries before the DLQ (None: 16 concurrent, unlimited orderly), the
+        fixed retry delay instead of the levels (concurrent), the pause before a retry in place."""
         self.retrier.set_retries(max_reconsume, retry_delay_ms, suspend_ms)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -412,9 +411,7 @@ class Runtime:
             if keeper.committing:
                 keeper.reap(wait=False)   # a commit done: the pulls it held back may go on
                 if keeper.lag == 1 and keeper.urgent and not keeper.committing:
-                    # an inline sink's last turn, to the writer now: this turn's pull is
-                    # delivered while it is written (OffsetKeeper.room)
-                    keeper.persist_lagging(time.monotonic())
+                    keeper.persist_lagging(time.monotonic())   # written while this turn delivers (room)
             worked = pull_all()
             worked |= dispatch_all()
             worked |= collect(block=False)
@@ -498,7 +495,6 @@ class Runtime:
         if not self.rebalancer.rebalanced_once:
             return False
         ends, offsets = self.puller.end_snapshot, self.keeper.offsets
-        for key, pq in self.held.pqs.items():
-            if offsets.get(key, 0) < ends.get(key, 0) or pq.cached():
-                return False
+        if any(offsets.get(key, 0) < ends.get(key, 0) or pq.cached() for key, pq in self.held.pqs.items()):
+            return False
         return not self.dispatcher.futures and not self.retrier.retry_later
