@@ -57,6 +57,10 @@ def run_command(argv: list[str]) -> None:
     """Run the command line ``argv`` (exits through SystemExit with the command's code)."""
     if not any(v in os.environ for v in _BLAS_THREAD_VARS):
         os.putenv("OPENBLAS_NUM_THREADS", "1")
+    if sys.stdin is None:
+        # Started with standard input closed (``<&-``): read it as empty, and keep descriptor
+        # 0 taken, so that no file the command opens can be read as its input by mistake.
+        sys.stdin = open(os.open(os.devnull, os.O_RDONLY), encoding="utf-8")
     quick = None if os.environ.get(COMPLETE_VAR) else quick_send(argv)
     if quick is None:
         from mqctl.app import main as full

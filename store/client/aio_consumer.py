@@ -7,6 +7,7 @@ import asyncio
 import datetime as _dt
 import operator
 import time
+from pathlib import Path
 from types import TracebackType
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Union
 
@@ -64,7 +65,7 @@ class AsyncConsumer:
     the member cleanly: what was handled is committed and persisted, queue locks are
     released, the member leaves its group and the message in hand is delivered again. The
     arguments and errors are :class:`store.Consumer`'s (bad arguments raise when it is made;
-    a missing store or topic, or a client id in use, at the first await).
+    a missing store or topic too; a client id in use at the first await).
     """
 
     def __init__(self, topic: str, group: str, path: PathLike | None = None, *, orderly: bool = False,
@@ -81,6 +82,7 @@ class AsyncConsumer:
         start_position(start_from)
         tag_filter(tags)
         self.path = resolve_store_path(path)
+        _check_topic(self.path, topic)
         self.topic, self.group = topic, group
         self.client_id = None if client_id is None else names.validate_client_id(client_id)   # (set on joining)
         self.orderly, self.broadcast = bool(orderly), bool(broadcast)
@@ -343,3 +345,15 @@ class AsyncConsumer:
         mode = "orderly" if self.orderly else "concurrently"
         return (f"AsyncConsumer(topic={self.topic!r}, group={self.group!r}, client_id={self.client_id!r}, "
                 f"{'broadcast, ' if self.broadcast else ''}{mode}{', closed' if self._closed else ''})")
+
+
+def _check_topic(path: Path, topic: str) -> None:
+    """StoreNotFoundError / TopicNotFoundError when made, as :class:`store.Consumer` raises
+    them: the store's settings and topic table read, nothing recovered (that waits for the
+    first await, off the loop)."""
+    from store.log.messagestore import Store
+    st = Store.open(path, recover=False)
+    try:
+        st.topic(topic)
+    finally:
+        st.close()

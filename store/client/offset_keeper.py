@@ -207,8 +207,10 @@ class OffsetKeeper:
                     self.urgent = True
 
     def forget(self, key: QueueKey) -> None:
-        """A queue was let go: its offset is no longer ours to move."""
+        """A queue was let go: its offset is no longer ours to move (nor its start to commit:
+        its next owner may have started lower)."""
         self.offsets.pop(key, None)
+        self.starts_wanted.pop(key, None)
 
     def commit(self, offsets: dict[QueueKey, int], increase_only: bool, wait: bool = True) -> set[str]:
         """Write offsets to the store; returns the topics whose offsets were reset meanwhile

@@ -398,8 +398,8 @@ class Runtime:
                     next_rebalance = now + min(0.5, 0.05 * (1.25 ** min(max(0, streak - 8), 20)))
                 watched_locks = rebalancer.watch_locks(self.wake, watched_locks)
             if now >= next_persist:
-                if config.persist_look():   # config/ watched again: look at what it would have said
-                    reset_look, next_rebalance = True, 0.0 if rebalancer.topics_changed() else next_rebalance
+                if config.persist_look():   # the offset table watched again: look for a reset
+                    reset_look = True
                 keeper.persist()
                 if reset_look or polled:
                     keeper.check_reset()

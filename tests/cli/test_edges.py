@@ -446,3 +446,13 @@ def test_readme_install_imports_store_beside_a_store_directory(tmp_path: Path) -
     # five messages back (in queue order, not send order: they went round robin), then the count
     words = res.out.split()
     assert res.returncode == 0 and sorted(words[:5]) == ["1", "2", "3", "4", "5"] and words[5:] == ["5"], str(res)
+
+
+def test_send_with_standard_input_closed_reads_it_as_empty(mq: MQ) -> None:
+    """``mqctl send T <&-`` (a script that closed its input): no input, not an internal error,
+    through the quick path (lines from stdin) and the full one (a flag)."""
+    mq.ok("topic", "create", "T")
+    for extra in ("", " -k k1"):
+        res = mq.shell(f"mqctl send T{extra} <&-")
+        assert res.returncode == 0 and "no input" in res.stderr and "internal error" not in res.stderr, res
+    assert mq.ok("consume", "T", "--no-group", "--from", "first", "--exit-at-end").stdout == b""

@@ -467,8 +467,9 @@ def test_an_async_consumer_opens_the_store_and_joins_off_the_loop(
         mq: MQ, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Opening a store that a writer left dirty recovers it (with fsyncs), and joining takes
     the group's mutex: an AsyncConsumer did both in its constructor, on the event loop. Now
-    the constructor only checks its arguments, and the member is made at its first await,
-    on the loop's commit thread; the recovered message is delivered."""
+    the constructor only checks its arguments, the store and the topic (reading, never
+    recovering), and the member is made at its first await, on the loop's commit thread;
+    the recovered message is delivered."""
     one_queue_topic(path, "T")
     mq.ok("send", "T", "m0")
     killed = mq.run("send", "T", "m1", failpoints="put-after-log")   # the log written, nothing after
@@ -481,8 +482,8 @@ def test_an_async_consumer_opens_the_store_and_joins_off_the_loop(
 
     def spy(real: Callable[..., Any], name: str) -> Callable[..., Any]:
         def call(*args: Any, **kw: Any) -> Any:
-            if threading.get_ident() == loop_thread:
-                on_loop.append(name)
+            if threading.get_ident() == loop_thread and kw.get("recover", True):
+                on_loop.append(name)   # (the constructor's look at the topic opens without recovering)
             if name == "recover":
                 recovered.append(True)
             return real(*args, **kw)
@@ -504,11 +505,10 @@ def test_an_async_consumer_opens_the_store_and_joins_off_the_loop(
     assert on_loop == [], f"on the event loop's thread: {on_loop}"
     assert recovered and got == ["m0", "m1"]
     assert before is None and joined_as is not None and "@" in joined_as
-    with pytest.raises(store.errors.TopicNotFoundError):   # (raised at the first await)
-        async def missing() -> None:
-            async with store.AsyncConsumer("NOPE", "g", path):
-                pass
-        arun(missing)
+    with pytest.raises(store.errors.TopicNotFoundError):   # when made, as store.Consumer
+        store.AsyncConsumer("NOPE", "g", path)
+    with pytest.raises(store.errors.StoreNotFoundError):
+        store.AsyncConsumer("T", "g", mq.root.parent / "no-store-here")
 
 
 def test_transactions_with_async_local_transactions_and_checks(mq: MQ, path: str) -> None:

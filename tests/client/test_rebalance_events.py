@@ -171,8 +171,9 @@ def _woken_by(rt: Runtime, turns: Generator[float | None, bool, None], change: C
 def test_other_members_commits_put_the_offsets_watch_to_sleep_until_the_persist_look(topic: Store) -> None:
     """Every offset commit of every group replaces the offsets table, which a member watches
     only for resets: 16 busy members woke each other ~200 times a second each (half of their
-    CPU). After a few such wake-ups the member stops watching config/ until its next persist
-    look, which watches it again and takes up what it missed: a reset, a topic resized."""
+    CPU). After a few such wake-ups the member stops watching the table until its next persist
+    look, which watches it again and takes up a reset it missed; a topic resized meanwhile
+    wakes it at once."""
     warned: list[str] = []
     opts = ConsumeOptions(topic="T", group="G", client_id="m1", install_signals=False, persist_interval_s=0.2)
     rt = Runtime(topic, opts, warn=warned.append)
@@ -185,14 +186,22 @@ def test_other_members_commits_put_the_offsets_watch_to_sleep_until_the_persist_
         table = ClusterOffsetStore(rt.layout)
         woken = [_woken_by(rt, turns, lambda i=i: table.commit("H", {("T", 0): i})) for i in range(1, 11)]
         assert woken == [True] * BUSY_COMMITS + [False] * (10 - BUSY_COMMITS)
-        # missed while asleep: a forced reset of its own group, and the topic resized
-        table.reset("G", "T", {0: 0})
+        # the topic table stays watched while the offset table is not: a resize is taken up
+        # at once (a message sent to a new queue meanwhile is not left behind)
+        assert rt.layout.consumer_offset_json not in rt.wake.paths
         topic.update_topic("T", 3)
+        assert rt.wake.wait(5) and rt.layout.topics_epoch in rt.wake.changed
+        settle(rt, turns, turns.send(True))
+        assert ("T", 2) in rt.held.pqs
+        # asleep again (the persist looks meanwhile watched the table again): a forced reset
+        # of its own group wakes nobody, and is taken up at the next persist look
+        woken = [_woken_by(rt, turns, lambda i=i: table.commit("H", {("T", 0): i})) for i in range(11, 21)]
+        assert woken[BUSY_COMMITS:] == [False] * (10 - BUSY_COMMITS), woken
+        table.reset("G", "T", {0: 0})
         assert not rt.wake.wait(0)
-        wait_for(lambda: settle(rt, turns, None) and ("T", 2) in rt.held.pqs, 20,
-                 what="the persist look to take up the resize")
-        assert any("offsets of T/0 were reset" in w for w in warned), warned
-        assert _woken_by(rt, turns, lambda: table.commit("H", {("T", 0): 11}))   # watched again
+        wait_for(lambda: settle(rt, turns, None) is not None and any(
+            "offsets of T/0 were reset" in w for w in warned), 20, what="the persist look to see the reset")
+        assert _woken_by(rt, turns, lambda: table.commit("H", {("T", 0): 21}))   # watched again
         turns.close()
     finally:
         rt.shutdown(wait_handlers=False)
