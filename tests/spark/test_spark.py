@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -32,9 +33,10 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 import store.log.format as F  # noqa: E402
 import store.spark.datasource as S  # noqa: E402
-from store.errors import BadInputError, UsageError  # noqa: E402
+from store.errors import BadInputError, OperationError, UsageError  # noqa: E402
 from store.log.messagestore import Store  # noqa: E402
 from store.log.record import Draft, java_hash  # noqa: E402
+from store.spark.errors import store_error  # noqa: E402
 from store.spark.options import ReadOptions, parse_offsets, parse_tags  # noqa: E402
 from store.spark.schema import COLUMNS, SCHEMA, SCHEMA_DDL  # noqa: E402
 from store.spark.sink import SINKS_DIR, SinkLedger, commit_stream_batch  # noqa: E402
@@ -265,6 +267,29 @@ def test_stores_one_per_host(spark: Any, tmp_path: Path) -> None:
         spark.read.format("mqctl").option("stores", "127.0.0.1:relative").load().count()
     with pytest.raises(UsageError, match="applies to batch reads only"):   # what a stream's start asks
         ReadOptions.parse({"stores": listed}, stream=True)
+
+
+@pytest.mark.spark
+def test_stores_task_off_its_host_fails_naming_both_hosts(spark: Any, tmp_path: Path) -> None:
+    """A task of ``stores`` runs where Spark puts it, its host being only a preference: one
+    that runs on another host than its store's fails, naming both, rather than reading
+    whatever store sits at DIR there (the same DIR on every host: the wrong store's
+    messages). In local mode a host other than this machine is such a task."""
+    d = tmp_path / "x"
+    with Store.open(d, create=True) as st:
+        st.create_topic("t", 1)
+        st.put([Draft("t", b"m%d" % i, {}) for i in range(3)])
+    here = socket.gethostname()
+    for listed in (f"no-such-host.invalid:{d}", f"127.0.0.1:{d},no-such-host.invalid:{d}"):
+        with pytest.raises(Exception) as failed:
+            spark.read.format("mqctl").option("stores", listed).option("topic", "t").load().collect()
+        err = store_error(failed.value)
+        assert isinstance(err, OperationError)
+        assert f"the store no-such-host.invalid:{d} was read on {here}:" in str(err)
+        assert "spark.locality.wait" in str(err)
+    for listed in (f"127.0.0.1:{d}", f"localhost:{d}", f"{here}:{d}", f"127.0.0.1:{d},localhost:{d}"):
+        bodies = spark.read.format("mqctl").option("stores", listed).option("topic", "t").load().select("body")
+        assert len(bodies.collect()) == 3 * listed.count(",") + 3
 
 
 @pytest.mark.spark

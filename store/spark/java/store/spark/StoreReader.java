@@ -19,7 +19,8 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * One store per host (the {@code stores} option, {@code HOST:DIR,...}): each store is one
  * partition preferring its host, and is planned there, when its task starts, by the planner
  * of that host's executor (the driver cannot open another host's disk). Then its queues are
- * read together, in commit-log order, by one {@link SliceReader}.
+ * read together, in commit-log order, by one {@link SliceReader}. A task that Spark runs on
+ * another host fails (and is retried elsewhere, up to {@code spark.task.maxFailures}).
  */
 final class StoreReader implements PartitionReader<ColumnarBatch> {
 
@@ -94,6 +95,14 @@ final class StoreReader implements PartitionReader<ColumnarBatch> {
   @Override
   public boolean next() throws IOException {
     if (queues == null) {
+      // Spark takes a preferred host as a hint only (spark.locality.wait): off it, DIR may
+      // still be a store (the same path on every host), another one, read in this one's place.
+      if (!ThisHost.is(store.host())) {
+        throw new StoreError("OperationError", "the store " + store.host() + ":" + store.dir()
+            + " was read on " + ThisHost.name() + ": a task of one store per host must run on"
+            + " its host (raise spark.locality.wait, or put the store on shared storage and"
+            + " use store=)");
+      }
       Map<String, String> opts = new HashMap<>(f.options);
       opts.put("store", store.dir());
       JsonNode plan = Planner.plan(opts, Planner.parse(f.pushed), f.python, f.pythonPath);
