@@ -87,6 +87,7 @@ class OffsetKeeper:
         self.resent = False   # a copy went to the retry topic or DLQ since the last commit
         self.put_off = 0      # lag commits put off in a row because the table was busy
         self.epochs: dict[str, int] = {}
+        self.queues_at_open: dict[str, int] = {}   # the topic's queues then: later ones are all new
         self._reset_look: tuple[int, int, int] | None = None   # the offsets file check_reset last read
         self.offset_store: Any = None   # ClusterOffsetStore, BroadcastOffsetStore or MemoryOffsetStore
         self.stage: Stage | None = None   # an exactly-once stage commits through its outputs' batches
@@ -97,12 +98,10 @@ class OffsetKeeper:
         # it (``persist_wanted``), and the driver runs :meth:`persist` on a thread after the turn
         self.defer_turn_persists = False
         self.persist_wanted = False
-        # computed starts the driver commits off the loop (as :meth:`persist`'s first step)
-        # before it runs the next turn; their queues are not pulled until then
+        # computed starts the driver commits off the loop before the next turn (not pulled till then)
         self.starts_wanted: dict[QueueKey, int] = {}
-        # commits of every turn; ``on_commit`` (a commit was written) wakes the loop.
-        # ``threaded`` False: written in the loop's thread (an event loop driving many
-        # members in one thread starts no thread for each).
+        # commits of every turn; ``on_commit`` (a commit was written) wakes the loop. ``threaded``
+        # False: written in the loop's thread (an event loop of many members starts no thread each)
         self.on_commit: Callable[[], None] = _nothing
         self.threaded = True
         self.held_back = False   # a pull waited for room (:meth:`room`)
@@ -111,6 +110,7 @@ class OffsetKeeper:
     def open(self) -> None:
         """Open the offset store the member's mode uses, and learn the reset epochs."""
         o = self.o
+        self.queues_at_open = {o.topic: self.store.topic(o.topic).queues}
         from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
         if o.no_group:
             self.offset_store = MemoryOffsetStore()
@@ -185,8 +185,8 @@ class OffsetKeeper:
             start = min(max(o.from_offset, lo), hi)
         elif o.from_where == "tail" and o.from_offset is not None:     # kcat's -o -N
             start = max(lo, hi - o.from_offset)
-        else:
-            start = hi
+        else:   # last; a queue added since the member started (topic update) holds only newer ones
+            start = hi if q < self.queues_at_open.get(t, q + 1) else lo
         return start, True
 
     def _read_stored(self, keys: list[QueueKey]) -> dict[QueueKey, int]:

@@ -380,6 +380,8 @@ class Runtime:
                 if rebalancer.renew_locks():
                     next_rebalance = 0.0
                 last_renew = now
+            if config.topics_look(now) and rebalancer.topics_changed():
+                next_rebalance = 0.0   # (config/ not watched while other members commit: configwatch)
             if now >= next_token and not o.no_group:
                 t = members_token(layout, o.group)
                 if t != token:
@@ -387,10 +389,9 @@ class Runtime:
                 next_token = backstop(now + 5.0) if polled else inf
             if now >= next_rebalance:
                 balanced = rebalancer.rebalance()
-                # Waiting for a queue the previous owner is still handing over: its lock file is
-                # watched (a release wakes the loop); look again soon all the same, backing off
-                # to 0.5 s when it stays taken (overlapping --strategy config members, a stuck
-                # holder whose lease runs down).
+                # Waiting for a queue its previous owner still hands over: its lock file is watched (a
+                # release wakes the loop); look again soon all the same, backing off to 0.5 s when it
+                # stays taken (overlapping --strategy config members, a stuck holder whose lease runs down).
                 streak = 0 if balanced else streak + 1
                 if balanced:
                     next_rebalance = backstop(now + o.rebalance_interval_s) if polled else inf
@@ -398,8 +399,8 @@ class Runtime:
                     next_rebalance = now + min(0.5, 0.05 * (1.25 ** min(max(0, streak - 8), 20)))
                 watched_locks = rebalancer.watch_locks(self.wake, watched_locks)
             if now >= next_persist:
-                if config.persist_look():   # the offset table watched again: look for a reset
-                    reset_look = True
+                if config.persist_look():   # config/ watched again: look at what it would have said
+                    reset_look, next_rebalance = True, 0.0 if rebalancer.topics_changed() else next_rebalance
                 keeper.persist()
                 if reset_look or polled:
                     keeper.check_reset()
@@ -429,15 +430,14 @@ class Runtime:
             if self._done():
                 break
             if worked or (keeper.held_back and keeper.writer.written):
-                # (a pull waited for room that a commit written just now has made: its
-                # wake-up may have come before the pull asked, so go on at once)
+                # (a pull waited for room a commit written just now made: its wake-up may have come first)
                 yield None
                 continue
             if keeper.dirty:
                 keeper.persist_idle(bool(dispatcher.futures) and (keeper.every_s > 0 or dispatcher.per_message))
             if dispatcher.idle_check is not None:
                 dispatcher.idle_check()   # stdout's reader went away while nothing was written: stop now
-            due_at = 0.0 if held.retake else min(next_rebalance, delays.at, next_token)   # (reset by an idle commit)
+            due_at = 0.0 if held.retake else min(next_rebalance, delays.at, next_token, config.look_at)
             if keeper.dirty or reset_look or polled:
                 due_at = min(due_at, next_persist)
             if held.locks:
