@@ -207,18 +207,24 @@ def test_the_quick_send_of_stdin_answers_as_the_full_command_line(tmp_path: Path
     assert got[0] == got[1]
 
 
-def test_the_quick_send_imports_no_typer(tmp_path: Path) -> None:
+def _send_modules(tmp_path: Path, *args: str, input: bytes | None = None) -> tuple[Result, set[str]]:
+    """``mqctl --store S send ARGS`` through the script's entry point: its result and every
+    module it had imported when it exited."""
     dump = tmp_path / "modules.json"
     code = ("import atexit, json, sys\n"
             f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
             "sys.argv = ['mqctl'] + sys.argv[1:]\n"
             "from mqctl.entry import main\n"
             "main()\n")
+    cp = run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), "send", *args],
+             env=mqctl_env(None, extra={"NO_COLOR": None}), input=input, timeout=120)
+    return cp, set(json.loads(dump.read_text()))
+
+
+def test_the_quick_send_imports_no_typer(tmp_path: Path) -> None:
     for _ in range(2):   # the second send: a store that exists, as in a shell loop
-        cp = run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), "send", "t", "x"],
-                 env=mqctl_env(None, extra={"NO_COLOR": None}), timeout=120)
+        cp, mods = _send_modules(tmp_path, "t", "x")
     assert cp.returncode == 0, cp.stderr
-    mods = set(json.loads(dump.read_text()))
     assert not offenders(mods, ("typer", "rich", "click", "mqctl.app", "mqctl.options") + FORBIDDEN_ON_SEND), \
         offenders(mods, ("typer", "rich", "click", "mqctl.app", "mqctl.options"))
 
@@ -227,16 +233,7 @@ def test_the_quick_send_of_stdin_imports_no_typer(tmp_path: Path) -> None:
     """``producer | mqctl send TOPIC``: no Typer, no console stack, no other command group;
     big lines (their record CRCs combined through zlib's library) without ``ctypes.util``,
     which runs ``ldconfig`` in a subprocess to find it."""
-    dump = tmp_path / "modules.json"
-    code = ("import atexit, json, sys\n"
-            f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
-            "sys.argv = ['mqctl'] + sys.argv[1:]\n"
-            "from mqctl.entry import main\n"
-            "main()\n")
-    cp = run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), "send", "t"],
-             env=mqctl_env(None, extra={"NO_COLOR": None}), input=b"a\nb\n" + (b"x" * 65536 + b"\n") * 3,
-             timeout=120)
+    cp, mods = _send_modules(tmp_path, "t", input=b"a\nb\n" + (b"x" * 65536 + b"\n") * 3)
     assert cp.returncode == 0 and "sent 5 messages" in cp.stderr, cp.stderr
-    mods = set(json.loads(dump.read_text()))
     unwanted = ("typer", "rich", "click", "mqctl.app", "mqctl.options", "ctypes.util", "subprocess") + OTHER_GROUPS
     assert not offenders(mods, unwanted), offenders(mods, unwanted)
