@@ -20,9 +20,14 @@ each part, beside mqctl and its peers alike) it runs
   ``synchronous=FULL``; 64 KiB against the C floor (``pipe_floor.c``), ``--reps``
   interleaved repetitions, medians;
 
+* ``bench_members.py --skip idle``: one group's members (1-16) on 16 queues, throughput and
+  CPU a message, and how fast 16 members started together settle;
+
 and prints one table: the machine's load during each part, each figure, its target, and
 whether it is met. The parts' own JSON results stay in ``bench-results/``; the table is
-written there too (``all-<UTC>.txt``).
+written there too (``all-<UTC>.txt``), and all the parts' results in one file
+(``all-<UTC>.json``). ``--readme`` then writes the README's performance tables from them
+(``report.py``); ``--render all-<UTC>.json --readme`` does that again from a saved run.
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ import sys
 import time
 from pathlib import Path
 
+import report
 from hogs import loadavg
 
 HERE = Path(__file__).resolve().parent
@@ -70,8 +76,17 @@ def main() -> None:
     ap.add_argument("--nmax", type=int, default=500_000, help="most messages per produce run")
     ap.add_argument("--rounds", type=int, default=3, help="latency rounds (each mode and Redis per round)")
     ap.add_argument("--messages", type=int, default=200, help="messages per latency run")
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: latency,produce")
+    ap.add_argument("--members-reps", type=int, default=3, help="repetitions of bench_members")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: latency,produce,members")
+    ap.add_argument("--readme", action="store_true", help="write the README's performance tables from the run")
+    ap.add_argument("--render", type=Path, help="a saved all-<UTC>.json: render it (with --readme) and run nothing")
     a = ap.parse_args()
+    if a.render:
+        saved = json.loads(a.render.read_text())
+        print(report.render(saved))
+        if a.readme:
+            write_readme(saved)
+        return
     skip = set(filter(None, a.skip.split(",")))
     RESULTS.mkdir(exist_ok=True)
     lines: list[str] = []
@@ -81,16 +96,22 @@ def main() -> None:
         print(text, flush=True)
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=REPO).stdout.strip()
+    run: dict = {"started": started, "commit": commit, "cores": os.cpu_count(), "load_start": loadavg(),
+                 "parts": []}
     out(f"mqctl against its peers, {started}; {os.cpu_count()} cores; load at start {loadavg()}")
-    out(f"commit {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=REPO).stdout.strip()}"
-        f"; {a.reps} interleaved repetitions, medians (min-max) of per-repetition ratios")
+    out(f"commit {commit}; {a.reps} interleaved repetitions, medians (min-max) of per-repetition ratios")
     for hogs in [int(x) for x in a.hogs.split(",") if x]:
+        part: dict = {"hogs": hogs}
+        run["parts"].append(part)
         out()
         out(f"=== {hogs} CPU hog{'s' if hogs != 1 else ''} (yes > /dev/null) ===")
         if "latency" not in skip:
             res = run_part("bench_startup.py", ["--skip", "startup,xargs,idle", "--hogs", str(hogs),
                                                 "--rounds", str(a.rounds), "--messages", str(a.messages)],
                            "startup")
+            part["latency"] = res
             ld = res.get("latency_load", {})
             out(f"latency, store -> consumer (ms), {a.rounds} rounds x {a.messages} messages;"
                 f" load {ld.get('load_start', '?')} -> {ld.get('load_end', '?')}")
@@ -106,6 +127,7 @@ def main() -> None:
         if "produce" not in skip:
             res = run_part("bench_produce.py", ["--nrss", "0", "--reps", str(a.reps), "--mb", str(a.mb),
                                                 "--nmax", str(a.nmax), "--hogs", str(hogs)], "produce")
+            part["produce"] = res
             m = res["machine"]
             out(f"throughput (msgs/s), N per size {res['counts']}; load per repetition:"
                 f" {'; '.join(m.get('loadavg_per_rep', []))}")
@@ -123,11 +145,40 @@ def main() -> None:
                 name = k.split(" (target")[0]
                 out(f"  {name:52s} {v['median']:6.2f}  ({v['min']:.2f}-{v['max']:.2f})"
                     f"  {'>= ' + format(target, 'g') if target else '':6s} {verdict(v['median'], target)}")
+        if "members" not in skip:
+            res = run_part("bench_members.py", ["--skip", "idle", "--reps", str(a.members_reps),
+                                                "--hogs", str(hogs)], "members")
+            part["members"] = res
+            out(f"one group's members, {res['count']:,} x 100 B on {res['queues']} queues;"
+                f" load {res['load_start']} -> {res['load_end']}")
+            rate = res.get("rate", {}).get("this", {})
+            if rate:
+                one = rate[str(min(int(k) for k in rate))]["rate"]["median"]
+                for n, v in sorted(rate.items(), key=lambda kv: int(kv[0])):
+                    x = v["rate"]["median"] / one
+                    out(f"  {n:>2} members {v['rate']['median']:12,.0f} msgs/s  x1 {x:5.2f}"
+                        f"  {v['cpu_us_per_msg']['median']:5.2f} CPU us/msg  >= 1 {verdict(x, 1.0)}")
+            st = res.get("settle", {}).get("this")
+            if st:
+                out(f"  16 started together: settled {st['settle']['median']:.2f} s after the last join"
+                    f"  <= 2 {verdict(st['settle']['median'], 2.0, higher=False)};"
+                    f" a joiner's queue after {st['joiner']['median']:.2f} s"
+                    f"  <= 0.5 {verdict(st['joiner']['median'], 0.5, higher=False)}")
     out()
     out(f"load at end {loadavg()}")
+    run["load_end"] = loadavg()
     path = RESULTS / f"all-{started.replace(':', '')}.txt"
     path.write_text("\n".join(lines) + "\n")
-    print(f"\nwritten to {path}", file=sys.stderr)
+    path.with_suffix(".json").write_text(json.dumps(run, indent=2) + "\n")
+    print(f"\nwritten to {path} and {path.with_suffix('.json').name}", file=sys.stderr)
+    if a.readme:
+        write_readme(run)
+
+
+def write_readme(run: dict) -> None:
+    readme = REPO / "README.md"
+    readme.write_text(report.replace_block(readme.read_text(), report.render(run)))
+    print(f"README.md's performance tables written from the run of {run['started']}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,127 @@
+"""The README's performance tables, rendered from the results of ``bench_all.py``.
+
+Not a test. ``bench_all.py --readme`` writes them into README.md between the two marker
+lines below (the prose around them is written by hand and cites no figure of a run), and
+``bench_all.py --render bench-results/all-<UTC>.json --readme`` does so again from a saved
+run without running anything.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+BEGIN = "<!-- bench_all.py --readme: generated from here -->"
+END = "<!-- bench_all.py --readme: generated up to here -->"
+
+SIZES = [("100", "100 B"), ("1k", "1 KiB"), ("4k", "4 KiB"), ("64k", "64 KiB")]
+THROUGHPUT = [
+    ("produce_{}_vs_redis_xadd_p1000", "`cat FILE \\| mqctl send` / pipelined `XADD`"),
+    ("api_produce_{}_vs_redis_xadd_p1000", "`Producer.send_many` / pipelined `XADD`"),
+    ("consume_{}_vs_redis_xreadgroup_xack", "`consume -e > /dev/null` / `XREADGROUP`+`XACK`"),
+    ("api_consume_{}_vs_redis_xreadgroup_xack", "`Consumer.messages()` / `XREADGROUP`+`XACK`"),
+]
+LATENCY_NAMES = {"C floor (wake_floor.c)": "floor (`wake_floor.c`)",
+                 "redis XREADGROUP BLOCK": "Redis `XREADGROUP BLOCK`"}
+
+
+def _ratio(ratios: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """The ratio named ``key``, with or without its ``(target >= x)`` suffix."""
+    for k, v in ratios.items():
+        if k == key or k.startswith(key + " (target"):
+            return None if math.isnan(v["median"]) else dict(v)
+    return None
+
+
+def _cell(r: dict[str, Any] | None, target: float | None = None) -> str:
+    if r is None:
+        return "–"
+    text = f"{r['median']:.2f} ({r['min']:.2f}–{r['max']:.2f})"
+    return f"**{text}**" if target is not None and r["median"] < target else text
+
+
+def latency(res: dict[str, Any]) -> list[str]:
+    ld = res.get("latency_load", {})
+    out = [f"Latency, store → the consumer's output, p50 / p99 ms (medians of the rounds; load "
+           f"{ld.get('load_start', '?')} → {ld.get('load_end', '?')}; target p99 ≤ 10, `--exec` ≤ 15):", "",
+           "| mode | p50 | p99 | p99 / floor's |", "|---|---|---|---|"]
+    for name, v in res.get("latency", {}).items():
+        label = LATENCY_NAMES.get(name, f"`{name}`")
+        if not v.get("received"):
+            out.append(f"| {label} | nothing received | | |")
+            continue
+        x = v.get("p99_x_floor")
+        floor_x = f"{x:.2f}" if x is not None and "floor" not in name else ""
+        out.append(f"| {label} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} | {floor_x} |")
+    return out
+
+
+def throughput(res: dict[str, Any]) -> list[str]:
+    ratios = res["ratios"]
+    counts = res.get("counts", {})
+    loads = "; ".join(res.get("machine", {}).get("loadavg_per_rep", []))
+    n = ", ".join(f"{int(v):,} × {lbl}" for (tag, lbl), v in zip(SIZES, counts.values()))
+    out = [f"Throughput, mqctl / Redis Streams (medians of the repetitions' ratios, min–max; N: {n};"
+           f" load per repetition: {loads or '?'}; target ≥ 2, below it in bold):", "",
+           "| mqctl / Redis | " + " | ".join(lbl for _t, lbl in SIZES) + " |",
+           "|---|" + "---|" * len(SIZES)]
+    for key, label in THROUGHPUT:
+        cells = [_cell(_ratio(ratios, key.format(tag)), 2.0) for tag, _l in SIZES]
+        if any(c != "–" for c in cells):
+            out.append(f"| {label} | " + " | ".join(cells) + " |")
+    durable = [("sync_b100_100_vs_redis_always_p100", "`mqctl send --flush sync --batch-size 100`"
+                " / Redis `appendfsync always`, pipelines of 100, 100 B", 1.5),
+               ("api_sync_many100_100_vs_redis_always_p100", "`Producer(flush=\"sync\").send_many` of 100"
+                " / the same, 100 B", 1.5),
+               ("api_sync_single_100_vs_sqlite_wal_full", "single `Producer(flush=\"sync\").send`"
+                " / SQLite WAL `synchronous=FULL` inserts, 100 B", 1.0),
+               ("produce_64k_vs_c_floor", "`cat FILE \\| mqctl send`, 64 KiB lines / `pipe_floor.c`", 0.8)]
+    out += ["", "| durable sends and the pipe floor | ratio | target |", "|---|---|---|"]
+    for key, label, target in durable:
+        r = _ratio(ratios, key)
+        if r is not None:
+            out.append(f"| {label} | {_cell(r, target)} | ≥ {target:g} |")
+    return out
+
+
+def members(res: dict[str, Any]) -> list[str]:
+    rate = res.get("rate", {}).get("this")
+    out: list[str] = []
+    if rate:
+        one = rate[str(min(int(k) for k in rate))]["rate"]["median"]
+        out += [f"One group's members on a topic of {res.get('queues', '?')} queues, {res.get('count', 0):,} × 100 B"
+                f" stored after the group settled (load {res.get('load_start', '?')} → {res.get('load_end', '?')};"
+                f" target: never below one member):", "",
+                "| members | msgs/s (min–max) | × one member | CPU µs a message, all members |", "|---|---|---|---|"]
+        for n, v in sorted(rate.items(), key=lambda kv: int(kv[0])):
+            r, cpu = v["rate"], v["cpu_us_per_msg"]
+            x = r["median"] / one
+            xs = f"**{x:.2f}**" if x < 1.0 else f"{x:.2f}"
+            out.append(f"| {n} | {r['median']:,.0f} ({r['min']:,.0f}–{r['max']:,.0f}) | {xs} | {cpu['median']:.2f} |")
+    settle = res.get("settle", {}).get("this")
+    if settle:
+        out += ["", f"16 members started together: all joined {settle['join_all']['median']:.2f} s after the"
+                f" launch, every queue held {settle['settle']['median']:.2f} s after the last join (≤ 2 s);"
+                f" a member joining a settled group had its queue {settle['joiner']['median']:.2f} s after"
+                f" joining (≤ 0.5 s)."]
+    return out
+
+
+def render(run: dict[str, Any]) -> str:
+    """The generated block (markers included) for one ``bench_all.py`` run."""
+    lines = [BEGIN, "", f"Run {run['started']} at commit `{run['commit']}`, {run['cores']} cores;"
+             f" load at the start {run['load_start']}, at the end {run.get('load_end', '?')}."]
+    for part in run["parts"]:
+        hogs = part["hogs"]
+        lines += ["", f"#### {'Quiet (no CPU hog of ours)' if hogs == 0 else f'Beside {hogs} CPU hogs'}"]
+        for name, fn in (("latency", latency), ("produce", throughput), ("members", members)):
+            if part.get(name):
+                lines += [""] + fn(part[name])
+    return "\n".join(lines + ["", END])
+
+
+def replace_block(readme: str, block: str) -> str:
+    """``readme`` with the text between the markers (both included) replaced by ``block``."""
+    start, end = readme.find(BEGIN), readme.find(END)
+    if start < 0 or end < start:
+        raise SystemExit(f"README.md has no block between {BEGIN!r} and {END!r}")
+    return readme[:start] + block + readme[end + len(END):]
