@@ -364,6 +364,7 @@ class ClusterOffsetStore:
                 unless: Callable[[], bool] | None = None) -> None:
         """``others``: a write merges the members' published commits (``offsetpending.py``);
         ``unless`` (asked while the lock is busy): True when there is nothing left to do."""
+        merged: list[Path] = []
         with _exclusive(lock_beside(self.path), timeout, unless) as locked:
             if not locked:
                 return
@@ -390,8 +391,9 @@ class ClusterOffsetStore:
                 offsettable.write(self.layout, loaded, lost_before, applied_before, sync=sync)
                 st = os.stat(self.path)   # (a consumer woken by the file replaced tells its own commits by it)
                 self.last_written = (st.st_ino, st.st_mtime_ns, st.st_size)
-                for path in [p.path for p in pending] + bad:
-                    offsetpending.withdraw(path)
+                merged = [p.path for p in pending] + bad
+        for path in merged:   # after the lock: a file published again meanwhile only costs its owner a write
+            offsetpending.withdraw(path)
 
 
 # -- broadcasting: offsets/<clientId>/<group>/offsets.json -----------------------------------
