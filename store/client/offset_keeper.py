@@ -229,9 +229,9 @@ class OffsetKeeper:
                 self.offset_store.update(t, q, off, increase_only=increase_only)
             self.offset_store.persist(self.held.keys() | set(offsets))
             return set()
-        skipped: set[str] = self.offset_store.commit(self.o.group, offsets, increase_only=increase_only,
-                                                     expected_epochs=self.epochs,
-                                                     timeout=LOCK_TIMEOUT_S if wait else 0.0)
+        skipped: set[str] = self.offset_store.commit(  # (published: a member writing the table writes them too)
+            self.o.group, offsets, increase_only=increase_only, expected_epochs=self.epochs,
+            timeout=LOCK_TIMEOUT_S if wait else 0.0, publish_as=None if self.o.orderly else self.o.client_id)
         return skipped
 
     def _commit_stage(self, offsets: dict[QueueKey, int]) -> None:

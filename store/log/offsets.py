@@ -10,7 +10,8 @@ healing in ``offsettable.py``), with the offsets journal ``config/consumerOffset
 it is the snapshot (``offsetjournal.py``).
 
 Members of every group persist into this one table from their own processes, each change a
-read-modify-write under a lock on ``consumerOffset.json.lock``: appended to the journal, then
+read-modify-write under a lock on ``consumerOffset.json.lock`` (or done by another member's
+write: ``offsetpending.py``): appended to the journal, then
 the snapshot published with :func:`fsutil.atomic_write_json` (temp file, fsync, rename, ``.bak``
 kept). Readers take no lock, and apply journal records past the snapshot's ``journalEnd`` (a
 writer between the two steps) and exactly-once stages' offset commits past its
@@ -46,10 +47,10 @@ from pathlib import Path
 from typing import Any
 
 from store import fsutil
-from store.errors import CorruptionError, StoreError, UsageError, io_error
+from store.errors import CorruptionError, UsageError, io_error
 from store.flock import wait_flock
 from store.layout import Layout, lock_beside
-from store.log import offsetcommits, offsettable
+from store.log import offsetcommits, offsetpending, offsettable
 from store.log.offsettable import (
     NO_OFFSET,
     TOPIC_GROUP_SEPARATOR,
@@ -69,7 +70,7 @@ from store.names import (
 )
 
 __all__ = ["NO_OFFSET", "TOPIC_GROUP_SEPARATOR", "BroadcastOffsetStore", "ClusterOffsetStore", "GroupOffsets",
-           "clamp_to_queue_ends", "table_key"]
+           "table_key"]
 
 LOCK_TIMEOUT_S = 30.0
 
@@ -84,16 +85,17 @@ def warn_stderr(message: str) -> None:
 
 
 @contextmanager
-def _exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold an exclusive flock on ``lock_path`` (created 0600, never deleted) for the block."""
+def _exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S,
+               unless: Callable[[], bool] | None = None) -> Iterator[bool]:
+    """Hold an exclusive flock on ``lock_path`` (created 0600, never deleted) for the block;
+    it gets False, the lock not taken, when ``unless`` ended the wait (``flock.wait_flock``)."""
     fsutil.ensure_dir(lock_path.parent)
     try:
         fd = fsutil.open_private(lock_path, os.O_RDWR | os.O_CREAT)
     except OSError as exc:
         raise io_error(exc, f"open {lock_path}") from exc
     try:
-        wait_flock(fd, lock_path, timeout)
-        yield
+        yield wait_flock(fd, lock_path, timeout, unless=unless)
     finally:
         os.close(fd)  # closing the descriptor releases the lock, as does a crash
 
@@ -199,6 +201,7 @@ class ClusterOffsetStore:
         increase_only: bool = True,
         expected_epochs: Mapping[str, int] | None = None,
         timeout: float = LOCK_TIMEOUT_S,
+        publish_as: str | None = None,
     ) -> set[str]:
         """Merge ``offsets`` ((topic, queueId) → next offset) into the table.
 
@@ -209,6 +212,8 @@ class ClusterOffsetStore:
         topics: the caller must reload them (:meth:`snapshot`) before committing again.
         ``timeout``: seconds to wait for the table's lock (LockHeldError after; 0: fail at
         once when another process is committing, for a caller that can commit later).
+        ``publish_as`` (a client id; increase-only commits): the offsets are published first,
+        for any member writing the table meanwhile to write them too (``offsetpending.py``).
         """
         validate_group(group)
         for (topic, queue_id), offset in offsets.items():
@@ -230,9 +235,25 @@ class ClusterOffsetStore:
             return changed
 
         if offsets:
+            mine = offsetpending.publish(self.layout, group, publish_as, offsets, expected_epochs or {}) \
+                if publish_as is not None and increase_only else None
+            look: list[Any] = [None]
+
+            def written() -> bool:   # by another member's write (checked between tries of the lock)
+                try:
+                    st = os.stat(self.path)
+                except OSError:
+                    return False
+                if look[0] == (st.st_ino, st.st_mtime_ns, st.st_size):
+                    return False
+                look[0] = (st.st_ino, st.st_mtime_ns, st.st_size)
+                return offsettable.snapshot_holds(self.path, group, dict(offsets), dict(expected_epochs or {}))
             # Content fsynced before the rename (never a torn table), the rename not: a cut may
             # keep the previous commit (delivered again: at-least-once). Saves an fsync a turn.
-            self._update(merge, sync=False, timeout=timeout)
+            self._update(merge, sync=False, timeout=timeout, others=mine is not None,
+                         unless=written if mine is not None else None)
+            if mine is not None:
+                offsetpending.withdraw(mine)   # (in the table now, by this write or another's)
         return skipped
 
     def reset(self, group: str, topic: str, offsets: Mapping[int, int], durable_end: int = 0) -> int:
@@ -339,8 +360,14 @@ class ClusterOffsetStore:
 
     def _update(self, mutate: Callable[[ClusterTable], bool], sync: bool = True,
                 on_lost: Callable[[ClusterTable, set[str]], bool] | None = None, durable_end: int = 0,
-                timeout: float = LOCK_TIMEOUT_S) -> None:
-        with _exclusive(lock_beside(self.path), timeout):
+                timeout: float = LOCK_TIMEOUT_S, others: bool = False,
+                unless: Callable[[], bool] | None = None) -> None:
+        """``others``: a write merges the members' published commits (``offsetpending.py``);
+        ``unless`` (asked while the lock is busy): True when there is nothing left to do."""
+        merged: list[Path] = []
+        with _exclusive(lock_beside(self.path), timeout, unless) as locked:
+            if not locked:
+                return
             loaded = offsettable.load(self.layout)
             if loaded.unknown and on_lost is None:
                 self._load()   # raises: only recovery starts such a table over
@@ -358,9 +385,15 @@ class ClusterOffsetStore:
                 changed = True
             # After a fallback, write even when nothing changed: it repairs the snapshot.
             if changed or loaded.repair:
+                pending, bad = offsetpending.read_all(self.layout) if others else ([], [])
+                for p in pending:
+                    offsetpending.merge(loaded.table, p)
                 offsettable.write(self.layout, loaded, lost_before, applied_before, sync=sync)
                 st = os.stat(self.path)   # (a consumer woken by the file replaced tells its own commits by it)
                 self.last_written = (st.st_ino, st.st_mtime_ns, st.st_size)
+                merged = [p.path for p in pending] + bad
+        for path in merged:   # after the lock: a file published again meanwhile only costs its owner a write
+            offsetpending.withdraw(path)
 
 
 # -- broadcasting: offsets/<clientId>/<group>/offsets.json -----------------------------------
@@ -457,44 +490,3 @@ def broadcast_offset_files(layout: Layout, group: str | None = None) -> list[tup
         out += [(cid, g) for g in groups if NAME_RE.match(g) and layout.broadcast_offsets(cid, g).exists()]
     return sorted(out)
 
-
-def clamp_to_queue_ends(layout: Layout, queue_end: Callable[[str, int], int],
-                        warn: Warn | None = None) -> list[str]:
-    """Move every committed offset that points past its queue's end back to that end, for
-    clustering groups and broadcast clients alike; returns one line per offset moved.
-
-    Recovery calls this after a power cut has shortened a queue. Consumers may have committed
-    offsets for messages that were never durable (async sends, or a sync batch read before its
-    fsync); new messages then take those queue offsets again, and a group whose offset stayed
-    ahead would never see them. ``queue_end(topic, queue_id)`` is the queue's max offset, or a
-    negative number for a queue that no longer exists (left alone)."""
-    say = warn or warn_stderr
-    moved: list[str] = []
-    cluster = ClusterOffsetStore(layout, warn)
-    for group in cluster.groups():
-        by_topic: dict[str, dict[int, int]] = {}
-        for (topic, queue_id), offset in cluster.read_group(group).items():
-            end = queue_end(topic, queue_id)
-            if 0 <= end < offset:
-                by_topic.setdefault(topic, {})[queue_id] = end
-                moved.append(f"group {group}: {topic}/{queue_id} offset {offset} -> {end}")
-        for topic, ends in by_topic.items():
-            cluster.reset(group, topic, ends)
-    for client_id, group in broadcast_offset_files(layout):
-        try:
-            store = BroadcastOffsetStore(layout, client_id, group, warn)
-            table = store.load()
-        except StoreError:
-            continue   # a name that is not ours, or an unreadable file: `store check` reports it
-        owned = []
-        for (topic, queue_id), offset in table.items():
-            end = queue_end(topic, queue_id)
-            if 0 <= end < offset:
-                store.update(topic, queue_id, end, increase_only=False)
-                owned.append((topic, queue_id))
-                moved.append(f"broadcast client {client_id} of group {group}: "
-                             f"{topic}/{queue_id} offset {offset} -> {end}")
-        store.persist(owned)
-    for line in moved:
-        say(f"{line} (the queue is shorter after a crash: messages sent from now on are delivered)")
-    return moved

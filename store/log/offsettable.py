@@ -228,6 +228,31 @@ def _read_copy(path: Path) -> tuple[ClusterTable | None, int | None, str | None,
     return table, je, None, raw
 
 
+def snapshot_holds(path: Path, group: str, offsets: dict[tuple[str, int], int], epochs: dict[str, int]) -> bool:
+    """Whether the snapshot at ``path`` (when its crc checks: what of the table is durable, the
+    journal's tail is not fsynced) has every queue of ``offsets`` at least that far, under the
+    reset epochs ``epochs`` (topic -> epoch; one not listed is 0). Read as JSON alone: it is
+    asked often, by members waiting while another writes the table (``offsetpending.py``)."""
+    try:
+        obj = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    if fsutil.crc_problem(obj) is not None:
+        return False
+    queues, reset = obj.get("offsetTable"), obj.get("resetEpoch", {})
+    if not isinstance(queues, dict) or not isinstance(reset, dict):
+        return False
+    for (topic, queue_id), offset in offsets.items():
+        key = table_key(topic, group)
+        stored = queues.get(key)
+        if reset.get(key, 0) != epochs.get(topic, 0) or not isinstance(stored, dict):
+            return False
+        have = stored.get(str(queue_id))
+        if not is_int(have) or have < offset:
+            return False
+    return True
+
+
 def load(layout: Layout) -> Loaded:
     """The table from the snapshot, its ``.bak`` and the journal (see the module docstring)."""
     path = layout.consumer_offset_json

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from store.errors import StoreError
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
 from store.layout import Layout
 from store.log import offsetcommits, offsets
@@ -153,13 +154,53 @@ def _clamp_tx(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]:
     return []
 
 
+def _clamp_offsets(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]:
+    """Move every committed offset that points past its queue's end back to that end, for
+    clustering groups and broadcast clients alike; returns one line per offset moved.
+
+    Recovery calls this after a power cut has shortened a queue. Consumers may have committed
+    offsets for messages that were never durable (async sends, or a sync batch read before its
+    fsync); new messages then take those queue offsets again, and a group whose offset stayed
+    ahead would never see them. ``queue_end(topic, queue_id)`` is the queue's max offset, or a
+    negative number for a queue that no longer exists (left alone)."""
+    moved: list[str] = []
+    cluster = offsets.ClusterOffsetStore(layout, warn)
+    for group in cluster.groups():
+        by_topic: dict[str, dict[int, int]] = {}
+        for (topic, queue_id), offset in cluster.read_group(group).items():
+            end = queue_end(topic, queue_id)
+            if 0 <= end < offset:
+                by_topic.setdefault(topic, {})[queue_id] = end
+                moved.append(f"group {group}: {topic}/{queue_id} offset {offset} -> {end}")
+        for topic, ends in by_topic.items():
+            cluster.reset(group, topic, ends)
+    for client_id, group in offsets.broadcast_offset_files(layout):
+        try:
+            store = offsets.BroadcastOffsetStore(layout, client_id, group, warn)
+            table = store.load()
+        except StoreError:
+            continue   # a name that is not ours, or an unreadable file: `store check` reports it
+        owned = []
+        for (topic, queue_id), offset in table.items():
+            end = queue_end(topic, queue_id)
+            if 0 <= end < offset:
+                store.update(topic, queue_id, end, increase_only=False)
+                owned.append((topic, queue_id))
+                moved.append(f"broadcast client {client_id} of group {group}: "
+                             f"{topic}/{queue_id} offset {offset} -> {end}")
+        store.persist(owned)
+    for line in moved:
+        warn(f"{line} (the queue is shorter after a crash: messages sent from now on are delivered)")
+    return moved
+
+
 # -- all of them ---------------------------------------------------------------------------------
 
 def clamp_to_queue_ends(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]:
     """Move every reader position past its queue's end back to that end; warn and return one
     line per position moved. ``queue_end(topic, queue_id)`` is the queue's max offset, or a
     negative number for a queue that does not exist (its positions are left alone)."""
-    moved = offsets.clamp_to_queue_ends(layout, queue_end, warn)
+    moved = _clamp_offsets(layout, queue_end, warn)
     for line in _clamp_delay(layout, queue_end) + _clamp_tx(layout, queue_end, warn):
         warn(line)
         moved.append(line)

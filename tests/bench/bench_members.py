@@ -14,6 +14,13 @@ cost (issue 30), this checkout against a baseline checkout in the same run. Not 
   then, one of them stopped and the 15 left holding every queue, a new member joining: seconds
   from its join (its member record written, the moment it starts consuming) until the split
   gives it its queue;
+* floor: what any program of this shape reaches on this machine, with none of mqctl's work (no
+  group, no offsets, no wake-ups): ``--count`` messages stored first, then ``--queues``
+  processes each reading one queue's consume-queue entries and its records from the store's
+  files (mmap) and writing each body as a line to stdout, against one such process reading
+  every queue; msgs/s from a go sent to all of them (after each has started and mapped the
+  files) to the last line out, and their CPU per message. Records are framed (size, body
+  length) but their CRCs not checked: a floor, not a reader;
 * idle: ``--idle-consumers`` consumers of as many groups in one process, sync
   (``store.Consumer.messages()`` in a thread each) and asyncio (``async for``), waiting:
   CPU of the process over ``--idle-s`` seconds (from 5 s after they started; the process's
@@ -87,6 +94,78 @@ def rate(members: int, queues: int, count: int) -> dict[str, Any]:
             st.close()
     return {"rate": count / max(last - first, 1e-9), "rate_stored": count / max(last - stored, 1e-9),
             "cpu_us_per_msg": (cpu1 - cpu0) / count * 1e6}
+
+
+def floor(procs: int, queues: int, count: int) -> dict[str, Any]:
+    from mqctl import benchrun as br
+    with br.Scratch(None) as scratch:
+        st = scratch.open()
+        st.create_topic("B", queues)
+        st.put_bodies("B", [b"x" * 100] * count)
+        st.close()
+        share = [list(range(queues))[i::procs] for i in range(procs)]
+        children = [subprocess.Popen([sys.executable, __file__, "--child", json.dumps(
+            {"what": "floor-reader", "root": str(scratch.root), "queues": qs})],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE) for qs in share]
+        for c in children:
+            assert c.stdout is not None and c.stdout.read(1) == b"R"   # started, files mapped
+        cpu0 = sum(cpu_of(c.pid) for c in children)
+        sel = selectors.DefaultSelector()
+        for c in children:
+            assert c.stdout is not None
+            os.set_blocking(c.stdout.fileno(), False)
+            sel.register(c.stdout.fileno(), selectors.EVENT_READ)
+        t0 = time.perf_counter()
+        for c in children:
+            assert c.stdin is not None
+            c.stdin.write(b"g")
+            c.stdin.close()
+        lines, last = 0, t0
+        while lines < count:
+            for _fd, data in br.ready_chunks(sel, 1.0):
+                last = time.perf_counter()
+                lines += data.count(b"\n")
+        cpu1 = sum(cpu_of(c.pid) for c in children)   # (they wait for the pipe's end meanwhile)
+        for c in children:
+            c.wait()
+        sel.close()
+    return {"rate": count / max(last - t0, 1e-9), "cpu_us_per_msg": (cpu1 - cpu0) / count * 1e6}
+
+
+def floor_reader(root: Path, queues: list[int]) -> None:
+    """One process of the floor: every record of ``queues`` of topic B, body per line."""
+    import bisect
+    import mmap
+    import struct
+    entry = struct.Struct(">qiq")
+    blen_at = struct.Struct(">i").unpack_from
+    logdir = root / "commitlog"
+    bases = sorted(int(n) for n in os.listdir(logdir) if n.isdigit())
+    maps = []
+    for b in bases:
+        with open(logdir / f"{b:020d}", "rb") as f:
+            maps.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
+    out = os.fdopen(1, "wb", buffering=0)
+    out.write(b"R")
+    sys.stdin.buffer.read(1)
+    for q in queues:
+        qdir = root / "consumequeue" / "B" / str(q)
+        data = b"".join((qdir / n).read_bytes() for n in sorted(os.listdir(qdir), key=int))
+        lines: list[bytes] = []
+        for phys, size, _tag in entry.iter_unpack(data):
+            if size <= 0:
+                break   # the file's preallocated end
+            i = bisect.bisect_right(bases, phys) - 1
+            rec = maps[i][phys - bases[i]:phys - bases[i] + size]
+            n = blen_at(rec, 84)[0]   # BODYLENGTH (format.py: the body follows the 88-byte header)
+            if len(rec) != size or n < 0 or 88 + n > size:
+                raise SystemExit(f"bad record at {phys}")
+            lines.append(rec[88:88 + n])
+            if len(lines) == 256:
+                out.write(b"\n".join(lines) + b"\n")
+                lines = []
+        if lines:
+            out.write(b"\n".join(lines) + b"\n")
 
 
 def settle(members: int, queues: int) -> dict[str, Any]:
@@ -199,6 +278,11 @@ def child(args: argparse.Namespace) -> None:
         out = rate(job["members"], args.queues, args.count)
     elif job["what"] == "settle":
         out = settle(16, args.queues)
+    elif job["what"] == "floor":
+        out = floor(job["procs"], args.queues, args.count)
+    elif job["what"] == "floor-reader":
+        floor_reader(Path(job["root"]), job["queues"])
+        return
     else:
         out = idle(job["kind"], args.idle_consumers, args.idle_s)
     print(json.dumps(out))
@@ -233,7 +317,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--idle-consumers", type=int, default=100)
     ap.add_argument("--idle-s", type=float, default=60.0)
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: rate,settle,idle")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: rate,floor,settle,idle")
     ap.add_argument("--hog", action="store_true", help="yes > /dev/null on every core meanwhile")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -278,6 +362,19 @@ def _measure(args: argparse.Namespace, checkouts: list[tuple[str, Path]], skip: 
                 print(f"{name:10} {n:7} {spread(rates, ',.0f'):>28} {statistics.median(rates) / one:5.2f} "
                       f"{spread(stored, ',.0f'):>28} {statistics.median(stored) / one_stored:5.2f} "
                       f"{spread([r['cpu_us_per_msg'] for r in rows], '.2f'):>26}")
+    if "floor" not in skip:
+        fres: dict[int, list[dict[str, Any]]] = {}
+        for _rep in range(args.reps):
+            for n in (1, args.queues):
+                fres.setdefault(n, []).append(run_child(HERE, {"what": "floor", "procs": n}, args))
+        print(f"\nfloor: processes reading their queues' records from the store's files, a line per message, "
+              f"no offsets; {args.count:,} x 100 B, median (min-max) of {args.reps}:")
+        print(f"{'processes':>9} {'msgs/s':>28} {'x 1':>5} {'CPU us/msg (all)':>26}")
+        one = statistics.median(r["rate"] for r in fres[1])
+        for n, rows in fres.items():
+            rates = [r["rate"] for r in rows]
+            print(f"{n:9} {spread(rates, ',.0f'):>28} {statistics.median(rates) / one:5.2f} "
+                  f"{spread([r['cpu_us_per_msg'] for r in rows], '.2f'):>26}")
     if "settle" not in skip:
         sres: dict[str, list[dict[str, Any]]] = {}
         for _rep in range(args.reps):
