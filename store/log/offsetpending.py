@@ -96,6 +96,19 @@ def withdraw(path: Path) -> None:
         pass
 
 
+def discard_all(layout: Layout) -> int:
+    """Remove every publication; how many there were. Recovery does, before it moves offsets
+    back to shortened queues: a publication written before a power cut may hold offsets of
+    messages the cut took, and a later write would merge them past the queue's new end."""
+    try:
+        entries = list(os.scandir(layout.consumer_offset_pending_dir))
+    except OSError:
+        return 0
+    for entry in entries:
+        withdraw(Path(entry.path))
+    return len(entries)
+
+
 def read_all(layout: Layout) -> tuple[list[Pending], list[Path]]:
     """Every published file (under the table's lock), and those that cannot be read."""
     found: list[Pending] = []

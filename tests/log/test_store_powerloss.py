@@ -12,6 +12,7 @@ from pathlib import Path
 
 from store.log import checkpoint as ckpt
 from store.log import format as F
+from store.log import offsetpending
 from store.log.messagestore import Store
 from store.log.offsets import ClusterOffsetStore
 from store.log.record import java_hash
@@ -113,6 +114,28 @@ def test_a_group_offset_past_the_shortened_queue_comes_back_to_its_end(root: Pat
     s.put([draft("T", "new")])
     assert [m.body for m in s.iter_queue("T", 0, ClusterOffsetStore(s.layout).read("g", "T", 0))] == [b"new"]
     assert problems(s) == []
+    s.close()
+
+
+def test_a_members_published_commit_past_the_shortened_queue_is_not_merged_after(root: Path) -> None:
+    """A member published offsets (``offsetpending.py``: written without fsync, it may survive
+    a cut) of messages the cut took; the next member's write merged it past the queue's new
+    end, and the messages that took those offsets again were never delivered."""
+    s = open_store(root)
+    s.create_topic("T", 2)
+    s.put([draft("T", f"m{i}", queue_id=0) for i in range(10)])
+    s.put([draft("T", "q1", queue_id=1)])
+    offsetpending.publish(s.layout, "g", "host@1", {("T", 0): 10}, {})
+    cut_at = s.queue("T", 0).entry(6)
+    assert cut_at is not None
+    s.close()
+    os.truncate(root / "commitlog" / F.segment_name(0), cut_at[0])
+    restarted(root, synced=cut_at[0], derived=0)
+    s = Store.open(root)
+    assert s.max_offset("T", 0) == 6
+    # another member's commit: it writes the table and merges what is published
+    ClusterOffsetStore(s.layout).commit("g", {("T", 1): 1}, publish_as="host@2")
+    assert ClusterOffsetStore(s.layout).read("g", "T", 0) in (-1, 6)
     s.close()
 
 
