@@ -47,7 +47,12 @@ the same repetition), then their median:
   (offsets committed) at every size; ``Producer(flush="sync").send_many`` in batches of 100
   against Redis ``appendfsync always`` pipelines of 100; ``--nsingle`` single
   ``Producer(flush="sync").send`` calls against SQLite in WAL mode with ``synchronous=FULL``
-  (one INSERT and COMMIT each) and Redis ``appendfsync always`` without pipelining.
+  (one INSERT and COMMIT each) and Redis ``appendfsync always`` without pipelining; these
+  durable runs are timed from the open store (the peers' setup is not timed either), and
+  with ``--baseline`` the single sends run with both checkouts.
+* ``--durable-only``: only those durable runs (``--flush sync`` batches of 100, CLI and
+  API, single sync sends, SQLite, Redis ``appendfsync always``), e.g.
+  ``--durable-only --sizes 100 --reps 5 --nsingle 2000 --baseline /work/main``.
 * ``--hogs N``: N CPU hogs (``yes > /dev/null``) run through every repetition, beside mqctl
   and the peers alike (``tests/bench/hogs.py``).
 * Peak RSS of ``mqctl send`` for 10 million messages from stdin (``/usr/bin/time``).
@@ -193,6 +198,10 @@ def api_worker(spec: dict) -> dict:
     flush = "async" if phase == "produce" else "sync"
     t = time.perf_counter()
     with store.Producer(root, flush=flush) as p:
+        if flush == "sync":
+            # the durable runs are timed from the open store (~15 fsyncs to create it), as
+            # SQLite's from its created table and Redis's from its running server
+            t = time.perf_counter()
         if batch == 1:
             for b in bodies:
                 p.send("T", b)
@@ -560,6 +569,9 @@ def main() -> None:
                     help="another checkout (with its .venv) run beside this one in every repetition")
     ap.add_argument("--pure-zlib", action="store_true",
                     help="make mqctl use zlib's CRC even when ISA-L (isal) is installed")
+    ap.add_argument("--durable-only", action="store_true",
+                    help="only the durable runs: --flush sync batches of 100 (CLI, API), single sync sends "
+                         "(both checkouts with --baseline), SQLite WAL FULL and Redis appendfsync always")
     a = ap.parse_args()
     global PURE_ZLIB
     PURE_ZLIB = a.pure_zlib
@@ -601,7 +613,7 @@ def main() -> None:
     log(f"workdir {workdir}; machine load {machine['loadavg_start']}; N per size {counts}")
 
     inputs = {size: workdir / f"in{size}" for size in sizes}
-    for size, path in inputs.items():
+    for size, path in ([] if a.durable_only else inputs.items()):
         write_input(path, counts[size], size)
     sync_counts = {size: a.nsync4k if size >= 4096 else a.nsync for size in sync_sizes}
     sync_inputs = {size: workdir / f"insync{size}" for size in sync_sizes}
@@ -630,7 +642,7 @@ def main() -> None:
         loads.append(loadavg())
         log(f"repetition {rep + 1}/{a.reps}; load {loads[-1]}")
         # -- mqctl, and the page cache, per size ------------------------------------------
-        for size in sizes:
+        for size in ([] if a.durable_only else sizes):
             n, tag = counts[size], label(size)
             store = workdir / "store"
             shutil.rmtree(store, ignore_errors=True)
@@ -678,15 +690,19 @@ def main() -> None:
         if a.api and a.nsingle:
             store = workdir / "store"
             spec = {"n": a.nsingle, "size": 100, "path": str(store), "phase": "sync_single"}
-            rec("api_sync_single_100", a.nsingle / run_api(spec)["seconds"])
+            for prefix, exe in (sides if rep % 2 == 0 else sides[::-1]):
+                shutil.rmtree(store, ignore_errors=True)
+                os.sync()
+                rec(f"{prefix}api_sync_single_100", a.nsingle / run_api(spec, exe)["seconds"])
             shutil.rmtree(store, ignore_errors=True)
+            os.sync()
             db = workdir / "sqlite.db"
             p = run_peer(peer_py, {"kind": "sqlite_full", "phase": "produce", "path": str(db), "n": a.nsingle, "size": 100})
             rec("sqlite_wal_full_single_100", a.nsingle / p["seconds"])
             for f in workdir.glob("sqlite.db*"):
                 f.unlink()
         # -- Redis Streams -------------------------------------------------------------------
-        plan = [("everysec", 1000, size, counts[size]) for size in sizes]
+        plan = [] if a.durable_only else [("everysec", 1000, size, counts[size]) for size in sizes]
         plan += [("always", 100, size, sync_counts[size]) for size in sync_sizes]
         if a.nsingle:
             plan.append(("always", 1, 100, a.nsingle))
@@ -731,7 +747,7 @@ def main() -> None:
         return summarise(rs) if rs else {"median": float("nan"), "min": float("nan"), "max": float("nan"), "runs": []}
 
     ratios: dict[str, dict] = {}
-    for size in sizes:
+    for size in ([] if a.durable_only else sizes):
         tag = label(size)
         ratios[f"produce_{tag}_vs_redis_xadd_p1000 (target >= 2)"] = ratio_runs(
             f"mqctl_produce_{tag}", f"redis_everysec_p1000_{tag}_produce")
@@ -783,6 +799,10 @@ def main() -> None:
             "api_sync_single_100", "sqlite_wal_full_single_100")
         ratios["api_sync_single_100_vs_redis_always_p1"] = ratio_runs(
             "api_sync_single_100", "redis_always_p1_100_produce")
+        if a.baseline:
+            ratios["base_api_sync_single_100_vs_sqlite_wal_full"] = ratio_runs(
+                "base_api_sync_single_100", "sqlite_wal_full_single_100")
+            ratios["api_sync_single_100_vs_base"] = ratio_runs("api_sync_single_100", "base_api_sync_single_100")
     if a.npq:
         ratios["produce_100_vs_pq_sqlite"] = ratio_runs("mqctl_produce_100", "pq_sqlite_b100_produce_100")
     result = {"started": started, "machine": machine, "args": vars(a), "counts": counts,
