@@ -313,6 +313,14 @@ class KeyIndex:
         loop's steps are C iterations (``map``, one ``join``). The same bytes in the same order
         as the loop (entries, then slots). False, having done nothing, when slots repeat."""
         k = len(hashes)
+        if k == 1:   # one key (a single send): the same steps without the list machinery
+            sp = sps[0]
+            prev = _SLOT.unpack_from(mm, sp)[0]
+            if prev >= count or prev < 0:   # left by a killed writer
+                prev = self._resolve(fd, prev, count)
+            self._write_entries(fd, base, _ENTRY.pack(hashes[0], physs[0], tdiff, prev), count)
+            _SLOT.pack_into(mm, sp, count)
+            return True
         if len(set(sps)) != k:
             return False
         prevs = [t[0] for t in map(_SLOT.unpack_from, repeat(mm), sps)]

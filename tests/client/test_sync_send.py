@@ -18,6 +18,7 @@ from typing import Any, Callable
 import pytest
 
 import store
+from store.log import checkpoint as ckpt
 from store.log.messagestore import Store
 from store.log.record import java_hash
 from tests.log.storetestutil import all_messages, open_store
@@ -46,6 +47,8 @@ def test_a_steady_sync_send_looks_up_only_its_topic_config_by_path(tmp_path: Pat
             p.send("T", b"warm %d" % i)
         calls: Counter[str] = Counter()
         _count_calls(monkeypatch, calls, "stat", "lstat", "listdir", "scandir", "fdatasync", "fsync")
+        unpack = ckpt.unpack
+        monkeypatch.setattr(ckpt, "unpack", lambda raw: calls.update(["unpack"]) or unpack(raw))
         n = 20
         for i in range(n):
             p.send("T", b"m %d" % i)
@@ -55,6 +58,7 @@ def test_a_steady_sync_send_looks_up_only_its_topic_config_by_path(tmp_path: Pat
     assert calls["stat"] == 2 * n, calls              # nothing else: no directory, no segment
     assert calls["lstat"] == calls["listdir"] == calls["scandir"] == 0, calls
     assert calls["fdatasync"] == n and calls["fsync"] == 0, calls   # one sync of the log per send
+    assert calls["unpack"] == 0, "the checkpoint each send finds is the one it wrote last: taken as is"
     s = Store.open(root)
     try:
         assert sorted(m.body for m in all_messages(s, "T")) == sorted(
