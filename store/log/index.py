@@ -82,12 +82,12 @@ class KeyIndex:
     def path(self, base: int) -> Path:
         return self.dir / F.segment_name(base)
 
-    def _map(self, base: int) -> tuple[int, mmap.mmap]:
+    def _map(self, base: int, checked: bool = False) -> tuple[int, mmap.mmap]:
         """The descriptor and slot-table map of file ``base``, reused while the file is still
-        linked (one ``fstat``): a file removed or replaced by a new one of the same name (a
-        rebuild renames it into place) is mapped anew."""
+        linked (one ``fstat``, unless the caller just ``checked``): a file removed or replaced
+        by a new one of the same name (a rebuild renames it into place) is mapped anew."""
         m = self._mapped
-        if m is not None and m[0] == base and os.fstat(m[1]).st_nlink:
+        if m is not None and m[0] == base and (checked or os.fstat(m[1]).st_nlink):
             return m[1], m[2]
         self.close()
         path = self.path(base)
@@ -217,23 +217,21 @@ class KeyIndex:
         path computes them without building the keys). ``physs`` is ascending."""
         if not hashes:
             return
+        # The file the last batch mapped is still the newest when linked and not full: a later
+        # one is begun only once it is full, and one recovery removes or rebuilds is unlinked.
         m = self._mapped
-        if m is not None and os.fstat(m[1]).st_nlink and _HDR.unpack_from(m[2], 0)[5] < self.max_entries:
-            # The file mapped by the last batch is still the newest: a later one is begun only
-            # once it is full, and a file recovery removes or rebuilds (a new inode under the
-            # name) is unlinked under this descriptor. No listing, no second fstat.
-            base, fd, mm = m
+        kept = m is not None and os.fstat(m[1]).st_nlink > 0 and _HDR.unpack_from(m[2], 0)[5] < self.max_entries
+        if m is not None and kept:
+            base = m[0]
         else:
             files = self.files()
             base = files[-1] if files else self._create(physs[0], store_ts)
-            m = None
         while hashes:
-            if m is None:
-                try:
-                    fd, mm = self._map(base)
-                except OSError as exc:
-                    raise io_error(exc, f"open index file {self.path(base)}") from exc
-            m = None
+            try:
+                fd, mm = self._map(base, checked=kept)
+            except OSError as exc:
+                raise io_error(exc, f"open index file {self.path(base)}") from exc
+            kept = False
             begin_ts, _end_ts, _begin_phys, end_phys, slots, count = _HDR.unpack_from(mm, 0)
             if physs[0] <= end_phys:  # already indexed (recovery replays records): skip them
                 i = bisect.bisect_right(physs, end_phys)
