@@ -113,13 +113,18 @@ def fsync_dir(path: Path | str) -> None:
 def pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
     """Write all of ``data`` at ``pos``: a short write is continued, and one that writes
     nothing is a full disk (ENOSPC), so the caller's error says so."""
+    n = os.pwrite(fd, data, pos)
+    if n == len(data):
+        return   # the usual case: no view, no loop
     view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, pos)
+    while True:
         if n <= 0:
             raise OSError(errno.ENOSPC, "short write")
         view = view[n:]
         pos += n
+        if not view:
+            return
+        n = os.pwrite(fd, view, pos)
 
 
 def sync_dir_if_changed(path: Path | str, since_s: int) -> bool:

@@ -95,6 +95,10 @@ class CheckpointFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
+        # The bytes this handle last wrote or read, and what they say: a batch that finds its
+        # own last checkpoint (no other writer since) takes it without unpacking and checking
+        # it again. (Checkpoints are never changed in place: ``replace`` makes a new one.)
+        self._known: tuple[bytes, Checkpoint] | None = None
 
     def _open(self, create: bool) -> int | None:
         fd = self._fd
@@ -115,22 +119,33 @@ class CheckpointFile:
         """Like :func:`read`."""
         try:
             fd = self._open(create=False)
-            return None if fd is None else unpack(os.pread(fd, F.CHECKPOINT.size, 0))
+            if fd is None:
+                return None
+            raw = os.pread(fd, F.CHECKPOINT.size, 0)
         except OSError as exc:
             raise io_error(exc, f"read {self.path}") from exc
+        known = self._known
+        if known is not None and raw == known[0]:
+            return known[1]
+        cp = unpack(raw)
+        self._known = None if cp is None else (raw, cp)
+        return cp
 
     def write(self, cp: Checkpoint) -> None:
         """Like :func:`write`."""
+        data = cp.pack()
         try:
             fd = self._open(create=True)
             assert fd is not None
-            os.pwrite(fd, cp.pack(), 0)
+            os.pwrite(fd, data, 0)
         except OSError as exc:
             self.close()
             raise io_error(exc, f"write {self.path}") from exc
+        self._known = (data, cp)
 
     def close(self) -> None:
         fd, self._fd = self._fd, None
+        self._known = None
         if fd is not None:
             os.close(fd)
 

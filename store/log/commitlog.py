@@ -60,6 +60,28 @@ class CommitLog:
         last = segs[-1]
         return last + os.stat(f"{self._dir_s}/{last:020d}").st_size
 
+    def end_as_written(self, expected: int) -> int:
+        """:meth:`end`, for a writer holding the write lock that expects the log to end at
+        ``expected`` (the checkpoint's written end): one ``fstat`` of the segment it keeps open
+        for appends when that is the segment holding ``expected``, instead of a look at the
+        directory and a ``stat``.
+
+        Its size tells the truth whenever it is still linked (a segment recovery removes, or
+        one removed and made anew, is unlinked under the descriptor): a writer begins the next
+        segment only in a batch that first appends the BLANK trailer to this one
+        (``LogAppender.flush`` writes a batch's segments in order), which fills it to
+        ``segment_size``; so a writer that died after beginning the next segment left this one
+        at a size that is not ``expected``, and the caller recovers. Any other case: :meth:`end`."""
+        cached = self._write_fd
+        if cached is not None and cached[0] == expected - expected % self.segment_size:
+            try:
+                st = os.fstat(cached[1])
+            except OSError:
+                return self.end()
+            if st.st_nlink:
+                return cached[0] + st.st_size
+        return self.end()
+
     def min_offset(self) -> int:
         segs = self.segments()
         return segs[0] if segs else 0

@@ -308,12 +308,12 @@ class Engine:
         """The topic's config, creating it on first send (write lock held). ``queue_id`` (an
         explicit queue the caller will use) is checked *before* the topic is created, so a
         refused send leaves no topic behind."""
-        t = self.topic_table.get(name)
-        if t is not None and self.topic_table.trusted(name):
+        t = self.topic_table.get_trusted(name)
+        if t is not None:
             return t
         self.migrate_topics_locked()
-        t = self.topic_table.get(name)
-        if t is None or not self.topic_table.trusted(name):
+        t = self.topic_table.get_trusted(name)
+        if t is None:
             t = self._restore_locked(name)   # from its copy or its queues, saved; None: no trace
         if t is not None:
             return t

@@ -82,12 +82,12 @@ class KeyIndex:
     def path(self, base: int) -> Path:
         return self.dir / F.segment_name(base)
 
-    def _map(self, base: int) -> tuple[int, mmap.mmap]:
+    def _map(self, base: int, checked: bool = False) -> tuple[int, mmap.mmap]:
         """The descriptor and slot-table map of file ``base``, reused while the file is still
-        linked (one ``fstat``): a file removed or replaced by a new one of the same name (a
-        rebuild renames it into place) is mapped anew."""
+        linked (one ``fstat``, unless the caller just ``checked``): a file removed or replaced
+        by a new one of the same name (a rebuild renames it into place) is mapped anew."""
         m = self._mapped
-        if m is not None and m[0] == base and os.fstat(m[1]).st_nlink:
+        if m is not None and m[0] == base and (checked or os.fstat(m[1]).st_nlink):
             return m[1], m[2]
         self.close()
         path = self.path(base)
@@ -217,13 +217,21 @@ class KeyIndex:
         path computes them without building the keys). ``physs`` is ascending."""
         if not hashes:
             return
-        files = self.files()
-        base = files[-1] if files else self._create(physs[0], store_ts)
+        # The file the last batch mapped is still the newest when linked and not full: a later
+        # one is begun only once it is full, and one recovery removes or rebuilds is unlinked.
+        m = self._mapped
+        kept = m is not None and os.fstat(m[1]).st_nlink > 0 and _HDR.unpack_from(m[2], 0)[5] < self.max_entries
+        if m is not None and kept:
+            base = m[0]
+        else:
+            files = self.files()
+            base = files[-1] if files else self._create(physs[0], store_ts)
         while hashes:
             try:
-                _fd, mm = self._map(base)
+                fd, mm = self._map(base, checked=kept)
             except OSError as exc:
                 raise io_error(exc, f"open index file {self.path(base)}") from exc
+            kept = False
             begin_ts, _end_ts, _begin_phys, end_phys, slots, count = _HDR.unpack_from(mm, 0)
             if physs[0] <= end_phys:  # already indexed (recovery replays records): skip them
                 i = bisect.bisect_right(physs, end_phys)
@@ -234,22 +242,20 @@ class KeyIndex:
             if room <= 0:
                 base = self._create(physs[0], store_ts)
                 continue
-            self._add_to(base, hashes[:room], physs[:room], store_ts, begin_ts, count)
+            self._add_to(base, fd, mm, hashes[:room], physs[:room], store_ts, begin_ts, count)
             hashes, physs = hashes[room:], physs[room:]
             if hashes:
                 base = self._create(physs[0], store_ts)
 
-    def _add_to(self, base: int, hashes: list[int], physs: list[int], store_ts: int, begin_ts: int,
-                count: int) -> None:
+    def _add_to(self, base: int, fd: int, mm: mmap.mmap, hashes: list[int], physs: list[int], store_ts: int,
+                begin_ts: int, count: int) -> None:
         """Append entries to one file. Order, for a crash at any point: entries (invisible
         past ``indexCount``), then slots, then the header. A slot left pointing at an entry
         past ``indexCount`` by a killed writer is resolved by :meth:`repair`."""
-        path = self.path(base)
-        fd, mm = self._map(base)
         tdiff = max(0, min((store_ts - begin_ts) // 1000, 0x7FFFFFFF))
         slots = self.slots
         if len(hashes) >= _ARRAYS_FROM and "numpy" in sys.modules:
-            self._add_arrays(fd, mm, path, hashes, physs, tdiff, count)
+            self._add_arrays(fd, mm, base, hashes, physs, tdiff, count)
             _HDR.pack_into(mm, 0, begin_ts, store_ts, base, physs[-1], slots, count + len(hashes))
             return
         pack_entry = _ENTRY.pack
@@ -269,13 +275,13 @@ class KeyIndex:
                 entries += pack_entry(h, phys, tdiff, prev)
                 table[sl] = n
                 n += 1
-            self._write_entries(fd, path, entries, count)
+            self._write_entries(fd, base, entries, count)
             if _LITTLE:
                 table.byteswap()
             mm[F.INDEX_HEADER_SIZE:self.table_end] = table.tobytes()
         else:
             sps = [_HDR_SIZE + h % slots * 4 for h in hashes]
-            if self._add_distinct(fd, mm, path, hashes, physs, tdiff, count, sps):
+            if self._add_distinct(fd, mm, base, hashes, physs, tdiff, count, sps):
                 n = count + len(hashes)
             else:
                 unpack_slot = _SLOT.unpack_from
@@ -292,12 +298,12 @@ class KeyIndex:
                     entries += pack_entry(h, phys, tdiff, prev)
                     touched[sp] = n
                     n += 1
-                self._write_entries(fd, path, entries, count)
+                self._write_entries(fd, base, entries, count)
                 for sp, v in touched.items():
                     pack_slot(mm, sp, v)
         _HDR.pack_into(mm, 0, begin_ts, store_ts, base, physs[-1], slots, n)
 
-    def _add_distinct(self, fd: int, mm: mmap.mmap, path: Path, hashes: list[int], physs: list[int],
+    def _add_distinct(self, fd: int, mm: mmap.mmap, base: int, hashes: list[int], physs: list[int],
                       tdiff: int, count: int, sps: list[int]) -> bool:
         """:meth:`_add_to`'s entries and slots when no two keys of the batch share a slot
         (``sps``: each key's slot position), the usual case for a few hundred keys in ~128k
@@ -305,16 +311,24 @@ class KeyIndex:
         loop's steps are C iterations (``map``, one ``join``). The same bytes in the same order
         as the loop (entries, then slots). False, having done nothing, when slots repeat."""
         k = len(hashes)
+        if k == 1:   # one key (a single send): the same steps without the list machinery
+            sp = sps[0]
+            prev = _SLOT.unpack_from(mm, sp)[0]
+            if prev >= count or prev < 0:   # left by a killed writer
+                prev = self._resolve(fd, prev, count)
+            self._write_entries(fd, base, _ENTRY.pack(hashes[0], physs[0], tdiff, prev), count)
+            _SLOT.pack_into(mm, sp, count)
+            return True
         if len(set(sps)) != k:
             return False
         prevs = [t[0] for t in map(_SLOT.unpack_from, repeat(mm), sps)]
         if max(prevs) >= count or min(prevs) < 0:   # left by a killed writer
             prevs = [p if 0 <= p < count else self._resolve(fd, p, count) for p in prevs]
-        self._write_entries(fd, path, b"".join(map(_ENTRY.pack, hashes, physs, repeat(tdiff), prevs)), count)
+        self._write_entries(fd, base, b"".join(map(_ENTRY.pack, hashes, physs, repeat(tdiff), prevs)), count)
         deque(map(_SLOT.pack_into, repeat(mm), sps, range(count, count + k)), maxlen=0)
         return True
 
-    def _add_arrays(self, fd: int, mm: mmap.mmap, path: Path, hashes: list[int], physs: list[int],
+    def _add_arrays(self, fd: int, mm: mmap.mmap, base: int, hashes: list[int], physs: list[int],
                     tdiff: int, count: int) -> None:
         """:meth:`_add_to`'s entries and slots for a whole batch as arrays (numpy, when this
         process has it loaded already): the same bytes as the loop, in the same order (entries,
@@ -343,18 +357,18 @@ class KeyIndex:
             ent["phys"] = physs
             ent["tdiff"] = tdiff
             ent["prev"] = prev
-            self._write_entries(fd, path, ent.tobytes(), count)
+            self._write_entries(fd, base, ent.tobytes(), count)
             last = np.ones(k, bool)
             last[:-1] = first[1:]
             table[ss[last]] = idx[order[last]]
         finally:
             del table   # the map is closed later: no view of it may outlive this call
 
-    def _write_entries(self, fd: int, path: Path, entries: bytes | bytearray, count: int) -> None:
+    def _write_entries(self, fd: int, base: int, entries: bytes | bytearray, count: int) -> None:
         try:
             pwrite_all(fd, entries, self.table_end + count * F.INDEX_ENTRY_SIZE)
         except OSError as exc:
-            raise io_error(exc, f"append to {path}") from exc
+            raise io_error(exc, f"append to {self.path(base)}") from exc
 
     def _resolve(self, fd: int, value: int, count: int) -> int:
         """A slot value a killed writer left past ``indexCount``: its entries were written

@@ -19,7 +19,8 @@ def checkpoint_locked(engine: "Engine") -> ckpt.Checkpoint:
     """The checkpoint, after making sure it matches the log (write lock held): a writer that
     died mid-batch, or a machine restart, is recovered from first."""
     cp = engine.checkpoint_file.read()
-    if cp is None or cp.written_end != engine.commitlog.end() or cp.boot_id != engine.writer.boot_id:
+    if (cp is None or cp.boot_id != engine.writer.boot_id
+            or cp.written_end != engine.commitlog.end_as_written(cp.written_end)):
         from store.log.recovery import recover
         recover(engine)
         cp = engine.checkpoint_file.read()

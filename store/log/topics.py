@@ -130,7 +130,7 @@ def _validate_legacy(obj: Any) -> None:
         TopicConfig.from_json(v)
 
 
-def _stamp(path: Path) -> tuple[int, int, int] | None:
+def _stamp(path: Path | str) -> tuple[int, int, int] | None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -146,6 +146,9 @@ class TopicTable:
         self.layout = layout
         self.warn = warn
         self._one: dict[str, tuple[tuple[int, int, int], TopicConfig, bool]] = {}
+        # Each topic's config path as a string, made once: a send looks its topic up twice
+        # (before the lock and under it), and building the path cost as much as the stat.
+        self._paths: dict[str, str] = {}
         self._legacy_stamp: tuple[int, int, int] | None = None
         self._legacy: dict[str, TopicConfig] = {}
 
@@ -154,11 +157,16 @@ class TopicTable:
         """The store still keeps its topics in ``config/topics.json`` (not migrated yet)."""
         return self.layout.topics_json.exists()
 
+    def _config_path(self, name: str) -> str:
+        path = self._paths.get(name)
+        if path is None:
+            path = self._paths[name] = str(self.layout.topic_config(name))
+        return path
+
     def get(self, name: str) -> TopicConfig | None:
         """The topic's config (None: no such topic, or one being deleted). One ``stat`` when
         the file did not change since the last call."""
-        path = self.layout.topic_config(name)
-        stamp = _stamp(path)
+        stamp = _stamp(self._config_path(name))
         if stamp is None:
             if self.legacy():
                 return self._legacy_table().get(name)
@@ -177,11 +185,22 @@ class TopicTable:
             self._one[name] = (stamp, cfg, found[1])
         return None if cfg.deleting else cfg
 
-    def trusted(self, name: str) -> bool:
-        """The last :meth:`get` of ``name`` came from its own intact config file (a writer
-        restores any other)."""
+    def get_trusted(self, name: str) -> TopicConfig | None:
+        """The topic's config when it comes from its own intact config file, as a writer may
+        use it; None otherwise (no such topic, one being deleted, or a config that is missing
+        or damaged: the writer restores it). One ``stat`` when the file did not change since
+        the last call: a file replaced by another writer (every change renames a new file
+        into place) has another inode or mtime, and is read again."""
+        stamp = _stamp(self._config_path(name))
+        if stamp is None:
+            return None
         hit = self._one.get(name)
-        return hit is not None and hit[2] and hit[0] == _stamp(self.layout.topic_config(name))
+        if hit is None or hit[0] != stamp:
+            found = self._read(name)
+            if found is None:
+                return None
+            hit = self._one[name] = (stamp, found[0], found[1])
+        return hit[1] if hit[2] and not hit[1].deleting else None
 
     def _read(self, name: str) -> tuple[TopicConfig, bool] | None:
         """(config, from its own file) — else from its copy, else from its queue directories."""

@@ -47,7 +47,15 @@ the same repetition), then their median:
   (offsets committed) at every size; ``Producer(flush="sync").send_many`` in batches of 100
   against Redis ``appendfsync always`` pipelines of 100; ``--nsingle`` single
   ``Producer(flush="sync").send`` calls against SQLite in WAL mode with ``synchronous=FULL``
-  (one INSERT and COMMIT each) and Redis ``appendfsync always`` without pipelining.
+  (one INSERT and COMMIT each) and Redis ``appendfsync always`` without pipelining; these
+  durable runs are timed from the open store (the peers' setup is not timed either), and
+  with ``--baseline`` the single sends run with both checkouts.
+* ``--durable-only``: only those durable runs (``--flush sync`` batches of 100, CLI and
+  API, single sync sends, SQLite, Redis ``appendfsync always``) and the file system's own
+  cost of a durable write, ``tests/bench/fsync_floor.c`` (compiled here): pwrite + fdatasync
+  of a single send's record (254 B) and of a batch of 100 (25,400 B), appended as the commit
+  log grows, and overwriting a file written and synced first, e.g.
+  ``--durable-only --sizes 100 --reps 5 --nsingle 2000 --baseline /work/main``.
 * ``--hogs N``: N CPU hogs (``yes > /dev/null``) run through every repetition, beside mqctl
   and the peers alike (``tests/bench/hogs.py``).
 * Peak RSS of ``mqctl send`` for 10 million messages from stdin (``/usr/bin/time``).
@@ -193,6 +201,10 @@ def api_worker(spec: dict) -> dict:
     flush = "async" if phase == "produce" else "sync"
     t = time.perf_counter()
     with store.Producer(root, flush=flush) as p:
+        if flush == "sync":
+            # the durable runs are timed from the open store (~15 fsyncs to create it), as
+            # SQLite's from its created table and Redis's from its running server
+            t = time.perf_counter()
         if batch == 1:
             for b in bodies:
                 p.send("T", b)
@@ -507,6 +519,26 @@ def build_c_floor(workdir: Path) -> Path | None:
     return exe
 
 
+def build_fsync_floor(workdir: Path) -> Path | None:
+    """tests/bench/fsync_floor.c compiled into the scratch directory (None: no compiler)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return None
+    exe = workdir / "fsync_floor"
+    p = subprocess.run([cc, "-O2", "-o", str(exe), str(REPO / "tests" / "bench" / "fsync_floor.c")],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        log(f"fsync_floor.c did not build, the fsync floor is skipped: {p.stderr.strip()[-300:]}")
+        return None
+    return exe
+
+
+def fsync_floor_rate(exe: Path, mode: str, size: int, n: int, out: Path) -> float:
+    """Durable writes per second of ``fsync_floor MODE SIZE N`` (pwrite + fdatasync each)."""
+    p = subprocess.run([str(exe), mode, str(size), str(n), str(out)], check=True, capture_output=True, text=True)
+    return n / float(p.stdout.split()[3])
+
+
 def c_floor_seconds(exe: Path, stdin_path: Path, out: Path) -> float:
     """``cat FILE | pipe_floor OUT``, timed as :func:`run_mqctl` times ``send``, after a sync."""
     os.sync()
@@ -560,6 +592,9 @@ def main() -> None:
                     help="another checkout (with its .venv) run beside this one in every repetition")
     ap.add_argument("--pure-zlib", action="store_true",
                     help="make mqctl use zlib's CRC even when ISA-L (isal) is installed")
+    ap.add_argument("--durable-only", action="store_true",
+                    help="only the durable runs: --flush sync batches of 100 (CLI, API), single sync sends "
+                         "(both checkouts with --baseline), SQLite WAL FULL and Redis appendfsync always")
     a = ap.parse_args()
     global PURE_ZLIB
     PURE_ZLIB = a.pure_zlib
@@ -601,7 +636,7 @@ def main() -> None:
     log(f"workdir {workdir}; machine load {machine['loadavg_start']}; N per size {counts}")
 
     inputs = {size: workdir / f"in{size}" for size in sizes}
-    for size, path in inputs.items():
+    for size, path in ([] if a.durable_only else inputs.items()):
         write_input(path, counts[size], size)
     sync_counts = {size: a.nsync4k if size >= 4096 else a.nsync for size in sync_sizes}
     sync_inputs = {size: workdir / f"insync{size}" for size in sync_sizes}
@@ -622,6 +657,7 @@ def main() -> None:
         return f"{size // 1024}k" if size >= 1024 else str(size)
 
     floor_exe = build_c_floor(workdir)
+    fsync_exe = build_fsync_floor(workdir) if a.durable_only else None
     hogs = cpu_hogs(a.hogs).start()   # (stopped at exit too, if the run is interrupted)
     machine["hogs"] = a.hogs
     machine["loadavg_hogs_started"] = loadavg()
@@ -630,7 +666,7 @@ def main() -> None:
         loads.append(loadavg())
         log(f"repetition {rep + 1}/{a.reps}; load {loads[-1]}")
         # -- mqctl, and the page cache, per size ------------------------------------------
-        for size in sizes:
+        for size in ([] if a.durable_only else sizes):
             n, tag = counts[size], label(size)
             store = workdir / "store"
             shutil.rmtree(store, ignore_errors=True)
@@ -678,15 +714,25 @@ def main() -> None:
         if a.api and a.nsingle:
             store = workdir / "store"
             spec = {"n": a.nsingle, "size": 100, "path": str(store), "phase": "sync_single"}
-            rec("api_sync_single_100", a.nsingle / run_api(spec)["seconds"])
+            for prefix, exe in (sides if rep % 2 == 0 else sides[::-1]):
+                shutil.rmtree(store, ignore_errors=True)
+                os.sync()
+                rec(f"{prefix}api_sync_single_100", a.nsingle / run_api(spec, exe)["seconds"])
             shutil.rmtree(store, ignore_errors=True)
+            os.sync()
             db = workdir / "sqlite.db"
             p = run_peer(peer_py, {"kind": "sqlite_full", "phase": "produce", "path": str(db), "n": a.nsingle, "size": 100})
             rec("sqlite_wal_full_single_100", a.nsingle / p["seconds"])
             for f in workdir.glob("sqlite.db*"):
                 f.unlink()
+        if fsync_exe is not None:
+            # one record of a single 100-byte send (254 bytes) and one batch of 100 of them,
+            # appended as the commit log is, and overwriting a file written and synced first
+            for fsize, fn in ((254, a.nsingle or 1000), (25_400, max(100, a.nsync // 100))):
+                for mode in ("append", "overwrite"):
+                    rec(f"fsync_floor_{mode}_{fsize}", fsync_floor_rate(fsync_exe, mode, fsize, fn, workdir / "fsync.dat"))
         # -- Redis Streams -------------------------------------------------------------------
-        plan = [("everysec", 1000, size, counts[size]) for size in sizes]
+        plan = [] if a.durable_only else [("everysec", 1000, size, counts[size]) for size in sizes]
         plan += [("always", 100, size, sync_counts[size]) for size in sync_sizes]
         if a.nsingle:
             plan.append(("always", 1, 100, a.nsingle))
@@ -731,7 +777,7 @@ def main() -> None:
         return summarise(rs) if rs else {"median": float("nan"), "min": float("nan"), "max": float("nan"), "runs": []}
 
     ratios: dict[str, dict] = {}
-    for size in sizes:
+    for size in ([] if a.durable_only else sizes):
         tag = label(size)
         ratios[f"produce_{tag}_vs_redis_xadd_p1000 (target >= 2)"] = ratio_runs(
             f"mqctl_produce_{tag}", f"redis_everysec_p1000_{tag}_produce")
@@ -783,6 +829,22 @@ def main() -> None:
             "api_sync_single_100", "sqlite_wal_full_single_100")
         ratios["api_sync_single_100_vs_redis_always_p1"] = ratio_runs(
             "api_sync_single_100", "redis_always_p1_100_produce")
+        if a.baseline:
+            ratios["base_api_sync_single_100_vs_sqlite_wal_full"] = ratio_runs(
+                "base_api_sync_single_100", "sqlite_wal_full_single_100")
+            ratios["api_sync_single_100_vs_base"] = ratio_runs("api_sync_single_100", "base_api_sync_single_100")
+    if "fsync_floor_append_254" in runs:
+        for fsize in (254, 25_400):
+            ratios[f"fsync_floor_overwrite_vs_append_{fsize}"] = ratio_runs(
+                f"fsync_floor_overwrite_{fsize}", f"fsync_floor_append_{fsize}")
+        if a.api and a.nsingle:
+            ratios["api_sync_single_100_vs_fsync_floor_append_254"] = ratio_runs(
+                "api_sync_single_100", "fsync_floor_append_254")
+            ratios["sqlite_wal_full_single_100_vs_fsync_floor_append_254"] = ratio_runs(
+                "sqlite_wal_full_single_100", "fsync_floor_append_254")
+        if a.api:
+            ratios["api_sync_many100_100_batches_vs_fsync_floor_append_25400"] = ratio_runs(
+                "api_sync_many100_100", "fsync_floor_append_25400", 0.01)
     if a.npq:
         ratios["produce_100_vs_pq_sqlite"] = ratio_runs("mqctl_produce_100", "pq_sqlite_b100_produce_100")
     result = {"started": started, "machine": machine, "args": vars(a), "counts": counts,

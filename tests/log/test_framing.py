@@ -78,6 +78,8 @@ def _log_and_queues(root: Path, framing: str, sizes: list[int], queue_id: int, p
     monkeypatch.setattr(arrayframing, "_ARRAYS_AFTER", 0)
     if framing == "loop":
         monkeypatch.setattr(framing_module, "_frame_small", lambda *a: None)
+    else:   # the C-iteration path for batches of any size (a few records go by the loop)
+        monkeypatch.setattr(framing_module, "_SMALL_FROM", 1)
     store = open_store(root, commitlog_segment_size=1 << 20)
     try:
         store.engine.writer.round_robin["T"] = 0
