@@ -135,7 +135,7 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
     """Up to ``max_count`` messages of one queue from ``offset``, stopping after the record that
     reaches ``max_bytes``; ``next_offset`` is where the next pull starts. ``bodies_only``
     leaves ``born``, ``stored`` and ``props`` empty (``consume`` writing raw bodies); with
-    ``views`` too, big bodies may come as views into the read's buffers (see :func:`_cut`)."""
+    ``views`` too, big bodies may come as views into the read's buffers (see :func:`cut_span`)."""
     q = engine.queues.queue(topic, queue_id)
     max_off = q.max_offset()
     out = Columns([], [], [], [], [], [], offset, max_off)
@@ -145,7 +145,7 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
     # with ``phys``); anything else, and anything unusual, by the exact loop below, which
     # names each damaged record.
     if bodies_only != with_phys and min(max_count, max_off - offset) >= _VECTOR_MIN_RUN and (
-            "numpy" in sys.modules or max_off - offset >= _VECTOR_MIN_BACKLOG):
+            "numpy" in sys.modules or max_off - offset >= VECTOR_MIN_BACKLOG):
         if _vector_run(engine, q, topic, queue_id, offset, min(max_count, max_off - offset), max_bytes, out,
                        with_phys, views):
             return out
@@ -290,7 +290,7 @@ def _from_log(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, qo
 # machine (200,000 messages, 16 queues): 50,000 beat 20,000 at 8 members and 150,000 at 2 and 4.
 _VECTOR_MIN_RUN = 128
 _GATHER_MAX_AVG = 16384
-_VECTOR_MIN_BACKLOG = 50_000
+VECTOR_MIN_BACKLOG = 50_000
 def pull_records(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: int = 256,
                  max_bytes: int = 4 * 1024 * 1024) -> Columns:
     """Every column of up to ``max_count`` messages of one queue (``phys`` and ``reconsume``
@@ -302,14 +302,14 @@ def pull_records(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
 def _vector_run(engine: "Engine", q: "ConsumeQueue", topic: str, queue_id: int, offset: int, count: int,
                 max_bytes: int, out: Columns, full: bool, views: bool) -> bool:
     """A run of one queue into ``out`` (its bodies, as views if ``views`` allows, see
-    :func:`_cut`; with ``full`` every column), every record
+    :func:`cut_span`; with ``full`` every column), every record
     checked as in :func:`pull_columns` but as arrays (one comparison per check over the run;
     the record CRC stays one call per record). False, with ``out`` untouched, when the run is
     not a dense one (see :func:`fetch_span`) or anything is unusual: the caller's exact loop
     then reads it and names what is wrong. Stops after the record that reaches ``max_bytes``
     and at the first record's segment end, as the loop."""
     np = layouts().np
-    screened = _screen(q, offset, count, max_bytes)
+    screened = screen_run(q, offset, count, max_bytes)
     if screened is None:
         return False
     phys, size = screened
@@ -352,14 +352,14 @@ def _vector_run(engine: "Engine", q: "ConsumeQueue", topic: str, queue_id: int, 
             return False
         starts = phys - lo
         ends = starts + size
-    checked = _check_span(span, starts, ends, size, phys, offset + np.arange(n), queue_id, topic)
+    checked = check_span(span, starts, ends, size, phys, offset + np.arange(n), queue_id, topic)
     if checked is None:
         return False
-    _cut(span, starts, phys, checked, 0, n, offset, out, full, views)
+    cut_span(span, starts, phys, checked, 0, n, offset, out, full, views)
     return True
 
 
-def _screen(q: "ConsumeQueue", offset: int, count: int, max_bytes: int) -> tuple[Any, Any] | None:
+def screen_run(q: "ConsumeQueue", offset: int, count: int, max_bytes: int) -> tuple[Any, Any] | None:
     """The commit-log offsets and sizes (numpy arrays) of up to ``count`` entries of ``q`` from
     ``offset``, cut after the record that reaches ``max_bytes``; None when the vectorised
     check cannot take them (no entries, an invalid entry or a record too small to be one,
@@ -380,7 +380,7 @@ def _screen(q: "ConsumeQueue", offset: int, count: int, max_bytes: int) -> tuple
     return phys, size
 
 
-def _check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs: Any, qids: Any,
+def check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs: Any, qids: Any,
                 topic: str) -> tuple[Any, Any, Any, Any] | None:
     """Check the records at ``span[starts[i]:ends[i]]`` (numpy arrays; ``qoffs`` and ``qids``
     what each must say) as :func:`pull_columns` does, as arrays: ``(head, body ends, property
@@ -416,9 +416,9 @@ def _check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs
     return head, t, p, crc_at
 
 
-def _cut(span: bytes, starts: Any, phys: Any, checked: tuple[Any, Any, Any, Any], a: int, b: int,
+def cut_span(span: bytes, starts: Any, phys: Any, checked: tuple[Any, Any, Any, Any], a: int, b: int,
          offset: int, out: Columns, full: bool, views: bool) -> None:
-    """Records ``a`` to ``b`` of a checked span (:func:`_check_span`), at queue offsets from
+    """Records ``a`` to ``b`` of a checked span (:func:`check_span`), at queue offsets from
     ``offset``, into ``out``'s columns (bodies only, unless ``full``). ``views``: bodies of
     ``_VIEW_MIN_AVG`` bytes and more on average are views into ``span``, not copies."""
     head, t, p, crc_at = checked

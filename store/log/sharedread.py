@@ -42,12 +42,12 @@ def pull_many(engine: "Engine", topic: str, requests: list[tuple[int, int, int, 
     the answer is read on its own (:func:`~store.log.columns.pull_columns`). ``full``: every
     column, as :func:`~store.log.columns.pull_records`, else bodies only, as memoryviews
     into the read when they are big (each keeps the whole read alive). numpy checks the
-    records when it is loaded or at least ``_VECTOR_MIN_BACKLOG`` messages are left in the
+    records when it is loaded or at least ``VECTOR_MIN_BACKLOG`` messages are left in the
     queues asked for; below that the exact loop checks bodies-only reads, numpy is not
     imported, and a full read is not served (each queue's own pull is cheaper there)."""
     queues = [(engine.queues.queue(topic, r[0]), *r) for r in requests]
     ends = [q.max_offset() for q, *_r in queues]
-    if "numpy" not in sys.modules and sum(e - r[2] for e, r in zip(ends, queues)) < C._VECTOR_MIN_BACKLOG:
+    if "numpy" not in sys.modules and sum(e - r[2] for e, r in zip(ends, queues)) < C.VECTOR_MIN_BACKLOG:
         # Without numpy only bodies (a raw consumer's, written out from the window) are read
         # together: a full read copies every body out of its window, and a fresh window's
         # pages cost more than the preads they save (Python consumer, 100 MB of 4 KiB
@@ -114,7 +114,7 @@ def _pull_many_arrays(engine: "Engine", topic: str, queues: list[tuple["ConsumeQ
     runs = []
     for (q, queue_id, offset, max_count, max_bytes), max_off in zip(queues, ends):
         count = min(max_count, max_off - offset)
-        screened = C._screen(q, offset, count, max_bytes) if count > 0 and max_bytes > 0 else None
+        screened = C.screen_run(q, offset, count, max_bytes) if count > 0 and max_bytes > 0 else None
         if screened is not None:
             runs.append((queue_id, offset, max_off, *screened))
     if len(runs) < 2:
@@ -140,14 +140,14 @@ def _pull_many_arrays(engine: "Engine", topic: str, queues: list[tuple["ConsumeQ
     qoffs = np.concatenate([r[1] + np.arange(c) for r, c in zip(kept, counts)])
     qids = np.repeat(np.array([r[0] for r in kept], np.int64), counts)
     starts = phys - lo
-    checked = C._check_span(span, starts, starts + size, size, phys, qoffs, qids, topic)
+    checked = C.check_span(span, starts, starts + size, size, phys, qoffs, qids, topic)
     if checked is None:
         return {}
     out: dict[int, Columns] = {}
     a = 0
     for (queue_id, offset, max_off, _p, _s), c in zip(kept, counts):
         col = Columns([], [], [], [], [], [], offset, max_off)
-        C._cut(span, starts, phys, checked, a, a + c, offset, col, full, not full)
+        C.cut_span(span, starts, phys, checked, a, a + c, offset, col, full, not full)
         out[queue_id] = col
         a += c
     return out
