@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:
+    from mqctl.consumer.handlers import ExecSink
     from mqctl.state import State
     from store import Store
     from store import StoredMessage as Message
@@ -51,9 +52,7 @@ class ConsumeRequest:
 def run_consume(st: "State", r: ConsumeRequest) -> None:
     """Check the request, then consume until the runtime stops (count, end, idle, signal)."""
     from mqctl.argnames import ARG_FLAGS
-    from mqctl.consumer.handlers import ExecSink, split_command, warn
-    from mqctl.consumer.stdoutsink import StdoutSink
-    from mqctl.options import parse_queue_ids
+    from mqctl.errors import warn
     from store import (
         ConsumeOptions,
         ConsumerRuntime,
@@ -73,13 +72,20 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
                           queues=r.queues, max_reconsume=r.max_reconsume, retry_delay=r.retry_delay,
                           suspend=r.suspend_ms, arg_names=ARG_FLAGS)
     tags = parse_tag_expression(r.tag, "--tag")
-    cfg_queues = parse_queue_ids(r.queues or "") if r.strategy == "config" else None
+    cfg_queues = None
+    if r.strategy == "config":
+        from mqctl.options import parse_queue_ids
+        cfg_queues = parse_queue_ids(r.queues or "")
     from_where, from_ts, from_off = start_position(r.from_, r.no_group)
     idle_s = seconds("--idle-timeout", r.idle_timeout, 0) if r.idle_timeout is not None else None
     handler_s = seconds("--consume-timeout", r.consume_timeout, 1)
     rebalance_s = seconds("--rebalance-interval", r.rebalance_interval, 50)
     render = renderer(r.json, r.format_, st.utc) if r.exec_ is None or r.json else None
-    argv = split_command(r.exec_) if r.exec_ is not None else None
+    argv = None
+    if r.exec_ is not None:
+        # the handlers' machinery (threads, process spawning) only for --exec
+        from mqctl.consumer.handlers import ExecSink, split_command
+        argv = split_command(r.exec_)
     retry_ms = duration_ms("--retry-delay", r.retry_delay) if r.retry_delay is not None else None
     opts = ConsumeOptions(
         topic=r.topic, group=group, orderly=r.orderly, broadcast=r.broadcast or r.no_group, from_where=from_where,
@@ -95,6 +101,7 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         opts.client_id, opts.client_id_given = default_broadcast_client_id(), False
     else:
         opts.client_id_given = False
+    from mqctl.consumer.stdoutsink import StdoutSink
     sink: ExecSink | StdoutSink | None = None
     if argv is not None:
         sink = ExecSink(argv, group, handler_s, r.threads, r.batch, render if r.json else None,
@@ -116,7 +123,7 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
             opts.from_where = "first"
     from mqctl.terminal import output_kept_on_interrupt
     rt = ConsumerRuntime(store, opts, warn=warn)
-    if isinstance(sink, ExecSink):
+    if sink is not None and not isinstance(sink, StdoutSink):
         sink.emit = rt.emit
     rt.set_sink(sink if sink is not None else rt.copy_sink())
     with output_kept_on_interrupt(sink.fd if isinstance(sink, StdoutSink) else -1):

@@ -25,6 +25,15 @@ def print_error(message: str) -> None:
         pass
 
 
+def warn(msg: str) -> None:
+    """``mqctl: warning: MSG`` on stderr (a consumer's warnings: nothing stops)."""
+    try:
+        sys.stderr.write(f"mqctl: warning: {msg}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def debug() -> bool:
     return os.environ.get("MQCTL_DEBUG", "") not in ("", "0")
 

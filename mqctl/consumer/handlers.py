@@ -26,7 +26,6 @@ import os
 import shlex
 import shutil
 import signal
-import sys
 import threading
 from concurrent.futures import Future
 from dataclasses import replace
@@ -442,11 +441,3 @@ class ExecSink:
     def shutdown(self, wait: bool) -> None:
         self.pool.shutdown(wait=wait, cancel_futures=True)
         self.handler.close()
-
-
-def warn(msg: str) -> None:
-    try:
-        sys.stderr.write(f"mqctl: warning: {msg}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass

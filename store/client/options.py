@@ -1,16 +1,15 @@
 """What a consumer group member is told to do, and the flags its parts share while it runs."""
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, field
 
-_log = logging.getLogger("store.client")
-
 
 def log_warning(message: str) -> None:
-    """The library's default warning channel: the ``store.client`` logger."""
-    _log.warning("%s", message)
+    """The library's default warning channel: the ``store.client`` logger (logging imported
+    when a warning is given: its import is a few ms of every consumer's start-up)."""
+    import logging
+    logging.getLogger("store.client").warning("%s", message)
 
 
 @dataclass

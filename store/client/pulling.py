@@ -4,7 +4,7 @@ Each turn of the loop pulls every held queue whose cache has room (RocketMQ's fl
 :mod:`store.client.process_queue`), up to the end snapshot with ``exit_at_end``. Records are
 checked as arrays where numpy is worth it (``store.log.columns``), and the queues of a topic
 whose records lie side by side in the log are read together, one window of the log for all
-(:func:`~store.log.columns.pull_many`): ``mqctl consume`` writing raw bodies gets bodies only
+(:func:`~store.log.sharedread.pull_many`): ``mqctl consume`` writing raw bodies gets bodies only
 (written at once, nothing cached), a sink that takes :class:`store.Message` objects
 (``client_messages``) gets them built straight from the records' columns; every other sink
 gets decoded records, filtered by tag and deduplicated here.
@@ -144,7 +144,7 @@ class Puller:
 
     def _pull_shared(self, plan: dict[QueueKey, tuple[bool, int]]) -> bool:
         """Raw and client-message pulls (``plan``: queue -> (raw, how many)), each topic's
-        queues read together, window by window (:func:`~store.log.columns.pull_many`), until
+        queues read together, window by window (:func:`~store.log.sharedread.pull_many`), until
         every queue got what one pull of its own would have (its count, and 4 MiB) or no
         window serves it any more; what is left is pulled queue by queue."""
         worked = False

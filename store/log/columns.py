@@ -51,7 +51,7 @@ class Columns:
     queue offset ``offsets[i]``. ``props`` are the raw ``name 0x01 value 0x02`` bytes.
     ``phys`` (commit-log offsets) and ``reconsume`` (reconsume times) are filled only when
     asked for (``with_phys``, and not ``bodies_only``). ``bodies`` are ``bytes`` except from
-    :func:`pull_many` without ``full`` (views there)."""
+    :func:`~store.log.sharedread.pull_many` without ``full`` (views there)."""
 
     offsets: list[int]
     bodies: list[bytes | memoryview]
@@ -135,7 +135,7 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
     """Up to ``max_count`` messages of one queue from ``offset``, stopping after the record that
     reaches ``max_bytes``; ``next_offset`` is where the next pull starts. ``bodies_only``
     leaves ``born``, ``stored`` and ``props`` empty (``consume`` writing raw bodies); with
-    ``views`` too, big bodies may come as views into the read's buffers (see :func:`pull_many`)."""
+    ``views`` too, big bodies may come as views into the read's buffers (see :func:`cut_span`)."""
     q = engine.queues.queue(topic, queue_id)
     max_off = q.max_offset()
     out = Columns([], [], [], [], [], [], offset, max_off)
@@ -145,7 +145,7 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
     # with ``phys``); anything else, and anything unusual, by the exact loop below, which
     # names each damaged record.
     if bodies_only != with_phys and min(max_count, max_off - offset) >= _VECTOR_MIN_RUN and (
-            "numpy" in sys.modules or max_off - offset >= _VECTOR_MIN_BACKLOG):
+            "numpy" in sys.modules or max_off - offset >= VECTOR_MIN_BACKLOG):
         if _vector_run(engine, q, topic, queue_id, offset, min(max_count, max_off - offset), max_bytes, out,
                        with_phys, views):
             return out
@@ -158,6 +158,17 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
             _from_log(log, q, topic, queue_id, offset, why, out, bodies_only, with_phys)
         return out
     entries, lo, span = fetch_span(log, entries, max_bytes)
+    check_run(log, q, topic, queue_id, offset, entries, lo, span, max_bytes, out, bodies_only, with_phys,
+              views)
+    return out
+
+
+def check_run(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, offset: int,
+              entries: list[tuple[int, int, int]], lo: int, span: bytes, max_bytes: int, out: Columns,
+              bodies_only: bool, with_phys: bool, views: bool) -> None:
+    """The records of ``entries`` (one queue's, from queue offset ``offset``) into ``out``, each
+    checked; ``span`` holds the log from offset ``lo`` (a record outside it is read on its
+    own). Stops after the record that reaches ``max_bytes``."""
     span_len = len(span)
     mv = memoryview(span)
     topic_b = topic.encode()
@@ -246,7 +257,6 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
         if total_bytes >= max_bytes:
             break
     out.next_offset = qoff + 1
-    return out
 
 
 def _put(out: Columns, m: Message, bodies_only: bool, with_phys: bool) -> None:
@@ -280,7 +290,7 @@ def _from_log(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, qo
 # machine (200,000 messages, 16 queues): 50,000 beat 20,000 at 8 members and 150,000 at 2 and 4.
 _VECTOR_MIN_RUN = 128
 _GATHER_MAX_AVG = 16384
-_VECTOR_MIN_BACKLOG = 50_000
+VECTOR_MIN_BACKLOG = 50_000
 def pull_records(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: int = 256,
                  max_bytes: int = 4 * 1024 * 1024) -> Columns:
     """Every column of up to ``max_count`` messages of one queue (``phys`` and ``reconsume``
@@ -292,14 +302,14 @@ def pull_records(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
 def _vector_run(engine: "Engine", q: "ConsumeQueue", topic: str, queue_id: int, offset: int, count: int,
                 max_bytes: int, out: Columns, full: bool, views: bool) -> bool:
     """A run of one queue into ``out`` (its bodies, as views if ``views`` allows, see
-    :func:`_cut`; with ``full`` every column), every record
+    :func:`cut_span`; with ``full`` every column), every record
     checked as in :func:`pull_columns` but as arrays (one comparison per check over the run;
     the record CRC stays one call per record). False, with ``out`` untouched, when the run is
     not a dense one (see :func:`fetch_span`) or anything is unusual: the caller's exact loop
     then reads it and names what is wrong. Stops after the record that reaches ``max_bytes``
     and at the first record's segment end, as the loop."""
     np = layouts().np
-    screened = _screen(q, offset, count, max_bytes)
+    screened = screen_run(q, offset, count, max_bytes)
     if screened is None:
         return False
     phys, size = screened
@@ -342,14 +352,14 @@ def _vector_run(engine: "Engine", q: "ConsumeQueue", topic: str, queue_id: int, 
             return False
         starts = phys - lo
         ends = starts + size
-    checked = _check_span(span, starts, ends, size, phys, offset + np.arange(n), queue_id, topic)
+    checked = check_span(span, starts, ends, size, phys, offset + np.arange(n), queue_id, topic)
     if checked is None:
         return False
-    _cut(span, starts, phys, checked, 0, n, offset, out, full, views)
+    cut_span(span, starts, phys, checked, 0, n, offset, out, full, views)
     return True
 
 
-def _screen(q: "ConsumeQueue", offset: int, count: int, max_bytes: int) -> tuple[Any, Any] | None:
+def screen_run(q: "ConsumeQueue", offset: int, count: int, max_bytes: int) -> tuple[Any, Any] | None:
     """The commit-log offsets and sizes (numpy arrays) of up to ``count`` entries of ``q`` from
     ``offset``, cut after the record that reaches ``max_bytes``; None when the vectorised
     check cannot take them (no entries, an invalid entry or a record too small to be one,
@@ -370,7 +380,7 @@ def _screen(q: "ConsumeQueue", offset: int, count: int, max_bytes: int) -> tuple
     return phys, size
 
 
-def _check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs: Any, qids: Any,
+def check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs: Any, qids: Any,
                 topic: str) -> tuple[Any, Any, Any, Any] | None:
     """Check the records at ``span[starts[i]:ends[i]]`` (numpy arrays; ``qoffs`` and ``qids``
     what each must say) as :func:`pull_columns` does, as arrays: ``(head, body ends, property
@@ -406,9 +416,9 @@ def _check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs
     return head, t, p, crc_at
 
 
-def _cut(span: bytes, starts: Any, phys: Any, checked: tuple[Any, Any, Any, Any], a: int, b: int,
+def cut_span(span: bytes, starts: Any, phys: Any, checked: tuple[Any, Any, Any, Any], a: int, b: int,
          offset: int, out: Columns, full: bool, views: bool) -> None:
-    """Records ``a`` to ``b`` of a checked span (:func:`_check_span`), at queue offsets from
+    """Records ``a`` to ``b`` of a checked span (:func:`check_span`), at queue offsets from
     ``offset``, into ``out``'s columns (bodies only, unless ``full``). ``views``: bodies of
     ``_VIEW_MIN_AVG`` bytes and more on average are views into ``span``, not copies."""
     head, t, p, crc_at = checked
@@ -428,71 +438,8 @@ def _cut(span: bytes, starts: Any, phys: Any, checked: tuple[Any, Any, Any, Any]
     out.next_offset = offset + n
 
 
-# A shared read (pull_many): at most this much of the log at once (a window that stays in
-# the CPU's caches while its records are checked and cut out).
-_WINDOW = 8 * 1024 * 1024
 # Raw bodies this big on average are handed out as views: a view costs about what copying
 # 300 bytes does, and a copy of a big body is most of what a raw consumer spends on it.
 _VIEW_MIN_AVG = 1024
 _VIEW_MIN_SIZE = 2048   # records this big are checked and cut through views in pull_columns
 
-
-def pull_many(engine: "Engine", topic: str, requests: list[tuple[int, int, int, int]],
-              full: bool = False) -> dict[int, Columns]:
-    """Runs of several queues of ``topic`` (``(queue_id, offset, max_count, max_bytes)``
-    each), read together: a topic's queues are interleaved in the log, so each read on its
-    own reads the others' records too. The records of every run within one window of the
-    log (the lowest's segment, at most 8 MiB, ending at the last indexed record) are read
-    with one ``pread`` and checked as arrays (as :func:`pull_columns` checks them); each run
-    stops after the record that reaches its ``max_bytes``.
-
-    Returns the runs served so, by queue id (each may be shorter than asked); a queue not in
-    the answer is read on its own (:func:`pull_columns`). ``full``: every column, as
-    :func:`pull_records`, else bodies only, as memoryviews into the read when they are 1 KiB
-    and more on average (each keeps the whole read alive). Needs numpy: not loaded yet and
-    less than 50,000 messages left in the queues asked for, the answer is empty."""
-    queues = [(engine.queues.queue(topic, r[0]), *r) for r in requests]
-    ends = [q.max_offset() for q, *_r in queues]
-    if "numpy" not in sys.modules and sum(e - r[2] for e, r in zip(ends, queues)) < _VECTOR_MIN_BACKLOG:
-        return {}
-    np = layouts().np
-    runs = []
-    for (q, queue_id, offset, max_count, max_bytes), max_off in zip(queues, ends):
-        count = min(max_count, max_off - offset)
-        screened = _screen(q, offset, count, max_bytes) if count > 0 and max_bytes > 0 else None
-        if screened is not None:
-            runs.append((queue_id, offset, max_off, *screened))
-    if len(runs) < 2:
-        return {}
-    log = engine.commitlog
-    lo = min(int(r[3][0]) for r in runs)
-    limit = min(log.segment_of(lo) + log.segment_size, lo + _WINDOW)
-    kept = []
-    for queue_id, offset, max_off, phys, size in runs:
-        k = int(np.searchsorted(phys + size, limit, side="right"))
-        if k:
-            kept.append((queue_id, offset, max_off, phys[:k], size[:k]))
-    own = sum(int(r[4].sum()) for r in kept)
-    hi = max(int(r[3][-1] + r[4][-1]) for r in kept) if kept else lo
-    if len(kept) < 2 or (hi - lo > 4 * own and hi - lo > 1024 * 1024):
-        return {}   # the runs are not where one read serves them: each is read on its own
-    span = log.read_bytes(lo, hi - lo)
-    if len(span) != hi - lo:
-        return {}
-    phys = np.concatenate([r[3] for r in kept])
-    size = np.concatenate([r[4] for r in kept])
-    counts = [len(r[3]) for r in kept]
-    qoffs = np.concatenate([r[1] + np.arange(c) for r, c in zip(kept, counts)])
-    qids = np.repeat(np.array([r[0] for r in kept], np.int64), counts)
-    starts = phys - lo
-    checked = _check_span(span, starts, starts + size, size, phys, qoffs, qids, topic)
-    if checked is None:
-        return {}   # something is unusual: each run on its own names what
-    out: dict[int, Columns] = {}
-    a = 0
-    for (queue_id, offset, max_off, _p, _s), c in zip(kept, counts):
-        col = Columns([], [], [], [], [], [], offset, max_off)
-        _cut(span, starts, phys, checked, a, a + c, offset, col, full, not full)
-        out[queue_id] = col
-        a += c
-    return out

@@ -340,6 +340,8 @@ def remove_queues(directory: Path) -> None:
     version's killed ``topic delete``), durably: the parent directory is fsynced after, so a
     power cut cannot bring the queues back once the caller goes on (a topic delete removes
     the topic's config next, and queues without a config would be healed into a topic)."""
+    if not os.path.lexists(directory):
+        return   # (every new topic asks: shutil's import, with bz2's and lzma's, only when there is one)
     import shutil
     try:
         shutil.rmtree(directory)

@@ -14,7 +14,6 @@ together, and orders the steps of a topic's creation, update and deletion.
 from __future__ import annotations
 
 import os
-import random
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -157,6 +156,7 @@ class WriterState:
             raise UsageError(f"topic {topic.name!r} is ordered: give a sharding key (-s) or a queue (-q)")
         n = self.round_robin.get(topic.name)
         if n is None:
+            import random  # once per topic and process (a consumer never loads it)
             n = random.randrange(topic.queues)
         self.round_robin[topic.name] = n + 1
         return n % topic.queues

@@ -19,7 +19,6 @@ measured hot loops: unrolled on purpose, everything in locals.
 """
 from __future__ import annotations
 
-import random
 import struct
 import zlib
 from collections.abc import Sequence
@@ -446,6 +445,7 @@ def _queue_ids_for(engine: "Engine", cfg: TopicConfig, n: int, queue_id: int,
             raise UsageError(f"topic {cfg.name!r} is ordered: give a sharding key (-s) or a queue (-q)")
         start = engine.writer.round_robin.get(cfg.name)
         if start is None:
+            import random  # once per topic and process (a consumer never loads it)
             start = random.randrange(nq)
         engine.writer.round_robin[cfg.name] = start + n
         return [(start + i) % nq for i in range(n)]

@@ -437,7 +437,7 @@ class Store:
     def pull_many(self, topic: str, requests: list[tuple[int, int, int, int]],
                   full: bool = False) -> dict[int, Columns]:
         """Runs of several queues of one topic, one read of the log per window (``bulk``)."""
-        from store.log.columns import pull_many
+        from store.log.sharedread import pull_many
         return pull_many(self.engine, topic, requests, full)
 
     def pull_vector(self, topic: str, queue_id: int, offset: int, max_count: int,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import mmap
 import os
-import random
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -138,11 +137,12 @@ class UniqKeyGenerator:
 
     def __init__(self) -> None:
         host = zlib.crc32(_hostname().encode()) & 0xFFFFFFFF
-        self.prefix = f"{host:08X}{os.getpid() & 0xFFFF:04X}{random.getrandbits(32):08X}"
+        # os.urandom, not the random module: its import (and hashlib's) is a consumer's cost too
+        self.prefix = f"{host:08X}{os.getpid() & 0xFFFF:04X}{int.from_bytes(os.urandom(4), 'big'):08X}"
         now = time.localtime()
         month_start = time.mktime((now.tm_year, now.tm_mon, 1, 0, 0, 0, 0, 0, -1))
         self.month_start_ms = int(month_start * 1000)
-        self.counter = random.getrandbits(16)
+        self.counter = int.from_bytes(os.urandom(2), "big")
 
     def next(self, now_ms: int) -> str:
         self.counter = (self.counter + 1) & 0xFFFF

@@ -14,7 +14,10 @@ the same repetition), then their median:
   message sizes: 100 B, 1 KiB, 4 KiB and 64 KiB (``--sizes``), ``--flush async``. The whole
   pipeline is timed, interpreter start-up (~0.1-0.2 s) included; the peers' start-up is not.
 * ``mqctl consume T -g bench --from first -e > /dev/null`` on each of those stores, offsets
-  committed.
+  committed; beside it the floor of a consume in Python (``consume_floor.py``: start-up,
+  one read of the log per 8 MiB, every record's CRC, the bodies written out, one offset file
+  persisted) on the same store. Redis's consume is reported timed as its peer times it (from
+  the first XREADGROUP) and as a whole process (``_consume_process``), as mqctl's is timed.
 * ``--flush sync --batch-size 100`` (one fsync per 100 messages, group commit) at 100 B and
   4 KiB, from a pipe as well.
 * Redis Streams: Debian's ``redis-server``, started here on 127.0.0.1 with a temporary
@@ -539,6 +542,18 @@ def fsync_floor_rate(exe: Path, mode: str, size: int, n: int, out: Path) -> floa
     return n / float(p.stdout.split()[3])
 
 
+def consume_floor_seconds(store: Path, n: int) -> float:
+    """``python consume_floor.py STORE > /dev/null`` (this checkout's interpreter), timed as
+    :func:`run_mqctl` times ``consume``, start-up included."""
+    t = time.perf_counter()
+    p = subprocess.run([str(MQCTL.parent / "python"), str(REPO / "tests" / "bench" / "consume_floor.py"), str(store)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=3600)
+    dt = time.perf_counter() - t
+    if p.returncode != 0 or p.stderr.split()[:1] != [str(n)]:
+        raise SystemExit(f"consume_floor.py failed ({p.returncode}): {p.stderr[-500:]}")
+    return dt
+
+
 def c_floor_seconds(exe: Path, stdin_path: Path, out: Path) -> float:
     """``cat FILE | pipe_floor OUT``, timed as :func:`run_mqctl` times ``send``, after a sync."""
     os.sync()
@@ -690,6 +705,9 @@ def main() -> None:
                     log_bytes=log_bytes)
                 r = run_mqctl(["consume", "T", "-g", "bench", "--from", "first", "-e"], store, exe=exe)
                 rec(f"{prefix}mqctl_consume_{tag}", n / r["seconds"], cpu_s=round(r["cpu_seconds"], 2))
+                if not prefix:
+                    # the floor of a consume in Python, on the same store (consume_floor.py)
+                    rec(f"consume_floor_{tag}", n / consume_floor_seconds(store, n))
                 shutil.rmtree(store, ignore_errors=True)
                 if a.api:
                     os.sync()
@@ -744,9 +762,13 @@ def main() -> None:
                 tag = f"redis_{fsync}_p{pipe}_{label(size)}"
                 rec(f"{tag}_produce", n / p["seconds"])
                 if fsync == "everysec":
+                    t = time.perf_counter()
                     c = run_peer(peer_py, {"kind": "redis", "phase": "consume", "port": srv.port, "n": n,
                                            "size": size, "pipeline": 1000})
+                    whole = time.perf_counter() - t
                     rec(f"{tag}_consume", n / c["seconds"])
+                    # the peer's whole process (interpreter, redis-py, connection), as mqctl's is timed
+                    rec(f"{tag}_consume_process", n / whole)
             finally:
                 srv.stop()
         # -- persist-queue -------------------------------------------------------------------
@@ -783,6 +805,11 @@ def main() -> None:
             f"mqctl_produce_{tag}", f"redis_everysec_p1000_{tag}_produce")
         ratios[f"consume_{tag}_vs_redis_xreadgroup_xack (target >= 2)"] = ratio_runs(
             f"mqctl_consume_{tag}", f"redis_everysec_p1000_{tag}_consume")
+        ratios[f"consume_floor_{tag}_vs_redis_xreadgroup_xack"] = ratio_runs(
+            f"consume_floor_{tag}", f"redis_everysec_p1000_{tag}_consume")
+        ratios[f"consume_{tag}_vs_consume_floor"] = ratio_runs(f"mqctl_consume_{tag}", f"consume_floor_{tag}")
+        ratios[f"consume_{tag}_vs_redis_process"] = ratio_runs(
+            f"mqctl_consume_{tag}", f"redis_everysec_p1000_{tag}_consume_process")
         if f"pagecache_write_bytes_per_s_{tag}" in runs:
             want = " (target >= 0.5)" if size == 65536 else ""
             ratios[f"produce_{tag}_payload_vs_pagecache{want}"] = ratio_runs(

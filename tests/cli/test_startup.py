@@ -232,8 +232,116 @@ def test_the_quick_send_imports_no_typer(tmp_path: Path) -> None:
 def test_the_quick_send_of_stdin_imports_no_typer(tmp_path: Path) -> None:
     """``producer | mqctl send TOPIC``: no Typer, no console stack, no other command group;
     big lines (their record CRCs combined through zlib's library) without ``ctypes.util``,
-    which runs ``ldconfig`` in a subprocess to find it."""
+    which runs ``ldconfig`` in a subprocess to find it; a new topic without ``shutil`` (and
+    the compressors it imports), which only removing an old topic's queues needs."""
     cp, mods = _send_modules(tmp_path, "t", input=b"a\nb\n" + (b"x" * 65536 + b"\n") * 3)
     assert cp.returncode == 0 and "sent 5 messages" in cp.stderr, cp.stderr
-    unwanted = ("typer", "rich", "click", "mqctl.app", "mqctl.options", "ctypes.util", "subprocess") + OTHER_GROUPS
+    unwanted = ("typer", "rich", "click", "mqctl.app", "mqctl.options", "ctypes.util", "subprocess",
+                "shutil", "bz2", "lzma") + OTHER_GROUPS
+    assert not offenders(mods, unwanted), offenders(mods, unwanted)
+
+
+# -- the quick consume of mqctl/entry.py ------------------------------------------------------
+
+def test_the_quick_consume_shape() -> None:
+    from mqctl.entry import quick_consume
+    assert quick_consume(["consume", "t", "-g", "g", "--from", "first", "-e"]) == \
+        (None, {"topic": "t", "group": "g", "from_": "first", "exit_at_end": True})
+    assert quick_consume(["--store", "/s", "consume", "t", "--group=g", "-o", "-10", "-j", "-c", "5"]) == \
+        ("/s", {"topic": "t", "group": "g", "from_": "-10", "json": True, "count": 5})
+    assert quick_consume(["--store=/s", "consume", "t", "--no-group", "--idle-timeout", "2s", "--exit-at-end",
+                          "--json", "--count=3", "--from=last"]) == \
+        ("/s", {"topic": "t", "no_group": True, "idle_timeout": "2s", "exit_at_end": True, "json": True,
+                "count": 3, "from_": "last"})
+    for argv in (["consume"], ["consume", "-g", "g", "t"], ["consume", "t", "-g"], ["consume", "t", "-g", "a", "-g", "b"],
+                 ["consume", "t", "-g", "g", "--exec", "cat"], ["consume", "t", "-g", "g", "--orderly"],
+                 ["consume", "t", "-g=g"], ["consume", "t", "-e=1"], ["consume", "t", "-g", "g", "-ej"],
+                 ["consume", "t", "-g", "g", "--count", "0"], ["consume", "t", "-c", "x"], ["consume", "t", "-c", "-1"],
+                 ["consume", "t", "-g", "g", "--store", "/s"], ["--utc", "consume", "t", "-g", "g"],
+                 ["consume", "t", "-g", "g", "--help"], ["consume", "t", "-g", "g", "--"], ["consume", "t", "extra"],
+                 ["--store", "consume", "t", "-g", "g"], ["send", "t", "x", "-g", "g"]):
+        assert quick_consume(argv) is None, argv
+
+
+def _run_both(args: list[str], store: Path | None) -> tuple[Result, Result]:
+    """``mqctl ARGS`` through the script (its quick path) and through the Typer app, each on a
+    copy of ``store`` (a consume commits), in a user's environment."""
+    import shutil
+    results = []
+    for kind in ("quick", "full"):
+        argv = list(args)
+        if store is not None:
+            copy = store.parent / f"{store.name}-{kind}"
+            shutil.copytree(store, copy)
+            argv = ["--store", str(copy), *args]
+        env = mqctl_env(None, extra={"NO_COLOR": None})
+        cmd = MQCTL if kind == "quick" else [sys.executable, "-c",
+                                              "import sys; from mqctl.app import main; main(sys.argv[1:])"]
+        results.append(run([*cmd, *argv], args=argv, env=env, timeout=120))
+    return results[0], results[1]
+
+
+@pytest.mark.parametrize("args", [
+    ["consume", "t", "-g", "g", "--from", "first", "-e"],            # every message, raw
+    ["consume", "t", "-g", "g", "-o", "first", "-e", "--json"],      # envelopes
+    ["consume", "t", "-g", "g", "-o", "first", "-c", "3"],           # three of them
+    ["consume", "t", "--no-group", "-o", "-2", "-e"],                # kcat's two before the end
+    ["consume", "t", "--no-group", "-o", "1", "-e"],                 # a queue offset: one-queue topic only
+    ["consume", "t", "-o", "first", "-e"],                           # no group: exit 2
+    ["consume", "t", "-g", "g", "--no-group", "-e"],                 # both: exit 2
+    ["consume", "t", "-g", "g", "-o", "5", "-e"],                    # a queue offset needs --no-group: exit 2
+    ["consume", "t", "-g", "g", "-o", "yesterday-ish", "-e"],        # not a time: exit 2
+    ["consume", "t", "-g", "g", "--idle-timeout", "soon", "-e"],     # not a duration: exit 2
+    ["consume", "bad name", "-g", "g", "-e"],                        # exit 2
+    ["consume", "nosuch", "-g", "g", "-e"],                          # exit 3
+    ["consume", "t", "-g", "bad group!", "-e"],                      # exit 2
+    ["consume", "nosuch", "-g", "g", "--idle-timeout", "0"],         # waits for the topic, then stops: exit 0
+])
+def test_the_quick_consume_answers_as_the_full_command_line(tmp_path: Path, args: list[str]) -> None:
+    """``mqctl consume`` on the quick path and through Typer: same stdout, stderr, exit code,
+    and the same offsets committed."""
+    from tests.procs import mqctl as run_mqctl
+    store = tmp_path / "s"
+    run_mqctl(store, "topic", "create", "t", "--queues", "3", check=True, timeout=120)
+    for i in range(7):
+        run_mqctl(store, "send", "t", f"m{i}", "-k", f"k{i}", check=True, timeout=120)
+    quick, full = _run_both(args, store)
+    assert quick.returncode == full.returncode, (str(quick), str(full))
+
+    def same(text: bytes | str) -> str:
+        text = text.decode() if isinstance(text, bytes) else text
+        text = re.sub(r'"(storeTimestamp|bornTimestamp)": ?\d+', "", text)
+        return re.sub(r"\d{4}-\d\d-\d\dT[^ ,\"]+", "TIME", text)
+    assert same(quick.stdout) == same(full.stdout) and same(quick.stderr) == same(full.stderr)
+    if quick.returncode == 0 and "-g" in args and args[1] == "t":
+        offsets = [run_mqctl(tmp_path / f"s-{kind}", "offsets", "show", "--group", "g", "--json",
+                             check=True, timeout=120).stdout for kind in ("quick", "full")]
+        assert offsets[0] == offsets[1]
+
+
+def test_the_quick_consume_without_a_store_answers_as_the_full_command_line(tmp_path: Path) -> None:
+    quick, full = _run_both(["--store", str(tmp_path / "none"), "consume", "t", "-g", "g", "-e"], None)
+    assert quick.returncode == full.returncode == 3 and quick.stderr == full.stderr and quick.stdout == full.stdout == b""
+
+
+def test_the_quick_consume_imports_no_typer(tmp_path: Path) -> None:
+    """``mqctl consume T -g G -e > file`` through the script: no Typer, no console stack, no
+    other command's module, not the --exec handlers' machinery (threads, spawning), not numpy
+    for a small backlog, not what only a producer uses (random: a first queue's pick)."""
+    from tests.procs import mqctl as run_mqctl
+    store = tmp_path / "s"
+    for i in range(3):
+        run_mqctl(store, "send", "t", f"m{i}", check=True, timeout=120)
+    dump = tmp_path / "modules.json"
+    code = ("import atexit, json, sys\n"
+            f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
+            "sys.argv = ['mqctl'] + sys.argv[1:]\n"
+            "from mqctl.entry import main\n"
+            "main()\n")
+    cp = run([sys.executable, "-c", code, "--store", str(store), "consume", "t", "-g", "g", "-o", "first", "-e"],
+             env=mqctl_env(None, extra={"NO_COLOR": None}), timeout=120)
+    assert cp.returncode == 0 and sorted(cp.stdout.split()) == [b"m0", b"m1", b"m2"], cp.stderr
+    unwanted = ("typer", "rich", "click", "mqctl.app", "mqctl.options", "mqctl.commands", "mqctl.consumer.handlers",
+                "numpy", "shlex", "random", "shutil") + FORBIDDEN_ON_CONSUME
+    mods = set(json.loads(dump.read_text()))
     assert not offenders(mods, unwanted), offenders(mods, unwanted)

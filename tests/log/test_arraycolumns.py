@@ -47,10 +47,10 @@ def test_vector_path_serves_what_the_loop_serves(tmp_path: Path, monkeypatch: py
 
     monkeypatch.setattr(columns, "_VECTOR_MIN_RUN", 16)
     for q in range(queues):
-        monkeypatch.setattr(columns, "_VECTOR_MIN_BACKLOG", 10 ** 12)
+        monkeypatch.setattr(columns, "VECTOR_MIN_BACKLOG", 10 ** 12)
         monkeypatch.setattr(columns, "_vector_run", lambda *a, **kw: False)
         want, wd, _ = _drain(s, "T", q, max_bytes=max_bytes)
-        monkeypatch.setattr(columns, "_VECTOR_MIN_BACKLOG", 0)
+        monkeypatch.setattr(columns, "VECTOR_MIN_BACKLOG", 0)
         monkeypatch.setattr(columns, "_vector_run", spy)
         got, gd, _ = _drain(s, "T", q, max_bytes=max_bytes)
         assert got == want and not wd and not gd
@@ -63,7 +63,7 @@ def test_vector_path_serves_what_the_loop_serves(tmp_path: Path, monkeypatch: py
 
 
 def test_a_damaged_record_falls_back_to_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(columns, "_VECTOR_MIN_BACKLOG", 0)
+    monkeypatch.setattr(columns, "VECTOR_MIN_BACKLOG", 0)
     s = open_store(tmp_path / "s")
     s.create_topic("T", 1)
     res = s.put_bodies("T", [b"m%05d" % i + b"." * 90 for i in range(600)])

@@ -1,0 +1,86 @@
+"""A shared read without numpy (``store/log/sharedread.py``): a member of several queues
+reads each window of the log once for all of them, below the backlog that pays for numpy's
+import too, checking every record by the exact loop; what it serves equals each queue's own
+pull, a damaged record is named and skipped, and numpy is not imported. (Full reads, every
+column, are left to each queue's own pull there.)
+
+Run in a child interpreter: this one may have numpy loaded already (other tests), and a
+shared read with numpy loaded takes the array path."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.procs import mqctl_env
+
+CHILD = r"""
+import json, sys
+from pathlib import Path
+import store
+from store.log.messagestore import Store
+
+root, size, damage = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+with store.Producer(root) as p:
+    for i in range(0, 800, 40):
+        p.send_many("T", [b"%05d" % j + b"x" * (size + j % 50) for j in range(i, i + 40)])
+s = Store.open(root)
+n = s.topic("T").queues
+victim = None
+if damage:   # flip a body byte of queue 1's tenth record: only its record CRC tells
+    victim = s.pull_records("T", 1, 10, 1).phys[0]
+    with open(s.commitlog.segment_path(0), "r+b") as fh:
+        fh.seek(victim + 88 + 3)
+        b = fh.read(1)
+        fh.seek(victim + 88 + 3)
+        fh.write(bytes([b[0] ^ 0xFF]))
+out = {"served": 0, "equal": True, "damaged": [], "kinds": []}
+# a full read (every column) is left to each queue's own pull without numpy
+out["full_served"] = len(s.pull_many("T", [(q, 0, 64, 1 << 20) for q in range(n)], True))
+# bodies only (a raw consumer's reads), window by window
+offsets = {q: 0 for q in range(n)}
+got = {q: [] for q in range(n)}
+while True:
+    runs = s.pull_many("T", [(q, offsets[q], 64, 1 << 20) for q in range(n) if offsets[q] < s.max_offset("T", q)])
+    if not runs:
+        break
+    out["served"] += len(runs)
+    for q, c in runs.items():
+        got[q] += [bytes(b) for b in c.bodies]
+        out["kinds"] += sorted({type(b).__name__ for b in c.bodies})
+        out["damaged"] += [[q, o] for o, _why in c.damaged]
+        offsets[q] = c.next_offset
+for q in range(n):
+    own = s.pull_columns("T", q, 0, 10 ** 6)
+    out["equal"] &= offsets[q] == s.max_offset("T", q) and got[q] == [bytes(b) for b in own.bodies]
+out["numpy"] = "numpy" in sys.modules
+print(json.dumps(out))
+"""
+
+
+def _child(tmp_path: Path, size: int, damage: bool = False) -> dict:
+    p = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "s"), str(size), "1" if damage else "0"],
+                       capture_output=True, text=True, env=mqctl_env(None), timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout)
+
+
+def test_small_records_of_several_queues_are_read_together_without_numpy(tmp_path: Path) -> None:
+    out = _child(tmp_path, 300)
+    assert out["served"] > 0 and out["equal"] and not out["damaged"]
+    assert out["full_served"] == 0 and not out["numpy"]
+
+
+def test_big_bodies_come_as_views_from_a_shared_read(tmp_path: Path) -> None:
+    out = _child(tmp_path, 3000)
+    assert out["served"] > 0 and out["equal"]
+    assert "memoryview" in out["kinds"]
+    assert not out["numpy"]
+
+
+def test_a_damaged_record_in_a_shared_read_is_named_and_skipped(tmp_path: Path) -> None:
+    out = _child(tmp_path, 300, damage=True)
+    # queue 1's offset 10 is left out, everything else equal to the own pulls, which skip it too
+    assert out["damaged"] == [[1, 10]]
+    assert out["equal"] and not out["numpy"]
