@@ -319,6 +319,7 @@ def main() -> None:
     ap.add_argument("--idle-s", type=float, default=60.0)
     ap.add_argument("--skip", default="", help="comma list of parts to skip: rate,floor,settle,idle")
     ap.add_argument("--hog", action="store_true", help="yes > /dev/null on every core meanwhile")
+    ap.add_argument("--hogs", type=int, default=0, help="this many yes > /dev/null meanwhile (--hog: one a core)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -326,21 +327,39 @@ def main() -> None:
         return
     checkouts = ([("baseline", args.baseline.resolve())] if args.baseline else []) + [("this", HERE)]
     skip = set(args.skip.split(","))
-    hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(os.cpu_count() or 1)] \
-        if args.hog else []
-    print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}"
-          f"{' (with a CPU hog per core)' if hogs else ''}", flush=True)
+    nhogs = (os.cpu_count() or 1) if args.hog else args.hogs
+    hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(nhogs)]
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    result: dict[str, Any] = {"started": started, "hogs": nhogs, "queues": args.queues, "count": args.count,
+                              "reps": args.reps, "load_start": load()}
+    print(f"load before: {result['load_start']}{f' (with {nhogs} CPU hogs)' if hogs else ''}", flush=True)
     try:
-        _measure(args, checkouts, skip)
+        result |= _measure(args, checkouts, skip)
     finally:
         for h in hogs:
             h.kill()
             h.wait()
-    print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    result["load_end"] = load()
+    print(f"load after: {result['load_end']}")
+    out = HERE / "bench-results" / f"members-{started.replace(':', '')}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written to {out}")
 
 
-def _measure(args: argparse.Namespace, checkouts: list[tuple[str, Path]], skip: set[str]) -> None:
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def summary(xs: list[float]) -> dict[str, Any]:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
+
+
+def _measure(args: argparse.Namespace, checkouts: list[tuple[str, Path]], skip: set[str]) -> dict[str, Any]:
+    """Every part not skipped, printed; returns them (per checkout: rate per member count,
+    settle), medians and spreads, for ``bench_all.py``."""
     counts = [int(x) for x in args.members.split(",")]
+    out: dict[str, Any] = {}
     if "rate" not in skip:
         res: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for rep in range(args.reps):
@@ -362,6 +381,9 @@ def _measure(args: argparse.Namespace, checkouts: list[tuple[str, Path]], skip: 
                 print(f"{name:10} {n:7} {spread(rates, ',.0f'):>28} {statistics.median(rates) / one:5.2f} "
                       f"{spread(stored, ',.0f'):>28} {statistics.median(stored) / one_stored:5.2f} "
                       f"{spread([r['cpu_us_per_msg'] for r in rows], '.2f'):>26}")
+                out.setdefault("rate", {}).setdefault(name, {})[str(n)] = {
+                    "rate": summary(rates), "rate_stored": summary(stored),
+                    "cpu_us_per_msg": summary([r["cpu_us_per_msg"] for r in rows])}
     if "floor" not in skip:
         fres: dict[int, list[dict[str, Any]]] = {}
         for _rep in range(args.reps):
@@ -375,6 +397,8 @@ def _measure(args: argparse.Namespace, checkouts: list[tuple[str, Path]], skip: 
             rates = [r["rate"] for r in rows]
             print(f"{n:9} {spread(rates, ',.0f'):>28} {statistics.median(rates) / one:5.2f} "
                   f"{spread([r['cpu_us_per_msg'] for r in rows], '.2f'):>26}")
+            out.setdefault("floor", {})[str(n)] = {"rate": summary(rates),
+                                                   "cpu_us_per_msg": summary([r["cpu_us_per_msg"] for r in rows])}
     if "settle" not in skip:
         sres: dict[str, list[dict[str, Any]]] = {}
         for _rep in range(args.reps):
@@ -387,12 +411,16 @@ def _measure(args: argparse.Namespace, checkouts: list[tuple[str, Path]], skip: 
             rows = sres[name]
             print(f"{name:10} " + " ".join(f"{spread([r[k] for r in rows], '.2f'):>20}"
                                           for k in ("join_all", "settle", "from_launch", "joiner")))
+            out.setdefault("settle", {})[name] = {k: summary([r[k] for r in rows])
+                                                  for k in ("join_all", "settle", "from_launch", "joiner")}
     if "idle" not in skip:
         print(f"\n{args.idle_consumers} idle consumers of as many groups in one process, CPU over {args.idle_s:g} s:")
         for kind in ("sync", "async"):
             for name, path in checkouts:
                 r = run_child(path, {"what": "idle", "kind": kind}, args)
                 print(f"{name:10} {kind:6} CPU {r['cpu_s']:.3f} s, threads started {r['threads']}", flush=True)
+                out.setdefault("idle", {}).setdefault(name, {})[kind] = r
+    return out
 
 
 if __name__ == "__main__":

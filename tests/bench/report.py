@@ -97,6 +97,15 @@ def members(res: dict[str, Any]) -> list[str]:
             x = r["median"] / one
             xs = f"**{x:.2f}**" if x < 1.0 else f"{x:.2f}"
             out.append(f"| {n} | {r['median']:,.0f} ({r['min']:,.0f}–{r['max']:,.0f}) | {xs} | {cpu['median']:.2f} |")
+    fl = res.get("floor")
+    if fl and len(fl) > 1:
+        lo, hi = sorted(fl, key=int)[0], sorted(fl, key=int)[-1]
+        out += ["", f"The floor of that shape (`bench_members.py`'s `floor`: processes that read their queues'"
+                f" records from the store's files and write a line each, with no offsets, group or checks):"
+                f" {hi} processes {fl[hi]['rate']['median'] / fl[lo]['rate']['median']:.2f}× one process"
+                f" ({fl[hi]['rate']['median']:,.0f} against {fl[lo]['rate']['median']:,.0f} msgs/s;"
+                f" {fl[lo]['cpu_us_per_msg']['median']:.2f} → {fl[hi]['cpu_us_per_msg']['median']:.2f} CPU µs"
+                f" a message)."]
     settle = res.get("settle", {}).get("this")
     if settle:
         out += ["", f"16 members started together: all joined {settle['join_all']['median']:.2f} s after the"
