@@ -17,7 +17,8 @@ died before writing).
 So the files are written without fsync (a power cut may leave one empty: it is skipped), a
 file that cannot be read is removed by the next writer, and the merge respects what the
 member's own commit would: an offset never moves back, and a topic whose reset epoch moved
-since the member loaded it (``offsets reset``, ``topic delete``) is skipped. Orderly
+since the member loaded it (``offsets reset``, ``topic delete``) is skipped. A queue the
+table has no offset of is left to its member (see :func:`merge`). Orderly
 consumption's commits (which may move back) are never published.
 
 Format (compact JSON; ``<name>`` is a digest of group and client id, which together may be
@@ -39,7 +40,7 @@ from typing import Any
 
 from store.fsutil import ensure_dir, open_private
 from store.layout import Layout
-from store.log.offsettable import ClusterTable, is_int
+from store.log.offsettable import NO_OFFSET, ClusterTable, is_int
 from store.names import validate_any_topic, validate_group
 
 QueueKey = tuple[str, int]
@@ -154,12 +155,16 @@ def _parse(path: Path, obj: Any) -> Pending:
 
 def merge(table: ClusterTable, pending: Pending) -> bool:
     """Apply one publication as its member's own commit would (forward only, within the reset
-    epochs it names); whether the table changed."""
+    epochs it names), to queues the table has an offset of; whether the table changed."""
     changed = False
     for (topic, queue_id), offset in sorted(pending.offsets.items()):
         if table.epoch(topic, pending.group) != pending.epochs.get(topic, 0):
             continue
-        if offset > table.get(topic, pending.group, queue_id):
+        old = table.get(topic, pending.group, queue_id)
+        # Only an offset the table has moves: a queue's first commit (its start) is written
+        # by its member. A dead member's start may name a topic deleted since, which had no
+        # offsets of the group to drop, so no epoch moved: it would land in the topic made anew.
+        if old != NO_OFFSET and offset > old:
             table.put(topic, pending.group, queue_id, offset)
             changed = True
     return changed

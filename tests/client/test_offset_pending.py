@@ -5,6 +5,7 @@ died is merged once, within its reset epochs, and removed."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 from store.layout import Layout, lock_beside
 from store.log import offsetjournal, offsetpending, offsettable
 from store.log.offsets import ClusterOffsetStore
-from tests.procs import finish, python, wait_for
+from tests.procs import MQ, finish, python, wait_for
 
 # One member's commit from its own process: offsets published as client ``cid``.
 COMMIT = """
@@ -99,6 +100,36 @@ def test_a_dead_members_publication_is_merged_once_within_its_reset_epochs(layou
 
     assert store.read_group("g") == {("T", 0): 40, ("U", 0): 5}   # the reset not undone
     assert store.read_group("h") == {("T", 0): 3}
+    assert pending_files(layout) == []
+
+
+def test_a_dead_members_first_commit_is_not_merged_into_a_topic_made_anew(mq: MQ) -> None:
+    """A member killed in its first commit (its start, published, never written) left a
+    publication for a queue the table has no offset of; the topic is deleted (no offsets of
+    the group to drop, so no reset epoch to move) and made anew. Another group's commit must
+    not write that start into the new topic: the group would skip its first messages."""
+    layout = Layout(mq.root)
+    mq.ok("topic", "create", "T", "--queues", "1")
+    mq.send_lines("T", [f"old{i}" for i in range(5)])
+
+    def published() -> bool:
+        return any(json.loads(p.read_bytes())["offsets"].get("T", {}).get("0") == 5
+                   for p in layout.consumer_offset_pending_dir.glob("*.json"))
+    lock = TableLock(layout)
+    try:
+        member = mq.start("consume", "T", "-g", "G", "--from", "last")
+        wait_for(published, what="the member's start published")   # (waiting for the lock this test holds)
+        member.kill9()
+    finally:
+        lock.release()
+    assert mq.offsets("G") == {}
+    mq.ok("topic", "delete", "T", "--yes")
+    mq.ok("topic", "create", "T", "--queues", "1")
+    mq.send_lines("T", ["new0", "new1"])
+    mq.send_lines("U", ["u"])
+    mq.drain("U", "H")   # another group's member writes the table
+
+    assert [m["body"] for m in mq.drain("T", "G")] == ["new0", "new1"]
     assert pending_files(layout) == []
 
 
