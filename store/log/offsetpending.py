@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from store.fsutil import ensure_dir, open_private
+from store.heldlocks import pid_alive
 from store.layout import Layout
 from store.log.offsettable import NO_OFFSET, ClusterTable, is_int
 from store.names import validate_any_topic, validate_group
@@ -115,10 +116,14 @@ def read_all(layout: Layout) -> tuple[list[Pending], list[Path]]:
     found: list[Pending] = []
     bad: list[Path] = []
     try:
-        entries = [e for e in os.scandir(layout.consumer_offset_pending_dir)
-                   if e.name.endswith(".json") and not e.name.startswith(".")]
+        every = list(os.scandir(layout.consumer_offset_pending_dir))
     except OSError:
         return found, bad
+    entries = [e for e in every if e.name.endswith(".json") and not e.name.startswith(".")]
+    for e in every:   # a member killed between its write and rename left ``.<name>.<pid>.tmp``
+        pid = e.name.rsplit(".", 2)[-2] if e.name.startswith(".") and e.name.endswith(".tmp") else ""
+        if pid.isdigit() and not pid_alive(int(pid)):
+            withdraw(Path(e.path))
     for entry in entries:
         path = Path(entry.path)
         try:

@@ -149,3 +149,22 @@ def test_orderly_and_plain_commits_publish_nothing(layout: Layout) -> None:
     store.commit("g", {("T", 1): 5})
     assert not Path(layout.consumer_offset_pending_dir).exists()
     assert store.read_group("g") == {("T", 0): 5, ("T", 1): 5}
+
+
+def test_a_temporary_file_of_a_member_killed_before_its_rename_is_removed_by_the_next_write(
+        layout: Layout) -> None:
+    store = ClusterOffsetStore(layout)
+    store.commit("g", {("T", 0): 1})
+    dead = python("pass", stderr=subprocess.PIPE)
+    finish(dead)   # (its pid is free now: no process has it until it is reused)
+    d = layout.consumer_offset_pending_dir
+    d.mkdir(parents=True, exist_ok=True)
+    stale = d / f".{'ab' * 12}.json.{dead.pid}.tmp"
+    live = d / f".{'cd' * 12}.json.{os.getpid()}.tmp"   # a member between its write and rename
+    stale.write_bytes(b"{")
+    live.write_bytes(b"{")
+
+    store.commit("g", {("T", 0): 2}, publish_as="host@1")
+
+    assert not stale.exists()
+    assert live.exists()
