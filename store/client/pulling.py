@@ -25,7 +25,6 @@ from store.log.columns import Columns
 from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
 from store.log.record import Message, java_hash
-from store.log.results import BodiesResult
 
 if TYPE_CHECKING:
     from store.client.dedup import DedupLog

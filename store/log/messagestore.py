@@ -46,15 +46,12 @@ from store.layout import Layout, backup_of
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
-from store.log.framing import frame_bodies
 from store.log.index import KeyIndex
 from store.log.offsetcommits import BatchEnd, seal
 from store.log.preflight import checkpoint_locked, recover_if_dirty
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
-from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
 from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig
-from store.log.writebatch import WriteBatch
 from store.log.writelock import WriteLock
 
 if TYPE_CHECKING:
@@ -62,6 +59,7 @@ if TYPE_CHECKING:
     from store.log.check import CheckReport
     from store.log.columns import Columns
     from store.log.recovery import RecoveryReport
+    from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
 
 __all__ = ["SYSTEM_TOPIC_QUEUES", "Store", "open_store"]
 
@@ -300,6 +298,8 @@ class Store:
             if len(d.body) > max_size:
                 raise MessageTooLargeError(
                     f"message body of {len(d.body)} bytes exceeds the store's limit of {max_size} bytes")
+        # (the write side's modules are imported by the first write: a consumer never loads them)
+        from store.log.writebatch import WriteBatch
         if commit is not None:
             drafts = seal(drafts, commit)
         if not drafts:
@@ -322,6 +322,9 @@ class Store:
         Same records and guarantees as :meth:`put`; ``sharding_keys`` gives each body its own
         key (``None`` entries fall back to ``queue_id`` or round robin). A body may be any
         bytes-like object (a memoryview of a read buffer is copied once, into the batch)."""
+        from store.log.framing import frame_bodies
+        from store.log.results import BatchResult
+        from store.log.writebatch import WriteBatch
         if not bodies:
             return BatchResult(topic, [], [], [], 0)
         max_size = self.settings.max_message_size
@@ -419,6 +422,7 @@ class Store:
         1 KiB and more may come as memoryviews into the read's buffer instead of copies (for
         a caller that writes them out and lets go)."""
         from store.log.columns import pull_columns
+        from store.log.results import BodiesResult
         c = pull_columns(self.engine, topic, queue_id, offset, max_count, max_bytes, bodies_only=True, views=views)
         return BodiesResult(c.bodies, c.offsets, c.next_offset, c.max_offset, c.damaged)
 
