@@ -28,6 +28,7 @@ from store.log.record import Message, java_hash
 
 if TYPE_CHECKING:
     from store.client.dedup import DedupLog
+    from store.log.results import BodiesResult
 
 PULL_MAX_BYTES = 4 * 1024 * 1024   # what one pull reads at most (Store.pull's max_bytes)
 
