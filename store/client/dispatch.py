@@ -16,6 +16,7 @@ queue's lock before every batch.
 """
 from __future__ import annotations
 
+import concurrent.futures as cf
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -32,8 +33,6 @@ from store.log.offsets import QueueKey, Warn
 from store.log.record import Message
 
 if TYPE_CHECKING:
-    import concurrent.futures as cf
-
     from store.client.dedup import DedupLog
 
 
@@ -209,7 +208,6 @@ class Dispatcher:
         """Apply the outcomes of the pool sink's finished batches (``block``: wait for one)."""
         if not self.futures:
             return False
-        import concurrent.futures as cf  # (a pool sink's futures: it is loaded)
         futures, pqs, dropping = self.futures, self.held.pqs, self.held.dropping
         done = [f for f in futures if f.done()]
         if not done and block:

@@ -5,12 +5,11 @@ import os
 from dataclasses import dataclass, field
 
 
-def log_warning(message: str, logger: str = "store.client") -> None:
-    """The library's default warning channel: the ``store.client`` logger, or ``logger``
-    (logging imported when a warning is given: its import is a few ms of every consumer's
-    start-up)."""
+def log_warning(message: str) -> None:
+    """The library's default warning channel: the ``store.client`` logger (logging imported
+    when a warning is given: its import is a few ms of every consumer's start-up)."""
     import logging
-    logging.getLogger(logger).warning("%s", message)
+    logging.getLogger("store.client").warning("%s", message)
 
 
 @dataclass

@@ -8,12 +8,10 @@ answer is :mod:`store.client.dispatch`'s business.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence, Union, runtime_checkable
+import concurrent.futures as cf
+from typing import Callable, Optional, Protocol, Sequence, Union, runtime_checkable
 
 from store.log.record import Message
-
-if TYPE_CHECKING:
-    import concurrent.futures as cf
 
 # (True: consumed, False: failed, None: released untouched, or an int k: the first k of the
 # batch consumed and the rest released, concurrent mode only; the reason, for failures)
@@ -86,9 +84,6 @@ class ThreadPoolSink:
         self.batch = max(1, batch)
         self.per_message = per_message
         self.max_in_flight = 2 * max(1, threads)
-        # (concurrent.futures, with the logging it imports, only for a pool: an inline
-        # consumer never loads it)
-        import concurrent.futures as cf
         self.pool = cf.ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="handler")
 
     def submit(self, batch: list[Message], topic: str) -> "cf.Future[Outcome]":

@@ -26,7 +26,7 @@ OTHER_GROUPS = tuple(f"mqctl.commands.{m}" for m in
                       "completion", "dlq", "sparkcmd", "bench"))
 FORBIDDEN_ON_SEND = HEAVY + ("portalocker", "store.client.runtime", "mqctl.consumer", "store.log.recovery",
                              "socket", "store.watch") + OTHER_GROUPS
-# (a consumer with handlers, the command line's path, needs threads: concurrent.futures; ctypes for inotify)
+# the consumer needs threads (concurrent.futures) and ctypes (inotify)
 FORBIDDEN_ON_CONSUME = ("rich", "redis", "numpy", "pyarrow", "pyspark", "pydantic", "pandas", "portalocker",
                         "importlib.metadata", "mqctl.commands.send", "mqctl.commands.tx", "mqctl.commands.bench",
                         "mqctl.commands.sparkcmd", "mqctl.commands.dlq")
@@ -324,14 +324,12 @@ def test_the_quick_consume_without_a_store_answers_as_the_full_command_line(tmp_
     assert quick.returncode == full.returncode == 3 and quick.stderr == full.stderr and quick.stdout == full.stdout == b""
 
 
-# What ``mqctl consume`` to stdout does not load: the write path's modules (a consumer writes
-# no message), hashlib's OpenSSL bindings (a pending-offsets file's name is a blake2s digest,
-# which has its own module), sortedcontainers (orderly in-flight messages are a few, in a
-# dict), concurrent.futures and logging (offset commits each get a thread; a pool of handlers
-# is --exec's, futures the Python iterator's; logging only when a warning is logged): 20
-# modules, ~10 ms of each consumer's start-up together, measured
+# What no consumer loads (the quick consume, and a Python consumer): the write path's modules
+# (a consumer writes no message), hashlib's OpenSSL bindings (a pending-offsets file's name is
+# a blake2s digest, which has its own module), sortedcontainers (orderly in-flight messages
+# are a few, in a dict): 10 modules, ~10 ms of each consumer's start-up together, measured
 CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.log.writebatch", "store.log.results",
-                        "hashlib", "_hashlib", "sortedcontainers", "concurrent.futures", "logging")
+                        "hashlib", "_hashlib", "sortedcontainers")
 
 
 def test_the_quick_consume_imports_no_typer(tmp_path: Path) -> None:

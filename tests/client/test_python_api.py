@@ -81,8 +81,7 @@ def test_import_store_is_light_and_exports_the_api() -> None:
 def test_a_python_consumer_loads_no_write_path(tmp_path: Path) -> None:
     """A consumer's process (the iterator, to the end) loads neither the write path's modules
     nor hashlib's OpenSSL bindings nor sortedcontainers: start-up every consumer pays for
-    (tests/cli/test_startup.py: CONSUMER_NEVER_LOADS; the iterator's hand-off is a future, so
-    it does load concurrent.futures)."""
+    (tests/cli/test_startup.py: CONSUMER_NEVER_LOADS)."""
     root = tmp_path / "s"
     with store.Producer(str(root)) as p:
         p.send_many("T", [f"m{i}" for i in range(5)])
