@@ -37,13 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from store.fsutil import ensure_dir, open_private
-
-try:
-    # hashlib's own blake2s (the same function), without the OpenSSL bindings that importing
-    # hashlib loads first: ~2 ms of every consumer's start-up, for a file name
-    from _blake2 import blake2s
-except ImportError:   # an interpreter built without it
-    from hashlib import blake2s
 from store.layout import Layout
 from store.log.offsettable import ClusterTable, is_int
 from store.names import validate_any_topic, validate_group
@@ -59,6 +52,14 @@ class Pending:
     group: str
     offsets: dict[QueueKey, int]
     epochs: dict[str, int]
+
+
+# hashlib's own blake2s (the same function), without the OpenSSL bindings that importing
+# hashlib loads first: ~2 ms of every consumer's start-up, for a file name
+try:
+    from _blake2 import blake2s
+except ImportError:   # an interpreter built without it
+    from hashlib import blake2s
 
 
 def path_of(layout: Layout, group: str, client_id: str) -> Path:
