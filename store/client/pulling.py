@@ -25,10 +25,10 @@ from store.log.columns import Columns
 from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
 from store.log.record import Message, java_hash
-from store.log.results import BodiesResult
 
 if TYPE_CHECKING:
     from store.client.dedup import DedupLog
+    from store.log.results import BodiesResult
 
 PULL_MAX_BYTES = 4 * 1024 * 1024   # what one pull reads at most (Store.pull's max_bytes)
 

@@ -15,13 +15,12 @@ through one :class:`~store.log.writebatch.WriteBatch`, which
 Readers take no lock: they read consume-queue entries, then the records those point at, and
 check every record's CRC before handing it out.
 
-Failpoints (``failpoints.py``): ``put-after-log``, ``put-after-cq``, ``put-after-index`` inside
-a batch (``writebatch.py``); ``sync-before-fsync`` in :meth:`Store.sync_log`, before a batch is
-made durable.
+Failpoints (``failpoints.py``): ``put-after-log``, ``put-after-cq``, ``put-after-index`` inside a batch
+(``writebatch.py``); ``sync-before-fsync`` in :meth:`Store.sync_log`, before a batch is made durable.
 
-Around it: ``settings.py`` (:class:`StoreSettings`, ``store.json``), ``results.py`` (what puts
-and pulls return), ``writebatch.py`` (placement, commit and undo of a batch) and
-``framing.py`` (the framing of :meth:`Store.put_bodies`' raw bodies).
+Around it: ``settings.py`` (:class:`StoreSettings`, ``store.json``), ``results.py`` (what puts and pulls
+return), ``writebatch.py`` (placement, commit and undo of a batch) and ``framing.py`` (the framing of
+:meth:`Store.put_bodies`' raw bodies), the last three imported by the first write: a reader never loads them.
 """
 from __future__ import annotations
 
@@ -46,15 +45,12 @@ from store.layout import Layout, backup_of
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
-from store.log.framing import frame_bodies
 from store.log.index import KeyIndex
 from store.log.offsetcommits import BatchEnd, seal
 from store.log.preflight import checkpoint_locked, recover_if_dirty
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
-from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
 from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig
-from store.log.writebatch import WriteBatch
 from store.log.writelock import WriteLock
 
 if TYPE_CHECKING:
@@ -62,6 +58,7 @@ if TYPE_CHECKING:
     from store.log.check import CheckReport
     from store.log.columns import Columns
     from store.log.recovery import RecoveryReport
+    from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
 
 __all__ = ["SYSTEM_TOPIC_QUEUES", "Store", "open_store"]
 
@@ -300,6 +297,7 @@ class Store:
             if len(d.body) > max_size:
                 raise MessageTooLargeError(
                     f"message body of {len(d.body)} bytes exceeds the store's limit of {max_size} bytes")
+        from store.log import writebatch  # (by the first write: a reader never loads it)
         if commit is not None:
             drafts = seal(drafts, commit)
         if not drafts:
@@ -307,7 +305,7 @@ class Store:
         with self.engine.write_lock:
             if fence is not None:
                 fence()
-            batch = WriteBatch(self.engine, sync)
+            batch = writebatch.WriteBatch(self.engine, sync)
             results = batch.put_drafts(drafts)
             batch.commit()
         if self.engine.hints.flush_due:
@@ -322,8 +320,9 @@ class Store:
         Same records and guarantees as :meth:`put`; ``sharding_keys`` gives each body its own
         key (``None`` entries fall back to ``queue_id`` or round robin). A body may be any
         bytes-like object (a memoryview of a read buffer is copied once, into the batch)."""
+        from store.log import framing, results, writebatch  # (as in put)
         if not bodies:
-            return BatchResult(topic, [], [], [], 0)
+            return results.BatchResult(topic, [], [], [], 0)
         max_size = self.settings.max_message_size
         longest = max(map(len, bodies))
         if longest > max_size:
@@ -339,8 +338,8 @@ class Store:
             raise BadInputError("a property name or value (tags, keys, sharding key included) "
                                 "contains the control characters \\x01 or \\x02")
         with self.engine.write_lock:
-            batch = WriteBatch(self.engine, sync)
-            result = frame_bodies(batch, topic, bodies, props, queue_id, sharding_keys)
+            batch = writebatch.WriteBatch(self.engine, sync)
+            result = framing.frame_bodies(batch, topic, bodies, props, queue_id, sharding_keys)
             batch.commit()
         if self.engine.hints.flush_due:
             self.engine.durability.flush_in_background()
@@ -419,6 +418,7 @@ class Store:
         1 KiB and more may come as memoryviews into the read's buffer instead of copies (for
         a caller that writes them out and lets go)."""
         from store.log.columns import pull_columns
+        from store.log.results import BodiesResult
         c = pull_columns(self.engine, topic, queue_id, offset, max_count, max_bytes, bodies_only=True, views=views)
         return BodiesResult(c.bodies, c.offsets, c.next_offset, c.max_offset, c.damaged)
 

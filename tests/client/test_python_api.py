@@ -78,6 +78,24 @@ def test_import_store_is_light_and_exports_the_api() -> None:
     assert "at-least-once" in doc and "messages" in doc and "run" in doc
 
 
+def test_a_python_consumer_loads_no_write_path(tmp_path: Path) -> None:
+    """A consumer's process (the iterator, to the end) loads neither the write path's modules
+    nor hashlib's OpenSSL bindings nor sortedcontainers: start-up every consumer pays for
+    (tests/cli/test_startup.py: CONSUMER_NEVER_LOADS)."""
+    root = tmp_path / "s"
+    with store.Producer(str(root)) as p:
+        p.send_many("T", [f"m{i}" for i in range(5)])
+    code = ("import sys, store\n"
+            "with store.Consumer('T', group='g', path=sys.argv[1], start_from='first') as c:\n"
+            "    got = [m.text for m in c.messages(exit_at_end=True)]\n"
+            "print(sorted(got))\n"
+            "print(sorted(m for m in sys.modules if m in ('store.log.framing', 'store.log.arrayframing',\n"
+            "      'store.log.writebatch', 'store.log.results', 'hashlib', '_hashlib', 'sortedcontainers')))\n")
+    cp = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.splitlines() == [str([f"m{i}" for i in range(5)]), "[]"]
+
+
 def test_path_none_selects_mqctl_store(mq: MQ, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MQCTL_STORE", str(mq.root))
     with store.Producer() as p:
