@@ -179,7 +179,7 @@ class Tmux:
         script = tmp_path / "run.sh"
         exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items() if k.isidentifier())
         script.write_text(f"{exports}{command}\necho EXIT=$?\nstty -a | tr ' ;' '\\n\\n' | grep -x -- '-\\?icanon'\n"
-                          "stty -a | tr ' ;' '\\n\\n' | grep -x -- '-\\?echo'\nsleep 600\n")
+                          "stty -a | tr ' ;' '\\n\\n' | grep -x -- '-\\?echo'\necho SHOWN\nsleep 600\n")
         self.tmux("new-session", "-d", "-x", str(width), "-y", str(height), "bash --norc --noprofile " + str(script))
 
     def tmux(self, *args: str) -> str:
@@ -257,7 +257,8 @@ def test_live_screen_in_a_terminal(mq: MQ, tmp_path: Path) -> None:
         term.keys("Tab")
         term.wait(lambda s: "LAST-60S" in s, "tab back to topics")
         term.keys("q")
-        screen = term.wait(lambda s: "EXIT=" in s, "the exit")
+        # (the terminal's settings, printed after the exit, are on the screen once SHOWN is)
+        screen = term.wait(lambda s: "SHOWN" in s.split(), "the exit and the terminal's settings")
         assert "EXIT=0" in screen
         lines = screen.split()
         assert "icanon" in lines and "echo" in lines, screen    # the terminal as it was, not cbreak
