@@ -24,15 +24,19 @@ import sys
 COMPLETE_VAR = "_MQCTL_COMPLETE"   # the shell-completion request (Typer's name for mqctl)
 
 
+def store_prefix(argv: list[str]) -> tuple[str | None, list[str]]:
+    """A leading ``--store DIR`` or ``--store=DIR`` (None when there is none), and the rest."""
+    if argv[:1] == ["--store"] and len(argv) >= 2:
+        return argv[1], argv[2:]
+    if argv[:1] and argv[0].startswith("--store="):
+        return argv[0].split("=", 1)[1], argv[1:]
+    return None, argv
+
+
 def quick_send(argv: list[str]) -> tuple[str | None, str, str | None] | None:
     """``(store flag, topic, body)`` when ``argv`` is exactly a one-message send (``body``
     None: a send of stdin's lines with no flag), else None."""
-    store: str | None = None
-    rest = argv
-    if rest[:1] == ["--store"] and len(rest) >= 2:
-        store, rest = rest[1], rest[2:]
-    elif rest[:1] and rest[0].startswith("--store="):
-        store, rest = rest[0].split("=", 1)[1], rest[1:]
+    store, rest = store_prefix(argv)
     if len(rest) not in (2, 3) or rest[0] != "send" or any(w.startswith("-") for w in rest[1:]):
         return None
     if store is not None and (not store or store.startswith("-")):
@@ -55,12 +59,7 @@ def quick_consume(argv: list[str]) -> tuple[str | None, dict[str, object]] | Non
     :data:`CONSUME_FLAGS`, each once, else None. A value is the next word, as Click takes it
     (``-o -10`` is kcat's ten before the end), or after ``=`` for a long flag; ``--count``
     only as Typer takes it (a whole number of at least 1: anything else is Typer's error)."""
-    store: str | None = None
-    rest = argv
-    if rest[:1] == ["--store"] and len(rest) >= 2:
-        store, rest = rest[1], rest[2:]
-    elif rest[:1] and rest[0].startswith("--store="):
-        store, rest = rest[0].split("=", 1)[1], rest[1:]
+    store, rest = store_prefix(argv)
     if len(rest) < 2 or rest[0] != "consume" or rest[1].startswith("-"):
         return None
     if store is not None and (not store or store.startswith("-")):

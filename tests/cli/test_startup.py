@@ -207,18 +207,23 @@ def test_the_quick_send_of_stdin_answers_as_the_full_command_line(tmp_path: Path
     assert got[0] == got[1]
 
 
-def _send_modules(tmp_path: Path, *args: str, input: bytes | None = None) -> tuple[Result, set[str]]:
-    """``mqctl --store S send ARGS`` through the script's entry point: its result and every
-    module it had imported when it exited."""
+def _entry_modules(tmp_path: Path, *args: str, input: bytes | None = None) -> tuple[Result, set[str]]:
+    """``mqctl --store S ARGS`` through the script's entry point: its result and every module
+    it had imported when it exited."""
     dump = tmp_path / "modules.json"
     code = ("import atexit, json, sys\n"
             f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
             "sys.argv = ['mqctl'] + sys.argv[1:]\n"
             "from mqctl.entry import main\n"
             "main()\n")
-    cp = run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), "send", *args],
+    cp = run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), *args],
              env=mqctl_env(None, extra={"NO_COLOR": None}), input=input, timeout=120)
     return cp, set(json.loads(dump.read_text()))
+
+
+def _send_modules(tmp_path: Path, *args: str, input: bytes | None = None) -> tuple[Result, set[str]]:
+    """``mqctl --store S send ARGS`` through the script's entry point (:func:`_entry_modules`)."""
+    return _entry_modules(tmp_path, "send", *args, input=input)
 
 
 def test_the_quick_send_imports_no_typer(tmp_path: Path) -> None:
@@ -340,16 +345,8 @@ def test_the_quick_consume_imports_no_typer(tmp_path: Path) -> None:
     store = tmp_path / "s"
     for i in range(3):
         run_mqctl(store, "send", "t", f"m{i}", check=True, timeout=120)
-    dump = tmp_path / "modules.json"
-    code = ("import atexit, json, sys\n"
-            f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
-            "sys.argv = ['mqctl'] + sys.argv[1:]\n"
-            "from mqctl.entry import main\n"
-            "main()\n")
-    cp = run([sys.executable, "-c", code, "--store", str(store), "consume", "t", "-g", "g", "-o", "first", "-e"],
-             env=mqctl_env(None, extra={"NO_COLOR": None}), timeout=120)
+    cp, modules = _entry_modules(tmp_path, "consume", "t", "-g", "g", "-o", "first", "-e")
     assert cp.returncode == 0 and sorted(cp.stdout.split()) == [b"m0", b"m1", b"m2"], cp.stderr
     unwanted = ("typer", "rich", "click", "mqctl.app", "mqctl.options", "mqctl.commands", "mqctl.consumer.handlers",
                 "numpy", "shlex", "random", "shutil") + FORBIDDEN_ON_CONSUME + CONSUMER_NEVER_LOADS
-    mods = set(json.loads(dump.read_text()))
-    assert not offenders(mods, unwanted), offenders(mods, unwanted)
+    assert not offenders(modules, unwanted), offenders(modules, unwanted)
