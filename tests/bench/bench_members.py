@@ -75,18 +75,7 @@ def rate(members: int, queues: int, count: int) -> dict[str, Any]:
             cpu0 = sum(cpu_of(p.pid) for p in ms.procs)
             st.put_bodies("B", [b"x" * 100] * count)
             stored = time.perf_counter()   # (one batch: no member sees any of it before)
-            sel = selectors.DefaultSelector()
-            for p in ms.procs:
-                assert p.stdout is not None
-                os.set_blocking(p.stdout.fileno(), False)
-                sel.register(p.stdout.fileno(), selectors.EVENT_READ)
-            lines, first, last = 0, 0.0, 0.0
-            while lines < count:
-                for _fd, data in br.ready_chunks(sel, 1.0):
-                    last = time.perf_counter()
-                    first = first or last
-                    lines += data.count(b"\n")
-            sel.close()
+            first, last = read_lines(ms.procs, count)
             time.sleep(0.3)   # their last commits
             cpu1 = sum(cpu_of(p.pid) for p in ms.procs)
         finally:
@@ -94,6 +83,25 @@ def rate(members: int, queues: int, count: int) -> dict[str, Any]:
             st.close()
     return {"rate": count / max(last - first, 1e-9), "rate_stored": count / max(last - stored, 1e-9),
             "cpu_us_per_msg": (cpu1 - cpu0) / count * 1e6}
+
+
+def read_lines(procs: list[subprocess.Popen[bytes]], count: int) -> tuple[float, float]:
+    """Read the members' stdout until ``count`` lines came out: when the first and the last
+    came (``time.perf_counter``)."""
+    from mqctl import benchrun as br
+    sel = selectors.DefaultSelector()
+    for p in procs:
+        assert p.stdout is not None
+        os.set_blocking(p.stdout.fileno(), False)
+        sel.register(p.stdout.fileno(), selectors.EVENT_READ)
+    lines, first, last = 0, 0.0, 0.0
+    while lines < count:
+        for _fd, data in br.ready_chunks(sel, 1.0):
+            last = time.perf_counter()
+            first = first or last
+            lines += data.count(b"\n")
+    sel.close()
+    return first, last
 
 
 def floor(procs: int, queues: int, count: int) -> dict[str, Any]:

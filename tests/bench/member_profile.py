@@ -23,13 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import selectors
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench_members import read_lines
 
 HERE = Path(__file__).resolve().parents[2]
 TICK = os.sysconf("SC_CLK_TCK")
@@ -124,18 +125,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(0.1)
             before = {pid: thread_times(pid) for pid in pids}
             st.put_bodies("B", [b"x" * 100] * args.count)
-            sel = selectors.DefaultSelector()
-            for p in ms.procs:
-                assert p.stdout is not None
-                os.set_blocking(p.stdout.fileno(), False)
-                sel.register(p.stdout.fileno(), selectors.EVENT_READ)
-            lines, first, last = 0, 0.0, 0.0
-            while lines < args.count:
-                for _fd, data in br.ready_chunks(sel, 1.0):
-                    last = time.perf_counter()
-                    first = first or last
-                    lines += data.count(b"\n")
-            sel.close()
+            first, last = read_lines(ms.procs, args.count)
             time.sleep(0.3)   # their last commits
             after = {pid: thread_times(pid) for pid in pids}
             if perf is not None:
