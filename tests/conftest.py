@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import compileall
 import shutil
+import signal
 from pathlib import Path
 from typing import Iterator
 
@@ -37,6 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def pytest_sessionstart(session: pytest.Session) -> None:
     for package in ("mqctl", "store"):
         compileall.compile_dir(ROOT / package, quiet=1)
+    # A suite started in the background of a script (``cmd &``) inherits SIGINT ignored, and
+    # every process it starts would too: a test's Ctrl-C (SIGINT) to ``mqctl top`` was then
+    # ignored, as a shell's background job ignores it. The processes get a terminal's default.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
