@@ -90,6 +90,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from floors import compile_floor
 from hogs import cpu_hogs, loadavg
 
 REPO = Path(__file__).resolve().parents[2]
@@ -507,35 +508,6 @@ def run_api(spec: dict, exe: Path | None = None) -> dict:
     return out
 
 
-def build_c_floor(workdir: Path) -> Path | None:
-    """tests/bench/pipe_floor.c compiled with ``cc`` into the scratch directory (None: no
-    compiler or no zlib headers, and the floor is not measured)."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        return None
-    exe = workdir / "pipe_floor"
-    p = subprocess.run([cc, "-O2", "-o", str(exe), str(REPO / "tests" / "bench" / "pipe_floor.c"), "-lz"],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        log(f"pipe_floor.c did not build, the C floor is skipped: {p.stderr.strip()[-300:]}")
-        return None
-    return exe
-
-
-def build_fsync_floor(workdir: Path) -> Path | None:
-    """tests/bench/fsync_floor.c compiled into the scratch directory (None: no compiler)."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        return None
-    exe = workdir / "fsync_floor"
-    p = subprocess.run([cc, "-O2", "-o", str(exe), str(REPO / "tests" / "bench" / "fsync_floor.c")],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        log(f"fsync_floor.c did not build, the fsync floor is skipped: {p.stderr.strip()[-300:]}")
-        return None
-    return exe
-
-
 def fsync_floor_rate(exe: Path, mode: str, size: int, n: int, out: Path) -> float:
     """Durable writes per second of ``fsync_floor MODE SIZE N`` (pwrite + fdatasync each)."""
     p = subprocess.run([str(exe), mode, str(size), str(n), str(out)], check=True, capture_output=True, text=True)
@@ -671,8 +643,8 @@ def main() -> None:
     def label(size: int) -> str:
         return f"{size // 1024}k" if size >= 1024 else str(size)
 
-    floor_exe = build_c_floor(workdir)
-    fsync_exe = build_fsync_floor(workdir) if a.durable_only else None
+    floor_exe = compile_floor("pipe_floor", workdir, log, ("-lz",))
+    fsync_exe = compile_floor("fsync_floor", workdir, log) if a.durable_only else None
     hogs = cpu_hogs(a.hogs).start()   # (stopped at exit too, if the run is interrupted)
     machine["hogs"] = a.hogs
     machine["loadavg_hogs_started"] = loadavg()

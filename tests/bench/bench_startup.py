@@ -52,6 +52,7 @@ import time
 from pathlib import Path
 
 from bench_produce import RedisServer  # (run as a script: tests/bench/ is on sys.path)
+from floors import compile_floor
 from hogs import cpu_hogs, loadavg
 
 REPO = Path(__file__).resolve().parents[2]
@@ -177,20 +178,6 @@ int main(void) {
 """
 
 
-def build_wake_floor(work: Path) -> Path | None:
-    """tests/bench/wake_floor.c compiled into the scratch directory (None: no compiler)."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        return None
-    exe = work / "wake_floor"
-    p = subprocess.run([cc, "-O2", "-o", str(exe), str(REPO / "tests" / "bench" / "wake_floor.c")],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        log(f"wake_floor.c did not build, the floor is skipped: {p.stderr.strip()[-300:]}")
-        return None
-    return exe
-
-
 def mq_latency(store: Path, mode: str, n: int, gap: float, env: dict[str, str], tmp: Path,
                floor_exe: Path | None = None) -> dict:
     """``mode``: stdout (``--json``), exec (handler start), orderly (``--orderly --json``) or
@@ -291,7 +278,7 @@ def latency_rounds(store: Path, a: argparse.Namespace, env: dict[str, str], work
     if a.baseline is not None:
         trees[" [baseline]"] = dict(env, PYTHONPATH=str(a.baseline.resolve()))
     modes = [m for m in a.modes.split(",") if m]
-    floor_exe = build_wake_floor(work) if "floor" in modes else None
+    floor_exe = compile_floor("wake_floor", work, log) if "floor" in modes else None
     runs: dict[str, list[dict]] = {}
     for r in range(a.rounds):
         for mode in modes:
