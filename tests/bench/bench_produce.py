@@ -16,8 +16,13 @@ the same repetition), then their median:
 * ``mqctl consume T -g bench --from first -e > /dev/null`` on each of those stores, offsets
   committed; beside it the floor of a consume in Python (``consume_floor.py``: start-up,
   one read of the log per 8 MiB, every record's CRC, the bodies written out, one offset file
-  persisted) on the same store. Redis's consume is reported timed as its peer times it (from
-  the first XREADGROUP) and as a whole process (``_consume_process``), as mqctl's is timed.
+  persisted) on the same store, and the floor of a consume in C (``consume_floor.c``,
+  compiled here: the topic's consume-queue entries read 1,000 at a time, each record they
+  point at checked as mqctl checks it, CRC included, bodies written with ``writev``, the
+  queues' offsets persisted), both timed as whole processes: what bounds any consumer of
+  these bytes, and the part of the Python floor's cost that is the interpreter's. Redis's
+  consume is reported timed as its peer times it (from the first XREADGROUP) and as a whole
+  process (``_consume_process``), as mqctl's is timed.
 * ``--flush sync --batch-size 100`` (one fsync per 100 messages, group commit) at 100 B and
   4 KiB, from a pipe as well.
 * Redis Streams: Debian's ``redis-server``, started here on 127.0.0.1 with a temporary
@@ -526,6 +531,29 @@ def consume_floor_seconds(store: Path, n: int) -> float:
     return dt
 
 
+def consume_c_floor_seconds(exe: Path, store: Path, n: int) -> float:
+    """``consume_floor STORE T > /dev/null`` (``consume_floor.c``), timed as
+    :func:`consume_floor_seconds`."""
+    t = time.perf_counter()
+    p = subprocess.run([str(exe), str(store), "T"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       timeout=3600)
+    dt = time.perf_counter() - t
+    if p.returncode != 0 or p.stderr.split()[:1] != [str(n)]:
+        raise SystemExit(f"consume_floor.c failed ({p.returncode}): {p.stderr[-500:]}")
+    return dt
+
+
+def compile_consume_floor(workdir: Path) -> Path | None:
+    """``consume_floor.c`` with libdeflate's CRC-32 when the machine has the library (as fast
+    as the ISA-L CRC mqctl uses), else with zlib's (3-4x slower: a floor above the truth)."""
+    quiet: list[str] = []
+    exe = compile_floor("consume_floor", workdir, quiet.append, ("-DWITH_LIBDEFLATE", "-l:libdeflate.so.0"))
+    if exe is None:
+        log("consume_floor.c: libdeflate not found, built with zlib's CRC-32 (slower than mqctl's ISA-L)")
+        exe = compile_floor("consume_floor", workdir, log, ("-lz",))
+    return exe
+
+
 def c_floor_seconds(exe: Path, stdin_path: Path, out: Path) -> float:
     """``cat FILE | pipe_floor OUT``, timed as :func:`run_mqctl` times ``send``, after a sync."""
     os.sync()
@@ -644,6 +672,7 @@ def main() -> None:
         return f"{size // 1024}k" if size >= 1024 else str(size)
 
     floor_exe = compile_floor("pipe_floor", workdir, log, ("-lz",))
+    consume_exe = None if a.durable_only else compile_consume_floor(workdir)
     fsync_exe = compile_floor("fsync_floor", workdir, log) if a.durable_only else None
     hogs = cpu_hogs(a.hogs).start()   # (stopped at exit too, if the run is interrupted)
     machine["hogs"] = a.hogs
@@ -680,6 +709,8 @@ def main() -> None:
                 if not prefix:
                     # the floor of a consume in Python, on the same store (consume_floor.py)
                     rec(f"consume_floor_{tag}", n / consume_floor_seconds(store, n))
+                    if consume_exe is not None:   # and in C (consume_floor.c)
+                        rec(f"consume_c_floor_{tag}", n / consume_c_floor_seconds(consume_exe, store, n))
                 shutil.rmtree(store, ignore_errors=True)
                 if a.api:
                     os.sync()
@@ -780,6 +811,15 @@ def main() -> None:
         ratios[f"consume_floor_{tag}_vs_redis_xreadgroup_xack"] = ratio_runs(
             f"consume_floor_{tag}", f"redis_everysec_p1000_{tag}_consume")
         ratios[f"consume_{tag}_vs_consume_floor"] = ratio_runs(f"mqctl_consume_{tag}", f"consume_floor_{tag}")
+        if f"consume_c_floor_{tag}" in runs:
+            ratios[f"consume_c_floor_{tag}_vs_redis_xreadgroup_xack"] = ratio_runs(
+                f"consume_c_floor_{tag}", f"redis_everysec_p1000_{tag}_consume")
+            ratios[f"consume_{tag}_vs_consume_c_floor"] = ratio_runs(f"mqctl_consume_{tag}", f"consume_c_floor_{tag}")
+            ratios[f"consume_floor_{tag}_vs_consume_c_floor"] = ratio_runs(f"consume_floor_{tag}",
+                                                                           f"consume_c_floor_{tag}")
+            if a.api:
+                ratios[f"api_consume_{tag}_vs_consume_c_floor"] = ratio_runs(f"api_consume_{tag}",
+                                                                             f"consume_c_floor_{tag}")
         ratios[f"consume_{tag}_vs_redis_process"] = ratio_runs(
             f"mqctl_consume_{tag}", f"redis_everysec_p1000_{tag}_consume_process")
         if f"pagecache_write_bytes_per_s_{tag}" in runs:

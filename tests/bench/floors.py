@@ -1,5 +1,5 @@
 """The C floors the benchmarks compile on first use (``pipe_floor.c``, ``fsync_floor.c``,
-``wake_floor.c``): built with the machine's ``cc`` into a run's scratch directory, nothing kept."""
+``wake_floor.c``, ``consume_floor.c``): built with the machine's ``cc`` into a run's scratch directory, nothing kept."""
 from __future__ import annotations
 
 import shutil

@@ -20,6 +20,7 @@ THROUGHPUT = [   # (ratio key, row, whether the row has the ≥ 2 target)
     ("consume_{}_vs_redis_xreadgroup_xack", "`consume -e > /dev/null` / `XREADGROUP`+`XACK`", True),
     ("api_consume_{}_vs_redis_xreadgroup_xack", "`Consumer.messages()` / `XREADGROUP`+`XACK`", True),
     ("consume_floor_{}_vs_redis_xreadgroup_xack", "the floor, `consume_floor.py` / `XREADGROUP`+`XACK`", False),
+    ("consume_c_floor_{}_vs_redis_xreadgroup_xack", "the C floor, `consume_floor.c` / `XREADGROUP`+`XACK`", False),
     ("consume_{}_vs_redis_process", "`consume -e` / Redis's consumer timed as a whole process", False),
 ]
 LATENCY_NAMES = {"C floor (wake_floor.c)": "floor (`wake_floor.c`)",
