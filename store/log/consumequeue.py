@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Iterator
 
 from store.errors import StoreError, io_error
 from store.fsutil import (
@@ -114,19 +115,21 @@ class ConsumeQueue:
 
         Stops early at the end of the segment (the caller asks again) and at an invalid
         entry (``size <= 0``, a zero-filled or torn tail)."""
-        byte_off = offset * _SIZE
-        base = byte_off - byte_off % self.segment_bytes
-        fd = self._fd(base)
-        if fd is None:
-            return []
-        n = min(count, (base + self.segment_bytes - byte_off) // _SIZE)
-        data = os.pread(fd, n * _SIZE, byte_off - base)
         out = []
-        for (phys, size, tags) in _ENTRY.iter_unpack(data[: len(data) - len(data) % _SIZE]):
+        for (phys, size, tags) in _ENTRY.iter_unpack(self.read_raw(offset, count)):
             if phys < 0 or size <= 0:
                 break
             out.append((phys, size, tags))
         return out
+
+    def iter_entries(self, offset: int, count: int) -> Iterator[tuple[int, int, int]]:
+        """:meth:`read_entries`, each entry unpacked only when the caller takes it: for a
+        reader that takes a prefix it cannot size beforehand (a window of the log shared by
+        several queues takes about a quarter of what a pull may ask)."""
+        for e in _ENTRY.iter_unpack(self.read_raw(offset, count)):
+            if e[0] < 0 or e[1] <= 0:
+                return
+            yield e
 
     def invalid_at(self, offset: int) -> str | None:
         """Why the entry at ``offset`` cannot be read when it is present but invalid (zero

@@ -12,6 +12,7 @@ which names each damaged record.
 from __future__ import annotations
 
 import sys
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from store.log import columns as C
@@ -25,6 +26,11 @@ if TYPE_CHECKING:
 # At most this much of the log at once (a window that stays in the CPU's caches while its
 # records are checked and cut out).
 _WINDOW = 8 * 1024 * 1024
+# The same for the exact loop, which goes over its window record by record, a CRC, a header
+# and a body's write each, as the window was just copied in: one that fits in a core's own
+# cache (L2) is read back from there. Measured, 8 queues of 4 KiB records, 100 MB: 2 MiB
+# windows 49-56 ms, 8 MiB windows 66-76 ms (1 and 4 MiB in between); 100-byte records: the same.
+_LOOP_WINDOW = 2 * 1024 * 1024
 _SPARSE_MIN = 1024 * 1024   # a window over 4x its runs' own bytes is still read at once below this
 # Records bigger than this on average are read one pread each without numpy (measured, one
 # consumer of 8 queues, 100 MB: 64 KiB records 38 ms by their own reads, 46 ms by windows;
@@ -65,32 +71,39 @@ def _pull_many_loop(engine: "Engine", topic: str, queues: list[tuple["ConsumeQue
         count = min(max_count, max_off - offset)
         if count <= 0 or max_bytes <= 0:
             continue
-        entries = q.read_entries(offset, count)
-        if entries and entries[0][0] >= 0:
-            runs.append((q, queue_id, offset, max_off, max_bytes, entries))
+        # unpacked only as far as the window takes them: a window of 8 queues' 4 KiB records
+        # holds 60 of each, a pull may ask for 1,000
+        pending = q.iter_entries(offset, count)
+        first = next(pending, None)
+        if first is not None:
+            runs.append((q, queue_id, offset, max_off, max_bytes, first, pending))
     if len(runs) < 2:
         return {}
     log = engine.commitlog
-    lo = min(r[5][0][0] for r in runs)
-    limit = min(log.segment_of(lo) + log.segment_size, lo + _WINDOW)
+    lo = min(r[5][0] for r in runs)
+    limit = min(log.segment_of(lo) + log.segment_size, lo + _LOOP_WINDOW)
     kept = []
     own = records = 0
     hi = lo
-    for q, queue_id, offset, max_off, max_bytes, entries in runs:
+    for q, queue_id, offset, max_off, max_bytes, first, rest in runs:
         # the prefix in the window and in log order, cut after the record reaching max_bytes
-        k = taken = 0
-        for phys, size, _tags in entries:
-            if phys < lo or phys + size > limit or (k and phys < entries[k - 1][0] + entries[k - 1][1]):
+        taken = 0
+        end = lo
+        run: list[tuple[int, int, int]] = []
+        for e in chain((first,), rest):
+            phys, size, _tags = e
+            if phys < end or phys + size > limit:
                 break
-            k += 1
+            run.append(e)
+            end = phys + size
             taken += size
             if taken >= max_bytes:
                 break
-        if k:
-            kept.append((q, queue_id, offset, max_off, max_bytes, entries[:k]))
+        if run:
+            kept.append((q, queue_id, offset, max_off, max_bytes, run))
             own += taken
-            records += k
-            hi = max(hi, entries[k - 1][0] + entries[k - 1][1])
+            records += len(run)
+            hi = max(hi, end)
     if len(kept) < 2 or (hi - lo > 4 * own and hi - lo > _SPARSE_MIN) or own > records * _LOOP_MAX_AVG:
         # the runs are not where one read serves them, or their records are so big that a
         # pread each costs less than a window's fresh pages: each is read on its own

@@ -124,3 +124,16 @@ def test_an_append_that_fails_in_its_second_segment_cuts_back_its_first(tmp_path
     assert q.segment_path(0).stat().st_size == 7 * F.CQ_ENTRY_SIZE
     q.append(7, entries(7, 8))
     assert [e[0] for e in q.read_entries(0, 10)] == [1000 * i for i in range(10)]
+
+
+def test_iter_entries_gives_what_read_entries_gives_as_it_is_taken(tmp_path: Path) -> None:
+    q = ConsumeQueue(tmp_path / "q", 10)
+    q.append(0, entries(0, 4) + bytes(20) + entries(5, 9))
+    with open(q.segment_path(10 * F.CQ_ENTRY_SIZE), "ab") as fh:
+        fh.write(pack_entry(14000, 114, 0)[:7])   # a writer died mid-entry
+    for offset, count in ((0, 10), (5, 100), (10, 100), (12, 1), (14, 5)):
+        assert list(q.iter_entries(offset, count)) == q.read_entries(offset, count)
+    assert [e[0] for e in q.iter_entries(0, 10)] == [0, 1000, 2000, 3000]   # a zero-filled entry ends it
+    it = q.iter_entries(5, 100)   # a prefix taken: the rest is never unpacked, and is not lost
+    assert next(it) == (5000, 105, 0) and next(it)[0] == 6000
+    assert [e[0] for e in it] == [7000, 8000, 9000]   # up to the segment end
