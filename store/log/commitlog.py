@@ -297,6 +297,7 @@ class LogAppender:
         self.pos = end
         self.chunks: list[_Chunk] = []
         self._new_segments: list[int] = []
+        self.last_fd = -1   # the descriptor :meth:`flush` wrote the last segment through
 
     def _chunk(self) -> _Chunk:
         base = self.log.segment_of(self.pos)
@@ -372,6 +373,7 @@ class LogAppender:
                     pwrite_all(fd, ch.data, ch.start)
                 if sync:
                     os.fdatasync(fd)
+                self.last_fd = fd
             except OSError as exc:
                 self.log.drop_write_fd()
                 self.undo()

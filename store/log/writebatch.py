@@ -178,8 +178,8 @@ class WriteBatch:
             return   # nothing placed
         app.flush()
         if self.sync:
-            try:
-                engine.durability.sync_prefix(app.start_end, app.pos, cp)
+            try:   # through the descriptor the batch was written with
+                engine.durability.sync_prefix(app.start_end, app.pos, cp, app.last_fd)
             except OSError as exc:
                 app.undo()
                 raise io_error(exc, f"sync commit log {app.start_end}-{app.pos}") from exc
