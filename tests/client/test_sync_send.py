@@ -46,7 +46,7 @@ def test_a_steady_sync_send_looks_up_only_its_topic_config_by_path(tmp_path: Pat
         for i in range(12):   # every queue written once: its segment is kept open
             p.send("T", b"warm %d" % i)
         calls: Counter[str] = Counter()
-        _count_calls(monkeypatch, calls, "stat", "lstat", "listdir", "scandir", "fdatasync", "fsync")
+        _count_calls(monkeypatch, calls, "stat", "lstat", "listdir", "scandir", "fdatasync", "fsync", "fstat")
         unpack = ckpt.unpack
         monkeypatch.setattr(ckpt, "unpack", lambda raw: calls.update(["unpack"]) or unpack(raw))
         n = 20
@@ -58,6 +58,10 @@ def test_a_steady_sync_send_looks_up_only_its_topic_config_by_path(tmp_path: Pat
     assert calls["stat"] == n, calls              # nothing else: no directory, no segment
     assert calls["lstat"] == calls["listdir"] == calls["scandir"] == 0, calls
     assert calls["fdatasync"] == n and calls["fsync"] == 0, calls   # one sync of the log per send
+    # One look at each kept descriptor per send, at the batch's start (checkpoint, the log's
+    # segment, the queue's segment, the index file); the writes that follow under the same
+    # hold of the lock trust it, and the log is synced through the descriptor it was written with.
+    assert calls["fstat"] == 4 * n, calls
     assert calls["unpack"] == 0, "the checkpoint each send finds is the one it wrote last: taken as is"
     s = Store.open(root)
     try:
