@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from store.log.messagestore import Store
     from store.log.record import Draft
     from store.log.results import BatchResult
+    from store.log.topics import TopicConfig
 
 Body = Union[bytes, bytearray, memoryview, str]
 # datetime and the result classes are imported when used: ``mqctl send``'s start-up needs neither
@@ -142,8 +143,26 @@ class Producer(StoreClient):
         Raises ``TopicNotFoundError`` when the topic does not exist and the store does not
         create topics on send, ``MessageTooLargeError`` for a body over the store's limit.
         """
-        return self.send_many(topic, [body], tags=tags, keys=keys, sharding_key=sharding_key,
-                              queue=queue, properties=properties, delay=delay)[0]
+        if delay is not None or self.group_commit:
+            return self.send_many(topic, [body], tags=tags, keys=keys, sharding_key=sharding_key,
+                                  queue=queue, properties=properties, delay=delay)[0]
+        # One message: framed on its own (``sendone.py``), not as a batch of one.
+        store = self._open_store()
+        names.validate_topic(topic)
+        check_route_args(sharding_key, queue)
+        data = body if type(body) is bytes else body_bytes(body)
+        if tags is None and keys is None and properties is None and sharding_key is None:
+            props: dict[str, str] = {}
+        else:
+            from store.log.record import PROP_SHARDING_KEY
+            props = build_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)
+            props.pop(PROP_SHARDING_KEY, None)   # (an argument of put_one: its place is fixed)
+        from store.client.message import send_results
+        from store.log.sendone import put_one
+        r = put_one(store, topic, data, props, -1 if queue is None else queue, sharding_key,
+                    sync=self.flush == "sync", check=lambda cfg: self._route_check(cfg, queue, sharding_key))
+        return send_results(topic, [r.uniq_key], [r.queue_id], [r.queue_offset], [r.commitlog_offset],
+                            r.store_timestamp)[0]
 
     def send_many(self, topic: str, bodies: Iterable[Body], tags: str | None = None,
                   keys: str | Sequence[str] | None = None, sharding_key: str | None = None,
@@ -157,6 +176,9 @@ class Producer(StoreClient):
         data = body_list(bodies)
         if not data:
             return []
+        if len(data) == 1 and delay is None and not self.group_commit:
+            return [self.send(topic, data[0], tags=tags, keys=keys, sharding_key=sharding_key, queue=queue,
+                              properties=properties)]
         if tags is None and keys is None and properties is None and sharding_key is None:
             props: dict[str, str] = {}   # (nothing to check: a plain send's few microseconds)
         else:
@@ -241,11 +263,15 @@ class Producer(StoreClient):
             self._commits = GroupCommit(self._open_store())
         self._commits.written((lambda: on_durable(result)) if on_durable is not None else _nothing)
 
-    @staticmethod
-    def _check_route(store: "Store", topic: str, queue: int | None, sharding_key: str | None) -> None:
+    @classmethod
+    def _check_route(cls, store: "Store", topic: str, queue: int | None, sharding_key: str | None) -> None:
         cfg = store.find_topic(topic)
-        if cfg is None:
-            return
+        if cfg is not None:
+            cls._route_check(cfg, queue, sharding_key)
+
+    @staticmethod
+    def _route_check(cfg: "TopicConfig", queue: int | None, sharding_key: str | None) -> None:
+        topic = cfg.name
         if queue is not None and queue >= cfg.queues:
             raise UsageError(f"queue {queue} does not exist: topic {topic!r} has queues 0-{cfg.queues - 1}")
         if cfg.order and queue is None and sharding_key is None:

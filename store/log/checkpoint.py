@@ -131,11 +131,13 @@ class CheckpointFile:
         self._known = None if cp is None else (raw, cp)
         return cp
 
-    def write(self, cp: Checkpoint) -> None:
-        """Like :func:`write`."""
+    def write(self, cp: Checkpoint, checked: bool = False) -> None:
+        """Like :func:`write`. ``checked``: this handle read the checkpoint through its kept
+        descriptor under the same hold of the write lock (a batch's start): it is still
+        linked, no second ``fstat``."""
         data = cp.pack()
         try:
-            fd = self._open(create=True)
+            fd = self._fd if checked and self._fd is not None else self._open(create=True)
             assert fd is not None
             os.pwrite(fd, data, 0)
         except OSError as exc:

@@ -32,6 +32,9 @@ class CommitLog:
         self._read_fds: dict[int, tuple[int, int]] = {}   # base -> (fd, inode)
         # The segment the last batch was appended to, kept open for the next: (base, fd).
         self._write_fd: tuple[int, int] | None = None
+        # The write descriptor :meth:`end_as_written` found linked: a batch takes it at once,
+        # still under the lock it was checked in (``LogAppender``'s ``checked``).
+        self.checked: tuple[int, int] | None = None
         # The segment synced last, kept open for the next fsync, (base, fd): fsyncs run in
         # any thread (a sender's group commit, a background flush), hence the lock; it is
         # held through the fsync, so close() waits for one that runs. None after close().
@@ -73,12 +76,14 @@ class CommitLog:
         ``segment_size``; so a writer that died after beginning the next segment left this one
         at a size that is not ``expected``, and the caller recovers. Any other case: :meth:`end`."""
         cached = self._write_fd
+        self.checked = None
         if cached is not None and cached[0] == expected - expected % self.segment_size:
             try:
                 st = os.fstat(cached[1])
             except OSError:
                 return self.end()
             if st.st_nlink:
+                self.checked = cached
                 return cached[0] + st.st_size
         return self.end()
 
@@ -268,6 +273,10 @@ class CommitLog:
         self._write_fd = (base, fd)
         return fd
 
+    def write_fd_is(self, cached: tuple[int, int]) -> bool:
+        """Whether ``cached`` is still the descriptor kept for appends (not closed since)."""
+        return self._write_fd is cached
+
     def drop_write_fd(self) -> None:
         cached, self._write_fd = self._write_fd, None
         if cached is not None:
@@ -291,12 +300,17 @@ class LogAppender:
     :meth:`undo` restores the previous end.
     """
 
-    def __init__(self, log: CommitLog, end: int) -> None:
+    def __init__(self, log: CommitLog, end: int, checked: tuple[int, int] | None = None) -> None:
+        """``checked``: the log's write descriptor as :meth:`CommitLog.end_as_written` found it
+        linked for this batch, under the same hold of the write lock (no other writer can have
+        removed its segment since): written through without a second ``fstat``."""
         self.log = log
+        self._checked = checked
         self.start_end = end
         self.pos = end
         self.chunks: list[_Chunk] = []
         self._new_segments: list[int] = []
+        self.last_fd = -1   # the descriptor :meth:`flush` wrote the last segment through
 
     def _chunk(self) -> _Chunk:
         base = self.log.segment_of(self.pos)
@@ -355,8 +369,12 @@ class LogAppender:
     def flush(self, sync: bool = False) -> None:
         new_file = False
         for ch in self.chunks:
+            checked = self._checked
             try:
-                fd = self.log.write_fd(ch.base)
+                if checked is not None and checked[0] == ch.base and self.log.write_fd_is(checked):
+                    fd = checked[1]
+                else:
+                    fd = self.log.write_fd(ch.base)
             except StoreError:   # (a later segment of the batch: the earlier ones are written)
                 self.undo()
                 raise
@@ -372,6 +390,7 @@ class LogAppender:
                     pwrite_all(fd, ch.data, ch.start)
                 if sync:
                     os.fdatasync(fd)
+                self.last_fd = fd
             except OSError as exc:
                 self.log.drop_write_fd()
                 self.undo()

@@ -193,10 +193,13 @@ class ConsumeQueue:
             self.drop_tail()
         return self.max_offset()
 
-    def append(self, first_offset: int, entries: bytes | bytearray, keep: bool = False) -> list[tuple[str, int]]:
+    def append(self, first_offset: int, entries: bytes | bytearray, keep: bool = False,
+               checked: bool = False) -> list[tuple[str, int]]:
         """Write ``entries`` (whole 20-byte entries) starting at queue offset ``first_offset``.
         ``keep``: keep the last segment written open for the next batch (a writer's, whose
-        store bounds how many it keeps: :meth:`QueueTable.append`).
+        store bounds how many it keeps: :meth:`QueueTable.append`). ``checked``: the caller
+        took ``first_offset`` from :meth:`write_end` under the same hold of the write lock, so
+        a tail still kept is linked and ends there (no second ``fstat``).
 
         Returns the undo list ``(path, previous size)`` for each file touched, so a failed
         batch can be cut back; when this call itself fails, what it wrote is cut back first."""
@@ -207,10 +210,10 @@ class ConsumeQueue:
             # where the batch begins (as write_end found it), with one pwrite.
             base, fd = tail
             try:
-                st: os.stat_result | None = os.fstat(fd)
+                st: os.stat_result | None = None if checked else os.fstat(fd)
             except OSError:
                 st = None
-            if st is not None and st.st_nlink and st.st_size == pos - base:
+            if checked or (st is not None and st.st_nlink and st.st_size == pos - base):
                 undo = [(f"{self._dir_s}/{base:020d}", pos - base)]
                 try:
                     pwrite_all(fd, entries, pos - base)

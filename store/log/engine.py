@@ -100,11 +100,13 @@ class QueueTable:
                 total += self.max_offset(topic, q) - self.min_offset(topic, q)
         return total
 
-    def append(self, topic: str, queue_id: int, first: int, entries: bytes | bytearray) -> list[tuple[str, int]]:
+    def append(self, topic: str, queue_id: int, first: int, entries: bytes | bytearray,
+               checked: bool = False) -> list[tuple[str, int]]:
         """Append a batch's consume-queue entries (write lock held), keeping the queue's
-        segment open for the next batch. The undo list of :meth:`ConsumeQueue.append`."""
+        segment open for the next batch. The undo list of :meth:`ConsumeQueue.append`
+        (``checked`` as there)."""
         key = (topic, queue_id)
-        undo = self.queue(topic, queue_id).append(first, entries, keep=True)
+        undo = self.queue(topic, queue_id).append(first, entries, keep=True, checked=checked)
         tails = self._tails
         if key in tails:
             del tails[key]   # to the end: most recently used

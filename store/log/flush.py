@@ -10,6 +10,7 @@ This module writes no file of its own: it only fsyncs the owners' files.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Callable
@@ -110,7 +111,10 @@ class Durability:
         except StoreError as exc:   # nothing was promised: the next flush tries again
             self.warn(f"background flush failed: {exc}")
 
-    def sync_prefix(self, start: int, end: int, cp: ckpt.Checkpoint | None) -> None:
+    def sync_prefix(self, start: int, end: int, cp: ckpt.Checkpoint | None, tail_fd: int = -1) -> None:
+        """``fdatasync`` every segment from the durable point below ``start`` up to ``end``
+        (:meth:`sync_log`). ``tail_fd``: a descriptor of the segment holding ``end`` that the
+        caller just wrote through (a writer's, under the write lock), synced as it is."""
         log = self.commitlog
         known = max(self.hints.synced, cp.synced_end if cp is not None else 0)
         frm = min(start, known)
@@ -119,8 +123,12 @@ class Durability:
             # is gone needs nothing either way: datasync skips it; this only skips the walk)
             frm = max(frm, log.min_offset())
         base = log.segment_of(frm)
+        last = log.segment_of(end - 1) if tail_fd >= 0 else -1
         while base < end:
-            log.datasync(base)
+            if base == last:
+                os.fdatasync(tail_fd)
+            else:
+                log.datasync(base)
             base += log.segment_size
         if end > self.hints.synced:
             self.hints.synced = end

@@ -72,11 +72,14 @@ class WriteBatch:
         self.sync = sync
         # The checkpoint, checked against the log's real end (recovering first if a writer
         # died mid-batch): the batch starts at its written end.
+        engine.commitlog.checked = None   # (only what this batch's own look finds)
         self.cp = checkpoint_locked(engine)
         self.now = int(time.time() * 1000)
         # Store timestamps never go backwards, even when the clock does.
         self.store_ts = max(self.now, self.cp.last_store_ts)
-        self.app = LogAppender(engine.commitlog, self.cp.written_end)
+        # (the write descriptor checkpoint_locked found linked, under this same lock hold)
+        checked, engine.commitlog.checked = engine.commitlog.checked, None
+        self.app = LogAppender(engine.commitlog, self.cp.written_end, checked)
         self._topics: dict[str, TopicConfig] = {}
         self.queues: dict[tuple[str, int], QueueRun] = {}
         self._index_hashes: list[int] = []
@@ -178,8 +181,8 @@ class WriteBatch:
             return   # nothing placed
         app.flush()
         if self.sync:
-            try:
-                engine.durability.sync_prefix(app.start_end, app.pos, cp)
+            try:   # through the descriptor the batch was written with
+                engine.durability.sync_prefix(app.start_end, app.pos, cp, app.last_fd)
             except OSError as exc:
                 app.undo()
                 raise io_error(exc, f"sync commit log {app.start_end}-{app.pos}") from exc
@@ -188,7 +191,8 @@ class WriteBatch:
         try:
             for (topic, qid), run in self.queues.items():
                 if run.entries:
-                    cut += engine.queues.append(topic, qid, run.first, run.entries)
+                    # (run.first is the queue's write_end, found in this batch)
+                    cut += engine.queues.append(topic, qid, run.first, run.entries, checked=True)
             failpoint("put-after-cq")
             engine.index.add_hashes(self._index_hashes, self._index_physs, self.store_ts)
             failpoint("put-after-index")
@@ -202,7 +206,8 @@ class WriteBatch:
         else:
             derived, derived_at = cp.derived_end, cp.derived_at
         engine.checkpoint_file.write(ckpt.Checkpoint(
-            app.pos, self.store_ts, synced, engine.writer.boot_id, min(derived, synced), derived_at))
+            app.pos, self.store_ts, synced, engine.writer.boot_id, min(derived, synced), derived_at),
+            checked=True)   # (read at the batch's start, under this lock hold)
         engine.writer.last_write = (app.start_end, app.pos)
         if not self.sync and (app.pos - derived >= ASYNC_FLUSH_BYTES
                               or (derived < app.pos and time.time() - derived_at >= ASYNC_FLUSH_INTERVAL_S)):

@@ -57,7 +57,9 @@ the same repetition), then their median:
   ``Producer(flush="sync").send`` calls against SQLite in WAL mode with ``synchronous=FULL``
   (one INSERT and COMMIT each) and Redis ``appendfsync always`` without pipelining; these
   durable runs are timed from the open store (the peers' setup is not timed either), and
-  with ``--baseline`` the single sends run with both checkouts.
+  with ``--baseline`` the single sends run with both checkouts. Each single-send run is
+  followed by five times as many single ``flush="async"`` sends (the send without its
+  fdatasync); both report the CPU a send took (``process_time``, µs).
 * ``--durable-only``: only those durable runs (``--flush sync`` batches of 100, CLI and
   API, single sync sends, SQLite, Redis ``appendfsync always``) and the file system's own
   cost of a durable write, ``tests/bench/fsync_floor.c`` (compiled here): pwrite + fdatasync
@@ -206,21 +208,25 @@ def api_worker(spec: dict) -> dict:
             for _m in c.messages(exit_at_end=True):
                 got += 1
         return {"seconds": time.perf_counter() - t, "count": got}
-    batch = {"produce": 1000, "sync_many100": 100, "sync_single": 1}[phase]
-    flush = "async" if phase == "produce" else "sync"
+    batch = {"produce": 1000, "sync_many100": 100, "sync_single": 1, "async_single": 1}[phase]
+    flush = "async" if phase in ("produce", "async_single") else "sync"
     t = time.perf_counter()
     with store.Producer(root, flush=flush) as p:
-        if flush == "sync":
+        if flush == "sync" or batch == 1:
             # the durable runs are timed from the open store (~15 fsyncs to create it), as
             # SQLite's from its created table and Redis's from its running server
+            if batch == 1:
+                p.send("T", b"first")   # (and its topic: single sends are timed without it)
             t = time.perf_counter()
+        cpu = time.process_time()
         if batch == 1:
             for b in bodies:
                 p.send("T", b)
         else:
             for i in range(0, n, batch):
                 p.send_many("T", bodies[i:i + batch])
-    return {"seconds": time.perf_counter() - t, "count": n}
+        cpu = time.process_time() - cpu
+    return {"seconds": time.perf_counter() - t, "count": n, "cpu_seconds": cpu}
 
 
 # ==============================================================================================
@@ -738,7 +744,15 @@ def main() -> None:
             for prefix, exe in (sides if rep % 2 == 0 else sides[::-1]):
                 shutil.rmtree(store, ignore_errors=True)
                 os.sync()
-                rec(f"{prefix}api_sync_single_100", a.nsingle / run_api(spec, exe)["seconds"])
+                r = run_api(spec, exe)
+                rec(f"{prefix}api_sync_single_100", a.nsingle / r["seconds"],
+                    cpu_us=round(r["cpu_seconds"] / a.nsingle * 1e6, 1))
+                # the same sends with flush="async": the CPU of a send without its fdatasync
+                shutil.rmtree(store, ignore_errors=True)
+                n_async = 5 * a.nsingle
+                r = run_api({**spec, "n": n_async, "phase": "async_single"}, exe)
+                rec(f"{prefix}api_async_single_100", n_async / r["seconds"],
+                    cpu_us=round(r["cpu_seconds"] / n_async * 1e6, 1))
             shutil.rmtree(store, ignore_errors=True)
             os.sync()
             db = workdir / "sqlite.db"
@@ -872,6 +886,7 @@ def main() -> None:
             ratios["base_api_sync_single_100_vs_sqlite_wal_full"] = ratio_runs(
                 "base_api_sync_single_100", "sqlite_wal_full_single_100")
             ratios["api_sync_single_100_vs_base"] = ratio_runs("api_sync_single_100", "base_api_sync_single_100")
+            ratios["api_async_single_100_vs_base"] = ratio_runs("api_async_single_100", "base_api_async_single_100")
     if "fsync_floor_append_254" in runs:
         for fsize in (254, 25_400):
             ratios[f"fsync_floor_overwrite_vs_append_{fsize}"] = ratio_runs(
@@ -905,6 +920,9 @@ def main() -> None:
     print()
     for k, v in ratios.items():
         print(f"{k:58s} {v['median']:6.2f}  ({v['min']:.2f}-{v['max']:.2f})")
+    for k in [k for k in extra if "single" in k]:
+        us = sorted(e["cpu_us"] for e in extra[k])
+        print(f"{'CPU us per send, ' + k:58s} {us[len(us) // 2]:6.1f}  ({us[0]:.1f}-{us[-1]:.1f})")
     if rss:
         print(f"{'peak RSS sending ' + format(a.nrss, ',') + ' messages (target < 200 MB)':58s} {rss['peak_rss_mb']:6.1f} MB"
               f"  ({fmt(rss['msgs_per_s'])} msgs/s)")

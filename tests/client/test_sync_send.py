@@ -1,8 +1,8 @@
 """A long-lived ``Producer(flush="sync")`` sending one message at a time (issue 26): what a
 send repeats, and what it may take from the previous batch instead of asking the files again.
 
-A steady send looks at its topic's config (one ``stat`` before the lock, one under it) and at
-nothing else by path: the commit log's end comes from the segment it appends to, the key
+A steady send looks at its topic's config (one ``stat``, under the lock: the API's own checks
+of the route run there too) and at nothing else by path: the commit log's end comes from the segment it appends to, the key
 index's newest file from the one it has mapped. Each of those facts is checked on every batch
 against what other processes may have done meanwhile: a writer killed mid-batch (its records
 past the checkpoint, in the same segment or a new one), an index file filled and a new one
@@ -46,7 +46,7 @@ def test_a_steady_sync_send_looks_up_only_its_topic_config_by_path(tmp_path: Pat
         for i in range(12):   # every queue written once: its segment is kept open
             p.send("T", b"warm %d" % i)
         calls: Counter[str] = Counter()
-        _count_calls(monkeypatch, calls, "stat", "lstat", "listdir", "scandir", "fdatasync", "fsync")
+        _count_calls(monkeypatch, calls, "stat", "lstat", "listdir", "scandir", "fdatasync", "fsync", "fstat")
         unpack = ckpt.unpack
         monkeypatch.setattr(ckpt, "unpack", lambda raw: calls.update(["unpack"]) or unpack(raw))
         n = 20
@@ -54,10 +54,14 @@ def test_a_steady_sync_send_looks_up_only_its_topic_config_by_path(tmp_path: Pat
             p.send("T", b"m %d" % i)
         monkeypatch.undo()
     config = os.fspath(root / "config" / "topics" / "T.json")
-    assert calls[f"stat {config}"] == 2 * n, calls   # before the lock, and under it
-    assert calls["stat"] == 2 * n, calls              # nothing else: no directory, no segment
+    assert calls[f"stat {config}"] == n, calls   # under the lock only
+    assert calls["stat"] == n, calls              # nothing else: no directory, no segment
     assert calls["lstat"] == calls["listdir"] == calls["scandir"] == 0, calls
     assert calls["fdatasync"] == n and calls["fsync"] == 0, calls   # one sync of the log per send
+    # One look at each kept descriptor per send, at the batch's start (checkpoint, the log's
+    # segment, the queue's segment, the index file); the writes that follow under the same
+    # hold of the lock trust it, and the log is synced through the descriptor it was written with.
+    assert calls["fstat"] == 4 * n, calls
     assert calls["unpack"] == 0, "the checkpoint each send finds is the one it wrote last: taken as is"
     s = Store.open(root)
     try:

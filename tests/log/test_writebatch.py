@@ -71,12 +71,12 @@ def test_a_failed_commit_is_undone_in_every_file(store: Store, monkeypatch: pyte
         for qid in (0, 1):
             q = store.queue("T", qid)
 
-            def second_fails(first: int, entries: bytes, keep: bool = False,
+            def second_fails(first: int, entries: bytes, keep: bool = False, checked: bool = False,
                              real=q.append) -> list[tuple[str, int]]:
                 calls.append(first)
                 if len(calls) == 2:
                     fail()
-                return real(first, entries, keep)
+                return real(first, entries, keep, checked)
             monkeypatch.setattr(q, "append", second_fails)
     with pytest.raises(StoreIOError):
         store.put_bodies("T", [b"a", b"b", b"c", b"d"])
