@@ -38,9 +38,10 @@ the same repetition), then their median:
   4 MiB reads), same bytes: what ``mqctl send`` could reach if framing, CRC and the write
   cost nothing.
 * The C floor at 4 KiB and 64 KiB: ``cat FILE | pipe_floor OUT``, where ``pipe_floor`` is
-  ``tests/bench/pipe_floor.c`` compiled here with ``cc -O2 ... -lz`` into the scratch
-  directory: it reads the same pipe, cuts lines, frames each as a record (a header of mqctl's
-  size, zlib's CRC-32 of the body) and writes them in big appends. ``mqctl send`` against it
+  ``tests/bench/pipe_floor.c`` compiled here with ``cc -O2`` into the scratch directory (with
+  libdeflate's CRC-32, as fast as mqctl's ISA-L one, when the machine has it; else zlib's):
+  it reads the same pipe, cuts lines, frames each as a record (a header of mqctl's size, the
+  CRC-32 of the body) and writes them in big appends. ``mqctl send`` against it
   (target at 64 KiB: >= 0.8).
 * The Python floor at 4 KiB and 64 KiB: ``cat FILE | python -c <the same as pipe_floor.c>``
   (:data:`_PY_FLOOR`: big ``readinto`` a reused buffer, ``bytes.find`` for the newlines, ISA-L's
@@ -549,14 +550,14 @@ def consume_c_floor_seconds(exe: Path, store: Path, n: int) -> float:
     return dt
 
 
-def compile_consume_floor(workdir: Path) -> Path | None:
-    """``consume_floor.c`` with libdeflate's CRC-32 when the machine has the library (as fast
-    as the ISA-L CRC mqctl uses), else with zlib's (3-4x slower: a floor above the truth)."""
+def compile_crc_floor(name: str, workdir: Path) -> Path | None:
+    """``<name>.c`` with libdeflate's CRC-32 when the machine has the library (as fast as the
+    ISA-L CRC mqctl uses), else with zlib's (3-4x slower: a floor above the truth)."""
     quiet: list[str] = []
-    exe = compile_floor("consume_floor", workdir, quiet.append, ("-DWITH_LIBDEFLATE", "-l:libdeflate.so.0"))
+    exe = compile_floor(name, workdir, quiet.append, ("-DWITH_LIBDEFLATE", "-l:libdeflate.so.0"))
     if exe is None:
-        log("consume_floor.c: libdeflate not found, built with zlib's CRC-32 (slower than mqctl's ISA-L)")
-        exe = compile_floor("consume_floor", workdir, log, ("-lz",))
+        log(f"{name}.c: libdeflate not found, built with zlib's CRC-32 (slower than mqctl's ISA-L)")
+        exe = compile_floor(name, workdir, log, ("-lz",))
     return exe
 
 
@@ -677,8 +678,8 @@ def main() -> None:
     def label(size: int) -> str:
         return f"{size // 1024}k" if size >= 1024 else str(size)
 
-    floor_exe = compile_floor("pipe_floor", workdir, log, ("-lz",))
-    consume_exe = None if a.durable_only else compile_consume_floor(workdir)
+    floor_exe = compile_crc_floor("pipe_floor", workdir)
+    consume_exe = None if a.durable_only else compile_crc_floor("consume_floor", workdir)
     fsync_exe = compile_floor("fsync_floor", workdir, log) if a.durable_only else None
     hogs = cpu_hogs(a.hogs).start()   # (stopped at exit too, if the run is interrupted)
     machine["hogs"] = a.hogs
