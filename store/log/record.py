@@ -288,6 +288,11 @@ class Message:
         return {k: v for k, v in self.properties.items() if k not in RESERVED_PROPERTIES}
 
 
+def record_size(body_len: int, topic_len: int, props_len: int) -> int:
+    """TOTALSIZE of a record whose properties (without the record CRC) take ``props_len``."""
+    return F.RECORD_FIXED_SIZE + body_len + topic_len + props_len + F.CRC_PROPERTY_SIZE
+
+
 def encode(
     topic_bytes: bytes,
     body: bytes,
@@ -307,7 +312,7 @@ def encode(
     body_len = len(body)
     topic_len = len(topic_bytes)
     props_len = len(props_bytes) + F.CRC_PROPERTY_SIZE
-    total = F.RECORD_FIXED_SIZE + body_len + topic_len + props_len
+    total = record_size(body_len, topic_len, len(props_bytes))
     head = _HEADER_PACK(
         total, F.MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
         physical_offset, sysflag, born_timestamp, F.LOOPBACK_IP, born_port, store_timestamp,

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from store.errors import BadInputError, MessageTooLargeError
-from store.log import format as F
 from store.log.record import (
     PROP_KEYS,
     PROP_SHARDING_KEY,
@@ -22,7 +21,9 @@ from store.log.record import (
     PROP_UNIQ_KEY,
     Draft,
     encode,
+    encode_properties,
     has_separator,
+    record_size,
     tags_code,
 )
 from store.log.results import PutResult
@@ -64,10 +65,9 @@ def put_one(store: "Store", topic: str, body: bytes, props: dict[str, str], queu
         head = f"{PROP_UNIQ_KEY}\x01{uniq}\x02"
         if sharding_key is not None:
             head += f"{PROP_SHARDING_KEY}\x01{sharding_key}\x02"
-        props_b = (head + "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v])).encode() if props \
-            else head.encode()
+        props_b = head.encode() + encode_properties(props) if props else head.encode()
         topic_b = topic.encode()
-        size = F.RECORD_FIXED_SIZE + len(body) + len(topic_b) + len(props_b) + F.CRC_PROPERTY_SIZE
+        size = record_size(len(body), len(topic_b), len(props_b))
         phys = batch.app.place(size)
         qoff = batch.add_entry(topic, qid, phys, size, tags_code(props.get(PROP_TAGS)))
         batch.app.add(encode(topic_b, body, props_b, qid, qoff, phys, batch.store_ts, now, writer.pid))
