@@ -337,7 +337,8 @@ class OffsetKeeper:
         sink's commit of every turn is written by the writer thread (the pulls are bounded by
         :meth:`room` meanwhile); a pool sink's, which comes once per half a pull batch, here,
         as its bound is counted from the commit."""
-        if self.urgent and now - self.last_persist >= self.every_s:
+        # (``now`` is the turn's start: a commit reaped in this turn is later than it)
+        if self.urgent and (self.every_s <= 0 or now - self.last_persist >= self.every_s):
             if self.lag == 1 or self.defer_turn_persists:
                 self._turn_persist(soon=self.lag == 1)
             elif not self.persist(wait=self.put_off >= MAX_PUT_OFF):
