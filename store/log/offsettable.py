@@ -16,6 +16,10 @@ ids are string keys; fastjson's bare integer keys are not JSON, so they are not 
 table before a reset can learn that its in-memory offsets are stale instead of writing them
 back over the reset. Topic and group names cannot contain ``@``, so the key splits cleanly.
 
+The journal is normally ahead of the snapshot: a group member's commit is a journal record
+alone (``offsetview.py``), and the snapshot is written again now and then, always after the
+journal was synced up to the ``journalEnd`` it names (:func:`snapshot`).
+
 Loading (:func:`load`): the snapshot when its crc checks, plus the journal's records after its
 ``journalEnd``; else the ``.bak`` (checked the same way) plus the journal after *its*
 ``journalEnd``; else the whole journal. A file without a ``crc`` field is a store of an older
