@@ -45,10 +45,6 @@ from store.log.offsets import LOCK_TIMEOUT_S, BroadcastOffsetStore, ClusterOffse
 MAX_PUT_OFF = 15   # lag commits put off in a row (the table busy) before one waits for it
 
 
-def _nothing() -> None:
-    return None
-
-
 class MemoryOffsetStore:
     """Offsets of a read without a group (``--no-group``): kept in memory, never written."""
 
@@ -102,7 +98,7 @@ class OffsetKeeper:
         self.starts_wanted: dict[QueueKey, int] = {}
         # commits of every turn; ``on_commit`` (a commit was written) wakes the loop. ``threaded``
         # False: written in the loop's thread (an event loop of many members starts no thread each)
-        self.on_commit: Callable[[], None] = _nothing
+        self.on_commit: Callable[[], None] = lambda: None
         self.threaded = True
         self.held_back = False   # a pull waited for room (:meth:`room`)
         self.writer = OffsetWriter(self._commit_in_writer, self._written)
@@ -292,8 +288,8 @@ class OffsetKeeper:
         says (concurrent: never backwards; orderly: as consumed). Not ``wait``: False, and
         nothing changed here, when another process is committing to the group's table."""
         self.reap(wait=True)
-        if isinstance(self.offset_store, ClusterOffsetStore):
-            self.offset_store.settle()
+        if isinstance(self.offset_store, ClusterOffsetStore) and not force:
+            self.offset_store.settle()   # (commits quiet for a second: into the snapshot)
         if self.starts_wanted:
             starts = dict(self.starts_wanted)
             self.commit(starts, increase_only=True)
@@ -327,6 +323,8 @@ class OffsetKeeper:
         self.put_off = 0
         if skipped:
             self._reload_after_reset(skipped)
+        if isinstance(self.offset_store, ClusterOffsetStore) and force and only is None:
+            self.offset_store.settle(0.0)   # (the member stops: its commits into the snapshot)
         return True
 
     def persist_lagging(self, now: float) -> None:
