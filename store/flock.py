@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from store.errors import LockHeldError, StoreIOError, io_error
 from store.fsutil import open_private
@@ -112,29 +112,20 @@ def _try_portalocker(fd: int, path: Path, shared: bool) -> bool:  # pragma: no c
     return True
 
 
-def wait_flock(fd: int, path: Path, timeout: float, *, shared: bool = False,
-               unless: Callable[[], bool] | None = None) -> bool:
+def wait_flock(fd: int, path: Path, timeout: float, *, shared: bool = False) -> None:
     """Take ``flock`` on ``fd``, waiting at most ``timeout`` seconds (LockHeldError after).
-    ``unless``: asked between tries; when it says True, stop waiting and return False (the
-    lock not taken).
 
     Polling rather than a blocking flock: a blocking call cannot be given a deadline, and a
     holder that is stopped (SIGSTOP, a debugger) must surface as "held elsewhere" instead of
     hanging every process of the store."""
     deadline = time.monotonic() + timeout
     delay = 0.0005
-    # A waiter that can stop without the lock (``unless``) looks more often: what it waits for
-    # comes with the holder's release, and it never takes the lock then.
-    most = 0.02 if unless is None else 0.004
     while not try_flock(fd, path, shared=shared):
-        if unless is not None and unless():
-            return False
         if time.monotonic() >= deadline:
             raise LockHeldError(f"{path} has been held by another process for over "
                                 f"{timeout:g} s (a stopped process?)")
         time.sleep(delay)
-        delay = min(delay * 2, most)
-    return True
+        delay = min(delay * 2, 0.02)
 
 
 def file_id(st: os.stat_result) -> tuple[int, int]:

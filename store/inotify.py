@@ -40,9 +40,9 @@ DIR_MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO
             | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
 # What a directory watch listens to when all that is watched in it are files only ever replaced
 # by a rename onto their name, or deleted (``store.watch``'s "replaced" kind: ``config/``'s
-# ``consumerOffset.json`` and ``topics.epoch``). Every offset commit also writes the journal, a
-# lock file and two temporary files there, eleven events in all: with this mask the kernel
-# queues two of them (the ``.bak`` and the table renamed into place), and none of the writes.
+# ``consumerOffset.json`` and ``topics.epoch``). Every offset commit writes the journal and a
+# lock file there, and a snapshot of the table two temporary files: with this mask the kernel
+# queues only the renames of a snapshot (the ``.bak`` and the table), and none of the writes.
 REPLACED_MASK = IN_MOVED_TO | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
 EVENT = struct.Struct("iIII")
 

@@ -84,14 +84,6 @@ class Layout:
         return self.config_dir / "consumerOffset.json"
 
     @property
-    def consumer_offset_pending_dir(self) -> Path:
-        """Offsets members wait to commit, which a member writing the table commits too."""
-        return self.config_dir / "consumerOffset.pending"
-
-    def consumer_offset_pending(self, name: str) -> Path:
-        return self.consumer_offset_pending_dir / f"{name}.json"
-
-    @property
     def delay_offset_json(self) -> Path:
         return self.config_dir / "delayOffset.json"
 

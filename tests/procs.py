@@ -456,16 +456,16 @@ class MQ:
         self.ok("send", topic, *extra, input="".join(f"{line}\n" for line in lines))
 
     def offsets(self, group: str, topic: str | None = None) -> dict[tuple[str, int], int]:
-        """The group's committed offsets, read from config/consumerOffset.json itself."""
-        path = self.root / "config" / "consumerOffset.json"
-        if not path.exists():
-            return {}
-        table = json.loads(path.read_text())["offsetTable"]
+        """The group's committed offsets, read from the files: ``config/consumerOffset.json``
+        and the records of its journal (``consumerOffset.log``) past it, every member's
+        commit since the snapshot."""
+        from store.layout import Layout
+        from store.log.offsettable import load
         out: dict[tuple[str, int], int] = {}
-        for key, queues in table.items():
+        for key, queues in load(Layout(self.root)).table.offsets.items():
             t, _, g = key.rpartition("@")
             if g == group and (topic is None or t == topic):
-                out.update({(t, int(q)): o for q, o in queues.items()})
+                out.update({(t, q): o for q, o in queues.items()})
         return out
 
     def committed_total(self, group: str, topic: str) -> int:

@@ -280,7 +280,7 @@ class AsyncConsumer:
             return
         rt.dispatcher.collect(block=False)
         if stage is None:
-            await off_loop(rt.keeper.persist)   # (its fsync on the loop's commit thread)
+            await off_loop(lambda: rt.keeper.persist(force=True))   # (its fsyncs on the loop's commit thread)
         rt.keeper.persist(force=True)
 
     # -- stopping -----------------------------------------------------------------------------
@@ -325,7 +325,7 @@ class AsyncConsumer:
             if rt.stage is None and not rt.stopped.is_set():
                 # the last commit on the loop's commit thread: the shutdown then finds
                 # nothing left to write (and writes nothing)
-                await off_loop(rt.keeper.persist)
+                await off_loop(lambda: rt.keeper.persist(force=True))
         finally:
             member.close()   # (nothing is out: its shutdown waits for nothing)
 

@@ -1,11 +1,12 @@
 """A member's watch of ``config/`` (the topic table's epoch file and the offset table), put to
 sleep while other members commit.
 
-Every offset commit of every group replaces ``config/consumerOffset.json``, and a member
-watches that file only to learn of a reset, which it looks for at its next persist look (every
-persist interval, 5 s) anyway. Woken by each commit, 16 busy members of one group woke each
-other about 200 times a second each: half of what a member spent. So, after a few wake-ups by
-commits alone within one persist interval, the member stops watching ``config/`` until its
+``config/consumerOffset.json`` is replaced by resets and by the snapshots of the members'
+commits (about once a second while any member commits: ``store/log/offsetview.py``), and a
+member watches that file only to learn of a reset, which it looks for at its next persist look
+(every persist interval, 5 s) anyway. When every commit replaced it, 16 busy members of one
+group woke each other about 200 times a second each: half of what a member spent. So, after a
+few wake-ups by commits alone within one persist interval, the member stops watching ``config/`` until its
 next persist look, which watches it again and looks for a reset. The topic table's epoch is
 looked at (one stat) every ``TOPICS_LOOK_S`` meanwhile: a topic made or resized is taken up
 as good as at once (a new queue's messages are not left behind). Both files are in

@@ -89,7 +89,7 @@ class Monitor:
         self._bytes: dict[tuple[str, int], _QueueBytes] = {}
         self._topics_key: tuple[Any, ...] | None = None
         self._topic_stats: tuple[TopicStat, ...] = ()
-        self._offsets_key: tuple[int, int, int] | None = None
+        self._offsets_key: tuple[int, ...] | None = None
         self._offsets: dict[str, dict[tuple[str, int], int]] = {}
         self._tx_key: tuple[Any, ...] | None = None
         self._tx: list[tuple[str, str, int, int]] = []
@@ -205,14 +205,16 @@ class Monitor:
 
     # -- groups ----------------------------------------------------------------------------
     def _committed(self) -> dict[str, dict[tuple[str, int], int]]:
-        """Every group's clustering offsets, parsed again only when the file was replaced
-        (it is only ever replaced by a rename: a new inode)."""
+        """Every group's clustering offsets, parsed again only when the table's snapshot was
+        replaced or its journal written (a member's commit appends a record to it)."""
         from store.log.offsets import ClusterOffsetStore
-        try:
-            st = os.stat(self.store.layout.consumer_offset_json)
-            key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            key = (0, 0, 0)
+        key: tuple[int, ...] = ()
+        for path in (self.store.layout.consumer_offset_json, self.store.layout.consumer_offset_log):
+            try:
+                st = os.stat(path)
+                key += (st.st_ino, st.st_mtime_ns, st.st_size)
+            except FileNotFoundError:
+                key += (0, 0, 0)
         if key != self._offsets_key:
             self._offsets = ClusterOffsetStore(self.store.layout, warn=self._warn).all_groups()
             self._offsets_key = key

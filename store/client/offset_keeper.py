@@ -5,10 +5,10 @@ Where a queue starts is RocketMQ's computePullFromWhere: the stored offset, else
 the last, or the one at a timestamp (a computed start is persisted at once). Consumed offsets
 move in memory (:meth:`OffsetKeeper.advance`) and are persisted in batches (:meth:`persist`):
 every persist interval, when a queue ran ahead of its persisted offset by the sink's lag, when
-the loop is idle, and before a queue is given away. A commit for lag does not wait behind
-another member's commit of the group's table: it is put off to the next turn instead, at most
-``MAX_PUT_OFF`` turns in a row (members of one group would otherwise take turns at the table's
-lock, each waiting for the others' fsyncs instead of consuming).
+the loop is idle, and before a queue is given away; a commit is one journal record, the
+table's snapshot written by the offset store now and then and when the member settles (its
+commits quiet, or it closing: ``ClusterOffsetStore.settle``). A lag commit that finds another
+member's commit under way is put off to the next turn, at most ``MAX_PUT_OFF`` in a row.
 
 The commits of every turn and of idle moments (:meth:`OffsetKeeper.commit_soon`) are written
 by a thread of their own (:class:`~store.client.offset_writer.OffsetWriter`): a message that
@@ -40,13 +40,9 @@ from store.client.stage import LostQueueError, Stage
 from store.errors import LockHeldError
 from store.failpoints import failpoint
 from store.log.messagestore import Store
-from store.log.offsets import LOCK_TIMEOUT_S, QueueKey, Warn
+from store.log.offsets import LOCK_TIMEOUT_S, BroadcastOffsetStore, ClusterOffsetStore, QueueKey, Warn
 
 MAX_PUT_OFF = 15   # lag commits put off in a row (the table busy) before one waits for it
-
-
-def _nothing() -> None:
-    return None
 
 
 class MemoryOffsetStore:
@@ -102,7 +98,7 @@ class OffsetKeeper:
         self.starts_wanted: dict[QueueKey, int] = {}
         # commits of every turn; ``on_commit`` (a commit was written) wakes the loop. ``threaded``
         # False: written in the loop's thread (an event loop of many members starts no thread each)
-        self.on_commit: Callable[[], None] = _nothing
+        self.on_commit: Callable[[], None] = lambda: None
         self.threaded = True
         self.held_back = False   # a pull waited for room (:meth:`room`)
         self.writer = OffsetWriter(self._commit_in_writer, self._written)
@@ -111,7 +107,6 @@ class OffsetKeeper:
         """Open the offset store the member's mode uses, and learn the reset epochs."""
         o = self.o
         self.queues_at_open = {o.topic: self.store.topic(o.topic).queues}
-        from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
         if o.no_group:
             self.offset_store = MemoryOffsetStore()
         elif o.broadcast:
@@ -229,10 +224,8 @@ class OffsetKeeper:
                 self.offset_store.update(t, q, off, increase_only=increase_only)
             self.offset_store.persist(self.held.keys() | set(offsets))
             return set()
-        skipped: set[str] = self.offset_store.commit(  # (published: a member writing the table writes them too)
-            self.o.group, offsets, increase_only=increase_only, expected_epochs=self.epochs,
-            timeout=LOCK_TIMEOUT_S if wait else 0.0, publish_as=None if self.o.orderly else self.o.client_id)
-        return skipped
+        return set(self.offset_store.commit(self.o.group, offsets, increase_only=increase_only, journal_only=True,
+                                            expected_epochs=self.epochs, timeout=LOCK_TIMEOUT_S if wait else 0.0))
 
     def _commit_stage(self, offsets: dict[QueueKey, int]) -> None:
         """An exactly-once stage's commit: its outputs below these offsets and the offsets in
@@ -295,6 +288,8 @@ class OffsetKeeper:
         says (concurrent: never backwards; orderly: as consumed). Not ``wait``: False, and
         nothing changed here, when another process is committing to the group's table."""
         self.reap(wait=True)
+        if isinstance(self.offset_store, ClusterOffsetStore) and not force:
+            self.offset_store.settle()   # (commits quiet for a second: into the snapshot)
         if self.starts_wanted:
             starts = dict(self.starts_wanted)
             self.commit(starts, increase_only=True)
@@ -328,6 +323,8 @@ class OffsetKeeper:
         self.put_off = 0
         if skipped:
             self._reload_after_reset(skipped)
+        if isinstance(self.offset_store, ClusterOffsetStore) and force and only is None:
+            self.offset_store.settle(0.0)   # (the member stops: its commits into the snapshot)
         return True
 
     def persist_lagging(self, now: float) -> None:
@@ -338,7 +335,8 @@ class OffsetKeeper:
         sink's commit of every turn is written by the writer thread (the pulls are bounded by
         :meth:`room` meanwhile); a pool sink's, which comes once per half a pull batch, here,
         as its bound is counted from the commit."""
-        if self.urgent and now - self.last_persist >= self.every_s:
+        # (``now`` is the turn's start: a commit reaped in this turn is later than it)
+        if self.urgent and (self.every_s <= 0 or now - self.last_persist >= self.every_s):
             if self.lag == 1 or self.defer_turn_persists:
                 self._turn_persist(soon=self.lag == 1)
             elif not self.persist(wait=self.put_off >= MAX_PUT_OFF):
@@ -426,19 +424,19 @@ class OffsetKeeper:
             self.urgent = True
 
     def close(self) -> None:
-        """Wait for the commit out, and end the writer thread."""
+        """Wait for the commit out, settle the offset store, and end the writer thread."""
         try:
             self.reap(wait=True)
+            if isinstance(self.offset_store, ClusterOffsetStore):
+                self.offset_store.settle(0.0)
         finally:
             self.writer.close()
 
     def persist_idle(self, handlers_busy: bool) -> None:
-        """The loop has nothing to do: make what moved durable now, unless in-process or
-        per-message handlers are at work (``handlers_busy``). Such a handler is cheaper than
-        the fsync, so while its batches run the ``urgent`` rule and the persist interval see
-        to it instead (in-process sinks: at least once per ``every_s`` while anything moved);
-        a handler that is a process spawn costs more than the fsync, and the redelivery window
-        after a crash stays what finished since the last completion."""
+        """The loop has nothing to do: commit what moved now, unless in-process or per-message
+        handlers are at work (``handlers_busy``): then the ``urgent`` rule and the persist
+        interval see to it (in-process sinks: at least once per ``every_s`` while anything
+        moved); after a crash, what finished since the last completion is handled again."""
         if self.dirty and not self.o.no_group and (
                 not handlers_busy
                 or (self.every_s > 0 and time.monotonic() - self.last_persist >= self.every_s)):

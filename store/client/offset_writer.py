@@ -1,7 +1,8 @@
 """Offset commits written by a thread of their own, one at a time.
 
-A commit (the group's offset table read, merged, written and fsynced under its lock) takes
-milliseconds, tens of them on a busy machine. Written in the consumer loop's thread, it is
+A commit (a record appended to the offsets journal under the table's lock) takes tens of
+microseconds, but milliseconds when it waits for the lock or writes the table's snapshot (an
+fsync), tens of them on a busy machine. Written in the consumer loop's thread, it would be
 paid by every message that arrives meanwhile; :class:`OffsetWriter` writes it in a thread
 while the loop goes on. The loop's :class:`~store.client.offset_keeper.OffsetKeeper` decides
 what is committed and when, and how far delivery may run ahead meanwhile; this only writes.

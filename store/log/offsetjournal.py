@@ -15,18 +15,20 @@ keep growing across compactions (the snapshot's ``journalEnd`` names one). Paylo
      "applied": <commitsApplied>}
 
 The first record of a journal is always a full one, so the journal alone rebuilds the table.
-Records are appended under the offset table's lock, *before* the snapshot that includes them
-is replaced. When the journal grows past :data:`COMPACT_BYTES` (or four times the table) it is
-rewritten as one full record at the current end (temp file, fsync, rename, directory fsync).
+Records are appended under the offset table's lock. A group member's commit is one ``set``
+record and nothing else (``offsetview.py``); resets, deletions and the periodic snapshot
+write the snapshot after their record. When the journal grows past :data:`COMPACT_BYTES` (or
+four times the table) it is rewritten as one full record at the current end (temp file,
+fsync, rename, directory fsync).
 
-A member's commit does not fsync the journal. The snapshot written right after it is fsynced
-(content before rename), so a power cut that takes the journal's unsynced tail leaves those
-commits in the snapshot; the journal matters when the snapshot *and* its ``.bak`` are damaged
-or lost, and then a journal missing its last seconds gives older offsets: messages delivered
-again, never skipped (at-least-once). Resets and deletions move offsets backwards or drop
-them, which an older journal would undo the other way: they fsync the journal. A torn tail
-(a record cut by a crash, or zeros after a power cut) ends the journal; the next append cuts
-it off first.
+Appends are not fsynced, except a reset's or a deletion's: those move offsets backwards or
+drop them, which losing the record would undo the other way. Before a snapshot names a
+``journalEnd``, the journal is fdatasynced (:meth:`Journal.sync`), so the journal on disk
+always reaches every snapshot's ``journalEnd``: a power cut takes at most the records after
+the last snapshot (members' commits: offsets go back, messages are delivered again, never
+skipped), and records appended after the cut land past the snapshot's ``journalEnd``, where
+readers look. A torn tail (a record cut by a crash, or zeros after a power cut) ends the
+journal; the next append cuts it off first.
 """
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ class Tail:
     torn: bool = False
     exists: bool = True
     header: bool = True   # False: no readable header (the next write rewrites the file)
+    ident: tuple[int, int] = (0, 0)   # (st_dev, st_ino): a rewrite (rename) makes a new file
 
 
 class Journal:
@@ -78,7 +81,8 @@ class Journal:
         except OSError as exc:
             raise io_error(exc, f"read {self.path}") from exc
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size, ident = st.st_size, (st.st_dev, st.st_ino)
             head = os.pread(fd, HEADER.size, 0)
             if len(head) < HEADER.size:
                 return Tail([], 0, 0, torn=True, header=False)
@@ -89,7 +93,7 @@ class Journal:
             if after is not None and after >= base:
                 start = HEADER.size + after - base
             if start >= size:   # nothing after ``after`` (or a tail lost in a power cut)
-                return Tail([], base, base + size - HEADER.size)
+                return Tail([], base, base + size - HEADER.size, ident=ident)
             data = os.pread(fd, size - start, start)
         except OSError as exc:
             raise io_error(exc, f"read {self.path}") from exc
@@ -113,7 +117,7 @@ class Journal:
                 torn = True
                 break
             pos += FRAME.size + length
-        return Tail(records, base, base + start - HEADER.size + pos, torn)
+        return Tail(records, base, base + start - HEADER.size + pos, torn, ident=ident)
 
     def append(self, payload: dict[str, Any], at: int, sync: bool = False) -> int:
         """Write one record at logical position ``at`` (the end a read under the lock found:
@@ -137,6 +141,17 @@ class Journal:
         except OSError as exc:
             raise io_error(exc, f"append to {self.path}") from exc
         return at + len(frame)
+
+    def sync(self) -> None:
+        """fdatasync what was appended (by anyone), before a snapshot names its end."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise io_error(exc, f"sync {self.path}") from exc
 
     def rewrite(self, full: dict[str, Any], base: int) -> int:
         """Replace the journal by one full-table record at ``base`` (compaction, and the

@@ -9,15 +9,17 @@ One table for the whole store, the broker's ``ConsumerOffsetManager`` file (form
 healing in ``offsettable.py``), with the offsets journal ``config/consumerOffset.log`` of which
 it is the snapshot (``offsetjournal.py``).
 
-Members of every group persist into this one table from their own processes, each change a
-read-modify-write under a lock on ``consumerOffset.json.lock`` (or done by another member's
-write: ``offsetpending.py``): appended to the journal, then
-the snapshot published with :func:`fsutil.atomic_write_json` (temp file, fsync, rename, ``.bak``
-kept). Readers take no lock, and apply journal records past the snapshot's ``journalEnd`` (a
-writer between the two steps) and exactly-once stages' offset commits past its
-``commitsApplied`` (``offsetcommits.py``). A member's commit does not fsync the directory
-(resets and deletes do): a power cut may keep the previous commit, never a torn table. A
-damaged table stops only the groups whose offsets it lost (exit 5) until ``store recover``.
+Members of every group commit into this one table from their own processes, under a lock on
+``consumerOffset.json.lock``. A member's commit (``journal_only``) appends one record to the
+journal and nothing else (``offsetview.py``: the member's view of the table, current from the
+journal's new records); the snapshot follows within a second, or when the member settles.
+Other changes (resets, deletions, recovery, exactly-once stages' commits absorbed) append
+their record and publish the snapshot (temp file, fsync, rename, ``.bak`` kept). Readers take
+no lock, and apply journal records past the snapshot's ``journalEnd`` and exactly-once stages'
+offset commits past its ``commitsApplied`` (``offsetcommits.py``). A kill -9 loses no commit
+that returned; a power cut may lose the members' commits since the last snapshot (delivered
+again, never skipped), never a reset or deletion, never a torn table. A damaged table stops
+only the groups whose offsets it lost (exit 5) until ``store recover``.
 
 Broadcast clients — ``offsets/<clientId>/<group>/offsets.json`` (:class:`BroadcastOffsetStore`)
 -------------------------------------------------------------------------------------------
@@ -40,6 +42,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,7 +54,7 @@ from store import fsutil
 from store.errors import CorruptionError, UsageError, io_error
 from store.flock import wait_flock
 from store.layout import Layout, lock_beside
-from store.log import offsetcommits, offsetpending, offsettable
+from store.log import offsetcommits, offsettable
 from store.log.offsettable import (
     NO_OFFSET,
     TOPIC_GROUP_SEPARATOR,
@@ -60,6 +64,7 @@ from store.log.offsettable import (
     split_key,
     table_key,
 )
+from store.log.offsetview import SNAPSHOT_S, OffsetView
 from store.names import (
     BROKER_NAME,
     CLIENT_ID_RE,
@@ -85,17 +90,16 @@ def warn_stderr(message: str) -> None:
 
 
 @contextmanager
-def _exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S,
-               unless: Callable[[], bool] | None = None) -> Iterator[bool]:
-    """Hold an exclusive flock on ``lock_path`` (created 0600, never deleted) for the block;
-    it gets False, the lock not taken, when ``unless`` ended the wait (``flock.wait_flock``)."""
+def _exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold an exclusive flock on ``lock_path`` (created 0600, never deleted) for the block."""
     fsutil.ensure_dir(lock_path.parent)
     try:
         fd = fsutil.open_private(lock_path, os.O_RDWR | os.O_CREAT)
     except OSError as exc:
         raise io_error(exc, f"open {lock_path}") from exc
     try:
-        yield wait_flock(fd, lock_path, timeout, unless=unless)
+        wait_flock(fd, lock_path, timeout)
+        yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock, as does a crash
 
@@ -149,6 +153,8 @@ class ClusterOffsetStore:
         self.layout = layout
         self.path = layout.consumer_offset_json
         self._warn = warn or warn_stderr
+        self._view = OffsetView(layout)
+        self._view_lock = threading.Lock()   # (one commit at a time: the view is this store's)
         self.last_written: tuple[int, int, int] | None = None   # (inode, mtime, size) of its last write
 
     # -- reads (no lock: the file is only ever replaced by rename)
@@ -201,7 +207,7 @@ class ClusterOffsetStore:
         increase_only: bool = True,
         expected_epochs: Mapping[str, int] | None = None,
         timeout: float = LOCK_TIMEOUT_S,
-        publish_as: str | None = None,
+        journal_only: bool = False,
     ) -> set[str]:
         """Merge ``offsets`` ((topic, queueId) → next offset) into the table.
 
@@ -212,8 +218,8 @@ class ClusterOffsetStore:
         topics: the caller must reload them (:meth:`snapshot`) before committing again.
         ``timeout``: seconds to wait for the table's lock (LockHeldError after; 0: fail at
         once when another process is committing, for a caller that can commit later).
-        ``publish_as`` (a client id; increase-only commits): the offsets are published first,
-        for any member writing the table meanwhile to write them too (``offsetpending.py``).
+        ``journal_only`` (a group member's commit): one journal record, the snapshot written
+        later (see the module docstring; :meth:`settle` when the member idles or closes).
         """
         validate_group(group)
         for (topic, queue_id), offset in offsets.items():
@@ -234,27 +240,34 @@ class ClusterOffsetStore:
                     changed = True
             return changed
 
-        if offsets:
-            mine = offsetpending.publish(self.layout, group, publish_as, offsets, expected_epochs or {}) \
-                if publish_as is not None and increase_only else None
-            look: list[Any] = [None]
+        if not offsets:
+            return skipped
+        if not journal_only:
+            # (the rename not fsynced: a cut may keep the previous commit, delivered again)
+            self._update(merge, sync=False, timeout=timeout)
+            return skipped
+        with self._view_lock, _exclusive(lock_beside(self.path), timeout):
+            view = self._view
+            done = view.commit(group, offsets, increase_only, expected_epochs)
+            if done is None:
+                self._write_locked(merge, sync=False)
+                return skipped
+            if view.wrote is not None:
+                self.last_written, view.wrote = view.wrote, None
+        return done
 
-            def written() -> bool:   # by another member's write (checked between tries of the lock)
-                try:
-                    st = os.stat(self.path)
-                except OSError:
-                    return False
-                if look[0] == (st.st_ino, st.st_mtime_ns, st.st_size):
-                    return False
-                look[0] = (st.st_ino, st.st_mtime_ns, st.st_size)
-                return offsettable.snapshot_holds(self.path, group, dict(offsets), dict(expected_epochs or {}))
-            # Content fsynced before the rename (never a torn table), the rename not: a cut may
-            # keep the previous commit (delivered again: at-least-once). Saves an fsync a turn.
-            self._update(merge, sync=False, timeout=timeout, others=mine is not None,
-                         unless=written if mine is not None else None)
-            if mine is not None:
-                offsetpending.withdraw(mine)   # (in the table now, by this write or another's)
-        return skipped
+    def settle(self, quiet_s: float = SNAPSHOT_S) -> None:
+        """Write the snapshot if this store's ``journal_only`` commits are in none yet, the
+        last of them ``quiet_s`` ago (0: at once, a member closing); else a stat at most."""
+        with self._view_lock:
+            view = self._view
+            if not view.unsettled(time.monotonic(), quiet_s):
+                return
+            with _exclusive(lock_beside(self.path)):
+                if not view.settle():
+                    self._write_locked(lambda table: False, sync=False)
+                if view.wrote is not None:
+                    self.last_written, view.wrote = view.wrote, None
 
     def reset(self, group: str, topic: str, offsets: Mapping[int, int], durable_end: int = 0) -> int:
         """Set the given queues of ``topic`` exactly (backwards too); returns the new epoch.
@@ -360,40 +373,35 @@ class ClusterOffsetStore:
 
     def _update(self, mutate: Callable[[ClusterTable], bool], sync: bool = True,
                 on_lost: Callable[[ClusterTable, set[str]], bool] | None = None, durable_end: int = 0,
-                timeout: float = LOCK_TIMEOUT_S, others: bool = False,
-                unless: Callable[[], bool] | None = None) -> None:
-        """``others``: a write merges the members' published commits (``offsetpending.py``);
-        ``unless`` (asked while the lock is busy): True when there is nothing left to do."""
-        merged: list[Path] = []
-        with _exclusive(lock_beside(self.path), timeout, unless) as locked:
-            if not locked:
-                return
-            loaded = offsettable.load(self.layout)
-            if loaded.unknown and on_lost is None:
-                self._load()   # raises: only recovery starts such a table over
-            if loaded.unknown:
-                self._warn(f"{self.path} and its .bak are unreadable and there is no offsets journal: "
-                           f"the table starts empty (every group starts again per its --from)")
-                loaded.source = "journal"   # rewrite both, keeping nothing of the damaged copies
-            lost_before, applied_before = set(loaded.table.lost), loaded.table.applied
-            # keys a damaged copy names stay known as lost until recover resets them
-            loaded.table.lost |= loaded.lost
-            offsetcommits.absorb(self.layout, loaded.table, durable_end)
-            changed = mutate(loaded.table) or loaded.table.lost != lost_before
-            changed = changed or loaded.table.applied != applied_before
-            if on_lost is not None and on_lost(loaded.table, loaded.lost):
-                changed = True
-            # After a fallback, write even when nothing changed: it repairs the snapshot.
-            if changed or loaded.repair:
-                pending, bad = offsetpending.read_all(self.layout) if others else ([], [])
-                for p in pending:
-                    offsetpending.merge(loaded.table, p)
-                offsettable.write(self.layout, loaded, lost_before, applied_before, sync=sync)
-                st = os.stat(self.path)   # (a consumer woken by the file replaced tells its own commits by it)
-                self.last_written = (st.st_ino, st.st_mtime_ns, st.st_size)
-                merged = [p.path for p in pending] + bad
-        for path in merged:   # after the lock: a file published again meanwhile only costs its owner a write
-            offsetpending.withdraw(path)
+                timeout: float = LOCK_TIMEOUT_S) -> None:
+        with _exclusive(lock_beside(self.path), timeout):
+            self._write_locked(mutate, sync, on_lost, durable_end)
+
+    def _write_locked(self, mutate: Callable[[ClusterTable], bool], sync: bool = True,
+                      on_lost: Callable[[ClusterTable, set[str]], bool] | None = None,
+                      durable_end: int = 0) -> None:
+        """Read, change and write the whole table (the lock held): its record, then the snapshot."""
+        loaded = offsettable.load(self.layout)
+        if loaded.unknown and on_lost is None:
+            self._load()   # raises: only recovery starts such a table over
+        if loaded.unknown:
+            self._warn(f"{self.path} and its .bak are unreadable and there is no offsets journal: "
+                       f"the table starts empty (every group starts again per its --from)")
+            loaded.source = "journal"   # rewrite both, keeping nothing of the damaged copies
+        lost_before, applied_before = set(loaded.table.lost), loaded.table.applied
+        # keys a damaged copy names stay known as lost until recover resets them
+        loaded.table.lost |= loaded.lost
+        offsetcommits.absorb(self.layout, loaded.table, durable_end)
+        changed = mutate(loaded.table) or loaded.table.lost != lost_before
+        changed = changed or loaded.table.applied != applied_before
+        if on_lost is not None and on_lost(loaded.table, loaded.lost):
+            changed = True
+        # After a fallback, write even when nothing changed: it repairs the snapshot; when
+        # the journal is ahead of it, a snapshot of the commits since.
+        if changed or loaded.repair or loaded.behind:
+            offsettable.write(self.layout, loaded, lost_before, applied_before, sync=sync)
+            st = os.stat(self.path)   # (a consumer woken by the file replaced tells its own commits by it)
+            self.last_written = (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 # -- broadcasting: offsets/<clientId>/<group>/offsets.json -----------------------------------

@@ -16,6 +16,10 @@ ids are string keys; fastjson's bare integer keys are not JSON, so they are not 
 table before a reset can learn that its in-memory offsets are stale instead of writing them
 back over the reset. Topic and group names cannot contain ``@``, so the key splits cleanly.
 
+The journal is normally ahead of the snapshot: a group member's commit is a journal record
+alone (``offsetview.py``), and the snapshot is written again now and then, always after the
+journal was synced up to the ``journalEnd`` it names (:func:`snapshot`).
+
 Loading (:func:`load`): the snapshot when its crc checks, plus the journal's records after its
 ``journalEnd``; else the ``.bak`` (checked the same way) plus the journal after *its*
 ``journalEnd``; else the whole journal. A file without a ``crc`` field is a store of an older
@@ -184,15 +188,15 @@ class Loaded:
     source: str = "snapshot"          # snapshot | bak | journal | none
     lost: set[str] = field(default_factory=set)      # "<topic>@<group>" keys not recoverable
     problems: list[tuple[str, str]] = field(default_factory=list)   # (file, why) for check
-    behind: bool = False              # the snapshot lacks journal records (a writer died)
+    behind: bool = False              # the journal has records past the snapshot (commits since it)
     snapshot_end: int = 0             # the trusted copy's journalEnd
     unknown: bool = False             # damaged, no journal, and no group named: nothing to trust
     snapshot_bytes: int = 0           # the size of the copy read (bounds the journal's growth)
 
     @property
     def repair(self) -> bool:
-        """The next write must rewrite the snapshot even when nothing changed."""
-        return self.source not in ("snapshot", "none") or self.behind
+        """The next write must rewrite the snapshot even when nothing changed (a damaged copy)."""
+        return self.source not in ("snapshot", "none")
 
     def lost_groups(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -226,31 +230,6 @@ def _read_copy(path: Path) -> tuple[ClusterTable | None, int | None, str | None,
     except ValueError as exc:
         return None, None, f"not valid ({exc})", raw
     return table, je, None, raw
-
-
-def snapshot_holds(path: Path, group: str, offsets: dict[tuple[str, int], int], epochs: dict[str, int]) -> bool:
-    """Whether the snapshot at ``path`` (when its crc checks: what of the table is durable, the
-    journal's tail is not fsynced) has every queue of ``offsets`` at least that far, under the
-    reset epochs ``epochs`` (topic -> epoch; one not listed is 0). Read as JSON alone: it is
-    asked often, by members waiting while another writes the table (``offsetpending.py``)."""
-    try:
-        obj = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return False
-    if fsutil.crc_problem(obj) is not None:
-        return False
-    queues, reset = obj.get("offsetTable"), obj.get("resetEpoch", {})
-    if not isinstance(queues, dict) or not isinstance(reset, dict):
-        return False
-    for (topic, queue_id), offset in offsets.items():
-        key = table_key(topic, group)
-        stored = queues.get(key)
-        if reset.get(key, 0) != epochs.get(topic, 0) or not isinstance(stored, dict):
-            return False
-        have = stored.get(str(queue_id))
-        if not is_int(have) or have < offset:
-            return False
-    return True
 
 
 def load(layout: Layout) -> Loaded:
@@ -325,6 +304,21 @@ def save(layout: Layout, table: dict[str, Any], journal_end: int, *, keep_bak: b
     fsutil.atomic_write_json_crc(layout.consumer_offset_json, obj, keep_bak=keep_bak, sync_dir=sync_dir)
 
 
+def snapshot(layout: Layout, table: dict[str, Any], end: int, base: int, table_bytes: int, *,
+             synced: bool = False, keep_bak: bool = True, sync_dir: bool = False) -> int:
+    """Write the snapshot of ``table``, which the journal holds up to ``end``, under the
+    table's lock: the journal compacted when it outgrew the table, else fdatasynced (unless
+    ``synced``), so that no snapshot names a ``journalEnd`` past what the journal has on disk.
+    Returns the end named."""
+    journal = oj.Journal(layout.consumer_offset_log)
+    if journal.needs_compaction(end, base, table_bytes):
+        end = journal.rewrite(table, end)
+    elif not synced:
+        journal.sync()
+    save(layout, table, end, keep_bak=keep_bak, sync_dir=sync_dir)
+    return end
+
+
 def write(layout: Layout, loaded: Loaded, lost_before: set[str], applied_before: int, *, sync: bool) -> None:
     """Publish ``loaded.table`` under the table's lock: the journal record of what changed
     first, then the snapshot. ``sync``: a reset or deletion (see ``offsetjournal``)."""
@@ -335,19 +329,20 @@ def write(layout: Layout, loaded: Loaded, lost_before: set[str], applied_before:
         # A new table: an empty snapshot first, so that no reader ever finds the journal
         # without one (and takes the new table for a damaged one)
         save(layout, ClusterTable().to_json(), 0, keep_bak=False, sync_dir=False)
+    keep_bak, sync_dir = loaded.source == "snapshot", sync or loaded.repair
     if not tail.exists or not tail.header or tail.end < loaded.snapshot_end:
-        # No journal, an unreadable one, or one that lost records the snapshot has (a power
-        # cut took its unsynced tail): it starts again from the whole table. Positions never
-        # go back, so an old ``.bak`` cannot name one inside the new journal.
+        # No journal, an unreadable one, or one that lost records the snapshot has (damage:
+        # the journal is synced before every snapshot): it starts again from the whole table.
+        # Positions never go back, so an old ``.bak`` cannot name one inside the new journal.
         end = journal.rewrite(new, max(tail.end, loaded.snapshot_end))
-    else:
-        record = loaded.table.change(lost_before, applied_before)
-        end = tail.end
-        if record is not None:
-            end = journal.append(record, tail.end, sync=sync)
-        if journal.needs_compaction(end, tail.base, loaded.snapshot_bytes):
-            end = journal.rewrite(new, end)
-    save(layout, new, end, keep_bak=loaded.source == "snapshot", sync_dir=sync or loaded.repair)
+        save(layout, new, end, keep_bak=keep_bak, sync_dir=sync_dir)
+        return
+    record = loaded.table.change(lost_before, applied_before)
+    end = tail.end
+    if record is not None:
+        end = journal.append(record, tail.end, sync=sync)
+    snapshot(layout, new, end, tail.base, loaded.snapshot_bytes, synced=sync and record is not None,
+             keep_bak=keep_bak, sync_dir=sync_dir)
 
 
 def verify(layout: Layout) -> list[tuple[str, str]]:

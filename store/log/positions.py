@@ -32,7 +32,7 @@ from typing import Any, Callable
 from store.errors import StoreError
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
 from store.layout import Layout
-from store.log import offsetcommits, offsetpending, offsets
+from store.log import offsetcommits, offsets
 from store.log.record import Draft
 from store.names import DELAY_PROGRESS_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, SCHEDULE_TOPIC
 
@@ -163,7 +163,6 @@ def _clamp_offsets(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]
     fsync); new messages then take those queue offsets again, and a group whose offset stayed
     ahead would never see them. ``queue_end(topic, queue_id)`` is the queue's max offset, or a
     negative number for a queue that no longer exists (left alone)."""
-    offsetpending.discard_all(layout)
     moved: list[str] = []
     cluster = offsets.ClusterOffsetStore(layout, warn)
     for group in cluster.groups():

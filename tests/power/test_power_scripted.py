@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.power.powerlib import Power
+from tests.power.powerlib import Power, wait_for
 
 pytestmark = [pytest.mark.power, pytest.mark.slow]
 
@@ -129,3 +129,31 @@ def test_topic_metadata_and_offset_commits_survive_cuts(power: Power) -> None:
         assert listed == {"grown": (5, False), "ordered": (3, True)}, listed
         power.verify(["grown"])
         power.send_after_cut_and_deliver(["grown"])
+
+
+def test_member_commits_in_the_journal_go_back_at_most_to_the_snapshot_on_a_cut(power: Power) -> None:
+    """A member's commit is a journal record, not synced: a kill -9 keeps it, a power cut may
+    take it (offsets go back to the last snapshot, never below it: the messages since are
+    delivered again, never skipped), and the commits made after the cut, appended where the
+    cut left the journal, are seen (no snapshot names a journal end the disk does not have)."""
+    power.ok("init")
+    power.ok("topic", "create", "j", "--queues", "2")
+    power.send("j", power.bodies("j-sync", 40), True)
+    g = power.group("jg", "j")
+    assert len(power.drain_group(g)) == 40    # the member stopped: its commits in the snapshot
+    settled = power.committed(g)
+    assert sum(settled.values()) == 40
+    power.send("j", power.bodies("j-more", 30), True)
+    member = power.start_consumer(g)
+    wait_for(lambda: sum(power.committed(g).values()) == 70, 60, what="the running member's commits")
+    member.kill9()
+    assert sum(power.committed(g).values()) == 70   # kill -9: every commit that returned is there
+    for _ in range(2):
+        power.power_cut()
+        after = power.committed(g)
+        assert all(after.get(q, 0) >= o for q, o in settled.items()), (settled, after)
+        power.verify(["j"])
+        power.send_after_cut_and_deliver(["j"])
+        ends = {q: row["maxOffset"] for q, row in power.status("j").items()}
+        assert power.committed(g) == ends, "commits made after the cut are not seen"
+        settled = ends

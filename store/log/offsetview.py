@@ -1,0 +1,196 @@
+"""A group member's view of the offset table, kept current from the offsets journal: what
+makes a member's commit one appended ``set`` record (``offsetjournal.py``) instead of a
+rewrite of the snapshot (``offsettable.py``).
+
+Under the table's lock, a commit reads only the journal's records appended since the view
+last read it (one open, fstat and pread), applies them to the view, checks the reset epochs
+and the forward-only rule against it, appends its record and unlocks: no snapshot written, no
+fsync. The view is loaded again, the whole table, when the journal is another file (a
+compaction renamed a new one into place) or starts at another ``base``, when it is shorter
+than the view has read, or when the snapshot names an end past it. When the table is not in
+a state a record alone may change (no journal yet, a damaged copy in use, offsets named
+lost), :meth:`OffsetView.commit` declines and the caller writes the whole table.
+
+Readers see a commit as soon as it returned: they apply the journal's records past the
+snapshot's ``journalEnd``. A kill -9 loses nothing that was appended (the page cache has it).
+A power cut may lose the records appended since the journal was last synced, which it is
+before every snapshot: the snapshot is written by a commit that finds the last one older
+than :data:`SNAPSHOT_S`, or the journal grown :data:`SNAPSHOT_BYTES` past it, and by
+:meth:`OffsetView.settle` (a member idle or closing).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from store import fsutil
+from store.layout import Layout
+from store.log import offsetjournal as oj
+from store.log import offsettable
+from store.log.offsettable import NO_OFFSET, ClusterTable, table_key
+
+SNAPSHOT_S = 1.0            # a commit writes the snapshot when the last one is older than this
+SNAPSHOT_BYTES = 64 << 10   # ... or when the journal ran this far past its journalEnd
+
+QueueKey = tuple[str, int]
+Look = tuple[int, int, int]   # (inode, mtime_ns, size) of the snapshot
+
+
+def look_at(path: Any) -> Look | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+@dataclass
+class _Seen:
+    """How far the view has read, and what of the snapshot it knows."""
+
+    ident: tuple[int, int]      # the journal file read
+    base: int
+    end: int                    # the journal's end, as far as read
+    state: dict[str, Any]       # the table in its JSON shape, every record up to ``end`` applied
+    snap_look: Look | None
+    snap_end: int               # the snapshot's journalEnd
+    snap_bytes: int
+    snap_time: float            # when the snapshot was written (its mtime)
+
+
+class OffsetView:
+    """One member's view (not shared between threads: the caller serializes its calls)."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.journal = oj.Journal(layout.consumer_offset_log)
+        self._seen: _Seen | None = None
+        self.appended = 0          # the end of this view's last record no snapshot holds yet (0: none)
+        self.appended_at = 0.0     # (monotonic) when it was appended
+        self.wrote: Look | None = None   # the snapshot this view last wrote
+
+    def commit(self, group: str, offsets: Mapping[QueueKey, int], increase_only: bool,
+               expected_epochs: Mapping[str, int] | None) -> set[str] | None:
+        """(Under the table's lock.) Append what ``offsets`` change as one record; the topics
+        skipped for a reset epoch that moved (see ``ClusterOffsetStore.commit``). None: the
+        view declined, nothing was written (the caller writes the whole table)."""
+        seen = self._current()
+        if seen is None:
+            return None
+        queues = seen.state.get("offsetTable", {})
+        epochs = seen.state.get("resetEpoch", {})
+        skipped: set[str] = set()
+        changed: dict[str, dict[str, int]] = {}
+        for (topic, queue_id), offset in sorted(offsets.items()):
+            key = table_key(topic, group)
+            if expected_epochs is not None and epochs.get(key, 0) != expected_epochs.get(topic, 0):
+                skipped.add(topic)
+                continue
+            old = queues.get(key, {}).get(str(queue_id), NO_OFFSET)
+            new = max(old, offset) if increase_only else offset
+            if new != old:
+                changed.setdefault(key, {})[str(queue_id)] = new
+        if changed:
+            record = {"set": changed}
+            end = self.journal.append(record, seen.end)
+            oj.apply(record, seen.state)
+            seen.end = self.appended = end
+            self.appended_at = time.monotonic()
+        if seen.end > seen.snap_end and (
+                seen.end - seen.snap_end >= SNAPSHOT_BYTES or time.time() - seen.snap_time >= SNAPSHOT_S
+                or self.journal.needs_compaction(seen.end, seen.base, seen.snap_bytes)):
+            self._snapshot(seen)
+        return skipped
+
+    def unsettled(self, now: float, quiet_s: float) -> bool:
+        """Whether this view appended records that may be in no snapshot yet, the last one at
+        least ``quiet_s`` ago (no lock: a cheap look before :meth:`settle`)."""
+        if not self.appended or now - self.appended_at < quiet_s:
+            return False
+        seen = self._seen
+        if seen is not None and look_at(self.layout.consumer_offset_json) == seen.snap_look \
+                and seen.snap_end >= self.appended:
+            self.appended = 0
+            return False
+        return True
+
+    def settle(self) -> bool:
+        """(Under the table's lock.) Write the snapshot if none holds this view's records yet
+        (a member idle, or closing: its commits made as durable as the snapshot); whether it
+        could (False: the caller writes the whole table)."""
+        seen = self._current()
+        if seen is None:
+            return False
+        if seen.snap_end < self.appended:
+            self._snapshot(seen)
+        self.appended = 0
+        return True
+
+    def _snapshot(self, seen: _Seen) -> None:
+        table = ClusterTable.from_json(seen.state).to_json()
+        end = offsettable.snapshot(self.layout, table, seen.end, seen.base, seen.snap_bytes)
+        self.wrote = look_at(self.layout.consumer_offset_json)
+        self.appended = 0
+        if end != seen.end:   # compacted: another file now, read again at the next commit
+            self._seen = None
+            return
+        assert self.wrote is not None
+        seen.snap_look, seen.snap_end, seen.snap_bytes = self.wrote, end, self.wrote[2]
+        seen.snap_time = time.time()
+
+    def _current(self) -> _Seen | None:
+        """The view brought up to the journal's end (reloaded when it must be), or None when
+        the table must be written whole."""
+        seen = self._seen
+        if seen is not None:
+            tail = self.journal.read(seen.end)
+            if (not tail.exists or not tail.header or tail.ident != seen.ident or tail.base != seen.base
+                    or tail.end < seen.end):
+                seen = None
+            else:
+                for record in tail.records:
+                    oj.apply(record, seen.state)
+                seen.end = tail.end
+                look = look_at(self.layout.consumer_offset_json)
+                if look != seen.snap_look and not self._snapshot_moved(seen, look):
+                    seen = None
+                if seen is not None and seen.state.get("lostOffsets"):
+                    seen = None   # (a damaged copy's keys: recovery's, written whole)
+        if seen is None:
+            seen = self._load()
+        self._seen = seen
+        return seen
+
+    def _snapshot_moved(self, seen: _Seen, look: Look | None) -> bool:
+        """Another member wrote the snapshot: learn its journalEnd (False: it cannot be
+        trusted as it is, the view is loaded again)."""
+        try:
+            obj = json.loads(self.layout.consumer_offset_json.read_bytes())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(obj, dict) or fsutil.crc_problem(obj) is not None:
+            return False
+        end = obj.get("journalEnd")
+        if not offsettable.is_int(end) or end > seen.end or look is None:
+            return False
+        st = os.stat(self.layout.consumer_offset_json)
+        seen.snap_look, seen.snap_end, seen.snap_bytes, seen.snap_time = look, end, look[2], st.st_mtime
+        return True
+
+    def _load(self) -> _Seen | None:
+        look = look_at(self.layout.consumer_offset_json)
+        loaded = offsettable.load(self.layout)
+        tail = loaded.journal
+        if (loaded.source != "snapshot" or loaded.lost or loaded.table.lost or not tail.exists
+                or not tail.header or tail.end < loaded.snapshot_end or look is None):
+            return None
+        try:
+            mtime = os.stat(self.layout.consumer_offset_json).st_mtime
+        except OSError:
+            return None
+        return _Seen(tail.ident, tail.base, tail.end, loaded.table.to_json(), look, loaded.snapshot_end,
+                     loaded.snapshot_bytes, mtime)

@@ -1,0 +1,164 @@
+"""A group member's offset commit is one record appended to the offsets journal
+(``store/log/offsetview.py``): readers and other members see it at once, the snapshot
+(``consumerOffset.json``) follows now and then, and neither a crash nor a damaged journal makes
+a commit land where readers do not look."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from store.layout import Layout
+from store.log import offsetjournal as oj
+from store.log import offsetview
+from store.log.offsets import ClusterOffsetStore
+from tests.procs import MQ, wait_for
+
+
+@pytest.fixture
+def no_snapshot_by_age(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow machine must not see a snapshot written because a second went by."""
+    monkeypatch.setattr(offsetview, "SNAPSHOT_S", 3600.0)
+
+
+def records(layout: Layout) -> list[dict]:
+    return oj.Journal(layout.consumer_offset_log).read(None).records
+
+
+def snapshot_offsets(root: Path, group: str) -> dict[tuple[str, int], int]:
+    """The group's offsets in ``consumerOffset.json`` alone (no journal applied)."""
+    table = json.loads((root / "config" / "consumerOffset.json").read_text())["offsetTable"]
+    return {(key.rpartition("@")[0], int(q)): o for key, queues in table.items()
+            if key.rpartition("@")[2] == group for q, o in queues.items()}
+
+
+def test_a_members_commit_is_one_record_seen_at_once_and_the_snapshot_stays(
+        layout: Layout, no_snapshot_by_age: None) -> None:
+    a, b = ClusterOffsetStore(layout), ClusterOffsetStore(layout)
+    a.commit("g", {("T", 0): 0, ("T", 1): 0})   # the table's first write: its snapshot
+    snap = layout.consumer_offset_json.read_bytes()
+    ino = layout.consumer_offset_json.stat().st_ino
+    n = len(records(layout))
+    assert a.commit("g", {("T", 0): 5}, expected_epochs={}, journal_only=True) == set()
+    assert b.commit("g", {("T", 1): 7}, expected_epochs={}, journal_only=True) == set()
+    assert a.commit("g", {("T", 0): 9}, expected_epochs={}, journal_only=True) == set()
+    assert records(layout)[n:] == [{"set": {"T@g": {"0": 5}}}, {"set": {"T@g": {"1": 7}}},
+                                   {"set": {"T@g": {"0": 9}}}]
+    assert layout.consumer_offset_json.read_bytes() == snap
+    assert layout.consumer_offset_json.stat().st_ino == ino
+    assert ClusterOffsetStore(layout).read_group("g") == {("T", 0): 9, ("T", 1): 7}
+    # forward only, against what the other member appended
+    assert b.commit("g", {("T", 0): 3}, expected_epochs={}, journal_only=True) == set()
+    assert len(records(layout)) == n + 3   # (nothing changed: nothing appended)
+    assert ClusterOffsetStore(layout).read("g", "T", 0) == 9
+
+
+def test_a_commit_computed_before_a_reset_is_skipped_by_every_member(
+        layout: Layout, no_snapshot_by_age: None) -> None:
+    a, b = ClusterOffsetStore(layout), ClusterOffsetStore(layout)
+    a.commit("g", {("T", 0): 10})
+    assert b.commit("g", {("T", 0): 20}, expected_epochs={}, journal_only=True) == set()
+    assert ClusterOffsetStore(layout).reset("g", "T", {0: 2}) == 1
+    assert a.commit("g", {("T", 0): 30}, expected_epochs={}, journal_only=True) == {"T"}
+    assert b.commit("g", {("T", 0): 40}, expected_epochs={}, journal_only=True) == {"T"}
+    assert ClusterOffsetStore(layout).read("g", "T", 0) == 2
+    assert a.commit("g", {("T", 0): 4}, expected_epochs={"T": 1}, journal_only=True) == set()
+    assert ClusterOffsetStore(layout).read("g", "T", 0) == 4
+
+
+def test_members_follow_compactions_and_the_journal_stays_bounded(
+        layout: Layout, no_snapshot_by_age: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(oj, "COMPACT_BYTES", 2048)
+    members = [ClusterOffsetStore(layout) for _ in range(3)]
+    members[0].commit("g", {("T", q): 0 for q in range(3)})
+    bases = set()
+    for i in range(1, 301):
+        q = i % 3
+        members[q].commit("g", {("T", q): i}, expected_epochs={}, journal_only=True)
+        assert layout.consumer_offset_log.stat().st_size < 2048 + 1024
+        bases.add(oj.Journal(layout.consumer_offset_log).read(None).base)
+    assert len(bases) > 3, "the journal was never compacted"
+    assert ClusterOffsetStore(layout).read_group("g") == {("T", 0): 300, ("T", 1): 298, ("T", 2): 299}
+
+
+def test_a_snapshot_never_names_a_journal_end_past_what_was_synced(
+        layout: Layout, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every snapshot that names a ``journalEnd`` comes after an fdatasync of the journal
+    that far: after a power cut the journal on disk reaches it."""
+    synced: list[int] = []
+    sync = oj.Journal.sync
+
+    def recording(self: oj.Journal) -> None:
+        sync(self)
+        synced.append(self.path.stat().st_size - oj.HEADER.size)
+
+    monkeypatch.setattr(oj.Journal, "sync", recording)
+    monkeypatch.setattr(offsetview, "SNAPSHOT_S", 0.0)   # every commit writes the snapshot
+    member = ClusterOffsetStore(layout)
+    member.commit("g", {("T", 0): 0})
+    for i in range(1, 6):
+        member.commit("g", {("T", 0): i}, expected_epochs={}, journal_only=True)
+        end = json.loads(layout.consumer_offset_json.read_text())["journalEnd"]
+        assert synced and synced[-1] >= end, (synced, end)
+    assert len(synced) >= 5
+
+
+def test_a_journal_shorter_than_the_snapshot_names_is_started_again_not_appended_to(
+        layout: Layout, no_snapshot_by_age: None) -> None:
+    """Damage (the journal cut below the snapshot's ``journalEnd``): a record appended there
+    would lie below where readers start, and the commit would be lost to them."""
+    member = ClusterOffsetStore(layout)
+    member.commit("g", {("T", 0): 1})
+    for i in range(2, 6):
+        member.commit("g", {("T", 0): i}, expected_epochs={}, journal_only=True)
+    ClusterOffsetStore(layout).settle(0.0)   # (nothing of its own: a look)
+    member.settle(0.0)                       # the snapshot now names the journal's end
+    end = json.loads(layout.consumer_offset_json.read_text())["journalEnd"]
+    assert end == layout.consumer_offset_log.stat().st_size - oj.HEADER.size
+    os.truncate(layout.consumer_offset_log, oj.HEADER.size + end - 20)
+    fresh = ClusterOffsetStore(layout)
+    assert fresh.commit("g", {("T", 0): 6}, expected_epochs={}, journal_only=True) == set()
+    assert ClusterOffsetStore(layout).read("g", "T", 0) == 6
+    assert oj.Journal(layout.consumer_offset_log).read(None).base >= end
+    # and a member whose view read the journal before the damage notices it too
+    assert fresh.commit("g", {("T", 0): 7}, expected_epochs={}, journal_only=True) == set()
+    fresh.settle(0.0)
+    os.truncate(layout.consumer_offset_log, oj.HEADER.size)
+    assert fresh.commit("g", {("T", 0): 8}, expected_epochs={}, journal_only=True) == set()
+    assert ClusterOffsetStore(layout).read("g", "T", 0) == 8
+
+
+def test_a_member_that_stops_leaves_its_last_commit_in_the_snapshot(mq: MQ) -> None:
+    mq.ok("topic", "create", "T", "--queues", "2")
+    mq.send_lines("T", [f"m{i}" for i in range(30)])
+    assert len(mq.ok("consume", "T", "-g", "G", "--from", "first", "-e").out.split()) == 30
+    assert snapshot_offsets(mq.root, "G") == mq.offsets("G", "T")
+    assert sum(snapshot_offsets(mq.root, "G").values()) == 30
+
+
+def test_an_idle_members_commits_reach_the_snapshot(mq: MQ) -> None:
+    mq.ok("topic", "create", "T", "--queues", "1")
+    proc = mq.start("consume", "T", "-g", "G", "--from", "first")
+    mq.send_lines("T", ["a", "b", "c"])
+    assert wait_for(lambda: proc.lines() == [b"a", b"b", b"c"], timeout=60), proc.stderr()
+    assert wait_for(lambda: mq.offsets("G", "T") == {("T", 0): 3}, timeout=60)   # seen at once
+    assert wait_for(lambda: snapshot_offsets(mq.root, "G") == {("T", 0): 3}, timeout=60), \
+        "the idle member's commit never reached consumerOffset.json"
+    assert proc.stop() == 0
+
+
+def test_a_member_killed_after_its_commit_hands_over_exactly_there(mq: MQ) -> None:
+    """kill -9 right after a commit returned (the record in the page cache only): readers
+    and the next member see it."""
+    mq.ok("topic", "create", "T", "--queues", "1")
+    mq.send_lines("T", [f"m{i}" for i in range(10)])
+    first = mq.run("consume", "T", "-g", "G", "--from", "first", "--count", "4",
+                   failpoints="offsets-after-persist")
+    assert first.returncode in (-9, 137), first
+    printed = first.out.split()
+    shown = {r["queueId"]: r["offset"] for r in mq.ok("offsets", "show", "-g", "G", "--json").json_lines()}
+    assert shown == {0: len(printed)}
+    rest = mq.ok("consume", "T", "-g", "G", "-e").out.split()
+    assert printed + rest == [f"m{i}" for i in range(10)]
