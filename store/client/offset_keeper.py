@@ -18,9 +18,8 @@ more to the next owner again than with the commit in the loop. Every other persi
 interval, a queue given away, shutdown) first waits for the one in flight and then writes in
 the loop's thread.
 
-``offsets reset --force`` while the member runs is noticed by the reset epochs
-(:meth:`check_reset`): the queues of a reset topic are let go and taken again from their new
-offsets.
+``offsets reset --force`` while the member runs is noticed by the reset epochs (:meth:`check_reset`):
+the queues of a reset topic are let go and taken again from their new offsets.
 
 The stores themselves (the group's offset table, a broadcast client's file) and their format
 are :mod:`store.log.offsets`'s.
@@ -422,6 +421,9 @@ class OffsetKeeper:
             self._reload_after_reset(skipped)
         if any(self.offsets.get(k, -1) - self.persisted.get(k, 0) >= self.lag for k in self.dirty):
             self.urgent = True
+
+    def unsettled(self) -> bool:   # (commits no snapshot holds yet: the loop wakes for its persist look)
+        return isinstance(self.offset_store, ClusterOffsetStore) and self.offset_store.view.appended > 0
 
     def close(self) -> None:
         """Wait for the commit out, settle the offset store, and end the writer thread."""

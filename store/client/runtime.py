@@ -438,7 +438,7 @@ class Runtime:
             if dispatcher.idle_check is not None:
                 dispatcher.idle_check()   # stdout's reader went away while nothing was written: stop now
             due_at = 0.0 if held.retake else min(next_rebalance, delays.at, next_token, config.look_at)
-            if keeper.dirty or reset_look or polled:
+            if keeper.dirty or reset_look or polled or keeper.unsettled():
                 due_at = min(due_at, next_persist)
             if held.locks:
                 due_at = min(due_at, last_renew + IDLE_RENEW_S)
@@ -460,7 +460,7 @@ class Runtime:
                 if topics_epoch in changed and rebalancer.topics_changed():
                     next_rebalance = 0.0   # a topic made or changed (the retry topic, say)
                 if offsets_json in changed:
-                    # replaced by every commit of every group, and by a reset: look at it once
+                    # replaced by the snapshots of every group's commits, and by a reset: look at it once
                     # per persist interval at most (one stat while nothing was reset), and
                     # not at once: another member's commit alone is no reason for a turn
                     reset_look = True

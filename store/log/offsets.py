@@ -153,7 +153,7 @@ class ClusterOffsetStore:
         self.layout = layout
         self.path = layout.consumer_offset_json
         self._warn = warn or warn_stderr
-        self._view = OffsetView(layout)
+        self.view = OffsetView(layout)   # (its ``appended``: commits no snapshot holds yet)
         self._view_lock = threading.Lock()   # (one commit at a time: the view is this store's)
         self.last_written: tuple[int, int, int] | None = None   # (inode, mtime, size) of its last write
 
@@ -247,7 +247,7 @@ class ClusterOffsetStore:
             self._update(merge, sync=False, timeout=timeout)
             return skipped
         with self._view_lock, _exclusive(lock_beside(self.path), timeout):
-            view = self._view
+            view = self.view
             done = view.commit(group, offsets, increase_only, expected_epochs)
             if done is None:
                 self._write_locked(merge, sync=False)
@@ -260,7 +260,7 @@ class ClusterOffsetStore:
         """Write the snapshot if this store's ``journal_only`` commits are in none yet, the
         last of them ``quiet_s`` ago (0: at once, a member closing); else a stat at most."""
         with self._view_lock:
-            view = self._view
+            view = self.view
             if not view.unsettled(time.monotonic(), quiet_s):
                 return
             with _exclusive(lock_beside(self.path)):

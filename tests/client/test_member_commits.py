@@ -162,3 +162,32 @@ def test_a_member_killed_after_its_commit_hands_over_exactly_there(mq: MQ) -> No
     assert shown == {0: len(printed)}
     rest = mq.ok("consume", "T", "-g", "G", "-e").out.split()
     assert printed + rest == [f"m{i}" for i in range(10)]
+
+
+def test_a_member_idle_after_its_last_commits_still_wakes_to_settle_them(mq: MQ, no_snapshot_by_age: None) -> None:
+    """A member with nothing to do waits for a change of the store. While commits of its own
+    are in no snapshot (its commit wrote none: the last is younger than a second), that wait
+    must end at its next persist look, which writes them in (not at its queue locks' renewal,
+    40 s on: a power cut meanwhile would deliver them again). Driven as a driver
+    drives the loop (``Runtime.turns``), every wait told it timed out: no change, not even the
+    member's own snapshot, wakes it for a look."""
+    import time
+
+    import store
+    from store.client.sinks import ThreadPoolSink
+    mq.ok("topic", "create", "T", "--queues", "1")
+    mq.send_lines("T", ["a", "b", "c"])
+    with store.Consumer("T", "G", mq.root, start_from="first") as consumer:
+        rt = consumer.runtime
+        rt.set_sink(ThreadPoolSink(lambda batch, topic: (True, ""), 1))
+        turns = rt.turns()
+        try:
+            due = next(turns)
+            while snapshot_offsets(mq.root, "G") != {("T", 0): 3}:
+                if due is not None and mq.offsets("G", "T") == {("T", 0): 3}:   # (committed: in the journal)
+                    assert due <= rt.o.persist_interval_s + 1, \
+                        f"the member would sleep {due:.0f} s with its last commits in no snapshot"
+                time.sleep(0 if due is None else min(due, 0.05))   # (a batch out: its end would wake the loop)
+                due = turns.send(False)
+        finally:
+            turns.close()
