@@ -29,7 +29,16 @@ from store.errors import UsageError
 from store.log import format as F
 from store.log.arrayframing import frame_arrays, use_arrays
 from store.log.record import FAST_CRC as _FAST_CRC
-from store.log.record import PROP_KEYS, PROP_TAGS, Body, Draft, counter_hex, java_hash, tags_code
+from store.log.record import (
+    PROP_KEYS,
+    PROP_TAGS,
+    Body,
+    Draft,
+    check_properties_size,
+    counter_hex,
+    java_hash,
+    tags_code,
+)
 from store.log.record import crc32 as _crc32
 from store.log.results import BatchResult
 
@@ -237,6 +246,8 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
     key_crc0 = crc32(b"#" + uk_head)
     pb_tail = b"\x02" + static
     pb_len0 = len(b"UNIQ_KEY\x01") + len(uk_head) + 4 + len(pb_tail)   # properties w/o CRC
+    check_properties_size(pb_len0 + max((len(b"\x02__SHARDINGKEY\x01") + len(k.encode()) for k in sharding_keys or ()
+                                         if k is not None), default=0))   # (the batch's longest)
     mid0 = tail_topic + (pb_len0 + F.CRC_PROPERTY_SIZE).to_bytes(2, "big") + b"UNIQ_KEY\x01" + uk_head
     fixed0 = F.RECORD_FIXED_SIZE + len(topic_b) + pb_len0 + F.CRC_PROPERTY_SIZE
     tails: list[bytes] | None = None

@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
-from store.errors import BadInputError
+from store.errors import BadInputError, MessageTooLargeError
 from store.log import format as F
 from store.names import SCHEDULE_TOPIC
 
@@ -286,6 +286,16 @@ class Message:
     @property
     def user_properties(self) -> dict[str, str]:
         return {k: v for k, v in self.properties.items() if k not in RESERVED_PROPERTIES}
+
+
+def check_properties_size(props_len: int) -> None:
+    """Refuse a record whose properties (``props_len`` bytes without the record CRC) would not
+    fit RocketMQ's signed 16-bit length (``PROPERTIES_SIZE_EXCEEDED``): the field would overflow
+    or be read as negative by a Java reader of the log."""
+    if props_len + F.CRC_PROPERTY_SIZE > F.MAX_PROPERTIES_SIZE:
+        raise MessageTooLargeError(
+            f"message properties of {props_len + F.CRC_PROPERTY_SIZE} bytes (tags, keys, properties and the "
+            f"store's own) exceed the limit of {F.MAX_PROPERTIES_SIZE} bytes")
 
 
 def record_size(body_len: int, topic_len: int, props_len: int) -> int:

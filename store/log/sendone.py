@@ -20,6 +20,7 @@ from store.log.record import (
     PROP_TAGS,
     PROP_UNIQ_KEY,
     Draft,
+    check_properties_size,
     encode,
     encode_properties,
     has_separator,
@@ -67,6 +68,7 @@ def put_one(store: "Store", topic: str, body: bytes, props: dict[str, str], queu
             head += f"{PROP_SHARDING_KEY}\x01{sharding_key}\x02"
         props_b = head.encode() + encode_properties(props) if props else head.encode()
         topic_b = topic.encode()
+        check_properties_size(len(props_b))
         size = record_size(len(body), len(topic_b), len(props_b))
         phys = batch.app.place(size)
         qoff = batch.add_entry(topic, qid, phys, size, tags_code(props.get(PROP_TAGS)))

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from store.errors import BadInputError, DataError, StoreError, io_error
+from store.errors import BadInputError, StoreError, io_error
 from store.failpoints import failpoint
 from store.log import checkpoint as ckpt
 from store.log import format as F
@@ -35,7 +35,16 @@ from store.log.commitlog import LogAppender
 from store.log.consumequeue import cut_back
 from store.log.index import key_hash
 from store.log.preflight import checkpoint_locked
-from store.log.record import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Draft, encode, tags_code
+from store.log.record import (
+    PROP_KEYS,
+    PROP_TAGS,
+    PROP_UNIQ_KEY,
+    Draft,
+    check_properties_size,
+    encode,
+    record_size,
+    tags_code,
+)
 from store.log.results import PutResult
 
 if TYPE_CHECKING:
@@ -152,9 +161,8 @@ class WriteBatch:
                 raise BadInputError("a property name or value (tags, keys, sharding key included) "
                                     "contains the control characters \\x01 or \\x02")
             props_b = props_s.encode()
-            if len(props_b) + F.CRC_PROPERTY_SIZE > F.MAX_PROPERTIES_SIZE:
-                raise DataError(f"properties of {len(props_b)} bytes exceed {F.MAX_PROPERTIES_SIZE}")
-            size = F.RECORD_FIXED_SIZE + len(d.body) + len(topic_b) + len(props_b) + F.CRC_PROPERTY_SIZE
+            check_properties_size(len(props_b))
+            size = record_size(len(d.body), len(topic_b), len(props_b))
             phys = app.place(size)
             app.add(encode(topic_b, d.body, props_b, qid, qoff, phys, store_ts,
                            d.born_timestamp or now, pid, d.flag, d.sysflag, d.reconsume_times,

@@ -203,6 +203,30 @@ def test_oversized_single_body_is_refused_and_nothing_is_written(root: Path) -> 
     assert tree(root) == before
 
 
+@pytest.mark.parametrize("how", ["keys", "one-key-batch", "property", "sharding-key", "api-send", "api-many"])
+def test_properties_over_rocketmq_s_limit_are_refused_and_nothing_is_written(root: Path, how: str) -> None:
+    """A record's properties field is a signed 16-bit length in RocketMQ's format: 40 KB of
+    keys used to be stored (unreadable by a Java reader) and 70 KB crashed with OverflowError."""
+    create_topic(root, "T", 4)
+    logs = ("commitlog", "consumequeue", "index")
+    before = {k: v for k, v in tree(root).items() if k.startswith(logs)}
+    big = "k" * 40_000
+    if how.startswith("api"):
+        import store
+        with store.Producer(root) as producer, pytest.raises(store.MessageTooLargeError, match="32767"):
+            if how == "api-send":
+                producer.send("T", b"x", properties={"a": "v" * 70_000})
+            else:
+                producer.send_many("T", [b"x", b"y"], properties={"a": "v" * 70_000})
+    else:
+        args = {"keys": ["--keys", big, "body"], "one-key-batch": ["--keys", big],
+                "property": ["--property", f"a={big}", "body"], "sharding-key": ["--sharding-key", big, "body"]}[how]
+        p = mqctl(root, "send", "T", *args, input=b"a\nb\n" if how == "one-key-batch" else None)
+        assert "32767" in one_error(p, 5, allow_info=True)
+    assert messages(root, "T") == []
+    assert {k: v for k, v in tree(root).items() if k.startswith(logs)} == before
+
+
 def test_a_big_batch_over_many_store_batches(root: Path) -> None:
     n = 50_000
     data = b"".join(b"%07d\n" % i for i in range(n))
