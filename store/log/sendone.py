@@ -73,12 +73,7 @@ def put_one(store: "Store", topic: str, body: bytes, props: dict[str, str], queu
         phys = batch.app.place(size)
         qoff = batch.add_entry(topic, qid, phys, size, tags_code(props.get(PROP_TAGS)))
         batch.app.add(encode(topic_b, body, props_b, qid, qoff, phys, batch.store_ts, now, writer.pid))
-        batch.index("#" + uniq, phys)
-        keys = props.get(PROP_KEYS)
-        if keys:
-            for k in keys.split(" "):
-                if k:
-                    batch.index(f"{topic}#{k}", phys)
+        batch.index_message(topic, uniq, props.get(PROP_KEYS), phys)
         batch.commit()
     if engine.hints.flush_due:
         engine.durability.flush_in_background()

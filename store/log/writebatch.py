@@ -123,6 +123,15 @@ class WriteBatch:
         self._index_hashes.append(key_hash(key))
         self._index_physs.append(phys)
 
+    def index_message(self, topic: str, uniq: str, keys: str | None, phys: int) -> None:
+        """Index the record at ``phys`` by its unique key and by each of its ``KEYS``
+        (space separated), as ``mqctl msg query`` looks them up."""
+        self.index("#" + uniq, phys)
+        if keys:
+            for k in keys.split(" "):
+                if k:
+                    self.index(f"{topic}#{k}", phys)
+
     def index_hashes(self, hashes: list[int], physs: list[int]) -> None:
         """Index keys given as their key hashes (``index.key_hash``), ``physs`` ascending.
 
@@ -171,12 +180,7 @@ class WriteBatch:
                 tags = d.tags_code if d.tags_code is not None else tags_code(props.get(PROP_TAGS))
                 self.add_entry(d.topic, qid, phys, size, tags)
             if (d.sysflag & F.TX_MASK) != F.TX_ROLLBACK:
-                self.index("#" + uniq, phys)
-                keys = props.get(PROP_KEYS)
-                if keys:
-                    for k in keys.split(" "):
-                        if k:
-                            self.index(f"{d.topic}#{k}", phys)
+                self.index_message(d.topic, uniq, props.get(PROP_KEYS), phys)
             results.append(PutResult(d.topic, qid, qoff, phys, uniq, store_ts))
         return results
 
