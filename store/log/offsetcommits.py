@@ -19,8 +19,11 @@ Commit record body (compact JSON, UTF-8)::
 record is *applied* to the offset table (the offsets become the group's) only while the
 table's epoch of its topic is the same: an ``offsets reset``, ``offsets delete`` or ``topic
 delete`` bumps the epoch, so a commit computed before it can never undo it, whenever it is
-read. Records are applied in log order, the value set as given (a member commits only queues
-it holds, under their queue locks).
+read. Records are applied in log order, and only forward: a stage's offsets of a queue only
+grow within an epoch, and a record read after the table (past ``commitsApplied``) may be older
+than what a plain member of the group committed since (a stage killed, its last records never
+taken into the table, the group then consumed on without ``--to``): set as given, it would move
+the group's offsets back on every read, and the same messages would come again.
 
 The offset table (``consumerOffset.json``) records in ``commitsApplied`` the offset in the
 commit topic's queue up to which it includes these records. Readers of the table apply the
@@ -206,7 +209,7 @@ def overlay(layout: Layout, table: ClusterTable) -> None:
     """Apply every commit record after ``table.applied`` to ``table`` (in memory: a read)."""
     if queue_end(layout) != table.applied:
         for commit, _end, _at in read_after(layout, table.applied).commits:
-            apply_commit(commit, table.epoch, table.put)
+            apply_commit(commit, table.epoch, table.get, table.put)
 
 
 def absorb(layout: Layout, table: ClusterTable, durable: int) -> None:
@@ -217,7 +220,7 @@ def absorb(layout: Layout, table: ClusterTable, durable: int) -> None:
     durable = max(durable, durable_end(layout))
     pending = read_after(layout, table.applied, durable).durable(durable)
     for commit, _end, _at in pending.commits:
-        apply_commit(commit, table.epoch, table.put)
+        apply_commit(commit, table.epoch, table.get, table.put)
     table.applied = pending.end
 
 
@@ -237,9 +240,10 @@ def open_batch(sysflag: Any, phys: Any, open_at: int) -> int:
     return int(phys[k + 1]) if k + 1 < len(phys) else -1
 
 
-def apply_commit(commit: OffsetCommit, epoch_of: Any, put: Any) -> None:
-    """Apply one commit through ``epoch_of(topic, group)`` and ``put(topic, group, queue,
-    offset)``: only the topics whose epoch is still the one the commit assumed."""
+def apply_commit(commit: OffsetCommit, epoch_of: Any, get: Any, put: Any) -> None:
+    """Apply one commit through ``epoch_of(topic, group)``, ``get(topic, group, queue)`` and
+    ``put(topic, group, queue, offset)``: only the topics whose epoch is still the one the
+    commit assumed, and only offsets ahead of the table's (see the module docstring)."""
     for (topic, qid), off in commit.offsets.items():
-        if epoch_of(topic, commit.group) == commit.epochs.get(topic, 0):
+        if epoch_of(topic, commit.group) == commit.epochs.get(topic, 0) and off > get(topic, commit.group, qid):
             put(topic, commit.group, qid, off)

@@ -281,3 +281,22 @@ with store.Consumer("A", group="g", start_from="first", path={str(mq.root)!r}) a
 """
     finish(python(code, stderr=subprocess.PIPE))
     assert sorted(m["body"] for m in read_all(mq, "B")) == ["out-b", "out-c"]   # (round robin: any queues)
+
+
+def test_a_plain_member_after_a_killed_stage_is_not_moved_back_by_the_stage_s_commits(mq: MQ) -> None:
+    """A stage killed (its last batches, commit records included, in the log but not yet in the
+    offset table), then the group consumed to the end by a plain member: its offsets must be
+    the group's. The stage's records used to be applied over them by every read (set as given,
+    after the table), so `offsets show` went back and every later consume delivered the same
+    messages again."""
+    mq.ok("topic", "create", "A", "--queues", "2")
+    mq.send_lines("A", [f"m{i:04d}" for i in range(4000)])
+    stage = mq.run("consume", "A", "-g", "G", "--from", "first", "--to", "B", failpoints="put-after-index:3")
+    assert stage.returncode in (-9, 137), stage
+    rest = mq.ok("consume", "A", "-g", "G", "-e").out.split()
+    assert rest, "the stage had consumed everything before its third batch"
+    shown = {r["queueId"]: r["offset"] for r in mq.ok("offsets", "show", "-g", "G", "--json").json_lines()}
+    assert shown == {0: 2000, 1: 2000}
+    assert mq.ok("consume", "A", "-g", "G", "-e").out.split() == []
+    done = {m["body"] for m in read_all(mq, "B")} | set(rest)
+    assert done >= {f"m{i:04d}" for i in range(4000)}   # nothing skipped between the two
