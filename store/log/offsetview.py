@@ -56,10 +56,8 @@ class _Seen:
     base: int
     end: int                    # the journal's end, as far as read
     state: dict[str, Any]       # the table in its JSON shape, every record up to ``end`` applied
-    snap_look: Look | None
+    snap_look: Look             # the snapshot's (inode, mtime_ns, size)
     snap_end: int               # the snapshot's journalEnd
-    snap_bytes: int
-    snap_time: float            # when the snapshot was written (its mtime)
 
 
 class OffsetView:
@@ -101,8 +99,8 @@ class OffsetView:
             seen.end = self.appended = end
             self.appended_at = time.monotonic()
         if seen.end > seen.snap_end and (
-                seen.end - seen.snap_end >= SNAPSHOT_BYTES or time.time() - seen.snap_time >= SNAPSHOT_S
-                or self.journal.needs_compaction(seen.end, seen.base, seen.snap_bytes)):
+                seen.end - seen.snap_end >= SNAPSHOT_BYTES or time.time() - seen.snap_look[1] / 1e9 >= SNAPSHOT_S
+                or self.journal.needs_compaction(seen.end, seen.base, seen.snap_look[2])):
             self._snapshot(seen)
         return skipped
 
@@ -132,15 +130,14 @@ class OffsetView:
 
     def _snapshot(self, seen: _Seen) -> None:
         table = ClusterTable.from_json(seen.state).to_json()
-        end = offsettable.snapshot(self.layout, table, seen.end, seen.base, seen.snap_bytes)
+        end = offsettable.snapshot(self.layout, table, seen.end, seen.base, seen.snap_look[2])
         self.wrote = look_at(self.layout.consumer_offset_json)
         self.appended = 0
         if end != seen.end:   # compacted: another file now, read again at the next commit
             self._seen = None
             return
         assert self.wrote is not None
-        seen.snap_look, seen.snap_end, seen.snap_bytes = self.wrote, end, self.wrote[2]
-        seen.snap_time = time.time()
+        seen.snap_look, seen.snap_end = self.wrote, end
 
     def _current(self) -> _Seen | None:
         """The view brought up to the journal's end (reloaded when it must be), or None when
@@ -177,8 +174,7 @@ class OffsetView:
         end = obj.get("journalEnd")
         if not offsettable.is_int(end) or end > seen.end or look is None:
             return False
-        st = os.stat(self.layout.consumer_offset_json)
-        seen.snap_look, seen.snap_end, seen.snap_bytes, seen.snap_time = look, end, look[2], st.st_mtime
+        seen.snap_look, seen.snap_end = look, end
         return True
 
     def _load(self) -> _Seen | None:
@@ -188,9 +184,4 @@ class OffsetView:
         if (loaded.source != "snapshot" or loaded.lost or loaded.table.lost or not tail.exists
                 or not tail.header or tail.end < loaded.snapshot_end or look is None):
             return None
-        try:
-            mtime = os.stat(self.layout.consumer_offset_json).st_mtime
-        except OSError:
-            return None
-        return _Seen(tail.ident, tail.base, tail.end, loaded.table.to_json(), look, loaded.snapshot_end,
-                     loaded.snapshot_bytes, mtime)
+        return _Seen(tail.ident, tail.base, tail.end, loaded.table.to_json(), look, loaded.snapshot_end)
