@@ -20,14 +20,14 @@ Failpoints (``failpoints.py``): ``put-after-log``, ``put-after-cq``, ``put-after
 
 Around it: ``settings.py`` (:class:`StoreSettings`, ``store.json``), ``results.py`` (what puts and pulls
 return), ``writebatch.py`` (placement, commit and undo of a batch) and ``framing.py`` (the framing of
-:meth:`Store.put_bodies`' raw bodies), the last three imported by the first write: a reader never loads them.
+:meth:`Store.put_bodies`' raw bodies), the last two imported by the first write: a reader never loads them.
 """
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from store import names
 from store.errors import (
@@ -292,11 +292,8 @@ class Store:
             fence: Callable[[], None] | None = None) -> list[PutResult]:
         """Store a batch under one lock, all or nothing. With ``commit`` it ends in that offset
         commit, atomic across crashes too (``offsetcommits.py``); ``fence`` runs first, locked."""
-        max_size = self.settings.max_message_size
-        for d in drafts:   # (not a batch's end record: the store's own, never a user's body)
-            if len(d.body) > max_size:
-                raise MessageTooLargeError(
-                    f"message body of {len(d.body)} bytes exceeds the store's limit of {max_size} bytes")
+        # (the bodies only: a batch's end record is the store's own, never a user's body)
+        self.check_bodies(max((len(d.body) for d in drafts), default=0), {}, ())
         from store.log import writebatch  # (by the first write: a reader never loads it)
         if commit is not None:
             drafts = seal(drafts, commit)
@@ -312,6 +309,17 @@ class Store:
             self.engine.durability.flush_in_background()
         return results
 
+    def check_bodies(self, longest: int, props: dict[str, str], sharding_keys: Iterable[str | None]) -> None:
+        """Refuse a body over the store's limit, and separators in properties or sharding keys."""
+        max_size = self.settings.max_message_size
+        if longest > max_size:
+            raise MessageTooLargeError(
+                f"message body of {longest} bytes exceeds the store's limit of {max_size} bytes")
+        if any(has_separator(x) for kv in props.items() for x in kv) or any(
+                k is not None and has_separator(k) for k in sharding_keys):
+            raise BadInputError("a property name or value (tags, keys, sharding key included) "
+                                "contains the control characters \\x01 or \\x02")
+
     def put_bodies(self, topic: str, bodies: Sequence[Body], *, properties: dict[str, str] | None = None,
                    queue_id: int = -1, sharding_keys: list[str | None] | None = None,
                    sync: bool = False) -> BatchResult:
@@ -323,20 +331,12 @@ class Store:
         from store.log import framing, results, writebatch  # (as in put)
         if not bodies:
             return results.BatchResult(topic, [], [], [], 0)
-        max_size = self.settings.max_message_size
-        longest = max(map(len, bodies))
-        if longest > max_size:
-            raise MessageTooLargeError(
-                f"message body of {longest} bytes exceeds the store's limit of {max_size} bytes")
         if sharding_keys is not None and len(sharding_keys) != len(bodies):
             raise ValueError("put_bodies: one sharding key (or None) per body")
         props = dict(properties or {})
         if PROP_UNIQ_KEY in props:
             raise UsageError("a batch cannot share one unique key")
-        if any(has_separator(x) for kv in props.items() for x in kv) or (
-                sharding_keys is not None and any(k is not None and has_separator(k) for k in sharding_keys)):
-            raise BadInputError("a property name or value (tags, keys, sharding key included) "
-                                "contains the control characters \\x01 or \\x02")
+        self.check_bodies(max(map(len, bodies)), props, sharding_keys or ())
         with self.engine.write_lock:
             batch = writebatch.WriteBatch(self.engine, sync)
             result = framing.frame_bodies(batch, topic, bodies, props, queue_id, sharding_keys)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from store.errors import BadInputError, MessageTooLargeError
 from store.log.record import (
     PROP_KEYS,
     PROP_SHARDING_KEY,
@@ -23,7 +22,6 @@ from store.log.record import (
     check_properties_size,
     encode,
     encode_properties,
-    has_separator,
     record_size,
     tags_code,
 )
@@ -42,17 +40,9 @@ def put_one(store: "Store", topic: str, body: bytes, props: dict[str, str], queu
     with these ``properties`` and sharding key). ``check`` is given the topic's config under
     the write lock before anything is placed (the caller's own refusals: a queue the topic
     lacks, an ordered topic without a key)."""
-    max_size = store.settings.max_message_size
-    if len(body) > max_size:
-        raise MessageTooLargeError(
-            f"message body of {len(body)} bytes exceeds the store's limit of {max_size} bytes")
     if PROP_UNIQ_KEY in props or PROP_SHARDING_KEY in props:
         raise ValueError("put_one: the unique key is the store's, the sharding key an argument")
-    if props or sharding_key is not None:
-        if any(has_separator(x) for kv in props.items() for x in kv) or (
-                sharding_key is not None and has_separator(sharding_key)):
-            raise BadInputError("a property name or value (tags, keys, sharding key included) "
-                                "contains the control characters \\x01 or \\x02")
+    store.check_bodies(len(body), props, (sharding_key,))
     engine = store.engine
     writer = engine.writer
     with engine.write_lock:
