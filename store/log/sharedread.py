@@ -53,19 +53,22 @@ def pull_many(engine: "Engine", topic: str, requests: list[tuple[int, int, int, 
     imported, and a full read is not served (each queue's own pull is cheaper there)."""
     queues = [(engine.queues.queue(topic, r[0]), *r) for r in requests]
     ends = [q.max_offset() for q, *_r in queues]
+    if C.NATIVE:
+        return _pull_many_loop(engine, topic, queues, ends, full)
     if "numpy" not in sys.modules and sum(e - r[2] for e, r in zip(ends, queues)) < C.VECTOR_MIN_BACKLOG:
         # Without numpy only bodies (a raw consumer's, written out from the window) are read
         # together: a full read copies every body out of its window, and a fresh window's
         # pages cost more than the preads they save (Python consumer, 100 MB of 4 KiB
         # records: 176 ms against 162 by each queue's own reads).
-        return {} if full else _pull_many_loop(engine, topic, queues, ends)
+        return {} if full else _pull_many_loop(engine, topic, queues, ends, False)
     return _pull_many_arrays(engine, topic, queues, ends, full)
 
 
 def _pull_many_loop(engine: "Engine", topic: str, queues: list[tuple["ConsumeQueue", int, int, int, int]],
-                    ends: list[int]) -> dict[int, Columns]:
-    """:func:`pull_many` of bodies without numpy: the window read once, each run checked by
-    the loop, big bodies handed out as views into it."""
+                    ends: list[int], full: bool) -> dict[int, Columns]:
+    """:func:`pull_many` without numpy: the window read once, each run checked by the loop;
+    bodies only, big ones handed out as views into it, or (``full``, with the C loop) every
+    column."""
     runs = []
     for (q, queue_id, offset, max_count, max_bytes), max_off in zip(queues, ends):
         count = min(max_count, max_off - offset)
@@ -114,7 +117,7 @@ def _pull_many_loop(engine: "Engine", topic: str, queues: list[tuple["ConsumeQue
     out: dict[int, Columns] = {}
     for q, queue_id, offset, max_off, max_bytes, entries in kept:
         col = Columns([], [], [], [], [], [], offset, max_off)
-        check_run(log, q, topic, queue_id, offset, entries, lo, span, max_bytes, col, True, False, True)
+        check_run(log, q, topic, queue_id, offset, entries, lo, span, max_bytes, col, not full, full, not full)
         out[queue_id] = col
     return out
 
