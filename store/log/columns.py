@@ -12,7 +12,9 @@ queue offset, body, born and store timestamps, and the raw properties (without t
 CRC property), optionally also the commit-log offsets.
 
 A record that fails a check is never returned: it is listed in ``damaged`` and skipped. The
-record layout is the one ``format.py`` describes.
+record layout is the one ``format.py`` describes. The loop's common case runs in C when the
+package was built with it (``nativecheck.c``); the Python loop here stays the definition of
+the checks, and takes every record the C loop hands back.
 """
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ and reads each on its own reads every window of the log once per queue, or each 
 a ``pread`` of its own (the records of one queue of eight are too sparse for one read). A
 shared read takes one window of the log (the lowest run's segment, at most 8 MiB, ending at
 the last indexed record) and cuts every run out of it. Its records are checked as
-:func:`store.log.columns.pull_columns` checks them: as arrays (numpy) for a backlog that pays
-for numpy's import, else by the same exact loop (:func:`store.log.columns.check_run`),
-which names each damaged record.
+:func:`store.log.columns.pull_columns` checks them: by the exact loop
+(:func:`store.log.columns.check_run`, in C where it was built), which names each damaged
+record, or, without the C loop, as arrays (numpy) for a backlog that pays for numpy's import.
 """
 from __future__ import annotations
 
@@ -47,10 +47,11 @@ def pull_many(engine: "Engine", topic: str, requests: list[tuple[int, int, int, 
     Returns the runs served so, by queue id (each may be shorter than asked); a queue not in
     the answer is read on its own (:func:`~store.log.columns.pull_columns`). ``full``: every
     column, as :func:`~store.log.columns.pull_records`, else bodies only, as memoryviews
-    into the read when they are big (each keeps the whole read alive). numpy checks the
-    records when it is loaded or at least ``VECTOR_MIN_BACKLOG`` messages are left in the
-    queues asked for; below that the exact loop checks bodies-only reads, numpy is not
-    imported, and a full read is not served (each queue's own pull is cheaper there)."""
+    into the read when they are big (each keeps the whole read alive). With the C check loop
+    (``columns.NATIVE``) the exact loop checks every read. Without it numpy checks the records
+    when it is loaded or at least ``VECTOR_MIN_BACKLOG`` messages are left in the queues asked
+    for; below that the exact loop checks bodies-only reads, numpy is not imported, and a full
+    read is not served (each queue's own pull is cheaper there)."""
     queues = [(engine.queues.queue(topic, r[0]), *r) for r in requests]
     ends = [q.max_offset() for q, *_r in queues]
     if C.NATIVE:
