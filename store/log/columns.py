@@ -12,7 +12,9 @@ queue offset, body, born and store timestamps, and the raw properties (without t
 CRC property), optionally also the commit-log offsets.
 
 A record that fails a check is never returned: it is listed in ``damaged`` and skipped. The
-record layout is the one ``format.py`` describes.
+record layout is the one ``format.py`` describes. The loop's common case runs in C when the
+package was built with it (``nativecheck.c``); the Python loop here stays the definition of
+the checks, and takes every record the C loop hands back.
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ import os
 import struct
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from itertools import islice
+from typing import TYPE_CHECKING, Any, Callable
 
 from store.log import format as F
 from store.log.arrays import layouts, rows
@@ -43,6 +46,15 @@ _CHECK, _TIMES = struct.Struct(">iI4xi4xqq48xi").unpack_from, struct.Struct(">40
 
 _CRC_TRAILER = F.CRC_PROPERTY_REVERSED
 _MASK = 0x7FFFFFFF
+
+_native: Callable[..., tuple[int, int]] | None
+try:   # the check loop in C, when the package was built with it (pyproject.toml)
+    from store.log.nativecheck import check_run as _native
+except ImportError:
+    _native = None
+# Whether reads check records in C: then no run is checked as arrays (numpy's import, 40-65
+# ms of CPU, costs more than the C loop's whole check of a big backlog).
+NATIVE = _native is not None
 
 
 @dataclass(slots=True)
@@ -144,7 +156,7 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
     # A dense run big enough for numpy is checked as arrays (bodies only, or every column
     # with ``phys``); anything else, and anything unusual, by the exact loop below, which
     # names each damaged record.
-    if bodies_only != with_phys and min(max_count, max_off - offset) >= _VECTOR_MIN_RUN and (
+    if not NATIVE and bodies_only != with_phys and min(max_count, max_off - offset) >= _VECTOR_MIN_RUN and (
             "numpy" in sys.modules or max_off - offset >= VECTOR_MIN_BACKLOG):
         if _vector_run(engine, q, topic, queue_id, offset, min(max_count, max_off - offset), max_bytes, out,
                        with_phys, views):
@@ -168,25 +180,66 @@ def check_run(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, of
               bodies_only: bool, with_phys: bool, views: bool) -> None:
     """The records of ``entries`` (one queue's, from queue offset ``offset``) into ``out``, each
     checked; ``span`` holds the log from offset ``lo`` (a record outside it is read on its
-    own). Stops after the record that reaches ``max_bytes``."""
-    span_len = len(span)
-    mv = memoryview(span)
+    own). Stops after the record that reaches ``max_bytes``.
+
+    With the C loop (:mod:`store.log.nativecheck`, built when the package was installed with a
+    compiler) the records in ``span`` that pass are checked and appended there; every other
+    record (outside the span, damaged) comes back to :func:`_check_loop`, which is the
+    definition of the checks and names what is wrong."""
     topic_b = topic.encode()
     topic_field = bytes((len(topic_b),)) + topic_b
+    n = len(entries)
+    if _native is None:
+        i, _total = _check_loop(log, q, topic, queue_id, offset, entries, 0, lo, span, topic_field, max_bytes, 0,
+                                out, bodies_only, with_phys, views, False)
+        out.next_offset = offset + i
+        return
+    flags = bodies_only | with_phys << 1 | views << 2
+    view = memoryview(span) if views else None
+    cols = (out.offsets, out.bodies, out.born, out.stored, out.props, out.phys, out.reconsume)
+    # records outside the span are read on their own there too, from the first one's segment
+    seg_size = log.segment_size
+    base = entries[0][0] - entries[0][0] % seg_size if n else 0
+    try:
+        fd = log._fd(base) if n and len(span) < entries[-1][0] + entries[-1][1] - lo else -1
+    except (OSError, ValueError):
+        fd = -1
+    i = total = 0
+    while True:
+        i, total = _native(span, view, lo, entries, i, offset, queue_id, topic_field, max_bytes, total, flags,
+                           *cols, fd, base, seg_size)
+        if i >= n or total >= max_bytes:
+            break
+        i, total = _check_loop(log, q, topic, queue_id, offset, entries, i, lo, span, topic_field, max_bytes,
+                               total, out, bodies_only, with_phys, views, True)
+        if i >= n or total >= max_bytes:
+            break
+    out.next_offset = offset + i
+
+
+def _check_loop(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, offset: int,
+                entries: list[tuple[int, int, int]], i: int, lo: int, span: bytes, topic_field: bytes,
+                max_bytes: int, total_bytes: int, out: Columns, bodies_only: bool, with_phys: bool, views: bool,
+                handoff: bool) -> tuple[int, int]:
+    """:func:`check_run`'s loop from entry ``i``, with ``total_bytes`` taken so far: the index
+    of the next entry and the new total. ``handoff``: return at the first record after entry
+    ``i`` that lies in ``span`` (the C loop takes it from there)."""
+    span_len = len(span)
+    mv = memoryview(span)
     tf_len = len(topic_field)
     head, times, magic_v1, trailer, M = _CHECK, _TIMES, F.MAGIC_V1, _CRC_TRAILER, _MASK
     hsize, csize, min_size = F.RECORD_HEADER_SIZE, F.CRC_PROPERTY_SIZE, F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
     offs, bodies, born, stored, props, phys_l = out.offsets, out.bodies, out.born, out.stored, out.props, out.phys
     reconsume = out.reconsume
-    qoff = offset - 1
-    total_bytes = 0
+    first = i
+    qoff = offset + i - 1
     # A record outside the span (a sparse run: this queue's records interleaved with other
     # queues' ones, or another segment) is read on its own with one pread through a
     # descriptor looked up once per segment, then checked exactly as one in the span.
     seg_size = log.segment_size
     pread = os.pread
     fds: dict[int, int] = {}
-    for phys, size, _tags in entries:
+    for phys, size, _tags in islice(entries, i, None):
         qoff += 1
         start = phys - lo
         end = start + size
@@ -222,6 +275,8 @@ def check_run(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, of
                 if total_bytes >= max_bytes:
                     break
                 continue
+        elif handoff and qoff > first + offset:
+            return qoff - offset, total_bytes
         # One test for the common case; _why() names the failure. The body CRC is not
         # checked separately: the record CRC covers the body and BODYCRC alike.
         total, magic, qid, rqoff, rphys, blen = head(buf, start)
@@ -256,7 +311,7 @@ def check_run(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, of
         total_bytes += size
         if total_bytes >= max_bytes:
             break
-    out.next_offset = qoff + 1
+    return qoff + 1 - offset, total_bytes
 
 
 def _put(out: Columns, m: Message, bodies_only: bool, with_phys: bool) -> None:

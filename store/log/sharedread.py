@@ -5,9 +5,9 @@ and reads each on its own reads every window of the log once per queue, or each 
 a ``pread`` of its own (the records of one queue of eight are too sparse for one read). A
 shared read takes one window of the log (the lowest run's segment, at most 8 MiB, ending at
 the last indexed record) and cuts every run out of it. Its records are checked as
-:func:`store.log.columns.pull_columns` checks them: as arrays (numpy) for a backlog that pays
-for numpy's import, else by the same exact loop (:func:`store.log.columns.check_run`),
-which names each damaged record.
+:func:`store.log.columns.pull_columns` checks them: by the exact loop
+(:func:`store.log.columns.check_run`, in C where it was built), which names each damaged
+record, or, without the C loop, as arrays (numpy) for a backlog that pays for numpy's import.
 """
 from __future__ import annotations
 
@@ -47,25 +47,29 @@ def pull_many(engine: "Engine", topic: str, requests: list[tuple[int, int, int, 
     Returns the runs served so, by queue id (each may be shorter than asked); a queue not in
     the answer is read on its own (:func:`~store.log.columns.pull_columns`). ``full``: every
     column, as :func:`~store.log.columns.pull_records`, else bodies only, as memoryviews
-    into the read when they are big (each keeps the whole read alive). numpy checks the
-    records when it is loaded or at least ``VECTOR_MIN_BACKLOG`` messages are left in the
-    queues asked for; below that the exact loop checks bodies-only reads, numpy is not
-    imported, and a full read is not served (each queue's own pull is cheaper there)."""
+    into the read when they are big (each keeps the whole read alive). With the C check loop
+    (``columns.NATIVE``) the exact loop checks every read. Without it numpy checks the records
+    when it is loaded or at least ``VECTOR_MIN_BACKLOG`` messages are left in the queues asked
+    for; below that the exact loop checks bodies-only reads, numpy is not imported, and a full
+    read is not served (each queue's own pull is cheaper there)."""
     queues = [(engine.queues.queue(topic, r[0]), *r) for r in requests]
     ends = [q.max_offset() for q, *_r in queues]
+    if C.NATIVE:
+        return _pull_many_loop(engine, topic, queues, ends, full)
     if "numpy" not in sys.modules and sum(e - r[2] for e, r in zip(ends, queues)) < C.VECTOR_MIN_BACKLOG:
         # Without numpy only bodies (a raw consumer's, written out from the window) are read
         # together: a full read copies every body out of its window, and a fresh window's
         # pages cost more than the preads they save (Python consumer, 100 MB of 4 KiB
         # records: 176 ms against 162 by each queue's own reads).
-        return {} if full else _pull_many_loop(engine, topic, queues, ends)
+        return {} if full else _pull_many_loop(engine, topic, queues, ends, False)
     return _pull_many_arrays(engine, topic, queues, ends, full)
 
 
 def _pull_many_loop(engine: "Engine", topic: str, queues: list[tuple["ConsumeQueue", int, int, int, int]],
-                    ends: list[int]) -> dict[int, Columns]:
-    """:func:`pull_many` of bodies without numpy: the window read once, each run checked by
-    the loop, big bodies handed out as views into it."""
+                    ends: list[int], full: bool) -> dict[int, Columns]:
+    """:func:`pull_many` without numpy: the window read once, each run checked by the loop;
+    bodies only, big ones handed out as views into it, or (``full``, with the C loop) every
+    column."""
     runs = []
     for (q, queue_id, offset, max_count, max_bytes), max_off in zip(queues, ends):
         count = min(max_count, max_off - offset)
@@ -114,7 +118,7 @@ def _pull_many_loop(engine: "Engine", topic: str, queues: list[tuple["ConsumeQue
     out: dict[int, Columns] = {}
     for q, queue_id, offset, max_off, max_bytes, entries in kept:
         col = Columns([], [], [], [], [], [], offset, max_off)
-        check_run(log, q, topic, queue_id, offset, entries, lo, span, max_bytes, col, True, False, True)
+        check_run(log, q, topic, queue_id, offset, entries, lo, span, max_bytes, col, not full, full, not full)
         out[queue_id] = col
     return out
 

@@ -119,8 +119,8 @@ def server_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_json(cmd: list[str], env: dict[str, str] | None = None) -> dict:
-    p = subprocess.run(cmd, capture_output=True, timeout=3600, env=env)
+def run_json(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> dict:
+    p = subprocess.run(cmd, capture_output=True, timeout=3600, env=env, cwd=cwd)
     if p.returncode != 0:
         raise SystemExit(f"{cmd[:3]} failed: {p.stderr.decode()[-2000:]}")
     return dict(json.loads(p.stdout))
@@ -269,7 +269,7 @@ def main() -> None:
                             assert isinstance(repo, Path)
                             r = run_json([str(repo / ".venv" / "bin" / "python"), "-c", API_WORKER,
                                           json.dumps({"group": group, "path": str(stores[s])})],
-                                         env=dict(os.environ, NO_COLOR="1"))
+                                         env=dict(os.environ, NO_COLOR="1"), cwd=repo)   # `-c` imports from the cwd
                             if r["count"] != counts[s]:
                                 raise SystemExit(f"{name} {tag}: {r['count']} of {counts[s]} messages")
                         runs.setdefault(f"{name}_{tag}", []).append(counts[s] / r["seconds"])

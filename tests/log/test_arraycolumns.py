@@ -10,7 +10,7 @@ from store.log import columns
 from tests.log.storetestutil import open_store
 
 pytest.importorskip("numpy")
-
+pytestmark = pytest.mark.usefixtures("python_loop")   # the array check is the C loop's fallback
 
 def _drain(s, topic: str, q: int, per_pull: int = 1000,
            max_bytes: int = 4 << 20) -> tuple[list[tuple[int, bytes]], list, int]:

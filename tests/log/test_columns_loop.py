@@ -14,6 +14,7 @@ from store.log.record import Draft
 from tests.log.storetestutil import open_store
 
 QUEUES = 4
+pytestmark = pytest.mark.usefixtures("each_loop")
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 reads each window of the log once for all of them, below the backlog that pays for numpy's
 import too, checking every record by the exact loop; what it serves equals each queue's own
 pull, a damaged record is named and skipped, and numpy is not imported. (Full reads, every
-column, are left to each queue's own pull there.)
+column, are served together with the C check loop, and left to each queue's own pull without
+it.)
 
 Run in a child interpreter: this one may have numpy loaded already (other tests), and a
 shared read with numpy loaded takes the array path."""
@@ -13,15 +14,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from store.log import columns
 from tests.procs import mqctl_env
 
 CHILD = r"""
 import json, sys
 from pathlib import Path
 import store
+from store.log import columns
 from store.log.messagestore import Store
 
 root, size, damage = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+if sys.argv[4] == "python":
+    columns._native, columns.NATIVE = None, False
 with store.Producer(root) as p:
     for i in range(0, 800, 40):
         p.send_many("T", [b"%05d" % j + b"x" * (size + j % 50) for j in range(i, i + 40)])
@@ -36,8 +43,15 @@ if damage:   # flip a body byte of queue 1's tenth record: only its record CRC t
         fh.seek(victim + 88 + 3)
         fh.write(bytes([b[0] ^ 0xFF]))
 out = {"served": 0, "equal": True, "damaged": [], "kinds": []}
-# a full read (every column) is left to each queue's own pull without numpy
-out["full_served"] = len(s.pull_many("T", [(q, 0, 64, 1 << 20) for q in range(n)], True))
+# a full read (every column): served with the C loop, else left to each queue's own pull
+full = s.pull_many("T", [(q, 0, 64, 1 << 20) for q in range(n)], True)
+out["full_served"] = len(full)
+out["full_equal"] = True
+for q, c in full.items():
+    own = s.pull_records("T", q, 0, len(c))
+    out["full_equal"] &= [c.offsets, c.bodies, c.born, c.stored, c.props, c.phys, c.reconsume, c.damaged] == [
+        own.offsets, own.bodies, own.born, own.stored, own.props, own.phys, own.reconsume, own.damaged]
+out["native"] = columns.NATIVE
 # bodies only (a raw consumer's reads), window by window
 offsets = {q: 0 for q in range(n)}
 got = {q: [] for q in range(n)}
@@ -59,17 +73,20 @@ print(json.dumps(out))
 """
 
 
-def _child(tmp_path: Path, size: int, damage: bool = False) -> dict:
-    p = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "s"), str(size), "1" if damage else "0"],
+def _child(tmp_path: Path, size: int, damage: bool = False, loop: str = "c") -> dict:
+    p = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "s"), str(size), "1" if damage else "0", loop],
                        capture_output=True, text=True, env=mqctl_env(None), timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout)
 
 
-def test_small_records_of_several_queues_are_read_together_without_numpy(tmp_path: Path) -> None:
-    out = _child(tmp_path, 300)
-    assert out["served"] > 0 and out["equal"] and not out["damaged"]
-    assert out["full_served"] == 0 and not out["numpy"]
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_small_records_of_several_queues_are_read_together_without_numpy(tmp_path: Path, loop: str) -> None:
+    if loop == "c" and not columns.NATIVE:
+        pytest.skip("the C check loop is not built")
+    out = _child(tmp_path, 300, loop=loop)
+    assert out["served"] > 0 and out["equal"] and not out["damaged"] and not out["numpy"]
+    assert out["full_served"] == (8 if loop == "c" else 0) and out["full_equal"]
 
 
 def test_big_bodies_come_as_views_from_a_shared_read(tmp_path: Path) -> None:

@@ -1,0 +1,313 @@
+/* The check loop of a bulk read, in C: store.log.columns.check_run's common case.
+ *
+ * A consumer that writes raw bodies, or builds messages from columns, spends most of its
+ * CPU going over records one by one in the interpreter (about 1.5 us a 4 KiB record, of which
+ * the CRC is a tenth); the same checks in C cost the CRC and little else. This module is that
+ * loop and nothing more: it takes the records of one queue's run that lie in one read of the
+ * log, checks each exactly as check_run does, and appends the columns. It stops at the first
+ * record it cannot serve (outside the read, too small, failing any check) and hands it back:
+ * check_run reads and checks that record in Python, names what is wrong, and calls here again
+ * for the rest. So the Python loop stays the definition of the checks and of every message;
+ * tests/log/test_nativecheck.py runs both on the same records, damaged ones included.
+ *
+ * The record layout is store/log/format.py's (RocketMQ's CommitLog message, big-endian):
+ *
+ *     0 TOTALSIZE  4 MAGIC  8 BODYCRC  12 QUEUEID  16 FLAG  20 QUEUEOFFSET  28 PHYSICALOFFSET
+ *     36 SYSFLAG  40 BORNTIMESTAMP  48 BORNHOST  56 STORETIMESTAMP  64 STOREHOST
+ *     72 RECONSUMETIMES  76 PREPAREDTRANSACTIONOFFSET  84 BODYLENGTH  88 BODY
+ *     then TOPICLENGTH (1) TOPIC, PROPERTIESLENGTH (2) PROPERTIES; the properties end with the
+ *     record CRC property: "__CRC32#" 0x01, ten decimal digits least significant first, 0x02,
+ *     the CRC-32 (& 0x7FFFFFFF) of every byte of the record before that property.
+ *
+ * The CRC is ISA-L's (the isal package the store depends on, found in its loaded module) or
+ * zlib's: the same CRC-32 either way. The module fails to import when neither is found, and
+ * the store then reads with the Python loop alone. It is built by `pip install` when a C
+ * compiler is there (pyproject.toml, optional).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define HEADER_SIZE 88
+#define CRC_PROPERTY_SIZE 20
+#define MIN_RECORD_SIZE (HEADER_SIZE + 1 + 2 + CRC_PROPERTY_SIZE)
+#define MAGIC_V1 0xDAA320A7u
+#define VIEW_MIN_SIZE 2048       /* as columns._VIEW_MIN_SIZE: bodies of such records as views */
+#define UNLOCKED_CRC_MIN 65536   /* records this big are CRC'd with the GIL released */
+
+/* columns.check_run's flags */
+#define BODIES_ONLY 1
+#define WITH_PHYS 2
+#define VIEWS 4
+
+static const unsigned char CRC_HEAD[9] = {'_', '_', 'C', 'R', 'C', '3', '2', '#', 0x01};
+
+typedef uint32_t (*isal_crc_t)(uint32_t, const unsigned char *, uint64_t);
+typedef unsigned long (*zlib_crc_t)(unsigned long, const unsigned char *, unsigned int);
+static isal_crc_t isal_crc;
+static zlib_crc_t zlib_crc;
+
+static inline uint32_t crc32_of(const unsigned char *p, int64_t n)
+{
+    if (isal_crc != NULL)
+        return isal_crc(0, p, (uint64_t)n);
+    return (uint32_t)zlib_crc(0, p, (unsigned int)n);   /* records are < 4 GiB */
+}
+
+static inline int32_t be32(const unsigned char *p)
+{
+    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+}
+
+static inline int64_t be64(const unsigned char *p)
+{
+    return (int64_t)((uint64_t)(uint32_t)be32(p) << 32 | (uint32_t)be32(p + 4));
+}
+
+/* Whether the record at r (size bytes, its entry's commit-log offset phys) passes every check
+ * of check_run; *body_end and *props_at are where its body ends and its properties start. */
+static int record_ok(const unsigned char *r, int64_t size, int64_t phys, int64_t qoff, int32_t queue_id,
+                     const unsigned char *topic_field, Py_ssize_t tf_len, int64_t *body_end, int64_t *props_at)
+{
+    int32_t blen = be32(r + 84);
+    int64_t t = HEADER_SIZE + (int64_t)blen;
+    int64_t p = t + tf_len + 2;
+    if (be32(r) != size || (uint32_t)be32(r + 4) != MAGIC_V1 || be64(r + 28) != phys || be64(r + 20) != qoff
+        || be32(r + 12) != queue_id || blen < 0 || p > size || memcmp(r + t, topic_field, (size_t)tf_len) != 0
+        || p + ((int64_t)r[p - 2] << 8 | r[p - 1]) != size)
+        return 0;
+    const unsigned char *c = r + size - CRC_PROPERTY_SIZE;
+    if (memcmp(c, CRC_HEAD, sizeof CRC_HEAD) != 0 || r[size - 1] != 0x02)
+        return 0;
+    uint32_t crc;
+    if (size >= UNLOCKED_CRC_MIN) {
+        Py_BEGIN_ALLOW_THREADS
+        crc = crc32_of(r, size - CRC_PROPERTY_SIZE);
+        Py_END_ALLOW_THREADS
+    } else {
+        crc = crc32_of(r, size - CRC_PROPERTY_SIZE);
+    }
+    crc &= 0x7FFFFFFFu;
+    for (int k = 0; k < 10; k++) {
+        if (c[9 + k] != (unsigned char)('0' + crc % 10))
+            return 0;
+        crc /= 10;
+    }
+    *body_end = t;
+    *props_at = p;
+    return 1;
+}
+
+static int append_new(PyObject *list, PyObject *item)
+{
+    if (item == NULL)
+        return -1;
+    int rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc;
+}
+
+/* check_run(span, view, lo, entries, i, offset, queue_id, topic_field, max_bytes, total_bytes,
+ *           flags, offsets, bodies, born, stored, props, phys, reconsume, fd, fd_base, seg_size)
+ *           -> (i, total_bytes)
+ *
+ * Entries i, i+1, ... of ``entries`` ((phys, size, tags) tuples; entry k is queue offset
+ * offset + k), checked and appended to the column lists as check_run appends them. A record
+ * lies in ``span`` (the log from commit-log offset ``lo``) or is read on its own from ``fd``,
+ * the segment at commit-log offset ``fd_base`` (-1: none). Stops before the first entry it
+ * cannot serve, or after the record that brings total_bytes to max_bytes; returns the index of
+ * the next entry and the new total. ``view``: a memoryview of span (bodies of big records are
+ * cut from it with VIEWS), or None. */
+static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 21) {
+        PyErr_SetString(PyExc_TypeError, "check_run takes 21 arguments");
+        return NULL;
+    }
+    PyObject *view = args[1], *entries = args[3];
+    PyObject *offs = args[11], *bodies = args[12], *born = args[13], *stored = args[14], *props = args[15];
+    PyObject *phys_l = args[16], *reconsume = args[17];
+    if (!PyList_Check(entries) || !PyList_Check(offs) || !PyList_Check(bodies) || !PyList_Check(born)
+        || !PyList_Check(stored) || !PyList_Check(props) || !PyList_Check(phys_l) || !PyList_Check(reconsume)) {
+        PyErr_SetString(PyExc_TypeError, "check_run: entries and columns must be lists");
+        return NULL;
+    }
+    if (!PyBytes_Check(args[7])) {
+        PyErr_SetString(PyExc_TypeError, "check_run: topic_field must be bytes");
+        return NULL;
+    }
+    int64_t lo = PyLong_AsLongLong(args[2]);
+    Py_ssize_t i = PyLong_AsSsize_t(args[4]);
+    int64_t offset = PyLong_AsLongLong(args[5]);
+    long queue_id_l = PyLong_AsLong(args[6]);
+    int64_t max_bytes = PyLong_AsLongLong(args[8]);
+    int64_t total = PyLong_AsLongLong(args[9]);
+    long flags = PyLong_AsLong(args[10]);
+    int fd = (int)PyLong_AsLong(args[18]);
+    int64_t fd_base = PyLong_AsLongLong(args[19]);
+    int64_t seg_size = PyLong_AsLongLong(args[20]);
+    if (PyErr_Occurred())
+        return NULL;
+    int32_t queue_id = (int32_t)queue_id_l;
+    const unsigned char *topic_field = (const unsigned char *)PyBytes_AS_STRING(args[7]);
+    Py_ssize_t tf_len = PyBytes_GET_SIZE(args[7]);
+    int use_views = (flags & VIEWS) && view != Py_None;
+
+    Py_buffer span;
+    if (PyObject_GetBuffer(args[0], &span, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)span.buf;
+    int64_t span_len = (int64_t)span.len;
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    int failed = 0;
+    for (; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 2)
+            break;
+        int64_t phys = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 0));
+        int64_t size = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 1));
+        if (PyErr_Occurred()) {
+            PyErr_Clear();   /* the Python loop takes the entry and says what it is */
+            break;
+        }
+        int64_t start = phys - lo;
+        if (size < MIN_RECORD_SIZE)
+            break;
+        const unsigned char *r = buf + start;
+        PyObject *own = NULL;   /* the record read on its own, outside the span */
+        if (start < 0 || start + size > span_len) {
+            if (fd < 0 || phys < fd_base || phys + size > fd_base + seg_size)
+                break;
+            own = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+            if (own == NULL)
+                goto error;
+            ssize_t got;
+            Py_BEGIN_ALLOW_THREADS
+            got = pread(fd, PyBytes_AS_STRING(own), (size_t)size, (off_t)(phys - fd_base));
+            Py_END_ALLOW_THREADS
+            r = (const unsigned char *)PyBytes_AS_STRING(own);
+            if (got != size) {
+                Py_DECREF(own);
+                break;   /* short or failed: the Python loop reads it again and names why */
+            }
+        }
+        int64_t qoff = offset + i, t, p;
+        if (!record_ok(r, size, phys, qoff, queue_id, topic_field, tf_len, &t, &p)) {
+            Py_XDECREF(own);
+            break;
+        }
+        PyObject *body;
+        if (use_views && size >= VIEW_MIN_SIZE) {
+            if (own == NULL) {
+                body = PySequence_GetSlice(view, (Py_ssize_t)(start + HEADER_SIZE), (Py_ssize_t)(start + t));
+            } else {
+                PyObject *mv = PyMemoryView_FromObject(own);
+                body = mv == NULL ? NULL : PySequence_GetSlice(mv, HEADER_SIZE, (Py_ssize_t)t);
+                Py_XDECREF(mv);
+            }
+        } else {
+            body = PyBytes_FromStringAndSize((const char *)r + HEADER_SIZE, (Py_ssize_t)(t - HEADER_SIZE));
+        }
+        if (append_new(offs, PyLong_FromLongLong(qoff)) < 0 || append_new(bodies, body) < 0) {
+            Py_XDECREF(own);
+            goto error;
+        }
+        if (!(flags & BODIES_ONLY)) {
+            if (append_new(born, PyLong_FromLongLong(be64(r + 40))) < 0
+                || append_new(stored, PyLong_FromLongLong(be64(r + 56))) < 0
+                || append_new(props, PyBytes_FromStringAndSize((const char *)r + p,
+                                                               (Py_ssize_t)(size - CRC_PROPERTY_SIZE - p))) < 0) {
+                Py_XDECREF(own);
+                goto error;
+            }
+        }
+        if (flags & WITH_PHYS) {
+            if (append_new(phys_l, PyLong_FromLongLong(phys)) < 0
+                || (!(flags & BODIES_ONLY) && append_new(reconsume, PyLong_FromLong(be32(r + 72))) < 0)) {
+                Py_XDECREF(own);
+                goto error;
+            }
+        }
+        Py_XDECREF(own);
+        total += size;
+        if (total >= max_bytes) {
+            i++;
+            break;
+        }
+    }
+    goto done;
+error:
+    failed = 1;
+done:
+    PyBuffer_Release(&span);
+    if (failed)
+        return NULL;
+    return Py_BuildValue("(nL)", i, (long long)total);
+}
+
+/* crc32(data) -> int: the CRC this module checks records with (tests compare it with zlib's) */
+static PyObject *crc32(PyObject *self, PyObject *arg)
+{
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t c = crc32_of((const unsigned char *)b.buf, (int64_t)b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+/* ISA-L's CRC from the isal module the store loads anyway (unless MQCTL_PURE_ZLIB asks for
+ * zlib's, as store.log.record does), else zlib's from the system library. */
+static int find_crc(void)
+{
+    const char *pure = getenv("MQCTL_PURE_ZLIB");
+    if (pure == NULL || pure[0] == '\0' || strcmp(pure, "0") == 0) {
+        PyObject *mod = PyImport_ImportModule("isal.isal_zlib");
+        if (mod == NULL) {
+            PyErr_Clear();
+        } else {
+            PyObject *file = PyObject_GetAttrString(mod, "__file__");
+            const char *path = file != NULL ? PyUnicode_AsUTF8(file) : NULL;
+            if (path != NULL) {
+                void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+                if (h != NULL)
+                    isal_crc = (isal_crc_t)dlsym(h, "crc32_gzip_refl");
+            }
+            PyErr_Clear();
+            Py_XDECREF(file);
+            Py_DECREF(mod);
+        }
+    }
+    if (isal_crc == NULL) {
+        void *h = dlopen("libz.so.1", RTLD_NOW);
+        if (h != NULL)
+            zlib_crc = (zlib_crc_t)dlsym(h, "crc32");
+    }
+    if (isal_crc == NULL && zlib_crc == NULL) {
+        PyErr_SetString(PyExc_ImportError, "nativecheck: no CRC-32 found (isal or libz)");
+        return -1;
+    }
+    return 0;
+}
+
+static PyMethodDef methods[] = {
+    {"check_run", (PyCFunction)(void (*)(void))check_run, METH_FASTCALL,
+     "The common case of store.log.columns.check_run (see the module's source)."},
+    {"crc32", crc32, METH_O, "The CRC-32 records are checked with."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "nativecheck", "The check loop of a bulk read, in C.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit_nativecheck(void)
+{
+    if (find_crc() < 0)
+        return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,9 @@
+"""Types of the C module ``nativecheck.c`` (its source says what it does)."""
+
+def check_run(span: bytes, view: memoryview | None, lo: int, entries: list[tuple[int, int, int]], i: int,
+              offset: int, queue_id: int, topic_field: bytes, max_bytes: int, total_bytes: int, flags: int,
+              offsets: list[int], bodies: list[bytes | memoryview], born: list[int], stored: list[int],
+              props: list[bytes], phys: list[int], reconsume: list[int], fd: int, fd_base: int, seg_size: int,
+              /) -> tuple[int, int]: ...
+
+def crc32(data: bytes | bytearray | memoryview, /) -> int: ...

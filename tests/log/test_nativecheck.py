@@ -1,0 +1,112 @@
+"""The check loop in C (store/log/nativecheck.c) serves exactly what the Python loop of
+store/log/columns.py serves: the same records, fields and bodies, the same damage named at the
+same offsets, whatever byte of the log is damaged, in runs cut by ``max_bytes``, with records
+outside a read, big bodies as views, and records big enough to be checked without the GIL."""
+from __future__ import annotations
+
+import random
+import shutil
+import sysconfig
+import zlib
+from pathlib import Path
+
+import pytest
+
+from store.log import columns
+from store.log.messagestore import Store
+from store.log.record import Draft
+from tests.log.storetestutil import open_store
+
+QUEUES = 3
+
+
+def test_the_c_loop_is_built_where_a_compiler_is() -> None:
+    """`pip install` builds it when it can; a silent fallback would hide a broken build."""
+    header = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not (shutil.which("cc") or shutil.which("gcc")) or not header.exists():
+        pytest.skip("no C compiler or Python headers: the store reads with the Python loop")
+    assert columns.NATIVE, "store/log/nativecheck.c was not built: run `pip install -e .` again and read its output"
+
+
+@pytest.mark.skipif(not columns.NATIVE, reason="the C loop is not built")
+@pytest.mark.parametrize("n", [0, 1, 7, 64, 1000, 4096, 70000])
+def test_its_crc_is_zlib_s(n: int) -> None:
+    from store.log.nativecheck import crc32
+    data = random.Random(n).randbytes(n)
+    assert crc32(data) == zlib.crc32(data)
+    assert crc32(memoryview(data)[3:]) == zlib.crc32(data[3:])
+
+
+def _store(root: Path) -> Store:
+    s = open_store(root)
+    s.create_topic("T", QUEUES)
+    s.create_topic("U", 1)
+    rnd = random.Random(7)
+    drafts = []
+    for i in range(60):
+        size = rnd.choice([0, 5, 300, 2047, 2048, 5000, 70000])
+        props = {"KEYS": f"k{i}", "TAGS": "t", "x": "y" * rnd.randrange(40)} if i % 4 else {}
+        topic = "U" if i % 11 == 5 else "T"   # another topic's records in between
+        drafts.append(Draft(topic, rnd.randbytes(size), props, queue_id=0 if topic == "U" else i % QUEUES))
+    s.put(drafts[:30])
+    s.put(drafts[30:])
+    return s
+
+
+def _read_all(s: Store, native: bool, monkeypatch: pytest.MonkeyPatch, max_bytes: int) -> list[object]:
+    """Every queue of T through both bulk reads, pull by pull, as a comparable list."""
+    with monkeypatch.context() as m:
+        if not native:
+            m.setattr(columns, "_native", None)
+            m.setattr(columns, "NATIVE", False)
+        out: list[object] = []
+        for q in range(QUEUES):
+            for views in (False, True):
+                off = 0
+                while True:
+                    r = s.pull_bodies("T", q, off, 1000, max_bytes, views=views)
+                    out.append(("bodies", q, views, r.offsets, [bytes(b) for b in r.bodies], r.damaged,
+                                r.next_offset))
+                    if r.next_offset == off:
+                        break
+                    off = r.next_offset
+            off = 0
+            while True:
+                c = s.pull_records("T", q, off, 1000, max_bytes)
+                out.append(("records", q, c.offsets, c.bodies, c.born, c.stored, c.props, c.phys, c.reconsume,
+                            c.damaged, c.next_offset))
+                if c.next_offset == off:
+                    break
+                off = c.next_offset
+        return out
+
+
+pytestmark = pytest.mark.skipif(not columns.NATIVE, reason="the C loop is not built")
+
+
+@pytest.mark.parametrize("max_bytes", [1, 6000, 100_000, 4 << 20])
+def test_an_intact_log_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_bytes: int) -> None:
+    s = _store(tmp_path / "s")
+    want = _read_all(s, False, monkeypatch, max_bytes)
+    assert _read_all(s, True, monkeypatch, max_bytes) == want
+    assert all(not row[5 if row[0] == "bodies" else 9] for row in want)   # type: ignore[index]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_any_damaged_byte_is_found_and_named_as_the_python_loop_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    s = _store(tmp_path / "s")
+    seg = s.commitlog.segment_path(0)
+    clean = seg.read_bytes()
+    rnd = random.Random(seed)
+    damaged = 0
+    for _ in range(8):
+        data = bytearray(clean)
+        at = rnd.randrange(len(data))
+        data[at] ^= 1 << rnd.randrange(8)
+        seg.write_bytes(bytes(data))
+        for max_bytes in (6000, 4 << 20):
+            want = _read_all(s, False, monkeypatch, max_bytes)
+            assert _read_all(s, True, monkeypatch, max_bytes) == want, f"byte {at} of the log"
+            damaged += any(row[5 if row[0] == "bodies" else 9] for row in want)   # type: ignore[index]
+    assert damaged >= 8   # most bytes of the log are in a record of T
