@@ -188,10 +188,7 @@ def check_run(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, of
     definition of the checks and names what is wrong."""
     topic_b = topic.encode()
     topic_field = bytes((len(topic_b),)) + topic_b
-    n = len(entries)
-    # each loop stops after the record that brings the total to max_bytes; a total of 0
-    # that already reaches it (max_bytes <= 0) must not end the run before any record
-    max_bytes = max(max_bytes, 1)
+    n, max_bytes = len(entries), max(max_bytes, 1)   # max_bytes <= 0: a total of 0 ends no run
     if _native is None:
         i, _total = _check_loop(log, q, topic, queue_id, offset, entries, 0, lo, span, topic_field, max_bytes, 0,
                                 out, bodies_only, with_phys, views, False)
