@@ -44,16 +44,16 @@ assert struct.calcsize(_HEAD_FMT) == F.RECORD_HEADER_SIZE
 # timestamps); BORNTIMESTAMP . STORETIMESTAMP . RECONSUMETIMES only for records handed out.
 _CHECK, _TIMES = struct.Struct(">iI4xi4xqq48xi").unpack_from, struct.Struct(">40xq8xq8xi").unpack_from
 
-_CRC_TRAILER = F.CRC_PROPERTY_REVERSED
-_MASK = 0x7FFFFFFF
+_CRC_TRAILER, _MASK = F.CRC_PROPERTY_REVERSED, 0x7FFFFFFF
 
-_native: Callable[..., tuple[int, int]] | None
-try:   # the check loop in C, when the package was built with it (pyproject.toml)
-    from store.log.nativecheck import check_run as _native
+_native: Callable[..., tuple[int, int]] | None = None
+try:   # the check loop in C, when the package was built with it (pyproject.toml) from this source
+    from store.log import nativecheck
+    if nativecheck.INTERFACE == 1:   # (else a build of an older source: `pip install -e .` again)
+        _native = nativecheck.check_run
 except ImportError:
-    _native = None
-# Whether reads check records in C: then no run is checked as arrays (numpy's import, 40-65
-# ms of CPU, costs more than the C loop's whole check of a big backlog).
+    pass
+# Reads check records in C: then no run is checked as arrays (numpy's import costs more).
 NATIVE = _native is not None
 
 

@@ -314,9 +314,19 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "nativecheck", "The check loop of a bulk read, in C.", -1, methods,
 };
 
+/* What columns.py expects of this module; a build of an older source has another (or none),
+ * and the store then reads with the Python loop. Raise it with any change of check_run's
+ * arguments or results. */
+#define INTERFACE 1
+
 PyMODINIT_FUNC PyInit_nativecheck(void)
 {
     if (find_crc() < 0)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "INTERFACE", INTERFACE) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }
