@@ -44,16 +44,16 @@ assert struct.calcsize(_HEAD_FMT) == F.RECORD_HEADER_SIZE
 # timestamps); BORNTIMESTAMP . STORETIMESTAMP . RECONSUMETIMES only for records handed out.
 _CHECK, _TIMES = struct.Struct(">iI4xi4xqq48xi").unpack_from, struct.Struct(">40xq8xq8xi").unpack_from
 
-_CRC_TRAILER = F.CRC_PROPERTY_REVERSED
-_MASK = 0x7FFFFFFF
+_CRC_TRAILER, _MASK = F.CRC_PROPERTY_REVERSED, 0x7FFFFFFF
 
-_native: Callable[..., tuple[int, int]] | None
-try:   # the check loop in C, when the package was built with it (pyproject.toml)
-    from store.log.nativecheck import check_run as _native
+_native: Callable[..., tuple[int, int]] | None = None
+try:   # the check loop in C, when the package was built with it (pyproject.toml) from this source
+    from store.log import nativecheck
+    if nativecheck.INTERFACE == 1:   # (else a build of an older source: `pip install -e .` again)
+        _native = nativecheck.check_run
 except ImportError:
-    _native = None
-# Whether reads check records in C: then no run is checked as arrays (numpy's import, 40-65
-# ms of CPU, costs more than the C loop's whole check of a big backlog).
+    pass
+# Reads check records in C: then no run is checked as arrays (numpy's import costs more).
 NATIVE = _native is not None
 
 
@@ -188,7 +188,7 @@ def check_run(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, of
     definition of the checks and names what is wrong."""
     topic_b = topic.encode()
     topic_field = bytes((len(topic_b),)) + topic_b
-    n = len(entries)
+    n, max_bytes = len(entries), max(max_bytes, 1)   # max_bytes <= 0: a total of 0 ends no run
     if _native is None:
         i, _total = _check_loop(log, q, topic, queue_id, offset, entries, 0, lo, span, topic_field, max_bytes, 0,
                                 out, bodies_only, with_phys, views, False)

@@ -174,13 +174,15 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
             PyErr_Clear();   /* the Python loop takes the entry and says what it is */
             break;
         }
-        int64_t start = phys - lo;
-        if (size < MIN_RECORD_SIZE)
+        /* phys (>= 0) and size come from a consume-queue entry, any value of a damaged one:
+         * the bounds are compared without a sum that could overflow (phys near 2**63) */
+        if (size < MIN_RECORD_SIZE || phys < 0)
             break;
-        const unsigned char *r = buf + start;
+        int64_t start = phys - lo;
+        const unsigned char *r;
         PyObject *own = NULL;   /* the record read on its own, outside the span */
-        if (start < 0 || start + size > span_len) {
-            if (fd < 0 || phys < fd_base || phys + size > fd_base + seg_size)
+        if (start < 0 || size > span_len || start > span_len - size) {
+            if (fd < 0 || phys < fd_base || size > seg_size || phys - fd_base > seg_size - size)
                 break;
             own = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
             if (own == NULL)
@@ -194,6 +196,8 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 Py_DECREF(own);
                 break;   /* short or failed: the Python loop reads it again and names why */
             }
+        } else {
+            r = buf + start;
         }
         int64_t qoff = offset + i, t, p;
         if (!record_ok(r, size, phys, qoff, queue_id, topic_field, tf_len, &t, &p)) {
@@ -212,7 +216,12 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
         } else {
             body = PyBytes_FromStringAndSize((const char *)r + HEADER_SIZE, (Py_ssize_t)(t - HEADER_SIZE));
         }
-        if (append_new(offs, PyLong_FromLongLong(qoff)) < 0 || append_new(bodies, body) < 0) {
+        if (body == NULL || append_new(offs, PyLong_FromLongLong(qoff)) < 0) {
+            Py_XDECREF(body);
+            Py_XDECREF(own);
+            goto error;
+        }
+        if (append_new(bodies, body) < 0) {
             Py_XDECREF(own);
             goto error;
         }
@@ -305,9 +314,19 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "nativecheck", "The check loop of a bulk read, in C.", -1, methods,
 };
 
+/* What columns.py expects of this module; a build of an older source has another (or none),
+ * and the store then reads with the Python loop. Raise it with any change of check_run's
+ * arguments or results. */
+#define INTERFACE 1
+
 PyMODINIT_FUNC PyInit_nativecheck(void)
 {
     if (find_crc() < 0)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "INTERFACE", INTERFACE) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -1,5 +1,7 @@
 """Types of the C module ``nativecheck.c`` (its source says what it does)."""
 
+INTERFACE: int
+
 def check_run(span: bytes, view: memoryview | None, lo: int, entries: list[tuple[int, int, int]], i: int,
               offset: int, queue_id: int, topic_field: bytes, max_bytes: int, total_bytes: int, flags: int,
               offsets: list[int], bodies: list[bytes | memoryview], born: list[int], stored: list[int],
