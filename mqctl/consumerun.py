@@ -170,7 +170,6 @@ def start_position(text: str, no_group: bool) -> tuple[str, Optional[int], Optio
     time (seconds or ms since the epoch); any other is kcat's queue offset N, and ``-N`` is N
     before the end of each queue. Only queues with no committed offset start there: a group
     resumes from its own (kcat's ``stored``)."""
-    from store import parse_time
     from store.errors import UsageError
     word = text.strip()
     if word in FROM_WORDS:
@@ -184,6 +183,9 @@ def start_position(text: str, no_group: bool) -> tuple[str, Optional[int], Optio
             raise UsageError(f"-o {word} (a queue offset) needs --no-group (a group resumes from its own "
                              f"offsets); use -o -N for N before the end of each queue")
         return "offset", None, int(word)
+    # (imported only for a time: the time parser loads ``datetime``, which a word or an
+    # offset does not need)
+    from store import parse_time
     try:
         return "timestamp", parse_time(word), None
     except UsageError as exc:

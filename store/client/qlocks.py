@@ -51,7 +51,6 @@ with) the lock. The file-lock primitives themselves (``try_flock``, ``wait_flock
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import threading
@@ -81,7 +80,15 @@ CLIENT_LEASE_MS = 30_000  # client's lockMaxLiveTime: a holder stops handing out
 
 _LOCK_FILE_RE = re.compile(r"^(0|[1-9][0-9]{0,9})\.lock$")
 _MAX_RECORD = 64 * 1024
-_log = logging.getLogger(__name__)
+
+
+def _log_warning(msg: str) -> None:
+    """A lock's warning with no ``warn`` given: to this module's logger. (``logging`` is
+    imported here: a consumer, which passes its own ``warn``, does not load it.)"""
+    import logging
+    logging.getLogger(__name__).warning(msg)
+
+
 Held = Callable[[Path, int | None], bool | None]   # liveness without a probe (heldlocks.py: for monitors)
 
 
@@ -190,7 +197,7 @@ class QueueLock:
         self.lease_ms = lease_ms
         self.client_lease_ms = client_lease_ms
         self.mutex_timeout = mutex_timeout
-        self.warn = warn or _log.warning
+        self.warn = warn or _log_warning
         self._guard = threading.RLock()
         self._fd: int | None = None
         self._id: tuple[int, int] | None = None
