@@ -246,6 +246,15 @@ def test_the_quick_send_of_stdin_imports_no_typer(tmp_path: Path) -> None:
     assert not offenders(mods, unwanted), offenders(mods, unwanted)
 
 
+def test_a_few_lines_from_stdin_load_no_ctypes(tmp_path: Path) -> None:
+    """``seq 10 | mqctl send TOPIC``: the allocator is tuned for big buffers (ctypes, for
+    glibc's mallopt) only once a read of stdin is big, not for a few lines read at once."""
+    for _ in range(2):   # the second: a store that exists
+        cp, mods = _send_modules(tmp_path, "t", input=b"".join(b"%d\n" % i for i in range(1, 11)))
+    assert cp.returncode == 0 and "sent 10 messages" in cp.stderr, cp.stderr
+    assert not offenders(mods, ("ctypes",)), offenders(mods, ("ctypes",))
+
+
 # -- the quick consume of mqctl/entry.py ------------------------------------------------------
 
 def test_the_quick_consume_shape() -> None:
