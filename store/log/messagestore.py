@@ -46,7 +46,6 @@ from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
 from store.log.index import KeyIndex
-from store.log.offsetcommits import BatchEnd, seal
 from store.log.preflight import checkpoint_locked, recover_if_dirty
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
 from store.log.settings import StoreSettings
@@ -57,6 +56,7 @@ if TYPE_CHECKING:
     from store.log.arraycolumns import VecColumns
     from store.log.check import CheckReport
     from store.log.columns import Columns
+    from store.log.offsetcommits import BatchEnd
     from store.log.recovery import RecoveryReport
     from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
 
@@ -296,6 +296,7 @@ class Store:
         self.check_bodies(max((len(d.body) for d in drafts), default=0), {}, ())
         from store.log import writebatch  # (by the first write: a reader never loads it)
         if commit is not None:
+            from store.log.offsetcommits import seal  # (a stage's batch: a producer never loads it)
             drafts = seal(drafts, commit)
         if not drafts:
             return []
