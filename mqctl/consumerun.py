@@ -111,6 +111,8 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         sink = StdoutSink(render, raw=not r.json and r.format_ is None)
     from store.errors import UsageError
     store = st.store()
+    from mqctl.startgc import release
+    release()   # (the store and the runtime are loaded: collect again, mqctl/startgc.py)
     if from_where == "offset" and store.has_topic(r.topic) and store.topic(r.topic).queues != 1:
         raise UsageError(f"-o {r.from_} (a queue offset) needs a one-queue topic; {r.topic!r} has "
                          f"{store.topic(r.topic).queues}: use -o -N (N before the end of each queue) or a time")

@@ -108,6 +108,8 @@ def run_send(st: "State", r: SendRequest) -> None:
                 sep = "one per line" if delim == b"\n" else f"separated by {r.delimiter}"
                 sys.stderr.write(f"mqctl: reading {what} from stdin, {sep} (Ctrl-D to end)\n")
                 sys.stderr.flush()
+            from mqctl.startgc import release
+            release()   # (the store is open: collect again while stdin is read, mqctl/startgc.py)
             line = 0
             fast = r.input == "raw" and kd is None and deliver is None
             tuned = False

@@ -25,7 +25,7 @@ OTHER_GROUPS = tuple(f"mqctl.commands.{m}" for m in
                      ("init", "topic", "consume", "msg", "storecmd", "tx", "txcheck", "offsets", "progress", "admin",
                       "completion", "dlq", "sparkcmd", "bench"))
 FORBIDDEN_ON_SEND = HEAVY + ("portalocker", "store.client.runtime", "mqctl.consumer", "store.log.recovery",
-                             "socket", "store.watch") + OTHER_GROUPS
+                             "socket", "store.watch", "store.log.offsetcommits") + OTHER_GROUPS
 # the consumer needs threads (concurrent.futures) and ctypes (inotify)
 FORBIDDEN_ON_CONSUME = ("rich", "redis", "numpy", "pyarrow", "pyspark", "pydantic", "pandas", "portalocker",
                         "importlib.metadata", "mqctl.commands.send", "mqctl.commands.tx", "mqctl.commands.bench",
@@ -351,8 +351,9 @@ CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.lo
 # logging, traceback and textwrap it imports, their regular expressions compiled: ~3 ms) —
 # the offsets' writer is a plain thread, a pool only for --exec and Python handlers; logging
 # (a queue lock's warnings go to the consumer's own warn); datetime (only a date printed or
-# read, not `--from first` nor a duration).
-QUICK_CONSUME_NEVER_LOADS = ("concurrent", "logging", "traceback", "textwrap", "datetime", "_datetime")
+# read, not `--from first` nor a duration); an exactly-once stage's module (only with --to).
+QUICK_CONSUME_NEVER_LOADS = ("concurrent", "logging", "traceback", "textwrap", "datetime", "_datetime",
+                             "store.client.stage")
 
 
 @pytest.mark.parametrize("queues", ["one", "three"])
@@ -371,3 +372,51 @@ def test_the_quick_consume_imports_no_typer(tmp_path: Path, queues: str) -> None
                 "numpy", "shlex", "random", "shutil") + FORBIDDEN_ON_CONSUME + CONSUMER_NEVER_LOADS \
         + QUICK_CONSUME_NEVER_LOADS
     assert not offenders(modules, unwanted), offenders(modules, unwanted)
+
+
+# -- the collector during a quick path's start-up (mqctl/startgc.py) -------------------------
+
+def _collector_at_exit(tmp_path: Path, *args: str, input: bytes | None = None) -> tuple[Result, dict[str, object]]:
+    """``mqctl --store S ARGS`` through the script's entry point: whether the cyclic collector
+    was on when the command ended, and its collections of the older generations."""
+    dump = tmp_path / "gc.json"
+    code = ("import atexit, gc, json, sys\n"
+            f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps("
+            "{'enabled': gc.isenabled(), 'stats': gc.get_stats()})))\n"
+            "sys.argv = ['mqctl'] + sys.argv[1:]\n"
+            "from mqctl.entry import main\n"
+            "main()\n")
+    cp = run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), *args],
+             env=mqctl_env(None, extra={"NO_COLOR": None}), input=input, timeout=120)
+    return cp, json.loads(dump.read_text())
+
+
+def test_the_quick_paths_collect_again_once_started(tmp_path: Path) -> None:
+    """The quick consume and the quick send of stdin hold the collector while they load their
+    modules, and turn it back on before they consume or read: a long-running consumer or
+    sender collects its cycles."""
+    cp, got = _collector_at_exit(tmp_path, "send", "t", input=b"a\nb\n")
+    assert cp.returncode == 0 and got["enabled"] is True, (cp.stderr, got)
+    cp, got = _collector_at_exit(tmp_path, "consume", "t", "-g", "g", "--from", "first", "-e")
+    assert cp.returncode == 0 and cp.stdout == b"a\nb\n" and got["enabled"] is True, (cp.stderr, got)
+
+
+def test_holding_the_collector() -> None:
+    """hold() turns an enabled collector off until release(), which freezes what was made
+    meanwhile; release() without hold() (the Typer path, the Python API) changes nothing."""
+    import gc
+
+    from mqctl import startgc
+    assert gc.isenabled()
+    startgc.release()
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    try:
+        startgc.hold()
+        assert not gc.isenabled()
+        kept = [[i] for i in range(1000)]
+        startgc.release()
+        assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(kept)
+    finally:
+        gc.unfreeze()
+        gc.enable()
