@@ -351,9 +351,10 @@ CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.lo
 # logging, traceback and textwrap it imports, their regular expressions compiled: ~3 ms) —
 # the offsets' writer is a plain thread, a pool only for --exec and Python handlers; logging
 # (a queue lock's warnings go to the consumer's own warn); datetime (only a date printed or
-# read, not `--from first` nor a duration); an exactly-once stage's module (only with --to).
+# read, not `--from first` nor a duration); an exactly-once stage's module (only with --to);
+# termios (only for a terminal on stdout); the key index's chain checks (only `store check`).
 QUICK_CONSUME_NEVER_LOADS = ("concurrent", "logging", "traceback", "textwrap", "datetime", "_datetime",
-                             "store.client.stage")
+                             "store.client.stage", "termios", "store.log.indexchains")
 
 
 @pytest.mark.parametrize("queues", ["one", "three"])
