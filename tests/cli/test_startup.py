@@ -421,3 +421,24 @@ def test_holding_the_collector() -> None:
     finally:
         gc.unfreeze()
         gc.enable()
+
+
+def test_the_quick_paths_build_no_dataclass_docstring(tmp_path: Path) -> None:
+    """A dataclass without a docstring gets one from ``inspect.signature`` as its class is
+    built (~0.1 ms each): every record the quick consume and send load says what it is."""
+    dump = tmp_path / "undocumented.json"
+    code = ("import atexit, dataclasses, json, sys\n"
+            "def undocumented():\n"
+            "    return sorted(f'{m.__name__}.{c.__qualname__}' for m in list(sys.modules.values())\n"
+            "                  if m and m.__name__.split('.')[0] in ('store', 'mqctl')\n"
+            "                  for c in vars(m).values() if isinstance(c, type) and c.__module__ == m.__name__\n"
+            "                  and dataclasses.is_dataclass(c) and (c.__doc__ or '').startswith(c.__name__ + '('))\n"
+            f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(undocumented())))\n"
+            "sys.argv = ['mqctl'] + sys.argv[1:]\n"
+            "from mqctl.entry import main\n"
+            "main()\n")
+    env = mqctl_env(None, extra={"NO_COLOR": None})
+    for args, stdin in ((["send", "t"], b"a\nb\n"), (["consume", "t", "-g", "g", "-o", "first", "-e"], None)):
+        cp = run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), *args], env=env, input=stdin, timeout=120)
+        assert cp.returncode == 0, cp.stderr
+        assert json.loads(dump.read_text()) == [], (args, dump.read_text())
