@@ -28,20 +28,18 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from store import names
 from store.client.holding import Holdings
 from store.client.offset_writer import OffsetWriter
 from store.client.options import ConsumeOptions
 from store.client.process_queue import PULL_BATCH
+from store.client.stage import LostQueueError, Stage
 from store.errors import LockHeldError
 from store.failpoints import failpoint
 from store.log.messagestore import Store
 from store.log.offsets import LOCK_TIMEOUT_S, BroadcastOffsetStore, ClusterOffsetStore, QueueKey, Warn
-
-if TYPE_CHECKING:
-    from store.client.stage import Stage
 
 MAX_PUT_OFF = 15   # lag commits put off in a row (the table busy) before one waits for it
 
@@ -233,7 +231,6 @@ class OffsetKeeper:
         one write batch, for the queues whose locks this member still holds (checked again
         under the store's write lock). A queue whose lock is gone keeps neither: its new owner
         starts from the last commit and makes those outputs again."""
-        from store.client.stage import LostQueueError  # (a stage's module: only with --to)
         assert self.stage is not None
         stage, locks = self.stage, self.held.locks
 

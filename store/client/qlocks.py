@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from store.client.group_mutex import MUTEX_TIMEOUT, group_mutex
+from store.client.options import log_warning
 from store.errors import LockHeldError, StoreIOError, UsageError, io_error
 from store.flock import (
     file_id,
@@ -80,15 +81,6 @@ CLIENT_LEASE_MS = 30_000  # client's lockMaxLiveTime: a holder stops handing out
 
 _LOCK_FILE_RE = re.compile(r"^(0|[1-9][0-9]{0,9})\.lock$")
 _MAX_RECORD = 64 * 1024
-
-
-def _log_warning(msg: str) -> None:
-    """A lock's warning with no ``warn`` given: to this module's logger. (``logging`` is
-    imported here: a consumer, which passes its own ``warn``, does not load it.)"""
-    import logging
-    logging.getLogger(__name__).warning(msg)
-
-
 Held = Callable[[Path, int | None], bool | None]   # liveness without a probe (heldlocks.py: for monitors)
 
 
@@ -197,7 +189,7 @@ class QueueLock:
         self.lease_ms = lease_ms
         self.client_lease_ms = client_lease_ms
         self.mutex_timeout = mutex_timeout
-        self.warn = warn or _log_warning
+        self.warn = warn or log_warning   # (the library's channel: logging loaded by a warning)
         self._guard = threading.RLock()
         self._fd: int | None = None
         self._id: tuple[int, int] | None = None

@@ -55,13 +55,13 @@ from store.client.pulling import Puller
 from store.client.rebalance import Rebalancer
 from store.client.retry import Retrier
 from store.client.sinks import InlineSink, PoolSink
+from store.client.stage import CopySink, Stage, check_stage
 from store.errors import StoreError, UsageError
 from store.log.messagestore import Store
 from store.log.offsets import Warn
 
 if TYPE_CHECKING:
     from store.client.dedup import DedupLog
-    from store.client.stage import Stage
 
 # A holder renews its queue locks before it hands out a batch when the last renewal is this old
 # (RocketMQ's lockInterval; a batch may be handed out for the client lease, 30 s, after one).
@@ -142,8 +142,6 @@ class Runtime:
         if self.held.pqs or self.held.dropping:
             raise UsageError("a consumer becomes an exactly-once stage before it consumes")
         o = self.o
-        # (the stage's module, with the offset commits it writes: only a stage loads it)
-        from store.client.stage import Stage, check_stage
         check_stage(self.store, to, broadcast=o.broadcast, dedup=o.dedup, no_group=o.no_group)
         o.to, o.to_sync = to, sync
         self.stage = self.keeper.stage = Stage(self.store, o.group, to, sync, o.orderly)
@@ -161,7 +159,6 @@ class Runtime:
         """The sink of a stage that copies every message to its output topic."""
         if self.stage is None:
             raise UsageError("a copy sink is for an exactly-once stage (to=TOPIC / --to)")
-        from store.client.stage import CopySink
         return CopySink(self.stage)
 
     def set_retries(self, max_reconsume: int | None, retry_delay_ms: int | None, suspend_ms: int) -> None:

@@ -38,6 +38,7 @@ from store.fsutil import (
     sync_dir_if_changed,
 )
 from store.log import format as F
+from store.log import indexchains
 from store.log.record import crc32
 
 _HDR = F.INDEX_HEADER
@@ -193,9 +194,6 @@ class KeyIndex:
             return f"header ends at offset {end_phys}, before it begins ({begin_phys})"
         if not thorough:
             return None
-        # (the checks' array passes, numpy's layouts with them: loaded by a check, not by a
-        # writer or a reader of the index)
-        from store.log import indexchains
         return indexchains.problem(data, self.table_end, count, begin_phys)
 
     def reachable(self, base: int) -> tuple[Any, Any]:
@@ -204,7 +202,6 @@ class KeyIndex:
         (:func:`indexchains.reachable`)."""
         with open(self.path(base), "rb") as fh:
             data = fh.read()
-        from store.log import indexchains
         return indexchains.reachable(data, self.table_end, self.slots)
 
     def add(self, items: Sequence[tuple[str | bytes, int]], store_ts: int) -> None:

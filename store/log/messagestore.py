@@ -294,10 +294,9 @@ class Store:
         commit, atomic across crashes too (``offsetcommits.py``); ``fence`` runs first, locked."""
         # (the bodies only: a batch's end record is the store's own, never a user's body)
         self.check_bodies(max((len(d.body) for d in drafts), default=0), {}, ())
-        from store.log import writebatch  # (by the first write: a reader never loads it)
+        from store.log import offsetcommits, writebatch  # (by the first write: a reader never loads them)
         if commit is not None:
-            from store.log.offsetcommits import seal  # (a stage's batch: a producer never loads it)
-            drafts = seal(drafts, commit)
+            drafts = offsetcommits.seal(drafts, commit)
         if not drafts:
             return []
         with self.engine.write_lock:

@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 
 @dataclass
 class RecoveryReport:
-    """What a recovery scanned, rebuilt and cut (``store recover`` prints it)."""
-
     start: int = 0
     end: int = 0
     records: int = 0
@@ -87,8 +85,6 @@ def find_next_valid(engine: "Engine", after: int) -> int | None:
 
 @dataclass
 class _Plan:
-    """Where a recovery starts scanning, and why."""
-
     start: int          # where the scan (re-dispatch) begins
     reason: str
     rebooted: bool      # the machine restarted: unsynced data may be gone from any file
