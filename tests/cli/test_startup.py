@@ -351,10 +351,10 @@ CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.lo
 # logging, traceback and textwrap it imports, their regular expressions compiled: ~3 ms) —
 # the offsets' writer is a plain thread, a pool only for --exec and Python handlers; logging
 # (a queue lock's warnings go to the consumer's own warn); datetime (only a date printed or
-# read, not `--from first` nor a duration); an exactly-once stage's module (only with --to);
-# termios (only for a terminal on stdout); the key index's chain checks (only `store check`).
+# read, not `--from first` nor a duration); termios (only for a terminal on stdout); a send's
+# results (store/client/sendresult.py).
 QUICK_CONSUME_NEVER_LOADS = ("concurrent", "logging", "traceback", "textwrap", "datetime", "_datetime",
-                             "store.client.stage", "termios", "store.log.indexchains")
+                             "termios", "store.client.sendresult")
 
 
 @pytest.mark.parametrize("queues", ["one", "three"])
@@ -425,7 +425,8 @@ def test_holding_the_collector() -> None:
 
 def test_the_quick_paths_build_no_dataclass_docstring(tmp_path: Path) -> None:
     """A dataclass without a docstring gets one from ``inspect.signature`` as its class is
-    built (~0.1 ms each): every record the quick consume and send load says what it is."""
+    built (~0.1 ms each): every record the quick consume and send load says what it is (a
+    store that exists: its creation, and a recovery, load more)."""
     dump = tmp_path / "undocumented.json"
     code = ("import atexit, dataclasses, json, sys\n"
             "def undocumented():\n"
@@ -438,6 +439,7 @@ def test_the_quick_paths_build_no_dataclass_docstring(tmp_path: Path) -> None:
             "from mqctl.entry import main\n"
             "main()\n")
     env = mqctl_env(None, extra={"NO_COLOR": None})
+    mqctl(tmp_path / "s", "send", "t", "first", check=True, timeout=120)
     for args, stdin in ((["send", "t"], b"a\nb\n"), (["consume", "t", "-g", "g", "-o", "first", "-e"], None)):
         cp = run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), *args], env=env, input=stdin, timeout=120)
         assert cp.returncode == 0, cp.stderr
