@@ -352,9 +352,10 @@ CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.lo
 # the offsets' writer is a plain thread, a pool only for --exec and Python handlers; logging
 # (a queue lock's warnings go to the consumer's own warn); datetime (only a date printed or
 # read, not `--from first` nor a duration); termios (only for a terminal on stdout); a send's
-# results (store/client/sendresult.py).
+# results (store/client/sendresult.py); the client's messages and rows (store/client/message.py:
+# a Python consumer's, built from the pulled columns; the command line writes records).
 QUICK_CONSUME_NEVER_LOADS = ("concurrent", "logging", "traceback", "textwrap", "datetime", "_datetime",
-                             "termios", "store.client.sendresult")
+                             "termios", "store.client.sendresult", "store.client.message")
 
 
 @pytest.mark.parametrize("queues", ["one", "three"])
