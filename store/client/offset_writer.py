@@ -9,12 +9,14 @@ what is committed and when, and how far delivery may run ahead meanwhile; this o
 
 The thread is a plain one fed by a queue, not a ``concurrent.futures`` pool: that package
 loads ``logging`` and ``traceback`` (and compiles their regular expressions), ~3 ms of the
-start of every ``mqctl consume`` that writes its messages inline and needs no pool.
+start of every ``mqctl consume`` that writes its messages inline and needs no pool. It ends
+as a pool's worker would: at close(), when its writer is collected, or at the interpreter's
+exit after the commit out.
 """
 from __future__ import annotations
 
-import atexit
 import threading
+import weakref
 from queue import SimpleQueue
 from typing import Callable
 
@@ -24,16 +26,50 @@ Commit = Callable[[dict[QueueKey, int], bool], set[str]]
 
 
 class _Out:
-    """A commit handed to the writer thread, and its outcome once ``done`` is set."""
+    """A commit handed to the writer thread (what to call), and its outcome once ``done``."""
 
-    __slots__ = ("offsets", "increase_only", "done", "skipped", "error")
+    __slots__ = ("commit", "on_done", "offsets", "increase_only", "done", "skipped", "error")
 
-    def __init__(self, offsets: dict[QueueKey, int], increase_only: bool) -> None:
-        self.offsets = offsets
-        self.increase_only = increase_only
+    def __init__(self, commit: Commit, on_done: Callable[[], None], offsets: dict[QueueKey, int],
+                 increase_only: bool) -> None:
+        self.commit, self.on_done = commit, on_done
+        self.offsets, self.increase_only = offsets, increase_only
         self.done = threading.Event()
         self.skipped: set[str] = set()
         self.error: BaseException | None = None
+
+    def write(self) -> None:
+        """(The writer thread.) Write it, keep the outcome, call ``on_done``."""
+        try:
+            self.skipped = self.commit(self.offsets, self.increase_only)
+        except BaseException as exc:   # taken, and raised, by OffsetWriter.take()
+            self.error = exc
+        self.done.set()
+        try:
+            self.on_done()
+        except Exception:
+            # (as a pool's done-callback: reported, and the thread goes on writing)
+            import traceback
+            traceback.print_exc()
+
+
+def _write_all(jobs: SimpleQueue[_Out | None]) -> None:
+    """The writer thread: each commit handed over, until None. It holds no writer and, idle,
+    no commit: an abandoned writer is collected, and its thread then ended (as a pool's)."""
+    while True:
+        out = jobs.get()
+        if out is None:
+            return
+        out.write()
+        del out
+
+
+def _end(jobs: SimpleQueue[_Out | None], thread: threading.Thread) -> None:
+    """End a writer thread after the commit out: at close(), when its writer is collected
+    (idle then: a commit out holds its writer), or at the interpreter's exit."""
+    jobs.put(None)
+    if thread is not threading.current_thread():
+        thread.join()
 
 
 class OffsetWriter:
@@ -43,7 +79,7 @@ class OffsetWriter:
         self._commit = commit
         self._on_done = on_done
         self._jobs: SimpleQueue[_Out | None] = SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._end: weakref.finalize[..., OffsetWriter] | None = None
         # The commit being written (its offsets, then its outcome). While it is out, only the
         # writer thread touches the offset store.
         self._inflight: _Out | None = None
@@ -62,30 +98,15 @@ class OffsetWriter:
         """Write ``offsets`` in the writer thread (only when not :attr:`busy`); ``on_done``
         is called from there when it is written."""
         assert self._inflight is None, "one commit at a time"
-        if self._thread is None:
-            # A daemon thread, so that a process leaving without close() does not wait on
-            # it forever; close() at the interpreter's exit still lets a commit out finish
-            # (a thread pool's guarantee).
-            self._thread = threading.Thread(target=self._run, name="mq-offsets", daemon=True)
-            self._thread.start()
-            atexit.register(self.close)
-        self._inflight = out = _Out(offsets, increase_only)
+        if self._end is None or not self._end.alive:
+            # A daemon thread, so that a process never waits on an idle one; the finalizer
+            # ends it after the commit out at close(), when this writer is collected, or at
+            # the interpreter's exit (a thread pool's guarantee).
+            thread = threading.Thread(target=_write_all, args=(self._jobs,), name="mq-offsets", daemon=True)
+            thread.start()
+            self._end = weakref.finalize(self, _end, self._jobs, thread)
+        self._inflight = out = _Out(self._commit, self._on_done, offsets, increase_only)
         self._jobs.put(out)
-
-    def _run(self) -> None:
-        """(The writer thread.) Write each commit handed over, until close() hands None."""
-        while (out := self._jobs.get()) is not None:
-            try:
-                out.skipped = self._commit(out.offsets, out.increase_only)
-            except BaseException as exc:   # taken, and raised, by take()
-                out.error = exc
-            out.done.set()
-            try:
-                self._on_done()
-            except Exception:
-                # (as a pool's done-callback: reported, and the thread goes on writing)
-                import traceback
-                traceback.print_exc()
 
     def take(self, wait: bool) -> tuple[dict[QueueKey, int], set[str]] | None:
         """The commit out, once written (``wait``: waiting for it): its offsets and the
@@ -110,8 +131,5 @@ class OffsetWriter:
     def close(self) -> None:
         """End the writer thread (after the commit out, whose outcome is dropped: take it
         first)."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            atexit.unregister(self.close)
-            self._jobs.put(None)
-            thread.join()
+        if self._end is not None:
+            self._end()
