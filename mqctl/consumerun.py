@@ -111,6 +111,8 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         sink = StdoutSink(render, raw=not r.json and r.format_ is None)
     from store.errors import UsageError
     store = st.store()
+    from mqctl.startgc import release
+    release()   # (the store and the runtime are loaded: collect again, mqctl/startgc.py)
     if from_where == "offset" and store.has_topic(r.topic) and store.topic(r.topic).queues != 1:
         raise UsageError(f"-o {r.from_} (a queue offset) needs a one-queue topic; {r.topic!r} has "
                          f"{store.topic(r.topic).queues}: use -o -N (N before the end of each queue) or a time")
@@ -170,7 +172,6 @@ def start_position(text: str, no_group: bool) -> tuple[str, Optional[int], Optio
     time (seconds or ms since the epoch); any other is kcat's queue offset N, and ``-N`` is N
     before the end of each queue. Only queues with no committed offset start there: a group
     resumes from its own (kcat's ``stored``)."""
-    from store import parse_time
     from store.errors import UsageError
     word = text.strip()
     if word in FROM_WORDS:
@@ -184,6 +185,9 @@ def start_position(text: str, no_group: bool) -> tuple[str, Optional[int], Optio
             raise UsageError(f"-o {word} (a queue offset) needs --no-group (a group resumes from its own "
                              f"offsets); use -o -N for N before the end of each queue")
         return "offset", None, int(word)
+    # (imported only for a time: the time parser loads ``datetime``, which a word or an
+    # offset does not need)
+    from store import parse_time
     try:
         return "timestamp", parse_time(word), None
     except UsageError as exc:

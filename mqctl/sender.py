@@ -29,6 +29,8 @@ BATCH_MESSAGES = 8192
 # A batch's bytes stay in the CPU's caches from the stdin read through the CRC to the write
 # (2 MiB: a core's L2 here); 8 MiB batches of 64 KiB bodies were written about 1.5x slower.
 BATCH_BYTES = 2 * 1024 * 1024
+# A read of stdin this big: big reads and batches follow (the allocator keeps their memory)
+BIG_READ = 64 * 1024
 
 # What ``send --input json`` reads: its own fields and every field of the ``consume --json``
 # envelope (ignored ones: where the message was, not what it is), so a copy round-trips.
@@ -106,11 +108,19 @@ def run_send(st: "State", r: SendRequest) -> None:
                 sep = "one per line" if delim == b"\n" else f"separated by {r.delimiter}"
                 sys.stderr.write(f"mqctl: reading {what} from stdin, {sep} (Ctrl-D to end)\n")
                 sys.stderr.flush()
+            from mqctl.startgc import release
+            release()   # (the store is open: collect again while stdin is read, mqctl/startgc.py)
             line = 0
             fast = r.input == "raw" and kd is None and deliver is None
-            from mqctl.output import keep_big_buffers
-            keep_big_buffers()   # read blocks and batch buffers: reused, not faulted in anew
+            tuned = False
             for records, more in read_chunks(fd, delim, zero_copy=fast):
+                if not tuned and sum(map(len, records)) >= BIG_READ:
+                    # Big read blocks and batch buffers follow: reuse their memory, not
+                    # faulted in anew. (Not before: a few lines read at once do not pay for
+                    # loading ctypes, ~1 ms of such a process.)
+                    from mqctl.output import keep_big_buffers
+                    keep_big_buffers()
+                    tuned = True
                 if fast:
                     sender.add_bodies(records, line, more)
                     line += len(records)

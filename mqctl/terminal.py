@@ -23,12 +23,12 @@ def output_kept_on_interrupt(fd: int) -> Iterator[None]:
     output written to it. Nothing is changed when ``fd`` is not a terminal, or when this
     process is not in the terminal's foreground (changing a terminal's modes from the
     background would stop the process with SIGTTOU, and a background job gets no ^C)."""
-    import termios
     restore = _set_noflsh(fd)
     try:
         yield
     finally:
         if restore:
+            import termios
             try:
                 now = termios.tcgetattr(fd)
                 now[3] &= ~termios.NOFLSH   # only our bit: the program may have changed others meanwhile
@@ -40,10 +40,13 @@ def output_kept_on_interrupt(fd: int) -> Iterator[None]:
 def _set_noflsh(fd: int) -> bool:
     """Set NOFLSH on ``fd`` if it is this process's foreground terminal and not set yet;
     whether it was set here (and so is to be cleared afterwards)."""
-    import termios
     try:
         if fd < 0 or not os.isatty(fd) or os.tcgetpgrp(fd) != os.getpgrp():
             return False
+    except OSError:
+        return False
+    import termios  # (a terminal's: not loaded for a file or a pipe)
+    try:
         attrs = termios.tcgetattr(fd)
         if attrs[3] & termios.NOFLSH:
             return False

@@ -57,7 +57,7 @@ _EXPORTS = {
     "AsyncProducer": "client.aio_producer", "AsyncConsumer": "client.aio_consumer",
     "AsyncTransactionProducer": "tx.aio_producer", "TransactionProducer": "tx.producer", "TxState": "tx.producer",
     "TransactionSendResult": "tx.producer", "Admin": "client.admin",
-    "Message": "client.message", "SendResult": "client.message",
+    "Message": "client.message", "SendResult": "client.sendresult",
     # live inspection (``mqctl top``): one look, and rates from successive looks
     "Monitor": "client.monitor", "History": "client.trends", "Drain": "client.trends",
     "sparkline": "client.trends", "format_duration": "client.trends",

@@ -14,7 +14,6 @@ from store.client.envelope import envelope as envelope
 from store.client.history import message_report as message_report
 from store.client.history import timeline as _message_timeline
 from store.client.message import Message as Message
-from store.client.message import SendResult as SendResult
 from store.client.monitor import Monitor as Monitor
 from store.client.options import ConsumeOptions as ConsumeOptions
 from store.client.options import default_broadcast_client_id as default_broadcast_client_id
@@ -24,6 +23,7 @@ from store.client.properties import build_properties as build_properties
 from store.client.propnames import Prop as Prop
 from store.client.rules import check_consume_options as check_consume_options
 from store.client.runtime import Runtime as _ConsumerRuntime
+from store.client.sendresult import SendResult as SendResult
 from store.client.sinks import Outcome as Outcome
 from store.client.snapshot import GroupStat as GroupStat
 from store.client.snapshot import LockStat as LockStat

@@ -21,6 +21,8 @@ def lock_beside(path: Path) -> Path:
 
 @dataclass(frozen=True)
 class Layout:
+    """Every path of the store at ``root`` (the one place they are built)."""
+
     root: Path
 
     # -- store-wide files

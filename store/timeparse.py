@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timedelta, timezone
 
 from store.errors import UsageError
 
@@ -27,10 +26,10 @@ _PART = re.compile(r"([0-9]{1,15}(?:\.[0-9]{1,9})?)(ms|s|m|h|d)")
 _DURATION = re.compile(r"(?:[0-9]{1,15}(?:\.[0-9]{1,9})?(?:ms|s|m|h|d))+")
 _DECIMAL = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,9})?")
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_ONE_MS = timedelta(milliseconds=1)
-# The last instant format_time can print (datetime stops at year 9999).
-MAX_TIME_MS = (datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=timezone.utc) - _EPOCH) // _ONE_MS
+# The last instant format_time can print (datetime stops at year 9999): 9999-12-31T23:59:59.999Z.
+# A number, not computed with ``datetime``: that module is imported only by the functions that
+# print or read a date, not by a command that parses a duration or a word.
+MAX_TIME_MS = 253_402_300_799_999
 
 TIME_HELP = (
     "1732183200123 (ms since epoch), 1732183200 (s since epoch), now, -90s / -15m / -2h30m / "
@@ -76,7 +75,8 @@ def parse_duration(text: str) -> int:
 def format_time(ms: int) -> str:
     """ISO-8601 UTC with milliseconds, e.g. ``2026-11-21T10:00:00.123Z``; parse_time reads it
     back to the same ms. Valid for 0 <= ms <= MAX_TIME_MS."""
-    dt = _EPOCH + timedelta(milliseconds=ms)
+    from datetime import datetime, timedelta, timezone
+    dt = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
     # Fields by hand rather than strftime: glibc's %Y does not zero-pad years below 1000.
     return (f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
             f"{dt.second:02d}.{dt.microsecond // 1000:03d}Z")
@@ -87,6 +87,7 @@ def format_local(ms: int, utc: bool = False) -> str:
     the ISO-8601 UTC form of :func:`format_time` (what ``--utc`` prints)."""
     if utc:
         return format_time(ms)
+    from datetime import datetime
     dt = datetime.fromtimestamp(ms / 1000).astimezone()
     return f"{dt:%Y-%m-%d %H:%M:%S}.{ms % 1000:03d}"
 
@@ -148,6 +149,7 @@ def _scaled(number: str, unit: str) -> int:
 
 
 def _iso_ms(s: str, text: str) -> int:
+    from datetime import datetime, timedelta, timezone
     try:
         # upper(): RFC 3339 allows a lower-case "t" and "z", fromisoformat does not.
         dt = datetime.fromisoformat(s.upper())
@@ -156,7 +158,7 @@ def _iso_ms(s: str, text: str) -> int:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     # Timedelta floor division keeps exact integer ms; dt.timestamp() would go through a float.
-    return (dt - _EPOCH) // _ONE_MS
+    return (dt - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
 
 
 def _shown(text: str) -> str:

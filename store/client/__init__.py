@@ -5,7 +5,8 @@ Everything here is exported from the package :mod:`store` (``store.Producer``,
 command line over the same code. Modules:
 
 ``paths``        which store ``path=None`` means (``$MQCTL_STORE``, else ``~/.mqctl/store``)
-``message``      :class:`~store.client.message.Message` and :class:`~store.client.message.SendResult`
+``message``      :class:`~store.client.message.Message` (and a pull's :class:`~store.client.message.MessageRows`)
+``sendresult``   :class:`~store.client.sendresult.SendResult`
 ``producer``     :class:`~store.client.producer.Producer`
 ``groupcommit``  the producer's group commit for ``flush="sync"`` (fsyncs in a thread)
 ``propnames``    :class:`~store.client.propnames.Prop`: the store's reserved property names

@@ -20,7 +20,7 @@ from store.client.paths import PathLike
 from store.client.producer import Body, Delay, Producer
 
 if TYPE_CHECKING:
-    from store.client.message import SendResult
+    from store.client.sendresult import SendResult
 
 _T = TypeVar("_T")
 _Job = tuple[Callable[[Any], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]

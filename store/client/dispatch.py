@@ -16,7 +16,6 @@ queue's lock before every batch.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -33,6 +32,8 @@ from store.log.offsets import QueueKey, Warn
 from store.log.record import Message
 
 if TYPE_CHECKING:
+    import concurrent.futures as cf
+
     from store.client.dedup import DedupLog
 
 
@@ -208,6 +209,9 @@ class Dispatcher:
         """Apply the outcomes of the pool sink's finished batches (``block``: wait for one)."""
         if not self.futures:
             return False
+        # (imported here, as the pool sinks that make futures do: an inline sink's process
+        # never loads concurrent.futures, nor the logging it imports)
+        import concurrent.futures as cf
         futures, pqs, dropping = self.futures, self.held.pqs, self.held.dropping
         done = [f for f in futures if f.done()]
         if not done and block:

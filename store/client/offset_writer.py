@@ -6,15 +6,70 @@ fsync), tens of them on a busy machine. Written in the consumer loop's thread, i
 paid by every message that arrives meanwhile; :class:`OffsetWriter` writes it in a thread
 while the loop goes on. The loop's :class:`~store.client.offset_keeper.OffsetKeeper` decides
 what is committed and when, and how far delivery may run ahead meanwhile; this only writes.
+
+The thread is a plain one fed by a queue, not a ``concurrent.futures`` pool: that package
+loads ``logging`` and ``traceback`` (and compiles their regular expressions), ~3 ms of the
+start of every ``mqctl consume`` that writes its messages inline and needs no pool. It ends
+as a pool's worker would: at close(), when its writer is collected, or at the interpreter's
+exit after the commit out.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
+import threading
+import weakref
+from queue import SimpleQueue
 from typing import Callable
 
 from store.log.offsets import QueueKey
 
 Commit = Callable[[dict[QueueKey, int], bool], set[str]]
+
+
+class _Out:
+    """A commit handed to the writer thread (what to call), and its outcome once ``done``."""
+
+    __slots__ = ("commit", "on_done", "offsets", "increase_only", "done", "skipped", "error")
+
+    def __init__(self, commit: Commit, on_done: Callable[[], None], offsets: dict[QueueKey, int],
+                 increase_only: bool) -> None:
+        self.commit, self.on_done = commit, on_done
+        self.offsets, self.increase_only = offsets, increase_only
+        self.done = threading.Event()
+        self.skipped: set[str] = set()
+        self.error: BaseException | None = None
+
+    def write(self) -> None:
+        """(The writer thread.) Write it, keep the outcome, call ``on_done``."""
+        try:
+            self.skipped = self.commit(self.offsets, self.increase_only)
+        except BaseException as exc:   # taken, and raised, by OffsetWriter.take()
+            self.error = exc
+        self.done.set()
+        try:
+            self.on_done()
+        except Exception:
+            # (as a pool's done-callback: reported, and the thread goes on writing)
+            import traceback
+            traceback.print_exc()
+
+
+def _write_all(jobs: SimpleQueue[_Out | None]) -> None:
+    """The writer thread: each commit handed over, until None. It holds no writer and, idle,
+    no commit: an abandoned writer is collected, and its thread then ended (as a pool's)."""
+    while True:
+        out = jobs.get()
+        if out is None:
+            return
+        out.write()
+        del out
+
+
+def _end(jobs: SimpleQueue[_Out | None], thread: threading.Thread) -> None:
+    """End a writer thread after the commit out: at close(), when its writer is collected
+    (idle then: a commit out holds its writer), or at the interpreter's exit."""
+    jobs.put(None)
+    if thread is not threading.current_thread():
+        thread.join()
 
 
 class OffsetWriter:
@@ -23,10 +78,11 @@ class OffsetWriter:
     def __init__(self, commit: Commit, on_done: Callable[[], None]) -> None:
         self._commit = commit
         self._on_done = on_done
-        self._pool: cf.ThreadPoolExecutor | None = None
-        # The commit being written: its future (the skipped topics) and the offsets it writes.
-        # While it is out, only the writer thread touches the offset store.
-        self._inflight: tuple[cf.Future[set[str]], dict[QueueKey, int]] | None = None
+        self._jobs: SimpleQueue[_Out | None] = SimpleQueue()
+        self._end: weakref.finalize[..., OffsetWriter] | None = None
+        # The commit being written (its offsets, then its outcome). While it is out, only the
+        # writer thread touches the offset store.
+        self._inflight: _Out | None = None
 
     @property
     def busy(self) -> bool:
@@ -36,37 +92,44 @@ class OffsetWriter:
     @property
     def written(self) -> bool:
         """Whether the commit out was written (its outcome not taken yet)."""
-        return self._inflight is not None and self._inflight[0].done()
+        return self._inflight is not None and self._inflight.done.is_set()
 
     def submit(self, offsets: dict[QueueKey, int], increase_only: bool) -> None:
         """Write ``offsets`` in the writer thread (only when not :attr:`busy`); ``on_done``
         is called from there when it is written."""
         assert self._inflight is None, "one commit at a time"
-        if self._pool is None:
-            self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="mq-offsets")
-        fut = self._pool.submit(self._commit, offsets, increase_only)
-        self._inflight = (fut, offsets)
-        fut.add_done_callback(lambda _f: self._on_done())
+        if self._end is None or not self._end.alive:
+            # A daemon thread, so that a process never waits on an idle one; the finalizer
+            # ends it after the commit out at close(), when this writer is collected, or at
+            # the interpreter's exit (a thread pool's guarantee).
+            thread = threading.Thread(target=_write_all, args=(self._jobs,), name="mq-offsets", daemon=True)
+            thread.start()
+            self._end = weakref.finalize(self, _end, self._jobs, thread)
+        self._inflight = out = _Out(self._commit, self._on_done, offsets, increase_only)
+        self._jobs.put(out)
 
     def take(self, wait: bool) -> tuple[dict[QueueKey, int], set[str]] | None:
         """The commit out, once written (``wait``: waiting for it): its offsets and the
         topics it skipped (reset meanwhile); None while it is written or when none is out.
         A failed commit raises here, once."""
-        if self._inflight is None:
+        out = self._inflight
+        if out is None:
             return None
-        fut, offsets = self._inflight
-        if not wait and not fut.done():
+        if not wait and not out.done.is_set():
             return None
+        out.done.wait()
         self._inflight = None
-        return offsets, fut.result()
+        if out.error is not None:
+            error, out.error = out.error, None
+            raise error
+        return out.offsets, out.skipped
 
     def offsets_out(self) -> dict[QueueKey, int]:
         """The offsets of the commit out (empty when none is)."""
-        return self._inflight[1] if self._inflight is not None else {}
+        return self._inflight.offsets if self._inflight is not None else {}
 
     def close(self) -> None:
         """End the writer thread (after the commit out, whose outcome is dropped: take it
         first)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        if self._end is not None:
+            self._end()

@@ -25,10 +25,12 @@ from __future__ import annotations
 import bisect
 from itertools import islice
 from operator import attrgetter
-from typing import Any, Iterable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence, cast
 
-from store.client.message import MessageRows
 from store.log.record import Message
+
+if TYPE_CHECKING:
+    from store.client.message import MessageRows
 
 
 class Queued(Protocol):
@@ -50,9 +52,13 @@ PULL_THRESHOLD_BYTES = 100 * 1024 * 1024
 MAX_CHUNKS = 4   # a queue of rows rebuilds its chunks as one when it holds more
 
 
-def offsets_of(batch: Iterable[Queued] | MessageRows) -> list[int]:
-    """The queue offsets of a batch (of rows: with no message built)."""
-    return batch.offsets if isinstance(batch, MessageRows) else list(map(_OFFSET, batch))
+def offsets_of(batch: Sequence[Queued] | MessageRows) -> list[int]:
+    """The queue offsets of a batch (of rows: with no message built). A batch is a list of
+    messages or a pull's rows: told apart without store.client.message, which a consumer of
+    records (``mqctl consume``) never loads."""
+    if isinstance(batch, (list, tuple)):
+        return list(map(_OFFSET, batch))
+    return cast("MessageRows", batch).offsets
 
 
 class OffsetMap:
@@ -264,7 +270,10 @@ class ProcessQueue:
             part = c[i:i + k]
             out = part if out is None else out + part
             rest = rest[k:]
-        return out if out is not None else MessageRows(self.topic, self.queue_id, [], [], [], [], [], [], [])
+        if out is not None:
+            return out
+        from store.client.message import MessageRows  # (loaded already: rows were put)
+        return MessageRows(self.topic, self.queue_id, [], [], [], [], [], [], [])
 
     def _materialize(self) -> None:
         """Turn a queue of rows into one of messages (messages are put into it)."""
@@ -333,8 +342,7 @@ class ProcessQueue:
                 self.in_flight.clear()
                 return self.max_seen + 1
             self.in_flight.difference_update(offs)
-            self.bytes -= sum(map(len, messages.bodies if isinstance(messages, MessageRows)
-                                  else map(_BODY, messages)))
+            self.bytes -= sum(map(len, map(_BODY, messages) if isinstance(messages, list) else messages.bodies))
             msgs.drop_head(n)
         else:
             bodies = bool(self.chunks)   # (a queue of rows maps offsets to bodies)
@@ -351,7 +359,7 @@ class ProcessQueue:
             return msgs.first()
         return self.max_seen + 1
 
-    def release(self, messages: Iterable[Message]) -> None:
+    def release(self, messages: Sequence[Message]) -> None:
         """Hand messages back (concurrent mode) so a later batch takes them again."""
         self.in_flight.difference_update(offsets_of(messages))
         # what was handed back lies below handed_max and is not out any more
@@ -395,6 +403,7 @@ class ProcessQueue:
 
 def _pick(rows: MessageRows, keep: list[int]) -> MessageRows:
     """The rows at the indexes ``keep``."""
+    from store.client.message import MessageRows  # (loaded already: ``rows`` are)
     at = keep.__iter__
     return MessageRows(rows.topic, rows.queue_id, list(map(rows.offsets.__getitem__, at())),
                        list(map(rows.bodies.__getitem__, at())), list(map(rows.born.__getitem__, at())),

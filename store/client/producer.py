@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import datetime as _dt
 
     from store.client.groupcommit import GroupCommit
-    from store.client.message import SendResult
+    from store.client.sendresult import SendResult
     from store.log.messagestore import Store
     from store.log.record import Draft
     from store.log.results import BatchResult
@@ -157,7 +157,7 @@ class Producer(StoreClient):
             from store.log.record import PROP_SHARDING_KEY
             props = build_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)
             props.pop(PROP_SHARDING_KEY, None)   # (an argument of put_one: its place is fixed)
-        from store.client.message import send_results
+        from store.client.sendresult import send_results
         from store.log.sendone import put_one
         r = put_one(store, topic, data, props, -1 if queue is None else queue, sharding_key,
                     sync=self.flush == "sync", check=lambda cfg: self._route_check(cfg, queue, sharding_key))
@@ -190,7 +190,7 @@ class Producer(StoreClient):
             # bodies, properties shared, the sharding key per body
             from store.log.record import PROP_SHARDING_KEY
             shared = {k: v for k, v in props.items() if k != PROP_SHARDING_KEY}
-            from store.client.message import send_results
+            from store.client.sendresult import send_results
             res = self.send_bodies(topic, data, properties=shared, queue=queue,
                                    sharding_keys=None if sharding_key is None else [sharding_key] * len(data))
             return send_results(topic, res.uniq_keys, res.queue_ids, res.queue_offsets, res.commitlog_offsets,
@@ -230,7 +230,7 @@ class Producer(StoreClient):
             from store.log.schedule import delay_draft
             drafts = [delay_draft(d, deliver, store) for d in drafts]
         results = store.put(drafts, sync=self.flush == "sync" and not self.group_commit)
-        from store.client.message import SendResult
+        from store.client.sendresult import SendResult
 
         # A parked message reports the topic and queue it will be delivered to (chosen when it
         # was parked), no queue offset (it has none until then) and when it is due.

@@ -15,7 +15,6 @@ import time
 from typing import TYPE_CHECKING, cast
 
 from store import names
-from store.client import message as client_message
 from store.client.dispatch import Dispatcher
 from store.client.holding import Holdings
 from store.client.offset_keeper import OffsetKeeper
@@ -193,8 +192,9 @@ class Puller:
         if c.next_offset == pq.next_pull:
             return False
         bodies = cast("list[bytes]", c.bodies)   # full reads copy the bodies out (no views)
-        pq.put_rows(client_message.MessageRows(t, q, c.offsets, bodies, c.born, c.stored, c.phys, c.reconsume,
-                                               c.props), sum(map(len, bodies)) if nbytes is None else nbytes)
+        from store.client.message import MessageRows  # (a client sink's: a raw consumer never loads it)
+        pq.put_rows(MessageRows(t, q, c.offsets, bodies, c.born, c.stored, c.phys, c.reconsume, c.props),
+                    sum(map(len, bodies)) if nbytes is None else nbytes)
         pq.max_seen = max(pq.max_seen, c.next_offset - 1)
         pq.next_pull = c.next_offset
         if not pq.cached() and not pq.in_flight:

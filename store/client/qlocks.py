@@ -51,7 +51,6 @@ with) the lock. The file-lock primitives themselves (``try_flock``, ``wait_flock
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import threading
@@ -60,6 +59,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from store.client.group_mutex import MUTEX_TIMEOUT, group_mutex
+from store.client.options import log_warning
 from store.errors import LockHeldError, StoreIOError, UsageError, io_error
 from store.flock import (
     file_id,
@@ -81,7 +81,6 @@ CLIENT_LEASE_MS = 30_000  # client's lockMaxLiveTime: a holder stops handing out
 
 _LOCK_FILE_RE = re.compile(r"^(0|[1-9][0-9]{0,9})\.lock$")
 _MAX_RECORD = 64 * 1024
-_log = logging.getLogger(__name__)
 Held = Callable[[Path, int | None], bool | None]   # liveness without a probe (heldlocks.py: for monitors)
 
 
@@ -190,7 +189,7 @@ class QueueLock:
         self.lease_ms = lease_ms
         self.client_lease_ms = client_lease_ms
         self.mutex_timeout = mutex_timeout
-        self.warn = warn or _log.warning
+        self.warn = warn or log_warning   # (the library's channel: logging loaded by a warning)
         self._guard = threading.RLock()
         self._fd: int | None = None
         self._id: tuple[int, int] | None = None

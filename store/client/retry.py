@@ -20,7 +20,6 @@ from dataclasses import replace
 from typing import Callable
 
 from store import names
-from store.client import message as client_message
 from store.client.offset_keeper import OffsetKeeper
 from store.client.options import ConsumeOptions
 from store.client.process_queue import ProcessQueue
@@ -139,12 +138,13 @@ class Retrier:
             return True
         for m in batch:
             try:
-                # (a message built for a client sink is sent back as the record it came from)
-                rec = self.store.get(m.commitlog_offset) if isinstance(m, client_message.Message) else m
+                # (a message built for a client sink, not a record, is sent back as the record it
+                # came from)
+                rec = m if isinstance(m, Message) else self.store.get(m.commitlog_offset)
                 where = send_back(self.store, o.group, rec, self.max_reconsume or 0, o.retry_delay_ms,
                                   self._put_for(m))
             except StoreError as exc:
-                self.warn(f"could not send {m.msg_id if isinstance(m, client_message.Message) else m.uniq_key} "
+                self.warn(f"could not send {m.uniq_key if isinstance(m, Message) else m.msg_id} "
                           f"back ({exc}); retrying here in 5 s")
                 pq.release([m])
                 self.retry_later.append((time.monotonic() + 5, key, m))

@@ -8,10 +8,12 @@ answer is :mod:`store.client.dispatch`'s business.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
-from typing import Callable, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence, Union, runtime_checkable
 
 from store.log.record import Message
+
+if TYPE_CHECKING:
+    import concurrent.futures as cf
 
 # (True: consumed, False: failed, None: released untouched, or an int k: the first k of the
 # batch consumed and the rest released, concurrent mode only; the reason, for failures)
@@ -84,6 +86,9 @@ class ThreadPoolSink:
         self.batch = max(1, batch)
         self.per_message = per_message
         self.max_in_flight = 2 * max(1, threads)
+        # (imported here: concurrent.futures loads logging, traceback and their regular
+        # expressions, ~3 ms of a process that writes its messages inline)
+        import concurrent.futures as cf
         self.pool = cf.ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="handler")
 
     def submit(self, batch: list[Message], topic: str) -> "cf.Future[Outcome]":

@@ -21,6 +21,8 @@ from store.log.commitlog import CommitLog
 
 @dataclass
 class Checkpoint:
+    """The checkpoint's fields (their layout in ``format.py``)."""
+
     written_end: int = 0
     last_store_ts: int = 0
     synced_end: int = 0

@@ -285,6 +285,8 @@ class CommitLog:
 
 @dataclass
 class _Chunk:
+    """One batch's bytes bound for one commit-log file (its ``base``), and where they go in it."""
+
     base: int
     start: int                 # file position where this chunk's bytes go
     data: bytearray = field(default_factory=bytearray)

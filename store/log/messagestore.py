@@ -46,7 +46,6 @@ from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
 from store.log.index import KeyIndex
-from store.log.offsetcommits import BatchEnd, seal
 from store.log.preflight import checkpoint_locked, recover_if_dirty
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
 from store.log.settings import StoreSettings
@@ -57,6 +56,7 @@ if TYPE_CHECKING:
     from store.log.arraycolumns import VecColumns
     from store.log.check import CheckReport
     from store.log.columns import Columns
+    from store.log.offsetcommits import BatchEnd
     from store.log.recovery import RecoveryReport
     from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
 
@@ -294,9 +294,9 @@ class Store:
         commit, atomic across crashes too (``offsetcommits.py``); ``fence`` runs first, locked."""
         # (the bodies only: a batch's end record is the store's own, never a user's body)
         self.check_bodies(max((len(d.body) for d in drafts), default=0), {}, ())
-        from store.log import writebatch  # (by the first write: a reader never loads it)
+        from store.log import offsetcommits, writebatch  # (by the first write: a reader never loads them)
         if commit is not None:
-            drafts = seal(drafts, commit)
+            drafts = offsetcommits.seal(drafts, commit)
         if not drafts:
             return []
         with self.engine.write_lock:

@@ -9,6 +9,8 @@ from store.log.record import Message, counter_hex, offset_msg_id
 
 @dataclass(frozen=True, slots=True)
 class PutResult:
+    """Where one message was stored: its queue and offsets, unique key and store time."""
+
     topic: str
     queue_id: int
     queue_offset: int

@@ -64,6 +64,8 @@ _SUFFIX = ".json"
 
 @dataclass(frozen=True)
 class TopicConfig:
+    """A topic's configuration, as its config file holds it (the format at the top of this module)."""
+
     name: str
     queues: int
     order: bool = False

@@ -25,7 +25,7 @@ OTHER_GROUPS = tuple(f"mqctl.commands.{m}" for m in
                      ("init", "topic", "consume", "msg", "storecmd", "tx", "txcheck", "offsets", "progress", "admin",
                       "completion", "dlq", "sparkcmd", "bench"))
 FORBIDDEN_ON_SEND = HEAVY + ("portalocker", "store.client.runtime", "mqctl.consumer", "store.log.recovery",
-                             "socket", "store.watch") + OTHER_GROUPS
+                             "socket", "store.watch", "store.log.offsetcommits") + OTHER_GROUPS
 # the consumer needs threads (concurrent.futures) and ctypes (inotify)
 FORBIDDEN_ON_CONSUME = ("rich", "redis", "numpy", "pyarrow", "pyspark", "pydantic", "pandas", "portalocker",
                         "importlib.metadata", "mqctl.commands.send", "mqctl.commands.tx", "mqctl.commands.bench",
@@ -246,6 +246,15 @@ def test_the_quick_send_of_stdin_imports_no_typer(tmp_path: Path) -> None:
     assert not offenders(mods, unwanted), offenders(mods, unwanted)
 
 
+def test_a_few_lines_from_stdin_load_no_ctypes(tmp_path: Path) -> None:
+    """``seq 10 | mqctl send TOPIC``: the allocator is tuned for big buffers (ctypes, for
+    glibc's mallopt) only once a read of stdin is big, not for a few lines read at once."""
+    for _ in range(2):   # the second: a store that exists
+        cp, mods = _send_modules(tmp_path, "t", input=b"".join(b"%d\n" % i for i in range(1, 11)))
+    assert cp.returncode == 0 and "sent 10 messages" in cp.stderr, cp.stderr
+    assert not offenders(mods, ("ctypes",)), offenders(mods, ("ctypes",))
+
+
 # -- the quick consume of mqctl/entry.py ------------------------------------------------------
 
 def test_the_quick_consume_shape() -> None:
@@ -338,6 +347,17 @@ CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.lo
                         "hashlib", "_hashlib", "sortedcontainers")
 
 
+# What the quick consume writing inline does not load (issue 26): concurrent.futures (and the
+# logging, traceback and textwrap it imports, their regular expressions compiled: ~3 ms) —
+# the offsets' writer is a plain thread, a pool only for --exec and Python handlers; logging
+# (a queue lock's warnings go to the consumer's own warn); datetime (only a date printed or
+# read, not `--from first` nor a duration); termios (only for a terminal on stdout); a send's
+# results (store/client/sendresult.py); the client's messages and rows (store/client/message.py:
+# a Python consumer's, built from the pulled columns; the command line writes records).
+QUICK_CONSUME_NEVER_LOADS = ("concurrent", "logging", "traceback", "textwrap", "datetime", "_datetime",
+                             "termios", "store.client.sendresult", "store.client.message")
+
+
 @pytest.mark.parametrize("queues", ["one", "three"])
 def test_the_quick_consume_imports_no_typer(tmp_path: Path, queues: str) -> None:
     """``mqctl consume T -g G -e > file`` through the script: no Typer, no console stack, no
@@ -351,5 +371,77 @@ def test_the_quick_consume_imports_no_typer(tmp_path: Path, queues: str) -> None
     cp, modules = _entry_modules(tmp_path, "consume", "t", "-g", "g", "-o", "first", "-e")
     assert cp.returncode == 0 and sorted(cp.stdout.split()) == [b"m0", b"m1", b"m2"], cp.stderr
     unwanted = ("typer", "rich", "click", "mqctl.app", "mqctl.options", "mqctl.commands", "mqctl.consumer.handlers",
-                "numpy", "shlex", "random", "shutil") + FORBIDDEN_ON_CONSUME + CONSUMER_NEVER_LOADS
+                "numpy", "shlex", "random", "shutil") + FORBIDDEN_ON_CONSUME + CONSUMER_NEVER_LOADS \
+        + QUICK_CONSUME_NEVER_LOADS
     assert not offenders(modules, unwanted), offenders(modules, unwanted)
+
+
+# -- the collector during a quick path's start-up (mqctl/startgc.py) -------------------------
+
+def _collector_at_exit(tmp_path: Path, *args: str, input: bytes | None = None) -> tuple[Result, dict[str, object]]:
+    """``mqctl --store S ARGS`` through the script's entry point: whether the cyclic collector
+    was on when the command ended, and its collections of the older generations."""
+    dump = tmp_path / "gc.json"
+    code = ("import atexit, gc, json, sys\n"
+            f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps("
+            "{'enabled': gc.isenabled(), 'stats': gc.get_stats()})))\n"
+            "sys.argv = ['mqctl'] + sys.argv[1:]\n"
+            "from mqctl.entry import main\n"
+            "main()\n")
+    cp = run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), *args],
+             env=mqctl_env(None, extra={"NO_COLOR": None}), input=input, timeout=120)
+    return cp, json.loads(dump.read_text())
+
+
+def test_the_quick_paths_collect_again_once_started(tmp_path: Path) -> None:
+    """The quick consume and the quick send of stdin hold the collector while they load their
+    modules, and turn it back on before they consume or read: a long-running consumer or
+    sender collects its cycles."""
+    cp, got = _collector_at_exit(tmp_path, "send", "t", input=b"a\nb\n")
+    assert cp.returncode == 0 and got["enabled"] is True, (cp.stderr, got)
+    cp, got = _collector_at_exit(tmp_path, "consume", "t", "-g", "g", "--from", "first", "-e")
+    assert cp.returncode == 0 and cp.stdout == b"a\nb\n" and got["enabled"] is True, (cp.stderr, got)
+
+
+def test_holding_the_collector() -> None:
+    """hold() turns an enabled collector off until release(), which freezes what was made
+    meanwhile; release() without hold() (the Typer path, the Python API) changes nothing."""
+    import gc
+
+    from mqctl import startgc
+    assert gc.isenabled()
+    startgc.release()
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    try:
+        startgc.hold()
+        assert not gc.isenabled()
+        kept = [[i] for i in range(1000)]
+        startgc.release()
+        assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(kept)
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def test_the_quick_paths_build_no_dataclass_docstring(tmp_path: Path) -> None:
+    """A dataclass without a docstring gets one from ``inspect.signature`` as its class is
+    built (~0.1 ms each): every record the quick consume and send load says what it is (a
+    store that exists: its creation, and a recovery, load more)."""
+    dump = tmp_path / "undocumented.json"
+    code = ("import atexit, dataclasses, json, sys\n"
+            "def undocumented():\n"
+            "    return sorted(f'{m.__name__}.{c.__qualname__}' for m in list(sys.modules.values())\n"
+            "                  if m and m.__name__.split('.')[0] in ('store', 'mqctl')\n"
+            "                  for c in vars(m).values() if isinstance(c, type) and c.__module__ == m.__name__\n"
+            "                  and dataclasses.is_dataclass(c) and (c.__doc__ or '').startswith(c.__name__ + '('))\n"
+            f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(undocumented())))\n"
+            "sys.argv = ['mqctl'] + sys.argv[1:]\n"
+            "from mqctl.entry import main\n"
+            "main()\n")
+    env = mqctl_env(None, extra={"NO_COLOR": None})
+    mqctl(tmp_path / "s", "send", "t", "first", check=True, timeout=120)
+    for args, stdin in ((["send", "t"], b"a\nb\n"), (["consume", "t", "-g", "g", "-o", "first", "-e"], None)):
+        cp = run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), *args], env=env, input=stdin, timeout=120)
+        assert cp.returncode == 0, cp.stderr
+        assert json.loads(dump.read_text()) == [], (args, dump.read_text())

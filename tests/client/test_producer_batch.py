@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import store
-from store.client.message import SendResult, send_results
 from store.client.producer import Body, body_list
+from store.client.sendresult import SendResult, send_results
 from store.log.record import offset_msg_id
 
 
