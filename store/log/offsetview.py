@@ -14,9 +14,10 @@ lost), :meth:`OffsetView.commit` declines and the caller writes the whole table.
 Readers see a commit as soon as it returned: they apply the journal's records past the
 snapshot's ``journalEnd``. A kill -9 loses nothing that was appended (the page cache has it).
 A power cut may lose the records appended since the journal was last synced, which it is
-before every snapshot: the snapshot is written by a commit that finds the last one older
-than :data:`SNAPSHOT_S`, or the journal grown :data:`SNAPSHOT_BYTES` past it, and by
-:meth:`OffsetView.settle` (a member idle or closing).
+before every snapshot: the snapshot is written by a commit that finds records no snapshot
+holds appended before it and the last snapshot older than :data:`SNAPSHOT_S`, or the journal
+grown :data:`SNAPSHOT_BYTES` past it, and by :meth:`OffsetView.settle` (a member idle or
+closing).
 """
 from __future__ import annotations
 
@@ -79,6 +80,10 @@ class OffsetView:
         seen = self._current()
         if seen is None:
             return None
+        # The oldest record no snapshot holds is at most as old as the snapshot when there were
+        # such records before this commit, else it is this commit's own: a process's first
+        # commit (a one-shot consume's) does not write the snapshot for being the first.
+        age = time.time() - seen.snap_look[1] / 1e9 if seen.end > seen.snap_end else 0.0
         queues = seen.state.get("offsetTable", {})
         epochs = seen.state.get("resetEpoch", {})
         skipped: set[str] = set()
@@ -99,7 +104,7 @@ class OffsetView:
             seen.end = self.appended = end
             self.appended_at = time.monotonic()
         if seen.end > seen.snap_end and (
-                seen.end - seen.snap_end >= SNAPSHOT_BYTES or time.time() - seen.snap_look[1] / 1e9 >= SNAPSHOT_S
+                seen.end - seen.snap_end >= SNAPSHOT_BYTES or age >= SNAPSHOT_S
                 or self.journal.needs_compaction(seen.end, seen.base, seen.snap_look[2])):
             self._snapshot(seen)
         return skipped

@@ -55,6 +55,23 @@ def test_a_members_commit_is_one_record_seen_at_once_and_the_snapshot_stays(
     assert ClusterOffsetStore(layout).read("g", "T", 0) == 9
 
 
+def test_an_old_snapshot_is_rewritten_for_records_it_misses_not_for_a_fresh_commit(layout: Layout) -> None:
+    """A commit that finds the snapshot old writes it only when records it does not hold were
+    appended before (theirs may be a second old); its own record waits for the next commit or
+    the member's settle: a one-shot consume writes one snapshot, not one at each commit."""
+    member = ClusterOffsetStore(layout)
+    member.commit("g", {("T", 0): 0})   # the table's first write: its snapshot
+    old = layout.consumer_offset_json.stat().st_mtime - 60
+    os.utime(layout.consumer_offset_json, (old, old))
+    fresh = ClusterOffsetStore(layout)   # another process's first commit
+    fresh.commit("g", {("T", 0): 4}, expected_epochs={}, journal_only=True)
+    assert layout.consumer_offset_json.stat().st_mtime == old
+    assert snapshot_offsets(layout.root, "g") == {("T", 0): 0}
+    fresh.commit("g", {("T", 0): 5}, expected_epochs={}, journal_only=True)   # the first record is old now
+    assert layout.consumer_offset_json.stat().st_mtime > old
+    assert snapshot_offsets(layout.root, "g") == {("T", 0): 5}
+
+
 def test_a_commit_computed_before_a_reset_is_skipped_by_every_member(
         layout: Layout, no_snapshot_by_age: None) -> None:
     a, b = ClusterOffsetStore(layout), ClusterOffsetStore(layout)
