@@ -156,6 +156,7 @@ class ClusterOffsetStore:
         self.view = OffsetView(layout)   # (its ``appended``: commits no snapshot holds yet)
         self._view_lock = threading.Lock()   # (one commit at a time: the view is this store's)
         self.last_written: tuple[int, int, int] | None = None   # (inode, mtime, size) of its last write
+        self._told: tuple[object, ...] = ()   # the damage ``_load`` last warned of
 
     # -- reads (no lock: the file is only ever replaced by rename)
     def read(self, group: str, topic: str, queue_id: int) -> int:
@@ -184,8 +185,7 @@ class ClusterOffsetStore:
 
     def groups(self) -> list[str]:
         """Groups that have at least one committed offset, sorted."""
-        table = self._load()
-        return sorted({split_key(key)[1] for key, queues in table.offsets.items() if queues})
+        return sorted({split_key(key)[1] for key, queues in self._load().offsets.items() if queues})
 
     def all_groups(self) -> dict[str, dict[QueueKey, int]]:
         """Every group's committed offsets from one read: group -> (topic, queueId) -> offset."""
@@ -321,8 +321,7 @@ class ClusterOffsetStore:
         self._update(drop, durable_end=durable_end)
         return sorted(gone)
 
-    def lost_groups(self) -> dict[str, list[str]]:
-        """Groups whose offsets the table lost beyond recovery, with their topics."""
+    def lost_groups(self) -> dict[str, list[str]]:   # (beyond recovery, with their topics)
         return offsettable.load(self.layout).lost_groups()
 
     def reset_lost(self, oldest: Callable[[str, int], int], queue_count: Callable[[str], int]) -> list[str]:
@@ -351,7 +350,8 @@ class ClusterOffsetStore:
     # -- internals
     def _load(self, group: str | None = None) -> ClusterTable:
         loaded = offsettable.load(self.layout)
-        if loaded.source in ("bak", "journal"):
+        if loaded.source in ("bak", "journal") and self._told != (told := (loaded.source, *loaded.problems)):
+            self._told = told   # (said once per damage: a command or a member reads the table many times)
             self._warn(f"{self.path} is damaged; offsets come from "
                        f"{'its .bak and the offsets journal' if loaded.source == 'bak' else 'the offsets journal'}")
         if loaded.unknown:

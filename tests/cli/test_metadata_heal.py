@@ -57,6 +57,26 @@ def test_offsets_recovered_from_the_journal_when_both_files_are_lost(mq: MQ, how
     mq.check_clean()
 
 
+@pytest.mark.parametrize("copies", [(OFFSETS,), (OFFSETS, OFFSETS + ".bak")], ids=["table", "table-and-bak"])
+def test_a_damaged_table_is_warned_of_once_per_command(mq: MQ, copies: tuple[str, ...]) -> None:
+    """Each command read the table two or three times (the group looked up, then its offsets;
+    a member's reset epochs, then its start), each read warning again."""
+    mq.ok("topic", "create", "t", "--queues", "1")
+    mq.send_lines("t", [f"m{i}" for i in range(6)])
+    assert _consume(mq, "t", "G", "--from", "first", "--count", "3") == ["m0", "m1", "m2"]
+    mq.ok("offsets", "show", "-g", "G")   # (the snapshot written: the .bak is a good copy)
+    commands = [("offsets", "show", "-g", "G"), ("progress", "-g", "G"),
+                ("offsets", "reset", "-g", "G", "--topic", "t", "--to-earliest"),
+                ("consume", "t", "-g", "G", "-e")]
+    for args in commands:
+        for name in copies:
+            (mq.root / name).write_bytes(b"\x00garbage{")
+        res = mq.ok(*args)
+        warned = [line for line in res.stderr.splitlines() if "is damaged" in line]
+        assert len(warned) == 1 and OFFSETS in warned[0], f"{args}: {res.stderr}"
+    assert mq.ok("consume", "t", "-g", "G", "-e").out.split() == [], "m3-m5 delivered once"
+
+
 def test_a_flipped_digit_fails_the_crc_and_the_right_offset_comes_back(mq: MQ) -> None:
     mq.ok("topic", "create", "t", "--queues", "1")
     mq.send_lines("t", [f"m{i}" for i in range(10)])
