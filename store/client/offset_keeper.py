@@ -19,7 +19,7 @@ interval, a queue given away, shutdown) first waits for the one in flight and th
 the loop's thread.
 
 ``offsets reset --force`` while the member runs is noticed by the reset epochs (:meth:`check_reset`):
-the queues of a reset topic are let go and taken again from their new offsets.
+the queues it moved are let go and taken again from their new offsets.
 
 The stores themselves (the group's offset table, a broadcast client's file) and their format
 are :mod:`store.log.offsets`'s.
@@ -118,18 +118,15 @@ class OffsetKeeper:
             self._reset_look = look
 
     def pace(self, inline: bool, every_s: float) -> None:
-        """How far a queue's consumed offset may run ahead of the persisted one before the loop
-        persists it (at the end of its turn): a crash hands at most that much, plus one turn's
-        delivery, to the next owner again. Inline sinks persist every turn that moved an
-        offset (at most one pull batch per queue is lost to a crash); pool sinks every half
-        pull batch, plus what was in flight. An idle loop persists whatever moved.
-
-        In-process pool sinks (``every_s`` > 0: the iterator of store.Consumer and Python
-        handlers) consume far faster than an offset commit (an fsync) completes, so they
-        persist on lag at most once per ``every_s``, and not on every idle moment while their
-        batches are out: a kill -9 hands the next owner again at most what was consumed in
-        the last ``every_s`` (or half a pull batch per queue, whichever is more), plus the
-        batches in flight."""
+        """How far a queue's consumed offset may run ahead of the persisted one before the loop persists it
+        (at the end of its turn): a crash hands at most that much, plus one turn's delivery, to the next owner
+        again. Inline sinks persist every turn that moved an offset (at most one pull batch per queue is lost
+        to a crash); pool sinks every half pull batch, plus what was in flight. An idle loop persists whatever
+        moved. In-process pool sinks (``every_s`` > 0: the iterator of store.Consumer and Python handlers)
+        consume far faster than an offset commit (an fsync) completes, so they persist on lag at most once per
+        ``every_s``, and not on every idle moment while their batches are out: a kill -9 hands the next owner
+        again at most what was consumed in the last ``every_s`` (or half a pull batch per queue, whichever is
+        more), plus the batches in flight."""
         self.lag = 1 if inline else PULL_BATCH // 2
         self.every_s = every_s
 
@@ -201,8 +198,7 @@ class OffsetKeeper:
                     self.urgent = True
 
     def forget(self, key: QueueKey) -> None:
-        """A queue was let go: its offset is no longer ours to move (nor its start to commit:
-        its next owner may have started lower)."""
+        """A queue was let go: its offset is no longer ours to move (nor its start to commit)."""
         self.offsets.pop(key, None)
         self.starts_wanted.pop(key, None)
 
@@ -316,7 +312,7 @@ class OffsetKeeper:
             return False   # (a commit of the lost queues alone is made again: increase-only)
         failpoint("offsets-after-persist")
         self.dirty -= keys
-        self.persisted.update(offsets)
+        self.persisted.update({k: v for k, v in offsets.items() if k[0] not in skipped})
         self.urgent = False
         self.last_persist = time.monotonic()
         self.put_off = 0
@@ -415,7 +411,7 @@ class OffsetKeeper:
             return
         offsets, skipped = done
         self.held_back = False
-        self.persisted.update(offsets)
+        self.persisted.update({k: v for k, v in offsets.items() if k[0] not in skipped})
         self.last_persist = time.monotonic()
         if skipped:
             self._reload_after_reset(skipped)
@@ -463,9 +459,8 @@ class OffsetKeeper:
         self.reap(wait=False)
         if self.writer.busy:
             return   # our own commit is replacing the file: look next time
-        # The file is only ever replaced (a reset too): unchanged since the last look, it
-        # says nothing new. (Stat first: a replace between the stat and the read is read
-        # again next time.) An idle member then reads nothing every 5 s but a stat.
+        # The file is only ever replaced (a reset too): unchanged since the last look, it says nothing
+        # new (stat first: a replace between the stat and the read is read again next time).
         look = self._offsets_look()
         if look is not None and look == self._reset_look:
             return
@@ -487,11 +482,16 @@ class OffsetKeeper:
         return st.st_ino, st.st_mtime_ns, st.st_size
 
     def _reload_after_reset(self, topics: set[str]) -> None:
-        """Offsets were reset while we ran (``offsets reset --force``): let the queues of
-        those topics go; the next rebalance takes them again from their new offsets."""
+        """Offsets were reset while we ran (``offsets reset --force``): the held queues whose
+        stored offset moved are let go, and taken again from it by the next rebalance. (An
+        epoch is per topic; a queue a reset left alone is kept, its skipped commit made again.)"""
         snap = self.offset_store.snapshot(self.o.group)
         self.epochs = dict(snap.epochs)
         for key in [k for k in self.held.pqs if k[0] in topics]:
+            if self.stage is None and snap.offsets.get(key, -1) == self.persisted.get(key):
+                if self.offsets.get(key, -1) != self.persisted[key]:
+                    self.dirty.add(key)   # (its commit was skipped with the topic's)
+                continue
             self.warn(f"offsets of {key[0]}/{key[1]} were reset; continuing from {snap.offsets.get(key, 0)}")
             if self.stage is not None:
                 self.stage.forget(key)

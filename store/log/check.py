@@ -98,7 +98,8 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     rep.cq_entries = queues.finish(topics)
     keys.finish()
     _check_json(engine, problems)
-    problems += [Problem(f, 0, why) for f, why in engine.topic_table.problems() + offsettable.verify(engine.layout)]
+    problems += [Problem(f, 0, why) for f, why in engine.topic_table.problems()]
+    problems += [Problem(*p) for p in offsettable.verify(engine.layout)]
     if engine.layout.checkpoint.exists() and ckpt.read(engine.layout.checkpoint) is None:
         problems.append(Problem(str(engine.layout.checkpoint), 0, "checkpoint unreadable (bad CRC or size)"))
     return rep

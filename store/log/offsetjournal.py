@@ -28,7 +28,10 @@ always reaches every snapshot's ``journalEnd``: a power cut takes at most the re
 the last snapshot (members' commits: offsets go back, messages are delivered again, never
 skipped), and records appended after the cut land past the snapshot's ``journalEnd``, where
 readers look. A torn tail (a record cut by a crash, or zeros after a power cut) ends the
-journal; the next append cuts it off first.
+journal; the next append cuts it off first. A record damaged in the middle (bit rot: valid
+records after it, :meth:`Journal.damage`) ends it for readers the same way — the commits after
+it are not trusted, their messages delivered again — and is reported by ``store check``;
+``store recover`` starts the journal again from the table without them.
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ HEADER = struct.Struct(">4sIQ")
 FRAME = struct.Struct(">II")
 COMPACT_BYTES = 1 << 20
 MAX_RECORD = 64 << 20
+SECTOR = 512   # the least a power cut loses at once (a lost page is 8 of them)
 
 
 @dataclass
@@ -101,23 +105,39 @@ class Journal:
             os.close(fd)
         records: list[dict[str, Any]] = []
         pos = 0
-        torn = False
-        while pos < len(data):
-            if pos + FRAME.size > len(data):
-                torn = True
-                break
-            length, crc = FRAME.unpack_from(data, pos)
-            payload = data[pos + FRAME.size: pos + FRAME.size + length]
-            if length > MAX_RECORD or len(payload) != length or zlib.crc32(payload) != crc:
-                torn = True
-                break
-            try:
-                records.append(json.loads(payload))
-            except ValueError:
-                torn = True
-                break
-            pos += FRAME.size + length
-        return Tail(records, base, base + start - HEADER.size + pos, torn, ident=ident)
+        while (record := _record_at(data, pos)) is not None:
+            records.append(record[0])
+            pos = record[1]
+        return Tail(records, base, base + start - HEADER.size + pos, pos < len(data), ident=ident)
+
+    def damage(self) -> tuple[int, int] | None:
+        """Damage in the middle of the journal (bit rot, a write by hand): an invalid record that a
+        valid one follows; (its byte offset in the file, the file's logical end). None when every
+        record is valid, or when what ends the journal is what a crash or a power cut leaves: a
+        record cut at the end, zeros, or a whole sector of zeros before the next valid record (a
+        later block of unsynced appends written back, an earlier one not). Reads the whole file:
+        for ``store check`` and ``store recover``, not for readers."""
+        try:
+            with open(self.path, "rb") as fh:   # (one read: a compaction meanwhile renames a new file in)
+                whole = fh.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise io_error(exc, f"read {self.path}") from exc
+        if len(whole) < HEADER.size or HEADER.unpack_from(whole)[:2] != (MAGIC, VERSION):
+            return None   # (no journal to speak of: load reports it, and any write starts it again)
+        base, data, bad = HEADER.unpack_from(whole)[2], whole[HEADER.size:], 0
+        while (record := _record_at(data, bad)) is not None:
+            bad = record[1]
+        # (a payload is a JSON object: only frames whose payload starts with "{" are candidates)
+        at = data.find(b"{", bad + FRAME.size + 1)
+        while at != -1:
+            if _record_at(data, at - FRAME.size) is not None:
+                lo, hi = HEADER.size + bad, HEADER.size + at - FRAME.size   # (the bytes between, in the file)
+                holes = range(-(-lo // SECTOR) * SECTOR, hi - SECTOR + 1, SECTOR)
+                return None if any(not any(whole[sec:sec + SECTOR]) for sec in holes) else (lo, base + len(data))
+            at = data.find(b"{", at + 1)
+        return None
 
     def append(self, payload: dict[str, Any], at: int, sync: bool = False) -> int:
         """Write one record at logical position ``at`` (the end a read under the lock found:
@@ -178,6 +198,25 @@ class Journal:
 
     def needs_compaction(self, end: int, base: int, table_bytes: int) -> bool:
         return end - base > max(COMPACT_BYTES, 4 * table_bytes)
+
+
+def _record_at(data: bytes, pos: int) -> tuple[dict[str, Any], int] | None:
+    """The valid record at ``pos`` of ``data`` (the bytes after the header) and where it ends; None
+    when there is none (a frame cut short, a length past MAX_RECORD, a CRC or JSON that fails)."""
+    if pos + FRAME.size > len(data):
+        return None
+    length, crc = FRAME.unpack_from(data, pos)
+    end = pos + FRAME.size + length
+    if length > MAX_RECORD or end > len(data):
+        return None
+    payload = data[pos + FRAME.size:end]
+    if zlib.crc32(payload) != crc:
+        return None
+    try:
+        record = json.loads(payload)
+    except ValueError:
+        return None
+    return (record, end) if isinstance(record, dict) else None
 
 
 def apply(record: dict[str, Any], state: dict[str, Any]) -> None:

@@ -128,10 +128,8 @@ def _check_offset(offset: Any, queue_id: Any) -> None:
 
 @dataclass(frozen=True)
 class GroupOffsets:
-    """One group's offsets and reset epochs, read from a single version of the file.
-
-    Pass ``epochs`` back as ``expected_epochs`` to :meth:`ClusterOffsetStore.commit`.
-    """
+    """One group's offsets and reset epochs, read from a single version of the file (pass
+    ``epochs`` back as ``expected_epochs`` to :meth:`ClusterOffsetStore.commit`)."""
 
     group: str
     offsets: dict[QueueKey, int]
@@ -156,6 +154,7 @@ class ClusterOffsetStore:
         self.view = OffsetView(layout)   # (its ``appended``: commits no snapshot holds yet)
         self._view_lock = threading.Lock()   # (one commit at a time: the view is this store's)
         self.last_written: tuple[int, int, int] | None = None   # (inode, mtime, size) of its last write
+        self._told: tuple[object, ...] = ()   # the damage ``_load`` last warned of
 
     # -- reads (no lock: the file is only ever replaced by rename)
     def read(self, group: str, topic: str, queue_id: int) -> int:
@@ -184,8 +183,7 @@ class ClusterOffsetStore:
 
     def groups(self) -> list[str]:
         """Groups that have at least one committed offset, sorted."""
-        table = self._load()
-        return sorted({split_key(key)[1] for key, queues in table.offsets.items() if queues})
+        return sorted({split_key(key)[1] for key, queues in self._load().offsets.items() if queues})
 
     def all_groups(self) -> dict[str, dict[QueueKey, int]]:
         """Every group's committed offsets from one read: group -> (topic, queueId) -> offset."""
@@ -321,8 +319,7 @@ class ClusterOffsetStore:
         self._update(drop, durable_end=durable_end)
         return sorted(gone)
 
-    def lost_groups(self) -> dict[str, list[str]]:
-        """Groups whose offsets the table lost beyond recovery, with their topics."""
+    def lost_groups(self) -> dict[str, list[str]]:   # (beyond recovery, with their topics)
         return offsettable.load(self.layout).lost_groups()
 
     def reset_lost(self, oldest: Callable[[str, int], int], queue_count: Callable[[str], int]) -> list[str]:
@@ -351,7 +348,8 @@ class ClusterOffsetStore:
     # -- internals
     def _load(self, group: str | None = None) -> ClusterTable:
         loaded = offsettable.load(self.layout)
-        if loaded.source in ("bak", "journal"):
+        if loaded.source in ("bak", "journal") and self._told != (told := (loaded.source, *loaded.problems)):
+            self._told = told   # (said once per damage: a command or a member reads the table many times)
             self._warn(f"{self.path} is damaged; offsets come from "
                        f"{'its .bak and the offsets journal' if loaded.source == 'bak' else 'the offsets journal'}")
         if loaded.unknown:
@@ -381,7 +379,7 @@ class ClusterOffsetStore:
                       on_lost: Callable[[ClusterTable, set[str]], bool] | None = None,
                       durable_end: int = 0) -> None:
         """Read, change and write the whole table (the lock held): its record, then the snapshot."""
-        loaded = offsettable.load(self.layout)
+        loaded = offsettable.load(self.layout, deep=on_lost is not None)   # (recovery: a damaged journal rewritten)
         if loaded.unknown and on_lost is None:
             self._load()   # raises: only recovery starts such a table over
         if loaded.unknown:
@@ -392,16 +390,17 @@ class ClusterOffsetStore:
         # keys a damaged copy names stay known as lost until recover resets them
         loaded.table.lost |= loaded.lost
         offsetcommits.absorb(self.layout, loaded.table, durable_end)
-        changed = mutate(loaded.table) or loaded.table.lost != lost_before
-        changed = changed or loaded.table.applied != applied_before
-        if on_lost is not None and on_lost(loaded.table, loaded.lost):
-            changed = True
+        changed = mutate(loaded.table) or loaded.table.lost != lost_before or loaded.table.applied != applied_before
+        changed = bool(on_lost is not None and on_lost(loaded.table, loaded.lost)) or changed
         # After a fallback, write even when nothing changed: it repairs the snapshot; when
         # the journal is ahead of it, a snapshot of the commits since.
         if changed or loaded.repair or loaded.behind:
             offsettable.write(self.layout, loaded, lost_before, applied_before, sync=sync)
             st = os.stat(self.path)   # (a consumer woken by the file replaced tells its own commits by it)
             self.last_written = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if loaded.damage is not None:
+            self._warn(f"{self.layout.consumer_offset_log} was damaged at byte {loaded.damage[0]}: rewritten from the "
+                       f"offset table (the commits after the damage dropped: their messages are delivered again)")
 
 
 # -- broadcasting: offsets/<clientId>/<group>/offsets.json -----------------------------------

@@ -192,11 +192,13 @@ class Loaded:
     snapshot_end: int = 0             # the trusted copy's journalEnd
     unknown: bool = False             # damaged, no journal, and no group named: nothing to trust
     snapshot_bytes: int = 0           # the size of the copy read (bounds the journal's growth)
+    damage: tuple[int, int] | None = None   # (load(deep=True)) the journal damaged in the middle: Journal.damage
 
     @property
     def repair(self) -> bool:
-        """The next write must rewrite the snapshot even when nothing changed (a damaged copy)."""
-        return self.source not in ("snapshot", "none")
+        """The next write must rewrite the snapshot even when nothing changed (a damaged copy),
+        and the journal too when it is damaged in the middle."""
+        return self.source not in ("snapshot", "none") or self.damage is not None
 
     def lost_groups(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -232,8 +234,16 @@ def _read_copy(path: Path) -> tuple[ClusterTable | None, int | None, str | None,
     return table, je, None, raw
 
 
-def load(layout: Layout) -> Loaded:
-    """The table from the snapshot, its ``.bak`` and the journal (see the module docstring)."""
+def load(layout: Layout, deep: bool = False) -> Loaded:
+    """The table from the snapshot, its ``.bak`` and the journal (see the module docstring);
+    ``deep`` (recovery): the whole journal read for damage in its middle too."""
+    loaded = _load(layout)
+    if deep:
+        loaded.damage = oj.Journal(layout.consumer_offset_log).damage()
+    return loaded
+
+
+def _load(layout: Layout) -> Loaded:
     path = layout.consumer_offset_json
     journal = oj.Journal(layout.consumer_offset_log)
     problems: list[tuple[str, str]] = []
@@ -330,11 +340,13 @@ def write(layout: Layout, loaded: Loaded, lost_before: set[str], applied_before:
         # without one (and takes the new table for a damaged one)
         save(layout, ClusterTable().to_json(), 0, keep_bak=False, sync_dir=False)
     keep_bak, sync_dir = loaded.source == "snapshot", sync or loaded.repair
-    if not tail.exists or not tail.header or tail.end < loaded.snapshot_end:
-        # No journal, an unreadable one, or one that lost records the snapshot has (damage:
-        # the journal is synced before every snapshot): it starts again from the whole table.
-        # Positions never go back, so an old ``.bak`` cannot name one inside the new journal.
-        end = journal.rewrite(new, max(tail.end, loaded.snapshot_end))
+    if not tail.exists or not tail.header or tail.end < loaded.snapshot_end or loaded.damage is not None:
+        # No journal, an unreadable one, one that lost records the snapshot has (damage: the
+        # journal is synced before every snapshot), or one damaged in the middle (the table
+        # then has none of the records after the damage): it starts again from the whole table.
+        # Positions never go back, so an old ``.bak`` (or a member's view) cannot name one
+        # inside the new journal.
+        end = journal.rewrite(new, max(tail.end, loaded.snapshot_end, loaded.damage[1] if loaded.damage else 0))
         save(layout, new, end, keep_bak=keep_bak, sync_dir=sync_dir)
         return
     record = loaded.table.change(lost_before, applied_before)
@@ -345,16 +357,23 @@ def write(layout: Layout, loaded: Loaded, lost_before: set[str], applied_before:
              keep_bak=keep_bak, sync_dir=sync_dir)
 
 
-def verify(layout: Layout) -> list[tuple[str, str]]:
-    """Problems ``store check`` reports (reads only): damaged copies, lost groups, a journal
-    that ends early, and a snapshot that disagrees with the journal it names."""
-    loaded = load(layout)
-    problems = list(loaded.problems)
+def verify(layout: Layout) -> list[tuple[str, int, str]]:
+    """Problems ``store check`` reports (reads only), as (file, byte offset, why): damaged
+    copies, lost groups, a journal that ends early or is damaged in the middle, and a snapshot
+    that disagrees with the journal it names."""
+    loaded = load(layout, deep=True)
+    problems = [(f, 0, why) for f, why in loaded.problems]
+    if loaded.damage is not None:
+        log = str(layout.consumer_offset_log)
+        problems = [p for p in problems if p[0] != log]   # (its "ends early", said better here)
+        problems.append((log, loaded.damage[0], "offsets journal damaged: a record fails its check and valid "
+                         "ones follow (readers stop there: commits after it are not used, their messages "
+                         "delivered again); mqctl store recover rewrites it from the offset table"))
     tail = loaded.journal
     if loaded.source == "snapshot" and tail.exists and tail.header and not loaded.behind \
             and tail.end >= loaded.snapshot_end:
         whole = oj.Journal(layout.consumer_offset_log).read(None)
         if whole.end == tail.end and _replay({}, whole.records).to_json() != loaded.table.to_json():
-            problems.append((str(layout.consumer_offset_json),
+            problems.append((str(layout.consumer_offset_json), 0,
                              "offset table disagrees with the offsets journal it names (the table is used)"))
     return problems

@@ -427,3 +427,26 @@ def test_forced_reset_is_taken_up_by_a_live_consumer(mq: MQ, loaded: Store) -> N
     put(loaded, "T", ["new"], queue=0)
     wait_for(lambda: p.lines().count(b"a0") == 2, 20.0, what="a0 to be delivered again")
     assert p.stop(30) == 0
+
+
+def test_a_one_queue_reset_disturbs_only_that_queue_of_a_live_consumer(mq: MQ, loaded: Store) -> None:
+    """A reset epoch is per topic: a member used to let every queue of the topic go on a reset
+    of one, warning "offsets of T/1 were reset" for queues whose offsets had not moved. Now it
+    warns for, and takes again, only the queue the reset moved; the others go on (their
+    commits under the new epoch), nothing of them delivered twice."""
+    p = mq.start("consume", "T", "-g", "R", "--from", "first", "--idle-timeout", "60")
+    wait_for(lambda: len(p.lines()) == 13, 20.0, what="the first 13 messages")
+    wait_for(lambda: offsets_of(loaded, "R", "T") == {0: 10, 1: 3, 2: 0, 3: 0}, 20.0,
+             what="the offsets to be committed")
+    mq.ok("offsets", "reset", "-g", "R", "--topic", "T", "--to-earliest", "-q", "0", "--execute", "--force")
+    put(loaded, "T", ["new0"], queue=0)
+    put(loaded, "T", ["new1"], queue=1)
+    wait_for(lambda: p.lines().count(b"a0") == 2 and b"new0" in p.lines() and b"new1" in p.lines(), 20.0,
+             what="queue 0 delivered again, and the new messages")
+    wait_for(lambda: offsets_of(loaded, "R", "T") == {0: 11, 1: 4, 2: 0, 3: 0}, 20.0,
+             what="both queues committed after the reset")
+    assert p.stop(30) == 0
+    warned = [line for line in p.stderr().splitlines() if "were reset" in line]
+    assert warned == ["mqctl: warning: offsets of T/0 were reset; continuing from 0"], p.stderr()
+    lines = p.lines()
+    assert sorted(x for x in lines if x.startswith(b"b") or x == b"new1") == [b"b0", b"b1", b"b2", b"new1"]

@@ -57,6 +57,26 @@ def test_offsets_recovered_from_the_journal_when_both_files_are_lost(mq: MQ, how
     mq.check_clean()
 
 
+@pytest.mark.parametrize("copies", [(OFFSETS,), (OFFSETS, OFFSETS + ".bak")], ids=["table", "table-and-bak"])
+def test_a_damaged_table_is_warned_of_once_per_command(mq: MQ, copies: tuple[str, ...]) -> None:
+    """Each command read the table two or three times (the group looked up, then its offsets;
+    a member's reset epochs, then its start), each read warning again."""
+    mq.ok("topic", "create", "t", "--queues", "1")
+    mq.send_lines("t", [f"m{i}" for i in range(6)])
+    assert _consume(mq, "t", "G", "--from", "first", "--count", "3") == ["m0", "m1", "m2"]
+    mq.ok("offsets", "show", "-g", "G")   # (the snapshot written: the .bak is a good copy)
+    commands = [("offsets", "show", "-g", "G"), ("progress", "-g", "G"),
+                ("offsets", "reset", "-g", "G", "--topic", "t", "--to-earliest"),
+                ("consume", "t", "-g", "G", "-e")]
+    for args in commands:
+        for name in copies:
+            (mq.root / name).write_bytes(b"\x00garbage{")
+        res = mq.ok(*args)
+        warned = [line for line in res.stderr.splitlines() if "is damaged" in line]
+        assert len(warned) == 1 and OFFSETS in warned[0], f"{args}: {res.stderr}"
+    assert mq.ok("consume", "t", "-g", "G", "-e").out.split() == [], "m3-m5 delivered once"
+
+
 def test_a_flipped_digit_fails_the_crc_and_the_right_offset_comes_back(mq: MQ) -> None:
     mq.ok("topic", "create", "t", "--queues", "1")
     mq.send_lines("t", [f"m{i}" for i in range(10)])
@@ -86,6 +106,45 @@ def test_lost_group_is_named_by_check_and_reset_to_the_oldest_by_recover(mq: MQ)
     res = mq.run("store", "recover")
     assert res.returncode == 0 and "group G" in res.stderr and "oldest message" in res.stderr, str(res)
     assert _consume(mq, "t", "G") == [f"m{i}" for i in range(6)], "reset to the oldest: nothing skipped"
+    mq.check_clean()
+
+
+@pytest.mark.parametrize("where", ["before-the-table-s-end", "past-the-table-s-end"])
+def test_a_journal_record_damaged_in_the_middle_is_reported_and_recovered(mq: MQ, where: str) -> None:
+    """Bit rot in a record of the offsets journal with valid records after it: readers stop
+    at it (offsets fall back, nothing skipped), but ``store check`` said OK. Now check names
+    the journal and the byte (exit 1) and ``store recover`` rewrites it from the table it can
+    trust: never the records after the damage, never an offset past what was committed."""
+    mq.ok("topic", "create", "t", "--queues", "1")
+    mq.send_lines("t", [f"m{i}" for i in range(20)])
+    for _ in range(4):   # each a commit record, and a table written when the member stops
+        assert len(_consume(mq, "t", "G", "--from", "first", "--count", "2")) == 2
+    journal = mq.root / "config" / "consumerOffset.log"
+    damaged, expected = '"0":4', 8
+    if where == "past-the-table-s-end":
+        # a member's commits, appended after the table was last written (as a kill -9 leaves them)
+        from store.log.offsets import ClusterOffsetStore
+        table = ClusterOffsetStore(mq.store().layout)
+        for offset in (10, 12, 14):
+            table.commit("G", {("t", 0): offset}, journal_only=True)
+        damaged, expected = '"0":12', 10
+    data = bytearray(journal.read_bytes())
+    at = data.index(damaged.encode())
+    data[at + 4] ^= 0x01   # one bit: the record's CRC fails, the records after it are whole
+    journal.write_bytes(bytes(data))
+    offsets = mq.ok("offsets", "show", "-g", "G", "--json").json_lines()
+    assert [o["offset"] for o in offsets] == [expected]
+    res = mq.check()
+    assert res.returncode == 1, str(res)
+    problems = [p for p in res.json_lines() if "reason" in p]
+    assert [(p["file"], p["known"]) for p in problems] == [(str(journal), False)], res.out
+    assert "offsets journal damaged" in problems[0]["reason"] and 0 < problems[0]["offset"] <= at, res.out
+    assert res.json_lines()[-1]["status"] == "DAMAGED"
+    res = mq.ok("store", "recover")
+    assert f"{journal} was damaged at byte {problems[0]['offset']}" in res.stderr, str(res)
+    mq.check_clean()
+    assert [o["offset"] for o in mq.ok("offsets", "show", "-g", "G", "--json").json_lines()] == [expected]
+    assert _consume(mq, "t", "G") == [f"m{i}" for i in range(expected, 20)], "nothing skipped"
     mq.check_clean()
 
 

@@ -213,3 +213,37 @@ def test_a_member_idle_after_its_last_commits_still_wakes_to_settle_them(mq: MQ,
                         f"the member would sleep {due:.0f} s with its last commits in no snapshot"
         finally:
             turns.close()
+
+
+@pytest.mark.parametrize("damage", ["clean", "cut-record", "zeros-at-the-end", "zeros-then-records",
+                                    "bit-rot-then-records", "bit-rot-at-the-end"])
+def test_only_a_damaged_record_with_valid_ones_after_it_is_damage_in_the_middle(
+        layout: Layout, no_snapshot_by_age: None, damage: str) -> None:
+    """``store check`` reports a journal damaged in the middle (``Journal.damage``); what a crash
+    or a power cut leaves (a record cut at the end, zeros: a later block written back before an
+    earlier one) ends the journal as a torn tail, cut off by the next append, and is not reported."""
+    member = ClusterOffsetStore(layout)
+    member.commit("g", {("T", 0): 1})
+    for i in range(2, 100):
+        member.commit("g", {("T", 0): i}, expected_epochs={}, journal_only=True)
+    path = layout.consumer_offset_log
+    data = bytearray(path.read_bytes())
+    assert len(data) > 3 * 512
+    third = data.index(b'{"set":{"T@g":{"0":3}}}') - oj.FRAME.size   # a record with others after it
+    if damage == "cut-record":
+        data = data[:-5]
+    elif damage == "zeros-at-the-end":
+        data += bytes(100)
+    elif damage == "zeros-then-records":   # a sector lost, the records of the next one kept
+        data[512:1024] = bytes(512)
+    elif damage == "bit-rot-then-records":
+        data[third + oj.FRAME.size + 19] ^= 0x02
+    elif damage == "bit-rot-at-the-end":
+        data[-3] ^= 0x02
+    path.write_bytes(bytes(data))
+    found = oj.Journal(path).damage()
+    if damage == "bit-rot-then-records":
+        assert found == (third, len(data) - oj.HEADER.size)   # (the header's base is 0)
+        assert ClusterOffsetStore(layout).read("g", "T", 0) == 2   # readers stop there: nothing skipped
+    else:
+        assert found is None
