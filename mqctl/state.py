@@ -74,6 +74,11 @@ def auto_create_allowed() -> bool:
 
 
 def resolve_store_path(flag: str | None) -> Path:
-    """``--store DIR``, else what the library selects for ``path=None``."""
+    """``--store DIR``, else what the library selects for ``path=None``. An empty ``--store``
+    is refused (a variable that was meant to name the store and is empty, say), not taken as
+    the default store: that is what leaving the flag out means."""
     from store import resolve_store_path as library_default
+    if flag is not None and not flag.strip():
+        from store.errors import UsageError
+        raise UsageError("--store needs a directory (leave it out for $MQCTL_STORE or ~/.mqctl/store)")
     return library_default(flag)

@@ -132,6 +132,16 @@ def test_store_and_json_anywhere_in_real_processes(tmp_path: Path) -> None:
     assert cp.returncode == 2 and cp.stderr.startswith("mqctl: error: No such option: --json"), str(cp)
 
 
+@pytest.mark.parametrize("args", [["--store=", "consume", "orders", "-g", "g", "-e"], ["--store=", "send", "t", "x"],
+                                  ["--store", "", "topic", "list"], ["topic", "list", "--store", " "]])
+def test_an_empty_store_flag_is_refused_not_taken_for_the_default_store(tmp_path: Path, args: list[str]) -> None:
+    """``--store "$DIR"`` with DIR unset must not work on ~/.mqctl/store (or $MQCTL_STORE)."""
+    default = tmp_path / "default"
+    cp = run([*MQCTL, *args], args=args, env=mqctl_env(default))
+    assert cp.returncode == 2 and cp.stderr.startswith("mqctl: error: --store needs a directory"), str(cp)
+    assert not default.exists()
+
+
 def test_a_bad_number_names_the_kind_of_value_not_the_click_type(tmp_path: Path) -> None:
     cp = on_the_line("--store", str(tmp_path / "s"), "consume", "t", "-g", "g", "-c", "abc")
     assert cp.returncode == 2
