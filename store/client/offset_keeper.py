@@ -483,10 +483,9 @@ class OffsetKeeper:
 
     def _reload_after_reset(self, topics: set[str]) -> None:
         """Offsets were reset while we ran (``offsets reset --force``): the held queues whose
-        stored offset moved are let go, and taken again from it by the next rebalance. (An
-        epoch is per topic; a queue a reset left alone is kept.) The epoch does not say which
-        queues a reset named: one that read past its stored offset is let go too, since a
-        reset to that offset (a replay of what it read since) looks the same."""
+        stored offset moved are let go, and taken again from it by the next rebalance. (An epoch
+        is per topic, not naming the queues a reset set: a queue read past its stored offset is
+        let go too, a reset to that offset, a replay of what it read since, looks the same.)"""
         snap = self.offset_store.snapshot(self.o.group)
         self.epochs = dict(snap.epochs)
         for key in [k for k in self.held.pqs if k[0] in topics]:
