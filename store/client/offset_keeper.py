@@ -483,14 +483,14 @@ class OffsetKeeper:
 
     def _reload_after_reset(self, topics: set[str]) -> None:
         """Offsets were reset while we ran (``offsets reset --force``): the held queues whose
-        stored offset moved are let go, and taken again from it by the next rebalance. (An
-        epoch is per topic; a queue a reset left alone is kept, its skipped commit made again.)"""
+        stored offset moved are let go, and taken again from it by the next rebalance. (An epoch
+        is per topic, not naming the queues a reset set: a queue read past its stored offset is
+        let go too, a reset to that offset, a replay of what it read since, looks the same.)"""
         snap = self.offset_store.snapshot(self.o.group)
         self.epochs = dict(snap.epochs)
         for key in [k for k in self.held.pqs if k[0] in topics]:
-            if self.stage is None and snap.offsets.get(key, -1) == self.persisted.get(key):
-                if self.offsets.get(key, -1) != self.persisted[key]:
-                    self.dirty.add(key)   # (its commit was skipped with the topic's)
+            stored = self.persisted.get(key)
+            if self.stage is None and snap.offsets.get(key, -1) == stored == self.offsets.get(key, stored):
                 continue
             self.warn(f"offsets of {key[0]}/{key[1]} were reset; continuing from {snap.offsets.get(key, 0)}")
             if self.stage is not None:

@@ -440,9 +440,12 @@ def test_a_one_queue_reset_disturbs_only_that_queue_of_a_live_consumer(mq: MQ, l
              what="the offsets to be committed")
     mq.ok("offsets", "reset", "-g", "R", "--topic", "T", "--to-earliest", "-q", "0", "--execute", "--force")
     put(loaded, "T", ["new0"], queue=0)
+    wait_for(lambda: p.lines().count(b"a0") == 2 and b"new0" in p.lines(), 20.0,
+             what="queue 0 delivered again, and its new message")
+    # (queue 1 gets its message once the reset is taken up: a member that read past a queue's
+    # stored offset when it learns of a reset cannot tell whether the reset named that queue)
     put(loaded, "T", ["new1"], queue=1)
-    wait_for(lambda: p.lines().count(b"a0") == 2 and b"new0" in p.lines() and b"new1" in p.lines(), 20.0,
-             what="queue 0 delivered again, and the new messages")
+    wait_for(lambda: b"new1" in p.lines(), 20.0, what="queue 1's new message")
     wait_for(lambda: offsets_of(loaded, "R", "T") == {0: 11, 1: 4, 2: 0, 3: 0}, 20.0,
              what="both queues committed after the reset")
     assert p.stop(30) == 0

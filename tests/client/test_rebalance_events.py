@@ -255,3 +255,31 @@ def test_sixteen_members_started_together_settle_and_a_joiner_gets_its_share(mq:
     for p in procs[1:] + [joiner]:
         p.signal(15)
     assert all(p.wait() == 0 for p in procs[1:] + [joiner])
+
+
+def test_a_reset_to_the_committed_offset_is_taken_up_by_a_member_that_read_further(topic: Store) -> None:
+    """A member that committed 3 of T/0 and consumed on to 7 (not committed yet) is reset to 3:
+    the table's offset did not move, but the member's did. It must start T/0 again from 3 (and
+    say so), not commit 7 over the reset (the replay the reset asked for silently skipped)."""
+    warned: list[str] = []
+    opts = ConsumeOptions(topic="T", group="G", client_id="m1", install_signals=False, persist_interval_s=0.2)
+    rt = Runtime(topic, opts, warn=warned.append)
+    rt.setup()
+    try:
+        turns = rt.turns()
+        settle(rt, turns, next(turns))
+        keeper = rt.keeper
+        keeper.pace(inline=False, every_s=0.0)
+        keeper.advance(("T", 0), 3)
+        keeper.persist()
+        table = ClusterOffsetStore(rt.layout)
+        assert table.read_group("G")[("T", 0)] == 3
+        keeper.advance(("T", 0), 7)   # consumed on, its commit not made yet
+        table.reset("G", "T", {0: 3})
+        keeper.check_reset()
+        assert any("offsets of T/0 were reset" in w for w in warned), warned
+        keeper.persist()
+        assert ClusterOffsetStore(rt.layout).read_group("G")[("T", 0)] == 3
+        turns.close()
+    finally:
+        rt.shutdown(wait_handlers=False)
