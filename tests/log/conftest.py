@@ -4,14 +4,14 @@ from __future__ import annotations
 import pytest
 
 from store.log import columns
+from tests.log.storetestutil import without_c_loop
 
 
 @pytest.fixture
 def python_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Bulk reads without the C loop (store/log/nativecheck.c), as an install without a
     compiler reads: the Python loop, and numpy's array check for big backlogs."""
-    monkeypatch.setattr(columns, "_native", None)
-    monkeypatch.setattr(columns, "NATIVE", False)
+    without_c_loop(monkeypatch)
 
 
 @pytest.fixture(params=["c", "python"])

@@ -1,10 +1,14 @@
 """Helpers for the storage engine's unit tests (tests/log/): opening a store with settings,
-drafts, reading a topic back through its consume queues, and the reference hash for
-sharding-key routing. Running ``mqctl`` on a store is ``tests/procs.py``'s (``mqctl``)."""
+drafts, reading a topic back through its consume queues (and through both bulk reads, with the
+C check loop or without it), and the reference hash for sharding-key routing. Running ``mqctl`` on a store is ``tests/procs.py``'s (``mqctl``)."""
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from store.errors import StoreError
+from store.log import columns
 from store.log.messagestore import Store
 from store.log.record import Draft
 from store.log.settings import StoreSettings
@@ -36,3 +40,48 @@ def jhash(s: str) -> int:
     for i in range(0, len(data), 2):
         h = (31 * h + int.from_bytes(data[i:i + 2], "big")) % 2**32
     return h - 2**32 if h >= 2**31 else h
+
+
+def without_c_loop(mp: pytest.MonkeyPatch) -> None:
+    """Bulk reads with the Python loop alone (no store/log/nativecheck.c), as an install
+    without a compiler reads: and numpy's array check for big backlogs."""
+    mp.setattr(columns, "_native", None)
+    mp.setattr(columns, "NATIVE", False)
+
+
+def read_queues(s: Store, topic: str, queues: int, max_bytes: int, *, c_loop: bool, monkeypatch: pytest.MonkeyPatch,
+                count: int = 1000) -> list[object]:
+    """Every queue of ``topic`` through both bulk reads (bodies, as bytes and as views, and
+    whole records), pull by pull, as a list to compare between the C loop and the Python loop
+    (``c_loop``). A read that raises (an entry with no record anywhere) is one row, its error."""
+    with monkeypatch.context() as m:
+        if not c_loop:
+            without_c_loop(m)
+        out: list[object] = []
+        for q in range(queues):
+            for views in (False, True, None):   # (None: whole records)
+                off, pulls = 0, 0
+                while pulls < 200:
+                    try:
+                        if views is None:
+                            c = s.pull_records(topic, q, off, count, max_bytes)
+                            row: tuple[object, ...] = ("records", q, c.offsets, c.bodies, c.born, c.stored, c.props,
+                                                       c.phys, c.reconsume, c.damaged, c.next_offset)
+                        else:
+                            c = s.pull_bodies(topic, q, off, count, max_bytes, views=views)
+                            row = ("bodies", q, views, c.offsets, [bytes(b) for b in c.bodies], c.damaged,
+                                   c.next_offset)
+                    except StoreError as exc:
+                        out.append(("error", q, off, type(exc).__name__, str(exc)))
+                        break
+                    out.append(row)
+                    if c.next_offset == off:
+                        break
+                    off, pulls = c.next_offset, pulls + 1
+        return out
+
+
+def damage_named(row: object) -> bool:
+    """Whether a row of :func:`read_queues` names damage (or is an error)."""
+    assert isinstance(row, tuple)
+    return row[0] == "error" or bool(row[5 if row[0] == "bodies" else 9])

@@ -17,7 +17,7 @@ import pytest
 from store.log import columns
 from store.log.messagestore import Store
 from store.log.record import Draft
-from tests.log.storetestutil import open_store
+from tests.log.storetestutil import damage_named, open_store, read_queues
 
 QUEUES = 3
 
@@ -56,31 +56,7 @@ def _store(root: Path) -> Store:
 
 
 def _read_all(s: Store, native: bool, monkeypatch: pytest.MonkeyPatch, max_bytes: int) -> list[object]:
-    """Every queue of T through both bulk reads, pull by pull, as a comparable list."""
-    with monkeypatch.context() as m:
-        if not native:
-            m.setattr(columns, "_native", None)
-            m.setattr(columns, "NATIVE", False)
-        out: list[object] = []
-        for q in range(QUEUES):
-            for views in (False, True):
-                off = 0
-                while True:
-                    r = s.pull_bodies("T", q, off, 1000, max_bytes, views=views)
-                    out.append(("bodies", q, views, r.offsets, [bytes(b) for b in r.bodies], r.damaged,
-                                r.next_offset))
-                    if r.next_offset == off:
-                        break
-                    off = r.next_offset
-            off = 0
-            while True:
-                c = s.pull_records("T", q, off, 1000, max_bytes)
-                out.append(("records", q, c.offsets, c.bodies, c.born, c.stored, c.props, c.phys, c.reconsume,
-                            c.damaged, c.next_offset))
-                if c.next_offset == off:
-                    break
-                off = c.next_offset
-        return out
+    return read_queues(s, "T", QUEUES, max_bytes, c_loop=native, monkeypatch=monkeypatch)
 
 
 # not a module-wide pytestmark: that would skip test_the_c_loop_is_built_where_a_compiler_is
@@ -94,7 +70,7 @@ def test_an_intact_log_reads_the_same(tmp_path: Path, monkeypatch: pytest.Monkey
     s = _store(tmp_path / "s")
     want = _read_all(s, False, monkeypatch, max_bytes)
     assert _read_all(s, True, monkeypatch, max_bytes) == want
-    assert all(not row[5 if row[0] == "bodies" else 9] for row in want)   # type: ignore[index]
+    assert not any(map(damage_named, want))
 
 
 @needs_c
@@ -114,7 +90,7 @@ def test_any_damaged_byte_is_found_and_named_as_the_python_loop_names_it(
         for max_bytes in (6000, 4 << 20):
             want = _read_all(s, False, monkeypatch, max_bytes)
             assert _read_all(s, True, monkeypatch, max_bytes) == want, f"byte {at} of the log"
-            damaged += any(row[5 if row[0] == "bodies" else 9] for row in want)   # type: ignore[index]
+            damaged += any(map(damage_named, want))
     assert damaged >= 8   # most bytes of the log are in a record of T
 
 

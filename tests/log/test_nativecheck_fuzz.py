@@ -19,7 +19,7 @@ from store.log import columns
 from store.log import format as F
 from store.log.messagestore import Store
 from store.log.record import Draft
-from tests.log.storetestutil import open_store
+from tests.log.storetestutil import open_store, read_queues
 
 pytestmark = pytest.mark.skipif(not columns.NATIVE, reason="the C loop is not built")
 
@@ -50,52 +50,22 @@ def _files(s: Store) -> list[Path]:
 
 
 def _read(s: Store, native: bool, monkeypatch: pytest.MonkeyPatch, max_bytes: int, count: int = 1000) -> list[object]:
-    with monkeypatch.context() as m:
-        if not native:
-            m.setattr(columns, "_native", None)
-            m.setattr(columns, "NATIVE", False)
-        out: list[object] = []
-        for q in range(QUEUES):
-            for views in (False, True):
-                off, pulls = 0, 0
-                while pulls < 200:
-                    try:
-                        r = s.pull_bodies("T", q, off, count, max_bytes, views=views)
-                    except StoreError as exc:   # an entry with no record anywhere: the same error
-                        out.append(("error", q, off, type(exc).__name__, str(exc)))
-                        break
-                    out.append(("bodies", q, views, r.offsets, [bytes(b) for b in r.bodies], r.damaged,
-                                r.next_offset))
-                    if r.next_offset == off:
-                        break
-                    off, pulls = r.next_offset, pulls + 1
-            off, pulls = 0, 0
-            while pulls < 200:
-                try:
-                    c = s.pull_records("T", q, off, count, max_bytes)
-                except StoreError as exc:
-                    out.append(("error", q, off, type(exc).__name__, str(exc)))
-                    break
-                out.append(("records", q, c.offsets, c.bodies, c.born, c.stored, c.props, c.phys, c.reconsume,
-                            c.damaged, c.next_offset))
-                if c.next_offset == off:
-                    break
-                off, pulls = c.next_offset, pulls + 1
-        if native:   # the shared read serves full runs only with the C loop
-            for full in (False, True):
-                try:
-                    runs = s.pull_many("T", [(q, 0, 1000, max(max_bytes, 1) * 4) for q in range(QUEUES)], full)
-                    owns = {q: s.pull_columns("T", q, 0, len(c.offsets) + len(c.damaged), max(max_bytes, 1) * 4,
-                                              with_phys=True) for q, c in runs.items()}
-                except StoreError:   # as each queue's own pull (compared above)
-                    continue
-                for q, c in sorted(runs.items()):
-                    own = owns[q] if full else None
-                    out.append(("many", full, q, c.offsets, [bytes(b) for b in c.bodies], c.damaged))
-                    if own is not None:
-                        assert (c.offsets, c.bodies, c.born, c.stored, c.props, c.phys, c.reconsume) == (
-                            own.offsets, own.bodies, own.born, own.stored, own.props, own.phys, own.reconsume)
-        return out
+    out = read_queues(s, "T", QUEUES, max_bytes, c_loop=native, monkeypatch=monkeypatch, count=count)
+    if native:   # the shared read serves full runs only with the C loop
+        for full in (False, True):
+            try:
+                runs = s.pull_many("T", [(q, 0, 1000, max(max_bytes, 1) * 4) for q in range(QUEUES)], full)
+                owns = {q: s.pull_columns("T", q, 0, len(c.offsets) + len(c.damaged), max(max_bytes, 1) * 4,
+                                          with_phys=True) for q, c in runs.items()}
+            except StoreError:   # as each queue's own pull (compared above)
+                continue
+            for q, c in sorted(runs.items()):
+                own = owns[q] if full else None
+                out.append(("many", full, q, c.offsets, [bytes(b) for b in c.bodies], c.damaged))
+                if own is not None:
+                    assert (c.offsets, c.bodies, c.born, c.stored, c.props, c.phys, c.reconsume) == (
+                        own.offsets, own.bodies, own.born, own.stored, own.props, own.phys, own.reconsume)
+    return out
 
 
 def _comparable(rows: list[object]) -> list[object]:
