@@ -205,15 +205,12 @@ def check_run(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, of
     except (OSError, ValueError):
         fd = -1
     i = total = 0
-    while True:
+    while i < n and total < max_bytes:
         i, total = _native(span, view, lo, entries, i, offset, queue_id, topic_field, max_bytes, total, flags,
                            *cols, fd, base, seg_size)
-        if i >= n or total >= max_bytes:
-            break
-        i, total = _check_loop(log, q, topic, queue_id, offset, entries, i, lo, span, topic_field, max_bytes,
-                               total, out, bodies_only, with_phys, views, True)
-        if i >= n or total >= max_bytes:
-            break
+        if i < n and total < max_bytes:   # the record the C loop handed back, and what follows it
+            i, total = _check_loop(log, q, topic, queue_id, offset, entries, i, lo, span, topic_field, max_bytes,
+                                   total, out, bodies_only, with_phys, views, True)
     out.next_offset = offset + i
 
 
