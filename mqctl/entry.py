@@ -21,6 +21,8 @@ import gc
 import os
 import sys
 
+from mqctl.startgc import hold
+
 COMPLETE_VAR = "_MQCTL_COMPLETE"   # the shell-completion request (Typer's name for mqctl)
 
 
@@ -109,13 +111,6 @@ def main() -> None:
         gc.freeze()
 
 
-def hold_collector() -> None:
-    """No cyclic garbage collection while a quick path loads its modules (mqctl/startgc.py:
-    the command turns it back on once its machinery is loaded)."""
-    from mqctl.startgc import hold
-    hold()
-
-
 def run_command(argv: list[str]) -> None:
     """Run the command line ``argv`` (exits through SystemExit with the command's code)."""
     if not any(v in os.environ for v in _BLAS_THREAD_VARS):
@@ -132,9 +127,9 @@ def run_command(argv: list[str]) -> None:
             from mqctl.app import main as full
             full(argv)
             return
-        hold_collector()
+        hold()   # (no collection while the quick path loads its modules: mqctl/startgc.py)
         sys.exit(_consume(argv, *consume))
-    hold_collector()
+    hold()
     from mqctl.errors import guard
     from mqctl.sender import SendRequest, run_send
     from mqctl.state import State, resolve_store_path
