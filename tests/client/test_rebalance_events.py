@@ -30,11 +30,11 @@ def topic(store: Store) -> Store:
     return store
 
 
-def member(store: Store, **kw: object) -> Runtime:
+def member(store: Store, warn: Callable[[str], None] = lambda _m: None, **kw: object) -> Runtime:
     # (a persist interval short enough for settle() to wait out its first look at the offsets)
     opts = ConsumeOptions(topic="T", group="G", client_id="m1", install_signals=False,  # type: ignore[arg-type]
                           persist_interval_s=0.2, **kw)
-    rt = Runtime(store, opts, warn=lambda _m: None)
+    rt = Runtime(store, opts, warn=warn)
     rt.setup()
     return rt
 
@@ -200,9 +200,7 @@ def test_other_members_commits_put_the_offsets_watch_to_sleep_until_the_persist_
     look, which watches it again and takes up a reset it missed; meanwhile it looks at the
     topic table every TOPICS_LOOK_S: a topic resized is taken up then."""
     warned: list[str] = []
-    opts = ConsumeOptions(topic="T", group="G", client_id="m1", install_signals=False, persist_interval_s=0.2)
-    rt = Runtime(topic, opts, warn=warned.append)
-    rt.setup()
+    rt = member(topic, warn=warned.append)
     try:
         turns = rt.turns()
         settle(rt, turns, next(turns))
@@ -262,9 +260,7 @@ def test_a_reset_to_the_committed_offset_is_taken_up_by_a_member_that_read_furth
     the table's offset did not move, but the member's did. It must start T/0 again from 3 (and
     say so), not commit 7 over the reset (the replay the reset asked for silently skipped)."""
     warned: list[str] = []
-    opts = ConsumeOptions(topic="T", group="G", client_id="m1", install_signals=False, persist_interval_s=0.2)
-    rt = Runtime(topic, opts, warn=warned.append)
-    rt.setup()
+    rt = member(topic, warn=warned.append)
     try:
         turns = rt.turns()
         settle(rt, turns, next(turns))
