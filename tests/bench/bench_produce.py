@@ -71,6 +71,14 @@ the same repetition), then their median:
   ``--durable-only --sizes 100 --reps 5 --nsingle 2000 --baseline /work/main``.
 * ``--hogs N``: N CPU hogs (``yes > /dev/null``) run through every repetition, beside mqctl
   and the peers alike (``tests/bench/hogs.py``).
+* Every timed write (``mqctl send``, ``Producer.send_many``, the floors, Redis's ``XADD``)
+  starts with as many recently freed pages as it will write (:func:`recycle_pages`). On a
+  virtual machine whose balloon reports free pages to the host (``virtio_balloon`` with
+  free page reporting, as here), memory freed more than ~2 s ago, or never touched, is
+  backed by the host again on first use: a write into the page cache then runs ~5x slower
+  (100 MB: ~140 ms against ~23 ms measured here). Whichever writer happened to find freshly
+  freed pages (after a ``rm`` of the last store, or a floor's ``unlink``) used to win by that
+  much: the 0.4-3.0x swings of one size in one run.
 * Peak RSS of ``mqctl send`` for 10 million messages from stdin (``/usr/bin/time``).
 
 Targets (issues 16 and 26): produce >= 2x Redis pipelined XADD at every size, CLI and API, on
@@ -114,6 +122,22 @@ PEER_PACKAGES = ["redis", "hiredis", "persist-queue"]
 # Peer worker: runs inside .bench-venv (imports redis / persistqueue, never mqctl or store)
 # ==============================================================================================
 
+def recycle_pages(directory: str | Path, total: int) -> None:
+    """Write ``total`` bytes to a scratch file in ``directory`` and delete it: the pages it took
+    are free again, and warm, when the timed write that follows takes them (see the module's
+    docstring: free pages reported to the host cost ~5x on their next use). Untimed."""
+    path = Path(directory) / "recycle.tmp"
+    block = b"\0" * (1 << 20)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        written = 0
+        while written < total:
+            written += os.write(fd, block)
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
 def body_of(i: int, size: int) -> bytes:
     head = b"%010d" % i
     return head + b"x" * (size - len(head))
@@ -126,6 +150,7 @@ def peer_worker(spec: dict) -> dict:
         r = redis.Redis(host="127.0.0.1", port=spec["port"])
         pipe_n = spec["pipeline"]
         if phase == "produce":
+            recycle_pages(spec["scratch"], n * (size + 256))
             t = time.perf_counter()
             p = r.pipeline(transaction=False)
             for i in range(n):
@@ -213,6 +238,8 @@ def api_worker(spec: dict) -> dict:
         return {"seconds": time.perf_counter() - t, "count": got}
     batch = {"produce": 1000, "sync_many100": 100, "sync_single": 1, "async_single": 1}[phase]
     flush = "async" if phase in ("produce", "async_single") else "sync"
+    if phase == "produce":
+        recycle_pages(Path(root).parent, n * (size + 256))
     t = time.perf_counter()
     with store.Producer(root, flush=flush) as p:
         if flush == "sync" or batch == 1:
@@ -388,8 +415,9 @@ def write_input(path: Path, n: int, size: int) -> None:
 
 def page_cache_bandwidth(workdir: Path, total: int, tries: int = 3) -> float:
     """Bytes per second of os.write(1 MiB) appends to a new file (no fsync): dd to page cache.
-    The median of ``tries`` runs, each after a sync: one alone swings 10x here (the first
-    write after a store's files were deleted and synced can run at a tenth of the others)."""
+    The median of ``tries`` runs, each after a sync: one alone swings 5-10x here (a write into
+    pages the balloon reported to the host runs at a fifth of one into recently freed pages;
+    see :func:`recycle_pages`)."""
     path = workdir / "ddtest"
     block = b"\0" * (1 << 20)
     rates = []
@@ -464,6 +492,7 @@ def py_floor_seconds(stdin_path: Path, out: Path) -> float:
     """``cat FILE | python -c _PY_FLOOR OUT`` (the project venv's interpreter, ISA-L's CRC
     when installed), timed as :func:`c_floor_seconds`, after a sync."""
     os.sync()
+    recycle_pages(out.parent, stdin_path.stat().st_size * 9 // 8)
     t = time.perf_counter()
     cat = subprocess.Popen(["cat", str(stdin_path)], stdout=subprocess.PIPE)
     try:
@@ -566,6 +595,7 @@ def compile_crc_floor(name: str, workdir: Path) -> Path | None:
 def c_floor_seconds(exe: Path, stdin_path: Path, out: Path) -> float:
     """``cat FILE | pipe_floor OUT``, timed as :func:`run_mqctl` times ``send``, after a sync."""
     os.sync()
+    recycle_pages(out.parent, stdin_path.stat().st_size * 9 // 8)
     t = time.perf_counter()
     cat = subprocess.Popen(["cat", str(stdin_path)], stdout=subprocess.PIPE)
     try:
@@ -710,6 +740,7 @@ def main() -> None:
             for prefix, exe in (sides if rep % 2 == 0 else sides[::-1]):
                 run_mqctl(["topic", "create", "T"], store, exe=exe)   # (untimed: the server's part)
                 os.sync()
+                recycle_pages(workdir, n * (size + 256))
                 r = run_mqctl(["send", "T"], store, inputs[size], exe=exe)
                 log_bytes = sum(p.stat().st_size for p in (store / "commitlog").iterdir())
                 rec(f"{prefix}mqctl_produce_{tag}", n / r["seconds"], cpu_s=round(r["cpu_seconds"], 2),
@@ -781,7 +812,7 @@ def main() -> None:
             srv = RedisServer(redis_exe, workdir, fsync)
             try:
                 p = run_peer(peer_py, {"kind": "redis", "phase": "produce", "port": srv.port, "n": n,
-                                       "size": size, "pipeline": pipe})
+                                       "size": size, "pipeline": pipe, "scratch": str(workdir)})
                 tag = f"redis_{fsync}_p{pipe}_{label(size)}"
                 rec(f"{tag}_produce", n / p["seconds"])
                 if fsync == "everysec":
