@@ -30,16 +30,16 @@ import os
 import time
 from typing import Any, Callable
 
-from store import names
 from store.client.holding import Holdings
 from store.client.offset_writer import OffsetWriter
 from store.client.options import ConsumeOptions
 from store.client.process_queue import PULL_BATCH
 from store.client.stage import LostQueueError, Stage
+from store.client.startpoint import start_offset
 from store.errors import LockHeldError
 from store.failpoints import failpoint
 from store.log.messagestore import Store
-from store.log.offsets import LOCK_TIMEOUT_S, BroadcastOffsetStore, ClusterOffsetStore, QueueKey, Warn
+from store.log.offsets import LOCK_TIMEOUT_S, BroadcastOffsetStore, ClusterOffsetStore, GroupOffsets, QueueKey, Warn
 
 MAX_PUT_OFF = 15   # lag commits put off in a row (the table busy) before one waits for it
 
@@ -143,7 +143,8 @@ class OffsetKeeper:
         starts: dict[QueueKey, int] = {}
         computed: dict[QueueKey, int] = {}
         for key in keys:
-            starts[key], is_computed = self._start_offset(key, stored.get(key, -1))
+            starts[key], is_computed = start_offset(self.store, self.o, key, stored.get(key, -1),
+                                                    self.queues_at_open, self.warn)
             if is_computed:
                 computed[key] = starts[key]
         if computed and self.defer_turn_persists and self.stage is None:
@@ -158,34 +159,17 @@ class OffsetKeeper:
             self.persisted[key] = start
         return starts
 
-    def _start_offset(self, key: QueueKey, stored: int) -> tuple[int, bool]:
-        """RocketMQ's computePullFromWhere: the stored offset, else first/last/timestamp
-        (then True: the caller persists it)."""
-        t, q = key
-        o = self.o
-        lo, hi = self.store.min_offset(t, q), self.store.max_offset(t, q)
-        if stored >= 0:
-            if stored < lo:
-                self.warn(f"{t}/{q}: committed offset {stored} is no longer stored; starting at {lo}")
-            return min(max(stored, lo), hi), False
-        if names.is_retry_topic(t) or o.from_where == "first":
-            start = lo
-        elif o.from_where == "timestamp" and o.from_timestamp is not None:
-            start = self.store.search_offset(t, q, o.from_timestamp)
-        elif o.from_where == "offset" and o.from_offset is not None:   # kcat's -o N
-            start = min(max(o.from_offset, lo), hi)
-        elif o.from_where == "tail" and o.from_offset is not None:     # kcat's -o -N
-            start = max(lo, hi - o.from_offset)
-        else:   # last; a queue added since the member started (topic update) holds only newer ones
-            start = hi if q < self.queues_at_open.get(t, q + 1) else lo
-        return start, True
-
     def _read_stored(self, keys: list[QueueKey]) -> dict[QueueKey, int]:
+        """The stored offsets of ``keys``. A topic of which no other queue is held takes the reset
+        epoch read with them: one deleted and made again meanwhile is not seen as reset under the
+        queues it starts (which would deliver again what they deliver from here)."""
         self.reap(wait=True)
         if self.o.broadcast or self.o.no_group:
             return {(t, q): int(self.offset_store.read(t, q)) for t, q in keys}
-        offsets: dict[QueueKey, int] = self.offset_store.read_group(self.o.group)
-        return offsets
+        snap: GroupOffsets = self.offset_store.snapshot(self.o.group)
+        for topic in {t for t, _q in keys} - {t for t, _q in self.held.keys()}:
+            self.epochs[topic] = snap.epochs.get(topic, 0)
+        return snap.offsets
 
     # -- consuming -------------------------------------------------------------------------
     def advance(self, key: QueueKey, off: int) -> None:

@@ -327,6 +327,27 @@ def test_broadcast_client_id_is_stable_across_restarts(mq: MQ) -> None:
     assert mq.run("offsets", "show", "-g", "BC", "--json").stdout == b""
 
 
+@pytest.mark.parametrize("mode", ["stdout", "exec"])
+def test_a_topic_deleted_and_created_again_under_a_member_is_delivered_once(mq: MQ, mode: str) -> None:
+    """The member lets the deleted topic's queue go, then takes the new topic's queue from its
+    start: once (it used to take it, deliver it, then find the deletion's reset epoch at its
+    commit and deliver everything again)."""
+    mq.ok("topic", "create", "dr", "--queues", "1")
+    mq.ok("send", "dr", "-", input=b"1\n2\n3\n4\n")
+    extra = ["--exec", """sh -c 'echo "$(cat)"'"""] if mode == "exec" else []   # (one write a line)
+    p = mq.start("consume", "dr", "-g", "G", "--from", "first", *extra)
+    wait_for(lambda: mq.committed_total("G", "dr") == 4, 30, what="the first four consumed")
+    mq.ok("topic", "delete", "dr", "--yes")
+    wait_for(lambda: not any(mq.member_queues("G", "dr").values()), 30,
+             what="the member to let the deleted topic's queue go")
+    mq.ok("topic", "create", "dr", "--queues", "1")
+    mq.ok("send", "dr", "-", input=b"".join(b"N%d\n" % i for i in range(1, 9)))
+    wait_for(lambda: mq.committed_total("G", "dr") == 8, 30, what="the new topic consumed")
+    assert p.stop() == 0, p.stderr()
+    assert sorted(p.stdout().split()) == [b"1", b"2", b"3", b"4"] + [b"N%d" % i for i in range(1, 9)], p.stderr()
+    assert "were reset" not in p.stderr()
+
+
 def test_offsets_delete_refuses_a_live_group(mq: MQ) -> None:
     mq.ok("topic", "create", "T", "--queues", "2")
     p = mq.start("consume", "T", "-g", "G")
