@@ -41,6 +41,8 @@ class ConsumeQueue:
         self._tail: tuple[int, int] | None = None
         self._listing = SegmentListing(directory)
         self._dir_s = str(directory)
+        # This handle looked at the queue's end once (``queueends.py``): not again.
+        self.end_checked = False
 
     # -- segments --------------------------------------------------------------------------
     def segments(self) -> list[int]:
@@ -69,6 +71,78 @@ class ConsumeQueue:
     def min_offset(self) -> int:
         segs = self.segments()
         return segs[0] // _SIZE if segs else 0
+
+    # -- its own damage --------------------------------------------------------------------
+    def end_damage(self) -> tuple[int, str] | None:
+        """Damage the queue's files show by themselves, toward its end: ``(the first entry that
+        cannot be trusted, why)``, or None. A listing, a ``stat`` and a read of the last
+        entries: once per handle (``queueends.py``), never per read.
+
+        Seen: a segment missing between two others, or one short of full before the last
+        (entries lost in the middle: a file deleted or cut), a partial entry at the end (a
+        file cut mid-entry), and a tail of invalid entries (zeroed: a torn write, or bytes
+        put there by hand). Not seen: a last segment cut at an entry boundary, or deleted —
+        those look like a shorter queue, and only the commit log can tell."""
+        segs = self.segments()
+        for base, nxt in zip(segs, segs[1:]):
+            try:
+                size = os.stat(f"{self._dir_s}/{base:020d}").st_size
+            except FileNotFoundError:
+                return None   # (changed under us: a later look decides)
+            if nxt != base + self.segment_bytes:
+                return (base + size) // _SIZE, (f"segment {F.segment_name(base + self.segment_bytes)} is "
+                                                f"missing (the next one is {F.segment_name(nxt)})")
+            if size < self.segment_bytes:
+                return (base + size) // _SIZE, (f"segment {F.segment_name(base)} holds {size // _SIZE} of its "
+                                                f"{self.segment_entries} entries, and a later one exists")
+        if not segs:
+            return None
+        try:
+            size = os.stat(f"{self._dir_s}/{segs[-1]:020d}").st_size
+        except FileNotFoundError:
+            return None
+        if size % _SIZE:
+            return (segs[-1] + size) // _SIZE, f"ends with a partial entry ({size % _SIZE} of {_SIZE} bytes)"
+        m = (segs[-1] + size) // _SIZE
+        low = segs[-1] // _SIZE
+        if m == low or self.entry(m - 1) is not None:
+            return None   # (the usual queue: its last entry is valid)
+        first = m - 1
+        while first > low:   # the run of invalid entries the queue ends with
+            k = max(first - 1024, low)
+            valid = [i for i, (phys, sz, _t) in enumerate(_ENTRY.iter_unpack(self.read_raw(k, first - k)))
+                     if phys >= 0 and sz > 0]
+            if valid:
+                first = k + valid[-1] + 1
+                break
+            first = k
+        return first, f"ends with {m - first} invalid (zeroed) entr{'y' if m - first == 1 else 'ies'}"
+
+    def changed_after(self, ns: int) -> bool:
+        """Whether the queue's last segment or its directory changed (``st_ctime``) after
+        ``ns``: a file written, cut, removed or made since, by a batch or by hand. A queue
+        with no directory (no message yet, or removed) asks its topic's directory."""
+        segs = self.segments()
+        paths = [f"{self._dir_s}/{segs[-1]:020d}"] if segs else []
+        paths += [self._dir_s] if os.path.isdir(self.dir) else [str(self.dir.parent)]
+        for path in paths:
+            try:
+                if os.stat(path).st_ctime_ns > ns:
+                    return True
+            except FileNotFoundError:
+                return True
+        return False
+
+    def last_write_ms(self) -> int | None:
+        """When the last segment was last written (``st_mtime``, ms since the epoch); None
+        without one."""
+        segs = self.segments()
+        if not segs:
+            return None
+        try:
+            return os.stat(f"{self._dir_s}/{segs[-1]:020d}").st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            return None
 
     # -- reading ---------------------------------------------------------------------------
     def _fd(self, base: int) -> int | None:

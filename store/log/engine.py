@@ -183,6 +183,10 @@ class Engine:
         self.checkpoint_file = ckpt.CheckpointFile(layout.checkpoint)   # the writer's, under the lock
         # Told of each user topic a send creates (auto-creation), so a command line can say so.
         self.on_topic_created: Callable[[TopicConfig], None] | None = None
+        # Whether this handle looks once at each queue's end before using it, and repairs a
+        # queue cut short (``queueends.py``): one that recovers at open (not one opened to
+        # change nothing: ``store check``, ``top``).
+        self.check_queue_ends = False
 
     def close(self) -> None:
         if self.hints.synced:

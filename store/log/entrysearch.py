@@ -13,14 +13,22 @@ when the search crossed damaged bytes of the log (the record itself is gone: rea
 with a warning, as any damaged record); or :class:`CorruptionError` when the log is intact
 over the whole range and holds no such record (nothing to deliver and nothing to skip over
 safely: the queue stops there until ``mqctl store recover`` rebuilds it).
+
+:func:`first_unlisted` looks the other way: for a record of a queue past the queue's end
+(its file cut short), in one pass over a range of the log.
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from store.errors import CorruptionError
 from store.log import format as F
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.record import PROP_UNIQ_KEY, Message, RecordError, decode
+
+if TYPE_CHECKING:
+    from store.log.topics import TopicConfig
 
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")
 _NEIGHBOURS = 64            # entries looked at on each side for one that checks out
@@ -123,3 +131,21 @@ def records_with_uniq_key(log: CommitLog, uniq_key: str) -> list[int]:
         if m.properties.get(PROP_UNIQ_KEY) == uniq_key:
             out.append(off)
     return out[::-1]
+
+
+def first_unlisted(log: CommitLog, topics: dict[str, "TopicConfig"], topic: str, queue_id: int, qoff: int,
+                   start: int, end: int) -> tuple[int, int] | None:
+    """The first record of ``topic``/``queue_id`` with a queue offset of at least ``qoff``
+    that starts in ``[start, end)`` (``start`` a record boundary), as ``(its commit-log
+    offset, its queue offset)``; None when there is none. Records are checked as by
+    ``store check`` (``recordscan.py``); damaged ones are passed over."""
+    from store.log import recordscan  # (numpy with it: only a queue found suspect gets here)
+    for w in recordscan.scan(log, start):
+        for t, q, run in recordscan.queue_runs(w, topics):
+            if t == topic and q == queue_id:
+                hit = run[(w.queue_offset[run] >= qoff) & (w.phys[run] < end)]
+                if len(hit):
+                    return int(w.phys[hit[0]]), int(w.queue_offset[hit[0]])
+        if w.end >= end:
+            break
+    return None

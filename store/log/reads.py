@@ -42,6 +42,9 @@ def pull(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: in
     record (hash collisions removed), as RocketMQ's broker and client do together. A record
     that fails its CRC is never returned: it is listed in ``damaged`` and skipped."""
     q = engine.queues.queue(topic, queue_id)
+    if not q.end_checked:   # this handle's first look at the queue (its file cut short?)
+        from store.log.queueends import reader_end
+        reader_end(engine, topic, queue_id, q)
     max_off = q.max_offset()
     if offset >= max_off:
         return PullResult([], offset, max_off)

@@ -107,7 +107,11 @@ class WriteBatch:
         A framer that appends packed entries to ``entries`` moves ``next`` past them."""
         run = self.queues.get((topic, queue_id))
         if run is None:
-            first = self.engine.queues.queue(topic, queue_id).write_end()
+            q = self.engine.queues.queue(topic, queue_id)
+            if not q.end_checked:   # this handle's first batch to it: its file cut short?
+                from store.log.queueends import check_locked
+                check_locked(self.engine, topic, queue_id, q)
+            first = q.write_end()
             run = self.queues[(topic, queue_id)] = QueueRun(first)
         return run
 
