@@ -118,16 +118,17 @@ class ConsumeQueue:
             first = k
         return first, f"ends with {m - first} invalid (zeroed) entr{'y' if m - first == 1 else 'ies'}"
 
-    def changed_after(self, ns: int) -> bool:
-        """Whether the queue's last segment or its directory changed (``st_ctime``) after
-        ``ns``: a file written, cut, removed or made since, by a batch or by hand. A queue
-        with no directory (no message yet, or removed) asks its topic's directory."""
+    def changed_since(self, ns: int) -> bool:
+        """Whether the queue's last segment or its directory changed (``st_ctime``) at or after
+        ``ns``: a file written, cut, removed or made since, by a batch or by hand (at the same
+        time too: file times move by clock ticks of several ms). A queue with no directory (no
+        message yet, or removed) asks its topic's directory."""
         segs = self.segments()
         paths = [f"{self._dir_s}/{segs[-1]:020d}"] if segs else []
         paths += [self._dir_s] if os.path.isdir(self.dir) else [str(self.dir.parent)]
         for path in paths:
             try:
-                if os.stat(path).st_ctime_ns > ns:
+                if os.stat(path).st_ctime_ns >= ns:
                     return True
             except FileNotFoundError:
                 return True

@@ -8,13 +8,14 @@ stop at the cut without a word, and a writer would give its next message a queue
 that a record in the log already has.
 
 So before a handle first reads a queue's end (:func:`reader_end`) or appends to it
-(:func:`check_locked`, under the write lock), it looks for signs, cheaply: the damage the
-queue's files show by themselves (:meth:`ConsumeQueue.end_damage`), and whether they
-changed after the last batch (their ``ctime`` against the checkpoint's) or after the record
-of their last entry was stored (``mtime`` against its store timestamp). Only on a sign does
-it search the commit log (``entrysearch.first_unlisted``), from the record of the queue's
-last entry that points home up to the checkpoint's written end, for a record of the queue
-that the queue does not list.
+(:func:`check_locked`, under the write lock), it looks. The queue's files may show damage by
+themselves (:meth:`ConsumeQueue.end_damage`). Then the commit log after the record of the
+queue's last entry that points home, up to the checkpoint's written end, is searched for a
+record of the queue that the queue does not list: always when that is a short range
+(``NEAR_BYTES``, headers only: the queues of a store written lately), else only on a sign —
+damage, the queue's files changed since the last batch (their ``ctime`` against the
+checkpoint's), or after the record of their last entry was stored (``mtime`` against its
+store timestamp) — with the checks of ``store check`` (``entrysearch.first_unlisted``).
 
 Damage found is repaired at once under the write lock — the queue rebuilt from the log from
 that record on (``queuerebuild.py``), never by skipping a message — and said in one warning
@@ -22,10 +23,10 @@ line. A process that cannot write (a read-only store) says what is wrong and tha
 store recover`` repairs it, once, and reads what the queue has. ``store check`` reports the
 same damage (exit 1) and ``store recover`` repairs it too.
 
-Not seen without a sign: a queue's file cut within the same second its last entry was
-written and then, before any reader came, another batch written to another queue (both
-signs are gone; ``store check`` still finds it). Handles opened to change nothing (``store
-check``, ``top``: ``Store.open(recover=False)``) do not look.
+Not seen: a queue whose last record lies far back in the log, cut within ``WRITE_SLACK_MS``
+of its last write and then, before any reader came, another batch written (no sign is left;
+``store check`` still finds it). Handles opened to change nothing (``store check``, ``top``:
+``Store.open(recover=False)``) do not look.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING
 from store.errors import StoreIOError
 from store.log import checkpoint as ckpt
 from store.log import format as F
-from store.log.entrysearch import first_unlisted
+from store.log.entrysearch import LogTail, first_unlisted, read_tail
 from store.log.preflight import checkpoint_locked
 from store.log.queuerebuild import points_home, rebuild_queue
 
@@ -44,6 +45,10 @@ if TYPE_CHECKING:
     from store.log.consumequeue import ConsumeQueue
     from store.log.engine import Engine
 
+# Up to how many bytes of the log after the record of a queue's last entry are always
+# searched for a record of the queue (read at once; headers only): a queue written lately,
+# as the queues of a store just shut down are. Past that, only on a sign.
+NEAR_BYTES = 256 * 1024
 # How much later than the store timestamp of its last entry's record a queue's last segment
 # may have been written by the batch that wrote both (framing a large batch takes a while).
 WRITE_SLACK_MS = 2000
@@ -74,7 +79,7 @@ def reader_end(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -
     free): damage found is repaired under the write lock, or, when this process cannot write,
     warned about once."""
     q.end_checked = True
-    if not engine.check_queue_ends:
+    if not engine.check_ends:
         return q.max_offset()
     try:
         found = inspect(engine, topic, queue_id, q)
@@ -96,7 +101,7 @@ def check_locked(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue")
     """The same look by a writer about to append to ``q`` (write lock held, the checkpoint
     checked): a queue cut short is rebuilt before the batch takes its offsets."""
     q.end_checked = True
-    if engine.check_queue_ends:
+    if engine.check_ends:
         _repair_locked(engine, topic, queue_id, q)
 
 
@@ -131,8 +136,6 @@ def inspect(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -> F
     damage = q.end_damage()
     m = q.max_offset()
     first = damage[0] if damage is not None else m
-    if damage is None and not q.changed_after(ck_ns) and not _written_after_last(engine, q, m):
-        return None
     start, listed = max(cfg.created_offset, log.min_offset()), q.min_offset()
     for k in range(first - 1, max(listed, first - _HOME_LOOKBACK) - 1, -1):
         e = q.entry(k)
@@ -140,12 +143,31 @@ def inspect(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -> F
             assert e is not None
             start = e[0] + e[1]
             break
-    hit = first_unlisted(log, engine.topics(), topic, queue_id, m, start, end)
+    tail = _tail(engine, start, end) if end - start <= NEAR_BYTES else None
+    hit = tail.first_unlisted(log, topic, queue_id, m, start) if tail is not None else None
+    if hit is None and (tail is None or not tail.whole) and (
+            damage is not None or q.changed_since(ck_ns) or _written_after_last(engine, q, m)):
+        hit = first_unlisted(log, engine.topics(), topic, queue_id, m, start, end)
     if hit is not None:
         why = (f"ends at offset {m}, but the commit log holds {topic}/{queue_id}@{hit[1]} "
                f"(at commit-log offset {hit[0]})")
         return Finding(why if damage is None else f"{damage[1]}; it {why}", start, m)
     return None if damage is None else Finding(damage[1], start)
+
+
+def _tail(engine: "Engine", start: int, end: int) -> LogTail:
+    """The headers of the log's records in ``[start, end)``, read once for every queue this
+    handle looks at against the same ``end``: a range that begins earlier is read only up to
+    where the one already read begins."""
+    have = engine.log_tail
+    if have is None or have.end != end:
+        have = read_tail(engine.commitlog, start, end)
+    elif start < have.start:
+        more = read_tail(engine.commitlog, start, have.start)
+        have = (LogTail(start, end, more.heads + have.heads, have.whole) if more.whole
+                else read_tail(engine.commitlog, start, end))
+    engine.log_tail = have
+    return have
 
 
 def _written_after_last(engine: "Engine", q: "ConsumeQueue", m: int) -> bool:

@@ -221,6 +221,22 @@ def test_cut_queue_on_a_read_only_store_is_warned_about_once(mq: MQ, ro_view: Pa
     mq.check_clean()
 
 
+def test_deleted_key_index_on_a_read_only_store_is_warned_about(mq: MQ, ro_view: Path, tmp_path: Path) -> None:
+    """The key index deleted by hand, on a store this process cannot repair: ``msg query`` says
+    why it may miss messages and that ``mqctl store recover`` repairs it; nothing is written."""
+    mq.ok("send", "t", "-q", "0", "--keys", "k", "one")
+    shutil.rmtree(Layout(mq.root).index_dir)
+    before = sizes(mq.root)
+    res = MQ(ro_view, tmp_path).run("msg", "query", "--topic", "t", "--key", "k")
+    assert res.returncode == 0, str(res)
+    lines = [ln for ln in res.stderr.split("\n") if ln.startswith("mqctl: ")]
+    assert len(lines) == 1 and lines[0].startswith("mqctl: warning: key index "), str(res)
+    assert "mqctl store recover" in lines[0] and "may miss messages" in lines[0], lines[0]
+    assert sizes(mq.root) == before
+    assert "one" in mq.ok("msg", "query", "--topic", "t", "--key", "k").out
+    mq.check_clean()
+
+
 # -- files deleted under a running consumer ---------------------------------------------------------
 
 def _stdout_lines(proc) -> list[str]:
