@@ -18,9 +18,9 @@ check every record's CRC before handing it out; each queue's end is looked at on
 Failpoints (``failpoints.py``): ``put-after-log``, ``put-after-cq``, ``put-after-index`` inside a batch
 (``writebatch.py``); ``sync-before-fsync`` in :meth:`Store.sync_log`, before a batch is made durable.
 
-Around it: ``settings.py`` (:class:`StoreSettings`, ``store.json``), ``results.py`` (what puts and pulls return),
-``writebatch.py`` (placement, commit and undo of a batch) and ``framing.py`` (the framing of :meth:`Store.put_bodies`'
-raw bodies), the last two imported by the first write: a reader never loads them.
+Around it: ``settings.py`` (:class:`StoreSettings`, ``store.json``), ``results.py`` (what puts and pulls
+return), ``writebatch.py`` (placement, commit and undo of a batch) and ``framing.py`` (the framing of
+:meth:`Store.put_bodies`' raw bodies), the last two imported by the first write: a reader never loads them.
 """
 from __future__ import annotations
 
