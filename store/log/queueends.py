@@ -9,7 +9,7 @@ that a record in the log already has.
 
 So before a handle first reads a queue's end (:func:`reader_end`) or appends to it
 (:func:`check_locked`, under the write lock), it looks. The queue's files may show damage by
-themselves (:meth:`ConsumeQueue.end_damage`). Then the commit log after the record of the
+themselves (:func:`consumequeue.end_damage`). Then the commit log after the record of the
 queue's last entry that points home, up to the checkpoint's written end, is searched for a
 record of the queue that the queue does not list: always when that is a short range
 (``NEAR_BYTES``, headers only: the queues of a store written lately), else only on a sign —
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from store.errors import StoreIOError
 from store.log import checkpoint as ckpt
 from store.log import format as F
+from store.log.consumequeue import changed_since, end_damage, last_write_ms
 from store.log.entrysearch import LogTail, first_unlisted, read_tail
 from store.log.preflight import checkpoint_locked
 from store.log.queuerebuild import points_home, rebuild_queue
@@ -133,7 +134,7 @@ def inspect(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -> F
     # Entries of every record below the written end were written before the checkpoint that
     # says so: the queue is read after it.
     end = cp.written_end
-    damage = q.end_damage()
+    damage = end_damage(q)
     m = q.max_offset()
     first = damage[0] if damage is not None else m
     start, listed = max(cfg.created_offset, log.min_offset()), q.min_offset()
@@ -146,7 +147,7 @@ def inspect(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -> F
     tail = _tail(engine, start, end) if end - start <= NEAR_BYTES else None
     hit = tail.first_unlisted(log, topic, queue_id, m, start) if tail is not None else None
     if hit is None and (tail is None or not tail.whole) and (
-            damage is not None or q.changed_since(ck_ns) or _written_after_last(engine, q, m)):
+            damage is not None or changed_since(q, ck_ns) or _written_after_last(engine, q, m)):
         hit = first_unlisted(log, engine.topics(), topic, queue_id, m, start, end)
     if hit is not None:
         why = (f"ends at offset {m}, but the commit log holds {topic}/{queue_id}@{hit[1]} "
@@ -176,7 +177,7 @@ def _written_after_last(engine: "Engine", q: "ConsumeQueue", m: int) -> bool:
     if m <= q.min_offset():
         return False
     e = q.entry(m - 1)
-    written = q.last_write_ms()
+    written = last_write_ms(q)
     if e is None or written is None:
         return False
     raw = engine.commitlog.read_bytes(e[0] + F.OFF_STORE_TIMESTAMP, 8)

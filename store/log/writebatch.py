@@ -108,10 +108,11 @@ class WriteBatch:
         run = self.queues.get((topic, queue_id))
         if run is None:
             q = self.engine.queues.queue(topic, queue_id)
-            if not q.end_checked:   # this handle's first batch to it: its file cut short?
+            first = q.write_end()
+            if not q.end_checked:   # this handle's first batch to it, or its file shrank: cut short?
                 from store.log.queueends import check_locked
                 check_locked(self.engine, topic, queue_id, q)
-            first = q.write_end()
+                first = q.write_end()
             run = self.queues[(topic, queue_id)] = QueueRun(first)
         return run
 

@@ -88,6 +88,22 @@ def test_cut_queue_is_repaired_before_a_writer_appends(mq: MQ) -> None:
     mq.check_clean()
 
 
+def test_queue_cut_under_a_running_writer_is_repaired_before_its_next_batch(mq: MQ) -> None:
+    """A writer keeps its queue's last segment open between batches: one found shorter than it
+    left it looks at the queue again, so its next message still gets the next free offset."""
+    mq.ok("topic", "create", "t", "--queues", "1")
+    feeder = mq.feed("t", "--flush", "sync")
+    assert feeder.batch([str(i) for i in range(1, N + 1)])
+    os.truncate(_cq(mq), SEEN * 20)
+    assert feeder.batch(["late"])
+    assert feeder.close() == 0, feeder.stderr
+    assert feeder.acked[-1]["queueOffset"] == N, feeder.acked[-1]
+    assert "consume queue t/0" in feeder.stderr and "repaired" in feeder.stderr, feeder.stderr
+    got = mq.drain("t", "fresh")
+    assert [(e["queueOffset"], e["body"]) for e in got] == [(i, str(i + 1)) for i in range(N)] + [(N, "late")]
+    mq.check_clean()
+
+
 @pytest.mark.parametrize("then", ["nothing", "another-batch"])
 def test_cut_queue_far_back_in_the_log_is_found_by_its_signs(mq: MQ, then: str) -> None:
     """More log than is always searched (``queueends.NEAR_BYTES``) lies after the queue's last
