@@ -8,7 +8,8 @@ stop at the cut without a word, and a writer would give its next message a queue
 that a record in the log already has.
 
 So before a handle first reads a queue's end (:func:`reader_end`) or appends to it
-(:func:`check_locked`, under the write lock), it looks. The queue's files may show damage by
+(:func:`check_locked`, under the write lock; again when the segment it keeps open is found
+shorter than it left it: ``ConsumeQueue.write_end``), it looks. The queue's files may show damage by
 themselves (:func:`consumequeue.end_damage`). Then the commit log after the record of the
 queue's last entry that points home, up to the checkpoint's written end, is searched for a
 record of the queue that the queue does not list: always when that is a short range
