@@ -149,6 +149,9 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
     leaves ``born``, ``stored`` and ``props`` empty (``consume`` writing raw bodies); with
     ``views`` too, big bodies may come as views into the read's buffers (see :func:`cut_span`)."""
     q = engine.queues.queue(topic, queue_id)
+    if not q.end_checked:   # this handle's first look at the queue (its file cut short?)
+        from store.log.queueends import reader_end
+        reader_end(engine, topic, queue_id, q)
     max_off = q.max_offset()
     out = Columns([], [], [], [], [], [], offset, max_off)
     if offset >= max_off:

@@ -37,10 +37,14 @@ class ConsumeQueue:
         self.segment_entries = segment_entries
         self.segment_bytes = segment_entries * _SIZE
         self._read_fds: dict[int, tuple[int, int]] = {}   # base -> (fd, inode)
-        # The segment this handle appended to last, kept open between batches: (base, fd).
+        # The segment this handle appended to last, kept open between batches: (base, fd),
+        # and how many bytes it held after that append.
         self._tail: tuple[int, int] | None = None
+        self._tail_size = 0
         self._listing = SegmentListing(directory)
         self._dir_s = str(directory)
+        # This handle looked at the queue's end once (``queueends.py``): not again.
+        self.end_checked = False
 
     # -- segments --------------------------------------------------------------------------
     def segments(self) -> list[int]:
@@ -179,7 +183,9 @@ class ConsumeQueue:
         It is still the last when it is linked, holds only whole entries and is neither empty
         nor full: a later segment is begun only once this one is full, recovery cuts a queue
         back from its end (``truncate_to``, in place), and deleting a topic or a segment
-        unlinks the file. Anything else falls back to the listing."""
+        unlinks the file. Anything else falls back to the listing. A segment found shorter
+        than this handle left it (cut by hand, or by a recovery) clears :attr:`end_checked`:
+        the writer looks at the queue's end again (``queueends.py``)."""
         tail = self._tail
         if tail is not None:
             base, fd = tail
@@ -189,6 +195,8 @@ class ConsumeQueue:
                 st = None
             if st is not None and st.st_nlink and 0 < st.st_size < self.segment_bytes \
                     and st.st_size % _SIZE == 0:
+                if st.st_size < self._tail_size:
+                    self.end_checked = False   # cut since this handle's append: looked at again
                 return (base + st.st_size) // _SIZE
             self.drop_tail()
         return self.max_offset()
@@ -221,6 +229,7 @@ class ConsumeQueue:
                     self.drop_tail()
                     cut_back(undo)
                     raise io_error(exc, f"append to {undo[0][0]}") from exc
+                self._tail_size = pos - base + len(entries)
                 return undo
         self.drop_tail()   # anything else: the files as they are named now
         undo = []
@@ -256,7 +265,7 @@ class ConsumeQueue:
                 raise io_error(exc, f"append to {path}") from exc
             pos += len(part)
             if keep and not view:
-                self._tail = (base, fd)   # kept for the next batch (write_end)
+                self._tail, self._tail_size = (base, fd), pos - base   # kept for the next batch (write_end)
             else:
                 os.close(fd)
 
@@ -291,6 +300,83 @@ class ConsumeQueue:
                     os.truncate(path, max(byte_off - base, 0))
                 break
         self.close()
+
+
+# -- a queue's own damage, as its files show it (``queueends.py`` asks, once per handle) -----------
+
+def end_damage(q: ConsumeQueue) -> tuple[int, str] | None:
+    """Damage the queue's files show by themselves, toward its end: ``(the first entry that
+    cannot be trusted, why)``, or None. A listing, a ``stat`` and a read of the last
+    entries: once per handle, never per read.
+
+    Seen: a segment missing between two others, or one short of full before the last
+    (entries lost in the middle: a file deleted or cut), a partial entry at the end (a
+    file cut mid-entry), and a tail of invalid entries (zeroed: a torn write, or bytes
+    put there by hand). Not seen: a last segment cut at an entry boundary, or deleted —
+    those look like a shorter queue, and only the commit log can tell."""
+    segs = q.segments()
+    for base, nxt in zip(segs, segs[1:]):
+        try:
+            size = os.stat(f"{q.dir}/{base:020d}").st_size
+        except FileNotFoundError:
+            return None   # (changed under us: a later look decides)
+        if nxt != base + q.segment_bytes:
+            return (base + size) // _SIZE, (f"segment {F.segment_name(base + q.segment_bytes)} is "
+                                            f"missing (the next one is {F.segment_name(nxt)})")
+        if size < q.segment_bytes:
+            return (base + size) // _SIZE, (f"segment {F.segment_name(base)} holds {size // _SIZE} of its "
+                                            f"{q.segment_entries} entries, and a later one exists")
+    if not segs:
+        return None
+    try:
+        size = os.stat(f"{q.dir}/{segs[-1]:020d}").st_size
+    except FileNotFoundError:
+        return None
+    if size % _SIZE:
+        return (segs[-1] + size) // _SIZE, f"ends with a partial entry ({size % _SIZE} of {_SIZE} bytes)"
+    m = (segs[-1] + size) // _SIZE
+    low = segs[-1] // _SIZE
+    if m == low or q.entry(m - 1) is not None:
+        return None   # (the usual queue: its last entry is valid)
+    first = m - 1
+    while first > low:   # the run of invalid entries the queue ends with
+        k = max(first - 1024, low)
+        valid = [i for i, (phys, sz, _t) in enumerate(_ENTRY.iter_unpack(q.read_raw(k, first - k)))
+                 if phys >= 0 and sz > 0]
+        if valid:
+            first = k + valid[-1] + 1
+            break
+        first = k
+    return first, f"ends with {m - first} invalid (zeroed) entr{'y' if m - first == 1 else 'ies'}"
+
+
+def changed_since(q: ConsumeQueue, ns: int) -> bool:
+    """Whether the queue's last segment or its directory changed (``st_ctime``) at or after
+    ``ns``: a file written, cut, removed or made since, by a batch or by hand (at the same
+    time too: file times move by clock ticks of several ms). A queue with no directory (no
+    message yet, or removed) asks its topic's directory."""
+    segs = q.segments()
+    paths = [f"{q.dir}/{segs[-1]:020d}"] if segs else []
+    paths += [str(q.dir)] if os.path.isdir(q.dir) else [str(q.dir.parent)]
+    for path in paths:
+        try:
+            if os.stat(path).st_ctime_ns >= ns:
+                return True
+        except FileNotFoundError:
+            return True
+    return False
+
+
+def last_write_ms(q: ConsumeQueue) -> int | None:
+    """When the last segment was last written (``st_mtime``, ms since the epoch); None
+    without one."""
+    segs = q.segments()
+    if not segs:
+        return None
+    try:
+        return os.stat(f"{q.dir}/{segs[-1]:020d}").st_mtime_ns // 1_000_000
+    except FileNotFoundError:
+        return None
 
 
 def pack_entry(phys: int, size: int, tags: int) -> bytes:

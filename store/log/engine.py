@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from store import names
 from store.errors import StoreError, TopicExistsError, TopicNotFoundError, UsageError
@@ -31,6 +31,9 @@ from store.log.record import Draft, UniqKeyGenerator, java_hash
 from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig, TopicTable
 from store.log.writelock import WriteLock
+
+if TYPE_CHECKING:
+    from store.log.entrysearch import LogTail
 
 # Consume queues whose last segment a writing handle keeps open between batches.
 MAX_OPEN_TAILS = 64
@@ -183,6 +186,13 @@ class Engine:
         self.checkpoint_file = ckpt.CheckpointFile(layout.checkpoint)   # the writer's, under the lock
         # Told of each user topic a send creates (auto-creation), so a command line can say so.
         self.on_topic_created: Callable[[TopicConfig], None] | None = None
+        # Whether this handle looks once at each queue's end before using it and at the key
+        # index before its first lookup, and repairs one cut short (``queueends.py``,
+        # ``indexends.py``): one that recovers at open (not one opened to change nothing:
+        # ``store check``, ``top``). ``index_checked``: it looked at the index.
+        self.check_ends = False
+        self.index_checked = False
+        self.log_tail: LogTail | None = None   # the end of the log as those looks read it
 
     def close(self) -> None:
         if self.hints.synced:

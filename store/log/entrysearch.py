@@ -13,8 +13,16 @@ when the search crossed damaged bytes of the log (the record itself is gone: rea
 with a warning, as any damaged record); or :class:`CorruptionError` when the log is intact
 over the whole range and holds no such record (nothing to deliver and nothing to skip over
 safely: the queue stops there until ``mqctl store recover`` rebuilds it).
+
+:func:`first_unlisted` looks the other way: for a record of a queue past the queue's end
+(its file cut short), in one pass over a range of the log; :class:`LogTail` does the same
+over a short range without numpy, for many queues at once.
 """
 from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from store.errors import CorruptionError
 from store.log import format as F
@@ -22,10 +30,16 @@ from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.record import PROP_UNIQ_KEY, Message, RecordError, decode
 
+if TYPE_CHECKING:
+    from store.log.topics import TopicConfig
+
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")
 _NEIGHBOURS = 64            # entries looked at on each side for one that checks out
 _WINDOW = 8 * 1024 * 1024   # bytes of log searched per read
 _SLACK = F.MAX_MESSAGE_SIZE + 65536 + 1024   # read past a window so its last record is whole
+_HEAD = struct.Struct(">iIIiiqqi")   # TOTALSIZE .. SYSFLAG (format.py)
+_I32 = struct.Struct(">i").unpack_from
+_MIN_SIZE = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
 
 
 def _home(log: CommitLog, entry: tuple[int, int, int] | None, topic: str, queue_id: int, qoff: int) -> bool:
@@ -123,3 +137,75 @@ def records_with_uniq_key(log: CommitLog, uniq_key: str) -> list[int]:
         if m.properties.get(PROP_UNIQ_KEY) == uniq_key:
             out.append(off)
     return out[::-1]
+
+
+def first_unlisted(log: CommitLog, topics: dict[str, "TopicConfig"], topic: str, queue_id: int, qoff: int,
+                   start: int, end: int) -> tuple[int, int] | None:
+    """The first record of ``topic``/``queue_id`` with a queue offset of at least ``qoff``
+    that starts in ``[start, end)`` (``start`` a record boundary), as ``(its commit-log
+    offset, its queue offset)``; None when there is none. Records are checked as by
+    ``store check`` (``recordscan.py``); damaged ones are passed over."""
+    from store.log import recordscan  # (numpy with it: only a queue found suspect gets here)
+    for w in recordscan.scan(log, start):
+        for t, q, run in recordscan.queue_runs(w, topics):
+            if t == topic and q == queue_id:
+                hit = run[(w.queue_offset[run] >= qoff) & (w.phys[run] < end)]
+                if len(hit):
+                    return int(w.phys[hit[0]]), int(w.queue_offset[hit[0]])
+        if w.end >= end:
+            break
+    return None
+
+
+
+@dataclass
+class LogTail:
+    """The records of a short range ``[start, end)`` of the log as their headers show them
+    (:func:`read_tail`): ``(offset, size, queue id, queue offset, topic)`` of each one that
+    gets a consume-queue entry. ``whole``: the walk reached ``end`` (a record that cannot be
+    read ends it early). Shared by the queues a handle looks at (``queueends.py``)."""
+
+    start: int
+    end: int
+    heads: list[tuple[int, int, int, int, bytes]]
+    whole: bool
+
+    def first_unlisted(self, log: CommitLog, topic: str, queue_id: int, qoff: int,
+                       start: int) -> tuple[int, int] | None:
+        """:func:`first_unlisted` from ``start`` (within this range), each candidate record
+        read and checked in full."""
+        name = topic.encode()
+        for phys, size, qid, qo, t in self.heads:
+            if phys >= start and qid == queue_id and qo >= qoff and t == name:
+                try:
+                    m = log.read(phys, size)
+                except (RecordError, OSError):
+                    continue
+                if m.topic == topic and m.queue_id == queue_id and m.queue_offset == qo:
+                    return phys, qo
+        return None
+
+
+def read_tail(log: CommitLog, start: int, end: int) -> LogTail:
+    """The headers of the records in ``[start, end)`` (``start`` a record boundary; the range
+    is read whole: keep it short), without numpy."""
+    heads: list[tuple[int, int, int, int, bytes]] = []
+    pos = start
+    while pos < end:
+        base = log.segment_of(pos)
+        buf = log.read_bytes(pos, min(end, base + log.segment_size) - pos)
+        i = 0
+        while i + _HEAD.size <= len(buf):
+            total, magic, _crc, qid, _flag, qo, _phys, sysflag = _HEAD.unpack_from(buf, i)
+            if magic == F.BLANK_MAGIC:
+                break
+            t = i + F.RECORD_HEADER_SIZE + _I32(buf, i + F.RECORD_HEADER_SIZE - 4)[0]
+            if magic != F.MAGIC_V1 or total < _MIN_SIZE or not i < t < min(i + total, len(buf)):
+                return LogTail(start, end, heads, False)
+            if sysflag & F.TX_MASK in (F.TX_NOT, F.TX_COMMIT):
+                heads.append((pos + i, total, qid, qo, bytes(buf[t + 1:t + 1 + buf[t]])))
+            i += total
+        else:
+            return LogTail(start, end, heads, pos + i == end)
+        pos = base + log.segment_size   # (a BLANK trailer: the segment ends)
+    return LogTail(start, end, heads, True)

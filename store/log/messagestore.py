@@ -13,7 +13,7 @@ through one :class:`~store.log.writebatch.WriteBatch`, which
 4. moves the checkpoint past the batch (or, on any failure, cuts every file back).
 
 Readers take no lock: they read consume-queue entries, then the records those point at, and
-check every record's CRC before handing it out.
+check every record's CRC before handing it out; each queue's end is looked at once (``queueends.py``).
 
 Failpoints (``failpoints.py``): ``put-after-log``, ``put-after-cq``, ``put-after-index`` inside a batch
 (``writebatch.py``); ``sync-before-fsync`` in :meth:`Store.sync_log`, before a batch is made durable.
@@ -47,6 +47,7 @@ from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
 from store.log.index import KeyIndex
 from store.log.preflight import checkpoint_locked, recover_if_dirty
+from store.log.queueends import queue_end
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
 from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig
@@ -270,7 +271,7 @@ class Store:
         return self.engine.queues.queue(topic, queue_id)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
-        return self.engine.queues.max_offset(topic, queue_id)
+        return queue_end(self.engine, topic, queue_id)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """The first offset whose record is still in the commit log (retention aware)."""
@@ -449,8 +450,7 @@ class Store:
 
     def iter_queue(self, topic: str, queue_id: int, start: int, end: int | None = None,
                    batch: int = 256) -> Iterator[Message]:
-        """Every message of a queue in ``[start, end)`` (damaged records are skipped with a
-        warning)."""
+        """Every message of a queue in ``[start, end)`` (damaged records skipped with a warning)."""
         end = self.max_offset(topic, queue_id) if end is None else end
         off = max(start, self.min_offset(topic, queue_id))
         while off < end:

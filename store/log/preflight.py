@@ -31,7 +31,10 @@ def checkpoint_locked(engine: "Engine") -> ckpt.Checkpoint:
 def recover_if_dirty(engine: "Engine") -> None:
     """Recover at open when the checkpoint says a writer died or the machine restarted, or a
     killed ``store recover`` left work half done; a store that cannot be
-    written is read as it is (consume queues only point at whole records)."""
+    written is read as it is (consume queues only point at whole records). From then on the
+    handle looks once at each queue's end before using it, and at the key index before its
+    first lookup (``queueends.py``, ``indexends.py``)."""
+    engine.check_ends = True
     cp = ckpt.read(engine.layout.checkpoint)
     try:
         end = engine.commitlog.end()

@@ -42,6 +42,9 @@ def pull(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: in
     record (hash collisions removed), as RocketMQ's broker and client do together. A record
     that fails its CRC is never returned: it is listed in ``damaged`` and skipped."""
     q = engine.queues.queue(topic, queue_id)
+    if not q.end_checked:   # this handle's first look at the queue (its file cut short?)
+        from store.log.queueends import reader_end
+        reader_end(engine, topic, queue_id, q)
     max_off = q.max_offset()
     if offset >= max_off:
         return PullResult([], offset, max_off)
@@ -113,6 +116,7 @@ def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
         m = _read_live(engine, off, damage)
         if m is not None and m.msg_id == msg_id.upper():
             return m
+    _look_at_index(engine)
     index_damage: list[str] = []
     if indexfence.rebuilding(engine.index):   # a rebuild was cut short: its files may lack the key
         hits = records_with_uniq_key(engine.commitlog, msg_id)
@@ -131,6 +135,7 @@ def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
 
 def find_all(engine: "Engine", uniq_key: str, limit: int = 64) -> list[Message]:
     """Every stored copy carrying a unique key (retries and DLQ copies keep it)."""
+    _look_at_index(engine)
     out = []
     for phys in engine.index.lookup("#" + uniq_key, limit=limit):
         try:
@@ -146,6 +151,7 @@ def query_key(engine: "Engine", topic: str, key: str, limit: int = 64, strict: b
     """Messages of ``topic`` whose KEYS contain ``key``, newest first, via the index.
     Damaged records are skipped; with ``strict`` (``mqctl msg query``) the first one the
     index leads to raises ``CorruptionError`` instead."""
+    _look_at_index(engine)
     out = []
     damage: list[tuple[int, str]] = []
     index_damage: list[str] = []
@@ -160,6 +166,13 @@ def query_key(engine: "Engine", topic: str, key: str, limit: int = 64, strict: b
     if damage and strict:
         raise _damage_error(engine, *damage[0])
     return out
+
+
+def _look_at_index(engine: "Engine") -> None:
+    """Before this handle's first lookup: does the index cover the log (``indexends.py``)?"""
+    if not engine.index_checked:
+        from store.log.indexends import before_lookup
+        before_lookup(engine)
 
 
 def _read_live(engine: "Engine", phys: int, damage: list[tuple[int, str]]) -> Message | None:

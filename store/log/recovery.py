@@ -31,8 +31,8 @@ from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log import indexfence, knowndamage, offsetcommits, recordscan
 from store.log.arrays import layouts
-from store.log.consumequeue import ConsumeQueue
 from store.log.positions import clamp_to_queue_ends
+from store.log.queuerebuild import QueueRebuild, trim_queue
 from store.log.record import RecordError, decode
 from store.log.topics import TopicConfig
 
@@ -161,6 +161,7 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     (exit 5) and the store is left as found, for ``store check`` to report."""
     plan = _plan(engine, full)
     rep = RecoveryReport(reason=plan.reason)
+    engine.log_tail = None   # (the log may be cut below: read its end anew)
     lost = ckpt.lost_durable_bytes(plan.checkpoint, engine.commitlog)
     if lost is not None and not accept_loss:
         raise CorruptionError(lost[0], lost[1], f"{lost[2]} (run mqctl store check; mqctl store recover "
@@ -250,7 +251,7 @@ def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], r
     a restart, damage at or past ``plan.cut_from`` ends the log. Returns (the end of the last
     valid record, the last engine timestamp)."""
     valid_end, last_ts = plan.start, 0
-    queues: dict[tuple[str, int], _QueueRebuild] = {}
+    queues: dict[tuple[str, int], QueueRebuild] = {}
     unconfirmed: list[tuple[str, int, str]] = []
     open_at = -1   # where an atomic batch without its end record yet begins
     for w in recordscan.scan(engine.commitlog, plan.start, progress):
@@ -274,7 +275,7 @@ def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], r
             for topic, qid, run in recordscan.queue_runs(w, topics):
                 qr = queues.get((topic, qid))
                 if qr is None:
-                    qr = queues[(topic, qid)] = _QueueRebuild(engine.queues.queue(topic, qid))
+                    qr = queues[(topic, qid)] = QueueRebuild(engine.queues.queue(topic, qid))
                 rep.cq_entries_written += qr.put_many(w.queue_offset[run], w.phys[run], w.size[run],
                                                       w.tag_code[run])
             if len(w.key_hash):
@@ -301,100 +302,6 @@ def _head_of(w: recordscan.Window, n: int) -> recordscan.Window:
                              w.key_phys[:k])
 
 
-class _QueueRebuild:
-    """One consume queue during recovery. Entries already right are checked against reads of
-    4096 entries at a time; missing ones at the end are appended in runs, one write per run,
-    instead of a few system calls per record (a million-record rebuild took minutes)."""
-
-    RUN = 4096
-
-    def __init__(self, q: ConsumeQueue) -> None:
-        self.q = q
-        q.drop_partial_entry()
-        self.end = q.max_offset()
-        self.run_first = -1
-        self.run = bytearray()
-        self.win_first = 0
-        self.win: list[tuple[int, int, int]] = []
-
-    def put(self, qoff: int, phys: int, size: int, tags: int) -> int:
-        entry = F.CQ_ENTRY.pack(phys, size, tags)
-        if self.run:
-            if qoff == self.run_first + len(self.run) // F.CQ_ENTRY_SIZE:
-                self.run += entry
-                if len(self.run) >= self.RUN * F.CQ_ENTRY_SIZE:
-                    self.flush()
-                return 1
-            self.flush()
-        if qoff < self.end:
-            i = qoff - self.win_first
-            if not 0 <= i < len(self.win):
-                self.win_first, self.win = qoff, self.q.read_entries(qoff, self.RUN)
-                i = 0
-            if i < len(self.win) and self.win[i] == (phys, size, tags):
-                return 0
-            self.q.append(qoff, entry)   # a wrong or missing entry in the middle: fixed in place
-            self.win = []
-            return 1
-        if qoff == self.end:
-            self.run_first = qoff
-            self.run += entry
-            return 1
-        self.q.append(qoff, entry)       # a gap before it: written where it belongs
-        self.end = qoff + 1
-        return 1
-
-    def put_many(self, qoffs: Any, phys: Any, size: Any, tags: Any) -> int:
-        """:meth:`put` for a run of one window (numpy arrays, in log order): entries already
-        right are compared as arrays, and a run that continues the queue is packed at once."""
-        np = layouts().np
-        n, k0 = len(qoffs), int(qoffs[0])
-        if n > 1 and not bool((np.diff(qoffs) == 1).all()):
-            return sum(map(self.put, qoffs.tolist(), phys.tolist(), size.tolist(), tags.tolist()))
-        written = 0
-        below = min(max(self.end - k0, 0), n) if not self.run else 0
-        if below:
-            have = _entries(self.q, k0, below)
-            same = np.zeros(below, bool)
-            m = min(len(have), below)
-            same[:m] = (have["phys"][:m] == phys[:m]) & (have["size"][:m] == size[:m]) & (have["tags"][:m] == tags[:m])
-            for i in np.flatnonzero(~same).tolist():
-                written += self.put(k0 + i, int(phys[i]), int(size[i]), int(tags[i]))
-        rest = slice(below, n)
-        if below < n and k0 + below == (self.run_first + len(self.run) // F.CQ_ENTRY_SIZE if self.run else self.end):
-            ent = np.empty(n - below, layouts().cq)
-            ent["phys"], ent["size"], ent["tags"] = phys[rest], size[rest], tags[rest]
-            if not self.run:
-                self.run_first = k0 + below
-            self.run += ent.tobytes()
-            if len(self.run) >= self.RUN * F.CQ_ENTRY_SIZE:
-                self.flush()
-            return written + n - below
-        return written + sum(map(self.put, qoffs[rest].tolist(), phys[rest].tolist(), size[rest].tolist(),
-                                 tags[rest].tolist()))
-
-    def flush(self) -> None:
-        if self.run:
-            self.q.append(self.run_first, bytes(self.run))
-            self.end = max(self.end, self.run_first + len(self.run) // F.CQ_ENTRY_SIZE)
-            self.run.clear()
-            self.win = []
-        self.q.close()
-
-
-def _entries(q: ConsumeQueue, k: int, n: int) -> Any:
-    """Entries ``[k, k + n)`` of ``q`` as a numpy array (fewer at its end)."""
-    L = layouts()
-    parts, got = [], 0
-    while got < n:
-        raw = q.read_raw(k + got, n - got)
-        if not raw:
-            break
-        parts.append(raw)
-        got += len(raw) // F.CQ_ENTRY_SIZE
-    return L.np.frombuffer(b"".join(parts), L.cq)
-
-
 def _trim_queues(engine: "Engine", valid_end: int) -> int:
     dropped = 0
     root = engine.layout.consumequeue_dir
@@ -408,29 +315,8 @@ def _trim_queues(engine: "Engine", valid_end: int) -> int:
         except (FileNotFoundError, NotADirectoryError):
             continue
         for qid in qids:
-            q = engine.queues.queue(topic, qid)
-            q.drop_partial_entry()
-            m = q.max_offset()
-            keep = m
-            while keep > 0:
-                # The tail must point at its own record: after a power cut it may be zeros, or
-                # an older entry that a later recovery had replaced.
-                e = q.entry(keep - 1)
-                if e is not None and e[0] + e[1] <= valid_end and _points_home(engine, topic, qid, keep - 1, e):
-                    break
-                keep -= 1
-            if keep < m:
-                q.truncate_to(keep)
-                dropped += m - keep
+            dropped += trim_queue(engine.commitlog, engine.queues.queue(topic, qid), topic, qid, valid_end)
     return dropped
-
-
-def _points_home(engine: "Engine", topic: str, queue_id: int, qoff: int, entry: tuple[int, int, int]) -> bool:
-    try:
-        m = engine.commitlog.read(entry[0], entry[1])
-    except (RecordError, OSError):
-        return False
-    return m.topic == topic and m.queue_id == queue_id and m.queue_offset == qoff
 
 
 def _damaged_regions(engine: "Engine", rep: RecoveryReport) -> list[tuple[int, int, str]]:

@@ -53,6 +53,10 @@ def pull_many(engine: "Engine", topic: str, requests: list[tuple[int, int, int, 
     for; below that the exact loop checks bodies-only reads, numpy is not imported, and a full
     read is not served (each queue's own pull is cheaper there)."""
     queues = [(engine.queues.queue(topic, r[0]), *r) for r in requests]
+    for q, queue_id, *_r in queues:
+        if not q.end_checked:   # this handle's first look at the queue (its file cut short?)
+            from store.log.queueends import reader_end
+            reader_end(engine, topic, queue_id, q)
     ends = [q.max_offset() for q, *_r in queues]
     if C.NATIVE:
         return _pull_many_loop(engine, topic, queues, ends, full)

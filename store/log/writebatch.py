@@ -107,7 +107,12 @@ class WriteBatch:
         A framer that appends packed entries to ``entries`` moves ``next`` past them."""
         run = self.queues.get((topic, queue_id))
         if run is None:
-            first = self.engine.queues.queue(topic, queue_id).write_end()
+            q = self.engine.queues.queue(topic, queue_id)
+            first = q.write_end()
+            if not q.end_checked:   # this handle's first batch to it, or its file shrank: cut short?
+                from store.log.queueends import check_locked
+                check_locked(self.engine, topic, queue_id, q)
+                first = q.write_end()
             run = self.queues[(topic, queue_id)] = QueueRun(first)
         return run
 

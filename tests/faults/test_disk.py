@@ -203,6 +203,40 @@ def test_read_only_store(mq: MQ, ro_view: Path, tmp_path: Path) -> None:
     assert [e["body"] for e in mq.drain("t", "G")] == ["one", "two", "torn"]
 
 
+def test_cut_queue_on_a_read_only_store_is_warned_about_once(mq: MQ, ro_view: Path, tmp_path: Path) -> None:
+    """A consume queue cut by hand (``tests/faults/test_cut_queue.py``) that this process cannot
+    repair: what the queue has is shown, with one warning naming the queue and ``mqctl store
+    recover``; nothing is written; the writable store then repairs it and loses nothing."""
+    mq.ok("topic", "create", "t", "--queues", "1")
+    mq.ok("send", "t", "--flush", "sync", input="".join(f"{i}\n" for i in range(1, 11)))
+    os.truncate(Layout(mq.root).queue_dir("t", 0) / f"{0:020d}", 4 * 20)
+    before = sizes(mq.root)
+    res = MQ(ro_view, tmp_path).run("topic", "status", "t", "--json")
+    assert res.returncode == 0 and res.json_lines()[0]["maxOffset"] == 4, str(res)
+    lines = [ln for ln in res.stderr.split("\n") if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("mqctl: warning: consume queue t/0 "), str(res)
+    assert "mqctl store recover" in lines[0] and "from offset 4 on are not read" in lines[0], lines[0]
+    assert sizes(mq.root) == before
+    assert [e["body"] for e in mq.drain("t", "G")] == [str(i) for i in range(1, 11)]
+    mq.check_clean()
+
+
+def test_deleted_key_index_on_a_read_only_store_is_warned_about(mq: MQ, ro_view: Path, tmp_path: Path) -> None:
+    """The key index deleted by hand, on a store this process cannot repair: ``msg query`` says
+    why it may miss messages and that ``mqctl store recover`` repairs it; nothing is written."""
+    mq.ok("send", "t", "-q", "0", "--keys", "k", "one")
+    shutil.rmtree(Layout(mq.root).index_dir)
+    before = sizes(mq.root)
+    res = MQ(ro_view, tmp_path).run("msg", "query", "--topic", "t", "--key", "k")
+    assert res.returncode == 0, str(res)
+    lines = [ln for ln in res.stderr.split("\n") if ln.startswith("mqctl: ")]
+    assert len(lines) == 1 and lines[0].startswith("mqctl: warning: key index "), str(res)
+    assert "mqctl store recover" in lines[0] and "may miss messages" in lines[0], lines[0]
+    assert sizes(mq.root) == before
+    assert "one" in mq.ok("msg", "query", "--topic", "t", "--key", "k").out
+    mq.check_clean()
+
+
 # -- files deleted under a running consumer ---------------------------------------------------------
 
 def _stdout_lines(proc) -> list[str]:

@@ -1,0 +1,189 @@
+"""Derived files cut, deleted or zeroed by hand in a store that was shut down cleanly (real
+``mqctl`` processes, real files).
+
+Nothing in the checkpoint says such a store needs recovery, so the first command that needs
+the file looks at it (``store/log/queueends.py``, ``store/log/indexends.py``):
+
+* a consume queue: the consumer gets every message the commit log has — in order, none
+  twice, the group going on from its offset — and a writer never gives a new message an
+  offset the log already holds;
+* the key index: ``msg query`` and ``msg show`` find every message the log has;
+
+each with one warning line saying what was repaired, and ``store check`` clean after. A
+process that cannot write says what is wrong and that ``mqctl store recover`` repairs it
+(``tests/faults/test_disk.py``, on a read-only mount).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from store.layout import Layout
+from tests.procs import MQ, Result
+
+N = 100
+SEEN = 40   # what the group consumed before the damage
+
+
+def _cq(mq: MQ) -> Path:
+    return Layout(mq.root).queue_dir("t", 0) / f"{0:020d}"
+
+
+def _zero(path: Path, first: int, count: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(first * 20)
+        fh.write(bytes(20 * count))
+
+
+# what each case does to the queue's only segment (entries 0..N-1, 20 bytes each)
+DAMAGE = {
+    "truncated": lambda p: os.truncate(p, SEEN * 20),
+    "cut-mid-entry": lambda p: os.truncate(p, SEEN * 20 + 7),
+    "deleted": lambda p: p.unlink(),
+    "tail-zeroed": lambda p: _zero(p, N - 10, 10),          # the last entries' bytes lost
+    "zeroes-appended": lambda p: _zero(p, N, 10),           # entries past the end, all zero
+}
+
+
+def _stored(mq: MQ) -> None:
+    mq.ok("topic", "create", "t", "--queues", "1")
+    mq.ok("send", "t", "--flush", "sync", input="".join(f"{i}\n" for i in range(1, N + 1)))
+    assert mq.ok("consume", "t", "-g", "g", "--from", "first", "-c", str(SEEN)).out.split() == [
+        str(i) for i in range(1, SEEN + 1)]
+
+
+def _warnings(res: Result) -> list[str]:
+    lines = [ln for ln in res.stderr.split("\n") if ln.strip()]
+    assert all(ln.startswith("mqctl: warning: ") for ln in lines), str(res)
+    return lines
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_cut_queue_is_repaired_by_its_first_reader(mq: MQ, case: str) -> None:
+    _stored(mq)
+    DAMAGE[case](_cq(mq))
+    res = mq.ok("consume", "t", "-g", "g", "-e")
+    assert res.out.split() == [str(i) for i in range(SEEN + 1, N + 1)], str(res)
+    [warning] = _warnings(res)
+    assert "consume queue t/0" in warning and "repaired from the commit log" in warning, warning
+    assert f"now ends at offset {N}" in warning, warning
+    # repaired on disk: the next command says nothing, a new group gets every message
+    again = mq.ok("consume", "t", "-g", "other", "--from", "first", "-e")
+    assert again.out.split() == [str(i) for i in range(1, N + 1)] and again.stderr == "", str(again)
+    mq.check_clean()
+
+
+def test_cut_queue_is_repaired_before_a_writer_appends(mq: MQ) -> None:
+    _stored(mq)
+    os.truncate(_cq(mq), SEEN * 20)
+    sent = mq.ok("send", "t", "late", "--json")
+    assert sent.json_lines()[0]["queueOffset"] == N, str(sent)   # not SEEN: that offset is taken
+    [warning] = _warnings(sent)
+    assert "consume queue t/0" in warning and "repaired" in warning, warning
+    got = mq.drain("t", "fresh")
+    assert [(e["queueOffset"], e["body"]) for e in got] == [(i, str(i + 1)) for i in range(N)] + [(N, "late")]
+    mq.check_clean()
+
+
+def test_queue_cut_under_a_running_writer_is_repaired_before_its_next_batch(mq: MQ) -> None:
+    """A writer keeps its queue's last segment open between batches: one found shorter than it
+    left it looks at the queue again, so its next message still gets the next free offset."""
+    mq.ok("topic", "create", "t", "--queues", "1")
+    feeder = mq.feed("t", "--flush", "sync")
+    assert feeder.batch([str(i) for i in range(1, N + 1)])
+    os.truncate(_cq(mq), SEEN * 20)
+    assert feeder.batch(["late"])
+    assert feeder.close() == 0, feeder.stderr
+    assert feeder.acked[-1]["queueOffset"] == N, feeder.acked[-1]
+    assert "consume queue t/0" in feeder.stderr and "repaired" in feeder.stderr, feeder.stderr
+    got = mq.drain("t", "fresh")
+    assert [(e["queueOffset"], e["body"]) for e in got] == [(i, str(i + 1)) for i in range(N)] + [(N, "late")]
+    mq.check_clean()
+
+
+@pytest.mark.parametrize("then", ["nothing", "another-batch"])
+def test_cut_queue_far_back_in_the_log_is_found_by_its_signs(mq: MQ, then: str) -> None:
+    """More log than is always searched (``queueends.NEAR_BYTES``) lies after the queue's last
+    record: the file's times say it changed after the last batch (``ctime``), or, when other
+    batches came since, after its last record was stored (``mtime``: here set 5 s on)."""
+    _stored(mq)
+    mq.ok("topic", "create", "u", "--queues", "1")
+    mq.ok("send", "u", "--flush", "sync", input="".join(f"{'u' * 1000}-{i}\n" for i in range(400)))
+    os.truncate(_cq(mq), SEEN * 20)
+    if then == "another-batch":
+        later = os.stat(_cq(mq)).st_mtime + 5
+        os.utime(_cq(mq), (later, later))
+        mq.ok("send", "u", "--flush", "sync", "one more")
+    res = mq.ok("consume", "t", "-g", "g", "-e")
+    assert res.out.split() == [str(i) for i in range(SEEN + 1, N + 1)], str(res)
+    [warning] = _warnings(res)
+    assert "consume queue t/0" in warning and f"now ends at offset {N}" in warning, warning
+    mq.check_clean()
+
+
+def test_sound_queues_cost_no_warning_and_no_repair(mq: MQ) -> None:
+    """A store copied with new times (every file changed after the checkpoint) is looked at,
+    found sound, and left alone: no warning, not a byte written."""
+    _stored(mq)
+    for p in sorted(Layout(mq.root).consumequeue_dir.rglob("*")):
+        os.utime(p)   # (ctime and mtime: now)
+    before = _cq(mq).read_bytes()
+    res = mq.ok("consume", "t", "-g", "g", "-e")
+    assert res.out.split() == [str(i) for i in range(SEEN + 1, N + 1)] and res.stderr == "", str(res)
+    assert _cq(mq).read_bytes() == before
+
+
+# -- the key index ----------------------------------------------------------------------------------
+
+def _index_file(mq: MQ) -> Path:
+    return Layout(mq.root).index_dir / f"{0:020d}"
+
+
+def _send_late(mq: MQ) -> None:
+    """Ten more messages with keys (the "older-copy" case puts the index file back as it was
+    before them: a backup restored)."""
+    mq.ok("send", "t", "--flush", "sync", "--input", "json",
+          input="".join(f'{{"body": "late-{i}", "keys": ["late{i}"]}}\n' for i in range(10)))
+
+
+INDEX_DAMAGE = {
+    "deleted": lambda mq: _index_file(mq).unlink(),
+    "directory-deleted": lambda mq: shutil.rmtree(Layout(mq.root).index_dir),
+    "cut-in-entries": lambda mq: os.truncate(_index_file(mq), os.path.getsize(_index_file(mq)) - 50 * 20),
+    "cut-in-slots": lambda mq: os.truncate(_index_file(mq), 1000),
+}
+
+
+def _keyed(mq: MQ) -> list[dict]:
+    mq.ok("topic", "create", "t", "--queues", "2")
+    mq.ok("send", "t", "--flush", "sync", "--input", "json",
+          input="".join(f'{{"body": "{i}", "keys": ["k{i}"]}}\n' for i in range(N)))
+    return mq.drain("t", "ids")
+
+
+@pytest.mark.parametrize("case", sorted(INDEX_DAMAGE) + ["older-copy"])
+def test_cut_key_index_is_repaired_by_the_first_lookup(mq: MQ, case: str) -> None:
+    sent = _keyed(mq)
+    if case == "older-copy":
+        old = _index_file(mq).read_bytes()
+        _send_late(mq)
+        _index_file(mq).write_bytes(old)
+        sent = mq.drain("t", "ids2")
+    else:
+        INDEX_DAMAGE[case](mq)
+    by_key = {e["keys"][0]: e for e in sent}
+    key = "late7" if case == "older-copy" else "k77"
+    res = mq.ok("msg", "query", "--topic", "t", "--key", key, "--json")
+    assert [e["msgId"] for e in res.json_lines()] == [by_key[key]["msgId"]], str(res)
+    [warning] = _warnings(res)
+    assert "key index" in warning and "repaired from the commit log" in warning, warning
+    # repaired on disk: every message found by key and by id, without a word
+    for e in (sent[0], sent[len(sent) // 2], sent[-1]):
+        shown = mq.ok("msg", "show", e["msgId"], "--json")
+        assert shown.json_lines()[0]["body"] == e["body"] and shown.stderr == "", str(shown)
+        found = mq.ok("msg", "query", "--topic", "t", "--key", e["keys"][0], "--json")
+        assert [x["msgId"] for x in found.json_lines()] == [e["msgId"]] and found.stderr == "", str(found)
+    mq.check_clean()
