@@ -217,28 +217,43 @@ def test_appends_during_compactions_in_another_process_are_not_lost(layout: Layo
 
 
 def test_a_reader_keeps_up_while_another_process_compacts(layout: Layout) -> None:
+    """The writer compacts (replaces the file) every ~20 records; half-way it waits until the
+    reader has read the file, so the reader reads while replacements happen before and after
+    that point, however the two processes are scheduled."""
     writer = """
-        import sys
+        import os, sys, time
         from pathlib import Path
         from store.client.dedup import DedupLog
         from store.layout import Layout
+        layout = Layout(Path(sys.argv[1]))
+        half, go = Path(sys.argv[2]), Path(sys.argv[3])
+        path, replaced, ino = layout.dedup_log("g"), 0, None
         # max_entries=20: the writer compacts on its own every ~20 records.
-        with DedupLog(Layout(Path(sys.argv[1])), "g", max_entries=20) as log:
+        with DedupLog(layout, "g", max_entries=20) as log:
             for i in range(600):
                 log.record([f"key-{i}"])
+                now = path.stat().st_ino
+                replaced += ino is not None and now != ino   # (the old file lives until the rename)
+                ino = now
+                if i == 299:
+                    half.touch()
+                    while not go.exists():
+                        time.sleep(0.001)
+        print(replaced)
     """
-    path = layout.dedup_log("g")
-    inodes: set[int] = set()
+    half, go = layout.root / "half", layout.root / "go"
     with DedupLog(layout, "g") as reader:
-        proc = python(writer, layout.root, stderr=subprocess.PIPE)
+        proc = python(writer, layout.root, half, go, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         while proc.poll() is None:
             reader.refresh()
-            if path.exists():
-                inodes.add(path.stat().st_ino)
-        finish(proc)
+            if half.exists() and not go.exists():
+                reader.refresh()   # (a read of the file the writer has made so far)
+                assert all(reader.seen(f"key-{i}") for i in range(280, 300))
+                go.touch()
+        replaced = int(finish(proc)[0])
         reader.refresh()
         written = {f"key-{i}" for i in range(600)}
-        assert len(inodes) > 1  # the file really was replaced under the reader
+        assert replaced >= 10   # the file really was replaced under the reader, on both sides of its read
         assert all(reader.seen(f"key-{i}") for i in range(580, 600))
         # Every remembered id is one that was written: nothing was read from a stale position.
         assert sum(reader.seen(key) for key in written) == len(reader)
