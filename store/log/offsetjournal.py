@@ -15,10 +15,11 @@ keep growing across compactions (the snapshot's ``journalEnd`` names one). Paylo
      "applied": <commitsApplied>}
 
 The first record of a journal is always a full one, so the journal alone rebuilds the table.
-Payloads are compact, their keys sorted, and names need no escaping (``names.py``): a record
-that only sets offsets is ``{"set":{"<topic>@<group>":{"<queueId>":<offset>,...},...}}`` to
-the byte, so a member tells the others' such records, and which queues they set, without
-decoding them (:func:`sets_only`, :func:`may_set`).
+Payloads are compact, their keys sorted and non-ASCII escaped (``json.dumps``), and names
+need no escaping (``names.py``): a commit's record is
+``{"set":{"<topic>@<group>":{"<queueId>":<offset>,...},...}}`` to the byte, so a member
+tells the others' commits, and which queues they set, without decoding them
+(:func:`sets_only`, :func:`may_set`).
 
 Records are appended under the offset table's lock. A group member's commit is one ``set``
 record and nothing else (``offsetview.py``); resets, deletions and the periodic snapshot
@@ -252,14 +253,15 @@ def decode(payload: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-_NAME, _INT, _ID = rb'[A-Za-z0-9_%|-]{1,127}', rb'-?(?:0|[1-9][0-9]*)', rb'"(?:0|[1-9][0-9]*)"'
-_KEY_SET = rb'"%s@%s":\{%s:%s(?:,%s:%s)*\}' % (_NAME, _NAME, _ID, _INT, _ID, _INT)
+# A commit's record, in a subset of JSON: strings of printable ASCII with nothing escaped, integers.
+_KEY, _ID, _INT = rb'"[\x20\x21\x23-\x5b\x5d-\x7e]*"', rb'"(?:0|[1-9][0-9]*)"', rb'-?(?:0|[1-9][0-9]*)'
+_KEY_SET = rb'%s:\{%s:%s(?:,%s:%s)*\}' % (_KEY, _ID, _INT, _ID, _INT)
 _SETS_ONLY = re.compile(rb'\{"set":\{%s(?:,%s)*\}\}' % (_KEY_SET, _KEY_SET))
 
 
 def sets_only(payload: bytes) -> bool:
-    """Whether a record, not decoded, is one that only sets offsets as a commit writes it
-    (see the module docstring): its form makes it a JSON object, so its decoding may wait."""
+    """Whether a record, not decoded, is in a commit's form (see the module docstring): it
+    only sets offsets, and its form makes it a JSON object (its decoding may wait)."""
     return _SETS_ONLY.fullmatch(payload) is not None
 
 
