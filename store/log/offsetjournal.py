@@ -253,8 +253,11 @@ def decode(payload: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-# A commit's record, in a subset of JSON: strings of printable ASCII with nothing escaped, integers.
-_KEY, _ID, _INT = rb'"[\x20\x21\x23-\x5b\x5d-\x7e]*"', rb'"(?:0|[1-9][0-9]*)"', rb'-?(?:0|[1-9][0-9]*)'
+# A commit's record, in a subset of JSON: strings of printable ASCII with nothing escaped, integers
+# of at most 19 digits (int64's, RocketMQ's offsets): json.loads refuses a longer one past
+# sys.int_max_str_digits (at least 640), and such a record must end the journal at once, as it
+# does for readers, not wait (a commit appended after it would be where no reader looks).
+_KEY, _ID, _INT = rb'"[\x20\x21\x23-\x5b\x5d-\x7e]*"', rb'"(?:0|[1-9][0-9]{0,18})"', rb'-?(?:0|[1-9][0-9]{0,18})'
 _KEY_SET = rb'%s:\{%s:%s(?:,%s:%s)*\}' % (_KEY, _ID, _INT, _ID, _INT)
 _SETS_ONLY = re.compile(rb'\{"set":\{%s(?:,%s)*\}\}' % (_KEY_SET, _KEY_SET))
 

@@ -347,17 +347,44 @@ def test_a_member_takes_the_snapshot_another_wrote_instead_of_decoding_what_it_h
     assert snapshot_offsets(layout.root, "g") == {("T", 0): 3, ("T", 1): 2, ("T", 2): 3, ("T", 3): 3}
 
 
+# (a number of more digits than Python's int() reads, 4300 by default, is no JSON to json.loads)
+@pytest.mark.parametrize("body", [b'{"set":{"T@g":{"1":00}}}', b'{"set":{"T@g":{"1":%s}}}' % (b"9" * 5000)],
+                         ids=["leading-zero", "5000-digits"])
 def test_a_record_in_a_commits_form_but_no_json_ends_the_journal_for_a_member_as_for_readers(
-        layout: Layout, no_snapshot_by_age: None) -> None:
+        layout: Layout, no_snapshot_by_age: None, body: bytes) -> None:
     """Records in a commit's form wait undecoded in a member's view: one whose CRC checks but
     that is no JSON object must not; the member's commit lands where readers stop, cutting it."""
     a, b = ClusterOffsetStore(layout), ClusterOffsetStore(layout)
     a.commit("g", {("T", 0): 0, ("T", 1): 0})
     a.commit("g", {("T", 0): 1}, expected_epochs={}, journal_only=True)
     b.commit("g", {("T", 1): 1}, expected_epochs={}, journal_only=True)
-    body = b'{"set":{"T@g":{"1":00}}}'
     with open(layout.consumer_offset_log, "ab") as fh:
         fh.write(oj.FRAME.pack(len(body), zlib.crc32(body)) + body)
     assert a.commit("g", {("T", 0): 5}, expected_epochs={}, journal_only=True) == set()
     assert ClusterOffsetStore(layout).read_group("g") == {("T", 0): 5, ("T", 1): 1}
     assert body not in layout.consumer_offset_log.read_bytes()
+
+
+def test_a_running_member_commits_past_a_record_readers_cannot_read_where_they_see_it(mq: MQ) -> None:
+    """A record appended by hand while a member runs, in a commit's form (CRC good) but with a
+    number json cannot read: readers stop at it, so the member's next commits (of queues it
+    does not name) must land there too, and the member must not fail on it when it stops."""
+    import fcntl
+
+    from store.layout import lock_beside
+    mq.ok("topic", "create", "T", "--queues", "2")
+    mq.send_lines("T", ["a0", "b0"], "-q", "0")
+    mq.send_lines("T", ["a1", "b1"], "-q", "1")
+    proc = mq.start("consume", "T", "-g", "G", "--from", "first")
+    assert wait_for(lambda: mq.offsets("G", "T") == {("T", 0): 2, ("T", 1): 2}, timeout=60), proc.stderr()
+    log = mq.root / "config" / "consumerOffset.log"
+    body = b'{"set":{"T@G":{"1":%s}}}' % (b"9" * 5000)
+    with open(lock_beside(mq.root / "config" / "consumerOffset.json"), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # (no commit or snapshot meanwhile)
+        with open(log, "ab") as fh:
+            fh.write(oj.FRAME.pack(len(body), zlib.crc32(body)) + body)
+    mq.send_lines("T", ["c0", "d0", "e0"], "-q", "0")
+    assert wait_for(lambda: len(proc.lines()) == 7, timeout=60), proc.stderr()
+    assert proc.stop() == 0, proc.stderr()
+    assert mq.offsets("G", "T") == {("T", 0): 5, ("T", 1): 2}
+    assert body not in log.read_bytes()
