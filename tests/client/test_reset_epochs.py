@@ -1,5 +1,5 @@
 """A member learns of ``offsets reset --force`` by the reset epochs, per topic: what it learns
-of one topic must not hide a reset of another it holds queues of (issue 26 review)."""
+of one topic must not hide a reset of another it holds queues of."""
 from __future__ import annotations
 
 from store import Store
