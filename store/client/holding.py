@@ -58,9 +58,10 @@ class Holdings:
             lock.release()  # a no-op on a lost lock; frees the descriptor otherwise
 
     def forget(self, key: QueueKey) -> None:
-        """Let go of a held queue at once, its lock released (its offsets were reset under
-        it: nothing it holds is worth finishing)."""
-        del self.pqs[key]
+        """Let go of a held or dropping queue at once, its lock released (its offsets were
+        reset under it: nothing it holds is worth finishing, nor its offset worth committing)."""
+        if self.pqs.pop(key, None) is None:
+            del self.dropping[key]
         self.retake = True
         self.release_lock(key)
 

@@ -466,13 +466,13 @@ class OffsetKeeper:
         return st.st_ino, st.st_mtime_ns, st.st_size
 
     def _reload_after_reset(self, topics: set[str]) -> None:
-        """Offsets were reset while we ran (``offsets reset --force``): the held queues whose
-        stored offset moved are let go, and taken again from it by the next rebalance. (An epoch
-        is per topic, not naming the queues a reset set: a queue read past its stored offset is
-        let go too, a reset to that offset, a replay of what it read since, looks the same.)"""
+        """Offsets of ``topics`` were reset while we ran (``offsets reset --force``): their queues held
+        or being dropped (whose last commit would undo it) whose stored offset moved are let go, taken
+        again from it by the next rebalance. (An epoch is per topic: a queue read past its stored
+        offset is let go too, a reset to that offset, a replay of what it read since, looks the same.)"""
         snap = self.offset_store.snapshot(self.o.group)
-        self.epochs = dict(snap.epochs)
-        for key in [k for k in self.held.pqs if k[0] in topics]:
+        self.epochs.update({t: snap.epochs.get(t, 0) for t in topics})   # (not others': hidden from their queues)
+        for key in [k for k in self.held.keys() if k[0] in topics]:
             stored = self.persisted.get(key)
             if self.stage is None and snap.offsets.get(key, -1) == stored == self.offsets.get(key, stored):
                 continue

@@ -15,6 +15,12 @@ keep growing across compactions (the snapshot's ``journalEnd`` names one). Paylo
      "applied": <commitsApplied>}
 
 The first record of a journal is always a full one, so the journal alone rebuilds the table.
+Payloads are compact, their keys sorted and non-ASCII escaped (``json.dumps``), and names
+need no escaping (``names.py``): a commit's record is
+``{"set":{"<topic>@<group>":{"<queueId>":<offset>,...},...}}`` to the byte, so a member
+tells the others' commits, and which queues they set, without decoding them
+(:func:`sets_only`, :func:`may_set`).
+
 Records are appended under the offset table's lock. A group member's commit is one ``set``
 record and nothing else (``offsetview.py``); resets, deletions and the periodic snapshot
 write the snapshot after their record. When the journal grows past :data:`COMPACT_BYTES` (or
@@ -37,9 +43,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import zlib
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,16 +76,20 @@ class Tail:
     exists: bool = True
     header: bool = True   # False: no readable header (the next write rewrites the file)
     ident: tuple[int, int] = (0, 0)   # (st_dev, st_ino): a rewrite (rename) makes a new file
+    # ``read(raw=True)``: the payloads, not decoded, each with its record's logical end
+    frames: list[tuple[bytes, int]] = field(default_factory=list)
 
 
 class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def read(self, after: int | None = None) -> Tail:
+    def read(self, after: int | None = None, raw: bool = False) -> Tail:
         """Records from logical position ``after`` (None, or before ``base``: from the start,
         whose first record holds the whole table). Most reads under a commit find nothing
-        past the snapshot: one small read, not the whole file."""
+        past the snapshot: one small read, not the whole file. ``raw``: the payloads whose
+        frames check, in ``frames``, not decoded (a payload that is not a JSON object, which
+        ends the journal, is then found by :func:`decode`)."""
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -104,11 +116,19 @@ class Journal:
         finally:
             os.close(fd)
         records: list[dict[str, Any]] = []
+        frames: list[tuple[bytes, int]] = []
+        at = base + start - HEADER.size   # (the logical position of data[0])
         pos = 0
-        while (record := _record_at(data, pos)) is not None:
-            records.append(record[0])
-            pos = record[1]
-        return Tail(records, base, base + start - HEADER.size + pos, pos < len(data), ident=ident)
+        while (frame := _frame_at(data, pos)) is not None:
+            if raw:
+                frames.append((frame[0], at + frame[1]))
+            else:
+                record = decode(frame[0])
+                if record is None:
+                    break
+                records.append(record)
+            pos = frame[1]
+        return Tail(records, base, at + pos, pos < len(data), ident=ident, frames=frames)
 
     def damage(self) -> tuple[int, int] | None:
         """Damage in the middle of the journal (bit rot, a write by hand): an invalid record that a
@@ -203,6 +223,16 @@ class Journal:
 def _record_at(data: bytes, pos: int) -> tuple[dict[str, Any], int] | None:
     """The valid record at ``pos`` of ``data`` (the bytes after the header) and where it ends; None
     when there is none (a frame cut short, a length past MAX_RECORD, a CRC or JSON that fails)."""
+    frame = _frame_at(data, pos)
+    if frame is None:
+        return None
+    record = decode(frame[0])
+    return None if record is None else (record, frame[1])
+
+
+def _frame_at(data: bytes, pos: int) -> tuple[bytes, int] | None:
+    """The payload of the frame at ``pos`` of ``data`` and where it ends; None when there is
+    none (a frame cut short, a length past MAX_RECORD, a CRC that fails)."""
     if pos + FRAME.size > len(data):
         return None
     length, crc = FRAME.unpack_from(data, pos)
@@ -210,13 +240,42 @@ def _record_at(data: bytes, pos: int) -> tuple[dict[str, Any], int] | None:
     if length > MAX_RECORD or end > len(data):
         return None
     payload = data[pos + FRAME.size:end]
-    if zlib.crc32(payload) != crc:
-        return None
+    return (payload, end) if zlib.crc32(payload) == crc else None
+
+
+def decode(payload: bytes) -> dict[str, Any] | None:
+    """A record's payload as its object; None when it is not a JSON object (the journal ends
+    at that record, as at a torn one)."""
     try:
         record = json.loads(payload)
     except ValueError:
         return None
-    return (record, end) if isinstance(record, dict) else None
+    return record if isinstance(record, dict) else None
+
+
+# A commit's record, in a subset of JSON: strings of printable ASCII with nothing escaped, integers
+# of at most 19 digits (int64's, RocketMQ's offsets): json.loads refuses a longer one past
+# sys.int_max_str_digits (at least 640), and such a record must end the journal at once, as it
+# does for readers, not wait (a commit appended after it would be where no reader looks).
+_KEY, _ID, _INT = rb'"[\x20\x21\x23-\x5b\x5d-\x7e]*"', rb'"(?:0|[1-9][0-9]{0,18})"', rb'-?(?:0|[1-9][0-9]{0,18})'
+_KEY_SET = rb'%s:\{%s:%s(?:,%s:%s)*\}' % (_KEY, _ID, _INT, _ID, _INT)
+_SETS_ONLY = re.compile(rb'\{"set":\{%s(?:,%s)*\}\}' % (_KEY_SET, _KEY_SET))
+
+
+def sets_only(payload: bytes) -> bool:
+    """Whether a record, not decoded, is in a commit's form (see the module docstring): it
+    only sets offsets, and its form makes it a JSON object (its decoding may wait)."""
+    return _SETS_ONLY.fullmatch(payload) is not None
+
+
+def may_set(payloads: bytes | bytearray, key: str, queue_ids: Iterable[int]) -> bool:
+    """Whether records that only set offsets (:func:`sets_only`: their payloads, one or
+    several joined), not decoded, may set the offset of one of ``key``'s ``queue_ids``
+    (``key``: ``<topic>@<group>``): only if they name both ``key`` and the queue id (see the
+    module docstring; not necessarily together: a false yes costs only a decoding)."""
+    if b'"%s":' % key.encode() not in payloads:
+        return False
+    return any(b'"%d":' % q in payloads for q in queue_ids)
 
 
 def apply(record: dict[str, Any], state: dict[str, Any]) -> None:

@@ -11,6 +11,15 @@ than the view has read, or when the snapshot names an end past it. When the tabl
 a state a record alone may change (no journal yet, a damaged copy in use, offsets named
 lost), :meth:`OffsetView.commit` declines and the caller writes the whole table.
 
+The other members' commits (records in a commit's form, ``offsetjournal.sets_only``) are not
+decoded as they are read: they wait, as read, until a commit of this view names one of the
+queues they may set (``offsetjournal.may_set``), the view writes the snapshot, or another
+member's snapshot holds them (the view then takes that table, which it reads anyway to learn
+its ``journalEnd``). So a member of a busy group decodes the records that concern it, not
+every member's: what a commit spends on each record of the others is a CRC and a pattern
+match. Any other record (a reset's, a deletion's, a full one) is applied at once, after those
+waiting before it.
+
 Readers see a commit as soon as it returned: they apply the journal's records past the
 snapshot's ``journalEnd``. A kill -9 loses nothing that was appended (the page cache has it).
 A power cut may lose the records appended since the journal was last synced, which it is
@@ -25,7 +34,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from store import fsutil
@@ -56,9 +65,15 @@ class _Seen:
     ident: tuple[int, int]      # the journal file read
     base: int
     end: int                    # the journal's end, as far as read
-    state: dict[str, Any]       # the table in its JSON shape, every record up to ``end`` applied
+    state: dict[str, Any]       # the table in its JSON shape, every record up to ``end`` applied but ``waiting``
     snap_look: Look             # the snapshot's (inode, mtime_ns, size)
     snap_end: int               # the snapshot's journalEnd
+    applied: int                # the end of the last record applied to ``state``
+    # Records that only set offsets, read but not applied (payload, its end), in the journal's
+    # order. No record applied after one of them sets an offset it may set: applied later,
+    # they make the table they make in order.
+    waiting: list[tuple[bytes, int]] = field(default_factory=list)
+    waiting_text: bytearray = field(default_factory=bytearray)   # their payloads joined (one search)
 
 
 class OffsetView:
@@ -80,6 +95,12 @@ class OffsetView:
         seen = self._current()
         if seen is None:
             return None
+        if seen.waiting:
+            keys: dict[str, list[int]] = {}
+            for topic, queue_id in offsets:
+                keys.setdefault(table_key(topic, group), []).append(queue_id)
+            if any(oj.may_set(seen.waiting_text, key, queue_ids) for key, queue_ids in keys.items()):
+                self._apply_waiting(seen)
         # The oldest record no snapshot holds is at most as old as the snapshot when there were
         # such records before this commit, else it is this commit's own: a process's first
         # commit (a one-shot consume's) does not write the snapshot for being the first.
@@ -100,8 +121,8 @@ class OffsetView:
         if changed:
             record = {"set": changed}
             end = self.journal.append(record, seen.end)
-            oj.apply(record, seen.state)
-            seen.end = self.appended = end
+            oj.apply(record, seen.state)   # (no record waiting may set these: see above)
+            seen.end = seen.applied = self.appended = end
             self.appended_at = time.monotonic()
         if seen.end > seen.snap_end and (
                 seen.end - seen.snap_end >= SNAPSHOT_BYTES or age >= SNAPSHOT_S
@@ -134,6 +155,7 @@ class OffsetView:
         return True
 
     def _snapshot(self, seen: _Seen) -> None:
+        self._apply_waiting(seen)
         table = ClusterTable.from_json(seen.state).to_json()
         end = offsettable.snapshot(self.layout, table, seen.end, seen.base, seen.snap_look[2])
         self.wrote = look_at(self.layout.consumer_offset_json)
@@ -144,19 +166,28 @@ class OffsetView:
         assert self.wrote is not None
         seen.snap_look, seen.snap_end = self.wrote, end
 
+    @staticmethod
+    def _apply_waiting(seen: _Seen) -> None:
+        """Apply the records waiting, in order."""
+        for payload, end in seen.waiting:
+            record = oj.decode(payload)
+            assert record is not None, "a record of a commit's form is a JSON object"
+            oj.apply(record, seen.state)
+            seen.applied = end
+        seen.waiting.clear()
+        seen.waiting_text.clear()
+
     def _current(self) -> _Seen | None:
         """The view brought up to the journal's end (reloaded when it must be), or None when
         the table must be written whole."""
         seen = self._seen
         if seen is not None:
-            tail = self.journal.read(seen.end)
+            tail = self.journal.read(seen.end, raw=True)
             if (not tail.exists or not tail.header or tail.ident != seen.ident or tail.base != seen.base
                     or tail.end < seen.end):
                 seen = None
             else:
-                for record in tail.records:
-                    oj.apply(record, seen.state)
-                seen.end = tail.end
+                self._take(seen, tail.frames)
                 look = look_at(self.layout.consumer_offset_json)
                 if look != seen.snap_look and not self._snapshot_moved(seen, look):
                     seen = None
@@ -167,9 +198,25 @@ class OffsetView:
         self._seen = seen
         return seen
 
+    def _take(self, seen: _Seen, frames: list[tuple[bytes, int]]) -> None:
+        """The records read past ``seen.end``: those that only set offsets wait, any other
+        is applied at once, after those waiting."""
+        for payload, end in frames:
+            if oj.sets_only(payload):
+                seen.waiting.append((payload, end))
+                seen.waiting_text += payload
+            elif (record := oj.decode(payload)) is None:
+                break   # (the journal ends here for readers, as at a torn record: the next append cuts it)
+            else:
+                self._apply_waiting(seen)
+                oj.apply(record, seen.state)
+                seen.applied = end
+            seen.end = end
+
     def _snapshot_moved(self, seen: _Seen, look: Look | None) -> bool:
-        """Another member wrote the snapshot: learn its journalEnd (False: it cannot be
-        trusted as it is, the view is loaded again)."""
+        """Another member wrote the snapshot: learn its journalEnd, and take its table when it
+        holds every record applied and some waiting (False: it cannot be trusted as it is, the
+        view is loaded again)."""
         try:
             obj = json.loads(self.layout.consumer_offset_json.read_bytes())
         except (OSError, ValueError):
@@ -180,6 +227,15 @@ class OffsetView:
         if not offsettable.is_int(end) or end > seen.end or look is None:
             return False
         seen.snap_look, seen.snap_end = look, end
+        ends = [e for _p, e in seen.waiting]
+        if ends and ends[0] <= end and end >= seen.applied and (end == seen.applied or end in ends):
+            try:
+                seen.state = ClusterTable.from_json(obj).to_json()
+            except ValueError:
+                return False
+            seen.waiting = [(p, e) for p, e in seen.waiting if e > end]
+            seen.waiting_text = bytearray(b"".join(p for p, _e in seen.waiting))
+            seen.applied = end
         return True
 
     def _load(self) -> _Seen | None:
@@ -189,4 +245,4 @@ class OffsetView:
         if (loaded.source != "snapshot" or loaded.lost or loaded.table.lost or not tail.exists
                 or not tail.header or tail.end < loaded.snapshot_end or look is None):
             return None
-        return _Seen(tail.ident, tail.base, tail.end, loaded.table.to_json(), look, loaded.snapshot_end)
+        return _Seen(tail.ident, tail.base, tail.end, loaded.table.to_json(), look, loaded.snapshot_end, tail.end)

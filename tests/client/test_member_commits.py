@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,143 @@ def test_only_a_damaged_record_with_valid_ones_after_it_is_damage_in_the_middle(
         assert ClusterOffsetStore(layout).read("g", "T", 0) == 2   # readers stop there: nothing skipped
     else:
         assert found is None
+
+
+class _CountingJson:
+    """``json`` for the offsets journal's module, counting the payloads decoded."""
+
+    def __init__(self) -> None:
+        self.decoded = 0
+
+    def loads(self, text: bytes) -> object:
+        self.decoded += 1
+        return json.loads(text)
+
+    def dumps(self, obj: object, **kw: object) -> str:
+        return json.dumps(obj, **kw)  # type: ignore[arg-type]
+
+
+def test_a_members_commit_decodes_none_of_the_records_other_members_append_for_their_queues(
+        layout: Layout, no_snapshot_by_age: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """16 members of a group, a queue each: a commit reads the others' records appended since
+    its last, but decodes none of them (their cost grew with the group); the snapshot a member
+    writes applies them in the journal's order."""
+    members = [ClusterOffsetStore(layout) for _ in range(16)]
+    members[0].commit("g", {("T", q): 0 for q in range(16)})
+    for q, m in enumerate(members):   # (each member's view loaded)
+        m.commit("g", {("T", q): 1}, expected_epochs={}, journal_only=True)
+    counting = _CountingJson()
+    monkeypatch.setattr(oj, "json", counting)
+    for i in range(2, 6):
+        for q, m in enumerate(members):
+            assert m.commit("g", {("T", q): 100 * q + i}, expected_epochs={}, journal_only=True) == set()
+    assert counting.decoded == 0
+    want = {("T", q): 100 * q + 5 for q in range(16)}
+    assert ClusterOffsetStore(layout).read_group("g") == want
+    members[3].settle(0.0)
+    assert snapshot_offsets(layout.root, "g") == want
+
+
+def test_a_commit_decodes_what_other_members_set_of_its_queues_and_stays_forward_only(
+        layout: Layout, no_snapshot_by_age: None) -> None:
+    """A record of another member that sets one of the queues a commit names is decoded
+    before it (forward only against it), and the records waiting keep their order."""
+    a, b, c = ClusterOffsetStore(layout), ClusterOffsetStore(layout), ClusterOffsetStore(layout)
+    a.commit("g", {("T", 0): 0, ("T", 1): 0, ("T", 2): 0})
+    for i, m in enumerate((a, b, c)):   # (each member's view loaded)
+        m.commit("g", {("T", 2): i + 1}, expected_epochs={}, journal_only=True)
+    c.commit("g", {("T", 1): 9}, expected_epochs={}, journal_only=True)
+    b.commit("g", {("T", 1): 6}, increase_only=False, expected_epochs={}, journal_only=True)   # (orderly)
+    # a takes queue 1 over: forward only against the last value b and c set of it
+    a.commit("g", {("T", 1): 8}, expected_epochs={}, journal_only=True)
+    assert ClusterOffsetStore(layout).read_group("g") == {("T", 0): 0, ("T", 1): 8, ("T", 2): 3}
+    a.commit("g", {("T", 0): 4}, expected_epochs={}, journal_only=True)
+    c.commit("g", {("T", 2): 9}, expected_epochs={}, journal_only=True)
+    b.commit("g", {("T", 2): 7}, increase_only=False, expected_epochs={}, journal_only=True)
+    a.settle(0.0)
+    assert snapshot_offsets(layout.root, "g") == {("T", 0): 4, ("T", 1): 8, ("T", 2): 7}
+
+
+def test_a_reset_between_waiting_records_is_applied_after_them(layout: Layout, no_snapshot_by_age: None) -> None:
+    a, b = ClusterOffsetStore(layout), ClusterOffsetStore(layout)
+    a.commit("g", {("T", 0): 0, ("T", 1): 0})
+    a.commit("g", {("T", 0): 1}, expected_epochs={}, journal_only=True)
+    b.commit("g", {("T", 1): 50}, expected_epochs={}, journal_only=True)
+    assert ClusterOffsetStore(layout).reset("g", "T", {1: 2}) == 1
+    b.commit("g", {("T", 1): 3}, expected_epochs={"T": 1}, journal_only=True)
+    assert a.commit("g", {("T", 0): 9}, expected_epochs={}, journal_only=True) == {"T"}
+    assert a.commit("g", {("T", 0): 9}, expected_epochs={"T": 1}, journal_only=True) == set()
+    a.settle(0.0)
+    assert snapshot_offsets(layout.root, "g") == {("T", 0): 9, ("T", 1): 3}
+    # a record that is not a commit's, with no snapshot after it (none to take): applied in order
+    b.commit("g", {("T", 1): 70}, expected_epochs={"T": 1}, journal_only=True)
+    journal = oj.Journal(layout.consumer_offset_log)
+    journal.append({"epoch": {"T@g": 2}, "set": {"T@g": {"1": 5}}}, journal.read(None).end)
+    assert a.commit("g", {("T", 0): 10}, expected_epochs={"T": 1}, journal_only=True) == {"T"}
+    assert a.commit("g", {("T", 0): 10}, expected_epochs={"T": 2}, journal_only=True) == set()
+    a.settle(0.0)
+    assert snapshot_offsets(layout.root, "g") == {("T", 0): 10, ("T", 1): 5}
+
+
+def test_a_member_takes_the_snapshot_another_wrote_instead_of_decoding_what_it_holds(
+        layout: Layout, no_snapshot_by_age: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The snapshot another member wrote holds the records waiting in a member's view: its
+    next snapshot decodes only what was appended after it."""
+    members = [ClusterOffsetStore(layout) for _ in range(4)]
+    members[0].commit("g", {("T", q): 0 for q in range(4)})
+    for q, m in enumerate(members):
+        m.commit("g", {("T", q): 1}, expected_epochs={}, journal_only=True)
+    for q, m in enumerate(members):
+        m.commit("g", {("T", q): 2}, expected_epochs={}, journal_only=True)
+    members[1].settle(0.0)   # holds every record so far
+    for q in (2, 3):
+        members[q].commit("g", {("T", q): 3}, expected_epochs={}, journal_only=True)
+    counting = _CountingJson()
+    monkeypatch.setattr(oj, "json", counting)
+    members[0].commit("g", {("T", 0): 3}, expected_epochs={}, journal_only=True)
+    members[0].settle(0.0)
+    assert counting.decoded == 2   # (the two records after members[1]'s snapshot)
+    assert snapshot_offsets(layout.root, "g") == {("T", 0): 3, ("T", 1): 2, ("T", 2): 3, ("T", 3): 3}
+
+
+# (a number of more digits than Python's int() reads, 4300 by default, is no JSON to json.loads)
+@pytest.mark.parametrize("body", [b'{"set":{"T@g":{"1":00}}}', b'{"set":{"T@g":{"1":%s}}}' % (b"9" * 5000)],
+                         ids=["leading-zero", "5000-digits"])
+def test_a_record_in_a_commits_form_but_no_json_ends_the_journal_for_a_member_as_for_readers(
+        layout: Layout, no_snapshot_by_age: None, body: bytes) -> None:
+    """Records in a commit's form wait undecoded in a member's view: one whose CRC checks but
+    that is no JSON object must not; the member's commit lands where readers stop, cutting it."""
+    a, b = ClusterOffsetStore(layout), ClusterOffsetStore(layout)
+    a.commit("g", {("T", 0): 0, ("T", 1): 0})
+    a.commit("g", {("T", 0): 1}, expected_epochs={}, journal_only=True)
+    b.commit("g", {("T", 1): 1}, expected_epochs={}, journal_only=True)
+    with open(layout.consumer_offset_log, "ab") as fh:
+        fh.write(oj.FRAME.pack(len(body), zlib.crc32(body)) + body)
+    assert a.commit("g", {("T", 0): 5}, expected_epochs={}, journal_only=True) == set()
+    assert ClusterOffsetStore(layout).read_group("g") == {("T", 0): 5, ("T", 1): 1}
+    assert body not in layout.consumer_offset_log.read_bytes()
+
+
+def test_a_running_member_commits_past_a_record_readers_cannot_read_where_they_see_it(mq: MQ) -> None:
+    """A record appended by hand while a member runs, in a commit's form (CRC good) but with a
+    number json cannot read: readers stop at it, so the member's next commits (of queues it
+    does not name) must land there too, and the member must not fail on it when it stops."""
+    import fcntl
+
+    from store.layout import lock_beside
+    mq.ok("topic", "create", "T", "--queues", "2")
+    mq.send_lines("T", ["a0", "b0"], "-q", "0")
+    mq.send_lines("T", ["a1", "b1"], "-q", "1")
+    proc = mq.start("consume", "T", "-g", "G", "--from", "first")
+    assert wait_for(lambda: mq.offsets("G", "T") == {("T", 0): 2, ("T", 1): 2}, timeout=60), proc.stderr()
+    log = mq.root / "config" / "consumerOffset.log"
+    body = b'{"set":{"T@G":{"1":%s}}}' % (b"9" * 5000)
+    with open(lock_beside(mq.root / "config" / "consumerOffset.json"), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # (no commit or snapshot meanwhile)
+        with open(log, "ab") as fh:
+            fh.write(oj.FRAME.pack(len(body), zlib.crc32(body)) + body)
+    mq.send_lines("T", ["c0", "d0", "e0"], "-q", "0")
+    assert wait_for(lambda: len(proc.lines()) == 7, timeout=60), proc.stderr()
+    assert proc.stop() == 0, proc.stderr()
+    assert mq.offsets("G", "T") == {("T", 0): 5, ("T", 1): 2}
+    assert body not in log.read_bytes()
