@@ -41,6 +41,8 @@ class ConsumeQueue:
         self._tail: tuple[int, int] | None = None
         self._listing = SegmentListing(directory)
         self._dir_s = str(directory)
+        # the listing's stamp when the last segment's name led to its cached read descriptor
+        self._end_stamp: tuple[int, int] | None = None
 
     # -- segments --------------------------------------------------------------------------
     def segments(self) -> list[int]:
@@ -50,14 +52,33 @@ class ConsumeQueue:
         return self.dir / F.segment_name(base)
 
     def max_offset(self) -> int:
-        """The next offset to be written (= number of entries ever written)."""
+        """The next offset to be written (= number of entries ever written).
+
+        A reader asks every turn: while the directory is as it was when the last segment's
+        name was found to be the descriptor this handle reads it by (the listing's stamp),
+        its size comes from an ``fstat`` of that descriptor, not a ``stat`` by path. A
+        segment removed or written anew (retention, recovery, a topic re-created) changes the
+        directory; recovery cutting entries off in place changes the file's own size."""
         segs = self.segments()
+        stamp = self._listing.stamp
+        if segs and stamp is not None and stamp == self._end_stamp:
+            cached = self._read_fds.get(segs[-1])
+            if cached is not None:
+                size = os.fstat(cached[0]).st_size
+                if size:
+                    return (segs[-1] + size) // _SIZE
+        self._end_stamp = None
+        top = segs[-1] if segs else -1
         while segs:
             last = segs.pop()
             try:
-                size = os.stat(f"{self._dir_s}/{last:020d}").st_size
+                st = os.stat(f"{self._dir_s}/{last:020d}")
             except FileNotFoundError:
                 continue
+            size = st.st_size
+            cached = self._read_fds.get(last)
+            if size and last == top and cached is not None and cached[1] == st.st_ino:
+                self._end_stamp = stamp
             if size == 0 and segs:
                 # An empty last segment (a failed batch's undo, or a writer killed between
                 # creating the file and writing it) is not the end: the entries end in the
@@ -69,6 +90,10 @@ class ConsumeQueue:
     def min_offset(self) -> int:
         segs = self.segments()
         return segs[0] // _SIZE if segs else 0
+
+    def listing_stamp(self) -> tuple[int, int] | None:
+        """The stamp of the last listing of the segments (:attr:`SegmentListing.stamp`)."""
+        return self._listing.stamp
 
     # -- reading ---------------------------------------------------------------------------
     def _fd(self, base: int) -> int | None:
