@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Callable
 
 from store.errors import StoreError, io_error
 from store.fsutil import (
@@ -29,6 +29,42 @@ from store.log import format as F
 
 _ENTRY = F.CQ_ENTRY
 _SIZE = F.CQ_ENTRY_SIZE
+
+
+def cut_entries(raw: bytes, lo: int, limit: int, max_bytes: int,
+                ordered: bool) -> tuple[list[tuple[int, int, int]], int, int]:
+    """The prefix of the raw entries ``raw`` a read takes: ``(entries, end, taken)``.
+
+    Entries are taken as ``(phys, size, tags)`` up to, not including, the first that is
+    invalid (``phys < 0`` or ``size <= 0``: a zero-filled or torn tail, damage), ends past
+    ``limit``, or (``ordered``) begins before the previous one ends, the first before ``lo``
+    (a queue's records lie in log order: a window of the log serves the prefix that does);
+    and up to, including, the one that brings their sizes to ``max_bytes``. ``end``: where
+    the last one taken ends (``lo`` when none); ``taken``: their sizes' sum. This loop is the
+    definition; ``nativecheck.cut_entries`` is the same in C, used where it was built."""
+    out = []
+    end, taken = lo, 0
+    for e in _ENTRY.iter_unpack(raw[: len(raw) - len(raw) % _SIZE]):
+        phys, size, _tags = e
+        if phys < 0 or size <= 0 or (ordered and phys < end) or phys + size > limit:
+            break
+        out.append(e)
+        end = phys + size
+        taken += size
+        if taken >= max_bytes:
+            break
+    return out, end, taken
+
+
+# cut_entries in C where the package was built with it (nativecheck.c), else the loop above
+take_entries: Callable[[bytes, int, int, int, bool], tuple[list[tuple[int, int, int]], int, int]] = cut_entries
+try:   # (a build of an older source lacks it)
+    from store.log import nativecheck
+    if nativecheck.INTERFACE == 2:
+        take_entries = nativecheck.cut_entries
+except ImportError:
+    pass
+NO_LIMIT = (1 << 63) - 1   # (limits for take_entries that cut nothing: within 64 bits)
 
 
 class ConsumeQueue:
@@ -140,21 +176,8 @@ class ConsumeQueue:
 
         Stops early at the end of the segment (the caller asks again) and at an invalid
         entry (``size <= 0``, a zero-filled or torn tail)."""
-        out = []
-        for (phys, size, tags) in _ENTRY.iter_unpack(self.read_raw(offset, count)):
-            if phys < 0 or size <= 0:
-                break
-            out.append((phys, size, tags))
-        return out
+        return take_entries(self.read_raw(offset, count), 0, NO_LIMIT, NO_LIMIT, False)[0]
 
-    def iter_entries(self, offset: int, count: int) -> Iterator[tuple[int, int, int]]:
-        """:meth:`read_entries`, each entry unpacked only when the caller takes it: for a
-        reader that takes a prefix it cannot size beforehand (a window of the log shared by
-        several queues takes about a quarter of what a pull may ask)."""
-        for e in _ENTRY.iter_unpack(self.read_raw(offset, count)):
-            if e[0] < 0 or e[1] <= 0:
-                return
-            yield e
 
     def invalid_at(self, offset: int) -> str | None:
         """Why the entry at ``offset`` cannot be read when it is present but invalid (zero
