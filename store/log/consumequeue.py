@@ -135,8 +135,9 @@ class ConsumeQueue:
     def _fd(self, base: int) -> int | None:
         """A read descriptor for segment ``base``, cached, and checked against the path on
         every use (one stat): a segment deleted and written anew (``store recover``, a topic
-        deleted and re-created) must be read from its new file, never the old inode."""
-        path = self.segment_path(base)
+        deleted and re-created) must be read from its new file, never the old inode. (The
+        path as a string: a Path built each read cost as much as the stat.)"""
+        path = f"{self._dir_s}/{F.segment_name(base)}"
         try:
             ino = os.stat(path).st_ino
         except FileNotFoundError:
@@ -287,7 +288,7 @@ class ConsumeQueue:
             base = pos - pos % self.segment_bytes
             room = base + self.segment_bytes - pos
             part, view = view[:room], view[room:]
-            path = f"{self._dir_s}/{base:020d}"
+            path = f"{self._dir_s}/{F.segment_name(base)}"
             try:
                 try:
                     fd = open_private(path, os.O_WRONLY | os.O_CREAT)
