@@ -57,6 +57,14 @@ class SegmentListing:
         self._key = key if listed_at - st.st_mtime_ns > self.RACY_NS else None
         return list(self._bases)
 
+    @property
+    def stamp(self) -> tuple[int, int] | None:
+        """The directory's (inode, mtime) as the last :meth:`bases` saw it, when that listing
+        is trusted; else None. Two calls that leave the same stamp saw a directory in which
+        no name was created, removed or replaced in between: a file opened by its name then
+        is still the file of that name (readers skip a ``stat`` by path on it)."""
+        return self._key
+
 
 def segment_bases(directory: Path) -> list[int]:
     """Base offsets of the segment files in ``directory`` (20 ASCII digits), ascending.

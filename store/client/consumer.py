@@ -24,8 +24,12 @@ from store.errors import UsageError
 StartFrom = Union[str, int, _dt.datetime]
 Handler = Callable[[Message], object]
 
-PREFETCH = 4             # batches handed to the iterator ahead of the loop body, at most
+PREFETCH = 16            # batches handed to the iterator ahead of the loop body, at most
 ITER_BATCH = 1000        # messages per batch (concurrent mode; orderly hands one at a time)
+ITER_CACHE_BYTES = 8 << 20   # bodies the iterator's pulls keep read ahead, all queues together:
+                         # memory the process reuses batch after batch. RocketMQ's 1000 messages
+                         # a queue was the whole backlog at 64 KiB, each page faulted in afresh
+                         # (100 MB of 64 KiB bodies: 45 -> 27 us of CPU a message, measured)
 RUN_BATCH = 1000         # run(): most messages per hand-over to a handler thread (a backlog: a
                          # queue's whole cache, so its next pull is a whole one too)
 RUN_BATCH_S = 0.05       # run(): and no more than the handler calls in this long (as measured)
@@ -231,6 +235,7 @@ class Consumer:
             self._stage(to, flush)
             self._mode = "iterate"
             self._sink = IteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
+            self._sink.cache_bytes = ITER_CACHE_BYTES
             rt.set_sink(self._sink)
             # the iterating thread waits for a batch without a timeout: whatever ends its
             # loop wakes it (the member's loop ending, stop(), close(), a newer loop)

@@ -39,6 +39,7 @@ class IteratorSink:
     committed or retried as a whole)."""
 
     client_messages = True               # batches of store.Message, built from columns
+    cache_bytes = 0                      # what its pulls keep in memory, all queues (see Puller)
     persist_every_s = PERSIST_EVERY_S    # (see OffsetKeeper.pace)
 
     def __init__(self, prefetch: int, batch: int) -> None:

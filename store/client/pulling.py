@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from store.log.results import BodiesResult
 
 PULL_MAX_BYTES = 4 * 1024 * 1024   # what one pull reads at most (Store.pull's max_bytes)
+PULL_MIN_BYTES = 256 * 1024        # a queue's share of a sink's cache_bytes, at least
 
 
 class Puller:
@@ -62,13 +63,19 @@ class Puller:
         worked = False
         o, store, pqs = self.o, self.store, self.held.pqs
         raw_fast, client_fast = self.dispatcher.raw_fast, self.dispatcher.client_fast
-        pool_batch = self.dispatcher.pool.batch if self.dispatcher.pool is not None else 0
+        pool = self.dispatcher.pool
+        pool_batch = pool.batch if pool is not None else 0
+        # A sink may bound what its client-message pulls keep in memory (the iterator: a few
+        # MiB in all, shared by the queues held): bodies read into pages the process already
+        # has, rather than a cache of up to 1000 messages a queue faulted in afresh.
+        cache_bytes = getattr(pool, "cache_bytes", 0) if client_fast and pqs else 0
+        queue_bytes = max(PULL_MIN_BYTES, cache_bytes // len(pqs)) if cache_bytes else 0
         inline = self.dispatcher.inline is not None
         room = self.keeper.room
         # Raw and client-message pulls of several queues of a topic are read together
         # (pull_many): one read of the log serves them all. Not with --count, whose budget is
         # taken queue by queue.
-        shared: dict[QueueKey, tuple[bool, int]] = {}
+        shared: dict[QueueKey, tuple[bool, int, int]] = {}
         unpersisted = self.keeper.starts_wanted   # (nothing of a queue before its start is durable)
         for key, pq in pqs.items():
             if pq.full() or (o.orderly and pq.suspended_until > time.monotonic()) or key in unpersisted:
@@ -86,7 +93,8 @@ class Puller:
             # the queue's cache holds), or its handler gets 256 at a time.
             want = (PULL_THRESHOLD_COUNT if raw else PULL_THRESHOLD_COUNT - pq.cached() if client
                     else max(PULL_BATCH, min(pool_batch, PULL_THRESHOLD_COUNT)))
-            if client and want < PULL_THRESHOLD_COUNT // 2 and pq.cached():
+            max_bytes = min(PULL_MAX_BYTES, queue_bytes - pq.bytes) if client and queue_bytes else PULL_MAX_BYTES
+            if client and pq.cached() and (want < PULL_THRESHOLD_COUNT // 2 or max_bytes < queue_bytes // 2):
                 # A pull costs about as much to set up as a few hundred messages cost to
                 # check and build: a queue with more than half its cache still to consume
                 # waits for a bigger pull (handlers finishing 200 messages at a time would
@@ -115,13 +123,13 @@ class Puller:
             if (raw or client) and o.count is None:
                 lock = self.held.locks.get(key)
                 if lock is None or lock.is_valid():
-                    shared[key] = (raw, want)
+                    shared[key] = (raw, want, max_bytes)
                 continue
             if raw:
                 worked |= self._pull_raw(key, pq, want)
                 continue
             if client:
-                worked |= self._pull_client(key, pq, want)
+                worked |= self._pull_client(key, pq, want, max_bytes)
                 continue
             res = store.pull(t, q, pq.next_pull, want, tag_codes, tags)
             for qoff, why in res.damaged:
@@ -141,14 +149,15 @@ class Puller:
             worked |= self._pull_shared(shared)
         return worked
 
-    def _pull_shared(self, plan: dict[QueueKey, tuple[bool, int]]) -> bool:
-        """Raw and client-message pulls (``plan``: queue -> (raw, how many)), each topic's
-        queues read together, window by window (:func:`~store.log.sharedread.pull_many`), until
-        every queue got what one pull of its own would have (its count, and 4 MiB) or no
-        window serves it any more; what is left is pulled queue by queue."""
+    def _pull_shared(self, plan: dict[QueueKey, tuple[bool, int, int]]) -> bool:
+        """Raw and client-message pulls (``plan``: queue -> (raw, how many, how many bytes)),
+        each topic's queues read together, window by window
+        (:func:`~store.log.sharedread.pull_many`), until every queue got what one pull of its
+        own would have (its count and bytes) or no window serves it any more; what is left is
+        pulled queue by queue."""
         worked = False
         pqs, run = self.held.pqs, self.run
-        left = {key: [want, PULL_MAX_BYTES] for key, (_raw, want) in plan.items()}
+        left = {key: [want, max_bytes] for key, (_raw, want, max_bytes) in plan.items()}
         for topic in sorted({k[0] for k in plan}):
             for raw in (True, False):
                 keys = [k for k in plan if k[0] == topic and plan[k][0] == raw]
@@ -163,7 +172,8 @@ class Puller:
                             continue
                         pq = pqs[key]
                         nbytes = sum(map(len, c.bodies))
-                        worked |= self._pull_raw(key, pq, 0, c) if raw else self._pull_client(key, pq, 0, c, nbytes)
+                        worked |= (self._pull_raw(key, pq, 0, c) if raw
+                                   else self._pull_client(key, pq, 0, pre=c, nbytes=nbytes))
                         left[key][0] -= len(c)
                         left[key][1] -= nbytes
                     keys = [k for k in keys if k[1] in got and left[k][0] > 0 and left[k][1] > 0
@@ -171,22 +181,22 @@ class Puller:
                     # A raw read's bodies are views into its buffer: free it before the next
                     # read, which then reuses its memory instead of faulting in fresh pages.
                     del got, c
-        for key, (raw, want) in plan.items():
+        for key, (raw, want, max_bytes) in plan.items():
             held = pqs.get(key)
             if held is None or left[key][0] < want or run.stop_requested:
                 continue   # served (in part) by a shared read: the rest comes next turn
-            worked |= self._pull_raw(key, held, want) if raw else self._pull_client(key, held, want)
+            worked |= self._pull_raw(key, held, want) if raw else self._pull_client(key, held, want, max_bytes)
         return worked
 
-    def _pull_client(self, key: QueueKey, pq: ProcessQueue, want: int, pre: Columns | None = None,
-                     nbytes: int | None = None) -> bool:
+    def _pull_client(self, key: QueueKey, pq: ProcessQueue, want: int, max_bytes: int = PULL_MAX_BYTES,
+                     pre: Columns | None = None, nbytes: int | None = None) -> bool:
         """A pull for a sink that takes :class:`store.Message` objects: the records' columns
         (every record checked as by :meth:`Store.pull`), kept as they are; each message is
         built from them as it is handed out, its properties parsed only when read; no record is
         decoded on the way. ``pre``: the columns read already (:meth:`_pull_shared`), and
         ``nbytes`` their bodies' length."""
         t, q = key
-        c = self.store.pull_records(t, q, pq.next_pull, want) if pre is None else pre
+        c = self.store.pull_records(t, q, pq.next_pull, want, max_bytes) if pre is None else pre
         for qoff, why in c.damaged:
             self.warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
         if c.next_offset == pq.next_pull:

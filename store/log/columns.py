@@ -23,6 +23,7 @@ import struct
 import sys
 from dataclasses import dataclass, field
 from itertools import islice
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable
 
 from store.log import format as F
@@ -49,7 +50,7 @@ _CRC_TRAILER, _MASK = F.CRC_PROPERTY_REVERSED, 0x7FFFFFFF
 _native: Callable[..., tuple[int, int]] | None = None
 try:   # the check loop in C, when the package was built with it (pyproject.toml) from this source
     from store.log import nativecheck
-    if nativecheck.INTERFACE == 1:   # (else a build of an older source: `pip install -e .` again)
+    if nativecheck.INTERFACE == 2:   # (else a build of an older source: `pip install -e .` again)
         _native = nativecheck.check_run
 except ImportError:
     pass
@@ -101,7 +102,7 @@ def fetch_span(log: "CommitLog", entries: list[tuple[int, int, int]],
             cut += 1
         entries = entries[:cut]
         hi = max(e[0] + e[1] for e in entries)
-    if hi - lo <= max_bytes or hi - lo <= sum(e[1] for e in entries) * 4:
+    if hi - lo <= max_bytes or hi - lo <= sum(map(_SIZE_OF, entries)) * 4:
         return entries, lo, log.read_bytes(lo, hi - lo)
     # Sparse (many queues interleaved): the prefix of the run within max_bytes of ``lo`` is
     # still read at once when the other records between its own are few bytes each (copying
@@ -122,6 +123,7 @@ def fetch_span(log: "CommitLog", entries: list[tuple[int, int, int]],
 
 
 _GAP_PER_READ = 12288
+_SIZE_OF = itemgetter(1)   # of a consume-queue entry (phys, size, tags)
 _MIN_DENSE_RUN = 16
 
 

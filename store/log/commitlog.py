@@ -91,6 +91,10 @@ class CommitLog:
         segs = self.segments()
         return segs[0] if segs else 0
 
+    def listing_stamp(self) -> tuple[int, int] | None:
+        """The stamp of the last listing of the segments (:attr:`SegmentListing.stamp`)."""
+        return self._listing.stamp
+
     # -- reading ---------------------------------------------------------------------------
     def _fd(self, base: int) -> int:
         """A cached read descriptor for segment ``base``, checked against the path on every

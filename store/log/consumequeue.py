@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Callable
 
 from store.errors import StoreError, io_error
 from store.fsutil import (
@@ -31,6 +31,42 @@ _ENTRY = F.CQ_ENTRY
 _SIZE = F.CQ_ENTRY_SIZE
 
 
+def cut_entries(raw: bytes, lo: int, limit: int, max_bytes: int,
+                ordered: bool) -> tuple[list[tuple[int, int, int]], int, int]:
+    """The prefix of the raw entries ``raw`` a read takes: ``(entries, end, taken)``.
+
+    Entries are taken as ``(phys, size, tags)`` up to, not including, the first that is
+    invalid (``phys < 0`` or ``size <= 0``: a zero-filled or torn tail, damage), ends past
+    ``limit``, or (``ordered``) begins before the previous one ends, the first before ``lo``
+    (a queue's records lie in log order: a window of the log serves the prefix that does);
+    and up to, including, the one that brings their sizes to ``max_bytes``. ``end``: where
+    the last one taken ends (``lo`` when none); ``taken``: their sizes' sum. This loop is the
+    definition; ``nativecheck.cut_entries`` is the same in C, used where it was built."""
+    out = []
+    end, taken = lo, 0
+    for e in _ENTRY.iter_unpack(raw[: len(raw) - len(raw) % _SIZE]):
+        phys, size, _tags = e
+        if phys < 0 or size <= 0 or (ordered and phys < end) or phys + size > limit:
+            break
+        out.append(e)
+        end = phys + size
+        taken += size
+        if taken >= max_bytes:
+            break
+    return out, end, taken
+
+
+# cut_entries in C where the package was built with it (nativecheck.c), else the loop above
+take_entries: Callable[[bytes, int, int, int, bool], tuple[list[tuple[int, int, int]], int, int]] = cut_entries
+try:   # (a build of an older source lacks it)
+    from store.log import nativecheck
+    if nativecheck.INTERFACE == 2:
+        take_entries = nativecheck.cut_entries
+except ImportError:
+    pass
+NO_LIMIT = (1 << 63) - 1   # (limits for take_entries that cut nothing: within 64 bits)
+
+
 class ConsumeQueue:
     def __init__(self, directory: Path, segment_entries: int = F.CQ_SEGMENT_ENTRIES) -> None:
         self.dir = directory
@@ -45,6 +81,8 @@ class ConsumeQueue:
         self._dir_s = str(directory)
         # This handle looked at the queue's end once (``queueends.py``): not again.
         self.end_checked = False
+        # the listing's stamp when the last segment's name led to its cached read descriptor
+        self._end_stamp: tuple[int, int] | None = None
 
     # -- segments --------------------------------------------------------------------------
     def segments(self) -> list[int]:
@@ -54,14 +92,33 @@ class ConsumeQueue:
         return self.dir / F.segment_name(base)
 
     def max_offset(self) -> int:
-        """The next offset to be written (= number of entries ever written)."""
+        """The next offset to be written (= number of entries ever written).
+
+        A reader asks every turn: while the directory is as it was when the last segment's
+        name was found to be the descriptor this handle reads it by (the listing's stamp),
+        its size comes from an ``fstat`` of that descriptor, not a ``stat`` by path. A
+        segment removed or written anew (retention, recovery, a topic re-created) changes the
+        directory; recovery cutting entries off in place changes the file's own size."""
         segs = self.segments()
+        stamp = self._listing.stamp
+        if segs and stamp is not None and stamp == self._end_stamp:
+            cached = self._read_fds.get(segs[-1])
+            if cached is not None:
+                size = os.fstat(cached[0]).st_size
+                if size:
+                    return (segs[-1] + size) // _SIZE
+        self._end_stamp = None
+        top = segs[-1] if segs else -1
         while segs:
             last = segs.pop()
             try:
-                size = os.stat(f"{self._dir_s}/{last:020d}").st_size
+                st = os.stat(f"{self._dir_s}/{last:020d}")
             except FileNotFoundError:
                 continue
+            size = st.st_size
+            cached = self._read_fds.get(last)
+            if size and last == top and cached is not None and cached[1] == st.st_ino:
+                self._end_stamp = stamp
             if size == 0 and segs:
                 # An empty last segment (a failed batch's undo, or a writer killed between
                 # creating the file and writing it) is not the end: the entries end in the
@@ -74,12 +131,17 @@ class ConsumeQueue:
         segs = self.segments()
         return segs[0] // _SIZE if segs else 0
 
+    def listing_stamp(self) -> tuple[int, int] | None:
+        """The stamp of the last listing of the segments (:attr:`SegmentListing.stamp`)."""
+        return self._listing.stamp
+
     # -- reading ---------------------------------------------------------------------------
     def _fd(self, base: int) -> int | None:
         """A read descriptor for segment ``base``, cached, and checked against the path on
         every use (one stat): a segment deleted and written anew (``store recover``, a topic
-        deleted and re-created) must be read from its new file, never the old inode."""
-        path = self.segment_path(base)
+        deleted and re-created) must be read from its new file, never the old inode. (The
+        path as a string: a Path built each read cost as much as the stat.)"""
+        path = f"{self._dir_s}/{F.segment_name(base)}"
         try:
             ino = os.stat(path).st_ino
         except FileNotFoundError:
@@ -119,21 +181,8 @@ class ConsumeQueue:
 
         Stops early at the end of the segment (the caller asks again) and at an invalid
         entry (``size <= 0``, a zero-filled or torn tail)."""
-        out = []
-        for (phys, size, tags) in _ENTRY.iter_unpack(self.read_raw(offset, count)):
-            if phys < 0 or size <= 0:
-                break
-            out.append((phys, size, tags))
-        return out
+        return take_entries(self.read_raw(offset, count), 0, NO_LIMIT, NO_LIMIT, False)[0]
 
-    def iter_entries(self, offset: int, count: int) -> Iterator[tuple[int, int, int]]:
-        """:meth:`read_entries`, each entry unpacked only when the caller takes it: for a
-        reader that takes a prefix it cannot size beforehand (a window of the log shared by
-        several queues takes about a quarter of what a pull may ask)."""
-        for e in _ENTRY.iter_unpack(self.read_raw(offset, count)):
-            if e[0] < 0 or e[1] <= 0:
-                return
-            yield e
 
     def invalid_at(self, offset: int) -> str | None:
         """Why the entry at ``offset`` cannot be read when it is present but invalid (zero
@@ -248,7 +297,7 @@ class ConsumeQueue:
             base = pos - pos % self.segment_bytes
             room = base + self.segment_bytes - pos
             part, view = view[:room], view[room:]
-            path = f"{self._dir_s}/{base:020d}"
+            path = f"{self._dir_s}/{F.segment_name(base)}"
             try:
                 try:
                     fd = open_private(path, os.O_WRONLY | os.O_CREAT)

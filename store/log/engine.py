@@ -60,6 +60,8 @@ class QueueTable:
         self.commitlog = commitlog
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._tails: dict[tuple[str, int], None] = {}   # oldest first
+        # min_offset's answers that hold while both listings' stamps do (see there)
+        self._mins: dict[tuple[str, int], tuple[tuple[object, object], int]] = {}
 
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         key = (topic, queue_id)
@@ -75,10 +77,20 @@ class QueueTable:
     def min_offset(self, topic: str, queue_id: int) -> int:
         """The first offset whose record is still in the commit log (retention aware)."""
         q = self.queue(topic, queue_id)
-        lo, hi = q.min_offset(), q.max_offset()
+        lo = q.min_offset()
         cl_min = self.commitlog.min_offset()
+        # A reader asks every turn (has retention passed it?). The answer is the queue's first
+        # segment while that segment's first entry is valid and its record is in the log; it
+        # stays so until a segment of the queue or of the log is removed or written anew,
+        # which changes their directories (the listings' stamps).
+        stamps = (q.listing_stamp(), self.commitlog.listing_stamp())
+        if None not in stamps and self._mins.get((topic, queue_id)) == (stamps, lo):
+            return lo
+        hi = q.max_offset()
         first = q.entry(lo) if lo < hi else None
         if first is None or first[0] >= cl_min:
+            if first is not None:
+                self._mins[(topic, queue_id)] = (stamps, lo)
             return lo
         while lo < hi:  # first entry whose record is still present
             mid = (lo + hi) // 2
@@ -127,6 +139,7 @@ class QueueTable:
         for key in [k for k in self._queues if k[0] == topic]:
             self._queues.pop(key).close()
             self._tails.pop(key, None)
+            self._mins.pop(key, None)
 
     def close(self) -> None:
         for q in self._queues.values():

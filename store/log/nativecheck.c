@@ -9,6 +9,9 @@
  * check_run reads and checks that record in Python, names what is wrong, and calls here again
  * for the rest. So the Python loop stays the definition of the checks and of every message;
  * tests/log/test_nativecheck.py runs both on the same records, damaged ones included.
+ * Besides, cut_entries: the valid prefix of a run of raw consume-queue entries, as tuples, the
+ * walk every bulk read does before it reads a record (a few hundred entries a read, where the
+ * interpreter's loop cost about as much as the C check loop over the records themselves).
  *
  * The record layout is store/log/format.py's (RocketMQ's CommitLog message, big-endian):
  *
@@ -258,6 +261,74 @@ done:
     return Py_BuildValue("(nL)", i, (long long)total);
 }
 
+/* cut_entries(raw, lo, limit, max_bytes, ordered) -> (entries, end, taken): the loop of
+ * store.log.consumequeue.cut_entries, which is its definition (tests/log/test_nativecheck.py
+ * and the fuzz test compare the two). raw holds whole 20-byte consume-queue entries (phys int64,
+ * size int32, tags int64, big-endian; a trailing partial entry is ignored). The entries are
+ * taken as (phys, size, tags) tuples up to, not including, the first that is invalid (phys < 0,
+ * size <= 0), ends past limit, or, when ordered, begins before the previous one ends (the first
+ * before lo); and up to, including, the one that brings the sizes taken to max_bytes. end is
+ * where the last entry taken ends (lo when none), taken the sum of their sizes. The integers
+ * must fit in 64 bits (else OverflowError); no sum here can overflow. */
+static PyObject *cut_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "cut_entries(raw, lo, limit, max_bytes, ordered)");
+        return NULL;
+    }
+    long long lo = PyLong_AsLongLong(args[1]);
+    long long limit = lo == -1 && PyErr_Occurred() ? -1 : PyLong_AsLongLong(args[2]);
+    long long max_bytes = limit == -1 && PyErr_Occurred() ? -1 : PyLong_AsLongLong(args[3]);
+    if (max_bytes == -1 && PyErr_Occurred())
+        return NULL;
+    int ordered = PyObject_IsTrue(args[4]);
+    if (ordered < 0)
+        return NULL;
+    Py_buffer raw;
+    if (PyObject_GetBuffer(args[0], &raw, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        PyBuffer_Release(&raw);
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)raw.buf;
+    Py_ssize_t n = raw.len / 20;
+    long long end = lo;
+    uint64_t taken = 0;   /* < max_bytes (< 2^63) before each entry, plus a size (< 2^31): fits */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *e = p + i * 20;
+        int64_t phys = be64(e);
+        int32_t size = be32(e + 8);
+        /* phys + size > limit, without the sum: phys >= 0 here, so limit - phys cannot overflow */
+        if (phys < 0 || size <= 0 || (ordered && phys < end) || phys > limit || size > limit - phys)
+            break;
+        PyObject *t = PyTuple_New(3);
+        if (t == NULL) {
+            Py_DECREF(out);
+            PyBuffer_Release(&raw);
+            return NULL;
+        }
+        PyObject *a = PyLong_FromLongLong(phys), *b = PyLong_FromLong(size), *c = PyLong_FromLongLong(be64(e + 12));
+        PyTuple_SET_ITEM(t, 0, a);
+        PyTuple_SET_ITEM(t, 1, b);
+        PyTuple_SET_ITEM(t, 2, c);
+        if (a == NULL || b == NULL || c == NULL || append_new(out, t) < 0) {
+            if (a == NULL || b == NULL || c == NULL)
+                Py_DECREF(t);
+            Py_DECREF(out);
+            PyBuffer_Release(&raw);
+            return NULL;
+        }
+        end = phys + size;
+        taken += (uint64_t)size;
+        if (max_bytes <= 0 || taken >= (uint64_t)max_bytes)
+            break;
+    }
+    PyBuffer_Release(&raw);
+    return Py_BuildValue("(NLK)", out, end, (unsigned long long)taken);
+}
+
 /* crc32(data) -> int: the CRC this module checks records with (tests compare it with zlib's) */
 static PyObject *crc32(PyObject *self, PyObject *arg)
 {
@@ -306,6 +377,8 @@ static int find_crc(void)
 static PyMethodDef methods[] = {
     {"check_run", (PyCFunction)(void (*)(void))check_run, METH_FASTCALL,
      "The common case of store.log.columns.check_run (see the module's source)."},
+    {"cut_entries", (PyCFunction)(void (*)(void))cut_entries, METH_FASTCALL,
+     "The loop of store.log.consumequeue.cut_entries (see the module's source)."},
     {"crc32", crc32, METH_O, "The CRC-32 records are checked with."},
     {NULL, NULL, 0, NULL},
 };
@@ -314,10 +387,10 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "nativecheck", "The check loop of a bulk read, in C.", -1, methods,
 };
 
-/* What columns.py expects of this module; a build of an older source has another (or none),
- * and the store then reads with the Python loop. Raise it with any change of check_run's
- * arguments or results. */
-#define INTERFACE 1
+/* What columns.py and consumequeue.py expect of this module; a build of an older source has
+ * another (or none), and the store then reads with the Python loops. Raise it with any change
+ * of a function's arguments or results, or a new function. */
+#define INTERFACE 2
 
 PyMODINIT_FUNC PyInit_nativecheck(void)
 {

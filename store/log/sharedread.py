@@ -12,10 +12,11 @@ record, or, without the C loop, as arrays (numpy) for a backlog that pays for nu
 from __future__ import annotations
 
 import sys
-from itertools import chain
 from typing import TYPE_CHECKING
 
 from store.log import columns as C
+from store.log import consumequeue as CQ
+from store.log import format as F
 from store.log.arrays import layouts
 from store.log.columns import Columns, check_run
 
@@ -79,34 +80,21 @@ def _pull_many_loop(engine: "Engine", topic: str, queues: list[tuple["ConsumeQue
         count = min(max_count, max_off - offset)
         if count <= 0 or max_bytes <= 0:
             continue
-        # unpacked only as far as the window takes them: a window of 8 queues' 4 KiB records
-        # holds 60 of each, a pull may ask for 1,000
-        pending = q.iter_entries(offset, count)
-        first = next(pending, None)
-        if first is not None:
-            runs.append((q, queue_id, offset, max_off, max_bytes, first, pending))
+        raw = q.read_raw(offset, count)
+        first = CQ.take_entries(raw[:F.CQ_ENTRY_SIZE], 0, CQ.NO_LIMIT, CQ.NO_LIMIT, False)[0]
+        if first:
+            runs.append((q, queue_id, offset, max_off, max_bytes, raw, first[0][0]))
     if len(runs) < 2:
         return {}
     log = engine.commitlog
-    lo = min(r[5][0] for r in runs)
+    lo = min(r[6] for r in runs)
     limit = min(log.segment_of(lo) + log.segment_size, lo + _LOOP_WINDOW)
     kept = []
     own = records = 0
     hi = lo
-    for q, queue_id, offset, max_off, max_bytes, first, rest in runs:
+    for q, queue_id, offset, max_off, max_bytes, raw, _first in runs:
         # the prefix in the window and in log order, cut after the record reaching max_bytes
-        taken = 0
-        end = lo
-        run: list[tuple[int, int, int]] = []
-        for e in chain((first,), rest):
-            phys, size, _tags = e
-            if phys < end or phys + size > limit:
-                break
-            run.append(e)
-            end = phys + size
-            taken += size
-            if taken >= max_bytes:
-                break
+        run, end, taken = CQ.take_entries(raw, lo, limit, max_bytes, True)
         if run:
             kept.append((q, queue_id, offset, max_off, max_bytes, run))
             own += taken

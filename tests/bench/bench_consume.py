@@ -18,6 +18,9 @@ of them with a new group, in an order that turns each repetition:
 * the Python API of each checkout: ``store.Consumer(...).messages(exit_at_end=True)``,
   timed from the Consumer's creation (the library's import excluded, as ``import redis`` is
   on the other side: ``store`` loads ``Consumer`` on first use), each body's length read.
+* the floor of the Python API (``api_floor.py``, this checkout's store): one thread reads
+  the queues with the store's checked reads and builds a ``store.Message`` a record, timed
+  from the store's opening; no group, no member thread, no hand-over (``--api`` only).
 * Redis: XREADGROUP COUNT 1000 + XACK of every batch (redis-py + hiredis), timed from the
   first call; with ``--sink file`` or ``pipe`` it writes every body and a newline to the same
   kind of sink (one ``writev`` per batch), so both sides do the same output work.
@@ -53,6 +56,7 @@ from bench_produce import (
 from hogs import cpu_hogs, loadavg
 
 REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
 RESULTS = REPO / "bench-results"
 
 # The Python API side, run with a checkout's own interpreter (its store package).
@@ -248,6 +252,8 @@ def main() -> None:
                             jobs.append((f"cli_{side}", repo))
                         if a.api:
                             jobs.append((f"api_{side}", repo))
+                    if a.api:
+                        jobs.append(("apifloor", REPO))
                     k = rep % len(jobs)
                     for name, repo in jobs[k:] + jobs[:k]:
                         group = f"r{rep}-{name}"
@@ -265,6 +271,11 @@ def main() -> None:
                         elif name.startswith("cli"):
                             assert isinstance(repo, Path)
                             r = mqctl_consume(repo, stores[s], group, sink)
+                        elif name == "apifloor":
+                            r = run_json([str(REPO / ".venv" / "bin" / "python"), str(HERE / "api_floor.py"),
+                                          str(stores[s])], env=dict(os.environ, NO_COLOR="1"))
+                            if r["count"] != counts[s]:
+                                raise SystemExit(f"{name} {tag}: {r['count']} of {counts[s]} messages")
                         else:
                             assert isinstance(repo, Path)
                             r = run_json([str(repo / ".venv" / "bin" / "python"), "-c", API_WORKER,
@@ -290,6 +301,8 @@ def main() -> None:
         tag = k.rsplit("_", 1)[1]
         rs = [x / y for x, y in zip(runs[k], runs[f"redis_{tag}"])]
         ratios[f"{k} / redis (target >= 2)"] = summarise(rs)
+        if k.startswith("api_") and f"apifloor_{tag}" in runs:   # how near the iterator is to its floor
+            ratios[f"{k} / apifloor"] = summarise([x / y for x, y in zip(runs[k], runs[f"apifloor_{tag}"])])
     result = {"started": started, "uptime_start": uptime_start, "uptime_end": uptime_end, "loads": loads,
               "args": vars(a), "counts": counts, "medians": med, "cpu_us_per_msg": cpu, "ratios": ratios}
     RESULTS.mkdir(exist_ok=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from store.errors import StoreError
-from store.log import columns
+from store.log import columns, consumequeue
 from store.log.messagestore import Store
 from store.log.record import Draft
 from store.log.settings import StoreSettings
@@ -47,6 +47,7 @@ def without_c_loop(mp: pytest.MonkeyPatch) -> None:
     without a compiler reads: and numpy's array check for big backlogs."""
     mp.setattr(columns, "_native", None)
     mp.setattr(columns, "NATIVE", False)
+    mp.setattr(consumequeue, "take_entries", consumequeue.cut_entries)
 
 
 def read_queues(s: Store, topic: str, queues: int, max_bytes: int, *, c_loop: bool, monkeypatch: pytest.MonkeyPatch,

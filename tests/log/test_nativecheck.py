@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from store.log import columns
+from store.log import columns, consumequeue
+from store.log.format import CQ_ENTRY
 from store.log.messagestore import Store
 from store.log.record import Draft
 from tests.log.storetestutil import damage_named, open_store, read_queues
@@ -102,6 +103,46 @@ def test_a_build_of_an_older_source_is_not_used() -> None:
              "stale.INTERFACE, stale.check_run = 0, None\n"
              "sys.modules['store.log.nativecheck'] = stale\n"
              "from store.log import columns\n"
-             "print(columns.NATIVE, columns._native)\n")
+             "from store.log import consumequeue\n"
+             "print(columns.NATIVE, columns._native, consumequeue.take_entries is consumequeue.cut_entries)\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "None"]
+    assert out.split() == ["False", "None", "True"]
+
+
+def _entries(rng: random.Random, n: int) -> bytes:
+    """n raw consume-queue entries, mostly in log order, some out of order, invalid or near
+    the limits of their fields."""
+    out, phys = [], rng.randrange(0, 1 << 40)
+    for _ in range(n):
+        size = rng.choice([rng.randrange(1, 70000), 0, -1, 2**31 - 1])
+        p = rng.choice([phys] * 8 + [phys - 1, -1, 2**63 - 1, 2**63 - 2**31])
+        out.append(CQ_ENTRY.pack(p, size, rng.randrange(-2**63, 2**63)))
+        phys = max(phys, p) + max(size, 0) if p >= 0 and p < 2**62 else phys
+    return b"".join(out)
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(40))
+def test_cut_entries_in_c_takes_what_the_python_loop_takes(seed: int) -> None:
+    from store.log.nativecheck import cut_entries as c_cut
+    rng = random.Random(seed)
+    raw = _entries(rng, rng.randrange(0, 60))
+    raw += raw[:rng.randrange(0, 20)]   # a torn entry at the end is not one
+    first = CQ_ENTRY.unpack_from(raw)[0] if len(raw) >= 20 else 0
+    for lo in (0, max(first, 0), 2**63 - 1):
+        for limit in (0, min(lo + rng.randrange(0, 1 << 20), 2**63 - 1), 2**63 - 1):
+            for max_bytes in (-5, 0, 1, rng.randrange(1, 1 << 22), 2**63 - 1):
+                for ordered in (False, True):
+                    want = consumequeue.cut_entries(raw, lo, limit, max_bytes, ordered)
+                    assert c_cut(raw, lo, limit, max_bytes, ordered) == want
+                    assert c_cut(memoryview(raw), lo, limit, max_bytes, ordered) == want
+
+
+@needs_c
+def test_cut_entries_in_c_refuses_what_does_not_fit_in_64_bits() -> None:
+    from store.log.nativecheck import cut_entries as c_cut
+    with pytest.raises(OverflowError):
+        c_cut(b"", 0, 2**63, 1, False)
+    with pytest.raises(TypeError):
+        c_cut(b"", 0, 1, 1)  # type: ignore[call-arg]
+    assert consumequeue.take_entries is c_cut

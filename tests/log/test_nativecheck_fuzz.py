@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store.errors import StoreError
-from store.log import columns
+from store.log import columns, consumequeue
 from store.log import format as F
 from store.log.messagestore import Store
 from store.log.record import Draft
@@ -153,3 +153,21 @@ def test_an_entry_pointing_near_2_to_the_63_is_damage_not_a_crash(
     finally:
         for p, b in clean.items():
             p.write_bytes(b)
+
+
+_I64 = st.integers(-2**63, 2**63 - 1)
+_SMALL_OR_ANY = st.one_of(st.integers(-1, 1 << 21), _I64)
+_ENTRY_FIELDS = st.tuples(st.one_of(st.integers(0, 1 << 20), _I64),
+                          st.one_of(st.integers(1, 5000), st.integers(-2**31, 2**31 - 1)), _I64)
+
+
+@pytest.mark.skipif(not columns.NATIVE, reason="the C loop is not built")
+@settings(max_examples=300, deadline=None)
+@given(entries=st.lists(_ENTRY_FIELDS, max_size=40), tail=st.binary(max_size=19), lo=_SMALL_OR_ANY,
+       limit=_SMALL_OR_ANY, max_bytes=_SMALL_OR_ANY, ordered=st.booleans())
+def test_cut_entries_in_c_takes_any_entries_as_the_python_loop_does(
+        entries: list[tuple[int, int, int]], tail: bytes, lo: int, limit: int, max_bytes: int,
+        ordered: bool) -> None:
+    from store.log.nativecheck import cut_entries as c_cut
+    raw = b"".join(F.CQ_ENTRY.pack(*e) for e in entries) + tail
+    assert c_cut(raw, lo, limit, max_bytes, ordered) == consumequeue.cut_entries(raw, lo, limit, max_bytes, ordered)

@@ -23,12 +23,13 @@ CHILD = r"""
 import json, sys
 from pathlib import Path
 import store
-from store.log import columns
+from store.log import columns, consumequeue
 from store.log.messagestore import Store
 
 root, size, damage = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
 if sys.argv[4] == "python":
     columns._native, columns.NATIVE = None, False
+    consumequeue.take_entries = consumequeue.cut_entries
 with store.Producer(root) as p:
     for i in range(0, 800, 40):
         p.send_many("T", [b"%05d" % j + b"x" * (size + j % 50) for j in range(i, i + 40)])

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 from store.log import format as F
-from store.log.consumequeue import ConsumeQueue, pack_entry
+from store.log.consumequeue import NO_LIMIT, ConsumeQueue, cut_entries, pack_entry, take_entries
 
 
 def entries(first: int, n: int) -> bytes:
@@ -126,14 +126,24 @@ def test_an_append_that_fails_in_its_second_segment_cuts_back_its_first(tmp_path
     assert [e[0] for e in q.read_entries(0, 10)] == [1000 * i for i in range(10)]
 
 
-def test_iter_entries_gives_what_read_entries_gives_as_it_is_taken(tmp_path: Path) -> None:
+def test_cut_entries_takes_the_prefix_a_window_serves(tmp_path: Path) -> None:
     q = ConsumeQueue(tmp_path / "q", 10)
     q.append(0, entries(0, 4) + bytes(20) + entries(5, 9))
     with open(q.segment_path(10 * F.CQ_ENTRY_SIZE), "ab") as fh:
         fh.write(pack_entry(14000, 114, 0)[:7])   # a writer died mid-entry
-    for offset, count in ((0, 10), (5, 100), (10, 100), (12, 1), (14, 5)):
-        assert list(q.iter_entries(offset, count)) == q.read_entries(offset, count)
-    assert [e[0] for e in q.iter_entries(0, 10)] == [0, 1000, 2000, 3000]   # a zero-filled entry ends it
-    it = q.iter_entries(5, 100)   # a prefix taken: the rest is never unpacked, and is not lost
-    assert next(it) == (5000, 105, 0) and next(it)[0] == 6000
-    assert [e[0] for e in it] == [7000, 8000, 9000]   # up to the segment end
+    for cut in (cut_entries, take_entries):
+        for offset, count in ((0, 10), (5, 100), (10, 100), (12, 1), (14, 5)):
+            assert cut(q.read_raw(offset, count), 0, NO_LIMIT, NO_LIMIT, False)[0] == q.read_entries(offset, count)
+        raw = q.read_raw(0, 10)
+        assert [e[0] for e in cut(raw, 0, NO_LIMIT, NO_LIMIT, False)[0]] == [0, 1000, 2000, 3000]  # zeros end it
+        raw = q.read_raw(5, 100)   # entries 5..9: phys 1000 * i, size 100 + i
+        assert cut(raw, 0, NO_LIMIT, NO_LIMIT, True) == (q.read_entries(5, 100), 9109, 535)
+        assert cut(raw, 0, 7107, NO_LIMIT, True) == (q.read_entries(5, 3), 7107, 318)   # the window's end
+        assert cut(raw, 0, 7106, NO_LIMIT, True)[0] == q.read_entries(5, 2)
+        assert cut(raw, 0, NO_LIMIT, 211, True)[0] == q.read_entries(5, 2)   # after the one reaching max_bytes
+        assert cut(raw, 0, NO_LIMIT, 212, True)[0] == q.read_entries(5, 3)
+        assert cut(raw, 5001, NO_LIMIT, NO_LIMIT, True) == ([], 5001, 0)     # before the window: none
+        assert cut(raw, 5001, NO_LIMIT, NO_LIMIT, False)[0] == q.read_entries(5, 100)
+        back = pack_entry(5000, 105, 0) + pack_entry(6000, 106, 0) + pack_entry(6050, 10, 0)
+        assert len(cut(back, 0, NO_LIMIT, NO_LIMIT, True)[0]) == 2   # overlapping its predecessor: not in order
+        assert len(cut(back, 0, NO_LIMIT, NO_LIMIT, False)[0]) == 3

@@ -1,0 +1,42 @@
+"""What the iterator of :meth:`store.Consumer.messages` keeps read ahead: a few MiB in all,
+shared by the queues it holds, not RocketMQ's 1000 messages a queue (which at 64 KiB a
+message was the whole backlog, every page of it faulted in afresh)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import store
+from store.client import consumer as consumer_mod
+from store.client.pulling import PULL_MIN_BYTES
+
+SMALL = 16 * 1024
+BIG = 600 * 1024    # more than a queue's share on its own: still delivered, one at a time
+
+
+def test_the_iterator_reads_ahead_within_its_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "s"
+    with store.Admin(root) as admin:
+        admin.create_topic("Q", queues=2)
+    bodies = [(f"{i:05d}".encode() * (BIG if i % 97 == 5 else SMALL))[:BIG if i % 97 == 5 else SMALL]
+              for i in range(300)]
+    with store.Producer(root) as p:
+        for i in range(0, len(bodies), 50):
+            p.send_many("Q", bodies[i:i + 50])
+    monkeypatch.setattr(consumer_mod, "ITER_CACHE_BYTES", 2 * PULL_MIN_BYTES)
+    share = PULL_MIN_BYTES   # each of the 2 queues
+    most = 0
+    got: dict[int, list[int]] = {}
+    with store.Consumer("Q", "G", root, start_from="first") as c:
+        pqs = c.runtime.held.pqs
+        for m in c.messages(exit_at_end=True):
+            most = max(most, sum(pq.bytes for pq in list(pqs.values())))
+            got.setdefault(m.queue_id, []).append(m.queue_offset)
+            assert m.body == bodies[int(m.body[:5])]
+    # a queue's pulls stop once its share is reached: at most the share and the record that reached it
+    assert 0 < most <= 2 * (share + BIG)
+    assert {q: offs == list(range(len(offs))) for q, offs in got.items()} == {0: True, 1: True}
+    assert sum(map(len, got.values())) == len(bodies)
+    with store.Consumer("Q", "G", root) as c:
+        assert list(c.messages(exit_at_end=True)) == []   # all of it committed
