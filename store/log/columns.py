@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from store.log import format as F
 from store.log.arrays import layouts, rows
 from store.log.entrysearch import find_record
+from store.log.queueends import reader_end
 from store.log.record import Message, RecordError, crc32
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def fetch_span(log: "CommitLog", entries: list[tuple[int, int, int]],
             cut += 1
         entries = entries[:cut]
         hi = max(e[0] + e[1] for e in entries)
-    if hi - lo <= max_bytes or hi - lo <= sum(map(_SIZE_OF, entries)) * 4:
+    if hi - lo <= max_bytes or hi - lo <= sum(map(itemgetter(1), entries)) * 4:
         return entries, lo, log.read_bytes(lo, hi - lo)
     # Sparse (many queues interleaved): the prefix of the run within max_bytes of ``lo`` is
     # still read at once when the other records between its own are few bytes each (copying
@@ -123,7 +124,6 @@ def fetch_span(log: "CommitLog", entries: list[tuple[int, int, int]],
 
 
 _GAP_PER_READ = 12288
-_SIZE_OF = itemgetter(1)   # of a consume-queue entry (phys, size, tags)
 _MIN_DENSE_RUN = 16
 
 
@@ -151,10 +151,8 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
     leaves ``born``, ``stored`` and ``props`` empty (``consume`` writing raw bodies); with
     ``views`` too, big bodies may come as views into the read's buffers (see :func:`cut_span`)."""
     q = engine.queues.queue(topic, queue_id)
-    if not q.end_checked:   # this handle's first look at the queue (its file cut short?)
-        from store.log.queueends import reader_end
-        reader_end(engine, topic, queue_id, q)
-    max_off = q.max_offset()
+    # (this handle's first look at a queue sees to its end: its file cut short?)
+    max_off = q.max_offset() if q.end_checked else reader_end(engine, topic, queue_id, q)
     out = Columns([], [], [], [], [], [], offset, max_off)
     if offset >= max_off:
         return out

@@ -16,6 +16,7 @@ from store.log import format as F
 from store.log import indexfence
 from store.log.columns import fetch_span
 from store.log.entrysearch import find_record, records_with_uniq_key
+from store.log.queueends import reader_end
 from store.log.record import Message, RecordError, decode, decode_offset_msg_id
 from store.log.results import PullResult
 
@@ -42,10 +43,8 @@ def pull(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: in
     record (hash collisions removed), as RocketMQ's broker and client do together. A record
     that fails its CRC is never returned: it is listed in ``damaged`` and skipped."""
     q = engine.queues.queue(topic, queue_id)
-    if not q.end_checked:   # this handle's first look at the queue (its file cut short?)
-        from store.log.queueends import reader_end
-        reader_end(engine, topic, queue_id, q)
-    max_off = q.max_offset()
+    # (this handle's first look at a queue sees to its end: its file cut short?)
+    max_off = q.max_offset() if q.end_checked else reader_end(engine, topic, queue_id, q)
     if offset >= max_off:
         return PullResult([], offset, max_off)
     entries = q.read_entries(offset, min(max_count, max_off - offset))

@@ -19,6 +19,7 @@ from store.log import consumequeue as CQ
 from store.log import format as F
 from store.log.arrays import layouts
 from store.log.columns import Columns, check_run
+from store.log.queueends import reader_end
 
 if TYPE_CHECKING:
     from store.log.consumequeue import ConsumeQueue
@@ -54,11 +55,8 @@ def pull_many(engine: "Engine", topic: str, requests: list[tuple[int, int, int, 
     for; below that the exact loop checks bodies-only reads, numpy is not imported, and a full
     read is not served (each queue's own pull is cheaper there)."""
     queues = [(engine.queues.queue(topic, r[0]), *r) for r in requests]
-    for q, queue_id, *_r in queues:
-        if not q.end_checked:   # this handle's first look at the queue (its file cut short?)
-            from store.log.queueends import reader_end
-            reader_end(engine, topic, queue_id, q)
-    ends = [q.max_offset() for q, *_r in queues]
+    # (this handle's first look at a queue sees to its end: its file cut short?)
+    ends = [q.max_offset() if q.end_checked else reader_end(engine, topic, qid, q) for q, qid, *_r in queues]
     if C.NATIVE:
         return _pull_many_loop(engine, topic, queues, ends, full)
     if "numpy" not in sys.modules and sum(e - r[2] for e, r in zip(ends, queues)) < C.VECTOR_MIN_BACKLOG:
