@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
-import operator
 import time
 from pathlib import Path
 from types import TracebackType
@@ -24,7 +23,7 @@ from store.client.consumer import (
     start_position,
     tag_filter,
 )
-from store.client.handoff import DrainedEvent, walk_batch
+from store.client.handoff import DrainedEvent, Hand
 from store.client.message import Message
 from store.client.paths import PathLike, resolve_store_path
 from store.client.rules import check_consume_options
@@ -93,11 +92,8 @@ class AsyncConsumer:
         self._opening: asyncio.Future[Consumer] | None = None
         self._stop_run = False
         self._mode: str | None = None
-        self._sink: AsyncIteratorSink | None = None
+        self._sink: AsyncIteratorSink | None = None   # (and the batch in hand: its ``hand``)
         self._driver: asyncio.Task[None] | None = None
-        self._in_hand: Any = None               # the batch in hand: its future,
-        self._hand_total = 0                    # its length,
-        self._hand_iter: Any = iter(())         # and where the loop is in it
         self._iteration = 0
         self._live = 0
         self._stop_iter = False
@@ -205,10 +201,8 @@ class AsyncConsumer:
             if self._iteration != iteration or self._closed:
                 fut.set_result((None, "released"))
                 return
-            self._in_hand = fut
-            self._hand_total = n = len(msgs)
-            self._hand_iter = walk = iter(range(n))
-            for msg in walk_batch(msgs, walk):
+            sink.hand = hand = Hand(fut, msgs)
+            for msg in hand.messages():
                 yield msg
                 if self._live != iteration:
                     break
@@ -217,14 +211,12 @@ class AsyncConsumer:
     def _settle_in_hand(self, commit: bool) -> None:
         """As :meth:`store.Consumer._settle_in_hand`: the message in hand consumed (``commit``)
         or handed back with the rest of its batch."""
-        fut, self._in_hand = self._in_hand, None
-        if fut is None or fut.done():
+        sink = self._sink
+        hand = None if sink is None else sink.hand
+        if sink is None or hand is None:
             return
-        total = self._hand_total
-        in_hand = total - operator.length_hint(self._hand_iter) - 1
-        done = in_hand + (1 if commit else 0)
-        fut.set_result((True, "") if done >= total else (None, "released") if done <= 0
-                       else (done, "partly consumed"))
+        sink.hand = None
+        hand.settle(commit)
 
     # -- push style ----------------------------------------------------------------------------
     async def run(self, handler: AsyncHandler, *, concurrency: int = 4, exit_at_end: bool = False,
