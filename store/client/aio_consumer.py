@@ -23,7 +23,7 @@ from store.client.consumer import (
     start_position,
     tag_filter,
 )
-from store.client.handoff import DrainedEvent, Hand
+from store.client.handoff import DrainedEvent, Hand, InHand
 from store.client.message import Message
 from store.client.paths import PathLike, resolve_store_path
 from store.client.rules import check_consume_options
@@ -100,12 +100,17 @@ class AsyncConsumer:
         self._closed = False
 
     # -- iterator style ----------------------------------------------------------------------
-    def messages(self, exit_at_end: bool = False, timeout: float | None = None) -> AsyncIterator[Message]:
+    def messages(self, exit_at_end: bool = False, timeout: float | None = None, *, to: str | None = None,
+                 flush: str = "async") -> AsyncIterator[Message]:
         """``async for`` over the messages of the queues this member holds, as
         :meth:`store.Consumer.messages`: ``exit_at_end`` stops once the queues held are
         drained up to their end at the call, ``timeout`` after that many seconds with nothing
         new; without either it goes on until :meth:`stop` or :meth:`close`. At-least-once:
-        the message in hand is committed when the loop asks for the next one."""
+        the message in hand is committed when the loop asks for the next one. ``to``/``flush``:
+        an exactly-once stage, whose outputs :meth:`commit_with` gives (checked at the first
+        message). A loop body that blocks the event loop (no ``await``) holds back the
+        member's commits with everything else on it: what it consumed is committed once it
+        awaits."""
         self._check_open()
         if self._mode == "run":
             raise UsageError("this consumer runs a handler (run()); use another AsyncConsumer to iterate")
@@ -115,7 +120,7 @@ class AsyncConsumer:
         self._settle_in_hand(commit=False)
         self._iteration += 1
         self._live = self._iteration
-        return self._iterate(self._iteration, exit_at_end, timeout)
+        return self._iterate(self._iteration, exit_at_end, timeout, to, flush)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         """``async for msg in consumer`` is ``async for msg in consumer.messages()``."""
@@ -161,11 +166,14 @@ class AsyncConsumer:
                 task.add_done_callback(lambda _t: sink.wake_reader())
         return task
 
-    async def _iterate(self, iteration: int, exit_at_end: bool, timeout: float | None) -> AsyncIterator[Message]:
+    async def _iterate(self, iteration: int, exit_at_end: bool, timeout: float | None, to: str | None,
+                       flush: str) -> AsyncIterator[Message]:
         rt = await self._open()
         if self._iteration != iteration:
             return   # a newer messages() loop took over meanwhile
         if self._sink is None:
+            if to is not None:
+                rt.set_stage(to, flush)
             self._sink = AsyncIteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
             rt.set_sink(self._sink)
         sink = self._sink
@@ -217,6 +225,11 @@ class AsyncConsumer:
             return
         sink.hand = None
         hand.settle(commit)
+
+    def commit_with(self, outputs: Any) -> None:
+        """As :meth:`store.Consumer.commit_with`: ``outputs`` of the message in hand of
+        ``messages(to=…)``, written to the stage's topic with its offset when it is committed."""
+        (self._sink or InHand()).commit_with(None if self._rt is None else self._rt.stage, outputs)
 
     # -- push style ----------------------------------------------------------------------------
     async def run(self, handler: AsyncHandler, *, concurrency: int = 4, exit_at_end: bool = False,

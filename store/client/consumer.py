@@ -10,7 +10,15 @@ from types import TracebackType
 from typing import Any, Callable, Iterable, Iterator, Union
 
 from store import names
-from store.client.handoff import PERSIST_EVERY_S, DrainedEvent, Hand, IteratorSink, as_client_messages, walk_batch
+from store.client.handoff import (
+    PERSIST_EVERY_S,
+    DrainedEvent,
+    Hand,
+    InHand,
+    IteratorSink,
+    as_client_messages,
+    walk_batch,
+)
 from store.client.message import Message
 from store.client.options import ConsumeOptions, log_warning
 from store.client.paths import PathLike, resolve_store_path
@@ -401,11 +409,7 @@ class Consumer:
         the stage's topic in one atomic write with its offset, when it is committed (the loop
         asks for the next message, or the ``with`` block ends normally). If it is not committed
         (the loop raises out of the block), neither are they: it is delivered again."""
-        stage = self._rt.stage
-        hand = None if self._sink is None else self._sink.hand
-        if stage is None or hand is None or hand.at() < 0:
-            raise UsageError("commit_with() is for the message in hand of messages(to=TOPIC)")
-        stage.emit(hand.msgs[hand.at()], outputs)
+        (self._sink or InHand()).commit_with(self._rt.stage, outputs)
 
     # -- stopping -----------------------------------------------------------------------------
     def stop(self) -> None:

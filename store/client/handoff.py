@@ -7,10 +7,14 @@ import concurrent.futures as cf
 import operator
 import queue as queue_mod
 import threading
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from store.client.message import Message, MessageRows
 from store.client.sinks import Outcome
+from store.errors import UsageError
+
+if TYPE_CHECKING:
+    from store.client.stage import Stage
 
 PERSIST_EVERY_S = 0.5    # in-process consumers persist offsets on lag at most this often
 
@@ -83,13 +87,22 @@ class InHand:
         hand = self.hand
         return None if hand is None else (hand.fut, hand.at())
 
+    def commit_with(self, stage: Stage | None, outputs: Any) -> None:
+        """An exactly-once stage's iterator: ``outputs`` of the message in hand, written with
+        its offset when it is committed (``Consumer.commit_with``, ``AsyncConsumer``'s)."""
+        hand = self.hand
+        if stage is None or hand is None or hand.at() < 0:
+            raise UsageError("commit_with() is for the message in hand of messages(to=TOPIC)")
+        stage.emit(hand.msgs[hand.at()], outputs)
+
 
 class IteratorSink(InHand):
     """The pool sink behind :meth:`Consumer.messages`: each batch becomes a future that the
     iterating thread resolves once it has walked it: consumed when the loop asked for the
     message after the batch's last, partly consumed (the first k) when the loop stopped inside
-    it, released when nothing of it was. Orderly batches are one message (their queue is
-    committed or retried as a whole)."""
+    it, released when nothing of it was; while it is in hand, the member's loop commits what
+    the loop consumed of it (:meth:`InHand.progress`). Orderly batches are one message (their
+    queue is committed or retried as a whole)."""
 
     client_messages = True               # batches of store.Message, built from columns
     persist_every_s = PERSIST_EVERY_S    # (see OffsetKeeper.pace)

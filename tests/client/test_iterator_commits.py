@@ -8,8 +8,9 @@ test knows exactly what was consumed; every wait is bounded (``wait_for``).
 """
 from __future__ import annotations
 
+import asyncio
+import inspect
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -38,7 +39,9 @@ _STEPPED = """
     else:
         async def main() -> None:
             async with store.AsyncConsumer("T", "G", path, start_from="first") as c:
-                async for m in c.messages():
+                async for m in c.messages(**({"to": to} if to else {})):
+                    if to:
+                        c.commit_with(f"out {m.text}")
                     print(m.queue_offset, flush=True)
                     await asyncio.get_running_loop().run_in_executor(None, told)
         asyncio.run(main())
@@ -100,10 +103,11 @@ def test_what_the_loop_consumed_is_committed_inside_a_batch(mq: MQ, mode: str) -
     assert again == list(range(in_hand, N))   # the message in hand first, nothing before it
 
 
-def test_commit_with_outputs_reach_the_stage_inside_a_batch(mq: MQ) -> None:
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_commit_with_outputs_reach_the_stage_inside_a_batch(mq: MQ, mode: str) -> None:
     path = str(mq.root)
     _setup(path, to="D")
-    child = python(_STEPPED, path, "sync", "D", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    child = python(_STEPPED, path, mode, "D", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         in_hand = _in_hand_after(child, CONSUMED)
         wait_for(lambda: _count(path, "D") >= in_hand, timeout=60, interval=0.1,
@@ -123,3 +127,31 @@ def test_commit_with_outputs_reach_the_stage_inside_a_batch(mq: MQ) -> None:
     assert again == list(range(in_hand, N))
     with store.Consumer("D", "check", path, start_from="first") as c:
         assert [m.text for m in c.messages(exit_at_end=True)] == [f"out m{i}" for i in range(N)]
+
+
+def test_async_iterator_is_an_exactly_once_stage_as_the_sync_one(mq: MQ) -> None:
+    """``AsyncConsumer.messages(to=, flush=)`` and ``commit_with`` mirror ``Consumer``'s: the
+    outputs of a message left in hand by an exception are not written, nor is its offset."""
+    path = str(mq.root)
+    _setup(path, to="D")
+    assert (inspect.signature(store.AsyncConsumer.messages).parameters.keys()
+            == inspect.signature(store.Consumer.messages).parameters.keys())
+
+    async def stage(stop_at: int | None) -> list[int]:
+        seen = []
+        async with store.AsyncConsumer("T", "G", path, start_from="first") as c:
+            with pytest.raises(store.UsageError):
+                c.commit_with("no message in hand")
+            async for m in c.messages(exit_at_end=True, to="D", flush="sync"):
+                seen.append(m.queue_offset)
+                c.commit_with([f"out {m.text}", {"body": "x", "keys": [m.text]}])
+                if m.queue_offset == stop_at:
+                    raise RuntimeError("the loop body failed")
+        return seen
+
+    with pytest.raises(RuntimeError):
+        asyncio.run(stage(stop_at=250))
+    assert asyncio.run(stage(stop_at=None)) == list(range(250, N))
+    with store.Consumer("D", "check", path, start_from="first") as c:
+        bodies = [m.text for m in c.messages(exit_at_end=True)]
+    assert bodies == [b for i in range(N) for b in (f"out m{i}", "x")]
