@@ -56,7 +56,7 @@ class AsyncConsumer:
     * :meth:`messages` iterates, at-least-once, as :meth:`store.Consumer.messages`: a message
       counts as consumed when the loop asks for the next one, or when the ``async with``
       block is left normally; leaving it by an exception (a cancellation too) delivers the
-      message in hand again.
+      message in hand again. With ``to=`` it is an exactly-once stage (:meth:`commit_with`).
     * :meth:`run` awaits ``handler(msg)`` for each message, ``concurrency`` at a time, with
       the retries of :meth:`store.Consumer.run`.
 
