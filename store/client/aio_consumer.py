@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
-import operator
 import time
 from pathlib import Path
 from types import TracebackType
@@ -24,7 +23,7 @@ from store.client.consumer import (
     start_position,
     tag_filter,
 )
-from store.client.handoff import DrainedEvent, walk_batch
+from store.client.handoff import DrainedEvent, Hand, InHand
 from store.client.message import Message
 from store.client.paths import PathLike, resolve_store_path
 from store.client.rules import check_consume_options
@@ -57,7 +56,7 @@ class AsyncConsumer:
     * :meth:`messages` iterates, at-least-once, as :meth:`store.Consumer.messages`: a message
       counts as consumed when the loop asks for the next one, or when the ``async with``
       block is left normally; leaving it by an exception (a cancellation too) delivers the
-      message in hand again.
+      message in hand again. With ``to=`` it is an exactly-once stage (:meth:`commit_with`).
     * :meth:`run` awaits ``handler(msg)`` for each message, ``concurrency`` at a time, with
       the retries of :meth:`store.Consumer.run`.
 
@@ -93,23 +92,25 @@ class AsyncConsumer:
         self._opening: asyncio.Future[Consumer] | None = None
         self._stop_run = False
         self._mode: str | None = None
-        self._sink: AsyncIteratorSink | None = None
+        self._sink: AsyncIteratorSink | None = None   # (and the batch in hand: its ``hand``)
         self._driver: asyncio.Task[None] | None = None
-        self._in_hand: Any = None               # the batch in hand: its future,
-        self._hand_total = 0                    # its length,
-        self._hand_iter: Any = iter(())         # and where the loop is in it
         self._iteration = 0
         self._live = 0
         self._stop_iter = False
         self._closed = False
 
     # -- iterator style ----------------------------------------------------------------------
-    def messages(self, exit_at_end: bool = False, timeout: float | None = None) -> AsyncIterator[Message]:
+    def messages(self, exit_at_end: bool = False, timeout: float | None = None, *, to: str | None = None,
+                 flush: str = "async") -> AsyncIterator[Message]:
         """``async for`` over the messages of the queues this member holds, as
         :meth:`store.Consumer.messages`: ``exit_at_end`` stops once the queues held are
         drained up to their end at the call, ``timeout`` after that many seconds with nothing
         new; without either it goes on until :meth:`stop` or :meth:`close`. At-least-once:
-        the message in hand is committed when the loop asks for the next one."""
+        the message in hand is committed when the loop asks for the next one. ``to``/``flush``:
+        an exactly-once stage, whose outputs :meth:`commit_with` gives (checked at the first
+        message). A loop body that blocks the event loop (no ``await``) holds back the
+        member's commits with everything else on it: what it consumed is committed once it
+        awaits."""
         self._check_open()
         if self._mode == "run":
             raise UsageError("this consumer runs a handler (run()); use another AsyncConsumer to iterate")
@@ -119,7 +120,7 @@ class AsyncConsumer:
         self._settle_in_hand(commit=False)
         self._iteration += 1
         self._live = self._iteration
-        return self._iterate(self._iteration, exit_at_end, timeout)
+        return self._iterate(self._iteration, exit_at_end, timeout, to, flush)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         """``async for msg in consumer`` is ``async for msg in consumer.messages()``."""
@@ -165,11 +166,14 @@ class AsyncConsumer:
                 task.add_done_callback(lambda _t: sink.wake_reader())
         return task
 
-    async def _iterate(self, iteration: int, exit_at_end: bool, timeout: float | None) -> AsyncIterator[Message]:
+    async def _iterate(self, iteration: int, exit_at_end: bool, timeout: float | None, to: str | None,
+                       flush: str) -> AsyncIterator[Message]:
         rt = await self._open()
         if self._iteration != iteration:
             return   # a newer messages() loop took over meanwhile
         if self._sink is None:
+            if to is not None:
+                rt.set_stage(to, flush)
             self._sink = AsyncIteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
             rt.set_sink(self._sink)
         sink = self._sink
@@ -205,10 +209,8 @@ class AsyncConsumer:
             if self._iteration != iteration or self._closed:
                 fut.set_result((None, "released"))
                 return
-            self._in_hand = fut
-            self._hand_total = n = len(msgs)
-            self._hand_iter = walk = iter(range(n))
-            for msg in walk_batch(msgs, walk):
+            sink.hand = hand = Hand(fut, msgs)
+            for msg in hand.messages():
                 yield msg
                 if self._live != iteration:
                     break
@@ -217,14 +219,17 @@ class AsyncConsumer:
     def _settle_in_hand(self, commit: bool) -> None:
         """As :meth:`store.Consumer._settle_in_hand`: the message in hand consumed (``commit``)
         or handed back with the rest of its batch."""
-        fut, self._in_hand = self._in_hand, None
-        if fut is None or fut.done():
+        sink = self._sink
+        hand = None if sink is None else sink.hand
+        if sink is None or hand is None:
             return
-        total = self._hand_total
-        in_hand = total - operator.length_hint(self._hand_iter) - 1
-        done = in_hand + (1 if commit else 0)
-        fut.set_result((True, "") if done >= total else (None, "released") if done <= 0
-                       else (done, "partly consumed"))
+        sink.hand = None
+        hand.settle(commit)
+
+    def commit_with(self, outputs: Any) -> None:
+        """As :meth:`store.Consumer.commit_with`: ``outputs`` of the message in hand of
+        ``messages(to=…)``, written to the stage's topic with its offset when it is committed."""
+        (self._sink or InHand()).commit_with(None if self._rt is None else self._rt.stage, outputs)
 
     # -- push style ----------------------------------------------------------------------------
     async def run(self, handler: AsyncHandler, *, concurrency: int = 4, exit_at_end: bool = False,

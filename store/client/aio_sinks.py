@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
 from store.client.consumer import run_batch_size
-from store.client.handoff import PERSIST_EVERY_S, as_client_messages
+from store.client.handoff import PERSIST_EVERY_S, InHand, as_client_messages
 from store.client.message import Message
 from store.client.sinks import Outcome
 
@@ -28,9 +28,10 @@ if TYPE_CHECKING:
 Batch = tuple["cf.Future[Outcome]", Sequence[Message]]
 
 
-class AsyncIteratorSink:
+class AsyncIteratorSink(InHand):
     """The pool sink behind :meth:`store.AsyncConsumer.messages`: batches wait in a deque for
-    the iterator, which is woken through an :class:`asyncio.Event`."""
+    the iterator, which is woken through an :class:`asyncio.Event`; the batch in its hand is
+    :class:`~store.client.handoff.InHand`'s, as the sync iterator's."""
 
     client_messages = True
     persist_every_s = PERSIST_EVERY_S

@@ -1,17 +1,24 @@
 """The consumer: :class:`Consumer`, a member of a consumer group, iterator or push style."""
 from __future__ import annotations
 
-import concurrent.futures as cf
 import datetime as _dt
 import operator
 import os
 import threading
 import time
 from types import TracebackType
-from typing import Any, Callable, Iterable, Iterator, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Union
 
 from store import names
-from store.client.handoff import PERSIST_EVERY_S, DrainedEvent, IteratorSink, as_client_messages, walk_batch
+from store.client.handoff import (
+    PERSIST_EVERY_S,
+    DrainedEvent,
+    Hand,
+    InHand,
+    IteratorSink,
+    as_client_messages,
+    walk_batch,
+)
 from store.client.message import Message
 from store.client.options import ConsumeOptions, log_warning
 from store.client.paths import PathLike, resolve_store_path
@@ -190,11 +197,7 @@ class Consumer:
         with _ids_lock:
             _ids_in_use.add(self._id_key)
         self._mode: str | None = None        # "iterate" or "run"
-        self._sink: IteratorSink | None = None
-        self._in_hand: cf.Future[Any] | None = None
-        self._hand_total = 0                   # the batch in hand: its length
-        self._hand_msgs: Sequence[Message] | None = None
-        self._hand_iter: Iterator[int] = iter(())   # and where the loop is in it (what is left)
+        self._sink: IteratorSink | None = None   # (and the batch in hand: its ``hand``)
         self._iteration = 0
         self._serving = False
         self._closed = False
@@ -286,15 +289,12 @@ class Consumer:
             if self._iteration != iteration or self._closed:
                 fut.set_result((None, "released"))
                 return
-            self._in_hand = fut
-            self._hand_msgs = msgs
-            self._hand_total = n = len(msgs)
-            # The message in hand is the last one this iterator gave (its position is what
-            # _settle_in_hand reads off the range walked): no bookkeeping per message, one
-            # check whether this loop was stopped, closed or taken over. Rows build each
-            # message as it is given, so the loop's last one is usually gone by then.
-            self._hand_iter = walk = iter(range(n))
-            for msg in walk_batch(msgs, walk):
+            # The message in hand is the last one this iterator gave (its position is read
+            # off the range walked, here and by the member's loop): no bookkeeping per
+            # message, one check whether this loop was stopped, closed or taken over. Rows
+            # build each message as it is given, so the loop's last one is usually gone by then.
+            sink.hand = hand = Hand(fut, msgs)
+            for msg in hand.messages():
                 yield msg
                 if self._live != iteration:
                     break
@@ -306,17 +306,12 @@ class Consumer:
     def _settle_in_hand(self, commit: bool) -> None:
         """Resolve the batch in hand: with ``commit`` the message in hand counts as consumed
         (the loop asked for the next one, or left normally), else it is delivered again."""
-        fut, self._in_hand = self._in_hand, None
-        if fut is None or fut.done():
+        sink = self._sink
+        hand = None if sink is None else sink.hand
+        if sink is None or hand is None:
             return
-        total = self._hand_total
-        in_hand = total - operator.length_hint(self._hand_iter) - 1   # (what the range iterator has left)
-        done = in_hand + (1 if commit else 0)
-        outcome = (True, "") if done >= total else (None, "released") if done <= 0 else (done, "partly consumed")
-        try:
-            fut.set_result(outcome)
-        except cf.InvalidStateError:  # settled by another thread (close() racing the loop)
-            pass
+        sink.hand = None
+        hand.settle(commit)
 
     # -- push style ----------------------------------------------------------------------------
     def run(self, handler: Handler, *, threads: int = 4, exit_at_end: bool = False,
@@ -419,11 +414,7 @@ class Consumer:
         the stage's topic in one atomic write with its offset, when it is committed (the loop
         asks for the next message, or the ``with`` block ends normally). If it is not committed
         (the loop raises out of the block), neither are they: it is delivered again."""
-        stage = self._rt.stage
-        if stage is None or self._in_hand is None or self._hand_msgs is None:
-            raise UsageError("commit_with() is for the message in hand of messages(to=TOPIC)")
-        i = self._hand_total - operator.length_hint(self._hand_iter) - 1
-        stage.emit(self._hand_msgs[i], outputs)
+        (self._sink or InHand()).commit_with(self._rt.stage, outputs)
 
     # -- stopping -----------------------------------------------------------------------------
     def stop(self) -> None:

@@ -9,13 +9,17 @@ What consuming a batch *means* is the sink's business (:mod:`store.client.sinks`
   Python handlers in a thread pool, the iterator of :meth:`store.Consumer.messages` in the
   caller's thread) and answers each with a future of an :data:`~store.client.sinks.Outcome`:
   consumed, failed (:class:`~store.client.retry.Retrier`) or released (handed back untouched,
-  to be delivered again).
+  to be delivered again). An iterator's sink also says how far into the batch in its hand
+  the loop got (``progress``): that prefix is settled as consumed, and committed, every
+  ``persist_every_s`` while the batch is in hand (:meth:`Dispatcher.take_progress`); the
+  batch's outcome applies to the rest.
 
 Orderly mode hands out one batch at a time per queue (``ProcessQueue.busy``) and checks the
 queue's lock before every batch.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -59,6 +63,11 @@ class Dispatcher:
         self.idle_check: Callable[[], None] | None = None
         self.in_write = False           # an inline sink is writing: a second signal interrupts it
         self.futures: dict[cf.Future[Any], tuple[QueueKey, list[Message]]] = {}
+        # an iterator's sink: how far into the batch in hand its loop got (see take_progress)
+        self.progress: Callable[[], tuple[cf.Future[Any], int] | None] | None = None
+        self.partly: dict[cf.Future[Any], int] = {}   # messages of a batch out settled already
+        self.progress_at = 0.0                         # when progress was last looked at
+        self.due = math.inf   # when the loop should take a turn for the dispatcher's sake
         self.dedup: DedupLog | None = None
         self.consumed = 0
         self.last_activity = time.monotonic()
@@ -79,6 +88,7 @@ class Dispatcher:
         self.spread = max(1, int(getattr(sink, "spread", 0) or 0)
                           or (self.pool.max_in_flight if self.pool is not None else 1))
         self.idle_check = getattr(self.inline, "idle_check", None)
+        self.progress = getattr(self.pool, "progress", None) if not o.orderly else None
 
     def budget(self) -> int:
         """How many more messages may be handed out (``count``)."""
@@ -208,7 +218,10 @@ class Dispatcher:
     def collect(self, block: bool) -> bool:
         """Apply the outcomes of the pool sink's finished batches (``block``: wait for one)."""
         if not self.futures:
+            self.due = math.inf
             return False
+        if self.progress is not None:
+            self._look_at_progress()
         # (imported here, as the pool sinks that make futures do: an inline sink's process
         # never loads concurrent.futures, nor the logging it imports)
         import concurrent.futures as cf
@@ -226,6 +239,10 @@ class Dispatcher:
                     self.run.fatal = exc
                     self.run.stop_requested = True
                 ok, why = None, str(exc)
+            if self.partly:
+                settled = self.partly.pop(fut, 0)
+                if settled:   # (an outcome counts from the batch's start; ``batch`` is its rest)
+                    ok = _rest_outcome(ok, settled, len(batch))
             if pq is None:
                 continue
             if isinstance(ok, list) and self.o.orderly and ok:
@@ -249,6 +266,40 @@ class Dispatcher:
             else:
                 self.failed(key, pq, batch, why)
         return bool(done)
+
+    def _look_at_progress(self) -> None:
+        """Once per ``every_s`` while an iterator has batches out: what its loop consumed of
+        the batch in its hand is committed now (a kill -9 then hands again no more than with
+        a handler's batches: what the last ``every_s`` consumed), and the loop wakes for the
+        next look (``due``) however long the batch stays in hand."""
+        now, every_s = time.monotonic(), self.keeper.every_s
+        if now >= self.progress_at + every_s:
+            self.progress_at = now
+            if self.take_progress():
+                self.keeper.persist_idle(handlers_busy=False)   # (what moved, at once)
+        self.due = self.progress_at + every_s
+
+    def take_progress(self) -> bool:
+        """Settle as consumed the messages of the batch in an iterator's hand that its loop
+        has consumed (those before the one in hand): their offsets move while a slow loop is
+        still in the batch. The batch stays out with the rest; its outcome, when it comes,
+        counts from its start (``partly``). True if anything was settled."""
+        got = self.progress() if self.progress is not None else None
+        if got is None:
+            return False
+        fut, consumed = got
+        entry = self.futures.get(fut)
+        new = consumed - self.partly.get(fut, 0)
+        if entry is None or new <= 0:
+            return False   # (settled and collected already, or nothing new)
+        key, batch = entry
+        pq = self.held.pqs.get(key) or self.held.dropping.get(key)
+        if pq is None:
+            return False
+        self.futures[fut] = (key, batch[new:])
+        self.partly[fut] = consumed
+        self.succeeded(key, pq, batch[:new])
+        return True
 
     def _released(self, pq: ProcessQueue, batch: list[Message]) -> None:
         """Hand a batch back untouched: the next dispatch takes it again, in order."""
@@ -312,6 +363,16 @@ class Dispatcher:
             while self.futures:
                 self.collect(block=True)
         pool.shutdown(wait_handlers)
+
+
+def _rest_outcome(ok: Any, settled: int, rest: int) -> Any:
+    """The outcome of a batch whose first ``settled`` messages were settled already
+    (:meth:`Dispatcher.take_progress`), for the ``rest`` left: an iterator's outcomes are
+    consumed, released, or the first k consumed, with k never below ``settled``."""
+    if ok is True or ok is None or isinstance(ok, bool) or not isinstance(ok, int):
+        return ok
+    left = ok - settled
+    return None if left <= 0 else True if left >= rest else left
 
 
 def _present(m: Message) -> Message:

@@ -4,12 +4,17 @@ batches as the user sees them, and the drained event that wakes the iterating th
 from __future__ import annotations
 
 import concurrent.futures as cf
+import operator
 import queue as queue_mod
 import threading
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from store.client.message import Message, MessageRows
 from store.client.sinks import Outcome
+from store.errors import UsageError
+
+if TYPE_CHECKING:
+    from store.client.stage import Stage
 
 PERSIST_EVERY_S = 0.5    # in-process consumers persist offsets on lag at most this often
 
@@ -31,12 +36,73 @@ def walk_batch(msgs: Sequence[Message], positions: Iterator[int]) -> Iterator[Me
     return msgs.walk(positions) if isinstance(msgs, MessageRows) else map(msgs.__getitem__, positions)
 
 
-class IteratorSink:
+class Hand:
+    """The batch in an iterator's hand (sync or asyncio): its future, its messages, and where
+    the loop is in it, which is what the ``range`` iterator it walks has left: nothing is
+    counted per message. The messages before the one in hand are consumed (the loop asked for
+    the one after each); :meth:`settle` resolves the future when the loop leaves the batch."""
+
+    __slots__ = ("fut", "msgs", "total", "walk")
+
+    def __init__(self, fut: cf.Future[Any], msgs: Sequence[Message]) -> None:
+        self.fut = fut
+        self.msgs = msgs
+        self.total = len(msgs)
+        self.walk: Iterator[int] = iter(range(self.total))
+
+    def messages(self) -> Iterator[Message]:
+        return walk_batch(self.msgs, self.walk)
+
+    def at(self) -> int:
+        """The index of the message in hand (-1 before the first is given). Only grows, and
+        may be read from any thread: the member's loop reads it (:meth:`InHand.progress`)."""
+        return self.total - operator.length_hint(self.walk) - 1
+
+    def settle(self, commit: bool) -> None:
+        """Resolve the batch: with ``commit`` the message in hand counts as consumed (the loop
+        asked for the next one, or left normally), else it is delivered again, with the rest."""
+        fut = self.fut
+        if fut.done():
+            return
+        total = self.total
+        done = self.at() + (1 if commit else 0)
+        try:
+            fut.set_result((True, "") if done >= total else (None, "released") if done <= 0
+                           else (done, "partly consumed"))
+        except cf.InvalidStateError:  # settled by another thread (close() racing the loop)
+            pass
+
+
+class InHand:
+    """An iterator's sink: the batch in the iterator's hand (set by the iterating code), and
+    how far into it the loop got, for the member's loop."""
+
+    hand: Hand | None = None
+
+    def progress(self) -> tuple[cf.Future[Any], int] | None:
+        """(The member's loop, any thread.) The batch in hand and how many of its messages are
+        consumed so far (a number that only grows, and that the batch's outcome, when it comes,
+        counts too): its offsets are committed while the batch is still in hand, so a long one
+        (a slow loop body) does not hold back the group's offsets until its end."""
+        hand = self.hand
+        return None if hand is None else (hand.fut, hand.at())
+
+    def commit_with(self, stage: Stage | None, outputs: Any) -> None:
+        """An exactly-once stage's iterator: ``outputs`` of the message in hand, written with
+        its offset when it is committed (``Consumer.commit_with``, ``AsyncConsumer``'s)."""
+        hand = self.hand
+        if stage is None or hand is None or hand.at() < 0:
+            raise UsageError("commit_with() is for the message in hand of messages(to=TOPIC)")
+        stage.emit(hand.msgs[hand.at()], outputs)
+
+
+class IteratorSink(InHand):
     """The pool sink behind :meth:`Consumer.messages`: each batch becomes a future that the
     iterating thread resolves once it has walked it: consumed when the loop asked for the
     message after the batch's last, partly consumed (the first k) when the loop stopped inside
-    it, released when nothing of it was. Orderly batches are one message (their queue is
-    committed or retried as a whole)."""
+    it, released when nothing of it was; while it is in hand, the member's loop commits what
+    the loop consumed of it (:meth:`InHand.progress`). Orderly batches are one message (their
+    queue is committed or retried as a whole)."""
 
     client_messages = True               # batches of store.Message, built from columns
     cache_bytes = 0                      # what its pulls keep in memory, all queues (see Puller)

@@ -437,7 +437,7 @@ class Runtime:
                 keeper.persist_idle(bool(dispatcher.futures) and (keeper.every_s > 0 or dispatcher.per_message))
             if dispatcher.idle_check is not None:
                 dispatcher.idle_check()   # stdout's reader went away while nothing was written: stop now
-            due_at = 0.0 if held.retake else min(next_rebalance, delays.at, next_token, config.look_at)
+            due_at = 0.0 if held.retake else min(next_rebalance, delays.at, next_token, config.look_at, dispatcher.due)
             if keeper.dirty or reset_look or polled or keeper.unsettled():
                 due_at = min(due_at, next_persist)
             if held.locks:
