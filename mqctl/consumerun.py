@@ -109,13 +109,9 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
     elif r.to is None:
         assert render is not None
         sink = StdoutSink(render, raw=not r.json and r.format_ is None)
-    from store.errors import UsageError
     store = st.store()
     from mqctl.startgc import release
     release()   # (the store and the runtime are loaded: collect again, mqctl/startgc.py)
-    if from_where == "offset" and store.has_topic(r.topic) and store.topic(r.topic).queues != 1:
-        raise UsageError(f"-o {r.from_} (a queue offset) needs a one-queue topic; {r.topic!r} has "
-                         f"{store.topic(r.topic).queues}: use -o -N (N before the end of each queue) or a time")
     if not r.exit_at_end and not store.has_topic(r.topic):
         if not wait_for_topic(store, r.topic, idle_s):
             return
@@ -164,7 +160,7 @@ def wait_for_topic(store: "Store", topic: str, idle_s: float | None) -> bool:
 FROM_WORDS = {"first": "first", "earliest": "first", "beginning": "first",
               "last": "last", "latest": "last", "end": "last", "stored": "last"}
 FROM_HELP = ("first/earliest/beginning, last/latest/end, stored (the group's committed offset), -N (N before "
-             "the end of each queue), N (a queue offset: --no-group, one-queue topic) or a time")
+             "the end of each queue), N (a queue offset of each queue: --no-group) or a time")
 
 
 def start_position(text: str, no_group: bool) -> tuple[str, Optional[int], Optional[int]]:
