@@ -1,0 +1,62 @@
+"""Corners of the CLI contract (spec/cli.md) that a black-box pass found divergent, each run
+as a user would: real ``mqctl`` processes on a real store."""
+from __future__ import annotations
+
+import json
+import shutil
+
+from store import validate_any_topic, validate_group
+from tests.procs import MQ, handler_script, one_error
+
+
+def test_o_n_starts_every_queue_at_n_clamped_to_what_it_holds(mq: MQ) -> None:
+    """kcat's ``-o N`` applies to every partition: each queue starts at offset N, or at its end
+    when it holds fewer (cli.md: "with ``--no-group`` ``N`` (a queue offset)")."""
+    mq.ok("topic", "create", "par", "--queues", "3")
+    mq.ok("send", "par", "-q", "0", input="a0\na1\na2\na3\na4\n")
+    mq.ok("send", "par", "-q", "1", input="b0\nb1\n")
+    mq.ok("send", "par", "-q", "2", input="c0\nc1\nc2\nc3\n")
+    out = mq.ok("consume", "par", "--no-group", "-o", "3", "-e", "--json").stdout
+    got = sorted((e["queueId"], e["queueOffset"], e["body"]) for e in map(json.loads, out.splitlines()))
+    assert got == [(0, 3, "a3"), (0, 4, "a4"), (2, 3, "c3")]
+    # -N stays N before the end of each queue
+    out = mq.ok("consume", "par", "--no-group", "-o", "-1", "-e").stdout
+    assert sorted(out.split()) == [b"a4", b"b1", b"c3"]
+
+
+def test_a_127_character_group_retries_and_dead_letters(mq: MQ) -> None:
+    """Groups take the spec's 1-127 characters (they were cut at 120); the group's
+    ``%RETRY%``/``%DLQ%`` topics (up to 134 characters) work end to end: a retry, a dead
+    letter, ``dlq list/resend``, check, and recover rebuilding their consume queues."""
+    group = "g" * 127
+    retry, dlq = f"%RETRY%{group}", f"%DLQ%{group}"
+    assert validate_group(group) == group and validate_any_topic(dlq) == dlq
+    seen, done = mq.work / "seen", mq.work / "done"
+    handler = handler_script(mq.work / "h.sh", f"""
+        b=$(cat)
+        case "$b" in
+          POISON) exit 1;;
+          RETRY) [ -e {seen} ] || {{ touch {seen}; exit 1; }};;
+        esac
+        echo "$b" >> {done}
+        """)
+    mq.ok("topic", "create", "jobs", "--queues", "1")
+    mq.ok("send", "jobs", input="ok-1\nRETRY\nPOISON\n")
+    args = ("consume", "jobs", "-g", group, "-e", "--max-reconsume", "1", "--retry-delay", "10ms",
+            "--exec", handler)
+    res = mq.ok(*args, "--from", "first")
+    assert f"will be redelivered through {retry}" in res.stderr
+    one_error(mq.run(*args), 1, f"gave up on 1 message (moved to {dlq}", allow_warnings=True)
+    assert done.read_text().split() == ["ok-1", "RETRY"]
+    letters = mq.ok("dlq", "list", "-g", group, "--json").json_lines()
+    assert [(d["topic"], d["body"], d["dlqOriginTopic"]) for d in letters] == [(dlq, "POISON", "jobs")]
+    assert [r["topic"] for r in mq.ok("progress", "-g", group, "--json").json_lines()] == ["jobs", retry]
+    mq.ok("dlq", "resend", "-g", group)
+    for topic in (retry, dlq):
+        shutil.rmtree(mq.root / "consumequeue" / topic)
+    assert mq.run("store", "check").returncode == 1
+    mq.ok("store", "recover")
+    mq.ok("store", "check")
+    # the resent dead letter comes back through the (rebuilt) retry topic
+    res = mq.ok(*args)
+    assert f"{retry}/0@2: handler exited with 1; will be redelivered through {retry}" in res.stderr
