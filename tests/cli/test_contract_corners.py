@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from store import validate_any_topic, validate_group
 from tests.procs import MQ, handler_script, one_error
 
@@ -60,3 +62,19 @@ def test_a_127_character_group_retries_and_dead_letters(mq: MQ) -> None:
     # the resent dead letter comes back through the (rebuilt) retry topic
     res = mq.ok(*args)
     assert f"{retry}/0@2: handler exited with 1; will be redelivered through {retry}" in res.stderr
+
+
+@pytest.mark.parametrize("command", [
+    "seq 1 5000 | mqctl send ep --json",                                  # results in one last batch
+    "mqctl consume ep --no-group -o first -e --json",
+    "mqctl msg query --topic ep --key k --limit 5000 --json",
+    "mqctl msg query --topic ep --key k --limit 5000",
+])
+def test_a_reader_leaving_during_the_last_write_gives_141(mq: MQ, command: str) -> None:
+    """cli.md: "141 when stdout is closed early". A last write bigger than the pipe, cut
+    short by the reader leaving, used to drop its rest silently and exit 0."""
+    mq.ok("send", "ep", "-k", "k", input="".join(f"message {i}\n" for i in range(5000)))
+    res = mq.shell(f"set -o pipefail; {command} | head -c 200 >/dev/null; echo $?")
+    assert res.out.split() == ["141"], str(res)
+    assert "Traceback" not in res.stderr and "error" not in res.stderr, str(res)
+    assert len(mq.ok("consume", "ep", "--no-group", "-o", "first", "-e").stdout.splitlines()) in (5000, 10000)
