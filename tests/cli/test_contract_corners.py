@@ -78,3 +78,21 @@ def test_a_reader_leaving_during_the_last_write_gives_141(mq: MQ, command: str) 
     assert res.out.split() == ["141"], str(res)
     assert "Traceback" not in res.stderr and "error" not in res.stderr, str(res)
     assert len(mq.ok("consume", "ep", "--no-group", "-o", "first", "-e").stdout.splitlines()) in (5000, 10000)
+
+
+def test_an_empty_sharding_key_is_no_key(mq: MQ) -> None:
+    """An empty sharding key got past the ordered-topic rule (every such message hashed to
+    queue 0, stored keyless). It is no key: refused on an ordered topic, round-robin else."""
+    mq.ok("topic", "create", "ok", "--queues", "4", "--order")
+    mq.ok("topic", "create", "un", "--queues", "4")
+    one_error(mq.run("send", "ok", "x", "-s", ""), 2, "--sharding-key is empty: topic 'ok' is ordered")
+    one_error(mq.run("send", "ok", "-K", ":", input="k:1\n:2\n"), 5,
+              "line 2: an empty key before the key delimiter: topic 'ok' is ordered", allow_info=True)
+    one_error(mq.run("send", "ok", "--input", "json", input='{"body": "a", "shardingKey": ""}\n'), 5,
+              "line 1: topic 'ok' is ordered")
+    assert mq.ok("send", "ok", "x", "-s", "", "-q", "2", "--json").json_lines()[0]["queueId"] == 2
+    mq.ok("send", "un", "-K", ":", input=":1\n:2\n:3\n:4\n")
+    got = mq.ok("consume", "un", "--no-group", "-o", "first", "-e", "--json").json_lines()
+    assert sorted(e["queueId"] for e in got) == [0, 1, 2, 3]   # spread, not all on one queue
+    assert sorted(e["body"] for e in got) == ["1", "2", "3", "4"]
+    assert not any("shardingKey" in e for e in got)
