@@ -96,3 +96,15 @@ def test_an_empty_sharding_key_is_no_key(mq: MQ) -> None:
     assert sorted(e["queueId"] for e in got) == [0, 1, 2, 3]   # spread, not all on one queue
     assert sorted(e["body"] for e in got) == ["1", "2", "3", "4"]
     assert not any("shardingKey" in e for e in got)
+
+
+@pytest.mark.parametrize("name", ["%DLQ%w", "%RETRY%w", "RMQ_SYS_TRANS_HALF_TOPIC", "SCHEDULE_TOPIC_XXXX"])
+def test_topic_update_refuses_the_systems_topics_as_create_and_delete_do(mq: MQ, name: str) -> None:
+    mq.ok("send", "t", "x")
+    mq.run("consume", "t", "-g", "w", "-o", "first", "-e", "--max-reconsume", "0", "--exec", "false")
+    mq.ok("tx", "send", "t", "y")
+    for args in (("create", name, "--queues", "4"), ("update", name, "--queues", "4"), ("delete", name, "--yes")):
+        one_error(mq.run("topic", *args), 2, f"topic name {name!r} is reserved for the system")
+    assert mq.run("topic", "status", name, "--json").returncode in (0, 3)
+    if name in ("%DLQ%w", "RMQ_SYS_TRANS_HALF_TOPIC"):
+        assert len(mq.ok("topic", "status", name, "--json").json_lines()) == 1   # still one queue
