@@ -108,3 +108,21 @@ def test_topic_update_refuses_the_systems_topics_as_create_and_delete_do(mq: MQ,
     assert mq.run("topic", "status", name, "--json").returncode in (0, 3)
     if name in ("%DLQ%w", "RMQ_SYS_TRANS_HALF_TOPIC"):
         assert len(mq.ok("topic", "status", name, "--json").json_lines()) == 1   # still one queue
+
+
+def test_msg_query_rows_have_what_msg_show_has(mq: MQ) -> None:
+    """cli.md gives msg show and msg query "the fields of the consume --json envelope, plus
+    what the store knows of the message's history"; query's rows had the envelope only."""
+    mq.ok("topic", "create", "q", "--queues", "1")
+    mq.ok("send", "q", "first", "-k", "k1")
+    mq.ok("consume", "q", "-g", "seen", "-o", "first", "-e")
+    mq.ok("send", "q", "second", "-k", "k1")
+    rows = mq.ok("msg", "query", "--topic", "q", "--key", "k1", "--json").json_lines()
+    assert [r["body"] for r in rows] == ["second", "first"]
+    for row in rows:
+        assert row == mq.ok("msg", "show", row["msgId"], "--json").json_lines()[0]
+    assert [r["consumerGroups"] for r in rows] == [[{"group": "seen", "consumed": False, "offset": 1}],
+                                                   [{"group": "seen", "consumed": True, "offset": 1}]]
+    table = mq.ok("msg", "query", "--topic", "q", "--key", "k1").out.splitlines()
+    assert "GROUPS-PAST" in table[0].split()
+    assert [line.split()[-2:] for line in table[1:]] == [["-", "second"], ["seen", "first"]]
