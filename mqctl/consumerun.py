@@ -112,6 +112,7 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
     store = st.store()
     from mqctl.startgc import release
     release()   # (the store and the runtime are loaded: collect again, mqctl/startgc.py)
+    _check_ordered_output(store, r)
     if not r.exit_at_end and not store.has_topic(r.topic):
         if not wait_for_topic(store, r.topic, idle_s):
             return
@@ -243,6 +244,20 @@ def _check_output(r: ConsumeRequest) -> None:
     if r.exec_ is None and r.batch != 1 and r.to is None:
         raise UsageError("--batch applies to --exec (messages per handler run); stdout gets every message "
                          "as it comes")
+
+
+def _check_ordered_output(store: "Store", r: ConsumeRequest) -> None:
+    """An ordered ``--to`` topic takes only messages with a sharding key or a queue: an
+    ``--orderly`` stage puts each output in its input's queue number (or by its key), and
+    ``--exec --output json`` outputs may carry a ``shardingKey``. Any other stage would
+    fail at its first write, after joining: refused before it joins."""
+    from store.errors import UsageError
+    if r.to is None or r.orderly or (r.exec_ is not None and r.output == "json"):
+        return
+    if store.has_topic(r.to) and store.topic(r.to).order:
+        raise UsageError(f"--to {r.to}: the topic is ordered, and its messages need a sharding key or a queue: "
+                         f"add --orderly (each output goes to its input's queue number, or by its key), "
+                         f"or use --exec with --output json and a shardingKey in each output")
 
 
 def seconds(flag: str, text: str, min_ms: int) -> float:

@@ -126,3 +126,21 @@ def test_msg_query_rows_have_what_msg_show_has(mq: MQ) -> None:
     table = mq.ok("msg", "query", "--topic", "q", "--key", "k1").out.splitlines()
     assert "GROUPS-PAST" in table[0].split()
     assert [line.split()[-2:] for line in table[1:]] == [["-", "second"], ["seen", "first"]]
+
+
+def test_a_stage_into_an_ordered_topic_without_orderly_is_refused_before_it_joins(mq: MQ) -> None:
+    """It failed at its first write, after joining, with a hint naming send's -s/-q and a
+    warning that offsets could not be persisted."""
+    mq.ok("topic", "create", "src", "--queues", "2")
+    mq.ok("send", "src", input="1\n2\n3\n4\n")
+    mq.ok("topic", "create", "odst", "--queues", "2", "--order")
+    one_error(mq.run("consume", "src", "-g", "s1", "--from", "first", "-e", "--to", "odst"), 2,
+              "--to odst: the topic is ordered, and its messages need a sharding key or a queue: add --orderly")
+    one_error(mq.run("offsets", "show", "-g", "s1"), 3)   # never joined
+    handler = handler_script(mq.work / "keyed.sh", """printf '{"body":"x","shardingKey":"k"}\\n'""")
+    res = mq.ok("consume", "src", "-g", "s2", "--from", "first", "-e", "--to", "odst", "--exec", handler,
+                "--output", "json")
+    assert "warning" not in res.stderr
+    mq.ok("consume", "src", "-g", "s1", "--from", "first", "-e", "--to", "odst", "--orderly")
+    out = mq.ok("consume", "odst", "--no-group", "-o", "first", "-e").stdout.split()
+    assert sorted(out) == [b"1", b"2", b"3", b"4", b"x", b"x", b"x", b"x"]
