@@ -3,12 +3,17 @@ as a user would: real ``mqctl`` processes on a real store."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import re
+import select
 import shutil
+import subprocess
 
 import pytest
 
 from store import validate_any_topic, validate_group
-from tests.procs import MQ, handler_script, one_error
+from tests.procs import MQ, handler_script, one_error, wait_for
 
 
 def test_o_n_starts_every_queue_at_n_clamped_to_what_it_holds(mq: MQ) -> None:
@@ -144,3 +149,33 @@ def test_a_stage_into_an_ordered_topic_without_orderly_is_refused_before_it_join
     mq.ok("consume", "src", "-g", "s1", "--from", "first", "-e", "--to", "odst", "--orderly")
     out = mq.ok("consume", "odst", "--no-group", "-o", "first", "-e").stdout.split()
     assert sorted(out) == [b"1", b"2", b"3", b"4", b"x", b"x", b"x", b"x"]
+
+
+@pytest.mark.parametrize("env, width", [({"COLUMNS": None, "LINES": None}, 80), ({"COLUMNS": "120", "LINES": "30"}, 120)])
+def test_top_on_a_terminal_with_no_window_size_draws_a_screen(mq: MQ, env: dict[str, str | None],
+                                                             width: int) -> None:
+    """A pty nobody sized (0 x 0: ``script``, CI runners) drew nothing but the alternate
+    screen; top now draws for COLUMNS x LINES, else 80 x 24, and ``q`` quits."""
+    mq.ok("send", "orders", "x")
+    master, slave = pty.openpty()   # a new pty has no window size
+    p = subprocess.Popen(mq.argv("top", "--interval", "0.2"), stdin=slave, stdout=slave, stderr=slave,
+                         env=mq.environ(extra=env), start_new_session=True)
+    os.close(slave)
+    seen = b""
+    try:
+        def drawn() -> bool:
+            nonlocal seen
+            while select.select([master], [], [], 0)[0]:
+                seen += os.read(master, 65536)
+            return b"orders" in seen
+        wait_for(drawn, what="top to draw its topics")
+        os.write(master, b"q")
+        assert p.wait(timeout=60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+    rows = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"\n", seen).decode(errors="replace").splitlines()
+    assert max(len(r) for r in rows) <= width
+    assert any("orders" in r for r in rows)
