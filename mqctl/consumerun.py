@@ -109,13 +109,10 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
     elif r.to is None:
         assert render is not None
         sink = StdoutSink(render, raw=not r.json and r.format_ is None)
-    from store.errors import UsageError
     store = st.store()
     from mqctl.startgc import release
     release()   # (the store and the runtime are loaded: collect again, mqctl/startgc.py)
-    if from_where == "offset" and store.has_topic(r.topic) and store.topic(r.topic).queues != 1:
-        raise UsageError(f"-o {r.from_} (a queue offset) needs a one-queue topic; {r.topic!r} has "
-                         f"{store.topic(r.topic).queues}: use -o -N (N before the end of each queue) or a time")
+    _check_ordered_output(store, r)
     if not r.exit_at_end and not store.has_topic(r.topic):
         if not wait_for_topic(store, r.topic, idle_s):
             return
@@ -164,7 +161,7 @@ def wait_for_topic(store: "Store", topic: str, idle_s: float | None) -> bool:
 FROM_WORDS = {"first": "first", "earliest": "first", "beginning": "first",
               "last": "last", "latest": "last", "end": "last", "stored": "last"}
 FROM_HELP = ("first/earliest/beginning, last/latest/end, stored (the group's committed offset), -N (N before "
-             "the end of each queue), N (a queue offset: --no-group, one-queue topic) or a time")
+             "the end of each queue), N (a queue offset of each queue: --no-group) or a time")
 
 
 def start_position(text: str, no_group: bool) -> tuple[str, Optional[int], Optional[int]]:
@@ -247,6 +244,20 @@ def _check_output(r: ConsumeRequest) -> None:
     if r.exec_ is None and r.batch != 1 and r.to is None:
         raise UsageError("--batch applies to --exec (messages per handler run); stdout gets every message "
                          "as it comes")
+
+
+def _check_ordered_output(store: "Store", r: ConsumeRequest) -> None:
+    """An ordered ``--to`` topic takes only messages with a sharding key or a queue: an
+    ``--orderly`` stage puts each output in its input's queue number (or by its key), and
+    ``--exec --output json`` outputs may carry a ``shardingKey``. Any other stage would
+    fail at its first write, after joining: refused before it joins."""
+    from store.errors import UsageError
+    if r.to is None or r.orderly or (r.exec_ is not None and r.output == "json"):
+        return
+    if store.has_topic(r.to) and store.topic(r.to).order:
+        raise UsageError(f"--to {r.to}: the topic is ordered, and its messages need a sharding key or a queue: "
+                         f"add --orderly (each output goes to its input's queue number, or by its key), "
+                         f"or use --exec with --output json and a shardingKey in each output")
 
 
 def seconds(flag: str, text: str, min_ms: int) -> float:

@@ -113,6 +113,9 @@ def _show_unencodable(exc: UnicodeEncodeError, argv: list[str]) -> int:
     return 5
 
 
+_TEXT_DIRECT = 8192   # (a text this long would go past the text layer's buffer anyway)
+
+
 class PipeGuard:
     """stdout, with EPIPE turned into :class:`mqctl.output.BrokenPipe` for every writer,
     including ones that print tables or help through ``sys.stdout``."""
@@ -123,6 +126,15 @@ class PipeGuard:
 
     def write(self, data: Any) -> Any:
         try:
+            if isinstance(data, str) and len(data) > _TEXT_DIRECT and self.buffer is not None:
+                # The text layer ignores its buffer's short count (see write_all): a big
+                # text goes to the buffer here, where a short write is finished or fails.
+                self._stream.flush()
+                self.buffer.write(data.encode(self._stream.encoding, self._stream.errors))
+                return len(data)
+            if self.buffer is None and isinstance(data, (bytes, bytearray, memoryview)):
+                from mqctl.output import write_all
+                return write_all(self._stream, data)
             return self._stream.write(data)
         except BrokenPipeError as exc:
             from mqctl.output import BrokenPipe

@@ -10,7 +10,8 @@ if TYPE_CHECKING:
 
 BODY_SHOWN = 2000   # characters of a body msg show prints; --json has it whole
 QUERY_COLUMNS = [("msgId", "MSG-ID"), ("queueId", "QUEUE"), ("queueOffset", "OFFSET"), ("time", "STORED"),
-                 ("tags", "TAGS"), ("keys", "KEYS"), ("properties", "PROPERTIES"), ("body", "BODY")]
+                 ("tags", "TAGS"), ("keys", "KEYS"), ("properties", "PROPERTIES"), ("past", "GROUPS-PAST"),
+                 ("body", "BODY")]
 
 
 def describe(store: "Store", m: "Message", obj: dict[str, Any], when: Callable[[int], str]) -> list[str]:
@@ -40,11 +41,14 @@ def describe(store: "Store", m: "Message", obj: dict[str, Any], when: Callable[[
     return lines
 
 
-def query_row(m: "Message", stored: str) -> dict[str, Any]:
-    """A ``msg query`` table row (``stored``: the store time, shown)."""
+def query_row(m: "Message", obj: dict[str, Any], stored: str) -> dict[str, Any]:
+    """A ``msg query`` table row (``obj``: the message's report, as msg show's; ``stored``:
+    the store time, shown): the groups whose committed offsets are past it stand for its
+    history, which ``msg show`` tells in full."""
+    past = [c["group"] for c in obj.get("consumerGroups", ()) if c.get("consumed")]
     return {"msgId": m.uniq_key or m.msg_id, "queueId": m.queue_id, "queueOffset": m.queue_offset,
             "time": stored, "tags": m.tags, "keys": m.keys, "properties": props_text(m.user_properties),
-            "body": preview(m.body)}
+            "past": ",".join(past) or "-", "body": preview(m.body)}
 
 
 def props_text(props: dict[str, str]) -> str:

@@ -16,6 +16,7 @@ never got is counted as consumed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -56,14 +57,30 @@ def write_records(chunks: Sequence[bytes], stream: BinaryIO | None = None) -> No
             # A few chunks (raw bodies the caller joined already, and their newline): written
             # as they are, not copied together once more (a big write bypasses the buffer).
             for chunk in chunks:
-                out.write(chunk)
+                write_all(out, chunk)
             if chunks and not _TUNED and len(chunks[0]) >= 1 << 20:
                 keep_big_buffers()   # batches this big will follow: reuse their memory
         else:
-            out.write(b"".join(chunks))
+            write_all(out, b"".join(chunks))
         out.flush()
     except BrokenPipeError as exc:
         raise BrokenPipe("stdout was closed by the reader") from exc
+
+
+def write_all(out: BinaryIO, data: bytes | bytearray | memoryview) -> int:
+    """``out.write(data)``, all of it or an error. A buffered writer whose write to the pipe
+    is cut short (the reader left after taking part of it: the kernel takes what fits, and
+    raises SIGPIPE, ignored) returns the short count and drops the rest without an error;
+    the next write gets the EPIPE (BrokenPipeError), as a C tool's would."""
+    n = out.write(data)
+    if n is not None and n < len(data):
+        rest = memoryview(data).cast("B")[n:]
+        while rest:
+            k = out.write(rest)
+            if not k:
+                raise OSError(errno.EAGAIN, "stdout took none of a write")
+            rest = rest[k:]
+    return len(data)
 
 
 _IOV_MAX = 1024

@@ -68,6 +68,9 @@ def run_send(st: "State", r: SendRequest) -> None:
         # ``finish``), also when the shell started it with SIGINT ignored (a background job).
         signal.signal(signal.SIGINT, signal.default_int_handler)
     validate_topic(r.topic)
+    empty_key = r.sharding_key == ""
+    if empty_key:
+        r.sharding_key = None   # an empty key is no key: round-robin, refused on an ordered topic
     if r.sharding_key is not None and r.queue is not None:
         raise UsageError("give --sharding-key or --queue, not both")
     from_stdin = r.body is None or r.body == "-"
@@ -93,6 +96,10 @@ def run_send(st: "State", r: SendRequest) -> None:
         from store import parse_delay
         deliver = parse_delay(r.delay)
     sender = Sender(st, r.topic, base_props, r.sharding_key, r.queue, r.flush == "sync", r.json, deliver)
+    shape = sender.topic_shape() if empty_key and r.queue is None else None
+    if shape is not None and shape[1]:
+        raise UsageError(f"--sharding-key is empty: topic {r.topic!r} is ordered: give a non-empty key (-s) "
+                         "or a queue (-q)")
     sender.batch_messages = r.batch_size
     sender.reroute = r.reroute
     sender.delay_text = (r.delay or "").strip()
@@ -180,7 +187,7 @@ class Sender:
         self.reroute = False
         self.json_input = False
 
-    def _topic_shape(self) -> tuple[int, bool] | None:
+    def topic_shape(self) -> tuple[int, bool] | None:
         """(queue count, ordered) of the topic, or what the first send will create; None when
         it does not exist and will not be created (the send then fails with exit 3). Lets a
         bad input line be refused by its line number, after the lines before it are sent."""
@@ -193,7 +200,7 @@ class Sender:
         return self._shape
 
     def _check_route(self, qid: int, skey: str | None) -> None:
-        shape = self._topic_shape()
+        shape = self.topic_shape()
         if shape is None:
             return
         queues, ordered = shape
@@ -267,17 +274,21 @@ class Sender:
         skey = self.sharding_key
         if key_delim is not None:
             k, sep, rest = body.partition(key_delim)
-            if sep:
+            if sep and k:
                 skey, body = k.decode("utf-8", "replace"), rest
                 from store import has_property_separator
                 if has_property_separator(k):
                     raise self._bad_line("a sharding key may not contain the control characters \\x01 or \\x02",
                                          line)
-            elif skey is None and self.queue < 0:
-                try:
-                    self._check_route(-1, None)
-                except ValueError as exc:
-                    raise self._bad_line(f"no key before the key delimiter: {exc}", line) from exc
+            else:
+                if sep:
+                    body = rest   # an empty key is no key (as a line without one)
+                if skey is None and self.queue < 0:
+                    try:
+                        self._check_route(-1, None)
+                    except ValueError as exc:
+                        what = "an empty key" if sep else "no key"
+                        raise self._bad_line(f"{what} before the key delimiter: {exc}", line) from exc
         if len(body) > self.max_size:
             self._check_size(body, line)
         if self.deliver is not None:
@@ -320,7 +331,10 @@ class Sender:
                                  "of the consume --json envelope")
             data = json_body(obj)
             props = {**self.props, **json_properties(obj)}
-            skey = props.get(Prop.SHARDING_KEY) if "shardingKey" in obj else self.sharding_key
+            # an empty key is no key: the line is routed as one without shardingKey
+            key = props.pop(Prop.SHARDING_KEY, None)
+            keyed = bool(key) and "shardingKey" in obj
+            skey = key if keyed else self.sharding_key
             if "queueId" in obj and self.reroute:
                 qid = -1 if skey is not None or self.queue < 0 else self.queue
             elif "queueId" in obj:
@@ -328,7 +342,7 @@ class Sender:
                 if not isinstance(qid, int) or isinstance(qid, bool) or qid < 0:
                     raise ValueError("'queueId' must be a non-negative integer")
             else:
-                qid = -1 if "shardingKey" in obj else self.queue
+                qid = -1 if keyed else self.queue
             if skey is not None:
                 props[Prop.SHARDING_KEY] = skey
             self._check_route(qid, skey)

@@ -98,6 +98,20 @@ def _table(sec: Section, room: int, width: int) -> Any:
     return text
 
 
+def screen_size() -> os.terminal_size:
+    """The window's size; where the terminal has none (0 x 0: a pty nobody sized, as under
+    ``script`` or a CI runner), COLUMNS and LINES, else 80 x 24, as ``stty`` users expect."""
+    size = os.get_terminal_size(sys.stdout.fileno())
+    if size.columns > 0 and size.lines > 0:
+        return size
+    return os.terminal_size((size.columns or _env_size("COLUMNS", 80), size.lines or _env_size("LINES", 24)))
+
+
+def _env_size(name: str, default: int) -> int:
+    text = os.environ.get(name, "")
+    return int(text) if text.isdigit() and int(text) > 0 else default
+
+
 def run_live(monitor: Any, history: Any, interval: float, store: str, focus: str | None) -> None:
     """Refresh until ``q`` or Ctrl-C; the terminal is restored either way."""
     import termios
@@ -116,7 +130,7 @@ def run_live(monitor: Any, history: Any, interval: float, store: str, focus: str
             snap = monitor.snapshot()
             history.add(snap)
             due = time.monotonic() + interval
-            size = os.get_terminal_size(sys.stdout.fileno())
+            size = screen_size()
             console.size = (size.columns, size.lines)
             live.update(render(snap, history, screen, store, focus, size.lines, size.columns), refresh=True)
             while True:
@@ -133,7 +147,7 @@ def run_live(monitor: Any, history: Any, interval: float, store: str, focus: str
                         if not screen.key(ch):
                             return
                     redraw = True
-                now_size = os.get_terminal_size(sys.stdout.fileno())
+                now_size = screen_size()
                 if now_size != size:
                     size, redraw = now_size, True
                 if time.monotonic() >= due:

@@ -3,7 +3,9 @@
 Names are ``^[A-Za-z0-9_%|-]{1,127}$`` (RocketMQ's character set, so every name is also a safe
 directory name: no ``/``, no ``.``, nothing a path could escape with). User topics may not
 start with ``RMQ_SYS_``, ``%RETRY%`` or ``%DLQ%``, nor be one of RocketMQ's system topics.
-Groups are limited to 120 characters so that ``%RETRY%GROUP`` and ``%DLQ%GROUP`` still fit.
+Groups have the full 127 characters, so a group's ``%RETRY%GROUP`` and ``%DLQ%GROUP`` topics
+take up to 134: the system's own names, read and written but never a user's topic (as
+RocketMQ's broker allows its retry and dead-letter topics past 127).
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import re
 from store.errors import InvalidNameError, UsageError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,127}\Z")  # \Z: "$" would accept a trailing newline
-MAX_GROUP_LEN = 120
+# any topic the store may hold: a name, or a group's retry or dead-letter topic
+ANY_TOPIC_RE = re.compile(r"^(?:%RETRY%|%DLQ%)?[A-Za-z0-9_%|-]{1,127}\Z")
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -35,8 +38,8 @@ SYSTEM_TOPICS = frozenset({
 })
 
 
-def _check_syntax(kind: str, name: str) -> None:
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+def _check_syntax(kind: str, name: str, pattern: re.Pattern[str] = NAME_RE) -> None:
+    if not isinstance(name, str) or not pattern.fullmatch(name):
         shown = name if isinstance(name, str) and len(name) <= 60 else f"{str(name)[:57]}..."
         raise InvalidNameError(
             f"invalid {kind} name {shown!r}: use 1-127 characters from A-Z a-z 0-9 _ % | -")
@@ -52,15 +55,13 @@ def validate_topic(name: str) -> str:
 
 def validate_any_topic(name: str) -> str:
     """A topic name that may be read: user topics and the system's retry/DLQ/system topics."""
-    _check_syntax("topic", name)
+    _check_syntax("topic", name, ANY_TOPIC_RE)
     return name
 
 
 def validate_group(name: str) -> str:
     """A consumer group name."""
     _check_syntax("group", name)
-    if len(name) > MAX_GROUP_LEN:
-        raise InvalidNameError(f"group name {name[:40]!r}... is longer than {MAX_GROUP_LEN} characters")
     if name.startswith(RESERVED_PREFIXES) or name.startswith("CID_RMQ_SYS_"):
         raise InvalidNameError(f"group name {name!r} is reserved for the system")
     return name

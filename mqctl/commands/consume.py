@@ -84,7 +84,7 @@ def consume(
         "--from", "-o", metavar="first|last|TIME|-N|N", autocompletion=complete_from,
         help="Where a queue with no committed offset starts: first (beginning), last (end, stored), "
              "a TIME (ISO-8601, ms since epoch, -1h), -N (N before the end of each queue, kcat) or "
-             "N (a queue offset; --no-group on a one-queue topic).")] = "last",
+             "N (each queue from offset N, as kcat; --no-group).")] = "last",
     tag: Annotated[Optional[str], typer.Option(
         "--tag", "-t", metavar="EXPR", help="Tag filter: * (all) or 'A || B || C'.")] = None,
     exec_: Annotated[Optional[str], typer.Option(

@@ -57,6 +57,8 @@ def show(
 @msg_app.command("query", help="""Messages of a topic with a business key, newest first.
 
 Found through the key index (keys given with send --keys). Times are local; --utc prints UTC.
+--json has msg show's fields for each (history, consumerGroups); the table shows the groups
+past each message.
 
 Examples:
   mqctl msg query --topic orders --key order-1001
@@ -70,7 +72,7 @@ def query(
 ) -> None:
     from mqctl.msgview import QUERY_COLUMNS, query_row
     from mqctl.output import Output
-    from store import envelope, format_local, validate_any_topic
+    from store import format_local, message_report, validate_any_topic
     validate_any_topic(topic)
     st = state(ctx)
     store = st.store()
@@ -81,8 +83,10 @@ def query(
         if not json:
             out.info(f"no messages with key {key} in topic {topic}")
         return
+    # each message as msg show has it: its envelope and what the store knows of its history
+    reports = [(m, message_report(store, m)) for m in found]
     if json:
-        for m in found:
-            out.emit_json(envelope(m))
+        for _m, obj in reports:
+            out.emit_json(obj)
         return
-    out.table([query_row(m, format_local(m.store_timestamp, st.utc)) for m in found], QUERY_COLUMNS)
+    out.table([query_row(m, obj, format_local(m.store_timestamp, st.utc)) for m, obj in reports], QUERY_COLUMNS)

@@ -100,6 +100,8 @@ def update(
     json: JsonOpt = False,
 ) -> None:
     from mqctl.output import Output, plural
+    from store import validate_topic
+    validate_topic(topic)   # (the system's topics: refused as by create and delete, before a lookup)
     admin = state(ctx).admin()
     before = admin.topic_status(topic)
     info = admin.update_topic(topic, queues)

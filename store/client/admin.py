@@ -94,8 +94,9 @@ class Admin(OffsetsAdmin, MembersAdmin, StoreMaintenance, TransactionAdmin):
     def update_topic(self, name: str, queues: int) -> TopicInfo:
         """Give a topic ``queues`` queues: more than today adds queues (consumers pick them up
         at once; sharding keys route by the new count from then on), the same is a no-op,
-        fewer is refused with ``UsageError`` (exit 2), as Kafka refuses fewer partitions."""
-        names.validate_any_topic(name)
+        fewer is refused with ``UsageError`` (exit 2), as Kafka refuses fewer partitions.
+        The system's topics are refused (``InvalidNameError``), as by create and delete."""
+        names.validate_topic(name)
         if isinstance(queues, bool) or not isinstance(queues, int):
             raise UsageError(f"queues must be an int, not {queues!r}")
         cfg, _changed = self.store.update_topic(name, queues)

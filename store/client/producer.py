@@ -274,7 +274,7 @@ class Producer(StoreClient):
         topic = cfg.name
         if queue is not None and queue >= cfg.queues:
             raise UsageError(f"queue {queue} does not exist: topic {topic!r} has queues 0-{cfg.queues - 1}")
-        if cfg.order and queue is None and sharding_key is None:
+        if cfg.order and queue is None and not sharding_key:   # (an empty key is no key)
             raise UsageError(f"topic {topic!r} is ordered: give a sharding_key or a queue")
 
     # -- lifecycle -------------------------------------------------------------------------

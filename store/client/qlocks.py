@@ -74,7 +74,7 @@ from store.flock import (
 )
 from store.fsutil import ensure_dir
 from store.layout import Layout
-from store.names import NAME_RE, validate_any_topic, validate_client_id, validate_group
+from store.names import ANY_TOPIC_RE, validate_any_topic, validate_client_id, validate_group
 
 STORE_LEASE_MS = 60_000   # broker's lockMaxLiveTime: a record older than this may be broken
 CLIENT_LEASE_MS = 30_000  # client's lockMaxLiveTime: a holder stops handing out batches
@@ -420,9 +420,10 @@ def _lock_files(layout: Layout, group: str, topic: str | None = None,
 
 
 def _subdirs(path: Path) -> list[Path]:
-    # Only valid names: skips the mutex file and anything a user dropped in by hand.
+    # Only valid names (groups, and topics with a group's retry topic): skips the mutex file
+    # and anything a user dropped in by hand.
     return sorted(path / name for name in list_dir(path)
-                  if NAME_RE.match(name) and (path / name).is_dir())
+                  if ANY_TOPIC_RE.match(name) and (path / name).is_dir())
 
 
 def lock_groups(layout: Layout) -> list[str]:

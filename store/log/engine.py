@@ -166,7 +166,7 @@ class WriterState:
                 raise UsageError(f"queue {draft.queue_id} does not exist: topic {topic.name!r} "
                                  f"has queues 0-{topic.queues - 1}")
             return draft.queue_id
-        if draft.sharding_key is not None:
+        if draft.sharding_key:   # (an empty key is no key)
             # Documented, stable: |Java String.hashCode(key)| mod queue count (RocketMQ's
             # SelectMessageQueueByHash), so producers in any language agree.
             return abs(java_hash(draft.sharding_key)) % topic.queues

@@ -34,7 +34,8 @@ Commit-log record (RocketMQ's ``MessageExtEncoder`` layout, V1, IPv4 hosts)::
      72  RECONSUMETIMES          int
      76  PREPARED TX OFFSET      long    commit-log offset of the half message, for a committed one
      84  BODYLENGTH + BODY       int + N
-         TOPICLENGTH + TOPIC     byte + T   UTF-8, T <= 127
+         TOPICLENGTH + TOPIC     byte + T   UTF-8, T <= 127; up to 134 (read unsigned) for a
+                                            group's %RETRY%/%DLQ% topic
          PROPLENGTH + PROPS      short + P  UTF-8 ``name 0x01 value 0x02`` repeated, P <= 32767
 
     TOTALSIZE = 91 + N + T + P.

@@ -461,5 +461,5 @@ def _queue_ids_for(engine: "Engine", cfg: TopicConfig, n: int, queue_id: int,
         engine.writer.round_robin[cfg.name] = start + n
         return [(start + i) % nq for i in range(n)]
     fallback = Draft(cfg.name, b"", queue_id=queue_id)
-    return [abs(java_hash(k)) % nq if k is not None else engine.writer.select_queue(cfg, fallback)
+    return [abs(java_hash(k)) % nq if k else engine.writer.select_queue(cfg, fallback)   # "" is no key
             for k in sharding_keys]

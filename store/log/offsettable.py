@@ -42,7 +42,7 @@ from store.log import offsetjournal as oj
 
 NO_OFFSET = -1
 TOPIC_GROUP_SEPARATOR = "@"
-_KEY_TEXT = re.compile(rb'"([A-Za-z0-9_%|-]{1,127}@[A-Za-z0-9_%|-]{1,127})"')
+_KEY_TEXT = re.compile(rb'"((?:%RETRY%|%DLQ%)?[A-Za-z0-9_%|-]{1,127}@[A-Za-z0-9_%|-]{1,127})"')
 
 
 def is_int(value: Any) -> TypeGuard[int]:

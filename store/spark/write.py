@@ -148,10 +148,10 @@ class RowRules:
         cfg = self._find(topic)
         queues = cfg.queues if cfg else self.default_queues
         if qid is None:
-            if cfg is not None and cfg.order and skey is None:
+            if cfg is not None and cfg.order and not skey:   # (an empty key is no key)
                 raise BadInputError(f"{where}: topic {topic!r} is ordered: give shardingKey or queueId")
             return -1
-        if skey is not None:
+        if skey:
             raise BadInputError(f"{where}: give shardingKey or queueId, not both")
         if not 0 <= qid < queues:
             raise BadInputError(f"{where}: queueId {qid} does not exist (topic {topic!r} has "
@@ -370,7 +370,7 @@ def precheck(store: Store, root: Path, parts: Sequence[Optional[StagedPart]]) ->
             if qid >= cfg.queues:
                 raise UsageError(f"queue {qid} does not exist: topic {topic!r} has queues "
                                  f"0-{cfg.queues - 1}")
-            if cfg.order and qid < 0 and skey is None:
+            if cfg.order and qid < 0 and not skey:
                 raise UsageError(f"topic {topic!r} is ordered: give shardingKey or queueId")
 
 

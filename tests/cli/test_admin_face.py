@@ -233,7 +233,8 @@ def test_msg_show_transaction_timeline(mq: MQ) -> None:
 
 def test_msg_query_table(loaded: MQ) -> None:
     lines = loaded.ok("msg", "query", "--topic", "T", "--key", "k1").stdout.decode().splitlines()
-    assert lines[0].split() == ["MSG-ID", "QUEUE", "OFFSET", "STORED", "TAGS", "KEYS", "PROPERTIES", "BODY"]
+    assert lines[0].split() == ["MSG-ID", "QUEUE", "OFFSET", "STORED", "TAGS", "KEYS", "PROPERTIES", "GROUPS-PAST",
+                                 "BODY"]
     assert [line.split()[-1] for line in lines[1:]] == ["c", "b", "a"]
     assert all(LOCAL.search(line) for line in lines[1:])
 

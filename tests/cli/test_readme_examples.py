@@ -90,3 +90,16 @@ def test_example_runs(path: Path, lineno: int, code: str, tmp_path: Path) -> Non
     cp = mq.shell("set -euo pipefail\n" + code, timeout=TIMEOUT)
     assert cp.returncode == 0, (f"{path.name}:{lineno}: exit {cp.returncode}\n--- stdout\n{cp.out[-3000:]}"
                                 f"\n--- stderr\n{cp.stderr[-3000:]}")
+
+
+def test_the_exactly_once_example_ships_in_order(tmp_path: Path) -> None:
+    """The exactly-once example says its stages keep the order ("order-1 shipped …
+    order-6 shipped, in order"): its output is checked, not only its exit code (the copy
+    stage was not --orderly and spread the orders over eight queues)."""
+    [code] = [code for _, code in runnable_blocks((ROOT / "README.md").read_text()) if "--to shipped" in code]
+    work = tmp_path / "work"
+    work.mkdir()
+    cp = MQ(tmp_path / "store", tmp_path, cwd=work).shell("set -euo pipefail\n" + code, timeout=TIMEOUT)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    shipped = [line for line in cp.out.splitlines() if re.fullmatch(r"order-\d+ shipped", line)]
+    assert shipped == [f"order-{i} shipped" for i in range(1, 7)], cp.out

@@ -300,7 +300,7 @@ def _run_both(args: list[str], store: Path | None) -> tuple[Result, Result]:
     ["consume", "t", "-g", "g", "-o", "first", "-e", "--json"],      # envelopes
     ["consume", "t", "-g", "g", "-o", "first", "-c", "3"],           # three of them
     ["consume", "t", "--no-group", "-o", "-2", "-e"],                # kcat's two before the end
-    ["consume", "t", "--no-group", "-o", "1", "-e"],                 # a queue offset: one-queue topic only
+    ["consume", "t", "--no-group", "-o", "1", "-e"],                 # every queue from its offset 1
     ["consume", "t", "-o", "first", "-e"],                           # no group: exit 2
     ["consume", "t", "-g", "g", "--no-group", "-e"],                 # both: exit 2
     ["consume", "t", "-g", "g", "-o", "5", "-e"],                    # a queue offset needs --no-group: exit 2

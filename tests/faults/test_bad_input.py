@@ -66,7 +66,7 @@ name_text = st.one_of(
     st.text(min_size=0, max_size=140),
     st.text(alphabet="abcXYZ019_%|-./\\\x00 ", min_size=1, max_size=12),
     st.sampled_from(["..", ".", "../x", "/etc", "a/b", "%RETRY%g", "%DLQ%g", "RMQ_SYS_X", "TBW102",
-                     "x" * 127, "x" * 128, "g" * 121, "CID_RMQ_SYS_TRANS", "-", "--", "-h"]),
+                     "x" * 127, "x" * 128, "g" * 121, "g" * 127, "CID_RMQ_SYS_TRANS", "-", "--", "-h"]),
 )
 
 
@@ -79,7 +79,7 @@ def topic_ok(name: str) -> bool:
 
 
 def group_ok(name: str) -> bool:
-    return bool(NAME.fullmatch(name)) and len(name) <= 120 \
+    return bool(NAME.fullmatch(name)) \
         and not name.startswith((*names.RESERVED_PREFIXES, "CID_RMQ_SYS_"))
 
 

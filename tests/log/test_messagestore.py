@@ -196,13 +196,19 @@ def test_min_offset_follows_retention_of_the_commit_log(root: Path) -> None:
 def test_sharding_key_picks_abs_java_hash_mod_queues(store: Store) -> None:
     store.create_topic("T", 8)
     store.create_topic("S", 5)
-    keys = ["TopicTest#KEY1", "order-42", "", "ключ", "\U0001F600", "x" * 100]
+    keys = ["TopicTest#KEY1", "order-42", "ключ", "\U0001F600", "x" * 100]
     for k in keys:
         for topic, n in (("T", 8), ("S", 5)):
             want = abs(jhash(k)) % n
             assert store.put([draft(topic, "m", sharding_key=k)])[0].queue_id == want
             assert store.put_bodies(topic, [b"a", b"b"], sharding_keys=[k, k]).queue_ids == [want, want]
     assert abs(jhash("TopicTest#KEY1")) % 8 == 4   # the reference's vector: -1656969516
+    # an empty key is no key: refused on an ordered topic like none
+    store.create_topic("O", 4, order=True)
+    with pytest.raises(UsageError, match="ordered"):
+        store.put([draft("O", "m", sharding_key="")])
+    with pytest.raises(UsageError, match="ordered"):
+        store.put_bodies("O", [b"a"], sharding_keys=[""])
 
 
 def test_round_robin_without_key_or_queue(store: Store) -> None:

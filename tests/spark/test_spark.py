@@ -575,6 +575,8 @@ def test_rows_are_validated_before_anything_is_staged(store: Store) -> None:
     opts = WriteOptions(str(store.root), "ord", False)
     with pytest.raises(BadInputError, match="ordered"):
         write_staged(iter([pa.record_batch({"body": ["x"]})]), opts, f"{STAGING_DIR}/j")
+    with pytest.raises(BadInputError, match="ordered"):   # an empty key is no key
+        write_staged(iter([pa.record_batch({"body": ["x"], "shardingKey": [""]})]), opts, f"{STAGING_DIR}/j")
     opts = WriteOptions(str(store.root), "sink", False)
     batch = pa.record_batch({"body": ["x"], "queueId": pa.array([9], pa.int32())})
     with pytest.raises(BadInputError, match="queueId 9 does not exist"):
