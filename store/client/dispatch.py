@@ -40,6 +40,11 @@ if TYPE_CHECKING:
 
     from store.client.dedup import DedupLog
 
+# The least a per-message sink's batch is cut to when many queues share a round: RocketMQ's
+# pullBatchSize, the slice its concurrent consumer interleaves queues by. (Smaller, a batch's
+# hand-over would cost more than its handler calls.)
+MIN_SHARE = 32
+
 
 class Dispatcher:
     """The member's sink and the batches out in it (see the module docstring)."""
@@ -110,13 +115,14 @@ class Dispatcher:
         if sized and pool is not None and sum(len(p.msgs) for p in pqs.values()) >= spread * pool.batch:
             sized = False
         # a per-message sink's batch is a hand-over's size, not a handler's: one round of
-        # ``spread`` batches (a batch per thread) is shared among the queues with messages
-        # waiting, so a round serves each of them and costs no more hand-overs when the queues
-        # are as many as the threads
+        # ``spread`` batches (a batch per thread, what a handler gets through in 50 ms) is
+        # shared among the queues with messages waiting, so a round serves each of them in
+        # about a batch's time however many wait, and costs no more hand-overs while the queues
+        # are no more than the threads
         share = 0
         if self.interleave and self.per_message and pool is not None:
             ready = sum(1 for p in pqs.values() if len(p.msgs) > len(p.in_flight))
-            share = max(1, pool.batch * spread // ready) if ready else 0
+            share = max(MIN_SHARE, pool.batch * spread // ready) if ready else 0
         items = list(pqs.items())
         first = self.turn % len(items) if self.interleave and items else 0
         more = True
