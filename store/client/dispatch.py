@@ -16,7 +16,9 @@ queue's lock before every batch. A handler sink (``interleave``: ``--exec``, Pyt
 is fed round-robin across the queues held, a batch of each in turn, the next hand-out starting
 after the queue served last: as RocketMQ's concurrent consumer submits each queue's pulls to its
 pool as they come, every queue a member holds makes progress, and a backlog in one delays a
-message of another by a batch per queue, not by the whole backlog.
+message of another by a batch per queue, not by the whole backlog. (A batch is ``--batch``, or
+what a Python handler gets through in 50 ms: a round is not cut finer, which would cost more
+hand-overs and pulls when every queue has a backlog.)
 """
 from __future__ import annotations
 
@@ -39,11 +41,6 @@ if TYPE_CHECKING:
     import concurrent.futures as cf
 
     from store.client.dedup import DedupLog
-
-# The least a per-message sink's batch is cut to when many queues share a round: RocketMQ's
-# pullBatchSize, the slice its concurrent consumer interleaves queues by. (Smaller, a batch's
-# hand-over would cost more than its handler calls.)
-MIN_SHARE = 32
 
 
 class Dispatcher:
@@ -114,15 +111,6 @@ class Dispatcher:
         spread = self.spread
         if sized and pool is not None and sum(len(p.msgs) for p in pqs.values()) >= spread * pool.batch:
             sized = False
-        # a per-message sink's batch is a hand-over's size, not a handler's: one round of
-        # ``spread`` batches (a batch per thread, what a handler gets through in 50 ms) is
-        # shared among the queues with messages waiting, so a round serves each of them in
-        # about a batch's time however many wait, and costs no more hand-overs while the queues
-        # are no more than the threads
-        share = 0
-        if self.interleave and self.per_message and pool is not None:
-            ready = sum(1 for p in pqs.values() if len(p.msgs) > len(p.in_flight))
-            share = max(MIN_SHARE, pool.batch * spread // ready) if ready else 0
         items = list(pqs.items())
         first = self.turn % len(items) if self.interleave and items else 0
         more = True
@@ -144,8 +132,6 @@ class Dispatcher:
                     n = min(budget, pool.batch if pool is not None else 1024)
                     if sized:
                         n = max(1, min(n, waiting // spread))
-                    if share:
-                        n = min(n, share)
                     if o.orderly and (pq.busy or pq.suspended_until > time.monotonic() or not pq.msgs):
                         break
                     if not o.orderly and len(pq.in_flight) >= len(pq.msgs):
