@@ -332,6 +332,7 @@ class ExecSink:
     spread = 0
     per_message = False
     cancel_on_stop = True       # a batch still waiting for a slot is handed back by a stop
+    interleave = True           # a batch of each queue held in turn
 
     def __init__(self, argv: list[str], group: str, timeout_s: float | None, threads: int, batch: int,
                  render: Callable[[Message], bytes] | None = None, outputs: str | None = None) -> None:

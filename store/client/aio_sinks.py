@@ -82,6 +82,7 @@ class TaskSink:
     persist_every_s = PERSIST_EVERY_S
     per_message = True
     cancel_on_stop = False   # a task checks for a stop before each handler call itself
+    interleave = True        # a handler's: every queue held makes progress
 
     def __init__(self, work: Callable[[list[Any], str], Awaitable[Outcome]], concurrency: int) -> None:
         self.work = work

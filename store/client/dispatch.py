@@ -15,7 +15,13 @@ What consuming a batch *means* is the sink's business (:mod:`store.client.sinks`
   batch's outcome applies to the rest.
 
 Orderly mode hands out one batch at a time per queue (``ProcessQueue.busy``) and checks the
-queue's lock before every batch.
+queue's lock before every batch. A handler sink (``interleave``: ``--exec``, Python handlers)
+is fed round-robin across the queues held, a batch of each in turn, the next hand-out starting
+after the queue served last: as RocketMQ's concurrent consumer submits each queue's pulls to its
+pool as they come, every queue a member holds makes progress, and a backlog in one delays a
+message of another by a batch per queue, not by the whole backlog. (A batch is ``--batch``, or
+what a Python handler gets through in 50 ms: a round is not cut finer, which would cost more
+hand-overs and pulls when every queue has a backlog.)
 """
 from __future__ import annotations
 
@@ -60,6 +66,8 @@ class Dispatcher:
         # the sink's optional attributes (PoolSink), read once in set_sink
         self.per_message = False
         self.spread = 1
+        self.interleave = False         # a batch of each queue in turn (see the module docstring)
+        self.turn = 0                   # where the next round-robin hand-out starts
         self.idle_check: Callable[[], None] | None = None
         self.in_write = False           # an inline sink is writing: a second signal interrupts it
         self.futures: dict[cf.Future[Any], tuple[QueueKey, list[Message]]] = {}
@@ -87,6 +95,7 @@ class Dispatcher:
         self.per_message = self.pool is not None and bool(getattr(sink, "per_message", False))
         self.spread = max(1, int(getattr(sink, "spread", 0) or 0)
                           or (self.pool.max_in_flight if self.pool is not None else 1))
+        self.interleave = self.pool is not None and bool(getattr(sink, "interleave", False)) and not o.orderly
         self.idle_check = getattr(self.inline, "idle_check", None)
         self.progress = getattr(self.pool, "progress", None) if not o.orderly else None
 
@@ -112,57 +121,70 @@ class Dispatcher:
         spread = self.spread
         if sized and pool is not None and sum(len(p.msgs) for p in pqs.values()) >= spread * pool.batch:
             sized = False
-        for key, pq in list(pqs.items()):
-            if run.stop_requested or run.fatal is not None:
-                break
-            while True:
-                budget = self.budget()
-                if budget <= 0:
+        items = list(pqs.items())
+        first = self.turn % len(items) if self.interleave and items else 0
+        more = True
+        while more:   # (rounds: only a round-robin sink goes round more than once)
+            more = False
+            for i in range(len(items)):
+                pos = (first + i) % len(items)
+                key, pq = items[pos]
+                if run.stop_requested or run.fatal is not None:
                     return worked
-                if pool is not None and len(self.futures) >= pool.max_in_flight:
-                    return worked
-                n = min(budget, pool.batch if pool is not None else 1024)
-                if sized:
-                    n = max(1, min(n, waiting // spread))
-                if o.orderly and (pq.busy or pq.suspended_until > time.monotonic() or not pq.msgs):
-                    break
-                if not o.orderly and len(pq.in_flight) >= len(pq.msgs):
-                    break
-                lock = locks.get(key)
-                # orderly: the lock file's identity checked before every batch; concurrent
-                # (one message a batch): at most every 100 ms
-                if lock is not None and not lock.is_valid(0 if o.orderly else 100):
-                    if lock.held:  # (a deleted or replaced lock file was reported by qlocks)
-                        self.warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
-                    held.lose(key)
-                    break
-                if o.orderly:
-                    batch = pq.take(n)
-                    pq.busy = True
-                else:
-                    batch = pq.next_batch(n)
-                if not batch:
-                    break
-                if self.keeper.stage is not None:
-                    self.keeper.stage.handed_out(batch)
-                worked = True
-                waiting -= len(batch)
-                if self.inline is not None:
-                    self._consume_inline(key, pq, batch)
-                else:
-                    assert pool is not None
-                    submit_locked = getattr(pool, "submit_locked", None)
-                    if submit_locked is not None and lock is not None and lock.held:
-                        # The handler inherits a descriptor of the queue's lock file: the OS
-                        # lock stays held while any handler of this queue runs, so even if
-                        # this process dies, no new owner starts the queue before its
-                        # handlers are gone.
-                        fut = submit_locked(batch, original_topic(batch[0]), lock.share_fd())
-                    else:
-                        fut = pool.submit(batch, original_topic(batch[0]))
-                    fut.add_done_callback(lambda _f: self.wake())
-                    self.futures[fut] = (key, batch)
+                if pqs.get(key) is not pq:
+                    continue   # dropped (its lock lost) in an earlier round of this call
+                while True:
+                    budget = self.budget()
+                    if budget <= 0:
+                        return worked
+                    if pool is not None and len(self.futures) >= pool.max_in_flight:
+                        return worked
+                    n = min(budget, pool.batch if pool is not None else 1024)
+                    if sized:
+                        n = max(1, min(n, waiting // spread))
+                    if o.orderly and (pq.busy or pq.suspended_until > time.monotonic() or not pq.msgs):
+                        break
+                    if not o.orderly and len(pq.in_flight) >= len(pq.msgs):
+                        break
+                    lock = locks.get(key)
+                    # orderly: the lock file's identity checked before every batch; concurrent
+                    # (one message a batch): at most every 100 ms
+                    if lock is not None and not lock.is_valid(0 if o.orderly else 100):
+                        if lock.held:  # (a deleted or replaced lock file was reported by qlocks)
+                            self.warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
+                        held.lose(key)
+                        break
                     if o.orderly:
+                        batch = pq.take(n)
+                        pq.busy = True
+                    else:
+                        batch = pq.next_batch(n)
+                    if not batch:
+                        break
+                    if self.keeper.stage is not None:
+                        self.keeper.stage.handed_out(batch)
+                    worked = True
+                    waiting -= len(batch)
+                    if self.inline is not None:
+                        self._consume_inline(key, pq, batch)
+                    else:
+                        assert pool is not None
+                        submit_locked = getattr(pool, "submit_locked", None)
+                        if submit_locked is not None and lock is not None and lock.held:
+                            # The handler inherits a descriptor of the queue's lock file: the OS
+                            # lock stays held while any handler of this queue runs, so even if
+                            # this process dies, no new owner starts the queue before its
+                            # handlers are gone.
+                            fut = submit_locked(batch, original_topic(batch[0]), lock.share_fd())
+                        else:
+                            fut = pool.submit(batch, original_topic(batch[0]))
+                        fut.add_done_callback(lambda _f: self.wake())
+                        self.futures[fut] = (key, batch)
+                        if o.orderly:
+                            break
+                    if self.interleave:
+                        # the next batch from the next queue: this round's, or the next hand-out's
+                        self.turn, more = pos + 1, True
                         break
         return worked
 

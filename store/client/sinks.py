@@ -62,7 +62,9 @@ class PoolSink(Protocol):
     says its thread count, one batch per thread, half the hand-overs (a backlog of ``spread``
     full batches and more goes out in full batches); ``cancel_on_stop`` true,
     the futures still pending when the member stops are cancelled (their batches handed back:
-    a stop starts no new handler)."""
+    a stop starts no new handler); ``interleave`` true (handlers, concurrent mode), batches go
+    out round-robin across the queues held, a batch of each in turn, so a backlog in one queue
+    does not hold back the others (without it, a queue's cache goes out before the next's)."""
 
     batch: int
     max_in_flight: int
@@ -79,6 +81,7 @@ class ThreadPoolSink:
     persist_every_s = 0.0
     spread = 0
     cancel_on_stop = True
+    interleave = True           # handlers: a batch of each queue held in turn
 
     def __init__(self, work: Callable[[list[Message], str], Outcome], threads: int, batch: int = 1,
                  per_message: bool = False) -> None:
