@@ -16,6 +16,7 @@ from store.client.aio_shared import off_loop
 from store.client.aio_sinks import AsyncIteratorSink, HandlerCalls, TaskSink
 from store.client.consumer import (
     ITER_BATCH,
+    ITER_CACHE_BYTES,
     PREFETCH,
     Consumer,
     StartFrom,
@@ -175,6 +176,7 @@ class AsyncConsumer:
             if to is not None:
                 rt.set_stage(to, flush)
             self._sink = AsyncIteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
+            self._sink.cache_bytes = ITER_CACHE_BYTES   # (the sync iterator's read-ahead, the same reason)
             rt.set_sink(self._sink)
         sink = self._sink
         drained = DrainedEvent(sink.wake_reader)

@@ -34,6 +34,7 @@ class AsyncIteratorSink(InHand):
     :class:`~store.client.handoff.InHand`'s, as the sync iterator's."""
 
     client_messages = True
+    cache_bytes = 0                      # what its pulls keep in memory, all queues (see Puller)
     persist_every_s = PERSIST_EVERY_S
 
     def __init__(self, prefetch: int, batch: int) -> None:

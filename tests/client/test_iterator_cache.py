@@ -40,3 +40,35 @@ def test_the_iterator_reads_ahead_within_its_budget(tmp_path: Path, monkeypatch:
     assert sum(map(len, got.values())) == len(bodies)
     with store.Consumer("Q", "G", root) as c:
         assert list(c.messages(exit_at_end=True)) == []   # all of it committed
+
+
+def test_the_async_iterator_reads_ahead_within_the_same_budget(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """AsyncConsumer.messages is the same iterator: its pulls keep the same budget, not 1000
+    messages a queue (200 bodies of 64 KiB here: the whole backlog, 12.5 MiB)."""
+    from store.client import aio_consumer as aio_mod
+    root = tmp_path / "s"
+    with store.Admin(root) as admin:
+        admin.create_topic("Q", queues=1)
+    body = 64 * 1024
+    with store.Producer(root) as p:
+        for i in range(0, 200, 50):
+            p.send_many("Q", [f"{k:05d}".encode() * (body // 5) for k in range(i, i + 50)])
+    monkeypatch.setattr(consumer_mod, "ITER_CACHE_BYTES", 2 * PULL_MIN_BYTES)
+    monkeypatch.setattr(aio_mod, "ITER_CACHE_BYTES", 2 * PULL_MIN_BYTES)
+
+    async def main() -> tuple[int, list[int]]:
+        most, offs = 0, []
+        async with store.AsyncConsumer("Q", "G", root, start_from="first") as c:
+            async for m in c.messages(exit_at_end=True):
+                rt = c._rt
+                assert rt is not None
+                most = max(most, sum(pq.bytes for pq in list(rt.held.pqs.values())))
+                offs.append(m.queue_offset)
+        return most, offs
+
+    import asyncio
+    most, offs = asyncio.run(main())
+    assert offs == list(range(200))
+    # the one queue's pulls stop once the budget is reached: at most it and one pull's record past it
+    assert 0 < most <= 2 * PULL_MIN_BYTES + body
