@@ -366,7 +366,7 @@ def end_damage(q: ConsumeQueue) -> tuple[int, str] | None:
     segs = q.segments()
     for base, nxt in zip(segs, segs[1:]):
         try:
-            size = os.stat(f"{q.dir}/{base:020d}").st_size
+            size = os.stat(q.segment_path(base)).st_size
         except FileNotFoundError:
             return None   # (changed under us: a later look decides)
         if nxt != base + q.segment_bytes:
@@ -378,7 +378,7 @@ def end_damage(q: ConsumeQueue) -> tuple[int, str] | None:
     if not segs:
         return None
     try:
-        size = os.stat(f"{q.dir}/{segs[-1]:020d}").st_size
+        size = os.stat(q.segment_path(segs[-1])).st_size
     except FileNotFoundError:
         return None
     if size % _SIZE:
@@ -405,7 +405,7 @@ def changed_since(q: ConsumeQueue, ns: int) -> bool:
     time too: file times move by clock ticks of several ms). A queue with no directory (no
     message yet, or removed) asks its topic's directory."""
     segs = q.segments()
-    paths = [f"{q.dir}/{segs[-1]:020d}"] if segs else []
+    paths = [str(q.segment_path(segs[-1]))] if segs else []
     paths += [str(q.dir)] if os.path.isdir(q.dir) else [str(q.dir.parent)]
     for path in paths:
         try:
@@ -423,7 +423,7 @@ def last_write_ms(q: ConsumeQueue) -> int | None:
     if not segs:
         return None
     try:
-        return os.stat(f"{q.dir}/{segs[-1]:020d}").st_mtime_ns // 1_000_000
+        return os.stat(q.segment_path(segs[-1])).st_mtime_ns // 1_000_000
     except FileNotFoundError:
         return None
 
