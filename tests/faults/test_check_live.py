@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
+from typing import Callable
 
 from store.layout import Layout
 from store.log import format as F
@@ -43,9 +45,11 @@ def _summary(res: Result) -> tuple[int, list[tuple[str, int, str]], str]:
     return res.returncode, sorted((p["file"], p["offset"], p["reason"]) for p in lines), summary["status"]
 
 
-def _checks_beside_writes(mq: MQ, writer: _Writer) -> list[tuple[int, list[tuple[str, int, str]], str]]:
-    """``store check`` again and again, batches written while it runs, until ``OVERLAPPED``
-    checks had batches written while they ran; the results of those."""
+def _checks_beside_writes(mq: MQ, writer: _Writer, between: Callable[[], object] | None = None,
+                          ) -> list[tuple[int, list[tuple[str, int, str]], str]]:
+    """``store check`` again and again, batches written while it runs (and ``between`` them,
+    every fourth), until ``OVERLAPPED`` checks had batches written while they ran; the
+    results of those."""
     seen = []
     for _ in range(MOST_CHECKS):
         check = mq.start("store", "check", "--json")
@@ -53,6 +57,8 @@ def _checks_beside_writes(mq: MQ, writer: _Writer) -> list[tuple[int, list[tuple
         while check.alive() and batches < MOST_BATCHES:
             writer.batch()
             batches += 1
+            if between is not None and batches % 4 == 0:
+                between()
             try:   # the check runs a little between batches: the store stays small
                 check.p.wait(timeout=0.02)
             except subprocess.TimeoutExpired:
@@ -73,6 +79,24 @@ def test_check_beside_a_live_writer_reports_nothing(mq: MQ) -> None:
         assert got == (0, [], "OK"), got
     writer.close()
     mq.check_clean()
+
+
+def test_check_beside_a_live_writer_and_retention_reports_nothing(tmp_path: Path) -> None:
+    """Segments (and the queue and index files pointing into them) removed by ``store clean``
+    while the check runs: what went is gone, not damaged."""
+    mq = MQ(tmp_path / "small", tmp_path)
+    try:
+        mq.ok("init", "--max-message-size", "4096", "--segment-size", "69632")
+        mq.ok("topic", "create", "sc", "--queues", "4")
+        writer = _Writer(mq.feed("sc", "--keys", "live"))
+        for got in _checks_beside_writes(mq, writer, lambda: mq.ok("store", "clean", "--older-than", "0",
+                                                                   "--force")):
+            assert got == (0, [], "OK"), got
+        writer.close()
+        assert not (mq.root / "commitlog" / F.segment_name(0)).exists(), "retention removed nothing"
+        mq.check_clean()
+    finally:
+        mq.cleanup()
 
 
 def _damage_below_the_end(mq: MQ) -> None:
