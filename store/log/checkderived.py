@@ -273,11 +273,9 @@ class IndexCheck:
         if why is not None:   # (a writer's batch caught between its slots and its header?)
             data, why = self.confirm(lambda: self._judge(base))
         pairs = None
-        if data is None:
-            pass   # removed by retention since the check began
-        elif why is not None:
+        if why is not None:
             self.report(str(path), 0, f"key index {why} (run mqctl store recover)")
-        else:
+        elif data is not None:   # (None: removed by retention since the check began)
             _bts, _ets, _bp, ephys, _slots, count = F.INDEX_HEADER.unpack_from(data, 0)
             # (the log's end measured after the header was read: a healthy index is behind it)
             if count > 1 and ephys >= self.log_end():

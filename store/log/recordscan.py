@@ -137,7 +137,7 @@ def _segment(fd: int, path: str, span: tuple[int, int], pos: int, may_cut: bool,
             started = min(pos, size)
         yield w
     if not last:
-        w = Window(end=base + size)
+        w = Window(end=seg_end)   # (the scan goes on in the next segment)
         w.damage.append((path, size, "segment ends without its end-of-segment trailer (its tail was lost)"))
         w.damage_at.append(base + size)
         yield w
