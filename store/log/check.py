@@ -14,21 +14,32 @@ silently), that the JSON metadata files parse, and that the topic files and the 
 (crc, journal) can be trusted. Returns the problems found, each with the
 file and byte offset; damage a ``store recover`` already reported (``knowndamage.py``) is
 returned apart, as known.
+
+Writers may go on while it runs (no lock is held for the pass): a writer appends records to
+the log, then their consume-queue and index entries, then moves the checkpoint, so the
+derived files are judged against the log as it is *after* they were read. Once the pass is
+done, every queue's end is fixed (``QueueCursors.open_all``) and the log written meanwhile is
+scanned too: each entry read then points below what the scans covered. A record cut by the
+log's end, or a file one read caught half written, is looked at again with writers held off
+(``_confirm``: the write lock, held only for that look) before it is reported.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from store.errors import StoreError
 from store.layout import backup_of
 from store.log import checkpoint as ckpt
 from store.log import knowndamage, offsettable, recordscan
-from store.log.checkderived import IndexCheck, QueueCursors
+from store.log.checkderived import Confirm, IndexCheck, QueueCursors
 from store.log.offsets import broadcast_offset_files
 
 if TYPE_CHECKING:
     from store.log.engine import Engine
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,10 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
             problems.append(p)
         else:
             rep.known.append(replace(p, reported_at=k.reported_at))
+    confirm = _confirmer(engine)
     cp0 = ckpt.read(engine.layout.checkpoint)
+    if cp0 is None and engine.layout.checkpoint.exists():   # (read while a writer rewrote it?)
+        cp0 = confirm(lambda: ckpt.read(engine.layout.checkpoint))
     _check_durable_end(engine, problems, cp0)
     # Records past the checkpoint belong to a batch a killed writer left: the next writable
     # open dispatches them, they are not lost (their entries may or may not exist yet).
@@ -86,23 +100,56 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     def report(file: str, offset: int, reason: str, at: int | None = None) -> None:
         classify(Problem(file, offset, reason), at)
 
-    queues = QueueCursors(engine.layout, engine.settings.cq_segment_entries, log.min_offset(), report)
-    keys = IndexCheck(engine.index, log.end(), report)
-    for w in recordscan.scan(log, log.min_offset(), progress):
+    queues = QueueCursors(engine.layout, engine.settings.cq_segment_entries, log.min_offset, report, confirm)
+    keys = IndexCheck(engine.index, log.end, report, confirm)
+    reached = log.min_offset()
+    cut = False
+
+    def take(w: recordscan.Window) -> None:
+        nonlocal reached, cut
         rep.bytes_checked += w.bytes
         for d, at in zip(w.damage, w.damage_at):
             classify(Problem(*d), at)
         keys.add_window(w, pending_from)
         queues.claim_window(w, topics, pending_from)
         rep.records += len(w)
-    rep.cq_entries = queues.finish(topics)
+        reached, cut = w.end, w.cut
+    for w in recordscan.scan(log, reached, progress, live=True):
+        take(w)
+    queues.open_all(topics, engine.topics)
+    # What was written during the pass: every entry read (each queue's end is fixed now)
+    # points at a record below the log's end from here on. Its records are all past the
+    # checkpoint read first (pending), so none of them is owed an entry yet.
+    for w in recordscan.scan(log, reached, None, live=True):
+        take(w)
+    if cut:   # the last record runs past the log's end: a writer adding it now, or torn?
+        torn = confirm(lambda: recordscan.tail_damage(log, reached))
+        if torn is not None:
+            classify(Problem(*torn), reached)
+    rep.cq_entries = queues.finish()
     keys.finish()
     _check_json(engine, problems)
     problems += [Problem(f, 0, why) for f, why in engine.topic_table.problems()]
     problems += [Problem(*p) for p in offsettable.verify(engine.layout)]
-    if engine.layout.checkpoint.exists() and ckpt.read(engine.layout.checkpoint) is None:
+    if engine.layout.checkpoint.exists() and confirm(lambda: ckpt.read(engine.layout.checkpoint)) is None:
         problems.append(Problem(str(engine.layout.checkpoint), 0, "checkpoint unreadable (bad CRC or size)"))
     return rep
+
+
+def _confirmer(engine: "Engine") -> Confirm:
+    """``Confirm`` (``checkderived.py``): a look run with the store's writers held off, so
+    that it sees no batch half written. Under the write lock only for that look; where the
+    lock cannot be taken (a read-only copy of a store: no writer either) without it."""
+    def confirm(look: Callable[[], T]) -> T:
+        try:
+            engine.write_lock.__enter__()
+        except (StoreError, OSError):
+            return look()
+        try:
+            return look()
+        finally:
+            engine.write_lock.__exit__(None, None, None)
+    return confirm
 
 
 def _check_durable_end(engine: "Engine", problems: list[Problem], cp: ckpt.Checkpoint | None) -> None:

@@ -12,11 +12,19 @@ Key index: each file is checked whole (``KeyIndex.problem``), then the ``(key ha
 pairs its slot chains reach are kept, sorted, while the log pass is in its range; a record's
 keys must be among the pairs of the file covering it, or of the newest file (recovery adds
 keys of older records there).
+
+Beside live writers: a writer appends records to the log first, then their entries, so the
+derived files never point past the log's end *as measured after reading them* (each check
+of "past the end" takes that measure; ``check.py`` scans the log written meanwhile before
+the entries no record claimed are judged). What one read can catch half written (an index
+file between its slots and its header, a consume-queue file between two pages of an
+append) is looked at again with writers held off (``Confirm``) before it is reported.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, Callable, Protocol, TypeVar
 
 from store.layout import Layout
 from store.log import format as F
@@ -34,6 +42,18 @@ class Report(Protocol):
     known damage)."""
 
     def __call__(self, file: str, offset: int, reason: str, at: int | None = None) -> None: ...
+
+
+T = TypeVar("T")
+
+
+class Confirm(Protocol):
+    """Runs a look at a suspected problem again with the store's writers held off (a brief
+    hold of the write lock: no batch is half written while it runs) and returns its result."""
+
+    def __call__(self, look: Callable[[], T]) -> T: ...
+
+
 _RUN = 1024          # entries read at once per queue
 _FEW = 3             # unclaimed entries named one by one; more are summed up per run
 
@@ -79,11 +99,14 @@ class _Cursor:
 
 
 class QueueCursors:
-    def __init__(self, layout: Layout, segment_entries: int, log_min: int, report: Report) -> None:
+    def __init__(self, layout: Layout, segment_entries: int, log_min: Callable[[], int], report: Report,
+                 confirm: Confirm) -> None:
         self.layout = layout
         self.segment_entries = segment_entries
-        self.log_min = log_min
+        self.log_min = log_min      # measured again when an entry is below no record seen
+        self.min_seen = log_min()
         self.report = report
+        self.confirm = confirm
         self.cursors: dict[tuple[str, int], _Cursor] = {}
 
     def _cursor(self, topic: str, queue_id: int) -> _Cursor:
@@ -143,7 +166,7 @@ class QueueCursors:
         named = 0
         for k in range(a, b):
             e = c.entry(k)
-            if e is not None and 0 <= e[0] < self.log_min and e[1] > 0:
+            if self._retired(c, k, e):
                 continue   # its record was removed by retention
             path, off = c.path_of(k)
             if named == _FEW:
@@ -154,18 +177,33 @@ class QueueCursors:
             self.report(path, off, f"entry {k} points at commit-log offset {e[0] if e else -1}, where no valid "
                                    f"record of {c.topic}/{c.queue_id}@{k} starts", at=e[0] if e else None)
 
-    def finish(self, topics: dict[str, TopicConfig]) -> int:
-        """Every queue on disk: entries past the last claim, torn entries, queues of no topic,
-        queues that end before their records' claims. Returns how many entries were read."""
+    def _retired(self, c: _Cursor, k: int, e: tuple[int, int, int] | None) -> bool:
+        """Entry ``k`` (``e``, None: unreadable) went with retention, or its record did: the
+        log's start is measured again (retention may have moved it since the scan began)."""
+        if e is None:
+            return k < c.q.min_offset()
+        if e[1] <= 0 or e[0] < 0:
+            return False
+        if e[0] >= self.min_seen:
+            self.min_seen = self.log_min()
+        return e[0] < self.min_seen
+
+    def open_all(self, topics: dict[str, TopicConfig], topics_now: Callable[[], dict[str, TopicConfig]]) -> None:
+        """A cursor for every queue on disk (each queue's end is measured now: the log written
+        after this covers every entry they hold); torn entries, queues of no topic
+        (``topics_now``: a topic made during the check is left to the next one)."""
         root = self.layout.consumequeue_dir
         try:
             names = sorted(os.listdir(root))
         except FileNotFoundError:
             names = []
+        now: dict[str, TopicConfig] | None = None
         for topic in names:
             if topic not in topics:
-                self.report(str(root / topic), 0,
-                            "consume queue of a topic that has no config (run mqctl store recover)")
+                now = topics_now() if now is None else now
+                if topic not in now:
+                    self.report(str(root / topic), 0,
+                                "consume queue of a topic that has no config (run mqctl store recover)")
                 continue
             try:
                 qids = sorted(int(x) for x in os.listdir(root / topic) if x.isascii() and x.isdigit())
@@ -173,12 +211,27 @@ class QueueCursors:
                 continue
             for qid in qids:
                 c = self._cursor(topic, qid)
-                segs = c.q.segments()
-                if segs:
-                    size = os.stat(c.q.segment_path(segs[-1])).st_size
-                    if size % F.CQ_ENTRY_SIZE:
-                        self.report(str(c.q.segment_path(segs[-1])), size - size % F.CQ_ENTRY_SIZE,
-                                    "partial (torn) consume-queue entry")
+                torn = self._torn(c) and self.confirm(partial(self._torn, c))
+                if torn:
+                    self.report(torn[0], torn[1], "partial (torn) consume-queue entry")
+
+    @staticmethod
+    def _torn(c: _Cursor) -> tuple[str, int] | None:
+        """Where the last segment of ``c``'s queue ends inside an entry (an append is seen
+        half done by a read beside it: confirmed with writers held off)."""
+        segs = c.q.segments()
+        if not segs:
+            return None
+        path = c.q.segment_path(segs[-1])
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            return None
+        return (str(path), size - size % F.CQ_ENTRY_SIZE) if size % F.CQ_ENTRY_SIZE else None
+
+    def finish(self) -> int:
+        """Entries past the last claim, queues that end before their records' claims (after
+        :meth:`open_all` and the scan of the log it covers). Returns how many entries were read."""
         total = 0
         for (topic, qid), c in sorted(self.cursors.items()):
             if c.next < c.end:
@@ -194,8 +247,8 @@ class QueueCursors:
 
 
 class IndexCheck:
-    def __init__(self, idx: KeyIndex, log_end: int, report: Report) -> None:
-        self.idx, self.log_end, self.report = idx, log_end, report
+    def __init__(self, idx: KeyIndex, log_end: Callable[[], int], report: Report, confirm: Confirm) -> None:
+        self.idx, self.log_end, self.report, self.confirm = idx, log_end, report, confirm
         self.files = idx.files()
         self.fenced = indexfence.rebuilding(idx)
         if self.fenced:
@@ -216,22 +269,35 @@ class IndexCheck:
         for old in [b for b in self.loaded if b != base and b != self.files[-1]]:
             del self.loaded[old]
         path = self.idx.path(base)
-        why = self.idx.problem(base, thorough=True)
+        data, why = self._judge(base)
+        if why is not None:   # (a writer's batch caught between its slots and its header?)
+            data, why = self.confirm(lambda: self._judge(base))
         pairs = None
         if why is not None:
             self.report(str(path), 0, f"key index {why} (run mqctl store recover)")
-        else:
-            ephys = self.idx.header(base)[3]
-            count = self.idx.header(base)[5]
-            if count > 1 and ephys >= self.log_end:
+        elif data is not None:   # (None: removed by retention since the check began)
+            _bts, _ets, _bp, ephys, _slots, count = F.INDEX_HEADER.unpack_from(data, 0)
+            # (the log's end measured after the header was read: a healthy index is behind it)
+            if count > 1 and ephys >= self.log_end():
                 self.report(str(path), 24, f"header says records up to offset {ephys} are indexed, past the end "
                                            f"of the commit log (new keys would not be)")
             else:
-                pairs = self.idx.reachable(base)
+                pairs = self.idx.reachable(data)
                 if self.trusted_from is None or base < self.trusted_from:
                     self.trusted_from = base if self.trusted_from is None else min(self.trusted_from, base)
         self.loaded[base] = pairs
         return pairs
+
+    def _judge(self, base: int) -> tuple[bytes | None, str | None]:
+        """One read of file ``base`` and why it cannot be trusted (None: it can); no bytes
+        when the file is gone (retention)."""
+        try:
+            data = self.idx.snapshot(base)
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            return b"", f"unreadable: {exc.strerror or exc}"
+        return data, self.idx.problem(base, thorough=True, data=data)
 
     def add_window(self, w: Window, pending_from: int | None) -> None:
         """Look up the index keys of the records of ``w`` (those below ``pending_from``)."""

@@ -29,14 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from store.errors import CorruptionError, io_error
-from store.fsutil import (
-    SegmentListing,
-    ensure_dir,
-    fdatasync_path,
-    open_private,
-    pwrite_all,
-    sync_dir_if_changed,
-)
+from store.fsutil import SegmentListing, ensure_dir, fdatasync_path, open_private, pwrite_all, sync_dir_if_changed
 from store.log import format as F
 from store.log import indexchains
 from store.log.record import crc32
@@ -167,18 +160,23 @@ class KeyIndex:
             fdatasync_path(self.path(base))
         sync_dir_if_changed(self.dir, since_s)
 
-    def problem(self, base: int, thorough: bool = False) -> str | None:
+    def snapshot(self, base: int) -> bytes:
+        """File ``base`` whole, in one read (``store check`` judges and indexes the same bytes)."""
+        return self.path(base).read_bytes()
+
+    def problem(self, base: int, thorough: bool = False, data: bytes | None = None) -> str | None:
         """Why file ``base`` cannot be trusted, or None. Always: its size against its
         header and slot table, and the header's own fields. ``thorough`` also reads every
         entry and slot: entries lost to a power cut (zeros), chains that point forward or
-        out of range, and entries no slot chain reaches (a lookup would silently miss them)."""
-        path = self.path(base)
+        out of range, and entries no slot chain reaches (a lookup would silently miss them).
+        ``data``: its :meth:`snapshot` (thorough), whose length is then its size."""
         try:
-            size = os.stat(path).st_size
+            size = os.stat(self.path(base)).st_size if data is None else len(data)
             if size < self.table_end:
                 return f"shorter ({size} bytes) than its header and slot table ({self.table_end} bytes)"
-            with open(path, "rb") as fh:
-                data = fh.read() if thorough else fh.read(F.INDEX_HEADER_SIZE)
+            if data is None:
+                with open(self.path(base), "rb") as fh:
+                    data = fh.read() if thorough else fh.read(F.INDEX_HEADER_SIZE)
         except OSError as exc:
             return f"unreadable: {exc.strerror or exc}"
         _bts, _ets, begin_phys, end_phys, slots, count = _HDR.unpack_from(data, 0)
@@ -196,12 +194,10 @@ class KeyIndex:
             return None
         return indexchains.problem(data, self.table_end, count, begin_phys)
 
-    def reachable(self, base: int) -> tuple[Any, Any]:
-        """The entries of file ``base`` that a lookup of their own key reaches (on their key's
-        slot chain), as arrays ``(commit-log offsets ascending, key hashes)``
-        (:func:`indexchains.reachable`)."""
-        with open(self.path(base), "rb") as fh:
-            data = fh.read()
+    def reachable(self, data: bytes) -> tuple[Any, Any]:
+        """The entries of a file's :meth:`snapshot` (sound by :meth:`problem`) that a lookup of
+        their own key reaches (on their key's slot chain), as arrays ``(commit-log offsets
+        ascending, key hashes)`` (:func:`indexchains.reachable`)."""
         return indexchains.reachable(data, self.table_end, self.slots)
 
     def add(self, items: Sequence[tuple[str | bytes, int]], store_ts: int) -> None:

@@ -8,7 +8,9 @@ the records of one window; nothing is kept from one window to the next. A record
 a check is reported as damage (its segment, its offset in it, why) and the scan resumes at
 the next record start (:func:`resume_at`). A segment other than the last must end with its
 BLANK trailer; one that does not lost its tail (reported, and the scan moves on to the next
-segment). Record layout: ``format.py``.
+segment). A ``live`` scan (``store check`` beside writers) stops at a record that runs past
+the end of the log instead: a writer may be adding it now (:func:`tail_damage` looks again).
+Record layout: ``format.py``.
 """
 from __future__ import annotations
 
@@ -55,14 +57,17 @@ class Window:
     damage: list[tuple[str, int, str]] = field(default_factory=list)   # (segment, offset in it, why)
     damage_at: list[int] = field(default_factory=list)                 # each damage's log offset
     end: int = 0       # the log offset this window's scan reached
+    cut: bool = False  # (a live scan) it stopped at ``end``, a record that runs past the log's end
     bytes: int = 0     # bytes of log read for it
 
     def __len__(self) -> int:
         return 0 if self.phys is None else len(self.phys)
 
 
-def scan(log: CommitLog, start: int, progress: Callable[[int], None] | None = None) -> Iterator[Window]:
-    """Every record from ``start`` (a record boundary) to the end of the log, a window at a time."""
+def scan(log: CommitLog, start: int, progress: Callable[[int], None] | None = None,
+         live: bool = False) -> Iterator[Window]:
+    """Every record from ``start`` (a record boundary) to the end of the log, a window at a time
+    (``live``: the last record, when it runs past the end, ends the scan with ``cut``)."""
     segs = log.segments()
     topics: dict[bytes, str] = {}
     for n, base in enumerate(segs):
@@ -81,13 +86,15 @@ def scan(log: CommitLog, start: int, progress: Callable[[int], None] | None = No
         except FileNotFoundError:
             continue
         try:
-            yield from _segment(fd, str(path), base, max(start - base, 0), last, topics, progress)
+            yield from _segment(fd, str(path), (base, seg_end), max(start - base, 0), last and live, last, topics,
+                                progress)
         finally:
             os.close(fd)
 
 
-def _segment(fd: int, path: str, base: int, pos: int, last: bool, topics: dict[bytes, str],
-             progress: Callable[[int], None] | None) -> Iterator[Window]:
+def _segment(fd: int, path: str, span: tuple[int, int], pos: int, may_cut: bool, last: bool,
+             topics: dict[bytes, str], progress: Callable[[int], None] | None) -> Iterator[Window]:
+    base, seg_end = span
     size = os.fstat(fd).st_size
     resync = False
     started = pos
@@ -104,7 +111,14 @@ def _segment(fd: int, path: str, base: int, pos: int, last: bool, topics: dict[b
             i, resync = nxt, False
         else:
             i = 0
-        i, trailer, resync = _records(buf, i, limit, base + pos, path, base, w, topics, pos + len(buf) < size)
+        more = pos + len(buf) < size
+        i, trailer, resync = _records(buf, i, limit, base + pos, path, base, w, topics, more or may_cut)
+        if may_cut and not more and i < limit and not trailer and not resync:
+            w.bytes, w.end, w.cut = i, base + pos + i, True   # the record at i runs past the end
+            if progress is not None:
+                progress(pos + i - started)
+            yield w
+            return
         if i == 0 and not trailer and not resync and not w.damage:
             want = _I32(buf, 0)[0] + _SLACK   # a record bigger than a window: read it whole
             continue
@@ -113,7 +127,7 @@ def _segment(fd: int, path: str, base: int, pos: int, last: bool, topics: dict[b
         pos += i
         w.end = base + pos
         if trailer:
-            w.end = base + size
+            w.end = seg_end   # (a scan that resumes there goes on in the next segment)
             if progress is not None:
                 progress(size - started)
             yield w
@@ -123,7 +137,7 @@ def _segment(fd: int, path: str, base: int, pos: int, last: bool, topics: dict[b
             started = min(pos, size)
         yield w
     if not last:
-        w = Window(end=base + size)
+        w = Window(end=seg_end)   # (the scan goes on in the next segment)
         w.damage.append((path, size, "segment ends without its end-of-segment trailer (its tail was lost)"))
         w.damage_at.append(base + size)
         yield w
@@ -163,6 +177,28 @@ def _records(buf: bytes, i: int, limit: int, wbase: int, path: str, base: int, w
         i = nxt
     _columns(w, cols, topics)
     return i, False, False
+
+
+def tail_damage(log: CommitLog, at: int) -> tuple[str, int, str] | None:
+    """The damage a live scan's ``cut`` at ``at`` is, as :func:`scan` would report it (its
+    segment, its offset in it, why), read now: None when a whole record (or the segment's
+    BLANK trailer) stands there by now, or the log was cut back to ``at`` (recovered)."""
+    base = log.segment_of(at)
+    path = log.segment_path(base)
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(at - base)
+            buf = fh.read(_MAX_SIZE)
+    except FileNotFoundError:
+        return None
+    if not buf or _blank_at(buf, 0):
+        return None
+    try:
+        if decode(buf, 0, len(buf)).commitlog_offset == at:
+            return None
+    except RecordError:
+        pass
+    return str(path), at - base, _reason(buf, 0, at)
 
 
 def _continues(buf: bytes, i: int) -> bool:
