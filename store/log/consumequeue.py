@@ -233,8 +233,8 @@ class ConsumeQueue:
         nor full: a later segment is begun only once this one is full, recovery cuts a queue
         back from its end (``truncate_to``, in place), and deleting a topic or a segment
         unlinks the file. Anything else falls back to the listing. A segment found shorter
-        than this handle left it (cut by hand, or by a recovery) clears :attr:`end_checked`:
-        the writer looks at the queue's end again (``queueends.py``)."""
+        than this handle left it, or unlinked (cut or deleted by hand, or by a recovery), clears
+        :attr:`end_checked`: the writer looks at the queue's end again (``queueends.py``)."""
         tail = self._tail
         if tail is not None:
             base, fd = tail
@@ -242,10 +242,10 @@ class ConsumeQueue:
                 st = os.fstat(fd)
             except OSError:
                 st = None
+            if st is None or not st.st_nlink or st.st_size < self._tail_size:
+                self.end_checked = False   # cut or removed since this handle's append: looked at again
             if st is not None and st.st_nlink and 0 < st.st_size < self.segment_bytes \
                     and st.st_size % _SIZE == 0:
-                if st.st_size < self._tail_size:
-                    self.end_checked = False   # cut since this handle's append: looked at again
                 return (base + st.st_size) // _SIZE
             self.drop_tail()
         return self.max_offset()

@@ -88,13 +88,18 @@ def test_cut_queue_is_repaired_before_a_writer_appends(mq: MQ) -> None:
     mq.check_clean()
 
 
-def test_queue_cut_under_a_running_writer_is_repaired_before_its_next_batch(mq: MQ) -> None:
+@pytest.mark.parametrize("damage", ["cut", "deleted"])
+def test_queue_cut_under_a_running_writer_is_repaired_before_its_next_batch(mq: MQ, damage: str) -> None:
     """A writer keeps its queue's last segment open between batches: one found shorter than it
-    left it looks at the queue again, so its next message still gets the next free offset."""
+    left it, or removed, looks at the queue again, so its next message still gets the next
+    free offset (a removed one used to make it start the queue again at 0)."""
     mq.ok("topic", "create", "t", "--queues", "1")
     feeder = mq.feed("t", "--flush", "sync")
     assert feeder.batch([str(i) for i in range(1, N + 1)])
-    os.truncate(_cq(mq), SEEN * 20)
+    if damage == "cut":
+        os.truncate(_cq(mq), SEEN * 20)
+    else:
+        _cq(mq).unlink()
     assert feeder.batch(["late"])
     assert feeder.close() == 0, feeder.stderr
     assert feeder.acked[-1]["queueOffset"] == N, feeder.acked[-1]
