@@ -93,7 +93,7 @@ class InHand:
         hand = self.hand
         if stage is None or hand is None or hand.at() < 0:
             raise UsageError("commit_with() is for the message in hand of messages(to=TOPIC)")
-        stage.emit(hand.msgs[hand.at()], outputs)
+        stage.emit(hand.msgs[hand.at()], outputs, strict=True)
 
 
 class IteratorSink(InHand):

@@ -68,16 +68,24 @@ class Stage:
     lock: threading.Lock = field(default_factory=threading.Lock)
     _n: int | None = None     # the output topic's queues
 
-    def emit(self, m: Message | ClientMessage, outputs: Iterable[Output] | Output | None) -> None:
-        """The outputs of input ``m`` (any thread; called again, it replaces them)."""
-        drafts = [to_draft(self.to, o, self._queues()) for o in _as_list(outputs)]
+    def emit(self, m: Message | ClientMessage, outputs: Iterable[Output] | Output | None,
+             strict: bool = False) -> None:
+        """The outputs of input ``m`` (any thread; called again, it replaces them). ``strict``
+        (an iterator's ``commit_with``, in the caller's own thread): an output that the ordered
+        output topic would refuse raises UsageError here, at the line that made it; a handler's
+        is refused by the stage's write, which stops the stage (failing the message would only
+        send it through the retry topic to the DLQ)."""
+        drafts = self._placed(m, [to_draft(self.to, o, self._queues()) for o in _as_list(outputs)])
         limit = self.store.settings.max_message_size
         for d in drafts:   # refused here, as the handler's failure, not by the stage's write
             if len(d.body) > limit:
                 raise MessageTooLargeError(f"an output of {len(d.body)} bytes exceeds the store's limit "
                                            f"of {limit} bytes")
+            if strict and d.sharding_key is None and d.queue_id < 0 and self._ordered():
+                raise UsageError(f"topic {self.to!r} is ordered: give each output a sharding_key or a queue, "
+                                 f"or consume orderly (its outputs keep their input's queue)")
         with self.lock:
-            self.by_record[m.commitlog_offset] = self._placed(m, drafts)
+            self.by_record[m.commitlog_offset] = drafts
 
     def copy(self, m: Message | ClientMessage) -> None:
         """Input ``m`` copied to the output topic: body, tags, keys, sharding key and user
@@ -97,6 +105,9 @@ class Stage:
         n = self._queues()
         return [d if d.sharding_key is not None or d.queue_id >= 0 else replace(d, queue_id=m.queue_id % n)
                 for d in drafts]
+
+    def _ordered(self) -> bool:
+        return self.store.has_topic(self.to) and self.store.topic(self.to).order
 
     def _queues(self) -> int:
         if self._n is None:

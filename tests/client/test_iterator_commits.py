@@ -155,3 +155,31 @@ def test_async_iterator_is_an_exactly_once_stage_as_the_sync_one(mq: MQ) -> None
     with store.Consumer("D", "check", path, start_from="first") as c:
         bodies = [m.text for m in c.messages(exit_at_end=True)]
     assert bodies == [b for i in range(N) for b in (f"out m{i}", "x")]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_commit_with_an_output_an_ordered_topic_refuses_raises_in_the_loop(mq: MQ, mode: str) -> None:
+    """An output without a sharding key for an ordered topic, from a concurrent iterator, is
+    refused at the ``commit_with`` that gave it (UsageError): the loop used to end normally
+    with nothing written and the offsets left where they were (a warning at exit only)."""
+    mq.ok("topic", "create", "S", "--queues", "2")
+    mq.ok("topic", "create", "O", "--queues", "2", "--order")
+    mq.send_lines("S", ["a", "b"])
+    path = str(mq.root)
+
+    def sync() -> None:
+        with store.Consumer("S", "G", path, start_from="first") as c:
+            for m in c.messages(exit_at_end=True, to="O"):
+                c.commit_with([m.body])
+
+    async def aio() -> None:
+        async with store.AsyncConsumer("S", "G", path, start_from="first") as c:
+            async for m in c.messages(exit_at_end=True, to="O"):
+                c.commit_with([m.body])
+
+    with pytest.raises(store.UsageError, match="ordered"):
+        sync() if mode == "sync" else asyncio.run(aio())
+    with store.Consumer("S", "G2", path, start_from="first") as c:   # keyed outputs are taken
+        for m in c.messages(exit_at_end=True, to="O"):
+            c.commit_with([{"body": m.body, "sharding_key": m.text}])
+    assert sorted(mq.ok("consume", "O", "--no-group", "-o", "beginning", "-e").out.split()) == ["a", "b"]
