@@ -46,10 +46,12 @@ def _check_syntax(kind: str, name: str, pattern: re.Pattern[str] = NAME_RE) -> N
 
 
 def validate_topic(name: str) -> str:
-    """A topic name a user may create or send to."""
-    _check_syntax("topic", name)
+    """A topic name a user may create or send to. A system topic's name (up to 134 characters:
+    ``%RETRY%`` and a group's) is said to be reserved, whatever its length."""
+    _check_syntax("topic", name, ANY_TOPIC_RE)
     if name.startswith(RESERVED_PREFIXES) or name in SYSTEM_TOPICS:
         raise InvalidNameError(f"topic name {name!r} is reserved for the system")
+    _check_syntax("topic", name)
     return name
 
 

@@ -103,7 +103,8 @@ def test_an_empty_sharding_key_is_no_key(mq: MQ) -> None:
     assert not any("shardingKey" in e for e in got)
 
 
-@pytest.mark.parametrize("name", ["%DLQ%w", "%RETRY%w", "RMQ_SYS_TRANS_HALF_TOPIC", "SCHEDULE_TOPIC_XXXX"])
+@pytest.mark.parametrize("name", ["%DLQ%w", "%RETRY%w", "RMQ_SYS_TRANS_HALF_TOPIC", "SCHEDULE_TOPIC_XXXX",
+                                  "%RETRY%" + "w" * 127])   # (134 characters: reserved, not too long)
 def test_topic_update_refuses_the_systems_topics_as_create_and_delete_do(mq: MQ, name: str) -> None:
     mq.ok("send", "t", "x")
     mq.run("consume", "t", "-g", "w", "-o", "first", "-e", "--max-reconsume", "0", "--exec", "false")
