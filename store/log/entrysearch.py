@@ -40,6 +40,7 @@ _SLACK = F.MAX_MESSAGE_SIZE + 65536 + 1024   # read past a window so its last re
 _HEAD = struct.Struct(">iIIiiqqi")   # TOTALSIZE .. SYSFLAG (format.py)
 _I32 = struct.Struct(">i").unpack_from
 _MIN_SIZE = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
+_TAIL_WINDOW = 64 * 1024   # read_tail's reads: a record bigger than what is left of one is skipped
 
 
 def _home(log: CommitLog, entry: tuple[int, int, int] | None, topic: str, queue_id: int, qoff: int) -> bool:
@@ -186,26 +187,43 @@ class LogTail:
         return None
 
 
-def read_tail(log: CommitLog, start: int, end: int) -> LogTail:
-    """The headers of the records in ``[start, end)`` (``start`` a record boundary; the range
-    is read whole: keep it short), without numpy."""
+def read_tail(log: CommitLog, start: int, end: int, max_records: int = 1 << 62) -> LogTail:
+    """The headers of the records in ``[start, end)`` (``start`` a record boundary), without
+    numpy, at most ``max_records`` of them (then not ``whole``). Read a window at a time from a
+    record boundary; a record running past its window is skipped to its end, its topic read on
+    its own: a range of big records costs a few small reads a record, not its bytes."""
     heads: list[tuple[int, int, int, int, bytes]] = []
-    pos = start
+    pos, seen, window = start, 0, _TAIL_WINDOW
     while pos < end:
+        if seen >= max_records:
+            return LogTail(start, end, heads, False)
         base = log.segment_of(pos)
-        buf = log.read_bytes(pos, min(end, base + log.segment_size) - pos)
+        stop = min(end, base + log.segment_size)
+        buf = log.read_bytes(pos, min(stop - pos, window))
+        if len(buf) >= 8 and int.from_bytes(buf[4:8], "big") == F.BLANK_MAGIC:
+            pos = base + log.segment_size   # (a BLANK trailer: the segment ends)
+            continue
+        if len(buf) < F.RECORD_HEADER_SIZE:
+            return LogTail(start, end, heads, False)   # (the range ends inside a header)
         i = 0
-        while i + _HEAD.size <= len(buf):
+        while i + F.RECORD_HEADER_SIZE <= len(buf) and seen < max_records:
             total, magic, _crc, qid, _flag, qo, _phys, sysflag = _HEAD.unpack_from(buf, i)
             if magic == F.BLANK_MAGIC:
                 break
             t = i + F.RECORD_HEADER_SIZE + _I32(buf, i + F.RECORD_HEADER_SIZE - 4)[0]
-            if magic != F.MAGIC_V1 or total < _MIN_SIZE or not i < t < min(i + total, len(buf)):
+            if magic != F.MAGIC_V1 or total < _MIN_SIZE or not i < t < i + total or pos + i + total > stop:
                 return LogTail(start, end, heads, False)
             if sysflag & F.TX_MASK in (F.TX_NOT, F.TX_COMMIT):
-                heads.append((pos + i, total, qid, qo, bytes(buf[t + 1:t + 1 + buf[t]])))
+                name = buf[t:t + 1 + buf[t]] if t < len(buf) else b""
+                if len(name) != 1 + (name[0] if name else 0) or t - i + len(name) > total:
+                    name = log.read_bytes(pos + t, min(256, i + total - t))   # (past the window)
+                    if not name or len(name) < 1 + name[0]:
+                        return LogTail(start, end, heads, False)
+                heads.append((pos + i, total, qid, qo, bytes(name[1:1 + name[0]])))
+            seen += 1
             i += total
-        else:
-            return LogTail(start, end, heads, pos + i == end)
-        pos = base + log.segment_size   # (a BLANK trailer: the segment ends)
-    return LogTail(start, end, heads, True)
+        # the next window from the first record not walked (a BLANK trailer's, at most): a
+        # small one after a record that ran past this one (big records: headers, not bodies)
+        window = _TAIL_WINDOW if i <= len(buf) else 4096
+        pos += i
+    return LogTail(start, end, heads, pos == end)

@@ -12,8 +12,8 @@ So before a handle first reads a queue's end (:func:`reader_end`) or appends to 
 shorter than it left it: ``ConsumeQueue.write_end``), it looks. The queue's files may show damage by
 themselves (:func:`consumequeue.end_damage`). Then the commit log after the record of the
 queue's last entry that points home, up to the checkpoint's written end, is searched for a
-record of the queue that the queue does not list: always when that is a short range
-(``NEAR_BYTES``, headers only: the queues of a store written lately), else only on a sign —
+record of the queue that the queue does not list: always its first ``NEAR_RECORDS`` records
+(headers only: the queues of a store written lately), past them only on a sign —
 damage, the queue's files changed since the last batch (their ``ctime`` against the
 checkpoint's), or after the record of their last entry was stored (``mtime`` against its
 store timestamp) — with the checks of ``store check`` (``entrysearch.first_unlisted``).
@@ -47,10 +47,10 @@ if TYPE_CHECKING:
     from store.log.consumequeue import ConsumeQueue
     from store.log.engine import Engine
 
-# Up to how many bytes of the log after the record of a queue's last entry are always
-# searched for a record of the queue (read at once; headers only): a queue written lately,
-# as the queues of a store just shut down are. Past that, only on a sign.
-NEAR_BYTES = 256 * 1024
+# Up to how many records of the log after the record of a queue's last entry are always
+# searched for a record of the queue (headers only, big records' bodies skipped): a queue
+# written lately, as the queues of a store just shut down are. Past that, only on a sign.
+NEAR_RECORDS = 2048
 # How much later than the store timestamp of its last entry's record a queue's last segment
 # may have been written by the batch that wrote both (framing a large batch takes a while).
 WRITE_SLACK_MS = 2000
@@ -145,9 +145,9 @@ def inspect(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -> F
             assert e is not None
             start = e[0] + e[1]
             break
-    tail = _tail(engine, start, end) if end - start <= NEAR_BYTES else None
-    hit = tail.first_unlisted(log, topic, queue_id, m, start) if tail is not None else None
-    if hit is None and (tail is None or not tail.whole) and (
+    tail = _tail(engine, start, end)
+    hit = tail.first_unlisted(log, topic, queue_id, m, start)
+    if hit is None and not tail.whole and (
             damage is not None or changed_since(q, ck_ns) or _written_after_last(engine, q, m)):
         hit = first_unlisted(log, engine.topics(), topic, queue_id, m, start, end)
     if hit is not None:
@@ -163,11 +163,11 @@ def _tail(engine: "Engine", start: int, end: int) -> LogTail:
     where the one already read begins."""
     have = engine.log_tail
     if have is None or have.end != end:
-        have = read_tail(engine.commitlog, start, end)
+        have = read_tail(engine.commitlog, start, end, NEAR_RECORDS)
     elif start < have.start:
-        more = read_tail(engine.commitlog, start, have.start)
+        more = read_tail(engine.commitlog, start, have.start, NEAR_RECORDS)
         have = (LogTail(start, end, more.heads + have.heads, have.whole) if more.whole
-                else read_tail(engine.commitlog, start, end))
+                else read_tail(engine.commitlog, start, end, NEAR_RECORDS))
     engine.log_tail = have
     return have
 

@@ -111,12 +111,12 @@ def test_queue_cut_under_a_running_writer_is_repaired_before_its_next_batch(mq: 
 
 @pytest.mark.parametrize("then", ["nothing", "another-batch"])
 def test_cut_queue_far_back_in_the_log_is_found_by_its_signs(mq: MQ, then: str) -> None:
-    """More log than is always searched (``queueends.NEAR_BYTES``) lies after the queue's last
+    """More log than is always searched (``queueends.NEAR_RECORDS``) lies after the queue's last
     record: the file's times say it changed after the last batch (``ctime``), or, when other
     batches came since, after its last record was stored (``mtime``: here set 5 s on)."""
     _stored(mq)
     mq.ok("topic", "create", "u", "--queues", "1")
-    mq.ok("send", "u", "--flush", "sync", input="".join(f"{'u' * 1000}-{i}\n" for i in range(400)))
+    mq.ok("send", "u", "--flush", "sync", input="".join(f"{'u' * 100}-{i}\n" for i in range(2200)))
     os.truncate(_cq(mq), SEEN * 20)
     if then == "another-batch":
         later = os.stat(_cq(mq)).st_mtime + 5
