@@ -43,7 +43,8 @@ _MIN_SIZE = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
 _TAIL_WINDOW = 64 * 1024   # read_tail's reads: a record bigger than what is left of one is skipped
 
 
-def _home(log: CommitLog, entry: tuple[int, int, int] | None, topic: str, queue_id: int, qoff: int) -> bool:
+def points_home(log: CommitLog, topic: str, queue_id: int, qoff: int, entry: tuple[int, int, int] | None) -> bool:
+    """Whether ``entry`` (entry ``qoff`` of ``topic``/``queue_id``) points at its own record."""
     if entry is None:
         return False
     try:
@@ -58,14 +59,14 @@ def search_bounds(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, qo
     lo, hi = log.min_offset(), log.end()
     for k in range(qoff - 1, max(q.min_offset(), qoff - _NEIGHBOURS) - 1, -1):
         e = q.entry(k)
-        if _home(log, e, topic, queue_id, k):
+        if points_home(log, topic, queue_id, k, e):
             assert e is not None
             lo = e[0] + e[1]
             break
     top = min(q.max_offset(), qoff + 1 + _NEIGHBOURS)
     for k in range(qoff + 1, top):
         e = q.entry(k)
-        if _home(log, e, topic, queue_id, k):
+        if points_home(log, topic, queue_id, k, e):
             assert e is not None
             hi = e[0]
             break

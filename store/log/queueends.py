@@ -39,9 +39,9 @@ from store.errors import StoreIOError
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.consumequeue import changed_since, end_damage, last_write_ms
-from store.log.entrysearch import LogTail, first_unlisted, read_tail
+from store.log.entrysearch import LogTail, first_unlisted, points_home, read_tail
 from store.log.preflight import checkpoint_locked
-from store.log.queuerebuild import points_home, rebuild_queue
+from store.log.queuerebuild import rebuild_queue
 
 if TYPE_CHECKING:
     from store.log.consumequeue import ConsumeQueue

@@ -12,7 +12,7 @@ from store.log import format as F
 from store.log.arrays import layouts
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
-from store.log.record import RecordError
+from store.log.entrysearch import points_home
 
 if TYPE_CHECKING:
     from store.log.topics import TopicConfig
@@ -110,17 +110,6 @@ def entries_array(q: ConsumeQueue, k: int, n: int) -> Any:
         parts.append(raw)
         got += len(raw) // F.CQ_ENTRY_SIZE
     return L.np.frombuffer(b"".join(parts), L.cq)
-
-
-def points_home(log: CommitLog, topic: str, queue_id: int, qoff: int, entry: tuple[int, int, int] | None) -> bool:
-    """Whether ``entry`` (entry ``qoff`` of ``topic``/``queue_id``) points at its own record."""
-    if entry is None:
-        return False
-    try:
-        m = log.read(entry[0], entry[1])
-    except (RecordError, OSError):
-        return False
-    return m.topic == topic and m.queue_id == queue_id and m.queue_offset == qoff
 
 
 def trim_queue(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, valid_end: int) -> int:
