@@ -92,12 +92,9 @@ def test_what_the_loop_consumed_is_committed_inside_a_batch(mq: MQ, mode: str) -
         wait_for(lambda: _committed(path) >= in_hand, timeout=60, interval=0.1,
                  what=f"the committed offset to reach {in_hand} while the batch is in hand")
         assert _committed(path) == in_hand
+    finally:
         child.kill()   # SIGKILL: no close, no last commit
         child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     with store.Consumer("T", "G", path) as c:
         again = [m.queue_offset for m in c.messages(exit_at_end=True)]
     assert again == list(range(in_hand, N))   # the message in hand first, nothing before it
@@ -113,12 +110,9 @@ def test_commit_with_outputs_reach_the_stage_inside_a_batch(mq: MQ, mode: str) -
         wait_for(lambda: _count(path, "D") >= in_hand, timeout=60, interval=0.1,
                  what=f"{in_hand} outputs in D while the batch is in hand")
         assert (_count(path, "D"), _committed(path)) == (in_hand, in_hand)
-        child.kill()
-        child.wait(timeout=30)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        child.kill()   # SIGKILL: no close, no last commit
+        child.wait(timeout=30)
     with store.Consumer("T", "G", path) as c:
         again = []
         for m in c.messages(exit_at_end=True, to="D"):
