@@ -51,6 +51,8 @@ class Rebalancer:
         self.membership: Membership | None = None
         self.published_queues: list[dict[str, Any]] | None = None   # as the member record says
         self.rebalanced_once = False
+        # the live members (client ids, sorted) the last allocation was computed among
+        self.members_seen: tuple[str, ...] | None = None
         # queues allocated to this member whose locks someone else still holds: the runtime
         # watches their lock files and rebalances when one is released
         self.waiting_for: set[QueueKey] = set()
@@ -148,9 +150,10 @@ class Rebalancer:
         from store.client.members import live_members
         o = self.o
         members = None
-        if not o.broadcast:
-            live = [m for m in live_members(self.store.layout, o.group, prune=True)
-                    if o.topic in (m.record.get("topics") or [o.topic])]
+        if not o.broadcast and not o.no_group:
+            every = live_members(self.store.layout, o.group, prune=True)
+            self.members_seen = tuple(m.clientId for m in every)
+            live = [m for m in every if o.topic in (m.record.get("topics") or [o.topic])]
             members = sorted({m.clientId for m in live} | {o.client_id})
         wanted: set[QueueKey] = set()
         for t in self.topics:

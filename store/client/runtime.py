@@ -69,6 +69,11 @@ RENEW_INTERVAL_S = 20.0
 # An idle holder renews only for the store lease (60 s, after which a contender may break the
 # lock): 20 s to spare, as much as between an active holder's renewal and its client lease.
 IDLE_RENEW_S = 40.0
+# After the group's directory changes, the membership is looked at again this long after the
+# last change, whatever the first look said: a probe can see a dead member alive just after
+# the change that announced its death (the kernel queues the close's event before it drops
+# the flock, and a pruner holds the dead member's lock for a moment while it deletes its files).
+MEMBER_RELOOKS_S = (0.05, 0.5)
 
 
 class Runtime:
@@ -366,7 +371,8 @@ class Runtime:
         delays = self.delays
         delays.at = 0.0
         next_token = 0.0
-        token = None
+        relooks: list[float] = []   # monotonic times of the next looks at the membership
+        token: tuple[str, ...] | None = None   # the live members, as last looked at
         streak = 0   # rebalances in a row that could not take every queue wanted
         watched_locks: set[Path] = set()
         while not state.stop_requested and state.fatal is None:
@@ -386,9 +392,15 @@ class Runtime:
                 t = members_token(layout, o.group)
                 if t != token:
                     token, next_rebalance, streak = t, 0.0, 0
-                next_token = backstop(now + 5.0) if polled else inf
+                next_token = relooks.pop(0) if relooks else backstop(now + 5.0) if polled else inf
             if now >= next_rebalance:
                 balanced = rebalancer.rebalance()
+                if rebalancer.members_seen is not None and rebalancer.members_seen != token:
+                    # The allocation saw other members than the look before it: what later looks
+                    # find is compared with what the queues were allocated among.
+                    token = rebalancer.members_seen
+                    relooks = [now + d for d in MEMBER_RELOOKS_S]
+                    next_token = min(next_token, relooks.pop(0))
                 # Waiting for a queue its previous owner still hands over: its lock file is watched (a
                 # release wakes the loop); look again soon all the same, backing off to 0.5 s when it
                 # stays taken (overlapping --strategy config members, a stuck holder whose lease runs down).
@@ -457,6 +469,8 @@ class Runtime:
                 changed = wake.changed
                 if members_dir in changed:
                     next_token = 0.0
+                    t0 = time.monotonic()
+                    relooks = [t0 + d for d in MEMBER_RELOOKS_S]
                 if topics_epoch in changed and rebalancer.topics_changed():
                     next_rebalance = 0.0   # a topic made or changed (the retry topic, say)
                 if offsets_json in changed:

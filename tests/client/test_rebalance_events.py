@@ -136,6 +136,47 @@ def test_a_released_lock_wakes_the_member_waiting_for_it(topic: Store) -> None:
         r.shutdown(wait_handlers=False)
 
 
+def test_a_member_its_allocation_saw_alive_is_looked_for_again(topic: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead member can look alive to one probe just after the change that announced its
+    death: the kernel queues the event of its lock file's close before it drops the flock,
+    and a survivor pruning the dead member's files holds its lock meanwhile. A member whose
+    look at the membership came before that, and whose allocation after it split the queues
+    with the dead one, waited with nothing more to change in the group's directory (seen in
+    a three-member group after a kill -9: two queues held by no one for good)."""
+    from store.client import members as members_mod
+    real = members_mod.live_members
+    ghost = members_mod.MemberInfo(group="G", clientId="a-dead", pid=None, host=None, startedAt=None,
+                                   record={"topics": ["T"], "queues": []})
+    fooled = []   # armed: the next look through live_members also sees the dead member
+
+    def live_members(layout, group, *, prune=False):   # type: ignore[no-untyped-def]
+        got = real(layout, group, prune=prune)
+        if fooled and not fooled[-1]:
+            fooled[-1] = True
+            return [ghost, *got]
+        return got
+    monkeypatch.setattr(members_mod, "live_members", live_members)
+    r = member(topic)
+    other = members_mod.Membership(topic.layout, "G", "m2", {"topics": ["T"], "mode": "clustering", "queues": []})
+    try:
+        turns = r.turns()
+        settle(r, turns, next(turns))
+        other.join()
+        assert r.wake.wait(5.0)
+        settle(r, turns, turns.send(True))
+        assert set(r.held.pqs) == {("T", 0)}   # (m2 holds no lock: queue 1 is simply unheld)
+        fooled.append(False)
+        other.leave()
+        assert r.wake.wait(5.0)
+        settle(r, turns, turns.send(True))
+        assert fooled == [True], "the allocation never saw the dead member"
+        assert set(r.held.pqs) == {("T", 0), ("T", 1)}
+        turns.close()
+    finally:
+        other.leave()
+        r.shutdown(wait_handlers=False)
+
+
 def test_an_idle_member_renews_its_locks(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
     turns = rt.turns()
     settle(rt, turns, next(turns))
