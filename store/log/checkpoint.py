@@ -1,14 +1,15 @@
 """The checkpoint: the store's clean/dirty marker (64 bytes; layout in ``format.py``).
 
-Written in place after every batch, under the write lock. It is small enough that the write
-is one sector; a torn or missing checkpoint fails its CRC and simply makes the next opener
-run a full recovery, which is always safe. It is not fsynced: every value in it is a lower
+Written when the store is made, then in place after every batch, under the write lock. It
+is small enough that the write is one sector; a torn or missing checkpoint fails its CRC and
+simply makes the next opener run a full recovery, which is always safe. It is not fsynced: every value in it is a lower
 bound of the truth at the moment it was written, so an older version that survives a power
 cut only makes recovery start earlier.
 """
 from __future__ import annotations
 
 import os
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +153,14 @@ class CheckpointFile:
         self._known = None
         if fd is not None:
             os.close(fd)
+
+
+def write_new(path: Path) -> None:
+    """The checkpoint of a store being made: nothing written yet, on this boot, its derived
+    files (none) durable as of now — what a recovery of the empty store would write. Without
+    it the first writer takes the missing checkpoint for damage and recovers: the recovery
+    modules loaded and every directory of the store fsynced, before its first batch."""
+    write(path, Checkpoint(boot_id=current_boot_id(), derived_at=int(time.time())))
 
 
 def write(path: Path, cp: Checkpoint) -> None:

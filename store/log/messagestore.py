@@ -42,6 +42,7 @@ from store.errors import (
 )
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
 from store.layout import Layout, backup_of
+from store.log import checkpoint as ckpt
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
@@ -185,6 +186,8 @@ class Store:
         layout = Layout(root)
         for d in (layout.commitlog_dir, layout.consumequeue_dir, layout.index_dir, layout.config_dir):
             ensure_dir(d, durable=d == layout.config_dir)   # one fsync of root makes all four durable
+        # (before store.json: no other process writes into the store while it is made)
+        ckpt.write_new(layout.checkpoint)
         # store.json is written once; its .bak (durable by store.json's dir fsync) is the fallback a damaged one names
         atomic_write_json(backup_of(layout.store_json), settings.to_json(), keep_bak=False, sync_dir=False)
         atomic_write_json(layout.store_json, settings.to_json(), keep_bak=False)
