@@ -272,6 +272,18 @@ def test_the_first_send_into_a_new_store_recovers_nothing(tmp_path: Path) -> Non
     assert sorted(got.split(b"\n")[:-1]) == [b"a", b"y" * 65536]
 
 
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_the_version_alone_answers_as_the_full_command_line_without_typer(tmp_path: Path, flag: str) -> None:
+    """``mqctl --version`` (what a script runs to see that mqctl is there) is the script's own
+    answer, the root's text and exit code, without building the Typer app."""
+    quick, full = _both([flag])
+    assert (quick.returncode, quick.stdout, quick.stderr) == (full.returncode, full.stdout, full.stderr) == \
+        (0, b"mqctl 0.1.0\n", ""), (str(quick), str(full))
+    cp, mods = _entry_modules(tmp_path, flag)   # (as ``mqctl --store S --version``)
+    assert cp.returncode == 0 and cp.stdout == b"mqctl 0.1.0\n" and not offenders(mods, ("typer", "rich", "click", "mqctl.app")), \
+        offenders(mods, ("typer", "rich", "click", "mqctl.app"))
+
+
 # -- the quick consume of mqctl/entry.py ------------------------------------------------------
 
 def test_the_quick_consume_shape() -> None:
