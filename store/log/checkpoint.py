@@ -9,7 +9,6 @@ cut only makes recovery start earlier.
 from __future__ import annotations
 
 import os
-import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,14 +152,6 @@ class CheckpointFile:
         self._known = None
         if fd is not None:
             os.close(fd)
-
-
-def write_new(path: Path) -> None:
-    """The checkpoint of a store being made: nothing written yet, on this boot, its derived
-    files (none) durable as of now — what a recovery of the empty store would write. Without
-    it the first writer takes the missing checkpoint for damage and recovers: the recovery
-    modules loaded and every directory of the store fsynced, before its first batch."""
-    write(path, Checkpoint(boot_id=current_boot_id(), derived_at=int(time.time())))
 
 
 def write(path: Path, cp: Checkpoint) -> None:
