@@ -13,7 +13,8 @@ command line. The common consumer, ``mqctl [--store DIR] consume TOPIC`` with on
 out`` of 100 MB, Typer was a fifth of the run. Its request goes through the same
 :func:`mqctl.consumerun.run_consume`, so the checks, messages and exit codes are the
 command line's. Anything else (help, completion, any other flag, form or command, a flag
-given twice, a value Typer would refuse) goes to :func:`mqctl.app.main`.
+given twice, a value Typer would refuse) goes to :func:`mqctl.app.main`. ``mqctl [--store
+DIR] --version`` (or ``-V``) is answered here too, as the root's eager option answers it.
 """
 from __future__ import annotations
 
@@ -120,6 +121,8 @@ def run_command(argv: list[str]) -> None:
         # 0 taken, so that no file the command opens can be read as its input by mistake.
         sys.stdin = open(os.open(os.devnull, os.O_RDONLY), encoding="utf-8")
     completing = bool(os.environ.get(COMPLETE_VAR))
+    if store_prefix(argv)[1] in (["--version"], ["-V"]) and not completing:
+        sys.exit(_version(argv))   # (scripts ask it to see that mqctl is there: no Typer app for it)
     quick = None if completing else quick_send(argv)
     if quick is None:
         consume = None if completing else quick_consume(argv)
@@ -144,6 +147,17 @@ def run_command(argv: list[str]) -> None:
         return 0
 
     sys.exit(guard(run, argv))
+
+
+def _version(argv: list[str]) -> int:
+    """``mqctl [--store DIR] --version`` (or ``-V``): the root's answer, in the same guard."""
+    from mqctl import __version__
+    from mqctl.errors import guard
+
+    def run() -> int:
+        sys.stdout.write(f"mqctl {__version__}\n")
+        return 0
+    return guard(run, argv)
 
 
 def _consume(argv: list[str], store: str | None, fields: dict[str, object]) -> int:

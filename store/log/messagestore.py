@@ -46,7 +46,7 @@ from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
 from store.log.index import KeyIndex
-from store.log.preflight import checkpoint_locked, recover_if_dirty
+from store.log.preflight import checkpoint_locked, recover_if_dirty, write_new_checkpoint
 from store.log.queueends import queue_end
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
 from store.log.settings import StoreSettings
@@ -185,6 +185,7 @@ class Store:
         layout = Layout(root)
         for d in (layout.commitlog_dir, layout.consumequeue_dir, layout.index_dir, layout.config_dir):
             ensure_dir(d, durable=d == layout.config_dir)   # one fsync of root makes all four durable
+        write_new_checkpoint(layout)
         # store.json is written once; its .bak (durable by store.json's dir fsync) is the fallback a damaged one names
         atomic_write_json(backup_of(layout.store_json), settings.to_json(), keep_bak=False, sync_dir=False)
         atomic_write_json(layout.store_json, settings.to_json(), keep_bak=False)
@@ -314,8 +315,7 @@ class Store:
         """Refuse a body over the store's limit, and separators in properties or sharding keys."""
         max_size = self.settings.max_message_size
         if longest > max_size:
-            raise MessageTooLargeError(
-                f"message body of {longest} bytes exceeds the store's limit of {max_size} bytes")
+            raise MessageTooLargeError(f"message body of {longest} bytes exceeds the store's limit of {max_size} bytes")
         if any(has_separator(x) for kv in props.items() for x in kv) or any(
                 k is not None and has_separator(k) for k in sharding_keys):
             raise BadInputError("a property name or value (tags, keys, sharding key included) "

@@ -1,10 +1,12 @@
 """Before a store is used: does it need recovery? The cheap look every opener and every write
 batch takes first — the checkpoint against the commit log's end, the boot id, and the markers
 a killed ``store recover`` leaves — and the call into ``recovery.py`` (imported
-only then: a clean store's commands never load it) when it does.
+only then: a clean store's commands never load it) when it does. A store is made clean: with
+the checkpoint a recovery of it would write.
 """
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from store.errors import StoreIOError
@@ -12,7 +14,17 @@ from store.log import checkpoint as ckpt
 from store.log import indexfence
 
 if TYPE_CHECKING:
+    from store.layout import Layout
     from store.log.engine import Engine
+
+
+def write_new_checkpoint(layout: "Layout") -> None:
+    """The checkpoint of a store being made (before its ``store.json``: no one writes into it
+    meanwhile): this boot, nothing written, its derived files (none) durable as of now — what
+    a recovery of the empty store would write. Without it the first writer took the missing
+    checkpoint for damage and recovered: the recovery modules loaded and every directory of
+    the store fsynced before its first batch."""
+    ckpt.write(layout.checkpoint, ckpt.Checkpoint(boot_id=ckpt.current_boot_id(), derived_at=int(time.time())))
 
 
 def checkpoint_locked(engine: "Engine") -> ckpt.Checkpoint:

@@ -9,12 +9,14 @@ Each repetition runs, for each checkout in turn (the order turns every repetitio
 * ``consume``: ``mqctl --store S consume t -g gN --from first -e > /dev/null`` with a new
   group each time, on a store of 10 messages in 8 queues (made once, by this checkout);
 * ``send``: ``seq 10 | mqctl --store S send t`` into that checkout's own store (made by
-  the first send, before the timed runs).
+  the first send, before the timed runs);
+* ``--version``: ``mqctl --version``.
 
 The whole process is timed (wall) and its CPU (user + system) read from ``wait4``; the
-floor ``python -c pass`` of this checkout's interpreter runs in the same loop. Each side runs
-both commands once untimed first, with the environment's PYTHONDONTWRITEBYTECODE removed:
-its bytecode is written then, and read from there on, as an installed package runs. Prints medians and min-max in ms, and the load.
+floors ``python -S -c pass`` and ``python -c pass`` of this checkout's interpreter run in the
+same loop. Each side runs both commands once untimed first, with the environment's
+PYTHONDONTWRITEBYTECODE removed: its bytecode is written then, and read from there on, as an
+installed package runs. Prints medians and min-max in ms, and the load.
 """
 from __future__ import annotations
 
@@ -77,8 +79,9 @@ def main() -> None:
             order = list(sides.items())
             if rep % 2:
                 order.reverse()
-            w, c, _ = timed([str(REPO / ".venv/bin/python"), "-c", "pass"], env)
-            res.setdefault(("floor", "python -c pass"), []).append((w, c))
+            for floor in (["-S", "-c", "pass"], ["-c", "pass"]):
+                w, c, _ = timed([str(REPO / ".venv/bin/python"), *floor], env)
+                res.setdefault(("floor", "python " + " ".join(floor)), []).append((w, c))
             for name, root in order:
                 m = str(root / ".venv/bin/mqctl")
                 w, c, code = timed([m, "--store", str(src), "consume", "t", "-g", f"g{name}{rep}",
@@ -88,6 +91,9 @@ def main() -> None:
                 w, c, code = timed([m, "--store", str(tmp / f"dst-{name}"), "send", "t"], env, stdin=lines)
                 assert code == 0, (name, "send", code)
                 res.setdefault((name, "send"), []).append((w, c))
+                w, c, code = timed([m, "--version"], env)
+                assert code == 0, (name, "--version", code)
+                res.setdefault((name, "--version"), []).append((w, c))
     finally:
         hogs.stop()
     print(f"runs {args.runs}, hogs {args.hogs}, load before {load0}, after {loadavg()}")

@@ -255,6 +255,35 @@ def test_a_few_lines_from_stdin_load_no_ctypes(tmp_path: Path) -> None:
     assert not offenders(mods, ("ctypes",)), offenders(mods, ("ctypes",))
 
 
+def test_the_first_send_into_a_new_store_recovers_nothing(tmp_path: Path) -> None:
+    """A store is made with its checkpoint: the first writer of a new store (a send that
+    makes store and topic, or a pipe into a topic ``topic create`` made) finds it clean, and
+    neither loads the recovery modules nor fsyncs every directory of the store."""
+    cp, mods = _send_modules(tmp_path, "t", "x")
+    assert cp.returncode == 0 and "sent 1 message" in cp.stderr, cp.stderr
+    assert not offenders(mods, ("store.log.recovery",)), offenders(mods, ("store.log.recovery",))
+    other = tmp_path / "other"
+    other.mkdir()
+    mqctl(other / "s", "topic", "create", "t", check=True, timeout=120)
+    cp, mods = _send_modules(other, "t", input=b"a\n" + b"y" * 65536 + b"\n")
+    assert cp.returncode == 0 and "sent 2 messages" in cp.stderr, cp.stderr
+    assert not offenders(mods, ("store.log.recovery",)), offenders(mods, ("store.log.recovery",))
+    got = mqctl(other / "s", "consume", "t", "-g", "g", "--from", "first", "-e", check=True, timeout=120).stdout
+    assert sorted(got.split(b"\n")[:-1]) == [b"a", b"y" * 65536]
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_the_version_alone_answers_as_the_full_command_line_without_typer(tmp_path: Path, flag: str) -> None:
+    """``mqctl --version`` (what a script runs to see that mqctl is there) is the script's own
+    answer, the root's text and exit code, without building the Typer app."""
+    quick, full = _both([flag])
+    assert (quick.returncode, quick.stdout, quick.stderr) == (full.returncode, full.stdout, full.stderr) == \
+        (0, b"mqctl 0.1.0\n", ""), (str(quick), str(full))
+    cp, mods = _entry_modules(tmp_path, flag)   # (as ``mqctl --store S --version``)
+    assert cp.returncode == 0 and cp.stdout == b"mqctl 0.1.0\n" and not offenders(mods, ("typer", "rich", "click", "mqctl.app")), \
+        offenders(mods, ("typer", "rich", "click", "mqctl.app"))
+
+
 # -- the quick consume of mqctl/entry.py ------------------------------------------------------
 
 def test_the_quick_consume_shape() -> None:
