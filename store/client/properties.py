@@ -66,7 +66,14 @@ def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> d
     if given is None:
         return {}
     if isinstance(given, Mapping):
-        pairs = [(str(k), str(k), str(v)) for k, v in given.items()]
+        pairs = []
+        for k, v in given.items():
+            # text only: str() would store None as "None" and a dict as its Python repr
+            if not isinstance(k, str) or not isinstance(v, str):
+                bad = k if not isinstance(k, str) else v
+                raise InvalidPropertyError(f"{said['properties']} {k!r}: a property's name and value are "
+                                           f"strings, not {_json_type(bad)}", "properties", k)
+            pairs.append((k, k, v))
     else:
         pairs = []
         for item in given:
@@ -82,6 +89,14 @@ def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> d
             raise InvalidPropertyError(f"{said['properties']} {shown!r}: {why}", "properties", shown)
         out[name] = value
     return out
+
+
+def _json_type(value: object) -> str:
+    """How a value that is not a string is named in an error: by its JSON name when it came
+    from JSON (``null``, ``true``, an object), else by its Python type."""
+    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number",
+             dict: "an object", list: "an array"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _storable(value: object, arg: str, name: str) -> None:

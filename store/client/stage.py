@@ -221,7 +221,7 @@ def to_draft(topic: str, out: Output, queues: int) -> Draft:
     if not isinstance(user, dict):
         raise UsageError("an output's properties are an object of names and values")
     sharding = out.get("sharding_key", out.get("shardingKey"))
-    props = build_properties(tags=out.get("tags"), keys=keys, properties={str(k): str(v) for k, v in user.items()},
+    props = build_properties(tags=out.get("tags"), keys=keys, properties=user,
                              sharding_key=sharding)
     size = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in props.items())
     room = F.MAX_PROPERTIES_SIZE - F.CRC_PROPERTY_SIZE - _UNIQ_KEY_SIZE   # (what the write adds)

@@ -153,6 +153,20 @@ def test_a_json_line_with_such_a_tag_is_a_data_error_naming_its_line(mq: MQ) -> 
     assert topic_size(mq, "T") == 1
 
 
+@pytest.mark.parametrize("value, named", [("null", "null"), ('{"y":1}', "an object"), ("true", "a boolean"),
+                                          ("5", "a number")])
+def test_a_json_property_that_is_not_a_string_is_a_data_error_naming_its_line(mq: MQ, value: str,
+                                                                                named: str) -> None:
+    """Not stored as Python's spelling of it ("None", "True", "{'y': 1}"): a property is text."""
+    mq.ok("topic", "create", "T")
+    cp = mq.run("send", "T", "-i", "json", input='{"body":"ok"}\n{"body":"x","properties":{"p":%s}}\n' % value)
+    error = one_error(cp, 5, "line 2: property 'p'", allow_info=True)
+    assert f"strings, not {named}" in error
+    cp = mq.run("send", "T", "-i", "json", input='{"body":"x","properties":[]}\n')
+    one_error(cp, 5, "line 1: 'properties' must be an object")
+    out = mq.ok("consume", "T", "--no-group", "--from", "first", "-e", "--json").stdout.decode()
+    assert [json.loads(ln)["properties"] for ln in out.splitlines()] == [{}]
+
 @pytest.mark.parametrize("args, start", [
     (["x", "-D", ","], "--delimiter applies to messages read from stdin, not to a BODY argument"),
     (["x", "-K", ":"], "--key-delimiter applies to messages read from stdin"),
