@@ -57,7 +57,32 @@ def build_properties(*, tags: str | None = None, keys: str | Sequence[str] | Non
         props[PROP_KEYS] = " ".join(parts)
     if sharding_key is not None:
         props[PROP_SHARDING_KEY] = sharding_key
+    check_properties_room(props)   # refused now, naming this message, not by its batch's write
     return props
+
+
+def check_properties_room(props: Mapping[str, str]) -> None:
+    """``MessageTooLargeError`` when ``props`` do not fit a record (:func:`properties_room`)."""
+    if 4 * sum(len(k) + len(v) for k, v in props.items()) < 16384:   # (at most 4 bytes a character)
+        return   # what every message of sane size takes: no encoding
+    if properties_room(props) < 0:
+        from store.log.record import check_properties_size
+        check_properties_size(_stored_size(props))
+
+
+def _stored_size(props: Mapping[str, str]) -> int:
+    """The properties' bytes as the write stores them: with the unique key it adds (a 32-digit
+    message id), without the record's CRC property."""
+    from store.log.record import PROP_UNIQ_KEY, encode_properties
+    return len(encode_properties(dict(props))) + len(PROP_UNIQ_KEY) + 2 + 32
+
+
+def properties_room(props: Mapping[str, str]) -> int:
+    """Bytes left in a message's properties field for more properties (a sharding key, say)
+    once the write adds its unique key; below 0 the write refuses the message
+    (``MessageTooLargeError``: RocketMQ's 16-bit properties length)."""
+    from store.log import format as F
+    return F.MAX_PROPERTIES_SIZE - F.CRC_PROPERTY_SIZE - _stored_size(props)
 
 
 def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> dict[str, str]:
