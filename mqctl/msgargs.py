@@ -49,7 +49,9 @@ def json_properties(obj: dict[str, object]) -> dict[str, str]:
     type; InvalidPropertyError (naming the field) for a value that may not be stored."""
     from mqctl.argnames import JSON_FIELD_NAMES
     from store import build_properties
-    uprops = obj.get("properties") or {}
+    uprops = obj.get("properties")
+    if uprops is None:
+        uprops = {}
     if not isinstance(uprops, dict):
         raise ValueError("'properties' must be an object")
     tags = obj.get("tags")
@@ -63,7 +65,7 @@ def json_properties(obj: dict[str, object]) -> dict[str, str]:
     if skey is not None and not isinstance(skey, str):
         raise ValueError("'shardingKey' must be a string")
     return build_properties(tags=tags, keys=[p for k in ks for p in k.replace(",", " ").split()],
-                            properties={str(k): str(v) for k, v in uprops.items()}, sharding_key=skey,
+                            properties=uprops, sharding_key=skey,
                             arg_names=JSON_FIELD_NAMES)
 
 

@@ -186,6 +186,7 @@ class Sender:
         self.batch_messages = BATCH_MESSAGES
         self.reroute = False
         self.json_input = False
+        self._key_room: int | None = None
 
     def topic_shape(self) -> tuple[int, bool] | None:
         """(queue count, ordered) of the topic, or what the first send will create; None when
@@ -280,6 +281,13 @@ class Sender:
                 if has_property_separator(k):
                     raise self._bad_line("a sharding key may not contain the control characters \\x01 or \\x02",
                                          line)
+                if len(k) > self.key_room():
+                    from store import Prop, check_properties_room
+                    from store.errors import MessageTooLargeError
+                    try:
+                        check_properties_room({**self.props, Prop.SHARDING_KEY: skey})
+                    except MessageTooLargeError as exc:
+                        raise self._bad_line(exc.message, line) from exc
             else:
                 if sep:
                     body = rest   # an empty key is no key (as a line without one)
@@ -308,9 +316,16 @@ class Sender:
         if len(self.bodies) >= self.batch_messages or self.batch_bytes >= BATCH_BYTES:
             self.flush()
 
+    def key_room(self) -> int:
+        """The longest sharding key (bytes) a line's message still has room for."""
+        if self._key_room is None:
+            from store import Prop, properties_room
+            self._key_room = properties_room(self.props) - len(Prop.SHARDING_KEY) - 2
+        return self._key_room
+
     def add_json(self, raw: bytes, line: int) -> None:
-        from store import Prop
-        from store.errors import BadInputError, InvalidPropertyError
+        from store import Prop, check_properties_room
+        from store.errors import BadInputError, InvalidPropertyError, MessageTooLargeError
         if not raw.strip():
             return
         try:
@@ -346,9 +361,11 @@ class Sender:
             if skey is not None:
                 props[Prop.SHARDING_KEY] = skey
             self._check_route(qid, skey)
+            if self.props or (skey is not None and not keyed):   # (the line's own: json_properties)
+                check_properties_room(props)   # else its batch's write refuses every line of it
         except (ValueError, binascii.Error) as exc:
             raise self._bad_line(str(exc), line) from exc
-        except (BadInputError, InvalidPropertyError) as exc:
+        except (BadInputError, InvalidPropertyError, MessageTooLargeError) as exc:
             raise self._bad_line(exc.message, line) from exc
         self._check_size(data, line)
         self._add(self.Draft(self.topic, data, props, qid, skey))

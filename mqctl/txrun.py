@@ -91,29 +91,52 @@ class Runner:
         """(exit status, stdout); status None when it could not start or ran out of time
         (both already warned about). Without ``capture`` the command's stdout goes to our
         stderr (ours carries only data)."""
+        restore = _exit_on_sigterm()
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=env, start_new_session=True,
-                                    stdout=subprocess.PIPE if capture else sys.stderr.fileno())
-        except OSError as exc:
-            warn(f"cannot run {argv[0]}: {exc.strerror or exc}")
-            return None, b""
-        self.proc = proc
-        try:
-            out, _ = proc.communicate(body, timeout=timeout_s)
-            return proc.returncode, out or b""
-        except subprocess.TimeoutExpired:
-            warn(f"{argv[0]} did not finish within {timeout_s:g}s; killed")
-            return None, b""
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=env, start_new_session=True,
+                                        stdout=subprocess.PIPE if capture else sys.stderr.fileno())
+            except OSError as exc:
+                warn(f"cannot run {argv[0]}: {exc.strerror or exc}")
+                return None, b""
+            self.proc = proc
+            try:
+                out, _ = proc.communicate(body, timeout=timeout_s)
+                return proc.returncode, out or b""
+            except subprocess.TimeoutExpired:
+                warn(f"{argv[0]} did not finish within {timeout_s:g}s; killed")
+                return None, b""
+            finally:
+                self.proc = None
+                if proc.poll() is None:  # timed out, or we are being interrupted
+                    kill_group(proc)
+                    proc.communicate()
         finally:
-            self.proc = None
-            if proc.poll() is None:  # timed out, or we are being interrupted
-                kill_group(proc)
-                proc.communicate()
+            restore()
 
     def stop(self) -> None:
         self.stopping = True
         if self.proc is not None:
             kill_group(self.proc)
+
+
+def _exit_on_sigterm() -> Callable[[], None]:
+    """While a command runs in a one-shot ``tx`` command (no handler of its own: ``tx check
+    --loop`` has one), SIGTERM ends mqctl by ``SystemExit(143)`` rather than at once, so the
+    ``finally`` kills the command's group: it runs in a session of its own and would outlive
+    us. Returns what puts the default back."""
+    import threading
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        return lambda: None
+
+    def on_term(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)   # (the status a default SIGTERM gives)
+    signal.signal(signal.SIGTERM, on_term)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return restore
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:

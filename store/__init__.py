@@ -37,7 +37,8 @@ What else a program (and ``mqctl``, which imports nothing else of ``store``) fin
   ``validate_client_id``, ``parse_tag_expression``, ``is_system_topic``, ``topic_kind``.
 * Times as the command line writes them: ``parse_time``, ``parse_duration``, ``parse_delay``,
   ``format_time``, ``format_local``, ``format_age``.
-* Messages: ``build_properties``, ``Prop`` (the store's property names), ``envelope`` (the
+* Messages: ``build_properties``, ``properties_room`` / ``check_properties_room`` (what
+  still fits a record), ``Prop`` (the store's property names), ``envelope`` (the
   ``consume --json`` object), ``message_report`` / ``message_timeline`` (``msg show``),
   ``StoredMessage`` (a record as the engine returns it), ``offset_msg_id``.
 * The consumer runtime for programs that bring their own sink, as ``mqctl consume`` does:
@@ -82,7 +83,9 @@ _EXPORTS = {
     "format_local": "timeparse", "format_age": "timeparse", "DURATION_HELP": "timeparse",
     "parse_delay": "log.schedule",
     # a message's properties and JSON form
-    "build_properties": "client.properties", "envelope": "client.envelope", "Prop": "client.propnames",
+    "build_properties": "client.properties", "properties_room": "client.properties",
+    "check_properties_room": "client.properties",
+    "envelope": "client.envelope", "Prop": "client.propnames",
     "offset_msg_id": "log.record", "has_property_separator": "log.record:has_separator",
     "message_report": "client.history", "message_timeline": "client.history:timeline",
     # the consume runtime that ``mqctl consume`` drives with its own sinks (store/client/runtime.py)

@@ -57,7 +57,32 @@ def build_properties(*, tags: str | None = None, keys: str | Sequence[str] | Non
         props[PROP_KEYS] = " ".join(parts)
     if sharding_key is not None:
         props[PROP_SHARDING_KEY] = sharding_key
+    check_properties_room(props)   # refused now, naming this message, not by its batch's write
     return props
+
+
+def check_properties_room(props: Mapping[str, str]) -> None:
+    """``MessageTooLargeError`` when ``props`` do not fit a record (:func:`properties_room`)."""
+    if 4 * sum(len(k) + len(v) for k, v in props.items()) < 16384:   # (at most 4 bytes a character)
+        return   # what every message of sane size takes: no encoding
+    if properties_room(props) < 0:
+        from store.log.record import check_properties_size
+        check_properties_size(_stored_size(props))
+
+
+def _stored_size(props: Mapping[str, str]) -> int:
+    """The properties' bytes as the write stores them: with the unique key it adds (a 32-digit
+    message id), without the record's CRC property."""
+    from store.log.record import PROP_UNIQ_KEY, encode_properties
+    return len(encode_properties(dict(props))) + len(PROP_UNIQ_KEY) + 2 + 32
+
+
+def properties_room(props: Mapping[str, str]) -> int:
+    """Bytes left in a message's properties field for more properties (a sharding key, say)
+    once the write adds its unique key; below 0 the write refuses the message
+    (``MessageTooLargeError``: RocketMQ's 16-bit properties length)."""
+    from store.log import format as F
+    return F.MAX_PROPERTIES_SIZE - F.CRC_PROPERTY_SIZE - _stored_size(props)
 
 
 def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> dict[str, str]:
@@ -66,7 +91,14 @@ def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> d
     if given is None:
         return {}
     if isinstance(given, Mapping):
-        pairs = [(str(k), str(k), str(v)) for k, v in given.items()]
+        pairs = []
+        for k, v in given.items():
+            # text only: str() would store None as "None" and a dict as its Python repr
+            if not isinstance(k, str) or not isinstance(v, str):
+                bad = k if not isinstance(k, str) else v
+                raise InvalidPropertyError(f"{said['properties']} {k!r}: a property's name and value are "
+                                           f"strings, not {_json_type(bad)}", "properties", k)
+            pairs.append((k, k, v))
     else:
         pairs = []
         for item in given:
@@ -82,6 +114,14 @@ def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> d
             raise InvalidPropertyError(f"{said['properties']} {shown!r}: {why}", "properties", shown)
         out[name] = value
     return out
+
+
+def _json_type(value: object) -> str:
+    """How a value that is not a string is named in an error: by its JSON name when it came
+    from JSON (``null``, ``true``, an object), else by its Python type."""
+    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number",
+             dict: "an object", list: "an array"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _storable(value: object, arg: str, name: str) -> None:

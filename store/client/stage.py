@@ -33,7 +33,6 @@ from store.log.record import (
     PROP_KEYS,
     PROP_SHARDING_KEY,
     PROP_TAGS,
-    PROP_UNIQ_KEY,
     RESERVED_PROPERTIES,
     Draft,
     Message,
@@ -189,7 +188,6 @@ def _as_list(outputs: Iterable[Output] | Output | None) -> Sequence[Output]:
 
 
 _COPIED = {PROP_TAGS, PROP_KEYS, PROP_SHARDING_KEY}
-_UNIQ_KEY_SIZE = len(PROP_UNIQ_KEY) + 2 + 32   # the unique key's property, as the write adds it
 _FIELDS = {"body", "keys", "tags", "sharding_key", "shardingKey", "properties", "queueId", "queue_id"}
 
 
@@ -221,12 +219,8 @@ def to_draft(topic: str, out: Output, queues: int) -> Draft:
     if not isinstance(user, dict):
         raise UsageError("an output's properties are an object of names and values")
     sharding = out.get("sharding_key", out.get("shardingKey"))
-    props = build_properties(tags=out.get("tags"), keys=keys, properties={str(k): str(v) for k, v in user.items()},
+    props = build_properties(tags=out.get("tags"), keys=keys, properties=user,
                              sharding_key=sharding)
-    size = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in props.items())
-    room = F.MAX_PROPERTIES_SIZE - F.CRC_PROPERTY_SIZE - _UNIQ_KEY_SIZE   # (what the write adds)
-    if size > room:
-        raise UsageError(f"an output's properties take {size} bytes; at most {room} fit")
     qid = out.get("queue_id", out.get("queueId"))
     if qid is not None and (isinstance(qid, bool) or not isinstance(qid, int) or not 0 <= qid < queues):
         raise UsageError(f"an output's queue id {qid!r} is not one of {topic}'s queues 0-{queues - 1}")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from store.errors import StoreError
@@ -174,6 +175,15 @@ def _check_json(engine: "Engine", problems: list[Problem]) -> None:
             try:
                 json.loads(p.read_bytes())
             except ValueError as exc:
-                bak = backup_of(p)
-                note = f" ({bak.name} is used instead)" if bak.exists() else ""
-                problems.append(Problem(str(p), 0, f"not valid JSON: {exc}{note}"))
+                problems.append(Problem(str(p), 0, f"not valid JSON: {exc}{_fallback(backup_of(p))}"))
+
+
+def _fallback(bak: Path) -> str:
+    """What readers of a file that does not parse fall back on: its ``.bak``, if that parses."""
+    if not bak.exists():
+        return ""
+    try:
+        json.loads(bak.read_bytes())
+    except ValueError as exc:
+        return f" (and so is {bak.name}: {exc}; nothing to fall back on)"
+    return f" ({bak.name} is used instead)"

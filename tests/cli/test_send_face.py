@@ -153,6 +153,37 @@ def test_a_json_line_with_such_a_tag_is_a_data_error_naming_its_line(mq: MQ) -> 
     assert topic_size(mq, "T") == 1
 
 
+@pytest.mark.parametrize("extra, lines", [
+    (["-i", "json"], ['{"body":"a"}', '{"body":"b"}', '{"body":"x","properties":{"p":"%s"}}' % ("v" * 40000),
+                      '{"body":"c"}']),
+    (["-i", "json", "-t", "T1"], ['{"body":"a"}', '{"body":"b"}', '{"body":"x","keys":"%s"}' % ("k" * 40000),
+                                  '{"body":"c"}']),
+    (["-K", ":"], ["k1:a", "k2:b", "%s:x" % ("k" * 40000), "k3:c"]),
+])
+def test_a_line_whose_properties_do_not_fit_is_named_and_the_lines_before_it_are_sent(
+        mq: MQ, extra: list[str], lines: list[str]) -> None:
+    """As for a body over the limit: not the whole batch refused by its write, with no line named."""
+    mq.ok("topic", "create", "T", "--queues", "1")
+    cp = mq.run("send", "T", "--json", *extra, input="".join(ln + "\n" for ln in lines))
+    one_error(cp, 5, "line 3: message properties of", allow_info=True)
+    assert "(2 messages sent before it)" in cp.stderr
+    assert len(cp.stdout.splitlines()) == 2 and topic_size(mq, "T") == 2
+
+
+@pytest.mark.parametrize("value, named", [("null", "null"), ('{"y":1}', "an object"), ("true", "a boolean"),
+                                          ("5", "a number")])
+def test_a_json_property_that_is_not_a_string_is_a_data_error_naming_its_line(mq: MQ, value: str,
+                                                                                named: str) -> None:
+    """Not stored as Python's spelling of it ("None", "True", "{'y': 1}"): a property is text."""
+    mq.ok("topic", "create", "T")
+    cp = mq.run("send", "T", "-i", "json", input='{"body":"ok"}\n{"body":"x","properties":{"p":%s}}\n' % value)
+    error = one_error(cp, 5, "line 2: property 'p'", allow_info=True)
+    assert f"strings, not {named}" in error
+    cp = mq.run("send", "T", "-i", "json", input='{"body":"x","properties":[]}\n')
+    one_error(cp, 5, "line 1: 'properties' must be an object")
+    out = mq.ok("consume", "T", "--no-group", "--from", "first", "-e", "--json").stdout.decode()
+    assert [json.loads(ln)["properties"] for ln in out.splitlines()] == [{}]
+
 @pytest.mark.parametrize("args, start", [
     (["x", "-D", ","], "--delimiter applies to messages read from stdin, not to a BODY argument"),
     (["x", "-K", ":"], "--key-delimiter applies to messages read from stdin"),

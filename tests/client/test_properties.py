@@ -55,3 +55,10 @@ def test_the_command_line_splits_keys_on_commas() -> None:
 def test_a_non_text_value_is_refused() -> None:
     with pytest.raises(InvalidPropertyError, match="^tags must be a str, not int"):
         build_properties(tags=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("props", [{"x": None}, {"x": True}, {"x": 5}, {"x": {"y": "1"}}, {1: "v"}])
+def test_a_property_name_or_value_that_is_not_a_string_is_refused(props: dict) -> None:
+    """Never stored as str() of it ("None", "True", a dict's repr)."""
+    with pytest.raises(InvalidPropertyError, match="a property's name and value are strings"):
+        build_properties(properties=props)

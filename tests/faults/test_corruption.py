@@ -339,6 +339,22 @@ def test_damaged_group_offsets_without_a_backup_never_restart_silently(mq: MQ) -
     assert res.stdout == b""  # nothing redelivered from offset 0 without being told
 
 
+def test_store_check_says_whether_a_backup_is_there_to_fall_back_on(mq: MQ) -> None:
+    """Not "(offsets.json.bak is used instead)" when the .bak is as unreadable: its client's
+    consumers then refuse (exit 5), and the check must say so, not promise a fallback."""
+    path = mq.root / JSON_FILES["broadcast"]
+    path.write_bytes(b"{bad")
+    res = mq.run("store", "check")
+    assert res.returncode == 1 and "(offsets.json.bak is used instead)" in res.stdout.decode(), str(res)
+    path.with_name(path.name + ".bak").write_bytes(b"{bad")
+    res = mq.run("store", "check")
+    out = res.stdout.decode()
+    assert res.returncode == 1 and "is used instead" not in out, str(res)
+    assert "(and so is offsets.json.bak: " in out and "nothing to fall back on)" in out, out
+    one_error(mq.run("consume", "t", "-g", "B", "--broadcast", "--client-id", "bc1", "-e"), 5,
+              allow_warnings=True)
+
+
 @pytest.mark.parametrize("seed", SEEDS[:2])
 def test_damaged_lock_and_member_records(mq: MQ, seed: int) -> None:
     """A dead holder's lock record, damaged, never keeps the queue locked nor crashes anyone:
