@@ -1,11 +1,19 @@
-"""The consumer loop's clocks: when a periodic look is due (:func:`backstop`) and when the
-delay scheduler runs next (:class:`DelayClock`)."""
+"""The consumer loop's clocks: when a periodic look is due (:func:`backstop`), when the
+delay scheduler runs next (:class:`DelayClock`) and when the group's membership is looked at
+(:class:`MemberClock`)."""
 from __future__ import annotations
 
 import math
 import time
 
+from store.layout import Layout
 from store.log.messagestore import Store
+
+# After the group's directory changes, the membership is looked at again this long after the
+# change, whatever the first look said: a probe can see a dead member alive just after the
+# change that announced its death (the kernel queues the close's event before it drops the
+# flock, and a pruner holds the dead member's lock for a moment while it deletes its files).
+MEMBER_RELOOKS_S = (0.05, 0.5)
 
 
 def backstop(at: float) -> float:
@@ -60,3 +68,42 @@ class DelayClock:
         """Delayed messages may be due soon (a copy was sent back, new records came): look
         for them within 0.2 s, not at the idle backstop."""
         self.at = min(self.at, time.monotonic() + 0.2)
+
+
+class MemberClock:
+    """When the loop next looks at the group's membership (``at``, monotonic; never without a
+    group), and what it saw (``token``: the live members' client ids, sorted). A look costs a
+    directory listing and a lock probe a member, no JSON read."""
+
+    def __init__(self, layout: Layout, group: str | None) -> None:
+        self.layout = layout
+        self.group = group
+        self.at = 0.0 if group is not None else math.inf
+        self.token: tuple[str, ...] | None = None
+        self._relooks: list[float] = []   # the next looks after a change (monotonic times)
+
+    def look(self, now: float, polled: bool) -> bool:
+        """Look at the membership: whether it changed since the last look (a rebalance is due)."""
+        from store.client.members import members_token
+        assert self.group is not None
+        token = members_token(self.layout, self.group)
+        changed, self.token = token != self.token, token
+        # a death changes no file where the group's directory is polled: look every few seconds
+        self.at = self._relooks.pop(0) if self._relooks else backstop(now + 5.0) if polled else math.inf
+        return changed
+
+    def changed(self) -> None:
+        """The group's directory changed: look now, and again shortly after."""
+        now = time.monotonic()
+        self.at = 0.0
+        self._relooks = [now + d for d in MEMBER_RELOOKS_S]
+
+    def allocated_among(self, members: tuple[str, ...] | None, now: float) -> None:
+        """A rebalance allocated the queues among ``members`` (its own look): later looks are
+        compared with them. When they are not what the last look saw, one of the two saw a
+        dying or pruned member; looks again soon tell which."""
+        if members is None or members == self.token:
+            return
+        self.token = members
+        self._relooks = [now + d for d in MEMBER_RELOOKS_S]
+        self.at = min(self.at, self._relooks.pop(0))

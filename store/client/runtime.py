@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from store import names
-from store.client.clocks import DelayClock, backstop
+from store.client.clocks import DelayClock, MemberClock, backstop
 from store.client.configwatch import ConfigWatch
 from store.client.dispatch import Dispatcher
 from store.client.holding import Holdings
@@ -69,11 +69,6 @@ RENEW_INTERVAL_S = 20.0
 # An idle holder renews only for the store lease (60 s, after which a contender may break the
 # lock): 20 s to spare, as much as between an active holder's renewal and its client lease.
 IDLE_RENEW_S = 40.0
-# After the group's directory changes, the membership is looked at again this long after the
-# last change, whatever the first look said: a probe can see a dead member alive just after
-# the change that announced its death (the kernel queues the close's event before it drops
-# the flock, and a pruner holds the dead member's lock for a moment while it deletes its files).
-MEMBER_RELOOKS_S = (0.05, 0.5)
 
 
 class Runtime:
@@ -358,7 +353,6 @@ class Runtime:
         o, state, layout = self.o, self.state, self.layout
         held, keeper, rebalancer, dispatcher = self.held, self.keeper, self.rebalancer, self.dispatcher
         pull_all, dispatch_all, collect = self.puller.pull_all, dispatcher.dispatch_all, dispatcher.collect
-        from store.client.members import members_token
         wake = self.wake
         inf = math.inf
         members_dir = layout.members_dir(o.group) if not o.no_group else None
@@ -370,9 +364,7 @@ class Runtime:
         last_renew = time.monotonic()
         delays = self.delays
         delays.at = 0.0
-        next_token = 0.0
-        relooks: list[float] = []   # monotonic times of the next looks at the membership
-        token: tuple[str, ...] | None = None   # the live members, as last looked at
+        members = MemberClock(layout, None if o.no_group else o.group)
         streak = 0   # rebalances in a row that could not take every queue wanted
         watched_locks: set[Path] = set()
         while not state.stop_requested and state.fatal is None:
@@ -388,19 +380,11 @@ class Runtime:
                 last_renew = now
             if config.topics_look(now) and rebalancer.topics_changed():
                 next_rebalance = 0.0   # (config/ not watched while other members commit: configwatch)
-            if now >= next_token and not o.no_group:
-                t = members_token(layout, o.group)
-                if t != token:
-                    token, next_rebalance, streak = t, 0.0, 0
-                next_token = relooks.pop(0) if relooks else backstop(now + 5.0) if polled else inf
+            if now >= members.at and members.look(now, polled):
+                next_rebalance, streak = 0.0, 0
             if now >= next_rebalance:
                 balanced = rebalancer.rebalance()
-                if rebalancer.members_seen is not None and rebalancer.members_seen != token:
-                    # The allocation saw other members than the look before it: what later looks
-                    # find is compared with what the queues were allocated among.
-                    token = rebalancer.members_seen
-                    relooks = [now + d for d in MEMBER_RELOOKS_S]
-                    next_token = min(next_token, relooks.pop(0))
+                members.allocated_among(rebalancer.members_seen, now)
                 # Waiting for a queue its previous owner still hands over: its lock file is watched (a
                 # release wakes the loop); look again soon all the same, backing off to 0.5 s when it
                 # stays taken (overlapping --strategy config members, a stuck holder whose lease runs down).
@@ -449,7 +433,7 @@ class Runtime:
                 keeper.persist_idle(bool(dispatcher.futures) and (keeper.every_s > 0 or dispatcher.per_message))
             if dispatcher.idle_check is not None:
                 dispatcher.idle_check()   # stdout's reader went away while nothing was written: stop now
-            due_at = 0.0 if held.retake else min(next_rebalance, delays.at, next_token, config.look_at, dispatcher.due)
+            due_at = 0.0 if held.retake else min(next_rebalance, delays.at, members.at, config.look_at, dispatcher.due)
             if keeper.dirty or reset_look or polled or keeper.unsettled():
                 due_at = min(due_at, next_persist)
             if held.locks:
@@ -468,9 +452,7 @@ class Runtime:
             while (yield max(0.0, due_at - time.monotonic())):
                 changed = wake.changed
                 if members_dir in changed:
-                    next_token = 0.0
-                    t0 = time.monotonic()
-                    relooks = [t0 + d for d in MEMBER_RELOOKS_S]
+                    members.changed()
                 if topics_epoch in changed and rebalancer.topics_changed():
                     next_rebalance = 0.0   # a topic made or changed (the retry topic, say)
                 if offsets_json in changed:

@@ -109,6 +109,18 @@ def test_a_member_without_locks_waits_without_a_timer(topic: Store) -> None:
         r.shutdown(wait_handlers=False)
 
 
+def test_a_reader_without_a_group_waits_without_a_timer(topic: Store) -> None:
+    """``consume --no-group`` has no membership to look at: its idle loop once waited 0 s
+    (the look it never takes stayed due), a core spinning while nothing came."""
+    r = member(topic, no_group=True, broadcast=True)   # (as the command line makes it)
+    try:
+        turns = r.turns()
+        assert settle(r, turns, next(turns)) == math.inf
+        turns.close()
+    finally:
+        r.shutdown(wait_handlers=False)
+
+
 def test_a_released_lock_wakes_the_member_waiting_for_it(topic: Store) -> None:
     other = QueueLock(topic.layout, "G", "T", 1, "someone-else")
     assert other.try_acquire()
