@@ -21,6 +21,8 @@ of them with a new group, in an order that turns each repetition:
 * the floor of the Python API (``api_floor.py``, this checkout's store): one thread reads
   the queues with the store's checked reads and builds a ``store.Message`` a record, timed
   from the store's opening; no group, no member thread, no hand-over (``--api`` only).
+* with ``--aio``, the asyncio iterator of each checkout: ``store.AsyncConsumer(...).messages(
+  exit_at_end=True)`` in ``asyncio.run``, timed from the consumer's creation as the above.
 * Redis: XREADGROUP COUNT 1000 + XACK of every batch (redis-py + hiredis), timed from the
   first call; with ``--sink file`` or ``pipe`` it writes every body and a newline to the same
   kind of sink (one ``writev`` per batch), so both sides do the same output work.
@@ -74,6 +76,28 @@ with store.Consumer("T", group=spec["group"], path=spec["path"], start_from="fir
         nbytes += len(m.body)
 print(json.dumps({"seconds": time.perf_counter() - t, "count": got, "bytes": nbytes,
                   "cpu_seconds": time.process_time() - cpu}))
+"""
+
+# The asyncio iterator (``--aio``): ``store.AsyncConsumer(...).messages(exit_at_end=True)``, timed
+# the same way (its runtime on the event loop's thread: one thread, not two).
+AIO_WORKER = """
+import asyncio, json, sys, time
+spec = json.loads(sys.argv[1])
+import store
+store.AsyncConsumer
+
+async def main():
+    t = time.perf_counter()
+    cpu = time.process_time()
+    got = nbytes = 0
+    async with store.AsyncConsumer("T", group=spec["group"], path=spec["path"], start_from="first") as c:
+        async for m in c.messages(exit_at_end=True):
+            got += 1
+            nbytes += len(m.body)
+    return {"seconds": time.perf_counter() - t, "count": got, "bytes": nbytes,
+            "cpu_seconds": time.process_time() - cpu}
+
+print(json.dumps(asyncio.run(main())))
 """
 
 
@@ -199,6 +223,7 @@ def main() -> None:
     ap.add_argument("--sink", choices=("null", "file", "pipe"), default="null")
     ap.add_argument("--api", action=argparse.BooleanOptionalAction, default=True, help="the Python iterator too")
     ap.add_argument("--cli", action=argparse.BooleanOptionalAction, default=True, help="mqctl consume")
+    ap.add_argument("--aio", action="store_true", help="the asyncio iterator (AsyncConsumer) of each checkout too")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: check that the script works")
     a = ap.parse_args()
     if a.redis_worker:
@@ -252,6 +277,8 @@ def main() -> None:
                             jobs.append((f"cli_{side}", repo))
                         if a.api:
                             jobs.append((f"api_{side}", repo))
+                        if a.aio:
+                            jobs.append((f"aio_{side}", repo))
                     if a.api:
                         jobs.append(("apifloor", REPO))
                     k = rep % len(jobs)
@@ -278,7 +305,8 @@ def main() -> None:
                                 raise SystemExit(f"{name} {tag}: {r['count']} of {counts[s]} messages")
                         else:
                             assert isinstance(repo, Path)
-                            r = run_json([str(repo / ".venv" / "bin" / "python"), "-c", API_WORKER,
+                            r = run_json([str(repo / ".venv" / "bin" / "python"), "-c",
+                                          AIO_WORKER if name.startswith("aio") else API_WORKER,
                                           json.dumps({"group": group, "path": str(stores[s])})],
                                          env=dict(os.environ, NO_COLOR="1"), cwd=repo)   # `-c` imports from the cwd
                             if r["count"] != counts[s]:
@@ -301,7 +329,7 @@ def main() -> None:
         tag = k.rsplit("_", 1)[1]
         rs = [x / y for x, y in zip(runs[k], runs[f"redis_{tag}"])]
         ratios[f"{k} / redis (target >= 2)"] = summarise(rs)
-        if k.startswith("api_") and f"apifloor_{tag}" in runs:   # how near the iterator is to its floor
+        if k.startswith(("api_", "aio_")) and f"apifloor_{tag}" in runs:   # how near the iterator is to its floor
             ratios[f"{k} / apifloor"] = summarise([x / y for x, y in zip(runs[k], runs[f"apifloor_{tag}"])])
     result = {"started": started, "uptime_start": uptime_start, "uptime_end": uptime_end, "loads": loads,
               "args": vars(a), "counts": counts, "medians": med, "cpu_us_per_msg": cpu, "ratios": ratios}
