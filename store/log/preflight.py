@@ -19,14 +19,6 @@ def checkpoint_locked(engine: "Engine") -> ckpt.Checkpoint:
     """The checkpoint, after making sure it matches the log (write lock held): a writer that
     died mid-batch, or a machine restart, is recovered from first."""
     cp = engine.checkpoint_file.read()
-    if cp is None and never_written(engine) and not indexfence.rebuilding(engine.index):
-        # A new store's first batch (``topic create`` or ``init`` write no checkpoint): nothing
-        # to re-dispatch and nothing to make durable. Recovery would load ~10 modules and fsync
-        # every directory of the store (~20-40 ms) to claim an empty log.
-        engine.heal_topics_locked()   # (as recovery does first: a damaged topic file, a killed delete)
-        cp = ckpt.Checkpoint(boot_id=engine.writer.boot_id)
-        engine.checkpoint_file.write(cp)
-        return cp
     if (cp is None or cp.boot_id != engine.writer.boot_id
             or cp.written_end != engine.commitlog.end_as_written(cp.written_end)):
         from store.log.recovery import recover
@@ -51,7 +43,7 @@ def recover_if_dirty(engine: "Engine") -> None:
     unfinished = indexfence.rebuilding(engine.index)
     if cp is not None and cp.written_end == end and cp.boot_id == engine.writer.boot_id and not unfinished:
         return
-    if cp is None and never_written(engine):
+    if cp is None and end == 0 and not engine.index.files() and not any(engine.layout.consumequeue_dir.glob("*/*/*")):
         return   # a new store: nothing written yet, nothing to check
     try:
         with engine.write_lock:
@@ -62,10 +54,3 @@ def recover_if_dirty(engine: "Engine") -> None:
                 checkpoint_locked(engine)
     except StoreIOError as exc:
         engine.warn(f"store needs recovery but cannot be written ({exc}); reading what is complete")
-
-
-def never_written(engine: "Engine") -> bool:
-    """Nothing was ever written to the store: no commit-log record, no consume-queue file, no
-    key-index file (a new store, whose first batch has nothing to recover)."""
-    return (engine.commitlog.end() == 0 and not engine.index.files()
-            and not any(engine.layout.consumequeue_dir.glob("*/*/*")))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.messagestore import Store
 from tests.log.storetestutil import all_messages, draft, open_store
-from tests.procs import KILLED, finish, mqctl, python
+from tests.procs import KILLED, mqctl
 
 
 def fill(root: Path, n: int = 12, queues: int = 3, **settings) -> tuple[list, list[bytes]]:
@@ -351,35 +350,3 @@ def test_check_is_read_only(root: Path) -> None:
     s.close()
     after = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.name != "lock"}
     assert after == before
-
-
-def test_a_new_stores_first_batch_runs_no_recovery(tmp_path: Path) -> None:
-    """A store made by ``mqctl topic create`` has no checkpoint yet: its first batch writes one
-    without a recovery (which would re-dispatch an empty log and fsync every directory), in a
-    process that never loads the recovery module; what it sent is all there, and a later
-    damage (the checkpoint gone with records in the log) still recovers."""
-    root = tmp_path / "s"
-    assert mqctl(root, "topic", "create", "T", "--queues", "3").returncode == 0
-    assert not (root / "checkpoint").exists()
-    out = finish(python("""
-        import sys, store
-        with store.Producer(sys.argv[1]) as p:
-            p.send_many("T", [b"m%d" % i for i in range(10)])
-        print("store.log.recovery" in sys.modules)
-        """, root, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    assert out == ["False\n"]
-    cp = ckpt.read(root / "checkpoint")
-    assert cp is not None and cp.boot_id == ckpt.current_boot_id()
-    s = Store.open(root)
-    try:
-        assert cp.written_end == s.commitlog.end() > 0
-        assert sorted(m.body for m in all_messages(s, "T")) == sorted(b"m%d" % i for i in range(10))
-    finally:
-        s.close()
-    (root / "checkpoint").unlink()
-    shutil.rmtree(root / "consumequeue" / "T")
-    s = Store.open(root)
-    try:
-        assert sorted(m.body for m in all_messages(s, "T")) == sorted(b"m%d" % i for i in range(10))
-    finally:
-        s.close()
