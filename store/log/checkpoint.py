@@ -42,12 +42,15 @@ class Hints:
     """What one store handle has made durable itself since it was opened (its fsync threads
     write these; the next checkpoint it writes carries them): the commit log below ``synced``,
     consume queues and key index below ``derived`` (at ``derived_at``, s since the epoch).
-    ``flush_due``: a batch found the durable point too far behind (``writebatch.py``)."""
+    ``flush_due``: a batch found the durable point too far behind (``writebatch.py``);
+    ``unflushed_since``: when (``time.monotonic``) the first batch not yet covered by a flush
+    this handle started was written, 0.0 for none."""
 
     synced: int = 0
     derived: int = 0
     derived_at: int = 0
     flush_due: bool = False
+    unflushed_since: float = 0.0
 
 
 def current_boot_id() -> bytes:

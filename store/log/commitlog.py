@@ -36,8 +36,9 @@ class CommitLog:
         # still under the lock it was checked in (``LogAppender``'s ``checked``).
         self.checked: tuple[int, int] | None = None
         # The segment synced last, kept open for the next fsync, (base, fd): fsyncs run in
-        # any thread (a sender's group commit, a background flush), hence the lock; it is
-        # held through the fsync, so close() waits for one that runs. None after close().
+        # any thread (a sender's group commit, a background flush), hence the lock. It is not
+        # held through the fsync (the descriptor is taken out meanwhile): close() does not
+        # wait for an async writer's background flush, which promised nothing. None after close().
         self._sync_fd: tuple[int, int] | None = None
         self._sync_lock = threading.Lock()
         self._closed = False
@@ -228,25 +229,30 @@ class CommitLog:
     def datasync(self, base: int) -> None:
         """``fdatasync`` segment ``base`` (any thread); a segment removed meanwhile (retention)
         needs nothing. Its descriptor is kept for the next call and checked on each: a
-        segment removed and made anew (recovery cut a torn one) is opened anew."""
+        segment removed and made anew (recovery cut a torn one) is opened anew.
+
+        The kept descriptor is taken out for the fsync and put back after it (unless the log
+        was closed meanwhile, or another thread kept one): a ``close()`` during a background
+        flush's fsync returns at once, and the flush closes its descriptor itself."""
         with self._sync_lock:
-            cached = self._sync_fd
-            if cached is not None and (cached[0] != base or not os.fstat(cached[1]).st_nlink):
-                self._drop_sync_fd()
-                cached = None
-            if cached is None:
-                try:
-                    fd = os.open(f"{self._dir_s}/{base:020d}", os.O_RDONLY | os.O_CLOEXEC)
-                except FileNotFoundError:
-                    return
-                cached = (base, fd)
-                if not self._closed:
-                    self._sync_fd = cached
+            cached, self._sync_fd = self._sync_fd, None
+        if cached is not None and (cached[0] != base or not os.fstat(cached[1]).st_nlink):
+            os.close(cached[1])
+            cached = None
+        if cached is None:
             try:
-                os.fdatasync(cached[1])
-            finally:
-                if self._sync_fd is None:
-                    os.close(cached[1])
+                cached = (base, os.open(f"{self._dir_s}/{base:020d}", os.O_RDONLY | os.O_CLOEXEC))
+            except FileNotFoundError:
+                return
+        try:
+            os.fdatasync(cached[1])
+        finally:
+            with self._sync_lock:
+                keep = not self._closed and self._sync_fd is None
+                if keep:
+                    self._sync_fd = cached
+            if not keep:
+                os.close(cached[1])
 
     def _drop_sync_fd(self) -> None:
         cached, self._sync_fd = self._sync_fd, None

@@ -172,12 +172,17 @@ class WriterState:
             return abs(java_hash(draft.sharding_key)) % topic.queues
         if topic.order:
             raise UsageError(f"topic {topic.name!r} is ordered: give a sharding key (-s) or a queue (-q)")
-        n = self.round_robin.get(topic.name)
-        if n is None:
-            import random  # once per topic and process (a consumer never loads it)
-            n = random.randrange(topic.queues)
-        self.round_robin[topic.name] = n + 1
-        return n % topic.queues
+        return self.round_robin_start(topic, 1) % topic.queues
+
+    def round_robin_start(self, topic: TopicConfig, n: int) -> int:
+        """Where ``n`` round-robin messages to ``topic`` start (mod its queue count); the next
+        ones start after them. A process's first starts at a random queue, as RocketMQ's
+        producer does (``os.urandom``: ``random`` costs ~2 ms to import, in every sender)."""
+        start = self.round_robin.get(topic.name)
+        if start is None:
+            start = int.from_bytes(os.urandom(2), "big") % topic.queues
+        self.round_robin[topic.name] = start + n
+        return start
 
 
 class Engine:

@@ -149,21 +149,30 @@ class UniqKeyGenerator:
         return f"{self.prefix}{(now_ms - self.month_start_ms) & 0xFFFFFFFF:08X}{self.counter:04X}"
 
 
-_HEX4: list[bytes] = []
+# The table of every counter's 4 hex digits, in rows of 256 (one per high byte), each built
+# on first use: a process that frames a few thousand messages builds a few rows (~15 µs
+# each), not the whole table (~5 ms).
+_HEX2 = [b"%02X" % i for i in range(256)]
+_HEX4_ROWS: list[list[bytes] | None] = [None] * 256
 
 
 def counter_hex(first: int, n: int) -> list[bytes]:
     """The 4 hex digits ending the unique keys of a batch whose counters run ``first ..
-    first+n-1`` (mod 2**16). Large batches slice a table built once (4 ms); a few messages,
-    the common one-message send among them, format theirs directly rather than pay for it."""
+    first+n-1`` (mod 2**16). Large batches slice the rows of a table; a few messages, the
+    common one-message send among them, format theirs directly."""
     if n < 512:
         return [b"%04X" % ((first + i) & 0xFFFF) for i in range(n)]
-    if not _HEX4:
-        digits = [b"%02X" % i for i in range(256)]
-        _HEX4.extend([a + b for a in digits for b in digits])
-    hx = _HEX4[first:first + n]
-    while len(hx) < n:   # the counter wraps within the batch
-        hx += _HEX4[:n - len(hx)]
+    hx: list[bytes] = []
+    c = first & 0xFFFF
+    while len(hx) < n:   # (the counter may wrap within the batch)
+        hi, lo = c >> 8, c & 0xFF
+        row = _HEX4_ROWS[hi]
+        if row is None:
+            head = _HEX2[hi]
+            row = _HEX4_ROWS[hi] = [head + d for d in _HEX2]
+        take = min(256 - lo, n - len(hx))
+        hx += row[lo:lo + take]
+        c = (c + take) & 0xFFFF
     return hx
 
 

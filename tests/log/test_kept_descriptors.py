@@ -5,6 +5,7 @@ removing the checkpoint, replacing a segment — must never send a batch into a 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from store.log import checkpoint as ckpt
@@ -176,3 +177,42 @@ def test_appends_outside_a_writers_batches_keep_nothing_open(tmp_path: Path) -> 
         q.append(1, pack_entry(0, F.RECORD_FIXED_SIZE + 20, 0))   # a fix in place
     assert len(os.listdir("/proc/self/fd")) == before
     assert [q.max_offset() for q in queues] == [3] * 50
+
+
+def test_close_does_not_wait_for_a_background_fsync(tmp_path: Path, monkeypatch) -> None:
+    """An async writer's background flush fsyncs the log in its own thread, and promised
+    nothing: closing the log while that fsync runs returns at once (it used to wait for the
+    disk), and the flush closes the descriptor it synced through itself."""
+    log = CommitLog(tmp_path / "log", 1 << 20)
+    os.pwrite(log.write_fd(0), b"abc", 0)
+    entered, release = threading.Event(), threading.Event()
+    real = os.fdatasync
+
+    def slow(fd: int) -> None:
+        entered.set()
+        release.wait()
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow)
+    flusher = threading.Thread(target=log.datasync, args=(0,))
+    closer = threading.Thread(target=log.close)
+    try:
+        flusher.start()
+        assert entered.wait(60)
+        closer.start()
+        closer.join(60)
+        assert not closer.is_alive(), "close() waited for the fsync"
+    finally:
+        release.set()
+        flusher.join(60)
+        closer.join(60)
+    segment = str(log.segment_path(0))
+    left = [fd for fd in os.listdir("/proc/self/fd") if _target(fd) == segment]
+    assert left == [], "the flush kept its descriptor after close()"
+
+
+def _target(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""

@@ -11,6 +11,7 @@ from store.log.record import (
     RecordError,
     UniqKeyGenerator,
     check_property,
+    counter_hex,
     decode,
     encode,
     encode_properties,
@@ -138,3 +139,10 @@ def test_unique_keys_are_distinct_and_32_hex_digits() -> None:
     keys = [g.next(1700000000000) for _ in range(70_000)]
     assert all(len(k) == 32 and int(k, 16) >= 0 for k in keys)
     assert len(set(keys[:65536])) == 65536  # the 16-bit counter wraps after 65,536 in one ms
+
+
+@pytest.mark.parametrize("first,n", [(0, 512), (300, 1000), (65000, 2000), (65535, 70000), (7, 65536), (100, 3)])
+def test_counter_hex_is_each_counters_four_hex_digits(first: int, n: int) -> None:
+    """The unique keys' counter digits, sliced from rows of a table built as they are needed
+    (the counter wraps within a batch): each exactly ``%04X`` of its counter."""
+    assert counter_hex(first, n) == [b"%04X" % ((first + i) & 0xFFFF) for i in range(n)]
