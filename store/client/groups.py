@@ -21,14 +21,15 @@ if TYPE_CHECKING:
 
 def broadcast_clients(store: "Store", group: str) -> list[str]:
     """Client ids that keep broadcast offsets for ``group`` (``offsets/<cid>/<group>/``)."""
-    from store.log.offsets import broadcast_offset_files
+    from store.log.broadcastoffsets import broadcast_offset_files
     return [cid for cid, _group in broadcast_offset_files(store.layout, group)]
 
 
 def known_groups(store: "Store", offset_groups: "Iterable[str] | None" = None) -> list[str]:
     """Every group the store knows of, sorted (offsets or ``offset_groups``, members, locks,
     broadcast offsets, retry/DLQ topics)."""
-    from store.log.offsets import ClusterOffsetStore, broadcast_offset_files
+    from store.log.broadcastoffsets import broadcast_offset_files
+    from store.log.offsets import ClusterOffsetStore
     groups = set(ClusterOffsetStore(store.layout).groups() if offset_groups is None else offset_groups)
     for d in (store.layout.members_root, store.layout.queue_locks_root):
         try:
@@ -77,7 +78,8 @@ def group_offsets(store: "Store", group: str) -> list[OffsetSet]:
     """The group's clustering offsets (always first, possibly empty), then one set per
     broadcast client."""
     from store.errors import StoreError
-    from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
+    from store.log.broadcastoffsets import BroadcastOffsetStore
+    from store.log.offsets import ClusterOffsetStore
     sets = [OffsetSet(None, ClusterOffsetStore(store.layout, warn=store.warn).read_group(group))]
     for cid in broadcast_clients(store, group):
         try:

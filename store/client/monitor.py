@@ -269,7 +269,7 @@ class Monitor:
                         topics: set[str]) -> list[QueueLag]:
         from store.client.groups import broadcast_clients
         from store.errors import StoreError
-        from store.log.offsets import BroadcastOffsetStore
+        from store.log.broadcastoffsets import BroadcastOffsetStore
         rows: list[QueueLag] = []
         for cid in broadcast_clients(self.store, group):
             try:

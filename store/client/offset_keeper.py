@@ -38,8 +38,9 @@ from store.client.stage import LostQueueError, Stage
 from store.client.startpoint import start_offset
 from store.errors import LockHeldError
 from store.failpoints import failpoint
+from store.log.broadcastoffsets import BroadcastOffsetStore
 from store.log.messagestore import Store
-from store.log.offsets import LOCK_TIMEOUT_S, BroadcastOffsetStore, ClusterOffsetStore, GroupOffsets, QueueKey, Warn
+from store.log.offsets import LOCK_TIMEOUT_S, ClusterOffsetStore, GroupOffsets, QueueKey, Warn
 
 MAX_PUT_OFF = 15   # lag commits put off in a row (the table busy) before one waits for it
 

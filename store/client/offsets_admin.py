@@ -180,7 +180,8 @@ class OffsetsAdmin(AdminBase):
         """Apply a plan of :meth:`plan_reset` (see :meth:`reset_offsets`), offset set by offset
         set (the clustering table, then each broadcast client): ``progress(n)`` is called after
         each with the number of queue offsets it moved."""
-        from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
+        from store.log.broadcastoffsets import BroadcastOffsetStore
+        from store.log.offsets import ClusterOffsetStore
         store = self.store
         if plan.busy and not force:
             raise LockHeldError(

@@ -34,8 +34,8 @@ from store.errors import StoreError
 from store.layout import backup_of
 from store.log import checkpoint as ckpt
 from store.log import knowndamage, offsettable, recordscan
+from store.log.broadcastoffsets import broadcast_offset_files
 from store.log.checkderived import Confirm, IndexCheck, QueueCursors
-from store.log.offsets import broadcast_offset_files
 
 if TYPE_CHECKING:
     from store.log.engine import Engine

@@ -21,13 +21,9 @@ that returned; a power cut may lose the members' commits since the last snapshot
 again, never skipped), never a reset or deletion, never a torn table. A damaged table stops
 only the groups whose offsets it lost (exit 5) until ``store recover``.
 
-Broadcast clients — ``offsets/<clientId>/<group>/offsets.json`` (:class:`BroadcastOffsetStore`)
--------------------------------------------------------------------------------------------
-RocketMQ's ``LocalFileOffsetStore`` writes fastjson with ``MessageQueue`` objects as map keys,
-which is not valid JSON, and overwrites the file in place. Here it is standard JSON, one
-object per queue, written the same atomic way with ``offsets.json.bak`` and a sidecar lock::
-
-    {"offsetTable": [{"topic": "T", "brokerName": "mqctl", "queueId": 0, "offset": 42}, ...]}
+Broadcast clients — ``offsets/<clientId>/<group>/offsets.json``
+--------------------------------------------------------------
+Their own files, owned by ``broadcastoffsets.py``.
 
 Damage
 ------
@@ -44,7 +40,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,22 +56,16 @@ from store.log.offsettable import (
     TOPIC_GROUP_SEPARATOR,
     ClusterTable,
     is_int,
-    parse_offset,
     split_key,
     table_key,
 )
 from store.log.offsetview import SNAPSHOT_S, OffsetView
 from store.names import (
-    BROKER_NAME,
-    CLIENT_ID_RE,
-    NAME_RE,
     validate_any_topic,
-    validate_client_id,
     validate_group,
 )
 
-__all__ = ["NO_OFFSET", "TOPIC_GROUP_SEPARATOR", "BroadcastOffsetStore", "ClusterOffsetStore", "GroupOffsets",
-           "table_key"]
+__all__ = ["NO_OFFSET", "TOPIC_GROUP_SEPARATOR", "ClusterOffsetStore", "GroupOffsets", "table_key"]
 
 LOCK_TIMEOUT_S = 30.0
 
@@ -90,7 +80,7 @@ def warn_stderr(message: str) -> None:
 
 
 @contextmanager
-def _exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+def exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold an exclusive flock on ``lock_path`` (created 0600, never deleted) for the block."""
     fsutil.ensure_dir(lock_path.parent)
     try:
@@ -105,7 +95,7 @@ def _exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[Non
 
 
 @dataclass
-class _FallbackWatch:
+class FallbackWatch:
     """A ``warn`` wrapper that remembers whether the ``.bak`` had to be used."""
 
     warn: Warn
@@ -116,7 +106,7 @@ class _FallbackWatch:
         self.warn(message)
 
 
-def _check_offset(offset: Any, queue_id: Any) -> None:
+def check_offset(offset: Any, queue_id: Any) -> None:
     if not is_int(queue_id) or queue_id < 0:
         raise UsageError(f"invalid queue id {queue_id!r}")
     if not is_int(offset) or offset < 0:
@@ -222,7 +212,7 @@ class ClusterOffsetStore:
         validate_group(group)
         for (topic, queue_id), offset in offsets.items():
             validate_any_topic(topic)
-            _check_offset(offset, queue_id)
+            check_offset(offset, queue_id)
         skipped: set[str] = set()
 
         def merge(table: ClusterTable) -> bool:
@@ -244,7 +234,7 @@ class ClusterOffsetStore:
             # (the rename not fsynced: a cut may keep the previous commit, delivered again)
             self._update(merge, sync=False, timeout=timeout)
             return skipped
-        with self._view_lock, _exclusive(lock_beside(self.path), timeout):
+        with self._view_lock, exclusive(lock_beside(self.path), timeout):
             view = self.view
             done = view.commit(group, offsets, increase_only, expected_epochs)
             if done is None:
@@ -261,7 +251,7 @@ class ClusterOffsetStore:
             view = self.view
             if not view.unsettled(time.monotonic(), quiet_s):
                 return
-            with _exclusive(lock_beside(self.path)):
+            with exclusive(lock_beside(self.path)):
                 if not view.settle():
                     self._write_locked(lambda table: False, sync=False)
                 if view.wrote is not None:
@@ -274,7 +264,7 @@ class ClusterOffsetStore:
         validate_group(group)
         validate_any_topic(topic)
         for queue_id, offset in offsets.items():
-            _check_offset(offset, queue_id)
+            check_offset(offset, queue_id)
         epoch = 0
 
         def apply(table: ClusterTable) -> bool:
@@ -372,7 +362,7 @@ class ClusterOffsetStore:
     def _update(self, mutate: Callable[[ClusterTable], bool], sync: bool = True,
                 on_lost: Callable[[ClusterTable, set[str]], bool] | None = None, durable_end: int = 0,
                 timeout: float = LOCK_TIMEOUT_S) -> None:
-        with _exclusive(lock_beside(self.path), timeout):
+        with exclusive(lock_beside(self.path), timeout):
             self._write_locked(mutate, sync, on_lost, durable_end)
 
     def _write_locked(self, mutate: Callable[[ClusterTable], bool], sync: bool = True,
@@ -401,99 +391,3 @@ class ClusterOffsetStore:
         if loaded.damage is not None:
             self._warn(f"{self.layout.consumer_offset_log} was damaged at byte {loaded.damage[0]}: rewritten from the "
                        f"offset table (the commits after the damage dropped: their messages are delivered again)")
-
-
-# -- broadcasting: offsets/<clientId>/<group>/offsets.json -----------------------------------
-
-def _parse_broadcast(obj: Any) -> dict[QueueKey, int]:
-    """Parse and validate the broadcast file; ``ValueError`` on any wrong shape."""
-    entries = obj.get("offsetTable") if isinstance(obj, dict) else None
-    if not isinstance(entries, list):
-        raise ValueError("offsetTable is not a list")
-    table: dict[QueueKey, int] = {}
-    for entry in entries:
-        if not isinstance(entry, dict):
-            raise ValueError(f"entry {entry!r} is not an object")
-        topic, queue_id, offset = entry.get("topic"), entry.get("queueId"), entry.get("offset")
-        if not isinstance(topic, str) or not isinstance(entry.get("brokerName"), str):
-            raise ValueError(f"entry {entry!r} lacks topic or brokerName")
-        if not is_int(queue_id) or queue_id < 0:
-            raise ValueError(f"entry {entry!r} has a bad queueId")
-        table[(topic, queue_id)] = parse_offset(offset)
-    return table
-
-
-def _broadcast_json(table: Mapping[QueueKey, int]) -> dict[str, Any]:
-    entries = [{"topic": topic, "brokerName": BROKER_NAME, "queueId": queue_id, "offset": offset}
-               for (topic, queue_id), offset in sorted(table.items())]
-    return {"offsetTable": entries}
-
-
-class BroadcastOffsetStore:
-    """One broadcast client's offsets (RocketMQ's ``LocalFileOffsetStore``).
-
-    Offsets live in memory (``update``) and reach the file with ``persist``, which re-reads the
-    file and replaces only the queues the client owns, so entries of other queues survive.
-    """
-
-    def __init__(self, layout: Layout, client_id: str, group: str, warn: Warn | None = None) -> None:
-        self.path = layout.broadcast_offsets(validate_client_id(client_id), validate_group(group))
-        self._warn = warn or warn_stderr
-        self._table: dict[QueueKey, int] = {}
-
-    def load(self) -> dict[QueueKey, int]:
-        """Fill the memory table from the file (replacing it) and return a copy."""
-        self._table = self._read_file(_FallbackWatch(self._warn))
-        return dict(self._table)
-
-    def read(self, topic: str, queue_id: int) -> int:
-        """The in-memory offset of one queue, or -1 (RocketMQ's READ_FROM_MEMORY)."""
-        return self._table.get((topic, queue_id), NO_OFFSET)
-
-    def update(self, topic: str, queue_id: int, offset: int, increase_only: bool = True) -> None:
-        """Set one queue's offset in memory; with ``increase_only`` it never moves back."""
-        validate_any_topic(topic)
-        _check_offset(offset, queue_id)
-        old = self._table.get((topic, queue_id), NO_OFFSET)
-        self._table[(topic, queue_id)] = max(old, offset) if increase_only else offset
-
-    def persist(self, owned: Iterable[QueueKey]) -> None:
-        """Write the memory offsets of the ``owned`` queues; other entries of the file stay."""
-        mine = {key: self._table[key] for key in owned if key in self._table}
-        if not mine:
-            return
-        fsutil.ensure_dir(self.path.parent)
-        with _exclusive(lock_beside(self.path)):
-            watch = _FallbackWatch(self._warn)
-            on_disk = self._read_file(watch)
-            merged = {**on_disk, **mine}
-            # An idle consumer persists every few seconds; skip the fsyncs when nothing moved.
-            if merged != on_disk or watch.used:
-                # (the rename not fsynced, as a clustering member's commit)
-                fsutil.atomic_write_json(self.path, _broadcast_json(merged), keep_bak=not watch.used,
-                                         sync_dir=watch.used)
-
-    def _read_file(self, watch: _FallbackWatch) -> dict[QueueKey, int]:
-        obj = fsutil.read_json_with_bak(self.path, default=None, validate=_parse_broadcast, warn=watch)
-        return {} if obj is None else _parse_broadcast(obj)
-
-
-def broadcast_offset_files(layout: Layout, group: str | None = None) -> list[tuple[str, str]]:
-    """(client id, group) of every broadcast offsets file (of ``group`` only, if given),
-    sorted; directories whose names are not valid ids are passed over."""
-    root = layout.broadcast_offsets_root
-    try:
-        cids = os.listdir(root)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    out = []
-    for cid in cids:
-        if not CLIENT_ID_RE.match(cid) or cid in (".", ".."):
-            continue
-        try:
-            groups = [group] if group is not None else os.listdir(root / cid)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        out += [(cid, g) for g in groups if NAME_RE.match(g) and layout.broadcast_offsets(cid, g).exists()]
-    return sorted(out)
-

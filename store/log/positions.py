@@ -32,7 +32,7 @@ from typing import Any, Callable
 from store.errors import StoreError
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
 from store.layout import Layout
-from store.log import offsetcommits, offsets
+from store.log import broadcastoffsets, offsetcommits, offsets
 from store.log.record import Draft
 from store.names import DELAY_PROGRESS_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, SCHEDULE_TOPIC
 
@@ -174,9 +174,9 @@ def _clamp_offsets(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]
                 moved.append(f"group {group}: {topic}/{queue_id} offset {offset} -> {end}")
         for topic, ends in by_topic.items():
             cluster.reset(group, topic, ends)
-    for client_id, group in offsets.broadcast_offset_files(layout):
+    for client_id, group in broadcastoffsets.broadcast_offset_files(layout):
         try:
-            store = offsets.BroadcastOffsetStore(layout, client_id, group, warn)
+            store = broadcastoffsets.BroadcastOffsetStore(layout, client_id, group, warn)
             table = store.load()
         except StoreError:
             continue   # a name that is not ours, or an unreadable file: `store check` reports it

@@ -27,14 +27,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from store.errors import CorruptionError
 from store.failpoints import failpoint
+from store.log import broadcastoffsets, indexfence, knowndamage, offsetcommits, recordscan
 from store.log import checkpoint as ckpt
 from store.log import format as F
-from store.log import indexfence, knowndamage, offsetcommits, recordscan
 from store.log.arrays import layouts
 from store.log.positions import clamp_to_queue_ends
 from store.log.queuerebuild import QueueRebuild, trim_queue
 from store.log.record import RecordError, decode
 from store.log.topics import TopicConfig
+from store.names import is_system_topic
 
 if TYPE_CHECKING:
     from store.log.engine import Engine
@@ -201,6 +202,9 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     _clamp_topics(engine, valid_end)
     if plan.rebooted or rep.cq_entries_dropped or rep.truncated_bytes:
         _clamp_consumers(engine)
+    if full:   # a broadcast client whose offsets and their .bak are unreadable starts over, skipping nothing
+        broadcastoffsets.reset_lost(engine.layout, engine.queues.min_offset, {
+            n: t.queues for n, t in engine.topics().items() if not is_system_topic(n)}, engine.warn)
     rep.end = valid_end
     cp = plan.checkpoint or ckpt.Checkpoint()
     last_ts = max(cp.last_store_ts, last_ts)

@@ -152,7 +152,8 @@ def _offset_table_needs(store: "Store", who: str, offsets: dict[tuple[str, int],
 
 def consumer_needs(store: "Store") -> list[Need]:
     """Every reader's position, as the commit-log offset it will read next."""
-    from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore, broadcast_offset_files
+    from store.log.broadcastoffsets import BroadcastOffsetStore, broadcast_offset_files
+    from store.log.offsets import ClusterOffsetStore
     topics = store.topics()
     needs: list[Need] = []
     cluster = ClusterOffsetStore(store.layout, warn=store.warn)

@@ -139,7 +139,7 @@ def test_reset_bad_input(mq: MQ, loaded: Store) -> None:
 
 
 def test_reset_of_broadcast_offsets(mq: MQ, loaded: Store) -> None:
-    from store.log.offsets import BroadcastOffsetStore
+    from store.log.broadcastoffsets import BroadcastOffsetStore
     b = BroadcastOffsetStore(loaded.layout, "c1", "B")
     for q in range(4):
         b.update("T", q, 2 if q == 0 else 0)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
+from store.log.broadcastoffsets import BroadcastOffsetStore
+from store.log.offsets import ClusterOffsetStore
 from store.log.record import Draft
 from store.timeparse import format_time
 from tests.procs import MQ, Result, one_error

@@ -20,8 +20,9 @@ from store.client.members import Membership
 from store.client.qlocks import QueueLock
 from store.client.retry import dead_letter
 from store.client.rules import check_consume_options
+from store.log.broadcastoffsets import BroadcastOffsetStore
 from store.log.messagestore import Store
-from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
+from store.log.offsets import ClusterOffsetStore
 from store.log.record import PROP_RETRY_TOPIC, Draft
 from store.names import dlq_topic, retry_topic
 

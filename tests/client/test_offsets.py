@@ -12,7 +12,8 @@ import pytest
 from store.errors import CorruptionError, InvalidNameError, UsageError
 from store.fsutil import json_crc
 from store.layout import Layout
-from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
+from store.log.broadcastoffsets import BroadcastOffsetStore
+from store.log.offsets import ClusterOffsetStore
 from tests.procs import finish, python
 
 

@@ -19,7 +19,7 @@ from store.client.options import ConsumeOptions
 from store.client.qlocks import QueueLock, renew_all
 from store.client.runtime import Runtime
 from store.layout import lock_beside
-from store.log.offsets import ClusterOffsetStore, _exclusive
+from store.log.offsets import ClusterOffsetStore, exclusive
 from store.log.record import Draft
 from tests.procs import MQ, wait_for
 
@@ -225,7 +225,7 @@ def test_a_lag_commit_does_not_wait_behind_another_commit(rt: Runtime) -> None:
     keeper.advance(("T", 0), keeper.lag + 5)
     assert keeper.urgent
     done = threading.Event()
-    with _exclusive(lock_beside(rt.layout.consumer_offset_json)):   # another process committing
+    with exclusive(lock_beside(rt.layout.consumer_offset_json)):   # another process committing
         th = threading.Thread(target=lambda: (keeper.persist_lagging(1e9), done.set()), daemon=True)
         th.start()
         wait_for(done.is_set, 20, what="the lag commit to return while the table is locked")

@@ -355,6 +355,23 @@ def test_store_check_says_whether_a_backup_is_there_to_fall_back_on(mq: MQ) -> N
               allow_warnings=True)
 
 
+def test_store_recover_starts_a_broadcast_client_beyond_reading_over_from_the_oldest_message(mq: MQ) -> None:
+    """README: offsets beyond recovery make only their group's commands fail until ``store
+    recover``, which resets them to the oldest message, so nothing is skipped. A broadcast
+    client's file and its .bak both unreadable stayed so through ``store recover`` (exit 0),
+    its consumers refusing for good."""
+    path = mq.root / JSON_FILES["broadcast"]
+    for p in (path, path.with_name(path.name + ".bak")):
+        p.write_bytes(b"{bad")
+    every = mq.ok("consume", "t", "--no-group", "--from", "first", "-e").stdout.splitlines()
+    res = mq.run("store", "recover")
+    assert res.returncode == 0, str(res)
+    assert "broadcast client bc1 of group B: offsets could not be recovered" in res.stderr, str(res)
+    assert mq.run("store", "check").returncode == 0
+    got = mq.ok("consume", "t", "-g", "B", "--broadcast", "--client-id", "bc1", "-e").stdout.splitlines()
+    assert sorted(got) == sorted(every) and every
+
+
 @pytest.mark.parametrize("seed", SEEDS[:2])
 def test_damaged_lock_and_member_records(mq: MQ, seed: int) -> None:
     """A dead holder's lock record, damaged, never keeps the queue locked nor crashes anyone:

@@ -12,8 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from mqctl.app import app
+from store.log.broadcastoffsets import BroadcastOffsetStore
 from store.log.messagestore import Store
-from store.log.offsets import BroadcastOffsetStore, ClusterOffsetStore
+from store.log.offsets import ClusterOffsetStore
 from store.log.record import Draft
 from store.log.retention import DEFAULT_RETENTION_MS, clean, plan_clean
 from store.log.settings import StoreSettings

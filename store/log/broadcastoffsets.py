@@ -1,0 +1,145 @@
+"""Broadcast clients' offsets: ``offsets/<clientId>/<group>/offsets.json``
+(:class:`BroadcastOffsetStore`; RocketMQ's ``LocalFileOffsetStore``).
+
+RocketMQ writes fastjson with ``MessageQueue`` objects as map keys, which is not valid JSON,
+and overwrites the file in place. Here it is standard JSON, one object per queue, written
+atomically (temp file, rename) with ``offsets.json.bak`` and a sidecar lock
+(``offsets.json.lock``)::
+
+    {"offsetTable": [{"topic": "T", "brokerName": "mqctl", "queueId": 0, "offset": 42}, ...]}
+
+A committed offset is the next offset to consume; -1 is "no offset". A main file that is
+missing, empty, unparsable or of the wrong shape is replaced by its ``.bak`` (``warn`` says
+so); when the ``.bak`` is unreadable too, :class:`CorruptionError` names the file until
+``store recover`` (:func:`reset_lost`) gives the client every queue's oldest message.
+Directories are created 0700, files 0600.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from store import fsutil
+from store.errors import CorruptionError
+from store.layout import Layout, lock_beside
+from store.log.offsets import FallbackWatch, QueueKey, Warn, check_offset, exclusive, warn_stderr
+from store.log.offsettable import NO_OFFSET, is_int, parse_offset
+from store.names import BROKER_NAME, CLIENT_ID_RE, NAME_RE, validate_any_topic, validate_client_id, validate_group
+
+
+def _parse_broadcast(obj: Any) -> dict[QueueKey, int]:
+    """Parse and validate the broadcast file; ``ValueError`` on any wrong shape."""
+    entries = obj.get("offsetTable") if isinstance(obj, dict) else None
+    if not isinstance(entries, list):
+        raise ValueError("offsetTable is not a list")
+    table: dict[QueueKey, int] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ValueError(f"entry {entry!r} is not an object")
+        topic, queue_id, offset = entry.get("topic"), entry.get("queueId"), entry.get("offset")
+        if not isinstance(topic, str) or not isinstance(entry.get("brokerName"), str):
+            raise ValueError(f"entry {entry!r} lacks topic or brokerName")
+        if not is_int(queue_id) or queue_id < 0:
+            raise ValueError(f"entry {entry!r} has a bad queueId")
+        table[(topic, queue_id)] = parse_offset(offset)
+    return table
+
+
+def _broadcast_json(table: Mapping[QueueKey, int]) -> dict[str, Any]:
+    entries = [{"topic": topic, "brokerName": BROKER_NAME, "queueId": queue_id, "offset": offset}
+               for (topic, queue_id), offset in sorted(table.items())]
+    return {"offsetTable": entries}
+
+
+class BroadcastOffsetStore:
+    """One broadcast client's offsets (RocketMQ's ``LocalFileOffsetStore``).
+
+    Offsets live in memory (``update``) and reach the file with ``persist``, which re-reads the
+    file and replaces only the queues the client owns, so entries of other queues survive.
+    """
+
+    def __init__(self, layout: Layout, client_id: str, group: str, warn: Warn | None = None) -> None:
+        self.path = layout.broadcast_offsets(validate_client_id(client_id), validate_group(group))
+        self._warn = warn or warn_stderr
+        self._table: dict[QueueKey, int] = {}
+
+    def load(self) -> dict[QueueKey, int]:
+        """Fill the memory table from the file (replacing it) and return a copy."""
+        self._table = self._read_file(FallbackWatch(self._warn))
+        return dict(self._table)
+
+    def read(self, topic: str, queue_id: int) -> int:
+        """The in-memory offset of one queue, or -1 (RocketMQ's READ_FROM_MEMORY)."""
+        return self._table.get((topic, queue_id), NO_OFFSET)
+
+    def update(self, topic: str, queue_id: int, offset: int, increase_only: bool = True) -> None:
+        """Set one queue's offset in memory; with ``increase_only`` it never moves back."""
+        validate_any_topic(topic)
+        check_offset(offset, queue_id)
+        old = self._table.get((topic, queue_id), NO_OFFSET)
+        self._table[(topic, queue_id)] = max(old, offset) if increase_only else offset
+
+    def persist(self, owned: Iterable[QueueKey]) -> None:
+        """Write the memory offsets of the ``owned`` queues; other entries of the file stay."""
+        mine = {key: self._table[key] for key in owned if key in self._table}
+        if not mine:
+            return
+        fsutil.ensure_dir(self.path.parent)
+        with exclusive(lock_beside(self.path)):
+            watch = FallbackWatch(self._warn)
+            on_disk = self._read_file(watch)
+            merged = {**on_disk, **mine}
+            # An idle consumer persists every few seconds; skip the fsyncs when nothing moved.
+            if merged != on_disk or watch.used:
+                # (the rename not fsynced, as a clustering member's commit)
+                fsutil.atomic_write_json(self.path, _broadcast_json(merged), keep_bak=not watch.used,
+                                         sync_dir=watch.used)
+
+    def _read_file(self, watch: FallbackWatch) -> dict[QueueKey, int]:
+        obj = fsutil.read_json_with_bak(self.path, default=None, validate=_parse_broadcast, warn=watch)
+        return {} if obj is None else _parse_broadcast(obj)
+
+
+def broadcast_offset_files(layout: Layout, group: str | None = None) -> list[tuple[str, str]]:
+    """(client id, group) of every broadcast offsets file (of ``group`` only, if given),
+    sorted; directories whose names are not valid ids are passed over."""
+    root = layout.broadcast_offsets_root
+    try:
+        cids = os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for cid in cids:
+        if not CLIENT_ID_RE.match(cid) or cid in (".", ".."):
+            continue
+        try:
+            groups = [group] if group is not None else os.listdir(root / cid)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        out += [(cid, g) for g in groups if NAME_RE.match(g) and layout.broadcast_offsets(cid, g).exists()]
+    return sorted(out)
+
+
+def reset_lost(layout: Layout, oldest: Callable[[str, int], int], topics: Mapping[str, int],
+               warn: Warn) -> list[str]:
+    """``store recover``: every client whose file and ``.bak`` are both unreadable gets, for
+    every topic of ``topics`` (name -> queue count), each queue's oldest message (``oldest``):
+    the damaged file no longer says which topics it read, and nothing may be skipped. One
+    warning line per client; returns them."""
+    said: list[str] = []
+    for cid, group in broadcast_offset_files(layout):
+        path = layout.broadcast_offsets(cid, group)
+        with exclusive(lock_beside(path)):
+            try:
+                BroadcastOffsetStore(layout, cid, group, warn=lambda _m: None).load()
+                continue
+            except CorruptionError:
+                pass
+            table = {(t, q): oldest(t, q) for t, n in topics.items() for q in range(n)}
+            fsutil.atomic_write_json(path, _broadcast_json(table), keep_bak=False)
+        said.append(f"broadcast client {cid} of group {group}: offsets could not be recovered "
+                    f"(offsets.json and its .bak unreadable); reset to the oldest message")
+    for line in said:
+        warn(line)
+    return said
