@@ -36,6 +36,25 @@ def store_prefix(argv: list[str]) -> tuple[str | None, list[str]]:
     return None, argv
 
 
+def command_word(argv: list[str]) -> str | None:
+    """The command a command line names, past the root's options (``--store DIR``, ``--utc``)."""
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--store":
+            i += 2
+        elif argv[i].startswith("--store=") or argv[i] == "--utc":
+            i += 1
+        else:
+            return argv[i]
+    return None
+
+
+def _stopped_before_joining(_signum: int, _frame: object) -> None:
+    # A consume stops on SIGINT/SIGTERM with exit 0 (cli.md); its own handlers are installed
+    # before it joins its group, and until then it has taken nothing and has nothing to persist.
+    raise SystemExit(0)
+
+
 def quick_send(argv: list[str]) -> tuple[str | None, str, str | None] | None:
     """``(store flag, topic, body)`` when ``argv`` is exactly a one-message send (``body``
     None: a send of stdin's lines with no flag), else None."""
@@ -121,6 +140,10 @@ def run_command(argv: list[str]) -> None:
         # 0 taken, so that no file the command opens can be read as its input by mistake.
         sys.stdin = open(os.open(os.devnull, os.O_RDONLY), encoding="utf-8")
     completing = bool(os.environ.get(COMPLETE_VAR))
+    if not completing and command_word(argv) == "consume":
+        import signal
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _stopped_before_joining)
     if store_prefix(argv)[1] in (["--version"], ["-V"]) and not completing:
         sys.exit(_version(argv))   # (scripts ask it to see that mqctl is there: no Typer app for it)
     quick = None if completing else quick_send(argv)

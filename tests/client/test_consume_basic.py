@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -393,6 +394,30 @@ def test_signal_stops_cleanly(mq: MQ, sig: int) -> None:
     assert "Traceback" not in p.stderr()
     # Nothing is delivered again.
     assert bodies(mq.ok("consume", "T", "-g", "G", "-e")) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_consumer_starts_still_exits_0(mq: MQ, sig: int) -> None:
+    """A consume stopped while still starting, before its own handlers are installed (they
+    are, before it joins), exited by the signal (143, or 130 "interrupted"): a supervisor that
+    stops a consumer it has just started saw a crash. Here its open waits on the store's
+    settings file made a FIFO that no one writes, a place it is sure to be still starting."""
+    mq.ok("topic", "create", "T")
+    settings = mq.root / "store.json"
+    real = settings.read_bytes()
+    settings.unlink()
+    os.mkfifo(settings)
+    try:
+        p = mq.start("consume", "T", "-g", "G")
+        wchan = Path(f"/proc/{p.pid}/wchan")
+        wait_for(lambda: not p.alive() or wchan.read_text() == "wait_for_partner", 30,
+                 what="the consumer to open the FIFO")
+        p.signal(sig)
+        assert p.wait(20) == 0, p.stderr()
+        assert "Traceback" not in p.stderr() and not mq.members("G")
+    finally:
+        settings.unlink()
+        settings.write_bytes(real)
 
 
 def test_duplicate_client_id_is_a_conflict(mq: MQ) -> None:
