@@ -160,6 +160,6 @@ def summary(snap: Any) -> str:
     p = snap.problems
     issues = (sum(1 for n in p.dead_letters.values() if n) + len(p.overdue) + (1 if p.delayed_due else 0)
               + len(p.warnings) + sum(1 for lk in snap.locks if lk.state != "held"))
-    topics = sum(1 for t in snap.topics if not t.system)
-    return (f"{topics} topics, {len(snap.groups)} groups, {sum(len(g.members) for g in snap.groups)} members, "
-            f"{len(snap.locks)} locks, {issues} problems")
+    counts = ((sum(1 for t in snap.topics if not t.system), "topic"), (len(snap.groups), "group"),
+              (sum(len(g.members) for g in snap.groups), "member"), (len(snap.locks), "lock"), (issues, "problem"))
+    return ", ".join(f"{n} {word}{'' if n == 1 else 's'}" for n, word in counts)

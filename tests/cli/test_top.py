@@ -223,7 +223,7 @@ def test_live_screen_in_a_terminal(mq: MQ, tmp_path: Path) -> None:
                 env, 100, 30)
     try:
         screen = term.wait(lambda s: _row(s, "orders") is not None, "the topics view")
-        assert "1 topics" in screen and "LAST-60S" in screen
+        assert "1 topic," in screen and "LAST-60S" in screen
         assert feeder.batch([f"f{i}" for i in range(13)])
         stored = next(t["messages"] for t in mq.ok("topic", "list", "--json").json_lines() if t["topic"] == "orders")
         assert stored == 73
