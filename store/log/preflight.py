@@ -56,8 +56,9 @@ def _wait_for_maker(layout: "Layout") -> None:
                              layout.config_dir, layout.checkpoint, backup_of(layout.store_json))}
     deadline = time.monotonic() + CREATOR_WAIT_S
     while not layout.store_json.exists():
-        try:   # (a dot name: store.json's temp file, written before it is renamed)
-            ours = all(name in made or name.startswith(".") for name in os.listdir(layout.root))
+        temp = f".{layout.store_json.name}."   # (its temp file, written before it is renamed)
+        try:
+            ours = all(name in made or name.startswith(temp) for name in os.listdir(layout.root))
         except OSError:
             ours = False
         if not ours or time.monotonic() >= deadline:

@@ -97,7 +97,7 @@ def test_a_half_made_store_whose_maker_died_is_refused(root: Path, monkeypatch: 
     with pytest.raises(UsageError, match="is not empty and is not an mqctl store"):
         Store.open(root, create=True)
     (root / "checkpoint").unlink()
-    (root / "notes.txt").write_text("mine")   # not a store's: refused without waiting
+    (root / ".notes").write_text("mine")   # not a store's: refused without waiting
     monkeypatch.setattr(preflight, "CREATOR_WAIT_S", 3600.0)
     with pytest.raises(UsageError, match="is not empty and is not an mqctl store"):
         Store.open(root, create=True)
