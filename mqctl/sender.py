@@ -281,7 +281,7 @@ class Sender:
                 if has_property_separator(k):
                     raise self._bad_line("a sharding key may not contain the control characters \\x01 or \\x02",
                                          line)
-                if len(k) > self.key_room():
+                if 3 * len(k) > self.key_room():   # (a byte that is not UTF-8 is stored as U+FFFD: 3 bytes)
                     from store import Prop, check_properties_room
                     from store.errors import MessageTooLargeError
                     try:

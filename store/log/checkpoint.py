@@ -157,15 +157,21 @@ class CheckpointFile:
             os.close(fd)
 
 
-def write(path: Path, cp: Checkpoint) -> None:
+def write(path: Path, cp: Checkpoint, *, new: bool = False) -> bool:
+    """Write the checkpoint at ``path``. ``new``: only if there is none yet (False when there
+    is: two processes making a store at once, the one that made it first goes on)."""
     try:
-        fd = open_private(path, os.O_WRONLY | os.O_CREAT)
+        try:
+            fd = open_private(path, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if new else 0))
+        except FileExistsError:
+            return False
         try:
             os.pwrite(fd, cp.pack(), 0)
         finally:
             os.close(fd)
     except OSError as exc:
         raise io_error(exc, f"write {path}") from exc
+    return True
 
 
 def lost_durable_bytes(cp: Checkpoint | None, log: CommitLog) -> tuple[str, int, str] | None:

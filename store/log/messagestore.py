@@ -40,13 +40,13 @@ from store.errors import (
     StoreNotFoundError,
     UsageError,
 )
-from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
+from store.fsutil import atomic_write_json, read_json_with_bak
 from store.layout import Layout, backup_of
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
 from store.log.index import KeyIndex
-from store.log.preflight import checkpoint_locked, recover_if_dirty, write_new_checkpoint
+from store.log.preflight import checkpoint_locked, claim_new_store, recover_if_dirty
 from store.log.queueends import queue_end
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
 from store.log.settings import StoreSettings
@@ -179,13 +179,9 @@ class Store:
         settings.validate(strict=False)
         if root.exists() and not root.is_dir():
             raise UsageError(f"{root} exists and is not a directory")
-        if root.exists() and any(p.name != "store.json" for p in root.iterdir()):
-            raise UsageError(f"{root} is not empty and is not an mqctl store")
-        ensure_dir(root)
         layout = Layout(root)
-        for d in (layout.commitlog_dir, layout.consumequeue_dir, layout.index_dir, layout.config_dir):
-            ensure_dir(d, durable=d == layout.config_dir)   # one fsync of root makes all four durable
-        write_new_checkpoint(layout)
+        if not claim_new_store(layout):
+            return   # two processes making the store at once: the other one made it
         # store.json is written once; its .bak (durable by store.json's dir fsync) is the fallback a damaged one names
         atomic_write_json(backup_of(layout.store_json), settings.to_json(), keep_bak=False, sync_dir=False)
         atomic_write_json(layout.store_json, settings.to_json(), keep_bak=False)

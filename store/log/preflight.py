@@ -6,10 +6,13 @@ the checkpoint a recovery of it would write.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING
 
-from store.errors import StoreIOError
+from store.errors import StoreIOError, UsageError
+from store.fsutil import ensure_dir
+from store.layout import backup_of
 from store.log import checkpoint as ckpt
 from store.log import indexfence
 
@@ -18,13 +21,49 @@ if TYPE_CHECKING:
     from store.log.engine import Engine
 
 
-def write_new_checkpoint(layout: "Layout") -> None:
-    """The checkpoint of a store being made (before its ``store.json``: no one writes into it
-    meanwhile): this boot, nothing written, its derived files (none) durable as of now — what
-    a recovery of the empty store would write. Without it the first writer took the missing
-    checkpoint for damage and recovered: the recovery modules loaded and every directory of
-    the store fsynced before its first batch."""
-    ckpt.write(layout.checkpoint, ckpt.Checkpoint(boot_id=ckpt.current_boot_id(), derived_at=int(time.time())))
+# How long a process that finds a store being made by another waits for its store.json.
+CREATOR_WAIT_S = 10.0
+
+
+def claim_new_store(layout: "Layout") -> bool:
+    """Make the directories and the checkpoint of a new store (its ``store.json`` is the
+    caller's, written last: until then no one writes into it). False when another process
+    is making the same store (two commands into a new store at once): the checkpoint is made
+    only where there is none, and the loser waits for the other's ``store.json``.
+
+    The checkpoint is what a recovery of the empty store would write: this boot, nothing
+    written, its derived files (none) durable as of now. Without it the first writer took
+    the missing checkpoint for damage and recovered: the recovery modules loaded and every
+    directory of the store fsynced before its first batch."""
+    root = layout.root
+    if not (root.exists() and any(p.name != "store.json" for p in root.iterdir())):
+        ensure_dir(root)
+        for d in (layout.commitlog_dir, layout.consumequeue_dir, layout.index_dir, layout.config_dir):
+            ensure_dir(d, durable=d == layout.config_dir)   # one fsync of root makes all four durable
+        cp = ckpt.Checkpoint(boot_id=ckpt.current_boot_id(), derived_at=int(time.time()))
+        if ckpt.write(layout.checkpoint, cp, new=True):
+            return True
+    _wait_for_maker(layout)
+    return False
+
+
+def _wait_for_maker(layout: "Layout") -> None:
+    """The store's directory is not empty and has no ``store.json``: when it holds only what
+    making a store writes, another process is making it; wait for its ``store.json``
+    (``CREATOR_WAIT_S`` at most). Else, or when none comes (its maker died half-way),
+    ``UsageError``."""
+    made = {p.name for p in (layout.commitlog_dir, layout.consumequeue_dir, layout.index_dir,
+                             layout.config_dir, layout.checkpoint, backup_of(layout.store_json))}
+    deadline = time.monotonic() + CREATOR_WAIT_S
+    while not layout.store_json.exists():
+        temp = f".{layout.store_json.name}."   # (its temp file, written before it is renamed)
+        try:
+            ours = all(name in made or name.startswith(temp) for name in os.listdir(layout.root))
+        except OSError:
+            ours = False
+        if not ours or time.monotonic() >= deadline:
+            raise UsageError(f"{layout.root} is not empty and is not an mqctl store")
+        time.sleep(0.02)
 
 
 def checkpoint_locked(engine: "Engine") -> ckpt.Checkpoint:

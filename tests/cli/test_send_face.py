@@ -159,12 +159,15 @@ def test_a_json_line_with_such_a_tag_is_a_data_error_naming_its_line(mq: MQ) -> 
     (["-i", "json", "-t", "T1"], ['{"body":"a"}', '{"body":"b"}', '{"body":"x","keys":"%s"}' % ("k" * 40000),
                                   '{"body":"c"}']),
     (["-K", ":"], ["k1:a", "k2:b", "%s:x" % ("k" * 40000), "k3:c"]),
+    # bytes that are not UTF-8 are stored as U+FFFD, three bytes each: 12,000 of them overflow
+    (["-K", ":"], [b"k1:a", b"k2:b", b"\xff" * 12000 + b":x", b"k3:c"]),
 ])
 def test_a_line_whose_properties_do_not_fit_is_named_and_the_lines_before_it_are_sent(
-        mq: MQ, extra: list[str], lines: list[str]) -> None:
+        mq: MQ, extra: list[str], lines: list[str] | list[bytes]) -> None:
     """As for a body over the limit: not the whole batch refused by its write, with no line named."""
     mq.ok("topic", "create", "T", "--queues", "1")
-    cp = mq.run("send", "T", "--json", *extra, input="".join(ln + "\n" for ln in lines))
+    data = b"".join((ln if isinstance(ln, bytes) else ln.encode()) + b"\n" for ln in lines)
+    cp = mq.run("send", "T", "--json", *extra, input=data)
     one_error(cp, 5, "line 3: message properties of", allow_info=True)
     assert "(2 messages sent before it)" in cp.stderr
     assert len(cp.stdout.splitlines()) == 2 and topic_size(mq, "T") == 2

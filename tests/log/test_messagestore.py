@@ -42,6 +42,74 @@ def test_create_makes_rocketmq_layout_private_to_the_user(root: Path) -> None:
     s.close()
 
 
+def test_a_store_another_process_is_making_is_waited_for(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two commands into a new store at once: the one that finds the other's directories and
+    checkpoint, without its store.json yet, waits for it and opens the store (it once failed
+    at once, exit 2: "is not empty and is not an mqctl store"), its checkpoint left alone."""
+    import threading
+
+    from store.fsutil import atomic_write_json
+    from store.layout import Layout
+    from store.log import preflight
+    from store.log.settings import StoreSettings
+    assert preflight.claim_new_store(Layout(root))   # the other maker, before its store.json
+    made = (root / "checkpoint").read_bytes()
+    waiting = threading.Event()
+    real_sleep = time.sleep
+
+    def sleep(s: float) -> None:
+        waiting.set()
+        real_sleep(s)
+    monkeypatch.setattr(preflight.time, "sleep", sleep)
+    got: list[object] = []
+    opener = threading.Thread(target=lambda: got.append(_open_or_error(root)))
+    opener.start()
+    while not waiting.wait(0.05) and opener.is_alive():
+        pass
+    atomic_write_json(root / "store.json", StoreSettings().to_json(), keep_bak=False)
+    opener.join()
+    assert isinstance(got[0], Store), got
+    got[0].close()
+    assert (root / "checkpoint").read_bytes() == made
+
+
+def test_a_maker_arriving_late_leaves_the_first_makers_checkpoint_alone(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both makers found the directory empty; the first one made the store and wrote into it
+    before the second one got to its checkpoint: that must not be put back to an empty log's
+    (the next writer would take the store for damaged and recover it)."""
+    s = open_store(root)
+    s.put([draft("T", "x")])
+    s.close()
+    written = (root / "checkpoint").read_bytes()
+    real_iterdir = Path.iterdir
+    monkeypatch.setattr(Path, "iterdir", lambda p: iter(()) if p == root else real_iterdir(p))
+    Store._initialise(root, s.settings)   # (what the second maker does once past its look)
+    monkeypatch.undo()
+    assert (root / "checkpoint").read_bytes() == written
+
+
+def test_a_half_made_store_whose_maker_died_is_refused(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from store.layout import Layout
+    from store.log import preflight
+    assert preflight.claim_new_store(Layout(root))
+    monkeypatch.setattr(preflight, "CREATOR_WAIT_S", 0.0)
+    with pytest.raises(UsageError, match="is not empty and is not an mqctl store"):
+        Store.open(root, create=True)
+    (root / "checkpoint").unlink()
+    (root / ".notes").write_text("mine")   # not a store's: refused without waiting
+    monkeypatch.setattr(preflight, "CREATOR_WAIT_S", 3600.0)
+    with pytest.raises(UsageError, match="is not empty and is not an mqctl store"):
+        Store.open(root, create=True)
+
+
+def _open_or_error(root: Path) -> object:
+    try:
+        return Store.open(root, create=True)
+    except Exception as exc:   # (the test names it)
+        return exc
+
+
 # -- put and pull -----------------------------------------------------------------------------
 
 def test_create_syncs_the_store_directory_once_for_its_subdirectories(tmp_path: Path, monkeypatch) -> None:
