@@ -93,11 +93,13 @@ def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> d
     if isinstance(given, Mapping):
         pairs = []
         for k, v in given.items():
-            # text only: str() would store None as "None" and a dict as its Python repr
+            if type(v) is int:
+                v = str(v)   # (an integer's decimal text is unambiguous: {"n": 5} from jq is "5")
+            # else text only: str() would store None as "None", True as "True", a dict as its repr
             if not isinstance(k, str) or not isinstance(v, str):
                 bad = k if not isinstance(k, str) else v
                 raise InvalidPropertyError(f"{said['properties']} {k!r}: a property's name and value are "
-                                           f"strings, not {_json_type(bad)}", "properties", k)
+                                           f"strings (or integers), not {_json_type(bad)}", "properties", k)
             pairs.append((k, k, v))
     else:
         pairs = []
@@ -119,7 +121,7 @@ def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> d
 def _json_type(value: object) -> str:
     """How a value that is not a string is named in an error: by its JSON name when it came
     from JSON (``null``, ``true``, an object), else by its Python type."""
-    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number",
+    names = {type(None): "null", bool: "a boolean", int: "an integer", float: "a fractional number",
              dict: "an object", list: "an array"}
     return names.get(type(value), type(value).__name__)
 

@@ -174,18 +174,27 @@ def test_a_line_whose_properties_do_not_fit_is_named_and_the_lines_before_it_are
 
 
 @pytest.mark.parametrize("value, named", [("null", "null"), ('{"y":1}', "an object"), ("true", "a boolean"),
-                                          ("5", "a number")])
+                                          ("1.5", "a fractional number"), ("[]", "an array")])
 def test_a_json_property_that_is_not_a_string_is_a_data_error_naming_its_line(mq: MQ, value: str,
                                                                                 named: str) -> None:
     """Not stored as Python's spelling of it ("None", "True", "{'y': 1}"): a property is text."""
     mq.ok("topic", "create", "T")
     cp = mq.run("send", "T", "-i", "json", input='{"body":"ok"}\n{"body":"x","properties":{"p":%s}}\n' % value)
     error = one_error(cp, 5, "line 2: property 'p'", allow_info=True)
-    assert f"strings, not {named}" in error
+    assert f"strings (or integers), not {named}" in error
     cp = mq.run("send", "T", "-i", "json", input='{"body":"x","properties":[]}\n')
     one_error(cp, 5, "line 1: 'properties' must be an object")
     out = mq.ok("consume", "T", "--no-group", "--from", "first", "-e", "--json").stdout.decode()
     assert [json.loads(ln)["properties"] for ln in out.splitlines()] == [{}]
+
+
+def test_a_json_property_that_is_an_integer_is_stored_as_its_decimal_text(mq: MQ) -> None:
+    """A handler's or jq's ``{"n": 5}`` is unambiguous: stored as "5" (as before properties
+    had to be text), where ``5.0``/``1e3`` would not be."""
+    mq.ok("topic", "create", "T")
+    mq.ok("send", "T", "-i", "json", input='{"body":"x","properties":{"n":5,"m":-12345678901234567890}}\n')
+    out = mq.ok("consume", "T", "--no-group", "--from", "first", "-e", "--json").stdout.decode()
+    assert json.loads(out)["properties"] == {"n": "5", "m": "-12345678901234567890"}
 
 @pytest.mark.parametrize("args, start", [
     (["x", "-D", ","], "--delimiter applies to messages read from stdin, not to a BODY argument"),

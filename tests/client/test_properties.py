@@ -57,8 +57,12 @@ def test_a_non_text_value_is_refused() -> None:
         build_properties(tags=5)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("props", [{"x": None}, {"x": True}, {"x": 5}, {"x": {"y": "1"}}, {1: "v"}])
+@pytest.mark.parametrize("props", [{"x": None}, {"x": True}, {"x": 5.0}, {"x": {"y": "1"}}, {1: "v"}])
 def test_a_property_name_or_value_that_is_not_a_string_is_refused(props: dict) -> None:
     """Never stored as str() of it ("None", "True", a dict's repr)."""
     with pytest.raises(InvalidPropertyError, match="a property's name and value are strings"):
         build_properties(properties=props)
+
+
+def test_an_integer_value_is_its_decimal_text() -> None:
+    assert build_properties(properties={"n": 5, "m": -7})["n"] == "5"
