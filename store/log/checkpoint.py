@@ -43,8 +43,8 @@ class Hints:
     write these; the next checkpoint it writes carries them): the commit log below ``synced``,
     consume queues and key index below ``derived`` (at ``derived_at``, s since the epoch).
     ``flush_due``: a batch found the durable point too far behind (``writebatch.py``);
-    ``unflushed_since``: when (``time.monotonic``) the first batch not yet covered by a flush
-    this handle started was written, 0.0 for none."""
+    ``unflushed_since``: when (``time.monotonic``) the oldest write not yet covered by a flush
+    this handle started was made, at the latest (an earlier writer's included), 0.0 for none."""
 
     synced: int = 0
     derived: int = 0

@@ -30,6 +30,7 @@ from store.log import format as F
 from store.log.arrayframing import frame_arrays, use_arrays
 from store.log.record import FAST_CRC as _FAST_CRC
 from store.log.record import (
+    KEYS_PER_MS,
     PROP_KEYS,
     PROP_TAGS,
     Body,
@@ -205,7 +206,23 @@ def _frame_small(batch: WriteBatch, topic: str, bodies: Sequence[Body], qids: li
 def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dict[str, str], queue_id: int,
                  sharding_keys: list[str | None] | None) -> BatchResult:
     """Frame ``bodies`` for one topic, sharing ``props``, into ``batch`` (placed, queued and
-    indexed: the caller commits it)."""
+    indexed: the caller commits it). Each run of ``KEYS_PER_MS`` bodies is framed on its own:
+    its unique keys share one millisecond (the counter has 16 bits)."""
+    n = len(bodies)
+    if n <= KEYS_PER_MS:
+        return _frame_run(batch, topic, bodies, props, queue_id, sharding_keys)
+    runs = [_frame_run(batch, topic, bodies[i:i + KEYS_PER_MS], props, queue_id,
+                       None if sharding_keys is None else sharding_keys[i:i + KEYS_PER_MS])
+            for i in range(0, n, KEYS_PER_MS)]
+    first = runs[0]
+    return BatchResult(topic, [q for r in runs for q in r.queue_ids], [o for r in runs for o in r.queue_offsets],
+                       [p for r in runs for p in r.commitlog_offsets], first.store_timestamp, first.uk_head,
+                       first.uk_first, tuple((r.uk_head, r.uk_first) for r in runs[1:]))
+
+
+def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dict[str, str], queue_id: int,
+               sharding_keys: list[str | None] | None) -> BatchResult:
+    """:func:`frame_bodies` for at most ``KEYS_PER_MS`` bodies."""
     # The producer's hot loop: everything that is the same for the whole batch is built
     # once, so each record costs one header pack, one join and two CRCs (one pass over a
     # big body plus a CRC combine), one CQ entry and one index hash.
@@ -246,7 +263,8 @@ def frame_bodies(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: d
     # Within a batch every unique key shares host, pid, random and time: only the 16-bit
     # counter changes, so the key is a precomputed head plus 4 hex digits from a table,
     # and its index hash continues the CRC of the head.
-    uk_head_s = f"{engine.writer.uniq_keys.prefix}{(now - engine.writer.uniq_keys.month_start_ms) & 0xFFFFFFFF:08X}"
+    uk = engine.writer.uniq_keys
+    uk_head_s = f"{uk.prefix}{(uk.reserve(now, len(bodies)) - uk.month_start_ms) & 0xFFFFFFFF:08X}"
     uk_head = uk_head_s.encode()
     key_crc0 = crc32(b"#" + uk_head)
     pb_tail = b"\x02" + static

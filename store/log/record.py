@@ -127,12 +127,16 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
+KEYS_PER_MS = 65536   # unique keys that can carry one millisecond (the counter's 16 bits)
+
+
 class UniqKeyGenerator:
     """Client-side unique keys, RocketMQ's MessageClientIDSetter shape (32 hex digits).
 
     Host hash (4 bytes) + pid (2) + random (4) are fixed per process; then ms since the start
-    of the month (4) and a counter (2). Two keys of one process collide only if 65,536 keys
-    are made within one millisecond.
+    of the month (4) and a counter (2). Two keys of one process never collide: once 65,536
+    keys carry one millisecond (a batch of more bodies, or a clock set back), the next keys
+    carry the next one (:meth:`reserve`).
     """
 
     def __init__(self) -> None:
@@ -143,10 +147,26 @@ class UniqKeyGenerator:
         month_start = time.mktime((now.tm_year, now.tm_mon, 1, 0, 0, 0, 0, 0, -1))
         self.month_start_ms = int(month_start * 1000)
         self.counter = int.from_bytes(os.urandom(2), "big")
+        self.key_ms = 0   # the millisecond the last keys carry, and how many of them do
+        self.key_ms_used = 0
+
+    def reserve(self, now_ms: int, n: int) -> int:
+        """The millisecond the next ``n`` keys (at most :data:`KEYS_PER_MS`, the counter's
+        next ones) carry: ``now_ms``, or a later one when that one's counters are used up."""
+        ms = self.key_ms
+        if now_ms > ms:
+            self.key_ms, self.key_ms_used = now_ms, n
+            return now_ms
+        if self.key_ms_used + n > KEYS_PER_MS:
+            ms += 1
+            self.key_ms, self.key_ms_used = ms, n
+            return ms
+        self.key_ms_used += n
+        return ms
 
     def next(self, now_ms: int) -> str:
         self.counter = (self.counter + 1) & 0xFFFF
-        return f"{self.prefix}{(now_ms - self.month_start_ms) & 0xFFFFFFFF:08X}{self.counter:04X}"
+        return f"{self.prefix}{(self.reserve(now_ms, 1) - self.month_start_ms) & 0xFFFFFFFF:08X}{self.counter:04X}"
 
 
 # The table of every counter's 4 hex digits, in rows of 256 (one per high byte), each built

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from store.log.record import Message, counter_hex, offset_msg_id
+from store.log.record import KEYS_PER_MS, Message, counter_hex, offset_msg_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,9 @@ class BatchResult:
     store_timestamp: int
     uk_head: str = ""      # the batch's unique keys share this head ...
     uk_first: int = 0      # ... and end in 4 hex digits of a counter starting here
+    # A batch of more than KEYS_PER_MS bodies: the head and first counter of each further run
+    # of KEYS_PER_MS keys (each run carries its own millisecond).
+    uk_more: tuple[tuple[str, int], ...] = ()
 
     def __len__(self) -> int:
         return len(self.queue_offsets)
@@ -41,11 +44,20 @@ class BatchResult:
     @property
     def uniq_keys(self) -> list[str]:
         """The messages' unique keys (built on demand: most callers never ask)."""
-        head, first, n = self.uk_head, self.uk_first, len(self.queue_offsets)
-        if n < 512:
-            return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(n)]
-        # big batches: the counters' digits as the write made them, decoded at once
-        return [head + h for h in b" ".join(counter_hex(first, n)).decode("ascii").split(" ")]
+        n = len(self.queue_offsets)
+        if not self.uk_more:
+            return _keys(self.uk_head, self.uk_first, n)
+        out: list[str] = []
+        for head, first in ((self.uk_head, self.uk_first), *self.uk_more):
+            out += _keys(head, first, min(KEYS_PER_MS, n - len(out)))
+        return out
+
+
+def _keys(head: str, first: int, n: int) -> list[str]:
+    if n < 512:
+        return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(n)]
+    # big batches: the counters' digits as the write made them, decoded at once
+    return [head + h for h in b" ".join(counter_hex(first, n)).decode("ascii").split(" ")]
 
 
 @dataclass

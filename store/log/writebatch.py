@@ -231,11 +231,17 @@ class WriteBatch:
         engine.checkpoint_file.write(ckpt.Checkpoint(
             app.pos, self.store_ts, synced, engine.writer.boot_id, min(derived, synced), derived_at),
             checked=True)   # (read at the batch's start, under this lock hold)
+        after_others = engine.writer.last_write[1] != app.start_end   # (the batch before: not this handle's)
         engine.writer.last_write = (app.start_end, app.pos)
         if not self.sync:
             now = _monotonic()
             if not hints.unflushed_since:
-                hints.unflushed_since = now
+                # The oldest write a flush would cover may be another writer's (a sender that
+                # wrote a burst and exited before it was old enough): it is at least as old as
+                # the batch before this one, which the checkpoint dates (wall clock).
+                before = ((self.now - cp.last_store_ts) / 1000
+                          if after_others and derived < app.start_end else 0.0)
+                hints.unflushed_since = now - min(max(before, 0.0), ASYNC_FLUSH_MIN_AGE_S)
             if ((app.pos - derived >= ASYNC_FLUSH_BYTES and now - hints.unflushed_since >= ASYNC_FLUSH_MIN_AGE_S)
                     or (derived < app.pos and time.time() - derived_at >= ASYNC_FLUSH_INTERVAL_S)):
                 # RocketMQ's async flush runs in a broker thread; here the writer that finds the

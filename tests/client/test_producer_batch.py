@@ -71,3 +71,21 @@ def test_send_many_results_point_at_the_stored_messages(tmp_path: Path) -> None:
         m = got[r.msg_id]
         assert (m.queue_id, m.queue_offset, m.body) == (r.queue_id, r.queue_offset, b"m%d" % i if i < 600 else b"text")
         assert r.offset_msg_id == offset_msg_id(r.commitlog_offset) and r.topic == "T"
+
+
+@pytest.mark.parametrize("keys", [False, True], ids=["round-robin", "sharding-keys"])
+def test_a_batch_of_more_bodies_than_the_key_counter_has_values_keeps_every_msg_id_unique(
+        tmp_path: Path, keys: bool) -> None:
+    """A unique key is host, pid, random, millisecond and a 16-bit counter: a batch shares one
+    millisecond, so past 65,536 bodies its counter came round again (the same ids twice in one
+    send). The next batch, made in the same millisecond, must not reuse them either."""
+    n = 65536 + 3000
+    bodies = [b"%d" % i for i in range(n)]
+    with store.Producer(tmp_path / "s") as p:
+        res = p.send_many("T", bodies, **({"sharding_key": "k"} if keys else {}))
+        res += p.send_many("T", [b"after"] * 600)
+    ids = [r.msg_id for r in res]
+    assert len(set(ids)) == len(ids) and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    with store.Consumer("T", group="G", path=tmp_path / "s", start_from="first") as c:
+        got = {m.msg_id: m.body for m in c.messages(exit_at_end=True)}
+    assert [got[i] for i in ids] == bodies + [b"after"] * 600

@@ -138,7 +138,11 @@ def test_unique_keys_are_distinct_and_32_hex_digits() -> None:
     g = UniqKeyGenerator()
     keys = [g.next(1700000000000) for _ in range(70_000)]
     assert all(len(k) == 32 and int(k, 16) >= 0 for k in keys)
-    assert len(set(keys[:65536])) == 65536  # the 16-bit counter wraps after 65,536 in one ms
+    # the 16-bit counter wraps after 65,536 in one ms: the keys after it carry the next ms
+    assert len(set(keys)) == 70_000
+    assert {k[20:28] for k in keys[65536:]} == {"%08X" % (int(keys[0][20:28], 16) + 1)}
+    # ... and a clock set back does not take them back to a millisecond already used up
+    assert g.next(1699999999000) not in keys
 
 
 @pytest.mark.parametrize("first,n", [(0, 512), (300, 1000), (65000, 2000), (65535, 70000), (7, 65536), (100, 3)])

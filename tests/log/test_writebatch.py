@@ -1,11 +1,13 @@
 """store/log/writebatch.py: one write batch places, commits and undoes every kind of put."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from store.errors import BadInputError, StoreIOError
+from store.log import checkpoint as ckpt
 from store.log import writebatch
 from store.log.framing import frame_bodies
 from store.log.messagestore import Store
@@ -133,3 +135,34 @@ def test_an_async_burst_is_not_flushed_under_its_own_writes(store: Store, monkey
     clock[0] += writebatch.ASYNC_FLUSH_MIN_AGE_S
     store.put_bodies("T", [body])
     assert len(flushes) == 2
+
+
+def test_a_handles_first_batch_counts_the_age_of_an_earlier_writers_burst(
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The oldest unflushed write may be another writer's (a sender that wrote a burst past the
+    volume and exited before it was old enough to flush): the next handle's first batch finds
+    it at least as old as the checkpoint's last batch, and flushes by volume then, not only
+    after ``ASYNC_FLUSH_INTERVAL_S``."""
+    monkeypatch.setattr(writebatch, "_monotonic", lambda: 1000.0)   # the burst never ages itself
+    monkeypatch.setattr(writebatch, "ASYNC_FLUSH_BYTES", 64 * 1024)
+    flushes: list[str] = []
+
+    def spy(s: Store, name: str) -> None:
+        monkeypatch.setattr(s.engine.durability, "flush_in_background",
+                            lambda: (flushes.append(name), setattr(s.engine.hints, "flush_due", False)))
+
+    spy(store, "first")
+    for _ in range(5):   # 200 KB: past the volume, younger than the age
+        store.put_bodies("T", [b"x" * 40_000])
+    assert flushes == []
+    last = ckpt.read(store.layout.checkpoint)
+    assert last is not None
+    while time.time() * 1000 < last.last_store_ts + writebatch.ASYNC_FLUSH_MIN_AGE_S * 1000:
+        time.sleep(0.05)   # (the burst's age passes on the wall clock, which the checkpoint dates it by)
+    later = Store.open(tmp_path / "s")
+    try:
+        spy(later, "later")
+        later.put_bodies("T", [b"y"])
+    finally:
+        later.close()
+    assert flushes == ["later"]
