@@ -99,20 +99,13 @@ def test_a_queue_added_while_the_member_runs_is_read_from_its_first_message(rt: 
     turns.close()
 
 
-def test_a_member_without_locks_waits_without_a_timer(topic: Store) -> None:
-    r = member(topic, broadcast=True)
-    try:
-        turns = r.turns()
-        assert settle(r, turns, next(turns)) == math.inf
-        turns.close()
-    finally:
-        r.shutdown(wait_handlers=False)
-
-
-def test_a_reader_without_a_group_waits_without_a_timer(topic: Store) -> None:
-    """``consume --no-group`` has no membership to look at: its idle loop once waited 0 s
-    (the look it never takes stayed due), a core spinning while nothing came."""
-    r = member(topic, no_group=True, broadcast=True)   # (as the command line makes it)
+@pytest.mark.parametrize("kw", [{"broadcast": True}, {"no_group": True, "broadcast": True}],
+                         ids=["broadcast", "no-group"])
+def test_a_member_without_locks_waits_without_a_timer(topic: Store, kw: dict) -> None:
+    """No lock to renew, nothing on a timer. ``consume --no-group`` (made as the command line
+    makes it) has no membership to look at either: its idle loop once waited 0 s (the look it
+    never takes stayed due), a core spinning while nothing came."""
+    r = member(topic, **kw)
     try:
         turns = r.turns()
         assert settle(r, turns, next(turns)) == math.inf
