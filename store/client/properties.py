@@ -73,8 +73,8 @@ def check_properties_room(props: Mapping[str, str]) -> None:
 def _stored_size(props: Mapping[str, str]) -> int:
     """The properties' bytes as the write stores them: with the unique key it adds (a 32-digit
     message id), without the record's CRC property."""
-    from store.log.record import PROP_UNIQ_KEY, encode_properties
-    return len(encode_properties(dict(props))) + len(PROP_UNIQ_KEY) + 2 + 32
+    from store.log.record import UNIQ_KEY_PROPERTY_SIZE, encode_properties
+    return len(encode_properties(dict(props))) + UNIQ_KEY_PROPERTY_SIZE
 
 
 def properties_room(props: Mapping[str, str]) -> int:

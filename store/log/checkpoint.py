@@ -2,9 +2,9 @@
 
 Written when the store is made, then in place after every batch, under the write lock. It
 is small enough that the write is one sector; a torn or missing checkpoint fails its CRC and
-simply makes the next opener run a full recovery, which is always safe. It is not fsynced: every value in it is a lower
-bound of the truth at the moment it was written, so an older version that survives a power
-cut only makes recovery start earlier.
+simply makes the next opener run a full recovery, which is always safe. It is not fsynced:
+every value in it is a lower bound of the truth at the moment it was written, so an older
+version that survives a power cut only makes recovery start earlier.
 """
 from __future__ import annotations
 

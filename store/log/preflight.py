@@ -54,9 +54,9 @@ def _wait_for_maker(layout: "Layout") -> None:
     ``UsageError``."""
     made = {p.name for p in (layout.commitlog_dir, layout.consumequeue_dir, layout.index_dir,
                              layout.config_dir, layout.checkpoint, backup_of(layout.store_json))}
+    temp = f".{layout.store_json.name}."   # (its temp file, written before it is renamed)
     deadline = time.monotonic() + CREATOR_WAIT_S
     while not layout.store_json.exists():
-        temp = f".{layout.store_json.name}."   # (its temp file, written before it is renamed)
         try:
             ours = all(name in made or name.startswith(temp) for name in os.listdir(layout.root))
         except OSError:

@@ -128,6 +128,8 @@ def _hostname() -> str:
 
 
 KEYS_PER_MS = 65536   # unique keys that can carry one millisecond (the counter's 16 bits)
+# The bytes the write adds to a message's properties for its unique key (32 hex digits).
+UNIQ_KEY_PROPERTY_SIZE = len(PROP_UNIQ_KEY) + 2 + 32
 
 
 class UniqKeyGenerator:
