@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Any, Callable, TextIO, cast
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
@@ -59,7 +62,7 @@ def guard(run: Callable[[], int], argv: list[str]) -> int:
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     from mqctl.output import BrokenPipe
-    sys.stdout = cast(TextIO, PipeGuard(sys.stdout))   # duck-typed proxy of the real stream
+    sys.stdout = PipeGuard(sys.stdout)   # (a duck-typed proxy of the real stream)
     try:
         code = run()
     except StoreError as exc:

@@ -5,7 +5,10 @@ checked and built by the library (``store/client/properties.py``); it names the 
 errors (``mqctl/argnames.py``). Imported on ``send``'s Typer-free path: no Typer here."""
 from __future__ import annotations
 
-from typing import Optional
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Optional
+
 
 # The fields of a ``consume --json`` envelope that say where a message was, not what it is:
 # readers of envelopes (``send --input json``, a ``--to`` stage's ``--output json``) ignore them.

@@ -21,9 +21,12 @@ import json
 import os
 import re
 import sys
-from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping, Sequence, TextIO
 
 from mqctl.errors import EXIT_BROKEN_PIPE
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping, Sequence, TextIO
 
 
 class BrokenPipe(Exception):

@@ -14,13 +14,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Optional
 
 from mqctl.msgargs import ENVELOPE_PLACE_FIELDS, json_body, json_properties, message_properties, unescape
 from mqctl.stdin import read_chunks
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from datetime import timedelta
+    from typing import Literal, Optional
 
     from mqctl.state import State
     from store import BatchResult, Draft, SendResult

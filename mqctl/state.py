@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from store import Admin, Store
 
 

@@ -7,7 +7,10 @@ batch to fill.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, Iterator
 
 READ_CHUNK = 1 << 20
 READ_CHUNK_FILE = 4 << 20

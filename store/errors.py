@@ -19,7 +19,10 @@ group                 code  meaning
 from __future__ import annotations
 
 import errno
-from typing import Any
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class StoreError(Exception):

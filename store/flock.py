@@ -26,10 +26,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from store.errors import LockHeldError, StoreIOError, io_error
 from store.fsutil import open_private
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def now_ms() -> int:

@@ -16,10 +16,13 @@ import os
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Callable
 
 from store.errors import CorruptionError, io_error
 from store.layout import backup_of
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600

@@ -28,6 +28,12 @@ from store.client.sinks import Outcome, ThreadPoolSink
 from store.client.stage import Stage
 from store.errors import UsageError
 
+# (sharedread: the pulls a consumer runs, loaded with the class, so a program's ``from store
+# import Consumer`` pays for the read path there, not in its first pull; the store's own
+# module leaves it to the first pull, for writers)
+from store.log import sharedread  # noqa: F401
+from store.log.messagestore import Store
+
 StartFrom = Union[str, int, _dt.datetime]
 Handler = Callable[[Message], object]
 
@@ -185,7 +191,6 @@ class Consumer:
                               from_where=from_where, from_timestamp=from_ts, tags=tag_filter(tags),
                               client_id=cid, dedup=bool(dedup), install_signals=False,
                               client_id_given=client_id is not None)
-        from store.log.messagestore import Store
         self._store = Store.open(self.path)
         self._rt = Runtime(self._store, opts, warn=log_warning)
         try:

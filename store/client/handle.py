@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar
 
 from store.errors import UsageError
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import TypeVar
+
     from store.log.messagestore import Store
 
-_H = TypeVar("_H", bound="StoreClient")
+    _H = TypeVar("_H", bound="StoreClient")
 
 
 class StoreClient:

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Union
 
 DEFAULT_STORE = "~/.mqctl/store"
 ENV_VAR = "MQCTL_STORE"
 
-PathLike = Union[str, "os.PathLike[str]"]
+PathLike = str | os.PathLike[str]
 
 
 def resolve_store_path(path: PathLike | None = None) -> Path:

@@ -3,28 +3,35 @@ batch calls (:meth:`Producer.send_bodies`, :meth:`Producer.send_drafts`) are wha
 send`` drives, with group commit (``store/client/groupcommit.py``) for ``flush="sync"``."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypeVar, Union
-
 from store import names
 from store.client.handle import StoreClient
 from store.client.paths import PathLike, resolve_store_path
 from store.client.properties import build_properties
 from store.errors import UsageError
 
+# (framing, writebatch: what a send runs, loaded with the class, so a program's ``from store
+# import Producer`` pays for the write path there, not in its first send; the store's own
+# module leaves them to the first write, for readers)
+from store.log import framing, writebatch  # noqa: F401
+from store.log.messagestore import Store
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     import datetime as _dt
+    from typing import Callable, Iterable, Mapping, Sequence, TypeAlias, TypeVar
 
     from store.client.groupcommit import GroupCommit
     from store.client.sendresult import SendResult
-    from store.log.messagestore import Store
     from store.log.record import Draft
     from store.log.results import BatchResult
     from store.log.topics import TopicConfig
 
-Body = Union[bytes, bytearray, memoryview, str]
+    _R = TypeVar("_R")
+
+Body = bytes | bytearray | memoryview | str
 # datetime and the result classes are imported when used: ``mqctl send``'s start-up needs neither
-Delay = Union[int, "_dt.timedelta"]
-_R = TypeVar("_R")
+Delay: TypeAlias = "int | _dt.timedelta"
+
 
 def body_bytes(body: Body) -> bytes:
     """A body given as bytes (or a bytes-like object) or as text (encoded as UTF-8)."""
@@ -101,7 +108,6 @@ class Producer(StoreClient):
     _what = "this producer"
 
     def __init__(self, path: PathLike | None = None, *, flush: str = "async", group_commit: bool = False) -> None:
-        from store.log.messagestore import Store
         self._setup(flush, group_commit)
         self.path = resolve_store_path(path)
         self._owned = True

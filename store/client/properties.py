@@ -16,7 +16,7 @@ spelling (``arg_names``, as in :mod:`store.client.rules`)::
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from store.client.rules import ArgNames, spelling
 from store.errors import InvalidPropertyError

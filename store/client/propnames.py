@@ -3,9 +3,11 @@ programs that read them from a :class:`store.StoredMessage` (``msg.properties[Pr
 The names are defined once, beside the record format in ``store/log/record.py``."""
 from __future__ import annotations
 
-from typing import Final
-
 from store.log import record as _r
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Final
 
 
 class Prop:

@@ -12,7 +12,7 @@ command line passes its flags, so each face reads its own names::
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from store.errors import UsageError
 

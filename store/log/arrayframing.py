@@ -8,14 +8,16 @@ record layout is ``format.py``'s.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 from store.log import format as F
 from store.log.arrays import layouts
 from store.log.record import Body, counter_hex
 from store.log.record import crc32 as _crc32
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from store.log.engine import WriterState
     from store.log.writebatch import WriteBatch
 

@@ -9,9 +9,12 @@ import costs ~0.1 s, which a single ``mqctl send`` or a short consume must not p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from store.log import format as F
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,15 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from store.errors import MessageTooLargeError, StoreError, io_error
 from store.fsutil import SegmentListing, ensure_dir, fsync_dir, open_private, pwrite_all
 from store.log import format as F
 from store.log.record import Buffer, Message, RecordError, decode, record_size_at
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Iterator
 
 
 class CommitLog:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
 
 from store.errors import StoreError, io_error
 from store.fsutil import (
@@ -26,6 +25,10 @@ from store.fsutil import (
 )
 from store.layout import Layout
 from store.log import format as F
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Callable
 
 _ENTRY = F.CQ_ENTRY
 _SIZE = F.CQ_ENTRY_SIZE

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable
 
 from store import names
 from store.errors import StoreError, TopicExistsError, TopicNotFoundError, UsageError
@@ -32,7 +31,10 @@ from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig, TopicTable
 from store.log.writelock import WriteLock
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Callable
+
     from store.log.entrysearch import LogTail
 
 # Consume queues whose last segment a writing handle keeps open between batches.

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from store.errors import CorruptionError
 from store.log import format as F
@@ -30,6 +29,7 @@ from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.record import PROP_UNIQ_KEY, Message, RecordError, decode
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from store.log.topics import TopicConfig
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable
 
 from store.errors import StoreError, io_error
 from store.failpoints import failpoint
@@ -22,6 +21,10 @@ from store.log import checkpoint as ckpt
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import sync_changed_queues
 from store.log.index import KeyIndex
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Callable
 
 # How often --flush sync writers move the durable point of the consume queues and index
 # themselves (sync_log); async writers move it by volume or age (writebatch.py).

@@ -23,7 +23,6 @@ import struct
 import zlib
 from collections.abc import Sequence
 from itertools import accumulate, count, repeat
-from typing import TYPE_CHECKING, Any
 
 from store.errors import UsageError
 from store.log import format as F
@@ -43,7 +42,10 @@ from store.log.record import (
 from store.log.record import crc32 as _crc32
 from store.log.results import BatchResult
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from store.log.engine import Engine
     from store.log.topics import TopicConfig
     from store.log.writebatch import WriteBatch

@@ -26,13 +26,16 @@ from collections import deque
 from collections.abc import Sequence
 from itertools import repeat
 from pathlib import Path
-from typing import Any
 
 from store.errors import CorruptionError, io_error
 from store.fsutil import SegmentListing, ensure_dir, fdatasync_path, open_private, pwrite_all, sync_dir_if_changed
 from store.log import format as F
 from store.log import indexchains
 from store.log.record import crc32
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 _HDR = F.INDEX_HEADER
 _SLOT = F.INDEX_SLOT

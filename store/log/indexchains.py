@@ -6,10 +6,12 @@ loop over its entries took a third of a second.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from store.log import format as F
 from store.log.arrays import layouts
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 _CHUNK = 1 << 18   # entries looked at together by problem() (bounds its memory: ~2 MiB per array)
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from store import names
 from store.errors import (
@@ -53,7 +52,10 @@ from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig
 from store.log.writelock import WriteLock
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Iterator, Sequence
+
     from store.log.arraycolumns import VecColumns
     from store.log.check import CheckReport
     from store.log.columns import Columns

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
 
 from store.errors import StoreIOError, UsageError
 from store.fsutil import ensure_dir
@@ -16,6 +15,7 @@ from store.layout import backup_of
 from store.log import checkpoint as ckpt
 from store.log import indexfence
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from store.layout import Layout
     from store.log.engine import Engine

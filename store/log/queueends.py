@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from store.errors import StoreIOError
 from store.log import checkpoint as ckpt
@@ -41,8 +40,8 @@ from store.log import format as F
 from store.log.consumequeue import changed_since, end_damage, last_write_ms
 from store.log.entrysearch import LogTail, first_unlisted, points_home, read_tail
 from store.log.preflight import checkpoint_locked
-from store.log.queuerebuild import rebuild_queue
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from store.log.consumequeue import ConsumeQueue
     from store.log.engine import Engine
@@ -114,6 +113,7 @@ def _repair_locked(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue
     cp = ckpt.read(engine.layout.checkpoint)
     if cp is None:
         return
+    from store.log.queuerebuild import rebuild_queue  # (a damaged queue only: a send's check loads none of it)
     written, cut = rebuild_queue(engine.commitlog, engine.topics(), q, topic, queue_id, found.start,
                                  cp.written_end)
     done = [f"{written} entr{'y' if written == 1 else 'ies'} rebuilt"] + ([f"{cut} cut"] if cut else [])

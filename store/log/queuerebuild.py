@@ -6,15 +6,16 @@ run under the store's write lock; the queue's files are written only through its
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from store.log import format as F
 from store.log.arrays import layouts
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.entrysearch import points_home
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from store.log.topics import TopicConfig
 
 

@@ -12,17 +12,20 @@ import os
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
 
 from store.errors import BadInputError, MessageTooLargeError
 from store.log import format as F
 from store.names import SCHEDULE_TOPIC
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
 _HEADER_PACK = F.RECORD_HEADER.pack
 # What decode() and record_size_at() read from: a segment read, a view of one, or a map.
-Buffer = Union[bytes, bytearray, memoryview, mmap.mmap]
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 # A message body handed to a writer: bytes, or a view of a read buffer (copied once, into the batch).
-Body = Union[bytes, bytearray, memoryview]
+Body = bytes | bytearray | memoryview
 _HEADER_UNPACK = F.RECORD_HEADER.unpack_from
 
 

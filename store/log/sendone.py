@@ -11,8 +11,6 @@ its order (unique key, sharding key, then the shared ones).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
-
 from store.log.record import (
     PROP_KEYS,
     PROP_SHARDING_KEY,
@@ -28,7 +26,10 @@ from store.log.record import (
 from store.log.results import PutResult
 from store.log.writebatch import WriteBatch
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Callable
+
     from store.log.messagestore import Store
     from store.log.topics import TopicConfig
 

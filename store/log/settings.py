@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from store.log import format as F
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_QUEUES = 8
 # The readers' sanity bound on a record's size is built from the format's 4 MiB, so a store

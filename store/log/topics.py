@@ -39,9 +39,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
 
 from store.errors import CorruptionError
 from store.fsutil import (
@@ -53,6 +53,10 @@ from store.fsutil import (
     read_json_with_bak,
 )
 from store.layout import Layout
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 Warn = Callable[[str], None]
 # The lowest commit-log offset the first entries of a topic's queues point at (None: empty).

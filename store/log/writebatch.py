@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from store.errors import BadInputError, StoreError, io_error
 from store.failpoints import failpoint
@@ -47,6 +46,7 @@ from store.log.record import (
 )
 from store.log.results import PutResult
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from store.log.engine import Engine
     from store.log.topics import TopicConfig

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from store.errors import io_error
 from store.flock import lock_exclusive, unlock
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class WriteLock:

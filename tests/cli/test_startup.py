@@ -246,6 +246,16 @@ def test_the_quick_send_of_stdin_imports_no_typer(tmp_path: Path) -> None:
     assert not offenders(mods, unwanted), offenders(mods, unwanted)
 
 
+def test_the_quick_send_imports_no_typing(tmp_path: Path) -> None:
+    """``typing`` costs a send's process ~3 ms and nothing on its path needs it at run time
+    (its modules take ``TYPE_CHECKING`` without it: store/__init__.py): a body given as an
+    argument into a new store and into one that exists, and big lines from stdin."""
+    for args, stdin in ((("t", "x"), None), (("t", "y"), None), (("t",), b"a\nb\n" + (b"x" * 65536 + b"\n") * 3)):
+        cp, mods = _send_modules(tmp_path, *args, input=stdin)
+        assert cp.returncode == 0, cp.stderr
+        assert "typing" not in mods, args
+
+
 def test_a_few_lines_from_stdin_load_no_ctypes(tmp_path: Path) -> None:
     """``seq 10 | mqctl send TOPIC``: the allocator is tuned for big buffers (ctypes, for
     glibc's mallopt) only once a read of stdin is big, not for a few lines read at once."""

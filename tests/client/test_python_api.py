@@ -78,6 +78,35 @@ def test_import_store_is_light_and_exports_the_api() -> None:
     assert "at-least-once" in doc and "messages" in doc and "run" in doc
 
 
+def test_importing_the_clients_loads_what_they_open(tmp_path: Path) -> None:
+    """``from store import Producer`` (``Consumer``), as at the top of a program, loads the
+    store (and a producer's write path) there: the first open and batch load no more of the
+    engine, and a producer's path never imports ``typing`` (store/__init__.py)."""
+    root = tmp_path / "s"
+    with store.Producer(str(root)) as p:
+        p.send("T", "first")
+    engine = ("store.log.messagestore", "store.log.engine", "store.log.writebatch", "store.log.framing")
+    code = ("import sys\n"
+            f"from store import {{0}}\n"
+            "loaded = set(sys.modules)\n"
+            f"print(sorted(m for m in {engine[:2] + ('{1}',)!r} if m not in loaded))\n"
+            "{2}\n"
+            "print(sorted(m for m in set(sys.modules) - loaded if m.startswith('store.log')))\n"
+            "print('typing' in sys.modules)\n")
+    produce = ("with Producer(sys.argv[1]) as p:\n"
+               "    p.send_many('T', [b'a', b'b'])")
+    consume = ("with Consumer('T', group='g', path=sys.argv[1], start_from='first') as c:\n"
+               "    assert 'first' in [m.text for m in c.messages(exit_at_end=True)]")
+    for what, first_use in (("Producer", produce), ("Consumer", consume)):
+        script = code.format(what, engine[2 if what == "Producer" else 1], first_use)
+        cp = subprocess.run([sys.executable, "-c", script, str(root)], capture_output=True, text=True, timeout=120)
+        assert cp.returncode == 0, cp.stderr
+        lines = cp.stdout.splitlines()
+        assert lines[:2] == ["[]", "[]"], (what, lines)
+        if what == "Producer":
+            assert lines[2] == "False"
+
+
 def test_a_python_consumer_loads_no_write_path(tmp_path: Path) -> None:
     """A consumer's process (the iterator, to the end) loads neither the write path's modules
     nor hashlib's OpenSSL bindings nor sortedcontainers: start-up every consumer pays for
