@@ -43,8 +43,11 @@ the same repetition), then their median:
   ``tests/bench/pipe_floor.c`` compiled here with ``cc -O2`` into the scratch directory (with
   libdeflate's CRC-32, as fast as mqctl's ISA-L one, when the machine has it; else zlib's):
   it reads the same pipe, cuts lines, frames each as a record (a header of mqctl's size, the
-  CRC-32 of the body) and writes them in big appends. ``mqctl send`` against it
-  (target at 64 KiB: >= 0.8).
+  CRC-32 of the body) and writes them in big appends. ``mqctl send`` against it at 64 KiB
+  twice: with the size's ``--mb`` input (100 MB in ``bench_all.py``: 1,525 lines, where the
+  process's start, ~40 ms, is a large part of the ~0.1 s) and with ``--pipe-mb`` (1 GB by
+  default, 15,258 lines: the steady state's throughput, which the target >= 0.8 is judged
+  on; 0 skips it).
 * The Python floor at 4 KiB and 64 KiB: ``cat FILE | python -c <the same as pipe_floor.c>``
   (:data:`_PY_FLOOR`: big ``readinto`` a reused buffer, ``bytes.find`` for the newlines, ISA-L's
   or zlib's CRC-32 over memoryview slices, a header packed per record, one ``pwritev`` of
@@ -55,7 +58,10 @@ the same repetition), then their median:
   against the code before it under the same load.
 * The Python API (``--api``, on by default), in a process of the project's venv:
   ``Producer.send_many`` in batches of 1,000 and the ``Consumer.messages`` iterator
-  (offsets committed) at every size; ``Producer(flush="sync").send_many`` in batches of 100
+  (offsets committed) at every size, timed from the producer's or consumer's open, the
+  library loaded before the timer on both sides: ``from store import Consumer, Producer``
+  (which loads the store, and for ``Producer`` its write path, as a program's imports at
+  its top would) as the Redis worker imports redis-py first; ``Producer(flush="sync").send_many`` in batches of 100
   against Redis ``appendfsync always`` pipelines of 100; ``--nsingle`` single
   ``Producer(flush="sync").send`` calls against SQLite in WAL mode with ``synchronous=FULL``
   (one INSERT and COMMIT each) and Redis ``appendfsync always`` without pipelining; these
@@ -225,14 +231,18 @@ def peer_worker(spec: dict) -> dict:
 # ==============================================================================================
 
 def api_worker(spec: dict) -> dict:
-    """``store.Producer`` / ``store.Consumer`` in-process, timed from the first call."""
-    import store
+    """``store.Producer`` / ``store.Consumer`` in-process, timed from the first call. The
+    library is loaded before the timer, as :func:`peer_worker` loads redis-py before its
+    own: ``from store import Consumer, Producer``, as a program's imports would load it,
+    which loads the store and (for ``Producer``) its write path; the first open then pays
+    for opening the store only."""
+    from store import Consumer, Producer
     phase, n, size, root = spec["phase"], spec["n"], spec["size"], spec["path"]
     bodies = [body_of(i, size) for i in range(n)]
     if phase == "consume":
         t = time.perf_counter()
         got = 0
-        with store.Consumer("T", group="api", path=root, start_from="first") as c:
+        with Consumer("T", group="api", path=root, start_from="first") as c:
             for _m in c.messages(exit_at_end=True):
                 got += 1
         return {"seconds": time.perf_counter() - t, "count": got}
@@ -241,7 +251,7 @@ def api_worker(spec: dict) -> dict:
     if phase == "produce":
         recycle_pages(Path(root).parent, n * (size + 256))
     t, cpu_timed = time.perf_counter(), time.process_time()
-    with store.Producer(root, flush=flush) as p:
+    with Producer(root, flush=flush) as p:
         if flush == "sync" or batch == 1:
             # the durable runs are timed from the open store (~15 fsyncs to create it), as
             # SQLite's from its created table and Redis's from its running server
@@ -639,6 +649,8 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=400.0,
                     help="payload per produce run, MB (N = this / size, at most --nmax)")
     ap.add_argument("--nmax", type=int, default=1_000_000, help="most messages per produce run")
+    ap.add_argument("--pipe-mb", type=float, default=1000.0,
+                    help="MB of 64 KiB lines for the pipe's throughput against the C floor (0: skip)")
     ap.add_argument("--nsync", type=int, default=100_000, help="100-byte messages per --flush sync --batch-size 100 run")
     ap.add_argument("--nsync4k", type=int, default=20_000, help="4 KiB messages per --flush sync --batch-size 100 run")
     ap.add_argument("--npq", type=int, default=0, help="messages per persist-queue run (0: skip)")
@@ -663,6 +675,7 @@ def main() -> None:
         return
     if a.quick:
         a.reps, a.mb, a.nmax, a.nsync, a.nsync4k, a.npq, a.nrss = 1, 8.0, 20_000, 2_000, 500, min(a.npq, 2_000), 50_000
+        a.pipe_mb = min(a.pipe_mb, 16.0)
         a.nsingle = 100
     if not MQCTL.exists():
         raise SystemExit(f"{MQCTL} not found: create the project venv first")
@@ -695,6 +708,11 @@ def main() -> None:
     inputs = {size: workdir / f"in{size}" for size in sizes}
     for size, path in ([] if a.durable_only else inputs.items()):
         write_input(path, counts[size], size)
+    # the pipe's throughput: 64 KiB lines, enough of them that the process's start is small
+    big_n = int(a.pipe_mb * 1e6) // 65536 if 65536 in sizes and not a.durable_only else 0
+    big_input = workdir / "in65536big"
+    if big_n:
+        write_input(big_input, big_n, 65536)
     sync_counts = {size: a.nsync4k if size >= 4096 else a.nsync for size in sync_sizes}
     sync_inputs = {size: workdir / f"insync{size}" for size in sync_sizes}
     for size, path in sync_inputs.items():
@@ -765,6 +783,19 @@ def main() -> None:
                         cpu_sends_us=round(r["cpu_seconds"] / n * 1e6, 2))
                     rec(f"{prefix}api_consume_{tag}", n / run_api(spec | {"phase": "consume"}, exe)["seconds"])
                     shutil.rmtree(store, ignore_errors=True)
+        if big_n and floor_exe is not None:
+            # the pipe's throughput (--pipe-mb of 64 KiB lines): the C floor, then each checkout
+            rec("c_floor_64k_big", big_n / c_floor_seconds(floor_exe, big_input, workdir / "floor.out"))
+            (workdir / "floor.out").unlink(missing_ok=True)
+            for prefix, exe in (sides if rep % 2 == 0 else sides[::-1]):
+                store = workdir / "store"
+                shutil.rmtree(store, ignore_errors=True)
+                run_mqctl(["topic", "create", "T"], store, exe=exe)
+                os.sync()
+                recycle_pages(workdir, big_n * (65536 + 256))
+                r = run_mqctl(["send", "T"], store, big_input, exe=exe)
+                rec(f"{prefix}mqctl_produce_64k_big", big_n / r["seconds"], cpu_s=round(r["cpu_seconds"], 2))
+                shutil.rmtree(store, ignore_errors=True)
         for size in sync_sizes:
             store = workdir / "store"
             for prefix, exe in (sides if rep % 2 == 0 else sides[::-1]):
@@ -886,7 +917,8 @@ def main() -> None:
                 f"pipe_floor_{tag}", f"pagecache_write_bytes_per_s_{tag}", float(size))
             ratios[f"produce_{tag}_vs_pipe_floor"] = ratio_runs(f"mqctl_produce_{tag}", f"pipe_floor_{tag}")
             if f"c_floor_{tag}" in runs:
-                want = " (target >= 0.8)" if size == 65536 else ""
+                # at 64 KiB the target is judged on the bigger input (--pipe-mb), when it ran
+                want = " (target >= 0.8)" if size == 65536 and "c_floor_64k_big" not in runs else ""
                 ratios[f"produce_{tag}_vs_c_floor{want}"] = ratio_runs(f"mqctl_produce_{tag}", f"c_floor_{tag}")
                 ratios[f"py_floor_{tag}_vs_c_floor"] = ratio_runs(f"py_floor_{tag}", f"c_floor_{tag}")
                 if a.baseline:
@@ -906,6 +938,10 @@ def main() -> None:
                 f"api_produce_{tag}", f"redis_everysec_p1000_{tag}_produce")
             ratios[f"api_consume_{tag}_vs_redis_xreadgroup_xack (target >= 2)"] = ratio_runs(
                 f"api_consume_{tag}", f"redis_everysec_p1000_{tag}_consume")
+    if "c_floor_64k_big" in runs:
+        ratios["produce_64k_big_vs_c_floor (target >= 0.8)"] = ratio_runs("mqctl_produce_64k_big", "c_floor_64k_big")
+        if a.baseline:
+            ratios["base_produce_64k_big_vs_c_floor"] = ratio_runs("base_mqctl_produce_64k_big", "c_floor_64k_big")
     for size in sync_sizes:
         tag = label(size)
         ratios[f"sync_b100_{tag}_vs_redis_always_p100 (target >= 1.5)"] = ratio_runs(
@@ -943,7 +979,7 @@ def main() -> None:
                 "api_sync_many100_100", "fsync_floor_append_25400", 0.01)
     if a.npq:
         ratios["produce_100_vs_pq_sqlite"] = ratio_runs("mqctl_produce_100", "pq_sqlite_b100_produce_100")
-    result = {"started": started, "machine": machine, "args": vars(a), "counts": counts,
+    result = {"started": started, "machine": machine, "args": vars(a), "counts": counts, "pipe_big_count": big_n,
               "sync_counts": sync_counts, "medians": med,
               "extra": extra, "ratios": ratios, "peak_rss": rss}
     RESULTS.mkdir(exist_ok=True)
