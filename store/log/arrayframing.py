@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from store.log import format as F
-from store.log.arrays import layouts
 from store.log.record import Body, counter_hex
 from store.log.record import crc32 as _crc32
 
@@ -44,6 +43,7 @@ def use_arrays(writer: "WriterState", bodies: Sequence[Body]) -> bool:
     if "numpy" not in sys.modules:
         if writer.sent < _ARRAYS_AFTER:
             return False
+        from store.log.arrays import layouts  # (here, not on import: a small send never loads it)
         layouts()
     return sum(map(len, bodies)) < n * _ARRAYS_MAX_AVG
 
@@ -51,6 +51,7 @@ def use_arrays(writer: "WriterState", bodies: Sequence[Body]) -> bool:
 def _hex4_crcs() -> Any:
     """CRC of each of the 65536 four-hex-digit key counters (as an array), computed once."""
     if not _HEX4_CRCS:
+        from store.log.arrays import layouts
         np = layouts().np
         _HEX4_CRCS.append(np.fromiter(map(_crc32, counter_hex(0, 65536)), np.int64, 65536))
     return _HEX4_CRCS[0]
@@ -66,6 +67,7 @@ def frame_arrays(batch: "WriteBatch", topic: str, bodies: Sequence[Body], qids: 
     ``(bytes of every record, queue offsets, commit-log offsets, unique-key index hashes)``, or
     None (nothing changed) when the batch does not fit in the current segment or has a body
     of ``max_body`` bytes or more (the per-record path combines such a body's CRC instead)."""
+    from store.log.arrays import layouts
     L = layouts()
     np, head_t, cq_t, pow10 = L.np, L.write_head, L.cq, L.pow10
     n = len(bodies)

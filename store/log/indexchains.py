@@ -7,7 +7,6 @@ loop over its entries took a third of a second.
 from __future__ import annotations
 
 from store.log import format as F
-from store.log.arrays import layouts
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -27,6 +26,7 @@ def problem(data: bytes, table_end: int, count: int, begin_phys: int) -> str | N
     cannot be trusted, or None: a slot past the entries; an entry that is zero (lost to a
     power cut), chains forward, or points before the file begins; an entry no slot chain
     reaches (a lookup would silently miss it). The first problem in file order."""
+    from store.log.arrays import layouts  # (a check's: a write's index never loads it)
     np = layouts().np
     table = np.frombuffer(data, ">i4", (table_end - F.INDEX_HEADER_SIZE) // 4, F.INDEX_HEADER_SIZE).astype(np.int32)
     bad = np.flatnonzero((table < 0) | (table >= count))
@@ -64,6 +64,7 @@ def reachable(data: bytes, table_end: int, slots: int) -> tuple[Any, Any]:
     on the chain of their key's slot. The chains are followed for all slots at once, a link
     per step. Returns ``(commit-log offsets, key hashes)`` (int64, int32 arrays) ordered by
     offset (entries are appended in log order: usually they already are)."""
+    from store.log.arrays import layouts
     np = layouts().np
     count = F.INDEX_HEADER.unpack_from(data, 0)[5]
     table = np.frombuffer(data, ">i4", slots, F.INDEX_HEADER_SIZE).astype(np.int32)
