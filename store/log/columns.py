@@ -5,11 +5,10 @@ Readers that want many messages and few of their fields (``consume`` writing raw
 Spark source building Arrow columns) pay for a Message per record more than for the read
 itself. :func:`pull_columns` reads a run of consume-queue entries, fetches the records they
 point at with one ``pread`` when they sit close together, and checks every record as
-:func:`store.log.record.decode` does (record CRC property, the record's own commit-log offset,
-queue id, queue offset and topic, field lengths). (The body CRC is implied: the record CRC
-covers the body and BODYCRC alike.) It then hands out parallel lists:
-queue offset, body, born and store timestamps, and the raw properties (without the record
-CRC property), optionally also the commit-log offsets.
+:func:`store.log.record.decode` does (record CRC property, the record's own commit-log offset, queue
+id, queue offset and topic, field lengths). (The body CRC is implied: the record CRC covers the body
+and BODYCRC alike.) It then hands out parallel lists: queue offset, body, born and store timestamps,
+and the raw properties (without the record CRC property), optionally also the commit-log offsets.
 
 A record that fails a check is never returned: it is listed in ``damaged`` and skipped. The
 record layout is the one ``format.py`` describes. The loop's common case runs in C when the
@@ -27,7 +26,6 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable
 
 from store.log import format as F
-from store.log.arrays import layouts, rows
 from store.log.entrysearch import find_record
 from store.log.queueends import reader_end
 from store.log.record import Message, RecordError, crc32
@@ -356,13 +354,13 @@ def pull_records(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
 
 def _vector_run(engine: "Engine", q: "ConsumeQueue", topic: str, queue_id: int, offset: int, count: int,
                 max_bytes: int, out: Columns, full: bool, views: bool) -> bool:
-    """A run of one queue into ``out`` (its bodies, as views if ``views`` allows, see
-    :func:`cut_span`; with ``full`` every column), every record
-    checked as in :func:`pull_columns` but as arrays (one comparison per check over the run;
-    the record CRC stays one call per record). False, with ``out`` untouched, when the run is
-    not a dense one (see :func:`fetch_span`) or anything is unusual: the caller's exact loop
-    then reads it and names what is wrong. Stops after the record that reaches ``max_bytes``
-    and at the first record's segment end, as the loop."""
+    """A run of one queue into ``out`` (its bodies, as views if ``views`` allows, see :func:`cut_span`;
+    with ``full`` every column), every record checked as in :func:`pull_columns` but as arrays (one
+    comparison per check over the run; the record CRC stays one call per record). False, with ``out``
+    untouched, when the run is not a dense one (see :func:`fetch_span`) or anything is unusual: the
+    caller's exact loop then reads it and names what is wrong. Stops after the record that reaches
+    ``max_bytes`` and at the first record's segment end, as the loop."""
+    from store.log.arrays import layouts  # (the array paths' only: a short consume never loads it)
     np = layouts().np
     screened = screen_run(q, offset, count, max_bytes)
     if screened is None:
@@ -419,6 +417,7 @@ def screen_run(q: "ConsumeQueue", offset: int, count: int, max_bytes: int) -> tu
     ``offset``, cut after the record that reaches ``max_bytes``; None when the vectorised
     check cannot take them (no entries, an invalid entry or a record too small to be one,
     entries out of log order): the exact loop reads those and names what is wrong."""
+    from store.log.arrays import layouts
     L = layouts()
     np, cq_t = L.np, L.cq
     raw = q.read_raw(offset, count)
@@ -440,6 +439,7 @@ def check_span(span: bytes, starts: Any, ends: Any, size: Any, phys: Any, qoffs:
     """Check the records at ``span[starts[i]:ends[i]]`` (numpy arrays; ``qoffs`` and ``qids``
     what each must say) as :func:`pull_columns` does, as arrays: ``(head, body ends, property
     starts, CRC property starts)``, or None if any record fails a check."""
+    from store.log.arrays import layouts, rows
     L = layouts()
     np, head_t, crc_head, pow10 = L.np, L.head, L.crc_head, L.pow10
     n = len(starts)

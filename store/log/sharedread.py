@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from store.log import columns as C
 from store.log import consumequeue as CQ
 from store.log import format as F
-from store.log.arrays import layouts
 from store.log.columns import Columns, check_run
 from store.log.queueends import reader_end
 
@@ -117,6 +116,7 @@ def _pull_many_arrays(engine: "Engine", topic: str, queues: list[tuple["ConsumeQ
                       ends: list[int], full: bool) -> dict[int, Columns]:
     """:func:`pull_many` with numpy: every run's records checked as arrays at once; empty
     when anything is unusual (each run on its own then names what)."""
+    from store.log.arrays import layouts  # (numpy's paths only: a short consume never loads it)
     np = layouts().np
     runs = []
     for (q, queue_id, offset, max_count, max_bytes), max_off in zip(queues, ends):

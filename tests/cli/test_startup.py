@@ -256,6 +256,17 @@ def test_the_quick_send_imports_no_typing(tmp_path: Path) -> None:
         assert "typing" not in mods, args
 
 
+def test_the_quick_paths_load_no_array_layouts(tmp_path: Path) -> None:
+    """``store/log/arrays.py`` (numpy's dtypes, a frozen dataclass built on import) serves the
+    array paths of big batches and backlogs: a one-message send, a few lines from stdin and
+    a short consume never load it."""
+    for args, stdin in ((("send", "t", "x"), None), (("send", "t", "y"), None), (("send", "t"), b"a\nb\n"),
+                        (("consume", "t", "-g", "g", "-o", "first", "-e"), None)):
+        cp, mods = _entry_modules(tmp_path, *args, input=stdin)
+        assert cp.returncode == 0, cp.stderr
+        assert "store.log.arrays" not in mods, args
+
+
 def test_a_few_lines_from_stdin_load_no_ctypes(tmp_path: Path) -> None:
     """``seq 10 | mqctl send TOPIC``: the allocator is tuned for big buffers (ctypes, for
     glibc's mallopt) only once a read of stdin is big, not for a few lines read at once."""
