@@ -61,10 +61,11 @@ the same repetition), then their median:
   (offsets committed) at every size, timed from the producer's or consumer's open, the
   library loaded before the timer on both sides: ``from store import Consumer, Producer``
   (which loads the store, and for ``Producer`` its write path, as a program's imports at
-  its top would) as the Redis worker imports redis-py first; ``Producer(flush="sync").send_many`` in batches of 100
-  against Redis ``appendfsync always`` pipelines of 100; ``--nsingle`` single
-  ``Producer(flush="sync").send`` calls against SQLite in WAL mode with ``synchronous=FULL``
-  (one INSERT and COMMIT each) and Redis ``appendfsync always`` without pipelining; these
+  its top would) as the Redis worker imports redis-py first; ``Producer(flush="sync")
+  .send_many`` in batches of 100 against Redis ``appendfsync always`` pipelines of 100;
+  ``--nsingle`` single ``Producer(flush="sync").send`` calls against SQLite in WAL mode with
+  ``synchronous=FULL`` (one INSERT and COMMIT each) and Redis ``appendfsync always`` without
+  pipelining; these
   durable runs are timed from the open store (the peers' setup is not timed either), and
   with ``--baseline`` the single sends run with both checkouts. Each single-send run is
   followed by five times as many single ``flush="async"`` sends (the send without its
