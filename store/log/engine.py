@@ -292,7 +292,7 @@ class Engine:
             raise TopicNotFoundError(f"topic {name!r} does not exist")
         if queues < cur.queues:
             raise UsageError(f"topic {name!r} has {cur.queues} queues: queues cannot be removed "
-                             f"(their messages would be lost to consumers); --queues must be at least {cur.queues}")
+                             f"(their messages would be lost to consumers); queues must be at least {cur.queues}")
         if queues == cur.queues:
             return cur, False
         cfg = replace(cur, queues=queues)
