@@ -80,18 +80,27 @@ def warn(msg: str) -> None:
 
 
 class Runner:
-    """Runs one command at a time; :meth:`stop` (safe in a signal handler) kills it."""
+    """Runs one command at a time, in a process group of its own; :meth:`stop` (safe in a
+    signal handler) kills it.
+
+    A signal that ends mqctl must end that group too, whatever step the run is at: one that
+    comes while ``Popen`` starts the command is held until the command is known; one that comes
+    after the command's own process ended (its children may still hold its stdout, or run)
+    still kills its group; and once the clean-up began, another is only recorded, so that it
+    cannot cut the clean-up short."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopping = False
+        self._exit: BaseException | None = None   # what a one-shot run's signal ends mqctl with
+        self._may_raise = False                  # ... at once (not while starting or cleaning up)
 
     def run(self, argv: list[str], body: bytes, env: dict[str, str], timeout_s: float | None,
             capture: bool = True) -> tuple[int | None, bytes]:
-        """(exit status, stdout); status None when it could not start or ran out of time
-        (both already warned about). Without ``capture`` the command's stdout goes to our
-        stderr (ours carries only data)."""
-        restore = _exit_on_sigterm()
+        """(exit status, stdout); status None when it could not start, ran out of time (both
+        already warned about) or was stopped. Without ``capture`` the command's stdout goes to
+        our stderr (ours carries only data)."""
+        restore = self._exit_on_signals()
         try:
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=env, start_new_session=True,
@@ -101,42 +110,58 @@ class Runner:
                 return None, b""
             self.proc = proc
             try:
+                if self.stopping:   # (a signal while it started)
+                    return None, b""
+                self._may_raise = True
                 out, _ = proc.communicate(body, timeout=timeout_s)
+                self._may_raise = False
                 return proc.returncode, out or b""
             except subprocess.TimeoutExpired:
                 warn(f"{argv[0]} did not finish within {timeout_s:g}s; killed")
                 return None, b""
             finally:
+                self._may_raise = False
                 self.proc = None
-                if proc.poll() is None:  # timed out, or we are being interrupted
+                if proc.poll() is None or self.stopping:  # timed out, or we are being ended
                     kill_group(proc)
                     proc.communicate()
         finally:
             restore()
+            if self._exit is not None:
+                raise self._exit
 
     def stop(self) -> None:
         self.stopping = True
         if self.proc is not None:
             kill_group(self.proc)
 
+    def _exit_on_signals(self) -> Callable[[], None]:
+        """While a command runs in a one-shot ``tx`` command (no handler of its own: ``tx check
+        --loop`` has one), SIGTERM and SIGHUP end mqctl by ``SystemExit(128 + signal)``, SIGINT
+        by ``KeyboardInterrupt``, rather than at once, so that the command's group is killed
+        first: it runs in a session of its own and would outlive us. Returns what puts the
+        handlers back."""
+        import threading
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        defaults = {signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_DFL,
+                    signal.SIGINT: signal.default_int_handler}
+        taken = {sig: old for sig, old in defaults.items() if signal.getsignal(sig) is old}
 
-def _exit_on_sigterm() -> Callable[[], None]:
-    """While a command runs in a one-shot ``tx`` command (no handler of its own: ``tx check
-    --loop`` has one), SIGTERM ends mqctl by ``SystemExit(143)`` rather than at once, so the
-    ``finally`` kills the command's group: it runs in a session of its own and would outlive
-    us. Returns what puts the default back."""
-    import threading
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
-        return lambda: None
+        def on_signal(signum: int, _frame: object) -> None:
+            self.stop()
+            if self._exit is None:
+                self._exit = KeyboardInterrupt() if signum == signal.SIGINT else SystemExit(128 + signum)
+            if self._may_raise:
+                self._may_raise = False
+                raise self._exit
+        for sig in taken:
+            signal.signal(sig, on_signal)
 
-    def on_term(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)   # (the status a default SIGTERM gives)
-    signal.signal(signal.SIGTERM, on_term)
-
-    def restore() -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    return restore
+        def restore() -> None:
+            for sig, old in taken.items():
+                signal.signal(sig, old)
+        return restore
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -186,10 +211,10 @@ def check_service(admin: "Admin", argv: list[str], *, timeout_ms: int, max_check
                   on_event: Callable[["CheckEvent"], None],
                   on_pass: Callable[["CheckReport"], None]) -> None:
     """Check passes asking ``argv``: one, or with ``loop_pause_s`` one every so many seconds
-    until SIGINT or SIGTERM (which kill a running command and end the loop quietly)."""
+    until SIGINT, SIGTERM or SIGHUP (which kill a running command and end the loop quietly)."""
     runner = Runner()
     if loop_pause_s is not None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, lambda *_: runner.stop())
 
     def ask(copy: "Message", times: int) -> str:

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from store.errors import ClientIdInUseError, OperationError
+from store.errors import ClientIdInUseError, OperationError, io_error
 from store.flock import list_dir, names_same_file, now_ms, open_exclusive, probe_held, unlink_if_exists
 from store.fsutil import atomic_write_json, ensure_dir
 from store.layout import Layout
@@ -119,26 +119,44 @@ class Membership:
         """
         if self._fd is not None:
             return
-        ensure_dir(self.layout.members_dir(self.group), durable=False)
-        fd = self._lock_within_grace()
-        if fd is None:
-            pid = _read_json(self.json_path).get("pid")
-            shown = pid if isinstance(pid, int) else "unknown"
-            raise ClientIdInUseError(
-                f"client id {self.client_id} is already used by a live member (pid {shown})")
-        self._fd = fd
-        base = {"clientId": self.client_id, "group": self.group, "pid": os.getpid(),
-                "host": os.uname().nodename, "startedAt": now_ms()}
+        # The group's directory is what makes a group known (``groups.py``): one made here
+        # goes again if the join fails (a full disk), unless another member is in it by then.
+        group_dir = self.layout.members_dir(self.group)
+        made = not group_dir.is_dir()
+        ensure_dir(group_dir, durable=False)
         try:
-            self._publish({**self._info, **base})
+            fd = self._lock_within_grace()
+            if fd is None:
+                pid = _read_json(self.json_path).get("pid")
+                shown = pid if isinstance(pid, int) else "unknown"
+                raise ClientIdInUseError(
+                    f"client id {self.client_id} is already used by a live member (pid {shown})")
+            self._fd = fd
+            base = {"clientId": self.client_id, "group": self.group, "pid": os.getpid(),
+                    "host": os.uname().nodename, "startedAt": now_ms()}
+            try:
+                self._publish({**self._info, **base})
+            except BaseException:
+                self._give_up_lock()
+                raise
         except BaseException:
-            self._give_up_lock()
+            if made:
+                try:
+                    group_dir.rmdir()
+                except OSError:
+                    pass   # another member's files are in it: the group is known
             raise
 
     def _lock_within_grace(self) -> int | None:
         deadline = time.monotonic() + JOIN_GRACE
         while True:
-            fd = open_exclusive(self.lock_path)
+            try:
+                fd = open_exclusive(self.lock_path)
+            except FileNotFoundError as exc:   # the directory removed by a joiner that failed
+                if time.monotonic() >= deadline:
+                    raise io_error(exc, f"open {self.lock_path}") from exc
+                ensure_dir(self.lock_path.parent, durable=False)
+                continue
             if fd is not None or time.monotonic() >= deadline:
                 return fd
             time.sleep(0.01)

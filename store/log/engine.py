@@ -215,6 +215,7 @@ class Engine:
         self.log_tail: LogTail | None = None   # the end of the log as those looks read it
 
     def close(self) -> None:
+        self.durability.finish_flush()
         if self.hints.synced:
             self._record_synced()
         self.commitlog.close()
@@ -294,7 +295,7 @@ class Engine:
             raise TopicNotFoundError(f"topic {name!r} does not exist")
         if queues < cur.queues:
             raise UsageError(f"topic {name!r} has {cur.queues} queues: queues cannot be removed "
-                             f"(their messages would be lost to consumers); --queues must be at least {cur.queues}")
+                             f"(their messages would be lost to consumers); queues must be at least {cur.queues}")
         if queues == cur.queues:
             return cur, False
         cfg = replace(cur, queues=queues)
@@ -375,8 +376,14 @@ class Engine:
         try:
             with self.write_lock:
                 cp = self.checkpoint_file.read()
-                if (cp is not None and cp.boot_id == self.writer.boot_id
-                        and cp.synced_end < self.hints.synced <= cp.written_end):
-                    self.checkpoint_file.write(replace(cp, synced_end=self.hints.synced))
+                if cp is None or cp.boot_id != self.writer.boot_id:
+                    return
+                new = cp
+                if cp.synced_end < self.hints.synced <= cp.written_end:
+                    new = replace(new, synced_end=self.hints.synced)
+                if cp.derived_end < self.hints.derived <= new.synced_end:
+                    new = replace(new, derived_end=self.hints.derived, derived_at=self.hints.derived_at)
+                if new != cp:
+                    self.checkpoint_file.write(new)
         except StoreError:
             pass   # best effort: the checkpoint stays a lower bound

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 # How often --flush sync writers move the durable point of the consume queues and index
 # themselves (sync_log); async writers move it by volume or age (writebatch.py).
 DERIVED_FLUSH_INTERVAL_S = 2.0
+# A background flush with at most this much of the commit log to sync is finished at close
+# (:meth:`Durability.finish_flush`).
+CLOSE_FINISH_BYTES = 4 * 1024 * 1024
 
 
 class Durability:
@@ -43,6 +46,7 @@ class Durability:
         self.warn = warn
         self._derived_flushed = time.monotonic()
         self._flusher: threading.Thread | None = None
+        self._flush_span = 0   # how much of the log the running background flush syncs
 
     def sync_log(self, start: int, end: int) -> None:
         """Make the commit log durable below ``end`` (``fdatasync``): the ``--flush sync``
@@ -105,8 +109,20 @@ class Durability:
         t = self._flusher
         if t is not None and t.is_alive():
             return
+        cp = ckpt.read(self.layout.checkpoint)
+        self._flush_span = (cp.written_end - max(self.hints.synced, cp.synced_end)) if cp is not None else 1 << 62
         self._flusher = threading.Thread(target=self._flush_quietly, name="mqctl-flush", daemon=True)
         self._flusher.start()
+
+    def finish_flush(self) -> None:
+        """At close: a background flush still running is waited for when it syncs at most
+        ``CLOSE_FINISH_BYTES`` of the log (a short sender's, which the process's exit would
+        otherwise always cut short: the durable point would never move while only short
+        senders write). A bigger one is left to die with the process, as before: waiting
+        would add its fsync, up to a segment's, to the end of a big send."""
+        t = self._flusher
+        if t is not None and t.is_alive() and self._flush_span <= CLOSE_FINISH_BYTES:
+            t.join()
 
     def _flush_quietly(self) -> None:
         try:

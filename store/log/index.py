@@ -3,22 +3,22 @@
 Each file ``index/<20-digit begin offset>`` is RocketMQ's IndexFile shape (``format.py``): a
 40-byte header, a slot table of ``INDEX_SLOTS`` ints, then 20-byte entries chained newest to
 oldest through ``prevIndex``. The header and slot table (512 KiB) are written as real zeros
-when the file is created, so slot updates through ``mmap`` can never fault on a full disk;
-entries are appended with ``pwrite`` after them, so a full disk surfaces as an error.
+when the file is created, so a slot write never needs a new block; every write is a
+``pwrite`` (a full disk surfaces as an error; a file cut short under a writer, by hand, cannot
+kill it as a write through a map past the file's end did, with SIGBUS: the writer begins a
+new file and the next lookup repairs the cut one, ``indexends.py``).
 
 Crash order inside a batch: entries first, then slots, then the header (``indexCount``,
 ``endPhyOffset``). Entries past ``indexCount`` are invisible and are overwritten by the next
 batch; recovery first points any slot a killed writer left past ``indexCount`` back along the
 entries' ``prevIndex`` (:meth:`KeyIndex.repair`), then re-adds records past ``endPhyOffset``
-(idempotent). Lookups check each hit
-against the record itself, so a hash collision or a stale slot costs a read, never a wrong
-answer.
+(idempotent). Lookups check each hit against the record itself, so a hash collision or a
+stale slot costs a read, never a wrong answer.
 """
 from __future__ import annotations
 
 import array
 import bisect
-import mmap
 import os
 import struct
 import sys
@@ -41,22 +41,10 @@ _HDR = F.INDEX_HEADER
 _SLOT = F.INDEX_SLOT
 _ENTRY = F.INDEX_ENTRY
 _HDR_SIZE = F.INDEX_HEADER_SIZE
-_TABLE_END = F.INDEX_HEADER_SIZE + F.INDEX_SLOTS * 4
 _LITTLE = sys.byteorder == "little"
-_WHOLE_TABLE = 2048   # a batch at least this big reads and writes the slot table in one piece
-_ARRAYS_FROM = 256    # ... or, with numpy loaded, is indexed as arrays (KeyIndex._add_arrays)
-_NP_ENTRY: list[object] = []
-
-
-def _np_entry(np: object) -> object:
-    """The numpy dtype of an index entry (``format.INDEX_ENTRY``)."""
-    if not _NP_ENTRY:
-        dt = np.dtype([("hash", ">i4"), ("phys", ">i8"), ("tdiff", ">i4"), ("prev", ">i4")])  # type: ignore[attr-defined]
-        assert dt.itemsize == F.INDEX_ENTRY_SIZE
-        _NP_ENTRY.append(dt)
-    return _NP_ENTRY[0]
-
-
+_FEW = 8              # fewer keys than this read and write their slots one by one (KeyIndex._add_to)
+_ARRAYS_FROM = 256    # a batch this big, with numpy loaded, is indexed as arrays (indexchains.add_arrays)
+_RUN_GAP = 4096       # slots at most this far apart are written back in one write
 def key_hash(key: str | bytes) -> int:
     return int(crc32(key.encode() if isinstance(key, str) else key)) & 0x7FFFFFFF
 
@@ -68,9 +56,12 @@ class KeyIndex:
         self.max_entries = entries
         self.table_end = F.INDEX_HEADER_SIZE + slots * 4
         self._listing = SegmentListing(directory)
-        # The newest file's slot table stays mapped between batches: mapping it anew for each
-        # batch cost a page fault for every slot touched. (base, fd, map)
-        self._mapped: tuple[int, int, mmap.mmap] | None = None
+        # The newest file's descriptor stays open between batches, and a copy of its slot
+        # table with the header last written (``_add_to``): reading the slots anew for each
+        # batch cost a read per slot touched, or the whole table. (base, fd)
+        self._open: tuple[int, int] | None = None
+        self._table: bytearray | None = None
+        self._hdr: tuple[int, int, int, int, int, int] | None = None
 
     def files(self) -> list[int]:
         return self._listing.bases()
@@ -78,33 +69,26 @@ class KeyIndex:
     def path(self, base: int) -> Path:
         return self.dir / F.segment_name(base)
 
-    def _map(self, base: int, checked: bool = False) -> tuple[int, mmap.mmap]:
-        """The descriptor and slot-table map of file ``base``, reused while the file is still
-        linked (one ``fstat``, unless the caller just ``checked``): a file removed or replaced
-        by a new one of the same name (a rebuild renames it into place) is mapped anew."""
-        m = self._mapped
+    def _file(self, base: int, checked: bool = False) -> int:
+        """The descriptor of file ``base``, reused while the file is still linked (one
+        ``fstat``, unless the caller just ``checked``): a file removed or replaced by a new
+        one of the same name (a rebuild renames it into place) is opened anew."""
+        m = self._open
         if m is not None and m[0] == base and (checked or os.fstat(m[1]).st_nlink):
-            return m[1], m[2]
+            return m[1]
         self.close()
-        path = self.path(base)
-        fd = open_private(path, os.O_RDWR)
         try:
-            if os.fstat(fd).st_size < self.table_end:
-                # never mapped past its end (SIGBUS); recovery rebuilds such a file
-                raise CorruptionError(str(path), 0, "index file is shorter than its header and slot "
-                                      "table (run: mqctl store recover)")
-            mm = mmap.mmap(fd, self.table_end)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._mapped = (base, fd, mm)
-        return fd, mm
+            fd = open_private(self.path(base), os.O_RDWR)
+        except OSError as exc:
+            raise io_error(exc, f"open index file {self.path(base)}") from exc
+        self._open = (base, fd)
+        return fd
 
     def close(self) -> None:
-        if self._mapped is not None:
-            _base, fd, mm = self._mapped
-            self._mapped = None
-            mm.close()
+        self._table = self._hdr = None
+        if self._open is not None:
+            fd = self._open[1]
+            self._open = None
             os.close(fd)
 
     def header(self, base: int) -> tuple[int, int, int, int, int, int]:
@@ -126,8 +110,7 @@ class KeyIndex:
             fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
             try:
                 pwrite_all(fd, _HDR.pack(begin_ts, begin_ts, begin_phys, -1, self.slots, 1), 0)
-                # the slot table as real zeros: slot writes through mmap can then never
-                # fault on a full disk
+                # the slot table as real zeros: slot writes then never need a block
                 zero = bytes(64 * 1024)
                 pos, end = F.INDEX_HEADER_SIZE, self.table_end
                 while pos < end:
@@ -150,8 +133,7 @@ class KeyIndex:
     def sync_files(self, since_end: int, since_s: int = 0) -> None:
         """``fdatasync`` every index file that may hold entries for offsets at or after
         ``since_end`` (the newest, and any that ends there or later): the derived-durability
-        step of :meth:`Store.flush_durable`. Slot and header writes go through ``mmap``;
-        ``fdatasync`` writes those pages back too."""
+        step of :meth:`Store.flush_durable`."""
         files = self.files()
         for i, base in enumerate(files):
             if i < len(files) - 1:
@@ -175,14 +157,22 @@ class KeyIndex:
         ``data``: its :meth:`snapshot` (thorough), whose length is then its size."""
         try:
             size = os.stat(self.path(base)).st_size if data is None else len(data)
-            if size < self.table_end:
-                return f"shorter ({size} bytes) than its header and slot table ({self.table_end} bytes)"
             if data is None:
                 with open(self.path(base), "rb") as fh:
                     data = fh.read() if thorough else fh.read(F.INDEX_HEADER_SIZE)
         except OSError as exc:
             return f"unreadable: {exc.strerror or exc}"
-        _bts, _ets, begin_phys, end_phys, slots, count = _HDR.unpack_from(data, 0)
+        why = self._header_problem(base, data, size)
+        if why is not None or not thorough:
+            return why
+        return indexchains.problem(data, self.table_end, _HDR.unpack_from(data, 0)[5], base)
+
+    def _header_problem(self, base: int, head: bytes, size: int) -> str | None:
+        """Why a file of ``size`` bytes that begins with ``head`` cannot be trusted by its size
+        and its header's own fields, or None (:meth:`problem`; a writer's look before a batch)."""
+        if size < self.table_end or len(head) < F.INDEX_HEADER_SIZE:
+            return f"shorter ({size} bytes) than its header and slot table ({self.table_end} bytes)"
+        _bts, _ets, begin_phys, end_phys, slots, count = _HDR.unpack_from(head, 0)
         if slots != self.slots:
             return f"header names {slots} slots, not {self.slots}"
         if begin_phys != base:
@@ -193,9 +183,7 @@ class KeyIndex:
             return f"header counts {count} entries but the file holds {(size - self.table_end) // F.INDEX_ENTRY_SIZE}"
         if count > 1 and end_phys < begin_phys:
             return f"header ends at offset {end_phys}, before it begins ({begin_phys})"
-        if not thorough:
-            return None
-        return indexchains.problem(data, self.table_end, count, begin_phys)
+        return None
 
     def reachable(self, data: bytes) -> tuple[Any, Any]:
         """The entries of a file's :meth:`snapshot` (sound by :meth:`problem`) that a lookup of
@@ -216,93 +204,114 @@ class KeyIndex:
         path computes them without building the keys). ``physs`` is ascending."""
         if not hashes:
             return
-        # The file the last batch mapped is still the newest when linked and not full: a later
+        # The file the last batch wrote is still the newest when linked and not full: a later
         # one is begun only once it is full, and one recovery removes or rebuilds is unlinked.
-        m = self._mapped
-        kept = m is not None and os.fstat(m[1]).st_nlink > 0 and _HDR.unpack_from(m[2], 0)[5] < self.max_entries
-        if m is not None and kept:
+        m = self._open
+        hdr = self._sound_header(*m) if m is not None else None
+        if m is not None and hdr is not None and hdr[5] < self.max_entries:
             base = m[0]
         else:
             files = self.files()
-            base = files[-1] if files else self._create(physs[0], store_ts)
+            base, hdr = files[-1] if files else self._create(physs[0], store_ts), None
+        made = False
         while hashes:
-            try:
-                fd, mm = self._map(base, checked=kept)
-            except OSError as exc:
-                raise io_error(exc, f"open index file {self.path(base)}") from exc
-            kept = False
-            begin_ts, _end_ts, _begin_phys, end_phys, slots, count = _HDR.unpack_from(mm, 0)
+            fd = self._file(base, checked=hdr is not None)
+            hdr = hdr or self._sound_header(base, fd)
+            if hdr is None:   # cut by hand: not appended to (holes); the next lookup repairs it
+                if made:
+                    raise CorruptionError(str(self.path(base)), 0, "index file cut short as it was made")
+                base, made = self._create(physs[0], store_ts), True
+                continue
+            end_phys, count = hdr[3], hdr[5]
             if physs[0] <= end_phys:  # already indexed (recovery replays records): skip them
                 i = bisect.bisect_right(physs, end_phys)
                 hashes, physs = hashes[i:], physs[i:]
                 if not hashes:
                     return
             room = self.max_entries - count
-            if room <= 0:
-                base = self._create(physs[0], store_ts)
-                continue
-            self._add_to(base, fd, mm, hashes[:room], physs[:room], store_ts, begin_ts, count)
-            hashes, physs = hashes[room:], physs[room:]
+            if room > 0:
+                self._add_to(base, fd, hdr, hashes[:room], physs[:room], store_ts)
+                hashes, physs = hashes[room:], physs[room:]
             if hashes:
-                base = self._create(physs[0], store_ts)
+                base, hdr = self._create(physs[0], store_ts), None
 
-    def _add_to(self, base: int, fd: int, mm: mmap.mmap, hashes: list[int], physs: list[int], store_ts: int,
-                begin_ts: int, count: int) -> None:
+    def _sound_header(self, base: int, fd: int) -> tuple[int, int, int, int, int, int] | None:
+        """The header of open file ``base`` for a batch to append to, or None: unlinked
+        (recovery removed or replaced it), or found unsound (:meth:`_header_problem`: cut)."""
+        try:
+            st = os.fstat(fd)
+            raw = os.pread(fd, F.INDEX_HEADER_SIZE, 0)
+        except OSError as exc:
+            raise io_error(exc, f"read {self.path(base)}") from exc
+        if not st.st_nlink or self._header_problem(base, raw, st.st_size) is not None:
+            return None
+        return _HDR.unpack(raw)
+
+    def _add_to(self, base: int, fd: int, hdr: tuple[int, int, int, int, int, int], hashes: list[int],
+                physs: list[int], store_ts: int) -> None:
         """Append entries to one file. Order, for a crash at any point: entries (invisible
         past ``indexCount``), then slots, then the header. A slot left pointing at an entry
         past ``indexCount`` by a killed writer is resolved by :meth:`repair`."""
+        begin_ts, count = hdr[0], hdr[5]
         tdiff = max(0, min((store_ts - begin_ts) // 1000, 0x7FFFFFFF))
-        slots = self.slots
-        if len(hashes) >= _ARRAYS_FROM and "numpy" in sys.modules:
-            self._add_arrays(fd, mm, base, hashes, physs, tdiff, count)
-            _HDR.pack_into(mm, 0, begin_ts, store_ts, base, physs[-1], slots, count + len(hashes))
-            return
-        pack_entry = _ENTRY.pack
-        n = count
-        entries = bytearray()
-        if len(hashes) >= _WHOLE_TABLE:
-            # big batch: the slot table as an array (one copy in, one copy out)
-            table = array.array("i")
-            table.frombytes(mm[F.INDEX_HEADER_SIZE:self.table_end])
-            if _LITTLE:
-                table.byteswap()
-            for h, phys in zip(hashes, physs):
-                sl = h % slots
-                prev = table[sl]
-                if prev >= n or prev < 0:   # [count, n) are this batch's own entries
-                    prev = self._resolve(fd, prev, count)
-                entries += pack_entry(h, phys, tdiff, prev)
-                table[sl] = n
+        # This handle's copy of the slot table (at the file's positions) is current while the
+        # header is the one it wrote last (every batch ends with the header; slots a killed
+        # writer left past ``indexCount`` resolve to the copy's values). Read anew for all but
+        # a few keys, or when this handle wrote the last batch (a producer alone keeps it).
+        copy = self._table if self._hdr == hdr else None
+        if copy is None and (len(hashes) >= _FEW or self._hdr == hdr):
+            copy = self._read_table(fd, base)
+        self._table = self._hdr = None   # (until the header below is written)
+        sps = [_HDR_SIZE + h % self.slots * 4 for h in hashes]
+        if copy is None:
+            self._add_few(fd, base, hashes, physs, tdiff, count, sps)
+        elif len(hashes) >= _ARRAYS_FROM and "numpy" in sys.modules:   # (the loop's bytes, as arrays)
+            packed, positions = indexchains.add_arrays(copy, self.slots, hashes, physs, tdiff, count,
+                                                       lambda v: self._resolve(fd, v, count))
+            self._write_entries(fd, base, packed, count)
+            self._write_runs(fd, base, copy, positions)
+        elif not self._add_distinct(fd, copy, base, hashes, physs, tdiff, count, sps):
+            unpack_slot = _SLOT.unpack_from
+            touched: dict[int, int] = {}
+            entries = bytearray()
+            n = count
+            for h, phys, sp in zip(hashes, physs, sps):
+                seen = touched.get(sp)
+                if seen is not None:
+                    prev = seen
+                else:
+                    prev = unpack_slot(copy, sp)[0]
+                    if prev >= count or prev < 0:
+                        prev = self._resolve(fd, prev, count)
+                entries += _ENTRY.pack(h, phys, tdiff, prev)
+                touched[sp] = n
                 n += 1
             self._write_entries(fd, base, entries, count)
-            if _LITTLE:
-                table.byteswap()
-            mm[F.INDEX_HEADER_SIZE:self.table_end] = table.tobytes()
-        else:
-            sps = [_HDR_SIZE + h % slots * 4 for h in hashes]
-            if self._add_distinct(fd, mm, base, hashes, physs, tdiff, count, sps):
-                n = count + len(hashes)
-            else:
-                unpack_slot = _SLOT.unpack_from
-                pack_slot = _SLOT.pack_into
-                touched: dict[int, int] = {}
-                for h, phys, sp in zip(hashes, physs, sps):
-                    seen = touched.get(sp)
-                    if seen is not None:
-                        prev = seen
-                    else:
-                        prev = unpack_slot(mm, sp)[0]
-                        if prev >= count or prev < 0:
-                            prev = self._resolve(fd, prev, count)
-                    entries += pack_entry(h, phys, tdiff, prev)
-                    touched[sp] = n
-                    n += 1
-                self._write_entries(fd, base, entries, count)
-                for sp, v in touched.items():
-                    pack_slot(mm, sp, v)
-        _HDR.pack_into(mm, 0, begin_ts, store_ts, base, physs[-1], slots, n)
+            deque(map(_SLOT.pack_into, repeat(copy), touched.keys(), touched.values()), maxlen=0)
+            self._write_runs(fd, base, copy, list(touched))
+        new = (begin_ts, store_ts, base, physs[-1], self.slots, count + len(hashes))
+        self._write(fd, base, _HDR.pack(*new), 0)
+        self._table, self._hdr = copy, new
 
-    def _add_distinct(self, fd: int, mm: mmap.mmap, base: int, hashes: list[int], physs: list[int],
+    def _add_few(self, fd: int, base: int, hashes: list[int], physs: list[int], tdiff: int, count: int,
+                 sps: list[int]) -> None:
+        """:meth:`_add_to`'s few keys without a current copy: each slot read and written."""
+        touched: dict[int, int] = {}
+        entries = bytearray()
+        for n, (h, phys, sp) in enumerate(zip(hashes, physs, sps), count):
+            prev = touched.get(sp, -1)
+            if prev < 0:
+                raw = os.pread(fd, 4, sp)
+                prev = _SLOT.unpack(raw)[0] if len(raw) == 4 else 0
+                if prev >= count or prev < 0:
+                    prev = self._resolve(fd, prev, count)
+            entries += _ENTRY.pack(h, phys, tdiff, prev)
+            touched[sp] = n
+        self._write_entries(fd, base, entries, count)
+        for sp, v in touched.items():
+            self._write(fd, base, _SLOT.pack(v), sp)
+
+    def _add_distinct(self, fd: int, copy: bytearray, base: int, hashes: list[int], physs: list[int],
                       tdiff: int, count: int, sps: list[int]) -> bool:
         """:meth:`_add_to`'s entries and slots when no two keys of the batch share a slot
         (``sps``: each key's slot position), the usual case for a few hundred keys in ~128k
@@ -312,62 +321,56 @@ class KeyIndex:
         k = len(hashes)
         if k == 1:   # one key (a single send): the same steps without the list machinery
             sp = sps[0]
-            prev = _SLOT.unpack_from(mm, sp)[0]
+            prev = _SLOT.unpack_from(copy, sp)[0]
             if prev >= count or prev < 0:   # left by a killed writer
                 prev = self._resolve(fd, prev, count)
             self._write_entries(fd, base, _ENTRY.pack(hashes[0], physs[0], tdiff, prev), count)
-            _SLOT.pack_into(mm, sp, count)
+            _SLOT.pack_into(copy, sp, count)
+            self._write(fd, base, _SLOT.pack(count), sp)
             return True
         if len(set(sps)) != k:
             return False
-        prevs = [t[0] for t in map(_SLOT.unpack_from, repeat(mm), sps)]
+        prevs = [t[0] for t in map(_SLOT.unpack_from, repeat(copy), sps)]
         if max(prevs) >= count or min(prevs) < 0:   # left by a killed writer
             prevs = [p if 0 <= p < count else self._resolve(fd, p, count) for p in prevs]
         self._write_entries(fd, base, b"".join(map(_ENTRY.pack, hashes, physs, repeat(tdiff), prevs)), count)
-        deque(map(_SLOT.pack_into, repeat(mm), sps, range(count, count + k)), maxlen=0)
+        deque(map(_SLOT.pack_into, repeat(copy), sps, range(count, count + k)), maxlen=0)
+        self._write_runs(fd, base, copy, sps)
         return True
 
-    def _add_arrays(self, fd: int, mm: mmap.mmap, base: int, hashes: list[int], physs: list[int],
-                    tdiff: int, count: int) -> None:
-        """:meth:`_add_to`'s entries and slots for a whole batch as arrays (numpy, when this
-        process has it loaded already): the same bytes as the loop, in the same order (entries,
-        then slots), without a Python step per entry. An entry's ``prevIndex`` is the batch's
-        previous entry in its slot, or for the first one the slot's value before the batch."""
-        np = sys.modules["numpy"]
-        k = len(hashes)
-        h = np.array(hashes, np.int64)
-        sl = h % self.slots
-        idx = np.arange(count, count + k, dtype=np.int64)
-        order = np.argsort(sl, kind="stable")   # each slot's entries together, in batch order
-        ss = sl[order]
-        first = np.ones(k, bool)
-        first[1:] = ss[1:] != ss[:-1]
-        prev = np.empty(k, np.int64)
-        prev[order[1:][~first[1:]]] = idx[order[:-1][~first[1:]]]
-        heads = order[first]
-        table = np.frombuffer(mm, ">i4", self.slots, F.INDEX_HEADER_SIZE)
+    def _read_table(self, fd: int, base: int) -> bytearray:
+        copy = bytearray(self.table_end)   # (its first bytes, the header's, unused)
         try:
-            old = table[sl[heads]].astype(np.int64)
-            for j in np.flatnonzero((old >= count) | (old < 0)).tolist():
-                old[j] = self._resolve(fd, int(old[j]), count)   # left by a killed writer
-            prev[heads] = old
-            ent = np.empty(k, _np_entry(np))
-            ent["hash"] = h
-            ent["phys"] = physs
-            ent["tdiff"] = tdiff
-            ent["prev"] = prev
-            self._write_entries(fd, base, ent.tobytes(), count)
-            last = np.ones(k, bool)
-            last[:-1] = first[1:]
-            table[ss[last]] = idx[order[last]]
-        finally:
-            del table   # the map is closed later: no view of it may outlive this call
+            got = os.preadv(fd, [memoryview(copy)[_HDR_SIZE:]], _HDR_SIZE)
+        except OSError as exc:
+            raise io_error(exc, f"read {self.path(base)}") from exc
+        copy[_HDR_SIZE + got:] = bytes(self.table_end - _HDR_SIZE - got)   # (cut under the look)
+        return copy
+
+    def _write_runs(self, fd: int, base: int, copy: bytearray, positions: list[int]) -> None:
+        """Write the copy's slots at file ``positions``: slots at most ``_RUN_GAP`` bytes
+        apart in one write (a call costs more than copying that much); many, as one span."""
+        view = memoryview(copy)
+        if len(positions) * _RUN_GAP >= self.table_end:
+            self._write(fd, base, view[min(positions):max(positions) + 4], min(positions))
+            return
+        positions = sorted(positions)
+        start = prev = positions[0]
+        for sp in positions[1:]:
+            if sp - prev > _RUN_GAP:
+                self._write(fd, base, view[start:prev + 4], start)
+                start = sp
+            prev = sp
+        self._write(fd, base, view[start:prev + 4], start)
 
     def _write_entries(self, fd: int, base: int, entries: bytes | bytearray, count: int) -> None:
+        self._write(fd, base, entries, self.table_end + count * F.INDEX_ENTRY_SIZE)
+
+    def _write(self, fd: int, base: int, data: bytes | bytearray | memoryview, pos: int) -> None:
         try:
-            pwrite_all(fd, entries, self.table_end + count * F.INDEX_ENTRY_SIZE)
+            pwrite_all(fd, data, pos)
         except OSError as exc:
-            raise io_error(exc, f"append to {self.path(base)}") from exc
+            raise io_error(exc, f"write {self.path(base)}") from exc
 
     def _resolve(self, fd: int, value: int, count: int) -> int:
         """A slot value a killed writer left past ``indexCount``: its entries were written

@@ -6,6 +6,8 @@ loop over its entries took a third of a second.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from store.log import format as F
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
@@ -98,3 +100,43 @@ def reachable(data: bytes, table_end: int, slots: int) -> tuple[Any, Any]:
         order = np.argsort(phys, kind="stable")
         phys, h = phys[order], h[order]
     return phys, h
+
+
+def add_arrays(table_bytes: bytearray, slots: int, hashes: list[int], physs: list[int], tdiff: int, count: int,
+               resolve: Callable[[int], int]) -> tuple[bytes, list[int]]:
+    """A batch's entries as arrays (``index.py``'s big batches, numpy loaded): the entries'
+    bytes, the slot table (``table_bytes``, big-endian ints at the file's positions) updated
+    in place, and the file positions of the slots changed (ascending). An entry's ``prevIndex`` is the batch's
+    previous entry in its slot, or for the first one the slot's value before the batch
+    (``resolve``d when a killed writer left it past ``count``)."""
+    from store.log.arrays import layouts  # (a big batch's: a small one never loads numpy)
+    np = layouts().np
+    k = len(hashes)
+    h = np.array(hashes, np.int64)
+    sl = h % slots
+    idx = np.arange(count, count + k, dtype=np.int64)
+    order = np.argsort(sl, kind="stable")   # each slot's entries together, in batch order
+    ss = sl[order]
+    first = np.ones(k, bool)
+    first[1:] = ss[1:] != ss[:-1]
+    prev = np.empty(k, np.int64)
+    prev[order[1:][~first[1:]]] = idx[order[:-1][~first[1:]]]
+    heads = order[first]
+    table = np.frombuffer(table_bytes, ">i4", slots, F.INDEX_HEADER_SIZE)
+    try:
+        old = table[sl[heads]].astype(np.int64)
+        for j in np.flatnonzero((old >= count) | (old < 0)).tolist():
+            old[j] = resolve(int(old[j]))
+        prev[heads] = old
+        ent = np.empty(k, np.dtype([("hash", ">i4"), ("phys", ">i8"), ("tdiff", ">i4"), ("prev", ">i4")]))
+        ent["hash"] = h
+        ent["phys"] = physs
+        ent["tdiff"] = tdiff
+        ent["prev"] = prev
+        last = np.ones(k, bool)
+        last[:-1] = first[1:]
+        changed = ss[last]
+        table[changed] = idx[order[last]]
+        return ent.tobytes(), (changed * 4 + F.INDEX_HEADER_SIZE).tolist()
+    finally:
+        del table   # no view of the caller's table may outlive this call

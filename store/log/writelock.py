@@ -7,6 +7,7 @@ without importing portalocker, which costs 25-80 ms of every command's start-up)
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from store.errors import io_error
@@ -26,17 +27,31 @@ class WriteLock:
     The directory lock is what cannot be defeated by deleting ``STORE/lock`` while a writer
     holds it (a second writer would create a new file and lock that one); the file lock is
     kept so that writers of earlier versions, which take only it, still exclude and are
-    excluded. Both are always taken in this order, so two writers cannot deadlock."""
+    excluded. Both are always taken in this order, so two writers cannot deadlock.
+
+    A flock belongs to the open file description, so every thread of this handle would
+    "hold" it at once: a thread-level re-entrant lock, taken first and held with the flocks,
+    makes the threads of one process take turns too (a send beside a reader's repair)."""
 
     def __init__(self, root: Path, lock_file: Path) -> None:
         self.root = root
         self.lock_file = lock_file
-        self.depth = 0
+        self.depth = 0   # (of the thread holding ``_turn``: only it changes it)
+        self._turn = threading.RLock()
         self._dir_fd: int | None = None
         self._fh: Any = None
         self._dir_locked = False
 
     def __enter__(self) -> None:
+        self._turn.acquire()
+        try:
+            self._take_flocks()
+        except BaseException:
+            self._turn.release()
+            raise
+        self.depth += 1
+
+    def _take_flocks(self) -> None:
         if self.depth == 0:
             import fcntl
             if self._dir_fd is None:
@@ -63,16 +78,18 @@ class WriteLock:
                     fcntl.flock(dir_fd, fcntl.LOCK_UN)
                 raise
             self._dir_locked = dir_locked
-        self.depth += 1
 
     def __exit__(self, *exc: object) -> None:
-        self.depth -= 1
-        if self.depth == 0:
-            import fcntl
-            unlock(self._fh)
-            if self._dir_locked and self._dir_fd is not None:
-                fcntl.flock(self._dir_fd, fcntl.LOCK_UN)
-                self._dir_locked = False
+        try:
+            self.depth -= 1
+            if self.depth == 0:
+                import fcntl
+                unlock(self._fh)
+                if self._dir_locked and self._dir_fd is not None:
+                    fcntl.flock(self._dir_fd, fcntl.LOCK_UN)
+                    self._dir_locked = False
+        finally:
+            self._turn.release()
 
     def close(self) -> None:
         if self._fh is not None:

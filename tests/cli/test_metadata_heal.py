@@ -249,7 +249,8 @@ def test_topic_update_adds_queues_and_a_running_consumer_takes_them(mq: MQ) -> N
     mq.ok("send", "u", "-q", "3", "in-new-queue")
     wait_for(lambda: b"in-new-queue" in member.stdout(), what="the member to pick up queue 3")
     assert member.stop() == 0
-    one_error(mq.run("topic", "update", "u", "--queues", "3"), 2, "topic 'u' has 4 queues")
+    line = one_error(mq.run("topic", "update", "u", "--queues", "3"), 2, "topic 'u' has 4 queues")
+    assert line.endswith("; --queues must be at least 4"), line   # (the CLI names its flag)
     res = mq.ok("topic", "update", "u", "--queues", "4")
     assert "already" in res.stderr
     one_error(mq.run("topic", "update", "nosuch", "--queues", "4"), 3)
@@ -262,8 +263,12 @@ def test_update_topic_in_python(mq: MQ) -> None:
     with store.Admin(str(mq.root)) as admin:
         info = admin.update_topic("p", 5)
         assert (info.topic, info.queues) == ("p", 5)
-        with pytest.raises(store.UsageError):
+        # a library error names the library's parameter, never the CLI's flag
+        with pytest.raises(store.UsageError, match=r"^topic 'p' has 5 queues: .*; queues must be at least 5$"):
             admin.update_topic("p", 1)
+        for call in (lambda: admin.update_topic("p", 0), lambda: admin.create_topic("q", 1025)):
+            with pytest.raises(store.UsageError, match=r"^queues must be between 1 and 1024, got (0|1025)$"):
+                call()
     assert _status_queues(mq, "p") == 5
     assert os.path.isdir(mq.root / "consumequeue" / "p" / "4")
 

@@ -316,3 +316,41 @@ def test_joining_leaving_and_pruning_one_id_never_gives_two_holders(root, tmp_pa
     procs = [python(CHURN, root, marker, 1.5, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for _ in range(4)]
     assert sum(int(out) for out in finish(*procs, timeout=60)) > 20
+
+
+def test_a_joiner_whose_group_directory_goes_under_it_makes_it_again(layout, monkeypatch):
+    """A join that fails on a full disk removes the group's directory it made (``offsets show``
+    must still say the group does not exist); another process joining at that moment finds the
+    directory gone before it locks its file, and makes it again instead of failing."""
+    import store.client.members as members_mod
+    real = members_mod.open_exclusive
+    removed = []
+
+    def gone_once(path: Path):
+        if not removed:
+            os.rmdir(path.parent)   # (as the failed joiner's clean-up does, between the two steps)
+            removed.append(path.parent)
+        return real(path)
+
+    monkeypatch.setattr(members_mod, "open_exclusive", gone_once)
+    member = Membership(layout, "G", "c1")
+    member.join()
+    assert removed == [layout.members_dir("G")]
+    assert json.loads((layout.members_dir("G") / "c1.json").read_text())["clientId"] == "c1"
+    member.leave()
+
+
+def test_a_failed_join_removes_the_group_directory_it_made_and_only_that(layout, monkeypatch):
+    import store.client.members as members_mod
+
+    def full(self, record):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(members_mod.Membership, "_publish", full)
+    with pytest.raises(OSError):
+        Membership(layout, "G", "c1").join()
+    assert not layout.members_dir("G").exists()
+    layout.members_dir("H").mkdir(parents=True)   # a group known before (a past member)
+    with pytest.raises(OSError):
+        Membership(layout, "H", "c1").join()
+    assert layout.members_dir("H").is_dir()

@@ -165,6 +165,32 @@ def test_full_file_system(small_fs: Path, tmp_path: Path) -> None:
         m.cleanup()
 
 
+def test_a_join_that_fails_on_a_full_disk_leaves_no_group_behind(small_fs: Path, tmp_path: Path) -> None:
+    """A consumer that cannot join its group (its member record does not fit) leaves nothing
+    that makes the group known: ``offsets show`` still says there is no such group (exit 3),
+    as before the attempt; once there is room, the same group joins and consumes."""
+    m = MQ(small_fs / "store", tmp_path)
+    try:
+        m.ok("topic", "create", "t", "--queues", "1")
+        m.ok("send", "t", "one")
+        try:
+            with open(small_fs / "filler", "wb") as fh:
+                while True:
+                    fh.write(b"\0" * 65536)
+                    fh.flush()
+        except OSError:
+            pass  # full
+        assert "no space left on device" in one_error(m.run("consume", "t", "-g", "G", "--from", "first", "-e"), 1)
+        assert not (m.root / "consumers" / "G").exists()
+        one_error(m.run("offsets", "show", "-g", "G"), 3, "consumer group 'G' does not exist")
+        (small_fs / "filler").unlink()
+        assert m.ok("consume", "t", "-g", "G", "--from", "first", "-e").out.split() == ["one"]
+        m.ok("offsets", "show", "-g", "G")
+        m.check_clean()
+    finally:
+        m.cleanup()
+
+
 @pytest.fixture
 def ro_view(mq: MQ, tmp_path: Path):
     """A read-only bind mount of ``mq``'s store (root ignores file modes: the mount does not)."""

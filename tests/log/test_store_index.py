@@ -263,3 +263,27 @@ def test_batches_of_distinct_slots_are_byte_identical_to_the_loop(tmp_path: Path
     assert list(files["distinct"]) == list(files["loop"]) and len(files["loop"]) == 2
     for fname in files["loop"]:
         assert files["distinct"][fname] == files["loop"][fname], fname
+
+
+def test_two_handles_taking_turns_write_the_file_one_handle_writes(tmp_path: Path) -> None:
+    """Each handle keeps a copy of the newest file's slot table between its batches: one that
+    another handle wrote to since (its header changed) is read anew, so two writers taking
+    turns, at every batch size, leave the same bytes as one writer."""
+    import random
+    rng = random.Random(5)
+    batches = []
+    phys = 0
+    for n in (1, 1, 300, 1, 5, 1000, 3, 300, 1, 2, 700, 1):
+        batches.append(([rng.getrandbits(31) % 5000 for _ in range(n)], list(range(phys, phys + 100 * n, 100))))
+        phys += 100 * n
+    one = KeyIndex(tmp_path / "one", slots=4096, entries=2000)
+    turns = [KeyIndex(tmp_path / "two", slots=4096, entries=2000) for _ in range(2)]
+    for i, (hashes, physs) in enumerate(batches):
+        ts = 1700000000000 + 1000 * i
+        one.add_hashes(list(hashes), list(physs), ts)
+        turns[(i // 2) % 2].add_hashes(list(hashes), list(physs), ts)   # (two batches each in turn)
+    for idx in (one, *turns):
+        idx.close()
+    want = {p.name: p.read_bytes() for p in sorted((tmp_path / "one").iterdir())}
+    got = {p.name: p.read_bytes() for p in sorted((tmp_path / "two").iterdir())}
+    assert len(want) == 2 and got == want

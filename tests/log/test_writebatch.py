@@ -1,6 +1,8 @@
 """store/log/writebatch.py: one write batch places, commits and undoes every kind of put."""
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from store.log.messagestore import Store
 from store.log.record import PROP_UNIQ_KEY
 from store.log.writebatch import WriteBatch
 from tests.log.storetestutil import all_messages, draft, open_store
+from tests.procs import MQ
 
 
 @pytest.fixture
@@ -166,3 +169,46 @@ def test_a_handles_first_batch_counts_the_age_of_an_earlier_writers_burst(
     finally:
         later.close()
     assert flushes == ["later"]
+
+
+def _aged_derived_point(root: Path) -> ckpt.Checkpoint:
+    """The checkpoint with its derived flush dated two intervals back: the next async batch
+    finds a flush due."""
+    cp = ckpt.read(root / "checkpoint")
+    assert cp is not None
+    cp = dataclasses.replace(cp, derived_at=cp.derived_at - 2 * int(writebatch.ASYNC_FLUSH_INTERVAL_S))
+    (root / "checkpoint").write_bytes(cp.pack())
+    return cp
+
+
+def test_short_async_senders_move_the_durable_point_of_derived_files(tmp_path: Path) -> None:
+    """A short ``mqctl send`` that finds the derived flush due finishes it before it exits (a
+    small one), and the checkpoint says so: the recovery after a power cut starts there, not
+    at the last flush a long-running writer made. (The flush used to run in a daemon thread
+    that the process's exit always cut short, so a run of short sends never moved it.)"""
+    root = tmp_path / "s"
+    mq = MQ(root, tmp_path)
+    mq.ok("send", "t", "first")
+    for i in range(3):
+        before = _aged_derived_point(root)
+        mq.ok("send", "t", f"m{i}")
+        after = ckpt.read(root / "checkpoint")
+        assert after is not None and after.written_end > before.written_end
+        assert after.derived_end == after.synced_end == after.written_end, (before, after)
+
+
+def test_a_big_background_flush_is_not_waited_for_at_close(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``CLOSE_FINISH_BYTES`` of the log to sync, close leaves the flush to die with the
+    process (waiting would add a segment's fsync to the end of a big send)."""
+    from store.log import flush
+    monkeypatch.setattr(flush, "CLOSE_FINISH_BYTES", 10)
+    release = threading.Event()
+    durability = store.engine.durability
+    monkeypatch.setattr(durability, "flush_durable", lambda end=None: release.wait())
+    store.put_bodies("T", [b"x" * 100])
+    durability.flush_in_background()
+    try:
+        durability.finish_flush()   # (returns at once: the flush is still waiting)
+        assert durability._flusher is not None and durability._flusher.is_alive()
+    finally:
+        release.set()

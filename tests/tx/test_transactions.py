@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -38,7 +37,7 @@ from store.tx.transaction import (
     load,
     parse_op_body,
 )
-from tests.procs import KILLED, MQ, Result, handler_script, mqctl, pid_running, wait_for
+from tests.procs import KILLED, MQ, Result, handler_script, mqctl, wait_for
 
 # A check command that answers by the body's first letter (c: COMMIT, r: ROLLBACK, else
 # UNKNOWN) and logs each question as one JSON line to the file named by $ASK_LOG.
@@ -522,32 +521,3 @@ def test_tx_send_refuses_property_separators_in_tags_and_keys(root: Path) -> Non
         assert proc.returncode == 2, (args, proc.stderr)
         assert proc.stderr.startswith("mqctl: error: ") and proc.stderr.count("\n") == 1
     assert not (root / "consumequeue" / HALF_TOPIC).exists()  # nothing was stored
-
-
-@pytest.mark.parametrize("args", [["tx", "check", "--check-cmd", "CMD", "--timeout", "0"],
-                                  ["tx", "send", "orders", "x", "--exec", "CMD"]])
-def test_sigterm_ends_the_command_a_tx_command_runs(root: Path, tmp_path: Path, args: list[str]) -> None:
-    """A check command or local transaction runs in a session of its own (so a terminal's
-    Ctrl-C reaches mqctl alone), so only mqctl can end it: a SIGTERM (a supervisor's stop, a
-    `timeout`) must take it down too, not leave it running with nobody to enforce its limit."""
-    pidfile = tmp_path / "pid"
-    cmd = handler_script(tmp_path / "slow.sh", f"""\
-        echo $$ > {pidfile}.part && mv {pidfile}.part {pidfile}
-        exec sleep 600
-        """)
-    env = MQ(root, tmp_path)
-    env.ok("init")
-    if args[1] == "check":
-        env.ok("tx", "send", "orders", "half")
-    p = env.start(*[cmd if a == "CMD" else a for a in args])
-    pid = 0
-    try:
-        pid = wait_for(lambda: pidfile.exists() and int(pidfile.read_text()), what="the command to start")
-        p.signal(signal.SIGTERM)
-        assert p.wait() in (128 + signal.SIGTERM, -signal.SIGTERM)   # (as a shell shows it: 143)
-        assert "Traceback" not in p.stderr()
-        wait_for(lambda: not pid_running(pid), what="the command to end with mqctl")
-    finally:
-        env.cleanup()
-        if pid and pid_running(pid):
-            os.kill(pid, signal.SIGKILL)

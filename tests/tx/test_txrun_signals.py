@@ -1,0 +1,148 @@
+"""The commands ``mqctl tx`` runs (``--exec``, ``--check-cmd``: mqctl/txrun.py) run in a
+session of their own, so only mqctl can end them: whatever signal ends mqctl, and whenever it
+comes, the command's whole process group goes with it.
+
+Real ``mqctl`` processes for SIGTERM and SIGHUP at the usual moment, and for a signal after the
+command's own process ended while a child of it still holds its stdout. The two moments too
+short to hit from outside — a signal while ``Popen`` starts the command, and a second one while
+mqctl cleans up after the first — are hit inside a ``Runner`` in this process, with the signal
+sent to itself at that step."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from mqctl import txrun
+from tests.procs import MQ, handler_script, pid_running, wait_for
+
+
+def _pid_of(path: Path) -> int:
+    return wait_for(lambda: path.exists() and int(path.read_text()), what=f"{path.name} to be written")
+
+
+def _slow(tmp_path: Path, pidfile: Path) -> str:
+    return handler_script(tmp_path / "slow.sh", f"""\
+        echo $$ > {pidfile}.part && mv {pidfile}.part {pidfile}
+        exec sleep 600
+        """)
+
+
+def _end(*pids: int) -> None:
+    for pid in pids:
+        if pid and pid_running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("args", [["tx", "check", "--check-cmd", "CMD", "--timeout", "0"],
+                                  ["tx", "check", "--check-cmd", "CMD", "--timeout", "0", "--loop"],
+                                  ["tx", "send", "orders", "x", "--exec", "CMD"]])
+def test_a_signal_that_ends_mqctl_ends_the_command(mq: MQ, tmp_path: Path, args: list[str], sig: int) -> None:
+    """SIGHUP (the terminal closed) as SIGTERM: the command would outlive mqctl otherwise. A
+    one-shot command exits as the signal's default would (128 + signal); the loop quietly."""
+    pidfile = tmp_path / "pid"
+    cmd = _slow(tmp_path, pidfile)
+    mq.ok("init")
+    if args[1] == "check":
+        mq.ok("tx", "send", "orders", "half")
+    p = mq.start(*[cmd if a == "CMD" else a for a in args])
+    pid = 0
+    try:
+        pid = _pid_of(pidfile)
+        p.signal(sig)
+        assert p.wait() in ((0,) if "--loop" in args else (128 + sig, -sig)), p.stderr()
+        assert "Traceback" not in p.stderr()
+        wait_for(lambda: not pid_running(pid), what="the command to end with mqctl")
+    finally:
+        mq.cleanup()
+        _end(pid)
+
+
+def test_a_signal_after_the_command_ended_kills_what_it_left_running(mq: MQ, tmp_path: Path) -> None:
+    """The check command's own process has exited, but a child of it (its group) still holds
+    its stdout, so mqctl still waits for its answer: a SIGTERM then kills that child too."""
+    leader, child = tmp_path / "leader", tmp_path / "child"
+    cmd = handler_script(tmp_path / "leaves.sh", f"""\
+        sleep 600 &
+        echo $! > {child}.part && mv {child}.part {child}
+        echo $$ > {leader}.part && mv {leader}.part {leader}
+        echo COMMIT
+        """)
+    mq.ok("init")
+    mq.ok("tx", "send", "orders", "half")
+    p = mq.start("tx", "check", "--check-cmd", cmd, "--timeout", "0")
+    kid = 0
+    try:
+        kid = _pid_of(child)
+        lead = _pid_of(leader)
+        wait_for(lambda: not pid_running(lead), what="the command's own process to exit")
+        assert pid_running(kid)
+        p.signal(signal.SIGTERM)
+        assert p.wait() in (128 + signal.SIGTERM, -signal.SIGTERM), p.stderr()
+        wait_for(lambda: not pid_running(kid), what="the command's child to end with mqctl")
+    finally:
+        mq.cleanup()
+        _end(kid)
+
+
+@pytest.fixture
+def own_sigterm():
+    """These tests send SIGTERM to this process: the runner's handler must be what gets it."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL or threading.current_thread() is not threading.main_thread():
+        pytest.skip("SIGTERM is handled by the test runner here")
+    yield
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL   # (the runner put it back)
+
+
+def test_a_signal_while_the_command_starts_ends_it(own_sigterm: None, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    pidfile = tmp_path / "pid"
+    real = subprocess.Popen
+    started: list[int] = []
+
+    def popen_then_signal(*args: object, **kw: object) -> subprocess.Popen[bytes]:
+        proc = real(*args, **kw)   # type: ignore[call-overload]
+        started.append(proc.pid)
+        os.kill(os.getpid(), signal.SIGTERM)   # (taken as Popen returns: the command is running)
+        return proc
+
+    monkeypatch.setattr(txrun.subprocess, "Popen", popen_then_signal)
+    try:
+        with pytest.raises(SystemExit) as ended:
+            txrun.Runner().run([_slow(tmp_path, pidfile)], b"", dict(os.environ), None)
+        assert ended.value.code == 128 + signal.SIGTERM
+        wait_for(lambda: not pid_running(started[0]), what="the command to be killed")
+    finally:
+        _end(*started)
+
+
+def test_a_second_signal_during_the_clean_up_cannot_cut_it_short(own_sigterm: None, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    pidfile = tmp_path / "pid"
+    real_kill = txrun.kill_group
+    again: list[int] = []
+
+    def signal_again_then_kill(proc: subprocess.Popen[bytes]) -> None:
+        if not again:
+            again.append(proc.pid)
+            os.kill(os.getpid(), signal.SIGTERM)   # (the second one, as the group is to be killed)
+        real_kill(proc)
+
+    monkeypatch.setattr(txrun, "kill_group", signal_again_then_kill)
+    first = threading.Thread(target=lambda: (_pid_of(pidfile), os.kill(os.getpid(), signal.SIGTERM)))
+    first.start()
+    pid = 0
+    try:
+        with pytest.raises(SystemExit) as ended:
+            txrun.Runner().run([_slow(tmp_path, pidfile)], b"", dict(os.environ), None)
+        assert ended.value.code == 128 + signal.SIGTERM and again
+        pid = _pid_of(pidfile)
+        wait_for(lambda: not pid_running(pid), what="the command to be killed")
+    finally:
+        first.join()
+        _end(pid)
