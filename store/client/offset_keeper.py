@@ -328,14 +328,15 @@ class OffsetKeeper:
         as when every turn's commit was written before the next turn. 0 until the commit in
         flight is done, when it holds a whole batch.
 
-        One pull takes at most half of ``bound``: the other half is delivered while that
-        pull's commit is written. (A pull of the whole bound left nothing to do until its
-        commit, an fsync, was done: a draining consumer waited for every one of them.)"""
+        While a commit may be written by the writer thread (one is out; no quick commits) a pull
+        takes at most half of ``bound``: the other half is delivered meanwhile (a whole bound left
+        nothing to do until it was done). Else all: its commit is quick, half as many of both."""
         off = self.offsets.get(key)
         done = self.persisted.get(key)
         if off is None or done is None:
             return bound
-        left = max(0, min(bound - bound // 2, bound - max(0, off - done)))
+        whole = not self.writer.busy and isinstance(self.offset_store, ClusterOffsetStore) and not self.o.broadcast
+        left = max(0, min(bound if whole else bound - bound // 2, bound - max(0, off - done)))
         if not left:
             self.held_back = True
         return left
@@ -382,8 +383,7 @@ class OffsetKeeper:
         self.reap(wait=False)   # (a quick one is written already)
 
     def _commit_quick(self, offsets: dict[QueueKey, int], increase_only: bool) -> set[str] | None:
-        """(OffsetWriter's ``quick``.) The commit, if the table's lock is free and it is a
-        record alone (``ClusterOffsetStore.try_commit``); None: not written."""
+        """(OffsetWriter's ``quick``.) The commit if it is quick (``ClusterOffsetStore.try_commit``), or None."""
         if not isinstance(self.offset_store, ClusterOffsetStore) or self.o.broadcast or self.stage is not None:
             return None
         skipped = self.offset_store.try_commit(self.o.group, offsets, increase_only, self.epochs)
