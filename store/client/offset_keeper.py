@@ -10,13 +10,13 @@ table's snapshot written by the offset store now and then and when the member se
 commits quiet, or it closing: ``ClusterOffsetStore.settle``). A lag commit that finds another
 member's commit under way is put off to the next turn, at most ``MAX_PUT_OFF`` in a row.
 
-The commits of every turn and of idle moments (:meth:`OffsetKeeper.commit_soon`) are written
-by a thread of their own (:class:`~store.client.offset_writer.OffsetWriter`): a message that
-arrived meanwhile would otherwise wait behind them. The loop goes on delivering; what it may
-deliver before the commit is done is bounded (:meth:`OffsetKeeper.room`), so a crash hands no
-more to the next owner again than with the commit in the loop. Every other persist (the
-interval, a queue given away, shutdown) first waits for the one in flight and then writes in
-the loop's thread.
+The commits of every turn and of idle moments (:meth:`OffsetKeeper.commit_soon`) that may
+wait (the table's lock taken, a snapshot due) are written by a thread of their own
+(:class:`~store.client.offset_writer.OffsetWriter`; the others at once): a message that arrived
+meanwhile would otherwise wait behind them. The loop goes on delivering; what it may deliver
+before the commit is done is bounded (:meth:`OffsetKeeper.room`), so a crash hands no more to
+the next owner again than with the commit in the loop. Every other persist (the interval, a
+queue given away, shutdown) first waits for the one in flight and writes in the loop's thread.
 
 ``offsets reset --force`` while the member runs is noticed by the reset epochs (:meth:`check_reset`):
 the queues it moved are let go and taken again from their new offsets.
@@ -101,7 +101,7 @@ class OffsetKeeper:
         self.on_commit: Callable[[], None] = lambda: None
         self.threaded = True
         self.held_back = False   # a pull waited for room (:meth:`room`)
-        self.writer = OffsetWriter(self._commit_in_writer, self._written)
+        self.writer = OffsetWriter(self._commit_in_writer, self._written, self._commit_quick)
 
     def open(self) -> None:
         """Open the offset store the member's mode uses, and learn the reset epochs."""
@@ -328,14 +328,15 @@ class OffsetKeeper:
         as when every turn's commit was written before the next turn. 0 until the commit in
         flight is done, when it holds a whole batch.
 
-        One pull takes at most half of ``bound``: the other half is delivered while that
-        pull's commit is written. (A pull of the whole bound left nothing to do until its
-        commit, an fsync, was done: a draining consumer waited for every one of them.)"""
+        While a commit may be written by the writer thread (one is out; no quick commits) a pull
+        takes at most half of ``bound``: the other half is delivered meanwhile (a whole bound left
+        nothing to do until it was done). Else all: its commit is quick, half as many of both."""
         off = self.offsets.get(key)
         done = self.persisted.get(key)
         if off is None or done is None:
             return bound
-        left = max(0, min(bound - bound // 2, bound - max(0, off - done)))
+        whole = not self.writer.busy and isinstance(self.offset_store, ClusterOffsetStore) and not self.o.broadcast
+        left = max(0, min(bound if whole else bound - bound // 2, bound - max(0, off - done)))
         if not left:
             self.held_back = True
         return left
@@ -371,12 +372,26 @@ class OffsetKeeper:
             self.store.sync_written()
             self.resent = False
         keys = set(self.dirty)
-        self.writer.submit({k: self.offsets[k] for k in keys if k in self.offsets}, not self.o.orderly)
-        self.dirty -= keys
+        self.dirty -= keys   # (before: a quick commit's on_done looks at what moved since)
         self.urgent = False
+        failpoint("offsets-before-persist")
+        try:
+            self.writer.submit({k: self.offsets[k] for k in keys if k in self.offsets}, not self.o.orderly)
+        except BaseException:
+            self.dirty |= keys
+            raise
+        self.reap(wait=False)   # (a quick one is written already)
+
+    def _commit_quick(self, offsets: dict[QueueKey, int], increase_only: bool) -> set[str] | None:
+        """(OffsetWriter's ``quick``.) The commit if it is quick (``ClusterOffsetStore.try_commit``), or None."""
+        if not isinstance(self.offset_store, ClusterOffsetStore) or self.o.broadcast or self.stage is not None:
+            return None
+        skipped = self.offset_store.try_commit(self.o.group, offsets, increase_only, self.epochs)
+        if skipped is not None:
+            failpoint("offsets-after-persist")
+        return skipped
 
     def _commit_in_writer(self, offsets: dict[QueueKey, int], increase_only: bool) -> set[str]:
-        failpoint("offsets-before-persist")
         skipped = self.commit(offsets, increase_only=increase_only)
         failpoint("offsets-after-persist")
         return skipped

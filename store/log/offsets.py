@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from store import fsutil
-from store.errors import CorruptionError, UsageError, io_error
+from store.errors import CorruptionError, LockHeldError, UsageError, io_error
 from store.flock import wait_flock
 from store.layout import Layout, lock_beside
 from store.log import offsetcommits, offsettable
@@ -106,6 +106,13 @@ class FallbackWatch:
         self.warn(message)
 
 
+def _check_commit(group: str, offsets: Mapping[QueueKey, int]) -> None:
+    validate_group(group)
+    for (topic, queue_id), offset in offsets.items():
+        validate_any_topic(topic)
+        check_offset(offset, queue_id)
+
+
 def check_offset(offset: Any, queue_id: Any) -> None:
     if not is_int(queue_id) or queue_id < 0:
         raise UsageError(f"invalid queue id {queue_id!r}")
@@ -140,6 +147,7 @@ class ClusterOffsetStore:
     def __init__(self, layout: Layout, warn: Warn | None = None) -> None:
         self.layout = layout
         self.path = layout.consumer_offset_json
+        self.lock_path = lock_beside(self.path)
         self._warn = warn or warn_stderr
         self.view = OffsetView(layout)   # (its ``appended``: commits no snapshot holds yet)
         self._view_lock = threading.Lock()   # (one commit at a time: the view is this store's)
@@ -209,10 +217,7 @@ class ClusterOffsetStore:
         ``journal_only`` (a group member's commit): one journal record, the snapshot written
         later (see the module docstring; :meth:`settle` when the member idles or closes).
         """
-        validate_group(group)
-        for (topic, queue_id), offset in offsets.items():
-            validate_any_topic(topic)
-            check_offset(offset, queue_id)
+        _check_commit(group, offsets)
         skipped: set[str] = set()
 
         def merge(table: ClusterTable) -> bool:
@@ -234,7 +239,7 @@ class ClusterOffsetStore:
             # (the rename not fsynced: a cut may keep the previous commit, delivered again)
             self._update(merge, sync=False, timeout=timeout)
             return skipped
-        with self._view_lock, exclusive(lock_beside(self.path), timeout):
+        with self._view_lock, exclusive(self.lock_path, timeout):
             view = self.view
             done = view.commit(group, offsets, increase_only, expected_epochs)
             if done is None:
@@ -244,6 +249,26 @@ class ClusterOffsetStore:
                 self.last_written, view.wrote = view.wrote, None
         return done
 
+    def try_commit(self, group: str, offsets: Mapping[QueueKey, int], increase_only: bool = True,
+                   expected_epochs: Mapping[str, int] | None = None) -> set[str] | None:
+        """A member's commit as :meth:`commit` with ``journal_only`` makes it, made only when
+        it is quick: the table's lock free and the record all there is to write (no snapshot
+        due, whose journal sync is an fsync; no whole table). None: nothing was written (commit
+        with :meth:`commit`, which may wait). A member's loop commits this way in its own
+        thread, sparing a hand-over to a writer thread per commit."""
+        _check_commit(group, offsets)
+        if not offsets:
+            return set()
+        if not self._view_lock.acquire(blocking=False):
+            return None
+        try:
+            with exclusive(self.lock_path, 0.0):
+                return self.view.commit(group, offsets, increase_only, expected_epochs, quick=True)
+        except LockHeldError:
+            return None
+        finally:
+            self._view_lock.release()
+
     def settle(self, quiet_s: float = SNAPSHOT_S) -> None:
         """Write the snapshot if this store's ``journal_only`` commits are in none yet, the
         last of them ``quiet_s`` ago (0: at once, a member closing); else a stat at most."""
@@ -251,7 +276,7 @@ class ClusterOffsetStore:
             view = self.view
             if not view.unsettled(time.monotonic(), quiet_s):
                 return
-            with exclusive(lock_beside(self.path)):
+            with exclusive(self.lock_path):
                 if not view.settle():
                     self._write_locked(lambda table: False, sync=False)
                 if view.wrote is not None:
@@ -362,7 +387,7 @@ class ClusterOffsetStore:
     def _update(self, mutate: Callable[[ClusterTable], bool], sync: bool = True,
                 on_lost: Callable[[ClusterTable, set[str]], bool] | None = None, durable_end: int = 0,
                 timeout: float = LOCK_TIMEOUT_S) -> None:
-        with exclusive(lock_beside(self.path), timeout):
+        with exclusive(self.lock_path, timeout):
             self._write_locked(mutate, sync, on_lost, durable_end)
 
     def _write_locked(self, mutate: Callable[[ClusterTable], bool], sync: bool = True,

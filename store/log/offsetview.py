@@ -88,12 +88,19 @@ class OffsetView:
         self.wrote: Look | None = None   # the snapshot this view last wrote
 
     def commit(self, group: str, offsets: Mapping[QueueKey, int], increase_only: bool,
-               expected_epochs: Mapping[str, int] | None) -> set[str] | None:
+               expected_epochs: Mapping[str, int] | None, quick: bool = False) -> set[str] | None:
         """(Under the table's lock.) Append what ``offsets`` change as one record; the topics
         skipped for a reset epoch that moved (see ``ClusterOffsetStore.commit``). None: the
-        view declined, nothing was written (the caller writes the whole table)."""
+        view declined, nothing was written (the caller writes the whole table; ``quick``: also
+        when the snapshot is due, for a commit that may wait for its fsync)."""
         seen = self._current()
         if seen is None:
+            return None
+        # The oldest record no snapshot holds is at most as old as the snapshot when there were
+        # such records before this commit, else it is this commit's own: a process's first
+        # commit (a one-shot consume's) does not write the snapshot for being the first.
+        age = time.time() - seen.snap_look[1] / 1e9 if seen.end > seen.snap_end else 0.0
+        if quick and seen.end > seen.snap_end and (age >= SNAPSHOT_S or self._too_far(seen)):
             return None
         if seen.waiting:
             keys: dict[str, list[int]] = {}
@@ -101,10 +108,6 @@ class OffsetView:
                 keys.setdefault(table_key(topic, group), []).append(queue_id)
             if any(oj.may_set(seen.waiting_text, key, queue_ids) for key, queue_ids in keys.items()):
                 self._apply_waiting(seen)
-        # The oldest record no snapshot holds is at most as old as the snapshot when there were
-        # such records before this commit, else it is this commit's own: a process's first
-        # commit (a one-shot consume's) does not write the snapshot for being the first.
-        age = time.time() - seen.snap_look[1] / 1e9 if seen.end > seen.snap_end else 0.0
         queues = seen.state.get("offsetTable", {})
         epochs = seen.state.get("resetEpoch", {})
         skipped: set[str] = set()
@@ -124,11 +127,14 @@ class OffsetView:
             oj.apply(record, seen.state)   # (no record waiting may set these: see above)
             seen.end = seen.applied = self.appended = end
             self.appended_at = time.monotonic()
-        if seen.end > seen.snap_end and (
-                seen.end - seen.snap_end >= SNAPSHOT_BYTES or age >= SNAPSHOT_S
-                or self.journal.needs_compaction(seen.end, seen.base, seen.snap_look[2])):
-            self._snapshot(seen)
+        if not quick and seen.end > seen.snap_end and (age >= SNAPSHOT_S or self._too_far(seen)):
+            self._snapshot(seen)   # (quick: by the next commit, or the member's settle)
         return skipped
+
+    def _too_far(self, seen: _Seen) -> bool:
+        """Whether the journal ran far enough past the snapshot to write one, whatever its age."""
+        return (seen.end - seen.snap_end >= SNAPSHOT_BYTES
+                or self.journal.needs_compaction(seen.end, seen.base, seen.snap_look[2]))
 
     def unsettled(self, now: float, quiet_s: float) -> bool:
         """Whether this view appended records that may be in no snapshot yet, the last one at

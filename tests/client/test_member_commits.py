@@ -4,6 +4,7 @@
 a commit land where readers do not look."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import zlib
@@ -99,6 +100,34 @@ def test_members_follow_compactions_and_the_journal_stays_bounded(
         bases.add(oj.Journal(layout.consumer_offset_log).read(None).base)
     assert len(bases) > 3, "the journal was never compacted"
     assert ClusterOffsetStore(layout).read_group("g") == {("T", 0): 300, ("T", 1): 298, ("T", 2): 299}
+
+
+def test_a_quick_commit_is_written_only_with_the_lock_free_and_no_snapshot_due(
+        layout: Layout, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``try_commit`` (a member's commit in its loop's thread) appends its record when the
+    table's lock is free and no snapshot (an fsync) is due; otherwise it writes nothing and
+    says so (None): the commit is then made by one that may wait."""
+    monkeypatch.setattr(offsetview, "SNAPSHOT_S", 3600.0)
+    member = ClusterOffsetStore(layout)
+    member.commit("g", {("T", 0): 0})   # the table's first write: its snapshot
+    n = len(records(layout))
+    fd = os.open(member.lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)   # another process committing
+        assert member.try_commit("g", {("T", 0): 3}, True, {}) is None
+    finally:
+        os.close(fd)
+    assert len(records(layout)) == n
+    assert member.try_commit("g", {("T", 0): 4}, True, {}) == set()
+    assert records(layout)[n:] == [{"set": {"T@g": {"0": 4}}}]
+    assert snapshot_offsets(layout.root, "g") == {("T", 0): 0}
+    monkeypatch.setattr(offsetview, "SNAPSHOT_S", 0.5)
+    old = layout.consumer_offset_json.stat().st_mtime - 60   # a record older than SNAPSHOT_S waits
+    os.utime(layout.consumer_offset_json, (old, old))
+    assert member.try_commit("g", {("T", 0): 5}, True, {}) is None
+    assert len(records(layout)) == n + 1 and snapshot_offsets(layout.root, "g") == {("T", 0): 0}
+    assert member.commit("g", {("T", 0): 5}, expected_epochs={}, journal_only=True) == set()
+    assert snapshot_offsets(layout.root, "g") == {("T", 0): 5}
 
 
 def test_a_snapshot_never_names_a_journal_end_past_what_was_synced(

@@ -83,3 +83,31 @@ def test_the_commit_out_is_written_before_the_interpreter_exits(tmp_path: object
             "w.submit({('t', 0): 1}, False)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout == "written\n", (p.stdout, p.stderr)
+
+
+def test_a_quick_commit_is_written_at_once_and_one_that_is_not_by_the_thread() -> None:
+    """A commit that ``quick`` writes (the table's lock free, a record alone) is done when
+    submit() returns, in the caller's thread; one it declines (None) goes to the thread."""
+    where: list[str] = []
+    quick_says: list[set[str] | None] = [{"reset"}, None]
+
+    def quick(offsets: dict[tuple[str, int], int], increase_only: bool) -> set[str] | None:
+        where.append(f"quick:{threading.current_thread().name}")
+        return quick_says.pop(0)
+
+    def commit(offsets: dict[tuple[str, int], int], increase_only: bool) -> set[str]:
+        where.append(f"commit:{threading.current_thread().name}")
+        return set()
+
+    done: list[str] = []
+    w = OffsetWriter(commit, lambda: done.append(threading.current_thread().name), quick)
+    before = {t for t in threading.enumerate() if t.name == "mq-offsets"}
+    w.submit({("t", 0): 5}, True)
+    assert w.written and done == ["MainThread"]
+    assert not {t for t in threading.enumerate() if t.name == "mq-offsets"} - before
+    assert w.take(wait=False) == ({("t", 0): 5}, {"reset"})
+    w.submit({("t", 0): 9}, True)
+    assert w.take(wait=True) == ({("t", 0): 9}, set())
+    assert where == ["quick:MainThread", "quick:MainThread", "commit:mq-offsets"]
+    assert done == ["MainThread", "mq-offsets"]
+    w.close()
