@@ -3,10 +3,10 @@
 Each file ``index/<20-digit begin offset>`` is RocketMQ's IndexFile shape (``format.py``): a
 40-byte header, a slot table of ``INDEX_SLOTS`` ints, then 20-byte entries chained newest to
 oldest through ``prevIndex``. The header and slot table (512 KiB) are written as real zeros
-when the file is created, so a slot write never needs a new block; every write is a
-``pwrite`` (a full disk surfaces as an error; a file cut short under a writer, by hand, cannot
-kill it as a write through a map past the file's end did, with SIGBUS: the writer begins a
-new file and the next lookup repairs the cut one, ``indexends.py``).
+when the file is created, so a slot write never needs a new block; every write is a ``pwrite``
+(a full disk surfaces as an error; a file cut short under a writer cannot kill it, as a write
+through a map did with SIGBUS: the writer begins a new file, and the next lookup repairs the
+cut one, ``indexends.py``).
 
 Crash order inside a batch: entries first, then slots, then the header (``indexCount``,
 ``endPhyOffset``). Entries past ``indexCount`` are invisible and are overwritten by the next
@@ -37,14 +37,13 @@ TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__i
 if TYPE_CHECKING:
     from typing import Any
 
-_HDR = F.INDEX_HEADER
-_SLOT = F.INDEX_SLOT
-_ENTRY = F.INDEX_ENTRY
-_HDR_SIZE = F.INDEX_HEADER_SIZE
+_HDR, _SLOT, _ENTRY, _HDR_SIZE = F.INDEX_HEADER, F.INDEX_SLOT, F.INDEX_ENTRY, F.INDEX_HEADER_SIZE
 _LITTLE = sys.byteorder == "little"
 _FEW = 8              # fewer keys than this read and write their slots one by one (KeyIndex._add_to)
 _ARRAYS_FROM = 256    # a batch this big, with numpy loaded, is indexed as arrays (indexchains.add_arrays)
 _RUN_GAP = 4096       # slots at most this far apart are written back in one write
+
+
 def key_hash(key: str | bytes) -> int:
     return int(crc32(key.encode() if isinstance(key, str) else key)) & 0x7FFFFFFF
 
@@ -110,13 +109,8 @@ class KeyIndex:
             fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
             try:
                 pwrite_all(fd, _HDR.pack(begin_ts, begin_ts, begin_phys, -1, self.slots, 1), 0)
-                # the slot table as real zeros: slot writes then never need a block
-                zero = bytes(64 * 1024)
-                pos, end = F.INDEX_HEADER_SIZE, self.table_end
-                while pos < end:
-                    n = min(end - pos, len(zero))
-                    pwrite_all(fd, zero[:n], pos)
-                    pos += n
+                # the slot table as real zeros, not a hole: slot writes then never need a block
+                pwrite_all(fd, bytes(self.table_end - _HDR_SIZE), _HDR_SIZE)
             finally:
                 os.close(fd)
             os.replace(tmp, path)
