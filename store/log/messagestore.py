@@ -24,6 +24,7 @@ return), ``writebatch.py`` (placement, commit and undo of a batch) and ``framing
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -148,7 +149,8 @@ class Store:
             return False
         if not write:
             return True
-        warn(f"{layout.store_json} is missing; restored from {bak.name}")
+        warn(f"{layout.store_json} is {'unreadable' if layout.store_json.exists() else 'missing'}; "
+             f"restored from {bak.name}")
         try:
             atomic_write_json(layout.store_json, obj, keep_bak=False)
         except StoreError:
@@ -371,7 +373,9 @@ class Store:
         """Repair the store under the write lock (``full``: rebuild every derived file from
         the log, as ``mqctl store recover``)."""
         if full:
-            if not self.layout.store_json.exists():
+            try:   # (missing or not JSON: every reader meanwhile used its .bak, which check names)
+                json.loads(self.layout.store_json.read_bytes())
+            except (OSError, ValueError):
                 self._restore_settings(self.layout, self.warn, write=True)
             self._migrate_topics()
         with self.engine.write_lock:

@@ -187,3 +187,18 @@ def test_check_of_a_store_without_store_json_reports_it_and_writes_nothing(mq: M
     mq.ok("store", "recover")
     assert (mq.root / "store.json").exists()
     mq.ok("store", "check")
+
+
+def test_recover_puts_back_a_store_json_that_is_not_json_from_its_bak(mq: MQ) -> None:
+    """store check sends the user to store recover for a damaged store.json whose .bak every
+    command reads meanwhile; recover used to put back only a missing one, so check failed
+    (exit 1) after every recover, for ever."""
+    mq.ok("send", "t", "x")
+    (mq.root / "store.json").write_text("garbage\n")
+    res = mq.run("store", "check")
+    assert res.returncode == 1 and "store.json" in res.out and "store recover" in res.stderr, str(res)
+    res = mq.ok("store", "recover")
+    assert "store.json is unreadable; restored from store.json.bak" in res.stderr, str(res)
+    res = mq.ok("store", "check")
+    assert "warning" not in res.stderr, str(res)
+    assert mq.ok("consume", "t", "--no-group", "--from", "first", "-e").stdout == b"x\n"
