@@ -167,6 +167,26 @@ def test_ordered_topics_and_bad_arguments(path: str) -> None:
         store.Consumer("missing", "g", path)
 
 
+def test_send_many_refuses_a_single_body_instead_of_one_message_per_character(mq: MQ, path: str) -> None:
+    """A str or bytes is itself iterable: send_many("T", "abc") sent "a", "b" and "c" (and
+    AsyncProducer's the same), send_many("T", b"ab") failed on "not int". Both producers now
+    refuse it by name, and nothing is sent."""
+    import asyncio
+
+    async def async_send(body: Any) -> None:
+        async with store.AsyncProducer(path) as ap:
+            await ap.send_many("T", body)
+
+    with store.Producer(path) as p:
+        for body in ("abc", b"abc", bytearray(b"abc")):
+            with pytest.raises(store.UsageError, match="not a single"):
+                p.send_many("T", body)
+            with pytest.raises(store.UsageError, match="not a single"):
+                asyncio.run(async_send(body))
+        assert [r.queue_offset for r in p.send_many("T", ["abc"], queue=0)] == [0]
+    assert mq.ok("consume", "T", "--no-group", "--from", "first", "-e").stdout == b"abc\n"
+
+
 # -- groups shared with the CLI -------------------------------------------------------------
 
 def test_python_and_cli_members_split_the_queues_exactly_once(mq: MQ, path: str) -> None:
