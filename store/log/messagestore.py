@@ -493,7 +493,7 @@ class Store:
 
 def _check_queue_count(queues: int) -> None:
     if not 1 <= queues <= 1024:
-        raise UsageError(f"--queues must be between 1 and 1024, got {queues}")
+        raise UsageError(f"queues must be between 1 and 1024, got {queues}")   # (the CLI checks its flag first)
 
 
 def open_store(root: str | Path, *, create: bool = False, **kw: Any) -> Store:
