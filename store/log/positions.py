@@ -20,7 +20,9 @@ Consumer groups' offsets are ``offsets.py``'s.
 After a power cut has shortened queues, :func:`clamp_to_queue_ends` moves every position that
 points past its queue's end back to that end — group offsets, broadcast offsets, delay and
 transaction-check progress — so that the messages that take those offsets next are delivered.
-Recovery calls it; it is the only thing recovery knows about readers.
+Recovery calls it, and ``store recover`` also :func:`restore_unreadable` (the scheduler's and
+the check service's files written again when no reader can read them): the only things
+recovery knows about readers.
 """
 from __future__ import annotations
 
