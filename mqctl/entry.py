@@ -135,10 +135,8 @@ def run_command(argv: list[str]) -> None:
     """Run the command line ``argv`` (exits through SystemExit with the command's code)."""
     if not any(v in os.environ for v in _BLAS_THREAD_VARS):
         os.putenv("OPENBLAS_NUM_THREADS", "1")
-    if sys.stdin is None:
-        # Started with standard input closed (``<&-``): read it as empty, and keep descriptor
-        # 0 taken, so that no file the command opens can be read as its input by mistake.
-        sys.stdin = open(os.open(os.devnull, os.O_RDONLY), encoding="utf-8")
+    if sys.stdin is None or sys.stdout is None or sys.stderr is None:
+        _hold_closed_standard_streams()
     completing = bool(os.environ.get(COMPLETE_VAR))
     if not completing and command_word(argv) == "consume":
         import signal
@@ -170,6 +168,33 @@ def run_command(argv: list[str]) -> None:
         return 0
 
     sys.exit(guard(run, argv))
+
+
+def _hold_closed_standard_streams() -> None:
+    """Started with a standard stream closed (``<&-``, ``>&-``, ``2>&-``; Python then sets it
+    to None): put /dev/null on its descriptor, so that no file the command opens takes
+    descriptor 0, 1 or 2 and is read as its input, or written with its output, by mistake.
+
+    Standard input reads as empty. Standard output is opened read-only: writing data fails
+    (EBADF) as it would on the closed descriptor, so nothing is counted as written (a consumer
+    commits nothing) and the command says so with exit 1. Diagnostics on a closed standard
+    error are dropped; the exit code stays the command's."""
+    for fd, mode in ((0, os.O_RDONLY), (1, os.O_RDONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, mode)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+    if sys.stdin is None:
+        sys.stdin = open(0, encoding="utf-8", closefd=False)
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
 
 
 def _version(argv: list[str]) -> int:

@@ -79,8 +79,12 @@ def guard(run: Callable[[], int], argv: list[str]) -> int:
     except OSError as exc:
         if debug():
             raise
-        from store.errors import io_error
-        print_error(str(io_error(exc, "complete the operation")))
+        if _stdout_closed(exc):
+            quiet_broken_pipe()
+            print_error("cannot write to standard output: it is closed")
+        else:
+            from store.errors import io_error
+            print_error(str(io_error(exc, "complete the operation")))
         code = 1
     except UnicodeEncodeError as exc:
         if debug():
@@ -96,7 +100,27 @@ def guard(run: Callable[[], int], argv: list[str]) -> int:
     except (BrokenPipe, BrokenPipeError):
         quiet_broken_pipe()
         code = code or EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if not _stdout_closed(exc):
+            raise
+        quiet_broken_pipe()
+        if not code:
+            print_error("cannot write to standard output: it is closed")
+            code = 1
     return code
+
+
+def _stdout_closed(exc: OSError) -> bool:
+    """Whether ``exc`` is a write to a standard output that was closed when mqctl started
+    (``>&-``: ``mqctl.entry`` holds its descriptor with a read-only /dev/null)."""
+    import errno
+    import fcntl
+    if exc.errno != errno.EBADF:
+        return False
+    try:
+        return fcntl.fcntl(1, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+    except OSError:
+        return True
 
 
 def _show_unencodable(exc: UnicodeEncodeError, argv: list[str]) -> int:

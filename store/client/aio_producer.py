@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Mapping, Sequence, TypeVar
 
 from store.client.paths import PathLike
-from store.client.producer import Body, Delay, Producer
+from store.client.producer import Body, Delay, Producer, body_list
 
 if TYPE_CHECKING:
     from store.client.sendresult import SendResult
@@ -136,7 +136,7 @@ class AsyncProducer:
                         delay: Delay | None = None) -> list[SendResult]:
         """Send several messages as one batch (one write, all or nothing); one
         :class:`store.SendResult` per body (see :meth:`store.Producer.send_many`)."""
-        data = list(bodies)   # (an iterator is read here, on the caller's side)
+        data = body_list(bodies)   # (an iterator is read here, on the caller's side)
         results: list[SendResult] = await self._call(
             lambda p: p.send_many(topic, data, tags=tags, keys=keys, sharding_key=sharding_key, queue=queue,
                                   properties=properties, delay=delay))

@@ -44,7 +44,11 @@ def body_bytes(body: Body) -> bytes:
 
 def body_list(bodies: Iterable[Body]) -> list[bytes]:
     """``bodies`` as a list of bytes. A list of bytes (the common case) is used as it is: no
-    per-body step."""
+    per-body step. A single body (a str or bytes, itself iterable) is refused, not split
+    into one message per character or byte."""
+    if isinstance(bodies, (str, bytes, bytearray, memoryview)):
+        raise UsageError(f"bodies must be a list (or another iterable) of message bodies, not a single "
+                         f"{type(bodies).__name__}: send_many(topic, [body])")
     data = bodies if type(bodies) is list else list(bodies)
     if set(map(type, data)) <= {bytes}:
         return data   # type: ignore[return-value]  # every element checked to be bytes

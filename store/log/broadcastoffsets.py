@@ -123,23 +123,27 @@ def broadcast_offset_files(layout: Layout, group: str | None = None) -> list[tup
 
 def reset_lost(layout: Layout, oldest: Callable[[str, int], int], topics: Mapping[str, int],
                warn: Warn) -> list[str]:
-    """``store recover``: every client whose file and ``.bak`` are both unreadable gets, for
-    every topic of ``topics`` (name -> queue count), each queue's oldest message (``oldest``):
-    the damaged file no longer says which topics it read, and nothing may be skipped. One
-    warning line per client; returns them."""
+    """``store recover``: a client whose file is unreadable and whose ``.bak`` is readable
+    gets the file back from the ``.bak`` (what its consumers read meanwhile); one whose file
+    and ``.bak`` are both unreadable gets, for every topic of ``topics`` (name -> queue
+    count), each queue's oldest message (``oldest``): the damaged file no longer says which
+    topics it read, and nothing may be skipped. One warning line per client; returns them."""
     said: list[str] = []
     for cid, group in broadcast_offset_files(layout):
         path = layout.broadcast_offsets(cid, group)
         with exclusive(lock_beside(path)):
+            fell_back: list[str] = []
             try:
-                BroadcastOffsetStore(layout, cid, group, warn=lambda _m: None).load()
-                continue
+                table = BroadcastOffsetStore(layout, cid, group, warn=fell_back.append).load()
+                if not fell_back:
+                    continue
+                what = f"{path.name} was unreadable; restored from its .bak"
             except CorruptionError:
-                pass
-            table = {(t, q): oldest(t, q) for t, n in topics.items() for q in range(n)}
+                table = {(t, q): oldest(t, q) for t, n in topics.items() for q in range(n)}
+                what = "offsets could not be recovered (offsets.json and its .bak unreadable); " \
+                       "reset to the oldest message"
             fsutil.atomic_write_json(path, _broadcast_json(table), keep_bak=False)
-        said.append(f"broadcast client {cid} of group {group}: offsets could not be recovered "
-                    f"(offsets.json and its .bak unreadable); reset to the oldest message")
+        said.append(f"broadcast client {cid} of group {group}: {what}")
     for line in said:
         warn(line)
     return said

@@ -36,6 +36,7 @@ from store.log import checkpoint as ckpt
 from store.log import knowndamage, offsettable, recordscan
 from store.log.broadcastoffsets import broadcast_offset_files
 from store.log.checkderived import Confirm, IndexCheck, QueueCursors
+from store.log.positions import tx_progress_path
 
 if TYPE_CHECKING:
     from store.log.engine import Engine
@@ -165,7 +166,7 @@ def _check_json(engine: "Engine", problems: list[Problem]) -> None:
     lay = engine.layout
     # (the offset table and the topic files are checked by their owners: offsettable.verify,
     # TopicTable.problems)
-    paths = [lay.store_json, lay.topics_json, lay.delay_offset_json]
+    paths = [lay.store_json, lay.topics_json, lay.delay_offset_json, tx_progress_path(lay)]
     if not lay.store_json.exists():
         problems.append(Problem(str(lay.store_json), 0, "missing (its .bak is read instead; "
                                                         "mqctl store recover puts it back)"))

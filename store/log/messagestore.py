@@ -24,6 +24,7 @@ return), ``writebatch.py`` (placement, commit and undo of a batch) and ``framing
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -150,7 +151,8 @@ class Store:
             return False
         if not write:
             return True
-        warn(f"{layout.store_json} is missing; restored from {bak.name}")
+        warn(f"{layout.store_json} is {'unreadable' if layout.store_json.exists() else 'missing'}; "
+             f"restored from {bak.name}")
         try:
             atomic_write_json(layout.store_json, obj, keep_bak=False)
         except StoreError:
@@ -373,7 +375,9 @@ class Store:
         """Repair the store under the write lock (``full``: rebuild every derived file from
         the log, as ``mqctl store recover``)."""
         if full:
-            if not self.layout.store_json.exists():
+            try:   # (missing or not JSON: every reader meanwhile used its .bak, which check names)
+                json.loads(self.layout.store_json.read_bytes())
+            except (OSError, ValueError):
                 self._restore_settings(self.layout, self.warn, write=True)
             self._migrate_topics()
         with self.engine.write_lock:
@@ -491,7 +495,7 @@ class Store:
 
 def _check_queue_count(queues: int) -> None:
     if not 1 <= queues <= 1024:
-        raise UsageError(f"queues must be between 1 and 1024, got {queues}")
+        raise UsageError(f"queues must be between 1 and 1024, got {queues}")   # (the CLI checks its flag first)
 
 
 def open_store(root: str | Path, *, create: bool = False, **kw: Any) -> Store:

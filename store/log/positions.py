@@ -20,7 +20,9 @@ Consumer groups' offsets are ``offsets.py``'s.
 After a power cut has shortened queues, :func:`clamp_to_queue_ends` moves every position that
 points past its queue's end back to that end — group offsets, broadcast offsets, delay and
 transaction-check progress — so that the messages that take those offsets next are delivered.
-Recovery calls it; it is the only thing recovery knows about readers.
+Recovery calls it, and ``store recover`` also :func:`restore_unreadable` (the scheduler's and
+the check service's files written again when no reader can read them): the only things
+recovery knows about readers.
 """
 from __future__ import annotations
 
@@ -51,7 +53,10 @@ def load_delay_progress(layout: Layout, warn: Warn | None = None) -> dict[str, A
     "progressRecords": n}``; empty tables before the scheduler's first pass. Progress records
     written after the file's ``progressRecords`` (a scheduler that died between its batch and
     the file) are applied on top."""
-    obj = read_json_with_bak(layout.delay_offset_json, default={}, warn=warn)
+    return _delay_progress_from(layout, read_json_with_bak(layout.delay_offset_json, default={}, warn=warn))
+
+
+def _delay_progress_from(layout: Layout, obj: Any) -> dict[str, Any]:
     if not isinstance(obj, dict):
         obj = {}
     table = {str(k): int(v) for k, v in (obj.get("offsetTable") or {}).items()}
@@ -98,6 +103,27 @@ def save_delay_progress(layout: Layout, state: dict[str, Any]) -> None:
     atomic_write_json(layout.delay_offset_json, state)
 
 
+def _restore_delay_progress(layout: Layout) -> list[str]:
+    """An unreadable ``delayOffset.json`` is written again, from its ``.bak`` or, when that
+    is unreadable too, from the scheduler's progress records alone (each pass's record holds
+    its queue's new offset)."""
+    path = layout.delay_offset_json
+    if not path.exists():
+        return []
+    fell_back: list[str] = []
+    try:
+        state = load_delay_progress(layout, fell_back.append)
+        if not fell_back:
+            return []
+        said = f"{path} was unreadable; restored from its .bak and the scheduler's progress records"
+    except StoreError:
+        state = _delay_progress_from(layout, {})
+        said = (f"{path} was unreadable, with no readable .bak; rebuilt from the scheduler's progress records "
+                f"in the log")
+    atomic_write_json(path, state, keep_bak=False)   # (a readable .bak stays as it was)
+    return [said]
+
+
 def _clamp_delay(layout: Layout, queue_end: QueueEnd) -> list[str]:
     if not layout.delay_offset_json.exists():
         return []
@@ -139,10 +165,31 @@ def load_tx_progress(layout: Layout, warn: Warn | None = None) -> tuple[int, int
     return obj["offsetTable"][_HALF_KEY]["0"], obj["offsetTable"][_OP_KEY]["0"]
 
 
-def save_tx_progress(layout: Layout, half_offset: int, op_offset: int) -> None:
+def save_tx_progress(layout: Layout, half_offset: int, op_offset: int, *, keep_bak: bool = True) -> None:
     ensure_dir(layout.tx_dir())
     atomic_write_json(tx_progress_path(layout), {"offsetTable": {
-        _HALF_KEY: {"0": half_offset}, _OP_KEY: {"0": op_offset}}})
+        _HALF_KEY: {"0": half_offset}, _OP_KEY: {"0": op_offset}}}, keep_bak=keep_bak)
+
+
+def _restore_tx_progress(layout: Layout) -> list[str]:
+    """An unreadable check-service progress file is put back from its ``.bak``; when that is
+    unreadable too, the service starts again from the oldest half message (the ones already
+    resolved have their op records, and are passed over again)."""
+    path = tx_progress_path(layout)
+    if not path.exists():
+        return []
+    fell_back: list[str] = []
+    try:
+        half, op = load_tx_progress(layout, fell_back.append)
+        if not fell_back:
+            return []
+        said = f"{path} was unreadable; restored from its .bak"
+    except StoreError:
+        half, op = 0, 0
+        said = (f"{path} was unreadable, with no readable .bak; the check service starts again from the "
+                f"oldest half message (resolved ones are passed over)")
+    save_tx_progress(layout, half, op, keep_bak=False)   # (a readable .bak stays as it was)
+    return [said]
 
 
 def _clamp_tx(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]:
@@ -195,6 +242,16 @@ def _clamp_offsets(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]
 
 
 # -- all of them ---------------------------------------------------------------------------------
+
+def restore_unreadable(layout: Layout, warn: Warn) -> list[str]:
+    """``store recover``: the delay scheduler's and the check service's progress files that
+    no reader can read are written again (until then every group consumer, or every
+    transaction command, of the store fails on them). Warns and returns one line per file."""
+    said = _restore_delay_progress(layout) + _restore_tx_progress(layout)
+    for line in said:
+        warn(line)
+    return said
+
 
 def clamp_to_queue_ends(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]:
     """Move every reader position past its queue's end back to that end; warn and return one

@@ -145,15 +145,30 @@ class UniqKeyGenerator:
     """
 
     def __init__(self) -> None:
-        host = zlib.crc32(_hostname().encode()) & 0xFFFFFFFF
-        # os.urandom, not the random module: its import (and hashlib's) is a consumer's cost too
-        self.prefix = f"{host:08X}{os.getpid() & 0xFFFF:04X}{int.from_bytes(os.urandom(4), 'big'):08X}"
+        self._renew()
         now = time.localtime()
         month_start = time.mktime((now.tm_year, now.tm_mon, 1, 0, 0, 0, 0, 0, -1))
         self.month_start_ms = int(month_start * 1000)
         self.counter = int.from_bytes(os.urandom(2), "big")
         self.key_ms = 0   # the millisecond the last keys carry, and how many of them do
         self.key_ms_used = 0
+
+    def _renew(self) -> None:
+        host = zlib.crc32(_hostname().encode()) & 0xFFFFFFFF
+        self._pid = os.getpid()
+        # os.urandom, not the random module: its import (and hashlib's) is a consumer's cost too
+        self._prefix = f"{host:08X}{self._pid & 0xFFFF:04X}{int.from_bytes(os.urandom(4), 'big'):08X}"
+
+    @property
+    def prefix(self) -> str:
+        """Host, pid and random: a forked child's keys get its own (read first by every key)."""
+        if self._pid != os.getpid():
+            self._renew()
+        return self._prefix
+
+    @prefix.setter
+    def prefix(self, value: str) -> None:
+        self._prefix = value
 
     def reserve(self, now_ms: int, n: int) -> int:
         """The millisecond the next ``n`` keys (at most :data:`KEYS_PER_MS`, the counter's

@@ -219,6 +219,9 @@ def _magic_runs(buf: bytes) -> tuple[Any, Any, Any, Any]:
     run of such records that each end where the next begins is broken (:func:`_chain`)."""
     np = layouts().np
     n = len(buf)
+    if n < 8:   # (no room for a magic: a torn tail of a few bytes, which the walk names)
+        none = np.zeros(0, np.int64)
+        return none, none, np.zeros(0, bool), none
     b = np.frombuffer(buf, np.uint8)
     c = np.flatnonzero(b[4:n - 3] == _MAGIC[0])
     c = c[(b[c + 5] == _MAGIC[1]) & (b[c + 6] == _MAGIC[2]) & (b[c + 7] == _MAGIC[3])]

@@ -31,7 +31,7 @@ from store.log import broadcastoffsets, indexfence, knowndamage, offsetcommits, 
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.arrays import layouts
-from store.log.positions import clamp_to_queue_ends
+from store.log.positions import clamp_to_queue_ends, restore_unreadable
 from store.log.queuerebuild import QueueRebuild, trim_queue
 from store.log.record import RecordError, decode
 from store.log.topics import TopicConfig
@@ -202,7 +202,8 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     _clamp_topics(engine, valid_end)
     if plan.rebooted or rep.cq_entries_dropped or rep.truncated_bytes:
         _clamp_consumers(engine)
-    if full:   # a broadcast client whose offsets and their .bak are unreadable starts over, skipping nothing
+    if full:   # readers' files that no reader can read: put back from a .bak or the log, skipping nothing
+        restore_unreadable(engine.layout, engine.warn)
         broadcastoffsets.reset_lost(engine.layout, engine.queues.min_offset, {
             n: t.queues for n, t in engine.topics().items() if not is_system_topic(n)}, engine.warn)
     rep.end = valid_end

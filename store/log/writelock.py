@@ -41,8 +41,17 @@ class WriteLock:
         self._dir_fd: int | None = None
         self._fh: Any = None
         self._dir_locked = False
+        self._pid = os.getpid()
 
     def __enter__(self) -> None:
+        if self._pid != os.getpid():
+            # A forked child: its descriptors share the parent's open files, and a flock is
+            # held per open file, so both would hold the lock and write over each other's
+            # records. The child opens its own (leaving the parent's untouched: unlocking or
+            # closing them here could release the parent's lock).
+            self._dir_fd, self._fh, self.depth, self._dir_locked = None, None, 0, False
+            self._turn = threading.RLock()   # (a parent's thread may have held it at the fork)
+            self._pid = os.getpid()
         self._turn.acquire()
         try:
             self._take_flocks()

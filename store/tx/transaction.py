@@ -65,7 +65,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from store.errors import NotFoundError, TopicNotFoundError, TransactionNotFoundError, TransactionStateError
+from store.errors import NotFoundError, TransactionNotFoundError, TransactionStateError
 from store.failpoints import failpoint
 from store.log import format as F
 from store.log.record import (
@@ -82,7 +82,6 @@ from store.log.record import (
     UniqKeyGenerator,
     decode_offset_msg_id,
 )
-from store.log.topics import TopicConfig
 from store.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 
 if TYPE_CHECKING:
@@ -260,22 +259,12 @@ class HalfResult:
     half: Message
 
 
-def _real_topic(store: "Store", topic: str) -> TopicConfig:
-    cfg = store.find_topic(topic)
-    if cfg is not None:
-        return cfg
-    if not store.settings.auto_create_topics:
-        raise TopicNotFoundError(f"topic {topic!r} does not exist and this store does not create "
-                                 f"topics on send (create it with: mqctl topic create {topic})")
-    return store.create_topic(topic)[0]
-
-
 def send_half(store: "Store", topic: str, body: bytes, properties: dict[str, str], *,
               queue_id: int = -1, sharding_key: str | None = None, sync: bool = False) -> HalfResult:
     """Store a half message for ``topic``. Its real queue is chosen now, as for a plain send."""
     tx_id = new_tx_id()
     with store.write_lock():
-        cfg = _real_topic(store, topic)
+        cfg = store.ensure_topic_locked(topic, queue_id)   # created as by a plain send (and said so)
         qid = store.select_queue(cfg, Draft(topic, body, queue_id=queue_id, sharding_key=sharding_key))
         props = {**properties, PROP_UNIQ_KEY: tx_id, PROP_TRANSACTION_ID: tx_id,
                  PROP_REAL_TOPIC: topic, PROP_REAL_QID: str(qid), PROP_TRAN_MSG: "true"}
@@ -295,7 +284,7 @@ def put_op(store: "Store", view: TxView, kind: str, sync: bool = False) -> None:
 def _put_real(store: "Store", view: TxView, sync: bool) -> str:
     """Write the committed message made from the newest half copy; returns its offset id."""
     h = view.latest
-    cfg = _real_topic(store, view.topic)
+    cfg = store.ensure_topic_locked(view.topic)   # (deleted since the send: created again)
     qid = int_or(h.properties.get(PROP_REAL_QID), -1)
     if qid >= cfg.queues:  # the topic was re-created with fewer queues since the send
         store.warn(f"transaction {view.tx_id}: queue {qid} of {cfg.name} is gone; using {qid % cfg.queues}")

@@ -317,6 +317,14 @@ def test_unlock_checks_its_arguments_first(admin: Admin, loaded: Store) -> None:
         admin.unlock("Ghost")
 
 
+def test_a_queue_count_out_of_range_is_named_as_the_python_argument(admin: Admin) -> None:
+    """Admin.create_topic("e", 0) said "--queues must be between 1 and 1024": a command-line flag
+    in a Python error (the CLI checks its --queues range itself, before the store)."""
+    for call in (lambda: admin.create_topic("E", 0), lambda: admin.update_topic("T", 1025)):
+        with pytest.raises(mq.UsageError, match="^queues must be between 1 and 1024, got (0|1025)$"):
+            call()
+
+
 def test_admin_over_an_opener_reports_bad_arguments_before_a_missing_store(tmp_path: Path) -> None:
     def opener() -> Store:
         return Store.open(tmp_path / "none")

@@ -187,3 +187,96 @@ def test_check_of_a_store_without_store_json_reports_it_and_writes_nothing(mq: M
     mq.ok("store", "recover")
     assert (mq.root / "store.json").exists()
     mq.ok("store", "check")
+
+
+def test_recover_puts_back_a_store_json_that_is_not_json_from_its_bak(mq: MQ) -> None:
+    """store check sends the user to store recover for a damaged store.json whose .bak every
+    command reads meanwhile; recover used to put back only a missing one, so check failed
+    (exit 1) after every recover, for ever."""
+    mq.ok("send", "t", "x")
+    (mq.root / "store.json").write_text("garbage\n")
+    res = mq.run("store", "check")
+    assert res.returncode == 1 and "store.json" in res.out and "store recover" in res.stderr, str(res)
+    res = mq.ok("store", "recover")
+    assert "store.json is unreadable; restored from store.json.bak" in res.stderr, str(res)
+    res = mq.ok("store", "check")
+    assert "warning" not in res.stderr, str(res)
+    assert mq.ok("consume", "t", "--no-group", "--from", "first", "-e").stdout == b"x\n"
+
+
+Reader = tuple[str, list[str], bytes | None]   # the file, a command that reads it, its stdout after
+
+
+def _delay_progress(mq: MQ) -> Reader:
+    """A delayed message delivered: the scheduler wrote its first progress file (no .bak)."""
+    mq.ok("send", "t", "late", "--delay", "1")
+    res = mq.ok("consume", "t", "-g", "G", "--from", "first", "-c", "1")   # waits for it
+    assert res.stdout == b"late\n", res
+    return "config/delayOffset.json", ["consume", "t", "-g", "G", "-e"], b""   # (not delivered again)
+
+
+def _tx_progress(mq: MQ) -> Reader:
+    """A check pass that left a transaction unknown: the service wrote its first progress file."""
+    mq.ok("tx", "send", "t", "pending")
+    mq.ok("tx", "check", "--check-cmd", "echo UNKNOWN", "--timeout", "0")
+    return "tx/CID_RMQ_SYS_TRANS.json", ["tx", "list", "--json"], None   # (still pending: below)
+
+
+def _broadcast_progress(mq: MQ) -> Reader:
+    """A broadcast client that committed twice: its offsets.json and a readable .bak, one
+    commit older (what the client comes back to: "two" again, not "one")."""
+    consume = ["consume", "t", "-g", "B", "--broadcast", "--client-id", "c1", "--from", "first", "-e"]
+    for body in ("one", "two"):
+        mq.ok("send", "t", body)
+        assert mq.ok(*consume).stdout == f"{body}\n".encode()
+    return "offsets/c1/B/offsets.json", consume, b"two\n"
+
+
+@pytest.mark.parametrize("make", [_delay_progress, _tx_progress, _broadcast_progress],
+                         ids=["delayOffset", "txProgress", "broadcastOffsets"])
+def test_store_recover_repairs_every_readers_file_store_check_names(mq: MQ, make) -> None:   # noqa: ANN001
+    """A reader's progress file that does not parse: store check names it (exit 1) and sends the
+    user to store recover, which puts it back (from its .bak, or from the log's progress
+    records, or from the oldest half message), so that check passes and the commands that read
+    the file work again. Recover used to leave all three as they were (and check did not look
+    at the transaction check service's file at all, while tx list and tx check failed on it)."""
+    mq.ok("topic", "create", "t", "--queues", "1")
+    name, reader, after = make(mq)
+    (mq.root / name).write_text("{not json\n")
+    res = mq.run("store", "check")
+    assert res.returncode == 1 and name.rsplit("/", 1)[-1] in res.out, str(res)
+    res = mq.ok("store", "recover")
+    assert name.rsplit("/", 1)[-1] in res.stderr, str(res)
+    res = mq.ok("store", "check")
+    assert "warning" not in res.stderr, str(res)
+    res = mq.ok(*reader)
+    if after is not None:
+        assert res.stdout == after, res
+    else:
+        assert [row["topic"] for row in res.json_lines()] == ["t"], res
+
+
+@pytest.mark.parametrize("tail", [1, 2, 3])
+@pytest.mark.parametrize("how", ["cut", "stray"])
+def test_a_torn_tail_of_a_few_bytes_is_damage_named_not_an_internal_error(mq: MQ, how: str, tail: int) -> None:
+    """A log whose last bytes are 1-3 bytes of a record (a write torn there, or the log cut
+    there): every command that scanned it failed with "internal error: ValueError: window
+    shape cannot be larger than input array shape" (exit 1) — consume, send, store check —
+    until store recover. Now check names the damage (exit 1), readers get every whole record,
+    and a send cuts the torn bytes and goes on."""
+    mq.ok("topic", "create", "t", "--queues", "1")
+    mq.ok("send", "t", input="1\n2\n3\n")
+    seg = mq.root / "commitlog" / f"{0:020d}"
+    if how == "cut":   # the last record's first bytes only
+        whole = seg.stat().st_size
+        mq.ok("send", "t", "4")
+        os.truncate(seg, whole + tail)
+    else:              # bytes past the last record
+        with open(seg, "ab") as f:
+            f.write(b"\x7f" * tail)
+    res = mq.run("store", "check")
+    assert res.returncode == 1 and "internal error" not in res.stderr and "Traceback" not in res.stderr, str(res)
+    assert mq.ok("consume", "t", "--no-group", "--from", "first", "-e").stdout == b"1\n2\n3\n"
+    mq.ok("send", "t", "after")
+    assert mq.ok("consume", "t", "--no-group", "--from", "first", "-e").stdout == b"1\n2\n3\nafter\n"
+    mq.check_clean()

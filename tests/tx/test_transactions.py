@@ -37,7 +37,7 @@ from store.tx.transaction import (
     load,
     parse_op_body,
 )
-from tests.procs import KILLED, MQ, Result, handler_script, mqctl, wait_for
+from tests.procs import KILLED, MQ, Result, handler_script, mqctl, one_error, wait_for
 
 # A check command that answers by the body's first letter (c: COMMIT, r: ROLLBACK, else
 # UNKNOWN) and logs each question as one JSON line to the file named by $ASK_LOG.
@@ -224,6 +224,18 @@ def test_a_missing_exec_command_stores_nothing(root: Path) -> None:
     proc = mq(root, "tx", "send", "orders", "x", "--exec", "/nonexistent/cmd")
     assert proc.returncode == 1 and proc.stdout == b""
     assert read_topic(root, HALF_TOPIC) == []
+
+
+def test_tx_send_creates_its_topic_as_send_does(root: Path) -> None:
+    """The first tx send to a topic creates it and says so, as send does (README: "The first
+    send to a store or topic that does not exist creates it ... and says so on stderr"); one
+    refused for a queue the new topic would not have leaves no topic behind (it used to create
+    the topic silently, and create it before refusing the queue)."""
+    ok(root, "init")
+    proc = ok(root, "tx", "send", "fresh", "x")
+    assert "mqctl: created topic fresh (8 queues)" in proc.stderr, proc
+    one_error(mq(root, "tx", "send", "other", "x", "--queue", "9"), 2, "queue 9 does not exist")
+    assert [json.loads(line)["topic"] for line in ok(root, "topic", "list", "--json").stdout.splitlines()] == ["fresh"]
 
 
 def test_list_shows_unresolved_transactions_with_their_fields(root: Path) -> None:
