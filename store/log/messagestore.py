@@ -1,9 +1,9 @@
 """The store façade: open a store directory, create topics, put and pull messages.
 
 There is no broker process: every ``mqctl`` process opens the directory with :meth:`Store.open`
-and they coordinate through it. Writers serialise on one exclusive portalocker lock on
-``STORE/lock``, taken once per batch (never per message); inside it every kind of put goes
-through one :class:`~store.log.writebatch.WriteBatch`, which
+and they coordinate through it. Writers serialise on the store's write lock (``writelock.py``),
+taken once per batch (never per message); inside it every kind of put goes through one
+:class:`~store.log.writebatch.WriteBatch`, which
 
 1. checks the checkpoint against the commit log's real end and recovers if a previous writer
    died mid-batch or the machine restarted (``recovery.py``),
@@ -18,9 +18,8 @@ check every record's CRC before handing it out; each queue's end is looked at on
 Failpoints (``failpoints.py``): ``put-after-log``, ``put-after-cq``, ``put-after-index`` inside a batch
 (``writebatch.py``); ``sync-before-fsync`` in :meth:`Store.sync_log`, before a batch is made durable.
 
-Around it: ``settings.py`` (:class:`StoreSettings`, ``store.json``), ``results.py`` (what puts and pulls
-return), ``writebatch.py`` (placement, commit and undo of a batch) and ``framing.py`` (the framing of
-:meth:`Store.put_bodies`' raw bodies), the last two imported by the first write: a reader never loads them.
+Around it: ``settings.py`` (``store.json``'s fields), ``results.py`` (what puts and pulls return),
+``writebatch.py`` and ``framing.py`` (a batch's placement, commit and undo; raw bodies' framing).
 """
 from __future__ import annotations
 
@@ -138,9 +137,8 @@ class Store:
 
     @staticmethod
     def _restore_settings(layout: Layout, warn: Callable[[str], None], write: bool) -> bool:
-        """``store.json`` is gone but its ``.bak`` is readable: put it back (True). ``write``
-        False (an open that must change nothing: ``store check``, ``top``): the ``.bak`` is
-        only read, and ``store check`` reports the missing file."""
+        """``store.json`` is missing or not JSON and its ``.bak`` readable: put it back (True).
+        ``write`` False (``store check``, ``top``: an open that changes nothing): only read it."""
         bak = backup_of(layout.store_json)
         try:
             obj = read_json_with_bak(bak)
@@ -151,8 +149,8 @@ class Store:
             return False
         if not write:
             return True
-        warn(f"{layout.store_json} is {'unreadable' if layout.store_json.exists() else 'missing'}; "
-             f"restored from {bak.name}")
+        state = "unreadable" if layout.store_json.exists() else "missing"
+        warn(f"{layout.store_json} is {state}; restored from {bak.name}")
         try:
             atomic_write_json(layout.store_json, obj, keep_bak=False)
         except StoreError:
