@@ -211,11 +211,14 @@ def check_service(admin: "Admin", argv: list[str], *, timeout_ms: int, max_check
                   on_event: Callable[["CheckEvent"], None],
                   on_pass: Callable[["CheckReport"], None]) -> None:
     """Check passes asking ``argv``: one, or with ``loop_pause_s`` one every so many seconds
-    until SIGINT, SIGTERM or SIGHUP (which kill a running command and end the loop quietly)."""
+    until SIGINT, SIGTERM or SIGHUP (which kill a running command and end the loop quietly).
+    A signal ignored when mqctl started stays ignored: ``nohup mqctl tx check --loop`` must
+    outlive its terminal's hang-up."""
     runner = Runner()
     if loop_pause_s is not None:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, lambda *_: runner.stop())
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, lambda *_: runner.stop())
 
     def ask(copy: "Message", times: int) -> str:
         status, said = runner.run(argv, copy.body, message_env(copy, times), cmd_timeout_s)

@@ -10,6 +10,7 @@ sent to itself at that step."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import threading
@@ -146,3 +147,34 @@ def test_a_second_signal_during_the_clean_up_cannot_cut_it_short(own_sigterm: No
     finally:
         first.join()
         _end(pid)
+
+
+def test_a_check_loop_started_with_sighup_ignored_outlives_a_hang_up(mq: MQ, tmp_path: Path) -> None:
+    """``nohup mqctl tx check --loop`` (SIGHUP ignored when it starts, as ``nohup`` leaves it):
+    the terminal's hang-up must not end the check service. The check command sends the SIGHUP
+    itself, so mqctl has taken it before that pass ends; a second pass shows the loop went on."""
+    calls = tmp_path / "calls"
+    cmd = handler_script(tmp_path / "hup.sh", f"""\
+        echo asked >> {calls}
+        kill -HUP $PPID
+        echo UNKNOWN
+        """)
+    mq.ok("init")
+    mq.ok("tx", "send", "orders", "half")
+    args = ["tx", "check", "--check-cmd", cmd, "--timeout", "0", "--loop", "--interval", "0.1s"]
+    script = "trap '' HUP; exec " + " ".join(shlex.quote(a) for a in mq.argv(*args))
+    err = tmp_path / "loop.err"
+    with open(err, "wb") as ferr:
+        p = subprocess.Popen(["bash", "--norc", "--noprofile", "-c", script], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=ferr, env=mq.environ(), cwd=mq.cwd)
+    try:
+        def asked() -> int:
+            return len(calls.read_text().splitlines()) if calls.exists() else 0
+        wait_for(lambda: p.poll() is not None or asked() >= 2, what="a second pass, or mqctl's end")
+        assert p.poll() is None and asked() >= 2, err.read_text()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 0, err.read_text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
