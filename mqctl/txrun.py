@@ -115,6 +115,8 @@ class Runner:
                 self._may_raise = True
                 out, _ = proc.communicate(body, timeout=timeout_s)
                 self._may_raise = False
+                if self.stopping:   # (killed by :meth:`stop`: no answer, and nothing to warn about)
+                    return None, b""
                 return proc.returncode, out or b""
             except subprocess.TimeoutExpired:
                 warn(f"{argv[0]} did not finish within {timeout_s:g}s; killed")
