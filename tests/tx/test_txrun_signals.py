@@ -14,6 +14,7 @@ import shlex
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,11 +40,24 @@ def _end(*pids: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.fixture
+def sighup_as(request: pytest.FixtureRequest) -> Iterator[object]:
+    """The SIGHUP disposition the test's mqctl processes start with: they inherit an ignored
+    one from this process (run under ``nohup``, as a CI job may be, it is ignored here too)."""
+    old = signal.signal(signal.SIGHUP, request.param)
+    yield request.param
+    signal.signal(signal.SIGHUP, old)
+
+
+_ONE_SHOTS = [["tx", "check", "--check-cmd", "CMD", "--timeout", "0"],
+              ["tx", "send", "orders", "x", "--exec", "CMD"]]
+
+
+@pytest.mark.parametrize("sighup_as", [signal.SIG_DFL], indirect=True)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-@pytest.mark.parametrize("args", [["tx", "check", "--check-cmd", "CMD", "--timeout", "0"],
-                                  ["tx", "check", "--check-cmd", "CMD", "--timeout", "0", "--loop"],
-                                  ["tx", "send", "orders", "x", "--exec", "CMD"]])
-def test_a_signal_that_ends_mqctl_ends_the_command(mq: MQ, tmp_path: Path, args: list[str], sig: int) -> None:
+@pytest.mark.parametrize("args", _ONE_SHOTS + [["tx", "check", "--check-cmd", "CMD", "--timeout", "0", "--loop"]])
+def test_a_signal_that_ends_mqctl_ends_the_command(mq: MQ, tmp_path: Path, args: list[str], sig: int,
+                                                   sighup_as: object) -> None:
     """SIGHUP (the terminal closed) as SIGTERM: the command would outlive mqctl otherwise. A
     one-shot command exits as the signal's default would (128 + signal); the loop quietly."""
     pidfile = tmp_path / "pid"
@@ -60,6 +74,31 @@ def test_a_signal_that_ends_mqctl_ends_the_command(mq: MQ, tmp_path: Path, args:
         assert "Traceback" not in p.stderr()
         # the command mqctl killed itself is no command's failure to warn about
         assert "killed by signal" not in p.stderr(), p.stderr()
+        wait_for(lambda: not pid_running(pid), what="the command to end with mqctl")
+    finally:
+        mq.cleanup()
+        _end(pid)
+
+
+@pytest.mark.parametrize("sighup_as", [signal.SIG_IGN], indirect=True)
+@pytest.mark.parametrize("args", _ONE_SHOTS)
+def test_a_sighup_a_one_shot_was_started_ignoring_stays_ignored(mq: MQ, tmp_path: Path, args: list[str],
+                                                                sighup_as: object) -> None:
+    """Started under ``nohup``: a SIGHUP changes nothing, and the SIGTERM after it ends mqctl
+    as a SIGTERM does (signals pending together are taken lowest first: a SIGHUP handled
+    would have ended it with 129)."""
+    pidfile = tmp_path / "pid"
+    cmd = _slow(tmp_path, pidfile)
+    mq.ok("init")
+    if args[1] == "check":
+        mq.ok("tx", "send", "orders", "half")
+    p = mq.start(*[cmd if a == "CMD" else a for a in args])
+    pid = 0
+    try:
+        pid = _pid_of(pidfile)
+        p.signal(signal.SIGHUP)
+        p.signal(signal.SIGTERM)
+        assert p.wait() in (128 + signal.SIGTERM, -signal.SIGTERM), p.stderr()
         wait_for(lambda: not pid_running(pid), what="the command to end with mqctl")
     finally:
         mq.cleanup()
