@@ -65,7 +65,8 @@ def throughput(res: dict[str, Any]) -> list[str]:
     ratios = res["ratios"]
     counts = res.get("counts", {})
     loads = "; ".join(res.get("machine", {}).get("loadavg_per_rep", []))
-    n = ", ".join(f"{int(v):,} × {lbl}" for (tag, lbl), v in zip(SIZES, counts.values()))
+    sized = zip((100, 1024, 4096, 65536), SIZES)   # (counts are keyed by the size in bytes)
+    n = ", ".join(f"{int(counts[str(b)]):,} × {lbl}" for b, (_tag, lbl) in sized if str(b) in counts)
     out = [f"Throughput, mqctl / Redis Streams (medians of the repetitions' ratios, min–max; N: {n};"
            f" load per repetition: {loads or '?'}; target ≥ 2, below it in bold):", "",
            "| mqctl / Redis | " + " | ".join(lbl for _t, lbl in SIZES) + " |",
