@@ -431,8 +431,10 @@ class KeyIndex:
 
     def fence(self, end_phys: int) -> None:
         """Forget offsets at or past ``end_phys``: files that begin there go, an older file's
-        end offset moves back so those offsets are indexed again (recovery, a batch's undo)."""
+        end offset moves back so those offsets are indexed again (recovery, a batch's undo),
+        and slots a batch cut short left past ``indexCount`` point back at their chains."""
         self.truncate_after(end_phys)
+        self.repair()
         for base in self.files():
             hdr = list(self.header(base))
             if hdr[3] >= end_phys:
@@ -476,6 +478,8 @@ class KeyIndex:
                     damaged.append(str(self.path(base)))
                 raw = os.pread(fd, 4, F.INDEX_HEADER_SIZE + (h % slots) * 4)
                 n = _SLOT.unpack(raw)[0] if len(raw) == 4 else 0
+                if n >= count:   # a batch's slot before its header (being written, or cut short)
+                    n = self._resolve(fd, n, count)
                 seen = 0
                 while 0 < n < count and seen < count:
                     seen += 1
