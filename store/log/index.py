@@ -217,8 +217,10 @@ class KeyIndex:
                 base, made = self._create(physs[0], store_ts), True
                 continue
             end_phys, count = hdr[3], hdr[5]
-            if physs[0] <= end_phys:  # already indexed (recovery replays records): skip them
-                i = bisect.bisect_right(physs, end_phys)
+            if physs[0] <= end_phys:  # indexed (recovery replays records): skipped, but of the
+                # file's last record only the keys it holds (a roll may have split its keys)
+                i, j = bisect.bisect_left(physs, end_phys), bisect.bisect_right(physs, end_phys)
+                i += min(j - i, indexchains.keys_of_last(fd, self.table_end, count, end_phys)) if j > i else 0
                 hashes, physs = hashes[i:], physs[i:]
                 if not hashes:
                     return
@@ -415,10 +417,7 @@ class KeyIndex:
     def remove_leftovers(self) -> None:
         """Remove files a writer was making when it died (``_create``'s temp files)."""
         for leftover in self.dir.glob(".*.tmp"):
-            try:
-                leftover.unlink()
-            except OSError:
-                pass
+            leftover.unlink(missing_ok=True)
 
     def drop_from(self, base: int) -> None:
         """Remove file ``base`` and every later one (recovery re-indexes their records)."""
