@@ -290,7 +290,8 @@ def test_a_forked_child_does_not_keep_the_lock_of_a_parent_killed_in_its_batch(m
             os.kill(child, signal.SIGKILL)
         proc.wait()
     bodies = mq.ok("consume", "F", "--no-group", "--from", "first", "-e").stdout.split()
-    assert [b"before", b"child", b"parent"] == bodies[:3] and bodies[-1] == b"after"
+    assert set(bodies) - {b"killed"} == {b"before", b"child", b"parent", b"after"}   # (the killed batch's
+    assert len(bodies) == len(set(bodies))   # record may be kept: it was in the log)
 
 
 # -- groups shared with the CLI -------------------------------------------------------------
