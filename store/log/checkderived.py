@@ -315,6 +315,14 @@ class IndexCheck:
             files = np.array(self.files, np.int64)
             cover = np.searchsorted(files, kp, side="right") - 1
             for ci in np.unique(cover).tolist():
+                if ci >= 1:
+                    # A record whose keys a file's roll split: its first keys end the file
+                    # before (loaded for the records before it, in this window or the last),
+                    # the rest begin the file named by its offset.
+                    split = np.flatnonzero((cover == ci) & (kp == self.files[ci]))
+                    before = self._load(self.files[ci - 1]) if len(split) else None
+                    if before is not None:
+                        found[split] |= _found(np, kh[split], kp[split], *before)
                 if ci >= 0:
                     pairs = self._load(self.files[ci])
                     if pairs is not None:

@@ -217,8 +217,10 @@ class KeyIndex:
                 base, made = self._create(physs[0], store_ts), True
                 continue
             end_phys, count = hdr[3], hdr[5]
-            if physs[0] <= end_phys:  # already indexed (recovery replays records): skip them
-                i = bisect.bisect_right(physs, end_phys)
+            if physs[0] <= end_phys:  # indexed (recovery replays records): skipped, but of the
+                # file's last record only the keys it holds (a roll may have split its keys)
+                i, j = bisect.bisect_left(physs, end_phys), bisect.bisect_right(physs, end_phys)
+                i += min(j - i, indexchains.keys_of_last(fd, self.table_end, count, end_phys)) if j > i else 0
                 hashes, physs = hashes[i:], physs[i:]
                 if not hashes:
                     return
@@ -415,10 +417,7 @@ class KeyIndex:
     def remove_leftovers(self) -> None:
         """Remove files a writer was making when it died (``_create``'s temp files)."""
         for leftover in self.dir.glob(".*.tmp"):
-            try:
-                leftover.unlink()
-            except OSError:
-                pass
+            leftover.unlink(missing_ok=True)
 
     def drop_from(self, base: int) -> None:
         """Remove file ``base`` and every later one (recovery re-indexes their records)."""
@@ -431,8 +430,10 @@ class KeyIndex:
 
     def fence(self, end_phys: int) -> None:
         """Forget offsets at or past ``end_phys``: files that begin there go, an older file's
-        end offset moves back so those offsets are indexed again (recovery, a batch's undo)."""
+        end offset moves back so those offsets are indexed again (recovery, a batch's undo),
+        and slots a batch cut short left past ``indexCount`` point back at their chains."""
         self.truncate_after(end_phys)
+        self.repair()
         for base in self.files():
             hdr = list(self.header(base))
             if hdr[3] >= end_phys:
@@ -476,6 +477,8 @@ class KeyIndex:
                     damaged.append(str(self.path(base)))
                 raw = os.pread(fd, 4, F.INDEX_HEADER_SIZE + (h % slots) * 4)
                 n = _SLOT.unpack(raw)[0] if len(raw) == 4 else 0
+                if n >= count:   # a batch's slot before its header (being written, or cut short)
+                    n = self._resolve(fd, n, count)
                 seen = 0
                 while 0 < n < count and seen < count:
                     seen += 1

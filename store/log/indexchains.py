@@ -2,10 +2,11 @@
 ``index.py``, which alone calls this): whether every entry is reachable from its slot, and
 which entries a lookup of their own key reaches. Pure functions over a whole file's bytes,
 as arrays: a thorough look at a full file (a million entries) is a few array passes, where a
-loop over its entries took a third of a second.
+loop over its entries took a third of a second. And :func:`keys_of_last`, a look at a file's end.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from store.log import format as F
@@ -100,6 +101,17 @@ def reachable(data: bytes, table_end: int, slots: int) -> tuple[Any, Any]:
         order = np.argsort(phys, kind="stable")
         phys, h = phys[order], h[order]
     return phys, h
+
+
+def keys_of_last(fd: int, table_end: int, count: int, end_phys: int) -> int:
+    """How many of the newest entries of the file open as ``fd`` (``count`` in its header)
+    are keys of its last record (at ``end_phys``): a file's roll may split a record's keys,
+    its first ones ending the file, and a replay of the record must add only the rest."""
+    for n in range(count - 1):
+        raw = os.pread(fd, F.INDEX_ENTRY_SIZE, table_end + (count - 1 - n) * F.INDEX_ENTRY_SIZE)
+        if len(raw) < F.INDEX_ENTRY_SIZE or F.INDEX_ENTRY.unpack(raw)[1] != end_phys:
+            return n
+    return count - 1
 
 
 def add_arrays(table_bytes: bytearray, slots: int, hashes: list[int], physs: list[int], tdiff: int, count: int,

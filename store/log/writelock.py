@@ -47,9 +47,12 @@ class WriteLock:
         if self._pid != os.getpid():
             # A forked child: its descriptors share the parent's open files, and a flock is
             # held per open file, so both would hold the lock and write over each other's
-            # records. The child opens its own (leaving the parent's untouched: unlocking or
-            # closing them here could release the parent's lock).
-            self._dir_fd, self._fh, self.depth, self._dir_locked = None, None, 0, False
+            # records. The child opens its own. It closes its copies of the parent's (never
+            # unlocks them: that would release the parent's lock): a flock lives while any
+            # descriptor of its open file does, so a kept copy would hold the store locked
+            # for the child's lifetime after the parent is killed in a batch.
+            self.close()
+            self.depth, self._dir_locked = 0, False
             self._turn = threading.RLock()   # (a parent's thread may have held it at the fork)
             self._pid = os.getpid()
         self._turn.acquire()

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
+import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -20,7 +22,7 @@ from typing import Any, Callable
 import pytest
 
 import store
-from tests.procs import MQ, LockSampler, wait_for  # noqa: F401  (mq is a fixture)
+from tests.procs import MQ, LockSampler, pid_running, python, wait_for  # noqa: F401  (mq is a fixture)
 
 
 @pytest.fixture
@@ -243,6 +245,53 @@ def test_a_producer_shared_with_forked_children_loses_nothing(mq: MQ, path: str)
     assert len({r["body"] for r in rows}) == len(rows) == 1 + 4 * 200 + 150
     assert len({r["msgId"] for r in rows}) == len(rows)
     mq.check_clean()
+
+
+def test_a_forked_child_does_not_keep_the_lock_of_a_parent_killed_in_its_batch(mq: MQ, path: str) -> None:
+    """A child forked from a writing program takes a write lock of its own; it closed its
+    copy of the parent's store-directory descriptor no more, and a flock lives while any
+    descriptor of its open file does: the parent killed -9 in a batch left the store locked
+    for as long as the child lived, and every writer (``mqctl send`` too) hung."""
+    script = """
+        import os, sys
+        import store
+        p = store.Producer(sys.argv[1])
+        p.send("F", b"before")
+        r, w = os.pipe()
+        if os.fork() == 0:
+            p.send("F", b"child")
+            print("child", os.getpid(), flush=True)
+            os.write(w, b"x")
+            sys.stdin.read()   # lives until the test closes its stdin
+            os._exit(0)
+        os.read(r, 1)
+        p.send("F", b"parent")
+        p.send("F", b"killed")   # the third hit of the failpoint: in its batch, under the lock
+        os._exit(3)
+    """
+    env = {**os.environ, "MQCTL_FAILPOINTS": "put-after-log:3"}   # (the child sends 2nd)
+    proc = python(script, path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    child = 0
+    try:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline().split()[1])
+        assert proc.wait(timeout=120) == -9
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # BlockingIOError: still held
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+        mq.ok("send", "F", "after")
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        if child and pid_running(child):
+            os.kill(child, signal.SIGKILL)
+        proc.wait()
+    bodies = mq.ok("consume", "F", "--no-group", "--from", "first", "-e").stdout.split()
+    assert set(bodies) - {b"killed"} == {b"before", b"child", b"parent", b"after"}   # (the killed batch's
+    assert len(bodies) == len(set(bodies))   # record may be kept: it was in the log)
 
 
 # -- groups shared with the CLI -------------------------------------------------------------
