@@ -120,6 +120,17 @@ def small_fs(tmp_path: Path):
     _umount(mnt)
 
 
+def _fill(fs: Path) -> None:
+    """Fill the file system to its last byte (it may be full before the filler gets one)."""
+    try:
+        with open(fs / "filler", "wb") as fh:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+    except OSError:
+        pass
+
+
 def test_full_file_system(small_fs: Path, tmp_path: Path) -> None:
     m = MQ(small_fs / "store", tmp_path)
     try:
@@ -141,13 +152,7 @@ def test_full_file_system(small_fs: Path, tmp_path: Path) -> None:
         # exactly what was acknowledged is there: nothing of the failed batch is visible
         assert sorted(e["msgId"] for e in served) == sorted(r["msgId"] for r in acked)
         # fill it to the last byte: writers fail cleanly, readers still read
-        try:
-            with open(small_fs / "filler", "wb") as fh:
-                while True:
-                    fh.write(b"\0" * 65536)
-                    fh.flush()
-        except OSError:
-            pass  # full (possibly already before the filler got a byte)
+        _fill(small_fs)
         for args in (["send", "t", "x" * 5000], ["topic", "create", "u"]):
             one_error(m.run(*args), 1)
         res = m.run("consume", "t", "-g", "late", "--from", "first", "-e")
@@ -173,13 +178,7 @@ def test_a_join_that_fails_on_a_full_disk_leaves_no_group_behind(small_fs: Path,
     try:
         m.ok("topic", "create", "t", "--queues", "1")
         m.ok("send", "t", "one")
-        try:
-            with open(small_fs / "filler", "wb") as fh:
-                while True:
-                    fh.write(b"\0" * 65536)
-                    fh.flush()
-        except OSError:
-            pass  # full
+        _fill(small_fs)
         assert "no space left on device" in one_error(m.run("consume", "t", "-g", "G", "--from", "first", "-e"), 1)
         assert not (m.root / "consumers" / "G").exists()
         one_error(m.run("offsets", "show", "-g", "G"), 3, "consumer group 'G' does not exist")

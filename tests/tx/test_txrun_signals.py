@@ -53,13 +53,9 @@ _ONE_SHOTS = [["tx", "check", "--check-cmd", "CMD", "--timeout", "0"],
               ["tx", "send", "orders", "x", "--exec", "CMD"]]
 
 
-@pytest.mark.parametrize("sighup_as", [signal.SIG_DFL], indirect=True)
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-@pytest.mark.parametrize("args", _ONE_SHOTS + [["tx", "check", "--check-cmd", "CMD", "--timeout", "0", "--loop"]])
-def test_a_signal_that_ends_mqctl_ends_the_command(mq: MQ, tmp_path: Path, args: list[str], sig: int,
-                                                   sighup_as: object) -> None:
-    """SIGHUP (the terminal closed) as SIGTERM: the command would outlive mqctl otherwise. A
-    one-shot command exits as the signal's default would (128 + signal); the loop quietly."""
+def _signalled(mq: MQ, tmp_path: Path, args: list[str], sigs: list[int], exits: tuple[int, ...]) -> str:
+    """Run ``mqctl ARGS`` (``CMD``: a slow command), send it ``sigs`` once the command runs,
+    check that it exits with one of ``exits`` and that the command ended with it; its stderr."""
     pidfile = tmp_path / "pid"
     cmd = _slow(tmp_path, pidfile)
     mq.ok("init")
@@ -69,15 +65,27 @@ def test_a_signal_that_ends_mqctl_ends_the_command(mq: MQ, tmp_path: Path, args:
     pid = 0
     try:
         pid = _pid_of(pidfile)
-        p.signal(sig)
-        assert p.wait() in ((0,) if "--loop" in args else (128 + sig, -sig)), p.stderr()
-        assert "Traceback" not in p.stderr()
-        # the command mqctl killed itself is no command's failure to warn about
-        assert "killed by signal" not in p.stderr(), p.stderr()
+        for sig in sigs:
+            p.signal(sig)
+        assert p.wait() in exits, p.stderr()
         wait_for(lambda: not pid_running(pid), what="the command to end with mqctl")
+        return p.stderr()
     finally:
         mq.cleanup()
         _end(pid)
+
+
+@pytest.mark.parametrize("sighup_as", [signal.SIG_DFL], indirect=True)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("args", _ONE_SHOTS + [["tx", "check", "--check-cmd", "CMD", "--timeout", "0", "--loop"]])
+def test_a_signal_that_ends_mqctl_ends_the_command(mq: MQ, tmp_path: Path, args: list[str], sig: int,
+                                                   sighup_as: object) -> None:
+    """SIGHUP (the terminal closed) as SIGTERM: the command would outlive mqctl otherwise. A
+    one-shot command exits as the signal's default would (128 + signal); the loop quietly."""
+    err = _signalled(mq, tmp_path, args, [sig], (0,) if "--loop" in args else (128 + sig, -sig))
+    assert "Traceback" not in err
+    # the command mqctl killed itself is no command's failure to warn about
+    assert "killed by signal" not in err, err
 
 
 @pytest.mark.parametrize("sighup_as", [signal.SIG_IGN], indirect=True)
@@ -87,22 +95,7 @@ def test_a_sighup_a_one_shot_was_started_ignoring_stays_ignored(mq: MQ, tmp_path
     """Started under ``nohup``: a SIGHUP changes nothing, and the SIGTERM after it ends mqctl
     as a SIGTERM does (signals pending together are taken lowest first: a SIGHUP handled
     would have ended it with 129)."""
-    pidfile = tmp_path / "pid"
-    cmd = _slow(tmp_path, pidfile)
-    mq.ok("init")
-    if args[1] == "check":
-        mq.ok("tx", "send", "orders", "half")
-    p = mq.start(*[cmd if a == "CMD" else a for a in args])
-    pid = 0
-    try:
-        pid = _pid_of(pidfile)
-        p.signal(signal.SIGHUP)
-        p.signal(signal.SIGTERM)
-        assert p.wait() in (128 + signal.SIGTERM, -signal.SIGTERM), p.stderr()
-        wait_for(lambda: not pid_running(pid), what="the command to end with mqctl")
-    finally:
-        mq.cleanup()
-        _end(pid)
+    _signalled(mq, tmp_path, args, [signal.SIGHUP, signal.SIGTERM], (128 + signal.SIGTERM, -signal.SIGTERM))
 
 
 def test_a_signal_after_the_command_ended_kills_what_it_left_running(mq: MQ, tmp_path: Path) -> None:
