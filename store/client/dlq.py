@@ -36,6 +36,7 @@ from store.client.rows import Row
 from store.errors import MessageNotFoundError
 from store.fsutil import atomic_write_json, read_json_with_bak
 from store.log import record as rec
+from store.log.reads import id_as_stored
 
 if TYPE_CHECKING:
     from store.log.messagestore import Store
@@ -225,9 +226,9 @@ def resend_draft(m: "rec.Message", group: str) -> rec.Draft:
 
 
 def matches_id(m: "rec.Message", msg_id: str) -> bool:
-    """Whether ``msg_id`` names ``m``: its unique key, or its offset id (any case)."""
-    wanted = msg_id.strip()
-    return m.uniq_key == wanted or m.msg_id == wanted.upper()
+    """Whether ``msg_id`` names ``m``: its unique key, or its offset id (either in any case)."""
+    wanted = id_as_stored(msg_id.strip())
+    return m.uniq_key == wanted or m.msg_id == wanted
 
 
 def resend_dead_letters(store: "Store", group: str, msg_id: str | None = None, *, force: bool = False,

@@ -104,11 +104,12 @@ def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
     digits). A damaged record is never served; with ``strict`` (a person asking for this
     message: ``mqctl msg show``) it is not passed off as missing either, but raised as
     ``CorruptionError``."""
-    msg_id = msg_id.strip()
-    if len(msg_id) != 32 or any(c not in "0123456789abcdefABCDEF" for c in msg_id):
+    typed = msg_id.strip()
+    if not is_msg_id(typed):
         # exit 3 like any id the store does not have, saying what an id looks like
-        raise MessageNotFoundError(f"no message with id {msg_id!r} (a message id is 32 hex digits: "
+        raise MessageNotFoundError(f"no message with id {typed!r} (a message id is 32 hex digits: "
                                    "an offset id or a unique key)")
+    msg_id = id_as_stored(typed)
     damage: list[tuple[int, str]] = []
     off = decode_offset_msg_id(msg_id)
     if off is not None:
@@ -129,7 +130,18 @@ def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
         raise _index_damage_error(index_damage[0])
     if damage and strict:
         raise _damage_error(engine, *damage[0])
-    raise MessageNotFoundError(f"no message with id {msg_id!r}")
+    raise MessageNotFoundError(f"no message with id {typed!r}")
+
+
+def is_msg_id(text: str) -> bool:
+    """Whether ``text`` has a message id's shape (an offset id or a unique key): 32 hex digits."""
+    return len(text) == 32 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+def id_as_stored(text: str) -> str:
+    """A message or transaction id as typed, in the case ids are written in: hex digits in upper
+    case (a sender cannot set a unique key, so no stored one is in lower case)."""
+    return text.upper() if is_msg_id(text) else text
 
 
 def find_all(engine: "Engine", uniq_key: str, limit: int = 64) -> list[Message]:

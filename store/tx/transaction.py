@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 from store.errors import NotFoundError, TransactionNotFoundError, TransactionStateError
 from store.failpoints import failpoint
 from store.log import format as F
+from store.log.reads import id_as_stored
 from store.log.record import (
     PROP_CHECK_TIMES,
     PROP_KEYS,
@@ -195,6 +196,7 @@ def parse_op_body(body: bytes) -> tuple[int, ...]:
 def load(store: "Store", tx_id: str) -> TxView:
     """The transaction ``tx_id`` as the store holds it; TransactionNotFoundError (exit 3) when no
     half message carries that id."""
+    tx_id = id_as_stored(tx_id)
     found = store.find_all(tx_id, limit=_FIND_LIMIT) if tx_id else []
     halves = [m for m in found if _is_half(m)]
     if not halves:
@@ -223,14 +225,14 @@ def tx_id_of(m: Message) -> str | None:
 
 def resolve_tx_id(store: "Store", text: str) -> str:
     """A transaction id as typed: the txId itself, or the offset id of any of its records."""
-    text = text.strip()
+    text = id_as_stored(text.strip())
     offset = decode_offset_msg_id(text)
     if offset is not None:
         try:
             m = store.get(offset)
         except NotFoundError:
             return text
-        tx_id = tx_id_of(m) if m.msg_id == text.upper() else None
+        tx_id = tx_id_of(m) if m.msg_id == text else None
         if tx_id:
             return tx_id
     return text

@@ -180,3 +180,16 @@ def test_top_on_a_terminal_with_no_window_size_draws_a_screen(mq: MQ, env: dict[
     rows = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"\n", seen).decode(errors="replace").splitlines()
     assert max(len(r) for r in rows) <= width
     assert any("orders" in r for r in rows)
+
+
+def test_message_and_transaction_ids_are_found_in_any_case(mq: MQ) -> None:
+    """Hex is hex: a unique key (the msg id ``send`` prints) and a transaction id typed in lower
+    case name what they name in upper case, as an offset id always did."""
+    uk = mq.ok("send", "t", "hello", "--json").json_lines()[0]["msgId"]
+    assert mq.ok("msg", "show", uk.lower(), "--json").json_lines()[0]["msgId"] == uk
+    tx = mq.ok("tx", "send", "t", "half", "--json").json_lines()[0]
+    assert tx["txId"] != tx["txId"].lower()
+    mq.ok("tx", "commit", tx["txId"].lower())
+    assert mq.ok("tx", "list", "--json").json_lines() == []
+    bodies = mq.ok("consume", "t", "--no-group", "--from", "first", "-e").stdout.split()
+    assert sorted(bodies) == [b"half", b"hello"]
