@@ -17,7 +17,7 @@ from store.log import indexfence
 from store.log.columns import fetch_span
 from store.log.entrysearch import find_record, records_with_uniq_key
 from store.log.queueends import reader_end
-from store.log.record import Message, RecordError, decode, decode_offset_msg_id
+from store.log.record import Message, RecordError, decode, decode_offset_msg_id, is_msg_id
 from store.log.results import PullResult
 
 if TYPE_CHECKING:
@@ -131,11 +131,6 @@ def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
     if damage and strict:
         raise _damage_error(engine, *damage[0])
     raise MessageNotFoundError(f"no message with id {typed!r}")
-
-
-def is_msg_id(text: str) -> bool:
-    """Whether ``text`` has a message id's shape (an offset id or a unique key): 32 hex digits."""
-    return len(text) == 32 and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def id_as_stored(text: str) -> str:

@@ -113,12 +113,14 @@ _OFFSET_ID_PREFIX = f"{F.LOOPBACK_IP:08X}{F.STORE_PORT:08X}"
 
 def decode_offset_msg_id(msg_id: str) -> int | None:
     """The commit-log offset an offset id points at, or None if ``msg_id`` is not one."""
-    if len(msg_id) != 32 or not msg_id.upper().startswith(_OFFSET_ID_PREFIX):
+    if not is_msg_id(msg_id) or not msg_id.upper().startswith(_OFFSET_ID_PREFIX):
         return None
-    try:
-        return int(msg_id[16:], 16)
-    except ValueError:
-        return None
+    return int(msg_id[16:], 16)
+
+
+def is_msg_id(text: str) -> bool:
+    """Whether ``text`` has a message id's shape (an offset id or a unique key): 32 hex digits."""
+    return len(text) == 32 and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def _hostname() -> str:
