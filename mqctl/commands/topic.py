@@ -104,10 +104,6 @@ def update(
     validate_topic(topic)   # (the system's topics: refused as by create and delete, before a lookup)
     admin = state(ctx).admin()
     before = admin.topic_status(topic)
-    if queues < len(before):   # (the library's refusal names its parameter; this, the flag)
-        from store.errors import UsageError
-        raise UsageError(f"topic {topic!r} has {len(before)} queues: queues cannot be removed (their "
-                         f"messages would be lost to consumers); --queues must be at least {len(before)}")
     info = admin.update_topic(topic, queues)
     out = Output(json=json)
     changed = info.queues != len(before)

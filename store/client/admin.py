@@ -99,7 +99,7 @@ class Admin(OffsetsAdmin, MembersAdmin, StoreMaintenance, TransactionAdmin):
         names.validate_topic(name)
         if isinstance(queues, bool) or not isinstance(queues, int):
             raise UsageError(f"queues must be an int, not {queues!r}")
-        cfg, _changed = self.store.update_topic(name, queues)
+        cfg, _changed = self.store.update_topic(name, queues, named=self._arg("queues"))
         store = self.store
         messages = sum(store.max_offset(name, q) - store.min_offset(name, q) for q in range(cfg.queues))
         return TopicInfo(cfg.name, cfg.queues, cfg.order, messages)

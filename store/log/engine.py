@@ -286,16 +286,17 @@ class Engine:
             raise
         return cfg, True
 
-    def update_topic_locked(self, name: str, queues: int) -> tuple[TopicConfig, bool]:
+    def update_topic_locked(self, name: str, queues: int, named: str = "queues") -> tuple[TopicConfig, bool]:
         """Give a topic ``queues`` queues (write lock held); returns (config, changed). Fewer
-        queues than today are refused: their messages would become unreachable."""
+        queues than today are refused: their messages would become unreachable (the error
+        names the count as the caller spells it, ``named``: ``--queues`` for the command line)."""
         self.migrate_topics_locked()
         cur = self.topic_table.get(name) or self._restore_locked(name)
         if cur is None:
             raise TopicNotFoundError(f"topic {name!r} does not exist")
         if queues < cur.queues:
             raise UsageError(f"topic {name!r} has {cur.queues} queues: queues cannot be removed "
-                             f"(their messages would be lost to consumers); queues must be at least {cur.queues}")
+                             f"(their messages would be lost to consumers); {named} must be at least {cur.queues}")
         if queues == cur.queues:
             return cur, False
         cfg = replace(cur, queues=queues)

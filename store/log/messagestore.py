@@ -246,14 +246,14 @@ class Store:
         with self.engine.write_lock:
             return self.engine.create_topic_locked(name, queues, order)
 
-    def update_topic(self, name: str, queues: int) -> tuple[TopicConfig, bool]:
-        """Add queues to a topic; returns (config, changed). Fewer queues than today: exit 2.
+    def update_topic(self, name: str, queues: int, *, named: str = "queues") -> tuple[TopicConfig, bool]:
+        """Add queues to a topic; returns (config, changed). Fewer queues: exit 2, naming ``named``.
         Sharding keys route by the new count from then on; consumers pick the queues up at
         once (``config/topics.epoch`` changes)."""
         names.validate_any_topic(name)
         _check_queue_count(queues)
         with self.engine.write_lock:
-            return self.engine.update_topic_locked(name, queues)
+            return self.engine.update_topic_locked(name, queues, named)
 
     def delete_topic(self, name: str) -> None:
         """Forget a topic: its config, consume queues and offsets. Records stay in the commit
