@@ -65,11 +65,10 @@ the same repetition), then their median:
   .send_many`` in batches of 100 against Redis ``appendfsync always`` pipelines of 100;
   ``--nsingle`` single ``Producer(flush="sync").send`` calls against SQLite in WAL mode with
   ``synchronous=FULL`` (one INSERT and COMMIT each) and Redis ``appendfsync always`` without
-  pipelining; these
-  durable runs are timed from the open store (the peers' setup is not timed either), and
-  with ``--baseline`` the single sends run with both checkouts. Each single-send run is
-  followed by five times as many single ``flush="async"`` sends (the send without its
-  fdatasync); both report the CPU a send took (``process_time``, µs).
+  pipelining; these durable runs are timed from the open store (the peers' setup is not
+  timed either), and with ``--baseline`` the single sends run with both checkouts. Each
+  single-send run is followed by five times as many single ``flush="async"`` sends (the send
+  without its fdatasync); both report the CPU a send took (``process_time``, µs).
 * ``--durable-only``: only those durable runs (``--flush sync`` batches of 100, CLI and
   API, single sync sends, SQLite, Redis ``appendfsync always``) and the file system's own
   cost of a durable write, ``tests/bench/fsync_floor.c`` (compiled here): pwrite + fdatasync
