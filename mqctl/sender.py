@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from mqctl.msgargs import ENVELOPE_PLACE_FIELDS, json_body, json_properties, message_properties, unescape
-from mqctl.stdin import read_chunks
+from mqctl.stdin import LongRecord, read_chunks
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -121,27 +121,30 @@ def run_send(st: "State", r: SendRequest) -> None:
             line = 0
             fast = r.input == "raw" and kd is None and deliver is None
             tuned = False
-            for records, more in read_chunks(fd, delim, zero_copy=fast):
-                if not tuned and sum(map(len, records)) >= BIG_READ:
-                    # Big read blocks and batch buffers follow: reuse their memory, not
-                    # faulted in anew. (Not before: a few lines read at once do not pay for
-                    # loading ctypes, ~1 ms of such a process.)
-                    from mqctl.output import keep_big_buffers
-                    keep_big_buffers()
-                    tuned = True
-                if fast:
-                    sender.add_bodies(records, line, more)
-                    line += len(records)
-                else:
-                    for rec in records:
-                        line += 1
-                        if r.input == "json":
-                            sender.add_json(rec, line)
-                        elif rec:
-                            sender.add_raw(rec, line, kd)
-                    sender.flush()
-                if not more:
-                    sender.settle()
+            try:
+                for records, more in read_chunks(fd, delim, zero_copy=fast, cap=sender.line_cap(r.input, kd)):
+                    if not tuned and sum(map(len, records)) >= BIG_READ:
+                        # Big read blocks and batch buffers follow: reuse their memory, not
+                        # faulted in anew. (Not before: a few lines read at once do not pay for
+                        # loading ctypes, ~1 ms of such a process.)
+                        from mqctl.output import keep_big_buffers
+                        keep_big_buffers()
+                        tuned = True
+                    if fast:
+                        sender.add_bodies(records, line, more)
+                        line += len(records)
+                    else:
+                        for rec in records:
+                            line += 1
+                            if r.input == "json":
+                                sender.add_json(rec, line)
+                            elif rec:
+                                sender.add_raw(rec, line, kd)
+                        sender.flush()
+                    if not more:
+                        sender.settle()
+            except LongRecord as exc:
+                sender.refuse_long(exc.size, line + 1, r.input == "raw" and kd is None)
         sender.flush()
         finished = True
     finally:
@@ -215,10 +218,33 @@ class Sender:
 
     def _check_size(self, body: bytes, line: int) -> None:
         if len(body) > self.max_size:
-            from store.errors import MessageTooLargeError
-            raise MessageTooLargeError(
-                f"{f'line {line}' if line else 'BODY'}: message of {len(body)} bytes exceeds the store's "
-                f"limit of {self.max_size} bytes{self._sent_before(line)}")
+            self._too_large(len(body), line)
+
+    def _too_large(self, size: int, line: int) -> None:
+        from store.errors import MessageTooLargeError
+        raise MessageTooLargeError(
+            f"{f'line {line}' if line else 'BODY'}: message of {size} bytes exceeds the store's "
+            f"limit of {self.max_size} bytes{self._sent_before(line)}")
+
+    def line_cap(self, kind: str, key_delim: bytes | None) -> int:
+        """The longest line of stdin that could hold a message within the store's limit: a
+        longer one is refused without being held in memory (stdin.LongRecord). A raw line is
+        its body; a key and its delimiter may come before it; a JSON line may escape or
+        base64 its body (at most 6 bytes a byte, as \\u0000)."""
+        if kind == "json":
+            return 6 * self.max_size + (1 << 20)
+        if key_delim is not None:
+            return self.max_size + (1 << 16) + len(key_delim)
+        return self.max_size
+
+    def refuse_long(self, size: int, line: int, whole_body: bool) -> None:
+        """Refuse a line longer than :meth:`line_cap` (what came before it is sent)."""
+        if whole_body:
+            self._too_large(size, line)
+        from store.errors import MessageTooLargeError
+        raise MessageTooLargeError(
+            f"line {line}: a line of {size} bytes exceeds the store's limit of {self.max_size} bytes for "
+            f"a message, whatever its key or encoding{self._sent_before(line)}")
 
     def _bad_line(self, message: str, line: int) -> Exception:
         from store.errors import BadInputError

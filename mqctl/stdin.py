@@ -16,6 +16,16 @@ READ_CHUNK = 1 << 20
 READ_CHUNK_FILE = 4 << 20
 
 
+class LongRecord(Exception):
+    """A record longer than the reader was told any record can be: it was counted to its end
+    (its delimiter, or the end of the input), not held, so one line of many GB without a
+    newline costs no memory. The records before it have been yielded; nothing after it is."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"a record of {size} bytes")
+        self.size = size
+
+
 def split_records(data: bytes, delim: bytes, zero_copy: bool, pending: bytes = b"") -> tuple[list[Any], bytes]:
     """``pending + data`` cut into records, and the partial record after the last delimiter.
     Long records (the first is 1 KiB or more) come as memoryviews of ``data`` when
@@ -71,7 +81,8 @@ def _grow_pipe(fd: int) -> int:
         return 65536
 
 
-def read_chunks(fd: int, delim: bytes, zero_copy: bool = False) -> Iterator[tuple[list[bytes], bool]]:
+def read_chunks(fd: int, delim: bytes, zero_copy: bool = False,
+                cap: int | None = None) -> Iterator[tuple[list[bytes], bool]]:
     """Records from ``fd`` split on ``delim``, grouped by what each read returned, each group
     with ``more``: whether more input can be read at once (a file, or a pipe with data
     waiting). A sender batches while ``more`` and sends as soon as the input pauses, so a
@@ -79,7 +90,12 @@ def read_chunks(fd: int, delim: bytes, zero_copy: bool = False) -> Iterator[tupl
 
     Reads are large: READ_CHUNK from a file; from a pipe, whatever it holds, its buffer raised
     to PIPE_SIZE first. After a large read from a pipe found empty, the input is given
-    FAST_WAIT_S to go on before ``more`` is false, so a fast pipeline is sent in full batches."""
+    FAST_WAIT_S to go on before ``more`` is false, so a fast pipeline is sent in full batches.
+
+    A record still unfinished past ``cap`` bytes is not kept: it is counted to its end and
+    :class:`LongRecord` raised. (A record within one read is yielded whatever its size: a
+    read's size bounds it.) The start of a record that spans reads is kept as the reads
+    came and joined once, when it ends: each byte is copied once, not once a read."""
     import select
     import stat
     try:
@@ -94,16 +110,36 @@ def read_chunks(fd: int, delim: bytes, zero_copy: bool = False) -> Iterator[tupl
         size = READ_CHUNK_FILE
     read = os.read
     pending = b""
+    held: list[bytes] = []   # an unfinished record's reads after ``pending``
+    held_len = 0
+    tail = len(delim) - 1    # a delimiter may straddle two reads
     while True:
         try:
             data = read(fd, size)
         except InterruptedError:
             continue
         if not data:
+            if held:
+                pending = b"".join([pending, *held])
             if pending:
                 yield [pending], False
             return
+        if pending and delim not in data and not (
+                tail and delim in (held[-1] if held else pending)[-tail:] + data[:tail]):
+            held.append(data)   # still no end to the record
+            held_len += len(data)
+            if cap is not None and len(pending) + held_len > cap:
+                raise LongRecord(_count_to_end(fd, size, delim, len(pending) + held_len,
+                                               (held[-1] if held else pending)[-tail:] if tail else b""))
+            continue
+        if held:
+            pending = b"".join([pending, *held])
+            held, held_len = [], 0
         parts, pending = split_records(data, delim, zero_copy, pending)
+        if cap is not None and len(pending) > cap:
+            if parts:
+                yield parts, True
+            raise LongRecord(_count_to_end(fd, size, delim, len(pending), pending[-tail:] if tail else b""))
         if parts:
             if regular:
                 more = True
@@ -114,3 +150,21 @@ def read_chunks(fd: int, delim: bytes, zero_copy: bool = False) -> Iterator[tupl
                 except (OSError, ValueError):
                     more = False
             yield parts, more
+
+
+def _count_to_end(fd: int, size: int, delim: bytes, counted: int, tail: bytes) -> int:
+    """The length of a record of which ``counted`` bytes (ending in ``tail``) have been read:
+    read on to its delimiter or the end of the input, keeping nothing."""
+    while True:
+        try:
+            data = os.read(fd, size)
+        except InterruptedError:
+            continue
+        if not data:
+            return counted
+        at = (tail + data).find(delim)
+        if at >= 0:
+            return counted + at - len(tail)
+        counted += len(data)
+        if tail:
+            tail = (tail + data)[-len(tail):]

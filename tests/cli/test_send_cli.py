@@ -195,6 +195,51 @@ def test_oversized_message_in_a_batch_stops_there(root: Path, mode: str) -> None
     assert [m.body for m in messages(root, "T")] == bodies[:5]
 
 
+@pytest.mark.parametrize("mode", ["raw", "json", "keyed"])
+def test_a_line_of_many_megabytes_is_refused_without_being_held(root: Path, mode: str) -> None:
+    """A line longer than any message the store takes (a file with no newlines, say) is counted
+    to its end, not read into memory: its size is named exactly, and memory stays flat."""
+    import subprocess
+    import threading
+
+    from tests.procs import MQCTL, mqctl_env
+    init(root, max_message_size=100)
+    huge = 150 << 20
+    head = {"raw": b"a\nb\n", "json": b'{"body": "a"}\n{"body": "b"}\n', "keyed": b"k:a\nk:b\n"}[mode]
+    args = {"raw": [], "json": ["--input", "json"], "keyed": ["--key-delimiter", ":"]}[mode]
+    p = subprocess.Popen([*MQCTL, "send", "T", "--json", *args], env=mqctl_env(root),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdin is not None and p.stdout is not None and p.stderr is not None
+
+    def feed(stdin=p.stdin) -> None:
+        block = b"x" * (1 << 20)
+        try:
+            stdin.write(head)
+            for _ in range(huge >> 20):
+                stdin.write(block)
+            stdin.write(b"\nnever\n")
+        except BrokenPipeError:
+            pass
+        finally:
+            try:
+                stdin.close()
+            except BrokenPipeError:
+                pass
+
+    t = threading.Thread(target=feed)
+    t.start()
+    out, err = p.stdout.read(), p.stderr.read().decode()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    t.join()
+    assert p.returncode == 5, err
+    lines = [x for x in err.splitlines() if x.startswith("mqctl: error:")]
+    assert len(lines) == 1 and "line 3" in lines[0] and f"{huge} bytes" in lines[0], err
+    assert "2 messages sent before it" in lines[0], err
+    assert len(out.splitlines()) == 2 and [m.body for m in messages(root, "T")] == [b"a", b"b"]
+    assert usage.ru_maxrss < 120 * 1024, f"peak RSS {usage.ru_maxrss} KiB for a {huge >> 20} MiB line"
+
+
 def test_oversized_single_body_is_refused_and_nothing_is_written(root: Path) -> None:
     init(root, max_message_size=100)
     before = tree(root)

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from mqctl.output import BrokenPipe, write_lines
-from mqctl.stdin import read_chunks
+from mqctl.stdin import LongRecord, read_chunks
 from mqctl.stdin import split_records as _split
 
 
@@ -40,6 +40,47 @@ def test_read_chunks_from_a_pipe(size: int, delim: bytes) -> None:
     got = []
     for parts, _more in read_chunks(r, delim, zero_copy=True):
         got += [bytes(p) for p in parts]
+    t.join()
+    os.close(r)
+    assert got == records
+
+
+def _feed(data: bytes, block: int = 50001) -> tuple[int, threading.Thread]:
+    r, w = os.pipe()
+
+    def feed() -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(w, view[:block]):]
+        except BrokenPipeError:
+            pass
+        os.close(w)
+
+    t = threading.Thread(target=feed)
+    t.start()
+    return r, t
+
+
+@pytest.mark.parametrize("delim", [b"\n", b"\r\n"])
+@pytest.mark.parametrize("ending", [b"", b"tail after it"])
+def test_a_record_past_the_cap_is_counted_to_its_end_not_held(delim: bytes, ending: bytes) -> None:
+    long = b"L" * 3_000_001   # spans many reads, its delimiter straddling two of them or none
+    data = delim.join([b"a", b"b", long]) + (delim + ending if ending else b"")
+    r, t = _feed(data, block=65537)
+    got: list[bytes] = []
+    with pytest.raises(LongRecord) as exc:
+        for parts, _more in read_chunks(r, delim, zero_copy=True, cap=100_000):
+            got += [bytes(p) for p in parts]
+    t.join()
+    os.close(r)
+    assert got == [b"a", b"b"] and exc.value.size == len(long)
+
+
+def test_a_record_within_the_cap_spanning_many_reads_is_whole() -> None:
+    records = [b"x" * 2_500_000, b"y", b"z" * 700_000]
+    r, t = _feed(b"\r\n".join(records), block=4093)
+    got = [bytes(p) for parts, _more in read_chunks(r, b"\r\n", zero_copy=True, cap=2_500_000) for p in parts]
     t.join()
     os.close(r)
     assert got == records
