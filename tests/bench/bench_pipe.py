@@ -27,6 +27,11 @@ otherwise compile every module it imports in every run (~60 ms of CPU a run here
 the floor's); the bytecode goes to a scratch ``PYTHONPYCACHEPREFIX``, written by one untimed
 run of each checkout, so neither checkout's tree is written to.
 
+``--durable-floor`` adds a second floor, ``floor+``: ``pipe_floor OUT 67108864``, the same
+program doing the durability work an async ``mqctl send`` does besides (64 MiB segment files,
+each new one's directory entry fsynced, and an fdatasync in a second thread of every 64 MiB
+written once 0.5 s old: the background flush); each side's ratio to it is printed too.
+
 Prints, per amount and side: the wall time's median and min-max, the CPU time (user + system)
 per GB of input, and each side's ratio to the floor of the same repetition, by wall time (the
 target) and by CPU time (steadier on a busy machine); the load at the start and after each
@@ -82,6 +87,8 @@ def main() -> None:
     ap.add_argument("--hogs", type=int, default=0, help="CPU hogs (yes > /dev/null) beside the runs")
     ap.add_argument("--size", type=int, default=65536, help="line length in bytes")
     ap.add_argument("--mb", default="100,1000", help="MB of lines, comma separated: one row each")
+    ap.add_argument("--durable-floor", action="store_true",
+                    help="also the floor doing mqctl's durability work (segments, their fsyncs): floor+")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-pipe-"))
     amounts = {float(x): int(float(x) * 1e6) // args.size for x in args.mb.split(",") if x}
@@ -96,6 +103,8 @@ def main() -> None:
     os.environ["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     store = work / "store"
+    # mqctl's default segment size (store/log/format.py) for floor+
+    floors = {"floor": [], **({"floor+": [str(64 * 1024 * 1024)]} if args.durable_floor else {})}
 
     def send(exe: Path, src: Path) -> tuple[float, float, float]:
         shutil.rmtree(store, ignore_errors=True)
@@ -115,10 +124,12 @@ def main() -> None:
     try:
         for rep in range(args.reps):
             for mb in amounts:
-                out = work / "floor.out"
-                runs.setdefault((mb, "floor"), []).append(timed_pipe([str(floor), str(out)], srcs[mb], dict(os.environ),
-                                                                     work))
-                out.unlink()
+                for name, more in floors.items():
+                    out = work / "floor.out"
+                    runs.setdefault((mb, name), []).append(timed_pipe([str(floor), str(out), *more], srcs[mb],
+                                                                      dict(os.environ), work))
+                    for f in work.glob("floor.out*"):
+                        f.unlink()
                 for name, exe in (list(sides.items()) if rep % 2 == 0 else list(sides.items())[::-1]):
                     runs.setdefault((mb, name), []).append(send(exe, srcs[mb]))
             loads.append(loadavg())
@@ -130,8 +141,7 @@ def main() -> None:
     for mb, n in amounts.items():
         what = "the throughput the target is judged on" if mb == max(amounts) and len(amounts) > 1 else "start included"
         print(f"{mb:g} MB, {n:,} lines ({what}); medians (min-max):")
-        floor_runs = runs[(mb, "floor")]
-        for name in ("floor", *sides):
+        for name in (*floors, *sides):
             rs = runs[(mb, name)]
             ms = [r[0] * 1000 for r in rs]
             per_gb = 1e9 / (n * args.size)
@@ -139,11 +149,14 @@ def main() -> None:
             system = statistics.median(r[2] for r in rs) * per_gb * 1000
             line = (f"  {name:6} wall ms {statistics.median(ms):7.1f} ({min(ms):.1f}-{max(ms):.1f})"
                     f"   CPU ms/GB user {user:5.0f} sys {system:5.0f}")
-            if name != "floor":
-                wall = [f[0] / r[0] for f, r in zip(floor_runs, rs)]
-                cpu = [(f[1] + f[2]) / (r[1] + r[2]) for f, r in zip(floor_runs, rs)]
-                line += (f"   to floor: wall {statistics.median(wall):.2f} ({min(wall):.2f}-{max(wall):.2f})"
-                         f"  CPU {statistics.median(cpu):.2f} ({min(cpu):.2f}-{max(cpu):.2f})")
+            for f_name in floors:
+                if f_name == name:
+                    break
+                f_runs = runs[(mb, f_name)]
+                wall = [f[0] / r[0] for f, r in zip(f_runs, rs)]
+                cpu = [(f[1] + f[2]) / (r[1] + r[2]) for f, r in zip(f_runs, rs)]
+                line += (f"   to {f_name}: wall {statistics.median(wall):.2f} ({min(wall):.2f}-{max(wall):.2f})"
+                         f" CPU {statistics.median(cpu):.2f} ({min(cpu):.2f}-{max(cpu):.2f})")
             print(line)
 
 
