@@ -3,7 +3,7 @@
 another (``--base``, e.g. main) against ``pipe_floor.c``, interleaved in one run. A
 benchmark, not a test.
 
-    .venv/bin/python tests/bench/bench_pipe.py --base /work/main [--reps 5] [--hogs 2] [--size 65536] [--mb 100,1000]
+    .venv/bin/python tests/bench/bench_pipe.py --base /work/main [--reps 5] [--hogs 2] [--size 65536] [--mb 100,1000] [--durable-floor]
 
 Two amounts of input by default, each its own row: 100 MB (1,525 lines of 64 KiB), where the
 process's start (~40 ms: the interpreter, the imports, the store's open) is a large part of
@@ -32,7 +32,7 @@ program doing the durability work an async ``mqctl send`` does besides (64 MiB s
 each new one's directory entry fsynced, and an fdatasync in a second thread of every 64 MiB
 written once 0.5 s old: the background flush); each side's ratio to it is printed too.
 
-Prints, per amount and side: the wall time's median and min-max, the CPU time (user + system)
+Prints, per amount and side: the wall time's median and min-max, the CPU time (user, system)
 per GB of input, and each side's ratio to the floor of the same repetition, by wall time (the
 target) and by CPU time (steadier on a busy machine); the load at the start and after each
 repetition.
