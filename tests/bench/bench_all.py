@@ -144,8 +144,9 @@ def main() -> None:
                 out(f"  {k:44s} {v['median']:12,.0f}  ({v['min']:,.0f}-{v['max']:,.0f})")
             for k, v in res.get("rounds", {}).get("sides", {}).items():
                 m = v["msgs_per_s"]
+                cpu = v["cpu_us_per_msg"]
                 out(f"  {k + ' (rounds)':44s} {m['median']:12,.0f}  ({m['min']:,.0f}-{m['max']:,.0f})"
-                    f"  {v['cpu_us_per_msg']['median']:.1f} CPU us/msg")
+                    + (f"  {cpu['median']:.1f} CPU us/msg" if cpu else ""))
             out("ratios (median of per-repetition ratios; _rounds: of the interleaved rounds' ratios)")
             for k, v in res["ratios"].items():
                 if "logbytes" in k or "pagecache" in k:

@@ -81,9 +81,11 @@ the same repetition), then their median:
   each checkout and SQLite's commits, ``--round-size`` (100) each, then ``send_many`` of 100
   and Redis ``appendfsync always`` pipelines of 100, ``--round-batches`` (10) each, one side
   after the other, the order reversed every other round. Each side is one process kept open
-  through the rounds (:func:`round_worker`). The ratios are taken round by round and their
-  median reported (``..._rounds`` in ``ratios``), with each side's rate and CPU a message
-  (the medians of its rounds; Redis's CPU is its client's) in ``rounds``.
+  through the rounds (:func:`round_worker`), and beside them their floor, ``fsync_floor.c``
+  appending a single send's record (254 B) or a batch's (25,400 B) as many times. The ratios
+  are taken round by round and their median reported (``..._rounds`` in ``ratios``), with
+  each side's rate and CPU a message (the medians of its rounds; Redis's CPU is its client's)
+  in ``rounds``.
 * ``--hogs N``: N CPU hogs (``yes > /dev/null``) run through every repetition, beside mqctl
   and the peers alike (``tests/bench/hogs.py``).
 * Every timed write (``mqctl send``, ``Producer.send_many``, the floors, Redis's ``XADD``)
@@ -387,7 +389,23 @@ class RoundSide:
             self.proc.wait()
 
 
-def interleaved_rounds(sides: list[RoundSide], rounds: int, units: int) -> dict[str, list[dict]]:
+class FloorSide:
+    """The file system's own side in :func:`interleaved_rounds`: each round one run of
+    ``fsync_floor append SIZE N`` (``fsync_floor.c``: N appends of SIZE bytes, each followed by
+    ``fdatasync``; it times itself, its start not included)."""
+
+    def __init__(self, name: str, exe: Path, size: int, path: Path) -> None:
+        self.name, self.exe, self.size, self.path = name, exe, size, path
+
+    def round(self, units: int) -> dict:
+        seconds = units / fsync_floor_rate(self.exe, "append", self.size, units, self.path)
+        return {"seconds": seconds, "cpu_seconds": None}   # (its CPU is not measured)
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def interleaved_rounds(sides: list[RoundSide | FloorSide], rounds: int, units: int) -> dict[str, list[dict]]:
     """``rounds`` rounds of ``units`` each on every side, one side after the other, the order
     reversed every other round: a disk whose fsync latency swings 10x within a minute swings
     much less within one round, so the per-round ratios compare the sides under the same
@@ -767,18 +785,20 @@ ROUND_SINGLE = "api_sync_single_100"
 ROUND_SQLITE = "sqlite_wal_full_single_100"
 ROUND_MANY = "api_sync_many100_100"
 ROUND_REDIS = "redis_always_p100_100"
+ROUND_FLOOR = "fsync_floor_append"
 
 
 def durable_rounds(a: argparse.Namespace, rep: int, sides: list[tuple[str, Path | None]], peer_py: Path,
-                   redis_exe: str, workdir: Path, out: dict[str, list[dict]]) -> None:
+                   redis_exe: str, workdir: Path, out: dict[str, list[dict]], fsync_exe: Path | None) -> None:
     """One repetition's ``--rounds`` interleaved rounds: single sync sends of each checkout
     against SQLite WAL ``synchronous=FULL`` commits (``--round-size`` each), then ``send_many``
     of 100 against Redis ``appendfsync always`` pipelines of 100 (``--round-batches``), each
-    side a :func:`round_worker` kept open through the rounds, on its own fresh store. Appends
+    side a :func:`round_worker` kept open through the rounds, on its own fresh store; with
+    ``fsync_exe``, the floor of each (:class:`FloorSide`: 254-byte appends, or 25,400). Appends
     each round's figures to ``out[side]`` (with ``msgs``: how many the round wrote)."""
     checkouts = sides if rep % 2 == 0 else sides[::-1]
     for what in ("single", "many"):
-        opened: list[RoundSide] = []
+        opened: list[RoundSide | FloorSide] = []
         srv = None
         try:
             for prefix, exe in checkouts:
@@ -798,6 +818,9 @@ def durable_rounds(a: argparse.Namespace, rep: int, sides: list[tuple[str, Path 
                 opened.append(RoundSide(ROUND_REDIS, peer_py, {"kind": "redis", "port": srv.port, "size": 100,
                                                                "batch": 100}))
                 units, per_unit = a.round_batches, 100
+            if fsync_exe is not None:
+                size = 254 * per_unit   # (a 100-byte send's record, or a batch of 100 of them)
+                opened.append(FloorSide(f"{ROUND_FLOOR}_{size}", fsync_exe, size, workdir / "rounds-floor.dat"))
             os.sync()
             got = interleaved_rounds(opened, a.rounds, units)
             for name, rs in got.items():
@@ -820,8 +843,9 @@ def round_summary(rounds: dict[str, list[dict]], baseline: bool) -> tuple[dict, 
     round's figures of both sides), then their median."""
     sides: dict[str, dict] = {}
     for name, rs in rounds.items():
+        cpu = [r["cpu_seconds"] / r["msgs"] * 1e6 for r in rs if r["cpu_seconds"] is not None]
         sides[name] = {"msgs_per_s": summarise([r["msgs"] / r["seconds"] for r in rs]),
-                       "cpu_us_per_msg": summarise([r["cpu_seconds"] / r["msgs"] * 1e6 for r in rs]),
+                       "cpu_us_per_msg": summarise(cpu) if cpu else None,
                        "rounds": len(rs), "msgs_per_round": rs[0]["msgs"] if rs else 0}
 
     def per_round(a_side: str, b_side: str) -> dict | None:
@@ -833,6 +857,10 @@ def round_summary(rounds: dict[str, list[dict]], baseline: bool) -> tuple[dict, 
 
     wanted = [(f"{ROUND_SINGLE}_vs_sqlite_wal_full_rounds (target >= 1)", ROUND_SINGLE, ROUND_SQLITE),
               (f"{ROUND_MANY}_vs_redis_always_p100_rounds (target >= 1.5)", ROUND_MANY, ROUND_REDIS)]
+    wanted += [(f"{ROUND_SINGLE}_vs_{ROUND_FLOOR}_254_rounds", ROUND_SINGLE, f"{ROUND_FLOOR}_254"),
+               (f"{ROUND_SQLITE}_vs_{ROUND_FLOOR}_254_rounds", ROUND_SQLITE, f"{ROUND_FLOOR}_254"),
+               (f"{ROUND_MANY}_vs_{ROUND_FLOOR}_25400_rounds", ROUND_MANY, f"{ROUND_FLOOR}_25400"),
+               (f"{ROUND_REDIS}_vs_{ROUND_FLOOR}_25400_rounds", ROUND_REDIS, f"{ROUND_FLOOR}_25400")]
     if baseline:
         wanted += [(f"base_{ROUND_SINGLE}_vs_sqlite_wal_full_rounds", f"base_{ROUND_SINGLE}", ROUND_SQLITE),
                    (f"base_{ROUND_MANY}_vs_redis_always_p100_rounds", f"base_{ROUND_MANY}", ROUND_REDIS),
@@ -956,7 +984,7 @@ def main() -> None:
 
     floor_exe = compile_crc_floor("pipe_floor", workdir)
     consume_exe = None if a.durable_only else compile_crc_floor("consume_floor", workdir)
-    fsync_exe = compile_floor("fsync_floor", workdir, log) if a.durable_only else None
+    fsync_exe = compile_floor("fsync_floor", workdir, log) if a.durable_only or (a.api and a.rounds) else None
     hogs = cpu_hogs(a.hogs).start()   # (stopped at exit too, if the run is interrupted)
     machine["hogs"] = a.hogs
     machine["loadavg_hogs_started"] = loadavg()
@@ -1086,7 +1114,7 @@ def main() -> None:
                 srv.stop()
         # -- the durable comparisons again, interleaved in small rounds ------------------------
         if a.api and a.rounds:
-            durable_rounds(a, rep, sides, peer_py, redis_exe, workdir, rounds)
+            durable_rounds(a, rep, sides, peer_py, redis_exe, workdir, rounds, fsync_exe)
         # -- persist-queue -------------------------------------------------------------------
         if a.npq:
             pqdir = workdir / "pq"
@@ -1234,7 +1262,7 @@ def main() -> None:
         for k, v in round_sides.items():
             m, c = v["msgs_per_s"], v["cpu_us_per_msg"]
             print(f"{k:42s} {fmt(m['median']):>14s} {fmt(m['min']) + '-' + fmt(m['max']):>20s}"
-                  f"  CPU {c['median']:.1f} us/msg")
+                  + (f"  CPU {c['median']:.1f} us/msg" if c else ""))
     for k in [k for k in extra if "single" in k]:
         us = sorted(e["cpu_us"] for e in extra[k])
         print(f"{'CPU us per send, ' + k:58s} {us[len(us) // 2]:6.1f}  ({us[0]:.1f}-{us[-1]:.1f})")

@@ -96,7 +96,10 @@ def throughput(res: dict[str, Any]) -> list[str]:
 
 
 ROUND_SIDES = [("api_sync_single_100", "single `send`"), ("sqlite_wal_full_single_100", "SQLite commits"),
-               ("api_sync_many100_100", "`send_many` of 100"), ("redis_always_p100_100", "Redis pipelines of 100 (its client's CPU)")]
+               ("fsync_floor_append_254", "their floor (`fsync_floor.c`, 254-byte appends)"),
+               ("api_sync_many100_100", "`send_many` of 100"),
+               ("redis_always_p100_100", "Redis pipelines of 100 (its client's CPU)"),
+               ("fsync_floor_append_25400", "their floor (25,400-byte appends)")]
 
 
 def round_rates(res: dict[str, Any]) -> list[str]:
@@ -108,8 +111,8 @@ def round_rates(res: dict[str, Any]) -> list[str]:
         v = sides.get(key)
         if v:
             m, c = v["msgs_per_s"], v["cpu_us_per_msg"]
-            cells.append(f"{label} {m['median']:,.0f} ({m['min']:,.0f}–{m['max']:,.0f}) msgs/s,"
-                         f" {c['median']:.0f} CPU µs a message")
+            cells.append(f"{label} {m['median']:,.0f} ({m['min']:,.0f}–{m['max']:,.0f}) msgs/s"
+                         + (f", {c['median']:.0f} CPU µs a message" if c else ""))
     if not cells:
         return []
     return ["", "In those rounds (the median of the rounds, min–max): " + "; ".join(cells) + "."]
