@@ -82,7 +82,9 @@ the same repetition), then their median:
   and Redis ``appendfsync always`` pipelines of 100, ``--round-batches`` (10) each, one side
   after the other, the order reversed every other round. Each side is one process kept open
   through the rounds (:func:`round_worker`), and beside them their floor, ``fsync_floor.c``
-  appending a single send's record (254 B) or a batch's (25,400 B) as many times. The ratios
+  appending a single send's record (254 B) or a batch's (25,400 B) as many times, and
+  overwriting as many in a file written and synced first (what a durable write costs when the
+  file's size does not change: no journal commit, as SQLite's WAL once it wraps). The ratios
   are taken round by round and their median reported (``..._rounds`` in ``ratios``), with
   each side's rate and CPU a message (the medians of its rounds; Redis's CPU is its client's)
   in ``rounds``.
@@ -391,14 +393,15 @@ class RoundSide:
 
 class FloorSide:
     """The file system's own side in :func:`interleaved_rounds`: each round one run of
-    ``fsync_floor append SIZE N`` (``fsync_floor.c``: N appends of SIZE bytes, each followed by
-    ``fdatasync``; it times itself, its start not included)."""
+    ``fsync_floor MODE SIZE N`` (``fsync_floor.c``: N writes of SIZE bytes, each followed by
+    ``fdatasync``, appended or overwriting a file written and synced first; it times itself,
+    its start not included)."""
 
-    def __init__(self, name: str, exe: Path, size: int, path: Path) -> None:
-        self.name, self.exe, self.size, self.path = name, exe, size, path
+    def __init__(self, name: str, exe: Path, mode: str, size: int, path: Path) -> None:
+        self.name, self.exe, self.mode, self.size, self.path = name, exe, mode, size, path
 
     def round(self, units: int) -> dict:
-        seconds = units / fsync_floor_rate(self.exe, "append", self.size, units, self.path)
+        seconds = units / fsync_floor_rate(self.exe, self.mode, self.size, units, self.path)
         return {"seconds": seconds, "cpu_seconds": None}   # (its CPU is not measured)
 
     def close(self) -> None:
@@ -820,7 +823,9 @@ def durable_rounds(a: argparse.Namespace, rep: int, sides: list[tuple[str, Path 
                 units, per_unit = a.round_batches, 100
             if fsync_exe is not None:
                 size = 254 * per_unit   # (a 100-byte send's record, or a batch of 100 of them)
-                opened.append(FloorSide(f"{ROUND_FLOOR}_{size}", fsync_exe, size, workdir / "rounds-floor.dat"))
+                for mode in ("append", "overwrite"):
+                    opened.append(FloorSide(f"fsync_floor_{mode}_{size}", fsync_exe, mode, size,
+                                            workdir / "rounds-floor.dat"))
             os.sync()
             got = interleaved_rounds(opened, a.rounds, units)
             for name, rs in got.items():
@@ -860,7 +865,11 @@ def round_summary(rounds: dict[str, list[dict]], baseline: bool) -> tuple[dict, 
     wanted += [(f"{ROUND_SINGLE}_vs_{ROUND_FLOOR}_254_rounds", ROUND_SINGLE, f"{ROUND_FLOOR}_254"),
                (f"{ROUND_SQLITE}_vs_{ROUND_FLOOR}_254_rounds", ROUND_SQLITE, f"{ROUND_FLOOR}_254"),
                (f"{ROUND_MANY}_vs_{ROUND_FLOOR}_25400_rounds", ROUND_MANY, f"{ROUND_FLOOR}_25400"),
-               (f"{ROUND_REDIS}_vs_{ROUND_FLOOR}_25400_rounds", ROUND_REDIS, f"{ROUND_FLOOR}_25400")]
+               (f"{ROUND_REDIS}_vs_{ROUND_FLOOR}_25400_rounds", ROUND_REDIS, f"{ROUND_FLOOR}_25400"),
+               # what a durable write costs when the file's size does not change (no journal commit)
+               ("fsync_floor_overwrite_vs_append_254_rounds", "fsync_floor_overwrite_254", f"{ROUND_FLOOR}_254"),
+               ("fsync_floor_overwrite_vs_append_25400_rounds", "fsync_floor_overwrite_25400",
+                f"{ROUND_FLOOR}_25400")]
     if baseline:
         wanted += [(f"base_{ROUND_SINGLE}_vs_sqlite_wal_full_rounds", f"base_{ROUND_SINGLE}", ROUND_SQLITE),
                    (f"base_{ROUND_MANY}_vs_redis_always_p100_rounds", f"base_{ROUND_MANY}", ROUND_REDIS),

@@ -99,7 +99,9 @@ ROUND_SIDES = [("api_sync_single_100", "single `send`"), ("sqlite_wal_full_singl
                ("fsync_floor_append_254", "their floor (`fsync_floor.c`, 254-byte appends)"),
                ("api_sync_many100_100", "`send_many` of 100"),
                ("redis_always_p100_100", "Redis pipelines of 100 (its client's CPU)"),
-               ("fsync_floor_append_25400", "their floor (25,400-byte appends)")]
+               ("fsync_floor_append_25400", "their floor (25,400-byte appends)"),
+               ("fsync_floor_overwrite_254", "254-byte overwrites of a synced file"),
+               ("fsync_floor_overwrite_25400", "25,400-byte overwrites")]
 
 
 def round_rates(res: dict[str, Any]) -> list[str]:
