@@ -85,6 +85,10 @@ def throughput(res: dict[str, Any]) -> list[str]:
                 " / SQLite WAL `synchronous=FULL` inserts, 100 B", 1.0),
                ("api_sync_single_100_vs_sqlite_wal_full_rounds", "the same, interleaved in rounds of"
                 f"{_round_size(res, 'round_size', 1)} (the median of the rounds' ratios)", 1.0),
+               ("api_sync_single_100_vs_sqlite_wal_appending_rounds", "the same, the rounds in which"
+                " SQLite's WAL grew (its commits appended, as mqctl's always do)", None),
+               ("api_sync_single_100_vs_sqlite_wal_overwriting_rounds", "the same, the rounds in which"
+                " SQLite wrote its WAL again from the start (overwrites: no journal commit)", None),
                *pipe_rows(res)]
     out += ["", "| durable sends and the pipe floor | ratio | target |", "|---|---|---|"]
     for key, label, target in durable:
