@@ -1113,7 +1113,7 @@ def main() -> None:
             rec("sqlite_wal_full_single_100", a.nsingle / p["seconds"])
             for f in workdir.glob("sqlite.db*"):
                 f.unlink()
-        if fsync_exe is not None:
+        if fsync_exe is not None and a.durable_only:
             # one record of a single 100-byte send (254 bytes) and one batch of 100 of them,
             # appended as the commit log is, and overwriting a file written and synced first
             for fsize, fn in ((254, a.nsingle or 1000), (25_400, max(100, a.nsync // 100))):
