@@ -87,7 +87,12 @@ the same repetition), then their median:
   file's size does not change: no journal commit, as SQLite's WAL once it wraps). The ratios
   are taken round by round and their median reported (``..._rounds`` in ``ratios``), with
   each side's rate and CPU a message (the medians of its rounds; Redis's CPU is its client's)
-  in ``rounds``.
+  in ``rounds``. SQLite checkpoints its WAL every 1,000 commits and then writes it again from
+  its start: the single sends' ratio is also given for the rounds in which its WAL grew
+  (appends, as mqctl's log always makes) and those in which it did not
+  (``..._vs_sqlite_wal_appending_rounds``, ``..._wal_overwriting_rounds``). The A/A check
+  (``--baseline`` the same code): ``..._vs_base_rounds`` 1.00 for both, where the whole runs'
+  ``api_sync_single_100_vs_base`` gave 0.55 beside 2 hogs.
 * ``--hogs N``: N CPU hogs (``yes > /dev/null``) run through every repetition, beside mqctl
   and the peers alike (``tests/bench/hogs.py``).
 * Every timed write (``mqctl send``, ``Producer.send_many``, the floors, Redis's ``XADD``)
