@@ -20,7 +20,9 @@ each part, beside mqctl and its peers alike) it runs
   ``synchronous=FULL``; 64 KiB through a pipe against the C floor (``pipe_floor.c``) twice:
   the ``--mb`` run (100 MB: the process's start, ~40 ms, included) and ``--pipe-mb`` (1 GB:
   the pipe's throughput, which the target >= 0.8 is judged on), ``--reps`` interleaved
-  repetitions, medians;
+  repetitions, medians; and the durable comparisons again in small interleaved rounds
+  (``--rounds``: 100 single sends against 100 SQLite commits, 10 batches of 100 against 10 Redis
+  pipelines, alternating), the median of the rounds' ratios;
 
 * ``bench_members.py --skip idle``: one group's members (1-16) on 16 queues, throughput and
   CPU a message, and how fast 16 members started together settle;
@@ -140,7 +142,12 @@ def main() -> None:
                 if k.startswith("pagecache"):
                     continue
                 out(f"  {k:44s} {v['median']:12,.0f}  ({v['min']:,.0f}-{v['max']:,.0f})")
-            out("ratios (median of per-repetition ratios)")
+            for k, v in res.get("rounds", {}).get("sides", {}).items():
+                m = v["msgs_per_s"]
+                cpu = v["cpu_us_per_msg"]
+                out(f"  {k + ' (rounds)':44s} {m['median']:12,.0f}  ({m['min']:,.0f}-{m['max']:,.0f})"
+                    + (f"  {cpu['median']:.1f} CPU us/msg" if cpu else ""))
+            out("ratios (median of per-repetition ratios; _rounds: of the interleaved rounds' ratios)")
             for k, v in res["ratios"].items():
                 if "logbytes" in k or "pagecache" in k:
                     continue

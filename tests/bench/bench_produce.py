@@ -75,6 +75,24 @@ the same repetition), then their median:
   of a single send's record (254 B) and of a batch of 100 (25,400 B), appended as the commit
   log grows, and overwriting a file written and synced first, e.g.
   ``--durable-only --sizes 100 --reps 5 --nsingle 2000 --baseline /work/main``.
+* ``--rounds`` (20 a repetition; 0: none): the durable comparisons again, interleaved in small
+  rounds, because the whole runs above take seconds each and this disk's fsync latency swings
+  10x within a run (SQLite's rate spanned 275-3,611 commits/s in one): single sync sends of
+  each checkout and SQLite's commits, ``--round-size`` (100) each, then ``send_many`` of 100
+  and Redis ``appendfsync always`` pipelines of 100, ``--round-batches`` (10) each, one side
+  after the other, the order reversed every other round. Each side is one process kept open
+  through the rounds (:func:`round_worker`), and beside them their floor, ``fsync_floor.c``
+  appending a single send's record (254 B) or a batch's (25,400 B) as many times, and
+  overwriting as many in a file written and synced first (what a durable write costs when the
+  file's size does not change: no journal commit, as SQLite's WAL once it wraps). The ratios
+  are taken round by round and their median reported (``..._rounds`` in ``ratios``), with
+  each side's rate and CPU a message (the medians of its rounds; Redis's CPU is its client's)
+  in ``rounds``. SQLite checkpoints its WAL every 1,000 commits and then writes it again from
+  its start: the single sends' ratio is also given for the rounds in which its WAL grew
+  (appends, as mqctl's log always makes) and those in which it did not
+  (``..._vs_sqlite_wal_appending_rounds``, ``..._wal_overwriting_rounds``). The A/A check
+  (``--baseline`` the same code): ``..._vs_base_rounds`` 1.00 for both, where the whole runs'
+  ``api_sync_single_100_vs_base`` gave 0.55 beside 2 hogs.
 * ``--hogs N``: N CPU hogs (``yes > /dev/null``) run through every repetition, beside mqctl
   and the peers alike (``tests/bench/hogs.py``).
 * Every timed write (``mqctl send``, ``Producer.send_many``, the floors, Redis's ``XADD``)
@@ -270,6 +288,153 @@ def api_worker(spec: dict) -> dict:
     # open and close too, and its background flush's thread)
     return {"seconds": time.perf_counter() - t, "count": n, "cpu_seconds": cpu,
             "cpu_timed_seconds": time.process_time() - cpu_timed}
+
+
+# ==============================================================================================
+# Round workers: one durable writer kept open, told how much to write per round (interleaving)
+# ==============================================================================================
+
+def round_worker(spec: dict) -> None:
+    """A durable writer that stays open between rounds, so that two sides can alternate in
+    small rounds (:func:`interleaved_rounds`): it sets up (store and topic, SQLite table, Redis
+    connection; untimed), prints ``ready``, then for each line ``N`` read from stdin writes N
+    units (a single send or commit, or a batch of ``batch`` messages) and prints one JSON line
+    ``{"seconds", "cpu_seconds"}``; it ends at EOF. The kinds run in the venv of their side:
+    ``api`` imports ``store`` only, ``sqlite_full`` and ``redis`` never do."""
+    kind, size, batch = spec["kind"], spec["size"], spec.get("batch", 1)
+    sent = 0
+
+    def bodies(k: int) -> list[bytes]:
+        return [body_of(sent + i, size) for i in range(k)]
+
+    if kind == "api":
+        from store import Producer
+        producer = Producer(spec["path"], flush="sync")
+        producer.send("T", b"first")   # (the store and its topic, untimed)
+
+        def unit_many(k: int) -> None:
+            b = bodies(k * batch)
+            for i in range(0, len(b), batch):
+                producer.send_many("T", b[i:i + batch])
+
+        def unit_single(k: int) -> None:
+            for b in bodies(k):
+                producer.send("T", b)
+        write = unit_single if batch == 1 else unit_many
+        close = producer.close
+    elif kind == "sqlite_full":
+        import sqlite3
+        db = sqlite3.connect(spec["path"], isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("CREATE TABLE q (id INTEGER PRIMARY KEY, body BLOB)")
+
+        def write(k: int) -> None:
+            for b in bodies(k):
+                db.execute("BEGIN")
+                db.execute("INSERT INTO q (body) VALUES (?)", (b,))
+                db.execute("COMMIT")
+
+        def wal_size() -> int:
+            try:
+                return os.stat(spec["path"] + "-wal").st_size
+            except FileNotFoundError:
+                return 0
+        close = db.close
+    elif kind == "redis":
+        import redis
+        r = redis.Redis(host="127.0.0.1", port=spec["port"])
+        r.ping()
+
+        def write(k: int) -> None:
+            if batch == 1:
+                for b in bodies(k):
+                    r.xadd("s", {"b": b})
+                return
+            b = bodies(k * batch)
+            for i in range(0, len(b), batch):
+                pipe = r.pipeline(transaction=False)
+                for body in b[i:i + batch]:
+                    pipe.xadd("s", {"b": body})
+                pipe.execute()
+        close = r.close
+    else:
+        raise SystemExit(f"unknown round worker kind {kind!r}")
+    print("ready", flush=True)
+    for line in sys.stdin:
+        k = int(line)
+        wal = wal_size() if kind == "sqlite_full" else 0
+        t, cpu = time.perf_counter(), time.process_time()
+        write(k)
+        dt, cpu = time.perf_counter() - t, time.process_time() - cpu
+        sent += k * batch
+        out = {"seconds": dt, "cpu_seconds": cpu}
+        if kind == "sqlite_full":
+            # whether the WAL grew: once a checkpoint has let SQLite start it again from its
+            # beginning, a commit overwrites blocks (no journal commit for its fdatasync)
+            out["wal_grew"] = wal_size() > wal
+        print(json.dumps(out), flush=True)
+    close()
+
+
+class RoundSide:
+    """One side of :func:`interleaved_rounds`: a :func:`round_worker` process of ``python``."""
+
+    def __init__(self, name: str, python: Path, spec: dict, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.proc = subprocess.Popen([str(python), __file__, "--round-worker", json.dumps(spec)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            self.close()
+            raise SystemExit(f"round worker {name} ({spec}) did not start")
+
+    def round(self, units: int) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{units}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"round worker {self.name} ended ({self.proc.wait()})")
+        return dict(json.loads(line))
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class FloorSide:
+    """The file system's own side in :func:`interleaved_rounds`: each round one run of
+    ``fsync_floor MODE SIZE N`` (``fsync_floor.c``: N writes of SIZE bytes, each followed by
+    ``fdatasync``, appended or overwriting a file written and synced first; it times itself,
+    its start not included)."""
+
+    def __init__(self, name: str, exe: Path, mode: str, size: int, path: Path) -> None:
+        self.name, self.exe, self.mode, self.size, self.path = name, exe, mode, size, path
+
+    def round(self, units: int) -> dict:
+        seconds = units / fsync_floor_rate(self.exe, self.mode, self.size, units, self.path)
+        return {"seconds": seconds, "cpu_seconds": None}   # (its CPU is not measured)
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def interleaved_rounds(sides: list[RoundSide | FloorSide], rounds: int, units: int) -> dict[str, list[dict]]:
+    """``rounds`` rounds of ``units`` each on every side, one side after the other, the order
+    reversed every other round: a disk whose fsync latency swings 10x within a minute swings
+    much less within one round, so the per-round ratios compare the sides under the same
+    disk. Each side's rounds, in order."""
+    out: dict[str, list[dict]] = {s.name: [] for s in sides}
+    for r in range(rounds):
+        for s in (sides if r % 2 == 0 else sides[::-1]):
+            out[s.name].append(s.round(units))
+    return out
 
 
 # ==============================================================================================
@@ -634,11 +799,121 @@ def fmt(x: float) -> str:
 
 
 
+# The durable comparisons run in rounds (``--rounds``): side names, their peers, and what each
+# round of a side writes (messages a unit).
+ROUND_SINGLE = "api_sync_single_100"
+ROUND_SQLITE = "sqlite_wal_full_single_100"
+ROUND_MANY = "api_sync_many100_100"
+ROUND_REDIS = "redis_always_p100_100"
+ROUND_FLOOR = "fsync_floor_append"
+
+
+def durable_rounds(a: argparse.Namespace, rep: int, sides: list[tuple[str, Path | None]], peer_py: Path,
+                   redis_exe: str, workdir: Path, out: dict[str, list[dict]], fsync_exe: Path | None) -> None:
+    """One repetition's ``--rounds`` interleaved rounds: single sync sends of each checkout
+    against SQLite WAL ``synchronous=FULL`` commits (``--round-size`` each), then ``send_many``
+    of 100 against Redis ``appendfsync always`` pipelines of 100 (``--round-batches``), each
+    side a :func:`round_worker` kept open through the rounds, on its own fresh store; with
+    ``fsync_exe``, the floor of each (:class:`FloorSide`: 254-byte appends, or 25,400). Appends
+    each round's figures to ``out[side]`` (with ``msgs``: how many the round wrote)."""
+    checkouts = sides if rep % 2 == 0 else sides[::-1]
+    for what in ("single", "many"):
+        opened: list[RoundSide | FloorSide] = []
+        srv = None
+        try:
+            for prefix, exe in checkouts:
+                store = workdir / f"rounds-{prefix}store"
+                shutil.rmtree(store, ignore_errors=True)
+                spec = {"kind": "api", "path": str(store), "size": 100, "batch": 1 if what == "single" else 100}
+                opened.append(RoundSide(prefix + (ROUND_SINGLE if what == "single" else ROUND_MANY),
+                                        (exe or MQCTL).parent / "python", spec, mqctl_env(store)))
+            if what == "single":
+                db = workdir / "rounds-sqlite.db"
+                for f in workdir.glob("rounds-sqlite.db*"):
+                    f.unlink()
+                opened.append(RoundSide(ROUND_SQLITE, peer_py, {"kind": "sqlite_full", "path": str(db), "size": 100}))
+                units, per_unit = a.round_size, 1
+            else:
+                srv = RedisServer(redis_exe, workdir, "always")
+                opened.append(RoundSide(ROUND_REDIS, peer_py, {"kind": "redis", "port": srv.port, "size": 100,
+                                                               "batch": 100}))
+                units, per_unit = a.round_batches, 100
+            if fsync_exe is not None:
+                size = 254 * per_unit   # (a 100-byte send's record, or a batch of 100 of them)
+                for mode in ("append", "overwrite"):
+                    opened.append(FloorSide(f"fsync_floor_{mode}_{size}", fsync_exe, mode, size,
+                                            workdir / "rounds-floor.dat"))
+            os.sync()
+            got = interleaved_rounds(opened, a.rounds, units)
+            for name, rs in got.items():
+                out.setdefault(name, []).extend({**r, "msgs": units * per_unit} for r in rs)
+            log(f"  {a.rounds} rounds of {what} durable sends: " + "; ".join(
+                f"{name} {fmt(statistics.median(r['msgs'] / r['seconds'] for r in out[name][-a.rounds:]))} msgs/s"
+                for name in got))
+        finally:
+            for side in opened:
+                side.close()
+            if srv is not None:
+                srv.stop()
+            for f in workdir.glob("rounds-*"):
+                shutil.rmtree(f, ignore_errors=True) if f.is_dir() else f.unlink()
+
+
+def round_summary(rounds: dict[str, list[dict]], baseline: bool) -> tuple[dict, dict]:
+    """From every round of :func:`durable_rounds`: each side's rate and CPU µs a message (the
+    medians of its rounds), and the ratios of the sides, taken round by round (the same
+    round's figures of both sides), then their median."""
+    sides: dict[str, dict] = {}
+    for name, rs in rounds.items():
+        cpu = [r["cpu_seconds"] / r["msgs"] * 1e6 for r in rs if r["cpu_seconds"] is not None]
+        sides[name] = {"msgs_per_s": summarise([r["msgs"] / r["seconds"] for r in rs]),
+                       "cpu_us_per_msg": summarise(cpu) if cpu else None,
+                       "rounds": len(rs), "msgs_per_round": rs[0]["msgs"] if rs else 0}
+
+    def per_round(a_side: str, b_side: str) -> dict | None:
+        pairs = list(zip(rounds.get(a_side, []), rounds.get(b_side, [])))
+        if not pairs:
+            return None
+        # a's rate over b's in the same round (both wrote as many messages)
+        return summarise([(y["seconds"] / y["msgs"]) / (x["seconds"] / x["msgs"]) for x, y in pairs])
+
+    wanted = [(f"{ROUND_SINGLE}_vs_sqlite_wal_full_rounds (target >= 1)", ROUND_SINGLE, ROUND_SQLITE),
+              (f"{ROUND_MANY}_vs_redis_always_p100_rounds (target >= 1.5)", ROUND_MANY, ROUND_REDIS)]
+    wanted += [(f"{ROUND_SINGLE}_vs_{ROUND_FLOOR}_254_rounds", ROUND_SINGLE, f"{ROUND_FLOOR}_254"),
+               (f"{ROUND_SQLITE}_vs_{ROUND_FLOOR}_254_rounds", ROUND_SQLITE, f"{ROUND_FLOOR}_254"),
+               (f"{ROUND_MANY}_vs_{ROUND_FLOOR}_25400_rounds", ROUND_MANY, f"{ROUND_FLOOR}_25400"),
+               (f"{ROUND_REDIS}_vs_{ROUND_FLOOR}_25400_rounds", ROUND_REDIS, f"{ROUND_FLOOR}_25400"),
+               # what a durable write costs when the file's size does not change (no journal commit)
+               ("fsync_floor_overwrite_vs_append_254_rounds", "fsync_floor_overwrite_254", f"{ROUND_FLOOR}_254"),
+               ("fsync_floor_overwrite_vs_append_25400_rounds", "fsync_floor_overwrite_25400",
+                f"{ROUND_FLOOR}_25400")]
+    if baseline:
+        wanted += [(f"base_{ROUND_SINGLE}_vs_sqlite_wal_full_rounds", f"base_{ROUND_SINGLE}", ROUND_SQLITE),
+                   (f"base_{ROUND_MANY}_vs_redis_always_p100_rounds", f"base_{ROUND_MANY}", ROUND_REDIS),
+                   (f"{ROUND_SINGLE}_vs_base_rounds", ROUND_SINGLE, f"base_{ROUND_SINGLE}"),
+                   (f"{ROUND_MANY}_vs_base_rounds", ROUND_MANY, f"base_{ROUND_MANY}")]
+    ratios = {}
+    for key, x, y in wanted:
+        r = per_round(x, y)
+        if r is not None:
+            ratios[key] = r
+    # single sends against SQLite, split by what SQLite's WAL did in the round: grew (appends,
+    # as mqctl's log always does) or was written again from its start (overwrites)
+    for grew, tag in ((True, "wal_appending"), (False, "wal_overwriting")):
+        pairs = [(x, y) for x, y in zip(rounds.get(ROUND_SINGLE, []), rounds.get(ROUND_SQLITE, []))
+                 if y.get("wal_grew") is grew]
+        if pairs:
+            ratios[f"{ROUND_SINGLE}_vs_sqlite_{tag}_rounds"] = summarise(
+                [(y["seconds"] / y["msgs"]) / (x["seconds"] / x["msgs"]) for x, y in pairs])
+    return sides, ratios
+
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--peer-worker", help=argparse.SUPPRESS)
     ap.add_argument("--api-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--round-worker", help=argparse.SUPPRESS)
     ap.add_argument("--hogs", type=int, default=0,
                     help="CPU hogs (yes > /dev/null) running through every repetition, beside mqctl and the peers alike")
     ap.add_argument("--api", action=argparse.BooleanOptionalAction, default=True,
@@ -661,6 +936,11 @@ def main() -> None:
                     help="another checkout (with its .venv) run beside this one in every repetition")
     ap.add_argument("--pure-zlib", action="store_true",
                     help="make mqctl use zlib's CRC even when ISA-L (isal) is installed")
+    ap.add_argument("--rounds", type=int, default=20,
+                    help="interleaved rounds per repetition of the durable comparisons (0: none): single sync "
+                         "sends against SQLite, send_many of 100 against Redis appendfsync always")
+    ap.add_argument("--round-size", type=int, default=100, help="single sends (or SQLite commits) per round")
+    ap.add_argument("--round-batches", type=int, default=10, help="batches of 100 per round")
     ap.add_argument("--durable-only", action="store_true",
                     help="only the durable runs: --flush sync batches of 100 (CLI, API), single sync sends "
                          "(both checkouts with --baseline), SQLite WAL FULL and Redis appendfsync always")
@@ -673,10 +953,14 @@ def main() -> None:
     if a.api_worker:
         print(json.dumps(api_worker(json.loads(a.api_worker))))
         return
+    if a.round_worker:
+        round_worker(json.loads(a.round_worker))
+        return
     if a.quick:
         a.reps, a.mb, a.nmax, a.nsync, a.nsync4k, a.npq, a.nrss = 1, 8.0, 20_000, 2_000, 500, min(a.npq, 2_000), 50_000
         a.pipe_mb = min(a.pipe_mb, 16.0)
         a.nsingle = 100
+        a.rounds = min(a.rounds, 4)
     if not MQCTL.exists():
         raise SystemExit(f"{MQCTL} not found: create the project venv first")
     base_exe = None
@@ -720,6 +1004,7 @@ def main() -> None:
 
     runs: dict[str, list[float]] = {}
     extra: dict[str, list] = {}
+    rounds: dict[str, list[dict]] = {}   # each side's rounds (seconds, cpu_seconds), every repetition's
     loads: list[str] = []
 
     def rec(name: str, msgs_per_s: float, **more) -> None:
@@ -733,7 +1018,7 @@ def main() -> None:
 
     floor_exe = compile_crc_floor("pipe_floor", workdir)
     consume_exe = None if a.durable_only else compile_crc_floor("consume_floor", workdir)
-    fsync_exe = compile_floor("fsync_floor", workdir, log) if a.durable_only else None
+    fsync_exe = compile_floor("fsync_floor", workdir, log) if a.durable_only or (a.api and a.rounds) else None
     hogs = cpu_hogs(a.hogs).start()   # (stopped at exit too, if the run is interrupted)
     machine["hogs"] = a.hogs
     machine["loadavg_hogs_started"] = loadavg()
@@ -833,7 +1118,7 @@ def main() -> None:
             rec("sqlite_wal_full_single_100", a.nsingle / p["seconds"])
             for f in workdir.glob("sqlite.db*"):
                 f.unlink()
-        if fsync_exe is not None:
+        if fsync_exe is not None and a.durable_only:
             # one record of a single 100-byte send (254 bytes) and one batch of 100 of them,
             # appended as the commit log is, and overwriting a file written and synced first
             for fsize, fn in ((254, a.nsingle or 1000), (25_400, max(100, a.nsync // 100))):
@@ -861,6 +1146,9 @@ def main() -> None:
                     rec(f"{tag}_consume_process", n / whole)
             finally:
                 srv.stop()
+        # -- the durable comparisons again, interleaved in small rounds ------------------------
+        if a.api and a.rounds:
+            durable_rounds(a, rep, sides, peer_py, redis_exe, workdir, rounds, fsync_exe)
         # -- persist-queue -------------------------------------------------------------------
         if a.npq:
             pqdir = workdir / "pq"
@@ -977,11 +1265,15 @@ def main() -> None:
         if a.api:
             ratios["api_sync_many100_100_batches_vs_fsync_floor_append_25400"] = ratio_runs(
                 "api_sync_many100_100", "fsync_floor_append_25400", 0.01)
+    round_sides, round_ratios = round_summary(rounds, a.baseline is not None)
+    ratios.update(round_ratios)
     if a.npq:
         ratios["produce_100_vs_pq_sqlite"] = ratio_runs("mqctl_produce_100", "pq_sqlite_b100_produce_100")
     result = {"started": started, "machine": machine, "args": vars(a), "counts": counts, "pipe_big_count": big_n,
               "sync_counts": sync_counts, "medians": med,
-              "extra": extra, "ratios": ratios, "peak_rss": rss}
+              "extra": extra, "ratios": ratios, "peak_rss": rss,
+              "rounds": {"sides": round_sides, "runs": rounds, "per_rep": a.rounds,
+                         "round_size": a.round_size, "round_batches": a.round_batches}}
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"produce-{started.replace(':', '')}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
@@ -998,6 +1290,13 @@ def main() -> None:
     print()
     for k, v in ratios.items():
         print(f"{k:58s} {v['median']:6.2f}  ({v['min']:.2f}-{v['max']:.2f})")
+    if round_sides:
+        print(f"\ndurable sends in interleaved rounds ({a.rounds} a repetition; {a.round_size} single sends or"
+              f" {a.round_batches} batches of 100 a round): medians of the rounds (min-max)")
+        for k, v in round_sides.items():
+            m, c = v["msgs_per_s"], v["cpu_us_per_msg"]
+            print(f"{k:42s} {fmt(m['median']):>14s} {fmt(m['min']) + '-' + fmt(m['max']):>20s}"
+                  + (f"  CPU {c['median']:.1f} us/msg" if c else ""))
     for k in [k for k in extra if "single" in k]:
         us = sorted(e["cpu_us"] for e in extra[k])
         print(f"{'CPU us per send, ' + k:58s} {us[len(us) // 2]:6.1f}  ({us[0]:.1f}-{us[-1]:.1f})")

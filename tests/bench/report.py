@@ -79,15 +79,56 @@ def throughput(res: dict[str, Any]) -> list[str]:
                 " / Redis `appendfsync always`, pipelines of 100, 100 B", 1.5),
                ("api_sync_many100_100_vs_redis_always_p100", "`Producer(flush=\"sync\").send_many` of 100"
                 " / the same, 100 B", 1.5),
+               ("api_sync_many100_100_vs_redis_always_p100_rounds", "the same, interleaved in rounds of"
+                f"{_round_size(res, 'round_batches', 100)} (the median of the rounds' ratios)", 1.5),
                ("api_sync_single_100_vs_sqlite_wal_full", "single `Producer(flush=\"sync\").send`"
                 " / SQLite WAL `synchronous=FULL` inserts, 100 B", 1.0),
+               ("api_sync_single_100_vs_sqlite_wal_full_rounds", "the same, interleaved in rounds of"
+                f"{_round_size(res, 'round_size', 1)} (the median of the rounds' ratios)", 1.0),
+               ("api_sync_single_100_vs_sqlite_wal_appending_rounds", "the same, the rounds in which"
+                " SQLite's WAL grew (its commits appended, as mqctl's always do)", None),
+               ("api_sync_single_100_vs_sqlite_wal_overwriting_rounds", "the same, the rounds in which"
+                " SQLite wrote its WAL again from the start (overwrites: no journal commit)", None),
                *pipe_rows(res)]
     out += ["", "| durable sends and the pipe floor | ratio | target |", "|---|---|---|"]
     for key, label, target in durable:
         r = _ratio(ratios, key)
         if r is not None:
             out.append(f"| {label} | {_cell(r, target)} | {'–' if target is None else f'≥ {target:g}'} |")
+    out += round_rates(res)
     return out
+
+
+ROUND_SIDES = [("api_sync_single_100", "single `send`"), ("sqlite_wal_full_single_100", "SQLite commits"),
+               ("fsync_floor_append_254", "their floor (`fsync_floor.c`, 254-byte appends)"),
+               ("api_sync_many100_100", "`send_many` of 100"),
+               ("redis_always_p100_100", "Redis pipelines of 100 (its client's CPU)"),
+               ("fsync_floor_append_25400", "their floor (25,400-byte appends)"),
+               ("fsync_floor_overwrite_254", "254-byte overwrites of a synced file"),
+               ("fsync_floor_overwrite_25400", "25,400-byte overwrites")]
+
+
+def round_rates(res: dict[str, Any]) -> list[str]:
+    """Each side's rate in the interleaved rounds (msgs/s, the median of its rounds, min–max)
+    and the CPU a message took: the figures behind the rounds' ratios."""
+    sides = res.get("rounds", {}).get("sides", {})
+    cells = []
+    for key, label in ROUND_SIDES:
+        v = sides.get(key)
+        if v:
+            m, c = v["msgs_per_s"], v["cpu_us_per_msg"]
+            cells.append(f"{label} {m['median']:,.0f} ({m['min']:,.0f}–{m['max']:,.0f}) msgs/s"
+                         + (f", {c['median']:.0f} CPU µs a message" if c else ""))
+    if not cells:
+        return []
+    return ["", "In those rounds (the median of the rounds, min–max): " + "; ".join(cells) + "."]
+
+
+def _round_size(res: dict[str, Any], key: str, per_unit: int) -> str:
+    """`` N sends`` for the rounds of ``bench_produce.py`` (``--round-size``, or
+    ``--round-batches`` of 100), as the run recorded it."""
+    n = res.get("rounds", {}).get(key)
+    return f" {n * per_unit:,} sends" if n else ""
 
 
 def pipe_rows(res: dict[str, Any]) -> list[tuple[str, str, float | None]]:
