@@ -11,11 +11,11 @@ ARG_FLAGS = {
     "client_id": "--client-id", "force": "--force", "queue": "--queue", "topic": "--topic",
     # a message's properties (store/client/properties.py)
     "tags": "--tag", "key": "--keys", "key_with_spaces": "--keys: a key may not contain spaces",
-    "properties": "--property", "sharding_key": "--sharding-key",
+    "properties": "--property", "properties_arg": "--property", "keys": "--keys", "sharding_key": "--sharding-key",
 }
 
 # A ``send --input json`` line's fields, as an error about one names it.
 JSON_FIELD_NAMES = {
     "tags": "'tags'", "key": "'keys'", "key_with_spaces": "'keys': a key may not contain spaces",
-    "properties": "property", "sharding_key": "'shardingKey'",
+    "properties": "property", "properties_arg": "'properties'", "keys": "'keys'", "sharding_key": "'shardingKey'",
 }

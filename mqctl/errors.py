@@ -163,7 +163,7 @@ class StderrGuard:
 
     def write(self, data: str) -> int:
         try:
-            return self._stream.write(data)
+            return int(self._stream.write(data))
         except (OSError, ValueError) as exc:
             self._lost(exc)
             return len(data)

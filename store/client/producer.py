@@ -7,6 +7,7 @@ from store import names
 from store.client.handle import StoreClient
 from store.client.paths import PathLike, resolve_store_path
 from store.client.properties import build_properties
+from store.client.rules import check_flush
 from store.errors import UsageError
 
 # (framing, writebatch: what a send runs, loaded with the class, so a program's ``from store
@@ -18,7 +19,7 @@ from store.log.messagestore import Store
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     import datetime as _dt
-    from typing import Callable, Iterable, Mapping, Sequence, TypeAlias, TypeVar
+    from typing import Any, Callable, Iterable, Mapping, Sequence, TypeAlias, TypeVar
 
     from store.client.groupcommit import GroupCommit
     from store.client.sendresult import SendResult
@@ -49,9 +50,16 @@ def body_list(bodies: Iterable[Body]) -> list[bytes]:
     if isinstance(bodies, (str, bytes, bytearray, memoryview)):
         raise UsageError(f"bodies must be a list (or another iterable) of message bodies, not a single "
                          f"{type(bodies).__name__}: send_many(topic, [body])")
-    data = bodies if type(bodies) is list else list(bodies)
+    if type(bodies) is list:
+        data: list[Any] = bodies
+    else:
+        try:
+            data = list(bodies)
+        except TypeError:   # (not iterable: a number, None)
+            raise UsageError(f"bodies must be a list (or another iterable) of message bodies, not "
+                             f"{type(bodies).__name__}") from None
     if set(map(type, data)) <= {bytes}:
-        return data   # type: ignore[return-value]  # every element checked to be bytes
+        return data   # every element checked to be bytes
     return [body_bytes(b) for b in data]
 
 
@@ -127,8 +135,7 @@ class Producer(StoreClient):
         return producer
 
     def _setup(self, flush: str, group_commit: bool) -> None:
-        if flush not in ("async", "sync"):
-            raise UsageError(f"flush must be 'async' or 'sync', not {flush!r}")
+        check_flush(flush)
         if group_commit and flush != "sync":
             raise UsageError("group_commit applies to flush='sync'")
         self.flush = flush

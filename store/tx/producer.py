@@ -17,6 +17,7 @@ from store.client.options import log_warning
 from store.client.paths import PathLike, resolve_store_path
 from store.client.producer import Body, body_bytes, check_route_args
 from store.client.properties import build_properties
+from store.client.rules import check_flush
 from store.errors import UsageError
 
 if TYPE_CHECKING:
@@ -108,8 +109,7 @@ class TransactionProducer(StoreClient):
 
     def __init__(self, path: PathLike | None = None, *, check: Checker | None = None,
                  flush: str = "async") -> None:
-        if flush not in ("async", "sync"):
-            raise UsageError(f"flush must be 'async' or 'sync', not {flush!r}")
+        check_flush(flush)
         if check is not None and not callable(check):
             raise UsageError("check must be callable: check(msg) -> TxState")
         from store.log.messagestore import Store

@@ -3,7 +3,7 @@ daemon's supervisor may start it: a command that needs no standard output still 
 whose data cannot be written says so in one line with exit 1 (a consumer then commits nothing),
 and a closed standard error costs only the diagnostics, never the exit code. Real processes
 through a shell, which is what closes the descriptors; for a stderr whose reader left or whose
-terminal hung up, started in a session of their own on that pipe or pseudo-terminal.""" 
+terminal hung up, started in a session of their own on that pipe or pseudo-terminal."""
 from __future__ import annotations
 
 import os
