@@ -136,6 +136,8 @@ class Producer(StoreClient):
 
     def _setup(self, flush: str, group_commit: bool) -> None:
         check_flush(flush)
+        if not isinstance(group_commit, bool):
+            raise UsageError(f"group_commit must be True or False, not {group_commit!r}")
         if group_commit and flush != "sync":
             raise UsageError("group_commit applies to flush='sync'")
         self.flush = flush
