@@ -48,7 +48,7 @@ from typing import Any
 
 from store import fsutil
 from store.errors import CorruptionError, LockHeldError, UsageError, io_error
-from store.flock import wait_flock
+from store.flock import close_kept, keep, wait_flock
 from store.layout import Layout, lock_beside
 from store.log import offsetcommits, offsettable
 from store.log.offsettable import (
@@ -84,14 +84,14 @@ def exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None
     """Hold an exclusive flock on ``lock_path`` (created 0600, never deleted) for the block."""
     fsutil.ensure_dir(lock_path.parent)
     try:
-        fd = fsutil.open_private(lock_path, os.O_RDWR | os.O_CREAT)
+        fd = keep(fsutil.open_private(lock_path, os.O_RDWR | os.O_CREAT))   # (not a forked child's)
     except OSError as exc:
         raise io_error(exc, f"open {lock_path}") from exc
     try:
         wait_flock(fd, lock_path, timeout)
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock, as does a crash
+        close_kept(fd)  # closing the descriptor releases the lock, as does a crash
 
 
 @dataclass
