@@ -162,7 +162,9 @@ class Sender:
         from store import Draft, Producer
         self.Draft = Draft
         self.store = st.store(create=True)
-        self.producer = Producer.of(self.store, flush="sync" if sync else "async", group_commit=sync)
+        from mqctl.argnames import ARG_FLAGS
+        self.producer = Producer.of(self.store, flush="sync" if sync else "async", group_commit=sync,
+                                    arg_names=ARG_FLAGS)
         self.max_size = self.store.settings.max_message_size
         self.topic = topic
         self.props = props

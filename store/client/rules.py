@@ -25,7 +25,8 @@ PYTHON_NAMES: dict[str, str] = {
     "queues": "queues", "queues_example": "queues=[0, 3]", "max_reconsume": "max_reconsume",
     "retry_delay": "retry_delay", "suspend": "suspend_ms", "consumers": "consumers",
     "consumers_example": "consumers=['a', 'b']", "consumers_hint": "consumers=[...]",
-    "client_id": "client_id", "force": "force=True", "queue": "queue", "topic": "topic",
+    "client_id": "client_id", "force": "force=True", "queue": "queue", "topic": "topic", "to": "to=TOPIC",
+    "segment_size": "commitlog_segment_size",
     # a message's properties (store/client/properties.py): ``key`` is one of the keys, and
     # ``key_with_spaces`` the whole message about one, ``{value}`` the key
     "tags": "tags", "key": "a key", "key_with_spaces": "a key may not contain spaces: {value}",

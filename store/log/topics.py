@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from store.errors import CorruptionError
+from store.errors import CorruptionError, UsageError
 from store.fsutil import (
     atomic_write_bytes,
     atomic_write_json_crc,
@@ -76,6 +76,11 @@ class TopicConfig:
     created_at: int = 0
     created_offset: int = 0
     deleting: bool = False
+
+    def unrouted(self, key: str = "a sharding key", queue: str = "a queue") -> UsageError:
+        """The refusal of a message to this ordered topic with neither sharding key nor queue,
+        naming the two as the caller spells them (``sharding_key``, ``--sharding-key``)."""
+        return UsageError(f"topic {self.name!r} is ordered: give {key} or {queue}")
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {

@@ -88,3 +88,31 @@ def test_a_bad_flush_is_refused_with_or_without_to(path: str, to: str | None) ->
             with pytest.raises(store.UsageError, match=said):
                 ac.messages(exit_at_end=True, to=to, flush="x")
     asyncio.run(run())
+
+
+def test_the_library_names_its_own_parameters_and_the_cli_its_flags(mq: MQ, path: str, tmp_path: Path) -> None:
+    """One message each, in the caller's spelling (``arg_names``): a Python program reads
+    ``sharding_key``, ``to=TOPIC``, ``commitlog_segment_size``, never ``-s``/``-q``,
+    ``--to``, ``--segment-size``, which ``mqctl`` keeps."""
+    mq.ok("topic", "create", "O", "--queues", "2", "--order")
+    python_said = "topic 'O' is ordered: give sharding_key or queue"
+    with store.Producer(path) as p, store.TransactionProducer(path) as tp:
+        for send in (lambda: p.send("O", b"x"), lambda: p.send_many("O", [b"x", b"y"]),
+                     lambda: p.send_bodies("O", [b"x"]), lambda: tp.send("O", b"x")):
+            with pytest.raises(store.UsageError, match=f"^{python_said}$"):
+                send()
+    for args in (["send", "O", "x"], ["tx", "send", "O", "x"]):
+        res = mq.run(*args)
+        assert res.returncode == 2 and "give --sharding-key or --queue" in res.stderr, res
+    for kw, said in (({"broadcast": True}, "to=TOPIC needs a clustering group"),
+                     ({"dedup": True}, "dedup is not used with to=TOPIC")):
+        with store.Consumer("T", "g", path, **kw) as c:
+            with pytest.raises(store.UsageError, match=f"^{said}"):
+                c.run(lambda m: None, to="OUT", exit_at_end=True)
+    res = mq.run("consume", "T", "-g", "g", "--to", "OUT", "--broadcast")
+    assert res.returncode == 2 and "--to needs a clustering group" in res.stderr, res
+    with pytest.raises(store.UsageError, match=r"^the segment size \(commitlog_segment_size\) must be"):
+        store.create_store(str(tmp_path / "s"), store.StoreSettings(commitlog_segment_size=1000))
+    res = mq.run("--store", str(tmp_path / "s"), "init", "--segment-size", "1000")
+    assert res.returncode == 2 and r"the segment size (--segment-size) must be" in res.stderr, res
+    assert not (tmp_path / "s").exists()
