@@ -398,8 +398,10 @@ class ClusterOffsetStore:
         if loaded.unknown and on_lost is None:
             self._load()   # raises: only recovery starts such a table over
         if loaded.unknown:
+            groups = offsettable.groups_on_disk(self.layout)
+            lost = f": the committed offsets of {offsettable.name_groups(groups)} are lost" if groups else ""
             self._warn(f"{self.path} and its .bak are unreadable and there is no offsets journal: "
-                       f"the table starts empty (every group starts again per its --from)")
+                       f"the table starts empty{lost} (every group starts again per its consumers' --from)")
             loaded.source = "journal"   # rewrite both, keeping nothing of the damaged copies
         lost_before, applied_before = set(loaded.table.lost), loaded.table.applied
         # keys a damaged copy names stay known as lost until recover resets them
