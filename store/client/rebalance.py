@@ -74,7 +74,7 @@ class Rebalancer:
                 raise ClientIdInUseError(
                     f"{exc}: a broadcast consumer's default client id ({o.client_id}) is one per "
                     f"host and group; give each broadcast consumer of group {o.group} on this host "
-                    f"its own client id (it keeps its offsets under that id)") from exc
+                    f"its own --client-id (it keeps its offsets under that id)") from exc
             raise
 
     def leave(self) -> None:
