@@ -77,10 +77,11 @@ class TopicConfig:
     created_offset: int = 0
     deleting: bool = False
 
-    def unrouted(self, key: str = "a sharding key", queue: str = "a queue") -> UsageError:
+    def unrouted(self, key: str = "", queue: str = "") -> UsageError:
         """The refusal of a message to this ordered topic with neither sharding key nor queue,
-        naming the two as the caller spells them (``sharding_key``, ``--sharding-key``)."""
-        return UsageError(f"topic {self.name!r} is ordered: give {key} or {queue}")
+        naming the two as the caller spells them, if given (``sharding_key``, ``--sharding-key``)."""
+        named = f"a sharding key ({key}) or a queue ({queue})" if key else "a sharding key or a queue"
+        return UsageError(f"topic {self.name!r} is ordered: give {named}")
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {

@@ -95,7 +95,7 @@ def test_the_library_names_its_own_parameters_and_the_cli_its_flags(mq: MQ, path
     ``sharding_key``, ``to=TOPIC``, ``commitlog_segment_size``, never ``-s``/``-q``,
     ``--to``, ``--segment-size``, which ``mqctl`` keeps."""
     mq.ok("topic", "create", "O", "--queues", "2", "--order")
-    python_said = "topic 'O' is ordered: give sharding_key or queue"
+    python_said = r"topic 'O' is ordered: give a sharding key \(sharding_key\) or a queue \(queue\)"
     with store.Producer(path) as p, store.TransactionProducer(path) as tp:
         for send in (lambda: p.send("O", b"x"), lambda: p.send_many("O", [b"x", b"y"]),
                      lambda: p.send_bodies("O", [b"x"]), lambda: tp.send("O", b"x")):
@@ -103,7 +103,7 @@ def test_the_library_names_its_own_parameters_and_the_cli_its_flags(mq: MQ, path
                 send()
     for args in (["send", "O", "x"], ["tx", "send", "O", "x"]):
         res = mq.run(*args)
-        assert res.returncode == 2 and "give --sharding-key or --queue" in res.stderr, res
+        assert res.returncode == 2 and "give a sharding key (--sharding-key) or a queue (--queue)" in res.stderr, res
     for kw, said in (({"broadcast": True}, "to=TOPIC needs a clustering group"),
                      ({"dedup": True}, "dedup is not used with to=TOPIC")):
         with store.Consumer("T", "g", path, **kw) as c:
