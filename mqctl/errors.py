@@ -63,6 +63,8 @@ def guard(run: Callable[[], int], argv: list[str]) -> int:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     from mqctl.output import BrokenPipe
     sys.stdout = PipeGuard(sys.stdout)   # (a duck-typed proxy of the real stream)
+    if not isinstance(sys.stderr, StderrGuard):
+        sys.stderr = StderrGuard(sys.stderr)
     try:
         code = run()
     except StoreError as exc:
@@ -79,9 +81,10 @@ def guard(run: Callable[[], int], argv: list[str]) -> int:
     except OSError as exc:
         if debug():
             raise
-        if _stdout_closed(exc):
+        if _stdout_closed(exc) or hung_up(1, exc):
+            lost = stdout_failure(exc)
             quiet_broken_pipe()
-            print_error("cannot write to standard output: it is closed")
+            print_error(lost)
         else:
             from store.errors import io_error
             print_error(str(io_error(exc, "complete the operation")))
@@ -101,13 +104,99 @@ def guard(run: Callable[[], int], argv: list[str]) -> int:
         quiet_broken_pipe()
         code = code or EXIT_BROKEN_PIPE
     except OSError as exc:
-        if not _stdout_closed(exc):
-            raise
+        # (data printed last, and held in the buffer until now, could not be written either)
+        lost = stdout_failure(exc)
         quiet_broken_pipe()
         if not code:
-            print_error("cannot write to standard output: it is closed")
+            print_error(lost)
             code = 1
     return code
+
+
+def stdout_failure(exc: OSError) -> str:
+    """The error line's text for data that could not be written to stdout; a hang-up of its
+    terminal is acted on (:func:`hung_up`), as SIGHUP would be."""
+    if _stdout_closed(exc):
+        return "cannot write to standard output: it is closed"
+    if hung_up(1, exc):
+        hang_up()
+        return "cannot write to standard output: its terminal hung up"
+    return f"cannot write to standard output: {exc.strerror or exc}"
+
+
+def hung_up(fd: int, exc: OSError) -> bool:
+    """Whether ``exc``, from a write to ``fd``, is its terminal hanging up (the window closed,
+    ssh cut, the pty's master side closed): every write then fails with EIO, and so does every
+    terminal request (where a descriptor that is no terminal fails them with ENOTTY)."""
+    import errno
+    import termios
+    if exc.errno != errno.EIO:
+        return False
+    try:
+        termios.tcgetattr(fd)
+    except termios.error as err:
+        return bool(err.args[0] == errno.EIO)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def hang_up() -> None:
+    """Act on a hang-up of mqctl's terminal as on the SIGHUP that the terminal's controlling
+    process and foreground group get, and mqctl does not when it is neither (started in a
+    session of its own, as supervisors and test harnesses do): a SIGHUP ignored (``nohup``)
+    changes nothing, the output is lost; one handled runs its handler (``tx check --loop``
+    ends its loop, exit 0); by default mqctl ends as SIGHUP ends it."""
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.raise_signal(signal.SIGHUP)
+
+
+class StderrGuard:
+    """stderr, whose failures cost only the diagnostics, never the command's work or exit code
+    (as a closed stderr, ``2>&-``, does): a write or flush that fails (the reader of a pipe
+    left, its terminal hung up, a full disk) is dropped, and so is every later one: stderr is
+    pointed at /dev/null, which commands started from now on inherit too. A hang-up of its
+    terminal is acted on as SIGHUP would be (:func:`hang_up`)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, data: str) -> int:
+        try:
+            return int(self._stream.write(data))
+        except (OSError, ValueError) as exc:
+            self._lost(exc)
+            return len(data)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except (OSError, ValueError) as exc:
+            self._lost(exc)
+
+    def _lost(self, exc: Exception) -> None:
+        import io
+        try:
+            fd = self._stream.fileno()
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            fd = -1
+        hung = isinstance(exc, OSError) and fd >= 0 and hung_up(fd, exc)
+        if fd >= 0:
+            try:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, fd)
+                os.close(null)
+            except OSError:
+                pass
+        try:   # what the stream still holds would fail again: write it to /dev/null now
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
+        if hung:
+            hang_up()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _stdout_closed(exc: OSError) -> bool:

@@ -152,6 +152,8 @@ def run_send(st: "State", r: SendRequest) -> None:
             sender.finish()
         finally:
             sender.summary(finished)
+            if sender.lost is not None:
+                raise sender.results_lost() from sender.lost
 
 
 class Sender:
@@ -163,7 +165,9 @@ class Sender:
         from store import Draft, Producer
         self.Draft = Draft
         self.store = st.store(create=True)
-        self.producer = Producer.of(self.store, flush="sync" if sync else "async", group_commit=sync)
+        from mqctl.argnames import ARG_FLAGS
+        self.producer = Producer.of(self.store, flush="sync" if sync else "async", group_commit=sync,
+                                    arg_names=ARG_FLAGS)
         self.max_size = self.store.settings.max_message_size
         self.topic = topic
         self.props = props
@@ -191,6 +195,8 @@ class Sender:
         self.reroute = False
         self.json_input = False
         self._key_room: int | None = None
+        self.lost: OSError | None = None   # --json: stdout failed; results since are not printed
+        self.last_id = ""
 
     def topic_shape(self) -> tuple[int, bool] | None:
         """(queue count, ordered) of the topic, or what the first send will create; None when
@@ -454,10 +460,31 @@ class Sender:
                 f'"queueId":{q},"queueOffset":{"null" if o is None else o},"commitLogOffset":{p}'
                 f'{"" if due is None else f",{_DUE_FIELD}:{due}"}}}\n'
                 for q, o, p, uk, due in zip(qids, qoffs, physs, uks, dues or [None] * len(qids)))
-            sys.stdout.write(out)
-            sys.stdout.flush()
+            self.last_id = uks[-1] if uks else self.last_id
+            if self.lost is not None:   # (batches made durable after it failed: counted only)
+                return
+            try:
+                sys.stdout.write(out)
+                sys.stdout.flush()
+            except OSError as exc:
+                # Closed (>&-) or gone: the messages are stored whatever happens now. Send no
+                # more (whose results could not be printed either), and let the error say what
+                # was stored, so a script that retries on failure does not send it twice.
+                self.lost = exc
+                raise self.results_lost() from exc
         else:
             self.queues.update(qids)
+
+    def results_lost(self) -> Exception:
+        """The error of a ``--json`` send whose result lines could not be written (exit 1, as
+        a command whose data cannot be written): what was stored, and the last msg id."""
+        from mqctl.errors import stdout_failure
+        from mqctl.output import plural
+        from store.errors import OperationError
+        assert self.lost is not None
+        stored = ("the message was stored" if self.sent == 1 else
+                  f"the first {plural(self.sent, 'message')} of the input were stored, the last")
+        return OperationError(f"{stdout_failure(self.lost)}; {stored} with msg id {self.last_id}")
 
     def summary(self, finished: bool = True) -> None:
         """The human line on stderr: ``sent 3 messages to orders (queues 0,1,2)``; after an

@@ -32,7 +32,7 @@ from store.fsutil import open_private
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 
 def now_ms() -> int:
@@ -131,6 +131,47 @@ def wait_flock(fd: int, path: Path, timeout: float, *, shared: bool = False) -> 
         delay = min(delay * 2, 0.02)
 
 
+# -- locks a forked child must not keep ----------------------------------------------------------
+
+_KEPT: dict[int, Callable[[], None] | None] = {}
+
+
+def keep(fd: int, forget: Callable[[], None] | None = None) -> int:
+    """Note that ``fd`` holds a lock of this process until :func:`close_kept` closes it.
+
+    A child forked meanwhile (``os.fork``, multiprocessing's fork start; a handler started by
+    ``subprocess`` gets no copy: close-on-exec) closes its copy at once, after ``forget`` tells
+    the lock's owner in the child (a member, a queue lock) that it holds nothing. A flock lives
+    while any descriptor of its open file does: a kept copy would hold the lock for the child's
+    lifetime after the parent died, and the child could release it (unlink its file) on the
+    parent's behalf. The copy is closed, never unlocked: unlocking would release the parent's
+    lock too. ``forget`` runs in the child right after the fork: it only drops references."""
+    _KEPT[fd] = forget
+    return fd
+
+
+def close_kept(fd: int) -> None:
+    """Close ``fd``, which :func:`keep` noted (releasing its lock, as a crash would)."""
+    _KEPT.pop(fd, None)
+    os.close(fd)
+
+
+def _close_inherited() -> None:
+    kept = list(_KEPT.items())
+    _KEPT.clear()
+    for fd, forget in kept:
+        if forget is not None:
+            forget()
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_inherited)
+
+
 def file_id(st: os.stat_result) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
@@ -177,13 +218,13 @@ def probe_held(path: Path) -> bool | None:
     """True if a process holds an exclusive lock on ``path``, False if none does, None if the
     file does not exist. Takes and drops a shared lock, so probes never block each other."""
     try:
-        fd = open_file(path, os.O_RDONLY)
+        fd = keep(open_file(path, os.O_RDONLY))
     except FileNotFoundError:
         return None
     try:
         return not try_flock(fd, path, shared=True)
     finally:
-        os.close(fd)  # closing drops the shared lock if we got it
+        close_kept(fd)  # closing drops the shared lock if we got it
 
 
 # -- files -------------------------------------------------------------------------------------

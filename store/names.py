@@ -39,7 +39,9 @@ SYSTEM_TOPICS = frozenset({
 
 
 def _check_syntax(kind: str, name: str, pattern: re.Pattern[str] = NAME_RE) -> None:
-    if not isinstance(name, str) or not pattern.fullmatch(name):
+    if not isinstance(name, str):   # (a Python caller's None or number: no name to quote)
+        raise InvalidNameError(f"a {kind} name must be a str, not {type(name).__name__}")
+    if not pattern.fullmatch(name):
         shown = name if isinstance(name, str) and len(name) <= 60 else f"{str(name)[:57]}..."
         raise InvalidNameError(
             f"invalid {kind} name {shown!r}: use 1-127 characters from A-Z a-z 0-9 _ % | -")
@@ -106,6 +108,8 @@ CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9_.@:%|#-]{1,200}\Z")
 
 def validate_client_id(client_id: str) -> str:
     """Client ids become file names under the store, so they get the same guard as names."""
+    if not isinstance(client_id, str):
+        raise InvalidNameError(f"a client id must be a str, not {type(client_id).__name__}")
     if not CLIENT_ID_RE.fullmatch(client_id) or client_id in (".", ".."):
         raise InvalidNameError(
             f"invalid client id {client_id[:60]!r}: use 1-200 characters from A-Z a-z 0-9 _ . @ : % | # -")

@@ -42,11 +42,12 @@ def init(
         help="Commit-log segment size in bytes (default 64 MiB); at least --max-message-size "
              "+ 64 KiB (4259840 with the default 4 MiB).")] = 64 * 1024 * 1024,
 ) -> None:
+    from mqctl.argnames import ARG_FLAGS
     from mqctl.output import Output, human_size
     from store import StoreSettings, create_store
     st = state(ctx)
     res = create_store(st.store_path, StoreSettings(max_message_size=max_message_size, commitlog_segment_size=segment_size,
-                                                    auto_create_topics=not no_auto_create))
+                                                    auto_create_topics=not no_auto_create), arg_names=ARG_FLAGS)
     s, out = res.settings, Output()
     if res.created:
         out.info(f"initialised store at {st.store_path} (messages up to {human_size(s.max_message_size)}, "

@@ -27,7 +27,7 @@ from store.client.consumer import (
 from store.client.handoff import DrainedEvent, Hand, InHand
 from store.client.message import Message
 from store.client.paths import PathLike, resolve_store_path
-from store.client.rules import check_consume_options
+from store.client.rules import check_consume_options, check_flush
 from store.client.runtime import Runtime
 from store.errors import UsageError
 
@@ -117,6 +117,7 @@ class AsyncConsumer:
             raise UsageError("this consumer runs a handler (run()); use another AsyncConsumer to iterate")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise UsageError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
+        check_flush(flush)
         self._mode = "iterate"
         self._settle_in_hand(commit=False)
         self._iteration += 1
@@ -257,6 +258,7 @@ class AsyncConsumer:
             raise UsageError("handler must be callable: handler(msg)")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 4096:
             raise UsageError(f"concurrency must be 1-4096, not {concurrency!r}")
+        check_flush(flush)
         self._mode = "run"
         rt = await self._open()
         if self._stop_run:

@@ -107,9 +107,15 @@ class AsyncProducer:
     interrupted by a crash): its result is dropped.
     """
 
-    def __init__(self, path: PathLike | None = None, *, flush: str = "async") -> None:
-        self._producer = Producer(path, flush=flush, group_commit=flush == "sync")
+    def __init__(self, path: PathLike | None = None, *, flush: str = "async",
+                 group_commit: bool | None = None) -> None:
+        """``group_commit`` as :class:`store.Producer`'s (it applies to ``flush="sync"`` only):
+        by default on with ``flush="sync"``, so that sends awaited together share fsyncs;
+        ``False`` gives each send an fsync of its own before it returns."""
+        sync = flush == "sync"
+        self._producer = Producer(path, flush=flush, group_commit=sync if group_commit is None else group_commit)
         self.path, self.flush = self._producer.path, flush
+        self.group_commit: bool = self._producer.group_commit
         self._worker: Worker[Producer] | None = None
         self._closed = False
 
@@ -165,4 +171,6 @@ class AsyncProducer:
         await self.close()
 
     def __repr__(self) -> str:
-        return f"AsyncProducer(path={str(self.path)!r}, flush={self.flush!r}{', closed' if self._closed else ''})"
+        commit = "" if self.group_commit == (self.flush == "sync") else f", group_commit={self.group_commit!r}"
+        closed = ", closed" if self._closed else ""
+        return f"AsyncProducer(path={str(self.path)!r}, flush={self.flush!r}{commit}{closed})"

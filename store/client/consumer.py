@@ -22,7 +22,7 @@ from store.client.handoff import (
 from store.client.message import Message
 from store.client.options import ConsumeOptions, log_warning
 from store.client.paths import PathLike, resolve_store_path
-from store.client.rules import check_consume_options
+from store.client.rules import check_consume_options, check_flush
 from store.client.runtime import Runtime
 from store.client.sinks import Outcome, ThreadPoolSink
 from store.client.stage import Stage
@@ -81,7 +81,10 @@ def start_position(start_from: StartFrom) -> tuple[str, int | None]:
 def tag_filter(tags: str | Iterable[str] | None) -> frozenset[str] | None:
     if tags is None or isinstance(tags, str):
         return names.parse_tag_expression(tags)
-    out = frozenset(t.strip() for t in tags if isinstance(t, str) and t.strip())
+    given = list(tags) if isinstance(tags, Iterable) and not isinstance(tags, (bytes, bytearray)) else None
+    if given is None or not all(isinstance(t, str) for t in given):
+        raise UsageError(f"tags must be an expression (a str, '*' or 'A || B') or a list of str, not {tags!r}")
+    out = frozenset(t.strip() for t in given if t.strip())
     return None if not out or "*" in out else out
 
 
@@ -238,6 +241,7 @@ class Consumer:
             raise UsageError("this consumer runs a handler (run()); use another Consumer to iterate")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise UsageError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
+        check_flush(flush)
         rt = self._rt
         if self._sink is None:
             self._stage(to, flush)
@@ -360,6 +364,7 @@ class Consumer:
             raise UsageError("handler must be callable: handler(msg)")
         if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256:
             raise UsageError(f"threads must be 1-256, not {threads!r}")
+        check_flush(flush)
         rt = self._rt
         set_retries(rt, orderly=self.orderly, broadcast=self.broadcast, max_reconsume=max_reconsume,
                     retry_delay=retry_delay)

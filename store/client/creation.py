@@ -4,8 +4,9 @@ with, and the caller learns which of the asked ones were therefore ignored."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from store.client.paths import PathLike
+from store.client.rules import ArgNames, spelling
 from store.log.settings import StoreSettings
 
 # The settings a caller chooses at creation, in the order they are reported.
@@ -22,14 +23,16 @@ class StoreCreation:
     ignored: list[str] = field(default_factory=list)
 
 
-def create_store(path: Path, settings: StoreSettings) -> StoreCreation:
+def create_store(path: PathLike, settings: StoreSettings, *, arg_names: ArgNames | None = None) -> StoreCreation:
     """Create the store at ``path`` with ``settings`` (``UsageError`` for settings it could not
-    work with), or open the one there (idempotent)."""
+    work with, naming them as ``arg_names`` spells them), or open the one there (idempotent)."""
+    from store.client.paths import resolve_store_path
     from store.layout import Layout
     from store.log.messagestore import Store
+    path = resolve_store_path(path)   # (a str, as every other entry point takes it)
     created = not Layout(path).store_json.exists()
     if created:
-        settings.validate()
+        settings.validate(named=spelling(arg_names)["segment_size"])
     store = Store.open(path, create=True, settings=settings)
     kept = store.settings
     store.close()

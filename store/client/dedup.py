@@ -50,7 +50,7 @@ from pathlib import Path
 
 from store import fsutil
 from store.errors import BadInputError, UsageError, io_error
-from store.flock import wait_flock
+from store.flock import close_kept, keep, wait_flock
 from store.layout import Layout, lock_beside
 from store.names import validate_group
 
@@ -269,14 +269,14 @@ class DedupLog:
     def _locked(self, shared: bool) -> Iterator[None]:
         # Opened per use and released by closing: the lock is held for a few system calls.
         try:
-            fd = fsutil.open_private(self._lock_path, os.O_RDWR | os.O_CREAT)
+            fd = keep(fsutil.open_private(self._lock_path, os.O_RDWR | os.O_CREAT))   # (not a forked child's)
         except OSError as exc:
             raise io_error(exc, f"open {self._lock_path}") from exc
         try:
             wait_flock(fd, self._lock_path, LOCK_TIMEOUT_S, shared=shared)
             yield
         finally:
-            os.close(fd)
+            close_kept(fd)
 
 
 def _complete_lines(fd: int, pos: int, size: int) -> Iterator[bytes]:

@@ -23,7 +23,7 @@ import os
 from contextlib import contextmanager
 from typing import Iterator
 
-from store.flock import open_file, wait_flock
+from store.flock import close_kept, keep, open_file, wait_flock
 from store.fsutil import ensure_dir
 from store.layout import Layout
 
@@ -39,9 +39,9 @@ def group_mutex(layout: Layout, group: str, timeout: float = MUTEX_TIMEOUT) -> I
     """
     path = layout.queue_locks_dir(group) / MUTEX_NAME
     ensure_dir(path.parent, durable=False)
-    fd = open_file(path, os.O_RDWR | os.O_CREAT)
+    fd = keep(open_file(path, os.O_RDWR | os.O_CREAT))   # (a child forked meanwhile closes its copy)
     try:
         wait_flock(fd, path, timeout)
         yield
     finally:
-        os.close(fd)
+        close_kept(fd)

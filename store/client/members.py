@@ -49,7 +49,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from store.errors import ClientIdInUseError, OperationError, io_error
-from store.flock import list_dir, names_same_file, now_ms, open_exclusive, probe_held, unlink_if_exists
+from store.flock import (
+    close_kept,
+    keep,
+    list_dir,
+    names_same_file,
+    now_ms,
+    open_exclusive,
+    probe_held,
+    unlink_if_exists,
+)
 from store.fsutil import atomic_write_json, ensure_dir
 from store.layout import Layout
 from store.names import CLIENT_ID_RE, NAME_RE, validate_client_id, validate_group
@@ -131,7 +140,7 @@ class Membership:
                 shown = pid if isinstance(pid, int) else "unknown"
                 raise ClientIdInUseError(
                     f"client id {self.client_id} is already used by a live member (pid {shown})")
-            self._fd = fd
+            self._fd = keep(fd, self._forget)
             base = {"clientId": self.client_id, "group": self.group, "pid": os.getpid(),
                     "host": os.uname().nodename, "startedAt": now_ms()}
             try:
@@ -192,7 +201,11 @@ class Membership:
                 unlink_if_exists(self.lock_path)  # still holding the lock: see the docstring
         finally:
             if fd is not None:
-                os.close(fd)
+                close_kept(fd)
+
+    def _forget(self) -> None:
+        # (in a forked child: the parent's membership, which the child must not end)
+        self._fd = None
 
     def __enter__(self) -> "Membership":
         self.join()

@@ -17,6 +17,10 @@ PathLike = str | os.PathLike[str]
 def resolve_store_path(path: PathLike | None = None) -> Path:
     """``path`` with ``~`` expanded; for ``None`` (or ``""``) ``$MQCTL_STORE``, else
     ``~/.mqctl/store``."""
-    raw = os.fspath(path) if path is not None else ""
+    try:
+        raw = os.fspath(path) if path is not None else ""
+    except TypeError:
+        from store.errors import UsageError
+        raise UsageError(f"path must be a store directory (a str or os.PathLike), not {type(path).__name__}") from None
     raw = raw or os.environ.get(ENV_VAR) or DEFAULT_STORE
     return Path(raw).expanduser()

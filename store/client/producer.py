@@ -7,6 +7,7 @@ from store import names
 from store.client.handle import StoreClient
 from store.client.paths import PathLike, resolve_store_path
 from store.client.properties import build_properties
+from store.client.rules import check_flush, spelling
 from store.errors import UsageError
 
 # (framing, writebatch: what a send runs, loaded with the class, so a program's ``from store
@@ -18,9 +19,10 @@ from store.log.messagestore import Store
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     import datetime as _dt
-    from typing import Callable, Iterable, Mapping, Sequence, TypeAlias, TypeVar
+    from typing import Any, Callable, Iterable, Mapping, Sequence, TypeAlias, TypeVar
 
     from store.client.groupcommit import GroupCommit
+    from store.client.rules import ArgNames
     from store.client.sendresult import SendResult
     from store.log.record import Draft
     from store.log.results import BatchResult
@@ -49,10 +51,36 @@ def body_list(bodies: Iterable[Body]) -> list[bytes]:
     if isinstance(bodies, (str, bytes, bytearray, memoryview)):
         raise UsageError(f"bodies must be a list (or another iterable) of message bodies, not a single "
                          f"{type(bodies).__name__}: send_many(topic, [body])")
-    data = bodies if type(bodies) is list else list(bodies)
+    if type(bodies) is list:
+        data: list[Any] = bodies
+    else:
+        try:
+            data = list(bodies)
+        except TypeError:   # (not iterable: a number, None)
+            raise UsageError(f"bodies must be a list (or another iterable) of message bodies, not "
+                             f"{type(bodies).__name__}") from None
     if set(map(type, data)) <= {bytes}:
-        return data   # type: ignore[return-value]  # every element checked to be bytes
+        return data   # every element checked to be bytes
     return [body_bytes(b) for b in data]
+
+
+def check_route(store: "Store", topic: str, queue: int | None, sharding_key: str | None,
+                arg_names: "ArgNames | None" = None) -> None:
+    """:func:`route_check` against ``topic``'s configuration, if it exists yet."""
+    cfg = store.find_topic(topic)
+    if cfg is not None:
+        route_check(cfg, queue, sharding_key, arg_names)
+
+
+def route_check(cfg: "TopicConfig", queue: int | None, sharding_key: str | None,
+                arg_names: "ArgNames | None" = None) -> None:
+    """Refuse a message that cannot be routed in ``cfg``: a queue it does not have, or no
+    sharding key nor queue on an ordered topic (named in the caller's spelling, ``arg_names``)."""
+    if queue is not None and queue >= cfg.queues:
+        raise UsageError(f"queue {queue} does not exist: topic {cfg.name!r} has queues 0-{cfg.queues - 1}")
+    if cfg.order and queue is None and not sharding_key:   # (an empty key is no key)
+        said = spelling(arg_names)
+        raise cfg.unrouted(said["sharding_key"], said["queue"])
 
 
 def check_route_args(sharding_key: str | None, queue: int | None) -> None:
@@ -118,21 +146,25 @@ class Producer(StoreClient):
         self._store: Store | None = Store.open(self.path, create=True)
 
     @classmethod
-    def of(cls, store: "Store", *, flush: str = "async", group_commit: bool = False) -> "Producer":
+    def of(cls, store: "Store", *, flush: str = "async", group_commit: bool = False,
+           arg_names: "ArgNames | None" = None) -> "Producer":
         """A producer over an open :class:`store.Store` handle, which :meth:`close` leaves
         open (``mqctl send`` shares its handle this way)."""
         producer = cls.__new__(cls)
         producer._setup(flush, group_commit)
         producer.path, producer._owned, producer._store = store.root, False, store
+        producer.arg_names = arg_names   # (how its errors name arguments: the CLI's flags)
         return producer
 
     def _setup(self, flush: str, group_commit: bool) -> None:
-        if flush not in ("async", "sync"):
-            raise UsageError(f"flush must be 'async' or 'sync', not {flush!r}")
+        check_flush(flush)
+        if not isinstance(group_commit, bool):
+            raise UsageError(f"group_commit must be True or False, not {group_commit!r}")
         if group_commit and flush != "sync":
             raise UsageError("group_commit applies to flush='sync'")
         self.flush = flush
         self.group_commit = group_commit
+        self.arg_names: ArgNames | None = None
         self._commits: GroupCommit | None = None
 
     # -- sending ---------------------------------------------------------------------------
@@ -224,6 +256,8 @@ class Producer(StoreClient):
         once, or with ``group_commit`` once a background fsync covers it. Checks nothing
         that :meth:`send_many` checks beyond the store's own limits (size, topic)."""
         store = self._open_store()
+        if queue is None and sharding_keys is None:   # (refused by the write too, in its own words)
+            self._check_route(store, topic, None, None)
         res = store.put_bodies(topic, bodies, properties=properties, queue_id=-1 if queue is None else queue,
                                sharding_keys=sharding_keys, sync=self.flush == "sync" and not self.group_commit)
         self._acknowledge(res, on_durable)
@@ -273,19 +307,11 @@ class Producer(StoreClient):
             self._commits = GroupCommit(self._open_store())
         self._commits.written((lambda: on_durable(result)) if on_durable is not None else _nothing)
 
-    @classmethod
-    def _check_route(cls, store: "Store", topic: str, queue: int | None, sharding_key: str | None) -> None:
-        cfg = store.find_topic(topic)
-        if cfg is not None:
-            cls._route_check(cfg, queue, sharding_key)
+    def _check_route(self, store: "Store", topic: str, queue: int | None, sharding_key: str | None) -> None:
+        check_route(store, topic, queue, sharding_key, self.arg_names)
 
-    @staticmethod
-    def _route_check(cfg: "TopicConfig", queue: int | None, sharding_key: str | None) -> None:
-        topic = cfg.name
-        if queue is not None and queue >= cfg.queues:
-            raise UsageError(f"queue {queue} does not exist: topic {topic!r} has queues 0-{cfg.queues - 1}")
-        if cfg.order and queue is None and not sharding_key:   # (an empty key is no key)
-            raise UsageError(f"topic {topic!r} is ordered: give a sharding_key or a queue")
+    def _route_check(self, cfg: "TopicConfig", queue: int | None, sharding_key: str | None) -> None:
+        route_check(cfg, queue, sharding_key, self.arg_names)
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:

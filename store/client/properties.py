@@ -37,7 +37,7 @@ def build_properties(*, tags: str | None = None, keys: str | Sequence[str] | Non
     from store.names import tag_problem
     said = spelling(arg_names)
     props = _user_properties(properties, said)
-    key_list = [] if not keys else [keys] if isinstance(keys, str) else list(keys)
+    key_list = _key_list(keys, said)
     for arg, name, value in [("tags", "tags", tags), *(("keys", "key", k) for k in key_list),
                              ("sharding_key", "sharding_key", sharding_key)]:
         if value is not None:
@@ -59,6 +59,17 @@ def build_properties(*, tags: str | None = None, keys: str | Sequence[str] | Non
         props[PROP_SHARDING_KEY] = sharding_key
     check_properties_room(props)   # refused now, naming this message, not by its batch's write
     return props
+
+
+def _key_list(keys: object, said: Mapping[str, str]) -> list[str]:
+    """``keys`` as a list: one key (a str) or a sequence of them; anything else (an int, a
+    dict, bytes) is refused naming ``keys``, not left to fail deep in the send."""
+    if keys is None or isinstance(keys, str):
+        return [keys] if keys else []
+    if isinstance(keys, Iterable) and not isinstance(keys, (bytes, bytearray, Mapping)):
+        return list(keys)   # (each is checked to be a str by the caller)
+    raise InvalidPropertyError(f"{said['keys']} must be a str or a list of str, not {type(keys).__name__}",
+                               "keys", keys)
 
 
 def check_properties_room(props: Mapping[str, str]) -> None:
@@ -101,14 +112,20 @@ def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> d
                 raise InvalidPropertyError(f"{said['properties']} {k!r}: a property's name and value are "
                                            f"strings (or integers), not {_json_type(bad)}", "properties", k)
             pairs.append((k, k, v))
-    else:
+    elif isinstance(given, Iterable) and not isinstance(given, (str, bytes, bytearray)):
         pairs = []
         for item in given:
+            if not isinstance(item, str):
+                raise InvalidPropertyError(f"{said['properties']} {item!r}: expected a NAME=VALUE string, not "
+                                           f"{type(item).__name__}", "properties", item)
             sep = "=" if "=" in item else (":" if ":" in item else None)
             if sep is None:
                 raise InvalidPropertyError(f"{said['properties']} {item!r}: expected NAME=VALUE", "properties", item)
             name, value = item.split(sep, 1)
             pairs.append((item, name, value))
+    else:
+        raise InvalidPropertyError(f"{said['properties_arg']} must be a dict of str, not {type(given).__name__}",
+                                   "properties", given)
     out: dict[str, str] = {}
     for shown, name, value in pairs:
         why = property_problem(name, value)

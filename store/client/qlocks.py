@@ -34,19 +34,17 @@ damage) reads as an unknown holder; it is never taken for an expired one, so gar
 let a contender in, and the holder rewrites it at its next renewal. Records are not fsynced:
 after a machine crash no process holds any lock, whatever the files say.
 
-Path changes are serialised by the group's mutex (``store/client/group_mutex.py``): a lock
-file is only ever unlinked or replaced under it, and every acquisition, renewal and release
-runs under it. ``is_valid`` and :func:`list_locks` never take the mutex.
+The group's mutex (``group_mutex.py``) serialises path changes (a lock file is unlinked or
+replaced under it only) and every acquisition, renewal and release; ``is_valid`` and
+:func:`list_locks` never take it.
 
-Probes (``list_locks``' ``alive``) take a *shared* non-blocking lock and drop it at once, so
-two probes never mistake each other for a holder. A probe can make a concurrent
-``try_acquire`` fail once; consumers retry at the next rebalance anyway.
+Probes (``list_locks``' ``alive``) take a *shared* lock and drop it at once: two probes never
+mistake each other for a holder (one can make a ``try_acquire`` fail once: retried later).
 
-Locks are ``flock`` locks: they belong to an open file description, not to a process, so two
-:class:`QueueLock` objects in one process exclude each other, and a lock file descriptor is
-opened close-on-exec so a handler started by the consumer never inherits (and outlives it
-with) the lock. The file-lock primitives themselves (``try_flock``, ``wait_flock``,
-``open_exclusive``, the identity checks) live in ``flock.py``.
+Locks are ``flock`` locks, of an open file description, not of a process: two
+:class:`QueueLock` objects of one process exclude each other; a handler the consumer starts
+never inherits one (close-on-exec), a child it forks closes its copies (``flock.keep``). The
+file-lock primitives (``try_flock``, ``open_exclusive``, identity checks) are ``flock.py``'s.
 """
 from __future__ import annotations
 
@@ -62,7 +60,9 @@ from store.client.group_mutex import MUTEX_TIMEOUT, group_mutex
 from store.client.options import log_warning
 from store.errors import LockHeldError, StoreIOError, UsageError, io_error
 from store.flock import (
+    close_kept,
     file_id,
+    keep,
     list_dir,
     names_same_file,
     now_ms,
@@ -260,7 +260,7 @@ class QueueLock:
 
     def _take(self, fd: int) -> None:
         now = now_ms()
-        self._fd, self._id = fd, file_id(os.fstat(fd))
+        self._fd, self._id = keep(fd, self._forget), file_id(os.fstat(fd))
         self._identity_at = 0
         self.acquired_at = self.renewed_at = now
         try:
@@ -376,8 +376,11 @@ class QueueLock:
 
     def _close(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)
+            close_kept(self._fd)
         self._fd = self._id = None
+
+    def _forget(self) -> None:   # (a forked child: the parent's lock, not to release; flock.keep)
+        self._fd, self._id, self._guard = None, None, threading.RLock()   # (held by a parent's thread?)
 
     def _name(self) -> str:
         return f"{self.topic}:{self.queue_id} of group {self.group}"
@@ -450,13 +453,8 @@ def list_locks(layout: Layout, group: str | None = None, held: Held | None = Non
     ``alive=False``: nobody holds the OS lock (a crashed holder's record). Read-only: takes no
     mutex and changes no file. ``held(path, pid)`` answers instead of a probe."""
     groups = [validate_group(group)] if group is not None else lock_groups(layout)
-    infos = []
-    for g in groups:
-        for topic, qid, path in _lock_files(layout, g):
-            info = _probe_info(g, topic, qid, path, held)
-            if info is not None:
-                infos.append(info)
-    return infos
+    infos = [_probe_info(g, topic, qid, path, held) for g in groups for topic, qid, path in _lock_files(layout, g)]
+    return [info for info in infos if info is not None]
 
 
 def unlock(layout: Layout, group: str, topic: str | None = None, queue_id: int | None = None,

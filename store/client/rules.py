@@ -25,11 +25,12 @@ PYTHON_NAMES: dict[str, str] = {
     "queues": "queues", "queues_example": "queues=[0, 3]", "max_reconsume": "max_reconsume",
     "retry_delay": "retry_delay", "suspend": "suspend_ms", "consumers": "consumers",
     "consumers_example": "consumers=['a', 'b']", "consumers_hint": "consumers=[...]",
-    "client_id": "client_id", "force": "force=True", "queue": "queue", "topic": "topic",
+    "client_id": "client_id", "force": "force=True", "queue": "queue", "topic": "topic", "to": "to=TOPIC",
+    "segment_size": "commitlog_segment_size",
     # a message's properties (store/client/properties.py): ``key`` is one of the keys, and
     # ``key_with_spaces`` the whole message about one, ``{value}`` the key
     "tags": "tags", "key": "a key", "key_with_spaces": "a key may not contain spaces: {value}",
-    "properties": "property", "sharding_key": "sharding_key",
+    "properties": "property", "properties_arg": "properties", "keys": "keys", "sharding_key": "sharding_key",
 }
 
 
@@ -42,6 +43,14 @@ def usage(template: str, arg_names: ArgNames | None, **values: object) -> UsageE
     """A ``UsageError`` whose ``{name}`` fields are argument names in the caller's spelling
     (and ``values``, filled in as given)."""
     return UsageError(template.format_map({**spelling(arg_names), **values}))
+
+
+def check_flush(flush: object) -> None:
+    """``flush`` is "async" (durable against a process crash once the call returns) or "sync"
+    (also against a machine crash: fsynced first); anything else is refused, whatever the
+    other arguments (a consumer's ``flush`` without ``to`` included: it would apply to none)."""
+    if flush not in ("async", "sync"):
+        raise UsageError(f"flush must be 'async' or 'sync', not {flush!r}")
 
 
 def check_consume_options(*, broadcast: bool = False, orderly: bool = False, dedup: bool = False,

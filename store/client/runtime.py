@@ -54,6 +54,7 @@ from store.client.options import ConsumeOptions, RunState, log_warning
 from store.client.pulling import Puller
 from store.client.rebalance import Rebalancer
 from store.client.retry import Retrier
+from store.client.rules import check_flush
 from store.client.sinks import InlineSink, PoolSink
 from store.client.stage import CopySink, Stage, check_stage
 from store.errors import StoreError, UsageError
@@ -134,8 +135,7 @@ class Runtime:
     def set_stage(self, to: str, flush: str = "async") -> Stage:
         """Make this member an exactly-once stage whose outputs go to ``to`` (``stage.py``),
         before it holds any queue; ``flush`` "sync": each batch fsynced before it counts."""
-        if flush not in ("sync", "async"):
-            raise UsageError(f"flush must be 'sync' or 'async', not {flush!r}")
+        check_flush(flush)
         sync = flush == "sync"
         if self.stage is not None and (self.stage.to, self.stage.sync) == (to, sync):
             return self.stage

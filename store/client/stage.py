@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from store import names
+from store.client.rules import ArgNames, usage
 from store.errors import MessageTooLargeError, StoreError, TopicNotFoundError, UsageError
 from store.log import format as F
 from store.log.messagestore import Store
@@ -161,19 +162,21 @@ class Stage:
 
 
 def check_stage(store: Store | None, to: str | None, *, broadcast: bool, dedup: bool,
-                no_group: bool = False) -> None:
-    """The combinations an exactly-once stage refuses (exit 2), and (given the store) an
+                no_group: bool = False, arg_names: ArgNames | None = None) -> None:
+    """The combinations an exactly-once stage refuses (exit 2), named in the caller's spelling
+    (``arg_names``: ``to``, or ``--to`` for the command line), and (given the store) an
     output topic that does not exist where topics are not created on send (exit 3)."""
     if to is None:
         return
     names.validate_topic(to)
     if no_group:
-        raise UsageError("--to commits the group's offsets with the outputs: it needs a group, not --no-group")
+        raise usage("{to} commits the group's offsets with the outputs: it needs a group, not --no-group",
+                    arg_names)
     if broadcast:
-        raise UsageError("--to needs a clustering group: broadcast offsets are each member's own")
+        raise usage("{to} needs a clustering group: broadcast offsets are each member's own", arg_names)
     if dedup:
-        raise UsageError("--dedup is not used with --to: a stage's outputs and offsets are written "
-                         "together, so a redelivered message has no output in the topic yet")
+        raise usage("{dedup} is not used with {to}: a stage's outputs and offsets are written "
+                    "together, so a redelivered message has no output in the topic yet", arg_names)
     if store is not None and not store.settings.auto_create_topics and not store.has_topic(to):
         raise TopicNotFoundError(f"topic {to!r} does not exist, and topics are not created on send here; "
                                  f"create it with: mqctl topic create {to}")

@@ -18,6 +18,9 @@ class TransactionAdmin:
     """Transactions by id: what ``mqctl tx send|commit|rollback|list|check`` do."""
 
     if TYPE_CHECKING:
+        from store.client.rules import ArgNames
+        arg_names: ArgNames | None
+
         @property
         def store(self) -> Store: ...
 
@@ -27,7 +30,9 @@ class TransactionAdmin:
         """Store a half message for ``topic`` (invisible to consumers until committed); its
         real queue is chosen now. ``properties`` as :func:`store.build_properties` makes them.
         Returns the transaction id and the stored half message (``.half``)."""
+        from store.client.producer import check_route
         from store.tx.transaction import send_half
+        check_route(self.store, topic, queue, sharding_key, self.arg_names)
         return send_half(self.store, topic, body, properties, queue_id=-1 if queue is None else queue,
                          sharding_key=sharding_key, sync=sync)
 

@@ -173,7 +173,7 @@ class WriterState:
             # SelectMessageQueueByHash), so producers in any language agree.
             return abs(java_hash(draft.sharding_key)) % topic.queues
         if topic.order:
-            raise UsageError(f"topic {topic.name!r} is ordered: give a sharding key (-s) or a queue (-q)")
+            raise topic.unrouted()
         return self.round_robin_start(topic, 1) % topic.queues
 
     def round_robin_start(self, topic: TopicConfig, n: int) -> int:

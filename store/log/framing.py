@@ -479,7 +479,7 @@ def _queue_ids_for(engine: "Engine", cfg: TopicConfig, n: int, queue_id: int,
         if queue_id >= 0:
             return [queue_id] * n
         if cfg.order:
-            raise UsageError(f"topic {cfg.name!r} is ordered: give a sharding key (-s) or a queue (-q)")
+            raise cfg.unrouted()
         start = engine.writer.round_robin_start(cfg, n)
         return [(start + i) % nq for i in range(n)]
     fallback = Draft(cfg.name, b"", queue_id=queue_id)

@@ -48,7 +48,7 @@ from typing import Any
 
 from store import fsutil
 from store.errors import CorruptionError, LockHeldError, UsageError, io_error
-from store.flock import wait_flock
+from store.flock import close_kept, keep, wait_flock
 from store.layout import Layout, lock_beside
 from store.log import offsetcommits, offsettable
 from store.log.offsettable import (
@@ -84,14 +84,14 @@ def exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None
     """Hold an exclusive flock on ``lock_path`` (created 0600, never deleted) for the block."""
     fsutil.ensure_dir(lock_path.parent)
     try:
-        fd = fsutil.open_private(lock_path, os.O_RDWR | os.O_CREAT)
+        fd = keep(fsutil.open_private(lock_path, os.O_RDWR | os.O_CREAT))   # (not a forked child's)
     except OSError as exc:
         raise io_error(exc, f"open {lock_path}") from exc
     try:
         wait_flock(fd, lock_path, timeout)
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock, as does a crash
+        close_kept(fd)  # closing the descriptor releases the lock, as does a crash
 
 
 @dataclass
@@ -398,8 +398,10 @@ class ClusterOffsetStore:
         if loaded.unknown and on_lost is None:
             self._load()   # raises: only recovery starts such a table over
         if loaded.unknown:
+            groups = offsettable.groups_on_disk(self.layout)
+            lost = f": the committed offsets of {offsettable.name_groups(groups)} are lost" if groups else ""
             self._warn(f"{self.path} and its .bak are unreadable and there is no offsets journal: "
-                       f"the table starts empty (every group starts again per its --from)")
+                       f"the table starts empty{lost} (every group starts again per its consumers' --from)")
             loaded.source = "journal"   # rewrite both, keeping nothing of the damaged copies
         lost_before, applied_before = set(loaded.table.lost), loaded.table.applied
         # keys a damaged copy names stay known as lost until recover resets them

@@ -278,10 +278,37 @@ def _load(layout: Layout) -> Loaded:
     if not tail.exists and not lost:
         # a store of an older version (no journal) whose table names no group any more:
         # every read is refused rather than every group silently starting over
+        groups = groups_on_disk(layout)
+        if groups:   # (known from their directories: they must not vanish without a word)
+            problems.append((str(path), f"the committed offsets of {name_groups(groups)} are in no readable copy: "
+                                        f"mqctl store recover starts the table empty, and each starts again "
+                                        f"per its consumers' --from"))
         return Loaded(table, tail, "none", lost, problems, unknown=True)
     if lost:
         problems.append(_lost_problem(path, lost))
     return Loaded(table, tail, "journal" if tail.exists else "none", lost, problems)
+
+
+def groups_on_disk(layout: Layout) -> list[str]:
+    """Clustering groups the store knows from their directories (``consumers/``, ``locks/``;
+    broadcast groups keep their offsets elsewhere): those whose offsets a table that cannot
+    be read at all loses, to be named rather than forgotten in silence."""
+    import os
+
+    from store.names import NAME_RE
+
+    def names_in(d: Path) -> list[str]:
+        try:
+            return os.listdir(d)
+        except OSError:
+            return []
+    found = {n for d in (layout.members_root, layout.queue_locks_root) for n in names_in(d) if NAME_RE.fullmatch(n)}
+    root = layout.broadcast_offsets_root
+    return sorted(found - {g for cid in names_in(root) for g in names_in(root / cid)})
+
+
+def name_groups(groups: list[str]) -> str:
+    return ("group " if len(groups) == 1 else "groups ") + ", ".join(groups)
 
 
 def _lost_problem(path: Path, lost: set[str]) -> tuple[str, str]:

@@ -127,16 +127,16 @@ def deliver_due(store: "Store", now_ms: int | None = None, max_messages: int = 1
     """One scheduler pass, if no other process is running one. Returns messages delivered."""
     if not store.has_topic(names.SCHEDULE_TOPIC):
         return 0
-    from store.flock import try_flock
+    from store.flock import close_kept, keep, try_flock
     lock_path = store.layout.service_lock("schedule")
     ensure_dir(lock_path.parent)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = keep(os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))   # (not a forked child's)
     try:
         if not try_flock(fd, lock_path):
             return 0
         return _pass(store, int(time.time() * 1000) if now_ms is None else now_ms, max_messages)
     finally:
-        os.close(fd)
+        close_kept(fd)
 
 
 def _pass(store: "Store", now: int, budget: int) -> int:

@@ -31,8 +31,9 @@ class StoreSettings:
     commitlog_segment_size: int = F.COMMITLOG_SEGMENT_SIZE
     cq_segment_entries: int = F.CQ_SEGMENT_ENTRIES
 
-    def validate(self, strict: bool = True) -> None:
-        """Refuse settings a store cannot work with (UsageError naming the limit).
+    def validate(self, strict: bool = True, named: str = "commitlog_segment_size") -> None:
+        """Refuse settings a store cannot work with (UsageError naming the limit; the segment
+        size as the caller spells it, ``named``: ``--segment-size`` for ``mqctl init``).
 
         ``strict`` (what ``mqctl init`` asks) also requires room in a segment for the largest
         record a maximum-size body can make (:data:`SEGMENT_SPARE` more). Without it (what
@@ -48,7 +49,7 @@ class StoreSettings:
         else:
             least, rule = MIN_SEGMENT_SIZE, ""
         if not least <= self.commitlog_segment_size <= MAX_SEGMENT_SIZE:
-            raise UsageError(f"the segment size (--segment-size) must be at least {rule}{least} bytes, "
+            raise UsageError(f"the segment size ({named}) must be at least {rule}{least} bytes, "
                              f"and at most {MAX_SEGMENT_SIZE}; got {self.commitlog_segment_size}")
         if not 1 <= self.default_queues <= 1024:
             raise UsageError(f"the default queue count must be 1..1024, got {self.default_queues}")

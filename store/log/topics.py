@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from store.errors import CorruptionError
+from store.errors import CorruptionError, UsageError
 from store.fsutil import (
     atomic_write_bytes,
     atomic_write_json_crc,
@@ -76,6 +76,12 @@ class TopicConfig:
     created_at: int = 0
     created_offset: int = 0
     deleting: bool = False
+
+    def unrouted(self, key: str = "", queue: str = "") -> UsageError:
+        """The refusal of a message to this ordered topic with neither sharding key nor queue,
+        naming the two as the caller spells them, if given (``sharding_key``, ``--sharding-key``)."""
+        named = f"a sharding key ({key}) or a queue ({queue})" if key else "a sharding key or a queue"
+        return UsageError(f"topic {self.name!r} is ordered: give {named}")
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {

@@ -146,18 +146,18 @@ class CheckReport:
 @contextmanager
 def service_lock(layout: Layout, name: str = CHECK_SERVICE) -> Iterator[None]:
     """Hold the exclusive flock ``services/<name>.lock``, waiting while another process has it."""
-    from store.flock import lock_exclusive
+    from store.flock import close_kept, keep, lock_exclusive
     path = layout.service_lock(name)
     ensure_dir(path.parent)
     try:
-        fd = open_private(path, os.O_RDWR | os.O_CREAT)
+        fd = keep(open_private(path, os.O_RDWR | os.O_CREAT))   # (a child forked meanwhile closes its copy)
     except OSError as exc:
         raise io_error(exc, f"open {path}") from exc
     try:
         lock_exclusive(fd)   # fcntl.flock, the lock portalocker takes on POSIX
         yield
     finally:
-        os.close(fd)  # releases the lock, as a crash does
+        close_kept(fd)  # releases the lock, as a crash does
 
 
 def immunity_ms(m: Message, timeout_ms: int) -> int:

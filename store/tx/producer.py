@@ -15,8 +15,9 @@ from store.client.handle import StoreClient
 from store.client.message import Message
 from store.client.options import log_warning
 from store.client.paths import PathLike, resolve_store_path
-from store.client.producer import Body, body_bytes, check_route_args
+from store.client.producer import Body, body_bytes, check_route, check_route_args
 from store.client.properties import build_properties
+from store.client.rules import check_flush
 from store.errors import UsageError
 
 if TYPE_CHECKING:
@@ -108,8 +109,7 @@ class TransactionProducer(StoreClient):
 
     def __init__(self, path: PathLike | None = None, *, check: Checker | None = None,
                  flush: str = "async") -> None:
-        if flush not in ("async", "sync"):
-            raise UsageError(f"flush must be 'async' or 'sync', not {flush!r}")
+        check_flush(flush)
         if check is not None and not callable(check):
             raise UsageError("check must be callable: check(msg) -> TxState")
         from store.log.messagestore import Store
@@ -130,6 +130,7 @@ class TransactionProducer(StoreClient):
         store = self._open_store()
         names.validate_topic(topic)
         check_route_args(sharding_key, queue)
+        check_route(store, topic, queue, sharding_key)
         if local_tx is not None and not callable(local_tx):
             raise UsageError("local_tx must be callable: local_tx(msg) -> TxState")
         props = build_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)

@@ -546,3 +546,25 @@ def test_transactions_with_async_local_transactions_and_checks(mq: MQ, path: str
     r = arun(main)
     got = {e["msgId"]: e["body"] for e in mq.drain("pay", "G")}
     assert got == {r[b].tx_id: b for b in ("commit me", "ask me later", "by hand")}
+
+
+def test_async_producer_takes_group_commit_as_producer_does(mq: MQ, path: str) -> None:
+    """``AsyncProducer`` mirrors ``Producer`` parameter for parameter: ``group_commit`` too,
+    with the same rules (``flush="sync"`` only, a bool); by default on with ``flush="sync"``
+    (what it did already), and ``False`` gives each send its own fsync."""
+    for bad, said in (({"flush": "async", "group_commit": True}, "group_commit applies to flush='sync'"),
+                      ({"flush": "sync", "group_commit": "yes"}, "group_commit must be True or False")):
+        with pytest.raises(store.UsageError, match=said):
+            store.Producer(path, **bad)
+        with pytest.raises(store.UsageError, match=said):
+            store.AsyncProducer(path, **bad)
+
+    async def send_all() -> list[bool]:
+        shared = []
+        for flush, group_commit in (("sync", None), ("sync", True), ("sync", False), ("async", None)):
+            async with store.AsyncProducer(path, flush=flush, group_commit=group_commit) as ap:
+                await asyncio.gather(*(ap.send("G", f"{flush}-{group_commit}-{i}") for i in range(5)))
+                shared.append(ap.group_commit)
+        return shared
+    assert asyncio.run(send_all()) == [True, True, False, False]
+    assert len(mq.ok("consume", "G", "--no-group", "--from", "first", "-e").stdout.split()) == 20

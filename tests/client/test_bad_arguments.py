@@ -1,0 +1,118 @@
+"""A Python caller's wrong argument types: each is refused with the library's documented error
+(``store.UsageError``, a ``store.StoreError``) in one line naming the argument, before anything
+is sent or joined, never a bare ``TypeError`` from deep inside a send."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+import store
+from tests.procs import MQ
+
+
+@pytest.fixture
+def path(mq: MQ) -> str:
+    mq.ok("topic", "create", "T", "--queues", "1")
+    return str(mq.root)
+
+
+_SENDS: list[tuple[str, dict[str, Any], str]] = [
+    ("keys", {"keys": 5}, "keys must be a str or a list of str, not int"),
+    ("keys", {"keys": b"k"}, "keys must be a str or a list of str, not bytes"),
+    ("keys", {"keys": {"k": 1}}, "keys must be a str or a list of str, not dict"),
+    ("keys", {"keys": [5]}, "a key must be a str, not int"),
+    ("properties", {"properties": 5}, "properties must be a dict of str, not int"),
+    ("properties", {"properties": "a=b"}, "properties must be a dict of str, not str"),
+    ("properties", {"properties": [5]}, "property 5: expected a NAME=VALUE string, not int"),
+]
+
+
+@pytest.mark.parametrize("arg,kw,said", _SENDS, ids=[f"{a}={kw[a]!r}" for a, kw, _ in _SENDS])
+def test_a_send_with_a_wrong_type_is_refused_naming_the_argument(mq: MQ, path: str, arg: str,
+                                                                  kw: dict[str, Any], said: str) -> None:
+    async def async_send(many: bool) -> None:
+        async with store.AsyncProducer(path) as ap:
+            await (ap.send_many("T", [b"x"], **kw) if many else ap.send("T", b"x", **kw))
+
+    sends: list[Callable[[], Any]] = []
+    with store.Producer(path) as p, store.TransactionProducer(path) as tp:
+        sends += [lambda: p.send("T", b"x", **kw), lambda: p.send_many("T", [b"x", b"y"], **kw),
+                  lambda: asyncio.run(async_send(False)), lambda: asyncio.run(async_send(True)),
+                  lambda: tp.send("T", b"x", local_tx=lambda m: store.TxState.COMMIT, **kw)]
+        for send in sends:
+            with pytest.raises(store.UsageError) as err:
+                send()
+            assert str(err.value) == said and "\n" not in said
+    assert mq.ok("consume", "T", "--no-group", "--from", "first", "-e").stdout == b""
+
+
+def test_other_wrong_types_of_producers_and_consumers_are_usage_errors(path: str, tmp_path: Path) -> None:
+    cases: list[tuple[Callable[[], Any], str]] = [
+        (lambda: store.Producer(5), "path must be a store directory (a str or os.PathLike), not int"),   # type: ignore[arg-type]
+        (lambda: store.Producer(path).send_many("T", 5), "bodies must be a list (or another iterable) "   # type: ignore[arg-type]
+                                                           "of message bodies, not int"),
+        (lambda: store.Producer(path).send(None, b"x"), "a topic name must be a str, not NoneType"),   # type: ignore[arg-type]
+        (lambda: store.Consumer(5, "g", path), "a topic name must be a str, not int"),   # type: ignore[arg-type]
+        (lambda: store.Consumer("T", 5, path), "a group name must be a str, not int"),   # type: ignore[arg-type]
+        (lambda: store.Consumer("T", "g", path, tags=5), "tags must be an expression"),   # type: ignore[arg-type]
+        (lambda: store.Consumer("T", "g", path, tags=["a", 5]), "tags must be an expression"),   # type: ignore[list-item]
+        (lambda: store.Consumer("T", "g", path, client_id=5), "a client id must be a str, not int"),   # type: ignore[arg-type]
+    ]
+    for call, said in cases:
+        with pytest.raises(store.UsageError, match="^" + said.replace("(", r"\(").replace(")", r"\)")):
+            call()
+    with store.Consumer("T", "g", path, tags=iter(["a", "b"])) as c:   # (any iterable of str)
+        assert c.client_id
+
+
+@pytest.mark.parametrize("to", [None, "OUT"])
+def test_a_bad_flush_is_refused_with_or_without_to(path: str, to: str | None) -> None:
+    """``run(flush="x")`` without ``to`` was accepted (the value applied to no stage), and
+    ``messages(flush="x")`` too; the async consumer's the same."""
+    said = "flush must be 'async' or 'sync', not 'x'"
+    with store.Consumer("T", "g", path, start_from="first") as c:
+        with pytest.raises(store.UsageError, match=said):
+            c.run(lambda m: None, exit_at_end=True, to=to, flush="x")
+    with store.Consumer("T", "g", path, start_from="first") as c:
+        with pytest.raises(store.UsageError, match=said):
+            c.messages(exit_at_end=True, to=to, flush="x")
+
+    async def run() -> None:
+        async with store.AsyncConsumer("T", "g", path, start_from="first") as ac:
+            with pytest.raises(store.UsageError, match=said):
+                await ac.run(lambda m: None, exit_at_end=True, to=to, flush="x")
+        async with store.AsyncConsumer("T", "g", path, start_from="first") as ac:
+            with pytest.raises(store.UsageError, match=said):
+                ac.messages(exit_at_end=True, to=to, flush="x")
+    asyncio.run(run())
+
+
+def test_the_library_names_its_own_parameters_and_the_cli_its_flags(mq: MQ, path: str, tmp_path: Path) -> None:
+    """One message each, in the caller's spelling (``arg_names``): a Python program reads
+    ``sharding_key``, ``to=TOPIC``, ``commitlog_segment_size``, never ``-s``/``-q``,
+    ``--to``, ``--segment-size``, which ``mqctl`` keeps."""
+    mq.ok("topic", "create", "O", "--queues", "2", "--order")
+    python_said = r"topic 'O' is ordered: give a sharding key \(sharding_key\) or a queue \(queue\)"
+    with store.Producer(path) as p, store.TransactionProducer(path) as tp:
+        for send in (lambda: p.send("O", b"x"), lambda: p.send_many("O", [b"x", b"y"]),
+                     lambda: p.send_bodies("O", [b"x"]), lambda: tp.send("O", b"x")):
+            with pytest.raises(store.UsageError, match=f"^{python_said}$"):
+                send()
+    for args in (["send", "O", "x"], ["tx", "send", "O", "x"]):
+        res = mq.run(*args)
+        assert res.returncode == 2 and "give a sharding key (--sharding-key) or a queue (--queue)" in res.stderr, res
+    for kw, said in (({"broadcast": True}, "to=TOPIC needs a clustering group"),
+                     ({"dedup": True}, "dedup is not used with to=TOPIC")):
+        with store.Consumer("T", "g", path, **kw) as c:
+            with pytest.raises(store.UsageError, match=f"^{said}"):
+                c.run(lambda m: None, to="OUT", exit_at_end=True)
+    res = mq.run("consume", "T", "-g", "g", "--to", "OUT", "--broadcast")
+    assert res.returncode == 2 and "--to needs a clustering group" in res.stderr, res
+    with pytest.raises(store.UsageError, match=r"^the segment size \(commitlog_segment_size\) must be"):
+        store.create_store(str(tmp_path / "s"), store.StoreSettings(commitlog_segment_size=1000))
+    res = mq.run("--store", str(tmp_path / "s"), "init", "--segment-size", "1000")
+    assert res.returncode == 2 and r"the segment size (--segment-size) must be" in res.stderr, res
+    assert not (tmp_path / "s").exists()

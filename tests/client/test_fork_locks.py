@@ -1,0 +1,93 @@
+"""A process that forks (``os.fork``, multiprocessing's fork start) while a consumer of it
+holds flock'd descriptors: its membership lock, orderly queue locks, or a short lock such as
+the offset table's. A flock lives while any descriptor of its open file does, so a child that
+kept its copies held the queues (and the member's client id) locked after the parent died,
+and a lock another thread of the parent held at the fork stayed held for the child's life.
+The child now closes its copies at the fork (``store.flock.keep``), never unlocking them."""
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from store.log.offsets import exclusive
+from tests.procs import MQ, pid_running, python
+
+
+def _free(path: Path) -> bool:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_a_child_forked_from_an_orderly_consumer_keeps_none_of_its_locks(mq: MQ) -> None:
+    mq.ok("topic", "create", "T", "--queues", "2")
+    mq.ok("send", "T", "x", "-q", "0")
+    script = """
+        import os, sys
+        import store
+        c = store.Consumer("T", "g", sys.argv[1], orderly=True, start_from="first", client_id="parent")
+        c.__enter__()
+        for m in c.messages(exit_at_end=True):
+            pass                      # holds both queues now, and its membership
+        if os.fork() == 0:
+            print("child", os.getpid(), flush=True)
+            sys.stdin.read()          # lives until the test closes its stdin
+            os._exit(0)
+        os.wait3(os.WNOHANG)
+        print("ready", flush=True)
+        sys.stdin.read()
+    """
+    proc = python(script, mq.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    child = 0
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        lines = [proc.stdout.readline().split(), proc.stdout.readline().split()]
+        child = int(next(words[1] for words in lines if words[0] == "child"))
+        held = sorted((mq.root / "locks" / "g" / "T").glob("*.lock"))
+        member = next((mq.root).rglob("parent.lock"))
+        assert len(held) == 2 and not any(_free(p) for p in [*held, member])   # the parent holds them
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert pid_running(child)
+        # the child, still running, holds none of them
+        assert all(_free(p) for p in [*held, member] if p.exists())
+        mq.ok("consume", "T", "-g", "g", "--orderly", "-e", "--client-id", "parent")
+    finally:
+        if child and pid_running(child):
+            os.kill(child, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_lock_held_at_the_fork_is_not_held_by_the_child(tmp_path: Path) -> None:
+    """The offset table's lock, held (by another thread, say) when the process forks: the
+    child closes its copy, so the lock ends when the holder lets it go, not when the child
+    exits."""
+    lock = tmp_path / "offsets.lock"
+    r, w = os.pipe()
+    started_r, started_w = os.pipe()
+    with exclusive(lock):
+        pid = os.fork()
+        if pid == 0:   # pragma: no cover (the child waits for the test to close the pipe)
+            os.close(w)
+            os.write(started_w, b"x")   # (it runs: what the fork does in the child is done)
+            os.read(r, 1)
+            os._exit(0)
+    os.close(r)
+    os.close(started_w)
+    try:
+        assert os.read(started_r, 1) == b"x"
+        assert _free(lock)
+    finally:
+        os.close(started_r)
+        os.close(w)
+        os.waitpid(pid, 0)
