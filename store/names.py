@@ -106,9 +106,9 @@ CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9_.@:%|#-]{1,200}\Z")
 
 def validate_client_id(client_id: str) -> str:
     """Client ids become file names under the store, so they get the same guard as names."""
-    if not CLIENT_ID_RE.fullmatch(client_id) or client_id in (".", ".."):
+    if not isinstance(client_id, str) or not CLIENT_ID_RE.fullmatch(client_id) or client_id in (".", ".."):
         raise InvalidNameError(
-            f"invalid client id {client_id[:60]!r}: use 1-200 characters from A-Z a-z 0-9 _ . @ : % | # -")
+            f"invalid client id {str(client_id)[:60]!r}: use 1-200 characters from A-Z a-z 0-9 _ . @ : % | # -")
     return client_id
 
 

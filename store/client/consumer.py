@@ -81,7 +81,11 @@ def start_position(start_from: StartFrom) -> tuple[str, int | None]:
 def tag_filter(tags: str | Iterable[str] | None) -> frozenset[str] | None:
     if tags is None or isinstance(tags, str):
         return names.parse_tag_expression(tags)
-    out = frozenset(t.strip() for t in tags if isinstance(t, str) and t.strip())
+    # (bytes would iterate as ints, each dropped: a filter silently widened to every message)
+    given = list(tags) if isinstance(tags, Iterable) and not isinstance(tags, (bytes, bytearray)) else None
+    if given is None or not all(isinstance(t, str) for t in given):
+        raise UsageError(f"tags must be a tag expression (a str) or a list of str, not {tags!r}")
+    out = frozenset(t.strip() for t in given if t.strip())
     return None if not out or "*" in out else out
 
 

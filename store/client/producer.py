@@ -49,9 +49,15 @@ def body_list(bodies: Iterable[Body]) -> list[bytes]:
     if isinstance(bodies, (str, bytes, bytearray, memoryview)):
         raise UsageError(f"bodies must be a list (or another iterable) of message bodies, not a single "
                          f"{type(bodies).__name__}: send_many(topic, [body])")
-    data = bodies if type(bodies) is list else list(bodies)
+    if type(bodies) is list:
+        data = bodies
+    elif hasattr(bodies, "__iter__"):   # (not collections.abc: the send path imports little)
+        data = list(bodies)
+    else:
+        raise UsageError(f"bodies must be a list (or another iterable) of message bodies, not "
+                         f"{type(bodies).__name__}: send_many(topic, [body])")
     if set(map(type, data)) <= {bytes}:
-        return data   # type: ignore[return-value]  # every element checked to be bytes
+        return data   # (every element checked to be bytes)
     return [body_bytes(b) for b in data]
 
 

@@ -37,7 +37,7 @@ def build_properties(*, tags: str | None = None, keys: str | Sequence[str] | Non
     from store.names import tag_problem
     said = spelling(arg_names)
     props = _user_properties(properties, said)
-    key_list = [] if not keys else [keys] if isinstance(keys, str) else list(keys)
+    key_list = _key_list(keys)
     for arg, name, value in [("tags", "tags", tags), *(("keys", "key", k) for k in key_list),
                              ("sharding_key", "sharding_key", sharding_key)]:
         if value is not None:
@@ -85,11 +85,26 @@ def properties_room(props: Mapping[str, str]) -> int:
     return F.MAX_PROPERTIES_SIZE - F.CRC_PROPERTY_SIZE - _stored_size(props)
 
 
+def _key_list(keys: object) -> list[str]:
+    """``keys`` as a list: one key (a str) or an iterable of them. Anything else (a number, bytes,
+    whose items would be ints) is ``InvalidPropertyError``, as a key of the wrong type is."""
+    if keys is None:
+        return []
+    if isinstance(keys, str):
+        return [keys] if keys else []
+    if isinstance(keys, (bytes, bytearray, Mapping)) or not isinstance(keys, Iterable):
+        raise InvalidPropertyError(f"keys must be a str or a list of str, not {type(keys).__name__}", "keys", keys)
+    return list(keys)
+
+
 def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> dict[str, str]:
     """The user properties, each checked; ``NAME=VALUE`` strings split first."""
     from store.log.record import property_problem
     if given is None:
         return {}
+    if isinstance(given, (str, bytes, bytearray)) or not isinstance(given, Iterable):
+        raise InvalidPropertyError(f"properties must be a dict of str to str, not {type(given).__name__}",
+                                   "properties", given)
     if isinstance(given, Mapping):
         pairs = []
         for k, v in given.items():
@@ -104,6 +119,9 @@ def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> d
     else:
         pairs = []
         for item in given:
+            if not isinstance(item, str):
+                raise InvalidPropertyError(f"{said['properties']} {item!r}: expected a NAME=VALUE string, "
+                                           f"not {type(item).__name__}", "properties", item)
             sep = "=" if "=" in item else (":" if ":" in item else None)
             if sep is None:
                 raise InvalidPropertyError(f"{said['properties']} {item!r}: expected NAME=VALUE", "properties", item)
