@@ -20,7 +20,9 @@ EXIT_BROKEN_PIPE = 141
 
 
 def print_error(message: str) -> None:
-    line = " ".join(str(message).split("\n"))
+    # one line: a continuation line's indent goes (Click's "Choose from:\n\tbash,\n\tzsh")
+    first, *rest = str(message).split("\n")
+    line = " ".join([first, *(part.lstrip() for part in rest)])
     try:
         sys.stderr.write(f"mqctl: error: {line}\n")
         sys.stderr.flush()

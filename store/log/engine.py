@@ -270,7 +270,7 @@ class Engine:
             if cur.queues != queues or cur.order != order:
                 raise TopicExistsError(
                     f"topic {name!r} exists with {cur.queues} queue{'' if cur.queues == 1 else 's'}"
-                    f"{' (ordered)' if cur.order else ''}")
+                    f"{' (ordered)' if cur.order else ', not ordered' if order else ''}")
             return cur, False
         # queue files of no topic (an older version's killed `topic delete`) are not this one's
         remove_queues(self.layout.topic_cq_dir(name))

@@ -193,3 +193,24 @@ def test_message_and_transaction_ids_are_found_in_any_case(mq: MQ) -> None:
     assert mq.ok("tx", "list", "--json").json_lines() == []
     bodies = mq.ok("consume", "t", "--no-group", "--from", "first", "-e").stdout.split()
     assert sorted(bodies) == [b"half", b"hello"]
+
+
+def test_topic_create_with_another_ordering_says_which(mq: MQ) -> None:
+    """``topic create T --order`` on an unordered T of that queue count is a conflict (exit 4);
+    the error said only "exists with 8 queues", the count that was asked for. It says the
+    ordering differs, as it does the other way round."""
+    mq.ok("topic", "create", "plain")
+    mq.ok("topic", "create", "keyed", "--order")
+    line = one_error(mq.run("topic", "create", "plain", "--order"), 4, "topic 'plain' exists with 8 queues")
+    assert "not ordered" in line
+    line = one_error(mq.run("topic", "create", "keyed"), 4, "topic 'keyed' exists with 8 queues")
+    assert "(ordered)" in line
+    # the same shape again is still a no-op
+    mq.ok("topic", "create", "keyed", "--order")
+
+
+def test_a_usage_error_listing_choices_is_one_line_without_tabs(mq: MQ) -> None:
+    """Click words a missing choice as ``Choose from:\\n\\tbash,\\n\\tzsh``: joined into the one
+    error line, its tabs stayed in it."""
+    line = one_error(mq.run("completion"), 2, "Missing argument 'SHELL'")
+    assert "\t" not in line and "Choose from: bash, zsh, fish" in line
