@@ -78,3 +78,11 @@ def unescape(text: str, option: str = "--delimiter") -> bytes:
         return text.encode().decode("unicode_escape").encode("latin-1")
     except (UnicodeDecodeError, UnicodeEncodeError) as exc:
         raise UsageError(f"{option} {text!r}: not a valid escape sequence ({exc.reason})") from exc
+
+
+def delay_level_text(ms: int) -> str:
+    """A delay level's length as the levels are written: ``1s``, ``30s``, ``2m``, ``1h``."""
+    for unit, size in (("h", 3_600_000), ("m", 60_000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms / 1000:g}s"

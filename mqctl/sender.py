@@ -15,8 +15,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from mqctl import msgargs
 from mqctl.msgargs import ENVELOPE_PLACE_FIELDS, json_body, json_properties, message_properties, unescape
-from mqctl.stdin import LongRecord, read_chunks
+from mqctl.stdin import LongRecord, line_cap, read_chunks
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -122,7 +123,8 @@ def run_send(st: "State", r: SendRequest) -> None:
             fast = r.input == "raw" and kd is None and deliver is None
             tuned = False
             try:
-                for records, more in read_chunks(fd, delim, zero_copy=fast, cap=sender.line_cap(r.input, kd)):
+                cap = line_cap(sender.max_size, r.input == "json", kd)
+                for records, more in read_chunks(fd, delim, zero_copy=fast, cap=cap):
                     if not tuned and sum(map(len, records)) >= BIG_READ:
                         # Big read blocks and batch buffers follow: reuse their memory, not
                         # faulted in anew. (Not before: a few lines read at once do not pay for
@@ -144,7 +146,7 @@ def run_send(st: "State", r: SendRequest) -> None:
                     if not more:
                         sender.settle()
             except LongRecord as exc:
-                sender.refuse_long(exc.size, line + 1, r.input == "raw" and kd is None)
+                sender.too_large(exc.size, line + 1, body=r.input == "raw" and kd is None)
         sender.flush()
         finished = True
     finally:
@@ -224,33 +226,15 @@ class Sender:
 
     def _check_size(self, body: bytes, line: int) -> None:
         if len(body) > self.max_size:
-            self._too_large(len(body), line)
+            self.too_large(len(body), line)
 
-    def _too_large(self, size: int, line: int) -> None:
+    def too_large(self, size: int, line: int, body: bool = True) -> None:
+        """Refuse a message (``body``) or a line of stdin that cannot hold one, of ``size`` bytes."""
         from store.errors import MessageTooLargeError
         raise MessageTooLargeError(
-            f"{f'line {line}' if line else 'BODY'}: message of {size} bytes exceeds the store's "
-            f"limit of {self.max_size} bytes{self._sent_before(line)}")
-
-    def line_cap(self, kind: str, key_delim: bytes | None) -> int:
-        """The longest line of stdin that could hold a message within the store's limit: a
-        longer one is refused without being held in memory (stdin.LongRecord). A raw line is
-        its body; a key and its delimiter may come before it; a JSON line may escape or
-        base64 its body (at most 6 bytes a byte, as \\u0000)."""
-        if kind == "json":
-            return 6 * self.max_size + (1 << 20)
-        if key_delim is not None:
-            return self.max_size + (1 << 16) + len(key_delim)
-        return self.max_size
-
-    def refuse_long(self, size: int, line: int, whole_body: bool) -> None:
-        """Refuse a line longer than :meth:`line_cap` (what came before it is sent)."""
-        if whole_body:
-            self._too_large(size, line)
-        from store.errors import MessageTooLargeError
-        raise MessageTooLargeError(
-            f"line {line}: a line of {size} bytes exceeds the store's limit of {self.max_size} bytes for "
-            f"a message, whatever its key or encoding{self._sent_before(line)}")
+            f"{f'line {line}' if line else 'BODY'}: {'message' if body else 'a line'} of {size} bytes exceeds "
+            f"the store's limit of {self.max_size} bytes"
+            f"{'' if body else ' for a message, whatever its key or encoding'}{self._sent_before(line)}")
 
     def _bad_line(self, message: str, line: int) -> Exception:
         from store.errors import BadInputError
@@ -507,17 +491,9 @@ class Sender:
             first, last = format_local(lo, self.utc), format_local(hi, self.utc)
             at = f"at {first}" if hi - lo < 1000 else f"from {first} to {last}"
             level, ms = self.deliver
-            delay = f"delay level {level}: {_delay_text(ms)}" if level else f"a {self.delay_text} delay"
+            delay = f"delay level {level}: {msgargs.delay_level_text(ms)}" if level else f"a {self.delay_text} delay"
             when = f", due {at} ({delay})"
         sys.stderr.write(f"sent {plural(self.sent, 'message')} to {self.topic} ({where}){when}{rate}\n")
 
 
 _DUE_FIELD = jsonlib.dumps("deliverTimestamp")
-
-
-def _delay_text(ms: int) -> str:
-    """A delay level's length as the levels are written: ``1s``, ``30s``, ``2m``, ``1h``."""
-    for unit, size in (("h", 3_600_000), ("m", 60_000)):
-        if ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms / 1000:g}s"

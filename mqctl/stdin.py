@@ -81,6 +81,15 @@ def _grow_pipe(fd: int) -> int:
         return 65536
 
 
+def line_cap(max_size: int, json: bool, key_delim: bytes | None) -> int:
+    """The longest line that can hold a message of at most ``max_size`` bytes: a raw line is
+    its body; a key and its delimiter may come before it; a JSON line may escape or base64
+    its body (at most 6 bytes a byte, as \\u0000)."""
+    if json:
+        return 6 * max_size + (1 << 20)
+    return max_size + (0 if key_delim is None else (1 << 16) + len(key_delim))
+
+
 def read_chunks(fd: int, delim: bytes, zero_copy: bool = False,
                 cap: int | None = None) -> Iterator[tuple[list[bytes], bool]]:
     """Records from ``fd`` split on ``delim``, grouped by what each read returned, each group
