@@ -27,12 +27,18 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from hypothesis import settings
 
 from store import Store, StoreSettings
 from store.layout import Layout
 from tests.procs import MQ
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# No deadline for a property test's examples (Hypothesis's default is 200 ms each): the suite
+# must pass beside CPU hogs, where a 0.1 ms example once took 256 ms (test_allocate.py).
+settings.register_profile("loaded", deadline=None)
+settings.load_profile("loaded")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

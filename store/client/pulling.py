@@ -27,7 +27,6 @@ from store.log.record import Message, java_hash
 
 if TYPE_CHECKING:
     from store.client.dedup import DedupLog
-    from store.log.results import BodiesResult
 
 PULL_MAX_BYTES = 4 * 1024 * 1024   # what one pull reads at most (Store.pull's max_bytes)
 PULL_MIN_BYTES = 256 * 1024        # a queue's share of a sink's cache_bytes, at least
@@ -217,7 +216,7 @@ class Puller:
         offset moves only after the write returned, as on the general path. ``pre``: the
         bodies read already (:meth:`_pull_shared`, which checked the lock)."""
         t, q = key
-        res: BodiesResult | Columns
+        res: Columns
         if pre is None:
             want = min(want, self.dispatcher.budget())
             if want <= 0:
@@ -225,7 +224,9 @@ class Puller:
             lock = self.held.locks.get(key)
             if lock is not None and not lock.is_valid():
                 return False  # the next rebalance drops the queue through the normal path
-            res = self.store.pull_bodies(t, q, pq.next_pull, want, views=True)
+            # (columns, not pull_bodies' result: its module's dataclasses cost a member ~2 ms
+            # to import at its first message)
+            res = self.store.pull_columns(t, q, pq.next_pull, want, bodies_only=True, views=True)
         else:
             res = pre
         for qoff, why in res.damaged:

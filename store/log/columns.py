@@ -22,13 +22,13 @@ import struct
 import sys
 from dataclasses import dataclass, field
 from itertools import islice
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable
 
 from store.log import format as F
 from store.log.entrysearch import find_record
 from store.log.queueends import reader_end
 from store.log.record import Message, RecordError, crc32
+from store.log.spans import GAP_PER_READ, fetch_span
 
 if TYPE_CHECKING:
     from store.log.commitlog import CommitLog
@@ -80,51 +80,6 @@ class Columns:
         return len(self.offsets)
 
 
-def fetch_span(log: "CommitLog", entries: list[tuple[int, int, int]],
-               max_bytes: int) -> tuple[list[tuple[int, int, int]], int, bytes]:
-    """The records of a run of one queue's consume-queue entries, with one ``pread``:
-    ``(entries, lo, span)``, ``span`` starting at commit-log offset ``lo``.
-
-    A queue's records lie in log order, interleaved with other queues' records. The run is
-    cut before the first entry outside the first record's segment (a record never spans segments, and the
-    caller's next pull starts there). When the records are too sparse for one read (over
-    four times their own size and over ``max_bytes``), the span is empty and the caller reads
-    each record on its own. The span is ``bytes``, not a memoryview: slicing and comparing
-    small pieces of bytes is cheaper than through a view."""
-    # A queue's entries are in log order, so the first and last bound the run; a damaged
-    # entry breaks that, and the caller reads a record outside the span on its own.
-    lo, hi = entries[0][0], entries[-1][0] + entries[-1][1]
-    seg_end = log.segment_of(lo) + log.segment_size
-    if hi > seg_end or hi <= lo:
-        cut = 1   # keep the prefix in the first record's segment
-        while cut < len(entries) and lo <= entries[cut][0] and entries[cut][0] + entries[cut][1] <= seg_end:
-            cut += 1
-        entries = entries[:cut]
-        hi = max(e[0] + e[1] for e in entries)
-    if hi - lo <= max_bytes or hi - lo <= sum(map(itemgetter(1), entries)) * 4:
-        return entries, lo, log.read_bytes(lo, hi - lo)
-    # Sparse (many queues interleaved): the prefix of the run within max_bytes of ``lo`` is
-    # still read at once when the other records between its own are few bytes each (copying
-    # a gap costs less than a read of its own: about _GAP_PER_READ bytes); the next pull
-    # starts after it. Otherwise each record is read on its own.
-    end = lo + max_bytes
-    fit = own = 0
-    for phys, size, _tags in entries:
-        if phys < lo or phys + size > end:
-            break
-        fit += 1
-        own += size
-    if fit >= _MIN_DENSE_RUN:
-        hi = max(e[0] + e[1] for e in entries[:fit])
-        if hi - lo - own <= fit * _GAP_PER_READ:
-            return entries[:fit], lo, log.read_bytes(lo, hi - lo)
-    return entries, lo, b""
-
-
-_GAP_PER_READ = 12288
-_MIN_DENSE_RUN = 16
-
-
 def _why(span: bytes, start: int, end: int, phys: int, qoff: int, queue_id: int,
          topic_field: bytes) -> str:
     """Why the record at ``span[start:end]`` failed the fast check, in decode()'s order."""
@@ -170,7 +125,7 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
             out.next_offset = offset + 1
             _from_log(log, q, topic, queue_id, offset, why, out, bodies_only, with_phys)
         return out
-    entries, lo, span = fetch_span(log, entries, max_bytes)
+    entries, lo, span = fetch_span(log, entries, max_bytes, NATIVE)
     check_run(log, q, topic, queue_id, offset, entries, lo, span, max_bytes, out, bodies_only, with_phys,
               views)
     return out
@@ -211,17 +166,18 @@ def check_run(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, of
                            *cols, fd, base, seg_size)
         if i < n and total < max_bytes:   # the record the C loop handed back, and what follows it
             i, total = _check_loop(log, q, topic, queue_id, offset, entries, i, lo, span, topic_field, max_bytes,
-                                   total, out, bodies_only, with_phys, views, True)
+                                   total, out, bodies_only, with_phys, views, True, base if fd >= 0 else -1)
     out.next_offset = offset + i
 
 
 def _check_loop(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, offset: int,
                 entries: list[tuple[int, int, int]], i: int, lo: int, span: bytes, topic_field: bytes,
                 max_bytes: int, total_bytes: int, out: Columns, bodies_only: bool, with_phys: bool, views: bool,
-                handoff: bool) -> tuple[int, int]:
+                handoff: bool, c_base: int = -1) -> tuple[int, int]:
     """:func:`check_run`'s loop from entry ``i``, with ``total_bytes`` taken so far: the index
     of the next entry and the new total. ``handoff``: return at the first record after entry
-    ``i`` that lies in ``span`` (the C loop takes it from there)."""
+    ``i`` that lies in ``span`` or in segment ``c_base`` (the C loop takes it from there: it
+    reads that segment's records outside the span itself)."""
     span_len = len(span)
     mv = memoryview(span)
     tf_len = len(topic_field)
@@ -246,6 +202,8 @@ def _check_loop(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, 
             buf = b""
             if size >= min_size:
                 base = phys - phys % seg_size
+                if handoff and base == c_base and qoff > first + offset:
+                    return qoff - offset, total_bytes
                 fd = fds.get(base)
                 if fd is None:
                     try:
@@ -377,7 +335,7 @@ def _vector_run(engine: "Engine", q: "ConsumeQueue", topic: str, queue_id: int, 
     gathered = False
     if not (hi - lo <= max_bytes or hi - lo <= int(size[:n].sum()) * 4):
         m = int(np.searchsorted(ends_abs, lo + max_bytes, side="right"))   # fetch_span's prefix
-        if m >= _VECTOR_MIN_RUN and int(ends_abs[m - 1]) - lo - int(size[:m].sum()) <= m * _GAP_PER_READ:
+        if m >= _VECTOR_MIN_RUN and int(ends_abs[m - 1]) - lo - int(size[:m].sum()) <= m * GAP_PER_READ:
             n, hi = m, int(ends_abs[m - 1])
         elif int(size[:n].sum()) <= n * _GATHER_MAX_AVG:
             gathered = True   # sparse: one read per record, the records then laid end to end

@@ -423,11 +423,11 @@ class Store:
         c = pull_columns(self.engine, topic, queue_id, offset, max_count, max_bytes, bodies_only=True, views=views)
         return BodiesResult(c.bodies, c.offsets, c.next_offset, c.max_offset, c.damaged)
 
-    def pull_columns(self, topic: str, queue_id: int, offset: int, max_count: int = 256,
-                     max_bytes: int = 4 * 1024 * 1024, with_phys: bool = False) -> Columns:
-        """A run of one queue as checked columns (``bulk.pull_columns``)."""
+    def pull_columns(self, topic: str, queue_id: int, offset: int, max_count: int = 256, max_bytes: int = 4 << 20,
+                     with_phys: bool = False, bodies_only: bool = False, views: bool = False) -> Columns:
+        """A run of one queue as checked columns (``columns.pull_columns``; no result object)."""
         from store.log.columns import pull_columns
-        return pull_columns(self.engine, topic, queue_id, offset, max_count, max_bytes, with_phys)
+        return pull_columns(self.engine, topic, queue_id, offset, max_count, max_bytes, with_phys, bodies_only, views)
 
     def pull_records(self, topic: str, queue_id: int, offset: int, max_count: int = 256,
                      max_bytes: int = 4 * 1024 * 1024) -> Columns:

@@ -41,6 +41,14 @@
 #define MAGIC_V1 0xDAA320A7u
 #define VIEW_MIN_SIZE 2048       /* as columns._VIEW_MIN_SIZE: bodies of such records as views */
 #define UNLOCKED_CRC_MIN 65536   /* records this big are CRC'd with the GIL released */
+/* Records outside the span are read together with the ones after them while the bytes between
+ * two are at most GATHER_GAP (other queues' records: copying them costs less than a read of
+ * its own) and the read at most GATHER_MAX (it stays in the core's cache while checked).
+ * Measured, 16 members of a group on 16 queues (100-byte bodies: 3.4 KiB between a queue's
+ * records), 2 CPU hogs on 2 cores: reads of up to 256 KiB ~15 % less CPU than a read per
+ * record, up to 64 KiB a little less again (less system time); a 4 MiB span ~25 % more. */
+#define GATHER_GAP 4096
+#define GATHER_MAX (64 * 1024)
 
 /* columns.check_run's flags */
 #define BODIES_ONLY 1
@@ -114,14 +122,61 @@ static int append_new(PyObject *list, PyObject *item)
     return rc;
 }
 
+/* The commit-log offset and size of entry k of ``entries``; 0 when it is not a (phys, size)
+ * tuple of 64-bit integers (no error left set). */
+static int entry_at(PyObject *entries, Py_ssize_t k, int64_t *phys, int64_t *size)
+{
+    PyObject *e = PyList_GET_ITEM(entries, k);
+    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 2)
+        return 0;
+    *phys = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 0));
+    *size = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 1));
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* One read from ``fd`` (the segment at commit-log offset ``fd_base``) of the record of entry i
+ * (at ``phys``, ``size`` bytes) and of the entries after it that follow in log order, each
+ * within GATHER_GAP bytes of the one before, all within GATHER_MAX bytes and the segment. A
+ * new bytes object with what was read (possibly short: a record it does not hold whole is
+ * read again, and its failure named, by the Python loop), *got its length; NULL with an
+ * error set only when out of memory. */
+static PyObject *read_gather(int fd, int64_t fd_base, int64_t seg_size, PyObject *entries, Py_ssize_t i,
+                             int64_t phys, int64_t size, Py_ssize_t *got)
+{
+    int64_t hi = phys + size;
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    for (Py_ssize_t k = i + 1; k < n; k++) {
+        int64_t p, z;
+        /* (p >= hi >= 0 and z > 0: none of the sums below can overflow) */
+        if (!entry_at(entries, k, &p, &z) || z < MIN_RECORD_SIZE || p < hi || p - hi > GATHER_GAP
+            || z > GATHER_MAX || p - phys > GATHER_MAX - z || p - fd_base > seg_size - z)
+            break;
+        hi = p + z;
+    }
+    PyObject *buf = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(hi - phys));
+    if (buf == NULL)
+        return NULL;
+    ssize_t r;
+    Py_BEGIN_ALLOW_THREADS
+    r = pread(fd, PyBytes_AS_STRING(buf), (size_t)(hi - phys), (off_t)(phys - fd_base));
+    Py_END_ALLOW_THREADS
+    *got = r < 0 ? 0 : (Py_ssize_t)r;
+    return buf;
+}
+
 /* check_run(span, view, lo, entries, i, offset, queue_id, topic_field, max_bytes, total_bytes,
  *           flags, offsets, bodies, born, stored, props, phys, reconsume, fd, fd_base, seg_size)
  *           -> (i, total_bytes)
  *
  * Entries i, i+1, ... of ``entries`` ((phys, size, tags) tuples; entry k is queue offset
  * offset + k), checked and appended to the column lists as check_run appends them. A record
- * lies in ``span`` (the log from commit-log offset ``lo``) or is read on its own from ``fd``,
- * the segment at commit-log offset ``fd_base`` (-1: none). Stops before the first entry it
+ * lies in ``span`` (the log from commit-log offset ``lo``) or is read from ``fd``, the segment
+ * at commit-log offset ``fd_base`` (-1: none): with the records after it that lie close by
+ * (read_gather), each record still checked on its own. Stops before the first entry it
  * cannot serve, or after the record that brings total_bytes to max_bytes; returns the index of
  * the next entry and the new total. ``view``: a memoryview of span (bodies of big records are
  * cut from it with VIEWS), or None. */
@@ -167,84 +222,75 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
     int64_t span_len = (int64_t)span.len;
     Py_ssize_t n = PyList_GET_SIZE(entries);
     int failed = 0;
+    /* The last read outside the span (read_gather): it holds the log from commit-log offset
+     * own_lo, own_len bytes; own_view a memoryview of it, made when a body is cut from it. */
+    PyObject *own = NULL, *own_view = NULL;
+    int64_t own_lo = 0, own_len = 0;
     for (; i < n; i++) {
-        PyObject *e = PyList_GET_ITEM(entries, i);
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 2)
-            break;
-        int64_t phys = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 0));
-        int64_t size = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 1));
-        if (PyErr_Occurred()) {
-            PyErr_Clear();   /* the Python loop takes the entry and says what it is */
-            break;
-        }
+        int64_t phys, size;
+        if (!entry_at(entries, i, &phys, &size))
+            break;   /* the Python loop takes the entry and says what it is */
         /* phys (>= 0) and size come from a consume-queue entry, any value of a damaged one:
          * the bounds are compared without a sum that could overflow (phys near 2**63) */
         if (size < MIN_RECORD_SIZE || phys < 0)
             break;
         int64_t start = phys - lo;
         const unsigned char *r;
-        PyObject *own = NULL;   /* the record read on its own, outside the span */
+        int in_own = 0;   /* the record lies in ``own``, not in the span */
         if (start < 0 || size > span_len || start > span_len - size) {
-            if (fd < 0 || phys < fd_base || size > seg_size || phys - fd_base > seg_size - size)
-                break;
-            own = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
-            if (own == NULL)
-                goto error;
-            ssize_t got;
-            Py_BEGIN_ALLOW_THREADS
-            got = pread(fd, PyBytes_AS_STRING(own), (size_t)size, (off_t)(phys - fd_base));
-            Py_END_ALLOW_THREADS
-            r = (const unsigned char *)PyBytes_AS_STRING(own);
-            if (got != size) {
-                Py_DECREF(own);
-                break;   /* short or failed: the Python loop reads it again and names why */
+            if (own == NULL || phys < own_lo || size > own_len || phys - own_lo > own_len - size) {
+                if (fd < 0 || phys < fd_base || size > seg_size || phys - fd_base > seg_size - size)
+                    break;
+                Py_ssize_t got;
+                Py_XDECREF(own);
+                Py_CLEAR(own_view);
+                own = read_gather(fd, fd_base, seg_size, entries, i, phys, size, &got);
+                if (own == NULL)
+                    goto error;
+                own_lo = phys;
+                own_len = got;
+                if (got < size)
+                    break;   /* short or failed: the Python loop reads it again and names why */
             }
+            r = (const unsigned char *)PyBytes_AS_STRING(own) + (phys - own_lo);
+            in_own = 1;
         } else {
             r = buf + start;
         }
         int64_t qoff = offset + i, t, p;
-        if (!record_ok(r, size, phys, qoff, queue_id, topic_field, tf_len, &t, &p)) {
-            Py_XDECREF(own);
+        if (!record_ok(r, size, phys, qoff, queue_id, topic_field, tf_len, &t, &p))
             break;
-        }
         PyObject *body;
         if (use_views && size >= VIEW_MIN_SIZE) {
-            if (own == NULL) {
+            if (!in_own) {
                 body = PySequence_GetSlice(view, (Py_ssize_t)(start + HEADER_SIZE), (Py_ssize_t)(start + t));
             } else {
-                PyObject *mv = PyMemoryView_FromObject(own);
-                body = mv == NULL ? NULL : PySequence_GetSlice(mv, HEADER_SIZE, (Py_ssize_t)t);
-                Py_XDECREF(mv);
+                if (own_view == NULL)
+                    own_view = PyMemoryView_FromObject(own);
+                Py_ssize_t at = (Py_ssize_t)(phys - own_lo);
+                body = own_view == NULL ? NULL : PySequence_GetSlice(own_view, at + HEADER_SIZE, at + (Py_ssize_t)t);
             }
         } else {
             body = PyBytes_FromStringAndSize((const char *)r + HEADER_SIZE, (Py_ssize_t)(t - HEADER_SIZE));
         }
         if (body == NULL || append_new(offs, PyLong_FromLongLong(qoff)) < 0) {
             Py_XDECREF(body);
-            Py_XDECREF(own);
             goto error;
         }
-        if (append_new(bodies, body) < 0) {
-            Py_XDECREF(own);
+        if (append_new(bodies, body) < 0)
             goto error;
-        }
         if (!(flags & BODIES_ONLY)) {
             if (append_new(born, PyLong_FromLongLong(be64(r + 40))) < 0
                 || append_new(stored, PyLong_FromLongLong(be64(r + 56))) < 0
                 || append_new(props, PyBytes_FromStringAndSize((const char *)r + p,
-                                                               (Py_ssize_t)(size - CRC_PROPERTY_SIZE - p))) < 0) {
-                Py_XDECREF(own);
+                                                               (Py_ssize_t)(size - CRC_PROPERTY_SIZE - p))) < 0)
                 goto error;
-            }
         }
         if (flags & WITH_PHYS) {
             if (append_new(phys_l, PyLong_FromLongLong(phys)) < 0
-                || (!(flags & BODIES_ONLY) && append_new(reconsume, PyLong_FromLong(be32(r + 72))) < 0)) {
-                Py_XDECREF(own);
+                || (!(flags & BODIES_ONLY) && append_new(reconsume, PyLong_FromLong(be32(r + 72))) < 0))
                 goto error;
-            }
         }
-        Py_XDECREF(own);
         total += size;
         if (total >= max_bytes) {
             i++;
@@ -255,6 +301,8 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
 error:
     failed = 1;
 done:
+    Py_XDECREF(own_view);
+    Py_XDECREF(own);
     PyBuffer_Release(&span);
     if (failed)
         return NULL;

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 from store.errors import CorruptionError, MessageNotFoundError, io_error
 from store.log import format as F
 from store.log import indexfence
-from store.log.columns import fetch_span
 from store.log.entrysearch import find_record, records_with_uniq_key
 from store.log.queueends import reader_end
 from store.log.record import Message, RecordError, decode, decode_offset_msg_id, is_msg_id
 from store.log.results import PullResult
+from store.log.spans import fetch_span
 
 if TYPE_CHECKING:
     from store.log.engine import Engine

@@ -391,8 +391,7 @@ def test_the_quick_consume_without_a_store_answers_as_the_full_command_line(tmp_
 # What no consumer loads (the quick consume, and a Python consumer): the write path's modules
 # (a consumer writes no message), hashlib's OpenSSL bindings, sortedcontainers (orderly
 # in-flight messages are a few, in a dict): ~10 ms of each consumer's start-up together,
-# measured. (Not store.log.results: it holds the reads' results too, and a consume whose
-# messages are all in one queue pulls that queue's bodies alone, a BodiesResult.)
+# measured.
 CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.log.writebatch",
                         "hashlib", "_hashlib", "sortedcontainers")
 
@@ -403,9 +402,11 @@ CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.lo
 # (a queue lock's warnings go to the consumer's own warn); datetime (only a date printed or
 # read, not `--from first` nor a duration); termios (only for a terminal on stdout); a send's
 # results (store/client/sendresult.py); the client's messages and rows (store/client/message.py:
-# a Python consumer's, built from the pulled columns; the command line writes records).
+# a Python consumer's, built from the pulled columns; the command line writes records); the
+# store's results (store/log/results.py: its dataclasses cost each member of a group ~2 ms at
+# its first message; a queue's bodies pulled alone come as the store's columns).
 QUICK_CONSUME_NEVER_LOADS = ("concurrent", "logging", "traceback", "textwrap", "datetime", "_datetime",
-                             "termios", "store.client.sendresult", "store.client.message")
+                             "termios", "store.client.sendresult", "store.client.message", "store.log.results")
 
 
 @pytest.mark.parametrize("queues", ["one", "three"])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from store.log import columns, consumequeue
+from store.log import columns, consumequeue, spans
 from store.log.format import CQ_ENTRY
 from store.log.messagestore import Store
 from store.log.record import Draft
@@ -146,3 +146,101 @@ def test_cut_entries_in_c_refuses_what_does_not_fit_in_64_bits() -> None:
     with pytest.raises(TypeError):
         c_cut(b"", 0, 1, 1)  # type: ignore[call-arg]
     assert consumequeue.take_entries is c_cut
+
+
+# -- a queue among many: its own records read, those close together with one read --------------
+
+MANY = 16
+
+
+def _interleaved(root: Path) -> Store:
+    """A topic of MANY queues whose records interleave in the log as a producer's round robin
+    leaves them (other queues' records between any two of one queue's), with runs of one
+    queue's records side by side and gaps both under and over what one read spans."""
+    s = open_store(root)
+    s.create_topic("T", MANY)
+    rnd = random.Random(11)
+    drafts, q = [], 0
+    for i in range(700):
+        q = q if rnd.random() < 0.2 else (q + 1) % MANY   # some runs of one queue
+        size = rnd.choice([0, 40, 100, 100, 100, 700, 2048, 5000])
+        drafts.append(Draft("T", rnd.randbytes(size), {"KEYS": f"k{i}"} if i % 3 else {}, queue_id=q))
+    s.put(drafts[:350])
+    s.put(drafts[350:])
+    return s
+
+
+@needs_c
+def test_a_queue_among_many_is_read_by_its_own_records() -> None:
+    """(What the tests below compare: the C loop reads the records outside the span.)"""
+    entries = [(i * 16 * 200, 200, 0) for i in range(100)]   # one queue's records of 16 interleaved
+    got, lo, span = spans.fetch_span(_FakeLog(), entries, 4 << 20, own_reads=True)
+    assert (got, lo, span) == (entries, 0, b"")
+
+
+class _FakeLog:
+    segment_size = 64 << 20
+
+    def segment_of(self, offset: int) -> int:
+        return offset - offset % self.segment_size
+
+    def read_bytes(self, offset: int, size: int) -> bytes:
+        raise AssertionError("a sparse run is not read as one span")
+
+
+@needs_c
+@pytest.mark.parametrize("max_bytes", [1, 6000, 4 << 20])
+def test_a_queue_among_many_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_bytes: int) -> None:
+    s = _interleaved(tmp_path / "s")
+    want = read_queues(s, "T", MANY, max_bytes, c_loop=False, monkeypatch=monkeypatch)
+    assert read_queues(s, "T", MANY, max_bytes, c_loop=True, monkeypatch=monkeypatch) == want
+    assert not any(map(damage_named, want))
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(4))
+def test_a_queue_among_many_names_any_damaged_byte_or_cut_tail_as_the_python_loop_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    s = _interleaved(tmp_path / "s")
+    seg = s.commitlog.segment_path(0)
+    clean = seg.read_bytes()
+    rnd = random.Random(seed)
+    damaged = 0
+    for k in range(6):
+        data = bytearray(clean)
+        if k == 0:
+            del data[rnd.randrange(len(data) // 2, len(data)):]   # the log cut short under its entries
+        else:
+            at = rnd.randrange(len(data))
+            data[at] ^= 1 << rnd.randrange(8)
+        seg.write_bytes(bytes(data))
+        s.commitlog.close()   # (its descriptors: the file was written anew)
+        want = read_queues(s, "T", MANY, 4 << 20, c_loop=False, monkeypatch=monkeypatch)
+        assert read_queues(s, "T", MANY, 4 << 20, c_loop=True, monkeypatch=monkeypatch) == want, f"change {k}"
+        damaged += any(map(damage_named, want))
+    assert damaged >= 4
+
+
+def _bytes_read() -> int:
+    """What this process has read with read(2) and its kind so far (/proc: ``rchar``)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+@needs_c
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs /proc/self/io")
+def test_a_member_holding_one_queue_of_many_reads_its_own_records_not_the_log_between(tmp_path: Path) -> None:
+    """400-byte bodies, 16 queues: 8 KiB of other queues' records between two of its own, more
+    than a read of its own costs to copy (nativecheck.c's GATHER_GAP)."""
+    s = open_store(tmp_path / "s")
+    s.create_topic("B", MANY)
+    s.put_bodies("B", [b"x" * 400] * (MANY * 300))
+    q = s.queue("B", 5)
+    own = sum(size for _phys, size, _tags in q.read_entries(0, 300))
+    before = _bytes_read()
+    got = s.pull_bodies("B", 5, 0, 300)
+    used = _bytes_read() - before
+    assert len(got.bodies) == 300 and not got.damaged
+    assert used < 2 * own, f"read {used} bytes for {own} bytes of records"   # the span between: 16 times
