@@ -403,9 +403,11 @@ CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.lo
 # (a queue lock's warnings go to the consumer's own warn); datetime (only a date printed or
 # read, not `--from first` nor a duration); termios (only for a terminal on stdout); a send's
 # results (store/client/sendresult.py); the client's messages and rows (store/client/message.py:
-# a Python consumer's, built from the pulled columns; the command line writes records).
+# a Python consumer's, built from the pulled columns; the command line writes records); typing
+# (~3 ms: the consumer runtime's modules import its names under a local TYPE_CHECKING, as the
+# send path's do, and tell a pool sink by its members, not by a runtime-checked Protocol).
 QUICK_CONSUME_NEVER_LOADS = ("concurrent", "logging", "traceback", "textwrap", "datetime", "_datetime",
-                             "termios", "store.client.sendresult", "store.client.message")
+                             "termios", "store.client.sendresult", "store.client.message", "typing")
 
 
 @pytest.mark.parametrize("queues", ["one", "three"])
@@ -424,6 +426,18 @@ def test_the_quick_consume_imports_no_typer(tmp_path: Path, queues: str) -> None
                 "numpy", "shlex", "random", "shutil") + FORBIDDEN_ON_CONSUME + CONSUMER_NEVER_LOADS \
         + QUICK_CONSUME_NEVER_LOADS
     assert not offenders(modules, unwanted), offenders(modules, unwanted)
+
+
+def test_the_quick_consume_of_envelopes_imports_no_typing(tmp_path: Path) -> None:
+    """``mqctl consume T -g G -e --json``: the envelopes' module, the shared read of several
+    queues and the consumer runtime load no ``typing``, as a raw consume does not."""
+    from tests.procs import mqctl as run_mqctl
+    store = tmp_path / "s"
+    for i in range(3):
+        run_mqctl(store, "send", "t", f"m{i}", "--queue", str(i), check=True, timeout=120)
+    cp, modules = _entry_modules(tmp_path, "consume", "t", "-g", "g", "-o", "first", "-e", "--json")
+    assert cp.returncode == 0 and len(cp.stdout.splitlines()) == 3, cp.stderr
+    assert not offenders(modules, ("typing", "typer", "mqctl.app")), offenders(modules, ("typing", "typer", "mqctl.app"))
 
 
 # -- the collector during a quick path's start-up (mqctl/startgc.py) -------------------------
