@@ -6,9 +6,11 @@ or ``handlers.py``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Callable, Optional
+
     from mqctl.consumer.handlers import ExecSink
     from mqctl.state import State
     from store import Store

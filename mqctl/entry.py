@@ -22,6 +22,7 @@ import gc
 import os
 import sys
 
+from mqctl.lazymods import defer
 from mqctl.startgc import hold
 
 COMPLETE_VAR = "_MQCTL_COMPLETE"   # the shell-completion request (Typer's name for mqctl)
@@ -152,8 +153,10 @@ def run_command(argv: list[str]) -> None:
             full(argv)
             return
         hold()   # (no collection while the quick path loads its modules: mqctl/startgc.py)
+        defer()  # (nor inspect, which only dataclasses imports: mqctl/lazymods.py)
         sys.exit(_consume(argv, *consume))
     hold()
+    defer()
     from mqctl.errors import guard
     from mqctl.sender import SendRequest, run_send
     from mqctl.state import State, resolve_store_path

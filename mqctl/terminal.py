@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Iterator
 
 
 @contextlib.contextmanager

@@ -50,10 +50,12 @@ does not pay for the engine (``__init__.pyi`` tells type checkers what each name
 loads what using it needs: ``from store import Producer`` the store and its write path,
 ``Consumer`` the store and its reads, so a program's first open pays for neither.
 
-The modules on the paths of ``mqctl send`` and of a ``Producer`` never import ``typing``
-(~3 ms of every such process, for names only annotations use): they set ``TYPE_CHECKING =
-False`` themselves, which type checkers read as ``typing.TYPE_CHECKING``, and import
-``typing``'s names under it (tests/cli/test_startup.py checks that a send loads no ``typing``).
+The modules on the paths of ``mqctl send``, of ``mqctl consume`` (the consumer runtime) and of
+a ``Producer`` never import ``typing`` (~3 ms of every such process, for names only
+annotations use): they set ``TYPE_CHECKING = False`` themselves, which type checkers read as
+``typing.TYPE_CHECKING``, and import ``typing``'s names under it; a protocol is for type
+checkers only (``store.client.sinks.is_pool_sink`` tells a pool sink by its members).
+tests/cli/test_startup.py checks that a send and a consume load no ``typing``.
 """
 from __future__ import annotations
 

@@ -13,7 +13,10 @@ import os
 import struct
 import sys
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 # <sys/inotify.h>
 IN_ACCESS = 0x001

@@ -1,11 +1,11 @@
 """Wait for a store to change: inotify on Linux, polling elsewhere and on network file systems.
 
-A waiting consumer should wake when something it cares about changes, not on a timer (issue
-14): a new batch (the writer rewrites ``STORE/checkpoint`` after every batch), a member joining
-or leaving (``consumers/<group>/``), a queue lock it waits for released (that lock file), an
-offset reset (``config/consumerOffset.json`` replaced) or a topic created or resized
-(``config/topics.epoch`` replaced). :class:`Watcher` is that wait, and nothing else: it says *that*
-something changed, and which of the watched paths; what changed is for the caller to read.
+A waiting consumer should wake when something it cares about changes, not on a timer: a new
+batch (the writer rewrites ``STORE/checkpoint`` after every batch), a member joining or leaving
+(``consumers/<group>/``), a queue lock it waits for released (that lock file), an offset reset
+(``config/consumerOffset.json`` replaced) or a topic created or resized (``config/topics.epoch``
+replaced). :class:`Watcher` is that wait, and nothing else: it says *that* something changed,
+and which of the watched paths; what changed is for the caller to read.
 
 Usage::
 
@@ -90,9 +90,12 @@ import os
 import select
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
 
 from store.inotify import DIR_MASK, IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, REPLACED_MASK, Instance, is_remote_fs
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable
 
 __all__ = ["Watcher", "consumer_paths"]
 
@@ -104,8 +107,7 @@ def consumer_paths(layout: Any, group: str) -> list[tuple[Path, str]]:
     watched as "replaced" (both are only ever written by an atomic rename): every offset
     commit also writes the journal, a lock file and temporary files there, which would wake
     every member of every group several times more. A member waiting for a queue lock watches
-    that lock file too (the runtime adds it while it waits). ``layout`` is a
-    :class:`store.layout.Layout`."""
+    that lock file too (the runtime adds it while it waits). ``layout`` is a :class:`store.layout.Layout`."""
     return [(layout.checkpoint, "file"), (layout.members_dir(group), "dir"),
             (layout.topics_epoch, "replaced"), (layout.consumer_offset_json, "replaced")]
 
@@ -392,8 +394,7 @@ class Watcher:
                 self._release_wd(old_wd)
 
     def event(self, wd: int, mask: int, name: str) -> None:
-        """An inotify event on one of our watches (``wd`` -1: the queue overflowed, so
-        anything may have changed), from :meth:`Instance.pump`."""
+        """An inotify event on our watches (``wd`` -1: queue overflow, anything may have changed)."""
         before = len(self._seen)
         if wd < 0:
             self._seen.update(self._kinds)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from store import names
 from store.client.holding import Holdings
@@ -36,15 +35,18 @@ from store.client.offset_keeper import OffsetKeeper
 from store.client.options import ConsumeOptions, RunState
 from store.client.process_queue import ProcessQueue
 from store.client.retry import Retrier, original_topic
-from store.client.sinks import InlineSink, PoolSink
+from store.client.sinks import is_pool_sink
 from store.errors import HandlerError
 from store.log.offsets import QueueKey, Warn
 from store.log.record import Message
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     import concurrent.futures as cf
+    from typing import Any, Callable, Sequence
 
     from store.client.dedup import DedupLog
+    from store.client.sinks import InlineSink, PoolSink
 
 
 class Dispatcher:
@@ -85,8 +87,7 @@ class Dispatcher:
         if self.futures:
             raise RuntimeError("cannot change the sink while batches are out")
         o = self.o
-        self.inline = sink if not isinstance(sink, PoolSink) else None
-        self.pool = sink if isinstance(sink, PoolSink) else None
+        self.inline, self.pool = (None, sink) if is_pool_sink(sink) else (sink, None)
         self.raw_fast = self.inline is not None and bool(getattr(sink, "raw", False)) and not o.dedup
         self.client_fast = (self.pool is not None and bool(getattr(sink, "client_messages", False))
                             and not o.orderly and not o.dedup)

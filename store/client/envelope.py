@@ -3,9 +3,12 @@ reads back, so ``consume --json | send OTHER --input json`` copies a topic."""
 from __future__ import annotations
 
 import base64
-from typing import Any
 
 from store.log.record import Message
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def body_fields(body: bytes) -> dict[str, Any]:

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Iterator
 
 from store.flock import close_kept, keep, open_file, wait_flock
 from store.fsutil import ensure_dir
 from store.layout import Layout
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Iterator
 
 MUTEX_TIMEOUT = 5.0       # seconds to wait for a group's mutex before giving up softly
 MUTEX_NAME = ".mutex.lock"

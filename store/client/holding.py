@@ -9,11 +9,10 @@ state and the transitions every part of the member may make.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from store.client.process_queue import ProcessQueue
 from store.log.offsets import QueueKey
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from store.client.qlocks import QueueLock
 

@@ -46,7 +46,6 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
 
 from store.errors import ClientIdInUseError, OperationError, io_error
 from store.flock import (
@@ -62,6 +61,10 @@ from store.flock import (
 from store.fsutil import atomic_write_json, ensure_dir
 from store.layout import Layout
 from store.names import CLIENT_ID_RE, NAME_RE, validate_client_id, validate_group
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 JOIN_GRACE = 0.25  # seconds a joiner keeps retrying a lock that a probe or pruner may hold
 _RESERVED_FIELDS = ("clientId", "group", "pid", "host", "startedAt")

@@ -19,16 +19,13 @@ the next owner again than with the commit in the loop. Every other persist (the 
 queue given away, shutdown) first waits for the one in flight and writes in the loop's thread.
 
 ``offsets reset --force`` while the member runs is noticed by the reset epochs (:meth:`check_reset`):
-the queues it moved are let go and taken again from their new offsets.
-
-The stores themselves (the group's offset table, a broadcast client's file) and their format
-are :mod:`store.log.offsets`'s.
+the queues it moved are let go and taken again from their new offsets. The stores (the group's
+offset table, a broadcast client's file) and their format are :mod:`store.log.offsets`'s.
 """
 from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
 
 from store.client.holding import Holdings
 from store.client.offset_writer import OffsetWriter
@@ -41,6 +38,10 @@ from store.failpoints import failpoint
 from store.log.broadcastoffsets import BroadcastOffsetStore
 from store.log.messagestore import Store
 from store.log.offsets import LOCK_TIMEOUT_S, ClusterOffsetStore, GroupOffsets, QueueKey, Warn
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 MAX_PUT_OFF = 15   # lag commits put off in a row (the table busy) before one waits for it
 
@@ -249,8 +250,7 @@ class OffsetKeeper:
             self.offset_store.absorb(self.store.sync_written())
 
     def _reset_topics(self, topics: set[str]) -> set[str]:
-        """Those of ``topics`` whose reset epoch moved since this member loaded it (one stat
-        while the offsets file is unchanged)."""
+        """Those of ``topics`` whose reset epoch moved since this member loaded it (one stat)."""
         look = self._offsets_look()
         if look is None or look != self._fence_look:
             self._fence_look = look

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from queue import SimpleQueue
-from typing import Callable
 
 from store.log.offsets import QueueKey
 

@@ -25,22 +25,23 @@ from __future__ import annotations
 import bisect
 from itertools import islice
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence, cast
 
 from store.log.record import Message
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Any, Iterable, Iterator, Protocol, Sequence
+
     from store.client.message import MessageRows
 
+    class Queued(Protocol):
+        """What a process queue needs of a message (a record, or a client's message)."""
 
-class Queued(Protocol):
-    """What a process queue needs of a message (a record, or a client's message)."""
+        @property
+        def queue_offset(self) -> int: ...
 
-    @property
-    def queue_offset(self) -> int: ...
-
-    @property
-    def body(self) -> bytes: ...
+        @property
+        def body(self) -> bytes: ...
 
 
 _OFFSET = attrgetter("queue_offset")
@@ -58,7 +59,8 @@ def offsets_of(batch: Sequence[Queued] | MessageRows) -> list[int]:
     records (``mqctl consume``) never loads."""
     if isinstance(batch, (list, tuple)):
         return list(map(_OFFSET, batch))
-    return cast("MessageRows", batch).offsets
+    rows: MessageRows = batch   # type: ignore[assignment]
+    return rows.offsets
 
 
 class OffsetMap:

@@ -12,7 +12,6 @@ gets decoded records, filtered by tag and deduplicated here.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, cast
 
 from store import names
 from store.client.dispatch import Dispatcher
@@ -25,6 +24,7 @@ from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
 from store.log.record import Message, java_hash
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from store.client.dedup import DedupLog
 
@@ -200,7 +200,7 @@ class Puller:
             self.warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
         if c.next_offset == pq.next_pull:
             return False
-        bodies = cast("list[bytes]", c.bodies)   # full reads copy the bodies out (no views)
+        bodies: list[bytes] = c.bodies   # type: ignore[assignment]  # (full reads copy the bodies out: no views)
         from store.client.message import MessageRows  # (a client sink's: a raw consumer never loads it)
         pq.put_rows(MessageRows(t, q, c.offsets, bodies, c.born, c.stored, c.phys, c.reconsume, c.props),
                     sum(map(len, bodies)) if nbytes is None else nbytes)

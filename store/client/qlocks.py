@@ -11,9 +11,8 @@ truth about who holds a queue is an OS file lock (``flock`` through portalocker)
 * the moment the holder dies (even ``kill -9``) the kernel drops the lock, so a crashed holder
   never makes anyone wait for a lease;
 * the lease only matters for a holder that is alive but stuck (stopped, swapped out, hung): when
-  its record has not been renewed for 60 s, a contender may *break* the lock: it unlinks the
-  file and creates and locks a new one; the stuck holder's :meth:`QueueLock.is_valid` then
-  fails because the path no longer names the file it locked.
+  its record was not renewed for 60 s, a contender may *break* the lock (unlink the file, create
+  and lock a new one); the stuck holder's :meth:`QueueLock.is_valid` then fails.
 
 Files (under the store root)::
 
@@ -30,21 +29,21 @@ rewrite is a single ``pwrite`` that never leaves an older, longer record's tail 
 
 Times are ms since the epoch; ``expiresAt = renewedAt + 60 s`` (the store-side lease). The
 record is informational: the OS lock is the truth. A record that does not parse (torn read,
-damage) reads as an unknown holder; it is never taken for an expired one, so garbage can not
-let a contender in, and the holder rewrites it at its next renewal. Records are not fsynced:
-after a machine crash no process holds any lock, whatever the files say.
+damage) reads as an unknown holder, never an expired one (garbage can not let a contender in),
+and is rewritten at the next renewal. Records are not fsynced: after a machine crash no process
+holds any lock, whatever the files say.
 
-The group's mutex (``group_mutex.py``) serialises path changes (a lock file is unlinked or
-replaced under it only) and every acquisition, renewal and release; ``is_valid`` and
-:func:`list_locks` never take it.
+Path changes are serialised by the group's mutex (``store/client/group_mutex.py``): a lock file
+is only unlinked or replaced, and every acquisition, renewal and release runs, under it
+(``is_valid`` and :func:`list_locks` never take it).
 
-Probes (``list_locks``' ``alive``) take a *shared* lock and drop it at once: two probes never
-mistake each other for a holder (one can make a ``try_acquire`` fail once: retried later).
+Probes (``list_locks``' ``alive``) take a *shared* non-blocking lock and drop it at once, so two
+probes never mistake each other for a holder; one can make a concurrent ``try_acquire`` fail
+once (consumers retry at the next rebalance).
 
-Locks are ``flock`` locks, of an open file description, not of a process: two
-:class:`QueueLock` objects of one process exclude each other; a handler the consumer starts
-never inherits one (close-on-exec), a child it forks closes its copies (``flock.keep``). The
-file-lock primitives (``try_flock``, ``open_exclusive``, identity checks) are ``flock.py``'s.
+Locks are ``flock`` locks, of an open file description, not of a process: two :class:`QueueLock`
+objects of one process exclude each other; a handler never inherits one (close-on-exec), a forked
+child closes its copies (``flock.keep``). Primitives (``try_flock``, ``open_exclusive``, ...): ``flock.py``.
 """
 from __future__ import annotations
 
@@ -52,9 +51,9 @@ import json
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 from store.client.group_mutex import MUTEX_TIMEOUT, group_mutex
 from store.client.options import log_warning
@@ -75,6 +74,10 @@ from store.flock import (
 from store.fsutil import ensure_dir
 from store.layout import Layout
 from store.names import ANY_TOPIC_RE, validate_any_topic, validate_client_id, validate_group
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 STORE_LEASE_MS = 60_000   # broker's lockMaxLiveTime: a record older than this may be broken
 CLIENT_LEASE_MS = 30_000  # client's lockMaxLiveTime: a holder stops handing out batches
@@ -280,10 +283,9 @@ class QueueLock:
     # -- while held
 
     def share_fd(self) -> int:
-        """A new descriptor of the held lock file's open file description (``dup``): the
-        ``flock`` belongs to that description, so whoever holds the copy (a handler process
-        it is passed to) keeps the queue locked until it closes it or exits, even if this
-        process dies first. The caller closes it."""
+        """A ``dup`` of the held lock file's descriptor: the ``flock`` belongs to its open file
+        description, so whoever holds the copy (a handler process) keeps the queue locked until it
+        closes it or exits, even if this process dies first. The caller closes it."""
         with self._guard:
             if self._fd is None:
                 raise OSError(f"queue lock {self._name()} is not held")
@@ -312,8 +314,7 @@ class QueueLock:
             return self._fd is not None and self._renew_locked()
 
     def still_named(self) -> bool:
-        """Whether the lock is held and its path still names the file it locked (no lease
-        check): what a renewal that could not take the mutex can still tell."""
+        """Held, and its path still names the file it locked (no lease check: a renewal without the mutex)."""
         with self._guard:
             return self._fd is not None and self._check_identity()
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from store.client.allocate import allocate, queues_of
 from store.client.holding import Holdings
@@ -31,7 +30,10 @@ from store.failpoints import failpoint
 from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from store.client.members import Membership
     from store.watch import Watcher
 

@@ -16,8 +16,8 @@ a send-back that fails is retried here a little later.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from store import names
 from store.client.offset_keeper import OffsetKeeper

@@ -42,7 +42,6 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from store import names
 from store.client.clocks import DelayClock, MemberClock, backstop
@@ -55,14 +54,17 @@ from store.client.pulling import Puller
 from store.client.rebalance import Rebalancer
 from store.client.retry import Retrier
 from store.client.rules import check_flush
-from store.client.sinks import InlineSink, PoolSink
 from store.client.stage import CopySink, Stage, check_stage
 from store.errors import StoreError, UsageError
 from store.log.messagestore import Store
 from store.log.offsets import Warn
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Any, Callable, Generator
+
     from store.client.dedup import DedupLog
+    from store.client.sinks import InlineSink, PoolSink
 
 # A holder renews its queue locks before it hands out a batch when the last renewal is this old
 # (RocketMQ's lockInterval; a batch may be handed out for the client lease, 30 s, after one).

@@ -8,70 +8,78 @@ answer is :mod:`store.client.dispatch`'s business.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence, Union, runtime_checkable
-
 from store.log.record import Message
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     import concurrent.futures as cf
+    from typing import Callable, Protocol, Sequence
+
+    from typing_extensions import TypeIs
+
+    class InlineSink(Protocol):
+        """A sink that consumes on the loop's own thread.
+
+        :meth:`consume` returning means the batch is consumed (its offsets may be committed);
+        raising means nothing of it is, and the exception stops the consumer. ``raw`` sinks also
+        take bare bodies (:meth:`write_raw`) when there is nothing to filter or deduplicate: the
+        runtime then skips building messages (``mqctl consume`` printing raw bodies)."""
+
+        raw: bool
+
+        def consume(self, batch: list[Message]) -> None: ...
+
+        def write_raw(self, bodies: Sequence[bytes | memoryview]) -> None: ...
+
+    class PoolSink(Protocol):
+        """A sink that consumes elsewhere: :meth:`submit` returns a future of an :data:`Outcome`.
+
+        ``batch`` is the most messages per submitted batch, ``max_in_flight`` the most batches
+        outstanding. A sink with ``per_message`` true handles a batch one message at a time (its
+        outcomes may name single failures): the runtime then sizes batches to what is waiting,
+        one message each when little is, up to ``batch`` when a backlog would otherwise cost a
+        hand-over per message. A future that raises :class:`~store.errors.HandlerError` stops the consumer
+        (the handler cannot run at all). :meth:`shutdown` is called once, when the member stops;
+        ``wait`` is False when it stops on an error.
+
+        Optional attributes: ``client_messages`` true, the sink takes :class:`store.Message`
+        objects as they are (the runtime then builds them straight from a pull's columns, for the
+        subscribed topic's queues in concurrent mode without dedup or a tag filter; elsewhere it
+        hands over records, which the sink converts); ``persist_every_s`` above 0, an in-process
+        consumer (the iterator, Python handlers): see :meth:`store.client.runtime.Runtime.set_sink`; ``spread`` above
+        0, a per-message sink's backlog is cut into that many batches (default ``max_in_flight``):
+        a sink whose hand-over costs as much as many handler calls (Python handlers in threads)
+        says its thread count, one batch per thread, half the hand-overs (a backlog of ``spread``
+        full batches and more goes out in full batches); ``cancel_on_stop`` true,
+        the futures still pending when the member stops are cancelled (their batches handed back:
+        a stop starts no new handler); ``interleave`` true (handlers, concurrent mode), batches go
+        out round-robin across the queues held, a batch of each in turn, so a backlog in one queue
+        does not hold back the others (without it, a queue's cache goes out before the next's)."""
+
+        batch: int
+        max_in_flight: int
+
+        def submit(self, batch: list[Message], topic: str) -> "cf.Future[Outcome]": ...
+
+        def shutdown(self, wait: bool) -> None: ...
+
 
 # (True: consumed, False: failed, None: released untouched, or an int k: the first k of the
 # batch consumed and the rest released, concurrent mode only; the reason, for failures)
-Outcome = tuple[Optional[Union[bool, int, list[tuple[int, str]]]], str]
+Outcome = tuple[bool | int | list[tuple[int, str]] | None, str]
 """What a pool sink says about a batch: ``(True, "")`` consumed, ``(False, why)`` failed,
 ``(None, why)`` released (not consumed, not failed: the batch is handed out again), and from
 a sink that handles a batch message by message, ``([(i, why), ...], "")``: consumed but for
 the listed messages, each of which failed."""
 
 
-@runtime_checkable
-class InlineSink(Protocol):
-    """A sink that consumes on the loop's own thread.
-
-    :meth:`consume` returning means the batch is consumed (its offsets may be committed);
-    raising means nothing of it is, and the exception stops the consumer. ``raw`` sinks also
-    take bare bodies (:meth:`write_raw`) when there is nothing to filter or deduplicate: the
-    runtime then skips building messages (``mqctl consume`` printing raw bodies)."""
-
-    raw: bool
-
-    def consume(self, batch: list[Message]) -> None: ...
-
-    def write_raw(self, bodies: Sequence[bytes | memoryview]) -> None: ...
+# what makes a sink a pool sink (a PoolSink's members), told apart at run time without typing
+POOL_SINK_MEMBERS = ("batch", "max_in_flight", "submit", "shutdown")
 
 
-@runtime_checkable
-class PoolSink(Protocol):
-    """A sink that consumes elsewhere: :meth:`submit` returns a future of an :data:`Outcome`.
-
-    ``batch`` is the most messages per submitted batch, ``max_in_flight`` the most batches
-    outstanding. A sink with ``per_message`` true handles a batch one message at a time (its
-    outcomes may name single failures): the runtime then sizes batches to what is waiting,
-    one message each when little is, up to ``batch`` when a backlog would otherwise cost a
-    hand-over per message. A future that raises :class:`~store.errors.HandlerError` stops the consumer
-    (the handler cannot run at all). :meth:`shutdown` is called once, when the member stops;
-    ``wait`` is False when it stops on an error.
-
-    Optional attributes: ``client_messages`` true, the sink takes :class:`store.Message`
-    objects as they are (the runtime then builds them straight from a pull's columns, for the
-    subscribed topic's queues in concurrent mode without dedup or a tag filter; elsewhere it
-    hands over records, which the sink converts); ``persist_every_s`` above 0, an in-process
-    consumer (the iterator, Python handlers): see :meth:`store.client.runtime.Runtime.set_sink`; ``spread`` above
-    0, a per-message sink's backlog is cut into that many batches (default ``max_in_flight``):
-    a sink whose hand-over costs as much as many handler calls (Python handlers in threads)
-    says its thread count, one batch per thread, half the hand-overs (a backlog of ``spread``
-    full batches and more goes out in full batches); ``cancel_on_stop`` true,
-    the futures still pending when the member stops are cancelled (their batches handed back:
-    a stop starts no new handler); ``interleave`` true (handlers, concurrent mode), batches go
-    out round-robin across the queues held, a batch of each in turn, so a backlog in one queue
-    does not hold back the others (without it, a queue's cache goes out before the next's)."""
-
-    batch: int
-    max_in_flight: int
-
-    def submit(self, batch: list[Message], topic: str) -> "cf.Future[Outcome]": ...
-
-    def shutdown(self, wait: bool) -> None: ...
+def is_pool_sink(sink: InlineSink | PoolSink) -> TypeIs[PoolSink]:
+    """Whether ``sink`` is a :class:`PoolSink` (has its members), else an :class:`InlineSink`."""
+    return all(hasattr(sink, name) for name in POOL_SINK_MEMBERS)
 
 
 class ThreadPoolSink:

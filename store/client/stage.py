@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from store import names
 from store.client.rules import ArgNames, usage
@@ -39,10 +38,13 @@ from store.log.record import (
     Message,
 )
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Mapping, Sequence
+
     from store.client.message import Message as ClientMessage
 
-Output = Any   # bytes | str | dict (body, keys, tags, sharding_key/shardingKey, properties)
+    Output = Any   # bytes | str | dict (body, keys, tags, sharding_key/shardingKey, properties)
 
 
 class LostQueueError(StoreError):

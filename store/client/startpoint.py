@@ -2,11 +2,12 @@
 ``computePullFromWhere``, with kcat's ``-o N`` and ``-o -N`` beside ``--from``."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Mapping
-
 from store import names
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Callable, Mapping
+
     from store.client.options import ConsumeOptions
     from store.log.messagestore import Store
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from store import fsutil
 from store.errors import CorruptionError
@@ -26,6 +25,10 @@ from store.layout import Layout, lock_beside
 from store.log.offsets import FallbackWatch, QueueKey, Warn, check_offset, exclusive, warn_stderr
 from store.log.offsettable import NO_OFFSET, is_int, parse_offset
 from store.names import BROKER_NAME, CLIENT_ID_RE, NAME_RE, validate_any_topic, validate_client_id, validate_group
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _parse_broadcast(obj: Any) -> dict[QueueKey, int]:

@@ -2,18 +2,16 @@
 :class:`~store.log.record.Message` built per record.
 
 Readers that want many messages and few of their fields (``consume`` writing raw bodies, the
-Spark source building Arrow columns) pay for a Message per record more than for the read
-itself. :func:`pull_columns` reads a run of consume-queue entries, fetches the records they
-point at with one ``pread`` when they sit close together, and checks every record as
-:func:`store.log.record.decode` does (record CRC property, the record's own commit-log offset, queue
-id, queue offset and topic, field lengths). (The body CRC is implied: the record CRC covers the body
-and BODYCRC alike.) It then hands out parallel lists: queue offset, body, born and store timestamps,
-and the raw properties (without the record CRC property), optionally also the commit-log offsets.
+Spark source building Arrow columns) pay for a Message per record more than for the read.
+:func:`pull_columns` reads a run of consume-queue entries, fetches their records with one
+``pread`` when they sit close together, and checks each as :func:`store.log.record.decode` does
+(record CRC property, which covers body and BODYCRC; own commit-log offset, queue id, queue
+offset, topic, field lengths), then hands out parallel lists: queue offset, body, born and store
+timestamps, raw properties (without the record CRC), optionally the commit-log offsets.
 
-A record that fails a check is never returned: it is listed in ``damaged`` and skipped. The
-record layout is the one ``format.py`` describes. The loop's common case runs in C when the
-package was built with it (``nativecheck.c``); the Python loop here stays the definition of
-the checks, and takes every record the C loop hands back.
+A record that fails a check is never returned: it is listed in ``damaged`` and skipped. The loop's
+common case runs in C when the package was built with it (``nativecheck.c``); the Python loop
+here, the definition of the checks (layout: ``format.py``), takes every record the C loop hands back.
 """
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ import struct
 import sys
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Callable
 
 from store.log import format as F
 from store.log.entrysearch import find_record
@@ -30,7 +27,10 @@ from store.log.queueends import reader_end
 from store.log.record import Message, RecordError, crc32
 from store.log.spans import GAP_PER_READ, fetch_span
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Any, Callable
+
     from store.log.commitlog import CommitLog
     from store.log.consumequeue import ConsumeQueue
     from store.log.engine import Engine

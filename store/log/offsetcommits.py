@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
 
 from store import names
 from store.fsutil import read_json_with_bak
@@ -48,7 +47,10 @@ from store.log.consumequeue import ConsumeQueue
 from store.log.record import Draft, RecordError
 from store.log.settings import StoreSettings
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:   # (the offset table is its caller's: not imported by every sender)
+    from typing import Any, Protocol
+
     from store.log.offsettable import ClusterTable
 
 TOPIC = names.OFFSET_COMMIT_TOPIC
@@ -83,11 +85,12 @@ class OffsetCommit:
         return cls(group, offsets, epochs)
 
 
-class BatchEnd(Protocol):
-    """What ends an atomic batch: an offset commit, or the delay scheduler's progress
-    (``positions.py``), as the draft of the batch's last record."""
+if TYPE_CHECKING:   # (a protocol for type checkers: at run time nothing checks it)
+    class BatchEnd(Protocol):
+        """What ends an atomic batch: an offset commit, or the delay scheduler's progress
+        (``positions.py``), as the draft of the batch's last record."""
 
-    def to_draft(self) -> Draft: ...
+        def to_draft(self) -> Draft: ...
 
 
 def seal(outputs: list[Draft], end: BatchEnd) -> list[Draft]:

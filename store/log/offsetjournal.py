@@ -49,10 +49,13 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from store.errors import io_error
 from store.fsutil import fsync_dir, open_private, pwrite_all
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAGIC = b"MQOJ"
 VERSION = 1

@@ -44,7 +44,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from store import fsutil
 from store.errors import CorruptionError, LockHeldError, UsageError, io_error
@@ -64,6 +63,10 @@ from store.names import (
     validate_any_topic,
     validate_group,
 )
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["NO_OFFSET", "TOPIC_GROUP_SEPARATOR", "ClusterOffsetStore", "GroupOffsets", "table_key"]
 

@@ -34,11 +34,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
 
 from store import fsutil
 from store.layout import Layout, backup_of
 from store.log import offsetjournal as oj
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, TypeGuard
 
 NO_OFFSET = -1
 TOPIC_GROUP_SEPARATOR = "@"

@@ -35,13 +35,16 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from store import fsutil
 from store.layout import Layout
 from store.log import offsetjournal as oj
 from store.log import offsettable
 from store.log.offsettable import NO_OFFSET, ClusterTable, table_key
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 SNAPSHOT_S = 1.0            # a commit writes the snapshot when the last one is older than this
 SNAPSHOT_BYTES = 64 << 10   # ... or when the journal ran this far past its journalEnd

@@ -27,9 +27,9 @@ recovery knows about readers.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 from store.errors import StoreError
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
@@ -37,6 +37,10 @@ from store.layout import Layout
 from store.log import broadcastoffsets, offsetcommits, offsets
 from store.log.record import Draft
 from store.names import DELAY_PROGRESS_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, SCHEDULE_TOPIC
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 Warn = Callable[[str], None]
 QueueEnd = Callable[[str, int], int]

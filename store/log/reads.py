@@ -9,8 +9,6 @@ columns are ``columns.py``'s.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from store.errors import CorruptionError, MessageNotFoundError, io_error
 from store.log import format as F
 from store.log import indexfence
@@ -20,6 +18,7 @@ from store.log.record import Message, RecordError, decode, decode_offset_msg_id,
 from store.log.results import PullResult
 from store.log.spans import fetch_span
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from store.log.engine import Engine
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Iterator
 
 from store import names
 from store.errors import UsageError
@@ -46,7 +45,10 @@ from store.log.record import (
     tags_code,
 )
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Iterator
+
     from store.log.messagestore import Store
 
 DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"

@@ -12,7 +12,6 @@ record, or, without the C loop, as arrays (numpy) for a backlog that pays for nu
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 from store.log import columns as C
 from store.log import consumequeue as CQ
@@ -20,6 +19,7 @@ from store.log import format as F
 from store.log.columns import Columns, check_run
 from store.log.queueends import reader_end
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from store.log.consumequeue import ConsumeQueue
     from store.log.engine import Engine

@@ -23,14 +23,16 @@ the same repetition), then their median:
   point at checked as mqctl checks it, CRC included, bodies written with ``writev``, the
   queues' offsets persisted), both timed as whole processes: what bounds any consumer of
   these bytes, and the part of the Python floor's cost that is the interpreter's. Redis's
-  consume is reported timed as its peer times it (from the first XREADGROUP) and as a whole
-  process (``_consume_process``), as mqctl's is timed.
+  consumer is a program of its own (:data:`_REDIS_CONSUMER`: redis-py and nothing else
+  imported) that writes every body and a newline to the same sink, stdout on /dev/null; it is
+  reported timed from its first command (the group's creation, which opens the connection) to
+  its last XACK, and as a whole process (``_consume_process``), as mqctl's is timed.
 * ``--flush sync --batch-size 100`` (one fsync per 100 messages, group commit) at 100 B and
   4 KiB, from a pipe as well.
 * Redis Streams: Debian's ``redis-server``, started here on 127.0.0.1 with a temporary
   directory, AOF ``appendfsync everysec`` at every size (XADD pipelined 1000 at a time,
-  redis-py + hiredis; then XREADGROUP COUNT 1000 + XACK) and ``appendfsync always`` with
-  pipelines of 100 at 100 B and 4 KiB.
+  redis-py + hiredis; then XREADGROUP COUNT 1000 + XACK, the bodies written to /dev/null) and
+  ``appendfsync always`` with pipelines of 100 at 100 B and 4 KiB.
 * persist-queue's SQLiteQueue (``--npq``, 0 = skipped): ``auto_commit=False`` with
   ``task_done()`` every 100.
 * Page-cache write bandwidth: ``os.write`` of 1 MiB blocks to a new file (dd-like), as many
@@ -184,18 +186,7 @@ def peer_worker(spec: dict) -> dict:
             p.execute()
             dt = time.perf_counter() - t
             return {"seconds": dt, "count": r.xlen("s")}
-        r.xgroup_create("s", "g", id="0", mkstream=True)
-        t = time.perf_counter()
-        got = 0
-        while True:
-            res = r.xreadgroup("g", "c", {"s": ">"}, count=pipe_n)
-            if not res or not res[0][1]:
-                break
-            ids = [mid for mid, _ in res[0][1]]
-            r.xack("s", "g", *ids)
-            got += len(ids)
-        dt = time.perf_counter() - t
-        return {"seconds": dt, "count": got}
+        raise SystemExit("Redis's consume runs as a program of its own: _REDIS_CONSUMER")
     if kind == "pq_sqlite":
         import persistqueue
         path = spec["path"]
@@ -518,6 +509,49 @@ class RedisServer:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# Redis's consumer as a program of its own (the peers' venv: ``python -c`` this, PORT, N), as
+# ``mqctl consume -e > /dev/null`` is one: a new group read with XREADGROUP COUNT 1000 + XACK of
+# every batch, each body and a newline written to stdout (one ``writev`` per 1,024 buffers:
+# stdout is the same sink as mqctl's, /dev/null), nothing else imported. It reports on stderr
+# the messages read and the seconds from its group's creation (its first command, which opens
+# the connection) to the last XACK; the driver times the whole process too (interpreter,
+# redis-py's import, ~100 ms of CPU with redis-py 8: it imports asyncio and logging).
+_REDIS_CONSUMER = """
+import os, sys, time
+import redis
+r = redis.Redis(host="127.0.0.1", port=int(sys.argv[1]))
+out, nl, got = sys.stdout.fileno(), b"\\n", 0
+t = time.perf_counter()
+r.xgroup_create("s", "g", id="0", mkstream=True)
+while True:
+    res = r.xreadgroup("g", "c", {"s": ">"}, count=1000)
+    if not res or not res[0][1]:
+        break
+    batch = res[0][1]
+    iov = []
+    for _mid, fields in batch:
+        iov += (fields[b"b"], nl)
+    for i in range(0, len(iov), 1024):
+        os.writev(out, iov[i:i + 1024])
+    r.xack("s", "g", *[mid for mid, _ in batch])
+    got += len(batch)
+sys.stderr.write(f"{got} {time.perf_counter() - t}\\n")
+"""
+
+
+def redis_consume(py: Path, port: int, n: int) -> tuple[float, float]:
+    """:data:`_REDIS_CONSUMER` on the stream of the server at ``port``, stdout to /dev/null:
+    (seconds from its first command to its last, seconds of the whole process)."""
+    t = time.perf_counter()
+    p = subprocess.run([str(py), "-c", _REDIS_CONSUMER, str(port)], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, timeout=3600)
+    whole = time.perf_counter() - t
+    got = p.stderr.split()
+    if p.returncode != 0 or len(got) != 2 or got[0] != str(n):
+        raise SystemExit(f"Redis consumer failed ({p.returncode}), expected {n} messages: {p.stderr[-2000:]}")
+    return float(got[1]), whole
 
 
 def run_peer(py: Path, spec: dict) -> dict:
@@ -1137,11 +1171,8 @@ def main() -> None:
                 tag = f"redis_{fsync}_p{pipe}_{label(size)}"
                 rec(f"{tag}_produce", n / p["seconds"])
                 if fsync == "everysec":
-                    t = time.perf_counter()
-                    c = run_peer(peer_py, {"kind": "redis", "phase": "consume", "port": srv.port, "n": n,
-                                           "size": size, "pipeline": 1000})
-                    whole = time.perf_counter() - t
-                    rec(f"{tag}_consume", n / c["seconds"])
+                    loop, whole = redis_consume(peer_py, srv.port, n)
+                    rec(f"{tag}_consume", n / loop)
                     # the peer's whole process (interpreter, redis-py, connection), as mqctl's is timed
                     rec(f"{tag}_consume_process", n / whole)
             finally:

@@ -63,6 +63,9 @@ def check(tmp_path: Path, args: list[str], forbidden: tuple[str, ...]) -> list[s
     return offenders(mods, forbidden)
 
 
+# what inspect imports, which the quick paths defer (mqctl/lazymods.py) and never use
+INSPECT_LOADS = ("ast", "dis", "tokenize", "token")
+
 # what portalocker drags in (package metadata, hence email; redis-py when installed)
 PORTALOCKER_DEPS = ("portalocker", "importlib.metadata", "email", "redis", "socket")
 
@@ -212,7 +215,9 @@ def _entry_modules(tmp_path: Path, *args: str, input: bytes | None = None) -> tu
     it had imported when it exited."""
     dump = tmp_path / "modules.json"
     code = ("import atexit, json, sys\n"
-            f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
+            # (a module deferred and never used, mqctl/lazymods.py, is a stand-in: not loaded)
+            f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted("
+            "n for n, m in sys.modules.items() if type(m).__name__ != '_StandIn'))))\n"
             "sys.argv = ['mqctl'] + sys.argv[1:]\n"
             "from mqctl.entry import main\n"
             "main()\n")
@@ -232,6 +237,8 @@ def test_the_quick_send_imports_no_typer(tmp_path: Path) -> None:
     assert cp.returncode == 0, cp.stderr
     assert not offenders(mods, ("typer", "rich", "click", "mqctl.app", "mqctl.options") + FORBIDDEN_ON_SEND), \
         offenders(mods, ("typer", "rich", "click", "mqctl.app", "mqctl.options"))
+    # inspect, which dataclasses imports, is deferred (mqctl/lazymods.py): what it loads is not
+    assert not offenders(mods, INSPECT_LOADS), offenders(mods, INSPECT_LOADS)
 
 
 def test_the_quick_send_of_stdin_imports_no_typer(tmp_path: Path) -> None:
@@ -404,9 +411,14 @@ CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.lo
 # results (store/client/sendresult.py); the client's messages and rows (store/client/message.py:
 # a Python consumer's, built from the pulled columns; the command line writes records); the
 # store's results (store/log/results.py: its dataclasses cost each member of a group ~2 ms at
-# its first message; a queue's bodies pulled alone come as the store's columns).
+# its first message; a queue's bodies pulled alone come as the store's columns); typing
+# (~3 ms: the consumer runtime's modules import its names under a local TYPE_CHECKING, as the
+# send path's do, and tell a pool sink by its members, not by a runtime-checked Protocol); what
+# inspect loads (~4 ms: dataclasses imports it for classes without a docstring, and the quick
+# paths defer it, mqctl/lazymods.py) and ipaddress (pathlib's urllib.parse imports it).
 QUICK_CONSUME_NEVER_LOADS = ("concurrent", "logging", "traceback", "textwrap", "datetime", "_datetime",
-                             "termios", "store.client.sendresult", "store.client.message", "store.log.results")
+                             "termios", "store.client.sendresult", "store.client.message", "store.log.results",
+                             "typing", "ast", "dis", "tokenize", "ipaddress")
 
 
 @pytest.mark.parametrize("queues", ["one", "three"])
@@ -425,6 +437,18 @@ def test_the_quick_consume_imports_no_typer(tmp_path: Path, queues: str) -> None
                 "numpy", "shlex", "random", "shutil") + FORBIDDEN_ON_CONSUME + CONSUMER_NEVER_LOADS \
         + QUICK_CONSUME_NEVER_LOADS
     assert not offenders(modules, unwanted), offenders(modules, unwanted)
+
+
+def test_the_quick_consume_of_envelopes_imports_no_typing(tmp_path: Path) -> None:
+    """``mqctl consume T -g G -e --json``: the envelopes' module, the shared read of several
+    queues and the consumer runtime load no ``typing``, as a raw consume does not."""
+    from tests.procs import mqctl as run_mqctl
+    store = tmp_path / "s"
+    for i in range(3):
+        run_mqctl(store, "send", "t", f"m{i}", "--queue", str(i), check=True, timeout=120)
+    cp, modules = _entry_modules(tmp_path, "consume", "t", "-g", "g", "-o", "first", "-e", "--json")
+    assert cp.returncode == 0 and len(cp.stdout.splitlines()) == 3, cp.stderr
+    assert not offenders(modules, ("typing", "typer", "mqctl.app")), offenders(modules, ("typing", "typer", "mqctl.app"))
 
 
 # -- the collector during a quick path's start-up (mqctl/startgc.py) -------------------------
