@@ -121,7 +121,8 @@ def read_chunks(fd: int, delim: bytes, zero_copy: bool = False,
     pending = b""
     held: list[bytes] = []   # an unfinished record's reads after ``pending``
     held_len = 0
-    tail = len(delim) - 1    # a delimiter may straddle two reads
+    tail = len(delim) - 1    # a delimiter may straddle two reads, or more
+    last = b""
     while True:
         try:
             data = read(fd, size)
@@ -133,14 +134,18 @@ def read_chunks(fd: int, delim: bytes, zero_copy: bool = False,
             if pending:
                 yield [pending], False
             return
-        if pending and delim not in data and not (
-                tail and delim in (held[-1] if held else pending)[-tail:] + data[:tail]):
-            held.append(data)   # still no end to the record
-            held_len += len(data)
-            if cap is not None and len(pending) + held_len > cap:
-                raise LongRecord(_count_to_end(fd, size, delim, len(pending) + held_len,
-                                               (held[-1] if held else pending)[-tail:] if tail else b""))
-            continue
+        if pending and delim not in data:
+            if not held:
+                last = pending[-tail:] if tail else b""
+            # (``last``: the record's last bytes so far, across reads shorter than the delimiter)
+            if not (tail and delim in last + data[:tail]):
+                held.append(data)   # still no end to the record
+                held_len += len(data)
+                if tail:
+                    last = (last + data[-tail:])[-tail:]
+                if cap is not None and len(pending) + held_len > cap:
+                    raise LongRecord(_count_to_end(fd, size, delim, len(pending) + held_len, last))
+                continue
         if held:
             pending = b"".join([pending, *held])
             held, held_len = [], 0

@@ -151,9 +151,14 @@ def keep(fd: int, forget: Callable[[], None] | None = None) -> int:
 
 
 def close_kept(fd: int) -> None:
-    """Close ``fd``, which :func:`keep` noted (releasing its lock, as a crash would)."""
-    _KEPT.pop(fd, None)
-    os.close(fd)
+    """Close ``fd``, which :func:`keep` noted (releasing its lock, as a crash would). Noted no
+    more, it was closed at a fork: this is the child, going on past the fork in the block that
+    held the lock, and the number may be a file of its own by now, which is left open."""
+    if _KEPT.pop(fd, _CLOSED) is not _CLOSED:
+        os.close(fd)
+
+
+_CLOSED = object()
 
 
 def _close_inherited() -> None:

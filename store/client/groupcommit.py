@@ -142,5 +142,13 @@ class GroupCommit:
         except BaseException:
             self._waiting, self._group = [], None   # nothing after a failed fsync is acknowledged
             raise
+        # Every batch the fsync covered is acknowledged, also after an ack that raised (send
+        # --json whose stdout failed: the others still count what was stored); then its error.
+        failed: BaseException | None = None
         for ack in flight:
-            ack()
+            try:
+                ack()
+            except BaseException as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed

@@ -112,3 +112,42 @@ def test_write_lines_to_a_closed_reader_raises_broken_pipe() -> None:
     os.close(r)
     with os.fdopen(w, "wb") as fh, pytest.raises(BrokenPipe):
         write_lines([b"x" * 100000], fh)
+
+
+def _feed_reads(pieces: list[bytes]) -> tuple[int, threading.Thread]:
+    """A pipe whose reader gets ``pieces`` one read each: a piece is written only once the
+    reader has taken the one before (the pipe holds nothing: FIONREAD)."""
+    import fcntl
+    import struct
+    import termios
+    import time
+    r, w = os.pipe()
+
+    def feed() -> None:
+        for piece in pieces:
+            while struct.unpack("i", fcntl.ioctl(r, termios.FIONREAD, b"\0\0\0\0"))[0]:
+                time.sleep(0.001)
+            os.write(w, piece)
+        while struct.unpack("i", fcntl.ioctl(r, termios.FIONREAD, b"\0\0\0\0"))[0]:
+            time.sleep(0.001)
+        os.close(w)
+
+    t = threading.Thread(target=feed)
+    t.start()
+    return r, t
+
+
+@pytest.mark.parametrize("cap", [None, 1 << 20])
+@pytest.mark.parametrize("pieces", [
+    [b"one<", b"|", b">two"],                 # the delimiter across three reads, its middle one short
+    [b"one", b"<", b"|", b">", b"two"],       # a read a byte
+    [b"one<", b"|", b">", b"two<|>three"],
+])
+def test_a_long_delimiter_across_reads_shorter_than_it_still_cuts(pieces: list[bytes], cap: int | None) -> None:
+    r, t = _feed_reads(pieces)
+    try:
+        got = [bytes(p) for parts, _more in read_chunks(r, b"<|>", cap=cap) for p in parts]
+    finally:
+        t.join()
+        os.close(r)
+    assert got == b"".join(pieces).split(b"<|>")

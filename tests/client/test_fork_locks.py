@@ -91,3 +91,28 @@ def test_a_lock_held_at_the_fork_is_not_held_by_the_child(tmp_path: Path) -> Non
         os.close(started_r)
         os.close(w)
         os.waitpid(pid, 0)
+
+
+def test_a_child_leaving_the_lock_block_closes_no_descriptor_of_its_own(tmp_path: Path) -> None:
+    """A child forked inside a short lock's block goes on to its end: the descriptor number
+    the fork closed may be the child's own file by then, which the block's end must not close."""
+    lock, other = tmp_path / "offsets.lock", tmp_path / "other"
+    pid = 0
+    with exclusive(lock):
+        number = next(int(fd) for fd in os.listdir("/proc/self/fd")
+                      if os.path.realpath(f"/proc/self/fd/{fd}") == str(lock.resolve()))
+        pid = os.fork()
+        if pid == 0:   # pragma: no cover (the child's exit status says what it saw)
+            try:
+                mine = os.open(other, os.O_WRONLY | os.O_CREAT, 0o600)
+                os.dup2(mine, number)   # (the number free in the child: its copy closed at the fork)
+            except BaseException:
+                os._exit(3)
+    if pid == 0:   # pragma: no cover
+        try:
+            os.fstat(number)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

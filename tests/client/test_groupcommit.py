@@ -3,6 +3,8 @@ its error handed to the sender, a stop that waits for the running request."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -49,3 +51,40 @@ def test_stop_waits_for_the_running_request() -> None:
     threading.Timer(0.05, release.set).start()
     t.stop()
     assert ran == [1]
+
+
+def test_an_acknowledgement_that_raises_leaves_none_of_its_group_unacknowledged(tmp_path: Path) -> None:
+    """An fsync covers several batches; the first one's ``ack`` raises (``send --json`` whose
+    stdout failed: its error counts what was stored). The others still run (each counts its
+    batch, prints nothing), then the error: none dropped, so the count is every message stored."""
+    from store import Draft, open_store
+    from store.client.groupcommit import GroupCommit
+    s = open_store(tmp_path / "s", create=True)
+    s.create_topic("T", 1)
+    release = threading.Event()
+    real = s.sync_log
+
+    def gated(start: int, end: int) -> None:
+        assert release.wait(30)
+        real(start, end)
+
+    s.sync_log = gated   # type: ignore[method-assign]  # (the fsync held until the batches are written)
+    acked: list[int] = []
+
+    def ack(n: int) -> Callable[[], None]:
+        def run() -> None:
+            acked.append(n)
+            if n == 1:
+                raise OSError(28, "No space left on device")
+        return run
+
+    commits = GroupCommit(s)
+    for n in range(4):
+        s.put([Draft("T", b"x")])
+        commits.written(ack(n))   # 0 alone in the first fsync, 1-3 wait for the next
+    release.set()
+    with pytest.raises(OSError):
+        commits.settle()
+    commits.close()
+    s.close()
+    assert acked == [0, 1, 2, 3]
