@@ -53,9 +53,11 @@ def test_a_deferred_module_loads_on_first_use_and_answers_as_the_real_one() -> N
 RACE = r"""
 import sys, threading
 from mqctl.lazymods import defer
+sys.modules.pop("ipaddress", None)   # (a site hook may have imported it at start-up)
 defer(("ipaddress",))
 import ipaddress
 stand_in = sys.modules["ipaddress"]
+assert type(stand_in).__name__ == "_StandIn"
 at_removal, second_done = threading.Event(), threading.Event()
 got = {}
 
@@ -73,7 +75,7 @@ def first():
     sys.settrace(None)
 
 def second():
-    at_removal.wait()
+    assert at_removal.wait(60), "the first thread never reached the stand-in's removal"
     got["second"] = stand_in.IPv4Address
     second_done.set()
 
