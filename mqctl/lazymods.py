@@ -10,13 +10,20 @@ names imports the real module, which takes the stand-in's place in ``sys.modules
 answers from then on. So nothing that uses them changes; a command that never does (the quick
 consume and send) never loads them. Only the script's quick paths (:mod:`mqctl.entry`) call
 it: they own their process. Python programs and the Typer path are not touched.
+
+From Python 3.12 ``dataclasses`` asks ``inspect.get_annotations`` of every class it builds,
+so ``inspect`` is deferred only before 3.12 (a stand-in would be loaded by the first
+dataclass anyway). The first use may come from two threads at once: one loads the real
+module, under a lock, and the other waits for it (never a second copy of the module).
 """
 from __future__ import annotations
 
 import sys
+from _thread import RLock
 from types import ModuleType
 
-DEFERRED = ("inspect", "ipaddress")
+DEFERRED = ("inspect", "ipaddress") if sys.version_info < (3, 12) else ("ipaddress",)
+_LOADING = RLock()   # (reentrant: a module the real one imports may use a stand-in too)
 
 
 class _StandIn(ModuleType):
@@ -37,12 +44,13 @@ def _real(name: str) -> ModuleType:
 
 
 def _load(name: str, stand_in: ModuleType) -> ModuleType:
-    if sys.modules.get(name) is stand_in:
-        del sys.modules[name]
-    real = _real(name)
-    # (later `inspect.X` through a module that bound the stand-in ask it again: it answers
-    # from the real module's namespace, now one dictionary for both)
-    stand_in.__dict__.update(real.__dict__)
+    with _LOADING:   # (another thread's check and removal of the stand-in must not interleave)
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+        real = _real(name)
+        # (later `inspect.X` through a module that bound the stand-in ask it again: it answers
+        # from a copy of the real module's namespace)
+        stand_in.__dict__.update(real.__dict__)
     return real
 
 

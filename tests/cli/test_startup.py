@@ -63,8 +63,9 @@ def check(tmp_path: Path, args: list[str], forbidden: tuple[str, ...]) -> list[s
     return offenders(mods, forbidden)
 
 
-# what inspect imports, which the quick paths defer (mqctl/lazymods.py) and never use
-INSPECT_LOADS = ("ast", "dis", "tokenize", "token")
+# what inspect imports, which the quick paths defer (mqctl/lazymods.py) and never use (before
+# Python 3.12 only: from 3.12 dataclasses uses inspect for every class it builds)
+INSPECT_LOADS = ("ast", "dis", "tokenize", "token") if sys.version_info < (3, 12) else ()
 
 # what portalocker drags in (package metadata, hence email; redis-py when installed)
 PORTALOCKER_DEPS = ("portalocker", "importlib.metadata", "email", "redis", "socket")
@@ -418,7 +419,7 @@ CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.lo
 # paths defer it, mqctl/lazymods.py) and ipaddress (pathlib's urllib.parse imports it).
 QUICK_CONSUME_NEVER_LOADS = ("concurrent", "logging", "traceback", "textwrap", "datetime", "_datetime",
                              "termios", "store.client.sendresult", "store.client.message", "store.log.results",
-                             "typing", "ast", "dis", "tokenize", "ipaddress")
+                             "typing", "ipaddress") + INSPECT_LOADS
 
 
 @pytest.mark.parametrize("queues", ["one", "three"])
