@@ -76,6 +76,21 @@ def mqctl_env(root: Path | None, failpoints: str | None = None,
     return env
 
 
+def ready(read: int | None, write: int | None, timeout: float) -> tuple[bool, bool]:
+    """Whether ``read`` can be read (or is at its end) and ``write`` written, within
+    ``timeout`` s: ``select()`` by ``poll()``, because select refuses a descriptor numbered
+    1024 or more, which the process of a long test session can reach."""
+    poller = select.poll()
+    if read is not None:
+        poller.register(read, select.POLLIN)
+    if write is not None:
+        poller.register(write, select.POLLOUT)
+    events = dict(poller.poll(max(0.0, timeout) * 1000))
+    done = select.POLLHUP | select.POLLERR | select.POLLNVAL
+    return (read is not None and bool(events.get(read, 0) & (select.POLLIN | done)),
+            write is not None and bool(events.get(write, 0) & (select.POLLOUT | done)))
+
+
 def wait_for(cond: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
              what: str = "condition") -> Any:
     """Poll ``cond`` until it returns something truthy; return that. AssertionError after
@@ -275,7 +290,7 @@ class Feeder:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise AssertionError(f"no results from {self.args} within {timeout} s")
-            r, w, _ = select.select([out_fd], [in_fd] if data else [], [], left)
+            r, w = ready(out_fd, in_fd if data else None, left)
             if w:
                 try:
                     data = data[os.write(in_fd, data):]
@@ -604,7 +619,7 @@ def _read_pty(master: int, timeout: float) -> bytes:
     it closes the terminal (EIO) or is silent for ``timeout`` s; closes ``master``."""
     out = b""
     try:
-        while select.select([master], [], [], timeout)[0]:
+        while ready(master, None, timeout)[0]:
             try:
                 chunk = os.read(master, 65536)
             except OSError:   # EIO: the child closed the terminal

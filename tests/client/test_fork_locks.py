@@ -45,11 +45,14 @@ def test_a_child_forked_from_an_orderly_consumer_keeps_none_of_its_locks(mq: MQ)
         print("ready", flush=True)
         sys.stdin.read()
     """
-    proc = python(script, mq.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = python(script, mq.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     child = 0
     try:
-        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
         lines = [proc.stdout.readline().split(), proc.stdout.readline().split()]
+        if not all(lines):   # (the script ended early: say why)
+            proc.kill()
+            raise AssertionError(f"the consumer's script ended: {proc.stderr.read()}")
         child = int(next(words[1] for words in lines if words[0] == "child"))
         held = sorted((mq.root / "locks" / "g" / "T").glob("*.lock"))
         member = next((mq.root).rglob("parent.lock"))

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 import zlib
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -77,7 +78,7 @@ def test_an_intact_log_reads_the_same(tmp_path: Path, monkeypatch: pytest.Monkey
 @needs_c
 @pytest.mark.parametrize("seed", range(12))
 def test_any_damaged_byte_is_found_and_named_as_the_python_loop_names_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, seed: int) -> None:
     s = _store(tmp_path / "s")
     seg = s.commitlog.segment_path(0)
     clean = seg.read_bytes()
@@ -191,17 +192,18 @@ class _FakeLog:
 @needs_c
 @pytest.mark.parametrize("max_bytes", [1, 6000, 4 << 20])
 def test_a_queue_among_many_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_bytes: int) -> None:
-    s = _interleaved(tmp_path / "s")
-    want = read_queues(s, "T", MANY, max_bytes, c_loop=False, monkeypatch=monkeypatch)
-    assert read_queues(s, "T", MANY, max_bytes, c_loop=True, monkeypatch=monkeypatch) == want
-    assert not any(map(damage_named, want))
+    with closing(_interleaved(tmp_path / "s")) as s:
+        want = read_queues(s, "T", MANY, max_bytes, c_loop=False, monkeypatch=monkeypatch)
+        assert read_queues(s, "T", MANY, max_bytes, c_loop=True, monkeypatch=monkeypatch) == want
+        assert not any(map(damage_named, want))
 
 
 @needs_c
 @pytest.mark.parametrize("seed", range(4))
 def test_a_queue_among_many_names_any_damaged_byte_or_cut_tail_as_the_python_loop_does(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, seed: int) -> None:
     s = _interleaved(tmp_path / "s")
+    request.addfinalizer(s.close)
     seg = s.commitlog.segment_path(0)
     clean = seg.read_bytes()
     rnd = random.Random(seed)
@@ -231,10 +233,12 @@ def _bytes_read() -> int:
 
 @needs_c
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs /proc/self/io")
-def test_a_member_holding_one_queue_of_many_reads_its_own_records_not_the_log_between(tmp_path: Path) -> None:
+def test_a_member_holding_one_queue_of_many_reads_its_own_records_not_the_log_between(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """400-byte bodies, 16 queues: 8 KiB of other queues' records between two of its own, more
     than a read of its own costs to copy (nativecheck.c's GATHER_GAP)."""
     s = open_store(tmp_path / "s")
+    request.addfinalizer(s.close)
     s.create_topic("B", MANY)
     s.put_bodies("B", [b"x" * 400] * (MANY * 300))
     q = s.queue("B", 5)

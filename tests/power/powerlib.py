@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from tests.procs import MQ, MQCTL, Proc, wait_for
+from tests.procs import MQ, MQCTL, Proc, ready, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SH = REPO.parent / "shared" / "tools" / "lazyfs" / "build.sh"
@@ -177,8 +176,7 @@ class LazyFS:
             left = deadline - time.monotonic()
             if left <= 0 or self.crashed():
                 raise AssertionError("LazyFS did not finish clear-cache")
-            ready, _, _ = select.select([self._done_fd], [], [], min(left, 0.5))
-            if ready:
+            if ready(self._done_fd, None, min(left, 0.5))[0]:
                 try:
                     got += os.read(self._done_fd, 4096)
                 except BlockingIOError:
