@@ -10,10 +10,11 @@ import fcntl
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from store.log.offsets import exclusive
-from tests.procs import MQ, pid_running, python
+from tests.procs import MQ, pid_running, python, ready
 
 
 def _free(path: Path) -> bool:
@@ -38,22 +39,28 @@ def test_a_child_forked_from_an_orderly_consumer_keeps_none_of_its_locks(mq: MQ)
         for m in c.messages(exit_at_end=True):
             pass                      # holds both queues now, and its membership
         if os.fork() == 0:
-            print("child", os.getpid(), flush=True)
+            os.write(1, b"child %d\\n" % os.getpid())   # (one write: print may make two, which interleave)
             sys.stdin.read()          # lives until the test closes its stdin
             os._exit(0)
         os.wait3(os.WNOHANG)
-        print("ready", flush=True)
+        os.write(1, b"ready\\n")
         sys.stdin.read()
     """
-    proc = python(script, mq.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    errors = mq.work / "fork-script.err"   # (a file: the forked child holds any pipe open)
+    with errors.open("w") as err:
+        proc = python(script, mq.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
     child = 0
     try:
-        assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
-        lines = [proc.stdout.readline().split(), proc.stdout.readline().split()]
-        if not all(lines):   # (the script ended early: say why)
-            proc.kill()
-            raise AssertionError(f"the consumer's script ended: {proc.stderr.read()}")
-        child = int(next(words[1] for words in lines if words[0] == "child"))
+        assert proc.stdout is not None and proc.stdin is not None
+        out, deadline = b"", time.monotonic() + 60
+        while not {b"child", b"ready"} <= {line.split(b" ")[0] for line in out.split(b"\n")[:-1]}:
+            if not ready(proc.stdout.fileno(), None, deadline - time.monotonic())[0]:
+                raise AssertionError(f"the script said only {out!r} in 60 s: {errors.read_text()}")
+            chunk = os.read(proc.stdout.fileno(), 4096)   # (not readline: poll sees no data it buffered)
+            if not chunk:
+                raise AssertionError(f"the script ended ({proc.wait()}): {errors.read_text()}")
+            out += chunk
+        child = int(next(line.split()[1] for line in out.split(b"\n") if line.startswith(b"child ")))
         held = sorted((mq.root / "locks" / "g" / "T").glob("*.lock"))
         member = next((mq.root).rglob("parent.lock"))
         assert len(held) == 2 and not any(_free(p) for p in [*held, member])   # the parent holds them
