@@ -68,11 +68,14 @@ needs_c = pytest.mark.skipif(not columns.NATIVE, reason="the C loop is not built
 
 @needs_c
 @pytest.mark.parametrize("max_bytes", [1, 6000, 100_000, 4 << 20])
-def test_an_intact_log_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_bytes: int) -> None:
-    s = _store(tmp_path / "s")
-    want = _read_all(s, False, monkeypatch, max_bytes)
-    assert _read_all(s, True, monkeypatch, max_bytes) == want
-    assert not any(map(damage_named, want))
+@pytest.mark.parametrize("shape", ["3 queues", "16 interleaved"])
+def test_an_intact_log_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str,
+                                      max_bytes: int) -> None:
+    build, queues = (_store, QUEUES) if shape == "3 queues" else (_interleaved, MANY)
+    with closing(build(tmp_path / "s")) as s:
+        want = read_queues(s, "T", queues, max_bytes, c_loop=False, monkeypatch=monkeypatch)
+        assert read_queues(s, "T", queues, max_bytes, c_loop=True, monkeypatch=monkeypatch) == want
+        assert not any(map(damage_named, want))
 
 
 @needs_c
@@ -80,6 +83,7 @@ def test_an_intact_log_reads_the_same(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_any_damaged_byte_is_found_and_named_as_the_python_loop_names_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, seed: int) -> None:
     s = _store(tmp_path / "s")
+    request.addfinalizer(s.close)
     seg = s.commitlog.segment_path(0)
     clean = seg.read_bytes()
     rnd = random.Random(seed)
@@ -187,15 +191,6 @@ class _FakeLog:
 
     def read_bytes(self, offset: int, size: int) -> bytes:
         raise AssertionError("a sparse run is not read as one span")
-
-
-@needs_c
-@pytest.mark.parametrize("max_bytes", [1, 6000, 4 << 20])
-def test_a_queue_among_many_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_bytes: int) -> None:
-    with closing(_interleaved(tmp_path / "s")) as s:
-        want = read_queues(s, "T", MANY, max_bytes, c_loop=False, monkeypatch=monkeypatch)
-        assert read_queues(s, "T", MANY, max_bytes, c_loop=True, monkeypatch=monkeypatch) == want
-        assert not any(map(damage_named, want))
 
 
 @needs_c
