@@ -17,12 +17,15 @@ Every wait is bounded: a hang is a failure, never a stuck CI job.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
+import termios
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -158,6 +161,14 @@ class LazyFS:
                 time.sleep(0.02)
         try:
             os.write(fd, (line + "\n").encode())
+            # LazyFS takes one read() as one command: a command written while the last is still
+            # in the fifo joins it into one unknown line and both are dropped (a checkpoint not
+            # waited for, then a clear-cache that never finishes). Return once it was read.
+            read_by = time.monotonic() + 60   # after the command before it ran (a checkpoint)
+            while _unread(fd):
+                if time.monotonic() > read_by or self.crashed():
+                    raise AssertionError(f"LazyFS did not read its command ({line})")
+                time.sleep(0.005)
         finally:
             os.close(fd)
 
@@ -201,6 +212,11 @@ class LazyFS:
                  what=f"LazyFS to accept {line}")
         assert self._log_count("INVALID crash fault") == before_bad, f"LazyFS refused {line}"
         return line
+
+
+def _unread(fd: int) -> int:
+    """Bytes written to a pipe and not yet read (FIONREAD answers on either end)."""
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
 
 
 # -- the machine ---------------------------------------------------------------------------------

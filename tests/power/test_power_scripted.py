@@ -157,3 +157,15 @@ def test_member_commits_in_the_journal_go_back_at_most_to_the_snapshot_on_a_cut(
         ends = {q: row["maxOffset"] for q, row in power.status("j").items()}
         assert power.committed(g) == ends, "commits made after the cut are not seen"
         settled = ends
+
+
+def test_harness_commands_written_back_to_back_are_each_carried_out(power: Power) -> None:
+    """LazyFS reads one command a read(): a clear-cache written right after a checkpoint not
+    waited for must still be carried out (the harness waits for each command to be read), and
+    what neither synced nor checkpointed is still dropped."""
+    power.ok("init")
+    power.ok("topic", "create", "pair", "--queues", "1")
+    for i in range(10):
+        power.send("pair", power.bodies(f"pair{i}-async", 3), False)
+        power.fs.checkpoint(wait=False)
+        power.fs.clear_cache()    # AssertionError if LazyFS dropped the two joined commands
