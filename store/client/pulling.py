@@ -160,26 +160,39 @@ class Puller:
         for topic in sorted({k[0] for k in plan}):
             for raw in (True, False):
                 keys = [k for k in plan if k[0] == topic and plan[k][0] == raw]
+                # Client rows: a queue's runs of every window joined into one put (one chunk
+                # of its cache, so a batch handed out is a slice of it, not a join of several)
+                joined: dict[QueueKey, tuple[Columns, int]] = {}
+                at = {k: pqs[k].next_pull for k in keys}
                 while len(keys) > 1 and not run.stop_requested:
-                    got = self.store.pull_many(topic, [(k[1], pqs[k].next_pull, left[k][0], left[k][1])
-                                                        for k in keys], full=not raw)
+                    got = self.store.pull_many(topic, [(k[1], at[k], left[k][0], left[k][1]) for k in keys],
+                                               full=not raw)
                     if not got:
                         break
                     for key in keys:
                         c = got.get(key[1])
                         if c is None:
                             continue
-                        pq = pqs[key]
                         nbytes = sum(map(len, c.bodies))
-                        worked |= (self._pull_raw(key, pq, 0, c) if raw
-                                   else self._pull_client(key, pq, 0, pre=c, nbytes=nbytes))
+                        if raw:
+                            worked |= self._pull_raw(key, pqs[key], 0, c)
+                        elif key in joined:
+                            _join(joined[key][0], c)
+                            joined[key] = (joined[key][0], joined[key][1] + nbytes)
+                        else:
+                            joined[key] = (c, nbytes)
+                        at[key] = c.next_offset
                         left[key][0] -= len(c)
                         left[key][1] -= nbytes
                     keys = [k for k in keys if k[1] in got and left[k][0] > 0 and left[k][1] > 0
-                            and k in pqs and pqs[k].next_pull < got[k[1]].max_offset]
+                            and k in pqs and at[k] < got[k[1]].max_offset]
                     # A raw read's bodies are views into its buffer: free it before the next
                     # read, which then reuses its memory instead of faulting in fresh pages.
                     del got, c
+                for key, (c, nbytes) in joined.items():
+                    pq = pqs.get(key)
+                    if pq is not None:
+                        worked |= self._pull_client(key, pq, 0, pre=c, nbytes=nbytes)
         for key, (raw, want, max_bytes) in plan.items():
             held = pqs.get(key)
             if held is None or left[key][0] < want or run.stop_requested:
@@ -250,3 +263,17 @@ class Puller:
                 continue
             out.append(m)
         return out
+
+
+def _join(into: Columns, more: Columns) -> None:
+    """Append the run ``more`` (read right after ``into``, of the same queue) to ``into``."""
+    into.offsets += more.offsets
+    into.bodies += more.bodies
+    into.born += more.born
+    into.stored += more.stored
+    into.props += more.props
+    into.phys += more.phys
+    into.reconsume += more.reconsume
+    into.damaged += more.damaged
+    into.next_offset = more.next_offset
+    into.max_offset = more.max_offset
