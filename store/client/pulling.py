@@ -177,7 +177,7 @@ class Puller:
                         if raw:
                             worked |= self._pull_raw(key, pqs[key], 0, c)
                         elif key in joined:
-                            _join(joined[key][0], c)
+                            joined[key][0].extend(c)
                             joined[key] = (joined[key][0], joined[key][1] + nbytes)
                         else:
                             joined[key] = (c, nbytes)
@@ -264,16 +264,3 @@ class Puller:
             out.append(m)
         return out
 
-
-def _join(into: Columns, more: Columns) -> None:
-    """Append the run ``more`` (read right after ``into``, of the same queue) to ``into``."""
-    into.offsets += more.offsets
-    into.bodies += more.bodies
-    into.born += more.born
-    into.stored += more.stored
-    into.props += more.props
-    into.phys += more.phys
-    into.reconsume += more.reconsume
-    into.damaged += more.damaged
-    into.next_offset = more.next_offset
-    into.max_offset = more.max_offset

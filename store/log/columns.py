@@ -79,6 +79,19 @@ class Columns:
     def __len__(self) -> int:
         return len(self.offsets)
 
+    def extend(self, more: "Columns") -> None:
+        """Append ``more``, the same queue's run read right after this one (with the same flags)."""
+        self.offsets += more.offsets
+        self.bodies += more.bodies
+        self.born += more.born
+        self.stored += more.stored
+        self.props += more.props
+        self.phys += more.phys
+        self.reconsume += more.reconsume
+        self.damaged += more.damaged
+        self.next_offset = more.next_offset
+        self.max_offset = more.max_offset
+
 
 def _why(span: bytes, start: int, end: int, phys: int, qoff: int, queue_id: int,
          topic_field: bytes) -> str:

@@ -196,3 +196,21 @@ def test_an_entry_pointing_back_into_the_run_is_reported_by_every_reader(tmp_pat
         bodies = [m.body for m in got.messages] if hasattr(got, "messages") else list(got.bodies)
         assert bodies == [b"t2", b"t3", b"t4", b"t5"]
     s.close()
+
+
+def test_extend_appends_every_column_and_takes_the_later_ends() -> None:
+    """Columns.extend joins two runs of one queue: a column added later must be joined too."""
+    import dataclasses
+
+    from store.log.columns import Columns
+
+    def run(first: int) -> Columns:
+        kw: dict = {}
+        for f in dataclasses.fields(Columns):
+            kw[f.name] = first + 10 if f.name in ("next_offset", "max_offset") else [f"{f.name}{first}"]
+        return Columns(**kw)
+    a, b = run(0), run(1)
+    a.extend(b)
+    for f in dataclasses.fields(Columns):
+        want = 11 if f.name in ("next_offset", "max_offset") else [f"{f.name}0", f"{f.name}1"]
+        assert getattr(a, f.name) == want, f.name
