@@ -146,7 +146,7 @@ def wait_for_topic(store: "Store", topic: str, idle_s: float | None) -> bool:
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     deadline = None if idle_s is None else time.monotonic() + idle_s
     try:
-        # a topic is made rarely and once: a look at topics.json (a stat while it is
+        # a topic is made rarely and once: a look at its config file (a stat while it is
         # unchanged) every 200 ms costs nothing and needs no watcher
         while not stop.wait(0.2):
             if store.has_topic(topic):

@@ -11,13 +11,17 @@ Files (standard JSON, the fields of the broker's ``TopicConfigManager`` entries)
          "crc": <CRC-32 of the canonical content: fsutil.json_crc>}
 
     config/topics.epoch                 a token (ns), replaced on every create, update, delete
+    config/topics.json                  RocketMQ's view of them all, derived (``topicsview.py``)
 
 ``createdOffset`` is the commit-log end when the topic was created: recovery never re-indexes
 a record older than its topic, so a deleted and re-created topic does not resurrect old
 messages. Changes are made under the store's write lock; each copy is written atomically and
 durably (temp file, fsync, rename, directory fsync), the mirror first, so either copy heals
-the other. A command reads only the files of the topics it uses; consumers notice any topic
-change with one ``stat`` of the epoch file.
+the other; then the view ``config/topics.json`` is rewritten (``topicsview.py``: never read as
+truth; the epoch token is replaced before and after the topic's files, so a view written with
+another token than the current one missed a change and is rewritten by the next writer).
+A command reads only the files of the topics it uses; consumers notice any topic change with
+one ``stat`` of the epoch file.
 
 Creating a topic creates its queue directories too (``consumequeue/<topic>/<queueId>/``), so
 the queue count can always be rebuilt: from the config; when it is damaged or missing, from
@@ -27,12 +31,13 @@ queue id + 1; the order flag is unknown and becomes false, with a warning naming
 
 Deletion is crash-safe: the config is first marked ``"state": "deleting"`` (the topic no
 longer exists for readers), then the queues and offsets go, then the file; recovery finishes
-a marked deletion.
+a marked deletion. Failpoint ``topic-save-before-view``: a topic's files written, its view not.
 
 Legacy stores keep all topics in ``config/topics.json`` (``{"topicConfigTable": {...},
-"dataVersion": {...}}``, with a ``.bak``). The first writer that opens such a store migrates
-it (each entry to its file, then ``topics.json`` renamed to ``topics.json.migrated``); until
-then readers that cannot write read the legacy file.
+"dataVersion": {...}}``, with a ``.bak``; no ``derivedFrom``: not a view). The first writer
+that opens such a store migrates it (each entry to its file, then ``topics.json`` renamed to
+``topics.json.migrated``, and the view written in its place); until then readers that cannot
+write read the legacy file.
 """
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from store.errors import CorruptionError, UsageError
+from store.failpoints import failpoint
 from store.fsutil import (
     atomic_write_bytes,
     atomic_write_json_crc,
@@ -53,6 +59,7 @@ from store.fsutil import (
     read_json_with_bak,
 )
 from store.layout import Layout
+from store.log import topicsview
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -163,11 +170,23 @@ class TopicTable:
         self._paths: dict[str, str] = {}
         self._legacy_stamp: tuple[int, int, int] | None = None
         self._legacy: dict[str, TopicConfig] = {}
+        # what config/topics.json's head said, by the file's stamp (legacy() is asked often)
+        self._head: tuple[tuple[int, int, int] | None, topicsview.ViewHead | None] = (None, None)
 
     # -- reads -----------------------------------------------------------------------------
     def legacy(self) -> bool:
-        """The store still keeps its topics in ``config/topics.json`` (not migrated yet)."""
-        return self.layout.topics_json.exists()
+        """The store still keeps its topics in ``config/topics.json`` (not migrated yet): the
+        file is there and is not the view (``topicsview.py``). One ``stat`` when unchanged."""
+        head = self._view_head()
+        return head is not None and not head.is_view
+
+    def _view_head(self) -> topicsview.ViewHead | None:
+        stamp = _stamp(self.layout.topics_json)
+        if stamp is None:
+            return None
+        if self._head[0] != stamp:
+            self._head = (stamp, topicsview.read_head(self.layout.topics_json))
+        return self._head[1]
 
     def _config_path(self, name: str) -> str:
         path = self._paths.get(name)
@@ -275,7 +294,12 @@ class TopicTable:
 
     # -- writes (store write lock held) ----------------------------------------------------
     def save(self, cfg: TopicConfig) -> None:
-        """Write the topic's queue directories, its mirror, then its config; then the epoch."""
+        """Write the topic's queue directories, its mirror, then its config; then the epoch
+        and the view (the epoch is replaced before too: see the top of this module)."""
+        legacy = self.legacy()   # (migrating: the legacy file is still there, no view yet)
+        ensure_dir(self.layout.topics_dir)
+        if not legacy:
+            self.touch_epoch()
         cq = self.layout.topic_cq_dir(cfg.name)
         if not cfg.deleting:
             ensure_dir(cq)
@@ -286,10 +310,12 @@ class TopicTable:
             if missing:
                 fsync_dir(cq)   # one fsync for every new queue directory
             atomic_write_json_crc(self.layout.topic_mirror(cfg.name), cfg.to_json(), keep_bak=False)
-        ensure_dir(self.layout.topics_dir)
         atomic_write_json_crc(self.layout.topic_config(cfg.name), cfg.to_json(), keep_bak=False)
         self._one.pop(cfg.name, None)
-        self.touch_epoch()
+        token = self.touch_epoch()
+        if not legacy:
+            failpoint("topic-save-before-view")
+            self.write_view(token)
 
     def mark_deleting(self, cfg: TopicConfig) -> None:
         self.save(replace(cfg, deleting=True))
@@ -302,14 +328,65 @@ class TopicTable:
             pass
         fsync_dir(self.layout.topics_dir)
         self._one.pop(name, None)
-        self.touch_epoch()
+        self.write_view(self.touch_epoch())
 
-    def touch_epoch(self) -> None:
-        # A change signal only: nothing is lost if a power cut keeps the old token.
-        atomic_write_bytes(self.layout.topics_epoch, f"{time.time_ns()}\n".encode(), keep_bak=False, sync=False)
+    def touch_epoch(self) -> str:
+        """Replace the epoch token; returns the new one. A change signal only: nothing is lost
+        if a power cut keeps the old token (recovery after a restart compares the view whole)."""
+        token = str(time.time_ns())
+        atomic_write_bytes(self.layout.topics_epoch, f"{token}\n".encode(), keep_bak=False, sync=False)
+        return token
+
+    def epoch_token(self) -> str:
+        try:
+            fd = os.open(self.layout.topics_epoch, os.O_RDONLY)
+        except OSError:
+            return ""
+        try:
+            return os.read(fd, 64).decode("ascii", "replace").strip()
+        finally:
+            os.close(fd)
 
     def epoch_stamp(self) -> tuple[int, int, int] | None:
         return _stamp(self.layout.topics_epoch)
+
+    # -- the view (config/topics.json, topicsview.py) -----------------------------------------
+    def _view_table(self) -> dict[str, dict[str, Any]]:
+        return {n: topicsview.entry(n, c.queues, c.order) for n, c in self.all().items()}
+
+    def write_view(self, token: str | None = None, *, sync: bool = True) -> None:
+        """Rewrite ``config/topics.json`` from the topic files (write lock held; never over a
+        legacy table)."""
+        topicsview.write(self.layout.topics_json, self._view_table(),
+                         self.epoch_token() if token is None else token, sync=sync)
+
+    def view_stale(self) -> bool:
+        """The view is missing, or was written before the last topic change (its epoch token
+        is not the current one). A few small reads; false for a legacy store."""
+        head = self._view_head()
+        if head is None:
+            return True
+        return head.is_view and head.epoch != self.epoch_token()
+
+    def view_problem(self) -> str | None:
+        """Why the view does not show the topics as they are (None: it does). Reads them all."""
+        if self.legacy():
+            return None
+        table = topicsview.read_table(self.layout.topics_json)
+        if table is None:
+            return "missing" if self._view_head() is None else "not valid JSON"
+        if table != self._view_table():
+            return "does not list the topics as config/topics/ has them"
+        return None
+
+    def refresh_view(self) -> str | None:
+        """Rewrite the view if it is out of date in any way (write lock held); returns why it was."""
+        why = self.view_problem()
+        if why is not None:
+            self.write_view()
+        elif self.view_stale():
+            self.write_view()   # right content, old token: only the token changes
+        return why
 
     # -- rebuilding ------------------------------------------------------------------------
     def rebuild(self, name: str, first_entry: FirstEntry, log_end: int) -> TopicConfig | None:
@@ -378,7 +455,7 @@ class TopicTable:
         src = self.layout.topics_json
         os.replace(src, src.with_name(src.name + ".migrated"))
         fsync_dir(src.parent)
-        self.touch_epoch()
+        self.write_view(self.touch_epoch())
 
     # -- check (read-only) -----------------------------------------------------------------
     def problems(self) -> list[tuple[str, str]]:

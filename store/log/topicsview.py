@@ -1,0 +1,124 @@
+"""``config/topics.json``: RocketMQ's view of the topics, derived from ``config/topics/``.
+
+People and scripts who know RocketMQ look for the broker's topic table there, so the store
+keeps one, in ``TopicConfigManager``'s serialisation::
+
+    {
+      "derivedFrom": "config/topics",
+      "dataVersion": {"timestamp": <ms>, "counter": <N>, "epoch": "<config/topics.epoch token>"},
+      "topicConfigTable": {
+        "<topic>": {"topicName": "<topic>", "readQueueNums": 8, "writeQueueNums": 8, "perm": 6,
+                    "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": false},
+        ...
+      }
+    }
+
+It is a view, never read as truth: the topics are the files of ``config/topics/``
+(``topics.py``, which alone calls this module, under the store's write lock, after every
+create, update and delete; deleting topics are left out). ``derivedFrom`` (written first)
+tells it from the legacy ``topics.json`` of stores made before per-topic files, which the
+first writer migrates. ``dataVersion.epoch`` is the topics' epoch token when the view was
+written: a view whose token is not the current one missed a change (a writer killed between
+its topic file and the view) and the next writer rewrites it; ``store recover`` rewrites a
+view that differs from the topics in any way, and ``store check`` warns of one (not damage).
+The file is replaced atomically (temp file, fsync, rename, directory fsync).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from store.fsutil import atomic_write_bytes
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
+
+MARKER = "derivedFrom"
+SOURCE = "config/topics"
+# The head of a view as :func:`render` writes it: the marker line, then the dataVersion line.
+_HEAD = re.compile(rb'\{\s*"derivedFrom":\s*"[^"]*",\s*"dataVersion":\s*\{"timestamp":\s*\d+,\s*'
+                   rb'"counter":\s*(\d+),\s*"epoch":\s*"([^"]*)"\}')
+_HEAD_BYTES = 256
+
+
+@dataclass(frozen=True)
+class ViewHead:
+    """What a view's first lines say (``is_view`` False: a legacy table, or not JSON)."""
+
+    is_view: bool
+    counter: int = 0
+    epoch: str = ""
+
+
+def entry(name: str, queues: int, order: bool) -> dict[str, Any]:
+    """One topic as RocketMQ's ``TopicConfig`` serialises it (read and write queues alike,
+    read-write permission, no tag filter type but the default, no system flag)."""
+    return {"topicName": name, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6,
+            "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": order}
+
+
+def render(table: dict[str, dict[str, Any]], epoch: str, counter: int) -> bytes:
+    """The view's bytes: the marker and dataVersion first (so :func:`read_head` needs only
+    the first bytes), then the table, topics sorted."""
+    version = json.dumps({"timestamp": int(time.time() * 1000), "counter": counter, "epoch": epoch})
+    body = json.dumps(dict(sorted(table.items())), indent=2, sort_keys=False).replace("\n", "\n  ")
+    return (f'{{\n  "{MARKER}": "{SOURCE}",\n  "dataVersion": {version},\n'
+            f'  "topicConfigTable": {body}\n}}\n').encode()
+
+
+def read_head(path: Path) -> ViewHead | None:
+    """The view's marker, counter and epoch token (None: no file). Reads the first bytes when
+    the file starts as :func:`render` writes it; else parses it all."""
+    try:
+        fd = os.open(path, os.O_RDONLY)   # (asked at every writer's open: no buffered file)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return ViewHead(False)
+    try:
+        head = os.read(fd, _HEAD_BYTES)
+        m = _HEAD.match(head)
+        if m is not None:
+            return ViewHead(True, int(m.group(1)), m.group(2).decode())
+        chunks = [head]
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+    except OSError:
+        return ViewHead(False)
+    finally:
+        os.close(fd)
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict) or MARKER not in obj:
+        return ViewHead(False)
+    version = obj.get("dataVersion")
+    version = version if isinstance(version, dict) else {}
+    counter = version.get("counter")
+    return ViewHead(True, counter if isinstance(counter, int) else 0, str(version.get("epoch", "")))
+
+
+def read_table(path: Path) -> dict[str, Any] | None:
+    """The view's ``topicConfigTable`` as written (None: missing, or not a view)."""
+    try:
+        obj = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(obj, dict) or MARKER not in obj or not isinstance(obj.get("topicConfigTable"), dict):
+        return None
+    table: dict[str, Any] = obj["topicConfigTable"]
+    return table
+
+
+def write(path: Path, table: dict[str, dict[str, Any]], epoch: str, *, sync: bool = True) -> None:
+    """Replace the view (its counter one past the current one's)."""
+    head = read_head(path)
+    counter = head.counter + 1 if head is not None and head.is_view else 1
+    atomic_write_bytes(path, render(table, epoch, counter), keep_bak=False, sync=sync)
