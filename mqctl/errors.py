@@ -17,6 +17,20 @@ if TYPE_CHECKING:
 
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM, where a command ends as on Ctrl-C (its ``finally`` blocks run: a send makes
+    what it stored durable and says how much) but exits 143. A ``BaseException``, as
+    ``KeyboardInterrupt``: no ``except Exception`` on the way swallows it."""
+
+
+def raise_terminated(signum: int, _frame: object) -> None:
+    """The SIGTERM handler that raises :class:`Terminated`, once: a second SIGTERM while the
+    first one's clean-up runs is ignored, so the clean-up is not cut short."""
+    signal.signal(signum, signal.SIG_IGN)
+    raise Terminated()
 
 
 def print_error(message: str) -> None:
@@ -80,6 +94,9 @@ def guard(run: Callable[[], int], argv: list[str]) -> int:
     except KeyboardInterrupt:
         print_error("interrupted")
         code = EXIT_INTERRUPTED
+    except Terminated:
+        print_error("terminated")
+        code = EXIT_TERMINATED
     except OSError as exc:
         if debug():
             raise

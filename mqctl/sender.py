@@ -69,6 +69,10 @@ def run_send(st: "State", r: SendRequest) -> None:
         # Ctrl-C ends a send with exit 130 (after what was acknowledged is made durable, in
         # ``finish``), also when the shell started it with SIGINT ignored (a background job).
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:   # (not ignored by whoever started it)
+            # SIGTERM likewise, exit 143: the summary says what was stored before it came
+            from mqctl.errors import raise_terminated
+            signal.signal(signal.SIGTERM, raise_terminated)
     validate_topic(r.topic)
     empty_key = r.sharding_key == ""
     if empty_key:
