@@ -26,11 +26,18 @@ class Terminated(BaseException):
     ``KeyboardInterrupt``: no ``except Exception`` on the way swallows it."""
 
 
-def raise_terminated(signum: int, _frame: object) -> None:
-    """The SIGTERM handler that raises :class:`Terminated`, once: a second SIGTERM while the
-    first one's clean-up runs is ignored, so the clean-up is not cut short."""
+def _raise_terminated(signum: int, _frame: object) -> None:
+    # once: a second SIGTERM while the first one's clean-up runs is ignored, so that the
+    # clean-up is not cut short
     signal.signal(signum, signal.SIG_IGN)
     raise Terminated()
+
+
+def terminate_as_interrupt() -> None:
+    """From now on SIGTERM raises :class:`Terminated` (main thread only), unless whoever
+    started this process made it ignore SIGTERM."""
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def print_error(message: str) -> None:
