@@ -3,11 +3,12 @@ SIGTERM during ``send``, kcat's ``%m``/``%n`` in ``consume --format``, ``--no-gr
 sizes with units, ``--exec`` with mqctl's own stdout closed."""
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from pathlib import Path
 
-from tests.procs import MQ, wait_for
+from tests.procs import MQ, one_error, wait_for
 
 
 def _blocked_on_a_pipe(pid: int) -> bool:
@@ -39,3 +40,43 @@ def test_sigterm_during_a_stdin_send_prints_the_summary_and_exits_143(mq: MQ) ->
     lines = proc.stderr().splitlines()
     assert lines[-2].startswith("sent 3 messages to T (queue") and lines[-1] == "mqctl: error: terminated", lines
     assert _stored(mq, "T") == 3
+
+
+# -- consume --format: kcat's %m and %n (cli-conventions C1.6) ------------------------------------
+
+def test_format_m_is_the_message_id_and_n_the_delivery_count(mq: MQ) -> None:
+    sent = json.loads(mq.ok("send", "T", "hello", "--json").stdout)
+    first = mq.ok("consume", "T", "--no-group", "--from", "first", "-e", "--format", "%m %n %r\\n").stdout
+    assert first == f"{sent['msgId']} 1 0\n".encode()
+    # a failed delivery comes back through the retry topic: its second delivery
+    mq.ok("consume", "T", "-g", "G", "--from", "first", "-e", "--exec", "false", "--retry-delay", "1ms")
+    again = mq.ok("consume", "%RETRY%G", "--no-group", "--from", "first", "-e", "--format", "%m %n %r\\n").stdout
+    assert again == f"{sent['msgId']} 2 1\n".encode()
+    listed = mq.ok("consume", "--help").stdout.decode()
+    assert "%m message id" in " ".join(listed.split()) and "%n delivery count" in " ".join(listed.split())
+
+
+def test_format_completion_offers_the_tokens(mq: MQ) -> None:
+    res = mq.run("consume", "T", "--format", "%o%", extra_env={
+        "_MQCTL_COMPLETE": "complete_bash", "COMP_WORDS": "mqctl consume T --format %o%", "COMP_CWORD": "4"})
+    offered = res.stdout.decode().split()
+    assert "%o%m" in offered and "%o%n" in offered and "%o%s" in offered
+    res = mq.run("consume", "T", "--format", "", extra_env={
+        "_MQCTL_COMPLETE": "complete_bash", "COMP_WORDS": "mqctl consume T --format ''", "COMP_CWORD": "4"})
+    assert {"raw", "json", "%m", "%n"} <= set(res.stdout.decode().split())
+
+
+# -- consume -o +N: N after the start of each queue (rpk, cli-conventions C3.1) -------------------
+
+def test_offset_plus_n_starts_n_after_the_start_of_each_queue(mq: MQ) -> None:
+    mq.ok("topic", "create", "T", "--queues", "2")
+    for i in range(6):
+        mq.ok("send", "T", f"m{i}", "-q", str(i % 2))
+    got = mq.ok("consume", "T", "--no-group", "-o", "+2", "-e", "--format", "%p %o %s\\n").stdout.decode()
+    assert sorted(got.splitlines()) == ["0 2 m4", "1 2 m5"]
+    assert mq.ok("consume", "T", "--no-group", "-o", "+9", "-e").stdout == b"", "past the end: at the end"
+    # a group's new queues start there too (its committed offsets win afterwards)
+    got = mq.ok("consume", "T", "-g", "G", "-o", "+1", "-e", "--format", "%p %o\\n").stdout.decode()
+    assert sorted(got.splitlines()) == ["0 1", "0 2", "1 1", "1 2"]
+    one_error(mq.run("consume", "T", "--no-group", "-o", "+x", "-e"), 2, "bad time '+x'")
+    assert "+N (N after the start of each queue" in " ".join(mq.ok("consume", "--help").stdout.decode().split())
