@@ -80,3 +80,29 @@ def test_offset_plus_n_starts_n_after_the_start_of_each_queue(mq: MQ) -> None:
     assert sorted(got.splitlines()) == ["0 1", "0 2", "1 1", "1 2"]
     one_error(mq.run("consume", "T", "--no-group", "-o", "+x", "-e"), 2, "bad time '+x'")
     assert "+N (N after the start of each queue" in " ".join(mq.ok("consume", "--help").stdout.decode().split())
+
+
+# -- sizes with units ------------------------------------------------------------------------------
+
+def test_init_takes_sizes_with_units(tmp_path: Path) -> None:
+    mq = MQ(tmp_path / "s", tmp_path)
+    mq.ok("init", "--max-message-size", "1KiB", "--segment-size", "64MiB")
+    settings = json.loads((mq.root / "store.json").read_text())
+    assert settings["maxMessageSize"] == 1024 and settings["commitlogSegmentSize"] == 64 << 20
+    for given, size in (("2k", 2048), ("1.5KiB", 1536), ("3MB", 3_000_000), ("4mib", 4 << 20), ("100", 100)):
+        other = MQ(tmp_path / given, tmp_path)
+        other.ok("init", "--max-message-size", given)
+        assert json.loads((other.root / "store.json").read_text())["maxMessageSize"] == size, given
+
+
+def test_bad_sizes_are_one_line_usage_errors(tmp_path: Path) -> None:
+    mq = MQ(tmp_path / "s", tmp_path)
+    for flag, given, says in (("--max-message-size", "1XB", "is not a size"),
+                              ("--segment-size", "64 MiBs", "is not a size"),
+                              ("--segment-size", "0.3K", "not a whole number of bytes"),
+                              ("--max-message-size", "5MiB", "5MiB (5242880 bytes) is not in the range 1<=x<=4194304"),
+                              ("--max-message-size", "-1", "is not a size")):
+        err = one_error(mq.run("init", flag, given), 2, f"Invalid value for '{flag}'")
+        assert says in err, err
+    assert not mq.root.exists()
+    one_error(mq.run("bench", "produce", "--size", "1Q"), 2, "Invalid value for '--size'")
