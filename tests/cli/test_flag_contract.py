@@ -106,3 +106,14 @@ def test_bad_sizes_are_one_line_usage_errors(tmp_path: Path) -> None:
         assert says in err, err
     assert not mq.root.exists()
     one_error(mq.run("bench", "produce", "--size", "1Q"), 2, "Invalid value for '--size'")
+
+
+# -- consume --exec with mqctl's own stdout closed -------------------------------------------------
+
+def test_a_handler_can_write_when_mqctls_stdout_is_closed(mq: MQ) -> None:
+    mq.ok("send", "T", "a")
+    mq.ok("send", "T", "b")
+    res = mq.shell("mqctl consume T -g G --from first -e --exec cat >&-")
+    assert res.returncode == 0 and "Bad file descriptor" not in res.stderr and "RETRY" not in res.stderr, str(res)
+    assert mq.committed_total("G", "T") == 2
+    assert "%RETRY%G" not in mq.ok("topic", "list", "--all").stdout.decode()
