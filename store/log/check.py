@@ -134,7 +134,7 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     keys.finish()
     _check_json(engine, problems)
     problems += [Problem(f, 0, why) for f, why in engine.topic_table.problems()]
-    view = engine.topic_table.view_problem()
+    view = engine.topic_table.view.problem()
     if view is not None:
         rep.notes.append(Problem(str(engine.layout.topics_json), 0, f"the topics' RocketMQ view is {view} "
                                                                     f"(mqctl store recover rewrites it)"))
@@ -173,7 +173,7 @@ def _check_json(engine: "Engine", problems: list[Problem]) -> None:
     # (the offset table and the topic files are checked by their owners: offsettable.verify,
     # TopicTable.problems)
     paths = [lay.store_json, lay.delay_offset_json, tx_progress_path(lay)]
-    if engine.topic_table.legacy():   # (else it is the topics' view: TopicTable.view_problem)
+    if engine.topic_table.legacy():   # (else it is the topics' view: TopicsView.problem)
         paths.append(lay.topics_json)
     if not lay.store_json.exists():
         problems.append(Problem(str(lay.store_json), 0, "missing (its .bak is read instead; "

@@ -162,7 +162,7 @@ class Store:
         that cannot write reads it), or rewrites the topics' view if it missed a change."""
         table = self.engine.topic_table
         try:
-            if table.legacy() or table.view_stale():
+            if table.legacy() or table.view.stale():
                 with self.engine.write_lock:
                     self.engine.sync_topics_locked()
         except StoreIOError as exc:

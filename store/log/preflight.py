@@ -44,7 +44,7 @@ def claim_new_store(layout: "Layout") -> bool:
         cp = ckpt.Checkpoint(boot_id=ckpt.current_boot_id(), derived_at=int(time.time()))
         if ckpt.write(layout.checkpoint, cp, new=True):
             # the topics' view, empty (derived: the next writer rewrites it if it is lost)
-            TopicTable(layout).write_view("", sync=False)
+            TopicTable(layout).view.write("", sync=False)
             return True
     _wait_for_maker(layout)
     return False

@@ -170,23 +170,14 @@ class TopicTable:
         self._paths: dict[str, str] = {}
         self._legacy_stamp: tuple[int, int, int] | None = None
         self._legacy: dict[str, TopicConfig] = {}
-        # what config/topics.json's head said, by the file's stamp (legacy() is asked often)
-        self._head: tuple[tuple[int, int, int] | None, topicsview.ViewHead | None] = (None, None)
+        self.view = topicsview.TopicsView(
+            layout.topics_json, lambda: {n: (c.queues, c.order) for n, c in self.all().items()}, self.epoch_token)
 
     # -- reads -----------------------------------------------------------------------------
     def legacy(self) -> bool:
         """The store still keeps its topics in ``config/topics.json`` (not migrated yet): the
         file is there and is not the view (``topicsview.py``). One ``stat`` when unchanged."""
-        head = self._view_head()
-        return head is not None and not head.is_view
-
-    def _view_head(self) -> topicsview.ViewHead | None:
-        stamp = _stamp(self.layout.topics_json)
-        if stamp is None:
-            return None
-        if self._head[0] != stamp:
-            self._head = (stamp, topicsview.read_head(self.layout.topics_json))
-        return self._head[1]
+        return self.view.is_legacy()
 
     def _config_path(self, name: str) -> str:
         path = self._paths.get(name)
@@ -298,6 +289,7 @@ class TopicTable:
         and the view (the epoch is replaced before too: see the top of this module)."""
         legacy = self.legacy()   # (migrating: the legacy file is still there, no view yet)
         ensure_dir(self.layout.topics_dir)
+        base = None if legacy else self.view.current()
         if not legacy:
             self.touch_epoch()
         cq = self.layout.topic_cq_dir(cfg.name)
@@ -315,7 +307,7 @@ class TopicTable:
         token = self.touch_epoch()
         if not legacy:
             failpoint("topic-save-before-view")
-            self.write_view(token)
+            self.view.write(token, base=base, name=cfg.name, shape=None if cfg.deleting else (cfg.queues, cfg.order))
 
     def mark_deleting(self, cfg: TopicConfig) -> None:
         self.save(replace(cfg, deleting=True))
@@ -328,7 +320,8 @@ class TopicTable:
             pass
         fsync_dir(self.layout.topics_dir)
         self._one.pop(name, None)
-        self.write_view(self.touch_epoch())
+        base = self.view.current()
+        self.view.write(self.touch_epoch(), base=base, name=name)
 
     def touch_epoch(self) -> str:
         """Replace the epoch token; returns the new one. A change signal only: nothing is lost
@@ -349,44 +342,6 @@ class TopicTable:
 
     def epoch_stamp(self) -> tuple[int, int, int] | None:
         return _stamp(self.layout.topics_epoch)
-
-    # -- the view (config/topics.json, topicsview.py) -----------------------------------------
-    def _view_table(self) -> dict[str, dict[str, Any]]:
-        return {n: topicsview.entry(n, c.queues, c.order) for n, c in self.all().items()}
-
-    def write_view(self, token: str | None = None, *, sync: bool = True) -> None:
-        """Rewrite ``config/topics.json`` from the topic files (write lock held; never over a
-        legacy table)."""
-        topicsview.write(self.layout.topics_json, self._view_table(),
-                         self.epoch_token() if token is None else token, sync=sync)
-
-    def view_stale(self) -> bool:
-        """The view is missing, or was written before the last topic change (its epoch token
-        is not the current one). A few small reads; false for a legacy store."""
-        head = self._view_head()
-        if head is None:
-            return True
-        return head.is_view and head.epoch != self.epoch_token()
-
-    def view_problem(self) -> str | None:
-        """Why the view does not show the topics as they are (None: it does). Reads them all."""
-        if self.legacy():
-            return None
-        table = topicsview.read_table(self.layout.topics_json)
-        if table is None:
-            return "missing" if self._view_head() is None else "not valid JSON"
-        if table != self._view_table():
-            return "does not list the topics as config/topics/ has them"
-        return None
-
-    def refresh_view(self) -> str | None:
-        """Rewrite the view if it is out of date in any way (write lock held); returns why it was."""
-        why = self.view_problem()
-        if why is not None:
-            self.write_view()
-        elif self.view_stale():
-            self.write_view()   # right content, old token: only the token changes
-        return why
 
     # -- rebuilding ------------------------------------------------------------------------
     def rebuild(self, name: str, first_entry: FirstEntry, log_end: int) -> TopicConfig | None:
@@ -455,7 +410,7 @@ class TopicTable:
         src = self.layout.topics_json
         os.replace(src, src.with_name(src.name + ".migrated"))
         fsync_dir(src.parent)
-        self.write_view(self.touch_epoch())
+        self.view.write(self.touch_epoch())
 
     # -- check (read-only) -----------------------------------------------------------------
     def problems(self) -> list[tuple[str, str]]:

@@ -102,7 +102,7 @@ def test_recovery_rewrites_a_view_with_the_current_token_but_old_content(tmp_pat
     t = TopicTable(lay)
     t.save(TopicConfig("A", 4))
     topicsview.write(lay.topics_json, {}, t.epoch_token())
-    assert not t.view_stale() and t.view_problem() is not None
-    assert t.refresh_view() == "does not list the topics as config/topics/ has them"
+    assert not t.view.stale() and t.view.problem() is not None
+    assert t.view.refresh() == "does not list the topics as config/topics/ has them"
     assert set(json.loads(lay.topics_json.read_text())["topicConfigTable"]) == {"A"}
-    assert t.refresh_view() is None
+    assert t.view.refresh() is None
