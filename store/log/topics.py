@@ -171,7 +171,8 @@ class TopicTable:
         self._legacy_stamp: tuple[int, int, int] | None = None
         self._legacy: dict[str, TopicConfig] = {}
         self.view = topicsview.TopicsView(
-            layout.topics_json, lambda: {n: (c.queues, c.order) for n, c in self.all().items()}, self.epoch_token)
+            layout.topics_json, layout.topics_dir, lambda: {n: (c.queues, c.order) for n, c in self.all().items()},
+            self.epoch_token)
 
     # -- reads -----------------------------------------------------------------------------
     def legacy(self) -> bool:

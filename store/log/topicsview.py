@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from store.fsutil import atomic_write_bytes
@@ -45,19 +43,31 @@ if TYPE_CHECKING:
 
 MARKER = "derivedFrom"
 SOURCE = "config/topics"
-# The head of a view as :func:`render` writes it: the marker line, then the dataVersion line.
-_HEAD = re.compile(rb'\{\s*"derivedFrom":\s*"[^"]*",\s*"dataVersion":\s*\{"timestamp":\s*\d+,\s*'
-                   rb'"counter":\s*(\d+),\s*"epoch":\s*"([^"]*)"\}')
+# The first lines of a view as :func:`render` writes them: "{", the marker, the dataVersion.
+_MARKER_LINE = f'  "{MARKER}": "{SOURCE}",'.encode()
+_VERSION_START = b'  "dataVersion": '
 _HEAD_BYTES = 256
 
 
-@dataclass(frozen=True)
 class ViewHead:
-    """What a view's first lines say (``is_view`` False: a legacy table, or not JSON)."""
+    """What a view's first lines say (``is_view`` False: a legacy table, or, ``parsed`` False
+    too, not JSON). (A plain class: a dataclass costs its creation at import, on every
+    writer's start.)"""
 
-    is_view: bool
-    counter: int = 0
-    epoch: str = ""
+    __slots__ = ("is_view", "counter", "epoch", "parsed")
+
+    def __init__(self, is_view: bool, counter: int = 0, epoch: str = "", parsed: bool = True) -> None:
+        self.is_view = is_view
+        self.counter = counter
+        self.epoch = epoch
+        self.parsed = parsed
+
+
+def _version(obj: object) -> ViewHead:
+    """A view's head from its parsed ``dataVersion`` (tolerant: the view is not truth)."""
+    version = obj if isinstance(obj, dict) else {}
+    counter = version.get("counter")
+    return ViewHead(True, counter if isinstance(counter, int) else 0, str(version.get("epoch", "")))
 
 
 def entry(name: str, queues: int, order: bool) -> dict[str, Any]:
@@ -86,30 +96,30 @@ def read_head(path: Path) -> ViewHead | None:
     except FileNotFoundError:
         return None
     except OSError:
-        return ViewHead(False)
+        return ViewHead(False, parsed=False)
     try:
         head = os.read(fd, _HEAD_BYTES)
-        m = _HEAD.match(head)
-        if m is not None:
-            return ViewHead(True, int(m.group(1)), m.group(2).decode())
+        lines = head.split(b"\n", 3)
+        if len(lines) == 4 and lines[1] == _MARKER_LINE and lines[2].startswith(_VERSION_START):
+            try:
+                return _version(json.loads(lines[2][len(_VERSION_START):].rstrip(b",")))
+            except ValueError:
+                pass   # (read whole below)
         chunks = [head]
         while chunk := os.read(fd, 1 << 16):
             chunks.append(chunk)
         raw = b"".join(chunks)
     except OSError:
-        return ViewHead(False)
+        return ViewHead(False, parsed=False)
     finally:
         os.close(fd)
     try:
         obj = json.loads(raw)
     except ValueError:
-        obj = None
+        return ViewHead(False, parsed=False)
     if not isinstance(obj, dict) or MARKER not in obj:
         return ViewHead(False)
-    version = obj.get("dataVersion")
-    version = version if isinstance(version, dict) else {}
-    counter = version.get("counter")
-    return ViewHead(True, counter if isinstance(counter, int) else 0, str(version.get("epoch", "")))
+    return _version(obj.get("dataVersion"))
 
 
 def read_table(path: Path) -> dict[str, Any] | None:
@@ -132,12 +142,14 @@ def write(path: Path, table: dict[str, dict[str, Any]], epoch: str, *, sync: boo
 
 
 class TopicsView:
-    """The view of one store's topics: ``live`` lists them (name -> (queues, order)) from their
-    files, ``epoch`` reads the current epoch token. Writes happen under the write lock."""
+    """The view of one store's topics (``path``): ``live`` lists them (name -> (queues, order))
+    from their files in ``per_topic``, ``epoch`` reads the current epoch token. Writes happen
+    under the write lock."""
 
-    def __init__(self, path: Path, live: Callable[[], dict[str, tuple[int, bool]]],
+    def __init__(self, path: Path, per_topic: Path, live: Callable[[], dict[str, tuple[int, bool]]],
                  epoch: Callable[[], str]) -> None:
         self.path = path
+        self.per_topic = per_topic
         self._live = live
         self._epoch = epoch
         # what the file's head said, by its (inode, mtime, size): is_legacy() is asked often
@@ -154,15 +166,21 @@ class TopicsView:
         return self._head[1]
 
     def is_legacy(self) -> bool:
-        """The file is there and is not a view: a legacy topic table."""
+        """The file is there and is not a view: a legacy topic table. One that is not JSON
+        is a damaged view where the per-topic directory exists (a legacy store has none but
+        in the middle of its migration), else a damaged legacy table (migrated from its .bak)."""
         head = self.head()
-        return head is not None and not head.is_view
+        if head is None or head.is_view:
+            return False
+        return head.parsed or not self.per_topic.is_dir()
 
     def stale(self) -> bool:
-        """The view is missing, or was written before the last topic change (its epoch token
-        is not the current one). A few small reads; false for a legacy table."""
+        """The view is missing, damaged, or was written before the last topic change (its
+        epoch token is not the current one). A few small reads; false for a legacy table."""
         head = self.head()
-        return head is None or (head.is_view and head.epoch != self._epoch())
+        if head is None:
+            return True
+        return head.epoch != self._epoch() if head.is_view else not self.is_legacy()
 
     def table(self) -> dict[str, dict[str, Any]]:
         """The view of the topics as their files have them."""

@@ -77,9 +77,11 @@ def test_store_recover_rewrites_a_damaged_or_missing_view(mq: MQ) -> None:
     assert "missing" in mq.run("store", "check").stderr
     mq.ok("topic", "list")
     assert set(_table(mq)) == {"a"}
-    (mq.root / VIEW).write_text("{ torn")       # never read as truth: the topics stay
-    assert mq.ok("topic", "list", "--json").json_lines()[0]["topic"] == "a"
-    assert mq.run("store", "check").returncode == 0
+    (mq.root / VIEW).write_text("{ torn")       # never read as truth, nor taken for a legacy table
+    assert "not valid JSON" in mq.run("store", "check").stderr
+    listed = mq.ok("topic", "list", "--json")
+    assert listed.json_lines()[0]["topic"] == "a" and "warning" not in listed.stderr, str(listed)
+    assert set(_table(mq)) == {"a"} and not (mq.root / "config/topics.json.migrated").exists()
 
 
 def test_legacy_table_migrates_and_the_view_takes_its_place(mq: MQ) -> None:
