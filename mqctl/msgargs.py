@@ -23,8 +23,8 @@ def json_body(obj: dict[str, object]) -> bytes:
     bad base64) naming what is wrong."""
     body = obj.get("body")
     if body is None:
-        return b""
-    if not isinstance(body, str):
+        body = ""
+    elif not isinstance(body, str):
         raise ValueError("'body' must be a string")
     enc = obj.get("bodyEncoding")
     if enc == "base64":
