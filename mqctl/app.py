@@ -28,7 +28,7 @@ from mqctl.state import State, resolve_store_path
 
 EPILOG = (
     "Exit codes: 0 ok, 1 operation or handler failed, 2 usage, 3 not found, 4 conflict, "
-    "5 data error, 130 interrupted, 141 stdout closed."
+    "5 data error, 130 interrupted, 141 stdout closed, 143 terminated."
 )
 
 # -- the table of contents -----------------------------------------------------------------

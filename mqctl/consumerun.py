@@ -146,7 +146,7 @@ def wait_for_topic(store: "Store", topic: str, idle_s: float | None) -> bool:
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     deadline = None if idle_s is None else time.monotonic() + idle_s
     try:
-        # a topic is made rarely and once: a look at topics.json (a stat while it is
+        # a topic is made rarely and once: a look at its config file (a stat while it is
         # unchanged) every 200 ms costs nothing and needs no watcher
         while not stop.wait(0.2):
             if store.has_topic(topic):
@@ -163,14 +163,15 @@ def wait_for_topic(store: "Store", topic: str, idle_s: float | None) -> bool:
 FROM_WORDS = {"first": "first", "earliest": "first", "beginning": "first",
               "last": "last", "latest": "last", "end": "last", "stored": "last"}
 FROM_HELP = ("first/earliest/beginning, last/latest/end, stored (the group's committed offset), -N (N before "
-             "the end of each queue), N (a queue offset of each queue: --no-group) or a time")
+             "the end of each queue), +N (N after the start of each queue), N (a queue offset of each queue: "
+             "--no-group) or a time")
 
 
 def start_position(text: str, no_group: bool) -> tuple[str, Optional[int], Optional[int]]:
     """``--from``/``-o`` as (where, timestamp, offset). A bare number of 10 or 13 digits is a
-    time (seconds or ms since the epoch); any other is kcat's queue offset N, and ``-N`` is N
-    before the end of each queue. Only queues with no committed offset start there: a group
-    resumes from its own (kcat's ``stored``)."""
+    time (seconds or ms since the epoch); any other is kcat's queue offset N, ``-N`` is N
+    before the end of each queue (kcat), ``+N`` N after its start (rpk). Only queues with no
+    committed offset start there: a group resumes from its own (kcat's ``stored``)."""
     from store.errors import UsageError
     word = text.strip()
     if word in FROM_WORDS:
@@ -179,6 +180,8 @@ def start_position(text: str, no_group: bool) -> tuple[str, Optional[int], Optio
         return FROM_WORDS[word], None, None
     if word.startswith("-") and word[1:].isdigit():
         return "tail", None, int(word[1:])
+    if word.startswith("+") and word[1:].isdigit():   # rpk's: N after the start of each queue
+        return "head", None, int(word[1:])
     if word.isdigit() and len(word) not in (10, 13):
         if not no_group:
             raise UsageError(f"-o {word} (a queue offset) needs --no-group (a group resumes from its own "

@@ -17,6 +17,27 @@ if TYPE_CHECKING:
 
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM, where a command ends as on Ctrl-C (its ``finally`` blocks run: a send makes
+    what it stored durable and says how much) but exits 143. A ``BaseException``, as
+    ``KeyboardInterrupt``: no ``except Exception`` on the way swallows it."""
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    # once: a second SIGTERM while the first one's clean-up runs is ignored, so that the
+    # clean-up is not cut short
+    signal.signal(signum, signal.SIG_IGN)
+    raise Terminated()
+
+
+def terminate_as_interrupt() -> None:
+    """From now on SIGTERM raises :class:`Terminated` (main thread only), unless whoever
+    started this process made it ignore SIGTERM."""
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def print_error(message: str) -> None:
@@ -80,6 +101,9 @@ def guard(run: Callable[[], int], argv: list[str]) -> int:
     except KeyboardInterrupt:
         print_error("interrupted")
         code = EXIT_INTERRUPTED
+    except Terminated:
+        print_error("terminated")
+        code = EXIT_TERMINATED
     except OSError as exc:
         if debug():
             raise

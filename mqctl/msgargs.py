@@ -18,12 +18,13 @@ ENVELOPE_PLACE_FIELDS = frozenset({
 
 
 def json_body(obj: dict[str, object]) -> bytes:
-    """A JSON line's ``body`` (a string; ``bodyEncoding`` ``base64`` for bytes). ValueError
-    (``binascii.Error`` for bad base64) naming what is wrong."""
-    if "body" not in obj:
-        raise ValueError("'body' is missing")
-    body = obj["body"]
-    if not isinstance(body, str):
+    """A JSON line's ``body`` (a string; ``bodyEncoding`` ``base64`` for bytes). Optional, as
+    cli.md lists it: missing or null, the body is empty. ValueError (``binascii.Error`` for
+    bad base64) naming what is wrong."""
+    body = obj.get("body")
+    if body is None:
+        body = ""
+    elif not isinstance(body, str):
         raise ValueError("'body' must be a string")
     enc = obj.get("bodyEncoding")
     if enc == "base64":

@@ -35,7 +35,7 @@ flag  long name           meaning
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Optional
 
 import typer
 
@@ -136,3 +136,38 @@ def state(ctx: typer.Context) -> State:
     obj = ctx.find_root().obj
     assert isinstance(obj, State)
     return obj
+
+
+# -- sizes: bytes, or a number with a unit ---------------------------------------------------
+
+# KiB/MiB/GiB and their one-letter forms K/M/G (as dd, docker and RocketMQ's own docs use them)
+# count in 1024s; KB/MB/GB in 1000s (SI, as GNU coreutils). Case is not significant.
+SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30,
+              "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+SIZE_HELP = "bytes, or with a unit: KiB, MiB, GiB (K, M, G alike), KB, MB, GB (powers of 1000)"
+
+
+def size_parser(lo: int, hi: int | None = None) -> Callable[[str | int], int]:
+    """A Typer ``parser`` of a size flag: ``4194304``, ``4MiB``, ``512k``, ``1.5KiB``, within
+    ``lo``..``hi`` bytes. ``typer.BadParameter`` (a one-line usage error, exit 2) naming the value."""
+    import re
+    number = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+
+    def parse(text: str | int) -> int:
+        if isinstance(text, int):   # (the default, which Click passes through the parser too)
+            return text
+        m = number.fullmatch(text)
+        unit = SIZE_UNITS.get(m.group(2).lower()) if m else None
+        if m is None or unit is None:
+            raise typer.BadParameter(f"{text!r} is not a size ({SIZE_HELP})")
+        whole, _, frac = m.group(1).partition(".")
+        tenths: int = 10 ** len(frac)
+        scaled = int(whole) * unit + int(frac or "0") * unit // tenths
+        if int(frac or "0") * unit % tenths:
+            raise typer.BadParameter(f"{text!r} is not a whole number of bytes")
+        if scaled < lo or (hi is not None and scaled > hi):   # (in Click's words for a number)
+            shown = text.strip() if str(scaled) == text.strip() else f"{text.strip()} ({scaled} bytes)"
+            bounds = f"x>={lo}" if hi is None else f"{lo}<=x<={hi}"
+            raise typer.BadParameter(f"{shown} is not in the range {bounds}.")
+        return scaled
+    return parse

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from mqctl import msgargs
+from mqctl import errors, msgargs
 from mqctl.msgargs import ENVELOPE_PLACE_FIELDS, json_body, json_properties, message_properties, unescape
 from mqctl.stdin import LongRecord, line_cap, read_chunks
 
@@ -66,9 +66,10 @@ def run_send(st: "State", r: SendRequest) -> None:
     from store import Prop, validate_topic
     from store.errors import UsageError
     if threading.current_thread() is threading.main_thread():
-        # Ctrl-C ends a send with exit 130 (after what was acknowledged is made durable, in
-        # ``finish``), also when the shell started it with SIGINT ignored (a background job).
+        # Ctrl-C ends a send with exit 130 (after what was acknowledged is made durable, in ``finish``),
+        # also when started with SIGINT ignored (a background job); SIGTERM likewise with 143, unless ignored.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        errors.terminate_as_interrupt()
     validate_topic(r.topic)
     empty_key = r.sharding_key == ""
     if empty_key:

@@ -21,6 +21,8 @@ def show_check(out: Output, rep: "CheckReport", stale: "Sequence[StagingDir]", u
     problems, known = rep.problems or [], rep.known or []
     for d in stale:   # not damage: left by a killed Spark job; `store clean` removes it
         out.warn(f"stale Spark staging {d.describe()} (mqctl store clean removes it)")
+    for n in rep.notes or []:   # not damage either: a derived view, rewritten by `store recover`
+        out.warn(f"{n.file}: {n.reason}")
     if out.json:
         for p in [*problems, *known]:
             out.emit_json(p.to_json())

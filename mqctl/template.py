@@ -9,8 +9,9 @@ Where kcat has a token, it means what it means in kcat: ``%t`` topic, ``%p`` que
 partition), ``%o`` queue offset, ``%k`` keys, ``%s`` body, ``%S`` body size, ``%R`` body size
 as a 4-byte big-endian integer (for length-prefixed framing), ``%T`` store timestamp (ms),
 ``%h`` user properties. The rest are mqctl's own, on letters kcat does not use: ``%g`` tags,
-``%i`` message id (the unique key: ``--json``'s ``msgId``), ``%I`` offset message id, ``%r``
-reconsume times (above 0: a redelivery), ``%B`` born timestamp (ms), ``%D`` store time in
+``%m`` message id (the unique key: ``--json``'s ``msgId``; ``%i`` too, which rpk uses for a
+record counter), ``%I`` offset message id, ``%n`` delivery count (reconsume times + 1: 1 on the
+first delivery), ``%r`` reconsume times (above 0: a redelivery), ``%B`` born timestamp (ms), ``%D`` store time in
 ISO-8601 UTC, ``%d`` store time for people (local, or UTC with ``--utc``). The full list is
 :data:`FORMAT_HELP`; a bad token is a usage error that names it and lists them.
 """
@@ -44,6 +45,10 @@ def _user_properties(m: Message) -> bytes:
     return _text(",".join(f"{k}={v}" for k, v in m.user_properties.items()))
 
 
+def _msg_id(m: Message) -> bytes:
+    return _text(m.uniq_key or m.msg_id)
+
+
 def _fields(utc: bool) -> dict[str, tuple[str, Getter]]:
     """Token letter -> (help text, getter), in the order of the help listing."""
     return {
@@ -57,8 +62,10 @@ def _fields(utc: bool) -> dict[str, tuple[str, Getter]]:
         "T": ("store timestamp (ms)", lambda m: _int(m.store_timestamp)),
         "h": ("user properties (k=v,k=v)", _user_properties),
         "g": ("tags", lambda m: _text(m.tags)),
-        "i": ("message id (msgId)", lambda m: _text(m.uniq_key or m.msg_id)),
+        "m": ("message id (msgId)", _msg_id),
+        "i": ("message id (as %m)", _msg_id),
         "I": ("offset message id (offsetMsgId)", lambda m: _text(m.msg_id)),
+        "n": ("delivery count (reconsume times + 1)", lambda m: _int(m.reconsume_times + 1)),
         "r": ("reconsume times (above 0: a redelivery)", lambda m: _int(m.reconsume_times)),
         "B": ("born timestamp (ms)", lambda m: _int(m.born_timestamp)),
         "d": ("store time (local; UTC with --utc)", lambda m: _text(format_local(m.store_timestamp, utc))),
@@ -68,7 +75,8 @@ def _fields(utc: bool) -> dict[str, tuple[str, Getter]]:
 
 _ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "0": b"\0", "\\": b"\\"}
 ESCAPES_HELP = "\\n \\t \\r \\0 \\\\ \\xNN"
-TOKENS_HELP = ", ".join(f"%{tok} {desc}" for tok, (desc, _) in _fields(False).items()) + ", %% a percent sign"
+TOKENS = [(f"%{tok}", desc) for tok, (desc, _) in _fields(False).items()] + [("%%", "a percent sign")]
+TOKENS_HELP = ", ".join(f"{tok} {desc}" for tok, desc in TOKENS)
 FORMAT_HELP = f"{TOKENS_HELP}; escapes {ESCAPES_HELP}"
 
 # A "%" with the character after it (if any), a "\" with its escape (\x takes two more

@@ -64,6 +64,17 @@ def complete_from(incomplete: str) -> list[str]:
     return [w for w in ("first", "last", "beginning", "end", "stored") if w.startswith(incomplete)]
 
 
+def complete_format(incomplete: str) -> list[tuple[str, str]]:
+    """``--format``: raw and json, and each template token after what is typed (one ending in
+    ``%`` gets the token's letter; zsh and fish show what each token is)."""
+    from mqctl.template import TOKENS
+    words = [(w, h) for w, h in (("raw", "each body and a newline"), ("json", "as --json"))
+             if w.startswith(incomplete)]
+    if incomplete.endswith("%") or not incomplete:
+        words += [(incomplete[:-1] + tok if incomplete else tok, desc) for tok, desc in TOKENS]
+    return words
+
+
 def consume(
     ctx: typer.Context,
     topic: Annotated[str, typer.Argument(
@@ -81,10 +92,11 @@ def consume(
     broadcast: Annotated[bool, typer.Option(
         "--broadcast", help="Every member gets every message (offsets kept per client).")] = False,
     from_: Annotated[str, typer.Option(
-        "--from", "-o", metavar="first|last|TIME|-N|N", autocompletion=complete_from,
+        "--from", "-o", metavar="first|last|TIME|-N|+N|N", autocompletion=complete_from,
         help="Where a queue with no committed offset starts: first (beginning), last (end, stored), "
-             "a TIME (ISO-8601, ms since epoch, -1h), -N (N before the end of each queue, kcat) or "
-             "N (each queue from offset N, as kcat; --no-group).")] = "last",
+             "a TIME (ISO-8601, ms since epoch, -1h), -N (N before the end of each queue, kcat), "
+             "+N (N after the start of each queue, rpk) or N (each queue from offset N, as kcat; "
+             "--no-group).")] = "last",
     tag: Annotated[Optional[str], typer.Option(
         "--tag", "-t", metavar="EXPR", help="Tag filter: * (all) or 'A || B || C'.")] = None,
     exec_: Annotated[Optional[str], typer.Option(
@@ -134,7 +146,7 @@ def consume(
         help="Write each message as a JSON envelope (what send --input json reads back); with "
              "--exec, the handler reads envelopes on stdin, one per line.")] = False,
     format_: Annotated[Optional[str], typer.Option(
-        "--format", "-f", metavar="FORMAT",
+        "--format", "-f", metavar="FORMAT", autocompletion=complete_format,
         help=f"raw (the default: each body and a newline), json (as --json), or an output template "
              f"(kcat's tokens): {FORMAT_HELP}.")] = None,
     to: Annotated[Optional[str], typer.Option(

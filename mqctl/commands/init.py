@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from mqctl.options import state
+from mqctl.options import SIZE_HELP, size_parser, state
 from store import LARGEST_MESSAGE_SIZE, MAX_SEGMENT_SIZE
 
 
@@ -22,7 +22,7 @@ The settings are fixed when the store is created; on an existing store they are 
 Examples:
   mqctl init
   mqctl --store ./mq init --no-auto-create
-  mqctl init --max-message-size 1048576 --segment-size 8388608"""
+  mqctl init --max-message-size 1MiB --segment-size 8MiB"""
 
 
 # The flag that set each setting ``store.client.creation`` reports as ignored.
@@ -35,12 +35,12 @@ def init(
     no_auto_create: Annotated[bool, typer.Option(
         "--no-auto-create", help="Refuse sends to topics that were not created first.")] = False,
     max_message_size: Annotated[int, typer.Option(
-        "--max-message-size", metavar="BYTES", min=1, max=LARGEST_MESSAGE_SIZE,
-        help="Largest body in bytes (default and most: 4 MiB).")] = LARGEST_MESSAGE_SIZE,
+        "--max-message-size", metavar="SIZE", parser=size_parser(1, LARGEST_MESSAGE_SIZE),
+        show_default=False, help=f"Largest body ({SIZE_HELP}; default and most: 4MiB).")] = LARGEST_MESSAGE_SIZE,
     segment_size: Annotated[int, typer.Option(
-        "--segment-size", metavar="BYTES", max=MAX_SEGMENT_SIZE,
-        help="Commit-log segment size in bytes (default 64 MiB); at least --max-message-size "
-             "+ 64 KiB (4259840 with the default 4 MiB).")] = 64 * 1024 * 1024,
+        "--segment-size", metavar="SIZE", parser=size_parser(0, MAX_SEGMENT_SIZE),
+        show_default=False, help="Commit-log segment size (as --max-message-size; default 64MiB); at least "
+             "--max-message-size + 64 KiB (4259840 with the default 4 MiB).")] = 64 * 1024 * 1024,
 ) -> None:
     from mqctl.argnames import ARG_FLAGS
     from mqctl.output import Output, human_size

@@ -78,6 +78,23 @@ def _empty_file() -> int:
             return os.dup(f.fileno())
 
 
+def _null_stdout() -> int:
+    """-1 when this process's stdout can be written; else (started with it closed, ``>&-``:
+    ``mqctl/entry.py`` holds the descriptor with a read-only /dev/null) a close-on-exec
+    descriptor, above 2, of /dev/null opened for writing, to be the handlers' stdout: a handler
+    that prints (``cat``) must not fail on EBADF and send every message to its retry topic."""
+    try:
+        if fcntl.fcntl(1, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY:
+            return -1
+    except OSError:
+        pass   # (closed: a library caller's process)
+    null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    if null <= 2:
+        low, null = null, fcntl.fcntl(null, fcntl.F_DUPFD_CLOEXEC, 3)
+        os.close(low)
+    return null
+
+
 def _fill(fd: int, body: bytes) -> None:
     """Write ``body`` into the empty file ``fd`` with ``pwrite``: the file's offset, which the
     handler shares, stays at 0, where it starts reading. (mqctl keeps out of ``store``'s file
@@ -135,6 +152,7 @@ class ExecHandler:
                  pool: int = 2, capture: bool = False) -> None:
         check_runnable(argv)
         self.capture = capture        # --to: stdout goes to a file read back as outputs
+        self.null_out = -1 if capture else _null_stdout()   # >&-: a /dev/null it can write
         self.argv = argv
         self.group = group
         self.timeout_s = timeout_s
@@ -194,6 +212,9 @@ class ExecHandler:
         """No handler starts after this; the watchdog kills what still runs and exits."""
         self.closed = True
         self.watchdog.close()
+        if self.null_out >= 0:
+            os.close(self.null_out)
+            self.null_out = -1
         while self.spare:
             os.close(self.spare.pop())
 
@@ -250,6 +271,8 @@ class ExecHandler:
                        *((os.POSIX_SPAWN_DUP2, fd, top + i) for i, fd in enumerate(fds))]
             if out >= 0:
                 actions.append((os.POSIX_SPAWN_DUP2, out, 1))
+            elif self.null_out >= 0:
+                actions.append((os.POSIX_SPAWN_DUP2, self.null_out, 1))
             for attempt in (1, 2):
                 try:
                     pgid = self.watchdog.take()

@@ -21,9 +21,10 @@ class ConsumeOptions:
     group: str
     orderly: bool = False
     broadcast: bool = False
-    from_where: str = "last"            # first | last | timestamp | offset | tail
+    from_where: str = "last"            # first | last | timestamp | offset | tail | head
     from_timestamp: int | None = None
-    from_offset: int | None = None      # "offset": this queue offset; "tail": this many before the end
+    from_offset: int | None = None      # "offset": this queue offset; "tail": this many before the
+                                        # end; "head": this many after the start
     tags: frozenset[str] | None = None  # None = every tag
     batch: int = 1                      # messages per pool-sink batch
     threads: int = 4                    # pool sinks: batches in flight at most 2 x threads

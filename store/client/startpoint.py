@@ -1,5 +1,5 @@
 """Where a consumer starts a queue it has no offset for, or one whose offset is gone: RocketMQ's
-``computePullFromWhere``, with kcat's ``-o N`` and ``-o -N`` beside ``--from``."""
+``computePullFromWhere``, with kcat's ``-o N`` and ``-o -N`` and rpk's ``-o +N`` beside ``--from``."""
 from __future__ import annotations
 
 from store import names
@@ -32,6 +32,8 @@ def start_offset(store: "Store", o: "ConsumeOptions", key: tuple[str, int], stor
         start = min(max(o.from_offset, lo), hi)
     elif o.from_where == "tail" and o.from_offset is not None:     # kcat's -o -N
         start = max(lo, hi - o.from_offset)
+    elif o.from_where == "head" and o.from_offset is not None:     # rpk's -o +N
+        start = min(lo + o.from_offset, hi)
     else:   # last
         start = hi if q < queues_at_open.get(t, q + 1) else lo
     return start, True

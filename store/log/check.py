@@ -66,13 +66,15 @@ class Problem:
 class CheckReport:
     """``problems``: what is wrong and was not reported before (the store is sound when it is
     empty); ``known``: damage a ``store recover`` already reported (a loss accepted, never
-    served)."""
+    served); ``notes``: derived views out of date (warnings, not damage: ``store recover`` or
+    the next writer rewrites them)."""
 
     records: int = 0
     cq_entries: int = 0
     bytes_checked: int = 0
     problems: list[Problem] = field(default_factory=list)
     known: list[Problem] = field(default_factory=list)
+    notes: list[Problem] = field(default_factory=list)
 
 
 def check_store(engine: "Engine", progress: Callable[[int], None] | None = None) -> CheckReport:
@@ -132,6 +134,10 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     keys.finish()
     _check_json(engine, problems)
     problems += [Problem(f, 0, why) for f, why in engine.topic_table.problems()]
+    view = engine.topic_table.view.problem()
+    if view is not None:
+        rep.notes.append(Problem(str(engine.layout.topics_json), 0, f"the topics' RocketMQ view is {view} "
+                                                                    f"(mqctl store recover rewrites it)"))
     problems += [Problem(*p) for p in offsettable.verify(engine.layout)]
     if engine.layout.checkpoint.exists() and confirm(lambda: ckpt.read(engine.layout.checkpoint)) is None:
         problems.append(Problem(str(engine.layout.checkpoint), 0, "checkpoint unreadable (bad CRC or size)"))
@@ -166,7 +172,9 @@ def _check_json(engine: "Engine", problems: list[Problem]) -> None:
     lay = engine.layout
     # (the offset table and the topic files are checked by their owners: offsettable.verify,
     # TopicTable.problems)
-    paths = [lay.store_json, lay.topics_json, lay.delay_offset_json, tx_progress_path(lay)]
+    paths = [lay.store_json, lay.delay_offset_json, tx_progress_path(lay)]
+    if engine.topic_table.legacy():   # (else it is the topics' view: TopicsView.problem)
+        paths.append(lay.topics_json)
     if not lay.store_json.exists():
         problems.append(Problem(str(lay.store_json), 0, "missing (its .bak is read instead; "
                                                         "mqctl store recover puts it back)"))

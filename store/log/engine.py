@@ -256,10 +256,20 @@ class Engine:
         for name in self.topic_table.heal(self.first_entry, self.commitlog.end()):
             self.warn(f"finishing the deletion of topic {name!r} (interrupted)")
             self.delete_topic_locked(name)
+        why = self.topic_table.view.refresh()
+        if why is not None:
+            self.warn(f"{self.layout.topics_json} (the topics' RocketMQ view) was {why}; rewritten")
 
     def migrate_topics_locked(self) -> None:
         if self.topic_table.legacy():
             self.topic_table.migrate(self.first_entry, self.commitlog.end())
+
+    def sync_topics_locked(self) -> None:
+        """Migrate a legacy topic table, else rewrite the topics' view if it is stale."""
+        if self.topic_table.legacy():
+            self.migrate_topics_locked()
+        elif self.topic_table.view.stale():
+            self.topic_table.view.write()
 
     def create_topic_locked(self, name: str, queues: int, order: bool) -> tuple[TopicConfig, bool]:
         """Create a topic (write lock held); returns (config, created). Exists with another

@@ -12,7 +12,8 @@ Directory tree (RocketMQ's names where they exist; see ``layout.py``)::
       commitlog/<20-digit base>  commit-log segments
       consumequeue/<topic>/<queueId>/<20-digit base>   consume-queue segments
       index/<20-digit base>      key-index files
-      config/topics.json, config/consumerOffset.json, config/delayOffset.json
+      config/topics/<topic>.json (config/topics.json: their RocketMQ view), config/consumerOffset.json,
+      config/delayOffset.json
       ...                        consumer state: store/log/offsets.py, store/client/members.py, qlocks.py
 
 Commit-log record (RocketMQ's ``MessageExtEncoder`` layout, V1, IPv4 hosts)::

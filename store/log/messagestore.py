@@ -158,16 +158,16 @@ class Store:
         return True
 
     def _migrate_topics(self) -> None:
-        """The first writer moves a legacy ``topics.json`` to one file per topic; a process
-        that cannot write reads the legacy file."""
-        if not self.engine.topic_table.legacy():
-            return
+        """The first writer moves a legacy ``topics.json`` to one file per topic (a process
+        that cannot write reads it), or rewrites the topics' view if it missed a change."""
+        table = self.engine.topic_table
         try:
-            with self.engine.write_lock:
-                self.engine.migrate_topics_locked()
+            if table.legacy() or table.view.stale():
+                with self.engine.write_lock:
+                    self.engine.sync_topics_locked()
         except StoreIOError as exc:
-            self.warn(f"topics are kept in the legacy {self.layout.topics_json.name}; "
-                      f"this process cannot migrate them ({exc})")
+            if table.legacy():   # (a stale view just waits for a writer)
+                self.warn(f"topics are kept in the legacy {table.layout.topics_json.name}; cannot migrate them ({exc})")
 
     @staticmethod
     def _check_owner(root: Path) -> None:

@@ -14,6 +14,7 @@ from store.fsutil import ensure_dir
 from store.layout import backup_of
 from store.log import checkpoint as ckpt
 from store.log import indexfence
+from store.log.topics import TopicTable
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ def claim_new_store(layout: "Layout") -> bool:
             ensure_dir(d, durable=d == layout.config_dir)   # one fsync of root makes all four durable
         cp = ckpt.Checkpoint(boot_id=ckpt.current_boot_id(), derived_at=int(time.time()))
         if ckpt.write(layout.checkpoint, cp, new=True):
+            # the topics' view, empty (derived: the next writer rewrites it if it is lost)
+            TopicTable(layout).view.write("", sync=False)
             return True
     _wait_for_maker(layout)
     return False

@@ -11,13 +11,17 @@ Files (standard JSON, the fields of the broker's ``TopicConfigManager`` entries)
          "crc": <CRC-32 of the canonical content: fsutil.json_crc>}
 
     config/topics.epoch                 a token (ns), replaced on every create, update, delete
+    config/topics.json                  RocketMQ's view of them all, derived (``topicsview.py``)
 
 ``createdOffset`` is the commit-log end when the topic was created: recovery never re-indexes
 a record older than its topic, so a deleted and re-created topic does not resurrect old
 messages. Changes are made under the store's write lock; each copy is written atomically and
 durably (temp file, fsync, rename, directory fsync), the mirror first, so either copy heals
-the other. A command reads only the files of the topics it uses; consumers notice any topic
-change with one ``stat`` of the epoch file.
+the other; then the view ``config/topics.json`` is rewritten (``topicsview.py``: never read as
+truth; the epoch token is replaced before and after the topic's files, so a view written with
+another token than the current one missed a change and is rewritten by the next writer).
+A command reads only the files of the topics it uses; consumers notice any topic change with
+one ``stat`` of the epoch file.
 
 Creating a topic creates its queue directories too (``consumequeue/<topic>/<queueId>/``), so
 the queue count can always be rebuilt: from the config; when it is damaged or missing, from
@@ -27,12 +31,13 @@ queue id + 1; the order flag is unknown and becomes false, with a warning naming
 
 Deletion is crash-safe: the config is first marked ``"state": "deleting"`` (the topic no
 longer exists for readers), then the queues and offsets go, then the file; recovery finishes
-a marked deletion.
+a marked deletion. Failpoint ``topic-save-before-view``: a topic's files written, its view not.
 
 Legacy stores keep all topics in ``config/topics.json`` (``{"topicConfigTable": {...},
-"dataVersion": {...}}``, with a ``.bak``). The first writer that opens such a store migrates
-it (each entry to its file, then ``topics.json`` renamed to ``topics.json.migrated``); until
-then readers that cannot write read the legacy file.
+"dataVersion": {...}}``, with a ``.bak``; no ``derivedFrom``: not a view). The first writer
+that opens such a store migrates it (each entry to its file, then ``topics.json`` renamed to
+``topics.json.migrated``, and the view written in its place); until then readers that cannot
+write read the legacy file.
 """
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from store.errors import CorruptionError, UsageError
+from store.failpoints import failpoint
 from store.fsutil import (
     atomic_write_bytes,
     atomic_write_json_crc,
@@ -53,6 +59,7 @@ from store.fsutil import (
     read_json_with_bak,
 )
 from store.layout import Layout
+from store.log import topicsview
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -163,11 +170,15 @@ class TopicTable:
         self._paths: dict[str, str] = {}
         self._legacy_stamp: tuple[int, int, int] | None = None
         self._legacy: dict[str, TopicConfig] = {}
+        self.view = topicsview.TopicsView(
+            layout.topics_json, layout.topics_dir, lambda: {n: (c.queues, c.order) for n, c in self.all().items()},
+            self.epoch_token)
 
     # -- reads -----------------------------------------------------------------------------
     def legacy(self) -> bool:
-        """The store still keeps its topics in ``config/topics.json`` (not migrated yet)."""
-        return self.layout.topics_json.exists()
+        """The store still keeps its topics in ``config/topics.json`` (not migrated yet): the
+        file is there and is not the view (``topicsview.py``). One ``stat`` when unchanged."""
+        return self.view.is_legacy()
 
     def _config_path(self, name: str) -> str:
         path = self._paths.get(name)
@@ -275,7 +286,13 @@ class TopicTable:
 
     # -- writes (store write lock held) ----------------------------------------------------
     def save(self, cfg: TopicConfig) -> None:
-        """Write the topic's queue directories, its mirror, then its config; then the epoch."""
+        """Write the topic's queue directories, its mirror, then its config; then the epoch
+        and the view (the epoch is replaced before too: see the top of this module)."""
+        legacy = self.legacy()   # (migrating: the legacy file is still there, no view yet)
+        ensure_dir(self.layout.topics_dir)
+        base = None if legacy else self.view.current()
+        if not legacy:
+            self.touch_epoch()
         cq = self.layout.topic_cq_dir(cfg.name)
         if not cfg.deleting:
             ensure_dir(cq)
@@ -286,10 +303,12 @@ class TopicTable:
             if missing:
                 fsync_dir(cq)   # one fsync for every new queue directory
             atomic_write_json_crc(self.layout.topic_mirror(cfg.name), cfg.to_json(), keep_bak=False)
-        ensure_dir(self.layout.topics_dir)
         atomic_write_json_crc(self.layout.topic_config(cfg.name), cfg.to_json(), keep_bak=False)
         self._one.pop(cfg.name, None)
-        self.touch_epoch()
+        token = self.touch_epoch()
+        if not legacy:
+            failpoint("topic-save-before-view")
+            self.view.write(token, base=base, name=cfg.name, shape=None if cfg.deleting else (cfg.queues, cfg.order))
 
     def mark_deleting(self, cfg: TopicConfig) -> None:
         self.save(replace(cfg, deleting=True))
@@ -302,11 +321,25 @@ class TopicTable:
             pass
         fsync_dir(self.layout.topics_dir)
         self._one.pop(name, None)
-        self.touch_epoch()
+        base = self.view.current()
+        self.view.write(self.touch_epoch(), base=base, name=name)
 
-    def touch_epoch(self) -> None:
-        # A change signal only: nothing is lost if a power cut keeps the old token.
-        atomic_write_bytes(self.layout.topics_epoch, f"{time.time_ns()}\n".encode(), keep_bak=False, sync=False)
+    def touch_epoch(self) -> str:
+        """Replace the epoch token; returns the new one. A change signal only: nothing is lost
+        if a power cut keeps the old token (recovery after a restart compares the view whole)."""
+        token = str(time.time_ns())
+        atomic_write_bytes(self.layout.topics_epoch, f"{token}\n".encode(), keep_bak=False, sync=False)
+        return token
+
+    def epoch_token(self) -> str:
+        try:
+            fd = os.open(self.layout.topics_epoch, os.O_RDONLY)
+        except OSError:
+            return ""
+        try:
+            return os.read(fd, 64).decode("ascii", "replace").strip()
+        finally:
+            os.close(fd)
 
     def epoch_stamp(self) -> tuple[int, int, int] | None:
         return _stamp(self.layout.topics_epoch)
@@ -378,7 +411,7 @@ class TopicTable:
         src = self.layout.topics_json
         os.replace(src, src.with_name(src.name + ".migrated"))
         fsync_dir(src.parent)
-        self.touch_epoch()
+        self.view.write(self.touch_epoch())
 
     # -- check (read-only) -----------------------------------------------------------------
     def problems(self) -> list[tuple[str, str]]:

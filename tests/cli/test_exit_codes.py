@@ -82,14 +82,14 @@ def _blocked_on_a_pipe(pid: int) -> bool:
         return False
 
 
-def _interrupted(e: MQ) -> Result:
+def _interrupted(e: MQ, sig: int = signal.SIGINT) -> Result:
     proc = e.start("send", "orders", stdin=subprocess.PIPE)
-    # SIGINT once the process is blocked reading stdin: its handlers are installed by then.
+    # The signal once the process is blocked reading stdin: its handlers are installed by then.
     try:
         wait_for(lambda: _blocked_on_a_pipe(proc.pid), 60.0, interval=0.02, what="send to read stdin")
     except AssertionError:
         pass   # a kernel that does not show wchan: a minute is long past the handlers' set-up
-    proc.signal(signal.SIGINT)
+    proc.signal(sig)
     return Result(proc.args, proc.wait(60), proc.stdout(), proc.stderr())
 
 
@@ -109,6 +109,7 @@ SCENARIOS: dict[str, Callable[[MQ], Result]] = {
     "mqctl msg query --topic orders -k order-1": _damaged_key_lookup,
     "mqctl tx rollback TXID": lambda e: _resolved_other_way(e)[0],
     "mqctl send orders": lambda e: e.run("send", "orders", input=b"x" * 5_000_000 + b"\n", timeout=120),
+    "mqctl send orders -": lambda e: _interrupted(e, signal.SIGTERM),
     "": _interrupted,
 }
 
@@ -148,4 +149,4 @@ def test_readme_exit_code_row(code: int, example: str, want: str, e: MQ) -> None
 
 
 def test_the_table_covers_every_code() -> None:
-    assert {r[0] for r in readme_rows()} >= {0, 1, 2, 3, 4, 5, 130, 141}
+    assert {r[0] for r in readme_rows()} >= {0, 1, 2, 3, 4, 5, 130, 141, 143}

@@ -149,14 +149,17 @@ def line_verdict(raw: bytes) -> str:
         obj = json.loads(raw)
     except ValueError:
         return "bad"
-    if not isinstance(obj, dict) or not isinstance(obj.get("body"), str):
+    if not isinstance(obj, dict):
+        return "bad"
+    body = "" if obj.get("body") is None else obj["body"]   # (optional, as cli.md lists it)
+    if not isinstance(body, str):
         return "bad"
     enc = obj.get("bodyEncoding")
     try:
         if enc == "base64":
-            base64.b64decode(obj["body"], validate=True)
+            base64.b64decode(body, validate=True)
         elif enc in (None, "utf-8", "utf8"):
-            obj["body"].encode()
+            body.encode()
         else:
             return "bad"
     except (ValueError, binascii.Error, UnicodeError):
