@@ -49,7 +49,7 @@ _CRC_TRAILER, _MASK = F.CRC_PROPERTY_REVERSED, 0x7FFFFFFF
 _native: Callable[..., tuple[int, int]] | None = None
 try:   # the check loop in C, when the package was built with it (pyproject.toml) from this source
     from store.log import nativecheck
-    if nativecheck.INTERFACE == 2:   # (else a build of an older source: `pip install -e .` again)
+    if nativecheck.INTERFACE == 3:   # (else a build of an older source: `pip install -e .` again)
         _native = nativecheck.check_run
 except ImportError:
     pass

@@ -12,6 +12,9 @@
  * Besides, cut_entries: the valid prefix of a run of raw consume-queue entries, as tuples, the
  * walk every bulk read does before it reads a record (a few hundred entries a read, where the
  * interpreter's loop cost about as much as the C check loop over the records themselves).
+ * And frame_run: the producer's loop of store.log.framing (big bodies, or a sharding key per
+ * body), which writes records instead of checking them; framing.py's Python loops stay its
+ * definition and tests/log/test_framing.py compares the bytes of the two (log, queues, index).
  *
  * The record layout is store/log/format.py's (RocketMQ's CommitLog message, big-endian):
  *
@@ -309,6 +312,320 @@ done:
     return Py_BuildValue("(nL)", i, (long long)total);
 }
 
+/* CRC-32 arithmetic (zlib's crc32_combine, 1.2.12 and later): combine(crc(A), crc(B), op) ==
+ * crc(A + B) where op = x^(8 len(B)) mod P. A record's CRC is combined from its header's and its
+ * body's, so a big body is read once, for BODYCRC. */
+#define CRC_POLY 0xedb88320u
+
+static uint32_t multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ CRC_POLY : b >> 1;
+    }
+    return p;
+}
+
+static uint32_t x2n_table[32];   /* x^(2^n) mod P */
+
+static void init_x2n(void)
+{
+    uint32_t p = 1u << 30;   /* x^1 */
+    x2n_table[0] = p;
+    for (int n = 1; n < 32; n++)
+        x2n_table[n] = p = multmodp(p, p);
+}
+
+/* x^(8 len) mod P: the operator that shifts a CRC past len bytes; the last few lengths kept
+ * (a batch's bodies mostly share one) */
+#define OP_CACHE 16
+static int64_t op_len[OP_CACHE] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+static uint32_t op_val[OP_CACHE];
+
+static uint32_t shift_op(int64_t len)
+{
+    unsigned slot = (unsigned)(len % OP_CACHE);
+    if (op_len[slot] == len)
+        return op_val[slot];
+    uint32_t p = 1u << 31;   /* x^0 */
+    unsigned k = 3;
+    for (int64_t n = len; n; n >>= 1, k++)
+        if (n & 1)
+            p = multmodp(x2n_table[k & 31], p);
+    op_len[slot] = len;
+    op_val[slot] = p;
+    return p;
+}
+
+static inline uint32_t crc32_more(uint32_t crc, const unsigned char *p, int64_t n)
+{
+    if (isal_crc != NULL)
+        return isal_crc(crc, p, (uint64_t)n);
+    return (uint32_t)zlib_crc(crc, p, (unsigned int)n);
+}
+
+static inline void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline void put_be64(unsigned char *p, uint64_t v)
+{
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+/* Bodies at least this big are CRC'd once and the record CRC combined; smaller ones are
+ * CRC'd again within their record (cheaper than the combine's shift of a new length). */
+#define COMBINE_MIN 4096
+
+/* The record bytes of frame_run that are not the body, gathered between two referenced
+ * bodies: a bytearray grown in place, handed to ``parts`` whole. */
+typedef struct {
+    PyObject *buf;   /* bytearray, or NULL */
+    Py_ssize_t used;
+} Glue;
+
+static unsigned char *glue_take(Glue *g, Py_ssize_t n)
+{
+    if (g->buf == NULL) {
+        g->buf = PyByteArray_FromStringAndSize(NULL, n < 4096 ? 4096 : n);
+        if (g->buf == NULL)
+            return NULL;
+    } else if (g->used + n > PyByteArray_GET_SIZE(g->buf)) {
+        Py_ssize_t want = 2 * PyByteArray_GET_SIZE(g->buf);
+        if (want < g->used + n)
+            want = g->used + n;
+        if (PyByteArray_Resize(g->buf, want) < 0)
+            return NULL;
+    }
+    unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(g->buf) + g->used;
+    g->used += n;
+    return p;
+}
+
+static int glue_flush(Glue *g, PyObject *parts)
+{
+    if (g->buf == NULL)
+        return 0;
+    PyObject *b = g->buf;
+    g->buf = NULL;
+    int rc = PyByteArray_Resize(b, g->used);
+    g->used = 0;
+    if (rc == 0)
+        rc = PyList_Append(parts, b);
+    Py_DECREF(b);
+    return rc;
+}
+
+static int append_int(PyObject *list, int64_t v)
+{
+    return append_new(list, PyLong_FromLongLong(v));
+}
+
+/* frame_run(bodies, i, qids, tails, tail, topic_field, uk_field, first_counter, key_crc0,
+ *           const48, pos, room_end, nxt, cqb, tags, offs, physs, hashes, parts, refer_from)
+ *           -> (i, pos, total)
+ *
+ * Records for bodies i, i+1, ... of ``bodies`` (a list or tuple of bytes-like objects; body k
+ * goes to queue qids[k]), placed from commit-log offset ``pos``, as the loops of
+ * store.log.framing frame them (format.py's layout):
+ *
+ *     header (88 bytes: TOTALSIZE, MAGIC_V1, BODYCRC, QUEUEID, FLAG 0, QUEUEOFFSET nxt[qid],
+ *     PHYSICALOFFSET, then const48: SYSFLAG .. PREPARED TX OFFSET, then BODYLENGTH), body,
+ *     topic_field (its length byte and the topic), PROPLENGTH, uk_field ("UNIQ_KEY" 0x01 and
+ *     the unique key's head), the key's counter (first_counter + k mod 2^16) as 4 upper-case
+ *     hex digits, the tail (tails[k], or ``tail`` when tails is None: 0x02 and the rest of the
+ *     properties), then the record CRC property.
+ *
+ * Per record: the 20-byte consume-queue entry (pos, total, tags) appended to the bytearray
+ * cqb[qid], nxt[qid] moved on, the queue offset, pos and the unique key's index hash
+ * (crc32(hex4, key_crc0) & 0x7FFFFFFF) appended to offs, physs and hashes. The bytes go to
+ * ``parts`` (a list of buffers written in order): bodies of at least ``refer_from`` bytes as
+ * the objects themselves, everything else copied into bytearrays between them. Every queue
+ * of qids must have its nxt and cqb set. Stops before a record that does not fit below
+ * ``room_end`` (the caller rolls the segment and calls again) and returns its index, the
+ * position and its size; (len(bodies), pos, 0) when all are framed. */
+static PyObject *frame_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 20) {
+        PyErr_SetString(PyExc_TypeError, "frame_run takes 20 arguments");
+        return NULL;
+    }
+    PyObject *qids = args[2], *tails = args[3], *tail_obj = args[4], *topic_obj = args[5], *uk_obj = args[6];
+    PyObject *c48 = args[9], *nxt = args[12], *cqb = args[13];
+    PyObject *offs = args[15], *physs = args[16], *hashes = args[17], *parts = args[18];
+    if (!PyList_Check(qids) || !PyList_Check(nxt) || !PyList_Check(cqb) || !PyList_Check(offs)
+        || !PyList_Check(physs) || !PyList_Check(hashes) || !PyList_Check(parts)
+        || (tails != Py_None && !PyList_Check(tails))) {
+        PyErr_SetString(PyExc_TypeError, "frame_run: qids, tails, nxt, cqb and the results must be lists");
+        return NULL;
+    }
+    if (!PyBytes_Check(tail_obj) || !PyBytes_Check(topic_obj) || !PyBytes_Check(uk_obj) || !PyBytes_Check(c48)
+        || PyBytes_GET_SIZE(c48) != 48) {
+        PyErr_SetString(PyExc_TypeError, "frame_run: tail, topic_field, uk_field and const48 (48) must be bytes");
+        return NULL;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    long long first_counter = PyLong_AsLongLong(args[7]);
+    unsigned long long key_crc0 = PyLong_AsUnsignedLongLong(args[8]);
+    int64_t pos = PyLong_AsLongLong(args[10]);
+    int64_t room_end = PyLong_AsLongLong(args[11]);
+    int64_t tags = PyLong_AsLongLong(args[14]);
+    int64_t refer_from = PyLong_AsLongLong(args[19]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "frame_run: bodies must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    if (PyList_GET_SIZE(qids) != n || (tails != Py_None && PyList_GET_SIZE(tails) != n) || i < 0) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "frame_run: one queue id (and tail) per body");
+        return NULL;
+    }
+    const unsigned char *topic_field = (const unsigned char *)PyBytes_AS_STRING(topic_obj);
+    Py_ssize_t tf_len = PyBytes_GET_SIZE(topic_obj);
+    const unsigned char *uk_field = (const unsigned char *)PyBytes_AS_STRING(uk_obj);
+    Py_ssize_t uk_len = PyBytes_GET_SIZE(uk_obj);
+    const unsigned char *const48 = (const unsigned char *)PyBytes_AS_STRING(c48);
+    static const char HEX[] = "0123456789ABCDEF";
+    Glue glue = {NULL, 0};
+    int64_t need = 0;   /* the size of the record that did not fit */
+    for (; i < n; i++) {
+        PyObject *tail_i = tails == Py_None ? tail_obj : PyList_GET_ITEM(tails, i);
+        if (!PyBytes_Check(tail_i)) {
+            PyErr_SetString(PyExc_TypeError, "frame_run: tails must be bytes");
+            goto error;
+        }
+        Py_ssize_t tl = PyBytes_GET_SIZE(tail_i);
+        int64_t props_len = (int64_t)uk_len + 4 + tl + CRC_PROPERTY_SIZE;
+        long qid = PyLong_AsLong(PyList_GET_ITEM(qids, i));
+        if (qid == -1 && PyErr_Occurred())
+            goto error;
+        if (props_len > 0xFFFF || qid < 0 || qid >= PyList_GET_SIZE(nxt)) {
+            PyErr_SetString(PyExc_ValueError, "frame_run: properties too long, or a queue id out of range");
+            goto error;
+        }
+        PyObject *cq = PyList_GET_ITEM(cqb, qid);
+        if (!PyByteArray_Check(cq)) {
+            PyErr_SetString(PyExc_TypeError, "frame_run: cqb[qid] must be a bytearray for every queue of qids");
+            goto error;
+        }
+        long long qoff = PyLong_AsLongLong(PyList_GET_ITEM(nxt, qid));
+        if (qoff == -1 && PyErr_Occurred())
+            goto error;
+        Py_buffer body;
+        if (PyObject_GetBuffer(items[i], &body, PyBUF_SIMPLE) < 0)
+            goto error;
+        int64_t blen = (int64_t)body.len;
+        int64_t total = HEADER_SIZE + blen + tf_len + 2 + props_len;
+        if (total > INT32_MAX) {
+            PyBuffer_Release(&body);
+            PyErr_SetString(PyExc_ValueError, "frame_run: record too large");
+            goto error;
+        }
+        if (pos + total > room_end) {
+            PyBuffer_Release(&body);
+            need = total;
+            break;
+        }
+        const unsigned char *b = (const unsigned char *)body.buf;
+        uint32_t bcrc = crc32_more(0, b, blen);
+        int refer = blen >= refer_from;
+        /* the header, the body when copied, and the rest of the record */
+        Py_ssize_t rest = tf_len + 2 + uk_len + 4 + tl + CRC_PROPERTY_SIZE;
+        unsigned char *h = glue_take(&glue, HEADER_SIZE + (refer ? 0 : blen) + (refer ? 0 : rest));
+        if (h == NULL) {
+            PyBuffer_Release(&body);
+            goto error;
+        }
+        put_be32(h, (uint32_t)total);
+        put_be32(h + 4, MAGIC_V1);
+        put_be32(h + 8, bcrc & 0x7FFFFFFFu);
+        put_be32(h + 12, (uint32_t)qid);
+        put_be32(h + 16, 0);
+        put_be64(h + 20, (uint64_t)qoff);
+        put_be64(h + 28, (uint64_t)pos);
+        memcpy(h + 36, const48, 48);
+        put_be32(h + 84, (uint32_t)blen);
+        uint32_t rcrc;
+        if (blen >= COMBINE_MIN)
+            rcrc = multmodp(shift_op(blen), crc32_more(0, h, HEADER_SIZE)) ^ bcrc;
+        else
+            rcrc = crc32_more(crc32_more(0, h, HEADER_SIZE), b, blen);
+        unsigned char *a;
+        if (refer) {
+            /* (h may move when the glue grows: not used past here) */
+            if (glue_flush(&glue, parts) < 0 || PyList_Append(parts, items[i]) < 0) {
+                PyBuffer_Release(&body);
+                goto error;
+            }
+            a = glue_take(&glue, rest);
+            if (a == NULL) {
+                PyBuffer_Release(&body);
+                goto error;
+            }
+        } else {
+            memcpy(h + HEADER_SIZE, b, (size_t)blen);
+            a = h + HEADER_SIZE + blen;
+        }
+        PyBuffer_Release(&body);
+        unsigned char *r = a;
+        memcpy(r, topic_field, (size_t)tf_len);
+        r += tf_len;
+        *r++ = (unsigned char)(props_len >> 8);
+        *r++ = (unsigned char)props_len;
+        memcpy(r, uk_field, (size_t)uk_len);
+        r += uk_len;
+        unsigned counter = (unsigned)((first_counter + i) & 0xFFFF);
+        unsigned char *h4 = r;
+        for (int k = 3; k >= 0; k--, counter >>= 4)
+            h4[k] = (unsigned char)HEX[counter & 15];
+        r += 4;
+        memcpy(r, PyBytes_AS_STRING(tail_i), (size_t)tl);
+        r += tl;
+        uint32_t c = crc32_more(rcrc, a, r - a) & 0x7FFFFFFFu;
+        memcpy(r, CRC_HEAD, sizeof CRC_HEAD);
+        for (int k = 0; k < 10; k++, c /= 10)
+            r[9 + k] = (unsigned char)('0' + c % 10);
+        r[19] = 0x02;
+        /* the queue entry, the columns */
+        Py_ssize_t cl = PyByteArray_GET_SIZE(cq);
+        if (PyByteArray_Resize(cq, cl + 20) < 0)
+            goto error;
+        unsigned char *e = (unsigned char *)PyByteArray_AS_STRING(cq) + cl;
+        put_be64(e, (uint64_t)pos);
+        put_be32(e + 8, (uint32_t)total);
+        put_be64(e + 12, (uint64_t)tags);
+        PyObject *next = PyLong_FromLongLong(qoff + 1);
+        if (next == NULL || PyList_SetItem(nxt, qid, next) < 0)
+            goto error;
+        if (append_int(offs, qoff) < 0 || append_int(physs, pos) < 0
+            || append_int(hashes, (int64_t)(crc32_more((uint32_t)key_crc0, h4, 4) & 0x7FFFFFFFu)) < 0)
+            goto error;
+        pos += total;
+    }
+    if (glue_flush(&glue, parts) < 0)
+        goto error;
+    Py_DECREF(seq);
+    return Py_BuildValue("(nLL)", i, (long long)pos, (long long)need);
+error:
+    Py_XDECREF(glue.buf);
+    Py_DECREF(seq);
+    return NULL;
+}
+
 /* cut_entries(raw, lo, limit, max_bytes, ordered) -> (entries, end, taken): the loop of
  * store.log.consumequeue.cut_entries, which is its definition (tests/log/test_nativecheck.py
  * and the fuzz test compare the two). raw holds whole 20-byte consume-queue entries (phys int64,
@@ -427,6 +744,8 @@ static PyMethodDef methods[] = {
      "The common case of store.log.columns.check_run (see the module's source)."},
     {"cut_entries", (PyCFunction)(void (*)(void))cut_entries, METH_FASTCALL,
      "The loop of store.log.consumequeue.cut_entries (see the module's source)."},
+    {"frame_run", (PyCFunction)(void (*)(void))frame_run, METH_FASTCALL,
+     "The record loop of store.log.framing (see the module's source)."},
     {"crc32", crc32, METH_O, "The CRC-32 records are checked with."},
     {NULL, NULL, 0, NULL},
 };
@@ -438,12 +757,13 @@ static struct PyModuleDef module = {
 /* What columns.py and consumequeue.py expect of this module; a build of an older source has
  * another (or none), and the store then reads with the Python loops. Raise it with any change
  * of a function's arguments or results, or a new function. */
-#define INTERFACE 2
+#define INTERFACE 3
 
 PyMODINIT_FUNC PyInit_nativecheck(void)
 {
     if (find_crc() < 0)
         return NULL;
+    init_x2n();
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "INTERFACE", INTERFACE) < 0) {
         Py_DECREF(m);

@@ -1,4 +1,6 @@
 """Types of the C module ``nativecheck.c`` (its source says what it does)."""
+from collections.abc import Sequence
+from typing import Any
 
 INTERFACE: int
 
@@ -12,3 +14,8 @@ def cut_entries(raw: bytes | bytearray | memoryview, lo: int, limit: int, max_by
                 /) -> tuple[list[tuple[int, int, int]], int, int]: ...
 
 def crc32(data: bytes | bytearray | memoryview, /) -> int: ...
+
+def frame_run(bodies: Sequence[bytes | bytearray | memoryview], i: int, qids: list[int], tails: list[bytes] | None,
+              tail: bytes, topic_field: bytes, uk_field: bytes, first_counter: int, key_crc0: int, const48: bytes,
+              pos: int, room_end: int, nxt: list[int], cqb: list[Any], tags: int, offs: list[int], physs: list[int],
+              hashes: list[int], parts: list[Any], refer_from: int, /) -> tuple[int, int, int]: ...
