@@ -461,3 +461,12 @@ def _queue_ids_for(engine: "Engine", cfg: TopicConfig, n: int, queue_id: int,
     fallback = Draft(cfg.name, b"", queue_id=queue_id)
     return [abs(java_hash(k)) % nq if k else engine.writer.select_queue(cfg, fallback)   # "" is no key
             for k in sharding_keys]
+
+
+def byte_views(bodies: Sequence[Body]) -> Sequence[Body]:
+    """``bodies`` with every memoryview of wider items (``array('i')``'s) cast to bytes: its
+    ``len()`` counts items, so its record's length field and the size check would count
+    them too while its bytes are written (a record whose length lies, the log misframed)."""
+    if all(type(b) is not memoryview or b.itemsize == 1 for b in bodies):
+        return bodies
+    return [b.cast("B") if type(b) is memoryview and b.itemsize != 1 else b for b in bodies]

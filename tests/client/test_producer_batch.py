@@ -89,3 +89,24 @@ def test_a_batch_of_more_bodies_than_the_key_counter_has_values_keeps_every_msg_
     with store.Consumer("T", group="G", path=tmp_path / "s", start_from="first") as c:
         got = {m.msg_id: m.body for m in c.messages(exit_at_end=True)}
     assert [got[i] for i in ids] == bodies + [b"after"] * 600
+
+
+@pytest.mark.parametrize("big", [False, True], ids=["small", "64KiB"])
+def test_send_bodies_takes_a_memoryview_of_wider_items_by_its_bytes(tmp_path: Path, big: bool) -> None:
+    """A memoryview of ``array('i')`` counts items in ``len()``: its record must still say
+    its length in bytes (the log stays framed) and its size be checked in bytes."""
+    import array
+    n = 16384 if big else 5
+    wide = memoryview(array.array("i", range(n)))
+    bodies = [wide, memoryview(b"plain"), wide[1:3]]
+    with store.Producer(tmp_path / "s") as p:
+        p.send_bodies("T", bodies, queue=0)
+        p.send_many("T", [b"after"], queue=0)
+    with store.Consumer("T", group="G", path=tmp_path / "s", start_from="first") as c:
+        got = [m.body for m in c.messages(exit_at_end=True)]
+    assert got == [wide.tobytes(), b"plain", wide[1:3].tobytes(), b"after"]
+    with store.Admin(tmp_path / "s") as a:
+        assert not a.check().problems
+    store.create_store(tmp_path / "t", store.StoreSettings(max_message_size=1024))
+    with store.Producer(tmp_path / "t") as p, pytest.raises(store.errors.MessageTooLargeError):
+        p.send_bodies("T", [memoryview(array.array("i", range(300)))])   # 1,200 bytes in 300 items
