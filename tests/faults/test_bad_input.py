@@ -164,7 +164,7 @@ def line_verdict(raw: bytes) -> str:
             return "bad"
     except (ValueError, binascii.Error, UnicodeError):
         return "bad"
-    props = obj.get("properties") or {}
+    props = {} if obj.get("properties") is None else obj["properties"]   # ([] is no object)
     if not isinstance(props, dict):
         return "bad"
     for k, v in props.items():
