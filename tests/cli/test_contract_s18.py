@@ -1,0 +1,41 @@
+"""Small contract items of the command line, each as a user meets it: a key with a space in
+a ``send --input json`` line, ``send --json | head`` telling what it could not print, the
+live allocation of ``--strategy config`` members, CMD strings split as POSIX ``sh`` splits
+them, ``msg show --json``'s history, a ``--store`` path that cannot be a store, and the
+half message ``tx send --exec`` names before its local transaction. Real ``mqctl``
+processes on real stores."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.procs import MQ, one_error
+
+
+def stored_keys(mq: MQ, topic: str) -> list[list[str]]:
+    s = mq.store()
+    try:
+        msgs = sorted((m for q in s.queue_ids(topic) for m in s.iter_queue(topic, q, 0)),
+                      key=lambda m: m.commitlog_offset)
+        return [m.keys for m in msgs]
+    finally:
+        s.close()
+
+
+# -- send --input json: a key with a space --------------------------------------------------
+
+@pytest.mark.parametrize("keys", ['["a b"]', '"h i"', '["ok", " x y "]', '"a,b c"'])
+def test_a_json_key_with_a_space_is_refused_naming_its_line(mq: MQ, keys: str) -> None:
+    lines = f'{{"body":"first"}}\n{{"body":"x","keys":{keys}}}\n{{"body":"third"}}\n'
+    res = mq.run("send", "T", "--input", "json", "--json", input=lines)
+    err = one_error(res, 5, allow_info=True)
+    assert "line 2" in err and "a key may not contain spaces" in err, err
+    assert len(res.json_lines()) == 1 and len(stored_keys(mq, "T")) == 1
+
+
+def test_json_keys_are_split_on_commas_as_the_keys_flag_splits_them(mq: MQ) -> None:
+    lines = '{"body":"a","keys":"k1, k2,k3"}\n{"body":"b","keys":["k4,k5"," k6 "]}\n'
+    mq.ok("send", "T", "--input", "json", input=lines)
+    mq.ok("send", "T", "c", "-k", "k7, k8")
+    assert stored_keys(mq, "T") == [["k1", "k2", "k3"], ["k4", "k5", "k6"], ["k7", "k8"]]
