@@ -156,6 +156,8 @@ def run_send(st: "State", r: SendRequest) -> None:
             sender.summary(finished)
             if sender.lost is not None:
                 raise sender.results_lost() from sender.lost
+            if sender.unprinted:
+                sender.unprinted_notice()   # (the BrokenPipe goes on: exit 141)
 
 
 class Sender:
@@ -198,6 +200,8 @@ class Sender:
         self.json_input = False
         self._key_room: int | None = None
         self.lost: OSError | None = None   # --json: stdout failed; results since are not printed
+        self.unprinted = 0   # --json: results not printed since the reader closed stdout ...
+        self.first_unprinted = ""   # ... and the msg id of the first of them
         self.last_id = ""
 
     def topic_shape(self) -> tuple[int, bool] | None:
@@ -445,11 +449,18 @@ class Sender:
                 f'{"" if due is None else f",{_DUE_FIELD}:{due}"}}}\n'
                 for q, o, p, uk, due in zip(qids, qoffs, physs, uks, dues or [None] * len(qids)))
             self.last_id = uks[-1] if uks else self.last_id
-            if self.lost is not None:   # (batches made durable after it failed: counted only)
+            if self.lost is not None or self.unprinted:   # (durable after it failed: counted only)
+                self.unprinted += len(qids)
                 return
+            from mqctl.output import BrokenPipe
             try:
                 sys.stdout.write(out)
                 sys.stdout.flush()
+            except BrokenPipe:
+                # The reader went (``| head -1``): exit 141 as ever, but these messages are
+                # stored, so the send's end names those whose results the reader never got.
+                self.unprinted, self.first_unprinted = len(qids), uks[0] if uks else ""
+                raise
             except OSError as exc:
                 # Closed (>&-) or gone: the messages are stored whatever happens now. Send no
                 # more (whose results could not be printed either), and let the error say what
@@ -469,6 +480,20 @@ class Sender:
         stored = ("the message was stored" if self.sent == 1 else
                   f"the first {plural(self.sent, 'message')} of the input were stored, the last")
         return OperationError(f"{stdout_failure(self.lost)}; {stored} with msg id {self.last_id}")
+
+    def unprinted_notice(self) -> None:
+        """After the reader closed stdout (``send --json | head -1``, exit 141): one line on
+        stderr saying how many stored messages' results were not printed, and their msg ids,
+        so a script knows what not to send again (the messages are stored all the same)."""
+        from mqctl.errors import print_error
+        from mqctl.output import plural
+        # (A failed write of several lines may have written some of them, and a line written
+        # just before may never have been read: the count stored and the ids are what is sure.)
+        n = self.unprinted
+        lost = (f"the result of the last could not be written (msg id {self.last_id})" if n == 1 else
+                f"the results of the last {n} could not all be written (msg ids {self.first_unprinted} "
+                f"to {self.last_id})")
+        print_error(f"stdout was closed by the reader after {plural(self.sent, 'message')} were stored; {lost}")
 
     def summary(self, finished: bool = True) -> None:
         """The human line on stderr: ``sent 3 messages to orders (queues 0,1,2)``; after an

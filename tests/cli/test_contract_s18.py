@@ -39,3 +39,27 @@ def test_json_keys_are_split_on_commas_as_the_keys_flag_splits_them(mq: MQ) -> N
     mq.ok("send", "T", "--input", "json", input=lines)
     mq.ok("send", "T", "c", "-k", "k7, k8")
     assert stored_keys(mq, "T") == [["k1", "k2", "k3"], ["k4", "k5", "k6"], ["k7", "k8"]]
+
+
+# -- send --json | head: what was stored but not printed -------------------------------------
+
+def test_send_json_into_a_reader_that_leaves_names_what_it_stored_but_could_not_print(mq: MQ) -> None:
+    # Lines come one at a time; head takes the first result and leaves. The send stores the
+    # lines it has already read, exits 141, and says which results never reached stdout.
+    script = ("(for i in 1 2 3 4 5 6; do echo $i; sleep 0.4; done) | mqctl send slow --json | head -1;"
+              " echo \"rc=${PIPESTATUS[1]}\" >&2")
+    res = mq.shell(script)
+    assert "rc=141" in res.stderr, str(res)
+    errs = [ln for ln in res.stderr.splitlines() if ln.startswith("mqctl: error: ")]
+    assert len(errs) == 1, str(res)
+    s = mq.store()
+    try:
+        ids = sorted(((m.commitlog_offset, m.uniq_key) for q in s.queue_ids("slow")
+                      for m in s.iter_queue("slow", q, 0)))
+    finally:
+        s.close()
+    printed = [json.loads(ln)["msgId"] for ln in res.out.splitlines()]
+    assert len(printed) == 1 and printed[0] == ids[0][1] and len(ids) >= 2
+    assert errs[0].startswith(f"mqctl: error: stdout was closed by the reader after {len(ids)} messages "
+                              "were stored; the result"), errs[0]
+    assert ids[-1][1] in errs[0], errs[0]   # the last stored is named, whatever else is
