@@ -63,3 +63,28 @@ def test_send_json_into_a_reader_that_leaves_names_what_it_stored_but_could_not_
     assert errs[0].startswith(f"mqctl: error: stdout was closed by the reader after {len(ids)} messages "
                               "were stored; the result"), errs[0]
     assert ids[-1][1] in errs[0], errs[0]   # the last stored is named, whatever else is
+
+
+# -- rebalance: live members with --strategy config ------------------------------------------
+
+def test_rebalance_shows_each_config_members_own_queues(mq: MQ) -> None:
+    from tests.procs import wait_for
+    mq.ok("topic", "create", "sq", "--queues", "6")
+    procs = [mq.start("consume", "sq", "-g", "cfg", "--strategy", "config", "--queues", qs, "--client-id", cid)
+             for cid, qs in (("C1", "0,3"), ("C2", "1,2,4,5"))]
+    try:
+        def held() -> bool:
+            rows = mq.ok("consumers", "-g", "cfg", "--json").json_lines()
+            return sorted((r["clientId"], r["queuesText"]) for r in rows) == [("C1", "sq:0,3"), ("C2", "sq:1,2,4,5")]
+        wait_for(held, what="both members holding their queues")
+        for extra in ([], ["--strategy", "config"]):
+            rows = mq.ok("rebalance", "sq", "-g", "cfg", "--json", *extra).json_lines()
+            assert sorted((r["clientId"], r["strategy"], r["queues"], r["holds"]) for r in rows) == [
+                ("C1", "config", [0, 3], [0, 3]), ("C2", "config", [1, 2, 4, 5], [1, 2, 4, 5])], rows
+        table = mq.ok("rebalance", "sq", "-g", "cfg").out.splitlines()
+        assert table[1].split() == ["C1", "0,3", "0,3"] and table[2].split() == ["C2", "1,2,4,5", "1,2,4,5"]
+        # (to preview other client ids, the queue ids are still needed)
+        one_error(mq.run("rebalance", "sq", "-g", "cfg", "--consumers", "C1,C3"), 2)
+    finally:
+        for p in procs:
+            p.stop()
