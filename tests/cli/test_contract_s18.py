@@ -88,3 +88,35 @@ def test_rebalance_shows_each_config_members_own_queues(mq: MQ) -> None:
     finally:
         for p in procs:
             p.stop()
+
+
+# -- CMD strings split as sh splits them ----------------------------------------------------
+
+SH_CASES = [r'sh -c "echo \$0 x"', r'a "b\`c" "d\"e" "f\\g" "j\k" "l\'m"', "a \"b\\\nc\" d\\\ne",
+            r"a\ b 'c\d' e\\f", r'''"" '' x""y''z''', r"a\'", "a\\", r'"\\\\\"" "\a" "\$HOME"',
+            "x\t y ", r'''"it's" 'say "hi"' ''', r"'\$0' \$0 "]
+
+
+@pytest.mark.parametrize("line", SH_CASES)
+def test_a_cmd_string_splits_into_the_words_sh_gives(line: str) -> None:
+    import subprocess
+
+    from mqctl.shellwords import split
+    out = subprocess.run(["sh", "-c", "printf '%s\\0' " + line], capture_output=True, check=True).stdout
+    assert split(line) == out.decode().split("\0")[:-1]
+
+
+@pytest.mark.parametrize("line", ['a "b', "a 'b", 'a "b\\"'])
+def test_an_open_quote_is_refused(mq: MQ, line: str) -> None:
+    from mqctl.shellwords import split
+    with pytest.raises(ValueError, match="No closing quotation"):
+        split(line)
+    assert "No closing quotation" in one_error(mq.run("tx", "send", "T", "b", "--exec", line), 2)
+
+
+def test_exec_and_tx_exec_run_the_words_a_shell_would(mq: MQ) -> None:
+    out = mq.work / "said"
+    mq.ok("send", "T", "m1")
+    mq.ok("consume", "T", "-g", "G", "--from", "first", "-e", "--exec", f'sh -c "echo \\$0 x >> {out}"')
+    mq.ok("tx", "send", "T", "b", "--exec", f'sh -c "echo \\$0 y \\"\\$MQ_TOPIC\\" >> {out}"')
+    assert out.read_text() == "sh x\nsh y T\n"
