@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from mqctl import msgargs
 from mqctl.msgargs import ENVELOPE_PLACE_FIELDS, json_body, json_properties, message_properties, unescape
+from mqctl.output import BrokenPipe  # (loaded anyway: mqctl.errors.guard catches it)
+from mqctl.sendlost import stdout_failed
 from mqctl.stdin import LongRecord, line_cap, read_chunks
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
@@ -154,10 +156,7 @@ def run_send(st: "State", r: SendRequest) -> None:
             sender.finish()
         finally:
             sender.summary(finished)
-            if sender.lost is not None:
-                raise sender.results_lost() from sender.lost
-            if sender.unprinted:
-                sender.unprinted_notice()   # (the BrokenPipe goes on: exit 141)
+            stdout_failed(sender)   # (what stdout did not get, if it failed: in mqctl/sendlost.py)
 
 
 class Sender:
@@ -200,8 +199,7 @@ class Sender:
         self.json_input = False
         self._key_room: int | None = None
         self.lost: OSError | None = None   # --json: stdout failed; results since are not printed
-        self.unprinted = 0   # --json: results not printed since the reader closed stdout ...
-        self.first_unprinted = ""   # ... and the msg id of the first of them
+        self.unprinted, self.first_unprinted = 0, ""   # --json: results not written since stdout closed
         self.last_id = ""
 
     def topic_shape(self) -> tuple[int, bool] | None:
@@ -452,13 +450,10 @@ class Sender:
             if self.lost is not None or self.unprinted:   # (durable after it failed: counted only)
                 self.unprinted += len(qids)
                 return
-            from mqctl.output import BrokenPipe
             try:
                 sys.stdout.write(out)
                 sys.stdout.flush()
-            except BrokenPipe:
-                # The reader went (``| head -1``): exit 141 as ever, but these messages are
-                # stored, so the send's end names those whose results the reader never got.
+            except BrokenPipe:   # (| head -1: exit 141, and the send's end names these, stored)
                 self.unprinted, self.first_unprinted = len(qids), uks[0] if uks else ""
                 raise
             except OSError as exc:
@@ -471,29 +466,8 @@ class Sender:
             self.queues.update(qids)
 
     def results_lost(self) -> Exception:
-        """The error of a ``--json`` send whose result lines could not be written (exit 1, as
-        a command whose data cannot be written): what was stored, and the last msg id."""
-        from mqctl.errors import stdout_failure
-        from mqctl.output import plural
-        from store.errors import OperationError
-        assert self.lost is not None
-        stored = ("the message was stored" if self.sent == 1 else
-                  f"the first {plural(self.sent, 'message')} of the input were stored, the last")
-        return OperationError(f"{stdout_failure(self.lost)}; {stored} with msg id {self.last_id}")
-
-    def unprinted_notice(self) -> None:
-        """After the reader closed stdout (``send --json | head -1``, exit 141): one line on
-        stderr saying how many stored messages' results were not printed, and their msg ids,
-        so a script knows what not to send again (the messages are stored all the same)."""
-        from mqctl.errors import print_error
-        from mqctl.output import plural
-        # (A failed write of several lines may have written some of them, and a line written
-        # just before may never have been read: the count stored and the ids are what is sure.)
-        n = self.unprinted
-        lost = (f"the result of the last could not be written (msg id {self.last_id})" if n == 1 else
-                f"the results of the last {n} could not all be written (msg ids {self.first_unprinted} "
-                f"to {self.last_id})")
-        print_error(f"stdout was closed by the reader after {plural(self.sent, 'message')} were stored; {lost}")
+        from mqctl.sendlost import results_lost
+        return results_lost(self.lost, self.sent, self.last_id)
 
     def summary(self, finished: bool = True) -> None:
         """The human line on stderr: ``sent 3 messages to orders (queues 0,1,2)``; after an
