@@ -35,10 +35,17 @@ def unprinted_notice(sent: int, unprinted: int, first_id: str, last_id: str) -> 
     """After the reader closed stdout (``send --json | head -1``, exit 141 still): one line
     on stderr saying how many messages were stored and the msg ids of those whose results
     could not be written, the first to the last."""
-    from mqctl.errors import print_error
+    import sys
+
     from mqctl.output import plural
     # (A failed write of several lines may have written some of them, and a line written
     # just before may never have been read: the count stored and the ids are what is sure.)
     lost = (f"the result of the last could not be written (msg id {last_id})" if unprinted == 1 else
             f"the results of the last {unprinted} could not all be written (msg ids {first_id} to {last_id})")
-    print_error(f"stdout was closed by the reader after {plural(sent, 'message')} were stored; {lost}")
+    # (a note, not an error: 141 is the closed pipe's own status, as every command gives it)
+    try:
+        sys.stderr.write(f"mqctl: stdout was closed by the reader after {plural(sent, 'message')} "
+                         f"were stored; {lost}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
