@@ -153,3 +153,27 @@ def test_a_resent_dead_letters_json_history_has_the_resend(mq: MQ) -> None:
         assert any("resent from the dead-letter queue to %RETRY%G" in line for line in human), human
         assert len(human) == len(history) and all(
             line.endswith(event_text(e, lambda ms: format_local(ms, False))) for line, e in zip(human, history))
+
+
+# -- --store on a file ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [["init"], ["send", "x", "y"], ["topic", "list"], ["store", "check"]])
+def test_a_store_path_that_is_or_is_under_a_file_is_a_bad_value(mq: MQ, args: list[str]) -> None:
+    f = mq.work / "f"
+    f.write_text("hi\n")
+    for path, why in ((f, f"{f} cannot be a store directory: it is not a directory"),
+                      (f / "sub", f"{f}/sub cannot be a store directory: {f} is not a directory")):
+        one_error(mq.run("--store", str(path), *args), 2, why)
+        one_error(mq.run(*args, extra_env={"MQCTL_STORE": str(path)}), 2, why)
+    assert f.read_text() == "hi\n"
+    # a store missing under a directory is still not found (a read) or created (a write)
+    one_error(mq.run("--store", str(mq.work / "none"), "topic", "list"), 3, "no store at")
+    mq.ok("--store", str(mq.work / "d" / "new"), "send", "x", "y")
+
+
+def test_the_library_refuses_such_a_path_with_a_usage_error(tmp_path) -> None:  # noqa: ANN001
+    from store import Producer
+    from store.errors import UsageError
+    (tmp_path / "f").write_text("hi\n")
+    with pytest.raises(UsageError, match="cannot be a store directory"):
+        Producer(tmp_path / "f" / "sub")
