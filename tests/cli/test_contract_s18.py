@@ -177,3 +177,32 @@ def test_the_library_refuses_such_a_path_with_a_usage_error(tmp_path) -> None:  
     (tmp_path / "f").write_text("hi\n")
     with pytest.raises(UsageError, match="cannot be a store directory"):
         Producer(tmp_path / "f" / "sub")
+
+
+# -- tx send --exec: the half message named before the local transaction ---------------------
+
+def test_tx_send_names_its_half_message_before_the_local_transaction(mq: MQ) -> None:
+    import os
+    import re
+    import signal
+
+    from tests.procs import wait_for
+    mq.ok("topic", "create", "race", "--queues", "2")
+    p = mq.start("tx", "send", "race", "b", "--exec", "sleep 60", new_session=True)
+    try:
+        line = wait_for(lambda: re.search(r"^mqctl: half message stored: txId ([0-9A-F]{32}) \(topic race, "
+                                          r"queue \d, offsetMsgId ([0-9A-F]{32})\); running the local "
+                                          r"transaction$", p.stderr(), re.M), what="the half message's line")
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)   # mqctl and its local transaction, as kill -9 would leave it
+        p.wait()
+    assert p.stdout() == b"", "stdout keeps its one JSON line for the end"
+    tx_id, offset_id = line.group(1), line.group(2)
+    pending = mq.ok("tx", "list", "--json").json_lines()
+    assert [(t["txId"], t["offsetMsgId"]) for t in pending] == [(tx_id, offset_id)], pending
+    mq.ok("tx", "rollback", tx_id)
+    assert mq.ok("tx", "list", "--json").json_lines() == []
+    # a run that ends prints its one JSON line on stdout, the same txId as its stderr line
+    res = mq.ok("tx", "send", "race", "c", "--exec", "true")
+    (obj,) = res.json_lines()
+    assert obj["state"] == "COMMITTED" and f"half message stored: txId {obj['txId']} " in res.stderr
