@@ -48,8 +48,9 @@ def message_properties(prop: list[str], tag: Optional[str], keys: Optional[str],
 
 def json_properties(obj: dict[str, object]) -> dict[str, str]:
     """The properties one ``send --input json`` line gives its message: its ``properties``
-    object, ``tags``, ``keys`` (a string or a list of strings, each split on commas and
-    spaces) and ``shardingKey``, checked by the library. ValueError for a field of the wrong
+    object, ``tags``, ``keys`` (a string or a list of strings, each split on commas as
+    ``--keys`` is; a key with a space is refused, as ``--keys`` and the library refuse it,
+    not split into two) and ``shardingKey``, checked by the library. ValueError for a field of the wrong
     type; InvalidPropertyError (naming the field) for a value that may not be stored."""
     from mqctl.argnames import JSON_FIELD_NAMES
     from store import build_properties
@@ -68,7 +69,7 @@ def json_properties(obj: dict[str, object]) -> dict[str, str]:
     skey = obj.get("shardingKey")
     if skey is not None and not isinstance(skey, str):
         raise ValueError("'shardingKey' must be a string")
-    return build_properties(tags=tags, keys=[p for k in ks for p in k.replace(",", " ").split()],
+    return build_properties(tags=tags, keys=[p for k in ks for p in k.split(",")],
                             properties=uprops, sharding_key=skey,
                             arg_names=JSON_FIELD_NAMES)
 

@@ -15,9 +15,8 @@ QUERY_COLUMNS = [("msgId", "MSG-ID"), ("queueId", "QUEUE"), ("queueOffset", "OFF
 
 
 def describe(store: "Store", m: "Message", obj: dict[str, Any], when: Callable[[int], str]) -> list[str]:
-    """``msg show``'s lines: what the copy is, its fields (``obj``: its JSON report), its history."""
+    """``msg show``'s lines: what the copy is, its fields and history (``obj``: its JSON report)."""
     from mqctl.output import human_size
-    from store import message_timeline as timeline
     body = obj["body"] if obj.get("bodyEncoding") != "base64" else "(binary; --json has it in base64)"
     if len(body) > BODY_SHOWN:
         body = body[:BODY_SHOWN] + f"… ({human_size(len(m.body))} in all; --json has it whole)"
@@ -35,7 +34,7 @@ def describe(store: "Store", m: "Message", obj: dict[str, Any], when: Callable[[
     lines = [note] if note else []
     lines += [f"{(k + ':').ljust(18)} {v}" for k, v in fields]
     lines += ["", "History:"]
-    for e in timeline(store, m):
+    for e in obj["history"]:   # (the --json history: one source, every event either shows)
         lines.append(f"  {(when(e['time']) if e['time'] is not None else '').ljust(len(when(0)))}  "
                      f"{event_text(e, when)}".rstrip())
     return lines

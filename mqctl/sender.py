@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from mqctl import errors, msgargs
 from mqctl.msgargs import ENVELOPE_PLACE_FIELDS, json_body, json_properties, message_properties, unescape
+from mqctl.output import BrokenPipe  # (loaded anyway: mqctl.errors.guard catches it)
+from mqctl.sendlost import stdout_failed
 from mqctl.stdin import LongRecord, line_cap, read_chunks
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
@@ -155,8 +157,7 @@ def run_send(st: "State", r: SendRequest) -> None:
             sender.finish()
         finally:
             sender.summary(finished)
-            if sender.lost is not None:
-                raise sender.results_lost() from sender.lost
+            stdout_failed(sender)   # (what stdout did not get, if it failed: in mqctl/sendlost.py)
 
 
 class Sender:
@@ -199,6 +200,7 @@ class Sender:
         self.json_input = False
         self._key_room: int | None = None
         self.lost: OSError | None = None   # --json: stdout failed; results since are not printed
+        self.unprinted, self.first_unprinted = 0, ""   # --json: results not written since stdout closed
         self.last_id = ""
 
     def topic_shape(self) -> tuple[int, bool] | None:
@@ -446,11 +448,15 @@ class Sender:
                 f'{"" if due is None else f",{_DUE_FIELD}:{due}"}}}\n'
                 for q, o, p, uk, due in zip(qids, qoffs, physs, uks, dues or [None] * len(qids)))
             self.last_id = uks[-1] if uks else self.last_id
-            if self.lost is not None:   # (batches made durable after it failed: counted only)
+            if self.lost is not None or self.unprinted:   # (durable after it failed: counted only)
+                self.unprinted += len(qids)
                 return
             try:
                 sys.stdout.write(out)
                 sys.stdout.flush()
+            except BrokenPipe:   # (| head -1: exit 141, and the send's end names these, stored)
+                self.unprinted, self.first_unprinted = len(qids), uks[0] if uks else ""
+                raise
             except OSError as exc:
                 # Closed (>&-) or gone: the messages are stored whatever happens now. Send no
                 # more (whose results could not be printed either), and let the error say what
@@ -461,15 +467,8 @@ class Sender:
             self.queues.update(qids)
 
     def results_lost(self) -> Exception:
-        """The error of a ``--json`` send whose result lines could not be written (exit 1, as
-        a command whose data cannot be written): what was stored, and the last msg id."""
-        from mqctl.errors import stdout_failure
-        from mqctl.output import plural
-        from store.errors import OperationError
-        assert self.lost is not None
-        stored = ("the message was stored" if self.sent == 1 else
-                  f"the first {plural(self.sent, 'message')} of the input were stored, the last")
-        return OperationError(f"{stdout_failure(self.lost)}; {stored} with msg id {self.last_id}")
+        from mqctl.sendlost import results_lost
+        return results_lost(self.lost, self.sent, self.last_id)
 
     def summary(self, finished: bool = True) -> None:
         """The human line on stderr: ``sent 3 messages to orders (queues 0,1,2)``; after an

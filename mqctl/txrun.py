@@ -1,7 +1,7 @@
 """Running the commands of ``mqctl tx``: ``tx send --exec`` (the local transaction) and
 ``tx check --check-cmd`` (the check service's question).
 
-A command is split like a shell command line (shlex) and run without a shell, in a process
+A command is split like a shell command line (``mqctl.shellwords``) and run without a shell, in a process
 group of its own that is killed on a timeout or an interrupt. It gets the message body on
 stdin and, in its environment::
 
@@ -47,12 +47,11 @@ def command_argv(command: str, flag: str) -> list[str]:
     """``command`` split like a shell line; its program must be runnable (exit 1 otherwise, as
     ``consume --exec``), so that a typo is refused before any half message is stored or any
     check is counted."""
-    import shlex
-
     from mqctl.consumer.handlers import check_runnable
+    from mqctl.shellwords import split
     from store.errors import UsageError
     try:
-        argv = shlex.split(command)
+        argv = split(command)
     except ValueError as exc:
         raise UsageError(f"{flag} {command!r}: {exc}") from exc
     if not argv:

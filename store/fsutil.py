@@ -17,7 +17,7 @@ import time
 import zlib
 from pathlib import Path
 
-from store.errors import CorruptionError, io_error
+from store.errors import CorruptionError, UsageError, io_error
 from store.layout import backup_of
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
@@ -293,3 +293,15 @@ def read_json_with_bak(
     if main_error is not None:
         raise CorruptionError(str(path), 0, f"unreadable ({main_error}) and no {bak.name}")
     return default
+
+
+def check_dir_path(root: Path, what: str) -> None:
+    """``root`` can be a directory (it is one, or the nearest existing path above it is):
+    else a bad value, UsageError (exit 2) naming the path, whether the caller reads or
+    writes: neither a missing directory (the caller's not-found) nor a mkdir's error later."""
+    for p in (root, *root.parents):
+        if p.is_dir():
+            return
+        if os.path.lexists(p):
+            where = "it" if p == root else str(p)
+            raise UsageError(f"{root} cannot be {what}: {where} is not a directory")

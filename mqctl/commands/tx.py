@@ -34,7 +34,8 @@ unlike `mqctl send`, which sends one message per line of stdin.
 
 --exec CMD runs the local transaction: CMD gets the body on stdin and MQ_TX_ID, MQ_TOPIC,
 MQ_KEYS, MQ_TAGS in its environment; exit 0 commits, exit 1 rolls back, anything else leaves
-the transaction to `mqctl tx check`.
+the transaction to `mqctl tx check`. Before CMD starts, one line on stderr names the half
+message ("mqctl: half message stored: txId …"), so it can be resolved if mqctl is killed.
 
 Examples:
   mqctl tx send orders '{"id":7}' --keys order-7
@@ -83,6 +84,10 @@ def send(
                                     sync=flush == "sync")
     outcome, error = "PREPARED", None
     if argv is not None:
+        # stdout's one JSON line comes at the end; this names the half message now, so a
+        # caller whose mqctl dies during CMD (kill -9) can still commit or roll it back
+        Output().info(f"mqctl: half message stored: txId {res.tx_id} (topic {res.topic}, queue "
+                      f"{res.queue_id}, offsetMsgId {res.offset_msg_id}); running the local transaction")
         try:
             outcome = local_transaction(admin, res.half, argv, flush == "sync")
         except StoreError as exc:  # e.g. `tx check` resolved it the other way meanwhile:

@@ -23,7 +23,6 @@ import concurrent.futures as cf
 import errno
 import fcntl
 import os
-import shlex
 import shutil
 import signal
 import threading
@@ -47,8 +46,9 @@ def _ignore(_signum: int, _frame: object) -> None:
 
 
 def split_command(cmd: str) -> list[str]:
+    from mqctl.shellwords import split  # (as sh splits it: the one splitter of CMD strings)
     try:
-        argv = shlex.split(cmd)
+        argv = split(cmd)
     except ValueError as exc:
         raise UsageError(f"--exec {cmd!r}: {exc}") from exc
     if not argv:

@@ -11,22 +11,12 @@ from store.log.record import Message
 
 def message_report(store: Store, m: Message) -> dict[str, Any]:
     """What ``mqctl msg show --json`` prints about the stored message ``m``: its envelope, its
-    system flag and where its other copies are (retries, dead letter, transaction)."""
+    system flag, its ``history`` (:func:`timeline`, every event ``msg show`` lists, this copy
+    marked ``this``), the groups' offsets in its queue and its transaction's state."""
     from store.log.offsets import ClusterOffsetStore
-    from store.names import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC
     obj = envelope(m)
     obj["sysFlag"] = m.sysflag
-    history = []
-    if m.uniq_key:
-        for c in store.find_all(m.uniq_key):
-            if c.commitlog_offset == m.commitlog_offset:
-                continue
-            kind = ("retry" if c.topic.startswith(RETRY_PREFIX) else "dead-letter" if c.topic.startswith(DLQ_PREFIX)
-                    else "delayed" if c.topic == SCHEDULE_TOPIC else "copy")
-            history.append({"event": kind, "topic": c.topic, "queueId": c.queue_id, "queueOffset": c.queue_offset,
-                            "reconsumeTimes": c.reconsume_times, "storeTimestamp": c.store_timestamp,
-                            "offsetMsgId": c.msg_id})
-    obj["history"] = history
+    obj["history"] = timeline(store, m)
     offsets = ClusterOffsetStore(store.layout)
     consumed = []
     for group in offsets.groups():
@@ -66,7 +56,7 @@ def timeline(store: Store, m: Message, limit: int = 256) -> list[dict[str, Any]]
     events: list[dict[str, Any]] = []
     scheduled_for: set[str] = set()
     for c in copies:
-        ev: dict[str, Any] = {"time": c.store_timestamp, "topic": c.topic, "queueId": c.queue_id,
+        ev: dict[str, Any] = {"event": "", "time": c.store_timestamp, "topic": c.topic, "queueId": c.queue_id,
                               "queueOffset": c.queue_offset, "reconsumeTimes": c.reconsume_times,
                               "offsetMsgId": c.msg_id, "this": c.commitlog_offset == m.commitlog_offset}
         consumable = True
@@ -94,7 +84,7 @@ def timeline(store: Store, m: Message, limit: int = 256) -> list[dict[str, Any]]
         events.append(ev)
         if consumable:
             for group, client, off in sorted(offsets.get((c.topic, c.queue_id), []), key=lambda x: (x[0], x[1] or "")):
-                events.append({"time": None, "event": "consumed", "group": group, "clientId": client,
+                events.append({"event": "consumed", "time": None, "group": group, "clientId": client,
                                "offset": off, "consumed": off > c.queue_offset, "topic": c.topic,
                                "queueId": c.queue_id, "queueOffset": c.queue_offset})
     tx_id = tx_id_of(m)
@@ -104,7 +94,7 @@ def timeline(store: Store, m: Message, limit: int = 256) -> list[dict[str, Any]]
             kind = op.properties.get(PROP_TX_OP, "").lower()
             if (op.properties.get(PROP_TRANSACTION_ID) == tx_id and kind in ("commit", "rollback", "discard")
                     and {"commit": "committed", "discard": "discarded"}.get(kind) not in shown):
-                events.append({"time": op.store_timestamp, "event": kind, "txId": tx_id,
+                events.append({"event": kind, "time": op.store_timestamp, "txId": tx_id,
                                "offsetMsgId": op.msg_id, "this": False})
     return _merge_dated(events)
 

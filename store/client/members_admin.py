@@ -21,6 +21,7 @@ from store.errors import GroupNotFoundError, UsageError
 
 if TYPE_CHECKING:
     from store.client.dlq import DeadLetter, Progress, ResendResult, ResentLetter
+    from store.client.members import MemberInfo
 
 
 class MembersAdmin(AdminBase):
@@ -90,7 +91,8 @@ class MembersAdmin(AdminBase):
         consuming ``topic``; ``GroupNotFoundError`` when there are none). ``strategy``:
         ``averagely``, ``circle``, ``hash`` or ``config`` (default: the one the live members
         use when they agree, else ``averagely``). ``queues``: the queue ids of the ``config``
-        strategy (needed by it, refused by the others). Rows come in the allocation's order,
+        strategy (needed by it, refused by the others; without them, when every live member
+        uses ``config``, each member's own queue ids: the live allocation). Rows come in the allocation's order,
         each with what the consumer holds now.
         """
         from store.client.allocate import allocate_all, queues_of
@@ -98,8 +100,6 @@ class MembersAdmin(AdminBase):
         a = self.arg_names
         if queues is not None and strategy != "config":
             raise usage("{queues} needs {strategy} config", a)
-        if strategy == "config" and not queues:
-            raise usage("{strategy} config needs {queues}, e.g. {queues_example}", a)
         if isinstance(consumers, str):
             raise UsageError(f"consumers must be a list of client ids, not {consumers!r}")
         names.validate_any_topic(topic)
@@ -117,11 +117,16 @@ class MembersAdmin(AdminBase):
             if not cids:
                 raise GroupNotFoundError(f"group {group} has no live members consuming {topic}; "
                                          f"pass {self._arg('consumers_hint')} to preview an allocation")
+        used = {s for m in members if isinstance(s := m.record.get("strategy"), str)}
         if strategy is None:
-            used = {s for m in members if isinstance(s := m.record.get("strategy"), str)}
-            strategy = used.pop() if len(used) == 1 else "averagely"
-            if strategy == "config" and not queues:
+            strategy = next(iter(used)) if len(used) == 1 else "averagely"
+            if strategy == "config" and not queues and consumers is not None:
                 raise usage("the live members use {strategy} config: give {queues}, e.g. {queues_example}", a)
+        if strategy == "config" and not queues:
+            if consumers is not None or used != {"config"}:
+                raise usage("{strategy} config needs {queues}, e.g. {queues_example}", a)
+            # Each live config member reads the queues it was given: that is the allocation.
+            return self._configured_members(group, topic, cfg.queues, members)
         config = None
         if queues:
             ids = sorted(set(queues))
@@ -137,6 +142,20 @@ class MembersAdmin(AdminBase):
         rows = [AllocationRow(group, topic, strategy, cid, [mq.queue_id for mq in mqs], held.get(cid))
                 for cid, mqs in assignment.items()]
         return RebalancePreview(group, topic, strategy, cfg.queues, cids, rows)
+
+    @staticmethod
+    def _configured_members(group: str, topic: str, nqueues: int, members: "list[MemberInfo]") -> RebalancePreview:
+        """The live allocation of ``--strategy config`` members: each one's own queue ids
+        (those the topic has; a member from before ``configQueues`` was published: what it
+        holds)."""
+        rows = []
+        for m in members:
+            held = sorted(q["queueId"] for q in m.queues if isinstance(q, dict) and q.get("topic") == topic
+                          and isinstance(q.get("queueId"), int))
+            own = m.record.get("configQueues")
+            mine = sorted(q for q in own if isinstance(q, int) and 0 <= q < nqueues) if isinstance(own, list) else held
+            rows.append(AllocationRow(group, topic, "config", m.clientId, mine, held))
+        return RebalancePreview(group, topic, "config", nqueues, [m.clientId for m in members], rows)
 
     # -- dead letters ------------------------------------------------------------------------
     def dead_letters(self, group: str) -> Iterator[DeadLetter]:

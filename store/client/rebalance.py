@@ -67,7 +67,9 @@ class Rebalancer:
         from store.client.members import Membership
         self.membership = Membership(self.store.layout, o.group, o.client_id, {
             "topics": [o.topic], "mode": "broadcasting" if o.broadcast else "clustering",
-            "orderly": o.orderly, "strategy": o.strategy, "queues": []})
+            "orderly": o.orderly, "strategy": o.strategy, "queues": [],
+            # (config: the member's own queue ids, which `mqctl rebalance` shows as the allocation)
+            **({"configQueues": sorted(set(o.config_queues or []))} if o.strategy == "config" else {})})
         from store.errors import ClientIdInUseError
         try:
             self.membership.join()

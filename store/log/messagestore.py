@@ -39,7 +39,7 @@ from store.errors import (
     StoreNotFoundError,
     UsageError,
 )
-from store.fsutil import atomic_write_json, read_json_with_bak
+from store.fsutil import atomic_write_json, check_dir_path, read_json_with_bak
 from store.layout import Layout, backup_of
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
@@ -115,8 +115,7 @@ class Store:
         recovered here, under the write lock, before anything is read."""
         root = Path(root).expanduser()
         layout = Layout(root)
-        if root.exists() and not root.is_dir():
-            raise StoreNotFoundError(f"no store at {root}: it is not a directory")
+        check_dir_path(root, "a store directory")
         if not layout.store_json.exists() and not cls._restore_settings(layout, warn, write=recover):
             if not create:
                 if root.exists() and any(root.iterdir()):
@@ -179,8 +178,6 @@ class Store:
     @staticmethod
     def _initialise(root: Path, settings: StoreSettings) -> None:
         settings.validate(strict=False)
-        if root.exists() and not root.is_dir():
-            raise UsageError(f"{root} exists and is not a directory")
         layout = Layout(root)
         if not claim_new_store(layout):
             return   # two processes making the store at once: the other one made it

@@ -219,7 +219,8 @@ def test_msg_show_of_a_retry_says_so(loaded: MQ, retried: dict[str, str]) -> Non
     assert dead[0] == f"dead letter of message {retried['origin']} from topic T (reconsumed 1 time)"
     shown = json.loads(loaded.ok("msg", "show", retried["retry"], "--json").stdout)
     assert isinstance(shown["storeTimestamp"], int) and [h["event"] for h in shown["history"]] == [
-        "copy", "delayed", "dead-letter"], "--json keeps its raw fields"
+        "sent", "consumed", "scheduled", "retry", "dead-lettered"], "--json has the events the timeline shows"
+    assert [h["this"] for h in shown["history"] if h["event"] != "consumed"] == [False, False, True, False]
 
 
 def test_msg_show_transaction_timeline(mq: MQ) -> None:
