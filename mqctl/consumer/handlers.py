@@ -371,6 +371,8 @@ class ExecSink:
         # behind another's wait.
         self.slots = FifoSlots(max(1, threads))
         self.pool = cf.ThreadPoolExecutor(max_workers=2 * self.max_in_flight, thread_name_prefix="handler")
+        # set by the runtime (--dedup): told each outcome in this thread, before the slot frees
+        self.on_outcome: Callable[[list[Message], Outcome], None] | None = None
         try:
             self.handler.watchdog.start()   # now, not in the first handler's latency
         except OSError as exc:
@@ -446,7 +448,13 @@ class ExecSink:
         except BaseException as exc:
             self._settle(fut, lock_fd, exc)
         else:
-            self._settle(fut, lock_fd, outcome)
+            try:
+                if self.on_outcome is not None:
+                    # (--dedup's record: the handler was reaped just now, and nothing waits
+                    # for this thread yet, so a crash can fall between them only here)
+                    self.on_outcome(batch, outcome)
+            finally:
+                self._settle(fut, lock_fd, outcome)
 
     def _settle(self, fut: Future[Outcome], lock_fd: int | None, result: Outcome | BaseException) -> None:
         """The handler is done (or never started): free its slot and its copy of the queue's

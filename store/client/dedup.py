@@ -7,11 +7,12 @@ File ``dedup/<group>.log`` — append-only text, one record per line::
 ``storeMs`` is the wall clock (ms since the epoch) when the line was written; ``uniqKey`` is
 the message's unique key (printable ASCII without spaces, at most 255 characters). Every
 member of the group, in whatever process, appends to the same file with ``O_APPEND`` and one
-``write`` per batch, so records of different members interleave as whole lines. Readers keep
-their position and read only the new tail (:meth:`DedupLog.refresh`); a last line without its
-newline is a write still in progress and is left for the next refresh. A line that does not
-parse (left by a machine crash in the middle of a write) is skipped; an appender that finds
-the file not ending in a newline starts its batch with one, so its own lines stay intact.
+``write`` per :meth:`DedupLog.record` (a handler's batch), so records of different members
+interleave as whole lines. Readers keep their position and read only the new tail
+(:meth:`DedupLog.refresh`); a last line without its newline is a write still in progress and
+is left for the next refresh. A line that does not parse (left by a machine crash in the
+middle of a write) is skipped; an appender that finds the file not ending in a newline starts
+its batch with one, so its own lines stay intact.
 
 Bounds. Memory holds at most ``max_entries`` ids no older than ``max_age_ms`` (default one
 million, seven days); older ones are forgotten, and a redelivery of a forgotten id is handed
@@ -27,10 +28,14 @@ shorter file) and read it again from the start.
 Guarantees, honestly:
 
 * A consumer checks :meth:`DedupLog.seen` before running a handler and writes the id with
-  :meth:`DedupLog.record` right after the handler completed. The one window left is a crash
-  after the handler completed and before its id is recorded: that message is delivered again
-  after the restart, so it costs at most one duplicate per crash (one handler run: the
-  in-flight message, or the in-flight batch with ``--batch``).
+  :meth:`DedupLog.record` right after the handler completed, in the thread that waited for
+  it, before that handler's slot frees (a pool sink's ``on_outcome``,
+  :mod:`store.client.sinks`). The one window left is a crash after the handler completed and
+  before its id is recorded (or while it still runs, and finishes before it is killed): that
+  message is delivered again after the restart, so a crash costs at most one duplicate per
+  handler slot (one handler run: the message, or the batch with ``--batch``).
+* One instance may be shared by threads (handler threads record while the loop refreshes and
+  checks): its methods take an instance lock.
 * ``record`` is durable against a process crash once it returns (the bytes are in the kernel);
   against a machine crash only with ``fsync=True``.
 * The log rules out *redeliveries* of recorded ids. Two deliveries of one id that run at the
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -105,13 +111,17 @@ class DedupLog:
         self._entries: OrderedDict[str, int] = OrderedDict()
         self._read = _ReadState()
         self._append_fd: int | None = None
+        # Handler threads record while the consumer's loop refreshes and checks: one at a time
+        # (re-entrant: record refreshes, compaction too).
+        self._mutex = threading.RLock()
         self.refresh()
 
     # -- reading
     def refresh(self) -> int:
         """Read the records appended since the last call; returns how many lines were read."""
         try:
-            return self._read_tail()
+            with self._mutex:
+                return self._read_tail()
         except OSError as exc:
             raise io_error(exc, f"read {self.path}") from exc
 
@@ -149,24 +159,27 @@ class DedupLog:
                                     "use 1-255 printable ASCII characters without spaces")
         if not keys:
             return
-        now = self._clock()
-        self._append("".join(f"{now} {key}\n" for key in keys).encode("ascii"), fsync)
-        for key in keys:
-            self._remember(key, now)
-        self.refresh()
-        if self._read.lines > 2 * self.max_entries:
-            self._compact(force=False)
+        with self._mutex:
+            now = self._clock()
+            self._append("".join(f"{now} {key}\n" for key in keys).encode("ascii"), fsync)
+            for key in keys:
+                self._remember(key, now)
+            self.refresh()
+            if self._read.lines > 2 * self.max_entries:
+                self._compact(force=False)
 
     def compact(self) -> None:
         """Rewrite the log with only the remembered entries, oldest first."""
-        self._compact(force=True)
+        with self._mutex:
+            self._compact(force=True)
 
     def close(self) -> None:
-        for fd in (self._read.fd, self._append_fd):
-            if fd is not None:
-                os.close(fd)
-        self._read = _ReadState()
-        self._append_fd = None
+        with self._mutex:
+            for fd in (self._read.fd, self._append_fd):
+                if fd is not None:
+                    os.close(fd)
+            self._read = _ReadState()
+            self._append_fd = None
 
     def __enter__(self) -> DedupLog:
         return self

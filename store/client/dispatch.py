@@ -79,6 +79,9 @@ class Dispatcher:
         self.progress_at = 0.0                         # when progress was last looked at
         self.due = math.inf   # when the loop should take a turn for the dispatcher's sake
         self.dedup: DedupLog | None = None
+        # batches whose consumed messages a pool sink's thread recorded in the dedup log
+        # already (id -> the batch, kept so that its id is not reused meanwhile)
+        self.recorded: dict[int, list[Message]] = {}
         self.consumed = 0
         self.last_activity = time.monotonic()
 
@@ -99,6 +102,8 @@ class Dispatcher:
         self.interleave = self.pool is not None and bool(getattr(sink, "interleave", False)) and not o.orderly
         self.idle_check = getattr(self.inline, "idle_check", None)
         self.progress = getattr(self.pool, "progress", None) if not o.orderly else None
+        if self.pool is not None and o.dedup and hasattr(self.pool, "on_outcome"):
+            self.pool.on_outcome = self._record_outcome
 
     def budget(self) -> int:
         """How many more messages may be handed out (``count``)."""
@@ -254,6 +259,7 @@ class Dispatcher:
             done = list(cf.wait(list(futures), return_when=cf.FIRST_COMPLETED).done)
         for fut in done:
             key, batch = futures.pop(fut)
+            recorded = self.recorded.pop(id(batch), None) is batch
             pq = pqs.get(key) or dropping.get(key)
             try:
                 ok, why = fut.result()
@@ -275,7 +281,7 @@ class Dispatcher:
                 failed = dict(ok)
                 good = [m for i, m in enumerate(batch) if i not in failed]
                 if good:
-                    self.succeeded(key, pq, good)
+                    self.succeeded(key, pq, good, recorded)
                 for i, reason in failed.items():
                     self.failed(key, pq, [batch[i]], reason)
             elif ok is None:
@@ -285,10 +291,33 @@ class Dispatcher:
                 self.succeeded(key, pq, batch[:ok])
                 self._released(pq, batch[ok:])
             elif ok:
-                self.succeeded(key, pq, batch)
+                self.succeeded(key, pq, batch, recorded and ok is True)
             else:
                 self.failed(key, pq, batch, why)
         return bool(done)
+
+    def _record_outcome(self, batch: list[Message], outcome: Any) -> None:
+        """In a pool sink's thread, as soon as a handler's outcome is known (``on_outcome``):
+        its consumed messages go to the dedup log now, not when the loop collects the batch
+        (which may be after other handlers' batches, a pull or a commit: a crash meanwhile
+        would hand them all out again). Whatever fails here is recorded by the loop instead
+        (:meth:`succeeded`), which reports the error."""
+        ok = outcome[0] if isinstance(outcome, tuple) and outcome else None
+        if ok is True:
+            done = batch
+        elif isinstance(ok, list) and not (ok and self.o.orderly):
+            failed = {i for i, _why in ok}
+            done = [m for i, m in enumerate(batch) if i not in failed]
+        else:
+            return   # failed, released, or partly consumed: the loop settles it
+        dedup = self.dedup
+        if dedup is None:
+            return
+        try:
+            dedup.record([m.uniq_key for m in done if m.uniq_key])
+        except Exception:   # (the loop's record reports it)
+            return
+        self.recorded[id(batch)] = batch
 
     def _look_at_progress(self) -> None:
         """Once per ``every_s`` while an iterator has batches out: what its loop consumed of
@@ -332,11 +361,12 @@ class Dispatcher:
         else:
             pq.release(batch)
 
-    def succeeded(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> None:
+    def succeeded(self, key: QueueKey, pq: ProcessQueue, batch: list[Message], recorded: bool = False) -> None:
+        """``recorded``: the batch's messages are in the dedup log already (``on_outcome``)."""
         stage = self.keeper.stage
         if stage is not None:
             stage.settle(key, [(m.queue_offset, m.commitlog_offset) for m in batch])
-        if self.dedup is not None:
+        if self.dedup is not None and not recorded:
             self.dedup.record([m.uniq_key for m in batch if m.uniq_key])
         if self.o.orderly:
             off = pq.commit()

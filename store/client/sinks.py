@@ -54,7 +54,12 @@ if TYPE_CHECKING:
         the futures still pending when the member stops are cancelled (their batches handed back:
         a stop starts no new handler); ``interleave`` true (handlers, concurrent mode), batches go
         out round-robin across the queues held, a batch of each in turn, so a backlog in one queue
-        does not hold back the others (without it, a queue's cache goes out before the next's)."""
+        does not hold back the others (without it, a queue's cache goes out before the next's);
+        ``on_outcome`` (None until the runtime sets it), a sink that has it calls
+        ``on_outcome(batch, outcome)`` in the thread that waited for the handler, as soon as the
+        outcome is known, before it frees the handler's slot or completes the future: ``dedup``
+        records a batch's consumed messages there, so nothing (another handler's start, the
+        loop's turn) comes between a handler's exit and its record."""
 
         batch: int
         max_in_flight: int
@@ -101,9 +106,16 @@ class ThreadPoolSink:
         # expressions, ~3 ms of a process that writes its messages inline)
         import concurrent.futures as cf
         self.pool = cf.ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="handler")
+        self.on_outcome: Callable[[list[Message], Outcome], None] | None = None
 
     def submit(self, batch: list[Message], topic: str) -> "cf.Future[Outcome]":
-        return self.pool.submit(self.work, batch, topic)
+        return self.pool.submit(self._run, batch, topic)
+
+    def _run(self, batch: list[Message], topic: str) -> Outcome:
+        outcome = self.work(batch, topic)
+        if self.on_outcome is not None:
+            self.on_outcome(batch, outcome)   # (in this thread, before the future completes)
+        return outcome
 
     def shutdown(self, wait: bool) -> None:
         self.pool.shutdown(wait=wait, cancel_futures=True)
