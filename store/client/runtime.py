@@ -449,7 +449,7 @@ class Runtime:
             if dispatcher.idle_check is not None:
                 # a pipe's reader that goes away changes no file: look at it every few seconds
                 due_at = min(due_at, backstop(now + 5.0))
-            if o.idle_timeout_s is not None:
+            if o.idle_timeout_s is not None and not dispatcher.futures:   # (a batch's end wakes the loop)
                 due_at = min(due_at, dispatcher.last_activity + o.idle_timeout_s)
             while (yield max(0.0, due_at - time.monotonic())):
                 changed = wake.changed
@@ -484,7 +484,7 @@ class Runtime:
         if o.count is not None and self.dispatcher.consumed >= o.count:
             return True
         if o.idle_timeout_s is not None and time.monotonic() - self.dispatcher.last_activity >= o.idle_timeout_s:
-            return not self.dispatcher.futures
+            return not self.dispatcher.futures and not self.puller.backlog()
         if o.exit_at_end and self._thread is None:
             return self.drained.is_set()
         return False
