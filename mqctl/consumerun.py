@@ -126,6 +126,8 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
     rt = ConsumerRuntime(store, opts, warn=warn)
     if sink is not None and not isinstance(sink, StdoutSink):
         sink.emit = rt.emit
+    if isinstance(sink, StdoutSink):
+        sink.stopping = lambda: rt.stop_requested   # (a stop ends a write blocked on the reader)
     rt.set_sink(sink if sink is not None else rt.copy_sink())
     with output_kept_on_interrupt(sink.fd if isinstance(sink, StdoutSink) else -1):
         rt.run()

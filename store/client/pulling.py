@@ -245,8 +245,8 @@ class Puller:
             self.warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
         if res.next_offset == pq.next_pull:
             return False
-        if res.bodies:
-            self.dispatcher.write_raw(key, res.bodies, res.offsets, res.next_offset)
+        if res.bodies and not self.dispatcher.write_raw(key, res.bodies, res.offsets, res.next_offset):
+            return True   # a stop cut the write short: its offset is where the lines written whole end
         pq.max_seen = max(pq.max_seen, res.next_offset - 1)
         pq.next_pull = res.next_offset
         self.keeper.advance(key, res.next_offset)

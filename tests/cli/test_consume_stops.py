@@ -4,13 +4,16 @@ ends a write blocked on a reader that does not read, and a stop that waits for h
 so at once. Real ``mqctl`` processes on a real store."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
+import struct
+import termios
 
 import pytest
 
-from tests.procs import MQ, handler_script, pid_running, wait_for
+from tests.procs import MQ, wait_for
 
 
 def backlog(mq: MQ, n: int, size: int = 8) -> None:
@@ -46,3 +49,53 @@ def test_idle_timeout_counts_only_time_with_nothing_new(mq: MQ, fmt: list[str]) 
     assert len(res.stdout.splitlines()) == 2500
     res = mq.ok("consume", "T", "--no-group", "-o", "-300", "--idle-timeout", "2", *fmt, timeout=120)
     assert len(res.stdout.splitlines()) == 300
+
+
+# -- a stop while stdout's reader does not read ---------------------------------------------------
+
+def unread(fd: int) -> int:
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+
+
+def read_all(fd: int) -> bytes:
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_the_pipe_is_full_commits_exactly_the_lines_written(mq: MQ, fmt: list[str], sig: int) -> None:
+    """The stop waited for the reader (forever, for one that never reads again; for one that
+    resumed, the whole 1,000-message batch was written first). Now it ends the output: exit 0,
+    the lines written whole committed, a line cut short not counted, nothing written after."""
+    backlog(mq, 2000, size=1024)
+    r, w = os.pipe()
+    try:
+        p = mq.start("consume", "T", "-g", "G", "--from", "first", *fmt, stdout=w)
+        os.close(w)
+        w = -1
+        os.set_blocking(r, False)
+        wait_for(lambda: mq.members("G"), what="the member")
+        wait_for(lambda: unread(r) >= 60_000, what="the pipe to fill")   # its write blocks then
+        p.signal(sig)
+        assert p.wait(30) == 0, p.stderr()
+        data = read_all(r)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    lines = data.split(b"\n")[:-1]   # (what follows the last newline is a line cut short)
+    got = [json.loads(x)["body"][:8] for x in lines] if fmt else [x[:8].decode() for x in lines]
+    assert got == ["%08d" % i for i in range(len(lines))]
+    assert 0 < len(lines) < 1000, "the stop ended the batch being written"
+    assert mq.offsets("G") == {("T", 0): len(lines)}
+    assert mq.members("G") == [] and mq.locks("G") == []
+    again = mq.ok("consume", "T", "-g", "G", "-e").stdout.splitlines()
+    assert len(again) == 2000 - len(lines) and again[0].startswith(b"%08d" % len(lines))
