@@ -88,6 +88,7 @@ class Runtime:
             self.topics.append(names.retry_topic(opts.group))
         self.state = RunState()
         self.force_stop = False        # a second SIGINT/SIGTERM: end handlers at once
+        self.on_stopping: Callable[[int], None] | None = None   # the first signal: told how many run
         self.delays = DelayClock(store)
         # Woken by the store itself (inotify, or polling where there is none): a new batch, a
         # member joining or leaving, an offset reset, a queue lock released. ``set()`` from a
@@ -287,10 +288,11 @@ class Runtime:
         def on_signal(signum: int, _frame: object) -> None:
             if not self.state.stop_requested:
                 self.stop()   # the first: no new handler, the running ones finish
+                if self.on_stopping is not None:   # (say so at once: the wait may be long)
+                    self.on_stopping(sum(1 for f in self.dispatcher.futures if f.running()))
                 return
             self.force_stop = True   # the second: end the running handlers at once
-            abort = getattr(self.dispatcher.pool, "abort", None)
-            if abort is not None:
+            if (abort := getattr(self.dispatcher.pool, "abort", None)) is not None:
                 abort()
             self.wake.set()
             if self.dispatcher.in_write:

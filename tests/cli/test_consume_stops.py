@@ -13,7 +13,7 @@ import termios
 
 import pytest
 
-from tests.procs import MQ, wait_for
+from tests.procs import MQ, handler_script, pid_running, wait_for
 
 
 def backlog(mq: MQ, n: int, size: int = 8) -> None:
@@ -99,3 +99,27 @@ def test_a_stop_while_the_pipe_is_full_commits_exactly_the_lines_written(mq: MQ,
     assert mq.members("G") == [] and mq.locks("G") == []
     again = mq.ok("consume", "T", "-g", "G", "-e").stdout.splitlines()
     assert len(again) == 2000 - len(lines) and again[0].startswith(b"%08d" % len(lines))
+
+
+# -- a stop that waits for handlers says so ----------------------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_waiting_for_a_handler_says_so_at_once(mq: MQ, sig: int) -> None:
+    """(It waited silently, up to --consume-timeout.) The signal is not forwarded to the handler,
+    which runs on; a second signal ends it and exits 130."""
+    mq.ok("topic", "create", "T", "--queues", "1")
+    mq.ok("send", "T", "m0")
+    log = mq.work / "log"
+    h = handler_script(mq.work / "slow.sh", 'echo "$$" > "$LOG.tmp"; mv "$LOG.tmp" "$LOG"; sleep 60')
+    p = mq.start("consume", "T", "-g", "G", "--from", "first", "--exec", h, extra_env={"LOG": str(log)})
+    pid = int(wait_for(lambda: log.exists() and log.read_text().strip(), what="the handler"))
+    p.signal(sig)
+    notice = "mqctl: stopping: waiting for 1 handler to finish (Ctrl-C again to end it now; its messages are " \
+             "delivered again)"
+    wait_for(lambda: notice in p.stderr(), what="the notice")
+    assert p.stderr().splitlines() == [notice]
+    assert p.alive() and pid_running(pid)
+    p.signal(sig)
+    assert p.wait(30) == 130
+    wait_for(lambda: not pid_running(pid), 10, what="the handler to be ended")
+    assert mq.offsets("G").get(("T", 0), 0) == 0
