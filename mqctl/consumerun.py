@@ -126,9 +126,29 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
     rt = ConsumerRuntime(store, opts, warn=warn)
     if sink is not None and not isinstance(sink, StdoutSink):
         sink.emit = rt.emit
+    if isinstance(sink, StdoutSink):
+        sink.stopping = lambda: rt.stop_requested   # (a stop ends a write blocked on the reader)
+    else:
+        rt.on_stopping = stopping_notice
     rt.set_sink(sink if sink is not None else rt.copy_sink())
     with output_kept_on_interrupt(sink.fd if isinstance(sink, StdoutSink) else -1):
         rt.run()
+
+
+def stopping_notice(running: int) -> None:
+    """The first SIGINT/SIGTERM of a consumer whose handlers are running: it waits for them
+    (up to ``--consume-timeout``), so say so at once, and what a second signal does. (Run in
+    the signal handler: one ``os.write``, never the buffered stderr it may have interrupted.)"""
+    import os
+    if not running:
+        return
+    them, their = ("it", "its") if running == 1 else ("them", "their")
+    line = (f"mqctl: stopping: waiting for {running} handler{'s' if running != 1 else ''} to finish "
+            f"(Ctrl-C again to end {them} now; {their} messages are delivered again)\n")
+    try:
+        os.write(2, line.encode())
+    except OSError:
+        pass   # (stderr closed: the stop goes on all the same)
 
 
 def wait_for_topic(store: "Store", topic: str, idle_s: float | None) -> bool:

@@ -172,7 +172,8 @@ class Dispatcher:
                     worked = True
                     waiting -= len(batch)
                     if self.inline is not None:
-                        self._consume_inline(key, pq, batch)
+                        if not self._consume_inline(key, pq, batch):
+                            return True   # a stop cut the write short
                     else:
                         assert pool is not None
                         submit_locked = getattr(pool, "submit_locked", None)
@@ -194,13 +195,14 @@ class Dispatcher:
                         break
         return worked
 
-    def _consume_inline(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> None:
-        # An exception (BrokenPipe) propagates: nothing of this batch is committed.
+    def _consume_inline(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> bool:
+        # An exception (BrokenPipe) propagates: what was written whole of this batch is committed.
+        # False: a stop cut the write short.
         assert self.inline is not None
         self.in_write = True
         try:
             self.inline.consume([_present(m) for m in batch] if names.is_retry_topic(key[0]) else batch)
-        except BaseException:
+        except BaseException as exc:
             # The leading messages whose whole line was written are consumed; the rest are not.
             done = self.completed(len(batch))
             if done:
@@ -209,32 +211,44 @@ class Dispatcher:
                         pq.consuming.pop(m.queue_offset, None)
                         pq.msgs[m.queue_offset] = m
                 self.succeeded(key, pq, batch[:done])
+            if self._cut_by_stop(exc):
+                return False
             raise
         finally:
             self.in_write = False
         self.succeeded(key, pq, batch)
+        return True
 
     def write_raw(self, key: QueueKey, bodies: Sequence[bytes | memoryview], offsets: Sequence[int],
-                  next_offset: int) -> None:
+                  next_offset: int) -> bool:
         """Bare bodies of one queue straight to the inline sink (nothing to filter or dedup);
-        the queue's offset moves only after the write returned, as on the general path."""
+        the queue's offset moves only after the write returned, as on the general path. False:
+        a stop cut the write short (the queue's offset moved past the lines written whole)."""
         assert self.inline is not None
         self.in_write = True
         try:
             self.inline.write_raw(bodies)
-        except BaseException:
-            # A closed pipe or a second signal: the bodies whose whole line was written
+        except BaseException as exc:
+            # A closed pipe, a stop or a second signal: the bodies whose whole line was written
             # (and, for a pipe, read) are consumed; the rest are not.
             done = self.completed(len(bodies))
             if done:
                 self.consumed += done
                 offs = list(offsets)
                 self.keeper.advance(key, offs[done] if done < len(offs) else next_offset)
+            if self._cut_by_stop(exc):
+                return False
             raise
         finally:
             self.in_write = False
         self.consumed += len(bodies)
         self.last_activity = time.monotonic()
+        return True
+
+    def _cut_by_stop(self, exc: BaseException) -> bool:
+        """Whether the inline sink ended a write because the member is stopping (it raises
+        InterruptedError then, the lines written whole counted): a stop like any other."""
+        return isinstance(exc, InterruptedError) and self.run.stop_requested
 
     def completed(self, n: int) -> int:
         """How many leading messages of the inline sink's last, failed call were delivered

@@ -57,6 +57,18 @@ class Puller:
                 for q in range(self.store.topic(t).queues):
                     self.end_snapshot[(t, q)] = self.store.max_offset(t, q)
 
+    def backlog(self) -> bool:
+        """Whether messages wait for this member: cached in a held queue, in the log past its
+        next pull (``exit_at_end``: up to its end at start), or a pull waits for a commit to
+        make room. ``idle_timeout_s`` counts only time with none: their wait restarts it."""
+        store, ends, exit_at_end = self.store, self.end_snapshot, self.o.exit_at_end
+        waiting = self.keeper.held_back or any(
+            pq.cached() or pq.next_pull < (ends.get(key, 0) if exit_at_end else store.max_offset(*key))
+            for key, pq in self.held.pqs.items())
+        if waiting:
+            self.dispatcher.last_activity = time.monotonic()
+        return waiting
+
     def pull_all(self) -> bool:
         """Pull every held queue that has room and something new. True: something came."""
         worked = False
@@ -246,8 +258,8 @@ class Puller:
             self.warn(f"skipping damaged message {t}/{q}@{qoff}: {why} (run: mqctl store check)")
         if res.next_offset == pq.next_pull:
             return False
-        if res.bodies:
-            self.dispatcher.write_raw(key, res.bodies, res.offsets, res.next_offset)
+        if res.bodies and not self.dispatcher.write_raw(key, res.bodies, res.offsets, res.next_offset):
+            return True   # a stop cut the write short: its offset is where the lines written whole end
         pq.max_seen = max(pq.max_seen, res.next_offset - 1)
         pq.next_pull = res.next_offset
         self.keeper.advance(key, res.next_offset)

@@ -88,6 +88,7 @@ class Runtime:
             self.topics.append(names.retry_topic(opts.group))
         self.state = RunState()
         self.force_stop = False        # a second SIGINT/SIGTERM: end handlers at once
+        self.on_stopping: Callable[[int], None] | None = None   # the first signal: told how many run
         self.delays = DelayClock(store)
         # Woken by the store itself (inotify, or polling where there is none): a new batch, a
         # member joining or leaving, an offset reset, a queue lock released. ``set()`` from a
@@ -287,10 +288,11 @@ class Runtime:
         def on_signal(signum: int, _frame: object) -> None:
             if not self.state.stop_requested:
                 self.stop()   # the first: no new handler, the running ones finish
+                if self.on_stopping is not None:   # (say so at once: the wait may be long)
+                    self.on_stopping(sum(1 for f in self.dispatcher.futures if f.running()))
                 return
             self.force_stop = True   # the second: end the running handlers at once
-            abort = getattr(self.dispatcher.pool, "abort", None)
-            if abort is not None:
+            if (abort := getattr(self.dispatcher.pool, "abort", None)) is not None:
                 abort()
             self.wake.set()
             if self.dispatcher.in_write:
@@ -449,7 +451,7 @@ class Runtime:
             if dispatcher.idle_check is not None:
                 # a pipe's reader that goes away changes no file: look at it every few seconds
                 due_at = min(due_at, backstop(now + 5.0))
-            if o.idle_timeout_s is not None:
+            if o.idle_timeout_s is not None and not dispatcher.futures:   # (a batch's end wakes the loop)
                 due_at = min(due_at, dispatcher.last_activity + o.idle_timeout_s)
             while (yield max(0.0, due_at - time.monotonic())):
                 changed = wake.changed
@@ -484,7 +486,7 @@ class Runtime:
         if o.count is not None and self.dispatcher.consumed >= o.count:
             return True
         if o.idle_timeout_s is not None and time.monotonic() - self.dispatcher.last_activity >= o.idle_timeout_s:
-            return not self.dispatcher.futures
+            return not self.dispatcher.futures and not self.puller.backlog()
         if o.exit_at_end and self._thread is None:
             return self.drained.is_set()
         return False

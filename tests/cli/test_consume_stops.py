@@ -1,0 +1,125 @@
+"""How a long-running ``mqctl consume`` goes on and stops: a ``--no-group`` read of a backlog
+reads it back to back (``--idle-timeout`` counts only time with nothing new), a stop signal
+ends a write blocked on a reader that does not read, and a stop that waits for handlers says
+so at once. Real ``mqctl`` processes on a real store."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import struct
+import termios
+
+import pytest
+
+from tests.procs import MQ, handler_script, pid_running, wait_for
+
+
+def backlog(mq: MQ, n: int, size: int = 8) -> None:
+    mq.ok("topic", "create", "T", "--queues", "1")
+    st = mq.store()
+    try:
+        st.put_bodies("T", [b"%08d" % i + b"x" * max(0, size - 8) for i in range(n)])
+    finally:
+        st.close()
+
+
+# -- --no-group: a backlog of several pull batches ----------------------------------------------
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+def test_no_group_reads_a_backlog_of_many_batches_whole(mq: MQ, fmt: list[str]) -> None:
+    """Each pull batch after the first waited for a commit that a read without a group never
+    makes, until the persist interval's look (~5 s a batch): an ``--idle-timeout`` shorter than
+    that, given with ``-e``, ended the read after its first batch."""
+    backlog(mq, 3000)
+    res = mq.ok("consume", "T", "--no-group", "-o", "beginning", "-e", "--idle-timeout", "3", *fmt, timeout=120)
+    lines = res.stdout.splitlines()
+    got = [json.loads(x)["body"] for x in lines] if fmt else [x.decode() for x in lines]
+    assert got == ["%08d" % i for i in range(3000)]
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+def test_idle_timeout_counts_only_time_with_nothing_new(mq: MQ, fmt: list[str]) -> None:
+    """A backlog waiting is not idle: every message is read before ``--idle-timeout`` ends the
+    run (it ended after the first pull batch, 256 of 600, exit 0, when the next pull stood
+    still for longer than the timeout)."""
+    backlog(mq, 2500)
+    res = mq.ok("consume", "T", "--no-group", "-o", "beginning", "--idle-timeout", "2", *fmt, timeout=120)
+    assert len(res.stdout.splitlines()) == 2500
+    res = mq.ok("consume", "T", "--no-group", "-o", "-300", "--idle-timeout", "2", *fmt, timeout=120)
+    assert len(res.stdout.splitlines()) == 300
+
+
+# -- a stop while stdout's reader does not read ---------------------------------------------------
+
+def unread(fd: int) -> int:
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+
+
+def read_all(fd: int) -> bytes:
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_the_pipe_is_full_commits_exactly_the_lines_written(mq: MQ, fmt: list[str], sig: int) -> None:
+    """The stop waited for the reader (forever, for one that never reads again; for one that
+    resumed, the whole 1,000-message batch was written first). Now it ends the output: exit 0,
+    the lines written whole committed, a line cut short not counted, nothing written after."""
+    backlog(mq, 2000, size=1024)
+    r, w = os.pipe()
+    try:
+        p = mq.start("consume", "T", "-g", "G", "--from", "first", *fmt, stdout=w)
+        os.close(w)
+        w = -1
+        os.set_blocking(r, False)
+        wait_for(lambda: mq.members("G"), what="the member")
+        wait_for(lambda: unread(r) >= 60_000, what="the pipe to fill")   # its write blocks then
+        p.signal(sig)
+        assert p.wait(30) == 0, p.stderr()
+        data = read_all(r)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    lines = data.split(b"\n")[:-1]   # (what follows the last newline is a line cut short)
+    got = [json.loads(x)["body"][:8] for x in lines] if fmt else [x[:8].decode() for x in lines]
+    assert got == ["%08d" % i for i in range(len(lines))]
+    assert 0 < len(lines) < 1000, "the stop ended the batch being written"
+    assert mq.offsets("G") == {("T", 0): len(lines)}
+    assert mq.members("G") == [] and mq.locks("G") == []
+    again = mq.ok("consume", "T", "-g", "G", "-e").stdout.splitlines()
+    assert len(again) == 2000 - len(lines) and again[0].startswith(b"%08d" % len(lines))
+
+
+# -- a stop that waits for handlers says so ----------------------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_waiting_for_a_handler_says_so_at_once(mq: MQ, sig: int) -> None:
+    """(It waited silently, up to --consume-timeout.) The signal is not forwarded to the handler,
+    which runs on; a second signal ends it and exits 130."""
+    mq.ok("topic", "create", "T", "--queues", "1")
+    mq.ok("send", "T", "m0")
+    log = mq.work / "log"
+    h = handler_script(mq.work / "slow.sh", 'echo "$$" > "$LOG.tmp"; mv "$LOG.tmp" "$LOG"; sleep 60')
+    p = mq.start("consume", "T", "-g", "G", "--from", "first", "--exec", h, extra_env={"LOG": str(log)})
+    pid = int(wait_for(lambda: log.exists() and log.read_text().strip(), what="the handler"))
+    p.signal(sig)
+    notice = "mqctl: stopping: waiting for 1 handler to finish (Ctrl-C again to end it now; its messages are " \
+             "delivered again)"
+    wait_for(lambda: notice in p.stderr(), what="the notice")
+    assert p.stderr().splitlines() == [notice]
+    assert p.alive() and pid_running(pid)
+    p.signal(sig)
+    assert p.wait(30) == 130
+    wait_for(lambda: not pid_running(pid), 10, what="the handler to be ended")
+    assert mq.offsets("G").get(("T", 0), 0) == 0
