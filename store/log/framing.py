@@ -24,6 +24,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from itertools import accumulate, count, repeat
+from operator import attrgetter
 
 from store.errors import UsageError
 from store.log import format as F
@@ -464,9 +465,29 @@ def _queue_ids_for(engine: "Engine", cfg: TopicConfig, n: int, queue_id: int,
 
 
 def byte_views(bodies: Sequence[Body]) -> Sequence[Body]:
-    """``bodies`` with every memoryview of wider items (``array('i')``'s) cast to bytes: its
-    ``len()`` counts items, so its record's length field and the size check would count
-    them too while its bytes are written (a record whose length lies, the log misframed)."""
-    if all(type(b) is not memoryview or b.itemsize == 1 for b in bodies):
+    """``bodies`` with every buffer whose ``len()`` is not its size in bytes made a flat view of
+    its bytes: a memoryview of wider items (``array('i')``'s, whose ``len()`` counts items), of
+    several dimensions (``len()`` counts rows), an ``array`` itself, wherever it stands in the
+    list. Else its record's length field and the size check would count items or rows while
+    its bytes are written (a record whose length lies, the log misframed). A strided view is
+    copied (its bytes are not one run)."""
+    kinds = set(map(type, bodies))
+    if kinds <= _FLAT or (kinds == _VIEW and set(map(_VIEW_SHAPE, bodies)) == _FLAT_SHAPE):   # (the common cases)
         return bodies
-    return [b.cast("B") if type(b) is memoryview and b.itemsize != 1 else b for b in bodies]
+    return [b if type(b) in _FLAT else _byte_view(b) for b in bodies]
+
+
+_FLAT = {bytes, bytearray}
+_VIEW = {memoryview}
+_VIEW_SHAPE = attrgetter("itemsize", "ndim", "c_contiguous")
+_FLAT_SHAPE = {(1, 1, True)}
+
+
+def _byte_view(body: Any) -> Any:
+    try:
+        view = memoryview(body)
+    except TypeError:   # (no buffer: refused by the framing's CRC, as before)
+        return body
+    if _VIEW_SHAPE(view) == (1, 1, True):
+        return body
+    return view.cast("B") if view.c_contiguous else view.tobytes()

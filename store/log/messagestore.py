@@ -329,7 +329,7 @@ class Store:
             return results.BatchResult(topic, [], [], [], 0)
         if sharding_keys is not None and len(sharding_keys) != len(bodies):
             raise ValueError("put_bodies: one sharding key (or None) per body")
-        bodies = bodies if type(bodies[0]) is bytes else framing.byte_views(bodies)   # (the CLI's views)
+        bodies = framing.byte_views(bodies)   # (the CLI's views; arrays, wider or 2-D views anywhere)
         props = dict(properties or {})
         if PROP_UNIQ_KEY in props:
             raise UsageError("a batch cannot share one unique key")

@@ -43,8 +43,9 @@ def claim_new_store(layout: "Layout") -> bool:
             ensure_dir(d, durable=d == layout.config_dir)   # one fsync of root makes all four durable
         cp = ckpt.Checkpoint(boot_id=ckpt.current_boot_id(), derived_at=int(time.time()))
         if ckpt.write(layout.checkpoint, cp, new=True):
-            # the topics' view, empty (derived: the next writer rewrites it if it is lost)
-            TopicTable(layout).view.write("", sync=False)
+            # the topics' view, empty, durable: unsynced, a power cut could leave it an empty
+            # file, which (no config/topics/ yet) reads as a damaged legacy table to migrate
+            TopicTable(layout).view.write("")
             return True
     _wait_for_maker(layout)
     return False

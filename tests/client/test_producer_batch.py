@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,3 +111,23 @@ def test_send_bodies_takes_a_memoryview_of_wider_items_by_its_bytes(tmp_path: Pa
     store.create_store(tmp_path / "t", store.StoreSettings(max_message_size=1024))
     with store.Producer(tmp_path / "t") as p, pytest.raises(store.errors.MessageTooLargeError):
         p.send_bodies("T", [memoryview(array.array("i", range(300)))])   # 1,200 bytes in 300 items
+
+
+@pytest.mark.parametrize("case", ["wide-after-bytes", "2d", "array", "strided"])
+def test_send_bodies_frames_every_buffer_by_its_bytes_wherever_it_stands(tmp_path: Path, case: str) -> None:
+    """Not only the first body: a wide or 2-D memoryview after a bytes body, an ``array('i')``
+    itself, a strided view: each record says its length in bytes, the log stays framed."""
+    import array
+    wide = memoryview(array.array("i", range(5)))
+    bodies: list[Any] = {"wide-after-bytes": [b"first", wide],
+                         "2d": [b"first", memoryview(b"abcdef").cast("B", shape=[2, 3])],
+                         "array": [b"first", array.array("i", range(5))],
+                         "strided": [b"first", memoryview(b"abcdef")[::2]]}[case]
+    with store.Producer(tmp_path / "s") as p:
+        p.send_bodies("T", bodies, queue=0)
+        p.send_many("T", [b"after"], queue=0)
+    with store.Consumer("T", group="G", path=tmp_path / "s", start_from="first") as c:
+        got = [m.body for m in c.messages(exit_at_end=True)]
+    assert got == [bytes(memoryview(b).tobytes()) for b in bodies] + [b"after"]
+    with store.Admin(tmp_path / "s") as a:
+        assert not a.check().problems
