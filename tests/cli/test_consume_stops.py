@@ -101,6 +101,32 @@ def test_a_stop_while_the_pipe_is_full_commits_exactly_the_lines_written(mq: MQ,
     assert len(again) == 2000 - len(lines) and again[0].startswith(b"%08d" % len(lines))
 
 
+@pytest.mark.parametrize("mode", [["--orderly"], ["--broadcast"], ["--orderly", "--json"]])
+def test_a_stop_while_the_pipe_is_full_in_orderly_and_broadcast_modes(mq: MQ, mode: list[str]) -> None:
+    """As above where the offsets are kept otherwise: an orderly member's queue commit (what it
+    took and did not write goes back to the queue) and a broadcast member's own offsets."""
+    backlog(mq, 2000, size=1024)
+    r, w = os.pipe()
+    try:
+        p = mq.start("consume", "T", "-g", "G", "--from", "first", *mode, stdout=w)
+        os.close(w)
+        w = -1
+        os.set_blocking(r, False)
+        wait_for(lambda: unread(r) >= 60_000, what="the pipe to fill")
+        p.signal(signal.SIGINT)
+        assert p.wait(30) == 0, p.stderr()
+        data = read_all(r)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    lines = data.split(b"\n")[:-1]
+    got = [json.loads(x)["body"][:8] for x in lines] if "--json" in mode else [x[:8].decode() for x in lines]
+    assert got == ["%08d" % i for i in range(len(got))] and 0 < len(got) < 1000
+    again = mq.ok("consume", "T", "-g", "G", "-e", *mode).stdout.splitlines()
+    assert len(again) == 2000 - len(lines)
+
+
 # -- a stop that waits for handlers says so ----------------------------------------------------------
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
