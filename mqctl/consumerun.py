@@ -131,8 +131,12 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
     else:
         rt.on_stopping = stopping_notice
     rt.set_sink(sink if sink is not None else rt.copy_sink())
-    with output_kept_on_interrupt(sink.fd if isinstance(sink, StdoutSink) else -1):
-        rt.run()
+    try:
+        with output_kept_on_interrupt(sink.fd if isinstance(sink, StdoutSink) else -1):
+            rt.run()
+    finally:
+        if isinstance(sink, StdoutSink):
+            sink.close()   # (its non-blocking descriptor of stdout: a caller may run consume again)
 
 
 def stopping_notice(running: int) -> None:

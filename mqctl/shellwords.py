@@ -12,7 +12,7 @@ operators (``|``, ``;``, ``#`` are plain characters, as ``shlex.split`` left the
 """
 from __future__ import annotations
 
-BLANKS = " \t\r\n"
+BLANKS = " \t\n"   # (a carriage return is part of a word in sh; shlex took it for a blank)
 DQUOTE_ESCAPES = '$`"\\\n'
 
 

@@ -50,6 +50,7 @@ class StdoutSink:
         self._poll: Any = None   # select.poll on stdout when it is a pipe; False when not
         self.stopping: Callable[[], bool] = lambda: False   # the consumer was asked to stop
         self._nb: int | None = None   # a non-blocking descriptor of stdout's pipe or terminal; -1: none
+        self._nb_poll: Any = None   # select.poll on it, waiting for room
 
     def consume(self, batch: list[Message]) -> None:
         lines = [self.render(m) for m in batch]
@@ -84,13 +85,17 @@ class StdoutSink:
             nb = self._nonblocking()
             limit = -1   # once stopping: the byte count to stop at (the end of the line in progress)
             grace = 0.0
+            # A non-blocking write takes no more than the pipe has room for (64 KiB, as the reader
+            # frees it): its groups stop at about that many bytes, so that each write does not
+            # rebuild and measure a group of 1,024 chunks (CPU for 200 MB of 1 KiB bodies to
+            # | cat: 0.42 s uncapped, 0.34 s capped, 0.27 s blocking). A blocking write takes it all.
+            cap = _NB_GROUP_BYTES if nb >= 0 else _NO_CAP
             i, done = 0, 0   # chunks[i] is the first not written in full; done: of its bytes
             while i < len(chunks):
-                group: list[bytes | memoryview] = list(chunks[i:i + _IOV_MAX])
-                if done:
-                    group[0] = memoryview(group[0])[done:]
+                group, size = _group(chunks, i, done, cap)
                 if limit >= 0:
                     group = _cut(group, limit - written)
+                    size = sum(map(len, group))
                 if nb < 0:
                     n = os.writev(self.fd, group) if len(group) > 1 else os.write(self.fd, group[0])
                 else:
@@ -102,14 +107,14 @@ class StdoutSink:
                             limit, grace = _line_end(written, sizes, bodies), time.monotonic() + _STOP_GRACE_S
                         if limit == written or (limit >= 0 and time.monotonic() >= grace):
                             raise InterruptedError("stopping: the reader took nothing more") from None
-                        _wait_writable(nb)
+                        self._wait_writable(nb)
                         continue
                 written += n
                 if limit < 0 and nb >= 0 and self.stopping():
                     limit, grace = _line_end(written, sizes, bodies), time.monotonic() + _STOP_GRACE_S
                 if limit == written:
                     raise InterruptedError("stopping: the line in progress was written")
-                if n == sum(map(len, group)):
+                if n == size:
                     i, done = i + len(group), 0
                     continue
                 while i < len(chunks) and (n or not len(chunks[i])):   # past what was written
@@ -147,6 +152,20 @@ class StdoutSink:
                 pass   # (no /proc, or a pipe whose reader is gone: the write says so)
         return self._nb
 
+    def _wait_writable(self, fd: int) -> None:
+        """Until ``fd`` has room, or ``_STOP_LOOK_S`` (to look at the stop again)."""
+        if self._nb_poll is None:
+            import select
+            self._nb_poll = select.poll()
+            self._nb_poll.register(fd, select.POLLOUT)
+        self._nb_poll.poll(_STOP_LOOK_S * 1000)
+
+    def close(self) -> None:
+        """Close the non-blocking descriptor of stdout, if one was opened (stdout stays open)."""
+        if self._nb is not None and self._nb >= 0:
+            os.close(self._nb)
+        self._nb, self._nb_poll = None, None
+
     def idle_check(self) -> None:
         """Called by an idle consumer: BrokenPipe if stdout is a pipe whose reader is gone
         (``| head`` got its lines while everything fitted in the pipe), so the consumer exits
@@ -175,11 +194,27 @@ _STOP_LOOK_S = 0.1    # how often a write waiting for room looks at the stop
 _STOP_GRACE_S = 0.5   # how long a stop waits for the reader to take the rest of the line in progress
 
 
-def _wait_writable(fd: int) -> None:
-    import select
-    p = select.poll()
-    p.register(fd, select.POLLOUT)
-    p.poll(_STOP_LOOK_S * 1000)
+_NB_GROUP_BYTES = 1 << 16   # a pipe's room at most (its default size), what one non-blocking write takes
+_NO_CAP = 1 << 62
+
+
+def _group(chunks: Sequence[bytes | memoryview], i: int, done: int,
+           cap: int) -> tuple[list[bytes | memoryview], int]:
+    """The next write's chunks from ``chunks[i]`` (``done`` of its bytes written already): at
+    most ``_IOV_MAX``, and none after the one that reaches ``cap`` bytes; and their size."""
+    if cap >= _NO_CAP:   # (a blocking write: slice and sum in C)
+        group = list(chunks[i:i + _IOV_MAX])
+        if done:
+            group[0] = memoryview(group[0])[done:]
+        return group, sum(map(len, group))
+    first = chunks[i] if not done else memoryview(chunks[i])[done:]
+    group, size = [first], len(first)
+    for j in range(i + 1, min(len(chunks), i + _IOV_MAX)):
+        if size >= cap:
+            break
+        group.append(chunks[j])
+        size += len(chunks[j])
+    return group, size
 
 
 def _line_end(nbytes: int, sizes: list[int] | None, bodies: Sequence[bytes | memoryview] | None) -> int:

@@ -101,6 +101,32 @@ def test_a_stop_while_the_pipe_is_full_commits_exactly_the_lines_written(mq: MQ,
     assert len(again) == 2000 - len(lines) and again[0].startswith(b"%08d" % len(lines))
 
 
+@pytest.mark.parametrize("mode", [["--orderly"], ["--broadcast"], ["--orderly", "--json"]])
+def test_a_stop_while_the_pipe_is_full_in_orderly_and_broadcast_modes(mq: MQ, mode: list[str]) -> None:
+    """As above where the offsets are kept otherwise: an orderly member's queue commit (what it
+    took and did not write goes back to the queue) and a broadcast member's own offsets."""
+    backlog(mq, 2000, size=1024)
+    r, w = os.pipe()
+    try:
+        p = mq.start("consume", "T", "-g", "G", "--from", "first", *mode, stdout=w)
+        os.close(w)
+        w = -1
+        os.set_blocking(r, False)
+        wait_for(lambda: unread(r) >= 60_000, what="the pipe to fill")
+        p.signal(signal.SIGINT)
+        assert p.wait(30) == 0, p.stderr()
+        data = read_all(r)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    lines = data.split(b"\n")[:-1]
+    got = [json.loads(x)["body"][:8] for x in lines] if "--json" in mode else [x[:8].decode() for x in lines]
+    assert got == ["%08d" % i for i in range(len(got))] and 0 < len(got) < 1000
+    again = mq.ok("consume", "T", "-g", "G", "-e", *mode).stdout.splitlines()
+    assert len(again) == 2000 - len(lines)
+
+
 # -- a stop that waits for handlers says so ----------------------------------------------------------
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -123,3 +149,41 @@ def test_a_stop_waiting_for_a_handler_says_so_at_once(mq: MQ, sig: int) -> None:
     assert p.wait(30) == 130
     wait_for(lambda: not pid_running(pid), 10, what="the handler to be ended")
     assert mq.offsets("G").get(("T", 0), 0) == 0
+
+
+# -- the sink's own descriptor of stdout -------------------------------------------------------
+
+def test_the_sink_writes_big_batches_whole_through_its_descriptor_and_closes_it() -> None:
+    """Bodies of several sizes, more than a pipe holds, through the non-blocking descriptor (its
+    writes are grouped by bytes, each short write resumed where it stopped): the reader gets
+    every line whole and in order; ``close`` closes that descriptor, not stdout (a process that
+    runs ``consume`` again opened one more each time)."""
+    import sys
+    import threading
+
+    from mqctl.consumer.stdoutsink import StdoutSink
+    bodies = [bytes([65 + i % 26]) * (i * 37 % 5000) for i in range(3000)]
+    expected = b"".join(b + b"\n" for b in bodies)
+    r, w = os.pipe()
+    saved = sys.stdout
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.extend(iter(lambda: os.read(r, 1 << 16), b"")))
+    try:
+        sys.stdout = open(w, "w", closefd=False)
+        sink = StdoutSink(lambda m: m, raw=True)
+        reader.start()
+        sink.write_raw(bodies)
+        sink.write_raw([memoryview(b) for b in bodies[:500]])
+        assert sink.completed == 500
+        nb = sink._nb
+        assert nb is not None and nb > 2
+        sink.close()
+        with pytest.raises(OSError):
+            os.fstat(nb)
+        os.fstat(w)   # (stdout itself stays open)
+    finally:
+        sys.stdout = saved
+        os.close(w)
+        reader.join(30)
+        os.close(r)
+    assert b"".join(got) == expected + b"".join(b + b"\n" for b in bodies[:500])

@@ -95,7 +95,7 @@ def test_rebalance_shows_each_config_members_own_queues(mq: MQ) -> None:
 
 SH_CASES = [r'sh -c "echo \$0 x"', r'a "b\`c" "d\"e" "f\\g" "j\k" "l\'m"', "a \"b\\\nc\" d\\\ne",
             r"a\ b 'c\d' e\\f", r'''"" '' x""y''z''', r"a\'", "a\\", r'"\\\\\"" "\a" "\$HOME"',
-            "x\t y ", r'''"it's" 'say "hi"' ''', r"'\$0' \$0 "]
+            "x\t y ", r'''"it's" 'say "hi"' ''', r"'\$0' \$0 ", "a\rb c\r", "\r"]
 
 
 @pytest.mark.parametrize("line", SH_CASES)
