@@ -107,8 +107,9 @@ def consume(
         "--batch", metavar="N", min=1, max=1000,
         help="Messages per --exec run (stdin: one per line); at most 1000, what a queue's cache holds. "
              "A batch holds what is waiting, up to N.")] = 1,
-    threads: Annotated[int, typer.Option(
-        "--threads", metavar="N", min=1, max=256, help="--exec runs at a time (orderly: one per queue).")] = 4,
+    threads: Annotated[Optional[int], typer.Option(
+        "--threads", metavar="N", min=1, max=256,
+        help="--exec runs at a time (orderly: one per queue); default 4, 1 with --dedup.")] = None,
     count: Annotated[Optional[int], typer.Option(
         "--count", "-c", metavar="N", min=1,
         help="Stop after N messages taken, whatever their outcome (a failed one counts).")] = None,
@@ -169,7 +170,7 @@ def consume(
     from mqctl.consumerun import ConsumeRequest, run_consume
     run_consume(state(ctx), ConsumeRequest(
         topic=topic, group=group, no_group=no_group, orderly=orderly, broadcast=broadcast, from_=from_, tag=tag,
-        exec_=exec_, batch=batch, threads=threads, count=count, exit_at_end=exit_at_end, idle_timeout=idle_timeout,
+        exec_=exec_, batch=batch, threads=threads if threads is not None else 1 if dedup else 4, count=count, exit_at_end=exit_at_end, idle_timeout=idle_timeout,
         client_id=client_id, strategy=strategy, queues=queues, max_reconsume=max_reconsume, suspend_ms=suspend_ms,
         consume_timeout=consume_timeout, retry_delay=retry_delay, dedup=dedup, json=json, format_=format_,
         rebalance_interval=rebalance_interval, to=to, output=output, flush=flush))

@@ -37,6 +37,22 @@ def test_a_handlers_id_is_recorded_before_the_next_handler_starts(mq: MQ, tmp_pa
     assert not behind, f"handler runs (index, ids recorded when it started) behind: {behind[:5]}"
 
 
+
+def test_dedup_runs_one_handler_at_a_time_unless_threads_says_otherwise(mq: MQ, tmp_path: Path) -> None:
+    # The spec's bound (one duplicate per crash) holds with one slot: --dedup defaults to it.
+    # Each handler notes how many others are running as it starts.
+    running = tmp_path / "running"
+    running.mkdir()
+    script = handler_script(tmp_path / "h.sh", f"""
+        ls {running} | wc -l >> {tmp_path / 'seen'}
+        touch {running}/$$; sleep 0.05; rm {running}/$$
+        """)
+    mq.ok("topic", "create", "T", "--queues", "4")
+    mq.send_lines("T", [f"m{i}" for i in range(16)])
+    mq.ok("consume", "T", "-g", "G", "--from", "first", "-e", "--dedup", "--exec", script)
+    seen = [int(x) for x in (tmp_path / "seen").read_text().split()]
+    assert len(seen) == 16 and max(seen) == 0, seen
+
 @pytest.mark.slow
 @pytest.mark.parametrize("threads", [1, 3])
 def test_kill_9_at_random_moments_costs_at_most_one_duplicate_per_slot(mq: MQ, tmp_path: Path,
