@@ -275,4 +275,3 @@ class Puller:
                 continue
             out.append(m)
         return out
-

@@ -468,4 +468,3 @@ def cut_span(span: bytes, starts: Any, phys: Any, checked: tuple[Any, Any, Any, 
 # 300 bytes does, and a copy of a big body is most of what a raw consumer spends on it.
 _VIEW_MIN_AVG = 1024
 _VIEW_MIN_SIZE = 2048   # records this big are checked and cut through views in pull_columns
-

@@ -74,4 +74,3 @@ def combiner() -> Any:
             fn = None
         _COMBINE_OP.append(fn)
     return _COMBINE_OP[0]
-
