@@ -27,6 +27,26 @@ def backlog(mq: MQ, n: int, size: int = 8) -> None:
 
 # -- --no-group: a backlog of several pull batches ----------------------------------------------
 
+def stopped_on_a_full_pipe(mq: MQ, args: list[str], sig: int) -> bytes:
+    """Consume T into a pipe nobody reads until it is full (the consumer's write blocks), send
+    ``sig``; the consumer must exit 0. Returns what it wrote."""
+    r, w = os.pipe()
+    try:
+        p = mq.start("consume", "T", "-g", "G", "--from", "first", *args, stdout=w)
+        os.close(w)
+        w = -1
+        os.set_blocking(r, False)
+        wait_for(lambda: mq.members("G"), what="the member")
+        wait_for(lambda: unread(r) >= 60_000, what="the pipe to fill")   # its write blocks then
+        p.signal(sig)
+        assert p.wait(30) == 0, p.stderr()
+        return read_all(r)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+
+
 @pytest.mark.parametrize("fmt", [[], ["--json"]])
 def test_no_group_reads_a_backlog_of_many_batches_whole(mq: MQ, fmt: list[str]) -> None:
     """Each pull batch after the first waited for a commit that a read without a group never
@@ -76,21 +96,7 @@ def test_a_stop_while_the_pipe_is_full_commits_exactly_the_lines_written(mq: MQ,
     resumed, the whole 1,000-message batch was written first). Now it ends the output: exit 0,
     the lines written whole committed, a line cut short not counted, nothing written after."""
     backlog(mq, 2000, size=1024)
-    r, w = os.pipe()
-    try:
-        p = mq.start("consume", "T", "-g", "G", "--from", "first", *fmt, stdout=w)
-        os.close(w)
-        w = -1
-        os.set_blocking(r, False)
-        wait_for(lambda: mq.members("G"), what="the member")
-        wait_for(lambda: unread(r) >= 60_000, what="the pipe to fill")   # its write blocks then
-        p.signal(sig)
-        assert p.wait(30) == 0, p.stderr()
-        data = read_all(r)
-    finally:
-        os.close(r)
-        if w >= 0:
-            os.close(w)
+    data = stopped_on_a_full_pipe(mq, fmt, sig)
     lines = data.split(b"\n")[:-1]   # (what follows the last newline is a line cut short)
     got = [json.loads(x)["body"][:8] for x in lines] if fmt else [x[:8].decode() for x in lines]
     assert got == ["%08d" % i for i in range(len(lines))]
@@ -106,20 +112,7 @@ def test_a_stop_while_the_pipe_is_full_in_orderly_and_broadcast_modes(mq: MQ, mo
     """As above where the offsets are kept otherwise: an orderly member's queue commit (what it
     took and did not write goes back to the queue) and a broadcast member's own offsets."""
     backlog(mq, 2000, size=1024)
-    r, w = os.pipe()
-    try:
-        p = mq.start("consume", "T", "-g", "G", "--from", "first", *mode, stdout=w)
-        os.close(w)
-        w = -1
-        os.set_blocking(r, False)
-        wait_for(lambda: unread(r) >= 60_000, what="the pipe to fill")
-        p.signal(signal.SIGINT)
-        assert p.wait(30) == 0, p.stderr()
-        data = read_all(r)
-    finally:
-        os.close(r)
-        if w >= 0:
-            os.close(w)
+    data = stopped_on_a_full_pipe(mq, mode, signal.SIGINT)
     lines = data.split(b"\n")[:-1]
     got = [json.loads(x)["body"][:8] for x in lines] if "--json" in mode else [x[:8].decode() for x in lines]
     assert got == ["%08d" % i for i in range(len(got))] and 0 < len(got) < 1000
