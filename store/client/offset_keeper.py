@@ -464,9 +464,9 @@ class OffsetKeeper:
         look = self._offsets_look()
         if look is not None and look == self._reset_look:
             return
-        snap = self.offset_store.snapshot(self.o.group)
+        epochs = self.offset_store.reset_epochs(self.o.group)
         self._reset_look = look
-        moved = {t for t in self.topics if snap.epochs.get(t, 0) != self.epochs.get(t, 0)}
+        moved = {t for t in self.topics if epochs.get(t, 0) != self.epochs.get(t, 0)}
         if moved:
             self._reload_after_reset(moved)
 

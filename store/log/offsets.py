@@ -177,6 +177,20 @@ class ClusterOffsetStore:
                 epochs[topic] = epoch
         return GroupOffsets(group, offsets, epochs)
 
+    def reset_epochs(self, group: str) -> dict[str, int]:
+        """The reset epochs of ``group``'s topics as :meth:`snapshot` gives them, read without
+        decoding the members' commits after the snapshot (``offsettable.epochs``); the whole
+        table (:meth:`snapshot`, with its warnings and refusals) when it cannot be read so."""
+        every = offsettable.epochs(self.layout)
+        if every is None:
+            return self.snapshot(group).epochs
+        out: dict[str, int] = {}
+        for key, epoch in every.items():
+            topic, owner = split_key(key)
+            if owner == group:
+                out[topic] = epoch
+        return out
+
     def epochs_of(self, group: str) -> dict[str, int]:
         """The reset epochs of ``group``'s topics (one read of the file: no commit applied)."""
         table = offsettable.load(self.layout).table

@@ -292,6 +292,34 @@ def _load(layout: Layout) -> Loaded:
     return Loaded(table, tail, "journal" if tail.exists else "none", lost, problems)
 
 
+def epochs(layout: Layout) -> dict[str, int] | None:
+    """The reset epochs (``<topic>@<group>`` -> n) that :func:`load` would give, read without
+    decoding the group members' commits: the snapshot, and of the journal's records after its
+    ``journalEnd`` only those that are not in a commit's form (``offsetjournal.sets_only``: they
+    set offsets and nothing else), which are the only ones that can move an epoch. A member
+    looking for a reset after another member wrote the snapshot reads hundreds of commits there
+    (a second of a busy group's) and decoded every one. None when the table is not in a state
+    read so: the snapshot not trusted (its ``.bak`` or the journal is then used), offsets named
+    lost, a record that does not parse; the caller then loads the table whole."""
+    table, je, _why, _raw = _read_copy(layout.consumer_offset_json)
+    if table is None or je is None or je < 0 or table.lost:
+        return None
+    state: dict[str, Any] = {"resetEpoch": dict(table.epochs)}
+    for payload, _end in oj.Journal(layout.consumer_offset_log).read(je, raw=True).frames:
+        if oj.sets_only(payload):
+            continue
+        record = oj.decode(payload)
+        if record is None:
+            break   # (the journal ends here for readers: load stops at the same record)
+        oj.apply(record, state)
+    if state.get("lostOffsets"):
+        return None
+    try:
+        return ClusterTable.from_json(state).epochs
+    except ValueError:
+        return None
+
+
 def groups_on_disk(layout: Layout) -> list[str]:
     """Clustering groups the store knows from their directories (``consumers/``, ``locks/``;
     broadcast groups keep their offsets elsewhere): those whose offsets a table that cannot
