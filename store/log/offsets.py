@@ -85,9 +85,15 @@ def warn_stderr(message: str) -> None:
 @contextmanager
 def exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold an exclusive flock on ``lock_path`` (created 0600, never deleted) for the block."""
-    fsutil.ensure_dir(lock_path.parent)
     try:
-        fd = keep(fsutil.open_private(lock_path, os.O_RDWR | os.O_CREAT))   # (not a forked child's)
+        try:
+            fd = fsutil.open_private(lock_path, os.O_RDWR | os.O_CREAT)
+        except (FileNotFoundError, NotADirectoryError):
+            # (its directory is made only when missing: a member commits many times a second,
+            # and looking for the directory first was a stat and some Path work each time)
+            fsutil.ensure_dir(lock_path.parent)
+            fd = fsutil.open_private(lock_path, os.O_RDWR | os.O_CREAT)
+        keep(fd)   # (not a forked child's)
     except OSError as exc:
         raise io_error(exc, f"open {lock_path}") from exc
     try:
@@ -109,11 +115,20 @@ class FallbackWatch:
         self.warn(message)
 
 
-def _check_commit(group: str, offsets: Mapping[QueueKey, int]) -> None:
-    validate_group(group)
+def _check_commit(group: str, offsets: Mapping[QueueKey, int],
+                  known: tuple[set[str], set[str]] | None = None) -> None:
+    """Refuse a bad group, topic, queue id or offset. ``known``: the groups and topics this
+    store found valid before, not checked again (a member commits many times a second)."""
+    groups, topics = known if known is not None else (set(), set())
+    if group not in groups:
+        validate_group(group)
     for (topic, queue_id), offset in offsets.items():
-        validate_any_topic(topic)
+        if topic not in topics:
+            validate_any_topic(topic)
         check_offset(offset, queue_id)
+    if known is not None:
+        groups.add(group)
+        topics.update(topic for topic, _q in offsets)
 
 
 def check_offset(offset: Any, queue_id: Any) -> None:
@@ -156,6 +171,7 @@ class ClusterOffsetStore:
         self._view_lock = threading.Lock()   # (one commit at a time: the view is this store's)
         self.last_written: tuple[int, int, int] | None = None   # (inode, mtime, size) of its last write
         self._told: tuple[object, ...] = ()   # the damage ``_load`` last warned of
+        self._valid: tuple[set[str], set[str]] = (set(), set())   # groups and topics committed before
 
     # -- reads (no lock: the file is only ever replaced by rename)
     def read(self, group: str, topic: str, queue_id: int) -> int:
@@ -234,7 +250,7 @@ class ClusterOffsetStore:
         ``journal_only`` (a group member's commit): one journal record, the snapshot written
         later (see the module docstring; :meth:`settle` when the member idles or closes).
         """
-        _check_commit(group, offsets)
+        _check_commit(group, offsets, self._valid)
         skipped: set[str] = set()
 
         def merge(table: ClusterTable) -> bool:
@@ -273,7 +289,7 @@ class ClusterOffsetStore:
         due, whose journal sync is an fsync; no whole table). None: nothing was written (commit
         with :meth:`commit`, which may wait). A member's loop commits this way in its own
         thread, sparing a hand-over to a writer thread per commit."""
-        _check_commit(group, offsets)
+        _check_commit(group, offsets, self._valid)
         if not offsets:
             return set()
         if not self._view_lock.acquire(blocking=False):

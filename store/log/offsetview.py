@@ -85,6 +85,7 @@ class OffsetView:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self.journal = oj.Journal(layout.consumer_offset_log)
+        self._snap_path = str(layout.consumer_offset_json)   # (a stat by it every commit: no Path built each time)
         self._seen: _Seen | None = None
         self.appended = 0          # the end of this view's last record no snapshot holds yet (0: none)
         self.appended_at = 0.0     # (monotonic) when it was appended
@@ -145,7 +146,7 @@ class OffsetView:
         if not self.appended or now - self.appended_at < quiet_s:
             return False
         seen = self._seen
-        if seen is not None and look_at(self.layout.consumer_offset_json) == seen.snap_look \
+        if seen is not None and look_at(self._snap_path) == seen.snap_look \
                 and seen.snap_end >= self.appended:
             self.appended = 0
             return False
@@ -167,7 +168,7 @@ class OffsetView:
         self._apply_waiting(seen)
         table = ClusterTable.from_json(seen.state).to_json()
         end = offsettable.snapshot(self.layout, table, seen.end, seen.base, seen.snap_look[2])
-        self.wrote = look_at(self.layout.consumer_offset_json)
+        self.wrote = look_at(self._snap_path)
         self.appended = 0
         if end != seen.end:   # compacted: another file now, read again at the next commit
             self._seen = None
@@ -197,7 +198,7 @@ class OffsetView:
                 seen = None
             else:
                 self._take(seen, tail.frames)
-                look = look_at(self.layout.consumer_offset_json)
+                look = look_at(self._snap_path)
                 if look != seen.snap_look and not self._snapshot_moved(seen, look):
                     seen = None
                 if seen is not None and seen.state.get("lostOffsets"):
@@ -248,7 +249,7 @@ class OffsetView:
         return True
 
     def _load(self) -> _Seen | None:
-        look = look_at(self.layout.consumer_offset_json)
+        look = look_at(self._snap_path)
         loaded = offsettable.load(self.layout)
         tail = loaded.journal
         if (loaded.source != "snapshot" or loaded.lost or loaded.table.lost or not tail.exists

@@ -140,6 +140,36 @@ def test_bad_group_name_is_refused(cluster: ClusterOffsetStore) -> None:
         cluster.commit("a@b", {("T", 0): 1})
 
 
+def test_names_that_passed_once_do_not_let_others_pass(cluster: ClusterOffsetStore) -> None:
+    """A store checks each group and topic name once (a member commits many times a second):
+    the names it saw pass, and only those, skip the check, in the journal's commits as in
+    the whole table's, and a topic name is not taken for a group name or the other way."""
+    cluster.commit("g", {("T", 0): 1}, journal_only=True)
+    assert cluster.try_commit("g", {("T", 0): 2}) == set()
+    for group, offsets in (("g", {("bad/topic", 0): 3}), ("%RETRY%g", {("T", 0): 3}), ("T", {("g", 0): -1}),
+                           ("a@b", {("T", 0): 3})):
+        for commit in (cluster.commit, lambda g, o: cluster.commit(g, o, journal_only=True), cluster.try_commit):
+            with pytest.raises((InvalidNameError, UsageError)):
+                commit(group, offsets)
+    cluster.commit("g", {("%RETRY%g", 0): 5})   # a retry topic is a topic: never a group
+    with pytest.raises(InvalidNameError):
+        cluster.commit("%RETRY%g", {("T", 0): 6})
+    assert cluster.read_group("g") == {("T", 0): 2, ("%RETRY%g", 0): 5}
+
+
+def test_the_lock_file_directory_is_made_when_missing(tmp_path: Path) -> None:
+    from store.errors import StoreIOError
+    from store.log.offsets import exclusive
+    lock = tmp_path / "a" / "b" / "x.lock"
+    with exclusive(lock):
+        assert mode(lock) == 0o600 and mode(lock.parent) == mode(lock.parent.parent) == 0o700
+    with exclusive(lock):   # (there now: opened at once)
+        pass
+    (tmp_path / "f").write_text("")
+    with pytest.raises(StoreIOError, match="cannot create directory .*/f: "), exclusive(tmp_path / "f" / "c" / "x.lock"):
+        pass
+
+
 def test_garbage_main_file_falls_back_to_bak_and_journal_with_a_warning(cluster: ClusterOffsetStore, layout: Layout,
                                                                          warnings: list[str]) -> None:
     path = layout.consumer_offset_json
