@@ -130,8 +130,9 @@ def phases(root: Path, store: Path, pristine: Path) -> dict[str, float]:
     restore(store, pristine)
     r, w = os.pipe()
     env = env_for(store) | {"PROFILE_FD": str(w)}
+    # (in the checkout: ``python -c`` imports from the working directory first)
     p = subprocess.Popen([str(root / ".venv/bin/python"), "-c", HARNESS, *ARGS], stdout=subprocess.DEVNULL,
-                         env=env, pass_fds=(w,))
+                         env=env, pass_fds=(w,), cwd=root)
     os.close(w)
     _, status, ru = os.wait4(p.pid, 0)
     data = json.loads(os.read(r, 1 << 16) or b"{}")
