@@ -41,7 +41,20 @@ _HDR, _SLOT, _ENTRY, _HDR_SIZE = F.INDEX_HEADER, F.INDEX_SLOT, F.INDEX_ENTRY, F.
 _LITTLE = sys.byteorder == "little"
 _FEW = 8              # fewer keys than this read and write their slots one by one (KeyIndex._add_to)
 _ARRAYS_FROM = 256    # a batch this big, with numpy loaded, is indexed as arrays (indexchains.add_arrays)
-_RUN_GAP = 4096       # slots at most this far apart are written back in one write
+# Slots at most this far apart are written back in one write: a call costs more than copying
+# that much. Measured (CPU of the writes of a batch's slots, 512 KiB table, random slots, 2
+# cores under load ~14): 100 keys 54 us with 4 KiB, 37 us with 16 KiB, 35 us with the whole
+# span; 8 keys 6.8 us with 4 or 16 KiB, 25 us with the whole span.
+_RUN_GAP = 16384
+
+# The loop of _add_to in C (``nativecheck.index_add``) where the package was built with it:
+# entries, slots and the ranges to write back (a build of an older source lacks it).
+_add_native: Any = None
+try:
+    from store.log import nativecheck
+    _add_native = getattr(nativecheck, "index_add", None)
+except ImportError:
+    pass
 
 
 def key_hash(key: str | bytes) -> int:
@@ -258,43 +271,30 @@ class KeyIndex:
         if copy is None and (len(hashes) >= _FEW or self._hdr == hdr):
             copy = self._read_table(fd, base)
         self._table = self._hdr = None   # (until the header below is written)
-        sps = [_HDR_SIZE + h % self.slots * 4 for h in hashes]
         if copy is None:
-            self._add_few(fd, base, hashes, physs, tdiff, count, sps)
-        elif len(hashes) >= _ARRAYS_FROM and "numpy" in sys.modules:   # (the loop's bytes, as arrays)
-            packed, positions = indexchains.add_arrays(copy, self.slots, hashes, physs, tdiff, count,
-                                                       lambda v: self._resolve(fd, v, count))
-            self._write_entries(fd, base, packed, count)
-            self._write_runs(fd, base, copy, positions)
-        elif not self._add_distinct(fd, copy, base, hashes, physs, tdiff, count, sps):
-            unpack_slot = _SLOT.unpack_from
-            touched: dict[int, int] = {}
-            entries = bytearray()
-            n = count
-            for h, phys, sp in zip(hashes, physs, sps):
-                seen = touched.get(sp)
-                if seen is not None:
-                    prev = seen
-                else:
-                    prev = unpack_slot(copy, sp)[0]
-                    if prev >= count or prev < 0:
-                        prev = self._resolve(fd, prev, count)
-                entries += _ENTRY.pack(h, phys, tdiff, prev)
-                touched[sp] = n
-                n += 1
-            self._write_entries(fd, base, entries, count)
-            deque(map(_SLOT.pack_into, repeat(copy), touched.keys(), touched.values()), maxlen=0)
-            self._write_runs(fd, base, copy, list(touched))
+            self._add_few(fd, base, hashes, physs, tdiff, count)
+        else:
+            # the entries and the copy's slots in C where built (None: a slot a killed writer
+            # left, which the Python loops, its definition, resolve)
+            added = None if _add_native is None else _add_native(copy, self.slots, hashes, physs, tdiff, count,
+                                                                 _RUN_GAP)
+            if added is None:
+                entries, positions = self._entries(fd, copy, hashes, physs, tdiff, count)
+                added = entries, indexchains.runs(positions, _RUN_GAP, self.table_end)
+            self._write_entries(fd, base, added[0], count)
+            view = memoryview(copy)
+            for start, stop in added[1]:
+                self._write(fd, base, view[start:stop], start)
         new = (begin_ts, store_ts, base, physs[-1], self.slots, count + len(hashes))
         self._write(fd, base, _HDR.pack(*new), 0)
         self._table, self._hdr = copy, new
 
-    def _add_few(self, fd: int, base: int, hashes: list[int], physs: list[int], tdiff: int, count: int,
-                 sps: list[int]) -> None:
+    def _add_few(self, fd: int, base: int, hashes: list[int], physs: list[int], tdiff: int, count: int) -> None:
         """:meth:`_add_to`'s few keys without a current copy: each slot read and written."""
         touched: dict[int, int] = {}
         entries = bytearray()
-        for n, (h, phys, sp) in enumerate(zip(hashes, physs, sps), count):
+        for n, (h, phys) in enumerate(zip(hashes, physs), count):
+            sp = _HDR_SIZE + h % self.slots * 4
             prev = touched.get(sp, -1)
             if prev < 0:
                 raw = os.pread(fd, 4, sp)
@@ -307,32 +307,47 @@ class KeyIndex:
         for sp, v in touched.items():
             self._write(fd, base, _SLOT.pack(v), sp)
 
-    def _add_distinct(self, fd: int, copy: bytearray, base: int, hashes: list[int], physs: list[int],
-                      tdiff: int, count: int, sps: list[int]) -> bool:
-        """:meth:`_add_to`'s entries and slots when no two keys of the batch share a slot
-        (``sps``: each key's slot position), the usual case for a few hundred keys in ~128k
-        slots: each entry's ``prevIndex`` is then its slot's value before the batch, and the
-        loop's steps are C iterations (``map``, one ``join``). The same bytes in the same order
-        as the loop (entries, then slots). False, having done nothing, when slots repeat."""
-        k = len(hashes)
-        if k == 1:   # one key (a single send): the same steps without the list machinery
-            sp = sps[0]
-            prev = _SLOT.unpack_from(copy, sp)[0]
-            if prev >= count or prev < 0:   # left by a killed writer
-                prev = self._resolve(fd, prev, count)
-            self._write_entries(fd, base, _ENTRY.pack(hashes[0], physs[0], tdiff, prev), count)
-            _SLOT.pack_into(copy, sp, count)
-            self._write(fd, base, _SLOT.pack(count), sp)
-            return True
-        if len(set(sps)) != k:
-            return False
+    def _entries(self, fd: int, copy: bytearray, hashes: list[int], physs: list[int], tdiff: int,
+                 count: int) -> tuple[bytes | bytearray, list[int]]:
+        """The batch's entries, and the file positions of the slots changed (updated in
+        ``copy``): each entry's ``prevIndex`` is its slot's value before it (the batch's
+        previous entry in that slot, or what the slot held, ``_resolve``d when a killed writer
+        left it past ``count``), the slot then the entry's number. The definition of
+        ``nativecheck.index_add``; as arrays for big batches (numpy loaded), and as ``map``
+        steps when no two keys share a slot (the usual case for a few hundred keys in ~128k
+        slots: each ``prevIndex`` is then its slot's value before the batch)."""
+        sps = [_HDR_SIZE + h % self.slots * 4 for h in hashes]
+        if len(hashes) >= _ARRAYS_FROM and "numpy" in sys.modules:
+            return indexchains.add_arrays(copy, self.slots, hashes, physs, tdiff, count,
+                                          lambda v: self._resolve(fd, v, count))
+        distinct = self._entries_distinct(fd, copy, hashes, physs, tdiff, count, sps)
+        if distinct is not None:
+            return distinct
+        unpack_slot = _SLOT.unpack_from
+        touched: dict[int, int] = {}
+        entries = bytearray()
+        for n, (h, phys, sp) in enumerate(zip(hashes, physs, sps), count):
+            prev = touched.get(sp)
+            if prev is None:
+                prev = unpack_slot(copy, sp)[0]
+                if prev >= count or prev < 0:
+                    prev = self._resolve(fd, prev, count)
+            entries += _ENTRY.pack(h, phys, tdiff, prev)
+            touched[sp] = n
+        deque(map(_SLOT.pack_into, repeat(copy), touched.keys(), touched.values()), maxlen=0)
+        return entries, list(touched)
+
+    def _entries_distinct(self, fd: int, copy: bytearray, hashes: list[int], physs: list[int], tdiff: int,
+                          count: int, sps: list[int]) -> tuple[bytes, list[int]] | None:
+        """:meth:`_entries` when no two keys share a slot (``sps``: each key's slot position),
+        else None (nothing changed)."""
+        if len(set(sps)) != len(sps):
+            return None
         prevs = [t[0] for t in map(_SLOT.unpack_from, repeat(copy), sps)]
         if max(prevs) >= count or min(prevs) < 0:   # left by a killed writer
             prevs = [p if 0 <= p < count else self._resolve(fd, p, count) for p in prevs]
-        self._write_entries(fd, base, b"".join(map(_ENTRY.pack, hashes, physs, repeat(tdiff), prevs)), count)
-        deque(map(_SLOT.pack_into, repeat(copy), sps, range(count, count + k)), maxlen=0)
-        self._write_runs(fd, base, copy, sps)
-        return True
+        deque(map(_SLOT.pack_into, repeat(copy), sps, range(count, count + len(sps))), maxlen=0)
+        return b"".join(map(_ENTRY.pack, hashes, physs, repeat(tdiff), prevs)), sps
 
     def _read_table(self, fd: int, base: int) -> bytearray:
         copy = bytearray(self.table_end)   # (its first bytes, the header's, unused)
@@ -342,22 +357,6 @@ class KeyIndex:
             raise io_error(exc, f"read {self.path(base)}") from exc
         copy[_HDR_SIZE + got:] = bytes(self.table_end - _HDR_SIZE - got)   # (cut under the look)
         return copy
-
-    def _write_runs(self, fd: int, base: int, copy: bytearray, positions: list[int]) -> None:
-        """Write the copy's slots at file ``positions``: slots at most ``_RUN_GAP`` bytes
-        apart in one write (a call costs more than copying that much); many, as one span."""
-        view = memoryview(copy)
-        if len(positions) * _RUN_GAP >= self.table_end:
-            self._write(fd, base, view[min(positions):max(positions) + 4], min(positions))
-            return
-        positions = sorted(positions)
-        start = prev = positions[0]
-        for sp in positions[1:]:
-            if sp - prev > _RUN_GAP:
-                self._write(fd, base, view[start:prev + 4], start)
-                start = sp
-            prev = sp
-        self._write(fd, base, view[start:prev + 4], start)
 
     def _write_entries(self, fd: int, base: int, entries: bytes | bytearray, count: int) -> None:
         self._write(fd, base, entries, self.table_end + count * F.INDEX_ENTRY_SIZE)

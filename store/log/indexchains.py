@@ -152,3 +152,21 @@ def add_arrays(table_bytes: bytearray, slots: int, hashes: list[int], physs: lis
         return ent.tobytes(), (changed * 4 + F.INDEX_HEADER_SIZE).tolist()
     finally:
         del table   # no view of the caller's table may outlive this call
+
+
+def runs(positions: list[int], gap: int, table_end: int) -> list[tuple[int, int]]:
+    """The byte ranges of a slot table to write back for the slots at file ``positions``:
+    slots at most ``gap`` bytes apart in one range (a write costs more than copying that
+    much), ascending; so many that they would about cover the table, as one span."""
+    if len(positions) * gap >= table_end:
+        return [(min(positions), max(positions) + 4)]
+    positions = sorted(positions)
+    out = []
+    start = prev = positions[0]
+    for sp in positions[1:]:
+        if sp - prev > gap:
+            out.append((start, prev + 4))
+            start = sp
+        prev = sp
+    out.append((start, prev + 4))
+    return out

@@ -384,6 +384,12 @@ static inline void put_be64(unsigned char *p, uint64_t v)
     put_be32(p + 4, (uint32_t)v);
 }
 
+static int cmp_int64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* Bodies at least this big are CRC'd once and the record CRC combined; smaller ones are
  * CRC'd again within their record (cheaper than the combine's shift of a new length). */
 #define COMBINE_MIN 4096
@@ -626,6 +632,144 @@ error:
     return NULL;
 }
 
+/* index_add(table, slots, hashes, physs, tdiff, count, gap) -> (entries, runs) or None
+ *
+ * The loop of store.log.index.KeyIndex._add_to over a current copy of an index file's slot
+ * table, which is its definition (tests/log/test_index_native.py compares the two). ``table``
+ * is a bytearray holding the slot table at the file's positions (slot s at 40 + 4 s,
+ * big-endian int32); ``hashes`` and ``physs`` are lists of equal length (key hashes
+ * 0..2^31-1, commit-log offsets); the batch's entries are numbered from ``count`` on.
+ * Entry k (20 bytes: keyHash int32, phyOffset int64, timeDiff int32 ``tdiff``, prevIndex
+ * int32) gets as prevIndex its slot's value at that point, the slot then k + count; the
+ * slots are updated in ``table``. ``runs`` lists the (start, stop) byte ranges of ``table``
+ * that hold the slots changed, ascending, two slots at most ``gap`` bytes apart in one range:
+ * what to write back. None (``table`` untouched) when a slot the batch uses holds a value
+ * outside 1..count-1 other than 0 (left by a killed writer: the caller follows its chain). */
+static PyObject *index_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "index_add(table, slots, hashes, physs, tdiff, count, gap)");
+        return NULL;
+    }
+    PyObject *table = args[0], *hashes = args[2], *physs = args[3];
+    if (!PyByteArray_Check(table) || !PyList_Check(hashes) || !PyList_Check(physs)
+        || PyList_GET_SIZE(hashes) != PyList_GET_SIZE(physs)) {
+        PyErr_SetString(PyExc_TypeError, "index_add: a bytearray and two lists of equal length");
+        return NULL;
+    }
+    long long slots = PyLong_AsLongLong(args[1]);
+    long long tdiff = slots == -1 && PyErr_Occurred() ? -1 : PyLong_AsLongLong(args[4]);
+    long long count = tdiff == -1 && PyErr_Occurred() ? -1 : PyLong_AsLongLong(args[5]);
+    long long gap = count == -1 && PyErr_Occurred() ? -1 : PyLong_AsLongLong(args[6]);
+    if (gap == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t k = PyList_GET_SIZE(hashes);
+    if (slots <= 0 || 40 + 4 * slots > PyByteArray_GET_SIZE(table) || count < 0 || count + k > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "index_add: slots, table or count out of range");
+        return NULL;
+    }
+    unsigned char *t = (unsigned char *)PyByteArray_AS_STRING(table);
+    /* per entry: its slot's position, hash and offset */
+    int64_t *pos = PyMem_Malloc((size_t)(k > 0 ? k : 1) * 3 * sizeof(int64_t));
+    PyObject *entries = PyBytes_FromStringAndSize(NULL, 20 * k);
+    if (pos == NULL || entries == NULL) {
+        PyMem_Free(pos);
+        Py_XDECREF(entries);
+        return PyErr_NoMemory();
+    }
+    int64_t *hs = pos + k, *ps = pos + 2 * k;
+    /* every argument and slot checked before any slot is changed */
+    for (Py_ssize_t i = 0; i < k; i++) {
+        long long h = PyLong_AsLongLong(PyList_GET_ITEM(hashes, i));
+        long long phys = h == -1 && PyErr_Occurred() ? -1 : PyLong_AsLongLong(PyList_GET_ITEM(physs, i));
+        if (phys == -1 && PyErr_Occurred())
+            goto error;
+        if (h < 0 || h > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "index_add: a key hash out of range");
+            goto error;
+        }
+        hs[i] = h;
+        ps[i] = phys;
+        pos[i] = 40 + 4 * (h % slots);
+        int32_t v = be32(t + pos[i]);
+        if (v < 0 || v >= count) {
+            PyMem_Free(pos);
+            Py_DECREF(entries);
+            Py_RETURN_NONE;
+        }
+    }
+    unsigned char *e = (unsigned char *)PyBytes_AS_STRING(entries);
+    for (Py_ssize_t i = 0; i < k; i++, e += 20) {
+        put_be32(e, (uint32_t)hs[i]);
+        put_be64(e + 4, (uint64_t)ps[i]);
+        put_be32(e + 12, (uint32_t)tdiff);
+        memcpy(e + 16, t + pos[i], 4);
+        put_be32(t + pos[i], (uint32_t)(count + i));
+    }
+    /* the ranges to write back */
+    qsort(pos, (size_t)k, sizeof(int64_t), cmp_int64);
+    PyObject *runs = PyList_New(0);
+    if (runs == NULL)
+        goto error;
+    Py_ssize_t i = 0;
+    while (i < k) {
+        int64_t start = pos[i], last = pos[i];
+        for (i++; i < k && pos[i] - last <= gap; i++)
+            last = pos[i];
+        if (append_new(runs, Py_BuildValue("(LL)", (long long)start, (long long)last + 4)) < 0) {
+            Py_DECREF(runs);
+            goto error;
+        }
+    }
+    PyMem_Free(pos);
+    return Py_BuildValue("(NN)", entries, runs);
+error:
+    PyMem_Free(pos);
+    Py_DECREF(entries);
+    return NULL;
+}
+
+/* unique_keys(head, first, n) -> list of str: head + the 4 upper-case hex digits of
+ * (first + k) mod 2^16 for k in 0..n-1, a batch's unique keys as store.log.results._keys
+ * makes them (its definition; head is ASCII, as every key's head is). */
+static PyObject *unique_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "unique_keys(head: str, first, n)");
+        return NULL;
+    }
+    Py_ssize_t hl;
+    const char *head = PyUnicode_AsUTF8AndSize(args[0], &hl);
+    if (head == NULL)
+        return NULL;
+    long long first = PyLong_AsLongLong(args[1]);
+    Py_ssize_t n = first == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(args[2]);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 0 || !PyUnicode_IS_ASCII(args[0])) {
+        PyErr_SetString(PyExc_ValueError, "unique_keys: an ASCII head and n >= 0");
+        return NULL;
+    }
+    static const char HEX[] = "0123456789ABCDEF";
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *s = PyUnicode_New(hl + 4, 127);
+        if (s == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        char *d = (char *)PyUnicode_DATA(s);
+        memcpy(d, head, (size_t)hl);
+        unsigned c = (unsigned)((first + k) & 0xFFFF);
+        for (int j = 3; j >= 0; j--, c >>= 4)
+            d[hl + j] = HEX[c & 15];
+        PyList_SET_ITEM(out, k, s);
+    }
+    return out;
+}
+
 /* cut_entries(raw, lo, limit, max_bytes, ordered) -> (entries, end, taken): the loop of
  * store.log.consumequeue.cut_entries, which is its definition (tests/log/test_nativecheck.py
  * and the fuzz test compare the two). raw holds whole 20-byte consume-queue entries (phys int64,
@@ -746,6 +890,10 @@ static PyMethodDef methods[] = {
      "The loop of store.log.consumequeue.cut_entries (see the module's source)."},
     {"frame_run", (PyCFunction)(void (*)(void))frame_run, METH_FASTCALL,
      "The record loop of store.log.framing (see the module's source)."},
+    {"index_add", (PyCFunction)(void (*)(void))index_add, METH_FASTCALL,
+     "The loop of store.log.index.KeyIndex._add_to (see the module's source)."},
+    {"unique_keys", (PyCFunction)(void (*)(void))unique_keys, METH_FASTCALL,
+     "A batch's unique keys, as store.log.results._keys makes them (see the module's source)."},
     {"crc32", crc32, METH_O, "The CRC-32 records are checked with."},
     {NULL, NULL, 0, NULL},
 };

@@ -6,6 +6,17 @@ from dataclasses import dataclass, field
 
 from store.log.record import KEYS_PER_MS, Message, counter_hex, offset_msg_id
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+_unique_keys: Callable[[str, int, int], list[str]] | None = None
+try:
+    from store.log import nativecheck
+    _unique_keys = getattr(nativecheck, "unique_keys", None)   # (a build of an older source lacks it)
+except ImportError:
+    pass
+
 
 @dataclass(frozen=True, slots=True)
 class PutResult:
@@ -54,6 +65,11 @@ class BatchResult:
 
 
 def _keys(head: str, first: int, n: int) -> list[str]:
+    """The unique keys ``head`` + 4 hex digits of ``first``, ``first + 1``, ... (mod 2^16):
+    the definition of ``nativecheck.unique_keys``, which makes them where built (100 keys:
+    ~60 us here, ~3 us there, measured)."""
+    if _unique_keys is not None:
+        return _unique_keys(head, first, n)
     if n < 512:
         return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(n)]
     # big batches: the counters' digits as the write made them, decoded at once

@@ -73,8 +73,11 @@ def _log_and_queues(root: Path, framing: str, sizes: list[int], queue_id: int, p
                     monkeypatch: pytest.MonkeyPatch, batch: int = 700) -> tuple[bytes, dict]:
     """The commit log and consume queues after ``sizes`` were sent in batches of ``batch``,
     framed as ``arrays`` (numpy), ``small`` (the C-iteration path where it applies) or
-    ``loop`` (record by record)."""
+    ``loop`` (record by record), the Python paths; or ``native``, the C loop where it is built
+    (``nativecheck.frame_run``, which frames every batch there)."""
     import time as _time
+    if framing != "native":
+        monkeypatch.setattr(framing_module, "_frame_native", None)
     monkeypatch.setattr(arrayframing, "_ARRAYS_MIN_BATCH", 1 if framing == "arrays" else 10 ** 9)
     monkeypatch.setattr(arrayframing, "_ARRAYS_MAX_AVG", 1 << 40)   # arrays for every size
     monkeypatch.setattr(arrayframing, "_ARRAYS_AFTER", 0)
@@ -113,6 +116,9 @@ def test_array_framing_writes_the_same_bytes_as_the_loops(tmp_path: Path, monkey
     a = _log_and_queues(tmp_path / "a", "arrays", sizes, queue_id, props, monkeypatch)
     b = _log_and_queues(tmp_path / "b", "loop", sizes, queue_id, props, monkeypatch)
     assert a[0] == b[0] and a[1] == b[1]
+    if framing_module._frame_native is not None:   # (big batches of small bodies go to C where built)
+        c = _log_and_queues(tmp_path / "c", "native", sizes, queue_id, props, monkeypatch)
+        assert c[0] == b[0] and c[1] == b[1]
 
 
 @pytest.mark.parametrize("batch", [3, 100, 700])
@@ -126,6 +132,9 @@ def test_small_body_framing_writes_the_same_bytes_as_the_loop(tmp_path: Path, mo
     a = _log_and_queues(tmp_path / "a", "small", sizes, queue_id, props, monkeypatch, batch)
     b = _log_and_queues(tmp_path / "b", "loop", sizes, queue_id, props, monkeypatch, batch)
     assert a[0] == b[0] and a[1] == b[1]
+    if framing_module._frame_native is not None:   # the C loop where built: the same bytes
+        c = _log_and_queues(tmp_path / "c", "native", sizes, queue_id, props, monkeypatch, batch)
+        assert c[0] == b[0] and c[1] == b[1]
     assert len(list((tmp_path / "a" / "commitlog").iterdir())) >= 2
 
 
@@ -155,7 +164,16 @@ def test_big_bodies_written_from_themselves_are_the_same_bytes_as_copied(tmp_pat
     assert len(list((tmp_path / "32768" / "commitlog").iterdir())) >= 3
 
 
-@pytest.mark.parametrize("first,n", [(65_500, 1000), (0, 600), (7, 5)])
-def test_a_batchs_unique_keys_end_in_its_counters_wrapping_at_16_bits(first: int, n: int) -> None:
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("first,n", [(65_500, 1000), (0, 600), (7, 5), (65_535, 1), (3, 0)])
+def test_a_batchs_unique_keys_end_in_its_counters_wrapping_at_16_bits(first: int, n: int, native: bool,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The keys as results.py's Python loops make them, and as ``nativecheck.unique_keys``
+    does where it is built."""
+    from store.log import results
+    if not native:
+        monkeypatch.setattr(results, "_unique_keys", None)
+    elif results._unique_keys is None:
+        pytest.skip("the C module is not built (tests/log/test_nativecheck.py says why)")
     r = BatchResult("T", [0] * n, list(range(n)), list(range(n)), 0, "ABC", first)
     assert r.uniq_keys == [f"ABC{(first + i) & 0xFFFF:04X}" for i in range(n)]

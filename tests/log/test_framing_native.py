@@ -149,12 +149,38 @@ def test_the_record_crc_is_combined_exactly() -> None:
         assert hashes == [zlib.crc32(b"#" + b"A" * 28 + b"0009") & 0x7FFFFFFF]
 
 
-def test_the_c_loop_frames_where_it_is_built() -> None:
-    """Where the extension is built (test_nativecheck.py: wherever a compiler is), batches of
-    big bodies and sharding keys are framed by it; elsewhere by the Python loops alone."""
+@needs_c
+@pytest.mark.parametrize("queue_id", [-1, 5])
+def test_small_bodies_in_batches_of_every_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               queue_id: int) -> None:
+    """Batches of small bodies (the hundred-message batches of ``flush="sync"``; one body; a
+    few, fewer than the topic's queues), with and without properties, crossing 1 MiB segments."""
+    for k, props in enumerate(PROPS):
+        batches: list[Batch] = [(_bodies([100] * n), props, queue_id, None) for n in (1, 2, 3, 15, 16, 100, 700)]
+        batches += [(_bodies([0, 5, 100, 1500, 2047] * 300), props, queue_id, None)] * 3
+        _same(tmp_path / str(k), batches, monkeypatch)
+
+
+def test_the_c_loop_frames_where_it_is_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the extension is built (test_nativecheck.py: wherever a compiler is), every batch
+    is framed by it, a hundred small bodies as well as big bodies and sharding keys;
+    elsewhere by the Python loops alone."""
     from store.log import columns
     if not columns.NATIVE:
         assert framing_module._frame_native is None
         return
     from store.log import nativecheck
     assert framing_module._frame_native is nativecheck.frame_run
+    calls = []
+
+    def spy(bodies, *rest):
+        calls.append(len(bodies))
+        return nativecheck.frame_run(bodies, *rest)
+    monkeypatch.setattr(framing_module, "_frame_native", spy)
+    store = open_store(tmp_path, commitlog_segment_size=1 << 20)
+    try:
+        for n in (100, 2, 1):
+            store.put_bodies("T", [b"x" * 100] * n)
+    finally:
+        store.close()
+    assert calls == [100, 2, 1]

@@ -191,16 +191,22 @@ def test_batches_indexed_as_arrays_are_byte_identical_to_the_loop(tmp_path: Path
         phys += 100 * n
         batches.append((hashes, physs))
     files = {}
-    for name, arrays_from in (("loop", 1 << 40), ("arrays", 256)):
+    native = index_mod._add_native   # (the C loop, where built, against the same definition)
+    for name, arrays_from in (("loop", 1 << 40), ("arrays", 256), ("native", 1 << 40)):
+        if name == "native" and native is None:
+            continue
         monkeypatch.setattr(index_mod, "_ARRAYS_FROM", arrays_from)
+        monkeypatch.setattr(index_mod, "_add_native", native if name == "native" else None)
         idx = KeyIndex(tmp_path / name, slots=slots, entries=3000)
         for i, (hashes, physs) in enumerate(batches):
             idx.add_hashes(list(hashes), list(physs), 1700000000000 + 1000 * i)
         idx.close()
         files[name] = {p.name: p.read_bytes() for p in sorted((tmp_path / name).iterdir())}
-    assert list(files["arrays"]) == list(files["loop"]) and len(files["loop"]) == 2
-    for fname in files["loop"]:
-        assert files["arrays"][fname] == files["loop"][fname], fname
+    assert len(files["loop"]) == 2
+    for name in files:
+        assert list(files[name]) == list(files["loop"]), name
+        for fname in files["loop"]:
+            assert files[name][fname] == files["loop"][fname], (name, fname)
     idx = KeyIndex(tmp_path / "arrays", slots=slots, entries=3000)
     want = [p for hashes, physs in batches for h, p in zip(hashes, physs) if h == batches[2][0][0]][::-1]
     got = []
@@ -229,9 +235,10 @@ def idx_lookup_hash(idx: KeyIndex, base: int, h: int) -> list[int]:
 @pytest.mark.parametrize("slots", [4096, F.INDEX_SLOTS])
 def test_batches_of_distinct_slots_are_byte_identical_to_the_loop(tmp_path: Path, slots: int,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """A batch whose keys all fall in different slots (``_add_distinct``: C iterations) writes
-    the same file as the per-entry loop: entries chained to earlier batches' entries, slots,
-    header; batches with a shared slot take the loop either way."""
+    """A batch whose keys all fall in different slots (``_entries_distinct``: C iterations)
+    writes the same file as the per-entry loop: entries chained to earlier batches' entries,
+    slots, header; batches with a shared slot take the loop either way. So does the loop in C
+    (``nativecheck.index_add``), where it is built, for every batch."""
     import random
 
     import store.log.index as index_mod
@@ -239,31 +246,38 @@ def test_batches_of_distinct_slots_are_byte_identical_to_the_loop(tmp_path: Path
     rng = random.Random(11)
     batches = []
     phys = 0
-    for n in (100, 1, 100, 300, 100, 40) * 3:
+    for n in (100, 1, 100, 300, 100, 40, 2, 8, 33) * 3:
         hashes = [rng.getrandbits(31) for _ in range(n)]
         batches.append((hashes, list(range(phys, phys + 100 * n, 100))))
         phys += 100 * n
     batches.append(([7, 7 + slots, 9], [phys, phys + 100, phys + 200]))   # a shared slot
     distinct_used = []
-    real = KeyIndex._add_distinct
+    real = KeyIndex._entries_distinct
 
     def spy(self, *a):
         took = real(self, *a)
-        distinct_used.append(took)
+        distinct_used.append(took is not None)
         return took
 
+    native = index_mod._add_native
     files = {}
-    for name, add_distinct in (("loop", lambda self, *a: False), ("distinct", spy)):
-        monkeypatch.setattr(KeyIndex, "_add_distinct", add_distinct)
-        idx = KeyIndex(tmp_path / name, slots=slots, entries=1500)   # rolls into a second file
+    for name, entries_distinct, add_native in (("loop", lambda self, *a: None, None), ("distinct", spy, None),
+                                               ("native", real, native)):
+        if name == "native" and native is None:
+            continue
+        monkeypatch.setattr(KeyIndex, "_entries_distinct", entries_distinct)
+        monkeypatch.setattr(index_mod, "_add_native", add_native)
+        idx = KeyIndex(tmp_path / name, slots=slots, entries=1800)   # rolls into a second file
         for i, (hashes, physs) in enumerate(batches):
             idx.add_hashes(list(hashes), list(physs), 1700000000000 + 1000 * i)
         idx.close()
         files[name] = {p.name: p.read_bytes() for p in sorted((tmp_path / name).iterdir())}
     assert any(distinct_used) and not all(distinct_used)
-    assert list(files["distinct"]) == list(files["loop"]) and len(files["loop"]) == 2
-    for fname in files["loop"]:
-        assert files["distinct"][fname] == files["loop"][fname], fname
+    assert len(files["loop"]) == 2
+    for name in files:
+        assert list(files[name]) == list(files["loop"]), name
+        for fname in files["loop"]:
+            assert files[name][fname] == files["loop"][fname], (name, fname)
 
 
 def test_two_handles_taking_turns_write_the_file_one_handle_writes(tmp_path: Path) -> None:
