@@ -100,9 +100,9 @@ def set_retries(rt: Runtime, *, orderly: bool, broadcast: bool, max_reconsume: i
                           retry_delay=None if orderly else retry_delay, suspend=retry_delay if orderly else None)
     delay_ms = seconds_ms("retry_delay", retry_delay)
     if orderly:
-        rt.set_retries(max_reconsume, None, max(10, delay_ms) if delay_ms is not None else 1000)
+        rt.retrier.set_retries(max_reconsume, None, max(10, delay_ms) if delay_ms is not None else 1000)
     else:
-        rt.set_retries(max_reconsume, delay_ms, 1000)
+        rt.retrier.set_retries(max_reconsume, delay_ms, 1000)
 
 
 def seconds_ms(what: str, value: float | _dt.timedelta | None) -> int | None:
@@ -253,7 +253,8 @@ class Consumer:
             # loop wakes it (the member's loop ending, stop(), close(), a newer loop)
             rt.loop_ended = DrainedEvent(self._sink.wake_reader)
             rt.start()
-        self._settle_in_hand(commit=False)
+        if self._settle_in_hand(commit=False):
+            rt.wake.set()   # (the loop collects it: the iterator's batches settled wake it not)
         drained = DrainedEvent(self._sink.wake_reader)
 
         def configure() -> None:
@@ -276,51 +277,59 @@ class Consumer:
         rt, sink = self._rt, self._sink
         assert sink is not None
         last = time.monotonic()
-        while True:
-            if self._iteration != iteration:
-                return  # a newer messages() loop took over
-            self._settle_in_hand(commit=True)  # the loop asked for the next one
-            if self._closed or self._stop_iter:
-                self._stop_iter = False
-                return
-            if rt.fatal is not None:
-                raise rt.fatal
-            if rt.loop_ended.is_set():
-                return
-            item = sink.get(None if timeout is None else max(0.0, last + timeout - time.monotonic()))
-            if item is None:
+        sink.fed = False
+        try:
+            while True:
+                if self._iteration != iteration:
+                    return  # a newer messages() loop took over
+                self._settle_in_hand(commit=True)  # the loop asked for the next one
+                if self._closed or self._stop_iter:
+                    self._stop_iter = False
+                    return
+                if rt.fatal is not None:
+                    raise rt.fatal
+                if rt.loop_ended.is_set():
+                    return
                 if exit_at_end and drained.is_set():
+                    return   # (drained: no batch is out, none waits in the sink)
+                # (this thread runs the pulls that feed it, and waits only when they found nothing)
+                item = sink.take(rt, None if timeout is None else max(0.0, last + timeout - time.monotonic()))
+                if item is None:
+                    if timeout is not None and time.monotonic() - last >= timeout:
+                        return
+                    continue
+                fut, msgs = item
+                if self._iteration != iteration or self._closed:
+                    fut.set_result((None, "released"))
                     return
-                if timeout is not None and time.monotonic() - last >= timeout:
-                    return
-                continue
-            fut, msgs = item
-            if self._iteration != iteration or self._closed:
-                fut.set_result((None, "released"))
-                return
-            # The message in hand is the last one this iterator gave (its position is read
-            # off the range walked, here and by the member's loop): no bookkeeping per
-            # message, one check whether this loop was stopped, closed or taken over. Rows
-            # build each message as it is given, so the loop's last one is usually gone by then.
-            sink.hand = hand = Hand(fut, msgs)
-            for msg in hand.messages():
-                yield msg
-                if self._live != iteration:
-                    break
-            last = time.monotonic()
+                # The message in hand is the last one this iterator gave (its position is read
+                # off the range walked, here and by the member's loop): no bookkeeping per
+                # message, one check whether this loop was stopped, closed or taken over. Rows
+                # build each message as it is given, so the loop's last one is usually gone by then.
+                sink.hand = hand = Hand(fut, msgs)
+                for msg in hand.messages():
+                    yield msg
+                    if self._live != iteration:
+                        break
+                last = time.monotonic()
+        finally:
+            sink.waiting = True   # (no loop: the member's loop feeds the sink, see take)
+            if not rt.stopped.is_set():
+                rt.wake.set()   # what this loop settled last is collected and committed now
 
     _stop_iter = False
     _live = 0       # the messages() loop that may go on (-1: none; stop() or close() came)
 
-    def _settle_in_hand(self, commit: bool) -> None:
+    def _settle_in_hand(self, commit: bool) -> bool:
         """Resolve the batch in hand: with ``commit`` the message in hand counts as consumed
         (the loop asked for the next one, or left normally), else it is delivered again."""
         sink = self._sink
         hand = None if sink is None else sink.hand
         if sink is None or hand is None:
-            return
+            return False
         sink.hand = None
         hand.settle(commit)
+        return True
 
     # -- push style ----------------------------------------------------------------------------
     def run(self, handler: Handler, *, threads: int = 4, exit_at_end: bool = False,

@@ -77,6 +77,7 @@ class Dispatcher:
         self.progress: Callable[[], tuple[cf.Future[Any], int] | None] | None = None
         self.partly: dict[cf.Future[Any], int] = {}   # messages of a batch out settled already
         self.progress_at = 0.0                         # when progress was last looked at
+        self.wake_on_done = True
         self.due = math.inf   # when the loop should take a turn for the dispatcher's sake
         self.dedup: DedupLog | None = None
         # batches whose consumed messages a pool sink's thread recorded in the dedup log
@@ -102,8 +103,16 @@ class Dispatcher:
         self.interleave = self.pool is not None and bool(getattr(sink, "interleave", False)) and not o.orderly
         self.idle_check = getattr(self.inline, "idle_check", None)
         self.progress = getattr(self.pool, "progress", None) if not o.orderly else None
+        # a batch settled wakes the loop, unless its consumer runs the pulls that feed it itself
+        self.wake_on_done = not getattr(self.pool, "feeds_itself", False)
         if self.pool is not None and o.dedup and hasattr(self.pool, "on_outcome"):
             self.pool.on_outcome = self._record_outcome
+
+    def reader_feeds(self) -> bool:
+        """Whether the pool sink's reader runs the pulls that feed it now (an iterator walking
+        its batches, ``handoff.feed``): a turn that found work is then not followed by another
+        at once; the loop looks again when something is due (a progress look, a commit)."""
+        return not self.wake_on_done and not getattr(self.pool, "waiting", True)
 
     def budget(self) -> int:
         """How many more messages may be handed out (``count``)."""
@@ -185,7 +194,8 @@ class Dispatcher:
                             fut = submit_locked(batch, original_topic(batch[0]), lock.share_fd())
                         else:
                             fut = pool.submit(batch, original_topic(batch[0]))
-                        fut.add_done_callback(lambda _f: self.wake())
+                        if self.wake_on_done:
+                            fut.add_done_callback(lambda _f: self.wake())
                         self.futures[fut] = (key, batch)
                         if o.orderly:
                             break

@@ -1,12 +1,16 @@
 """The hand-over between a consumer's loop thread and the thread iterating
 :meth:`store.Consumer.messages`: the pool sink whose futures the iterating thread resolves, the
-batches as the user sees them, and the drained event that wakes the iterating thread."""
+batches as the user sees them, the pulls the iterating thread runs itself (:func:`feed`), and
+the drained event that wakes the iterating thread."""
 from __future__ import annotations
 
+import _signal
 import concurrent.futures as cf
 import operator
 import queue as queue_mod
+import signal
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from store.client.message import Message, MessageRows
@@ -14,9 +18,14 @@ from store.client.sinks import Outcome
 from store.errors import UsageError
 
 if TYPE_CHECKING:
+    from store.client.runtime import Runtime
     from store.client.stage import Stage
 
 PERSIST_EVERY_S = 0.5    # in-process consumers persist offsets on lag at most this often
+_ALL_SIGNALS = signal.valid_signals()
+# (the C function: signal.pthread_sigmask's wrapper makes an enum of each of ~60 signals in the
+# mask it returns, ~0.5 ms a call; this one returns them as they are, ~10 us)
+_sigmask = _signal.pthread_sigmask
 
 
 def as_client_messages(batch: Sequence[Any], topic: str) -> Sequence[Message]:
@@ -107,6 +116,7 @@ class IteratorSink(InHand):
     client_messages = True               # batches of store.Message, built from columns
     cache_bytes = 0                      # what its pulls keep in memory, all queues (see Puller)
     persist_every_s = PERSIST_EVERY_S    # (see OffsetKeeper.pace)
+    feeds_itself = True                  # a batch settled wakes no loop: the iterator pulls (feed)
 
     def __init__(self, prefetch: int, batch: int) -> None:
         self.max_in_flight = prefetch
@@ -120,11 +130,37 @@ class IteratorSink(InHand):
         return fut
 
     def get(self, timeout: float | None) -> tuple[cf.Future[Any], Sequence[Message]] | None:
-        """The next batch, or None after ``timeout`` s (None: no limit) or a :meth:`wake_reader`."""
+        """The next batch, or None after ``timeout`` s (None: no limit, 0: none) or a
+        :meth:`wake_reader`."""
         try:
-            return self.handoff.get(timeout=timeout)
+            return self.handoff.get(timeout=timeout) if timeout != 0 else self.handoff.get_nowait()
         except queue_mod.Empty:
             return None
+
+    fed = False   # the iterating thread ran the pulls (feed) since its last batch: now it waits
+    waiting = True   # the iterating thread waits for the member's loop (False: it walks or pulls)
+
+    def take(self, rt: Runtime, timeout: float | None) -> tuple[cf.Future[Any], Sequence[Message]] | None:
+        """(The iterating thread.) The next batch. With none waiting, this thread runs the pulls
+        that feed it itself (:func:`feed`), rather than wait for the member's thread to (a
+        hand-over between two threads per batch cost more than the pulls); it waits for the
+        member's loop (up to ``timeout`` s, None: no limit) only when they found nothing since
+        its last batch. None: nothing, or a :meth:`wake_reader` (the caller looks why)."""
+        self.waiting = False
+        item = self.get(0)
+        if item is None and not self.fed:
+            self.fed = True
+            feed(rt)
+            item = self.get(0)
+        elif item is None:
+            self.waiting = True   # (the member's loop feeds it meanwhile: see Dispatcher.reader_feeds)
+            try:
+                item = self.get(timeout)
+            finally:
+                self.waiting = False
+        if item is not None:
+            self.fed = False
+        return item
 
     def wake_reader(self) -> None:
         """Make the iterating thread's wait for a batch return now (it then looks at why)."""
@@ -159,3 +195,53 @@ class DrainedEvent(threading.Event):
         if not self.is_set():   # (the loop thread sets it on every turn while drained)
             super().set()
             self._wake()
+
+
+def feed(rt: Runtime) -> bool:
+    """(The iterating thread, every batch handed to it walked.) The part of a turn of the
+    member's loop that feeds the iterator, run in the iterating thread under the turns' lock:
+    the batches it settled collected, the held queues pulled, batches handed out to it. True
+    if a batch may be waiting.
+
+    A turn of the member's own thread for every batch settled cost a hand-over between two
+    threads that take turns at the GIL: on a busy machine each thread waits for a core of its
+    own at each hand-over. The member's thread keeps what must go on while the loop body runs
+    (rebalances, queue lock renewals, offset commits, the progress of a batch held long): it
+    is woken here when what was just done calls for a look before its wait ends (nothing
+    came: what moved is committed now, the end is seen; a queue is dropped; or batches are out
+    or offsets moved while it sleeps longer than a persist interval).
+
+    In the main thread, signals wait until it is done: a handler that closes the consumer
+    (it joins the member's thread, which waits for this lock) or raises KeyboardInterrupt
+    comes between two of its steps, never inside a pull."""
+    main = threading.current_thread() is threading.main_thread()
+    masked = _sigmask(signal.SIG_BLOCK, _ALL_SIGNALS) if main else None
+    try:
+        return _feed(rt)
+    finally:
+        if masked is not None:
+            _sigmask(signal.SIG_SETMASK, masked)
+
+
+def _feed(rt: Runtime) -> bool:
+    state, keeper, dispatcher = rt.state, rt.keeper, rt.dispatcher
+    with rt.turn_lock:
+        if state.stop_requested or state.fatal is not None or rt.loop_ended.is_set():
+            return False
+        try:
+            rt.run_calls()   # (a new messages() loop's settings first: exit_at_end, its ends)
+            dispatcher.collect(block=False)
+            worked = rt.puller.pull_all()
+            worked |= dispatcher.dispatch_all()
+        except Exception as exc:  # noqa: BLE001 - as in the member's thread: the member stops
+            if state.fatal is None:
+                state.fatal = exc
+            rt.stop()
+            return False
+        if rt.o.exit_at_end and rt.is_drained():
+            rt.drained.set()
+        held = rt.held
+        if (not worked or held.dropping or held.retake or (
+                rt.asleep_until > time.monotonic() + keeper.every_s and (dispatcher.futures or keeper.dirty))):
+            rt.wake.set()
+        return worked

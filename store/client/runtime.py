@@ -32,7 +32,8 @@ its in-flight batch finished and its offset was persisted.
 The loop runs in the thread that calls :meth:`Runtime.run` (``mqctl consume``, push
 consumers), in a thread of its own (:meth:`Runtime.start`, the iterator), or in an event
 loop that drives :meth:`Runtime.turns` (``store/client/aio_driver.py``). Every other thread
-talks to it through :meth:`Runtime.call_soon` and :meth:`Runtime.stop` only.
+talks to it through :meth:`Runtime.call_soon` and :meth:`Runtime.stop` only, but for the
+iterator's thread, which runs its own pulls under the turns' lock (``handoff.feed``).
 """
 from __future__ import annotations
 
@@ -113,6 +114,8 @@ class Runtime:
         self.stopped = threading.Event()   # the member has left (shutdown)
         self.loop_ended = threading.Event()  # the loop of :meth:`start` has ended
         self._calls: queue_mod.SimpleQueue[Callable[[], None]] = queue_mod.SimpleQueue()
+        self.turn_lock = threading.RLock()   # held by a turn of _loop, and by handoff.feed
+        self.asleep_until = 0.0   # (under it) when _loop's wait after its turn ends; 0: none
         self._thread: threading.Thread | None = None
         self._set_up = False
         self._shut_down = False
@@ -163,11 +166,6 @@ class Runtime:
         if self.stage is None:
             raise UsageError("a copy sink is for an exactly-once stage (to=TOPIC / --to)")
         return CopySink(self.stage)
-
-    def set_retries(self, max_reconsume: int | None, retry_delay_ms: int | None, suspend_ms: int) -> None:
-        """Failed batches: retries before the DLQ (None: 16 concurrent, unlimited orderly), the
-        fixed retry delay instead of the levels (concurrent), the pause before a retry in place."""
-        self.retrier.set_retries(max_reconsume, retry_delay_ms, suspend_ms)
 
     # -- lifecycle -------------------------------------------------------------------------
     def serve(self) -> None:
@@ -256,7 +254,6 @@ class Runtime:
         cfg = self.store.topic(o.topic)  # TopicNotFoundError: exit 3
         missing = sorted(q for q in (o.config_queues or []) if not 0 <= q < cfg.queues)
         if missing:
-            from store.errors import UsageError
             raise UsageError(f"queue {missing[0]} does not exist: topic {o.topic!r} has queues 0-{cfg.queues - 1}")
         self.keeper.open()
         if not o.no_group:
@@ -307,7 +304,8 @@ class Runtime:
         if self._shut_down:
             return
         self._shut_down = True
-        self._run_calls()
+        with self.turn_lock:   # (an iterating thread's pulls are over, and pull no more)
+            self.run_calls()
         self.dispatcher.finish(wait_handlers)
         try:
             self.keeper.persist(force=True)
@@ -327,7 +325,7 @@ class Runtime:
         self.wake.close()
         self.stopped.set()
 
-    def _run_calls(self) -> None:
+    def run_calls(self) -> None:   # (the loop's turn, or handoff.feed)
         while True:
             try:
                 fn = self._calls.get_nowait()
@@ -338,12 +336,14 @@ class Runtime:
     # -- the loop --------------------------------------------------------------------------
     def _loop(self) -> None:
         """The loop of :meth:`turns`, waiting on the store's change notification in this thread."""
-        turns = self.turns()
-        wait = self.wake.wait
+        turns, wait, lock, clock = self.turns(), self.wake.wait, self.turn_lock, time.monotonic
+        woke: bool | None = None   # (a generator's first send is None)
         try:
-            due = next(turns)
             while True:
-                due = turns.send(False if due is None else wait(None if due == math.inf else due))
+                with lock:
+                    due = turns.send(woke)  # type: ignore[arg-type]
+                    self.asleep_until = 0.0 if due is None else clock() + due
+                woke = False if due is None else wait(None if due == math.inf else due)
         except StopIteration:
             return
 
@@ -372,7 +372,7 @@ class Runtime:
         streak = 0   # rebalances in a row that could not take every queue wanted
         watched_locks: set[Path] = set()
         while not state.stop_requested and state.fatal is None:
-            self._run_calls()
+            self.run_calls()
             now = time.monotonic()
             # Where a change may go unseen (polled paths), the looks below also run on timers.
             polled = wake.polls
@@ -413,8 +413,8 @@ class Runtime:
                 keeper.reap(wait=False)   # a commit done: the pulls it held back may go on
                 if keeper.lag == 1 and keeper.urgent and not keeper.committing:
                     keeper.persist_lagging(time.monotonic())   # written while this turn delivers (room)
-            worked = pull_all()
-            worked |= dispatch_all()
+            feeds = dispatcher.reader_feeds()   # (an iterator walking its batches pulls for itself)
+            worked = not feeds and (pull_all() | dispatch_all())
             worked |= collect(block=False)
             if self.retrier.retry_later:
                 dispatcher.retry_due()
@@ -425,11 +425,11 @@ class Runtime:
                 next_rebalance = 0.0
             if keeper.urgent:
                 keeper.persist_lagging(now)
-            if o.exit_at_end and self._is_drained():
+            if o.exit_at_end and self.is_drained():
                 self.drained.set()
             if self._done():
                 break
-            if worked or (keeper.held_back and keeper.writer.written):
+            if (worked and not feeds) or (keeper.held_back and keeper.writer.written):
                 # (a pull waited for room a commit written just now made: its wake-up may have come first)
                 yield None
                 continue
@@ -491,7 +491,7 @@ class Runtime:
             return self.drained.is_set()
         return False
 
-    def _is_drained(self) -> bool:
+    def is_drained(self) -> bool:   # (exit_at_end: up to the ends snapshot, nothing out)
         if not self.rebalancer.rebalanced_once:
             return False
         ends, offsets = self.puller.end_snapshot, self.keeper.offsets
