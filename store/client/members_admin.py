@@ -106,7 +106,8 @@ class MembersAdmin(AdminBase):
         names.validate_group(group)
         store = self.store
         cfg = store.topic(topic)
-        members = [m for m in live_members(store.layout, group) if topic in (m.record.get("topics") or [topic])]
+        members = [m for m in live_members(store.layout, group, counted_only=True)   # (as the members share)
+                   if topic in (m.record.get("topics") or [topic])]
         if consumers is not None:
             cids = [names.validate_client_id(c.strip()) for c in consumers if c.strip()]
             if not cids:
