@@ -327,7 +327,7 @@ def live_members(layout: Layout, group: str, *, prune: bool = False,
     now = now_ms()
     for cid in _published_ids(layout, group):
         if probe_held(_lock_path(layout, group, cid)):
-            if counted_only and _expiry(layout, group, cid, now) < now:
+            if counted_only and (_expiry(layout, group, cid) or now) < now:
                 continue
             members.append(_member_info(layout, group, cid))
         elif prune:
@@ -362,10 +362,11 @@ def _int_field(record: dict[str, Any], key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _expiry(layout: Layout, group: str, client_id: str, now: int) -> int:
-    """When the member stops being counted (ms); far off for one without a beat file."""
+def _expiry(layout: Layout, group: str, client_id: str) -> int | None:
+    """When the member stops being counted (ms); None: never (no beat file: a broadcast
+    member, one still joining, or one of an older version)."""
     beat = _beat_ms(layout, group, client_id)
-    return now + MEMBER_EXPIRY_MS if beat is None else beat + MEMBER_EXPIRY_MS
+    return None if beat is None else beat + MEMBER_EXPIRY_MS
 
 
 def members_token(layout: Layout, group: str) -> tuple[str, ...]:
@@ -390,11 +391,11 @@ def members_look(layout: Layout, group: str, own: str | None = None) -> tuple[tu
     ids, soonest = [], None
     for cid in _published_ids(layout, group):
         if probe_held(_lock_path(layout, group, cid)):
-            expiry = _expiry(layout, group, cid, now)
-            if expiry < now:
+            expiry = _expiry(layout, group, cid)
+            if expiry is not None and expiry < now:
                 continue
             ids.append(cid)
-            if cid != own and (soonest is None or expiry < soonest):
+            if expiry is not None and cid != own and (soonest is None or expiry < soonest):
                 soonest = expiry
     return tuple(ids), soonest
 
