@@ -7,9 +7,10 @@ persist offsets, renew queue locks, and run the delay scheduler.
 
 An idle member does nothing on a timer where the store's change notification (inotify) tells
 it what changed: no periodic rebalance or membership look, no offsets look, no delay
-scheduler pass; only its queue locks' leases are renewed (and its beat: members.py), once per ``IDLE_RENEW_S``. Where a
-path is polled (no inotify, a network file system: a dead member's lock changes no file
-there) the looks run every few seconds as backstops, ``--rebalance-interval`` among them.
+scheduler pass; only its queue locks' leases are renewed, and its proof that it runs
+(``members.py``), once per ``IDLE_RENEW_S``. Where a path is polled (no inotify, a network
+file system: a dead member's lock changes no file there) the looks run every few seconds as
+backstops, ``--rebalance-interval`` among them.
 
 :class:`Runtime` owns the loop and the member's life (join, signals, stop, leave); each job
 of a turn is a part of its own, with its own state:
@@ -66,7 +67,6 @@ if TYPE_CHECKING:
 
     from store.client.dedup import DedupLog
     from store.client.sinks import InlineSink, PoolSink
-
 
 
 class Runtime:
