@@ -200,7 +200,14 @@ def check_answer(status: int | None, stdout: bytes, tx_id: str) -> str:
 
 def local_transaction(admin: "Admin", half: "Message", argv: list[str], sync: bool) -> str:
     """Run ``tx send --exec``'s command on ``half``; commit on exit 0, roll back on exit 1.
-    Returns the transaction's state (UNKNOWN for any other exit)."""
+    Returns the transaction's state (UNKNOWN for any other exit).
+
+    SIGINT ends it as Ctrl-C does (exit 130, the half message left to the check service), also
+    when mqctl was started with SIGINT ignored (``&`` in a script), as ``send`` does: a one-shot
+    command, unlike ``tx check --loop``, has nothing to outlive a terminal for."""
+    import threading
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     status, _ = Runner().run(argv, half.body, message_env(half, None), None, capture=False)
     if status not in (0, 1):
         return "UNKNOWN"

@@ -18,23 +18,27 @@ LIST_COLUMNS = [("txId", "TX-ID"), ("topic", "TOPIC"), ("queueId", "QUEUE"), ("b
                 ("age", "AGE"), ("checkTimes", "CHECKS")]
 
 
-def show_pending(out: Output, txs: "list[Pending]", now: int, utc: bool) -> None:
-    """``tx list``: NDJSON rows, or a table with local times and ages (a note when empty)."""
+def show_pending(out: Output, txs: "list[Pending]", now: int, utc: bool, parked: bool = False) -> None:
+    """``tx list``: NDJSON rows, or a table with local times and ages (a note when empty);
+    ``parked``: the parked transactions (``--parked``), with when each was parked."""
     from store import format_age, format_local, format_time
     rows: list[dict[str, Any]] = [
         {"txId": p.tx_id, "topic": p.topic, "msgId": p.tx_id, "queueId": p.queue_id,
          "bornTimestamp": p.half.born_timestamp, "bornTime": format_time(p.half.born_timestamp),
-         "checkTimes": p.check_times, "offsetMsgId": p.half.msg_id} for p in txs]
+         "checkTimes": p.check_times, "offsetMsgId": p.half.msg_id,
+         **({"state": "DISCARDED", "parkedTimestamp": p.parked_at} if parked else {})} for p in txs]
     if out.json:
         for r in rows:
             out.emit_json(r)
     elif not rows:
-        out.info("no unresolved half messages")
+        out.info("no parked transactions" if parked else "no unresolved half messages")
     else:
         for r, p in zip(rows, txs):
             r["born"] = format_local(p.half.born_timestamp, utc)
             r["age"] = format_age(max(0, now - p.half.born_timestamp))
-        out.table(rows, LIST_COLUMNS)
+            if parked:
+                r["parked"] = format_local(p.parked_at or 0, utc)
+        out.table(rows, LIST_COLUMNS + ([("parked", "PARKED")] if parked else []))
 
 
 def show_end(out: Output, res: "EndResult", commit: bool) -> None:

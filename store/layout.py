@@ -123,6 +123,11 @@ class Layout:
     def members_dir(self, group: str) -> Path:
         return self.root / "consumers" / group
 
+    def member_beat(self, group: str, client_id: str) -> Path:
+        """A member's proof that it is not stuck (its mtime), in a subdirectory: renewing it
+        wakes none of the members watching ``consumers/<group>/``."""
+        return self.root / "consumers" / group / ".beats" / client_id
+
     @property
     def queue_locks_root(self) -> Path:
         """``locks/``: one directory per group that has taken a queue lock."""

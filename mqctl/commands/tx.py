@@ -133,17 +133,24 @@ Times are local (--utc for UTC), ages how long ago the half message was sent. Wi
 list, a line on stderr and nothing on stdout (nothing at all with --json). --json gives
 txId, topic, msgId, queueId, bornTimestamp (ms), checkTimes and offsetMsgId.
 
+--parked lists instead the transactions tx check parked after --max-checks and nobody resolved
+since (tx commit / rollback still do), oldest parked first; --json adds state (DISCARDED)
+and parkedTimestamp (ms).
+
 Examples:
   mqctl tx list
-  mqctl tx list --json | jq -r .txId""")
-def list_(ctx: typer.Context, json: JsonOpt = False) -> None:
+  mqctl tx list --json | jq -r .txId
+  mqctl tx list --parked""")
+def list_(ctx: typer.Context, parked: Annotated[bool, typer.Option(
+        "--parked", help="List the transactions parked after --max-checks instead.")] = False,
+          json: JsonOpt = False) -> None:
     import time
 
     from mqctl.output import Output
     from mqctl.txview import show_pending
     st = state(ctx)
-    txs = st.admin().transactions()
-    show_pending(Output(json=json), txs, time.time_ns() // 1_000_000, st.utc)
+    txs = st.admin().transactions(parked=parked)
+    show_pending(Output(json=json), txs, time.time_ns() // 1_000_000, st.utc, parked)
 
 
 # ``tx check`` (the check service) has a module of its own; registered last, as listed

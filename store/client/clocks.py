@@ -75,21 +75,24 @@ class MemberClock:
     group), and what it saw (``token``: the live members' client ids, sorted). A look costs a
     directory listing and a lock probe a member, no JSON read."""
 
-    def __init__(self, layout: Layout, group: str | None) -> None:
+    def __init__(self, layout: Layout, group: str | None, own: str | None = None) -> None:
         self.layout = layout
         self.group = group
+        self.own = own   # this member's client id (its own expiry is no reason to look)
         self.at = 0.0 if group is not None else math.inf
         self.token: tuple[str, ...] | None = None
         self._relooks: list[float] = []   # the next looks after a change (monotonic times)
 
     def look(self, now: float, polled: bool) -> bool:
         """Look at the membership: whether it changed since the last look (a rebalance is due)."""
-        from store.client.members import members_token
+        from store.client.members import members_look
         assert self.group is not None
-        token = members_token(self.layout, self.group)
+        token, expiry = members_look(self.layout, self.group, self.own)
         changed, self.token = token != self.token, token
         # a death changes no file where the group's directory is polled: look every few seconds
         self.at = self._relooks.pop(0) if self._relooks else backstop(now + 5.0) if polled else math.inf
+        if expiry is not None:   # nor does a member's getting stuck: look when one would expire
+            self.at = min(self.at, backstop(now + (expiry - time.time() * 1000) / 1000))
         return changed
 
     def changed(self) -> None:

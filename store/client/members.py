@@ -11,6 +11,7 @@ Files (under the store root)::
     consumers/<group>/                 0700, created by the first member to join
     consumers/<group>/<clientId>.lock  empty; exclusively locked by the live member
     consumers/<group>/<clientId>.json  what the member publishes, written atomically
+    consumers/<group>/.beats/<clientId>  empty; its mtime: when the member last proved it runs
 
 A member's JSON (``fsutil.atomic_write_json``: sorted keys, no ``.bak``, not fsynced — after a
 machine crash there are no live members to describe)::
@@ -26,6 +27,19 @@ A member is live when its JSON exists *and* its lock is held. The lock is taken 
 JSON is written and the JSON is removed before the lock is given up, so a live member with no
 JSON is one still joining, and a JSON whose lock is free was left by a dead process (ignored;
 ``live_members(..., prune=True)`` removes it).
+
+Stuck members. A process stopped (SIGSTOP), swapped out or hung keeps its lock, so the lock
+alone would let it keep its share of the group's queues for ever. So a member also proves
+now and then that it runs (:meth:`Membership.beat`, with its lease renewals: every 20 s while
+it consumes, every 40 s idle, ``leases.py``): it sets the mtime of
+``consumers/<group>/.beats/<clientId>``, one ``utime`` in a subdirectory, which wakes no
+member (inotify does not look into subdirectories). One not heard from for
+``MEMBER_EXPIRY_MS`` (120 s, RocketMQ's channel expiry) is live but not *counted*
+(``live_members(..., counted_only=True)``, :func:`members_token`): the others share the queues
+without it and break its queue locks, whose 60 s lease ran out by then. When it runs again
+its next beat finds its last one that old, and it rejoins: it rewrites its JSON (which wakes
+the group) and is counted again; its queue locks, checked before every batch, tell it which
+queues it lost meanwhile. A member with no beat file (one of an older version) always counts.
 
 Unlinking lock files. A lock file is unlinked only by a process that holds its lock (the
 leaving member, or a pruner that took the lock of a dead one), always after the JSON. Anyone
@@ -47,6 +61,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from store.client.leases import MEMBER_EXPIRY_MS
 from store.errors import ClientIdInUseError, OperationError, io_error
 from store.flock import (
     close_kept,
@@ -101,6 +116,14 @@ def _json_path(layout: Layout, group: str, client_id: str) -> Path:
     return layout.members_dir(group) / f"{client_id}.json"
 
 
+def _beat_ms(layout: Layout, group: str, client_id: str) -> int | None:
+    """When the member last proved it runs (ms), or None (no beat file)."""
+    try:
+        return os.stat(layout.member_beat(group, client_id)).st_mtime_ns // 1_000_000
+    except OSError:
+        return None
+
+
 class Membership:
     """This process's membership of a consumer group, from ``join()`` to ``leave()``."""
 
@@ -111,6 +134,8 @@ class Membership:
         self.client_id = validate_client_id(client_id)
         self.lock_path = _lock_path(layout, group, client_id)
         self.json_path = _json_path(layout, group, client_id)
+        self.beat_path = layout.member_beat(group, client_id)
+        self.beat_at = 0   # when this member last proved it runs (ms), 0: not yet
         self._info = dict(info or {})
         self._record: dict[str, Any] = {}
         self._fd: int | None = None
@@ -147,6 +172,7 @@ class Membership:
             base = {"clientId": self.client_id, "group": self.group, "pid": os.getpid(),
                     "host": os.uname().nodename, "startedAt": now_ms()}
             try:
+                self.beat()
                 self._publish({**self._info, **base})
             except BaseException:
                 self._give_up_lock()
@@ -154,7 +180,7 @@ class Membership:
         except BaseException:
             if made:
                 try:
-                    group_dir.rmdir()
+                    group_dir.rmdir()   # (its ``.beats`` went with the lock: _give_up_lock)
                 except OSError:
                     pass   # another member's files are in it: the group is known
             raise
@@ -185,6 +211,28 @@ class Membership:
         fixed = {k: self._record[k] for k in _RESERVED_FIELDS}
         self._publish({**self._record, **fields, **fixed})
 
+    def beat(self) -> bool:
+        """Prove that this member runs (see the module docstring). True when its previous
+        proof was older than ``MEMBER_EXPIRY_MS``: the group stopped counting it meanwhile, and
+        it should rejoin (:meth:`update`, which wakes the group)."""
+        now = now_ms()
+        lapsed = self.beat_at > 0 and now - self.beat_at > MEMBER_EXPIRY_MS
+        for attempt in range(3):
+            try:
+                try:
+                    os.utime(self.beat_path)
+                except FileNotFoundError:
+                    ensure_dir(self.beat_path.parent, durable=False)
+                    os.close(os.open(self.beat_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+                break
+            except FileNotFoundError as exc:   # the last member to leave removed ``.beats`` just then
+                if attempt == 2:
+                    raise io_error(exc, f"touch {self.beat_path}") from exc
+            except OSError as exc:
+                raise io_error(exc, f"touch {self.beat_path}") from exc
+        self.beat_at = now
+        return lapsed
+
     def _publish(self, record: dict[str, Any]) -> None:
         atomic_write_json(self.json_path, record, keep_bak=False, sync=False)
         self._record = record
@@ -197,10 +245,15 @@ class Membership:
             unlink_if_exists(self.json_path)
         self._give_up_lock()
 
+    def counted(self) -> bool:
+        """Whether the group counts this member now (its last beat is recent enough)."""
+        return now_ms() - self.beat_at <= MEMBER_EXPIRY_MS
+
     def _give_up_lock(self) -> None:
         fd, self._fd = self._fd, None
         try:
             if fd is not None and names_same_file(fd, self.lock_path):
+                _remove_beat(self.layout, self.group, self.client_id)
                 unlink_if_exists(self.lock_path)  # still holding the lock: see the docstring
         finally:
             if fd is not None:
@@ -238,6 +291,17 @@ def _published_ids(layout: Layout, group: str) -> list[str]:
     return sorted(ids)
 
 
+def _remove_beat(layout: Layout, group: str, client_id: str) -> None:
+    """Remove a member's beat file, and ``.beats`` if it was the last (no litter once
+    every member left: a joiner that meets the directory removed makes it again)."""
+    path = layout.member_beat(group, client_id)
+    unlink_if_exists(path)
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass   # other members' beats are in it (or it is gone)
+
+
 def _prune(layout: Layout, group: str, client_id: str) -> None:
     """Remove a dead member's leftovers, holding its lock so no joiner can be mid-way."""
     lock_path = _lock_path(layout, group, client_id)
@@ -246,18 +310,25 @@ def _prune(layout: Layout, group: str, client_id: str) -> None:
         return  # it has come alive (a new process took the id): leave it be
     try:
         unlink_if_exists(_json_path(layout, group, client_id))
+        _remove_beat(layout, group, client_id)
         unlink_if_exists(lock_path)
     finally:
         os.close(fd)
 
 
-def live_members(layout: Layout, group: str, *, prune: bool = False) -> list[MemberInfo]:
+def live_members(layout: Layout, group: str, *, prune: bool = False,
+                 counted_only: bool = False) -> list[MemberInfo]:
     """The group's live members, sorted by client id. A member is live while its lock is
-    held; leftovers of dead ones are skipped, and removed when ``prune`` is set."""
+    held; leftovers of dead ones are skipped, and removed when ``prune`` is set.
+    ``counted_only``: without the stuck ones (not heard from for ``MEMBER_EXPIRY_MS``), as
+    the queues are shared."""
     validate_group(group)
     members = []
+    now = now_ms()
     for cid in _published_ids(layout, group):
         if probe_held(_lock_path(layout, group, cid)):
+            if counted_only and (_expiry(layout, group, cid) or now) < now:
+                continue
             members.append(_member_info(layout, group, cid))
         elif prune:
             _prune(layout, group, cid)
@@ -291,17 +362,42 @@ def _int_field(record: dict[str, Any], key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def members_token(layout: Layout, group: str) -> tuple[str, ...]:
-    """A cheap fingerprint of the group's membership for the rebalance loop to poll.
+def _expiry(layout: Layout, group: str, client_id: str) -> int | None:
+    """When the member stops being counted (ms); None: never (no beat file: a broadcast
+    member, one still joining, or one of an older version)."""
+    beat = _beat_ms(layout, group, client_id)
+    return None if beat is None else beat + MEMBER_EXPIRY_MS
 
-    It is the sorted ids of the live members: one directory listing and one lock probe per
-    member, no JSON read. It changes when a member joins, leaves or dies (a death changes no
-    file, so file times alone would miss it) and not when members publish updates or
-    heartbeats; allocation depends on the ids alone, so an unchanged token needs no rebalance.
+
+def members_token(layout: Layout, group: str) -> tuple[str, ...]:
+    """A cheap fingerprint of the group's membership for the rebalance loop to poll
+    (:func:`members_look`'s first half)."""
+    return members_look(layout, group)[0]
+
+
+def members_look(layout: Layout, group: str, own: str | None = None) -> tuple[tuple[str, ...], int | None]:
+    """A cheap fingerprint of the group's membership for the rebalance loop to poll, and
+    when it may change next by itself (ms, or None).
+
+    It is the sorted ids of the counted members: one directory listing, one lock probe and
+    one ``stat`` (of its beat) per member, no JSON read. It changes when a member joins,
+    leaves, dies (a death changes no file, so file times alone would miss it) or stops being
+    counted (nor does that: hence the time, when the first of them but ``own`` would), and not
+    when members publish updates or beat; allocation depends on the ids alone, so an
+    unchanged token needs no rebalance.
     """
     validate_group(group)
-    return tuple(cid for cid in _published_ids(layout, group)
-                 if probe_held(_lock_path(layout, group, cid)))
+    now = now_ms()
+    ids, soonest = [], None
+    for cid in _published_ids(layout, group):
+        if probe_held(_lock_path(layout, group, cid)):
+            expiry = _expiry(layout, group, cid)
+            if expiry is not None and expiry < now:
+                continue
+            ids.append(cid)
+            if expiry is not None and cid != own and (soonest is None or expiry < soonest):
+                soonest = expiry
+    return tuple(ids), soonest
 
 
 def groups_with_members(layout: Layout) -> list[str]:

@@ -106,11 +106,17 @@ class MembersAdmin(AdminBase):
         names.validate_group(group)
         store = self.store
         cfg = store.topic(topic)
-        members = [m for m in live_members(store.layout, group) if topic in (m.record.get("topics") or [topic])]
+        members = [m for m in live_members(store.layout, group, counted_only=True)   # (as the members share)
+                   if topic in (m.record.get("topics") or [topic])]
         if consumers is not None:
             cids = [names.validate_client_id(c.strip()) for c in consumers if c.strip()]
             if not cids:
                 raise usage("{consumers}: give at least one client id, e.g. {consumers_example}", a)
+            if len(set(cids)) < len(cids):
+                # client ids are unique in a group (RocketMQ's too): a repeated one would be
+                # counted twice by the strategy and shown once
+                dup = next(c for c in cids if cids.count(c) > 1)
+                raise usage("{consumers}: client id {cid} is given twice; client ids are unique in a group", a, cid=dup)
         else:
             require_group(store, group)
             cids = [m.clientId for m in members]

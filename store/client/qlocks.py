@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from store.client.group_mutex import MUTEX_TIMEOUT, group_mutex
+from store.client.leases import CLIENT_LEASE_MS, STORE_LEASE_MS
 from store.client.options import log_warning
 from store.errors import LockHeldError, StoreIOError, UsageError, io_error
 from store.flock import (
@@ -79,8 +80,7 @@ TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__i
 if TYPE_CHECKING:
     from typing import Any
 
-STORE_LEASE_MS = 60_000   # broker's lockMaxLiveTime: a record older than this may be broken
-CLIENT_LEASE_MS = 30_000  # client's lockMaxLiveTime: a holder stops handing out batches
+# (the leases, and what scales them for tests: leases.py)
 
 _LOCK_FILE_RE = re.compile(r"^(0|[1-9][0-9]{0,9})\.lock$")
 _MAX_RECORD = 64 * 1024

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from store.client.allocate import allocate, queues_of
 from store.client.holding import Holdings
+from store.client.leases import MEMBER_EXPIRY_MS
 from store.client.offset_keeper import OffsetKeeper
 from store.client.options import ConsumeOptions
 from store.client.process_queue import ProcessQueue
@@ -101,6 +102,19 @@ class Rebalancer:
         self.membership.update(queues=queues, heartbeatAt=int(time.time() * 1000))
         self.published_queues = queues
 
+    def beat(self) -> bool:
+        """Prove that this member is not stuck (``members.py``). True when it was, for so long
+        that the group stopped counting it: it rejoins (its record rewritten wakes the others)
+        and rebalances; its queue locks, checked before every batch, say which it lost."""
+        m = self.membership
+        if not self.locked or m is None or not m.joined or not m.beat():   # (broadcast: nothing shared)
+            return False
+        self.warn(f"client {self.o.client_id} was not heard from for over "
+                  f"{MEMBER_EXPIRY_MS / 1000:g} s (stopped?): the group shared its queues "
+                  f"without it; rejoining")
+        m.update(heartbeatAt=int(time.time() * 1000))
+        return True
+
     # -- rebalance -------------------------------------------------------------------------
     def rebalance(self) -> bool:
         """Bring the held queues in line with the allocation. False: try again soon."""
@@ -155,7 +169,7 @@ class Rebalancer:
         o = self.o
         members = None
         if not o.broadcast and not o.no_group:
-            every = live_members(self.store.layout, o.group, prune=True)
+            every = live_members(self.store.layout, o.group, prune=True, counted_only=True)
             self.members_seen = tuple(m.clientId for m in every)
             live = [m for m in every if o.topic in (m.record.get("topics") or [o.topic])]
             members = sorted({m.clientId for m in live} | {o.client_id})

@@ -7,9 +7,10 @@ persist offsets, renew queue locks, and run the delay scheduler.
 
 An idle member does nothing on a timer where the store's change notification (inotify) tells
 it what changed: no periodic rebalance or membership look, no offsets look, no delay
-scheduler pass; only its queue locks' leases are renewed, once per ``IDLE_RENEW_S``. Where a
-path is polled (no inotify, a network file system: a dead member's lock changes no file
-there) the looks run every few seconds as backstops, ``--rebalance-interval`` among them.
+scheduler pass; only its queue locks' leases are renewed, and its proof that it runs
+(``members.py``), once per ``IDLE_RENEW_S``. Where a path is polled (no inotify, a network
+file system: a dead member's lock changes no file there) the looks run every few seconds as
+backstops, ``--rebalance-interval`` among them.
 
 :class:`Runtime` owns the loop and the member's life (join, signals, stop, leave); each job
 of a turn is a part of its own, with its own state:
@@ -49,6 +50,7 @@ from store.client.clocks import DelayClock, MemberClock, backstop
 from store.client.configwatch import ConfigWatch
 from store.client.dispatch import Dispatcher
 from store.client.holding import Holdings
+from store.client.leases import IDLE_RENEW_S, RENEW_INTERVAL_S
 from store.client.offset_keeper import OffsetKeeper
 from store.client.options import ConsumeOptions, RunState, log_warning
 from store.client.pulling import Puller
@@ -66,13 +68,6 @@ if TYPE_CHECKING:
 
     from store.client.dedup import DedupLog
     from store.client.sinks import InlineSink, PoolSink
-
-# A holder renews its queue locks before it hands out a batch when the last renewal is this old
-# (RocketMQ's lockInterval; a batch may be handed out for the client lease, 30 s, after one).
-RENEW_INTERVAL_S = 20.0
-# An idle holder renews only for the store lease (60 s, after which a contender may break the
-# lock): 20 s to spare, as much as between an active holder's renewal and its client lease.
-IDLE_RENEW_S = 40.0
 
 
 class Runtime:
@@ -368,7 +363,7 @@ class Runtime:
         last_renew = time.monotonic()
         delays = self.delays
         delays.at = 0.0
-        members = MemberClock(layout, None if o.no_group else o.group)
+        members = MemberClock(layout, None if o.no_group else o.group, o.client_id)
         streak = 0   # rebalances in a row that could not take every queue wanted
         watched_locks: set[Path] = set()
         while not state.stop_requested and state.fatal is None:
@@ -376,10 +371,12 @@ class Runtime:
             now = time.monotonic()
             # Where a change may go unseen (polled paths), the looks below also run on timers.
             polled = wake.polls
-            if held.locks and now - last_renew >= RENEW_INTERVAL_S:
+            if now - last_renew >= (RENEW_INTERVAL_S if held.locks else IDLE_RENEW_S):
                 # before anything else: a rebalance checks the locks, and a batch may be
-                # handed out only within the client lease of the last renewal
-                if rebalancer.renew_locks():
+                # handed out only within the client lease of the last renewal; the member
+                # proves it is not stuck at the same time (and rejoins if it was: members.py)
+                lost = bool(held.locks) and rebalancer.renew_locks()
+                if rebalancer.beat() or lost:
                     next_rebalance = 0.0
                 last_renew = now
             if config.topics_look(now) and rebalancer.topics_changed():
@@ -440,7 +437,7 @@ class Runtime:
             due_at = 0.0 if held.retake else min(next_rebalance, delays.at, members.at, config.look_at, dispatcher.due)
             if keeper.dirty or reset_look or polled or keeper.unsettled():
                 due_at = min(due_at, next_persist)
-            if held.locks:
+            if held.locks or rebalancer.locked:   # (a clustering member beats without queues too)
                 due_at = min(due_at, last_renew + IDLE_RENEW_S)
             if keeper.dirty and keeper.every_s > 0 and not keeper.committing:
                 due_at = min(due_at, keeper.last_persist + keeper.every_s)

@@ -49,10 +49,14 @@ class TransactionAdmin:
         store = self.store
         return end_transaction(store, resolve_tx_id(store, tx_id), commit, sync=sync)
 
-    def transactions(self) -> list[Pending]:
-        """The unresolved (PREPARED) transactions, oldest first."""
+    def transactions(self, *, parked: bool = False) -> list[Pending]:
+        """The unresolved (PREPARED) transactions, oldest first; with ``parked``, instead
+        those the check service parked after ``max_checks`` and nobody resolved since (state
+        DISCARDED: :meth:`end_transaction` still resolves them), oldest parked first, each
+        with ``parked_at``."""
+        from store.tx.check import parked as parked_ones
         from store.tx.check import pending
-        return pending(self.store)
+        return parked_ones(self.store) if parked else pending(self.store)
 
     def check_transactions(self, checker: Callable[[Message, int], str], *, timeout_ms: int | None = None,
                            max_checks: int | None = None,

@@ -85,13 +85,15 @@ def _start_offsets(store: "Store") -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Pending:
-    """An unresolved transaction and its newest live half copy."""
+    """An unresolved transaction and its newest live half copy (of a parked one: its newest
+    half copy, and ``parked_at``, the store time of its copy in ``TRANS_CHECK_MAX_TIME_TOPIC``)."""
 
     tx_id: str
     topic: str
     queue_id: int
     check_times: int
     half: Message
+    parked_at: int | None = None
 
 
 def pending(store: "Store") -> list[Pending]:
@@ -112,6 +114,27 @@ def pending(store: "Store") -> list[Pending]:
             out.append(Pending(tx_id, view.topic, int_or(m.properties.get(PROP_REAL_QID), -1),
                                view.check_times, view.latest))
     return sorted(out, key=lambda p: (p.half.born_timestamp, p.half.queue_offset))
+
+
+def parked(store: "Store") -> list[Pending]:
+    """Transactions parked after their last check (state DISCARDED) and resolved by nobody
+    since — ``tx commit``/``rollback`` still do — oldest parked first."""
+    if not store.has_topic(CHECK_MAX_TOPIC):
+        return []
+    copies: dict[str, Message] = {}
+    for m in store.iter_queue(CHECK_MAX_TOPIC, 0, store.min_offset(CHECK_MAX_TOPIC, 0)):
+        if m.uniq_key:
+            copies.setdefault(m.uniq_key, m)
+    out = []
+    for tx_id, copy in copies.items():
+        try:
+            view = load(store, tx_id)
+        except NotFoundError:  # the key index lost it: `mqctl store recover` rebuilds it
+            continue
+        if view.state == DISCARDED:
+            out.append(Pending(tx_id, view.topic, int_or(view.latest.properties.get(PROP_REAL_QID), -1),
+                               view.check_times, view.latest, copy.store_timestamp))
+    return sorted(out, key=lambda p: (p.parked_at or 0, p.half.queue_offset))
 
 
 # -- the check service ---------------------------------------------------------------------------

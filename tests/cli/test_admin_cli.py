@@ -23,7 +23,7 @@ from store.log.messagestore import Store
 from store.log.offsets import ClusterOffsetStore
 from store.log.record import PROP_DLQ_ORIGIN_TOPIC, PROP_RETRY_TOPIC, Draft
 from store.names import dlq_topic, retry_topic
-from tests.procs import MQ, run_inprocess, wait_for
+from tests.procs import MQ, one_error, run_inprocess, wait_for
 
 
 def put(store: Store, topic: str, bodies: list[str], queue: int = 0, **kw: Any) -> list:
@@ -289,6 +289,13 @@ def test_rebalance_bad_input(mq: MQ, loaded: Store) -> None:
     assert mq.cli("rebalance", "T", "-g", "G", "--consumers", "a", "--strategy", "config").returncode == 2
     assert mq.cli("rebalance", "T", "-g", "G", "--consumers", "a", "--strategy", "random").returncode == 2
     assert mq.cli("rebalance", "T", "-g", "G", "--consumers", "a", "--queues", "1").returncode == 2
+
+
+def test_rebalance_refuses_a_client_id_given_twice(mq: MQ, loaded: Store) -> None:
+    # (it said "shared by 2 members" and printed one row: client ids are unique in a group)
+    res = mq.run("rebalance", "T", "-g", "G", "--consumers", "c1,c2,c1")
+    one_error(res, 2, "--consumers: client id c1 is given twice")
+    assert res.stdout == b""
 
 
 # -- dlq ---------------------------------------------------------------------------------------

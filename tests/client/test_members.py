@@ -6,6 +6,7 @@ import json
 import os
 import select
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -189,7 +190,8 @@ def test_update_merges_fields_but_keeps_the_identity(layout):
 def test_leave_removes_both_files_and_is_idempotent(layout):
     member = Membership(layout, "G", "c1")
     member.join()
-    assert sorted(os.listdir(layout.members_dir("G"))) == ["c1.json", "c1.lock"]
+    assert sorted(os.listdir(layout.members_dir("G"))) == [".beats", "c1.json", "c1.lock"]
+    assert os.listdir(layout.members_dir("G") / ".beats") == ["c1"]
     member.leave()
     member.leave()
     assert os.listdir(layout.members_dir("G")) == []
@@ -222,7 +224,8 @@ def test_leftovers_without_a_lock_holder_are_ignored_and_pruned(layout):
     assert ids(layout) == ["alive"]
     assert (layout.members_dir("G") / "gone.json").exists()
     assert [m.clientId for m in live_members(layout, "G", prune=True)] == ["alive"]
-    assert sorted(os.listdir(layout.members_dir("G"))) == ["alive.json", "alive.lock"]
+    assert sorted(os.listdir(layout.members_dir("G"))) == [".beats", "alive.json", "alive.lock"]
+    assert os.listdir(layout.members_dir("G") / ".beats") == ["alive"]
 
 
 def test_a_json_without_any_lock_file_is_not_a_member(layout):
@@ -354,3 +357,24 @@ def test_a_failed_join_removes_the_group_directory_it_made_and_only_that(layout,
     with pytest.raises(OSError):
         Membership(layout, "H", "c1").join()
     assert layout.members_dir("H").is_dir()
+
+
+def test_a_member_not_heard_from_for_the_expiry_is_live_but_not_counted(layout):
+    # (a stopped member kept its queues for ever: its flock alone made it count)
+    from store.client.leases import MEMBER_EXPIRY_MS
+    from store.client.members import members_look
+    stuck, other = Membership(layout, "G", "stuck"), Membership(layout, "G", "other")
+    stuck.join()
+    other.join()
+    token, soonest = members_look(layout, "G", "other")
+    beat = os.stat(layout.member_beat("G", "stuck")).st_mtime_ns // 1_000_000
+    assert token == ("other", "stuck") and soonest == beat + MEMBER_EXPIRY_MS
+    old = time.time() - MEMBER_EXPIRY_MS / 1000 - 1
+    os.utime(layout.member_beat("G", "stuck"), (old, old))   # what a stop that long leaves
+    assert [m.clientId for m in live_members(layout, "G", prune=True, counted_only=True)] == ["other"]
+    assert [m.clientId for m in live_members(layout, "G")] == ["other", "stuck"]   # still live
+    assert members_token(layout, "G") == ("other",)
+    stuck.beat_at = int(old * 1000)
+    assert stuck.beat() is True                # it notices it lapsed ...
+    assert members_token(layout, "G") == ("other", "stuck")   # ... and counts again
+    assert stuck.beat() is False

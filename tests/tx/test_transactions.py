@@ -329,6 +329,35 @@ def test_after_max_checks_a_transaction_is_discarded_then_can_be_resolved_by_han
     assert_committed_once(root, "orders", u, "u1")
 
 
+def test_tx_list_parked_shows_what_the_check_service_parked_until_it_is_resolved(
+        root: Path, tmp_path: Path) -> None:
+    # (a parked transaction left `tx list` and no option listed it: its id was to be dug out
+    # of TRANS_CHECK_MAX_TIME_TOPIC with `consume --no-group`)
+    cmd = handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY)
+    u1 = tx_send(root, "orders", "u1", "--keys", "k")
+    assert ok(root, "tx", "list", "--parked", "--json").stdout == b""   # (no check-max topic yet)
+    u2 = tx_send(root, "audit", "u2")
+    u3 = tx_send(root, "orders", "u3")["txId"]
+    check(root, cmd, "--timeout", "0", "--max-checks", "1")   # asks about each once
+    check(root, cmd, "--timeout", "0", "--max-checks", "1")   # parks the three
+    ok(root, "tx", "commit", u3)   # resolved by hand: no longer parked
+    rows = [json.loads(line) for line in ok(root, "tx", "list", "--parked", "--json").stdout.splitlines()]
+    assert [(r["txId"], r["topic"], r["msgId"], r["checkTimes"], r["state"]) for r in rows] == [
+        (u1["txId"], "orders", u1["txId"], 1, DISCARDED), (u2["txId"], "audit", u2["txId"], 1, DISCARDED)]
+    assert [r["queueId"] for r in rows] == [u1["queueId"], u2["queueId"]]
+    assert all(r["parkedTimestamp"] >= r["bornTimestamp"] > 0 for r in rows)
+    assert ok(root, "tx", "list", "--json").stdout == b""   # pending: none
+    table = ok(root, "tx", "list", "--parked").out.splitlines()
+    assert table[0].split() == ["TX-ID", "TOPIC", "QUEUE", "BORN", "AGE", "CHECKS", "PARKED"]
+    assert [ln.split()[0] for ln in table[1:]] == [u1["txId"], u2["txId"]]
+    ok(root, "tx", "rollback", u1["txId"])
+    rows = [json.loads(line) for line in ok(root, "tx", "list", "--parked", "--json").stdout.splitlines()]
+    assert [r["txId"] for r in rows] == [u2["txId"]]
+    ok(root, "tx", "commit", u2["txId"])
+    empty = ok(root, "tx", "list", "--parked")
+    assert empty.stdout == b"" and "no parked transactions" in empty.stderr
+
+
 @pytest.mark.parametrize("body", [
     "sleep 30; echo COMMIT",               # overruns --cmd-timeout
     "echo COMMIT; exit 3",                 # non-zero exit

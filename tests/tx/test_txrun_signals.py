@@ -98,6 +98,34 @@ def test_a_sighup_a_one_shot_was_started_ignoring_stays_ignored(mq: MQ, tmp_path
     _signalled(mq, tmp_path, args, [signal.SIGHUP, signal.SIGTERM], (128 + signal.SIGTERM, -signal.SIGTERM))
 
 
+def test_tx_send_started_ignoring_sigint_ends_on_one_as_on_ctrl_c(mq: MQ, tmp_path: Path) -> None:
+    """``mqctl tx send ... --exec CMD &`` in a script starts with SIGINT ignored (the shell
+    does that to a background job); a ``kill -INT`` to mqctl alone then ends it as Ctrl-C at a
+    terminal does, like ``send``: exit 130, the command killed, the half message left for the
+    check service. (It used to wait for the command, then commit.)"""
+    pidfile = tmp_path / "pid"
+    cmd = _slow(tmp_path, pidfile)
+    mq.ok("init")
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)   # what mqctl inherits, as from `&`
+    try:
+        p = mq.start("tx", "send", "orders", "x", "--exec", cmd)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    pid = 0
+    try:
+        pid = _pid_of(pidfile)
+        p.signal(signal.SIGINT)
+        assert p.wait() == 130, p.stderr()
+        assert p.stderr().endswith("mqctl: error: interrupted\n"), p.stderr()
+        assert p.stdout() == b""   # no JSON line: the transaction was not ended
+        wait_for(lambda: not pid_running(pid), what="the command to end with mqctl")
+        [half] = mq.ok("tx", "list", "--json").json_lines()
+        assert half["topic"] == "orders"
+    finally:
+        mq.cleanup()
+        _end(pid)
+
+
 def test_a_signal_after_the_command_ended_kills_what_it_left_running(mq: MQ, tmp_path: Path) -> None:
     """The check command's own process has exited, but a child of it (its group) still holds
     its stdout, so mqctl still waits for its answer: a SIGTERM then kills that child too."""

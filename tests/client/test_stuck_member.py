@@ -1,0 +1,76 @@
+"""A member alive but stuck (SIGSTOP) stops counting for the group's allocation once it has
+not proved it runs for the member expiry (RocketMQ: a client without a heartbeat for 120 s
+is dropped and the others rebalance): the others take its queues, breaking its expired
+queue locks; on SIGCONT it notices, delivers nothing more of the queues it lost, and
+rejoins. Real ``mqctl consume`` processes, with every lease scaled down for the test
+(``MQCTL_TEST_LEASE_SCALE``, store/client/leases.py: member expiry 6 s, queue lock lease 3 s).
+
+Before, the stuck member kept its queues for ever: its membership flock was still held, so
+every allocation still gave them to it, and nobody ever tried its expired locks."""
+from __future__ import annotations
+
+import collections
+import signal
+
+import pytest
+
+from tests.procs import MQ, Proc, wait_for
+
+SCALED = {"MQCTL_TEST_LEASE_SCALE": "0.05"}
+
+
+def _consumer(mq: MQ, *extra: str) -> Proc:
+    return mq.start("consume", "T", "-g", "G", "--from", "first", *extra, extra_env=SCALED)
+
+
+def _send(mq: MQ, queue: int, bodies: list[str]) -> None:
+    mq.ok("send", "T", "-q", str(queue), input="".join(f"{b}\n" for b in bodies))
+
+
+def _client_of(mq: MQ, proc: Proc) -> str:
+    [cid] = [m.clientId for m in mq.members("G") if m.pid == proc.pid]
+    return cid
+
+
+def _lines(proc: Proc) -> list[str]:
+    return [ln.decode() for ln in proc.lines()]
+
+
+@pytest.mark.parametrize("mode,queues", [("--orderly", 2), ("concurrently", 1)])
+def test_a_stopped_member_loses_its_queues_then_rejoins_without_duplicates(mq: MQ, mode: str, queues: int) -> None:
+    mq.ok("topic", "create", "T", "--queues", str(queues), *(["--order"] if mode == "--orderly" else []))
+    extra = [mode] if mode == "--orderly" else []
+    a = _consumer(mq, *extra)
+    mq.wait_balanced("G", "T", 1, queues)
+    b = _consumer(mq, *extra)
+    wait_for(lambda: len(mq.members("G")) == 2, what="both members to join")
+    if queues > 1:
+        mq.wait_balanced("G", "T", 2, queues)
+    held = mq.member_queues("G", "T")
+    a_id, b_id = _client_of(mq, a), _client_of(mq, b)
+    [lost] = sorted(held[a_id])   # (with one queue: the first member keeps it)
+
+    a.signal(signal.SIGSTOP)
+    try:
+        first = [f"{q}-first-{i}" for q in range(queues) for i in range(3)]
+        for q in range(queues):
+            _send(mq, q, [b for b in first if b.startswith(f"{q}-")])
+        # the stopped member's queue is taken over once it stops counting: B prints it all
+        wait_for(lambda: set(first) <= set(_lines(b)), timeout=90,
+                 what=f"{b_id} to take queue {lost} of the stopped {a_id}")
+        assert any(lk.queueId == lost and lk.clientId == b_id for lk in mq.locks("G"))
+    finally:
+        a.signal(signal.SIGCONT)
+    # It notices, and rejoins: counted again, the group shares the queues with it again.
+    wait_for(lambda: "rejoining" in a.stderr(), timeout=60, what=f"{a_id} to rejoin")
+    assert f"lost the lock on queue T:{lost} of group G" in a.stderr(), a.stderr()
+    if queues > 1:
+        mq.wait_balanced("G", "T", 2, queues, timeout=60)
+    then = [f"{q}-then-{i}" for q in range(queues) for i in range(3)]
+    for q in range(queues):
+        _send(mq, q, [b for b in then if b.startswith(f"{q}-")])
+    wait_for(lambda: set(first + then) <= set(_lines(a) + _lines(b)), timeout=60, what="every message")
+    assert not set(first) & set(_lines(a)), "the stopped member delivered what its queue's new owner did"
+    assert a.stop() == 0 and b.stop() == 0
+    counts = collections.Counter(_lines(a) + _lines(b))
+    assert sorted(counts.elements()) == sorted(first + then), "each message once"
