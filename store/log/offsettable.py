@@ -188,7 +188,7 @@ class Loaded:
 
     table: ClusterTable
     journal: oj.Tail
-    source: str = "snapshot"          # snapshot | bak | journal | none
+    source: str = "snapshot"          # snapshot | bak | journal | lost (nothing to trust) | none
     lost: set[str] = field(default_factory=set)      # "<topic>@<group>" keys not recoverable
     problems: list[tuple[str, str]] = field(default_factory=list)   # (file, why) for check
     behind: bool = False              # the journal has records past the snapshot (commits since it)
@@ -269,27 +269,57 @@ def _load(layout: Layout) -> Loaded:
         return Loaded(table, tail, source, lost, problems,
                       behind=bool(tail.records), snapshot_end=max(je, 0), snapshot_bytes=len(raw))
     tail = journal.read(None)
-    if not tail.exists:
-        missing_only = all(why.endswith("missing") for _f, why in problems)
-        if missing_only:
-            return Loaded(ClusterTable(), tail, "none")
-    table = _replay({}, tail.records)
-    if not tail.exists or tail.torn:
-        problems.append((str(layout.consumer_offset_log), "offsets journal " + (
-            "missing" if not tail.exists else "damaged (ends early)")))
-    lost = _lost(damaged_text, table)
-    if not tail.exists and not lost:
-        # a store of an older version (no journal) whose table names no group any more:
-        # every read is refused rather than every group silently starting over
-        groups = groups_on_disk(layout)
-        if groups:   # (known from their directories: they must not vanish without a word)
-            problems.append((str(path), f"the committed offsets of {name_groups(groups)} are in no readable copy: "
-                                        f"mqctl store recover starts the table empty, and each starts again "
-                                        f"per its consumers' --from"))
-        return Loaded(table, tail, "none", lost, problems, unknown=True)
+    if not tail.exists and all(why.endswith("missing") for _f, why in problems):
+        return Loaded(ClusterTable(), tail, "none")   # a new store, or the config deleted by hand
+    if tail.records:   # (its first record holds the whole table: the journal vouches for it)
+        table = _replay({}, tail.records)
+        if tail.torn:
+            problems.append((str(layout.consumer_offset_log), "offsets journal damaged (ends early)"))
+        lost = _lost(damaged_text, table)
+        if lost:
+            problems.append(_lost_problem(path, lost))
+        return Loaded(table, tail, "journal", lost, problems)
+    # Damaged copies (junk, not absence) and no journal to vouch for any group (none, or not
+    # even its first record readable; an older version's store has none): the groups the
+    # store still shows are lost, with the topics their queue locks name, and refused until
+    # ``store recover`` resets them to the oldest message. A group it shows with no topic
+    # leaves the whole table unknown: every group refused, as when no group is shown at all.
+    problems.append((str(layout.consumer_offset_log), "offsets journal missing" if not tail.exists else
+                     "offsets journal unreadable (not even its first record: it vouches for no offset)"))
+    lost = _lost(damaged_text, ClusterTable()) | keys_on_disk(layout)
     if lost:
         problems.append(_lost_problem(path, lost))
-    return Loaded(table, tail, "journal" if tail.exists else "none", lost, problems)
+    unpinned = unpinned_groups(layout, lost)
+    if unpinned or not lost:
+        problems.append((str(path), (f"the committed offsets of {name_groups(unpinned)} are in no readable copy, "
+                                     f"nor the topics they were in: " if unpinned else
+                                     "no group's committed offsets can be read: ")
+                         + "mqctl store recover starts them again per their consumers' --from"))
+    # (header False: the next write starts the journal again instead of appending to junk)
+    return Loaded(ClusterTable(), oj.Tail([], tail.base, tail.end, torn=True, exists=tail.exists, header=False),
+                  "lost", lost, problems, unknown=bool(unpinned) or not lost)
+
+
+def keys_on_disk(layout: Layout) -> set[str]:
+    """``<topic>@<group>`` of every queue-lock directory a clustering group left
+    (``locks/GROUP/TOPIC/``): the offsets a table that cannot be read had, at least."""
+    import os
+
+    from store.names import ANY_TOPIC_RE
+    out = set()
+    for group in groups_on_disk(layout):
+        try:
+            topics = os.listdir(layout.queue_locks_dir(group))
+        except OSError:
+            continue
+        out.update(table_key(t, group) for t in topics
+                   if ANY_TOPIC_RE.fullmatch(t) and os.path.isdir(layout.queue_locks_dir(group) / t))
+    return out
+
+
+def unpinned_groups(layout: Layout, lost: set[str]) -> list[str]:
+    """Groups the store shows (:func:`groups_on_disk`) that no key in ``lost`` names."""
+    return sorted(set(groups_on_disk(layout)) - {split_key(k)[1] for k in lost})
 
 
 def groups_on_disk(layout: Layout) -> list[str]:
