@@ -366,12 +366,6 @@ class ClusterOffsetStore:
     # -- internals
     def _load(self, group: str | None = None) -> ClusterTable:
         loaded = offsettable.load(self.layout)
-        if loaded.source in ("bak", "journal", "lost") and self._told != (told := (loaded.source, *loaded.problems)):
-            self._told = told   # (said once per damage: a command or a member reads the table many times)
-            self._warn(f"{self.path} is damaged; " + {
-                "bak": "offsets come from its .bak and the offsets journal",
-                "journal": "offsets come from the offsets journal",
-                "lost": "so are its .bak and the offsets journal"}[loaded.source])
         if loaded.unknown:
             raise CorruptionError(str(self.path), 0, "unreadable, and so are its .bak and the offsets journal: no "
                                   "group's offsets can be trusted; run mqctl store recover (it resets the groups "
@@ -381,6 +375,13 @@ class ClusterOffsetStore:
             raise CorruptionError(str(self.path), 0, f"offsets of group {group} (topics {', '.join(lost[group])}) "
                                   f"were damaged and cannot be recovered; run mqctl store recover "
                                   f"(resets them to the oldest message)")
+        if loaded.source in ("bak", "journal", "lost") and self._told != (told := (loaded.source, *loaded.problems)):
+            self._told = told   # (said once per damage: a command or a member reads the table many times)
+            self._warn(f"{self.path} is damaged; " + {
+                "bak": "offsets come from its .bak and the offsets journal",
+                "journal": "offsets come from the offsets journal",
+                "lost": "no copy or journal holds its offsets: those of groups the store showed before are "
+                        "lost until mqctl store recover"}[loaded.source])
         offsetcommits.overlay(self.layout, loaded.table)   # stages' commits not in the file yet
         return loaded.table
 
