@@ -273,9 +273,11 @@ def _load(layout: Layout) -> Loaded:
         return Loaded(ClusterTable(), tail, "none")   # a new store, or the config deleted by hand
     if tail.records:   # (its first record holds the whole table: the journal vouches for it)
         table = _replay({}, tail.records)
+        lost = _lost(damaged_text, table)
         if tail.torn:
             problems.append((str(layout.consumer_offset_log), "offsets journal damaged (ends early)"))
-        lost = _lost(damaged_text, table)
+            # (the records it lost may be all a group the store showed had: none of it is left)
+            lost |= {k for k in keys_on_disk(layout) if k not in table.offsets and k not in table.epochs}
         if lost:
             problems.append(_lost_problem(path, lost))
         return Loaded(table, tail, "journal", lost, problems)

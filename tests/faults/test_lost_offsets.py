@@ -97,3 +97,21 @@ def test_groups_whose_topics_the_store_does_not_show_leave_every_group_refused_u
     assert "the committed offsets of group billing are lost" in res.stderr, res
     assert mq.run("store", "check").returncode == 0
     assert mq.run("progress", "-g", "billing").returncode == 0   # still a group the store knows
+
+
+def test_a_group_whose_only_journal_records_are_past_a_damaged_one_is_lost_not_new(mq: MQ) -> None:
+    # (the journal's first record, the whole table, has g; h came after: with the copies cut
+    # and h's first record damaged, nothing is left of h, which must not start per --from)
+    _consumed_four_of_fifteen(mq)
+    mq.ok("consume", "t", "-g", "h", "--from", "first", "-c", "6")
+    config = mq.root / "config"
+    journal = bytearray((config / FILES[2]).read_bytes())
+    journal[journal.index(b'"t@h"') + 2] ^= 0x01   # (its first record naming h: the CRC fails)
+    for name in FILES[:2]:
+        (config / name).write_bytes((config / name).read_bytes()[:5])
+    (config / FILES[2]).write_bytes(bytes(journal))
+    res = mq.run("consume", "t", "-g", "h", "-e")
+    assert res.returncode == 5 and res.stdout == b"" and "group h" in res.stderr, res
+    assert mq.run("store", "recover").returncode == 0
+    got = mq.ok("consume", "t", "-g", "h", "-e").stdout.split()
+    assert len(got) == 15, got   # delivered again from the oldest, none skipped
