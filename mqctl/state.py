@@ -20,17 +20,18 @@ class State:
     utc: bool = False
     _store: Store | None = field(default=None, repr=False)
 
-    def store(self, create: bool = False, recover: bool = True) -> "Store":
+    def store(self, create: bool = False, recover: bool = True, rebuild_settings: bool = False) -> "Store":
         """The store, opened on first use. ``create`` (a command that writes): a missing store
         is created, and topics on first send, unless the store was made with ``init
         --no-auto-create`` or ``MQCTL_AUTO_CREATE=0``; either creation is said on stderr, so a
         typo in a store path or topic name does not pass unnoticed. ``recover=False``: as it is
-        on disk, nothing repaired at open (``store check`` only reads)."""
+        on disk, nothing repaired at open (``store check`` only reads). ``rebuild_settings``
+        (``store recover``): a store.json lost with its .bak is rebuilt from the store's files."""
         if self._store is None:
             from store import Store
             from store.errors import StoreNotFoundError
             try:
-                self._store = Store.open(self.store_path, recover=recover)
+                self._store = Store.open(self.store_path, recover=recover, rebuild_settings=rebuild_settings)
             except StoreNotFoundError:
                 if not create:
                     raise
@@ -55,12 +56,13 @@ class State:
             say(f"mqctl: created topic {cfg.name} ({cfg.queues} queue{'' if cfg.queues == 1 else 's'})")
         store.on_topic_created = created
 
-    def admin(self, recover: bool = True) -> "Admin":
+    def admin(self, recover: bool = True, rebuild_settings: bool = False) -> "Admin":
         """:class:`store.Admin` over the store, its messages naming the command line's flags;
         ``recover=False``: over the store as it is on disk (see :meth:`store`)."""
         from mqctl.argnames import ARG_FLAGS
         from store import Admin
-        return Admin.of(lambda: self.store(recover=recover), arg_names=ARG_FLAGS)   # opened when first needed
+        # (opened when first needed)
+        return Admin.of(lambda: self.store(recover=recover, rebuild_settings=rebuild_settings), arg_names=ARG_FLAGS)
 
     def close(self) -> None:
         if self._store is not None:

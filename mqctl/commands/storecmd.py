@@ -70,7 +70,8 @@ Examples:
 def recover(ctx: typer.Context, json: JsonOpt = False) -> None:
     from mqctl.output import Output
     from mqctl.storeview import show_recover
-    admin = state(ctx).admin(recover=False)   # opened as found: the full recovery below decides
+    # opened as found (the full recovery below decides), a lost store.json rebuilt
+    admin = state(ctx).admin(recover=False, rebuild_settings=True)
     out = Output(json=json)
     with _log_progress(out, admin, "recovering") as advance:
         rep = admin.recover(progress=advance)

@@ -118,14 +118,27 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
         queues.claim_window(w, topics, pending_from)
         rep.records += len(w)
         reached, cut = w.end, w.cut
-    for w in recordscan.scan(log, reached, progress, live=True):
-        take(w)
+    def scan_from(start: int, progress: Callable[[int], None] | None) -> None:
+        """Scan to the log's end, stepping over a record that runs past it while valid ones
+        follow: damage (reported once) the way recovery and the readers step over it."""
+        nonlocal cut
+        while True:
+            for w in recordscan.scan(log, start, progress, live=True):
+                take(w)
+            if not cut:
+                return
+            torn = confirm(lambda: recordscan.tail_damage(log, reached))
+            nxt = None if torn is None else confirm(lambda: recordscan.resume_after(log, reached))
+            if torn is None or nxt is None:
+                return   # (a writer adding it now, or a torn tail: looked at again at the end)
+            classify(Problem(*torn), reached)
+            start, cut = nxt, False
+    scan_from(reached, progress)
     queues.open_all(topics, engine.topics)
     # What was written during the pass: every entry read (each queue's end is fixed now)
     # points at a record below the log's end from here on. Its records are all past the
     # checkpoint read first (pending), so none of them is owed an entry yet.
-    for w in recordscan.scan(log, reached, None, live=True):
-        take(w)
+    scan_from(reached, None)
     if cut:   # the last record runs past the log's end: a writer adding it now, or torn?
         torn = confirm(lambda: recordscan.tail_damage(log, reached))
         if torn is not None:

@@ -368,19 +368,7 @@ class KeyIndex:
             raise io_error(exc, f"write {self.path(base)}") from exc
 
     def _resolve(self, fd: int, value: int, count: int) -> int:
-        """A slot value a killed writer left past ``indexCount``: its entries were written
-        before the slot, so following their ``prevIndex`` leads back to the chain as it was."""
-        seen = 0
-        while value >= count and seen < 1 << 20:
-            seen += 1
-            raw = os.pread(fd, F.INDEX_ENTRY_SIZE, self.table_end + value * F.INDEX_ENTRY_SIZE)
-            if len(raw) < F.INDEX_ENTRY_SIZE:
-                return 0
-            prev = _ENTRY.unpack(raw)[3]
-            if prev >= value:
-                return 0
-            value = prev
-        return value if value > 0 else 0
+        return indexchains.resolve(fd, self.table_end, value, count)
 
     def repair(self) -> int:
         """Point every slot of the newest file that a killed writer left past ``indexCount``
@@ -451,9 +439,11 @@ class KeyIndex:
                 self.path(base).unlink()
 
     # -- reading ---------------------------------------------------------------------------
-    def lookup(self, key: str, limit: int = 64, damaged: list[str] | None = None) -> list[int]:
-        """Commit-log offsets whose entry hash matches ``key``, newest first (unverified);
-        ``damaged`` gets each file too short for its header (it cannot answer)."""
+    def lookup(self, key: str, limit: int = 64, damaged: list[tuple[int, str]] | None = None) -> list[int]:
+        """Commit-log offsets whose entry hash matches ``key``, newest first (unverified).
+        ``damaged`` gets ``(file, why)`` of each file that cannot answer: too short for its
+        header, or a chain its walk finds damaged (:func:`indexchains.walk`); its hits stop
+        there (what the walk found before is kept)."""
         h = key_hash(key)
         out: list[int] = []
         for base in reversed(self.files()):
@@ -465,7 +455,7 @@ class KeyIndex:
                 hdr = os.pread(fd, F.INDEX_HEADER_SIZE, 0)
                 if len(hdr) < F.INDEX_HEADER_SIZE:
                     if damaged is not None:
-                        damaged.append(str(self.path(base)))
+                        damaged.append((base, "is shorter than its header"))
                     continue
                 _b, _e, _bp, _ep, slots, count = _HDR.unpack(hdr)
                 if slots != self.slots or count < 1:
@@ -473,26 +463,12 @@ class KeyIndex:
                 table_end = F.INDEX_HEADER_SIZE + slots * 4
                 if damaged is not None and os.fstat(fd).st_size < table_end + (
                         count * F.INDEX_ENTRY_SIZE if count > 1 else 0):
-                    damaged.append(str(self.path(base)))
-                raw = os.pread(fd, 4, F.INDEX_HEADER_SIZE + (h % slots) * 4)
-                n = _SLOT.unpack(raw)[0] if len(raw) == 4 else 0
-                if n >= count:   # a batch's slot before its header (being written, or cut short)
-                    n = self._resolve(fd, n, count)
-                seen = 0
-                while 0 < n < count and seen < count:
-                    seen += 1
-                    ent = os.pread(fd, F.INDEX_ENTRY_SIZE, table_end + n * F.INDEX_ENTRY_SIZE)
-                    if len(ent) < F.INDEX_ENTRY_SIZE:
-                        break
-                    eh, phys, _td, prev = _ENTRY.unpack(ent)
-                    if eh == h:
-                        out.append(phys)
-                        if len(out) >= limit:
-                            return out
-                    if prev >= n:
-                        break
-                    n = prev
+                    damaged.append((base, "is shorter than its header says"))
+                why = indexchains.walk(fd, table_end, slots, count, h, limit, out)
+                if why is not None and damaged is not None:
+                    damaged.append((base, why))
+                if len(out) >= limit:
+                    return out
             finally:
                 os.close(fd)
         return out
-

@@ -2,7 +2,8 @@
 ``index.py``, which alone calls this): whether every entry is reachable from its slot, and
 which entries a lookup of their own key reaches. Pure functions over a whole file's bytes,
 as arrays: a thorough look at a full file (a million entries) is a few array passes, where a
-loop over its entries took a third of a second. And :func:`keys_of_last`, a look at a file's end.
+loop over its entries took a third of a second. And :func:`keys_of_last`, a look at a file's end;
+:func:`walk`, a lookup's walk along one chain, and :func:`resolve`, a killed writer's slot.
 """
 from __future__ import annotations
 
@@ -101,6 +102,59 @@ def reachable(data: bytes, table_end: int, slots: int) -> tuple[Any, Any]:
         order = np.argsort(phys, kind="stable")
         phys, h = phys[order], h[order]
     return phys, h
+
+
+def resolve(fd: int, table_end: int, value: int, count: int) -> int:
+    """A slot value a killed writer left past ``indexCount`` (or one being written): its
+    entries were written before the slot, so following their ``prevIndex`` leads back to the
+    chain as it was (0: no chain, or none that leads back)."""
+    seen = 0
+    while value >= count and seen < 1 << 20:
+        seen += 1
+        raw = os.pread(fd, F.INDEX_ENTRY_SIZE, table_end + value * F.INDEX_ENTRY_SIZE)
+        if len(raw) < F.INDEX_ENTRY_SIZE:
+            return 0
+        prev = F.INDEX_ENTRY.unpack(raw)[3]
+        if prev >= value:
+            return 0
+        value = prev
+    return value if value > 0 else 0
+
+
+def walk(fd: int, table_end: int, slots: int, count: int, h: int, limit: int, out: list[int]) -> str | None:
+    """A lookup of key hash ``h`` in the file open as ``fd`` (``count`` entries): the
+    commit-log offsets of the entries on its slot's chain with hash ``h``, newest first, into
+    ``out`` (at most ``limit`` in all). Returns why the chain cannot be trusted (it would
+    answer "not found" for keys the log has), or None: what a walk sees at no extra read — a
+    slot, or a slot's pending entries (a batch's, before its header), past the file's end; a
+    ``prevIndex`` that does not go back; an entry whose hash is not of this slot."""
+    sl = h % slots
+    raw = os.pread(fd, 4, F.INDEX_HEADER_SIZE + sl * 4)
+    n = F.INDEX_SLOT.unpack(raw)[0] if len(raw) == 4 else 0
+    if n < 0:
+        return f"slot {sl} points at entry {n}"
+    if n >= count:   # a batch's slot before its header (being written, or cut short)
+        raw = os.pread(fd, F.INDEX_ENTRY_SIZE, table_end + n * F.INDEX_ENTRY_SIZE)
+        if len(raw) < F.INDEX_ENTRY_SIZE or F.INDEX_ENTRY.unpack(raw)[0] % slots != sl:
+            return f"slot {sl} points at entry {n}, past the {count} entries and no pending entry of its"
+        n = resolve(fd, table_end, n, count)
+    seen = 0
+    while 0 < n < count and seen < count:
+        seen += 1
+        ent = os.pread(fd, F.INDEX_ENTRY_SIZE, table_end + n * F.INDEX_ENTRY_SIZE)
+        if len(ent) < F.INDEX_ENTRY_SIZE:
+            return f"entry {n} of slot {sl} is past the file's end"
+        eh, phys, _td, prev = F.INDEX_ENTRY.unpack(ent)
+        if eh == h:
+            out.append(phys)
+            if len(out) >= limit:
+                return None
+        elif eh % slots != sl:
+            return f"entry {n}, on the chain of slot {sl}, holds a key of slot {eh % slots}"
+        if prev >= n:
+            return f"entry {n} chains forward to entry {prev}"
+        n = prev
+    return None
 
 
 def keys_of_last(fd: int, table_end: int, count: int, end_phys: int) -> int:

@@ -18,13 +18,16 @@ files from the damaged one on are removed and the keys of their records added ag
 the log; one warning says so. A process that cannot write says what is wrong and that ``mqctl
 store recover`` repairs it, once. ``store check`` reports the same damage. Handles opened to
 change nothing (``Store.open(recover=False)``) do not look.
+
+Damage in the middle of a file (a slot or a chain a lookup's walk cannot trust: ``indexchains
+.walk``) is found by the lookup that meets it, and repaired the same way (:func:`heal`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
-from store.errors import StoreIOError
+from store.errors import CorruptionError, StoreIOError
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log import indexfence
@@ -68,8 +71,25 @@ def before_lookup(engine: "Engine") -> None:
                     f"lookups by key or id may miss messages until `mqctl store recover` rebuilds it")
 
 
-def _repair_locked(engine: "Engine") -> None:
-    found = inspect(engine)   # (again: another process may have repaired it)
+def heal(engine: "Engine", base: int, why: str, still: Callable[[], bool]) -> None:
+    """A lookup found file ``base`` damaged (``why``: a chain its walk cannot trust,
+    ``KeyIndex.lookup``): unless ``still()``, looked at again under the write lock (no batch
+    half written then), says it is sound by now, the same repair as a cut file's. A process
+    that cannot write refuses (``CorruptionError``, exit 5) rather than answer "not found"."""
+    path = engine.index.path(base)
+    try:
+        with engine.write_lock:
+            checkpoint_locked(engine)
+            if still():
+                _repair_locked(engine, Finding(f"file {F.segment_name(base)} {why}", base,
+                                               max(base, engine.commitlog.min_offset())))
+    except StoreIOError as exc:
+        raise CorruptionError(str(path), 0, f"key index file damaged ({why}) and this process cannot repair it "
+                              f"({exc}): it cannot answer; run mqctl store recover") from exc
+
+
+def _repair_locked(engine: "Engine", finding: Finding | None = None) -> None:
+    found = finding or inspect(engine)   # (again: another process may have repaired it)
     cp = ckpt.read(engine.layout.checkpoint)
     if found is None or cp is None:
         return

@@ -31,16 +31,15 @@ from pathlib import Path
 from store import names
 from store.errors import (
     BadInputError,
-    DataError,
     MessageTooLargeError,
     OperationError,
-    StoreError,
     StoreIOError,
     StoreNotFoundError,
     UsageError,
 )
-from store.fsutil import atomic_write_json, check_dir_path, read_json_with_bak
-from store.layout import Layout, backup_of
+from store.fsutil import check_dir_path
+from store.layout import Layout
+from store.log import settings as settings_file
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
@@ -108,53 +107,28 @@ class Store:
     # -- opening ---------------------------------------------------------------------------
     @classmethod
     def open(cls, root: str | Path, *, create: bool = False, settings: StoreSettings | None = None,
-             warn: Callable[[str], None] = _default_warn, recover: bool = True) -> "Store":
+             warn: Callable[[str], None] = _default_warn, recover: bool = True,
+             rebuild_settings: bool = False) -> "Store":
         """Open the store at ``root``; with ``create`` make it first if it does not exist.
 
         A store that was left dirty (a writer died mid-batch, or the machine restarted) is
-        recovered here, under the write lock, before anything is read."""
+        recovered here, under the write lock, before anything is read. ``rebuild_settings``
+        (``store recover``): a ``store.json`` lost with its ``.bak`` is rebuilt (``settings.load``)."""
         root = Path(root).expanduser()
         layout = Layout(root)
         check_dir_path(root, "a store directory")
-        if not layout.store_json.exists() and not cls._restore_settings(layout, warn, write=recover):
+        if not layout.store_json.exists() and not settings_file.restore_from_bak(layout, warn, write=recover):
             if not create:
                 if root.exists() and any(root.iterdir()):
                     raise StoreNotFoundError(f"{root} is not an mqctl store (no store.json)")
                 raise StoreNotFoundError(f"no store at {root} (create one with: mqctl init)")
             cls._initialise(root, settings or StoreSettings())
         cls._check_owner(root)
-        try:
-            obj = read_json_with_bak(layout.store_json, warn=warn)
-            st = StoreSettings.from_json(obj)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise DataError(f"{layout.store_json}: {exc}") from exc
-        opened = cls(root, st, warn)
+        opened = cls(root, settings_file.load(layout, warn, rebuild=rebuild_settings), warn)
         if recover:
             recover_if_dirty(opened.engine)
             opened._migrate_topics()
         return opened
-
-    @staticmethod
-    def _restore_settings(layout: Layout, warn: Callable[[str], None], write: bool) -> bool:
-        """``store.json`` is missing or not JSON and its ``.bak`` readable: put it back (True).
-        ``write`` False (``store check``, ``top``: an open that changes nothing): only read it."""
-        bak = backup_of(layout.store_json)
-        try:
-            obj = read_json_with_bak(bak)
-            if obj is None:
-                return False
-            StoreSettings.from_json(obj)
-        except (StoreError, ValueError, KeyError, TypeError):
-            return False
-        if not write:
-            return True
-        state = "unreadable" if layout.store_json.exists() else "missing"
-        warn(f"{layout.store_json} is {state}; restored from {bak.name}")
-        try:
-            atomic_write_json(layout.store_json, obj, keep_bak=False)
-        except StoreError:
-            pass   # a store this process cannot write: read from the .bak
-        return True
 
     def _migrate_topics(self) -> None:
         """The first writer moves a legacy ``topics.json`` to one file per topic (a process
@@ -181,9 +155,7 @@ class Store:
         layout = Layout(root)
         if not claim_new_store(layout):
             return   # two processes making the store at once: the other one made it
-        # store.json is written once; its .bak (durable by store.json's dir fsync) is the fallback a damaged one names
-        atomic_write_json(backup_of(layout.store_json), settings.to_json(), keep_bak=False, sync_dir=False)
-        atomic_write_json(layout.store_json, settings.to_json(), keep_bak=False)
+        settings_file.write_new(layout, settings)
 
     def close_queues(self) -> None:
         """Drop the cached descriptors of every consume queue (after files were removed)."""
@@ -374,7 +346,7 @@ class Store:
             try:   # (missing or not JSON: every reader meanwhile used its .bak, which check names)
                 json.loads(self.layout.store_json.read_bytes())
             except (OSError, ValueError):
-                self._restore_settings(self.layout, self.warn, write=True)
+                settings_file.restore_from_bak(self.layout, self.warn, write=True)
             self._migrate_topics()
         with self.engine.write_lock:
             from store.log.offsets import ClusterOffsetStore

@@ -396,18 +396,22 @@ class ClusterOffsetStore:
     # -- internals
     def _load(self, group: str | None = None) -> ClusterTable:
         loaded = offsettable.load(self.layout)
-        if loaded.source in ("bak", "journal") and self._told != (told := (loaded.source, *loaded.problems)):
-            self._told = told   # (said once per damage: a command or a member reads the table many times)
-            self._warn(f"{self.path} is damaged; offsets come from "
-                       f"{'its .bak and the offsets journal' if loaded.source == 'bak' else 'the offsets journal'}")
         if loaded.unknown:
-            raise CorruptionError(str(self.path), 0, "unreadable, and so is its .bak, and there is no offsets "
-                                  "journal; run mqctl store recover (every group then starts again per its --from)")
+            raise CorruptionError(str(self.path), 0, "unreadable, and so are its .bak and the offsets journal: no "
+                                  "group's offsets can be trusted; run mqctl store recover (it resets the groups "
+                                  "the store shows to the oldest message)")
         lost = loaded.lost_groups()
         if group is not None and group in lost:
             raise CorruptionError(str(self.path), 0, f"offsets of group {group} (topics {', '.join(lost[group])}) "
                                   f"were damaged and cannot be recovered; run mqctl store recover "
                                   f"(resets them to the oldest message)")
+        if loaded.source in ("bak", "journal", "lost") and self._told != (told := (loaded.source, *loaded.problems)):
+            self._told = told   # (said once per damage: a command or a member reads the table many times)
+            self._warn(f"{self.path} is damaged; " + {
+                "bak": "offsets come from its .bak and the offsets journal",
+                "journal": "offsets come from the offsets journal",
+                "lost": "no copy or journal holds its offsets: those of groups the store showed before are "
+                        "lost until mqctl store recover"}[loaded.source])
         offsetcommits.overlay(self.layout, loaded.table)   # stages' commits not in the file yet
         return loaded.table
 
@@ -431,11 +435,10 @@ class ClusterOffsetStore:
         if loaded.unknown and on_lost is None:
             self._load()   # raises: only recovery starts such a table over
         if loaded.unknown:
-            groups = offsettable.groups_on_disk(self.layout)
+            groups = offsettable.unpinned_groups(self.layout, loaded.lost)
             lost = f": the committed offsets of {offsettable.name_groups(groups)} are lost" if groups else ""
-            self._warn(f"{self.path} and its .bak are unreadable and there is no offsets journal: "
-                       f"the table starts empty{lost} (every group starts again per its consumers' --from)")
-            loaded.source = "journal"   # rewrite both, keeping nothing of the damaged copies
+            self._warn(f"{self.path}, its .bak and the offsets journal are unreadable: the table starts "
+                       f"again from the groups the store shows{lost} (they start again per their consumers' --from)")
         lost_before, applied_before = set(loaded.table.lost), loaded.table.applied
         # keys a damaged copy names stay known as lost until recover resets them
         loaded.table.lost |= loaded.lost

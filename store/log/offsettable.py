@@ -188,7 +188,7 @@ class Loaded:
 
     table: ClusterTable
     journal: oj.Tail
-    source: str = "snapshot"          # snapshot | bak | journal | none
+    source: str = "snapshot"          # snapshot | bak | journal | lost (nothing to trust) | none
     lost: set[str] = field(default_factory=set)      # "<topic>@<group>" keys not recoverable
     problems: list[tuple[str, str]] = field(default_factory=list)   # (file, why) for check
     behind: bool = False              # the journal has records past the snapshot (commits since it)
@@ -269,38 +269,47 @@ def _load(layout: Layout) -> Loaded:
         return Loaded(table, tail, source, lost, problems,
                       behind=bool(tail.records), snapshot_end=max(je, 0), snapshot_bytes=len(raw))
     tail = journal.read(None)
-    if not tail.exists:
-        missing_only = all(why.endswith("missing") for _f, why in problems)
-        if missing_only:
-            return Loaded(ClusterTable(), tail, "none")
-    table = _replay({}, tail.records)
-    if not tail.exists or tail.torn:
-        problems.append((str(layout.consumer_offset_log), "offsets journal " + (
-            "missing" if not tail.exists else "damaged (ends early)")))
-    lost = _lost(damaged_text, table)
-    if not tail.exists and not lost:
-        # a store of an older version (no journal) whose table names no group any more:
-        # every read is refused rather than every group silently starting over
-        groups = groups_on_disk(layout)
-        if groups:   # (known from their directories: they must not vanish without a word)
-            problems.append((str(path), f"the committed offsets of {name_groups(groups)} are in no readable copy: "
-                                        f"mqctl store recover starts the table empty, and each starts again "
-                                        f"per its consumers' --from"))
-        return Loaded(table, tail, "none", lost, problems, unknown=True)
+    if not tail.exists and all(why.endswith("missing") for _f, why in problems):
+        return Loaded(ClusterTable(), tail, "none")   # a new store, or the config deleted by hand
+    if tail.records:   # (its first record holds the whole table: the journal vouches for it)
+        table = _replay({}, tail.records)
+        lost = _lost(damaged_text, table)
+        if tail.torn:
+            problems.append((str(layout.consumer_offset_log), "offsets journal damaged (ends early)"))
+            # (the records it lost may be all a group the store showed had: none of it is left)
+            lost |= {k for k in keys_on_disk(layout) if k not in table.offsets and k not in table.epochs}
+        if lost:
+            problems.append(_lost_problem(path, lost))
+        return Loaded(table, tail, "journal", lost, problems)
+    # Damaged copies (junk, not absence) and no journal to vouch for any group (none, or not
+    # even its first record readable; an older version's store has none): the groups the
+    # store still shows are lost, with the topics their queue locks name, and refused until
+    # ``store recover`` resets them to the oldest message. A group it shows with no topic
+    # leaves the whole table unknown: every group refused, as when no group is shown at all.
+    problems.append((str(layout.consumer_offset_log), "offsets journal missing" if not tail.exists else
+                     "offsets journal unreadable (not even its first record: it vouches for no offset)"))
+    lost = _lost(damaged_text, ClusterTable()) | keys_on_disk(layout)
     if lost:
         problems.append(_lost_problem(path, lost))
-    return Loaded(table, tail, "journal" if tail.exists else "none", lost, problems)
+    unpinned = unpinned_groups(layout, lost)
+    if unpinned or not lost:
+        problems.append((str(path), (f"the committed offsets of {name_groups(unpinned)} are in no readable copy, "
+                                     f"nor the topics they were in: " if unpinned else
+                                     "no group's committed offsets can be read: ")
+                         + "mqctl store recover starts them again per their consumers' --from"))
+    # (header False: the next write starts the journal again instead of appending to junk)
+    return Loaded(ClusterTable(), oj.Tail([], tail.base, tail.end, torn=True, exists=tail.exists, header=False),
+                  "lost", lost, problems, unknown=bool(unpinned) or not lost)
 
 
 def epochs(layout: Layout) -> dict[str, int] | None:
     """The reset epochs (``<topic>@<group>`` -> n) that :func:`load` would give, read without
     decoding the group members' commits: the snapshot, and of the journal's records after its
-    ``journalEnd`` only those that are not in a commit's form (``offsetjournal.sets_only``: they
-    set offsets and nothing else), which are the only ones that can move an epoch. A member
-    looking for a reset after another member wrote the snapshot reads hundreds of commits there
-    (a second of a busy group's) and decoded every one. None when the table is not in a state
-    read so: the snapshot not trusted (its ``.bak`` or the journal is then used), offsets named
-    lost, a record that does not parse; the caller then loads the table whole."""
+    ``journalEnd`` only those not in a commit's form (``offsetjournal.sets_only``), the only ones
+    that can move an epoch: a member looking for a reset after another wrote the snapshot
+    decoded hundreds of commits there (a second of a busy group's). None when the table is not
+    in a state read so: the snapshot not trusted (its ``.bak`` or the journal is then used),
+    offsets named lost, a record that does not parse; the caller then loads the table whole."""
     table, je, _why, _raw = _read_copy(layout.consumer_offset_json)
     if table is None or je is None or je < 0 or table.lost:
         return None
@@ -320,10 +329,63 @@ def epochs(layout: Layout) -> dict[str, int] | None:
         return None
 
 
-def groups_on_disk(layout: Layout) -> list[str]:
+def keys_on_disk(layout: Layout) -> set[str]:
+    """``<topic>@<group>`` of every queue-lock directory a clustering group left
+    (``locks/GROUP/TOPIC/``) before the table was damaged (:func:`_damaged_at`): the offsets
+    a table that cannot be read had, at least."""
+    import os
+
+    from store.names import ANY_TOPIC_RE
+    out: set[str] = set()
+    before = _damaged_at(layout)
+    for group in groups_on_disk(layout, before):
+        try:
+            topics = os.listdir(layout.queue_locks_dir(group))
+        except OSError:
+            continue
+        out.update(table_key(t, group) for t in topics
+                   if ANY_TOPIC_RE.fullmatch(t) and _made_by(layout.queue_locks_dir(group) / t, before, True))
+    return out
+
+
+def unpinned_groups(layout: Layout, lost: set[str]) -> list[str]:
+    """Groups the store showed before the table was damaged (:func:`groups_on_disk`) that no
+    key in ``lost`` names."""
+    return sorted(set(groups_on_disk(layout, _damaged_at(layout))) - {split_key(k)[1] for k in lost})
+
+
+def _damaged_at(layout: Layout) -> int:
+    """When the offset files were last written (ns; their damage is no later): a group's
+    directory made after it is a group new since, which had no offsets to lose. (Its consumer
+    makes its queue locks before it reads its offsets: it must not take itself for lost.)"""
+    import os
+    path = layout.consumer_offset_json
+    times = []
+    for p in (path, backup_of(path), layout.consumer_offset_log):
+        try:
+            times.append(os.stat(p).st_mtime_ns)
+        except OSError:
+            continue
+    return max(times, default=0)
+
+
+def _made_by(path: Path, before: int | None, is_dir: bool = False) -> bool:
+    """``path`` exists (a directory, if ``is_dir``), last changed at ``before`` or earlier
+    (None: whenever)."""
+    import os
+    import stat
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (not is_dir or stat.S_ISDIR(st.st_mode)) and (before is None or st.st_mtime_ns <= before)
+
+
+def groups_on_disk(layout: Layout, before: int | None = None) -> list[str]:
     """Clustering groups the store knows from their directories (``consumers/``, ``locks/``;
-    broadcast groups keep their offsets elsewhere): those whose offsets a table that cannot
-    be read at all loses, to be named rather than forgotten in silence."""
+    broadcast groups keep their offsets elsewhere), one of them last changed at ``before``
+    or earlier (ns; None: whenever): those whose offsets a table that cannot be read at all
+    loses, to be named rather than forgotten in silence."""
     import os
 
     from store.names import NAME_RE
@@ -333,7 +395,8 @@ def groups_on_disk(layout: Layout) -> list[str]:
             return os.listdir(d)
         except OSError:
             return []
-    found = {n for d in (layout.members_root, layout.queue_locks_root) for n in names_in(d) if NAME_RE.fullmatch(n)}
+    found = {n for d in (layout.members_root, layout.queue_locks_root) for n in names_in(d)
+             if NAME_RE.fullmatch(n) and _made_by(d / n, before)}
     root = layout.broadcast_offsets_root
     return sorted(found - {g for cid in names_in(root) for g in names_in(root / cid)})
 

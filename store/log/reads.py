@@ -116,17 +116,14 @@ def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
         if m is not None and m.msg_id == msg_id.upper():
             return m
     _look_at_index(engine)
-    index_damage: list[str] = []
     if indexfence.rebuilding(engine.index):   # a rebuild was cut short: its files may lack the key
         hits = records_with_uniq_key(engine.commitlog, msg_id)
     else:
-        hits = engine.index.lookup("#" + msg_id, limit=64, damaged=index_damage)
+        hits = lookup(engine, "#" + msg_id, 64)
     for phys in hits:
         m = _read_live(engine, phys, damage)
         if m is not None and m.uniq_key == msg_id:
             return m
-    if index_damage and strict:
-        raise _index_damage_error(index_damage[0])
     if damage and strict:
         raise _damage_error(engine, *damage[0])
     raise MessageNotFoundError(f"no message with id {typed!r}")
@@ -142,7 +139,7 @@ def find_all(engine: "Engine", uniq_key: str, limit: int = 64) -> list[Message]:
     """Every stored copy carrying a unique key (retries and DLQ copies keep it)."""
     _look_at_index(engine)
     out = []
-    for phys in engine.index.lookup("#" + uniq_key, limit=limit):
+    for phys in lookup(engine, "#" + uniq_key, limit):
         try:
             m = engine.commitlog.read(phys)
         except (RecordError, OSError):
@@ -159,18 +156,38 @@ def query_key(engine: "Engine", topic: str, key: str, limit: int = 64, strict: b
     _look_at_index(engine)
     out = []
     damage: list[tuple[int, str]] = []
-    index_damage: list[str] = []
-    for phys in engine.index.lookup(f"{topic}#{key}", limit=limit * 4, damaged=index_damage):
+    for phys in lookup(engine, f"{topic}#{key}", limit * 4):
         m = _read_live(engine, phys, damage)
         if m is not None and m.topic == topic and key in m.keys:
             out.append(m)
             if len(out) >= limit:
                 break
-    if index_damage and strict and not out:
-        raise _index_damage_error(index_damage[0])
     if damage and strict:
         raise _damage_error(engine, *damage[0])
     return out
+
+
+def lookup(engine: "Engine", key: str, limit: int) -> list[int]:
+    """``KeyIndex.lookup``, never "not found" from a damaged file: one whose walk finds it
+    damaged is repaired from the log first (``indexends.heal``; ``CorruptionError``, exit 5,
+    where this process cannot), and the lookup made again."""
+    damaged: list[tuple[int, str]] = []
+    hits = engine.index.lookup(key, limit, damaged)
+    if not damaged:
+        return hits
+    from store.log.indexends import heal
+
+    def still() -> bool:
+        again: list[tuple[int, str]] = []
+        engine.index.lookup(key, limit, again)
+        return bool(again)
+    heal(engine, damaged[0][0], damaged[0][1], still)
+    damaged.clear()
+    hits = engine.index.lookup(key, limit, damaged)
+    if damaged:
+        raise CorruptionError(str(engine.index.path(damaged[0][0])), 0,
+                              f"key index file damaged ({damaged[0][1]}): it cannot answer; run mqctl store recover")
+    return hits
 
 
 def _look_at_index(engine: "Engine") -> None:
@@ -206,11 +223,6 @@ def _damage_error(engine: "Engine", phys: int, why: str) -> CorruptionError:
     path = log.segment_path(log.segment_of(phys))
     return CorruptionError(str(path), phys - log.segment_of(phys),
                            f"damaged message: {why} (run: mqctl store check)")
-
-
-def _index_damage_error(path: str) -> CorruptionError:
-    return CorruptionError(path, 0, "key index file is shorter than its header says: it cannot answer "
-                           "(run: mqctl store recover)")
 
 
 def store_timestamp_at(engine: "Engine", phys: int) -> int:

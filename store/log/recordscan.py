@@ -9,7 +9,8 @@ a check is reported as damage (its segment, its offset in it, why) and the scan 
 the next record start (:func:`resume_at`). A segment other than the last must end with its
 BLANK trailer; one that does not lost its tail (reported, and the scan moves on to the next
 segment). A ``live`` scan (``store check`` beside writers) stops at a record that runs past
-the end of the log instead: a writer may be adding it now (:func:`tail_damage` looks again).
+the end of the log instead: a writer may be adding it now (:func:`tail_damage` looks again,
+and when it is damage with records after it, :func:`resume_after` says where to go on).
 Record layout: ``format.py``.
 """
 from __future__ import annotations
@@ -199,6 +200,32 @@ def tail_damage(log: CommitLog, at: int) -> tuple[str, int, str] | None:
     except RecordError:
         pass
     return str(path), at - base, _reason(buf, 0, at)
+
+
+def resume_after(log: CommitLog, at: int) -> int | None:
+    """Where a scan goes on after the damaged record at ``at`` that a live scan stopped at
+    (:func:`tail_damage` found it damaged, not cut: its TOTALSIZE runs past the end while
+    records follow): the next record start, as :func:`resume_at` finds it for every scan and
+    reader, looked for a window at a time to the end of its segment, else the next segment;
+    None when nothing follows (a torn tail)."""
+    base = log.segment_of(at)
+    segs = log.segments()
+    try:
+        with open(log.segment_path(base), "rb") as fh:
+            pos, first = at - base, True
+            while True:
+                fh.seek(pos)
+                buf = fh.read(WINDOW + _SLACK)
+                if len(buf) < F.RECORD_FIXED_SIZE:
+                    break
+                nxt = resume_at(buf, 0 if first else -1, base + pos)
+                if nxt is not None:
+                    return base + pos + nxt
+                pos, first = pos + max(len(buf) - _SLACK, 1), False   # (a header across windows: seen in the next)
+    except FileNotFoundError:
+        pass
+    later = [b for b in segs if b > base]
+    return later[0] if later else None
 
 
 def _continues(buf: bytes, i: int) -> bool:

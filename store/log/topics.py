@@ -170,6 +170,7 @@ class TopicTable:
         self._paths: dict[str, str] = {}
         self._legacy_stamp: tuple[int, int, int] | None = None
         self._legacy: dict[str, TopicConfig] = {}
+        self._told: set[str] = set()   # the damage warned of (once per handle, however often it is read)
         self.view = topicsview.TopicsView(
             layout.topics_json, layout.topics_dir, lambda: {n: (c.queues, c.order) for n, c in self.all().items()},
             self.epoch_token)
@@ -233,17 +234,22 @@ class TopicTable:
         where = self.layout.topic_config(name)
         mirror = read_topic_file(self.layout.topic_mirror(name), name)
         if isinstance(mirror, TopicConfig):
-            if self.warn is not None and got != "missing":
-                self.warn(f"{where} is {got}; using its copy {self.layout.topic_mirror(name)} "
-                          f"(mqctl store recover repairs it)")
+            if got != "missing":
+                self._tell(f"{where} is {got}; using its copy {self.layout.topic_mirror(name)} "
+                           f"(mqctl store recover repairs it)")
             return mirror, False
         qids = queue_dirs(self.layout, name)
-        if self.warn is not None and got != "missing":
-            self.warn(f"{where} is {got}, and so is its copy" + (
+        if got != "missing":
+            self._tell(f"{where} is {got}, and so is its copy {self.layout.topic_mirror(name)}" + (
                 f"; using its {qids[-1] + 1} queue directories (mqctl store recover repairs it)" if qids else ""))
         if qids:
             return TopicConfig(name, qids[-1] + 1), False
         return None
+
+    def _tell(self, message: str) -> None:
+        if self.warn is not None and message not in self._told:
+            self._told.add(message)
+            self.warn(message)
 
     def all(self) -> dict[str, TopicConfig]:
         """Every topic, by name (a listing of ``config/topics/``, and of the copies beside the
@@ -424,12 +430,16 @@ class TopicTable:
                    if e.endswith(_SUFFIX) and not e.startswith(".")}
         for name in sorted(configs):
             got = read_topic_file(self.layout.topic_config(name), name)
+            mirror = read_topic_file(self.layout.topic_mirror(name), name)
             if isinstance(got, str):
                 out.append((str(self.layout.topic_config(name)), f"topic config {got} (run mqctl store recover)"))
+                if isinstance(mirror, str):   # (both lost: the queue directories stand in)
+                    out.append((str(self.layout.topic_mirror(name)),
+                                f"topic copy {mirror} too (run mqctl store recover)"))
             elif got.deleting:
                 out.append((str(self.layout.topic_config(name)), "topic deletion did not finish "
                                                                  "(run mqctl store recover)"))
-            elif isinstance(mirror := read_topic_file(self.layout.topic_mirror(name), name), str):
+            elif isinstance(mirror, str):
                 out.append((str(self.layout.topic_mirror(name)), f"topic copy {mirror} (run mqctl store recover)"))
         for name in sorted(set(_listdir(self.layout.consumequeue_dir)) - configs):
             if queue_dirs(self.layout, name):

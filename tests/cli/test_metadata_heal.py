@@ -300,3 +300,19 @@ def test_a_topic_whose_config_alone_is_lost_is_still_listed(mq: MQ) -> None:
     assert mq.run("store", "check").returncode == 1
     mq.ok("store", "recover")
     mq.check_clean()
+
+
+@pytest.mark.parametrize("copy", ["intact", "damaged"])
+def test_check_warns_of_a_damaged_topic_config_once_and_names_both_copies_when_both_are_lost(
+        mq: MQ, copy: str) -> None:
+    mq.ok("send", "t", "a")
+    config, mirror = mq.root / "config" / "topics" / "t.json", mq.root / "consumequeue" / "t" / "topic.json"
+    config.write_bytes(b"junk\n")
+    if copy == "damaged":
+        mirror.write_bytes(b"junk\n")
+    res = mq.run("store", "check")
+    assert res.returncode == 1, res
+    warnings = [ln for ln in res.stderr.splitlines() if "warning" in ln]
+    assert len(warnings) == 1 and str(config) in warnings[0], res.stderr
+    named = [ln.split(":0:")[0] for ln in res.out.splitlines() if ":0:" in ln]
+    assert named == ([str(config)] if copy == "intact" else [str(config), str(mirror)]), res.out

@@ -217,3 +217,47 @@ def test_key_index_cut_under_a_running_writer_costs_no_message(mq: MQ, cut: int 
         [hit] = found.json_lines()
         assert hit["keys"] == [key] and hit["msgId"] in ids and found.stderr == "", str(found)
     mq.check_clean()
+
+
+def _shift_slots(data: bytearray) -> None:
+    """Every slot in use pointed 7 entries further: past the entries, or at another key's."""
+    for at in range(40, 40 + 4 * 131072, 4):
+        v = int.from_bytes(data[at:at + 4], "big")
+        if v:
+            data[at:at + 4] = (v + 7).to_bytes(4, "big")
+
+
+def _chain_forward(data: bytearray) -> None:
+    """Every entry's prevIndex pointed at itself (a chain that does not go back)."""
+    count = int.from_bytes(data[36:40], "big")
+    for n in range(1, count):
+        at = 40 + 4 * 131072 + n * 20 + 16
+        data[at:at + 4] = n.to_bytes(4, "big")
+
+
+def _hash_flipped(data: bytearray) -> None:
+    """Every entry's key hash changed (so none is of the slot whose chain holds it)."""
+    count = int.from_bytes(data[36:40], "big")
+    for n in range(1, count):
+        at = 40 + 4 * 131072 + n * 20
+        data[at + 3] ^= 0x01
+
+
+@pytest.mark.parametrize("damage", [_shift_slots, _chain_forward, _hash_flipped], ids=lambda f: f.__name__[1:])
+def test_key_index_damaged_in_its_middle_is_repaired_by_the_lookup_that_meets_it(mq: MQ, damage) -> None:
+    """Slots or chains damaged inside a sound-looking file (its size and header fine): the
+    lookup used to answer "no message" (exit 3) and "no messages" (exit 0) for keys the log
+    has. The walk sees the damage, and the file is repaired from the log as a cut one is."""
+    sent = _keyed(mq)
+    data = bytearray(_index_file(mq).read_bytes())
+    damage(data)
+    _index_file(mq).write_bytes(bytes(data))
+    e = sent[77]
+    shown = mq.ok("msg", "show", e["msgId"], "--json")
+    assert shown.json_lines()[0]["body"] == e["body"], str(shown)
+    [warning] = _warnings(shown)
+    assert "key index" in warning and "repaired from the commit log" in warning, warning
+    for e in (sent[0], sent[len(sent) // 2], sent[-1]):
+        found = mq.ok("msg", "query", "--topic", "t", "--key", e["keys"][0], "--json")
+        assert [x["msgId"] for x in found.json_lines()] == [e["msgId"]] and found.stderr == "", str(found)
+    mq.check_clean()

@@ -228,6 +228,28 @@ def test_read_only_store(mq: MQ, ro_view: Path, tmp_path: Path) -> None:
     assert [e["body"] for e in mq.drain("t", "G")] == ["one", "two", "torn"]
 
 
+def test_key_index_damaged_in_its_middle_on_a_read_only_store_is_refused_not_denied(mq: MQ, ro_view: Path,
+                                                                                      tmp_path: Path) -> None:
+    """A lookup whose walk finds the index damaged and that cannot repair it says so (exit 5,
+    naming ``mqctl store recover``) instead of "no message with id"; nothing is written."""
+    res = mq.ok("send", "t", "special", "-k", "findme", "--json")
+    msg_id = res.json_lines()[0]["msgId"]
+    path = Layout(mq.root).index_dir / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    for at in range(40, 40 + 4 * 131072, 4):   # every slot in use pointed past the entries
+        v = int.from_bytes(data[at:at + 4], "big")
+        if v:
+            data[at:at + 4] = (v + 7).to_bytes(4, "big")
+    path.write_bytes(bytes(data))
+    before = sizes(mq.root)
+    ro = MQ(ro_view, tmp_path)
+    for args in (["msg", "show", msg_id], ["msg", "query", "--topic", "t", "--key", "findme"]):
+        msg = one_error(ro.run(*args), 5, allow_warnings=True)
+        assert "key index" in msg and "mqctl store recover" in msg, msg
+    assert sizes(mq.root) == before
+    assert mq.ok("msg", "show", msg_id, "--json").json_lines()[0]["body"] == "special"
+
+
 def test_cut_queue_on_a_read_only_store_is_warned_about_once(mq: MQ, ro_view: Path, tmp_path: Path) -> None:
     """A consume queue cut by hand (``tests/faults/test_cut_queue.py``) that this process cannot
     repair: what the queue has is shown, with one warning naming the queue and ``mqctl store
