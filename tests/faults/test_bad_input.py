@@ -171,8 +171,11 @@ def line_verdict(raw: bytes) -> str:
         k, v = str(k), str(v)
         if not k or not v or k in RESERVED_PROPERTIES:
             return "bad"
-    if obj.get("tags") is not None and not isinstance(obj["tags"], str):
+    tags = obj.get("tags")
+    if tags is not None and not isinstance(tags, str):
         return "bad"
+    if tags and (tags != tags.strip() or any(ch in tags for ch in "|&,*")):
+        return "bad"   # (a tag a consumer's expression could not select: names.tag_problem)
     keys = obj.get("keys")
     if keys is not None and not (isinstance(keys, str) or (isinstance(keys, list) and all(isinstance(k, str) for k in keys))):
         return "bad"
