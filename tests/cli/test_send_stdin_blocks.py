@@ -86,6 +86,49 @@ def test_a_record_within_the_cap_spanning_many_reads_is_whole() -> None:
     assert got == records
 
 
+def test_a_fast_pipe_is_read_ahead_while_its_records_are_not_taken() -> None:
+    # Once a read of a pipe is big (FAST_READ), the pipe is read by a thread up to READ_AHEAD
+    # reads ahead (ReadAhead): a writer is not held back by a full pipe while the sender
+    # writes a batch. Here the reader takes one group of records and no more while the
+    # writer writes more than the pipe holds: it finishes (before, it waited for a read
+    # that never came); then every record comes out, in order.
+    import fcntl
+
+    from mqctl.stdin import FAST_READ, READ_AHEAD
+    line = 65536
+    records = [(b"%08d" % i) + b"r" * (line - 9) for i in range(8)]
+    r, w = os.pipe()
+    room = fcntl.fcntl(r, fcntl.F_GETPIPE_SZ)
+    if room < len(records) * (line + 1):
+        room = fcntl.fcntl(r, fcntl.F_SETPIPE_SZ, 1 << 20)   # (as read_chunks raises it)
+    os.write(w, b"".join(rec + b"\n" for rec in records))   # 512 KiB: the first read is a fast one
+    chunks = read_chunks(r, b"\n", zero_copy=True)
+    first, _more = next(chunks)
+    got = [bytes(p) for p in first]
+    # writes of 64 KiB: each read ahead takes at least one of them whole
+    more = [(b"%08d" % i) + b"m" * (line - 9) for i in range(8, 8 + room // line + READ_AHEAD // 2)]
+    assert READ_AHEAD // 2 * line >= 2 * FAST_READ   # (more than the pipe holds)
+    done = threading.Event()
+
+    def feed() -> None:
+        for rec in more:
+            os.write(w, rec + b"\n")
+        os.close(w)
+        done.set()
+
+    t = threading.Thread(target=feed, daemon=True)
+    t.start()
+    finished = done.wait(120)   # (a wait for a writer that blocks forever when not read ahead)
+    if not finished:
+        os.close(r)   # (the writer gets EPIPE and ends)
+    assert finished, "the writer was held back by a full pipe: nothing read it ahead"
+    for parts, _more in chunks:
+        got += [bytes(p) for p in parts]
+    t.join()
+    os.close(r)
+    assert got == records + more
+
+
 def test_write_lines_writes_every_body_then_a_newline() -> None:
     r, w = os.pipe()
     bodies = [b"a" * 70000, b"", b"b", memoryview(b"cc")] * 700
