@@ -128,8 +128,10 @@ class Membership:
     """This process's membership of a consumer group, from ``join()`` to ``leave()``."""
 
     def __init__(self, layout: Layout, group: str, client_id: str,
-                 info: dict[str, Any] | None = None) -> None:
+                 info: dict[str, Any] | None = None, beats: bool = True) -> None:
         self.layout = layout
+        # (False: a broadcast member, which shares nothing: no beat file, never expires)
+        self.beats = beats
         self.group = validate_group(group)
         self.client_id = validate_client_id(client_id)
         self.lock_path = _lock_path(layout, group, client_id)
@@ -172,7 +174,8 @@ class Membership:
             base = {"clientId": self.client_id, "group": self.group, "pid": os.getpid(),
                     "host": os.uname().nodename, "startedAt": now_ms()}
             try:
-                self.beat()
+                if self.beats:
+                    self.beat()
                 self._publish({**self._info, **base})
             except BaseException:
                 self._give_up_lock()

@@ -70,7 +70,8 @@ class Rebalancer:
             "topics": [o.topic], "mode": "broadcasting" if o.broadcast else "clustering",
             "orderly": o.orderly, "strategy": o.strategy, "queues": [],
             # (config: the member's own queue ids, which `mqctl rebalance` shows as the allocation)
-            **({"configQueues": sorted(set(o.config_queues or []))} if o.strategy == "config" else {})})
+            **({"configQueues": sorted(set(o.config_queues or []))} if o.strategy == "config" else {})},
+            beats=not o.broadcast)
         from store.errors import ClientIdInUseError
         try:
             self.membership.join()

@@ -27,8 +27,8 @@ def _send(mq: MQ, queue: int, bodies: list[str]) -> None:
     mq.ok("send", "T", "-q", str(queue), input="".join(f"{b}\n" for b in bodies))
 
 
-def _client_of(mq: MQ, proc: Proc) -> str:
-    [cid] = [m.clientId for m in mq.members("G") if m.pid == proc.pid]
+def _client_of(mq: MQ, proc: Proc, group: str = "G") -> str:
+    [cid] = [m.clientId for m in mq.members(group) if m.pid == proc.pid]
     return cid
 
 
@@ -74,3 +74,17 @@ def test_a_stopped_member_loses_its_queues_then_rejoins_without_duplicates(mq: M
     assert a.stop() == 0 and b.stop() == 0
     counts = collections.Counter(_lines(a) + _lines(b))
     assert sorted(counts.elements()) == sorted(first + then), "each message once"
+
+
+def test_a_broadcast_member_never_stops_counting(mq: MQ) -> None:
+    """A broadcast member shares nothing and does not beat: it leaves no proof of life to
+    grow old (which made it vanish from ``mqctl rebalance`` 120 s after it joined, exit 3)."""
+    import os
+    mq.ok("topic", "create", "T", "--queues", "2")
+    a = mq.start("consume", "T", "-g", "B", "--broadcast", extra_env=SCALED)
+    wait_for(lambda: len(mq.members("B")) == 1, what="the broadcast member to join")
+    for beat in (mq.root / "consumers" / "B" / ".beats").glob("*"):
+        os.utime(beat, (0, 0))   # (as if it had joined long ago)
+    shown = mq.ok("rebalance", "T", "-g", "B")
+    assert _client_of(mq, a, "B") in shown.out, shown
+    assert a.stop() == 0
