@@ -136,7 +136,8 @@ def test_close_from_another_thread_while_the_loop_pulls(mq: MQ, monkeypatch: pyt
 
 
 _CLOSED_BY_A_SIGNAL = """
-    import os, signal, sys
+    import faulthandler, os, signal, sys, time
+    faulthandler.dump_traceback_later(90, exit=True)   # (a deadlock: a traceback, exit 1)
     import store
     from store.client import consumer as consumer_mod
     from store.client.pulling import Puller
@@ -149,6 +150,9 @@ _CLOSED_BY_A_SIGNAL = """
         if not fired and c.runtime.held.pqs and c.runtime.dispatcher.futures == {}:
             if __import__("threading").current_thread().name == "MainThread" and fired.append(1) is None:
                 os.kill(os.getpid(), signal.SIGUSR1)
+                # (time for another thread to take the signal, were it to: its handler would
+                # then run here, in the middle of the pulls, and close() would wait for ever)
+                time.sleep(0.5)
         return pull_all(self)
     Puller.pull_all = pulls
     n = sum(1 for _m in c.messages())
