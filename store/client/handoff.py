@@ -138,6 +138,8 @@ class IteratorSink(InHand):
             return None
 
     fed = False   # the iterating thread ran the pulls (feed) since its last batch: now it waits
+    feeder: int | None = None   # the thread in feed (take)
+    after_feed: Callable[[], None] | None = None   # what a close() in the middle left to its end
     waiting = True   # the iterating thread waits for the member's loop (False: it walks or pulls)
 
     def take(self, rt: Runtime, timeout: float | None) -> tuple[cf.Future[Any], Sequence[Message]] | None:
@@ -149,8 +151,14 @@ class IteratorSink(InHand):
         self.waiting = False
         item = self.get(0)
         if item is None and not self.fed:
-            self.fed = True
-            feed(rt)
+            self.fed, self.feeder = True, threading.get_ident()
+            try:
+                feed(rt)
+            finally:
+                self.feeder = None
+                then, self.after_feed = self.after_feed, None
+                if then is not None:
+                    then()
             item = self.get(0)
         elif item is None:
             self.waiting = True   # (the member's loop feeds it meanwhile: see Dispatcher.reader_feeds)
@@ -213,7 +221,9 @@ def feed(rt: Runtime) -> bool:
 
     In the main thread, signals wait until it is done: a handler that closes the consumer
     (it joins the member's thread, which waits for this lock) or raises KeyboardInterrupt
-    comes between two of its steps, never inside a pull."""
+    comes between two of its steps, never inside a pull (the member's thread takes no signal:
+    ``Runtime.start``). Where another thread of the program takes one, its handler runs in the
+    middle all the same: a close() it calls is then finished when the feed ends (``take``)."""
     main = threading.current_thread() is threading.main_thread()
     masked = _sigmask(signal.SIG_BLOCK, _ALL_SIGNALS) if main else None
     try:

@@ -216,13 +216,8 @@ class Runtime:
             self.setup()
 
         def main() -> None:
-            # This thread takes no signal (their Python handlers run in the main thread anyway):
-            # a signal to the process while the main thread masks them for a feed
-            # (handoff.feed) then waits for the feed's end, instead of coming to this thread
-            # and running its handler in the main thread in the middle of the feed.
-            import _signal
-            import signal
-            _signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+            import _signal  # (this thread takes no signal: see handoff.feed)
+            _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
             try:
                 self._loop()
             except BaseException as exc:  # noqa: BLE001 - handed to the owner via ``fatal``

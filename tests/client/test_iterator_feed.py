@@ -136,7 +136,7 @@ def test_close_from_another_thread_while_the_loop_pulls(mq: MQ, monkeypatch: pyt
 
 
 _CLOSED_BY_A_SIGNAL = """
-    import faulthandler, os, signal, sys, time
+    import faulthandler, os, signal, sys, threading, time
     faulthandler.dump_traceback_later(90, exit=True)   # (a deadlock: a traceback, exit 1)
     import store
     from store.client import consumer as consumer_mod
@@ -148,24 +148,30 @@ _CLOSED_BY_A_SIGNAL = """
 
     def pulls(self):   # the signal comes while this thread runs the pulls (under the turns' lock)
         if not fired and c.runtime.held.pqs and c.runtime.dispatcher.futures == {}:
-            if __import__("threading").current_thread().name == "MainThread" and fired.append(1) is None:
+            if threading.current_thread().name == "MainThread" and fired.append(1) is None:
                 os.kill(os.getpid(), signal.SIGUSR1)
                 # (time for another thread to take the signal, were it to: its handler would
                 # then run here, in the middle of the pulls, and close() would wait for ever)
                 time.sleep(0.5)
         return pull_all(self)
     Puller.pull_all = pulls
+    if sys.argv[2:] == ["other-thread"]:   # a thread of the program's own, taking signals
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
     n = sum(1 for _m in c.messages())
     print(n, bool(fired), flush=True)
 """
 
 
-def test_a_signal_handler_closes_the_consumer_while_the_loop_pulls(mq: MQ) -> None:
+@pytest.mark.parametrize("threads", ["", "other-thread"])
+def test_a_signal_handler_closes_the_consumer_while_the_loop_pulls(mq: MQ, threads: str) -> None:
     # the handler runs once the pulls are done, not inside them: it joins the member's thread,
-    # which waits for the lock the pulls hold (a deadlock, were it run in the middle)
+    # which waits for the lock the pulls hold (a deadlock, were it run in the middle). Where
+    # another thread of the program takes the signal, its handler runs in the middle of the
+    # pulls all the same: its close() is then done when they end.
     path = str(mq.root)
     _setup(path, 2000)
-    child = python(_CLOSED_BY_A_SIGNAL, path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = python(_CLOSED_BY_A_SIGNAL, path, *([threads] if threads else []),
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         out, err = child.communicate(timeout=120)
     finally:
