@@ -225,12 +225,13 @@ def feed(rt: Runtime) -> bool:
     ``Runtime.start``). Where another thread of the program takes one, its handler runs in the
     middle all the same: a close() it calls is then finished when the feed ends (``take``)."""
     main = threading.current_thread() is threading.main_thread()
-    masked = _sigmask(signal.SIG_BLOCK, _ALL_SIGNALS) if main else None
-    try:
-        return _feed(rt)
-    finally:
-        if masked is not None:
-            _sigmask(signal.SIG_SETMASK, masked)
+    with rt.turn_lock:   # (waited for with signals let in: a turn of the member's may take long)
+        masked = _sigmask(signal.SIG_BLOCK, _ALL_SIGNALS) if main else None
+        try:
+            return _feed(rt)
+        finally:
+            if masked is not None:
+                _sigmask(signal.SIG_SETMASK, masked)
 
 
 def _feed(rt: Runtime) -> bool:

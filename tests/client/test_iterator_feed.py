@@ -179,3 +179,55 @@ def test_a_signal_handler_closes_the_consumer_while_the_loop_pulls(mq: MQ, threa
     assert child.returncode == 0, err
     n, fired = out.split()
     assert fired == "True" and int(n) < 2000
+
+
+_SIGNAL_WHILE_A_TURN_RUNS = """
+    import faulthandler, os, signal, sys, threading
+    faulthandler.dump_traceback_later(90, exit=True)
+    import store
+    from store.client import consumer as consumer_mod
+    consumer_mod.ITER_BATCH = 100
+    c = store.Consumer("T", "G", sys.argv[1], start_from="first")
+    handled, taken, seen = threading.Event(), threading.Event(), []
+    signal.signal(signal.SIGUSR1, lambda *_a: handled.set())
+    main = threading.get_ident()
+
+    def long_turn():   # a turn of the member's thread that takes long (a group's mutex, a disk)
+        with c.runtime.turn_lock:
+            taken.set()
+            for _ in range(2000):   # until the iterator waits for this lock in its feed
+                frames = sys._current_frames()[main]
+                names = []
+                while frames is not None:
+                    names.append(frames.f_code.co_name)
+                    frames = frames.f_back
+                if "feed" in names:
+                    break
+                handled.wait(0.01)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            seen.append(handled.wait(20))   # (its handler runs while this turn goes on)
+    n = 0
+    for _m in c.messages(exit_at_end=True):
+        n += 1
+        if n == 1:
+            t = threading.Thread(target=long_turn)
+            t.start()
+            taken.wait()
+    t.join()
+    c.close()
+    print(n, seen[0], flush=True)
+"""
+
+
+def test_a_signal_is_handled_while_the_feed_waits_for_a_turn(mq: MQ) -> None:
+    # the feed waits for a turn of the member's thread with signals let in (it masks them only
+    # once it holds the lock): a Ctrl-C is not held back for as long as that turn takes
+    path = str(mq.root)
+    _setup(path, 1000)
+    child = python(_SIGNAL_WHILE_A_TURN_RUNS, path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 0, err
+    assert out.split() == ["1000", "True"]
