@@ -162,6 +162,9 @@ class IteratorSink(InHand):
             item = self.get(0)
         elif item is None:
             self.waiting = True   # (the member's loop feeds it meanwhile: see Dispatcher.reader_feeds)
+            # a turn it took since this thread's pulls (for a message stored meanwhile, say)
+            # left them to this thread: one more, that sees it wait
+            rt.wake.set()
             try:
                 item = self.get(timeout)
             finally:

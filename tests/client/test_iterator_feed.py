@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -231,3 +232,39 @@ def test_a_signal_is_handled_while_the_feed_waits_for_a_turn(mq: MQ) -> None:
         child.kill()
     assert child.returncode == 0, err
     assert out.split() == ["1000", "True"]
+
+
+@pytest.mark.slow   # (~12 s: the member's thread's timers run out before its long sleep)
+def test_a_message_stored_while_the_iterator_turns_to_wait_is_pulled(mq: MQ, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The iterator's own pulls found nothing; a message is stored, and the member's thread
+    # takes its turn for it before the iterator says it waits (so it leaves the pulls to the
+    # iterator) and goes to sleep: the iterator's wait must wake it, or the message waits for
+    # the member's next timer (a lock renewal, 40 s)
+    from store.client.handoff import IteratorSink
+    path = str(mq.root)
+    _setup(path, 10, queues=1)
+    get, late = IteratorSink.get, []
+    c = store.Consumer("T", "G", path, start_from="first")
+
+    def spy(self: IteratorSink, timeout: float | None) -> object:
+        item = get(self, timeout)
+        rt = c.runtime
+        if item is None and timeout == 0 and self.fed and not late and threading.current_thread() is threading.main_thread():
+            wait_for(lambda: not rt.keeper.dirty and not rt.dispatcher.futures, timeout=60, interval=0.05,
+                     what="the 10 messages committed")
+            before = rt.asleep_until
+            with store.Producer(path) as p:
+                late.append(p.send("T", "late"))
+            # the member's turn for it (it pulls nothing: the iterator pulls for itself), then a long sleep
+            wait_for(lambda: rt.asleep_until != before and rt.asleep_until > time.monotonic() + 10,
+                     timeout=60, interval=0.05, what="the member's thread asleep after its turn")
+            return get(self, 0)
+        return item
+    monkeypatch.setattr(IteratorSink, "get", spy)
+    got = []
+    with c:
+        for m in c.messages(timeout=15):
+            got.append(m.body)
+            if m.body == b"late":
+                break
+    assert late and got[-1] == b"late", got
