@@ -455,6 +455,10 @@ class Consumer:
     def _close(self, commit: bool) -> None:
         if self._closed:
             return
+        if self._sink is not None and self._sink.feeder == threading.get_ident():
+            self._rt.stop()   # (a signal handler in this thread's feed, which holds the loop's lock)
+            self._sink.after_feed = lambda: self._close(commit)
+            return
         self._closed = True
         self._live = -1
         if self._sink is not None:

@@ -138,6 +138,8 @@ class IteratorSink(InHand):
             return None
 
     fed = False   # the iterating thread ran the pulls (feed) since its last batch: now it waits
+    feeder: int | None = None   # the thread in feed (take)
+    after_feed: Callable[[], None] | None = None   # what a close() in the middle left to its end
     waiting = True   # the iterating thread waits for the member's loop (False: it walks or pulls)
 
     def take(self, rt: Runtime, timeout: float | None) -> tuple[cf.Future[Any], Sequence[Message]] | None:
@@ -149,11 +151,20 @@ class IteratorSink(InHand):
         self.waiting = False
         item = self.get(0)
         if item is None and not self.fed:
-            self.fed = True
-            feed(rt)
+            self.fed, self.feeder = True, threading.get_ident()
+            try:
+                feed(rt)
+            finally:
+                self.feeder = None
+                then, self.after_feed = self.after_feed, None
+                if then is not None:
+                    then()
             item = self.get(0)
         elif item is None:
             self.waiting = True   # (the member's loop feeds it meanwhile: see Dispatcher.reader_feeds)
+            # a turn it took since this thread's pulls (for a message stored meanwhile, say)
+            # left them to this thread: one more, that sees it wait
+            rt.wake.set()
             try:
                 item = self.get(timeout)
             finally:
@@ -213,14 +224,17 @@ def feed(rt: Runtime) -> bool:
 
     In the main thread, signals wait until it is done: a handler that closes the consumer
     (it joins the member's thread, which waits for this lock) or raises KeyboardInterrupt
-    comes between two of its steps, never inside a pull."""
+    comes between two of its steps, never inside a pull (the member's thread takes no signal:
+    ``Runtime.start``). Where another thread of the program takes one, its handler runs in the
+    middle all the same: a close() it calls is then finished when the feed ends (``take``)."""
     main = threading.current_thread() is threading.main_thread()
-    masked = _sigmask(signal.SIG_BLOCK, _ALL_SIGNALS) if main else None
-    try:
-        return _feed(rt)
-    finally:
-        if masked is not None:
-            _sigmask(signal.SIG_SETMASK, masked)
+    with rt.turn_lock:   # (waited for with signals let in: a turn of the member's may take long)
+        masked = _sigmask(signal.SIG_BLOCK, _ALL_SIGNALS) if main else None
+        try:
+            return _feed(rt)
+        finally:
+            if masked is not None:
+                _sigmask(signal.SIG_SETMASK, masked)
 
 
 def _feed(rt: Runtime) -> bool:

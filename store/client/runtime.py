@@ -216,6 +216,8 @@ class Runtime:
             self.setup()
 
         def main() -> None:
+            import _signal  # (this thread takes no signal: see handoff.feed)
+            _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
             try:
                 self._loop()
             except BaseException as exc:  # noqa: BLE001 - handed to the owner via ``fatal``

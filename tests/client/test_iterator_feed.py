@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -136,7 +137,8 @@ def test_close_from_another_thread_while_the_loop_pulls(mq: MQ, monkeypatch: pyt
 
 
 _CLOSED_BY_A_SIGNAL = """
-    import os, signal, sys
+    import faulthandler, os, signal, sys, threading, time
+    faulthandler.dump_traceback_later(90, exit=True)   # (a deadlock: a traceback, exit 1)
     import store
     from store.client import consumer as consumer_mod
     from store.client.pulling import Puller
@@ -147,21 +149,30 @@ _CLOSED_BY_A_SIGNAL = """
 
     def pulls(self):   # the signal comes while this thread runs the pulls (under the turns' lock)
         if not fired and c.runtime.held.pqs and c.runtime.dispatcher.futures == {}:
-            if __import__("threading").current_thread().name == "MainThread" and fired.append(1) is None:
+            if threading.current_thread().name == "MainThread" and fired.append(1) is None:
                 os.kill(os.getpid(), signal.SIGUSR1)
+                # (time for another thread to take the signal, were it to: its handler would
+                # then run here, in the middle of the pulls, and close() would wait for ever)
+                time.sleep(0.5)
         return pull_all(self)
     Puller.pull_all = pulls
+    if sys.argv[2:] == ["other-thread"]:   # a thread of the program's own, taking signals
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
     n = sum(1 for _m in c.messages())
     print(n, bool(fired), flush=True)
 """
 
 
-def test_a_signal_handler_closes_the_consumer_while_the_loop_pulls(mq: MQ) -> None:
+@pytest.mark.parametrize("threads", ["", "other-thread"])
+def test_a_signal_handler_closes_the_consumer_while_the_loop_pulls(mq: MQ, threads: str) -> None:
     # the handler runs once the pulls are done, not inside them: it joins the member's thread,
-    # which waits for the lock the pulls hold (a deadlock, were it run in the middle)
+    # which waits for the lock the pulls hold (a deadlock, were it run in the middle). Where
+    # another thread of the program takes the signal, its handler runs in the middle of the
+    # pulls all the same: its close() is then done when they end.
     path = str(mq.root)
     _setup(path, 2000)
-    child = python(_CLOSED_BY_A_SIGNAL, path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = python(_CLOSED_BY_A_SIGNAL, path, *([threads] if threads else []),
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         out, err = child.communicate(timeout=120)
     finally:
@@ -169,3 +180,91 @@ def test_a_signal_handler_closes_the_consumer_while_the_loop_pulls(mq: MQ) -> No
     assert child.returncode == 0, err
     n, fired = out.split()
     assert fired == "True" and int(n) < 2000
+
+
+_SIGNAL_WHILE_A_TURN_RUNS = """
+    import faulthandler, os, signal, sys, threading
+    faulthandler.dump_traceback_later(90, exit=True)
+    import store
+    from store.client import consumer as consumer_mod
+    consumer_mod.ITER_BATCH = 100
+    c = store.Consumer("T", "G", sys.argv[1], start_from="first")
+    handled, taken, seen = threading.Event(), threading.Event(), []
+    signal.signal(signal.SIGUSR1, lambda *_a: handled.set())
+    main = threading.get_ident()
+
+    def long_turn():   # a turn of the member's thread that takes long (a group's mutex, a disk)
+        with c.runtime.turn_lock:
+            taken.set()
+            for _ in range(2000):   # until the iterator waits for this lock in its feed
+                frames = sys._current_frames()[main]
+                names = []
+                while frames is not None:
+                    names.append(frames.f_code.co_name)
+                    frames = frames.f_back
+                if "feed" in names:
+                    break
+                handled.wait(0.01)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            seen.append(handled.wait(20))   # (its handler runs while this turn goes on)
+    n = 0
+    for _m in c.messages(exit_at_end=True):
+        n += 1
+        if n == 1:
+            t = threading.Thread(target=long_turn)
+            t.start()
+            taken.wait()
+    t.join()
+    c.close()
+    print(n, seen[0], flush=True)
+"""
+
+
+def test_a_signal_is_handled_while_the_feed_waits_for_a_turn(mq: MQ) -> None:
+    # the feed waits for a turn of the member's thread with signals let in (it masks them only
+    # once it holds the lock): a Ctrl-C is not held back for as long as that turn takes
+    path = str(mq.root)
+    _setup(path, 1000)
+    child = python(_SIGNAL_WHILE_A_TURN_RUNS, path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 0, err
+    assert out.split() == ["1000", "True"]
+
+
+@pytest.mark.slow   # (~12 s: the member's thread's timers run out before its long sleep)
+def test_a_message_stored_while_the_iterator_turns_to_wait_is_pulled(mq: MQ, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The iterator's own pulls found nothing; a message is stored, and the member's thread
+    # takes its turn for it before the iterator says it waits (so it leaves the pulls to the
+    # iterator) and goes to sleep: the iterator's wait must wake it, or the message waits for
+    # the member's next timer (a lock renewal, 40 s)
+    from store.client.handoff import IteratorSink
+    path = str(mq.root)
+    _setup(path, 10, queues=1)
+    get, late = IteratorSink.get, []
+    c = store.Consumer("T", "G", path, start_from="first")
+
+    def spy(self: IteratorSink, timeout: float | None) -> object:
+        item = get(self, timeout)
+        rt = c.runtime
+        if item is None and timeout == 0 and self.fed and not late and threading.current_thread() is threading.main_thread():
+            wait_for(lambda: not rt.keeper.dirty and not rt.dispatcher.futures, timeout=60, interval=0.05,
+                     what="the 10 messages committed")
+            before = rt.asleep_until
+            with store.Producer(path) as p:
+                late.append(p.send("T", "late"))
+            # the member's turn for it (it pulls nothing: the iterator pulls for itself), then a long sleep
+            wait_for(lambda: rt.asleep_until != before and rt.asleep_until > time.monotonic() + 10,
+                     timeout=60, interval=0.05, what="the member's thread asleep after its turn")
+            return get(self, 0)
+        return item
+    monkeypatch.setattr(IteratorSink, "get", spy)
+    got = []
+    with c:
+        for m in c.messages(timeout=15):
+            got.append(m.body)
+            if m.body == b"late":
+                break
+    assert late and got[-1] == b"late", got
