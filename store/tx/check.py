@@ -104,15 +104,8 @@ def pending(store: "Store") -> list[Pending]:
     for m in store.iter_queue(HALF_TOPIC, 0, half_off):
         if m.queue_offset not in finished and m.uniq_key:
             newest[m.uniq_key] = m
-    out = []
-    for tx_id, m in newest.items():
-        try:
-            view = load(store, tx_id)
-        except NotFoundError:  # the key index lost it: `mqctl store recover` rebuilds it
-            continue
-        if view.state == PREPARED:
-            out.append(Pending(tx_id, view.topic, int_or(m.properties.get(PROP_REAL_QID), -1),
-                               view.check_times, view.latest))
+    out = [Pending(tx_id, view.topic, int_or(m.properties.get(PROP_REAL_QID), -1), view.check_times, view.latest)
+           for tx_id, m, view in _in_state(store, newest, PREPARED)]
     return sorted(out, key=lambda p: (p.half.born_timestamp, p.half.queue_offset))
 
 
@@ -125,16 +118,21 @@ def parked(store: "Store") -> list[Pending]:
     for m in store.iter_queue(CHECK_MAX_TOPIC, 0, store.min_offset(CHECK_MAX_TOPIC, 0)):
         if m.uniq_key:
             copies.setdefault(m.uniq_key, m)
-    out = []
+    out = [Pending(tx_id, view.topic, int_or(view.latest.properties.get(PROP_REAL_QID), -1), view.check_times,
+                   view.latest, copy.store_timestamp)
+           for tx_id, copy, view in _in_state(store, copies, DISCARDED)]
+    return sorted(out, key=lambda p: (p.parked_at or 0, p.half.queue_offset))
+
+
+def _in_state(store: "Store", copies: dict[str, Message], state: str) -> Iterator[tuple[str, Message, TxView]]:
+    """``(tx_id, copy, view)`` of the transactions of ``copies`` whose state is ``state`` now."""
     for tx_id, copy in copies.items():
         try:
             view = load(store, tx_id)
         except NotFoundError:  # the key index lost it: `mqctl store recover` rebuilds it
             continue
-        if view.state == DISCARDED:
-            out.append(Pending(tx_id, view.topic, int_or(view.latest.properties.get(PROP_REAL_QID), -1),
-                               view.check_times, view.latest, copy.store_timestamp))
-    return sorted(out, key=lambda p: (p.parked_at or 0, p.half.queue_offset))
+        if view.state == state:
+            yield tx_id, copy, view
 
 
 # -- the check service ---------------------------------------------------------------------------
