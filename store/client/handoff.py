@@ -238,24 +238,24 @@ def feed(rt: Runtime) -> bool:
 
 
 def _feed(rt: Runtime) -> bool:
+    """(:func:`feed`, under the turns' lock.)"""
     state, keeper, dispatcher = rt.state, rt.keeper, rt.dispatcher
-    with rt.turn_lock:
-        if state.stop_requested or state.fatal is not None or rt.loop_ended.is_set():
-            return False
-        try:
-            rt.run_calls()   # (a new messages() loop's settings first: exit_at_end, its ends)
-            dispatcher.collect(block=False)
-            worked = rt.puller.pull_all()
-            worked |= dispatcher.dispatch_all()
-        except Exception as exc:  # noqa: BLE001 - as in the member's thread: the member stops
-            if state.fatal is None:
-                state.fatal = exc
-            rt.stop()
-            return False
-        if rt.o.exit_at_end and rt.is_drained():
-            rt.drained.set()
-        held = rt.held
-        if (not worked or held.dropping or held.retake or (
-                rt.asleep_until > time.monotonic() + keeper.every_s and (dispatcher.futures or keeper.dirty))):
-            rt.wake.set()
-        return worked
+    if state.stop_requested or state.fatal is not None or rt.loop_ended.is_set():
+        return False
+    try:
+        rt.run_calls()   # (a new messages() loop's settings first: exit_at_end, its ends)
+        dispatcher.collect(block=False)
+        worked = rt.puller.pull_all()
+        worked |= dispatcher.dispatch_all()
+    except Exception as exc:  # noqa: BLE001 - as in the member's thread: the member stops
+        if state.fatal is None:
+            state.fatal = exc
+        rt.stop()
+        return False
+    if rt.o.exit_at_end and rt.is_drained():
+        rt.drained.set()
+    held = rt.held
+    if (not worked or held.dropping or held.retake or (
+            rt.asleep_until > time.monotonic() + keeper.every_s and (dispatcher.futures or keeper.dirty))):
+        rt.wake.set()
+    return worked
