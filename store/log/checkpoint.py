@@ -17,6 +17,7 @@ from store.errors import io_error
 from store.fsutil import open_private
 from store.log import format as F
 from store.log.commitlog import CommitLog
+from store.log.filestat import links_size
 
 
 @dataclass
@@ -108,7 +109,7 @@ class CheckpointFile:
     def _open(self, create: bool) -> int | None:
         fd = self._fd
         if fd is not None:
-            if os.fstat(fd).st_nlink:
+            if links_size(fd)[0]:
                 return fd
             self.close()
         try:

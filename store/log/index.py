@@ -31,6 +31,7 @@ from store.errors import CorruptionError, io_error
 from store.fsutil import SegmentListing, ensure_dir, fdatasync_path, open_private, pwrite_all, sync_dir_if_changed
 from store.log import format as F
 from store.log import indexchains
+from store.log.filestat import links_size
 from store.log.record import crc32
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
@@ -248,11 +249,11 @@ class KeyIndex:
         """The header of open file ``base`` for a batch to append to, or None: unlinked
         (recovery removed or replaced it), or found unsound (:meth:`_header_problem`: cut)."""
         try:
-            st = os.fstat(fd)
+            links, size = links_size(fd)
             raw = os.pread(fd, F.INDEX_HEADER_SIZE, 0)
         except OSError as exc:
             raise io_error(exc, f"read {self.path(base)}") from exc
-        if not st.st_nlink or self._header_problem(base, raw, st.st_size) is not None:
+        if not links or self._header_problem(base, raw, size) is not None:
             return None
         return _HDR.unpack(raw)
 

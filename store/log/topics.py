@@ -60,6 +60,7 @@ from store.fsutil import (
 )
 from store.layout import Layout
 from store.log import topicsview
+from store.log.filestat import stamp as _stamp  # (ino, mtime_ns, size), None: missing
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -147,14 +148,6 @@ def _validate_legacy(obj: Any) -> None:
         raise ValueError("no topicConfigTable object")
     for v in obj["topicConfigTable"].values():
         TopicConfig.from_json(v)
-
-
-def _stamp(path: Path | str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 class TopicTable:
