@@ -20,8 +20,8 @@ from pathlib import Path
 
 from store.errors import MessageTooLargeError, StoreError, io_error
 from store.fsutil import SegmentListing, ensure_dir, fsync_dir, open_private, pwrite_all
+from store.log import filestat
 from store.log import format as F
-from store.log.filestat import links_size
 from store.log.record import Buffer, Message, RecordError, decode, record_size_at
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
@@ -84,7 +84,7 @@ class CommitLog:
         self.checked = None
         if cached is not None and cached[0] == expected - expected % self.segment_size:
             try:
-                links, size = links_size(cached[1])
+                links, size = filestat.links_size(cached[1])
             except OSError:
                 return self.end()
             if links:

@@ -24,8 +24,8 @@ from store.fsutil import (
     sync_dir_if_changed,
 )
 from store.layout import Layout
+from store.log import filestat
 from store.log import format as F
-from store.log.filestat import links_size
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -243,7 +243,7 @@ class ConsumeQueue:
         if tail is not None:
             base, fd = tail
             try:
-                links, size = links_size(fd)
+                links, size = filestat.links_size(fd)
             except OSError:
                 links, size = 0, -1
             if not links or size < self._tail_size:
