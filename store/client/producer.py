@@ -199,12 +199,11 @@ class Producer(StoreClient):
             from store.log.record import PROP_SHARDING_KEY
             props = build_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)
             props.pop(PROP_SHARDING_KEY, None)   # (an argument of put_one: its place is fixed)
-        from store.client.sendresult import send_results
+        from store.client.sendresult import send_result
         from store.log.sendone import put_one
         r = put_one(store, topic, data, props, -1 if queue is None else queue, sharding_key,
                     sync=self.flush == "sync", check=lambda cfg: self._route_check(cfg, queue, sharding_key))
-        return send_results(topic, [r.uniq_key], [r.queue_id], [r.queue_offset], [r.commitlog_offset],
-                            r.store_timestamp)[0]
+        return send_result(topic, r.uniq_key, r.queue_id, r.queue_offset, r.commitlog_offset, r.store_timestamp)
 
     def send_many(self, topic: str, bodies: Iterable[Body], tags: str | None = None,
                   keys: str | Sequence[str] | None = None, sharding_key: str | None = None,

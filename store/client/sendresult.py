@@ -62,6 +62,21 @@ class _SendResultFields:
     __slots__ = SendResult.__slots__
 
 
+def send_result(topic: str, uniq_key: str, queue_id: int, queue_offset: int, commitlog_offset: int,
+                store_timestamp: int) -> SendResult:
+    """The :class:`SendResult` of a single send, made as :func:`send_results` makes each."""
+    r: Any = object.__new__(_SendResultFields)
+    r.msg_id = uniq_key
+    r.topic = topic
+    r.queue_id = queue_id
+    r.queue_offset = queue_offset
+    r.commitlog_offset = commitlog_offset   # offset_msg_id left unset: SendResult.__getattr__ derives it
+    r.store_timestamp = store_timestamp
+    r.deliver_timestamp = None
+    r.__class__ = SendResult
+    return r  # type: ignore[no-any-return]
+
+
 def send_results(topic: str, uniq_keys: list[str], queue_ids: list[int], queue_offsets: list[int],
                  commitlog_offsets: list[int], store_timestamp: int) -> list[SendResult]:
     """One :class:`SendResult` per message of a batch written at ``store_timestamp``, from the

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from store.errors import io_error
 from store.fsutil import open_private
+from store.log import filestat
 from store.log import format as F
 from store.log.commitlog import CommitLog
 
@@ -108,7 +109,7 @@ class CheckpointFile:
     def _open(self, create: bool) -> int | None:
         fd = self._fd
         if fd is not None:
-            if os.fstat(fd).st_nlink:
+            if filestat.links_size(fd)[0]:
                 return fd
             self.close()
         try:

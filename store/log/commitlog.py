@@ -20,6 +20,7 @@ from pathlib import Path
 
 from store.errors import MessageTooLargeError, StoreError, io_error
 from store.fsutil import SegmentListing, ensure_dir, fsync_dir, open_private, pwrite_all
+from store.log import filestat
 from store.log import format as F
 from store.log.record import Buffer, Message, RecordError, decode, record_size_at
 
@@ -83,12 +84,12 @@ class CommitLog:
         self.checked = None
         if cached is not None and cached[0] == expected - expected % self.segment_size:
             try:
-                st = os.fstat(cached[1])
+                links, size = filestat.links_size(cached[1])
             except OSError:
                 return self.end()
-            if st.st_nlink:
+            if links:
                 self.checked = cached
-                return cached[0] + st.st_size
+                return cached[0] + size
         return self.end()
 
     def min_offset(self) -> int:

@@ -24,6 +24,7 @@ from store.fsutil import (
     sync_dir_if_changed,
 )
 from store.layout import Layout
+from store.log import filestat
 from store.log import format as F
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
@@ -242,14 +243,13 @@ class ConsumeQueue:
         if tail is not None:
             base, fd = tail
             try:
-                st = os.fstat(fd)
+                links, size = filestat.links_size(fd)
             except OSError:
-                st = None
-            if st is None or not st.st_nlink or st.st_size < self._tail_size:
+                links, size = 0, -1
+            if not links or size < self._tail_size:
                 self.end_checked = False   # cut or removed since this handle's append: looked at again
-            if st is not None and st.st_nlink and 0 < st.st_size < self.segment_bytes \
-                    and st.st_size % _SIZE == 0:
-                return (base + st.st_size) // _SIZE
+            if links and 0 < size < self.segment_bytes and size % _SIZE == 0:
+                return (base + size) // _SIZE
             self.drop_tail()
         return self.max_offset()
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from store.errors import CorruptionError, io_error
 from store.fsutil import SegmentListing, ensure_dir, fdatasync_path, open_private, pwrite_all, sync_dir_if_changed
+from store.log import filestat, indexchains
 from store.log import format as F
-from store.log import indexchains
 from store.log.record import crc32
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
@@ -74,6 +74,7 @@ class KeyIndex:
         self._open: tuple[int, int] | None = None
         self._table: bytearray | None = None
         self._hdr: tuple[int, int, int, int, int, int] | None = None
+        self._hdr_raw = b""   # (``_hdr`` as written, while it is not None)
 
     def files(self) -> list[int]:
         return self._listing.bases()
@@ -248,11 +249,17 @@ class KeyIndex:
         """The header of open file ``base`` for a batch to append to, or None: unlinked
         (recovery removed or replaced it), or found unsound (:meth:`_header_problem`: cut)."""
         try:
-            st = os.fstat(fd)
+            links, size = filestat.links_size(fd)
             raw = os.pread(fd, F.INDEX_HEADER_SIZE, 0)
         except OSError as exc:
             raise io_error(exc, f"read {self.path(base)}") from exc
-        if not st.st_nlink or self._header_problem(base, raw, st.st_size) is not None:
+        known = self._hdr
+        if (known is not None and links and raw == self._hdr_raw and known[2] == base
+                and size >= self.table_end + known[5] * F.INDEX_ENTRY_SIZE):
+            # the header this handle wrote last (sound when written: ``_add_to``), over every
+            # entry it counts: what ``_header_problem`` would find, without its look
+            return known
+        if not links or self._header_problem(base, raw, size) is not None:
             return None
         return _HDR.unpack(raw)
 
@@ -286,8 +293,9 @@ class KeyIndex:
             for start, stop in added[1]:
                 self._write(fd, base, view[start:stop], start)
         new = (begin_ts, store_ts, base, physs[-1], self.slots, count + len(hashes))
-        self._write(fd, base, _HDR.pack(*new), 0)
-        self._table, self._hdr = copy, new
+        raw = _HDR.pack(*new)
+        self._write(fd, base, raw, 0)
+        self._table, self._hdr, self._hdr_raw = copy, new, raw
 
     def _add_few(self, fd: int, base: int, hashes: list[int], physs: list[int], tdiff: int, count: int) -> None:
         """:meth:`_add_to`'s few keys without a current copy: each slot read and written."""

@@ -59,7 +59,7 @@ from store.fsutil import (
     read_json_with_bak,
 )
 from store.layout import Layout
-from store.log import topicsview
+from store.log import filestat, topicsview
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -149,14 +149,6 @@ def _validate_legacy(obj: Any) -> None:
         TopicConfig.from_json(v)
 
 
-def _stamp(path: Path | str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
 class TopicTable:
     """The topics of one store: single-topic reads cached by ``stat``, listings, and the
     writes (caller holds the store's write lock)."""
@@ -190,7 +182,7 @@ class TopicTable:
     def get(self, name: str) -> TopicConfig | None:
         """The topic's config (None: no such topic, or one being deleted). One ``stat`` when
         the file did not change since the last call."""
-        stamp = _stamp(self._config_path(name))
+        stamp = filestat.stamp(self._config_path(name))
         if stamp is None:
             if self.legacy():
                 return self._legacy_table().get(name)
@@ -215,7 +207,7 @@ class TopicTable:
         or damaged: the writer restores it). One ``stat`` when the file did not change since
         the last call: a file replaced by another writer (every change renames a new file
         into place) has another inode or mtime, and is read again."""
-        stamp = _stamp(self._config_path(name))
+        stamp = filestat.stamp(self._config_path(name))
         if stamp is None:
             return None
         hit = self._one.get(name)
@@ -277,7 +269,7 @@ class TopicTable:
         return out
 
     def _legacy_table(self) -> dict[str, TopicConfig]:
-        stamp = _stamp(self.layout.topics_json)
+        stamp = filestat.stamp(self.layout.topics_json)
         if stamp is None or stamp != self._legacy_stamp:
             obj = read_json_with_bak(self.layout.topics_json, default={"topicConfigTable": {}},
                                      validate=_validate_legacy, warn=self.warn)
@@ -348,7 +340,7 @@ class TopicTable:
             os.close(fd)
 
     def epoch_stamp(self) -> tuple[int, int, int] | None:
-        return _stamp(self.layout.topics_epoch)
+        return filestat.stamp(self.layout.topics_epoch)
 
     # -- rebuilding ------------------------------------------------------------------------
     def rebuild(self, name: str, first_entry: FirstEntry, log_end: int) -> TopicConfig | None:

@@ -32,6 +32,7 @@ from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.commitlog import LogAppender
 from store.log.consumequeue import cut_back
+from store.log.flush import DERIVED_FLUSH_INTERVAL_S
 from store.log.index import key_hash
 from store.log.preflight import checkpoint_locked
 from store.log.record import (
@@ -249,6 +250,13 @@ class WriteBatch:
                 # can take, and how far back the recovery after one must re-dispatch)
                 hints.flush_due = True
                 hints.unflushed_since = 0.0   # (the next batch is the first the flush does not cover)
+        elif derived < app.pos and time.time() - derived_at >= DERIVED_FLUSH_INTERVAL_S:
+            # A ``--flush sync`` batch made only the log durable: its writer moves the durable
+            # point of the derived files every ``DERIVED_FLUSH_INTERVAL_S`` too (as a group
+            # commit's ``sync_log`` does), else the recovery after a power cut would re-dispatch
+            # all it ever wrote. In the background, as an async writer's: it promises nothing
+            # to the send, which is acknowledged without waiting for it.
+            hints.flush_due = True
 
     def undo(self, cut: list[tuple[str, int]]) -> None:
         """Cut the consume-queue files in ``cut`` (path, old size), then the commit log, back

@@ -197,6 +197,26 @@ def test_short_async_senders_move_the_durable_point_of_derived_files(tmp_path: P
         assert after.derived_end == after.synced_end == after.written_end, (before, after)
 
 
+@pytest.mark.parametrize("how", ["send", "send_many"])
+def test_sync_senders_move_the_durable_point_of_derived_files(tmp_path: Path, how: str) -> None:
+    """A ``flush="sync"`` producer (each batch fdatasynced under the lock, no group commit)
+    that finds the derived flush due moves the durable point of the consume queues and key
+    index too, as ``mqctl send --flush sync`` does every 2 s. It used to never move it: the
+    recovery after a power cut re-dispatched everything such a producer ever wrote."""
+    import store as api
+    root = tmp_path / "s"
+    with api.Producer(root, flush="sync") as producer:
+        producer.send("t", b"first")
+        before = _aged_derived_point(root)
+        if how == "send":
+            producer.send("t", b"second")
+        else:
+            producer.send_many("t", [b"second", b"third"])
+    after = ckpt.read(root / "checkpoint")   # (close finishes the flush and records it)
+    assert after is not None and after.written_end > before.written_end
+    assert after.derived_end == after.synced_end == after.written_end, (before, after)
+
+
 def test_a_big_background_flush_is_not_waited_for_at_close(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past ``CLOSE_FINISH_BYTES`` of the log to sync, close leaves the flush to die with the
     process (waiting would add a segment's fsync to the end of a big send)."""

@@ -24,6 +24,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import tempfile
 import termios
 import time
@@ -38,6 +39,19 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD_SH = REPO.parent / "shared" / "tools" / "lazyfs" / "build.sh"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 _BOOT_WRAP = 'mount --bind "$0" ' + BOOT_ID + ' && exec "$@"'
+# A Python program's producer (the store of $MQCTL_STORE): one ``Producer(flush="sync").send``
+# per body, each result printed as ``send --json`` prints it once the send has returned.
+_API_SENDER = """
+import json, sys
+import store
+topic, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with store.Producer(flush="sync") as producer:
+    for i in range(n):
+        r = producer.send(topic, f"{tag}-{i:05d}")
+        sys.stdout.write(json.dumps({"status": "SEND_OK", "msgId": r.msg_id, "topic": r.topic,
+                                     "queueId": r.queue_id, "queueOffset": r.queue_offset}) + "\\n")
+        sys.stdout.flush()
+"""
 
 
 def _mounted(path: Path) -> bool:
@@ -353,6 +367,20 @@ class Power(MQ):
             proc = self.start("send", topic, "--json", "--flush", "sync" if sync else "async",
                               "--batch-size", str(batch), stdin=fin)
         return Producer(proc, topic, bodies, sync)
+
+    def start_api_producer(self, topic: str, tag: str, n: int) -> Producer:
+        """A Python program sending ``n`` bodies with single ``Producer(flush="sync").send``
+        calls (the bodies of :meth:`bodies`), each result printed once its send returned."""
+        bodies = self.bodies(tag, n)
+        name = self.fresh("api")
+        with open(self.work / f"{name}.out", "ab") as fout, open(self.work / f"{name}.err", "wb") as ferr:
+            p = subprocess.Popen(["unshare", "-m", "--", "sh", "-c", _BOOT_WRAP, str(self.fs.boot_file),
+                                  sys.executable, "-c", _API_SENDER, topic, tag, str(n)],
+                                 stdin=subprocess.DEVNULL, stdout=fout, stderr=ferr, env=self.environ(),
+                                 cwd=self.cwd)
+        proc = Proc(p, self.work / f"{name}.out", self.work / f"{name}.err", ["api-send", topic, tag])
+        self.procs.append(proc)
+        return Producer(proc, topic, bodies, True)
 
     def collect(self, producers: Iterable[Producer]) -> int:
         """Record what producers printed (call after they exited or were killed)."""
