@@ -1,41 +1,36 @@
 """The consumer runtime: one member of a consumer group, for ``mqctl consume`` and the Python API.
 
-One loop does what RocketMQ's client threads do, in turn: rebalance (when the group's
-membership, its topics or a queue lock it waits for changes), pull each held queue into its
-process queue, hand batches to the sink, apply results (commit, retry, suspend, dead-letter),
-persist offsets, renew queue locks, and run the delay scheduler.
+One loop does what RocketMQ's client threads do, in turn: rebalance (when the group's membership, its topics or
+a queue lock it waits for changes), pull each held queue into its process queue, hand batches to the sink, apply
+results (commit, retry, suspend, dead-letter), persist offsets, renew queue locks, and run the delay scheduler.
 
-An idle member does nothing on a timer where the store's change notification (inotify) tells
-it what changed: no periodic rebalance or membership look, no offsets look, no delay
-scheduler pass; only its queue locks' leases are renewed, and its proof that it runs
-(``members.py``), once per ``IDLE_RENEW_S``. Where a path is polled (no inotify, a network
-file system: a dead member's lock changes no file there) the looks run every few seconds as
+An idle member does nothing on a timer where the store's change notification (inotify) tells it what changed: no
+periodic rebalance or membership look, no offsets look, no delay scheduler pass; only its queue locks' leases
+are renewed, and its proof that it runs (``members.py``), once per ``IDLE_RENEW_S``. Where a path is polled (no
+inotify, a network file system: a dead member's lock changes no file there) the looks run every few seconds as
 backstops, ``--rebalance-interval`` among them.
 
-:class:`Runtime` owns the loop and the member's life (join, signals, stop, leave); each job
-of a turn is a part of its own, with its own state:
+:class:`Runtime` owns the loop and the member's life (join, signals, stop, leave); each job of a turn is a part
+of its own, with its own state:
 
-* :class:`~store.client.rebalance.Rebalancer` — which queues to hold, their queue locks, and
-  the member record (the queues themselves: :class:`~store.client.holding.Holdings`);
+* :class:`~store.client.rebalance.Rebalancer` — which queues to hold, their queue locks, and the member record
+  (the queues themselves: :class:`~store.client.holding.Holdings`);
 * :class:`~store.client.pulling.Puller` — the held queues pulled into their process queues;
-* :class:`~store.client.dispatch.Dispatcher` — batches to the sink (:mod:`store.client.sinks`)
-  and what comes back;
-* :class:`~store.client.offset_keeper.OffsetKeeper` — start offsets, consumed offsets, and
-  when they are persisted; resets noticed;
-* :class:`~store.client.retry.Retrier` — failed batches: retried in place, sent back to the
-  retry topic, or dead-lettered.
+* :class:`~store.client.dispatch.Dispatcher` — batches to the sink (:mod:`store.client.sinks`), what comes back;
+* :class:`~store.client.offset_keeper.OffsetKeeper` — start offsets, consumed offsets, and when they are
+  persisted; resets noticed;
+* :class:`~store.client.retry.Retrier` — failed batches: retried in place, sent back to the retry topic, or
+  dead-lettered.
 
-Orderly mode adds RocketMQ's three locks: the queue lock across processes (``qlocks``), taken
-before a queue is added and checked before every batch; one batch at a time per queue inside
-this process (``ProcessQueue.busy``); and the drop rule that a queue is released only after
-its in-flight batch finished and its offset was persisted.
+Orderly mode adds RocketMQ's three locks: the queue lock across processes (``qlocks``), taken before a queue is
+added and checked before every batch; one batch at a time per queue inside this process (``ProcessQueue.busy``);
+and the drop rule that a queue is released only after its in-flight batch finished and its offset was persisted.
 
-The loop runs in the thread that calls :meth:`Runtime.run` (``mqctl consume``, push
-consumers), in a thread of its own (:meth:`Runtime.start`, the iterator), or in an event
-loop that drives :meth:`Runtime.turns` (``store/client/aio_driver.py``). Every other thread
-talks to it through :meth:`Runtime.call_soon` and :meth:`Runtime.stop` only, but for the
-iterator's thread, which runs its own pulls under the turns' lock (``handoff.feed``).
-"""
+The loop runs in the thread that calls :meth:`Runtime.run` (``mqctl consume``, push consumers), in a thread of
+its own (:meth:`Runtime.start`, the iterator), or in an event loop that drives :meth:`Runtime.turns`
+(``store/client/aio_driver.py``). Every other thread talks to it through :meth:`Runtime.call_soon` and
+:meth:`Runtime.stop` only, but for the iterator's thread, which runs its own pulls under the turns' lock
+(``handoff.feed``)."""
 from __future__ import annotations
 
 import math
@@ -333,14 +328,19 @@ class Runtime:
     # -- the loop --------------------------------------------------------------------------
     def _loop(self) -> None:
         """The loop of :meth:`turns`, waiting on the store's change notification in this thread."""
-        turns, wait, lock, clock = self.turns(), self.wake.wait, self.turn_lock, time.monotonic
+        turns, wake, lock, clock, keeper = self.turns(), self.wake, self.turn_lock, time.monotonic, self.keeper
         woke: bool | None = None   # (a generator's first send is None)
         try:
             while True:
                 with lock:
                     due = turns.send(woke)  # type: ignore[arg-type]
                     self.asleep_until = 0.0 if due is None else clock() + due
-                woke = False if due is None else wait(None if due == math.inf else due)
+                if due is not None and keeper.held_back and keeper.committing and not wake.started:
+                    # a pull waits for the commit out, which wakes the loop once written (or failed): no watch
+                    # set up for that (a -e run never pays for inotify, whose close holds its end 10-20 ms)
+                    woke = wake.wait_woken(due)
+                else:
+                    woke = False if due is None else wake.wait(None if due == math.inf else due)
         except StopIteration:
             return
 
