@@ -52,7 +52,6 @@ from store.client.pulling import Puller
 from store.client.rebalance import Rebalancer
 from store.client.retry import Retrier
 from store.client.rules import check_flush
-from store.client.stage import CopySink, Stage, check_stage
 from store.errors import StoreError, UsageError
 from store.log.messagestore import Store
 from store.log.offsets import Warn
@@ -63,6 +62,7 @@ if TYPE_CHECKING:
 
     from store.client.dedup import DedupLog
     from store.client.sinks import InlineSink, PoolSink
+    from store.client.stage import Stage
 
 
 class Runtime:
@@ -123,14 +123,14 @@ class Runtime:
         return self.state.fatal
 
     def set_sink(self, sink: InlineSink | PoolSink) -> None:
-        """Where batches go from now on. Only while no batch is out (before the loop runs,
-        or between two :meth:`serve` calls). A sink's ``persist_every_s`` paces the offset
-        commits (see :meth:`~store.client.offset_keeper.OffsetKeeper.pace`)."""
+        """Where batches go from now on. Only while no batch is out (before the loop runs, or between two
+        :meth:`serve` calls). A sink's ``persist_every_s`` paces the offset commits (``OffsetKeeper.pace``)."""
         self.dispatcher.set_sink(sink)
 
     def set_stage(self, to: str, flush: str = "async") -> Stage:
-        """Make this member an exactly-once stage whose outputs go to ``to`` (``stage.py``),
-        before it holds any queue; ``flush`` "sync": each batch fsynced before it counts."""
+        """Make this member an exactly-once stage writing to ``to`` (``stage.py``) before it holds any queue;
+        ``flush`` "sync": each batch fsynced before it counts. (Its module is loaded for a stage only.)"""
+        from store.client.stage import Stage, check_stage
         check_flush(flush)
         sync = flush == "sync"
         if self.stage is not None and (self.stage.to, self.stage.sync) == (to, sync):
@@ -145,8 +145,8 @@ class Runtime:
         return self.stage
 
     def emit(self, m: Any, outputs: Any) -> None:
-        """An exactly-once stage's outputs for input ``m`` (bytes, str, dicts, or a list of
-        them), written with the offset that settles ``m`` (``stage.py``); any thread."""
+        """An exactly-once stage's outputs for input ``m`` (bytes, str, dicts, or a list of them), written with
+        the offset that settles ``m`` (``stage.py``); any thread."""
         if self.stage is None:
             raise UsageError("emit() is for an exactly-once stage (a consumer with to=TOPIC / --to)")
         self.stage.emit(m, outputs)
@@ -155,13 +155,14 @@ class Runtime:
         """The sink of a stage that copies every message to its output topic."""
         if self.stage is None:
             raise UsageError("a copy sink is for an exactly-once stage (to=TOPIC / --to)")
+        from store.client.stage import CopySink
         return CopySink(self.stage)
 
     # -- lifecycle -------------------------------------------------------------------------
     def serve(self) -> None:
-        """Run the loop in this thread until a stop condition (``exit_at_end`` drained,
-        ``count``, ``idle_timeout_s``) and stay a member, offsets persisted; or, when stopped
-        (:meth:`stop`) or on an error, shut down and leave (re-raising the error)."""
+        """Run the loop in this thread until a stop condition (``exit_at_end`` drained, ``count``,
+        ``idle_timeout_s``) and stay a member, offsets persisted; or, when stopped (:meth:`stop`) or on an
+        error, shut down and leave (re-raising the error)."""
         self._loop_or_leave()
         if self.state.halted():
             self.shutdown(wait_handlers=True)
