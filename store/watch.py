@@ -366,10 +366,10 @@ class Watcher:
             if self._polled and not ready:
                 self._interval = min(self._interval * 2, self.poll_max)
 
-    def wait_woken(self, timeout: float) -> bool:
+    def wait_woken(self, timeout: float | None) -> bool:
         """Wait for a :meth:`wake` alone: True if woken (a lazy watcher's next wait says every path changed)."""
         self.changed, self.woken = set(), False
-        if self._rpipe >= 0 and select.select([self._rpipe], [], [], max(0.0, timeout))[0]:
+        if self._rpipe >= 0 and select.select([self._rpipe], [], [], None if timeout is None else max(0., timeout))[0]:
             _drain(self._rpipe)
             self.woken = True
         return self.woken

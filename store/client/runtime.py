@@ -339,7 +339,7 @@ class Runtime:
                 if due is not None and keeper.held_back and keeper.committing and not wake.started:
                     # a pull waits for the commit out, which wakes the loop once written (or failed): no watch
                     # set up for that (a -e run never pays for inotify, whose close holds its end 10-20 ms)
-                    woke = wake.wait_woken(due)
+                    woke = wake.wait_woken(None if due == math.inf else due)
                 else:
                     woke = False if due is None else wake.wait(None if due == math.inf else due)
         except StopIteration:
