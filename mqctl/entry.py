@@ -234,12 +234,14 @@ def _consume(argv: list[str], store: str | None, fields: dict[str, object]) -> i
 def _end_consume(code: int) -> NoReturn:
     """The quick consume's end. guard flushed its output; run_consume returned after the
     member's shutdown (offsets committed and settled, locks released, the group left). When no
-    other thread runs (the offsets' writer thread ended: no commit can be out), what the
+    other thread runs (the offsets' writer thread ended: no commit can be out) and nothing
+    imported ``atexit`` (whose handlers, a coverage tool's say, must run), what the
     interpreter's finalization still does (every module torn down, every object freed: ~3 ms
     of CPU after 100 MB of messages) changes nothing a user can see: the process ends at once.
-    Else (a thread still running, stderr's flush failing) it ends as any other command."""
+    Else (a thread still running, an atexit handler perhaps, stderr's flush failing) it ends
+    as any other command."""
     import threading
-    if threading.active_count() == 1:
+    if threading.active_count() == 1 and "atexit" not in sys.modules:
         try:
             sys.stderr.flush()
         except (OSError, ValueError):
