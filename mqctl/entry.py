@@ -25,6 +25,10 @@ import sys
 from mqctl.lazymods import defer
 from mqctl.startgc import hold
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import NoReturn
+
 COMPLETE_VAR = "_MQCTL_COMPLETE"   # the shell-completion request (Typer's name for mqctl)
 
 
@@ -154,7 +158,7 @@ def run_command(argv: list[str]) -> None:
             return
         hold()   # (no collection while the quick path loads its modules: mqctl/startgc.py)
         defer()  # (nor inspect, which only dataclasses imports: mqctl/lazymods.py)
-        sys.exit(_consume(argv, *consume))
+        _end_consume(_consume(argv, *consume))
     hold()
     defer()
     from mqctl.errors import guard
@@ -225,6 +229,26 @@ def _consume(argv: list[str], store: str | None, fields: dict[str, object]) -> i
             st.close()
         return 0
     return guard(run, argv)
+
+
+def _end_consume(code: int) -> NoReturn:
+    """The quick consume's end. guard flushed its output; run_consume returned after the
+    member's shutdown (offsets committed and settled, locks released, the group left). When no
+    other thread runs (the offsets' writer thread ended: no commit can be out) and nothing
+    imported ``atexit`` (whose handlers, a coverage tool's say, must run), what the
+    interpreter's finalization still does (every module torn down, every object freed: ~3 ms
+    of CPU after 100 MB of messages) changes nothing a user can see: the process ends at once.
+    Else (a thread still running, an atexit handler perhaps, stderr's flush failing) it ends
+    as any other command."""
+    import threading
+    if threading.active_count() == 1 and "atexit" not in sys.modules:
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        else:
+            os._exit(code)
+    sys.exit(code)
 
 
 # every field of ConsumeRequest with the command's default (mqctl/commands/consume.py)

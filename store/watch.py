@@ -1,11 +1,10 @@
 """Wait for a store to change: inotify on Linux, polling elsewhere and on network file systems.
 
-A waiting consumer should wake when something it cares about changes, not on a timer: a new
-batch (the writer rewrites ``STORE/checkpoint`` after every batch), a member joining or leaving
-(``consumers/<group>/``), a queue lock it waits for released (that lock file), an offset reset
-(``config/consumerOffset.json`` replaced) or a topic created or resized (``config/topics.epoch``
-replaced). :class:`Watcher` is that wait, and nothing else: it says *that* something changed,
-and which of the watched paths; what changed is for the caller to read.
+A waiting consumer should wake when something it cares about changes, not on a timer: a new batch (the writer
+rewrites ``STORE/checkpoint`` after every batch), a member joining or leaving (``consumers/<group>/``), a queue
+lock it waits for released (that lock file), an offset reset (``config/consumerOffset.json`` replaced) or a
+topic created or resized (``config/topics.epoch`` replaced). :class:`Watcher` is that wait, and nothing else: it
+says *that* something changed, and which of the watched paths; what changed is for the caller to read.
 
 Usage::
 
@@ -19,69 +18,62 @@ Usage::
 API
 ---
 ``Watcher(paths=(), *, backend="auto", poll_min=0.002, poll_max=0.05, lazy=False)``
-    ``backend``: ``"auto"`` (inotify where it works, else polling; ``MQCTL_WATCH=poll`` forces
-    polling), ``"inotify"`` (error if unavailable) or ``"poll"``. ``lazy``: set up nothing
-    until the first :meth:`wait` (or :meth:`fileno`, :attr:`backend`), which then returns True
-    at once with every path in :attr:`changed` (what changed before the watches existed is
-    unknown): a consumer that drains a backlog and exits (``-e``) never waits, and then
-    never pays for inotify, whose ``close`` alone takes 10-20 ms (the kernel waits out an
+    ``backend``: ``"auto"`` (inotify where it works, else polling; ``MQCTL_WATCH=poll`` forces polling),
+    ``"inotify"`` (error if unavailable) or ``"poll"``. ``lazy``: set up nothing until the first :meth:`wait`
+    (or :meth:`fileno`, :attr:`backend`), which then returns True at once with every path in :attr:`changed`
+    (what changed before the watches existed is unknown): a consumer that drains a backlog and exits (``-e``)
+    never waits, and then never pays for inotify, whose ``close`` alone takes 10-20 ms (the kernel waits out an
     RCU grace period).
 ``watch(path)``
-    A directory: any entry in it created, deleted, renamed, written, or closed after being
-    opened for writing (so a lock holder that dies, even by ``kill -9``, wakes the waiter: the
-    kernel closes its descriptors). A file (or a path whose name has a suffix, like
-    ``checkpoint`` or ``*.json``, that does not exist yet): writes to it, and it being
-    created, replaced (atomic rename) or deleted. ``kind="replaced"``: a file only ever
-    replaced by a rename onto its name (an atomic write) or deleted, and only that is seen
-    (the directory's watch then leaves out writes and creations: the temporary files and
-    journal beside the file cost no wake-up). A path that does not exist yet is watched
-    from its nearest existing ancestor and armed when it appears (which counts as a change).
+    A directory: any entry in it created, deleted, renamed, written, or closed after being opened for writing
+    (so a lock holder that dies, even by ``kill -9``, wakes the waiter: the kernel closes its descriptors). A
+    file (or a path whose name has a suffix, like ``checkpoint`` or ``*.json``, that does not exist yet): writes
+    to it, and it being created, replaced (atomic rename) or deleted. ``kind="replaced"``: a file only ever
+    replaced by a rename onto its name (an atomic write) or deleted, and only that is seen (the directory's
+    watch then leaves out writes and creations: the temporary files and journal beside the file cost no
+    wake-up). A path that does not exist yet is watched from its nearest existing ancestor and armed when it
+    appears (which counts as a change).
 ``unwatch(path)``, ``paths``
 ``wait(timeout=None) -> bool``
-    Block until a watched path changes, :meth:`wake` is called, or ``timeout`` seconds pass
-    (``None``: no limit). True unless it timed out. :attr:`changed` then holds the watched
-    paths seen changing (empty after a bare :meth:`wake`). Events that arrived between two
-    waits are not lost: the next wait returns at once. :attr:`woken` then says whether a
-    :meth:`wake` came too (with changes or without): a caller that waits on through changes
-    it does not care about must not wait on through a wake.
+    Block until a watched path changes, :meth:`wake` is called, or ``timeout`` seconds pass (``None``: no
+    limit). True unless it timed out. :attr:`changed` then holds the watched paths seen changing (empty after a
+    bare :meth:`wake`). Events that arrived between two waits are not lost: the next wait returns at once.
+    :attr:`woken` then says whether a :meth:`wake` came too (with changes or without): a caller that waits on
+    through changes it does not care about must not wait on through a wake.
 ``wake()`` (alias ``set()``; ``clear()`` is a no-op)
-    From any thread (or a signal handler): make the current or next :meth:`wait` return True.
-    With ``set``/``clear``/``wait(timeout)`` a Watcher stands in for the ``threading.Event`` a
-    wait loop already uses.
+    From any thread (or a signal handler): make the current or next :meth:`wait` return True. With
+    ``set``/``clear``/``wait(timeout)`` a Watcher stands in for the ``threading.Event`` a wait loop already
+    uses. ``wait_woken(timeout)``: a wait for a wake alone (a thread of this process), setting up no watch.
 ``fileno()``
-    A descriptor that becomes readable on a change or a wake (inotify backend), for callers
-    that multiplex with ``select``; then call ``wait(0)`` to consume it.
+    A descriptor that becomes readable on a change or a wake (inotify backend), for callers that multiplex with
+    ``select``; then call ``wait(0)`` to consume it.
 ``descriptors()``, ``polls``
-    Every descriptor to register with an event loop (``loop.add_reader``: the inotify one and
-    the wake pipe's), and whether some path is polled all the same (then wake every
-    ``poll_max`` s to look): an asyncio consumer waits this way, holding no thread.
+    Every descriptor to register with an event loop (``loop.add_reader``: the inotify one and the wake pipe's),
+    and whether some path is polled all the same (then wake every ``poll_max`` s to look): an asyncio consumer
+    waits this way, holding no thread.
 ``share(instance, release)``, ``started``
-    Before the first wait: watch through an inotify instance shared with other watchers (an
-    event loop's, read by the loop: ``store/client/aio_shared.py``), woken through the wake
-    pipe (or, when ``notify`` is set, by calling it in the reading thread: the loop's waiter
-    is then told without a round trip through the pipe); ``close`` calls ``release``.
-``backend``, ``close()`` (once no other thread calls :meth:`wake` any more: the runtime's
-    ``shutdown``, after its handler pool is shut down); a context manager.
+    Before the first wait: watch through an inotify instance shared with other watchers (an event loop's, read
+    by the loop: ``store/client/aio_shared.py``), woken through the wake pipe (or, when ``notify`` is set, by
+    calling it in the reading thread: the loop's waiter is then told without a round trip through the pipe);
+    ``close`` calls ``release``.
+``backend``, ``close()`` (once no other thread calls :meth:`wake` any more: the runtime's ``shutdown``,
+    after its handler pool is shut down); a context manager.
 
 How
 ---
-* inotify through ``ctypes`` on libc (:mod:`store.inotify`). One watch per *directory*
-  (files are watched through their parent with a name filter, so an atomic replace, which
-  gives the name a new inode, is still seen). The waiting is ``poll(2)`` on the inotify
-  descriptor and a wake pipe: zero CPU while nothing happens.
-* Polling: ``stat`` of every watched path (mtime, ctime, size, inode, link count) at an
-  interval that starts at ``poll_min`` and doubles up to ``poll_max`` while nothing changes;
-  a snapshot taken within ``RACY_NS`` of the mtime it shows counts as one more change once
-  that window has passed (two writes in one tick of the file system's clock leave the same
-  mtime). On NFS, ``stat`` answers from the client's attribute cache: mount with
-  ``actimeo=0`` (or ``noac``) for changes made on other machines to show at once.
-  Used for every path when inotify is missing (not Linux, ``inotify_init1`` fails, the
-  per-user instance limit is reached) and, even with inotify, for paths on file systems where
-  inotify misses other machines' (or FUSE servers') changes: NFS, SMB/CIFS, 9p, FUSE, Ceph,
-  AFS, Lustre, GFS2, OCFS2 (``statfs`` f_type). Polling cannot see a ``flock`` released by a
-  process that dies without writing (nothing on disk changes), nor a write inside a watched
-  directory to an existing file (the directory's mtime does not move): watch such files
-  themselves, and keep a periodic re-check (the consumer's rebalance interval) as the
+* inotify through ``ctypes`` on libc (:mod:`store.inotify`). One watch per *directory* (files are watched
+  through their parent with a name filter, so an atomic replace, which gives the name a new inode, is still
+  seen). The waiting is ``poll(2)`` on the inotify descriptor and a wake pipe: zero CPU while nothing happens.
+* Polling: ``stat`` of every watched path (mtime, ctime, size, inode, link count) at an interval that starts at
+  ``poll_min`` and doubles up to ``poll_max`` while nothing changes; a snapshot taken within ``RACY_NS`` of the mtime
+  it shows counts as one more change once that window has passed (two writes in one tick of the file system's clock
+  leave the same mtime). On NFS, ``stat`` answers from the client's attribute cache: mount with ``actimeo=0`` (or
+  ``noac``) for changes made on other machines to show at once. Used for every path when inotify is missing (not
+  Linux, ``inotify_init1`` fails, the per-user instance limit is reached) and, even with inotify, for paths on file
+  systems where inotify misses other machines' (or FUSE servers') changes: NFS, SMB/CIFS, 9p, FUSE, Ceph, AFS, Lustre,
+  GFS2, OCFS2 (``statfs`` f_type). Polling cannot see a ``flock`` released by a process that dies without writing
+  (nothing on disk changes), nor a write inside a watched directory to an existing file (the directory's mtime does
+  not move): watch such files themselves, and keep a periodic re-check (the consumer's rebalance interval) as the
   backstop.
 """
 from __future__ import annotations
@@ -373,6 +365,14 @@ class Watcher:
                 return True
             if self._polled and not ready:
                 self._interval = min(self._interval * 2, self.poll_max)
+
+    def wait_woken(self, timeout: float | None) -> bool:
+        """Wait for a :meth:`wake` alone: True if woken (a lazy watcher's next wait says every path changed)."""
+        self.changed, self.woken = set(), False
+        if self._rpipe >= 0 and select.select([self._rpipe], [], [], None if timeout is None else max(0., timeout))[0]:
+            _drain(self._rpipe)
+            self.woken = True
+        return self.woken
 
     def _poll_once(self) -> bool:
         for p, old in list(self._polled.items()):

@@ -1,22 +1,20 @@
 """A consumer group member's offsets while it runs: where each held queue starts, how far it
 was consumed, and when that reaches the group's offset store.
 
-Where a queue starts is RocketMQ's computePullFromWhere: the stored offset, else the first,
-the last, or the one at a timestamp (a computed start is persisted at once). Consumed offsets
-move in memory (:meth:`OffsetKeeper.advance`) and are persisted in batches (:meth:`persist`):
-every persist interval, when a queue ran ahead of its persisted offset by the sink's lag, when
-the loop is idle, and before a queue is given away; a commit is one journal record, the
-table's snapshot written by the offset store now and then and when the member settles (its
-commits quiet, or it closing: ``ClusterOffsetStore.settle``). A lag commit that finds another
-member's commit under way is put off to the next turn, at most ``MAX_PUT_OFF`` in a row.
+Where a queue starts is RocketMQ's computePullFromWhere: the stored offset, else the first, the last, or the one at
+a timestamp (a computed start is persisted at once). Consumed offsets move in memory (:meth:`OffsetKeeper.advance`)
+and are persisted in batches (:meth:`persist`): every persist interval, when a queue ran ahead of its persisted
+offset by the sink's lag, when the loop is idle, and before a queue is given away; a commit is one journal record,
+the table's snapshot written by the offset store now and then and when the member settles (its commits quiet, or it
+closing: ``ClusterOffsetStore.settle``). A lag commit that finds another member's commit under way is put off to the
+next turn, at most ``MAX_PUT_OFF`` in a row.
 
-The commits of every turn and of idle moments (:meth:`OffsetKeeper.commit_soon`) that may
-wait (the table's lock taken, a snapshot due) are written by a thread of their own
-(:class:`~store.client.offset_writer.OffsetWriter`; the others at once): a message that arrived
-meanwhile would otherwise wait behind them. The loop goes on delivering; what it may deliver
-before the commit is done is bounded (:meth:`OffsetKeeper.room`), so a crash hands no more to
-the next owner again than with the commit in the loop. Every other persist (the interval, a
-queue given away, shutdown) first waits for the one in flight and writes in the loop's thread.
+The commits of every turn and of idle moments (:meth:`OffsetKeeper.commit_soon`) that may wait (the table's lock
+taken, a snapshot due) are written by a thread of their own (:class:`~store.client.offset_writer.OffsetWriter`; the
+others at once): a message that arrived meanwhile would otherwise wait behind them. The loop goes on delivering;
+what it may deliver before the commit is done is bounded (:meth:`OffsetKeeper.room`), so a crash hands no more to
+the next owner again than with the commit in the loop. Every other persist (the interval, a queue given away,
+shutdown) first waits for the one in flight and writes in the loop's thread.
 
 ``offsets reset --force`` while the member runs is noticed by the reset epochs (:meth:`check_reset`):
 the queues it moved are let go and taken again from their new offsets. The stores (the group's
@@ -31,7 +29,6 @@ from store.client.holding import Holdings
 from store.client.offset_writer import OffsetWriter
 from store.client.options import ConsumeOptions
 from store.client.process_queue import PULL_BATCH
-from store.client.stage import LostQueueError, Stage
 from store.client.startpoint import start_offset
 from store.errors import LockHeldError
 from store.failpoints import failpoint
@@ -42,6 +39,8 @@ from store.log.offsets import LOCK_TIMEOUT_S, ClusterOffsetStore, GroupOffsets, 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from typing import Any, Callable
+
+    from store.client.stage import Stage
 
 MAX_PUT_OFF = 15   # lag commits put off in a row (the table busy) before one waits for it
 
@@ -213,6 +212,7 @@ class OffsetKeeper:
         one write batch, for the queues whose locks this member still holds (checked again
         under the store's write lock). A queue whose lock is gone keeps neither: its new owner
         starts from the last commit and makes those outputs again."""
+        from store.client.stage import LostQueueError
         assert self.stage is not None
         stage, locks = self.stage, self.held.locks
 

@@ -1,41 +1,36 @@
 """The consumer runtime: one member of a consumer group, for ``mqctl consume`` and the Python API.
 
-One loop does what RocketMQ's client threads do, in turn: rebalance (when the group's
-membership, its topics or a queue lock it waits for changes), pull each held queue into its
-process queue, hand batches to the sink, apply results (commit, retry, suspend, dead-letter),
-persist offsets, renew queue locks, and run the delay scheduler.
+One loop does what RocketMQ's client threads do, in turn: rebalance (when the group's membership, its topics or
+a queue lock it waits for changes), pull each held queue into its process queue, hand batches to the sink, apply
+results (commit, retry, suspend, dead-letter), persist offsets, renew queue locks, and run the delay scheduler.
 
-An idle member does nothing on a timer where the store's change notification (inotify) tells
-it what changed: no periodic rebalance or membership look, no offsets look, no delay
-scheduler pass; only its queue locks' leases are renewed, and its proof that it runs
-(``members.py``), once per ``IDLE_RENEW_S``. Where a path is polled (no inotify, a network
-file system: a dead member's lock changes no file there) the looks run every few seconds as
+An idle member does nothing on a timer where the store's change notification (inotify) tells it what changed: no
+periodic rebalance or membership look, no offsets look, no delay scheduler pass; only its queue locks' leases
+are renewed, and its proof that it runs (``members.py``), once per ``IDLE_RENEW_S``. Where a path is polled (no
+inotify, a network file system: a dead member's lock changes no file there) the looks run every few seconds as
 backstops, ``--rebalance-interval`` among them.
 
-:class:`Runtime` owns the loop and the member's life (join, signals, stop, leave); each job
-of a turn is a part of its own, with its own state:
+:class:`Runtime` owns the loop and the member's life (join, signals, stop, leave); each job of a turn is a part
+of its own, with its own state:
 
-* :class:`~store.client.rebalance.Rebalancer` — which queues to hold, their queue locks, and
-  the member record (the queues themselves: :class:`~store.client.holding.Holdings`);
+* :class:`~store.client.rebalance.Rebalancer` — which queues to hold, their queue locks, and the member record
+  (the queues themselves: :class:`~store.client.holding.Holdings`);
 * :class:`~store.client.pulling.Puller` — the held queues pulled into their process queues;
-* :class:`~store.client.dispatch.Dispatcher` — batches to the sink (:mod:`store.client.sinks`)
-  and what comes back;
-* :class:`~store.client.offset_keeper.OffsetKeeper` — start offsets, consumed offsets, and
-  when they are persisted; resets noticed;
-* :class:`~store.client.retry.Retrier` — failed batches: retried in place, sent back to the
-  retry topic, or dead-lettered.
+* :class:`~store.client.dispatch.Dispatcher` — batches to the sink (:mod:`store.client.sinks`), what comes back;
+* :class:`~store.client.offset_keeper.OffsetKeeper` — start offsets, consumed offsets, and when they are
+  persisted; resets noticed;
+* :class:`~store.client.retry.Retrier` — failed batches: retried in place, sent back to the retry topic, or
+  dead-lettered.
 
-Orderly mode adds RocketMQ's three locks: the queue lock across processes (``qlocks``), taken
-before a queue is added and checked before every batch; one batch at a time per queue inside
-this process (``ProcessQueue.busy``); and the drop rule that a queue is released only after
-its in-flight batch finished and its offset was persisted.
+Orderly mode adds RocketMQ's three locks: the queue lock across processes (``qlocks``), taken before a queue is
+added and checked before every batch; one batch at a time per queue inside this process (``ProcessQueue.busy``);
+and the drop rule that a queue is released only after its in-flight batch finished and its offset was persisted.
 
-The loop runs in the thread that calls :meth:`Runtime.run` (``mqctl consume``, push
-consumers), in a thread of its own (:meth:`Runtime.start`, the iterator), or in an event
-loop that drives :meth:`Runtime.turns` (``store/client/aio_driver.py``). Every other thread
-talks to it through :meth:`Runtime.call_soon` and :meth:`Runtime.stop` only, but for the
-iterator's thread, which runs its own pulls under the turns' lock (``handoff.feed``).
-"""
+The loop runs in the thread that calls :meth:`Runtime.run` (``mqctl consume``, push consumers), in a thread of
+its own (:meth:`Runtime.start`, the iterator), or in an event loop that drives :meth:`Runtime.turns`
+(``store/client/aio_driver.py``). Every other thread talks to it through :meth:`Runtime.call_soon` and
+:meth:`Runtime.stop` only, but for the iterator's thread, which runs its own pulls under the turns' lock
+(``handoff.feed``)."""
 from __future__ import annotations
 
 import math
@@ -57,7 +52,6 @@ from store.client.pulling import Puller
 from store.client.rebalance import Rebalancer
 from store.client.retry import Retrier
 from store.client.rules import check_flush
-from store.client.stage import CopySink, Stage, check_stage
 from store.errors import StoreError, UsageError
 from store.log.messagestore import Store
 from store.log.offsets import Warn
@@ -68,6 +62,7 @@ if TYPE_CHECKING:
 
     from store.client.dedup import DedupLog
     from store.client.sinks import InlineSink, PoolSink
+    from store.client.stage import Stage
 
 
 class Runtime:
@@ -128,14 +123,14 @@ class Runtime:
         return self.state.fatal
 
     def set_sink(self, sink: InlineSink | PoolSink) -> None:
-        """Where batches go from now on. Only while no batch is out (before the loop runs,
-        or between two :meth:`serve` calls). A sink's ``persist_every_s`` paces the offset
-        commits (see :meth:`~store.client.offset_keeper.OffsetKeeper.pace`)."""
+        """Where batches go from now on. Only while no batch is out (before the loop runs, or between two
+        :meth:`serve` calls). A sink's ``persist_every_s`` paces the offset commits (``OffsetKeeper.pace``)."""
         self.dispatcher.set_sink(sink)
 
     def set_stage(self, to: str, flush: str = "async") -> Stage:
-        """Make this member an exactly-once stage whose outputs go to ``to`` (``stage.py``),
-        before it holds any queue; ``flush`` "sync": each batch fsynced before it counts."""
+        """Make this member an exactly-once stage writing to ``to`` (``stage.py``) before it holds any queue;
+        ``flush`` "sync": each batch fsynced before it counts. (Its module is loaded for a stage only.)"""
+        from store.client.stage import Stage, check_stage
         check_flush(flush)
         sync = flush == "sync"
         if self.stage is not None and (self.stage.to, self.stage.sync) == (to, sync):
@@ -150,8 +145,8 @@ class Runtime:
         return self.stage
 
     def emit(self, m: Any, outputs: Any) -> None:
-        """An exactly-once stage's outputs for input ``m`` (bytes, str, dicts, or a list of
-        them), written with the offset that settles ``m`` (``stage.py``); any thread."""
+        """An exactly-once stage's outputs for input ``m`` (bytes, str, dicts, or a list of them), written with
+        the offset that settles ``m`` (``stage.py``); any thread."""
         if self.stage is None:
             raise UsageError("emit() is for an exactly-once stage (a consumer with to=TOPIC / --to)")
         self.stage.emit(m, outputs)
@@ -160,13 +155,14 @@ class Runtime:
         """The sink of a stage that copies every message to its output topic."""
         if self.stage is None:
             raise UsageError("a copy sink is for an exactly-once stage (to=TOPIC / --to)")
+        from store.client.stage import CopySink
         return CopySink(self.stage)
 
     # -- lifecycle -------------------------------------------------------------------------
     def serve(self) -> None:
-        """Run the loop in this thread until a stop condition (``exit_at_end`` drained,
-        ``count``, ``idle_timeout_s``) and stay a member, offsets persisted; or, when stopped
-        (:meth:`stop`) or on an error, shut down and leave (re-raising the error)."""
+        """Run the loop in this thread until a stop condition (``exit_at_end`` drained, ``count``,
+        ``idle_timeout_s``) and stay a member, offsets persisted; or, when stopped (:meth:`stop`) or on an
+        error, shut down and leave (re-raising the error)."""
         self._loop_or_leave()
         if self.state.halted():
             self.shutdown(wait_handlers=True)
@@ -333,14 +329,19 @@ class Runtime:
     # -- the loop --------------------------------------------------------------------------
     def _loop(self) -> None:
         """The loop of :meth:`turns`, waiting on the store's change notification in this thread."""
-        turns, wait, lock, clock = self.turns(), self.wake.wait, self.turn_lock, time.monotonic
+        turns, wake, lock, clock, keeper = self.turns(), self.wake, self.turn_lock, time.monotonic, self.keeper
         woke: bool | None = None   # (a generator's first send is None)
         try:
             while True:
                 with lock:
                     due = turns.send(woke)  # type: ignore[arg-type]
                     self.asleep_until = 0.0 if due is None else clock() + due
-                woke = False if due is None else wait(None if due == math.inf else due)
+                if due is not None and keeper.held_back and keeper.committing and not wake.started:
+                    # a pull waits for the commit out, which wakes the loop once written (or failed): no watch
+                    # set up for that (a -e run never pays for inotify, whose close holds its end 10-20 ms)
+                    woke = wake.wait_woken(None if due == math.inf else due)
+                else:
+                    woke = False if due is None else wake.wait(None if due == math.inf else due)
         except StopIteration:
             return
 

@@ -20,8 +20,8 @@ repetition runs, in this order and then reversed, this checkout (and ``--base``)
   ``checks`` (``nativecheck.check_run`` alone: CRCs, the records read outside a window, the
   columns), ``writes`` (the sink's ``write_raw``) and ``rebalance``; ``shutdown`` the final
   commit, the locks released, the member left; ``exit`` the interpreter's own end (the whole
-  process's CPU minus the harness's at its end); and ``dataclasses`` the CPU of building the
-  dataclasses loaded (part of ``imports``).
+  process's CPU minus the harness's at its end, or at the quick path's ``os._exit``); and
+  ``dataclasses`` the CPU of building the dataclasses loaded (part of ``imports``).
 
 Printed, medians over the repetitions (min-max for ``whole``), with the load.
 """
@@ -86,14 +86,21 @@ def hooked(st, r):
     return run_consume(st, r)
 CR.run_consume = hooked
 sys.argv = ["mqctl"] + sys.argv[1:]
+def report():
+    end = time.process_time()
+    os.write(int(os.environ["PROFILE_FD"]),
+             json.dumps({"marks": marks, "spent": spent, "end": end, "dataclasses": built[0]}).encode())
+_exit = os._exit
+def reported_exit(code):   # (the quick consume ends with os._exit: mqctl/entry.py)
+    report()
+    _exit(code)
+os._exit = reported_exit
 code = 0
 try:
     mqctl.entry.main()
 except SystemExit as e:
     code = e.code or 0
-end = time.process_time()
-os.write(int(os.environ["PROFILE_FD"]),
-         json.dumps({"marks": marks, "spent": spent, "end": end, "dataclasses": built[0]}).encode())
+report()
 sys.exit(code)
 """
 

@@ -95,3 +95,39 @@ def test_a_draining_consumer_pulls_and_commits_a_whole_batch_while_its_commits_a
     assert steps[-1] == n == mq.offsets("g", "T")[("T", 0)]
     assert steps[1] == RAW_BATCH, steps
     assert max(b - a for a, b in zip(steps, steps[1:])) <= RAW_BATCH, steps
+
+
+def _inotify_fds(pid: int) -> int:
+    """How many inotify instances the process ``pid`` has open."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify"
+        except OSError:
+            pass   # (closed meanwhile)
+    return count
+
+
+def test_a_draining_consumer_waiting_for_its_own_commit_sets_up_no_watch(mq: MQ) -> None:
+    # A -e consumer that delivers faster than its commits are written waits for them (a pull
+    # batch at most past the committed offset): the writer thread wakes it, so it watches no
+    # file for that wait, and never opens an inotify instance (whose close alone holds the
+    # process's end 10-20 ms, the kernel waiting out an RCU grace period).
+    mq.ok("topic", "create", "T", "--queues", "1")
+    mq.send_lines("T", ["warm"])
+    mq.ok("consume", "T", "-g", "g", "--from", "first", "-e")   # (the group's offset: no start to commit)
+    n = 3 * RAW_BATCH
+    mq.send_lines("T", [f"m{i}" for i in range(n)])
+    out = mq.root.parent / "drain.out"
+    with offsets_table_locked(mq.root):
+        proc = mq.start("consume", "T", "-g", "g", "-e", out=out)
+        assert wait_for(lambda: len(out.read_bytes().splitlines()) >= RAW_BATCH, timeout=60), proc.stderr()
+        # held back behind its commit, which waits for the lock: no watch set up meanwhile
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            assert _inotify_fds(proc.pid) == 0
+            time.sleep(0.05)
+        assert len(out.read_bytes().splitlines()) < n
+    assert proc.wait(60) == 0, proc.stderr()
+    assert out.read_bytes().splitlines() == [b"m%d" % i for i in range(n)]
+    assert mq.offsets("g", "T")[("T", 0)] == 1 + n

@@ -307,6 +307,24 @@ def test_a_lazy_watcher_sets_up_at_its_first_wait_and_reports_every_path(tmp_pat
     assert _inotify_fds() == before
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_wait_for_a_wake_alone_sets_up_nothing(tmp_path: Path, backend: str) -> None:
+    """``wait_woken`` (a consumer waiting for its own offset commit, which its writer thread
+    wakes it for): woken by a thread, with no limit or a timeout, it opens no inotify instance
+    and a lazy watcher stays lazy; its next real wait still says every path changed."""
+    cp = tmp_path / "checkpoint"
+    cp.write_bytes(b"x")
+    before = _inotify_fds()
+    with Watcher([(cp, "file")], backend=backend, lazy=True) as w:
+        later(0.05, w.wake)
+        assert w.wait_woken(None) is True and w.woken and w.changed == set()
+        assert w.wait_woken(0.05) is False and not w.woken
+        cp.write_bytes(b"y")   # (unseen by those waits: the next wait says so)
+        assert not w.started and _inotify_fds() == before
+        assert w.wait(5.0) is True and w.changed == {cp}
+    assert _inotify_fds() == before
+
+
 @pytest.mark.skipif(not inotify_available(), reason="no inotify")
 def test_watchers_sharing_an_instance_keep_their_watches_apart(tmp_path: Path) -> None:
     """Two watchers of one directory through one shared instance get the same watch
