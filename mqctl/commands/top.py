@@ -54,9 +54,8 @@ def top(ctx: typer.Context, group: OptionalGroupOpt = None, topic: TopicFilterOp
 
 
 def _json_stream(monitor: store.Monitor, history: store.History, interval: float, once: bool) -> None:
-    import time
-
     import signal
+    import time
 
     from mqctl.errors import Terminated, end_as_interrupt
     from mqctl.output import Output
