@@ -363,6 +363,10 @@ def _run_both(args: list[str], store: Path | None) -> tuple[Result, Result]:
     ["consume", "t", "-g", "g", "--no-group", "-e"],                 # both: exit 2
     ["consume", "t", "-g", "g", "-o", "5", "-e"],                    # a queue offset needs --no-group: exit 2
     ["consume", "t", "-g", "g", "-o", "yesterday-ish", "-e"],        # not a time: exit 2
+    ["consume", "t", "-g", "g", "-o", "@-1h", "-e"],                 # rpk's @TIME
+    ["consume", "t", "--no-group", "-o", "@2020-01-01", "-e"],
+    ["consume", "t", "--no-group", "-o", "s@1577836800000", "-e"],   # kcat's s@MS
+    ["consume", "t", "-g", "g", "-o", "@nonsense", "-e"],            # exit 2
     ["consume", "t", "-g", "g", "--idle-timeout", "soon", "-e"],     # not a duration: exit 2
     ["consume", "bad name", "-g", "g", "-e"],                        # exit 2
     ["consume", "nosuch", "-g", "g", "-e"],                          # exit 3
