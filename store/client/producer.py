@@ -293,7 +293,9 @@ class Producer(StoreClient):
             from dataclasses import replace
 
             from store.log.record import PROP_UNIQ_KEY
-            drafts = [d if uniq is None else replace(d, properties={PROP_UNIQ_KEY: uniq, **d.properties})
+            # (the unique key first, where the write puts one it makes; the id given wins)
+            drafts = [d if uniq is None else replace(d, properties={
+                          PROP_UNIQ_KEY: uniq, **{k: v for k, v in d.properties.items() if k != PROP_UNIQ_KEY}})
                       for d, uniq in zip(drafts, msg_id_list(msg_ids, len(drafts)))]
         deliver = delay_spec(delay)
         if deliver is not None:
