@@ -208,7 +208,13 @@ def _run(args: list[str]) -> int:
     from typer._click.exceptions import ClickException
     if not os.environ.get(COMPLETE_VAR):
         args = help_alias(args)
+    elif os.environ.get(COMPLETE_VAR) == "complete_bash":
+        from mqctl.options import join_bash_options
+        join_bash_options()
     command = command_for(args)
+    if os.environ.get(COMPLETE_VAR) == "complete_bash":
+        from mqctl.options import escape_bash_completions
+        escape_bash_completions()
     if not os.environ.get(COMPLETE_VAR):
         from mqctl.argv import normalize
         args = normalize(args, command)

@@ -188,14 +188,16 @@ FROM_WORDS = {"first": "first", "earliest": "first", "beginning": "first",
               "last": "last", "latest": "last", "end": "last", "stored": "last"}
 FROM_HELP = ("first/earliest/beginning, last/latest/end, stored (the group's committed offset), -N (N before "
              "the end of each queue), +N (N after the start of each queue), N (a queue offset of each queue: "
-             "--no-group) or a time")
+             "--no-group) or a time (also as @TIME, rpk's, or s@MS, kcat's)")
 
 
 def start_position(text: str, no_group: bool) -> tuple[str, Optional[int], Optional[int]]:
     """``--from``/``-o`` as (where, timestamp, offset). A bare number of 10 or 13 digits is a
     time (seconds or ms since the epoch); any other is kcat's queue offset N, ``-N`` is N
-    before the end of each queue (kcat), ``+N`` N after its start (rpk). Only queues with no
-    committed offset start there: a group resumes from its own (kcat's ``stored``)."""
+    before the end of each queue (kcat), ``+N`` N after its start (rpk). A time may be
+    marked as rpk marks it, ``@TIME`` (``@-1h``, ``@2026-11-30``), or as kcat does, ``s@MS``
+    (ms since the epoch). Only queues with no committed offset start there: a group resumes
+    from its own (kcat's ``stored``)."""
     from store.errors import UsageError
     word = text.strip()
     if word in FROM_WORDS:
@@ -215,7 +217,9 @@ def start_position(text: str, no_group: bool) -> tuple[str, Optional[int], Optio
     # offset does not need)
     from store import parse_time
     try:
-        return "timestamp", parse_time(word), None
+        if word.startswith("s@") and word[2:].isascii() and word[2:].isdigit():
+            return "timestamp", parse_time(str(int(word[2:])).rjust(13, "0")), None   # (ms, whatever its digits)
+        return "timestamp", parse_time(word[1:] if word.startswith("@") else word), None
     except UsageError as exc:
         raise UsageError(f"{exc}; --from/-o also takes {FROM_HELP}") from None
 

@@ -128,6 +128,13 @@ _BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREAD
 def main() -> None:
     try:
         run_command(sys.argv[1:])
+    except KeyboardInterrupt:
+        # Ctrl-C before the command's error guard (mqctl.errors.guard) is in place: while
+        # Typer or the store is being imported, in the first tenth of a second or so. The
+        # guard's answer all the same: one line, exit 130, no traceback.
+        from mqctl.errors import EXIT_INTERRUPTED, print_error
+        print_error("interrupted")
+        raise SystemExit(EXIT_INTERRUPTED) from None
     finally:
         # Exiting, the interpreter runs the cyclic garbage collector over every object it
         # still holds, more than once (~10 ms with Typer loaded, ~40 ms after a consume of

@@ -40,6 +40,24 @@ def terminate_as_interrupt() -> None:
         signal.signal(signal.SIGTERM, _raise_terminated)
 
 
+def end_as_interrupt(*signums: int) -> Callable[[], None]:
+    """From now on each of ``signums`` (SIGTERM, SIGHUP) raises :class:`Terminated`, as
+    Ctrl-C raises ``KeyboardInterrupt`` (main thread only), unless whoever started this
+    process made it ignore that signal (``nohup``). For a long-running view that ends on
+    either as on Ctrl-C (``top``: its terminal restored, exit 0). Returns the function that
+    puts the handlers back."""
+    saved = {sig: signal.getsignal(sig) for sig in signums}
+    for sig, old in saved.items():
+        if old == signal.SIG_DFL:
+            signal.signal(sig, _raise_terminated)
+
+    def restore() -> None:
+        for sig, old in saved.items():
+            if old == signal.SIG_DFL:
+                signal.signal(sig, old)
+    return restore
+
+
 def print_error(message: str) -> None:
     # one line: a continuation line's indent goes (Click's "Choose from:\n\tbash,\n\tzsh")
     first, *rest = str(message).split("\n")

@@ -15,6 +15,22 @@ if TYPE_CHECKING:
 ENVELOPE_PLACE_FIELDS = frozenset({
     "topic", "queueOffset", "msgId", "offsetMsgId", "bornTimestamp", "storeTimestamp", "reconsumeTimes",
     "commitLogOffset", "bornHost"})
+# What ``send --input json`` reads: its own fields and every field of the ``consume --json``
+# envelope (ignored ones: where the message was, not what it is; its msgId is kept as the new
+# message's id), so a copy round-trips.
+JSON_FIELDS = frozenset({
+    "body", "bodyEncoding", "tags", "keys", "shardingKey", "queueId", "properties"}) | ENVELOPE_PLACE_FIELDS
+
+
+def json_msg_id(obj: dict[str, object]) -> str | None:
+    """A line's ``msgId``, kept as its message's id: a resend (RocketMQ's client keeps a
+    UNIQ_KEY the message has), so ``consume --json | send --input json`` run again makes
+    copies that ``--dedup`` consumers skip. None (no field, or null): a new id."""
+    msg_id = obj.get("msgId")
+    if msg_id is None:
+        return None
+    from store import check_msg_id
+    return check_msg_id(msg_id, "'msgId'")
 
 
 def json_body(obj: dict[str, object]) -> bytes:

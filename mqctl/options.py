@@ -68,6 +68,51 @@ def _store_on_line(ctx: typer.Context) -> str | None:
     return found if isinstance(found, str) else None
 
 
+def join_bash_options() -> None:
+    """Interactive bash splits ``--strategy=av`` into the words ``--strategy``, ``=``, ``av``
+    (``=`` is in COMP_WORDBREAKS), and Click, handed them as they are, takes ``=`` for the
+    option's value: ``--strategy=<TAB>`` completed nothing. Join them again in COMP_WORDS
+    (newline-separated, as the bash script passes them) and COMP_CWORD, as Click reads an
+    ``--option=value`` word; bash inserts a completion after the ``=``, which it kept."""
+    import os
+    words = os.environ.get("COMP_WORDS", "").split("\n")
+    try:
+        cword = int(os.environ.get("COMP_CWORD", ""))
+    except ValueError:
+        return
+    out: list[str] = []
+    at = cword
+    i = 0
+    while i < len(words):
+        word = words[i]
+        take = 1
+        if word.startswith("--") and words[i + 1:i + 2] == ["="] and i + 1 <= cword:
+            take = 2 if cword == i + 1 or i + 2 >= len(words) else 3   # (the cursor on "=": no value yet)
+            word += "=" + (words[i + 2] if take == 3 else "")
+        if i <= cword < i + take:
+            at = len(out)
+        out.append(word)
+        i += take
+    os.environ["COMP_WORDS"] = "\n".join(out)
+    os.environ["COMP_CWORD"] = str(at)
+
+
+def escape_bash_completions() -> None:
+    """Completions as bash inserts them: a reply goes on the line as it is, so a character
+    the shell reads specially (the ``|`` a topic name may hold) is escaped, as ``printf %q``
+    does (Typer's bash class prints values bare; zsh and fish quote what they insert).
+    Registered over Typer's for this process, after the app is built (which registers it)."""
+    import re
+
+    from typer._click.shell_completion import CompletionItem, add_completion_class
+    from typer._completion_classes import BashComplete
+
+    class EscapingBashComplete(BashComplete):
+        def format_completion(self, item: CompletionItem) -> str:
+            return re.sub(r"([^A-Za-z0-9_%+,./:=@-])", r"\\\1", item.value)
+    add_completion_class(EscapingBashComplete, "bash")
+
+
 def _completion_store(ctx: typer.Context) -> "Store | None":
     try:
         from store import Store

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from mqctl import errors, msgargs
-from mqctl.msgargs import ENVELOPE_PLACE_FIELDS, json_body, json_properties, message_properties, unescape
+from mqctl.msgargs import JSON_FIELDS, json_body, json_msg_id, json_properties, message_properties, unescape
 from mqctl.output import BrokenPipe  # (loaded anyway: mqctl.errors.guard catches it)
 from mqctl.sendlost import stdout_failed
 from mqctl.stdin import LongRecord, line_cap, read_chunks
@@ -35,11 +35,6 @@ BATCH_MESSAGES = 8192
 BATCH_BYTES = 2 * 1024 * 1024
 # A read of stdin this big: big reads and batches follow (the allocator keeps their memory)
 BIG_READ = 64 * 1024
-
-# What ``send --input json`` reads: its own fields and every field of the ``consume --json``
-# envelope (ignored ones: where the message was, not what it is), so a copy round-trips.
-JSON_FIELDS = frozenset({
-    "body", "bodyEncoding", "tags", "keys", "shardingKey", "queueId", "properties"}) | ENVELOPE_PLACE_FIELDS
 
 
 @dataclass
@@ -185,6 +180,7 @@ class Sender:
             from datetime import timedelta
             self.delay = deliver[0] or timedelta(milliseconds=deliver[1])
         self.batch: list[Draft] = []   # Drafts (json input, delays) ...
+        self.batch_ids: dict[int, str] = {}   # ... the msgId of those (by place) whose line had one ...
         self.bodies: list[bytes] = []  # ... or bare bodies for the store's fast path
         self.skeys: list[str | None] | None = None
         self.batch_bytes = 0
@@ -383,11 +379,14 @@ class Sender:
             self._check_route(qid, skey)
             if self.props or (skey is not None and not keyed):   # (the line's own: json_properties)
                 check_properties_room(props)   # else its batch's write refuses every line of it
+            msg_id = json_msg_id(obj)
         except (ValueError, binascii.Error) as exc:
             raise self._bad_line(str(exc), line) from exc
         except (BadInputError, InvalidPropertyError, MessageTooLargeError) as exc:
             raise self._bad_line(exc.message, line) from exc
         self._check_size(data, line)
+        if msg_id is not None:
+            self.batch_ids[len(self.batch)] = msg_id
         self._add(self.Draft(self.topic, data, props, qid, skey))
 
     def flush(self) -> None:
@@ -406,8 +405,9 @@ class Sender:
                                       queue=None if self.queue < 0 else self.queue, sharding_keys=skeys,
                                       on_durable=self._report_batch)
         if self.batch:
-            batch, self.batch, self.batch_bytes = self.batch, [], 0
-            self.producer.send_drafts(batch, delay=self.delay, on_durable=self._report_results)
+            batch, self.batch, self.batch_bytes, ids, self.batch_ids = self.batch, [], 0, self.batch_ids, {}
+            self.producer.send_drafts(batch, delay=self.delay, on_durable=self._report_results,
+                                      msg_ids=[ids.get(i) for i in range(len(batch))] if ids else None)
 
     def _report_batch(self, res: "BatchResult") -> None:
         self._report(res.topic, res.queue_ids, res.queue_offsets, res.commitlog_offsets,

@@ -1,7 +1,8 @@
 """The full-screen ``mqctl top``: rich's Live on the alternate screen, keys read raw from stdin.
 
 The terminal is put in cbreak mode (keys arrive one by one, unechoed; Ctrl-C still sends
-SIGINT) and restored in a ``finally``, so ``q``, Ctrl-C and an error all leave it as it was.
+SIGINT) and restored in a ``finally``, so ``q``, Ctrl-C, SIGTERM, SIGHUP and an error all
+leave it as it was.
 The loop waits on stdin with ``select`` in short steps: a key, a resize (the terminal's size
 is compared at each step) or the next refresh redraws at once.
 """
@@ -113,16 +114,22 @@ def _env_size(name: str, default: int) -> int:
 
 
 def run_live(monitor: Any, history: Any, interval: float, store: str, focus: str | None) -> None:
-    """Refresh until ``q`` or Ctrl-C; the terminal is restored either way."""
+    """Refresh until ``q``, Ctrl-C, SIGTERM or SIGHUP; the terminal is restored either way
+    (cooked mode, the main screen, the cursor shown), and the view ends with exit 0, as a
+    long-running ``consume`` does on SIGINT/SIGTERM."""
+    import signal
     import termios
     import tty
 
     from rich.console import Console
     from rich.live import Live
+
+    from mqctl.errors import Terminated, end_as_interrupt, hung_up
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd)
     console = Console(highlight=False)
     screen = Screen(view="groups" if focus else "topics")
+    restore_signals = end_as_interrupt(signal.SIGTERM, signal.SIGHUP)
     try:
         tty.setcbreak(fd)
         with Live(console=console, screen=True, auto_refresh=False, redirect_stdout=False,
@@ -160,7 +167,15 @@ def run_live(monitor: Any, history: Any, interval: float, store: str, focus: str
                     # for the size before a resize (it would scroll the screen away)
                     console.size = (size.columns, size.lines)
                     live.update(render(snap, history, screen, store, focus, size.lines, size.columns), refresh=True)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated):
         return
+    except OSError as exc:
+        # the terminal hung up (SIGHUP's cause): leaving the alternate screen could not be written
+        if not hung_up(sys.stdout.fileno(), exc):
+            raise
     finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        restore_signals()
+        try:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        except termios.error:   # (a terminal that hung up takes no settings back)
+            pass

@@ -40,7 +40,8 @@ What else a program (and ``mqctl``, which imports nothing else of ``store``) fin
 * Messages: ``build_properties``, ``properties_room`` / ``check_properties_room`` (what
   still fits a record), ``Prop`` (the store's property names), ``envelope`` (the
   ``consume --json`` object), ``message_report`` / ``message_timeline`` (``msg show``),
-  ``StoredMessage`` (a record as the engine returns it), ``offset_msg_id``.
+  ``StoredMessage`` (a record as the engine returns it), ``offset_msg_id``, ``check_msg_id``
+  (a unique id a resend keeps: ``Producer.send(msg_id=...)``).
 * The consumer runtime for programs that bring their own sink, as ``mqctl consume`` does:
   ``ConsumerRuntime``, ``ConsumeOptions``, ``check_consume_options``, ``check_stage``, ``Outcome``.
 * ``create_store`` and ``resolve_store_path``: making and finding a store.
@@ -99,6 +100,7 @@ _EXPORTS = {
     "check_properties_room": "client.properties",
     "envelope": "client.envelope", "Prop": "client.propnames",
     "offset_msg_id": "log.record", "has_property_separator": "log.record:has_separator",
+    "check_msg_id": "client.properties",
     "message_report": "client.history", "message_timeline": "client.history:timeline",
     # the consume runtime that ``mqctl consume`` drives with its own sinks (store/client/runtime.py)
     "ConsumeOptions": "client.options", "ConsumerRuntime": "client.runtime:Runtime",

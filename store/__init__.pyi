@@ -20,6 +20,7 @@ from store.client.options import default_broadcast_client_id as default_broadcas
 from store.client.paths import resolve_store_path as resolve_store_path
 from store.client.producer import Producer as Producer
 from store.client.properties import build_properties as build_properties
+from store.client.properties import check_msg_id as check_msg_id
 from store.client.properties import check_properties_room as check_properties_room
 from store.client.properties import properties_room as properties_room
 from store.client.propnames import Prop as Prop

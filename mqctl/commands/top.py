@@ -54,10 +54,13 @@ def top(ctx: typer.Context, group: OptionalGroupOpt = None, topic: TopicFilterOp
 
 
 def _json_stream(monitor: store.Monitor, history: store.History, interval: float, once: bool) -> None:
+    import signal
     import time
 
+    from mqctl.errors import Terminated, end_as_interrupt
     from mqctl.output import Output
     out = Output(json=True)
+    restore_signals = end_as_interrupt(signal.SIGTERM)
     try:
         while True:
             snap = monitor.snapshot()
@@ -66,8 +69,10 @@ def _json_stream(monitor: store.Monitor, history: store.History, interval: float
             if once:
                 return
             time.sleep(interval)
-    except KeyboardInterrupt:   # a long-running view: Ctrl-C is how it ends
+    except (KeyboardInterrupt, Terminated):   # a long-running view: Ctrl-C or SIGTERM is how it ends
         return
+    finally:
+        restore_signals()
 
 
 def _plain(monitor: store.Monitor, history: store.History, group: str | None) -> None:

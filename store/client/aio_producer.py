@@ -130,22 +130,25 @@ class AsyncProducer:
     async def send(self, topic: str, body: Body, tags: str | None = None,
                    keys: str | Sequence[str] | None = None, sharding_key: str | None = None,
                    queue: int | None = None, properties: Mapping[str, str] | None = None,
-                   delay: Delay | None = None) -> SendResult:
+                   delay: Delay | None = None, msg_id: str | None = None) -> SendResult:
         """Send one message; a :class:`store.SendResult` (see :meth:`store.Producer.send`)."""
         results = await self.send_many(topic, [body], tags=tags, keys=keys, sharding_key=sharding_key,
-                                       queue=queue, properties=properties, delay=delay)
+                                       queue=queue, properties=properties, delay=delay,
+                                       msg_ids=None if msg_id is None else [msg_id])
         return results[0]
 
     async def send_many(self, topic: str, bodies: Iterable[Body], tags: str | None = None,
                         keys: str | Sequence[str] | None = None, sharding_key: str | None = None,
                         queue: int | None = None, properties: Mapping[str, str] | None = None,
-                        delay: Delay | None = None) -> list[SendResult]:
+                        delay: Delay | None = None,
+                        msg_ids: Sequence[str | None] | None = None) -> list[SendResult]:
         """Send several messages as one batch (one write, all or nothing); one
         :class:`store.SendResult` per body (see :meth:`store.Producer.send_many`)."""
         data = body_list(bodies)   # (an iterator is read here, on the caller's side)
+        ids = None if msg_ids is None else list(msg_ids)
         results: list[SendResult] = await self._call(
             lambda p: p.send_many(topic, data, tags=tags, keys=keys, sharding_key=sharding_key, queue=queue,
-                                  properties=properties, delay=delay))
+                                  properties=properties, delay=delay, msg_ids=ids))
         return results
 
     async def close(self) -> None:

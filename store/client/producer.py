@@ -6,7 +6,7 @@ from __future__ import annotations
 from store import names
 from store.client.handle import StoreClient
 from store.client.paths import PathLike, resolve_store_path
-from store.client.properties import build_properties
+from store.client.properties import build_properties, check_msg_id
 from store.client.rules import check_flush, spelling
 from store.errors import UsageError
 
@@ -111,6 +111,14 @@ def delay_spec(delay: Delay | None) -> tuple[int, int] | None:
     return delay, LEVEL_MS[delay - 1]
 
 
+def msg_id_list(msg_ids: Sequence[str | None], n: int) -> list[str | None]:
+    """``msg_ids``, one per message (None: a new id), each checked (:func:`store.check_msg_id`)."""
+    ids = list(msg_ids)
+    if len(ids) != n:
+        raise UsageError(f"msg_ids: one id (or None) per message: {len(ids)} ids for {n} messages")
+    return [None if m is None else check_msg_id(m, "msg_ids[%d]" % i) for i, m in enumerate(ids)]
+
+
 class Producer(StoreClient):
     """Sends messages to a store, as ``mqctl send`` does.
 
@@ -171,7 +179,7 @@ class Producer(StoreClient):
     def send(self, topic: str, body: Body, tags: str | None = None,
              keys: str | Sequence[str] | None = None, sharding_key: str | None = None,
              queue: int | None = None, properties: Mapping[str, str] | None = None,
-             delay: Delay | None = None) -> SendResult:
+             delay: Delay | None = None, msg_id: str | None = None) -> SendResult:
         """Send one message and return where it was stored.
 
         ``body``: bytes, or str (encoded as UTF-8). ``tags``: one tag, what consumers filter
@@ -180,14 +188,20 @@ class Producer(StoreClient):
         (``|javaHash(key)| mod queues``); ``queue``: an explicit queue id instead. An ordered
         topic needs one of the two (``UsageError`` otherwise). ``properties``: user
         properties (not the store's reserved names). ``delay``: a delay level 1-18 (1s 5s 10s
-        30s 1m 2m ... 2h) or a :class:`datetime.timedelta`.
+        30s 1m 2m ... 2h) or a :class:`datetime.timedelta`. ``msg_id``: the message's unique
+        id when it repeats one sent before (a resend, a copy of a consumed message: its
+        ``msg_id``), so that ``--dedup`` consumers skip the copy; 32 hex digits, else
+        ``BadInputError`` (:func:`store.check_msg_id`). Without it (the rule) each send gets
+        a new id.
 
         Raises ``TopicNotFoundError`` when the topic does not exist and the store does not
         create topics on send, ``MessageTooLargeError`` for a body over the store's limit.
         """
         if delay is not None or self.group_commit:
             return self.send_many(topic, [body], tags=tags, keys=keys, sharding_key=sharding_key,
-                                  queue=queue, properties=properties, delay=delay)[0]
+                                  queue=queue, properties=properties, delay=delay,
+                                  msg_ids=None if msg_id is None else [msg_id])[0]
+        uniq = None if msg_id is None else check_msg_id(msg_id)
         # One message: framed on its own (``sendone.py``), not as a batch of one.
         store = self._open_store()
         names.validate_topic(topic)
@@ -202,31 +216,35 @@ class Producer(StoreClient):
         from store.client.sendresult import send_result
         from store.log.sendone import put_one
         r = put_one(store, topic, data, props, -1 if queue is None else queue, sharding_key,
-                    sync=self.flush == "sync", check=lambda cfg: self._route_check(cfg, queue, sharding_key))
+                    sync=self.flush == "sync", check=lambda cfg: self._route_check(cfg, queue, sharding_key),
+                    uniq=uniq)
         return send_result(topic, r.uniq_key, r.queue_id, r.queue_offset, r.commitlog_offset, r.store_timestamp)
 
     def send_many(self, topic: str, bodies: Iterable[Body], tags: str | None = None,
                   keys: str | Sequence[str] | None = None, sharding_key: str | None = None,
                   queue: int | None = None, properties: Mapping[str, str] | None = None,
-                  delay: Delay | None = None) -> list[SendResult]:
+                  delay: Delay | None = None,
+                  msg_ids: Sequence[str | None] | None = None) -> list[SendResult]:
         """Send several messages sharing the other arguments as one batch: one write under
-        one lock, all or nothing. Returns one result per body, in order."""
+        one lock, all or nothing. Returns one result per body, in order. ``msg_ids``: one
+        per body, each a resent message's id or None (a new one), as ``send``'s ``msg_id``."""
         store = self._open_store()
         names.validate_topic(topic)
         check_route_args(sharding_key, queue)
         data = body_list(bodies)
+        ids = None if msg_ids is None else msg_id_list(msg_ids, len(data))
         if not data:
             return []
         if len(data) == 1 and delay is None and not self.group_commit:
             return [self.send(topic, data[0], tags=tags, keys=keys, sharding_key=sharding_key, queue=queue,
-                              properties=properties)]
+                              properties=properties, msg_id=None if ids is None else ids[0])]
         if tags is None and keys is None and properties is None and sharding_key is None:
             props: dict[str, str] = {}   # (nothing to check: a plain send's few microseconds)
         else:
             props = build_properties(tags=tags, keys=keys, properties=properties, sharding_key=sharding_key)
         deliver = delay_spec(delay)
         self._check_route(store, topic, queue, sharding_key)
-        if deliver is None:
+        if deliver is None and ids is None:
             # the raw-body framing of ``mqctl send`` (Store.put_bodies): one pass over the
             # bodies, properties shared, the sharding key per body
             from store.log.record import PROP_SHARDING_KEY
@@ -238,7 +256,7 @@ class Producer(StoreClient):
                                  res.store_timestamp)
         from store.log.record import Draft
         return self.send_drafts([Draft(topic, b, dict(props), -1 if queue is None else queue, sharding_key)
-                                 for b in data], delay=delay)
+                                 for b in data], delay=delay, msg_ids=ids)
 
     # -- batches as ``mqctl send`` writes them ---------------------------------------------
     def send_bodies(self, topic: str, bodies: Sequence[bytes | bytearray | memoryview], *,
@@ -263,11 +281,21 @@ class Producer(StoreClient):
         return res
 
     def send_drafts(self, drafts: list["Draft"], *, delay: Delay | None = None,
-                    on_durable: Callable[[list[SendResult]], None] | None = None) -> list[SendResult]:
+                    on_durable: Callable[[list[SendResult]], None] | None = None,
+                    msg_ids: Sequence[str | None] | None = None) -> list[SendResult]:
         """Send :class:`store.Draft` records (each with its own topic, properties, queue or
         sharding key) as one batch; ``delay`` parks every one of them until due. Returns one
-        result per draft; ``on_durable`` as for :meth:`send_bodies`."""
+        result per draft; ``on_durable`` as for :meth:`send_bodies`. ``msg_ids``: one per
+        draft, a resent message's id or None, as ``send``'s ``msg_id``."""
         store = self._open_store()
+        if msg_ids is not None:
+            from dataclasses import replace
+
+            from store.log.record import PROP_UNIQ_KEY
+            # (the unique key first, where the write puts one it makes; the id given wins)
+            drafts = [d if uniq is None else replace(d, properties={
+                          PROP_UNIQ_KEY: uniq, **{k: v for k, v in d.properties.items() if k != PROP_UNIQ_KEY}})
+                      for d, uniq in zip(drafts, msg_id_list(msg_ids, len(drafts)))]
         deliver = delay_spec(delay)
         if deliver is not None:
             from store.log.schedule import delay_draft

@@ -150,3 +150,20 @@ def _storable(value: object, arg: str, name: str) -> None:
         raise InvalidPropertyError(f"{name} must be a str, not {type(value).__name__}", arg, value)
     if has_separator(value):
         raise InvalidPropertyError(f"{name} may not contain the control characters \\x01 or \\x02", arg, value)
+
+
+def check_msg_id(msg_id: object, what: str = "msg_id") -> str:
+    """A unique id a sender gives its message: a resend keeping the id of the message it
+    repeats (RocketMQ's client keeps a message's UNIQ_KEY when it has one), so that
+    ``--dedup`` consumers skip it. The shape ``store.log.record.UniqKeyGenerator`` makes, 32
+    hex digits, returned in upper case as ids are stored and looked up; an offset id
+    (``offsetMsgId``) is refused, as ``msg show`` would take it for that record's address.
+    Anything else: ``BadInputError`` (exit 5, as any malformed input)."""
+    from store.errors import BadInputError
+    from store.log.record import decode_offset_msg_id, is_msg_id
+    if not isinstance(msg_id, str) or not is_msg_id(msg_id):
+        shown = repr(msg_id) if isinstance(msg_id, str) else f"a {type(msg_id).__name__}"
+        raise BadInputError(f"{what} must be a message id (32 hex digits, as consume --json's msgId), not {shown}")
+    if decode_offset_msg_id(msg_id) is not None:
+        raise BadInputError(f"{what} {msg_id!r} is an offset message id (offsetMsgId), not a message's unique id")
+    return msg_id.upper()

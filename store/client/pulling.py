@@ -266,12 +266,17 @@ class Puller:
         return True
 
     def _skip_duplicates(self, msgs: list[Message]) -> list[Message]:
+        """``msgs`` less the ids the dedup log has, and less a second copy of one id in the
+        same pull (a producer's resend stored next to the first: neither is recorded yet)."""
         assert self.dedup is not None
         self.dedup.refresh()
         out = []
+        pulled: set[str] = set()
         for m in msgs:
             uk = m.uniq_key
-            if uk and self.dedup.seen(uk):
-                continue
+            if uk:
+                if uk in pulled or self.dedup.seen(uk):
+                    continue
+                pulled.add(uk)
             out.append(m)
         return out

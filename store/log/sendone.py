@@ -36,11 +36,12 @@ if TYPE_CHECKING:
 
 def put_one(store: "Store", topic: str, body: bytes, props: dict[str, str], queue_id: int = -1,
             sharding_key: str | None = None, *, sync: bool = False,
-            check: Callable[["TopicConfig"], None] | None = None) -> PutResult:
+            check: Callable[["TopicConfig"], None] | None = None, uniq: str | None = None) -> PutResult:
     """Store one message for ``topic`` (as :meth:`Store.put_bodies` stores a batch of one
     with these ``properties`` and sharding key). ``check`` is given the topic's config under
     the write lock before anything is placed (the caller's own refusals: a queue the topic
-    lacks, an ordered topic without a key)."""
+    lacks, an ordered topic without a key). ``uniq``: the unique key, when the sender gives
+    one (checked by the caller: ``record.check_msg_id``); else a new one."""
     if PROP_UNIQ_KEY in props or PROP_SHARDING_KEY in props:
         raise ValueError("put_one: the unique key is the store's, the sharding key an argument")
     store.check_bodies(len(body), props, (sharding_key,))
@@ -53,7 +54,8 @@ def put_one(store: "Store", topic: str, body: bytes, props: dict[str, str], queu
             check(cfg)
         qid = writer.select_queue(cfg, Draft(topic, b"", queue_id=queue_id, sharding_key=sharding_key))
         now = batch.now
-        uniq = writer.uniq_keys.next(now)
+        if uniq is None:
+            uniq = writer.uniq_keys.next(now)
         head = f"{PROP_UNIQ_KEY}\x01{uniq}\x02"
         if sharding_key is not None:
             head += f"{PROP_SHARDING_KEY}\x01{sharding_key}\x02"

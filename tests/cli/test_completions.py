@@ -125,3 +125,21 @@ def test_install_completion_still_works(tmp_path: Path) -> None:
     assert cp.returncode == 0, cp.stderr
     installed = tmp_path / ".bash_completions" / "mqctl.sh"
     assert installed.read_text().rstrip() + "\n" == FILES["bash"].read_text()
+
+
+def test_real_bash_escapes_names_and_completes_after_an_equals_sign(mq: MQ, tmp_path: Path) -> None:
+    """A topic or group name may hold ``|`` (and ``%``): bash inserts a completion as it is,
+    so it comes escaped (``printf %q``), and an escaped prefix typed still matches. Bash
+    splits ``--strategy=`` at the ``=`` (COMP_WORDBREAKS): the value after it completes as
+    after a space, and so does ``--store=DIR`` before a topic."""
+    mq.ok("topic", "create", "a%b|c-d_e")
+    mq.ok("topic", "create", "orders")
+    assert _bash_complete(mq, ["mqctl", "send", "a"]) == ["a%b\\|c-d_e"]
+    assert _bash_complete(mq, ["mqctl", "send", "a%b\\|"]) == ["a%b\\|c-d_e"]
+    assert set(_bash_complete(mq, ["mqctl", "consume", "orders", "--strategy", "="])) == {
+        "averagely", "circle", "hash", "config"}
+    assert _bash_complete(mq, ["mqctl", "consume", "orders", "--strategy", "=", "ci"]) == ["circle"]
+    other = tmp_path / "other"
+    mqctl(other, "topic", "create", "elsewhere", check=True)
+    assert _bash_complete(mq, ["mqctl", "send", "--store", "=", str(other), "e"]) == ["elsewhere"]
+    assert _bash_complete(mq, ["mqctl", "consume", "orders", "-g", "a"]) == []

@@ -495,3 +495,38 @@ def test_a_slow_pipe_is_sent_line_by_line_without_waiting_for_more(mq: MQ, flush
         assert feeder.acked[-1]["status"] == "SEND_OK"
         assert [m.body for m in messages(mq.root, "T")][-1] == b"line %d" % i
     assert feeder.close() == 0, feeder.stderr
+
+
+def test_a_json_line_keeps_its_msg_id_so_dedup_skips_a_resend(root: Path, tmp_path: Path) -> None:
+    """A line's msgId is the new message's id (RocketMQ's client keeps a UNIQ_KEY it finds):
+    `consume --json | send OTHER --input json` run twice (a pipeline re-run after a crash)
+    makes copies a --dedup consumer of OTHER handles once; a line without one gets a new id."""
+    mqctl(root, "send", "T", "--input", "json", input=b'{"body": "a"}\n{"body": "b"}\n', check=True)
+    env = mqctl(root, "consume", "T", "--no-group", "-o", "first", "-e", "--json", check=True).stdout
+    ids = [json.loads(line)["msgId"] for line in env.decode().splitlines()]
+    for _ in range(2):
+        p = mqctl(root, "send", "COPY", "--input", "json", "--json", input=env, check=True)
+        assert [r["msgId"] for r in p.json_lines()] == ids
+    assert sorted(m.uniq_key for m in messages(root, "COPY")) == sorted(ids * 2)
+    out = tmp_path / "handled"
+    mqctl(root, "consume", "COPY", "-g", "dg", "--from", "first", "-e", "--dedup",
+          "--exec", f"sh -c 'cat >> {out}; echo >> {out}'", check=True)
+    assert sorted(out.read_text().split()) == ["a", "b"]
+    # lower case is the same id (ids are stored in upper case); no msgId: a new id
+    lower = json.dumps({"body": "c", "msgId": ids[0].lower()}) + "\n" + json.dumps({"body": "d"}) + "\n"
+    p = mqctl(root, "send", "COPY", "--input", "json", "--json", input=lower.encode(), check=True)
+    got = [r["msgId"] for r in p.json_lines()]
+    assert got[0] == ids[0] and got[1] not in ids
+    # msg show: the newest copy, its history every copy
+    shown = mqctl(root, "msg", "show", ids[0], "--json", check=True).json_lines()[0]
+    assert shown["body"] == "c"
+
+
+@pytest.mark.parametrize("bad", ['"nothex"', "7", "true", '"' + "A" * 31 + '"', '"' + "G" * 32 + '"',
+                                 '"7F00000100002A9F0000000000000000"'])   # (an offsetMsgId)
+def test_a_msg_id_that_is_no_message_id_is_a_data_error_naming_the_line(root: Path, bad: str) -> None:
+    p = mqctl(root, "send", "T", "--input", "json", "--json",
+              input=f'{{"body": "ok"}}\n{{"body": "x", "msgId": {bad}}}\n{{"body": "after"}}\n'.encode())
+    err = one_error(p, 5, allow_info=True)
+    assert "line 2" in err and "msgId" in err
+    assert len(p.json_lines()) == 1 and [m.body for m in messages(root, "T")] == [b"ok"]

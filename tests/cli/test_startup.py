@@ -363,6 +363,10 @@ def _run_both(args: list[str], store: Path | None) -> tuple[Result, Result]:
     ["consume", "t", "-g", "g", "--no-group", "-e"],                 # both: exit 2
     ["consume", "t", "-g", "g", "-o", "5", "-e"],                    # a queue offset needs --no-group: exit 2
     ["consume", "t", "-g", "g", "-o", "yesterday-ish", "-e"],        # not a time: exit 2
+    ["consume", "t", "-g", "g", "-o", "@-1h", "-e"],                 # rpk's @TIME
+    ["consume", "t", "--no-group", "-o", "@2020-01-01", "-e"],
+    ["consume", "t", "--no-group", "-o", "s@1577836800000", "-e"],   # kcat's s@MS
+    ["consume", "t", "-g", "g", "-o", "@nonsense", "-e"],            # exit 2
     ["consume", "t", "-g", "g", "--idle-timeout", "soon", "-e"],     # not a duration: exit 2
     ["consume", "bad name", "-g", "g", "-e"],                        # exit 2
     ["consume", "nosuch", "-g", "g", "-e"],                          # exit 3
@@ -522,3 +526,34 @@ def test_the_quick_paths_build_no_dataclass_docstring(tmp_path: Path) -> None:
         cp = run([sys.executable, "-c", code, "--store", str(tmp_path / "s"), *args], env=env, input=stdin, timeout=120)
         assert cp.returncode == 0, cp.stderr
         assert json.loads(dump.read_text()) == [], (args, dump.read_text())
+
+
+# Ctrl-C lands while a module loads (as it does in the first tenth of a second, while Typer or
+# the store is imported, before the command's error guard is in place): a finder that raises
+# KeyboardInterrupt on that module's import makes the moment exact.
+_INTERRUPT_ON_IMPORT = """
+import sys
+module = sys.argv.pop(1)
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == module:
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Interrupt())
+from mqctl.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize(("module", "args"), [
+    ("typer", ["topic", "list"]),                  # the Typer path, while Typer loads
+    ("mqctl.app", ["topic", "list"]),
+    ("store", ["send", "t", "x"]),                 # the quick send, while the store loads
+    ("mqctl.sender", ["send", "t", "x"]),
+    ("store", ["--version"]),
+])
+def test_ctrl_c_while_starting_is_one_line_and_130(tmp_path: Path, module: str, args: list[str]) -> None:
+    mqctl(tmp_path / "s", "init", check=True, timeout=120)
+    p = run([sys.executable, "-c", _INTERRUPT_ON_IMPORT, module, "--store", str(tmp_path / "s"), *args],
+            env=mqctl_env(None), timeout=120)
+    assert (p.returncode, p.stderr) == (130, "mqctl: error: interrupted\n")
+    assert p.stdout == b""

@@ -168,3 +168,23 @@ def test_format_age_reads_back_as_a_duration_truncated_to_its_last_unit(ms: int)
     back = parse_duration(format_age(ms))
     last_unit = 1 if ms < 1000 else 1000 if ms < HOUR else 60_000 if ms < 24 * HOUR else HOUR
     assert 0 <= ms - back < last_unit
+
+
+@pytest.mark.parametrize(("text", "same_as"), [
+    ("@2026-11-30", "2026-11-30"), ("@1764460800000", "1764460800000"), ("@1764460800", "1764460800"),
+    ("@2026-11-30T10:00:00Z", "2026-11-30T10:00:00Z"), ("s@1764460800000", "1764460800000"),
+    ("s@0", "0000000000000"), (" @2026-11-30 ", "2026-11-30"),
+])
+def test_from_takes_rpk_and_kcat_time_markers(text: str, same_as: str) -> None:
+    """``-o @TIME`` (rpk) and ``-o s@MS`` (kcat: ms since the epoch) are times, as ``-o TIME``."""
+    from mqctl.consumerun import start_position
+    assert start_position(text, no_group=False) == ("timestamp", parse_time(same_as), None)
+    where, ts, _ = start_position("@-1h", no_group=True)
+    assert where == "timestamp" and abs(ts - (time.time() - 3600) * 1000) < 60_000
+
+
+@pytest.mark.parametrize("text", ["@", "@first", "@nonsense", "s@", "s@-1h", "s@1.5", "@@1764460800"])
+def test_from_refuses_a_marked_time_that_is_no_time(text: str) -> None:
+    from mqctl.consumerun import start_position
+    with pytest.raises(UsageError, match="--from/-o also takes"):
+        start_position(text, no_group=True)

@@ -284,3 +284,59 @@ def test_keys_switch_views_and_edit_the_filter() -> None:
     s.key("\x1b")
     assert s.filter == ""
     assert s.key("q") is False
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_signal_ends_the_live_screen_as_ctrl_c_does(mq: MQ, sig: str) -> None:
+    """SIGTERM (``kill``, a supervisor) and SIGHUP end the full screen as Ctrl-C and ``q`` do:
+    the terminal back in cooked mode with echo, the main screen and the cursor back, exit 0
+    (a long-running view, as ``consume``), no traceback."""
+    import signal
+    import termios
+    master, slave = os.openpty()
+    termios.tcsetattr(slave, termios.TCSANOW, termios.tcgetattr(slave))
+    before = termios.tcgetattr(slave)
+    assert before[3] & termios.ICANON and before[3] & termios.ECHO
+    env = mqctl_env(mq.root, extra={"TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"})
+    # (SIGINT's default restored: a test runner's children may be started with it ignored)
+    p = subprocess.Popen(MQCTL + ["top"], stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    out = b""
+    try:
+        def drawn() -> bool:
+            nonlocal out
+            while __import__("select").select([master], [], [], 0.05)[0]:
+                out += os.read(master, 65536)
+            return b"\x1b[?1049h" in out and b"TOPIC" in out
+        wait_for(drawn, what="the first frame")
+        assert termios.tcgetattr(slave)[3] & termios.ICANON == 0   # (cbreak while it runs)
+        p.send_signal(getattr(signal, sig))
+        assert p.wait(timeout=30) == 0
+        drawn()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        after = termios.tcgetattr(slave)
+        os.close(slave)
+        os.close(master)
+    assert after[3] & termios.ICANON and after[3] & termios.ECHO
+    assert after == before
+    tail = out[out.rindex(b"\x1b[?1049h"):]
+    assert b"\x1b[?1049l" in tail and b"\x1b[?25h" in tail    # the main screen, the cursor shown
+    assert b"Traceback" not in out and b"error" not in out
+
+
+def test_sigterm_ends_the_json_stream_with_exit_0(mq: MQ) -> None:
+    import signal
+    p = subprocess.Popen(MQCTL + ["top", "--json", "--interval", "0.2"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=mqctl_env(mq.root))
+    try:
+        assert p.stdout is not None and p.stdout.readline().startswith(b"{")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0 and err == b""

@@ -131,3 +131,42 @@ def test_send_bodies_frames_every_buffer_by_its_bytes_wherever_it_stands(tmp_pat
     assert got == [bytes(memoryview(b).tobytes()) for b in bodies] + [b"after"]
     with store.Admin(tmp_path / "s") as a:
         assert not a.check().problems
+
+
+@pytest.mark.parametrize("flush", ["async", "sync-group"])
+def test_a_resend_keeps_the_id_it_is_given(tmp_path: Path, flush: str) -> None:
+    """``msg_id=`` (``msg_ids=`` per body, in every send call and the asyncio producer): the
+    message keeps the id of the one it repeats; the others get new ones; the id is checked."""
+    import asyncio
+    kw: dict[str, Any] = {"flush": "sync", "group_commit": True} if flush == "sync-group" else {}
+    with store.Producer(tmp_path, **kw) as p:
+        first = p.send("T", b"a")
+        again = p.send("T", b"a", msg_id=first.msg_id.lower())
+        many = p.send_many("T", [b"b", b"c"], msg_ids=[None, first.msg_id])
+        late = p.send("T", b"d", msg_id=first.msg_id, delay=1)
+        drafts = p.send_drafts([store.Draft("T", b"e"), store.Draft("T", b"f")], msg_ids=[first.msg_id, None])
+        for bad in ["zz", "G" * 32, first.offset_msg_id, 7]:
+            with pytest.raises(store.BadInputError, match="message id|offset message id"):
+                p.send("T", b"x", msg_id=bad)   # type: ignore[arg-type]
+        with pytest.raises(store.BadInputError):
+            p.send_many("T", [b"x", b"y"], msg_ids=[None, "nothex"])
+        with pytest.raises(store.UsageError, match="one id"):
+            p.send_many("T", [b"x", b"y"], msg_ids=[first.msg_id])
+    assert again.msg_id == first.msg_id and many[1].msg_id == first.msg_id and many[0].msg_id != first.msg_id
+    assert late.msg_id == first.msg_id and drafts[0].msg_id == first.msg_id != drafts[1].msg_id
+
+    async def aio() -> list[str]:
+        async with store.AsyncProducer(tmp_path) as ap:
+            one = await ap.send("T", b"g", msg_id=first.msg_id)
+            two = await ap.send_many("T", [b"h", b"i"], msg_ids=[first.msg_id, None])
+        return [one.msg_id, two[0].msg_id, two[1].msg_id]
+    got = asyncio.run(aio())
+    assert got[:2] == [first.msg_id] * 2 and got[2] != first.msg_id
+    from store.log.messagestore import Store
+    s = Store.open(tmp_path)
+    try:
+        keys = [m.uniq_key for q in s.queue_ids("T") for m in s.iter_queue("T", q, 0)]
+    finally:
+        s.close()
+    # of a a b c e f g h i, six carry the first id (d is parked until due)
+    assert keys.count(first.msg_id) == 6 and len(keys) == 9
