@@ -11,7 +11,8 @@ Each repetition runs, per size, every variant once (the order reversed every oth
 
 * ``api``, ``base_api``: ``bench_produce.api_worker`` (``Producer.send_many`` of ``--mb`` MB in
   batches of 1,000, timed from the producer's open, its pages recycled first) with this
-  checkout's venv and with ``--baseline``'s; user and system CPU from the worker's rusage;
+  checkout's venv and with ``--baseline``'s; user and system CPU from the worker's rusage, and
+  the time it waited for a CPU (schedstat: what a loaded machine adds to the wall time);
 * ``c_floor``, ``py_floor`` (4 KiB and up): ``cat FILE | pipe_floor OUT`` and the Python floor
   of ``bench_produce.py``, as it runs them (a new file, after a sync and the page recycling),
   with the floor process's own rusage (``wait4``; cat's apart, ``cat_*``);
@@ -67,7 +68,8 @@ def api_run(exe: Path, store: Path, n: int, size: int) -> dict:
     os.sync()
     r = bp.run_api({"n": n, "size": size, "path": str(store), "phase": "produce"}, exe)
     shutil.rmtree(store, ignore_errors=True)
-    return {"seconds": r["seconds"], "user": r["cpu_timed_seconds"] - r["sys_seconds"], "sys": r["sys_seconds"]}
+    return {"seconds": r["seconds"], "user": r["cpu_timed_seconds"] - r["sys_seconds"], "sys": r["sys_seconds"],
+            "runq": r["runq_seconds"]}
 
 
 def redis_run(redis_exe: str, peer_py: Path, workdir: Path, n: int, size: int) -> dict:
@@ -131,7 +133,7 @@ def main() -> None:
                         else:
                             r = redis_run(redis_exe, peer_py, workdir, n, s)
                         r["msgs_s"] = n / r["seconds"]
-                        for k in ("user", "sys", "cat_user", "cat_sys"):
+                        for k in ("user", "sys", "cat_user", "cat_sys", "runq"):
                             if k in r:
                                 r[f"{k}_us"] = r.pop(k) / n * 1e6
                         runs.setdefault(f"{name}_{tag}", []).append(r)
@@ -141,10 +143,10 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"Producer.send_many against its floors, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}; "
           f"{a.hogs} CPU hogs; load per repetition: {'; '.join(loads)}")
-    print(f"{'':24}{'msgs/s':>30}{'user us/msg':>32}{'sys us/msg':>32}")
+    print(f"{'':24}{'msgs/s':>30}{'user us/msg':>32}{'sys us/msg':>32}{'run-queue wait us/msg':>32}")
     for name, rs in runs.items():
         cols = [spread([r["msgs_s"] for r in rs])] + [spread([r[k] for r in rs]) if k in rs[0] else ""
-                                                      for k in ("user_us", "sys_us")]
+                                                      for k in ("user_us", "sys_us", "runq_us")]
         print(f"  {name:22}" + "".join(f"{c:>32}" for c in cols))
     ratios = {}
     for name in runs:
