@@ -200,6 +200,36 @@ def test_pwritev_short_writes_are_finished(tmp_path: Path, monkeypatch) -> None:
     assert log.segment_path(0).read_bytes() == bytes(10) + b"abcdefghijklm" * 500
 
 
+def test_big_batches_are_written_a_piece_at_a_time(tmp_path: Path, monkeypatch) -> None:
+    """No write call carries much more than ``_WRITE_PIECE``: one call of tens of MB costs the
+    kernel several times the copy (large page-cache folios); the bytes land the same."""
+    from store.log import commitlog as cl
+    monkeypatch.setattr(cl, "_WRITE_PIECE", 1000)
+    sizes: list[int] = []
+    real_v, real_w = os.pwritev, cl.pwrite_all
+
+    def pwritev(fd: int, bufs: list, pos: int) -> int:
+        sizes.append(sum(map(len, bufs)))
+        return real_v(fd, bufs, pos)
+
+    def pwrite_all(fd: int, data, pos: int) -> None:
+        sizes.append(len(data))
+        real_w(fd, data, pos)
+
+    monkeypatch.setattr(cl.os, "pwritev", pwritev)
+    monkeypatch.setattr(cl, "pwrite_all", pwrite_all)
+    parts = [bytes([i]) * 300 for i in range(40)]
+    data = bytes(range(256)) * 20
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        cl._pwritev_all(fd, parts, 0)
+        cl._pwrite_pieces(fd, data, 12000)
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == b"".join(parts) + data
+    assert len(sizes) > 10 and max(sizes) <= 1000 + 300, sizes
+
+
 def test_a_replaced_segment_is_read_from_its_new_file(tmp_path: Path) -> None:
     log = CommitLog(tmp_path / "commitlog", SEG)
     append(log, [b"old record"])
