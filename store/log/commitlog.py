@@ -447,7 +447,7 @@ _IOV_MAX = 1024
 _WRITE_PIECE = 1 << 20
 
 
-def _pwrite_pieces(fd: int, data: Buffer, pos: int) -> None:
+def _pwrite_pieces(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
     """``pwrite_all`` of ``data`` at ``pos``, ``_WRITE_PIECE`` at a time."""
     if len(data) <= _WRITE_PIECE:
         pwrite_all(fd, data, pos)
