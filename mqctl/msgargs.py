@@ -17,17 +17,19 @@ ENVELOPE_PLACE_FIELDS = frozenset({
     "commitLogOffset", "bornHost"})
 # What ``send --input json`` reads: its own fields and every field of the ``consume --json``
 # envelope (ignored ones: where the message was, not what it is; its msgId is kept as the new
-# message's id), so a copy round-trips.
+# message's id on a resend into the same topic: ``json_msg_id``), so a copy round-trips.
 JSON_FIELDS = frozenset({
     "body", "bodyEncoding", "tags", "keys", "shardingKey", "queueId", "properties"}) | ENVELOPE_PLACE_FIELDS
 
 
-def json_msg_id(obj: dict[str, object]) -> str | None:
-    """A line's ``msgId``, kept as its message's id: a resend (RocketMQ's client keeps a
-    UNIQ_KEY the message has), so ``consume --json | send --input json`` run again makes
-    copies that ``--dedup`` consumers skip. None (no field, or null): a new id."""
+def json_msg_id(obj: dict[str, object], topic: str) -> str | None:
+    """A line's ``msgId``, kept as its message's id when the line is a resend: it names no
+    ``topic`` or the one it is sent to (RocketMQ's client keeps a UNIQ_KEY the message has), so
+    ``consume T --json | send T --input json`` run again makes copies that ``--dedup``
+    consumers skip. A copy into another topic (``consume A --json | send B --input json``) is
+    a new message with a new id: ``msg show`` of A's id still finds A's. None: a new id."""
     msg_id = obj.get("msgId")
-    if msg_id is None:
+    if msg_id is None or obj.get("topic", topic) != topic:
         return None
     from store import check_msg_id
     return check_msg_id(msg_id, "'msgId'")

@@ -379,7 +379,7 @@ class Sender:
             self._check_route(qid, skey)
             if self.props or (skey is not None and not keyed):   # (the line's own: json_properties)
                 check_properties_room(props)   # else its batch's write refuses every line of it
-            msg_id = json_msg_id(obj)
+            msg_id = json_msg_id(obj, self.topic)
         except (ValueError, binascii.Error) as exc:
             raise self._bad_line(str(exc), line) from exc
         except (BadInputError, InvalidPropertyError, MessageTooLargeError) as exc:

@@ -9,7 +9,6 @@ says *that* something changed, and which of the watched paths; what changed is f
 Usage::
 
     from store.watch import Watcher, consumer_paths
-
     with Watcher(consumer_paths(store.layout, group)) as w:
         while running:
             if not do_work():
@@ -22,8 +21,7 @@ API
     ``"inotify"`` (error if unavailable) or ``"poll"``. ``lazy``: set up nothing until the first :meth:`wait`
     (or :meth:`fileno`, :attr:`backend`), which then returns True at once with every path in :attr:`changed`
     (what changed before the watches existed is unknown): a consumer that drains a backlog and exits (``-e``)
-    never waits, and then never pays for inotify, whose ``close`` alone takes 10-20 ms (the kernel waits out an
-    RCU grace period).
+    never waits, nor pays for inotify, whose ``close`` alone takes 10-20 ms (an RCU grace period).
 ``watch(path)``
     A directory: any entry in it created, deleted, renamed, written, or closed after being opened for writing
     (so a lock holder that dies, even by ``kill -9``, wakes the waiter: the kernel closes its descriptors). A
@@ -56,8 +54,7 @@ API
     by the loop: ``store/client/aio_shared.py``), woken through the wake pipe (or, when ``notify`` is set, by
     calling it in the reading thread: the loop's waiter is then told without a round trip through the pipe);
     ``close`` calls ``release``.
-``backend``, ``close()`` (once no other thread calls :meth:`wake` any more: the runtime's ``shutdown``,
-    after its handler pool is shut down); a context manager.
+``backend``, ``close()`` (once no other thread calls :meth:`wake`, as after a handler pool ends); a context manager.
 
 How
 ---
@@ -369,9 +366,12 @@ class Watcher:
     def wait_woken(self, timeout: float | None) -> bool:
         """Wait for a :meth:`wake` alone: True if woken (a lazy watcher's next wait says every path changed)."""
         self.changed, self.woken = set(), False
-        if self._rpipe >= 0 and select.select([self._rpipe], [], [], None if timeout is None else max(0., timeout))[0]:
-            _drain(self._rpipe)
-            self.woken = True
+        if self._rpipe >= 0:   # (poll, not select: the pipe may be above FD_SETSIZE)
+            one = select.poll()
+            one.register(self._rpipe, select.POLLIN)
+            if one.poll(None if timeout is None else max(0, int(timeout * 1000 + 0.999))):
+                _drain(self._rpipe)
+                self.woken = True
         return self.woken
 
     def _poll_once(self) -> bool:

@@ -19,8 +19,8 @@ HELP = """Send one message (BODY) or many (stdin, one per line).
 Without BODY (or with -), each line of stdin is a message; --delimiter changes the
 separator, --key-delimiter reads KEY<D>BODY lines (KEY is the sharding key), --input json
 reads NDJSON objects (what consume --json prints; every field optional, a missing body is an
-empty one; a msgId is kept as the message's id: a resend that --dedup consumers skip). On a
-terminal, end the input with Ctrl-D.
+empty one; a msgId is kept as the message's id when the line names no topic or this one: a
+resend that --dedup consumers skip). On a terminal, end the input with Ctrl-D.
 
 Prints one human line on stderr (sent 3 messages to orders (queues 0,1,2)), or with --json
 one object per message on stdout: status, msgId, offsetMsgId, topic, queueId, queueOffset,

@@ -337,9 +337,9 @@ class Runtime:
                     due = turns.send(woke)  # type: ignore[arg-type]
                     self.asleep_until = 0.0 if due is None else clock() + due
                 if due is not None and keeper.held_back and keeper.committing and not wake.started:
-                    # a pull waits for the commit out, which wakes the loop once written (or failed): no watch
-                    # set up for that (a -e run never pays for inotify, whose close holds its end 10-20 ms)
-                    woke = wake.wait_woken(None if due == math.inf else due)
+                    # a pull waits for the commit out, which wakes the loop once written (or failed): no watch set
+                    # up (a -e run never pays for inotify, whose close takes 10-20 ms); a stuck commit: 0.25 s
+                    woke = wake.wait_woken(min(due, 0.25))
                 else:
                     woke = False if due is None else wake.wait(None if due == math.inf else due)
         except StopIteration:

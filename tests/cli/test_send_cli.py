@@ -498,20 +498,26 @@ def test_a_slow_pipe_is_sent_line_by_line_without_waiting_for_more(mq: MQ, flush
 
 
 def test_a_json_line_keeps_its_msg_id_so_dedup_skips_a_resend(root: Path, tmp_path: Path) -> None:
-    """A line's msgId is the new message's id (RocketMQ's client keeps a UNIQ_KEY it finds):
-    `consume --json | send OTHER --input json` run twice (a pipeline re-run after a crash)
-    makes copies a --dedup consumer of OTHER handles once; a line without one gets a new id."""
+    """A line resent into its own topic keeps its msgId (RocketMQ's client keeps a UNIQ_KEY it
+    finds): `consume T --json | send T --input json` run twice makes copies a --dedup consumer
+    of T handles once. A copy into another topic is a new message with a new id, so msg show
+    of the original id still finds the original; a line naming no topic keeps its msgId; a
+    line without one gets a new id."""
     mqctl(root, "send", "T", "--input", "json", input=b'{"body": "a"}\n{"body": "b"}\n', check=True)
     env = mqctl(root, "consume", "T", "--no-group", "-o", "first", "-e", "--json", check=True).stdout
     ids = [json.loads(line)["msgId"] for line in env.decode().splitlines()]
     for _ in range(2):
-        p = mqctl(root, "send", "COPY", "--input", "json", "--json", input=env, check=True)
+        p = mqctl(root, "send", "T", "--input", "json", "--json", input=env, check=True)
         assert [r["msgId"] for r in p.json_lines()] == ids
-    assert sorted(m.uniq_key for m in messages(root, "COPY")) == sorted(ids * 2)
+    assert sorted(m.uniq_key for m in messages(root, "T")) == sorted(ids * 3)
     out = tmp_path / "handled"
-    mqctl(root, "consume", "COPY", "-g", "dg", "--from", "first", "-e", "--dedup",
+    mqctl(root, "consume", "T", "-g", "dg", "--from", "first", "-e", "--dedup",
           "--exec", f"sh -c 'cat >> {out}; echo >> {out}'", check=True)
     assert sorted(out.read_text().split()) == ["a", "b"]
+    # a copy into another topic: new ids, and msg show of the original id shows T's
+    p = mqctl(root, "send", "COPY", "--input", "json", "--json", input=env, check=True)
+    assert not {r["msgId"] for r in p.json_lines()} & set(ids)
+    assert mqctl(root, "msg", "show", ids[1], "--json", check=True).json_lines()[0]["topic"] == "T"
     # lower case is the same id (ids are stored in upper case); no msgId: a new id
     lower = json.dumps({"body": "c", "msgId": ids[0].lower()}) + "\n" + json.dumps({"body": "d"}) + "\n"
     p = mqctl(root, "send", "COPY", "--input", "json", "--json", input=lower.encode(), check=True)

@@ -325,6 +325,27 @@ def test_a_wait_for_a_wake_alone_sets_up_nothing(tmp_path: Path, backend: str) -
     assert _inotify_fds() == before
 
 
+def test_a_wait_for_a_wake_alone_with_the_pipe_above_fd_setsize(tmp_path: Path) -> None:
+    """A process with over 1024 descriptors open (a server, many segments): the wake pipe's
+    descriptor is above select's FD_SETSIZE, which a wait for a wake must not trip on."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if max(soft, hard) < 1200:
+        pytest.skip("the descriptor limit is under 1200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert max(held) >= 1024   # (the lowest free numbers: the wake pipe's come after these)
+        with Watcher([(tmp_path / "checkpoint", "file")], lazy=True) as w:
+            later(0.05, w.wake)
+            assert w.wait_woken(5.0) is True
+            assert w.wait_woken(0.01) is False
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 @pytest.mark.skipif(not inotify_available(), reason="no inotify")
 def test_watchers_sharing_an_instance_keep_their_watches_apart(tmp_path: Path) -> None:
     """Two watchers of one directory through one shared instance get the same watch
