@@ -905,7 +905,9 @@ static PyObject *links_size(PyObject *self, PyObject *arg)
     struct stat st;
     int r, err = 0;
     Py_BEGIN_ALLOW_THREADS
-    r = fstat(fd, &st);
+    do    /* (retried as os.fstat is, PEP 475: a FUSE file system may be interrupted) */
+        r = fstat(fd, &st);
+    while (r != 0 && errno == EINTR);
     if (r != 0)
         err = errno;
     Py_END_ALLOW_THREADS
@@ -924,7 +926,9 @@ static PyObject *stat_stamp(PyObject *self, PyObject *arg)
     struct stat st;
     int r, err = 0;
     Py_BEGIN_ALLOW_THREADS
-    r = stat(PyBytes_AS_STRING(path), &st);
+    do
+        r = stat(PyBytes_AS_STRING(path), &st);
+    while (r != 0 && errno == EINTR);
     if (r != 0)
         err = errno;
     Py_END_ALLOW_THREADS
@@ -935,7 +939,11 @@ static PyObject *stat_stamp(PyObject *self, PyObject *arg)
         errno = err;
         return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, arg);
     }
+#ifdef __APPLE__
+    long long mtime_ns = (long long)st.st_mtimespec.tv_sec * 1000000000LL + (long long)st.st_mtimespec.tv_nsec;
+#else
     long long mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + (long long)st.st_mtim.tv_nsec;
+#endif
     return Py_BuildValue("(KLL)", (unsigned long long)st.st_ino, mtime_ns, (long long)st.st_size);
 }
 

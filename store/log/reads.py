@@ -131,7 +131,7 @@ def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
 
 def id_as_stored(text: str) -> str:
     """A message or transaction id as typed, in the case ids are written in: hex digits in upper
-    case (a sender cannot set a unique key, so no stored one is in lower case)."""
+    case (a sender's own id, ``msg_id=``, is stored upper case too, so none is in lower case)."""
     return text.upper() if is_msg_id(text) else text
 
 

@@ -41,7 +41,7 @@ def put_one(store: "Store", topic: str, body: bytes, props: dict[str, str], queu
     with these ``properties`` and sharding key). ``check`` is given the topic's config under
     the write lock before anything is placed (the caller's own refusals: a queue the topic
     lacks, an ordered topic without a key). ``uniq``: the unique key, when the sender gives
-    one (checked by the caller: ``record.check_msg_id``); else a new one."""
+    one (checked by the caller: ``store.check_msg_id``, which stores it upper case); else a new one."""
     if PROP_UNIQ_KEY in props or PROP_SHARDING_KEY in props:
         raise ValueError("put_one: the unique key is the store's, the sharding key an argument")
     store.check_bodies(len(body), props, (sharding_key,))
