@@ -333,6 +333,18 @@ def _index_files(store: "Store", new_min: int) -> list[FileAction]:
 
 # -- deleting --------------------------------------------------------------------------------------
 
+def _absorb_commits(store: "Store") -> None:
+    """Take every offset commit of exactly-once stages into the offsets table, durably,
+    before segments go. Until the table absorbs them, those commits live only as records in
+    the log (``offsetcommits.py``: a stage killed before its once-a-second absorb); deleting
+    their segment would move the group's offsets back. A killed stage's records may not be
+    on disk yet (``--flush async``): the log is synced to its end first, since a table
+    must never hold an offset whose outputs a power cut could take back. The write lock is
+    held, so no new commit record is written between this and the deletions."""
+    from store.log.offsets import ClusterOffsetStore
+    ClusterOffsetStore(store.layout, warn=store.warn).absorb(store.sync_written(), sync=True)
+
+
 def clean(store: "Store", retention_ms: int = DEFAULT_RETENTION_MS, force: bool = False,
           dry_run: bool = False, now_ms: int | None = None,
           progress: Callable[[int], None] | None = None,
@@ -342,6 +354,8 @@ def clean(store: "Store", retention_ms: int = DEFAULT_RETENTION_MS, force: bool 
         plan = plan_clean(store, retention_ms, force, now_ms)
         if dry_run:
             return plan
+        if plan.commitlog:
+            _absorb_commits(store)
         for group in (plan.commitlog, plan.consumequeue, plan.index):
             dirs: set[Path] = set()
             for action in group:  # oldest first
