@@ -26,6 +26,11 @@ not read it yet lose those messages. Here a segment is deleted only when all of 
    anything back. ``force`` ignores rule 3: what is older than the retention goes, and the
    plan lists whose unread messages went with it.
 
+Before any segment goes, the offset commits of exactly-once stages that the offsets table has
+not absorbed yet (``offsetcommits.py``: a stage killed between its once-a-second absorbs) are
+absorbed into it, durably, the log synced first: those commits live only as records in the
+log, and deleting them would move the group's offsets back.
+
 Then the derived files that only point into deleted segments go too:
 
 * consume-queue segments whose entries all point below the new commit-log minimum (never a
