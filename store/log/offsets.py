@@ -415,11 +415,11 @@ class ClusterOffsetStore:
         offsetcommits.overlay(self.layout, loaded.table)   # stages' commits not in the file yet
         return loaded.table
 
-    def absorb(self, durable_end: int = 0) -> None:
+    def absorb(self, durable_end: int = 0, sync: bool = False) -> None:
         """Write the offset commits of exactly-once stages that are durable (below the
         checkpoint's synced end, or ``durable_end``, a point the caller made durable) into
-        the table file."""
-        self._update(lambda table: False, sync=False, durable_end=durable_end)
+        the table file; ``sync``: durably (before the records themselves are deleted)."""
+        self._update(lambda table: False, sync=sync, durable_end=durable_end)
 
     def _update(self, mutate: Callable[[ClusterTable], bool], sync: bool = True,
                 on_lost: Callable[[ClusterTable, set[str]], bool] | None = None, durable_end: int = 0,

@@ -26,6 +26,11 @@ not read it yet lose those messages. Here a segment is deleted only when all of 
    anything back. ``force`` ignores rule 3: what is older than the retention goes, and the
    plan lists whose unread messages went with it.
 
+Before any segment goes, the offset commits of exactly-once stages that the offsets table has
+not absorbed yet (``offsetcommits.py``: a stage killed between its once-a-second absorbs) are
+absorbed into it, durably, the log synced first: those commits live only as records in the
+log, and deleting them would move the group's offsets back.
+
 Then the derived files that only point into deleted segments go too:
 
 * consume-queue segments whose entries all point below the new commit-log minimum (never a
@@ -333,6 +338,18 @@ def _index_files(store: "Store", new_min: int) -> list[FileAction]:
 
 # -- deleting --------------------------------------------------------------------------------------
 
+def _absorb_commits(store: "Store") -> None:
+    """Take every offset commit of exactly-once stages into the offsets table, durably,
+    before segments go. Until the table absorbs them, those commits live only as records in
+    the log (``offsetcommits.py``: a stage killed before its once-a-second absorb); deleting
+    their segment would move the group's offsets back. A killed stage's records may not be
+    on disk yet (``--flush async``): the log is synced to its end first, since a table
+    must never hold an offset whose outputs a power cut could take back. The write lock is
+    held, so no new commit record is written between this and the deletions."""
+    from store.log.offsets import ClusterOffsetStore
+    ClusterOffsetStore(store.layout, warn=store.warn).absorb(store.sync_written(), sync=True)
+
+
 def clean(store: "Store", retention_ms: int = DEFAULT_RETENTION_MS, force: bool = False,
           dry_run: bool = False, now_ms: int | None = None,
           progress: Callable[[int], None] | None = None,
@@ -342,6 +359,8 @@ def clean(store: "Store", retention_ms: int = DEFAULT_RETENTION_MS, force: bool 
         plan = plan_clean(store, retention_ms, force, now_ms)
         if dry_run:
             return plan
+        if plan.commitlog:
+            _absorb_commits(store)
         for group in (plan.commitlog, plan.consumequeue, plan.index):
             dirs: set[Path] = set()
             for action in group:  # oldest first

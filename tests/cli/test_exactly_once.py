@@ -300,3 +300,33 @@ def test_a_plain_member_after_a_killed_stage_is_not_moved_back_by_the_stage_s_co
     assert mq.ok("consume", "A", "-g", "G", "-e").out.split() == []
     done = {m["body"] for m in read_all(mq, "B")} | set(rest)
     assert done >= {f"m{i:04d}" for i in range(4000)}   # nothing skipped between the two
+
+
+def test_store_clean_keeps_the_offsets_a_killed_stage_committed(tmp_path: Path) -> None:
+    """A stage killed right after a batch: its offsets are only a commit record in the log
+    (the offsets file absorbs those once a second, or at exit). `store clean` then deleted the
+    segment holding that record, and the group's offsets went back to 0; a restarted stage
+    warned that offset 0 is no longer stored. Clean must take such records into the offsets
+    file first."""
+    mq = MQ(tmp_path / "small", tmp_path)
+    try:
+        mq.ok("init", "--max-message-size", "4096", "--segment-size", "73728")
+        mq.ok("topic", "create", "SRC", "--queues", "1")
+        mq.send_lines("SRC", [f"m{i:02d}" for i in range(20)])
+        stage = mq.run("consume", "SRC", "-g", "G", "--from", "first", "--to", "DST",
+                       failpoints="put-after-index:2")   # (killed after its batch of outputs)
+        assert stage.returncode in (-9, 137), stage
+        assert committed(mq, "G", "SRC") == 20   # (one batch: from its commit record alone)
+        # more segments after it, so that the one holding the commit record is not the last
+        mq.send_lines("FILL", [f"f{i:04d}-" + "p" * 1000 for i in range(200)])
+        plan = json.loads(mq.ok("store", "clean", "--older-than", "0s", "--json").out.splitlines()[-1])
+        assert plan["commitlogSegments"] > 0 and plan["oldMinOffset"] < plan["minOffset"]
+        assert committed(mq, "G", "SRC") == 20
+        assert mq.offsets("G", "SRC") == {("SRC", 0): 20}   # in the offsets file itself
+        mq.send_lines("SRC", ["late0", "late1"])
+        again = mq.ok("consume", "SRC", "-g", "G", "-e", "--to", "DST")
+        assert "no longer stored" not in again.stderr and "warning" not in again.stderr, again
+        assert sorted(m["body"] for m in read_all(mq, "DST")) == ["late0", "late1"]
+        assert committed(mq, "G", "SRC") == 22
+    finally:
+        mq.cleanup()
