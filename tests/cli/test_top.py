@@ -298,9 +298,12 @@ def test_a_signal_ends_the_live_screen_as_ctrl_c_does(mq: MQ, sig: str) -> None:
     before = termios.tcgetattr(slave)
     assert before[3] & termios.ICANON and before[3] & termios.ECHO
     env = mqctl_env(mq.root, extra={"TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"})
-    # (SIGINT's default restored: a test runner's children may be started with it ignored)
+    def defaults() -> None:   # (a test runner's children may be started with SIGINT or SIGHUP ignored)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
     p = subprocess.Popen(MQCTL + ["top"], stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                         preexec_fn=defaults)
     out = b""
     try:
         def drawn() -> bool:
@@ -311,7 +314,12 @@ def test_a_signal_ends_the_live_screen_as_ctrl_c_does(mq: MQ, sig: str) -> None:
         wait_for(drawn, what="the first frame")
         assert termios.tcgetattr(slave)[3] & termios.ICANON == 0   # (cbreak while it runs)
         p.send_signal(getattr(signal, sig))
-        assert p.wait(timeout=30) == 0
+
+        def exited() -> bool:
+            drawn()   # (read while it ends: its last frames and the terminal's drain must not wait on us)
+            return p.poll() is not None
+        wait_for(exited, timeout=60, what="top to end")
+        assert p.returncode == 0
         drawn()
     finally:
         if p.poll() is None:
