@@ -208,11 +208,19 @@ def durable_end(layout: Layout) -> int:
     return cp.synced_end if cp is not None else 0
 
 
-def overlay(layout: Layout, table: ClusterTable) -> None:
-    """Apply every commit record after ``table.applied`` to ``table`` (in memory: a read)."""
-    if queue_end(layout) != table.applied:
-        for commit, _end, _at in read_after(layout, table.applied).commits:
-            apply_commit(commit, table.epoch, table.get, table.put)
+def overlay(layout: Layout, table: ClusterTable) -> bool:
+    """Apply every commit record after ``table.applied`` to ``table`` (in memory: a read).
+    False when some are gone or could not be read: ``store clean`` may have absorbed them into
+    the table file and deleted their segment since this table was read (retention absorbs
+    before it deletes: the caller reads the file again), or one is being written."""
+    end = queue_end(layout)
+    if end == table.applied:
+        return True
+    pending = read_after(layout, table.applied)
+    for commit, _end, _at in pending.commits:
+        apply_commit(commit, table.epoch, table.get, table.put)
+    skipped = pending.commits[0][2] > table.applied if pending.commits else False
+    return pending.end >= end and not skipped
 
 
 def absorb(layout: Layout, table: ClusterTable, durable: int) -> None:

@@ -394,7 +394,7 @@ class ClusterOffsetStore:
         return said
 
     # -- internals
-    def _load(self, group: str | None = None) -> ClusterTable:
+    def _load(self, group: str | None = None, again: bool = False) -> ClusterTable:
         loaded = offsettable.load(self.layout)
         if loaded.unknown:
             raise CorruptionError(str(self.path), 0, "unreadable, and so are its .bak and the offsets journal: no "
@@ -412,7 +412,9 @@ class ClusterOffsetStore:
                 "journal": "offsets come from the offsets journal",
                 "lost": "no copy or journal holds its offsets: those of groups the store showed before are "
                         "lost until mqctl store recover"}[loaded.source])
-        offsetcommits.overlay(self.layout, loaded.table)   # stages' commits not in the file yet
+        # stages' commits not in the file yet; some gone since the file was read: read it again
+        if not offsetcommits.overlay(self.layout, loaded.table) and not again:
+            return self._load(group, again=True)
         return loaded.table
 
     def absorb(self, durable_end: int = 0, sync: bool = False) -> None:

@@ -330,3 +330,38 @@ def test_store_clean_keeps_the_offsets_a_killed_stage_committed(tmp_path: Path) 
         assert committed(mq, "G", "SRC") == 22
     finally:
         mq.cleanup()
+
+
+def test_a_reader_that_read_the_offsets_file_before_a_clean_reads_it_again(tmp_path: Path, monkeypatch) -> None:
+    """A reader that loaded the offsets file just before `store clean` absorbed a killed
+    stage's commit records into it, and looks for those records just after their segment was
+    deleted, finds them gone: it must read the file again (which has them now), not take the
+    old offsets (a stage started then would make its outputs again)."""
+    from store.layout import Layout
+    from store.log import offsettable
+    from store.log.offsets import ClusterOffsetStore
+    mq = MQ(tmp_path / "small", tmp_path)
+    try:
+        mq.ok("init", "--max-message-size", "4096", "--segment-size", "73728")
+        mq.ok("topic", "create", "SRC", "--queues", "1")
+        mq.send_lines("SRC", [f"m{i:02d}" for i in range(20)])
+        stage = mq.run("consume", "SRC", "-g", "G", "--from", "first", "--to", "DST",
+                       failpoints="put-after-index:2")   # (killed after its batch of outputs)
+        assert stage.returncode in (-9, 137), stage
+        mq.send_lines("FILL", [f"f{i:04d}-" + "p" * 1000 for i in range(200)])
+        layout = Layout(mq.root)
+        before = offsettable.load(layout)   # the file as read before the clean: no offset yet
+        assert before.table.get("SRC", "G", 0) < 20
+        plan = json.loads(mq.ok("store", "clean", "--older-than", "0s", "--json").out.splitlines()[-1])
+        assert plan["commitlogSegments"] > 0
+        real, calls = offsettable.load, []
+
+        def load(layout_: Layout, deep: bool = False) -> offsettable.Loaded:
+            calls.append(deep)
+            return before if len(calls) == 1 else real(layout_, deep)
+
+        monkeypatch.setattr(offsettable, "load", load)
+        assert ClusterOffsetStore(layout).read("G", "SRC", 0) == 20
+        assert len(calls) == 2
+    finally:
+        mq.cleanup()
