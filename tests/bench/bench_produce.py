@@ -389,13 +389,17 @@ class RoundSide:
     """One side of :func:`interleaved_rounds`: a :func:`round_worker` process of ``python``."""
 
     def __init__(self, name: str, python: Path, spec: dict, env: dict[str, str] | None = None) -> None:
+        self.start(name, [str(python), __file__, "--round-worker", json.dumps(spec)], env)
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> None:
+        """Run ``argv``, a worker of the same protocol (``ready``; then a line of units in, a
+        JSON line out, a round), and wait for it to be ready."""
         self.name = name
-        self.proc = subprocess.Popen([str(python), __file__, "--round-worker", json.dumps(spec)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd)
         assert self.proc.stdout is not None
         if self.proc.stdout.readline().strip() != "ready":
             self.close()
-            raise SystemExit(f"round worker {name} ({spec}) did not start")
+            raise SystemExit(f"round worker {name} ({argv[1:]}) did not start")
 
     def round(self, units: int) -> dict:
         assert self.proc.stdin is not None and self.proc.stdout is not None

@@ -21,11 +21,9 @@ reported. Printed, medians (min-max) over every round of every repetition:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -34,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from bench_produce import FloorSide  # noqa: E402
+from bench_produce import FloorSide, RoundSide  # noqa: E402
 from floors import compile_floor  # noqa: E402
 from hogs import cpu_hogs, loadavg  # noqa: E402
 
@@ -82,32 +80,13 @@ close()
 """
 
 
-class Writer:
+class Writer(RoundSide):
     """One side: a worker process of ``python`` (``api``: ``import store`` from its venv)."""
 
     def __init__(self, name: str, python: str, kind: str, path: Path, size: int) -> None:
-        self.name = name
         env = dict(os.environ)
         env.pop("MQCTL_FAILPOINTS", None)
-        self.proc = subprocess.Popen([python, "-c", WORKER, kind, str(path), str(size)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=env, cwd="/")
-        assert self.proc.stdout is not None
-        if self.proc.stdout.readline().strip() != "ready":
-            raise SystemExit(f"{name} did not start")
-
-    def round(self, units: int) -> dict:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"{units}\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"{self.name} ended ({self.proc.wait()})")
-        return dict(json.loads(line))
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=120)
+        self.start(name, [python, "-c", WORKER, kind, str(path), str(size)], env, cwd="/")
 
 
 def med(xs: list[float]) -> str:
