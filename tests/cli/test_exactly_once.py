@@ -302,6 +302,19 @@ def test_a_plain_member_after_a_killed_stage_is_not_moved_back_by_the_stage_s_co
     assert done >= {f"m{i:04d}" for i in range(4000)}   # nothing skipped between the two
 
 
+def _kill_a_stage_after_its_batch(mq: MQ) -> None:
+    """A small-segment store where a stage SRC -> DST of group G was killed right after its
+    one batch of 20 outputs (its offsets only a commit record in the log), and more segments
+    after it, so that the one holding the commit record is not the last."""
+    mq.ok("init", "--max-message-size", "4096", "--segment-size", "73728")
+    mq.ok("topic", "create", "SRC", "--queues", "1")
+    mq.send_lines("SRC", [f"m{i:02d}" for i in range(20)])
+    stage = mq.run("consume", "SRC", "-g", "G", "--from", "first", "--to", "DST",
+                   failpoints="put-after-index:2")   # (the first write is a commit record alone)
+    assert stage.returncode in (-9, 137), stage
+    mq.send_lines("FILL", [f"f{i:04d}-" + "p" * 1000 for i in range(200)])
+
+
 def test_store_clean_keeps_the_offsets_a_killed_stage_committed(tmp_path: Path) -> None:
     """A stage killed right after a batch: its offsets are only a commit record in the log
     (the offsets file absorbs those once a second, or at exit). `store clean` then deleted the
@@ -310,15 +323,8 @@ def test_store_clean_keeps_the_offsets_a_killed_stage_committed(tmp_path: Path) 
     file first."""
     mq = MQ(tmp_path / "small", tmp_path)
     try:
-        mq.ok("init", "--max-message-size", "4096", "--segment-size", "73728")
-        mq.ok("topic", "create", "SRC", "--queues", "1")
-        mq.send_lines("SRC", [f"m{i:02d}" for i in range(20)])
-        stage = mq.run("consume", "SRC", "-g", "G", "--from", "first", "--to", "DST",
-                       failpoints="put-after-index:2")   # (killed after its batch of outputs)
-        assert stage.returncode in (-9, 137), stage
+        _kill_a_stage_after_its_batch(mq)
         assert committed(mq, "G", "SRC") == 20   # (one batch: from its commit record alone)
-        # more segments after it, so that the one holding the commit record is not the last
-        mq.send_lines("FILL", [f"f{i:04d}-" + "p" * 1000 for i in range(200)])
         plan = json.loads(mq.ok("store", "clean", "--older-than", "0s", "--json").out.splitlines()[-1])
         assert plan["commitlogSegments"] > 0 and plan["oldMinOffset"] < plan["minOffset"]
         assert committed(mq, "G", "SRC") == 20
@@ -342,13 +348,7 @@ def test_a_reader_that_read_the_offsets_file_before_a_clean_reads_it_again(tmp_p
     from store.log.offsets import ClusterOffsetStore
     mq = MQ(tmp_path / "small", tmp_path)
     try:
-        mq.ok("init", "--max-message-size", "4096", "--segment-size", "73728")
-        mq.ok("topic", "create", "SRC", "--queues", "1")
-        mq.send_lines("SRC", [f"m{i:02d}" for i in range(20)])
-        stage = mq.run("consume", "SRC", "-g", "G", "--from", "first", "--to", "DST",
-                       failpoints="put-after-index:2")   # (killed after its batch of outputs)
-        assert stage.returncode in (-9, 137), stage
-        mq.send_lines("FILL", [f"f{i:04d}-" + "p" * 1000 for i in range(200)])
+        _kill_a_stage_after_its_batch(mq)
         layout = Layout(mq.root)
         before = offsettable.load(layout)   # the file as read before the clean: no offset yet
         assert before.table.get("SRC", "G", 0) < 20
