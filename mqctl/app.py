@@ -206,16 +206,17 @@ def _run(args: list[str]) -> int:
     everything else raised to :func:`mqctl.errors.guard`."""
     from typer import Abort, Exit
     from typer._click.exceptions import ClickException
-    if not os.environ.get(COMPLETE_VAR):
+    completing = os.environ.get(COMPLETE_VAR)
+    if not completing:
         args = help_alias(args)
-    elif os.environ.get(COMPLETE_VAR) == "complete_bash":
+    elif completing == "complete_bash":
         from mqctl.options import join_bash_options
         join_bash_options()
     command = command_for(args)
-    if os.environ.get(COMPLETE_VAR) == "complete_bash":
+    if completing == "complete_bash":
         from mqctl.options import escape_bash_completions
-        escape_bash_completions()
-    if not os.environ.get(COMPLETE_VAR):
+        escape_bash_completions()   # (after the app is built, which registers Typer's own)
+    elif not completing:
         from mqctl.argv import normalize
         args = normalize(args, command)
     try:

@@ -33,19 +33,12 @@ def _raise_terminated(signum: int, _frame: object) -> None:
     raise Terminated()
 
 
-def terminate_as_interrupt() -> None:
-    """From now on SIGTERM raises :class:`Terminated` (main thread only), unless whoever
-    started this process made it ignore SIGTERM."""
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _raise_terminated)
-
-
 def end_as_interrupt(*signums: int) -> Callable[[], None]:
     """From now on each of ``signums`` (SIGTERM, SIGHUP) raises :class:`Terminated`, as
     Ctrl-C raises ``KeyboardInterrupt`` (main thread only), unless whoever started this
-    process made it ignore that signal (``nohup``). For a long-running view that ends on
-    either as on Ctrl-C (``top``: its terminal restored, exit 0). Returns the function that
-    puts the handlers back."""
+    process made it ignore that signal (``nohup``): a send ends on SIGTERM as on Ctrl-C but
+    exits 143; a long-running view ends on either as on Ctrl-C (``top``: its terminal
+    restored, exit 0). Returns the function that puts the handlers back."""
     saved = {sig: signal.getsignal(sig) for sig in signums}
     for sig, old in saved.items():
         if old == signal.SIG_DFL:

@@ -66,7 +66,7 @@ def run_send(st: "State", r: SendRequest) -> None:
         # Ctrl-C ends a send with exit 130 (after what was acknowledged is made durable, in ``finish``),
         # also when started with SIGINT ignored (a background job); SIGTERM likewise with 143, unless ignored.
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        errors.terminate_as_interrupt()
+        errors.end_as_interrupt(signal.SIGTERM)
     validate_topic(r.topic)
     empty_key = r.sharding_key == ""
     if empty_key:
