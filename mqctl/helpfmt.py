@@ -12,7 +12,6 @@ when help is actually rendered.
 from __future__ import annotations
 
 import copy
-import os
 import re
 import sys
 from typing import Any, Callable
@@ -39,14 +38,11 @@ _TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
 
 
 def markup_mode() -> str | None:
-    """"rich" on a terminal, None (Click's plain help) when piped, with NO_COLOR, TERM=dumb,
-    or without rich installed."""
-    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
-        return None
-    try:
-        if not sys.stdout.isatty():
-            return None
-    except (AttributeError, ValueError):
+    """"rich" on a terminal (or piped with FORCE_COLOR), None (Click's plain help) when
+    piped, with NO_COLOR, TERM=dumb, or without rich installed: as tables decide colour
+    (``mqctl.output.color_allowed``)."""
+    from mqctl.output import color_allowed
+    if not color_allowed(sys.stdout):
         return None
     import importlib.util
     return "rich" if importlib.util.find_spec("rich") is not None else None

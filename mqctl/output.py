@@ -157,10 +157,12 @@ def write_lines(bodies: Sequence[bytes], stream: BinaryIO | None = None, sep: by
 
 def color_allowed(stream: IO[Any]) -> bool:
     """Colour only on a terminal, and never with NO_COLOR set non-empty or TERM=dumb
-    (no-color.org: an empty NO_COLOR does not count)."""
+    (no-color.org: an empty NO_COLOR does not count). FORCE_COLOR set non-empty gives colour
+    off a terminal too (``mqctl … | less -R``), as rich, pytest and npm tools take it; NO_COLOR
+    still wins over it, as rich lets it."""
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         return False
-    return _isatty(stream)
+    return bool(os.environ.get("FORCE_COLOR")) or _isatty(stream)
 
 
 def animation_allowed(stream: IO[Any]) -> bool:

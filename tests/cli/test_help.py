@@ -152,6 +152,13 @@ def test_no_color_gives_plain_help_even_on_a_terminal() -> None:
     assert b"Produce and consume:" in data
 
 
+def test_force_color_gives_rich_help_in_a_pipe() -> None:
+    data = run([*MQCTL, "--help"], env={**HELP_ENV, "FORCE_COLOR": "1"}).stdout
+    assert b"\x1b[" in data and "╭─ Produce and consume " in _ANSI.sub("", data.decode())
+    plain = run([*MQCTL, "--help"], env={**HELP_ENV, "FORCE_COLOR": "1", "NO_COLOR": "1"}).stdout
+    assert b"\x1b[" not in plain and b"Produce and consume:" in plain
+
+
 def _groups() -> list[tuple[str, ...]]:
     return [p for p, c in commands() if getattr(c, "commands", None) and not getattr(c, "hidden", False)]
 

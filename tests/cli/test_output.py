@@ -189,6 +189,24 @@ def test_empty_no_color_does_not_count(tty_env: pytest.MonkeyPatch) -> None:
         assert color_allowed(stream) is True
 
 
+def test_force_color_colours_a_pipe_and_no_color_still_wins(tty_env: pytest.MonkeyPatch) -> None:
+    """FORCE_COLOR (non-empty) colours output that is not a terminal (``| less -R``), as
+    rich and other tools take it; an empty one does not count; NO_COLOR wins over it."""
+    stream, raw = text_stream()
+    assert color_allowed(stream) is False
+    tty_env.setenv("FORCE_COLOR", "")
+    assert color_allowed(stream) is False
+    tty_env.setenv("FORCE_COLOR", "1")
+    out = Output(stream=stream)
+    out.table(ROWS, COLUMNS)
+    assert out.color is True and b"\x1b[" in raw.getvalue()
+    tty_env.setenv("NO_COLOR", "1")
+    assert color_allowed(stream) is False
+    tty_env.setenv("NO_COLOR", "")
+    tty_env.setenv("TERM", "dumb")
+    assert color_allowed(stream) is False
+
+
 def test_color_flag_overrides_detection(tty_env: pytest.MonkeyPatch) -> None:
     with pseudo_terminal() as (stream, _):
         assert Output(stream=stream, color=False).color is False
