@@ -25,9 +25,10 @@ Examples:
   mqctl init --max-message-size 1MiB --segment-size 8MiB"""
 
 
-# The flag that set each setting ``store.client.creation`` reports as ignored.
-INIT_FLAGS = {"max_message_size": "--max-message-size", "commitlog_segment_size": "--segment-size",
-              "auto_create_topics": "--no-auto-create"}
+# The flag (and its parameter) that sets each setting ``store.client.creation`` reports as ignored.
+INIT_FLAGS = {"max_message_size": ("--max-message-size", "max_message_size"),
+              "commitlog_segment_size": ("--segment-size", "segment_size"),
+              "auto_create_topics": ("--no-auto-create", "no_auto_create")}
 
 
 def init(
@@ -55,6 +56,10 @@ def init(
                  f"{', topics created on first send' if s.auto_create_topics else ', topics made by topic create'})")
         return
     out.info(f"store already exists at {st.store_path}")
-    if res.ignored:
-        out.warn(f"{', '.join(INIT_FLAGS[f] for f in res.ignored)} ignored: an existing store keeps the settings "
-                 f"it was created with")
+    # Only the flags given on this line: a plain ``mqctl init`` of a store made with other
+    # settings asked for nothing (the defaults it compared with were not the user's choice).
+    from typer._click.core import ParameterSource
+    given = [flag for f in res.ignored for flag, param in [INIT_FLAGS[f]]
+             if ctx.get_parameter_source(param) not in (ParameterSource.DEFAULT, None)]
+    if given:
+        out.warn(f"{', '.join(given)} ignored: an existing store keeps the settings it was created with")

@@ -87,11 +87,14 @@ def test_init_says_where_and_warns_about_ignored_settings(tmp_path: Path) -> Non
     first = mq.ok("init", "--max-message-size", "4096", "--segment-size", "69632")
     assert first.stderr == (f"initialised store at {mq.root} (messages up to 4.0 KiB, 68.0 KiB segments, "
                             f"topics created on first send)\n")
-    again = mq.ok("init", "--segment-size", "1048576")
+    again = mq.ok("init", "--segment-size", "1048576", "--max-message-size", "4096")
     assert again.stderr.splitlines() == [
         f"store already exists at {mq.root}",
-        "mqctl: warning: --max-message-size, --segment-size ignored: an existing store keeps the settings "
-        "it was created with"]
+        "mqctl: warning: --segment-size ignored: an existing store keeps the settings it was created with"]
+    # a flag not given asked for nothing, though its default differs from the store's setting
+    assert mq.ok("init").stderr == f"store already exists at {mq.root}\n"
+    assert mq.ok("init", "--no-auto-create").stderr.splitlines()[1:] == [
+        "mqctl: warning: --no-auto-create ignored: an existing store keeps the settings it was created with"]
 
 
 def test_reset_and_unlock_counts_read_like_sentences(loaded: MQ) -> None:
