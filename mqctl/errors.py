@@ -124,7 +124,9 @@ def guard(run: Callable[[], int], argv: list[str]) -> int:
             print_error(lost)
         else:
             from store.errors import io_error
-            print_error(str(io_error(exc, "complete the operation")))
+            # (an error that names its file says which: a store without access, a lost file)
+            what = f"access {exc.filename}" if exc.filename else "complete the operation"
+            print_error(str(io_error(exc, what)))
         code = 1
     except UnicodeEncodeError as exc:
         if debug():

@@ -150,3 +150,23 @@ def test_readme_exit_code_row(code: int, example: str, want: str, e: MQ) -> None
 
 def test_the_table_covers_every_code() -> None:
     assert {r[0] for r in readme_rows()} >= {0, 1, 2, 3, 4, 5, 130, 141, 143}
+
+
+def test_an_unreadable_store_names_the_file_it_could_not_open(e: MQ) -> None:
+    """An I/O error that names its file says which (a store without access, a lost file),
+    not only that the operation failed."""
+    import os
+    import shutil
+    e.root.chmod(0)
+    try:
+        argv = e.argv("topic", "list")
+        if os.geteuid() == 0:   # root reads anything: drop the capabilities that let it
+            if shutil.which("capsh") is None:
+                pytest.skip("running as root without capsh")
+            argv = ["capsh", "--drop=cap_dac_override,cap_dac_read_search", "--", "-c",
+                    " ".join(f"'{a}'" for a in argv)]
+        r = subprocess.run(argv, capture_output=True, text=True, env=e.environ(), timeout=120)
+    finally:
+        e.root.chmod(0o700)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr == f"mqctl: error: cannot access {e.root}/store.json: permission denied\n"
