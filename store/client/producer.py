@@ -38,7 +38,11 @@ Delay: TypeAlias = "int | _dt.timedelta"
 def body_bytes(body: Body) -> bytes:
     """A body given as bytes (or a bytes-like object) or as text (encoded as UTF-8)."""
     if isinstance(body, str):
-        return body.encode("utf-8")
+        try:
+            return body.encode("utf-8")
+        except UnicodeEncodeError as exc:   # (a lone surrogate: os.fsdecode of bytes that were not UTF-8)
+            raise UsageError(f"a message body given as str must be text UTF-8 can encode: {exc.reason} at "
+                             f"position {exc.start} (give binary data as bytes)") from None
     if isinstance(body, (bytes, bytearray, memoryview)):
         return bytes(body)
     raise UsageError(f"a message body must be bytes or str, not {type(body).__name__}")

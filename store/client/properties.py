@@ -131,6 +131,8 @@ def _user_properties(given: UserProperties | None, said: Mapping[str, str]) -> d
         why = property_problem(name, value)
         if why is not None:
             raise InvalidPropertyError(f"{said['properties']} {shown!r}: {why}", "properties", shown)
+        _encodable(name, "properties", f"{said['properties']} name")
+        _encodable(value, "properties", f"{said['properties']} value")
         out[name] = value
     return out
 
@@ -150,6 +152,18 @@ def _storable(value: object, arg: str, name: str) -> None:
         raise InvalidPropertyError(f"{name} must be a str, not {type(value).__name__}", arg, value)
     if has_separator(value):
         raise InvalidPropertyError(f"{name} may not contain the control characters \\x01 or \\x02", arg, value)
+    _encodable(value, arg, name)
+
+
+def _encodable(value: str, arg: str, name: str) -> None:
+    """Text UTF-8 can encode (no lone surrogate), or ``InvalidPropertyError``: properties are
+    stored as UTF-8."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidPropertyError(f"{name} {value!r}: not text UTF-8 can encode ({exc.reason} at position "
+                                       f"{exc.start})", arg, value) from None
 
 
 def check_msg_id(msg_id: object, what: str = "msg_id") -> str:

@@ -65,7 +65,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from store.errors import NotFoundError, TransactionNotFoundError, TransactionStateError
+from store.errors import NotFoundError, TransactionNotFoundError, TransactionStateError, UsageError
 from store.failpoints import failpoint
 from store.log import format as F
 from store.log.reads import id_as_stored
@@ -225,6 +225,8 @@ def tx_id_of(m: Message) -> str | None:
 
 def resolve_tx_id(store: "Store", text: str) -> str:
     """A transaction id as typed: the txId itself, or the offset id of any of its records."""
+    if not isinstance(text, str):
+        raise UsageError(f"a transaction id must be a str (a send's tx_id), not {type(text).__name__}")
     text = id_as_stored(text.strip())
     offset = decode_offset_msg_id(text)
     if offset is not None:

@@ -66,3 +66,28 @@ def test_a_property_name_or_value_that_is_not_a_string_is_refused(props: dict) -
 
 def test_an_integer_value_is_its_decimal_text() -> None:
     assert build_properties(properties={"n": 5, "m": -7})["n"] == "5"
+
+
+@pytest.mark.parametrize("kwargs", [{"tags": "t\udc80"}, {"keys": ["k\udc80"]}, {"sharding_key": "\udc80"},
+                                    {"properties": {"a": "\udc80"}}, {"properties": {"\udc80": "a"}}])
+def test_text_utf8_cannot_encode_is_refused_not_left_to_fail_in_the_write(kwargs: dict[str, object]) -> None:
+    """A lone surrogate (``os.fsdecode`` of bytes that were not UTF-8) in a property: an
+    InvalidPropertyError naming the argument, not a UnicodeEncodeError from the write."""
+    with pytest.raises(InvalidPropertyError, match="not text UTF-8 can encode"):
+        build_properties(**kwargs)  # type: ignore[arg-type]
+    assert build_properties(tags="tä", keys=["ké"], properties={"é": "ü"}, sharding_key="ß")["TAGS"] == "tä"
+
+
+def test_a_str_body_utf8_cannot_encode_and_a_tx_id_that_is_no_str_are_usage_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import store
+    with store.Producer(tmp_path / "s") as p:
+        for send in (lambda: p.send("t", "a\udc80"), lambda: p.send_many("t", [b"x", "a\udc80"])):
+            with pytest.raises(UsageError, match="give binary data as bytes"):
+                send()
+        assert p.send("t", "héllo").topic == "t"
+    with store.TransactionProducer(tmp_path / "s") as tp:
+        for bad in (None, 5):
+            with pytest.raises(UsageError, match="a transaction id must be a str"):
+                tp.commit(bad)  # type: ignore[arg-type]
+    with store.Consumer("t", group="g", path=tmp_path / "s", start_from="first") as c:
+        assert [m.text for m in c.messages(exit_at_end=True)] == ["héllo"]
