@@ -16,6 +16,7 @@ from store.client.groups import known_groups
 from store.client.maintenance import StoreMaintenance
 from store.client.members_admin import MembersAdmin
 from store.client.offsets_admin import OffsetsAdmin
+from store.client.rules import check_flags
 from store.client.txadmin import TransactionAdmin
 from store.errors import StoreError, UsageError
 
@@ -83,6 +84,7 @@ class Admin(OffsetsAdmin, MembersAdmin, StoreMaintenance, TransactionAdmin):
         names.validate_topic(name)
         if isinstance(queues, bool) or not isinstance(queues, int):
             raise UsageError(f"queues must be an int, not {queues!r}")
+        check_flags(order=order)
         if self._store is None and self._missing is not None:
             from store.log.messagestore import Store
             self._store, self._missing = Store.open(self.path, create=True), None  # as `mqctl topic create`

@@ -16,7 +16,7 @@ from store.client.admin_rows import (
     lock_state,
 )
 from store.client.groups import require_group
-from store.client.rules import usage
+from store.client.rules import check_flags, usage
 from store.errors import GroupNotFoundError, UsageError
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ class MembersAdmin(AdminBase):
         if queue is not None and (isinstance(queue, bool) or not isinstance(queue, int) or queue < 0):
             raise UsageError(f"queue must be an int >= 0, not {queue!r}")
         names.validate_group(group)
+        check_flags(force=force, dry_run=dry_run)
         store = self.store
         if topic is not None:
             names.validate_any_topic(topic)
@@ -188,6 +189,7 @@ class MembersAdmin(AdminBase):
         ``rows``). Returns a :class:`~store.client.dlq.ResendResult`.
         """
         from store.client.dlq import resend_dead_letters
+        check_flags(force=force, dry_run=dry_run)
         store = self.store
         require_group(store, group)
         return resend_dead_letters(store, group, msg_id, force=force, dry_run=dry_run, progress=progress,

@@ -10,6 +10,7 @@ from store import names
 from store.client.admin_base import AdminBase
 from store.client.admin_rows import LagRow, OffsetRow, OffsetsDeletion, PlanRow, ResetPlan, ResetTarget
 from store.client.groups import broadcast_clients, group_exists, group_offsets, holders
+from store.client.rules import check_flags
 from store.errors import ConflictError, LockHeldError, NotFoundError, UsageError
 from store.log.schedule import scheduled_for
 
@@ -107,6 +108,7 @@ class OffsetsAdmin(AdminBase):
         offsets at their next commit; it is refused (``LockHeldError``) while live members hold
         queues of the topic, unless ``force``. Returns the plan (``plan.rows``).
         """
+        check_flags(execute=execute, force=force)
         plan = self.plan_reset(group, topic, to, queue=queue)
         if execute:
             self.apply_reset(plan, force=force)
@@ -182,6 +184,7 @@ class OffsetsAdmin(AdminBase):
         each with the number of queue offsets it moved."""
         from store.log.broadcastoffsets import BroadcastOffsetStore
         from store.log.offsets import ClusterOffsetStore
+        check_flags(force=force)
         store = self.store
         if plan.busy and not force:
             raise LockHeldError(
@@ -221,6 +224,7 @@ class OffsetsAdmin(AdminBase):
 
         from store.log.offsets import ClusterOffsetStore
         names.validate_group(group)
+        check_flags(dry_run=dry_run)
         store = self.store
         live = self._live_clients(group)
         clients = broadcast_clients(store, group)

@@ -45,6 +45,14 @@ def usage(template: str, arg_names: ArgNames | None, **values: object) -> UsageE
     return UsageError(template.format_map({**spelling(arg_names), **values}))
 
 
+def check_flags(**flags: object) -> None:
+    """Each of ``flags`` (an argument's name and value) is True or False: a switch given a
+    string or a number is refused, not read by its truth (``execute="no"`` would execute)."""
+    for name, value in flags.items():
+        if value is not True and value is not False:
+            raise UsageError(f"{name} must be True or False, not {value!r}")
+
+
 def check_flush(flush: object) -> None:
     """``flush`` is "async" (durable against a process crash once the call returns) or "sync"
     (also against a machine crash: fsynced first); anything else is refused, whatever the

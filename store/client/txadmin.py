@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from store.client.rules import check_flags
+
 if TYPE_CHECKING:
     from store.log.messagestore import Store
     from store.log.record import Message
@@ -46,6 +48,7 @@ class TransactionAdmin:
         whose record has this offset id. Resolving it the same way twice is a no-op; the other
         way raises ``TransactionStateError``."""
         from store.tx.transaction import end_transaction, resolve_tx_id
+        check_flags(commit=commit, sync=sync)
         store = self.store
         return end_transaction(store, resolve_tx_id(store, tx_id), commit, sync=sync)
 

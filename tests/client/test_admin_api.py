@@ -381,3 +381,20 @@ def test_the_consumer_uses_the_shared_rules(root: Path, loaded: Store) -> None:
     with mq.Consumer("T", "B", root, broadcast=True, orderly=True, client_id="c1") as c:
         with pytest.raises(mq.UsageError, match="^max_reconsume does not apply to broadcast"):
             c.run(lambda m: None, exit_at_end=True, max_reconsume=1)
+
+
+@pytest.mark.parametrize(("call", "name"), [
+    (lambda a: a.reset_offsets("G", "T", "earliest", execute="no"), "execute"),
+    (lambda a: a.reset_offsets("G", "T", "earliest", execute=True, force=1), "force"),
+    (lambda a: a.create_topic("U", 2, order="yes"), "order"),
+    (lambda a: a.delete_offsets("G", dry_run="false"), "dry_run"),
+    (lambda a: a.unlock("G", force="no"), "force"),
+    (lambda a: a.resend_dead_letters("G", dry_run=0), "dry_run"),
+    (lambda a: a.end_transaction("0" * 32, "commit"), "commit"),
+])
+def test_a_switch_given_anything_but_a_bool_is_refused_before_it_acts(admin: Admin, call: Any, name: str) -> None:
+    """``execute="no"`` is truthy: read by its truth it would execute the reset."""
+    before = admin.offsets("G")
+    with pytest.raises(mq.UsageError, match=f"^{name} must be True or False, not "):
+        call(admin)
+    assert admin.offsets("G") == before and "U" not in [t.topic for t in admin.topics()]
