@@ -71,7 +71,16 @@ class AdminBase:
                 self._store, self._opener = self._opener(), None
                 return self._store
             if self._missing is not None:
-                raise self._missing
+                # the store may have been made since (an Admin made before the first send)
+                from store.errors import StoreNotFoundError
+                from store.log.messagestore import Store
+                try:
+                    self._store = Store.open(self.path)
+                except StoreNotFoundError as exc:
+                    self._missing = exc
+                    raise
+                self._missing = None
+                return self._store
             raise UsageError("this Admin is closed")
         return self._store
 
@@ -96,7 +105,7 @@ class AdminBase:
         """Release the store handle (unless it came from :meth:`of`)."""
         if self._store is not None and self._owned:
             self._store.close()
-        self._store, self._opener = None, None
+        self._store, self._opener, self._missing = None, None, None
 
     def __enter__(self: _A) -> _A:
         return self

@@ -398,3 +398,19 @@ def test_a_switch_given_anything_but_a_bool_is_refused_before_it_acts(admin: Adm
     with pytest.raises(mq.UsageError, match=f"^{name} must be True or False, not "):
         call(admin)
     assert admin.offsets("G") == before and "U" not in [t.topic for t in admin.topics()]
+
+
+def test_an_admin_made_before_its_store_sees_the_store_once_it_exists(tmp_path: Path) -> None:
+    admin = mq.Admin(tmp_path / "s")
+    with pytest.raises(mq.StoreNotFoundError):
+        admin.topics()
+    with mq.Producer(tmp_path / "s") as p:
+        p.send("t", b"x")
+    assert [t.topic for t in admin.topics()] == ["t"]
+    admin.close()
+    with pytest.raises(mq.UsageError, match="this Admin is closed"):
+        admin.topics()
+    never = mq.Admin(tmp_path / "none")
+    never.close()
+    with pytest.raises(mq.UsageError, match="this Admin is closed"):
+        never.topics()
