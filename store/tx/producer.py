@@ -45,7 +45,10 @@ LocalTransaction = Callable[[Message], "TxState | str | None"]
 Checker = Callable[[Message], "TxState | str | None"]
 
 
-def _state(answer: object) -> TxState:
+def _state(answer: object, tx_id: str, who: str) -> TxState:
+    """``who``'s answer (``local transaction``, ``check``) as a state: a TxState or its name
+    (RocketMQ's ``COMMIT_MESSAGE``/``ROLLBACK_MESSAGE`` too); None is UNKNOWN. Anything else
+    is UNKNOWN with a warning: ``True`` or ``1`` is no commit, and a typo must not pass unseen."""
     if isinstance(answer, TxState):
         return answer
     if isinstance(answer, str):
@@ -53,6 +56,9 @@ def _state(answer: object) -> TxState:
         word = {"COMMIT_MESSAGE": "COMMIT", "ROLLBACK_MESSAGE": "ROLLBACK"}.get(word, word)
         if word in TxState.__members__:
             return TxState[word]
+    if answer is not None:
+        log_warning(f"transaction {tx_id}: the {who} answered {answer!r}, not a TxState (COMMIT, ROLLBACK or "
+                    f"UNKNOWN); left UNKNOWN")
     return TxState.UNKNOWN
 
 
@@ -139,7 +145,7 @@ class TransactionProducer(StoreClient):
         state, stored = TxState.UNKNOWN, "PREPARED"
         if local_tx is not None:
             try:
-                state = _state(local_tx(self._view(res.half, res.tx_id)))
+                state = _state(local_tx(self._view(res.half, res.tx_id)), res.tx_id, "local transaction")
             except Exception as exc:  # noqa: BLE001 - RocketMQ: the check service decides
                 log_warning(f"transaction {res.tx_id}: local transaction raised {type(exc).__name__}: {exc}; "
                             f"left UNKNOWN for the check service")
@@ -183,7 +189,7 @@ class TransactionProducer(StoreClient):
 
         def ask(copy: "record.Message", times: int) -> str:
             try:
-                return _state(check(self._view(copy, copy.uniq_key or ""))).value
+                return _state(check(self._view(copy, copy.uniq_key or "")), copy.uniq_key or "", "check").value
             except Exception as exc:  # noqa: BLE001 - UNKNOWN: asked again later
                 log_warning(f"transaction {copy.uniq_key}: check raised {type(exc).__name__}: {exc}")
                 return TxState.UNKNOWN.value

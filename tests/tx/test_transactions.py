@@ -562,3 +562,21 @@ def test_tx_send_refuses_property_separators_in_tags_and_keys(root: Path) -> Non
         assert proc.returncode == 2, (args, proc.stderr)
         assert proc.stderr.startswith("mqctl: error: ") and proc.stderr.count("\n") == 1
     assert not (root / "consumequeue" / HALF_TOPIC).exists()  # nothing was stored
+
+
+def test_an_answer_that_is_no_state_is_unknown_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``True`` or ``1`` from a local transaction (or a check) is no commit: UNKNOWN, as
+    RocketMQ leaves it, but said, not silently; None (no answer) stays quiet."""
+    import store
+    with store.TransactionProducer(tmp_path / "s", check=lambda m: 5) as tp:
+        for answer, said in [(True, "True"), (1, "1"), ("commit_message", None), (None, None)]:
+            caplog.clear()
+            r = tp.send("pay", b"x", local_tx=lambda m, a=answer: a)  # type: ignore[misc]
+            want = store.TxState.COMMIT if answer == "commit_message" else store.TxState.UNKNOWN
+            assert r.state is want
+            warned = [rec.getMessage() for rec in caplog.records]
+            assert warned == ([f"transaction {r.tx_id}: the local transaction answered {said}, not a TxState "
+                               f"(COMMIT, ROLLBACK or UNKNOWN); left UNKNOWN"] if said else []), warned
+        caplog.clear()
+        tp.check_pending(timeout=0, max_checks=5)
+        assert any("the check answered 5, not a TxState" in rec.getMessage() for rec in caplog.records)
