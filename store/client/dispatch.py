@@ -72,7 +72,9 @@ class Dispatcher:
         self.turn = 0                   # where the next round-robin hand-out starts
         self.idle_check: Callable[[], None] | None = None
         self.in_write = False           # an inline sink is writing: a second signal interrupts it
-        self.futures: dict[cf.Future[Any], tuple[QueueKey, list[Message]]] = {}
+        # the batches out, each with the process queue that handed it out: a queue let go and
+        # taken again meanwhile (a reset) has a new one, which the batch is nothing to (collect)
+        self.futures: dict[cf.Future[Any], tuple[QueueKey, ProcessQueue, list[Message]]] = {}
         # an iterator's sink: how far into the batch in hand its loop got (see take_progress)
         self.progress: Callable[[], tuple[cf.Future[Any], int] | None] | None = None
         self.partly: dict[cf.Future[Any], int] = {}   # messages of a batch out settled already
@@ -118,7 +120,7 @@ class Dispatcher:
         """How many more messages may be handed out (``count``)."""
         if self.o.count is None:
             return 1 << 30
-        return max(0, self.o.count - self.consumed - sum(len(m) for _k, m in self.futures.values()))
+        return max(0, self.o.count - self.consumed - sum(len(m) for _k, _pq, m in self.futures.values()))
 
     # -- handing out -----------------------------------------------------------------------
     def dispatch_all(self) -> bool:
@@ -196,7 +198,7 @@ class Dispatcher:
                             fut = pool.submit(batch, original_topic(batch[0]))
                         if self.wake_on_done:
                             fut.add_done_callback(lambda _f: self.wake())
-                        self.futures[fut] = (key, batch)
+                        self.futures[fut] = (key, pq, batch)
                         if o.orderly:
                             break
                     if self.interleave:
@@ -282,7 +284,7 @@ class Dispatcher:
         if not done and block:
             done = list(cf.wait(list(futures), return_when=cf.FIRST_COMPLETED).done)
         for fut in done:
-            key, batch = futures.pop(fut)
+            key, out_of, batch = futures.pop(fut)
             recorded = self.recorded.pop(id(batch), None) is batch
             pq = pqs.get(key) or dropping.get(key)
             try:
@@ -296,7 +298,8 @@ class Dispatcher:
                 settled = self.partly.pop(fut, 0)
                 if settled:   # (an outcome counts from the batch's start; ``batch`` is its rest)
                     ok = _rest_outcome(ok, settled, len(batch))
-            if pq is None:
+            if pq is not out_of:
+                self._stale(pq, batch)
                 continue
             if isinstance(ok, list) and self.o.orderly and ok:
                 # in order: a failure holds back the whole batch (retried in place)
@@ -319,6 +322,20 @@ class Dispatcher:
             else:
                 self.failed(key, pq, batch, why)
         return bool(done)
+
+    def _stale(self, pq: ProcessQueue | None, batch: list[Message]) -> None:
+        """A batch handed out by a holding of its queue that was let go since (``offsets reset``
+        under the member, :meth:`OffsetKeeper._reload_after_reset`): its outcome is no one's.
+        The queue starts again from its stored offset, so its messages are handed out again; the
+        queue taken again (``pq``) may have done so already. Applied to that holding, it used to
+        settle a message whose new run was still out (an exactly-once stage then wrote the
+        offset past it with no outputs, the new run's cleared by its hand-out) and drop it from
+        the new holding's cache. A stage forgets the outputs it gave, unless its message is
+        out again (whatever it holds then is the new run's to settle)."""
+        stage = self.keeper.stage
+        if stage is not None:
+            again = set() if pq is None else (pq.in_flight | set(pq.consuming))
+            stage.handed_out([m for m in batch if m.queue_offset not in again])
 
     def _record_outcome(self, batch: list[Message], outcome: Any) -> None:
         """In a pool sink's thread, as soon as a handler's outcome is known (``on_outcome``):
@@ -368,11 +385,11 @@ class Dispatcher:
         new = consumed - self.partly.get(fut, 0)
         if entry is None or new <= 0:
             return False   # (settled and collected already, or nothing new)
-        key, batch = entry
-        pq = self.held.pqs.get(key) or self.held.dropping.get(key)
-        if pq is None:
-            return False
-        self.futures[fut] = (key, batch[new:])
+        key, out_of, batch = entry
+        if (self.held.pqs.get(key) or self.held.dropping.get(key)) is not out_of:
+            return False   # (let go since: see _stale)
+        pq = out_of
+        self.futures[fut] = (key, pq, batch[new:])
         self.partly[fut] = consumed
         self.succeeded(key, pq, batch[:new])
         return True

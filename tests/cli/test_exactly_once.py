@@ -5,12 +5,14 @@ group's offsets must say so everywhere they are shown."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+import store
 from tests.procs import MQ, finish, handler_script, one_error, python, wait_for
 
 
@@ -247,6 +249,70 @@ def test_resetting_one_queue_under_a_running_stage_duplicates_nothing_else(mq: M
     assert not dups, f"{len(dups)} outputs more than once, e.g. {dups[:5]}"
     q3 = {m["body"] for m in read_all(mq, "A") if m["queueId"] == 3}
     assert set(bodies) - q3 <= set(got)   # every message of the other queues, once
+
+
+def _waits_for_flock(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` is blocked on a ``flock`` of ``path`` (a waiter's line, ``->``,
+    in the kernel's lock table)."""
+    st = path.stat()
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in Path("/proc/locks").read_text().splitlines():
+        parts = line.split()
+        if len(parts) > 6 and parts[1] == "->" and parts[2] == "FLOCK" and parts[5] == str(pid) \
+                and parts[6] == dev:
+            return True
+    return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="needs Linux /proc/locks")
+def test_a_batch_handed_out_before_a_reset_does_not_settle_its_message_in_the_queue_taken_again(
+        mq: MQ, tmp_path: Path) -> None:
+    """A reset lets every queue of its topic go, and the stage takes them again from their
+    stored offsets at once, while the handlers of the batches handed out before it still run.
+    Such a batch, collected after its message was handed out again, used to be applied to the
+    new holding of its queue: it took the new run's place (its outputs, which the new hand-out
+    had cleared, written as none) and moved the offset past the message, whose new run's
+    outputs were then never written. One message of a queue nobody reset went missing."""
+    from store.log.messagestore import Store
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    mq.ok("topic", "create", "A", "--queues", "2")
+    mq.ok("topic", "create", "B", "--queues", "1")
+    mq.ok("send", "A", "-q", "0", "t")
+    mq.ok("send", "A", "-q", "1", input="a\nb\n")
+    # t's two runs and a's wait at a gate (NAME.go), each saying it started (NAME); b only says
+    # so. Two handler slots: t and a run, b waits for one, so b starting tells that t's first
+    # run ended, its outputs given.
+    h = handler_script(tmp_path / "gated.sh", f"""
+        b=$(cat); d={gates}
+        gate() {{ touch "$d/$1"; while [ ! -e "$d/$1.go" ]; do sleep 0.01; done; }}
+        case "$b" in
+          t) if [ -e "$d/t.1" ]; then gate t.2; else gate t.1; fi ;;
+          a) gate a ;;
+          *) touch "$d/$b" ;;
+        esac
+        printf '%s\\n' "$b"
+    """)
+    stage = mq.start("consume", "A", "-g", "g", "--from", "first", "--exec", h, "--threads", "2", "--to", "B")
+    wait_for(lambda: (gates / "t.1").exists() and (gates / "a").exists(), timeout=60, what="t and a in handlers")
+    assert not (gates / "b").exists()
+    with Store.open(mq.root) as s, s.write_lock():
+        # queue 1 reset under the stage, the write lock kept: the stage lets both queues go, and
+        # taking them again waits for the lock (a stage reads its starts once it was free)
+        store.Admin.of(s).reset_offsets("g", "A", "latest", execute=True, queue=1, force=True)
+        wait_for(lambda: _waits_for_flock(stage.pid, mq.root), timeout=60, what="the stage to take A/0 again")
+        assert "offsets of A/0 were reset" in stage.stderr()
+        (gates / "t.1.go").touch()
+        wait_for(lambda: (gates / "b").exists(), timeout=60, what="b's handler")
+    # A/0 is taken again from offset 0: t is handed out again (its first run's outputs cleared),
+    # then the first run's batch is collected
+    wait_for(lambda: (gates / "t.2").exists(), timeout=60, what="t's second run")
+    (gates / "t.2.go").touch()
+    (gates / "a.go").touch()
+    wait_for(lambda: committed(mq, "g", "A") == 3, timeout=60, what="A/0 committed")
+    assert stage.stop(60) == 0
+    mq.ok("consume", "A", "-g", "g", "--exec", h, "-e", "--to", "B")
+    assert [m["body"] for m in read_all(mq, "B") if m["body"] == "t"] == ["t"], stage.stderr()
 
 
 @pytest.mark.parametrize("output", ['{"body":"x","properties":{"p":"' + "a" * 40000 + '"}}',
