@@ -178,6 +178,7 @@ class Producer(StoreClient):
         self.group_commit = group_commit
         self.arg_names: ArgNames | None = None
         self._commits: GroupCommit | None = None
+        self._checked_topic = ""   # the topic name ``send`` last found valid (a str's own)
 
     # -- sending ---------------------------------------------------------------------------
     def send(self, topic: str, body: Body, tags: str | None = None,
@@ -208,7 +209,8 @@ class Producer(StoreClient):
         uniq = None if msg_id is None else check_msg_id(msg_id)
         # One message: framed on its own (``sendone.py``), not as a batch of one.
         store = self._open_store()
-        names.validate_topic(topic)
+        if type(topic) is not str or topic != self._checked_topic:   # (a steady sender's topic: checked once)
+            self._checked_topic = names.validate_topic(topic)
         check_route_args(sharding_key, queue)
         data = body if type(body) is bytes else body_bytes(body)
         if tags is None and keys is None and properties is None and sharding_key is None:

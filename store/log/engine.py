@@ -163,15 +163,19 @@ class WriterState:
     sent: int = 0   # bodies framed by this handle (``framing.py`` frames big batches as arrays past a count)
 
     def select_queue(self, topic: TopicConfig, draft: Draft) -> int:
-        if draft.queue_id >= 0:
-            if draft.queue_id >= topic.queues:
-                raise UsageError(f"queue {draft.queue_id} does not exist: topic {topic.name!r} "
+        return self.queue_for(topic, draft.queue_id, draft.sharding_key)
+
+    def queue_for(self, topic: TopicConfig, queue_id: int, sharding_key: str | None) -> int:
+        """:meth:`select_queue` of a draft's two routing fields (a single send has no draft)."""
+        if queue_id >= 0:
+            if queue_id >= topic.queues:
+                raise UsageError(f"queue {queue_id} does not exist: topic {topic.name!r} "
                                  f"has queues 0-{topic.queues - 1}")
-            return draft.queue_id
-        if draft.sharding_key:   # (an empty key is no key)
+            return queue_id
+        if sharding_key:   # (an empty key is no key)
             # Documented, stable: |Java String.hashCode(key)| mod queue count (RocketMQ's
             # SelectMessageQueueByHash), so producers in any language agree.
-            return abs(java_hash(draft.sharding_key)) % topic.queues
+            return abs(java_hash(sharding_key)) % topic.queues
         if topic.order:
             raise topic.unrouted()
         return self.round_robin_start(topic, 1) % topic.queues

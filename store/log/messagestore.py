@@ -283,7 +283,7 @@ class Store:
         max_size = self.settings.max_message_size
         if longest > max_size:
             raise MessageTooLargeError(f"message body of {longest} bytes exceeds the store's limit of {max_size} bytes")
-        if any(has_separator(x) for kv in props.items() for x in kv) or any(
+        if (props and any(has_separator(x) for kv in props.items() for x in kv)) or any(
                 k is not None and has_separator(k) for k in sharding_keys):
             raise BadInputError("a property name or value (tags, keys, sharding key included) "
                                 "contains the control characters \\x01 or \\x02")

@@ -16,7 +16,6 @@ from store.log.record import (
     PROP_SHARDING_KEY,
     PROP_TAGS,
     PROP_UNIQ_KEY,
-    Draft,
     check_properties_size,
     encode,
     encode_properties,
@@ -44,7 +43,7 @@ def put_one(store: "Store", topic: str, body: bytes, props: dict[str, str], queu
     one (checked by the caller: ``store.check_msg_id``, which stores it upper case); else a new one."""
     if PROP_UNIQ_KEY in props or PROP_SHARDING_KEY in props:
         raise ValueError("put_one: the unique key is the store's, the sharding key an argument")
-    store.check_bodies(len(body), props, (sharding_key,))
+    store.check_bodies(len(body), props, () if sharding_key is None else (sharding_key,))
     engine = store.engine
     writer = engine.writer
     with engine.write_lock:
@@ -52,7 +51,7 @@ def put_one(store: "Store", topic: str, body: bytes, props: dict[str, str], queu
         cfg = batch.topic(topic, queue_id)
         if check is not None:
             check(cfg)
-        qid = writer.select_queue(cfg, Draft(topic, b"", queue_id=queue_id, sharding_key=sharding_key))
+        qid = writer.queue_for(cfg, queue_id, sharding_key)
         now = batch.now
         if uniq is None:
             uniq = writer.uniq_keys.next(now)
