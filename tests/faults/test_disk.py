@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from store.layout import Layout
-from tests.faults.faultutil import is_dirty
+from tests.faults.faultutil import fill_fs, is_dirty, mount, small_tmpfs, umount
 from tests.procs import KILLED, MQ, MQCTL, one_error, wait_for
 
 
@@ -91,44 +91,9 @@ def test_file_size_limit_on_small_files(mq: MQ) -> None:
 
 # -- mounts ---------------------------------------------------------------------------------------
 
-def _mount(args: list[str]) -> str | None:
-    """Run ``mount ARGS``; None on success, else why not."""
-    if shutil.which("mount") is None:
-        return "no mount(8) on this machine"
-    cp = subprocess.run(["mount", *args], capture_output=True, text=True)
-    if cp.returncode != 0:
-        return f"`mount {' '.join(args)}` failed: {cp.stderr.strip() or cp.returncode}"
-    return None
-
-
-def _umount(path: Path) -> None:
-    for _ in range(20):
-        if subprocess.run(["umount", str(path)], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.2)
-    subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
-
 @pytest.fixture
 def small_fs(tmp_path: Path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    why = _mount(["-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mnt)])
-    if why is not None:
-        pytest.skip(f"cannot make a small file system (tried a 2 MiB tmpfs as uid {os.getuid()}): {why}")
-    yield mnt
-    _umount(mnt)
-
-
-def _fill(fs: Path) -> None:
-    """Fill the file system to its last byte (it may be full before the filler gets one)."""
-    try:
-        with open(fs / "filler", "wb") as fh:
-            while True:
-                fh.write(b"\0" * 65536)
-                fh.flush()
-    except OSError:
-        pass
+    yield from small_tmpfs(tmp_path, "2m")
 
 
 def test_full_file_system(small_fs: Path, tmp_path: Path) -> None:
@@ -152,7 +117,7 @@ def test_full_file_system(small_fs: Path, tmp_path: Path) -> None:
         # exactly what was acknowledged is there: nothing of the failed batch is visible
         assert sorted(e["msgId"] for e in served) == sorted(r["msgId"] for r in acked)
         # fill it to the last byte: writers fail cleanly, readers still read
-        _fill(small_fs)
+        fill_fs(small_fs)
         for args in (["send", "t", "x" * 5000], ["topic", "create", "u"]):
             one_error(m.run(*args), 1)
         res = m.run("consume", "t", "-g", "late", "--from", "first", "-e")
@@ -178,7 +143,7 @@ def test_a_join_that_fails_on_a_full_disk_leaves_no_group_behind(small_fs: Path,
     try:
         m.ok("topic", "create", "t", "--queues", "1")
         m.ok("send", "t", "one")
-        _fill(small_fs)
+        fill_fs(small_fs)
         assert "no space left on device" in one_error(m.run("consume", "t", "-g", "G", "--from", "first", "-e"), 1)
         assert not (m.root / "consumers" / "G").exists()
         one_error(m.run("offsets", "show", "-g", "G"), 3, "consumer group 'G' does not exist")
@@ -195,15 +160,15 @@ def ro_view(mq: MQ, tmp_path: Path):
     """A read-only bind mount of ``mq``'s store (root ignores file modes: the mount does not)."""
     view = tmp_path / "ro"
     view.mkdir()
-    why = _mount(["--bind", str(mq.root), str(view)])
+    why = mount(["--bind", str(mq.root), str(view)])
     if why is None:
-        why = _mount(["-o", "remount,bind,ro", str(view)])
+        why = mount(["-o", "remount,bind,ro", str(view)])
         if why is not None:
-            _umount(view)
+            umount(view)
     if why is not None:
         pytest.skip(f"cannot make a read-only view of the store (tried a read-only bind mount): {why}")
     yield view
-    _umount(view)
+    umount(view)
 
 
 def test_read_only_store(mq: MQ, ro_view: Path, tmp_path: Path) -> None:
