@@ -155,6 +155,39 @@ def test_a_join_that_fails_on_a_full_disk_leaves_no_group_behind(small_fs: Path,
         m.cleanup()
 
 
+def test_a_topic_creation_cut_short_by_a_full_disk_leaves_no_part_of_the_topic(small_fs: Path, tmp_path: Path) -> None:
+    """A creation whose files fit only in part (the config written, the epoch after it not):
+    the error, and no config without its queues and mirror (which ``store check`` would call a
+    damaged topic); with room for all, the topic is made. Each page count from 1 to 4 stops
+    the creation at another of its writes (a tmpfs takes a page per small file)."""
+    m = MQ(small_fs / "store", tmp_path)
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        m.ok("topic", "create", "t", "--queues", "2")
+        for pages in range(1, 5):
+            (small_fs / "spare").write_bytes(b"\0" * (pages * page))
+            fill_fs(small_fs)
+            (small_fs / "spare").unlink()   # exactly that many pages free
+            name = f"u{pages}"
+            res = m.run("topic", "create", name, "--queues", "2")
+            made = name in m.ok("topic", "list").out.split()
+            if res.returncode:
+                assert "no space left on device" in one_error(res, 1), res
+                assert not made
+                assert not (m.root / "config" / "topics" / f"{name}.json").exists(), pages
+                assert not (m.root / "consumequeue" / name).exists(), pages
+            else:
+                assert made, res
+            m.check_clean()
+            (small_fs / "filler").unlink()
+        m.ok("topic", "create", "u2", "--queues", "2")
+        m.ok("send", "u2", "-q", "1", "after")
+        assert [e["body"] for e in m.drain("u2", "G")] == ["after"]
+        m.check_clean()
+    finally:
+        m.cleanup()
+
+
 @pytest.fixture
 def ro_view(mq: MQ, tmp_path: Path):
     """A read-only bind mount of ``mq``'s store (root ignores file modes: the mount does not)."""
