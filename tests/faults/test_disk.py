@@ -69,6 +69,21 @@ def test_file_size_limit(mq: MQ, where: str) -> None:
     mq.check_clean()
 
 
+def test_an_index_file_that_cannot_be_made_says_its_size(tmp_path: Path) -> None:
+    """An index file is made whole (its slot table written as zeros, so slot writes never
+    need a block): when it does not fit, the error says how big it is, and nothing is sent."""
+    m = MQ(tmp_path / "store", tmp_path)
+    try:
+        m.ok("init", "--segment-size", "256KiB", "--max-message-size", "4KiB")
+        m.ok("topic", "create", "t", "--queues", "1")
+        msg = one_error(m.run("send", "t", "x", preexec_fn=limit_fsize(64 * 1024)), 1)
+        assert msg.startswith("mqctl: error: cannot create index file ") and " bytes, written whole): file size limit exceeded" in msg, msg
+        assert m.drain("t", "G") == []
+        m.check_clean()
+    finally:
+        m.cleanup()
+
+
 def test_file_size_limit_on_small_files(mq: MQ) -> None:
     """JSON metadata (topics, offsets) written under the limit: an error, the old copy stays."""
     mq.ok("send", "t", "-q", "0", "one")
