@@ -20,6 +20,21 @@ EXIT_BROKEN_PIPE = 141
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
+class StdoutWriteError(OSError):
+    """A write to stdout failed other than by a closed pipe (a full disk, a file size limit,
+    EIO): reported as ``cannot write to standard output: …`` (exit 1), not as the store's
+    error. Raised from the write's own error (:func:`stdout_write_error`) by every stdout
+    writer (``PipeGuard``, the consumer's stdout sink), which alone know where they wrote."""
+
+
+def stdout_write_error(exc: OSError) -> OSError:
+    """``exc``, raised by a write to stdout, as the error to raise in its place: a closed
+    pipe, an interrupted or non-blocking write stay what they are."""
+    if isinstance(exc, (BrokenPipeError, InterruptedError, BlockingIOError, StdoutWriteError)):
+        return exc
+    return StdoutWriteError(exc.errno, exc.strerror)
+
+
 class Terminated(BaseException):
     """SIGTERM, where a command ends as on Ctrl-C (its ``finally`` blocks run: a send makes
     what it stored durable and says how much) but exits 143. A ``BaseException``, as
@@ -118,7 +133,7 @@ def guard(run: Callable[[], int], argv: list[str]) -> int:
     except OSError as exc:
         if debug():
             raise
-        if _stdout_closed(exc) or hung_up(1, exc):
+        if isinstance(exc, StdoutWriteError) or _stdout_closed(exc) or hung_up(1, exc):
             lost = stdout_failure(exc)
             quiet_broken_pipe()
             print_error(lost)
@@ -294,6 +309,8 @@ class PipeGuard:
         except BrokenPipeError as exc:
             from mqctl.output import BrokenPipe
             raise BrokenPipe("stdout was closed by the reader") from exc
+        except OSError as exc:
+            raise stdout_write_error(exc) from exc
 
     def flush(self) -> None:
         try:
@@ -301,6 +318,8 @@ class PipeGuard:
         except BrokenPipeError as exc:
             from mqctl.output import BrokenPipe
             raise BrokenPipe("stdout was closed by the reader") from exc
+        except OSError as exc:
+            raise stdout_write_error(exc) from exc
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

@@ -128,6 +128,10 @@ class StdoutSink:
             self.completed = _whole_lines(written - _unread(self.fd), sizes, bodies)
             from mqctl.output import BrokenPipe
             raise BrokenPipe("stdout was closed by the reader") from exc
+        except OSError as exc:
+            self.completed = _whole_lines(written, sizes, bodies)
+            from mqctl.errors import stdout_write_error
+            raise stdout_write_error(exc) from exc
         except BaseException:
             self.completed = _whole_lines(written, sizes, bodies)
             raise

@@ -434,7 +434,9 @@ class Dispatcher:
         for key, m in self.retrier.due():
             pq = self.held.pqs.get(key)
             if pq is not None:
-                self.failed(key, pq, [m], "retry after a failed send-back")
+                # (the retrier's, not self.failed: the message was counted when its handler failed)
+                self.last_activity = time.monotonic()
+                self.retrier.failed(key, pq, [m], "retry after a failed send-back")
 
     # -- stopping --------------------------------------------------------------------------
     def finish(self, wait_handlers: bool) -> None:

@@ -26,15 +26,15 @@ import os
 import time
 
 from store.client.holding import Holdings
-from store.client.offset_writer import OffsetWriter
+from store.client.offset_writer import OffsetWriter, Refusals
 from store.client.options import ConsumeOptions
 from store.client.process_queue import PULL_BATCH
 from store.client.startpoint import start_offset
-from store.errors import LockHeldError
+from store.errors import LockHeldError, StoreIOError
 from store.failpoints import failpoint
 from store.log.broadcastoffsets import BroadcastOffsetStore
 from store.log.messagestore import Store
-from store.log.offsets import LOCK_TIMEOUT_S, ClusterOffsetStore, GroupOffsets, QueueKey, Warn
+from store.log.offsets import LOCK_TIMEOUT_S, ClusterOffsetStore, GroupOffsets, MemoryOffsetStore, QueueKey, Warn
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -43,23 +43,6 @@ if TYPE_CHECKING:
     from store.client.stage import Stage
 
 MAX_PUT_OFF = 15   # lag commits put off in a row (the table busy) before one waits for it
-
-
-class MemoryOffsetStore:
-    """Offsets of a read without a group (``--no-group``): kept in memory, never written."""
-
-    def __init__(self) -> None:
-        self._table: dict[QueueKey, int] = {}
-
-    def read(self, topic: str, queue_id: int) -> int:
-        return self._table.get((topic, queue_id), -1)
-
-    def update(self, topic: str, queue_id: int, offset: int, increase_only: bool = True) -> None:
-        old = self._table.get((topic, queue_id), -1)
-        self._table[(topic, queue_id)] = max(old, offset) if increase_only else offset
-
-    def persist(self, owned: Any) -> None:
-        return None
 
 
 class OffsetKeeper:
@@ -101,6 +84,7 @@ class OffsetKeeper:
         self.on_commit: Callable[[], None] = lambda: None
         self.threaded = True
         self.held_back = False   # a pull waited for room (:meth:`room`)
+        self.refusals = Refusals()   # commits the file system refused (a full disk): tried again later
         self.writer = OffsetWriter(self._commit_in_writer, self._written, self._commit_quick)
 
     def open(self) -> None:
@@ -295,7 +279,13 @@ class OffsetKeeper:
             if wait:
                 raise
             return False   # (a commit of the lost queues alone is made again: increase-only)
+        except StoreIOError as exc:
+            if force or self.stage is not None:
+                raise
+            self._refused(exc)
+            return True   # (tried again later, not put off to the next turn)
         failpoint("offsets-after-persist")
+        self.refusals.error = None
         self.dirty -= keys
         self.persisted.update({k: v for k, v in offsets.items() if k[0] not in skipped})
         self.urgent = False
@@ -307,6 +297,10 @@ class OffsetKeeper:
             self.offset_store.settle(0.0)   # (the member stops: its commits into the snapshot)
         return True
 
+    def _refused(self, exc: StoreIOError) -> None:   # (a commit the file system refused: Refusals)
+        self.refusals.refused(exc, self.warn)
+        self.last_persist, self.urgent = time.monotonic(), False
+
     def persist_lagging(self, now: float) -> None:
         """At the end of a turn: offsets reach the store at least once per pull batch of every
         queue (``lag``), so a crash hands at most one pull batch per queue to a member a
@@ -316,6 +310,8 @@ class OffsetKeeper:
         :meth:`room` meanwhile); a pool sink's, which comes once per half a pull batch, here,
         as its bound is counted from the commit."""
         # (``now`` is the turn's start: a commit reaped in this turn is later than it)
+        if self.refusals.waiting():
+            return
         if self.urgent and (self.every_s <= 0 or now - self.last_persist >= self.every_s):
             if self.lag == 1 or self.defer_turn_persists:
                 self._turn_persist(soon=self.lag == 1)
@@ -357,7 +353,7 @@ class OffsetKeeper:
         """Hand what moved to the writer thread (nothing if a commit is out: the loop hands
         the rest over when that one is done, :attr:`on_commit`)."""
         self.reap(wait=False)
-        if self.writer.busy or not self.dirty or self.o.no_group:
+        if self.writer.busy or not self.dirty or self.o.no_group or self.refusals.waiting():
             return
         if not self.threaded:
             self.persist()
@@ -404,11 +400,15 @@ class OffsetKeeper:
         out = self.writer.offsets_out()
         try:
             done = self.writer.take(wait)
-        except BaseException:
+        except BaseException as exc:
             self.dirty |= {k for k in out if k in self.offsets}
-            raise
+            if not isinstance(exc, StoreIOError) or self.stage is not None:
+                raise
+            self._refused(exc)
+            return
         if done is None:
             return
+        self.refusals.error = None
         offsets, skipped = done
         self.held_back = False
         self.persisted.update({k: v for k, v in offsets.items() if k[0] not in skipped})

@@ -21,11 +21,13 @@ exit after the commit out.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from queue import SimpleQueue
 
-from store.log.offsets import QueueKey
+from store.errors import StoreIOError
+from store.log.offsets import QueueKey, Warn
 
 Commit = Callable[[dict[QueueKey, int], bool], set[str]]
 QuickCommit = Callable[[dict[QueueKey, int], bool], "set[str] | None"]   # None: not quick, not written
@@ -107,13 +109,18 @@ class OffsetWriter:
     def submit(self, offsets: dict[QueueKey, int], increase_only: bool) -> None:
         """Write ``offsets`` in the writer thread (only when not :attr:`busy`); ``on_done``
         is called from there when it is written. A quick commit is written here, before
-        this returns (``on_done`` called here; a failure raised here)."""
+        this returns (``on_done`` called here; its outcome, a failure too, taken by :meth:`take`
+        as the thread's)."""
         assert self._inflight is None, "one commit at a time"
         if self._quick is not None:
-            skipped = self._quick(offsets, increase_only)
+            error = None
+            try:
+                skipped = self._quick(offsets, increase_only)
+            except Exception as exc:   # noqa: BLE001 - raised by take(), as the thread's
+                skipped, error = set(), exc
             if skipped is not None:
                 self._inflight = out = _Out(self._commit, self._on_done, offsets, increase_only)
-                out.skipped = skipped
+                out.skipped, out.error = skipped, error
                 out.written()
                 return
         if self._end is None or not self._end.alive:
@@ -151,3 +158,29 @@ class OffsetWriter:
         first)."""
         if self._end is not None:
             self._end()
+
+
+class Refusals:
+    """Commits the file system refused (a full disk, the offsets journal unwritable). The
+    member goes on: its offsets stay in memory (dirty) and are committed again after
+    :attr:`RETRY_S` (no lag or idle commit before: not at every turn), by the persist
+    interval's look or a later lag commit; said once until one is written. Nothing is lost: a
+    crash meanwhile hands the messages consumed since the last commit to the next owner again,
+    as any crash does (a stopping member that cannot commit says so, as before)."""
+
+    RETRY_S = 5.0
+
+    def __init__(self) -> None:
+        self.error: StoreIOError | None = None   # why the last commit failed; None once one is written
+        self.retry_at = 0.0   # (monotonic)
+
+    def refused(self, exc: StoreIOError, warn: Warn) -> None:
+        if self.error is None:
+            warn(f"could not commit offsets ({exc}); they are kept and committed again in {self.RETRY_S:g} s "
+                 f"(a crash meanwhile delivers the messages since the last commit again)")
+        self.error = exc
+        self.retry_at = time.monotonic() + self.RETRY_S
+
+    def waiting(self) -> bool:
+        """Whether a refused commit is not to be tried again yet."""
+        return self.error is not None and time.monotonic() < self.retry_at

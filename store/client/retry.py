@@ -11,7 +11,8 @@ the unique key, tags and keys, so ``msg show`` finds its whole history.
 
 :class:`Retrier` is what a consumer group member does with a failed batch: retry in place
 (orderly), send back to the retry topic or to the DLQ (concurrent), or give up (broadcast);
-a send-back that fails is retried here a little later.
+a send-back that fails is tried again here 5 s later (:data:`SEND_BACK_RETRY_S`), the message
+kept handed out meanwhile: its handler does not run again.
 """
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ from store.log.record import (
 from store.log.schedule import LEVEL_MS, delay_draft
 
 DEFAULT_MAX_RECONSUME = 16
+# How long a member waits before it tries a failed send-back again (RocketMQ's consumer
+# resubmits such a message 5 s later).
+SEND_BACK_RETRY_S = 5.0
 
 
 def original_topic(m: Message) -> str:
@@ -144,10 +148,14 @@ class Retrier:
                 where = send_back(self.store, o.group, rec, self.max_reconsume or 0, o.retry_delay_ms,
                                   self._put_for(m))
             except StoreError as exc:
+                # Nothing of the copy was stored (a put is all or nothing). The message stays
+                # handed out, not released: a released one would be handed to the handler again
+                # at once, fail again, and queue one more send-back per run (a full disk turned
+                # two failed messages into a thousand dead letters). Its send-back alone is
+                # tried again, once, when it is due.
                 self.warn(f"could not send {m.uniq_key if isinstance(m, Message) else m.msg_id} "
-                          f"back ({exc}); retrying here in 5 s")
-                pq.release([m])
-                self.retry_later.append((time.monotonic() + 5, key, m))
+                          f"back ({exc}); retrying here in {SEND_BACK_RETRY_S:g} s")
+                self.retry_later.append((time.monotonic() + SEND_BACK_RETRY_S, key, m))
                 continue
             if where == "dlq":
                 self.warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; reconsumed {m.reconsume_times} times, "

@@ -292,10 +292,12 @@ class Engine:
         try:
             self.topic_table.save(cfg)
         except StoreError:
-            # nothing half-made stays: queue directories alone would be healed into a topic
+            # nothing half-made stays: queue directories alone would be healed into a topic,
+            # and a config without them (its mirror) is a damaged topic
             try:
+                self.topic_table.discard_new(name)
                 remove_queues(self.layout.topic_cq_dir(name))
-            except StoreError:
+            except (OSError, StoreError):
                 pass   # the error being raised is the one to report
             raise
         return cfg, True

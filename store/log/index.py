@@ -134,7 +134,8 @@ class KeyIndex:
                     leftover.unlink()
                 except OSError:
                     pass
-            raise io_error(exc, f"create index file {path}") from exc
+            # (the size said: an index file is made whole, its slot table written as zeros)
+            raise io_error(exc, f"create index file {path} ({self.table_end:,} bytes, written whole)") from exc
         self._listing = SegmentListing(self.dir)
         return begin_phys
 

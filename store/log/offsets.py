@@ -154,6 +154,23 @@ class GroupOffsets:
         return self.epochs.get(topic, 0)
 
 
+class MemoryOffsetStore:
+    """Offsets of a read without a group (``--no-group``): kept in memory, never written."""
+
+    def __init__(self) -> None:
+        self._table: dict[QueueKey, int] = {}
+
+    def read(self, topic: str, queue_id: int) -> int:
+        return self._table.get((topic, queue_id), -1)
+
+    def update(self, topic: str, queue_id: int, offset: int, increase_only: bool = True) -> None:
+        old = self._table.get((topic, queue_id), -1)
+        self._table[(topic, queue_id)] = max(old, offset) if increase_only else offset
+
+    def persist(self, owned: Any) -> None:
+        return None
+
+
 class ClusterOffsetStore:
     """The clustering groups' shared offset table, safe for concurrent processes.
 
@@ -172,6 +189,7 @@ class ClusterOffsetStore:
         self.last_written: tuple[int, int, int] | None = None   # (inode, mtime, size) of its last write
         self._told: tuple[object, ...] = ()   # the damage ``_load`` last warned of
         self._valid: tuple[set[str], set[str]] = (set(), set())   # groups and topics committed before
+        self._snapshot_put_off = False   # the view's snapshot could not be written, and we said so
 
     # -- reads (no lock: the file is only ever replaced by rename)
     def read(self, group: str, topic: str, queue_id: int) -> int:
@@ -280,6 +298,7 @@ class ClusterOffsetStore:
                 return skipped
             if view.wrote is not None:
                 self.last_written, view.wrote = view.wrote, None
+            self._tell_snapshot_error()
         return done
 
     def try_commit(self, group: str, offsets: Mapping[QueueKey, int], increase_only: bool = True,
@@ -314,6 +333,17 @@ class ClusterOffsetStore:
                     self._write_locked(lambda table: False, sync=False)
                 if view.wrote is not None:
                     self.last_written, view.wrote = view.wrote, None
+                self._tell_snapshot_error()
+
+    def _tell_snapshot_error(self) -> None:
+        """Warn, once until it is written again, that the member's commits cannot be written
+        into the table (a full disk: they are in the journal, which readers apply; the table
+        is tried again at the next settle)."""
+        err = self.view.snapshot_error
+        if err is not None and not self._snapshot_put_off:
+            self._warn(f"{err}; the offsets committed are in {self.layout.consumer_offset_log.name}, "
+                       f"{self.path.name} is written again later")
+        self._snapshot_put_off = err is not None
 
     def reset(self, group: str, topic: str, offsets: Mapping[int, int], durable_end: int = 0) -> int:
         """Set the given queues of ``topic`` exactly (backwards too); returns the new epoch.

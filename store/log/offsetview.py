@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from store import fsutil
+from store.errors import StoreIOError
 from store.layout import Layout
 from store.log import offsetjournal as oj
 from store.log import offsettable
@@ -90,6 +91,9 @@ class OffsetView:
         self.appended = 0          # the end of this view's last record no snapshot holds yet (0: none)
         self.appended_at = 0.0     # (monotonic) when it was appended
         self.wrote: Look | None = None   # the snapshot this view last wrote
+        # Why the last snapshot could not be written (a full disk), None once one is: the
+        # commits are in the journal, so a member goes on and writes it later (``settle``).
+        self.snapshot_error: StoreIOError | None = None
 
     def commit(self, group: str, offsets: Mapping[QueueKey, int], increase_only: bool,
                expected_epochs: Mapping[str, int] | None, quick: bool = False) -> set[str] | None:
@@ -161,13 +165,24 @@ class OffsetView:
             return False
         if seen.snap_end < self.appended:
             self._snapshot(seen)
+            if self.snapshot_error is not None:
+                return True   # (``appended`` kept: tried again at the next settle)
         self.appended = 0
         return True
 
     def _snapshot(self, seen: _Seen) -> None:
+        """Write the snapshot of what the view has read; one that cannot be written (a full
+        disk) is put off, not raised (:attr:`snapshot_error`): the commit it follows is in the
+        journal already, and readers apply the journal's records past the snapshot."""
         self._apply_waiting(seen)
         table = ClusterTable.from_json(seen.state).to_json()
-        end = offsettable.snapshot(self.layout, table, seen.end, seen.base, seen.snap_look[2])
+        try:
+            end = offsettable.snapshot(self.layout, table, seen.end, seen.base, seen.snap_look[2])
+        except StoreIOError as exc:
+            self.snapshot_error = exc
+            self._seen = None   # (read again at the next commit: a compaction may have been cut short)
+            return
+        self.snapshot_error = None
         self.wrote = look_at(self._snap_path)
         self.appended = 0
         if end != seen.end:   # compacted: another file now, read again at the next commit

@@ -322,6 +322,16 @@ class TopicTable:
         base = self.view.current()
         self.view.write(self.touch_epoch(), base=base, name=name)
 
+    def discard_new(self, name: str) -> None:
+        """Undo a creation whose :meth:`save` failed part-way (a full disk: the config written,
+        the epoch not): the config goes, so no topic without its mirror and queues is left."""
+        try:
+            os.unlink(self.layout.topic_config(name))
+        except FileNotFoundError:
+            return
+        self._one.pop(name, None)
+        fsync_dir(self.layout.topics_dir)
+
     def touch_epoch(self) -> str:
         """Replace the epoch token; returns the new one. A change signal only: nothing is lost
         if a power cut keeps the old token (recovery after a restart compares the view whole)."""

@@ -33,6 +33,20 @@ def test_a_closed_standard_output_fails_only_the_commands_that_write_data(mq: MQ
     assert res.stdout == b"one\ntwo\n", res
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_a_full_standard_output_says_it_is_stdout_not_the_store(mq: MQ) -> None:
+    """Stdout on a full disk (``/dev/full``: every write fails with ENOSPC): the error names
+    standard output, not the store, exit 1; a consumer commits nothing it could not write."""
+    mq.ok("topic", "create", "T", "--queues", "1")
+    mq.ok("send", "T", "one")
+    for command in ("consume T -g G --from first -e", "consume T -g G --from first -e --json",
+                    "topic list", "msg show $(mqctl consume T --no-group --from first -e -f %i)"):
+        line = one_error(mq.shell(f"mqctl {command} > /dev/full"), 1, "cannot write to standard output: ")
+        assert line.lower().endswith("no space left on device"), (command, line)
+    assert mq.offsets("G") == {("T", 0): 0}
+    assert mq.ok("consume", "T", "-g", "G", "--from", "first", "-e").stdout == b"one\n"
+
+
 def test_a_closed_standard_error_keeps_every_exit_code(mq: MQ) -> None:
     mq.ok("topic", "create", "T", "--queues", "1")
     for command, code in (("send T one", 0), ("send T", 0), ("send 'bad name' x", 2),

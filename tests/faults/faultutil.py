@@ -5,11 +5,21 @@
 * :data:`LOGGING_HANDLER`, :func:`read_handler_log`, :func:`drop_torn_by_kills` — a handler
   that logs every delivery, and reading that log back after consumers were killed.
 * :func:`keyed_lines`, :func:`assert_key_order` — keyed input, and the per-key order check.
+* :func:`small_tmpfs`, :func:`fill_fs`, :func:`mount`, :func:`umount` — a small real file
+  system to fill (a tmpfs: needs root where ``mount`` is allowed; the test is skipped, saying
+  why, where it is not).
 """
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Iterable
+
+import pytest
 
 
 def is_dirty(root: Path) -> bool:
@@ -84,3 +94,49 @@ def assert_key_order(envs: Iterable[dict]) -> None:
             key, _, seq = e["body"].rpartition("-")
             assert int(seq) > last.get(key, 0), f"order of key {key} broken in queue {q}: {e}"
             last[key] = int(seq)
+
+
+# -- small file systems ---------------------------------------------------------------------------
+
+def mount(args: list[str]) -> str | None:
+    """Run ``mount ARGS``; None on success, else why not."""
+    if shutil.which("mount") is None:
+        return "no mount(8) on this machine"
+    cp = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if cp.returncode != 0:
+        return f"`mount {' '.join(args)}` failed: {cp.stderr.strip() or cp.returncode}"
+    return None
+
+
+def umount(path: Path) -> None:
+    for _ in range(20):
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.2)
+    subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def small_tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
+    """(A fixture's body.) A tmpfs of ``size`` mounted at ``tmp_path/small``, unmounted after;
+    the test is skipped when it cannot be mounted."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    why = mount(["-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mnt)])
+    if why is not None:
+        pytest.skip(f"cannot make a small file system (tried a {size} tmpfs as uid {os.getuid()}): {why}")
+    try:
+        yield mnt
+    finally:
+        umount(mnt)
+
+
+def fill_fs(fs: Path) -> None:
+    """Fill the file system to its last byte with ``fs/filler`` (it may be full before the
+    filler gets one)."""
+    try:
+        with open(fs / "filler", "wb") as fh:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+    except OSError:
+        pass

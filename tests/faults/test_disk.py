@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from store.layout import Layout
-from tests.faults.faultutil import is_dirty
+from tests.faults.faultutil import fill_fs, is_dirty, mount, small_tmpfs, umount
 from tests.procs import KILLED, MQ, MQCTL, one_error, wait_for
 
 
@@ -69,6 +69,21 @@ def test_file_size_limit(mq: MQ, where: str) -> None:
     mq.check_clean()
 
 
+def test_an_index_file_that_cannot_be_made_says_its_size(tmp_path: Path) -> None:
+    """An index file is made whole (its slot table written as zeros, so slot writes never
+    need a block): when it does not fit, the error says how big it is, and nothing is sent."""
+    m = MQ(tmp_path / "store", tmp_path)
+    try:
+        m.ok("init", "--segment-size", "256KiB", "--max-message-size", "4KiB")
+        m.ok("topic", "create", "t", "--queues", "1")
+        msg = one_error(m.run("send", "t", "x", preexec_fn=limit_fsize(64 * 1024)), 1)
+        assert msg.startswith("mqctl: error: cannot create index file ") and " bytes, written whole): file size limit exceeded" in msg, msg
+        assert m.drain("t", "G") == []
+        m.check_clean()
+    finally:
+        m.cleanup()
+
+
 def test_file_size_limit_on_small_files(mq: MQ) -> None:
     """JSON metadata (topics, offsets) written under the limit: an error, the old copy stays."""
     mq.ok("send", "t", "-q", "0", "one")
@@ -91,44 +106,9 @@ def test_file_size_limit_on_small_files(mq: MQ) -> None:
 
 # -- mounts ---------------------------------------------------------------------------------------
 
-def _mount(args: list[str]) -> str | None:
-    """Run ``mount ARGS``; None on success, else why not."""
-    if shutil.which("mount") is None:
-        return "no mount(8) on this machine"
-    cp = subprocess.run(["mount", *args], capture_output=True, text=True)
-    if cp.returncode != 0:
-        return f"`mount {' '.join(args)}` failed: {cp.stderr.strip() or cp.returncode}"
-    return None
-
-
-def _umount(path: Path) -> None:
-    for _ in range(20):
-        if subprocess.run(["umount", str(path)], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.2)
-    subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
-
 @pytest.fixture
 def small_fs(tmp_path: Path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    why = _mount(["-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mnt)])
-    if why is not None:
-        pytest.skip(f"cannot make a small file system (tried a 2 MiB tmpfs as uid {os.getuid()}): {why}")
-    yield mnt
-    _umount(mnt)
-
-
-def _fill(fs: Path) -> None:
-    """Fill the file system to its last byte (it may be full before the filler gets one)."""
-    try:
-        with open(fs / "filler", "wb") as fh:
-            while True:
-                fh.write(b"\0" * 65536)
-                fh.flush()
-    except OSError:
-        pass
+    yield from small_tmpfs(tmp_path, "2m")
 
 
 def test_full_file_system(small_fs: Path, tmp_path: Path) -> None:
@@ -152,7 +132,7 @@ def test_full_file_system(small_fs: Path, tmp_path: Path) -> None:
         # exactly what was acknowledged is there: nothing of the failed batch is visible
         assert sorted(e["msgId"] for e in served) == sorted(r["msgId"] for r in acked)
         # fill it to the last byte: writers fail cleanly, readers still read
-        _fill(small_fs)
+        fill_fs(small_fs)
         for args in (["send", "t", "x" * 5000], ["topic", "create", "u"]):
             one_error(m.run(*args), 1)
         res = m.run("consume", "t", "-g", "late", "--from", "first", "-e")
@@ -178,7 +158,7 @@ def test_a_join_that_fails_on_a_full_disk_leaves_no_group_behind(small_fs: Path,
     try:
         m.ok("topic", "create", "t", "--queues", "1")
         m.ok("send", "t", "one")
-        _fill(small_fs)
+        fill_fs(small_fs)
         assert "no space left on device" in one_error(m.run("consume", "t", "-g", "G", "--from", "first", "-e"), 1)
         assert not (m.root / "consumers" / "G").exists()
         one_error(m.run("offsets", "show", "-g", "G"), 3, "consumer group 'G' does not exist")
@@ -190,20 +170,53 @@ def test_a_join_that_fails_on_a_full_disk_leaves_no_group_behind(small_fs: Path,
         m.cleanup()
 
 
+def test_a_topic_creation_cut_short_by_a_full_disk_leaves_no_part_of_the_topic(small_fs: Path, tmp_path: Path) -> None:
+    """A creation whose files fit only in part (the config written, the epoch after it not):
+    the error, and no config without its queues and mirror (which ``store check`` would call a
+    damaged topic); with room for all, the topic is made. Each page count from 1 to 4 stops
+    the creation at another of its writes (a tmpfs takes a page per small file)."""
+    m = MQ(small_fs / "store", tmp_path)
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        m.ok("topic", "create", "t", "--queues", "2")
+        for pages in range(1, 5):
+            (small_fs / "spare").write_bytes(b"\0" * (pages * page))
+            fill_fs(small_fs)
+            (small_fs / "spare").unlink()   # exactly that many pages free
+            name = f"u{pages}"
+            res = m.run("topic", "create", name, "--queues", "2")
+            made = name in m.ok("topic", "list").out.split()
+            if res.returncode:
+                assert "no space left on device" in one_error(res, 1), res
+                assert not made
+                assert not (m.root / "config" / "topics" / f"{name}.json").exists(), pages
+                assert not (m.root / "consumequeue" / name).exists(), pages
+            else:
+                assert made, res
+            m.check_clean()
+            (small_fs / "filler").unlink()
+        m.ok("topic", "create", "u2", "--queues", "2")
+        m.ok("send", "u2", "-q", "1", "after")
+        assert [e["body"] for e in m.drain("u2", "G")] == ["after"]
+        m.check_clean()
+    finally:
+        m.cleanup()
+
+
 @pytest.fixture
 def ro_view(mq: MQ, tmp_path: Path):
     """A read-only bind mount of ``mq``'s store (root ignores file modes: the mount does not)."""
     view = tmp_path / "ro"
     view.mkdir()
-    why = _mount(["--bind", str(mq.root), str(view)])
+    why = mount(["--bind", str(mq.root), str(view)])
     if why is None:
-        why = _mount(["-o", "remount,bind,ro", str(view)])
+        why = mount(["-o", "remount,bind,ro", str(view)])
         if why is not None:
-            _umount(view)
+            umount(view)
     if why is not None:
         pytest.skip(f"cannot make a read-only view of the store (tried a read-only bind mount): {why}")
     yield view
-    _umount(view)
+    umount(view)
 
 
 def test_read_only_store(mq: MQ, ro_view: Path, tmp_path: Path) -> None:

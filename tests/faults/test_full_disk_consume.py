@@ -1,0 +1,173 @@
+"""A consumer on a full disk: failed messages whose copy to ``%RETRY%G``/``%DLQ%G`` cannot be
+written, and offsets whose snapshot cannot be written. Nothing is lost, nothing multiplied,
+and the consumer carries on once there is room again.
+
+Real files on a real full file system (a 2 MiB tmpfs, see ``faultutil.small_tmpfs``: skipped
+where ``mount`` is not allowed). Handlers wait on a gate file, so the disk is filled while
+they run, and each run is logged outside the small file system.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.faults.faultutil import fill_fs, small_tmpfs
+from tests.procs import MQ, handler_script, wait_for
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    yield from small_tmpfs(tmp_path, "2m")
+
+
+def _store(fs: Path, tmp_path: Path) -> MQ:
+    m = MQ(fs / "store", tmp_path)
+    m.ok("init", "--segment-size", "256KiB", "--max-message-size", "4KiB")
+    m.ok("topic", "create", "fj", "--queues", "1")
+    m.ok("send", "fj", input="one\ntwo\n")
+    return m
+
+
+def _gated_handler(tmp_path: Path, exit_code: int) -> tuple[str, Path, Path]:
+    """A handler that logs its run, waits while the gate file exists, then exits ``exit_code``."""
+    gate, runs = tmp_path / "gate", tmp_path / "runs"
+    gate.touch()
+    script = handler_script(tmp_path / "handler.sh", f"""
+        cat > /dev/null
+        echo "$MQ_QUEUE_OFFSET" >> {runs}
+        while [ -e {gate} ]; do sleep 0.05; done
+        exit {exit_code}
+    """)
+    return script, gate, runs
+
+
+def _runs(runs: Path) -> list[str]:
+    return runs.read_text().split() if runs.exists() else []
+
+
+def _commitlog_sizes(root: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in (root / "commitlog").iterdir()}
+
+
+def test_a_send_back_that_fails_on_a_full_disk_is_retried_once_later_not_multiplied(
+        small_fs: Path, tmp_path: Path) -> None:
+    """The handler fails while the disk is full: the dead-letter copy cannot be written (the
+    group's ``%DLQ%`` topic cannot even be created). The send-back is tried again every 5 s,
+    the message kept handed out meanwhile: the handler is not run again, no copy is stored
+    while it fails, and once there is room each message has exactly one dead letter."""
+    m = _store(small_fs, tmp_path)
+    try:
+        script, gate, runs = _gated_handler(tmp_path, 1)
+        consumer = m.start("consume", "fj", "-g", "G", "--from", "first", "-e", "--max-reconsume", "0",
+                           "--exec", script)
+        wait_for(lambda: _runs(runs), what="a handler to start")
+        fill_fs(small_fs)
+        log_before = _commitlog_sizes(m.root)
+        gate.unlink()
+
+        def failed_twice() -> bool:   # each message's send-back failed, and failed again when retried
+            warned = [ln for ln in consumer.stderr().splitlines() if "could not send" in ln]
+            ids = {ln.split("could not send ")[1].split()[0] for ln in warned}
+            return len(ids) == 2 and len(warned) >= 4 or not consumer.alive()
+        wait_for(failed_twice, timeout=60, what="two failed send-backs of each message")
+        assert consumer.alive(), consumer.stderr()
+        assert "retrying here in 5 s" in consumer.stderr()
+        # each handler ran once: a message whose send-back failed is not handed out again
+        assert sorted(_runs(runs)) == ["0", "1"], (len(_runs(runs)), consumer.stderr()[-2000:])
+        # a failed send-back stores nothing
+        assert _commitlog_sizes(m.root) == log_before
+        (small_fs / "filler").unlink()
+        assert consumer.wait(60) == 1, consumer.stderr()   # (it gave up on them: exit 1)
+        assert "gave up on 2 messages" in consumer.stderr(), consumer.stderr()
+        dead = m.ok("dlq", "list", "-g", "G", "--json").json_lines()
+        assert sorted(d["body"] for d in dead) == ["one", "two"], dead
+        assert sorted(_runs(runs)) == ["0", "1"]
+        m.ok("offsets", "show", "-g", "G")
+        assert m.offsets("G", "fj") == {("fj", 0): 2}
+        m.check_clean()
+    finally:
+        m.cleanup()
+
+
+def test_a_consumer_whose_offsets_snapshot_does_not_fit_warns_and_carries_on(
+        small_fs: Path, tmp_path: Path) -> None:
+    """Handled messages are committed (a record appended to the offsets journal, which has
+    room in its last page), but the table (``consumerOffset.json``) cannot be written again:
+    the consumer warns and tries later, it does not exit; once there is room it writes it,
+    and the offsets are there."""
+    m = _store(small_fs, tmp_path)
+    try:
+        script, gate, runs = _gated_handler(tmp_path, 0)
+        consumer = m.start("consume", "fj", "-g", "G", "--from", "first", "--exec", script)
+        wait_for(lambda: _runs(runs), what="a handler to start")
+        fill_fs(small_fs)
+        gate.unlink()
+        wait_for(lambda: "consumerOffset.json is written again later" in consumer.stderr() or not consumer.alive(),
+                 timeout=60, what="the offsets table's write to fail")
+        assert consumer.alive(), consumer.stderr()
+        [warning] = [ln for ln in consumer.stderr().splitlines() if "consumerOffset" in ln]   # (said once)
+        assert "consumerOffset.json: no space left on device" in warning, warning
+        assert sorted(_runs(runs)) == ["0", "1"]
+        assert m.offsets("G", "fj") == {("fj", 0): 2}   # (readers apply the journal's records)
+        (small_fs / "filler").unlink()
+        table = m.root / "config" / "consumerOffset.json"
+
+        def snapshot_holds_them() -> bool:
+            return json.loads(table.read_text()).get("offsetTable", {}).get("fj@G") == {"0": 2} \
+                or not consumer.alive()
+        wait_for(snapshot_holds_them, timeout=60, what="the offsets table to be written")
+        assert consumer.alive(), consumer.stderr()
+        assert consumer.stop() == 0, consumer.stderr()
+        assert sorted(_runs(runs)) == ["0", "1"]
+        m.check_clean()
+    finally:
+        m.cleanup()
+
+
+def _fill_journal_page(root: Path) -> None:
+    """Commit for another group until the offsets journal's last page has no room for one
+    more record: the next commit must take a new page of the file system."""
+    from store.layout import Layout
+    from store.log.offsets import ClusterOffsetStore
+    lay = Layout(root)
+    other = ClusterOffsetStore(lay)
+    n = 0
+    while 4096 - lay.consumer_offset_log.stat().st_size % 4096 >= 24:
+        n += 1
+        other.commit("Other", {("fj", 0): n}, journal_only=True)
+    other.settle(0.0)   # (its snapshot written now, not on the full disk)
+    assert 4096 - lay.consumer_offset_log.stat().st_size % 4096 < 24
+
+
+def test_a_consumer_whose_offsets_journal_does_not_fit_keeps_its_offsets_and_commits_them_later(
+        small_fs: Path, tmp_path: Path) -> None:
+    """The commit record itself cannot be appended (the journal needs a new page): the
+    consumer warns once, keeps the offsets and commits them once there is room; it does not
+    exit, and nothing is handled twice."""
+    m = _store(small_fs, tmp_path)
+    try:
+        script, gate, runs = _gated_handler(tmp_path, 0)
+        consumer = m.start("consume", "fj", "-g", "G", "--from", "first", "--exec", script)
+        wait_for(lambda: _runs(runs), what="a handler to start")
+        _fill_journal_page(m.root)
+        fill_fs(small_fs)
+        gate.unlink()
+        wait_for(lambda: "could not commit offsets" in consumer.stderr() or not consumer.alive(),
+                 timeout=60, what="a commit to fail")
+        assert consumer.alive(), consumer.stderr()
+        assert sorted(_runs(runs)) == ["0", "1"]
+        assert m.offsets("G", "fj") != {("fj", 0): 2}
+        (small_fs / "filler").unlink()
+        wait_for(lambda: m.offsets("G", "fj") == {("fj", 0): 2} or not consumer.alive(), timeout=60,
+                 what="the offsets to be committed")
+        assert consumer.stop() == 0, consumer.stderr()
+        warned = [ln for ln in consumer.stderr().splitlines() if "could not commit offsets" in ln]
+        assert len(warned) == 1 and "consumerOffset.log: no space left on device" in warned[0], consumer.stderr()
+        assert sorted(_runs(runs)) == ["0", "1"]
+        assert m.offsets("G", "fj") == {("fj", 0): 2}
+        m.check_clean()
+    finally:
+        m.cleanup()
