@@ -49,6 +49,7 @@ def end_framed(app: LogAppender, at: int) -> None:
     (a dozen interpreter steps: ~2 us here, beside ~80 us for a batch of 2 small bodies)."""
     size = app.pos - at
     ch = app.chunks[-1]
+    buf: Any
     if ch.parts is None:
         buf, i = ch.data, at - ch.base - ch.start
     else:
