@@ -178,6 +178,10 @@ class Dispatcher:
                         batch = pq.next_batch(n)
                     if not batch:
                         break
+                    if self.dedup is not None and not o.orderly:
+                        batch = self._without_recorded(key, pq, batch)
+                        if not batch:
+                            continue
                     if self.keeper.stage is not None:
                         self.keeper.stage.handed_out(batch)
                     worked = True
@@ -206,6 +210,24 @@ class Dispatcher:
                         self.turn, more = pos + 1, True
                         break
         return worked
+
+    def _without_recorded(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> list[Message]:
+        """``batch`` less the messages whose id the dedup log recorded after they were pulled
+        (``pulling.py`` checks at the pull): a copy on another queue, or further on in this
+        one, pulled before the first copy's handler completed. They are consumed without a
+        handler run, and not counted, as a copy skipped at the pull is."""
+        dedup = self.dedup
+        assert dedup is not None
+        dedup.refresh()
+        seen = dedup.seen
+        skip = [m for m in batch if m.uniq_key and seen(m.uniq_key)]
+        if not skip:
+            return batch
+        off = pq.remove(skip)
+        if off >= 0:
+            self.keeper.advance(key, off)
+        gone = set(map(id, skip))
+        return [m for m in batch if id(m) not in gone]
 
     def _consume_inline(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> bool:
         # An exception (BrokenPipe) propagates: what was written whole of this batch is committed.

@@ -232,7 +232,8 @@ class Producer(StoreClient):
                   delay: Delay | None = None,
                   msg_ids: Sequence[str | None] | None = None) -> list[SendResult]:
         """Send several messages sharing the other arguments as one batch: one write under
-        one lock, all or nothing. Returns one result per body, in order. ``msg_ids``: one
+        one lock, all or nothing (across a ``kill -9`` or a power cut too: the next opener cuts
+        a batch whose write was cut short). Returns one result per body, in order. ``msg_ids``: one
         per body, each a resent message's id or None (a new one), as ``send``'s ``msg_id``."""
         store = self._open_store()
         names.validate_topic(topic)

@@ -10,6 +10,7 @@ in ``format.py``.
 Writers append through :class:`LogAppender` while holding the store's write lock; readers use
 :meth:`CommitLog.read` without any lock: they only ever read records that a consume queue or
 the index already points at, which are complete before those entries are written.
+Failpoint ``log-between-pieces``: a batch's write stopped between two of its write calls.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from store.errors import MessageTooLargeError, StoreError, io_error
+from store.failpoints import failpoint
 from store.fsutil import SegmentListing, ensure_dir, fsync_dir, open_private, pwrite_all
 from store.log import filestat
 from store.log import format as F
@@ -454,6 +456,8 @@ def _pwrite_pieces(fd: int, data: bytes | bytearray | memoryview, pos: int) -> N
         return
     view = memoryview(data)
     for i in range(0, len(view), _WRITE_PIECE):
+        if i:
+            failpoint("log-between-pieces")
         pwrite_all(fd, view[i:i + _WRITE_PIECE], pos + i)
 
 
@@ -467,6 +471,8 @@ def _pwritev_all(fd: int, parts: list[Buffer], pos: int) -> None:
         while j < count and j - i < _IOV_MAX and want < _WRITE_PIECE:
             want += len(parts[j])
             j += 1
+        if i:
+            failpoint("log-between-pieces")
         group = parts[i:j]
         i = j
         n = os.pwritev(fd, group, pos)

@@ -27,7 +27,7 @@ Commit-log record (RocketMQ's ``MessageExtEncoder`` layout, V1, IPv4 hosts)::
      20  QUEUEOFFSET             long    index in the consume queue (0 for a prepared half)
      28  PHYSICALOFFSET          long    this record's own commit-log offset
      36  SYSFLAG                 int     bits 2-3: transaction type (0 NOT, 4 PREPARED, 8 COMMIT, 12 ROLLBACK);
-                                         bit 12 ATOMIC_BATCH, bit 13 ATOMIC_END (offsetcommits.py)
+                                         bit 12 ATOMIC_BATCH, bit 13 ATOMIC_END (atomicbatch.py)
      40  BORNTIMESTAMP           long    producer clock, ms since the epoch
      48  BORNHOST                int+int IPv4 127.0.0.1 + the producer's pid as the port
      56  STORETIMESTAMP          long    assigned under the write lock: non-decreasing in log order
@@ -155,9 +155,10 @@ TX_NOT = 0x0
 TX_PREPARED = 0x4
 TX_COMMIT = 0x8
 TX_ROLLBACK = 0xC
-# An exactly-once stage's batch (``offsetcommits.py``): every record of it has ATOMIC_BATCH,
-# its last record (the offset commit) ATOMIC_END too; a batch without its end at the log's
-# tail was never finished and is cut by recovery. (Bits RocketMQ's MessageSysFlag leaves free.)
+# A batch of several records written by one append (a producer's batch, a stage's outputs and
+# offset commit: ``atomicbatch.py``): every record of it has ATOMIC_BATCH, its last record
+# ATOMIC_END too; a batch without its end at the log's tail was never finished and is cut by
+# recovery. (Bits RocketMQ's MessageSysFlag leaves free.)
 ATOMIC_BATCH = 0x1 << 12
 ATOMIC_END = 0x1 << 13
 

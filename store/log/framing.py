@@ -204,7 +204,7 @@ def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dic
     # TOTALSIZE magic BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET, then 48 bytes that
     # are the same for every record of the batch, then BODYLENGTH (format.py).
     pack = _HEAD_PACK
-    const48 = _HEAD_CONST.pack(0, now, F.LOOPBACK_IP, engine.writer.pid, store_ts, F.LOOPBACK_IP,
+    const48 = _HEAD_CONST.pack(batch.sysflag, now, F.LOOPBACK_IP, engine.writer.pid, store_ts, F.LOOPBACK_IP,
                                F.STORE_PORT, 0, 0)
     pack_cq = F.CQ_ENTRY.pack
     crc32 = _crc32
@@ -448,6 +448,7 @@ def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dic
     else:
         index = (hashes, physs)
     batch.index_hashes(*index)
+    batch.last_at = physs[-1]
     return BatchResult(topic, qids, offs, physs, store_ts, uk_head_s, first_counter)
 
 

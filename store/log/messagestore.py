@@ -259,8 +259,9 @@ class Store:
 
     def put(self, drafts: list[Draft], *, sync: bool = False, commit: BatchEnd | None = None,
             fence: Callable[[], None] | None = None) -> list[PutResult]:
-        """Store a batch under one lock, all or nothing. With ``commit`` it ends in that offset
-        commit, atomic across crashes too (``offsetcommits.py``); ``fence`` runs first, locked."""
+        """Store a batch under one lock, all or nothing, across crashes too (several drafts,
+        or any with ``commit``: ``atomicbatch.py``). With ``commit`` it ends in that offset
+        commit (``offsetcommits.py``); ``fence`` runs first, locked."""
         # (the bodies only: a batch's end record is the store's own, never a user's body)
         self.check_bodies(max((len(d.body) for d in drafts), default=0), {}, ())
         from store.log import offsetcommits, writebatch  # (by the first write: a reader never loads them)
@@ -271,7 +272,7 @@ class Store:
         with self.engine.write_lock:
             if fence is not None:
                 fence()
-            batch = writebatch.WriteBatch(self.engine, sync)
+            batch = writebatch.WriteBatch(self.engine, sync, atomic=commit is not None or len(drafts) > 1)
             results = batch.put_drafts(drafts)
             batch.commit()
         if self.engine.hints.flush_due:
@@ -307,7 +308,7 @@ class Store:
             raise UsageError("a batch cannot share one unique key")
         self.check_bodies(max(map(len, bodies)), props, sharding_keys or ())
         with self.engine.write_lock:
-            batch = writebatch.WriteBatch(self.engine, sync)
+            batch = writebatch.WriteBatch(self.engine, sync, atomic=len(bodies) > 1)
             result = framing.frame_bodies(batch, topic, bodies, props, queue_id, sharding_keys)
             batch.commit()
         if self.engine.hints.flush_due:

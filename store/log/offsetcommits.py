@@ -4,10 +4,12 @@ offsets become durable together (``mqctl consume --to``, ``Consumer.run(handler,
 A stage's write batch is its outputs (messages for other topics, and the copies of failed
 inputs for the retry topic or the DLQ) followed by one *commit record*: a message in the
 system topic ``RMQ_SYS_OFFSET_COMMIT`` (one queue) whose body says which offsets the batch
-commits. Every record of such a batch carries the SYSFLAG bit ``ATOMIC_BATCH``; the commit
-record, last, carries ``ATOMIC_END`` as well. Recovery cuts a batch that has no end record at
-the log's tail (a writer killed inside its write, or a power cut that kept only a prefix of
-it: ``recovery.py``), so after any crash the log holds a stage's batch whole or not at all.
+commits. The batch is atomic (``atomicbatch.py``: every record carries the SYSFLAG bit
+``ATOMIC_BATCH``, the commit record, last, ``ATOMIC_END`` as well): recovery cuts a batch that
+has no end record at the log's tail (a writer killed inside its write, or a power cut that kept
+only a prefix of it), so after any crash the log holds a stage's batch whole or not at all.
+A commit record is one of the topic below, never told by its flags: every producer batch of
+several messages ends in an ``ATOMIC_END`` record too.
 The delay scheduler seals its passes the same way, with a progress record of its own
 (``positions.DelayProgress``, :func:`records_after`): retries come back once.
 
@@ -35,7 +37,7 @@ file, which is fsynced, must never hold an offset whose outputs a power cut coul
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from store import names
 from store.fsutil import read_json_with_bak
@@ -94,11 +96,9 @@ if TYPE_CHECKING:   # (a protocol for type checkers: at run time nothing checks 
 
 
 def seal(outputs: list[Draft], end: BatchEnd) -> list[Draft]:
-    """The drafts of one atomic batch: the outputs flagged as inside it, then its end record."""
-    out = [d if d.sysflag & F.ATOMIC_BATCH else replace(d, sysflag=d.sysflag | F.ATOMIC_BATCH) for d in outputs]
-    last = end.to_draft()
-    out.append(replace(last, sysflag=last.sysflag | F.ATOMIC_BATCH | F.ATOMIC_END))
-    return out
+    """The drafts of one atomic batch: the outputs, then its end record (the write flags
+    them: ``atomicbatch.py``)."""
+    return [*outputs, end.to_draft()]
 
 
 def _records(layout: Layout, topic: str, after: int) -> tuple[list[tuple[int, int, bytes | None]], int]:
@@ -233,22 +233,6 @@ def absorb(layout: Layout, table: ClusterTable, durable: int) -> None:
     for commit, _end, _at in pending.commits:
         apply_commit(commit, table.epoch, table.get, table.put)
     table.applied = pending.end
-
-
-def open_batch(sysflag: Any, phys: Any, open_at: int) -> int:
-    """Recovery's tail rule: where an unfinished atomic batch begins after a run of records
-    (their ``sysflag`` and ``phys`` arrays, in log order; ``open_at`` where one began before
-    them, -1: none), or -1. A record outside any batch, or a batch's end record, closes what
-    was open (batches are written whole, under the write lock)."""
-    import numpy as np  # (recovery's arrays; not on a sender's start-up)
-    atomic = (sysflag & F.ATOMIC_BATCH) != 0
-    if not atomic.any() and open_at < 0:
-        return -1
-    stops = np.flatnonzero(~atomic | ((sysflag & F.ATOMIC_END) != 0))
-    if len(stops) == 0:
-        return open_at if open_at >= 0 else int(phys[0])
-    k = int(stops[-1])
-    return int(phys[k + 1]) if k + 1 < len(phys) else -1
 
 
 def apply_commit(commit: OffsetCommit, epoch_of: Any, get: Any, put: Any) -> None:

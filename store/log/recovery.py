@@ -10,7 +10,7 @@ writer died mid-batch or the machine restarted, and from ``mqctl store recover``
    (idempotently: an entry already right is left alone) and its index keys.
 3. An invalid record with no valid record after it is a torn tail: the log is cut back to the
    last valid record, and to the start of an atomic batch left without its end record
-   (``offsetcommits.py``). An invalid record *followed* by valid ones is corruption: reported,
+   (``atomicbatch.py``). An invalid record *followed* by valid ones is corruption: reported,
    never served, and the scan resumes at the next valid record.
 4. Consume-queue entries pointing past the recovered end, and a torn entry, are dropped; index
    entries past it are fenced off via the header. The checkpoint moves to the recovered end.
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from store.errors import CorruptionError
 from store.failpoints import failpoint
-from store.log import broadcastoffsets, indexfence, knowndamage, offsetcommits, recordscan
+from store.log import atomicbatch, broadcastoffsets, indexfence, knowndamage, recordscan
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.arrays import layouts
@@ -276,7 +276,7 @@ def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], r
             rep.records += len(w)
             valid_end = int(w.phys[-1] + w.size[-1])
             last_ts = max(last_ts, int(w.store_ts.max()))
-            open_at = offsetcommits.open_batch(w.sysflag, w.phys, open_at)
+            open_at = atomicbatch.open_batch(w.sysflag, w.phys, open_at)
             for topic, qid, run in recordscan.queue_runs(w, topics):
                 qr = queues.get((topic, qid))
                 if qr is None:
@@ -290,9 +290,9 @@ def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], r
     for qr in queues.values():
         qr.flush()
     if open_at >= 0:
-        # An exactly-once stage's batch whose end record never made it (its writer was
-        # killed inside the write, or a power cut kept a prefix): it is cut whole, so its
-        # outputs never appear without the offsets committed with them.
+        # A batch whose end record never made it (its writer was killed inside the write,
+        # or a power cut kept a prefix): it is cut whole, so no part of a producer's batch
+        # is kept, and a stage's outputs never appear without the offsets committed with them.
         valid_end = open_at
         rep.reason += "; an unfinished atomic batch at the end of the log was cut"
     return valid_end, last_ts

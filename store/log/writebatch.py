@@ -10,6 +10,10 @@ The batch owns
   segment's BLANK trailer, through :class:`~store.log.commitlog.LogAppender`) and the dense
   queue offsets of each (topic, queue) it touches, starting at the queue's end;
 * framing into one buffer per segment (the records' bytes; the layout is ``format.py``'s);
+* atomicity across crashes, for a batch of several records (``atomicbatch.py``): each record
+  framed with the flag ``ATOMIC_BATCH``, the last made the batch's end just before the write,
+  so recovery cuts the batch whole if the write is cut short (one ``pwrite`` can be: pieces
+  of a big batch, a kill inside the call, a power cut keeping part of it);
 * the commit, in crash-safe order: one ``pwrite`` per segment of the commit log (``fdatasync``
   first for ``--flush sync``), then the consume-queue entries (one append per queue), then the
   key-index entries, then the checkpoint past the batch;
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 
 from store.errors import BadInputError, StoreError, io_error
 from store.failpoints import failpoint
+from store.log import atomicbatch
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.commitlog import LogAppender
@@ -81,11 +86,17 @@ class WriteBatch:
     """One batch of puts; make it, add records, :meth:`commit` — all under the write lock.
 
     Until :meth:`commit` nothing is written: a batch abandoned after an error (a refused
-    property, a record too large) leaves the store as it was."""
+    property, a record too large) leaves the store as it was. ``atomic``: the batch is whole
+    or gone after a crash too (its records flagged: ``atomicbatch.py``); the caller asks for it
+    when it puts several records (one record is whole or invalid by its CRC)."""
 
-    def __init__(self, engine: "Engine", sync: bool) -> None:
+    def __init__(self, engine: "Engine", sync: bool, atomic: bool = False) -> None:
         self.engine = engine
         self.sync = sync
+        # The SYSFLAG bits every record of the batch is framed with, and where the last record
+        # placed begins (commit() makes it the batch's end).
+        self.sysflag = atomicbatch.INSIDE if atomic else 0
+        self.last_at = -1
         # The checkpoint, checked against the log's real end (recovering first if a writer
         # died mid-batch): the batch starts at its written end.
         engine.commitlog.checked = None   # (only what this batch's own look finds)
@@ -162,6 +173,7 @@ class WriteBatch:
         pid = engine.writer.pid
         gen = engine.writer.uniq_keys.next
         topic_bytes: dict[str, bytes] = {}
+        own, keep = self.sysflag, ~atomicbatch.MASK   # (a draft's atomic flags are the batch's)
         for d in drafts:
             cfg = self.topic(d.topic, d.queue_id)
             topic_b = topic_bytes.get(d.topic)
@@ -186,14 +198,16 @@ class WriteBatch:
             size = record_size(len(d.body), len(topic_b), len(props_b))
             phys = app.place(size)
             app.add(encode(topic_b, d.body, props_b, qid, qoff, phys, store_ts,
-                           d.born_timestamp or now, pid, d.flag, d.sysflag, d.reconsume_times,
-                           d.prepared_tx_offset))
+                           d.born_timestamp or now, pid, d.flag, d.sysflag & keep | own,
+                           d.reconsume_times, d.prepared_tx_offset))
             if dispatch:
                 tags = d.tags_code if d.tags_code is not None else tags_code(props.get(PROP_TAGS))
                 self.add_entry(d.topic, qid, phys, size, tags)
             if (d.sysflag & F.TX_MASK) != F.TX_ROLLBACK:
                 self.index_message(d.topic, uniq, props.get(PROP_KEYS), phys)
             results.append(PutResult(d.topic, qid, qoff, phys, uniq, store_ts))
+        if results:
+            self.last_at = results[-1].commitlog_offset
         return results
 
     # -- commit and undo -----------------------------------------------------------------------
@@ -203,6 +217,8 @@ class WriteBatch:
         engine, app, cp = self.engine, self.app, self.cp
         if app.pos == app.start_end:
             return   # nothing placed
+        if self.sysflag:
+            atomicbatch.end_framed(app, self.last_at)
         app.flush()
         if self.sync:
             try:   # through the descriptor the batch was written with

@@ -438,3 +438,34 @@ def test_unknown_topic(mq: MQ) -> None:
     cp = mq.run("consume", "NOPE", "-g", "G", "-e")
     assert cp.returncode == 3 and "NOPE" in cp.stderr
     assert not mq.members("G")
+
+
+def _copies_on_three_queues(mq: MQ) -> str:
+    """A message and two copies with its id (a resend round-robined elsewhere) on queues 0, 1
+    and 2, with others around them, all in the backlog; the id."""
+    import store
+    mq.ok("topic", "create", "T", "--queues", "4")
+    with store.Producer(mq.root) as p:
+        first = p.send("T", "first", queue=0)
+        for q in (1, 2):
+            p.send_many("T", [f"q{q}-a", f"q{q}-b"], queue=q)
+            p.send("T", "copy", queue=q, msg_id=first.msg_id)
+    return first.msg_id
+
+
+@pytest.mark.parametrize("how", ["run", "consume"])
+def test_dedup_skips_copies_on_other_queues_handed_out_after_the_first_was_handled(mq: MQ, how: str) -> None:
+    """The copies are pulled with the first (each queue's backlog), before it is handled: the
+    check when each is handed to the handler skips them (one thread: the first is handled by
+    then). (The iterator hands batches out ahead of the loop: README, "--dedup".)"""
+    import store
+    uk = _copies_on_three_queues(mq)
+    if how == "consume":
+        got = [e["msgId"] for e in mq.ok("consume", "T", "-g", "G", "--from", "first", "-e", "--dedup",
+                                         "--json").json_lines()]
+    else:
+        got = []
+        with store.Consumer("T", group="G", path=mq.root, start_from="first", dedup=True) as c:
+            c.run(lambda m: got.append(m.msg_id), threads=1, exit_at_end=True)
+    assert got.count(uk) == 1 and len(got) == 5, got
+    assert mq.committed_total("G", "T") == 7   # the copies are consumed, not left behind

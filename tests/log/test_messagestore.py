@@ -371,7 +371,8 @@ def test_a_second_handle_sees_the_first_handles_writes(root: Path) -> None:
 @pytest.mark.parametrize("sizes", [[0, 1, 100], [3000, 5000, 70_000], [10, 2047, 2048, 2049]])
 def test_fast_path_records_are_byte_identical_to_encode(store: Store, sizes: list[int]) -> None:
     """put_bodies builds records inline (and CRCs big ones by combining): every byte must be
-    what record.encode() makes of the same fields."""
+    what record.encode() makes of the same fields (the batch's flags: atomicbatch.py)."""
+    from store.log.atomicbatch import marks
     from store.log.record import encode, encode_properties
     bodies = [bytes([i % 256 for i in range(n)]) for n in sizes] * 2
     keys = ([None, "shard-a", None, "ключ", "k", None] * 2)[: len(bodies)]
@@ -387,7 +388,8 @@ def test_fast_path_records_are_byte_identical_to_encode(store: Store, sizes: lis
             want_props.update(props)
             assert m.properties == want_props
             want = encode(b"T", bodies[i], encode_properties(want_props), m.queue_id, m.queue_offset, off,
-                          m.store_timestamp, m.born_timestamp, int(m.born_host.split(":")[1]))
+                          m.store_timestamp, m.born_timestamp, int(m.born_host.split(":")[1]),
+                          sysflag=marks(len(bodies))[i])
             assert raw == want
         assert res.uniq_keys == [store.get(o).uniq_key for o in res.commitlog_offsets]
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from store.log import checkpoint as ckpt
 from store.log import format as F
-from store.log.offsetcommits import OffsetCommit, open_batch
+from store.log.atomicbatch import open_batch
+from store.log.offsetcommits import OffsetCommit
 from store.log.offsets import ClusterOffsetStore
 from store.log.schedule import delay_draft, deliver_due
 from tests.log.storetestutil import all_messages, draft, open_store

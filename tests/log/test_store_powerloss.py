@@ -97,7 +97,8 @@ def test_a_group_offset_past_the_shortened_queue_comes_back_to_its_end(root: Pat
     take those queue offsets again and must be delivered."""
     s = open_store(root)
     s.create_topic("T", 1)
-    s.put([draft("T", f"m{i}") for i in range(10)])
+    s.put([draft("T", f"m{i}") for i in range(6)])
+    s.put([draft("T", f"m{i}") for i in range(6, 10)])   # (a batch: lost whole or kept whole)
     ClusterOffsetStore(s.layout).reset("g", "T", {0: 10})
     # the cut: the last four records were never durable
     cut_at = s.queue("T", 0).entry(6)
@@ -124,7 +125,8 @@ def test_a_members_journal_commit_past_the_shortened_queue_is_moved_back(root: P
     monkeypatch.setattr(offsetview, "SNAPSHOT_S", 3600.0)   # (no snapshot by age on a slow machine)
     s = open_store(root)
     s.create_topic("T", 2)
-    s.put([draft("T", f"m{i}", queue_id=0) for i in range(10)])
+    s.put([draft("T", f"m{i}", queue_id=0) for i in range(6)])
+    s.put([draft("T", f"m{i}", queue_id=0) for i in range(6, 10)])   # (the batch the cut takes)
     ClusterOffsetStore(s.layout).commit("g", {("T", 0): 1, ("T", 1): 0})   # (the snapshot)
     before = (s.layout.consumer_offset_json).read_bytes()
     ClusterOffsetStore(s.layout).commit("g", {("T", 0): 10}, journal_only=True)

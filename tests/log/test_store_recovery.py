@@ -19,15 +19,16 @@ from tests.procs import KILLED, mqctl
 
 
 def fill(root: Path, n: int = 12, queues: int = 3, **settings) -> tuple[list, list[bytes]]:
-    """A store with ``n`` messages round-robin over ``queues`` queues, keys on each; returns
-    (put results, bodies) in log order."""
+    """A store with ``n`` messages round-robin over ``queues`` queues, keys on each, in a few
+    batches of 4 and the last message alone; returns (put results, bodies) in log order."""
     s = open_store(root, **settings)
     s.create_topic("T", queues)
     bodies = [f"message {i} ".encode() * (i % 4 + 1) for i in range(n)]
     res = []
     for i in range(0, n, 4):   # a few batches
-        res += s.put([draft("T", b, queue_id=(i + j) % queues, properties={"KEYS": f"k{i + j}"})
-                      for j, b in enumerate(bodies[i:i + 4])])
+        res += s.put([draft("T", b, queue_id=j % queues, properties={"KEYS": f"k{j}"})
+                      for j, b in enumerate(bodies[i:min(i + 4, n - 1)], i)])
+    res += s.put([draft("T", bodies[-1], queue_id=(n - 1) % queues, properties={"KEYS": f"k{n - 1}"})])
     s.close()
     return res, bodies
 

@@ -76,10 +76,10 @@ def test_a_send_waits_for_a_repair_by_another_thread_of_the_same_handle(tmp_path
 
     real_batch_init = writebatch.WriteBatch.__init__
 
-    def batch_init(self: writebatch.WriteBatch, *args: object) -> None:
+    def batch_init(self: writebatch.WriteBatch, *args: object, **kw: object) -> None:
         send_in_batch.set()
         progress.set()
-        real_batch_init(self, *args)   # type: ignore[arg-type]
+        real_batch_init(self, *args, **kw)   # type: ignore[arg-type]
 
     monkeypatch.setattr(queueends, "_repair_locked", paused_repair)
     monkeypatch.setattr(writebatch.WriteBatch, "__init__", batch_init)

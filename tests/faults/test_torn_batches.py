@@ -1,0 +1,84 @@
+"""A producer killed (SIGKILL) inside the write of a batch bigger than one write call: the
+``log-between-pieces`` failpoint (store/log/commitlog.py) stops the process between two of the
+batch's ``pwrite`` calls, as a ``kill -9`` can (and as one can inside a single call: the kernel
+stops a write between pages on a fatal signal). After the next open the topic holds whole
+batches only, and exactly the batches whose results were returned (store/log/atomicbatch.py)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from store.log.messagestore import Store
+from tests.procs import KILLED, MQ, mqctl_env
+
+BODY = 64 * 1024          # bodies written from themselves: several write calls per batch
+PER_BATCH = 40            # ~2.6 MB: three write calls of ~1 MiB, two failpoint hits each
+
+_SENDER = textwrap.dedent("""
+    import json, sys
+    import store
+    topic, flush, batches, per, size = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+    with store.Producer(flush=flush) as producer:
+        for b in range(batches):
+            bodies = [(b"%03d-%03d-" % (b, i)).ljust(size, b"x") for i in range(per)]
+            res = producer.send_many(topic, bodies, queue=b % 2)
+            sys.stdout.write(json.dumps([r.msg_id for r in res]) + "\\n")
+            sys.stdout.flush()
+""")
+
+
+def _stored(root: Path, topic: str) -> dict[str, bytes]:
+    """Every message of ``topic`` by msgId, after an open (which recovers)."""
+    with Store.open(root) as s:
+        out = {}
+        for q in s.queue_ids(topic):
+            for m in s.iter_queue(topic, q, 0):
+                out[m.uniq_key] = bytes(m.body[:8])
+        assert s.check().problems == []
+    return out
+
+
+@pytest.mark.parametrize("flush", ["async", "sync"])
+def test_send_many_killed_inside_a_batchs_write_leaves_whole_batches_only(mq: MQ, flush: str) -> None:
+    mq.ok("topic", "create", "kp", "--queues", "2")
+    # the 5th stop between two write calls: in the third batch, after its first ~1 MiB
+    child = subprocess.run([sys.executable, "-c", _SENDER, "kp", flush, "6", str(PER_BATCH), str(BODY)],
+                           env=mqctl_env(mq.root, "log-between-pieces:5"), capture_output=True, text=True,
+                           timeout=120)
+    assert child.returncode == KILLED, child.stderr
+    assert "failpoint log-between-pieces" in child.stderr
+    acked = [json.loads(line) for line in child.stdout.splitlines()]
+    assert len(acked) == 2
+    stored = _stored(mq.root, "kp")
+    assert sorted(stored) == sorted(i for batch in acked for i in batch)   # none of the third batch
+    assert sorted(stored.values()) == sorted(b"%03d-%03d-" % (b, i) for b in range(2) for i in range(PER_BATCH))
+    # the next writer goes on where the cut batch began
+    mq.ok("send", "kp", "after", "-q", "0")
+    assert len(_stored(mq.root, "kp")) == 2 * PER_BATCH + 1
+
+
+@pytest.mark.parametrize("mode", ["raw", "json"])
+def test_mqctl_send_killed_inside_a_batchs_write_prints_and_keeps_whole_batches_only(mq: MQ, mode: str) -> None:
+    """``mqctl send``'s batches (raw bodies, or drafts from ``--input json``, each copied into
+    one buffer written 1 MiB at a time), ``--batch-size`` or its 2 MiB default."""
+    mq.ok("topic", "create", "kp", "--queues", "2")
+    args = ["--input", "json"] if mode == "json" else ["--batch-size", str(PER_BATCH)]
+    feeder = mq.feed("kp", *args, failpoints="log-between-pieces:3")
+    sent: list[str] = []
+    for b in range(4):
+        bodies = [f"{b:03d}-{i:03d}-".ljust(BODY - 100, "x") for i in range(PER_BATCH // 2)]
+        lines = [json.dumps({"body": x}) for x in bodies] if mode == "json" else bodies
+        sent += bodies
+        if not feeder.batch(lines):
+            break
+    rc = feeder.close()
+    assert rc == KILLED, feeder.stderr
+    assert "failpoint log-between-pieces" in feeder.stderr
+    stored = _stored(mq.root, "kp")
+    assert 0 < len(stored) < len(sent)
+    assert sorted(stored) == sorted(r["msgId"] for r in feeder.acked)   # printed exactly when kept
