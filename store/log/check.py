@@ -34,6 +34,7 @@ from store.errors import StoreError
 from store.layout import backup_of
 from store.log import checkpoint as ckpt
 from store.log import knowndamage, offsettable, recordscan
+from store.log import settings as settings_file
 from store.log.broadcastoffsets import broadcast_offset_files
 from store.log.checkderived import Confirm, IndexCheck, QueueCursors
 from store.log.positions import tx_progress_path
@@ -185,7 +186,14 @@ def _check_json(engine: "Engine", problems: list[Problem]) -> None:
     lay = engine.layout
     # (the offset table and the topic files are checked by their owners: offsettable.verify,
     # TopicTable.problems)
-    paths = [lay.store_json, lay.delay_offset_json, tx_progress_path(lay)]
+    paths = [lay.delay_offset_json, tx_progress_path(lay)]
+    for p in (lay.store_json, backup_of(lay.store_json)):   # (read as settings.py reads them)
+        why = settings_file.problem(p)
+        if why is not None:
+            bak = backup_of(p)
+            used = p == lay.store_json and bak.exists() and settings_file.problem(bak) is None
+            problems.append(Problem(str(p), 0, f"{why}{f' ({bak.name} is used instead)' if used else ''}; "
+                                               f"mqctl store recover writes it again"))
     if engine.topic_table.legacy():   # (else it is the topics' view: TopicsView.problem)
         paths.append(lay.topics_json)
     if not lay.store_json.exists():

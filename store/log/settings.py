@@ -4,16 +4,18 @@ files by ``store recover`` when both are lost: :func:`load`)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from store.fsutil import atomic_write_json, read_json_with_bak
+from store.fsutil import CRC_FIELD, atomic_write_json, atomic_write_json_crc, crc_problem, read_json_with_bak
 from store.layout import Layout, backup_of
 from store.log import format as F
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from typing import Any, Callable
+
+    from store.log.commitlog import CommitLog
 
 DEFAULT_QUEUES = 8
 # The readers' sanity bound on a record's size is built from the format's 4 MiB, so a store
@@ -68,13 +70,30 @@ class StoreSettings:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "StoreSettings":
+        """The settings of a parsed ``store.json`` (ValueError, KeyError or TypeError when
+        they are not: a wrong ``crc``, a missing field, a size no store can have)."""
+        if not isinstance(obj, dict):
+            raise TypeError("not a JSON object")
+        if CRC_FIELD in obj:   # (a store.json of an earlier version has none: read as it is)
+            why = crc_problem(obj)
+            if why is not None:
+                raise ValueError(why)
         if int(obj.get("formatVersion", 0)) != F.STORE_FORMAT_VERSION:
             raise ValueError(f"unsupported store format version {obj.get('formatVersion')!r}")
-        return cls(max_message_size=int(obj["maxMessageSize"]),
-                   auto_create_topics=bool(obj.get("autoCreateTopics", True)),
-                   default_queues=int(obj.get("defaultQueues", DEFAULT_QUEUES)),
-                   commitlog_segment_size=int(obj["commitlogSegmentSize"]),
-                   cq_segment_entries=int(obj["cqSegmentEntries"]))
+        s = cls(max_message_size=int(obj["maxMessageSize"]),
+                auto_create_topics=bool(obj.get("autoCreateTopics", True)),
+                default_queues=int(obj.get("defaultQueues", DEFAULT_QUEUES)),
+                commitlog_segment_size=int(obj["commitlogSegmentSize"]),
+                cq_segment_entries=int(obj["cqSegmentEntries"]))
+        # (the ranges every store has: a size out of them would make readers divide by zero,
+        # or misplace every record, rather than say what is wrong)
+        for name, value, hi in (("maxMessageSize", s.max_message_size, LARGEST_MESSAGE_SIZE),
+                                ("defaultQueues", s.default_queues, 1024),
+                                ("commitlogSegmentSize", s.commitlog_segment_size, MAX_SEGMENT_SIZE),
+                                ("cqSegmentEntries", s.cq_segment_entries, MAX_SEGMENT_SIZE // F.CQ_ENTRY_SIZE)):
+            if not 1 <= value <= hi:
+                raise ValueError(f"{name} {value} is out of range (1..{hi})")
+        return s
 
 
 # -- the file: store.json and its .bak ---------------------------------------------------------
@@ -102,11 +121,22 @@ def restore_from_bak(layout: Layout, warn: Callable[[str], None], write: bool) -
     return True
 
 
+def put_back(layout: Layout, warn: Callable[[str], None]) -> None:
+    """``store recover``: a ``store.json`` that is missing or cannot be read is put back from
+    its ``.bak``, and a ``.bak`` that cannot be read is written again from ``store.json``."""
+    main, bak = layout.store_json, backup_of(layout.store_json)
+    if not main.exists() or problem(main) is not None:
+        restore_from_bak(layout, warn, write=True)
+    elif problem(bak) is not None:
+        atomic_write_json_crc(bak, _parse(main).to_json(), keep_bak=False)
+        warn(f"{bak} was unreadable; written again from {main.name}")
+
+
 def write_new(layout: Layout, settings: StoreSettings) -> None:
     """Write ``store.json`` (once, at creation; or rebuilt by :func:`load`) and its ``.bak``
     (durable by store.json's directory fsync: the fallback a damaged one names)."""
-    atomic_write_json(backup_of(layout.store_json), settings.to_json(), keep_bak=False, sync_dir=False)
-    atomic_write_json(layout.store_json, settings.to_json(), keep_bak=False)
+    atomic_write_json_crc(backup_of(layout.store_json), settings.to_json(), keep_bak=False, sync_dir=False)
+    atomic_write_json_crc(layout.store_json, settings.to_json(), keep_bak=False)
 
 
 def load(layout: Layout, warn: Callable[[str], None], rebuild: bool = False) -> StoreSettings:
@@ -115,7 +145,7 @@ def load(layout: Layout, warn: Callable[[str], None], rebuild: bool = False) -> 
     then rebuilt from what the store shows (:func:`inferred`), each guess said in ``warn``."""
     from store.errors import CorruptionError, DataError
     try:
-        obj = read_json_with_bak(layout.store_json, warn=warn)
+        obj = read_json_with_bak(layout.store_json, validate=StoreSettings.from_json, warn=warn)
     except CorruptionError as exc:
         if not rebuild:
             raise CorruptionError(exc.path, exc.offset, f"{exc.reason}; run mqctl store recover (it rebuilds "
@@ -129,6 +159,104 @@ def load(layout: Layout, warn: Callable[[str], None], rebuild: bool = False) -> 
         return StoreSettings.from_json(obj)
     except (ValueError, KeyError, TypeError) as exc:
         raise DataError(f"{layout.store_json}: {exc}") from exc
+
+
+def problem(path: Path) -> str | None:
+    """Why ``path`` (``store.json`` or its ``.bak``) cannot be read as settings (not JSON, a
+    wrong ``crc``, a missing field or a size out of range); None when it can or is missing."""
+    import json
+    try:
+        _parse(path)
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as exc:
+        return f"not valid JSON: {exc}"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"unreadable: {exc}"
+    return None
+
+
+def log_problem(settings: StoreSettings, log: CommitLog) -> str | None:
+    """Why the commit log's segments contradict ``settings``' segment size, or None. Segment
+    bases are multiples of the true size and no segment is bigger than it, so a size that
+    does not divide every base, or that a segment outgrows, is not the store's (a flipped bit
+    in a ``store.json`` of an earlier version, which has no ``crc``, or a copy of another
+    store's): readers would look for records at the wrong offsets and take the log for
+    damaged, and a writer would start its next segment at a wrong name. Cheap enough for
+    every open: the log's listing (which the open reads anyway) and a ``stat`` of its last two
+    segments; a crash never leaves a store that fails it (segments are only ever created at
+    multiples of the size, and filled to it at most)."""
+    size = log.segment_size
+    bases = log.segments()
+    for b in bases:
+        if b % size:
+            return (f"commitlogSegmentSize is {size}, but the commit-log segment {F.segment_name(b)} starts at "
+                    f"offset {b}, not a multiple of it{_told(log)}")
+    for b in bases[-2:]:
+        n = _size(log.dir, b)
+        if n > size:
+            return (f"commitlogSegmentSize is {size}, but the commit-log segment {F.segment_name(b)} holds {n} "
+                    f"bytes{_told(log)}")
+    return None
+
+
+def _told(log: CommitLog) -> str:
+    """What the segments' names say the segment size is (for a message), or nothing."""
+    got = _unit([[(b, _size(log.dir, b)) for b in log.segments()]], F.COMMITLOG_SEGMENT_SIZE)
+    return f" (the segments' names say {got[0]})" if got is not None else ""
+
+
+def agreeing(layout: Layout, settings: StoreSettings, log: CommitLog, warn: Callable[[str], None],
+             rebuild: bool = False) -> StoreSettings:
+    """``settings`` (read from ``store.json``, ``log`` opened with them) when the commit log's
+    segments agree with them (:func:`log_problem`), else settings that do: the ``.bak``'s
+    when they do (warned; ``rebuild`` puts the file back from it), else ``CorruptionError``
+    naming ``store.json``, what disagrees and ``mqctl store recover`` — which (``rebuild``)
+    corrects the segment size from the segments' names and keeps the other settings, or
+    refuses where the names cannot tell it. Never a guess that makes readers skip records."""
+    from store.errors import CorruptionError
+    why = log_problem(settings, log)
+    if why is None:
+        return settings
+    path, bak_path = layout.store_json, backup_of(layout.store_json)
+    bak = _read(bak_path)
+    if bak is not None and bak != settings:
+        from store.log.commitlog import CommitLog
+        if log_problem(bak, CommitLog(log.dir, bak.commitlog_segment_size)) is None:
+            if rebuild:
+                atomic_write_json_crc(path, bak.to_json(), keep_bak=False)
+                warn(f"{path}: {why}; put back from {bak_path.name}, which agrees with the segments")
+            else:
+                warn(f"{path}: {why}; using {bak_path.name}, which agrees with the segments "
+                     f"(mqctl store recover puts it back)")
+            return bak
+    if not rebuild:
+        raise CorruptionError(str(path), 0, f"{why}: its settings do not fit the store's files, which would be "
+                                            f"misread; run mqctl store recover (it corrects {path.name} from the "
+                                            f"commit log's segment names)")
+    got = _unit([[(b, _size(log.dir, b)) for b in log.segments()]], F.COMMITLOG_SEGMENT_SIZE)
+    if got is None:
+        raise CorruptionError(str(path), 0, f"{why}, and the commit-log segment size cannot be told from the "
+                                            f"segments in {log.dir} (their names disagree, or the default does not "
+                                            f"fit them): put back a copy of {path.name}, or rename the segment "
+                                            f"that is out of line")
+    fixed = replace(settings, commitlog_segment_size=got[0])
+    write_new(layout, fixed)
+    warn(f"{path}: {why}: corrected to commitlogSegmentSize {got[0]} ({got[1]}); its other settings kept")
+    return fixed
+
+
+def _parse(path: Path) -> StoreSettings:
+    import json
+    return StoreSettings.from_json(json.loads(path.read_bytes()))
+
+
+def _read(path: Path) -> StoreSettings | None:
+    """The settings in ``path``, or None when it cannot be read as settings."""
+    try:
+        return _parse(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def inferred(layout: Layout) -> tuple[StoreSettings, list[str]]:
