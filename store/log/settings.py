@@ -144,8 +144,10 @@ def load(layout: Layout, warn: Callable[[str], None], rebuild: bool = False) -> 
     ``CorruptionError`` naming ``mqctl store recover``, unless ``rebuild`` (that command) —
     then rebuilt from what the store shows (:func:`inferred`), each guess said in ``warn``."""
     from store.errors import CorruptionError, DataError
+    got: list[StoreSettings] = []   # (what the copy read made: parsed once)
     try:
-        obj = read_json_with_bak(layout.store_json, validate=StoreSettings.from_json, warn=warn)
+        obj = read_json_with_bak(layout.store_json, validate=lambda o: got.append(StoreSettings.from_json(o)),
+                                 warn=warn)
     except CorruptionError as exc:
         if not rebuild:
             raise CorruptionError(exc.path, exc.offset, f"{exc.reason}; run mqctl store recover (it rebuilds "
@@ -155,10 +157,9 @@ def load(layout: Layout, warn: Callable[[str], None], rebuild: bool = False) -> 
         warn(f"{layout.store_json} and {backup_of(layout.store_json).name} were unreadable: rebuilt from the store's "
              f"files; " + "; ".join(notes))
         return settings
-    try:
-        return StoreSettings.from_json(obj)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise DataError(f"{layout.store_json}: {exc}") from exc
+    if got:
+        return got[-1]
+    raise DataError(f"{layout.store_json}: missing, and so is its .bak (got {obj!r})")
 
 
 def problem(path: Path) -> str | None:
