@@ -96,6 +96,7 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     if cp0 is None and engine.layout.checkpoint.exists():   # (read while a writer rewrote it?)
         cp0 = confirm(lambda: ckpt.read(engine.layout.checkpoint))
     _check_durable_end(engine, problems, cp0)
+    _check_gone(engine, problems, cp0, confirm)
     # Records past the checkpoint belong to a batch a killed writer left: the next writable
     # open dispatches them, they are not lost (their entries may or may not exist yet).
     pending_from = cp0.written_end if cp0 is not None else None
@@ -180,6 +181,18 @@ def _check_durable_end(engine: "Engine", problems: list[Problem], cp: ckpt.Check
     lost = ckpt.lost_durable_bytes(cp, engine.commitlog)
     if lost is not None:
         problems.append(Problem(*lost))
+
+
+def _check_gone(engine: "Engine", problems: list[Problem], cp: ckpt.Checkpoint | None, confirm: Confirm) -> None:
+    """The loss recovery will warn about (``recovery.gone_past_end``): records the consume
+    queues or the checkpoint reach but the commit log no longer has. Said as one line, with
+    writers held off (a batch half written has its records before its entries)."""
+    from store.log.recovery import gone_past_end
+    log = engine.commitlog
+    gone = confirm(lambda: None if ckpt.lost_durable_bytes(cp, log) else gone_past_end(engine, cp))
+    if gone is not None:
+        end = log.end()
+        problems.append(Problem(str(log.segment_path(log.segment_of(end))), end - log.segment_of(end), gone))
 
 
 def _check_json(engine: "Engine", problems: list[Problem]) -> None:
