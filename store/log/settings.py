@@ -201,6 +201,49 @@ def log_problem(settings: StoreSettings, log: CommitLog) -> str | None:
     return None
 
 
+def queue_problem(settings: StoreSettings, qdir: Path, bases: list[int]) -> str | None:
+    """Why the consume queue in ``qdir`` (segments ``bases``) contradicts ``settings``'
+    consume-queue segment size (:func:`log_problem`'s rule for its segments), or None.
+    Asked once per queue and handle, at its first look (``queueends.py``: the queue's listing
+    is read then anyway), and by ``store recover`` of every queue."""
+    size = settings.cq_segment_entries * F.CQ_ENTRY_SIZE
+    bad = next((b for b in bases if b % size), None)
+    if bad is None:
+        bad = next((b for b in bases[-2:] if _size(qdir, b) > size), None)
+    if bad is None:
+        return None
+    got = _unit([[(b, _size(qdir, b)) for b in bases]], F.CQ_SEGMENT_ENTRIES * F.CQ_ENTRY_SIZE)
+    if got is None or got[0] % F.CQ_ENTRY_SIZE:
+        # The names tell no size either: the queue's own damage (a segment renamed or lost),
+        # which its repair rebuilds from the log (``queueends.py``), not the settings'.
+        return None
+    return (f"cqSegmentEntries is {settings.cq_segment_entries}, but the consume-queue segment "
+            f"{qdir / F.segment_name(bad)} does not fit it (the segments' names say {got[0] // F.CQ_ENTRY_SIZE})")
+
+
+def queue_disagrees(layout: Layout, settings: StoreSettings, qdir: Path, bases: list[int]) -> None:
+    """``CorruptionError`` naming ``store.json`` and ``mqctl store recover`` when the queue
+    in ``qdir`` contradicts ``settings`` (:func:`queue_problem`): its entries would be read
+    at the wrong places."""
+    why = queue_problem(settings, qdir, bases)
+    if why is not None:
+        from store.errors import CorruptionError
+        raise CorruptionError(str(layout.store_json), 0, f"{why}: its settings do not fit the store's files, which "
+                                                         f"would be misread; run mqctl store recover (it corrects "
+                                                         f"{layout.store_json.name} from the segments' names)")
+
+
+def _queues_problem(layout: Layout, settings: StoreSettings) -> str | None:
+    """:func:`queue_problem` of every consume queue of the store (``store recover``)."""
+    from store.fsutil import segment_bases
+    for t in _subdirs(layout.consumequeue_dir):
+        for q in _subdirs(t):
+            why = queue_problem(settings, q, segment_bases(q))
+            if why is not None:
+                return why
+    return None
+
+
 def _told(log: CommitLog) -> str:
     """What the segments' names say the segment size is (for a message), or nothing."""
     got = _unit([[(b, _size(log.dir, b)) for b in log.segments()]], F.COMMITLOG_SEGMENT_SIZE)
@@ -216,14 +259,15 @@ def agreeing(layout: Layout, settings: StoreSettings, log: CommitLog, warn: Call
     corrects the segment size from the segments' names and keeps the other settings, or
     refuses where the names cannot tell it. Never a guess that makes readers skip records."""
     from store.errors import CorruptionError
-    why = log_problem(settings, log)
+    from store.log.commitlog import CommitLog
+    why = log_problem(settings, log) or (_queues_problem(layout, settings) if rebuild else None)
     if why is None:
         return settings
     path, bak_path = layout.store_json, backup_of(layout.store_json)
     bak = _read(bak_path)
     if bak is not None and bak != settings:
-        from store.log.commitlog import CommitLog
-        if log_problem(bak, CommitLog(log.dir, bak.commitlog_segment_size)) is None:
+        if (log_problem(bak, CommitLog(log.dir, bak.commitlog_segment_size)) is None
+                and (not rebuild or _queues_problem(layout, bak) is None)):
             if rebuild:
                 atomic_write_json_crc(path, bak.to_json(), keep_bak=False)
                 warn(f"{path}: {why}; put back from {bak_path.name}, which agrees with the segments")
@@ -235,15 +279,28 @@ def agreeing(layout: Layout, settings: StoreSettings, log: CommitLog, warn: Call
         raise CorruptionError(str(path), 0, f"{why}: its settings do not fit the store's files, which would be "
                                             f"misread; run mqctl store recover (it corrects {path.name} from the "
                                             f"commit log's segment names)")
-    got = _unit([[(b, _size(log.dir, b)) for b in log.segments()]], F.COMMITLOG_SEGMENT_SIZE)
-    if got is None:
-        raise CorruptionError(str(path), 0, f"{why}, and the commit-log segment size cannot be told from the "
-                                            f"segments in {log.dir} (their names disagree, or the default does not "
-                                            f"fit them): put back a copy of {path.name}, or rename the segment "
-                                            f"that is out of line")
-    fixed = replace(settings, commitlog_segment_size=got[0])
+    fixed, said = settings, []
+    if log_problem(settings, log) is not None:
+        got = _unit([[(b, _size(log.dir, b)) for b in log.segments()]], F.COMMITLOG_SEGMENT_SIZE)
+        if got is None:
+            raise CorruptionError(str(path), 0, f"{why}, and the commit-log segment size cannot be told from the "
+                                                f"segments in {log.dir} (their names disagree, or the default does "
+                                                f"not fit them): put back a copy of {path.name}, or rename the "
+                                                f"segment that is out of line")
+        fixed = replace(fixed, commitlog_segment_size=got[0])
+        said.append(f"commitlogSegmentSize {got[0]} ({got[1]})")
+    if _queues_problem(layout, fixed) is not None:
+        from store.fsutil import segment_bases
+        cq = _unit([[(b, _size(q, b)) for b in segment_bases(q)] for t in _subdirs(layout.consumequeue_dir)
+                    for q in _subdirs(t)], F.CQ_SEGMENT_ENTRIES * F.CQ_ENTRY_SIZE)
+        if cq is None or cq[0] % F.CQ_ENTRY_SIZE:
+            raise CorruptionError(str(path), 0, f"{why}, and the consume-queue segment size cannot be told from the "
+                                                f"segments in {layout.consumequeue_dir}: put back a copy of "
+                                                f"{path.name}")
+        fixed = replace(fixed, cq_segment_entries=cq[0] // F.CQ_ENTRY_SIZE)
+        said.append(f"cqSegmentEntries {fixed.cq_segment_entries} ({cq[1]})")
     write_new(layout, fixed)
-    warn(f"{path}: {why}: corrected to commitlogSegmentSize {got[0]} ({got[1]}); its other settings kept")
+    warn(f"{path}: {why}: corrected to {' and '.join(said)}; its other settings kept")
     return fixed
 
 

@@ -129,3 +129,33 @@ def test_a_segment_size_the_last_segment_outgrows_is_refused(tmp_path: Path) -> 
         p.write_text(json.dumps(obj))
     msg = one_error(mq.run("send", "c", "x"), 5)
     assert "commitlogSegmentSize is 32768" in msg and "holds" in msg, msg
+
+
+def test_a_consume_queue_segment_size_the_queues_disagree_with_is_refused_until_recover_corrects_it(
+        tmp_path: Path) -> None:
+    """cqSegmentEntries 20 -> 21 (one bit) in a store of an earlier version: the queue's
+    segments (of 20 entries: at bytes 0, 400, 800, ...) are not at multiples of 21 entries."""
+    from store.log.messagestore import Store
+    from store.log.settings import StoreSettings
+    mq = MQ(tmp_path / "store", tmp_path)
+    Store.open(mq.root, create=True, settings=StoreSettings(cq_segment_entries=20)).close()
+    mq.ok("topic", "create", "c", "--queues", "1")
+    mq.ok("send", "c", input="".join(f"{i}\n" for i in range(100)))
+    assert len(list((mq.root / "consumequeue" / "c" / "0").iterdir())) == 5
+    for name in ("store.json", "store.json.bak"):
+        p = mq.root / name
+        obj = json.loads(p.read_bytes())
+        obj.pop("crc", None)
+        obj["cqSegmentEntries"] = 21
+        p.write_text(json.dumps(obj))
+    for args in (("consume", "c", "-g", "grp", "-o", "first", "-e"), ("send", "c", "x")):
+        msg = one_error(mq.run(*args), 5)
+        assert str(mq.root / "store.json") in msg and "cqSegmentEntries is 21" in msg \
+            and "the segments' names say 20" in msg and "mqctl store recover" in msg, msg
+    res = mq.ok("store", "recover")
+    assert "corrected to cqSegmentEntries 20 (from the segments' names)" in res.stderr, res
+    assert " 0 dropped" in res.stderr and "could not recover" not in res.stderr, res
+    assert json.loads((mq.root / "store.json").read_bytes())["cqSegmentEntries"] == 20
+    mq.check_clean()
+    got = mq.ok("consume", "c", "-g", "grp", "-o", "first", "-e").stdout.split()
+    assert got == [str(i).encode() for i in range(100)], got
