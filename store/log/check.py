@@ -34,6 +34,7 @@ from store.errors import StoreError
 from store.layout import backup_of
 from store.log import checkpoint as ckpt
 from store.log import knowndamage, offsettable, recordscan
+from store.log import settings as settings_file
 from store.log.broadcastoffsets import broadcast_offset_files
 from store.log.checkderived import Confirm, IndexCheck, QueueCursors
 from store.log.positions import tx_progress_path
@@ -95,6 +96,7 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     if cp0 is None and engine.layout.checkpoint.exists():   # (read while a writer rewrote it?)
         cp0 = confirm(lambda: ckpt.read(engine.layout.checkpoint))
     _check_durable_end(engine, problems, cp0)
+    _check_gone(engine, problems, cp0, confirm)
     # Records past the checkpoint belong to a batch a killed writer left: the next writable
     # open dispatches them, they are not lost (their entries may or may not exist yet).
     pending_from = cp0.written_end if cp0 is not None else None
@@ -181,11 +183,30 @@ def _check_durable_end(engine: "Engine", problems: list[Problem], cp: ckpt.Check
         problems.append(Problem(*lost))
 
 
+def _check_gone(engine: "Engine", problems: list[Problem], cp: ckpt.Checkpoint | None, confirm: Confirm) -> None:
+    """The loss recovery will warn about (``recovery.gone_past_end``): records the consume
+    queues or the checkpoint reach but the commit log no longer has. Said as one line, with
+    writers held off (a batch half written has its records before its entries)."""
+    from store.log.recovery import gone_past_end
+    log = engine.commitlog
+    gone = confirm(lambda: None if ckpt.lost_durable_bytes(cp, log) else gone_past_end(engine, cp))
+    if gone is not None:
+        end = log.end()
+        problems.append(Problem(str(log.segment_path(log.segment_of(end))), end - log.segment_of(end), gone))
+
+
 def _check_json(engine: "Engine", problems: list[Problem]) -> None:
     lay = engine.layout
     # (the offset table and the topic files are checked by their owners: offsettable.verify,
     # TopicTable.problems)
-    paths = [lay.store_json, lay.delay_offset_json, tx_progress_path(lay)]
+    paths = [lay.delay_offset_json, tx_progress_path(lay)]
+    for p in (lay.store_json, backup_of(lay.store_json)):   # (read as settings.py reads them)
+        why = settings_file.problem(p)
+        if why is not None:
+            bak = backup_of(p)
+            used = p == lay.store_json and bak.exists() and settings_file.problem(bak) is None
+            problems.append(Problem(str(p), 0, f"{why}{f' ({bak.name} is used instead)' if used else ''}; "
+                                               f"mqctl store recover writes it again"))
     if engine.topic_table.legacy():   # (else it is the topics' view: TopicsView.problem)
         paths.append(lay.topics_json)
     if not lay.store_json.exists():

@@ -6,7 +6,7 @@ zlib's CRC-32 masked with 0x7FFFFFFF, RocketMQ's ``UtilAll.crc32``.
 Directory tree (RocketMQ's names where they exist; see ``layout.py``)::
 
     STORE/
-      store.json                 format version and store settings (JSON)
+      store.json                 format version and store settings (JSON, with a ``crc``: settings.py)
       lock                       writers' exclusive lock (portalocker), held for one batch
       checkpoint                 64 bytes, below: where derived files are complete
       commitlog/<20-digit base>  commit-log segments

@@ -23,7 +23,6 @@ Around it: ``settings.py`` (``store.json``'s fields), ``results.py`` (what puts 
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -124,7 +123,14 @@ class Store:
                 raise StoreNotFoundError(f"no store at {root} (create one with: mqctl init)")
             cls._initialise(root, settings or StoreSettings())
         cls._check_owner(root)
-        opened = cls(root, settings_file.load(layout, warn, rebuild=rebuild_settings), warn)
+        settings = settings_file.load(layout, warn, rebuild=rebuild_settings)
+        opened = cls(root, settings, warn)
+        # (the commit log's segment names against store.json's size: its listing is the one
+        # the open reads next anyway)
+        agreed = settings_file.agreeing(layout, settings, opened.engine.commitlog, warn, rebuild=rebuild_settings)
+        if agreed is not settings:
+            opened.close()
+            opened = cls(root, agreed, warn)
         if recover:
             recover_if_dirty(opened.engine)
             opened._migrate_topics()
@@ -344,10 +350,7 @@ class Store:
         """Repair the store under the write lock (``full``: rebuild every derived file from
         the log, as ``mqctl store recover``)."""
         if full:
-            try:   # (missing or not JSON: every reader meanwhile used its .bak, which check names)
-                json.loads(self.layout.store_json.read_bytes())
-            except (OSError, ValueError):
-                settings_file.restore_from_bak(self.layout, self.warn, write=True)
+            settings_file.put_back(self.layout, self.warn)   # (readers meanwhile used the readable copy)
             self._migrate_topics()
         with self.engine.write_lock:
             from store.log.offsets import ClusterOffsetStore

@@ -40,6 +40,7 @@ from store.log import format as F
 from store.log.consumequeue import changed_since, end_damage, last_write_ms
 from store.log.entrysearch import LogTail, first_unlisted, points_home, read_tail
 from store.log.preflight import checkpoint_locked
+from store.log.settings import queue_disagrees
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ def reader_end(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -
     q.end_checked = True
     if not engine.check_ends:
         return q.max_offset()
+    queue_disagrees(engine.layout, engine.settings, q.dir, q.segments())
     try:
         found = inspect(engine, topic, queue_id, q)
     except OSError:
@@ -103,6 +105,7 @@ def check_locked(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue")
     checked): a queue cut short is rebuilt before the batch takes its offsets."""
     q.end_checked = True
     if engine.check_ends:
+        queue_disagrees(engine.layout, engine.settings, q.dir, q.segments())
         _repair_locked(engine, topic, queue_id, q)
 
 

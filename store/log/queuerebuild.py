@@ -113,6 +113,23 @@ def entries_array(q: ConsumeQueue, k: int, n: int) -> Any:
     return L.np.frombuffer(b"".join(parts), L.cq)
 
 
+def past_end(q: ConsumeQueue, end: int) -> tuple[int, int]:
+    """``(entries, reach)``: how many of ``q``'s last entries point at records that reach past
+    ``end`` (the commit log's end as found: records a power cut or a cut file took after the
+    entries were written), and how far the furthest reaches (0 when none does). Reads the
+    tail backwards: one entry when no entry does (zeroed entries are passed over)."""
+    n = reach = 0
+    off, lo = q.max_offset(), q.min_offset()
+    while off > lo:
+        e = q.entry(off - 1)
+        if e is not None:
+            if e[0] + e[1] <= end:
+                break
+            n, reach = n + 1, max(reach, e[0] + e[1])
+        off -= 1
+    return n, reach
+
+
 def trim_queue(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, valid_end: int) -> int:
     """Cut ``q``'s torn entry and its tail entries that do not point at their own record
     below ``valid_end``; how many entries went."""

@@ -32,7 +32,7 @@ from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.arrays import layouts
 from store.log.positions import clamp_to_queue_ends, restore_unreadable
-from store.log.queuerebuild import QueueRebuild, trim_queue
+from store.log.queuerebuild import QueueRebuild, past_end, trim_queue
 from store.log.record import RecordError, decode
 from store.log.topics import TopicConfig
 from store.names import is_system_topic
@@ -174,6 +174,14 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
         # to their queues' new ends, each with a warning).
         rep.damage.append(lost)
         engine.warn(f"{lost[0]} at offset {lost[1]}: {lost[2]}")
+    else:
+        # Records the log no longer has though the consume queues or the checkpoint were
+        # written after them (an async store's power cut before its flush may lose them; so
+        # does a cut file): the queues are cut back below, and that is said, once, by the
+        # process that repairs (under the write lock: the next opener finds the store clean).
+        gone = gone_past_end(engine, plan.checkpoint)
+        if gone is not None:
+            engine.warn(gone)
     rebuild_index = full or indexfence.rebuilding(engine.index)
     if rebuild_index and not full:
         plan.start = engine.commitlog.min_offset()
@@ -221,6 +229,43 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     if rebuild_index:
         indexfence.end_rebuild(engine.index)
     return rep
+
+
+def gone_past_end(engine: "Engine", cp: ckpt.Checkpoint | None) -> str | None:
+    """What is gone when the commit log ends below where the consume queues' entries, or the
+    checkpoint's written end, reach (one line), or None when nothing reaches past it. For
+    recovery's warning and ``store check``'s report of the same loss (write lock held)."""
+    end = engine.commitlog.end()
+    n = reach = 0
+    for topic, qid in queue_ids(engine):
+        got = past_end(engine.queues.queue(topic, qid), end)
+        n, reach = n + got[0], max(reach, got[1])
+    if n:
+        return (f"the commit log ends at offset {end}, but the consume queues reach {reach}: {n} "
+                f"message{'s' if n != 1 else ''} past its end {'are' if n != 1 else 'is'} gone (a power cut "
+                f"before their flush, or a cut file)")
+    if cp is not None and cp.written_end > end:
+        return (f"the commit log ends at offset {end}, but the checkpoint says records were written up to "
+                f"{cp.written_end}: the records past its end are gone (a power cut before their flush, or a "
+                f"cut file)")
+    return None
+
+
+def queue_ids(engine: "Engine") -> list[tuple[str, int]]:
+    """``(topic, queue id)`` of every consume-queue directory of the store."""
+    root = engine.layout.consumequeue_dir
+    try:
+        topics = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+    out = []
+    for topic in topics:
+        try:
+            qids = sorted(int(x) for x in os.listdir(root / topic) if x.isascii() and x.isdigit())
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        out += [(topic, q) for q in qids]
+    return out
 
 
 def _clamp_topics(engine: "Engine", valid_end: int) -> None:
@@ -308,20 +353,8 @@ def _head_of(w: recordscan.Window, n: int) -> recordscan.Window:
 
 
 def _trim_queues(engine: "Engine", valid_end: int) -> int:
-    dropped = 0
-    root = engine.layout.consumequeue_dir
-    try:
-        topics = os.listdir(root)
-    except FileNotFoundError:
-        return 0
-    for topic in topics:
-        try:
-            qids = [int(x) for x in os.listdir(root / topic) if x.isascii() and x.isdigit()]
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for qid in qids:
-            dropped += trim_queue(engine.commitlog, engine.queues.queue(topic, qid), topic, qid, valid_end)
-    return dropped
+    return sum(trim_queue(engine.commitlog, engine.queues.queue(topic, qid), topic, qid, valid_end)
+               for topic, qid in queue_ids(engine))
 
 
 def _damaged_regions(engine: "Engine", rep: RecoveryReport) -> list[tuple[int, int, str]]:
