@@ -14,7 +14,7 @@ LOCK_COLUMNS = [("group", "GROUP"), ("topic", "TOPIC"), ("queueId", "QUEUE"), ("
                 ("expires", "EXPIRES"), ("state", "STATE")]
 MEMBER_COLUMNS = [("clientId", "CLIENT-ID"), ("pid", "PID"), ("host", "HOST"), ("mode", "MODE"),
                   ("orderly", "ORDERLY"), ("queuesText", "QUEUES"), ("startedLocal", "STARTED"),
-                  ("heartbeat", "HEARTBEAT")]
+                  ("heartbeat", "HEARTBEAT"), ("state", "STATE")]
 
 
 def ago(now: int, ms: int | None) -> str | None:
@@ -51,7 +51,7 @@ def show_members(out: Output, members: "list[MemberRow]", group: str, now: int, 
         "group": m.group, "clientId": m.client_id, "pid": m.pid, "host": m.host, "mode": m.mode,
         "orderly": m.orderly, "strategy": m.strategy, "topics": m.topics, "queues": m.queues,
         "startedAt": m.started_at, "heartbeatAt": m.heartbeat_at, "queuesText": queues_text(m.queues),
-        "started": format_time(m.started_at) if m.started_at is not None else None,
+        "started": format_time(m.started_at) if m.started_at is not None else None, "state": m.state,
     } for m in members]
     for r in rows if not out.json else ():
         r["startedLocal"] = format_local(r["startedAt"], utc) if r["startedAt"] is not None else None

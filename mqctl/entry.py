@@ -150,10 +150,16 @@ def run_command(argv: list[str]) -> None:
     if sys.stdin is None or sys.stdout is None or sys.stderr is None:
         _hold_closed_standard_streams()
     completing = bool(os.environ.get(COMPLETE_VAR))
-    if not completing and command_word(argv) == "consume":
+    word = None if completing else command_word(argv)
+    if word == "consume":
         import signal
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _stopped_before_joining)
+    elif (word == "top" and "--json" in argv) or (word == "tx" and "check" in argv and "--loop" in argv):
+        # long-running too, and stopped by SIGINT as consume is, also when started with it
+        # ignored (``&`` in a script) and signalled before their own handler is in place
+        import signal
+        signal.signal(signal.SIGINT, _stopped_before_joining)
     if store_prefix(argv)[1] in (["--version"], ["-V"]) and not completing:
         sys.exit(_version(argv))   # (scripts ask it to see that mqctl is there: no Typer app for it)
     quick = None if completing else quick_send(argv)

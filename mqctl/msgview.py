@@ -32,6 +32,9 @@ def describe(store: "Store", m: "Message", obj: dict[str, Any], when: Callable[[
     fields.append(("Body", body.replace("\n", "\n" + " " * 19)))
     note = lineage(m, when)
     lines = [note] if note else []
+    if obj.get("deleted"):
+        lines.append(f"deleted with topic {m.topic} (its record stays in the log until retention; "
+                     f"no queue holds it)")
     lines += [f"{(k + ':').ljust(18)} {v}" for k, v in fields]
     lines += ["", "History:"]
     for e in obj["history"]:   # (the --json history: one source, every event either shows)
@@ -106,6 +109,8 @@ def event_text(e: dict[str, Any], when: Callable[[int], str]) -> str:
                          f"parked in {e.get('topic')}",
             "commit": "transaction committed", "rollback": "transaction rolled back",
             "discard": "transaction discarded"}.get(kind, f"copy in {where}")
+    if e.get("deleted"):
+        text += ", deleted with its topic"
     return text + ("  (this copy)" if e.get("this") else "")
 
 

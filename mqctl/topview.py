@@ -66,7 +66,7 @@ def groups_view(snap: Any, hist: Any, flt: str = "", focus: str | None = None) -
     sec = Section("groups", [("group", "GROUP"), ("topic", "TOPIC"), ("lag", "LAG"), ("rate", "OUT/S"),
                              ("trend", "TREND"), ("drain", "DRAIN"), ("members", "MEMBERS")])
     members = Section("members", [("group", "GROUP"), ("clientId", "CLIENT-ID"), ("pid", "PID"),
-                                  ("mode", "MODE"), ("queues", "QUEUES")])
+                                  ("mode", "MODE"), ("queues", "QUEUES"), ("state", "STATE")])
     queues = Section("queues", [("group", "GROUP"), ("topic", "TOPIC"), ("queueId", "QUEUE"), ("max", "MAX"),
                                 ("committed", "COMMITTED"), ("lag", "LAG"), ("owner", "OWNER")])
     for g in snap.groups:
@@ -75,7 +75,7 @@ def groups_view(snap: Any, hist: Any, flt: str = "", focus: str | None = None) -
             continue
         drain = hist.drain(g.group)
         first = {"group": g.group, "rate": _rate(hist.group_rate(g.group)), "trend": _trend(hist.lag_trend(g.group)),
-                 "drain": drain.text(), "members": len(g.members)}
+                 "drain": drain.text(), "members": sum(m.state == "live" for m in g.members)}
         if drain.state in ("falling behind", "stalled"):
             sec.alert.add(len(sec.rows))
         if not by_topic:
@@ -89,7 +89,8 @@ def groups_view(snap: Any, hist: Any, flt: str = "", focus: str | None = None) -
             for t, q in m.queues:
                 held.setdefault(t, []).append(str(q))
             members.rows.append({"group": g.group, "clientId": m.client_id, "pid": m.pid, "mode": m.mode,
-                                 "queues": " ".join(f"{t}:{','.join(qs)}" for t, qs in held.items()) or "-"})
+                                 "queues": " ".join(f"{t}:{','.join(qs)}" for t, qs in held.items()) or "-",
+                                 "state": m.state})
         if focus is not None and g.group == focus:
             for q in g.queues:
                 queues.rows.append({"group": g.group, "topic": q.topic, "queueId": q.queue_id, "max": q.max_offset,
@@ -160,6 +161,7 @@ def summary(snap: Any) -> str:
     p = snap.problems
     issues = (sum(1 for n in p.dead_letters.values() if n) + len(p.overdue) + (1 if p.delayed_due else 0)
               + len(p.warnings) + sum(1 for lk in snap.locks if lk.state != "held"))
+    live = sum(m.state == "live" for g in snap.groups for m in g.members)   # (as consumers and progress)
     counts = ((sum(1 for t in snap.topics if not t.system), "topic"), (len(snap.groups), "group"),
-              (sum(len(g.members) for g in snap.groups), "member"), (len(snap.locks), "lock"), (issues, "problem"))
+              (live, "member"), (len(snap.locks), "lock"), (issues, "problem"))
     return ", ".join(f"{n} {word}{'' if n == 1 else 's'}" for n, word in counts)

@@ -220,12 +220,13 @@ def check_service(admin: "Admin", argv: list[str], *, timeout_ms: int, max_check
                   on_pass: Callable[["CheckReport"], None]) -> None:
     """Check passes asking ``argv``: one, or with ``loop_pause_s`` one every so many seconds
     until SIGINT, SIGTERM or SIGHUP (which kill a running command and end the loop quietly).
-    A signal ignored when mqctl started stays ignored: ``nohup mqctl tx check --loop`` must
-    outlive its terminal's hang-up."""
+    SIGINT and SIGTERM end it also when mqctl started with them ignored (``&`` in a script
+    starts a job with SIGINT ignored), as they end ``consume``; an ignored SIGHUP stays
+    ignored: ``nohup mqctl tx check --loop`` must outlive its terminal's hang-up."""
     runner = Runner()
     if loop_pause_s is not None:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(sig) is not signal.SIG_IGN:
+            if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN:
                 signal.signal(sig, lambda *_: runner.stop())
 
     def ask(copy: "Message", times: int) -> str:

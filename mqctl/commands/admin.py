@@ -50,7 +50,9 @@ def locks(ctx: typer.Context, group: OptionalGroupOpt = None, json: JsonOpt = Fa
 CONSUMERS_HELP = """Live members of a group and the queues each holds.
 
 mqadmin consumerConnection. A member is live while its process holds its membership lock;
-members that died are not shown. STARTED is a local time (--utc: UTC).
+members that died are not shown. QUEUES are those whose queue locks it holds now. STATE is
+live, or expired for a member not heard from for 120 s (stopped or hung: the others share
+the queues without it, as mqctl rebalance does). STARTED is a local time (--utc: UTC).
 
 Examples:
   mqctl consumers -g billing
@@ -96,6 +98,12 @@ def rebalance(
     preview = state(ctx).admin().rebalance_preview(
         topic, group, None if consumer_ids is None else consumer_ids.split(","), strategy, ids)
     out = Output(json=json)
+    if not preview.consumers:
+        # a known group with no live member consuming the topic: an empty allocation (exit 0,
+        # as `consumers` lists none); an unknown group is exit 3
+        out.info(f"no live member of group {group} consumes {topic}: nothing to allocate "
+                 f"(--consumers C1,C2 previews an allocation)")
+        return
     out.table([r.to_json() for r in preview], [("clientId", "CLIENT-ID"), ("queues", "QUEUES"),
                                                ("holds", "HOLDS-NOW")])
     if not json and preview.strategy != "config":

@@ -17,7 +17,7 @@ mqadmin consumerProgress, Kafka's --describe. brokerOffset is the queue's max of
 consumerOffset the group's committed offset, lag the messages still to consume (a queue with
 no committed offset counts every stored message), lastTimestamp the store time of the last
 consumed message. Rows of the group's %RETRY% topic are included unless --topic names
-another topic. OWNER is the live member holding the queue. Times are local (--utc: UTC).
+another topic. OWNER is the live member holding the queue (its lock) now. Times are local (--utc: UTC).
 
 scheduled counts the messages waiting out a delay before they come to the queue, not yet in
 its lag: on the %RETRY% row, the group's failed messages waiting for their retry (RocketMQ's
@@ -48,10 +48,13 @@ def progress(ctx: typer.Context, group: GroupOpt, topic: TopicFilterOpt = None, 
     columns = PROGRESS_COLUMNS[:-1] + ([SCHEDULED] if scheduled else []) + PROGRESS_COLUMNS[-1:]
     out.table(rows, columns + ([CLIENT_STATE] if any(r.get("clientId") for r in rows) else []))
     if not json:
-        members = len(admin.consumers(group))
+        members = admin.consumers(group)
+        live = sum(m.state == "live" for m in members)
+        # one notion of live (the rebalance's): a stopped or hung member holds nothing
+        expired = f" ({len(members) - live} more expired: stopped or hung)" if len(members) > live else ""
         retrying = sum(r["scheduled"] for r in rows if topic_kind(r["topic"]) == "retry")
         waiting = f", {plural(retrying, 'failed message')} waiting for a retry" if retrying else ""
         delayed = scheduled - retrying
         waiting += f", {plural(delayed, 'delayed message')} not due yet" if delayed else ""
-        out.info(f"group {group}: {plural(members, 'live member')}, total lag {sum(r['lag'] for r in rows)}"
+        out.info(f"group {group}: {plural(live, 'live member')}{expired}, total lag {sum(r['lag'] for r in rows)}"
                  f"{waiting}")

@@ -61,6 +61,9 @@ def _json_stream(monitor: store.Monitor, history: store.History, interval: float
     from mqctl.output import Output
     out = Output(json=True)
     restore_signals = end_as_interrupt(signal.SIGTERM)
+    # SIGINT ends it also when mqctl started with it ignored (``&`` in a script), as it ends
+    # ``consume`` (mqctl/entry.py has put a handler in place until now)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         while True:
             snap = monitor.snapshot()
@@ -73,6 +76,7 @@ def _json_stream(monitor: store.Monitor, history: store.History, interval: float
         return
     finally:
         restore_signals()
+        signal.signal(signal.SIGINT, previous)
 
 
 def _plain(monitor: store.Monitor, history: store.History, group: str | None) -> None:

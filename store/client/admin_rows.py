@@ -137,7 +137,9 @@ class LockRow(Row):
 @dataclass(frozen=True)
 class MemberRow(Row):
     """A live member of a group (``mqctl consumers``): its process, how it consumes, and the
-    queues it holds (``[{"topic": ..., "queueId": ...}]``)."""
+    queues it holds now (``[{"topic": ..., "queueId": ...}]``). ``state``: ``live``, or
+    ``expired`` when it was not heard from for the member expiry (stopped or hung; the group
+    shares its queues without it)."""
 
     group: str
     client_id: str
@@ -150,6 +152,7 @@ class MemberRow(Row):
     queues: list[dict[str, Any]]
     started_at: int | None
     heartbeat_at: int | None
+    state: str = "live"
 
 
 @dataclass

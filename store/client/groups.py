@@ -91,11 +91,7 @@ def group_offsets(store: "Store", group: str) -> list[OffsetSet]:
 
 
 def holders(store: "Store", group: str) -> dict[tuple[str, int], str]:
-    """(topic, queueId) -> client id of the live member that says it holds the queue."""
-    from store.client.members import live_members
-    out: dict[tuple[str, int], str] = {}
-    for m in live_members(store.layout, group):
-        for q in m.queues:
-            if isinstance(q, dict) and isinstance(q.get("topic"), str) and isinstance(q.get("queueId"), int):
-                out.setdefault((q["topic"], q["queueId"]), m.clientId)
-    return out
+    """(topic, queueId) -> client id of the live member that holds the queue now (its lock:
+    ``memberview.py``)."""
+    from store.client.memberview import group_members
+    return group_members(store.layout, group).owners()

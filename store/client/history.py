@@ -16,10 +16,13 @@ def message_report(store: Store, m: Message) -> dict[str, Any]:
     from store.log.offsets import ClusterOffsetStore
     obj = envelope(m)
     obj["sysFlag"] = m.sysflag
+    # a message of a topic deleted since (maybe made anew): its record stays in the log until
+    # retention, but no queue holds it; the groups' offsets there are the new topic's
+    obj["deleted"] = deleted = not store.topic_holds(m)
     obj["history"] = timeline(store, m)
     offsets = ClusterOffsetStore(store.layout)
     consumed = []
-    for group in offsets.groups():
+    for group in offsets.groups() if not deleted else ():
         off = offsets.read(group, m.topic, m.queue_id)
         if off >= 0:
             consumed.append({"group": group, "consumed": off > m.queue_offset, "offset": off})
@@ -60,6 +63,8 @@ def timeline(store: Store, m: Message, limit: int = 256) -> list[dict[str, Any]]
                               "queueOffset": c.queue_offset, "reconsumeTimes": c.reconsume_times,
                               "offsetMsgId": c.msg_id, "this": c.commitlog_offset == m.commitlog_offset}
         consumable = True
+        if not store.topic_holds(c):
+            ev["deleted"], consumable = True, False   # (deleted with its topic: no queue holds it)
         if c.topic == SCHEDULE_TOPIC:
             real = c.properties.get(PROP_REAL_TOPIC, "")
             due = c.properties.get(PROP_DELIVER_MS, "")

@@ -58,7 +58,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from store.client.leases import MEMBER_EXPIRY_MS
@@ -95,6 +95,9 @@ class MemberInfo:
     host: str | None
     startedAt: int | None
     record: dict[str, Any] = field(default_factory=dict)
+    # not heard from for ``MEMBER_EXPIRY_MS`` (stopped, hung): live, but the group shares its
+    # queues without it (see the module docstring)
+    expired: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The published record, with the identity fields as this listing established them."""
@@ -330,9 +333,10 @@ def live_members(layout: Layout, group: str, *, prune: bool = False,
     now = now_ms()
     for cid in _published_ids(layout, group):
         if probe_held(_lock_path(layout, group, cid)):
-            if counted_only and (_expiry(layout, group, cid) or now) < now:
+            expired = (_expiry(layout, group, cid) or now) < now
+            if counted_only and expired:
                 continue
-            members.append(_member_info(layout, group, cid))
+            members.append(_member_info(layout, group, cid, expired))
         elif prune:
             _prune(layout, group, cid)
     return members
@@ -344,20 +348,22 @@ def peek_members(layout: Layout, group: str, held: Callable[[Path, int | None], 
     so a monitor never makes a joiner retry."""
     validate_group(group)
     members = []
+    now = now_ms()
     for cid in _published_ids(layout, group):
         info = _member_info(layout, group, cid)
         if held(_lock_path(layout, group, cid), info.pid):
-            members.append(info)
+            expired = (_expiry(layout, group, cid) or now) < now
+            members.append(replace(info, expired=True) if expired else info)
     return members
 
 
-def _member_info(layout: Layout, group: str, client_id: str) -> MemberInfo:
+def _member_info(layout: Layout, group: str, client_id: str, expired: bool = False) -> MemberInfo:
     # The id comes from the file name, which the lock vouches for; the rest is as published.
     record = _read_json(_json_path(layout, group, client_id))
     host = record.get("host")
     return MemberInfo(group=group, clientId=client_id, pid=_int_field(record, "pid"),
                       host=host if isinstance(host, str) else None,
-                      startedAt=_int_field(record, "startedAt"), record=record)
+                      startedAt=_int_field(record, "startedAt"), record=record, expired=expired)
 
 
 def _int_field(record: dict[str, Any], key: str) -> int | None:

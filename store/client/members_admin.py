@@ -2,7 +2,7 @@
 dead letters."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from store import names
 from store.client.admin_base import AdminBase
@@ -17,11 +17,17 @@ from store.client.admin_rows import (
 )
 from store.client.groups import require_group
 from store.client.rules import check_flags, usage
-from store.errors import GroupNotFoundError, UsageError
+from store.errors import UsageError
 
 if TYPE_CHECKING:
     from store.client.dlq import DeadLetter, Progress, ResendResult, ResentLetter
     from store.client.members import MemberInfo
+    from store.client.memberview import GroupMembers
+
+
+def _queue_ids(queues: list[dict[str, Any]], topic: str) -> list[int]:
+    return sorted(q["queueId"] for q in queues if isinstance(q, dict) and q.get("topic") == topic
+                  and isinstance(q.get("queueId"), int))
 
 
 class MembersAdmin(AdminBase):
@@ -39,16 +45,21 @@ class MembersAdmin(AdminBase):
         return [lock_row(i, now) for i in list_locks(store.layout, group)]
 
     def consumers(self, group: str) -> list[MemberRow]:
-        """The live members of ``group`` (Python and command line alike) and their queues."""
-        from store.client.members import live_members
+        """The live members of ``group`` (Python and command line alike) and the queues each
+        holds now (those whose queue locks it holds; a broadcast member: those it reads). A
+        member not heard from for the member expiry (stopped, hung) is listed with ``state``
+        ``"expired"``: the others share the queues without it."""
+        from store.client.memberview import group_members
         store = self.store
         require_group(store, group)
+        view = group_members(store.layout, group)
         rows = []
-        for m in live_members(store.layout, group):
+        for m in view.members:
             rec = m.record
             hb = rec.get("heartbeatAt") if isinstance(rec.get("heartbeatAt"), int) else None
             rows.append(MemberRow(group, m.clientId, m.pid, m.host, rec.get("mode"), rec.get("orderly"),
-                                  rec.get("strategy"), rec.get("topics"), m.queues, m.startedAt, hb))
+                                  rec.get("strategy"), rec.get("topics"), view.queues(m), m.startedAt, hb,
+                                  "expired" if m.expired else "live"))
         return rows
 
     def unlock(self, group: str, topic: str | None = None, queue: int | None = None, *, force: bool = False,
@@ -89,7 +100,9 @@ class MembersAdmin(AdminBase):
         nothing changes.
 
         ``consumers``: the client ids to allocate to (default: the group's live members
-        consuming ``topic``; ``GroupNotFoundError`` when there are none). ``strategy``:
+        consuming ``topic``, expired ones left out as the members leave them out; none: an
+        empty preview, ``consumers`` []; ``GroupNotFoundError`` for a group the store does
+        not know). ``strategy``:
         ``averagely``, ``circle``, ``hash`` or ``config`` (default: the one the live members
         use when they agree, else ``averagely``). ``queues``: the queue ids of the ``config``
         strategy (needed by it, refused by the others; without them, when every live member
@@ -97,7 +110,7 @@ class MembersAdmin(AdminBase):
         each with what the consumer holds now.
         """
         from store.client.allocate import allocate_all, queues_of
-        from store.client.members import live_members
+        from store.client.memberview import group_members
         a = self.arg_names
         if queues is not None and strategy != "config":
             raise usage("{queues} needs {strategy} config", a)
@@ -107,7 +120,8 @@ class MembersAdmin(AdminBase):
         names.validate_group(group)
         store = self.store
         cfg = store.topic(topic)
-        members = [m for m in live_members(store.layout, group, counted_only=True)   # (as the members share)
+        view = group_members(store.layout, group)
+        members = [m for m in view.counted()   # (as the members share)
                    if topic in (m.record.get("topics") or [topic])]
         if consumers is not None:
             cids = [names.validate_client_id(c.strip()) for c in consumers if c.strip()]
@@ -122,8 +136,8 @@ class MembersAdmin(AdminBase):
             require_group(store, group)
             cids = [m.clientId for m in members]
             if not cids:
-                raise GroupNotFoundError(f"group {group} has no live members consuming {topic}; "
-                                         f"pass {self._arg('consumers_hint')} to preview an allocation")
+                # a known group with no live member: nothing to allocate (not "not found")
+                return RebalancePreview(group, topic, strategy or "averagely", cfg.queues, [], [])
         used = {s for m in members if isinstance(s := m.record.get("strategy"), str)}
         if strategy is None:
             strategy = next(iter(used)) if len(used) == 1 else "averagely"
@@ -133,7 +147,7 @@ class MembersAdmin(AdminBase):
             if consumers is not None or used != {"config"}:
                 raise usage("{strategy} config needs {queues}, e.g. {queues_example}", a)
             # Each live config member reads the queues it was given: that is the allocation.
-            return self._configured_members(group, topic, cfg.queues, members)
+            return self._configured_members(group, topic, cfg.queues, members, view)
         config = None
         if queues:
             ids = sorted(set(queues))
@@ -144,21 +158,20 @@ class MembersAdmin(AdminBase):
                             qid=ids[-1], name=topic, last=cfg.queues - 1)
             config = queues_of(topic, ids)
         assignment = allocate_all(strategy, queues_of(topic, range(cfg.queues)), cids, config)
-        held = {m.clientId: sorted(q["queueId"] for q in m.queues if isinstance(q, dict) and q.get("topic") == topic
-                                   and isinstance(q.get("queueId"), int)) for m in members}
+        held = {m.clientId: _queue_ids(view.queues(m), topic) for m in members}
         rows = [AllocationRow(group, topic, strategy, cid, [mq.queue_id for mq in mqs], held.get(cid))
                 for cid, mqs in assignment.items()]
         return RebalancePreview(group, topic, strategy, cfg.queues, cids, rows)
 
     @staticmethod
-    def _configured_members(group: str, topic: str, nqueues: int, members: "list[MemberInfo]") -> RebalancePreview:
+    def _configured_members(group: str, topic: str, nqueues: int, members: "list[MemberInfo]",
+                            view: "GroupMembers") -> RebalancePreview:
         """The live allocation of ``--strategy config`` members: each one's own queue ids
         (those the topic has; a member from before ``configQueues`` was published: what it
         holds)."""
         rows = []
         for m in members:
-            held = sorted(q["queueId"] for q in m.queues if isinstance(q, dict) and q.get("topic") == topic
-                          and isinstance(q.get("queueId"), int))
+            held = _queue_ids(view.queues(m), topic)
             own = m.record.get("configQueues")
             mine = sorted(q for q in own if isinstance(q, int) and 0 <= q < nqueues) if isinstance(own, list) else held
             rows.append(AllocationRow(group, topic, "config", m.clientId, mine, held))

@@ -47,6 +47,8 @@ from store.heldlocks import HeldLocks
 from store.log.format import CQ_ENTRY
 
 if TYPE_CHECKING:
+    from store.client.members import MemberInfo
+    from store.client.qlocks import LockInfo
     from store.log.messagestore import Store
     from store.log.topics import TopicConfig
 
@@ -129,8 +131,10 @@ class Monitor:
         topics = self._topics()
         ends = {(t.topic, q): (lo, hi) for t in topics for q, (lo, hi) in enumerate(zip(t.min_offsets, t.max_offsets))}
         offsets = self._committed()
-        groups = self._groups(offsets, ends, held)
-        locks = self._locks(held, now)
+        from store.client.qlocks import list_locks
+        infos = list_locks(self.store.layout, None, held.held)   # (once: members' queues are their locks)
+        groups = self._groups(offsets, ends, held, infos)
+        locks = self._locks(infos, now)
         problems = self._problems(topics, groups, now)
         return Snapshot(now, topics, groups, locks, problems, (time.process_time() - cpu) * 1000)
 
@@ -221,9 +225,9 @@ class Monitor:
         return self._offsets
 
     def _groups(self, offsets: dict[str, dict[tuple[str, int], int]], ends: dict[tuple[str, int], tuple[int, int]],
-                held: HeldLocks) -> tuple[GroupStat, ...]:
+                held: HeldLocks, locks: list[LockInfo]) -> tuple[GroupStat, ...]:
         from store.client.groups import known_groups
-        from store.client.members import peek_members
+        from store.client.memberview import peek_group_members
         store = self.store
         if self.group is not None:
             groups = [self.group]
@@ -232,9 +236,10 @@ class Monitor:
         topics = {t for t, _ in ends}
         out = []
         for g in groups:
-            members = peek_members(store.layout, g, held.held)
-            stats = [_member(m.clientId, m.pid, m.host, m.record) for m in members]
-            owners = {q: m.client_id for m in stats for q in m.queues}
+            view = peek_group_members(store.layout, g, held.held, locks)
+            members = view.members
+            stats = [_member(m, view.queues(m)) for m in members]
+            owners = view.owners()
             # Which topics count, as ``Admin.lag``: committed ones, live clustering members'
             # subscriptions (before a first commit), and the group's retry topic.
             mine = {t for t, _ in offsets.get(g, {})}
@@ -282,11 +287,10 @@ class Monitor:
         return rows
 
     # -- locks -----------------------------------------------------------------------------
-    def _locks(self, held: HeldLocks, now: int) -> tuple[LockStat, ...]:
+    def _locks(self, infos: list[LockInfo], now: int) -> tuple[LockStat, ...]:
         from store.client.admin_rows import lock_state
-        from store.client.qlocks import list_locks
         out = []
-        for i in list_locks(self.store.layout, None, held.held):
+        for i in infos:
             if (self.group is not None and i.group != self.group) or (self.topic is not None and i.topic != self.topic):
                 continue
             left = i.expiresAt - now if i.expiresAt is not None else None
@@ -364,13 +368,15 @@ class Monitor:
         self.close()
 
 
-def _member(client_id: str, pid: int | None, host: str | None, record: dict[str, Any]) -> MemberStat:
-    queues = tuple(sorted((q["topic"], q["queueId"]) for q in record.get("queues") or []
+def _member(m: MemberInfo, held: list[dict[str, Any]]) -> MemberStat:
+    record = m.record
+    queues = tuple(sorted((q["topic"], q["queueId"]) for q in held
                           if isinstance(q, dict) and isinstance(q.get("topic"), str)
                           and isinstance(q.get("queueId"), int)))
     hb = record.get("heartbeatAt")
     orderly = record.get("orderly")
     mode = record.get("mode")
-    return MemberStat(client_id, pid, host, mode if isinstance(mode, str) else None,
+    return MemberStat(m.clientId, m.pid, m.host, mode if isinstance(mode, str) else None,
                       orderly if isinstance(orderly, bool) else None, queues,
-                      hb if isinstance(hb, int) and not isinstance(hb, bool) else None)
+                      hb if isinstance(hb, int) and not isinstance(hb, bool) else None,
+                      "expired" if m.expired else "live")

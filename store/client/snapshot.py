@@ -64,7 +64,8 @@ class QueueLag:
 
 @dataclass(frozen=True)
 class MemberStat:
-    """A live member of a group and the queues it says it holds."""
+    """A live member of a group and the queues it holds now (its queue locks; ``state``
+    ``expired``: not heard from for the member expiry, as ``mqctl consumers`` says)."""
 
     client_id: str
     pid: int | None
@@ -73,11 +74,12 @@ class MemberStat:
     orderly: bool | None
     queues: tuple[tuple[str, int], ...]
     heartbeat_at: int | None
+    state: str = "live"
 
     def to_json(self) -> dict[str, Any]:
         return {"clientId": self.client_id, "pid": self.pid, "host": self.host, "mode": self.mode,
                 "orderly": self.orderly, "heartbeatAt": self.heartbeat_at,
-                "queues": [{"topic": t, "queueId": q} for t, q in self.queues]}
+                "queues": [{"topic": t, "queueId": q} for t, q in self.queues], "state": self.state}
 
 
 @dataclass(frozen=True)

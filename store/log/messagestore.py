@@ -212,6 +212,13 @@ class Store:
     def has_topic(self, name: str) -> bool:
         return self.engine.find_topic(name) is not None
 
+    def topic_holds(self, m: Message) -> bool:
+        """Whether the stored message ``m`` is still its topic's: the topic exists and was
+        created before it (not a message of a topic deleted since, whose records stay in the
+        log until retention; ``TopicConfig.holds``)."""
+        cfg = self.engine.find_topic(m.topic)
+        return cfg is not None and cfg.holds(m.commitlog_offset, m.queue_id)
+
     def create_topic(self, name: str, queues: int | None = None, order: bool = False,
                      *, system: bool = False) -> tuple[TopicConfig, bool]:
         """Create a topic; returns (config, created). Exists with another shape → exit 4."""

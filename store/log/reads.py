@@ -150,15 +150,20 @@ def find_all(engine: "Engine", uniq_key: str, limit: int = 64) -> list[Message]:
 
 
 def query_key(engine: "Engine", topic: str, key: str, limit: int = 64, strict: bool = False) -> list[Message]:
-    """Messages of ``topic`` whose KEYS contain ``key``, newest first, via the index.
+    """Messages of ``topic`` whose KEYS contain ``key``, newest first, via the index (not
+    those of a topic of that name deleted since: ``TopicConfig.holds``).
     Damaged records are skipped; with ``strict`` (``mqctl msg query``) the first one the
     index leads to raises ``CorruptionError`` instead."""
     _look_at_index(engine)
     out = []
     damage: list[tuple[int, str]] = []
+    cfg = engine.find_topic(topic)
     for phys in lookup(engine, f"{topic}#{key}", limit * 4):
         m = _read_live(engine, phys, damage)
-        if m is not None and m.topic == topic and key in m.keys:
+        # (a message of the topic deleted before this one was made is not this topic's:
+        # its queue offset names another message now, or none)
+        if (m is not None and m.topic == topic and key in m.keys and cfg is not None
+                and cfg.holds(m.commitlog_offset, m.queue_id)):
             out.append(m)
             if len(out) >= limit:
                 break

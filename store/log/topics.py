@@ -90,6 +90,13 @@ class TopicConfig:
         named = f"a sharding key ({key}) or a queue ({queue})" if key else "a sharding key or a queue"
         return UsageError(f"topic {self.name!r} is ordered: give {named}")
 
+    def holds(self, commitlog_offset: int, queue_id: int) -> bool:
+        """Whether a record of this topic's name at ``commitlog_offset`` in queue ``queue_id``
+        is this topic's: stored since it was created, in a queue it has. A record of a topic
+        deleted since (and maybe made anew) is not, though it stays in the log until
+        retention (the rule ``recordscan.queue_runs`` applies to whole windows)."""
+        return commitlog_offset >= self.created_offset and queue_id < self.queues
+
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {
             "topicName": self.name, "readQueueNums": self.queues, "writeQueueNums": self.queues,

@@ -242,14 +242,20 @@ def test_locks_and_unlock_of_an_unknown_group(mq: MQ, loaded: Store) -> None:
 @pytest.fixture
 def members(loaded: Store) -> Iterator[list]:
     from store.client.members import Membership
-    ms = []
+    from store.client.qlocks import QueueLock
+    ms, locks = [], []
     for cid, qs in (("m1", [0, 1]), ("m2", [2, 3])):
         m = Membership(loaded.layout, "G", cid, {"topics": ["T"], "mode": "clustering", "orderly": False,
                                                  "strategy": "circle", "queues": []})
         m.join()
+        # (a clustering member holds the locks of the queues it consumes: what consumers shows)
+        locks += [QueueLock(loaded.layout, "G", "T", q, cid) for q in qs]
         m.update(queues=[{"topic": "T", "queueId": q} for q in qs], heartbeatAt=int(time.time() * 1000))
         ms.append(m)
+    assert all(lk.try_acquire() for lk in locks)
     yield ms
+    for lk in locks:
+        lk.release()
     for m in ms:
         m.leave()
 
@@ -283,8 +289,20 @@ def test_rebalance_preview_uses_the_live_allocation_code(mq: MQ, members: list) 
     assert [r["queues"] for r in rows] == [[0, 3], [0, 3]]
 
 
+def test_rebalance_of_a_known_group_without_live_members(mq: MQ, loaded: Store) -> None:
+    """Exit 0 with an empty allocation and a line saying why, as ``consumers`` exits 0 with
+    none listed (it exited 3, "not found", for a group that has offsets); an unknown group is
+    exit 3 for both."""
+    res = mq.run("rebalance", "T", "-g", "G")
+    assert res.returncode == 0 and res.stdout == b"", res
+    assert "no live member of group G consumes T" in res.stderr, res
+    assert mq.run("rebalance", "T", "-g", "G", "--json", check=True).stdout == b""
+    assert mq.run("consumers", "-g", "G", check=True).stdout == b""
+    one_error(mq.run("rebalance", "T", "-g", "Ghost"), 3, "consumer group 'Ghost' does not exist")
+    one_error(mq.run("consumers", "-g", "Ghost"), 3, "consumer group 'Ghost' does not exist")
+
+
 def test_rebalance_bad_input(mq: MQ, loaded: Store) -> None:
-    assert mq.cli("rebalance", "T", "-g", "G").returncode == 3  # no live members and no --consumers
     assert mq.cli("rebalance", "Missing", "-g", "G", "--consumers", "a").returncode == 3
     assert mq.cli("rebalance", "T", "-g", "G", "--consumers", "a", "--strategy", "config").returncode == 2
     assert mq.cli("rebalance", "T", "-g", "G", "--consumers", "a", "--strategy", "random").returncode == 2

@@ -88,3 +88,43 @@ def test_a_broadcast_member_never_stops_counting(mq: MQ) -> None:
     shown = mq.ok("rebalance", "T", "-g", "B")
     assert _client_of(mq, a, "B") in shown.out, shown
     assert a.stop() == 0
+
+
+def test_the_views_show_a_stopped_member_expired_holding_nothing(mq: MQ) -> None:
+    """``consumers``, ``progress``, ``top`` and ``rebalance`` agree on who is live, by the
+    rebalance's own test (the member's beat), and on who holds a queue (its lock): a member
+    stopped past the member expiry is shown ``expired`` and holding nothing, its queues with
+    the member that took them. Before, consumers, progress and top showed it live, still
+    holding the queues it had lost (its stale claim), and progress counted 2 live members."""
+    import json
+
+    mq.ok("topic", "create", "T", "--queues", "4")
+    a = _consumer(mq)
+    mq.wait_balanced("G", "T", 1, 4)
+    b = _consumer(mq)
+    mq.wait_balanced("G", "T", 2, 4)
+    a_id, b_id = _client_of(mq, a), _client_of(mq, b)
+    a.signal(signal.SIGSTOP)
+    try:
+        # the others share the queues without it once it expires, breaking its locks
+        wait_for(lambda: sorted(lk.queueId for lk in mq.locks("G") if lk.alive and lk.clientId == b_id)
+                 == [0, 1, 2, 3], timeout=90, what=f"{b_id} to take every queue of the stopped {a_id}")
+        rows = {r["clientId"]: r for r in mq.ok("consumers", "-g", "G", "--json", extra_env=SCALED).json_lines()}
+        assert rows[a_id]["state"] == "expired" and rows[a_id]["queues"] == [], rows
+        assert rows[b_id]["state"] == "live" and [q["queueId"] for q in rows[b_id]["queues"]] == [0, 1, 2, 3]
+        table = mq.ok("consumers", "-g", "G", extra_env=SCALED).out
+        assert table.splitlines()[0].split()[-1] == "STATE" and " expired" in table, table
+        progress = mq.ok("progress", "-g", "G", "--json", extra_env=SCALED).json_lines()
+        assert {r["owner"] for r in progress if r["topic"] == "T"} == {b_id}, progress
+        said = mq.ok("progress", "-g", "G", extra_env=SCALED).stderr
+        assert "1 live member (1 more expired" in said, said
+        [snap] = [json.loads(ln) for ln in mq.ok("top", "--once", "--json", "-g", "G", extra_env=SCALED).out.splitlines()]
+        members = {m["clientId"]: m for g in snap["groups"] for m in g["members"]}
+        assert members[a_id]["state"] == "expired" and members[a_id]["queues"] == [], members
+        assert [q["queueId"] for q in members[b_id]["queues"]] == [0, 1, 2, 3]
+        assert {q["owner"] for g in snap["groups"] for q in g["queues"] if q["topic"] == "T"} == {b_id}
+        rebalance = mq.ok("rebalance", "T", "-g", "G", "--json", extra_env=SCALED).json_lines()
+        assert [(r["clientId"], r["holds"]) for r in rebalance] == [(b_id, [0, 1, 2, 3])]
+    finally:
+        a.signal(signal.SIGCONT)
+    assert a.stop() == 0 and b.stop() == 0
