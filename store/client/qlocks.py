@@ -82,7 +82,7 @@ if TYPE_CHECKING:
 
 # (the leases, and what scales them for tests: leases.py)
 
-_LOCK_FILE_RE = re.compile(r"^(0|[1-9][0-9]{0,9})\.lock$")
+_LOCK_FILE_RE = r"^(0|[1-9][0-9]{0,9})\.lock$"   # (compiled when the table is listed, not by every consumer)
 _MAX_RECORD = 64 * 1024
 Held = Callable[[Path, int | None], bool | None]   # liveness without a probe (heldlocks.py: for monitors)
 
@@ -417,7 +417,7 @@ def _lock_files(layout: Layout, group: str, topic: str | None = None,
         if topic is not None and topic_dir.name != topic:
             continue
         for entry in list_dir(topic_dir):
-            match = _LOCK_FILE_RE.match(entry)
+            match = re.match(_LOCK_FILE_RE, entry)
             if match and (queue_id is None or int(match.group(1)) == queue_id):
                 found.append((topic_dir.name, int(match.group(1)), topic_dir / entry))
     return sorted(found)
