@@ -284,7 +284,7 @@ class Monitor:
     # -- locks -----------------------------------------------------------------------------
     def _locks(self, held: HeldLocks, now: int) -> tuple[LockStat, ...]:
         from store.client.admin_rows import lock_state
-        from store.client.qlocks import list_locks
+        from store.client.locktable import list_locks
         out = []
         for i in list_locks(self.store.layout, None, held.held):
             if (self.group is not None and i.group != self.group) or (self.topic is not None and i.topic != self.topic):
