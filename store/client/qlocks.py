@@ -94,11 +94,11 @@ def read_record(fd: int) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
-def int_or_none(value: Any) -> int | None:
+def int_or_none(value: Any) -> int | None:   # (a record's field; also the lock table's, locktable.py)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def str_or_none(value: Any) -> str | None:
+def str_or_none(value: Any) -> str | None:   # (a record's field; also the lock table's)
     return value if isinstance(value, str) else None
 
 
