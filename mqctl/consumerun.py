@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from store import StoredMessage as Message
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class ConsumeRequest:
     """What one ``mqctl consume`` was asked to do: its flags as parsed, every one given (the
     defaults are the command's, in ``mqctl/commands/consume.py``)."""

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from store import Admin, Store
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class State:
     """What the root callback parsed; the only global state is the store handle."""
 

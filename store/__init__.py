@@ -57,6 +57,9 @@ annotations use): they set ``TYPE_CHECKING = False`` themselves, which type chec
 ``typing.TYPE_CHECKING``, and import ``typing``'s names under it; a protocol is for type
 checkers only (``store.client.sinks.is_pool_sink`` tells a pool sink by its members).
 tests/cli/test_startup.py checks that a send and a consume load no ``typing``.
+Likewise each method ``@dataclass`` generates is compiled as its class is made (~0.1 ms
+each): a record on those paths that is never compared nor printed is made with
+``@dataclass(eq=False, repr=False)`` (identity equality, the default ``repr``).
 """
 from __future__ import annotations
 

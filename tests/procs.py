@@ -499,7 +499,7 @@ class MQ:
         return out
 
     def locks(self, group: str) -> list:
-        from store.client.qlocks import list_locks
+        from store.client.locktable import list_locks
         from store.layout import Layout
         return list_locks(Layout(self.root), group)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Union
 from store.client.rows import Row
 
 if TYPE_CHECKING:
-    from store.client.qlocks import LockInfo
+    from store.client.locktable import LockInfo
 
 ResetTarget = Union[str, int, _dt.datetime]
 

@@ -36,7 +36,7 @@ class MembersAdmin(AdminBase):
     # -- locks and members -------------------------------------------------------------------
     def locks(self, group: str | None = None) -> list[LockRow]:
         """Orderly consumers' queue locks (of ``group``, or of every group), holders probed."""
-        from store.client.qlocks import list_locks
+        from store.client.locktable import list_locks
         from store.flock import now_ms
         store = self.store
         if group is not None:
@@ -68,8 +68,8 @@ class MembersAdmin(AdminBase):
         the store lease (expired); with ``force`` live holders' locks too (a holder notices
         before its next batch and stops consuming the queue). ``topic`` / ``queue``: only
         those (a queue needs its topic). ``dry_run``: report what would go, change nothing."""
-        from store.client.qlocks import list_locks
-        from store.client.qlocks import unlock as release
+        from store.client.locktable import list_locks
+        from store.client.locktable import unlock as release
         from store.flock import now_ms
         if queue is not None and topic is None:
             raise usage("{queue} needs {topic}: queue ids are per topic", self.arg_names)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any, Callable, Iterable
 
-    from store.client.qlocks import LockInfo
+    from store.client.locktable import LockInfo
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def held_by(locks: Iterable[LockInfo]) -> dict[str, list[tuple[str, int]]]:
 
 def group_members(layout: Layout, group: str) -> GroupMembers:
     """The group's live members and their queues, locks probed (``Admin``)."""
-    from store.client.qlocks import list_locks
+    from store.client.locktable import list_locks
     return GroupMembers(live_members(layout, group), held_by(list_locks(layout, group)))
 
 

@@ -47,8 +47,8 @@ from store.heldlocks import HeldLocks
 from store.log.format import CQ_ENTRY
 
 if TYPE_CHECKING:
+    from store.client.locktable import LockInfo
     from store.client.members import MemberInfo
-    from store.client.qlocks import LockInfo
     from store.log.messagestore import Store
     from store.log.topics import TopicConfig
 
@@ -131,7 +131,7 @@ class Monitor:
         topics = self._topics()
         ends = {(t.topic, q): (lo, hi) for t in topics for q, (lo, hi) in enumerate(zip(t.min_offsets, t.max_offsets))}
         offsets = self._committed()
-        from store.client.qlocks import list_locks
+        from store.client.locktable import list_locks
         infos = list_locks(self.store.layout, None, held.held)   # (once: members' queues are their locks)
         groups = self._groups(offsets, ends, held, infos)
         locks = self._locks(infos, now)

@@ -158,8 +158,8 @@ class OffsetsAdmin(AdminBase):
                         row.clamped = "earliest"
                 plan.rows.append(row)
         # Live members holding queues of the topic (published queues, and live orderly locks).
+        from store.client.locktable import list_locks
         from store.client.members import live_members
-        from store.client.qlocks import list_locks
         qset = set(qids)
         pids: dict[str, Any] = {}
         for m in live_members(store.layout, group):

@@ -53,7 +53,7 @@ def default_broadcast_client_id() -> str:
     return f"{os.uname().nodename}@DEFAULT"
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class RunState:
     """Whether the member is to stop, shared by the loop and the parts that hand out work:
     ``stop_requested`` (a stop, from any thread or a signal handler: no new batch is handed

@@ -35,9 +35,9 @@ holds any lock, whatever the files say.
 
 Path changes are serialised by the group's mutex (``store/client/group_mutex.py``): a lock file
 is only unlinked or replaced, and every acquisition, renewal and release runs, under it
-(``is_valid`` and :func:`list_locks` never take it).
+(``is_valid`` and ``locktable.list_locks`` never take it).
 
-Probes (``list_locks``' ``alive``) take a *shared* non-blocking lock and drop it at once, so two
+Probes (``locktable.list_locks``' ``alive``) take a *shared* non-blocking lock and drop it at once, so two
 probes never mistake each other for a holder; one can make a concurrent ``try_acquire`` fail
 once (consumers retry at the next rebalance).
 
@@ -49,10 +49,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from store.client.group_mutex import MUTEX_TIMEOUT, group_mutex
@@ -63,7 +61,6 @@ from store.flock import (
     close_kept,
     file_id,
     keep,
-    list_dir,
     names_same_file,
     now_ms,
     open_exclusive,
@@ -74,7 +71,7 @@ from store.flock import (
 )
 from store.fsutil import ensure_dir
 from store.layout import Layout
-from store.names import ANY_TOPIC_RE, validate_any_topic, validate_client_id, validate_group
+from store.names import validate_any_topic, validate_client_id, validate_group
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -82,42 +79,12 @@ if TYPE_CHECKING:
 
 # (the leases, and what scales them for tests: leases.py)
 
-_LOCK_FILE_RE = re.compile(r"^(0|[1-9][0-9]{0,9})\.lock$")
 _MAX_RECORD = 64 * 1024
-Held = Callable[[Path, int | None], bool | None]   # liveness without a probe (heldlocks.py: for monitors)
 
 
 # -- records ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class LockInfo:
-    """One row of the lock table, with the contract's field names (``mqctl locks``).
-
-    ``group``/``topic``/``queueId`` come from the file's path; the holder fields come from the
-    record and are None when it is unreadable. ``alive`` is the OS lock, probed.
-    """
-
-    group: str
-    topic: str
-    queueId: int
-    clientId: str | None
-    pid: int | None
-    host: str | None
-    acquiredAt: int | None
-    renewedAt: int | None
-    expiresAt: int | None
-    alive: bool
-
-    def expired(self, at_ms: int | None = None) -> bool:
-        """True if the record says the store-side lease ran out (unknown is never expired)."""
-        now = at_ms if at_ms is not None else now_ms()
-        return self.expiresAt is not None and self.expiresAt < now
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _read_record(fd: int) -> dict[str, Any] | None:
+def read_record(fd: int) -> dict[str, Any] | None:
     """The record in an open lock file, or None if it is missing or garbage."""
     try:
         raw = os.pread(fd, _MAX_RECORD, 0)
@@ -127,27 +94,16 @@ def _read_record(fd: int) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
-def _int_or_none(value: Any) -> int | None:
+def int_or_none(value: Any) -> int | None:   # (a record's field; also the lock table's, locktable.py)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _str_or_none(value: Any) -> str | None:
+def str_or_none(value: Any) -> str | None:   # (a record's field; also the lock table's)
     return value if isinstance(value, str) else None
 
 
-def _info(group: str, topic: str, queue_id: int, record: dict[str, Any] | None, alive: bool) -> LockInfo:
-    rec = record or {}
-    return LockInfo(
-        group=group, topic=topic, queueId=queue_id,
-        clientId=_str_or_none(rec.get("clientId")), pid=_int_or_none(rec.get("pid")),
-        host=_str_or_none(rec.get("host")), acquiredAt=_int_or_none(rec.get("acquiredAt")),
-        renewedAt=_int_or_none(rec.get("renewedAt")), expiresAt=_int_or_none(rec.get("expiresAt")),
-        alive=alive,
-    )
-
-
 def _record_expired(record: dict[str, Any] | None, at_ms: int) -> bool:
-    expires = _int_or_none((record or {}).get("expiresAt"))
+    expires = int_or_none((record or {}).get("expiresAt"))
     return expires is not None and expires < at_ms
 
 
@@ -245,17 +201,17 @@ class QueueLock:
         except FileNotFoundError:
             return open_exclusive(self.path)  # released (or never taken)
         try:
-            record = _read_record(fd)
+            record = read_record(fd)
             still_held = not try_flock(fd, self.path, shared=True)
         finally:
             os.close(fd)
         if still_held and not _record_expired(record, now_ms()):
             return None
         if still_held:
-            holder = _info(self.group, self.topic, self.queue_id, record, True)
-            idle = (now_ms() - (holder.renewedAt or 0)) / 1000
-            self.warn(f"breaking the lock on queue {self._name()}: held by {holder.clientId} "
-                      f"(pid {holder.pid}) but not renewed for {idle:.1f} s")
+            rec = record or {}
+            idle = (now_ms() - (int_or_none(rec.get("renewedAt")) or 0)) / 1000
+            self.warn(f"breaking the lock on queue {self._name()}: held by {str_or_none(rec.get('clientId'))} "
+                      f"(pid {int_or_none(rec.get('pid'))}) but not renewed for {idle:.1f} s")
             # The stuck holder keeps its OS lock on the old inode; unlinking the name is what
             # takes the queue away from it (its is_valid compares inodes).
             unlink_if_exists(self.path)
@@ -405,95 +361,3 @@ def renew_all(locks: list[QueueLock]) -> list[QueueLock]:
     except LockHeldError as exc:
         first.warn(f"could not renew the queue locks of group {first.group}: {exc}")
         return [lock for lock in locks if not lock.still_named()]
-
-
-# -- the table -------------------------------------------------------------------------------
-
-def _lock_files(layout: Layout, group: str, topic: str | None = None,
-                queue_id: int | None = None) -> list[tuple[str, int, Path]]:
-    """(topic, queueId, path) of the group's lock files, sorted, filtered."""
-    found = []
-    for topic_dir in _subdirs(layout.queue_locks_dir(group)):
-        if topic is not None and topic_dir.name != topic:
-            continue
-        for entry in list_dir(topic_dir):
-            match = _LOCK_FILE_RE.match(entry)
-            if match and (queue_id is None or int(match.group(1)) == queue_id):
-                found.append((topic_dir.name, int(match.group(1)), topic_dir / entry))
-    return sorted(found)
-
-
-def _subdirs(path: Path) -> list[Path]:
-    # Only valid names (groups, and topics with a group's retry topic): skips the mutex file
-    # and anything a user dropped in by hand.
-    return sorted(path / name for name in list_dir(path)
-                  if ANY_TOPIC_RE.match(name) and (path / name).is_dir())
-
-
-def lock_groups(layout: Layout) -> list[str]:
-    """Groups that have a lock directory (held, stale or empty)."""
-    return [p.name for p in _subdirs(layout.queue_locks_root)]
-
-
-def _probe_info(group: str, topic: str, queue_id: int, path: Path, held: Held | None) -> LockInfo | None:
-    try:
-        fd = open_file(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None  # released between listing and probing
-    try:
-        record = _read_record(fd)
-        alive = held(path, _int_or_none((record or {}).get("pid"))) if held else not try_flock(fd, path, shared=True)
-    finally:
-        os.close(fd)
-    return None if alive is None else _info(group, topic, queue_id, record, alive)
-
-
-def list_locks(layout: Layout, group: str | None = None, held: Held | None = None) -> list[LockInfo]:
-    """Every queue lock file of ``group`` (or of all groups), with its holder probed.
-
-    ``alive=False``: nobody holds the OS lock (a crashed holder's record). Read-only: takes no
-    mutex and changes no file. ``held(path, pid)`` answers instead of a probe."""
-    groups = [validate_group(group)] if group is not None else lock_groups(layout)
-    infos = [_probe_info(g, topic, qid, path, held) for g in groups for topic, qid, path in _lock_files(layout, g)]
-    return [info for info in infos if info is not None]
-
-
-def unlock(layout: Layout, group: str, topic: str | None = None, queue_id: int | None = None,
-           force: bool = False, *, timeout: float = MUTEX_TIMEOUT) -> list[LockInfo]:
-    """Remove stale locks (holder gone) and expired ones (holder stuck past the store lease).
-
-    With ``force`` live locks are broken too; their holders' ``is_valid`` turns False before
-    their next batch. Returns what was removed, as it was just before. LockHeldError if the
-    group's mutex stays busy for ``timeout`` seconds.
-    """
-    validate_group(group)
-    if not layout.queue_locks_dir(group).is_dir():
-        return []
-    released = []
-    with group_mutex(layout, group, timeout):
-        for t, qid, path in _lock_files(layout, group, topic, queue_id):
-            info = _remove_if_allowed(group, t, qid, path, force)
-            if info is not None:
-                released.append(info)
-    return released
-
-
-def _remove_if_allowed(group: str, topic: str, queue_id: int, path: Path,
-                       force: bool) -> LockInfo | None:
-    # Called under the group mutex. A free file is locked before it is unlinked, so nobody
-    # can be taking it at that moment; a held one is unlinked under its holder.
-    try:
-        fd = open_file(path, os.O_RDWR)
-    except FileNotFoundError:
-        return None
-    try:
-        record = _read_record(fd)
-        alive = not try_flock(fd, path)
-        info = _info(group, topic, queue_id, record, alive)
-        if alive and not force and not info.expired():
-            return None
-        if names_same_file(fd, path):
-            unlink_if_exists(path)
-        return info
-    finally:
-        os.close(fd)

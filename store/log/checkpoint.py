@@ -38,7 +38,7 @@ class Checkpoint:
         return body + (zlib.crc32(body) & 0x7FFFFFFF).to_bytes(4, "big")
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class Hints:
     """What one store handle has made durable itself since it was opened (its fsync threads
     write these; the next checkpoint it writes carries them): the commit log below ``synced``,

@@ -57,7 +57,7 @@ except ImportError:
 NATIVE = _native is not None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class Columns:
     """Messages of one queue as parallel lists: entry ``i`` of every list is the message at
     queue offset ``offsets[i]``. ``props`` are the raw ``name 0x01 value 0x02`` bytes.

@@ -299,7 +299,7 @@ class CommitLog:
             os.close(cached[1])
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class _Chunk:
     """One batch's bytes bound for one commit-log file (its ``base``), and where they go in it."""
 

@@ -148,7 +148,7 @@ class QueueTable:
             q.close()
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class WriterState:
     """What a writing handle carries from batch to batch (used under the write lock): the
     next round-robin queue per topic, the unique-key generator, this process's pid and boot

@@ -160,7 +160,7 @@ def first_unlisted(log: CommitLog, topics: dict[str, "TopicConfig"], topic: str,
 
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class LogTail:
     """The records of a short range ``[start, end)`` of the log as their headers show them
     (:func:`read_tail`): ``(offset, size, queue id, queue offset, topic)`` of each one that

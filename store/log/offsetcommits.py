@@ -59,7 +59,7 @@ TOPIC = names.OFFSET_COMMIT_TOPIC
 QueueKey = tuple[str, int]
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class OffsetCommit:
     """What one stage batch commits: ``group``'s next offsets, and the epochs they assume."""
 
@@ -156,7 +156,7 @@ def records_after(layout: Layout, topic: str, after: int) -> tuple[list[bytes], 
     return [body for _at, _end, body in records if body is not None], end
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class Pending:
     """The commit records after a table's ``commitsApplied``: ``commits`` in log order, each
     with the log offset its record ends at and its offset in the commit queue; ``end`` the

@@ -66,7 +66,7 @@ MAX_RECORD = 64 << 20
 SECTOR = 512   # the least a power cut loses at once (a lost page is 8 of them)
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class Tail:
     """What a read of the journal found: records (payloads) from the position asked for,
     the journal's ``base``, its logical end (after its last valid record), and whether a
@@ -262,13 +262,14 @@ def decode(payload: bytes) -> dict[str, Any] | None:
 # does for readers, not wait (a commit appended after it would be where no reader looks).
 _KEY, _ID, _INT = rb'"[\x20\x21\x23-\x5b\x5d-\x7e]*"', rb'"(?:0|[1-9][0-9]{0,18})"', rb'-?(?:0|[1-9][0-9]{0,18})'
 _KEY_SET = rb'%s:\{%s:%s(?:,%s:%s)*\}' % (_KEY, _ID, _INT, _ID, _INT)
-_SETS_ONLY = re.compile(rb'\{"set":\{%s(?:,%s)*\}\}' % (_KEY_SET, _KEY_SET))
+# (compiled at its first use, by re, which keeps it: ~0.4 ms a process that never reads another's commit saves)
+_SETS_ONLY = rb'\{"set":\{%s(?:,%s)*\}\}' % (_KEY_SET, _KEY_SET)
 
 
 def sets_only(payload: bytes) -> bool:
     """Whether a record, not decoded, is in a commit's form (see the module docstring): it
     only sets offsets, and its form makes it a JSON object (its decoding may wait)."""
-    return _SETS_ONLY.fullmatch(payload) is not None
+    return re.fullmatch(_SETS_ONLY, payload) is not None
 
 
 def may_set(payloads: bytes | bytearray, key: str, queue_ids: Iterable[int]) -> bool:

@@ -103,7 +103,7 @@ def exclusive(lock_path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None
         close_kept(fd)  # closing the descriptor releases the lock, as does a crash
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class FallbackWatch:
     """A ``warn`` wrapper that remembers whether the ``.bak`` had to be used."""
 
@@ -141,7 +141,7 @@ def check_offset(offset: Any, queue_id: Any) -> None:
 # -- clustering: config/consumerOffset.json --------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class GroupOffsets:
     """One group's offsets and reset epochs, read from a single version of the file (pass
     ``epochs`` back as ``expected_epochs`` to :meth:`ClusterOffsetStore.commit`)."""

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 NO_OFFSET = -1
 TOPIC_GROUP_SEPARATOR = "@"
-_KEY_TEXT = re.compile(rb'"((?:%RETRY%|%DLQ%)?[A-Za-z0-9_%|-]{1,127}@[A-Za-z0-9_%|-]{1,127})"')
+_KEY_TEXT = rb'"((?:%RETRY%|%DLQ%)?[A-Za-z0-9_%|-]{1,127}@[A-Za-z0-9_%|-]{1,127})"'  # (compiled when used: damage)
 
 
 def is_int(value: Any) -> TypeGuard[int]:
@@ -83,7 +83,7 @@ def _json_object(obj: dict[str, Any], name: str) -> dict[str, Any]:
     return value
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class ClusterTable:
     """The parsed offset table."""
 
@@ -182,7 +182,7 @@ class ClusterTable:
                 yield topic, queues
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class Loaded:
     """A table as :func:`load` found it."""
 
@@ -422,7 +422,7 @@ def _lost(damaged_text: bytes, table: ClusterTable) -> set[str]:
     key a trusted source knows by its reset epoch alone (its offsets were reset or deleted
     since) is not lost: the damaged copy only remembers it from before."""
     out = set(table.lost)
-    for m in _KEY_TEXT.finditer(damaged_text):
+    for m in re.finditer(_KEY_TEXT, damaged_text):
         key = m.group(1).decode()
         if key not in table.offsets and key not in table.epochs:
             out.add(key)

@@ -62,7 +62,7 @@ def look_at(path: Any) -> Look | None:
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class _Seen:
     """How far the view has read, and what of the snapshot it knows."""
 

@@ -80,7 +80,7 @@ def _delay_progress_from(layout: Layout, obj: Any) -> dict[str, Any]:
             "progressRecords": end}
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class DelayProgress:
     """The end record of a scheduler pass's batch for one queue (``offsetcommits.seal``):
     the queue's new offset and the offsets above it this pass delivered (as ranges), so that

@@ -59,7 +59,7 @@ WRITE_SLACK_MS = 2000
 _HOME_LOOKBACK = 64
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
 class Finding:
     """A queue found cut short: ``why`` (one phrase), and where a rebuild starts: the log
     offset ``start`` (a record boundary) of the first record it must dispatch again."""

@@ -33,7 +33,6 @@ from store import names
 from store.errors import UsageError
 from store.failpoints import failpoint
 from store.fsutil import ensure_dir
-from store.log.positions import DelayProgress, load_delay_progress, save_delay_progress
 from store.log.record import (
     PROP_DELAY,
     PROP_DELIVER_MS,
@@ -142,6 +141,8 @@ def deliver_due(store: "Store", now_ms: int | None = None, max_messages: int = 1
 
 
 def _pass(store: "Store", now: int, budget: int) -> int:
+    # (the progress file's module only where delayed messages exist: not in every consumer's start)
+    from store.log.positions import DelayProgress, load_delay_progress, save_delay_progress
     state = load_delay_progress(store.layout, store.warn)
     delivered = 0
     changed = False
@@ -212,6 +213,7 @@ def next_due(store: "Store") -> int | None:
     """The earliest delivery time still pending (for sleeping until then), or None."""
     if not store.has_topic(names.SCHEDULE_TOPIC):
         return None
+    from store.log.positions import load_delay_progress
     state = load_delay_progress(store.layout, store.warn)
     best = None
     for qid in range(store.topic(names.SCHEDULE_TOPIC).queues):
@@ -240,6 +242,7 @@ def _pending(store: "Store", limit: int) -> Iterator[tuple[int, int, int]]:
     """``(queue id, offset, delivery time)`` of each delayed message not delivered yet, from
     the consume queues' tag codes and ``delayOffset.json``; at most ``limit`` entries per
     queue are looked at."""
+    from store.log.positions import load_delay_progress
     state = load_delay_progress(store.layout, store.warn)
     for qid in range(store.topic(names.SCHEDULE_TOPIC).queues):
         start = state["offsetTable"].get(str(qid), 0)

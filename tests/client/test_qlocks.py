@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from store.client.group_mutex import group_mutex
-from store.client.qlocks import QueueLock, list_locks, unlock
+from store.client.locktable import list_locks, unlock
+from store.client.qlocks import QueueLock
 from store.errors import InvalidNameError, LockHeldError, UsageError
 from store.layout import Layout
 from tests.procs import finish, python
@@ -433,7 +434,8 @@ CHURN = r"""
 import os, sys, time
 from pathlib import Path
 from store.layout import Layout
-from store.client.qlocks import QueueLock, list_locks, unlock
+from store.client.locktable import list_locks, unlock
+from store.client.qlocks import QueueLock
 
 root, cid, marker, seconds = sys.argv[1:5]
 layout = Layout(Path(root))
