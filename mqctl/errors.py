@@ -7,8 +7,8 @@ traceback instead. Typer-free: the quick send of ``mqctl/entry.py`` runs inside 
 """
 from __future__ import annotations
 
-import _signal as signal  # (signal's C half: the module's enums cost every start ~0.5 ms)
 import os
+import signal
 import sys
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
@@ -201,7 +201,7 @@ def hang_up() -> None:
     session of its own, as supervisors and test harnesses do): a SIGHUP ignored (``nohup``)
     changes nothing, the output is lost; one handled runs its handler (``tx check --loop``
     ends its loop, exit 0); by default mqctl ends as SIGHUP ends it."""
-    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
         signal.raise_signal(signal.SIGHUP)
 
 

@@ -18,9 +18,9 @@ listed in the docstring of the module that places them.
 """
 from __future__ import annotations
 
-import _signal as signal  # (signal's C half: see mqctl/errors.py)
 import os
 import re
+import signal
 
 ENV_VAR = "MQCTL_FAILPOINTS"
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from _queue import SimpleQueue  # (queue's C half: see runtime.py)
 from collections.abc import Callable
+from queue import SimpleQueue
 
 from store.errors import StoreIOError
 from store.log.offsets import QueueKey, Warn

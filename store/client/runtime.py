@@ -33,11 +33,11 @@ its own (:meth:`Runtime.start`, the iterator), or in an event loop that drives :
 (``handoff.feed``)."""
 from __future__ import annotations
 
-import _signal  # (signal's and queue's C halves: their Python modules cost a start ~1 ms)
 import math
+import queue as queue_mod
+import signal
 import threading
 import time
-from _queue import Empty, SimpleQueue
 from pathlib import Path
 
 from store import names
@@ -103,7 +103,7 @@ class Runtime:
         self.drained = threading.Event()   # exit_at_end: the held queues are drained
         self.stopped = threading.Event()   # the member has left (shutdown)
         self.loop_ended = threading.Event()  # the loop of :meth:`start` has ended
-        self._calls: SimpleQueue[Callable[[], None]] = SimpleQueue()
+        self._calls: queue_mod.SimpleQueue[Callable[[], None]] = queue_mod.SimpleQueue()
         self.turn_lock = threading.RLock()   # held by a turn of _loop, and by handoff.feed
         self.asleep_until = 0.0   # (under it) when _loop's wait after its turn ends; 0: none
         self._thread: threading.Thread | None = None
@@ -212,6 +212,7 @@ class Runtime:
             self.setup()
 
         def main() -> None:
+            import _signal  # (this thread takes no signal: see handoff.feed)
             _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
             try:
                 self._loop()
@@ -287,8 +288,8 @@ class Runtime:
             if self.dispatcher.in_write:
                 raise KeyboardInterrupt   # a write blocked on a reader that does not read
         if threading.current_thread() is threading.main_thread():
-            _signal.signal(_signal.SIGINT, on_signal)
-            _signal.signal(_signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
+            signal.signal(signal.SIGTERM, on_signal)
 
     def shutdown(self, wait_handlers: bool) -> None:
         """Stop handing out, persist offsets, release queue locks, leave the group. Batches
@@ -321,7 +322,7 @@ class Runtime:
         while True:
             try:
                 fn = self._calls.get_nowait()
-            except Empty:
+            except queue_mod.Empty:
                 return
             fn()
 

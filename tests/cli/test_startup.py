@@ -420,14 +420,12 @@ CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.lo
 # (~3 ms: the consumer runtime's modules import its names under a local TYPE_CHECKING, as the
 # send path's do, and tell a pool sink by its members, not by a runtime-checked Protocol); what
 # inspect loads (~4 ms: dataclasses imports it for classes without a docstring, and the quick
-# paths defer it, mqctl/lazymods.py) and ipaddress (pathlib's urllib.parse imports it); signal
-# and queue (~1 ms: the signal module's enums, queue's heapq; their C halves, _signal and
-# _queue, do the same work); the delay scheduler's progress file (store/log/positions.py: no
-# delayed message, nothing to read) and the queue lock table of monitors (store/client/locktable.py).
+# paths defer it, mqctl/lazymods.py) and ipaddress (pathlib's urllib.parse imports it); the
+# delay scheduler's progress file (store/log/positions.py: no delayed message, nothing to read)
+# and the queue lock table of monitors (store/client/locktable.py).
 QUICK_CONSUME_NEVER_LOADS = ("concurrent", "logging", "traceback", "textwrap", "datetime", "_datetime",
                              "termios", "store.client.sendresult", "store.client.message", "store.log.results",
-                             "typing", "ipaddress", "signal", "queue", "heapq", "store.log.positions",
-                             "store.client.locktable") + INSPECT_LOADS
+                             "typing", "ipaddress", "store.log.positions", "store.client.locktable") + INSPECT_LOADS
 
 
 @pytest.mark.parametrize("queues", ["one", "three"])
