@@ -452,13 +452,18 @@ class Dispatcher:
             self.consumed -= len(batch)
 
     def retry_due(self) -> None:
-        """Retry the send-backs that failed earlier and are due now."""
-        for key, m in self.retrier.due():
-            pq = self.held.pqs.get(key)
-            if pq is not None:
+        """Retry the send-backs that failed earlier and are due now: of the holding the message
+        is out of only. One being let go (a rebalance) gets the message back, so that its drop
+        can end (it waits for what is out) and the next holder delivers it again; a holding let
+        go since (a reset, the queue lost and taken again) is nothing to it: the queue's new
+        holding delivers the message again (as for a stale batch, ``_stale``)."""
+        for key, pq, m in self.retrier.due():
+            if self.held.pqs.get(key) is pq:
                 # (the retrier's, not self.failed: the message was counted when its handler failed)
                 self.last_activity = time.monotonic()
                 self.retrier.failed(key, pq, [m], "retry after a failed send-back")
+            elif self.held.dropping.get(key) is pq:
+                pq.release([m])
 
     # -- stopping --------------------------------------------------------------------------
     def finish(self, wait_handlers: bool) -> None:

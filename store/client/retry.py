@@ -94,7 +94,8 @@ class Retrier:
         self.warn = warn
         self.sent_back = sent_back   # a copy went to the retry topic: delayed messages soon due
         self.max_reconsume: int | None = None
-        self.retry_later: list[tuple[float, QueueKey, Message]] = []   # failed send-backs
+        # failed send-backs: when due, the queue, the holding the message is out of, the message
+        self.retry_later: list[tuple[float, QueueKey, ProcessQueue, Message]] = []
         self.retries_sent = 0   # copies sent to the retry topic (not the DLQ) by this member
         # messages this member settled without their handler succeeding (dead-lettered, or a
         # broadcast one skipped): what ``mqctl consume`` turns into exit 1
@@ -155,7 +156,7 @@ class Retrier:
                 # tried again, once, when it is due.
                 self.warn(f"could not send {m.uniq_key if isinstance(m, Message) else m.msg_id} "
                           f"back ({exc}); retrying here in {SEND_BACK_RETRY_S:g} s")
-                self.retry_later.append((time.monotonic() + SEND_BACK_RETRY_S, key, m))
+                self.retry_later.append((time.monotonic() + SEND_BACK_RETRY_S, key, pq, m))
                 continue
             if where == "dlq":
                 self.warn(f"{key[0]}/{key[1]}@{m.queue_offset}: {why}; reconsumed {m.reconsume_times} times, "
@@ -184,10 +185,11 @@ class Retrier:
             return None
         return lambda drafts: stage.emit_drafts(m.commitlog_offset, drafts)
 
-    def due(self) -> list[tuple[QueueKey, Message]]:
-        """The messages whose send-back failed and is due again now (taken off the list)."""
+    def due(self) -> list[tuple[QueueKey, ProcessQueue, Message]]:
+        """The messages whose send-back failed and is due again now, each with the holding it
+        is out of (taken off the list)."""
         now = time.monotonic()
-        due = [(key, m) for t, key, m in self.retry_later if t <= now]
+        due = [(key, pq, m) for t, key, pq, m in self.retry_later if t <= now]
         self.retry_later = [r for r in self.retry_later if r[0] > now]
         return due
 

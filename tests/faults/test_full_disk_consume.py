@@ -171,3 +171,42 @@ def test_a_consumer_whose_offsets_journal_does_not_fit_keeps_its_offsets_and_com
         m.check_clean()
     finally:
         m.cleanup()
+
+
+def test_a_queue_whose_send_back_keeps_failing_still_goes_to_a_joining_member(tmp_path: Path) -> None:
+    """A member whose handler and send-backs fail (a full disk) keeps the failed message
+    handed out while it waits to retry the send-back. When a second member joins and the queue
+    is to go to it, the due retry hands the message back, so the drop ends and the joiner gets
+    the queue and the message. Before, the retry looked for the queue among those held only,
+    found it being let go, and forgot it: the message stayed out, the drop waited for it for
+    good, and the queue was held unread until the first member stopped."""
+    import subprocess
+    import sys
+    mq = MQ(tmp_path / "s", tmp_path)
+    mq.ok("topic", "create", "T", "--queues", "2")
+    for q in (0, 1):
+        mq.ok("send", "T", f"m{q}", "-q", str(q))
+    log = tmp_path / "a.log"
+    a = subprocess.Popen([sys.executable, "-c", f"""
+import store
+from store.client import retry
+from store.errors import StoreIOError
+def full(*a, **k):
+    raise StoreIOError("cannot append: no space left on device (simulated)")
+retry.send_back = full
+def handler(m):
+    with open({str(log)!r}, "a") as f:
+        print(m.queue_id, file=f, flush=True)
+    raise RuntimeError("fails")
+with store.Consumer("T", group="G", path={str(mq.root)!r}, start_from="first", client_id="a-first") as c:
+    c.run(handler, threads=1)
+"""], stdout=subprocess.DEVNULL, stderr=open(tmp_path / "a.err", "wb"), env=mq.environ())
+    try:
+        wait_for(lambda: log.exists() and sorted(log.read_text().split()) == ["0", "1"], timeout=120,
+                 what="the first member's handler to fail on both queues")
+        b = mq.start("consume", "T", "-g", "G", "--client-id", "z-second", "-c", "1", "-o", "first")
+        assert b.wait(timeout=180) == 0, b.stderr()
+        assert b.lines() in ([b"m0"], [b"m1"])
+    finally:
+        a.terminate()
+        a.wait(timeout=60)
