@@ -348,12 +348,10 @@ class Dispatcher:
     def _stale(self, pq: ProcessQueue | None, batch: list[Message]) -> None:
         """A batch handed out by a holding of its queue that was let go since (``offsets reset``
         under the member, :meth:`OffsetKeeper._reload_after_reset`): its outcome is no one's.
-        The queue starts again from its stored offset, so its messages are handed out again; the
-        queue taken again (``pq``) may have done so already. Applied to that holding, it used to
-        settle a message whose new run was still out (an exactly-once stage then wrote the
-        offset past it with no outputs, the new run's cleared by its hand-out) and drop it from
-        the new holding's cache. A stage forgets the outputs it gave, unless its message is
-        out again (whatever it holds then is the new run's to settle)."""
+        The queue starts again from its stored offset; the queue taken again (``pq``) may have
+        handed the messages out again already. Applied to it, the outcome settled a message
+        whose new run was still out (a stage then committed past it with no outputs). A stage
+        forgets the outputs it gave, unless its message is out again (the new run's to settle)."""
         stage = self.keeper.stage
         if stage is not None:
             again = set() if pq is None else (pq.in_flight | set(pq.consuming))
@@ -452,11 +450,9 @@ class Dispatcher:
             self.consumed -= len(batch)
 
     def retry_due(self) -> None:
-        """Retry the send-backs that failed earlier and are due now: of the holding the message
-        is out of only. One being let go (a rebalance) gets the message back, so that its drop
-        can end (it waits for what is out) and the next holder delivers it again; a holding let
-        go since (a reset, the queue lost and taken again) is nothing to it: the queue's new
-        holding delivers the message again (as for a stale batch, ``_stale``)."""
+        """Retry the send-backs that failed earlier and are due now, in the holding their message
+        is out of: one being let go gets it back (its drop waits for it; the next holder
+        delivers it), one let go since is nothing to it (as a stale batch, ``_stale``)."""
         for key, pq, m in self.retrier.due():
             if self.held.pqs.get(key) is pq:
                 # (the retrier's, not self.failed: the message was counted when its handler failed)

@@ -40,14 +40,12 @@ import json
 from dataclasses import dataclass, field
 
 from store import names
-from store.fsutil import read_json_with_bak
 from store.layout import Layout
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.record import Draft, RecordError
-from store.log.settings import StoreSettings
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:   # (the offset table is its caller's: not imported by every sender)
@@ -132,12 +130,22 @@ def _records(layout: Layout, topic: str, after: int) -> tuple[list[tuple[int, in
 
 
 def _commitlog(layout: Layout) -> CommitLog:
-    """The store's commit log, to read records by offset (its segment size from store.json)."""
+    """The store's commit log, to read records by offset, with the segment size the store's
+    opener uses: store.json's, its .bak's when that is the one that reads or agrees with the
+    segments (``settings.load``, ``settings.agreeing``; what they warn of, the opener says)."""
+    from store.errors import DataError
+    from store.log import settings
+
+    def quiet(_message: str) -> None:
+        pass
+
     try:
-        size = StoreSettings.from_json(read_json_with_bak(layout.store_json, default={})).commitlog_segment_size
-    except (ValueError, KeyError, TypeError):
-        size = F.COMMITLOG_SEGMENT_SIZE
-    return CommitLog(layout.commitlog_dir, size)
+        found = settings.load(layout, quiet)
+        log = CommitLog(layout.commitlog_dir, found.commitlog_segment_size)
+        agreed = settings.agreeing(layout, found, log, quiet)
+    except DataError:   # (no store.json at all: no store opens here either)
+        return CommitLog(layout.commitlog_dir, F.COMMITLOG_SEGMENT_SIZE)
+    return log if agreed is found else CommitLog(layout.commitlog_dir, agreed.commitlog_segment_size)
 
 
 def _body(log: CommitLog, phys: int, size: int, topic: str) -> bytes | None:

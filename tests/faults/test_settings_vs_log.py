@@ -159,3 +159,20 @@ def test_a_consume_queue_segment_size_the_queues_disagree_with_is_refused_until_
     mq.check_clean()
     got = mq.ok("consume", "c", "-g", "grp", "-o", "first", "-e").stdout.split()
     assert got == [str(i).encode() for i in range(100)], got
+
+
+@pytest.mark.parametrize("crc", [True, False])
+def test_the_offset_commit_reader_takes_the_segment_size_the_store_opens_with(tmp_path: Path, crc: bool) -> None:
+    """The reader of stages' offset-commit records (``offsetcommits``) opens the commit log
+    itself: with store.json flipped it read the default 64 MiB segments (a wrong crc) or the
+    flipped size (no crc), and records past the first segment read as missing, while the
+    store, reading the .bak, used the real size."""
+    from store.layout import Layout
+    from store.log import offsetcommits
+    mq = _store(tmp_path)
+    if not crc:
+        for p in (mq.root / "store.json", mq.root / "store.json.bak"):
+            _without_crc(p)
+    _flip(mq.root / "store.json")
+    assert offsetcommits._commitlog(Layout(mq.root)).segment_size == SEG
+    assert _consumed(mq) == N
