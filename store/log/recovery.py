@@ -174,14 +174,6 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
         # to their queues' new ends, each with a warning).
         rep.damage.append(lost)
         engine.warn(f"{lost[0]} at offset {lost[1]}: {lost[2]}")
-    else:
-        # Records the log no longer has though the consume queues or the checkpoint were
-        # written after them (an async store's power cut before its flush may lose them; so
-        # does a cut file): the queues are cut back below, and that is said, once, by the
-        # process that repairs (under the write lock: the next opener finds the store clean).
-        gone = gone_past_end(engine, plan.checkpoint)
-        if gone is not None:
-            engine.warn(gone)
     rebuild_index = full or indexfence.rebuilding(engine.index)
     if rebuild_index and not full:
         plan.start = engine.commitlog.min_offset()
@@ -200,6 +192,16 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     topics = engine.topics()
     valid_end, last_ts = _redispatch(engine, plan, topics, rep, progress)
     rep.truncated_bytes = engine.commitlog.truncate_to(valid_end)
+    if lost is None:
+        # Records the log no longer has though the consume queues or the checkpoint were
+        # written after them (an async store's power cut before its flush may lose them; so
+        # does a cut file), counted from the log's end as repaired (an unfinished batch's
+        # records before the cut go with it): the queues are cut back now, and that is said,
+        # once, by the process that repairs (under the write lock: the next opener finds the
+        # store clean).
+        gone = gone_past_end(engine, plan.checkpoint)
+        if gone is not None:
+            engine.warn(gone)
     rep.cq_entries_dropped = _trim_queues(engine, valid_end)
     if full or rep.damage:
         regions = _damaged_regions(engine, rep)
