@@ -14,16 +14,8 @@ from store import names
 from store.client.aio_driver import drive
 from store.client.aio_shared import off_loop
 from store.client.aio_sinks import AsyncIteratorSink, HandlerCalls, TaskSink
-from store.client.consumer import (
-    ITER_BATCH,
-    ITER_CACHE_BYTES,
-    PREFETCH,
-    Consumer,
-    StartFrom,
-    set_retries,
-    start_position,
-    tag_filter,
-)
+from store.client.consumer import ITER_BATCH, ITER_CACHE_BYTES, PREFETCH, Consumer
+from store.client.consumer_args import StartFrom, set_retries, start_position, tag_filter
 from store.client.handoff import DrainedEvent, Hand, InHand
 from store.client.message import Message
 from store.client.paths import PathLike, resolve_store_path
