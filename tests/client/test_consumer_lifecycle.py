@@ -5,15 +5,18 @@ never leaves keeps its share of the queues, which nobody reads)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import subprocess
 import threading
+from typing import Any
 
 import pytest
 
 import store
 from store.client import aio_shared
 from store.inotify import inotify_available
-from tests.procs import MQ  # noqa: F401  (mq is a fixture)
+from tests.procs import MQ, finish, python, wait_for
 
 LINES = [f"m{i}" for i in range(8)]
 
@@ -24,9 +27,13 @@ def path(mq: MQ) -> str:
 
 
 def members(mq: MQ, group: str) -> list[str]:
-    """The group's members as ``mqctl consumers -g GROUP --json`` lists them."""
-    out = mq.ok("consumers", "-g", group, "--json").stdout
-    return [json.loads(line)["clientId"] for line in out.splitlines() if line.strip()]
+    """The group's members as ``mqctl consumers -g GROUP --json`` lists them (none: a group
+    nothing ever joined or committed is unknown, exit 3)."""
+    res = mq.run("consumers", "-g", group, "--json")
+    if res.returncode == 3 and "does not exist" in res.stderr:
+        return []
+    assert res.returncode == 0, res
+    return [json.loads(line)["clientId"] for line in res.stdout.splitlines() if line.strip()]
 
 
 def cli_gets(mq: MQ, topic: str, group: str) -> list[str]:
@@ -78,3 +85,71 @@ def test_an_async_consumer_cancelled_while_it_joins_leaves_once_the_join_is_done
     asyncio.run(main())
     assert members(mq, "G") == []
     assert cli_gets(mq, "T", "G") == LINES
+
+
+# -- Consumer: joined when first used, left when closed or dropped -----------------------------
+
+def one_queue(mq: MQ, path: str, lines: list[str] = LINES, topic: str = "Q") -> None:
+    store.Admin(path).create_topic(topic, queues=1)
+    mq.send_lines(topic, lines)
+
+
+@pytest.mark.parametrize("bad", [{"threads": 0}, {"max_reconsume": -1}, {"retry_delay": -1},
+                                 {"flush": "never"}, {"to": "bad name"}])
+def test_a_consumer_refuses_bad_run_arguments_before_it_joins(mq: MQ, path: str, bad: dict[str, Any]) -> None:
+    """``Consumer(...).run(handler, threads=0)``: the UsageError came after the consumer had
+    joined its group (when it was made), and nothing left it: a CLI member of the group got
+    half of the messages, the other half waited for a member that reads nothing."""
+    mq.send_lines("T", LINES)
+    with pytest.raises(store.UsageError):
+        store.Consumer("T", "G", path, start_from="first").run(lambda m: None, **bad)
+    assert members(mq, "G") == []
+    assert cli_gets(mq, "T", "G") == LINES
+
+
+def test_a_consumer_joins_when_first_used_and_leaves_when_closed(mq: MQ, path: str) -> None:
+    """As an AsyncConsumer: made, it is no member yet (its arguments, store and topic are
+    checked); entering ``with`` (or ``messages()``, ``run()``) joins; closing leaves."""
+    mq.send_lines("T", LINES)
+    c = store.Consumer("T", "G", path, start_from="first", client_id="py")
+    assert members(mq, "G") == []
+    with c:
+        assert members(mq, "G") == ["py"]
+    assert members(mq, "G") == []
+    c = store.Consumer("T", "G", path, start_from="first", client_id="py")
+    got = sorted(m.text for m in c.messages(exit_at_end=True))
+    assert members(mq, "G") == ["py"]
+    c.close()
+    assert members(mq, "G") == []
+    assert got == LINES
+
+
+def test_a_consumer_dropped_unclosed_leaves_what_it_consumed_committed(mq: MQ, path: str) -> None:
+    """A consumer the program dropped without closing it (an early return, a factory whose
+    result was thrown away) stayed a member for the rest of the process: its share of the
+    queues went unread. Once collected it now leaves, as a close() would, but for the message
+    in hand, which is delivered again (nothing said it was handled)."""
+    one_queue(mq, path)
+
+    def take_three() -> list[str]:
+        c = store.Consumer("Q", "G", path, start_from="first")
+        it = c.messages()
+        return [next(it).text for _ in range(3)]   # m0, m1 consumed; m2 in hand
+    assert take_three() == ["m0", "m1", "m2"]
+    gc.collect()
+    wait_for(lambda: members(mq, "G") == [], what="the dropped consumer to leave")
+    assert [e["body"] for e in mq.drain("Q", "G")] == LINES[2:]
+
+
+def test_a_consumer_left_open_at_exit_leaves_with_its_offsets(mq: MQ, path: str) -> None:
+    """A program that ends with its consumer still open (a global, never closed) leaves as a
+    close() would: what it consumed is committed (the message in hand is not)."""
+    one_queue(mq, path)
+    out = finish(python("""
+        import sys, store
+        consumer = store.Consumer("Q", "G", sys.argv[1], start_from="first")
+        it = consumer.messages()
+        print(" ".join(next(it).text for _ in range(3)))
+        """, path, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    assert out == ["m0 m1 m2\n"]
+    assert [e["body"] for e in mq.drain("Q", "G")] == LINES[2:]
