@@ -153,3 +153,24 @@ def test_a_consumer_left_open_at_exit_leaves_with_its_offsets(mq: MQ, path: str)
         """, path, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     assert out == ["m0 m1 m2\n"]
     assert [e["body"] for e in mq.drain("Q", "G")] == LINES[2:]
+
+
+def test_a_closed_consumer_cannot_be_entered_again(mq: MQ, path: str) -> None:
+    """``with`` on a closed Consumer returned it silently (and a second ``async with`` on a
+    closed AsyncConsumer too); it is a UsageError, as messages() and run() on it are."""
+    mq.send_lines("T", LINES)
+    c = store.Consumer("T", "G", path)
+    with c:
+        pass
+    with pytest.raises(store.UsageError, match="closed"), c:
+        pass
+
+    async def main() -> None:
+        a = store.AsyncConsumer("T", "G", path)
+        async with a:
+            pass
+        with pytest.raises(store.UsageError, match="closed"):
+            async with a:
+                pass
+    asyncio.run(main())
+    assert members(mq, "G") == []
