@@ -14,16 +14,8 @@ from store import names
 from store.client.aio_driver import drive
 from store.client.aio_shared import off_loop
 from store.client.aio_sinks import AsyncIteratorSink, HandlerCalls, TaskSink
-from store.client.consumer import (
-    ITER_BATCH,
-    ITER_CACHE_BYTES,
-    PREFETCH,
-    Consumer,
-    StartFrom,
-    set_retries,
-    start_position,
-    tag_filter,
-)
+from store.client.consumer import ITER_BATCH, ITER_CACHE_BYTES, PREFETCH, Consumer
+from store.client.consumer_args import StartFrom, set_retries, start_position, tag_filter
 from store.client.handoff import DrainedEvent, Hand, InHand
 from store.client.message import Message
 from store.client.paths import PathLike, resolve_store_path
@@ -63,7 +55,9 @@ class AsyncConsumer:
 
     Cancelling the task that iterates or runs (``task.cancel()``, ``asyncio.timeout``) stops
     the member cleanly: what was handled is committed and persisted, queue locks are
-    released, the member leaves its group and the message in hand is delivered again. The
+    released, the member leaves its group and the message in hand is delivered again. A
+    cancellation while it joins (entering ``async with``, starting :meth:`run`) makes it leave
+    as soon as the join is done, before the cancellation reaches the task. The
     arguments and errors are :class:`store.Consumer`'s (bad arguments raise when it is made;
     a missing store or topic too; a client id in use at the first await).
     """
@@ -131,11 +125,12 @@ class AsyncConsumer:
     async def _open(self) -> Runtime:
         """The member, made on the first call (on the loop's commit thread: opening the store
         may recover it, joining takes the group's mutex); later calls and concurrent ones
-        share it. A cancelled caller leaves the opening to finish (:meth:`close` leaves)."""
-        if self._rt is not None:
-            return self._rt
+        share it. A cancelled caller leaves the opening to finish (:meth:`close` leaves, at
+        once or when the join is done: :meth:`_joined`)."""
         if self._closed:
             raise UsageError("this consumer is closed")
+        if self._rt is not None:
+            return self._rt
         if self._opening is None:
             self._opening = asyncio.ensure_future(off_loop(self._join))
             self._opening.add_done_callback(self._joined)
@@ -150,9 +145,16 @@ class AsyncConsumer:
         return member
 
     def _joined(self, opening: asyncio.Future[Consumer]) -> None:
-        if not opening.cancelled() and opening.exception() is None:
-            self._member = member = opening.result()
-            self._rt, self.client_id = member.runtime, member.client_id
+        if opening.cancelled() or opening.exception() is not None:
+            return
+        member = opening.result()
+        if self._closed:
+            # closed (or its ``async with`` cancelled) while it joined: it leaves now, not
+            # never. (On the loop: a member that holds no queue yet has nothing to commit.)
+            member.close()
+            return
+        self._member = member
+        self._rt, self.client_id = member.runtime, member.client_id
 
     def _ensure_driver(self, rt: Runtime) -> asyncio.Task[None]:
         """The runtime's loop as a task of the running loop (again, after an ``exit_at_end``
@@ -260,7 +262,11 @@ class AsyncConsumer:
             raise UsageError(f"concurrency must be 1-4096, not {concurrency!r}")
         check_flush(flush)
         self._mode = "run"
-        rt = await self._open()
+        try:
+            rt = await self._open()
+        except BaseException:
+            await self._close(commit=False)   # (cancelled while joining: it leaves, as below)
+            raise
         if self._stop_run:
             rt.stop()   # (stopped while it joined)
         set_retries(rt, orderly=self.orderly, broadcast=self.broadcast, max_reconsume=max_reconsume,
@@ -343,7 +349,13 @@ class AsyncConsumer:
             raise UsageError("this consumer is closed")
 
     async def __aenter__(self) -> "AsyncConsumer":
-        await self._open()
+        try:
+            await self._open()
+        except BaseException:
+            # cancelled (``asyncio.timeout``) or failed while joining: ``__aexit__`` will not
+            # run, so the member leaves here (once its join is done), not at the process's end
+            await self._close(commit=False)
+            raise
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -16,7 +16,7 @@ import inspect
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
-from store.client.consumer import run_batch_size
+from store.client.consumer_args import run_batch_size
 from store.client.handoff import PERSIST_EVERY_S, InHand, as_client_messages
 from store.client.message import Message
 from store.client.sinks import Outcome

@@ -3,13 +3,25 @@ from __future__ import annotations
 
 import datetime as _dt
 import operator
-import os
 import threading
 import time
+import weakref
 from types import TracebackType
-from typing import Any, Callable, Iterable, Iterator, Union
+from typing import Any, Iterable, Iterator
 
 from store import names
+from store.client.consumer_args import (
+    Handler,
+    StartFrom,
+    default_client_id,
+    ids_in_use,
+    ids_lock,
+    run_batch_size,
+    set_retries,
+    start_position,
+    tag_filter,
+)
+from store.client.consumer_life import Life
 from store.client.handoff import (
     PERSIST_EVERY_S,
     DrainedEvent,
@@ -34,94 +46,12 @@ from store.errors import UsageError
 from store.log import sharedread  # noqa: F401
 from store.log.messagestore import Store
 
-StartFrom = Union[str, int, _dt.datetime]
-Handler = Callable[[Message], object]
-
 PREFETCH = 16            # batches handed to the iterator ahead of the loop body, at most
 ITER_BATCH = 1000        # messages per batch (concurrent mode; orderly hands one at a time)
 ITER_CACHE_BYTES = 8 << 20   # bodies the iterator's pulls keep read ahead, all queues together:
                          # memory the process reuses batch after batch. RocketMQ's 1000 messages
                          # a queue was the whole backlog at 64 KiB, each page faulted in afresh
                          # (100 MB of 64 KiB bodies: 45 -> 27 us of CPU a message, measured)
-RUN_BATCH = 1000         # run(): most messages per hand-over to a handler thread (a backlog: a
-                         # queue's whole cache, so its next pull is a whole one too)
-RUN_BATCH_S = 0.05       # run(): and no more than the handler calls in this long (as measured)
-
-_ids_lock = threading.Lock()
-_ids_in_use: set[tuple[str, str, str]] = set()   # (store, group, client id) of this process
-
-
-def _default_client_id(root: str, group: str) -> str:
-    """``HOST@PID`` as ``mqctl consume`` uses, made unique among this process's consumers of
-    the same group (``HOST@PID#2``, ...)."""
-    base = f"{os.uname().nodename}@{os.getpid()}"
-    with _ids_lock:
-        n = 1
-        while True:
-            cid = base if n == 1 else f"{base}#{n}"
-            if (root, group, cid) not in _ids_in_use:
-                return cid
-            n += 1
-
-
-def start_position(start_from: StartFrom) -> tuple[str, int | None]:
-    if isinstance(start_from, str):
-        start_from = {"earliest": "first", "latest": "last"}.get(start_from, start_from)
-        if start_from in ("first", "last"):
-            return start_from, None
-        raise UsageError(f"start_from must be 'first', 'last', a datetime or ms since the epoch, "
-                         f"not {start_from!r}")
-    if isinstance(start_from, _dt.datetime):
-        return "timestamp", int(start_from.timestamp() * 1000)
-    if isinstance(start_from, int) and not isinstance(start_from, bool) and start_from >= 0:
-        return "timestamp", start_from
-    raise UsageError(f"start_from must be 'first', 'last', a datetime or ms since the epoch, not {start_from!r}")
-
-
-def tag_filter(tags: str | Iterable[str] | None) -> frozenset[str] | None:
-    if tags is None or isinstance(tags, str):
-        return names.parse_tag_expression(tags)
-    given = list(tags) if isinstance(tags, Iterable) and not isinstance(tags, (bytes, bytearray)) else None
-    if given is None or not all(isinstance(t, str) for t in given):
-        raise UsageError(f"tags must be an expression (a str, '*' or 'A || B') or a list of str, not {tags!r}")
-    out = frozenset(t.strip() for t in given if t.strip())
-    return None if not out or "*" in out else out
-
-
-def set_retries(rt: Runtime, *, orderly: bool, broadcast: bool, max_reconsume: int | None,
-                retry_delay: float | _dt.timedelta | None) -> None:
-    """A push consumer's failure handling (``run``, sync and async): ``max_reconsume`` retries
-    before the DLQ; ``retry_delay`` the retry topic's delay, or orderly the pause before a
-    retry in place (the CLI's --suspend-ms)."""
-    if max_reconsume is not None and (isinstance(max_reconsume, bool) or not isinstance(max_reconsume, int)
-                                      or max_reconsume < 0):
-        raise UsageError(f"max_reconsume must be an int >= 0, not {max_reconsume!r}")
-    check_consume_options(broadcast=broadcast, orderly=orderly, max_reconsume=max_reconsume,
-                          retry_delay=None if orderly else retry_delay, suspend=retry_delay if orderly else None)
-    delay_ms = seconds_ms("retry_delay", retry_delay)
-    if orderly:
-        rt.retrier.set_retries(max_reconsume, None, max(10, delay_ms) if delay_ms is not None else 1000)
-    else:
-        rt.retrier.set_retries(max_reconsume, delay_ms, 1000)
-
-
-def seconds_ms(what: str, value: float | _dt.timedelta | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, _dt.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise UsageError(f"{what} must be a number of seconds >= 0 or a timedelta, not {value!r}")
-    return int(round(value * 1000))
-
-
-def run_batch_size(per_call_s: float) -> int:
-    """The most messages per batch for a handler that took ``per_call_s`` a message: a backlog
-    in batches saves hand-overs to threads, but a batch's offsets are committed only once all
-    of it is through (a crash hands all of it to the group again): it should not take long."""
-    if per_call_s * RUN_BATCH <= RUN_BATCH_S:
-        return RUN_BATCH
-    return max(1, int(RUN_BATCH_S / per_call_s))
 
 
 class Consumer:
@@ -133,11 +63,15 @@ class Consumer:
             for msg in consumer.messages(exit_at_end=True):
                 print(msg.queue_id, msg.queue_offset, msg.text)
 
-    The consumer joins its group when it is created and leaves it when it is closed (the end
-    of the ``with`` block, or :meth:`close`): offsets are persisted, queue locks released,
-    as when ``mqctl consume`` gets SIGTERM. While it is a member it shows in
-    ``mqctl consumers``, and the group's queues are shared between it and every other member,
-    Python or command line, with one allocation strategy (``averagely``) over one membership.
+    The consumer joins its group when it is first used (entering the ``with`` block,
+    :meth:`messages`, :meth:`run`), as :class:`store.AsyncConsumer` does, not when it is made
+    (its arguments are checked then, and the store and topic looked up), and leaves it when it
+    is closed (the end of the ``with`` block, or :meth:`close`): offsets are persisted, queue
+    locks released, as when ``mqctl consume`` gets SIGTERM. A consumer the program drops
+    without closing it leaves too, once it is garbage-collected (or when the process exits).
+    While it is a member it shows in ``mqctl consumers``, and the group's queues are shared
+    between it and every other member, Python or command line, with one allocation strategy
+    (``averagely``) over one membership.
 
     Arguments:
       ``topic``, ``group``: what to consume, as whom. ``path``: the store directory (``None``:
@@ -167,8 +101,9 @@ class Consumer:
     last 128 per queue) and those in hand delivered again, to this group.
 
     Errors are :class:`store.StoreError` subclasses: ``StoreNotFoundError`` and
-    ``TopicNotFoundError`` (nothing to consume), ``ClientIdInUseError`` (another live member
-    has ``client_id``), ``UsageError`` (a bad argument).
+    ``TopicNotFoundError`` (nothing to consume) when it is made, ``ClientIdInUseError``
+    (another live member has ``client_id``) when it joins, ``UsageError`` (a bad argument, or
+    a closed consumer used) before anything joins.
     """
 
     def __init__(self, topic: str, group: str, path: PathLike | None = None, *, orderly: bool = False,
@@ -187,33 +122,36 @@ class Consumer:
             from store.client.options import default_broadcast_client_id
             cid = default_broadcast_client_id()   # stable: a restart resumes its offsets
         else:
-            cid = _default_client_id(root, group)
+            cid = default_client_id(root, group)
         self.topic, self.group, self.client_id = topic, group, cid
         self.orderly, self.broadcast = bool(orderly), bool(broadcast)
         opts = ConsumeOptions(topic=topic, group=group, orderly=self.orderly, broadcast=self.broadcast,
                               from_where=from_where, from_timestamp=from_ts, tags=tag_filter(tags),
                               client_id=cid, dedup=bool(dedup), install_signals=False,
                               client_id_given=client_id is not None)
-        self._store = Store.open(self.path)
-        self._rt = Runtime(self._store, opts, warn=log_warning)
+        st = Store.open(self.path)
         try:
-            self._rt.setup()
+            st.topic(topic)   # (TopicNotFoundError now; the group is joined at the first use)
+            self._rt = Runtime(st, opts, warn=log_warning)
         except BaseException:
-            self._store.close()
+            st.close()
             raise
-        self._id_key = (root, group, cid)
-        with _ids_lock:
-            _ids_in_use.add(self._id_key)
-        self._mode: str | None = None        # "iterate" or "run"
-        self._sink: IteratorSink | None = None   # (and the batch in hand: its ``hand``)
+        id_key = (root, group, cid)
+        with ids_lock:
+            ids_in_use.add(id_key)
+        self._life = life = Life(self._rt, st, id_key)
+        # (a consumer dropped unclosed leaves: the finalizer holds its life, not the consumer)
+        self._dropped = weakref.finalize(self, life.dropped)
         self._iteration = 0
-        self._serving = False
-        self._closed = False
 
     @property
     def runtime(self) -> Runtime:
-        """The member's runtime, for a driver of its own (:class:`store.AsyncConsumer` runs
-        it on an event loop); this consumer then neither iterates nor runs."""
+        """The member's runtime, joined to the group, for a driver of its own
+        (:class:`store.AsyncConsumer` runs it on an event loop); this consumer then neither
+        iterates nor runs, and the driver closes it (:meth:`close`): dropped, it no longer
+        leaves by itself (its runtime may still be driven)."""
+        self._life.join()
+        self._dropped.detach()
         return self._rt
 
     # -- iterator style ----------------------------------------------------------------------
@@ -237,25 +175,29 @@ class Consumer:
         of the message in hand, written with its offset when it is committed.
         """
         self._check_open()
-        if self._mode == "run":
+        life = self._life
+        if life.mode == "run":
             raise UsageError("this consumer runs a handler (run()); use another Consumer to iterate")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise UsageError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
         check_flush(flush)
         rt = self._rt
-        if self._sink is None:
-            self._stage(to, flush)
-            self._mode = "iterate"
-            self._sink = IteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
-            self._sink.cache_bytes = ITER_CACHE_BYTES
-            rt.set_sink(self._sink)
-            # the iterating thread waits for a batch without a timeout: whatever ends its
-            # loop wakes it (the member's loop ending, stop(), close(), a newer loop)
-            rt.loop_ended = DrainedEvent(self._sink.wake_reader)
-            rt.start()
-        if self._settle_in_hand(commit=False):
+        with life.lock:   # (a close() from another thread meanwhile: before or after, whole)
+            if life.sink is None:
+                self._stage(to, flush)
+                life.join()
+                life.mode = "iterate"
+                sink = life.sink = IteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
+                sink.cache_bytes = ITER_CACHE_BYTES
+                rt.set_sink(sink)
+                # the iterating thread waits for a batch without a timeout: whatever ends its
+                # loop wakes it (the member's loop ending, stop(), close(), a newer loop)
+                rt.loop_ended = DrainedEvent(sink.wake_reader)
+                rt.start()
+            sink = life.sink
+        if life.settle_in_hand(commit=False):
             rt.wake.set()   # (the loop collects it: the iterator's batches settled wake it not)
-        drained = DrainedEvent(self._sink.wake_reader)
+        drained = DrainedEvent(sink.wake_reader)
 
         def configure() -> None:
             rt.o.exit_at_end = exit_at_end
@@ -265,7 +207,7 @@ class Consumer:
         rt.call_soon(configure)
         self._iteration += 1
         self._live = self._iteration
-        self._sink.wake_reader()   # a loop still waiting in another thread: it ends
+        sink.wake_reader()   # a loop still waiting in another thread: it ends
         return self._iterate(self._iteration, exit_at_end, timeout, drained)
 
     def __iter__(self) -> Iterator[Message]:
@@ -274,7 +216,7 @@ class Consumer:
 
     def _iterate(self, iteration: int, exit_at_end: bool, timeout: float | None,
                  drained: threading.Event) -> Iterator[Message]:
-        rt, sink = self._rt, self._sink
+        rt, life, sink = self._rt, self._life, self._life.sink
         assert sink is not None
         last = time.monotonic()
         sink.fed = False
@@ -282,8 +224,8 @@ class Consumer:
             while True:
                 if self._iteration != iteration:
                     return  # a newer messages() loop took over
-                self._settle_in_hand(commit=True)  # the loop asked for the next one
-                if self._closed or self._stop_iter:
+                life.settle_in_hand(commit=True)  # the loop asked for the next one
+                if life.closed or self._stop_iter:
                     self._stop_iter = False
                     return
                 if rt.fatal is not None:
@@ -299,7 +241,7 @@ class Consumer:
                         return
                     continue
                 fut, msgs = item
-                if self._iteration != iteration or self._closed:
+                if self._iteration != iteration or life.closed:
                     fut.set_result((None, "released"))
                     return
                 # The message in hand is the last one this iterator gave (its position is read
@@ -319,17 +261,6 @@ class Consumer:
 
     _stop_iter = False
     _live = 0       # the messages() loop that may go on (-1: none; stop() or close() came)
-
-    def _settle_in_hand(self, commit: bool) -> bool:
-        """Resolve the batch in hand: with ``commit`` the message in hand counts as consumed
-        (the loop asked for the next one, or left normally), else it is delivered again."""
-        sink = self._sink
-        hand = None if sink is None else sink.hand
-        if sink is None or hand is None:
-            return False
-        sink.hand = None
-        hand.settle(commit)
-        return True
 
     # -- push style ----------------------------------------------------------------------------
     def run(self, handler: Handler, *, threads: int = 4, exit_at_end: bool = False,
@@ -367,7 +298,8 @@ class Consumer:
         then leaves its group) and raises ``KeyboardInterrupt`` at Ctrl-C, after leaving.
         """
         self._check_open()
-        if self._mode == "iterate":
+        life = self._life
+        if life.mode == "iterate":
             raise UsageError("this consumer iterates (messages()); use another Consumer to run a handler")
         if not callable(handler):
             raise UsageError("handler must be callable: handler(msg)")
@@ -378,6 +310,7 @@ class Consumer:
         set_retries(rt, orderly=self.orderly, broadcast=self.broadcast, max_reconsume=max_reconsume,
                     retry_delay=retry_delay)
         stage = self._stage(to, flush)
+        orderly = self.orderly   # (work() holds no reference to the consumer: see Life)
 
         state = rt.state   # (read for every message: the attribute, not Runtime's property)
 
@@ -403,7 +336,7 @@ class Consumer:
                 except Exception as exc:  # noqa: BLE001 - a failed message, retried
                     failed.append((n - operator.length_hint(walk) - 1,
                                    f"handler raised {type(exc).__name__}: {exc}"))
-            if not self.orderly and n:
+            if not orderly and n:
                 sink.batch = run_batch_size((time.perf_counter() - started) / n)
             return (True, "") if not failed else (failed, "")
 
@@ -412,16 +345,18 @@ class Consumer:
         sink.client_messages = True              # (see Runtime.set_sink)
         sink.persist_every_s = PERSIST_EVERY_S
         sink.spread = threads                    # a backlog: a batch per thread at a time
-        rt.set_sink(sink)
-        self._mode = "run"
-        rt.o.exit_at_end = exit_at_end
-        if exit_at_end:
-            rt.snapshot_ends()
-        self._serving = True
+        with life.lock:   # (a close() from another thread meanwhile: before or after, whole)
+            life.join()
+            rt.set_sink(sink)
+            life.mode = "run"
+            rt.o.exit_at_end = exit_at_end
+            if exit_at_end:
+                rt.snapshot_ends()
+            life.serving = True
         try:
             rt.serve()
         finally:
-            self._serving = False
+            life.serving = False
             sink.shutdown(True)
 
     def _stage(self, to: str | None, flush: str) -> Stage | None:
@@ -433,19 +368,19 @@ class Consumer:
         the stage's topic in one atomic write with its offset, when it is committed (the loop
         asks for the next message, or the ``with`` block ends normally). If it is not committed
         (the loop raises out of the block), neither are they: it is delivered again."""
-        (self._sink or InHand()).commit_with(self._rt.stage, outputs)
+        (self._life.sink or InHand()).commit_with(self._rt.stage, outputs)
 
     # -- stopping -----------------------------------------------------------------------------
     def stop(self) -> None:
         """Make a running :meth:`run` return (the member then leaves its group), or the
         current (or else the next) :meth:`messages` loop end. Safe to call from any thread."""
-        if self._serving:
+        if self._life.serving:
             self._rt.stop()
         else:
             self._stop_iter = True
             self._live = -1
-            if self._sink is not None:
-                self._sink.wake_reader()
+            if self._life.sink is not None:
+                self._life.sink.wake_reader()
 
     def close(self) -> None:
         """Leave the group: commit the message in hand, persist offsets, release queue locks.
@@ -453,40 +388,16 @@ class Consumer:
         self._close(commit=True)
 
     def _close(self, commit: bool) -> None:
-        if self._closed:
-            return
-        if self._sink is not None and self._sink.feeder == threading.get_ident():
-            self._rt.stop()   # (a signal handler in this thread's feed, which holds the loop's lock)
-            self._sink.after_feed = lambda: self._close(commit)
-            return
-        self._closed = True
-        self._live = -1
-        if self._sink is not None:
-            self._sink.wake_reader()   # an iteration waiting in another thread ends
-        rt = self._rt
-        try:
-            self._settle_in_hand(commit=commit)
-            if self._serving:
-                rt.stop()
-                rt.stopped.wait()
-            elif self._mode == "iterate":
-                rt.stop()
-                rt.join()
-                if self._sink is not None:
-                    self._sink.release_all()
-                rt.shutdown(wait_handlers=True)
-            else:
-                rt.shutdown(wait_handlers=True)
-        finally:
-            with _ids_lock:
-                _ids_in_use.discard(self._id_key)
-            self._store.close()
+        self._live = -1   # (a loop in another thread stops at its next message)
+        self._life.close(commit)
+        self._dropped.detach()
 
     def _check_open(self) -> None:
-        if self._closed or self._rt.stopped.is_set():
+        if self._life.closed or self._rt.stopped.is_set():
             raise UsageError("this consumer is closed")
 
     def __enter__(self) -> "Consumer":
+        self._life.join()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -496,4 +407,4 @@ class Consumer:
     def __repr__(self) -> str:
         mode = "orderly" if self.orderly else "concurrently"
         return (f"Consumer(topic={self.topic!r}, group={self.group!r}, client_id={self.client_id!r}, "
-                f"{'broadcast, ' if self.broadcast else ''}{mode}{', closed' if self._closed else ''})")
+                f"{'broadcast, ' if self.broadcast else ''}{mode}{', closed' if self._life.closed else ''})")

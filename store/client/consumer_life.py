@@ -1,0 +1,113 @@
+"""A :class:`store.Consumer`'s life as a member of its group: joined when it is first used
+(``with``, :meth:`~store.Consumer.messages`, :meth:`~store.Consumer.run`), left when it is
+closed, and left as well when the program drops it unclosed (garbage-collected, or still
+alive when the process exits), so that a forgotten consumer does not keep its share of the
+group's queues, unread, for the rest of the process.
+
+:class:`Life` holds what joining and leaving take, apart from the consumer itself: the
+``weakref.finalize`` that leaves for a dropped consumer holds it, and must not hold the
+consumer (it would never be collected)."""
+from __future__ import annotations
+
+import os
+import threading
+
+from store.client.consumer_args import ids_in_use, ids_lock
+from store.client.runtime import Runtime
+from store.errors import UsageError
+from store.log.messagestore import Store
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from store.client.handoff import IteratorSink
+
+
+class Life:
+    """A consumer's member: its runtime, its store, its client id reserved in this process
+    (``consumer_args.ids_in_use``), and how far it got."""
+
+    def __init__(self, rt: Runtime, store: Store, id_key: tuple[str, str, str]) -> None:
+        self.rt, self.store, self.id_key = rt, store, id_key
+        # (joining, starting and leaving, from whichever threads: one at a time; re-entrant
+        # for a signal handler that closes the consumer in the thread that joins it)
+        self.lock = threading.RLock()
+        self.joined = False
+        self.closed = False
+        self.mode: str | None = None             # "iterate" or "run"
+        self.sink: IteratorSink | None = None    # the iterator's (and the batch in hand: its ``hand``)
+        self.serving = False                     # run() is running
+        self.pid = os.getpid()
+
+    def join(self) -> None:
+        """Join the group, unless done already (under :attr:`lock`). UsageError if closed."""
+        with self.lock:
+            if self.closed or self.rt.stopped.is_set():
+                raise UsageError("this consumer is closed")
+            if not self.joined:
+                self.rt.setup()
+                self.joined = True
+
+    def settle_in_hand(self, commit: bool) -> bool:
+        """Resolve the batch in hand: with ``commit`` the message in hand counts as consumed
+        (the loop asked for the next one, or left the ``with`` block normally), else it is
+        delivered again, with the rest of its batch."""
+        sink = self.sink
+        hand = None if sink is None else sink.hand
+        if sink is None or hand is None:
+            return False
+        sink.hand = None
+        hand.settle(commit)
+        return True
+
+    def close(self, commit: bool) -> None:
+        """Leave: the message in hand settled (``commit``), offsets persisted, queue locks
+        released, the member record removed, the store closed. Idempotent; from any thread."""
+        sink = self.sink
+        if not self.closed and sink is not None and sink.feeder == threading.get_ident():
+            self.rt.stop()   # (a signal handler in this thread's feed, which holds the loop's lock)
+            sink.after_feed = lambda: self.close(commit)
+            return
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            if sink is not None:
+                sink.wake_reader()   # an iteration waiting in another thread ends
+            rt = self.rt
+            try:
+                self.settle_in_hand(commit=commit)
+                if not self.joined:
+                    rt.wake.close()
+                elif self.serving:
+                    rt.stop()
+                    rt.stopped.wait()
+                elif self.mode == "iterate":
+                    rt.stop()
+                    rt.join()
+                    if sink is not None:
+                        sink.release_all()
+                    rt.shutdown(wait_handlers=True)
+                else:
+                    rt.shutdown(wait_handlers=True)
+            finally:
+                with ids_lock:
+                    ids_in_use.discard(self.id_key)
+                self.store.close()
+
+    def dropped(self) -> None:
+        """(``weakref.finalize``: the consumer was collected unclosed, or the process exits with
+        it open.) Leave, the message in hand delivered again: in a thread of its own, as the
+        collection may happen in any thread, holding any lock (the member's loop thread's own,
+        say); the process waits for it to end. At exit, at once; but a :meth:`run` still
+        going then (in a daemon thread: its handlers may never return) is only asked to stop.
+        A forked child leaves its parent's member alone."""
+        if self.closed or os.getpid() != self.pid:
+            return
+        exiting = not threading.main_thread().is_alive()
+        if exiting and self.serving:
+            self.rt.stop()
+            return
+        leaving = threading.Thread(target=self.close, args=(False,), name=f"mq-leave-{self.rt.o.group}")
+        leaving.start()
+        if exiting:
+            leaving.join()
