@@ -313,9 +313,9 @@ class AsyncConsumer:
                 self._sink.wake_reader()
 
     async def close(self) -> None:
-        """Leave the group: commit the message in hand, persist offsets, release queue locks.
-        Idempotent."""
-        await self._close(commit=True)
+        """Leave the group: persist offsets, release queue locks; the message in hand is not
+        committed and is delivered again (as :meth:`store.Consumer.close`). Idempotent."""
+        await self._close(commit=False)
 
     async def _close(self, commit: bool) -> None:
         if self._closed:

@@ -383,9 +383,13 @@ class Consumer:
                 self._life.sink.wake_reader()
 
     def close(self) -> None:
-        """Leave the group: commit the message in hand, persist offsets, release queue locks.
-        Idempotent. From another thread, it also stops a running :meth:`run` and waits."""
-        self._close(commit=True)
+        """Leave the group: persist offsets, release queue locks. The message in hand (the
+        last one :meth:`messages` gave, its loop left by ``break`` or by an exception) is not
+        committed and is delivered again: a message counts as consumed when the loop asks for
+        the next one or leaves the ``with`` block normally, and a loop body that raised must not
+        lose its message to a ``finally: close()``. Idempotent. From another thread, it also
+        stops a running :meth:`run` and waits."""
+        self._close(commit=False)
 
     def _close(self, commit: bool) -> None:
         self._live = -1   # (a loop in another thread stops at its next message)

@@ -174,3 +174,45 @@ def test_a_closed_consumer_cannot_be_entered_again(mq: MQ, path: str) -> None:
                 pass
     asyncio.run(main())
     assert members(mq, "G") == []
+
+
+# -- close(): the message in hand --------------------------------------------------------------
+
+@pytest.mark.parametrize("caught", [False, True])
+def test_close_after_the_loop_body_raised_delivers_its_message_again(mq: MQ, path: str, caught: bool) -> None:
+    """``try: for m in c.messages(): …raise… finally: c.close()``: a generator cannot tell a
+    raise from a ``break``, and ``close()`` committed the message in hand, so a message whose
+    handling failed was never delivered again. Only the loop asking for the next one, or a
+    ``with`` block left normally, counts it consumed."""
+    mq.ok("topic", "create", "Q", "--queues", "1")
+    mq.send_lines("Q", [f"m{i}" for i in range(5)])
+    c = store.Consumer("Q", group="G", path=path, start_from="first")
+    try:
+        for m in c.messages():
+            if m.text == "m2":
+                raise ValueError("handling m2 failed")
+    except ValueError:
+        if not caught:
+            c.close()   # (in the handler, as the exception is handled)
+    finally:
+        c.close()
+    assert [e["body"] for e in mq.drain("Q", "G")] == ["m2", "m3", "m4"]
+
+
+def test_async_close_does_not_count_the_message_in_hand(mq: MQ, path: str) -> None:
+    mq.ok("topic", "create", "Q", "--queues", "1")
+    mq.send_lines("Q", [f"m{i}" for i in range(3)])
+
+    async def main() -> None:
+        c = store.AsyncConsumer("Q", group="G", path=path, start_from="first")
+        try:
+            async for m in c.messages():
+                if m.text == "m1":
+                    raise ValueError("handling m1 failed")
+        except ValueError:
+            pass
+        finally:
+            await c.close()
+
+    asyncio.run(main())
+    assert [e["body"] for e in mq.drain("Q", "G")] == ["m1", "m2"]
