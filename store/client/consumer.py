@@ -165,8 +165,8 @@ class Consumer:
         :meth:`stop` is called.
 
         Delivery is at-least-once: the message in hand is committed when the loop asks for
-        the next one, or when the ``with`` block (or :meth:`close`) ends normally. If the
-        loop body raises out of the ``with`` block, it is not: it is delivered again (to
+        the next one, or when the ``with`` block ends normally (:meth:`close` called by itself
+        does not). If the loop body raises out of the ``with`` block, it is not: it is delivered again (to
         this group, after a restart or to another member). A message in hand when a new
         ``messages()`` loop starts (the last one was left by ``break`` or an exception that
         was caught) is delivered again, first.
@@ -303,6 +303,10 @@ class Consumer:
             raise UsageError("this consumer iterates (messages()); use another Consumer to run a handler")
         if not callable(handler):
             raise UsageError("handler must be callable: handler(msg)")
+        from inspect import iscoroutinefunction
+        if iscoroutinefunction(handler) or iscoroutinefunction(type(handler).__call__):
+            # its call returns a coroutine, never run: each message would count as consumed
+            raise UsageError("handler is an async function: run it with store.AsyncConsumer(...).run(handler)")
         if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256:
             raise UsageError(f"threads must be 1-256, not {threads!r}")
         check_flush(flush)

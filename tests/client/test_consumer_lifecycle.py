@@ -216,3 +216,23 @@ def test_async_close_does_not_count_the_message_in_hand(mq: MQ, path: str) -> No
 
     asyncio.run(main())
     assert [e["body"] for e in mq.drain("Q", "G")] == ["m1", "m2"]
+
+
+def test_run_refuses_an_async_handler_before_it_joins(mq: MQ, path: str) -> None:
+    """An ``async def`` handler's call returns a coroutine that nobody awaits: every message
+    counted consumed, the handler never run (a RuntimeWarning only)."""
+    mq.send_lines("T", LINES)
+
+    async def handler(m: store.Message) -> None:
+        raise AssertionError("never awaited")
+
+    class Handler:
+        async def __call__(self, m: store.Message) -> None:
+            raise AssertionError("never awaited")
+
+    for h in (handler, Handler()):
+        c = store.Consumer("T", group="G", path=path, start_from="first")
+        with pytest.raises(store.UsageError, match="AsyncConsumer"):
+            c.run(h, exit_at_end=True)  # type: ignore[arg-type]
+        c.close()
+    assert members(mq, "G") == [] and cli_gets(mq, "T", "G") == sorted(LINES)
