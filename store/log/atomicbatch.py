@@ -7,8 +7,9 @@ The rule (SYSFLAG bits of ``format.py``): every record of a batch of several rec
 ``ATOMIC_BATCH`` (a single send's), or one with ``ATOMIC_END``, closes whatever was open
 before it (batches are written whole, one at a time, under the write lock). A run of
 ``ATOMIC_BATCH`` records at the log's tail without its end record was never finished: recovery
-cuts it (:func:`open_batch`, ``recovery.py``), at its first record, and nothing before it; the
-next writer in any process recovers first (``preflight.py``: the checkpoint's written end
+cuts it (:func:`open_batch`, ``recovery.py``), at its first record, and nothing before it, even
+when that record is in an earlier segment than the scan began in (:func:`open_before`); the next
+writer in any process recovers first (``preflight.py``: the checkpoint's written end
 differs from the log's end). A batch with its end record is never cut.
 
 Batches of several records: a producer's (``Store.put_bodies``: ``send_many``, ``mqctl send``'s
@@ -29,7 +30,7 @@ TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__i
 if TYPE_CHECKING:
     from typing import Any
 
-    from store.log.commitlog import LogAppender
+    from store.log.commitlog import CommitLog, LogAppender
 
 INSIDE = F.ATOMIC_BATCH                 # every record of a batch of several
 END = F.ATOMIC_BATCH | F.ATOMIC_END     # its last
@@ -128,3 +129,46 @@ def open_batch(sysflag: Any, phys: Any, open_at: int) -> int:
         return open_at if open_at >= 0 else int(phys[0])
     k = int(stops[-1])
     return int(phys[k + 1]) if k + 1 < len(phys) else -1
+
+
+def open_before(log: CommitLog, start: int, known: int = 0) -> int:
+    """Recovery's look back, for a scan that begins at ``start`` (a record boundary) not known
+    to lie between batches: the checkpoint reached past the log's end (a segment cut or lost),
+    so the scan begins at the base of the segment holding that end, and a batch may have begun
+    in the segment before. Where the batch that ``start`` is inside of begins (its first record,
+    for :func:`open_batch`'s ``open_at``), or -1 when the record before ``start`` closes what was
+    open (or there is none). Reads the records before ``start`` in its segment, or the whole
+    segment before it (``recordscan.scan``: every CRC checked), and an earlier segment only while
+    all of a later one is inside the batch; never below ``known``, an offset known to lie
+    between batches (the checkpoint's derived end, the log's first segment). Only recovery of
+    a damaged log pays for it."""
+    import numpy as np  # (recovery's arrays, as in open_batch)
+
+    from store.log import recordscan  # (recovery has it loaded; never on a sender's path)
+    upto, begin = start, -1
+    for base in reversed([b for b in log.segments() if b < start]):
+        if upto <= known or base != log.segment_of(upto - 1):
+            break   # (a known boundary reached, or a segment missing before ``upto``)
+        lo = max(base, known)
+        flags, phys = [], []
+        for w in recordscan.scan(log, lo):
+            if len(w):
+                keep = w.phys < upto
+                flags.append(w.sysflag[keep])
+                phys.append(w.phys[keep])
+            if w.end >= upto:
+                break
+        f = np.concatenate(flags) if flags else np.zeros(0, np.int64)
+        if not len(f):
+            break
+        p = np.concatenate(phys)
+        at = open_batch(f, p, -1)
+        if at < 0:
+            return begin   # the record before ``upto`` closed what was open: a batch begins there, or none
+        if at != int(p[0]):
+            return at      # the batch begins after a record here that closed the one before
+        begin = at         # every record here is inside the batch: it began here or earlier
+        if lo > base:
+            break
+        upto = base
+    return begin

@@ -10,8 +10,10 @@ writer died mid-batch or the machine restarted, and from ``mqctl store recover``
    (idempotently: an entry already right is left alone) and its index keys.
 3. An invalid record with no valid record after it is a torn tail: the log is cut back to the
    last valid record, and to the start of an atomic batch left without its end record
-   (``atomicbatch.py``). An invalid record *followed* by valid ones is corruption: reported,
-   never served, and the scan resumes at the next valid record.
+   (``atomicbatch.py``; when the scan began at a segment base because the log ends below the
+   checkpoint, the records before it are looked at first: the batch may have begun there).
+   An invalid record *followed* by valid ones is corruption: reported, never served, and the
+   scan resumes at the next valid record.
 4. Consume-queue entries pointing past the recovered end, and a torn entry, are dropped; index
    entries past it are fenced off via the header. The checkpoint moves to the recovered end.
 
@@ -91,6 +93,7 @@ class _Plan:
     rebooted: bool      # the machine restarted: unsynced data may be gone from any file
     cut_from: int       # after a restart, the first invalid record at or past this ends the log
     checkpoint: ckpt.Checkpoint | None = None   # as recovery found it
+    between_batches: bool = True   # ``start`` is known to lie between atomic batches
 
 
 def _plan(engine: "Engine", full: bool) -> _Plan:
@@ -116,8 +119,10 @@ def _plan(engine: "Engine", full: bool) -> _Plan:
         # The log is shorter than the checkpoint says (a torn or truncated tail). ``end`` may
         # then fall inside a record: scanning from it would keep the torn bytes and append
         # after them. The base of the segment holding ``end`` is a record boundary.
+        # A batch may have begun in an earlier segment, though: ``recover`` looks back.
         plan.start = engine.commitlog.segment_of(end)
         plan.reason += "; the commit log is shorter than the checkpoint"
+        plan.between_batches = False
     plan.start = max(lo, plan.start)
     return plan
 
@@ -190,7 +195,8 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     else:
         engine.index.repair()   # slots a killed writer left pointing past the index's count
     topics = engine.topics()
-    valid_end, last_ts = _redispatch(engine, plan, topics, rep, progress)
+    open_at = -1 if plan.between_batches else _open_before(engine, plan)
+    valid_end, last_ts = _redispatch(engine, plan, topics, rep, progress, open_at)
     rep.truncated_bytes = engine.commitlog.truncate_to(valid_end)
     if lost is None:
         # Records the log no longer has though the consume queues or the checkpoint were
@@ -294,18 +300,30 @@ def _clamp_consumers(engine: "Engine") -> None:
     clamp_to_queue_ends(engine.layout, queue_end, engine.warn)
 
 
+def _open_before(engine: "Engine", plan: _Plan) -> int:
+    """Where the atomic batch that the scan's start is inside of begins, or -1 (a look back at
+    the records before it, :func:`atomicbatch.open_before`), for a start not known to lie
+    between batches; the checkpoint's derived end and the log's first segment are."""
+    lo = engine.commitlog.min_offset()
+    if plan.start <= lo:
+        return -1
+    derived = plan.checkpoint.derived_end if plan.checkpoint is not None else 0
+    known = max(lo, derived if derived <= plan.start else 0)
+    return atomicbatch.open_before(engine.commitlog, plan.start, known)
+
+
 def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], rep: RecoveryReport,
-                progress: Callable[[int], None] | None) -> tuple[int, int]:
+                progress: Callable[[int], None] | None, open_at: int = -1) -> tuple[int, int]:
     """One pass over the log from ``plan.start`` (``recordscan.py``): every valid record gets
     its consume-queue entry and its index keys, a queue's run and a window's keys at a time.
     Damage followed by a valid record is reported and stepped over; damage with none after
     it is a torn tail (not reported: the caller cuts the log back to the returned end); after
-    a restart, damage at or past ``plan.cut_from`` ends the log. Returns (the end of the last
-    valid record, the last engine timestamp)."""
+    a restart, damage at or past ``plan.cut_from`` ends the log. ``open_at``: where a batch
+    that ``plan.start`` is inside of began (in an earlier segment), -1: none. Returns (the end
+    of the last valid record, or the start of an unfinished batch; the last engine timestamp)."""
     valid_end, last_ts = plan.start, 0
     queues: dict[tuple[str, int], QueueRebuild] = {}
     unconfirmed: list[tuple[str, int, str]] = []
-    open_at = -1   # where an atomic batch without its end record yet begins
     for w in recordscan.scan(engine.commitlog, plan.start, progress):
         cut = None
         for d, at in zip(w.damage, w.damage_at):

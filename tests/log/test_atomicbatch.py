@@ -172,3 +172,96 @@ def test_recovery_after_a_restart_cuts_a_batch_a_power_cut_kept_part_of(tmp_path
         assert s.commitlog.end() == res[0] and s.check().problems == []
     finally:
         s.close()
+
+
+_SEG = 1 << 20   # segments of 1 MiB: five records of 200 KB each
+
+
+def _spanning(root: Path, batches: list[int]) -> tuple[list[int], list[list[int]]]:
+    """A store of 1 MiB segments holding two small messages, then one batch of 200 KB records
+    per entry of ``batches`` (their sizes): the small ones' offsets, and each batch's."""
+    s = open_store(root, commitlog_segment_size=_SEG)
+    try:
+        before = s.put_bodies("T", [b"x" * 100, b"y" * 100], properties={"KEYS": "before"}).commitlog_offsets
+        res = [s.put_bodies("T", [bytes([65 + i]) * 200_000 for i in range(n)],
+                            properties={"KEYS": f"batch-{b}"}).commitlog_offsets for b, n in enumerate(batches)]
+    finally:
+        s.close()
+    return before, res
+
+
+def _damage_last_segment(root: Path, how: str, last_record: int) -> None:
+    """The log's last segment cut inside or before the record at ``last_record``, to nothing, or gone."""
+    seg = sorted((root / "commitlog").iterdir())[-1]
+    assert int(seg.name) < last_record
+    if how == "removed":
+        seg.unlink()
+    else:
+        keep = {"torn": last_record - int(seg.name) + 100, "whole": last_record - int(seg.name), "empty": 0}[how]
+        os.truncate(seg, keep)
+
+
+def _reopened(root: Path, kept: list[int], end: int, gone_keys: list[str]) -> None:
+    """The store, opened (and so recovered), holds the messages at ``kept`` and ends at
+    ``end``; its key index has none of ``gone_keys``; a store check finds nothing; the log goes
+    on from ``end``, and the next open finds it so."""
+    s = Store.open(root)
+    try:
+        assert sorted(m.commitlog_offset for m in all_messages(s, "T")) == kept
+        assert s.commitlog.end() == end
+        assert [m for k in gone_keys for m in s.query_key("T", k)] == []
+        assert s.check().problems == []
+        nxt = s.put_bodies("T", [b"next-1", b"next-2"]).commitlog_offsets
+        assert nxt[0] == end
+    finally:
+        s.close()
+    s = Store.open(root)
+    try:
+        assert sorted(m.commitlog_offset for m in all_messages(s, "T")) == kept + nxt
+        assert s.check().problems == []
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("how", ["torn", "whole", "empty", "removed"])
+@pytest.mark.parametrize("records", [8, 12])   # across two segments, across three
+def test_a_batch_across_segments_whose_last_segment_is_cut_or_lost_is_removed_whole(
+        tmp_path: Path, how: str, records: int) -> None:
+    """The checkpoint then reaches past the log's end and the scan begins at the base of the
+    last segment left: the batch's records in the segments before it go too (its first
+    segment cut there), and everything before the batch stays."""
+    root = tmp_path / "s"
+    before, (res,) = _spanning(root, [records])
+    assert F.segment_name(0) < F.segment_name(res[-1] - res[-1] % _SEG) and res[0] < _SEG   # (it spans)
+    _damage_last_segment(root, how, res[-1])
+    _reopened(root, before, res[0], ["batch-0"])
+    assert sorted(p.name for p in (root / "commitlog").iterdir()) == [F.segment_name(0)]
+
+
+@pytest.mark.parametrize("how", ["torn", "whole", "empty", "removed"])
+def test_a_finished_batch_across_segments_stays_whole_when_the_next_batch_is_cut(tmp_path: Path, how: str) -> None:
+    """Batch 0 spans segments 0 and 1 and ends in 1; batch 1 begins in segment 1 and ends in
+    segment 2, which is cut: batch 1 goes (from inside segment 1), batch 0 stays whole."""
+    root = tmp_path / "s"
+    before, (done, cut) = _spanning(root, [8, 4])
+    assert done[0] < _SEG <= done[-1] < cut[0] < 2 * _SEG <= cut[-1]
+    _damage_last_segment(root, how, cut[-1])
+    _reopened(root, before + done, cut[0], ["batch-1"])
+    s = Store.open(root)
+    try:
+        assert sorted(m.commitlog_offset for m in s.query_key("T", "batch-0")) == done
+    finally:
+        s.close()
+
+
+def test_the_look_back_for_a_batch_across_segments_stops_at_the_flushed_point(tmp_path: Path) -> None:
+    """The store was made durable up to the batch's first record (the checkpoint's derived
+    end, a point between batches): the look back reads no further, and still cuts the batch
+    there whole."""
+    root = tmp_path / "s"
+    before, (res,) = _spanning(root, [12])
+    cp = ckpt.read(root / "checkpoint")
+    assert cp is not None
+    ckpt.write(root / "checkpoint", replace(cp, synced_end=res[0], derived_end=res[0]))
+    _damage_last_segment(root, "torn", res[-1])
+    _reopened(root, before, res[0], ["batch-0"])
