@@ -106,10 +106,14 @@ def test_a_torn_tail_in_a_new_segment_after_a_roll(tmp_path: Path) -> None:
     assert len(segs) >= 2
     last_seg = root / "commitlog" / F.segment_name(segs[-1])
     first_in_last = min(r.commitlog_offset for r in res if r.commitlog_offset >= segs[-1])
-    # cut inside the first record of the newest segment: the previous segment's records stay
+    # cut inside the first record of the newest segment: the previous segment's records stay,
+    # but for the head of the batch of 4 that record belongs to (atomic: it goes whole)
     os.truncate(last_seg, first_in_last - segs[-1] + 30)
     s = Store.open(root)
-    want = {r.commitlog_offset: b for r, b in zip(res, bodies) if r.commitlog_offset < segs[-1]}
+    k = [r.commitlog_offset for r in res].index(first_in_last)
+    batch_start = res[k - k % 4].commitlog_offset if k < len(res) - 1 else first_in_last
+    assert batch_start < segs[-1] == first_in_last   # (the batch spans the roll)
+    want = {r.commitlog_offset: b for r, b in zip(res, bodies) if r.commitlog_offset < batch_start}
     assert served(s) == want
     assert clean(s) == []
     r = s.put([draft("T", "after")])[0]
