@@ -179,6 +179,8 @@ def line_verdict(raw: bytes) -> str:
     keys = obj.get("keys")
     if keys is not None and not (isinstance(keys, str) or (isinstance(keys, list) and all(isinstance(k, str) for k in keys))):
         return "bad"
+    if any(" " in k.strip() for k in ([keys] if isinstance(keys, str) else keys or [])):
+        return "bad"   # (keys are stored space separated: one with a space inside would be two)
     if "shardingKey" in obj and obj["shardingKey"] is not None and not isinstance(obj["shardingKey"], str):
         return "bad"
     if "queueId" in obj:
