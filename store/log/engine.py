@@ -13,6 +13,7 @@ together, and orders the steps of a topic's creation, update and deletion.
 """
 from __future__ import annotations
 
+import _thread
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -25,7 +26,6 @@ from store.log import checkpoint as ckpt
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue, remove_queues
 from store.log.flush import Durability
-from store.log.index import KeyIndex
 from store.log.record import Draft, UniqKeyGenerator, java_hash
 from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig, TopicTable
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from typing import Callable
 
     from store.log.entrysearch import LogTail
+    from store.log.index import KeyIndex
 
 # Consume queues whose last segment a writing handle keeps open between batches.
 MAX_OPEN_TAILS = 64
@@ -199,14 +200,17 @@ class Engine:
         self.settings = settings
         self.warn = warn
         self.commitlog = CommitLog(layout.commitlog_dir, settings.commitlog_segment_size)
-        self.index = KeyIndex(layout.index_dir)
+        # The key index is made on first use: a reader never looks a key up, and its module
+        # (with array, bisect) is ~1 ms of a consumer's start (issue 26).
+        self._index: KeyIndex | None = None
+        self._index_lock = _thread.allocate_lock()
         self.topic_table = TopicTable(layout, warn=warn)
         self.queues = QueueTable(layout, settings.cq_segment_entries, self.commitlog)
         self.write_lock = WriteLock(layout.root, layout.write_lock)
         self.writer = WriterState()
         # What this handle has made durable itself, and its fsyncs.
         self.hints = ckpt.Hints()
-        self.durability = Durability(layout, self.commitlog, self.index, self.hints, warn)
+        self.durability = Durability(layout, self.commitlog, lambda: self.index, self.hints, warn)
         self.checkpoint_file = ckpt.CheckpointFile(layout.checkpoint)   # the writer's, under the lock
         # Told of each user topic a send creates (auto-creation), so a command line can say so.
         self.on_topic_created: Callable[[TopicConfig], None] | None = None
@@ -223,10 +227,27 @@ class Engine:
         if self.hints.synced:
             self._record_synced()
         self.commitlog.close()
-        self.index.close()
+        if self._index is not None:
+            self._index.close()
         self.checkpoint_file.close()
         self.queues.close()
         self.write_lock.close()
+
+    @property
+    def index(self) -> KeyIndex:
+        """The key index, made on first use (once, whichever thread asks first)."""
+        idx = self._index
+        if idx is None:
+            from store.log.index import KeyIndex
+            with self._index_lock:
+                if self._index is None:
+                    self._index = KeyIndex(self.layout.index_dir)
+                idx = self._index
+        return idx
+
+    @index.setter
+    def index(self, idx: KeyIndex) -> None:   # (tests give a handle smaller index files)
+        self._index = idx
 
     # -- topics (``topics.py`` owns their files) ---------------------------------------------
     def topics(self) -> dict[str, TopicConfig]:

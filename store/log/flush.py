@@ -20,11 +20,12 @@ from store.layout import Layout
 from store.log import checkpoint as ckpt
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import sync_changed_queues
-from store.log.index import KeyIndex
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from typing import Callable
+
+    from store.log.index import KeyIndex
 
 # How often --flush sync writers move the durable point of the consume queues and index
 # themselves (sync_log); async writers move it by volume or age (writebatch.py).
@@ -37,11 +38,11 @@ CLOSE_FINISH_BYTES = 4 * 1024 * 1024
 class Durability:
     """One store handle's fsyncs: of the commit log as a prefix, and of the derived files."""
 
-    def __init__(self, layout: Layout, commitlog: CommitLog, index: KeyIndex, hints: ckpt.Hints,
+    def __init__(self, layout: Layout, commitlog: CommitLog, index_of: Callable[[], KeyIndex], hints: ckpt.Hints,
                  warn: Callable[[str], None]) -> None:
         self.layout = layout
         self.commitlog = commitlog
-        self.index = index
+        self.index_of = index_of   # (a getter: the engine makes the key index on first use)
         self.hints = hints
         self.warn = warn
         self._derived_flushed = time.monotonic()
@@ -161,7 +162,7 @@ class Durability:
         since_end = cp.derived_end if cp is not None else 0
         started = int(time.time())
         sync_changed_queues(self.layout, since_s)
-        self.index.sync_files(since_end, since_s)
+        self.index_of().sync_files(since_end, since_s)
         if claim > self.hints.derived:
             self.hints.derived, self.hints.derived_at = claim, started
         self._derived_flushed = time.monotonic()

@@ -13,7 +13,10 @@ from pathlib import Path
 
 from store.fsutil import ensure_dir, fdatasync_path, fsync_dir, open_private
 from store.log import format as F
-from store.log.index import KeyIndex
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from store.log.index import KeyIndex
 
 
 def _marker(idx: KeyIndex) -> Path:
@@ -22,7 +25,12 @@ def _marker(idx: KeyIndex) -> Path:
 
 def rebuilding(idx: KeyIndex) -> bool:
     """A rebuild began and has not finished (it was killed, or is running)."""
-    return os.path.exists(_marker(idx))
+    return rebuilding_in(idx.dir)
+
+
+def rebuilding_in(index_dir: Path) -> bool:
+    """:func:`rebuilding`, asked of the index's directory (without making a ``KeyIndex``)."""
+    return os.path.exists(index_dir / F.INDEX_REBUILD_MARKER)
 
 
 def begin_rebuild(idx: KeyIndex) -> None:

@@ -42,7 +42,6 @@ from store.log import settings as settings_file
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
-from store.log.index import KeyIndex
 from store.log.preflight import checkpoint_locked, claim_new_store, recover_if_dirty
 from store.log.queueends import queue_end
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
@@ -57,6 +56,7 @@ if TYPE_CHECKING:
     from store.log.arraycolumns import VecColumns
     from store.log.check import CheckReport
     from store.log.columns import Columns
+    from store.log.index import KeyIndex
     from store.log.offsetcommits import BatchEnd
     from store.log.recovery import RecoveryReport
     from store.log.results import BatchResult, BodiesResult, PullResult, PutResult

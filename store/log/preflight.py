@@ -95,7 +95,7 @@ def recover_if_dirty(engine: "Engine") -> None:
         end = engine.commitlog.end()
     except OSError:
         return
-    unfinished = indexfence.rebuilding(engine.index)
+    unfinished = indexfence.rebuilding_in(engine.layout.index_dir)
     if cp is not None and cp.written_end == end and cp.boot_id == engine.writer.boot_id and not unfinished:
         return
     if cp is None and end == 0 and not engine.index.files() and not any(engine.layout.consumequeue_dir.glob("*/*/*")):

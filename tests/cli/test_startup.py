@@ -403,9 +403,10 @@ def test_the_quick_consume_without_a_store_answers_as_the_full_command_line(tmp_
 # What no consumer loads (the quick consume, and a Python consumer): the write path's modules
 # (a consumer writes no message), hashlib's OpenSSL bindings, sortedcontainers (orderly
 # in-flight messages are a few, in a dict): ~10 ms of each consumer's start-up together,
-# measured.
+# measured; nor the key index (a consumer looks no key up: the store makes it on first use,
+# and its module with array, ~1 ms).
 CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.log.writebatch",
-                        "hashlib", "_hashlib", "sortedcontainers")
+                        "hashlib", "_hashlib", "sortedcontainers", "store.log.index")
 
 
 # What the quick consume writing inline does not load (issue 26): concurrent.futures (and the

@@ -111,8 +111,8 @@ def test_importing_the_clients_loads_what_they_open(tmp_path: Path) -> None:
 
 def test_a_python_consumer_loads_no_write_path(tmp_path: Path) -> None:
     """A consumer's process (the iterator, to the end) loads neither the write path's modules
-    nor hashlib's OpenSSL bindings nor sortedcontainers: start-up every consumer pays for
-    (tests/cli/test_startup.py: CONSUMER_NEVER_LOADS)."""
+    nor hashlib's OpenSSL bindings nor sortedcontainers nor the key index: start-up every
+    consumer pays for (tests/cli/test_startup.py: CONSUMER_NEVER_LOADS)."""
     root = tmp_path / "s"
     with store.Producer(str(root)) as p:
         p.send_many("T", [f"m{i}" for i in range(5)])
@@ -121,7 +121,7 @@ def test_a_python_consumer_loads_no_write_path(tmp_path: Path) -> None:
             "    got = [m.text for m in c.messages(exit_at_end=True)]\n"
             "print(sorted(got))\n"
             "print(sorted(m for m in sys.modules if m in ('store.log.framing', 'store.log.arrayframing',\n"
-            "      'store.log.writebatch', 'hashlib', '_hashlib', 'sortedcontainers')))\n")
+            "      'store.log.writebatch', 'hashlib', '_hashlib', 'sortedcontainers', 'store.log.index')))\n")
     cp = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=120)
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.splitlines() == [str([f"m{i}" for i in range(5)]), "[]"]

@@ -202,7 +202,7 @@ def test_unresolved_transactions_hold_segments(store: Store) -> None:
 def test_consume_queue_and_index_files_that_only_point_below_the_log_go(root: Path) -> None:
     from store.log.index import KeyIndex
     s = open_store(root, cq_segment_entries=20)
-    s.engine.index = s.engine.durability.index = KeyIndex(s.layout.index_dir, slots=64, entries=40)  # small index files
+    s.engine.index = KeyIndex(s.layout.index_dir, slots=64, entries=40)  # small index files
     try:
         fill(s)
         q = s.queue("T", 0)

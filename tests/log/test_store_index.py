@@ -106,7 +106,7 @@ def test_a_batch_that_fails_while_rolling_the_index_does_not_hide_later_keys(roo
     later written at those same offsets must still be indexed."""
     from store.errors import StoreIOError
     s = open_store(root)
-    s.engine.index = s.engine.durability.index = KeyIndex(s.layout.index_dir, slots=8, entries=6)
+    s.engine.index = KeyIndex(s.layout.index_dir, slots=8, entries=6)
     s.put([draft("T", "a", properties={"KEYS": "ka"})])
     real_create = KeyIndex._create
 
@@ -334,7 +334,7 @@ def test_a_batch_whose_index_header_cannot_be_written_leaves_no_slot_past_the_en
 
 
 def _small_index(s, entries: int = 6) -> KeyIndex:
-    s.engine.index = s.engine.durability.index = KeyIndex(s.layout.index_dir, slots=8, entries=entries)
+    s.engine.index = KeyIndex(s.layout.index_dir, slots=8, entries=entries)
     return s.engine.index
 
 
