@@ -300,10 +300,12 @@ class Runtime:
         with self.turn_lock:   # (an iterating thread's pulls are over, and pull no more)
             self.run_calls()
         self.dispatcher.finish(wait_handlers)
+        warned = False
         try:
             self.keeper.persist(force=True)
             self.keeper.finish_stage()
         except StoreError as exc:
+            warned = True
             self.warn(f"could not persist offsets at exit: {exc}")
             if self.stage is not None and self.state.fatal is None:
                 self.state.fatal = exc   # a stage's outputs were not written: not a success
@@ -311,7 +313,8 @@ class Runtime:
             try:
                 self.keeper.close()
             except StoreError as exc:
-                self.warn(f"could not persist offsets at exit: {exc}")
+                if not warned:   # (the same full disk, most likely: said once)
+                    self.warn(f"could not persist offsets at exit: {exc}")
         self.rebalancer.leave()
         if self.dedup is not None:
             self.dedup.close()

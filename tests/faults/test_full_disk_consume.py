@@ -210,3 +210,63 @@ with store.Consumer("T", group="G", path={str(mq.root)!r}, start_from="first", c
     finally:
         a.terminate()
         a.wait(timeout=60)
+
+
+def test_a_consumer_stopped_while_its_offsets_cannot_be_written_warns_once(
+        small_fs: Path, tmp_path: Path) -> None:
+    """Stopped while the disk is still full, so its last offsets cannot be written: the
+    consumer says "could not persist offsets at exit" once (the persist's failure), not a
+    second time when it then closes its offsets keeper."""
+    m = _store(small_fs, tmp_path)
+    try:
+        script, gate, runs = _gated_handler(tmp_path, 0)
+        consumer = m.start("consume", "fj", "-g", "G", "--from", "first", "--exec", script)
+        wait_for(lambda: _runs(runs), what="a handler to start")
+        _fill_journal_page(m.root)
+        fill_fs(small_fs)
+        gate.unlink()
+        wait_for(lambda: "could not commit offsets" in consumer.stderr() or not consumer.alive(),
+                 timeout=60, what="a commit to fail")
+        assert consumer.alive(), consumer.stderr()
+        consumer.stop()
+        warned = [ln for ln in consumer.stderr().splitlines() if "could not persist offsets at exit" in ln]
+        assert len(warned) == 1, consumer.stderr()
+        assert "no space left on device" in warned[0], warned
+        (small_fs / "filler").unlink()
+        m.check_clean()
+    finally:
+        m.cleanup()
+
+
+def test_offsets_that_cannot_be_persisted_nor_settled_at_exit_are_warned_about_once(tmp_path: Path) -> None:
+    """Both the last commit and the closing snapshot fail (a full disk, simulated here by an
+    offsets store refusing them): one "could not persist offsets at exit", not
+    a second one for the same failure when the offsets keeper is closed."""
+    import subprocess
+    import sys
+    mq = MQ(tmp_path / "s", tmp_path)
+    mq.ok("topic", "create", "T", "--queues", "1")
+    mq.ok("send", "T", "a")
+    cp = subprocess.run([sys.executable, "-c", """
+import sys
+from store.errors import StoreIOError
+from store.log.offsets import ClusterOffsetStore
+FULL = StoreIOError("cannot append: no space left on device (simulated)")
+def refusing(real, full):
+    def method(self, *a, **k):
+        if full(*a, **k):
+            raise FULL
+        return real(self, *a, **k)
+    return method
+def moved(group, offsets, *a, **k):   # (the join's commit of the start offsets is written)
+    return any(offsets.values())
+for name in ("commit", "try_commit"):
+    setattr(ClusterOffsetStore, name, refusing(getattr(ClusterOffsetStore, name), moved))
+ClusterOffsetStore.settle = refusing(ClusterOffsetStore.settle, lambda quiet_s=1.0: quiet_s == 0)
+from mqctl.entry import main
+sys.argv = ["mqctl", "consume", "T", "-g", "G", "-o", "first", "-e"]
+main()
+"""], capture_output=True, text=True, env=mq.environ(), timeout=120)
+    assert cp.stdout == "a\n", cp.stderr
+    warned = [ln for ln in cp.stderr.splitlines() if "could not persist offsets at exit" in ln]
+    assert len(warned) == 1, cp.stderr
