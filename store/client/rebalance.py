@@ -27,6 +27,7 @@ from store.client.leases import MEMBER_EXPIRY_MS
 from store.client.offset_keeper import OffsetKeeper
 from store.client.options import ConsumeOptions
 from store.client.process_queue import ProcessQueue
+from store.errors import StoreIOError
 from store.failpoints import failpoint
 from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
@@ -217,15 +218,26 @@ class Rebalancer:
         held = self.held
         if not held.dropping:
             return
+        if self.keeper.refusals.waiting():
+            return   # (a full disk refused the last commit: the drops wait for its retry)
         settled = False
         for key, pq in list(held.dropping.items()):
             if pq.busy or pq.in_flight:
                 continue  # never give a queue away mid-batch
-            del held.dropping[key]
             # A lost queue's offset used to be thrown away with the queue, so the next holder
             # (often this very process, a rebalance later) started from the last periodic
             # persist and handed everything since then to the handler again.
-            self.keeper.persist(force=True, only={key}, increase_only=True if pq.lost else None)
+            try:
+                self.keeper.persist(force=True, only={key}, increase_only=True if pq.lost else None)
+            except StoreIOError as exc:
+                if self.keeper.stage is not None:
+                    raise
+                # A full disk: keep the queue (and its lock, so its next holder does not handle
+                # again what this member did) and go on with the others; the commit is tried
+                # again with the refused ones (warned about once), and the queue let go then.
+                self.keeper.refused(exc)
+                return
+            del held.dropping[key]
             failpoint("rebalance-before-unlock")
             self.keeper.forget(key)
             held.release_lock(key)

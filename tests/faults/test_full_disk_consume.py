@@ -270,3 +270,45 @@ main()
     assert cp.stdout == "a\n", cp.stderr
     warned = [ln for ln in cp.stderr.splitlines() if "could not persist offsets at exit" in ln]
     assert len(warned) == 1, cp.stderr
+
+
+def test_a_queue_given_away_while_its_offset_cannot_be_committed_is_handed_over_once_there_is_room(
+        small_fs: Path, tmp_path: Path) -> None:
+    """A rebalance takes a queue from a member whose last offset of it cannot be written (the
+    offsets journal needs a new page on a full disk). The member does not exit: it warns once,
+    keeps the queue's lock (so its messages are not handed out a second time), commits the
+    offset once there is room, and then lets the queue go to the joiner, which has nothing
+    left to handle. Before, the drop's persist raised and the member ended with an error."""
+    m = MQ(small_fs / "store", tmp_path)
+    m.ok("init", "--segment-size", "256KiB", "--max-message-size", "4KiB")
+    m.ok("topic", "create", "fj", "--queues", "4")
+    m.ok("send", "fj", "c", "-q", "2")
+    try:
+        script, gate, runs = _gated_handler(tmp_path, 0)
+        a = m.start("consume", "fj", "-g", "G", "--from", "first", "--client-id", "a-first", "--exec", script)
+        wait_for(lambda: _runs(runs), what="a handler to start")
+        b = m.start("consume", "fj", "-g", "G", "--from", "first", "--client-id", "b-second")
+        # the joiner is in: queues 2 and 3 are to go to it; 3 (idle) is let go at once, 2 once
+        # a-first's handler is done with its message and its offset is committed
+        wait_for(lambda: m.member_queues("G", "fj").get("a-first") == {0, 1, 2} or not a.alive(),
+                 what="the first member to let queue 3 go")
+        _fill_journal_page(m.root)
+        fill_fs(small_fs)
+        gate.unlink()
+        wait_for(lambda: "could not commit offsets" in a.stderr() or not a.alive(), timeout=60,
+                 what="the drop's commit to fail")
+        assert a.alive(), a.stderr()
+        assert m.member_queues("G", "fj").get("a-first") == {0, 1, 2}   # not handed over yet
+        (small_fs / "filler").unlink()
+        m.wait_balanced("G", "fj", members=2, queues=4, timeout=60)
+        assert m.offsets("G", "fj")[("fj", 2)] == 1
+        assert a.alive() and b.alive(), (a.stderr(), b.stderr())
+        assert a.stop() == 0, a.stderr()
+        assert b.stop() == 0, b.stderr()
+        assert b.lines() == []   # handled once, by the first member
+        assert _runs(runs) == ["0"]
+        warned = [ln for ln in a.stderr().splitlines() if "could not commit offsets" in ln]
+        assert len(warned) == 1, a.stderr()
+        m.check_clean()
+    finally:
+        m.cleanup()
