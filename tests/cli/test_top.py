@@ -348,3 +348,23 @@ def test_sigterm_ends_the_json_stream_with_exit_0(mq: MQ) -> None:
             p.kill()
             p.wait()
     assert p.returncode == 0 and err == b""
+
+
+def test_long_names_are_cut_to_fit_the_screen_and_the_columns_stay_in_line() -> None:
+    """A topic or group name wider than the screen leaves room: the name is cut with an
+    ellipsis (as kcat and rpk do) and the columns after it (LAG, DRAIN, ...) stay on the
+    screen, each under its header. They used to be pushed off the screen's edge."""
+    from mqctl.toplive import _table
+    from mqctl.topview import Section
+    group, topic = "g" * 70, "t" * 70
+    sec = Section("groups", [("group", "GROUP"), ("topic", "TOPIC"), ("lag", "LAG"), ("drain", "DRAIN")],
+                  rows=[{"group": group, "topic": topic, "lag": 12345, "drain": "caught up"},
+                        {"group": "short", "topic": "t", "lag": 7, "drain": "-"}])
+    lines = _table(sec, 10, 80).plain.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    head, first, second = lines
+    assert head.split() == ["GROUP", "TOPIC", "LAG", "DRAIN"], head
+    assert first.split()[2:] == ["12345", "caught", "up"] and "…" in first.split()[0], first
+    for line, lag in ((first, "12345"), (second, "7")):
+        assert line.index(lag) == head.index("LAG"), (head, line)
+    assert first.index("caught") == head.index("DRAIN") == second.index("-", len("short")), lines
