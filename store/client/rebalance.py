@@ -54,6 +54,7 @@ class Rebalancer:
         self.locked = not opts.broadcast and not opts.no_group
         self.membership: Membership | None = None
         self.published_queues: list[dict[str, Any]] | None = None   # as the member record says
+        self.published_retrying = 0   # (orderly) its retryingInPlace
         self.rebalanced_once = False
         # the live members (client ids, sorted) the last allocation was computed among
         self.members_seen: tuple[str, ...] | None = None
@@ -97,12 +98,20 @@ class Rebalancer:
         if self.membership is None:
             return
         queues = [{"topic": t, "queueId": q} for t, q in sorted(self.held.keys())]
-        if queues == self.published_queues and self.membership.json_path.exists():
+        retrying = self._retrying_in_place()
+        if queues == self.published_queues and retrying == self.published_retrying \
+                and self.membership.json_path.exists():
             # Liveness is the member's flock, not a heartbeat: rewriting an unchanged record
             # would only wake every member of the group (they watch its directory).
             return
-        self.membership.update(queues=queues, heartbeatAt=int(time.time() * 1000))
-        self.published_queues = queues
+        extra = {"retryingInPlace": retrying} if self.o.orderly else {}
+        self.membership.update(queues=queues, heartbeatAt=int(time.time() * 1000), **extra)
+        self.published_queues, self.published_retrying = queues, retrying
+
+    def _retrying_in_place(self) -> int:
+        """(Orderly.) Messages of the held queues that failed and wait for their retry in place:
+        no retry topic holds them, so the member record says how many (``mqctl top``)."""
+        return sum(len(pq.retries) for pq in self.held.pqs.values()) if self.o.orderly else 0
 
     def beat(self) -> bool:
         """Prove that this member is not stuck (``members.py``). True when it was, for so long
@@ -214,8 +223,12 @@ class Rebalancer:
             self.held.pqs[key] = pq
 
     def settle_drops(self) -> None:
-        """Release the dropped queues whose last batch is done, their offsets persisted."""
+        """Release the dropped queues whose last batch is done, their offsets persisted.
+        (Orderly: at every turn, so the member record's count of retries in place is current.)"""
         held = self.held
+        if self.o.orderly and self.membership is not None and self.membership.joined \
+                and self._retrying_in_place() != self.published_retrying:
+            self.publish_queues()
         if not held.dropping:
             return
         if self.keeper.refusals.waiting():
