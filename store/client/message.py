@@ -31,7 +31,7 @@ class Properties(dict[str, str]):
         raise TypeError("a message's properties are read-only (copy them: dict(msg.properties))")
 
     __setitem__ = __delitem__ = __ior__ = _refuse
-    clear = pop = popitem = setdefault = update = _refuse   # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:   # (pickled as built, not item by item)
         return (Properties, (dict(self),))
