@@ -228,7 +228,10 @@ class Rebalancer:
         held = self.held
         if self.o.orderly and self.membership is not None and self.membership.joined \
                 and self._retrying_in_place() != self.published_retrying:
-            self.publish_queues()
+            try:
+                self.publish_queues()
+            except StoreIOError:   # (a full disk: a count for top is not worth ending the member for)
+                self.published_retrying = self._retrying_in_place()
         if not held.dropping:
             return
         if self.keeper.refusals.waiting():

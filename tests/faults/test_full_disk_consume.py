@@ -312,3 +312,39 @@ def test_a_queue_given_away_while_its_offset_cannot_be_committed_is_handed_over_
         m.check_clean()
     finally:
         m.cleanup()
+
+
+def test_an_orderly_member_retrying_in_place_on_a_full_disk_carries_on(small_fs: Path, tmp_path: Path) -> None:
+    """An orderly member publishes how many messages it retries in place (its member record,
+    for ``mqctl top``); on a full disk that record cannot be written: the member goes on
+    retrying, and once the handler succeeds and there is room, its offset is committed."""
+    m = MQ(small_fs / "store", tmp_path)
+    m.ok("init", "--segment-size", "256KiB", "--max-message-size", "4KiB")
+    m.ok("topic", "create", "fo", "--queues", "1", "--order")
+    m.ok("send", "fo", "one", "--sharding-key", "k")
+    try:
+        gate, fail, runs = tmp_path / "gate", tmp_path / "fail", tmp_path / "runs"
+        gate.touch()
+        fail.touch()
+        script = handler_script(tmp_path / "handler.sh", f"""
+            cat > /dev/null
+            echo run >> {runs}
+            while [ -e {gate} ]; do sleep 0.05; done
+            [ ! -e {fail} ]
+        """)
+        consumer = m.start("consume", "fo", "-g", "G", "--orderly", "--from", "first", "--suspend-ms", "100",
+                           "--exec", script)
+        wait_for(lambda: _runs(runs), what="a handler to start")
+        fill_fs(small_fs)
+        gate.unlink()   # the first failure comes on the full disk: the record's count cannot be written
+        wait_for(lambda: len(_runs(runs)) >= 4 or not consumer.alive(), timeout=60,
+                 what="retries in place on the full disk")
+        assert consumer.alive(), consumer.stderr()
+        (small_fs / "filler").unlink()
+        fail.unlink()
+        wait_for(lambda: m.offsets("G", "fo") == {("fo", 0): 1} or not consumer.alive(), timeout=60,
+                 what="the offset to be committed")
+        assert consumer.stop() == 0, consumer.stderr()
+        m.check_clean()
+    finally:
+        m.cleanup()
