@@ -25,13 +25,16 @@ def ago(now: int, ms: int | None) -> str | None:
 
 
 def lock_row(lock: "LockRow", now: int, utc: bool | None) -> dict[str, Any]:
-    """A lock's JSON row; with ``utc`` not None (human output) also its local acquiredTime."""
+    """A lock's JSON row (machine values only: times in ms); with ``utc`` not None (human
+    output) also its local acquiredTime and the ages of its times (``3s ago``, ``in 57s``)."""
     from store import format_local
     row: dict[str, Any] = lock.info.to_dict()
-    row.update(state=lock.state, acquired=ago(now, lock.acquired_at), renewed=ago(now, lock.renewed_at),
-               expires=ago(now, lock.expires_at))
-    if utc is not None and lock.acquired_at is not None:
-        row["acquiredTime"] = format_local(lock.acquired_at, utc)
+    row["state"] = lock.state
+    if utc is not None:
+        row.update(acquired=ago(now, lock.acquired_at), renewed=ago(now, lock.renewed_at),
+                   expires=ago(now, lock.expires_at))
+        if lock.acquired_at is not None:
+            row["acquiredTime"] = format_local(lock.acquired_at, utc)
     return row
 
 
@@ -50,10 +53,11 @@ def show_members(out: Output, members: "list[MemberRow]", group: str, now: int, 
     rows: list[dict[str, Any]] = [{
         "group": m.group, "clientId": m.client_id, "pid": m.pid, "host": m.host, "mode": m.mode,
         "orderly": m.orderly, "strategy": m.strategy, "topics": m.topics, "queues": m.queues,
-        "startedAt": m.started_at, "heartbeatAt": m.heartbeat_at, "queuesText": queues_text(m.queues),
+        "startedAt": m.started_at, "heartbeatAt": m.heartbeat_at,
         "started": format_time(m.started_at) if m.started_at is not None else None, "state": m.state,
     } for m in members]
-    for r in rows if not out.json else ():
+    for r in rows if not out.json else ():   # (the text of the table: not in --json's machine values)
+        r["queuesText"] = queues_text(r["queues"])
         r["startedLocal"] = format_local(r["startedAt"], utc) if r["startedAt"] is not None else None
         r["heartbeat"] = ago(now, r["heartbeatAt"])
     if rows:

@@ -85,10 +85,11 @@ def _table(sec: Section, room: int, width: int) -> Any:
     shown = sec.rows[: max(1, room - 1)]
     cells = [[name for _key, name in sec.columns]]
     cells += [["-" if row.get(k) is None else str(row.get(k)) for k, _ in sec.columns] for row in shown]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(sec.columns))]
+    widths = _fit([max(len(line[i]) for line in cells) for i in range(len(sec.columns))],
+                  [len(name) for name in cells[0]], width)
     text = Text(no_wrap=True, overflow="ellipsis")
     for i, line in enumerate(cells):
-        body = "  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip()[:width]
+        body = "  ".join(_cut(v, w).ljust(w) for v, w in zip(line, widths)).rstrip()[:width]
         style = "bold" if i == 0 else ("bold red" if i - 1 in sec.alert else "")
         text.append(body + "\n", style=style)
     if not sec.rows:
@@ -97,6 +98,28 @@ def _table(sec: Section, room: int, width: int) -> Any:
         text.append(f"… {len(sec.rows) - len(shown)} more (/ to filter)\n", style="dim")
     text.rstrip()
     return text
+
+
+NAME_MIN = 12   # a name column cut to fit the screen keeps at least this much (or its header)
+
+
+def _fit(widths: list[int], headers: list[int], width: int) -> list[int]:
+    """Column widths that fit ``width``: the widest columns (long topic, group or client
+    names) are narrowed, down to :data:`NAME_MIN`, so the columns after them (LAG, DRAIN...)
+    stay on the screen and in line, rather than being pushed off its edge."""
+    widths = list(widths)
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        narrowable = [j for j in range(len(widths)) if widths[j] > max(NAME_MIN, headers[j])]
+        if not narrowable:
+            break   # (too many columns for the screen: the line is cut at its edge)
+        # one character off the widest at a time: two long names share the room
+        widths[max(narrowable, key=lambda j: widths[j])] -= 1
+    return widths
+
+
+def _cut(value: str, w: int) -> str:
+    """``value`` in a column ``w`` wide: cut with an ellipsis, as kcat and rpk do."""
+    return value if len(value) <= w else value[: w - 1] + "…"
 
 
 def screen_size() -> os.terminal_size:

@@ -134,6 +134,8 @@ def problems_view(snap: Any, hist: Any, flt: str = "") -> Section:
         add("dead letters", g, n, f"+{new} since start; mqctl dlq list -g {g}", alert=new > 0)
     for g, n in sorted(p.retries.items()):
         add("retries", g, n, "in flight in %RETRY%" + g, alert=False)
+    for g, n in sorted(p.in_place.items()):   # (orderly: no retry topic holds them)
+        add("retries", g, n, "retried in place by orderly members", alert=False)
     for t in p.transactions:
         overdue = t.age_ms > p.check_timeout_ms
         add("transaction", t.tx_id, t.check_times, f"{t.topic}, {format_duration(t.age_ms / 1000)} old"

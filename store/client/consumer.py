@@ -371,7 +371,8 @@ class Consumer:
         message in hand produced (as :meth:`run`'s handler returns them); they are written to
         the stage's topic in one atomic write with its offset, when it is committed (the loop
         asks for the next message, or the ``with`` block ends normally). If it is not committed
-        (the loop raises out of the block), neither are they: it is delivered again."""
+        (the loop raises out of the block), neither are they: it is delivered again. Once per
+        message: a second call for the same one raises UsageError (outputs are given together)."""
         (self._life.sink or InHand()).commit_with(self._rt.stage, outputs)
 
     # -- stopping -----------------------------------------------------------------------------

@@ -87,6 +87,7 @@ class InHand:
     how far into it the loop got, for the member's loop."""
 
     hand: Hand | None = None
+    emitted: tuple[Hand, int] | None = None   # the message in hand whose outputs commit_with took
 
     def progress(self) -> tuple[cf.Future[Any], int] | None:
         """(The member's loop, any thread.) The batch in hand and how many of its messages are
@@ -102,7 +103,13 @@ class InHand:
         hand = self.hand
         if stage is None or hand is None or hand.at() < 0:
             raise UsageError("commit_with() is for the message in hand of messages(to=TOPIC)")
-        stage.emit(hand.msgs[hand.at()], outputs, strict=True)
+        at = hand.at()
+        if self.emitted is not None and self.emitted[0] is hand and self.emitted[1] == at:
+            # (a second call would silently replace the first's outputs: one commit per message)
+            raise UsageError("commit_with() was already called for the message in hand: its outputs "
+                             "are given once, all together")
+        stage.emit(hand.msgs[at], outputs, strict=True)
+        self.emitted = (hand, at)
 
 
 class IteratorSink(InHand):

@@ -19,6 +19,27 @@ class _Lazy:
     _raw: bytes
 
 
+class Properties(dict[str, str]):
+    """A delivered message's user properties: a ``dict`` (as the API promises: ``json.dumps``,
+    ``dict(...)``, ``isinstance`` work) that refuses changes, so the message stays what was
+    stored for everyone who reads it (``TypeError``, as a ``MappingProxyType`` says). Copy it
+    (``dict(msg.properties)``) to change it."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_args: Any, **_kwargs: Any) -> Any:
+        raise TypeError("a message's properties are read-only (copy them: dict(msg.properties))")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:   # (pickled as built, not item by item)
+        return (Properties, (dict(self),))
+
+
+_NO_PROPERTIES = Properties()   # (shared: most messages have none)
+
+
 # What a message's stored properties give its client view, in :func:`_client_view`'s order.
 _LAZY_ORDER = ("offset_msg_id", "msg_id", "tags", "keys", "properties")
 _LAZY_FIELDS = frozenset(_LAZY_ORDER)
@@ -31,9 +52,10 @@ def _client_view(props: dict[str, str],
     offset_id = record.offset_msg_id(commitlog_offset)
     raw_keys = props.get(record.PROP_KEYS)
     reserved = record.RESERVED_PROPERTIES
+    user = {k: v for k, v in props.items() if k not in reserved}
     return (offset_id, props.get(record.PROP_UNIQ_KEY) or offset_id, props.get(record.PROP_TAGS),
             [k for k in raw_keys.split(" ") if k] if raw_keys else [],
-            {k: v for k, v in props.items() if k not in reserved})
+            Properties(user) if user else _NO_PROPERTIES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +75,16 @@ class Message(_Lazy):
     body: bytes
     tags: str | None = None
     keys: list[str] = field(default_factory=list, hash=False)
-    properties: dict[str, str] = field(default_factory=dict, hash=False)
+    properties: dict[str, str] = field(default_factory=dict, hash=False)   # (a read-only Properties)
     reconsume_times: int = 0
     born_timestamp: int = 0
     store_timestamp: int = 0
     offset_msg_id: str = ""
     commitlog_offset: int = 0
+
+    def __post_init__(self) -> None:   # (one made by hand; the consumer's are built read-only)
+        if type(self.properties) is not Properties:
+            object.__setattr__(self, "properties", Properties(self.properties) if self.properties else _NO_PROPERTIES)
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for an unset slot: a message built by MessageRows whose properties

@@ -310,8 +310,9 @@ class Monitor:
         if self.topic is not None:
             txs = tuple(t for t in txs if t.topic == self.topic)
         self._recovery()
+        in_place = {g.group: sum(m.retrying_in_place for m in g.members) for g in groups}
         return Problems(dlq, {g: n for g, n in retries.items() if n}, txs, self.check_timeout_ms, delayed, due,
-                        tuple(self._warnings))
+                        tuple(self._warnings), {g: n for g, n in in_place.items() if n})
 
     def _transactions(self) -> list[tuple[str, str, int, int]]:
         """(txId, topic, born time, checks) of unresolved transactions, read again only when
@@ -376,7 +377,9 @@ def _member(m: MemberInfo, held: list[dict[str, Any]]) -> MemberStat:
     hb = record.get("heartbeatAt")
     orderly = record.get("orderly")
     mode = record.get("mode")
+    retrying = record.get("retryingInPlace")
     return MemberStat(m.clientId, m.pid, m.host, mode if isinstance(mode, str) else None,
                       orderly if isinstance(orderly, bool) else None, queues,
                       hb if isinstance(hb, int) and not isinstance(hb, bool) else None,
-                      "expired" if m.expired else "live")
+                      "expired" if m.expired else "live",
+                      retrying if isinstance(retrying, int) and not isinstance(retrying, bool) and retrying > 0 else 0)

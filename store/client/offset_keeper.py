@@ -282,7 +282,7 @@ class OffsetKeeper:
         except StoreIOError as exc:
             if force or self.stage is not None:
                 raise
-            self._refused(exc)
+            self.refused(exc)
             return True   # (tried again later, not put off to the next turn)
         failpoint("offsets-after-persist")
         self.refusals.error = None
@@ -297,7 +297,7 @@ class OffsetKeeper:
             self.offset_store.settle(0.0)   # (the member stops: its commits into the snapshot)
         return True
 
-    def _refused(self, exc: StoreIOError) -> None:   # (a commit the file system refused: Refusals)
+    def refused(self, exc: StoreIOError) -> None:   # (a commit the file system refused: Refusals)
         self.refusals.refused(exc, self.warn)
         self.last_persist, self.urgent = time.monotonic(), False
 
@@ -404,7 +404,7 @@ class OffsetKeeper:
             self.dirty |= {k for k in out if k in self.offsets}
             if not isinstance(exc, StoreIOError) or self.stage is not None:
                 raise
-            self._refused(exc)
+            self.refused(exc)
             return
         if done is None:
             return

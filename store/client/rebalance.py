@@ -27,6 +27,7 @@ from store.client.leases import MEMBER_EXPIRY_MS
 from store.client.offset_keeper import OffsetKeeper
 from store.client.options import ConsumeOptions
 from store.client.process_queue import ProcessQueue
+from store.errors import StoreIOError
 from store.failpoints import failpoint
 from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
@@ -53,6 +54,7 @@ class Rebalancer:
         self.locked = not opts.broadcast and not opts.no_group
         self.membership: Membership | None = None
         self.published_queues: list[dict[str, Any]] | None = None   # as the member record says
+        self.published_retrying = 0   # (orderly) its retryingInPlace
         self.rebalanced_once = False
         # the live members (client ids, sorted) the last allocation was computed among
         self.members_seen: tuple[str, ...] | None = None
@@ -96,12 +98,20 @@ class Rebalancer:
         if self.membership is None:
             return
         queues = [{"topic": t, "queueId": q} for t, q in sorted(self.held.keys())]
-        if queues == self.published_queues and self.membership.json_path.exists():
+        retrying = self._retrying_in_place()
+        if queues == self.published_queues and retrying == self.published_retrying \
+                and self.membership.json_path.exists():
             # Liveness is the member's flock, not a heartbeat: rewriting an unchanged record
             # would only wake every member of the group (they watch its directory).
             return
-        self.membership.update(queues=queues, heartbeatAt=int(time.time() * 1000))
-        self.published_queues = queues
+        extra = {"retryingInPlace": retrying} if self.o.orderly else {}
+        self.membership.update(queues=queues, heartbeatAt=int(time.time() * 1000), **extra)
+        self.published_queues, self.published_retrying = queues, retrying
+
+    def _retrying_in_place(self) -> int:
+        """(Orderly.) Messages of the held queues that failed and wait for their retry in place:
+        no retry topic holds them, so the member record says how many (``mqctl top``)."""
+        return sum(len(pq.retries) for pq in self.held.pqs.values()) if self.o.orderly else 0
 
     def beat(self) -> bool:
         """Prove that this member is not stuck (``members.py``). True when it was, for so long
@@ -213,19 +223,37 @@ class Rebalancer:
             self.held.pqs[key] = pq
 
     def settle_drops(self) -> None:
-        """Release the dropped queues whose last batch is done, their offsets persisted."""
+        """Release the dropped queues whose last batch is done, their offsets persisted.
+        (Orderly: at every turn, so the member record's count of retries in place is current.)"""
         held = self.held
+        if self.o.orderly and self.membership is not None and self.membership.joined \
+                and self._retrying_in_place() != self.published_retrying:
+            try:
+                self.publish_queues()
+            except StoreIOError:   # (a full disk: a count for top is not worth ending the member for)
+                self.published_retrying = self._retrying_in_place()
         if not held.dropping:
             return
+        if self.keeper.refusals.waiting():
+            return   # (a full disk refused the last commit: the drops wait for its retry)
         settled = False
         for key, pq in list(held.dropping.items()):
             if pq.busy or pq.in_flight:
                 continue  # never give a queue away mid-batch
-            del held.dropping[key]
             # A lost queue's offset used to be thrown away with the queue, so the next holder
             # (often this very process, a rebalance later) started from the last periodic
             # persist and handed everything since then to the handler again.
-            self.keeper.persist(force=True, only={key}, increase_only=True if pq.lost else None)
+            try:
+                self.keeper.persist(force=True, only={key}, increase_only=True if pq.lost else None)
+            except StoreIOError as exc:
+                if self.keeper.stage is not None:
+                    raise
+                # A full disk: keep the queue (and its lock, so its next holder does not handle
+                # again what this member did) and go on with the others; the commit is tried
+                # again with the refused ones (warned about once), and the queue let go then.
+                self.keeper.refused(exc)
+                return
+            del held.dropping[key]
             failpoint("rebalance-before-unlock")
             self.keeper.forget(key)
             held.release_lock(key)

@@ -13,14 +13,11 @@ backstops, ``--rebalance-interval`` among them.
 :class:`Runtime` owns the loop and the member's life (join, signals, stop, leave); each job of a turn is a part
 of its own, with its own state:
 
-* :class:`~store.client.rebalance.Rebalancer` — which queues to hold, their queue locks, and the member record
-  (the queues themselves: :class:`~store.client.holding.Holdings`);
+* :class:`~store.client.rebalance.Rebalancer` — queues held (:class:`~store.client.holding.Holdings`), locks, record;
 * :class:`~store.client.pulling.Puller` — the held queues pulled into their process queues;
 * :class:`~store.client.dispatch.Dispatcher` — batches to the sink (:mod:`store.client.sinks`), what comes back;
-* :class:`~store.client.offset_keeper.OffsetKeeper` — start offsets, consumed offsets, and when they are
-  persisted; resets noticed;
-* :class:`~store.client.retry.Retrier` — failed batches: retried in place, sent back to the retry topic, or
-  dead-lettered.
+* :class:`~store.client.offset_keeper.OffsetKeeper` — start and consumed offsets, when persisted; resets;
+* :class:`~store.client.retry.Retrier` — failed batches: retried in place, sent back, or dead-lettered.
 
 Orderly mode adds RocketMQ's three locks: the queue lock across processes (``qlocks``), taken before a queue is
 added and checked before every batch; one batch at a time per queue inside this process (``ProcessQueue.busy``);
@@ -300,18 +297,21 @@ class Runtime:
         with self.turn_lock:   # (an iterating thread's pulls are over, and pull no more)
             self.run_calls()
         self.dispatcher.finish(wait_handlers)
+        failed: StoreError | None = None
         try:
             self.keeper.persist(force=True)
             self.keeper.finish_stage()
         except StoreError as exc:
-            self.warn(f"could not persist offsets at exit: {exc}")
+            failed = exc
             if self.stage is not None and self.state.fatal is None:
                 self.state.fatal = exc   # a stage's outputs were not written: not a success
         finally:
             try:
                 self.keeper.close()
-            except StoreError as exc:
-                self.warn(f"could not persist offsets at exit: {exc}")
+            except StoreError as exc:   # (after a failed persist: the same full disk, said once)
+                failed = failed or exc
+        if failed is not None:
+            self.warn(f"could not persist offsets at exit: {failed}")
         self.rebalancer.leave()
         if self.dedup is not None:
             self.dedup.close()

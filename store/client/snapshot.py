@@ -75,11 +75,13 @@ class MemberStat:
     queues: tuple[tuple[str, int], ...]
     heartbeat_at: int | None
     state: str = "live"
+    retrying_in_place: int = 0   # (orderly) failed messages waiting for their retry in place
 
     def to_json(self) -> dict[str, Any]:
         return {"clientId": self.client_id, "pid": self.pid, "host": self.host, "mode": self.mode,
                 "orderly": self.orderly, "heartbeatAt": self.heartbeat_at,
-                "queues": [{"topic": t, "queueId": q} for t, q in self.queues], "state": self.state}
+                "queues": [{"topic": t, "queueId": q} for t, q in self.queues], "state": self.state,
+                "retryingInPlace": self.retrying_in_place}
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,8 @@ class PendingTx:
 class Problems:
     """What needs a look: ``dead_letters`` per group (messages in ``%DLQ%<group>``),
     ``retries`` per group (lag of ``%RETRY%<group>``: messages waiting to be consumed again),
+    ``in_place`` per group (failed messages its orderly members retry in place, not through
+    the retry topic: as their member records say),
     ``transactions`` unresolved (``overdue``: older than the check timeout), delayed messages
     ``delayed`` not yet delivered and ``delayed_due`` whose time has come, and ``warnings``
     (recovery needed, files read from their ``.bak``)."""
@@ -163,13 +167,14 @@ class Problems:
     delayed: int = 0
     delayed_due: int = 0
     warnings: tuple[str, ...] = ()
+    in_place: dict[str, int] = field(default_factory=dict)
 
     @property
     def overdue(self) -> tuple[PendingTx, ...]:
         return tuple(t for t in self.transactions if t.age_ms > self.check_timeout_ms)
 
     def to_json(self) -> dict[str, Any]:
-        return {"deadLetters": self.dead_letters, "retries": self.retries,
+        return {"deadLetters": self.dead_letters, "retries": self.retries, "retriesInPlace": self.in_place,
                 "transactions": [t.to_json() for t in self.transactions],
                 "overdueTransactions": len(self.overdue), "checkTimeoutMs": self.check_timeout_ms,
                 "delayed": self.delayed, "delayedDue": self.delayed_due, "warnings": list(self.warnings)}

@@ -212,6 +212,9 @@ def test_locks_and_unlock(mq: MQ, loaded: Store) -> None:
                       "expiresAt", "alive"):
             assert field in rows[0]
         assert rows[0]["expiresAt"] - rows[0]["renewedAt"] == 60_000
+        # machine values only: no "3s ago" / "in 57s" texts beside the times in ms
+        assert set(rows[0]) == {"group", "topic", "queueId", "clientId", "pid", "host", "acquiredAt",
+                                "renewedAt", "expiresAt", "alive", "state"}, rows[0]
         table = mq.cli("locks", "-g", "O", check=True).out
         assert re.search(r"\d+(ms|s) ago", table) and re.search(r"in \d+s", table)
         # Only the stale lock goes without --force.
@@ -267,6 +270,7 @@ def test_consumers(mq: MQ, members: list) -> None:
     for field in ("clientId", "pid", "host", "mode", "orderly", "queues", "startedAt", "heartbeatAt"):
         assert field in rows[0]
     assert rows[0]["pid"] == os.getpid()
+    assert "queuesText" not in rows[0]   # (the table's "T:0,1": --json has the queues themselves)
     assert "T:0,1" in mq.cli("consumers", "-g", "G", check=True).out
     assert mq.cli("consumers", "-g", "Ghost").returncode == 3
 

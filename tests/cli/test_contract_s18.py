@@ -76,7 +76,8 @@ def test_rebalance_shows_each_config_members_own_queues(mq: MQ) -> None:
         def held() -> bool:
             res = mq.run("consumers", "-g", "cfg", "--json")   # (exit 3 until the first joins)
             rows = res.json_lines() if res.returncode == 0 else []
-            return sorted((r["clientId"], r["queuesText"]) for r in rows) == [("C1", "sq:0,3"), ("C2", "sq:1,2,4,5")]
+            return sorted((r["clientId"], [q["queueId"] for q in r["queues"]]) for r in rows) == [
+                ("C1", [0, 3]), ("C2", [1, 2, 4, 5])]
         wait_for(held, what="both members holding their queues")
         for extra in ([], ["--strategy", "config"]):
             rows = mq.ok("rebalance", "sq", "-g", "cfg", "--json", *extra).json_lines()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import MQ, MQCTL, mqctl_env, one_error, wait_for
+from tests.procs import MQ, MQCTL, handler_script, mqctl_env, one_error, wait_for
 
 
 def _setup(mq: MQ) -> None:
@@ -348,3 +348,51 @@ def test_sigterm_ends_the_json_stream_with_exit_0(mq: MQ) -> None:
             p.kill()
             p.wait()
     assert p.returncode == 0 and err == b""
+
+
+def test_long_names_are_cut_to_fit_the_screen_and_the_columns_stay_in_line() -> None:
+    """A topic or group name wider than the screen leaves room: the name is cut with an
+    ellipsis (as kcat and rpk do) and the columns after it (LAG, DRAIN, ...) stay on the
+    screen, each under its header. They used to be pushed off the screen's edge."""
+    from mqctl.toplive import _table
+    from mqctl.topview import Section
+    group, topic = "g" * 70, "t" * 70
+    sec = Section("groups", [("group", "GROUP"), ("topic", "TOPIC"), ("lag", "LAG"), ("drain", "DRAIN")],
+                  rows=[{"group": group, "topic": topic, "lag": 12345, "drain": "caught up"},
+                        {"group": "short", "topic": "t", "lag": 7, "drain": "-"}])
+    lines = _table(sec, 10, 80).plain.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    head, first, second = lines
+    assert head.split() == ["GROUP", "TOPIC", "LAG", "DRAIN"], head
+    assert first.split()[2:] == ["12345", "caught", "up"] and "…" in first.split()[0], first
+    for line, lag in ((first, "12345"), (second, "7")):
+        assert line.index(lag) == head.index("LAG"), (head, line)
+    assert first.index("caught") == head.index("DRAIN") == second.index("-", len("short")), lines
+
+
+def test_an_orderly_members_retries_in_place_are_counted(mq: MQ) -> None:
+    """An orderly member retries a failed message in place (its queue suspended), without the
+    retry topic, whose lag is what counts a concurrent group's retries: its member record says
+    how many it retries, and top shows them under problems, then none once they succeed."""
+    mq.ok("topic", "create", "ord", "--queues", "2", "--order")
+    mq.ok("send", "ord", "a", "--sharding-key", "k")
+    gate = mq.work / "failing"
+    gate.touch()
+    script = handler_script(mq.work / "handler.sh", f"""
+        cat > /dev/null
+        [ ! -e {gate} ]
+    """)
+    c = mq.start("consume", "ord", "-g", "G", "--orderly", "--from", "first", "--suspend-ms", "200", "--exec", script)
+
+    def in_place() -> dict:
+        return mq.ok("top", "--once", "--json").json_lines()[0]["problems"]["retriesInPlace"]
+    try:
+        wait_for(lambda: in_place() == {"G": 1}, what="the retry in place to be counted")
+        [member] = mq.ok("top", "--once", "--json", "-g", "G").json_lines()[0]["groups"][0]["members"]
+        assert member["retryingInPlace"] == 1
+        assert "retried in place by orderly members" in mq.ok("top", "--once").out
+        assert mq.ok("top", "--once", "--json").json_lines()[0]["problems"]["retries"] == {}
+        gate.unlink()
+        wait_for(lambda: in_place() == {}, what="the retried message to succeed")
+    finally:
+        assert c.stop() == 0, c.stderr()

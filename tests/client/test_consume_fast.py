@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import pickle
 from pathlib import Path
 
@@ -57,6 +58,32 @@ def test_messages_from_columns_equal_those_from_records(filled: Store) -> None:
     assert pickle.loads(pickle.dumps(keyed)) == keyed == copy.copy(keyed)
     assert dataclasses.asdict(keyed)["msg_id"] == keyed.msg_id
     assert type(keyed) is store.Message
+
+
+def test_a_messages_properties_cannot_be_changed_through_it(filled: Store) -> None:
+    """``Message`` is frozen, and so are its properties: changing them through one reader's
+    message would change what every later reader of that message sees. They stay a ``dict``
+    (as the API says: JSON, ``dict(...)``, pickling and ``asdict`` work); a copy may be changed."""
+    keyed = [m for m in _rows("T", 2, *_cols(filled, 2)) if m.text == "keyed"][0]
+    eager = Message.from_record(filled.pull("T", 2, keyed.queue_offset, 1).messages[0])
+    made = Message("T", 0, 0, "id", b"x", properties={"a": "b"})
+    plain = [m for m in _rows("T", 0, *_cols(filled, 0))][0]
+    for m in (keyed, eager, made, plain):
+        with pytest.raises(TypeError):
+            m.properties["a"] = "changed"
+        for change in ("update", "setdefault", "pop", "clear", "popitem"):
+            with pytest.raises(TypeError):
+                getattr(m.properties, change)(*(("a", "z") if change in ("setdefault",) else
+                                                ("a",) if change == "pop" else
+                                                ({"a": "z"},) if change == "update" else ()))
+        assert isinstance(m.properties, dict)
+    assert keyed.properties == eager.properties == made.properties == {"a": "b"} and plain.properties == {}
+    copied = dict(keyed.properties)
+    copied["a"] = "mine"
+    assert keyed.properties == {"a": "b"}
+    assert json.dumps(keyed.properties) == '{"a": "b"}'
+    assert pickle.loads(pickle.dumps(keyed)).properties == {"a": "b"}
+    assert dataclasses.asdict(keyed)["properties"] == {"a": "b"}
 
 
 def _cols(s: Store, q: int) -> tuple[list[int], list[bytes], list[int], list[int], list[int], list[int], list[bytes]]:

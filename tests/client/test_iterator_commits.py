@@ -177,3 +177,28 @@ def test_commit_with_an_output_an_ordered_topic_refuses_raises_in_the_loop(mq: M
         for m in c.messages(exit_at_end=True, to="O"):
             c.commit_with([{"body": m.body, "sharding_key": m.text}])
     assert sorted(mq.ok("consume", "O", "--no-group", "-o", "beginning", "-e").out.split()) == ["a", "b"]
+
+
+def test_commit_with_twice_for_one_message_is_refused(mq: MQ) -> None:
+    """One message's outputs are given once: a second ``commit_with`` for the message in hand
+    raises UsageError (it used to replace the first call's outputs without a word); the first
+    call's outputs are written, and the next message may be given its own."""
+    mq.ok("topic", "create", "A", "--queues", "1")
+    mq.ok("send", "A", input="a\nb\n")
+    path = str(mq.root)
+    with store.Consumer("A", "G", path, start_from="first") as c:
+        for m in c.messages(exit_at_end=True, to="B"):
+            c.commit_with(f"first {m.text}")
+            with pytest.raises(store.UsageError, match="already called"):
+                c.commit_with(f"second {m.text}")
+
+    async def again() -> None:
+        async with store.AsyncConsumer("A", "G2", path, start_from="first") as ac:
+            async for m in ac.messages(exit_at_end=True, to="C"):
+                ac.commit_with(f"first {m.text}")
+                with pytest.raises(store.UsageError, match="already called"):
+                    ac.commit_with(f"second {m.text}")
+    asyncio.run(again())
+    for out in ("B", "C"):
+        with store.Consumer(out, "check", path, start_from="first") as c:
+            assert sorted(m.text for m in c.messages(exit_at_end=True)) == ["first a", "first b"]

@@ -210,3 +210,141 @@ with store.Consumer("T", group="G", path={str(mq.root)!r}, start_from="first", c
     finally:
         a.terminate()
         a.wait(timeout=60)
+
+
+def test_a_consumer_stopped_while_its_offsets_cannot_be_written_warns_once(
+        small_fs: Path, tmp_path: Path) -> None:
+    """Stopped while the disk is still full, so its last offsets cannot be written: the
+    consumer says "could not persist offsets at exit" once (the persist's failure), not a
+    second time when it then closes its offsets keeper."""
+    m = _store(small_fs, tmp_path)
+    try:
+        script, gate, runs = _gated_handler(tmp_path, 0)
+        consumer = m.start("consume", "fj", "-g", "G", "--from", "first", "--exec", script)
+        wait_for(lambda: _runs(runs), what="a handler to start")
+        _fill_journal_page(m.root)
+        fill_fs(small_fs)
+        gate.unlink()
+        wait_for(lambda: "could not commit offsets" in consumer.stderr() or not consumer.alive(),
+                 timeout=60, what="a commit to fail")
+        assert consumer.alive(), consumer.stderr()
+        consumer.stop()
+        warned = [ln for ln in consumer.stderr().splitlines() if "could not persist offsets at exit" in ln]
+        assert len(warned) == 1, consumer.stderr()
+        assert "no space left on device" in warned[0], warned
+        (small_fs / "filler").unlink()
+        m.check_clean()
+    finally:
+        m.cleanup()
+
+
+def test_offsets_that_cannot_be_persisted_nor_settled_at_exit_are_warned_about_once(tmp_path: Path) -> None:
+    """Both the last commit and the closing snapshot fail (a full disk, simulated here by an
+    offsets store refusing them): one "could not persist offsets at exit", not
+    a second one for the same failure when the offsets keeper is closed."""
+    import subprocess
+    import sys
+    mq = MQ(tmp_path / "s", tmp_path)
+    mq.ok("topic", "create", "T", "--queues", "1")
+    mq.ok("send", "T", "a")
+    cp = subprocess.run([sys.executable, "-c", """
+import sys
+from store.errors import StoreIOError
+from store.log.offsets import ClusterOffsetStore
+FULL = StoreIOError("cannot append: no space left on device (simulated)")
+def refusing(real, full):
+    def method(self, *a, **k):
+        if full(*a, **k):
+            raise FULL
+        return real(self, *a, **k)
+    return method
+def moved(group, offsets, *a, **k):   # (the join's commit of the start offsets is written)
+    return any(offsets.values())
+for name in ("commit", "try_commit"):
+    setattr(ClusterOffsetStore, name, refusing(getattr(ClusterOffsetStore, name), moved))
+ClusterOffsetStore.settle = refusing(ClusterOffsetStore.settle, lambda quiet_s=1.0: quiet_s == 0)
+from mqctl.entry import main
+sys.argv = ["mqctl", "consume", "T", "-g", "G", "-o", "first", "-e"]
+main()
+"""], capture_output=True, text=True, env=mq.environ(), timeout=120)
+    assert cp.stdout == "a\n", cp.stderr
+    warned = [ln for ln in cp.stderr.splitlines() if "could not persist offsets at exit" in ln]
+    assert len(warned) == 1, cp.stderr
+
+
+def test_a_queue_given_away_while_its_offset_cannot_be_committed_is_handed_over_once_there_is_room(
+        small_fs: Path, tmp_path: Path) -> None:
+    """A rebalance takes a queue from a member whose last offset of it cannot be written (the
+    offsets journal needs a new page on a full disk). The member does not exit: it warns once,
+    keeps the queue's lock (so its messages are not handed out a second time), commits the
+    offset once there is room, and then lets the queue go to the joiner, which has nothing
+    left to handle. Before, the drop's persist raised and the member ended with an error."""
+    m = MQ(small_fs / "store", tmp_path)
+    m.ok("init", "--segment-size", "256KiB", "--max-message-size", "4KiB")
+    m.ok("topic", "create", "fj", "--queues", "4")
+    m.ok("send", "fj", "c", "-q", "2")
+    try:
+        script, gate, runs = _gated_handler(tmp_path, 0)
+        a = m.start("consume", "fj", "-g", "G", "--from", "first", "--client-id", "a-first", "--exec", script)
+        wait_for(lambda: _runs(runs), what="a handler to start")
+        b = m.start("consume", "fj", "-g", "G", "--from", "first", "--client-id", "b-second")
+        # the joiner is in: queues 2 and 3 are to go to it; 3 (idle) is let go at once, 2 once
+        # a-first's handler is done with its message and its offset is committed
+        wait_for(lambda: m.member_queues("G", "fj").get("a-first") == {0, 1, 2} or not a.alive(),
+                 what="the first member to let queue 3 go")
+        _fill_journal_page(m.root)
+        fill_fs(small_fs)
+        gate.unlink()
+        wait_for(lambda: "could not commit offsets" in a.stderr() or not a.alive(), timeout=60,
+                 what="the drop's commit to fail")
+        assert a.alive(), a.stderr()
+        assert m.member_queues("G", "fj").get("a-first") == {0, 1, 2}   # not handed over yet
+        (small_fs / "filler").unlink()
+        m.wait_balanced("G", "fj", members=2, queues=4, timeout=60)
+        assert m.offsets("G", "fj")[("fj", 2)] == 1
+        assert a.alive() and b.alive(), (a.stderr(), b.stderr())
+        assert a.stop() == 0, a.stderr()
+        assert b.stop() == 0, b.stderr()
+        assert b.lines() == []   # handled once, by the first member
+        assert _runs(runs) == ["0"]
+        warned = [ln for ln in a.stderr().splitlines() if "could not commit offsets" in ln]
+        assert len(warned) == 1, a.stderr()
+        m.check_clean()
+    finally:
+        m.cleanup()
+
+
+def test_an_orderly_member_retrying_in_place_on_a_full_disk_carries_on(small_fs: Path, tmp_path: Path) -> None:
+    """An orderly member publishes how many messages it retries in place (its member record,
+    for ``mqctl top``); on a full disk that record cannot be written: the member goes on
+    retrying, and once the handler succeeds and there is room, its offset is committed."""
+    m = MQ(small_fs / "store", tmp_path)
+    m.ok("init", "--segment-size", "256KiB", "--max-message-size", "4KiB")
+    m.ok("topic", "create", "fo", "--queues", "1", "--order")
+    m.ok("send", "fo", "one", "--sharding-key", "k")
+    try:
+        gate, fail, runs = tmp_path / "gate", tmp_path / "fail", tmp_path / "runs"
+        gate.touch()
+        fail.touch()
+        script = handler_script(tmp_path / "handler.sh", f"""
+            cat > /dev/null
+            echo run >> {runs}
+            while [ -e {gate} ]; do sleep 0.05; done
+            [ ! -e {fail} ]
+        """)
+        consumer = m.start("consume", "fo", "-g", "G", "--orderly", "--from", "first", "--suspend-ms", "100",
+                           "--exec", script)
+        wait_for(lambda: _runs(runs), what="a handler to start")
+        fill_fs(small_fs)
+        gate.unlink()   # the first failure comes on the full disk: the record's count cannot be written
+        wait_for(lambda: len(_runs(runs)) >= 4 or not consumer.alive(), timeout=60,
+                 what="retries in place on the full disk")
+        assert consumer.alive(), consumer.stderr()
+        (small_fs / "filler").unlink()
+        fail.unlink()
+        wait_for(lambda: m.offsets("G", "fo") == {("fo", 0): 1} or not consumer.alive(), timeout=60,
+                 what="the offset to be committed")
+        assert consumer.stop() == 0, consumer.stderr()
+        m.check_clean()
+    finally:
+        m.cleanup()
