@@ -48,7 +48,8 @@ def show_recover(out: Output, rep: "RecoveryReport") -> None:
     if out.json:
         out.emit_json(rep.to_json())
         return
-    cut = f", {human_size(rep.truncated_bytes)} of torn tail cut" if rep.truncated_bytes else ""
+    # (a torn write, an unfinished batch, or what a cut file left of a record: not always torn)
+    cut = f", {human_size(rep.truncated_bytes)} cut from the end of the log" if rep.truncated_bytes else ""
     out.info(f"recovered {plural(rep.records, 'record')} up to offset {rep.end}: "
              f"{plural(rep.cq_entries_written, 'consume-queue entry', 'consume-queue entries')} "
              f"rebuilt, {rep.cq_entries_dropped} dropped{cut}")

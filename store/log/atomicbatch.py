@@ -10,7 +10,10 @@ before it (batches are written whole, one at a time, under the write lock). A ru
 cuts it (:func:`open_batch`, ``recovery.py``), at its first record, and nothing before it, even
 when that record is in an earlier segment than the scan began in (:func:`open_before`); the next
 writer in any process recovers first (``preflight.py``: the checkpoint's written end
-differs from the log's end). A batch with its end record is never cut.
+differs from the log's end). A batch with its end record is never cut, nor one whose end is
+missing below what the checkpoint says was acknowledged (its synced end; on the same boot
+its written end): that is damage to a finished batch, which loses the damaged or cut
+records only (``recovery.py``).
 
 Batches of several records: a producer's (``Store.put_bodies``: ``send_many``, ``mqctl send``'s
 batches; ``Store.put`` of several drafts), an exactly-once stage's outputs with its offset commit

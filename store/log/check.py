@@ -106,7 +106,8 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     def report(file: str, offset: int, reason: str, at: int | None = None) -> None:
         classify(Problem(file, offset, reason), at)
 
-    queues = QueueCursors(engine.layout, engine.settings.cq_segment_entries, log.min_offset, report, confirm)
+    queues = QueueCursors(engine.layout, engine.settings.cq_segment_entries, log.min_offset, report, confirm,
+                          lambda at: known.find(at) is not None)
     keys = IndexCheck(engine.index, log.end, report, confirm)
     reached = log.min_offset()
     cut = False

@@ -100,8 +100,9 @@ class _Cursor:
 
 class QueueCursors:
     def __init__(self, layout: Layout, segment_entries: int, log_min: Callable[[], int], report: Report,
-                 confirm: Confirm) -> None:
+                 confirm: Confirm, known: Callable[[int], bool] | None = None) -> None:
         self.layout = layout
+        self.known = known          # whether a log offset is in damage ``store recover`` reported
         self.segment_entries = segment_entries
         self.log_min = log_min      # measured again when an entry is below no record seen
         self.min_seen = log_min()
@@ -170,12 +171,25 @@ class QueueCursors:
                 continue   # its record was removed by retention
             path, off = c.path_of(k)
             if named == _FEW:
-                self.report(path, off, f"entries {k} to {b - 1} of {c.topic}/{c.queue_id} point where no valid "
-                                       f"record claims them either (run mqctl store recover)")
+                self._unclaimed_rest(c, k, b, e)
                 return
             named += 1
             self.report(path, off, f"entry {k} points at commit-log offset {e[0] if e else -1}, where no valid "
                                    f"record of {c.topic}/{c.queue_id}@{k} starts", at=e[0] if e else None)
+
+    def _unclaimed_rest(self, c: _Cursor, k: int, b: int, e: tuple[int, int, int] | None) -> None:
+        """Entries ``[k, b)`` in one line (``e``: entry ``k``): damage already reported by
+        ``store recover`` when every one of them points into it (found by the first's offset),
+        else a problem that ``store recover`` is to look at."""
+        path, off = c.path_of(k)
+        what = f"entries {k} to {b - 1} of {c.topic}/{c.queue_id} point where no valid record claims them either"
+        rest = [c.entry(j) for j in range(k, b)]
+        known = self.known
+        if known is not None and e is not None and all(
+                x is not None and known(x[0]) or self._retired(c, j, x) for j, x in zip(range(k, b), rest)):
+            self.report(path, off, what, at=e[0])
+        else:
+            self.report(path, off, what + " (run mqctl store recover)")
 
     def _retired(self, c: _Cursor, k: int, e: tuple[int, int, int] | None) -> bool:
         """Entry ``k`` (``e``, None: unreadable) went with retention, or its record did: the

@@ -130,9 +130,12 @@ def past_end(q: ConsumeQueue, end: int) -> tuple[int, int]:
     return n, reach
 
 
-def trim_queue(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, valid_end: int) -> int:
+def trim_queue(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, valid_end: int,
+               damaged_from: int | None = None) -> int:
     """Cut ``q``'s torn entry and its tail entries that do not point at their own record
-    below ``valid_end``; how many entries went."""
+    below ``valid_end``; how many entries went. An entry pointing at ``[damaged_from,
+    valid_end)`` (acknowledged records recovery found damaged and left in place) stays: its
+    message is lost, readers skip it, and its queue offset is never given to another."""
     q.drop_partial_entry()
     m = q.max_offset()
     keep = m
@@ -140,7 +143,9 @@ def trim_queue(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, valid
         # The tail must point at its own record: after a power cut it may be zeros, or
         # an older entry that a later recovery had replaced.
         e = q.entry(keep - 1)
-        if e is not None and e[0] + e[1] <= valid_end and points_home(log, topic, queue_id, keep - 1, e):
+        if e is not None and e[1] > 0 and e[0] + e[1] <= valid_end and (
+                (damaged_from is not None and e[0] >= damaged_from)
+                or points_home(log, topic, queue_id, keep - 1, e)):
             break
         keep -= 1
     if keep < m:

@@ -79,8 +79,9 @@ def scan(log: CommitLog, start: int, progress: Callable[[int], None] | None = No
         last = n + 1 == len(segs)
         if not last and segs[n + 1] != seg_end:
             w = Window(end=base)
-            w.damage.append((str(path), 0, f"next segment is {segs[n + 1]}, expected {seg_end}"))
-            w.damage_at.append(base)
+            # (reported where the missing bytes begin: the known damage a recover records is them)
+            w.damage.append((str(path), log.segment_size, f"next segment is {segs[n + 1]}, expected {seg_end}"))
+            w.damage_at.append(seg_end)
             yield w
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)

@@ -12,8 +12,12 @@ writer died mid-batch or the machine restarted, and from ``mqctl store recover``
    last valid record, and to the start of an atomic batch left without its end record
    (``atomicbatch.py``; when the scan began at a segment base because the log ends below the
    checkpoint, the records before it are looked at first: the batch may have begun there).
-   An invalid record *followed* by valid ones is corruption: reported, never served, and the
-   scan resumes at the next valid record.
+   The records of such a batch are dispatched only once its end is seen: one that is cut
+   never had consume-queue entries. A torn tail is only ever past what the checkpoint says
+   was acknowledged (:func:`_acked_end`): below it, an invalid record is damage (reported,
+   left in place, never served) and a batch whose end is missing there keeps its intact
+   records. An invalid record *followed* by valid ones is corruption: reported, never
+   served, and the scan resumes at the next valid record.
 4. Consume-queue entries pointing past the recovered end, and a torn entry, are dropped; index
    entries past it are fenced off via the header. The checkpoint moves to the recovered end.
 
@@ -94,9 +98,27 @@ class _Plan:
     cut_from: int       # after a restart, the first invalid record at or past this ends the log
     checkpoint: ckpt.Checkpoint | None = None   # as recovery found it
     between_batches: bool = True   # ``start`` is known to lie between atomic batches
+    acked: int = 0      # below it the log was acknowledged whole (:func:`_acked_end`)
+
+
+def _acked_end(cp: ckpt.Checkpoint | None, rebooted: bool, end: int) -> int:
+    """Where the log is known to have been acknowledged whole: its synced end, and on this boot
+    its written end too when the log still reaches it (every batch below it was written whole
+    before the checkpoint moved past it, and the page cache keeps what was written). Missing or
+    damaged bytes below it are damage to what was acknowledged, never a torn write: recovery
+    cuts an unfinished batch whole only when its missing end lies past this point."""
+    if cp is None:
+        return 0
+    return max(cp.synced_end, cp.written_end if not rebooted and end >= cp.written_end else 0)
 
 
 def _plan(engine: "Engine", full: bool) -> _Plan:
+    plan = _plan_start(engine, full)
+    plan.acked = _acked_end(plan.checkpoint, plan.rebooted, engine.commitlog.end())
+    return plan
+
+
+def _plan_start(engine: "Engine", full: bool) -> _Plan:
     cp = ckpt.read(engine.layout.checkpoint)
     end = engine.commitlog.end()
     lo = engine.commitlog.min_offset()
@@ -196,7 +218,7 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
         engine.index.repair()   # slots a killed writer left pointing past the index's count
     topics = engine.topics()
     open_at = -1 if plan.between_batches else _open_before(engine, plan)
-    valid_end, last_ts = _redispatch(engine, plan, topics, rep, progress, open_at)
+    valid_end, last_ts, kept_from = _redispatch(engine, plan, topics, rep, progress, open_at)
     rep.truncated_bytes = engine.commitlog.truncate_to(valid_end)
     if lost is None:
         # Records the log no longer has though the consume queues or the checkpoint were
@@ -208,9 +230,9 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
         gone = gone_past_end(engine, plan.checkpoint)
         if gone is not None:
             engine.warn(gone)
-    rep.cq_entries_dropped = _trim_queues(engine, valid_end)
+    rep.cq_entries_dropped = _trim_queues(engine, valid_end, kept_from)
     if full or rep.damage:
-        regions = _damaged_regions(engine, rep)
+        regions = _damaged_regions(engine, rep, valid_end)
         _fill_queue_holes(engine, rep, regions)
         if full:   # ``mqctl store recover``: what it reports is the loss the user accepted
             knowndamage.record(engine.layout, [r for r in regions if r[0] < valid_end], int(time.time() * 1000))
@@ -313,72 +335,105 @@ def _open_before(engine: "Engine", plan: _Plan) -> int:
 
 
 def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], rep: RecoveryReport,
-                progress: Callable[[int], None] | None, open_at: int = -1) -> tuple[int, int]:
+                progress: Callable[[int], None] | None, open_at: int = -1) -> tuple[int, int, int]:
     """One pass over the log from ``plan.start`` (``recordscan.py``): every valid record gets
     its consume-queue entry and its index keys, a queue's run and a window's keys at a time.
     Damage followed by a valid record is reported and stepped over; damage with none after
-    it is a torn tail (not reported: the caller cuts the log back to the returned end); after
-    a restart, damage at or past ``plan.cut_from`` ends the log. ``open_at``: where a batch
-    that ``plan.start`` is inside of began (in an earlier segment), -1: none. Returns (the end
-    of the last valid record, or the start of an unfinished batch; the last engine timestamp)."""
+    it is a torn tail (not reported: the caller cuts the log back to the returned end) unless
+    it lies below ``plan.acked`` (acknowledged bytes: damage, reported and left in place);
+    after a restart, damage at or past ``plan.cut_from`` ends the log. ``open_at``: where a
+    batch that ``plan.start`` is inside of began (in an earlier segment), -1: none. The records
+    of a batch still open are dispatched only once its end is seen (or it is found
+    acknowledged): a batch that is cut never had entries. Returns (the end of the last valid
+    record, or the start of an unfinished batch, or of damaged acknowledged bytes left in
+    place; the last engine timestamp; where those damaged bytes begin, else that end)."""
     valid_end, last_ts = plan.start, 0
     queues: dict[tuple[str, int], QueueRebuild] = {}
-    unconfirmed: list[tuple[str, int, str]] = []
+    unconfirmed: list[tuple[tuple[str, int, str], int]] = []
+    held: list[recordscan.Window] = []   # the records of the batch open at the scan's end so far
+
+    def dispatch(w: recordscan.Window) -> None:
+        rep.records += len(w)
+        for topic, qid, run in recordscan.queue_runs(w, topics):
+            qr = queues.get((topic, qid))
+            if qr is None:
+                qr = queues[(topic, qid)] = QueueRebuild(engine.queues.queue(topic, qid))
+            rep.cq_entries_written += qr.put_many(w.queue_offset[run], w.phys[run], w.size[run], w.tag_code[run])
+        if len(w.key_hash):
+            engine.index.add_hashes(w.key_hash.tolist(), w.key_phys.tolist(), last_ts)
+
     for w in recordscan.scan(engine.commitlog, plan.start, progress):
         cut = None
         for d, at in zip(w.damage, w.damage_at):
             if plan.rebooted and at >= plan.cut_from:
                 cut = at   # lost in the power cut: nothing after it was ever durable
                 break
-            unconfirmed.append(d)
+            unconfirmed.append((d, at))
         if cut is not None and len(w):
             keep = w.phys < cut
             if not keep.all():
-                w = _head_of(w, int(keep.sum()))
+                w = _part(w, 0, int(keep.sum()))
         if len(w):
-            rep.damage += unconfirmed   # a valid record follows: damage, not a torn tail
-            unconfirmed = []
-            rep.records += len(w)
+            last = int(w.phys[-1])   # damage a valid record follows: damage, not a torn tail
+            rep.damage += [d for d, at in unconfirmed if at < last]
+            unconfirmed = [(d, at) for d, at in unconfirmed if at > last]
             valid_end = int(w.phys[-1] + w.size[-1])
             last_ts = max(last_ts, int(w.store_ts.max()))
-            open_at = atomicbatch.open_batch(w.sysflag, w.phys, open_at)
-            for topic, qid, run in recordscan.queue_runs(w, topics):
-                qr = queues.get((topic, qid))
-                if qr is None:
-                    qr = queues[(topic, qid)] = QueueRebuild(engine.queues.queue(topic, qid))
-                rep.cq_entries_written += qr.put_many(w.queue_offset[run], w.phys[run], w.size[run],
-                                                      w.tag_code[run])
-            if len(w.key_hash):
-                engine.index.add_hashes(w.key_hash.tolist(), w.key_phys.tolist(), last_ts)
+            was, open_at = open_at, atomicbatch.open_batch(w.sysflag, w.phys, open_at)
+            if open_at < 0:
+                ready, held = held + [w], []
+            elif open_at == was and open_at < int(w.phys[0]):   # the same batch, still open
+                ready = []
+                held.append(_part(w, 0, len(w), copy=True))
+            else:   # a batch opened in this window (the one held before, if any, was closed in it)
+                k = int((w.phys < open_at).sum())
+                ready, held = held + [_part(w, 0, k)], [_part(w, k, len(w), copy=True)]
+            for r in ready:
+                dispatch(r)
         if cut is not None:
             break
-    for qr in queues.values():
-        qr.flush()
-    if open_at >= 0:
+    # What has no valid record after it: acknowledged bytes (below ``plan.acked``) that are
+    # damaged or cut lose those records only, left in place when the log still reaches past
+    # them; past that point it is a torn write, cut (an unfinished batch whole).
+    torn, kept_from = valid_end >= plan.acked, valid_end
+    if not torn and unconfirmed and engine.commitlog.end() >= plan.acked:
+        rep.damage += [d for d, at in unconfirmed if at < plan.acked]
+        valid_end = plan.acked   # (a log cut below it: the bytes of the cut record go, said as lost)
+    if open_at >= 0 and torn:
         # A batch whose end record never made it (its writer was killed inside the write,
         # or a power cut kept a prefix): it is cut whole, so no part of a producer's batch
         # is kept, and a stage's outputs never appear without the offsets committed with them.
         valid_end = open_at
         rep.reason += "; an unfinished atomic batch at the end of the log was cut"
-    return valid_end, last_ts
+    else:
+        for r in held:
+            dispatch(r)
+    for qr in queues.values():
+        qr.flush()
+    return valid_end, last_ts, min(kept_from, valid_end)
 
 
-def _head_of(w: recordscan.Window, n: int) -> recordscan.Window:
-    """The first ``n`` records of ``w`` (and their keys)."""
-    end = int(w.phys[n - 1]) if n else -1
-    k = int((w.key_phys <= end).sum()) if len(w.key_phys) else 0
-    return recordscan.Window(w.phys[:n], w.size[:n], w.queue_id[:n], w.queue_offset[:n], w.sysflag[:n],
-                             w.store_ts[:n], w.tag_code[:n], w.topic_id[:n], w.topics, w.key_hash[:k],
-                             w.key_phys[:k])
+def _part(w: recordscan.Window, a: int, b: int, copy: bool = False) -> recordscan.Window:
+    """Records ``[a, b)`` of ``w`` and their keys (``copy``: to be kept past the window, whose
+    arrays may be views of its buffers)."""
+    lo = int(w.phys[a]) if a < len(w) else 1 << 62
+    hi = int(w.phys[b]) if b < len(w) else 1 << 62
+    k = (w.key_phys >= lo) & (w.key_phys < hi) if len(w.key_phys) else slice(0, 0)
+    def c(x: Any) -> Any:
+        return x.copy() if copy else x
+    return recordscan.Window(c(w.phys[a:b]), c(w.size[a:b]), c(w.queue_id[a:b]), c(w.queue_offset[a:b]),
+                             c(w.sysflag[a:b]), c(w.store_ts[a:b]), c(w.tag_code[a:b]), c(w.topic_id[a:b]),
+                             w.topics, c(w.key_hash[k]), c(w.key_phys[k]))
 
 
-def _trim_queues(engine: "Engine", valid_end: int) -> int:
-    return sum(trim_queue(engine.commitlog, engine.queues.queue(topic, qid), topic, qid, valid_end)
+def _trim_queues(engine: "Engine", valid_end: int, kept_from: int) -> int:
+    return sum(trim_queue(engine.commitlog, engine.queues.queue(topic, qid), topic, qid, valid_end, kept_from)
                for topic, qid in queue_ids(engine))
 
 
-def _damaged_regions(engine: "Engine", rep: RecoveryReport) -> list[tuple[int, int, str]]:
-    """``(start, end, why)`` commit-log ranges of the damaged records the scan stepped over."""
+def _damaged_regions(engine: "Engine", rep: RecoveryReport, valid_end: int) -> list[tuple[int, int, str]]:
+    """``(start, end, why)`` commit-log ranges of the damaged records the scan stepped over
+    (one with no valid record after it: up to the log's recovered end ``valid_end``)."""
     regions = []
     log = engine.commitlog
     for file, off, reason in rep.damage:
@@ -387,7 +442,7 @@ def _damaged_regions(engine: "Engine", rep: RecoveryReport) -> list[tuple[int, i
             continue
         start = int(name) + off
         nxt = find_next_valid(engine, start)
-        regions.append((start, nxt if nxt is not None else start + 1, reason))
+        regions.append((start, nxt if nxt is not None else max(start + 1, valid_end), reason))
     return sorted(regions)
 
 

@@ -82,3 +82,22 @@ def test_mqctl_send_killed_inside_a_batchs_write_prints_and_keeps_whole_batches_
     stored = _stored(mq.root, "kp")
     assert 0 < len(stored) < len(sent)
     assert sorted(stored) == sorted(r["msgId"] for r in feeder.acked)   # printed exactly when kept
+
+
+def test_the_open_after_mqctl_send_killed_between_pieces_cuts_its_batch_silently(mq: MQ) -> None:
+    """The batch a killed ``mqctl send`` left unfinished was never acknowledged: the next
+    command cuts it without dispatching its records to the consume queues first (their
+    entries were never written), so it warns of no messages gone past the log's end and no
+    power cut; the store then holds exactly the acknowledged messages."""
+    mq.ok("topic", "create", "k9", "--queues", "2")
+    lines = "".join(f"{i:04d}-".ljust(BODY - 100, "y") + "\n" for i in range(4 * PER_BATCH))
+    # (batches of 2 MiB at most: the 3rd stop between write calls is inside the second)
+    res = mq.run("send", "k9", "--json", "--batch-size", str(PER_BATCH), input=lines,
+                 failpoints="log-between-pieces:3")
+    assert res.returncode == KILLED, res
+    acked = [r["msgId"] for r in res.json_lines()]
+    assert 0 < len(acked) < 4 * PER_BATCH
+    listed = mq.ok("topic", "list")
+    assert listed.stderr == "", listed.stderr
+    assert sorted(_stored(mq.root, "k9")) == sorted(acked)
+    mq.check_clean()

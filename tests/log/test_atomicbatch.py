@@ -265,3 +265,29 @@ def test_the_look_back_for_a_batch_across_segments_stops_at_the_flushed_point(tm
     ckpt.write(root / "checkpoint", replace(cp, synced_end=res[0], derived_end=res[0]))
     _damage_last_segment(root, "torn", res[-1])
     _reopened(root, before, res[0], ["batch-0"])
+
+
+def test_recovery_after_a_restart_keeps_a_synced_batch_whose_end_record_is_damaged(tmp_path: Path) -> None:
+    """A batch made durable (``sync``) whose end record was then damaged is finished: only
+    that record is lost (left in place, never served), never the batch's intact records."""
+    root = tmp_path / "s"
+    s = open_store(root)
+    res = s.put_bodies("T", [b"durable-%d" % i for i in range(6)], queue_id=0, sync=True).commitlog_offsets
+    end = s.commitlog.end()
+    s.close()
+    cp = ckpt.read(root / "checkpoint")
+    assert cp is not None and cp.synced_end == end
+    ckpt.write(root / "checkpoint", replace(cp, boot_id=b"\0" * 16, derived_end=0))
+    seg = root / "commitlog" / F.segment_name(0)
+    data = bytearray(seg.read_bytes())
+    data[data.rindex(b"durable-5")] ^= 1
+    seg.write_bytes(bytes(data))
+    s = Store.open(root)
+    try:
+        assert sorted(m.commitlog_offset for m in all_messages(s, "T")) == res[:5]
+        assert s.commitlog.end() == end and s.max_offset("T", 0) == 6
+        assert [p.offset for p in s.check().problems if "commitlog" in p.file] == [res[5]]
+        nxt = s.put_bodies("T", [b"next"], queue_id=0).commitlog_offsets
+        assert nxt == [end] and [m.body for m in all_messages(s, "T")][-1] == b"next"
+    finally:
+        s.close()
