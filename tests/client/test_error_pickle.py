@@ -8,6 +8,7 @@ import concurrent.futures as cf
 import inspect
 import multiprocessing
 import pickle
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ def _error_classes() -> list[type[E.StoreError]]:
 
 def _make(cls: type[E.StoreError]) -> E.StoreError:
     """An instance, every parameter of ``__init__`` given a distinct value of its kind."""
-    kwargs: dict[str, object] = {}
+    kwargs: dict[str, Any] = {}
     for i, (name, param) in enumerate(list(inspect.signature(cls.__init__).parameters.items())[1:]):
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
