@@ -102,8 +102,8 @@ class OffsetsAdmin(AdminBase):
         """Plan moving the group's offsets of ``topic``, and apply the plan with ``execute``.
 
         ``to``: ``"earliest"`` or ``"first"`` (the first stored message), ``"latest"``, ``"last"``
-        or ``"end"`` (the end: skip what is stored), a :class:`datetime.datetime` (the first message stored at or after it) or an
-        int queue offset. Targets outside a queue's stored range are clamped to it. ``queue``:
+        or ``"end"`` (the end: skip what is stored), a :class:`datetime.datetime` (the first
+        message stored at or after it) or an int queue offset. Targets outside a queue's stored range are clamped to it. ``queue``:
         only that queue. Applying bumps the reset epoch, so live members switch to the new
         offsets at their next commit; it is refused (``LockHeldError``) while live members hold
         queues of the topic, unless ``force``. Returns the plan (``plan.rows``).
