@@ -44,10 +44,11 @@ class AsyncConsumer:
     notification (inotify registered with ``loop.add_reader``; polling where there is none),
     so a waiting consumer holds no thread and uses no CPU. A consumer belongs to the loop it
     was first used in (another loop's use is a UsageError) until that loop ends: it leaves
-    its group then, and joins again if used in a new loop (``asyncio.run`` twice). It joins its group at its first await (entering ``async with``, the
-    first message, :meth:`run`), not when it is made: opening the store (which may recover
-    it) and joining (under the group's mutex) run on the loop's commit thread, as do its
-    offset commits, so none of them stalls the loop; ``client_id`` is known from then on.
+    its group then, and joins again if used in a new loop (``asyncio.run`` twice). It joins
+    its group at its first await (entering ``async with``, the first message, :meth:`run`),
+    not when it is made: opening the store (which may recover it) and joining (under the
+    group's mutex) run on the loop's commit thread, as do its offset commits, so none of
+    them stalls the loop; ``client_id`` is known from then on.
 
     * :meth:`messages` iterates, at-least-once, as :meth:`store.Consumer.messages`: a message
       counts as consumed when the loop asks for the next one, or when the ``async with``

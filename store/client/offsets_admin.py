@@ -103,10 +103,11 @@ class OffsetsAdmin(AdminBase):
 
         ``to``: ``"earliest"`` or ``"first"`` (the first stored message), ``"latest"``, ``"last"``
         or ``"end"`` (the end: skip what is stored), a :class:`datetime.datetime` (the first
-        message stored at or after it) or an int queue offset. Targets outside a queue's stored range are clamped to it. ``queue``:
-        only that queue. Applying bumps the reset epoch, so live members switch to the new
-        offsets at their next commit; it is refused (``LockHeldError``) while live members hold
-        queues of the topic, unless ``force``. Returns the plan (``plan.rows``).
+        message stored at or after it) or an int queue offset. Targets outside a queue's
+        stored range are clamped to it. ``queue``: only that queue. Applying bumps the reset
+        epoch, so live members switch to the new offsets at their next commit; it is refused
+        (``LockHeldError``) while live members hold queues of the topic, unless ``force``.
+        Returns the plan (``plan.rows``).
         """
         check_flags(execute=execute, force=force)
         plan = self.plan_reset(group, topic, to, queue=queue)
