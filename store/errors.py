@@ -37,6 +37,20 @@ class StoreError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as its class, ``args`` and attributes, rebuilt without calling ``__init__``:
+        # the subclasses whose ``__init__`` takes other arguments than ``args`` (``path,
+        # offset, reason``) then come back whole from a process pool's worker, with
+        # ``message``, ``line``, ``problems`` and the rest, instead of failing to unpickle.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[StoreError], args: tuple[Any, ...], state: dict[str, Any]) -> StoreError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 # -- 1: the operation failed ---------------------------------------------------------------
 

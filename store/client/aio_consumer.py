@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import time
+import weakref
 from pathlib import Path
 from types import TracebackType
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Union
 
 from store import names
 from store.client.aio_driver import drive
+from store.client.aio_life import AsyncLife
 from store.client.aio_shared import off_loop
 from store.client.aio_sinks import AsyncIteratorSink, HandlerCalls, TaskSink
 from store.client.consumer import ITER_BATCH, ITER_CACHE_BYTES, PREFETCH, Consumer
@@ -41,10 +43,12 @@ class AsyncConsumer:
     a turn pulls, hands out and commits; between turns it waits on the store's change
     notification (inotify registered with ``loop.add_reader``; polling where there is none),
     so a waiting consumer holds no thread and uses no CPU. A consumer belongs to the loop it
-    was first used in. It joins its group at its first await (entering ``async with``, the
-    first message, :meth:`run`), not when it is made: opening the store (which may recover
-    it) and joining (under the group's mutex) run on the loop's commit thread, as do its
-    offset commits, so none of them stalls the loop; ``client_id`` is known from then on.
+    was first used in (another loop's use is a UsageError) until that loop ends: it leaves
+    its group then, and joins again if used in a new loop (``asyncio.run`` twice). It joins
+    its group at its first await (entering ``async with``, the first message, :meth:`run`),
+    not when it is made: opening the store (which may recover it) and joining (under the
+    group's mutex) run on the loop's commit thread, as do its offset commits, so none of
+    them stalls the loop; ``client_id`` is known from then on.
 
     * :meth:`messages` iterates, at-least-once, as :meth:`store.Consumer.messages`: a message
       counts as consumed when the loop asks for the next one, or when the ``async with``
@@ -57,7 +61,9 @@ class AsyncConsumer:
     the member cleanly: what was handled is committed and persisted, queue locks are
     released, the member leaves its group and the message in hand is delivered again. A
     cancellation while it joins (entering ``async with``, starting :meth:`run`) makes it leave
-    as soon as the join is done, before the cancellation reaches the task. The
+    as soon as the join is done, before the cancellation reaches the task. One never closed
+    leaves as a closed one does (the message in hand delivered again) when it is collected,
+    when its loop ends (the runner cancels its tasks) or when the process exits. The
     arguments and errors are :class:`store.Consumer`'s (bad arguments raise when it is made;
     a missing store or topic too; a client id in use at the first await).
     """
@@ -93,6 +99,12 @@ class AsyncConsumer:
         self._live = 0
         self._stop_iter = False
         self._closed = False
+        self._new_life()
+
+    def _new_life(self) -> None:
+        # (dropped unclosed, it leaves all the same: the finalizer holds its life, not it)
+        self._life = life = AsyncLife()
+        self._dropped = weakref.finalize(self, life.dropped)
 
     # -- iterator style ----------------------------------------------------------------------
     def messages(self, exit_at_end: bool = False, timeout: float | None = None, *, to: str | None = None,
@@ -129,6 +141,7 @@ class AsyncConsumer:
         once or when the join is done: :meth:`_joined`)."""
         if self._closed:
             raise UsageError("this consumer is closed")
+        self._check_loop()
         if self._rt is not None:
             return self._rt
         if self._opening is None:
@@ -155,6 +168,23 @@ class AsyncConsumer:
             return
         self._member = member
         self._rt, self.client_id = member.runtime, member.client_id
+        self._life.joined(member, self._rt, asyncio.get_running_loop())
+
+    def _check_loop(self) -> None:
+        """A member belongs to the loop it joined in. Once that loop has ended (the member
+        left then) the consumer joins again in the loop it is used in now, as a new member
+        that takes up the group's offsets; while it has not, another loop may not use it."""
+        life, loop = self._life, asyncio.get_running_loop()
+        if life.loop is None or (life.loop is loop and not life.loop_ended):
+            return
+        if life.loop is not loop and not life.loop_ended and not life.loop.is_closed():
+            raise UsageError("this AsyncConsumer is a member in another event loop, which has not ended: "
+                             "use it in the loop it was first used in, or make one AsyncConsumer per loop")
+        life.leaving = True
+        life.leave()   # (its loop was closed with it open: nothing of it runs)
+        self._dropped.detach()
+        self._member = self._rt = self._opening = self._sink = self._driver = None
+        self._new_life()
 
     def _ensure_driver(self, rt: Runtime) -> asyncio.Task[None]:
         """The runtime's loop as a task of the running loop (again, after an ``exit_at_end``
@@ -164,7 +194,7 @@ class AsyncConsumer:
             error = None if task is None or task.cancelled() else task.exception()
             if error is not None:
                 raise error
-            task = self._driver = asyncio.get_running_loop().create_task(drive(rt))
+            task = self._driver = self._life.driver = asyncio.get_running_loop().create_task(drive(rt))
             sink = self._sink
             if sink is not None:   # an iterator waiting for a batch looks why it ended
                 task.add_done_callback(lambda _t: sink.wake_reader())
@@ -181,6 +211,7 @@ class AsyncConsumer:
             self._sink = AsyncIteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
             self._sink.cache_bytes = ITER_CACHE_BYTES   # (the sync iterator's read-ahead, the same reason)
             rt.set_sink(self._sink)
+            self._life.sink = self._sink
         sink = self._sink
         drained = DrainedEvent(sink.wake_reader)
         rt.o.exit_at_end = exit_at_end
@@ -273,11 +304,12 @@ class AsyncConsumer:
                     retry_delay=retry_delay)
         stage = None if to is None else rt.set_stage(to, flush)
         calls = HandlerCalls(handler, rt.state, stage, self.orderly)
-        sink = calls.sink = TaskSink(calls, concurrency)
+        sink = calls.sink = self._life.sink = TaskSink(calls, concurrency)
         rt.set_sink(sink)
         rt.o.exit_at_end = exit_at_end
         if exit_at_end:
             rt.snapshot_ends()
+        self._life.serving = True
         try:
             await drive(rt)
         except BaseException:
@@ -287,6 +319,8 @@ class AsyncConsumer:
             await sink.drain()
             rt.shutdown(wait_handlers=True)
             raise
+        finally:
+            self._life.serving = False
         await sink.drain()
         if rt.state.halted():
             rt.shutdown(wait_handlers=True)
@@ -322,6 +356,8 @@ class AsyncConsumer:
             return
         self._closed = True
         self._live = -1
+        self._dropped.detach()
+        self._life.closing()
         self._settle_in_hand(commit=commit)
         if self._rt is None and self._opening is not None:
             await asyncio.wait({self._opening})   # (joining: leave once it has)
@@ -345,7 +381,7 @@ class AsyncConsumer:
             member.close()   # (nothing is out: its shutdown waits for nothing)
 
     def _check_open(self) -> None:
-        if self._closed or (self._rt is not None and self._rt.stopped.is_set()):
+        if self._closed or (self._rt is not None and self._rt.stopped.is_set() and not self._life.loop_ended):
             raise UsageError("this consumer is closed")
 
     async def __aenter__(self) -> "AsyncConsumer":

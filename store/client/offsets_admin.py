@@ -101,12 +101,13 @@ class OffsetsAdmin(AdminBase):
                       queue: int | None = None, force: bool = False) -> ResetPlan:
         """Plan moving the group's offsets of ``topic``, and apply the plan with ``execute``.
 
-        ``to``: ``"earliest"`` (the first stored message), ``"latest"`` (the end: skip what is
-        stored), a :class:`datetime.datetime` (the first message stored at or after it) or an
-        int queue offset. Targets outside a queue's stored range are clamped to it. ``queue``:
-        only that queue. Applying bumps the reset epoch, so live members switch to the new
-        offsets at their next commit; it is refused (``LockHeldError``) while live members hold
-        queues of the topic, unless ``force``. Returns the plan (``plan.rows``).
+        ``to``: ``"earliest"`` or ``"first"`` (the first stored message), ``"latest"``, ``"last"``
+        or ``"end"`` (the end: skip what is stored), a :class:`datetime.datetime` (the first
+        message stored at or after it) or an int queue offset. Targets outside a queue's
+        stored range are clamped to it. ``queue``: only that queue. Applying bumps the reset
+        epoch, so live members switch to the new offsets at their next commit; it is refused
+        (``LockHeldError``) while live members hold queues of the topic, unless ``force``.
+        Returns the plan (``plan.rows``).
         """
         check_flags(execute=execute, force=force)
         plan = self.plan_reset(group, topic, to, queue=queue)
@@ -269,8 +270,8 @@ class OffsetsAdmin(AdminBase):
             return "time", _ms(to)
         elif isinstance(to, int) and not isinstance(to, bool) and to >= 0:
             return "offset", to
-        raise UsageError(f"reset target must be 'earliest', 'latest', a datetime or a queue offset >= 0, "
-                         f"not {to!r}")
+        raise UsageError(f"reset target must be 'earliest' (or 'first'), 'latest' (or 'last', 'end'), a datetime "
+                         f"or a queue offset >= 0, not {to!r}")
 
     def _first_store_time(self, topic: str, qid: int, lo: int) -> int | None:
         store = self.store

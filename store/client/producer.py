@@ -19,6 +19,7 @@ from store.log.messagestore import Store
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     import datetime as _dt
+    from threading import RLock
     from typing import Any, Callable, Iterable, Mapping, Sequence, TypeAlias, TypeVar
 
     from store.client.groupcommit import GroupCommit
@@ -146,7 +147,9 @@ class Producer(StoreClient):
             r = producer.send("orders", b"payload", tags="paid", keys=["order-7"])
             print(r.msg_id, r.queue_id, r.queue_offset)
 
-    A producer is not thread-safe: give each thread its own (they may share one store).
+    A producer is not thread-safe: give each thread its own (they may share one store). One
+    with ``group_commit`` refuses a call made while another thread's is under way
+    (``UsageError``, before anything is written).
     """
 
     _what = "this producer"
@@ -178,6 +181,13 @@ class Producer(StoreClient):
         self.group_commit = group_commit
         self.arg_names: ArgNames | None = None
         self._commits: GroupCommit | None = None
+        # (group commit: held by the call under way, whose thread alone may re-enter it, from an
+        # on_durable callback; a call from another thread meanwhile is refused, not run beside
+        # it: the group's fsync hand-over is one thread's. Without group commit, no cost)
+        self._busy: RLock | None = None
+        if group_commit:
+            from threading import RLock
+            self._busy = RLock()
         self._checked_topic = ""   # the topic name ``send`` last found valid (a str's own)
 
     # -- sending ---------------------------------------------------------------------------
@@ -282,9 +292,14 @@ class Producer(StoreClient):
         store = self._open_store()
         if queue is None and sharding_keys is None:   # (refused by the write too, in its own words)
             self._check_route(store, topic, None, None)
-        res = store.put_bodies(topic, bodies, properties=properties, queue_id=-1 if queue is None else queue,
-                               sharding_keys=sharding_keys, sync=self.flush == "sync" and not self.group_commit)
-        self._acknowledge(res, on_durable)
+        busy = self._take()
+        try:
+            res = store.put_bodies(topic, bodies, properties=properties, queue_id=-1 if queue is None else queue,
+                                   sharding_keys=sharding_keys, sync=self.flush == "sync" and not self.group_commit)
+            self._acknowledge(res, on_durable)
+        finally:
+            if busy is not None:
+                busy.release()
         return res
 
     def send_drafts(self, drafts: list["Draft"], *, delay: Delay | None = None,
@@ -307,7 +322,18 @@ class Producer(StoreClient):
         if deliver is not None:
             from store.log.schedule import delay_draft
             drafts = [delay_draft(d, deliver, store) for d in drafts]
-        results = store.put(drafts, sync=self.flush == "sync" and not self.group_commit)
+        busy = self._take()
+        try:
+            results = store.put(drafts, sync=self.flush == "sync" and not self.group_commit)
+            out = self._draft_results(drafts, results)
+            self._acknowledge(out, on_durable)
+        finally:
+            if busy is not None:
+                busy.release()
+        return out
+
+    @staticmethod
+    def _draft_results(drafts: list["Draft"], results: list[Any]) -> list[SendResult]:
         from store.client.sendresult import SendResult
 
         # A parked message reports the topic and queue it will be delivered to (chosen when it
@@ -322,14 +348,28 @@ class Producer(StoreClient):
                 queue_offset=None if parked else r.queue_offset,
                 offset_msg_id=r.msg_id, commitlog_offset=r.commitlog_offset, store_timestamp=r.store_timestamp,
                 deliver_timestamp=int(d.properties[PROP_DELIVER_MS]) if parked else None))
-        self._acknowledge(out, on_durable)
         return out
 
     def settle(self) -> None:
         """With ``group_commit``: make every batch sent durable now and run its
         ``on_durable`` (a no-op otherwise)."""
         if self._commits is not None:
-            self._commits.settle()
+            busy = self._take()
+            try:
+                self._commits.settle()
+            finally:
+                if busy is not None:
+                    busy.release()
+
+    def _take(self) -> RLock | None:
+        """(Group commit.) The producer for this call, or UsageError while another thread's
+        call is under way."""
+        busy = self._busy
+        if busy is not None and not busy.acquire(False):
+            raise UsageError("this producer (group_commit=True) is in use by another thread: a producer is not "
+                             "thread-safe; give each thread its own (they may share one store), or send without "
+                             "group_commit (flush='async', or flush='sync' fsyncing each call)")
+        return busy
 
     def _acknowledge(self, result: _R, on_durable: Callable[[_R], None] | None) -> None:
         if not self.group_commit:
@@ -351,11 +391,14 @@ class Producer(StoreClient):
     def close(self) -> None:
         """Make what was sent durable (``group_commit``: run the pending ``on_durable``
         callbacks), then release the store handle (idempotent)."""
+        busy = self._take() if self._commits is not None else None
         commits, self._commits = self._commits, None
         try:
             if commits is not None:
                 commits.close()
         finally:
+            if busy is not None:
+                busy.release()
             if self._owned:
                 super().close()
             else:

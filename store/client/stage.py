@@ -210,8 +210,10 @@ def to_draft(topic: str, out: Output, queues: int) -> Draft:
         raise UsageError(f"an output is bytes, str or a dict with 'body', not {type(out).__name__}")
     unknown = set(out) - _FIELDS
     if unknown:
+        # (the Python spellings first, as run(to=)'s documentation writes them; the JSON ones
+        # of ``mqctl consume --exec --to --output json`` are accepted as well)
         raise UsageError(f"unknown output field(s) {', '.join(sorted(unknown))} (known: body, keys, tags, "
-                         f"shardingKey, properties, queueId)")
+                         f"sharding_key (or shardingKey), properties, queue_id (or queueId))")
     body = out.get("body", b"")
     if not isinstance(body, (bytes, bytearray, memoryview, str)):
         raise UsageError(f"an output's body is bytes or str, not {type(body).__name__}")

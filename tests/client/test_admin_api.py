@@ -464,3 +464,14 @@ def test_an_admin_made_before_its_store_sees_the_store_once_it_exists(tmp_path: 
     never.close()
     with pytest.raises(mq.UsageError, match="this Admin is closed"):
         never.topics()
+
+
+@pytest.mark.parametrize(("words", "new"), [(("earliest", "first"), 0), (("latest", "last", "end"), 10)])
+def test_reset_offsets_takes_every_word_its_error_lists(admin: Admin, words: tuple[str, ...], new: int) -> None:
+    """The error for a bad target lists each word it takes (it once named 'earliest' and
+    'latest' only, while it takes 'first', 'last' and 'end' as well)."""
+    with pytest.raises(mq.UsageError) as info:
+        admin.reset_offsets("G", "T", "beginning")
+    for word in words:
+        assert f"'{word}'" in str(info.value)
+        assert [r.new for r in admin.reset_offsets("G", "T", word, queue=0).rows] == [new]

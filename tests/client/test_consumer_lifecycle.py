@@ -236,3 +236,107 @@ def test_run_refuses_an_async_handler_before_it_joins(mq: MQ, path: str) -> None
             c.run(h, exit_at_end=True)  # type: ignore[arg-type]
         c.close()
     assert members(mq, "G") == [] and cli_gets(mq, "T", "G") == sorted(LINES)
+
+
+# -- AsyncConsumer: dropped unclosed, its loop ended, the process exiting ----------------------
+
+_TAKE_THREE = """
+    import asyncio, sys, store
+    path, how = sys.argv[1], sys.argv[2]
+
+    async def take_three(c):
+        got = []
+        async for m in c.messages():
+            got.append(m.text)
+            if len(got) == 3:
+                return got   # m0, m1 consumed; m2 in hand
+
+    if how == "dropped":        # collected when main returns, its loop still running
+        async def main():
+            return await take_three(store.AsyncConsumer("Q", "G", path, start_from="first"))
+        print(*asyncio.run(main()))
+    elif how == "loop ended":   # still referenced when asyncio.run ends its loop
+        consumer = store.AsyncConsumer("Q", "G", path, start_from="first")
+        print(*asyncio.run(take_three(consumer)))
+    else:                       # its loop neither ended nor closed: left at the process's exit
+        consumer = store.AsyncConsumer("Q", "G", path, start_from="first")
+        loop = asyncio.new_event_loop()
+        print(*loop.run_until_complete(take_three(consumer)))
+"""
+
+
+@pytest.mark.parametrize("how", ["dropped", "loop ended", "exit"])
+def test_an_async_consumer_left_open_leaves_with_its_offsets_as_the_sync_one(mq: MQ, path: str, how: str) -> None:
+    """An AsyncConsumer never closed saved no offsets and never left its group while its
+    process lived (its queues held until its heartbeat expired): it now leaves as a sync
+    Consumer does, what it handled committed, the message in hand delivered again."""
+    one_queue(mq, path)
+    out = finish(python(_TAKE_THREE, path, how, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    assert out == ["m0 m1 m2\n"]
+    assert members(mq, "G") == []
+    assert [r.offset for r in store.Admin(path).offsets("G")] == [2]
+    assert [e["body"] for e in mq.drain("Q", "G")] == LINES[2:]
+
+
+def test_an_async_consumer_dropped_in_a_running_loop_leaves_while_it_runs(mq: MQ, path: str) -> None:
+    one_queue(mq, path)
+
+    async def take_three() -> list[str]:
+        c = store.AsyncConsumer("Q", "G", path, start_from="first", client_id="dropped")
+        got = []
+        async for m in c.messages():
+            got.append(m.text)
+            if len(got) == 3:
+                break
+        return got
+
+    async def main() -> None:
+        assert await take_three() == ["m0", "m1", "m2"]
+        gc.collect()
+        for _ in range(400):   # (the loop goes on meanwhile)
+            if members(mq, "G") == []:
+                break
+            await asyncio.sleep(0.05)
+        assert members(mq, "G") == []
+        assert [r.offset for r in store.Admin(path).offsets("G")] == [2]
+
+    asyncio.run(main())
+    assert [e["body"] for e in mq.drain("Q", "G")] == LINES[2:]
+
+
+def test_an_async_consumer_whose_loop_ended_joins_again_in_the_next(mq: MQ, path: str) -> None:
+    """``asyncio.run(drain()); asyncio.run(drain())`` failed with a RuntimeError (an
+    ``asyncio.Event`` bound to a different event loop): the member left when its first loop
+    ended, and joins again in the next one, from the offsets it left; a loop that has not
+    ended keeps it (UsageError in another)."""
+    one_queue(mq, path)
+    consumer = store.AsyncConsumer("Q", "G", path, start_from="first", client_id="twice")
+
+    async def drain(stop_after: int | None = None) -> list[str]:
+        got = []
+        async for m in consumer.messages(exit_at_end=True):
+            got.append(m.text)
+            if len(got) == stop_after:
+                break
+        return got
+
+    assert asyncio.run(drain(3)) == LINES[:3]
+    assert members(mq, "G") == []
+    assert asyncio.run(drain()) == LINES[2:]   # m2 was in hand
+    mq.send_lines("Q", ["n0"])
+    first = asyncio.new_event_loop()
+    try:
+        assert first.run_until_complete(drain()) == ["n0"]
+        assert members(mq, "G") == ["twice"]
+        with pytest.raises(store.UsageError, match="another event loop"):
+            asyncio.run(drain())
+    finally:
+        first.close()   # (closed, its tasks not cancelled: the next loop's use leaves it first)
+    assert asyncio.run(drain()) == []
+
+    async def close() -> None:
+        await consumer.close()
+    asyncio.run(close())
+    assert members(mq, "G") == []
+    with pytest.raises(store.UsageError, match="closed"):
+        asyncio.run(drain())

@@ -88,3 +88,42 @@ def test_an_acknowledgement_that_raises_leaves_none_of_its_group_unacknowledged(
     commits.close()
     s.close()
     assert acked == [0, 1, 2, 3]
+
+
+def test_a_group_commit_producer_used_by_a_second_thread_meanwhile_refuses_before_writing(tmp_path: Path) -> None:
+    """A ``Producer(flush="sync", group_commit=True)`` shared by threads raised a bare
+    ``AssertionError`` or ``RuntimeError('one fsync at a time')`` after writing (sends that
+    raised were stored all the same). A call made while another thread's is under way (here:
+    held in its ``on_durable``) is a UsageError naming the rule, and writes nothing; the
+    owning thread itself may still send from its callback."""
+    import store
+    path = tmp_path / "s"
+    store.Admin(path).create_topic("T", queues=1)
+    producer = store.Producer(path, flush="sync", group_commit=True)
+    inside, leave = threading.Event(), threading.Event()
+    nested: list[object] = []
+
+    def held(_result: object) -> None:
+        nested.append(producer.send("T", b"nested"))   # (its own thread: re-entered)
+        inside.set()
+        assert leave.wait(60)
+
+    def owner() -> None:
+        producer.send_bodies("T", [b"first"], on_durable=held)
+        producer.settle()   # runs held(), which holds the producer
+
+    thread = threading.Thread(target=owner)
+    thread.start()
+    try:
+        assert inside.wait(60)
+        for call in (lambda: producer.send("T", b"second"), lambda: producer.send_many("T", [b"x", b"y"]),
+                     lambda: producer.send_bodies("T", [b"z"]), producer.settle, producer.close):
+            with pytest.raises(store.UsageError, match="in use by another thread.*give each thread its own"):
+                call()
+    finally:
+        leave.set()
+        thread.join(60)
+    producer.close()
+    with store.Consumer("T", "G", path, start_from="first") as c:
+        assert [m.text for m in c.messages(exit_at_end=True)] == ["first", "nested"]
+    assert len(nested) == 1

@@ -202,3 +202,19 @@ def test_commit_with_twice_for_one_message_is_refused(mq: MQ) -> None:
     for out in ("B", "C"):
         with store.Consumer(out, "check", path, start_from="first") as c:
             assert sorted(m.text for m in c.messages(exit_at_end=True)) == ["first a", "first b"]
+
+
+def test_an_unknown_output_field_is_named_with_the_python_spellings(mq: MQ) -> None:
+    """``commit_with``/``run(to=)`` outputs are dicts with Python keys (``sharding_key``,
+    ``queue_id``): the error for an unknown one lists those (it once listed only the CLI
+    JSON's ``shardingKey``, ``queueId``), and nothing of the message is committed."""
+    _setup(str(mq.root), to="D")
+    with pytest.raises(store.UsageError) as info:
+        with store.Consumer("T", "G", mq.root, start_from="first") as c:
+            for m in c.messages(exit_at_end=True, to="D"):
+                c.commit_with({"body": m.body, "tag": "x"})
+    message = str(info.value)
+    assert "unknown output field(s) tag" in message
+    assert "sharding_key" in message and "queue_id" in message
+    assert message.index("sharding_key") < message.index("shardingKey")
+    assert [r.offset for r in store.Admin(mq.root).offsets("G")] == [0]
