@@ -55,11 +55,10 @@ class AsyncLife:
     def joined(self, member: Consumer, rt: Runtime, loop: asyncio.AbstractEventLoop) -> None:
         """(On the loop.) The member joined: watch for the loop's end."""
         self.member, self.rt, self.loop = member, rt, loop
-        self.guard = guard = loop.create_task(self._watch(), name=f"mq-member-{member.client_id}")
         # (a loop closed without its tasks cancelled: the member leaves when it is next used or
-        # dropped, or at exit; asyncio's "Task was destroyed but it is pending!" for this
-        # watch would be noise. The attribute is asyncio's own, as run_until_complete sets it)
-        guard._log_destroy_pending = False  # type: ignore[attr-defined]
+        # dropped, or at exit; asyncio then says "Task was destroyed but it is pending!" of
+        # this watch, as of any task left pending, which names the consumer left open)
+        self.guard = loop.create_task(self._watch(), name=f"mq-member-{member.client_id}")
 
     async def _watch(self) -> None:
         """Wait, while the member is in, for its loop to end: ``asyncio.run`` (and the other
