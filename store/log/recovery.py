@@ -392,22 +392,23 @@ def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], r
                 dispatch(r)
         if cut is not None:
             break
-    # What has no valid record after it: acknowledged bytes (below ``plan.acked``) that are
-    # damaged or cut lose those records only, left in place when the log still reaches past
-    # them; past that point it is a torn write, cut (an unfinished batch whole).
+    # What has no valid record after it: acknowledged bytes (below ``plan.acked``) damaged or
+    # cut lose those records only (left in place when the log reaches past); past it, torn.
     torn, kept_from = valid_end >= plan.acked, valid_end
     if not torn and unconfirmed and engine.commitlog.end() >= plan.acked:
         rep.damage += [d for d, at in unconfirmed if at < plan.acked]
         valid_end = plan.acked   # (a log cut below it: the bytes of the cut record go, said as lost)
-    if open_at >= 0 and torn:
-        # A batch whose end record never made it (its writer was killed inside the write,
-        # or a power cut kept a prefix): it is cut whole, so no part of a producer's batch
-        # is kept, and a stage's outputs never appear without the offsets committed with them.
-        valid_end = open_at
+    # A batch whose end record never made it (its writer killed inside the write, or a power
+    # cut kept a prefix) is cut whole: no part of a producer's batch is kept, and a stage's
+    # outputs never appear without their offsets. Never below the acknowledged point (batches
+    # end there): an acknowledged batch whose end record is damaged looks open still.
+    cut_at = max(open_at, plan.acked) if open_at >= 0 and torn else 1 << 62
+    if cut_at < 1 << 62:
+        valid_end = cut_at
         rep.reason += "; an unfinished atomic batch at the end of the log was cut"
-    else:
-        for r in held:
-            dispatch(r)
+    for r in held:   # (the open batch's records: those below the cut)
+        if len(r) and int(r.phys[0]) < cut_at:
+            dispatch(r if int(r.phys[-1]) < cut_at else _part(r, 0, int((r.phys < cut_at).sum())))
     for qr in queues.values():
         qr.flush()
     return valid_end, last_ts, min(kept_from, valid_end)

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.procs import MQ
+from store.log import checkpoint as ckpt
+from tests.procs import MQ, mqctl_env
 
 
 def _init(mq: MQ, *args: str) -> None:
@@ -119,3 +122,43 @@ def test_check_settles_after_recover_of_a_damaged_segment_that_is_not_the_last(m
         assert summary["knownProblems"] > 0
     after = mq.ok("consume", "d", "-g", "after", "--from", "first", "-e").out.split()
     assert sorted(after) == sorted(kept)   # no message the log still has is lost
+
+
+_BATCH_SENDER = """
+import sys
+import store
+with store.Producer(flush="async") as p:
+    p.send_many("t", [(b"b-%03d-" % i).ljust(65000, b"x") for i in range(40)], queue=0)
+"""
+
+
+@pytest.mark.parametrize("how", ["recover", "reboot"])
+def test_an_unfinished_batch_after_an_acknowledged_one_with_a_damaged_end_cuts_only_itself(
+        mq: MQ, how: str) -> None:
+    # The acknowledged batch's damaged end record leaves it looking open, and the killed
+    # batch after it (no end record of its own) continued it: recovery cut both from the first
+    # one's start, its 499 intact messages and the group's offsets with them.
+    _init(mq)
+    mq.ok("topic", "create", "t", "--queues", "1")
+    mq.ok("send", "t", "--flush", "sync", input="".join(f"a-{i:03d}\n" for i in range(500)))
+    seg = _segments(mq)[-1]
+    data = bytearray(seg.read_bytes())
+    data[data.rindex(b"a-499") + 3] ^= 1
+    seg.write_bytes(bytes(data))
+    if how == "recover":
+        mq.ok("store", "recover")
+    mq.ok("consume", "t", "-g", "G", "--from", "first", "-e")
+    child = subprocess.run([sys.executable, "-c", _BATCH_SENDER], env=mqctl_env(mq.root, "log-between-pieces:1"),
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == -9 and "failpoint log-between-pieces" in child.stderr, child.stderr
+    if how == "reboot":   # (the next open is on another boot: only the synced end is acknowledged)
+        cp_path = mq.root / "checkpoint"
+        cp = ckpt.read(cp_path)
+        assert cp is not None
+        cp.boot_id = b"\x01" * 16
+        cp_path.write_bytes(cp.pack())
+    rec = mq.run("store", "recover")
+    assert "power cut" not in rec.stderr and "gone" not in rec.stderr, rec.stderr
+    assert _consumed(mq, "all") == [f"a-{i:03d}" for i in range(499)]
+    assert _consumed(mq, "G") == []   # (its offsets kept: nothing handed out again)
+    _check_settled(mq)
