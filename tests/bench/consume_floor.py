@@ -58,7 +58,7 @@ def main(store: str) -> int:
                 end = i + total
                 want = int(bytes(buf[end - 11:end - 1])[::-1])
                 if magic != MAGIC or crc32(mv[i:end - 20]) & 0x7FFFFFFF != want:
-                    sys.stderr.write(f"damaged record at {name}+{pos - len(chunk) + i}\n")
+                    sys.stderr.write(f"damaged record at {name}+{pos - n + i}\n")
                     return 5
                 iov.append(mv[i + 88:i + 88 + blen])
                 iov.append(b"\n")
