@@ -168,6 +168,8 @@ def line_verdict(raw: bytes) -> str:
     if not isinstance(props, dict):
         return "bad"
     for k, v in props.items():
+        if not isinstance(v, str) and type(v) is not int:
+            return "bad"   # (null, true, 1.5, objects, arrays: no property value; an integer's text is)
         k, v = str(k), str(v)
         if not k or not v or k in RESERVED_PROPERTIES:
             return "bad"
