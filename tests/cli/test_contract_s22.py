@@ -57,3 +57,25 @@ def test_the_library_refuses_a_malformed_id_as_a_usage_error(mq: MQ) -> None:
             admin.end_transaction("zz", True)
         with pytest.raises(mq_api.UsageError, match="is not a message id"):
             admin.resend_dead_letters("G", "zz")
+
+
+# -- msg query: a key no message can have, and the limit --------------------------------------
+
+@pytest.mark.parametrize("key", ["", "  ", "a b"])
+def test_msg_query_refuses_a_key_no_message_can_have(mq: MQ, key: str) -> None:
+    mq.ok("send", "d", "x", "--keys", "K")
+    one_error(mq.run("msg", "query", "--topic", "d", "--key", key), 2, "--key")
+
+
+def test_msg_query_says_on_stderr_when_more_match_than_it_shows(mq: MQ) -> None:
+    mq.ok("send", "d", "--keys", "K", input="".join(f"m{i}\n" for i in range(70)))
+    res = mq.ok("msg", "query", "--topic", "d", "--key", "K", "--json")
+    assert len(res.json_lines()) == 64   # the default --limit: newest first
+    assert res.json_lines()[0]["body"] == "m69"
+    assert "64 shown, more match: --limit N" in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    res = mq.ok("msg", "query", "--topic", "d", "--key", " K ", "--limit", "3")
+    assert len(res.stdout.splitlines()) == 4   # the header and 3 rows
+    assert "3 shown, more match" in res.stderr
+    for limit in ("70", "100"):   # all shown: no note
+        res = mq.ok("msg", "query", "--topic", "d", "--key", "K", "--json", "--limit", limit)
+        assert len(res.json_lines()) == 70 and res.stderr == "", res.stderr
