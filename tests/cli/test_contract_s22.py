@@ -4,6 +4,7 @@ what the inspection commands print, read back by ``send --input json``; ``topic 
 queue files were removed by hand."""
 from __future__ import annotations
 
+import json
 
 import pytest
 
@@ -79,3 +80,42 @@ def test_msg_query_says_on_stderr_when_more_match_than_it_shows(mq: MQ) -> None:
     for limit in ("70", "100"):   # all shown: no note
         res = mq.ok("msg", "query", "--topic", "d", "--key", "K", "--json", "--limit", limit)
         assert len(res.json_lines()) == 70 and res.stderr == "", res.stderr
+
+
+# -- send --input json reads what the inspection commands print -------------------------------
+
+def test_dead_letters_listed_as_json_are_resent_by_hand(mq: MQ) -> None:
+    letters = dead_letters(mq, "d", "a\nb\nc\nd\n")
+    assert {d["queueId"] for d in letters} == {0} and "group" in letters[0] and "storeTime" in letters[0]
+    res = mq.ok("dlq", "list", "-g", "G", "--json").stdout
+    sent = mq.ok("send", "again", "--input", "json", "--json", input=res).json_lines()
+    assert [r["status"] for r in sent] == ["SEND_OK"] * 4
+    # the %DLQ% queue 0 is no queue of the target: round-robin, as any line without queueId
+    assert len({r["queueId"] for r in sent}) == 4
+    got = mq.ok("consume", "again", "--no-group", "--from", "first", "-e").stdout
+    assert sorted(got.split()) == [b"a", b"b", b"c", b"d"]
+
+
+def test_a_dead_letter_of_an_ordered_topic_goes_back_to_its_keys_queue(mq: MQ) -> None:
+    mq.ok("topic", "create", "ord", "--queues", "4", "--order")
+    first = mq.ok("send", "ord", "x", "-s", "bob", "--json").json_lines()[0]
+    assert first["queueId"] != 0   # (else this test could not tell the DLQ's queue 0 from the key's)
+    letters = dead_letters(mq, "ord", "y\n", "-s", "bob")
+    assert [d["shardingKey"] for d in letters] == ["bob", "bob"]
+    res = mq.ok("dlq", "list", "-g", "G", "--json").stdout
+    sent = mq.ok("send", "ord", "--input", "json", "--json", input=res).json_lines()
+    assert [r["queueId"] for r in sent] == [first["queueId"]] * 2
+
+
+def test_msg_show_and_msg_query_json_are_read_back_and_typos_still_refused(mq: MQ) -> None:
+    r = mq.ok("send", "src", "hello", "--keys", "K", "--tag", "t", "-p", "a=1", "--json").json_lines()[0]
+    shown = mq.ok("msg", "show", r["msgId"], "--json").stdout
+    assert {"sysFlag", "history", "consumerGroups", "deleted"} <= set(json.loads(shown))
+    out = mq.ok("send", "copy", "--input", "json", "--json", input=shown).json_lines()
+    assert out[0]["status"] == "SEND_OK" and out[0]["msgId"] != r["msgId"]   # another topic: a new id
+    queried = mq.ok("msg", "query", "--topic", "src", "--key", "K", "--json").stdout
+    mq.ok("send", "copy", "--input", "json", input=queried)
+    got = mq.ok("consume", "copy", "--no-group", "--from", "first", "-e", "--json").json_lines()
+    assert [(m["body"], m["keys"], m["tags"], m["properties"]) for m in got] == [("hello", ["K"], "t", {"a": "1"})] * 2
+    for typo in ('{"body":"x","tagz":"t"}', '{"body":"x","histroy":[]}', '{"body":"x","Group":"G"}'):
+        one_error(mq.run("send", "copy", "--input", "json", input=typo + "\n"), 5, "line 1: unknown field")
