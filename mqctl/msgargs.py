@@ -15,11 +15,34 @@ if TYPE_CHECKING:
 ENVELOPE_PLACE_FIELDS = frozenset({
     "topic", "queueOffset", "msgId", "offsetMsgId", "bornTimestamp", "storeTimestamp", "reconsumeTimes",
     "commitLogOffset", "bornHost"})
+# The fields the inspection commands add to the envelope, what the store knows of a message
+# besides what it is: ``msg show --json`` and ``msg query --json`` (its system flag, whether its
+# topic was deleted, its history, the groups' offsets, its transaction:
+# ``store.client.history.message_report``) and ``dlq list --json`` (the group, where the dead
+# letter came from, whether it was resent, its store time: ``DeadLetter.to_json``). Readers
+# of envelopes ignore them too, so ``dlq list -g G --json | send T --input json`` resends by hand.
+REPORT_FIELDS = frozenset({
+    "sysFlag", "deleted", "history", "consumerGroups", "transaction",
+    "group", "dlqOriginTopic", "dlqOriginMsgId", "resent", "storeTime"})
 # What ``send --input json`` reads: its own fields and every field of the ``consume --json``
 # envelope (ignored ones: where the message was, not what it is; its msgId is kept as the new
-# message's id on a resend into the same topic: ``json_msg_id``), so a copy round-trips.
+# message's id on a resend into the same topic: ``json_msg_id``), so a copy round-trips, and
+# the ones the inspection commands add (ignored). Any other field is refused (a typo).
 JSON_FIELDS = frozenset({
-    "body", "bodyEncoding", "tags", "keys", "shardingKey", "queueId", "properties"}) | ENVELOPE_PLACE_FIELDS
+    "body", "bodyEncoding", "tags", "keys", "shardingKey", "queueId", "properties",
+}) | ENVELOPE_PLACE_FIELDS | REPORT_FIELDS
+
+
+def json_queue_elsewhere(obj: dict[str, object]) -> bool:
+    """Whether a line's ``queueId`` is that of a system topic the line names (a dead letter's
+    ``%DLQ%`` queue 0, a retry's, a delayed message's level): a place in no user topic, so
+    the line is routed as without one (by its ``shardingKey``, else round-robin), as
+    ``--reroute`` routes every line."""
+    topic = obj.get("topic")
+    if not isinstance(topic, str):
+        return False
+    from store import is_system_topic
+    return is_system_topic(topic)
 
 
 def json_msg_id(obj: dict[str, object], topic: str) -> str | None:

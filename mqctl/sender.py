@@ -359,14 +359,14 @@ class Sender:
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ValueError(f"unknown field {unknown[0]!r}{hint}; known fields: body, bodyEncoding, "
                                  "tags, keys, shardingKey, queueId, properties, and the other fields "
-                                 "of the consume --json envelope")
+                                 "of the consume --json envelope (and of msg show and dlq list --json)")
             data = json_body(obj)
             props = {**self.props, **json_properties(obj)}
             # an empty key is no key: the line is routed as one without shardingKey
             key = props.pop(Prop.SHARDING_KEY, None)
             keyed = bool(key) and "shardingKey" in obj
             skey = key if keyed else self.sharding_key
-            if "queueId" in obj and self.reroute:
+            if "queueId" in obj and (self.reroute or msgargs.json_queue_elsewhere(obj)):
                 qid = -1 if skey is not None or self.queue < 0 else self.queue
             elif "queueId" in obj:
                 qid = obj["queueId"]

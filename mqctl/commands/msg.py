@@ -58,7 +58,7 @@ def show(
 
 Found through the key index (keys given with send --keys). Times are local; --utc prints UTC.
 --json has msg show's fields for each (history, consumerGroups); the table shows the groups
-past each message.
+past each message. At most --limit (64) are shown; when more match, a note on stderr says so.
 
 Examples:
   mqctl msg query --topic orders --key order-1001
@@ -74,15 +74,20 @@ def query(
     from mqctl.output import Output
     from store import format_local, message_report, validate_any_topic
     validate_any_topic(topic)
+    key = _check_key(key)
     st = state(ctx)
     store = st.store()
     store.topic(topic)
-    found = store.query_key(topic, key, limit, strict=True)
+    found = store.query_key(topic, key, limit + 1, strict=True)   # (one more: do more match?)
     out = Output(json=json)
     if not found:
         if not json:
             out.info(f"no messages with key {key} in topic {topic}")
         return
+    if len(found) > limit:
+        found = found[:limit]
+        # on stderr, never stdout (scripts parse it), and exit 0: the newest ones are here
+        out.info(f"mqctl: {limit} shown, more match: --limit N shows up to N")
     # each message as msg show has it: its envelope and what the store knows of its history
     reports = [(m, message_report(store, m)) for m in found]
     if json:
@@ -90,3 +95,17 @@ def query(
             out.emit_json(obj)
         return
     out.table([query_row(m, obj, format_local(m.store_timestamp, st.utc)) for m, obj in reports], QUERY_COLUMNS)
+
+
+def _check_key(key: str) -> str:
+    """The key as send --keys stores it (blanks around it dropped). One no message can have
+    (empty, or holding a space: keys are stored space separated) is a bad value (exit 2), as
+    send --keys refuses it, not a key nobody sent."""
+    from mqctl.argnames import ARG_FLAGS
+    from store import build_properties
+    from store.errors import UsageError
+    if not key.strip():
+        raise UsageError("--key may not be empty")
+    build_properties(keys=[key], arg_names={**ARG_FLAGS, "keys": "--key", "key": "--key",
+                                             "key_with_spaces": "--key: a key may not contain spaces"})
+    return key.strip()

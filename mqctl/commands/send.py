@@ -20,7 +20,10 @@ Without BODY (or with -), each line of stdin is a message; --delimiter changes t
 separator, --key-delimiter reads KEY<D>BODY lines (KEY is the sharding key), --input json
 reads NDJSON objects (what consume --json prints; every field optional, a missing body is an
 empty one; a msgId is kept as the message's id when the line names no topic or this one: a
-resend that --dedup consumers skip). On a terminal, end the input with Ctrl-D.
+resend that --dedup consumers skip). What msg show, msg query and dlq list --json add
+(history, group, dlqOriginTopic, ...) is ignored, and so is the queueId of a line from a
+system topic (%DLQ%, %RETRY%); other unknown fields are refused. On a terminal, end the
+input with Ctrl-D.
 
 Prints one human line on stderr (sent 3 messages to orders (queues 0,1,2)), or with --json
 one object per message on stdout: status, msgId, offsetMsgId, topic, queueId, queueOffset,
@@ -36,6 +39,7 @@ Examples:
   # 'KEY:BODY' lines: messages with one KEY go to one queue, in order
   tail -F app.log | mqctl send logs --key-delimiter ':'
   mqctl consume a -g copy --json -e | mqctl send b --input json
+  mqctl dlq list -g billing --json | mqctl send orders --input json
 """
 
 

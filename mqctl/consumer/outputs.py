@@ -7,15 +7,16 @@ import json as jsonlib
 import os
 from typing import TYPE_CHECKING, Any, Callable
 
-from mqctl.msgargs import ENVELOPE_PLACE_FIELDS, json_body
+from mqctl.msgargs import ENVELOPE_PLACE_FIELDS, REPORT_FIELDS, json_body
 from store.errors import StoreError
 
 if TYPE_CHECKING:
     from store import Outcome
     from store import StoredMessage as Message
 
-# What a stage's output line may carry besides what it is: where an echoed envelope was
-_IGNORED = ENVELOPE_PLACE_FIELDS | {"queueId", "bodyEncoding"}
+# What a stage's output line may carry besides what it is: where an echoed envelope was, and
+# what msg show / dlq list --json add to it
+_IGNORED = ENVELOPE_PLACE_FIELDS | REPORT_FIELDS | {"queueId", "bodyEncoding"}
 
 
 def parse_outputs(data: bytes, json: bool) -> list[Any]:

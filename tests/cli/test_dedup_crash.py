@@ -80,7 +80,7 @@ def test_kill_9_at_random_moments_costs_at_most_one_duplicate_per_slot(mq: MQ, t
         p = mq.start(*args)
         # mid-stream: after this run handled something, at a random moment then. On a quick
         # machine the earlier runs may have handled everything: this run then ends by itself.
-        wait_for(lambda before=before: handled() > before or not p.alive(), 60,
+        wait_for(lambda before=before, p=p: handled() > before or not p.alive(), 60,
                  what="a handler run")
         time.sleep(rng.uniform(0.0, 0.4))
         if not p.alive():
