@@ -15,8 +15,9 @@ append's ``fdatasync`` was measured at 0.64x the rate of an overwrite's on this 
 RocketMQ preallocates its mapped files for the same reason, and finds their end by a scan
 at recovery). A file's size is therefore only an upper bound of its records' end; a file
 written without preallocation (every store before) ends with its last record, so its length
-is its size, as before. Stores stay readable by older versions: they take the zero tail for
-the zero-filled tail of a torn write, and their recovery cuts it (nothing is lost).
+is its size, as before. No flag in ``store.json`` keeps older versions out: they take a zero
+tail for the zero-filled tail of a torn write; their writers' recovery cuts it and appends
+where the records end (nothing is lost), their ``store check`` reports it as damage until then.
 
 Writers append through ``logappend.py``'s ``LogAppender`` while holding the store's write lock; readers use
 :meth:`CommitLog.read` without any lock: they only ever read records that a consume queue or
@@ -90,7 +91,7 @@ class CommitLog:
 
     def end_as_written(self, expected: int) -> int:
         """:meth:`end`, for a writer holding the write lock that expects the log to end at
-        ``expected`` (the checkpoint's written end): one ``fstat`` of the segment it keeps open
+        ``expected`` (the checkpoint's written end): one look (untimed) at the segment it keeps open
         for appends when that is the segment holding ``expected``, instead of a look at the
         directory and a ``stat``.
 
