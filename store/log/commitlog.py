@@ -187,7 +187,7 @@ class CommitLog:
                 fsize = written_length(fh.fileno(), filestat.untimed(fh.fileno())[1])
                 buf_start = pos - base
                 fh.seek(buf_start)
-                buf = fh.read(min(chunk, fsize - buf_start))   # (not the zeros past ``fsize``)
+                buf = fh.read(max(0, min(chunk, fsize - buf_start)))   # (not the zeros past ``fsize``)
                 bpos = 0
                 while True:
                     file_pos = buf_start + bpos
@@ -200,7 +200,7 @@ class CommitLog:
                             # ran past our chunk, not the file: read on from here
                             buf_start = file_pos
                             fh.seek(buf_start)
-                            buf = fh.read(min(max(chunk, F.MAX_MESSAGE_SIZE + 65536 + 1024), fsize - buf_start))
+                            buf = fh.read(max(0, min(max(chunk, F.MAX_MESSAGE_SIZE + 65536 + 1024), fsize - buf_start)))
                             bpos = 0
                             continue
                         yield base + file_pos, None, exc

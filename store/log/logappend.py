@@ -161,7 +161,10 @@ class LogAppender:
             return
         top = min(seg, ((end + F.END_FILE_MIN_BLANK) // PREALLOC_STEP + 1) * PREALLOC_STEP)
         start = max(have, end)
-        pwrite_all(fd, bytes(top - start), start)
+        try:
+            pwrite_all(fd, bytes(top - start), start)
+        except OSError:   # (a full disk or a size limit: the records are written, zeros are only for speed)
+            return
         self.log.checked_size = top
 
     def undo(self) -> None:

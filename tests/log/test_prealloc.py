@@ -264,3 +264,29 @@ def test_segments_roll_past_zeros_written_ahead(tmp_path: Path) -> None:
     res = mqctl(root, "msg", "show", more[-1].msg_id, "--json")
     assert res.returncode == 0 and json.loads(res.stdout)["body"].startswith("after-29"), res.out
     assert sent[0].queue_offset == 0
+
+
+def test_sync_sends_go_on_when_the_zeros_ahead_do_not_fit(tmp_path: Path) -> None:
+    """Zeros ahead are for speed only: a file-size limit (or a full disk) that leaves room for
+    the records but not for a MiB of zeros fails no send (the zeros stop at the limit)."""
+    import resource
+    import subprocess
+    import sys
+    root = tmp_path / "s"
+    open_store(root, default_queues=1).close()
+    limit = 768 * 1024   # (room for the key index file, 513 KiB, not for a MiB of zeros)
+
+    def set_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    cp = subprocess.run([sys.executable, "-c", SENDER, root, "lim", "sync", "50"], preexec_fn=set_limit,
+                        capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.count("\n") == 50
+    [seg] = _segments(root)
+    assert seg.stat().st_size <= limit
+    s = Store.open(root)
+    try:
+        assert sorted(m.body for m in all_messages(s, "T")) == [b"lim-%06d" % i for i in range(50)]
+        assert s.check().problems == []
+    finally:
+        s.close()
