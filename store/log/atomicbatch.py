@@ -33,7 +33,8 @@ TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__i
 if TYPE_CHECKING:
     from typing import Any
 
-    from store.log.commitlog import CommitLog, LogAppender
+    from store.log.commitlog import CommitLog
+    from store.log.logappend import LogAppender
 
 INSIDE = F.ATOMIC_BATCH                 # every record of a batch of several
 END = F.ATOMIC_BATCH | F.ATOMIC_END     # its last

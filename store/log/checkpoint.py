@@ -109,7 +109,7 @@ class CheckpointFile:
     def _open(self, create: bool) -> int | None:
         fd = self._fd
         if fd is not None:
-            if filestat.links_size(fd)[0]:
+            if filestat.untimed(fd)[0]:   # (no timestamp asked: filestat.py)
                 return fd
             self.close()
         try:

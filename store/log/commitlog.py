@@ -2,29 +2,38 @@
 
 Segment ``B`` (file ``commitlog/<B as 20 digits>``) holds offsets ``[B, B + segment_size)``;
 bases are multiples of the segment size, so ``offset - offset % segment_size`` locates a
-record's segment without any table. A segment's file size is its write position (files are
-not preallocated), which is how a writer that just took the store lock finds the end even
-when other processes appended since it last looked. The record and BLANK trailer layouts are
-in ``format.py``.
+record's segment without any table. The record and BLANK trailer layouts are in ``format.py``.
 
-Writers append through :class:`LogAppender` while holding the store's write lock; readers use
+Where a segment's records end (:func:`written_length`, the one definition every reader of the
+log's end or a segment's length goes through): one past its last non-zero byte. Every record
+ends with its CRC property, whose last byte is 0x02, and a BLANK trailer with its magic
+(format.py), so zeros after the last record are never part of one. A ``--flush sync`` writer
+writes zeros ahead of its records (:data:`PREALLOC_STEP` at a time, ``logappend.py``)
+so that each send's ``fdatasync`` overwrites blocks already allocated and sized instead of
+growing the file, which makes the filesystem commit its journal in every ``fdatasync`` (an
+append's ``fdatasync`` was measured at 0.64x the rate of an overwrite's on this VM's ext4;
+RocketMQ preallocates its mapped files for the same reason, and finds their end by a scan
+at recovery). A file's size is therefore only an upper bound of its records' end; a file
+written without preallocation (every store before) ends with its last record, so its length
+is its size, as before. No flag in ``store.json`` keeps older versions out: they take a zero
+tail for the zero-filled tail of a torn write; their writers' recovery cuts it and appends
+where the records end (nothing is lost), their ``store check`` reports it as damage until then.
+
+Writers append through ``logappend.py``'s ``LogAppender`` while holding the store's write lock; readers use
 :meth:`CommitLog.read` without any lock: they only ever read records that a consume queue or
 the index already points at, which are complete before those entries are written.
-Failpoint ``log-between-pieces``: a batch's write stopped between two of its write calls.
 """
 from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from store.errors import MessageTooLargeError, StoreError, io_error
-from store.failpoints import failpoint
-from store.fsutil import SegmentListing, ensure_dir, fsync_dir, open_private, pwrite_all
+from store.errors import io_error
+from store.fsutil import SegmentListing, ensure_dir, open_private
 from store.log import filestat
 from store.log import format as F
-from store.log.record import Buffer, Message, RecordError, decode, record_size_at
+from store.log.record import Message, RecordError, decode, record_size_at
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -41,6 +50,7 @@ class CommitLog:
         # The write descriptor :meth:`end_as_written` found linked: a batch takes it at once,
         # still under the lock it was checked in (``LogAppender``'s ``checked``).
         self.checked: tuple[int, int] | None = None
+        self.checked_size = 0   # the file size of ``checked`` as found (zeros written ahead included)
         # The segment synced last, kept open for the next fsync, (base, fd): fsyncs run in
         # any thread (a sender's group commit, a background flush), hence the lock. It is not
         # held through the fsync (the descriptor is taken out meanwhile): close() does not
@@ -63,16 +73,25 @@ class CommitLog:
         return offset - offset % self.segment_size
 
     def end(self) -> int:
-        """The offset one past the last byte written (the next record's offset)."""
+        """The offset one past the last record's last byte (the next record's offset)."""
         segs = self.segments()
         if not segs:
             return 0
         last = segs[-1]
-        return last + os.stat(f"{self._dir_s}/{last:020d}").st_size
+        return last + self.length(last)
+
+    def length(self, base: int) -> int:
+        """How many bytes of segment ``base`` its records fill (:func:`written_length`);
+        FileNotFoundError when it is missing."""
+        fd = os.open(f"{self._dir_s}/{base:020d}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return written_length(fd, filestat.untimed(fd)[1])
+        finally:
+            os.close(fd)
 
     def end_as_written(self, expected: int) -> int:
         """:meth:`end`, for a writer holding the write lock that expects the log to end at
-        ``expected`` (the checkpoint's written end): one ``fstat`` of the segment it keeps open
+        ``expected`` (the checkpoint's written end): one look (untimed) at the segment it keeps open
         for appends when that is the segment holding ``expected``, instead of a look at the
         directory and a ``stat``.
 
@@ -81,17 +100,27 @@ class CommitLog:
         segment only in a batch that first appends the BLANK trailer to this one
         (``LogAppender.flush`` writes a batch's segments in order), which fills it to
         ``segment_size``; so a writer that died after beginning the next segment left this one
-        at a size that is not ``expected``, and the caller recovers. Any other case: :meth:`end`."""
+        at a size that is not ``expected``, and the caller recovers. Any other case: :meth:`end`.
+
+        A segment longer than ``expected`` ends there when it holds zeros there (written ahead
+        by a ``--flush sync`` writer): a write lands in order from its first byte, so a writer
+        killed in the middle of one left the record's header, and a write past ``expected``
+        by anyone else moved the checkpoint past it. (The look asks for no timestamp:
+        ``filestat.untimed``.)"""
         cached = self._write_fd
         self.checked = None
         if cached is not None and cached[0] == expected - expected % self.segment_size:
             try:
-                links, size = filestat.links_size(cached[1])
+                links, size, _ino = filestat.untimed(cached[1])
+                at = expected - cached[0]
+                if links and size > at and os.pread(cached[1], 8, at) != _ZERO_HEADER:
+                    return self.end()
             except OSError:
                 return self.end()
             if links:
                 self.checked = cached
-                return cached[0] + size
+                self.checked_size = size
+                return expected if size > at else cached[0] + size
         return self.end()
 
     def min_offset(self) -> int:
@@ -105,17 +134,17 @@ class CommitLog:
     # -- reading ---------------------------------------------------------------------------
     def _fd(self, base: int) -> int:
         """A cached read descriptor for segment ``base``, checked against the path on every
-        use (one stat): a segment removed and written anew (recovery cutting a torn new
+        use (one stat, untimed): a segment removed and written anew (recovery cutting a torn new
         segment, then the next writer) is read from its new file, not the old inode."""
         path = self.segment_path(base)
-        ino = os.stat(path).st_ino          # FileNotFoundError: the caller's "missing"
+        ino = filestat.untimed(path)[2]     # FileNotFoundError: the caller's "missing"
         cached = self._read_fds.get(base)
         if cached is not None:
             if cached[1] == ino:
                 return cached[0]
             os.close(self._read_fds.pop(base)[0])
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        self._read_fds[base] = (fd, os.fstat(fd).st_ino)
+        self._read_fds[base] = (fd, filestat.untimed(fd)[2])
         return fd
 
     def read_bytes(self, offset: int, size: int) -> bytes:
@@ -153,12 +182,12 @@ class CommitLog:
                 pos = later[0]
                 continue
             path = self.segment_path(base)
-            fsize = os.stat(path).st_size
             trailer = False
             with open(path, "rb") as fh:
+                fsize = written_length(fh.fileno(), filestat.untimed(fh.fileno())[1])
                 buf_start = pos - base
                 fh.seek(buf_start)
-                buf = fh.read(chunk)
+                buf = fh.read(max(0, min(chunk, fsize - buf_start)))   # (not the zeros past ``fsize``)
                 bpos = 0
                 while True:
                     file_pos = buf_start + bpos
@@ -171,7 +200,7 @@ class CommitLog:
                             # ran past our chunk, not the file: read on from here
                             buf_start = file_pos
                             fh.seek(buf_start)
-                            buf = fh.read(max(chunk, F.MAX_MESSAGE_SIZE + 65536 + 1024))
+                            buf = fh.read(max(0, min(max(chunk, F.MAX_MESSAGE_SIZE + 65536 + 1024), fsize - buf_start)))
                             bpos = 0
                             continue
                         yield base + file_pos, None, exc
@@ -204,17 +233,17 @@ class CommitLog:
 
     def truncate_to(self, end: int) -> int:
         """Cut the log at ``end`` (recovery, write lock held): later segments go, the segment
-        holding it is shortened. Returns the bytes cut."""
+        holding it is shortened (zeros written ahead past ``end`` go too). Returns the bytes of
+        records cut (zeros are none)."""
         cut = 0
         last = self.segment_of(end)
         for base in self.segments():
             path = self.segment_path(base)
-            size = os.stat(path).st_size
             if base > last:
-                cut += size
+                cut += self.length(base)
                 path.unlink()
-            elif base == last and size > end - base:
-                cut += size - (end - base)
+            elif base == last and filestat.untimed(path)[1] > end - base:
+                cut += max(0, self.length(base) - (end - base))
                 os.truncate(path, end - base)
         self._drop_fds(closing=False)   # the handle stays open: its next fsync keeps a descriptor again
         return cut
@@ -242,7 +271,7 @@ class CommitLog:
         flush's fsync returns at once, and the flush closes its descriptor itself."""
         with self._sync_lock:
             cached, self._sync_fd = self._sync_fd, None
-        if cached is not None and (cached[0] != base or not os.fstat(cached[1]).st_nlink):
+        if cached is not None and (cached[0] != base or not filestat.untimed(cached[1])[0]):
             os.close(cached[1])
             cached = None
         if cached is None:
@@ -274,7 +303,7 @@ class CommitLog:
         cached = self._write_fd
         if cached is not None:
             try:
-                if cached[0] == base and os.fstat(cached[1]).st_nlink:
+                if cached[0] == base and filestat.untimed(cached[1])[0]:
                     return cached[1]
             except OSError as exc:
                 self.drop_write_fd()
@@ -283,7 +312,8 @@ class CommitLog:
         path = self.segment_path(base)
         ensure_dir(self.dir)
         try:
-            fd = open_private(path, os.O_WRONLY | os.O_CREAT)
+            # (read-write: end_as_written reads the header at the checkpoint's end through it)
+            fd = open_private(path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise io_error(exc, f"open {path}") from exc
         self._write_fd = (base, fd)
@@ -299,186 +329,27 @@ class CommitLog:
             os.close(cached[1])
 
 
-@dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
-class _Chunk:
-    """One batch's bytes bound for one commit-log file (its ``base``), and where they go in it."""
-
-    base: int
-    start: int                 # file position where this chunk's bytes go
-    data: bytearray = field(default_factory=bytearray)
-    parts: list[Buffer] | None = None  # instead of ``data``: buffers written as they are (pwritev)
+# How far ahead of its records a ``--flush sync`` writer writes zeros (LogAppender._write_ahead).
+PREALLOC_STEP = 1 << 20
+_ZERO_HEADER = bytes(8)
+_TAIL_READ = 256 * 1024
 
 
-class LogAppender:
-    """Places records for one batch; call only while holding the store's write lock.
-
-    :meth:`place` returns the physical offset the next record will have (rolling to a new
-    segment when it does not fit), :meth:`add` buffers it, :meth:`flush` writes every buffered
-    chunk with one ``pwrite`` (or one ``pwritev`` of its parts) per segment. On failure
-    :meth:`undo` restores the previous end.
-    """
-
-    def __init__(self, log: CommitLog, end: int, checked: tuple[int, int] | None = None) -> None:
-        """``checked``: the log's write descriptor as :meth:`CommitLog.end_as_written` found it
-        linked for this batch, under the same hold of the write lock (no other writer can have
-        removed its segment since): written through without a second ``fstat``."""
-        self.log = log
-        self._checked = checked
-        self.start_end = end
-        self.pos = end
-        self.chunks: list[_Chunk] = []
-        self._new_segments: list[int] = []
-        self.last_fd = -1   # the descriptor :meth:`flush` wrote the last segment through
-
-    def _chunk(self) -> _Chunk:
-        base = self.log.segment_of(self.pos)
-        if not self.chunks or self.chunks[-1].base != base:
-            self.chunks.append(_Chunk(base, self.pos - base))
-        return self.chunks[-1]
-
-    def place(self, size: int) -> int:
-        seg = self.log.segment_size
-        if size + F.END_FILE_MIN_BLANK > seg:
-            raise MessageTooLargeError(
-                f"record of {size} bytes does not fit in a {seg}-byte commit-log segment")
-        base = self.log.segment_of(self.pos)
-        left = base + seg - self.pos
-        if size + F.END_FILE_MIN_BLANK > left:
-            ch = self._chunk()
-            trailer = F.BLANK_TRAILER.pack(left, F.BLANK_MAGIC)
-            if ch.parts is not None:
-                ch.parts.append(trailer)
-            else:
-                ch.data += trailer
-            self.pos = base + seg
-        return self.pos
-
-    def start_chunk(self) -> bytearray:
-        """The buffer the next record at :attr:`pos` goes into (for callers that inline
-        :meth:`add`; they must advance :attr:`pos` themselves). A chunk already written as
-        parts gets a new buffer as its next part."""
-        ch = self._chunk()
-        if ch.parts is not None:
-            buf = bytearray()
-            ch.parts.append(buf)
-            return buf
-        return ch.data
-
-    def start_parts(self) -> list[Buffer]:
-        """Like :meth:`start_chunk`, but a list of buffers written as they are, without
-        being copied together first (big bodies). One chunk holds one or the other."""
-        ch = self._chunk()
-        if ch.parts is None:
-            if ch.data:
-                ch.parts = [bytes(ch.data)]
-                ch.data = bytearray()
-            else:
-                ch.parts = []
-        return ch.parts
-
-    def add(self, record: bytes) -> None:
-        ch = self._chunk()
-        if ch.parts is not None:
-            ch.parts.append(record)
-        else:
-            ch.data += record
-        self.pos += len(record)
-
-    def flush(self, sync: bool = False) -> None:
-        new_file = False
-        for ch in self.chunks:
-            checked = self._checked
-            try:
-                if checked is not None and checked[0] == ch.base and self.log.write_fd_is(checked):
-                    fd = checked[1]
-                else:
-                    fd = self.log.write_fd(ch.base)
-            except StoreError:   # (a later segment of the batch: the earlier ones are written)
-                self.undo()
-                raise
-            try:
-                if ch.base != self.log.segment_of(self.start_end):
-                    self._new_segments.append(ch.base)
-                    new_file = True
-                if new_file or ch.start == 0:
-                    new_file = True
-                if ch.parts is not None:
-                    _pwritev_all(fd, ch.parts, ch.start)
-                else:
-                    _pwrite_pieces(fd, ch.data, ch.start)
-                if sync:
-                    os.fdatasync(fd)
-                self.last_fd = fd
-            except OSError as exc:
-                self.log.drop_write_fd()
-                self.undo()
-                raise io_error(exc, f"append to {self.log.segment_path(ch.base)}") from exc
-        if new_file:
-            # A new segment's name is made durable before any record in it is acknowledged
-            # by anyone: a later ``--flush sync`` writer syncs only file data (and may not be
-            # the process that created the file). One directory fsync per segment.
-            try:
-                fsync_dir(self.log.dir)
-            except OSError as exc:
-                self.undo()
-                raise io_error(exc, f"sync directory {self.log.dir}") from exc
-
-    def undo(self) -> None:
-        """Cut the log back to where this batch started (best effort: called on failure)."""
-        first_base = self.log.segment_of(self.start_end)
-        for base in self._new_segments:
-            if base != first_base:
-                try:
-                    os.unlink(self.log.segment_path(base))
-                except OSError:
-                    pass
-        path = self.log.segment_path(first_base)
-        try:
-            if path.exists():
-                os.truncate(path, self.start_end - first_base)
-        except OSError:
-            pass
-
-
-_IOV_MAX = 1024
-# The most one write call carries. The kernel's copy into the page cache costs several times
-# more when one call is tens of MB (it then takes large page-cache folios, which this VM's
-# balloon may have handed back to the host and must fault in again: send_many of 64 KiB
-# bodies, ~22 MB a call, spent 77-114 us of system CPU a message against 13-17 in 1 MiB
-# calls, measured with tests/bench/bench_api_write.py); a few more calls cost nothing beside.
-_WRITE_PIECE = 1 << 20
-
-
-def _pwrite_pieces(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
-    """``pwrite_all`` of ``data`` at ``pos``, ``_WRITE_PIECE`` at a time."""
-    if len(data) <= _WRITE_PIECE:
-        pwrite_all(fd, data, pos)
-        return
-    view = memoryview(data)
-    for i in range(0, len(view), _WRITE_PIECE):
-        if i:
-            failpoint("log-between-pieces")
-        pwrite_all(fd, view[i:i + _WRITE_PIECE], pos + i)
-
-
-def _pwritev_all(fd: int, parts: list[Buffer], pos: int) -> None:
-    """Write every buffer of ``parts`` at ``pos`` in order (pwritev of up to ``_IOV_MAX``
-    buffers and about ``_WRITE_PIECE`` bytes at a time); a short write is finished with plain
-    pwrites, so a full disk or a file-size limit surfaces as an OSError."""
-    i, count = 0, len(parts)
-    while i < count:
-        j, want = i, 0
-        while j < count and j - i < _IOV_MAX and want < _WRITE_PIECE:
-            want += len(parts[j])
-            j += 1
-        if i:
-            failpoint("log-between-pieces")
-        group = parts[i:j]
-        i = j
-        n = os.pwritev(fd, group, pos)
-        if n <= 0 and want:
-            raise OSError(28, "short write")
-        pos += n
-        if n < want:
-            pwrite_all(fd, memoryview(b"".join(group))[n:], pos)
-            pos += want - n
+def written_length(fd: int, size: int) -> int:
+    """Where the records of the segment open as ``fd``, ``size`` bytes long, end: one past its
+    last non-zero byte (the module's docstring says why that is the rule). A file that ends
+    with a record (every file not written ahead) costs one ``pread`` of a byte; the zeros a
+    sync writer wrote ahead, at most :data:`PREALLOC_STEP`, are read back to the records."""
+    if size <= 0:
+        return 0
+    if os.pread(fd, 1, size - 1) not in (b"\0", b""):
+        return size
+    end = size
+    while end > 0:
+        n = end % _TAIL_READ or _TAIL_READ
+        buf = os.pread(fd, n, end - n)   # (shorter when the file was cut meanwhile)
+        kept = len(buf.rstrip(b"\0"))
+        if kept:
+            return end - n + kept
+        end -= n
+    return 0

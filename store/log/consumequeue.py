@@ -108,7 +108,7 @@ class ConsumeQueue:
         if segs and stamp is not None and stamp == self._end_stamp:
             cached = self._read_fds.get(segs[-1])
             if cached is not None:
-                size = os.fstat(cached[0]).st_size
+                size = filestat.untimed(cached[0])[1]   # (no timestamp asked: filestat.py)
                 if size:
                     return (segs[-1] + size) // _SIZE
         self._end_stamp = None
@@ -116,12 +116,11 @@ class ConsumeQueue:
         while segs:
             last = segs.pop()
             try:
-                st = os.stat(f"{self._dir_s}/{last:020d}")
+                _links, size, ino = filestat.untimed(f"{self._dir_s}/{last:020d}")
             except FileNotFoundError:
                 continue
-            size = st.st_size
             cached = self._read_fds.get(last)
-            if size and last == top and cached is not None and cached[1] == st.st_ino:
+            if size and last == top and cached is not None and cached[1] == ino:
                 self._end_stamp = stamp
             if size == 0 and segs:
                 # An empty last segment (a failed batch's undo, or a writer killed between
@@ -147,7 +146,7 @@ class ConsumeQueue:
         path as a string: a Path built each read cost as much as the stat.)"""
         path = f"{self._dir_s}/{F.segment_name(base)}"
         try:
-            ino = os.stat(path).st_ino
+            ino = filestat.untimed(path)[2]   # (no timestamp asked: filestat.py)
         except FileNotFoundError:
             self._drop_fd(base)
             return None
@@ -160,7 +159,7 @@ class ConsumeQueue:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
-        self._read_fds[base] = (fd, os.fstat(fd).st_ino)
+        self._read_fds[base] = (fd, filestat.untimed(fd)[2])
         return fd
 
     def _drop_fd(self, base: int) -> None:
@@ -243,7 +242,7 @@ class ConsumeQueue:
         if tail is not None:
             base, fd = tail
             try:
-                links, size = filestat.links_size(fd)
+                links, size, _ino = filestat.untimed(fd)
             except OSError:
                 links, size = 0, -1
             if not links or size < self._tail_size:
@@ -270,10 +269,10 @@ class ConsumeQueue:
             # where the batch begins (as write_end found it), with one pwrite.
             base, fd = tail
             try:
-                st: os.stat_result | None = None if checked else os.fstat(fd)
+                st = None if checked else filestat.untimed(fd)
             except OSError:
                 st = None
-            if checked or (st is not None and st.st_nlink and st.st_size == pos - base):
+            if checked or (st is not None and st[0] and st[1] == pos - base):
                 undo = [(f"{self._dir_s}/{base:020d}", pos - base)]
                 try:
                     pwrite_all(fd, entries, pos - base)
@@ -310,7 +309,7 @@ class ConsumeQueue:
             except OSError as exc:
                 raise io_error(exc, f"open {path}") from exc
             try:
-                undo.append((path, os.fstat(fd).st_size))
+                undo.append((path, filestat.untimed(fd)[1]))
                 pwrite_all(fd, part, pos - base)
             except OSError as exc:
                 os.close(fd)

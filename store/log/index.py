@@ -87,7 +87,7 @@ class KeyIndex:
         ``fstat``, unless the caller just ``checked``): a file removed or replaced by a new
         one of the same name (a rebuild renames it into place) is opened anew."""
         m = self._open
-        if m is not None and m[0] == base and (checked or os.fstat(m[1]).st_nlink):
+        if m is not None and m[0] == base and (checked or filestat.untimed(m[1])[0]):
             return m[1]
         self.close()
         try:
@@ -250,7 +250,7 @@ class KeyIndex:
         """The header of open file ``base`` for a batch to append to, or None: unlinked
         (recovery removed or replaced it), or found unsound (:meth:`_header_problem`: cut)."""
         try:
-            links, size = filestat.links_size(fd)
+            links, size, _ino = filestat.untimed(fd)
             raw = os.pread(fd, F.INDEX_HEADER_SIZE, 0)
         except OSError as exc:
             raise io_error(exc, f"read {self.path(base)}") from exc

@@ -33,6 +33,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
@@ -947,6 +948,70 @@ static PyObject *stat_stamp(PyObject *self, PyObject *arg)
     return Py_BuildValue("(KLL)", (unsigned long long)st.st_ino, mtime_ns, (long long)st.st_size);
 }
 
+/* untimed_stat(fd or path) -> (st_nlink, st_size, st_ino) by statx(STATX_NLINK | STATX_SIZE |
+ * STATX_INO): no timestamp asked for. On Linux >= 6.13 (multigrain timestamps) a look that
+ * asks for ctime or mtime (fstat, stat) makes the file's next write take a fine-grained
+ * timestamp and dirty its inode, so the fdatasync after an overwrite waits for a journal
+ * commit as an append's does (3 voluntary context switches a sync send instead of 2,
+ * measured). Every look at a file a sync writer overwrites, the writer's and its readers',
+ * goes through this (store/log/filestat.py, which holds its definition in Python). An int is
+ * a descriptor, else a path; OSError as os.fstat / os.stat raise it. Without statx: fstat/stat. */
+static PyObject *untimed_stat(PyObject *self, PyObject *arg)
+{
+    int fd = -1;
+    PyObject *path = NULL;
+    if (PyLong_Check(arg)) {
+        long v = PyLong_AsLong(arg);
+        if (v == -1 && PyErr_Occurred())
+            return NULL;
+        if (v < INT_MIN || v > INT_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "file descriptor out of range");
+            return NULL;
+        }
+        fd = (int)v;
+    } else if (!PyUnicode_FSConverter(arg, &path)) {
+        return NULL;
+    }
+    unsigned long long links = 0, ino = 0;
+    long long size = 0;
+    int r, err = 0;
+    Py_BEGIN_ALLOW_THREADS
+#ifdef STATX_NLINK
+    struct statx stx;
+    do    /* (retried as os.fstat is, PEP 475) */
+        r = path == NULL ? statx(fd, "", AT_EMPTY_PATH, STATX_NLINK | STATX_SIZE | STATX_INO, &stx)
+                         : statx(AT_FDCWD, PyBytes_AS_STRING(path), 0, STATX_NLINK | STATX_SIZE | STATX_INO, &stx);
+    while (r != 0 && errno == EINTR);
+    if (r == 0) {
+        links = stx.stx_nlink;
+        size = (long long)stx.stx_size;
+        ino = stx.stx_ino;
+    }
+#else
+    struct stat st;
+    do
+        r = path == NULL ? fstat(fd, &st) : stat(PyBytes_AS_STRING(path), &st);
+    while (r != 0 && errno == EINTR);
+    if (r == 0) {
+        links = st.st_nlink;
+        size = (long long)st.st_size;
+        ino = st.st_ino;
+    }
+#endif
+    if (r != 0)
+        err = errno;
+    Py_END_ALLOW_THREADS
+    if (r != 0) {
+        errno = err;
+        PyObject *res = path == NULL ? PyErr_SetFromErrno(PyExc_OSError)
+                                     : PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, arg);
+        Py_XDECREF(path);
+        return res;
+    }
+    Py_XDECREF(path);
+    return Py_BuildValue("(KLK)", links, size, ino);
+}
+
 static PyMethodDef methods[] = {
     {"check_run", (PyCFunction)(void (*)(void))check_run, METH_FASTCALL,
      "The common case of store.log.columns.check_run (see the module's source)."},
@@ -962,6 +1027,8 @@ static PyMethodDef methods[] = {
     {"links_size", links_size, METH_O, "(st_nlink, st_size) of os.fstat(fd) (store.log.filestat)."},
     {"stat_stamp", stat_stamp, METH_O,
      "(st_ino, st_mtime_ns, st_size) of os.stat(path), None when missing (store.log.filestat)."},
+    {"untimed_stat", untimed_stat, METH_O,
+     "(st_nlink, st_size, st_ino) of a descriptor or path by statx, no timestamps asked (store.log.filestat)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -24,7 +24,8 @@ def _du(path: Path) -> tuple[int, int]:
 def commitlog_bytes(store: Store) -> int:
     """The total size of the commit log's segment files: what ``check_store`` and
     ``recover`` report their progress against."""
-    return sum(os.stat(store.commitlog.segment_path(b)).st_size for b in store.commitlog.segments())
+    log = store.commitlog   # (the bytes its records fill: not zeros a sync writer wrote ahead)
+    return sum(log.length(b) for b in log.segments())
 
 
 def store_stats(store: Store) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ producer's batch of raw bodies (``framing.py`` frames those, into this batch's b
 The batch owns
 
 * placement: the commit-log position of each record (rolling to a new segment, with the
-  segment's BLANK trailer, through :class:`~store.log.commitlog.LogAppender`) and the dense
+  segment's BLANK trailer, through :class:`~store.log.logappend.LogAppender`) and the dense
   queue offsets of each (topic, queue) it touches, starting at the queue's end;
 * framing into one buffer per segment (the records' bytes; the layout is ``format.py``'s);
 * atomicity across crashes, for a batch of several records (``atomicbatch.py``): each record
@@ -35,10 +35,10 @@ from store.failpoints import failpoint
 from store.log import atomicbatch
 from store.log import checkpoint as ckpt
 from store.log import format as F
-from store.log.commitlog import LogAppender
 from store.log.consumequeue import cut_back
 from store.log.flush import DERIVED_FLUSH_INTERVAL_S
 from store.log.index import key_hash
+from store.log.logappend import LogAppender
 from store.log.preflight import checkpoint_locked
 from store.log.record import (
     PROP_KEYS,
@@ -107,6 +107,7 @@ class WriteBatch:
         # (the write descriptor checkpoint_locked found linked, under this same lock hold)
         checked, engine.commitlog.checked = engine.commitlog.checked, None
         self.app = LogAppender(engine.commitlog, self.cp.written_end, checked)
+        self.app.prealloc = sync   # (zeros written ahead: each sync's fdatasync then overwrites)
         self._topics: dict[str, TopicConfig] = {}
         self.queues: dict[tuple[str, int], QueueRun] = {}
         self._index_hashes: list[int] = []

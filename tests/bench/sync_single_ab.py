@@ -83,9 +83,11 @@ close()
 class Writer(RoundSide):
     """One side: a worker process of ``python`` (``api``: ``import store`` from its venv)."""
 
-    def __init__(self, name: str, python: str, kind: str, path: Path, size: int) -> None:
+    def __init__(self, name: str, python: str, kind: str, path: Path, size: int, tree: str | None = None) -> None:
         env = dict(os.environ)
         env.pop("MQCTL_FAILPOINTS", None)
+        if tree is not None:   # (a checkout without a venv: its ``store`` first on the path)
+            env["PYTHONPATH"] = tree
         self.start(name, [python, "-c", WORKER, kind, str(path), str(size)], env, cwd="/")
 
 
@@ -99,7 +101,10 @@ def med(xs: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--base", default=None, help="another checkout with its .venv (e.g. /work/main)")
+    ap.add_argument("--base", default=None,
+                    help="another checkout with its .venv (e.g. /work/main), or without one (e.g. a `git archive "
+                         "main` unpacked, its C module built or copied in): run by this venv's python with the "
+                         "checkout first on PYTHONPATH")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=10, help="rounds a repetition")
     ap.add_argument("--round-size", type=int, default=100, help="sends (commits, floor writes) a round")
@@ -111,9 +116,11 @@ def main() -> None:
     workdir = Path(a.workdir or tempfile.mkdtemp(prefix="sync-single-ab-"))
     workdir.mkdir(parents=True, exist_ok=True)
     floor = compile_floor("fsync_floor", workdir, print)
-    sides = [("this", str(REPO / ".venv" / "bin" / "python"))]
+    sides: list[tuple[str, str, str | None]] = [("this", str(REPO / ".venv" / "bin" / "python"), None)]
     if a.base:
-        sides.append(("base", str(Path(a.base) / ".venv" / "bin" / "python")))
+        venv = Path(a.base) / ".venv" / "bin" / "python"
+        sides.append(("base", str(venv), None) if venv.exists() else
+                     ("base", str(REPO / ".venv" / "bin" / "python"), str(Path(a.base).resolve())))
     record = a.size + 154   # (a send's record: 154 bytes of header, topic "T" and properties)
     rounds: dict[str, list[dict]] = {}
     print(f"load at start {loadavg()}; {a.reps} reps x {a.rounds} rounds x {a.round_size}; hogs {a.hogs}")
@@ -122,10 +129,10 @@ def main() -> None:
             opened: list[Writer | FloorSide] = []
             try:
                 order = sides if rep % 2 == 0 else sides[::-1]
-                for name, py in order:
+                for name, py, tree in order:
                     store = workdir / f"{name}-store"
                     shutil.rmtree(store, ignore_errors=True)
-                    opened.append(Writer(name, py, "api", store, a.size))
+                    opened.append(Writer(name, py, "api", store, a.size, tree))
                 if not a.no_sqlite:
                     for f in workdir.glob("sqlite.db*"):
                         f.unlink()

@@ -1,5 +1,5 @@
 """A producer killed (SIGKILL) inside the write of a batch bigger than one write call: the
-``log-between-pieces`` failpoint (store/log/commitlog.py) stops the process between two of the
+``log-between-pieces`` failpoint (store/log/logappend.py) stops the process between two of the
 batch's ``pwrite`` calls, as a ``kill -9`` can (and as one can inside a single call: the kernel
 stops a write between pages on a fatal signal). After the next open the topic holds whole
 batches only, and exactly the batches whose results were returned (store/log/atomicbatch.py)."""

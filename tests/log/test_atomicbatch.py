@@ -94,10 +94,13 @@ def test_a_producer_batch_cut_anywhere_inside_is_removed_whole_and_nothing_befor
     s.create_topic("T", 2)
     before = s.put_bodies("T", [b"whole-%d" % i for i in range(5)]).commitlog_offsets
     single = s.put_bodies("T", [b"single"]).commitlog_offsets
+    derived_before = {p: p.read_bytes() for d in ("consumequeue", "index") for p in (root / d).rglob("*")
+                      if p.is_file()}
     res = s.put_bodies("T", [b"torn-%d " % i * (i + 1) for i in range(6)]).commitlog_offsets
     end = s.commitlog.end()
     s.close()
     snap = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    log_bytes = next(data for p, data in snap.items() if p.parent.name == "commitlog")
     start = res[0]
     # every record boundary inside the batch, and bytes inside its first, middle and last records
     cuts = sorted({*(o - start for o in res[1:]), 1, 30, res[3] - start + 50, end - start - 1, end - start - 20})
@@ -107,6 +110,13 @@ def test_a_producer_batch_cut_anywhere_inside_is_removed_whole_and_nothing_befor
         for p, data in snap.items():
             p.write_bytes(data)
         _killed_inside_batch(root, start, keep)
+        if not log_bytes[start:start + keep].strip(b"\0"):
+            # Only the zero top bytes of its first TOTALSIZE landed: nothing tells them from
+            # zeros written ahead (commitlog.written_length), and nothing needs to, since a
+            # writer stopped inside its log write wrote no entry or key either: the next
+            # writes over them.
+            for p, data in derived_before.items():
+                p.write_bytes(data)
         s = Store.open(root)
         try:
             got = sorted(m.commitlog_offset for m in all_messages(s, "T"))

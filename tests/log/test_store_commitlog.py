@@ -8,7 +8,8 @@ import pytest
 
 from store.errors import MessageTooLargeError
 from store.log import format as F
-from store.log.commitlog import CommitLog, LogAppender
+from store.log.commitlog import CommitLog
+from store.log.logappend import LogAppender
 from store.log.record import RecordError, encode
 from tests.log.storetestutil import all_messages, draft, open_store
 
@@ -187,7 +188,7 @@ def test_big_bodies_written_from_parts_roll_segments_too(root: Path) -> None:
 
 
 def test_pwritev_short_writes_are_finished(tmp_path: Path, monkeypatch) -> None:
-    from store.log import commitlog as cl
+    from store.log import logappend as cl
     real = os.pwritev
     monkeypatch.setattr(cl.os, "pwritev", lambda fd, bufs, pos: real(fd, [bytes(bufs[0])[:3]], pos))
     log = CommitLog(tmp_path / "commitlog", SEG)
@@ -203,7 +204,7 @@ def test_pwritev_short_writes_are_finished(tmp_path: Path, monkeypatch) -> None:
 def test_big_batches_are_written_a_piece_at_a_time(tmp_path: Path, monkeypatch) -> None:
     """No write call carries much more than ``_WRITE_PIECE``: one call of tens of MB costs the
     kernel several times the copy (large page-cache folios); the bytes land the same."""
-    from store.log import commitlog as cl
+    from store.log import logappend as cl
     monkeypatch.setattr(cl, "_WRITE_PIECE", 1000)
     sizes: list[int] = []
     real_v, real_w = os.pwritev, cl.pwrite_all

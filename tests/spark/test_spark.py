@@ -33,6 +33,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 import store.log.format as F  # noqa: E402
 import store.spark.datasource as S  # noqa: E402
+from store.client.producer import Producer  # noqa: E402
 from store.errors import BadInputError, OperationError, UsageError  # noqa: E402
 from store.log.messagestore import Store  # noqa: E402
 from store.log.record import Draft, java_hash  # noqa: E402
@@ -102,6 +103,19 @@ def test_read_partitions_columns_and_values(spark: Any, store: Store, via: str) 
     assert ms(row.bornTimestamp) == store.find(sent[5].uniq_key).born_timestamp
     bodies = {bytes(r.body) for r in reader(spark, store, via, topic="eu%x|y").collect()}
     assert bodies == {b"\xff\xfe", b"x", b"y"}
+
+
+@pytest.mark.spark
+def test_read_a_log_with_zeros_written_ahead_by_a_sync_writer(spark: Any, store: Store, via: str) -> None:
+    """Single sync sends leave zeros after the last record (``commitlog.written_length``):
+    both readers read every record and nothing of the zeros. (Before, no zeros were written.)"""
+    with Producer(store.root, flush="sync") as p:
+        sent = [p.send("z", b"z%02d" % i) for i in range(30)]
+    seg = sorted((store.root / "commitlog").iterdir())[-1]
+    assert seg.stat().st_size > store.commitlog.end()
+    rows = reader(spark, store, via, topic="z").collect()
+    assert sorted(bytes(r.body) for r in rows) == [b"z%02d" % i for i in range(30)]
+    assert {r.msgId for r in rows} == {r.msg_id for r in sent}
 
 
 def test_vector_columns_of_a_run_without_keys_match_the_messages(store: Store) -> None:
