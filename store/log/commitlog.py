@@ -333,6 +333,8 @@ class CommitLog:
 PREALLOC_STEP = 1 << 20
 _ZERO_HEADER = bytes(8)
 _TAIL_READ = 256 * 1024
+_ZERO_PIECE = 4096
+_ZEROS = bytes(_TAIL_READ)   # (calloc'd: pages of zeros the kernel maps on first touch)
 
 
 def written_length(fd: int, size: int) -> int:
@@ -348,8 +350,13 @@ def written_length(fd: int, size: int) -> int:
     while end > 0:
         n = end % _TAIL_READ or _TAIL_READ
         buf = os.pread(fd, n, end - n)   # (shorter when the file was cut meanwhile)
-        kept = len(buf.rstrip(b"\0"))
-        if kept:
-            return end - n + kept
+        # zeros told by comparing (a memcmp), 4 KiB at a time from the block's end; rstrip
+        # tests a byte at a time, ~6x the block's read, so only the last non-zero piece gets it
+        k = 0 if buf == _ZEROS[:len(buf)] else len(buf)
+        while k > 0:
+            lo = max(0, k - _ZERO_PIECE)
+            if buf[lo:k] != _ZEROS[:k - lo]:   # (a slice of a bytes: a new one, 4 KiB)
+                return end - n + lo + len(buf[lo:k].rstrip(b"\0"))
+            k = lo
         end -= n
     return 0

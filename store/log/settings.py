@@ -9,6 +9,7 @@ from pathlib import Path
 
 from store.fsutil import CRC_FIELD, atomic_write_json, atomic_write_json_crc, crc_problem, read_json_with_bak
 from store.layout import Layout, backup_of
+from store.log import filestat
 from store.log import format as F
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
@@ -369,8 +370,10 @@ def _unit(dirs: list[list[tuple[int, int]]], default: int) -> tuple[int, str] | 
 
 
 def _size(directory: Path, base: int) -> int:
+    # (untimed: on Linux >= 6.13 a look asking for times makes a sync writer's next
+    # fdatasync of that segment commit the journal: filestat.py)
     try:
-        return os.stat(directory / F.segment_name(base)).st_size
+        return filestat.untimed(directory / F.segment_name(base))[1]
     except OSError:
         return 0
 
