@@ -191,7 +191,7 @@ def test_repeated_and_conflicting_resolutions(root: Path) -> None:
     ok(root, "tx", "rollback", b)
     assert mq(root, "tx", "commit", b).returncode == 4
     assert mq(root, "tx", "commit", "0" * 32).returncode == 3
-    assert mq(root, "tx", "rollback", "not-a-tx").returncode == 2   # (no id at all: a bad value)
+    assert mq(root, "tx", "rollback", "not-a-tx").returncode == 3
     assert [m.body for m in read_topic(root, "orders")] == [b"a"]
     assert len(ops_of(root, a)) == 1 and len(ops_of(root, b)) == 1
 
