@@ -109,10 +109,10 @@ def test_no_name_or_id_reaches_outside_the_store(mq: MQ, tmp_path: Path) -> None
             res = run_inprocess(["--store", str(mq.root), *args], workdir=tmp_path)
             assert "Traceback" not in res.stderr and "internal error" not in res.stderr, str(res)
             if res.returncode != 0:
-                assert res.returncode in (2, 3), str(res)  # a bad name or id (2), or nothing by that name (3)
+                assert res.returncode in (2, 3), str(res)  # a bad name (2), or nothing by that id (3)
                 one_error(res, res.returncode, allow_warnings=True)
             if args[:2] in (["msg", "show"], ["tx", "commit"]):
-                assert res.returncode == 2, str(res)   # (none of them is an id: 32 hex digits)
+                assert res.returncode == 3, str(res)
             elif not re.fullmatch(r"[A-Za-z0-9_%|-]{1,127}", value):  # (%2e%2e is a plain name here)
                 assert res.returncode == 2, str(res)
     after_outside = tree(tmp_path) - {n for n in tree(tmp_path) if n.startswith("store")}
