@@ -36,7 +36,7 @@ from store.client.rows import Row
 from store.errors import MessageNotFoundError
 from store.fsutil import atomic_write_json, read_json_with_bak
 from store.log import record as rec
-from store.log.reads import id_as_stored, typed_id
+from store.log.reads import id_as_stored
 
 if TYPE_CHECKING:
     from store.log.messagestore import Store
@@ -237,15 +237,12 @@ def resend_dead_letters(store: "Store", group: str, msg_id: str | None = None, *
     """Copy ``group``'s dead letters to its retry topic (see the module docstring).
 
     Every dead letter not resent before, or with ``msg_id`` only the one(s) it names (unique
-    key or offset id; ``MessageNotFoundError`` when none does, ``UsageError`` when it is no
-    id at all). ``force``: resend what was
+    key or offset id; ``MessageNotFoundError`` when none does). ``force``: resend what was
     resent before too. ``dry_run``: change nothing, report what would be resent.
     ``progress(done, total)``: DLQ entries scanned so far and in all, called once before
     the first chunk and after each. ``on_row``: called with each letter as its chunk is
     resent (the result's ``rows`` then stay empty).
     """
-    if msg_id is not None:
-        msg_id = typed_id(msg_id)   # (not an id at all: UsageError, before the group is looked up)
     topic = dlq_topic_of(store, group)
     out = ResendResult(group, topic, names.retry_topic(group), dry_run)
     if topic is None:

@@ -195,18 +195,14 @@ class MembersAdmin(AdminBase):
         get them again under their original topic.
 
         Every dead letter not resent before, or only the one(s) ``msg_id`` names (unique key
-        or offset id; ``MessageNotFoundError`` when none does, ``UsageError`` when it is no
-        id at all). What was resent is recorded,
+        or offset id; ``MessageNotFoundError`` when none does). What was resent is recorded,
         so a second call skips it; ``force`` resends it anyway. ``dry_run``: report, change
         nothing. ``progress(done, total)`` follows the DLQ entries scanned; ``on_row`` gets
         each :class:`~store.client.dlq.ResentLetter` as it is resent (instead of the result's
         ``rows``). Returns a :class:`~store.client.dlq.ResendResult`.
         """
         from store.client.dlq import resend_dead_letters
-        from store.log.reads import typed_id
         check_flags(force=force, dry_run=dry_run)
-        if msg_id is not None:
-            msg_id = typed_id(msg_id)   # (no id at all: a bad value, whatever the store holds)
         store = self.store
         require_group(store, group)
         return resend_dead_letters(store, group, msg_id, force=force, dry_run=dry_run, progress=progress,

@@ -9,7 +9,7 @@ columns are ``columns.py``'s.
 """
 from __future__ import annotations
 
-from store.errors import CorruptionError, MessageNotFoundError, UsageError, io_error
+from store.errors import CorruptionError, MessageNotFoundError, io_error
 from store.log import format as F
 from store.log import indexfence
 from store.log.entrysearch import find_record, records_with_uniq_key
@@ -99,12 +99,16 @@ def pull(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: in
 def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
     """A message by offset id or by unique key (offset id first, as mqadmin).
 
-    ``MessageNotFoundError`` when no stored message has it; ``UsageError`` when ``msg_id``
-    is not an id at all (:func:`typed_id`). A damaged record is never served; with ``strict`` (a person asking for this
+    ``MessageNotFoundError`` when no stored message has it (or ``msg_id`` is not 32 hex
+    digits). A damaged record is never served; with ``strict`` (a person asking for this
     message: ``mqctl msg show``) it is not passed off as missing either, but raised as
     ``CorruptionError``."""
-    typed = msg_id.strip() if isinstance(msg_id, str) else msg_id
-    msg_id = typed_id(msg_id)
+    typed = msg_id.strip()
+    if not is_msg_id(typed):
+        # exit 3 like any id the store does not have, saying what an id looks like
+        raise MessageNotFoundError(f"no message with id {typed!r} (a message id is 32 hex digits: "
+                                   "an offset id or a unique key)")
+    msg_id = id_as_stored(typed)
     damage: list[tuple[int, str]] = []
     off = decode_offset_msg_id(msg_id)
     if off is not None:
@@ -123,19 +127,6 @@ def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
     if damage and strict:
         raise _damage_error(engine, *damage[0])
     raise MessageNotFoundError(f"no message with id {typed!r}")
-
-
-def typed_id(text: object, what: str = "message id", kinds: str = "an offset id or a unique key") -> str:
-    """An id as a person or program gives it (a message's offset id or unique key, a
-    transaction's id): 32 hex digits, blanks around them dropped, returned in the case ids are
-    stored in. Anything else is a bad value, not an id the store lacks: ``UsageError`` (exit 2)
-    saying what an id looks like (a well-formed id nobody has is the caller's "not found")."""
-    typed = text.strip() if isinstance(text, str) else text
-    if not isinstance(typed, str) or not is_msg_id(typed):
-        kind = type(typed).__name__
-        shown = repr(typed) if isinstance(typed, str) else f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
-        raise UsageError(f"{shown} is not a {what} (32 hex digits: {kinds})")
-    return typed.upper()
 
 
 def id_as_stored(text: str) -> str:

@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any
 from store.errors import NotFoundError, TransactionNotFoundError, TransactionStateError, UsageError
 from store.failpoints import failpoint
 from store.log import format as F
-from store.log.reads import id_as_stored, typed_id
+from store.log.reads import id_as_stored
 from store.log.record import (
     PROP_CHECK_TIMES,
     PROP_KEYS,
@@ -224,11 +224,10 @@ def tx_id_of(m: Message) -> str | None:
 
 
 def resolve_tx_id(store: "Store", text: str) -> str:
-    """A transaction id as typed: the txId itself, or the offset id of any of its records.
-    Not an id at all (not 32 hex digits): ``UsageError``, exit 2 (none the store lacks: 3)."""
+    """A transaction id as typed: the txId itself, or the offset id of any of its records."""
     if not isinstance(text, str):
         raise UsageError(f"a transaction id must be a str (a send's tx_id), not {type(text).__name__}")
-    text = typed_id(text, "transaction id", "a txId, or the offset id of its half message")
+    text = id_as_stored(text.strip())
     offset = decode_offset_msg_id(text)
     if offset is not None:
         try:
