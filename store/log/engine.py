@@ -104,36 +104,19 @@ class QueueTable:
                 lo = mid + 1
         return lo
 
-    def messages(self, topic: str, queues: int, since_ns: int | None) -> tuple[int, list[int]]:
-        """Messages stored in queues ``0..queues-1`` of ``topic`` as their files say: a
-        ``listdir`` and a ``stat`` or two a queue, none opened when it has no segment (``topic
-        list`` of 10,000 topics). And the queues whose files may have been cut since they were
-        written, not counted here but for the caller to count from their checked ends (the
-        look of ``queueends.py``, which repairs them): a queue directory missing (``topic
-        create`` makes every one), an empty one changed after its topic's mirror was written
-        (segments removed), or one whose directory or last segment changed (``st_ctime``) at
-        or after ``since_ns``, the checkpoint's (None: nothing was ever written)."""
-        total, unsure = 0, []
+    def messages(self, topic: str, queues: int) -> int:
+        """Messages stored in queues ``0..queues-1`` of ``topic``. A queue without segment
+        files holds none: one ``listdir``, no queue opened (``topic list`` of 10,000 topics)."""
+        total = 0
         base = f"{self.layout.topic_cq_dir(topic)}/"
-        try:
-            made_ns: int | None = os.stat(base + "topic.json").st_ctime_ns
-        except OSError:
-            made_ns = since_ns   # (no mirror: an older store's topic)
         for q in range(queues):
-            qdir = base + str(q)
             try:
-                segs = [n for n in os.listdir(qdir) if len(n) == 20 and n.isdigit()]
-                changed = os.stat(qdir).st_ctime_ns
-                if segs:
-                    changed = max(changed, os.stat(f"{qdir}/{max(segs)}").st_ctime_ns)
+                names_ = os.listdir(base + str(q))
             except (FileNotFoundError, NotADirectoryError):
-                unsure.append(q)
                 continue
-            if since_ns is not None and (changed >= since_ns if segs or made_ns is None else changed > made_ns):
-                unsure.append(q)
-            elif segs:
+            if any(len(n) == 20 and n.isdigit() for n in names_):
                 total += self.max_offset(topic, q) - self.min_offset(topic, q)
-        return total, unsure
+        return total
 
     def append(self, topic: str, queue_id: int, first: int, entries: bytes | bytearray,
                checked: bool = False) -> list[tuple[str, int]]:

@@ -259,17 +259,8 @@ class Store:
         return self.engine.queues.min_offset(topic, queue_id)
 
     def messages(self, topic: str, queues: int) -> int:
-        """How many messages the first ``queues`` queues of ``topic`` hold (retention aware):
-        as their files say, except that a queue whose files may have been cut since they were
-        written (``QueueTable.messages``) is counted from its end as a reader sees it, looked
-        at first (a queue cut short is repaired from the log, with a warning), as
-        ``max_offset`` does: ``topic list`` counts what ``topic status`` and consumers read."""
-        try:
-            since_ns: int | None = os.stat(self.layout.checkpoint).st_ctime_ns
-        except FileNotFoundError:
-            since_ns = None
-        total, unsure = self.engine.queues.messages(topic, queues, since_ns)
-        return total + sum(self.max_offset(topic, q) - self.min_offset(topic, q) for q in unsure)
+        """How many messages the first ``queues`` queues of ``topic`` hold (retention aware)."""
+        return self.engine.queues.messages(topic, queues)
 
     def queue_ids(self, topic: str) -> list[int]:
         return list(range(self.topic(topic).queues))
