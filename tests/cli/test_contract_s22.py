@@ -1,7 +1,6 @@
 """Contract items a black-box pass found, each run as a user meets it: real ``mqctl``
 processes on real stores. An id nobody has; ``msg query``'s limit and keys;
-what the inspection commands print, read back by ``send --input json``; ``topic list`` after
-queue files were removed by hand."""
+what the inspection commands print, read back by ``send --input json``."""
 from __future__ import annotations
 
 import json
