@@ -153,6 +153,12 @@ class AsyncLife:
         if self.leaving or loop is None or os.getpid() != self.pid:
             return
         exiting = not threading.main_thread().is_alive()
+        if self.serving and exiting:
+            # run() drives the member itself, in a loop of another thread (its cancellation
+            # would leave): only asked to stop, as a sync Consumer's run() is at exit
+            if self.rt is not None:
+                self.rt.stop()
+            return
         if loop.is_running() and not loop.is_closed():
             try:
                 loop.call_soon_threadsafe(self._leave_soon)

@@ -33,11 +33,16 @@ class Properties(dict[str, str]):
     __setitem__ = __delitem__ = __ior__ = _refuse
     clear = pop = popitem = setdefault = update = _refuse
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if self or self is _NO_PROPERTIES:   # (filled once, as made: never by an __init__ again)
+            self._refuse()
+        dict.__init__(self, *args, **kwargs)
+
     def __reduce__(self) -> tuple[Any, ...]:   # (pickled as built, not item by item)
         return (Properties, (dict(self),))
 
 
-_NO_PROPERTIES = Properties()   # (shared: most messages have none)
+_NO_PROPERTIES: Properties = dict.__new__(Properties)   # (shared: most messages have none)
 
 
 # What a message's stored properties give its client view, in :func:`_client_view`'s order.

@@ -16,9 +16,8 @@ what it may deliver before the commit is done is bounded (:meth:`OffsetKeeper.ro
 the next owner again than with the commit in the loop. Every other persist (the interval, a queue given away,
 shutdown) first waits for the one in flight and writes in the loop's thread.
 
-``offsets reset --force`` while the member runs is noticed by the reset epochs (:meth:`check_reset`):
-the queues it moved are let go and taken again from their new offsets. The stores (the group's
-offset table, a broadcast client's file) and their format are :mod:`store.log.offsets`'s.
+``offsets reset --force`` while the member runs is noticed by the reset epochs (:meth:`check_reset`): the queues it
+moved are let go and taken again from their new offsets. The stores and their format are :mod:`store.log.offsets`'s.
 """
 from __future__ import annotations
 
@@ -285,7 +284,8 @@ class OffsetKeeper:
             self.refused(exc)
             return True   # (tried again later, not put off to the next turn)
         failpoint("offsets-after-persist")
-        self.refusals.error = None
+        if offsets or lost:   # (an empty commit wrote nothing: a refusal stands)
+            self.refusals.error = None
         self.dirty -= keys
         self.persisted.update({k: v for k, v in offsets.items() if k[0] not in skipped})
         self.urgent = False
@@ -393,8 +393,7 @@ class OffsetKeeper:
         return skipped
 
     def reap(self, wait: bool) -> None:
-        """Take the outcome of the commit out, if it was written (``wait``: once it is). A
-        failed commit is raised here, in the loop's thread, its offsets dirty again."""
+        """Take the commit's outcome, if written (``wait``: once it is); a failure is raised here."""
         if not self.writer.busy:
             return
         out = self.writer.offsets_out()
@@ -408,8 +407,9 @@ class OffsetKeeper:
             return
         if done is None:
             return
-        self.refusals.error = None
         offsets, skipped = done
+        if offsets:   # (an empty commit wrote nothing: a refusal stands)
+            self.refusals.error = None
         self.held_back = False
         self.persisted.update({k: v for k, v in offsets.items() if k[0] not in skipped})
         self.last_persist = time.monotonic()

@@ -76,7 +76,10 @@ def test_a_messages_properties_cannot_be_changed_through_it(filled: Store) -> No
                 getattr(m.properties, change)(*(("a", "z") if change in ("setdefault",) else
                                                 ("a",) if change == "pop" else
                                                 ({"a": "z"},) if change == "update" else ()))
+        with pytest.raises(TypeError):   # (nor filled again, the shared empty one neither)
+            m.properties.__init__(x="1")
         assert isinstance(m.properties, dict)
+    assert Message("T", 0, 0, "id", b"x").properties == {}
     assert keyed.properties == eager.properties == made.properties == {"a": "b"} and plain.properties == {}
     copied = dict(keyed.properties)
     copied["a"] = "mine"
