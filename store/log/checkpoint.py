@@ -1,10 +1,11 @@
 """The checkpoint: the store's clean/dirty marker (64 bytes; layout in ``format.py``).
 
-Written when the store is made, then in place after every batch, under the write lock. It
-is small enough that the write is one sector; a torn or missing checkpoint fails its CRC and
-simply makes the next opener run a full recovery, which is always safe. It is not fsynced:
-every value in it is a lower bound of the truth at the moment it was written, so an older
-version that survives a power cut only makes recovery start earlier.
+Written when the store is made (fsynced: there is no older version to fall back on), then
+in place after every batch, under the write lock. It is small enough that the write is one
+sector; a torn or missing checkpoint fails its CRC and simply makes the next opener run a full
+recovery, which is always safe. The writes after the first are not fsynced: every value in it
+is a lower bound of the truth at the moment it was written, so an older version that survives
+a power cut only makes recovery start earlier.
 """
 from __future__ import annotations
 
@@ -160,7 +161,9 @@ class CheckpointFile:
 
 def write(path: Path, cp: Checkpoint, *, new: bool = False) -> bool:
     """Write the checkpoint at ``path``. ``new``: only if there is none yet (False when there
-    is: two processes making a store at once, the one that made it first goes on)."""
+    is: two processes making a store at once, the one that made it first goes on), and
+    durable (its directory's fsync is the caller's): a new store's is the only one there is,
+    so a power cut before its first fsync would leave an empty file, not an older version."""
     try:
         try:
             fd = open_private(path, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if new else 0))
@@ -168,6 +171,8 @@ def write(path: Path, cp: Checkpoint, *, new: bool = False) -> bool:
             return False
         try:
             os.pwrite(fd, cp.pack(), 0)
+            if new:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except OSError as exc:

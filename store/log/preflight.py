@@ -38,10 +38,11 @@ def claim_new_store(layout: "Layout") -> bool:
     directory of the store fsynced before its first batch."""
     root = layout.root
     if not (root.exists() and any(p.name != "store.json" for p in root.iterdir())):
-        ensure_dir(root)
+        ensure_dir(root, durable=True)   # (its name in the parent: a store init made survives a cut)
         for d in (layout.commitlog_dir, layout.consumequeue_dir, layout.index_dir, layout.config_dir):
             ensure_dir(d, durable=d == layout.config_dir)   # one fsync of root makes all four durable
         cp = ckpt.Checkpoint(boot_id=ckpt.current_boot_id(), derived_at=int(time.time()))
+        # (fsynced; its name is made durable by store.json's directory fsync, which comes last)
         if ckpt.write(layout.checkpoint, cp, new=True):
             # the topics' view, empty, durable: unsynced, a power cut could leave it an empty
             # file, which (no config/topics/ yet) reads as a damaged legacy table to migrate
@@ -98,8 +99,11 @@ def recover_if_dirty(engine: "Engine") -> None:
     unfinished = indexfence.rebuilding_in(engine.layout.index_dir)
     if cp is not None and cp.written_end == end and cp.boot_id == engine.writer.boot_id and not unfinished:
         return
-    if cp is None and end == 0 and not engine.index.files() and not any(engine.layout.consumequeue_dir.glob("*/*/*")):
+    if (cp is None and end == 0 and not engine.index.files() and not engine.layout.checkpoint.exists()
+            and not any(engine.layout.consumequeue_dir.glob("*/*/*"))):
         return   # a new store: nothing written yet, nothing to check
+    # (an unreadable checkpoint, even in a store with no records, is rebuilt below: left, it
+    # failed ``store check`` until the first send)
     try:
         with engine.write_lock:
             if unfinished:

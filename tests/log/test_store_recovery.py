@@ -332,6 +332,27 @@ def test_an_unreadable_checkpoint_means_a_full_recovery(root: Path) -> None:
     s.close()
 
 
+@pytest.mark.parametrize("damage", [b"", b"garbage"])
+def test_an_unreadable_checkpoint_of_a_store_with_no_records_is_rewritten_by_the_next_open(
+        root: Path, damage: bytes) -> None:
+    """A power cut before the first send used to leave the checkpoint empty; opens took the
+    store for a new one and left it so, and ``store check`` failed on it for good. It is
+    derived state: the next open rebuilds it (at most one line said), the check is clean."""
+    assert mqctl(root, "init").returncode == 0
+    assert mqctl(root, "topic", "create", "T", "--queues", "2").returncode == 0
+    (root / "checkpoint").write_bytes(damage)
+    assert mqctl(root, "store", "check").returncode == 1   # (check only reads: it reports it)
+    opened = mqctl(root, "topic", "list")
+    assert opened.returncode == 0, str(opened)
+    assert len(opened.stderr.splitlines()) <= 1, opened.stderr
+    cp = ckpt.read(root / "checkpoint")
+    assert cp is not None and cp.written_end == 0 and cp.boot_id == ckpt.current_boot_id()
+    assert mqctl(root, "store", "check").returncode == 0
+    assert mqctl(root, "send", "T", "after").returncode == 0
+    got = mqctl(root, "consume", "T", "-g", "G", "--from", "first", "-e")
+    assert got.returncode == 0 and got.stdout.split() == [b"after"], str(got)
+
+
 def test_check_reports_a_consume_queue_entry_pointing_nowhere(root: Path) -> None:
     res, bodies = fill(root, n=6, queues=1)
     q = root / "consumequeue" / "T" / "0" / F.segment_name(0)
