@@ -249,8 +249,9 @@ class Rebalancer:
                 if self.keeper.stage is not None:
                     raise
                 # A full disk: keep the queue (and its lock, so its next holder does not handle
-                # again what this member did) and go on with the others; the commit is tried
-                # again with the refused ones (warned about once), and the queue let go then.
+                # again what this member did), and the other drops (the same disk refuses them);
+                # the commit is tried again with the refused ones (warned about once), the
+                # queues let go then. A disk that stays full keeps them: nothing is handed twice.
                 self.keeper.refused(exc)
                 return
             del held.dropping[key]
