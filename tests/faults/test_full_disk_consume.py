@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.faultutil import fill_fs, small_tmpfs
-from tests.procs import MQ, handler_script, wait_for
+from tests.procs import MQ, Proc, handler_script, wait_for
 
 
 @pytest.fixture
@@ -142,6 +142,21 @@ def _fill_journal_page(root: Path) -> None:
     assert 4096 - lay.consumer_offset_log.stat().st_size % 4096 < 24
 
 
+def _refused_commit(m: MQ, small_fs: Path, tmp_path: Path) -> tuple[Proc, Path]:
+    """A consumer of ``fj`` whose commit after its first handler run the full disk refuses
+    (the journal's last page has no room): it is running, has warned, and handled 0 and 1."""
+    script, gate, runs = _gated_handler(tmp_path, 0)
+    consumer = m.start("consume", "fj", "-g", "G", "--from", "first", "--exec", script)
+    wait_for(lambda: _runs(runs), what="a handler to start")
+    _fill_journal_page(m.root)
+    fill_fs(small_fs)
+    gate.unlink()
+    wait_for(lambda: "could not commit offsets" in consumer.stderr() or not consumer.alive(),
+             timeout=60, what="a commit to fail")
+    assert consumer.alive(), consumer.stderr()
+    return consumer, runs
+
+
 def test_a_consumer_whose_offsets_journal_does_not_fit_keeps_its_offsets_and_commits_them_later(
         small_fs: Path, tmp_path: Path) -> None:
     """The commit record itself cannot be appended (the journal needs a new page): the
@@ -149,15 +164,7 @@ def test_a_consumer_whose_offsets_journal_does_not_fit_keeps_its_offsets_and_com
     exit, and nothing is handled twice."""
     m = _store(small_fs, tmp_path)
     try:
-        script, gate, runs = _gated_handler(tmp_path, 0)
-        consumer = m.start("consume", "fj", "-g", "G", "--from", "first", "--exec", script)
-        wait_for(lambda: _runs(runs), what="a handler to start")
-        _fill_journal_page(m.root)
-        fill_fs(small_fs)
-        gate.unlink()
-        wait_for(lambda: "could not commit offsets" in consumer.stderr() or not consumer.alive(),
-                 timeout=60, what="a commit to fail")
-        assert consumer.alive(), consumer.stderr()
+        consumer, runs = _refused_commit(m, small_fs, tmp_path)
         assert sorted(_runs(runs)) == ["0", "1"]
         assert m.offsets("G", "fj") != {("fj", 0): 2}
         (small_fs / "filler").unlink()
@@ -219,15 +226,7 @@ def test_a_consumer_stopped_while_its_offsets_cannot_be_written_warns_once(
     second time when it then closes its offsets keeper."""
     m = _store(small_fs, tmp_path)
     try:
-        script, gate, runs = _gated_handler(tmp_path, 0)
-        consumer = m.start("consume", "fj", "-g", "G", "--from", "first", "--exec", script)
-        wait_for(lambda: _runs(runs), what="a handler to start")
-        _fill_journal_page(m.root)
-        fill_fs(small_fs)
-        gate.unlink()
-        wait_for(lambda: "could not commit offsets" in consumer.stderr() or not consumer.alive(),
-                 timeout=60, what="a commit to fail")
-        assert consumer.alive(), consumer.stderr()
+        consumer, _ = _refused_commit(m, small_fs, tmp_path)
         consumer.stop()
         warned = [ln for ln in consumer.stderr().splitlines() if "could not persist offsets at exit" in ln]
         assert len(warned) == 1, consumer.stderr()
