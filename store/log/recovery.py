@@ -99,28 +99,28 @@ class _Plan:
     checkpoint: ckpt.Checkpoint | None = None   # as recovery found it
     between_batches: bool = True   # ``start`` is known to lie between atomic batches
     acked: int = 0      # below it the log was acknowledged whole (:func:`_acked_end`)
+    log_end: int = 0    # the commit log's end as the plan found it (no writer moves it meanwhile)
 
 
 def _acked_end(cp: ckpt.Checkpoint | None, rebooted: bool, end: int) -> int:
     """Where the log is known to have been acknowledged whole: its synced end, and on this boot
     its written end too when the log still reaches it (every batch below it was written whole
-    before the checkpoint moved past it, and the page cache keeps what was written). Missing or
-    damaged bytes below it are damage to what was acknowledged, never a torn write: recovery
-    cuts an unfinished batch whole only when its missing end lies past this point."""
+    before the checkpoint moved past it; the page cache keeps it). Bytes missing or damaged
+    below it are damage, never a torn write: an unfinished batch is cut whole only past it."""
     if cp is None:
         return 0
     return max(cp.synced_end, cp.written_end if not rebooted and end >= cp.written_end else 0)
 
 
 def _plan(engine: "Engine", full: bool) -> _Plan:
-    plan = _plan_start(engine, full)
-    plan.acked = _acked_end(plan.checkpoint, plan.rebooted, engine.commitlog.end())
+    end = engine.commitlog.end()
+    plan = _plan_start(engine, full, end)
+    plan.log_end, plan.acked = end, _acked_end(plan.checkpoint, plan.rebooted, end)
     return plan
 
 
-def _plan_start(engine: "Engine", full: bool) -> _Plan:
+def _plan_start(engine: "Engine", full: bool, end: int) -> _Plan:
     cp = ckpt.read(engine.layout.checkpoint)
-    end = engine.commitlog.end()
     lo = engine.commitlog.min_offset()
     if full:
         rebooted = cp is not None and cp.boot_id != engine.writer.boot_id
@@ -395,7 +395,7 @@ def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], r
     # What has no valid record after it: acknowledged bytes (below ``plan.acked``) damaged or
     # cut lose those records only (left in place when the log reaches past); past it, torn.
     torn, kept_from = valid_end >= plan.acked, valid_end
-    if not torn and unconfirmed and engine.commitlog.end() >= plan.acked:
+    if not torn and unconfirmed and plan.log_end >= plan.acked:
         rep.damage += [d for d, at in unconfirmed if at < plan.acked]
         valid_end = plan.acked   # (a log cut below it: the bytes of the cut record go, said as lost)
     # A batch whose end record never made it (its writer killed inside the write, or a power
