@@ -85,7 +85,7 @@ class CommitLog:
         FileNotFoundError when it is missing."""
         fd = os.open(f"{self._dir_s}/{base:020d}", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            return written_length(fd, filestat.untimed(fd)[1])
+            return written_length(fd)
         finally:
             os.close(fd)
 
@@ -184,7 +184,7 @@ class CommitLog:
             path = self.segment_path(base)
             trailer = False
             with open(path, "rb") as fh:
-                fsize = written_length(fh.fileno(), filestat.untimed(fh.fileno())[1])
+                fsize = written_length(fh.fileno())
                 buf_start = pos - base
                 fh.seek(buf_start)
                 buf = fh.read(max(0, min(chunk, fsize - buf_start)))   # (not the zeros past ``fsize``)
@@ -337,11 +337,12 @@ _ZERO_PIECE = 4096
 _ZEROS = bytes(_TAIL_READ)   # (calloc'd: pages of zeros the kernel maps on first touch)
 
 
-def written_length(fd: int, size: int) -> int:
-    """Where the records of the segment open as ``fd``, ``size`` bytes long, end: one past its
-    last non-zero byte (the module's docstring says why that is the rule). A file that ends
-    with a record (every file not written ahead) costs one ``pread`` of a byte; the zeros a
+def written_length(fd: int) -> int:
+    """Where the records of the segment open as ``fd`` end: one past its last non-zero byte
+    (the module's docstring says why that is the rule). A file that ends with a record (every
+    file not written ahead) costs a look at its size and one ``pread`` of a byte; the zeros a
     sync writer wrote ahead, at most :data:`PREALLOC_STEP`, are read back to the records."""
+    size = filestat.untimed(fd)[1]
     if size <= 0:
         return 0
     if os.pread(fd, 1, size - 1) not in (b"\0", b""):
