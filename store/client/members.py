@@ -371,6 +371,15 @@ def _int_field(record: dict[str, Any], key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def heard_from(layout: Layout, m: MemberInfo) -> int | None:
+    """When member ``m`` last proved it runs (ms): the later of the ``heartbeatAt`` it published
+    (its JSON is rewritten at a rebalance, not at each beat) and its beat file's time (set at
+    every beat, module docstring); None when it published neither."""
+    hb = _int_field(m.record, "heartbeatAt")
+    beat = _beat_ms(layout, m.group, m.clientId)
+    return hb if beat is None else beat if hb is None else max(hb, beat)
+
+
 def _expiry(layout: Layout, group: str, client_id: str) -> int | None:
     """When the member stops being counted (ms); None: never (no beat file: a broadcast
     member, one still joining, or one of an older version)."""

@@ -123,7 +123,23 @@ class Monitor:
 
     # -- one look --------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        """Look at the store once (see :class:`~store.client.snapshot.Snapshot`)."""
+        """Look at the store once (see :class:`~store.client.snapshot.Snapshot`).
+        ``StoreNotFoundError`` once the store was removed (its files would read as an empty
+        store: a look that raced the removal is never returned)."""
+        try:
+            snap = self._snapshot()
+        except FileNotFoundError:
+            self._check_there()
+            raise
+        self._check_there()
+        return snap
+
+    def _check_there(self) -> None:
+        if not os.path.isdir(self.store.layout.root):
+            from store.errors import StoreNotFoundError
+            raise StoreNotFoundError(f"no store at {self.store.layout.root} any more (it was removed)")
+
+    def _snapshot(self) -> Snapshot:
         cpu = time.process_time()
         now = time.time_ns() // 1_000_000
         self._warnings = [w for w in self._warnings if not w.startswith("recovery:")]
@@ -227,6 +243,7 @@ class Monitor:
     def _groups(self, offsets: dict[str, dict[tuple[str, int], int]], ends: dict[tuple[str, int], tuple[int, int]],
                 held: HeldLocks, locks: list[LockInfo]) -> tuple[GroupStat, ...]:
         from store.client.groups import known_groups
+        from store.client.members import heard_from
         from store.client.memberview import peek_group_members
         store = self.store
         if self.group is not None:
@@ -238,7 +255,7 @@ class Monitor:
         for g in groups:
             view = peek_group_members(store.layout, g, held.held, locks)
             members = view.members
-            stats = [_member(m, view.queues(m)) for m in members]
+            stats = [_member(m, view.queues(m), heard_from(store.layout, m)) for m in members]
             owners = view.owners()
             # Which topics count, as ``Admin.lag``: committed ones, live clustering members'
             # subscriptions (before a first commit), and the group's retry topic.
@@ -369,17 +386,15 @@ class Monitor:
         self.close()
 
 
-def _member(m: MemberInfo, held: list[dict[str, Any]]) -> MemberStat:
+def _member(m: MemberInfo, held: list[dict[str, Any]], hb: int | None) -> MemberStat:
     record = m.record
     queues = tuple(sorted((q["topic"], q["queueId"]) for q in held
                           if isinstance(q, dict) and isinstance(q.get("topic"), str)
                           and isinstance(q.get("queueId"), int)))
-    hb = record.get("heartbeatAt")
     orderly = record.get("orderly")
     mode = record.get("mode")
     retrying = record.get("retryingInPlace")
     return MemberStat(m.clientId, m.pid, m.host, mode if isinstance(mode, str) else None,
                       orderly if isinstance(orderly, bool) else None, queues,
-                      hb if isinstance(hb, int) and not isinstance(hb, bool) else None,
-                      "expired" if m.expired else "live",
+                      hb, "expired" if m.expired else "live",
                       retrying if isinstance(retrying, int) and not isinstance(retrying, bool) and retrying > 0 else 0)

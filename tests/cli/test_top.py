@@ -93,6 +93,18 @@ def test_json_stream_one_object_per_refresh(mq: MQ) -> None:
     assert objs[0]["topics"][0]["inRate"] is None and objs[-1]["topics"][0]["inRate"] == 0.0
 
 
+def test_a_store_removed_while_looked_at_ends_the_stream_with_exit_3(mq: MQ) -> None:
+    """It printed empty snapshots (no topics) for as long as it ran, as if the store were empty."""
+    _setup(mq)
+    p = mq.start("top", "--json", "--interval", "0.2")
+    wait_for(lambda: len(p.lines()) >= 1, what="a first refresh")
+    import shutil
+    shutil.rmtree(mq.root)
+    assert p.wait() == 3
+    assert all(__import__("json").loads(line)["topics"] for line in p.lines())
+    assert "no store at" in p.stderr() and "it was removed" in p.stderr()
+
+
 def test_missing_store_and_unknown_names(mq: MQ, tmp_path: Path) -> None:
     one_error(mq.run("--store", str(tmp_path / "nope"), "top", "--once"), 3, "no store at")
     _setup(mq)

@@ -331,6 +331,26 @@ def test_a_member_not_heard_from_is_shown_expired_and_left_out_of_the_preview(lo
         b.leave()
 
 
+def test_a_members_heartbeat_is_its_last_beat_not_its_last_rebalance(loaded: Store) -> None:
+    """A member rewrites its JSON (``heartbeatAt``) at a rebalance only, and beats by touching
+    its beat file every 20 s: ``consumers`` and ``top`` show the later of the two, so a
+    healthy member settled for minutes is not shown as silent since it joined."""
+    from store import Monitor
+    a = member(loaded, "G", "a", [])
+    try:
+        a.update(heartbeatAt=1_000)   # (its last rebalance, long ago)
+        a.beat()
+        before = int(time.time() * 1000) - 60_000
+        [row] = Admin.of(loaded).consumers("G")
+        assert row.heartbeat_at is not None and row.heartbeat_at > before
+        with Monitor(loaded.layout.root, group="G") as mon:
+            [g] = mon.snapshot().groups
+            [m] = g.members
+            assert m.heartbeat_at is not None and m.heartbeat_at > before
+    finally:
+        a.leave()
+
+
 def test_rebalance_preview_of_a_missing_topic(admin: Admin) -> None:
     with pytest.raises(mq.TopicNotFoundError):
         admin.rebalance_preview("Missing", "G", ["a"])
