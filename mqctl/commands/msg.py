@@ -70,20 +70,23 @@ def query(
     limit: Annotated[int, typer.Option("--limit", metavar="N", min=1, help="At most N messages.")] = 64,
     json: JsonOpt = False,
 ) -> None:
+    from mqctl.errors import print_error
     from mqctl.msgview import QUERY_COLUMNS, query_row
     from mqctl.output import Output
     from store import format_local, message_report, validate_any_topic
+    from store.errors import CorruptionError
     validate_any_topic(topic)
     key = _check_key(key)
     st = state(ctx)
     store = st.store()
     store.topic(topic)
-    found = store.query_key(topic, key, limit + 1, strict=True)   # (one more: do more match?)
+    # (one more: do more match?) A damaged match is named and fails the command (exit 5),
+    # after the intact ones are shown: a partial answer is still one.
+    damaged: list[CorruptionError] = []
+    found = store.query_key(topic, key, limit + 1, damaged=damaged)
     out = Output(json=json)
-    if not found:
-        if not json:
-            out.info(f"no messages with key {key} in topic {topic}")
-        return
+    if not found and not damaged and not json:
+        out.info(f"no messages with key {key} in topic {topic}")
     if len(found) > limit:
         found = found[:limit]
         # on stderr, never stdout (scripts parse it), and exit 0: the newest ones are here
@@ -93,8 +96,12 @@ def query(
     if json:
         for _m, obj in reports:
             out.emit_json(obj)
-        return
-    out.table([query_row(m, obj, format_local(m.store_timestamp, st.utc)) for m, obj in reports], QUERY_COLUMNS)
+    elif reports:
+        out.table([query_row(m, obj, format_local(m.store_timestamp, st.utc)) for m, obj in reports], QUERY_COLUMNS)
+    for exc in damaged[1:]:
+        print_error(str(exc))
+    if damaged:
+        raise damaged[0]   # (the last line, by the CLI's error boundary: exit 5)
 
 
 def _check_key(key: str) -> str:

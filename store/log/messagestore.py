@@ -30,6 +30,7 @@ from pathlib import Path
 from store import names
 from store.errors import (
     BadInputError,
+    CorruptionError,
     MessageTooLargeError,
     OperationError,
     StoreIOError,
@@ -453,10 +454,12 @@ class Store:
         from store.log import reads
         return reads.find_all(self.engine, uniq_key, limit)
 
-    def query_key(self, topic: str, key: str, limit: int = 64, strict: bool = False) -> list[Message]:
-        """Messages of ``topic`` whose KEYS contain ``key``, newest first (``reads``)."""
+    def query_key(self, topic: str, key: str, limit: int = 64,
+                  damaged: list[CorruptionError] | None = None) -> list[Message]:
+        """Messages of ``topic`` whose KEYS contain ``key``, newest first; damaged records are
+        skipped, each named in ``damaged`` when it is given (``reads.query_key``)."""
         from store.log import reads
-        return reads.query_key(self.engine, topic, key, limit, strict)
+        return reads.query_key(self.engine, topic, key, limit, damaged)
 
     def store_timestamp_at(self, phys: int) -> int:
         from store.log import reads

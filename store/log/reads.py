@@ -149,11 +149,12 @@ def find_all(engine: "Engine", uniq_key: str, limit: int = 64) -> list[Message]:
     return sorted(out, key=lambda m: m.commitlog_offset)
 
 
-def query_key(engine: "Engine", topic: str, key: str, limit: int = 64, strict: bool = False) -> list[Message]:
+def query_key(engine: "Engine", topic: str, key: str, limit: int = 64,
+              damaged: list[CorruptionError] | None = None) -> list[Message]:
     """Messages of ``topic`` whose KEYS contain ``key``, newest first, via the index (not
     those of a topic of that name deleted since: ``TopicConfig.holds``).
-    Damaged records are skipped; with ``strict`` (``mqctl msg query``) the first one the
-    index leads to raises ``CorruptionError`` instead."""
+    Damaged records are skipped; ``damaged`` (``mqctl msg query``, which shows the others and
+    then fails) gets a ``CorruptionError`` naming each one the index led to."""
     _look_at_index(engine)
     out = []
     damage: list[tuple[int, str]] = []
@@ -167,8 +168,8 @@ def query_key(engine: "Engine", topic: str, key: str, limit: int = 64, strict: b
             out.append(m)
             if len(out) >= limit:
                 break
-    if damage and strict:
-        raise _damage_error(engine, *damage[0])
+    if damaged is not None:
+        damaged += [_damage_error(engine, *d) for d in damage]
     return out
 
 

@@ -71,3 +71,23 @@ def test_a_long_running_view_started_ignoring_sigint_ends_on_one(mq: MQ, args: l
         assert p.wait() == 0, p.stderr()
     finally:
         mq.cleanup()
+
+
+def test_msg_query_shows_the_intact_matches_and_then_fails_on_a_damaged_one(mq: MQ) -> None:
+    """One damaged record among a key's matches: the others are printed (as without it), the
+    damaged one is named on stderr and the command exits 5. It printed nothing, exit 5."""
+    sent = [mq.ok("send", "dq", f"body-{i}", "-k", "dk", "--json").json_lines()[0] for i in range(3)]
+    victim = sent[1]
+    seg = sorted((mq.root / "commitlog").iterdir())[0]
+    at = int(victim["commitLogOffset"]) + 100   # (a byte of its body: its record CRC fails)
+    with open(seg, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0xFF]))
+    res = mq.run("msg", "query", "--topic", "dq", "-k", "dk", "--json")
+    assert res.returncode == 5, res
+    assert sorted(r["body"] for r in res.json_lines()) == ["body-0", "body-2"]
+    assert res.stderr.count("damaged message") == 1 and res.stderr.strip().splitlines()[-1].startswith("mqctl: error:")
+    table = mq.run("msg", "query", "--topic", "dq", "-k", "dk")
+    assert table.returncode == 5 and "body-0" in table.out and "body-2" in table.out and "body-1" not in table.out
