@@ -88,7 +88,9 @@ def groups_view(snap: Any, hist: Any, flt: str = "", focus: str | None = None) -
             held: dict[str, list[str]] = {}
             for t, q in m.queues:
                 held.setdefault(t, []).append(str(q))
-            members.rows.append({"group": g.group, "clientId": m.client_id, "pid": m.pid, "mode": m.mode,
+            # (the consumers table's MODE and ORDERLY in one column: an orderly member is told apart)
+            mode = f"{m.mode} orderly" if m.orderly and m.mode else m.mode
+            members.rows.append({"group": g.group, "clientId": m.client_id, "pid": m.pid, "mode": mode,
                                  "queues": " ".join(f"{t}:{','.join(qs)}" for t, qs in held.items()) or "-",
                                  "state": m.state})
         if focus is not None and g.group == focus:

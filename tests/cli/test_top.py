@@ -65,6 +65,10 @@ def test_once_json_agrees_with_the_other_commands(mq: MQ) -> None:
         assert lk["state"] == "held" and lk["alive"] is True and lk["clientId"] == member["clientId"]
         assert 0 < lk["leaseLeftMs"] <= 60_000
     assert obj["problems"]["deadLetters"] == {} and obj["problems"]["warnings"] == []
+    # the plain view's MODE tells an orderly member apart (the JSON keeps mode and orderly apart)
+    assert shown["mode"] == "clustering" and shown["orderly"] is True
+    rows = [line for line in mq.ok("top", "--once").out.splitlines() if member["clientId"] in line]
+    assert any("clustering orderly" in row for row in rows), rows
 
 
 def test_once_plain_shows_every_view(mq: MQ) -> None:
