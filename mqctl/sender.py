@@ -79,8 +79,9 @@ def run_send(st: "State", r: SendRequest) -> None:
                             ("--input json", r.input == "json"), ("--reroute", r.reroute)):
             if given:
                 raise UsageError(f"{flag} applies to messages read from stdin, not to a BODY argument")
-    if r.key_delimiter is not None and r.input == "json":
-        raise UsageError("--key-delimiter applies to --input raw only")
+    if r.key_delimiter is not None and (r.input == "json" or r.sharding_key is not None or r.queue is not None):
+        raise UsageError("--key-delimiter applies to --input raw only" if r.input == "json" else
+                         "--key-delimiter gives each line its own sharding key: not with --sharding-key or --queue")
     if r.reroute and r.input != "json":
         raise UsageError("--reroute applies to --input json (it ignores each line's queueId)")
     delim = unescape(r.delimiter if r.delimiter is not None else "\\n")

@@ -203,6 +203,8 @@ def test_a_json_property_that_is_an_integer_is_stored_as_its_decimal_text(mq: MQ
     (["x", "--reroute"], "--reroute applies to messages read from stdin"),
     (["--reroute"], "--reroute applies to --input json"),
     (["-i", "json", "-K", ":"], "--key-delimiter applies to --input raw only"),
+    (["-K", ":", "-s", "bob"], "--key-delimiter gives each line its own sharding key: not with --sharding-key"),
+    (["-K", ":", "-q", "1"], "--key-delimiter gives each line its own sharding key: not with --sharding-key"),
     (["x", "-s", "k", "-q", "1"], "give --sharding-key or --queue, not both"),
     (["-D", ""], "--delimiter may not be empty"),
     (["x", "--flush", "later"], "Invalid value for '--flush': 'later' is not one of 'async', 'sync'"),
