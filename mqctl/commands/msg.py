@@ -70,7 +70,7 @@ def query(
     limit: Annotated[int, typer.Option("--limit", metavar="N", min=1, help="At most N messages.")] = 64,
     json: JsonOpt = False,
 ) -> None:
-    from mqctl.errors import print_error
+    from mqctl.errors import warn
     from mqctl.msgview import QUERY_COLUMNS, query_row
     from mqctl.output import Output
     from store import format_local, message_report, validate_any_topic
@@ -99,7 +99,7 @@ def query(
     elif reports:
         out.table([query_row(m, obj, format_local(m.store_timestamp, st.utc)) for m, obj in reports], QUERY_COLUMNS)
     for exc in damaged[1:]:
-        print_error(str(exc))
+        warn(str(exc))
     if damaged:
         raise damaged[0]   # (the last line, by the CLI's error boundary: exit 5)
 

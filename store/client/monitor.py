@@ -44,6 +44,7 @@ from store.client.snapshot import (
     TopicStat,
 )
 from store.heldlocks import HeldLocks
+from store.layout import backup_of
 from store.log.format import CQ_ENTRY
 
 if TYPE_CHECKING:
@@ -125,19 +126,25 @@ class Monitor:
     def snapshot(self) -> Snapshot:
         """Look at the store once (see :class:`~store.client.snapshot.Snapshot`).
         ``StoreNotFoundError`` once the store was removed (its files would read as an empty
-        store: a look that raced the removal is never returned)."""
+        store for ever); a look that overlapped the removal may still come back first."""
+        from store.errors import StoreIOError
         try:
             snap = self._snapshot()
-        except FileNotFoundError:
+        except (FileNotFoundError, StoreIOError):   # (a file gone in the middle of the look)
             self._check_there()
             raise
         self._check_there()
         return snap
 
     def _check_there(self) -> None:
-        if not os.path.isdir(self.store.layout.root):
+        """StoreNotFoundError once the store is gone, or going: a removal (``rm -rf``) takes the
+        files one by one, the directory last, so the files a store always has (its settings or
+        their copy, its commit log's and its configuration's directories) are looked at."""
+        lay = self.store.layout
+        if not (lay.store_json.exists() or backup_of(lay.store_json).exists()) or not lay.commitlog_dir.is_dir() \
+                or not lay.config_dir.is_dir():
             from store.errors import StoreNotFoundError
-            raise StoreNotFoundError(f"no store at {self.store.layout.root} any more (it was removed)")
+            raise StoreNotFoundError(f"no store at {lay.root} any more (it was removed)")
 
     def _snapshot(self) -> Snapshot:
         cpu = time.process_time()

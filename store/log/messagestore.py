@@ -454,12 +454,17 @@ class Store:
         from store.log import reads
         return reads.find_all(self.engine, uniq_key, limit)
 
-    def query_key(self, topic: str, key: str, limit: int = 64,
+    def query_key(self, topic: str, key: str, limit: int = 64, strict: bool = False, *,
                   damaged: list[CorruptionError] | None = None) -> list[Message]:
         """Messages of ``topic`` whose KEYS contain ``key``, newest first; damaged records are
-        skipped, each named in ``damaged`` when it is given (``reads.query_key``)."""
+        skipped, each named in ``damaged`` when it is given (``reads.query_key``); ``strict``:
+        the first one raises instead."""
         from store.log import reads
-        return reads.query_key(self.engine, topic, key, limit, damaged)
+        found = damaged if damaged is not None else [] if strict else None
+        out = reads.query_key(self.engine, topic, key, limit, found)
+        if strict and found:
+            raise found[0]
+        return out
 
     def store_timestamp_at(self, phys: int) -> int:
         from store.log import reads

@@ -477,6 +477,8 @@ def test_a_damaged_message_asked_for_is_a_corruption_error_only_when_strict(stor
     assert [(d.path, d.offset) for d in damaged] == [(str(seg), victim.commitlog_offset - store.commitlog.segment_of(
         victim.commitlog_offset))] and "damaged message" in str(damaged[0])
     assert sorted(m.body for m in store.query_key("t", "k")) == [b"body 0", b"body 2"]
+    with pytest.raises(CorruptionError, match="damaged message"):
+        store.query_key("t", "k", strict=True)
     # an offset id between records is not a damaged record: not found, strict or not
     between = f"{F.LOOPBACK_IP:08X}{F.STORE_PORT:08X}{res[0].commitlog_offset + 3:016X}"
     with pytest.raises(MessageNotFoundError):
