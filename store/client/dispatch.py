@@ -109,6 +109,8 @@ class Dispatcher:
         self.wake_on_done = not getattr(self.pool, "feeds_itself", False)
         if self.pool is not None and o.dedup and hasattr(self.pool, "on_outcome"):
             self.pool.on_outcome = self._record_outcome
+        if self.pool is not None and hasattr(self.pool, "may_start"):   # (Holdings.may_start)
+            self.pool.may_start = self.held.may_start
 
     def reader_feeds(self) -> bool:
         """Whether the pool sink's reader runs the pulls that feed it now (an iterator walking
@@ -463,15 +465,13 @@ class Dispatcher:
 
     # -- stopping --------------------------------------------------------------------------
     def finish(self, wait_handlers: bool) -> None:
-        """Stop the pool sink: the batches not started are handed back (when the sink says
-        so), the running ones end (``wait_handlers``) or are ended (a sink that can
-        ``abort``), and what finished is applied."""
+        """Stop the pool sink: the batches not started are handed back (when the sink says so),
+        the running ones end (``wait_handlers``) or are ended (``abort``); what finished is applied."""
         pool = self.pool
         if pool is None:
             return
         if getattr(pool, "cancel_on_stop", False):
-            # Batches queued for a handler thread but not started are handed back: a stop
-            # starts no new handler.
+            # Batches queued for a handler but not started are handed back: a stop starts none.
             for fut in list(self.futures):
                 fut.cancel()
         abort = getattr(pool, "abort", None)
