@@ -28,6 +28,8 @@ class Holdings:
         self.locks: dict[QueueKey, QueueLock] = {}
         self.retake = False   # a queue was let go under us (:meth:`lose`, :meth:`forget`):
         #                       the member rebalances at once, to take it again
+        # id(batch) -> (its queue, the process queue it was handed out of), while a pool sink has it
+        self.handed: dict[int, tuple[QueueKey, ProcessQueue]] = {}
 
     def may_start(self, batch: list[Message]) -> bool:
         """Whether a handler may still start on ``batch``, handed out earlier: a pool sink asks
@@ -36,9 +38,11 @@ class Holdings:
         stopped (SIGSTOP, a hang) for longer, and another member may consume the queue by now,
         as RocketMQ's ConsumeRequest checks that its process queue was not dropped. The batch
         is then handed back untouched (it is the queue's next owner's to deliver)."""
-        m = batch[0]
-        key = (m.topic, m.queue_id)   # (a batch is of one queue: its messages as pulled)
-        if key not in self.pqs:
+        got = self.handed.get(id(batch))
+        if got is None:   # (not handed out by the dispatcher: nothing to judge it by)
+            return True
+        key, pq = got
+        if self.pqs.get(key) is not pq:   # let go, or let go and taken again since
             return False
         lock = self.locks.get(key)
         return lock is None or lock.is_valid(100)

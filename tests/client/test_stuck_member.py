@@ -155,15 +155,15 @@ def test_a_stopped_exec_member_starts_no_handler_on_the_queue_it_lost(mq: MQ, tm
     b = start("B")
     wait_for(lambda: len(mq.members("G")) == 2, what="both members to join")
     a.signal(signal.SIGSTOP)
-    stopped = time.time()
     try:
         wait_for(lambda: sum(r[0] == "B" for r in runs()) >= 3, timeout=90, what="B to take the queue over")
     finally:
+        resumed = time.time()   # (A starts nothing while stopped: its last start before this was in flight)
         a.signal(signal.SIGCONT)
     wait_for(lambda: "lost the lock on queue T:0 of group G" in a.stderr(), timeout=60, what="A to notice")
     wait_for(lambda: {r[1] for r in runs()} >= {f"m{i}" for i in range(40)}, timeout=60, what="every message")
     assert a.stop() == 0 and b.stop() == 0
     done = runs()
-    in_flight = max((r for r in done if r[0] == "A" and r[2] < stopped), key=lambda r: r[2])[1]
+    in_flight = max((r for r in done if r[0] == "A" and r[2] < resumed), key=lambda r: r[2])[1]
     twice = [m for m, n in collections.Counter(r[1] for r in done).items() if n > (2 if m == in_flight else 1)]
     assert twice == [], f"run twice: {twice}\n{log.read_text()}\n{a.stderr()}"
