@@ -373,6 +373,8 @@ class ExecSink:
         self.pool = cf.ThreadPoolExecutor(max_workers=2 * self.max_in_flight, thread_name_prefix="handler")
         # set by the runtime (--dedup): told each outcome in this thread, before the slot frees
         self.on_outcome: Callable[[list[Message], Outcome], None] | None = None
+        # set by the runtime: asked before a handler that waited for a slot starts
+        self.may_start: Callable[[list[Message]], bool] | None = None
         try:
             self.handler.watchdog.start()   # now, not in the first handler's latency
         except OSError as exc:
@@ -431,6 +433,10 @@ class ExecSink:
             if lock_fd is not None:
                 os.close(lock_fd)
             return
+        if self.may_start is not None and not self.may_start(batch):
+            # its queue was let go while it waited (this process stopped past its lease, say)
+            self._wait(fut, None, lock_fd, batch, "its queue is no longer this member's")
+            return
         try:
             started = self.handler.spawn(batch, topic, () if lock_fd is None else (lock_fd,))
         except BaseException as exc:
@@ -439,9 +445,9 @@ class ExecSink:
         self._wait(fut, started, lock_fd, batch)
 
     def _wait(self, fut: Future[Outcome], started: Child | None, lock_fd: int | None,
-              batch: list[Message]) -> None:
+              batch: list[Message], not_started: str = "the consumer is stopping") -> None:
         try:
-            outcome: Outcome = (None, "the consumer is stopping") if started is None else self.handler.finish(started)
+            outcome: Outcome = (None, not_started) if started is None else self.handler.finish(started)
             if outcome[0] is True and self.outputs is not None and started is not None:
                 assert self.emit is not None
                 outcome = emit_outputs(self.emit, batch[-1], started.output, self.outputs == "json")

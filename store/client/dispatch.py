@@ -19,9 +19,8 @@ queue's lock before every batch. A handler sink (``interleave``: ``--exec``, Pyt
 is fed round-robin across the queues held, a batch of each in turn, the next hand-out starting
 after the queue served last: as RocketMQ's concurrent consumer submits each queue's pulls to its
 pool as they come, every queue a member holds makes progress, and a backlog in one delays a
-message of another by a batch per queue, not by the whole backlog. (A batch is ``--batch``, or
-what a Python handler gets through in 50 ms: a round is not cut finer, which would cost more
-hand-overs and pulls when every queue has a backlog.)
+message of another by a batch per queue, not by the whole backlog. (A batch is ``--batch``, or what a Python
+handler gets through in 50 ms: a round is not cut finer, which would cost more hand-overs and pulls.)
 """
 from __future__ import annotations
 
@@ -109,6 +108,8 @@ class Dispatcher:
         self.wake_on_done = not getattr(self.pool, "feeds_itself", False)
         if self.pool is not None and o.dedup and hasattr(self.pool, "on_outcome"):
             self.pool.on_outcome = self._record_outcome
+        if self.pool is not None and hasattr(self.pool, "may_start"):   # (Holdings.may_start)
+            self.pool.may_start = self.held.may_start
 
     def reader_feeds(self) -> bool:
         """Whether the pool sink's reader runs the pulls that feed it now (an iterator walking
@@ -203,6 +204,7 @@ class Dispatcher:
                         if self.wake_on_done:
                             fut.add_done_callback(lambda _f: self.wake())
                         self.futures[fut] = (key, pq, batch)
+                        self.held.handed[id(batch)] = (key, pq)   # (Holdings.may_start)
                         if o.orderly:
                             break
                     if self.interleave:
@@ -230,8 +232,7 @@ class Dispatcher:
         return [m for m in batch if id(m) not in gone]
 
     def _consume_inline(self, key: QueueKey, pq: ProcessQueue, batch: list[Message]) -> bool:
-        # An exception (BrokenPipe) propagates: what was written whole of this batch is committed.
-        # False: a stop cut the write short.
+        # An exception (BrokenPipe) propagates: what was written whole is committed. False: a stop cut it short.
         assert self.inline is not None
         self.in_write = True
         try:
@@ -307,6 +308,7 @@ class Dispatcher:
             done = list(cf.wait(list(futures), return_when=cf.FIRST_COMPLETED).done)
         for fut in done:
             key, out_of, batch = futures.pop(fut)
+            self.held.handed.pop(id(batch), None)
             recorded = self.recorded.pop(id(batch), None) is batch
             pq = pqs.get(key) or dropping.get(key)
             try:
@@ -463,15 +465,13 @@ class Dispatcher:
 
     # -- stopping --------------------------------------------------------------------------
     def finish(self, wait_handlers: bool) -> None:
-        """Stop the pool sink: the batches not started are handed back (when the sink says
-        so), the running ones end (``wait_handlers``) or are ended (a sink that can
-        ``abort``), and what finished is applied."""
+        """Stop the pool sink: the batches not started are handed back (when the sink says so),
+        the running ones end (``wait_handlers``) or are ended (``abort``); what finished is applied."""
         pool = self.pool
         if pool is None:
             return
         if getattr(pool, "cancel_on_stop", False):
-            # Batches queued for a handler thread but not started are handed back: a stop
-            # starts no new handler.
+            # Batches queued for a handler but not started are handed back: a stop starts none.
             for fut in list(self.futures):
                 fut.cancel()
         abort = getattr(pool, "abort", None)

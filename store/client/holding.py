@@ -15,6 +15,7 @@ from store.log.offsets import QueueKey
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from store.client.qlocks import QueueLock
+    from store.log.record import Message
 
 
 class Holdings:
@@ -27,6 +28,24 @@ class Holdings:
         self.locks: dict[QueueKey, QueueLock] = {}
         self.retake = False   # a queue was let go under us (:meth:`lose`, :meth:`forget`):
         #                       the member rebalances at once, to take it again
+        # id(batch) -> (its queue, the process queue it was handed out of), while a pool sink has it
+        self.handed: dict[int, tuple[QueueKey, ProcessQueue]] = {}
+
+    def may_start(self, batch: list[Message]) -> bool:
+        """Whether a handler may still start on ``batch``, handed out earlier: a pool sink asks
+        in its own thread just before it starts one (``may_start``). Not once the batch's queue
+        is let go or being dropped, nor once its lock's client lease ran out: the process was
+        stopped (SIGSTOP, a hang) for longer, and another member may consume the queue by now,
+        as RocketMQ's ConsumeRequest checks that its process queue was not dropped. The batch
+        is then handed back untouched (it is the queue's next owner's to deliver)."""
+        got = self.handed.get(id(batch))
+        if got is None:   # (not handed out by the dispatcher: nothing to judge it by)
+            return True
+        key, pq = got
+        if self.pqs.get(key) is not pq:   # let go, or let go and taken again since
+            return False
+        lock = self.locks.get(key)
+        return lock is None or lock.is_valid(100)
 
     def holds(self, key: QueueKey) -> bool:
         """Whether the queue is held or still being dropped (its offset still ours to move)."""

@@ -55,7 +55,9 @@ if TYPE_CHECKING:
         a stop starts no new handler); ``interleave`` true (handlers, concurrent mode), batches go
         out round-robin across the queues held, a batch of each in turn, so a backlog in one queue
         does not hold back the others (without it, a queue's cache goes out before the next's);
-        ``on_outcome`` (None until the runtime sets it), a sink that has it calls
+        ``may_start`` (None until the runtime sets it), a sink that starts a handler later
+        than the batch's hand-out (a thread free, a slot free) first asks ``may_start(batch)``,
+        and hands the batch back (released) when it says no; ``on_outcome`` (likewise), a sink that has it calls
         ``on_outcome(batch, outcome)`` in the thread that waited for the handler, as soon as the
         outcome is known, before it frees the handler's slot or completes the future: ``dedup``
         records a batch's consumed messages there, so nothing (another handler's start, the
@@ -107,11 +109,14 @@ class ThreadPoolSink:
         import concurrent.futures as cf
         self.pool = cf.ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="handler")
         self.on_outcome: Callable[[list[Message], Outcome], None] | None = None
+        self.may_start: Callable[[list[Message]], bool] | None = None
 
     def submit(self, batch: list[Message], topic: str) -> "cf.Future[Outcome]":
         return self.pool.submit(self._run, batch, topic)
 
     def _run(self, batch: list[Message], topic: str) -> Outcome:
+        if self.may_start is not None and not self.may_start(batch):
+            return None, "its queue is no longer this member's"
         outcome = self.work(batch, topic)
         if self.on_outcome is not None:
             self.on_outcome(batch, outcome)   # (in this thread, before the future completes)

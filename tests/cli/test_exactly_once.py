@@ -280,12 +280,12 @@ def test_a_batch_handed_out_before_a_reset_does_not_settle_its_message_in_the_qu
     mq.ok("topic", "create", "B", "--queues", "1")
     mq.ok("send", "A", "-q", "0", "t")
     mq.ok("send", "A", "-q", "1", input="a\nb\n")
-    # t's two runs and a's wait at a gate (NAME.go), each saying it started (NAME); b only says
-    # so. Two handler slots: t and a run, b waits for one, so b starting tells that t's first
-    # run ended, its outputs given.
+    # t's two runs and a's wait at a gate (NAME.go), each saying it started (NAME) and that it
+    # went through (NAME.passed); b only says it started. Two handler slots: t and a run, b waits
+    # for one (and, its queue let go by the reset meanwhile, is handed back instead of started).
     h = handler_script(tmp_path / "gated.sh", f"""
         b=$(cat); d={gates}
-        gate() {{ touch "$d/$1"; while [ ! -e "$d/$1.go" ]; do sleep 0.01; done; }}
+        gate() {{ touch "$d/$1"; while [ ! -e "$d/$1.go" ]; do sleep 0.01; done; touch "$d/$1.passed"; }}
         case "$b" in
           t) if [ -e "$d/t.1" ]; then gate t.2; else gate t.1; fi ;;
           a) gate a ;;
@@ -303,7 +303,7 @@ def test_a_batch_handed_out_before_a_reset_does_not_settle_its_message_in_the_qu
         wait_for(lambda: _waits_for_flock(stage.pid, mq.root), timeout=60, what="the stage to take A/0 again")
         assert "offsets of A/0 were reset" in stage.stderr()
         (gates / "t.1.go").touch()
-        wait_for(lambda: (gates / "b").exists(), timeout=60, what="b's handler")
+        wait_for(lambda: (gates / "t.1.passed").exists(), timeout=60, what="t's first run to end")
     # A/0 is taken again from offset 0: t is handed out again (its first run's outputs cleared),
     # then the first run's batch is collected
     wait_for(lambda: (gates / "t.2").exists(), timeout=60, what="t's second run")

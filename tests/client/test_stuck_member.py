@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +129,41 @@ def test_the_views_show_a_stopped_member_expired_holding_nothing(mq: MQ) -> None
     finally:
         a.signal(signal.SIGCONT)
     assert a.stop() == 0 and b.stop() == 0
+
+
+def test_a_stopped_exec_member_starts_no_handler_on_the_queue_it_lost(mq: MQ, tmp_path: Path) -> None:
+    """``--exec`` with one handler at a time: when the member is stopped, a batch already handed
+    out waits for the handler slot. Once the member runs again, that batch's queue is another
+    member's: the batch is handed back, not started (it started: a message the new owner had
+    handled already ran again). Only the handler running when the member was stopped, whose
+    outcome the new owner never saw, may run twice."""
+    import time
+    mq.ok("topic", "create", "T", "--queues", "1")
+    _send(mq, 0, [f"m{i}" for i in range(40)])
+    log = tmp_path / "runs"
+    handler = tmp_path / "h.sh"
+    handler.write_text(f'b=$(cat); echo "$1 $b $(date +%s.%N)" >> {log}; sleep 0.3\n')
+
+    def start(name: str) -> Proc:
+        return _consumer(mq, "--exec", f"sh {handler} {name}", "--threads", "1")
+
+    def runs() -> list[tuple[str, str, float]]:
+        return [(w[0], w[1], float(w[2])) for w in (ln.split() for ln in log.read_text().splitlines())]
+
+    a = start("A")
+    wait_for(lambda: log.exists() and sum(r[0] == "A" for r in runs()) >= 2, what="A to run handlers")
+    b = start("B")
+    wait_for(lambda: len(mq.members("G")) == 2, what="both members to join")
+    a.signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: sum(r[0] == "B" for r in runs()) >= 3, timeout=90, what="B to take the queue over")
+    finally:
+        resumed = time.time()   # (A starts nothing while stopped: its last start before this was in flight)
+        a.signal(signal.SIGCONT)
+    wait_for(lambda: "lost the lock on queue T:0 of group G" in a.stderr(), timeout=60, what="A to notice")
+    wait_for(lambda: {r[1] for r in runs()} >= {f"m{i}" for i in range(40)}, timeout=60, what="every message")
+    assert a.stop() == 0 and b.stop() == 0
+    done = runs()
+    in_flight = max((r for r in done if r[0] == "A" and r[2] < resumed), key=lambda r: r[2])[1]
+    twice = [m for m, n in collections.Counter(r[1] for r in done).items() if n > (2 if m == in_flight else 1)]
+    assert twice == [], f"run twice: {twice}\n{log.read_text()}\n{a.stderr()}"
