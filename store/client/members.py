@@ -98,6 +98,15 @@ class MemberInfo:
     # not heard from for ``MEMBER_EXPIRY_MS`` (stopped, hung): live, but the group shares its
     # queues without it (see the module docstring)
     expired: bool = False
+    beatAt: int | None = None   # its beat file's time (ms), as listed; None: it has none
+
+    @property
+    def heard_from(self) -> int | None:
+        """When it last proved it runs (ms): the later of the ``heartbeatAt`` it published (its
+        JSON is rewritten at a rebalance, not at each beat) and :attr:`beatAt` (set at every
+        beat); None when it published neither."""
+        hb = _int_field(self.record, "heartbeatAt")
+        return hb if self.beatAt is None else self.beatAt if hb is None else max(hb, self.beatAt)
 
     def to_dict(self) -> dict[str, Any]:
         """The published record, with the identity fields as this listing established them."""
@@ -333,10 +342,11 @@ def live_members(layout: Layout, group: str, *, prune: bool = False,
     now = now_ms()
     for cid in _published_ids(layout, group):
         if probe_held(_lock_path(layout, group, cid)):
-            expired = (_expiry(layout, group, cid) or now) < now
+            beat = _beat_ms(layout, group, cid)
+            expired = beat is not None and beat + MEMBER_EXPIRY_MS < now
             if counted_only and expired:
                 continue
-            members.append(_member_info(layout, group, cid, expired))
+            members.append(_member_info(layout, group, cid, expired, beat))
         elif prune:
             _prune(layout, group, cid)
     return members
@@ -352,32 +362,25 @@ def peek_members(layout: Layout, group: str, held: Callable[[Path, int | None], 
     for cid in _published_ids(layout, group):
         info = _member_info(layout, group, cid)
         if held(_lock_path(layout, group, cid), info.pid):
-            expired = (_expiry(layout, group, cid) or now) < now
-            members.append(replace(info, expired=True) if expired else info)
+            beat = _beat_ms(layout, group, cid)
+            members.append(replace(info, expired=beat is not None and beat + MEMBER_EXPIRY_MS < now, beatAt=beat))
     return members
 
 
-def _member_info(layout: Layout, group: str, client_id: str, expired: bool = False) -> MemberInfo:
+def _member_info(layout: Layout, group: str, client_id: str, expired: bool = False,
+                 beat: int | None = None) -> MemberInfo:
     # The id comes from the file name, which the lock vouches for; the rest is as published.
     record = _read_json(_json_path(layout, group, client_id))
     host = record.get("host")
     return MemberInfo(group=group, clientId=client_id, pid=_int_field(record, "pid"),
                       host=host if isinstance(host, str) else None,
-                      startedAt=_int_field(record, "startedAt"), record=record, expired=expired)
+                      startedAt=_int_field(record, "startedAt"), record=record, expired=expired,
+                      beatAt=beat)
 
 
 def _int_field(record: dict[str, Any], key: str) -> int | None:
     value = record.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def heard_from(layout: Layout, m: MemberInfo) -> int | None:
-    """When member ``m`` last proved it runs (ms): the later of the ``heartbeatAt`` it published
-    (its JSON is rewritten at a rebalance, not at each beat) and its beat file's time (set at
-    every beat, module docstring); None when it published neither."""
-    hb = _int_field(m.record, "heartbeatAt")
-    beat = _beat_ms(layout, m.group, m.clientId)
-    return hb if beat is None else beat if hb is None else max(hb, beat)
 
 
 def _expiry(layout: Layout, group: str, client_id: str) -> int | None:

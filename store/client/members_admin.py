@@ -49,7 +49,6 @@ class MembersAdmin(AdminBase):
         holds now (those whose queue locks it holds; a broadcast member: those it reads). A
         member not heard from for the member expiry (stopped, hung) is listed with ``state``
         ``"expired"``: the others share the queues without it."""
-        from store.client.members import heard_from
         from store.client.memberview import group_members
         store = self.store
         require_group(store, group)
@@ -59,7 +58,7 @@ class MembersAdmin(AdminBase):
             rec = m.record
             rows.append(MemberRow(group, m.clientId, m.pid, m.host, rec.get("mode"), rec.get("orderly"),
                                   rec.get("strategy"), rec.get("topics"), view.queues(m), m.startedAt,
-                                  heard_from(store.layout, m), "expired" if m.expired else "live"))
+                                  m.heard_from, "expired" if m.expired else "live"))
         return rows
 
     def unlock(self, group: str, topic: str | None = None, queue: int | None = None, *, force: bool = False,

@@ -250,7 +250,6 @@ class Monitor:
     def _groups(self, offsets: dict[str, dict[tuple[str, int], int]], ends: dict[tuple[str, int], tuple[int, int]],
                 held: HeldLocks, locks: list[LockInfo]) -> tuple[GroupStat, ...]:
         from store.client.groups import known_groups
-        from store.client.members import heard_from
         from store.client.memberview import peek_group_members
         store = self.store
         if self.group is not None:
@@ -262,7 +261,7 @@ class Monitor:
         for g in groups:
             view = peek_group_members(store.layout, g, held.held, locks)
             members = view.members
-            stats = [_member(m, view.queues(m), heard_from(store.layout, m)) for m in members]
+            stats = [_member(m, view.queues(m)) for m in members]
             owners = view.owners()
             # Which topics count, as ``Admin.lag``: committed ones, live clustering members'
             # subscriptions (before a first commit), and the group's retry topic.
@@ -393,7 +392,7 @@ class Monitor:
         self.close()
 
 
-def _member(m: MemberInfo, held: list[dict[str, Any]], hb: int | None) -> MemberStat:
+def _member(m: MemberInfo, held: list[dict[str, Any]]) -> MemberStat:
     record = m.record
     queues = tuple(sorted((q["topic"], q["queueId"]) for q in held
                           if isinstance(q, dict) and isinstance(q.get("topic"), str)
@@ -403,5 +402,5 @@ def _member(m: MemberInfo, held: list[dict[str, Any]], hb: int | None) -> Member
     retrying = record.get("retryingInPlace")
     return MemberStat(m.clientId, m.pid, m.host, mode if isinstance(mode, str) else None,
                       orderly if isinstance(orderly, bool) else None, queues,
-                      hb, "expired" if m.expired else "live",
+                      m.heard_from, "expired" if m.expired else "live",
                       retrying if isinstance(retrying, int) and not isinstance(retrying, bool) and retrying > 0 else 0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -137,7 +138,6 @@ def test_a_stopped_exec_member_starts_no_handler_on_the_queue_it_lost(mq: MQ, tm
     member's: the batch is handed back, not started (it started: a message the new owner had
     handled already ran again). Only the handler running when the member was stopped, whose
     outcome the new owner never saw, may run twice."""
-    import time
     mq.ok("topic", "create", "T", "--queues", "1")
     _send(mq, 0, [f"m{i}" for i in range(40)])
     log = tmp_path / "runs"
