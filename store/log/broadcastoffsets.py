@@ -65,11 +65,12 @@ class BroadcastOffsetStore:
     def __init__(self, layout: Layout, client_id: str, group: str, warn: Warn | None = None) -> None:
         self.path = layout.broadcast_offsets(validate_client_id(client_id), validate_group(group))
         self._warn = warn or warn_stderr
+        self._warned: set[str] = set()
         self._table: dict[QueueKey, int] = {}
 
     def load(self) -> dict[QueueKey, int]:
         """Fill the memory table from the file (replacing it) and return a copy."""
-        self._table = self._read_file(FallbackWatch(self._warn))
+        self._table = self._read_file(FallbackWatch(self._warn_once))
         return dict(self._table)
 
     def read(self, topic: str, queue_id: int) -> int:
@@ -90,7 +91,7 @@ class BroadcastOffsetStore:
             return
         fsutil.ensure_dir(self.path.parent)
         with exclusive(lock_beside(self.path)):
-            watch = FallbackWatch(self._warn)
+            watch = FallbackWatch(self._warn_once)
             on_disk = self._read_file(watch)
             merged = {**on_disk, **mine}
             # An idle consumer persists every few seconds; skip the fsyncs when nothing moved.
@@ -98,6 +99,13 @@ class BroadcastOffsetStore:
                 # (the rename not fsynced, as a clustering member's commit)
                 fsutil.atomic_write_json(self.path, _broadcast_json(merged), keep_bak=not watch.used,
                                          sync_dir=watch.used)
+
+    def _warn_once(self, message: str) -> None:
+        # The file that load() fell back from is read again by the first persist(), which
+        # mends it: one warning for the damage, not one per read.
+        if message not in self._warned:
+            self._warned.add(message)
+            self._warn(message)
 
     def _read_file(self, watch: FallbackWatch) -> dict[QueueKey, int]:
         obj = fsutil.read_json_with_bak(self.path, default=None, validate=_parse_broadcast, warn=watch)

@@ -364,6 +364,20 @@ def test_store_check_says_whether_a_backup_is_there_to_fall_back_on(mq: MQ) -> N
               allow_warnings=True)
 
 
+def test_a_broadcast_client_falling_back_on_its_bak_says_so_once(mq: MQ) -> None:
+    """The file is read at the start and again by the first persist, which mends it: one
+    warning for one damage (it was printed twice, three times in a longer run)."""
+    path = mq.root / JSON_FILES["broadcast"]
+    mq.ok("consume", "t", "-g", "B", "--broadcast", "--client-id", "bc1", "-e", "--count", "5")
+    assert path.with_name(path.name + ".bak").exists()
+    path.write_bytes(b"{bad")
+    res = mq.run("consume", "t", "-g", "B", "--broadcast", "--client-id", "bc1", "-e")
+    assert res.returncode == 0, str(res)
+    warnings = [ln for ln in res.stderr.splitlines() if "offsets.json" in ln]
+    assert len(warnings) == 1 and "using offsets.json.bak" in warnings[0], res.stderr
+    assert mq.run("store", "check").returncode == 0   # (mended by the persist)
+
+
 def test_store_recover_starts_a_broadcast_client_beyond_reading_over_from_the_oldest_message(mq: MQ) -> None:
     """README: offsets beyond recovery make only their group's commands fail until ``store
     recover``, which resets them to the oldest message, so nothing is skipped. A broadcast
