@@ -59,11 +59,17 @@ def render(snap: Any, hist: Any, screen: Screen, store: str, focus: str | None, 
            width: int = 200) -> Any:
     from rich.console import Group
     from rich.text import Text
-    tabs = Text()
+    # The title, tabs and footer are cut at the screen's edge, not wrapped: a wrapped line
+    # would push the tables' last rows off a screen that is measured to fit them.
+    tabs = Text(no_wrap=True, overflow="ellipsis")
     for i, v in enumerate(VIEWS, 1):
         tabs.append(f" {i} {v} ", style="reverse bold" if v == screen.view else "")
-    head = Text(f"mqctl top  {store}  {time.strftime('%H:%M:%S')}  ", style="bold")
-    head.append(summary(snap))
+    counts, now = summary(snap), time.strftime('%H:%M:%S')
+    room = width - len(f"mqctl top    {now}  {counts}")
+    if len(store) > room:   # the path's head goes first: its tail names the store, the counts stay
+        store = "…" + store[len(store) - max(room, 8) + 1:]
+    head = Text(f"mqctl top  {store}  {now}  ", style="bold", no_wrap=True, overflow="ellipsis")
+    head.append(counts)
     parts: list[Any] = [head, tabs]
     room = max(3, height - 5)
     for sec in sections(snap, hist, screen.view, screen.filter, focus):
@@ -74,7 +80,8 @@ def render(snap: Any, hist: Any, screen: Screen, store: str, focus: str | None, 
         if room <= 2:
             break
     flt = f"filter: /{screen.filter}{'_' if screen.typing else ''}" if screen.typing or screen.filter else ""
-    parts.append(Text(f"{HELP}   {flt}   look {snap.cost_ms:.1f} ms CPU", style="dim"))
+    parts.append(Text(f"{HELP}   {flt}   look {snap.cost_ms:.1f} ms CPU", style="dim", no_wrap=True,
+                      overflow="ellipsis"))
     return Group(*parts)
 
 

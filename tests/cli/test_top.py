@@ -387,6 +387,35 @@ def test_long_names_are_cut_to_fit_the_screen_and_the_columns_stay_in_line() -> 
     assert first.index("caught") == head.index("DRAIN") == second.index("-", len("short")), lines
 
 
+@pytest.mark.parametrize("columns", [40, 60, 80])
+def test_a_narrow_screen_cuts_the_title_and_footer_instead_of_wrapping_them(mq: MQ, columns: int) -> None:
+    """Below ~90 columns the title (store path, time, counts) and the footer (keys, the look's
+    cost) wrapped onto a second line each, pushing the last rows off the screen."""
+    import io
+
+    from rich.console import Console
+
+    import store
+    from mqctl.toplive import Screen, render
+    _setup(mq)
+    with store.Monitor(mq.root) as monitor:
+        history = store.History()
+        snap = monitor.snapshot()
+        history.add(snap)
+    for view in ("topics", "groups", "locks", "problems"):
+        out = io.StringIO()
+        console = Console(file=out, width=columns, height=30, color_system=None, highlight=False)
+        console.print(render(snap, history, Screen(view=view), str(mq.root), None, 30, columns))
+        lines = out.getvalue().splitlines()
+        assert all(len(line) <= columns for line in lines), lines
+        assert lines[0].startswith("mqctl top") and lines[-1].startswith("q quit"), lines
+        if columns >= 80:   # the store path is cut from its head, so that the counts still show
+            shown = lines[0].split()[2]
+            assert shown.startswith("…") and shown.endswith("/" + mq.root.name), lines[0]
+            assert lines[0].endswith("problems"), lines[0]
+        assert not any(line.startswith(("look ", "problems")) for line in lines), lines   # (no wrapped tail)
+
+
 def test_an_orderly_members_retries_in_place_are_counted(mq: MQ) -> None:
     """An orderly member retries a failed message in place (its queue suspended), without the
     retry topic, whose lag is what counts a concurrent group's retries: its member record says
