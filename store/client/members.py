@@ -343,7 +343,7 @@ def live_members(layout: Layout, group: str, *, prune: bool = False,
     for cid in _published_ids(layout, group):
         if probe_held(_lock_path(layout, group, cid)):
             beat = _beat_ms(layout, group, cid)
-            expired = beat is not None and beat + MEMBER_EXPIRY_MS < now
+            expired = _expired(beat, now)
             if counted_only and expired:
                 continue
             members.append(_member_info(layout, group, cid, expired, beat))
@@ -363,8 +363,13 @@ def peek_members(layout: Layout, group: str, held: Callable[[Path, int | None], 
         info = _member_info(layout, group, cid)
         if held(_lock_path(layout, group, cid), info.pid):
             beat = _beat_ms(layout, group, cid)
-            members.append(replace(info, expired=beat is not None and beat + MEMBER_EXPIRY_MS < now, beatAt=beat))
+            members.append(replace(info, expired=_expired(beat, now), beatAt=beat))
     return members
+
+
+def _expired(beat: int | None, now: int) -> bool:
+    """Not heard from for ``MEMBER_EXPIRY_MS`` (a member without a beat file never is)."""
+    return beat is not None and beat + MEMBER_EXPIRY_MS < now
 
 
 def _member_info(layout: Layout, group: str, client_id: str, expired: bool = False,
