@@ -10,7 +10,11 @@ that a record in the log already has.
 So before a handle first reads a queue's end (:func:`reader_end`) or appends to it
 (:func:`check_locked`, under the write lock; again when the segment it keeps open is found
 shorter than it left it: ``ConsumeQueue.write_end``), it looks. The queue's files may show damage by
-themselves (:func:`consumequeue.end_damage`). Then the commit log after the record of the
+themselves (:func:`consumequeue.end_damage`). Its last entry must point at its own record (the
+record names the queue and the entry's offset: one read of the log); entries past the last one
+that does, sure to point at no record of theirs (:func:`foreign_below`: copies of its own
+entries, bytes appended by hand), are damage too — the queue is rebuilt from the record of
+its last sound entry on, and they are cut, so no writer numbers past them. Then the commit log after the record of the
 queue's last entry that points home, up to the checkpoint's written end, is searched for a
 record of the queue that the queue does not list: always its first ``NEAR_RECORDS`` records
 (headers only: the queues of a store written lately), past them only on a sign —
@@ -40,10 +44,12 @@ from store.log import format as F
 from store.log.consumequeue import changed_since, end_damage, last_write_ms
 from store.log.entrysearch import LogTail, first_unlisted, points_home, read_tail
 from store.log.preflight import checkpoint_locked
+from store.log.record import RecordError
 from store.log.settings import queue_disagrees
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from store.log.commitlog import CommitLog
     from store.log.consumequeue import ConsumeQueue
     from store.log.engine import Engine
 
@@ -142,7 +148,16 @@ def inspect(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -> F
     m = q.max_offset()
     first = damage[0] if damage is not None else m
     start, listed = max(cfg.created_offset, log.min_offset()), q.min_offset()
-    for k in range(first - 1, max(listed, first - _HOME_LOOKBACK) - 1, -1):
+    sound, home_end = foreign_below(log, q, topic, queue_id, first)
+    if home_end is not None:
+        start = home_end
+    if sound < first:
+        # The queue ends with entries that point at no record of theirs (copies of its own
+        # entries, bytes put there by hand): it ends where its last sound entry does, and the
+        # log is searched from that entry's record on (the rebuild cuts the rest).
+        return Finding(f"ends at offset {m}, but its entries from offset {sound} on point at no record "
+                       f"of theirs in the commit log", start)
+    for k in ([] if home_end is not None else range(first - 1, max(listed, first - _HOME_LOOKBACK) - 1, -1)):
         e = q.entry(k)
         if points_home(log, topic, queue_id, k, e):
             assert e is not None
@@ -158,6 +173,33 @@ def inspect(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -> F
                f"(at commit-log offset {hit[0]})")
         return Finding(why if damage is None else f"{damage[1]}; it {why}", start, m)
     return None if damage is None else Finding(damage[1], start)
+
+
+def foreign_below(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, first: int) -> tuple[int, int | None]:
+    """``(k, end)``: the entries ``[k, first)`` of ``q`` are sure to point at no record of
+    theirs, and ``end`` is where the record of entry ``k - 1`` ends when that entry points home
+    (None when no entry is left below, or it is in doubt). ``k == first`` in a sound queue: its
+    last entry points home, one read of the log.
+
+    Sure: an entry of invalid form, one whose record would reach past the log's end, or one at
+    an intact record of another queue or queue offset. In doubt, and so a sound end: an entry
+    at bytes that are not an intact record inside the log (a damaged record, or one removed
+    by retention: readers skip it, and a repair would lose its queue offset)."""
+    low = q.min_offset()
+    k = first
+    while k > low:
+        e = q.entry(k - 1)
+        if e is not None:
+            try:
+                msg = log.read(e[0], e[1])
+            except (RecordError, OSError):
+                if e[0] + e[1] <= log.end():
+                    return k, None
+            else:
+                if msg.topic == topic and msg.queue_id == queue_id and msg.queue_offset == k - 1:
+                    return k, e[0] + e[1]
+        k -= 1
+    return k, None
 
 
 def _tail(engine: "Engine", start: int, end: int) -> LogTail:

@@ -113,19 +113,29 @@ def entries_array(q: ConsumeQueue, k: int, n: int) -> Any:
     return L.np.frombuffer(b"".join(parts), L.cq)
 
 
+# How far past the commit log's end the records a power cut took can reach: a log never grows
+# by a TiB between two flushes. An entry pointing further (or out of log order) is bytes put in
+# the queue by hand or by a fault: the queue's damage (``store check`` names its file), not
+# records the log lost.
+_LOST_REACH = 1 << 40
+
+
 def past_end(q: ConsumeQueue, end: int) -> tuple[int, int]:
     """``(entries, reach)``: how many of ``q``'s last entries point at records that reach past
     ``end`` (the commit log's end as found: records a power cut or a cut file took after the
     entries were written), and how far the furthest reaches (0 when none does). Reads the
-    tail backwards: one entry when no entry does (zeroed entries are passed over)."""
+    tail backwards: one entry when no entry does (zeroed entries, and entries no lost record
+    can have — past ``_LOST_REACH``, or out of log order — are passed over)."""
     n = reach = 0
     off, lo = q.max_offset(), q.min_offset()
+    below = end + _LOST_REACH   # (records of entries read so far start at or past it)
     while off > lo:
         e = q.entry(off - 1)
         if e is not None:
             if e[0] + e[1] <= end:
                 break
-            n, reach = n + 1, max(reach, e[0] + e[1])
+            if e[0] + e[1] <= below:   # (else bytes that are no entry of a lost record: passed over)
+                n, reach, below = n + 1, max(reach, e[0] + e[1]), e[0]
         off -= 1
     return n, reach
 

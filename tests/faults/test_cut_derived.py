@@ -16,6 +16,7 @@ process that cannot write says what is wrong and that ``mqctl store recover`` re
 from __future__ import annotations
 
 import os
+import random
 import shutil
 from pathlib import Path
 
@@ -45,7 +46,15 @@ DAMAGE = {
     "deleted": lambda p: p.unlink(),
     "tail-zeroed": lambda p: _zero(p, N - 10, 10),          # the last entries' bytes lost
     "zeroes-appended": lambda p: _zero(p, N, 10),           # entries past the end, all zero
+    "copies-appended": lambda p: _append(p, p.read_bytes()[:5 * 20]),   # its own first 5 entries again
+    **{f"random-appended-{seed}": (lambda p, seed=seed: _append(p, random.Random(seed).randbytes(400)))
+       for seed in (1, 3, 19)},
 }
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as fh:
+        fh.write(data)
 
 
 def _stored(mq: MQ) -> None:
@@ -86,6 +95,52 @@ def test_cut_queue_is_repaired_before_a_writer_appends(mq: MQ) -> None:
     got = mq.drain("t", "fresh")
     assert [(e["queueOffset"], e["body"]) for e in got] == [(i, str(i + 1)) for i in range(N)] + [(N, "late")]
     mq.check_clean()
+
+
+# entries past the queue's end that point at no record of theirs: copies of its own entries
+# (they point at records of other offsets) and random bytes (far past the log's end, or of no
+# valid form): seeds 3 and 19 put an entry of valid form last (19 first too), 1 does not
+OVERLONG = {"copies": lambda p: _append(p, p.read_bytes()[:5 * 20]),
+            **{f"random-{seed}": (lambda p, seed=seed, size=size: _append(p, random.Random(seed).randbytes(size)))
+               for seed, size in ((1, 400), (3, 400), (19, 400), (7, 4000))}}
+
+
+@pytest.mark.parametrize("case", sorted(OVERLONG))
+def test_queue_with_entries_past_its_records_is_cut_before_a_writer_appends(mq: MQ, case: str) -> None:
+    """The writer looks at the queue's end before its batch takes an offset: entries past the
+    last one that points at its own record are cut, so the new message gets the next offset
+    the log has not given (it used to get one past the junk, and the group stopped at the junk
+    for good: recovery could not cut entries below a sound one)."""
+    _stored(mq)
+    OVERLONG[case](_cq(mq))
+    sent = mq.ok("send", "t", "late", "--json")
+    assert sent.json_lines()[0]["queueOffset"] == N, str(sent)
+    [warning] = _warnings(sent)
+    assert f"consume queue t/0 ({_cq(mq).parent}) ends at offset" in warning, warning
+    assert f"its entries from offset {N} on point at no record of theirs" in warning, warning
+    assert f"now ends at offset {N})" in warning, warning
+    res = mq.ok("consume", "t", "-g", "g", "-e")
+    assert res.out.split() == [str(i) for i in range(SEEN + 1, N + 1)] + ["late"] and res.stderr == "", str(res)
+    got = mq.drain("t", "fresh")
+    assert [(e["queueOffset"], e["body"]) for e in got] == [(i, str(i + 1)) for i in range(N)] + [(N, "late")]
+    mq.check_clean()
+
+
+@pytest.mark.parametrize("case", sorted(OVERLONG))
+def test_queue_with_entries_past_its_records_is_the_queues_damage_for_check_and_recover(mq: MQ, case: str) -> None:
+    """``store check`` blames the queue's file (not a commit log that lost records to a power
+    cut), and ``store recover`` cuts the entries, rebuilding none."""
+    _stored(mq)
+    OVERLONG[case](_cq(mq))
+    res = mq.run("store", "check")
+    assert res.returncode == 1, str(res)
+    assert "commit log ends" not in res.out + res.stderr, str(res)
+    assert res.out.startswith(f"{_cq(mq)}:{N * 20}: entry {N} "), str(res)
+    rec = mq.ok("store", "recover")
+    assert "0 consume-queue entries rebuilt" in rec.stderr and "commit log ends" not in rec.stderr, str(rec)
+    assert os.path.getsize(_cq(mq)) == N * 20
+    mq.check_clean()
+    assert mq.ok("send", "t", "late", "--json").json_lines()[0]["queueOffset"] == N
 
 
 @pytest.mark.parametrize("damage", ["cut", "deleted"])
