@@ -427,22 +427,25 @@ class KeyIndex:
     def fence(self, end_phys: int) -> None:
         """Forget offsets at or past ``end_phys``: files that begin there go, an older file's
         end offset moves back so those offsets are indexed again (recovery, a batch's undo),
-        and slots a batch cut short left past ``indexCount`` point back at their chains."""
+        its entries for them go (``indexCount`` moves back too: a lookup would take one for
+        the index's damage), and slots past ``indexCount`` point back at their chains."""
         self.truncate_after(end_phys)
-        self.repair()
-        for base in self.files():
+        self.close()
+        for base in self.files():   # (the newest alone, now, can reach ``end_phys``)
             hdr = list(self.header(base))
             if hdr[3] >= end_phys:
                 hdr[3] = end_phys - 1
-                fd = open_private(self.path(base), os.O_WRONLY)
+                fd = open_private(self.path(base), os.O_RDWR)
                 try:
+                    hdr[5] = indexchains.kept(fd, self.table_end, hdr[5], end_phys)
                     pwrite_all(fd, _HDR.pack(*hdr), 0)
                 finally:
                     os.close(fd)
+        self.repair()
 
     def truncate_after(self, end_phys: int) -> None:
-        """Forget index files that begin at or after ``end_phys`` (recovery); entries of
-        older files that point past it are filtered at lookup."""
+        """Forget index files that begin at or after ``end_phys`` (recovery; :meth:`fence`
+        forgets an older file's entries that point past it)."""
         for base in self.files():
             if base >= end_phys:
                 self.path(base).unlink()
