@@ -13,7 +13,8 @@ Crash order inside a batch: entries first, then slots, then the header (``indexC
 batch; recovery first points any slot a killed writer left past ``indexCount`` back along the
 entries' ``prevIndex`` (:meth:`KeyIndex.repair`), then re-adds records past ``endPhyOffset``
 (idempotent). Lookups check each hit against the record itself, so a hash collision or a
-stale slot costs a read, never a wrong answer.
+stale slot costs a read, never a wrong answer; a hit where no record starts is the file's
+damage, repaired by the lookup (``reads.py``).
 """
 from __future__ import annotations
 
@@ -451,11 +452,13 @@ class KeyIndex:
                 self.path(base).unlink()
 
     # -- reading ---------------------------------------------------------------------------
-    def lookup(self, key: str, limit: int = 64, damaged: list[tuple[int, str]] | None = None) -> list[int]:
+    def lookup(self, key: str, limit: int = 64, damaged: list[tuple[int, str]] | None = None,
+               sources: list[int] | None = None) -> list[int]:
         """Commit-log offsets whose entry hash matches ``key``, newest first (unverified).
         ``damaged`` gets ``(file, why)`` of each file that cannot answer: too short for its
         header, or a chain its walk finds damaged (:func:`indexchains.walk`); its hits stop
-        there (what the walk found before is kept)."""
+        there (what the walk found before is kept). ``sources`` gets the file each hit came
+        from (beside it: an entry that leads to no record is that file's damage)."""
         h = key_hash(key)
         out: list[int] = []
         for base in reversed(self.files()):
@@ -477,6 +480,8 @@ class KeyIndex:
                         count * F.INDEX_ENTRY_SIZE if count > 1 else 0):
                     damaged.append((base, "is shorter than its header says"))
                 why = indexchains.walk(fd, table_end, slots, count, h, limit, out)
+                if sources is not None:
+                    sources += [base] * (len(out) - len(sources))
                 if why is not None and damaged is not None:
                     damaged.append((base, why))
                 if len(out) >= limit:
