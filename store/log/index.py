@@ -13,7 +13,8 @@ Crash order inside a batch: entries first, then slots, then the header (``indexC
 batch; recovery first points any slot a killed writer left past ``indexCount`` back along the
 entries' ``prevIndex`` (:meth:`KeyIndex.repair`), then re-adds records past ``endPhyOffset``
 (idempotent). Lookups check each hit against the record itself, so a hash collision or a
-stale slot costs a read, never a wrong answer.
+stale slot costs a read, never a wrong answer; a hit where no record starts is the file's
+damage, repaired by the lookup (``reads.py``).
 """
 from __future__ import annotations
 
@@ -427,32 +428,37 @@ class KeyIndex:
     def fence(self, end_phys: int) -> None:
         """Forget offsets at or past ``end_phys``: files that begin there go, an older file's
         end offset moves back so those offsets are indexed again (recovery, a batch's undo),
-        and slots a batch cut short left past ``indexCount`` point back at their chains."""
+        its entries for them go (``indexCount`` moves back too: a lookup would take one for
+        the index's damage), and slots past ``indexCount`` point back at their chains."""
         self.truncate_after(end_phys)
-        self.repair()
-        for base in self.files():
+        self.close()
+        for base in self.files():   # (the newest alone, now, can reach ``end_phys``)
             hdr = list(self.header(base))
             if hdr[3] >= end_phys:
                 hdr[3] = end_phys - 1
-                fd = open_private(self.path(base), os.O_WRONLY)
+                fd = open_private(self.path(base), os.O_RDWR)
                 try:
+                    hdr[5] = indexchains.kept(fd, self.table_end, hdr[5], end_phys)
                     pwrite_all(fd, _HDR.pack(*hdr), 0)
                 finally:
                     os.close(fd)
+        self.repair()
 
     def truncate_after(self, end_phys: int) -> None:
-        """Forget index files that begin at or after ``end_phys`` (recovery); entries of
-        older files that point past it are filtered at lookup."""
+        """Forget index files that begin at or after ``end_phys`` (recovery; :meth:`fence`
+        forgets an older file's entries that point past it)."""
         for base in self.files():
             if base >= end_phys:
                 self.path(base).unlink()
 
     # -- reading ---------------------------------------------------------------------------
-    def lookup(self, key: str, limit: int = 64, damaged: list[tuple[int, str]] | None = None) -> list[int]:
+    def lookup(self, key: str, limit: int = 64, damaged: list[tuple[int, str]] | None = None,
+               sources: list[int] | None = None) -> list[int]:
         """Commit-log offsets whose entry hash matches ``key``, newest first (unverified).
         ``damaged`` gets ``(file, why)`` of each file that cannot answer: too short for its
         header, or a chain its walk finds damaged (:func:`indexchains.walk`); its hits stop
-        there (what the walk found before is kept)."""
+        there (what the walk found before is kept). ``sources`` gets the file each hit came
+        from (beside it: an entry that leads to no record is that file's damage)."""
         h = key_hash(key)
         out: list[int] = []
         for base in reversed(self.files()):
@@ -474,6 +480,8 @@ class KeyIndex:
                         count * F.INDEX_ENTRY_SIZE if count > 1 else 0):
                     damaged.append((base, "is shorter than its header says"))
                 why = indexchains.walk(fd, table_end, slots, count, h, limit, out)
+                if sources is not None:
+                    sources += [base] * (len(out) - len(sources))
                 if why is not None and damaged is not None:
                     damaged.append((base, why))
                 if len(out) >= limit:

@@ -168,6 +168,20 @@ def keys_of_last(fd: int, table_end: int, count: int, end_phys: int) -> int:
     return count - 1
 
 
+def kept(fd: int, table_end: int, count: int, end_phys: int) -> int:
+    """How many entries of the file open as ``fd`` (``count`` in its header, entries in log
+    order) to keep when offsets from ``end_phys`` on are forgotten: up to the first of its
+    newest entries that all point at or past it (an entry left pointing there would lead a
+    lookup where no record starts, or to another record later written there)."""
+    n = count
+    while n > 1:
+        raw = os.pread(fd, F.INDEX_ENTRY_SIZE, table_end + (n - 1) * F.INDEX_ENTRY_SIZE)
+        if len(raw) < F.INDEX_ENTRY_SIZE or F.INDEX_ENTRY.unpack(raw)[1] < end_phys:
+            break
+        n -= 1
+    return n
+
+
 def add_arrays(table_bytes: bytearray, slots: int, hashes: list[int], physs: list[int], tdiff: int, count: int,
                resolve: Callable[[int], int]) -> tuple[bytes, list[int]]:
     """A batch's entries as arrays (``index.py``'s big batches, numpy loaded): the entries'

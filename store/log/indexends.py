@@ -20,7 +20,8 @@ store recover`` repairs it, once. ``store check`` reports the same damage. Handl
 change nothing (``Store.open(recover=False)``) do not look.
 
 Damage in the middle of a file (a slot or a chain a lookup's walk cannot trust: ``indexchains
-.walk``) is found by the lookup that meets it, and repaired the same way (:func:`heal`).
+.walk``; an entry that leads where no record starts: ``reads.py``) is found by the lookup that
+meets it, and repaired the same way (:func:`heal`).
 """
 from __future__ import annotations
 

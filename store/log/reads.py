@@ -20,6 +20,8 @@ from store.log.spans import fetch_span
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from store.log.engine import Engine
 
 
@@ -117,13 +119,14 @@ def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
             return m
     _look_at_index(engine)
     if indexfence.rebuilding(engine.index):   # a rebuild was cut short: its files may lack the key
-        hits = records_with_uniq_key(engine.commitlog, msg_id)
+        for phys in records_with_uniq_key(engine.commitlog, msg_id):
+            m = _read_live(engine, phys, damage)
+            if m is not None and m.uniq_key == msg_id:
+                return m
     else:
-        hits = lookup(engine, "#" + msg_id, 64)
-    for phys in hits:
-        m = _read_live(engine, phys, damage)
-        if m is not None and m.uniq_key == msg_id:
-            return m
+        found = _indexed(engine, "#" + msg_id, 64, lambda m: m.uniq_key == msg_id, 1, damage)
+        if found:
+            return found[0]
     if damage and strict:
         raise _damage_error(engine, *damage[0])
     raise MessageNotFoundError(f"no message with id {typed!r}")
@@ -138,14 +141,7 @@ def id_as_stored(text: str) -> str:
 def find_all(engine: "Engine", uniq_key: str, limit: int = 64) -> list[Message]:
     """Every stored copy carrying a unique key (retries and DLQ copies keep it)."""
     _look_at_index(engine)
-    out = []
-    for phys in lookup(engine, "#" + uniq_key, limit):
-        try:
-            m = engine.commitlog.read(phys)
-        except (RecordError, OSError):
-            continue
-        if m.uniq_key == uniq_key:
-            out.append(m)
+    out = _indexed(engine, "#" + uniq_key, limit, lambda m: m.uniq_key == uniq_key, limit, [])
     return sorted(out, key=lambda m: m.commitlog_offset)
 
 
@@ -156,29 +152,73 @@ def query_key(engine: "Engine", topic: str, key: str, limit: int = 64,
     Damaged records are skipped; ``damaged`` (``mqctl msg query``, which shows the others and
     then fails) gets a ``CorruptionError`` naming each one the index led to."""
     _look_at_index(engine)
-    out = []
     damage: list[tuple[int, str]] = []
     cfg = engine.find_topic(topic)
-    for phys in lookup(engine, f"{topic}#{key}", limit * 4):
-        m = _read_live(engine, phys, damage)
-        # (a message of the topic deleted before this one was made is not this topic's:
-        # its queue offset names another message now, or none)
-        if (m is not None and m.topic == topic and key in m.keys and cfg is not None
-                and cfg.holds(m.commitlog_offset, m.queue_id)):
-            out.append(m)
-            if len(out) >= limit:
-                break
+    # (a message of the topic deleted before this one was made is not this topic's:
+    # its queue offset names another message now, or none)
+    out = _indexed(engine, f"{topic}#{key}", limit * 4, lambda m: (
+        m.topic == topic and key in m.keys and cfg is not None and cfg.holds(m.commitlog_offset, m.queue_id)),
+        limit, damage)
     if damaged is not None:
         damaged += [_damage_error(engine, *d) for d in damage]
     return out
 
 
-def lookup(engine: "Engine", key: str, limit: int) -> list[int]:
+def _indexed(engine: "Engine", key: str, limit: int, wanted: "Callable[[Message], bool]", want: int,
+             damage: list[tuple[int, str]]) -> list[Message]:
+    """The records the index's hits for ``key`` (at most ``limit``) lead to that are ``wanted``,
+    at most ``want``, newest first; ``damage`` gets the damaged records they lead to.
+
+    A record there of another key is a hash collision (skipped), and a hit below the log's
+    oldest segment one retention removed. But a hit inside the log's range where no record
+    starts (or past the log's end) is damage of the index, not of the log, which a
+    sound-looking file hides (a phyOffset's bit flipped): unless the answer is complete
+    without it, its file is repaired from the log like a damaged chain (``indexends.heal``;
+    ``CorruptionError``, exit 5, where this process cannot) and the lookup made once more,
+    whose answer stands (no second repair). The normal case reads nothing more."""
+    strays: list[int] | None = []
+    while True:
+        sources: list[int] = []
+        hits = lookup(engine, key, limit, sources)
+        out: list[Message] = []
+        dmg: list[tuple[int, str]] = []
+        stray: tuple[int, int] | None = None
+        for phys, base in zip(hits, sources):
+            m = _read_live(engine, phys, dmg, strays)
+            if m is None:
+                if strays and stray is None:
+                    stray = (phys, base)
+            elif wanted(m):
+                out.append(m)
+                if len(out) >= want:
+                    break
+        if stray is None or len(out) >= want:
+            damage += dmg
+            return out
+        _heal_stray(engine, key, limit, *stray)
+        strays = None
+
+
+def _heal_stray(engine: "Engine", key: str, limit: int, phys: int, base: int) -> None:
+    """Repair index file ``base``, whose entry for ``key`` leads to ``phys``, where no record starts."""
+    from store.log.indexends import heal
+
+    def still() -> bool:   # (under the write lock: another process may have repaired it)
+        sources: list[int] = []
+        hits = engine.index.lookup(key, limit, None, sources)
+        strays: list[int] = []
+        return (phys, base) in zip(hits, sources) and _read_live(engine, phys, [], strays) is None and bool(strays)
+    end = engine.commitlog.end()
+    where = f"past the commit log's end ({end})" if phys >= end else "where no record starts"
+    heal(engine, base, f"has an entry at commit-log offset {phys}, {where}", still)
+
+
+def lookup(engine: "Engine", key: str, limit: int, sources: list[int] | None = None) -> list[int]:
     """``KeyIndex.lookup``, never "not found" from a damaged file: one whose walk finds it
     damaged is repaired from the log first (``indexends.heal``; ``CorruptionError``, exit 5,
-    where this process cannot), and the lookup made again."""
+    where this process cannot), and the lookup made again. ``sources``: as ``KeyIndex.lookup``'s."""
     damaged: list[tuple[int, str]] = []
-    hits = engine.index.lookup(key, limit, damaged)
+    hits = engine.index.lookup(key, limit, damaged, sources)
     if not damaged:
         return hits
     from store.log.indexends import heal
@@ -189,7 +229,9 @@ def lookup(engine: "Engine", key: str, limit: int) -> list[int]:
         return bool(again)
     heal(engine, damaged[0][0], damaged[0][1], still)
     damaged.clear()
-    hits = engine.index.lookup(key, limit, damaged)
+    if sources is not None:
+        sources.clear()
+    hits = engine.index.lookup(key, limit, damaged, sources)
     if damaged:
         raise CorruptionError(str(engine.index.path(damaged[0][0])), 0,
                               f"key index file damaged ({damaged[0][1]}): it cannot answer; run mqctl store recover")
@@ -203,9 +245,11 @@ def _look_at_index(engine: "Engine") -> None:
         before_lookup(engine)
 
 
-def _read_live(engine: "Engine", phys: int, damage: list[tuple[int, str]]) -> Message | None:
+def _read_live(engine: "Engine", phys: int, damage: list[tuple[int, str]],
+               strays: list[int] | None = None) -> Message | None:
     """The record at ``phys``; None when it is not there (cleaned away, past the end) or
-    damaged — damage inside the live log is noted in ``damage``."""
+    damaged — damage inside the live log is noted in ``damage``. ``strays`` (an index's hits)
+    gets ``phys`` when it is at or past the log's oldest segment and no record starts there."""
     log = engine.commitlog
     try:
         return log.read(phys)
@@ -213,7 +257,11 @@ def _read_live(engine: "Engine", phys: int, damage: list[tuple[int, str]]) -> Me
         # damage: a record starts here (its magic code says so) inside the live log, and
         # does not check out; anything else (an offset id that points between records,
         # a segment cleaned away) is simply not there
-        if not log.min_offset() <= phys < log.end():
+        if phys < log.min_offset():
+            return None
+        if phys >= log.end():
+            if strays is not None:
+                strays.append(phys)
             return None
         try:
             head = log.read_bytes(phys, 8)
@@ -221,6 +269,8 @@ def _read_live(engine: "Engine", phys: int, damage: list[tuple[int, str]]) -> Me
             return None
         if len(head) == 8 and int.from_bytes(head[4:], "big") in (F.MAGIC_V1, F.MAGIC_V2):
             damage.append((phys, str(exc)))
+        elif strays is not None:
+            strays.append(phys)
         return None
 
 

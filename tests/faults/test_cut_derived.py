@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from store.layout import Layout
+from store.log import format as F
+from store.log.index import key_hash
 from tests.procs import MQ, Result
 
 N = 100
@@ -315,4 +317,84 @@ def test_key_index_damaged_in_its_middle_is_repaired_by_the_lookup_that_meets_it
     for e in (sent[0], sent[len(sent) // 2], sent[-1]):
         found = mq.ok("msg", "query", "--topic", "t", "--key", e["keys"][0], "--json")
         assert [x["msgId"] for x in found.json_lines()] == [e["msgId"]] and found.stderr == "", str(found)
+    mq.check_clean()
+
+
+# Bits of an entry's phyOffset (bit 0 the lowest) that, flipped, move it a few bytes (into a
+# record: none starts there), or far past the log's end.
+_PHYS_BITS = (0, 2, 6, 40)
+
+
+def _flip_phys(mq: MQ, key: str, phys: int, bit: int) -> int:
+    """Flip ``bit`` of the phyOffset of the index entry of ``key`` for the record at ``phys``
+    (its file's header and chains stay sound); the offset it names then."""
+    path = _index_file(mq)
+    data = bytearray(path.read_bytes())
+    entries = F.INDEX_HEADER_SIZE + 4 * F.INDEX_SLOTS
+    count = F.INDEX_HEADER.unpack_from(data, 0)[5]
+    [at] = [at for at in range(entries + 20, entries + count * 20, 20)
+            if F.INDEX_ENTRY.unpack_from(data, at)[:2] == (key_hash(key), phys)]
+    F.INDEX_ENTRY.pack_into(data, at, key_hash(key), phys ^ (1 << bit), *F.INDEX_ENTRY.unpack_from(data, at)[2:])
+    path.write_bytes(bytes(data))
+    return phys ^ (1 << bit)
+
+
+@pytest.mark.parametrize("seed", range(len(_PHYS_BITS)))
+@pytest.mark.parametrize("entry", ["unique-key", "key"])
+def test_key_index_entry_that_leads_to_no_record_is_repaired_by_the_lookup_that_meets_it(
+        mq: MQ, entry: str, seed: int) -> None:
+    """One bit of an entry's phyOffset flipped in a sound-looking file: ``msg show`` used to
+    say there is no such message (exit 3), ``msg query`` "no messages" (exit 0), each time,
+    as if the entry were a hash collision. No record starts where it leads, inside the log (or
+    it is past the log's end): the index is damaged, and repaired from the log as a damaged
+    chain is; the lookup then finds the message."""
+    sent = _keyed(mq)
+    rnd = random.Random(seed)
+    e = sent[rnd.randrange(len(sent))]
+    lookup = "#" + e["msgId"] if entry == "unique-key" else f"t#{e['keys'][0]}"
+    now = _flip_phys(mq, lookup, e["commitLogOffset"], _PHYS_BITS[seed])
+    assert now not in {x["commitLogOffset"] for x in sent}
+    if entry == "unique-key":
+        res = mq.ok("msg", "show", e["msgId"], "--json")
+        assert [x["body"] for x in res.json_lines()] == [e["body"]], str(res)
+    else:
+        res = mq.ok("msg", "query", "--topic", "t", "--key", e["keys"][0], "--json")
+        assert [x["msgId"] for x in res.json_lines()] == [e["msgId"]], str(res)
+    [warning] = _warnings(res)
+    assert "key index" in warning and f"entry at commit-log offset {now}," in warning, warning
+    assert "repaired from the commit log" in warning, warning
+    # repaired on disk: found by key and by id without a word
+    shown = mq.ok("msg", "show", e["msgId"], "--json")
+    assert shown.json_lines()[0]["body"] == e["body"] and shown.stderr == "", str(shown)
+    found = mq.ok("msg", "query", "--topic", "t", "--key", e["keys"][0], "--json")
+    assert [x["msgId"] for x in found.json_lines()] == [e["msgId"]] and found.stderr == "", str(found)
+    mq.check_clean()
+
+
+
+def test_keys_of_records_recovery_cut_away_are_forgotten_not_taken_for_damage(mq: MQ) -> None:
+    """A writer killed after its batch reached the index, and the log then cut inside the batch
+    (a power cut before its flush): recovery forgets the batch's index entries, not only moves
+    the file's end back. Left on their chains they led past the log's end and, once new records
+    were written there, into the middle of them: lookups would take them for the index's
+    damage and repair it, with a warning, for every such file."""
+    mq.ok("topic", "create", "t", "--queues", "2")
+    mq.ok("send", "t", "--flush", "sync", "--input", "json",
+          input="".join(f'{{"body": "{i}", "keys": ["k{i}"]}}\n' for i in range(10)))
+    with mq.store() as s:
+        end = s.engine.commitlog.end()
+    lost = mq.run("send", "t", "--input", "json", failpoints="put-after-index",
+                  input="".join(f'{{"body": "lost-{i}", "keys": ["lost{i}"]}}\n' for i in range(20)))
+    assert lost.returncode == -9, str(lost)
+    os.truncate(Layout(mq.root).commitlog_dir / f"{0:020d}", end + 7)
+    mq.run("send", "t", "--flush", "sync", "--input", "json",
+           input="".join(f'{{"body": "new-{i}", "keys": ["new{i}"]}}\n' for i in range(20)))
+    # (entry 0 unused; each message's unique key and key: none of the lost batch's)
+    assert int.from_bytes(_index_file(mq).read_bytes()[36:40], "big") == 1 + 2 * (10 + 20)
+    for key in ("lost0", "lost7", "lost19"):
+        res = mq.ok("msg", "query", "--topic", "t", "--key", key, "--json")
+        assert res.json_lines() == [] and res.stderr == "", str(res)
+    for key in ("k0", "k9", "new0", "new7", "new19"):
+        res = mq.ok("msg", "query", "--topic", "t", "--key", key, "--json")
+        assert len(res.json_lines()) == 1 and res.stderr == "", str(res)
     mq.check_clean()

@@ -241,18 +241,24 @@ def test_read_only_store(mq: MQ, ro_view: Path, tmp_path: Path) -> None:
     assert [e["body"] for e in mq.drain("t", "G")] == ["one", "two", "torn"]
 
 
+@pytest.mark.parametrize("damage", ["slots", "offsets"])
 def test_key_index_damaged_in_its_middle_on_a_read_only_store_is_refused_not_denied(mq: MQ, ro_view: Path,
-                                                                                      tmp_path: Path) -> None:
-    """A lookup whose walk finds the index damaged and that cannot repair it says so (exit 5,
-    naming ``mqctl store recover``) instead of "no message with id"; nothing is written."""
+                                                                                      tmp_path: Path, damage: str) -> None:
+    """A lookup whose walk finds the index damaged, or whose entries lead where no record
+    starts, and that cannot repair it says so (exit 5, naming ``mqctl store recover``) instead
+    of "no message with id"; nothing is written."""
     res = mq.ok("send", "t", "special", "-k", "findme", "--json")
     msg_id = res.json_lines()[0]["msgId"]
     path = Layout(mq.root).index_dir / f"{0:020d}"
     data = bytearray(path.read_bytes())
-    for at in range(40, 40 + 4 * 131072, 4):   # every slot in use pointed past the entries
-        v = int.from_bytes(data[at:at + 4], "big")
-        if v:
-            data[at:at + 4] = (v + 7).to_bytes(4, "big")
+    if damage == "slots":
+        for at in range(40, 40 + 4 * 131072, 4):   # every slot in use pointed past the entries
+            v = int.from_bytes(data[at:at + 4], "big")
+            if v:
+                data[at:at + 4] = (v + 7).to_bytes(4, "big")
+    else:
+        for n in range(1, int.from_bytes(data[36:40], "big")):   # a bit of every entry's phyOffset
+            data[40 + 4 * 131072 + n * 20 + 11] ^= 1
     path.write_bytes(bytes(data))
     before = sizes(mq.root)
     ro = MQ(ro_view, tmp_path)
