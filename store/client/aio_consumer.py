@@ -317,9 +317,11 @@ class AsyncConsumer:
             await self._serve(rt, sink, stage)
         finally:
             self._run_ended = None
-            ended.set()
-            if self._closed and self._member is not None:
-                self._member.close()   # (closed from one of its handlers, which close did not wait for)
+            try:
+                if self._closed and self._member is not None:
+                    self._member.close()   # (closed meanwhile: leave now, whoever waits for it)
+            finally:
+                ended.set()
 
     async def _serve(self, rt: Runtime, sink: TaskSink, stage: object) -> None:
         try:
@@ -370,6 +372,7 @@ class AsyncConsumer:
 
     async def _close(self, commit: bool) -> None:
         if self._closed:
+            await self._run_returned()   # (closed from a handler call: leaving async with waits)
             return
         self._closed = True
         self._live = -1
@@ -382,18 +385,14 @@ class AsyncConsumer:
         if rt is None or member is None:
             return   # never joined
         rt.stop()
-        ended = self._run_ended
-        if ended is not None:
+        if self._run_ended is not None:
             # run() is in flight in another task: it returns once its handler calls in flight
             # have finished (their outcomes count, as when the sync Consumer is closed while
             # it runs, or mqctl consume gets a SIGTERM), and leaves. Waited for here, as the
             # runtime's shutdown below must find nothing out: those calls need this loop.
-            # From one of those calls, not waited for (it would wait for itself): run() closes
-            # the member once it has returned.
-            sink = self._life.sink
-            if isinstance(sink, TaskSink) and asyncio.current_task() in sink.tasks:
-                return
-            await ended.wait()
+            await self._run_returned()
+            if self._run_ended is not None:
+                return   # (from one of those calls: run() leaves once it has returned)
         driver, self._driver = self._driver, None
         if driver is not None and not driver.done():
             driver.cancel()
@@ -408,6 +407,14 @@ class AsyncConsumer:
                 await off_loop(lambda: rt.keeper.persist(force=True))
         finally:
             member.close()   # (nothing is out: its shutdown waits for nothing)
+
+    async def _run_returned(self) -> None:
+        """Await the return of the :meth:`run` in flight, if any; not from one of its handler
+        calls (it would wait for itself)."""
+        ended, sink = self._run_ended, self._life.sink
+        if ended is None or (isinstance(sink, TaskSink) and asyncio.current_task() in sink.tasks):
+            return
+        await ended.wait()
 
     def _check_open(self) -> None:
         if self._closed or (self._rt is not None and self._rt.stopped.is_set() and not self._life.loop_ended):

@@ -104,21 +104,31 @@ def test_an_exception_beside_run_in_async_with_comes_out(mq: MQ, path: str) -> N
     left_cleanly(mq, out["handled"])
 
 
-def test_a_handler_may_close_its_consumer(mq: MQ, path: str) -> None:
+@pytest.mark.parametrize("how", ["run awaited", "async with"])
+def test_a_handler_may_close_its_consumer(mq: MQ, path: str, how: str) -> None:
     # (close does not wait for the call it is made from: run() returns once that call has,
-    # and the member leaves then)
-    out = child(path, "orderly", """
+    # and the member leaves then; leaving an async with block meanwhile waits for that)
+    out = child(path, "orderly", f"""
     async def main():
         c = consumer()
+        closed = asyncio.Event()
 
         async def closing(msg):
             started.append(msg.text)
             await c.close()
-            await asyncio.sleep(0.1)
+            closed.set()
+            await asyncio.sleep(0.3)
             handled.append(msg.text)
-        await asyncio.wait_for(c.run(closing), 60)
-        report(closed=repr(c).endswith("closed)"))
+        if {how == "run awaited"}:
+            await asyncio.wait_for(c.run(closing), 60)
+            returned = True
+        else:
+            async with c:
+                task = asyncio.create_task(c.run(closing))
+                await asyncio.wait_for(closed.wait(), 60)
+            returned = task.done()
+        report(closed=repr(c).endswith("closed)"), returned=returned)
     asyncio.run(main())
     """)
-    assert out["closed"] and out["started"] == out["handled"] == ["m0"]
+    assert out["closed"] and out["returned"] and out["started"] == out["handled"] == ["m0"]
     left_cleanly(mq, out["handled"])
