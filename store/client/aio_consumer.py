@@ -95,6 +95,7 @@ class AsyncConsumer:
         self._mode: str | None = None
         self._sink: AsyncIteratorSink | None = None   # (and the batch in hand: its ``hand``)
         self._driver: asyncio.Task[None] | None = None
+        self._run_ended: asyncio.Event | None = None   # (while a run() is in flight: set when it returns)
         self._iteration = 0
         self._live = 0
         self._stop_iter = False
@@ -279,7 +280,8 @@ class AsyncConsumer:
 
         ``concurrency``: handler calls at a time (orderly: still one per queue).
         ``exit_at_end``: return once the queues held are drained up to their end at the call;
-        otherwise return after :meth:`stop` or :meth:`close` (the member leaves its group).
+        otherwise return after :meth:`stop` or :meth:`close` (or the ``async with`` block
+        left), once the handler calls in flight have finished (the member leaves its group).
         Cancelled, the running handler calls are cancelled, their messages delivered again,
         what finished is committed, and the member leaves its group.
         ``to``/``flush``: an exactly-once stage, as :meth:`store.Consumer.run`'s (what
@@ -310,6 +312,18 @@ class AsyncConsumer:
         if exit_at_end:
             rt.snapshot_ends()
         self._life.serving = True
+        self._run_ended = ended = asyncio.Event()
+        try:
+            await self._serve(rt, sink, stage)
+        finally:
+            self._run_ended = None
+            try:
+                if self._closed and self._member is not None:
+                    self._member.close()   # (closed meanwhile: leave now, whoever waits for it)
+            finally:
+                ended.set()
+
+    async def _serve(self, rt: Runtime, sink: TaskSink, stage: object) -> None:
         try:
             await drive(rt)
         except BaseException:
@@ -348,11 +362,17 @@ class AsyncConsumer:
 
     async def close(self) -> None:
         """Leave the group: persist offsets, release queue locks; the message in hand is not
-        committed and is delivered again (as :meth:`store.Consumer.close`). Idempotent."""
+        committed and is delivered again (as :meth:`store.Consumer.close`). Idempotent. With
+        :meth:`run` going in another task, it also stops it and awaits its return: the handler
+        calls in flight finish and count (as :meth:`store.Consumer.close` from another thread);
+        the loop goes on meanwhile. From a handler call, it stops :meth:`run`, which leaves
+        once that call has returned. (A handler that never returns holds the close up:
+        cancel :meth:`run`'s task instead, which cancels it.)"""
         await self._close(commit=False)
 
     async def _close(self, commit: bool) -> None:
         if self._closed:
+            await self._run_returned()   # (closed from a handler call: leaving async with waits)
             return
         self._closed = True
         self._live = -1
@@ -365,6 +385,14 @@ class AsyncConsumer:
         if rt is None or member is None:
             return   # never joined
         rt.stop()
+        if self._run_ended is not None:
+            # run() is in flight in another task: it returns once its handler calls in flight
+            # have finished (their outcomes count, as when the sync Consumer is closed while
+            # it runs, or mqctl consume gets a SIGTERM), and leaves. Waited for here, as the
+            # runtime's shutdown below must find nothing out: those calls need this loop.
+            await self._run_returned()
+            if self._run_ended is not None:
+                return   # (from one of those calls: run() leaves once it has returned)
         driver, self._driver = self._driver, None
         if driver is not None and not driver.done():
             driver.cancel()
@@ -379,6 +407,14 @@ class AsyncConsumer:
                 await off_loop(lambda: rt.keeper.persist(force=True))
         finally:
             member.close()   # (nothing is out: its shutdown waits for nothing)
+
+    async def _run_returned(self) -> None:
+        """Await the return of the :meth:`run` in flight, if any; not from one of its handler
+        calls (it would wait for itself)."""
+        ended, sink = self._run_ended, self._life.sink
+        if ended is None or (isinstance(sink, TaskSink) and asyncio.current_task() in sink.tasks):
+            return
+        await ended.wait()
 
     def _check_open(self) -> None:
         if self._closed or (self._rt is not None and self._rt.stopped.is_set() and not self._life.loop_ended):

@@ -1,0 +1,134 @@
+"""Closing a ``store.AsyncConsumer`` (leaving ``async with``, ``await consumer.close()``) while
+its :meth:`run` is in flight in another task, on a real store: the close stops the run, waits
+(asynchronously: the loop goes on) for the handler calls in flight, whose outcomes count, and
+then leaves: offsets committed, queue locks released, the member gone. The closing program
+runs in a child process: a close that blocked the loop's thread for good would hang it, and
+the child's time limit makes that a failure instead of a hung suite (faulthandler says where
+it was stuck)."""
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+import store
+from tests.procs import MQ, finish, python
+
+# The child's prologue: the store, a one-queue topic "Q" of five messages m0..m4, and a handler
+# that says when a call has started and sleeps (awaits) a while before it counts as handled.
+PROLOGUE = """
+    import asyncio, faulthandler, json, sys
+    import store
+    faulthandler.dump_traceback_later(90, exit=True)   # (a hung loop: its stacks, then exit)
+    path, orderly = sys.argv[1], sys.argv[2] == "orderly"
+    started, handled = [], []
+    first = None
+
+    async def handler(msg):
+        started.append(msg.text)
+        first.set()
+        await asyncio.sleep(0.3)
+        handled.append(msg.text)
+
+    def consumer():
+        return store.AsyncConsumer("Q", "G", path, start_from="first", orderly=orderly)
+
+    def report(**extra):
+        print(json.dumps(dict(started=started, handled=handled, **extra)))
+"""
+
+
+def child(path: str, mode: str, body: str) -> dict[str, Any]:
+    proc = python(PROLOGUE + body, path, mode, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return json.loads(finish(proc, timeout=120)[0])
+
+
+@pytest.fixture
+def path(mq: MQ) -> str:
+    store.Admin(str(mq.root)).create_topic("Q", queues=1)
+    mq.send_lines("Q", [f"m{i}" for i in range(5)])
+    return str(mq.root)
+
+
+def left_cleanly(mq: MQ, handled: list[str]) -> None:
+    """What was handled is committed and nothing else; the member left, its locks released;
+    the rest is delivered to the next member."""
+    assert handled == [f"m{i}" for i in range(len(handled))]
+    assert mq.offsets("G", "Q") == {("Q", 0): len(handled)}
+    assert mq.members("G") == []
+    assert mq.locks("G") == []
+    assert [e["body"] for e in mq.drain("Q", "G")] == [f"m{i}" for i in range(len(handled), 5)]
+
+
+@pytest.mark.parametrize("mode", ["concurrently", "orderly"])
+@pytest.mark.parametrize("how", ["async with", "close()"])
+def test_closing_while_run_is_in_flight_waits_for_its_handlers_and_leaves(mq: MQ, path: str, mode: str,
+                                                                          how: str) -> None:
+    out = child(path, mode, f"""
+    async def main():
+        global first
+        first = asyncio.Event()
+        async with consumer() as c:
+            task = asyncio.create_task(c.run(handler, concurrency=1))
+            await asyncio.wait_for(first.wait(), 60)
+            if {how == "close()"}:
+                await asyncio.wait_for(c.close(), 60)   # (the handler in flight awaits meanwhile)
+        await asyncio.wait_for(task, 60)   # run() returned: stopped by the close
+        report(left=True, closed_after=list(handled))
+    asyncio.run(main())
+    """)
+    assert out["left"] and out["started"] == out["handled"] == out["closed_after"] == ["m0"]
+    left_cleanly(mq, out["handled"])
+
+
+def test_an_exception_beside_run_in_async_with_comes_out(mq: MQ, path: str) -> None:
+    out = child(path, "concurrently", """
+    async def main():
+        global first
+        first = asyncio.Event()
+
+        async def other():
+            await first.wait()
+            raise ValueError("boom")
+        try:
+            async with consumer() as c:
+                await asyncio.wait_for(asyncio.gather(c.run(handler, concurrency=1), other()), 60)
+        except ValueError as exc:
+            report(raised=str(exc))
+    asyncio.run(main())
+    """)
+    assert out["raised"] == "boom"
+    assert out["started"] == out["handled"] == ["m0"]
+    left_cleanly(mq, out["handled"])
+
+
+@pytest.mark.parametrize("how", ["run awaited", "async with"])
+def test_a_handler_may_close_its_consumer(mq: MQ, path: str, how: str) -> None:
+    # (close does not wait for the call it is made from: run() returns once that call has,
+    # and the member leaves then; leaving an async with block meanwhile waits for that)
+    out = child(path, "orderly", f"""
+    async def main():
+        c = consumer()
+        closed = asyncio.Event()
+
+        async def closing(msg):
+            started.append(msg.text)
+            await c.close()
+            closed.set()
+            await asyncio.sleep(0.3)
+            handled.append(msg.text)
+        if {how == "run awaited"}:
+            await asyncio.wait_for(c.run(closing), 60)
+            returned = True
+        else:
+            async with c:
+                task = asyncio.create_task(c.run(closing))
+                await asyncio.wait_for(closed.wait(), 60)
+            returned = task.done()
+        report(closed=repr(c).endswith("closed)"), returned=returned)
+    asyncio.run(main())
+    """)
+    assert out["closed"] and out["returned"] and out["started"] == out["handled"] == ["m0"]
+    left_cleanly(mq, out["handled"])
