@@ -55,6 +55,7 @@ def show_members(out: Output, members: "list[MemberRow]", group: str, now: int, 
         "orderly": m.orderly, "strategy": m.strategy, "topics": m.topics, "queues": m.queues,
         "startedAt": m.started_at, "heartbeatAt": m.heartbeat_at,
         "started": format_time(m.started_at) if m.started_at is not None else None, "state": m.state,
+        "tags": m.tags, "subscriptionConsistent": m.subscription_consistent,
     } for m in members]
     for r in rows if not out.json else ():   # (the text of the table: not in --json's machine values)
         r["queuesText"] = queues_text(r["queues"])
@@ -64,3 +65,9 @@ def show_members(out: Output, members: "list[MemberRow]", group: str, now: int, 
         out.table(rows, MEMBER_COLUMNS)
     elif not out.json:
         out.info(f"no live members in group {group}")
+    mixed = [m for m in members if not m.subscription_consistent]
+    if mixed and not out.json:   # (--json: each row's subscriptionConsistent)
+        each = "; ".join(f"{m.client_id}: {m.subscription}" for m in mixed)
+        out.warn(f"members of group {group} subscribe differently ({each}); members of one group "
+                 f"must subscribe alike (as in RocketMQ), or messages go to the wrong handler or "
+                 f"are skipped")

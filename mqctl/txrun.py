@@ -138,11 +138,14 @@ class Runner:
 
     def _exit_on_signals(self) -> Callable[[], None]:
         """While a command runs in a one-shot ``tx`` command (no handler of its own: ``tx check
-        --loop`` has one), SIGTERM and SIGHUP end mqctl by ``SystemExit(128 + signal)``, SIGINT
-        by ``KeyboardInterrupt``, rather than at once, so that the command's group is killed
-        first: it runs in a session of its own and would outlive us. Returns what puts the
-        handlers back."""
+        --loop`` has one), SIGTERM ends mqctl by ``Terminated`` (exit 143 and its
+        ``mqctl: error: terminated`` line, as ``send``), SIGINT by ``KeyboardInterrupt`` (130,
+        ``interrupted``), SIGHUP by ``SystemExit(129)`` (its terminal is gone: no line to print),
+        rather than at once, so that the command's group is killed first: it runs in a session
+        of its own and would outlive us. Returns what puts the handlers back."""
         import threading
+
+        from mqctl.errors import Terminated
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
         defaults = {signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_DFL,
@@ -152,7 +155,8 @@ class Runner:
         def on_signal(signum: int, _frame: object) -> None:
             self.stop()
             if self._exit is None:
-                self._exit = KeyboardInterrupt() if signum == signal.SIGINT else SystemExit(128 + signum)
+                self._exit = (KeyboardInterrupt() if signum == signal.SIGINT else
+                              Terminated() if signum == signal.SIGTERM else SystemExit(128 + signum))
             if self._may_raise:
                 self._may_raise = False
                 raise self._exit

@@ -135,8 +135,11 @@ def tag_problem(tag: str) -> str | None:
 
 def parse_tag_expression(expr: str | None, what: str = "tag expression") -> frozenset[str] | None:
     """RocketMQ's subscription expression: ``A || B`` is the set of tags; ``*`` (alone or as
-    one of the alternatives) or nothing means every message (None). Spaces around a tag are
-    dropped and an empty alternative is ignored, as RocketMQ does.
+    one of the alternatives) or nothing (``''``) means every message (None). Spaces around a
+    tag are dropped and an empty alternative beside a tag is ignored (``'A ||'`` is ``A``), as
+    RocketMQ's ``FilterAPI.buildSubscriptionData`` does. An expression whose every part is
+    empty (``'||'``, ``' || '``, ``' '``) names no tag: a UsageError, not every message
+    (RocketMQ refuses ``'||'`` and makes ``' || '`` select nothing).
 
     Strict about everything else: a tag never holds ``|``, ``&``, ``,`` or ``*``, so ``A | B``,
     ``A && B``, ``A,B`` or ``A*`` is a UsageError naming the grammar, not a literal tag that
@@ -164,4 +167,6 @@ def parse_tag_expression(expr: str | None, what: str = "tag expression") -> froz
     if "*" in tags:
         return None
     tags.discard("")
+    if not tags and expr != "":
+        raise UsageError(f"{what} {expr!r}: it names no tag; write {TAG_EXPRESSION_HELP}")
     return frozenset(tags) or None

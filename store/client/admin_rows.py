@@ -139,7 +139,10 @@ class MemberRow(Row):
     """A live member of a group (``mqctl consumers``): its process, how it consumes, and the
     queues it holds now (``[{"topic": ..., "queueId": ...}]``). ``state``: ``live``, or
     ``expired`` when it was not heard from for the member expiry (stopped or hung; the group
-    shares its queues without it)."""
+    shares its queues without it). ``tags``: its tag expression (``*``, ``A || B``; None from
+    a member that does not publish it); ``subscription_consistent``: False when it subscribes
+    otherwise (topic, tags, mode, orderly) than another live member of the group, which
+    RocketMQ forbids (``store/client/subscriptions.py``)."""
 
     group: str
     client_id: str
@@ -153,6 +156,15 @@ class MemberRow(Row):
     started_at: int | None
     heartbeat_at: int | None
     state: str = "live"
+    tags: str | None = None
+    subscription_consistent: bool = True
+
+    @property
+    def subscription(self) -> str:
+        """What it subscribes, in words (``topic T (tags *, clustering, concurrently)``)."""
+        from store.client.subscriptions import Subscription
+        return Subscription.of({"topics": self.topics, "tags": self.tags, "mode": self.mode,
+                                "orderly": self.orderly}).describe()
 
 
 @dataclass

@@ -27,6 +27,7 @@ from store.client.leases import MEMBER_EXPIRY_MS
 from store.client.offset_keeper import OffsetKeeper
 from store.client.options import ConsumeOptions
 from store.client.process_queue import ProcessQueue
+from store.client.subscriptions import Subscription, SubscriptionCheck, tag_text
 from store.errors import StoreIOError
 from store.failpoints import failpoint
 from store.log.messagestore import Store
@@ -36,7 +37,7 @@ TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__i
 if TYPE_CHECKING:
     from typing import Any
 
-    from store.client.members import Membership
+    from store.client.members import MemberInfo, Membership
     from store.watch import Watcher
 
 
@@ -62,6 +63,7 @@ class Rebalancer:
         # watches their lock files and rebalances when one is released
         self.waiting_for: set[QueueKey] = set()
         self._topics_stamp: tuple[int, int] | None = None   # the topic table's epoch as last seen
+        self.subscriptions: SubscriptionCheck | None = None   # (once joined)
 
     # -- membership ------------------------------------------------------------------------
     def join(self) -> None:
@@ -70,7 +72,7 @@ class Rebalancer:
         from store.client.members import Membership
         self.membership = Membership(self.store.layout, o.group, o.client_id, {
             "topics": [o.topic], "mode": "broadcasting" if o.broadcast else "clustering",
-            "orderly": o.orderly, "strategy": o.strategy, "queues": [],
+            "orderly": o.orderly, "strategy": o.strategy, "queues": [], "tags": tag_text(o.tags),
             # (config: the member's own queue ids, which `mqctl rebalance` shows as the allocation)
             **({"configQueues": sorted(set(o.config_queues or []))} if o.strategy == "config" else {})},
             beats=not o.broadcast)
@@ -84,6 +86,16 @@ class Rebalancer:
                     f"host and group; give each broadcast consumer of group {o.group} on this host "
                     f"its own --client-id (it keeps its offsets under that id)") from exc
             raise
+        from store.client.members import live_members
+        self.subscriptions = SubscriptionCheck(o.group, Subscription.of(self.membership.record))
+        self._check_subscriptions(live_members(self.store.layout, o.group))
+
+    def _check_subscriptions(self, members: list[MemberInfo]) -> None:
+        """Warn once about each live member that subscribes otherwise than this one
+        (``subscriptions.py``): not refused, as a rolling change passes through that."""
+        if self.subscriptions is not None:
+            for line in self.subscriptions.look(self.o.client_id, members):
+                self.warn(line)
 
     def leave(self) -> None:
         """Release every queue lock and leave the group (offsets persisted before)."""
@@ -181,7 +193,10 @@ class Rebalancer:
         members = None
         if not o.broadcast and not o.no_group:
             every = live_members(self.store.layout, o.group, prune=True, counted_only=True)
-            self.members_seen = tuple(m.clientId for m in every)
+            seen = tuple(m.clientId for m in every)
+            if seen != self.members_seen:   # (a member joined: does it subscribe alike?)
+                self._check_subscriptions(every)
+            self.members_seen = seen
             live = [m for m in every if o.topic in (m.record.get("topics") or [o.topic])]
             members = sorted({m.clientId for m in live} | {o.client_id})
         wanted: set[QueueKey] = set()

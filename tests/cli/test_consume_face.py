@@ -81,6 +81,9 @@ def test_a_bad_format_names_itself(loaded: MQ, fmt: str, start: str) -> None:
     ("paid | new", "alternatives are separated by '||'"),
     ("paid,new", "alternatives are separated by '||', not ','"),
     ("pa*", "'*' stands alone"),
+    ("||", "it names no tag"),         # (it used to select every message)
+    (" || ", "it names no tag"),
+    (" ", "it names no tag"),
 ])
 def test_a_tag_expression_outside_the_grammar_is_refused(loaded: MQ, expr: str, why: str) -> None:
     line = one_error(loaded.run("consume", "T", "-g", "tags", "--from", "first", "-e", "-t", expr), 2,

@@ -422,6 +422,15 @@ def test_broadcast_and_tags(path: str) -> None:
         assert sorted(m.text for m in b.messages(exit_at_end=True)) == ["paid", "refunded"]
 
 
+def test_a_tag_expression_without_a_tag_is_refused_not_every_message(path: str) -> None:
+    """``'||'`` used to select every message; an empty alternative beside a tag is still
+    skipped, as RocketMQ skips it, and ``''`` is still every message."""
+    for expr in ("||", " || ", " "):
+        with pytest.raises(store.UsageError, match="names no tag"):
+            store.Consumer("B", "G", path, tags=expr)
+    assert store.parse_tag_expression("A ||") == {"A"} and store.parse_tag_expression("") is None
+
+
 def test_broadcast_refuses_what_only_clustering_has(path: str) -> None:
     """As `mqctl consume --broadcast` does: no dedup (a group's log), no dead letters."""
     with pytest.raises(store.UsageError, match="dedup"):

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from mqctl import txrun
+from mqctl.errors import Terminated
 from tests.procs import MQ, handler_script, pid_running, wait_for
 
 
@@ -86,6 +87,16 @@ def test_a_signal_that_ends_mqctl_ends_the_command(mq: MQ, tmp_path: Path, args:
     assert "Traceback" not in err
     # the command mqctl killed itself is no command's failure to warn about
     assert "killed by signal" not in err, err
+    assert "mqctl: error:" not in err or "--loop" not in args, err   # (the loop ends quietly)
+
+
+@pytest.mark.parametrize("args", _ONE_SHOTS)
+def test_a_one_shot_ended_by_sigterm_says_terminated(mq: MQ, tmp_path: Path, args: list[str]) -> None:
+    """143 with ``mqctl: error: terminated`` last on stderr, as ``send -`` and the README's
+    exit-code table say (SIGINT's ``interrupted`` has its line too); it used to exit 143
+    without a word."""
+    err = _signalled(mq, tmp_path, args, [signal.SIGTERM], (128 + signal.SIGTERM,))
+    assert err.endswith("mqctl: error: terminated\n"), err
 
 
 @pytest.mark.parametrize("sighup_as", [signal.SIG_IGN], indirect=True)
@@ -176,9 +187,8 @@ def test_a_signal_while_the_command_starts_ends_it(own_sigterm: None, tmp_path: 
 
     monkeypatch.setattr(txrun.subprocess, "Popen", popen_then_signal)
     try:
-        with pytest.raises(SystemExit) as ended:
+        with pytest.raises(Terminated):
             txrun.Runner().run([_slow(tmp_path, pidfile)], b"", dict(os.environ), None)
-        assert ended.value.code == 128 + signal.SIGTERM
         wait_for(lambda: not pid_running(started[0]), what="the command to be killed")
     finally:
         _end(*started)
@@ -201,9 +211,9 @@ def test_a_second_signal_during_the_clean_up_cannot_cut_it_short(own_sigterm: No
     first.start()
     pid = 0
     try:
-        with pytest.raises(SystemExit) as ended:
+        with pytest.raises(Terminated):
             txrun.Runner().run([_slow(tmp_path, pidfile)], b"", dict(os.environ), None)
-        assert ended.value.code == 128 + signal.SIGTERM and again
+        assert again
         pid = _pid_of(pidfile)
         wait_for(lambda: not pid_running(pid), what="the command to be killed")
     finally:

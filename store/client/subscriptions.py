@@ -1,0 +1,110 @@
+"""A group member's subscription (topic, tag expression, mode, orderly), as its member record
+publishes it, and the check that the members of one group subscribe alike.
+
+RocketMQ requires every member of a consumer group to subscribe alike: the members share the
+group's queues (and its retry topic ``%RETRY%GROUP``) as if they ran one program, so a member
+of another topic takes the failed messages of the first topic for retries and hands them to
+the wrong handler, and a member with another tag filter skips, and commits, the messages of
+the queues it holds that the other members wanted (its console calls that "subscription
+inconsistency"). Nothing refuses a mixed group here either (a rolling change of a group's
+subscription passes through one), but each member warns once about every live member that
+subscribes otherwise, when it joins and when a new member joins, and ``mqctl consumers``
+shows it (:func:`mismatched`).
+
+Records written before ``tags`` was published have no tag expression: it is left out of
+their comparison (unknown, not "every message").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, Iterable
+
+
+def tag_text(tags: Iterable[str] | None) -> str:
+    """The tag expression a member record publishes: ``*`` (every message) or ``A || B``
+    (sorted, so two members that wrote their alternatives in another order agree)."""
+    return "*" if tags is None else " || ".join(sorted(tags))
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """What a member consumes; None where its record does not say (an older record)."""
+
+    topics: tuple[str, ...] | None
+    tags: str | None
+    mode: str | None
+    orderly: bool | None
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> "Subscription":
+        topics, tags = record.get("topics"), record.get("tags")
+        mode, orderly = record.get("mode"), record.get("orderly")
+        return cls(tuple(sorted(t for t in topics if isinstance(t, str))) if isinstance(topics, list) else None,
+                   tags if isinstance(tags, str) else None,
+                   mode if isinstance(mode, str) else None,
+                   orderly if isinstance(orderly, bool) else None)
+
+    def differs(self, other: "Subscription") -> bool:
+        """Whether the two differ in what both records say."""
+        pairs = ((self.topics, other.topics), (self.tags, other.tags), (self.mode, other.mode),
+                 (self.orderly, other.orderly))
+        return any(a is not None and b is not None and a != b for a, b in pairs)
+
+    def describe(self) -> str:
+        """``topic orders (tags 'A || B', clustering, concurrently)`` (what is known)."""
+        parts = []
+        if self.tags is not None:
+            parts.append(f"tags {self.tags!r}" if self.tags != "*" else "tags *")
+        if self.mode is not None:
+            parts.append(self.mode)
+        if self.orderly is not None:
+            parts.append("orderly" if self.orderly else "concurrently")
+        what = ", ".join(parts)
+        if self.topics is None:
+            return what or "unknown"
+        topics = f"topic{'s' if len(self.topics) != 1 else ''} {', '.join(self.topics) or '(none)'}"
+        return f"{topics} ({what})" if what else topics
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topics": list(self.topics) if self.topics is not None else None, "tags": self.tags,
+                "mode": self.mode, "orderly": self.orderly}
+
+
+def mismatch_warning(group: str, client_id: str, theirs: Subscription, mine: Subscription) -> str:
+    """The one line a member warns with about ``client_id``, a member that subscribes otherwise."""
+    return (f"group {group}: member {client_id} subscribes {theirs.describe()}, unlike this "
+            f"consumer: {mine.describe()}; members of one group must subscribe alike (as in "
+            f"RocketMQ), or messages go to the wrong handler or are skipped")
+
+
+class SubscriptionCheck:
+    """A member's check of the others' subscriptions: each one that differs is warned about
+    once (by client id and start time: one restarted with another subscription is new)."""
+
+    def __init__(self, group: str, mine: Subscription) -> None:
+        self.group = group
+        self.mine = mine
+        self._seen: set[tuple[str, Any]] = set()
+
+    def look(self, own_id: str, members: Iterable[Any]) -> list[str]:
+        """The warnings about the members (``MemberInfo``) not looked at before."""
+        lines = []
+        for m in members:
+            key = (m.clientId, m.startedAt)
+            if m.clientId == own_id or key in self._seen:
+                continue
+            self._seen.add(key)
+            theirs = Subscription.of(m.record)
+            if theirs.differs(self.mine):
+                lines.append(mismatch_warning(self.group, m.clientId, theirs, self.mine))
+        return lines
+
+
+def mismatched(subs: dict[str, Subscription]) -> set[str]:
+    """The client ids whose subscription differs from another member's in ``subs`` (client id
+    → subscription): every member of a mixed group, none of a consistent one."""
+    ids = sorted(subs)
+    return {a for a in ids for b in ids if a != b and subs[a].differs(subs[b])}

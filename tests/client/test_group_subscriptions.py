@@ -1,0 +1,128 @@
+"""Members of one group that subscribe otherwise (another topic, another tag expression,
+another mode): RocketMQ forbids it, as the group's queues and its retry topic are shared as if
+one program ran them. A member warns once about each such member (when it joins, and when one
+joins), and ``mqctl consumers`` shows it; nothing is refused (a rolling change of a group's
+subscription passes through a mixed group). They used to mix silently: a refunds member took
+the orders member's retries, and members with tags A and B committed each other's messages
+unhandled."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import store
+from store.client.subscriptions import Subscription, mismatched
+from tests.procs import MQ, Proc, wait_for
+
+ALIKE = "members of one group must subscribe alike"
+
+
+def _warnings(p: Proc) -> list[str]:
+    return [ln for ln in p.stderr().splitlines() if ALIKE in ln]
+
+
+def _warned(p: Proc) -> list[str]:
+    return wait_for(lambda: _warnings(p), what=f"{p.pid}'s warning about the other member")
+
+
+def test_members_with_other_tags_warn_once_and_consumers_shows_them(mq: MQ) -> None:
+    mq.ok("topic", "create", "T", "--queues", "2")
+    a = mq.start("consume", "T", "-g", "G", "--tag", "A", "--client-id", "a-member")
+    wait_for(lambda: len(mq.members("G")) == 1, what="a to join")
+    b = mq.start("consume", "T", "-g", "G", "--tag", "B", "--client-id", "b-member")
+    try:
+        [on_a], [on_b] = _warned(a), _warned(b)
+        aid = "a-member"
+        assert on_a == ("mqctl: warning: group G: member b-member subscribes topic T (tags 'B', clustering, "
+                        "concurrently), unlike this consumer: topic T (tags 'A', clustering, concurrently); "
+                        "members of one group must subscribe alike (as in RocketMQ), or messages go to the "
+                        "wrong handler or are skipped")
+        assert f"member {aid} subscribes topic T (tags 'A', clustering, concurrently)" in on_b
+        rows = mq.ok("consumers", "-g", "G", "--json").json_lines()
+        assert {r["clientId"]: (r["tags"], r["subscriptionConsistent"]) for r in rows} == \
+            {aid: ("A", False), "b-member": ("B", False)}
+        assert {"topics", "mode", "orderly", "queues", "state"} <= set(rows[0])   # (kept)
+        human = mq.ok("consumers", "-g", "G")
+        [line] = human.stderr.splitlines()
+        assert line.startswith("mqctl: warning: members of group G subscribe differently (") and ALIKE in line
+        assert "b-member: topic T (tags 'B'" in line and "CLIENT-ID" in human.out
+        wait_for(lambda: len(mq.member_queues("G", "T")) == 2 and all(mq.member_queues("G", "T").values()),
+                 what="both members to hold a queue")   # (rebalances done: still one warning each)
+    finally:
+        a.stop()
+        b.stop()
+    assert len(_warnings(a)) == 1 and len(_warnings(b)) == 1, (a.stderr(), b.stderr())
+
+
+def test_members_of_two_topics_in_one_group_warn(mq: MQ) -> None:
+    """The tester's case: ``orders`` and ``refunds`` in group billing (their retries are one
+    topic, ``%RETRY%billing``, that both consume)."""
+    mq.ok("send", "orders", "o")
+    mq.ok("send", "refunds", "r")
+    orders = mq.start("consume", "orders", "-g", "billing", "--client-id", "o")
+    wait_for(lambda: len(mq.members("billing")) == 1, what="orders' member to join")
+    refunds = mq.start("consume", "refunds", "-g", "billing", "--client-id", "r")
+    try:
+        assert "member r subscribes topic refunds (tags *, clustering, concurrently), unlike this " \
+               "consumer: topic orders (tags *" in _warned(orders)[0]
+        assert "member o subscribes topic orders" in _warned(refunds)[0]
+    finally:
+        orders.stop()
+        refunds.stop()
+
+
+def test_members_that_subscribe_alike_say_nothing(mq: MQ) -> None:
+    """The same tags written in another order are the same subscription."""
+    mq.ok("topic", "create", "T", "--queues", "2")
+    a = mq.start("consume", "T", "-g", "G", "--tag", "A || B", "--client-id", "a")
+    wait_for(lambda: len(mq.members("G")) == 1, what="a to join")
+    b = mq.start("consume", "T", "-g", "G", "--tag", "B||A", "--client-id", "b")
+    try:
+        mq.wait_balanced("G", "T", 2, 2)
+        rows = mq.ok("consumers", "-g", "G", "--json").json_lines()
+        assert [(r["tags"], r["subscriptionConsistent"]) for r in rows] == [("A || B", True)] * 2
+        assert mq.ok("consumers", "-g", "G").stderr == ""
+    finally:
+        a.stop()
+        b.stop()
+    assert not _warnings(a) and not _warnings(b), (a.stderr(), b.stderr())
+
+
+def test_a_python_consumer_warns_through_its_warning_channel(path: str, caplog: pytest.LogCaptureFixture) -> None:
+    with store.Producer(path) as p:
+        p.send("orders", "o")
+        p.send("refunds", "r")
+    caplog.set_level(logging.WARNING, logger="store.client")
+    with store.Consumer("orders", "billing", path, client_id="one", start_from="first") as a, \
+            store.Consumer("refunds", "billing", path, client_id="two", start_from="first") as b:
+        list(a.messages(timeout=0.1))
+        list(b.messages(timeout=0.1))   # b joins: warns about a
+
+        def about(cid: str) -> list[str]:
+            return [r.getMessage() for r in caplog.records if f"member {cid} subscribes" in r.getMessage()]
+
+        def a_rebalanced() -> list[str]:
+            list(a.messages(timeout=0.1))
+            return about("two")
+        assert "topic orders" in about("one")[0] and ALIKE in about("one")[0]
+        assert "topic refunds" in wait_for(a_rebalanced, what="a to see b")[0]
+        with store.Admin(path) as admin:
+            assert [(m.client_id, m.tags, m.subscription_consistent) for m in admin.consumers("billing")] == \
+                [("one", "*", False), ("two", "*", False)]
+
+
+def test_a_record_without_tags_compares_on_what_it_says() -> None:
+    """A member record of an older version has no ``tags``: unknown, not every message."""
+    old = Subscription.of({"topics": ["T"], "mode": "clustering", "orderly": False})
+    new = Subscription.of({"topics": ["T"], "mode": "clustering", "orderly": False, "tags": "A"})
+    assert old.tags is None and not old.differs(new)
+    assert mismatched({"old": old, "new": new}) == set()
+    other = Subscription.of({"topics": ["T"], "mode": "broadcasting", "orderly": False, "tags": "A"})
+    assert mismatched({"old": old, "new": new, "b": other}) == {"old", "new", "b"}
+    assert Subscription.of({}).describe() == "unknown"
+
+
+@pytest.fixture
+def path(mq: MQ) -> str:
+    return str(mq.root)
