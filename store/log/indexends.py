@@ -100,7 +100,7 @@ def _repair_locked(engine: "Engine", finding: Finding | None = None) -> None:
         idx.drop_from(found.drop)
     added = 0
     for w in recordscan.scan(engine.commitlog, found.start):
-        if len(w.key_phys):
+        if w.key_phys is not None and len(w.key_phys):   # (None: a window over a hole in the log)
             keep = w.key_phys < cp.written_end
             idx.add_hashes(w.key_hash[keep].tolist(), w.key_phys[keep].tolist(), int(w.store_ts.max()))
             added += int(keep.sum())

@@ -267,7 +267,9 @@ def _read_live(engine: "Engine", phys: int, damage: list[tuple[int, str]],
             head = log.read_bytes(phys, 8)
         except OSError:
             return None
-        if len(head) == 8 and int.from_bytes(head[4:], "big") in (F.MAGIC_V1, F.MAGIC_V2):
+        if len(head) < 8 or not any(head):
+            return None   # (a segment missing or cut short, or zeroed: the log's damage, not the index's)
+        if int.from_bytes(head[4:], "big") in (F.MAGIC_V1, F.MAGIC_V2):
             damage.append((phys, str(exc)))
         elif strays is not None:
             strays.append(phys)
