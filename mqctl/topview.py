@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 VIEWS = ("topics", "groups", "locks", "problems")
+# What the problems view says of a store that needs recovery.
+RECOVERY_REPAIR = "the next writer repairs it, or run: mqctl store recover"
 
 
 @dataclass
@@ -144,6 +146,9 @@ def problems_view(snap: Any, hist: Any, flt: str = "") -> Section:
             + (f" (over the {p.check_timeout_ms // 1000}s check timeout)" if overdue else ""), alert=overdue)
     if p.delayed:
         add("delayed", "SCHEDULE_TOPIC_XXXX", p.delayed, f"{p.delayed_due} due now", alert=p.delayed_due > 0)
+    if p.recovery:   # (one row: what the first finding is, and what to do)
+        more = f" (and {len(p.recovery) - 1} more: top --json lists them)" if len(p.recovery) > 1 else ""
+        add("recovery", "store", len(p.recovery), f"{p.recovery[0]}{more}; {RECOVERY_REPAIR}")
     for w in p.warnings:
         add("warning", "store", "-", w)
     return sec
@@ -164,7 +169,7 @@ def summary(snap: Any) -> str:
     """One line: how much there is, and how many problems."""
     p = snap.problems
     issues = (sum(1 for n in p.dead_letters.values() if n) + len(p.overdue) + (1 if p.delayed_due else 0)
-              + len(p.warnings) + sum(1 for lk in snap.locks if lk.state != "held"))
+              + len(p.warnings) + (1 if p.recovery else 0) + sum(1 for lk in snap.locks if lk.state != "held"))
     live = sum(m.state == "live" for g in snap.groups for m in g.members)   # (as consumers and progress)
     counts = ((sum(1 for t in snap.topics if not t.system), "topic"), (len(snap.groups), "group"),
               (live, "member"), (len(snap.locks), "lock"), (issues, "problem"))

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from store import names
 from store.client.paths import PathLike, resolve_store_path
+from store.client.recoverylook import RecoveryLook
 from store.client.snapshot import (
     GroupStat,
     LockStat,
@@ -96,7 +97,8 @@ class Monitor:
         self._offsets: dict[str, dict[tuple[str, int], int]] = {}
         self._tx_key: tuple[Any, ...] | None = None
         self._tx: list[tuple[str, str, int, int]] = []
-        self._dirty: tuple[int, int] | None = None
+        self._recovery = RecoveryLook()
+        self._table: dict[str, TopicConfig] = {}
         try:
             self._check_filters()
         except BaseException:
@@ -149,7 +151,6 @@ class Monitor:
     def _snapshot(self) -> Snapshot:
         cpu = time.process_time()
         now = time.time_ns() // 1_000_000
-        self._warnings = [w for w in self._warnings if not w.startswith("recovery:")]
         held = HeldLocks()
         topics = self._topics()
         ends = {(t.topic, q): (lo, hi) for t in topics for q, (lo, hi) in enumerate(zip(t.min_offsets, t.max_offsets))}
@@ -158,7 +159,7 @@ class Monitor:
         infos = list_locks(self.store.layout, None, held.held)   # (once: members' queues are their locks)
         groups = self._groups(offsets, ends, held, infos)
         locks = self._locks(infos, now)
-        problems = self._problems(topics, groups, now)
+        problems = self._problems(topics, groups, now, self._recovery.look(self.store, held, self._table))
         return Snapshot(now, topics, groups, locks, problems, (time.process_time() - cpu) * 1000)
 
     # -- topics ----------------------------------------------------------------------------
@@ -170,7 +171,7 @@ class Monitor:
             cp = (st.st_mtime_ns, st.st_size)
         except FileNotFoundError:
             cp = (0, 0)
-        table = store.topics()
+        table = self._table = store.topics()
         try:
             st = os.stat(store.layout.topics_epoch)
             topics_stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -322,7 +323,8 @@ class Monitor:
         return tuple(out)
 
     # -- problems --------------------------------------------------------------------------
-    def _problems(self, topics: tuple[TopicStat, ...], groups: tuple[GroupStat, ...], now: int) -> Problems:
+    def _problems(self, topics: tuple[TopicStat, ...], groups: tuple[GroupStat, ...], now: int,
+                  recovery: tuple[str, ...]) -> Problems:
         from store.log.schedule import backlog
         dlq = {t.topic[len(names.DLQ_PREFIX):]: t.messages for t in topics if t.topic.startswith(names.DLQ_PREFIX)}
         if self.group is not None:
@@ -332,10 +334,9 @@ class Monitor:
         txs = tuple(PendingTx(tx, topic, now - born, checks) for tx, topic, born, checks in self._transactions())
         if self.topic is not None:
             txs = tuple(t for t in txs if t.topic == self.topic)
-        self._recovery()
         in_place = {g.group: sum(m.retrying_in_place for m in g.members) for g in groups}
         return Problems(dlq, {g: n for g, n in retries.items() if n}, txs, self.check_timeout_ms, delayed, due,
-                        tuple(self._warnings), {g: n for g, n in in_place.items() if n})
+                        tuple(self._warnings), {g: n for g, n in in_place.items() if n}, recovery)
 
     def _transactions(self) -> list[tuple[str, str, int, int]]:
         """(txId, topic, born time, checks) of unresolved transactions, read again only when
@@ -356,27 +357,6 @@ class Monitor:
             self._tx = [(p.tx_id, p.topic, p.half.born_timestamp, p.check_times) for p in pending(store)]
             self._tx_key = key
         return self._tx
-
-    def _recovery(self) -> None:
-        """A warning when the checkpoint and the commit log disagree in two looks running
-        (one look may fall inside a batch, between its records and its checkpoint)."""
-        from store.log import checkpoint as ckpt
-        store = self.store
-        cp = ckpt.read(store.layout.checkpoint)
-        end = store.commitlog.end()
-        if cp is None:
-            state = (-1, end) if end > 0 else None
-        elif cp.boot_id != store.boot_id and end > 0:
-            self._warnings.append("recovery: the machine restarted since the last write; the next writer "
-                                  "checks the commit log's tail")
-            state = None
-        else:
-            state = (cp.written_end, end) if cp.written_end != end else None
-        if state is not None and state == self._dirty:
-            self._warnings.append(
-                f"recovery: the commit log ends at {end} but the checkpoint says {state[0]} (a writer died "
-                f"mid-batch?); the next writer recovers, or run: mqctl store recover")
-        self._dirty = state
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:

@@ -157,8 +157,10 @@ class Problems:
     ``in_place`` per group (failed messages its orderly members retry in place, not through
     the retry topic: as their member records say),
     ``transactions`` unresolved (``overdue``: older than the check timeout), delayed messages
-    ``delayed`` not yet delivered and ``delayed_due`` whose time has come, and ``warnings``
-    (recovery needed, files read from their ``.bak``)."""
+    ``delayed`` not yet delivered and ``delayed_due`` whose time has come, ``warnings``
+    (files read from their ``.bak``), and ``recovery``: what the next opener that can write
+    would repair (``mqctl store recover`` repairs it too), one phrase each
+    (``store/client/recoverylook.py``)."""
 
     dead_letters: dict[str, int] = field(default_factory=dict)
     retries: dict[str, int] = field(default_factory=dict)
@@ -168,6 +170,7 @@ class Problems:
     delayed_due: int = 0
     warnings: tuple[str, ...] = ()
     in_place: dict[str, int] = field(default_factory=dict)
+    recovery: tuple[str, ...] = ()
 
     @property
     def overdue(self) -> tuple[PendingTx, ...]:
@@ -177,7 +180,8 @@ class Problems:
         return {"deadLetters": self.dead_letters, "retries": self.retries, "retriesInPlace": self.in_place,
                 "transactions": [t.to_json() for t in self.transactions],
                 "overdueTransactions": len(self.overdue), "checkTimeoutMs": self.check_timeout_ms,
-                "delayed": self.delayed, "delayedDue": self.delayed_due, "warnings": list(self.warnings)}
+                "delayed": self.delayed, "delayedDue": self.delayed_due, "warnings": list(self.warnings),
+                "recovery": list(self.recovery)}
 
 
 @dataclass(frozen=True)

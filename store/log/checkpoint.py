@@ -159,16 +159,13 @@ class CheckpointFile:
             os.close(fd)
 
 
-def write(path: Path, cp: Checkpoint, *, new: bool = False) -> bool:
-    """Write the checkpoint at ``path``. ``new``: only if there is none yet (False when there
-    is: two processes making a store at once, the one that made it first goes on), and
-    durable (its directory's fsync is the caller's): a new store's is the only one there is,
-    so a power cut before its first fsync would leave an empty file, not an older version."""
+def write(path: Path, cp: Checkpoint, *, new: bool = False) -> None:
+    """Write the checkpoint at ``path``. ``new``: a new store's, over whatever a creation that
+    did not finish left (its maker holds the store directory's lock), and durable (its
+    directory's fsync is the caller's): a new store's is the only one there is, so a power cut
+    before its first fsync would leave an empty file, not an older version."""
     try:
-        try:
-            fd = open_private(path, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if new else 0))
-        except FileExistsError:
-            return False
+        fd = open_private(path, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if new else 0))
         try:
             os.pwrite(fd, cp.pack(), 0)
             if new:
@@ -177,7 +174,6 @@ def write(path: Path, cp: Checkpoint, *, new: bool = False) -> bool:
             os.close(fd)
     except OSError as exc:
         raise io_error(exc, f"write {path}") from exc
-    return True
 
 
 def lost_durable_bytes(cp: Checkpoint | None, log: CommitLog) -> tuple[str, int, str] | None:

@@ -43,7 +43,7 @@ from store.log import settings as settings_file
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
-from store.log.preflight import checkpoint_locked, claim_new_store, recover_if_dirty
+from store.log.preflight import checkpoint_locked, claim_new_store, recover_if_dirty, unfinished_creation
 from store.log.queueends import queue_end
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
 from store.log.settings import StoreSettings
@@ -120,6 +120,9 @@ class Store:
         if not layout.store_json.exists() and not settings_file.restore_from_bak(layout, warn, write=recover):
             if not create:
                 if root.exists() and any(root.iterdir()):
+                    if unfinished_creation(layout):   # (a full disk, a kill -9 while it was made)
+                        raise StoreNotFoundError(f"{root} is a store whose creation did not finish "
+                                                 "(no store.json): make it again with: mqctl init")
                     raise StoreNotFoundError(f"{root} is not an mqctl store (no store.json)")
                 raise StoreNotFoundError(f"no store at {root} (create one with: mqctl init)")
             cls._initialise(root, settings or StoreSettings())
@@ -160,9 +163,8 @@ class Store:
     def _initialise(root: Path, settings: StoreSettings) -> None:
         settings.validate(strict=False)
         layout = Layout(root)
-        if not claim_new_store(layout):
-            return   # two processes making the store at once: the other one made it
-        settings_file.write_new(layout, settings)
+        # (False: two processes making the store at once, the other one made it)
+        claim_new_store(layout, lambda: settings_file.write_new(layout, settings))
 
     def close_queues(self) -> None:
         """Drop the cached descriptors of every consume queue (after files were removed)."""

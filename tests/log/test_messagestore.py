@@ -42,65 +42,86 @@ def test_create_makes_rocketmq_layout_private_to_the_user(root: Path) -> None:
     s.close()
 
 
-def test_a_store_another_process_is_making_is_waited_for(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two commands into a new store at once: the one that finds the other's directories and
-    checkpoint, without its store.json yet, waits for it and opens the store (it once failed
-    at once, exit 2: "is not empty and is not an mqctl store"), its checkpoint left alone."""
+def test_a_store_another_process_is_making_is_waited_for(root: Path) -> None:
+    """Two commands into a new store at once: the one that finds the other making it (its
+    directories and checkpoint made, the store directory's lock held, no store.json yet) waits
+    for it and opens the store (it once failed at once, exit 2: "is not empty and is not an
+    mqctl store"), the other's checkpoint left alone."""
     import threading
 
-    from store.fsutil import atomic_write_json
     from store.layout import Layout
     from store.log import preflight
-    from store.log.settings import StoreSettings
-    assert preflight.claim_new_store(Layout(root))   # the other maker, before its store.json
-    made = (root / "checkpoint").read_bytes()
-    waiting = threading.Event()
-    real_sleep = time.sleep
-
-    def sleep(s: float) -> None:
-        waiting.set()
-        real_sleep(s)
-    monkeypatch.setattr(preflight.time, "sleep", sleep)
+    from store.log.settings import StoreSettings, write_new
+    made = threading.Event()
+    go_on = threading.Event()
     got: list[object] = []
+
+    def settings() -> None:   # (the other maker, before its store.json)
+        made.set()
+        go_on.wait(30)
+        write_new(Layout(root), StoreSettings())
+    maker = threading.Thread(target=lambda: preflight.claim_new_store(Layout(root), settings))
+    maker.start()
+    assert made.wait(30)
+    checkpoint = (root / "checkpoint").read_bytes()
     opener = threading.Thread(target=lambda: got.append(_open_or_error(root)))
     opener.start()
-    while not waiting.wait(0.05) and opener.is_alive():
-        pass
-    atomic_write_json(root / "store.json", StoreSettings().to_json(), keep_bak=False)
+    opener.join(0.3)
+    assert opener.is_alive() and not got   # (waiting for the maker's lock)
+    go_on.set()
+    maker.join()
     opener.join()
     assert isinstance(got[0], Store), got
     got[0].close()
-    assert (root / "checkpoint").read_bytes() == made
+    assert (root / "checkpoint").read_bytes() == checkpoint
 
 
 def test_a_maker_arriving_late_leaves_the_first_makers_checkpoint_alone(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both makers found the directory empty; the first one made the store and wrote into it
+    """Both makers found no store.json; the first one made the store and wrote into it
     before the second one got to its checkpoint: that must not be put back to an empty log's
     (the next writer would take the store for damaged and recover it)."""
     s = open_store(root)
     s.put([draft("T", "x")])
     s.close()
     written = (root / "checkpoint").read_bytes()
-    real_iterdir = Path.iterdir
-    monkeypatch.setattr(Path, "iterdir", lambda p: iter(()) if p == root else real_iterdir(p))
     Store._initialise(root, s.settings)   # (what the second maker does once past its look)
-    monkeypatch.undo()
     assert (root / "checkpoint").read_bytes() == written
 
 
-def test_a_half_made_store_whose_maker_died_is_refused(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_half_made_store_whose_maker_died_is_made_again(root: Path) -> None:
+    """A store whose maker stopped before its store.json (a full disk, a kill -9: no one holds
+    its lock) is made again by the next opener that may create it; one that may not says
+    so (exit 3, naming ``mqctl init``). It once stayed refused for good ("is not empty and is
+    not an mqctl store"): only ``rm -rf`` got out."""
+    from store.layout import Layout
+    from store.log import preflight
+    assert preflight.claim_new_store(Layout(root))   # (no store.json written)
+    (root / "checkpoint").write_bytes(b"")   # (the full disk's)
+    with pytest.raises(StoreNotFoundError, match="creation did not finish .*mqctl init"):
+        Store.open(root)
+    with Store.open(root, create=True) as s:
+        s.put([draft("T", "x")])
+    with Store.open(root) as s:
+        assert [m.body for m in all_messages(s, "T")] == [b"x"]
+
+
+@pytest.mark.parametrize("extra", ["notes", "commitlog/00000000000000000000", "config/topics/t.json",
+                                   "consumequeue/t/0/00000000000000000000"])
+def test_a_directory_with_anything_a_creation_does_not_make_is_refused(root: Path, extra: str) -> None:
+    """Beside a half-made store's files, anything else (a user's file, a segment, a topic, a
+    queue) makes it not a store: refused (exit 2), and nothing in it touched."""
     from store.layout import Layout
     from store.log import preflight
     assert preflight.claim_new_store(Layout(root))
-    monkeypatch.setattr(preflight, "CREATOR_WAIT_S", 0.0)
+    (root / extra).parent.mkdir(parents=True, exist_ok=True)
+    (root / extra).write_bytes(b"mine")
+    before = sorted((str(p), p.read_bytes() if p.is_file() else b"") for p in root.rglob("*"))
     with pytest.raises(UsageError, match="is not empty and is not an mqctl store"):
         Store.open(root, create=True)
-    (root / "checkpoint").unlink()
-    (root / ".notes").write_text("mine")   # not a store's: refused without waiting
-    monkeypatch.setattr(preflight, "CREATOR_WAIT_S", 3600.0)
-    with pytest.raises(UsageError, match="is not empty and is not an mqctl store"):
-        Store.open(root, create=True)
+    with pytest.raises(StoreNotFoundError, match="is not an mqctl store"):
+        Store.open(root)
+    assert sorted((str(p), p.read_bytes() if p.is_file() else b"") for p in root.rglob("*")) == before
 
 
 def _open_or_error(root: Path) -> object:
