@@ -13,6 +13,10 @@ import re
 
 from store.errors import InvalidNameError, UsageError
 
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Iterable
+
 NAME_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,127}\Z")  # \Z: "$" would accept a trailing newline
 # any topic the store may hold: a name, or a group's retry or dead-letter topic
 ANY_TOPIC_RE = re.compile(r"^(?:%RETRY%|%DLQ%)?[A-Za-z0-9_%|-]{1,127}\Z")
@@ -131,6 +135,12 @@ def tag_problem(tag: str) -> str | None:
         if ch in tag:
             return f"a tag may not contain {ch!r}"
     return None
+
+
+def tag_text(tags: Iterable[str] | None) -> str:
+    """A parsed expression as a member record publishes it: ``*`` (every message) or
+    ``A || B`` (sorted, so two members that wrote their alternatives in another order agree)."""
+    return "*" if tags is None else " || ".join(sorted(tags))
 
 
 def parse_tag_expression(expr: str | None, what: str = "tag expression") -> frozenset[str] | None:

@@ -27,17 +27,18 @@ from store.client.leases import MEMBER_EXPIRY_MS
 from store.client.offset_keeper import OffsetKeeper
 from store.client.options import ConsumeOptions
 from store.client.process_queue import ProcessQueue
-from store.client.subscriptions import Subscription, SubscriptionCheck, tag_text
 from store.errors import StoreIOError
 from store.failpoints import failpoint
 from store.log.messagestore import Store
 from store.log.offsets import QueueKey, Warn
+from store.names import tag_text
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from typing import Any
 
     from store.client.members import MemberInfo, Membership
+    from store.client.subscriptions import SubscriptionCheck
     from store.watch import Watcher
 
 
@@ -63,7 +64,7 @@ class Rebalancer:
         # watches their lock files and rebalances when one is released
         self.waiting_for: set[QueueKey] = set()
         self._topics_stamp: tuple[int, int] | None = None   # the topic table's epoch as last seen
-        self.subscriptions: SubscriptionCheck | None = None   # (once joined)
+        self.subscriptions: SubscriptionCheck | None = None   # (once another member is seen)
 
     # -- membership ------------------------------------------------------------------------
     def join(self) -> None:
@@ -86,16 +87,20 @@ class Rebalancer:
                     f"host and group; give each broadcast consumer of group {o.group} on this host "
                     f"its own --client-id (it keeps its offsets under that id)") from exc
             raise
-        from store.client.members import live_members
-        self.subscriptions = SubscriptionCheck(o.group, Subscription.of(self.membership.record))
-        self._check_subscriptions(live_members(self.store.layout, o.group))
+        if o.broadcast:   # (a clustering member looks at the others at its first allocation)
+            from store.client.members import live_members
+            self._check_subscriptions(live_members(self.store.layout, o.group))
 
     def _check_subscriptions(self, members: list[MemberInfo]) -> None:
         """Warn once about each live member that subscribes otherwise than this one
         (``subscriptions.py``): not refused, as a rolling change passes through that."""
-        if self.subscriptions is not None:
-            for line in self.subscriptions.look(self.o.client_id, members):
-                self.warn(line)
+        if self.membership is None or all(m.clientId == self.o.client_id for m in members):
+            return   # (alone: nothing to compare, nor to import for it)
+        if self.subscriptions is None:
+            from store.client.subscriptions import Subscription, SubscriptionCheck
+            self.subscriptions = SubscriptionCheck(self.o.group, Subscription.of(self.membership.record))
+        for line in self.subscriptions.look(self.o.client_id, members):
+            self.warn(line)
 
     def leave(self) -> None:
         """Release every queue lock and leave the group (offsets persisted before)."""

@@ -20,13 +20,7 @@ from dataclasses import dataclass
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
-    from typing import Any, Iterable
-
-
-def tag_text(tags: Iterable[str] | None) -> str:
-    """The tag expression a member record publishes: ``*`` (every message) or ``A || B``
-    (sorted, so two members that wrote their alternatives in another order agree)."""
-    return "*" if tags is None else " || ".join(sorted(tags))
+    from typing import Any
 
 
 @dataclass(frozen=True)
@@ -89,8 +83,10 @@ class SubscriptionCheck:
         self.mine = mine
         self._seen: set[tuple[str, Any]] = set()
 
-    def look(self, own_id: str, members: Iterable[Any]) -> list[str]:
+    def look(self, own_id: str, members: list[Any]) -> list[str]:
         """The warnings about the members (``MemberInfo``) not looked at before."""
+        if len(self._seen) > 4 * len(members) + 64:   # (members long gone: forgotten)
+            self._seen &= {(m.clientId, m.startedAt) for m in members}
         lines = []
         for m in members:
             key = (m.clientId, m.startedAt)
