@@ -15,7 +15,7 @@ from store import names
 from store.client.aio_driver import drive
 from store.client.aio_life import AsyncLife
 from store.client.aio_shared import off_loop
-from store.client.aio_sinks import AsyncIteratorSink, HandlerCalls, TaskSink
+from store.client.aio_sinks import IN_HANDLER, AsyncIteratorSink, HandlerCalls, TaskSink
 from store.client.consumer import ITER_BATCH, ITER_CACHE_BYTES, PREFETCH, Consumer
 from store.client.consumer_args import StartFrom, set_retries, start_position, tag_filter
 from store.client.handoff import DrainedEvent, Hand, InHand
@@ -412,7 +412,7 @@ class AsyncConsumer:
         """Await the return of the :meth:`run` in flight, if any; not from one of its handler
         calls (it would wait for itself)."""
         ended, sink = self._run_ended, self._life.sink
-        if ended is None or (isinstance(sink, TaskSink) and asyncio.current_task() in sink.tasks):
+        if ended is None or (isinstance(sink, TaskSink) and IN_HANDLER.get() is sink):
             return
         await ended.wait()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures as cf
+import contextvars
 import inspect
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
@@ -74,6 +75,11 @@ class AsyncIteratorSink(InHand):
         self.release_all()
 
 
+# The TaskSink whose handler call runs in this context: the call's own task and every task it
+# starts (asyncio.wait_for, gather, a TaskGroup copy it), which a close must not wait for.
+IN_HANDLER: contextvars.ContextVar[object] = contextvars.ContextVar("mqctl_in_handler", default=None)
+
+
 class TaskSink:
     """A per-message pool sink running ``work(batch, topic)`` as an asyncio task per batch:
     at most ``concurrency`` batches (so handler calls) at a time. :meth:`drain` waits for the
@@ -102,6 +108,7 @@ class TaskSink:
     async def _run(self, fut: "cf.Future[Outcome]", batch: list[Any], topic: str) -> None:
         # (work reports handler failures and cancellation in its outcome: what escapes it is
         # a failure of the consumer, which the runtime raises from the future)
+        IN_HANDLER.set(self)   # (this task's own context)
         try:
             outcome = await self.work(batch, topic)
         except BaseException as exc:  # noqa: BLE001 - handed to the runtime through the future

@@ -104,7 +104,7 @@ def test_an_exception_beside_run_in_async_with_comes_out(mq: MQ, path: str) -> N
     left_cleanly(mq, out["handled"])
 
 
-@pytest.mark.parametrize("how", ["run awaited", "async with"])
+@pytest.mark.parametrize("how", ["run awaited", "async with", "through wait_for", "through a task group"])
 def test_a_handler_may_close_its_consumer(mq: MQ, path: str, how: str) -> None:
     # (close does not wait for the call it is made from: run() returns once that call has,
     # and the member leaves then; leaving an async with block meanwhile waits for that)
@@ -115,11 +115,17 @@ def test_a_handler_may_close_its_consumer(mq: MQ, path: str, how: str) -> None:
 
         async def closing(msg):
             started.append(msg.text)
-            await c.close()
+            if {how == "through wait_for"}:   # (a task of its own: the close waited for the call)
+                await asyncio.wait_for(c.close(), 60)
+            elif {how == "through a task group"}:
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(c.close())
+            else:
+                await c.close()
             closed.set()
             await asyncio.sleep(0.3)
             handled.append(msg.text)
-        if {how == "run awaited"}:
+        if {how != "async with"}:
             await asyncio.wait_for(c.run(closing), 60)
             returned = True
         else:
