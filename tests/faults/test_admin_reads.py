@@ -4,11 +4,13 @@ a broadcast client's offsets beyond reading fail ``offsets show`` and ``progress
 clustering table's do (exit 5), not "no committed offsets"."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from store.layout import Layout
 from store.log import format as F
-from tests.procs import MQ
+from tests.procs import MQ, one_error
 
 
 def _three_sent_two_consumed(mq: MQ) -> list[int]:
@@ -64,3 +66,13 @@ def test_topic_status_takes_no_time_from_a_damaged_record(mq: MQ, raw: bytes) ->
     assert res.out.splitlines()[1].split()[-1] == "-", res.out
     ok = mq.ok("progress", "-g", "g", "--json")   # (its record intact: its time is served)
     assert ok.json_lines()[0]["lastTimestamp"] > 0 and "warning" not in ok.stderr, str(ok)
+
+
+def test_a_queue_segment_that_is_a_directory_is_named(mq: MQ) -> None:
+    _three_sent_two_consumed(mq)
+    seg = Layout(mq.root).queue_dir("t", 0) / F.segment_name(0)
+    seg.unlink()
+    os.mkdir(seg)
+    for args in (["progress", "-g", "g"], ["store", "check"], ["consume", "t", "-g", "g", "-c", "1"]):
+        line = one_error(mq.run(*args, timeout=60), 1, allow_warnings=True)
+        assert str(seg) in line and "Is a directory" in line, line
