@@ -29,7 +29,7 @@ class OffsetsAdmin(AdminBase):
         first, then each broadcast client's."""
         store = self._group(group, topic)
         rows = []
-        sets = group_offsets(store, group)
+        sets = group_offsets(store, group, strict=True)
         live = self._live_clients(group) if len(sets) > 1 else set()
         for s in sets:
             for (t, q), off in sorted(s.offsets.items()):
@@ -43,7 +43,7 @@ class OffsetsAdmin(AdminBase):
         included unless ``topic`` names another one."""
         from store.client.members import live_members
         store = self._group(group, topic)
-        sets = group_offsets(store, group)
+        sets = group_offsets(store, group, strict=True)
         owners = holders(store, group)
         topics_by_client: dict[str | None, set[str]] = {}
         for s in sets:

@@ -76,3 +76,19 @@ def test_a_queue_segment_that_is_a_directory_is_named(mq: MQ) -> None:
     for args in (["progress", "-g", "g"], ["store", "check"], ["consume", "t", "-g", "g", "-c", "1"]):
         line = one_error(mq.run(*args, timeout=60), 1, allow_warnings=True)
         assert str(seg) in line and "Is a directory" in line, line
+
+
+def test_broadcast_offsets_beyond_reading_fail_as_clustering_ones_do(mq: MQ) -> None:
+    mq.ok("topic", "create", "t", "--queues", "1")
+    mq.ok("send", "t", input="1\n2\n3\n")
+    mq.ok("consume", "t", "-g", "gb", "--broadcast", "--client-id", "bc1", "--from", "first", "-c", "2")
+    path = Layout(mq.root).broadcast_offsets("bc1", "gb")
+    for p in (path, path.with_name(path.name + ".bak")):
+        p.write_bytes(b"garbage")
+    for args in (["offsets", "show", "-g", "gb"], ["offsets", "show", "-g", "gb", "--json"],
+                 ["progress", "-g", "gb"], ["progress", "-g", "gb", "--json"]):
+        res = mq.run(*args)
+        line = one_error(res, 5, allow_warnings=True)
+        assert str(path) in line and res.stdout == b"", str(res)
+    one_error(mq.run("consume", "t", "-g", "gb", "--broadcast", "--client-id", "bc1", "-c", "1"), 5,
+              allow_warnings=True)
