@@ -74,9 +74,12 @@ class OffsetSet:
     offsets: dict[tuple[str, int], int]
 
 
-def group_offsets(store: "Store", group: str) -> list[OffsetSet]:
+def group_offsets(store: "Store", group: str, strict: bool = False) -> list[OffsetSet]:
     """The group's clustering offsets (always first, possibly empty), then one set per
-    broadcast client."""
+    broadcast client. A client's file that cannot be read (nor its ``.bak``) is passed over
+    with a warning, or with ``strict`` (a person asking for this group's offsets: ``offsets
+    show``, ``progress``) raises, as the clustering table's damage does: an empty answer
+    would say the client has committed nothing."""
     from store.errors import StoreError
     from store.log.broadcastoffsets import BroadcastOffsetStore
     from store.log.offsets import ClusterOffsetStore
@@ -86,6 +89,8 @@ def group_offsets(store: "Store", group: str) -> list[OffsetSet]:
             b = BroadcastOffsetStore(store.layout, cid, group, warn=store.warn)
             sets.append(OffsetSet(cid, b.load()))
         except StoreError as exc:  # one bad client file must not hide the rest
+            if strict:
+                raise
             store.warn(f"broadcast offsets of {cid}: {exc}")
     return sets
 

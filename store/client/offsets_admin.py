@@ -29,7 +29,7 @@ class OffsetsAdmin(AdminBase):
         first, then each broadcast client's."""
         store = self._group(group, topic)
         rows = []
-        sets = group_offsets(store, group)
+        sets = group_offsets(store, group, strict=True)
         live = self._live_clients(group) if len(sets) > 1 else set()
         for s in sets:
             for (t, q), off in sorted(s.offsets.items()):
@@ -43,7 +43,7 @@ class OffsetsAdmin(AdminBase):
         included unless ``topic`` names another one."""
         from store.client.members import live_members
         store = self._group(group, topic)
-        sets = group_offsets(store, group)
+        sets = group_offsets(store, group, strict=True)
         owners = holders(store, group)
         topics_by_client: dict[str | None, set[str]] = {}
         for s in sets:
@@ -87,14 +87,10 @@ class OffsetsAdmin(AdminBase):
         return [replace(r, scheduled=waiting.get((r.topic, r.queue_id), 0)) for r in rows]
 
     def _last_timestamp(self, topic: str, qid: int, consumer_offset: int | None) -> int | None:
-        store = self.store
+        """The store time of the last message consumed (None when unknown: removed, damaged)."""
         if consumer_offset is None or consumer_offset <= 0:
             return None
-        e = store.queue(topic, qid).entry(consumer_offset - 1)
-        if e is None or e[0] < store.commitlog.min_offset():
-            return None
-        ts = store.store_timestamp_at(e[0])
-        return ts if ts >= 0 else None
+        return self.store.store_time(topic, qid, consumer_offset - 1)
 
     # -- offsets reset -----------------------------------------------------------------------
     def reset_offsets(self, group: str, topic: str, to: ResetTarget, execute: bool = False, *,
@@ -146,7 +142,7 @@ class OffsetsAdmin(AdminBase):
                     row.new = hi
                 elif kind == "time":
                     row.new = store.search_offset(topic, q, value)
-                    first = self._first_store_time(topic, q, lo) if lo < hi else None
+                    first = store.store_time(topic, q, lo) if lo < hi else None
                     if first is not None and value < first:
                         row.clamped = "earliest"
                         if s is targets[0]:
@@ -272,11 +268,3 @@ class OffsetsAdmin(AdminBase):
             return "offset", to
         raise UsageError(f"reset target must be 'earliest' (or 'first'), 'latest' (or 'last', 'end'), a datetime "
                          f"or a queue offset >= 0, not {to!r}")
-
-    def _first_store_time(self, topic: str, qid: int, lo: int) -> int | None:
-        store = self.store
-        e = store.queue(topic, qid).entry(lo)
-        if e is None:
-            return None
-        ts = store.store_timestamp_at(e[0])
-        return ts if ts >= 0 else None

@@ -152,7 +152,7 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     problems += [Problem(f, 0, why) for f, why in engine.topic_table.problems()]
     view = engine.topic_table.view.problem()
     if view is not None:
-        rep.notes.append(Problem(str(engine.layout.topics_json), 0, f"the topics' RocketMQ view is {view} "
+        rep.notes.append(Problem(str(engine.layout.topics_json), 0, f"the topics' RocketMQ view {view} "
                                                                     f"(mqctl store recover rewrites it)"))
     problems += [Problem(*p) for p in offsettable.verify(engine.layout)]
     if engine.layout.checkpoint.exists() and confirm(lambda: ckpt.read(engine.layout.checkpoint)) is None:

@@ -176,7 +176,10 @@ class ConsumeQueue:
         if fd is None:
             return b""
         n = min(count, (base + self.segment_bytes - byte_off) // _SIZE)
-        data = os.pread(fd, n * _SIZE, byte_off - base)
+        try:
+            data = os.pread(fd, n * _SIZE, byte_off - base)
+        except OSError as exc:   # (a read's error names no file, "Is a directory": say which)
+            raise type(exc)(exc.errno, exc.strerror, f"{self._dir_s}/{F.segment_name(base)}") from exc
         return data[: len(data) - len(data) % _SIZE]
 
     def read_entries(self, offset: int, count: int) -> list[tuple[int, int, int]]:
@@ -192,12 +195,7 @@ class ConsumeQueue:
         filled, negative); None when it is valid or absent. Readers that get no entries below
         the max offset ask this, then skip the entry as damaged: stopping there would wait
         for ever for an entry that is never going to change."""
-        byte_off = offset * _SIZE
-        base = byte_off - byte_off % self.segment_bytes
-        fd = self._fd(base)
-        if fd is None:
-            return None
-        raw = os.pread(fd, _SIZE, byte_off - base)
+        raw = self.read_raw(offset, 1)
         if len(raw) < _SIZE:
             return None
         phys, size, _tags = _ENTRY.unpack(raw)

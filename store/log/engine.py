@@ -283,7 +283,7 @@ class Engine:
             self.delete_topic_locked(name)
         why = self.topic_table.view.refresh()
         if why is not None:
-            self.warn(f"{self.layout.topics_json} (the topics' RocketMQ view) was {why}; rewritten")
+            self.warn(f"{self.layout.topics_json} (the topics' RocketMQ view) {why}; rewritten")
 
     def migrate_topics_locked(self) -> None:
         if self.topic_table.legacy():

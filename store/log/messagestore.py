@@ -468,9 +468,10 @@ class Store:
             raise found[0]
         return out
 
-    def store_timestamp_at(self, phys: int) -> int:
+    def store_time(self, topic: str, queue_id: int, offset: int) -> int | None:
+        """The store time of a queue's message, from a record that checks out (``reads.store_time``)."""
         from store.log import reads
-        return reads.store_timestamp_at(self.engine, phys)
+        return reads.store_time(self.engine, topic, queue_id, offset)
 
     def search_offset(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """First offset whose message was stored at or after ``ts_ms``."""

@@ -283,9 +283,40 @@ def _damage_error(engine: "Engine", phys: int, why: str) -> CorruptionError:
                            f"damaged message: {why} (run: mqctl store check)")
 
 
-def store_timestamp_at(engine: "Engine", phys: int) -> int:
-    raw = engine.commitlog.read_bytes(phys + F.OFF_STORE_TIMESTAMP, 8)
-    return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else -1
+def store_time(engine: "Engine", topic: str, queue_id: int, offset: int, warn: bool = True) -> int | None:
+    """The store time of a queue's message at ``offset``, from its record only once the record
+    checks out (as :func:`pull` reads it: its CRC, its place against the entry, the log searched
+    when the entry is bad). None when the message is not there (cleaned away, past the end) or
+    its record is damaged: a damaged record's time bytes are not served (a flipped bit there
+    was a date in 1970 or an overflow); with ``warn``, one warning names the file and offset."""
+    q = engine.queues.queue(topic, queue_id)
+    log = engine.commitlog
+    e = q.entry(offset)
+    if e is None and q.invalid_at(offset) is None:
+        return None
+    if e is not None and e[0] < log.min_offset():
+        return None   # (its segment cleaned away: the message is gone, not damaged)
+    why = "its consume-queue entry is invalid"
+    if e is not None:
+        try:
+            m = log.read(e[0], e[1])
+            if m.queue_offset == offset and m.queue_id == queue_id and m.topic == topic:
+                return m.store_timestamp
+            why = "record does not match its consume-queue entry"
+        except RecordError as exc:
+            why = exc.reason
+    try:
+        found = find_record(log, q, topic, queue_id, offset)
+    except CorruptionError as exc:   # (the log holds no such record: the queue names a gone one)
+        found, where = None, str(exc)
+    else:
+        where = (str(_damage_error(engine, e[0], why)) if e is not None
+                 else f"{why} and its record is damaged (run: mqctl store check)")
+    if found is not None:
+        return found.store_timestamp
+    if warn:
+        engine.warn(f"store time of {topic}/{queue_id}@{offset} unknown: {where}")
+    return None
 
 
 def search_offset(engine: "Engine", topic: str, queue_id: int, ts_ms: int) -> int:
@@ -295,8 +326,10 @@ def search_offset(engine: "Engine", topic: str, queue_id: int, ts_ms: int) -> in
     lo, hi = engine.queues.min_offset(topic, queue_id), q.max_offset()
     while lo < hi:
         mid = (lo + hi) // 2
-        e = q.entry(mid)
-        if e is None or store_timestamp_at(engine, e[0]) >= ts_ms:
+        # (a message gone or damaged counts as at or after: the start found may be earlier
+        # than the exact one, never later, so no message is skipped)
+        ts = store_time(engine, topic, queue_id, mid, warn=False)
+        if ts is None or ts >= ts_ms:
             hi = mid
         else:
             lo = mid + 1
@@ -304,8 +337,6 @@ def search_offset(engine: "Engine", topic: str, queue_id: int, ts_ms: int) -> in
 
 
 def last_store_timestamp(engine: "Engine", topic: str, queue_id: int) -> int | None:
-    e = engine.queues.queue(topic, queue_id).last_entry()
-    if e is None:
-        return None
-    ts = store_timestamp_at(engine, e[0])
-    return ts if ts >= 0 else None
+    """The store time of a queue's last message (:func:`store_time`)."""
+    end = engine.queues.queue(topic, queue_id).max_offset()
+    return store_time(engine, topic, queue_id, end - 1) if end > 0 else None

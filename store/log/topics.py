@@ -140,6 +140,11 @@ def read_topic_file(path: Path, name: str) -> TopicConfig | str:
     return cfg
 
 
+def _state(why: str) -> str:
+    """A topic file's problem (:func:`read_topic_file`'s reason) as the end of a sentence."""
+    return "is missing" if why == "missing" else f"cannot be trusted ({why})"
+
+
 def queue_dirs(layout: Layout, topic: str) -> list[int]:
     """The queue ids that have a directory under ``consumequeue/<topic>/``, ascending."""
     try:
@@ -234,12 +239,12 @@ class TopicTable:
         mirror = read_topic_file(self.layout.topic_mirror(name), name)
         if isinstance(mirror, TopicConfig):
             if got != "missing":
-                self._tell(f"{where} is {got}; using its copy {self.layout.topic_mirror(name)} "
+                self._tell(f"{where} {_state(got)}; using its copy {self.layout.topic_mirror(name)} "
                            f"(mqctl store recover repairs it)")
             return mirror, False
         qids = queue_dirs(self.layout, name)
         if got != "missing":
-            self._tell(f"{where} is {got}, and so is its copy {self.layout.topic_mirror(name)}" + (
+            self._tell(f"{where} {_state(got)}, and its copy {self.layout.topic_mirror(name)} {_state(mirror)}" + (
                 f"; using its {qids[-1] + 1} queue directories (mqctl store recover repairs it)" if qids else ""))
         if qids:
             return TopicConfig(name, qids[-1] + 1), False
@@ -399,7 +404,7 @@ class TopicTable:
             if cfg is None:
                 continue
             if self.warn is not None and got != "missing":
-                self.warn(f"{self.layout.topic_config(name)} was {got}; restored "
+                self.warn(f"{self.layout.topic_config(name)} {_state(got)}; restored "
                           f"({cfg.queues} queue(s){', ordered' if cfg.order else ''})")
             self.save(cfg)
         return doomed
@@ -441,15 +446,17 @@ class TopicTable:
             got = read_topic_file(self.layout.topic_config(name), name)
             mirror = read_topic_file(self.layout.topic_mirror(name), name)
             if isinstance(got, str):
-                out.append((str(self.layout.topic_config(name)), f"topic config {got} (run mqctl store recover)"))
+                out.append((str(self.layout.topic_config(name)),
+                            f"topic config {_state(got)} (run mqctl store recover)"))
                 if isinstance(mirror, str):   # (both lost: the queue directories stand in)
                     out.append((str(self.layout.topic_mirror(name)),
-                                f"topic copy {mirror} too (run mqctl store recover)"))
+                                f"topic copy {_state(mirror)} too (run mqctl store recover)"))
             elif got.deleting:
                 out.append((str(self.layout.topic_config(name)), "topic deletion did not finish "
                                                                  "(run mqctl store recover)"))
             elif isinstance(mirror, str):
-                out.append((str(self.layout.topic_mirror(name)), f"topic copy {mirror} (run mqctl store recover)"))
+                out.append((str(self.layout.topic_mirror(name)),
+                            f"topic copy {_state(mirror)} (run mqctl store recover)"))
         for name in sorted(set(_listdir(self.layout.consumequeue_dir)) - configs):
             if queue_dirs(self.layout, name):
                 out.append((str(self.layout.topic_cq_dir(name)),

@@ -209,13 +209,13 @@ class TopicsView:
         write(self.path, table, self._epoch() if token is None else token, sync=sync)
 
     def problem(self) -> str | None:
-        """Why the view does not show the topics as they are (None: it does, or the file is a
-        legacy table). Reads every topic's file."""
+        """Why the view does not show the topics as they are, as the end of a sentence about it
+        ("is missing"; None: it does, or the file is a legacy table). Reads every topic's file."""
         if self.is_legacy():
             return None
         table = read_table(self.path)
         if table is None:
-            return "missing" if self.head() is None else "not valid JSON"
+            return "is missing" if self.head() is None else "is not valid JSON"
         if table != self.table():
             return "does not list the topics as config/topics/ has them"
         return None

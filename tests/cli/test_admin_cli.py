@@ -100,8 +100,7 @@ def test_reset_to_offset_beyond_the_end_is_clamped_and_reported(mq: MQ, loaded: 
 
 
 def test_reset_to_time(mq: MQ, loaded: Store) -> None:
-    q = loaded.queue("T", 0)
-    ts5 = loaded.store_timestamp_at(q.entry(5)[0])
+    ts5 = loaded.store_time("T", 0, 5)
     # Messages of one batch share a store time: the first at or after ts5 is the batch's first.
     r = mq.cli("offsets", "reset", "-g", "G", "--topic", "T", "--to-time", str(ts5), "-q", "0", "--json", check=True)
     assert r.json_lines()[0]["newOffset"] == loaded.search_offset("T", 0, ts5)
@@ -159,7 +158,7 @@ def test_progress(mq: MQ, loaded: Store) -> None:
     assert set(rows) == {0, 1, 2, 3}
     assert (rows[0]["brokerOffset"], rows[0]["consumerOffset"], rows[0]["lag"]) == (10, 4, 6)
     assert rows[1]["lag"] == 0 and rows[3]["lag"] == 0
-    ts3 = loaded.store_timestamp_at(loaded.queue("T", 0).entry(3)[0])
+    ts3 = loaded.store_time("T", 0, 3)
     assert rows[0]["lastTimestamp"] == ts3
     assert rows[2]["lastTimestamp"] is None
     for field in ("topic", "queueId", "brokerOffset", "consumerOffset", "lag", "lastTimestamp"):

@@ -316,3 +316,23 @@ def test_check_warns_of_a_damaged_topic_config_once_and_names_both_copies_when_b
     assert len(warnings) == 1 and str(config) in warnings[0], res.stderr
     named = [ln.split(":0:")[0] for ln in res.out.splitlines() if ":0:" in ln]
     assert named == ([str(config)] if copy == "intact" else [str(config), str(mirror)]), res.out
+
+
+def test_a_topic_config_without_its_crc_is_named_in_sentences(mq: MQ) -> None:
+    """"…/orders.json is no crc field" was the warning (and "was no crc field" recovery's)."""
+    mq.ok("topic", "create", "orders", "--queues", "2")
+    config, mirror = mq.root / "config" / "topics" / "orders.json", mq.root / "consumequeue" / "orders" / "topic.json"
+    obj = json.loads(config.read_text())
+    del obj["crc"]
+    config.write_text(json.dumps(obj))
+    res = mq.ok("topic", "status", "orders")
+    assert f"{config} cannot be trusted (no crc field); using its copy {mirror} (" in res.stderr, res.stderr
+    out = mq.run("store", "check").out
+    assert f"{config}:0: topic config cannot be trusted (no crc field) (run mqctl store recover)" in out, out
+    mirror.unlink()
+    res = mq.ok("topic", "status", "orders")
+    assert f"{config} cannot be trusted (no crc field), and its copy {mirror} is missing; using its 2" in res.stderr
+    assert f"{mirror}:0: topic copy is missing too (" in mq.run("store", "check").out
+    res = mq.ok("store", "recover")
+    assert f"{config} cannot be trusted (no crc field); restored (2 queue(s))" in res.stderr, res.stderr
+    mq.check_clean()

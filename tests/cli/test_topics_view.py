@@ -70,15 +70,16 @@ def test_a_view_that_missed_a_change_is_rewritten_by_the_next_writer(mq: MQ) -> 
 def test_store_recover_rewrites_a_damaged_or_missing_view(mq: MQ) -> None:
     mq.ok("topic", "create", "a", "--queues", "3")
     (mq.root / VIEW).write_text('{"derivedFrom": "config/topics", "topicConfigTable": {"zzz": {}}}')
-    assert "does not list the topics" in mq.run("store", "check").stderr
+    # (each a sentence: "the topics' RocketMQ view is does not list ..." it was)
+    assert "the topics' RocketMQ view does not list the topics as" in mq.run("store", "check").stderr
     mq.ok("store", "recover")
     assert set(_table(mq)) == {"a"} and _table(mq)["a"]["writeQueueNums"] == 3
     (mq.root / VIEW).unlink()                  # a store of an earlier version has none
-    assert "missing" in mq.run("store", "check").stderr
+    assert "the topics' RocketMQ view is missing (" in mq.run("store", "check").stderr
     mq.ok("topic", "list")
     assert set(_table(mq)) == {"a"}
     (mq.root / VIEW).write_text("{ torn")       # never read as truth, nor taken for a legacy table
-    assert "not valid JSON" in mq.run("store", "check").stderr
+    assert "the topics' RocketMQ view is not valid JSON (" in mq.run("store", "check").stderr
     listed = mq.ok("topic", "list", "--json")
     assert listed.json_lines()[0]["topic"] == "a" and "warning" not in listed.stderr, str(listed)
     assert set(_table(mq)) == {"a"} and not (mq.root / "config/topics.json.migrated").exists()
@@ -108,3 +109,15 @@ def test_recovery_rewrites_a_view_with_the_current_token_but_old_content(tmp_pat
     assert t.view.refresh() == "does not list the topics as config/topics/ has them"
     assert set(json.loads(lay.topics_json.read_text())["topicConfigTable"]) == {"A"}
     assert t.view.refresh() is None
+
+
+def test_recovery_says_in_a_sentence_why_it_rewrote_the_view(mq: MQ) -> None:
+    """"(the topics' RocketMQ view) was does not list the topics ..." it said."""
+    from store.log import topicsview
+    mq.ok("topic", "create", "a", "--queues", "3")
+    lay = Layout(mq.root)
+    topicsview.write(lay.topics_json, {}, TopicTable(lay).epoch_token())   # (the current token: not stale)
+    res = mq.ok("store", "recover")
+    assert (f"{lay.topics_json} (the topics' RocketMQ view) does not list the topics as config/topics/ has them; "
+            f"rewritten") in res.stderr, res.stderr
+    assert set(_table(mq)) == {"a"}
