@@ -54,8 +54,10 @@ def test_top_names_a_store_that_needs_recovery(mq: MQ, how: str, says: str) -> N
     [row] = [ln for ln in out.splitlines() if ln.startswith("recovery ")]
     assert says in row and row.endswith("the next writer repairs it, or run: mqctl store recover"), row
     [obj] = mq.ok("top", "--once", "--json").json_lines()
-    [found] = obj["problems"]["recovery"]
-    assert says in found
+    found = obj["problems"]["recovery"]
+    # (a cut log also leaves its queue's last entries pointing past the log's end: a second
+    # finding, about the queue, which the same recovery repairs)
+    assert says in found[0] and len(found) <= 2, found
     assert obj["problems"]["warnings"] == []   # (the fields there were, as they were)
     assert _tree(mq.root) == before   # top repaired nothing
     assert mq.run("store", "check").returncode == 1   # (as check says)
