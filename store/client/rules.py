@@ -75,6 +75,9 @@ def check_consume_options(*, broadcast: bool = False, orderly: bool = False, ded
     later retries (``retry_delay``); ``orderly``: retried in place after ``suspend`` ms
     instead of after a ``retry_delay`` through the retry topic.
     """
+    for flag, value in (("orderly", orderly), ("broadcast", broadcast), ("dedup", dedup)):
+        if not isinstance(value, bool):   # ("yes", 1, None: a mistake, not a mode)
+            raise UsageError(f"{flag} must be True or False, not {value!r}")
     if queues is not None and strategy != "config":
         raise usage("{queues} applies to {strategy} config only", arg_names)
     if strategy == "config" and queues is None:

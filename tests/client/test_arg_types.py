@@ -40,7 +40,9 @@ def test_send_many_of_something_not_iterable_is_a_usage_error(mq: MQ) -> None:
         assert len(p.send_many("T", (b"a" for _ in range(3)))) == 3
 
 
-@pytest.mark.parametrize("kwargs", [{"tags": 5}, {"tags": b"A"}, {"tags": [5]}, {"client_id": 5}])
+@pytest.mark.parametrize("kwargs", [{"tags": 5}, {"tags": b"A"}, {"tags": [5]}, {"client_id": 5},
+                                    {"orderly": "yes"}, {"orderly": 1}, {"broadcast": "no"},
+                                    {"dedup": None}])
 def test_a_consumer_argument_of_the_wrong_type_is_a_usage_error(mq: MQ, kwargs: dict[str, Any]) -> None:
     with store.Producer(str(mq.root)) as p:
         p.send("T", b"x", tags="B")
