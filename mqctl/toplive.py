@@ -160,6 +160,32 @@ def run_live(monitor: Any, history: Any, interval: float, store: str, focus: str
     console = Console(highlight=False)
     screen = Screen(view="groups" if focus else "topics")
     restore_signals = end_as_interrupt(signal.SIGTERM, signal.SIGHUP)
+    resumed = [False]
+
+    def suspend(_signum: int, _frame: object) -> None:
+        # Ctrl-Z, as less and htop take it: the shell gets its screen and line mode back while
+        # this is stopped, and after fg this takes its own again (bash's fg gives a job back
+        # the terminal as the shell has it: cooked, so keys would wait for Enter). Raw writes:
+        # the handler may run in the middle of one of rich's.
+        out = sys.stdout.fileno()
+        try:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+            os.write(out, b"\x1b[?1049l\x1b[?25h")   # the main screen, the cursor shown
+        except (OSError, termios.error):
+            pass
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)          # stopped here until continued
+        signal.signal(signal.SIGTSTP, suspend)
+        try:
+            tty.setcbreak(fd)
+            os.write(out, b"\x1b[?1049h\x1b[?25l")   # the alternate screen again, to be redrawn
+        except (OSError, termios.error):
+            pass
+        resumed[0] = True
+
+    stop_default = signal.getsignal(signal.SIGTSTP) == signal.SIG_DFL   # (not when ignored)
+    if stop_default:
+        signal.signal(signal.SIGTSTP, suspend)
     try:
         tty.setcbreak(fd)
         with Live(console=console, screen=True, auto_refresh=False, redirect_stdout=False,
@@ -185,8 +211,8 @@ def run_live(monitor: Any, history: Any, interval: float, store: str, focus: str
                             return
                     redraw = True
                 now_size = screen_size()
-                if now_size != size:
-                    size, redraw = now_size, True
+                if now_size != size or resumed[0]:
+                    size, redraw, resumed[0] = now_size, True, False
                 if time.monotonic() >= due:
                     snap = monitor.snapshot()
                     history.add(snap)
@@ -205,6 +231,8 @@ def run_live(monitor: Any, history: Any, interval: float, store: str, focus: str
             raise
     finally:
         restore_signals()
+        if stop_default:
+            signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         try:
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
         except termios.error:   # (a terminal that hung up takes no settings back)

@@ -287,6 +287,35 @@ def test_live_screen_in_a_terminal(mq: MQ, tmp_path: Path) -> None:
         print(err.read_text())
 
 
+@pytest.mark.skipif(TMUX is None, reason="needs tmux")
+def test_keys_work_again_after_ctrl_z_and_fg(mq: MQ, tmp_path: Path) -> None:
+    """Stopped with Ctrl-Z and continued with ``fg`` in an interactive shell, the view reads
+    single keys again (bash gives a continued job the terminal in line mode: keys waited for
+    Enter), and the shell had its own screen and line mode while the view was stopped."""
+    mq.ok("send", "orders", input="a\nb\n")
+    env = mqctl_env(mq.root, extra={"TERM": "xterm-256color"})
+    top = " ".join(shlex.quote(a) for a in MQCTL + ["top", "--interval", "0.5"])
+    term = Tmux(tmp_path, "bash --norc --noprofile -i", env, 100, 30)
+    try:
+        term.wait(lambda s: "$" in s or "#" in s, "the interactive shell's prompt")
+        term.keys(f"{top} 2>{tmp_path / 'top.err'}", "Enter")
+        term.wait(lambda s: _row(s, "orders") is not None, "the topics view")
+        term.keys("C-z")
+        term.wait(lambda s: "Stopped" in s, "the job stopped")
+        term.keys("stty -a | tr ' ;' '\\n\\n' | grep -x -- '-\\?icanon'; fg", "Enter")
+        term.wait(lambda s: _row(s, "orders") is not None and "Stopped" not in s, "the view again")
+        term.keys("2")   # (no Enter: a single key)
+        term.wait(lambda s: "DRAIN" in s and "LAST-60S" not in s, "the groups view, by one key")
+        term.keys("q")
+        term.keys("echo RC=$?; stty -a | tr ' ;' '\\n\\n' | grep -x -- '-\\?icanon'", "Enter")
+        screen = term.wait(lambda s: any(line.startswith("RC=") for line in s.splitlines()), "the exit")
+        assert "RC=0" in screen, screen
+        assert screen.split().count("icanon") == 2 and "-icanon" not in screen.split(), screen
+        assert (tmp_path / "top.err").read_text() == ""
+    finally:
+        term.close()
+
+
 def test_keys_switch_views_and_edit_the_filter() -> None:
     from mqctl.toplive import Screen
     s = Screen()
