@@ -112,6 +112,7 @@ def run_send(st: "State", r: SendRequest) -> None:
         else:
             fd = sys.stdin.fileno()
             if os.isatty(fd):   # a person at a terminal: say what the silence is
+                sender.typed = True   # (and no rate of lines typed)
                 what = "JSON objects" if r.input == "json" else "messages"
                 sep = "one per line" if delim == b"\n" else f"separated by {r.delimiter}"
                 sys.stderr.write(f"mqctl: reading {what} from stdin, {sep} (Ctrl-D to end)\n")
@@ -188,12 +189,11 @@ class Sender:
         self.sent = 0
         self.queues: set[int] = set()
         self.due: tuple[int, int] | None = None   # --delay: the first and last delivery time
-        self.delay_text = ""
         self.utc = st.utc
         self.t0 = time.monotonic()
         self._shape: tuple[int, bool] | None = None
         self.batch_messages = BATCH_MESSAGES
-        self.reroute = False
+        self.reroute, self.delay_text, self.typed = False, "", False   # typed: stdin is a terminal
         self.json_input = False
         self._key_room: int | None = None
         self.lost: OSError | None = None   # --json: stdout failed; results since are not printed
@@ -481,7 +481,7 @@ class Sender:
             return
         from mqctl.output import plural
         dt = time.monotonic() - self.t0
-        rate = f", {self.sent / dt:,.0f} msg/s" if dt > 0.5 else ""
+        rate = f", {r:,.0f} msg/s" if dt > 0.5 and (r := self.sent / dt) >= 1 and not self.typed else ""
         qs = sorted(self.queues)
         where = (f"queue {qs[0]}" if len(qs) == 1 else f"queues {','.join(map(str, qs))}" if len(qs) <= 8
                  else plural(len(qs), "queue"))

@@ -115,6 +115,30 @@ def test_a_terminal_on_stdin_gets_a_one_line_hint(mq: MQ) -> None:
     assert cp.stderr.splitlines()[0] == "mqctl: reading JSON objects from stdin, one per line (Ctrl-D to end)"
 
 
+def test_lines_typed_at_a_terminal_get_no_rate(mq: MQ) -> None:
+    """A rate of lines typed by a person (``sent 1 message to T (queue 2), 0 msg/s`` after a
+    pause) says nothing: the summary has none when stdin is a terminal."""
+    import os
+    import pty
+    import subprocess
+
+    from tests.procs import MQCTL, mqctl_env
+    mq.ok("topic", "create", "T")
+    master, slave = pty.openpty()
+    p = subprocess.Popen(MQCTL + ["send", "T"], stdin=slave, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, env=mqctl_env(mq.root))
+    os.close(slave)
+    try:
+        os.write(master, b"hello\n")
+        time.sleep(0.8)   # (a person's pause: over the half second after which a rate is given)
+        os.write(master, b"\x04")
+        err = p.communicate(timeout=60)[1].decode()
+    finally:
+        os.close(master)
+    assert p.returncode == 0, err
+    assert re.fullmatch(r"sent 1 message to T \(queue \d\)", err.splitlines()[-1]), err
+
+
 def test_no_hint_from_a_pipe_or_a_file(mq: MQ, tmp_path) -> None:  # noqa: ANN001
     mq.ok("topic", "create", "T")
     cp = mq.ok("send", "T", input="hello\n")
