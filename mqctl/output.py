@@ -304,19 +304,25 @@ class Output:
     def _rich_table(
         self, rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]], headers: bool
     ) -> None:
+        from rich.cells import cell_len
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
 
-        # No box drawing (C1.10): the coloured table has the plain one's shape.
+        # No box drawing (C1.10): the coloured table has the plain one's shape, and its width:
+        # a cell is never cut ("…") nor folded over lines, since names and ids are copied from
+        # these tables; a row wider than the screen is the terminal's to wrap, as ps -ww's and
+        # kubectl's are (a copy of a wrapped line is one line).
         table = Table(box=None, show_header=headers, header_style="bold", pad_edge=False)
-        for _, name in columns:
-            # fold, never "…": ids and offsets are copied from these tables
-            table.add_column(Text(header(name)), overflow="fold")
-        for row in rows:
+        cells = [[cell(row.get(key)) for key, _ in columns] for row in rows]
+        for i, (_, name) in enumerate(columns):
+            table.add_column(Text(header(name)), no_wrap=True,
+                             min_width=max([cell_len(header(name)), *(cell_len(line[i]) for line in cells)]))
+        for line in cells:
             # Text(), not str: rich would read "[...]" in a topic or client id as markup.
-            table.add_row(*(Text(cell(row.get(key))) for key, _ in columns))
-        console = Console(file=self.stream, force_terminal=True, highlight=False)
+            table.add_row(*(Text(value) for value in line))
+        width = sum(c.min_width or 0 for c in table.columns) + 2 * len(columns)
+        console = Console(file=self.stream, force_terminal=True, highlight=False, width=width)
         with console.capture() as captured:
             console.print(table)
         # rich pads every cell to its column's width; the last column's padding is noise

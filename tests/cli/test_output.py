@@ -112,6 +112,23 @@ def test_plain_table_aligns_columns_and_shows_dash_for_unknown() -> None:
     assert raw.getvalue().decode() == PLAIN
 
 
+def test_a_coloured_table_on_a_narrow_screen_has_the_plain_ones_lines(tty_env: pytest.MonkeyPatch) -> None:
+    """A name wider than the screen is neither cut nor folded over lines (it is copied from the
+    table): each row is one line, as in the plain table, for the terminal to wrap."""
+    import re
+    tty_env.setenv("COLUMNS", "40")
+    rows = [{"topic": "x" * 127, "queueId": 0, "consumerOffset": 5, "lag": None}, ROWS[1]]
+    stream, raw = text_stream()
+    Output(stream=stream, color=True).table(rows, COLUMNS)
+    stream.flush()
+    coloured = re.sub(r"\x1b\[[0-9;]*m", "", raw.getvalue().decode())
+    stream, raw = text_stream()
+    Output(stream=stream, color=False).table(rows, COLUMNS)
+    assert [line.split() for line in coloured.splitlines()] == \
+        [line.split() for line in raw.getvalue().decode().splitlines()]
+    assert len(coloured.splitlines()) == 3
+
+
 def test_plain_table_without_headers() -> None:
     stream, raw = text_stream()
     Output(stream=stream, color=False).table(ROWS, COLUMNS, headers=False)
