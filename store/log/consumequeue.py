@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from store.errors import StoreError, io_error
+from store.errors import StoreError, io_error, naming
 from store.fsutil import (
     SegmentListing,
     ensure_dir,
@@ -179,7 +179,7 @@ class ConsumeQueue:
         try:
             data = os.pread(fd, n * _SIZE, byte_off - base)
         except OSError as exc:   # (a read's error names no file, "Is a directory": say which)
-            raise type(exc)(exc.errno, exc.strerror, f"{self._dir_s}/{F.segment_name(base)}") from exc
+            raise naming(exc, f"{self._dir_s}/{F.segment_name(base)}") from exc
         return data[: len(data) - len(data) % _SIZE]
 
     def read_entries(self, offset: int, count: int) -> list[tuple[int, int, int]]:
