@@ -85,6 +85,9 @@ class ConsumeQueue:
         self._dir_s = str(directory)
         # This handle looked at the queue's end once (``queueends.py``): not again.
         self.end_checked = False
+        # (queueends.py) where the look found the queue cut short and this process could not
+        # repair it (a read-only store): the log offset a repair would start from, else None
+        self.unrepaired_from: int | None = None
         # the listing's stamp when the last segment's name led to its cached read descriptor
         self._end_stamp: tuple[int, int] | None = None
 
