@@ -19,6 +19,7 @@ group                 code  meaning
 from __future__ import annotations
 
 import errno
+import os
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -182,6 +183,15 @@ class BadInputError(DataError):
     def __init__(self, message: str, line: int | None = None) -> None:
         super().__init__(f"line {line}: {message}" if line is not None else message)
         self.line = line
+
+
+def naming(exc: OSError, path: str | os.PathLike[str]) -> OSError:
+    """``exc`` again, naming ``path``: a read's or a look's error on a descriptor names no file
+    ("Is a directory" alone, for a segment replaced by a directory), and the CLI's one mapper
+    says which file only when the error names it (``cannot access PATH: ...``, exit 1)."""
+    if exc.filename is not None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror, os.fspath(path))
 
 
 def io_error(exc: OSError, what: str) -> StoreIOError:

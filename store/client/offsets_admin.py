@@ -66,7 +66,7 @@ class OffsetsAdmin(AdminBase):
                 if (topic is not None and t != topic) or t not in all_topics:
                     continue
                 for q in range(all_topics[t].queues):
-                    broker = store.max_offset(t, q)
+                    broker = store.logged_max_offset(t, q)   # (a queue cut short: as the log has it)
                     lo = store.min_offset(t, q)
                     committed = s.offsets.get((t, q))
                     consumer = committed if committed is not None and committed >= 0 else None

@@ -135,6 +135,31 @@ def open_batch(sysflag: Any, phys: Any, open_at: int) -> int:
     return int(phys[k + 1]) if k + 1 < len(phys) else -1
 
 
+class OpenBatch:
+    """The atomic batch a scan's records leave open so far, fed window by window in log
+    order, as :func:`open_batch` sees it (``store check``: what recovery's tail rule will cut):
+    where it begins (``at``, -1: none) and the offsets of its records."""
+
+    def __init__(self) -> None:
+        self.at = -1
+        self.phys: list[Any] = []
+
+    def add(self, sysflag: Any, phys: Any) -> None:
+        if phys is None or not len(phys):
+            return
+        was, self.at = self.at, open_batch(sysflag, phys, self.at)
+        if self.at < 0:
+            self.phys = []
+        elif self.at == was and self.at < int(phys[0]):   # the same batch, still open
+            self.phys.append(phys.copy())
+        else:   # a batch opened among these records
+            self.phys = [phys[phys >= self.at].copy()]
+
+    def records_from(self, at: int) -> int:
+        """How many of its records begin at ``at`` or later."""
+        return sum(int((p >= at).sum()) for p in self.phys)
+
+
 def open_before(log: CommitLog, start: int, known: int = 0) -> int:
     """Recovery's look back, for a scan that begins at ``start`` (a record boundary) not known
     to lie between batches: the checkpoint reached past the log's end (a segment cut or lost),

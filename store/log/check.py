@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from store.errors import StoreError
 from store.layout import backup_of
+from store.log import atomicbatch, knowndamage, offsettable, recordscan
 from store.log import checkpoint as ckpt
-from store.log import knowndamage, offsettable, recordscan
 from store.log import settings as settings_file
 from store.log.broadcastoffsets import broadcast_offset_files
 from store.log.checkderived import Confirm, IndexCheck, QueueCursors
@@ -111,6 +111,7 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     keys = IndexCheck(engine.index, log.end, report, confirm)
     reached = log.min_offset()
     cut = False
+    batch = atomicbatch.OpenBatch()   # (an unfinished one at a torn tail: recovery cuts it whole)
 
     def take(w: recordscan.Window) -> None:
         nonlocal reached, cut
@@ -120,6 +121,7 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
         keys.add_window(w, pending_from)
         queues.claim_window(w, topics, pending_from)
         rep.records += len(w)
+        batch.add(w.sysflag, w.phys)
         reached, cut = w.end, w.cut
     def scan_from(start: int, progress: Callable[[int], None] | None) -> None:
         """Scan to the log's end, stepping over a record that runs past it while valid ones
@@ -145,7 +147,7 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     if cut:   # the last record runs past the log's end: a writer adding it now, or torn?
         torn = confirm(lambda: recordscan.tail_damage(log, reached))
         if torn is not None:
-            classify(Problem(*torn), reached)
+            classify(_torn_tail(engine, cp0, batch, torn), reached)
     rep.cq_entries = queues.finish()
     keys.finish()
     _check_json(engine, problems)
@@ -194,6 +196,25 @@ def _check_gone(engine: "Engine", problems: list[Problem], cp: ckpt.Checkpoint |
     if gone is not None:
         end = log.end()
         problems.append(Problem(str(log.segment_path(log.segment_of(end))), end - log.segment_of(end), gone))
+
+
+def _torn_tail(engine: "Engine", cp: ckpt.Checkpoint | None, batch: atomicbatch.OpenBatch,
+               torn: tuple[str, int, str]) -> Problem:
+    """The log's torn tail, as ``store recover`` will cut it: with the whole atomic batch the
+    torn record ends, when it is unfinished past the acknowledged point (``recovery.py``'s
+    rule): its whole records before the cut go too, and the problem is named where they begin."""
+    log = engine.commitlog
+    if batch.at < 0:
+        return Problem(*torn)
+    cut_at = max(batch.at, ckpt.acked_end(cp, cp is not None and cp.boot_id != engine.writer.boot_id, log.end()))
+    n = batch.records_from(cut_at)
+    if not n:
+        return Problem(*torn)
+    base = log.segment_of(cut_at)
+    return Problem(str(log.segment_path(base)), cut_at - base,
+                   f"unfinished atomic batch at the end of the log: its {n} whole record{'s' if n > 1 else ''} "
+                   f"and the one cut at {torn[0]}:{torn[1]} ({torn[2]}); mqctl store recover cuts the whole "
+                   f"batch ({log.end() - cut_at} bytes)")
 
 
 def _check_json(engine: "Engine", problems: list[Problem]) -> None:

@@ -67,6 +67,18 @@ def current_boot_id() -> bytes:
         return bytes(16)
 
 
+def acked_end(cp: Checkpoint | None, rebooted: bool, end: int) -> int:
+    """Where the log (ending at ``end``) is known to have been acknowledged whole, by ``cp``
+    (``rebooted``: written on another boot): its synced end, and on this boot its written end
+    too when the log still reaches it (every batch below it was written whole before the
+    checkpoint moved past it; the page cache keeps it). Bytes missing or damaged below it are
+    damage, never a torn write: an unfinished batch is cut whole only past it (recovery, and
+    ``store check`` saying what recovery will cut)."""
+    if cp is None:
+        return 0
+    return max(cp.synced_end, cp.written_end if not rebooted and end >= cp.written_end else 0)
+
+
 def read(path: Path) -> Checkpoint | None:
     """The checkpoint, or None when it is missing or fails its CRC."""
     try:

@@ -29,7 +29,7 @@ import os
 import threading
 from pathlib import Path
 
-from store.errors import io_error
+from store.errors import io_error, naming
 from store.fsutil import SegmentListing, ensure_dir, open_private
 from store.log import filestat
 from store.log import format as F
@@ -83,9 +83,10 @@ class CommitLog:
     def length(self, base: int) -> int:
         """How many bytes of segment ``base`` its records fill (:func:`written_length`);
         FileNotFoundError when it is missing."""
-        fd = os.open(f"{self._dir_s}/{base:020d}", os.O_RDONLY | os.O_CLOEXEC)
+        path = f"{self._dir_s}/{base:020d}"
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            return written_length(fd)
+            return written_length(fd, path)
         finally:
             os.close(fd)
 
@@ -151,9 +152,13 @@ class CommitLog:
         """Up to ``size`` bytes at ``offset`` (fewer at the end of a segment)."""
         base = self.segment_of(offset)
         try:
-            return os.pread(self._fd(base), size, offset - base)
+            fd = self._fd(base)
         except FileNotFoundError:
             return b""
+        try:
+            return os.pread(fd, size, offset - base)
+        except OSError as exc:   # (a read's error names no file, "Is a directory": say which)
+            raise naming(exc, self.segment_path(base)) from exc
 
     def read(self, offset: int, size: int | None = None, verify: bool = True) -> Message:
         """The record at ``offset``; RecordError when it is missing, torn or damaged."""
@@ -184,7 +189,7 @@ class CommitLog:
             path = self.segment_path(base)
             trailer = False
             with open(path, "rb") as fh:
-                fsize = written_length(fh.fileno())
+                fsize = written_length(fh.fileno(), path)
                 buf_start = pos - base
                 fh.seek(buf_start)
                 buf = fh.read(max(0, min(chunk, fsize - buf_start)))   # (not the zeros past ``fsize``)
@@ -337,11 +342,19 @@ _ZERO_PIECE = 4096
 _ZEROS = bytes(_TAIL_READ)   # (calloc'd: pages of zeros the kernel maps on first touch)
 
 
-def written_length(fd: int) -> int:
-    """Where the records of the segment open as ``fd`` end: one past its last non-zero byte
-    (the module's docstring says why that is the rule). A file that ends with a record (every
-    file not written ahead) costs a look at its size and one ``pread`` of a byte; the zeros a
-    sync writer wrote ahead, at most :data:`PREALLOC_STEP`, are read back to the records."""
+def written_length(fd: int, path: str | Path) -> int:
+    """Where the records of the segment open as ``fd`` (the file ``path``) end: one past its
+    last non-zero byte (the module's docstring says why that is the rule). A file that ends
+    with a record (every file not written ahead) costs a look at its size and one ``pread`` of
+    a byte; the zeros a sync writer wrote ahead, at most :data:`PREALLOC_STEP`, are read back
+    to the records. An error reading it names ``path`` (a segment that is a directory)."""
+    try:
+        return _written_length(fd)
+    except OSError as exc:   # (a read's error names no file: say which)
+        raise naming(exc, path) from exc
+
+
+def _written_length(fd: int) -> int:
     size = filestat.untimed(fd)[1]
     if size <= 0:
         return 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from store.errors import StoreError, io_error
+from store.errors import StoreError, io_error, naming
 from store.fsutil import (
     SegmentListing,
     ensure_dir,
@@ -85,6 +85,9 @@ class ConsumeQueue:
         self._dir_s = str(directory)
         # This handle looked at the queue's end once (``queueends.py``): not again.
         self.end_checked = False
+        # (queueends.py) where the look found the queue cut short and this process could not
+        # repair it (a read-only store): the log offset a repair would start from, else None
+        self.unrepaired_from: int | None = None
         # the listing's stamp when the last segment's name led to its cached read descriptor
         self._end_stamp: tuple[int, int] | None = None
 
@@ -179,7 +182,7 @@ class ConsumeQueue:
         try:
             data = os.pread(fd, n * _SIZE, byte_off - base)
         except OSError as exc:   # (a read's error names no file, "Is a directory": say which)
-            raise type(exc)(exc.errno, exc.strerror, f"{self._dir_s}/{F.segment_name(base)}") from exc
+            raise naming(exc, f"{self._dir_s}/{F.segment_name(base)}") from exc
         return data[: len(data) - len(data) % _SIZE]
 
     def read_entries(self, offset: int, count: int) -> list[tuple[int, int, int]]:

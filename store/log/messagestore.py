@@ -44,7 +44,7 @@ from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
 from store.log.preflight import checkpoint_locked, claim_new_store, recover_if_dirty, unfinished_creation
-from store.log.queueends import queue_end
+from store.log.queueends import logged_end, queue_end
 from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
 from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig
@@ -256,6 +256,11 @@ class Store:
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         return queue_end(self.engine, topic, queue_id)
+
+    def logged_max_offset(self, topic: str, queue_id: int) -> int:
+        """:meth:`max_offset`, or where a repair would end a queue cut short that this process
+        cannot repair (``queueends.logged_end``): what a group's lag counts to."""
+        return logged_end(self.engine, topic, queue_id)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """The first offset whose record is still in the commit log (retention aware)."""

@@ -467,8 +467,9 @@ class ClusterOffsetStore:
         if loaded.unknown and on_lost is None:
             self._load()   # raises: only recovery starts such a table over
         if loaded.unknown:
-            groups = offsettable.unpinned_groups(self.layout, loaded.lost)
-            lost = f": the committed offsets of {offsettable.name_groups(groups)} are lost" if groups else ""
+            from store.log import offsetgroups
+            groups = offsetgroups.unpinned_groups(self.layout, {split_key(k)[1] for k in loaded.lost})
+            lost = f": the committed offsets of {offsetgroups.name_groups(groups)} are lost" if groups else ""
             self._warn(f"{self.path}, its .bak and the offsets journal are unreadable: the table starts "
                        f"again from the groups the store shows{lost} (they start again per their consumers' --from)")
         lost_before, applied_before = set(loaded.table.lost), loaded.table.applied

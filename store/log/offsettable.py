@@ -22,10 +22,24 @@ journal was synced up to the ``journalEnd`` it names (:func:`snapshot`).
 
 Loading (:func:`load`): the snapshot when its crc checks, plus the journal's records after its
 ``journalEnd``; else the ``.bak`` (checked the same way) plus the journal after *its*
-``journalEnd``; else the whole journal. A file without a ``crc`` field is a store of an older
-version: trusted while no journal exists. Keys that appear in a damaged copy but in no
+``journalEnd``; else the whole journal. Keys that appear in a damaged copy but in no
 trusted source are *lost*: their groups are named (``store check``), refused with exit 5 by
 reads of those groups only, and reset to the oldest message by ``store recover``.
+
+A copy without a ``crc`` field is trusted only while no journal exists (a store of a version
+before the journal, or a broker's file put in ``config/``): it is then the only record, and
+the first write gives it a crc and starts the journal from it. Once a journal exists, the
+journal is the log and the table a file derived from it, so a copy nobody vouches for never
+wins over it, whatever its ``journalEnd`` or its age: a copy edited by hand (its crc taken
+out) or written over by an older version is a damaged one — readers use the ``.bak`` and the
+journal (one warning), ``store check`` names the copy (exit 1), and ``store recover``, or any
+write of the table, writes it again from them. Offsets are changed with ``mqctl offsets
+reset`` (a journal record), never by editing the file: the README documents no edit.
+
+A trusted (crc) snapshot that disagrees with the journal up to the ``journalEnd`` it names
+(the journal replaced by another copy, say) is what readers use, since they read the journal
+only after ``journalEnd``; ``store check`` names it and ``store recover`` writes the journal
+again from the snapshot, so that readers and the journal agree again.
 """
 from __future__ import annotations
 
@@ -44,6 +58,7 @@ if TYPE_CHECKING:
     from typing import Any, TypeGuard
 
 NO_OFFSET = -1
+NO_CRC = "cannot be trusted (no crc field: edited by hand or written by an older version)"
 TOPIC_GROUP_SEPARATOR = "@"
 _KEY_TEXT = rb'"((?:%RETRY%|%DLQ%)?[A-Za-z0-9_%|-]{1,127}@[A-Za-z0-9_%|-]{1,127})"'  # (compiled when used: damage)
 
@@ -196,12 +211,13 @@ class Loaded:
     unknown: bool = False             # damaged, no journal, and no group named: nothing to trust
     snapshot_bytes: int = 0           # the size of the copy read (bounds the journal's growth)
     damage: tuple[int, int] | None = None   # (load(deep=True)) the journal damaged in the middle: Journal.damage
+    disagrees: bool = False           # (load(deep=True)) the snapshot is not what its journal replays to
 
     @property
     def repair(self) -> bool:
         """The next write must rewrite the snapshot even when nothing changed (a damaged copy),
         and the journal too when it is damaged in the middle."""
-        return self.source not in ("snapshot", "none") or self.damage is not None
+        return self.source not in ("snapshot", "none") or self.damage is not None or self.disagrees
 
     def lost_groups(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -213,7 +229,8 @@ class Loaded:
 
 def _read_copy(path: Path) -> tuple[ClusterTable | None, int | None, str | None, bytes]:
     """(trusted table, its journalEnd, why not trusted, raw bytes) of one copy of the
-    snapshot; a copy without a ``crc`` field (an older version's) has ``journalEnd`` -1."""
+    snapshot; a copy without a ``crc`` field has ``journalEnd`` -1, whatever it says (what
+    it names is not vouched for: the caller trusts it only while no journal exists)."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -229,7 +246,7 @@ def _read_copy(path: Path) -> tuple[ClusterTable | None, int | None, str | None,
             if why is not None:
                 return None, None, why, raw
         table = ClusterTable.from_json(obj)
-        je = obj.get("journalEnd", -1 if fsutil.CRC_FIELD not in obj else None)
+        je = obj.get("journalEnd") if fsutil.CRC_FIELD in obj else -1
         if not (is_int(je) and je >= -1):
             return None, None, "bad journalEnd", raw
     except ValueError as exc:
@@ -243,7 +260,19 @@ def load(layout: Layout, deep: bool = False) -> Loaded:
     loaded = _load(layout)
     if deep:
         loaded.damage = oj.Journal(layout.consumer_offset_log).damage()
+        loaded.disagrees = _disagrees(layout, loaded)
     return loaded
+
+
+def _disagrees(layout: Layout, loaded: Loaded) -> bool:
+    """A trusted snapshot, with no journal records past it, that is not what the whole journal
+    replays to (readers use the snapshot: they read the journal only past its ``journalEnd``)."""
+    tail = loaded.journal
+    if loaded.source != "snapshot" or not tail.exists or not tail.header or loaded.behind \
+            or tail.end < loaded.snapshot_end:
+        return False
+    whole = oj.Journal(layout.consumer_offset_log).read(None)
+    return whole.end == tail.end and _replay({}, whole.records).to_json() != loaded.table.to_json()
 
 
 def _load(layout: Layout) -> Loaded:
@@ -254,7 +283,7 @@ def _load(layout: Layout) -> Loaded:
     for source, copy in (("snapshot", path), ("bak", backup_of(path))):
         table, je, why, raw = _read_copy(copy)
         if table is not None and je == -1 and layout.consumer_offset_log.exists():
-            table, why = None, "no crc field"   # written by hand, or by an older version meanwhile
+            table, why = None, NO_CRC   # written by hand, or by an older version meanwhile
         if table is None or je is None:
             damaged_text += raw
             if why != "missing" or source == "snapshot":
@@ -275,9 +304,12 @@ def _load(layout: Layout) -> Loaded:
         table = _replay({}, tail.records)
         lost = _lost(damaged_text, table)
         if tail.torn:
+            # (imported only on damage, as below: not at a consume's start-up)
+            from store.log import offsetgroups as og
             problems.append((str(layout.consumer_offset_log), "offsets journal damaged (ends early)"))
             # (the records it lost may be all a group the store showed had: none of it is left)
-            lost |= {k for k in keys_on_disk(layout) if k not in table.offsets and k not in table.epochs}
+            lost |= {k for t, g in og.pairs_on_disk(layout) if (k := table_key(t, g)) not in table.offsets
+                     and k not in table.epochs}
         if lost:
             problems.append(_lost_problem(path, lost))
         return Loaded(table, tail, "journal", lost, problems)
@@ -286,14 +318,15 @@ def _load(layout: Layout) -> Loaded:
     # store still shows are lost, with the topics their queue locks name, and refused until
     # ``store recover`` resets them to the oldest message. A group it shows with no topic
     # leaves the whole table unknown: every group refused, as when no group is shown at all.
+    from store.log import offsetgroups as og
     problems.append((str(layout.consumer_offset_log), "offsets journal missing" if not tail.exists else
                      "offsets journal unreadable (not even its first record: it vouches for no offset)"))
-    lost = _lost(damaged_text, ClusterTable()) | keys_on_disk(layout)
+    lost = _lost(damaged_text, ClusterTable()) | {table_key(t, g) for t, g in og.pairs_on_disk(layout)}
     if lost:
         problems.append(_lost_problem(path, lost))
-    unpinned = unpinned_groups(layout, lost)
+    unpinned = og.unpinned_groups(layout, {split_key(k)[1] for k in lost})
     if unpinned or not lost:
-        problems.append((str(path), (f"the committed offsets of {name_groups(unpinned)} are in no readable copy, "
+        problems.append((str(path), (f"the committed offsets of {og.name_groups(unpinned)} are in no readable copy, "
                                      f"nor the topics they were in: " if unpinned else
                                      "no group's committed offsets can be read: ")
                          + "mqctl store recover starts them again per their consumers' --from"))
@@ -327,82 +360,6 @@ def epochs(layout: Layout) -> dict[str, int] | None:
         return ClusterTable.from_json(state).epochs
     except ValueError:
         return None
-
-
-def keys_on_disk(layout: Layout) -> set[str]:
-    """``<topic>@<group>`` of every queue-lock directory a clustering group left
-    (``locks/GROUP/TOPIC/``) before the table was damaged (:func:`_damaged_at`): the offsets
-    a table that cannot be read had, at least."""
-    import os
-
-    from store.names import ANY_TOPIC_RE
-    out: set[str] = set()
-    before = _damaged_at(layout)
-    for group in groups_on_disk(layout, before):
-        try:
-            topics = os.listdir(layout.queue_locks_dir(group))
-        except OSError:
-            continue
-        out.update(table_key(t, group) for t in topics
-                   if ANY_TOPIC_RE.fullmatch(t) and _made_by(layout.queue_locks_dir(group) / t, before, True))
-    return out
-
-
-def unpinned_groups(layout: Layout, lost: set[str]) -> list[str]:
-    """Groups the store showed before the table was damaged (:func:`groups_on_disk`) that no
-    key in ``lost`` names."""
-    return sorted(set(groups_on_disk(layout, _damaged_at(layout))) - {split_key(k)[1] for k in lost})
-
-
-def _damaged_at(layout: Layout) -> int:
-    """When the offset files were last written (ns; their damage is no later): a group's
-    directory made after it is a group new since, which had no offsets to lose. (Its consumer
-    makes its queue locks before it reads its offsets: it must not take itself for lost.)"""
-    import os
-    path = layout.consumer_offset_json
-    times = []
-    for p in (path, backup_of(path), layout.consumer_offset_log):
-        try:
-            times.append(os.stat(p).st_mtime_ns)
-        except OSError:
-            continue
-    return max(times, default=0)
-
-
-def _made_by(path: Path, before: int | None, is_dir: bool = False) -> bool:
-    """``path`` exists (a directory, if ``is_dir``), last changed at ``before`` or earlier
-    (None: whenever)."""
-    import os
-    import stat
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return (not is_dir or stat.S_ISDIR(st.st_mode)) and (before is None or st.st_mtime_ns <= before)
-
-
-def groups_on_disk(layout: Layout, before: int | None = None) -> list[str]:
-    """Clustering groups the store knows from their directories (``consumers/``, ``locks/``;
-    broadcast groups keep their offsets elsewhere), one of them last changed at ``before``
-    or earlier (ns; None: whenever): those whose offsets a table that cannot be read at all
-    loses, to be named rather than forgotten in silence."""
-    import os
-
-    from store.names import NAME_RE
-
-    def names_in(d: Path) -> list[str]:
-        try:
-            return os.listdir(d)
-        except OSError:
-            return []
-    found = {n for d in (layout.members_root, layout.queue_locks_root) for n in names_in(d)
-             if NAME_RE.fullmatch(n) and _made_by(d / n, before)}
-    root = layout.broadcast_offsets_root
-    return sorted(found - {g for cid in names_in(root) for g in names_in(root / cid)})
-
-
-def name_groups(groups: list[str]) -> str:
-    return ("group " if len(groups) == 1 else "groups ") + ", ".join(groups)
 
 
 def _lost_problem(path: Path, lost: set[str]) -> tuple[str, str]:
@@ -461,10 +418,12 @@ def write(layout: Layout, loaded: Loaded, lost_before: set[str], applied_before:
         # without one (and takes the new table for a damaged one)
         save(layout, ClusterTable().to_json(), 0, keep_bak=False, sync_dir=False)
     keep_bak, sync_dir = loaded.source == "snapshot", sync or loaded.repair
-    if not tail.exists or not tail.header or tail.end < loaded.snapshot_end or loaded.damage is not None:
+    if not tail.exists or not tail.header or tail.end < loaded.snapshot_end or loaded.damage is not None \
+            or loaded.disagrees:
         # No journal, an unreadable one, one that lost records the snapshot has (damage: the
-        # journal is synced before every snapshot), or one damaged in the middle (the table
-        # then has none of the records after the damage): it starts again from the whole table.
+        # journal is synced before every snapshot), one damaged in the middle (the table then
+        # has none of the records after the damage), or one that replays to another table than
+        # the snapshot readers use: it starts again from the whole table.
         # Positions never go back, so an old ``.bak`` (or a member's view) cannot name one
         # inside the new journal.
         end = journal.rewrite(new, max(tail.end, loaded.snapshot_end, loaded.damage[1] if loaded.damage else 0))
@@ -490,11 +449,7 @@ def verify(layout: Layout) -> list[tuple[str, int, str]]:
         problems.append((log, loaded.damage[0], "offsets journal damaged: a record fails its check and valid "
                          "ones follow (readers stop there: commits after it are not used, their messages "
                          "delivered again); mqctl store recover rewrites it from the offset table"))
-    tail = loaded.journal
-    if loaded.source == "snapshot" and tail.exists and tail.header and not loaded.behind \
-            and tail.end >= loaded.snapshot_end:
-        whole = oj.Journal(layout.consumer_offset_log).read(None)
-        if whole.end == tail.end and _replay({}, whole.records).to_json() != loaded.table.to_json():
-            problems.append((str(layout.consumer_offset_json), 0,
-                             "offset table disagrees with the offsets journal it names (the table is used)"))
+    if loaded.disagrees:
+        problems.append((str(layout.consumer_offset_json), 0, "offset table disagrees with the offsets journal it "
+                         "names (the table is used; mqctl store recover writes the journal again from it)"))
     return problems

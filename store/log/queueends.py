@@ -100,10 +100,27 @@ def reader_end(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -
                 checkpoint_locked(engine)
                 _repair_locked(engine, topic, queue_id, q)
         except StoreIOError as exc:
+            q.unrepaired_from = found.start
             then = "" if found.stops_at is None else f"; its messages from offset {found.stops_at} on are not read"
             engine.warn(f"consume queue {topic}/{queue_id} ({q.dir}) {found.why}; this process cannot repair "
                         f"it ({exc}){then}: run `mqctl store recover` (it rebuilds the queue from the commit log)")
     return q.max_offset()
+
+
+def logged_end(engine: "Engine", topic: str, queue_id: int) -> int:
+    """:func:`queue_end`, or for a queue this process found cut short and could not repair (a
+    read-only store: it reads what the queue has), the end the repair would give it: one past
+    the last queue offset the commit log holds for it. What ``mqctl progress`` counts a
+    group's lag to: the messages it has yet to get, which a consumer (it repairs the queue
+    first) or ``store recover`` then serves. Reads the log from where a repair would start."""
+    end = queue_end(engine, topic, queue_id)
+    q = engine.queues.queue(topic, queue_id)
+    cp = ckpt.read(engine.layout.checkpoint) if q.unrepaired_from is not None else None
+    if cp is None or q.unrepaired_from is None:
+        return end
+    from store.log.queuerebuild import end_in_log  # (a damaged queue on a read-only store only)
+    return max(end, end_in_log(engine.commitlog, engine.topics(), topic, queue_id, q.unrepaired_from,
+                               cp.written_end))
 
 
 def check_locked(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -> None:

@@ -181,3 +181,21 @@ def rebuild_queue(log: CommitLog, topics: dict[str, "TopicConfig"], q: ConsumeQu
             break
     qr.flush()
     return written, trim_queue(log, q, topic, queue_id, end)
+
+
+def end_in_log(log: CommitLog, topics: dict[str, "TopicConfig"], topic: str, queue_id: int, start: int,
+               end: int) -> int:
+    """One past the highest queue offset of the records of ``topic``/``queue_id`` in ``[start,
+    end)`` of the log (0: none): where :func:`rebuild_queue` over that range would end the
+    queue, read without writing it (a process that cannot write)."""
+    from store.log import recordscan
+    last = -1
+    for w in recordscan.scan(log, start):
+        for t, qid, run in recordscan.queue_runs(w, topics):
+            if t == topic and qid == queue_id:
+                run = run[w.phys[run] < end]
+                if len(run):
+                    last = max(last, int(w.queue_offset[run].max()))
+        if w.end >= end:
+            break
+    return last + 1

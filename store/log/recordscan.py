@@ -97,7 +97,7 @@ def scan(log: CommitLog, start: int, progress: Callable[[int], None] | None = No
 def _segment(fd: int, path: str, span: tuple[int, int], pos: int, may_cut: bool, last: bool,
              topics: dict[bytes, str], progress: Callable[[int], None] | None) -> Iterator[Window]:
     base, seg_end = span
-    size = written_length(fd)   # (zeros a sync writer wrote ahead: no records)
+    size = written_length(fd, path)   # (zeros a sync writer wrote ahead: no records)
     resync = False
     started = pos
     want = WINDOW + _SLACK
@@ -192,7 +192,7 @@ def tail_damage(log: CommitLog, at: int) -> tuple[str, int, str] | None:
             fh.seek(at - base)
             buf = fh.read(_MAX_SIZE)
             # (zeros a sync writer wrote ahead are no part of a record)
-            buf = buf[:max(0, written_length(fh.fileno()) - (at - base))]
+            buf = buf[:max(0, written_length(fh.fileno(), path) - (at - base))]
     except FileNotFoundError:
         return None
     if not buf or _blank_at(buf, 0):

@@ -14,7 +14,7 @@ writer died mid-batch or the machine restarted, and from ``mqctl store recover``
    checkpoint, the records before it are looked at first: the batch may have begun there).
    The records of such a batch are dispatched only once its end is seen: one that is cut
    never had consume-queue entries. A torn tail is only ever past what the checkpoint says
-   was acknowledged (:func:`_acked_end`): below it, an invalid record is damage (reported,
+   was acknowledged (``checkpoint.acked_end``): below it, an invalid record is damage (reported,
    left in place, never served) and a batch whose end is missing there keeps its intact
    records. An invalid record *followed* by valid ones is corruption: reported, never
    served, and the scan resumes at the next valid record.
@@ -98,24 +98,14 @@ class _Plan:
     cut_from: int       # after a restart, the first invalid record at or past this ends the log
     checkpoint: ckpt.Checkpoint | None = None   # as recovery found it
     between_batches: bool = True   # ``start`` is known to lie between atomic batches
-    acked: int = 0      # below it the log was acknowledged whole (:func:`_acked_end`)
+    acked: int = 0      # below it the log was acknowledged whole (``checkpoint.acked_end``)
     log_end: int = 0    # the commit log's end as the plan found it (no writer moves it meanwhile)
-
-
-def _acked_end(cp: ckpt.Checkpoint | None, rebooted: bool, end: int) -> int:
-    """Where the log is known to have been acknowledged whole: its synced end, and on this boot
-    its written end too when the log still reaches it (every batch below it was written whole
-    before the checkpoint moved past it; the page cache keeps it). Bytes missing or damaged
-    below it are damage, never a torn write: an unfinished batch is cut whole only past it."""
-    if cp is None:
-        return 0
-    return max(cp.synced_end, cp.written_end if not rebooted and end >= cp.written_end else 0)
 
 
 def _plan(engine: "Engine", full: bool) -> _Plan:
     end = engine.commitlog.end()
     plan = _plan_start(engine, full, end)
-    plan.log_end, plan.acked = end, _acked_end(plan.checkpoint, plan.rebooted, end)
+    plan.log_end, plan.acked = end, ckpt.acked_end(plan.checkpoint, plan.rebooted, end)
     return plan
 
 

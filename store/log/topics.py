@@ -257,13 +257,11 @@ class TopicTable:
 
     def all(self) -> dict[str, TopicConfig]:
         """Every topic, by name (a listing of ``config/topics/``, and of the copies beside the
-        queues of topics whose config is lost)."""
+        queues of topics whose config is lost, ``config/topics/`` itself included: every
+        reader of one topic finds it so, :meth:`get`)."""
         if self.legacy():
             return dict(self._legacy_table())
-        try:
-            entries = os.listdir(self.layout.topics_dir)
-        except FileNotFoundError:
-            return {}
+        entries = _listdir(self.layout.topics_dir)
         out: dict[str, TopicConfig] = {}
         for entry in entries:
             if entry.startswith(".") or not entry.endswith(_SUFFIX):

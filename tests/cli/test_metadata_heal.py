@@ -302,6 +302,32 @@ def test_a_topic_whose_config_alone_is_lost_is_still_listed(mq: MQ) -> None:
     mq.check_clean()
 
 
+def test_topics_whose_config_directory_is_gone_are_listed_as_every_reader_finds_them(mq: MQ) -> None:
+    """``config/topics/`` deleted: ``topic list`` said "no topics" while ``topic status``,
+    send and consume found each topic through its copy beside its queues (and ``store
+    check`` checked none of their queues' entries). Now the list shows them from their
+    copies, check names each config as lost, and recover writes them again (order kept)."""
+    mq.ok("topic", "create", "jobs", "--queues", "3")
+    mq.ok("topic", "create", "orders", "--queues", "2", "--order")
+    mq.send_lines("jobs", ["a", "b"])
+    shutil.rmtree(mq.root / "config" / "topics")
+    rows = mq.ok("topic", "list", "--json").json_lines()
+    assert [(r["topic"], r["queues"], r["order"], r["messages"]) for r in rows] == \
+        [("jobs", 3, False, 2), ("orders", 2, True, 0)], rows
+    assert _status_queues(mq, "jobs") == 3
+    res = mq.check()
+    assert res.returncode == 1, res
+    named = sorted(p["file"] for p in res.json_lines() if "reason" in p)
+    assert named == [str(mq.root / "consumequeue" / t) for t in ("jobs", "orders")], res.out
+    assert res.json_lines()[-1]["cqEntries"] == 2, res.out   # (their queues checked too)
+    mq.ok("store", "recover")
+    mq.check_clean()
+    cfg = json.loads((mq.root / "config" / "topics" / "orders.json").read_bytes())
+    assert (cfg["writeQueueNums"], cfg["order"]) == (2, True), cfg
+    rows = mq.ok("topic", "list", "--json").json_lines()
+    assert [(r["topic"], r["queues"], r["order"]) for r in rows] == [("jobs", 3, False), ("orders", 2, True)]
+
+
 @pytest.mark.parametrize("copy", ["intact", "damaged"])
 def test_check_warns_of_a_damaged_topic_config_once_and_names_both_copies_when_both_are_lost(
         mq: MQ, copy: str) -> None:

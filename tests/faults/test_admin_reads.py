@@ -92,3 +92,16 @@ def test_broadcast_offsets_beyond_reading_fail_as_clustering_ones_do(mq: MQ) -> 
         assert str(path) in line and res.stdout == b"", str(res)
     one_error(mq.run("consume", "t", "-g", "gb", "--broadcast", "--client-id", "bc1", "-c", "1"), 5,
               allow_warnings=True)
+
+
+def test_a_log_segment_that_is_a_directory_is_named(mq: MQ) -> None:
+    """As a queue segment's: a read of a commit-log segment (its records' end, a record) said
+    "cannot complete the operation: Is a directory", naming no file."""
+    _three_sent_two_consumed(mq)
+    seg = Layout(mq.root).commitlog_dir / F.segment_name(0)
+    seg.unlink()
+    os.mkdir(seg)
+    for args in (["progress", "-g", "g"], ["store", "check"], ["store", "recover"], ["topic", "status", "t"],
+                 ["consume", "t", "-g", "g", "-c", "1"], ["send", "t", "x"]):
+        line = one_error(mq.run(*args, timeout=60), 1, allow_warnings=True)
+        assert f"cannot access {seg}: Is a directory" in line, (args, line)

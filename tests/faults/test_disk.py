@@ -287,6 +287,30 @@ def test_cut_queue_on_a_read_only_store_is_warned_about_once(mq: MQ, ro_view: Pa
     mq.check_clean()
 
 
+@pytest.mark.parametrize("cut_to", [2, 7])   # entries left: below the group's offset (4), above it
+def test_lag_of_a_cut_queue_on_a_read_only_store_is_counted_as_the_log_has_it(mq: MQ, ro_view: Path,
+                                                                              tmp_path: Path, cut_to: int) -> None:
+    """``progress`` counted the lag to the end of what the cut queue has: 0 (and a warning
+    that the group's offset is past the end, "the topic was re-created?") or 3, where the
+    group has 6 messages to get, which a consumer (it repairs the queue) or ``store recover``
+    serves. Now the lag is the log's, with the one warning naming the queue; nothing written."""
+    mq.ok("topic", "create", "t", "--queues", "1")
+    mq.ok("send", "t", "--flush", "sync", input="".join(f"{i}\n" for i in range(1, 11)))
+    mq.ok("consume", "t", "-g", "g", "--from", "first", "-c", "4")
+    os.truncate(Layout(mq.root).queue_dir("t", 0) / f"{0:020d}", cut_to * 20)
+    before = sizes(mq.root)
+    res = MQ(ro_view, tmp_path).run("progress", "-g", "g", "--json")
+    assert res.returncode == 0, str(res)
+    row = res.json_lines()[0]
+    assert (row["brokerOffset"], row["consumerOffset"], row["lag"]) == (10, 4, 6), row
+    lines = [ln for ln in res.stderr.split("\n") if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("mqctl: warning: consume queue t/0 "), str(res)
+    assert "mqctl store recover" in lines[0], lines[0]
+    assert sizes(mq.root) == before
+    assert mq.ok("consume", "t", "-g", "g", "-e").out.split() == [str(i) for i in range(5, 11)]
+    mq.check_clean()
+
+
 def test_deleted_key_index_on_a_read_only_store_is_warned_about(mq: MQ, ro_view: Path, tmp_path: Path) -> None:
     """The key index deleted by hand, on a store this process cannot repair: ``msg query`` says
     why it may miss messages and that ``mqctl store recover`` repairs it; nothing is written."""

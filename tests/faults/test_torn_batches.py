@@ -101,3 +101,28 @@ def test_the_open_after_mqctl_send_killed_between_pieces_cuts_its_batch_silently
     assert listed.stderr == "", listed.stderr
     assert sorted(_stored(mq.root, "k9")) == sorted(acked)
     mq.check_clean()
+
+
+def test_check_names_the_whole_unfinished_batch_that_recover_cuts(mq: MQ) -> None:
+    """``store check`` named only the record cut at the log's end ("record of N bytes runs past
+    the end", at its offset), while ``store recover`` cut the whole batch, its whole records
+    before that one too: check now says how many whole records go and from where, and that
+    is exactly what recover cuts (its new end, its bytes, the records it keeps)."""
+    mq.ok("topic", "create", "kp", "--queues", "2")
+    child = subprocess.run([sys.executable, "-c", _SENDER, "kp", "async", "6", str(PER_BATCH), str(BODY)],
+                           env=mqctl_env(mq.root, "log-between-pieces:5"), capture_output=True, text=True,
+                           timeout=120)
+    assert child.returncode == KILLED, child.stderr
+    res = mq.check()
+    assert res.returncode == 1, res
+    *problems, summary = res.json_lines()
+    assert len(problems) == 1, problems
+    reason = problems[0]["reason"]
+    assert reason.startswith("unfinished atomic batch at the end of the log: its "), reason
+    whole = int(reason.split("its ")[1].split(" whole")[0])
+    assert 0 < whole < PER_BATCH and "runs past the end" in reason, reason
+    rec = mq.ok("store", "recover", "--json").json_lines()[-1]
+    assert rec["end"] == problems[0]["offset"], (rec, problems)   # (one segment: its offset is the log's)
+    assert f"cuts the whole batch ({rec['truncatedBytes']} bytes)" in reason, (rec, reason)
+    after = mq.check()
+    assert after.returncode == 0 and after.json_lines()[-1]["records"] == summary["records"] - whole, after
