@@ -24,9 +24,11 @@ Readers see a commit as soon as it returned: they apply the journal's records pa
 snapshot's ``journalEnd``. A kill -9 loses nothing that was appended (the page cache has it).
 A power cut may lose the records appended since the journal was last synced, which it is
 before every snapshot: the snapshot is written by a commit that finds records no snapshot
-holds appended before it and the last snapshot older than :data:`SNAPSHOT_S`, or the journal
-grown :data:`SNAPSHOT_BYTES` past it, and by :meth:`OffsetView.settle` (a member idle or
-closing).
+holds appended before it, the oldest of them older than :data:`SNAPSHOT_S` (its age: since this
+view appended it, when it was the first past the snapshot; else, as no record says when it
+was appended, the snapshot's), or the journal grown :data:`SNAPSHOT_BYTES` past it, and by
+:meth:`OffsetView.settle` (a member idle or closing). So a one-shot consume's commits (its
+join's, its batches') write one snapshot, at its end, however old the one it found.
 """
 from __future__ import annotations
 
@@ -78,6 +80,9 @@ class _Seen:
     # they make the table they make in order.
     waiting: list[tuple[bytes, int]] = field(default_factory=list)
     waiting_text: bytearray = field(default_factory=bytearray)   # their payloads joined (one search)
+    # (time.time()) when this view appended the first record past the snapshot it knows, 0.0
+    # when another process's came first (its age unknown: the snapshot's stands for it)
+    first_at: float = 0.0
 
 
 class OffsetView:
@@ -104,10 +109,13 @@ class OffsetView:
         seen = self._current()
         if seen is None:
             return None
-        # The oldest record no snapshot holds is at most as old as the snapshot when there were
-        # such records before this commit, else it is this commit's own: a process's first
-        # commit (a one-shot consume's) does not write the snapshot for being the first.
-        age = time.time() - seen.snap_look[1] / 1e9 if seen.end > seen.snap_end else 0.0
+        # The age of the oldest record no snapshot holds: when there were such records before
+        # this commit, since this view appended the first of them, or when another process
+        # did, the snapshot's (at most that old); else the record is this commit's own. A
+        # process's commits (a one-shot consume's) do not write the snapshot for the
+        # snapshot's age, only once their first is SNAPSHOT_S old.
+        now = time.time()
+        age = now - (seen.first_at or seen.snap_look[1] / 1e9) if seen.end > seen.snap_end else 0.0
         if quick and seen.end > seen.snap_end and (age >= SNAPSHOT_S or self._too_far(seen)):
             return None
         if seen.waiting:
@@ -131,6 +139,8 @@ class OffsetView:
                 changed.setdefault(key, {})[str(queue_id)] = new
         if changed:
             record = {"set": changed}
+            if seen.end <= seen.snap_end:
+                seen.first_at = now   # (the first record past the snapshot: this one)
             end = self.journal.append(record, seen.end)
             oj.apply(record, seen.state)   # (no record waiting may set these: see above)
             seen.end = seen.applied = self.appended = end
@@ -189,7 +199,7 @@ class OffsetView:
             self._seen = None
             return
         assert self.wrote is not None
-        seen.snap_look, seen.snap_end = self.wrote, end
+        seen.snap_look, seen.snap_end, seen.first_at = self.wrote, end, 0.0
 
     @staticmethod
     def _apply_waiting(seen: _Seen) -> None:
@@ -251,7 +261,7 @@ class OffsetView:
         end = obj.get("journalEnd")
         if not offsettable.is_int(end) or end > seen.end or look is None:
             return False
-        seen.snap_look, seen.snap_end = look, end
+        seen.snap_look, seen.snap_end, seen.first_at = look, end, 0.0
         ends = [e for _p, e in seen.waiting]
         if ends and ends[0] <= end and end >= seen.applied and (end == seen.applied or end in ends):
             try:

@@ -59,19 +59,51 @@ def test_a_members_commit_is_one_record_seen_at_once_and_the_snapshot_stays(
 
 def test_an_old_snapshot_is_rewritten_for_records_it_misses_not_for_a_fresh_commit(layout: Layout) -> None:
     """A commit that finds the snapshot old writes it only when records it does not hold were
-    appended before (theirs may be a second old); its own record waits for the next commit or
-    the member's settle: a one-shot consume writes one snapshot, not one at each commit."""
+    appended before by another process (theirs may be as old as the snapshot); its own record
+    waits for the next commit or the member's settle: a one-shot consume writes one snapshot,
+    not one at each commit."""
     member = ClusterOffsetStore(layout)
     member.commit("g", {("T", 0): 0})   # the table's first write: its snapshot
     old = layout.consumer_offset_json.stat().st_mtime - 60
     os.utime(layout.consumer_offset_json, (old, old))
-    fresh = ClusterOffsetStore(layout)   # another process's first commit
-    fresh.commit("g", {("T", 0): 4}, expected_epochs={}, journal_only=True)
+    other = ClusterOffsetStore(layout)   # another process's first commit
+    other.commit("g", {("T", 0): 4}, expected_epochs={}, journal_only=True)
     assert layout.consumer_offset_json.stat().st_mtime == old
     assert snapshot_offsets(layout.root, "g") == {("T", 0): 0}
-    fresh.commit("g", {("T", 0): 5}, expected_epochs={}, journal_only=True)   # the first record is old now
+    fresh = ClusterOffsetStore(layout)   # the record before its commit is another's: its age unknown
+    fresh.commit("g", {("T", 0): 5}, expected_epochs={}, journal_only=True)
     assert layout.consumer_offset_json.stat().st_mtime > old
     assert snapshot_offsets(layout.root, "g") == {("T", 0): 5}
+
+
+def test_a_process_own_records_past_an_old_snapshot_wait_until_the_first_is_old(
+        layout: Layout, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process's commits past a snapshot older than SNAPSHOT_S (a one-shot consume's: its
+    join's commit, then its batches') do not write it for the snapshot's age: their first
+    record is what a power cut may take, and it is young. Once that record is SNAPSHOT_S old
+    (0 here), the next commit writes it."""
+    member = ClusterOffsetStore(layout)
+    member.commit("g", {("T", 0): 0})   # the table's first write: its snapshot
+    old = layout.consumer_offset_json.stat().st_mtime - 60
+    os.utime(layout.consumer_offset_json, (old, old))
+    fresh = ClusterOffsetStore(layout)
+    for offset in (4, 5, 6):
+        fresh.commit("g", {("T", 0): offset}, expected_epochs={}, journal_only=True)
+        assert layout.consumer_offset_json.stat().st_mtime == old
+    assert snapshot_offsets(layout.root, "g") == {("T", 0): 0}
+    assert ClusterOffsetStore(layout).read("g", "T", 0) == 6
+    monkeypatch.setattr(offsetview, "SNAPSHOT_S", 0.0)   # its first record is old now
+    fresh.commit("g", {("T", 0): 7}, expected_epochs={}, journal_only=True)
+    assert layout.consumer_offset_json.stat().st_mtime > old
+    assert snapshot_offsets(layout.root, "g") == {("T", 0): 7}
+    # the snapshot written, the next record past it is again the first
+    monkeypatch.setattr(offsetview, "SNAPSHOT_S", 1.0)
+    os.utime(layout.consumer_offset_json, (old, old))
+    fresh.commit("g", {("T", 0): 8}, expected_epochs={}, journal_only=True)
+    fresh.commit("g", {("T", 0): 9}, expected_epochs={}, journal_only=True)
+    assert snapshot_offsets(layout.root, "g") == {("T", 0): 7}
+    fresh.settle(0.0)
+    assert snapshot_offsets(layout.root, "g") == {("T", 0): 9}
 
 
 def test_a_commit_computed_before_a_reset_is_skipped_by_every_member(
