@@ -221,6 +221,8 @@ class Engine:
         self.check_ends = False
         self.index_checked = False
         self.log_tail: LogTail | None = None   # the end of the log as those looks read it
+        # the checkpoint as the last of those looks read it, by its (ino, size, mtime, ctime)
+        self.ends_checkpoint: tuple[tuple[int, int, int, int], ckpt.Checkpoint | None] | None = None
 
     def close(self) -> None:
         self.durability.finish_flush()

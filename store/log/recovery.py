@@ -179,7 +179,7 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     (exit 5) and the store is left as found, for ``store check`` to report."""
     plan = _plan(engine, full)
     rep = RecoveryReport(reason=plan.reason)
-    engine.log_tail = None   # (the log may be cut below: read its end anew)
+    engine.log_tail = engine.ends_checkpoint = None   # (the log may be cut below: read its end anew)
     lost = ckpt.lost_durable_bytes(plan.checkpoint, engine.commitlog)
     if lost is not None and not accept_loss:
         raise CorruptionError(lost[0], lost[1], f"{lost[2]} (run mqctl store check; mqctl store recover "

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from store.log import checkpoint as ckpt
 from store.log.messagestore import Store
 from store.log.record import Draft
 from store.log.retention import DEFAULT_RETENTION_MS, clean
@@ -73,6 +74,39 @@ def test_a_reader_asks_an_unchanged_queue_its_ends_without_a_stat_of_a_segment(
     finally:
         w.close()
         r.close()
+
+
+def test_a_handle_reads_the_checkpoint_once_for_the_looks_at_its_queues_ends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member joining looks at each of its queues' ends in turn (``queueends.py``), each
+    against the checkpoint: read once while it stays as it was, again once it changed."""
+    w = _open(tmp_path / "s")
+    try:
+        w.create_topic("Q", 8)
+        w.put([Draft("Q", f"m{i}".encode(), queue_id=i % 8) for i in range(16)])
+        reads: list[Path] = []
+        real = ckpt.read
+
+        def spy(path: Path) -> ckpt.Checkpoint | None:
+            reads.append(path)
+            return real(path)
+        r = Store.open(tmp_path / "s")
+        try:
+            monkeypatch.setattr(ckpt, "read", spy)
+            assert [r.max_offset("Q", q) for q in range(8)] == [2] * 8
+            assert reads == [r.layout.checkpoint]
+            w.put([Draft("Q", b"n", queue_id=0)])   # the checkpoint rewritten
+            os.utime(r.layout.checkpoint, ns=(10**9, 10**9))   # (its times apart: not within one tick)
+            r2 = Store.open(tmp_path / "s")
+            r2.engine.ends_checkpoint = r.engine.ends_checkpoint   # (what r read before the put)
+            reads.clear()
+            assert r2.max_offset("Q", 0) == 3
+            assert reads == [r.layout.checkpoint]
+            r2.close()
+        finally:
+            r.close()
+    finally:
+        w.close()
 
 
 def test_the_end_a_reader_knows_follows_appends_cuts_and_replaced_files(tmp_path: Path) -> None:
