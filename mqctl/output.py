@@ -99,26 +99,12 @@ def say(line: str, stream: TextIO | None = None) -> None:
 
 
 def keep_big_buffers() -> None:
-    """Let this process reuse the memory of its big batch buffers instead of getting fresh
-    pages from the kernel for each (glibc ``mallopt``; nothing elsewhere).
-
-    By default glibc gives a freed buffer of a few MiB back to the kernel (``munmap``, or a
-    heap trim), so the next batch's buffer of the same size is faulted in and zeroed page by
-    page again: for bulk I/O (``send`` from stdin, ``consume`` of big batches) that costs
-    about as much kernel time as the data's own copies. Buffers up to 32 MiB come from the
-    heap and up to 64 MiB of free heap is kept: the process's peak memory is unchanged, it is
-    only not returned between batches. Called once; harmless where glibc is absent."""
+    """Tune the allocator for big batch buffers, once (``store.keep_big_buffers`` says why)."""
     if _TUNED:
         return
     _TUNED.append(True)
-    try:
-        import ctypes
-        mallopt = ctypes.CDLL(None).mallopt
-        mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    except (OSError, AttributeError, ImportError):
-        return
-    mallopt(-3, 32 << 20)   # M_MMAP_THRESHOLD
-    mallopt(-1, 64 << 20)   # M_TRIM_THRESHOLD
+    from store import keep_big_buffers as keep
+    keep()
 
 
 def write_lines(bodies: Sequence[bytes], stream: BinaryIO | None = None, sep: bytes = b"\n") -> None:

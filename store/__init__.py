@@ -45,6 +45,7 @@ What else a program (and ``mqctl``, which imports nothing else of ``store``) fin
 * The consumer runtime for programs that bring their own sink, as ``mqctl consume`` does:
   ``ConsumerRuntime``, ``ConsumeOptions``, ``check_consume_options``, ``check_stage``, ``Outcome``.
 * ``create_store`` and ``resolve_store_path``: making and finding a store.
+* ``keep_big_buffers``: the allocator told to keep the memory of big batch buffers (bulk I/O).
 
 Names are resolved lazily, so ``import store`` is cheap and a small module (``store.errors``)
 does not pay for the engine (``__init__.pyi`` tells type checkers what each name is). A name
@@ -89,7 +90,7 @@ _EXPORTS = {
     "TransactionCheckReport": "tx.check:CheckReport", "TransactionEnd": "tx.transaction:EndResult",
     "PreparedTransaction": "tx.transaction:HalfResult",
     # creating and finding a store
-    "create_store": "client.creation", "resolve_store_path": "client.paths",
+    "create_store": "client.creation", "resolve_store_path": "client.paths", "keep_big_buffers": "buffers",
     # names: topics, groups, client ids, tag expressions (store/names.py)
     "validate_topic": "names", "validate_any_topic": "names", "validate_group": "names",
     "validate_client_id": "names", "is_system_topic": "names", "parse_tag_expression": "names",

@@ -1,6 +1,7 @@
 """The names ``store`` exports lazily (``_EXPORTS`` in ``__init__.py``), for type checkers.
 Made from ``_EXPORTS`` by ``python -m tests.test_structure``; a test keeps them equal."""
 
+from store.buffers import keep_big_buffers as keep_big_buffers
 from store.client.admin import Admin as Admin
 from store.client.admin_rows import LockRow as LockRow
 from store.client.admin_rows import MemberRow as MemberRow

@@ -41,6 +41,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #define HEADER_SIZE 88
 #define CRC_PROPERTY_SIZE 20
@@ -1012,6 +1015,20 @@ static PyObject *untimed_stat(PyObject *self, PyObject *arg)
     return Py_BuildValue("(KLK)", links, size, ino);
 }
 
+/* keep_big_buffers() -> bool: glibc's allocator told to serve buffers up to 32 MiB from the heap
+ * and to keep up to 64 MiB of it free (store/buffers.py says why); False where there is no
+ * glibc. Here, not through ctypes: loading ctypes costs a big send or consume ~1-2 ms. */
+static PyObject *keep_big_buffers(PyObject *self, PyObject *unused)
+{
+#ifdef __GLIBC__
+    int ok = mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    ok = mallopt(M_TRIM_THRESHOLD, 64 << 20) && ok;
+    return PyBool_FromLong(ok);
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"check_run", (PyCFunction)(void (*)(void))check_run, METH_FASTCALL,
      "The common case of store.log.columns.check_run (see the module's source)."},
@@ -1029,6 +1046,8 @@ static PyMethodDef methods[] = {
      "(st_ino, st_mtime_ns, st_size) of os.stat(path), None when missing (store.log.filestat)."},
     {"untimed_stat", untimed_stat, METH_O,
      "(st_nlink, st_size, st_ino) of a descriptor or path by statx, no timestamps asked (store.log.filestat)."},
+    {"keep_big_buffers", keep_big_buffers, METH_NOARGS,
+     "glibc's mallopt: big buffers from the heap, kept (store/buffers.py)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1038,7 +1057,8 @@ static struct PyModuleDef module = {
 
 /* What columns.py and consumequeue.py expect of this module; a build of an older source has
  * another (or none), and the store then reads with the Python loops. Raise it with any change
- * of a function's arguments or results, or a new function. */
+ * of a function's arguments or results, or a new function that its callers do not look up
+ * with getattr (filestat.py's and buffers.py's do, and fall back to Python). */
 #define INTERFACE 3
 
 PyMODINIT_FUNC PyInit_nativecheck(void)

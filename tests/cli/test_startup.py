@@ -284,6 +284,22 @@ def test_a_few_lines_from_stdin_load_no_ctypes(tmp_path: Path) -> None:
     assert not offenders(mods, ("ctypes",)), offenders(mods, ("ctypes",))
 
 
+def test_big_batches_tune_the_allocator_without_ctypes(tmp_path: Path) -> None:
+    """A send of big lines from stdin and a one-shot consume of big batches tune the
+    allocator for big buffers (``store.keep_big_buffers``) through the store's C module, not
+    by loading ctypes (~1-2 ms of such a process)."""
+    from store.log import nativecheck
+    if not hasattr(nativecheck, "keep_big_buffers"):
+        pytest.skip("the C module was built from an older source")
+    line = b"x" * (1100 << 10) + b"\n"   # (a batch of one of them is big)
+    cp, mods = _send_modules(tmp_path, "t", input=line * 4)
+    assert cp.returncode == 0 and "sent 4 messages" in cp.stderr, cp.stderr
+    assert not offenders(mods, ("ctypes",)), offenders(mods, ("ctypes",))
+    cp, mods = _entry_modules(tmp_path, "consume", "t", "-g", "g", "-o", "first", "-e")
+    assert cp.returncode == 0 and cp.stdout.count(b"\n") == 4, cp.stderr
+    assert not offenders(mods, ("ctypes",)), offenders(mods, ("ctypes",))
+
+
 def test_the_first_send_into_a_new_store_recovers_nothing(tmp_path: Path) -> None:
     """A store is made with its checkpoint: the first writer of a new store (a send that
     makes store and topic, or a pipe into a topic ``topic create`` made) finds it clean, and
