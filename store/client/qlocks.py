@@ -331,6 +331,17 @@ class QueueLock:
             finally:
                 self._close()
 
+    def release_under_mutex(self) -> None:
+        """:meth:`release` for a caller holding the group's mutex (:func:`release_all`)."""
+        with self._guard:
+            if self._fd is None:
+                return
+            try:
+                if names_same_file(self._fd, self.path):
+                    unlink_if_exists(self.path)  # while still holding the OS lock
+            finally:
+                self._close()
+
     def _close(self) -> None:
         if self._fd is not None:
             close_kept(self._fd)
@@ -361,3 +372,23 @@ def renew_all(locks: list[QueueLock]) -> list[QueueLock]:
     except LockHeldError as exc:
         first.warn(f"could not renew the queue locks of group {first.group}: {exc}")
         return [lock for lock in locks if not lock.still_named()]
+
+
+def release_all(locks: list[QueueLock]) -> None:
+    """Release a member's locks (of one group) under one take of the group's mutex, each as
+    :meth:`QueueLock.release` (a member leaving: one take, not one per queue). A busy mutex:
+    as :meth:`QueueLock.release`, a warning, and each closed with its file left behind."""
+    held = [lock for lock in locks if lock.held]
+    if not held:
+        return
+    first = held[0]
+    try:
+        with group_mutex(first.layout, first.group, first.mutex_timeout):
+            for lock in held:
+                lock.release_under_mutex()
+    except LockHeldError as exc:
+        first.warn(f"released the queues of group {first.group} without removing their files: {exc}")
+    finally:
+        for lock in held:
+            with lock._guard:
+                lock._close()   # (what a failure above left held: closing drops the OS lock)

@@ -103,9 +103,12 @@ class Rebalancer:
             self.warn(line)
 
     def leave(self) -> None:
-        """Release every queue lock and leave the group (offsets persisted before)."""
-        for key in list(self.held.locks):
-            self.held.release_lock(key)
+        """Release every queue lock (under one take of the group's mutex) and leave the group
+        (offsets persisted before)."""
+        locks = [self.held.locks.pop(key) for key in list(self.held.locks)]
+        if locks:
+            from store.client.qlocks import release_all
+            release_all(locks)
         if self.membership is not None:
             self.membership.leave()
 

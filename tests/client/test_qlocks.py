@@ -462,3 +462,30 @@ def test_acquire_release_probe_and_unlock_churn_never_gives_two_owners(root, tmp
     procs = [python(CHURN, root, f"c{i}", marker, 1.5, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for i in range(4)]
     assert sum(int(out) for out in finish(*procs, timeout=60)) > 20
+
+
+def test_a_member_leaving_takes_the_groups_mutex_once_for_all_its_locks(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member that stops releases each queue's lock (its file unlinked while the OS lock is
+    held, under the group's mutex): all of them under one take of the mutex, not one each."""
+    import store
+    import store.client.qlocks as qlocks
+    with store.Producer(root) as p:
+        for q in range(8):
+            p.send("T", b"m%d" % q, queue=q)
+    takes: list[str] = []
+    real = qlocks.group_mutex
+
+    def counting(layout: Layout, group: str, timeout: float = qlocks.MUTEX_TIMEOUT):  # type: ignore[no-untyped-def]
+        takes.append(group)
+        return real(layout, group, timeout)
+    c = store.Consumer("T", "G", root, start_from="first")
+    try:
+        assert len(list(c.messages(exit_at_end=True))) == 8
+        lock_dir = Layout(root).queue_locks_dir("G") / "T"
+        assert len(list(lock_dir.glob("*.lock"))) == 8
+        monkeypatch.setattr(qlocks, "group_mutex", counting)
+    finally:
+        c.close()
+    assert takes == ["G"]
+    assert list(lock_dir.glob("*.lock")) == []
