@@ -18,7 +18,7 @@ from store.client.aio_shared import off_loop
 from store.client.aio_sinks import IN_HANDLER, AsyncIteratorSink, HandlerCalls, TaskSink
 from store.client.consumer import ITER_BATCH, ITER_CACHE_BYTES, PREFETCH, Consumer
 from store.client.consumer_args import StartFrom, set_retries, start_position, tag_filter
-from store.client.handoff import DrainedEvent, Hand, InHand
+from store.client.handoff import DrainedEvent, InHand
 from store.client.message import Message
 from store.client.paths import PathLike, resolve_store_path
 from store.client.rules import check_consume_options, check_flush
@@ -246,10 +246,10 @@ class AsyncConsumer:
             if self._iteration != iteration or self._closed:
                 fut.set_result((None, "released"))
                 return
-            sink.hand = hand = Hand(fut, msgs)
+            hand = sink.hold(fut, msgs)
             for msg in hand.messages():
                 yield msg
-                if self._live != iteration:
+                if self._live != iteration or hand.cut:   # (cut: its queue was given away)
                     break
             last = time.monotonic()
 

@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
 from store.client.consumer_args import run_batch_size
-from store.client.handoff import PERSIST_EVERY_S, InHand, as_client_messages
+from store.client.handoff import PERSIST_EVERY_S, InHand, as_client_messages, taken
 from store.client.message import Message
 from store.client.sinks import Outcome
 
@@ -58,7 +58,11 @@ class AsyncIteratorSink(InHand):
                 await asyncio.wait_for(self._event.wait(), timeout)
             except asyncio.TimeoutError:
                 return None
-        return self._ready.popleft() if self._ready else None
+        while self._ready:
+            item = self._ready.popleft()
+            if taken(item):   # (not one cancelled: of a queue given away)
+                return item
+        return None
 
     def wake_reader(self) -> None:
         self._ready.append(None)

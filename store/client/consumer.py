@@ -25,7 +25,6 @@ from store.client.consumer_life import Life
 from store.client.handoff import (
     PERSIST_EVERY_S,
     DrainedEvent,
-    Hand,
     InHand,
     IteratorSink,
     as_client_messages,
@@ -246,13 +245,19 @@ class Consumer:
                     return
                 # The message in hand is the last one this iterator gave (its position is read
                 # off the range walked, here and by the member's loop): no bookkeeping per
-                # message, one check whether this loop was stopped, closed or taken over. Rows
-                # build each message as it is given, so the loop's last one is usually gone by then.
-                sink.hand = hand = Hand(fut, msgs)
+                # message, a look whether this loop was stopped, closed or taken over, or its
+                # batch's queue given away (``hand.cut``: see InHand.let_go). Rows build each
+                # message as it is given, so the loop's last one is usually gone by then.
+                hand = sink.hold(fut, msgs)
                 for msg in hand.messages():
                     yield msg
-                    if self._live != iteration:
+                    if self._live != iteration or hand.cut:
                         break
+                if hand.cut and self._iteration == iteration:
+                    # its queue was given away: what the loop consumed of it is committed, the
+                    # rest handed back, and the queue let go now (the member's loop, woken)
+                    life.settle_in_hand(commit=True)
+                    rt.wake.set()
                 last = time.monotonic()
         finally:
             sink.waiting = True   # (no loop: the member's loop feeds the sink, see take)

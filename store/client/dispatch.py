@@ -12,7 +12,8 @@ What consuming a batch *means* is the sink's business (:mod:`store.client.sinks`
   to be delivered again). An iterator's sink also says how far into the batch in its hand
   the loop got (``progress``): that prefix is settled as consumed, and committed, every
   ``persist_every_s`` while the batch is in hand (:meth:`Dispatcher.take_progress`); the
-  batch's outcome applies to the rest.
+  batch's outcome applies to the rest. Of a queue given away it hands back at once what it
+  read ahead, and the batch in hand after the message in hand (:meth:`Dispatcher.let_go`).
 
 Orderly mode hands out one batch at a time per queue (``ProcessQueue.busy``) and checks the
 queue's lock before every batch. A handler sink (``interleave``: ``--exec``, Python handlers)
@@ -34,7 +35,7 @@ from store.client.offset_keeper import OffsetKeeper
 from store.client.options import ConsumeOptions, RunState
 from store.client.process_queue import ProcessQueue
 from store.client.retry import Retrier, original_topic
-from store.client.sinks import is_pool_sink
+from store.client.sinks import is_pool_sink, rest_outcome
 from store.errors import HandlerError
 from store.log.offsets import QueueKey, Warn
 from store.log.record import Message
@@ -321,7 +322,7 @@ class Dispatcher:
             if self.partly:
                 settled = self.partly.pop(fut, 0)
                 if settled:   # (an outcome counts from the batch's start; ``batch`` is its rest)
-                    ok = _rest_outcome(ok, settled, len(batch))
+                    ok = rest_outcome(ok, settled, len(batch))
             if pq is not out_of:
                 self._stale(pq, batch)
                 continue
@@ -416,6 +417,13 @@ class Dispatcher:
         self.succeeded(key, pq, batch[:new])
         return True
 
+    def let_go(self) -> None:
+        """(Queues being dropped, before their drops are settled.) An iterator's sink hands back
+        at once what it has out of them (``InHand.let_go``): applied now."""
+        let_go = getattr(self.pool, "let_go", None) if self.held.dropping else None
+        if let_go is not None and let_go(self.futures, self.held.dropping):
+            self.collect(block=False)
+
     def _released(self, pq: ProcessQueue, batch: list[Message]) -> None:
         """Hand a batch back untouched: the next dispatch takes it again, in order."""
         if self.o.orderly:
@@ -482,16 +490,6 @@ class Dispatcher:
             while self.futures:
                 self.collect(block=True)
         pool.shutdown(wait_handlers)
-
-
-def _rest_outcome(ok: Any, settled: int, rest: int) -> Any:
-    """The outcome of a batch whose first ``settled`` messages were settled already
-    (:meth:`Dispatcher.take_progress`), for the ``rest`` left: an iterator's outcomes are
-    consumed, released, or the first k consumed, with k never below ``settled``."""
-    if ok is True or ok is None or isinstance(ok, bool) or not isinstance(ok, int):
-        return ok
-    left = ok - settled
-    return None if left <= 0 else True if left >= rest else left
 
 
 def _present(m: Message) -> Message:

@@ -20,6 +20,7 @@ from store.errors import UsageError
 if TYPE_CHECKING:
     from store.client.runtime import Runtime
     from store.client.stage import Stage
+    from store.log.offsets import QueueKey
 
 PERSIST_EVERY_S = 0.5    # in-process consumers persist offsets on lag at most this often
 _ALL_SIGNALS = signal.valid_signals()
@@ -51,13 +52,14 @@ class Hand:
     counted per message. The messages before the one in hand are consumed (the loop asked for
     the one after each); :meth:`settle` resolves the future when the loop leaves the batch."""
 
-    __slots__ = ("fut", "msgs", "total", "walk")
+    __slots__ = ("cut", "fut", "msgs", "total", "walk")
 
     def __init__(self, fut: cf.Future[Any], msgs: Sequence[Message]) -> None:
         self.fut = fut
         self.msgs = msgs
         self.total = len(msgs)
         self.walk: Iterator[int] = iter(range(self.total))
+        self.cut = False   # its queue was given away: the loop leaves it after the message in hand
 
     def messages(self) -> Iterator[Message]:
         return walk_batch(self.msgs, self.walk)
@@ -88,6 +90,34 @@ class InHand:
 
     hand: Hand | None = None
     emitted: tuple[Hand, int] | None = None   # the message in hand whose outputs commit_with took
+    let_go_of: cf.Future[Any] | None = None   # the last batch let go after it was taken (let_go)
+
+    def hold(self, fut: cf.Future[Any], msgs: Sequence[Message]) -> Hand:
+        """(The iterating code.) The batch taken (:func:`taken`) is in hand now."""
+        self.hand = hand = Hand(fut, msgs)
+        if self.let_go_of is fut:   # (let go between its taking and now)
+            hand.cut = True
+        return hand
+
+    def let_go(self, futures: dict[cf.Future[Any], tuple[QueueKey, Any, Any]],
+               dropping: dict[QueueKey, Any]) -> bool:
+        """(The member's loop.) Hand back what this sink has out (``futures``: the dispatcher's,
+        each with its queue and the process queue it came out of) of the queues being given away
+        (``dropping``): the batches not taken up yet at once (cancelled: released when
+        collected), and the one in hand when the loop asks for the message after the one in
+        hand, which is then consumed (``Hand.cut``). Their new owner delivers the rest from the
+        committed offset, without waiting for the loop to walk what was read ahead of them.
+        True if a batch is out of those queues."""
+        out = [f for f, (key, pq, _m) in futures.items() if dropping.get(key) is pq]
+        for fut in out:   # (all first: one taken up meanwhile is let go in hand, below)
+            fut.cancel()
+        for fut in out:
+            if not fut.done():   # taken up (:func:`taken`): in hand, or about to be (hold)
+                self.let_go_of = fut
+                hand = self.hand
+                if hand is not None and hand.fut is fut:
+                    hand.cut = True
+        return bool(out)
 
     def progress(self) -> tuple[cf.Future[Any], int] | None:
         """(The member's loop, any thread.) The batch in hand and how many of its messages are
@@ -110,6 +140,13 @@ class InHand:
                              "are given once, all together")
         stage.emit(hand.msgs[at], outputs, strict=True)
         self.emitted = (hand, at)
+
+
+def taken(item: tuple[cf.Future[Any], Sequence[Message]] | None) -> bool:
+    """Whether the iterating code may take up ``item`` (a nudge, None, is always taken): its
+    future is marked running, so the member's loop no longer cancels it (``let_go``); False
+    when it was cancelled (its queue was given away: it is handed back, never given)."""
+    return item is None or (not item[0].done() and item[0].set_running_or_notify_cancel())
 
 
 class IteratorSink(InHand):
@@ -140,9 +177,12 @@ class IteratorSink(InHand):
         """The next batch, or None after ``timeout`` s (None: no limit, 0: none) or a
         :meth:`wake_reader`."""
         try:
-            return self.handoff.get(timeout=timeout) if timeout != 0 else self.handoff.get_nowait()
+            item = self.handoff.get(timeout=timeout) if timeout != 0 else self.handoff.get_nowait()
+            while not taken(item):   # (cancelled: those of a queue given away, one after another)
+                item = self.handoff.get_nowait()
         except queue_mod.Empty:
             return None
+        return item
 
     fed = False   # the iterating thread ran the pulls (feed) since its last batch: now it waits
     feeder: int | None = None   # the thread in feed (take)

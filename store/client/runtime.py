@@ -408,6 +408,7 @@ class Runtime:
                 next_persist = backstop(now + o.persist_interval_s)
             if now >= delays.at:
                 delays.deliver(now)
+            dispatcher.let_go()   # (an iterator's batches of the queues dropped handed back first)
             rebalancer.settle_drops()
             if keeper.committing:
                 keeper.reap(wait=False)   # a commit done: the pulls it held back may go on
@@ -487,9 +488,7 @@ class Runtime:
             return True
         if o.idle_timeout_s is not None and time.monotonic() - self.dispatcher.last_activity >= o.idle_timeout_s:
             return not self.dispatcher.futures and not self.puller.backlog()
-        if o.exit_at_end and self._thread is None:
-            return self.drained.is_set()
-        return False
+        return bool(o.exit_at_end) and self._thread is None and self.drained.is_set()
 
     def is_drained(self) -> bool:   # (exit_at_end: up to the ends snapshot, nothing out)
         if not self.rebalancer.rebalanced_once:

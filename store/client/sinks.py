@@ -13,7 +13,7 @@ from store.log.record import Message
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     import concurrent.futures as cf
-    from typing import Callable, Protocol, Sequence
+    from typing import Any, Callable, Protocol, Sequence
 
     from typing_extensions import TypeIs
 
@@ -78,6 +78,17 @@ Outcome = tuple[bool | int | list[tuple[int, str]] | None, str]
 ``(None, why)`` released (not consumed, not failed: the batch is handed out again), and from
 a sink that handles a batch message by message, ``([(i, why), ...], "")``: consumed but for
 the listed messages, each of which failed."""
+
+
+def rest_outcome(ok: Any, settled: int, rest: int) -> Any:
+    """The outcome of a batch whose first ``settled`` messages were settled already (an
+    iterator's, :meth:`store.client.dispatch.Dispatcher.take_progress`), for the ``rest`` left:
+    an iterator's outcomes are consumed, released, or the first k consumed, with k never below
+    ``settled``."""
+    if ok is True or ok is None or isinstance(ok, bool) or not isinstance(ok, int):
+        return ok
+    left = ok - settled
+    return None if left <= 0 else True if left >= rest else left
 
 
 # what makes a sink a pool sink (a PoolSink's members), told apart at run time without typing
