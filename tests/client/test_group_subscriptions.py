@@ -126,3 +126,30 @@ def test_a_record_without_tags_compares_on_what_it_says() -> None:
 @pytest.fixture
 def path(mq: MQ) -> str:
     return str(mq.root)
+
+
+def _joined(path: str, topic: str, cid: str, **kw: object) -> store.Consumer:
+    c = store.Consumer(topic, "G", path, client_id=cid, **kw)  # type: ignore[arg-type]
+    c.__enter__()
+    return c
+
+
+def test_a_joiner_warns_once_per_subscription_not_once_per_member(mq: MQ, path: str) -> None:
+    """A joiner printed a line for each member subscribing otherwise (16 lines for 16 such
+    members): now one line for each subscription of theirs, naming its members."""
+    mq.ok("topic", "create", "T", "--queues", "2")
+    members = [_joined(path, "T", f"a{i}", tags="A") for i in range(5)] + \
+        [_joined(path, "T", f"c{i}", tags="C") for i in range(2)]
+    try:
+        res = mq.ok("consume", "T", "-g", "G", "--tag", "B", "-e", "--client-id", "joiner")
+    finally:
+        for c in members:
+            c.close()
+    assert res.stderr.splitlines() == [
+        "mqctl: warning: group G: 5 members (a0, a1, a2, a3, a4) subscribe topic T (tags 'A', clustering, "
+        "concurrently), unlike this consumer: topic T (tags 'B', clustering, concurrently); " + ALIKE +
+        " (as in RocketMQ), or messages go to the wrong handler or are skipped",
+        "mqctl: warning: group G: 2 members (c0, c1) subscribe topic T (tags 'C', clustering, concurrently), "
+        "unlike this consumer: topic T (tags 'B', clustering, concurrently); " + ALIKE +
+        " (as in RocketMQ), or messages go to the wrong handler or are skipped"]
+
