@@ -9,7 +9,8 @@ the queues it holds that the other members wanted (its console calls that "subsc
 inconsistency"). Nothing refuses a mixed group here either (a rolling change of a group's
 subscription passes through one), but each member warns once about every live member that
 subscribes otherwise, when it joins and when a new member joins (one line for the members
-of one subscription), and ``mqctl consumers`` shows it (:func:`mismatched`).
+of one subscription), and ``mqctl consumers`` shows it (:func:`mismatched`). A broadcast
+member shares neither queues nor retries: what a mixed group does then is :func:`harm`'s.
 
 Records written before ``tags`` was published have no tag expression: it is left out of
 their comparison (unknown, not "every message").
@@ -67,6 +68,31 @@ class Subscription:
                 "mode": self.mode, "orderly": self.orderly}
 
 
+def harm(mine: Subscription, theirs: Subscription) -> str:
+    """What two members that subscribe otherwise do to each other, as the warning says it.
+
+    Clustering members share the group's queues and its retry topic: one of another topic
+    takes the others' retries to its own handler, one with other tags skips, and commits,
+    what the others wanted. A broadcast member shares neither: it reads every queue for
+    itself, with offsets of its own, and has no retry topic. Two broadcast members (or a
+    broadcast and a clustering member of other topics) take nothing from each other. But the
+    clustering members of a topic count a broadcast member of it among those they share its
+    queues with (as its record says it is a member of the topic), and nobody of theirs reads
+    the queues they allot to it."""
+    modes = {mine.mode, theirs.mode}
+    disjoint = mine.topics is not None and theirs.topics is not None and not set(mine.topics) & set(theirs.topics)
+    if modes == {"broadcasting"} or (modes == {"broadcasting", "clustering"} and disjoint):
+        return ("neither takes messages from the other, as a broadcast member reads every queue for itself, "
+                "but RocketMQ has members of one group subscribe alike, and what acts on the whole group "
+                "(deleting its offsets, say) acts on both: give each subscription a group of its own")
+    if modes == {"broadcasting", "clustering"}:
+        return ("members of one group must subscribe alike (as in RocketMQ): the clustering members count "
+                "the broadcast one in their share of the topic's queues, and nobody reads for them the "
+                "queues they allot to it")
+    return ("members of one group must subscribe alike (as in RocketMQ), or messages go to the wrong "
+            "handler or are skipped")
+
+
 def mismatch_warning(group: str, client_ids: list[str], theirs: Subscription, mine: Subscription) -> str:
     """The one line a member warns with about ``client_ids``, the members that subscribe
     ``theirs``, otherwise than this one (one line for all of them: a group of many members)."""
@@ -75,8 +101,7 @@ def mismatch_warning(group: str, client_ids: list[str], theirs: Subscription, mi
     else:
         who = f"{len(client_ids)} members ({', '.join(client_ids)}) subscribe"
     return (f"group {group}: {who} {theirs.describe()}, unlike this consumer: {mine.describe()}; "
-            f"members of one group must subscribe alike (as in RocketMQ), or messages go to the wrong "
-            f"handler or are skipped")
+            f"{harm(mine, theirs)}")
 
 
 class SubscriptionCheck:

@@ -153,3 +153,44 @@ def test_a_joiner_warns_once_per_subscription_not_once_per_member(mq: MQ, path: 
         "unlike this consumer: topic T (tags 'B', clustering, concurrently); " + ALIKE +
         " (as in RocketMQ), or messages go to the wrong handler or are skipped"]
 
+
+def test_broadcast_members_with_other_tags_are_told_they_take_nothing_from_each_other(mq: MQ, path: str) -> None:
+    """The warning said messages go to the wrong handler or are skipped: broadcast members each
+    read every queue for themselves (offsets of their own, no retry topic), so each gets all of
+    what it subscribed to; the warning says that."""
+    mq.ok("topic", "create", "T", "--queues", "2")
+    mq.send_lines("T", ["a1", "a2"], "--tag", "A")
+    mq.send_lines("T", ["b1", "b2"], "--tag", "B")
+    a = _joined(path, "T", "a", tags="A", broadcast=True, start_from="first")
+    try:
+        res = mq.ok("consume", "T", "-g", "G", "--broadcast", "--tag", "B", "--from", "first", "-e",
+                    "--client-id", "b")
+        assert sorted(m.text for m in a.messages(exit_at_end=True)) == ["a1", "a2"]
+    finally:
+        a.close()
+    assert sorted(res.stdout.decode().split()) == ["b1", "b2"]
+    assert res.stderr.splitlines() == [
+        "mqctl: warning: group G: member a subscribes topic T (tags 'A', broadcasting, concurrently), "
+        "unlike this consumer: topic T (tags 'B', broadcasting, concurrently); neither takes messages from "
+        "the other, as a broadcast member reads every queue for itself, but RocketMQ has members of one "
+        "group subscribe alike, and what acts on the whole group (deleting its offsets, say) acts on "
+        "both: give each subscription a group of its own"]
+
+
+def test_a_broadcast_member_among_clustering_ones_is_warned_about_for_what_it_does(mq: MQ, path: str) -> None:
+    """A broadcast member of the topic in a clustering group: the clustering members count it
+    in their share of the queues and nobody reads the queues allotted to it (for them); the
+    warning says so (here a clustering member alone beside it gets one queue of two)."""
+    mq.ok("topic", "create", "T", "--queues", "2")
+    mq.send_lines("T", ["m0", "m1"])   # (round robin: one a queue)
+    b = _joined(path, "T", "b", broadcast=True)
+    try:
+        res = mq.ok("consume", "T", "-g", "G", "--from", "first", "-e", "--client-id", "c")
+    finally:
+        b.close()
+    assert len(res.stdout.decode().split()) == 1
+    assert res.stderr.splitlines() == [
+        "mqctl: warning: group G: member b subscribes topic T (tags *, broadcasting, concurrently), unlike "
+        "this consumer: topic T (tags *, clustering, concurrently); " + ALIKE + " (as in RocketMQ): the "
+        "clustering members count the broadcast one in their share of the topic's queues, and nobody reads "
+        "for them the queues they allot to it"]
