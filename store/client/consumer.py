@@ -414,11 +414,11 @@ class Consumer:
 
         With :meth:`run` going in another thread, it also stops it and waits for it to return
         (the handler calls in flight finish and count) and leave. From one of ``run``'s handler
-        calls, it stops the run and returns at once (waiting would wait for the call itself):
-        no new handler call starts, the call's own message counts as consumed if it returns
-        normally, and ``run`` returns normally once the calls in flight have returned and the
-        member has left. A close that lands while ``run`` or ``messages`` starts makes it
-        return (or end) at once, as if it came a moment later."""
+        calls (or a signal handler in ``run``'s thread), it stops the run and returns at once
+        (waiting would wait for itself): no new handler call starts, the call's own message
+        counts as consumed if it returns normally, and ``run`` returns normally once the calls
+        in flight have returned and the member has left. A close that lands while ``run`` or
+        ``messages`` starts makes it return (or end) at once, as if it came a moment later."""
         self._close(commit=False)
 
     def _close(self, commit: bool) -> None:

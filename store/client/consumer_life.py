@@ -41,6 +41,7 @@ class Life:
         self.sink: IteratorSink | None = None    # the iterator's (and the batch in hand: its ``hand``)
         self.serving = False                     # run() is running
         self.run_over: threading.Event | None = None   # (while run() runs: set once it has returned)
+        self.run_thread: int | None = None              # (and the thread it runs in)
         self.pid = os.getpid()
 
     def join(self) -> None:
@@ -68,8 +69,8 @@ class Life:
         """Leave: the message in hand settled (``commit``), offsets persisted, queue locks
         released, the member record removed, the store closed. Idempotent; from any thread.
         With :meth:`~store.Consumer.run` going, it stops it and waits for it to return, which
-        leaves; from one of its handler calls (:data:`IN_HANDLER`), it only stops it: the call
-        would wait for itself."""
+        leaves; from one of its handler calls (:data:`IN_HANDLER`), or a signal handler in the
+        thread of the run, it only stops it: it would wait for itself."""
         sink = self.sink
         if not self.closed and sink is not None and sink.feeder == threading.get_ident():
             self.rt.stop()   # (a signal handler in this thread's feed, which holds the loop's lock)
@@ -85,8 +86,9 @@ class Life:
             else:
                 self.closed = True
                 self._leave(commit)
-        if over is not None and getattr(IN_HANDLER, "life", None) is not self:
-            over.wait()
+        if over is not None and getattr(IN_HANDLER, "life", None) is not self \
+                and threading.get_ident() != self.run_thread:
+            over.wait()   # (not in the run's own thread: a signal handler there stops it only)
 
     def _leave(self, commit: bool) -> None:
         sink = self.sink
@@ -114,6 +116,7 @@ class Life:
         """(:meth:`~store.Consumer.run`, under :attr:`lock`, joined) A run starts: the event
         :meth:`ran` sets."""
         self.serving = True
+        self.run_thread = threading.get_ident()
         self.run_over = threading.Event()
         return self.run_over
 
@@ -123,7 +126,7 @@ class Life:
         for this): leave now, whoever waits for it."""
         with self.lock:
             self.serving = False
-            over, self.run_over = self.run_over, None
+            over, self.run_over, self.run_thread = self.run_over, None, None
             try:
                 if self.closed:
                     self._leave(commit=False)   # (the runtime shut down already, but after a

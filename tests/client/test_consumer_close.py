@@ -101,6 +101,33 @@ def test_a_handler_may_close_its_consumer(mq: MQ, path: str, mode: str, how: str
     left_cleanly(mq, out["handled"])
 
 
+@pytest.mark.parametrize("mode", ["concurrently", "orderly"])
+def test_a_signal_handler_in_the_thread_of_run_may_close_it(mq: MQ, path: str, mode: str) -> None:
+    """``signal.signal(SIGTERM, lambda *a: consumer.close())`` around a ``run()`` in the main
+    thread: the close ran in run()'s own thread and waited for run() to return. It stops the
+    run there; run() returns once the handler call in flight (which waits for the close) has."""
+    out = child(path, mode, """
+    import os, signal
+    c = consumer()
+    closed = threading.Event()
+
+    def on_term(*_):
+        c.close()
+        closed.set()
+    signal.signal(signal.SIGTERM, on_term)
+
+    def handler(msg):
+        started.append(msg.text)
+        os.kill(os.getpid(), signal.SIGTERM)   # (its handler runs in the main thread: run()'s)
+        closed.wait(60)
+        handled.append(msg.text)
+    c.run(handler, threads=1)
+    report(closed=repr(c).endswith("closed)"))
+    """)
+    assert out["closed"] and out["started"] == out["handled"] == ["m0"]
+    left_cleanly(mq, out["handled"])
+
+
 def test_a_handler_that_closes_and_raises_fails_its_message(mq: MQ, path: str) -> None:
     """(Concurrent mode.) The message of a call that closed and then raised is not consumed:
     it goes to the retry topic, as any failed message; run() still returns normally."""
