@@ -158,6 +158,7 @@ class MemberRow(Row):
     state: str = "live"
     tags: str | None = None
     subscription_consistent: bool = True
+    subscription_harm: str | None = None   # (not consistent: what the group's mix does, in words)
 
     @property
     def subscription(self) -> str:

@@ -50,11 +50,13 @@ class MembersAdmin(AdminBase):
         member not heard from for the member expiry (stopped, hung) is listed with ``state``
         ``"expired"``: the others share the queues without it."""
         from store.client.memberview import group_members
-        from store.client.subscriptions import Subscription, mismatched
+        from store.client.subscriptions import Subscription, group_harm, mismatched
         store = self.store
         require_group(store, group)
         view = group_members(store.layout, group)
-        mixed = mismatched({m.clientId: Subscription.of(m.record) for m in view.members})
+        subs = {m.clientId: Subscription.of(m.record) for m in view.members}
+        mixed = mismatched(subs)
+        harm = group_harm(list(subs.values())) if mixed else None
         rows = []
         for m in view.members:
             rec = m.record
@@ -62,7 +64,8 @@ class MembersAdmin(AdminBase):
             rows.append(MemberRow(group, m.clientId, m.pid, m.host, rec.get("mode"), rec.get("orderly"),
                                   rec.get("strategy"), rec.get("topics"), view.queues(m), m.startedAt,
                                   m.heard_from, "expired" if m.expired else "live",
-                                  tags if isinstance(tags, str) else None, m.clientId not in mixed))
+                                  tags if isinstance(tags, str) else None, m.clientId not in mixed,
+                                  harm if m.clientId in mixed else None))
         return rows
 
     def unlock(self, group: str, topic: str | None = None, queue: int | None = None, *, force: bool = False,

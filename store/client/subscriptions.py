@@ -68,29 +68,45 @@ class Subscription:
                 "mode": self.mode, "orderly": self.orderly}
 
 
+# What a mixed group does, worst last (see :func:`harm`).
+APART = ("broadcast members take no messages from one another (each reads every queue for itself), "
+         "but RocketMQ has members of one group subscribe alike, and what acts on the whole group "
+         "(deleting its offsets, say) acts on them all: give each subscription a group of its own")
+UNREAD = ("members of one group must subscribe alike (as in RocketMQ): clustering members count a "
+          "broadcast member of their topic in their share of its queues, and nobody reads for them "
+          "the queues they allot to it")
+SHARED = ("members of one group must subscribe alike (as in RocketMQ), or messages go to the wrong "
+          "handler or are skipped")
+HARMS = (APART, UNREAD, SHARED)
+
+
 def harm(mine: Subscription, theirs: Subscription) -> str:
-    """What two members that subscribe otherwise do to each other, as the warning says it.
+    """What two members that subscribe otherwise do to each other, as a warning says it.
 
     Clustering members share the group's queues and its retry topic: one of another topic
     takes the others' retries to its own handler, one with other tags skips, and commits,
-    what the others wanted. A broadcast member shares neither: it reads every queue for
-    itself, with offsets of its own, and has no retry topic. Two broadcast members (or a
-    broadcast and a clustering member of other topics) take nothing from each other. But the
-    clustering members of a topic count a broadcast member of it among those they share its
-    queues with (as its record says it is a member of the topic), and nobody of theirs reads
-    the queues they allot to it."""
+    what the others wanted (:data:`SHARED`). A broadcast member shares neither: it reads every
+    queue for itself, with offsets of its own, and has no retry topic, so two broadcast
+    members (or a broadcast and a clustering member of other topics) take nothing from each
+    other (:data:`APART`). But the clustering members of a topic count a broadcast member of
+    it among those they share its queues with (its record says it is a member of the topic),
+    and nobody of theirs reads the queues they allot to it (:data:`UNREAD`)."""
     modes = {mine.mode, theirs.mode}
     disjoint = mine.topics is not None and theirs.topics is not None and not set(mine.topics) & set(theirs.topics)
     if modes == {"broadcasting"} or (modes == {"broadcasting", "clustering"} and disjoint):
-        return ("neither takes messages from the other, as a broadcast member reads every queue for itself, "
-                "but RocketMQ has members of one group subscribe alike, and what acts on the whole group "
-                "(deleting its offsets, say) acts on both: give each subscription a group of its own")
-    if modes == {"broadcasting", "clustering"}:
-        return ("members of one group must subscribe alike (as in RocketMQ): the clustering members count "
-                "the broadcast one in their share of the topic's queues, and nobody reads for them the "
-                "queues they allot to it")
-    return ("members of one group must subscribe alike (as in RocketMQ), or messages go to the wrong "
-            "handler or are skipped")
+        return APART
+    return UNREAD if modes == {"broadcasting", "clustering"} else SHARED
+
+
+def group_harm(subs: list[Subscription]) -> str:
+    """What the members of a group that subscribe as ``subs`` do to each other: the worst of
+    what each two that differ do (``mqctl consumers``' warning)."""
+    worst = 0
+    for i, a in enumerate(subs):
+        for b in subs[i + 1:]:
+            if a.differs(b):
+                worst = max(worst, HARMS.index(harm(a, b)))
+    return HARMS[worst]
 
 
 def mismatch_warning(group: str, client_ids: list[str], theirs: Subscription, mine: Subscription) -> str:

@@ -166,15 +166,21 @@ def test_broadcast_members_with_other_tags_are_told_they_take_nothing_from_each_
         res = mq.ok("consume", "T", "-g", "G", "--broadcast", "--tag", "B", "--from", "first", "-e",
                     "--client-id", "b")
         assert sorted(m.text for m in a.messages(exit_at_end=True)) == ["a1", "a2"]
+        b = _joined(path, "T", "b", tags="B", broadcast=True)
+        listed = mq.ok("consumers", "-g", "G")
+        b.close()
     finally:
         a.close()
+    apart = ("broadcast members take no messages from one another (each reads every queue for itself), but "
+             "RocketMQ has members of one group subscribe alike, and what acts on the whole group (deleting "
+             "its offsets, say) acts on them all: give each subscription a group of its own")
     assert sorted(res.stdout.decode().split()) == ["b1", "b2"]
     assert res.stderr.splitlines() == [
         "mqctl: warning: group G: member a subscribes topic T (tags 'A', broadcasting, concurrently), "
-        "unlike this consumer: topic T (tags 'B', broadcasting, concurrently); neither takes messages from "
-        "the other, as a broadcast member reads every queue for itself, but RocketMQ has members of one "
-        "group subscribe alike, and what acts on the whole group (deleting its offsets, say) acts on "
-        "both: give each subscription a group of its own"]
+        "unlike this consumer: topic T (tags 'B', broadcasting, concurrently); " + apart]
+    assert listed.stderr.splitlines() == [
+        "mqctl: warning: members of group G subscribe differently (a: topic T (tags 'A', broadcasting, "
+        "concurrently); b: topic T (tags 'B', broadcasting, concurrently)); " + apart]
 
 
 def test_a_broadcast_member_among_clustering_ones_is_warned_about_for_what_it_does(mq: MQ, path: str) -> None:
@@ -191,6 +197,6 @@ def test_a_broadcast_member_among_clustering_ones_is_warned_about_for_what_it_do
     assert len(res.stdout.decode().split()) == 1
     assert res.stderr.splitlines() == [
         "mqctl: warning: group G: member b subscribes topic T (tags *, broadcasting, concurrently), unlike "
-        "this consumer: topic T (tags *, clustering, concurrently); " + ALIKE + " (as in RocketMQ): the "
-        "clustering members count the broadcast one in their share of the topic's queues, and nobody reads "
-        "for them the queues they allot to it"]
+        "this consumer: topic T (tags *, clustering, concurrently); " + ALIKE + " (as in RocketMQ): "
+        "clustering members count a broadcast member of their topic in their share of its queues, and "
+        "nobody reads for them the queues they allot to it"]
