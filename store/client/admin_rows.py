@@ -269,7 +269,9 @@ class AllocationRow(Row):
 @dataclass
 class RebalancePreview:
     """What :meth:`Admin.rebalance_preview` computed: ``rows``, one per consumer in the
-    allocation's order, for ``consumers`` sharing the ``queues`` queues of ``topic``."""
+    allocation's order, for ``consumers`` sharing the ``queues`` queues of ``topic``, then one
+    for each of the ``broadcast`` members of the topic (live ones, unless the consumers were
+    given): each reads every queue for itself and has no share (no queues, holds none)."""
 
     group: str
     topic: str
@@ -277,6 +279,7 @@ class RebalancePreview:
     queues: int
     consumers: list[str]
     rows: list[AllocationRow]
+    broadcast: list[str] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[AllocationRow]:
         return iter(self.rows)

@@ -72,12 +72,13 @@ class Subscription:
 APART = ("broadcast members take no messages from one another (each reads every queue for itself), "
          "but RocketMQ has members of one group subscribe alike, and what acts on the whole group "
          "(deleting its offsets, say) acts on them all: give each subscription a group of its own")
-UNREAD = ("members of one group must subscribe alike (as in RocketMQ): clustering members count a "
-          "broadcast member of their topic in their share of its queues, and nobody reads for them "
-          "the queues they allot to it")
+BESIDE = ("a broadcast member and clustering members take no messages from one another (it reads "
+          "every queue for itself; they share the queues without it), but RocketMQ has members of one "
+          "group subscribe alike, and what acts on the whole group (deleting its offsets, say) acts on "
+          "them all: give each subscription a group of its own")
 SHARED = ("members of one group must subscribe alike (as in RocketMQ), or messages go to the wrong "
           "handler or are skipped")
-HARMS = (APART, UNREAD, SHARED)
+HARMS = (APART, BESIDE, SHARED)
 
 
 def harm(mine: Subscription, theirs: Subscription) -> str:
@@ -87,15 +88,13 @@ def harm(mine: Subscription, theirs: Subscription) -> str:
     takes the others' retries to its own handler, one with other tags skips, and commits,
     what the others wanted (:data:`SHARED`). A broadcast member shares neither: it reads every
     queue for itself, with offsets of its own, and has no retry topic, so two broadcast
-    members (or a broadcast and a clustering member of other topics) take nothing from each
-    other (:data:`APART`). But the clustering members of a topic count a broadcast member of
-    it among those they share its queues with (its record says it is a member of the topic),
-    and nobody of theirs reads the queues they allot to it (:data:`UNREAD`)."""
+    members take nothing from each other (:data:`APART`); nor do a broadcast member and the
+    clustering ones, which share the queues of their topics without it (the allocation counts
+    clustering members only, ``members.sharing``), of the same topic or not (:data:`BESIDE`)."""
     modes = {mine.mode, theirs.mode}
-    disjoint = mine.topics is not None and theirs.topics is not None and not set(mine.topics) & set(theirs.topics)
-    if modes == {"broadcasting"} or (modes == {"broadcasting", "clustering"} and disjoint):
+    if modes == {"broadcasting"}:
         return APART
-    return UNREAD if modes == {"broadcasting", "clustering"} else SHARED
+    return BESIDE if modes == {"broadcasting", "clustering"} else SHARED
 
 
 def group_harm(subs: list[Subscription]) -> str:

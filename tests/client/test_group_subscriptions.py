@@ -12,7 +12,10 @@ import logging
 import pytest
 
 import store
+from store.client.admin import Admin
+from store.client.members import Membership
 from store.client.subscriptions import Subscription, mismatched
+from store.log.messagestore import Store
 from tests.procs import MQ, Proc, wait_for
 
 ALIKE = "members of one group must subscribe alike"
@@ -184,19 +187,65 @@ def test_broadcast_members_with_other_tags_are_told_they_take_nothing_from_each_
 
 
 def test_a_broadcast_member_among_clustering_ones_is_warned_about_for_what_it_does(mq: MQ, path: str) -> None:
-    """A broadcast member of the topic in a clustering group: the clustering members count it
-    in their share of the queues and nobody reads the queues allotted to it (for them); the
-    warning says so (here a clustering member alone beside it gets one queue of two)."""
+    """A broadcast member of the topic in a clustering group: the clustering members share the
+    queues without it (a clustering member alone beside it got one queue of two), so each side
+    gets every message; the warning says so, and what still acts on them all."""
     mq.ok("topic", "create", "T", "--queues", "2")
     mq.send_lines("T", ["m0", "m1"])   # (round robin: one a queue)
-    b = _joined(path, "T", "b", broadcast=True)
+    b = _joined(path, "T", "b", broadcast=True, start_from="first")
     try:
         res = mq.ok("consume", "T", "-g", "G", "--from", "first", "-e", "--client-id", "c")
+        assert sorted(m.text for m in b.messages(exit_at_end=True)) == ["m0", "m1"]
+        c = _joined(path, "T", "c")
+        listed = mq.ok("consumers", "-g", "G")
+        c.close()
     finally:
         b.close()
-    assert len(res.stdout.decode().split()) == 1
+    beside = ("a broadcast member and clustering members take no messages from one another (it reads every "
+              "queue for itself; they share the queues without it), but RocketMQ has members of one group "
+              "subscribe alike, and what acts on the whole group (deleting its offsets, say) acts on them all: "
+              "give each subscription a group of its own")
+    assert sorted(res.stdout.decode().split()) == ["m0", "m1"]
     assert res.stderr.splitlines() == [
         "mqctl: warning: group G: member b subscribes topic T (tags *, broadcasting, concurrently), unlike "
-        "this consumer: topic T (tags *, clustering, concurrently); " + ALIKE + " (as in RocketMQ): "
-        "clustering members count a broadcast member of their topic in their share of its queues, and "
-        "nobody reads for them the queues they allot to it"]
+        "this consumer: topic T (tags *, clustering, concurrently); " + beside]
+    assert listed.stderr.splitlines() == [
+        "mqctl: warning: members of group G subscribe differently (b: topic T (tags *, broadcasting, "
+        "concurrently); c: topic T (tags *, clustering, concurrently)); " + beside]
+
+
+def test_the_rebalance_preview_and_the_holders_leave_broadcast_members_out(store: Store) -> None:
+    """``rebalance_preview`` counted a broadcast member of the topic among those sharing its
+    queues (and took the strategy the live members agree on from it too), and the holders of
+    the group's queues (``progress``' owner) were taken from its claim of every queue. It has
+    no share: a row with no queues after the allocation's; a member record without ``mode``
+    (an older version) is a clustering one, as before."""
+    from store.client.allocate import allocate_all, queues_of
+    from store.client.groups import holders
+
+    store.create_topic("T", 4)
+    every = [{"topic": "T", "queueId": q} for q in range(4)]
+
+    def join(cid: str, **record: object) -> Membership:
+        m = Membership(store.layout, "G", cid, {"topics": ["T"], "orderly": False, **record})
+        m.join()
+        return m
+    b = join("b", mode="broadcasting", strategy="averagely", queues=every)
+    try:
+        alone = Admin.of(store).rebalance_preview("T", "G")
+        assert [(r.client_id, r.queues, r.holds) for r in alone] == [("b", [], [])]
+        assert (alone.consumers, alone.broadcast) == ([], ["b"])
+        ms = [join("c1", mode="clustering", strategy="circle", queues=[]), join("old", strategy="circle")]
+        try:
+            preview = Admin.of(store).rebalance_preview("T", "G")
+            expect = allocate_all("circle", queues_of("T", range(4)), ["c1", "old"])
+            assert (preview.strategy, preview.consumers) == ("circle", ["c1", "old"])
+            assert preview.broadcast == ["b"]
+            assert [(r.client_id, r.queues) for r in preview] == \
+                [(c, [q.queue_id for q in mqs]) for c, mqs in expect.items()] + [("b", [])]
+            assert holders(store, "G") == {}   # (no clustering member holds a queue lock yet)
+        finally:
+            for m in ms:
+                m.leave()
+    finally:
+        b.leave()
