@@ -68,6 +68,4 @@ def show_members(out: Output, members: "list[MemberRow]", group: str, now: int, 
     mixed = [m for m in members if not m.subscription_consistent]
     if mixed and not out.json:   # (--json: each row's subscriptionConsistent)
         each = "; ".join(f"{m.client_id}: {m.subscription}" for m in mixed)
-        out.warn(f"members of group {group} subscribe differently ({each}); members of one group "
-                 f"must subscribe alike (as in RocketMQ), or messages go to the wrong handler or "
-                 f"are skipped")
+        out.warn(f"members of group {group} subscribe differently ({each}); {mixed[0].subscription_harm}")

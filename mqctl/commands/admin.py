@@ -68,9 +68,10 @@ def consumers(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> Non
 
 REBALANCE_HELP = """Preview how a strategy shares a topic's queues.
 
-Uses the live rebalance's own code. Members are the group's live members consuming TOPIC, or
-the list given with --consumers. Without --strategy the strategy the live members use is
-taken (else averagely).
+Uses the live rebalance's own code. Members are the group's live members consuming TOPIC in
+clustering mode, or the list given with --consumers; a live broadcast member of TOPIC reads
+every queue for itself and is listed with no queues. Without --strategy the strategy the live
+members use is taken (else averagely).
 
 Examples:
   mqctl rebalance orders -g billing
@@ -98,7 +99,7 @@ def rebalance(
     preview = state(ctx).admin().rebalance_preview(
         topic, group, None if consumer_ids is None else consumer_ids.split(","), strategy, ids)
     out = Output(json=json)
-    if not preview.consumers:
+    if not preview.rows:
         # a known group with no live member consuming the topic: an empty allocation (exit 0,
         # as `consumers` lists none); an unknown group is exit 3
         out.info(f"no live member of group {group} consumes {topic}: nothing to allocate "
@@ -106,9 +107,20 @@ def rebalance(
         return
     out.table([r.to_json() for r in preview], [("clientId", "CLIENT-ID"), ("queues", "QUEUES"),
                                                ("holds", "HOLDS-NOW")])
-    if not json and preview.strategy != "config":
-        out.info(f"{preview.strategy}: {plural(preview.queues, 'queue')} of {topic} shared by "
-                 f"{plural(len(preview.consumers), 'member')}")
+    # a broadcast member of the topic has a row with no queues: it has no share
+    bc = preview.broadcast
+    if len(bc) == 1:
+        readers = f"broadcast member {bc[0]} reads every queue for itself, with no share"
+    else:
+        readers = f"broadcast members {', '.join(bc)} read every queue for themselves, with no share"
+    if not preview.consumers:
+        out.info(f"no live member of group {group} consumes {topic} in clustering mode: nothing to "
+                 f"allocate; {readers}")
+    elif not json:
+        shared = (f"{preview.strategy}: {plural(preview.queues, 'queue')} of {topic} shared by "
+                  f"{plural(len(preview.consumers), 'member')}") if preview.strategy != "config" else ""
+        if shared or bc:
+            out.info("; ".join(s for s in (shared, readers if bc else "") if s))
 
 
 UNLOCK_HELP = """Release queue locks of dead or stuck holders.

@@ -158,6 +158,7 @@ class MemberRow(Row):
     state: str = "live"
     tags: str | None = None
     subscription_consistent: bool = True
+    subscription_harm: str | None = None   # (not consistent: what the group's mix does, in words)
 
     @property
     def subscription(self) -> str:
@@ -268,7 +269,9 @@ class AllocationRow(Row):
 @dataclass
 class RebalancePreview:
     """What :meth:`Admin.rebalance_preview` computed: ``rows``, one per consumer in the
-    allocation's order, for ``consumers`` sharing the ``queues`` queues of ``topic``."""
+    allocation's order, for ``consumers`` sharing the ``queues`` queues of ``topic``, then one
+    for each of the ``broadcast`` members of the topic (live ones, unless the consumers were
+    given): each reads every queue for itself and has no share (no queues, holds none)."""
 
     group: str
     topic: str
@@ -276,6 +279,7 @@ class RebalancePreview:
     queues: int
     consumers: list[str]
     rows: list[AllocationRow]
+    broadcast: list[str] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[AllocationRow]:
         return iter(self.rows)

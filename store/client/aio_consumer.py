@@ -281,8 +281,9 @@ class AsyncConsumer:
         ``concurrency``: handler calls at a time (orderly: still one per queue).
         ``exit_at_end``: return once the queues held are drained up to their end at the call;
         otherwise return after :meth:`stop` or :meth:`close` (or the ``async with`` block
-        left), once the handler calls in flight have finished (the member leaves its group).
-        Cancelled, the running handler calls are cancelled, their messages delivered again,
+        left), once the handler calls in flight have finished (the member leaves its group);
+        a close while it joins (its first use) makes it return too, a run() called on a closed
+        consumer raises UsageError. Cancelled, the running handler calls are cancelled, their messages delivered again,
         what finished is committed, and the member leaves its group.
         ``to``/``flush``: an exactly-once stage, as :meth:`store.Consumer.run`'s (what
         ``handler`` returns is sent to ``to`` in one atomic write with the offset)."""
@@ -297,8 +298,11 @@ class AsyncConsumer:
         self._mode = "run"
         try:
             rt = await self._open()
-        except BaseException:
+        except BaseException as exc:
+            closed = self._closed and isinstance(exc, UsageError)
             await self._close(commit=False)   # (cancelled while joining: it leaves, as below)
+            if closed:
+                return   # closed while it joined (its first use): as a moment later, it returns
             raise
         if self._stop_run:
             rt.stop()   # (stopped while it joined)

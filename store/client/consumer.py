@@ -21,7 +21,7 @@ from store.client.consumer_args import (
     start_position,
     tag_filter,
 )
-from store.client.consumer_life import Life
+from store.client.consumer_life import IN_HANDLER, Life
 from store.client.handoff import (
     PERSIST_EVERY_S,
     DrainedEvent,
@@ -80,7 +80,9 @@ class Consumer:
       ``broadcast``: every member gets every message (offsets kept per client).
       ``start_from``: where a queue with no committed offset starts: ``"first"``, ``"last"``
       (the default, as in RocketMQ), a :class:`datetime.datetime` or ms since the epoch.
-      ``tags``: a subscription expression, ``"*"`` or ``"A || B"`` (or a list of tags).
+      ``tags``: a subscription expression, ``"*"`` or ``"A || B"``, or a list (tuple, any
+      iterable) of tags, one tag an item: ``["A", "B"]`` is ``"A || B"`` (an empty item, an
+      expression as an item, or an empty list is a UsageError).
       ``client_id``: the member's id (default ``HOST@PID``; broadcast: ``HOST@DEFAULT``, so a
       restarted broadcast consumer resumes its own offsets); unique among live members.
       ``dedup``: skip redeliveries of message ids this group already consumed.
@@ -182,6 +184,8 @@ class Consumer:
         check_flush(flush)
         rt = self._rt
         with life.lock:   # (a close() from another thread meanwhile: before or after, whole)
+            if life.closed:
+                return iter(())   # (closed since this call began: as a moment later, it ends)
             if life.sink is None:
                 self._stage(to, flush)
                 life.join()
@@ -299,8 +303,10 @@ class Consumer:
         rest is delivered again, later), unless one of the batch already failed.
         Offsets are committed as messages finish, in queue order. ``exit_at_end``:
         return once the queues held are drained up to their end at the call. Otherwise it
-        returns when :meth:`stop` or :meth:`close` is called from another thread (the member
-        then leaves its group) and raises ``KeyboardInterrupt`` at Ctrl-C, after leaving.
+        returns when :meth:`stop` or :meth:`close` is called, from another thread or from
+        ``handler`` (after :meth:`close`, the member has left its group by then), and raises
+        ``KeyboardInterrupt`` at Ctrl-C, after leaving. Called on a closed consumer, it raises
+        UsageError.
         """
         self._check_open()
         life = self._life
@@ -318,7 +324,7 @@ class Consumer:
         rt = self._rt
         set_retries(rt, orderly=self.orderly, broadcast=self.broadcast, max_reconsume=max_reconsume,
                     retry_delay=retry_delay)
-        stage = self._stage(to, flush)
+        stage: Stage | None = None
         orderly = self.orderly   # (work() holds no reference to the consumer: see Life)
 
         state = rt.state   # (read for every message: the attribute, not Runtime's property)
@@ -349,24 +355,34 @@ class Consumer:
                 sink.batch = run_batch_size((time.perf_counter() - started) / n)
             return (True, "") if not failed else (failed, "")
 
-        # (one message a batch until a handler call was timed: see run_batch_size)
-        sink = ThreadPoolSink(work, threads, 1, per_message=True)
-        sink.client_messages = True              # (see Runtime.set_sink)
-        sink.persist_every_s = PERSIST_EVERY_S
-        sink.spread = threads                    # a backlog: a batch per thread at a time
+        def in_handler() -> None:   # (each handler thread: a close() there does not wait for run())
+            IN_HANDLER.life = life
+
         with life.lock:   # (a close() from another thread meanwhile: before or after, whole)
+            if life.closed:
+                # closed since this call began (from another thread): it returns as it would
+                # have a moment later, stopped by the close; a call made after it raises
+                return
+            stage = self._stage(to, flush)
             life.join()
+            # (one message a batch until a handler call was timed: see run_batch_size)
+            sink = ThreadPoolSink(work, threads, 1, per_message=True, initializer=in_handler)
+            sink.client_messages = True              # (see Runtime.set_sink)
+            sink.persist_every_s = PERSIST_EVERY_S
+            sink.spread = threads                    # a backlog: a batch per thread at a time
             rt.set_sink(sink)
             life.mode = "run"
             rt.o.exit_at_end = exit_at_end
             if exit_at_end:
                 rt.snapshot_ends()
-            life.serving = True
+            life.running()
         try:
-            rt.serve()
+            try:
+                rt.serve()
+            finally:
+                sink.shutdown(True)
         finally:
-            life.serving = False
-            sink.shutdown(True)
+            life.ran()   # (closed meanwhile: the member leaves now)
 
     def _stage(self, to: str | None, flush: str) -> Stage | None:
         return None if to is None else self._rt.set_stage(to, flush)
@@ -397,8 +413,17 @@ class Consumer:
         last one :meth:`messages` gave, its loop left by ``break`` or by an exception) is not
         committed and is delivered again: a message counts as consumed when the loop asks for
         the next one or leaves the ``with`` block normally, and a loop body that raised must not
-        lose its message to a ``finally: close()``. Idempotent. From another thread, it also
-        stops a running :meth:`run` and waits."""
+        lose its message to a ``finally: close()`` (so a loop body that calls it ends its loop
+        with its message delivered again: to count it, ``break`` and let the ``with`` block end).
+        Idempotent.
+
+        With :meth:`run` going in another thread, it also stops it and waits for it to return
+        (the handler calls in flight finish and count) and leave. From one of ``run``'s handler
+        calls (or a signal handler in ``run``'s thread), it stops the run and returns at once
+        (waiting would wait for itself): no new handler call starts, the call's own message
+        counts as consumed if it returns normally, and ``run`` returns normally once the calls
+        in flight have returned and the member has left. A close that lands while ``run`` or
+        ``messages`` starts makes it return (or end) at once, as if it came a moment later."""
         self._close(commit=False)
 
     def _close(self, commit: bool) -> None:

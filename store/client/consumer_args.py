@@ -53,13 +53,35 @@ def start_position(start_from: StartFrom) -> tuple[str, int | None]:
 
 
 def tag_filter(tags: str | Iterable[str] | None) -> frozenset[str] | None:
+    """A consumer's ``tags``: an expression (``"*"``, ``"A || B"``), or a list (or any other
+    iterable but a str) of tags, one tag an item (``["A", "B"]`` is ``"A || B"``; ``"*"`` among
+    them: every message). Each item follows the expression's rules for one tag (spaces around
+    it dropped; no ``|``, ``&``, ``,`` or ``*`` in it); an empty item, an item that is an
+    expression (``"A || B"``) and an empty list are UsageErrors, not "every message"."""
     if tags is None or isinstance(tags, str):
         return names.parse_tag_expression(tags)
     given = list(tags) if isinstance(tags, Iterable) and not isinstance(tags, (bytes, bytearray)) else None
     if given is None or not all(isinstance(t, str) for t in given):
         raise UsageError(f"tags must be an expression (a str, '*' or 'A || B') or a list of str, not {tags!r}")
-    out = frozenset(t.strip() for t in given if t.strip())
-    return None if not out or "*" in out else out
+    if not given:
+        raise UsageError("tags [] names no tag: give '*' for every message, or the tags to select")
+    out: set[str] = set()
+    for tag in given:
+        if not tag.strip():
+            raise UsageError(f"tags {given!r}: an empty tag ({tag!r}); a list names one tag an item")
+        tag = tag.strip()
+        if tag == "*":
+            out.add(tag)   # (every message: the others checked all the same)
+            continue
+        if "||" in tag:
+            raise UsageError(f"tags {given!r}: {tag!r} is an expression, not a tag; a list names one tag "
+                             f"an item ({[t.strip() for t in tag.split('||')]!r}), or give the expression "
+                             f"as a str")
+        why = names.tag_problem(tag)
+        if why is not None:
+            raise UsageError(f"tags {given!r}: {tag!r} is not a tag: {why}")
+        out.add(tag)
+    return None if "*" in out else frozenset(out)
 
 
 def set_retries(rt: Runtime, *, orderly: bool, broadcast: bool, max_reconsume: int | None,

@@ -17,6 +17,10 @@ from store.client.runtime import Runtime
 from store.errors import UsageError
 from store.log.messagestore import Store
 
+# Marks a thread of a consumer's run() pool as one that calls its handler (``life``: whose):
+# a close() from a handler call does not wait for run() to return, as run() waits for that call.
+IN_HANDLER = threading.local()
+
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from store.client.handoff import IteratorSink
@@ -36,6 +40,8 @@ class Life:
         self.mode: str | None = None             # "iterate" or "run"
         self.sink: IteratorSink | None = None    # the iterator's (and the batch in hand: its ``hand``)
         self.serving = False                     # run() is running
+        self.run_over: threading.Event | None = None   # (while run() runs: set once it has returned)
+        self.run_thread: int | None = None              # (and the thread it runs in)
         self.pid = os.getpid()
 
     def join(self) -> None:
@@ -61,38 +67,73 @@ class Life:
 
     def close(self, commit: bool) -> None:
         """Leave: the message in hand settled (``commit``), offsets persisted, queue locks
-        released, the member record removed, the store closed. Idempotent; from any thread."""
+        released, the member record removed, the store closed. Idempotent; from any thread.
+        With :meth:`~store.Consumer.run` going, it stops it and waits for it to return, which
+        leaves; from one of its handler calls (:data:`IN_HANDLER`), or a signal handler in the
+        thread of the run, it only stops it: it would wait for itself."""
         sink = self.sink
         if not self.closed and sink is not None and sink.feeder == threading.get_ident():
             self.rt.stop()   # (a signal handler in this thread's feed, which holds the loop's lock)
             sink.after_feed = lambda: self.close(commit)
             return
         with self.lock:
+            over = self.run_over   # (a run() in flight leaves when it returns: see ran())
             if self.closed:
-                return
-            self.closed = True
-            if sink is not None:
-                sink.wake_reader()   # an iteration waiting in another thread ends
-            rt = self.rt
+                pass   # (closed already, maybe from a handler call: its run() may still go on)
+            elif over is not None:
+                self.closed = True
+                self.rt.stop()
+            else:
+                self.closed = True
+                self._leave(commit)
+        if over is not None and getattr(IN_HANDLER, "life", None) is not self \
+                and threading.get_ident() != self.run_thread:
+            over.wait()   # (not in the run's own thread: a signal handler there stops it only)
+
+    def _leave(self, commit: bool) -> None:
+        sink = self.sink
+        if sink is not None:
+            sink.wake_reader()   # an iteration waiting in another thread ends
+        rt = self.rt
+        try:
+            self.settle_in_hand(commit=commit)
+            if not self.joined:
+                rt.wake.close()
+            elif self.mode == "iterate":
+                rt.stop()
+                rt.join()
+                if sink is not None:
+                    sink.release_all()
+                rt.shutdown(wait_handlers=True)
+            else:
+                rt.shutdown(wait_handlers=True)
+        finally:
+            with ids_lock:
+                ids_in_use.discard(self.id_key)
+            self.store.close()
+
+    def running(self) -> threading.Event:
+        """(:meth:`~store.Consumer.run`, under :attr:`lock`, joined) A run starts: the event
+        :meth:`ran` sets."""
+        self.serving = True
+        self.run_thread = threading.get_ident()
+        self.run_over = threading.Event()
+        return self.run_over
+
+    def ran(self) -> None:
+        """(:meth:`~store.Consumer.run`, as it returns, normally or not) Closed meanwhile (from
+        a handler call, which the close did not wait for, or from another thread, which waits
+        for this): leave now, whoever waits for it."""
+        with self.lock:
+            self.serving = False
+            over, self.run_over, self.run_thread = self.run_over, None, None
             try:
-                self.settle_in_hand(commit=commit)
-                if not self.joined:
-                    rt.wake.close()
-                elif self.serving:
-                    rt.stop()
-                    rt.stopped.wait()
-                elif self.mode == "iterate":
-                    rt.stop()
-                    rt.join()
-                    if sink is not None:
-                        sink.release_all()
-                    rt.shutdown(wait_handlers=True)
-                else:
-                    rt.shutdown(wait_handlers=True)
+                if self.closed:
+                    self._leave(commit=False)   # (the runtime shut down already, but after a
+                                                # stop that came as it drained with exit_at_end)
             finally:
-                with ids_lock:
-                    ids_in_use.discard(self.id_key)
-                self.store.close()
+                if over is not None:
+                    over.set()
 
     def dropped(self) -> None:
         """(``weakref.finalize``: the consumer was collected unclosed, or the process exits with

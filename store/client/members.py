@@ -114,10 +114,28 @@ class MemberInfo:
                 "host": self.host, "startedAt": self.startedAt}
 
     @property
+    def shares_queues(self) -> bool:
+        """Whether it takes a share of the group's queues: a member consuming in clustering
+        mode (so is one whose record has no ``mode``, of an older version). A broadcast member
+        reads every queue for itself: the others share the queues without it (RocketMQ's
+        allocation counts the clustering members only)."""
+        return self.record.get("mode") in (None, "clustering")
+
+    def consumes(self, topic: str) -> bool:
+        """Whether it consumes ``topic`` (a record naming no topics: taken to)."""
+        return topic in (self.record.get("topics") or [topic])
+
+    @property
     def queues(self) -> list[dict[str, Any]]:
         """The queues the member published as held (``[{"topic", "queueId"}]``)."""
         queues = self.record.get("queues")
         return queues if isinstance(queues, list) else []
+
+
+def sharing(members: list[MemberInfo], topic: str) -> list[MemberInfo]:
+    """The ``members`` that share ``topic``'s queues: those consuming it in clustering mode
+    (:attr:`MemberInfo.shares_queues`; a record naming no topics counts as consuming it)."""
+    return [m for m in members if m.shares_queues and m.consumes(topic)]
 
 
 def _lock_path(layout: Layout, group: str, client_id: str) -> Path:

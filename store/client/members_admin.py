@@ -30,6 +30,12 @@ def _queue_ids(queues: list[dict[str, Any]], topic: str) -> list[int]:
                   and isinstance(q.get("queueId"), int))
 
 
+def _broadcast_rows(group: str, topic: str, strategy: str, client_ids: list[str]) -> list[AllocationRow]:
+    """The rows of a preview's broadcast members: no share of the queues (each reads every
+    queue for itself), none held."""
+    return [AllocationRow(group, topic, strategy, cid, [], []) for cid in client_ids]
+
+
 class MembersAdmin(AdminBase):
     """Locks, members, rebalance previews and dead letters (a part of :class:`store.Admin`)."""
 
@@ -50,11 +56,13 @@ class MembersAdmin(AdminBase):
         member not heard from for the member expiry (stopped, hung) is listed with ``state``
         ``"expired"``: the others share the queues without it."""
         from store.client.memberview import group_members
-        from store.client.subscriptions import Subscription, mismatched
+        from store.client.subscriptions import Subscription, group_harm, mismatched
         store = self.store
         require_group(store, group)
         view = group_members(store.layout, group)
-        mixed = mismatched({m.clientId: Subscription.of(m.record) for m in view.members})
+        subs = {m.clientId: Subscription.of(m.record) for m in view.members}
+        mixed = mismatched(subs)
+        harm = group_harm(list(subs.values())) if mixed else None
         rows = []
         for m in view.members:
             rec = m.record
@@ -62,7 +70,8 @@ class MembersAdmin(AdminBase):
             rows.append(MemberRow(group, m.clientId, m.pid, m.host, rec.get("mode"), rec.get("orderly"),
                                   rec.get("strategy"), rec.get("topics"), view.queues(m), m.startedAt,
                                   m.heard_from, "expired" if m.expired else "live",
-                                  tags if isinstance(tags, str) else None, m.clientId not in mixed))
+                                  tags if isinstance(tags, str) else None, m.clientId not in mixed,
+                                  harm if m.clientId in mixed else None))
         return rows
 
     def unlock(self, group: str, topic: str | None = None, queue: int | None = None, *, force: bool = False,
@@ -103,9 +112,11 @@ class MembersAdmin(AdminBase):
         nothing changes.
 
         ``consumers``: the client ids to allocate to (default: the group's live members
-        consuming ``topic``, expired ones left out as the members leave them out; none: an
-        empty preview, ``consumers`` []; ``GroupNotFoundError`` for a group the store does
-        not know). ``strategy``:
+        consuming ``topic`` in clustering mode, expired ones left out as the members leave them
+        out; none: an empty preview, ``consumers`` []; ``GroupNotFoundError`` for a group the
+        store does not know). Live broadcast members of ``topic`` have no share (each reads
+        every queue for itself): without ``consumers``, each gets a row with no queues, after
+        the allocation's (``broadcast``). ``strategy``:
         ``averagely``, ``circle``, ``hash`` or ``config`` (default: the one the live members
         use when they agree, else ``averagely``). ``queues``: the queue ids of the ``config``
         strategy (needed by it, refused by the others; without them, when every live member
@@ -113,6 +124,7 @@ class MembersAdmin(AdminBase):
         each with what the consumer holds now.
         """
         from store.client.allocate import allocate_all, queues_of
+        from store.client.members import sharing
         from store.client.memberview import group_members
         a = self.arg_names
         if queues is not None and strategy != "config":
@@ -124,8 +136,8 @@ class MembersAdmin(AdminBase):
         store = self.store
         cfg = store.topic(topic)
         view = group_members(store.layout, group)
-        members = [m for m in view.counted()   # (as the members share)
-                   if topic in (m.record.get("topics") or [topic])]
+        members = sharing(view.counted(), topic)   # (as the members share)
+        broadcast: list[str] = []
         if consumers is not None:
             cids = [names.validate_client_id(c.strip()) for c in consumers if c.strip()]
             if not cids:
@@ -138,9 +150,12 @@ class MembersAdmin(AdminBase):
         else:
             require_group(store, group)
             cids = [m.clientId for m in members]
+            broadcast = [m.clientId for m in view.members if not m.shares_queues and m.consumes(topic)]
             if not cids:
-                # a known group with no live member: nothing to allocate (not "not found")
-                return RebalancePreview(group, topic, strategy or "averagely", cfg.queues, [], [])
+                # a known group with no live clustering member: nothing to allocate (not "not found")
+                strategy = strategy or "averagely"
+                return RebalancePreview(group, topic, strategy, cfg.queues, [],
+                                        _broadcast_rows(group, topic, strategy, broadcast), broadcast)
         used = {s for m in members if isinstance(s := m.record.get("strategy"), str)}
         if strategy is None:
             strategy = next(iter(used)) if len(used) == 1 else "averagely"
@@ -150,7 +165,10 @@ class MembersAdmin(AdminBase):
             if consumers is not None or used != {"config"}:
                 raise usage("{strategy} config needs {queues}, e.g. {queues_example}", a)
             # Each live config member reads the queues it was given: that is the allocation.
-            return self._configured_members(group, topic, cfg.queues, members, view)
+            preview = self._configured_members(group, topic, cfg.queues, members, view)
+            preview.rows += _broadcast_rows(group, topic, "config", broadcast)
+            preview.broadcast = broadcast
+            return preview
         config = None
         if queues:
             ids = sorted(set(queues))
@@ -164,7 +182,8 @@ class MembersAdmin(AdminBase):
         held = {m.clientId: _queue_ids(view.queues(m), topic) for m in members}
         rows = [AllocationRow(group, topic, strategy, cid, [mq.queue_id for mq in mqs], held.get(cid))
                 for cid, mqs in assignment.items()]
-        return RebalancePreview(group, topic, strategy, cfg.queues, cids, rows)
+        rows += _broadcast_rows(group, topic, strategy, broadcast)
+        return RebalancePreview(group, topic, strategy, cfg.queues, cids, rows, broadcast)
 
     @staticmethod
     def _configured_members(group: str, topic: str, nqueues: int, members: "list[MemberInfo]",

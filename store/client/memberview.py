@@ -35,13 +35,14 @@ class GroupMembers:
 
     def queues(self, m: MemberInfo) -> list[dict[str, Any]]:
         """``[{"topic", "queueId"}]`` the member holds now, sorted (see the module docstring)."""
-        if m.record.get("mode") == "broadcasting":
+        if not m.shares_queues:   # (a broadcast member)
             return m.queues
         return [{"topic": t, "queueId": q} for t, q in self.held.get(m.clientId, [])]
 
     def owners(self) -> dict[tuple[str, int], str]:
-        """(topic, queueId) -> the client id of the live member holding the queue."""
-        return {tq: m.clientId for m in self.members for tq in
+        """(topic, queueId) -> the client id of the live clustering member holding the queue
+        (a broadcast member reads every queue for itself: it holds none of the group's)."""
+        return {tq: m.clientId for m in self.members if m.shares_queues for tq in
                 ((e["topic"], e["queueId"]) for e in self.queues(m))}
 
     def counted(self) -> list[MemberInfo]:

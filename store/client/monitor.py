@@ -269,7 +269,7 @@ class Monitor:
             mine = {t for t, _ in offsets.get(g, {})}
             for m in members:
                 subs = m.record.get("topics")
-                if m.record.get("mode", "clustering") == "clustering" and isinstance(subs, list):
+                if m.shares_queues and isinstance(subs, list):
                     mine.update(t for t in subs if isinstance(t, str))
             mine.add(names.retry_topic(g))
             rows = self._lags(g, sorted(mine & topics, key=lambda t: (names.is_retry_topic(t), t)),

@@ -50,7 +50,7 @@ class OffsetsAdmin(AdminBase):
             topics_by_client[s.client_id] = {t for t, _ in s.offsets}
         # Topics that live clustering members subscribe to count even before a first commit.
         for m in live_members(store.layout, group):
-            if m.record.get("mode", "clustering") == "clustering":
+            if m.shares_queues:
                 subs = m.record.get("topics")
                 if isinstance(subs, list):
                     topics_by_client[None].update(t for t in subs if isinstance(t, str))

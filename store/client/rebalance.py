@@ -196,7 +196,7 @@ class Rebalancer:
 
     def _allocation(self) -> set[QueueKey]:
         """The queues of the subscribed topics allocated to this member now."""
-        from store.client.members import live_members
+        from store.client.members import live_members, sharing
         o = self.o
         members = None
         if not o.broadcast and not o.no_group:
@@ -205,8 +205,8 @@ class Rebalancer:
             if seen != self.members_seen:   # (a member joined: does it subscribe alike?)
                 self._check_subscriptions(every)
             self.members_seen = seen
-            live = [m for m in every if o.topic in (m.record.get("topics") or [o.topic])]
-            members = sorted({m.clientId for m in live} | {o.client_id})
+            # (a broadcast member of the topic has no share: it reads every queue for itself)
+            members = sorted({m.clientId for m in sharing(every, o.topic)} | {o.client_id})
         wanted: set[QueueKey] = set()
         for t in self.topics:
             if not self.store.has_topic(t):

@@ -110,7 +110,7 @@ class ThreadPoolSink:
     interleave = True           # handlers: a batch of each queue held in turn
 
     def __init__(self, work: Callable[[list[Message], str], Outcome], threads: int, batch: int = 1,
-                 per_message: bool = False) -> None:
+                 per_message: bool = False, initializer: Callable[[], object] | None = None) -> None:
         self.work = work
         self.batch = max(1, batch)
         self.per_message = per_message
@@ -118,7 +118,8 @@ class ThreadPoolSink:
         # (imported here: concurrent.futures loads logging, traceback and their regular
         # expressions, ~3 ms of a process that writes its messages inline)
         import concurrent.futures as cf
-        self.pool = cf.ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="handler")
+        self.pool = cf.ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="handler",
+                                          initializer=initializer)   # (run in each thread first)
         self.on_outcome: Callable[[list[Message], Outcome], None] | None = None
         self.may_start: Callable[[list[Message]], bool] | None = None
 

@@ -8,8 +8,9 @@ the wrong handler, and a member with another tag filter skips, and commits, the 
 the queues it holds that the other members wanted (its console calls that "subscription
 inconsistency"). Nothing refuses a mixed group here either (a rolling change of a group's
 subscription passes through one), but each member warns once about every live member that
-subscribes otherwise, when it joins and when a new member joins, and ``mqctl consumers``
-shows it (:func:`mismatched`).
+subscribes otherwise, when it joins and when a new member joins (one line for the members
+of one subscription), and ``mqctl consumers`` shows it (:func:`mismatched`). A broadcast
+member shares neither queues nor retries: what a mixed group does then is :func:`harm`'s.
 
 Records written before ``tags`` was published have no tag expression: it is left out of
 their comparison (unknown, not "every message").
@@ -67,16 +68,61 @@ class Subscription:
                 "mode": self.mode, "orderly": self.orderly}
 
 
-def mismatch_warning(group: str, client_id: str, theirs: Subscription, mine: Subscription) -> str:
-    """The one line a member warns with about ``client_id``, a member that subscribes otherwise."""
-    return (f"group {group}: member {client_id} subscribes {theirs.describe()}, unlike this "
-            f"consumer: {mine.describe()}; members of one group must subscribe alike (as in "
-            f"RocketMQ), or messages go to the wrong handler or are skipped")
+# What a mixed group does, worst last (see :func:`harm`).
+APART = ("broadcast members take no messages from one another (each reads every queue for itself), "
+         "but RocketMQ has members of one group subscribe alike, and what acts on the whole group "
+         "(deleting its offsets, say) acts on them all: give each subscription a group of its own")
+BESIDE = ("a broadcast member and clustering members take no messages from one another (it reads "
+          "every queue for itself; they share the queues without it), but RocketMQ has members of one "
+          "group subscribe alike, and what acts on the whole group (deleting its offsets, say) acts on "
+          "them all: give each subscription a group of its own")
+SHARED = ("members of one group must subscribe alike (as in RocketMQ), or messages go to the wrong "
+          "handler or are skipped")
+HARMS = (APART, BESIDE, SHARED)
+
+
+def harm(mine: Subscription, theirs: Subscription) -> str:
+    """What two members that subscribe otherwise do to each other, as a warning says it.
+
+    Clustering members share the group's queues and its retry topic: one of another topic
+    takes the others' retries to its own handler, one with other tags skips, and commits,
+    what the others wanted (:data:`SHARED`). A broadcast member shares neither: it reads every
+    queue for itself, with offsets of its own, and has no retry topic, so two broadcast
+    members take nothing from each other (:data:`APART`); nor do a broadcast member and the
+    clustering ones, which share the queues of their topics without it (the allocation counts
+    clustering members only, ``members.sharing``), of the same topic or not (:data:`BESIDE`)."""
+    modes = {mine.mode, theirs.mode}
+    if modes == {"broadcasting"}:
+        return APART
+    return BESIDE if modes == {"broadcasting", "clustering"} else SHARED
+
+
+def group_harm(subs: list[Subscription]) -> str:
+    """What the members of a group that subscribe as ``subs`` do to each other: the worst of
+    what each two that differ do (``mqctl consumers``' warning)."""
+    worst = 0
+    for i, a in enumerate(subs):
+        for b in subs[i + 1:]:
+            if a.differs(b):
+                worst = max(worst, HARMS.index(harm(a, b)))
+    return HARMS[worst]
+
+
+def mismatch_warning(group: str, client_ids: list[str], theirs: Subscription, mine: Subscription) -> str:
+    """The one line a member warns with about ``client_ids``, the members that subscribe
+    ``theirs``, otherwise than this one (one line for all of them: a group of many members)."""
+    if len(client_ids) == 1:
+        who = f"member {client_ids[0]} subscribes"
+    else:
+        who = f"{len(client_ids)} members ({', '.join(client_ids)}) subscribe"
+    return (f"group {group}: {who} {theirs.describe()}, unlike this consumer: {mine.describe()}; "
+            f"{harm(mine, theirs)}")
 
 
 class SubscriptionCheck:
     """A member's check of the others' subscriptions: each one that differs is warned about
-    once (by client id and start time: one restarted with another subscription is new)."""
+    once (by client id and start time: one restarted with another subscription is new), in
+    one line per subscription of those looked at together."""
 
     def __init__(self, group: str, mine: Subscription) -> None:
         self.group = group
@@ -84,10 +130,11 @@ class SubscriptionCheck:
         self._seen: set[tuple[str, Any]] = set()
 
     def look(self, own_id: str, members: list[Any]) -> list[str]:
-        """The warnings about the members (``MemberInfo``) not looked at before."""
+        """The warnings about the members (``MemberInfo``) not looked at before: a line for
+        each subscription of theirs that differs, naming the members that have it."""
         if len(self._seen) > 4 * len(members) + 64:   # (members long gone: forgotten)
             self._seen &= {(m.clientId, m.startedAt) for m in members}
-        lines = []
+        differing: dict[Subscription, list[str]] = {}
         for m in members:
             key = (m.clientId, m.startedAt)
             if m.clientId == own_id or key in self._seen:
@@ -95,8 +142,8 @@ class SubscriptionCheck:
             self._seen.add(key)
             theirs = Subscription.of(m.record)
             if theirs.differs(self.mine):
-                lines.append(mismatch_warning(self.group, m.clientId, theirs, self.mine))
-        return lines
+                differing.setdefault(theirs, []).append(m.clientId)
+        return [mismatch_warning(self.group, ids, theirs, self.mine) for theirs, ids in differing.items()]
 
 
 def mismatched(subs: dict[str, Subscription]) -> set[str]:

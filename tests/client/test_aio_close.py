@@ -138,3 +138,44 @@ def test_a_handler_may_close_its_consumer(mq: MQ, path: str, how: str) -> None:
     """)
     assert out["closed"] and out["returned"] and out["started"] == out["handled"] == ["m0"]
     left_cleanly(mq, out["handled"])
+
+
+def test_a_close_that_lands_while_run_joins_makes_it_return(mq: MQ, path: str) -> None:
+    """``task = create_task(c.run(h))`` then ``await c.close()`` in another task while run()
+    was joining (its first use) made run() raise UsageError "this consumer is closed". Now it
+    returns, as for a close a moment later; run() called after the close still raises. (The
+    join is held back, the loop's commit thread busy, until the close is in.)"""
+    out = child(path, "concurrently", """
+    import threading
+    from store.client import aio_shared
+
+    async def main():
+        gate, busy = threading.Event(), threading.Event()
+
+        def hold_the_commit_thread():
+            busy.set()
+            gate.wait(60)
+        holding = asyncio.ensure_future(aio_shared.off_loop(hold_the_commit_thread))
+        await asyncio.to_thread(busy.wait, 60)
+        c = consumer()
+        task = asyncio.ensure_future(c.run(handler))
+        await asyncio.sleep(0)   # (its first step: it waits for its join, queued behind the gate)
+        closing = asyncio.ensure_future(c.close())
+        await asyncio.sleep(0)   # (the close is in: it waits for the join)
+        gate.set()
+        await asyncio.wait_for(closing, 60)
+        await holding
+        outcome = []
+        for call in (lambda: task, lambda: c.run(handler)):
+            try:
+                await asyncio.wait_for(call(), 60)
+                outcome.append("returned")
+            except store.UsageError as exc:
+                outcome.append(f"raised: {exc}")
+        report(outcome=outcome)
+    asyncio.run(main())
+    """)
+    assert out["outcome"] == ["returned", "raised: this consumer is closed"]
+    assert out["started"] == []
+    assert mq.members("G") == [] and mq.locks("G") == []
+    assert [e["body"] for e in mq.drain("Q", "G")] == [f"m{i}" for i in range(5)]

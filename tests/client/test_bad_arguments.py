@@ -116,3 +116,34 @@ def test_the_library_names_its_own_parameters_and_the_cli_its_flags(mq: MQ, path
     res = mq.run("--store", str(tmp_path / "s"), "init", "--segment-size", "1000")
     assert res.returncode == 2 and r"the segment size (--segment-size) must be" in res.stderr, res
     assert not (tmp_path / "s").exists()
+
+
+_TAG_LISTS: list[tuple[Any, str]] = [
+    ([], "tags [] names no tag: give '*' for every message, or the tags to select"),
+    (["A", ""], "tags ['A', '']: an empty tag (''); a list names one tag an item"),
+    ([" "], "tags [' ']: an empty tag (' '); a list names one tag an item"),
+    (["A||B"], "tags ['A||B']: 'A||B' is an expression, not a tag; a list names one tag an item "
+               "(['A', 'B']), or give the expression as a str"),
+    (("A", "B | C"), "tags ['A', 'B | C']: 'B | C' is not a tag: a message has one tag, and a tag may "
+                     "not contain '|' (consumers select several with 'A || B')"),
+    (["A,B"], "tags ['A,B']: 'A,B' is not a tag: a tag may not contain ','"),
+    (["A*"], "tags ['A*']: 'A*' is not a tag: a tag may not contain '*'"),
+    (["*", "A&&B"], "tags ['*', 'A&&B']: 'A&&B' is not a tag: a tag may not contain '&'"),
+]
+
+
+@pytest.mark.parametrize("tags,said", _TAG_LISTS, ids=[repr(t) for t, _ in _TAG_LISTS])
+def test_a_list_of_tags_is_checked_as_an_expression_is(mq: MQ, path: str, tags: Any, said: str) -> None:
+    """``tags=["A", ""]`` or ``tags=["A||B"]`` skipped the expression's checks: an empty list (or
+    one of blanks) subscribed to every message, ``"A||B"`` was one literal tag that matched
+    nothing. Each item is one tag, checked as a tag sent is; the consumer joins nothing."""
+    for make in (store.Consumer, store.AsyncConsumer):
+        with pytest.raises(store.UsageError) as err:
+            make("T", "g", path, tags=tags)
+        assert str(err.value) == said
+    assert mq.members("g") == []
+    mq.ok("send", "T", "--tag", "A", input="a\n")
+    with store.Consumer("T", "g", path, start_from="first", tags=[" A ", "B"]) as c:   # (spaces dropped)
+        assert [m.text for m in c.messages(exit_at_end=True)] == ["a"]
+    with store.Consumer("T", "g2", path, start_from="first", tags=("C", "*")) as c:   # ("*": every message)
+        assert [m.text for m in c.messages(exit_at_end=True)] == ["a"]

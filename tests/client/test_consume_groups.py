@@ -129,6 +129,46 @@ def test_broadcast_members_each_see_everything(mq: MQ) -> None:
     assert mq.ok("consume", "T", "-g", "B", "--broadcast", "--client-id", "b1", "-e").stdout == b"late\n"
 
 
+def test_clustering_members_beside_a_broadcast_member_of_their_group_read_every_queue(mq: MQ) -> None:
+    """A broadcast member of the group's topic was counted in the clustering members' share of
+    its queues, so the queues allotted to it went unread by them (here 6 of 8 read). A
+    broadcast member has no share (RocketMQ allocates among clustering members only): the
+    clustering members read every queue between them, and the broadcast member every message
+    for itself; ``rebalance`` lists it with no queues, ``progress`` names the clustering holders."""
+    mq.ok("topic", "create", "T", "--queues", "8")
+    n = 200
+    mq.send_lines("T", [f"m{i}" for i in range(n)])
+    everything = sorted(b"m%d" % i for i in range(n))
+    # (its id sorts last: counted, the queues allotted to it were the clustering members' last ones)
+    bc = mq.start("consume", "T", "-g", "G", "--broadcast", "--client-id", "z-bc", "--from", "first")
+    wait_for(lambda: "z-bc" in mq.member_queues("G"), what="the broadcast member to join")
+    c1 = mq.start("consume", "T", "-g", "G", "--client-id", "c1", "--from", "first", "--rebalance-interval", "0.2")
+    c2 = mq.start("consume", "T", "-g", "G", "--client-id", "c2", "--from", "first", "--rebalance-interval", "0.2")
+    try:
+        wait_for(lambda: len(c1.lines()) + len(c2.lines()) >= n, what="the clustering members to get every message")
+        wait_for(lambda: len(bc.lines()) >= n, what="the broadcast member to get every message")
+        settled = [{"group": "G", "topic": "T", "strategy": "averagely", "clientId": "c1", "queues": [0, 1, 2, 3],
+                    "holds": [0, 1, 2, 3]},
+                   {"group": "G", "topic": "T", "strategy": "averagely", "clientId": "c2", "queues": [4, 5, 6, 7],
+                    "holds": [4, 5, 6, 7]},
+                   {"group": "G", "topic": "T", "strategy": "averagely", "clientId": "z-bc", "queues": [],
+                    "holds": []}]
+        wait_for(lambda: mq.ok("rebalance", "T", "-g", "G", "--json").json_lines() == settled,
+                 what="c1 and c2 to share the queues without z-bc")
+        human = mq.ok("rebalance", "T", "-g", "G")
+        assert human.stderr.splitlines() == ["averagely: 8 queues of T shared by 2 members; broadcast member z-bc "
+                                             "reads every queue for itself, with no share"]
+        owners = {r["queueId"]: r["owner"] for r in mq.ok("progress", "-g", "G", "--topic", "T", "--json").json_lines()
+                  if r["clientId"] is None}
+        assert owners == {q: "c1" if q < 4 else "c2" for q in range(8)}
+    finally:
+        for p in (c1, c2, bc):
+            assert p.stop() == 0, p.stderr()
+    assert sorted(c1.lines() + c2.lines()) == everything, "each message once among the clustering members"
+    assert sorted(bc.lines()) == everything
+    assert mq.committed_total("G", "T") == n
+
+
 def test_retry_then_dead_letter(mq: MQ) -> None:
     mq.ok("topic", "create", "T", "--queues", "2")
     log = mq.work / "log"

@@ -12,7 +12,10 @@ import logging
 import pytest
 
 import store
+from store.client.admin import Admin
+from store.client.members import Membership
 from store.client.subscriptions import Subscription, mismatched
+from store.log.messagestore import Store
 from tests.procs import MQ, Proc, wait_for
 
 ALIKE = "members of one group must subscribe alike"
@@ -126,3 +129,123 @@ def test_a_record_without_tags_compares_on_what_it_says() -> None:
 @pytest.fixture
 def path(mq: MQ) -> str:
     return str(mq.root)
+
+
+def _joined(path: str, topic: str, cid: str, **kw: object) -> store.Consumer:
+    c = store.Consumer(topic, "G", path, client_id=cid, **kw)  # type: ignore[arg-type]
+    c.__enter__()
+    return c
+
+
+def test_a_joiner_warns_once_per_subscription_not_once_per_member(mq: MQ, path: str) -> None:
+    """A joiner printed a line for each member subscribing otherwise (16 lines for 16 such
+    members): now one line for each subscription of theirs, naming its members."""
+    mq.ok("topic", "create", "T", "--queues", "2")
+    members = [_joined(path, "T", f"a{i}", tags="A") for i in range(5)] + \
+        [_joined(path, "T", f"c{i}", tags="C") for i in range(2)]
+    try:
+        res = mq.ok("consume", "T", "-g", "G", "--tag", "B", "-e", "--client-id", "joiner")
+    finally:
+        for c in members:
+            c.close()
+    assert res.stderr.splitlines() == [
+        "mqctl: warning: group G: 5 members (a0, a1, a2, a3, a4) subscribe topic T (tags 'A', clustering, "
+        "concurrently), unlike this consumer: topic T (tags 'B', clustering, concurrently); " + ALIKE +
+        " (as in RocketMQ), or messages go to the wrong handler or are skipped",
+        "mqctl: warning: group G: 2 members (c0, c1) subscribe topic T (tags 'C', clustering, concurrently), "
+        "unlike this consumer: topic T (tags 'B', clustering, concurrently); " + ALIKE +
+        " (as in RocketMQ), or messages go to the wrong handler or are skipped"]
+
+
+def test_broadcast_members_with_other_tags_are_told_they_take_nothing_from_each_other(mq: MQ, path: str) -> None:
+    """The warning said messages go to the wrong handler or are skipped: broadcast members each
+    read every queue for themselves (offsets of their own, no retry topic), so each gets all of
+    what it subscribed to; the warning says that."""
+    mq.ok("topic", "create", "T", "--queues", "2")
+    mq.send_lines("T", ["a1", "a2"], "--tag", "A")
+    mq.send_lines("T", ["b1", "b2"], "--tag", "B")
+    a = _joined(path, "T", "a", tags="A", broadcast=True, start_from="first")
+    try:
+        res = mq.ok("consume", "T", "-g", "G", "--broadcast", "--tag", "B", "--from", "first", "-e",
+                    "--client-id", "b")
+        assert sorted(m.text for m in a.messages(exit_at_end=True)) == ["a1", "a2"]
+        b = _joined(path, "T", "b", tags="B", broadcast=True)
+        listed = mq.ok("consumers", "-g", "G")
+        b.close()
+    finally:
+        a.close()
+    apart = ("broadcast members take no messages from one another (each reads every queue for itself), but "
+             "RocketMQ has members of one group subscribe alike, and what acts on the whole group (deleting "
+             "its offsets, say) acts on them all: give each subscription a group of its own")
+    assert sorted(res.stdout.decode().split()) == ["b1", "b2"]
+    assert res.stderr.splitlines() == [
+        "mqctl: warning: group G: member a subscribes topic T (tags 'A', broadcasting, concurrently), "
+        "unlike this consumer: topic T (tags 'B', broadcasting, concurrently); " + apart]
+    assert listed.stderr.splitlines() == [
+        "mqctl: warning: members of group G subscribe differently (a: topic T (tags 'A', broadcasting, "
+        "concurrently); b: topic T (tags 'B', broadcasting, concurrently)); " + apart]
+
+
+def test_a_broadcast_member_among_clustering_ones_is_warned_about_for_what_it_does(mq: MQ, path: str) -> None:
+    """A broadcast member of the topic in a clustering group: the clustering members share the
+    queues without it (a clustering member alone beside it got one queue of two), so each side
+    gets every message; the warning says so, and what still acts on them all."""
+    mq.ok("topic", "create", "T", "--queues", "2")
+    mq.send_lines("T", ["m0", "m1"])   # (round robin: one a queue)
+    b = _joined(path, "T", "b", broadcast=True, start_from="first")
+    try:
+        res = mq.ok("consume", "T", "-g", "G", "--from", "first", "-e", "--client-id", "c")
+        assert sorted(m.text for m in b.messages(exit_at_end=True)) == ["m0", "m1"]
+        c = _joined(path, "T", "c")
+        listed = mq.ok("consumers", "-g", "G")
+        c.close()
+    finally:
+        b.close()
+    beside = ("a broadcast member and clustering members take no messages from one another (it reads every "
+              "queue for itself; they share the queues without it), but RocketMQ has members of one group "
+              "subscribe alike, and what acts on the whole group (deleting its offsets, say) acts on them all: "
+              "give each subscription a group of its own")
+    assert sorted(res.stdout.decode().split()) == ["m0", "m1"]
+    assert res.stderr.splitlines() == [
+        "mqctl: warning: group G: member b subscribes topic T (tags *, broadcasting, concurrently), unlike "
+        "this consumer: topic T (tags *, clustering, concurrently); " + beside]
+    assert listed.stderr.splitlines() == [
+        "mqctl: warning: members of group G subscribe differently (b: topic T (tags *, broadcasting, "
+        "concurrently); c: topic T (tags *, clustering, concurrently)); " + beside]
+
+
+def test_the_rebalance_preview_and_the_holders_leave_broadcast_members_out(store: Store) -> None:
+    """``rebalance_preview`` counted a broadcast member of the topic among those sharing its
+    queues (and took the strategy the live members agree on from it too), and the holders of
+    the group's queues (``progress``' owner) were taken from its claim of every queue. It has
+    no share: a row with no queues after the allocation's; a member record without ``mode``
+    (an older version) is a clustering one, as before."""
+    from store.client.allocate import allocate_all, queues_of
+    from store.client.groups import holders
+
+    store.create_topic("T", 4)
+    every = [{"topic": "T", "queueId": q} for q in range(4)]
+
+    def join(cid: str, **record: object) -> Membership:
+        m = Membership(store.layout, "G", cid, {"topics": ["T"], "orderly": False, **record})
+        m.join()
+        return m
+    b = join("b", mode="broadcasting", strategy="averagely", queues=every)
+    try:
+        alone = Admin.of(store).rebalance_preview("T", "G")
+        assert [(r.client_id, r.queues, r.holds) for r in alone] == [("b", [], [])]
+        assert (alone.consumers, alone.broadcast) == ([], ["b"])
+        ms = [join("c1", mode="clustering", strategy="circle", queues=[]), join("old", strategy="circle")]
+        try:
+            preview = Admin.of(store).rebalance_preview("T", "G")
+            expect = allocate_all("circle", queues_of("T", range(4)), ["c1", "old"])
+            assert (preview.strategy, preview.consumers) == ("circle", ["c1", "old"])
+            assert preview.broadcast == ["b"]
+            assert [(r.client_id, r.queues) for r in preview] == \
+                [(c, [q.queue_id for q in mqs]) for c, mqs in expect.items()] + [("b", [])]
+            assert holders(store, "G") == {}   # (no clustering member holds a queue lock yet)
+        finally:
+            for m in ms:
+                m.leave()
+    finally:
+        b.leave()
