@@ -484,6 +484,9 @@ class ClusterOffsetStore:
             offsettable.write(self.layout, loaded, lost_before, applied_before, sync=sync)
             st = os.stat(self.path)   # (a consumer woken by the file replaced tells its own commits by it)
             self.last_written = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if loaded.disagrees:   # (no path of mqctl's own leads here: an edit, or a copy from elsewhere)
+            self._warn(f"{self.layout.consumer_offset_log} replays to other offsets than {self.path}, which readers "
+                       f"use: the journal is written again from that table")
         if loaded.damage is not None:
             self._warn(f"{self.layout.consumer_offset_log} was damaged at byte {loaded.damage[0]}: rewritten from the "
                        f"offset table (the commits after the damage dropped: their messages are delivered again)")
