@@ -70,10 +70,14 @@ class AsyncIteratorSink(InHand):
 
     def release_all(self) -> None:
         """Hand back every batch not taken by the iterator (they are delivered again)."""
+        woken = False
         while self._ready:
             item = self._ready.popleft()
+            woken = woken or item is None
             if item is not None and not item[0].done():
                 item[0].set_result((None, "released"))
+        if woken:   # (a wake-up taken out with the batches: a reader about to wait needs it)
+            self.wake_reader()
 
     def shutdown(self, wait: bool) -> None:
         self.release_all()

@@ -225,12 +225,16 @@ class IteratorSink(InHand):
         self.handoff.put(None)
 
     def release_all(self) -> None:
+        woken = False
         while True:
             try:
                 item = self.handoff.get_nowait()
             except queue_mod.Empty:
+                if woken:   # (a wake-up taken out with the batches: a reader about to wait needs it)
+                    self.handoff.put(None)
                 return
             if item is None:
+                woken = True
                 continue
             fut, _m = item
             if not fut.done():
