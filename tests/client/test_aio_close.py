@@ -7,14 +7,13 @@ the child's time limit makes that a failure instead of a hung suite (faulthandle
 it was stuck)."""
 from __future__ import annotations
 
-import json
-import subprocess
 from typing import Any
 
 import pytest
 
-import store
-from tests.procs import MQ, finish, python
+from tests.client import closing
+from tests.client.closing import left_cleanly
+from tests.procs import MQ
 
 # The child's prologue: the store, a one-queue topic "Q" of five messages m0..m4, and a handler
 # that says when a call has started and sleeps (awaits) a while before it counts as handled.
@@ -41,25 +40,12 @@ PROLOGUE = """
 
 
 def child(path: str, mode: str, body: str) -> dict[str, Any]:
-    proc = python(PROLOGUE + body, path, mode, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    return json.loads(finish(proc, timeout=120)[0])
+    return closing.child(PROLOGUE, path, mode, body)
 
 
 @pytest.fixture
 def path(mq: MQ) -> str:
-    store.Admin(str(mq.root)).create_topic("Q", queues=1)
-    mq.send_lines("Q", [f"m{i}" for i in range(5)])
-    return str(mq.root)
-
-
-def left_cleanly(mq: MQ, handled: list[str]) -> None:
-    """What was handled is committed and nothing else; the member left, its locks released;
-    the rest is delivered to the next member."""
-    assert handled == [f"m{i}" for i in range(len(handled))]
-    assert mq.offsets("G", "Q") == {("Q", 0): len(handled)}
-    assert mq.members("G") == []
-    assert mq.locks("G") == []
-    assert [e["body"] for e in mq.drain("Q", "G")] == [f"m{i}" for i in range(len(handled), 5)]
+    return closing.one_queue_of_five(mq)
 
 
 @pytest.mark.parametrize("mode", ["concurrently", "orderly"])

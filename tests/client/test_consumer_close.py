@@ -10,14 +10,13 @@ hung suite (faulthandler says where it was stuck). Races are made deterministic 
 the close landing at a step the child holds run() at (no sleeps)."""
 from __future__ import annotations
 
-import json
-import subprocess
 from typing import Any
 
 import pytest
 
-import store
-from tests.procs import MQ, finish, python
+from tests.client import closing
+from tests.client.closing import left_cleanly
+from tests.procs import MQ
 
 # The child's prologue: the store, a one-queue topic "Q" of five messages m0..m4.
 PROLOGUE = """
@@ -36,25 +35,12 @@ PROLOGUE = """
 
 
 def child(path: str, mode: str, body: str) -> dict[str, Any]:
-    proc = python(PROLOGUE + body, path, mode, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    return json.loads(finish(proc, timeout=120)[0])
+    return closing.child(PROLOGUE, path, mode, body)
 
 
 @pytest.fixture
 def path(mq: MQ) -> str:
-    store.Admin(str(mq.root)).create_topic("Q", queues=1)
-    mq.send_lines("Q", [f"m{i}" for i in range(5)])
-    return str(mq.root)
-
-
-def left_cleanly(mq: MQ, consumed: list[str]) -> None:
-    """What was consumed is committed and nothing else; the member left, its locks released;
-    the rest is delivered to the next member."""
-    assert consumed == [f"m{i}" for i in range(len(consumed))]
-    assert mq.offsets("G", "Q").get(("Q", 0), 0) == len(consumed)
-    assert mq.members("G") == []
-    assert mq.locks("G") == []
-    assert [e["body"] for e in mq.drain("Q", "G")] == [f"m{i}" for i in range(len(consumed), 5)]
+    return closing.one_queue_of_five(mq)
 
 
 @pytest.mark.parametrize("mode", ["concurrently", "orderly"])
