@@ -148,6 +148,13 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
         torn = confirm(lambda: recordscan.tail_damage(log, reached))
         if torn is not None:
             classify(_torn_tail(engine, cp0, batch, torn), reached)
+    elif batch.at >= 0:
+        # The log ends on a record boundary inside a batch: a writer adding its next record
+        # now (it holds the write lock until the batch is whole), or one killed between its
+        # writes, whose batch recovery cuts whole.
+        open_tail = confirm(lambda: _open_tail(engine, cp0, batch, reached))
+        if open_tail is not None:
+            classify(open_tail, reached)
     rep.cq_entries = queues.finish()
     keys.finish()
     _check_json(engine, problems)
@@ -203,17 +210,34 @@ def _torn_tail(engine: "Engine", cp: ckpt.Checkpoint | None, batch: atomicbatch.
     """The log's torn tail, as ``store recover`` will cut it: with the whole atomic batch the
     torn record ends, when it is unfinished past the acknowledged point (``recovery.py``'s
     rule): its whole records before the cut go too, and the problem is named where they begin."""
+    return _unfinished(engine, cp, batch, torn) or Problem(*torn)
+
+
+def _open_tail(engine: "Engine", cp: ckpt.Checkpoint | None, batch: atomicbatch.OpenBatch,
+               end: int) -> Problem | None:
+    """A log that ends on a record boundary at ``end`` inside an unfinished atomic batch, as
+    ``store recover`` (and the next writer) will cut it, or None (a writer wrote on since: run
+    with writers held off, so a log end still at ``end`` is no batch half written)."""
+    return _unfinished(engine, cp, batch) if engine.commitlog.end() == end else None
+
+
+def _unfinished(engine: "Engine", cp: ckpt.Checkpoint | None, batch: atomicbatch.OpenBatch,
+                torn: tuple[str, int, str] | None = None) -> Problem | None:
+    """The unfinished batch at the log's end (its last record ``torn``, or whole) as recovery
+    cuts it: from its first record, never below the acknowledged point (``recovery.py``'s
+    rule); None when nothing of it lies past that point."""
     log = engine.commitlog
     if batch.at < 0:
-        return Problem(*torn)
+        return None
     cut_at = max(batch.at, ckpt.acked_end(cp, cp is not None and cp.boot_id != engine.writer.boot_id, log.end()))
     n = batch.records_from(cut_at)
     if not n:
-        return Problem(*torn)
+        return None
     base = log.segment_of(cut_at)
+    what = (f"its {n} whole record{'s' if n > 1 else ''} and the one cut at {torn[0]}:{torn[1]} ({torn[2]})"
+            if torn is not None else f"its {n} record{'s' if n > 1 else ''}, and no end record after them")
     return Problem(str(log.segment_path(base)), cut_at - base,
-                   f"unfinished atomic batch at the end of the log: its {n} whole record{'s' if n > 1 else ''} "
-                   f"and the one cut at {torn[0]}:{torn[1]} ({torn[2]}); mqctl store recover cuts the whole "
+                   f"unfinished atomic batch at the end of the log: {what}; mqctl store recover cuts the whole "
                    f"batch ({log.end() - cut_at} bytes)")
 
 
