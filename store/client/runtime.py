@@ -491,7 +491,8 @@ class Runtime:
         return bool(o.exit_at_end) and self._thread is None and self.drained.is_set()
 
     def is_drained(self) -> bool:   # (exit_at_end: up to the ends snapshot, nothing out)
-        if not self.rebalancer.rebalanced_once:
+        # (nor while a queue allocated here is still held by its previous owner, handing it over)
+        if not self.rebalancer.rebalanced_once or self.rebalancer.waiting_for:
             return False
         ends, offsets = self.puller.end_snapshot, self.keeper.offsets
         if any(offsets.get(key, 0) < ends.get(key, 0) or pq.cached() for key, pq in self.held.pqs.items()):

@@ -180,3 +180,26 @@ def test_the_sink_writes_big_batches_whole_through_its_descriptor_and_closes_it(
         reader.join(30)
         os.close(r)
     assert b"".join(got) == expected + b"".join(b + b"\n" for b in bodies[:500])
+
+
+def test_a_member_joining_with_exit_at_end_drains_the_queues_handed_over_to_it(mq: MQ) -> None:
+    """``-e`` stops when every queue the member holds is drained. A member joining a group
+    whose queues another member holds was allocated its share at once but held none of it yet
+    (the other member hands each over after the batch in its hand): it exited 0 at once,
+    having printed nothing, with its share's backlog untouched. It waits for the queues
+    allocated to it and drains them."""
+    mq.ok("topic", "create", "T", "--queues", "4")
+    st = mq.store()
+    try:
+        st.put_bodies("T", [b"%06d" % i for i in range(400)])
+    finally:
+        st.close()
+    slow = mq.start("consume", "T", "-g", "G", "--from", "first", "--exec", "sleep 0.05")
+    try:
+        wait_for(lambda: sum(mq.offsets("G").values()) >= 4, what="the first member's commits")
+        res = mq.ok("consume", "T", "-g", "G", "-e")
+        got = res.stdout.split()
+        assert got, res   # (its share: two queues of ~100, less what the first took meanwhile)
+        assert len(got) == len(set(got)), res
+    finally:
+        slow.stop()
