@@ -92,7 +92,7 @@ def throughput(res: dict[str, Any]) -> list[str]:
                ("api_sync_single_100_vs_sqlite_wal_appending_rounds", "the same, the rounds in which"
                 " SQLite's WAL grew (its commits appended, as mqctl's always do)", None),
                ("api_sync_single_100_vs_sqlite_wal_overwriting_rounds", "the same, the rounds in which"
-                " SQLite wrote its WAL again from the start (overwrites: no journal commit)", None),
+                " SQLite wrote its WAL again from the start (overwrites: no new size to write)", None),
                *pipe_rows(res)]
     out += ["", "| durable sends and the 64 KiB runs | ratio | target |", "|---|---|---|"]
     for key, label, target in durable:
