@@ -60,7 +60,9 @@ if TYPE_CHECKING:
 # How far an async writer lets the durable point fall behind before it moves it itself
 # (Durability.flush_durable, in a background thread): by volume, or by age.
 ASYNC_FLUSH_BYTES = 64 * 1024 * 1024
-ASYNC_FLUSH_INTERVAL_S = 30.0
+# (by age: RocketMQ's flushCommitLogThoroughInterval, the longest its async flush leaves a
+# write unsynced however small)
+ASYNC_FLUSH_INTERVAL_S = 10.0
 # ... by volume only once the oldest write the flush would cover is this old (RocketMQ's async
 # flush interval): a burst is not fsynced under its own writes. On this kind of virtual
 # machine an fsync of 64 MiB running beside the writes made a 100 MB burst of 64 KiB messages
