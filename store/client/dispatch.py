@@ -16,12 +16,13 @@ What consuming a batch *means* is the sink's business (:mod:`store.client.sinks`
   read ahead, and the batch in hand after the message in hand (:meth:`Dispatcher.let_go`).
 
 Orderly mode hands out one batch at a time per queue (``ProcessQueue.busy``) and checks the
-queue's lock before every batch. A handler sink (``interleave``: ``--exec``, Python handlers)
-is fed round-robin across the queues held, a batch of each in turn, the next hand-out starting
-after the queue served last: as RocketMQ's concurrent consumer submits each queue's pulls to its
-pool as they come, every queue a member holds makes progress, and a backlog in one delays a
-message of another by a batch per queue, not by the whole backlog. (A batch is ``--batch``, or what a Python
-handler gets through in 50 ms: a round is not cut finer, which would cost more hand-overs and pulls.)
+queue's lock before every batch (an inline write blocked past the lease lets the queue go:
+``Holdings.lapsed``). A handler sink (``interleave``: ``--exec``, Python handlers) is fed
+round-robin across the queues held, a batch of each in turn, the next hand-out starting after
+the queue served last: as RocketMQ's concurrent consumer submits each queue's pulls to its pool
+as they come, every queue a member holds makes progress, and a backlog in one delays a message
+of another by a batch per queue, not by the whole backlog. (A batch is ``--batch``, or what a
+Python handler gets through in 50 ms: a round is not cut finer: more hand-overs and pulls.)
 """
 from __future__ import annotations
 
@@ -166,8 +167,7 @@ class Dispatcher:
                     if not o.orderly and len(pq.in_flight) >= len(pq.msgs):
                         break
                     lock = locks.get(key)
-                    # orderly: the lock file's identity checked before every batch; concurrent
-                    # (one message a batch): at most every 100 ms
+                    # orderly: the lock file's identity checked before every batch; concurrent: every 100 ms
                     if lock is not None and not lock.is_valid(0 if o.orderly else 100):
                         if lock.held:  # (a deleted or replaced lock file was reported by qlocks)
                             self.warn(f"the lock of {key[0]}/{key[1]} was not renewed in time; dropping the queue")
@@ -191,6 +191,8 @@ class Dispatcher:
                     if self.inline is not None:
                         if not self._consume_inline(key, pq, batch):
                             return True   # a stop cut the write short
+                        if held.lapsed(key, len(batch), self.warn):
+                            break
                     else:
                         assert pool is not None
                         submit_locked = getattr(pool, "submit_locked", None)
@@ -300,8 +302,7 @@ class Dispatcher:
             return False
         if self.progress is not None:
             self._look_at_progress()
-        # (imported here, as the pool sinks that make futures do: an inline sink's process
-        # never loads concurrent.futures, nor the logging it imports)
+        # (here, as in the pool sinks: an inline sink's process never loads concurrent.futures)
         import concurrent.futures as cf
         futures, pqs, dropping = self.futures, self.held.pqs, self.held.dropping
         done = [f for f in futures if f.done()]

@@ -14,6 +14,8 @@ from store.log.offsets import QueueKey
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Callable
+
     from store.client.qlocks import QueueLock
     from store.log.record import Message
 
@@ -74,6 +76,32 @@ class Holdings:
         lock = self.locks.pop(key, None)
         if lock is not None:
             lock.release()  # a no-op on a lost lock; frees the descriptor otherwise
+
+    def not_ours(self, key: QueueKey, check_lock: bool) -> bool:
+        """Whether a commit must not set the queue's offset back: its lock was lost (it is being
+        dropped as lost), or (``check_lock``) its lock is no longer valid, though the loss was
+        not noticed yet: its lease ran out while the member was blocked (a write to a stdout
+        whose reader stopped reading, a stop), and another member may have moved the offset on."""
+        pq = self.dropping.get(key)
+        if pq is not None and pq.lost:
+            return True
+        lock = self.locks.get(key)
+        return check_lock and lock is not None and not lock.is_valid(0)
+
+    def lapsed(self, key: QueueKey, n: int, warn: Callable[[str], None]) -> bool:
+        """After an inline sink's write of ``n`` messages of ``key`` (its lock valid when the write
+        began): whether the lock's lease ran out during the write (blocked on a stdout whose reader
+        stopped reading, say: no renewal meanwhile). The queue is then let go at once
+        (:meth:`lose`): nothing more of it is written, and the write's offset is committed
+        increase-only, never setting back the queue's new owner. Said on stderr: those ``n``
+        messages may be delivered by the new owner too."""
+        lock = self.locks.get(key)
+        if lock is None or key not in self.pqs or lock.is_valid(100):
+            return False
+        warn(f"the lock on queue {key[0]}:{key[1]} ran out during a write of {n} of its messages (blocked "
+             f"past its lease): another member may deliver them too; nothing more is delivered from the queue")
+        self.lose(key)
+        return True
 
     def forget(self, key: QueueKey) -> None:
         """Let go of a held or dropping queue at once, its lock released (its offsets were

@@ -265,8 +265,7 @@ class OffsetKeeper:
         failpoint("offsets-before-persist")
         if increase_only is None:
             increase_only = not self.o.orderly
-        dropping = self.held.dropping
-        lost = {k: v for k, v in offsets.items() if k in dropping and dropping[k].lost}
+        lost = {k: v for k, v in offsets.items() if self.held.not_ours(k, check_lock=not increase_only)}
         skipped = set()
         try:
             if lost and not increase_only:
@@ -358,8 +357,7 @@ class OffsetKeeper:
         if not self.threaded:
             self.persist()
             return
-        dropping = self.held.dropping
-        if any(k in dropping and dropping[k].lost for k in self.dirty):
+        if any(self.held.not_ours(k, check_lock=self.o.orderly) for k in self.dirty):
             self.persist()   # the lost-lock rule of persist: never set such a queue back
             return
         if self.resent:

@@ -263,6 +263,7 @@ class Puller:
         pq.max_seen = max(pq.max_seen, res.next_offset - 1)
         pq.next_pull = res.next_offset
         self.keeper.advance(key, res.next_offset)
+        self.held.lapsed(key, len(res.bodies), self.warn)   # (written past its lock's lease: let go)
         return True
 
     def _skip_duplicates(self, msgs: list[Message]) -> list[Message]:
