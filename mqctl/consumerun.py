@@ -196,8 +196,9 @@ def start_position(text: str, no_group: bool) -> tuple[str, Optional[int], Optio
     time (seconds or ms since the epoch); any other is kcat's queue offset N, ``-N`` is N
     before the end of each queue (kcat), ``+N`` N after its start (rpk). A time may be
     marked as rpk marks it, ``@TIME`` (``@-1h``, ``@2026-11-30``), or as kcat does, ``s@MS``
-    (ms since the epoch). Only queues with no committed offset start there: a group resumes
-    from its own (kcat's ``stored``)."""
+    (ms since the epoch). Only a group new to the topic starts there: a group resumes from its
+    own (kcat's ``stored``), and one with offsets in the topic starts a queue it has none for at
+    its first message (store/client/startpoint.py)."""
     from store.errors import UsageError
     word = text.strip()
     if word in FROM_WORDS:

@@ -78,8 +78,10 @@ class Consumer:
       ``orderly``: one member at a time per queue, under the same queue locks as
       ``mqctl consume --orderly``, messages of a queue in queue order, one at a time.
       ``broadcast``: every member gets every message (offsets kept per client).
-      ``start_from``: where a queue with no committed offset starts: ``"first"``, ``"last"``
-      (the default, as in RocketMQ), a :class:`datetime.datetime` or ms since the epoch.
+      ``start_from``: where a group new to the topic starts: ``"first"``, ``"last"``
+      (the default, as in RocketMQ), a :class:`datetime.datetime` or ms since the epoch. A
+      queue without a committed offset in a topic the group has offsets in (added by a
+      ``topic update`` while it was stopped, say) starts at its first message.
       ``tags``: a subscription expression, ``"*"`` or ``"A || B"``, or a list (tuple, any
       iterable) of tags, one tag an item: ``["A", "B"]`` is ``"A || B"`` (an empty item, an
       expression as an item, or an empty list is a UsageError).

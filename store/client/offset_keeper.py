@@ -28,7 +28,7 @@ from store.client.holding import Holdings
 from store.client.offset_writer import OffsetWriter, Refusals
 from store.client.options import ConsumeOptions
 from store.client.process_queue import PULL_BATCH
-from store.client.startpoint import start_offset
+from store.client.startpoint import AtOpen, start_offset
 from store.errors import LockHeldError, StoreIOError
 from store.failpoints import failpoint
 from store.log.broadcastoffsets import BroadcastOffsetStore
@@ -65,7 +65,7 @@ class OffsetKeeper:
         self.resent = False   # a copy went to the retry topic or DLQ since the last commit
         self.put_off = 0      # lag commits put off in a row because the table was busy
         self.epochs: dict[str, int] = {}
-        self.queues_at_open: dict[str, int] = {}   # the topic's queues then: later ones are all new
+        self.at_open = AtOpen()   # the topic's queues and the group's topics then (where a queue starts)
         self._reset_look: tuple[int, int, int] | None = None   # the offsets file check_reset last read
         self.offset_store: Any = None   # ClusterOffsetStore, BroadcastOffsetStore or MemoryOffsetStore
         self.stage: Stage | None = None   # an exactly-once stage commits through its outputs' batches
@@ -89,17 +89,18 @@ class OffsetKeeper:
     def open(self) -> None:
         """Open the offset store the member's mode uses, and learn the reset epochs."""
         o = self.o
-        self.queues_at_open = {o.topic: self.store.topic(o.topic).queues}
+        queues = {o.topic: self.store.topic(o.topic).queues}   # (before the offsets: see AtOpen)
         if o.no_group:
-            self.offset_store = MemoryOffsetStore()
+            self.offset_store, committed = MemoryOffsetStore(), dict[QueueKey, int]()
         elif o.broadcast:
             self.offset_store = BroadcastOffsetStore(self.store.layout, o.client_id, o.group)
-            self.offset_store.load()
+            committed = self.offset_store.load()
         else:
             self.offset_store = ClusterOffsetStore(self.store.layout)
             look = self._offsets_look()
-            self.epochs = dict(self.offset_store.snapshot(o.group).epochs)
-            self._reset_look = look
+            snap = self.offset_store.snapshot(o.group)
+            self.epochs, self._reset_look, committed = dict(snap.epochs), look, snap.offsets
+        self.at_open = AtOpen(queues, committed)
 
     def pace(self, inline: bool, every_s: float) -> None:
         """How far a queue's consumed offset may run ahead of the persisted one before the loop persists it
@@ -116,8 +117,8 @@ class OffsetKeeper:
 
     # -- starting a queue ------------------------------------------------------------------
     def start(self, keys: list[QueueKey]) -> dict[QueueKey, int]:
-        """Where each of these newly held queues starts: their stored offsets read (one read
-        of the table for them all), the computed ones persisted in one commit."""
+        """Where each of these newly held queues starts (:mod:`store.client.startpoint`): their stored offsets read
+        (one read of the table for them all), the computed ones persisted in one commit."""
         if self.stage is not None:
             # A stage reads where it starts only after the store's write lock was free once and
             # the log recovered: a batch of the queue's last holder that was in its write (a
@@ -127,8 +128,8 @@ class OffsetKeeper:
         starts: dict[QueueKey, int] = {}
         computed: dict[QueueKey, int] = {}
         for key in keys:
-            starts[key], is_computed = start_offset(self.store, self.o, key, stored.get(key, -1),
-                                                    self.queues_at_open, self.warn)
+            starts[key], is_computed = start_offset(self.store, self.o, key, stored.get(key, -1), self.at_open,
+                                                    self.warn)
             if is_computed:
                 computed[key] = starts[key]
         if computed and self.defer_turn_persists and self.stage is None:
@@ -337,9 +338,8 @@ class OffsetKeeper:
         return left
 
     def _written(self) -> None:
-        """(In the writer thread.) A commit was written: wake the loop only if it has work
-        for it (offsets moved meanwhile, or a pull waits for room); an idle loop sleeps on,
-        and takes the outcome at its next turn."""
+        """(In the writer thread.) A commit was written: wake the loop only if it has work for it (offsets
+        moved meanwhile, or a pull waits for room); an idle loop sleeps on, and takes the outcome at its next turn."""
         if self.dirty or self.held_back:
             self.on_commit()
 
