@@ -67,5 +67,7 @@ def show_members(out: Output, members: "list[MemberRow]", group: str, now: int, 
         out.info(f"no live members in group {group}")
     mixed = [m for m in members if not m.subscription_consistent]
     if mixed and not out.json:   # (--json: each row's subscriptionConsistent)
-        each = "; ".join(f"{m.client_id}: {m.subscription}" for m in mixed)
+        # (their strategies named when those differ: "clustering members" with None = averagely)
+        strategies = {m.strategy or "averagely" for m in mixed if m.mode != "broadcasting"}
+        each = "; ".join(f"{m.client_id}: {m.describe(len(strategies) > 1)}" for m in mixed)
         out.warn(f"members of group {group} subscribe differently ({each}); {mixed[0].subscription_harm}")

@@ -25,6 +25,35 @@ if TYPE_CHECKING:
     from store.client.memberview import GroupMembers
 
 
+def _strategy_of(m: "MemberInfo") -> str:
+    """A member's allocation strategy (a record that does not say: averagely)."""
+    s = m.record.get("strategy")
+    return s if isinstance(s, str) else "averagely"
+
+
+def _own_shares(group: str, topic: str, nqueues: int, members: "list[MemberInfo]",
+                view: "GroupMembers") -> RebalancePreview:
+    """The shares of live members that disagree on the strategy, each by its own, as
+    ``rebalance.py`` computes it (a config member: its own queue ids on its topic, its share
+    by averagely on another, its retry topic)."""
+    from store.client.allocate import allocate, queues_of
+    mqs = queues_of(topic, range(nqueues))
+    cids = [m.clientId for m in members]
+    rows = []
+    for m in members:
+        strategy, own, topics = _strategy_of(m), m.record.get("configQueues"), m.record.get("topics")
+        if strategy != "config":
+            mine = allocate(strategy, m.clientId, mqs, cids)
+        elif isinstance(topics, list) and topics[:1] == [topic]:
+            ids = [q for q in own if isinstance(q, int) and 0 <= q < nqueues] if isinstance(own, list) else []
+            mine = allocate("config", m.clientId, mqs, cids, config_queues=queues_of(topic, ids))
+        else:
+            mine = allocate("averagely", m.clientId, mqs, cids)
+        rows.append(AllocationRow(group, topic, strategy, m.clientId, sorted(mq.queue_id for mq in mine),
+                                  _queue_ids(view.queues(m), topic)))
+    return RebalancePreview(group, topic, "mixed", nqueues, cids, rows)
+
+
 def _queue_ids(queues: list[dict[str, Any]], topic: str) -> list[int]:
     return sorted(q["queueId"] for q in queues if isinstance(q, dict) and q.get("topic") == topic
                   and isinstance(q.get("queueId"), int))
@@ -121,7 +150,10 @@ class MembersAdmin(AdminBase):
         use when they agree, else ``averagely``). ``queues``: the queue ids of the ``config``
         strategy (needed by it, refused by the others; without them, when every live member
         uses ``config``, each member's own queue ids: the live allocation). Rows come in the allocation's order,
-        each with what the consumer holds now.
+        each with what the consumer holds now. Live members that disagree on the strategy
+        (neither ``strategy`` nor ``consumers`` given): each one's row is the share its own
+        strategy gives it (the row's ``strategy``), as they take them, and the preview's
+        ``strategy`` is ``"mixed"`` (:attr:`RebalancePreview.unowned`: the queues no one's share).
         """
         from store.client.allocate import allocate_all, queues_of
         from store.client.members import sharing
@@ -156,7 +188,14 @@ class MembersAdmin(AdminBase):
                 strategy = strategy or "averagely"
                 return RebalancePreview(group, topic, strategy, cfg.queues, [],
                                         _broadcast_rows(group, topic, strategy, broadcast), broadcast)
-        used = {s for m in members if isinstance(s := m.record.get("strategy"), str)}
+        used = {_strategy_of(m) for m in members}
+        if strategy is None and consumers is None and len(used) > 1:
+            # Each member takes the share its own strategy gives it: the split is theirs, not
+            # one strategy's (some queues nobody's, some wanted by two)
+            preview = _own_shares(group, topic, cfg.queues, members, view)
+            preview.rows += _broadcast_rows(group, topic, "mixed", broadcast)
+            preview.broadcast = broadcast
+            return preview
         if strategy is None:
             strategy = next(iter(used)) if len(used) == 1 else "averagely"
             if strategy == "config" and not queues and consumers is not None:
