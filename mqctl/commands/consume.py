@@ -94,7 +94,8 @@ def consume(
     from_: Annotated[str, typer.Option(
         "--from", "-o", metavar="first|last|TIME|-N|+N|N", autocompletion=complete_from,
         help="Where a queue with no committed offset starts: first (beginning), last (end, stored), "
-             "a TIME (ISO-8601, ms since epoch, -1h; also @TIME as rpk, s@MS as kcat), -N (N before the end of each queue, kcat), "
+             "a TIME (ISO-8601, without offset = UTC, not local time; ms since epoch; -1h; also @TIME "
+             "as rpk, s@MS as kcat), -N (N before the end of each queue, kcat), "
              "+N (N after the start of each queue, rpk) or N (each queue from offset N, as kcat; "
              "--no-group).")] = "last",
     tag: Annotated[Optional[str], typer.Option(
