@@ -41,8 +41,9 @@ def locks(ctx: typer.Context, group: OptionalGroupOpt = None, json: JsonOpt = Fa
     from mqctl.adminview import LOCK_COLUMNS, lock_row
     from mqctl.output import Output
     st = state(ctx)
-    now = int(time.time() * 1000)
-    rows = [lock_row(lk, now, None if json else st.utc) for lk in st.admin().locks(group)]
+    held = st.admin().locks(group)
+    now = int(time.time() * 1000)   # (after the locks were read: a renewal read is not ahead of it)
+    rows = [lock_row(lk, now, None if json else st.utc) for lk in held]
     out = Output(json=json)
     if rows:
         out.table(rows, LOCK_COLUMNS)
