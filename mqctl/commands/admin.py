@@ -73,10 +73,11 @@ def consumers(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> Non
 REBALANCE_HELP = """Preview how a strategy shares a topic's queues.
 
 Uses the live rebalance's own code. Members are the group's live members consuming TOPIC in
-clustering mode, or the list given with --consumers; a live broadcast member of TOPIC reads
-every queue for itself and is listed with no queues. Without --strategy the strategy the live
-members use is taken; when they disagree, each one's share by its own strategy is shown, as
-they take them, with a warning naming the queues that are no one's share.
+clustering mode (every one of them consumes the group's %RETRY%GROUP), or the list given with
+--consumers; a live broadcast member of TOPIC reads every queue for itself and is listed with
+no queues. Without --strategy the strategy the live members use is taken; when they disagree,
+each one's share by its own strategy is shown, as they take them, with a warning naming the
+queues that are no one's share.
 
 Examples:
   mqctl rebalance orders -g billing

@@ -25,10 +25,11 @@ if TYPE_CHECKING:
     from store.client.memberview import GroupMembers
 
 
-def _strategy_of(m: "MemberInfo") -> str:
-    """A member's allocation strategy (a record that does not say: averagely)."""
+def _strategy_of(m: "MemberInfo", retry: bool = False) -> str:
+    """A member's allocation strategy (a record that does not say: averagely; a config member
+    shares its group's ``retry`` topic averagely, as ``rebalance.py`` does)."""
     s = m.record.get("strategy")
-    return s if isinstance(s, str) else "averagely"
+    return "averagely" if not isinstance(s, str) or (retry and s == "config") else s
 
 
 def _own_shares(group: str, topic: str, nqueues: int, members: "list[MemberInfo]",
@@ -141,7 +142,8 @@ class MembersAdmin(AdminBase):
         nothing changes.
 
         ``consumers``: the client ids to allocate to (default: the group's live members
-        consuming ``topic`` in clustering mode, expired ones left out as the members leave them
+        consuming ``topic`` in clustering mode, of its retry topic every clustering member,
+        expired ones left out as the members leave them
         out; none: an empty preview, ``consumers`` []; ``GroupNotFoundError`` for a group the
         store does not know). Live broadcast members of ``topic`` have no share (each reads
         every queue for itself): without ``consumers``, each gets a row with no queues, after
@@ -168,7 +170,9 @@ class MembersAdmin(AdminBase):
         store = self.store
         cfg = store.topic(topic)
         view = group_members(store.layout, group)
-        members = sharing(view.counted(), topic)   # (as the members share)
+        # (as the members share; the group's retry topic: every clustering member consumes it)
+        retry = topic == names.retry_topic(group)
+        members = [m for m in view.counted() if m.shares_queues] if retry else sharing(view.counted(), topic)
         broadcast: list[str] = []
         if consumers is not None:
             cids = [names.validate_client_id(c.strip()) for c in consumers if c.strip()]
@@ -188,7 +192,7 @@ class MembersAdmin(AdminBase):
                 strategy = strategy or "averagely"
                 return RebalancePreview(group, topic, strategy, cfg.queues, [],
                                         _broadcast_rows(group, topic, strategy, broadcast), broadcast)
-        used = {_strategy_of(m) for m in members}
+        used = {_strategy_of(m, retry) for m in members}
         if strategy is None and consumers is None and len(used) > 1:
             # Each member takes the share its own strategy gives it: the split is theirs, not
             # one strategy's (some queues nobody's, some wanted by two)
