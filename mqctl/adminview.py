@@ -17,10 +17,15 @@ MEMBER_COLUMNS = [("clientId", "CLIENT-ID"), ("pid", "PID"), ("host", "HOST"), (
                   ("heartbeat", "HEARTBEAT"), ("state", "STATE")]
 
 
-def ago(now: int, ms: int | None) -> str | None:
+def ago(now: int, ms: int | None, past: bool = False) -> str | None:
+    """``3s ago`` or ``in 57s``; ``past``: a time that has happened (a lock's acquisition, its
+    last renewal, a heartbeat) a moment after ``now`` was read: ``0ms ago``, never ``in 51ms``
+    (a second or more ahead: a holder's clock ahead of this one, said so)."""
     from store import format_age
     if ms is None:
         return None
+    if past and ms > now:   # (under a second: a read's lag, or mtime granularity; else a clock skew)
+        return "0ms ago" if ms - now < 1000 else f"in {format_age(ms - now)} (a clock ahead of this one)"
     return f"in {format_age(ms - now)}" if ms > now else f"{format_age(now - ms)} ago"
 
 
@@ -31,7 +36,7 @@ def lock_row(lock: "LockRow", now: int, utc: bool | None) -> dict[str, Any]:
     row: dict[str, Any] = lock.info.to_dict()
     row["state"] = lock.state
     if utc is not None:
-        row.update(acquired=ago(now, lock.acquired_at), renewed=ago(now, lock.renewed_at),
+        row.update(acquired=ago(now, lock.acquired_at, past=True), renewed=ago(now, lock.renewed_at, past=True),
                    expires=ago(now, lock.expires_at))
         if lock.acquired_at is not None:
             row["acquiredTime"] = format_local(lock.acquired_at, utc)
@@ -60,12 +65,14 @@ def show_members(out: Output, members: "list[MemberRow]", group: str, now: int, 
     for r in rows if not out.json else ():   # (the text of the table: not in --json's machine values)
         r["queuesText"] = queues_text(r["queues"])
         r["startedLocal"] = format_local(r["startedAt"], utc) if r["startedAt"] is not None else None
-        r["heartbeat"] = ago(now, r["heartbeatAt"])
+        r["heartbeat"] = ago(now, r["heartbeatAt"], past=True)
     if rows:
         out.table(rows, MEMBER_COLUMNS)
     elif not out.json:
         out.info(f"no live members in group {group}")
     mixed = [m for m in members if not m.subscription_consistent]
     if mixed and not out.json:   # (--json: each row's subscriptionConsistent)
-        each = "; ".join(f"{m.client_id}: {m.subscription}" for m in mixed)
+        # (their strategies named when those differ: "clustering members" with None = averagely)
+        strategies = {m.strategy or "averagely" for m in mixed if m.mode != "broadcasting"}
+        each = "; ".join(f"{m.client_id}: {m.describe(len(strategies) > 1)}" for m in mixed)
         out.warn(f"members of group {group} subscribe differently ({each}); {mixed[0].subscription_harm}")

@@ -79,6 +79,12 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         from mqctl.options import parse_queue_ids
         cfg_queues = parse_queue_ids(r.queues or "")
     from_where, from_ts, from_off = start_position(r.from_, r.no_group)
+    if from_ts is not None:   # (cli-conventions C3.3: what a zone-less or future time was read as)
+        from store import time_note
+        word = r.from_.strip()
+        note = time_note(word[1:] if word.startswith("@") else word, from_ts)
+        if note:
+            warn(f"--from {word}: {note}")
     idle_s = seconds("--idle-timeout", r.idle_timeout, 0) if r.idle_timeout is not None else None
     handler_s = seconds("--consume-timeout", r.consume_timeout, 1)
     rebalance_s = seconds("--rebalance-interval", r.rebalance_interval, 50)

@@ -98,6 +98,7 @@ _EXPORTS = {
     # times and durations as the command line writes them (store/timeparse.py)
     "parse_time": "timeparse", "parse_duration": "timeparse", "format_time": "timeparse",
     "format_local": "timeparse", "format_age": "timeparse", "DURATION_HELP": "timeparse",
+    "time_note": "timeparse",
     "parse_delay": "log.schedule",
     # a message's properties and JSON form
     "build_properties": "client.properties", "properties_room": "client.properties",

@@ -96,6 +96,7 @@ from store.timeparse import format_local as format_local
 from store.timeparse import format_time as format_time
 from store.timeparse import parse_duration as parse_duration
 from store.timeparse import parse_time as parse_time
+from store.timeparse import time_note as time_note
 from store.tx.aio_producer import AsyncTransactionProducer as AsyncTransactionProducer
 from store.tx.check import CheckEvent as _TransactionCheckEvent
 from store.tx.check import CheckReport as _TransactionCheckReport

@@ -61,6 +61,31 @@ def parse_time(text: str, now_ms: int | None = None) -> int:
     return ms
 
 
+def time_note(text: str, ms: int, now_ms: int | None = None) -> str | None:
+    """What a time flag's ``text`` resolved to (``ms``, its :func:`parse_time`), when that may
+    not be what was meant (cli-conventions C3.3), else None: an ISO-8601 time without an offset
+    where local time is not UTC (read as UTC, while human views print local time: a time copied
+    from one lands hours away), and a time in the future (nothing stored is that late)."""
+    notes = []
+    s = text.strip()
+    if s and not _ascii_digits(s) and s[0] != "-" and s.lower() != "now":
+        from datetime import datetime, timedelta
+        try:
+            zoneless = datetime.fromisoformat(s.upper()).tzinfo is None
+        except ValueError:
+            zoneless = False
+        offset = datetime.fromtimestamp(ms / 1000).astimezone().utcoffset() if zoneless else None
+        if offset:
+            minutes = offset // timedelta(minutes=1)
+            zone = f"{'+' if minutes > 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+            notes.append(f"read as UTC (no offset given): {format_time(ms)}, {format_local(ms)} local time "
+                         f"(UTC{zone}); write {s}{zone} for local time")
+    ahead = ms - _now(now_ms)
+    if ahead >= 1000:
+        notes.append(f"{format_time(ms)} is {format_age(ahead)} in the future: nothing stored is that late")
+    return "; ".join(notes) or None
+
+
 def parse_duration(text: str) -> int:
     """The length of time ``text`` names, in ms. A bare number is seconds (``--delay 10``)."""
     s = text.strip().lower()

@@ -8,11 +8,14 @@ is gone (stale) or stuck past the store lease (expired).
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import typer
 
 from mqctl.options import GroupOpt, JsonOpt, OptionalGroupOpt, TopicArg, TopicFilterOpt, state
+
+if TYPE_CHECKING:
+    from mqctl.output import Output
 
 
 def register(app: typer.Typer) -> None:
@@ -38,8 +41,9 @@ def locks(ctx: typer.Context, group: OptionalGroupOpt = None, json: JsonOpt = Fa
     from mqctl.adminview import LOCK_COLUMNS, lock_row
     from mqctl.output import Output
     st = state(ctx)
-    now = int(time.time() * 1000)
-    rows = [lock_row(lk, now, None if json else st.utc) for lk in st.admin().locks(group)]
+    held = st.admin().locks(group)
+    now = int(time.time() * 1000)   # (after the locks were read: a renewal read is not ahead of it)
+    rows = [lock_row(lk, now, None if json else st.utc) for lk in held]
     out = Output(json=json)
     if rows:
         out.table(rows, LOCK_COLUMNS)
@@ -69,9 +73,11 @@ def consumers(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> Non
 REBALANCE_HELP = """Preview how a strategy shares a topic's queues.
 
 Uses the live rebalance's own code. Members are the group's live members consuming TOPIC in
-clustering mode, or the list given with --consumers; a live broadcast member of TOPIC reads
-every queue for itself and is listed with no queues. Without --strategy the strategy the live
-members use is taken (else averagely).
+clustering mode (every one of them consumes the group's %RETRY%GROUP), or the list given with
+--consumers; a live broadcast member of TOPIC reads every queue for itself and is listed with
+no queues. Without --strategy the strategy the live members use is taken; when they disagree,
+each one's share by its own strategy is shown, as they take them, with a warning naming the
+queues that are no one's share.
 
 Examples:
   mqctl rebalance orders -g billing
@@ -107,6 +113,8 @@ def rebalance(
         return
     out.table([r.to_json() for r in preview], [("clientId", "CLIENT-ID"), ("queues", "QUEUES"),
                                                ("holds", "HOLDS-NOW")])
+    if preview.strategy == "mixed":
+        _warn_mixed(out, preview, group, topic)
     # a broadcast member of the topic has a row with no queues: it has no share
     bc = preview.broadcast
     if len(bc) == 1:
@@ -121,6 +129,20 @@ def rebalance(
                   f"{plural(len(preview.consumers), 'member')}") if preview.strategy != "config" else ""
         if shared or bc:
             out.info("; ".join(s for s in (shared, readers if bc else "") if s))
+
+
+def _warn_mixed(out: Output, preview: Any, group: str, topic: str) -> None:
+    """The live members disagree on the strategy: each row is its own strategy's share."""
+    by: dict[str, list[str]] = {}
+    for r in preview.rows[:len(preview.consumers)]:
+        by.setdefault(r.strategy, []).append(r.client_id)
+    each = ", ".join(f"{s} ({', '.join(ids)})" for s, ids in by.items())
+    unowned = preview.unowned
+    left = (f"queue{'s' if len(unowned) != 1 else ''} {','.join(map(str, unowned))} of {topic} "
+            f"{'are' if len(unowned) != 1 else 'is'} no member's share and wait{'s' if len(unowned) == 1 else ''}"
+            if unowned else "no queue is left out now, but the split changes with the members")
+    out.warn(f"the live members of group {group} disagree on the strategy: {each}; each takes the share "
+             f"its own strategy gives it (shown): {left}; start them all with one --strategy")
 
 
 UNLOCK_HELP = """Release queue locks of dead or stuck holders.

@@ -95,7 +95,8 @@ def consume(
         "--from", "-o", metavar="first|last|TIME|-N|+N|N", autocompletion=complete_from,
         help="Where a group new to the topic starts (a queue it has no offset for in a topic it has offsets in: at its "
              "first message): first (beginning), last (end, stored), "
-             "a TIME (ISO-8601, ms since epoch, -1h; also @TIME as rpk, s@MS as kcat), -N (N before the end of each queue, kcat), "
+             "a TIME (ISO-8601, without offset = UTC, not local time; ms since epoch; -1h; also @TIME "
+             "as rpk, s@MS as kcat), -N (N before the end of each queue, kcat), "
              "+N (N after the start of each queue, rpk) or N (each queue from offset N, as kcat; "
              "--no-group).")] = "last",
     tag: Annotated[Optional[str], typer.Option(

@@ -95,7 +95,7 @@ def reset(
     to_time: Annotated[Optional[str], typer.Option(
         "--to-time", metavar="TIME",
         help="Target: the first message stored at or after TIME (ms or s since epoch, ISO-8601 "
-             "without offset = UTC, -2h = ago, now).")] = None,
+             "without offset = UTC, not local time; -2h = ago, now).")] = None,
     to_offset: Annotated[Optional[int], typer.Option("--to-offset", metavar="N", min=0,
                                                      help="Target: queue offset N.")] = None,
     queue: Annotated[Optional[int], typer.Option("--queue", "-q", metavar="N", min=0, help="Only this queue.")] = None,
@@ -108,7 +108,7 @@ def reset(
 
     from mqctl.offsetsview import reset_notes, show_reset
     from mqctl.output import Output
-    from store import format_local, parse_time, validate_any_topic, validate_group
+    from store import format_local, parse_time, time_note, validate_any_topic, validate_group
     from store.errors import UsageError
     given = [name for name, on in (("--to-earliest", to_earliest), ("--to-latest", to_latest),
                                    ("--to-time", to_time is not None), ("--to-offset", to_offset is not None)) if on]
@@ -129,6 +129,10 @@ def reset(
     out = Output(json=json)
     if not plan.group_existed:
         out.warn(f"group {group} has no offsets yet: the reset creates them")
+    if to_time is not None and ts is not None:   # (cli-conventions C3.3: a zone-less or future time)
+        note = time_note(to_time, ts)
+        if note:
+            out.warn(f"--to-time {to_time.strip()}: {note}")
     reset_notes(out, plan, to_offset, format_local(ts, state(ctx).utc) if ts is not None else None)
     if execute and (len(plan.rows) < PROGRESS_MIN_ROWS or len(plan.targets) < 2):
         admin.apply_reset(plan, force=force)

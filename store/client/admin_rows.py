@@ -142,7 +142,8 @@ class MemberRow(Row):
     shares its queues without it). ``tags``: its tag expression (``*``, ``A || B``; None from
     a member that does not publish it); ``subscription_consistent``: False when it subscribes
     otherwise (topic, tags, mode, orderly) than another live member of the group, which
-    RocketMQ forbids (``store/client/subscriptions.py``)."""
+    RocketMQ forbids, or, both clustering, uses another allocation ``strategy`` (None from an
+    older record: averagely) (``store/client/subscriptions.py``)."""
 
     group: str
     client_id: str
@@ -163,9 +164,13 @@ class MemberRow(Row):
     @property
     def subscription(self) -> str:
         """What it subscribes, in words (``topic T (tags *, clustering, concurrently)``)."""
+        return self.describe()
+
+    def describe(self, strategy: bool = False) -> str:
+        """:attr:`subscription`; with ``strategy``, a clustering member's strategy too."""
         from store.client.subscriptions import Subscription
         return Subscription.of({"topics": self.topics, "tags": self.tags, "mode": self.mode,
-                                "orderly": self.orderly}).describe()
+                                "orderly": self.orderly, "strategy": self.strategy}).describe(strategy)
 
 
 @dataclass
@@ -271,7 +276,8 @@ class RebalancePreview:
     """What :meth:`Admin.rebalance_preview` computed: ``rows``, one per consumer in the
     allocation's order, for ``consumers`` sharing the ``queues`` queues of ``topic``, then one
     for each of the ``broadcast`` members of the topic (live ones, unless the consumers were
-    given): each reads every queue for itself and has no share (no queues, holds none)."""
+    given): each reads every queue for itself and has no share (no queues, holds none).
+    ``strategy``: ``"mixed"`` when the live members disagree on it (each row's its own)."""
 
     group: str
     topic: str
@@ -283,6 +289,13 @@ class RebalancePreview:
 
     def __iter__(self) -> Iterator[AllocationRow]:
         return iter(self.rows)
+
+    @property
+    def unowned(self) -> list[int]:
+        """The queue ids no consumer's share has (left by live members that disagree on the
+        strategy, ``"mixed"``, or by config members given too few: their messages wait)."""
+        shared = {q for r in self.rows for q in r.queues}
+        return [q for q in range(self.queues) if q not in shared] if self.consumers else []
 
     def __len__(self) -> int:
         return len(self.rows)

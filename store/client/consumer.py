@@ -81,7 +81,11 @@ class Consumer:
       ``start_from``: where a group new to the topic starts: ``"first"``, ``"last"``
       (the default, as in RocketMQ), a :class:`datetime.datetime` or ms since the epoch. A
       queue without a committed offset in a topic the group has offsets in (added by a
-      ``topic update`` while it was stopped, say) starts at its first message.
+      ``topic update`` while it was stopped, say) starts at its first message. A naive
+      datetime is local time, as Python reads it (``datetime.timestamp()``: so
+      ``datetime.now() - timedelta(hours=1)`` is an hour ago), unlike a time written without
+      an offset on the command line (``--from 2026-11-30T10:00``), which is UTC; give the
+      datetime a ``tzinfo`` to say which.
       ``tags``: a subscription expression, ``"*"`` or ``"A || B"``, or a list (tuple, any
       iterable) of tags, one tag an item: ``["A", "B"]`` is ``"A || B"`` (an empty item, an
       expression as an item, or an empty list is a UsageError).

@@ -62,7 +62,21 @@ def require_group(store: "Store", group: str) -> None:
     if not group_exists(store, group):
         raise GroupNotFoundError(
             f"consumer group {group!r} does not exist in this store (no offsets, members or "
-            f"dead letters); known groups: {', '.join(known_groups(store)) or 'none'}")
+            f"dead letters); known groups: {some_groups(group, known_groups(store))}")
+
+
+SHOWN_GROUPS = 10   # (a store of hundreds of groups: an error line, not a wall of names)
+
+
+def some_groups(wanted: str, groups: list[str]) -> str:
+    """At most :data:`SHOWN_GROUPS` of ``groups`` for an error about ``wanted``, those whose
+    names are closest to it first, then "and N more" ("none": no group)."""
+    if len(groups) <= SHOWN_GROUPS:
+        return ", ".join(groups) or "none"
+    from difflib import get_close_matches
+    close = get_close_matches(wanted, groups, SHOWN_GROUPS, 0.6)
+    shown = close + [g for g in groups if g not in close][:SHOWN_GROUPS - len(close)]
+    return f"{', '.join(shown)} and {len(groups) - len(shown)} more"
 
 
 @dataclass(frozen=True)

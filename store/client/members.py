@@ -23,6 +23,10 @@ machine crash there are no live members to describe)::
      "strategy": "averagely", "queues": [{"topic": "T", "queueId": 0}],
      "heartbeatAt": 1700000020000}
 
+``strategy`` is the member's allocation strategy (a Python ``store.Consumer``: ``averagely``;
+a record without it, from an older version: ``averagely``); members that disagree on it are
+warned about as members that subscribe otherwise are (``subscriptions.py``).
+
 A member is live when its JSON exists *and* its lock is held. The lock is taken before the
 JSON is written and the JSON is removed before the lock is given up, so a live member with no
 JSON is one still joining, and a JSON whose lock is free was left by a dead process (ignored;

@@ -25,6 +25,36 @@ if TYPE_CHECKING:
     from store.client.memberview import GroupMembers
 
 
+def _strategy_of(m: "MemberInfo", retry: bool = False) -> str:
+    """A member's allocation strategy (a record that does not say: averagely; a config member
+    shares its group's ``retry`` topic averagely, as ``rebalance.py`` does)."""
+    s = m.record.get("strategy")
+    return "averagely" if not isinstance(s, str) or (retry and s == "config") else s
+
+
+def _own_shares(group: str, topic: str, nqueues: int, members: "list[MemberInfo]",
+                view: "GroupMembers") -> RebalancePreview:
+    """The shares of live members that disagree on the strategy, each by its own, as
+    ``rebalance.py`` computes it (a config member: its own queue ids on its topic, its share
+    by averagely on another, its retry topic)."""
+    from store.client.allocate import allocate, queues_of
+    mqs = queues_of(topic, range(nqueues))
+    cids = [m.clientId for m in members]
+    rows = []
+    for m in members:
+        strategy, own, topics = _strategy_of(m), m.record.get("configQueues"), m.record.get("topics")
+        if strategy != "config":
+            mine = allocate(strategy, m.clientId, mqs, cids)
+        elif isinstance(topics, list) and topics[:1] == [topic]:
+            ids = [q for q in own if isinstance(q, int) and 0 <= q < nqueues] if isinstance(own, list) else []
+            mine = allocate("config", m.clientId, mqs, cids, config_queues=queues_of(topic, ids))
+        else:
+            mine = allocate("averagely", m.clientId, mqs, cids)
+        rows.append(AllocationRow(group, topic, strategy, m.clientId, sorted(mq.queue_id for mq in mine),
+                                  _queue_ids(view.queues(m), topic)))
+    return RebalancePreview(group, topic, "mixed", nqueues, cids, rows)
+
+
 def _queue_ids(queues: list[dict[str, Any]], topic: str) -> list[int]:
     return sorted(q["queueId"] for q in queues if isinstance(q, dict) and q.get("topic") == topic
                   and isinstance(q.get("queueId"), int))
@@ -112,7 +142,8 @@ class MembersAdmin(AdminBase):
         nothing changes.
 
         ``consumers``: the client ids to allocate to (default: the group's live members
-        consuming ``topic`` in clustering mode, expired ones left out as the members leave them
+        consuming ``topic`` in clustering mode, of its retry topic every clustering member,
+        expired ones left out as the members leave them
         out; none: an empty preview, ``consumers`` []; ``GroupNotFoundError`` for a group the
         store does not know). Live broadcast members of ``topic`` have no share (each reads
         every queue for itself): without ``consumers``, each gets a row with no queues, after
@@ -121,7 +152,10 @@ class MembersAdmin(AdminBase):
         use when they agree, else ``averagely``). ``queues``: the queue ids of the ``config``
         strategy (needed by it, refused by the others; without them, when every live member
         uses ``config``, each member's own queue ids: the live allocation). Rows come in the allocation's order,
-        each with what the consumer holds now.
+        each with what the consumer holds now. Live members that disagree on the strategy
+        (neither ``strategy`` nor ``consumers`` given): each one's row is the share its own
+        strategy gives it (the row's ``strategy``), as they take them, and the preview's
+        ``strategy`` is ``"mixed"`` (:attr:`RebalancePreview.unowned`: the queues no one's share).
         """
         from store.client.allocate import allocate_all, queues_of
         from store.client.members import sharing
@@ -136,7 +170,9 @@ class MembersAdmin(AdminBase):
         store = self.store
         cfg = store.topic(topic)
         view = group_members(store.layout, group)
-        members = sharing(view.counted(), topic)   # (as the members share)
+        # (as the members share; the group's retry topic: every clustering member consumes it)
+        retry = topic == names.retry_topic(group)
+        members = [m for m in view.counted() if m.shares_queues] if retry else sharing(view.counted(), topic)
         broadcast: list[str] = []
         if consumers is not None:
             cids = [names.validate_client_id(c.strip()) for c in consumers if c.strip()]
@@ -156,7 +192,14 @@ class MembersAdmin(AdminBase):
                 strategy = strategy or "averagely"
                 return RebalancePreview(group, topic, strategy, cfg.queues, [],
                                         _broadcast_rows(group, topic, strategy, broadcast), broadcast)
-        used = {s for m in members if isinstance(s := m.record.get("strategy"), str)}
+        used = {_strategy_of(m, retry) for m in members}
+        if strategy is None and consumers is None and len(used) > 1:
+            # Each member takes the share its own strategy gives it: the split is theirs, not
+            # one strategy's (some queues nobody's, some wanted by two)
+            preview = _own_shares(group, topic, cfg.queues, members, view)
+            preview.rows += _broadcast_rows(group, topic, "mixed", broadcast)
+            preview.broadcast = broadcast
+            return preview
         if strategy is None:
             strategy = next(iter(used)) if len(used) == 1 else "averagely"
             if strategy == "config" and not queues and consumers is not None:

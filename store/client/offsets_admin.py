@@ -99,7 +99,8 @@ class OffsetsAdmin(AdminBase):
 
         ``to``: ``"earliest"`` or ``"first"`` (the first stored message), ``"latest"``, ``"last"``
         or ``"end"`` (the end: skip what is stored), a :class:`datetime.datetime` (the first
-        message stored at or after it) or an int queue offset. Targets outside a queue's
+        message stored at or after it; a naive one is local time, as ``datetime.timestamp()``
+        reads it, while ``--to-time`` text without an offset is UTC) or an int queue offset. Targets outside a queue's
         stored range are clamped to it. ``queue``: only that queue. Applying bumps the reset
         epoch, so live members switch to the new offsets at their next commit; it is refused
         (``LockHeldError``) while live members hold queues of the topic, unless ``force``.

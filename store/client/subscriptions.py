@@ -12,8 +12,14 @@ subscribes otherwise, when it joins and when a new member joins (one line for th
 of one subscription), and ``mqctl consumers`` shows it (:func:`mismatched`). A broadcast
 member shares neither queues nor retries: what a mixed group does then is :func:`harm`'s.
 
+Clustering members must also use one allocation strategy (``--strategy``): each computes its
+own share with its own strategy, so members of two strategies leave queues that no member
+takes (they wait, unconsumed, until the group agrees) and want queues another one holds. That
+is warned about and shown the same way (:data:`STRATEGY`), naming both strategies.
+
 Records written before ``tags`` was published have no tag expression: it is left out of
-their comparison (unknown, not "every message").
+their comparison (unknown, not "every message"). Records with no ``strategy`` (older ones,
+and a Python ``store.Consumer``'s, which has no strategy parameter) use ``averagely``.
 """
 from __future__ import annotations
 
@@ -32,24 +38,36 @@ class Subscription:
     tags: str | None
     mode: str | None
     orderly: bool | None
+    strategy: str = "averagely"   # (how a clustering member takes its share: not compared for broadcast ones)
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> "Subscription":
         topics, tags = record.get("topics"), record.get("tags")
         mode, orderly = record.get("mode"), record.get("orderly")
+        strategy = record.get("strategy")
         return cls(tuple(sorted(t for t in topics if isinstance(t, str))) if isinstance(topics, list) else None,
                    tags if isinstance(tags, str) else None,
                    mode if isinstance(mode, str) else None,
-                   orderly if isinstance(orderly, bool) else None)
+                   orderly if isinstance(orderly, bool) else None,
+                   strategy if isinstance(strategy, str) else "averagely")
 
-    def differs(self, other: "Subscription") -> bool:
-        """Whether the two differ in what both records say."""
+    def subscribes_otherwise(self, other: "Subscription") -> bool:
+        """Whether the two differ in what both records say of what they consume."""
         pairs = ((self.topics, other.topics), (self.tags, other.tags), (self.mode, other.mode),
                  (self.orderly, other.orderly))
         return any(a is not None and b is not None and a != b for a, b in pairs)
 
-    def describe(self) -> str:
-        """``topic orders (tags 'A || B', clustering, concurrently)`` (what is known)."""
+    def allocates_otherwise(self, other: "Subscription") -> bool:
+        """Whether the two share queues (neither is a broadcast member) with other strategies."""
+        return "broadcasting" not in (self.mode, other.mode) and self.strategy != other.strategy
+
+    def differs(self, other: "Subscription") -> bool:
+        """Whether the two differ in what they consume, or in how they share the queues."""
+        return self.subscribes_otherwise(other) or self.allocates_otherwise(other)
+
+    def describe(self, strategy: bool = False) -> str:
+        """``topic orders (tags 'A || B', clustering, concurrently)`` (what is known; with
+        ``strategy``, a clustering member's strategy too: ``..., strategy circle)``)."""
         parts = []
         if self.tags is not None:
             parts.append(f"tags {self.tags!r}" if self.tags != "*" else "tags *")
@@ -57,6 +75,8 @@ class Subscription:
             parts.append(self.mode)
         if self.orderly is not None:
             parts.append("orderly" if self.orderly else "concurrently")
+        if strategy and self.mode != "broadcasting":
+            parts.append(f"strategy {self.strategy}")
         what = ", ".join(parts)
         if self.topics is None:
             return what or "unknown"
@@ -65,7 +85,7 @@ class Subscription:
 
     def to_json(self) -> dict[str, Any]:
         return {"topics": list(self.topics) if self.topics is not None else None, "tags": self.tags,
-                "mode": self.mode, "orderly": self.orderly}
+                "mode": self.mode, "orderly": self.orderly, "strategy": self.strategy}
 
 
 # What a mixed group does, worst last (see :func:`harm`).
@@ -76,9 +96,12 @@ BESIDE = ("a broadcast member and clustering members take no messages from one a
           "every queue for itself; they share the queues without it), but RocketMQ has members of one "
           "group subscribe alike, and what acts on the whole group (deleting its offsets, say) acts on "
           "them all: give each subscription a group of its own")
+STRATEGY = ("clustering members of one group must use one allocation strategy (as in RocketMQ): each takes "
+            "its own strategy's share, so queues that no member's strategy gives it wait, unconsumed; start "
+            "them all with one --strategy (a Python consumer uses averagely)")
 SHARED = ("members of one group must subscribe alike (as in RocketMQ), or messages go to the wrong "
           "handler or are skipped")
-HARMS = (APART, BESIDE, SHARED)
+HARMS = (APART, BESIDE, STRATEGY, SHARED)
 
 
 def harm(mine: Subscription, theirs: Subscription) -> str:
@@ -90,11 +113,15 @@ def harm(mine: Subscription, theirs: Subscription) -> str:
     queue for itself, with offsets of its own, and has no retry topic, so two broadcast
     members take nothing from each other (:data:`APART`); nor do a broadcast member and the
     clustering ones, which share the queues of their topics without it (the allocation counts
-    clustering members only, ``members.sharing``), of the same topic or not (:data:`BESIDE`)."""
+    clustering members only, ``members.sharing``), of the same topic or not (:data:`BESIDE`).
+    Clustering members that subscribe alike with other strategies leave queues that no member
+    takes (:data:`STRATEGY`)."""
     modes = {mine.mode, theirs.mode}
     if modes == {"broadcasting"}:
         return APART
-    return BESIDE if modes == {"broadcasting", "clustering"} else SHARED
+    if modes == {"broadcasting", "clustering"}:
+        return BESIDE
+    return SHARED if mine.subscribes_otherwise(theirs) else STRATEGY
 
 
 def group_harm(subs: list[Subscription]) -> str:
@@ -108,14 +135,17 @@ def group_harm(subs: list[Subscription]) -> str:
     return HARMS[worst]
 
 
-def mismatch_warning(group: str, client_ids: list[str], theirs: Subscription, mine: Subscription) -> str:
+def mismatch_warning(group: str, client_ids: list[str], theirs: Subscription, mine: Subscription,
+                     own_id: str | None = None) -> str:
     """The one line a member warns with about ``client_ids``, the members that subscribe
     ``theirs``, otherwise than this one (one line for all of them: a group of many members)."""
     if len(client_ids) == 1:
         who = f"member {client_ids[0]} subscribes"
     else:
         who = f"{len(client_ids)} members ({', '.join(client_ids)}) subscribe"
-    return (f"group {group}: {who} {theirs.describe()}, unlike this consumer: {mine.describe()}; "
+    strategy = mine.allocates_otherwise(theirs)   # (named when it is what differs)
+    me = f"this consumer ({own_id})" if own_id else "this consumer"
+    return (f"group {group}: {who} {theirs.describe(strategy)}, unlike {me}: {mine.describe(strategy)}; "
             f"{harm(mine, theirs)}")
 
 
@@ -143,7 +173,7 @@ class SubscriptionCheck:
             theirs = Subscription.of(m.record)
             if theirs.differs(self.mine):
                 differing.setdefault(theirs, []).append(m.clientId)
-        return [mismatch_warning(self.group, ids, theirs, self.mine) for theirs, ids in differing.items()]
+        return [mismatch_warning(self.group, ids, theirs, self.mine, own_id) for theirs, ids in differing.items()]
 
 
 def mismatched(subs: dict[str, Subscription]) -> set[str]:

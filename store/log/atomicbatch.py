@@ -201,3 +201,32 @@ def open_before(log: CommitLog, start: int, known: int = 0) -> int:
             break
         upto = base
     return begin
+
+
+def records_between(log: CommitLog, lo: int, hi: int) -> int:
+    """How many valid records begin in ``[lo, hi)`` (``lo`` a record boundary): those of a cut
+    batch that recovery's scan began after (:func:`open_before`). Only recovery pays for it."""
+    from store.log import recordscan
+    n = 0
+    for w in recordscan.scan(log, lo) if lo < hi else ():
+        n += int((w.phys < hi).sum()) if len(w) else 0
+        if w.end >= hi:
+            break
+    return n
+
+
+def cut_warning(at: int, whole: int, torn: bool, was: int, end: int, indexed: int) -> str:
+    """The line recovery warns with when the unfinished batch it cut (from ``at``, in a log
+    that ended at ``was``: ``whole`` intact records, and a ``torn`` last one, else no end
+    record) had messages the consume queues indexed (``indexed``)."""
+    after = indexed - whole - torn   # (the consume queues' entries for records the cut log has no bytes of)
+    gone = (f"; the {indexed} message{'s' if indexed != 1 else ''} the consume queues had past it "
+            f"{'are' if indexed != 1 else 'is'} gone" if indexed else "")
+    if after > 0:
+        gone += f" ({after} of them after the batch's records the log has: the log's bytes past them are gone)"
+    return (f"an unfinished atomic batch at the end of the commit log was cut whole: its end record is "
+            f"missing ({'the last of its records the log has is torn' if torn else 'the log ends after a whole one'}"
+            f": a writer killed or a power cut inside the batch, or a cut file), and an atomic batch is "
+            f"kept whole or not at all, so its {whole} intact record"
+            f"{'s' if whole != 1 else ''} from offset {at} ({was - at} bytes) went with it; the log now ends "
+            f"at offset {end}{gone}")

@@ -57,6 +57,8 @@ class RecoveryReport:
     cq_entries_dropped: int = 0
     damage: list[tuple[str, int, str]] = field(default_factory=list)
     reason: str = ""
+    # an unfinished atomic batch cut: (where it began, its intact records, its last one torn)
+    batch_cut: tuple[int, int, bool] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"reason": self.reason, "start": self.start, "end": self.end, "records": self.records,
@@ -217,7 +219,7 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
         # records before the cut go with it): the queues are cut back now, and that is said,
         # once, by the process that repairs (under the write lock: the next opener finds the
         # store clean).
-        gone = gone_past_end(engine, plan.checkpoint)
+        gone = gone_past_end(engine, plan.checkpoint, rep.batch_cut, plan.log_end)
         if gone is not None:
             engine.warn(gone)
     rep.cq_entries_dropped = _trim_queues(engine, valid_end, kept_from)
@@ -251,15 +253,20 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     return rep
 
 
-def gone_past_end(engine: "Engine", cp: ckpt.Checkpoint | None) -> str | None:
+def gone_past_end(engine: "Engine", cp: ckpt.Checkpoint | None,
+                  batch: tuple[int, int, bool] | None = None, was: int = 0) -> str | None:
     """What is gone when the commit log ends below where the consume queues' entries, or the
     checkpoint's written end, reach (one line), or None when nothing reaches past it. For
-    recovery's warning and ``store check``'s report of the same loss (write lock held)."""
+    recovery's warning and ``store check``'s report of the same loss (write lock held).
+    ``batch``: the unfinished atomic batch recovery just cut (``RecoveryReport.batch_cut``),
+    which the log ended with at ``was``: the line says that cut is why."""
     end = engine.commitlog.end()
     n = reach = 0
     for topic, qid in queue_ids(engine):
         got = past_end(engine.queues.queue(topic, qid), end)
         n, reach = n + got[0], max(reach, got[1])
+    if batch is not None and (n or (cp is not None and cp.written_end > end)):
+        return atomicbatch.cut_warning(*batch, was, end, n)
     if n:
         return (f"the commit log ends at offset {end}, but the consume queues reach {reach}: {n} "
                 f"message{'s' if n != 1 else ''} past its end {'are' if n != 1 else 'is'} gone (a power cut "
@@ -394,6 +401,9 @@ def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], r
     # end there): an acknowledged batch whose end record is damaged looks open still.
     cut_at = max(open_at, plan.acked) if open_at >= 0 and torn else 1 << 62
     if cut_at < 1 << 62:
+        whole = sum(int((r.phys >= cut_at).sum()) for r in held) + atomicbatch.records_between(
+            engine.commitlog, cut_at, plan.start)   # (those before the scan's start too)
+        rep.batch_cut = (cut_at, whole, valid_end < plan.log_end)
         valid_end = cut_at
         rep.reason += "; an unfinished atomic batch at the end of the log was cut"
     for r in held:   # (the open batch's records: those below the cut)

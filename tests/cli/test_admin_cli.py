@@ -64,6 +64,23 @@ def test_offsets_show_unknown_group_and_topic(mq: MQ, loaded: Store) -> None:
     assert mq.cli("offsets", "show", "-g", "bad/name").returncode == 2
 
 
+def test_an_unknown_group_names_a_few_known_ones_closest_first(mq: MQ, loaded: Store) -> None:
+    """The error listed every group the store knows (about 50 on the tester's store, all on
+    one line, and the Python error the same): now at most 10, the names closest to the one
+    given first, then "and N more"."""
+    offsets = ClusterOffsetStore(loaded.layout)
+    for i in range(40):
+        offsets.commit(f"billing-{i:02d}", {("T", 0): 1})
+    line = one_error(mq.run("progress", "-g", "billing-7"), 3, "consumer group 'billing-7' does not exist")
+    known = line.split("; known groups: ")[1]
+    shown, more = known.split(" and ")
+    assert more == "31 more" and len(shown.split(", ")) == 10, line
+    assert shown.split(", ")[0] in ("billing-07", "billing-17", "billing-27", "billing-37"), line
+    line = one_error(mq.run("progress", "-g", "zzz"), 3)
+    assert line.endswith("; known groups: G, billing-00, billing-01, billing-02, billing-03, billing-04, "
+                         "billing-05, billing-06, billing-07, billing-08 and 31 more"), line
+
+
 def test_missing_store_is_not_found(tmp_path: Path) -> None:
     assert MQ(tmp_path / "none", tmp_path).cli("offsets", "show", "-g", "G").returncode == 3
 

@@ -371,3 +371,22 @@ def test_a_long_reset_shows_a_bar_and_moves_every_offset_set(mq: MQ) -> None:
     piped = mq.ok("offsets", "reset", "-g", "B", "--topic", "W", "--to-earliest", "--execute")
     assert "\x1b" not in piped.stderr
     assert piped.stderr.splitlines()[-1] == "reset 64 queues of W for group B and 2 broadcast clients (192 of 192 offsets moved)"
+
+
+def test_a_lock_renewed_just_after_now_was_read_is_not_renewed_in_the_future() -> None:
+    """``locks`` read the clock before the lock files, so a renewal in between showed as
+    "RENEWED in 51ms". Now the clock is read after, and a past time a moment ahead of it
+    shows as "0ms ago"; one a second or more ahead is a clock skew, and says so."""
+    from mqctl.adminview import lock_row
+    from store.client.admin_rows import lock_row as probed
+    from store.client.locktable import LockInfo
+    now = 1_764_500_000_000
+
+    def shown(acquired: int, renewed: int) -> tuple[str, str, str]:
+        info = LockInfo("G", "T", 0, "c", 1, "h", acquired, renewed, renewed + 60_000, True)
+        row = lock_row(probed(info, now), now, False)
+        return row["acquired"], row["renewed"], row["expires"]
+
+    assert shown(now - 5_000, now + 51) == ("5s ago", "0ms ago", "in 1m00s")
+    assert shown(now - 5_000, now - 2_000) == ("5s ago", "2s ago", "in 58s")
+    assert shown(now + 3_000, now + 3_000) == ("in 3s (a clock ahead of this one)",) * 2 + ("in 1m03s",)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from store.errors import UsageError
 from store.timeparse import MAX_TIME_MS, format_age, format_time, parse_duration, parse_time
+from tests.procs import MQ
 
 
 def utc_ms(y: int, mo: int, d: int, h: int = 0, mi: int = 0, s: int = 0, ms: int = 0) -> int:
@@ -188,3 +189,39 @@ def test_from_refuses_a_marked_time_that_is_no_time(text: str) -> None:
     from mqctl.consumerun import start_position
     with pytest.raises(UsageError, match="--from/-o also takes"):
         start_position(text, no_group=True)
+
+
+def test_a_time_without_an_offset_is_utc_and_a_command_says_what_it_read(mq: MQ) -> None:
+    """The tester's case: in Tokyo, the local time ``consume`` prints for a message, copied into
+    ``--from``, is read as UTC (cli-conventions C3.2), 9 h later: nothing was delivered, the
+    group started at the queue's end, and nothing said why (the help did not say it is UTC).
+    Now the help says so, and a zone-less time where local time is not UTC, or a time in the
+    future, is warned about with what it was read as (C3.3); with its offset it is local."""
+    import re
+    mq.ok("topic", "create", "T", "--queues", "1")
+    mq.send_lines("T", ["m1"])
+    [env] = mq.ok("consume", "T", "--no-group", "-o", "first", "-e", "--json").json_lines()
+    ts = env["storeTimestamp"]
+    local = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts // 1000 + 9 * 3600)) + f".{ts % 1000:03d}"
+    tokyo = {"TZ": "JST-9"}   # (a POSIX zone: no zone database needed)
+    shown = mq.ok("consume", "T", "--no-group", "-o", "first", "-e", "-f", "%d %s\\n", extra_env=tokyo)
+    assert shown.out == f"{local} m1\n"
+    read_as = format_time(ts + 9 * HOUR)
+    for argv in (("consume", "T", "-g", "G", "--from", local, "-e"),
+                 ("offsets", "reset", "-g", "G", "--topic", "T", "--to-time", local)):
+        res = mq.ok(*argv, extra_env=tokyo)
+        flag = argv[-2] if argv[0] == "offsets" else "--from"
+        [line] = [ln for ln in res.stderr.splitlines() if f"{flag} {local}" in ln]
+        assert line.startswith(
+            f"mqctl: warning: {flag} {local}: read as UTC (no offset given): {read_as}, "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime((ts + 9 * HOUR) // 1000 + 9 * 3600))}"
+            f".{ts % 1000:03d} local time (UTC+09:00); write {local}+09:00 for local time; {read_as} is "), line
+        assert re.search(r"is 8h5\dm in the future: nothing stored is that late$", line), line
+    assert mq.ok("consume", "T", "-g", "G", "--from", local, "-e", extra_env=tokyo).stdout == b""   # (as read)
+    res = mq.ok("consume", "T", "-g", "G2", "--from", local + "+09:00", "-e", extra_env=tokyo)
+    assert (res.out, res.stderr) == ("m1\n", "")
+    utc = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts // 1000)) + f".{ts % 1000:03d}"
+    res = mq.ok("consume", "T", "-g", "G3", "--from", utc, "-e", extra_env={"TZ": "UTC0"})
+    assert (res.out, res.stderr) == ("m1\n", "")   # (local time is UTC: read as meant, nothing said)
+    helptext = " ".join(mq.ok("consume", "--help").out.split())
+    assert "ISO-8601, without offset = UTC, not local time" in helptext

@@ -285,3 +285,24 @@ def test_bench_commands_run(mq: MQ) -> None:
                           "--dir", str(mq.work), timeout=120).stdout)
     assert ho["runs"] == 2 and ho["medianMs"] > 0
     assert not [p for p in mq.work.iterdir() if p.name.startswith("mqctl-bench-")], "scratch stores are removed"
+
+
+def test_the_rebalance_preview_of_the_groups_retry_topic_lists_its_live_members(mq: MQ) -> None:
+    """``rebalance %RETRY%G -g G`` said no live member consumed the retry topic while the
+    members held it (each clustering member consumes its group's retry topic, as in
+    RocketMQ, though its record names only its topic): it previews them, as ``locks`` and
+    ``consumers`` show them."""
+    mq.ok("topic", "create", "T", "--queues", "2")
+    mq.send_lines("T", ["x"])
+    mq.ok("consume", "T", "-g", "G", "--from", "first", "-e", "--exec", "false", "--max-reconsume", "1")
+    members = [mq.start("consume", "T", "-g", "G", "--strategy", "hash", "--client-id", cid) for cid in "ab"]
+    try:
+        wait_for(lambda: len(mq.members("G")) == 2, what="both members to join")
+        rows = mq.ok("rebalance", "%RETRY%G", "-g", "G", "--json").json_lines()
+        assert [(r["clientId"], r["strategy"]) for r in rows] == [("a", "hash"), ("b", "hash")], rows
+        [owner] = [r["clientId"] for r in rows if r["queues"] == [0]]
+        # (what the members do: the one the preview gives the retry queue takes it)
+        wait_for(lambda: mq.member_queues("G", "%RETRY%G").get(owner) == {0}, what=f"{owner} to hold it")
+    finally:
+        for p in members:
+            p.stop()

@@ -38,7 +38,7 @@ def test_members_with_other_tags_warn_once_and_consumers_shows_them(mq: MQ) -> N
         [on_a], [on_b] = _warned(a), _warned(b)
         aid = "a-member"
         assert on_a == ("mqctl: warning: group G: member b-member subscribes topic T (tags 'B', clustering, "
-                        "concurrently), unlike this consumer: topic T (tags 'A', clustering, concurrently); "
+                        "concurrently), unlike this consumer (a-member): topic T (tags 'A', clustering, concurrently); "
                         "members of one group must subscribe alike (as in RocketMQ), or messages go to the "
                         "wrong handler or are skipped")
         assert f"member {aid} subscribes topic T (tags 'A', clustering, concurrently)" in on_b
@@ -68,7 +68,7 @@ def test_members_of_two_topics_in_one_group_warn(mq: MQ) -> None:
     refunds = mq.start("consume", "refunds", "-g", "billing", "--client-id", "r")
     try:
         assert "member r subscribes topic refunds (tags *, clustering, concurrently), unlike this " \
-               "consumer: topic orders (tags *" in _warned(orders)[0]
+               "consumer (o): topic orders (tags *" in _warned(orders)[0]
         assert "member o subscribes topic orders" in _warned(refunds)[0]
     finally:
         orders.stop()
@@ -126,6 +126,63 @@ def test_a_record_without_tags_compares_on_what_it_says() -> None:
     assert Subscription.of({}).describe() == "unknown"
 
 
+STRATEGY = ("clustering members of one group must use one allocation strategy (as in RocketMQ): each takes "
+            "its own strategy's share, so queues that no member's strategy gives it wait, unconsumed; start "
+            "them all with one --strategy (a Python consumer uses averagely)")
+
+
+def test_members_with_other_strategies_warn_and_rebalance_shows_their_own_shares(mq: MQ, path: str) -> None:
+    """The tester's case: a ``--strategy circle`` member beside an averagely one (here a Python
+    consumer, which has no strategy parameter) of a topic of 8 queues: circle gives c0 0,2,4,6
+    and averagely gives c1 4-7, so queues 1 and 3 were nobody's and waited while both ran;
+    nothing warned, ``consumers`` said they were consistent and ``rebalance`` showed
+    averagely's split. Now the member warns (naming both strategies), ``consumers`` flags
+    both, and ``rebalance`` shows each one's own share and the queues left out."""
+    mq.ok("topic", "create", "T", "--queues", "8")
+    py = _joined(path, "T", "c1")
+    try:
+        c0 = mq.start("consume", "T", "-g", "G", "--strategy", "circle", "--client-id", "c0")
+        try:
+            [line] = wait_for(lambda: [ln for ln in c0.stderr().splitlines() if "strategy" in ln],
+                              what="c0's warning about c1")
+            assert line == ("mqctl: warning: group G: member c1 subscribes topic T (tags *, clustering, "
+                            "concurrently, strategy averagely), unlike this consumer (c0): topic T (tags *, "
+                            "clustering, concurrently, strategy circle); " + STRATEGY)
+            rows = mq.ok("consumers", "-g", "G", "--json").json_lines()
+            assert {r["clientId"]: (r["strategy"], r["subscriptionConsistent"]) for r in rows} == \
+                {"c0": ("circle", False), "c1": ("averagely", False)}
+            assert mq.ok("consumers", "-g", "G").stderr.splitlines() == [
+                "mqctl: warning: members of group G subscribe differently (c0: topic T (tags *, clustering, "
+                "concurrently, strategy circle); c1: topic T (tags *, clustering, concurrently, strategy "
+                "averagely)); " + STRATEGY]
+            shares = mq.ok("rebalance", "T", "-g", "G", "--json").json_lines()
+            assert [(r["clientId"], r["strategy"], r["queues"]) for r in shares] == \
+                [("c0", "circle", [0, 2, 4, 6]), ("c1", "averagely", [4, 5, 6, 7])]
+            human = mq.ok("rebalance", "T", "-g", "G")
+            assert human.stderr.splitlines()[0] == (
+                "mqctl: warning: the live members of group G disagree on the strategy: circle (c0), "
+                "averagely (c1); each takes the share its own strategy gives it (shown): queues 1,3 of T "
+                "are no member's share and wait; start them all with one --strategy")
+            # (a strategy given previews that one, as before)
+            given = mq.ok("rebalance", "T", "-g", "G", "--strategy", "circle", "--json").json_lines()
+            assert [(r["clientId"], r["queues"]) for r in given] == [("c0", [0, 2, 4, 6]), ("c1", [1, 3, 5, 7])]
+        finally:
+            c0.stop()
+    finally:
+        py.close()
+
+
+def test_a_record_without_a_strategy_is_averagely() -> None:
+    """A member record that does not say its strategy (an older version) allocates averagely."""
+    old = Subscription.of({"topics": ["T"], "mode": "clustering", "orderly": False})
+    circle = Subscription.of({"topics": ["T"], "mode": "clustering", "orderly": False, "strategy": "circle"})
+    assert old.strategy == "averagely" and old.differs(circle)
+    assert not old.differs(Subscription.of({"topics": ["T"], "mode": "clustering", "strategy": "averagely"}))
+    # broadcast members share no queues: their strategies are not compared
+    assert not Subscription.of({"topics": ["T"], "mode": "broadcasting"}).differs(
+        Subscription.of({"topics": ["T"], "mode": "broadcasting", "strategy": "circle"}))
+
+
 @pytest.fixture
 def path(mq: MQ) -> str:
     return str(mq.root)
@@ -150,10 +207,10 @@ def test_a_joiner_warns_once_per_subscription_not_once_per_member(mq: MQ, path: 
             c.close()
     assert res.stderr.splitlines() == [
         "mqctl: warning: group G: 5 members (a0, a1, a2, a3, a4) subscribe topic T (tags 'A', clustering, "
-        "concurrently), unlike this consumer: topic T (tags 'B', clustering, concurrently); " + ALIKE +
+        "concurrently), unlike this consumer (joiner): topic T (tags 'B', clustering, concurrently); " + ALIKE +
         " (as in RocketMQ), or messages go to the wrong handler or are skipped",
         "mqctl: warning: group G: 2 members (c0, c1) subscribe topic T (tags 'C', clustering, concurrently), "
-        "unlike this consumer: topic T (tags 'B', clustering, concurrently); " + ALIKE +
+        "unlike this consumer (joiner): topic T (tags 'B', clustering, concurrently); " + ALIKE +
         " (as in RocketMQ), or messages go to the wrong handler or are skipped"]
 
 
@@ -180,7 +237,7 @@ def test_broadcast_members_with_other_tags_are_told_they_take_nothing_from_each_
     assert sorted(res.stdout.decode().split()) == ["b1", "b2"]
     assert res.stderr.splitlines() == [
         "mqctl: warning: group G: member a subscribes topic T (tags 'A', broadcasting, concurrently), "
-        "unlike this consumer: topic T (tags 'B', broadcasting, concurrently); " + apart]
+        "unlike this consumer (b): topic T (tags 'B', broadcasting, concurrently); " + apart]
     assert listed.stderr.splitlines() == [
         "mqctl: warning: members of group G subscribe differently (a: topic T (tags 'A', broadcasting, "
         "concurrently); b: topic T (tags 'B', broadcasting, concurrently)); " + apart]
@@ -208,7 +265,7 @@ def test_a_broadcast_member_among_clustering_ones_is_warned_about_for_what_it_do
     assert sorted(res.stdout.decode().split()) == ["m0", "m1"]
     assert res.stderr.splitlines() == [
         "mqctl: warning: group G: member b subscribes topic T (tags *, broadcasting, concurrently), unlike "
-        "this consumer: topic T (tags *, clustering, concurrently); " + beside]
+        "this consumer (c): topic T (tags *, clustering, concurrently); " + beside]
     assert listed.stderr.splitlines() == [
         "mqctl: warning: members of group G subscribe differently (b: topic T (tags *, broadcasting, "
         "concurrently); c: topic T (tags *, clustering, concurrently)); " + beside]
