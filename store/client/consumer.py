@@ -183,7 +183,9 @@ class Consumer:
             raise UsageError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
         check_flush(flush)
         rt = self._rt
-        with life.lock:   # (a close() from another thread meanwhile: before or after, whole)
+        # (a close() from another thread meanwhile: before or after, whole; from a signal
+        # handler in this thread: it leaves at the end of this start, see Life.starting)
+        with life.lock, life.starting():
             if life.closed:
                 return iter(())   # (closed since this call began: as a moment later, it ends)
             if life.sink is None:
@@ -358,7 +360,9 @@ class Consumer:
         def in_handler() -> None:   # (each handler thread: a close() there does not wait for run())
             IN_HANDLER.life = life
 
-        with life.lock:   # (a close() from another thread meanwhile: before or after, whole)
+        # (a close() from another thread meanwhile: before or after, whole; from a signal handler
+        # in this thread, it stops the run, which returns at once: see Life.starting)
+        with life.lock, life.starting(leaves=False):
             if life.closed:
                 # closed since this call began (from another thread): it returns as it would
                 # have a moment later, stopped by the close; a call made after it raises
@@ -423,7 +427,9 @@ class Consumer:
         (waiting would wait for itself): no new handler call starts, the call's own message
         counts as consumed if it returns normally, and ``run`` returns normally once the calls
         in flight have returned and the member has left. A close that lands while ``run`` or
-        ``messages`` starts makes it return (or end) at once, as if it came a moment later."""
+        ``messages`` starts makes it return (or end) at once, as if it came a moment later; so
+        does one from a signal handler in the thread that starts it (a SIGTERM handler while
+        ``run`` joins the group): the start is finished, then the member leaves."""
         self._close(commit=False)
 
     def _close(self, commit: bool) -> None:

@@ -1,0 +1,84 @@
+"""A ``store.Consumer`` closed by a signal, or interrupted (Ctrl-C), at the awkward moments of
+its :meth:`run`, and closed from a thread a handler started; each program in a child process
+(``closing.py``), on a real store. The moment is made exact with a real signal the child
+sends itself at that step (no sleeps)."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.client import closing
+from tests.client.closing import left_cleanly
+from tests.procs import MQ
+
+PROLOGUE = """
+    import faulthandler, json, os, pathlib, signal, sys, threading
+    import store
+    faulthandler.dump_traceback_later(90, exit=True)   # (a hang: its stacks, then exit)
+    path, orderly = sys.argv[1], sys.argv[2] == "orderly"
+    started, handled = [], []
+
+    def consumer():
+        return store.Consumer("Q", "G", path, start_from="first", orderly=orderly)
+
+    def report(**extra):
+        # (and the group's live members, seen from here: once this process has exited, the
+        # record of a member it left behind no longer counts as live)
+        from store.client.members import live_members
+        from store.layout import Layout
+        members = [m.clientId for m in live_members(Layout(pathlib.Path(path)), "G")]
+        print(json.dumps(dict(started=started, handled=handled, members=members, **extra)))
+
+    def signal_after(cls, name, sig=signal.SIGTERM):
+        # (the signal at that step: its Python handler runs as the kill returns, in this thread)
+        original = getattr(cls, name)
+
+        def hooked(*args, **kwargs):
+            result = original(*args, **kwargs)
+            os.kill(os.getpid(), sig)
+            return result
+        setattr(cls, name, hooked)
+"""
+
+
+def child(path: str, mode: str, body: str) -> dict[str, Any]:
+    return closing.child(PROLOGUE, path, mode, body)
+
+
+@pytest.fixture
+def path(mq: MQ) -> str:
+    return closing.one_queue_of_five(mq)
+
+
+# where the start is when the SIGTERM comes: the member record just written (joining), or run()
+# joined and not yet consuming (exit_at_end's look at where the queues end)
+STEPS = {"joining": "store.client.members.Membership, 'join'",
+         "joined": "store.client.runtime.Runtime, 'snapshot_ends'"}
+USES = {"run": "c.run(lambda msg: handled.append(msg.text), threads=2, exit_at_end=True)",
+        "messages": "handled.extend(m.text for m in c.messages(exit_at_end=True))",
+        "with": "with c:\n        pass"}
+
+
+@pytest.mark.parametrize("mode", ["concurrently", "orderly"])
+@pytest.mark.parametrize(("use", "step"), [("run", "joining"), ("run", "joined"), ("messages", "joining"),
+                                           ("with", "joining")])
+def test_a_sigterm_handler_that_closes_while_the_consumer_starts(mq: MQ, path: str, mode: str, use: str,
+                                                                  step: str) -> None:
+    """``signal.signal(SIGTERM, lambda *_: consumer.close())`` and the SIGTERM while run(), in the
+    same thread, joins the group or sets out (or messages(), or a ``with`` block, joins): the
+    close ran in the middle of that start and left a member whose start then went on, on a
+    closed store (run() then failed, its member record left behind). Now the close stops it
+    there: the start is finished, the member leaves at its end, and run() returns at once
+    (a messages() loop gives nothing)."""
+    out = child(path, mode, f"""
+    import store.client.members, store.client.runtime
+    c = consumer()
+    closes = []
+    signal.signal(signal.SIGTERM, lambda *_: (c.close(), closes.append(True)))
+    signal_after({STEPS[step]})
+    {USES[use]}
+    report(closed=repr(c).endswith("closed)"), closes=closes)
+    """)
+    assert out["closed"] and out["closes"] == [True] and out["handled"] == [] and out["members"] == []
+    left_cleanly(mq, out["handled"])
