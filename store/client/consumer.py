@@ -380,11 +380,17 @@ class Consumer:
             if exit_at_end:
                 rt.snapshot_ends()
             life.running()
+        interrupted = False
         try:
             try:
                 rt.serve()
+            except KeyboardInterrupt:
+                # (Ctrl-C: the member has left, what finished is committed; the handler calls
+                # still running are not waited for, their messages are delivered again)
+                interrupted = True
+                raise
             finally:
-                sink.shutdown(True)
+                sink.shutdown(not interrupted)
         finally:
             life.ran()   # (closed meanwhile: the member leaves now)
 

@@ -39,6 +39,16 @@ PROLOGUE = """
             os.kill(os.getpid(), sig)
             return result
         setattr(cls, name, hooked)
+
+    def signal_before(cls, name, sig=signal.SIGTERM):
+        # (the signal as that step begins, once)
+        original = getattr(cls, name)
+
+        def hooked(*args, **kwargs):
+            setattr(cls, name, original)
+            os.kill(os.getpid(), sig)
+            return original(*args, **kwargs)
+        setattr(cls, name, hooked)
 """
 
 
@@ -82,3 +92,50 @@ def test_a_sigterm_handler_that_closes_while_the_consumer_starts(mq: MQ, path: s
     """)
     assert out["closed"] and out["closes"] == [True] and out["handled"] == [] and out["members"] == []
     left_cleanly(mq, out["handled"])
+
+
+@pytest.mark.parametrize("mode", ["concurrently", "orderly"])
+@pytest.mark.parametrize("when", ["waiting for the handlers", "consuming"])
+def test_ctrl_c_while_handlers_run_leaves_and_raises(mq: MQ, path: str, mode: str, when: str) -> None:
+    """Ctrl-C (KeyboardInterrupt in run()'s thread) while handler calls run: m0 handled, the
+    calls after it held. While run() waited for them (a stop() came first) the interrupt left
+    the member record and the queue lock behind, for the lock's lease to end; and m0 counted
+    only if its outcome had been collected already. Now run() waits no more, commits what
+    finished, leaves, and raises KeyboardInterrupt (the held calls' messages come again)."""
+    out = child(path, mode, f"""
+    import store.client.dispatch
+    c = consumer()
+    held, go = threading.Semaphore(0), threading.Event()
+    first = threading.Event()
+
+    def handler(msg):
+        started.append(msg.text)
+        if msg.text == "m0":
+            handled.append(msg.text)
+            first.set()
+            return
+        held.release()
+        go.wait(60)
+        handled.append(msg.text)
+
+    def interrupt():
+        first.wait(60)
+        held.acquire(timeout=60)   # (m1's call held)
+        if {when == "consuming"}:
+            os.kill(os.getpid(), signal.SIGINT)   # (run() is in its loop)
+        else:
+            # (run() stops; the SIGINT as it begins to wait for the calls in flight)
+            signal_before(store.client.dispatch.Dispatcher, "finish", signal.SIGINT)
+            c.stop()
+    threading.Thread(target=interrupt).start()
+    try:
+        c.run(handler, threads=1 if orderly else 2)
+        outcome = "returned"
+    except KeyboardInterrupt:
+        outcome = "KeyboardInterrupt"
+    report(outcome=outcome, handled_then=list(handled))
+    go.set()
+    """)
+    assert out["outcome"] == "KeyboardInterrupt" and out["members"] == []
+    left_cleanly(mq, out["handled_then"])
+    assert out["handled_then"] == ["m0"]
