@@ -295,6 +295,7 @@ class AsyncConsumer:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 4096:
             raise UsageError(f"concurrency must be 1-4096, not {concurrency!r}")
         check_flush(flush)
+        self._check_loop()   # (a member of another loop: its UsageError, and that member left alone)
         self._mode = "run"
         try:
             rt = await self._open()
@@ -425,6 +426,7 @@ class AsyncConsumer:
             raise UsageError("this consumer is closed")
 
     async def __aenter__(self) -> "AsyncConsumer":
+        self._check_loop()   # (a member of another loop: its UsageError, and that member left alone)
         try:
             await self._open()
         except BaseException:
