@@ -331,8 +331,10 @@ class AsyncConsumer:
     async def _serve(self, rt: Runtime, sink: TaskSink, stage: object) -> None:
         try:
             await drive(rt)
+            await sink.drain()   # (stopped: the handler calls in flight finish and count)
         except BaseException:
-            # cancelled (or failed): end the handler calls, commit what finished, leave
+            # cancelled (Ctrl-C under asyncio.run, as it consumes or waits for those calls), or
+            # failed: end the handler calls, commit what finished, leave
             rt.stop()
             sink.cancel()
             await sink.drain()
@@ -340,7 +342,6 @@ class AsyncConsumer:
             raise
         finally:
             self._life.serving = False
-        await sink.drain()
         if rt.state.halted():
             rt.shutdown(wait_handlers=True)
             if rt.fatal is not None:

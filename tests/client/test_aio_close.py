@@ -214,3 +214,57 @@ def test_a_use_from_another_loop_raises_and_closes_nothing(mq: MQ, path: str, ho
     assert out["members"] == [[out["client_id"]]]
     assert out["handled"] == [f"m{i}" for i in range(5)]
     left_cleanly(mq, out["handled"])
+
+
+@pytest.mark.parametrize("when", ["waiting for the handlers", "consuming"])
+def test_ctrl_c_while_handlers_run_leaves(mq: MQ, path: str, when: str) -> None:
+    """Ctrl-C under ``asyncio.run`` (it cancels the main task, then raises KeyboardInterrupt)
+    while handler calls run (m0 handled, m1's call held), as run() consumes or after a stop()
+    as it waits for them: the calls are cancelled (m1 comes again), what finished is committed,
+    the member leaves before KeyboardInterrupt comes out."""
+    out = child(path, "concurrently", f"""
+    import os, signal, pathlib
+    from store.client import aio_sinks
+    from store.client.members import live_members
+    from store.layout import Layout
+    seen = []
+
+    async def main():
+        c = consumer()
+        held = asyncio.Event()
+
+        async def handler(msg):
+            started.append(msg.text)
+            if msg.text != "m0":
+                held.set()
+                await asyncio.Event().wait()   # (never set: only a cancellation ends it)
+            handled.append(msg.text)
+
+        async def interrupt():
+            await held.wait()
+            if {when == "consuming"}:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            drain = aio_sinks.TaskSink.drain
+
+            async def interrupted(self):   # (the SIGINT as run() begins to wait for the calls)
+                aio_sinks.TaskSink.drain = drain
+                os.kill(os.getpid(), signal.SIGINT)
+                await drain(self)
+            aio_sinks.TaskSink.drain = interrupted
+            c.stop()
+        asyncio.get_running_loop().create_task(interrupt())
+        try:
+            await c.run(handler, concurrency=2)
+        finally:
+            seen.append([m.clientId for m in live_members(Layout(pathlib.Path(path)), "G")])
+    try:
+        asyncio.run(main())
+        outcome = "returned"
+    except KeyboardInterrupt:
+        outcome = "KeyboardInterrupt"
+    report(outcome=outcome, members=seen)
+    """)
+    assert out["outcome"] == "KeyboardInterrupt" and out["members"] == [[]]
+    assert out["handled"] == ["m0"]
+    left_cleanly(mq, out["handled"])
