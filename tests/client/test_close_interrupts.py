@@ -139,3 +139,35 @@ def test_ctrl_c_while_handlers_run_leaves_and_raises(mq: MQ, path: str, mode: st
     assert out["outcome"] == "KeyboardInterrupt" and out["members"] == []
     left_cleanly(mq, out["handled_then"])
     assert out["handled_then"] == ["m0"]
+
+
+@pytest.mark.parametrize("mode", ["concurrently", "orderly"])
+def test_a_thread_a_handler_starts_may_close(mq: MQ, path: str, mode: str) -> None:
+    """A handler call starts a thread that closes the consumer, and returns (it does not wait
+    for that thread). The thread is no handler call: its close stops the run and waits for it
+    to return, which leaves; by the time close() returns the member has left, and run()
+    returns normally. (Checked, not changed: a handler that waited for that thread would wait
+    for itself, as with any thread that closes while that call runs.)"""
+    out = child(path, mode, """
+    from store.client.members import live_members
+    from store.layout import Layout
+    import pathlib
+    c = consumer()
+    after_close, threads = [], []
+
+    def closing():
+        c.close()
+        after_close.append([m.clientId for m in live_members(Layout(pathlib.Path(path)), "G")])
+
+    def handler(msg):
+        started.append(msg.text)
+        if msg.text == "m0":
+            threads.append(threading.Thread(target=closing))
+            threads[0].start()
+        handled.append(msg.text)
+    c.run(handler, threads=1)
+    threads[0].join(60)
+    report(closed=repr(c).endswith("closed)"), after_close=after_close)
+    """)
+    assert out["closed"] and out["after_close"] == [[]] and out["started"] == out["handled"]
+    left_cleanly(mq, out["handled"])
