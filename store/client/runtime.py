@@ -275,17 +275,19 @@ class Runtime:
         """Stop handing out, persist offsets, release queue locks, leave the group. Batches
         in a pool sink finish and are committed first when ``wait_handlers``. Interrupted
         meanwhile (Ctrl-C while the handlers finish): it waits no more, and what finished is
-        committed, the locks released and the group left all the same, before the
-        KeyboardInterrupt goes on (the messages of the handler calls still running are
-        delivered again)."""
+        committed and the group left all the same, before the KeyboardInterrupt goes on (the
+        messages of the handler calls still running are delivered again, but the locks of their
+        queues are released only as those calls end: ``holding.py``)."""
         if self._shut_down:
             return
         self._shut_down = True
+        self.state.stop_requested |= not wait_handlers   # (a running call starts no more of its batch)
         try:
             with self.turn_lock:   # (an iterating thread's pulls are over, and pull no more)
                 self.run_calls()
             self.dispatcher.finish(wait_handlers)
         except BaseException:
+            self.state.stop_requested = True
             self.dispatcher.finish(False)
             raise
         finally:
@@ -307,7 +309,7 @@ class Runtime:
                 failed = failed or exc
         if failed is not None:
             self.warn(f"could not persist offsets at exit: {failed}")
-        self.rebalancer.leave()
+        self.rebalancer.leave(self.dispatcher.futures)   # (locks of queues with calls running: kept)
         if self.dedup is not None:
             self.dedup.close()
         self.wake.close()
