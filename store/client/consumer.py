@@ -191,6 +191,8 @@ class Consumer:
             if life.sink is None:
                 self._stage(to, flush)
                 life.join()
+                if life.closed:
+                    return iter(())   # (by a signal handler since: the start leaves, see Life.starting)
                 life.mode = "iterate"
                 sink = life.sink = IteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
                 sink.cache_bytes = ITER_CACHE_BYTES
@@ -369,6 +371,8 @@ class Consumer:
                 return
             stage = self._stage(to, flush)
             life.join()
+            if life.closed:
+                return   # (by a signal handler since: the start leaves, see Life.starting)
             # (one message a batch until a handler call was timed: see run_batch_size)
             sink = ThreadPoolSink(work, threads, 1, per_message=True, initializer=in_handler)
             sink.client_messages = True              # (see Runtime.set_sink)

@@ -49,8 +49,14 @@ class Life:
         self.pid = os.getpid()
 
     def join(self) -> None:
-        """Join the group, unless done already (under :attr:`lock`). UsageError if closed."""
+        """Join the group, unless done already (under :attr:`lock`). UsageError if closed;
+        but in the start of ``run()`` or ``messages()`` (which looked at :attr:`closed` as it
+        began), a close from a signal handler since then makes it return without joining: the
+        caller looks at :attr:`closed` again and returns as the close would have it."""
+        in_start = self.starter == threading.get_ident()
         with self.lock, self.starting():
+            if in_start and self.closed:
+                return
             if self.closed or self.rt.stopped.is_set():
                 raise UsageError("this consumer is closed")
             if not self.joined:
@@ -65,7 +71,8 @@ class Life:
         start would go on with a member that has left, on a closed store): it marks the
         consumer closed and stops the runtime, and the member leaves once the start is done,
         here; with ``leaves`` False (``run()``), when the run it starts returns (:meth:`ran`),
-        at once as it was stopped. (Nested starts: the outer one settles.)"""
+        at once as it was stopped (or here, if it returns before it runs). (Nested starts: the
+        outer one settles.)"""
         me = threading.get_ident()
         if self.starter == me:
             yield
@@ -77,7 +84,7 @@ class Life:
             done = True
         finally:
             self.starter = None
-            if self.closed and (leaves or not done):
+            if self.closed and (leaves or not done or self.run_over is None):   # (run() not begun: no ran())
                 self._leave(commit=False)
 
     def settle_in_hand(self, commit: bool) -> bool:
