@@ -22,6 +22,17 @@ PROLOGUE = """
     def consumer():
         return store.Consumer("Q", "G", path, start_from="first", orderly=orderly)
 
+    def locks():
+        # the group's queue locks: (queue, whether a live process holds it)
+        from store.client.locktable import list_locks
+        from store.layout import Layout
+        return [[lk.queueId, lk.alive] for lk in list_locks(Layout(pathlib.Path(path)), "G")]
+
+    def after_handlers():
+        # (the handler threads end once their calls did: joined, the calls' ends are all done)
+        for t in [t for t in threading.enumerate() if t.name.startswith("handler")]:
+            t.join(60)
+
     def report(**extra):
         # (and the group's live members, seen from here: once this process has exited, the
         # record of a member it left behind no longer counts as live)
@@ -61,9 +72,12 @@ def path(mq: MQ) -> str:
     return closing.one_queue_of_five(mq)
 
 
-# where the start is when the SIGTERM comes: the member record just written (joining), or run()
-# joined and not yet consuming (exit_at_end's look at where the queues end)
-STEPS = {"joining": "store.client.members.Membership, 'join'",
+# where the start is when the SIGTERM comes: run() or messages() past their look at whether the
+# consumer is closed, not yet joined (staged: its exactly-once stage set up, or not); the member
+# record just written (joining); or run() joined and not yet consuming (exit_at_end's look at
+# where the queues end)
+STEPS = {"staged": "store.Consumer, '_stage'",
+         "joining": "store.client.members.Membership, 'join'",
          "joined": "store.client.runtime.Runtime, 'snapshot_ends'"}
 USES = {"run": "c.run(lambda msg: handled.append(msg.text), threads=2, exit_at_end=True)",
         "messages": "handled.extend(m.text for m in c.messages(exit_at_end=True))",
@@ -71,16 +85,17 @@ USES = {"run": "c.run(lambda msg: handled.append(msg.text), threads=2, exit_at_e
 
 
 @pytest.mark.parametrize("mode", ["concurrently", "orderly"])
-@pytest.mark.parametrize(("use", "step"), [("run", "joining"), ("run", "joined"), ("messages", "joining"),
-                                           ("with", "joining")])
+@pytest.mark.parametrize(("use", "step"), [("run", "staged"), ("run", "joining"), ("run", "joined"),
+                                           ("messages", "staged"), ("messages", "joining"), ("with", "joining")])
 def test_a_sigterm_handler_that_closes_while_the_consumer_starts(mq: MQ, path: str, mode: str, use: str,
                                                                   step: str) -> None:
     """``signal.signal(SIGTERM, lambda *_: consumer.close())`` and the SIGTERM while run(), in the
     same thread, joins the group or sets out (or messages(), or a ``with`` block, joins): the
     close ran in the middle of that start and left a member whose start then went on, on a
-    closed store (run() then failed, its member record left behind). Now the close stops it
-    there: the start is finished, the member leaves at its end, and run() returns at once
-    (a messages() loop gives nothing)."""
+    closed store (run() then failed, its member record left behind); and one that came before
+    the join (staged) made the join raise UsageError("this consumer is closed"). Now the close
+    stops it there: the start is finished (not joining, when it came before), the member leaves
+    at its end, and run() returns at once (a messages() loop gives nothing)."""
     out = child(path, mode, f"""
     import store.client.members, store.client.runtime
     c = consumer()
@@ -101,7 +116,10 @@ def test_ctrl_c_while_handlers_run_leaves_and_raises(mq: MQ, path: str, mode: st
     calls after it held. While run() waited for them (a stop() came first) the interrupt left
     the member record and the queue lock behind, for the lock's lease to end; and m0 counted
     only if its outcome had been collected already. Now run() waits no more, commits what
-    finished, leaves, and raises KeyboardInterrupt (the held calls' messages come again)."""
+    finished, leaves, and raises KeyboardInterrupt (the held calls' messages come again).
+    But the queue's lock stays held until the held calls end (it was released with the
+    member's leave, and another member took the queue while this one still handled m1):
+    held while the group has no member left, gone once the handler threads ended."""
     out = child(path, mode, f"""
     import store.client.dispatch
     c = consumer()
@@ -133,12 +151,55 @@ def test_ctrl_c_while_handlers_run_leaves_and_raises(mq: MQ, path: str, mode: st
         outcome = "returned"
     except KeyboardInterrupt:
         outcome = "KeyboardInterrupt"
-    report(outcome=outcome, handled_then=list(handled))
+    handled_then, locks_then = list(handled), locks()
     go.set()
+    after_handlers()
+    report(outcome=outcome, handled_then=handled_then, locks_then=locks_then, locks_after=locks())
     """)
     assert out["outcome"] == "KeyboardInterrupt" and out["members"] == []
+    assert out["locks_then"] == [[0, True]] and out["locks_after"] == []
     left_cleanly(mq, out["handled_then"])
     assert out["handled_then"] == ["m0"]
+
+
+def test_ctrl_c_starts_no_further_call_of_a_batch(mq: MQ, path: str) -> None:
+    """Ctrl-C while a handler call of a batch of several messages runs (concurrent mode: m0
+    timed the handler, so the backlog after m1 goes out as one batch): the thread running that
+    batch called the handler for the batch's next messages once the call in hand returned,
+    after the member had left (the stop was never set). Now no call starts after the
+    interrupt; the rest of the batch comes again, and the queue's lock is released once the
+    call in hand has ended."""
+    out = child(path, "concurrently", """
+    c = consumer()
+    held, go = threading.Event(), threading.Event()
+
+    def handler(msg):
+        started.append(msg.text)
+        if msg.text == "m3":
+            held.set()
+            go.wait(60)
+        handled.append(msg.text)
+
+    def interrupt():
+        held.wait(60)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=interrupt).start()
+    try:
+        c.run(handler, threads=1)
+        outcome = "returned"
+    except KeyboardInterrupt:
+        outcome = "KeyboardInterrupt"
+    started_then, locks_then = list(started), locks()
+    go.set()
+    after_handlers()
+    report(outcome=outcome, started_then=started_then, locks_then=locks_then, locks_after=locks())
+    """)
+    assert out["outcome"] == "KeyboardInterrupt" and out["members"] == []
+    assert out["started_then"] == ["m0", "m1", "m2", "m3"] and out["started"] == out["started_then"]
+    assert out["locks_then"] == [[0, True]] and out["locks_after"] == []
+    committed = mq.offsets("G", "Q").get(("Q", 0), 0)
+    assert 1 <= committed <= 3
+    assert [e["body"] for e in mq.drain("Q", "G")] == [f"m{i}" for i in range(committed, 5)]
 
 
 @pytest.mark.parametrize("mode", ["concurrently", "orderly"])
