@@ -295,6 +295,7 @@ class AsyncConsumer:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 4096:
             raise UsageError(f"concurrency must be 1-4096, not {concurrency!r}")
         check_flush(flush)
+        self._check_loop()   # (a member of another loop: its UsageError, and that member left alone)
         self._mode = "run"
         try:
             rt = await self._open()
@@ -330,8 +331,10 @@ class AsyncConsumer:
     async def _serve(self, rt: Runtime, sink: TaskSink, stage: object) -> None:
         try:
             await drive(rt)
+            await sink.drain()   # (stopped: the handler calls in flight finish and count)
         except BaseException:
-            # cancelled (or failed): end the handler calls, commit what finished, leave
+            # cancelled (Ctrl-C under asyncio.run, as it consumes or waits for those calls), or
+            # failed: end the handler calls, commit what finished, leave
             rt.stop()
             sink.cancel()
             await sink.drain()
@@ -339,7 +342,6 @@ class AsyncConsumer:
             raise
         finally:
             self._life.serving = False
-        await sink.drain()
         if rt.state.halted():
             rt.shutdown(wait_handlers=True)
             if rt.fatal is not None:
@@ -425,6 +427,7 @@ class AsyncConsumer:
             raise UsageError("this consumer is closed")
 
     async def __aenter__(self) -> "AsyncConsumer":
+        self._check_loop()   # (a member of another loop: its UsageError, and that member left alone)
         try:
             await self._open()
         except BaseException:

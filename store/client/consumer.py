@@ -189,12 +189,16 @@ class Consumer:
             raise UsageError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
         check_flush(flush)
         rt = self._rt
-        with life.lock:   # (a close() from another thread meanwhile: before or after, whole)
+        # (a close() from another thread meanwhile: before or after, whole; from a signal
+        # handler in this thread: it leaves at the end of this start, see Life.starting)
+        with life.lock, life.starting():
             if life.closed:
                 return iter(())   # (closed since this call began: as a moment later, it ends)
             if life.sink is None:
                 self._stage(to, flush)
                 life.join()
+                if life.closed:
+                    return iter(())   # (by a signal handler since: the start leaves, see Life.starting)
                 life.mode = "iterate"
                 sink = life.sink = IteratorSink(PREFETCH, 1 if self.orderly else ITER_BATCH)
                 sink.cache_bytes = ITER_CACHE_BYTES
@@ -364,13 +368,17 @@ class Consumer:
         def in_handler() -> None:   # (each handler thread: a close() there does not wait for run())
             IN_HANDLER.life = life
 
-        with life.lock:   # (a close() from another thread meanwhile: before or after, whole)
+        # (a close() from another thread meanwhile: before or after, whole; from a signal handler
+        # in this thread, it stops the run, which returns at once: see Life.starting)
+        with life.lock, life.starting(leaves=False):
             if life.closed:
                 # closed since this call began (from another thread): it returns as it would
                 # have a moment later, stopped by the close; a call made after it raises
                 return
             stage = self._stage(to, flush)
             life.join()
+            if life.closed:
+                return   # (by a signal handler since: the start leaves, see Life.starting)
             # (one message a batch until a handler call was timed: see run_batch_size)
             sink = ThreadPoolSink(work, threads, 1, per_message=True, initializer=in_handler)
             sink.client_messages = True              # (see Runtime.set_sink)
@@ -382,11 +390,17 @@ class Consumer:
             if exit_at_end:
                 rt.snapshot_ends()
             life.running()
+        interrupted = False
         try:
             try:
                 rt.serve()
+            except KeyboardInterrupt:
+                # (Ctrl-C: the member has left, what finished is committed; the handler calls
+                # still running are not waited for, their messages are delivered again)
+                interrupted = True
+                raise
             finally:
-                sink.shutdown(True)
+                sink.shutdown(not interrupted)
         finally:
             life.ran()   # (closed meanwhile: the member leaves now)
 
@@ -429,7 +443,9 @@ class Consumer:
         (waiting would wait for itself): no new handler call starts, the call's own message
         counts as consumed if it returns normally, and ``run`` returns normally once the calls
         in flight have returned and the member has left. A close that lands while ``run`` or
-        ``messages`` starts makes it return (or end) at once, as if it came a moment later."""
+        ``messages`` starts makes it return (or end) at once, as if it came a moment later; so
+        does one from a signal handler in the thread that starts it (a SIGTERM handler while
+        ``run`` joins the group): the start is finished, then the member leaves."""
         self._close(commit=False)
 
     def _close(self, commit: bool) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
 
 from store.client.consumer_args import ids_in_use, ids_lock
 from store.client.runtime import Runtime
@@ -23,6 +24,8 @@ IN_HANDLER = threading.local()
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from typing import Iterator
+
     from store.client.handoff import IteratorSink
 
 
@@ -42,16 +45,47 @@ class Life:
         self.serving = False                     # run() is running
         self.run_over: threading.Event | None = None   # (while run() runs: set once it has returned)
         self.run_thread: int | None = None              # (and the thread it runs in)
+        self.starter: int | None = None   # the thread in a start (:meth:`starting`), if any
         self.pid = os.getpid()
 
     def join(self) -> None:
-        """Join the group, unless done already (under :attr:`lock`). UsageError if closed."""
-        with self.lock:
+        """Join the group, unless done already (under :attr:`lock`). UsageError if closed;
+        but in the start of ``run()`` or ``messages()`` (which looked at :attr:`closed` as it
+        began), a close from a signal handler since then makes it return without joining: the
+        caller looks at :attr:`closed` again and returns as the close would have it."""
+        in_start = self.starter == threading.get_ident()
+        with self.lock, self.starting():
+            if in_start and self.closed:
+                return
             if self.closed or self.rt.stopped.is_set():
                 raise UsageError("this consumer is closed")
             if not self.joined:
                 self.rt.setup()
                 self.joined = True
+
+    @contextmanager
+    def starting(self, leaves: bool = True) -> Iterator[None]:
+        """(Under :attr:`lock`.) A start in this thread: joining, and what ``run()`` and
+        ``messages()`` set up before they consume. A close from a signal handler in this thread
+        meanwhile (the SIGTERM handler of a program) must not leave in the middle of it (the
+        start would go on with a member that has left, on a closed store): it marks the
+        consumer closed and stops the runtime, and the member leaves once the start is done,
+        here; with ``leaves`` False (``run()``), when the run it starts returns (:meth:`ran`),
+        at once as it was stopped (or here, if it returns before it runs). (Nested starts: the
+        outer one settles.)"""
+        me = threading.get_ident()
+        if self.starter == me:
+            yield
+            return
+        self.starter = me
+        done = False
+        try:
+            yield
+            done = True
+        finally:
+            self.starter = None
+            if self.closed and (leaves or not done or self.run_over is None):   # (run() not begun: no ran())
+                self._leave(commit=False)
 
     def settle_in_hand(self, commit: bool) -> bool:
         """Resolve the batch in hand: with ``commit`` the message in hand counts as consumed
@@ -71,6 +105,11 @@ class Life:
         With :meth:`~store.Consumer.run` going, it stops it and waits for it to return, which
         leaves; from one of its handler calls (:data:`IN_HANDLER`), or a signal handler in the
         thread of the run, it only stops it: it would wait for itself."""
+        if self.starter == threading.get_ident():
+            if not self.closed:   # (a signal handler in a start: the start leaves, see starting)
+                self.closed = True
+                self.rt.stop()
+            return
         sink = self.sink
         if not self.closed and sink is not None and sink.feeder == threading.get_ident():
             self.rt.stop()   # (a signal handler in this thread's feed, which holds the loop's lock)

@@ -490,6 +490,8 @@ class Dispatcher:
             # The batches in handlers finish (or were ended), and what finished is committed.
             while self.futures:
                 self.collect(block=True)
+        else:
+            self.collect(block=False)   # what finished counts (the rest is delivered again)
         pool.shutdown(wait_handlers)
 
 

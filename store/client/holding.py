@@ -6,15 +6,25 @@ rebalance gives it away (or its lock was lost) until its in-flight batch finishe
 offset was persisted (see :meth:`store.client.rebalance.Rebalancer.settle_drops`): only then is
 its lock released. What to hold is the rebalancer's business; this table only keeps the
 state and the transitions every part of the member may make.
+
+A member that leaves while handler calls of its own still run (a Ctrl-C, an error: the
+shutdown does not wait for them) keeps the locks of their queues until they end
+(:meth:`Holdings.keep_while_running`): another member must not take a queue, and hand out its
+messages, while this one still handles one of them (an orderly queue is handled by one process
+at a time; an in-flight message handled twice at once). Nothing renews a kept lock: a call that
+runs on for the store lease (60 s) after the last renewal lets a contender break the lock
+(``qlocks``), as for a member stuck that long; if the process dies first, the OS drops it.
 """
 from __future__ import annotations
+
+import threading
 
 from store.client.process_queue import ProcessQueue
 from store.log.offsets import QueueKey
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
-    from typing import Callable
+    from typing import Any, Callable
 
     from store.client.qlocks import QueueLock
     from store.log.record import Message
@@ -32,14 +42,18 @@ class Holdings:
         #                       the member rebalances at once, to take it again
         # id(batch) -> (its queue, the process queue it was handed out of), while a pool sink has it
         self.handed: dict[int, tuple[QueueKey, ProcessQueue]] = {}
+        self.left = False   # the member left its group (shutdown): no handler call starts any more
 
     def may_start(self, batch: list[Message]) -> bool:
         """Whether a handler may still start on ``batch``, handed out earlier: a pool sink asks
         in its own thread just before it starts one (``may_start``). Not once the batch's queue
         is let go or being dropped, nor once its lock's client lease ran out: the process was
         stopped (SIGSTOP, a hang) for longer, and another member may consume the queue by now,
-        as RocketMQ's ConsumeRequest checks that its process queue was not dropped. The batch
-        is then handed back untouched (it is the queue's next owner's to deliver)."""
+        as RocketMQ's ConsumeRequest checks that its process queue was not dropped. Nor once
+        the member left. The batch is then handed back untouched (it is the queue's next
+        owner's to deliver)."""
+        if self.left:   # (its lock released, or kept for the calls still running only)
+            return False
         got = self.handed.get(id(batch))
         if got is None:   # (not handed out by the dispatcher: nothing to judge it by)
             return True
@@ -115,3 +129,32 @@ class Holdings:
         lock = self.locks.pop(key, None)
         if lock is not None:
             lock.release()
+
+    def keep_while_running(self, running: dict[Any, tuple[Any, ...]]) -> None:
+        """(The member leaves.) Take the lock of each queue with a handler call still running
+        (``running``: future -> (queue, ...), as ``Dispatcher.futures``) out of :attr:`locks`,
+        so that leaving does not release it: it is released when the last of those calls
+        ends, in the thread that ran it (see the module docstring)."""
+        by_key: dict[QueueKey, list[Any]] = {}
+        for fut, entry in list(running.items()):
+            # (running: started in a thread, or in hand of an iteration; one not started by now
+            # starts no handler call, :meth:`may_start` says no once :attr:`left` is set)
+            if fut.running() and entry[0] in self.locks:
+                by_key.setdefault(entry[0], []).append(fut)
+        for key, futs in by_key.items():
+            _release_after(self.locks.pop(key), futs)
+
+
+def _release_after(lock: QueueLock, futs: list[Any]) -> None:
+    """Release ``lock`` once every one of ``futs`` is done (cancelled, failed or returned)."""
+    left, guard = [len(futs)], threading.Lock()
+
+    def done(_fut: Any) -> None:
+        with guard:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            lock.release()
+
+    for fut in futs:
+        fut.add_done_callback(done)   # (called at once if it is done by now)

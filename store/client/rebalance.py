@@ -102,9 +102,14 @@ class Rebalancer:
         for line in self.subscriptions.look(self.o.client_id, members):
             self.warn(line)
 
-    def leave(self) -> None:
+    def leave(self, running: dict[Any, tuple[Any, ...]] | None = None) -> None:
         """Release every queue lock (under one take of the group's mutex) and leave the group
-        (offsets persisted before)."""
+        (offsets persisted before); but the locks of queues with handler calls still running
+        (``running``: ``Dispatcher.futures``, a shutdown that did not wait for them) are kept
+        until those calls end (:meth:`Holdings.keep_while_running`)."""
+        self.held.left = True
+        if running:
+            self.held.keep_while_running(running)
         locks = [self.held.locks.pop(key) for key in list(self.held.locks)]
         if locks:
             from store.client.qlocks import release_all

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import queue as queue_mod
-import signal
 import threading
 import time
 from pathlib import Path
@@ -185,8 +184,9 @@ class Runtime:
         :meth:`stop`, then persist offsets, release locks and leave. Returns 0; raises what
         stopped the member abnormally, and :class:`~store.errors.HandlerError` when it ended on
         its own after giving up on a message."""
-        if self.o.install_signals:
-            self._install_signals()   # first: a signal while joining is a graceful stop too
+        if self.o.install_signals:   # first: a signal while joining is a graceful stop too
+            from store.client.stopsignals import install
+            install(self)
         self._loop_or_leave()
         self.shutdown(wait_handlers=True)
         if self.fatal is not None:
@@ -271,32 +271,29 @@ class Runtime:
         self.puller.snapshot_ends(self.topics)
         self.drained.clear()
 
-    def _install_signals(self) -> None:
-        def on_signal(signum: int, _frame: object) -> None:
-            if not self.state.stop_requested:
-                self.stop()   # the first: no new handler, the running ones finish
-                if self.on_stopping is not None:   # (say so at once: the wait may be long)
-                    self.on_stopping(sum(1 for f in self.dispatcher.futures if f.running()))
-                return
-            self.force_stop = True   # the second: end the running handlers at once
-            if (abort := getattr(self.dispatcher.pool, "abort", None)) is not None:
-                abort()
-            self.wake.set()
-            if self.dispatcher.in_write:
-                raise KeyboardInterrupt   # a write blocked on a reader that does not read
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, on_signal)
-            signal.signal(signal.SIGTERM, on_signal)
-
     def shutdown(self, wait_handlers: bool) -> None:
         """Stop handing out, persist offsets, release queue locks, leave the group. Batches
-        in a pool sink finish and are committed first when ``wait_handlers``."""
+        in a pool sink finish and are committed first when ``wait_handlers``. Interrupted
+        meanwhile (Ctrl-C while the handlers finish): it waits no more, and what finished is
+        committed and the group left all the same, before the KeyboardInterrupt goes on (the
+        messages of the handler calls still running are delivered again, but the locks of their
+        queues are released only as those calls end: ``holding.py``)."""
         if self._shut_down:
             return
         self._shut_down = True
-        with self.turn_lock:   # (an iterating thread's pulls are over, and pull no more)
-            self.run_calls()
-        self.dispatcher.finish(wait_handlers)
+        self.state.stop_requested |= not wait_handlers   # (a running call starts no more of its batch)
+        try:
+            with self.turn_lock:   # (an iterating thread's pulls are over, and pull no more)
+                self.run_calls()
+            self.dispatcher.finish(wait_handlers)
+        except BaseException:
+            self.state.stop_requested = True
+            self.dispatcher.finish(False)
+            raise
+        finally:
+            self._leave()
+
+    def _leave(self) -> None:
         failed: StoreError | None = None
         try:
             self.keeper.persist(force=True)
@@ -312,7 +309,7 @@ class Runtime:
                 failed = failed or exc
         if failed is not None:
             self.warn(f"could not persist offsets at exit: {failed}")
-        self.rebalancer.leave()
+        self.rebalancer.leave(self.dispatcher.futures)   # (locks of queues with calls running: kept)
         if self.dedup is not None:
             self.dedup.close()
         self.wake.close()

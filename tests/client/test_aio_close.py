@@ -165,3 +165,106 @@ def test_a_close_that_lands_while_run_joins_makes_it_return(mq: MQ, path: str) -
     assert out["started"] == []
     assert mq.members("G") == [] and mq.locks("G") == []
     assert [e["body"] for e in mq.drain("Q", "G")] == [f"m{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("how", ["run()", "async with"])
+def test_a_use_from_another_loop_raises_and_closes_nothing(mq: MQ, path: str, how: str) -> None:
+    """An AsyncConsumer that is a member in a loop (another thread's) used from a second loop:
+    run() or ``async with`` there raised the UsageError, but closed the member of the first
+    loop on the way out, from the wrong thread (the first loop then consumed nothing). Now the
+    UsageError comes out and nothing else happens: the member stays in its loop, which goes
+    on consuming and leaves when it is done."""
+    out = child(path, "concurrently", f"""
+    import threading
+    from store.client.members import live_members
+    from store.layout import Layout
+    import pathlib
+    c = consumer()
+    joined, tried = threading.Event(), threading.Event()
+    seen = []
+
+    async def member():
+        global first
+        first = asyncio.Event()
+        async with c:
+            joined.set()
+            await asyncio.to_thread(tried.wait, 60)
+            seen.append([m.clientId for m in live_members(Layout(pathlib.Path(path)), "G")])
+            await c.run(handler, concurrency=1, exit_at_end=True)
+    first_loop = threading.Thread(target=asyncio.run, args=(member(),))
+    first_loop.start()
+    joined.wait(60)
+
+    async def elsewhere():
+        if {how == "run()"}:
+            await c.run(handler)
+        else:
+            async with c:
+                pass
+    try:
+        asyncio.run(elsewhere())
+        outcome = "returned"
+    except Exception as exc:
+        outcome = f"{{type(exc).__name__}}: {{exc}}"
+    tried.set()
+    first_loop.join(60)
+    report(outcome=outcome, members=seen, client_id=c.client_id)
+    """)
+    assert out["outcome"].startswith("UsageError: this AsyncConsumer is a member in another event loop")
+    assert out["members"] == [[out["client_id"]]]
+    assert out["handled"] == [f"m{i}" for i in range(5)]
+    left_cleanly(mq, out["handled"])
+
+
+@pytest.mark.parametrize("when", ["waiting for the handlers", "consuming"])
+def test_ctrl_c_while_handlers_run_leaves(mq: MQ, path: str, when: str) -> None:
+    """Ctrl-C under ``asyncio.run`` (it cancels the main task, then raises KeyboardInterrupt)
+    while handler calls run (m0 handled, m1's call held), as run() consumes or after a stop()
+    as it waits for them: the calls are cancelled (m1 comes again), what finished is committed,
+    the member leaves before KeyboardInterrupt comes out."""
+    out = child(path, "concurrently", f"""
+    import os, signal, pathlib
+    from store.client import aio_sinks
+    from store.client.members import live_members
+    from store.layout import Layout
+    seen = []
+
+    async def main():
+        c = consumer()
+        held = asyncio.Event()
+
+        async def handler(msg):
+            started.append(msg.text)
+            if msg.text != "m0":
+                held.set()
+                await asyncio.Event().wait()   # (never set: only a cancellation ends it)
+            handled.append(msg.text)
+
+        async def interrupt():
+            await held.wait()
+            if {when == "consuming"}:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            drain = aio_sinks.TaskSink.drain
+
+            async def interrupted(self):   # (the SIGINT as run() begins to wait for the calls)
+                aio_sinks.TaskSink.drain = drain
+                os.kill(os.getpid(), signal.SIGINT)
+                await drain(self)
+            aio_sinks.TaskSink.drain = interrupted
+            c.stop()
+        asyncio.get_running_loop().create_task(interrupt())
+        try:
+            await c.run(handler, concurrency=2)
+        finally:
+            seen.append([m.clientId for m in live_members(Layout(pathlib.Path(path)), "G")])
+    try:
+        asyncio.run(main())
+        outcome = "returned"
+    except KeyboardInterrupt:
+        outcome = "KeyboardInterrupt"
+    report(outcome=outcome, members=seen)
+    """)
+    assert out["outcome"] == "KeyboardInterrupt" and out["members"] == [[]]
+    assert out["handled"] == ["m0"]
+    left_cleanly(mq, out["handled"])

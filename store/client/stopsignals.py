@@ -1,0 +1,33 @@
+"""What SIGINT and SIGTERM do to a member that installs its own handlers (``mqctl consume``,
+``ConsumeOptions.install_signals``): the first stops it gracefully (no new handler call, the
+running ones finish, offsets persisted, locks released, the group left), the second ends the
+running handlers at once (what finished is committed; exit 130)."""
+from __future__ import annotations
+
+import signal
+import threading
+
+TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def install(rt: Any) -> None:
+    """Install the SIGINT and SIGTERM handlers of ``rt``, a :class:`~store.client.runtime.Runtime`
+    (which imports this module: not named here), in the main thread only (elsewhere Python
+    refuses them, and the program's own stay)."""
+    def on_signal(signum: int, _frame: object) -> None:
+        if not rt.state.stop_requested:
+            rt.stop()   # the first: no new handler, the running ones finish
+            if rt.on_stopping is not None:   # (say so at once: the wait may be long)
+                rt.on_stopping(sum(1 for f in rt.dispatcher.futures if f.running()))
+            return
+        rt.force_stop = True   # the second: end the running handlers at once
+        if (abort := getattr(rt.dispatcher.pool, "abort", None)) is not None:
+            abort()
+        rt.wake.set()
+        if rt.dispatcher.in_write:
+            raise KeyboardInterrupt   # a write blocked on a reader that does not read
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
