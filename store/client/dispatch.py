@@ -479,8 +479,7 @@ class Dispatcher:
         pool = self.pool
         if pool is None:
             return
-        if getattr(pool, "cancel_on_stop", False):
-            # Batches queued for a handler but not started are handed back: a stop starts none.
+        if getattr(pool, "cancel_on_stop", False):   # (queued batches handed back: a stop starts none)
             for fut in list(self.futures):
                 fut.cancel()
         abort = getattr(pool, "abort", None)
