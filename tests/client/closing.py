@@ -11,6 +11,19 @@ from typing import Any
 import store
 from tests.procs import MQ, finish, python
 
+# The start of a sync child's program: the store's path and the mode from its arguments, what
+# its handler records, and its consumer of "Q" in group "G" (the tests' prologues go on from here).
+SYNC_START = """
+    import datetime, faulthandler, json, os, pathlib, signal, sys, threading
+    import store
+    faulthandler.dump_traceback_later(90, exit=True)   # (a hang: its stacks, then exit)
+    path, orderly = sys.argv[1], sys.argv[2] == "orderly"
+    started, handled = [], []
+
+    def consumer():
+        return store.Consumer("Q", "G", path, start_from="first", orderly=orderly)
+"""
+
 
 def child(prologue: str, path: str, mode: str, body: str) -> dict[str, Any]:
     """Run ``prologue + body`` (``sys.argv``: the store's path, the mode); what it printed as JSON."""

@@ -12,16 +12,7 @@ from tests.client import closing
 from tests.client.closing import left_cleanly
 from tests.procs import MQ
 
-PROLOGUE = """
-    import faulthandler, json, os, pathlib, signal, sys, threading
-    import store
-    faulthandler.dump_traceback_later(90, exit=True)   # (a hang: its stacks, then exit)
-    path, orderly = sys.argv[1], sys.argv[2] == "orderly"
-    started, handled = [], []
-
-    def consumer():
-        return store.Consumer("Q", "G", path, start_from="first", orderly=orderly)
-
+PROLOGUE = closing.SYNC_START + """
     def locks():
         # the group's queue locks: (queue, whether a live process holds it)
         from store.client.locktable import list_locks

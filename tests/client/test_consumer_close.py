@@ -19,16 +19,7 @@ from tests.client.closing import left_cleanly
 from tests.procs import MQ
 
 # The child's prologue: the store, a one-queue topic "Q" of five messages m0..m4.
-PROLOGUE = """
-    import datetime, faulthandler, json, sys, threading
-    import store
-    faulthandler.dump_traceback_later(90, exit=True)   # (a hang: its stacks, then exit)
-    path, orderly = sys.argv[1], sys.argv[2] == "orderly"
-    started, handled = [], []
-
-    def consumer():
-        return store.Consumer("Q", "G", path, start_from="first", orderly=orderly)
-
+PROLOGUE = closing.SYNC_START + """
     def report(**extra):
         print(json.dumps(dict(started=started, handled=handled, **extra)))
 """

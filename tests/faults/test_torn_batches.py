@@ -108,17 +108,8 @@ def test_check_names_the_whole_unfinished_batch_that_recover_cuts(mq: MQ) -> Non
     the end", at its offset), while ``store recover`` cut the whole batch, its whole records
     before that one too: check now says how many whole records go and from where, and that
     is exactly what recover cuts (its new end, its bytes, the records it keeps)."""
-    mq.ok("topic", "create", "kp", "--queues", "2")
-    child = subprocess.run([sys.executable, "-c", _SENDER, "kp", "async", "6", str(PER_BATCH), str(BODY)],
-                           env=mqctl_env(mq.root, "log-between-pieces:5"), capture_output=True, text=True,
-                           timeout=120)
-    assert child.returncode == KILLED, child.stderr
-    res = mq.check()
-    assert res.returncode == 1, res
-    *problems, summary = res.json_lines()
-    assert len(problems) == 1, problems
-    reason = problems[0]["reason"]
-    assert reason.startswith("unfinished atomic batch at the end of the log: its "), reason
+    _killed_inside_a_batch(mq)
+    problems, summary, reason = _one_unfinished_batch(mq)
     whole = int(reason.split("its ")[1].split(" whole")[0])
     assert 0 < whole < PER_BATCH and "runs past the end" in reason, reason
     rec = mq.ok("store", "recover", "--json").json_lines()[-1]
@@ -133,21 +124,12 @@ def test_check_names_an_unfinished_batch_that_ends_on_a_record_boundary(mq: MQ) 
     not begun leaves a log that ends on a record boundary with no torn record: ``store check``
     said nothing of it (it looked for the batch only behind a torn record), while the next
     writer and ``store recover`` cut the whole batch. Check now names it as recover cuts it."""
-    mq.ok("topic", "create", "kp", "--queues", "2")
-    child = subprocess.run([sys.executable, "-c", _SENDER, "kp", "async", "6", str(PER_BATCH), str(BODY)],
-                           env=mqctl_env(mq.root, "log-between-pieces:5"), capture_output=True, text=True,
-                           timeout=120)
-    assert child.returncode == KILLED, child.stderr
+    _killed_inside_a_batch(mq)
     torn = mq.check().json_lines()[0]["reason"]
     # the torn record cut off: the log now ends where the batch's last whole record ends
     seg, at = torn.split("the one cut at ")[1].split(" (")[0].rsplit(":", 1)
     Path(seg).write_bytes(Path(seg).read_bytes()[:int(at)])
-    res = mq.check()
-    assert res.returncode == 1, res
-    *problems, summary = res.json_lines()
-    assert len(problems) == 1, problems
-    reason = problems[0]["reason"]
-    assert reason.startswith("unfinished atomic batch at the end of the log: its "), reason
+    problems, summary, reason = _one_unfinished_batch(mq)
     n = int(reason.split("its ")[1].split(" record")[0])
     assert 0 < n < PER_BATCH and "no end record after them" in reason, reason
     rec = mq.ok("store", "recover", "--json").json_lines()[-1]
@@ -155,3 +137,23 @@ def test_check_names_an_unfinished_batch_that_ends_on_a_record_boundary(mq: MQ) 
     assert f"cuts the whole batch ({rec['truncatedBytes']} bytes)" in reason, (rec, reason)
     after = mq.check()
     assert after.returncode == 0 and after.json_lines()[-1]["records"] == summary["records"] - n, after
+
+
+def _killed_inside_a_batch(mq: MQ) -> None:
+    """``send_many`` killed between two write calls of its third batch (its 5th stop)."""
+    mq.ok("topic", "create", "kp", "--queues", "2")
+    child = subprocess.run([sys.executable, "-c", _SENDER, "kp", "async", "6", str(PER_BATCH), str(BODY)],
+                           env=mqctl_env(mq.root, "log-between-pieces:5"), capture_output=True, text=True,
+                           timeout=120)
+    assert child.returncode == KILLED, child.stderr
+
+
+def _one_unfinished_batch(mq: MQ) -> tuple[list[dict], dict, str]:
+    """``store check`` on a log ending inside an unfinished batch: its one problem names it."""
+    res = mq.check()
+    assert res.returncode == 1, res
+    *problems, summary = res.json_lines()
+    assert len(problems) == 1, problems
+    reason = problems[0]["reason"]
+    assert reason.startswith("unfinished atomic batch at the end of the log: its "), reason
+    return problems, summary, reason
