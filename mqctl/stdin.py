@@ -79,26 +79,33 @@ class ReadAhead:
     def __init__(self, fd: int, size: int, depth: int = READ_AHEAD) -> None:
         import threading
         from queue import SimpleQueue
-        self.fd, self.size = fd, size
+        # Its own descriptor of the pipe: a read the thread begins just after :meth:`stop` (past
+        # its look at ``stopped``) then reads the pipe it was made for, never another file the
+        # caller opened under the number the caller closed (a test's next pipe lost its first
+        # read so); it is closed when the thread ends.
+        self.fd, self.size = os.dup(fd), size
         self.reads: SimpleQueue[Any] = SimpleQueue()
         self.room = threading.Semaphore(depth)
         self.stopped = False
         threading.Thread(target=self._run, name="mqctl-stdin", daemon=True).start()
 
     def _run(self) -> None:
-        while True:
-            self.room.acquire()
-            if self.stopped:
-                return
-            try:
-                data: Any = os.read(self.fd, self.size)
-            except OSError as exc:
-                data = exc
-            if self.stopped:
-                return
-            self.reads.put(data)
-            if not data or isinstance(data, OSError):
-                return
+        try:
+            while True:
+                self.room.acquire()
+                if self.stopped:
+                    return
+                try:
+                    data: Any = os.read(self.fd, self.size)
+                except OSError as exc:
+                    data = exc
+                if self.stopped:
+                    return
+                self.reads.put(data)
+                if not data or isinstance(data, OSError):
+                    return
+        finally:
+            os.close(self.fd)
 
     def read(self, fd: int, size: int) -> bytes:
         """The next read's data (``os.read``'s signature: ``fd`` and ``size`` are the thread's)."""

@@ -194,3 +194,44 @@ def test_a_long_delimiter_across_reads_shorter_than_it_still_cuts(pieces: list[b
         t.join()
         os.close(r)
     assert got == b"".join(pieces).split(b"<|>")
+
+
+def test_a_read_ahead_stopped_as_its_read_begins_reads_its_own_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read-ahead thread begins its next read after looking at ``stopped``: when the
+    sender stopped it just then and closed the pipe, and the number was given to a new pipe
+    (the tests' next ``os.pipe()``), that read took the new pipe's data (the test reading past
+    a long record lost its first records, under load). The thread reads its own descriptor."""
+    import types
+
+    from mqctl import stdin
+    gate, parked, read_done = threading.Event(), threading.Event(), threading.Event()
+    real = os.read
+
+    def read(fd: int, n: int) -> bytes:
+        if threading.current_thread().name != "mqctl-stdin":
+            return real(fd, n)
+        parked.set()
+        assert gate.wait(20)   # (parked between its look at stopped and its read)
+        try:
+            return real(fd, n)
+        finally:
+            read_done.set()
+    monkeypatch.setattr(stdin, "os", types.SimpleNamespace(**{**vars(os), "read": read}))
+    r, w = os.pipe()
+    os.write(w, b"old")
+    ahead = stdin.ReadAhead(r, 65536, depth=1)
+    assert parked.wait(20)
+    ahead.stop()
+    os.close(r)
+    r2, w2 = os.pipe()   # (the lowest free numbers: r's, most likely)
+    try:
+        os.write(w2, b"new")
+        gate.set()
+        assert read_done.wait(20)
+        os.close(w)
+        os.set_blocking(r2, False)
+        assert real(r2, 100) == b"new"
+    finally:
+        gate.set()
+        os.close(r2)
+        os.close(w2)
