@@ -81,6 +81,17 @@ def allocate(
     return allocate_all(strategy, mq_all, cid_all, config_queues, virtual_nodes).get(current_id, [])
 
 
+def member_share(strategy: str, current_id: str, topic: str, own_topic: str, queue_count: int,
+                 cid_all: Iterable[str], config_ids: Iterable[int] = ()) -> list[MessageQueue]:
+    """The queues of ``topic`` a member with ``strategy`` takes (the live rebalance, and its
+    preview of members that disagree on the strategy): a ``config`` member its ``config_ids``
+    on its ``own_topic``, and on any other topic (its group's retry topic) an average share."""
+    mqs = queues_of(topic, range(queue_count))
+    if strategy == "config" and topic == own_topic:
+        return allocate("config", current_id, mqs, cid_all, config_queues=queues_of(topic, config_ids))
+    return allocate("averagely" if strategy == "config" else strategy, current_id, mqs, cid_all)
+
+
 def allocate_all(
     strategy: str,
     mq_all: Iterable[MessageQueue],

@@ -37,19 +37,14 @@ def _own_shares(group: str, topic: str, nqueues: int, members: "list[MemberInfo]
     """The shares of live members that disagree on the strategy, each by its own, as
     ``rebalance.py`` computes it (a config member: its own queue ids on its topic, its share
     by averagely on another, its retry topic)."""
-    from store.client.allocate import allocate, queues_of
-    mqs = queues_of(topic, range(nqueues))
+    from store.client.allocate import member_share
     cids = [m.clientId for m in members]
     rows = []
     for m in members:
         strategy, own, topics = _strategy_of(m), m.record.get("configQueues"), m.record.get("topics")
-        if strategy != "config":
-            mine = allocate(strategy, m.clientId, mqs, cids)
-        elif isinstance(topics, list) and topics[:1] == [topic]:
-            ids = [q for q in own if isinstance(q, int) and 0 <= q < nqueues] if isinstance(own, list) else []
-            mine = allocate("config", m.clientId, mqs, cids, config_queues=queues_of(topic, ids))
-        else:
-            mine = allocate("averagely", m.clientId, mqs, cids)
+        ids = [q for q in own if isinstance(q, int) and 0 <= q < nqueues] if isinstance(own, list) else []
+        mine = member_share(strategy, m.clientId, topic, topics[0] if isinstance(topics, list) and topics else "",
+                            nqueues, cids, ids)
         rows.append(AllocationRow(group, topic, strategy, m.clientId, sorted(mq.queue_id for mq in mine),
                                   _queue_ids(view.queues(m), topic)))
     return RebalancePreview(group, topic, "mixed", nqueues, cids, rows)

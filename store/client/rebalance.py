@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from store.client.allocate import allocate, queues_of
+from store.client.allocate import member_share, queues_of
 from store.client.holding import Holdings
 from store.client.leases import MEMBER_EXPIRY_MS
 from store.client.offset_keeper import OffsetKeeper
@@ -216,15 +216,11 @@ class Rebalancer:
         for t in self.topics:
             if not self.store.has_topic(t):
                 continue
-            mqs = queues_of(t, range(self.store.topic(t).queues))
+            n = self.store.topic(t).queues
             if o.broadcast or o.no_group:
-                mine = mqs
-            elif o.strategy == "config" and t == o.topic:
-                cfg = queues_of(t, o.config_queues or [])
-                mine = allocate("config", o.client_id, mqs, members or [], config_queues=cfg)
+                mine = queues_of(t, range(n))
             else:
-                strategy = "averagely" if o.strategy == "config" else o.strategy
-                mine = allocate(strategy, o.client_id, mqs, members or [])
+                mine = member_share(o.strategy, o.client_id, t, o.topic, n, members or [], o.config_queues or [])
             wanted.update((mq.topic, mq.queue_id) for mq in mine)
         return wanted
 
