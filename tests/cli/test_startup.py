@@ -8,6 +8,7 @@ consumer likewise. Each run also dumps ``sys.modules`` at exit, so a module load
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -290,6 +291,10 @@ def test_big_batches_tune_the_allocator_without_ctypes(tmp_path: Path) -> None:
     by loading ctypes (~1-2 ms of such a process)."""
     from store.log import nativecheck
     if not hasattr(nativecheck, "keep_big_buffers"):
+        # (a checkout whose module predates it: `pip install -e .` builds it again; CI's
+        # fresh install always has it, so there the test fails rather than skips)
+        if os.environ.get("CI"):
+            pytest.fail("the C module has no keep_big_buffers: built from an older source")
         pytest.skip("the C module was built from an older source")
     line = b"x" * (1100 << 10) + b"\n"   # (a batch of one of them is big)
     cp, mods = _send_modules(tmp_path, "t", input=line * 4)
