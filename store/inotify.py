@@ -1,9 +1,11 @@
-"""Linux's inotify, through ``ctypes`` on libc, for :mod:`store.watch`.
+"""Linux's inotify, for :mod:`store.watch`.
 
 ``inotify_init1``, ``inotify_add_watch`` and ``inotify_rm_watch``: the standard library has no
 binding, and the three calls are all we need; a dependency (``inotify_simple``, ``watchdog``)
 would add an install and, for watchdog, a thread and 10+ ms of imports, for the same three
-syscalls. ``statfs`` tells the file systems where inotify misses other machines' changes.
+syscalls. ``statfs`` tells the file systems where inotify misses other machines' changes. The
+calls are the C module's (``store/log/nativecheck.c``) where it was built, else libc's through
+``ctypes`` (whose import costs a consumer's first turn 3-5 ms).
 """
 from __future__ import annotations
 
@@ -56,41 +58,71 @@ REMOTE_FS_MAGIC = {
     0x01161970: "gfs2", 0x7461636F: "ocfs2",
 }
 
-@functools.cache
-def load_libc() -> Any:
-    """libc with the inotify calls' argument types set, or False where there is none (once
-    per process: the answer does not change)."""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.inotify_init1.argtypes = [ctypes.c_int]
-            libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-            libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
-            libc.statfs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
-            return libc
-        except (OSError, AttributeError, ImportError):
-            pass
-    return False
-
-
-def inotify_available() -> bool:
-    """True if this system has inotify (Linux with a libc that exports it)."""
-    return bool(load_libc())
-
 
 def is_remote_fs(path: str | Path) -> str | None:
     """The name of the network (or FUSE) file system ``path`` is on, or None if it is local or
     cannot be told. ``path`` must exist."""
-    libc = load_libc()
-    if not libc:
+    sys_calls = calls()
+    if not sys_calls:
         return None
-    import ctypes
-    buf = ctypes.create_string_buffer(256)   # struct statfs: f_type is the first word
-    if libc.statfs(os.fsencode(path), buf) != 0:
-        return None
-    f_type = ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
-    return REMOTE_FS_MAGIC.get(f_type)
+    return REMOTE_FS_MAGIC.get(sys_calls.fs_type(os.fsencode(path)))
+
+
+class LibcCalls:
+    """The calls of :func:`calls` through ``ctypes`` on libc (the C module not built)."""
+
+    def __init__(self) -> None:
+        import ctypes
+        self._ctypes = ctypes
+        libc = self._libc = ctypes.CDLL(None, use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.statfs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+
+    def inotify_open(self) -> int:
+        fd: int = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if fd < 0:
+            err = self._ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        return fd
+
+    def inotify_add(self, fd: int, path: bytes, mask: int) -> int:
+        wd: int = self._libc.inotify_add_watch(fd, path, mask)
+        return wd
+
+    def inotify_rm(self, fd: int, wd: int) -> None:
+        self._libc.inotify_rm_watch(fd, wd)
+
+    def fs_type(self, path: bytes) -> int:
+        buf = self._ctypes.create_string_buffer(256)   # struct statfs: f_type is the first word
+        if self._libc.statfs(path, buf) != 0:
+            return -1
+        return int(self._ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF)
+
+
+@functools.cache
+def calls() -> Any:
+    """``inotify_open``, ``inotify_add``, ``inotify_rm`` and ``fs_type`` (``nativecheck.c``
+    says what each takes), or False where there are none (once per process: the answer does
+    not change)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        from store.log import nativecheck
+        if hasattr(nativecheck, "inotify_open"):   # (a build of an older source lacks them)
+            return nativecheck
+    except ImportError:
+        pass
+    try:
+        return LibcCalls()
+    except (OSError, AttributeError, ImportError):
+        return False
+
+
+def inotify_available() -> bool:
+    """True if this system has inotify (Linux with a libc that exports it)."""
+    return bool(calls())
 
 
 class Instance:
@@ -103,13 +135,14 @@ class Instance:
     a queue overflow goes to every owner, with ``wd`` -1)."""
 
     def __init__(self) -> None:
-        libc = load_libc()
-        fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC) if libc else -1
-        if fd < 0:
-            import ctypes
-            err = ctypes.get_errno() if libc else errno.ENOSYS
-            raise OSError(err, f"inotify unavailable: {os.strerror(err)}")
-        self.fd: int = fd
+        sys_calls = calls()
+        try:
+            if not sys_calls:
+                raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+            fd: int = sys_calls.inotify_open()
+        except OSError as exc:
+            raise OSError(exc.errno, f"inotify unavailable: {exc.strerror}") from None
+        self.fd = fd
         self._owners: dict[int, set[Any]] = {}
 
     def add(self, directory: Path, owner: Any, mask: int = DIR_MASK) -> int:
@@ -117,7 +150,7 @@ class Instance:
         or -1 (errno unread). The kernel keeps one mask per directory and instance: ``mask``
         is added to what it listens to already (for other owners, or other paths), never
         narrows it."""
-        wd: int = load_libc().inotify_add_watch(self.fd, os.fsencode(directory), mask | IN_MASK_ADD)
+        wd: int = calls().inotify_add(self.fd, os.fsencode(directory), mask | IN_MASK_ADD)
         if wd >= 0:
             self._owners.setdefault(wd, set()).add(owner)
         return wd
@@ -130,7 +163,7 @@ class Instance:
         if not owners:
             del self._owners[wd]
             if self.fd >= 0:
-                load_libc().inotify_rm_watch(self.fd, wd)
+                calls().inotify_rm(self.fd, wd)
 
     def pump(self) -> None:
         """Read every event waiting (never blocks) and hand each to its watch's owners."""

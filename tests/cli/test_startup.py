@@ -27,7 +27,7 @@ OTHER_GROUPS = tuple(f"mqctl.commands.{m}" for m in
                       "completion", "dlq", "sparkcmd", "bench"))
 FORBIDDEN_ON_SEND = HEAVY + ("portalocker", "store.client.runtime", "mqctl.consumer", "store.log.recovery",
                              "socket", "store.watch", "store.log.offsetcommits") + OTHER_GROUPS
-# the consumer needs threads (concurrent.futures) and ctypes (inotify)
+# the consumer needs threads (concurrent.futures)
 FORBIDDEN_ON_CONSUME = ("rich", "redis", "numpy", "pyarrow", "pyspark", "pydantic", "pandas", "portalocker",
                         "importlib.metadata", "mqctl.commands.send", "mqctl.commands.tx", "mqctl.commands.bench",
                         "mqctl.commands.sparkcmd", "mqctl.commands.dlq")
@@ -437,6 +437,23 @@ CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.lo
 # read, not `--from first` nor a duration); termios (only for a terminal on stdout); a send's
 # results (store/client/sendresult.py); the client's messages and rows (store/client/message.py:
 # a Python consumer's, built from the pulled columns; the command line writes records); the
+def test_a_waiting_consumer_watches_the_store_without_ctypes(tmp_path: Path) -> None:
+    """A consumer that waits for messages watches the store through inotify's calls in the
+    store's C module, not libc's through ctypes (whose import cost its first turn 3-5 ms,
+    before its first message)."""
+    from store.log import nativecheck
+    if not hasattr(nativecheck, "inotify_open"):
+        if os.environ.get("CI"):   # (as above: a fresh install has it)
+            pytest.fail("the C module has no inotify_open: built from an older source")
+        pytest.skip("the C module was built from an older source")
+    from tests.procs import mqctl as run_mqctl
+    run_mqctl(tmp_path / "s", "send", "t", "m0", check=True, timeout=120)
+    cp, mods = _entry_modules(tmp_path, "consume", "t", "-g", "g", "-o", "first", "--idle-timeout", "0.3")
+    assert cp.returncode == 0 and cp.stdout == b"m0\n", cp.stderr
+    assert "store.inotify" in mods   # (it waited, watching)
+    assert not offenders(mods, ("ctypes",)), offenders(mods, ("ctypes",))
+
+
 # store's results (store/log/results.py: its dataclasses cost each member of a group ~2 ms at
 # its first message; a queue's bodies pulled alone come as the store's columns); typing
 # (~3 ms: the consumer runtime's modules import its names under a local TYPE_CHECKING, as the

@@ -458,3 +458,27 @@ def test_woken_says_a_wake_came_with_the_changes(tmp_path: Path) -> None:
         w.wake()
         assert w.wait(5.0) and w.woken
         assert not w.wait(0) and not w.woken
+
+
+@pytest.mark.skipif(not inotify_available(), reason="no inotify")
+def test_the_c_modules_inotify_calls_answer_as_libcs_through_ctypes(tmp_path: Path) -> None:
+    """store/inotify.py's calls come from the store's C module where it was built, else from
+    libc through ctypes: both watch a directory and tell its file system the same."""
+    from store.inotify import DIR_MASK, EVENT, IN_CREATE, LibcCalls, calls
+    found = calls()
+    sides = [LibcCalls()] + ([found] if not isinstance(found, LibcCalls) else [])
+    if os.environ.get("CI"):
+        assert len(sides) == 2, "the C module has no inotify calls: built from an older source"
+    for i, side in enumerate(sides):
+        fd = side.inotify_open()
+        try:
+            assert side.inotify_add(fd, os.fsencode(tmp_path), DIR_MASK) >= 1
+            assert side.inotify_add(fd, os.fsencode(tmp_path / "missing"), DIR_MASK) == -1
+            (tmp_path / f"f{i}").write_bytes(b"x")
+            wd, mask, _cookie, length = EVENT.unpack_from(os.read(fd, 4096))
+            assert mask & IN_CREATE and wd >= 1
+            side.inotify_rm(fd, wd)
+        finally:
+            os.close(fd)
+        assert side.fs_type(os.fsencode(tmp_path)) == sides[0].fs_type(os.fsencode(tmp_path)) > 0
+        assert side.fs_type(os.fsencode(tmp_path / "missing")) == -1
