@@ -1018,3 +1018,22 @@ def test_cli_progress_bar_and_warn_log(monkeypatch: pytest.MonkeyPatch) -> None:
         '[UNSUPPORTED_DATA_SOURCE_SAVE_MODE] The data source "mqctl" cannot be written in the '
         'ErrorIfExists mode.'))
     assert err.exit_code == 2 and 'mode("append")' in str(err) and "ErrorIfExists" in str(err)
+
+
+@pytest.mark.spark
+def test_a_query_over_topics_differing_only_in_case_reads_each_by_its_own_name(
+        spark: Any, store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    """Topic names are case-sensitive, Spark's views by default not: ``orders`` once read the 1
+    message of ``Orders`` (exit 0). Each name now reaches its own topic, with a warning; the
+    session is left as it was."""
+    from mqctl.sparkjobs import run_query
+    store.create_topic("orders", 2)
+    store.create_topic("Orders", 1)
+    store.put([Draft("orders", b"a"), Draft("orders", b"b"), Draft("Orders", b"c")])
+    for name, want in (("orders", 2), ("Orders", 1)):
+        run_query(spark, str(store.root), ["Orders", "orders"], f"SELECT count(*) AS n, max(topic) AS t FROM {name}",
+                  json=True)
+        out, err = capsys.readouterr()
+        assert json.loads(out) == {"n": want, "t": name}, (out, err)
+        assert "topics 'Orders' and 'orders' differ only in case" in err
+    assert spark.conf.get("spark.sql.caseSensitive") == "false"
