@@ -81,6 +81,21 @@ def test_cli_query_and_export_of_a_damaged_store_fail_in_one_line(store: Store, 
     one_error(res, 3, allow_warnings=True)
 
 
+
+def test_cli_export_to_a_directory_it_cannot_make_fails_before_spark_starts(store: Store, tmp_path: Path) -> None:
+    """An --out below a file (or where nothing may be made) failed only inside Spark's job, in
+    one long line after its start; now in one line before it, with nothing left behind."""
+    store.create_topic("a", 1)
+    store.put([Draft("a", b"x")])
+    (tmp_path / "file").write_bytes(b"")
+    res = mqctl(store.root, "export", "a", "--out", str(tmp_path / "file" / "sub" / "out"), timeout=CLI_TIMEOUT)
+    one_error(res, 1, f"cannot create {tmp_path / 'file' / 'sub' / 'out'}: Not a directory")
+    assert "Spark" not in res.stderr
+    res = mqctl(store.root, "export", "a", "--out", str(tmp_path / "new" / "deeper"), timeout=CLI_TIMEOUT)
+    assert res.returncode == 0, res.stderr   # (the made-and-removed probe leaves a normal export alone)
+    assert any((tmp_path / "new" / "deeper").glob("part-*"))
+
+
 WITHOUT_ISAL = r'''
 import sys
 import store.spark.datasource as S
