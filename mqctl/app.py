@@ -213,10 +213,10 @@ def _run(args: list[str]) -> int:
         from mqctl.options import join_bash_options
         join_bash_options()
     command = command_for(args)
-    if completing == "complete_bash":
-        from mqctl.options import escape_bash_completions
-        escape_bash_completions()   # (after the app is built, which registers Typer's own)
-    elif not completing:
+    if completing:
+        from mqctl.options import register_completions
+        register_completions(command)   # (after the app is built, which registers Typer's own)
+    else:
         from mqctl.argv import normalize
         args = normalize(args, command)
     try:
