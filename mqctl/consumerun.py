@@ -102,7 +102,7 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         strategy=r.strategy or "averagely", config_queues=cfg_queues, max_reconsume=r.max_reconsume,
         suspend_ms=1000 if r.suspend_ms is None else r.suspend_ms, dedup=r.dedup, retry_delay_ms=retry_ms,
         rebalance_interval_s=rebalance_s, no_group=r.no_group, from_offset=from_off, to=r.to,
-        to_sync=r.flush == "sync")
+        to_sync=r.flush == "sync", arg_names=ARG_FLAGS)
     if r.client_id is not None:
         opts.client_id = validate_client_id(r.client_id)
     elif r.broadcast:
