@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -1018,3 +1019,33 @@ def test_cli_progress_bar_and_warn_log(monkeypatch: pytest.MonkeyPatch) -> None:
         '[UNSUPPORTED_DATA_SOURCE_SAVE_MODE] The data source "mqctl" cannot be written in the '
         'ErrorIfExists mode.'))
     assert err.exit_code == 2 and 'mode("append")' in str(err) and "ErrorIfExists" in str(err)
+
+
+@pytest.mark.spark
+def test_a_write_refuses_what_producer_send_refuses_with_its_message(spark: Any, store: Store) -> None:
+    """A tag holding '|' was stored (no consumer's tag filter can select it), a property
+    whose value is null was dropped: Producer.send refuses both. The same rules (one
+    definition: store.client.properties.build_properties), the same words, and nothing written."""
+    from store.errors import InvalidPropertyError
+
+    def refusal(**kw: Any) -> str:
+        with pytest.raises(InvalidPropertyError) as refused:
+            Producer(str(store.root)).send("never", b"x", **kw)
+        return refused.value.message
+
+    cases = [
+        ("body string, tags string", ("x", "A || B"), {"tags": "A || B"}),
+        ("body string, properties map<string,string>", ("x", {"a": None}), {"properties": {"a": None}}),
+        ("body string, keys array<string>", ("x", ["a b"]), {"keys": ["a b"]}),
+        ("body string, shardingKey string", ("x", "s\x01k"), {"sharding_key": "s\x01k"}),
+    ]
+    for ddl, row, kw in cases:
+        df = spark.createDataFrame([row], ddl)
+        with pytest.raises(Exception) as failed:
+            df.write.format("mqctl").mode("append").option("store", str(store.root)).option("topic", "w").save()
+        err = store_error(failed.value)
+        said = refusal(**kw).replace("sharding_key", "shardingKey")
+        assert isinstance(err, BadInputError), err
+        assert re.fullmatch(rf"partition \d+, row 0: {re.escape(said)}", str(err)), (err, said)
+    assert not store.has_topic("w") and not store.has_topic("never")
+
