@@ -246,6 +246,9 @@ def plan_ranges(store: "Store", opts: ReadOptions) -> list[QueueRange]:
     check_named_queues(opts.starting, dict(selected), "startingOffsets")
     check_named_queues(opts.ending, dict(selected), "endingOffsets")
     for topic, q, named in opts.starting.per_queue:
+        if named >= 0 and named > store.max_offset(topic, q):   # (Kafka's batch read fails too)
+            raise UsageError(f"startingOffsets names {topic}/{q}@{named}, past the end of the queue "
+                             f"(its next offset is {store.max_offset(topic, q)})")
         if named >= 0 and named < store.min_offset(topic, q):
             data_lost(topic, q, named, store.min_offset(topic, q), opts.fail_on_data_loss)
     out: list[QueueRange] = []
@@ -253,7 +256,10 @@ def plan_ranges(store: "Store", opts: ReadOptions) -> list[QueueRange]:
         for q in range(queues):
             start = opts.starting.resolve(store, topic, q, "earliest")
             end = opts.ending.resolve(store, topic, q, "latest")
-            out.append(QueueRange(topic, q, start, max(start, end)))
+            if start > end:   # a mistake, not a queue with nothing to read
+                raise UsageError(f"startingOffsets ({start}) is after endingOffsets ({end}) for queue "
+                                 f"{topic}/{q}: a batch read needs a start at or before its end")
+            out.append(QueueRange(topic, q, start, end))
     return out
 
 

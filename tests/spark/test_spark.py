@@ -1049,3 +1049,22 @@ def test_a_write_refuses_what_producer_send_refuses_with_its_message(spark: Any,
         assert re.fullmatch(rf"partition \d+, row 0: {re.escape(said)}", str(err)), (err, said)
     assert not store.has_topic("w") and not store.has_topic("never")
 
+
+@pytest.mark.spark
+def test_a_batch_read_of_an_inverted_or_past_the_end_range_fails_naming_it(
+        spark: Any, store: Store, via: str) -> None:
+    """Such a queue gave no rows, silently: the other queues' rows looked like the answer."""
+    store.create_topic("o", 2)
+    store.put([Draft("o", f"m{i}".encode(), queue_id=i % 2) for i in range(8)])   # 4 a queue
+    with pytest.raises(Exception, match=r"startingOffsets \(3\) is after endingOffsets \(1\) for queue o/0"):
+        reader(spark, store, via, topic="o", startingOffsets='{"o": {"0": 3}}',
+               endingOffsets='{"o": {"0": 1}}').count()
+    with pytest.raises(Exception, match=r"startingOffsets names o/1@9, past the end of the queue "
+                                        r"\(its next offset is 4\)"):
+        reader(spark, store, via, topic="o", startingOffsets='{"o": {"1": 9}}').count()
+    with pytest.raises(Exception, match=r"startingOffsets \(4\) is after endingOffsets \(0\) for queue o/0"):
+        reader(spark, store, via, topic="o", startingOffsets="latest", endingOffsets="earliest").count()
+    # the edges read what they say: from the end (nothing), an empty range
+    assert reader(spark, store, via, topic="o", startingOffsets='{"o": {"0": 4}}').count() == 4
+    assert reader(spark, store, via, topic="o", startingOffsets='{"o": {"0": 2}}',
+                  endingOffsets='{"o": {"0": 2, "1": 2}}').count() == 2
