@@ -263,15 +263,55 @@ def plan_ranges(store: "Store", opts: ReadOptions) -> list[QueueRange]:
     return out
 
 
-def data_lost(topic: str, queue_id: int, wanted: int, earliest: int, fail: bool) -> None:
+def data_lost(topic: str, queue_id: int, wanted: int, earliest: int, fail: bool,
+              once: object = None) -> None:
     """Messages ``[wanted, earliest)`` a read was due to read are gone (retention removed
     them): Kafka's ``failOnDataLoss`` fails the read (the default), ``false`` skips them with
-    a warning on stderr."""
+    a warning on stderr (said once per ``once``, when given: :func:`warn`)."""
     what = (f"messages {topic}/{queue_id}@{wanted}-{earliest - 1} were removed by retention "
             f"before this read reached them")
     if fail:
         raise DataError(f"{what} (give failOnDataLoss=false to skip what is gone)")
-    print(f"mqctl: warning: {what}: skipped (failOnDataLoss=false)", file=sys.stderr)
+    warn(f"{what}: skipped (failOnDataLoss=false)", once)
+
+
+_SAID: set[tuple[str, object]] = set()
+
+
+def warn(what: str, once: object = None) -> None:
+    """``mqctl: warning: WHAT`` on stderr; given ``once`` (a stream's micro-batch: its start
+    and end offsets), only the first time in this process: Spark may plan a micro-batch more
+    than once (and the JVM reader's planner process serves every plan of its session)."""
+    if once is not None:
+        if (what, once) in _SAID:
+            return
+        _SAID.add((what, once))
+    print(f"mqctl: warning: {what}", file=sys.stderr)
+
+
+def queues_went_back(topic: str, read_to: Mapping[int, int], ends: Mapping[int, int],
+                     recreated: bool, fail: bool, once: object = None) -> None:
+    """A stream read queues ``read_to`` (queue id -> the offset it read up to) of ``topic``,
+    but they are no longer what it read: the topic was deleted and made again since
+    (``recreated``: its birth changed), or a queue now ends (``ends``) before that offset (the
+    store lost its last messages, or the topic was made again under an older checkpoint).
+    As Kafka's source when an offset went backwards, the read fails unless
+    ``failOnDataLoss`` is false; then one warning, and the queues are read from their first
+    offsets (the warning said once per ``once``, when given: :func:`warn`)."""
+    at = ", ".join(f"{topic}/{q} up to offset {o}" for q, o in sorted(read_to.items()))
+    if recreated:
+        what = (f"topic {topic!r} was deleted and made again after this stream read {at}: "
+                f"messages of the old topic past those offsets may never have been read, and "
+                f"the new topic's offsets start again at 0")
+        redo = "read the new topic from its first offsets"
+    else:
+        now = ", ".join(f"{topic}/{q} at {ends[q]}" for q in sorted(read_to))
+        what = (f"queues end before the offsets this stream read up to ({at}; they end {now}): "
+                f"the store lost messages, or the topic was deleted and made again")
+        redo = "read them again from their first offsets"
+    if fail:
+        raise DataError(f"{what} (give failOnDataLoss=false to {redo})")
+    warn(f"{what}: {redo.replace('read ', 'reading ', 1)} (failOnDataLoss=false)", once)
 
 
 def split_slices(slices: Sequence[R], at_least: int) -> list[R]:
