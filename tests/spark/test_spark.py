@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -1037,3 +1038,52 @@ def test_a_query_over_topics_differing_only_in_case_reads_each_by_its_own_name(
         assert json.loads(out) == {"n": want, "t": name}, (out, err)
         assert "topics 'Orders' and 'orders' differ only in case" in err
     assert spark.conf.get("spark.sql.caseSensitive") == "false"
+
+
+@pytest.mark.spark
+def test_a_write_refuses_what_producer_send_refuses_with_its_message(spark: Any, store: Store) -> None:
+    """A tag holding '|' was stored (no consumer's tag filter can select it), a property
+    whose value is null was dropped: Producer.send refuses both. The same rules (one
+    definition: store.client.properties.build_properties), the same words, and nothing written."""
+    from store.errors import InvalidPropertyError
+
+    def refusal(**kw: Any) -> str:
+        with pytest.raises(InvalidPropertyError) as refused:
+            Producer(str(store.root)).send("never", b"x", **kw)
+        return refused.value.message
+
+    cases = [
+        ("body string, tags string", ("x", "A || B"), {"tags": "A || B"}),
+        ("body string, properties map<string,string>", ("x", {"a": None}), {"properties": {"a": None}}),
+        ("body string, keys array<string>", ("x", ["a b"]), {"keys": ["a b"]}),
+        ("body string, shardingKey string", ("x", "s\x01k"), {"sharding_key": "s\x01k"}),
+    ]
+    for ddl, row, kw in cases:
+        df = spark.createDataFrame([row], ddl)
+        with pytest.raises(Exception) as failed:
+            df.write.format("mqctl").mode("append").option("store", str(store.root)).option("topic", "w").save()
+        err = store_error(failed.value)
+        said = refusal(**kw).replace("sharding_key", "shardingKey")
+        assert isinstance(err, BadInputError), err
+        assert re.fullmatch(rf"partition \d+, row 0: {re.escape(said)}", str(err)), (err, said)
+    assert not store.has_topic("w") and not store.has_topic("never")
+
+
+@pytest.mark.spark
+def test_a_batch_read_of_an_inverted_or_past_the_end_range_fails_naming_it(
+        spark: Any, store: Store, via: str) -> None:
+    """Such a queue gave no rows, silently: the other queues' rows looked like the answer."""
+    store.create_topic("o", 2)
+    store.put([Draft("o", f"m{i}".encode(), queue_id=i % 2) for i in range(8)])   # 4 a queue
+    with pytest.raises(Exception, match=r"startingOffsets \(3\) is after endingOffsets \(1\) for queue o/0"):
+        reader(spark, store, via, topic="o", startingOffsets='{"o": {"0": 3}}',
+               endingOffsets='{"o": {"0": 1}}').count()
+    with pytest.raises(Exception, match=r"startingOffsets names o/1@9, past the end of the queue "
+                                        r"\(its next offset is 4\)"):
+        reader(spark, store, via, topic="o", startingOffsets='{"o": {"1": 9}}').count()
+    with pytest.raises(Exception, match=r"startingOffsets \(4\) is after endingOffsets \(0\) for queue o/0"):
+        reader(spark, store, via, topic="o", startingOffsets="latest", endingOffsets="earliest").count()
+    # the edges read what they say: from the end (nothing), an empty range
+    assert reader(spark, store, via, topic="o", startingOffsets='{"o": {"0": 4}}').count() == 4
+    assert reader(spark, store, via, topic="o", startingOffsets='{"o": {"0": 2}}',
+                  endingOffsets='{"o": {"0": 2, "1": 2}}').count() == 2
