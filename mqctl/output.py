@@ -29,6 +29,21 @@ if TYPE_CHECKING:
     from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping, Sequence, TextIO
 
 
+def reader_gone(fd: int) -> bool:
+    """Whether ``fd`` is a pipe whose reader has closed it (``| head`` took its lines): the
+    kernel reports POLLERR for its write end, asked without writing."""
+    import select
+    import stat
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        poll = select.poll()
+        poll.register(fd, 0)   # (POLLERR / POLLHUP are always reported)
+        return bool(poll.poll(0))
+    except (OSError, AttributeError, ValueError):
+        return False
+
+
 class BrokenPipe(Exception):
     """The reader closed stdout. Exit 141 (128 + SIGPIPE, what a C tool would get) and
     commit nothing that was being written when this was raised.

@@ -34,6 +34,7 @@ from mqctl.consumer.child import Child, HandlerTimeout, kill_tree
 from mqctl.consumer.outputs import emit_outputs, read_captured
 from mqctl.consumer.slots import FifoSlots
 from mqctl.consumer.watchdog import Watchdog
+from mqctl.output import BrokenPipe, reader_gone
 from store.errors import HandlerError, UsageError
 
 if TYPE_CHECKING:
@@ -338,6 +339,11 @@ class ExecHandler:
                 child.stdout_fd = -1
         if self.aborted and code != 0:
             return None, "handler ended by a second interrupt"
+        if code != 0 and not self.capture and reader_gone(1):
+            # It wrote to the consumer's stdout, whose reader left (`| head`): SIGPIPE, or its
+            # own error exit after EPIPE. Not the message's failure (no retry, no dead letter):
+            # the consumer stops as a write of its own would (exit 141), this batch uncommitted.
+            raise BrokenPipe("stdout was closed by the reader")
         if code == 0:
             return True, ""
         if code < 0:
