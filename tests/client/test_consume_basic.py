@@ -469,3 +469,37 @@ def test_dedup_skips_copies_on_other_queues_handed_out_after_the_first_was_handl
             c.run(lambda m: got.append(m.msg_id), threads=1, exit_at_end=True)
     assert got.count(uk) == 1 and len(got) == 5, got
     assert mq.committed_total("G", "T") == 7   # the copies are consumed, not left behind
+
+
+@pytest.mark.parametrize("how", ["run", "exec"])
+def test_dedup_skips_a_copy_handed_out_while_the_first_is_handled(mq: MQ, how: str) -> None:
+    """A copy on another queue with nothing between it and the first in handling order (a
+    batch of each queue in turn): it is handed out while the first's handler still runs, to
+    wait for the one thread (``run(threads=1)``) or ``--threads`` slot (``--exec``), so the
+    look at its hand-out came before the first was recorded. The look as its handler starts
+    skips it. (Before: both handled, the first's handler slow or not.)"""
+    import store
+    mq.ok("topic", "create", "T", "--queues", "2")
+    with store.Producer(mq.root) as p:
+        first = p.send("T", "first", queue=0)
+        p.send("T", "copy", queue=1, msg_id=first.msg_id)
+    if how == "exec":
+        log = mq.work / "log"
+        h = handler_script(mq.work / "h.sh", 'b=$(cat); [ "$b" = first ] && sleep 0.2; echo "$MQ_MSG_ID $b" >> "$LOG"')
+        mq.ok("consume", "T", "-g", "G", "--from", "first", "-e", "--dedup", "--exec", h,
+              extra_env={"LOG": str(log)})
+        got = log_lines(log)
+    else:
+        got = []
+
+        def handle(m: store.Message) -> None:
+            if m.text == "first":
+                time.sleep(0.2)   # (a slow first handler: the copy waits for the thread meanwhile)
+            got.append(f"{m.msg_id} {m.text}")
+
+        with store.Consumer("T", group="G", path=mq.root, start_from="first", dedup=True) as c:
+            c.run(handle, threads=1, exit_at_end=True)
+    assert got == [f"{first.msg_id} first"], got
+    assert mq.committed_total("G", "T") == 2   # the copy is consumed, not left behind
+    assert (mq.root / "dedup" / "G.log").read_text().count(first.msg_id) == 1
+
