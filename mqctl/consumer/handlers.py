@@ -440,8 +440,9 @@ class ExecSink:
                 os.close(lock_fd)
             return
         if self.may_start is not None and not self.may_start(batch):
-            # its queue was let go while it waited (this process stopped past its lease, say)
-            self._wait(fut, None, lock_fd, batch, "its queue is no longer this member's")
+            # its queue was let go while it waited (this process stopped past its lease, say),
+            # or --dedup recorded a message of it meanwhile (Holdings.may_start)
+            self._wait(fut, None, lock_fd, batch, "handed back before its handler started")
             return
         try:
             started = self.handler.spawn(batch, topic, () if lock_fd is None else (lock_fd,))
