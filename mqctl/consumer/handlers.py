@@ -439,7 +439,12 @@ class ExecSink:
             if lock_fd is not None:
                 os.close(lock_fd)
             return
-        if self.may_start is not None and not self.may_start(batch):
+        try:
+            refused = self.may_start is not None and not self.may_start(batch)
+        except BaseException as exc:   # (--dedup's look at its log failed: the consumer's error, not a hang)
+            self._settle(fut, lock_fd, exc)
+            return
+        if refused:
             # its queue was let go while it waited (this process stopped past its lease, say),
             # or --dedup recorded a message of it meanwhile (Holdings.may_start)
             self._wait(fut, None, lock_fd, batch, "handed back before its handler started")
