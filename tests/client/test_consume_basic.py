@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import MQ, MQCTL, handler_script, wait_for  # noqa: F401  (mq is a fixture)
+from tests.procs import MQ, MQCTL, handler_script, one_error, wait_for  # noqa: F401  (mq is a fixture)
 
 # A handler that appends "BODY QUEUE OFFSET RECONSUME" to $LOG, one write per message.
 RECORD = 'b=$(cat); printf "%s %s %s %s\\n" "$b" "$MQ_QUEUE_ID" "$MQ_QUEUE_OFFSET" "$MQ_RECONSUME_TIMES" >> "$LOG"'
@@ -469,3 +469,27 @@ def test_dedup_skips_copies_on_other_queues_handed_out_after_the_first_was_handl
             c.run(lambda m: got.append(m.msg_id), threads=1, exit_at_end=True)
     assert got.count(uk) == 1 and len(got) == 5, got
     assert mq.committed_total("G", "T") == 7   # the copies are consumed, not left behind
+
+
+# -- what may be consumed ----------------------------------------------------------------------
+
+def test_the_stores_own_topics_cannot_be_consumed(mq: MQ) -> None:
+    """Half messages (pending, rolled back), parked transactions and delayed messages live in
+    the store's own topics: ``consume``, ``store.Consumer`` and ``store.AsyncConsumer`` refuse
+    them as ``send`` does (exit 2, ``InvalidNameError``); a group's ``%DLQ%`` topic stays
+    consumable."""
+    import store
+    from store.errors import InvalidNameError, TopicNotFoundError
+    mq.ok("tx", "send", "t", "pending-secret")               # a half message, never committed
+    mq.ok("send", "t", "later", "--delay", "1h")             # a delayed one
+    for topic in ("RMQ_SYS_TRANS_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SCHEDULE_TOPIC_XXXX"):
+        res = mq.run("consume", topic, "-g", "spy", "--from", "first", "-e")
+        one_error(res, 2, f"topic {topic!r} is reserved for the system")
+        assert res.stdout == b""
+        with pytest.raises(InvalidNameError, match="reserved for the system"):
+            store.Consumer(topic, group="spy", path=mq.root, start_from="first")
+        with pytest.raises(InvalidNameError, match="reserved for the system"):
+            store.AsyncConsumer(topic, group="spy", path=mq.root, start_from="first")
+    with pytest.raises(TopicNotFoundError):                   # the name is fine: no dead letters yet
+        store.Consumer("%DLQ%spy", group="spy", path=mq.root)
+    assert mq.offsets("spy") == {}                           # nothing joined, nothing committed
