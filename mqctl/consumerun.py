@@ -61,11 +61,11 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         check_consume_options,
         default_broadcast_client_id,
         parse_tag_expression,
-        validate_any_topic,
         validate_client_id,
+        validate_consumable_topic,
         validate_group,
     )
-    validate_any_topic(r.topic)
+    validate_consumable_topic(r.topic)
     _named_format(r)
     group = _group(r)
     validate_group(group)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import MQ, MQCTL, finish, handler_script, python, wait_for  # noqa: F401  (mq is a fixture)
+from tests.procs import MQ, MQCTL, finish, handler_script, one_error, python, wait_for  # noqa: F401  (mq is a fixture)
 
 # A handler that appends "BODY QUEUE OFFSET RECONSUME" to $LOG, one write per message.
 RECORD = 'b=$(cat); printf "%s %s %s %s\\n" "$b" "$MQ_QUEUE_ID" "$MQ_QUEUE_OFFSET" "$MQ_RECONSUME_TIMES" >> "$LOG"'
@@ -544,3 +544,27 @@ def test_orderly_commits_what_a_pull_left_out_at_the_end_of_a_queue(mq: MQ, how:
                      timeout=30)[0].split()
     assert got == ["first"], got
     assert mq.committed_total("G", "T") == 2
+
+
+# -- what may be consumed ----------------------------------------------------------------------
+
+def test_the_stores_own_topics_cannot_be_consumed(mq: MQ) -> None:
+    """Half messages (pending, rolled back), parked transactions and delayed messages live in
+    the store's own topics: ``consume``, ``store.Consumer`` and ``store.AsyncConsumer`` refuse
+    them as ``send`` does (exit 2, ``InvalidNameError``); a group's ``%DLQ%`` topic stays
+    consumable."""
+    import store
+    from store.errors import InvalidNameError, TopicNotFoundError
+    mq.ok("tx", "send", "t", "pending-secret")               # a half message, never committed
+    mq.ok("send", "t", "later", "--delay", "1h")             # a delayed one
+    for topic in ("RMQ_SYS_TRANS_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SCHEDULE_TOPIC_XXXX"):
+        res = mq.run("consume", topic, "-g", "spy", "--from", "first", "-e")
+        one_error(res, 2, f"topic {topic!r} is reserved for the system")
+        assert res.stdout == b""
+        with pytest.raises(InvalidNameError, match="reserved for the system"):
+            store.Consumer(topic, group="spy", path=mq.root, start_from="first")
+        with pytest.raises(InvalidNameError, match="reserved for the system"):
+            store.AsyncConsumer(topic, group="spy", path=mq.root, start_from="first")
+    with pytest.raises(TopicNotFoundError):                   # the name is fine: no dead letters yet
+        store.Consumer("%DLQ%spy", group="spy", path=mq.root)
+    assert mq.offsets("spy") == {}                           # nothing joined, nothing committed

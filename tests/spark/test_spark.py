@@ -693,6 +693,23 @@ def test_query_table_output(spark: Any, store: Store, capsys: pytest.CaptureFixt
 
 
 @pytest.mark.spark
+def test_query_table_escapes_control_characters(spark: Any, store: Store,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A newline, TAB or escape sequence in a value keeps its row one line and reaches the
+    terminal escaped, as in every other table; ``--json`` has the value as it is."""
+    from mqctl.sparkjobs import run_query
+    store.create_topic("nl", 1)
+    put(store, "nl", [b"l1\nl2\tT \x1b[31mred"])
+    run_query(spark, str(store.root), ["nl"], "SELECT CAST(body AS STRING) AS `b\nx`, body FROM nl",
+              json=False, utc=True)
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["B\\nX                   BODY",
+                                "l1\\nl2\\tT \\x1b[31mred  l1\\nl2\\tT \\x1b[31mred"], repr(out)
+    run_query(spark, str(store.root), ["nl"], "SELECT CAST(body AS STRING) AS b FROM nl", json=True)
+    assert json.loads(capsys.readouterr().out) == {"b": "l1\nl2\tT \x1b[31mred"}
+
+
+@pytest.mark.spark
 def test_an_empty_query_result_says_so_on_stderr(spark: Any, store: Store,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from mqctl.sparkjobs import run_query
