@@ -202,6 +202,19 @@ def test_bench_ended_by_sigterm_removes_its_store_and_says_so(mq: MQ, what: list
     assert not any(scratch.iterdir()), list(scratch.iterdir())
 
 
+def test_tx_send_whose_line_cannot_be_written_names_the_stored_half(mq: MQ) -> None:
+    """``tx send T B >&-`` (or a full disk) stored a half message and exited 1 without its
+    txId: a PREPARED transaction nobody could resolve. The error names it now, as send's names
+    what it stored; a reader gone (`| head`) gets a note with it, and 141."""
+    for redirect, code in ((">&-", 1), ("> /dev/full", 1)):
+        res = mq.shell(f"mqctl tx send T body {redirect}")
+        assert res.returncode == code, res
+        tx_id = re.search(r"the half message is stored as txId ([0-9A-F]{32}) \(PREPARED\)$", res.stderr.strip())
+        assert tx_id and res.stderr.strip().splitlines()[-1].startswith("mqctl: error: cannot write to standard output")
+        assert tx_id.group(1) in mq.ok("tx", "list").out
+        mq.ok("tx", "rollback", tx_id.group(1))
+
+
 def test_tx_send_accepts_json_and_names_a_missing_command(mq: MQ) -> None:
     cp = mq.ok("tx", "send", "T", "body", "--json")
     assert json.loads(cp.stdout)["state"] == "PREPARED"
