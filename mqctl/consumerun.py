@@ -255,6 +255,9 @@ def _named_format(r: ConsumeRequest) -> None:
     """``--format raw`` is the default output (each body and a newline) and ``--format json``
     is ``--json``, by the contract's names; any other ``--format`` is a template."""
     if r.format_ == "raw":
+        if r.json:   # (raw and --json ask for two outputs: neither silently wins)
+            from store.errors import UsageError
+            raise UsageError("give --json or --format, not both")
         r.format_ = None
     elif r.format_ == "json":
         r.format_, r.json = None, True
