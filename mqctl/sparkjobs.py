@@ -69,7 +69,7 @@ def register_views(spark: Any, root: str, topics: list[str]) -> list[str]:
         spark.conf.set(CASE_SENSITIVE, "true")
         pairs = "; ".join(" and ".join(repr(n) for n in sorted(names)) for names in clashes)
         warnings.append(f"topics {pairs} differ only in case: names in this query (views and columns) "
-                        f"are case-sensitive")
+                        f"are case-sensitive (--topic picks the views)")
     for name in topics:
         df = spark.read.format("mqctl").schema(SCHEMA).option("store", root).option("topic", name).load()
         df.createOrReplaceTempView(quote_identifier(name))

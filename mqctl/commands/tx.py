@@ -36,6 +36,8 @@ unlike `mqctl send`, which sends one message per line of stdin.
 MQ_KEYS, MQ_TAGS in its environment; exit 0 commits, exit 1 rolls back, anything else leaves
 the transaction to `mqctl tx check`. Before CMD starts, one line on stderr names the half
 message ("mqctl: half message stored: txId …"), so it can be resolved if mqctl is killed.
+Once CMD exits, whatever it left running in its process group is killed (start lasting work
+with setsid, or from the consumer of the committed message).
 
 Examples:
   mqctl tx send orders '{"id":7}' --keys order-7

@@ -130,6 +130,7 @@ def _no_inherited_fds() -> None:
 
 
 # subprocess resets these (Python ignores them) before exec: so does the handler's spawn.
+_PIPE_DEATHS = (-signal.SIGPIPE, 128 + signal.SIGPIPE)   # (killed by it, or a shell's child was)
 _RESET_SIGNALS = tuple(getattr(signal, s) for s in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, s))
 
 
@@ -339,10 +340,11 @@ class ExecHandler:
                 child.stdout_fd = -1
         if self.aborted and code != 0:
             return None, "handler ended by a second interrupt"
-        if code != 0 and not self.capture and reader_gone(1):
-            # It wrote to the consumer's stdout, whose reader left (`| head`): SIGPIPE, or its
-            # own error exit after EPIPE. Not the message's failure (no retry, no dead letter):
-            # the consumer stops as a write of its own would (exit 141), this batch uncommitted.
+        if code in _PIPE_DEATHS and not self.capture and reader_gone(1):
+            # It wrote to the consumer's stdout, whose reader left (`| head`): SIGPIPE (itself, or
+            # a command of its shell). Not the message's failure (no retry, no dead letter): the
+            # consumer stops as a write of its own would (exit 141), this batch uncommitted. (Any
+            # other failure is the message's, reader or not: retried, dead-lettered, said.)
             raise BrokenPipe("stdout was closed by the reader")
         if code == 0:
             return True, ""

@@ -222,3 +222,12 @@ def test_handlers_writing_to_a_closed_stdout_end_the_consumer_with_141(mq: MQ, m
     assert lag >= 300, lag   # (what the handlers wrote before head left, at most a pipe's worth)
     topics = {row["topic"] for row in mq.ok("topic", "list", "--all", "--json").json_lines()}
     assert not {"%RETRY%g", "%DLQ%g"} & topics, topics
+
+
+def test_a_handler_failing_on_its_own_while_stdout_has_no_reader_is_the_messages_failure(mq: MQ) -> None:
+    """Only a handler's SIGPIPE is the closed stdout's: one that fails otherwise (it wrote
+    nothing) is retried and dead-lettered as with a reader, and said, not ended with 141."""
+    backlog(mq, 3)
+    res = mq.shell("mqctl consume T -g g --from first -e --max-reconsume 0 --exec 'sh -c \"exit 1\"' "
+                   "| true; echo rc=${PIPESTATUS[0]} >&2")
+    assert "rc=1" in res.stderr and "gave up on 3 messages" in res.stderr, res.stderr
