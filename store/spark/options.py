@@ -8,6 +8,7 @@ import difflib
 import json
 import os
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence, TypeVar
@@ -275,7 +276,8 @@ def data_lost(topic: str, queue_id: int, wanted: int, earliest: int, fail: bool,
     warn(f"{what}: skipped (failOnDataLoss=false)", once)
 
 
-_SAID: set[tuple[str, object]] = set()
+_SAID: OrderedDict[int, None] = OrderedDict()   # hashes of the latest warnings said once
+_SAID_MAX = 256
 
 
 def warn(what: str, once: object = None) -> None:
@@ -283,9 +285,13 @@ def warn(what: str, once: object = None) -> None:
     and end offsets), only the first time in this process: Spark may plan a micro-batch more
     than once (and the JVM reader's planner process serves every plan of its session)."""
     if once is not None:
-        if (what, once) in _SAID:
+        key = hash((what, once))
+        if key in _SAID:
+            _SAID.move_to_end(key)
             return
-        _SAID.add((what, once))
+        _SAID[key] = None
+        if len(_SAID) > _SAID_MAX:   # (a stream's plans of one batch come together: the latest suffice)
+            _SAID.popitem(last=False)
     print(f"mqctl: warning: {what}", file=sys.stderr)
 
 
@@ -294,10 +300,11 @@ def queues_went_back(topic: str, read_to: Mapping[int, int], ends: Mapping[int, 
     """A stream read queues ``read_to`` (queue id -> the offset it read up to) of ``topic``,
     but they are no longer what it read: the topic was deleted and made again since
     (``recreated``: its birth changed), or a queue now ends (``ends``) before that offset (the
-    store lost its last messages, or the topic was made again under an older checkpoint).
-    As Kafka's source when an offset went backwards, the read fails unless
-    ``failOnDataLoss`` is false; then one warning, and the queues are read from their first
-    offsets (the warning said once per ``once``, when given: :func:`warn`)."""
+    store lost its last messages: its recovery after a power cut, say). As Kafka's source when
+    an offset went backwards, the read fails unless ``failOnDataLoss`` is false; then one
+    warning, and a made-again topic's queues are read from their first offsets, queues that
+    lost their last messages on from their new ends (the warning said once per ``once``,
+    when given: :func:`warn`)."""
     at = ", ".join(f"{topic}/{q} up to offset {o}" for q, o in sorted(read_to.items()))
     if recreated:
         what = (f"topic {topic!r} was deleted and made again after this stream read {at}: "
@@ -307,8 +314,8 @@ def queues_went_back(topic: str, read_to: Mapping[int, int], ends: Mapping[int, 
     else:
         now = ", ".join(f"{topic}/{q} at {ends[q]}" for q in sorted(read_to))
         what = (f"queues end before the offsets this stream read up to ({at}; they end {now}): "
-                f"the store lost messages, or the topic was deleted and made again")
-        redo = "read them again from their first offsets"
+                f"the store lost their last messages")
+        redo = "read on from their new ends"
     if fail:
         raise DataError(f"{what} (give failOnDataLoss=false to {redo})")
     warn(f"{what}: {redo.replace('read ', 'reading ', 1)} (failOnDataLoss=false)", once)

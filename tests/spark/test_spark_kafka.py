@@ -252,3 +252,37 @@ def test_fail_on_data_loss_false_warns_once_a_gap_and_once_a_topic_made_again(
                          f"never have been read, and the new topic's offsets start again at 0: reading the new "
                          f"topic from its first offsets (failOnDataLoss=false)"], again
     assert len(warnings) == 4, warnings
+
+
+def test_a_kafka_shaped_read_written_back_keeps_every_key(spark: Any, store: Store) -> None:
+    """The Kafka shape's key is a message's keys joined by spaces: its write refused a message
+    of two keys ('a key may not contain spaces'), and a key 'user 42'."""
+    store.create_topic("src", 1)
+    store.create_topic("dst", 1)
+    r = mqctl(Path(store.root), "send", "src", "hello", "--keys", "order-1,cust-7")
+    assert r.returncode == 0, r.stderr
+    df = read(spark, store, "python", topic="src", shape="kafka")
+    assert [bytes(k["key"]) for k in df.select("key").collect()] == [b"order-1 cust-7"]
+    df.select("key", "value").write.format("mqctl").mode("append") \
+        .option("store", str(store.root)).option("topic", "dst").option("shape", "kafka").save()
+    spark.createDataFrame([("user 42", "v")], "key string, value string").write.format("mqctl") \
+        .mode("append").option("store", str(store.root)).option("topic", "dst").option("shape", "kafka").save()
+    copied = {m.body: m for m in store.iter_queue("dst", 0, 0)}
+    assert copied[b"hello"].keys == ["order-1", "cust-7"] and copied[b"v"].keys == ["user", "42"]
+
+
+def test_a_kafka_shaped_write_drops_headers_whose_value_is_null(spark: Any, store: Store) -> None:
+    """Kafka allows a header with a null value (it is no property): the write failed the job
+    ('null' property), and refused headers from Spark SQL's named_struct (a key not nullable)."""
+    from pyspark.sql.types import StructType
+
+    from store.spark.kafka import KAFKA_SCHEMA
+    store.create_topic("dst", 1)
+    schema = StructType([KAFKA_SCHEMA["key"], KAFKA_SCHEMA["value"], KAFKA_SCHEMA["headers"]])
+    spark.createDataFrame([(b"k", b"v1", [("h", None), ("g", b"x")])], schema).write.format("mqctl") \
+        .mode("append").option("store", str(store.root)).option("topic", "dst").option("shape", "kafka").save()
+    spark.sql("select 'k' as key, 'v2' as value, array(named_struct('key', 'h', 'value', cast(null as binary)))"
+              " as headers").write.format("mqctl").mode("append").option("store", str(store.root)) \
+        .option("topic", "dst").option("shape", "kafka").save()
+    copied = {m.body: m for m in store.iter_queue("dst", 0, 0)}
+    assert copied[b"v1"].user_properties == {"g": "x"} and copied[b"v2"].user_properties == {}
