@@ -229,13 +229,11 @@ class Sender:
             self.too_large(len(body), line)
 
     def too_large(self, size: int, line: int, body: bool = True, whole: bool = True) -> None:
-        """Refuse a message (``body``) or a line of stdin that cannot hold one, of ``size`` bytes
-        (not ``whole``: of more, not read to its end)."""
+        """Refuse a message (``body``) or a line of stdin of ``size`` bytes (not ``whole``: more)."""
         from store.errors import MessageTooLargeError
         raise MessageTooLargeError(
-            f"{f'line {line}' if line else 'BODY'}: {'message' if body else 'a line'} of "
-            f"{'' if whole else 'over '}{size} bytes exceeds "
-            f"the store's limit of {self.max_size} bytes"
+            f"{f'line {line}' if line else 'BODY'}: {'message' if body else 'a line'} of {'' if whole else 'over '}"
+            f"{size} bytes exceeds the store's limit of {self.max_size} bytes"
             f"{'' if body else ' for a message, whatever its key or encoding'}{self._sent_before(line)}")
 
     def _bad_line(self, message: str, line: int) -> Exception:
