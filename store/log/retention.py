@@ -78,6 +78,9 @@ class Need:
     queue_id: int
     queue_offset: int
     commitlog_offset: int
+    # What frees it, in words: each kind of reader has its own (a group is consumed or reset; a
+    # transaction resolved; the delay scheduler's messages go when they are due).
+    remedy: str
 
     def to_json(self) -> dict[str, Any]:
         return {"who": self.who, "topic": self.topic, "queueId": self.queue_id,
@@ -132,7 +135,14 @@ class CleanPlan:
 
 # -- who needs what -------------------------------------------------------------------------------
 
-def _queue_need(store: "Store", who: str, topic: str, qid: int, offset: int | None) -> Need | None:
+_GROUP_REMEDY = "consume it, or move it on with `mqctl offsets reset`"
+_BROADCAST_REMEDY = "consume it, or remove a dead client's offsets with `mqctl offsets delete --client-id`"
+_DELAY_REMEDY = "its delayed messages move on when they are due, while a consumer or `mqctl` runs"
+_TX_REMEDY = "resolve it with `mqctl tx commit|rollback`"
+
+
+def _queue_need(store: "Store", who: str, topic: str, qid: int, offset: int | None,
+                remedy: str) -> Need | None:
     """What a reader at ``offset`` (None: from the first stored message) of one queue needs."""
     lo, hi = store.min_offset(topic, qid), store.max_offset(topic, qid)
     off = lo if offset is None or offset < lo else offset
@@ -141,11 +151,11 @@ def _queue_need(store: "Store", who: str, topic: str, qid: int, offset: int | No
     e = store.queue(topic, qid).entry(off)
     if e is None:
         return None
-    return Need(who, topic, qid, off, e[0])
+    return Need(who, topic, qid, off, e[0], remedy)
 
 
 def _offset_table_needs(store: "Store", who: str, offsets: dict[tuple[str, int], int],
-                        topics: dict[str, Any]) -> list[Need]:
+                        topics: dict[str, Any], remedy: str) -> list[Need]:
     needs = []
     for topic in sorted({t for t, _ in offsets}):
         cfg = topics.get(topic)
@@ -153,7 +163,7 @@ def _offset_table_needs(store: "Store", who: str, offsets: dict[tuple[str, int],
             continue  # offsets of a deleted topic: nobody can read it any more
         for q in range(cfg.queues):
             off = offsets.get((topic, q))
-            n = _queue_need(store, who, topic, q, off if off is not None and off >= 0 else None)
+            n = _queue_need(store, who, topic, q, off if off is not None and off >= 0 else None, remedy)
             if n is not None:
                 needs.append(n)
     return needs
@@ -167,10 +177,11 @@ def consumer_needs(store: "Store") -> list[Need]:
     needs: list[Need] = []
     cluster = ClusterOffsetStore(store.layout, warn=store.warn)
     for group in cluster.groups():
-        needs += _offset_table_needs(store, f"group {group}", cluster.read_group(group), topics)
+        needs += _offset_table_needs(store, f"group {group}", cluster.read_group(group), topics, _GROUP_REMEDY)
     for cid, group in broadcast_offset_files(store.layout):
         table = BroadcastOffsetStore(store.layout, cid, group, warn=store.warn).load()
-        needs += _offset_table_needs(store, f"broadcast client {cid} of group {group}", table, topics)
+        needs += _offset_table_needs(store, f"broadcast client {cid} of group {group}", table, topics,
+                                     _BROADCAST_REMEDY)
     needs += _schedule_needs(store, topics)
     needs += transaction_needs(store)
     return needs
@@ -187,7 +198,7 @@ def _schedule_needs(store: "Store", topics: dict[str, Any]) -> list[Need]:
     for q in range(cfg.queues):
         v = table.get(str(q))
         offsets[(SCHEDULE_TOPIC, q)] = v if isinstance(v, int) and v >= 0 else 0
-    return _offset_table_needs(store, "delay scheduler", offsets, topics)
+    return _offset_table_needs(store, "delay scheduler", offsets, topics, _DELAY_REMEDY)
 
 
 def transaction_needs(store: "Store") -> list[Need]:
@@ -202,10 +213,11 @@ def transaction_needs(store: "Store") -> list[Need]:
         needs = []
         for p in txcheck.pending(store):
             for h in tx.load(store, p.tx_id).live():
-                needs.append(Need(f"transaction {p.tx_id}", HALF_TOPIC, 0, h.queue_offset, h.commitlog_offset))
+                needs.append(Need(f"transaction {p.tx_id}", HALF_TOPIC, 0, h.queue_offset, h.commitlog_offset,
+                                  _TX_REMEDY))
         for p in txcheck.parked(store):
             needs.append(Need(f"parked transaction {p.tx_id}", HALF_TOPIC, 0, p.half.queue_offset,
-                              p.half.commitlog_offset))
+                              p.half.commitlog_offset, _TX_REMEDY))
         return needs
     except (StoreError, OSError, ValueError) as exc:
         store.warn(f"could not read the unresolved transactions ({exc}); keeping the log from the "
@@ -215,7 +227,7 @@ def transaction_needs(store: "Store") -> list[Need]:
         if store.has_topic(CHECK_MAX_TOPIC):
             lo, hi = store.min_offset(CHECK_MAX_TOPIC, 0), store.max_offset(CHECK_MAX_TOPIC, 0)
             half = None if hi > lo else half   # parked ones lie below it: from the first half copy
-        n = _queue_need(store, "transaction check service", HALF_TOPIC, 0, half)
+        n = _queue_need(store, "transaction check service", HALF_TOPIC, 0, half, _TX_REMEDY)
         return [] if n is None else [n]
 
 

@@ -154,7 +154,7 @@ def test_an_offset_below_the_log_start_does_not_hold_anything(store: Store) -> N
     assert plan.held and plan.held[0].queue_offset == lo
 
 
-def test_broadcast_clients_hold_segments(store: Store) -> None:
+def test_broadcast_clients_hold_segments(store: Store, root: Path) -> None:
     fill(store)
     b = BroadcastOffsetStore(store.layout, "host@1", "B")
     b.update("T", 0, 50)
@@ -163,9 +163,12 @@ def test_broadcast_clients_hold_segments(store: Store) -> None:
     plan = plan_clean(store)
     assert plan.held and plan.held[0].who == "broadcast client host@1 of group B"
     assert plan.new_min_offset <= store.queue("T", 0).entry(50)[0]
+    store.close()
+    code, _out, err = run(root, "store", "clean", "--dry-run")
+    assert code == 0 and "mqctl offsets delete --client-id" in err, err
 
 
-def test_pending_delayed_messages_hold_segments(store: Store) -> None:
+def test_pending_delayed_messages_hold_segments(store: Store, root: Path) -> None:
     from store.log.schedule import delay_draft, deliver_due
     store.create_topic("T", 2)
     store.put([delay_draft(Draft("T", b"later", queue_id=0), (0, 3_600_000), store)])
@@ -173,6 +176,10 @@ def test_pending_delayed_messages_hold_segments(store: Store) -> None:
     age_all(store)
     plan = plan_clean(store)
     assert plan.commitlog == [] and plan.held[0].who == "delay scheduler"
+    # The hint says what frees it: the messages' own time, not a reset of a group it is not.
+    code, _out, err = run(root, "store", "clean", "--dry-run")
+    assert code == 0 and "delay scheduler" in err and "when they are due" in err, err
+    assert "reset" not in err, err
     # Once delivered (the scheduler's offset moves past it) the segment may go.
     assert deliver_due(store, now_ms=int(time.time() * 1000) + 7_200_000) == 1
     age_all(store)
