@@ -53,18 +53,15 @@ def delete(
     yes: YesOpt = False,
     json: JsonOpt = False,
 ) -> None:
-    import sys
 
     from mqctl.output import Output, plural
     admin = state(ctx).admin()
     if not yes:
-        from store.errors import UsageError
         admin.delete_offsets(group, client_id, dry_run=True)   # refused before asking, if it would be
         what = f"broadcast client {client_id}" if client_id else f"group {group}"
-        if not (sys.stdin.isatty() and sys.stderr.isatty()):
-            raise UsageError(f"deleting the offsets of {what} needs --yes when not run from a terminal")
-        if not typer.confirm(f"Delete the offsets of {what}?", err=True):
-            raise typer.Exit(1)
+        from mqctl.confirm import confirm
+        confirm(f"Delete the offsets of {what}?", f"deleting the offsets of {what}",
+                f"the offsets of {what} are kept")
     res = admin.delete_offsets(group, client_id)
     out = Output(json=json)
     if json:

@@ -127,14 +127,12 @@ def delete(
     yes: YesOpt = False,
 ) -> None:
     from store import validate_topic
-    from store.errors import UsageError
     validate_topic(topic)
     store = state(ctx).store()
     store.topic(topic)
     if not yes:
-        if not (sys.stdin.isatty() and sys.stderr.isatty()):
-            raise UsageError(f"deleting topic {topic!r} needs --yes when not run from a terminal")
-        if not typer.confirm(f"Delete topic {topic} and its consumer offsets?", err=True):
-            raise typer.Exit(1)
+        from mqctl.confirm import confirm
+        confirm(f"Delete topic {topic} and its consumer offsets?", f"deleting topic {topic!r}",
+                f"topic {topic} is kept")
     store.delete_topic(topic)
     sys.stderr.write(f"deleted topic {topic}\n")

@@ -467,3 +467,55 @@ def test_send_with_standard_input_closed_reads_it_as_empty(mq: MQ) -> None:
         res = mq.shell(f"mqctl send T{extra} <&-")
         assert res.returncode == 0 and "no input" in res.stderr and "internal error" not in res.stderr, res
     assert mq.ok("consume", "T", "--no-group", "--from", "first", "--exit-at-end").stdout == b""
+
+
+def _answer_on_a_terminal(mq: MQ, args: tuple[str, ...], typed: bytes) -> tuple[int, str]:
+    """Run ``mqctl ARGS`` with stdin and stderr on a pseudo-terminal (where it asks), type
+    ``typed`` there; its exit code and what the terminal showed."""
+    master, slave = os.openpty()
+    p = subprocess.Popen(mq.argv(*args), stdin=slave, stdout=subprocess.DEVNULL, stderr=slave,
+                         env=mq.environ())
+    os.close(slave)
+    shown = b""
+    try:
+        os.write(master, typed)
+        while select.select([master], [], [], 60)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:   # EIO: the command ended and closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+        code = p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+    return code, shown.decode(errors="replace").replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize("typed", [b"n\n", b"\n", b"\x04"], ids=["no", "empty", "ctrl-d"])
+def test_a_declined_question_says_nothing_was_done(mq: MQ, typed: bytes) -> None:
+    """A "no", an empty answer or Ctrl-D at ``topic delete``'s question deleted nothing but
+    said nothing either (exit 1, silent), and Ctrl-D was reported as an interrupt (130). Now
+    each declines with one line saying what is kept, exit 1."""
+    mq.ok("send", "orders", "hello")
+    code, shown = _answer_on_a_terminal(mq, ("topic", "delete", "orders"), typed)
+    assert code == 1, shown
+    assert "Delete topic orders and its consumer offsets? [y/N]" in shown, shown
+    assert "mqctl: not confirmed: topic orders is kept" in shown, shown
+    assert "interrupted" not in shown, shown
+    assert "orders" in mq.ok("topic", "list").out
+
+
+def test_a_confirmed_question_goes_on_and_an_unclear_answer_is_asked_again(mq: MQ) -> None:
+    mq.ok("send", "orders", "hello")
+    mq.ok("consume", "orders", "-g", "G", "--from", "first", "-e")
+    code, shown = _answer_on_a_terminal(mq, ("offsets", "delete", "-g", "G"), b"maybe\ny\n")
+    assert code == 0, shown
+    assert shown.count("Delete the offsets of group G? [y/N]") == 2 and "please answer y or n" in shown, shown
+    assert mq.offsets("G") == {}
+    code, shown = _answer_on_a_terminal(mq, ("topic", "delete", "orders"), b"yes\n")
+    assert code == 0 and "deleted topic orders" in shown, shown
