@@ -21,6 +21,7 @@ modules to the first import.)
 from __future__ import annotations
 
 import compileall
+import os
 import shutil
 import signal
 from pathlib import Path
@@ -49,6 +50,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # ignored, as a shell's background job ignores it. The processes get a terminal's default.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spark_scratch(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Spark's scratch directories (blockmgr-*, spark-*/userFiles) go where the suite's own
+    temp files go: a JVM the tests kill cannot remove its own, and they piled up in /tmp run
+    after run. Every Spark the suite starts, in this process or in an ``mqctl`` it runs, reads
+    ``SPARK_LOCAL_DIRS``."""
+    if "SPARK_LOCAL_DIRS" not in os.environ:
+        os.environ["SPARK_LOCAL_DIRS"] = str(tmp_path_factory.mktemp("spark-local", numbered=False))
 
 
 @pytest.fixture
