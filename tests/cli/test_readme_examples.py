@@ -103,3 +103,32 @@ def test_the_exactly_once_example_ships_in_order(tmp_path: Path) -> None:
     assert cp.returncode == 0, cp.stderr[-3000:]
     shipped = [line for line in cp.out.splitlines() if re.fullmatch(r"order-\d+ shipped", line)]
     assert shipped == [f"order-{i} shipped" for i in range(1, 7)], cp.out
+
+
+def _run_block(tmp_path: Path, marker: str) -> str:
+    [code] = [code for _, code in runnable_blocks((ROOT / "README.md").read_text()) if marker in code]
+    tmp_path.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    cp = MQ(tmp_path / "store", tmp_path, cwd=work).shell("set -euo pipefail\n" + code, timeout=TIMEOUT)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    return cp.out
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_the_exec_example_writes_whole_lines(tmp_path: Path, run: int) -> None:
+    """The ``--exec`` example says ``sort upper.txt`` prints ALPHA BETA GAMMA. Its handler
+    appended a body and then its newline in two writes while up to four handlers ran at once,
+    so lines came out interleaved (``ALPHAGAMMA``) in most runs; each handler writes one line
+    in one write now. (Three runs: one interleaving is not certain in one.)"""
+    out = _run_block(tmp_path / str(run), "upper.txt")
+    assert out.split() == ["ALPHA", "BETA", "GAMMA"], out
+
+
+@pytest.mark.parametrize("run", range(2))
+def test_the_orderly_example_logs_each_account_in_order(tmp_path: Path, run: int) -> None:
+    """The orderly example says ``grep alice posted.log`` shows alice's three steps in order:
+    its handlers (two workers, several queues each) had the same two-write race."""
+    out = _run_block(tmp_path / str(run), "posted.log")
+    alice = [line for line in out.splitlines() if "alice" in line]
+    assert alice == ["alice step 1", "alice step 2", "alice step 3"], out
