@@ -27,6 +27,7 @@ from mqctl.errors import EXIT_INTERRUPTED, guard, print_error
 from mqctl.state import State, resolve_store_path
 
 EPILOG = (
+    "'mqctl help CMD' is 'mqctl CMD --help'. "
     "Exit codes: 0 ok, 1 operation or handler failed, 2 usage, 3 not found, 4 conflict, "
     "5 data error, 130 interrupted, 141 stdout closed, 143 terminated."
 )

@@ -126,6 +126,8 @@ def test_help_command_is_the_help_flag(mq: MQ) -> None:
         assert by_help.out == by_flag.out and by_help.out.startswith("Usage: mqctl"), words
     one_error(mq.run("help", "nosuch"), 2, "No such command 'nosuch'")
     assert mq.ok("help", "help").out == mq.ok("--help").out   # (was: "No such command 'help'")
+    # and the root's help says it exists (it was found only by trying it)
+    assert "'mqctl help CMD' is 'mqctl CMD --help'" in " ".join(mq.ok("--help").out.split())
 
 
 def test_an_option_missing_its_value_names_the_help_to_read(mq: MQ) -> None:
