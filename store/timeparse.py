@@ -37,6 +37,10 @@ TIME_HELP = (
     "(ISO-8601; no offset means UTC)"
 )
 DURATION_HELP = "500ms, 30s, 1.5s, 5m, 2h, 3d, 1h30m (a bare number is seconds)"
+# A calendar date (extended or basic) and the character after it: ISO-8601 and RFC 3339 put a
+# time after "T" (or a space), while ``fromisoformat`` takes any character there, so that
+# "2026-11-30+01:00" (meant as midnight at +01:00) read as 01:00 UTC.
+_DATE_THEN = re.compile(r"(?:[0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]{8})(.?)")
 
 
 def parse_time(text: str, now_ms: int | None = None) -> int:
@@ -78,8 +82,9 @@ def time_note(text: str, ms: int, now_ms: int | None = None) -> str | None:
         if offset:
             minutes = offset // timedelta(minutes=1)
             zone = f"{'+' if minutes > 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+            dated = _DATE_THEN.fullmatch(s) is not None   # a date alone: its offset needs a time
             notes.append(f"read as UTC (no offset given): {format_time(ms)}, {format_local(ms)} local time "
-                         f"(UTC{zone}); write {s}{zone} for local time")
+                         f"(UTC{zone}); write {s}{'T00:00' if dated else ''}{zone} for local time")
     ahead = ms - _now(now_ms)
     if ahead >= 1000:
         notes.append(f"{format_time(ms)} is {format_age(ahead)} in the future: nothing stored is that late")
@@ -87,7 +92,7 @@ def time_note(text: str, ms: int, now_ms: int | None = None) -> str | None:
 
 
 def parse_duration(text: str) -> int:
-    """The length of time ``text`` names, in ms. A bare number is seconds (``--delay 10``)."""
+    """The length of time ``text`` names, in ms. A bare number is seconds (``--idle-timeout 10``)."""
     s = text.strip().lower()
     if _DECIMAL.fullmatch(s):
         return _scaled(s, "s")
@@ -175,6 +180,12 @@ def _scaled(number: str, unit: str) -> int:
 
 def _iso_ms(s: str, text: str) -> int:
     from datetime import datetime, timedelta, timezone
+    after = _DATE_THEN.match(s)
+    if after is not None and after.group(1) not in ("", "T", "t", " "):
+        sep = after.group(1)
+        hint = (f"; a date at an offset needs a time: {s[:after.end(1) - 1]}T00:00{s[after.end(1) - 1:]}"
+                if sep in "+-" else "")
+        raise _bad_time(text, f"the date is followed by {sep!r}, not 'T' or a space and a time{hint}")
     try:
         # upper(): RFC 3339 allows a lower-case "t" and "z", fromisoformat does not.
         dt = datetime.fromisoformat(s.upper())

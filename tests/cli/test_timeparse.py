@@ -225,3 +225,35 @@ def test_a_time_without_an_offset_is_utc_and_a_command_says_what_it_read(mq: MQ)
     assert (res.out, res.stderr) == ("m1\n", "")   # (local time is UTC: read as meant, nothing said)
     helptext = " ".join(mq.ok("consume", "--help").out.split())
     assert "ISO-8601, without offset = UTC, not local time" in helptext
+
+
+@pytest.mark.parametrize("text", ["2026-11-30+01:00", "2026-11-30-05:00", "20261130+0100", "2026-11-30X01:00"])
+def test_a_date_followed_by_anything_but_a_time_is_refused(text: str) -> None:
+    """``fromisoformat`` takes any character between a date and a time, so "2026-11-30+01:00"
+    (a date at an offset, as the warning below used to suggest) was read as 01:00 UTC; ISO-8601
+    puts a time after "T" (RFC 3339 also a space). Refused now, with the spelling that works."""
+    with pytest.raises(UsageError) as info:
+        parse_time(text, now_ms=NOW)
+    message = str(info.value)
+    assert "not 'T' or a space and a time" in message, message
+    if text[10:11] in "+-" and "-" in text[:5]:
+        assert f"needs a time: {text[:10]}T00:00{text[10:]}" in message, message
+
+
+def test_the_warning_for_a_zoneless_date_suggests_a_spelling_that_means_local_midnight(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """In Berlin, ``--from 2026-11-30`` warned "write 2026-11-30+01:00 for local time", which
+    was read as 01:00 UTC (02:00 local), and then warned again suggesting "+01:00+01:00"."""
+    from store.timeparse import time_note
+    monkeypatch.setenv("TZ", "CET-1")   # (a POSIX zone: no zone database needed)
+    time.tzset()
+    try:
+        ms = parse_time("2026-11-30", now_ms=NOW)
+        note = time_note("2026-11-30", ms, now_ms=NOW)
+        assert note is not None and "write 2026-11-30T00:00+01:00 for local time" in note, note
+        suggested = parse_time("2026-11-30T00:00+01:00", now_ms=NOW)
+        assert suggested == utc_ms(2026, 11, 29, 23)   # local midnight
+        assert "read as UTC" not in (time_note("2026-11-30T00:00+01:00", suggested, now_ms=NOW) or "")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
