@@ -65,7 +65,10 @@ def check_runnable(argv: list[str], what: str = "handler") -> None:
         if not (os.path.isfile(prog) and os.access(prog, os.X_OK)):
             raise HandlerError(f"cannot run {what} {prog!r}: not an executable file")
     elif shutil.which(prog) is None:
-        raise HandlerError(f"cannot run {what} {prog!r}: not found on PATH")
+        # A script in the current directory is not looked for there (as in a shell): say so.
+        here = (f" (a file {prog!r} is in the current directory: did you mean ./{prog}?)"
+                if os.path.isfile(prog) else "")
+        raise HandlerError(f"cannot run {what} {prog!r}: not found on PATH{here}")
 
 
 def _empty_file() -> int:

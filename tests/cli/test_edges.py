@@ -521,3 +521,24 @@ def test_a_confirmed_question_goes_on_and_an_unclear_answer_is_asked_again(mq: M
     assert mq.offsets("G") == {}
     code, shown = _answer_on_a_terminal(mq, ("topic", "delete", "orders"), b"yes\n")
     assert code == 0 and "deleted topic orders" in shown, shown
+
+
+def test_a_handler_in_the_current_directory_without_dot_slash_gets_a_hint(mq: MQ, tmp_path: Path) -> None:
+    """``--exec handle.sh`` with handle.sh in the current directory failed as any missing
+    program does ("not found on PATH"); a shell user's slip, so the error says ./handle.sh."""
+    mq.ok("send", "orders", "hello")
+    work = tmp_path / "here"
+    work.mkdir()
+    script = work / "handle.sh"
+    script.write_text("#!/bin/sh\ncat > /dev/null\n")
+    script.chmod(0o755)
+    err = one_error(mq.run("consume", "orders", "-g", "G", "--from", "first", "-e", "--exec", "handle.sh",
+                           cwd=work), 1, "cannot run handler 'handle.sh': not found on PATH")
+    assert "did you mean ./handle.sh?" in err, err
+    assert mq.offsets("G") == {} or sum(mq.offsets("G").values()) == 0   # nothing consumed
+    mq.ok("consume", "orders", "-g", "G", "--from", "first", "-e", "--exec", "./handle.sh", cwd=work)
+    assert sum(mq.offsets("G").values()) == 1
+    # elsewhere (no such file here) the error stays as it was
+    err = one_error(mq.run("consume", "orders", "-g", "G2", "-e", "--exec", "handle.sh"), 1,
+                    "cannot run handler 'handle.sh': not found on PATH")
+    assert "did you mean" not in err, err
