@@ -21,7 +21,7 @@ def describe(store: "Store", m: "Message", obj: dict[str, Any], when: Callable[[
     if len(body) > BODY_SHOWN:
         body = body[:BODY_SHOWN] + f"… ({human_size(len(m.body))} in all; --json has it whole)"
     fields = [("Topic", m.topic), ("Queue", m.queue_id), ("Queue offset", m.queue_offset),
-              ("Message id", obj["msgId"]), ("Offset id", m.msg_id), ("Keys", " ".join(m.keys) or "-"),
+              ("Message id", obj["msgId"]), ("Offset id", m.msg_id), ("Keys", ",".join(m.keys) or "-"),
               ("Tags", m.tags or "-"), ("Properties", props_text(m.user_properties)),
               ("Born", f"{when(m.born_timestamp)} at {m.born_host}"), ("Stored", when(m.store_timestamp)),
               ("Reconsumes", m.reconsume_times), ("Commit-log offset", m.commitlog_offset),

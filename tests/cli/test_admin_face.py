@@ -390,3 +390,16 @@ def test_a_lock_renewed_just_after_now_was_read_is_not_renewed_in_the_future() -
     assert shown(now - 5_000, now + 51) == ("5s ago", "0ms ago", "in 1m00s")
     assert shown(now - 5_000, now - 2_000) == ("5s ago", "2s ago", "in 58s")
     assert shown(now + 3_000, now + 3_000) == ("in 3s (a clock ahead of this one)",) * 2 + ("in 1m03s",)
+
+
+def test_msg_show_and_msg_query_write_several_keys_alike(mq: MQ) -> None:
+    """``msg query`` wrote a message's keys as sent (``a,b``), ``msg show`` as stored (``a b``):
+    one message, two spellings. Both write what ``-k`` takes now."""
+    mq.ok("send", "t", "hello", "-k", "a,b")
+    [row] = mq.ok("msg", "query", "--topic", "t", "-k", "a", "--json").json_lines()
+    table = mq.ok("msg", "query", "--topic", "t", "-k", "a").out.splitlines()
+    at = table[0].index("KEYS")
+    assert table[1][at:].split()[0] == "a,b", table
+    out = mq.ok("msg", "show", row["msgId"]).out
+    fields = dict(line.split(":", 1) for line in out.split("\nHistory:\n")[0].splitlines())
+    assert fields["Keys"].strip() == "a,b", out
