@@ -111,12 +111,27 @@ def register_completions(root: Any) -> None:
     from typer._click.shell_completion import CompletionItem, add_completion_class
     from typer._completion_classes import BashComplete, FishComplete, ZshComplete
 
-    from mqctl.argv import normalize
+    from mqctl.argv import STORE, UTC, normalize
+
+    helps = {opt: getattr(param, "help", None) or "" for param in root.params for opt in param.opts}
+    movable = [(opt, helps.get(opt, "")) for opt in (STORE, UTC)]
+
+    def with_globals(items: list[Any], args: list[str], incomplete: str) -> list[Any]:
+        # The root's options, which a run takes after the command too (``mqctl/argv.py``), are
+        # offered there as well: Click offers only the command's own.
+        if args and incomplete.startswith("-"):
+            have = {item.value for item in items}
+            items += [CompletionItem(opt, help=text) for opt, text in movable
+                      if opt.startswith(incomplete) and opt not in have and opt not in args]
+        return items
 
     class AsRunBash(BashComplete):
         def get_completion_args(self) -> tuple[list[str], str]:
             args, incomplete = super().get_completion_args()
             return normalize(args, root), incomplete
+
+        def get_completions(self, args: list[str], incomplete: str) -> list[Any]:
+            return with_globals(super().get_completions(args, incomplete), args, incomplete)
 
         def format_completion(self, item: CompletionItem) -> str:
             return re.sub(r"([^A-Za-z0-9_%+,./:=@-])", r"\\\1", item.value)
@@ -126,10 +141,16 @@ def register_completions(root: Any) -> None:
             args, incomplete = super().get_completion_args()
             return normalize(args, root), incomplete
 
+        def get_completions(self, args: list[str], incomplete: str) -> list[Any]:
+            return with_globals(super().get_completions(args, incomplete), args, incomplete)
+
     class AsRunFish(FishComplete):
         def get_completion_args(self) -> tuple[list[str], str]:
             args, incomplete = super().get_completion_args()
             return normalize(args, root), incomplete
+
+        def get_completions(self, args: list[str], incomplete: str) -> list[Any]:
+            return with_globals(super().get_completions(args, incomplete), args, incomplete)
 
     add_completion_class(AsRunBash, "bash")
     add_completion_class(AsRunZsh, "zsh")

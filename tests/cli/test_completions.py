@@ -147,3 +147,16 @@ def test_real_bash_escapes_names_and_completes_after_an_equals_sign(mq: MQ, tmp_
     mqctl(other, "topic", "create", "elsewhere", check=True)
     assert _bash_complete(mq, ["mqctl", "send", "--store", "=", str(other), "e"]) == ["elsewhere"]
     assert _bash_complete(mq, ["mqctl", "consume", "orders", "-g", "a"]) == []
+
+
+def test_global_options_complete_after_the_command(mq: MQ) -> None:
+    """``--store`` and ``--utc`` work after the command (``mqctl send t x --store S``), but
+    completion offered them only before it. Offered after it now, unless already given."""
+    mq.ok("topic", "create", "orders")
+    after = _bash_complete(mq, ["mqctl", "topic", "status", "--"])
+    assert "--store" in after and "--utc" in after, after
+    assert "--store" in _bash_complete(mq, ["mqctl", "consume", "orders", "--st"]), "after an argument too"
+    assert _bash_complete(mq, ["mqctl", "topic", "status", "--ut"]) == ["--utc"]
+    given = _bash_complete(mq, ["mqctl", "topic", "status", "--utc", "--"])
+    assert "--utc" not in given and "--store" in given, given
+    assert "--store" in _bash_complete(mq, ["mqctl", "--"])   # the root's own, as before
