@@ -53,6 +53,8 @@ class ConsumeRequest:
 
 def run_consume(st: "State", r: ConsumeRequest) -> None:
     """Check the request, then consume until the runtime stops (count, end, idle, signal)."""
+    import sys
+
     from mqctl.argnames import ARG_FLAGS
     from mqctl.errors import warn
     from store import (
@@ -103,6 +105,8 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         suspend_ms=1000 if r.suspend_ms is None else r.suspend_ms, dedup=r.dedup, retry_delay_ms=retry_ms,
         rebalance_interval_s=rebalance_s, no_group=r.no_group, from_offset=from_off, to=r.to,
         to_sync=r.flush == "sync", arg_names=ARG_FLAGS)
+    if from_where == "last" and not r.no_group and sys.stderr.isatty():
+        opts.on_start_at_end = _say_start_at_end(group)
     if r.client_id is not None:
         opts.client_id = validate_client_id(r.client_id)
     elif r.broadcast:
@@ -143,6 +147,22 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
     finally:
         if isinstance(sink, StdoutSink):
             sink.close()   # (its non-blocking descriptor of stdout: a caller may run consume again)
+
+
+def _say_start_at_end(group: str) -> Callable[[str, int, int], None]:
+    """On a terminal, once: a new group starts at the end of what is stored (RocketMQ's and
+    Kafka's default), which at a first try looks like a consumer that gets nothing."""
+    import sys
+    said = False
+
+    def say(topic: str, _queue_id: int, _passed: int) -> None:
+        nonlocal said
+        if not said:
+            said = True
+            sys.stderr.write(f"mqctl: group {group} is new to {topic}: it starts at the end, after the "
+                             f"messages stored before it (--from first reads them)\n")
+            sys.stderr.flush()
+    return say
 
 
 def stopping_notice(running: int) -> None:

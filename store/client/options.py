@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -48,6 +48,9 @@ class ConsumeOptions:
     to_sync: bool = False               # its batches fsynced before they count (--flush sync)
     # how the member's errors name arguments (store/client/rules.py; None: the Python spelling)
     arg_names: Mapping[str, str] | None = None
+    # told (topic, queue id, messages passed) of each queue a group new to the topic starts at its
+    # end (from_where "last") while it holds messages: a newcomer's "why did I get nothing?"
+    on_start_at_end: Callable[[str, int, int], None] | None = None
 
 
 def default_broadcast_client_id() -> str:

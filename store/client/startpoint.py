@@ -71,4 +71,6 @@ def start_offset(store: "Store", o: "ConsumeOptions", key: tuple[str, int], stor
         start = min(lo + o.from_offset, hi)
     else:   # last
         start = hi
+        if hi > lo and o.on_start_at_end is not None:
+            o.on_start_at_end(t, q, hi - lo)
     return start, True

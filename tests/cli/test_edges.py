@@ -542,3 +542,22 @@ def test_a_handler_in_the_current_directory_without_dot_slash_gets_a_hint(mq: MQ
     err = one_error(mq.run("consume", "orders", "-g", "G2", "-e", "--exec", "handle.sh"), 1,
                     "cannot run handler 'handle.sh': not found on PATH")
     assert "did you mean" not in err, err
+
+
+def test_a_new_group_starting_at_the_end_says_so_on_a_terminal(mq: MQ) -> None:
+    """A first try, ``mqctl consume orders -g G -e`` after sending, printed nothing and exited
+    0: a new group starts at the end (RocketMQ's and Kafka's default), silently. On a terminal
+    it now says so once, with the flag that reads what is stored; in a pipe or a file it stays
+    silent, and a group that has offsets, or ``--from first``, is not told."""
+    mq.send_lines("orders", ["a", "b", "c"])
+    res = mq.run("consume", "orders", "-g", "G", "-e", tty="stderr")
+    assert res.returncode == 0 and res.out == "", res
+    shown = res.stderr.replace("\r\n", "\n")
+    assert shown.count("mqctl: group G is new to orders: it starts at the end") == 1, shown
+    assert "--from first reads them" in shown, shown
+    quiet = mq.run("consume", "orders", "-g", "G2", "-e")   # stderr a pipe
+    assert (quiet.returncode, quiet.out, quiet.stderr) == (0, "", ""), quiet
+    again = mq.run("consume", "orders", "-g", "G", "-e", tty="stderr")   # G has offsets now
+    assert again.returncode == 0 and "is new" not in again.stderr, again
+    first = mq.run("consume", "orders", "-g", "G3", "--from", "first", "-e", tty="stderr")
+    assert first.returncode == 0 and first.out.split() == ["a", "b", "c"] and "is new" not in first.stderr, first
