@@ -32,8 +32,9 @@ not been given back (and every adopted one), then exits. The races, closed:
 Wire format (native ``struct``, records of at most ``PIPE_BUF`` bytes, so writes are atomic):
 
 * consumer -> watchdog, the command pipe: 5-byte records ``<Bi`` (op, pgid); op 1 = DONE (the
-  handler of group pgid was reaped: kill and reap its placeholder and fork a fresh one, or
-  forget pgid if it was adopted).
+  handler of group pgid was reaped: kill the group — its placeholder and whatever the handler
+  left running in it — reap the placeholder and fork a fresh one, or forget pgid if it was
+  adopted).
 * watchdog -> consumer, the ready pipe: 4-byte records ``<i``, the pgid of a placeholder ready
   to be used. The watchdog keeps ``pool`` placeholders ready or handed out.
 
@@ -108,9 +109,14 @@ def serve(cmd_fd: int, ready_fd: int, pool: int, adopted: set[int]) -> None:
                 pending = pending[CMD.size:]
                 if op == DONE and pgid in groups:
                     groups.discard(pgid)
-                    # The placeholder only: what the handler left behind in the group lives on,
-                    # as it would after a handler that had a group of its own.
-                    os.kill(pgid, signal.SIGKILL)
+                    # The whole group: what the handler left running in it (``cmd &``, nohup)
+                    # ends with the handler. It held the queue's lock through the descriptor
+                    # it inherited, so a killed consumer's queue waited for it (up to the
+                    # lease), and it ran on beside the queue's next owner.
+                    try:
+                        os.killpg(pgid, signal.SIGKILL)
+                    except OSError:
+                        os.kill(pgid, signal.SIGKILL)
                     os.waitpid(pgid, 0)
                     fork_placeholder()
                 elif op == DONE:

@@ -539,3 +539,30 @@ def test_a_new_owner_waits_for_handlers_of_a_killed_owner(mq: MQ) -> None:
         time.sleep(0.05)
     wait_for(log.exists, 15, what="the new owner to take the queue")
     assert b.stop() == 0
+
+
+@pytest.mark.parametrize("orderly", [False, True], ids=["concurrently", "orderly"])
+def test_what_a_finished_handler_left_running_ends_with_it(mq: MQ, orderly: bool) -> None:
+    """A handler that exits leaving ``sleep 60 &`` behind: that process kept a descriptor of the
+    queue's lock, so after a ``kill -9`` of its consumer the queue's next owner waited ~60 s (the
+    lease) and ``mqctl unlock`` refused, the holder looking alive; it also ran on beside the
+    next owner. It is killed with its handler's group now, and the next owner takes the queue
+    at once."""
+    mq.ok("topic", "create", "T", "--queues", "1")
+    mq.send_lines("T", ["one"])
+    pidfile = mq.work / "left"
+    h = handler_script(mq.work / "h.sh", f'sleep 60 & echo $! > {pidfile}')
+    mode = ["--orderly"] if orderly else []
+    a = mq.start("consume", "T", "-g", "G", *mode, "--from", "first", "--exec", h)
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the handler")
+    left = int(pidfile.read_text())
+    wait_for(lambda: not pid_running(left), 15, what="the handler's leftover to end with its group")
+    assert a.alive()
+    a.kill9()
+    log = mq.work / "b.log"
+    hb = handler_script(mq.work / "hb.sh", f'echo "$MQ_QUEUE_OFFSET" >> {log}')
+    b = mq.start("consume", "T", "-g", "G", *mode, "--from", "first", "--exec", hb)
+    mq.send_lines("T", ["two"])
+    # (well within the 60 s lease the leftover used to hold the queue for)
+    wait_for(lambda: log.exists() and "1" in log.read_text().split(), 20, what="the next owner to take the queue")
+    assert b.stop() == 0
