@@ -131,7 +131,7 @@ def consume(
         "--queues", metavar="IDS", help="Queue ids for --strategy config, e.g. 0,3.")] = None,
     max_reconsume: Annotated[Optional[int], typer.Option(
         "--max-reconsume", metavar="N", min=0,
-        help="Retries before the DLQ: a message is handled at most N+1 times (default 16; orderly: unlimited).")] = None,
+        help="Retries before the DLQ: a message is handled at most N+1 times (default 16; orderly: unlimited, counted by the queue's holder).")] = None,
     suspend_ms: Annotated[Optional[int], typer.Option(
         "--suspend-ms", metavar="MS", min=10, max=30000,
         help="--orderly: wait before retrying a failed message in place [default: 1000].",
