@@ -227,7 +227,8 @@ def start_position(text: str, no_group: bool) -> tuple[str, Optional[int], Optio
     its first message (store/client/startpoint.py)."""
     from store.errors import UsageError
     word = text.strip()
-    if word in FROM_WORDS:
+    if word.lower() in FROM_WORDS:   # (FIRST, Last: a word in any case, as parse_time takes NOW)
+        word = word.lower()
         if word == "stored" and no_group:
             raise UsageError("-o stored is the group's committed offset: --no-group has none")
         return FROM_WORDS[word], None, None

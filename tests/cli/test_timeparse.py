@@ -257,3 +257,10 @@ def test_the_warning_for_a_zoneless_date_suggests_a_spelling_that_means_local_mi
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+@pytest.mark.parametrize("word", ["FIRST", "Last", "Earliest", "END", "Beginning"])
+def test_from_words_are_taken_in_any_case(word: str) -> None:
+    """``--from FIRST`` was "bad time 'FIRST'" (exit 2) while ``now`` is taken in any case."""
+    from mqctl.consumerun import start_position
+    assert start_position(word, False) == start_position(word.lower(), False)
