@@ -22,7 +22,11 @@ def confirm(question: str, action: str, kept: str) -> None:
     while True:
         sys.stderr.write(f"{question} [y/N]: ")
         sys.stderr.flush()
-        line = sys.stdin.readline()
+        try:
+            line = sys.stdin.readline()
+        except KeyboardInterrupt:
+            sys.stderr.write("\n")   # (the error line goes under the question, not after it)
+            raise
         if not line:   # end of input: Ctrl-D
             sys.stderr.write("\n")
             answer = "n"

@@ -105,7 +105,7 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         suspend_ms=1000 if r.suspend_ms is None else r.suspend_ms, dedup=r.dedup, retry_delay_ms=retry_ms,
         rebalance_interval_s=rebalance_s, no_group=r.no_group, from_offset=from_off, to=r.to,
         to_sync=r.flush == "sync", arg_names=ARG_FLAGS)
-    if from_where == "last" and not r.no_group and sys.stderr.isatty():
+    if r.from_.strip().lower() == "last" and not (r.no_group or r.broadcast) and sys.stderr.isatty():
         opts.on_start_at_end = _say_start_at_end(group)
     if r.client_id is not None:
         opts.client_id = validate_client_id(r.client_id)
@@ -159,9 +159,12 @@ def _say_start_at_end(group: str) -> Callable[[str, int, int], None]:
         nonlocal said
         if not said:
             said = True
-            sys.stderr.write(f"mqctl: group {group} is new to {topic}: it starts at the end, after the "
-                             f"messages stored before it (--from first reads them)\n")
-            sys.stderr.flush()
+            try:
+                sys.stderr.write(f"mqctl: group {group} is new to {topic}: it starts at the end, after the "
+                                 f"messages stored before it (--from first reads them)\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass   # (a notice: never a reason not to start)
     return say
 
 

@@ -119,10 +119,11 @@ def register_completions(root: Any) -> None:
     def with_globals(items: list[Any], args: list[str], incomplete: str) -> list[Any]:
         # The root's options, which a run takes after the command too (``mqctl/argv.py``), are
         # offered there as well: Click offers only the command's own.
-        if args and incomplete.startswith("-"):
+        if args and incomplete.startswith("-") and "--" not in args:   # (after --, words are arguments)
             have = {item.value for item in items}
             items += [CompletionItem(opt, help=text) for opt, text in movable
-                      if opt.startswith(incomplete) and opt not in have and opt not in args]
+                      if opt.startswith(incomplete) and opt not in have
+                      and not any(a == opt or a.startswith(opt + "=") for a in args)]
         return items
 
     class AsRunBash(BashComplete):

@@ -40,7 +40,8 @@ DURATION_HELP = "500ms, 30s, 1.5s, 5m, 2h, 3d, 1h30m (a bare number is seconds)"
 # A calendar date (extended or basic) and the character after it: ISO-8601 and RFC 3339 put a
 # time after "T" (or a space), while ``fromisoformat`` takes any character there, so that
 # "2026-11-30+01:00" (meant as midnight at +01:00) read as 01:00 UTC.
-_DATE_THEN = re.compile(r"(?:[0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]{8})(.?)")
+_DATE_THEN = re.compile(r"(?:[0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]{8}|[0-9]{4}-?W[0-9]{2}(?:-?[0-9])?)(.?)",
+                        re.IGNORECASE | re.DOTALL)
 
 
 def parse_time(text: str, now_ms: int | None = None) -> int:
@@ -82,7 +83,8 @@ def time_note(text: str, ms: int, now_ms: int | None = None) -> str | None:
         if offset:
             minutes = offset // timedelta(minutes=1)
             zone = f"{'+' if minutes > 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
-            dated = _DATE_THEN.fullmatch(s) is not None   # a date alone: its offset needs a time
+            alone = _DATE_THEN.fullmatch(s)
+            dated = alone is not None and not alone.group(1)   # a date alone: its offset needs a time
             notes.append(f"read as UTC (no offset given): {format_time(ms)}, {format_local(ms)} local time "
                          f"(UTC{zone}); write {s}{'T00:00' if dated else ''}{zone} for local time")
     ahead = ms - _now(now_ms)
@@ -182,9 +184,9 @@ def _iso_ms(s: str, text: str) -> int:
     from datetime import datetime, timedelta, timezone
     after = _DATE_THEN.match(s)
     if after is not None and after.group(1) not in ("", "T", "t", " "):
-        sep = after.group(1)
-        hint = (f"; a date at an offset needs a time: {s[:after.end(1) - 1]}T00:00{s[after.end(1) - 1:]}"
-                if sep in "+-" else "")
+        sep, date = after.group(1), s[:after.start(1)]
+        hint = (f"; a date at an offset needs a time: {date}T00:00{s[after.start(1):]}"
+                if sep in "+-" and _is_date(date) else "")
         raise _bad_time(text, f"the date is followed by {sep!r}, not 'T' or a space and a time{hint}")
     try:
         # upper(): RFC 3339 allows a lower-case "t" and "z", fromisoformat does not.
@@ -195,6 +197,15 @@ def _iso_ms(s: str, text: str) -> int:
         dt = dt.replace(tzinfo=timezone.utc)
     # Timedelta floor division keeps exact integer ms; dt.timestamp() would go through a float.
     return (dt - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
+
+
+def _is_date(text: str) -> bool:
+    from datetime import date
+    try:
+        date.fromisoformat(text.upper())
+    except ValueError:
+        return False
+    return True
 
 
 def _shown(text: str) -> str:

@@ -53,7 +53,6 @@ def delete(
     yes: YesOpt = False,
     json: JsonOpt = False,
 ) -> None:
-
     from mqctl.output import Output, plural
     admin = state(ctx).admin()
     if not yes:

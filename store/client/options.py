@@ -49,7 +49,8 @@ class ConsumeOptions:
     # how the member's errors name arguments (store/client/rules.py; None: the Python spelling)
     arg_names: Mapping[str, str] | None = None
     # told (topic, queue id, messages passed) of each queue a group new to the topic starts at its
-    # end (from_where "last") while it holds messages: a newcomer's "why did I get nothing?"
+    # end (from_where "last") while it holds messages: a newcomer's "why did I get nothing?".
+    # Called on the member's loop thread, before the computed starts are committed: must not raise.
     on_start_at_end: Callable[[str, int, int], None] | None = None
 
 

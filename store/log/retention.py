@@ -135,8 +135,9 @@ class CleanPlan:
 
 # -- who needs what -------------------------------------------------------------------------------
 
-_GROUP_REMEDY = "consume it, or move it on with `mqctl offsets reset`"
-_BROADCAST_REMEDY = "consume it, or remove a dead client's offsets with `mqctl offsets delete --client-id`"
+_GROUP_REMEDY = "consume it, or move it on with `mqctl offsets reset -g {group} --topic {topic} ...`"
+_BROADCAST_REMEDY = ("consume it, or remove a dead client's offsets with "
+                     "`mqctl offsets delete -g {group} --client-id {client}`")
 _DELAY_REMEDY = "its delayed messages move on when they are due, while a consumer or `mqctl` runs"
 _TX_REMEDY = "resolve it with `mqctl tx commit|rollback`"
 
@@ -151,7 +152,7 @@ def _queue_need(store: "Store", who: str, topic: str, qid: int, offset: int | No
     e = store.queue(topic, qid).entry(off)
     if e is None:
         return None
-    return Need(who, topic, qid, off, e[0], remedy)
+    return Need(who, topic, qid, off, e[0], remedy.replace("{topic}", topic))
 
 
 def _offset_table_needs(store: "Store", who: str, offsets: dict[tuple[str, int], int],
@@ -177,11 +178,12 @@ def consumer_needs(store: "Store") -> list[Need]:
     needs: list[Need] = []
     cluster = ClusterOffsetStore(store.layout, warn=store.warn)
     for group in cluster.groups():
-        needs += _offset_table_needs(store, f"group {group}", cluster.read_group(group), topics, _GROUP_REMEDY)
+        needs += _offset_table_needs(store, f"group {group}", cluster.read_group(group), topics,
+                                     _GROUP_REMEDY.replace("{group}", group))
     for cid, group in broadcast_offset_files(store.layout):
         table = BroadcastOffsetStore(store.layout, cid, group, warn=store.warn).load()
         needs += _offset_table_needs(store, f"broadcast client {cid} of group {group}", table, topics,
-                                     _BROADCAST_REMEDY)
+                                     _BROADCAST_REMEDY.replace("{group}", group).replace("{client}", cid))
     needs += _schedule_needs(store, topics)
     needs += transaction_needs(store)
     return needs

@@ -160,3 +160,7 @@ def test_global_options_complete_after_the_command(mq: MQ) -> None:
     given = _bash_complete(mq, ["mqctl", "topic", "status", "--utc", "--"])
     assert "--utc" not in given and "--store" in given, given
     assert "--store" in _bash_complete(mq, ["mqctl", "--"])   # the root's own, as before
+    assert _bash_complete(mq, ["mqctl", "send", "orders", "--", "--st"]) == []   # after --: a body
+    zsh = mq.run(extra_env={"_MQCTL_COMPLETE": "complete_zsh",
+                            "_TYPER_COMPLETE_ARGS": f"mqctl topic status --store={mq.root} --"}).out
+    assert "--utc" in zsh and "--store" not in zsh, zsh   # (zsh and fish pass --store=DIR as one word)

@@ -227,7 +227,9 @@ def test_a_time_without_an_offset_is_utc_and_a_command_says_what_it_read(mq: MQ)
     assert "ISO-8601, without offset = UTC, not local time" in helptext
 
 
-@pytest.mark.parametrize("text", ["2026-11-30+01:00", "2026-11-30-05:00", "20261130+0100", "2026-11-30X01:00"])
+@pytest.mark.parametrize("text", ["2026-11-30+01:00", "2026-11-30-05:00", "20261130+0100", "2026-11-30X01:00",
+                                  "2025-W48+01:00", "2026-W48-1+01:00", "2026W481+0100", "2026-W48-1X10:00",
+                                  "2025-11-24\n10:00", "2026-13-45+01:00"])
 def test_a_date_followed_by_anything_but_a_time_is_refused(text: str) -> None:
     """``fromisoformat`` takes any character between a date and a time, so "2026-11-30+01:00"
     (a date at an offset, as the warning below used to suggest) was read as 01:00 UTC; ISO-8601
@@ -235,9 +237,13 @@ def test_a_date_followed_by_anything_but_a_time_is_refused(text: str) -> None:
     with pytest.raises(UsageError) as info:
         parse_time(text, now_ms=NOW)
     message = str(info.value)
-    assert "not 'T' or a space and a time" in message, message
-    if text[10:11] in "+-" and "-" in text[:5]:
+    assert "not 'T' or a space and a time" in message and "\n" not in message, message
+    if text in ("2026-11-30+01:00", "2026-11-30-05:00"):
         assert f"needs a time: {text[:10]}T00:00{text[10:]}" in message, message
+    if text == "2025-W48+01:00":
+        assert "needs a time: 2025-W48T00:00+01:00" in message, message
+    if text == "2026-13-45+01:00":   # (no date: no spelling of it to suggest)
+        assert "needs a time" not in message, message
 
 
 def test_the_warning_for_a_zoneless_date_suggests_a_spelling_that_means_local_midnight(
@@ -254,6 +260,8 @@ def test_the_warning_for_a_zoneless_date_suggests_a_spelling_that_means_local_mi
         suggested = parse_time("2026-11-30T00:00+01:00", now_ms=NOW)
         assert suggested == utc_ms(2026, 11, 29, 23)   # local midnight
         assert "read as UTC" not in (time_note("2026-11-30T00:00+01:00", suggested, now_ms=NOW) or "")
+        week = time_note("2025-W48", parse_time("2025-W48", now_ms=NOW), now_ms=NOW)   # (an ISO week date)
+        assert week is not None and "write 2025-W48T00:00+01:00 for local time" in week, week
     finally:
         monkeypatch.undo()
         time.tzset()

@@ -109,6 +109,7 @@ def test_a_lagging_group_holds_segments_back_unless_forced(store: Store) -> None
     assert all(int(a.path.name) + SEG <= phys for a in plan.commitlog)
     assert plan.new_min_offset == store.commitlog.segment_of(phys)
     assert plan.held and plan.held[0].who == "group G" and plan.held[0].queue_offset == 100
+    assert "`mqctl offsets reset -g G --topic T ...`" in plan.held[0].remedy, plan.held[0].remedy
     assert plan.held_files == len(segs) - 1 - len(plan.commitlog)
     clean(store, DEFAULT_RETENTION_MS)
     assert store.min_offset("T", 0) <= 100, "the group can still read from its offset"
@@ -165,7 +166,7 @@ def test_broadcast_clients_hold_segments(store: Store, root: Path) -> None:
     assert plan.new_min_offset <= store.queue("T", 0).entry(50)[0]
     store.close()
     code, _out, err = run(root, "store", "clean", "--dry-run")
-    assert code == 0 and "mqctl offsets delete --client-id" in err, err
+    assert code == 0 and "mqctl offsets delete -g B --client-id host@1" in err, err
 
 
 def test_pending_delayed_messages_hold_segments(store: Store, root: Path) -> None:
