@@ -215,11 +215,14 @@ static PyObject *read_gather(int fd, int64_t fd_base, int64_t seg_size, PyObject
  * before it. */
 /* Measured, one queue of 16 read whole (tests' store, 2 CPU hogs on 2 cores, CPU a message):
  * 100-byte bodies, pulls of 1000: 0.59 us read_gather, 0.42 mapped (0.52 without the prefetch
- * below); of 256: 0.70 and 0.67; of 128: 0.83 and 0.94; of 16: 2.4 and 3.4 (a mapping costs
- * tens of us to make, fault in and unmap on this VM, ~5 times a pread). 1000-byte bodies,
+ * below); of 256: 0.70 and 0.67; of 128: 0.83 and 0.94; of 16: 2.4 and 3.4 (mmap, its page
+ * faults and munmap cost tens of us a call on this VM). 1000-byte bodies,
  * pulls of 256: 1.50 and 1.16; 8000-byte ones: 3.07 and 2.72; 16000: even; 60000: 42 and 47
  * (a page fault a record, no copy saved). So a run is mapped from MAP_MIN_RECORDS records of
- * at most MAP_MAX_MEAN bytes on average on. */
+ * at most MAP_MAX_MEAN bytes on average on. A group (tests/bench/bench_members.py, 1M messages
+ * of 100 bytes, 16 queues, 2 hogs, two runs against read_gather alone): 16 members 1.26 and
+ * 1.37 CPU us a message across members, against 1.47 and 1.59; one member 0.50 and 0.61
+ * against 0.52 and 0.56 (noise: the machine's load was 5 to 9). */
 #define MAP_MIN_RECORDS 256
 #define MAP_MAX_MEAN 8192
 #define PREFETCH_AHEAD 2
@@ -317,6 +320,8 @@ static void map_run(RunMap *m, int fd, int64_t fd_base, int64_t seg_size, PyObje
 {
     int64_t hi = phys, own = 0, count = 0;
     Py_ssize_t n = PyList_GET_SIZE(entries);
+    if (n - i < MAP_MIN_RECORDS)
+        return;
     for (Py_ssize_t k = i; k < n; k++) {
         int64_t p, z;
         if (entry_at(entries, k, &p, &z) && z >= MIN_RECORD_SIZE && p >= phys && p - fd_base <= seg_size - z) {
