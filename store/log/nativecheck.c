@@ -12,8 +12,8 @@
  * A long sparse run (a member of a group holding one queue of 16: its records between 15 other
  * queues' ones) is read through a mapping of the segment, each record's own bytes copied out
  * (map_run; no other queue's bytes copied, the mapping gone before the call returns); a page of
- * it that fails (a truncation after the mapping was made) raises SIGBUS, which the copy catches
- * (guarded_copy) and the record goes back to the Python loop; tests/log/test_mappedreads.py.
+ * it that fails (a truncation after the mapping was made) raises SIGBUS, which the copies catch
+ * (copy_batch, GIL released) and the record goes back to the Python loop; test_mappedreads.py.
  * Besides, cut_entries: the valid prefix of a run of raw consume-queue entries, as tuples, the
  * walk every bulk read does before it reads a record (a few hundred entries a read, where the
  * interpreter's loop cost about as much as the C check loop over the records themselves).
@@ -204,15 +204,23 @@ static PyObject *read_gather(int fd, int64_t fd_base, int64_t seg_size, PyObject
  * (fstat), so a record cut by a truncation before the read is outside it and handed back.
  *
  * A mapped page can still fail while read: the file truncated by another process after the
- * fstat, an I/O error. The kernel then raises SIGBUS in the reading thread. Every read of a
- * mapping is one guarded_copy: a SIGBUS handler (ours, installed with sigaction and checked
- * again at each call, since faulthandler or another module may have replaced it) jumps back out
- * of the copy when the faulting thread is inside one and the address in what it copies, and the
- * loop hands that record back (as a short read) for the Python loop to name. Any other SIGBUS is
- * handed to the handler that was there before ours: restored, and the fault repeats into it on
- * return (Python's faulthandler, or the default: the process dies as without this module). No
- * Python call and no allocation happens inside the guarded copy: it copies into a buffer made
- * before it. */
+ * fstat, an I/O error. The kernel then raises SIGBUS in the reading thread. The records of a
+ * run are copied out of the mapping in batches (copy_batch), each batch with the GIL released
+ * (a page fault on a cold or network file system blocks this thread only, as read_gather's
+ * pread did) and with our SIGBUS handler installed for that batch alone: installed with the
+ * GIL held before it (guard_enter), the one it replaced restored with the GIL held after it
+ * (guard_leave; threads copying at once share one installation, counted under the GIL). The
+ * handler jumps back out of the batch when the faulting thread is inside one and the address in
+ * its mapping, and the loop hands that record back (as a short read) for the Python loop to
+ * name. Any other SIGBUS (another thread's, or ours left installed by a module that replaced
+ * ours during a batch and restored it later) goes to the handler ours replaced, called
+ * directly, once: when that one returns from a fault that repeats (a stale one: faulthandler's
+ * after faulthandler.disable()), the fault comes back here and the default action ends the
+ * process; when there is none, the default action ends it at once; a non-repeating one
+ * (BUS_MCEERR_AO, a kill) is ignored only where SIG_IGN was. So a SIGBUS not ours ends the
+ * process or reaches a live handler: it never repeats for ever, nor vanishes. No Python call,
+ * no allocation and no lazily allocated thread-local happens inside a batch or the handler.
+ * Outside batches ours is not installed at all. */
 /* Measured, one queue of 16 read whole (tests' store, 2 CPU hogs on 2 cores, CPU a message):
  * 100-byte bodies, pulls of 1000: 0.59 us read_gather, 0.42 mapped (0.52 without the prefetch
  * below); of 256: 0.70 and 0.67; of 128: 0.83 and 0.94; of 16: 2.4 and 3.4 (mmap, its page
@@ -226,79 +234,155 @@ static PyObject *read_gather(int fd, int64_t fd_base, int64_t seg_size, PyObject
 #define MAP_MIN_RECORDS 256
 #define MAP_MAX_MEAN 8192
 #define PREFETCH_AHEAD 2
+#define BATCH_RECORDS 256            /* records copied with the GIL released at a time */
+#define BATCH_BYTES (128 * 1024)     /* ... and at most these bytes (the scratch buffer) */
 static int page_size = 4096;
-static struct sigaction prev_bus;            /* SIGBUS's handling before ours was installed */
-static volatile sig_atomic_t handing_on;     /* a SIGBUS not ours was handed to prev_bus */
-static int guards_active;                    /* threads inside a guarded_copy (__atomic) */
-static __thread sigjmp_buf *guard_env;       /* this thread's, while it is inside one */
-static __thread const unsigned char *guard_lo, *guard_hi;
-/* Tests only (tests/log/test_nativecheck.py): MQCTL_TEST_TRUNCATE_AFTER_MAP=<path>:<length>,
+static struct sigaction prev_bus;            /* what ours replaced: restored by guard_leave */
+static int guard_users;                      /* threads between guard_enter and guard_leave (GIL) */
+static volatile sig_atomic_t handing_on;     /* a SIGBUS not ours is being handed to prev_bus */
+/* This thread's batch while it copies one (initial-exec: read in the handler with no call that
+ * could allocate), and the address of the last repeating fault it handed on */
+typedef struct {
+    sigjmp_buf env;
+    const unsigned char *lo, *hi;   /* the mapping: a fault in it is the batch's */
+} Guard;
+static __thread Guard *volatile cur_guard __attribute__((tls_model("initial-exec")));
+static __thread void *handed_addr __attribute__((tls_model("initial-exec")));
+/* Tests only (tests/log/test_mappedreads.py): MQCTL_TEST_TRUNCATE_AFTER_MAP=<path>:<length>,
  * read at import, truncates that file to that length right after the first mapping the process
  * makes, so a read of the mapping faults as it would if another process truncated the segment
  * between the fstat and the read. Unset (always, outside those tests): nothing. */
 static char *truncate_after_map;
 
-static void on_sigbus(int sig, siginfo_t *si, void *ctx)
+static void on_sigbus(int sig, siginfo_t *si, void *ctx);
+
+static int is_ours(const struct sigaction *sa)
 {
-    (void)ctx;
-    /* (the thread-locals are read only while some thread is inside a guarded copy, under the
-     * GIL almost surely this one, not at every SIGBUS: a thread's first read of a module's
-     * thread-local may allocate) */
-    if (__atomic_load_n(&guards_active, __ATOMIC_SEQ_CST) > 0 && si != NULL && si->si_code > 0) {
-        sigjmp_buf *env = guard_env;
-        const unsigned char *a = (const unsigned char *)si->si_addr;
-        if (env != NULL && a >= guard_lo && a < guard_hi) {
-            guard_env = NULL;
-            siglongjmp(*env, 1);   /* (SA_NODEFER: SIGBUS is not left blocked) */
-        }
-    }
-    if (handing_on) {
-        /* handed on once and back here: the handler before ours handed it back to us (as
-         * faulthandler does to the one it replaced), so the default ends the loop */
-        signal(SIGBUS, SIG_DFL);
-    } else {
-        handing_on = 1;
-        sigaction(SIGBUS, &prev_bus, NULL);
-    }
-    if (si == NULL || si->si_code <= 0)
-        raise(sig);   /* sent (kill), not a fault: it does not repeat by itself */
+    return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == on_sigbus;
 }
 
-/* Whether SIGBUS is handled by on_sigbus, installing it if not (again, if it was replaced). */
-static int bus_guard_installed(void)
+/* The default action for sig, now (a fault that repeats would reach it on return anyway). */
+static void die_of(int sig)
+{
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* A SIGBUS not a batch's: to the handler ours replaced (see above). */
+static void hand_on(int sig, siginfo_t *si, void *ctx)
+{
+    int fault = si != NULL && si->si_code > 0;   /* from the kernel, not sent */
+    int repeats = fault;                          /* re-executed on return: a synchronous fault */
+#ifdef BUS_MCEERR_AO
+    if (fault && si->si_code == BUS_MCEERR_AO)
+        repeats = 0;                              /* (a machine check reported, not hit) */
+#endif
+    struct sigaction prev = prev_bus;
+    int is_fn = (prev.sa_flags & SA_SIGINFO) ? !is_ours(&prev)
+                                             : prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN;
+    if (handing_on || !is_fn || (repeats && handed_addr == si->si_addr)) {
+        /* called back from the handler handed to (faulthandler re-raises into the one it
+         * replaced), none to hand to, or the fault handed on came back unresolved */
+        if (!(prev.sa_flags & SA_SIGINFO) && prev.sa_handler == SIG_IGN && !repeats && !handing_on)
+            return;   /* ignored, as it was before ours */
+        die_of(sig);
+        return;
+    }
+    handing_on = 1;
+    if (prev.sa_flags & SA_SIGINFO)
+        prev.sa_sigaction(sig, si, ctx);
+    else
+        prev.sa_handler(sig);
+    handing_on = 0;
+    if (repeats)
+        handed_addr = si->si_addr;   /* if it comes back unresolved: the default action */
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *ctx)
+{
+    Guard *g = cur_guard;
+    if (g != NULL && si != NULL && si->si_code > 0) {
+        const unsigned char *a = (const unsigned char *)si->si_addr;
+        if (a >= g->lo && a < g->hi) {
+            cur_guard = NULL;
+            siglongjmp(g->env, 1);   /* (SA_NODEFER: SIGBUS is not left blocked) */
+        }
+    }
+    hand_on(sig, si, ctx);
+}
+
+/* Our handler installed for a batch (GIL held); 0 if sigaction failed. */
+static int guard_enter(void)
 {
     struct sigaction cur, sa;
     if (sigaction(SIGBUS, NULL, &cur) != 0)
         return 0;
-    if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus)
-        return 1;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
-    sigemptyset(&sa.sa_mask);
-    prev_bus = cur;   /* (ours is not installed: its handler cannot be reading this) */
-    handing_on = 0;
-    return sigaction(SIGBUS, &sa, NULL) == 0;
+    if (!is_ours(&cur)) {
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        /* (ours is not installed: a fault cannot be reading prev_bus) */
+        prev_bus = cur;
+        if (sigaction(SIGBUS, &sa, NULL) != 0)
+            return 0;
+    }
+    guard_users++;
+    return 1;
 }
 
-/* n bytes from src (in a mapping) to dst; -1 when a page of src failed (SIGBUS). */
-static __attribute__((noinline)) int guarded_copy(unsigned char *dst, const unsigned char *src, size_t n)
+/* After a batch (GIL held): the last one out restores the handler ours replaced, unless ours
+ * was replaced meanwhile (then the one in front stays). */
+static void guard_leave(void)
 {
-    sigjmp_buf env;
-    if (sigsetjmp(env, 0) != 0) {
-        __atomic_sub_fetch(&guards_active, 1, __ATOMIC_SEQ_CST);
-        return -1;
+    struct sigaction cur;
+    if (--guard_users == 0 && sigaction(SIGBUS, NULL, &cur) == 0 && is_ours(&cur))
+        sigaction(SIGBUS, &prev_bus, NULL);
+}
+
+/* One record's copy out of a mapping */
+typedef struct {
+    unsigned char *dst;
+    const unsigned char *src;
+    size_t n;
+} Copy;
+
+/* The copies of ``ops`` (count of them, all out of the mapping at [lo, hi)) with the GIL
+ * released and our handler installed; how many were made: fewer than count when a page of the
+ * next one failed (SIGBUS), or none when the handler could not be installed (*unguarded). */
+static Py_ssize_t copy_batch(const Copy *ops, Py_ssize_t count, const unsigned char *lo, const unsigned char *hi,
+                             int *unguarded)
+{
+    if (!guard_enter()) {
+        *unguarded = 1;
+        return 0;
     }
-    guard_lo = src;
-    guard_hi = src + n;
-    guard_env = &env;
-    __atomic_add_fetch(&guards_active, 1, __ATOMIC_SEQ_CST);
-    __asm__ __volatile__("" ::: "memory");
-    memcpy(dst, src, n);
-    __asm__ __volatile__("" ::: "memory");
-    __atomic_sub_fetch(&guards_active, 1, __ATOMIC_SEQ_CST);
-    guard_env = NULL;
-    return 0;
+    volatile Py_ssize_t done = 0;
+    Py_BEGIN_ALLOW_THREADS
+    Guard g;
+    g.lo = lo;
+    g.hi = hi;
+    if (sigsetjmp(g.env, 0) == 0) {
+        cur_guard = &g;
+        __asm__ __volatile__("" ::: "memory");
+        for (Py_ssize_t k = 0; k < count; k++) {
+            if (k + PREFETCH_AHEAD < count) {
+                /* the start of a record two ahead into the cache meanwhile: each lies on a page
+                 * of its own, where the hardware does not look ahead (a prefetch never faults) */
+                const unsigned char *a = ops[k + PREFETCH_AHEAD].src;
+                __builtin_prefetch(a);
+                __builtin_prefetch(a + 64);
+                __builtin_prefetch(a + 128);
+            }
+            memcpy(ops[k].dst, ops[k].src, ops[k].n);
+            done = k + 1;
+        }
+        __asm__ __volatile__("" ::: "memory");
+    }
+    cur_guard = NULL;
+    Py_END_ALLOW_THREADS
+    guard_leave();
+    return done;
 }
 
 /* A mapping of part of a segment: ``addr`` holds the log from commit-log offset ``lo``; records
@@ -331,7 +415,7 @@ static void map_run(RunMap *m, int fd, int64_t fd_base, int64_t seg_size, PyObje
                 hi = p + z;
         }
     }
-    if (count < MAP_MIN_RECORDS || own > count * MAP_MAX_MEAN || hi - phys <= own * 4 || !bus_guard_installed())
+    if (count < MAP_MIN_RECORDS || own > count * MAP_MAX_MEAN || hi - phys <= own * 4)
         return;
     struct stat st;
     if (fstat(fd, &st) != 0)
@@ -426,6 +510,10 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
     int map_tried = 0;
     unsigned char *scratch = NULL;
     int64_t scratch_len = 0;
+    /* The last batch copied out of it: entries b_first .. b_first + b_count - 1, the first b_done
+     * of them copied (to ops[k - b_first].dst), a page of the next one failed if fewer */
+    Copy *ops = NULL;
+    Py_ssize_t b_first = 0, b_count = 0, b_done = 0;
     for (; i < n; i++) {
         int64_t phys, size;
         if (!entry_at(entries, i, &phys, &size))
@@ -438,6 +526,13 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
         const unsigned char *r;
         int in_own = 0;   /* the record lies in ``own``, not in the span */
         if (start < 0 || size > span_len || start > span_len - size) {
+            if (i > b_first && i < b_first + b_count) {
+                /* in the batch copied out of the mapping (below) */
+                if (i - b_first >= b_done)
+                    break;   /* a page of it failed: the Python loop reads it again and names why */
+                r = ops[i - b_first].dst;
+                goto read;
+            }
             if (own == NULL || phys < own_lo || size > own_len || phys - own_lo > own_len - size) {
                 if (fd < 0 || phys < fd_base || size > seg_size || phys - fd_base > seg_size - size)
                     break;
@@ -447,9 +542,15 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 }
                 if (map.addr != NULL && phys >= map.lo && size <= map.end - map.lo
                     && phys - map.lo <= map.end - map.lo - size) {
-                    /* its own bytes out of the mapping (above): into a buffer of its own when its
-                     * body is handed out as a view of it, else into ``scratch`` */
-                    unsigned char *dst;
+                    /* its own bytes out of the mapping (above), with those of the entries after
+                     * it that lie in it too (a batch, into ``scratch``); alone into a buffer of its
+                     * own when its body is handed out as a view of it */
+                    int unguarded = 0;
+                    const unsigned char *mhi = map.addr + (map.end - map.lo);
+                    if (ops == NULL && (ops = PyMem_Malloc(BATCH_RECORDS * sizeof *ops)) == NULL) {
+                        PyErr_NoMemory();
+                        goto error;
+                    }
                     if (use_views && size >= VIEW_MIN_SIZE) {
                         Py_XDECREF(own);
                         Py_CLEAR(own_view);
@@ -458,11 +559,23 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
                             goto error;
                         own_lo = phys;
                         own_len = 0;   /* (until copied) */
-                        dst = (unsigned char *)PyBytes_AS_STRING(own);
+                        ops[0].dst = (unsigned char *)PyBytes_AS_STRING(own);
+                        ops[0].src = map.addr + (phys - map.lo);
+                        ops[0].n = (size_t)size;
+                        b_count = 0;
+                        Py_ssize_t done = copy_batch(ops, 1, map.addr, mhi, &unguarded);
+                        if (done == 1) {
+                            own_len = size;
+                            r = (const unsigned char *)PyBytes_AS_STRING(own);
+                            in_own = 1;
+                            goto read;
+                        }
+                        if (!unguarded)
+                            break;   /* a page failed: the Python loop reads it again and names why */
                     } else {
                         if (size > scratch_len) {
                             PyMem_Free(scratch);
-                            scratch_len = size > 4096 ? size : 4096;
+                            scratch_len = size > BATCH_BYTES ? size : BATCH_BYTES;
                             scratch = PyMem_Malloc((size_t)scratch_len);
                             if (scratch == NULL) {
                                 scratch_len = 0;
@@ -470,29 +583,37 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
                                 goto error;
                             }
                         }
-                        dst = scratch;
+                        /* the batch: entries i, i+1, ... while each is in the mapping, not in the
+                         * span, not handed out as a view, and fits in scratch */
+                        int64_t used = 0;
+                        Py_ssize_t count = 0;
+                        for (Py_ssize_t k = i; k < n && count < BATCH_RECORDS; k++) {
+                            int64_t p, z;
+                            if (!entry_at(entries, k, &p, &z) || z < MIN_RECORD_SIZE || p < 0
+                                || (p - lo >= 0 && z <= span_len && p - lo <= span_len - z)
+                                || p < map.lo || z > map.end - map.lo || p - map.lo > map.end - map.lo - z
+                                || (use_views && z >= VIEW_MIN_SIZE) || z > scratch_len - used)
+                                break;
+                            ops[count].dst = scratch + used;
+                            ops[count].src = map.addr + (p - map.lo);
+                            ops[count].n = (size_t)z;
+                            used += z;
+                            count++;
+                        }
+                        b_first = i;
+                        b_count = count;
+                        b_done = copy_batch(ops, count, map.addr, mhi, &unguarded);
+                        if (b_done > 0) {
+                            r = ops[0].dst;
+                            goto read;
+                        }
+                        b_count = 0;
+                        if (!unguarded)
+                            break;   /* a page failed: the Python loop reads it again and names why */
                     }
-                    if (guarded_copy(dst, map.addr + (phys - map.lo), (size_t)size) < 0)
-                        break;   /* a page failed: the Python loop reads it again and names why */
-                    /* the start of a record two ahead into the cache meanwhile: each lies on a
-                     * page of its own, where the hardware does not look ahead (a prefetch never
-                     * faults) */
-                    int64_t np, nz;
-                    if (i + PREFETCH_AHEAD < n && entry_at(entries, i + PREFETCH_AHEAD, &np, &nz) && np >= map.lo
-                        && np - map.lo < map.end - map.lo - 192) {
-                        const unsigned char *a = map.addr + (np - map.lo);
-                        __builtin_prefetch(a);
-                        __builtin_prefetch(a + 64);
-                        __builtin_prefetch(a + 128);
-                    }
-                    if (dst == scratch) {
-                        r = dst;
-                        goto read;
-                    }
-                    own_len = size;
-                    r = dst;
-                    in_own = 1;
-                    goto read;
+                    /* (our handler could not be installed: no more reads of the mapping) */
+                    munmap(map.addr, map.len);
+                    map.addr = NULL;
                 }
                 Py_ssize_t got;
                 Py_XDECREF(own);
@@ -558,6 +679,7 @@ done:
     if (map.addr != NULL)
         munmap(map.addr, map.len);
     PyMem_Free(scratch);
+    PyMem_Free(ops);
     Py_XDECREF(own_view);
     Py_XDECREF(own);
     PyBuffer_Release(&span);

@@ -168,3 +168,44 @@ def test_a_sigbus_elsewhere_still_ends_the_process(tmp_path: Path, request: pyte
     assert "survived" not in child.stdout
     if faulthandler != "none":
         assert "Bus error" in child.stderr
+
+
+_STALE = """
+import faulthandler, mmap, os, signal, sys
+from store.log.messagestore import Store
+s = Store.open(sys.argv[1])
+assert len(s.pull_bodies("T", 3, 0, 1000).bodies) == 300   # a mapped read
+faulthandler.enable()                                       # (over whatever the read left)
+assert len(s.pull_bodies("T", 3, 0, 1000).bodies) == 300
+faulthandler.disable()                                      # faulthandler's handler is gone
+if sys.argv[2] == "kill":
+    os.kill(os.getpid(), signal.SIGBUS)
+else:
+    with open(sys.argv[3], "wb") as f:
+        f.write(b"y" * 8192)
+    with open(sys.argv[3], "rb") as f:
+        m = mmap.mmap(f.fileno(), 8192, prot=mmap.PROT_READ)
+    os.truncate(sys.argv[3], 0)
+    print(m[4096])
+print("survived")
+"""
+
+
+@pytest.mark.parametrize("how", ["fault", "kill"])
+def test_a_sigbus_after_faulthandler_came_and_went_still_ends_the_process(
+        tmp_path: Path, request: pytest.FixtureRequest, how: str) -> None:
+    """Mapped reads before and after faulthandler.enable(), then faulthandler.disable(): a
+    SIGBUS (a fault, or kill -BUS) kills the process. (The handler used to stay installed,
+    refreshed at each read, and hand a foreign SIGBUS to the one it had seen last, faulthandler's,
+    gone by then: a fault repeated for ever, a kill was swallowed.) The timeout only stops a
+    spinning child."""
+    s = _sparse(tmp_path / "s")
+    request.addfinalizer(s.close)
+    try:
+        child = subprocess.run([sys.executable, "-c", _STALE, str(tmp_path / "s"), how, str(tmp_path / "other")],
+                               cwd=REPO, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"the child spun on a SIGBUS ({how})") from e
+    assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
+    assert "survived" not in child.stdout
+
