@@ -248,10 +248,11 @@ typedef struct {
 } Guard;
 static __thread Guard *volatile cur_guard __attribute__((tls_model("initial-exec")));
 static __thread void *handed_addr __attribute__((tls_model("initial-exec")));
-/* Tests only (tests/log/test_mappedreads.py): MQCTL_TEST_TRUNCATE_AFTER_MAP=<path>:<length>,
- * read at import, truncates that file to that length right after the first mapping the process
- * makes, so a read of the mapping faults as it would if another process truncated the segment
- * between the fstat and the read. Unset (always, outside those tests): nothing. */
+/* Tests only (tests/log/test_mappedreads.py): MQCTL_TEST_TRUNCATE_AFTER_MAP=<path>:<length>
+ * (<length> decimal digits), read at import, truncates that file to that length right after the
+ * first mapping the process makes, if it is of that same file (device and inode), so a read of
+ * the mapping faults as it would if another process truncated the segment between the fstat and
+ * the read. Unset (always, outside those tests), malformed, or naming another file: nothing. */
 static char *truncate_after_map;
 
 static void on_sigbus(int sig, siginfo_t *si, void *ctx);
@@ -435,9 +436,12 @@ static void map_run(RunMap *m, int fd, int64_t fd_base, int64_t seg_size, PyObje
     m->end = hi;
     if (truncate_after_map != NULL) {   /* tests only: see its definition */
         char *colon = strrchr(truncate_after_map, ':');
-        if (colon != NULL) {
+        struct stat ts;
+        if (colon != NULL && colon > truncate_after_map && colon[1] != '\0'
+            && strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
             *colon = '\0';
-            if (truncate(truncate_after_map, (off_t)strtoll(colon + 1, NULL, 10)) != 0)
+            if (stat(truncate_after_map, &ts) == 0 && ts.st_dev == st.st_dev && ts.st_ino == st.st_ino
+                && truncate(truncate_after_map, (off_t)strtoll(colon + 1, NULL, 10)) != 0)
                 perror("nativecheck: MQCTL_TEST_TRUNCATE_AFTER_MAP");
         }
         free(truncate_after_map);

@@ -209,3 +209,29 @@ def test_a_sigbus_after_faulthandler_came_and_went_still_ends_the_process(
     assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
     assert "survived" not in child.stdout
 
+
+_HOOKED = """
+import os, sys
+from store.log.messagestore import Store
+s = Store.open(sys.argv[1])
+print(len(s.pull_bodies("T", 3, 0, 1000).bodies), os.path.getsize(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("value", ["{seg}:", "{seg}:abc", "{seg}:12x", ":0", "{seg}", "{other}:0"])
+def test_a_malformed_or_foreign_truncate_hook_value_truncates_nothing(
+        tmp_path: Path, request: pytest.FixtureRequest, value: str) -> None:
+    """MQCTL_TEST_TRUNCATE_AFTER_MAP acts only on <path>:<digits> naming the segment mapped: a
+    malformed value (no length, not a number) or another file's path truncates nothing (a bare
+    ``path:`` used to truncate the segment to 0)."""
+    s = _sparse(tmp_path / "s")
+    request.addfinalizer(s.close)
+    seg = s.commitlog.segment_path(0)
+    other = tmp_path / "other"
+    other.write_bytes(b"z" * 100)
+    size = seg.stat().st_size
+    env = dict(os.environ, MQCTL_TEST_TRUNCATE_AFTER_MAP=value.format(seg=seg, other=other))
+    child = subprocess.run([sys.executable, "-c", _HOOKED, str(tmp_path / "s"), str(seg)], cwd=REPO, env=env,
+                           capture_output=True, text=True, check=True)
+    assert child.stdout.split() == ["300", str(size)]
+    assert other.stat().st_size == 100
