@@ -230,7 +230,12 @@ static PyObject *read_gather(int fd, int64_t fd_base, int64_t seg_size, PyObject
  * at most MAP_MAX_MEAN bytes on average on. A group (tests/bench/bench_members.py, 1M messages
  * of 100 bytes, 16 queues, 2 hogs, two runs against read_gather alone): 16 members 1.26 and
  * 1.37 CPU us a message across members, against 1.47 and 1.59; one member 0.50 and 0.61
- * against 0.52 and 0.56 (noise: the machine's load was 5 to 9). */
+ * against 0.52 and 0.56 (noise: the machine's load was 5 to 9). Copied in batches with the GIL
+ * released, the handler installed around each (4 sigaction calls a batch of up to 256 records),
+ * median (min-max) of 3, same bench without hogs: 16 members 1.28 (1.27-1.35) against 1.39 (1.28-1.50) with
+ * the handler left installed and the GIL held, one member 0.51 (0.51-0.54) against 0.55
+ * (0.50-0.56) (other work: load 2.6 to 8.6); against read_gather alone, 1.28 (1.16-1.37) and 1.56
+ * (1.47-1.57), one member 0.55 and 0.52. */
 #define MAP_MIN_RECORDS 256
 #define MAP_MAX_MEAN 8192
 #define PREFETCH_AHEAD 2
