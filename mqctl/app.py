@@ -213,10 +213,10 @@ def _run(args: list[str]) -> int:
         from mqctl.options import join_bash_options
         join_bash_options()
     command = command_for(args)
-    if completing == "complete_bash":
-        from mqctl.options import escape_bash_completions
-        escape_bash_completions()   # (after the app is built, which registers Typer's own)
-    elif not completing:
+    if completing:
+        from mqctl.options import register_completions
+        register_completions(command)   # (after the app is built, which registers Typer's own)
+    else:
         from mqctl.argv import normalize
         args = normalize(args, command)
     try:
@@ -224,7 +224,7 @@ def _run(args: list[str]) -> int:
     except Exit as exc:
         return exc.exit_code
     except ClickException as exc:
-        _show_usage_error(exc)
+        _show_usage_error(exc, _command_path(command, args))
         return exc.exit_code
     except Abort:
         raise KeyboardInterrupt from None
@@ -245,13 +245,30 @@ def help_alias(args: list[str]) -> list[str]:
         elif word.startswith("--store=") or word == "--utc":
             i += 1
         elif word == "help":
-            return args[:i] + args[i + 1:] + ["--help"]
+            rest = args[i + 1:]
+            return args[:i] + (rest[1:] if rest[:1] == ["help"] else rest) + ["--help"]   # (help help: the root's)
         else:
             break
     return args
 
 
-def _show_usage_error(exc: Exception) -> None:
+def _command_path(root: Any, args: list[str]) -> str:
+    """The command ``args`` name (``mqctl topic create``), for an error Click raised without
+    its context (an option missing its value: "Option '-g' requires an argument.")."""
+    path, node, skip = ["mqctl"], root, False
+    for word in args:
+        if skip or word.startswith("-"):
+            skip = word == "--store"   # (the one option before a command that takes a value)
+            continue
+        sub = node.get_command(None, word) if hasattr(node, "commands") else None
+        if sub is None:
+            break
+        path.append(word)
+        node = sub
+    return " ".join(path)
+
+
+def _show_usage_error(exc: Exception, path: str = "mqctl") -> None:
     """Typer's own errors (unknown flag, bad value, missing argument) as the contract's one
     line ``mqctl: error: … (see 'mqctl CMD --help')``; a bare command group prints its help,
     then the line that says what is missing (all on stderr, exit 2)."""
@@ -271,6 +288,5 @@ def _show_usage_error(exc: Exception) -> None:
                         ("float range", "a number"), ("float", "a number")):
         message = message.replace(f"is not a valid {kind}.", f"is not {words}.")
     ctx = getattr(exc, "ctx", None)
-    if ctx is not None:
-        message = f"{message} (see '{ctx.command_path} --help')"
+    message = f"{message} (see '{ctx.command_path if ctx is not None else path} --help')"
     print_error(message)

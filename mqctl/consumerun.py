@@ -61,11 +61,11 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         check_consume_options,
         default_broadcast_client_id,
         parse_tag_expression,
-        validate_any_topic,
         validate_client_id,
+        validate_consumable_topic,
         validate_group,
     )
-    validate_any_topic(r.topic)
+    validate_consumable_topic(r.topic)
     _named_format(r)
     group = _group(r)
     validate_group(group)
@@ -102,7 +102,7 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         strategy=r.strategy or "averagely", config_queues=cfg_queues, max_reconsume=r.max_reconsume,
         suspend_ms=1000 if r.suspend_ms is None else r.suspend_ms, dedup=r.dedup, retry_delay_ms=retry_ms,
         rebalance_interval_s=rebalance_s, no_group=r.no_group, from_offset=from_off, to=r.to,
-        to_sync=r.flush == "sync")
+        to_sync=r.flush == "sync", arg_names=ARG_FLAGS)
     if r.client_id is not None:
         opts.client_id = validate_client_id(r.client_id)
     elif r.broadcast:
@@ -255,6 +255,9 @@ def _named_format(r: ConsumeRequest) -> None:
     """``--format raw`` is the default output (each body and a newline) and ``--format json``
     is ``--json``, by the contract's names; any other ``--format`` is a template."""
     if r.format_ == "raw":
+        if r.json:   # (raw and --json ask for two outputs: neither silently wins)
+            from store.errors import UsageError
+            raise UsageError("give --json or --format, not both")
         r.format_ = None
     elif r.format_ == "json":
         r.format_, r.json = None, True

@@ -17,7 +17,7 @@ QUERY_COLUMNS = [("msgId", "MSG-ID"), ("queueId", "QUEUE"), ("queueOffset", "OFF
 def describe(store: "Store", m: "Message", obj: dict[str, Any], when: Callable[[int], str]) -> list[str]:
     """``msg show``'s lines: what the copy is, its fields and history (``obj``: its JSON report)."""
     from mqctl.output import human_size
-    body = obj["body"] if obj.get("bodyEncoding") != "base64" else "(binary; --json has it in base64)"
+    body = obj["body"] if obj.get("bodyEncoding") != "base64" else BINARY_BODY
     if len(body) > BODY_SHOWN:
         body = body[:BODY_SHOWN] + f"… ({human_size(len(m.body))} in all; --json has it whole)"
     fields = [("Topic", m.topic), ("Queue", m.queue_id), ("Queue offset", m.queue_offset),
@@ -114,6 +114,16 @@ def event_text(e: dict[str, Any], when: Callable[[int], str]) -> str:
     return text + ("  (this copy)" if e.get("this") else "")
 
 
+BINARY_BODY = "(binary; --json has it in base64)"
+
+
 def preview(body: bytes, width: int = 32) -> str:
-    text = body.decode("utf-8", "replace").replace("\n", "\\n")
+    """A body in a table (``msg query``, ``dlq list``): its text escaped
+    (:func:`mqctl.output.printable`) and cut at ``width``, or :data:`BINARY_BODY` when it is
+    not UTF-8 (as ``msg show`` says)."""
+    from mqctl.output import printable
+    try:
+        text = printable(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        return BINARY_BODY
     return text if len(text) <= width else text[: width - 1] + "…"

@@ -35,7 +35,7 @@ flag  long name           meaning
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
@@ -97,20 +97,43 @@ def join_bash_options() -> None:
     os.environ["COMP_CWORD"] = str(at)
 
 
-def escape_bash_completions() -> None:
-    """Completions as bash inserts them: a reply goes on the line as it is, so a character
-    the shell reads specially (the ``|`` a topic name may hold) is escaped, as ``printf %q``
-    does (Typer's bash class prints values bare; zsh and fish quote what they insert).
-    Registered over Typer's for this process, after the app is built (which registers it)."""
+def register_completions(root: Any) -> None:
+    """Completion classes over Typer's, for this process (after the app is built, which
+    registers Typer's). Every shell's: the words before the cursor rearranged as a run
+    rearranges argv (``mqctl/argv.py``: ``--store DIR`` after the command moves to the front);
+    Click otherwise took ``--store`` for the command's own and ``DIR`` for its first argument,
+    and offered a filled one again (``topic status --store S zeta <TAB>``: ``zeta``). Bash's:
+    completions as bash inserts them: a reply goes on the line as it is, so a character the
+    shell reads specially (the ``|`` a topic name may hold) is escaped, as ``printf %q`` does
+    (Typer's bash class prints values bare; zsh and fish quote what they insert)."""
     import re
 
     from typer._click.shell_completion import CompletionItem, add_completion_class
-    from typer._completion_classes import BashComplete
+    from typer._completion_classes import BashComplete, FishComplete, ZshComplete
 
-    class EscapingBashComplete(BashComplete):
+    from mqctl.argv import normalize
+
+    class AsRunBash(BashComplete):
+        def get_completion_args(self) -> tuple[list[str], str]:
+            args, incomplete = super().get_completion_args()
+            return normalize(args, root), incomplete
+
         def format_completion(self, item: CompletionItem) -> str:
             return re.sub(r"([^A-Za-z0-9_%+,./:=@-])", r"\\\1", item.value)
-    add_completion_class(EscapingBashComplete, "bash")
+
+    class AsRunZsh(ZshComplete):
+        def get_completion_args(self) -> tuple[list[str], str]:
+            args, incomplete = super().get_completion_args()
+            return normalize(args, root), incomplete
+
+    class AsRunFish(FishComplete):
+        def get_completion_args(self) -> tuple[list[str], str]:
+            args, incomplete = super().get_completion_args()
+            return normalize(args, root), incomplete
+
+    add_completion_class(AsRunBash, "bash")
+    add_completion_class(AsRunZsh, "zsh")
+    add_completion_class(AsRunFish, "fish")
 
 
 def _completion_store(ctx: typer.Context) -> "Store | None":

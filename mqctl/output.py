@@ -29,6 +29,21 @@ if TYPE_CHECKING:
     from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping, Sequence, TextIO
 
 
+def reader_gone(fd: int) -> bool:
+    """Whether ``fd`` is a pipe whose reader has closed it (``| head`` took its lines): the
+    kernel reports POLLERR for its write end, asked without writing."""
+    import select
+    import stat
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        poll = select.poll()
+        poll.register(fd, 0)   # (POLLERR / POLLHUP are always reported)
+        return bool(poll.poll(0))
+    except (OSError, AttributeError, ValueError):
+        return False
+
+
 class BrokenPipe(Exception):
     """The reader closed stdout. Exit 141 (128 + SIGPIPE, what a C tool would get) and
     commit nothing that was being written when this was raised.
@@ -168,7 +183,7 @@ def _isatty(stream: IO[Any]) -> bool:
 
 def header(name: str) -> str:
     """Kafka/rpk column header style: ``current offset`` -> ``CURRENT-OFFSET``."""
-    return name.strip().upper().replace("_", "-").replace(" ", "-")
+    return printable(name.strip().upper().replace("_", "-").replace(" ", "-"))
 
 
 def cell(value: Any) -> str:
@@ -179,7 +194,21 @@ def cell(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
         return ",".join(cell(v) for v in value) or "-"
-    return str(value)
+    return printable(str(value))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_NAMES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def printable(text: str) -> str:
+    """``text`` for a human table: every control character escaped (``\\n``, ``\\t``,
+    ``\\r``, else ``\\xNN``), so that a message body or a name keeps its row one line and
+    its column aligned, and sends the terminal no escape sequence. Every table cell and
+    header goes through it (:func:`cell`); ``--json`` output is the values as they are."""
+    if not _CONTROL.search(text):
+        return text
+    return _CONTROL.sub(lambda m: _CONTROL_NAMES.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
 
 
 _TRAILING_PAD = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)

@@ -146,7 +146,7 @@ def run_send(st: "State", r: SendRequest) -> None:
                     if not more:
                         sender.settle()
             except LongRecord as exc:
-                sender.too_large(exc.size, line + 1, body=r.input == "raw" and kd is None)
+                sender.too_large(exc.size, line + 1, body=r.input == "raw" and kd is None, whole=exc.whole)
         sender.flush()
         finished = True
     finally:
@@ -228,12 +228,12 @@ class Sender:
         if len(body) > self.max_size:
             self.too_large(len(body), line)
 
-    def too_large(self, size: int, line: int, body: bool = True) -> None:
-        """Refuse a message (``body``) or a line of stdin that cannot hold one, of ``size`` bytes."""
+    def too_large(self, size: int, line: int, body: bool = True, whole: bool = True) -> None:
+        """Refuse a message (``body``) or a line of stdin of ``size`` bytes (not ``whole``: more)."""
         from store.errors import MessageTooLargeError
         raise MessageTooLargeError(
-            f"{f'line {line}' if line else 'BODY'}: {'message' if body else 'a line'} of {size} bytes exceeds "
-            f"the store's limit of {self.max_size} bytes"
+            f"{f'line {line}' if line else 'BODY'}: {'message' if body else 'a line'} of {'' if whole else 'over '}"
+            f"{size} bytes exceeds the store's limit of {self.max_size} bytes"
             f"{'' if body else ' for a message, whatever its key or encoding'}{self._sent_before(line)}")
 
     def _bad_line(self, message: str, line: int) -> Exception:

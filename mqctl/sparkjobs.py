@@ -17,15 +17,19 @@ if TYPE_CHECKING:
 def run_query(spark: Any, root: str, topics: list[str], sql: str, json: bool, utc: bool = False) -> None:
     """Make the views, run ``sql`` and print its rows (NDJSON or a table, times local or with
     ``utc`` in UTC) on stdout."""
-    for line in register_views(spark, root, topics):
-        say(f"mqctl: warning: {line}")
-    from mqctl.sparkrows import emit_json, emit_table
-    from mqctl.sparkutil import output_starts
-    df = spark.sql(sql)
-    if json:
-        emit_json(df, output_starts)
-    else:
-        emit_table(df, utc, output_starts)
+    was_sensitive = spark.conf.get(CASE_SENSITIVE, "false")
+    try:
+        for line in register_views(spark, root, topics):
+            say(f"mqctl: warning: {line}")
+        from mqctl.sparkrows import emit_json, emit_table
+        from mqctl.sparkutil import output_starts
+        df = spark.sql(sql)
+        if json:
+            emit_json(df, output_starts)
+        else:
+            emit_table(df, utc, output_starts)
+    finally:   # (a caller's own session, in-process, is left as it was)
+        spark.conf.set(CASE_SENSITIVE, was_sensitive)
 
 
 def view_topics(store: "Store", wanted: list[str] | None, system: bool) -> list[str]:
@@ -47,19 +51,26 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+CASE_SENSITIVE = "spark.sql.caseSensitive"
+
+
 def register_views(spark: Any, root: str, topics: list[str]) -> list[str]:
-    """One temporary view per topic, named after it; returns warnings for names that only
-    differ in case (Spark's catalogue would let the later view replace the earlier)."""
+    """One temporary view per topic, named after it; returns warnings. Spark's catalogue folds
+    names to lower case unless ``spark.sql.caseSensitive``: where two topics' names differ only
+    in case (topic names are case-sensitive), the session is made case-sensitive, so that each
+    name reaches its own topic and never another's (column names then too: the warning says so)."""
     from store.spark import SCHEMA
-    warnings = []
-    seen: dict[str, str] = {}
+    folded: dict[str, list[str]] = {}
     for name in topics:
-        other = seen.get(name.lower())
-        if other is not None:
-            warnings.append(f"topics {other!r} and {name!r} differ only in case; "
-                            f"the view {name} is not created (use --topic to pick one)")
-            continue
-        seen[name.lower()] = name
+        folded.setdefault(name.lower(), []).append(name)
+    clashes = [names for names in folded.values() if len(names) > 1]
+    warnings = []
+    if clashes:
+        spark.conf.set(CASE_SENSITIVE, "true")
+        pairs = "; ".join(" and ".join(repr(n) for n in sorted(names)) for names in clashes)
+        warnings.append(f"topics {pairs} differ only in case: names in this query (views and columns) "
+                        f"are case-sensitive (--topic picks the views)")
+    for name in topics:
         df = spark.read.format("mqctl").schema(SCHEMA).option("store", root).option("topic", name).load()
         df.createOrReplaceTempView(quote_identifier(name))
     return warnings

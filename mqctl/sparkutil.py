@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, cast
 
 from mqctl.errors import debug
+from mqctl.output import BrokenPipe
 from store import errors as E
 
 INSTALL_HINT = "pip install 'mqctl[spark]' (PySpark >= 4.2 and pyarrow)"
@@ -272,6 +273,9 @@ def start(master: str, extra: Mapping[str, str] | None = None) -> SparkRun:
         fd, name = tempfile.mkstemp(prefix="mqctl-spark-", suffix=".log")
         log_path = Path(name)
         popen = {"stdout": fd, "stderr": fd}
+        # appended to by the JVM and by py4j's log lines (see _divert_py4j_log) alike
+        _set_append(fd)
+        _divert_py4j_log(log_path)
     progress = Progress(force_terminal=_progress_forced() or None) if progress_wanted() else None
     try:
         gateway = cast(Callable[..., Any], launch_gateway)(conf, popen_kwargs=popen)   # untyped in pyspark
@@ -279,7 +283,11 @@ def start(master: str, extra: Mapping[str, str] | None = None) -> SparkRun:
     except BaseException as exc:
         if progress is not None:
             progress.stop()
-        if debug() or not isinstance(exc, Exception):   # the JVM failing to start, in any of its ways
+        if not isinstance(exc, Exception):   # Ctrl-C or SIGTERM while the JVM starts: no log kept
+            if log_path is not None:
+                _unlink(log_path)
+            raise
+        if debug():   # the JVM failing to start, in any of its ways
             raise
         tail = _log_tail(log_path)
         raise E.OperationError(f"Spark did not start: {tail or first_line(str(exc))}"
@@ -300,6 +308,44 @@ def start(master: str, extra: Mapping[str, str] | None = None) -> SparkRun:
     return run
 
 
+def _set_append(fd: int) -> None:
+    import fcntl
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+
+
+def _divert_py4j_log(path: Path) -> None:
+    """py4j's log records go to the run's Spark log, never to the terminal.
+
+    py4j logs through the root logger too (``logging.exception("KeyboardInterrupt while
+    sending command.")``), which prints them with their tracebacks on stderr: on every Ctrl-C
+    during a Spark call (for the call it cut short, and for PySpark's ``cancelAllJobs`` after
+    it), and when the JVM goes away. Such a failure still reaches the CLI as the exception py4j
+    raises: one ``mqctl: error:`` line (the log kept and named unless it was an interruption)."""
+    import logging
+
+    class ToLog(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                with open(path, "a", encoding="utf-8", errors="replace") as log:
+                    log.write(f"py4j: {self.format(record)}\n")
+            except OSError:
+                pass
+
+    to_log = ToLog(logging.WARNING)
+    to_log.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+
+    def not_py4j(record: logging.LogRecord) -> bool:
+        if "/py4j/" in record.pathname.replace(os.sep, "/"):
+            to_log.handle(record)
+            return False
+        return True
+
+    logging.getLogger().addFilter(not_py4j)
+    py4j = logging.getLogger("py4j")
+    py4j.propagate = False
+    py4j.addHandler(to_log)
+
+
 def _silence_python_loggers() -> None:
     """PySpark logs every analysis error as a JSON line on stderr before raising it; the
     CLI reports the error itself, in one line."""
@@ -317,8 +363,8 @@ def session(master: str, extra: Mapping[str, str] | None = None) -> Iterator[Any
         yield run.spark
     except E.StoreError:
         raise
-    except (KeyboardInterrupt, BrokenPipeError):
-        raise
+    except (KeyboardInterrupt, BrokenPipeError, BrokenPipe):
+        raise   # (the CLI's boundary: exit 130, or 141 in silence for a closed stdout)
     except Exception as exc:  # noqa: BLE001 - py4j and pyspark raise many unrelated types
         if debug():
             raise

@@ -21,9 +21,15 @@ class LongRecord(Exception):
     (its delimiter, or the end of the input), not held, so one line of many GB without a
     newline costs no memory. The records before it have been yielded; nothing after it is."""
 
-    def __init__(self, size: int) -> None:
-        super().__init__(f"a record of {size} bytes")
+    def __init__(self, size: int, whole: bool = True) -> None:
+        super().__init__(f"a record of {'' if whole else 'over '}{size} bytes")
         self.size = size
+        self.whole = whole   # False: counted up to COUNT_MAX only (an input without end, /dev/zero)
+
+
+# How far a record past the cap is counted to tell its size: an input with no delimiter and
+# no end (`mqctl send < /dev/zero`) is not read for ever, at full CPU, to say how big it is.
+COUNT_MAX = 1 << 30
 
 
 def split_records(data: bytes, delim: bytes, zero_copy: bool, pending: bytes = b"") -> tuple[list[Any], bytes]:
@@ -211,7 +217,7 @@ def read_chunks(fd: int, delim: bytes, zero_copy: bool = False,
                     if tail:
                         last = (last + data[-tail:])[-tail:]
                     if cap is not None and len(pending) + held_len > cap:
-                        raise LongRecord(_count_to_end(read, fd, size, delim, len(pending) + held_len, last))
+                        raise LongRecord(*_count_to_end(read, fd, size, delim, len(pending) + held_len, last))
                     continue
             if held:
                 pending = b"".join([pending, *held])
@@ -220,7 +226,7 @@ def read_chunks(fd: int, delim: bytes, zero_copy: bool = False,
             if cap is not None and len(pending) > cap:
                 if parts:
                     yield parts, True
-                raise LongRecord(_count_to_end(read, fd, size, delim, len(pending), pending[-tail:] if tail else b""))
+                raise LongRecord(*_count_to_end(read, fd, size, delim, len(pending), pending[-tail:] if tail else b""))
             if parts:
                 if regular or (ahead is not None and ahead.waiting()):
                     more = True
@@ -237,20 +243,23 @@ def read_chunks(fd: int, delim: bytes, zero_copy: bool = False,
 
 
 def _count_to_end(read: Callable[[int, int], bytes], fd: int, size: int, delim: bytes, counted: int,
-                  tail: bytes) -> int:
+                  tail: bytes) -> tuple[int, bool]:
     """The length of a record of which ``counted`` bytes (ending in ``tail``) have been read
     (by ``read``, ``os.read`` or a :class:`ReadAhead`'s): read on to its delimiter or the end
-    of the input, keeping nothing."""
+    of the input, keeping nothing; and True. Past :data:`COUNT_MAX` bytes, what was counted
+    and False."""
     while True:
+        if counted > COUNT_MAX:
+            return counted, False
         try:
             data = read(fd, size)
         except InterruptedError:
             continue
         if not data:
-            return counted
+            return counted, True
         at = (tail + data).find(delim)
         if at >= 0:
-            return counted + at - len(tail)
+            return counted + at - len(tail), True
         counted += len(data)
         if tail:
             tail = (tail + data)[-len(tail):]

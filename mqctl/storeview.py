@@ -113,7 +113,8 @@ class CleanListing:
                          f"{plural(len(plan.index), 'index file')} ({human_size(plan.bytes)}); the log "
                          f"{'would start' if dry_run else 'starts'} at offset {plan.new_min_offset}")
         for n in plan.held:
+            todo = "resolve it with `mqctl tx commit|rollback`" if "transaction" in n.who else "consume or reset it"
             out.warn(f"kept segments older than {older_than}: {n.describe()} still needs them "
-                     f"(consume or reset it, or pass --force)")
+                     f"({todo}, or pass --force)")
         for n in plan.overridden:
             out.warn(f"{verb} unread messages of {n.describe()}")

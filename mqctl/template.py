@@ -105,6 +105,9 @@ class Template:
 def compile_template(text: str, utc: bool = False) -> Template:
     """Parse ``text`` once; an unknown token or escape is a UsageError (exit 2) that names
     it. ``utc``: ``%d`` prints UTC instead of local time (the root ``--utc``)."""
+    if text.isascii() and text.replace("-", "").replace("_", "").isalnum():
+        # a bare word is a mistyped name (jsno, xml), not a template printing it for every message
+        raise UsageError(f"--format {text!r}: not raw, json or a template (a template holds tokens: {TOKENS_HELP})")
     fields = _fields(utc)
     fmt = bytearray()
     getters: list[Getter] = []

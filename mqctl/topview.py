@@ -123,6 +123,8 @@ def locks_view(snap: Any, flt: str = "") -> Section:
 
 
 def problems_view(snap: Any, hist: Any, flt: str = "") -> Section:
+    """Every problem, a row each (``summary`` counts these rows: the header and the view agree).
+    ``hist`` None: no history (dead letters new since start counted as none)."""
     from store import format_duration
     p = snap.problems
     sec = Section("problems", [("kind", "KIND"), ("what", "WHAT"), ("count", "COUNT"), ("detail", "DETAIL")])
@@ -134,18 +136,23 @@ def problems_view(snap: Any, hist: Any, flt: str = "") -> Section:
             sec.rows.append({"kind": kind, "what": what, "count": count, "detail": detail})
 
     for g, n in sorted(p.dead_letters.items()):
-        new = hist.dead_letters_new(g)
-        add("dead letters", g, n, f"+{new} since start; mqctl dlq list -g {g}", alert=new > 0)
+        if n:
+            new = hist.dead_letters_new(g) if hist is not None else 0
+            add("dead letters", g, n, f"+{new} since start; mqctl dlq list -g {g}", alert=new > 0)
     for g, n in sorted(p.retries.items()):
         add("retries", g, n, "in flight in %RETRY%" + g, alert=False)
     for g, n in sorted(p.in_place.items()):   # (orderly: no retry topic holds them)
         add("retries", g, n, "retried in place by orderly members", alert=False)
-    for t in p.transactions:
-        overdue = t.age_ms > p.check_timeout_ms
+    for t in p.overdue:   # (a younger one is not a problem yet: the check service has not asked)
         add("transaction", t.tx_id, t.check_times, f"{t.topic}, {format_duration(t.age_ms / 1000)} old"
-            + (f" (over the {p.check_timeout_ms // 1000}s check timeout)" if overdue else ""), alert=overdue)
-    if p.delayed:
-        add("delayed", "SCHEDULE_TOPIC_XXXX", p.delayed, f"{p.delayed_due} due now", alert=p.delayed_due > 0)
+            f" (over the {p.check_timeout_ms // 1000}s check timeout)")
+    if p.delayed_due:
+        add("delayed", "SCHEDULE_TOPIC_XXXX", p.delayed_due, f"due now, of {p.delayed} delayed")
+    for lk in snap.locks:   # (a holder gone or stuck: its queue waits for the lease, or `mqctl unlock`)
+        if lk.state != "held":
+            holder = f"{lk.client_id} (pid {lk.pid})" if lk.client_id else "unreadable record"
+            add("lock", f"{lk.group} {lk.topic}/{lk.queue_id}", "-",
+                f"{lk.state}: {holder}; mqctl unlock -g {lk.group}")
     if p.recovery:   # (one row: what the first finding is, and what to do)
         more = f" (and {len(p.recovery) - 1} more: top --json lists them)" if len(p.recovery) > 1 else ""
         add("recovery", "store", len(p.recovery), f"{p.recovery[0]}{more}; {RECOVERY_REPAIR}")
@@ -167,9 +174,7 @@ def sections(snap: Any, hist: Any, view: str, flt: str = "", focus: str | None =
 
 def summary(snap: Any) -> str:
     """One line: how much there is, and how many problems."""
-    p = snap.problems
-    issues = (sum(1 for n in p.dead_letters.values() if n) + len(p.overdue) + (1 if p.delayed_due else 0)
-              + len(p.warnings) + (1 if p.recovery else 0) + sum(1 for lk in snap.locks if lk.state != "held"))
+    issues = len(problems_view(snap, None).rows)
     live = sum(m.state == "live" for g in snap.groups for m in g.members)   # (as consumers and progress)
     counts = ((sum(1 for t in snap.topics if not t.system), "topic"), (len(snap.groups), "group"),
               (live, "member"), (len(snap.locks), "lock"), (issues, "problem"))

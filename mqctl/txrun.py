@@ -2,8 +2,12 @@
 ``tx check --check-cmd`` (the check service's question).
 
 A command is split like a shell command line (``mqctl.shellwords``) and run without a shell, in a process
-group of its own that is killed on a timeout or an interrupt. It gets the message body on
-stdin and, in its environment::
+group of its own. Its own process's exit is what counts: its exit status, and (``--check-cmd``)
+what it wrote to stdout until then, read for at most ``EXIT_GRACE_S`` more, not until EOF (a
+child it left in the background may hold its stdout for ever). The group does not outlive the
+run: whatever the command left running in it is killed once it exited, when it overruns its
+timeout, or when mqctl is interrupted. It gets the message body on stdin and, in its
+environment::
 
     MQ_TX_ID, MQ_MSG_ID    the transaction id (= the message id consumers will see)
     MQ_TOPIC, MQ_QUEUE_ID  the real topic and queue
@@ -25,6 +29,7 @@ Anything else — another word, no output, a non-zero exit, a crash, overrunning
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -41,6 +46,7 @@ ANSWERS = {"COMMIT": "COMMIT", "COMMIT_MESSAGE": "COMMIT",
            "ROLLBACK": "ROLLBACK", "ROLLBACK_MESSAGE": "ROLLBACK",
            "UNKNOWN": "UNKNOWN", "UNKNOW": "UNKNOWN"}
 VALID = "expected COMMIT, ROLLBACK or UNKNOWN"
+EXIT_GRACE_S = 0.2   # after the command exited: how long output on its way is still read
 
 
 def command_argv(command: str, flag: str) -> list[str]:
@@ -108,24 +114,32 @@ class Runner:
                 warn(f"cannot run {argv[0]}: {exc.strerror or exc}")
                 return None, b""
             self.proc = proc
+            exited, out = False, b""
             try:
                 if self.stopping:   # (a signal while it started)
                     return None, b""
                 self._may_raise = True
-                out, _ = proc.communicate(body, timeout=timeout_s)
+                exited, out, held = exchange(proc, body, timeout_s)
                 self._may_raise = False
                 if self.stopping:   # (killed by :meth:`stop`: no answer, and nothing to warn about)
                     return None, b""
-                return proc.returncode, out or b""
-            except subprocess.TimeoutExpired:
-                warn(f"{argv[0]} did not finish within {timeout_s:g}s; killed")
-                return None, b""
+                if not exited:
+                    warn(f"{argv[0]} did not finish within {timeout_s:g}s; killed")
+                    return None, b""
+                if held:
+                    warn(f"{argv[0]} exited but left a process holding its stdout; killed it "
+                         f"(the answer is what {argv[0]} wrote before it exited)")
             finally:
                 self._may_raise = False
                 self.proc = None
-                if proc.poll() is None or self.stopping:  # timed out, or we are being ended
-                    kill_group(proc)
-                    proc.communicate()
+                # Whatever is left of its run goes (the module doc). Its own process is not
+                # reaped yet, so the group's id cannot have been given to another meanwhile.
+                kill_group(proc)
+                proc.wait()
+                for pipe in (proc.stdin, proc.stdout):
+                    if pipe is not None:
+                        pipe.close()
+            return proc.returncode, out
         finally:
             restore()
             if self._exit is not None:
@@ -172,8 +186,93 @@ class Runner:
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
+
+
+def exchange(proc: subprocess.Popen[bytes], body: bytes, timeout_s: float | None) -> tuple[bool, bytes, bool]:
+    """Feed ``body`` to the command's stdin and read its stdout (when it is a pipe) until its
+    own process exits, without reaping it. Returns (exited within ``timeout_s``, its stdout,
+    whether that was still held open ``EXIT_GRACE_S`` after the exit: by a child it left).
+    Stdin is closed once the body is written, or when the command exits or stops reading."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    stdin = proc.stdin
+    assert stdin is not None
+    win, rout = stdin.fileno(), proc.stdout.fileno() if proc.stdout is not None else -1
+    poller = select.poll()
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):   # (no pidfd: the exit is looked for every 50 ms)
+        pidfd = -1
+    if pidfd >= 0:
+        poller.register(pidfd, select.POLLIN)
+    if rout >= 0:
+        os.set_blocking(rout, False)
+        poller.register(rout, select.POLLIN)
+    data, pos = memoryview(body), 0
+    chunks: list[bytes] = []
+    if body:
+        os.set_blocking(win, False)
+        poller.register(win, select.POLLOUT)
+    else:
+        stdin.close()
+        win = -1
+
+    def close_stdin() -> None:
+        nonlocal win
+        if win >= 0:
+            poller.unregister(win)
+            stdin.close()
+            win = -1
+
+    exited_at: float | None = None
+    try:
+        while True:
+            now = time.monotonic()
+            if exited_at is None and pidfd < 0 and _exited(proc.pid):
+                exited_at = now
+            if exited_at is not None:
+                close_stdin()
+                if rout < 0:
+                    return True, b"".join(chunks), False
+                left: float | None = exited_at + EXIT_GRACE_S - now
+            else:
+                left = None if deadline is None else deadline - now
+            if left is not None and left <= 0:
+                return exited_at is not None, b"".join(chunks), exited_at is not None
+            if pidfd < 0:
+                left = 0.05 if left is None else min(left, 0.05)
+            for fd, _ev in poller.poll(None if left is None else max(1, int(left * 1000 + 0.999))):
+                if fd == pidfd:
+                    exited_at = time.monotonic()
+                    poller.unregister(pidfd)
+                elif fd == win:
+                    try:
+                        pos += os.write(win, data[pos:pos + 65536])
+                    except BlockingIOError:
+                        pass
+                    except OSError:   # (it stopped reading: EPIPE)
+                        pos = len(data)
+                    if pos >= len(data):
+                        close_stdin()
+                elif fd == rout:
+                    try:
+                        got = os.read(rout, 65536)
+                    except BlockingIOError:
+                        continue
+                    if got:
+                        chunks.append(got)
+                    else:   # EOF
+                        poller.unregister(rout)
+                        rout = -1
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+
+
+def _exited(pid: int) -> bool:
+    """Whether the unreaped child ``pid`` has exited (it stays unreaped)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
 def read_answer(stdout: bytes) -> tuple[str | None, str]:

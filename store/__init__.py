@@ -33,7 +33,7 @@ What else a program (and ``mqctl``, which imports nothing else of ``store``) fin
 * ``Producer.send_bodies`` / ``send_drafts``: whole batches as ``mqctl send`` writes them,
   with ``Producer(flush="sync", group_commit=True)`` acknowledging through ``on_durable``
   once a background fsync covers a batch.
-* Names: ``validate_topic``, ``validate_any_topic``, ``validate_group``,
+* Names: ``validate_topic``, ``validate_any_topic``, ``validate_consumable_topic``, ``validate_group``,
   ``validate_client_id``, ``parse_tag_expression``, ``is_system_topic``, ``topic_kind``.
 * Times as the command line writes them: ``parse_time``, ``parse_duration``, ``parse_delay``,
   ``format_time``, ``format_local``, ``format_age``.
@@ -92,9 +92,9 @@ _EXPORTS = {
     # creating and finding a store
     "create_store": "client.creation", "resolve_store_path": "client.paths", "keep_big_buffers": "buffers",
     # names: topics, groups, client ids, tag expressions (store/names.py)
-    "validate_topic": "names", "validate_any_topic": "names", "validate_group": "names",
-    "validate_client_id": "names", "is_system_topic": "names", "parse_tag_expression": "names",
-    "topic_kind": "names",
+    "validate_topic": "names", "validate_any_topic": "names", "validate_consumable_topic": "names",
+    "validate_group": "names", "validate_client_id": "names", "is_system_topic": "names",
+    "parse_tag_expression": "names", "topic_kind": "names",
     # times and durations as the command line writes them (store/timeparse.py)
     "parse_time": "timeparse", "parse_duration": "timeparse", "format_time": "timeparse",
     "format_local": "timeparse", "format_age": "timeparse", "DURATION_HELP": "timeparse",

@@ -87,6 +87,7 @@ from store.names import parse_tag_expression as parse_tag_expression
 from store.names import topic_kind as topic_kind
 from store.names import validate_any_topic as validate_any_topic
 from store.names import validate_client_id as validate_client_id
+from store.names import validate_consumable_topic as validate_consumable_topic
 from store.names import validate_group as validate_group
 from store.names import validate_topic as validate_topic
 from store.spark.staging import StagingDir as StagingDir

@@ -67,6 +67,18 @@ def validate_any_topic(name: str) -> str:
     return name
 
 
+def validate_consumable_topic(name: str) -> str:
+    """A topic a consumer may subscribe to: a user topic, or a group's ``%RETRY%`` or
+    ``%DLQ%`` topic. The store's own topics (``RMQ_SYS_…``: transactions' half messages, the
+    parked ones, delayed messages not yet due) are refused: what they hold is not for
+    delivery. Inspection (``msg show``, ``query --all``, admin) still reads them."""
+    _check_syntax("topic", name, ANY_TOPIC_RE)
+    if is_system_topic(name) and not name.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+        raise InvalidNameError(f"topic {name!r} is reserved for the system and cannot be consumed "
+                               f"(msg show, or query --all, inspect it)")
+    return name
+
+
 def validate_group(name: str) -> str:
     """A consumer group name."""
     _check_syntax("group", name)

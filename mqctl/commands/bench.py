@@ -48,8 +48,19 @@ def produce(
 ) -> None:
     from mqctl.benchreport import report_produce
     from mqctl.benchrun import peak_rss_mib, produce_run
+    _end_on_sigterm()
     elapsed = produce_run(dir_, size, count, batch, flush == "sync", queues)
     report_produce(json, size, count, batch, flush, elapsed, peak_rss_mib())
+
+
+def _end_on_sigterm() -> None:
+    """SIGTERM (``timeout``, a service manager) ends a run as Ctrl-C does: its throwaway store
+    removed and its member processes stopped (the ``finally`` blocks run), one line
+    ``mqctl: error: terminated``, exit 143. It used to kill the process where it stood."""
+    import signal
+
+    from mqctl.errors import end_as_interrupt
+    end_as_interrupt(signal.SIGTERM)
 
 
 CONSUME_HELP = """Measure consumer throughput, or hand-over after a crash.
@@ -98,6 +109,7 @@ def consume(
     if handover and rebalance:
         raise UsageError("give --handover or --rebalance, not both")
     mode = "orderly" if orderly else "concurrent"
+    _end_on_sigterm()
     with Scratch(dir_) as scratch:
         if rebalance:
             say(f"rebalance: {count:,} x {size} B, {queues} queues, {mode}: 3 steady members first")

@@ -10,7 +10,7 @@ consumer of the group must run to see the resent messages.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -25,11 +25,6 @@ def register(app: typer.Typer) -> None:
 
 # -- listing -----------------------------------------------------------------------------------
 
-def _preview(body: Any, width: int = 40) -> str:
-    text = str(body).replace("\n", "\\n")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 @dlq_app.command("list", help="""A group's dead letters (%DLQ%GROUP), oldest first.
 
 JSON rows are consume --json envelopes plus dlqOriginTopic, dlqOriginMsgId, resent (already
@@ -40,6 +35,7 @@ Examples:
   mqctl dlq list -g billing
   mqctl dlq list -g billing --json | jq -r 'select(.resent | not).msgId'""")
 def list_(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> None:
+    from mqctl.msgview import preview
     from mqctl.output import Output
     from store import format_local
     st = state(ctx)
@@ -50,7 +46,7 @@ def list_(ctx: typer.Context, group: GroupOpt, json: JsonOpt = False) -> None:
         if json:
             out.emit_json(row)  # streamed: a large DLQ starts printing at once
         else:
-            rows.append(row | {"bodyPreview": _preview(row.get("body"), 24),
+            rows.append(row | {"bodyPreview": preview(letter.message.body, 24),
                                "stored": format_local(letter.message.store_timestamp, st.utc)})
     if rows:
         out.table(rows, [("queueOffset", "OFFSET"), ("msgId", "MSG-ID"), ("dlqOriginTopic", "ORIGIN-TOPIC"),

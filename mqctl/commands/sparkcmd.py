@@ -98,8 +98,34 @@ def export(
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise ConflictError(f"{out} is not empty (give --overwrite to replace it)")
     store = state(ctx).store()
+    _can_make(out)
     ending, count = snapshot(store, topic)
     extra = sparkutil.parse_conf(conf)
     with sparkutil.session(master, extra) as spark:
         export_topic(spark, str(store.root.resolve()), topic, ending, out.resolve(), format_)
     say(f"exported {plural(count, 'message')} of {topic} to {out} ({format_})")
+
+
+def _can_make(out: Path) -> None:
+    """Fail before Spark starts where ``out`` cannot be made (a parent that is a file, no
+    permission, a read-only file system): Spark would fail only inside its job, after its
+    start, in one long line. The directories made to find out are removed again."""
+    from store.errors import StoreIOError
+    missing = []
+    at = out.absolute()
+    while not at.exists() and at != at.parent:
+        missing.append(at)
+        at = at.parent
+    made: list[Path] = []
+    try:
+        for d in reversed(missing):
+            d.mkdir()
+            made.append(d)
+    except OSError as exc:
+        raise StoreIOError(f"cannot create {out}: {exc.strerror or exc}") from None
+    finally:
+        for d in reversed(made):
+            try:
+                d.rmdir()
+            except OSError:
+                pass

@@ -98,10 +98,11 @@ CLEAN_HELP = """Delete old segments that every reader has passed.
 
 A segment goes when it is not the last one, its file was last modified more than --older-than
 ago (default 72h, RocketMQ's fileReservedTime), and no consumer group, broadcast client, the
-delay scheduler or an unresolved transaction still needs a message in it. --force deletes what
-is older than the retention even when lagging readers need it (they are listed). Consume-queue
-and index files that only point into deleted segments go too. Oldest first, under the store's
-write lock; a crash at any step leaves a store that opens, and the next clean finishes.
+delay scheduler or an unresolved transaction (pending, or parked by `tx check`) still needs a
+message in it. --force deletes what is older than the retention even when lagging readers need
+it (they are listed). Consume-queue and index files that only point into deleted segments go
+too. Oldest first, under the store's write lock; a crash at any step leaves a store that opens,
+and the next clean finishes.
 
 Examples:
   mqctl store clean --dry-run

@@ -36,6 +36,8 @@ unlike `mqctl send`, which sends one message per line of stdin.
 MQ_KEYS, MQ_TAGS in its environment; exit 0 commits, exit 1 rolls back, anything else leaves
 the transaction to `mqctl tx check`. Before CMD starts, one line on stderr names the half
 message ("mqctl: half message stored: txId …"), so it can be resolved if mqctl is killed.
+Once CMD exits, whatever it left running in its process group is killed (start lasting work
+with setsid, or from the consumer of the committed message).
 
 Examples:
   mqctl tx send orders '{"id":7}' --keys order-7
@@ -93,8 +95,18 @@ def send(
         except StoreError as exc:  # e.g. `tx check` resolved it the other way meanwhile:
             # the one line still reports the state the store holds, then the error's exit code
             outcome, error = admin.transaction_state(res.tx_id), exc
-    Output().emit_json({"txId": res.tx_id, "msgId": res.tx_id, "state": outcome, "topic": res.topic,
-                        "queueId": res.queue_id, "offsetMsgId": res.offset_msg_id})
+    from mqctl.output import BrokenPipe, say
+    try:
+        Output().emit_json({"txId": res.tx_id, "msgId": res.tx_id, "state": outcome, "topic": res.topic,
+                            "queueId": res.queue_id, "offsetMsgId": res.offset_msg_id})
+    except BrokenPipe:   # (the reader left: a note, and exit 141 as every command gives it)
+        say(f"mqctl: stdout was closed by the reader; the half message is stored as txId {res.tx_id} ({outcome})")
+        raise
+    except OSError as exc:   # (>&-, a full disk: the error names the half message, or nothing could)
+        from mqctl.errors import stdout_failure
+        from store.errors import OperationError
+        raise OperationError(f"{stdout_failure(exc)}; the half message is stored as txId {res.tx_id} "
+                             f"({outcome})") from exc
     if error is not None:
         raise error
 

@@ -19,7 +19,8 @@ MQ_BORN_TIMESTAMP and MQ_CHECK_TIMES in its environment.
 CMD answers on the last non-empty line of its stdout, in any case, blanks around it ignored:
 COMMIT or ROLLBACK resolves the transaction, UNKNOWN leaves it for a later pass (RocketMQ's
 COMMIT_MESSAGE, ROLLBACK_MESSAGE and UNKNOW too). Any other answer, no answer, a non-zero
-exit or overrunning --cmd-timeout leaves it unknown as well, with a warning. After
+exit or overrunning --cmd-timeout leaves it unknown as well, with a warning. CMD's exit ends
+its turn: its answer is what it wrote before, and whatever it left running is killed. After
 --max-checks checks a transaction is parked in TRANS_CHECK_MAX_TIME_TOPIC; `mqctl tx commit`
 or `rollback` still resolves it.
 

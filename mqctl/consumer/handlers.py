@@ -34,6 +34,7 @@ from mqctl.consumer.child import Child, HandlerTimeout, kill_tree
 from mqctl.consumer.outputs import emit_outputs, read_captured
 from mqctl.consumer.slots import FifoSlots
 from mqctl.consumer.watchdog import Watchdog
+from mqctl.output import BrokenPipe, reader_gone
 from store.errors import HandlerError, UsageError
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ def _no_inherited_fds() -> None:
 
 
 # subprocess resets these (Python ignores them) before exec: so does the handler's spawn.
+_PIPE_DEATHS = (-signal.SIGPIPE, 128 + signal.SIGPIPE)   # (killed by it, or a shell's child was)
 _RESET_SIGNALS = tuple(getattr(signal, s) for s in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, s))
 
 
@@ -338,6 +340,12 @@ class ExecHandler:
                 child.stdout_fd = -1
         if self.aborted and code != 0:
             return None, "handler ended by a second interrupt"
+        if code in _PIPE_DEATHS and not self.capture and reader_gone(1):
+            # It wrote to the consumer's stdout, whose reader left (`| head`): SIGPIPE (itself, or
+            # a command of its shell). Not the message's failure (no retry, no dead letter): the
+            # consumer stops as a write of its own would (exit 141), this batch uncommitted. (Any
+            # other failure is the message's, reader or not: retried, dead-lettered, said.)
+            raise BrokenPipe("stdout was closed by the reader")
         if code == 0:
             return True, ""
         if code < 0:
@@ -433,9 +441,15 @@ class ExecSink:
             if lock_fd is not None:
                 os.close(lock_fd)
             return
-        if self.may_start is not None and not self.may_start(batch):
-            # its queue was let go while it waited (this process stopped past its lease, say)
-            self._wait(fut, None, lock_fd, batch, "its queue is no longer this member's")
+        try:
+            refused = self.may_start is not None and not self.may_start(batch)
+        except BaseException as exc:   # (--dedup's look at its log failed: the consumer's error, not a hang)
+            self._settle(fut, lock_fd, exc)
+            return
+        if refused:
+            # its queue was let go while it waited (this process stopped past its lease, say),
+            # or --dedup recorded a message of it meanwhile (Holdings.may_start)
+            self._wait(fut, None, lock_fd, batch, "handed back before its handler started")
             return
         try:
             started = self.handler.spawn(batch, topic, () if lock_fd is None else (lock_fd,))

@@ -47,7 +47,6 @@ class StdoutSink:
         self.raw = raw
         self.completed = 0
         self.fd = _stdout_fd()
-        self._poll: Any = None   # select.poll on stdout when it is a pipe; False when not
         self.stopping: Callable[[], bool] = lambda: False   # the consumer was asked to stop
         self._nb: int | None = None   # a non-blocking descriptor of stdout's pipe or terminal; -1: none
         self._nb_poll: Any = None   # select.poll on it, waiting for room
@@ -174,23 +173,9 @@ class StdoutSink:
         """Called by an idle consumer: BrokenPipe if stdout is a pipe whose reader is gone
         (``| head`` got its lines while everything fitted in the pipe), so the consumer exits
         141 now instead of at its next write, which may never come."""
-        if self._poll is None:
-            import select
-            import stat
-            try:
-                if not stat.S_ISFIFO(os.fstat(self.fd).st_mode):
-                    self._poll = False
-                    return
-                self._poll = select.poll()
-                self._poll.register(self.fd, 0)   # POLLERR / POLLHUP are always reported
-            except (OSError, AttributeError, ValueError):
-                self._poll = False
-                return
-        if self._poll is False:
-            return
-        if self._poll.poll(0):
+        from mqctl.output import BrokenPipe, reader_gone
+        if reader_gone(self.fd):
             self.completed = 0
-            from mqctl.output import BrokenPipe
             raise BrokenPipe("stdout was closed by the reader")
 
 

@@ -76,7 +76,7 @@ class AsyncConsumer:
         # recover it, the group joined under its mutex) is made at the first await (``async
         # with``, the iteration, run) on the loop's commit thread, off the loop. It is a sync
         # Consumer's, never iterated or run: only its runtime is driven, on the event loop.
-        names.validate_any_topic(topic)
+        names.validate_consumable_topic(topic)
         names.validate_group(group)
         check_consume_options(broadcast=broadcast, orderly=orderly, dedup=dedup)
         start_position(start_from)

@@ -117,7 +117,7 @@ class Consumer:
                  broadcast: bool = False, start_from: StartFrom = "last",
                  tags: str | Iterable[str] | None = "*", client_id: str | None = None,
                  dedup: bool = False) -> None:
-        names.validate_any_topic(topic)
+        names.validate_consumable_topic(topic)
         names.validate_group(group)
         check_consume_options(broadcast=broadcast, orderly=orderly, dedup=dedup)
         from_where, from_ts = start_position(start_from)

@@ -26,6 +26,7 @@ TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__i
 if TYPE_CHECKING:
     from typing import Any, Callable
 
+    from store.client.dedup import DedupLog
     from store.client.qlocks import QueueLock
     from store.log.record import Message
 
@@ -43,6 +44,8 @@ class Holdings:
         # id(batch) -> (its queue, the process queue it was handed out of), while a pool sink has it
         self.handed: dict[int, tuple[QueueKey, ProcessQueue]] = {}
         self.left = False   # the member left its group (shutdown): no handler call starts any more
+        # --dedup, concurrent mode: the group's log, looked at again as a handler starts (may_start)
+        self.dedup: DedupLog | None = None
 
     def may_start(self, batch: list[Message]) -> bool:
         """Whether a handler may still start on ``batch``, handed out earlier: a pool sink asks
@@ -51,9 +54,17 @@ class Holdings:
         stopped (SIGSTOP, a hang) for longer, and another member may consume the queue by now,
         as RocketMQ's ConsumeRequest checks that its process queue was not dropped. Nor once
         the member left. The batch is then handed back untouched (it is the queue's next
-        owner's to deliver)."""
+        owner's to deliver). Nor (``dedup``) once the log has a message of it: a copy recorded
+        while the batch waited for a thread or a ``--threads`` slot, say the first copy's handler
+        that ran meanwhile (the hand-out looked before it completed); handed back, the next
+        hand-out consumes it without a handler run (``Dispatcher._without_recorded``)."""
         if self.left:   # (its lock released, or kept for the calls still running only)
             return False
+        dedup = self.dedup
+        if dedup is not None:
+            dedup.refresh()
+            if any(m.uniq_key and dedup.seen(m.uniq_key) for m in batch):
+                return False
         got = self.handed.get(id(batch))
         if got is None:   # (not handed out by the dispatcher: nothing to judge it by)
             return True

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -45,6 +46,8 @@ class ConsumeOptions:
     no_group: bool = False              # read without a group: nothing persisted, no member
     to: str | None = None               # an exactly-once stage: outputs go here (stage.py)
     to_sync: bool = False               # its batches fsynced before they count (--flush sync)
+    # how the member's errors name arguments (store/client/rules.py; None: the Python spelling)
+    arg_names: Mapping[str, str] | None = None
 
 
 def default_broadcast_client_id() -> str:

@@ -17,8 +17,9 @@ offsets, and a :class:`store.Message` is built for each only when it is read. A 
 rows or messages, not both: messages put into a queue of rows turn its rows into messages.
 
 Orderly mode: :meth:`take` moves the smallest offsets to the in-flight ("consuming") map;
-:meth:`commit` drops them and returns the offset after the last one; :meth:`make_again` puts
-them back so the same messages are retried, in place, before anything later.
+:meth:`commit` drops them and returns the offset to commit (the next cached one, or one past the
+largest seen); :meth:`make_again` puts them back so the same messages are retried, in place,
+before anything later.
 """
 from __future__ import annotations
 
@@ -379,7 +380,10 @@ class ProcessQueue:
         return out
 
     def commit(self) -> int:
-        """Drop the in-flight messages; the offset after the last one (or -1)."""
+        """Drop the in-flight messages; the offset to commit (or -1): the next one cached, or
+        one past the largest seen when nothing is left (as :meth:`remove`). Not just the one
+        after the last consumed: what a pull left out after it (``--dedup``'s skipped copies,
+        another tag's messages) is consumed too, or a queue that ends with them never drains."""
         if not self.consuming:
             return -1
         last = max(self.consuming)
@@ -387,7 +391,7 @@ class ProcessQueue:
             self.bytes -= len(m.body)
             self.retries.pop(off, None)
         self.consuming.clear()
-        return int(last) + 1
+        return max(int(last) + 1, self.msgs.first() if self.msgs else self.max_seen + 1)
 
     def make_again(self) -> None:
         """Put the in-flight messages back in front, to be consumed again."""

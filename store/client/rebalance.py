@@ -82,10 +82,11 @@ class Rebalancer:
             self.membership.join()
         except ClientIdInUseError as exc:
             if o.broadcast and not o.client_id_given:
+                from store.client.rules import spelling
                 raise ClientIdInUseError(
                     f"{exc}: a broadcast consumer's default client id ({o.client_id}) is one per "
                     f"host and group; give each broadcast consumer of group {o.group} on this host "
-                    f"its own --client-id (it keeps its offsets under that id)") from exc
+                    f"its own {spelling(o.arg_names)['client_id']} (it keeps its offsets under that id)") from exc
             raise
         if o.broadcast:   # (a clustering member looks at the others at its first allocation)
             from store.client.members import live_members

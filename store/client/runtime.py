@@ -251,6 +251,8 @@ class Runtime:
                 from store.client.dedup import DedupLog
                 self.dedup = self.puller.dedup = self.dispatcher.dedup = DedupLog(self.layout, o.group,
                                                                                  max_entries=200_000)
+                # (concurrent mode: looked at again as a handler starts; orderly: at the pull only)
+                self.held.dedup = None if o.orderly else self.dedup
             try:
                 self.rebalancer.join()
             except BaseException:

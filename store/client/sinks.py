@@ -128,7 +128,7 @@ class ThreadPoolSink:
 
     def _run(self, batch: list[Message], topic: str) -> Outcome:
         if self.may_start is not None and not self.may_start(batch):
-            return None, "its queue is no longer this member's"
+            return None, "handed back before its handler started"
         outcome = self.work(batch, topic)
         if self.on_outcome is not None:
             self.on_outcome(batch, outcome)   # (in this thread, before the future completes)

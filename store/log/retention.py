@@ -18,9 +18,13 @@ not read it yet lose those messages. Here a segment is deleted only when all of 
    * unresolved transactions: the live half copies of every PREPARED transaction. Records that
      finish a half copy (op records, the committed message) are always written after that copy,
      so keeping every segment from the oldest live copy on keeps everything a check or a manual
-     ``tx commit`` needs. If reading the transactions fails, the floor falls back to the record at
-     the check service's committed half offset (``tx/CID_RMQ_SYS_TRANS.json``), which is
-     conservative.
+     ``tx commit`` needs. Parked transactions (DISCARDED after ``max_checks``, with a copy in
+     ``TRANS_CHECK_MAX_TIME_TOPIC``, resolved by nobody since) are unresolved too: ``tx commit``
+     makes the committed message from the newest half copy, and the parked copy and DISCARD op
+     come after it, so the log is kept from that copy on until one resolves them. If reading
+     the transactions fails, the floor falls back to the record at the check service's
+     committed half offset (``tx/CID_RMQ_SYS_TRANS.json``), or to the first half copy when
+     anything is parked, which is conservative.
 
    Committed offsets below a queue's first stored message (already removed) do not hold
    anything back. ``force`` ignores rule 3: what is older than the retention goes, and the
@@ -57,7 +61,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from store.errors import StoreError, io_error
 from store.fsutil import fsync_dir, read_json_with_bak
 from store.log import format as F
-from store.names import HALF_TOPIC, SCHEDULE_TOPIC
+from store.names import CHECK_MAX_TOPIC, HALF_TOPIC, SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
     from store.log.messagestore import Store
@@ -187,7 +191,8 @@ def _schedule_needs(store: "Store", topics: dict[str, Any]) -> list[Need]:
 
 
 def transaction_needs(store: "Store") -> list[Need]:
-    """The live half copies of unresolved transactions (see the module docstring)."""
+    """The live half copies of unresolved transactions, and the newest half copy of each
+    parked one (see the module docstring)."""
     if not store.has_topic(HALF_TOPIC):
         return []
     from store.log.positions import load_tx_progress
@@ -198,11 +203,18 @@ def transaction_needs(store: "Store") -> list[Need]:
         for p in txcheck.pending(store):
             for h in tx.load(store, p.tx_id).live():
                 needs.append(Need(f"transaction {p.tx_id}", HALF_TOPIC, 0, h.queue_offset, h.commitlog_offset))
+        for p in txcheck.parked(store):
+            needs.append(Need(f"parked transaction {p.tx_id}", HALF_TOPIC, 0, p.half.queue_offset,
+                              p.half.commitlog_offset))
         return needs
     except (StoreError, OSError, ValueError) as exc:
         store.warn(f"could not read the unresolved transactions ({exc}); keeping the log from the "
                    f"check service's position")
+        half: int | None
         half, _op = load_tx_progress(store.layout, store.warn)
+        if store.has_topic(CHECK_MAX_TOPIC):
+            lo, hi = store.min_offset(CHECK_MAX_TOPIC, 0), store.max_offset(CHECK_MAX_TOPIC, 0)
+            half = None if hi > lo else half   # parked ones lie below it: from the first half copy
         n = _queue_need(store, "transaction check service", HALF_TOPIC, 0, half)
         return [] if n is None else [n]
 

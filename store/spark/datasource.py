@@ -40,7 +40,9 @@ naming the valid ones):
 ``waitForTopic``             stream only: ``true`` lets a named topic not exist yet (else
                              the stream fails: a misspelled topic would never have data)
 ``failOnDataLoss``           ``true`` (default): fail when retention removed messages the
-                             read was due to read; ``false``: skip them with a warning
+                             read was due to read, or a stream's queue is not the one its
+                             checkpoint counted (its topic made again); ``false``: skip
+                             them, read such a queue from its start, with a warning
 ``shape``                    ``kafka``: Kafka's columns (:mod:`store.spark.kafka`), read
                              and write
 ``subscribe``, ``maxOffsetsPerTrigger``, ``startingTimestamp``, ``endingTimestamp``: Kafka's

@@ -109,7 +109,8 @@ def check_kafka_write(schema: StructType) -> None:
         if name in types and not isinstance(types[name], (StringType, BinaryType)):
             raise UsageError(f"column {name!r} must be string or binary (as for Kafka), "
                              f"not {types[name].simpleString()}")
-    if "headers" in types and types["headers"] != KAFKA_SCHEMA["headers"].dataType:
+    # (nullability aside: Spark SQL's named_struct gives a key that cannot be null)
+    if "headers" in types and types["headers"].simpleString() != KAFKA_SCHEMA["headers"].dataType.simpleString():
         raise UsageError("column 'headers' must be array<struct<key:string,value:binary>> (as for Kafka)")
 
 
@@ -134,12 +135,18 @@ def to_store_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
                 shard = pc.if_else(pc.is_null(partition), text, pa.scalar(None, pa.string()))
             else:
                 shard = text
-            arrays += [text, shard]
+            # a key is the message's keys as the Kafka shape's read joins them (space separated):
+            # each word (commas separate too) is one key, checked as Producer.send checks keys
+            arrays += [pc.split_pattern_regex(text, r"[\s,]+"), shard]
             names += ["keys", "shardingKey"]
         elif name == "headers":
             offsets, pairs = _rebased(arr)
-            items = pairs.field(1).cast(pa.string())
-            arrays.append(pa.MapArray.from_arrays(offsets, pairs.field(0), items))
+            valid = pc.is_valid(pairs.field(1))   # as Kafka's own headers allow: a null value is no property
+            kept = pc.cumulative_sum(valid.cast(pa.int32())) if len(valid) else pa.array([], pa.int32())
+            before = pa.concat_arrays([pa.array([0], pa.int32()), kept.cast(pa.int32())])
+            offsets = pc.take(before, offsets.cast(pa.int32()))
+            items = pc.filter(pairs.field(1), valid).cast(pa.string())
+            arrays.append(pa.MapArray.from_arrays(offsets, pc.filter(pairs.field(0), valid), items))
             names.append("properties")
         else:
             arrays.append(arr)

@@ -8,6 +8,7 @@ import difflib
 import json
 import os
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence, TypeVar
@@ -246,6 +247,9 @@ def plan_ranges(store: "Store", opts: ReadOptions) -> list[QueueRange]:
     check_named_queues(opts.starting, dict(selected), "startingOffsets")
     check_named_queues(opts.ending, dict(selected), "endingOffsets")
     for topic, q, named in opts.starting.per_queue:
+        if named >= 0 and named > store.max_offset(topic, q):   # (Kafka's batch read fails too)
+            raise UsageError(f"startingOffsets names {topic}/{q}@{named}, past the end of the queue "
+                             f"(its next offset is {store.max_offset(topic, q)})")
         if named >= 0 and named < store.min_offset(topic, q):
             data_lost(topic, q, named, store.min_offset(topic, q), opts.fail_on_data_loss)
     out: list[QueueRange] = []
@@ -253,19 +257,68 @@ def plan_ranges(store: "Store", opts: ReadOptions) -> list[QueueRange]:
         for q in range(queues):
             start = opts.starting.resolve(store, topic, q, "earliest")
             end = opts.ending.resolve(store, topic, q, "latest")
-            out.append(QueueRange(topic, q, start, max(start, end)))
+            if start > end:   # a mistake, not a queue with nothing to read
+                raise UsageError(f"startingOffsets ({start}) is after endingOffsets ({end}) for queue "
+                                 f"{topic}/{q}: a batch read needs a start at or before its end")
+            out.append(QueueRange(topic, q, start, end))
     return out
 
 
-def data_lost(topic: str, queue_id: int, wanted: int, earliest: int, fail: bool) -> None:
+def data_lost(topic: str, queue_id: int, wanted: int, earliest: int, fail: bool,
+              once: object = None) -> None:
     """Messages ``[wanted, earliest)`` a read was due to read are gone (retention removed
     them): Kafka's ``failOnDataLoss`` fails the read (the default), ``false`` skips them with
-    a warning on stderr."""
+    a warning on stderr (said once per ``once``, when given: :func:`warn`)."""
     what = (f"messages {topic}/{queue_id}@{wanted}-{earliest - 1} were removed by retention "
             f"before this read reached them")
     if fail:
         raise DataError(f"{what} (give failOnDataLoss=false to skip what is gone)")
-    print(f"mqctl: warning: {what}: skipped (failOnDataLoss=false)", file=sys.stderr)
+    warn(f"{what}: skipped (failOnDataLoss=false)", once)
+
+
+_SAID: OrderedDict[int, None] = OrderedDict()   # hashes of the latest warnings said once
+_SAID_MAX = 256
+
+
+def warn(what: str, once: object = None) -> None:
+    """``mqctl: warning: WHAT`` on stderr; given ``once`` (a stream's micro-batch: its start
+    and end offsets), only the first time in this process: Spark may plan a micro-batch more
+    than once (and the JVM reader's planner process serves every plan of its session)."""
+    if once is not None:
+        key = hash((what, once))
+        if key in _SAID:
+            _SAID.move_to_end(key)
+            return
+        _SAID[key] = None
+        if len(_SAID) > _SAID_MAX:   # (a stream's plans of one batch come together: the latest suffice)
+            _SAID.popitem(last=False)
+    print(f"mqctl: warning: {what}", file=sys.stderr)
+
+
+def queues_went_back(topic: str, read_to: Mapping[int, int], ends: Mapping[int, int],
+                     recreated: bool, fail: bool, once: object = None) -> None:
+    """A stream read queues ``read_to`` (queue id -> the offset it read up to) of ``topic``,
+    but they are no longer what it read: the topic was deleted and made again since
+    (``recreated``: its birth changed), or a queue now ends (``ends``) before that offset (the
+    store lost its last messages: its recovery after a power cut, say). As Kafka's source when
+    an offset went backwards, the read fails unless ``failOnDataLoss`` is false; then one
+    warning, and a made-again topic's queues are read from their first offsets, queues that
+    lost their last messages on from their new ends (the warning said once per ``once``,
+    when given: :func:`warn`)."""
+    at = ", ".join(f"{topic}/{q} up to offset {o}" for q, o in sorted(read_to.items()))
+    if recreated:
+        what = (f"topic {topic!r} was deleted and made again after this stream read {at}: "
+                f"messages of the old topic past those offsets may never have been read, and "
+                f"the new topic's offsets start again at 0")
+        redo = "read the new topic from its first offsets"
+    else:
+        now = ", ".join(f"{topic}/{q} at {ends[q]}" for q in sorted(read_to))
+        what = (f"queues end before the offsets this stream read up to ({at}; they end {now}): "
+                f"the store lost their last messages")
+        redo = "read on from their new ends"
+    if fail:
+        raise DataError(f"{what} (give failOnDataLoss=false to {redo})")
+    warn(f"{what}: {redo.replace('read ', 'reading ', 1)} (failOnDataLoss=false)", once)
 
 
 def split_slices(slices: Sequence[R], at_least: int) -> list[R]:

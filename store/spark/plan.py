@@ -103,7 +103,7 @@ def stream(request: dict[str, Any], opts: ReadOptions) -> dict[str, Any]:
             end = streamplan.next_end(store, opts, start, json.loads(target) if target else None,
                                       request.get("maxRows"))
             return {"offset": offset_text(end)}
-        ranges = streamplan.batch_ranges(opts, start, json.loads(request["end"]))
+        ranges = streamplan.batch_ranges(store, opts, start, json.loads(request["end"]))
         return read_plan(store, opts, ranges, request, cut=False)
 
 

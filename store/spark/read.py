@@ -301,7 +301,7 @@ class MqctlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         o = self.opts
         return [QueueSlice(r.topic, r.queue_id, r.start, r.end, o.store, o.tags, o.fail_on_data_loss)
-                for r in batch_ranges(o, start, end)]
+                for r in batch_ranges(self._open(), o, start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(partition, self.plan)

@@ -27,10 +27,18 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from store.errors import BadInputError, MessageTooLargeError, OperationError, TopicNotFoundError, UsageError
+from store.client.properties import build_properties
+from store.errors import (
+    BadInputError,
+    InvalidPropertyError,
+    MessageTooLargeError,
+    OperationError,
+    TopicNotFoundError,
+    UsageError,
+)
 from store.fsutil import open_private
 from store.log.messagestore import Store
-from store.log.record import PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS, Draft, check_property
+from store.log.record import Draft
 from store.names import validate_topic
 from store.spark.kafka import to_store_batch
 from store.spark.options import check_options, open_store, parse_bool, parse_shape, store_option
@@ -159,30 +167,26 @@ class RowRules:
         return int(qid)
 
 
-def _keys_prop(value: Any, where: str) -> str | None:
-    if value is None:
-        return None
-    items = [value] if isinstance(value, str) else [k for k in value if k is not None]
-    if not all(isinstance(k, str) for k in items):
-        raise BadInputError(f"{where}: keys must be strings")
-    keys = [p for k in items for p in k.replace(",", " ").split() if p]
-    return " ".join(keys) or None
+# How a write's errors name its columns (store.client.rules.PYTHON_NAMES spells the rest).
+COLUMN_NAMES = {"sharding_key": "shardingKey"}
 
 
-def _user_props(value: Any, where: str) -> list[tuple[str, str]]:
-    if value is None:
-        return []
-    pairs = value.items() if isinstance(value, dict) else value
-    out = []
-    for k, v in pairs:
-        if v is None:
-            continue
-        try:
-            check_property(str(k), str(v))
-        except BadInputError as exc:
-            raise BadInputError(f"{where}: {exc.message}") from exc
-        out.append((str(k), str(v)))
-    return out
+def _row_properties(tags: Any, keys: Any, props: Any, skey: Any, where: str) -> list[tuple[str, str]]:
+    """A row's stored properties, built and checked as ``Producer.send`` builds them
+    (:func:`store.client.properties.build_properties`: the same rules and words), the error
+    (``BadInputError``) naming the row. ``keys`` is an array or a comma-separated string; ``props`` a map."""
+    if isinstance(keys, str):
+        keys = [k.strip() for k in keys.split(",")]
+    if props is not None and not isinstance(props, dict):
+        props = dict(props)     # (Arrow's map: a list of pairs)
+    try:
+        built = build_properties(tags=tags or None, keys=keys, properties=props, sharding_key=skey,
+                                 arg_names=COLUMN_NAMES)
+    except InvalidPropertyError as exc:   # a bad row of input, as a bad line of send --input json
+        raise BadInputError(f"{where}: {exc.message}") from None
+    except MessageTooLargeError as exc:
+        raise MessageTooLargeError(f"{where}: {exc.message}") from None
+    return list(built.items())
 
 
 def stage_batch(batch: pa.RecordBatch, topic_opt: str | None, rules: RowRules,
@@ -217,14 +221,7 @@ def stage_batch(batch: pa.RecordBatch, topic_opt: str | None, rules: RowRules,
             raise MessageTooLargeError(f"{row}: message body of {len(body)} bytes exceeds the "
                                        f"store's limit of {rules.max_size} bytes")
         skey = skeys[i]
-        p = _user_props(props[i], row)
-        if tags[i]:
-            p.append((PROP_TAGS, tags[i]))
-        k = _keys_prop(keys[i], row)
-        if k:
-            p.append((PROP_KEYS, k))
-        if skey is not None:
-            p.append((PROP_SHARDING_KEY, skey))
+        p = _row_properties(tags[i], keys[i], props[i], skey, row)
         out["topic"].append(topic)
         out["body"].append(body)
         out["queueId"].append(rules.queue(topic, qids[i], skey, row))

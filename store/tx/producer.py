@@ -107,7 +107,9 @@ class TransactionProducer(StoreClient):
     ``timeout`` and resolves it on the answer; passes of several processes (and of
     ``mqctl tx check``) run one at a time.
 
-    ``path=None`` selects ``$MQCTL_STORE``, else ``~/.mqctl/store`` (created if missing).
+    ``path=None`` selects ``$MQCTL_STORE``, else ``~/.mqctl/store``. The first :meth:`send`
+    creates a missing store; :meth:`commit`, :meth:`rollback`, :meth:`check_pending` and
+    :meth:`pending` of a missing one raise ``StoreNotFoundError`` and create nothing.
     ``flush="sync"`` fsyncs every record before a call returns.
     """
 
@@ -118,11 +120,37 @@ class TransactionProducer(StoreClient):
         check_flush(flush)
         if check is not None and not callable(check):
             raise UsageError("check must be callable: check(msg) -> TxState")
+        import threading
+
+        from store.errors import StoreNotFoundError
         from store.log.messagestore import Store
         self.path = resolve_store_path(path)
         self.check = check
         self.sync = flush == "sync"
-        self._store: Store | None = Store.open(self.path, create=True)
+        self._closed = False
+        self._opening = threading.Lock()
+        try:
+            self._store: Store | None = Store.open(self.path)
+        except StoreNotFoundError:
+            self._store = None   # made by the first send; nothing else creates it
+
+    def _open_store(self, create: bool = False) -> "Store":
+        """The store, opened now if it was missing when this was made: created only for a
+        ``send`` (``create``), else ``StoreNotFoundError``."""
+        if self._store is None:
+            from store.log.messagestore import Store
+            with self._opening:
+                if self._closed:
+                    raise UsageError(f"{self._what} is closed")
+                if self._store is None:
+                    self._store = Store.open(self.path, create=create)
+        return self._store
+
+    def close(self) -> None:
+        """Release the store handle (idempotent). Every result returned before stays valid."""
+        with self._opening:
+            self._closed = True
+            super().close()
 
     def send(self, topic: str, body: Body, *, local_tx: LocalTransaction | None = None,
              tags: str | None = None, keys: str | Sequence[str] | None = None,
@@ -133,8 +161,8 @@ class TransactionProducer(StoreClient):
         ``local_tx`` the transaction stays PREPARED until :meth:`commit`, :meth:`rollback`
         or a check resolves it. The other arguments are those of :meth:`Producer.send`."""
         from store.tx.transaction import end_transaction, send_half
-        store = self._open_store()
         names.validate_topic(topic)
+        store = self._open_store(create=True)
         check_route_args(sharding_key, queue)
         check_route(store, topic, queue, sharding_key)
         if local_tx is not None and not callable(local_tx):

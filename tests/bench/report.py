@@ -72,10 +72,11 @@ def throughput(res: dict[str, Any]) -> list[str]:
            "| mqctl / Redis | " + " | ".join(lbl for _t, lbl in SIZES) + " |",
            "|---|" + "---|" * len(SIZES)]
     # at 64 KiB the consumer is judged on the bigger run when it ran (see pipe_rows)
-    judged_big = _ratio(ratios, "consume_64k_big_vs_redis_xreadgroup_xack") is not None
+    judged_big = {"consume_": _ratio(ratios, "consume_64k_big_vs_redis_xreadgroup_xack") is not None,
+                  "api_consume_": _ratio(ratios, "api_consume_64k_big_vs_redis_xreadgroup_xack") is not None}
     for key, label, targeted in THROUGHPUT:
-        cells = [_cell(_ratio(ratios, key.format(tag)),
-                       2.0 if targeted and not (judged_big and tag == "64k" and key.startswith("consume_")) else None)
+        big = any(on and key.startswith(prefix) for prefix, on in judged_big.items())
+        cells = [_cell(_ratio(ratios, key.format(tag)), 2.0 if targeted and not (big and tag == "64k") else None)
                  for tag, _l in SIZES]
         if any(c != "–" for c in cells):
             out.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -152,6 +153,8 @@ def pipe_rows(res: dict[str, Any]) -> list[tuple[str, str, float | None]]:
         rows.append(("produce_64k_big_vs_c_floor", f"the same, {amount}: the pipe's throughput / `pipe_floor.c`", 0.8))
         rows.append(("consume_64k_big_vs_redis_xreadgroup_xack", f"`consume -e > /dev/null` / `XREADGROUP`+`XACK`,"
                      f" 64 KiB, {amount}: the consumer's throughput", 2.0))
+        rows.append(("api_consume_64k_big_vs_redis_xreadgroup_xack", f"`Consumer.messages()` / the same, {amount}",
+                     2.0))
     return rows
 
 

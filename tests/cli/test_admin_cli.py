@@ -402,6 +402,27 @@ def test_dlq_resend_by_id(mq: MQ, dead: Store) -> None:
     assert mq.cli("dlq", "resend", "-g", "G", "--msg-id", "0" * 32).returncode == 3
 
 
+def test_tables_escape_control_characters_and_say_binary(mq: MQ, store: Store) -> None:
+    """A body with a newline, a TAB and an escape sequence keeps its ``msg query`` and
+    ``dlq list`` row one line, and sends the terminal no control character; a binary body reads
+    as ``msg show`` says it (no NUL, no U+FFFD). ``--json`` has the bodies as they are."""
+    from store.client.retry import dead_letter
+    store.create_topic("nl", 1)
+    nasty = "l1\nl2\tT \x1b[31mred"
+    store.put([Draft("nl", nasty.encode(), {"KEYS": "k"}), Draft("nl", b"\x00\xff\xfe bin", {"KEYS": "k"})])
+    for m in store.pull("nl", 0, 0, 2).messages:
+        dead_letter(store, "G", m, 16)
+    for args in (["msg", "query", "--topic", "nl", "-k", "k"], ["dlq", "list", "-g", "G"]):
+        out = mq.ok(*args).out
+        header, *rows = out.splitlines()
+        assert len(rows) == 2, out
+        assert not re.search(r"[\x00-\x1f\x7f-\x9f\ufffd]", out.replace("\n", "")), repr(out)
+        ends = sorted(row.rsplit("  ", 1)[-1].strip() for row in rows)
+        assert ends == ["(binary; --json has it in base64)", "l1\\nl2\\tT \\x1b[31mred"], rows
+    got = mq.ok("msg", "query", "--topic", "nl", "-k", "k", "--json").json_lines()
+    assert sorted((r["body"], r.get("bodyEncoding")) for r in got) == [("AP/+IGJpbg==", "base64"), (nasty, None)]
+
+
 # -- completion and misc -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])

@@ -108,6 +108,10 @@ def test_real_bash_completes_choices_and_topic_names(mq: MQ, tmp_path: Path) -> 
     assert _bash_complete(mq, ["mqctl", "send", "--store", str(other), "e"]) == ["elsewhere"]
     assert _bash_complete(mq, ["mqctl", "send", f"--store={other}", "e"]) == ["elsewhere"]
     assert _bash_complete(mq, ["mqctl", "send", "--store", str(other), "p"]) == []
+    # a filled argument after a --store that follows the command is not offered again
+    mqctl(other, "topic", "create", "zeta", check=True)
+    assert _bash_complete(mq, ["mqctl", "topic", "status", "--store", str(other), "zeta", ""]) == []
+    assert _bash_complete(mq, ["mqctl", "topic", "status", "--store", str(other), "z"]) == ["zeta"]
 
 
 def test_install_completion_option_is_still_there() -> None:

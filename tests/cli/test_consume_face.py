@@ -120,6 +120,8 @@ def test_the_tag_grammar_selects(loaded: MQ) -> None:
     (["--orderly", "--retry-delay", "1s"], "--retry-delay applies to concurrent consumption"),
     (["--suspend-ms", "100"], "--suspend-ms applies to --orderly"),
     (["-j", "-f", "%s"], "give --json or --format, not both"),
+    (["--json", "--format", "raw"], "give --json or --format, not both"),   # (was: JSON, silently)
+    (["--format", "jsno"], "--format 'jsno': not raw, json or a template"),   # (was: "jsno" a message)
     (["-x", "cat", "-f", "%s"], "--format applies to stdout"),
     (["--strategy", "bogus"], "Invalid value for '--strategy': 'bogus' is not one of 'averagely', 'circle', "
                               "'hash', 'config'"),

@@ -203,3 +203,31 @@ def test_a_member_joining_with_exit_at_end_drains_the_queues_handed_over_to_it(m
         assert len(got) == len(set(got)), res
     finally:
         slow.stop()
+
+
+@pytest.mark.parametrize("mode", [[], ["--orderly"]], ids=["concurrent", "orderly"])
+def test_handlers_writing_to_a_closed_stdout_end_the_consumer_with_141(mq: MQ, mode: list[str]) -> None:
+    """cli.md: "141 when stdout is closed early (`| head`): nothing unwritten is counted as
+    consumed". An --exec handler writes to the consumer's stdout: once `head` left, each later
+    handler died of SIGPIPE and counted as failed (concurrent: retried through %RETRY%, then
+    dead-lettered, and the run exited 0; orderly: retried in place for ever). Now the first
+    such death ends the consumer with 141, that batch uncommitted, nothing retried."""
+    backlog(mq, 400)
+    handler = handler_script(mq.work / "h.sh", "cat\necho")
+    res = mq.shell(f"timeout 60 mqctl consume T -g g --from first -e {' '.join(mode)} --exec {handler} "
+                   "| head -1; echo rc=${PIPESTATUS[0]} >&2")
+    assert "rc=141" in res.stderr, res.stderr
+    assert "mqctl: error" not in res.stderr, res.stderr
+    lag = sum(row["lag"] for row in mq.ok("progress", "-g", "g", "--json").json_lines())
+    assert lag >= 300, lag   # (what the handlers wrote before head left, at most a pipe's worth)
+    topics = {row["topic"] for row in mq.ok("topic", "list", "--all", "--json").json_lines()}
+    assert not {"%RETRY%g", "%DLQ%g"} & topics, topics
+
+
+def test_a_handler_failing_on_its_own_while_stdout_has_no_reader_is_the_messages_failure(mq: MQ) -> None:
+    """Only a handler's SIGPIPE is the closed stdout's: one that fails otherwise (it wrote
+    nothing) is retried and dead-lettered as with a reader, and said, not ended with 141."""
+    backlog(mq, 3)
+    res = mq.shell("mqctl consume T -g g --from first -e --max-reconsume 0 --exec 'sh -c \"exit 1\"' "
+                   "| true; echo rc=${PIPESTATUS[0]} >&2")
+    assert "rc=1" in res.stderr and "gave up on 3 messages" in res.stderr, res.stderr

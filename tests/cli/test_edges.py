@@ -125,6 +125,15 @@ def test_help_command_is_the_help_flag(mq: MQ) -> None:
         by_help = mq.ok("help", *words)
         assert by_help.out == by_flag.out and by_help.out.startswith("Usage: mqctl"), words
     one_error(mq.run("help", "nosuch"), 2, "No such command 'nosuch'")
+    assert mq.ok("help", "help").out == mq.ok("--help").out   # (was: "No such command 'help'")
+
+
+def test_an_option_missing_its_value_names_the_help_to_read(mq: MQ) -> None:
+    """Click raises "requires an argument" without its context: the line lacked the
+    ``(see 'mqctl CMD --help')`` every other usage error carries."""
+    one_error(mq.run("consume", "-g"), 2, "Option '-g' requires an argument. (see 'mqctl consume --help')")
+    one_error(mq.run("topic", "create", "--queues"), 2,
+              "Option '--queues' requires an argument. (see 'mqctl topic create --help')")
 
 
 # -- 11: the smaller surprises --------------------------------------------------------------

@@ -3,7 +3,9 @@ records cut exactly across block boundaries, whatever the delimiter and record s
 from __future__ import annotations
 
 import os
+import re
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -75,6 +77,20 @@ def test_a_record_past_the_cap_is_counted_to_its_end_not_held(delim: bytes, endi
     t.join()
     os.close(r)
     assert got == [b"a", b"b"] and exc.value.size == len(long)
+
+
+def test_an_endless_line_is_refused_once_counted_far_enough(tmp_path: Path) -> None:
+    """``mqctl send T < /dev/zero``: a line without a newline and without an end was counted
+    for ever, at full CPU, to say its size. Counting stops past COUNT_MAX: exit 5, "over N"."""
+    import subprocess
+
+    from tests.procs import MQCTL, mqctl_env
+    with open("/dev/zero", "rb") as zero:
+        res = subprocess.run([*MQCTL, "--store", str(tmp_path / "s"), "send", "t"], stdin=zero, capture_output=True,
+                             text=True, env=mqctl_env(None), timeout=120)
+    assert res.returncode == 5, res
+    assert re.fullmatch(r"mqctl: error: line 1: message of over \d+ bytes exceeds the store's limit of \d+ bytes"
+                        r" \(nothing was sent\)\n", res.stderr.splitlines(keepends=True)[-1]), res.stderr
 
 
 def test_a_record_within_the_cap_spanning_many_reads_is_whole() -> None:

@@ -130,9 +130,22 @@ def test_a_lone_surrogate_in_the_format_is_a_usage_error() -> None:
         compile_template("a\ud800%s")
 
 
-@given(st.text().filter(lambda t: "%" not in t and "\\" not in t))
+def bare_word(text: str) -> bool:
+    return text.isascii() and text.replace("-", "").replace("_", "").isalnum()
+
+
+@given(st.text().filter(lambda t: "%" not in t and "\\" not in t and not bare_word(t)))
 def test_plain_text_renders_as_its_utf8(text: str) -> None:
     assert compile_template(text).render(message()) == text.encode("utf-8")
+
+
+@pytest.mark.parametrize("word", ["jsno", "xml", "RAW", "csv_2", "text-only"])
+def test_a_bare_word_is_a_mistyped_format_not_a_template(word: str) -> None:
+    """``--format jsno`` printed "jsno" for every message (and committed them): a bare word
+    is no template anyone means, so it is refused naming the choices."""
+    with pytest.raises(UsageError, match=f"^--format '{word}': not raw, json or a template"):
+        compile_template(word)
+    assert compile_template(word + " %o\\n").render(message()) == word.encode() + b" 42\n"
 
 
 def test_argv_bytes_that_are_not_utf8_come_back_unchanged() -> None:

@@ -130,6 +130,20 @@ def test_stale_lock_and_dead_letters_are_problems(mq: MQ) -> None:
     assert obj["problems"]["deadLetters"] == {"workers": 1}
     out = mq.ok("top", "--once").out
     assert "stale" in out and "dead letters  workers" in out
+    # the header counts the problems view's rows: the dead letters and each stale lock
+    cp = mq.ok("top", "--once")
+    rows = [line for line in cp.out.split("PROBLEMS\n", 1)[1].splitlines()[1:] if line.strip()]
+    stale = sum(1 for lk in obj["locks"] if lk["state"] == "stale")
+    assert sum(line.startswith("lock ") for line in rows) == stale >= 1, cp.out
+    assert len(rows) == 1 + stale and f"{len(rows)} problems" in cp.stderr, (cp.out, cp.stderr)
+
+
+def test_a_transaction_younger_than_the_check_timeout_is_no_problem_yet(mq: MQ) -> None:
+    """README: problems are "transactions older than the check timeout"; a just-sent half is
+    not listed (``tx list`` shows it), and the header says so."""
+    mq.ok("tx", "send", "txt", "hello")
+    cp = mq.ok("top", "--once")
+    assert cp.out.endswith("PROBLEMS\nno problems\n") and "0 problems" in cp.stderr, (cp.out, cp.stderr)
 
 
 # -- read-only ------------------------------------------------------------------------------------

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from pathlib import Path
 
 import pytest
 
 from store.tx.check import check_pass, pending
-from tests.procs import MQ, handler_script
+from tests.procs import MQ, handler_script, wait_for
 
 ERROR_LINE = re.compile(r"mqctl: error: [^\n]+\n\Z")
 
@@ -184,6 +185,34 @@ def test_bench_count_is_dash_c(mq: MQ) -> None:
     assert (row["count"], row["size"]) == (300, 16)
     r = mq.run("bench", "consume", "--handover", "--rebalance")
     assert r.returncode == 2 and r.stderr == "mqctl: error: give --handover or --rebalance, not both\n"
+
+
+@pytest.mark.parametrize("what", [["produce", "-c", "50000000", "--size", "16"],
+                                  ["consume", "-c", "2000000", "--size", "16", "--members", "2"]])
+def test_bench_ended_by_sigterm_removes_its_store_and_says_so(mq: MQ, what: list[str]) -> None:
+    """SIGTERM (``timeout``) killed a bench where it stood: no line, its throwaway store
+    (tens of MB) left in the temporary directory. Now as Ctrl-C: removed, one line, exit 143."""
+    scratch = mq.work / "benchdir"
+    scratch.mkdir()
+    proc = mq.start("bench", *what, "--dir", str(scratch))
+    wait_for(lambda: any(scratch.glob("mqctl-bench-*/store/*/*")), timeout=60, what="the bench's store")
+    proc.signal(signal.SIGTERM)
+    assert proc.wait() == 143
+    assert proc.stderr().endswith("mqctl: error: terminated\n"), proc.stderr()
+    assert not any(scratch.iterdir()), list(scratch.iterdir())
+
+
+def test_tx_send_whose_line_cannot_be_written_names_the_stored_half(mq: MQ) -> None:
+    """``tx send T B >&-`` (or a full disk) stored a half message and exited 1 without its
+    txId: a PREPARED transaction nobody could resolve. The error names it now, as send's names
+    what it stored; a reader gone (`| head`) gets a note with it, and 141."""
+    for redirect, code in ((">&-", 1), ("> /dev/full", 1)):
+        res = mq.shell(f"mqctl tx send T body {redirect}")
+        assert res.returncode == code, res
+        tx_id = re.search(r"the half message is stored as txId ([0-9A-F]{32}) \(PREPARED\)$", res.stderr.strip())
+        assert tx_id and res.stderr.strip().splitlines()[-1].startswith("mqctl: error: cannot write to standard output")
+        assert tx_id.group(1) in mq.ok("tx", "list").out
+        mq.ok("tx", "rollback", tx_id.group(1))
 
 
 def test_tx_send_accepts_json_and_names_a_missing_command(mq: MQ) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import MQ, MQCTL, handler_script, wait_for  # noqa: F401  (mq is a fixture)
+from tests.procs import MQ, MQCTL, finish, handler_script, one_error, python, wait_for  # noqa: F401  (mq is a fixture)
 
 # A handler that appends "BODY QUEUE OFFSET RECONSUME" to $LOG, one write per message.
 RECORD = 'b=$(cat); printf "%s %s %s %s\\n" "$b" "$MQ_QUEUE_ID" "$MQ_QUEUE_OFFSET" "$MQ_RECONSUME_TIMES" >> "$LOG"'
@@ -469,3 +469,102 @@ def test_dedup_skips_copies_on_other_queues_handed_out_after_the_first_was_handl
             c.run(lambda m: got.append(m.msg_id), threads=1, exit_at_end=True)
     assert got.count(uk) == 1 and len(got) == 5, got
     assert mq.committed_total("G", "T") == 7   # the copies are consumed, not left behind
+
+
+@pytest.mark.parametrize("how", ["run", "exec"])
+def test_dedup_skips_a_copy_handed_out_while_the_first_is_handled(mq: MQ, how: str) -> None:
+    """A copy on another queue with nothing between it and the first in handling order (a
+    batch of each queue in turn): it is handed out while the first's handler still runs, to
+    wait for the one thread (``run(threads=1)``) or ``--threads`` slot (``--exec``), so the
+    look at its hand-out came before the first was recorded. The look as its handler starts
+    skips it. (Before: both handled, the first's handler slow or not.)"""
+    import store
+    mq.ok("topic", "create", "T", "--queues", "2")
+    with store.Producer(mq.root) as p:
+        first = p.send("T", "first", queue=0)
+        p.send("T", "copy", queue=1, msg_id=first.msg_id)
+    if how == "exec":
+        log = mq.work / "log"
+        h = handler_script(mq.work / "h.sh", 'b=$(cat); [ "$b" = first ] && sleep 0.2; echo "$MQ_MSG_ID $b" >> "$LOG"')
+        mq.ok("consume", "T", "-g", "G", "--from", "first", "-e", "--dedup", "--exec", h,
+              extra_env={"LOG": str(log)})
+        got = log_lines(log)
+    else:
+        got = []
+
+        def handle(m: store.Message) -> None:
+            if m.text == "first":
+                time.sleep(0.2)   # (a slow first handler: the copy waits for the thread meanwhile)
+            got.append(f"{m.msg_id} {m.text}")
+
+        with store.Consumer("T", group="G", path=mq.root, start_from="first", dedup=True) as c:
+            c.run(handle, threads=1, exit_at_end=True)
+    assert got == [f"{first.msg_id} first"], got
+    assert mq.committed_total("G", "T") == 2   # the copy is consumed, not left behind
+    assert (mq.root / "dedup" / "G.log").read_text().count(first.msg_id) == 1
+
+
+CONSUME_AT_END = """
+    import sys, store
+    root, how, extra = sys.argv[1], sys.argv[2], dict(dedup=True) if sys.argv[3] == "dedup" else dict(tags="a")
+    with store.Consumer("T", group="G", path=root, start_from="first", orderly=True, **extra) as c:
+        if how == "run":
+            got = []
+            c.run(lambda m: got.append(m.text), threads=1, exit_at_end=True)
+        else:
+            got = [m.text for m in c.messages(exit_at_end=True)]
+    print(" ".join(got))
+"""
+
+
+@pytest.mark.parametrize("how", ["stdout", "exec", "run", "messages"])
+@pytest.mark.parametrize("skip", ["dedup", "tag"])
+def test_orderly_commits_what_a_pull_left_out_at_the_end_of_a_queue(mq: MQ, how: str, skip: str) -> None:
+    """An orderly member commits past the messages a pull left out after the last one it
+    consumed (a copy ``--dedup`` skipped in the same pull, another tag's message): they are
+    consumed, as in concurrent mode. (Before: the offset stopped after the last handled one,
+    so ``-e`` never saw the queue drained and waited forever, and the lag stayed 1.)"""
+    import store
+    mq.ok("topic", "create", "T", "--queues", "1")
+    with store.Producer(mq.root) as p:
+        first = p.send("T", "first", tags="a")
+        if skip == "dedup":
+            p.send("T", "copy", msg_id=first.msg_id, tags="a")
+        else:
+            p.send("T", "other", tags="b")
+    flags = ["--dedup"] if skip == "dedup" else ["--tag", "a"]
+    if how in ("stdout", "exec"):
+        log = mq.work / "log"
+        h = handler_script(mq.work / "h.sh", 'cat >> "$LOG"; echo >> "$LOG"')
+        res = mq.ok("consume", "T", "-g", "G", "--from", "first", "-e", "--orderly", *flags,
+                    *(["--exec", h] if how == "exec" else []), extra_env={"LOG": str(log)}, timeout=30)
+        got = log_lines(log) if how == "exec" else res.out.splitlines()
+    else:
+        got = finish(python(CONSUME_AT_END, mq.root, how, skip, stdout=subprocess.PIPE, stderr=subprocess.PIPE),
+                     timeout=30)[0].split()
+    assert got == ["first"], got
+    assert mq.committed_total("G", "T") == 2
+
+
+# -- what may be consumed ----------------------------------------------------------------------
+
+def test_the_stores_own_topics_cannot_be_consumed(mq: MQ) -> None:
+    """Half messages (pending, rolled back), parked transactions and delayed messages live in
+    the store's own topics: ``consume``, ``store.Consumer`` and ``store.AsyncConsumer`` refuse
+    them as ``send`` does (exit 2, ``InvalidNameError``); a group's ``%DLQ%`` topic stays
+    consumable."""
+    import store
+    from store.errors import InvalidNameError, TopicNotFoundError
+    mq.ok("tx", "send", "t", "pending-secret")               # a half message, never committed
+    mq.ok("send", "t", "later", "--delay", "1h")             # a delayed one
+    for topic in ("RMQ_SYS_TRANS_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SCHEDULE_TOPIC_XXXX"):
+        res = mq.run("consume", topic, "-g", "spy", "--from", "first", "-e")
+        one_error(res, 2, f"topic {topic!r} is reserved for the system")
+        assert res.stdout == b""
+        with pytest.raises(InvalidNameError, match="reserved for the system"):
+            store.Consumer(topic, group="spy", path=mq.root, start_from="first")
+        with pytest.raises(InvalidNameError, match="reserved for the system"):
+            store.AsyncConsumer(topic, group="spy", path=mq.root, start_from="first")
+    with pytest.raises(TopicNotFoundError):                   # the name is fine: no dead letters yet
+        store.Consumer("%DLQ%spy", group="spy", path=mq.root)
+    assert mq.offsets("spy") == {}                           # nothing joined, nothing committed

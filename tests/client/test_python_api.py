@@ -462,6 +462,21 @@ def test_start_from_time_and_client_id_in_use(path: str) -> None:
         assert list(c.messages(exit_at_end=True)) == []
 
 
+def test_a_broadcast_client_id_in_use_is_named_as_each_face_spells_it(mq: MQ, path: str) -> None:
+    """Two broadcast consumers of a group on one host, neither given a client id, share the
+    default one: the second is told to give each its own, as its caller spells the argument
+    (Python: client_id, mqctl: --client-id)."""
+    _one_queue_topic(path)
+    with store.Consumer("Q", "BC", path, broadcast=True) as c:
+        assert list(c.messages(exit_at_end=True)) == []   # (joined: it holds HOST@DEFAULT)
+        other = store.Consumer("Q", "BC", path, broadcast=True)
+        with pytest.raises(store.ClientIdInUseError) as err, other:
+            pass
+        assert "its own client_id" in str(err.value) and "--client-id" not in str(err.value), err.value
+        r = mq.run("consume", "Q", "-g", "BC", "--broadcast", "-e")
+        assert r.returncode == 4 and "its own --client-id" in r.stderr, r
+
+
 # -- push consumers ---------------------------------------------------------------------------
 
 def test_push_failures_go_through_the_retry_topic_to_the_dlq(mq: MQ, path: str) -> None:

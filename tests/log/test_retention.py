@@ -197,6 +197,37 @@ def test_unresolved_transactions_hold_segments(store: Store) -> None:
     assert store.check().problems == []
 
 
+def test_parked_transactions_hold_segments_until_resolved(store: Store, root: Path) -> None:
+    """A transaction parked after its last check (TRANS_CHECK_MAX_TIME_TOPIC) is unresolved and
+    ``tx commit`` still resolves it: its half copy and parked copy stay, as a pending one's do."""
+    from store.tx.check import check_pass, parked
+    from store.tx.transaction import COMMITTED, end_transaction, load, send_half
+    fill(store, "U")   # segments before the transaction: they may go
+    half = send_half(store, "T", b"parked", {})
+    for _ in range(2):   # checked once (UNKNOWN), then parked
+        check_pass(store, lambda _m, _n: "UNKNOWN", timeout_ms=0, max_checks=1)
+    assert [p.tx_id for p in parked(store)] == [half.tx_id]
+    fill(store)
+    age_all(store)
+    plan = plan_clean(store)
+    assert plan.commitlog and plan.new_min_offset <= parked(store)[0].half.commitlog_offset
+    assert plan.held_files > 0 and [n.who for n in plan.held] == [f"parked transaction {half.tx_id}"]
+    store.close()
+    code, _out, err = run(root, "store", "clean", "--older-than", "0")
+    assert code == 0 and f"parked transaction {half.tx_id}" in err and "tx commit" in err, err
+    reopened = open_store(root, cq_segment_entries=20)
+    try:
+        reopened.recover(full=True)   # derived files rebuilt from what the log kept: still parked
+        assert [p.tx_id for p in parked(reopened)] == [half.tx_id]
+        end_transaction(reopened, half.tx_id, commit=True)
+        assert load(reopened, half.tx_id).state == COMMITTED
+        age_all(reopened)
+        assert clean(reopened).commitlog, "a resolved parked transaction holds nothing back"
+        assert parked(reopened) == []
+    finally:
+        reopened.close()
+
+
 # -- derived files -----------------------------------------------------------------------------
 
 def test_consume_queue_and_index_files_that_only_point_below_the_log_go(root: Path) -> None:

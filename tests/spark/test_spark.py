@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -692,6 +693,23 @@ def test_query_table_output(spark: Any, store: Store, capsys: pytest.CaptureFixt
 
 
 @pytest.mark.spark
+def test_query_table_escapes_control_characters(spark: Any, store: Store,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A newline, TAB or escape sequence in a value keeps its row one line and reaches the
+    terminal escaped, as in every other table; ``--json`` has the value as it is."""
+    from mqctl.sparkjobs import run_query
+    store.create_topic("nl", 1)
+    put(store, "nl", [b"l1\nl2\tT \x1b[31mred"])
+    run_query(spark, str(store.root), ["nl"], "SELECT CAST(body AS STRING) AS `b\nx`, body FROM nl",
+              json=False, utc=True)
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["B\\nX                   BODY",
+                                "l1\\nl2\\tT \\x1b[31mred  l1\\nl2\\tT \\x1b[31mred"], repr(out)
+    run_query(spark, str(store.root), ["nl"], "SELECT CAST(body AS STRING) AS b FROM nl", json=True)
+    assert json.loads(capsys.readouterr().out) == {"b": "l1\nl2\tT \x1b[31mred"}
+
+
+@pytest.mark.spark
 def test_an_empty_query_result_says_so_on_stderr(spark: Any, store: Store,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from mqctl.sparkjobs import run_query
@@ -1018,3 +1036,71 @@ def test_cli_progress_bar_and_warn_log(monkeypatch: pytest.MonkeyPatch) -> None:
         '[UNSUPPORTED_DATA_SOURCE_SAVE_MODE] The data source "mqctl" cannot be written in the '
         'ErrorIfExists mode.'))
     assert err.exit_code == 2 and 'mode("append")' in str(err) and "ErrorIfExists" in str(err)
+
+
+@pytest.mark.spark
+def test_a_query_over_topics_differing_only_in_case_reads_each_by_its_own_name(
+        spark: Any, store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    """Topic names are case-sensitive, Spark's views by default not: ``orders`` once read the 1
+    message of ``Orders`` (exit 0). Each name now reaches its own topic, with a warning; the
+    session is left as it was."""
+    from mqctl.sparkjobs import run_query
+    store.create_topic("orders", 2)
+    store.create_topic("Orders", 1)
+    store.put([Draft("orders", b"a"), Draft("orders", b"b"), Draft("Orders", b"c")])
+    for name, want in (("orders", 2), ("Orders", 1)):
+        run_query(spark, str(store.root), ["Orders", "orders"], f"SELECT count(*) AS n, max(topic) AS t FROM {name}",
+                  json=True)
+        out, err = capsys.readouterr()
+        assert json.loads(out) == {"n": want, "t": name}, (out, err)
+        assert "topics 'Orders' and 'orders' differ only in case" in err
+    assert spark.conf.get("spark.sql.caseSensitive") == "false"
+
+
+@pytest.mark.spark
+def test_a_write_refuses_what_producer_send_refuses_with_its_message(spark: Any, store: Store) -> None:
+    """A tag holding '|' was stored (no consumer's tag filter can select it), a property
+    whose value is null was dropped: Producer.send refuses both. The same rules (one
+    definition: store.client.properties.build_properties), the same words, and nothing written."""
+    from store.errors import InvalidPropertyError
+
+    def refusal(**kw: Any) -> str:
+        with pytest.raises(InvalidPropertyError) as refused:
+            Producer(str(store.root)).send("never", b"x", **kw)
+        return refused.value.message
+
+    cases = [
+        ("body string, tags string", ("x", "A || B"), {"tags": "A || B"}),
+        ("body string, properties map<string,string>", ("x", {"a": None}), {"properties": {"a": None}}),
+        ("body string, keys array<string>", ("x", ["a b"]), {"keys": ["a b"]}),
+        ("body string, shardingKey string", ("x", "s\x01k"), {"sharding_key": "s\x01k"}),
+    ]
+    for ddl, row, kw in cases:
+        df = spark.createDataFrame([row], ddl)
+        with pytest.raises(Exception) as failed:
+            df.write.format("mqctl").mode("append").option("store", str(store.root)).option("topic", "w").save()
+        err = store_error(failed.value)
+        said = refusal(**kw).replace("sharding_key", "shardingKey")
+        assert isinstance(err, BadInputError), err
+        assert re.fullmatch(rf"partition \d+, row 0: {re.escape(said)}", str(err)), (err, said)
+    assert not store.has_topic("w") and not store.has_topic("never")
+
+
+@pytest.mark.spark
+def test_a_batch_read_of_an_inverted_or_past_the_end_range_fails_naming_it(
+        spark: Any, store: Store, via: str) -> None:
+    """Such a queue gave no rows, silently: the other queues' rows looked like the answer."""
+    store.create_topic("o", 2)
+    store.put([Draft("o", f"m{i}".encode(), queue_id=i % 2) for i in range(8)])   # 4 a queue
+    with pytest.raises(Exception, match=r"startingOffsets \(3\) is after endingOffsets \(1\) for queue o/0"):
+        reader(spark, store, via, topic="o", startingOffsets='{"o": {"0": 3}}',
+               endingOffsets='{"o": {"0": 1}}').count()
+    with pytest.raises(Exception, match=r"startingOffsets names o/1@9, past the end of the queue "
+                                        r"\(its next offset is 4\)"):
+        reader(spark, store, via, topic="o", startingOffsets='{"o": {"1": 9}}').count()
+    with pytest.raises(Exception, match=r"startingOffsets \(4\) is after endingOffsets \(0\) for queue o/0"):
+        reader(spark, store, via, topic="o", startingOffsets="latest", endingOffsets="earliest").count()
+    # the edges read what they say: from the end (nothing), an empty range
+    assert reader(spark, store, via, topic="o", startingOffsets='{"o": {"0": 4}}').count() == 4
+    assert reader(spark, store, via, topic="o", startingOffsets='{"o": {"0": 2}}',
+                  endingOffsets='{"o": {"0": 2, "1": 2}}').count() == 2

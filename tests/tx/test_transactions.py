@@ -580,3 +580,35 @@ def test_an_answer_that_is_no_state_is_unknown_with_a_warning(tmp_path: Path, ca
         caplog.clear()
         tp.check_pending(timeout=0, max_checks=5)
         assert any("the check answered 5, not a TxState" in rec.getMessage() for rec in caplog.records)
+
+
+def test_a_transaction_producer_creates_a_missing_store_only_to_send(tmp_path: Path) -> None:
+    """``commit``/``rollback``/``check_pending``/``pending`` of a missing store raise
+    ``StoreNotFoundError`` and leave nothing behind (as ``mqctl tx commit`` exits 3), sync and
+    async; a ``send`` still creates it."""
+    import asyncio
+
+    import store
+    from store.errors import StoreNotFoundError
+    missing = tmp_path / "missing"
+    tx_id = "0" * 32
+    with store.TransactionProducer(path=missing, check=lambda m: store.TxState.COMMIT) as tp:
+        for call in (lambda: tp.commit(tx_id), lambda: tp.rollback(tx_id), tp.check_pending, tp.pending):
+            with pytest.raises(StoreNotFoundError, match="no store at"):
+                call()
+    with pytest.raises(store.UsageError):
+        store.TransactionProducer(path=missing).check_pending()     # no check function
+
+    async def async_calls() -> None:
+        async with store.AsyncTransactionProducer(path=missing, check=lambda m: store.TxState.COMMIT) as atp:
+            with pytest.raises(StoreNotFoundError, match="no store at"):
+                await atp.commit(tx_id)
+            with pytest.raises(StoreNotFoundError, match="no store at"):
+                await atp.check_pending()
+    asyncio.run(async_calls())
+    assert not missing.exists()
+    with store.TransactionProducer(path=missing) as tp:
+        sent = tp.send("t", b"x")
+        assert tp.commit(sent.tx_id).state == "COMMITTED"
+    with Store.open(missing) as s:
+        assert s.max_offset("t", sent.queue_id) == 1

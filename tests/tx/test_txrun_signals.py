@@ -2,13 +2,15 @@
 session of their own, so only mqctl can end them: whatever signal ends mqctl, and whenever it
 comes, the command's whole process group goes with it.
 
-Real ``mqctl`` processes for SIGTERM and SIGHUP at the usual moment, and for a signal after the
-command's own process ended while a child of it still holds its stdout. The two moments too
+Real ``mqctl`` processes for SIGTERM and SIGHUP at the usual moment, and for what a command
+leaves running once its own process exited (killed with its group; a check command's answer is
+read without waiting for the EOF such a child may hold back). The two moments too
 short to hit from outside — a signal while ``Popen`` starts the command, and a second one while
 mqctl cleans up after the first — are hit inside a ``Runner`` in this process, with the signal
 sent to itself at that step."""
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -137,30 +139,48 @@ def test_tx_send_started_ignoring_sigint_ends_on_one_as_on_ctrl_c(mq: MQ, tmp_pa
         _end(pid)
 
 
-def test_a_signal_after_the_command_ended_kills_what_it_left_running(mq: MQ, tmp_path: Path) -> None:
-    """The check command's own process has exited, but a child of it (its group) still holds
-    its stdout, so mqctl still waits for its answer: a SIGTERM then kills that child too."""
-    leader, child = tmp_path / "leader", tmp_path / "child"
+def test_a_check_command_that_exited_is_answered_though_its_child_holds_its_stdout(mq: MQ, tmp_path: Path) -> None:
+    """The check command answers and exits at once, leaving a child in the background that
+    holds its stdout: its exit is what counts, not the EOF of its stdout (which would come only
+    at --cmd-timeout, the answer thrown away), and the child is killed with its group."""
+    child = tmp_path / "child"
     cmd = handler_script(tmp_path / "leaves.sh", f"""\
+        cat >/dev/null
         sleep 600 &
         echo $! > {child}.part && mv {child}.part {child}
-        echo $$ > {leader}.part && mv {leader}.part {leader}
         echo COMMIT
         """)
     mq.ok("init")
-    mq.ok("tx", "send", "orders", "half")
-    p = mq.start("tx", "check", "--check-cmd", cmd, "--timeout", "0")
+    tx = json.loads(mq.ok("tx", "send", "orders", "half").stdout)["txId"]
     kid = 0
     try:
+        r = mq.run("tx", "check", "--check-cmd", cmd, "--timeout", "0", "--cmd-timeout", "40s", "--json")
         kid = _pid_of(child)
-        lead = _pid_of(leader)
-        wait_for(lambda: not pid_running(lead), what="the command's own process to exit")
-        assert pid_running(kid)
-        p.signal(signal.SIGTERM)
-        assert p.wait() in (128 + signal.SIGTERM, -signal.SIGTERM), p.stderr()
-        wait_for(lambda: not pid_running(kid), what="the command's child to end with mqctl")
+        assert r.returncode == 0, r.stderr
+        [event] = map(json.loads, r.stdout.splitlines())
+        assert (event["txId"], event["answer"], event["state"]) == (tx, "COMMIT", "COMMITTED"), r.stderr
+        assert "left a process holding its stdout; killed it" in r.stderr
+        wait_for(lambda: not pid_running(kid), what="the command's child to be killed")
     finally:
-        mq.cleanup()
+        _end(kid)
+
+
+def test_what_a_local_transaction_left_running_is_killed_once_it_exited(mq: MQ, tmp_path: Path) -> None:
+    """``tx send --exec``: the same rule. The command's exit decides, and its group does not
+    outlive it (a child holding mqctl's stderr would hold up whoever reads it)."""
+    child = tmp_path / "child"
+    cmd = handler_script(tmp_path / "local.sh", f"""\
+        sleep 600 >/dev/null 2>&1 &
+        echo $! > {child}.part && mv {child}.part {child}
+        """)
+    mq.ok("init")
+    kid = 0
+    try:
+        r = mq.ok("tx", "send", "orders", "x", "--exec", cmd)
+        kid = _pid_of(child)
+        assert json.loads(r.stdout)["state"] == "COMMITTED"
+        wait_for(lambda: not pid_running(kid), what="what the local transaction left running to be killed")
+    finally:
         _end(kid)
 
 
