@@ -212,15 +212,17 @@ static PyObject *read_gather(int fd, int64_t fd_base, int64_t seg_size, PyObject
  * (guard_leave; threads copying at once share one installation, counted under the GIL). The
  * handler jumps back out of the batch when the faulting thread is inside one and the address in
  * its mapping, and the loop hands that record back (as a short read) for the Python loop to
- * name. Any other SIGBUS (another thread's, or ours left installed by a module that replaced
- * ours during a batch and restored it later) goes to the handler ours replaced, called
- * directly, once: when that one returns from a fault that repeats (a stale one: faulthandler's
- * after faulthandler.disable()), the fault comes back here and the default action ends the
- * process; when there is none, the default action ends it at once; a non-repeating one
- * (BUS_MCEERR_AO, a kill) is ignored only where SIG_IGN was. So a SIGBUS not ours ends the
+ * name. Found displaced after a batch (another thread's faulthandler.enable() during it: the
+ * handler in front took ours for the one it replaced), ours is left where it is for good and
+ * SIGBUS is never touched again: later runs are read with read_gather (test_mappedreads.py).
+ * Any other SIGBUS (another thread's, or one reaching ours left so) goes to the handler ours
+ * replaced, called directly, once: when that one returns from a fault that repeats (a stale
+ * one: faulthandler's after faulthandler.disable()), the fault comes back here and the default
+ * action ends the process; when there is none, the default action ends it at once; a
+ * non-repeating one (BUS_MCEERR_AO, a kill) is ignored only where SIG_IGN was. So a SIGBUS not ours ends the
  * process or reaches a live handler: it never repeats for ever, nor vanishes. No Python call,
  * no allocation and no lazily allocated thread-local happens inside a batch or the handler.
- * Outside batches ours is not installed at all. */
+ * Outside batches ours is not installed at all, unless left so. */
 /* Measured, one queue of 16 read whole (tests' store, 2 CPU hogs on 2 cores, CPU a message):
  * 100-byte bodies, pulls of 1000: 0.59 us read_gather, 0.42 mapped (0.52 without the prefetch
  * below); of 256: 0.70 and 0.67; of 128: 0.83 and 0.94; of 16: 2.4 and 3.4 (mmap, its page
@@ -244,6 +246,7 @@ static PyObject *read_gather(int fd, int64_t fd_base, int64_t seg_size, PyObject
 static int page_size = 4096;
 static struct sigaction prev_bus;            /* what ours replaced: restored by guard_leave */
 static int guard_users;                      /* threads between guard_enter and guard_leave (GIL) */
+static int bus_left;                         /* ours was displaced once: no more mapping (GIL) */
 static volatile sig_atomic_t handing_on;     /* a SIGBUS not ours is being handed to prev_bus */
 /* This thread's batch while it copies one (initial-exec: read in the handler with no call that
  * could allocate), and the address of the last repeating fault it handed on */
@@ -317,13 +320,23 @@ static void on_sigbus(int sig, siginfo_t *si, void *ctx)
     hand_on(sig, si, ctx);
 }
 
-/* Our handler installed for a batch (GIL held); 0 if sigaction failed. */
+/* Our handler installed for a batch (GIL held); 0 if it is not (sigaction failed, or ours was
+ * displaced: see guard_leave), and the batch is not copied. */
 static int guard_enter(void)
 {
     struct sigaction cur, sa;
-    if (sigaction(SIGBUS, NULL, &cur) != 0)
+    if (bus_left || sigaction(SIGBUS, NULL, &cur) != 0)
         return 0;
-    if (!is_ours(&cur)) {
+    if (guard_users > 0) {
+        if (!is_ours(&cur)) {
+            bus_left = 1;   /* displaced during another thread's batch */
+            return 0;
+        }
+    } else {
+        if (is_ours(&cur)) {
+            bus_left = 1;   /* put back by another since ours was restored: left to it */
+            return 0;
+        }
         memset(&sa, 0, sizeof sa);
         sa.sa_sigaction = on_sigbus;
         sa.sa_flags = SA_SIGINFO | SA_NODEFER;
@@ -337,12 +350,23 @@ static int guard_enter(void)
     return 1;
 }
 
-/* After a batch (GIL held): the last one out restores the handler ours replaced, unless ours
- * was replaced meanwhile (then the one in front stays). */
+/* After a batch (GIL held): the last one out restores the handler ours replaced. Found
+ * displaced (faulthandler.enable() in another thread during a batch: the handler in front may
+ * have taken ours for the one it replaced, and may put ours back later), ours is left where it
+ * is and SIGBUS is never touched again: no later run is mapped (bus_left), no later batch
+ * copied. prev_bus then stays what it is, so ours, wherever it is called from, hands a SIGBUS
+ * not its own to the handler it replaced, as that one expects of it. */
 static void guard_leave(void)
 {
     struct sigaction cur;
-    if (--guard_users == 0 && sigaction(SIGBUS, NULL, &cur) == 0 && is_ours(&cur))
+    guard_users--;
+    if (bus_left)
+        return;
+    if (sigaction(SIGBUS, NULL, &cur) != 0 || !is_ours(&cur)) {
+        bus_left = 1;
+        return;
+    }
+    if (guard_users == 0)
         sigaction(SIGBUS, &prev_bus, NULL);
 }
 
@@ -403,14 +427,14 @@ typedef struct {
  * ``fd_base``) from ``phys`` (entry i's record) on, where it pays: the run is sparse (its
  * records take under a quarter of the log they lie in; else read_gather's reads copy little
  * besides them), long (MAP_MIN_RECORDS) and of small records (MAP_MAX_MEAN). Leaves m->addr
- * NULL when it does not map (it would not pay, nothing is there, mmap failed): read_gather then
- * reads the records. */
+ * NULL when it does not map (it would not pay, nothing is there, mmap failed, SIGBUS is left to
+ * another handler: bus_left): read_gather then reads the records. */
 static void map_run(RunMap *m, int fd, int64_t fd_base, int64_t seg_size, PyObject *entries, Py_ssize_t i,
                     int64_t phys)
 {
     int64_t hi = phys, own = 0, count = 0;
     Py_ssize_t n = PyList_GET_SIZE(entries);
-    if (n - i < MAP_MIN_RECORDS)
+    if (n - i < MAP_MIN_RECORDS || bus_left)
         return;
     for (Py_ssize_t k = i; k < n; k++) {
         int64_t p, z;

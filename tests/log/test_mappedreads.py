@@ -235,3 +235,87 @@ def test_a_malformed_or_foreign_truncate_hook_value_truncates_nothing(
                            capture_output=True, text=True, check=True)
     assert child.stdout.split() == ["300", str(size)]
     assert other.stat().st_size == 100
+
+
+# A reader thread pulls queue 3 for ever; the main thread holds the GIL from the moment it sees
+# the loop's handler installed (the reader is then inside a batch of copies, which it cannot leave
+# without the GIL: sys.setswitchinterval keeps it from being taken) until it has done ``then``.
+_IN_A_BATCH = """
+import ctypes, faulthandler, os, signal, sys, threading, time
+import store.log.nativecheck as nativecheck
+from store.log.messagestore import Store
+sys.setswitchinterval(1000)
+s = Store.open(sys.argv[1])
+sigaction = ctypes.PyDLL(None).sigaction   # (PyDLL: called with the GIL held)
+sigaction.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+buf = ctypes.create_string_buffer(512)
+ours = []
+for line in open("/proc/self/maps"):
+    if line.rstrip().endswith(os.path.basename(nativecheck.__file__)):
+        ours.append(tuple(int(x, 16) for x in line.split()[0].split("-")))
+def installed():   # the loop's handler is SIGBUS's now
+    assert sigaction(signal.SIGBUS, None, buf) == 0
+    at = int.from_bytes(buf.raw[:8], sys.byteorder)
+    return any(a <= at < b for a, b in ours)
+pulls, stop = [0], False
+def pull():
+    while not stop:
+        assert len(s.pull_bodies("T", 3, 0, 1000).bodies) == 300
+        pulls[0] += 1
+reader = threading.Thread(target=pull, daemon=True)
+reader.start()
+def in_a_batch(then, pulls_at_most=None):
+    start = pulls[0]
+    while not installed():
+        if pulls_at_most is not None and pulls[0] - start >= pulls_at_most:
+            break   # (no batch installs the handler any more)
+        time.sleep(0)
+    then()
+fd = sys.stderr.fileno()
+"""
+
+_DISPLACED = _IN_A_BATCH + """
+in_a_batch(lambda: faulthandler.enable(file=fd))   # it takes ours for the one it replaced
+in_a_batch(faulthandler.disable, pulls_at_most=3)
+stop = True
+reader.join()
+own = sum(size for _phys, size, _tags in s.queue("T", 3).read_entries(0, 1000))
+before = int(open("/proc/self/io").read().split("rchar:")[1].split()[0])
+assert len(s.pull_bodies("T", 3, 0, 1000).bodies) == 300
+print(int(open("/proc/self/io").read().split("rchar:")[1].split()[0]) - before - own, flush=True)
+if sys.argv[2] == "kill":
+    os.kill(os.getpid(), signal.SIGBUS)
+    time.sleep(5)
+else:
+    with open(sys.argv[3], "wb") as f:
+        f.write(b"y" * 8192)
+    with open(sys.argv[3], "rb") as f:
+        import mmap
+        m = mmap.mmap(f.fileno(), 8192, prot=mmap.PROT_READ)
+    os.truncate(sys.argv[3], 0)
+    print(m[4096])
+print("survived")
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists() or sys.byteorder != "little" or os.uname().machine
+                    != "x86_64", reason="reads struct sigaction as glibc lays it out on x86_64, and /proc/self/io")
+@pytest.mark.parametrize("how", ["fault", "kill"])
+def test_a_handler_installed_over_ours_during_a_batch_leaves_sigbus_to_it(
+        tmp_path: Path, request: pytest.FixtureRequest, how: str) -> None:
+    """faulthandler.enable() while another thread copies a batch (ours installed): faulthandler
+    keeps ours as the one it replaced, so the loop leaves SIGBUS alone from then on (and reads
+    without mapping); after faulthandler.disable() during a later pull, a SIGBUS (a fault, or
+    kill -BUS) kills the process. (The loop used to install ours again over faulthandler's at
+    the next batch and restore faulthandler's after it: once disabled, faulthandler's handler
+    returned from a fault for ever and swallowed a kill.) The timeout only stops a spinning child."""
+    s = _sparse(tmp_path / "s")
+    request.addfinalizer(s.close)
+    try:
+        child = subprocess.run([sys.executable, "-c", _DISPLACED, str(tmp_path / "s"), how, str(tmp_path / "other")],
+                               cwd=REPO, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"the child spun on a SIGBUS ({how})") from e
+    assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
+    assert "survived" not in child.stdout
+    assert int(child.stdout.split()[0]) >= 0, "read through a mapping: ours was installed again"
