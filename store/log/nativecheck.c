@@ -41,6 +41,7 @@
 #include <fcntl.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -209,7 +210,8 @@ static PyObject *read_gather(int fd, int64_t fd_base, int64_t seg_size, PyObject
  * (a page fault on a cold or network file system blocks this thread only, as read_gather's
  * pread did) and with our SIGBUS handler installed for that batch alone: installed with the
  * GIL held before it (guard_enter), the one it replaced restored with the GIL held after it
- * (guard_leave; threads copying at once share one installation, counted under the GIL). The
+ * (guard_leave; threads copying at once share one installation, counted under the GIL; a
+ * child of a fork has no other thread, so no batch: pthread_atfork ends those counted). The
  * handler jumps back out of the batch when the faulting thread is inside one and the address in
  * its mapping, and the loop hands that record back (as a short read) for the Python loop to
  * name. Found displaced after a batch (another thread's faulthandler.enable() during it: the
@@ -368,6 +370,16 @@ static void guard_leave(void)
     }
     if (guard_users == 0)
         sigaction(SIGBUS, &prev_bus, NULL);
+}
+
+/* In the child of a fork (pthread_atfork): only the forking thread is there, in no batch (it
+ * held the GIL): any batch counted was another thread's, and ends here as guard_leave ends it. */
+static void guard_after_fork(void)
+{
+    if (guard_users > 0) {
+        guard_users = 1;
+        guard_leave();
+    }
 }
 
 /* One record's copy out of a mapping */
@@ -1560,6 +1572,11 @@ PyMODINIT_FUNC PyInit_nativecheck(void)
     long ps = sysconf(_SC_PAGESIZE);
     if (ps > 0)
         page_size = (int)ps;
+    static int at_fork;
+    if (!at_fork && pthread_atfork(NULL, NULL, guard_after_fork) == 0)
+        at_fork = 1;
+    if (!at_fork)
+        bus_left = 1;   /* (no mapping where a fork could leave a batch counted) */
     const char *t = getenv("MQCTL_TEST_TRUNCATE_AFTER_MAP");
     if (t != NULL && t[0] != '\0')
         truncate_after_map = strdup(t);

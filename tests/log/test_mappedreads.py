@@ -319,3 +319,41 @@ def test_a_handler_installed_over_ours_during_a_batch_leaves_sigbus_to_it(
     assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
     assert "survived" not in child.stdout
     assert int(child.stdout.split()[0]) >= 0, "read through a mapping: ours was installed again"
+
+
+_FORKED = _IN_A_BATCH + """
+child = []
+def fork():
+    child.append(os.fork())
+    if child[0] == 0:   # (the reader is not here: its batch never ends)
+        s2 = Store.open(sys.argv[1])
+        assert len(s2.pull_bodies("T", 3, 0, 1000).bodies) == 300
+        print(installed(), flush=True)
+        faulthandler.enable(file=fd)
+        assert len(s2.pull_bodies("T", 3, 0, 1000).bodies) == 300
+        faulthandler.disable()
+        assert len(s2.pull_bodies("T", 3, 0, 1000).bodies) == 300
+        os.kill(os.getpid(), signal.SIGBUS)
+        time.sleep(5)
+        os._exit(7)
+in_a_batch(fork)
+stop = True
+reader.join()
+_, status = os.waitpid(child[0], 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists() or sys.byteorder != "little" or os.uname().machine
+                    != "x86_64", reason="reads struct sigaction as glibc lays it out on x86_64")
+def test_a_child_forked_during_a_batch_leaves_sigbus_as_it_was(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A fork while another thread copies a batch: the child has no such thread, so no batch in
+    progress: its reads install and remove ours around their own batches, faulthandler comes and
+    goes, and kill -BUS kills it. (The child used to count the parent's batch for ever: ours
+    stayed installed, took faulthandler's for the one it replaced, and swallowed the kill.)"""
+    s = _sparse(tmp_path / "s")
+    request.addfinalizer(s.close)
+    child = subprocess.run([sys.executable, "-c", _FORKED, str(tmp_path / "s")],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-2000:])
+    assert child.stdout.split() == ["False", str(-signal.SIGBUS)], child.stderr[-2000:]
