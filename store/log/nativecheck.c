@@ -249,15 +249,18 @@ static int page_size = 4096;
 static struct sigaction prev_bus;            /* what ours replaced: restored by guard_leave */
 static int guard_users;                      /* threads between guard_enter and guard_leave (GIL) */
 static int bus_left;                         /* ours was displaced once: no more mapping (GIL) */
-static volatile sig_atomic_t handing_on;     /* a SIGBUS not ours is being handed to prev_bus */
 /* This thread's batch while it copies one (initial-exec: read in the handler with no call that
- * could allocate), and the address of the last repeating fault it handed on */
+ * could allocate); whether it is handing a SIGBUS not ours to prev_bus (cleared by its next
+ * guard_enter too: a handler handed to may leave by a longjmp), and the address of the
+ * repeating fault it handed on last (until its next SIGBUS: that fault come back unresolved, or
+ * another; and its next guard_enter) */
 typedef struct {
     sigjmp_buf env;
     const unsigned char *lo, *hi;   /* the mapping: a fault in it is the batch's */
 } Guard;
 static __thread Guard *volatile cur_guard __attribute__((tls_model("initial-exec")));
-static __thread void *handed_addr __attribute__((tls_model("initial-exec")));
+static __thread volatile sig_atomic_t handing_on __attribute__((tls_model("initial-exec")));
+static __thread void *volatile handed_addr __attribute__((tls_model("initial-exec")));
 /* Tests only (tests/log/test_mappedreads.py): MQCTL_TEST_TRUNCATE_AFTER_MAP=<path>:<length>
  * (<length> decimal digits), read at import, truncates that file to that length right after the
  * first mapping the process makes, if it is of that same file (device and inode), so a read of
@@ -291,7 +294,9 @@ static void hand_on(int sig, siginfo_t *si, void *ctx)
     struct sigaction prev = prev_bus;
     int is_fn = (prev.sa_flags & SA_SIGINFO) ? !is_ours(&prev)
                                              : prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN;
-    if (handing_on || !is_fn || (repeats && handed_addr == si->si_addr)) {
+    void *last = handed_addr;
+    handed_addr = NULL;
+    if (handing_on || !is_fn || (repeats && last == si->si_addr)) {
         /* called back from the handler handed to (faulthandler re-raises into the one it
          * replaced), none to hand to, or the fault handed on came back unresolved */
         if (!(prev.sa_flags & SA_SIGINFO) && prev.sa_handler == SIG_IGN && !repeats && !handing_on)
@@ -327,6 +332,8 @@ static void on_sigbus(int sig, siginfo_t *si, void *ctx)
 static int guard_enter(void)
 {
     struct sigaction cur, sa;
+    handing_on = 0;      /* (this thread is in no handler now: one handed to that left by a */
+    handed_addr = NULL;  /* longjmp, or a fault that it resolved, is over) */
     if (bus_left || sigaction(SIGBUS, NULL, &cur) != 0)
         return 0;
     if (guard_users > 0) {
