@@ -582,7 +582,11 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 /* in the batch copied out of the mapping (below) */
                 if (i - b_first >= b_done)
                     break;   /* a page of it failed: the Python loop reads it again and names why */
-                r = ops[i - b_first].dst;
+                const Copy *c = &ops[i - b_first];
+                if (map.addr == NULL || phys < map.lo || phys - map.lo > map.end - map.lo
+                    || c->src != map.addr + (phys - map.lo) || c->n != (size_t)size)
+                    break;   /* not the record copied for this entry: the Python loop reads it */
+                r = c->dst;
                 goto read;
             }
             if (own == NULL || phys < own_lo || size > own_len || phys - own_lo > own_len - size) {
