@@ -9,6 +9,11 @@
  * check_run reads and checks that record in Python, names what is wrong, and calls here again
  * for the rest. So the Python loop stays the definition of the checks and of every message;
  * tests/log/test_nativecheck.py runs both on the same records, damaged ones included.
+ * A long sparse run (a member of a group holding one queue of 16: its records between 15 other
+ * queues' ones) is read through a mapping of the segment, each record's own bytes copied out
+ * (map_run; no other queue's bytes copied, the mapping gone before the call returns); a page of
+ * it that fails (a truncation after the mapping was made) raises SIGBUS, which the copies catch
+ * (copy_batch, GIL released) and the record goes back to the Python loop; test_mappedreads.py.
  * Besides, cut_entries: the valid prefix of a run of raw consume-queue entries, as tuples, the
  * walk every bulk read does before it reads a record (a few hundred entries a read, where the
  * interpreter's loop cost about as much as the C check loop over the records themselves).
@@ -36,9 +41,13 @@
 #include <fcntl.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #ifdef __GLIBC__
@@ -182,6 +191,312 @@ static PyObject *read_gather(int fd, int64_t fd_base, int64_t seg_size, PyObject
     return buf;
 }
 
+/* -- a sparse run read through a mapping --------------------------------------------------------
+ *
+ * A member of a group holding one queue of 16 reads a sparse run: its queue's records lie in the
+ * log between 15 other queues' ones. read_gather copies a record and those after it within
+ * GATHER_GAP, so with 154-byte records (100-byte bodies) it copies ~16 times the run's own bytes
+ * out of the page cache (measured, 16 members on 16 queues, 1M messages: 0.45 s of system time
+ * against 0.09 s for one member reading them all). check_run instead maps the part of the
+ * segment the run's remaining entries lie in (read-only, shared: the page cache's own pages, no
+ * copy) and copies out of it each of its own records alone, then checks that copy as any other.
+ * The mapping is unmapped before check_run returns: none outlives a call, so a reader's RSS does
+ * not grow with what it has read. It never reaches past the file's size at the time it is made
+ * (fstat), so a record cut by a truncation before the read is outside it and handed back.
+ *
+ * A mapped page can still fail while read: the file truncated by another process after the
+ * fstat, an I/O error. The kernel then raises SIGBUS in the reading thread. The records of a
+ * run are copied out of the mapping in batches (copy_batch), each batch with the GIL released
+ * (a page fault on a cold or network file system blocks this thread only, as read_gather's
+ * pread did) and with our SIGBUS handler installed for that batch alone: installed with the
+ * GIL held before it (guard_enter), the one it replaced restored with the GIL held after it
+ * (guard_leave; threads copying at once share one installation, counted under the GIL; a
+ * child of a fork has no other thread, so no batch: pthread_atfork ends those counted). The
+ * handler jumps back out of the batch when the faulting thread is inside one and the address in
+ * its mapping, and the loop hands that record back (as a short read) for the Python loop to
+ * name. Found displaced after a batch (another thread's faulthandler.enable() during it: the
+ * handler in front took ours for the one it replaced), ours is left where it is for good and
+ * SIGBUS is never touched again: later runs are read with read_gather (test_mappedreads.py).
+ * Any other SIGBUS (another thread's, or one reaching ours left so) goes to the handler ours
+ * replaced, called directly, once: when that one returns from a fault that repeats (a stale
+ * one: faulthandler's after faulthandler.disable()), the fault comes back here and the default
+ * action ends the process; when there is none, the default action ends it at once; a
+ * non-repeating one (BUS_MCEERR_AO, a kill) is ignored only where SIG_IGN was. So a SIGBUS not ours ends the
+ * process or reaches a live handler: it never repeats for ever, nor vanishes. No Python call,
+ * no allocation and no lazily allocated thread-local happens inside a batch or the handler.
+ * Outside batches ours is not installed at all, unless left so. */
+/* Measured, one queue of 16 read whole (tests' store, 2 CPU hogs on 2 cores, CPU a message):
+ * 100-byte bodies, pulls of 1000: 0.59 us read_gather, 0.42 mapped (0.52 without the prefetch
+ * below); of 256: 0.70 and 0.67; of 128: 0.83 and 0.94; of 16: 2.4 and 3.4 (mmap, its page
+ * faults and munmap cost tens of us a call on this VM). 1000-byte bodies,
+ * pulls of 256: 1.50 and 1.16; 8000-byte ones: 3.07 and 2.72; 16000: even; 60000: 42 and 47
+ * (a page fault a record, no copy saved). So a run is mapped from MAP_MIN_RECORDS records of
+ * at most MAP_MAX_MEAN bytes on average on. A group (tests/bench/bench_members.py, 1M messages
+ * of 100 bytes, 16 queues, 2 hogs, two runs against read_gather alone): 16 members 1.26 and
+ * 1.37 CPU us a message across members, against 1.47 and 1.59; one member 0.50 and 0.61
+ * against 0.52 and 0.56 (noise: the machine's load was 5 to 9). Copied in batches with the GIL
+ * released, the handler installed around each (4 sigaction calls a batch of up to 256 records),
+ * median (min-max) of 3, same bench without hogs: 16 members 1.28 (1.27-1.35) against 1.39 (1.28-1.50) with
+ * the handler left installed and the GIL held, one member 0.51 (0.51-0.54) against 0.55
+ * (0.50-0.56) (other work: load 2.6 to 8.6); against read_gather alone, 1.28 (1.16-1.37) and 1.56
+ * (1.47-1.57), one member 0.55 and 0.52. */
+#define MAP_MIN_RECORDS 256
+#define MAP_MAX_MEAN 8192
+#define PREFETCH_AHEAD 2
+#define BATCH_RECORDS 256            /* records copied with the GIL released at a time */
+#define BATCH_BYTES (128 * 1024)     /* ... and at most these bytes (the scratch buffer) */
+static int page_size = 4096;
+static struct sigaction prev_bus;            /* what ours replaced: restored by guard_leave */
+static int guard_users;                      /* threads between guard_enter and guard_leave (GIL) */
+static int bus_left;                         /* ours was displaced once: no more mapping (GIL) */
+/* This thread's batch while it copies one (initial-exec: read in the handler with no call that
+ * could allocate); whether it is handing a SIGBUS not ours to prev_bus (cleared by its next
+ * guard_enter too: a handler handed to may leave by a longjmp), and the address of the
+ * repeating fault it handed on last (until its next SIGBUS: that fault come back unresolved, or
+ * another; and its next guard_enter) */
+typedef struct {
+    sigjmp_buf env;
+    const unsigned char *lo, *hi;   /* the mapping: a fault in it is the batch's */
+} Guard;
+static __thread Guard *volatile cur_guard __attribute__((tls_model("initial-exec")));
+static __thread volatile sig_atomic_t handing_on __attribute__((tls_model("initial-exec")));
+static __thread void *volatile handed_addr __attribute__((tls_model("initial-exec")));
+/* Tests only (tests/log/test_mappedreads.py): MQCTL_TEST_TRUNCATE_AFTER_MAP=<path>:<length>
+ * (<length> decimal digits), read at import, truncates that file to that length right after the
+ * first mapping the process makes, if it is of that same file (device and inode), so a read of
+ * the mapping faults as it would if another process truncated the segment between the fstat and
+ * the read. Unset (always, outside those tests), malformed, or naming another file: nothing. */
+static char *truncate_after_map;
+
+static void on_sigbus(int sig, siginfo_t *si, void *ctx);
+
+static int is_ours(const struct sigaction *sa)
+{
+    return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == on_sigbus;
+}
+
+/* The default action for sig, now (a fault that repeats would reach it on return anyway). */
+static void die_of(int sig)
+{
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* A SIGBUS not a batch's: to the handler ours replaced (see above). */
+static void hand_on(int sig, siginfo_t *si, void *ctx)
+{
+    int fault = si != NULL && si->si_code > 0;   /* from the kernel, not sent */
+    int repeats = fault;                          /* re-executed on return: a synchronous fault */
+#ifdef BUS_MCEERR_AO
+    if (fault && si->si_code == BUS_MCEERR_AO)
+        repeats = 0;                              /* (a machine check reported, not hit) */
+#endif
+    struct sigaction prev = prev_bus;
+    int is_fn = (prev.sa_flags & SA_SIGINFO) ? !is_ours(&prev)
+                                             : prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN;
+    void *last = handed_addr;
+    handed_addr = NULL;
+    if (handing_on || !is_fn || (repeats && last == si->si_addr)) {
+        /* called back from the handler handed to (faulthandler re-raises into the one it
+         * replaced), none to hand to, or the fault handed on came back unresolved */
+        if (!(prev.sa_flags & SA_SIGINFO) && prev.sa_handler == SIG_IGN && !repeats && !handing_on)
+            return;   /* ignored, as it was before ours */
+        die_of(sig);
+        return;
+    }
+    handing_on = 1;
+    if (prev.sa_flags & SA_SIGINFO)
+        prev.sa_sigaction(sig, si, ctx);
+    else
+        prev.sa_handler(sig);
+    handing_on = 0;
+    if (repeats)
+        handed_addr = si->si_addr;   /* if it comes back unresolved: the default action */
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *ctx)
+{
+    Guard *g = cur_guard;
+    if (g != NULL && si != NULL && si->si_code > 0) {
+        const unsigned char *a = (const unsigned char *)si->si_addr;
+        if (a >= g->lo && a < g->hi) {
+            cur_guard = NULL;
+            siglongjmp(g->env, 1);   /* (SA_NODEFER: SIGBUS is not left blocked) */
+        }
+    }
+    hand_on(sig, si, ctx);
+}
+
+/* Our handler installed for a batch (GIL held); 0 if it is not (sigaction failed, or ours was
+ * displaced: see guard_leave), and the batch is not copied. */
+static int guard_enter(void)
+{
+    struct sigaction cur, sa;
+    handing_on = 0;      /* (this thread is in no handler now: one handed to that left by a */
+    handed_addr = NULL;  /* longjmp, or a fault that it resolved, is over) */
+    if (bus_left || sigaction(SIGBUS, NULL, &cur) != 0)
+        return 0;
+    if (guard_users > 0) {
+        if (!is_ours(&cur)) {
+            bus_left = 1;   /* displaced during another thread's batch */
+            return 0;
+        }
+    } else {
+        if (is_ours(&cur)) {
+            bus_left = 1;   /* put back by another since ours was restored: left to it */
+            return 0;
+        }
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        /* (ours is not installed: a fault cannot be reading prev_bus) */
+        prev_bus = cur;
+        if (sigaction(SIGBUS, &sa, NULL) != 0)
+            return 0;
+    }
+    guard_users++;
+    return 1;
+}
+
+/* After a batch (GIL held): the last one out restores the handler ours replaced. Found
+ * displaced (faulthandler.enable() in another thread during a batch: the handler in front may
+ * have taken ours for the one it replaced, and may put ours back later), ours is left where it
+ * is and SIGBUS is never touched again: no later run is mapped (bus_left), no later batch
+ * copied. prev_bus then stays what it is, so ours, wherever it is called from, hands a SIGBUS
+ * not its own to the handler it replaced, as that one expects of it. */
+static void guard_leave(void)
+{
+    struct sigaction cur;
+    guard_users--;
+    if (bus_left)
+        return;
+    if (sigaction(SIGBUS, NULL, &cur) != 0 || !is_ours(&cur)) {
+        bus_left = 1;
+        return;
+    }
+    if (guard_users == 0)
+        sigaction(SIGBUS, &prev_bus, NULL);
+}
+
+/* In the child of a fork (pthread_atfork): only the forking thread is there, in no batch (it
+ * held the GIL): any batch counted was another thread's, and ends here as guard_leave ends it. */
+static void guard_after_fork(void)
+{
+    if (guard_users > 0) {
+        guard_users = 1;
+        guard_leave();
+    }
+}
+
+/* One record's copy out of a mapping */
+typedef struct {
+    unsigned char *dst;
+    const unsigned char *src;
+    size_t n;
+} Copy;
+
+/* The copies of ``ops`` (count of them, all out of the mapping at [lo, hi)) with the GIL
+ * released and our handler installed; how many were made: fewer than count when a page of the
+ * next one failed (SIGBUS), or none when the handler could not be installed (*unguarded). */
+static Py_ssize_t copy_batch(const Copy *ops, Py_ssize_t count, const unsigned char *lo, const unsigned char *hi,
+                             int *unguarded)
+{
+    if (!guard_enter()) {
+        *unguarded = 1;
+        return 0;
+    }
+    volatile Py_ssize_t done = 0;
+    Py_BEGIN_ALLOW_THREADS
+    Guard g;
+    g.lo = lo;
+    g.hi = hi;
+    if (sigsetjmp(g.env, 0) == 0) {
+        cur_guard = &g;
+        __asm__ __volatile__("" ::: "memory");
+        for (Py_ssize_t k = 0; k < count; k++) {
+            if (k + PREFETCH_AHEAD < count) {
+                /* the start of a record two ahead into the cache meanwhile: each lies on a page
+                 * of its own, where the hardware does not look ahead (a prefetch never faults) */
+                const unsigned char *a = ops[k + PREFETCH_AHEAD].src;
+                __builtin_prefetch(a);
+                __builtin_prefetch(a + 64);
+                __builtin_prefetch(a + 128);
+            }
+            memcpy(ops[k].dst, ops[k].src, ops[k].n);
+            done = k + 1;
+        }
+        __asm__ __volatile__("" ::: "memory");
+    }
+    cur_guard = NULL;
+    Py_END_ALLOW_THREADS
+    guard_leave();
+    return done;
+}
+
+/* A mapping of part of a segment: ``addr`` holds the log from commit-log offset ``lo``; records
+ * are read from it up to ``end`` (the file's end at the fstat, or the run's last record). */
+typedef struct {
+    unsigned char *addr;   /* NULL: none */
+    size_t len;
+    int64_t lo, end;
+} RunMap;
+
+/* Map what entries i, i+1, ... of ``entries`` need of the segment at ``fd`` (commit-log offset
+ * ``fd_base``) from ``phys`` (entry i's record) on, where it pays: the run is sparse (its
+ * records take under a quarter of the log they lie in; else read_gather's reads copy little
+ * besides them), long (MAP_MIN_RECORDS) and of small records (MAP_MAX_MEAN). Leaves m->addr
+ * NULL when it does not map (it would not pay, nothing is there, mmap failed, SIGBUS is left to
+ * another handler: bus_left): read_gather then reads the records. */
+static void map_run(RunMap *m, int fd, int64_t fd_base, int64_t seg_size, PyObject *entries, Py_ssize_t i,
+                    int64_t phys)
+{
+    int64_t hi = phys, own = 0, count = 0;
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    if (n - i < MAP_MIN_RECORDS || bus_left)
+        return;
+    for (Py_ssize_t k = i; k < n; k++) {
+        int64_t p, z;
+        if (entry_at(entries, k, &p, &z) && z >= MIN_RECORD_SIZE && p >= phys && p - fd_base <= seg_size - z) {
+            own += z;
+            count++;
+            if (p + z > hi)
+                hi = p + z;
+        }
+    }
+    if (count < MAP_MIN_RECORDS || own > count * MAP_MAX_MEAN || hi - phys <= own * 4)
+        return;
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return;
+    if (hi - fd_base > (int64_t)st.st_size)
+        hi = fd_base + (int64_t)st.st_size;   /* nothing past the file's end is mapped */
+    int64_t off = (phys - fd_base) & ~(int64_t)(page_size - 1);
+    if (hi - fd_base <= off)
+        return;
+    size_t len = (size_t)(hi - fd_base - off);
+    void *a = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
+    if (a == MAP_FAILED)
+        return;
+    m->addr = (unsigned char *)a;
+    m->len = len;
+    m->lo = fd_base + off;
+    m->end = hi;
+    if (truncate_after_map != NULL) {   /* tests only: see its definition */
+        char *colon = strrchr(truncate_after_map, ':');
+        struct stat ts;
+        if (colon != NULL && colon > truncate_after_map && colon[1] != '\0'
+            && strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
+            *colon = '\0';
+            if (stat(truncate_after_map, &ts) == 0 && ts.st_dev == st.st_dev && ts.st_ino == st.st_ino
+                && truncate(truncate_after_map, (off_t)strtoll(colon + 1, NULL, 10)) != 0)
+                perror("nativecheck: MQCTL_TEST_TRUNCATE_AFTER_MAP");
+        }
+        free(truncate_after_map);
+        truncate_after_map = NULL;
+    }
+}
+
 /* check_run(span, view, lo, entries, i, offset, queue_id, topic_field, max_bytes, total_bytes,
  *           flags, offsets, bodies, born, stored, props, phys, reconsume, fd, fd_base, seg_size)
  *           -> (i, total_bytes)
@@ -189,8 +504,9 @@ static PyObject *read_gather(int fd, int64_t fd_base, int64_t seg_size, PyObject
  * Entries i, i+1, ... of ``entries`` ((phys, size, tags) tuples; entry k is queue offset
  * offset + k), checked and appended to the column lists as check_run appends them. A record
  * lies in ``span`` (the log from commit-log offset ``lo``) or is read from ``fd``, the segment
- * at commit-log offset ``fd_base`` (-1: none): with the records after it that lie close by
- * (read_gather), each record still checked on its own. Stops before the first entry it
+ * at commit-log offset ``fd_base`` (-1: none): through a mapping of the segment for a long
+ * sparse run (map_run), else with the records after it that lie close by (read_gather), each
+ * record still checked on its own. Stops before the first entry it
  * cannot serve, or after the record that brings total_bytes to max_bytes; returns the index of
  * the next entry and the new total. ``view``: a memoryview of span (bodies of big records are
  * cut from it with VIEWS), or None. */
@@ -240,6 +556,16 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
      * own_lo, own_len bytes; own_view a memoryview of it, made when a body is cut from it. */
     PyObject *own = NULL, *own_view = NULL;
     int64_t own_lo = 0, own_len = 0;
+    /* The mapping of a sparse run (map_run), made at its first record outside the span; records
+     * copied out of it into ``scratch`` (unless their bodies are views) */
+    RunMap map = {NULL, 0, 0, 0};
+    int map_tried = 0;
+    unsigned char *scratch = NULL;
+    int64_t scratch_len = 0;
+    /* The last batch copied out of it: entries b_first .. b_first + b_count - 1, the first b_done
+     * of them copied (to ops[k - b_first].dst), a page of the next one failed if fewer */
+    Copy *ops = NULL;
+    Py_ssize_t b_first = 0, b_count = 0, b_done = 0;
     for (; i < n; i++) {
         int64_t phys, size;
         if (!entry_at(entries, i, &phys, &size))
@@ -252,9 +578,99 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
         const unsigned char *r;
         int in_own = 0;   /* the record lies in ``own``, not in the span */
         if (start < 0 || size > span_len || start > span_len - size) {
+            if (i > b_first && i < b_first + b_count) {
+                /* in the batch copied out of the mapping (below) */
+                if (i - b_first >= b_done)
+                    break;   /* a page of it failed: the Python loop reads it again and names why */
+                const Copy *c = &ops[i - b_first];
+                if (map.addr == NULL || phys < map.lo || phys - map.lo > map.end - map.lo
+                    || c->src != map.addr + (phys - map.lo) || c->n != (size_t)size)
+                    break;   /* not the record copied for this entry: the Python loop reads it */
+                r = c->dst;
+                goto read;
+            }
             if (own == NULL || phys < own_lo || size > own_len || phys - own_lo > own_len - size) {
                 if (fd < 0 || phys < fd_base || size > seg_size || phys - fd_base > seg_size - size)
                     break;
+                if (!map_tried) {
+                    map_tried = 1;
+                    map_run(&map, fd, fd_base, seg_size, entries, i, phys);
+                }
+                if (map.addr != NULL && phys >= map.lo && size <= map.end - map.lo
+                    && phys - map.lo <= map.end - map.lo - size) {
+                    /* its own bytes out of the mapping (above), with those of the entries after
+                     * it that lie in it too (a batch, into ``scratch``); alone into a buffer of its
+                     * own when its body is handed out as a view of it */
+                    int unguarded = 0;
+                    const unsigned char *mhi = map.addr + (map.end - map.lo);
+                    if (ops == NULL && (ops = PyMem_Malloc(BATCH_RECORDS * sizeof *ops)) == NULL) {
+                        PyErr_NoMemory();
+                        goto error;
+                    }
+                    if (use_views && size >= VIEW_MIN_SIZE) {
+                        Py_XDECREF(own);
+                        Py_CLEAR(own_view);
+                        own = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+                        if (own == NULL)
+                            goto error;
+                        own_lo = phys;
+                        own_len = 0;   /* (until copied) */
+                        ops[0].dst = (unsigned char *)PyBytes_AS_STRING(own);
+                        ops[0].src = map.addr + (phys - map.lo);
+                        ops[0].n = (size_t)size;
+                        b_count = 0;
+                        Py_ssize_t done = copy_batch(ops, 1, map.addr, mhi, &unguarded);
+                        if (done == 1) {
+                            own_len = size;
+                            r = (const unsigned char *)PyBytes_AS_STRING(own);
+                            in_own = 1;
+                            goto read;
+                        }
+                        if (!unguarded)
+                            break;   /* a page failed: the Python loop reads it again and names why */
+                    } else {
+                        if (size > scratch_len) {
+                            PyMem_Free(scratch);
+                            scratch_len = size > BATCH_BYTES ? size : BATCH_BYTES;
+                            scratch = PyMem_Malloc((size_t)scratch_len);
+                            if (scratch == NULL) {
+                                scratch_len = 0;
+                                PyErr_NoMemory();
+                                goto error;
+                            }
+                        }
+                        /* the batch: entries i, i+1, ... while each is in the mapping, not in the
+                         * span, not handed out as a view, and fits in scratch */
+                        int64_t used = 0;
+                        Py_ssize_t count = 0;
+                        for (Py_ssize_t k = i; k < n && count < BATCH_RECORDS; k++) {
+                            int64_t p, z;
+                            if (!entry_at(entries, k, &p, &z) || z < MIN_RECORD_SIZE || p < 0
+                                || (p - lo >= 0 && z <= span_len && p - lo <= span_len - z)
+                                || p < map.lo || z > map.end - map.lo || p - map.lo > map.end - map.lo - z
+                                || (use_views && z >= VIEW_MIN_SIZE) || z > scratch_len - used)
+                                break;
+                            ops[count].dst = scratch + used;
+                            ops[count].src = map.addr + (p - map.lo);
+                            ops[count].n = (size_t)z;
+                            used += z;
+                            count++;
+                        }
+                        b_first = i;
+                        b_count = count;
+                        b_done = copy_batch(ops, count, map.addr, mhi, &unguarded);
+                        if (b_done > 0) {
+                            r = ops[0].dst;
+                            goto read;
+                        }
+                        b_count = 0;
+                        if (!unguarded)
+                            break;   /* a page failed: the Python loop reads it again and names why */
+                    }
+                    /* (our handler could not be installed: no more reads of the mapping) */
+                    munmap(map.addr, map.len);
+                    map.addr = NULL;
+                }
                 Py_ssize_t got;
                 Py_XDECREF(own);
                 Py_CLEAR(own_view);
@@ -271,6 +687,7 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
         } else {
             r = buf + start;
         }
+    read:;
         int64_t qoff = offset + i, t, p;
         if (!record_ok(r, size, phys, qoff, queue_id, topic_field, tf_len, &t, &p))
             break;
@@ -315,6 +732,10 @@ static PyObject *check_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
 error:
     failed = 1;
 done:
+    if (map.addr != NULL)
+        munmap(map.addr, map.len);
+    PyMem_Free(scratch);
+    PyMem_Free(ops);
     Py_XDECREF(own_view);
     Py_XDECREF(own);
     PyBuffer_Release(&span);
@@ -1159,6 +1580,17 @@ PyMODINIT_FUNC PyInit_nativecheck(void)
     if (find_crc() < 0)
         return NULL;
     init_x2n();
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps > 0)
+        page_size = (int)ps;
+    static int at_fork;
+    if (!at_fork && pthread_atfork(NULL, NULL, guard_after_fork) == 0)
+        at_fork = 1;
+    if (!at_fork)
+        bus_left = 1;   /* (no mapping where a fork could leave a batch counted) */
+    const char *t = getenv("MQCTL_TEST_TRUNCATE_AFTER_MAP");
+    if (t != NULL && t[0] != '\0')
+        truncate_after_map = strdup(t);
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "INTERFACE", INTERFACE) < 0) {
         Py_DECREF(m);

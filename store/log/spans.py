@@ -8,7 +8,12 @@ holding one queue of 16 read 16 times its own records' bytes, into a fresh buffe
 a pull. With the C check loop (``own_reads``) a sparse run is never read so: the loop reads the
 run's records itself, a record and those after it within 4 KiB of each other with one read of
 at most 64 KiB (``nativecheck.c``'s ``read_gather``). Measured, groups of 8 and 16 members on 16
-queues, 100-byte bodies, 2 CPU hogs on 2 cores: ~35 % less CPU a message.
+queues, 100-byte bodies, 2 CPU hogs on 2 cores: ~35 % less CPU a message. Those reads still copy
+the other queues' records within 4 KiB: with 100-byte bodies on 16 queues, 16 times the run's
+own bytes. So a long run of small records (256 or more, of at most 8 KiB on average) is read
+through a mapping of the segment instead, only each record's own bytes copied out of it, and
+unmapped before the loop returns (``nativecheck.c``'s ``map_run``, with the numbers that chose
+those bounds: a mapping costs several reads to make and undo).
 """
 from __future__ import annotations
 
