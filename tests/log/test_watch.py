@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -17,6 +18,18 @@ from store.watch import Watcher, consumer_paths
 
 BACKENDS = [pytest.param("inotify", marks=pytest.mark.skipif(not inotify_available(), reason="no inotify")),
             "poll"]
+
+
+_LATER: list[threading.Thread] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_later_outlives_its_test() -> Iterator[None]:
+    """What a test scheduled with :func:`later` has run by its end (a delayed write landing in
+    the next test's files, or its failure reported against that test, is another test's noise)."""
+    yield
+    while _LATER:
+        _LATER.pop().join(10)
 
 
 def later(delay: float, fn) -> threading.Thread:  # type: ignore[no-untyped-def]
@@ -28,6 +41,7 @@ def later(delay: float, fn) -> threading.Thread:  # type: ignore[no-untyped-def]
             pass   # the test is over (a spurious early wake): its files or process are gone
     t = threading.Thread(target=run, daemon=True)
     t.start()
+    _LATER.append(t)
     return t
 
 
@@ -268,8 +282,11 @@ def test_a_store_batch_wakes_a_watcher_on_consumer_paths(tmp_path: Path) -> None
         with Watcher(consumer_paths(st.layout, "g")) as w:
             while w.wait(0.05):
                 pass
-            later(0.05, lambda: st.put([Draft(topic="t", body=b"hello")]))
+            put = later(0.05, lambda: st.put([Draft(topic="t", body=b"hello")]))
             assert w.wait(5.0) and st.layout.checkpoint in w.changed
+            # (a wait that returned before the put, under load, must not close the store under
+            # it: the put then failed in its thread, reported against whichever test ran next)
+            put.join(10)
 
 
 def _inotify_fds() -> int:
