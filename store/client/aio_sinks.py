@@ -54,9 +54,13 @@ class AsyncIteratorSink(InHand):
         """The next batch, or None after ``timeout`` s or a :meth:`wake_reader`."""
         if not self._ready:
             self._event.clear()
+            # asyncio.timeout, not wait_for: on 3.11 wait_for returns the inner wait's result
+            # when the caller's cancel comes in the turn the event is set, and the cancel is lost
+            # (a loop cancelled by its caller, or by an asyncio.timeout around it, went on).
             try:
-                await asyncio.wait_for(self._event.wait(), timeout)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(timeout):
+                    await self._event.wait()
+            except TimeoutError:
                 return None
         while self._ready:
             item = self._ready.popleft()
