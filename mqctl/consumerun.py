@@ -300,11 +300,10 @@ def _check_output(r: ConsumeRequest) -> None:
             raise UsageError("--to copies messages to DST: nothing goes to stdout (no --json/--format)")
         if r.exec_ is None and r.output is not None:
             raise UsageError("--output is how an --exec handler's stdout becomes messages: it needs --exec")
-        if r.to == r.topic:
-            raise UsageError("--to must name another topic than the one consumed")
         from mqctl.argnames import ARG_FLAGS
         from store import check_stage
-        check_stage(None, r.to, broadcast=r.broadcast, dedup=r.dedup, no_group=r.no_group, arg_names=ARG_FLAGS)
+        check_stage(None, r.to, broadcast=r.broadcast, dedup=r.dedup, no_group=r.no_group, arg_names=ARG_FLAGS,
+                    consumed=r.topic)
     if r.json and r.format_ is not None:
         raise UsageError("give --json or --format, not both")
     if r.exec_ is not None and r.format_ is not None:

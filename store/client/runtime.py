@@ -134,7 +134,7 @@ class Runtime:
         if self.held.pqs or self.held.dropping:
             raise UsageError("a consumer becomes an exactly-once stage before it consumes")
         o = self.o
-        check_stage(self.store, to, broadcast=o.broadcast, dedup=o.dedup, no_group=o.no_group)
+        check_stage(self.store, to, broadcast=o.broadcast, dedup=o.dedup, no_group=o.no_group, consumed=o.topic)
         o.to, o.to_sync = to, sync
         self.stage = self.keeper.stage = Stage(self.store, o.group, to, sync, o.orderly)
         self.keeper.threaded = False   # a stage's commits are its writes: in the loop's thread

@@ -164,13 +164,16 @@ class Stage:
 
 
 def check_stage(store: Store | None, to: str | None, *, broadcast: bool, dedup: bool,
-                no_group: bool = False, arg_names: ArgNames | None = None) -> None:
+                no_group: bool = False, arg_names: ArgNames | None = None, consumed: str | None = None) -> None:
     """The combinations an exactly-once stage refuses (exit 2), named in the caller's spelling
-    (``arg_names``: ``to``, or ``--to`` for the command line), and (given the store) an
-    output topic that does not exist where topics are not created on send (exit 3)."""
+    (``arg_names``: ``to``, or ``--to`` for the command line) — among them an output topic that
+    is the ``consumed`` one (its outputs would be its inputs again, without end) — and (given
+    the store) an output topic that does not exist where topics are not created on send (exit 3)."""
     if to is None:
         return
     names.validate_topic(to)
+    if to == consumed:
+        raise usage("{to} must name another topic than the one consumed", arg_names)
     if no_group:
         raise usage("{to} commits the group's offsets with the outputs: it needs a group, not --no-group",
                     arg_names)

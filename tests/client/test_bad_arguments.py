@@ -147,3 +147,28 @@ def test_a_list_of_tags_is_checked_as_an_expression_is(mq: MQ, path: str, tags: 
         assert [m.text for m in c.messages(exit_at_end=True)] == ["a"]
     with store.Consumer("T", "g2", path, start_from="first", tags=("C", "*")) as c:   # ("*": every message)
         assert [m.text for m in c.messages(exit_at_end=True)] == ["a"]
+
+
+def test_a_python_stage_may_not_write_to_the_topic_it_consumes(mq: MQ) -> None:
+    """``mqctl consume A --to A`` is refused (exit 2), but ``Consumer.run(..., to="A")``, a
+    ``messages(to="A")`` stage and ``AsyncConsumer.run(..., to="A")`` wrote their outputs into
+    their own input, for ever without ``exit_at_end``. The same rule, named in Python's spelling."""
+    import asyncio
+    path = str(mq.root)
+    mq.ok("send", "A", "x")
+    with store.Consumer("A", "g", path, start_from="first") as c:
+        with pytest.raises(store.UsageError, match=r"^to=TOPIC must name another topic than the one consumed"):
+            c.run(lambda m: b"again", to="A", exit_at_end=True)
+    with store.Consumer("A", "g", path, start_from="first") as c:
+        with pytest.raises(store.UsageError, match=r"^to=TOPIC must name another topic"):
+            next(iter(c.messages(exit_at_end=True, to="A")))
+
+    async def aio() -> None:
+        async with store.AsyncConsumer("A", "g", path, start_from="first") as ac:
+            await ac.run(lambda m: b"again", to="A", exit_at_end=True)
+
+    with pytest.raises(store.UsageError, match=r"^to=TOPIC must name another topic"):
+        asyncio.run(aio())
+    assert sum(r["messages"] for r in mq.ok("topic", "status", "A", "--json").json_lines()) == 1   # nothing written
+    res = mq.run("consume", "A", "-g", "g", "--to", "A")
+    assert res.returncode == 2 and "--to must name another topic than the one consumed" in res.stderr, res
