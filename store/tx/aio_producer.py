@@ -11,8 +11,10 @@ commit or rollback) are those of ``mqctl tx``.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
 import datetime as _dt
 import inspect
+import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -30,14 +32,41 @@ if TYPE_CHECKING:
 AsyncAnswer = Callable[[Message], Any]   # -> TxState (or str, None), or an awaitable of one
 
 
-def _on_loop(fn: AsyncAnswer, loop: asyncio.AbstractEventLoop) -> Callable[[Message], Any]:
-    """``fn`` for the worker thread: an awaitable it returns is awaited on ``loop``."""
+class _Awaited:
+    """The caller's side of one ``local_tx`` run: the caller gave up (its ``send`` cancelled,
+    or timed out) and the awaitable's run on the loop, to cancel with it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.given_up = False
+        self.running: cf.Future[Any] | None = None
+
+    def give_up(self) -> None:
+        with self.lock:
+            self.given_up = True
+            if self.running is not None:
+                self.running.cancel()
+
+
+def _on_loop(fn: AsyncAnswer, loop: asyncio.AbstractEventLoop,
+             awaited: _Awaited | None = None) -> Callable[[Message], Any]:
+    """``fn`` for the worker thread: an awaitable it returns is awaited on ``loop``; with
+    ``awaited``, not once its caller gave up (cancelled with it: the transaction stays UNKNOWN,
+    for the check service, as after any exception of ``fn``)."""
     def call(msg: Message) -> Any:
+        if awaited is not None and awaited.given_up:
+            raise cf.CancelledError("the caller of send() was cancelled before its local transaction ran")
         answer = fn(msg)
         if inspect.isawaitable(answer):
             async def wait() -> Any:
                 return await answer
-            return asyncio.run_coroutine_threadsafe(wait(), loop).result()
+            fut = asyncio.run_coroutine_threadsafe(wait(), loop)
+            if awaited is not None:
+                with awaited.lock:
+                    awaited.running = fut
+                    if awaited.given_up:
+                        fut.cancel()
+            return fut.result()
         return answer
     return call
 
@@ -54,7 +83,8 @@ class AsyncTransactionProducer:
 
     ``local_tx`` and ``check`` may be ``async def`` (awaited on the loop) or plain functions
     (called in the producer's worker thread, off the loop). Exceptions in them leave the
-    transaction UNKNOWN, as with the sync producer.
+    transaction UNKNOWN, as with the sync producer. A ``send`` cancelled (or timed out) cancels
+    its async ``local_tx`` with it, and the transaction stays UNKNOWN, for the check service.
     """
 
     def __init__(self, path: PathLike | None = None, *, check: AsyncAnswer | None = None,
@@ -81,10 +111,20 @@ class AsyncTransactionProducer:
         (see :meth:`store.TransactionProducer.send`)."""
         if local_tx is not None and not callable(local_tx):
             raise UsageError("local_tx must be callable: local_tx(msg) -> TxState")
-        local = None if local_tx is None else _on_loop(local_tx, asyncio.get_running_loop())
-        result: TransactionSendResult = await self._call(
-            lambda tp: tp.send(topic, body, local_tx=local, tags=tags, keys=keys, sharding_key=sharding_key,
-                               queue=queue, properties=properties))
+        awaited = _Awaited()
+        local = None if local_tx is None else _on_loop(local_tx, asyncio.get_running_loop(), awaited)
+        try:
+            result: TransactionSendResult = await self._call(
+                lambda tp: tp.send(topic, body, local_tx=local, tags=tags, keys=keys, sharding_key=sharding_key,
+                                   queue=queue, properties=properties))
+        except asyncio.CancelledError:
+            # A caller that gave up (cancelled, timed out) gives up its local transaction too: an
+            # async one is cancelled, one not started yet never runs, and the transaction stays
+            # UNKNOWN for the check service. It went on and committed, and a caller retrying
+            # after a timeout sent the message twice. (A plain function already running in the
+            # worker thread cannot be stopped: it finishes, and its answer counts.)
+            awaited.give_up()
+            raise
         return result
 
     async def commit(self, tx_id: str) -> EndResult:

@@ -595,3 +595,38 @@ def test_a_cancel_in_the_turn_a_batch_arrives_is_not_lost() -> None:
         return lost
 
     assert asyncio.run(rounds()) == 0
+
+
+def test_a_cancelled_transactional_send_cancels_its_local_transaction(mq: MQ, path: str) -> None:
+    """``await asyncio.wait_for(tp.send(..., local_tx=...), 0.2)`` raised TimeoutError while the
+    async local transaction went on in the background and committed the message later: a caller
+    retrying after the timeout sent it twice, and ``tp.pending()`` waited for the detached
+    transaction. Cancelled with its caller now: the transaction stays UNKNOWN, for the check
+    service, and nothing is committed behind the caller's back."""
+    ran: list[str] = []
+
+    async def main() -> tuple[list[str], list[str]]:
+        started = asyncio.Event()
+
+        async def slow(m: store.Message) -> store.TxState:
+            started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                ran.append("cancelled")
+                raise
+            ran.append("finished")
+            return store.TxState.COMMIT
+
+        async with store.AsyncTransactionProducer(path) as tp:
+            send = asyncio.ensure_future(tp.send("pay", b"once", local_tx=slow, keys=["o1"]))
+            await started.wait()
+            send.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await send
+            pending = await asyncio.wait_for(tp.pending(), 20)   # (the worker is free again)
+            return pending, await tp.pending()
+    pending, again = arun(main)
+    assert ran == ["cancelled"]
+    assert len(pending) == 1 and again == pending   # UNKNOWN, left to the check service
+    assert mq.drain("pay", "G") == []   # nothing committed
