@@ -138,7 +138,7 @@ class InHand:
             # (a second call would silently replace the first's outputs: one commit per message)
             raise UsageError("commit_with() was already called for the message in hand: its outputs "
                              "are given once, all together")
-        stage.emit(hand.msgs[at], outputs, strict=True)
+        stage.emit(hand.msgs[at], outputs)
         self.emitted = (hand, at)
 
 

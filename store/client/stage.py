@@ -70,22 +70,24 @@ class Stage:
     lock: threading.Lock = field(default_factory=threading.Lock)
     _n: int | None = None     # the output topic's queues
 
-    def emit(self, m: Message | ClientMessage, outputs: Iterable[Output] | Output | None,
-             strict: bool = False) -> None:
-        """The outputs of input ``m`` (any thread; called again, it replaces them). ``strict``
-        (an iterator's ``commit_with``, in the caller's own thread): an output that the ordered
-        output topic would refuse raises UsageError here, at the line that made it; a handler's
-        is refused by the stage's write, which stops the stage (failing the message would only
-        send it through the retry topic to the DLQ)."""
+    def emit(self, m: Message | ClientMessage, outputs: Iterable[Output] | Output | None) -> None:
+        """The outputs of input ``m`` (any thread; called again, it replaces them). An output the
+        write would refuse raises here (UsageError, MessageTooLargeError), as the failure of
+        ``m``'s handler (retried, then dead-lettered, naming it) or at the ``commit_with`` line
+        that made it: refused by the stage's write instead, it stopped the stage on every
+        restart, its good outputs with it, without naming the input."""
         drafts = self._placed(m, [to_draft(self.to, o, self._queues()) for o in _as_list(outputs)])
         limit = self.store.settings.max_message_size
-        for d in drafts:   # refused here, as the handler's failure, not by the stage's write
+        ordered: bool | None = None   # (read once, and only for an output without a key or a queue)
+        for d in drafts:
             if len(d.body) > limit:
                 raise MessageTooLargeError(f"an output of {len(d.body)} bytes exceeds the store's limit "
                                            f"of {limit} bytes")
-            if strict and d.sharding_key is None and d.queue_id < 0 and self._ordered():
-                raise UsageError(f"topic {self.to!r} is ordered: give each output a sharding_key or a queue, "
-                                 f"or consume orderly (its outputs keep their input's queue)")
+            if d.sharding_key is None and d.queue_id < 0:
+                ordered = self._ordered() if ordered is None else ordered
+                if ordered:
+                    raise UsageError(f"topic {self.to!r} is ordered: give each output a sharding_key or a queue, "
+                                     f"or consume orderly (its outputs keep their input's queue)")
         with self.lock:
             self.by_record[m.commitlog_offset] = drafts
 

@@ -431,3 +431,29 @@ def test_a_reader_that_read_the_offsets_file_before_a_clean_reads_it_again(tmp_p
         assert len(calls) == 2
     finally:
         mq.cleanup()
+
+
+def test_an_output_without_a_key_for_an_ordered_topic_fails_its_message_only(mq: MQ, tmp_path: Path) -> None:
+    """One handler output without a sharding key, for an ordered output topic, was refused by
+    the stage's write: the stage exited 2 without naming the input, the batch's good outputs
+    went with it, and every restart failed the same way (the lag never moved). It fails its
+    own message now, as any output the write would refuse (retried, then dead-lettered)."""
+    mq.ok("topic", "create", "A", "--queues", "1")
+    mq.ok("topic", "create", "O", "--queues", "2", "--order")
+    mq.send_lines("A", [f"m-{i}" for i in range(1, 7)])
+    h = handler_script(tmp_path / "h.sh", """
+        b=$(cat)
+        if [ "$b" = m-4 ]; then printf '{"body":"%s"}\\n' "$b"; else printf '{"body":"%s","shardingKey":"k"}\\n' "$b"; fi""")
+    res = mq.run("consume", "A", "-g", "g", "--from", "first", "-e", "--exec", h, "--output", "json",
+                 "--max-reconsume", "0", "--to", "O")
+    assert res.returncode == 1 and "gave up on 1 message" in res.stderr, str(res)
+    assert "is ordered" in res.stderr, str(res)   # (the handler's failure says why)
+    assert sorted(m["body"] for m in read_all(mq, "O")) == ["m-1", "m-2", "m-3", "m-5", "m-6"]
+    assert [m["body"] for m in read_all(mq, "%DLQ%g")] == ["m-4"]
+    assert committed(mq, "g", "A") == 6
+    # and from Python: a run whose handler gives such an output goes on with the others
+    with store.Consumer("A", "py", str(mq.root), start_from="first") as c:
+        c.run(lambda m: [m.body] if m.text == "m-2" else [{"body": m.body, "sharding_key": "k"}],
+              to="O", exit_at_end=True, max_reconsume=0)
+    assert sorted(m["body"] for m in read_all(mq, "O")).count("m-1") == 2
+    assert [m["body"] for m in read_all(mq, "%DLQ%py")] == ["m-2"]
