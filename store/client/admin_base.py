@@ -107,6 +107,16 @@ class AdminBase:
             self._store.close()
         self._store, self._opener, self._missing = None, None, None
 
+    def __del__(self) -> None:
+        # An Admin dropped without close() (a one-off ``store.Admin().topics()``, as the API's
+        # examples write it) releases its handle: its calls may have written (due delayed
+        # messages delivered), leaving the write lock's file open for the collector to warn of.
+        try:
+            if getattr(self, "_owned", False):
+                self.close()
+        except Exception:  # noqa: BLE001 - (a finalizer: at exit, modules may be gone)
+            pass
+
     def __enter__(self: _A) -> _A:
         return self
 

@@ -495,3 +495,22 @@ def test_reset_offsets_takes_every_word_its_error_lists(admin: Admin, words: tup
     for word in words:
         assert f"'{word}'" in str(info.value)
         assert [r.new for r in admin.reset_offsets("G", "T", word, queue=0).rows] == [new]
+
+
+def test_an_admin_dropped_without_close_leaves_no_file_open(tmp_path: Path) -> None:
+    """``store.Admin(path).topics()`` with a delayed message due delivers it (a write: the
+    store's write lock file opened) and the Admin, never closed (as the API's examples write a
+    one-off call), left that file for the collector: ``ResourceWarning: unclosed file``."""
+    import subprocess
+    import sys
+    script = (
+        "import gc, time, store\n"
+        f"p = {str(tmp_path / 'st')!r}\n"
+        "with store.Producer(p) as producer:\n"
+        "    producer.send('t', 'x', delay=1)\n"
+        "time.sleep(1.2)\n"
+        "assert [t.topic for t in store.Admin(p).topics()] == ['t']\n"
+        "gc.collect()\n")
+    cp = subprocess.run([sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-c", script],
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0 and "ResourceWarning" not in cp.stderr, cp.stderr
