@@ -42,6 +42,22 @@ def _sparse(root: Path, batch: int = MANY * RUN // 2) -> Store:
     return s
 
 
+def _killed_by_sigbus(script: str, tmp_path: Path, request: pytest.FixtureRequest,
+                      how: str) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` on a sparse store (its args: the store, ``how``, a scratch path) in a child
+    that must end of SIGBUS; the timeout only stops a child spinning on one."""
+    s = _sparse(tmp_path / "s")
+    request.addfinalizer(s.close)
+    try:
+        child = subprocess.run([sys.executable, "-c", script, str(tmp_path / "s"), how, str(tmp_path / "other")],
+                               cwd=REPO, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"the child spun on a SIGBUS ({how})") from e
+    assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
+    assert "survived" not in child.stdout
+    return child
+
+
 def _rchar() -> int:
     for line in Path("/proc/self/io").read_text().splitlines():
         if line.startswith("rchar:"):
@@ -170,16 +186,13 @@ def test_a_sigbus_elsewhere_still_ends_the_process(tmp_path: Path, request: pyte
         assert "Bus error" in child.stderr
 
 
-_STALE = """
-import faulthandler, mmap, os, signal, sys
-from store.log.messagestore import Store
-s = Store.open(sys.argv[1])
-assert len(s.pull_bodies("T", 3, 0, 1000).bodies) == 300   # a mapped read
-faulthandler.enable()                                       # (over whatever the read left)
-assert len(s.pull_bodies("T", 3, 0, 1000).bodies) == 300
-faulthandler.disable()                                      # faulthandler's handler is gone
+# The end of a child script: a SIGBUS of the child's own (sys.argv[2] "kill": sent to itself;
+# "fault": a page of a file mapped and cut, sys.argv[3]), which must end it.
+_SIGBUS_OF_ITS_OWN = """
+import mmap, os, signal, sys, time
 if sys.argv[2] == "kill":
     os.kill(os.getpid(), signal.SIGBUS)
+    time.sleep(5)
 else:
     with open(sys.argv[3], "wb") as f:
         f.write(b"y" * 8192)
@@ -190,6 +203,16 @@ else:
 print("survived")
 """
 
+_STALE = """
+import faulthandler, mmap, os, signal, sys
+from store.log.messagestore import Store
+s = Store.open(sys.argv[1])
+assert len(s.pull_bodies("T", 3, 0, 1000).bodies) == 300   # a mapped read
+faulthandler.enable()                                       # (over whatever the read left)
+assert len(s.pull_bodies("T", 3, 0, 1000).bodies) == 300
+faulthandler.disable()                                      # faulthandler's handler is gone
+""" + _SIGBUS_OF_ITS_OWN
+
 
 @pytest.mark.parametrize("how", ["fault", "kill"])
 def test_a_sigbus_after_faulthandler_came_and_went_still_ends_the_process(
@@ -199,15 +222,7 @@ def test_a_sigbus_after_faulthandler_came_and_went_still_ends_the_process(
     refreshed at each read, and hand a foreign SIGBUS to the one it had seen last, faulthandler's,
     gone by then: a fault repeated for ever, a kill was swallowed.) The timeout only stops a
     spinning child."""
-    s = _sparse(tmp_path / "s")
-    request.addfinalizer(s.close)
-    try:
-        child = subprocess.run([sys.executable, "-c", _STALE, str(tmp_path / "s"), how, str(tmp_path / "other")],
-                               cwd=REPO, capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired as e:
-        raise AssertionError(f"the child spun on a SIGBUS ({how})") from e
-    assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
-    assert "survived" not in child.stdout
+    _killed_by_sigbus(_STALE, tmp_path, request, how)
 
 
 _HOOKED = """
@@ -283,19 +298,7 @@ own = sum(size for _phys, size, _tags in s.queue("T", 3).read_entries(0, 1000))
 before = int(open("/proc/self/io").read().split("rchar:")[1].split()[0])
 assert len(s.pull_bodies("T", 3, 0, 1000).bodies) == 300
 print(int(open("/proc/self/io").read().split("rchar:")[1].split()[0]) - before - own, flush=True)
-if sys.argv[2] == "kill":
-    os.kill(os.getpid(), signal.SIGBUS)
-    time.sleep(5)
-else:
-    with open(sys.argv[3], "wb") as f:
-        f.write(b"y" * 8192)
-    with open(sys.argv[3], "rb") as f:
-        import mmap
-        m = mmap.mmap(f.fileno(), 8192, prot=mmap.PROT_READ)
-    os.truncate(sys.argv[3], 0)
-    print(m[4096])
-print("survived")
-"""
+""" + _SIGBUS_OF_ITS_OWN
 
 
 @pytest.mark.skipif(not Path("/proc/self/io").exists() or sys.byteorder != "little" or os.uname().machine
@@ -309,15 +312,7 @@ def test_a_handler_installed_over_ours_during_a_batch_leaves_sigbus_to_it(
     kill -BUS) kills the process. (The loop used to install ours again over faulthandler's at
     the next batch and restore faulthandler's after it: once disabled, faulthandler's handler
     returned from a fault for ever and swallowed a kill.) The timeout only stops a spinning child."""
-    s = _sparse(tmp_path / "s")
-    request.addfinalizer(s.close)
-    try:
-        child = subprocess.run([sys.executable, "-c", _DISPLACED, str(tmp_path / "s"), how, str(tmp_path / "other")],
-                               cwd=REPO, capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired as e:
-        raise AssertionError(f"the child spun on a SIGBUS ({how})") from e
-    assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
-    assert "survived" not in child.stdout
+    child = _killed_by_sigbus(_DISPLACED, tmp_path, request, how)
     assert int(child.stdout.split()[0]) >= 0, "read through a mapping: ours was installed again"
 
 
