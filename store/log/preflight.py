@@ -108,24 +108,25 @@ def unfinished_creation(layout: "Layout") -> bool:
     empty_dirs = {layout.commitlog_dir.name, layout.consumequeue_dir.name, layout.index_dir.name}
     temp = f".{layout.store_json.name}."   # (store.json's and its .bak's, before their rename)
     try:
-        for entry in os.scandir(layout.root):
-            if entry.name in files or entry.name.startswith(temp):
-                if not entry.is_file(follow_symlinks=False):
-                    return False
-            elif entry.name in empty_dirs:
-                if not entry.is_dir(follow_symlinks=False) or os.listdir(entry.path):
-                    return False
-            elif entry.name == layout.config_dir.name:
-                if not entry.is_dir(follow_symlinks=False):
-                    return False
-                for name in os.listdir(entry.path):
-                    if not (name == view.name or name.startswith(f".{view.name}.")):
+        with os.scandir(layout.root) as entries:   # (closed on an early return: no ResourceWarning)
+            for entry in entries:
+                if entry.name in files or entry.name.startswith(temp):
+                    if not entry.is_file(follow_symlinks=False):
                         return False
-                head = read_head(view)
-                if head is not None and head.parsed and not head.is_view:
-                    return False   # a legacy topic table: a user's
-            else:
-                return False
+                elif entry.name in empty_dirs:
+                    if not entry.is_dir(follow_symlinks=False) or os.listdir(entry.path):
+                        return False
+                elif entry.name == layout.config_dir.name:
+                    if not entry.is_dir(follow_symlinks=False):
+                        return False
+                    for name in os.listdir(entry.path):
+                        if not (name == view.name or name.startswith(f".{view.name}.")):
+                            return False
+                    head = read_head(view)
+                    if head is not None and head.parsed and not head.is_view:
+                        return False   # a legacy topic table: a user's
+                else:
+                    return False
     except FileNotFoundError:
         return True
     except OSError:

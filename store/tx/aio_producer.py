@@ -66,7 +66,11 @@ def _on_loop(fn: AsyncAnswer, loop: asyncio.AbstractEventLoop,
                     awaited.running = fut
                     if awaited.given_up:
                         fut.cancel()
-            return fut.result()
+            try:
+                return fut.result()
+            except cf.CancelledError:
+                raise cf.CancelledError("the caller of send() was cancelled while its local transaction "
+                                        "ran") from None
         return answer
     return call
 
@@ -83,8 +87,9 @@ class AsyncTransactionProducer:
 
     ``local_tx`` and ``check`` may be ``async def`` (awaited on the loop) or plain functions
     (called in the producer's worker thread, off the loop). Exceptions in them leave the
-    transaction UNKNOWN, as with the sync producer. A ``send`` cancelled (or timed out) cancels
-    its async ``local_tx`` with it, and the transaction stays UNKNOWN, for the check service.
+    transaction UNKNOWN, as with the sync producer. A ``send`` cancelled (or timed out) while
+    queued stores nothing; one cancelled while its async ``local_tx`` runs cancels it, and the
+    transaction stays UNKNOWN, for the check service.
     """
 
     def __init__(self, path: PathLike | None = None, *, check: AsyncAnswer | None = None,
@@ -113,16 +118,20 @@ class AsyncTransactionProducer:
             raise UsageError("local_tx must be callable: local_tx(msg) -> TxState")
         awaited = _Awaited()
         local = None if local_tx is None else _on_loop(local_tx, asyncio.get_running_loop(), awaited)
+        def send(tp: TransactionProducer) -> TransactionSendResult:
+            if awaited.given_up:   # (cancelled while queued for the worker: nothing is stored)
+                raise cf.CancelledError("the caller of send() was cancelled before it was sent")
+            return tp.send(topic, body, local_tx=local, tags=tags, keys=keys, sharding_key=sharding_key,
+                           queue=queue, properties=properties)
         try:
-            result: TransactionSendResult = await self._call(
-                lambda tp: tp.send(topic, body, local_tx=local, tags=tags, keys=keys, sharding_key=sharding_key,
-                                   queue=queue, properties=properties))
+            result: TransactionSendResult = await self._call(send)
         except asyncio.CancelledError:
-            # A caller that gave up (cancelled, timed out) gives up its local transaction too: an
-            # async one is cancelled, one not started yet never runs, and the transaction stays
-            # UNKNOWN for the check service. It went on and committed, and a caller retrying
-            # after a timeout sent the message twice. (A plain function already running in the
-            # worker thread cannot be stopped: it finishes, and its answer counts.)
+            # A caller that gave up (cancelled, timed out) gives up its send: one still queued for
+            # the worker stores nothing, an async local transaction is cancelled (one not started
+            # never runs) and the transaction stays UNKNOWN for the check service. It went on and
+            # committed, and a caller retrying after a timeout sent the message twice. (A plain
+            # function already running in the worker thread cannot be stopped: it finishes and its
+            # answer counts, as does an answer already being written.)
             awaited.give_up()
             raise
         return result

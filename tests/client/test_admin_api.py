@@ -514,3 +514,15 @@ def test_an_admin_dropped_without_close_leaves_no_file_open(tmp_path: Path) -> N
     cp = subprocess.run([sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-c", script],
                         capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0 and "ResourceWarning" not in cp.stderr, cp.stderr
+
+
+def test_an_admin_of_a_directory_that_is_no_store_leaves_nothing_open(tmp_path: Path) -> None:
+    """``store.Admin(DIR)`` of a directory holding other files left the listing of DIR open
+    (a scandir left by an early return): ResourceWarning under ``-X dev``."""
+    import subprocess
+    import sys
+    (tmp_path / "not-a-store").mkdir()
+    (tmp_path / "not-a-store" / "notes.txt").write_text("mine")
+    script = f"import gc, store\nstore.Admin({str(tmp_path / 'not-a-store')!r})\ngc.collect()\n"
+    cp = subprocess.run([sys.executable, "-X", "dev", "-c", script], capture_output=True, text=True, timeout=60)
+    assert "ResourceWarning" not in cp.stderr, cp.stderr

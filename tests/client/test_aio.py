@@ -630,3 +630,30 @@ def test_a_cancelled_transactional_send_cancels_its_local_transaction(mq: MQ, pa
     assert ran == ["cancelled"]
     assert len(pending) == 1 and again == pending   # UNKNOWN, left to the check service
     assert mq.drain("pay", "G") == []   # nothing committed
+
+
+def test_a_transactional_send_cancelled_while_queued_stores_nothing(mq: MQ, path: str) -> None:
+    """A send cancelled while it waited for the producer's worker (busy with another send)
+    stored its half message once the worker got to it, after its caller had been told
+    CancelledError: an orphan transaction, left to the check service, beside the caller's retry."""
+    import threading as _threading
+    release = _threading.Event()
+
+    def holding(m: store.Message) -> store.TxState:   # (a plain function: runs in the worker)
+        release.wait(30)
+        return store.TxState.COMMIT
+
+    async def main() -> list[str]:
+        async with store.AsyncTransactionProducer(path) as tp:
+            first = asyncio.ensure_future(tp.send("pay", b"first", local_tx=holding))
+            await asyncio.sleep(0.05)
+            queued = asyncio.ensure_future(tp.send("pay", b"queued", local_tx=holding))
+            await asyncio.sleep(0.05)
+            queued.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await queued
+            release.set()
+            assert (await first).transaction_state == "COMMITTED"
+            return await tp.pending()
+    assert arun(main) == []
+    assert [m["body"] for m in mq.drain("pay", "G")] == ["first"]
