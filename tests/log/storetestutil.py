@@ -11,6 +11,7 @@ from store.errors import StoreError
 from store.log import columns, consumequeue
 from store.log.messagestore import Store
 from store.log.record import Draft
+from store.log.results import BodiesResult
 from store.log.settings import StoreSettings
 
 
@@ -86,3 +87,34 @@ def damage_named(row: object) -> bool:
     """Whether a row of :func:`read_queues` names damage (or is an error)."""
     assert isinstance(row, tuple)
     return row[0] == "error" or bool(row[5 if row[0] == "bodies" else 9])
+
+
+def loops_agree_on(s: Store, data: bytes, queues: int, monkeypatch: pytest.MonkeyPatch, label: str) -> bool:
+    """Segment 0 of ``s`` written anew as ``data`` (damaged, cut), every queue of topic T read
+    by both loops (:func:`read_queues`): the C loop must read what the Python loop reads.
+    Whether the reads named damage."""
+    s.commitlog.segment_path(0).write_bytes(data)
+    s.commitlog.close()   # (its descriptors: the file was written anew)
+    want = read_queues(s, "T", queues, 4 << 20, c_loop=False, monkeypatch=monkeypatch)
+    assert read_queues(s, "T", queues, 4 << 20, c_loop=True, monkeypatch=monkeypatch) == want, label
+    return any(map(damage_named, want))
+
+
+def bytes_read() -> int:
+    """What this process has read with read(2) and its kind so far (/proc: ``rchar``)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+def one_queue_of_many(s: Store, queues: int, body: bytes, count: int) -> tuple[BodiesResult, int, int]:
+    """Topic B of ``queues`` queues, ``count`` bodies stored in each, round robin (so each
+    queue's records lie among the others'); queue 5's first ``count`` pulled at once: the
+    pull, its records' own bytes, and what the pull read with read(2)."""
+    s.create_topic("B", queues)
+    s.put_bodies("B", [body] * (queues * count))
+    own = sum(size for _phys, size, _tags in s.queue("B", 5).read_entries(0, count))
+    before = bytes_read()
+    got = s.pull_bodies("B", 5, 0, count)
+    return got, own, bytes_read() - before

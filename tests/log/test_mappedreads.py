@@ -20,7 +20,7 @@ import pytest
 from store.log import columns
 from store.log.messagestore import Store
 from store.log.record import Draft
-from tests.log.storetestutil import damage_named, open_store, read_queues
+from tests.log.storetestutil import loops_agree_on, one_queue_of_many, open_store
 
 pytestmark = pytest.mark.skipif(not columns.NATIVE, reason="the C loop is not built")
 
@@ -58,13 +58,6 @@ def _killed_by_sigbus(script: str, tmp_path: Path, request: pytest.FixtureReques
     return child
 
 
-def _rchar() -> int:
-    for line in Path("/proc/self/io").read_text().splitlines():
-        if line.startswith("rchar:"):
-            return int(line.split()[1])
-    raise AssertionError("no rchar in /proc/self/io")
-
-
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs /proc/self/io")
 def test_a_long_sparse_run_is_read_through_a_mapping_that_does_not_outlive_the_read(
         tmp_path: Path, request: pytest.FixtureRequest) -> None:
@@ -72,13 +65,7 @@ def test_a_long_sparse_run_is_read_through_a_mapping_that_does_not_outlive_the_r
     its records); mapped, the read copies nothing through read(2), and leaves no mapping."""
     s = open_store(tmp_path / "s")
     request.addfinalizer(s.close)
-    s.create_topic("B", MANY)
-    s.put_bodies("B", [b"x" * 100] * (MANY * 1000))
-    q = s.queue("B", 5)
-    own = sum(size for _phys, size, _tags in q.read_entries(0, 1000))
-    before = _rchar()
-    got = s.pull_bodies("B", 5, 0, 1000)
-    used = _rchar() - before
+    got, own, used = one_queue_of_many(s, MANY, b"x" * 100, 1000)
     assert len(got.bodies) == 1000 and not got.damaged and got.bodies[999] == b"x" * 100
     assert used < own // 4, f"read {used} bytes for {own} bytes of records"
     seg = str(s.commitlog.segment_path(0))
@@ -92,8 +79,7 @@ def test_a_mapped_run_names_any_damaged_byte_or_cut_tail_as_the_python_loop_does
     mapping stops at the file's end, and what lies past it is handed back and named."""
     s = _sparse(tmp_path / "s")
     request.addfinalizer(s.close)
-    seg = s.commitlog.segment_path(0)
-    clean = seg.read_bytes()
+    clean = s.commitlog.segment_path(0).read_bytes()
     rnd = random.Random(seed)
     damaged = 0
     for k in range(5):
@@ -106,11 +92,7 @@ def test_a_mapped_run_names_any_damaged_byte_or_cut_tail_as_the_python_loop_does
         else:
             for _ in range(3):
                 data[rnd.randrange(len(data))] ^= 1 << rnd.randrange(8)
-        seg.write_bytes(bytes(data))
-        s.commitlog.close()   # (its descriptors: the file was written anew)
-        want = read_queues(s, "T", MANY, 4 << 20, c_loop=False, monkeypatch=monkeypatch)
-        assert read_queues(s, "T", MANY, 4 << 20, c_loop=True, monkeypatch=monkeypatch) == want, f"change {k}"
-        damaged += any(map(damage_named, want))
+        damaged += loops_agree_on(s, bytes(data), MANY, monkeypatch, f"change {k}")
     assert damaged >= 4
 
 

@@ -19,7 +19,7 @@ from store.log import columns, consumequeue, spans
 from store.log.format import CQ_ENTRY
 from store.log.messagestore import Store
 from store.log.record import Draft
-from tests.log.storetestutil import damage_named, open_store, read_queues
+from tests.log.storetestutil import damage_named, loops_agree_on, one_queue_of_many, open_store, read_queues
 
 QUEUES = 3
 
@@ -199,8 +199,7 @@ def test_a_queue_among_many_names_any_damaged_byte_or_cut_tail_as_the_python_loo
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, seed: int) -> None:
     s = _interleaved(tmp_path / "s")
     request.addfinalizer(s.close)
-    seg = s.commitlog.segment_path(0)
-    clean = seg.read_bytes()
+    clean = s.commitlog.segment_path(0).read_bytes()
     rnd = random.Random(seed)
     damaged = 0
     for k in range(6):
@@ -210,20 +209,8 @@ def test_a_queue_among_many_names_any_damaged_byte_or_cut_tail_as_the_python_loo
         else:
             at = rnd.randrange(len(data))
             data[at] ^= 1 << rnd.randrange(8)
-        seg.write_bytes(bytes(data))
-        s.commitlog.close()   # (its descriptors: the file was written anew)
-        want = read_queues(s, "T", MANY, 4 << 20, c_loop=False, monkeypatch=monkeypatch)
-        assert read_queues(s, "T", MANY, 4 << 20, c_loop=True, monkeypatch=monkeypatch) == want, f"change {k}"
-        damaged += any(map(damage_named, want))
+        damaged += loops_agree_on(s, bytes(data), MANY, monkeypatch, f"change {k}")
     assert damaged >= 4
-
-
-def _bytes_read() -> int:
-    """What this process has read with read(2) and its kind so far (/proc: ``rchar``)."""
-    for line in Path("/proc/self/io").read_text().splitlines():
-        if line.startswith("rchar:"):
-            return int(line.split()[1])
-    raise AssertionError("no rchar in /proc/self/io")
 
 
 @needs_c
@@ -234,12 +221,6 @@ def test_a_member_holding_one_queue_of_many_reads_its_own_records_not_the_log_be
     than a read of its own costs to copy (nativecheck.c's GATHER_GAP)."""
     s = open_store(tmp_path / "s")
     request.addfinalizer(s.close)
-    s.create_topic("B", MANY)
-    s.put_bodies("B", [b"x" * 400] * (MANY * 300))
-    q = s.queue("B", 5)
-    own = sum(size for _phys, size, _tags in q.read_entries(0, 300))
-    before = _bytes_read()
-    got = s.pull_bodies("B", 5, 0, 300)
-    used = _bytes_read() - before
+    got, own, used = one_queue_of_many(s, MANY, b"x" * 400, 300)
     assert len(got.bodies) == 300 and not got.damaged
     assert used < 2 * own, f"read {used} bytes for {own} bytes of records"   # the span between: 16 times
