@@ -135,9 +135,6 @@ class CleanPlan:
 
 # -- who needs what -------------------------------------------------------------------------------
 
-_GROUP_REMEDY = "consume it, or move it on with `mqctl offsets reset -g {group} --topic {topic} ...`"
-_BROADCAST_REMEDY = ("consume it, or remove a dead client's offsets with "
-                     "`mqctl offsets delete -g {group} --client-id {client}`")
 _DELAY_REMEDY = "its delayed messages move on when they are due, while a consumer or `mqctl` runs"
 _TX_REMEDY = "resolve it with `mqctl tx commit|rollback`"
 
@@ -152,11 +149,12 @@ def _queue_need(store: "Store", who: str, topic: str, qid: int, offset: int | No
     e = store.queue(topic, qid).entry(off)
     if e is None:
         return None
-    return Need(who, topic, qid, off, e[0], remedy.replace("{topic}", topic))
+    return Need(who, topic, qid, off, e[0], remedy)
 
 
 def _offset_table_needs(store: "Store", who: str, offsets: dict[tuple[str, int], int],
-                        topics: dict[str, Any], remedy: str) -> list[Need]:
+                        topics: dict[str, Any], remedy: Callable[[str], str]) -> list[Need]:
+    """The needs of one reader's offset table; ``remedy(topic)``: what frees a topic's queues."""
     needs = []
     for topic in sorted({t for t, _ in offsets}):
         cfg = topics.get(topic)
@@ -164,10 +162,19 @@ def _offset_table_needs(store: "Store", who: str, offsets: dict[tuple[str, int],
             continue  # offsets of a deleted topic: nobody can read it any more
         for q in range(cfg.queues):
             off = offsets.get((topic, q))
-            n = _queue_need(store, who, topic, q, off if off is not None and off >= 0 else None, remedy)
+            n = _queue_need(store, who, topic, q, off if off is not None and off >= 0 else None, remedy(topic))
             if n is not None:
                 needs.append(n)
     return needs
+
+
+def _reset_remedy(group: str) -> Callable[[str], str]:
+    return lambda topic: f"consume it, or move it on with `mqctl offsets reset -g {group} --topic {topic} ...`"
+
+
+def _delete_remedy(group: str, client: str) -> Callable[[str], str]:
+    return lambda _topic: (f"consume it, or remove a dead client's offsets with "
+                           f"`mqctl offsets delete -g {group} --client-id {client}`")
 
 
 def consumer_needs(store: "Store") -> list[Need]:
@@ -179,11 +186,11 @@ def consumer_needs(store: "Store") -> list[Need]:
     cluster = ClusterOffsetStore(store.layout, warn=store.warn)
     for group in cluster.groups():
         needs += _offset_table_needs(store, f"group {group}", cluster.read_group(group), topics,
-                                     _GROUP_REMEDY.replace("{group}", group))
+                                     _reset_remedy(group))
     for cid, group in broadcast_offset_files(store.layout):
         table = BroadcastOffsetStore(store.layout, cid, group, warn=store.warn).load()
         needs += _offset_table_needs(store, f"broadcast client {cid} of group {group}", table, topics,
-                                     _BROADCAST_REMEDY.replace("{group}", group).replace("{client}", cid))
+                                     _delete_remedy(group, cid))
     needs += _schedule_needs(store, topics)
     needs += transaction_needs(store)
     return needs
@@ -200,7 +207,7 @@ def _schedule_needs(store: "Store", topics: dict[str, Any]) -> list[Need]:
     for q in range(cfg.queues):
         v = table.get(str(q))
         offsets[(SCHEDULE_TOPIC, q)] = v if isinstance(v, int) and v >= 0 else 0
-    return _offset_table_needs(store, "delay scheduler", offsets, topics, _DELAY_REMEDY)
+    return _offset_table_needs(store, "delay scheduler", offsets, topics, lambda _t: _DELAY_REMEDY)
 
 
 def transaction_needs(store: "Store") -> list[Need]:
