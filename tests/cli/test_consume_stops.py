@@ -60,6 +60,7 @@ def test_no_group_reads_a_backlog_of_many_batches_whole(mq: MQ, fmt: list[str]) 
 
 
 @pytest.mark.parametrize("fmt", [[], ["--json"]])
+@pytest.mark.slow
 def test_idle_timeout_counts_only_time_with_nothing_new(mq: MQ, fmt: list[str]) -> None:
     """A backlog waiting is not idle: every message is read before ``--idle-timeout`` ends the
     run (it ended after the first pull batch, 256 of 600, exit 0, when the next pull stood

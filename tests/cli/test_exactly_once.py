@@ -211,6 +211,7 @@ def test_no_group_with_to_is_a_usage_error(mq: MQ) -> None:
     one_error(mq.run("consume", "A", "--no-group", "-e", "--to", "B"), 2, "--to commits")
 
 
+@pytest.mark.slow
 def test_kill_9_mid_stream_then_restart_leaves_each_output_once(mq: MQ, tmp_path: Path) -> None:
     mq.ok("topic", "create", "A", "--queues", "4")
     mq.ok("topic", "create", "B", "--queues", "4")
@@ -232,6 +233,7 @@ def test_kill_9_mid_stream_then_restart_leaves_each_output_once(mq: MQ, tmp_path
 
 # -- found in review ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_resetting_one_queue_under_a_running_stage_duplicates_nothing_else(mq: MQ, tmp_path: Path) -> None:
     # A reset used to ignore every commit not yet in the offsets file (async: up to 30 s of
     # them), for every queue of the topic: their outputs were made again after the restart.
@@ -265,6 +267,7 @@ def _waits_for_flock(pid: int, path: Path) -> bool:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="needs Linux /proc/locks")
+@pytest.mark.slow
 def test_a_batch_handed_out_before_a_reset_does_not_settle_its_message_in_the_queue_taken_again(
         mq: MQ, tmp_path: Path) -> None:
     """A reset lets every queue of its topic go, and the stage takes them again from their

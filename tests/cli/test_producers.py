@@ -147,6 +147,7 @@ def kill_mid_batch(mq: MQ, reps: int, lines_per_rep: int = 150_000) -> None:
     mq.ok("send", "T", "after")
 
 
+@pytest.mark.slow
 def test_kill_9_mid_batch(mq: MQ) -> None:
     kill_mid_batch(mq, reps=2)
 

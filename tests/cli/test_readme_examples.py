@@ -126,6 +126,7 @@ def test_the_exec_example_writes_whole_lines(tmp_path: Path, run: int) -> None:
 
 
 @pytest.mark.parametrize("run", range(2))
+@pytest.mark.slow
 def test_the_orderly_example_logs_each_account_in_order(tmp_path: Path, run: int) -> None:
     """The orderly example says ``grep alice posted.log`` shows alice's three steps in order:
     its handlers (two workers, several queues each) had the same two-write race."""

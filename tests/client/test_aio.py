@@ -292,6 +292,7 @@ def _inotify_fds() -> int:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd") or not inotify_available(), reason="needs Linux inotify")
+@pytest.mark.slow
 def test_200_async_consumers_share_one_inotify_instance(mq: MQ, path: str) -> None:
     """The kernel allows 128 inotify instances per user: one per AsyncConsumer ran out at
     the 129th (which then polled, and left the user's other processes none). The consumers

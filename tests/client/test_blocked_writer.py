@@ -32,6 +32,7 @@ def _unread(fd: int) -> int:
 
 @pytest.mark.parametrize("mode", [["--orderly"], ["--orderly", "--json"], []],
                          ids=["orderly", "orderly-json", "concurrent"])
+@pytest.mark.slow
 def test_a_member_blocked_on_its_stdout_delivers_nothing_more_of_the_queue_it_lost(
         mq: MQ, mode: list[str]) -> None:
     import os

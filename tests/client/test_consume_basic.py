@@ -127,6 +127,7 @@ def test_count_stops_after_n_and_commits_n(mq: MQ) -> None:
     assert mq.committed_total("G", "T") == 14
 
 
+@pytest.mark.slow
 def test_idle_timeout(mq: MQ) -> None:
     mq.ok("topic", "create", "T", "--queues", "2")
     t0 = time.monotonic()

@@ -75,6 +75,7 @@ def test_members_split_queues_and_a_third_one_joins(mq: MQ) -> None:
     assert not mq.members("G")
 
 
+@pytest.mark.slow
 def test_killed_member_queues_are_taken_over_nothing_lost(mq: MQ) -> None:
     mq.ok("topic", "create", "T", "--queues", "8")
     log = mq.work / "log"

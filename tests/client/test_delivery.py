@@ -34,6 +34,7 @@ def fill(mq: MQ, topic: str, n: int, queues: int = 8, size: int = 20) -> None:
 # -- hand-over: members starting together, joining and leaving -----------------------------
 
 @pytest.mark.parametrize("stagger", [0.0, 0.15, 0.5])
+@pytest.mark.slow
 def test_members_started_together_or_staggered_hand_over_without_duplicates(mq: MQ, stagger: float) -> None:
     n = 30_000
     fill(mq, "T", n)
@@ -257,6 +258,7 @@ def test_consume_into_head(mq: MQ, k: int, size: int) -> None:
 
 # -- copying ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_copy_with_exec_survives_a_destination_that_fails_half_way(mq: MQ) -> None:
     fill(mq, "SRC", 600, queues=4)
     mq.ok("topic", "create", "DST", "--queues", "2")
@@ -519,6 +521,7 @@ def test_a_stopping_consumer_ends_its_watchdog(mq: MQ) -> None:
              what="the watchdog and its placeholders to exit")
 
 
+@pytest.mark.slow
 def test_a_new_owner_waits_for_handlers_of_a_killed_owner(mq: MQ) -> None:
     mq.ok("topic", "create", "T", "--queues", "1")
     mq.send_lines("T", ["one"])

@@ -217,6 +217,7 @@ def test_a_member_that_stops_leaves_its_last_commit_in_the_snapshot(mq: MQ) -> N
     assert sum(snapshot_offsets(mq.root, "G").values()) == 30
 
 
+@pytest.mark.slow
 def test_an_idle_members_commits_reach_the_snapshot(mq: MQ) -> None:
     mq.ok("topic", "create", "T", "--queues", "1")
     proc = mq.start("consume", "T", "-g", "G", "--from", "first")
@@ -243,6 +244,7 @@ def test_a_member_killed_after_its_commit_hands_over_exactly_there(mq: MQ) -> No
     assert printed + rest == [f"m{i}" for i in range(10)]
 
 
+@pytest.mark.slow
 def test_a_member_idle_after_its_last_commits_still_wakes_to_settle_them(mq: MQ, no_snapshot_by_age: None) -> None:
     """A member with nothing to do waits for a change of the store. While commits of its own
     are in no snapshot (its commit wrote none: the last is younger than a second), that wait

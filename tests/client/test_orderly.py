@@ -10,6 +10,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from tests.procs import MQ, LockSampler, handler_script, wait_for  # noqa: F401  (mq is a fixture)
 
 # One line per message of the batch: "BODY|QUEUE|CONSUMER_PID|RECONSUME", one write each.
@@ -125,6 +127,7 @@ def test_three_members_kill9_keeps_per_key_order(mq: MQ) -> None:
     assert not mq.locks("G"), "locks are released at exit"
 
 
+@pytest.mark.slow
 def test_sigterm_finishes_the_batch_then_the_queue_moves(mq: MQ) -> None:
     mq.ok("topic", "create", "S", "--queues", "1")
     log = mq.work / "log"

@@ -17,6 +17,7 @@ from tests.procs import MQ, finish, handler_script, python
 
 
 @pytest.mark.parametrize("batch", [1, 10])
+@pytest.mark.slow
 def test_exec_handlers_take_a_message_of_another_queue_before_one_queues_backlog(mq: MQ, batch: int) -> None:
     mq.ok("topic", "create", "sv", "--queues", "2")
     mq.send_lines("sv", map(str, range(1, 1501)), "-q", "0")

@@ -74,6 +74,7 @@ def test_an_idle_member_waits_for_a_change_and_only_its_lock_renewal(rt: Runtime
     turns.close()
 
 
+@pytest.mark.slow
 def test_a_queue_added_while_the_member_runs_is_read_from_its_first_message(rt: Runtime) -> None:
     """``--from last`` (the default) starts a queue the group has no offset for at its end:
     right for the queues there when the member started, wrong for one a ``topic update`` adds
@@ -239,6 +240,7 @@ def _woken_by(rt: Runtime, turns: Generator[float | None, bool, None], change: C
     return True
 
 
+@pytest.mark.slow
 def test_other_members_commits_put_the_offsets_watch_to_sleep_until_the_persist_look(topic: Store) -> None:
     """Every offset commit of every group replaces the offsets table, which a member watches
     only for resets: 16 busy members woke each other ~200 times a second each (half of their

@@ -39,6 +39,7 @@ def _lines(proc: Proc) -> list[str]:
 
 
 @pytest.mark.parametrize("mode,queues", [("--orderly", 2), ("concurrently", 1)])
+@pytest.mark.slow
 def test_a_stopped_member_loses_its_queues_then_rejoins_without_duplicates(mq: MQ, mode: str, queues: int) -> None:
     mq.ok("topic", "create", "T", "--queues", str(queues), *(["--order"] if mode == "--orderly" else []))
     extra = [mode] if mode == "--orderly" else []
@@ -92,6 +93,7 @@ def test_a_broadcast_member_never_stops_counting(mq: MQ) -> None:
     assert a.stop() == 0
 
 
+@pytest.mark.slow
 def test_the_views_show_a_stopped_member_expired_holding_nothing(mq: MQ) -> None:
     """``consumers``, ``progress``, ``top`` and ``rebalance`` agree on who is live, by the
     rebalance's own test (the member's beat), and on who holds a queue (its lock): a member
@@ -132,6 +134,7 @@ def test_the_views_show_a_stopped_member_expired_holding_nothing(mq: MQ) -> None
     assert a.stop() == 0 and b.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_stopped_exec_member_starts_no_handler_on_the_queue_it_lost(mq: MQ, tmp_path: Path) -> None:
     """``--exec`` with one handler at a time: when the member is stopped, a batch already handed
     out waits for the handler slot. Once the member runs again, that batch's queue is another

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 
+@pytest.mark.slow
 def test_a_users_mypy_reads_the_librarys_types(tmp_path: Path) -> None:
     pytest.importorskip("mypy")
     program = tmp_path / "user.py"

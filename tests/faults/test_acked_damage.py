@@ -102,6 +102,7 @@ def test_a_synced_send_cut_by_one_byte_loses_the_cut_record_only(mq: MQ) -> None
 
 
 @pytest.mark.parametrize("how", ["cut", "removed"])
+@pytest.mark.slow
 def test_check_settles_after_recover_of_a_damaged_segment_that_is_not_the_last(mq: MQ, how: str) -> None:
     _init(mq, "--segment-size", "128KiB")
     for b in range(1, 7):

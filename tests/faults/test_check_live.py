@@ -15,6 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import Callable
 
+import pytest
+
 from store.layout import Layout
 from store.log import format as F
 from tests.procs import MQ, Feeder, Result
@@ -71,6 +73,7 @@ def _checks_beside_writes(mq: MQ, writer: _Writer, between: Callable[[], object]
     raise AssertionError(f"only {len(seen)} of {MOST_CHECKS} checks ran while batches were written")
 
 
+@pytest.mark.slow
 def test_check_beside_a_live_writer_reports_nothing(mq: MQ) -> None:
     mq.ok("topic", "create", "sc", "--queues", "4")
     mq.send_lines("sc", (f"first-{i}" for i in range(400)), "--keys", "early")
@@ -81,6 +84,7 @@ def test_check_beside_a_live_writer_reports_nothing(mq: MQ) -> None:
     mq.check_clean()
 
 
+@pytest.mark.slow
 def test_check_beside_a_live_writer_and_retention_reports_nothing(tmp_path: Path) -> None:
     """Segments (and the queue and index files pointing into them) removed by ``store clean``
     while the check runs: what went is gone, not damaged."""
@@ -114,6 +118,7 @@ def _damage_below_the_end(mq: MQ) -> None:
     cq.write_bytes(bytes(raw))
 
 
+@pytest.mark.slow
 def test_check_beside_a_live_writer_still_reports_real_damage(mq: MQ) -> None:
     mq.ok("topic", "create", "sc", "--queues", "4")
     mq.send_lines("sc", (f"first-{i:04d}" for i in range(400)), "--keys", "early")

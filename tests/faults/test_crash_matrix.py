@@ -319,6 +319,7 @@ CONSUMER_CASES = [
 
 
 @pytest.mark.parametrize("point,orderly", CONSUMER_CASES)
+@pytest.mark.slow
 def test_consumer_killed_at_each_point(mq: MQ, tmp_path: Path, point: str, orderly: bool) -> None:
     """(Queue locks are taken and released by orderly members only, so the rebalance points
     are reached in orderly mode.)"""

@@ -408,6 +408,7 @@ def test_running_consumer_goes_on_after_its_queue_is_rebuilt(mq: MQ) -> None:
         c.stop()
 
 
+@pytest.mark.slow
 def test_deleted_write_lock_file_still_excludes(mq: MQ) -> None:
     from store.log.messagestore import Store
     mq.ok("send", "t", "-q", "0", "one")

@@ -52,6 +52,7 @@ def _commitlog_sizes(root: Path) -> dict[str, int]:
     return {p.name: p.stat().st_size for p in (root / "commitlog").iterdir()}
 
 
+@pytest.mark.slow
 def test_a_send_back_that_fails_on_a_full_disk_is_retried_once_later_not_multiplied(
         small_fs: Path, tmp_path: Path) -> None:
     """The handler fails while the disk is full: the dead-letter copy cannot be written (the
@@ -92,6 +93,7 @@ def test_a_send_back_that_fails_on_a_full_disk_is_retried_once_later_not_multipl
         m.cleanup()
 
 
+@pytest.mark.slow
 def test_a_consumer_whose_offsets_snapshot_does_not_fit_warns_and_carries_on(
         small_fs: Path, tmp_path: Path) -> None:
     """Handled messages are committed (a record appended to the offsets journal, which has
@@ -157,6 +159,7 @@ def _refused_commit(m: MQ, small_fs: Path, tmp_path: Path) -> tuple[Proc, Path]:
     return consumer, runs
 
 
+@pytest.mark.slow
 def test_a_consumer_whose_offsets_journal_does_not_fit_keeps_its_offsets_and_commits_them_later(
         small_fs: Path, tmp_path: Path) -> None:
     """The commit record itself cannot be appended (the journal needs a new page): the
@@ -180,6 +183,7 @@ def test_a_consumer_whose_offsets_journal_does_not_fit_keeps_its_offsets_and_com
         m.cleanup()
 
 
+@pytest.mark.slow
 def test_a_queue_whose_send_back_keeps_failing_still_goes_to_a_joining_member(tmp_path: Path) -> None:
     """A member whose handler and send-backs fail (a full disk) keeps the failed message
     handed out while it waits to retry the send-back. When a second member joins and the queue
@@ -271,6 +275,7 @@ main()
     assert len(warned) == 1, cp.stderr
 
 
+@pytest.mark.slow
 def test_a_queue_given_away_while_its_offset_cannot_be_committed_is_handed_over_once_there_is_room(
         small_fs: Path, tmp_path: Path) -> None:
     """A rebalance takes a queue from a member whose last offset of it cannot be written (the

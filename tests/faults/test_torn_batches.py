@@ -103,6 +103,7 @@ def test_the_open_after_mqctl_send_killed_between_pieces_cuts_its_batch_silently
     mq.check_clean()
 
 
+@pytest.mark.slow
 def test_check_names_the_whole_unfinished_batch_that_recover_cuts(mq: MQ) -> None:
     """``store check`` named only the record cut at the log's end ("record of N bytes runs past
     the end", at its offset), while ``store recover`` cut the whole batch, its whole records
@@ -119,6 +120,7 @@ def test_check_names_the_whole_unfinished_batch_that_recover_cuts(mq: MQ) -> Non
     assert after.returncode == 0 and after.json_lines()[-1]["records"] == summary["records"] - whole, after
 
 
+@pytest.mark.slow
 def test_check_names_an_unfinished_batch_that_ends_on_a_record_boundary(mq: MQ) -> None:
     """A writer killed between two of a batch's writes where one record ended and the next had
     not begun leaves a log that ends on a record boundary with no torn record: ``store check``

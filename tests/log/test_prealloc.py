@@ -15,6 +15,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 import store
 from store.log import checkpoint as ckpt
 from store.log.commitlog import PREALLOC_STEP
@@ -153,6 +155,7 @@ with store.Producer(root, flush=flush) as p:
 """
 
 
+@pytest.mark.slow
 def test_sync_senders_killed_at_random_keep_every_acknowledged_send(tmp_path: Path) -> None:
     """Real processes sending one message at a time with ``flush="sync"`` into zeros they
     wrote ahead, killed with SIGKILL at random moments (mid-record, mid-zeros, between):

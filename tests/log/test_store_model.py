@@ -170,5 +170,6 @@ StoreModel.TestCase.settings = settings(
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.slow
 class TestStoreModel(StoreModel.TestCase):
     pass

@@ -64,6 +64,7 @@ def restore(root: Path, snap: dict[Path, bytes]) -> None:
         p.write_bytes(data)
 
 
+@pytest.mark.slow
 def test_cutting_the_last_record_at_every_byte_drops_only_that_record(root: Path) -> None:
     res, bodies = fill(root)
     snap = snapshot(root)
