@@ -162,7 +162,7 @@ class CommitLog:
 
     def read(self, offset: int, size: int | None = None, verify: bool = True) -> Message:
         """The record at ``offset``; RecordError when it is missing, torn or damaged."""
-        data = self.read_bytes(offset, size if size else F.MAX_MESSAGE_SIZE + 65536 + 512)
+        data = self.read_bytes(offset, size if size else F.MAX_RECORD_SIZE)
         if size is None and len(data) >= 4:
             total = int.from_bytes(data[:4], "big", signed=True)
             data = data[:max(total, 0)] if 0 < total <= len(data) else data
@@ -205,7 +205,7 @@ class CommitLog:
                             # ran past our chunk, not the file: read on from here
                             buf_start = file_pos
                             fh.seek(buf_start)
-                            buf = fh.read(max(0, min(max(chunk, F.MAX_MESSAGE_SIZE + 65536 + 1024), fsize - buf_start)))
+                            buf = fh.read(max(0, min(max(chunk, F.MAX_RECORD_SIZE), fsize - buf_start)))
                             bpos = 0
                             continue
                         yield base + file_pos, None, exc

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")
 _NEIGHBOURS = 64            # entries looked at on each side for one that checks out
 _WINDOW = 8 * 1024 * 1024   # bytes of log searched per read
-_SLACK = F.MAX_MESSAGE_SIZE + 65536 + 1024   # read past a window so its last record is whole
+_SLACK = F.MAX_RECORD_SIZE   # read past a window so its last record is whole
 _HEAD = struct.Struct(">iIIiiqqi")   # TOTALSIZE .. SYSFLAG (format.py)
 _I32 = struct.Struct(">i").unpack_from
 _MIN_SIZE = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE

@@ -148,6 +148,11 @@ CRC_PROPERTY_SIZE = len(CRC_PROPERTY) + 1 + 10 + 1  # 20
 CRC_PROPERTY_HEAD = CRC_PROPERTY.encode() + b"\x01"
 CRC_PROPERTY_REVERSED = b"\x02%010d" + CRC_PROPERTY_HEAD[::-1]
 MAX_PROPERTIES_SIZE = 32767
+# The topic length byte read unsigned (a written topic is at most 134 bytes).
+MAX_TOPIC_FIELD = 255
+# The largest record a reader accepts, and how far it reads to hold one whole: the fixed
+# fields, the largest body, topic and properties (91 + 4 MiB + 255 + 32767 bytes).
+MAX_RECORD_SIZE = RECORD_FIXED_SIZE + MAX_MESSAGE_SIZE + MAX_TOPIC_FIELD + MAX_PROPERTIES_SIZE
 
 # SYSFLAG transaction types
 TX_MASK = 0xC

@@ -406,7 +406,7 @@ def record_size_at(buf: Buffer, pos: int, limit: int) -> int:
         if total == 0 and magic == 0:
             raise RecordError("zero-filled bytes", torn=True)
         raise RecordError(f"bad magic code 0x{magic:08X}")
-    if total < F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE or total > F.MAX_MESSAGE_SIZE + 65536 + 512:
+    if total < F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE or total > _MAX_TOTAL:
         raise RecordError(f"impossible record size {total}")
     if pos + total > limit:
         raise RecordError(f"record of {total} bytes runs past the end", torn=True)
@@ -416,7 +416,7 @@ def record_size_at(buf: Buffer, pos: int, limit: int) -> int:
 _CRC_PROP_HEAD = F.CRC_PROPERTY_HEAD
 _CRC_PROP_REVERSED = F.CRC_PROPERTY_REVERSED
 _MIN_TOTAL = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
-_MAX_TOTAL = F.MAX_MESSAGE_SIZE + 65536 + 512
+_MAX_TOTAL = F.MAX_RECORD_SIZE
 _TOPICS: dict[bytes, str] = {}
 
 

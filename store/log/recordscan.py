@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 WINDOW = 4 * 1024 * 1024
 _SLACK = 64 * 1024
-_MAX_SIZE = F.MAX_MESSAGE_SIZE + 65536 + 1024   # the largest record a store can hold
+_MAX_SIZE = F.MAX_RECORD_SIZE
 _I32 = struct.Struct(">i").unpack_from
 _I64 = struct.Struct(">q").unpack_from
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")

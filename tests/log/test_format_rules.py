@@ -1,0 +1,33 @@
+"""Each format rule has one definition in store/log/format.py (or its owner), and every user
+agrees with it: the largest record, the CRC mask, segment names, the header views, the
+property separators and reserved names, the index keys, the queue limit."""
+from __future__ import annotations
+
+import pytest
+
+from store.log import format as F
+from store.log import settings
+from store.log.record import RecordError, decode, encode, record_size_at
+
+
+def test_the_largest_record_is_built_from_its_fields() -> None:
+    assert F.MAX_RECORD_SIZE == 91 + 4 * 1024 * 1024 + 255 + 32767
+    # a segment holds the largest record and its end trailer
+    assert settings.SEGMENT_SPARE >= F.MAX_RECORD_SIZE - F.MAX_MESSAGE_SIZE + F.END_FILE_MIN_BLANK
+
+
+def _largest_record() -> bytes:
+    props = b"P\x01" + b"v" * (F.MAX_PROPERTIES_SIZE - F.CRC_PROPERTY_SIZE - 3) + b"\x02"
+    return encode(b"t" * 127, bytes(F.MAX_MESSAGE_SIZE), props, queue_id=0, queue_offset=0,
+                  physical_offset=0, store_timestamp=1, born_timestamp=1, born_port=1)
+
+
+def test_the_largest_writable_record_is_read_and_one_byte_more_is_impossible() -> None:
+    rec = _largest_record()
+    assert record_size_at(rec, 0, len(rec)) == len(rec) <= F.MAX_RECORD_SIZE
+    assert decode(rec, 0, len(rec)).body == bytes(F.MAX_MESSAGE_SIZE)
+    # a TOTALSIZE no writer can make is damage, not a record to read 4 MiB further for
+    head = (F.MAX_RECORD_SIZE + 1).to_bytes(4, "big") + F.MAGIC_V1.to_bytes(4, "big")
+    buf = head + bytes(F.MAX_RECORD_SIZE)
+    with pytest.raises(RecordError, match="impossible record size"):
+        record_size_at(buf, 0, len(buf))
