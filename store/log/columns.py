@@ -44,7 +44,7 @@ assert struct.calcsize(_HEAD_FMT) == F.RECORD_HEADER_SIZE
 # timestamps); BORNTIMESTAMP . STORETIMESTAMP . RECONSUMETIMES only for records handed out.
 _CHECK, _TIMES = struct.Struct(">iI4xi4xqq48xi").unpack_from, struct.Struct(">40xq8xq8xi").unpack_from
 
-_CRC_TRAILER, _MASK = F.CRC_PROPERTY_REVERSED, 0x7FFFFFFF
+_CRC_TRAILER, _MASK = F.CRC_PROPERTY_REVERSED, F.CRC_MASK
 
 _native: Callable[..., tuple[int, int]] | None = None
 try:   # the check loop in C, when the package was built with it (pyproject.toml) from this source

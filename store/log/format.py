@@ -1,7 +1,7 @@
 """The on-disk format of an mqctl store: every binary file's grammar, and its constants.
 
 All integers are big-endian (as RocketMQ, which wrote them with Java's ByteBuffer). "CRC" is
-zlib's CRC-32 masked with 0x7FFFFFFF, RocketMQ's ``UtilAll.crc32``.
+zlib's CRC-32 masked with ``CRC_MASK`` (0x7FFFFFFF), RocketMQ's ``UtilAll.crc32``.
 
 Directory tree (RocketMQ's names where they exist; see ``layout.py``)::
 
@@ -111,6 +111,9 @@ from __future__ import annotations
 
 import struct
 
+# A CRC as RocketMQ stores it: CRC-32 masked to a non-negative Java int (``crc`` below).
+CRC_MASK = 0x7FFFFFFF
+
 # -- commit log --------------------------------------------------------------------------------
 
 MAGIC_V1 = 0xDAA320A7
@@ -198,7 +201,7 @@ STORE_FORMAT_VERSION = 1
 def crc(data: bytes | bytearray | memoryview) -> int:
     """RocketMQ's CRC: zlib CRC-32 masked to a non-negative Java int."""
     import zlib
-    return zlib.crc32(data) & 0x7FFFFFFF
+    return zlib.crc32(data) & CRC_MASK
 
 
 def segment_name(base: int) -> str:

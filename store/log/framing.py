@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 # SYSFLAG .. PREPARED TX OFFSET (48 bytes, the same for a whole batch), then BODYLENGTH.
 _HEAD_PACK = struct.Struct(">iIIiiqq48si").pack
 _HEAD_CONST = struct.Struct(">iqIiqIiiq")
+_CRC_MASK = F.CRC_MASK
 assert struct.calcsize(">iIIiiqq48si") == F.RECORD_HEADER_SIZE and _HEAD_CONST.size == 48
 
 # From this body size on a record is copied into the batch buffer in parts (head, body, rest)
@@ -124,7 +125,7 @@ def _frame_small(batch: WriteBatch, topic: str, bodies: Sequence[Body], qids: li
     end = physs.pop()
     if end > room_end:
         return None
-    M = 0x7FFFFFFF
+    M = _CRC_MASK
     lead = qids[:stride] if stride else qids[:1]   # each queue's first record, in order
     for q in lead:
         if nxt[q] < 0:
@@ -200,7 +201,7 @@ def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dic
     offs: list[int] = []
     physs: list[int] = []
     hashes: list[int] = []
-    M = 0x7FFFFFFF
+    M = _CRC_MASK
     # TOTALSIZE magic BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET, then 48 bytes that
     # are the same for every record of the batch, then BODYLENGTH (format.py).
     pack = _HEAD_PACK

@@ -34,6 +34,8 @@ from store.log import filestat, indexchains
 from store.log import format as F
 from store.log.record import crc32
 
+_CRC_MASK = F.CRC_MASK
+
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from typing import Any
@@ -59,7 +61,7 @@ except ImportError:
 
 
 def key_hash(key: str | bytes) -> int:
-    return int(crc32(key.encode() if isinstance(key, str) else key)) & 0x7FFFFFFF
+    return int(crc32(key.encode() if isinstance(key, str) else key)) & _CRC_MASK
 
 
 class KeyIndex:
@@ -206,7 +208,7 @@ class KeyIndex:
         str or already-encoded bytes."""
         if not items:
             return
-        self.add_hashes([crc32(k if isinstance(k, bytes) else k.encode()) & 0x7FFFFFFF for k, _ in items],
+        self.add_hashes([crc32(k if isinstance(k, bytes) else k.encode()) & _CRC_MASK for k, _ in items],
                         [p for _, p in items], store_ts)
 
     def add_hashes(self, hashes: list[int], physs: list[int], store_ts: int) -> None:

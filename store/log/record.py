@@ -47,6 +47,7 @@ def _crc32_function() -> Callable[..., int]:
 
 
 crc32 = _crc32_function()
+_CRC_MASK = F.CRC_MASK
 FAST_CRC = crc32 is not zlib.crc32
 
 PROP_TAGS = "TAGS"
@@ -375,13 +376,13 @@ def encode(
     props_len = len(props_bytes) + F.CRC_PROPERTY_SIZE
     total = record_size(body_len, topic_len, len(props_bytes))
     head = _HEADER_PACK(
-        total, F.MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+        total, F.MAGIC_V1, crc32(body) & _CRC_MASK, queue_id, flag, queue_offset,
         physical_offset, sysflag, born_timestamp, F.LOOPBACK_IP, born_port, store_timestamp,
         F.LOOPBACK_IP, F.STORE_PORT, reconsume_times, prepared_tx_offset, body_len,
     )
     rec = b"".join((head, body, bytes((topic_len,)), topic_bytes,
                     props_len.to_bytes(2, "big"), props_bytes))
-    c = crc32(rec) & 0x7FFFFFFF
+    c = crc32(rec) & _CRC_MASK
     return rec + (F.CRC_PROPERTY_REVERSED % c)[::-1]
 
 
@@ -443,7 +444,7 @@ def decode(buf: Buffer, pos: int, limit: int, verify: bool = True) -> Message:
         # The record CRC property must be exactly what encode() writes for the CRC of the
         # bytes before it: "__CRC32#" 0x01, ten digits least significant first, 0x02.
         view = buf if buf.__class__ is memoryview else memoryview(buf)
-        c = crc32(view[pos:end - F.CRC_PROPERTY_SIZE]) & 0x7FFFFFFF
+        c = crc32(view[pos:end - F.CRC_PROPERTY_SIZE]) & _CRC_MASK
         if view[end - F.CRC_PROPERTY_SIZE:end] != (_CRC_PROP_REVERSED % c)[::-1]:
             trailer = bytes(view[end - F.CRC_PROPERTY_SIZE:end])
             if trailer[:9] != _CRC_PROP_HEAD or trailer[19] != 2 or not trailer[9:19].isdigit():
@@ -476,7 +477,7 @@ def decode(buf: Buffer, pos: int, limit: int, verify: bool = True) -> Message:
     p += 2
     if p + props_len != end:
         raise RecordError("field lengths do not add up to TOTALSIZE")
-    if verify and crc32(body) & 0x7FFFFFFF != body_crc:
+    if verify and crc32(body) & _CRC_MASK != body_crc:
         raise RecordError("body CRC mismatch")
     m = _new_message(Message)   # fields set one by one: cheaper than __init__, and lazy properties
     m.topic = topic

@@ -341,7 +341,7 @@ def _verify(buf: bytes, starts: Any, wbase: int, cols: list[tuple[Any, ...]]) ->
         got = np.array([crc32(buf[a:e]) for a, e in zip(starts[:good].tolist(), crc_at[:good].tolist())], np.int64)
         digits = rows(b, 10)[crc_at[:good] + len(F.CRC_PROPERTY_HEAD)].astype(np.int64)
         want = np.einsum("ij,j->i", digits, L.pow10) - 48 * int(L.pow10.sum())
-        crc_bad = np.flatnonzero((got & 0x7FFFFFFF) != want)
+        crc_bad = np.flatnonzero((got & F.CRC_MASK) != want)
         if len(crc_bad):
             good, blank = int(crc_bad[0]), False
     if good:

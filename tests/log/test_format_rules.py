@@ -31,3 +31,22 @@ def test_the_largest_writable_record_is_read_and_one_byte_more_is_impossible() -
     buf = head + bytes(F.MAX_RECORD_SIZE)
     with pytest.raises(RecordError, match="impossible record size"):
         record_size_at(buf, 0, len(buf))
+
+
+def _store_sources() -> list[tuple[str, str]]:
+    import pathlib
+    root = pathlib.Path(F.__file__).parents[1]
+    return [(str(p.relative_to(root.parent)), p.read_text()) for p in sorted(root.rglob("*.py"))]
+
+
+def test_the_crc_mask_is_written_once() -> None:
+    from store.log.record import crc32
+    assert F.CRC_MASK == 0x7FFFFFFF
+    assert F.crc(b"Hello RocketMQ") == crc32(b"Hello RocketMQ") & F.CRC_MASK
+    # the literal outside format.py only where it is a Java int's maximum, not a CRC's mask
+    not_a_crc = ("getpid()", "derived_at", "// 1000")
+    found = [(path, line.strip()) for path, text in _store_sources() if not path.endswith("log/format.py")
+             for line in text.splitlines() if "0x7FFFFFFF" in line.upper().replace("0X", "0x")
+             and not any(n in line for n in not_a_crc)]
+    assert found == []
+
