@@ -133,6 +133,9 @@ RECORD_HEADER_SIZE = RECORD_HEADER.size  # 88
 RECORD_FIXED_SIZE = RECORD_HEADER_SIZE + 1 + 2  # + topic length byte + properties length
 BLANK_TRAILER = struct.Struct(">iI")
 
+# A topic has 1..MAX_QUEUES queues (QUEUEID 0..MAX_QUEUES-1).
+MAX_QUEUES = 1024
+
 OFF_QUEUE_OFFSET = 20
 OFF_PHYSICAL_OFFSET = 28
 OFF_SYSFLAG = 36

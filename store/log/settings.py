@@ -60,8 +60,8 @@ class StoreSettings:
         if not least <= self.commitlog_segment_size <= MAX_SEGMENT_SIZE:
             raise UsageError(f"the segment size ({named}) must be at least {rule}{least} bytes, "
                              f"and at most {MAX_SEGMENT_SIZE}; got {self.commitlog_segment_size}")
-        if not 1 <= self.default_queues <= 1024:
-            raise UsageError(f"the default queue count must be 1..1024, got {self.default_queues}")
+        if not 1 <= self.default_queues <= F.MAX_QUEUES:
+            raise UsageError(f"the default queue count must be 1..{F.MAX_QUEUES}, got {self.default_queues}")
 
     def to_json(self) -> dict[str, Any]:
         return {"formatVersion": F.STORE_FORMAT_VERSION, "maxMessageSize": self.max_message_size,
@@ -89,7 +89,7 @@ class StoreSettings:
         # (the ranges every store has: a size out of them would make readers divide by zero,
         # or misplace every record, rather than say what is wrong)
         for name, value, hi in (("maxMessageSize", s.max_message_size, LARGEST_MESSAGE_SIZE),
-                                ("defaultQueues", s.default_queues, 1024),
+                                ("defaultQueues", s.default_queues, F.MAX_QUEUES),
                                 ("commitlogSegmentSize", s.commitlog_segment_size, MAX_SEGMENT_SIZE),
                                 ("cqSegmentEntries", s.cq_segment_entries, MAX_SEGMENT_SIZE // F.CQ_ENTRY_SIZE)):
             if not 1 <= value <= hi:

@@ -60,6 +60,7 @@ from store.fsutil import (
 )
 from store.layout import Layout
 from store.log import filestat, topicsview
+from store.log import format as F
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class TopicConfig:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "TopicConfig":
         queues = int(obj["writeQueueNums"])
-        if not 1 <= queues <= 1024:
+        if not 1 <= queues <= F.MAX_QUEUES:
             raise ValueError(f"queue count {queues} out of range")
         return cls(name=str(obj["topicName"]), queues=queues, order=bool(obj.get("order", False)),
                    created_at=int(obj.get("createdAt", 0)), created_offset=int(obj.get("createdOffset", 0)),

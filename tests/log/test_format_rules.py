@@ -50,3 +50,31 @@ def test_the_crc_mask_is_written_once() -> None:
              and not any(n in line for n in not_a_crc)]
     assert found == []
 
+
+def test_the_queue_limit_is_one_number_for_the_store_and_the_command_line(tmp_path) -> None:
+    import typer.main
+
+    import store
+    from mqctl.commands.bench import bench_app
+    from mqctl.commands.topic import topic_app
+    from store.errors import UsageError
+    from store.log.settings import StoreSettings
+    from store.log.topics import TopicConfig
+
+    assert store.MAX_QUEUES == F.MAX_QUEUES == 1024
+    limits = []
+    for app in (topic_app, bench_app):
+        group = typer.main.get_command(app)
+        for cmd in group.commands.values():   # type: ignore[attr-defined]
+            for p in cmd.params:
+                if p.name == "queues":
+                    limits.append((cmd.name, p.type.max))
+    assert len(limits) == 4 and {m for _, m in limits} == {F.MAX_QUEUES}, limits
+    with store.Store.open(tmp_path / "s", create=True) as s:
+        s.create_topic("wide", queues=F.MAX_QUEUES)
+        with pytest.raises(UsageError, match=f"between 1 and {F.MAX_QUEUES}"):
+            s.create_topic("wider", queues=F.MAX_QUEUES + 1)
+    with pytest.raises(UsageError):
+        StoreSettings(default_queues=F.MAX_QUEUES + 1).validate()
+    with pytest.raises(ValueError):
+        TopicConfig.from_json({"topicName": "t", "writeQueueNums": F.MAX_QUEUES + 1})
