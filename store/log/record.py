@@ -47,7 +47,6 @@ def _crc32_function() -> Callable[..., int]:
 
 
 crc32 = _crc32_function()
-_CRC_MASK = F.CRC_MASK
 FAST_CRC = crc32 is not zlib.crc32
 
 PROP_TAGS = "TAGS"
@@ -416,8 +415,7 @@ def record_size_at(buf: Buffer, pos: int, limit: int) -> int:
 
 _CRC_PROP_HEAD = F.CRC_PROPERTY_HEAD
 _CRC_PROP_REVERSED = F.CRC_PROPERTY_REVERSED
-_MIN_TOTAL = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
-_MAX_TOTAL = F.MAX_RECORD_SIZE
+_MIN_TOTAL, _MAX_TOTAL, _CRC_MASK = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE, F.MAX_RECORD_SIZE, F.CRC_MASK
 _TOPICS: dict[bytes, str] = {}
 
 
