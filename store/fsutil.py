@@ -19,6 +19,7 @@ from pathlib import Path
 
 from store.errors import CorruptionError, UsageError, io_error
 from store.layout import backup_of
+from store.log.format import is_segment_name
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def segment_bases(directory: Path) -> list[int]:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
-    return sorted(int(n) for n in names if len(n) == 20 and n.isascii() and n.isdigit())
+    return sorted(int(n) for n in names if is_segment_name(n))
 
 
 def ensure_dir(path: Path, durable: bool = True) -> None:

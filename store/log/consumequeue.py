@@ -23,7 +23,7 @@ from store.fsutil import (
     segment_bases,
     sync_dir_if_changed,
 )
-from store.layout import Layout
+from store.layout import Layout, segment_file, segment_file_s
 from store.log import filestat
 from store.log import format as F
 
@@ -96,7 +96,7 @@ class ConsumeQueue:
         return self._listing.bases()
 
     def segment_path(self, base: int) -> Path:
-        return self.dir / F.segment_name(base)
+        return segment_file(self.dir, base)
 
     def max_offset(self) -> int:
         """The next offset to be written (= number of entries ever written).
@@ -119,7 +119,7 @@ class ConsumeQueue:
         while segs:
             last = segs.pop()
             try:
-                _links, size, ino = filestat.untimed(f"{self._dir_s}/{last:020d}")
+                _links, size, ino = filestat.untimed(segment_file_s(self._dir_s, last))
             except FileNotFoundError:
                 continue
             cached = self._read_fds.get(last)
@@ -147,7 +147,7 @@ class ConsumeQueue:
         every use (one stat): a segment deleted and written anew (``store recover``, a topic
         deleted and re-created) must be read from its new file, never the old inode. (The
         path as a string: a Path built each read cost as much as the stat.)"""
-        path = f"{self._dir_s}/{F.segment_name(base)}"
+        path = segment_file_s(self._dir_s, base)
         try:
             ino = filestat.untimed(path)[2]   # (no timestamp asked: filestat.py)
         except FileNotFoundError:
@@ -182,7 +182,7 @@ class ConsumeQueue:
         try:
             data = os.pread(fd, n * _SIZE, byte_off - base)
         except OSError as exc:   # (a read's error names no file, "Is a directory": say which)
-            raise naming(exc, f"{self._dir_s}/{F.segment_name(base)}") from exc
+            raise naming(exc, segment_file_s(self._dir_s, base)) from exc
         return data[: len(data) - len(data) % _SIZE]
 
     def read_entries(self, offset: int, count: int) -> list[tuple[int, int, int]]:
@@ -274,7 +274,7 @@ class ConsumeQueue:
             except OSError:
                 st = None
             if checked or (st is not None and st[0] and st[1] == pos - base):
-                undo = [(f"{self._dir_s}/{base:020d}", pos - base)]
+                undo = [(segment_file_s(self._dir_s, base), pos - base)]
                 try:
                     pwrite_all(fd, entries, pos - base)
                 except OSError as exc:
@@ -300,7 +300,7 @@ class ConsumeQueue:
             base = pos - pos % self.segment_bytes
             room = base + self.segment_bytes - pos
             part, view = view[:room], view[room:]
-            path = f"{self._dir_s}/{F.segment_name(base)}"
+            path = segment_file_s(self._dir_s, base)
             try:
                 try:
                     fd = open_private(path, os.O_WRONLY | os.O_CREAT)
@@ -466,7 +466,7 @@ def sync_changed_queues(layout: Layout, since_s: int) -> None:
             qdir = layout.queue_dir(topic, qid)
             changed_dirs.append(qdir)
             for i, base in enumerate(reversed(segment_bases(qdir))):
-                path = qdir / F.segment_name(base)
+                path = segment_file(qdir, base)
                 if i > 0 and since_s:
                     try:
                         if os.stat(path).st_mtime < since_s - 2:

@@ -23,6 +23,7 @@ from store.errors import StoreError, TopicExistsError, TopicNotFoundError, Usage
 from store.failpoints import failpoint
 from store.layout import Layout
 from store.log import checkpoint as ckpt
+from store.log import format as F
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue, remove_queues
 from store.log.flush import Durability
@@ -114,7 +115,7 @@ class QueueTable:
                 names_ = os.listdir(base + str(q))
             except (FileNotFoundError, NotADirectoryError):
                 continue
-            if any(len(n) == 20 and n.isdigit() for n in names_):
+            if any(map(F.is_segment_name, names_)):
                 total += self.max_offset(topic, q) - self.min_offset(topic, q)
         return total
 

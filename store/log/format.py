@@ -210,3 +210,9 @@ def crc(data: bytes | bytearray | memoryview) -> int:
 def segment_name(base: int) -> str:
     """A segment's file name: its base offset, 20 digits (lexical order = log order)."""
     return f"{base:020d}"
+
+
+def is_segment_name(name: str) -> bool:
+    """Whether ``name`` is a segment's (:func:`segment_name`: 20 ASCII digits). Anything else
+    in a segment directory (an editor's backup, a temp file, a ``٠``-digit name) is not."""
+    return len(name) == 20 and name.isascii() and name.isdigit()

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from store.errors import CorruptionError, io_error
 from store.fsutil import SegmentListing, ensure_dir, fdatasync_path, open_private, pwrite_all, sync_dir_if_changed
+from store.layout import segment_file
 from store.log import filestat, indexchains
 from store.log import format as F
 from store.log.record import crc32
@@ -83,7 +84,7 @@ class KeyIndex:
         return self._listing.bases()
 
     def path(self, base: int) -> Path:
-        return self.dir / F.segment_name(base)
+        return segment_file(self.dir, base)
 
     def _file(self, base: int, checked: bool = False) -> int:
         """The descriptor of file ``base``, reused while the file is still linked (one

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from store.fsutil import CRC_FIELD, atomic_write_json, atomic_write_json_crc, crc_problem, read_json_with_bak
-from store.layout import Layout, backup_of
+from store.layout import Layout, backup_of, segment_file
 from store.log import filestat
 from store.log import format as F
 
@@ -219,7 +219,7 @@ def queue_problem(settings: StoreSettings, qdir: Path, bases: list[int]) -> str 
         # which its repair rebuilds from the log (``queueends.py``), not the settings'.
         return None
     return (f"cqSegmentEntries is {settings.cq_segment_entries}, but the consume-queue segment "
-            f"{qdir / F.segment_name(bad)} does not fit it (the segments' names say {got[0] // F.CQ_ENTRY_SIZE})")
+            f"{segment_file(qdir, bad)} does not fit it (the segments' names say {got[0] // F.CQ_ENTRY_SIZE})")
 
 
 def queue_disagrees(layout: Layout, settings: StoreSettings, qdir: Path, bases: list[int]) -> None:
@@ -373,7 +373,7 @@ def _size(directory: Path, base: int) -> int:
     # (untimed: on Linux >= 6.13 a look asking for times makes a sync writer's next
     # fdatasync of that segment commit the journal: filestat.py)
     try:
-        return filestat.untimed(directory / F.segment_name(base))[1]
+        return filestat.untimed(segment_file(directory, base))[1]
     except OSError:
         return 0
 

@@ -78,3 +78,28 @@ def test_the_queue_limit_is_one_number_for_the_store_and_the_command_line(tmp_pa
         StoreSettings(default_queues=F.MAX_QUEUES + 1).validate()
     with pytest.raises(ValueError):
         TopicConfig.from_json({"topicName": "t", "writeQueueNums": F.MAX_QUEUES + 1})
+
+
+@pytest.mark.parametrize("name, ok", [
+    ("00000000000000000000", True), ("00000000000067108864", True),
+    ("0000000000000000000", False), ("000000000000000000000", False),   # 19, 21 digits
+    ("0000000000000000000a", False), ("٠" * 20, False),                  # not ASCII digits
+    (".00000000000000000000.123.tmp", False), ("00000000000000000000.bak", False), ("", False),
+])
+def test_is_segment_name(name: str, ok: bool) -> None:
+    assert F.is_segment_name(name) is ok
+
+
+def test_segment_names_are_made_and_recognised_by_one_rule(tmp_path) -> None:
+    from store.fsutil import segment_bases
+    from store.layout import segment_file, segment_file_s
+    for base in (0, 4096, 67108864, 10**19):
+        assert F.is_segment_name(F.segment_name(base)) and int(F.segment_name(base)) == base
+        assert segment_file(tmp_path, base) == tmp_path / F.segment_name(base)
+        assert segment_file_s(str(tmp_path), base) == str(tmp_path / F.segment_name(base))
+        segment_file(tmp_path, base).touch()
+    for other in ("٠" * 20, "0" * 19, ".%s.1.tmp" % F.segment_name(0)):
+        (tmp_path / other).touch()
+    assert segment_bases(tmp_path) == [0, 4096, 67108864, 10**19]
+    # no segment name spelt out again
+    assert [p for p, text in _store_sources() if ":020d" in text] == ["store/log/format.py"]
