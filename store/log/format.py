@@ -127,8 +127,18 @@ END_FILE_MIN_BLANK = 8
 COMMITLOG_SEGMENT_SIZE = 64 * 1024 * 1024
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
-# TOTALSIZE .. BODYLENGTH: everything before the body.
-RECORD_HEADER = struct.Struct(">iIIiiqqiqIiqIiiqi")
+# TOTALSIZE .. BODYLENGTH, everything before the body: (name, struct code) of each field, the one
+# table RECORD_HEADER, the OFF_* offsets and every partial view (``header_view``) are built from.
+RECORD_FIELDS = (
+    ("TOTALSIZE", "i"), ("MAGICCODE", "I"), ("BODYCRC", "I"), ("QUEUEID", "i"), ("FLAG", "i"),
+    ("QUEUEOFFSET", "q"), ("PHYSICALOFFSET", "q"), ("SYSFLAG", "i"), ("BORNTIMESTAMP", "q"),
+    ("BORNHOST", "I"), ("BORNPORT", "i"), ("STORETIMESTAMP", "q"), ("STOREHOST", "I"), ("STOREPORT", "i"),
+    ("RECONSUMETIMES", "i"), ("PREPAREDTXOFFSET", "q"), ("BODYLENGTH", "i"),
+)
+_NAMES = [name for name, _ in RECORD_FIELDS]
+RECORD_FIELD_OFFSET = {name: struct.calcsize(">" + "".join(c for _, c in RECORD_FIELDS[:i]))
+                       for i, name in enumerate(_NAMES)}
+RECORD_HEADER = struct.Struct(">" + "".join(code for _, code in RECORD_FIELDS))
 RECORD_HEADER_SIZE = RECORD_HEADER.size  # 88
 RECORD_FIXED_SIZE = RECORD_HEADER_SIZE + 1 + 2  # + topic length byte + properties length
 BLANK_TRAILER = struct.Struct(">iI")
@@ -136,10 +146,11 @@ BLANK_TRAILER = struct.Struct(">iI")
 # A topic has 1..MAX_QUEUES queues (QUEUEID 0..MAX_QUEUES-1).
 MAX_QUEUES = 1024
 
-OFF_QUEUE_OFFSET = 20
-OFF_PHYSICAL_OFFSET = 28
-OFF_SYSFLAG = 36
-OFF_STORE_TIMESTAMP = 56
+OFF_MAGIC = RECORD_FIELD_OFFSET["MAGICCODE"]                   # 4
+OFF_QUEUE_OFFSET = RECORD_FIELD_OFFSET["QUEUEOFFSET"]          # 20
+OFF_PHYSICAL_OFFSET = RECORD_FIELD_OFFSET["PHYSICALOFFSET"]    # 28
+OFF_SYSFLAG = RECORD_FIELD_OFFSET["SYSFLAG"]                   # 36
+OFF_STORE_TIMESTAMP = RECORD_FIELD_OFFSET["STORETIMESTAMP"]    # 56
 
 LOOPBACK_IP = 0x7F000001
 STORE_PORT = 10911
@@ -205,6 +216,28 @@ def crc(data: bytes | bytearray | memoryview) -> int:
     """RocketMQ's CRC: zlib CRC-32 masked to a non-negative Java int."""
     import zlib
     return zlib.crc32(data) & CRC_MASK
+
+
+def header_view(read: str, *, first: str = "TOTALSIZE", raw: str = "") -> struct.Struct:
+    """A struct over part of the record header, from field ``first`` to the last field named:
+    the fields of ``read`` (names, or ``A..B`` for A to B, space-separated) as their codes,
+    the fields of ``raw`` (``A..B``) as one bytes block, every other field skipped (``x``).
+    The fast paths' views of the header: each is this table's, never a struct string of its own."""
+    def span(spec: str) -> list[str]:
+        a, _, b = spec.partition("..")
+        return _NAMES[_NAMES.index(a):_NAMES.index(b or a) + 1]
+    wanted = {n for spec in read.split() for n in span(spec)}
+    block = span(raw) if raw else []
+    last = max(_NAMES.index(n) for n in wanted | set(block))
+    parts, skip = [">"], 0
+    for name, code in RECORD_FIELDS[_NAMES.index(first):last + 1]:
+        if name in wanted or name == (block or [None])[0]:
+            raw_size = sum(struct.calcsize(c) for n, c in RECORD_FIELDS if n in block)
+            parts += [f"{skip}x" if skip else "", code if name in wanted else f"{raw_size}s"]
+            skip = 0
+        elif name not in block:
+            skip += struct.calcsize(code)
+    return struct.Struct("".join(parts))
 
 
 def segment_name(base: int) -> str:

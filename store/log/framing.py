@@ -21,7 +21,6 @@ C, these loops its definition and the fallback where it is not built.
 """
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from itertools import accumulate, count, repeat
 from operator import attrgetter
@@ -57,10 +56,9 @@ if TYPE_CHECKING:
 
 # The record header in three parts for the producer's fast path: the fields that vary, then
 # SYSFLAG .. PREPARED TX OFFSET (48 bytes, the same for a whole batch), then BODYLENGTH.
-_HEAD_PACK = struct.Struct(">iIIiiqq48si").pack
-_HEAD_CONST = struct.Struct(">iqIiqIiiq")
+_HEAD_PACK = F.header_view("TOTALSIZE..PHYSICALOFFSET BODYLENGTH", raw="SYSFLAG..PREPAREDTXOFFSET").pack
+_HEAD_CONST = F.header_view("SYSFLAG..PREPAREDTXOFFSET", first="SYSFLAG")
 _CRC_MASK = F.CRC_MASK
-assert struct.calcsize(">iIIiiqq48si") == F.RECORD_HEADER_SIZE and _HEAD_CONST.size == 48
 
 # From this body size on a record is copied into the batch buffer in parts (head, body, rest)
 # rather than joined first; with zlib's CRC (or ISA-L's, from _COMBINE_FROM) its record CRC is

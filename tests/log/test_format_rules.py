@@ -103,3 +103,62 @@ def test_segment_names_are_made_and_recognised_by_one_rule(tmp_path) -> None:
     assert segment_bases(tmp_path) == [0, 4096, 67108864, 10**19]
     # no segment name spelt out again
     assert [p for p, text in _store_sources() if ":020d" in text] == ["store/log/format.py"]
+
+
+# The record header as the spec (format.py's docstring, shared/reference/rocketmq.md) lays it out.
+SPEC_FIELDS = {"TOTALSIZE": 0, "MAGICCODE": 4, "BODYCRC": 8, "QUEUEID": 12, "FLAG": 16, "QUEUEOFFSET": 20,
+               "PHYSICALOFFSET": 28, "SYSFLAG": 36, "BORNTIMESTAMP": 40, "BORNHOST": 48, "BORNPORT": 52,
+               "STORETIMESTAMP": 56, "STOREHOST": 64, "STOREPORT": 68, "RECONSUMETIMES": 72,
+               "PREPAREDTXOFFSET": 76, "BODYLENGTH": 84}
+
+
+def test_the_record_field_table_is_the_documented_layout() -> None:
+    assert F.RECORD_FIELD_OFFSET == SPEC_FIELDS
+    assert F.RECORD_HEADER.format == ">iIIiiqqiqIiqIiiqi" and F.RECORD_HEADER_SIZE == 88
+    assert (F.OFF_MAGIC, F.OFF_QUEUE_OFFSET, F.OFF_PHYSICAL_OFFSET, F.OFF_SYSFLAG, F.OFF_STORE_TIMESTAMP) == (
+        4, 20, 28, 36, 56)
+
+
+def _numbered_header() -> tuple[bytes, dict[str, int]]:
+    """A header whose every field holds a value of its own (its offset + 1)."""
+    values = {name: off + 1 for name, off in F.RECORD_FIELD_OFFSET.items()}
+    return F.RECORD_HEADER.pack(*values.values()), values
+
+
+def _unpacked_fields(fmt: str, start: int) -> list[int]:
+    """The header offsets of the fields a struct format reads (its ``x`` skipped), from ``start``."""
+    import re
+    import struct
+    offsets, pos = [], start
+    for count, code in re.findall(r"(\d*)([a-zA-Z])", fmt):
+        size = struct.calcsize(">" + (count or "") + code)
+        if code != "x":
+            offsets.append(pos)
+        pos += size
+    return offsets
+
+
+def test_every_view_of_the_record_header_reads_the_fields_at_their_offsets() -> None:
+    from store.log import columns, entrysearch, framing
+    head, values = _numbered_header()
+    by_offset = {off: name for name, off in F.RECORD_FIELD_OFFSET.items()}
+    views = {"columns._HEAD": (columns._HEAD, 0), "columns._CHECK": (columns._CHECK, 0),
+             "columns._TIMES": (columns._TIMES, 0), "entrysearch._HEAD": (entrysearch._HEAD.unpack_from, 0),
+             "framing._HEAD_CONST": (framing._HEAD_CONST.unpack_from, F.OFF_SYSFLAG)}
+    for what, (unpack, start) in views.items():
+        fmt = unpack.__self__.format
+        got = unpack(head, start)
+        want = [values[by_offset[off]] for off in _unpacked_fields(fmt, start)]
+        assert list(got) == want, what
+        assert all(off in by_offset for off in _unpacked_fields(fmt, start)), what
+    # the producer's pack: the fields that vary, the 48 constant bytes, BODYLENGTH
+    const = framing._HEAD_CONST.pack(*(values[n] for n in list(SPEC_FIELDS)[7:16]))
+    assert framing._HEAD_PACK(*(values[n] for n in list(SPEC_FIELDS)[:7]), const, values["BODYLENGTH"]) == head
+
+
+def test_header_view_builds_the_fast_paths_struct_strings() -> None:
+    assert F.header_view("TOTALSIZE..SYSFLAG").format == ">iIIiiqqi"
+    assert F.header_view("BORNTIMESTAMP STORETIMESTAMP RECONSUMETIMES").format == ">40xq8xq8xi"
+    assert F.header_view("TOTALSIZE..PHYSICALOFFSET BODYLENGTH", raw="SYSFLAG..PREPAREDTXOFFSET").format == (
+        ">iIIiiqq48si")
+    assert F.header_view("SYSFLAG..PREPAREDTXOFFSET", first="SYSFLAG").format == ">iqIiqIiiq"
