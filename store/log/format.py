@@ -155,15 +155,17 @@ OFF_STORE_TIMESTAMP = RECORD_FIELD_OFFSET["STORETIMESTAMP"]    # 56
 LOOPBACK_IP = 0x7F000001
 STORE_PORT = 10911
 
+# Properties are ``name NAME_VALUE_SEP value PROPERTY_SEP`` repeated (record.encode_properties).
 NAME_VALUE_SEP = "\x01"
 PROPERTY_SEP = "\x02"
+NAME_VALUE_SEP_B, PROPERTY_SEP_B = NAME_VALUE_SEP.encode(), PROPERTY_SEP.encode()
 CRC_PROPERTY = "__CRC32#"
 CRC_PROPERTY_SIZE = len(CRC_PROPERTY) + 1 + 10 + 1  # 20
 # The record CRC property as it ends a record: ``__CRC32#`` 0x01, the ten digits least
 # significant first, 0x02. Kept reversed with the digits in order, so that the property of CRC
 # ``c`` is ``(CRC_PROPERTY_REVERSED % c)[::-1]``: one ``%`` and one slice, no digit loop.
-CRC_PROPERTY_HEAD = CRC_PROPERTY.encode() + b"\x01"
-CRC_PROPERTY_REVERSED = b"\x02%010d" + CRC_PROPERTY_HEAD[::-1]
+CRC_PROPERTY_HEAD = CRC_PROPERTY.encode() + NAME_VALUE_SEP_B
+CRC_PROPERTY_REVERSED = PROPERTY_SEP_B + b"%010d" + CRC_PROPERTY_HEAD[::-1]
 MAX_PROPERTIES_SIZE = 32767
 # The topic length byte read unsigned (a written topic is at most 134 bytes).
 MAX_TOPIC_FIELD = 255

@@ -27,6 +27,7 @@ from operator import attrgetter
 
 from store.errors import UsageError
 from store.log import format as F
+from store.log import record as _record
 from store.log.arrayframing import frame_arrays, use_arrays
 from store.log.crccombine import combiner as _combiner
 from store.log.crccombine import crc32_combine as _crc32_combine
@@ -57,8 +58,10 @@ if TYPE_CHECKING:
 # The record header in three parts for the producer's fast path: the fields that vary, then
 # SYSFLAG .. PREPARED TX OFFSET (48 bytes, the same for a whole batch), then BODYLENGTH.
 _HEAD_PACK = F.header_view("TOTALSIZE..PHYSICALOFFSET BODYLENGTH", raw="SYSFLAG..PREPAREDTXOFFSET").pack
-_HEAD_CONST = F.header_view("SYSFLAG..PREPAREDTXOFFSET", first="SYSFLAG")
-_CRC_MASK = F.CRC_MASK
+_HEAD_CONST, _CRC_MASK = F.header_view("SYSFLAG..PREPAREDTXOFFSET", first="SYSFLAG"), F.CRC_MASK
+# A record's properties here: UNIQ_KEY first, a sharding key's next, then the batch's own.
+_UNIQ_FIELD = _record.PROP_UNIQ_KEY.encode() + F.NAME_VALUE_SEP_B
+_SHARDING_FIELD = F.PROPERTY_SEP_B + _record.PROP_SHARDING_KEY.encode() + F.NAME_VALUE_SEP_B
 
 # From this body size on a record is copied into the batch buffer in parts (head, body, rest)
 # rather than joined first; with zlib's CRC (or ISA-L's, from _COMBINE_FROM) its record CRC is
@@ -186,7 +189,7 @@ def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dic
     qids = _queue_ids_for(engine, cfg, len(bodies), queue_id, sharding_keys)
     topic_b = topic.encode()
     tail_topic = bytes((len(topic_b),)) + topic_b
-    static = "".join(f"{k}\x01{v}\x02" for k, v in props.items() if v).encode()
+    static = _record.encode_properties(props)
     tags = tags_code(props.get(PROP_TAGS))
     key_items = [f"{topic}#{k}".encode() for k in (props.get(PROP_KEYS) or "").split(" ") if k]
     nxt = [-1] * cfg.queues
@@ -221,15 +224,15 @@ def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dic
     uk_head_s = f"{uk.prefix}{(uk.reserve(now, len(bodies)) - uk.month_start_ms) & 0xFFFFFFFF:08X}"
     uk_head = uk_head_s.encode()
     key_crc0 = crc32(b"#" + uk_head)
-    pb_tail = b"\x02" + static
-    pb_len0 = len(b"UNIQ_KEY\x01") + len(uk_head) + 4 + len(pb_tail)   # properties w/o CRC
-    check_properties_size(pb_len0 + max((len(b"\x02__SHARDINGKEY\x01") + len(k.encode()) for k in sharding_keys or ()
+    pb_tail = F.PROPERTY_SEP_B + static
+    pb_len0 = len(_UNIQ_FIELD) + len(uk_head) + 4 + len(pb_tail)   # properties w/o CRC
+    check_properties_size(pb_len0 + max((len(_SHARDING_FIELD) + len(k.encode()) for k in sharding_keys or ()
                                          if k is not None), default=0))   # (the batch's longest)
-    mid0 = tail_topic + (pb_len0 + F.CRC_PROPERTY_SIZE).to_bytes(2, "big") + b"UNIQ_KEY\x01" + uk_head
+    mid0 = tail_topic + (pb_len0 + F.CRC_PROPERTY_SIZE).to_bytes(2, "big") + _UNIQ_FIELD + uk_head
     fixed0 = F.RECORD_FIXED_SIZE + len(topic_b) + pb_len0 + F.CRC_PROPERTY_SIZE
     tails: list[bytes] | None = None
     if sharding_keys is not None:
-        tails = [pb_tail if k is None else b"\x02__SHARDINGKEY\x01" + k.encode() + pb_tail
+        tails = [pb_tail if k is None else _SHARDING_FIELD + k.encode() + pb_tail
                  for k in sharding_keys]
     tail, mid, fixed = pb_tail, mid0, fixed0
     parts: list[Any] | None = None
@@ -260,7 +263,7 @@ def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dic
                 run = batch.queue_run(topic, q)
                 nxt[q], cqb[q] = run.next, run.entries
         out = app.start_parts()
-        uk_field = b"UNIQ_KEY\x01" + uk_head
+        uk_field = _UNIQ_FIELD + uk_head
         i = 0
         while True:
             i, pos, need = _frame_native(bodies, i, qids, tails, tail, tail_topic, uk_field, first_counter, key_crc0,

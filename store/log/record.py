@@ -223,7 +223,7 @@ def has_separator(value: str | bytes) -> bool:
     user property, tags, keys, a sharding key) it would let a producer inject properties, e.g.
     forge UNIQ_KEY. The one place that says what is allowed in a stored property."""
     if isinstance(value, bytes):
-        return b"\x01" in value or b"\x02" in value
+        return F.NAME_VALUE_SEP_B in value or F.PROPERTY_SEP_B in value
     return F.NAME_VALUE_SEP in value or F.PROPERTY_SEP in value
 
 
@@ -248,14 +248,14 @@ def check_property(name: str, value: str) -> None:
 
 def encode_properties(props: dict[str, str]) -> bytes:
     """Serialize properties (without the trailing record CRC)."""
-    return "".join(f"{k}\x01{v}\x02" for k, v in props.items() if v is not None and v != "").encode()
+    return "".join(f"{k}{_NV}{v}{_PS}" for k, v in props.items() if v is not None and v != "").encode()
 
 
 def parse_properties(raw: str) -> dict[str, str]:
     """RocketMQ's ``string2messageProperties``: empty names or values are dropped."""
     out: dict[str, str] = {}
-    for part in raw.split("\x02"):
-        name, sep, value = part.partition("\x01")
+    for part in raw.split(_PS):
+        name, sep, value = part.partition(_NV)
         if name and value:   # a value implies the separator was there
             out[name] = value
     return out
@@ -413,8 +413,8 @@ def record_size_at(buf: Buffer, pos: int, limit: int) -> int:
     return total
 
 
-_CRC_PROP_HEAD = F.CRC_PROPERTY_HEAD
-_CRC_PROP_REVERSED = F.CRC_PROPERTY_REVERSED
+_CRC_PROP_HEAD, _CRC_PROP_REVERSED = F.CRC_PROPERTY_HEAD, F.CRC_PROPERTY_REVERSED
+_NV, _PS = F.NAME_VALUE_SEP, F.PROPERTY_SEP
 _MIN_TOTAL, _MAX_TOTAL, _CRC_MASK = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE, F.MAX_RECORD_SIZE, F.CRC_MASK
 _TOPICS: dict[bytes, str] = {}
 

@@ -20,10 +20,9 @@ from store.log.record import (
     entry_tags_code,
 )
 
-_TAGS = PROP_TAGS.encode() + b"\x01"
-_KEYS = PROP_KEYS.encode() + b"\x01"
-_UNIQ = PROP_UNIQ_KEY.encode() + b"\x01"
-_DELIVER = PROP_DELIVER_MS.encode() + b"\x01"
+_TAGS, _KEYS, _UNIQ, _DELIVER = (p.encode() + F.NAME_VALUE_SEP_B for p in (PROP_TAGS, PROP_KEYS, PROP_UNIQ_KEY,
+                                                                        PROP_DELIVER_MS))
+_PS = F.PROPERTY_SEP_B
 _HASH_MARK = crc32(b"#")
 _CRC_MASK = F.CRC_MASK
 _TOPIC_ROUNDS = 8   # topics of a window told apart as arrays (more: one record at a time)
@@ -170,9 +169,9 @@ def _prop(props: bytes, name: bytes) -> bytes | None:
     if props.startswith(name):
         i = len(name)
     else:
-        i = props.find(b"\x02" + name)
+        i = props.find(_PS + name)
         if i < 0:
             return None
         i += len(name) + 1
-    j = props.find(b"\x02", i)
+    j = props.find(_PS, i)
     return props[i:j] if j >= 0 else props[i:]

@@ -162,3 +162,29 @@ def test_header_view_builds_the_fast_paths_struct_strings() -> None:
     assert F.header_view("TOTALSIZE..PHYSICALOFFSET BODYLENGTH", raw="SYSFLAG..PREPAREDTXOFFSET").format == (
         ">iIIiiqq48si")
     assert F.header_view("SYSFLAG..PREPAREDTXOFFSET", first="SYSFLAG").format == ">iqIiqIiiq"
+
+
+def _sources(*tops: str) -> list[tuple[str, str]]:
+    import pathlib
+    root = pathlib.Path(F.__file__).parents[2]
+    return [(str(p.relative_to(root)), p.read_text()) for top in tops for p in sorted((root / top).rglob("*.py"))]
+
+
+def test_the_property_separators_and_reserved_names_are_written_once() -> None:
+    from store.client.propnames import Prop
+    from store.log import record
+    assert (F.NAME_VALUE_SEP, F.PROPERTY_SEP) == ("\x01", "\x02")
+    assert (F.NAME_VALUE_SEP_B, F.PROPERTY_SEP_B) == (b"\x01", b"\x02")
+    props = {record.PROP_UNIQ_KEY: "U", record.PROP_SHARDING_KEY: "s", "a": "b"}
+    assert record.encode_properties(props) == b"UNIQ_KEY\x01U\x02__SHARDINGKEY\x01s\x02a\x01b\x02"
+    assert record.parse_properties(record.encode_properties(props).decode()) == props
+    assert (Prop.UNIQ_KEY, Prop.SHARDING_KEY) == (record.PROP_UNIQ_KEY, record.PROP_SHARDING_KEY)
+    # the separators as literals (not in messages) only in format.py; the names only in record.py
+    # (store/spark/arrowcols.py, another owner's, still splits on its own "\x01"/"\x02")
+    seps = [(p, line.strip()) for p, text in _sources("store", "mqctl") for line in text.splitlines()
+            if ("\\x01" in line or "\\x02" in line) and "control characters" not in line and "\\\\x0" not in line
+            and p not in ("store/log/format.py", "store/spark/arrowcols.py")]
+    assert seps == []
+    names = [(p, line.strip()) for p, text in _sources("store", "mqctl") for line in text.splitlines()
+             if ('"__SHARDINGKEY"' in line or '"UNIQ_KEY' in line) and p != "store/log/record.py"]
+    assert names == []
