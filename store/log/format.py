@@ -204,6 +204,9 @@ INDEX_ENTRIES = 1_048_576
 # In the index directory while a rebuild is under way (``index.py``: the rebuild fence).
 INDEX_REBUILD_MARKER = "REBUILDING"
 INDEX_FILE_SIZE = INDEX_HEADER_SIZE + INDEX_SLOTS * 4 + INDEX_ENTRIES * INDEX_ENTRY_SIZE
+# The keys indexed: ``uniq_key_of`` and ``key_of`` below.
+INDEX_KEY_SEP = "#"
+INDEX_KEY_SEP_B = INDEX_KEY_SEP.encode()
 
 # -- checkpoint ---------------------------------------------------------------------------------
 
@@ -240,6 +243,17 @@ def header_view(read: str, *, first: str = "TOTALSIZE", raw: str = "") -> struct
         elif name not in block:
             skip += struct.calcsize(code)
     return struct.Struct("".join(parts))
+
+
+def uniq_key_of(uniq: str) -> str:
+    """The index key of a unique key, ``#<UNIQ_KEY>``: no topic, so one key finds every copy
+    of a message (its retries and dead letter included)."""
+    return INDEX_KEY_SEP + uniq
+
+
+def key_of(topic: str, key: str) -> str:
+    """The index key of one word of a message's KEYS: ``<topic>#<key>``."""
+    return topic + INDEX_KEY_SEP + key
 
 
 def segment_name(base: int) -> str:

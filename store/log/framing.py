@@ -191,7 +191,7 @@ def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dic
     tail_topic = bytes((len(topic_b),)) + topic_b
     static = _record.encode_properties(props)
     tags = tags_code(props.get(PROP_TAGS))
-    key_items = [f"{topic}#{k}".encode() for k in (props.get(PROP_KEYS) or "").split(" ") if k]
+    key_items = [F.key_of(topic, k).encode() for k in (props.get(PROP_KEYS) or "").split(" ") if k]
     nxt = [-1] * cfg.queues
     cqb: list[Any] = [None] * cfg.queues   # the batch's entries of each queue it touches
     app = batch.app
@@ -223,7 +223,7 @@ def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dic
     uk = engine.writer.uniq_keys
     uk_head_s = f"{uk.prefix}{(uk.reserve(now, len(bodies)) - uk.month_start_ms) & 0xFFFFFFFF:08X}"
     uk_head = uk_head_s.encode()
-    key_crc0 = crc32(b"#" + uk_head)
+    key_crc0 = crc32(F.uniq_key_of(uk_head_s).encode())
     pb_tail = F.PROPERTY_SEP_B + static
     pb_len0 = len(_UNIQ_FIELD) + len(uk_head) + 4 + len(pb_tail)   # properties w/o CRC
     check_properties_size(pb_len0 + max((len(_SHARDING_FIELD) + len(k.encode()) for k in sharding_keys or ()

@@ -23,7 +23,8 @@ from store.log.record import (
 _TAGS, _KEYS, _UNIQ, _DELIVER = (p.encode() + F.NAME_VALUE_SEP_B for p in (PROP_TAGS, PROP_KEYS, PROP_UNIQ_KEY,
                                                                         PROP_DELIVER_MS))
 _PS = F.PROPERTY_SEP_B
-_HASH_MARK = crc32(b"#")
+_HASH_MARK = crc32(F.uniq_key_of("").encode())   # (the CRC of "#" + a unique key continues it)
+_KEY_SEP = F.INDEX_KEY_SEP_B
 _CRC_MASK = F.CRC_MASK
 _TOPIC_ROUNDS = 8   # topics of a window told apart as arrays (more: one record at a time)
 _UNIQ_LEN = 32                             # a unique key: 32 hex digits (format.py)
@@ -120,7 +121,7 @@ def _record_keys(pr: bytes, tname: str, ph: int, rollback: bool, kh: list[int], 
             tn = tname.encode()
             for k in kw.split(b" "):
                 if k:
-                    kh.append(crc32(tn + b"#" + k) & _CRC_MASK)
+                    kh.append(crc32(tn + _KEY_SEP + k) & _CRC_MASK)
                     kp.append(ph)
     return tag
 

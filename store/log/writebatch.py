@@ -70,6 +70,7 @@ ASYNC_FLUSH_INTERVAL_S = 10.0
 ASYNC_FLUSH_MIN_AGE_S = 0.5
 _monotonic = time.monotonic
 _NV, _PS = F.NAME_VALUE_SEP, F.PROPERTY_SEP
+_uniq_key_of, _key_of = F.uniq_key_of, F.key_of
 
 
 @dataclass(slots=True)
@@ -153,11 +154,11 @@ class WriteBatch:
     def index_message(self, topic: str, uniq: str, keys: str | None, phys: int) -> None:
         """Index the record at ``phys`` by its unique key and by each of its ``KEYS``
         (space separated), as ``mqctl msg query`` looks them up."""
-        self.index("#" + uniq, phys)
+        self.index(_uniq_key_of(uniq), phys)
         if keys:
             for k in keys.split(" "):
                 if k:
-                    self.index(f"{topic}#{k}", phys)
+                    self.index(_key_of(topic, k), phys)
 
     def index_hashes(self, hashes: list[int], physs: list[int]) -> None:
         """Index keys given as their key hashes (``index.key_hash``), ``physs`` ascending.

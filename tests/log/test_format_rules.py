@@ -188,3 +188,22 @@ def test_the_property_separators_and_reserved_names_are_written_once() -> None:
     names = [(p, line.strip()) for p, text in _sources("store", "mqctl") for line in text.splitlines()
              if ('"__SHARDINGKEY"' in line or '"UNIQ_KEY' in line) and p != "store/log/record.py"]
     assert names == []
+
+
+def test_the_index_keys_are_made_by_one_rule(tmp_path) -> None:
+    import store
+    assert F.uniq_key_of("0A1B") == "#0A1B" and F.key_of("orders", "k-1") == "orders#k-1"
+    # both write paths (a batch of bodies: framing; drafts: writebatch) index by that rule
+    with store.Store.open(tmp_path / "s", create=True) as s:
+        s.create_topic("orders", queues=2)
+        with store.Producer.of(s) as p:
+            a = p.send("orders", b"a", keys=["k-1"])
+            p.send_bodies("orders", [b"b", b"c"], properties=store.build_properties(keys=["k-2"]))
+        assert [m.body for m in s.query_key("orders", "k-1")] == [b"a"]
+        assert sorted(m.body for m in s.query_key("orders", "k-2")) == [b"b", b"c"]
+        assert [m.body for m in s.find_all(a.msg_id)] == [b"a"]
+    code = [(p, line.split("   #")[0].strip()) for p, text in _sources("store/log") for line in text.splitlines()
+            if p != "store/log/format.py"]
+    spelt = [(p, c) for p, c in code if any(t in c for t in ('"#" +', '+ "#"', 'b"#"', '}#{'))
+             and not c.startswith(("#", '"""', "``", "CRC"))]
+    assert spelt == []
