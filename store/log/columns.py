@@ -47,7 +47,7 @@ _CRC_TRAILER, _MASK = F.CRC_PROPERTY_REVERSED, F.CRC_MASK
 _native: Callable[..., tuple[int, int]] | None = None
 try:   # the check loop in C, when the package was built with it (pyproject.toml) from this source
     from store.log import nativecheck
-    if nativecheck.INTERFACE == 3:   # (else a build of an older source: `pip install -e .` again)
+    if nativecheck.INTERFACE == F.NATIVE_INTERFACE:   # (else a build of an older source: `pip install -e .` again)
         _native = nativecheck.check_run
 except ImportError:
     pass

@@ -64,7 +64,7 @@ def cut_entries(raw: bytes, lo: int, limit: int, max_bytes: int,
 take_entries: Callable[[bytes, int, int, int, bool], tuple[list[tuple[int, int, int]], int, int]] = cut_entries
 try:   # (a build of an older source lacks it)
     from store.log import nativecheck
-    if nativecheck.INTERFACE == 3:
+    if nativecheck.INTERFACE == F.NATIVE_INTERFACE:
         take_entries = nativecheck.cut_entries
 except ImportError:
     pass

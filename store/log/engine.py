@@ -44,7 +44,7 @@ MAX_OPEN_TAILS = 64
 
 # System topics created on demand, with their queue counts (RocketMQ's numbers).
 SYSTEM_TOPIC_QUEUES = {
-    names.SCHEDULE_TOPIC: 19,   # levels 1..18 in queues 0..17; queue 18 holds free durations
+    names.SCHEDULE_TOPIC: F.SCHEDULE_QUEUES,   # one queue per delay level, and one of free delays
     names.HALF_TOPIC: 1,
     names.OP_HALF_TOPIC: 1,
     names.CHECK_MAX_TOPIC: 1,

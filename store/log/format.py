@@ -192,6 +192,16 @@ CQ_ENTRY = struct.Struct(">qiq")
 CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
 CQ_SEGMENT_ENTRIES = 300_000
 
+# SCHEDULE_TOPIC_XXXX (schedule.py): a message of delay level n (1..18) waits in queue n-1;
+# one of a free delay in FREE_QUEUE, the last queue.
+DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+FREE_QUEUE = len(DELAY_LEVELS.split())   # 18
+SCHEDULE_QUEUES = FREE_QUEUE + 1
+
+# The C loops (nativecheck.c) this source calls: a module built from an older source, with
+# another ``INTERFACE``, is not used (``pip install -e .`` again).
+NATIVE_INTERFACE = 3
+
 # -- key index ----------------------------------------------------------------------------------
 
 INDEX_HEADER = struct.Struct(">qqqqii")

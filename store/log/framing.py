@@ -97,7 +97,7 @@ _JOIN_BELOW = _COMBINE_FROM if _FAST_CRC else _BIG_BODY
 _frame_native: Any = None
 try:
     from store.log import nativecheck
-    if nativecheck.INTERFACE == 3:   # (else a build of an older source: `pip install -e .` again)
+    if nativecheck.INTERFACE == F.NATIVE_INTERFACE:   # (else a build of an older source: `pip install -e .` again)
         _frame_native = nativecheck.frame_run
 except ImportError:
     pass

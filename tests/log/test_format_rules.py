@@ -207,3 +207,26 @@ def test_the_index_keys_are_made_by_one_rule(tmp_path) -> None:
     spelt = [(p, c) for p, c in code if any(t in c for t in ('"#" +', '+ "#"', 'b"#"', '}#{'))
              and not c.startswith(("#", '"""', "``", "CRC"))]
     assert spelt == []
+
+
+def test_the_smaller_rules_are_derived_once() -> None:
+    import pathlib
+    import re
+
+    from store import names
+    from store.log import columns, consumequeue, framing, offsets, positions, schedule
+    from store.log.engine import SYSTEM_TOPIC_QUEUES
+    # the schedule topic: one queue per delay level, and the free delays' queue after them
+    assert SYSTEM_TOPIC_QUEUES[names.SCHEDULE_TOPIC] == len(schedule.level_delays_ms()) + 1 == F.SCHEDULE_QUEUES
+    assert schedule.FREE_QUEUE == F.FREE_QUEUE == F.SCHEDULE_QUEUES - 1 == 18
+    # the C loops' interface: one number in Python, the C source's own
+    c_source = (pathlib.Path(columns.__file__).parent / "nativecheck.c").read_text()
+    assert re.search(r"#define INTERFACE (\d+)", c_source)[1] == str(F.NATIVE_INTERFACE)  # type: ignore[index]
+    assert re.search(r"#define VIEW_MIN_SIZE (\d+)", c_source)[1] == str(columns._VIEW_MIN_SIZE)  # type: ignore[index]
+    if columns.NATIVE:   # a build of this source: every user takes its loops
+        assert framing._frame_native is not None and consumequeue.take_entries is not consumequeue.cut_entries
+    # topic@group: the offsets table's one separator
+    assert positions._HALF_KEY == offsets.table_key(names.HALF_TOPIC, positions.TX_GROUP)
+    assert positions._HALF_KEY.split(offsets.TOPIC_GROUP_SEPARATOR) == [names.HALF_TOPIC, positions.TX_GROUP]
+    sources = [(p, c) for p, c in _sources("store/log") if p != "store/log/format.py"]
+    assert [p for p, c in sources if "INTERFACE == 3" in c or "FREE_QUEUE = 18" in c or "}@{TX_GROUP}" in c] == []
