@@ -169,6 +169,22 @@ def open_private(path: Path | str, flags: int) -> int:
     return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
 
 
+# A file replaced whole is written to a temp file beside it, renamed into place: ``.NAME.PID.tmp``
+# (hidden, and named by its writer, so that two writers never share one). A writer killed
+# in between leaves one behind: what ``TEMP_GLOB`` / :func:`is_temp` find.
+TEMP_GLOB = ".*.tmp"
+
+
+def temp_path(path: Path) -> Path:
+    """The temp file this process writes ``path``'s new content to before renaming it."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def is_temp(name: str) -> bool:
+    """Whether a file name is a temp file's (:func:`temp_path`), a writer's or a dead one's."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
 def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: bool = True,
                        sync_dir: bool | None = None) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new content.
@@ -176,7 +192,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: 
     is not, so a power cut may leave the old content (a consumer's offsets: redelivery)."""
     if sync_dir is None:
         sync_dir = sync
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temp_path(path)
     try:
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
@@ -190,7 +206,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: 
             os.close(fd)
         if keep_bak and path.exists():
             bak = backup_of(path)
-            bak_tmp = path.with_name(f".{path.name}.bak.{os.getpid()}.tmp")
+            bak_tmp = temp_path(bak)
             try:
                 os.link(path, bak_tmp)
                 os.replace(bak_tmp, bak)

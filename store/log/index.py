@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from itertools import repeat
 from pathlib import Path
 
+from store import fsutil
 from store.errors import CorruptionError, io_error
 from store.fsutil import SegmentListing, ensure_dir, fdatasync_path, open_private, pwrite_all, sync_dir_if_changed
 from store.layout import segment_file
@@ -122,7 +123,7 @@ class KeyIndex:
         short or empty and rebuilds it from the log."""
         ensure_dir(self.dir, durable=False)
         path = self.path(begin_phys)
-        tmp = self.dir / f".{F.segment_name(begin_phys)}.{os.getpid()}.tmp"
+        tmp = fsutil.temp_path(path)
         try:
             fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
             try:
@@ -416,7 +417,7 @@ class KeyIndex:
 
     def remove_leftovers(self) -> None:
         """Remove files a writer was making when it died (``_create``'s temp files)."""
-        for leftover in self.dir.glob(".*.tmp"):
+        for leftover in self.dir.glob(fsutil.TEMP_GLOB):
             leftover.unlink(missing_ok=True)
 
     def drop_from(self, base: int) -> None:

@@ -230,3 +230,30 @@ def test_the_smaller_rules_are_derived_once() -> None:
     assert positions._HALF_KEY.split(offsets.TOPIC_GROUP_SEPARATOR) == [names.HALF_TOPIC, positions.TX_GROUP]
     sources = [(p, c) for p, c in _sources("store/log") if p != "store/log/format.py"]
     assert [p for p, c in sources if "INTERFACE == 3" in c or "FREE_QUEUE = 18" in c or "}@{TX_GROUP}" in c] == []
+
+
+def test_temp_files_are_named_and_recognised_by_one_rule(tmp_path) -> None:
+    import os
+
+    from store import fsutil
+    from store.log.index import KeyIndex
+    from store.log.offsetjournal import Journal
+    target = tmp_path / "consumerOffset.json"
+    assert fsutil.temp_path(target) == tmp_path / f".consumerOffset.json.{os.getpid()}.tmp"
+    assert fsutil.is_temp(fsutil.temp_path(target).name)
+    assert fsutil.is_temp(fsutil.temp_path(fsutil.temp_path(target)).name)
+    for name in ("consumerOffset.json", "consumerOffset.json.bak", ".beats", "x.tmp", ".x.json"):
+        assert not fsutil.is_temp(name)
+    # a writer's temp file left by a kill: the index's sweep takes exactly those
+    index_dir = tmp_path / "index"
+    index_dir.mkdir()
+    (index_dir / F.segment_name(0)).write_bytes(b"")
+    fsutil.temp_path(index_dir / F.segment_name(4096)).write_bytes(b"half")
+    KeyIndex(index_dir).remove_leftovers()
+    assert sorted(os.listdir(index_dir)) == [F.segment_name(0)]
+    # the offsets journal's rewrite is atomic_write_bytes: the file replaced, no temp left
+    j = Journal(tmp_path / "consumerOffset.log")
+    j.rewrite({"t@g": {"0": 5}}, 0)
+    assert [n for n in os.listdir(tmp_path) if fsutil.is_temp(n)] == []
+    spelt = [p for p, text in _sources("store") if ".{os.getpid()}.tmp" in text or '".*.tmp"' in text]
+    assert spelt == ["store/fsutil.py"]
