@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from store.errors import StoreError, io_error, naming
+from store.flock import list_dir
 from store.fsutil import (
     SegmentListing,
     ensure_dir,
@@ -449,34 +450,35 @@ def sync_changed_queues(layout: Layout, since_s: int) -> None:
     """fsync every consume-queue segment written since ``since_s`` (s since the epoch; 0: all),
     then the directories whose entries changed (new queues and segments are not synced when
     they are made: the derived flush syncs them, children before parents)."""
-    root = layout.consumequeue_dir
-    try:
-        topics = os.listdir(root)
-    except FileNotFoundError:
-        topics = []
     changed_dirs: list[Path] = []
-    for topic in topics:
-        tdir = layout.topic_cq_dir(topic)
-        try:
-            qids = [int(q) for q in os.listdir(tdir) if q.isdigit()]
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        changed_dirs.append(tdir)
-        for qid in qids:
-            qdir = layout.queue_dir(topic, qid)
-            changed_dirs.append(qdir)
-            for i, base in enumerate(reversed(segment_bases(qdir))):
-                path = segment_file(qdir, base)
-                if i > 0 and since_s:
-                    try:
-                        if os.stat(path).st_mtime < since_s - 2:
-                            break   # older segments were complete at the last flush
-                    except FileNotFoundError:
-                        continue
-                fdatasync_path(path)
+    for topic, qid in queue_dirs(layout):
+        if not changed_dirs or changed_dirs[-1].parent.name != topic:
+            changed_dirs.append(layout.topic_cq_dir(topic))
+        qdir = layout.queue_dir(topic, qid)
+        changed_dirs.append(qdir)
+        for i, base in enumerate(reversed(segment_bases(qdir))):
+            path = segment_file(qdir, base)
+            if i > 0 and since_s:
+                try:
+                    if os.stat(path).st_mtime < since_s - 2:
+                        break   # older segments were complete at the last flush
+                except FileNotFoundError:
+                    continue
+            fdatasync_path(path)
     for d in reversed(changed_dirs):   # children before parents
         sync_dir_if_changed(d, since_s)
-    sync_dir_if_changed(root, since_s)
+    sync_dir_if_changed(layout.consumequeue_dir, since_s)
+
+
+def queue_ids(layout: Layout, topic: str) -> list[int]:
+    """The queue ids that have a directory under ``consumequeue/<topic>/``, ascending."""
+    return sorted(int(n) for n in list_dir(layout.topic_cq_dir(topic)) if n.isascii() and n.isdigit())
+
+
+def queue_dirs(layout: Layout) -> list[tuple[str, int]]:
+    """``(topic, queue id)`` of every queue directory under ``consumequeue/``, sorted: the one
+    walk over the store's queues (the derived flush, recovery, check, the settings' repair)."""
+    return [(topic, qid) for topic in sorted(list_dir(layout.consumequeue_dir)) for qid in queue_ids(layout, topic)]
 
 
 def remove_queues(directory: Path) -> None:

@@ -3,7 +3,6 @@ with its ``.bak`` (written at creation, put back from the ``.bak``, or rebuilt f
 files by ``store recover`` when both are lost: :func:`load`)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -237,11 +236,10 @@ def queue_disagrees(layout: Layout, settings: StoreSettings, qdir: Path, bases: 
 def _queues_problem(layout: Layout, settings: StoreSettings) -> str | None:
     """:func:`queue_problem` of every consume queue of the store (``store recover``)."""
     from store.fsutil import segment_bases
-    for t in _subdirs(layout.consumequeue_dir):
-        for q in _subdirs(t):
-            why = queue_problem(settings, q, segment_bases(q))
-            if why is not None:
-                return why
+    for q in _queue_paths(layout):
+        why = queue_problem(settings, q, segment_bases(q))
+        if why is not None:
+            return why
     return None
 
 
@@ -292,8 +290,8 @@ def agreeing(layout: Layout, settings: StoreSettings, log: CommitLog, warn: Call
         said.append(f"commitlogSegmentSize {got[0]} ({got[1]})")
     if _queues_problem(layout, fixed) is not None:
         from store.fsutil import segment_bases
-        cq = _unit([[(b, _size(q, b)) for b in segment_bases(q)] for t in _subdirs(layout.consumequeue_dir)
-                    for q in _subdirs(t)], F.CQ_SEGMENT_ENTRIES * F.CQ_ENTRY_SIZE)
+        cq = _unit([[(b, _size(q, b)) for b in segment_bases(q)] for q in _queue_paths(layout)],
+                   F.CQ_SEGMENT_ENTRIES * F.CQ_ENTRY_SIZE)
         if cq is None or cq[0] % F.CQ_ENTRY_SIZE:
             raise CorruptionError(str(path), 0, f"{why}, and the consume-queue segment size cannot be told from the "
                                                 f"segments in {layout.consumequeue_dir}: put back a copy of "
@@ -329,8 +327,7 @@ def inferred(layout: Layout) -> tuple[StoreSettings, list[str]]:
     from store.fsutil import segment_bases
     d = StoreSettings()
     log = [(b, _size(layout.commitlog_dir, b)) for b in segment_bases(layout.commitlog_dir)]
-    queues = [[(b, _size(q, b)) for b in segment_bases(q)]
-              for t in _subdirs(layout.consumequeue_dir) for q in _subdirs(t)]
+    queues = [[(b, _size(q, b)) for b in segment_bases(q)] for q in _queue_paths(layout)]
     seg = _unit([log], d.commitlog_segment_size)
     cq = _unit(queues, d.cq_segment_entries * F.CQ_ENTRY_SIZE)
     for what, got, path in (("commit-log segment size", seg, layout.commitlog_dir),
@@ -378,8 +375,6 @@ def _size(directory: Path, base: int) -> int:
         return 0
 
 
-def _subdirs(directory: Path) -> list[Path]:
-    try:
-        return [directory / n for n in sorted(os.listdir(directory)) if (directory / n).is_dir()]
-    except OSError:
-        return []
+def _queue_paths(layout: Layout) -> list[Path]:
+    from store.log.consumequeue import queue_dirs
+    return [layout.queue_dir(topic, qid) for topic, qid in queue_dirs(layout)]
