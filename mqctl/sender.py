@@ -163,8 +163,8 @@ class Sender:
     def __init__(self, st: "State", topic: str, props: dict[str, str], sharding_key: Optional[str],
                  queue: Optional[int], sync: bool, json: bool,
                  deliver: tuple[int, int] | None) -> None:
-        from store import Draft, Producer
-        self.Draft = Draft
+        from store import Draft, Producer, Prop
+        self.Draft, self._skey_prop = Draft, Prop.SHARDING_KEY
         self.store = st.store(create=True)
         from mqctl.argnames import ARG_FLAGS
         self.producer = Producer.of(self.store, flush="sync" if sync else "async", group_commit=sync,
@@ -319,7 +319,7 @@ class Sender:
         if self.deliver is not None:
             props = dict(self.props)
             if skey is not None:
-                props["__SHARDINGKEY"] = skey
+                props[self._skey_prop] = skey
             self._add(self.Draft(self.topic, body, props, self.queue, skey))
             return
         self.bodies.append(body)

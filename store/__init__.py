@@ -113,7 +113,7 @@ _EXPORTS = {
     "check_consume_options": "client.rules", "check_stage": "client.stage",
     # the engine
     "Store": "log.messagestore", "open_store": "log.messagestore", "StoreSettings": "log.settings",
-    "LARGEST_MESSAGE_SIZE": "log.settings", "MAX_SEGMENT_SIZE": "log.settings",
+    "LARGEST_MESSAGE_SIZE": "log.settings", "MAX_SEGMENT_SIZE": "log.settings", "MAX_QUEUES": "log.format",
     "PutResult": "log.results", "PullResult": "log.results", "BatchResult": "log.results", "Draft": "log.record",
     "StoredMessage": "log.record:Message",
 }

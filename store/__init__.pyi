@@ -66,6 +66,7 @@ from store.errors import TransactionNotFoundError as TransactionNotFoundError
 from store.errors import TransactionStateError as TransactionStateError
 from store.errors import UsageError as UsageError
 from store.log.check import CheckReport as CheckReport
+from store.log.format import MAX_QUEUES as MAX_QUEUES
 from store.log.messagestore import Store as Store
 from store.log.messagestore import open_store as open_store
 from store.log.record import Draft as Draft

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from store.errors import CorruptionError, UsageError, io_error
 from store.layout import backup_of
+from store.log.format import is_segment_name
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def segment_bases(directory: Path) -> list[int]:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
-    return sorted(int(n) for n in names if len(n) == 20 and n.isascii() and n.isdigit())
+    return sorted(int(n) for n in names if is_segment_name(n))
 
 
 def ensure_dir(path: Path, durable: bool = True) -> None:
@@ -168,6 +169,22 @@ def open_private(path: Path | str, flags: int) -> int:
     return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
 
 
+# A file replaced whole is written to a temp file beside it, renamed into place: ``.NAME.PID.tmp``
+# (hidden, and named by its writer, so that two writers never share one). A writer killed
+# in between leaves one behind: what ``TEMP_GLOB`` / :func:`is_temp` find.
+TEMP_GLOB = ".*.tmp"
+
+
+def temp_path(path: Path) -> Path:
+    """The temp file this process writes ``path``'s new content to before renaming it."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def is_temp(name: str) -> bool:
+    """Whether a file name is a temp file's (:func:`temp_path`), a writer's or a dead one's."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
 def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: bool = True,
                        sync_dir: bool | None = None) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new content.
@@ -175,7 +192,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: 
     is not, so a power cut may leave the old content (a consumer's offsets: redelivery)."""
     if sync_dir is None:
         sync_dir = sync
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temp_path(path)
     try:
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
@@ -189,7 +206,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: 
             os.close(fd)
         if keep_bak and path.exists():
             bak = backup_of(path)
-            bak_tmp = path.with_name(f".{path.name}.bak.{os.getpid()}.tmp")
+            bak_tmp = temp_path(bak)
             try:
                 os.link(path, bak_tmp)
                 os.replace(bak_tmp, bak)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from store.log.format import segment_name
+
 
 def backup_of(path: Path) -> Path:
     """The previous version kept beside a file that is replaced whole (``NAME.bak``)."""
@@ -17,6 +19,17 @@ def backup_of(path: Path) -> Path:
 def lock_beside(path: Path) -> Path:
     """The sidecar lock file of a file that several processes rewrite (``NAME.lock``)."""
     return path.with_name(path.name + ".lock")
+
+
+def segment_file(directory: Path, base: int) -> Path:
+    """Segment ``base`` of the commit log, a consume queue or the key index in ``directory``
+    (its name: ``format.segment_name``)."""
+    return directory / segment_name(base)
+
+
+def segment_file_s(directory: str, base: int) -> str:
+    """:func:`segment_file` as a string, for the read and write paths that open by name."""
+    return directory + "/" + segment_name(base)
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,14 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
+import store
 from mqctl.options import SIZE_HELP, JsonOpt, size_parser
 
 bench_app = typer.Typer(help="Built-in benchmarks (on a throwaway store).", no_args_is_help=True)
 
 SizeOpt = Annotated[int, typer.Option("--size", metavar="SIZE", parser=size_parser(1),
                                       help=f"Body size ({SIZE_HELP}).")]
-QueuesOpt = Annotated[int, typer.Option("--queues", metavar="N", min=1, max=1024, help="Queues of the topic.")]
+QueuesOpt = Annotated[int, typer.Option("--queues", metavar="N", min=1, max=store.MAX_QUEUES, help="Queues of the topic.")]
 DirOpt = Annotated[Optional[str], typer.Option(
     "--dir", metavar="DIR", help="Where to create the throwaway store (default: the temp dir).")]
 

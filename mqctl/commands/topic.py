@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+import store
 from mqctl.options import JsonOpt, TopicArg, YesOpt, state
 
 topic_app = typer.Typer(help="Create, list, inspect, grow and delete topics.", no_args_is_help=True)
@@ -27,7 +28,7 @@ def create(
     ctx: typer.Context,
     topic: Annotated[str, typer.Argument(metavar="TOPIC", help="Topic name: 1-127 of A-Z a-z 0-9 _ % | -",
                                          show_default=False)],
-    queues: Annotated[int, typer.Option("--queues", metavar="N", min=1, max=1024, help="Number of queues.")] = 8,
+    queues: Annotated[int, typer.Option("--queues", metavar="N", min=1, max=store.MAX_QUEUES, help="Number of queues.")] = 8,
     order: Annotated[bool, typer.Option(
         "--order", help="Ordered topic: senders must give a sharding key or a queue.")] = False,
     json: JsonOpt = False,
@@ -95,7 +96,7 @@ Examples:
 def update(
     ctx: typer.Context,
     topic: TopicArg,
-    queues: Annotated[int, typer.Option("--queues", metavar="N", min=1, max=1024,
+    queues: Annotated[int, typer.Option("--queues", metavar="N", min=1, max=store.MAX_QUEUES,
                                         help="The new number of queues (at least today's).")],
     json: JsonOpt = False,
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 
-from store.log.record import Message
+from store.log.record import PROP_SHARDING_KEY, Message
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def envelope(m: Message) -> dict[str, Any]:
         "tags": m.tags,
         "properties": m.user_properties,
     }
-    skey = m.properties.get("__SHARDINGKEY")
+    skey = m.properties.get(PROP_SHARDING_KEY)
     if skey:
         out["shardingKey"] = skey   # so a copy (send --input json --reroute) keeps the routing
     out.update(body_fields(m.body))

@@ -321,7 +321,7 @@ def _published_ids(layout: Layout, group: str) -> list[str]:
     """Client ids with a JSON in the group's directory, sorted (RocketMQ sorts cidAll so)."""
     ids = []
     for name in list_dir(layout.members_dir(group)):
-        # Temp files (``.X.json.PID.tmp``) and backups end otherwise, so the suffix suffices.
+        # Temp files (``fsutil.temp_path``: ``.X.json.PID.tmp``) and backups end otherwise, so the suffix suffices.
         cid = name[:-5]
         if name.endswith(".json") and CLIENT_ID_RE.match(cid) and cid not in (".", ".."):
             ids.append(cid)

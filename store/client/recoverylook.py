@@ -142,7 +142,7 @@ class RecoveryLook:
         cq = store.queue(topic, qid)
         segs = cq.segments()
         try:
-            st = os.stat(f"{cq.dir}/{F.segment_name(segs[-1])}") if segs else None
+            st = os.stat(cq.segment_path(segs[-1])) if segs else None
         except FileNotFoundError:
             st = None
         key = (len(segs), *((st.st_ino, st.st_size, st.st_ctime_ns) if st else ()))

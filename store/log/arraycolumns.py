@@ -132,7 +132,7 @@ def pull_vector(engine: "Engine", topic: str, queue_id: int, offset: int, max_co
         return None
     want = digits @ _POW10
     got = np.array([crc32(span[a:b]) for a, b in zip(starts.tolist(), crc_at.tolist())], np.int64)
-    if not ((got & 0x7FFFFFFF) == want).all():
+    if not ((got & F.CRC_MASK) == want).all():
         return None
     return VecColumns(
         offsets=offset + np.arange(n, dtype=np.int64), phys=phys,

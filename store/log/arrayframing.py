@@ -96,7 +96,7 @@ def frame_arrays(batch: "WriteBatch", topic: str, bodies: Sequence[Body], qids: 
             qoff[idx] = np.arange(start, start + len(idx))
             nxt[q] = start + len(idx)
     crc32 = _crc32
-    M = 0x7FFFFFFF
+    M = F.CRC_MASK
     head = np.empty(n, head_t)
     head["total"] = total
     head["magic"] = magic

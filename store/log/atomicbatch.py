@@ -89,7 +89,7 @@ def _flip_delta(size: int) -> int:
     from store.log.record import crc32
     lead = bytes(F.OFF_SYSFLAG) + F.ATOMIC_END.to_bytes(4, "big")
     k = (crc32(lead) ^ crc32(bytes(len(lead)))) & 0xFFFFFFFF
-    d = ~crc32(bytes(size - F.CRC_PROPERTY_SIZE - len(lead)), ~k & 0xFFFFFFFF) & 0x7FFFFFFF
+    d = ~crc32(bytes(size - F.CRC_PROPERTY_SIZE - len(lead)), ~k & 0xFFFFFFFF) & F.CRC_MASK
     if len(_DELTAS) >= 256:
         _DELTAS.clear()
     _DELTAS[size] = d

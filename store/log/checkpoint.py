@@ -36,7 +36,7 @@ class Checkpoint:
         body = F.CHECKPOINT.pack(F.CHECKPOINT_MAGIC, F.CHECKPOINT_VERSION, self.written_end,
                                  self.last_store_ts, self.synced_end, self.boot_id,
                                  self.derived_end, self.derived_at & 0x7FFFFFFF, 0)[:60]
-        return body + (zlib.crc32(body) & 0x7FFFFFFF).to_bytes(4, "big")
+        return body + (zlib.crc32(body) & F.CRC_MASK).to_bytes(4, "big")
 
 
 @dataclass(eq=False, repr=False)   # (neither is used: start-up, store/__init__.py)
@@ -96,7 +96,7 @@ def unpack(raw: bytes) -> Checkpoint | None:
         F.CHECKPOINT.unpack(raw[:F.CHECKPOINT.size])
     if magic != F.CHECKPOINT_MAGIC or version != F.CHECKPOINT_VERSION:
         return None
-    if zlib.crc32(raw[:60]) & 0x7FFFFFFF != crc:
+    if zlib.crc32(raw[:60]) & F.CRC_MASK != crc:
         return None
     # A durable point is never past what was written (an older file, or damage the CRC
     # missed, must not make recovery trust more than the log holds).

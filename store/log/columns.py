@@ -16,7 +16,6 @@ here, the definition of the checks (layout: ``format.py``), takes every record t
 from __future__ import annotations
 
 import os
-import struct
 import sys
 from dataclasses import dataclass, field
 from itertools import islice
@@ -35,21 +34,20 @@ if TYPE_CHECKING:
     from store.log.consumequeue import ConsumeQueue
     from store.log.engine import Engine
 
-# TOTALSIZE MAGIC BODYCRC QUEUEID . QUEUEOFFSET PHYSICALOFFSET . BORNTIMESTAMP . STORETIMESTAMP
-# . RECONSUMETIMES . BODYLENGTH: what a bulk read needs of a record header (format.py).
-_HEAD_FMT = ">iIIi4xqq4xq8xq8xi8xi"
-_HEAD = struct.Struct(_HEAD_FMT).unpack_from
-assert struct.calcsize(_HEAD_FMT) == F.RECORD_HEADER_SIZE
+# What a bulk read needs of a record header (views of format.py's field table).
+_HEAD = F.header_view("TOTALSIZE..QUEUEID QUEUEOFFSET PHYSICALOFFSET BORNTIMESTAMP STORETIMESTAMP "
+                      "RECONSUMETIMES BODYLENGTH").unpack_from
 # What every record's check needs of it (a third of the cost of all ten: no big ints for the
 # timestamps); BORNTIMESTAMP . STORETIMESTAMP . RECONSUMETIMES only for records handed out.
-_CHECK, _TIMES = struct.Struct(">iI4xi4xqq48xi").unpack_from, struct.Struct(">40xq8xq8xi").unpack_from
+_CHECK = F.header_view("TOTALSIZE MAGICCODE QUEUEID QUEUEOFFSET PHYSICALOFFSET BODYLENGTH").unpack_from
+_TIMES = F.header_view("BORNTIMESTAMP STORETIMESTAMP RECONSUMETIMES").unpack_from
 
-_CRC_TRAILER, _MASK = F.CRC_PROPERTY_REVERSED, 0x7FFFFFFF
+_CRC_TRAILER, _MASK = F.CRC_PROPERTY_REVERSED, F.CRC_MASK
 
 _native: Callable[..., tuple[int, int]] | None = None
 try:   # the check loop in C, when the package was built with it (pyproject.toml) from this source
     from store.log import nativecheck
-    if nativecheck.INTERFACE == 3:   # (else a build of an older source: `pip install -e .` again)
+    if nativecheck.INTERFACE == F.NATIVE_INTERFACE:   # (else a build of an older source: `pip install -e .` again)
         _native = nativecheck.check_run
 except ImportError:
     pass

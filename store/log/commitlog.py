@@ -31,6 +31,7 @@ from pathlib import Path
 
 from store.errors import io_error, naming
 from store.fsutil import SegmentListing, ensure_dir, open_private
+from store.layout import segment_file, segment_file_s
 from store.log import filestat
 from store.log import format as F
 from store.log.record import Message, RecordError, decode, record_size_at
@@ -63,7 +64,7 @@ class CommitLog:
 
     # -- segments ------------------------------------------------------------------------
     def segment_path(self, base: int) -> Path:
-        return self.dir / F.segment_name(base)
+        return segment_file(self.dir, base)
 
     def segments(self) -> list[int]:
         """Bases of the segment files present, oldest first."""
@@ -83,7 +84,7 @@ class CommitLog:
     def length(self, base: int) -> int:
         """How many bytes of segment ``base`` its records fill (:func:`written_length`);
         FileNotFoundError when it is missing."""
-        path = f"{self._dir_s}/{base:020d}"
+        path = segment_file_s(self._dir_s, base)
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             return written_length(fd, path)
@@ -162,7 +163,7 @@ class CommitLog:
 
     def read(self, offset: int, size: int | None = None, verify: bool = True) -> Message:
         """The record at ``offset``; RecordError when it is missing, torn or damaged."""
-        data = self.read_bytes(offset, size if size else F.MAX_MESSAGE_SIZE + 65536 + 512)
+        data = self.read_bytes(offset, size if size else F.MAX_RECORD_SIZE)
         if size is None and len(data) >= 4:
             total = int.from_bytes(data[:4], "big", signed=True)
             data = data[:max(total, 0)] if 0 < total <= len(data) else data
@@ -205,7 +206,7 @@ class CommitLog:
                             # ran past our chunk, not the file: read on from here
                             buf_start = file_pos
                             fh.seek(buf_start)
-                            buf = fh.read(max(0, min(max(chunk, F.MAX_MESSAGE_SIZE + 65536 + 1024), fsize - buf_start)))
+                            buf = fh.read(max(0, min(max(chunk, F.MAX_RECORD_SIZE), fsize - buf_start)))
                             bpos = 0
                             continue
                         yield base + file_pos, None, exc
@@ -281,7 +282,7 @@ class CommitLog:
             cached = None
         if cached is None:
             try:
-                cached = (base, os.open(f"{self._dir_s}/{base:020d}", os.O_RDONLY | os.O_CLOEXEC))
+                cached = (base, os.open(segment_file_s(self._dir_s, base), os.O_RDONLY | os.O_CLOEXEC))
             except FileNotFoundError:
                 return
         try:

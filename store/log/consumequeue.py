@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from store.errors import StoreError, io_error, naming
+from store.flock import list_dir
 from store.fsutil import (
     SegmentListing,
     ensure_dir,
@@ -23,7 +24,7 @@ from store.fsutil import (
     segment_bases,
     sync_dir_if_changed,
 )
-from store.layout import Layout
+from store.layout import Layout, segment_file, segment_file_s
 from store.log import filestat
 from store.log import format as F
 
@@ -64,7 +65,7 @@ def cut_entries(raw: bytes, lo: int, limit: int, max_bytes: int,
 take_entries: Callable[[bytes, int, int, int, bool], tuple[list[tuple[int, int, int]], int, int]] = cut_entries
 try:   # (a build of an older source lacks it)
     from store.log import nativecheck
-    if nativecheck.INTERFACE == 3:
+    if nativecheck.INTERFACE == F.NATIVE_INTERFACE:
         take_entries = nativecheck.cut_entries
 except ImportError:
     pass
@@ -96,7 +97,7 @@ class ConsumeQueue:
         return self._listing.bases()
 
     def segment_path(self, base: int) -> Path:
-        return self.dir / F.segment_name(base)
+        return segment_file(self.dir, base)
 
     def max_offset(self) -> int:
         """The next offset to be written (= number of entries ever written).
@@ -119,7 +120,7 @@ class ConsumeQueue:
         while segs:
             last = segs.pop()
             try:
-                _links, size, ino = filestat.untimed(f"{self._dir_s}/{last:020d}")
+                _links, size, ino = filestat.untimed(segment_file_s(self._dir_s, last))
             except FileNotFoundError:
                 continue
             cached = self._read_fds.get(last)
@@ -147,7 +148,7 @@ class ConsumeQueue:
         every use (one stat): a segment deleted and written anew (``store recover``, a topic
         deleted and re-created) must be read from its new file, never the old inode. (The
         path as a string: a Path built each read cost as much as the stat.)"""
-        path = f"{self._dir_s}/{F.segment_name(base)}"
+        path = segment_file_s(self._dir_s, base)
         try:
             ino = filestat.untimed(path)[2]   # (no timestamp asked: filestat.py)
         except FileNotFoundError:
@@ -182,7 +183,7 @@ class ConsumeQueue:
         try:
             data = os.pread(fd, n * _SIZE, byte_off - base)
         except OSError as exc:   # (a read's error names no file, "Is a directory": say which)
-            raise naming(exc, f"{self._dir_s}/{F.segment_name(base)}") from exc
+            raise naming(exc, segment_file_s(self._dir_s, base)) from exc
         return data[: len(data) - len(data) % _SIZE]
 
     def read_entries(self, offset: int, count: int) -> list[tuple[int, int, int]]:
@@ -274,7 +275,7 @@ class ConsumeQueue:
             except OSError:
                 st = None
             if checked or (st is not None and st[0] and st[1] == pos - base):
-                undo = [(f"{self._dir_s}/{base:020d}", pos - base)]
+                undo = [(segment_file_s(self._dir_s, base), pos - base)]
                 try:
                     pwrite_all(fd, entries, pos - base)
                 except OSError as exc:
@@ -300,7 +301,7 @@ class ConsumeQueue:
             base = pos - pos % self.segment_bytes
             room = base + self.segment_bytes - pos
             part, view = view[:room], view[room:]
-            path = f"{self._dir_s}/{F.segment_name(base)}"
+            path = segment_file_s(self._dir_s, base)
             try:
                 try:
                     fd = open_private(path, os.O_WRONLY | os.O_CREAT)
@@ -449,34 +450,35 @@ def sync_changed_queues(layout: Layout, since_s: int) -> None:
     """fsync every consume-queue segment written since ``since_s`` (s since the epoch; 0: all),
     then the directories whose entries changed (new queues and segments are not synced when
     they are made: the derived flush syncs them, children before parents)."""
-    root = layout.consumequeue_dir
-    try:
-        topics = os.listdir(root)
-    except FileNotFoundError:
-        topics = []
     changed_dirs: list[Path] = []
-    for topic in topics:
-        tdir = layout.topic_cq_dir(topic)
-        try:
-            qids = [int(q) for q in os.listdir(tdir) if q.isdigit()]
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        changed_dirs.append(tdir)
-        for qid in qids:
-            qdir = layout.queue_dir(topic, qid)
-            changed_dirs.append(qdir)
-            for i, base in enumerate(reversed(segment_bases(qdir))):
-                path = qdir / F.segment_name(base)
-                if i > 0 and since_s:
-                    try:
-                        if os.stat(path).st_mtime < since_s - 2:
-                            break   # older segments were complete at the last flush
-                    except FileNotFoundError:
-                        continue
-                fdatasync_path(path)
+    for topic, qid in queue_dirs(layout):
+        if not changed_dirs or changed_dirs[-1].parent.name != topic:
+            changed_dirs.append(layout.topic_cq_dir(topic))
+        qdir = layout.queue_dir(topic, qid)
+        changed_dirs.append(qdir)
+        for i, base in enumerate(reversed(segment_bases(qdir))):
+            path = segment_file(qdir, base)
+            if i > 0 and since_s:
+                try:
+                    if os.stat(path).st_mtime < since_s - 2:
+                        break   # older segments were complete at the last flush
+                except FileNotFoundError:
+                    continue
+            fdatasync_path(path)
     for d in reversed(changed_dirs):   # children before parents
         sync_dir_if_changed(d, since_s)
-    sync_dir_if_changed(root, since_s)
+    sync_dir_if_changed(layout.consumequeue_dir, since_s)
+
+
+def queue_ids(layout: Layout, topic: str) -> list[int]:
+    """The queue ids that have a directory under ``consumequeue/<topic>/``, ascending."""
+    return sorted(int(n) for n in list_dir(layout.topic_cq_dir(topic)) if n.isascii() and n.isdigit())
+
+
+def queue_dirs(layout: Layout) -> list[tuple[str, int]]:
+    """``(topic, queue id)`` of every queue directory under ``consumequeue/``, sorted: the one
+    walk over the store's queues (the derived flush, recovery, check, the settings' repair)."""
+    return [(topic, qid) for topic in sorted(list_dir(layout.consumequeue_dir)) for qid in queue_ids(layout, topic)]
 
 
 def remove_queues(directory: Path) -> None:

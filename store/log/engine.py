@@ -23,6 +23,7 @@ from store.errors import StoreError, TopicExistsError, TopicNotFoundError, Usage
 from store.failpoints import failpoint
 from store.layout import Layout
 from store.log import checkpoint as ckpt
+from store.log import format as F
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue, remove_queues
 from store.log.flush import Durability
@@ -43,7 +44,7 @@ MAX_OPEN_TAILS = 64
 
 # System topics created on demand, with their queue counts (RocketMQ's numbers).
 SYSTEM_TOPIC_QUEUES = {
-    names.SCHEDULE_TOPIC: 19,   # levels 1..18 in queues 0..17; queue 18 holds free durations
+    names.SCHEDULE_TOPIC: F.SCHEDULE_QUEUES,   # one queue per delay level, and one of free delays
     names.HALF_TOPIC: 1,
     names.OP_HALF_TOPIC: 1,
     names.CHECK_MAX_TOPIC: 1,
@@ -114,7 +115,7 @@ class QueueTable:
                 names_ = os.listdir(base + str(q))
             except (FileNotFoundError, NotADirectoryError):
                 continue
-            if any(len(n) == 20 and n.isdigit() for n in names_):
+            if any(map(F.is_segment_name, names_)):
                 total += self.max_offset(topic, q) - self.min_offset(topic, q)
         return total
 

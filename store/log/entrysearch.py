@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")
 _NEIGHBOURS = 64            # entries looked at on each side for one that checks out
 _WINDOW = 8 * 1024 * 1024   # bytes of log searched per read
-_SLACK = F.MAX_MESSAGE_SIZE + 65536 + 1024   # read past a window so its last record is whole
-_HEAD = struct.Struct(">iIIiiqqi")   # TOTALSIZE .. SYSFLAG (format.py)
+_SLACK = F.MAX_RECORD_SIZE   # read past a window so its last record is whole
+_HEAD = F.header_view("TOTALSIZE..SYSFLAG")
 _I32 = struct.Struct(">i").unpack_from
 _MIN_SIZE = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
 _TAIL_WINDOW = 64 * 1024   # read_tail's reads: a record bigger than what is left of one is skipped

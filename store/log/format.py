@@ -1,7 +1,7 @@
 """The on-disk format of an mqctl store: every binary file's grammar, and its constants.
 
 All integers are big-endian (as RocketMQ, which wrote them with Java's ByteBuffer). "CRC" is
-zlib's CRC-32 masked with 0x7FFFFFFF, RocketMQ's ``UtilAll.crc32``.
+zlib's CRC-32 masked with ``CRC_MASK`` (0x7FFFFFFF), RocketMQ's ``UtilAll.crc32``.
 
 Directory tree (RocketMQ's names where they exist; see ``layout.py``)::
 
@@ -111,6 +111,9 @@ from __future__ import annotations
 
 import struct
 
+# A CRC as RocketMQ stores it: CRC-32 masked to a non-negative Java int (``crc`` below).
+CRC_MASK = 0x7FFFFFFF
+
 # -- commit log --------------------------------------------------------------------------------
 
 MAGIC_V1 = 0xDAA320A7
@@ -124,30 +127,51 @@ END_FILE_MIN_BLANK = 8
 COMMITLOG_SEGMENT_SIZE = 64 * 1024 * 1024
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
-# TOTALSIZE .. BODYLENGTH: everything before the body.
-RECORD_HEADER = struct.Struct(">iIIiiqqiqIiqIiiqi")
+# TOTALSIZE .. BODYLENGTH, everything before the body: (name, struct code) of each field, the one
+# table RECORD_HEADER, the OFF_* offsets and every partial view (``header_view``) are built from.
+RECORD_FIELDS = (
+    ("TOTALSIZE", "i"), ("MAGICCODE", "I"), ("BODYCRC", "I"), ("QUEUEID", "i"), ("FLAG", "i"),
+    ("QUEUEOFFSET", "q"), ("PHYSICALOFFSET", "q"), ("SYSFLAG", "i"), ("BORNTIMESTAMP", "q"),
+    ("BORNHOST", "I"), ("BORNPORT", "i"), ("STORETIMESTAMP", "q"), ("STOREHOST", "I"), ("STOREPORT", "i"),
+    ("RECONSUMETIMES", "i"), ("PREPAREDTXOFFSET", "q"), ("BODYLENGTH", "i"),
+)
+_NAMES = [name for name, _ in RECORD_FIELDS]
+RECORD_FIELD_OFFSET = {name: struct.calcsize(">" + "".join(c for _, c in RECORD_FIELDS[:i]))
+                       for i, name in enumerate(_NAMES)}
+RECORD_HEADER = struct.Struct(">" + "".join(code for _, code in RECORD_FIELDS))
 RECORD_HEADER_SIZE = RECORD_HEADER.size  # 88
 RECORD_FIXED_SIZE = RECORD_HEADER_SIZE + 1 + 2  # + topic length byte + properties length
 BLANK_TRAILER = struct.Struct(">iI")
 
-OFF_QUEUE_OFFSET = 20
-OFF_PHYSICAL_OFFSET = 28
-OFF_SYSFLAG = 36
-OFF_STORE_TIMESTAMP = 56
+# A topic has 1..MAX_QUEUES queues (QUEUEID 0..MAX_QUEUES-1).
+MAX_QUEUES = 1024
+
+OFF_MAGIC = RECORD_FIELD_OFFSET["MAGICCODE"]                   # 4
+OFF_QUEUE_OFFSET = RECORD_FIELD_OFFSET["QUEUEOFFSET"]          # 20
+OFF_PHYSICAL_OFFSET = RECORD_FIELD_OFFSET["PHYSICALOFFSET"]    # 28
+OFF_SYSFLAG = RECORD_FIELD_OFFSET["SYSFLAG"]                   # 36
+OFF_STORE_TIMESTAMP = RECORD_FIELD_OFFSET["STORETIMESTAMP"]    # 56
 
 LOOPBACK_IP = 0x7F000001
 STORE_PORT = 10911
 
+# Properties are ``name NAME_VALUE_SEP value PROPERTY_SEP`` repeated (record.encode_properties).
 NAME_VALUE_SEP = "\x01"
 PROPERTY_SEP = "\x02"
+NAME_VALUE_SEP_B, PROPERTY_SEP_B = NAME_VALUE_SEP.encode(), PROPERTY_SEP.encode()
 CRC_PROPERTY = "__CRC32#"
 CRC_PROPERTY_SIZE = len(CRC_PROPERTY) + 1 + 10 + 1  # 20
 # The record CRC property as it ends a record: ``__CRC32#`` 0x01, the ten digits least
 # significant first, 0x02. Kept reversed with the digits in order, so that the property of CRC
 # ``c`` is ``(CRC_PROPERTY_REVERSED % c)[::-1]``: one ``%`` and one slice, no digit loop.
-CRC_PROPERTY_HEAD = CRC_PROPERTY.encode() + b"\x01"
-CRC_PROPERTY_REVERSED = b"\x02%010d" + CRC_PROPERTY_HEAD[::-1]
+CRC_PROPERTY_HEAD = CRC_PROPERTY.encode() + NAME_VALUE_SEP_B
+CRC_PROPERTY_REVERSED = PROPERTY_SEP_B + b"%010d" + CRC_PROPERTY_HEAD[::-1]
 MAX_PROPERTIES_SIZE = 32767
+# The topic length byte read unsigned (a written topic is at most 134 bytes).
+MAX_TOPIC_FIELD = 255
+# The largest record a reader accepts, and how far it reads to hold one whole: the fixed
+# fields, the largest body, topic and properties (91 + 4 MiB + 255 + 32767 bytes).
+MAX_RECORD_SIZE = RECORD_FIXED_SIZE + MAX_MESSAGE_SIZE + MAX_TOPIC_FIELD + MAX_PROPERTIES_SIZE
 
 # SYSFLAG transaction types
 TX_MASK = 0xC
@@ -168,6 +192,16 @@ CQ_ENTRY = struct.Struct(">qiq")
 CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
 CQ_SEGMENT_ENTRIES = 300_000
 
+# SCHEDULE_TOPIC_XXXX (schedule.py): a message of delay level n (1..18) waits in queue n-1;
+# one of a free delay in FREE_QUEUE, the last queue.
+DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+FREE_QUEUE = len(DELAY_LEVELS.split())   # 18
+SCHEDULE_QUEUES = FREE_QUEUE + 1
+
+# The C loops (nativecheck.c) this source calls: a module built from an older source, with
+# another ``INTERFACE``, is not used (``pip install -e .`` again).
+NATIVE_INTERFACE = 3
+
 # -- key index ----------------------------------------------------------------------------------
 
 INDEX_HEADER = struct.Struct(">qqqqii")
@@ -180,6 +214,9 @@ INDEX_ENTRIES = 1_048_576
 # In the index directory while a rebuild is under way (``index.py``: the rebuild fence).
 INDEX_REBUILD_MARKER = "REBUILDING"
 INDEX_FILE_SIZE = INDEX_HEADER_SIZE + INDEX_SLOTS * 4 + INDEX_ENTRIES * INDEX_ENTRY_SIZE
+# The keys indexed: ``uniq_key_of`` and ``key_of`` below.
+INDEX_KEY_SEP = "#"
+INDEX_KEY_SEP_B = INDEX_KEY_SEP.encode()
 
 # -- checkpoint ---------------------------------------------------------------------------------
 
@@ -193,9 +230,48 @@ STORE_FORMAT_VERSION = 1
 def crc(data: bytes | bytearray | memoryview) -> int:
     """RocketMQ's CRC: zlib CRC-32 masked to a non-negative Java int."""
     import zlib
-    return zlib.crc32(data) & 0x7FFFFFFF
+    return zlib.crc32(data) & CRC_MASK
+
+
+def header_view(read: str, *, first: str = "TOTALSIZE", raw: str = "") -> struct.Struct:
+    """A struct over part of the record header, from field ``first`` to the last field named:
+    the fields of ``read`` (names, or ``A..B`` for A to B, space-separated) as their codes,
+    the fields of ``raw`` (``A..B``) as one bytes block, every other field skipped (``x``).
+    The fast paths' views of the header: each is this table's, never a struct string of its own."""
+    def span(spec: str) -> list[str]:
+        a, _, b = spec.partition("..")
+        return _NAMES[_NAMES.index(a):_NAMES.index(b or a) + 1]
+    wanted = {n for spec in read.split() for n in span(spec)}
+    block = span(raw) if raw else []
+    last = max(_NAMES.index(n) for n in wanted | set(block))
+    parts, skip = [">"], 0
+    for name, code in RECORD_FIELDS[_NAMES.index(first):last + 1]:
+        if name in wanted or name == (block or [None])[0]:
+            raw_size = sum(struct.calcsize(c) for n, c in RECORD_FIELDS if n in block)
+            parts += [f"{skip}x" if skip else "", code if name in wanted else f"{raw_size}s"]
+            skip = 0
+        elif name not in block:
+            skip += struct.calcsize(code)
+    return struct.Struct("".join(parts))
+
+
+def uniq_key_of(uniq: str) -> str:
+    """The index key of a unique key, ``#<UNIQ_KEY>``: no topic, so one key finds every copy
+    of a message (its retries and dead letter included)."""
+    return INDEX_KEY_SEP + uniq
+
+
+def key_of(topic: str, key: str) -> str:
+    """The index key of one word of a message's KEYS: ``<topic>#<key>``."""
+    return topic + INDEX_KEY_SEP + key
 
 
 def segment_name(base: int) -> str:
     """A segment's file name: its base offset, 20 digits (lexical order = log order)."""
     return f"{base:020d}"
+
+
+def is_segment_name(name: str) -> bool:
+    """Whether ``name`` is a segment's (:func:`segment_name`: 20 ASCII digits). Anything else
+    in a segment directory (an editor's backup, a temp file, a ``٠``-digit name) is not."""
+    return len(name) == 20 and name.isascii() and name.isdigit()

@@ -21,13 +21,13 @@ C, these loops its definition and the fallback where it is not built.
 """
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from itertools import accumulate, count, repeat
 from operator import attrgetter
 
 from store.errors import UsageError
 from store.log import format as F
+from store.log import record as _record
 from store.log.arrayframing import frame_arrays, use_arrays
 from store.log.crccombine import combiner as _combiner
 from store.log.crccombine import crc32_combine as _crc32_combine
@@ -57,9 +57,11 @@ if TYPE_CHECKING:
 
 # The record header in three parts for the producer's fast path: the fields that vary, then
 # SYSFLAG .. PREPARED TX OFFSET (48 bytes, the same for a whole batch), then BODYLENGTH.
-_HEAD_PACK = struct.Struct(">iIIiiqq48si").pack
-_HEAD_CONST = struct.Struct(">iqIiqIiiq")
-assert struct.calcsize(">iIIiiqq48si") == F.RECORD_HEADER_SIZE and _HEAD_CONST.size == 48
+_HEAD_PACK = F.header_view("TOTALSIZE..PHYSICALOFFSET BODYLENGTH", raw="SYSFLAG..PREPAREDTXOFFSET").pack
+_HEAD_CONST, _CRC_MASK = F.header_view("SYSFLAG..PREPAREDTXOFFSET", first="SYSFLAG"), F.CRC_MASK
+# A record's properties here: UNIQ_KEY first, a sharding key's next, then the batch's own.
+_UNIQ_FIELD = _record.PROP_UNIQ_KEY.encode() + F.NAME_VALUE_SEP_B
+_SHARDING_FIELD = F.PROPERTY_SEP_B + _record.PROP_SHARDING_KEY.encode() + F.NAME_VALUE_SEP_B
 
 # From this body size on a record is copied into the batch buffer in parts (head, body, rest)
 # rather than joined first; with zlib's CRC (or ISA-L's, from _COMBINE_FROM) its record CRC is
@@ -95,7 +97,7 @@ _JOIN_BELOW = _COMBINE_FROM if _FAST_CRC else _BIG_BODY
 _frame_native: Any = None
 try:
     from store.log import nativecheck
-    if nativecheck.INTERFACE == 3:   # (else a build of an older source: `pip install -e .` again)
+    if nativecheck.INTERFACE == F.NATIVE_INTERFACE:   # (else a build of an older source: `pip install -e .` again)
         _frame_native = nativecheck.frame_run
 except ImportError:
     pass
@@ -124,7 +126,7 @@ def _frame_small(batch: WriteBatch, topic: str, bodies: Sequence[Body], qids: li
     end = physs.pop()
     if end > room_end:
         return None
-    M = 0x7FFFFFFF
+    M = _CRC_MASK
     lead = qids[:stride] if stride else qids[:1]   # each queue's first record, in order
     for q in lead:
         if nxt[q] < 0:
@@ -187,9 +189,9 @@ def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dic
     qids = _queue_ids_for(engine, cfg, len(bodies), queue_id, sharding_keys)
     topic_b = topic.encode()
     tail_topic = bytes((len(topic_b),)) + topic_b
-    static = "".join(f"{k}\x01{v}\x02" for k, v in props.items() if v).encode()
+    static = _record.encode_properties(props)
     tags = tags_code(props.get(PROP_TAGS))
-    key_items = [f"{topic}#{k}".encode() for k in (props.get(PROP_KEYS) or "").split(" ") if k]
+    key_items = [F.key_of(topic, k).encode() for k in (props.get(PROP_KEYS) or "").split(" ") if k]
     nxt = [-1] * cfg.queues
     cqb: list[Any] = [None] * cfg.queues   # the batch's entries of each queue it touches
     app = batch.app
@@ -200,7 +202,7 @@ def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dic
     offs: list[int] = []
     physs: list[int] = []
     hashes: list[int] = []
-    M = 0x7FFFFFFF
+    M = _CRC_MASK
     # TOTALSIZE magic BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET, then 48 bytes that
     # are the same for every record of the batch, then BODYLENGTH (format.py).
     pack = _HEAD_PACK
@@ -221,16 +223,16 @@ def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dic
     uk = engine.writer.uniq_keys
     uk_head_s = f"{uk.prefix}{(uk.reserve(now, len(bodies)) - uk.month_start_ms) & 0xFFFFFFFF:08X}"
     uk_head = uk_head_s.encode()
-    key_crc0 = crc32(b"#" + uk_head)
-    pb_tail = b"\x02" + static
-    pb_len0 = len(b"UNIQ_KEY\x01") + len(uk_head) + 4 + len(pb_tail)   # properties w/o CRC
-    check_properties_size(pb_len0 + max((len(b"\x02__SHARDINGKEY\x01") + len(k.encode()) for k in sharding_keys or ()
+    key_crc0 = crc32(F.uniq_key_of(uk_head_s).encode())
+    pb_tail = F.PROPERTY_SEP_B + static
+    pb_len0 = len(_UNIQ_FIELD) + len(uk_head) + 4 + len(pb_tail)   # properties w/o CRC
+    check_properties_size(pb_len0 + max((len(_SHARDING_FIELD) + len(k.encode()) for k in sharding_keys or ()
                                          if k is not None), default=0))   # (the batch's longest)
-    mid0 = tail_topic + (pb_len0 + F.CRC_PROPERTY_SIZE).to_bytes(2, "big") + b"UNIQ_KEY\x01" + uk_head
+    mid0 = tail_topic + (pb_len0 + F.CRC_PROPERTY_SIZE).to_bytes(2, "big") + _UNIQ_FIELD + uk_head
     fixed0 = F.RECORD_FIXED_SIZE + len(topic_b) + pb_len0 + F.CRC_PROPERTY_SIZE
     tails: list[bytes] | None = None
     if sharding_keys is not None:
-        tails = [pb_tail if k is None else b"\x02__SHARDINGKEY\x01" + k.encode() + pb_tail
+        tails = [pb_tail if k is None else _SHARDING_FIELD + k.encode() + pb_tail
                  for k in sharding_keys]
     tail, mid, fixed = pb_tail, mid0, fixed0
     parts: list[Any] | None = None
@@ -261,7 +263,7 @@ def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dic
                 run = batch.queue_run(topic, q)
                 nxt[q], cqb[q] = run.next, run.entries
         out = app.start_parts()
-        uk_field = b"UNIQ_KEY\x01" + uk_head
+        uk_field = _UNIQ_FIELD + uk_head
         i = 0
         while True:
             i, pos, need = _frame_native(bodies, i, qids, tails, tail, tail_topic, uk_field, first_counter, key_crc0,

@@ -28,11 +28,15 @@ from collections.abc import Sequence
 from itertools import repeat
 from pathlib import Path
 
+from store import fsutil
 from store.errors import CorruptionError, io_error
 from store.fsutil import SegmentListing, ensure_dir, fdatasync_path, open_private, pwrite_all, sync_dir_if_changed
+from store.layout import segment_file
 from store.log import filestat, indexchains
 from store.log import format as F
 from store.log.record import crc32
+
+_CRC_MASK = F.CRC_MASK
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -59,7 +63,7 @@ except ImportError:
 
 
 def key_hash(key: str | bytes) -> int:
-    return int(crc32(key.encode() if isinstance(key, str) else key)) & 0x7FFFFFFF
+    return int(crc32(key.encode() if isinstance(key, str) else key)) & _CRC_MASK
 
 
 class KeyIndex:
@@ -81,7 +85,7 @@ class KeyIndex:
         return self._listing.bases()
 
     def path(self, base: int) -> Path:
-        return self.dir / F.segment_name(base)
+        return segment_file(self.dir, base)
 
     def _file(self, base: int, checked: bool = False) -> int:
         """The descriptor of file ``base``, reused while the file is still linked (one
@@ -119,7 +123,7 @@ class KeyIndex:
         short or empty and rebuilds it from the log."""
         ensure_dir(self.dir, durable=False)
         path = self.path(begin_phys)
-        tmp = self.dir / f".{F.segment_name(begin_phys)}.{os.getpid()}.tmp"
+        tmp = fsutil.temp_path(path)
         try:
             fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
             try:
@@ -206,7 +210,7 @@ class KeyIndex:
         str or already-encoded bytes."""
         if not items:
             return
-        self.add_hashes([crc32(k if isinstance(k, bytes) else k.encode()) & 0x7FFFFFFF for k, _ in items],
+        self.add_hashes([crc32(k if isinstance(k, bytes) else k.encode()) & _CRC_MASK for k, _ in items],
                         [p for _, p in items], store_ts)
 
     def add_hashes(self, hashes: list[int], physs: list[int], store_ts: int) -> None:
@@ -413,7 +417,7 @@ class KeyIndex:
 
     def remove_leftovers(self) -> None:
         """Remove files a writer was making when it died (``_create``'s temp files)."""
-        for leftover in self.dir.glob(".*.tmp"):
+        for leftover in self.dir.glob(fsutil.TEMP_GLOB):
             leftover.unlink(missing_ok=True)
 
     def drop_from(self, base: int) -> None:

@@ -39,6 +39,7 @@ from store.errors import (
 )
 from store.fsutil import check_dir_path
 from store.layout import Layout
+from store.log import format as F
 from store.log import settings as settings_file
 from store.log.commitlog import CommitLog
 from store.log.consumequeue import ConsumeQueue
@@ -489,8 +490,8 @@ class Store:
 
 
 def _check_queue_count(queues: int) -> None:
-    if not 1 <= queues <= 1024:
-        raise UsageError(f"queues must be between 1 and 1024, got {queues}")   # (the CLI checks its flag first)
+    if not 1 <= queues <= F.MAX_QUEUES:   # (the CLI checks its flag first)
+        raise UsageError(f"queues must be between 1 and {F.MAX_QUEUES}, got {queues}")
 
 
 def open_store(root: str | Path, *, create: bool = False, **kw: Any) -> Store:

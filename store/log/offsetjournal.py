@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from store.errors import io_error
-from store.fsutil import fsync_dir, open_private, pwrite_all
+from store.fsutil import atomic_write_bytes, open_private, pwrite_all
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -201,22 +201,7 @@ class Journal:
         first write); returns the new end."""
         body = json.dumps({"full": full}, sort_keys=True, separators=(",", ":")).encode()
         data = HEADER.pack(MAGIC, VERSION, base) + FRAME.pack(len(body), zlib.crc32(body)) + body
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
-            fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                pwrite_all(fd, data, 0)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            fsync_dir(self.path.parent)
-        except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise io_error(exc, f"write {self.path}") from exc
+        atomic_write_bytes(self.path, data, keep_bak=False)
         return base + len(data) - HEADER.size
 
     def needs_compaction(self, end: int, base: int, table_bytes: int) -> bool:

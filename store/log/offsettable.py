@@ -60,7 +60,8 @@ if TYPE_CHECKING:
 NO_OFFSET = -1
 NO_CRC = "cannot be trusted (no crc field: edited by hand or written by an older version)"
 TOPIC_GROUP_SEPARATOR = "@"
-_KEY_TEXT = rb'"((?:%RETRY%|%DLQ%)?[A-Za-z0-9_%|-]{1,127}@[A-Za-z0-9_%|-]{1,127})"'  # (compiled when used: damage)
+_KEY_TEXT = (rb'"((?:%RETRY%|%DLQ%)?[A-Za-z0-9_%|-]{1,127}' + TOPIC_GROUP_SEPARATOR.encode()
+             + rb'[A-Za-z0-9_%|-]{1,127})"')  # (compiled when used: damage)
 
 
 def is_int(value: Any) -> TypeGuard[int]:

@@ -46,8 +46,8 @@ Warn = Callable[[str], None]
 QueueEnd = Callable[[str, int], int]
 
 TX_GROUP = "CID_RMQ_SYS_TRANS"
-_HALF_KEY = f"{HALF_TOPIC}@{TX_GROUP}"
-_OP_KEY = f"{OP_HALF_TOPIC}@{TX_GROUP}"
+_HALF_KEY = offsets.table_key(HALF_TOPIC, TX_GROUP)
+_OP_KEY = offsets.table_key(OP_HALF_TOPIC, TX_GROUP)
 
 
 # -- the delay scheduler ------------------------------------------------------------------------

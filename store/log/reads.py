@@ -124,7 +124,7 @@ def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
             if m is not None and m.uniq_key == msg_id:
                 return m
     else:
-        found = _indexed(engine, "#" + msg_id, 64, lambda m: m.uniq_key == msg_id, 1, damage)
+        found = _indexed(engine, F.uniq_key_of(msg_id), 64, lambda m: m.uniq_key == msg_id, 1, damage)
         if found:
             return found[0]
     if damage and strict:
@@ -141,7 +141,7 @@ def id_as_stored(text: str) -> str:
 def find_all(engine: "Engine", uniq_key: str, limit: int = 64) -> list[Message]:
     """Every stored copy carrying a unique key (retries and DLQ copies keep it)."""
     _look_at_index(engine)
-    out = _indexed(engine, "#" + uniq_key, limit, lambda m: m.uniq_key == uniq_key, limit, [])
+    out = _indexed(engine, F.uniq_key_of(uniq_key), limit, lambda m: m.uniq_key == uniq_key, limit, [])
     return sorted(out, key=lambda m: m.commitlog_offset)
 
 
@@ -156,7 +156,7 @@ def query_key(engine: "Engine", topic: str, key: str, limit: int = 64,
     cfg = engine.find_topic(topic)
     # (a message of the topic deleted before this one was made is not this topic's:
     # its queue offset names another message now, or none)
-    out = _indexed(engine, f"{topic}#{key}", limit * 4, lambda m: (
+    out = _indexed(engine, F.key_of(topic, key), limit * 4, lambda m: (
         m.topic == topic and key in m.keys and cfg is not None and cfg.holds(m.commitlog_offset, m.queue_id)),
         limit, damage)
     if damaged is not None:

@@ -223,7 +223,7 @@ def has_separator(value: str | bytes) -> bool:
     user property, tags, keys, a sharding key) it would let a producer inject properties, e.g.
     forge UNIQ_KEY. The one place that says what is allowed in a stored property."""
     if isinstance(value, bytes):
-        return b"\x01" in value or b"\x02" in value
+        return F.NAME_VALUE_SEP_B in value or F.PROPERTY_SEP_B in value
     return F.NAME_VALUE_SEP in value or F.PROPERTY_SEP in value
 
 
@@ -248,14 +248,14 @@ def check_property(name: str, value: str) -> None:
 
 def encode_properties(props: dict[str, str]) -> bytes:
     """Serialize properties (without the trailing record CRC)."""
-    return "".join(f"{k}\x01{v}\x02" for k, v in props.items() if v is not None and v != "").encode()
+    return "".join(f"{k}{_NV}{v}{_PS}" for k, v in props.items() if v is not None and v != "").encode()
 
 
 def parse_properties(raw: str) -> dict[str, str]:
     """RocketMQ's ``string2messageProperties``: empty names or values are dropped."""
     out: dict[str, str] = {}
-    for part in raw.split("\x02"):
-        name, sep, value = part.partition("\x01")
+    for part in raw.split(_PS):
+        name, sep, value = part.partition(_NV)
         if name and value:   # a value implies the separator was there
             out[name] = value
     return out
@@ -375,13 +375,13 @@ def encode(
     props_len = len(props_bytes) + F.CRC_PROPERTY_SIZE
     total = record_size(body_len, topic_len, len(props_bytes))
     head = _HEADER_PACK(
-        total, F.MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+        total, F.MAGIC_V1, crc32(body) & _CRC_MASK, queue_id, flag, queue_offset,
         physical_offset, sysflag, born_timestamp, F.LOOPBACK_IP, born_port, store_timestamp,
         F.LOOPBACK_IP, F.STORE_PORT, reconsume_times, prepared_tx_offset, body_len,
     )
     rec = b"".join((head, body, bytes((topic_len,)), topic_bytes,
                     props_len.to_bytes(2, "big"), props_bytes))
-    c = crc32(rec) & 0x7FFFFFFF
+    c = crc32(rec) & _CRC_MASK
     return rec + (F.CRC_PROPERTY_REVERSED % c)[::-1]
 
 
@@ -406,17 +406,16 @@ def record_size_at(buf: Buffer, pos: int, limit: int) -> int:
         if total == 0 and magic == 0:
             raise RecordError("zero-filled bytes", torn=True)
         raise RecordError(f"bad magic code 0x{magic:08X}")
-    if total < F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE or total > F.MAX_MESSAGE_SIZE + 65536 + 512:
+    if total < F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE or total > _MAX_TOTAL:
         raise RecordError(f"impossible record size {total}")
     if pos + total > limit:
         raise RecordError(f"record of {total} bytes runs past the end", torn=True)
     return total
 
 
-_CRC_PROP_HEAD = F.CRC_PROPERTY_HEAD
-_CRC_PROP_REVERSED = F.CRC_PROPERTY_REVERSED
-_MIN_TOTAL = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
-_MAX_TOTAL = F.MAX_MESSAGE_SIZE + 65536 + 512
+_CRC_PROP_HEAD, _CRC_PROP_REVERSED = F.CRC_PROPERTY_HEAD, F.CRC_PROPERTY_REVERSED
+_NV, _PS = F.NAME_VALUE_SEP, F.PROPERTY_SEP
+_MIN_TOTAL, _MAX_TOTAL, _CRC_MASK = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE, F.MAX_RECORD_SIZE, F.CRC_MASK
 _TOPICS: dict[bytes, str] = {}
 
 
@@ -443,7 +442,7 @@ def decode(buf: Buffer, pos: int, limit: int, verify: bool = True) -> Message:
         # The record CRC property must be exactly what encode() writes for the CRC of the
         # bytes before it: "__CRC32#" 0x01, ten digits least significant first, 0x02.
         view = buf if buf.__class__ is memoryview else memoryview(buf)
-        c = crc32(view[pos:end - F.CRC_PROPERTY_SIZE]) & 0x7FFFFFFF
+        c = crc32(view[pos:end - F.CRC_PROPERTY_SIZE]) & _CRC_MASK
         if view[end - F.CRC_PROPERTY_SIZE:end] != (_CRC_PROP_REVERSED % c)[::-1]:
             trailer = bytes(view[end - F.CRC_PROPERTY_SIZE:end])
             if trailer[:9] != _CRC_PROP_HEAD or trailer[19] != 2 or not trailer[9:19].isdigit():
@@ -476,7 +475,7 @@ def decode(buf: Buffer, pos: int, limit: int, verify: bool = True) -> Message:
     p += 2
     if p + props_len != end:
         raise RecordError("field lengths do not add up to TOTALSIZE")
-    if verify and crc32(body) & 0x7FFFFFFF != body_crc:
+    if verify and crc32(body) & _CRC_MASK != body_crc:
         raise RecordError("body CRC mismatch")
     m = _new_message(Message)   # fields set one by one: cheaper than __init__, and lazy properties
     m.topic = topic

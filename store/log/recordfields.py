@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from store.log import format as F
 from store.log.arrays import layouts
 from store.log.record import (
     PROP_DELIVER_MS,
@@ -19,11 +20,12 @@ from store.log.record import (
     entry_tags_code,
 )
 
-_TAGS = PROP_TAGS.encode() + b"\x01"
-_KEYS = PROP_KEYS.encode() + b"\x01"
-_UNIQ = PROP_UNIQ_KEY.encode() + b"\x01"
-_DELIVER = PROP_DELIVER_MS.encode() + b"\x01"
-_HASH_MARK = crc32(b"#")
+_TAGS, _KEYS, _UNIQ, _DELIVER = (p.encode() + F.NAME_VALUE_SEP_B for p in (PROP_TAGS, PROP_KEYS, PROP_UNIQ_KEY,
+                                                                        PROP_DELIVER_MS))
+_PS = F.PROPERTY_SEP_B
+_HASH_MARK = crc32(F.uniq_key_of("").encode())   # (the CRC of "#" + a unique key continues it)
+_KEY_SEP = F.INDEX_KEY_SEP_B
+_CRC_MASK = F.CRC_MASK
 _TOPIC_ROUNDS = 8   # topics of a window told apart as arrays (more: one record at a time)
 _UNIQ_LEN = 32                             # a unique key: 32 hex digits (format.py)
 _UNIQ_PROPS = len(_UNIQ) + _UNIQ_LEN + 1   # properties that are a unique key alone
@@ -111,7 +113,7 @@ def _record_keys(pr: bytes, tname: str, ph: int, rollback: bool, kh: list[int], 
         return tag
     uk = _prop(pr, _UNIQ)
     if uk:
-        kh.append(crc32(uk, _HASH_MARK) & 0x7FFFFFFF)
+        kh.append(crc32(uk, _HASH_MARK) & _CRC_MASK)
         kp.append(ph)
     if _KEYS in pr:
         kw = _prop(pr, _KEYS)
@@ -119,13 +121,13 @@ def _record_keys(pr: bytes, tname: str, ph: int, rollback: bool, kh: list[int], 
             tn = tname.encode()
             for k in kw.split(b" "):
                 if k:
-                    kh.append(crc32(tn + b"#" + k) & 0x7FFFFFFF)
+                    kh.append(crc32(tn + _KEY_SEP + k) & _CRC_MASK)
                     kp.append(ph)
     return tag
 
 
 def _uniq_hashes(np: Any, value: Any) -> Any:
-    """``crc32(b"#" + key) & 0x7FFFFFFF`` of each row of ``value`` (n x 32 bytes) as arrays.
+    """``crc32(b"#" + key) & CRC_MASK`` of each row of ``value`` (n x 32 bytes) as arrays.
     CRC-32 is affine over GF(2): for messages of one length, the CRC of ``"#" + key`` is the
     CRC of ``"#"`` and 32 zero bytes, xor, for every position, the change that position's
     byte makes. Taken two bytes at a time: 16 tables of 65536 (4 MiB, made once)."""
@@ -144,7 +146,7 @@ def _uniq_hashes(np: Any, value: Any) -> Any:
     h = pairs[0][v[:, 0]]
     for j in range(1, _UNIQ_LEN // 2):
         h ^= pairs[j][v[:, j]]
-    return ((h ^ np.uint32(c0)) & np.uint32(0x7FFFFFFF)).astype(np.int64)
+    return ((h ^ np.uint32(c0)) & np.uint32(F.CRC_MASK)).astype(np.int64)
 
 
 def _equal_at(np: Any, b: Any, at: Any, pattern: bytes) -> Any:
@@ -168,9 +170,9 @@ def _prop(props: bytes, name: bytes) -> bytes | None:
     if props.startswith(name):
         i = len(name)
     else:
-        i = props.find(b"\x02" + name)
+        i = props.find(_PS + name)
         if i < 0:
             return None
         i += len(name) + 1
-    j = props.find(b"\x02", i)
+    j = props.find(_PS, i)
     return props[i:j] if j >= 0 else props[i:]

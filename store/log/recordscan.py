@@ -31,10 +31,11 @@ if TYPE_CHECKING:
 
 WINDOW = 4 * 1024 * 1024
 _SLACK = 64 * 1024
-_MAX_SIZE = F.MAX_MESSAGE_SIZE + 65536 + 1024   # the largest record a store can hold
+_MAX_SIZE = F.MAX_RECORD_SIZE
 _I32 = struct.Struct(">i").unpack_from
 _I64 = struct.Struct(">q").unpack_from
 _MAGIC = F.MAGIC_V1.to_bytes(4, "big")
+_OFF_MAGIC = F.OFF_MAGIC
 _MIN_SIZE = F.RECORD_FIXED_SIZE + F.CRC_PROPERTY_SIZE
 _CRC_HEAD8 = int.from_bytes(F.CRC_PROPERTY_HEAD[:8], "little")
 
@@ -341,7 +342,7 @@ def _verify(buf: bytes, starts: Any, wbase: int, cols: list[tuple[Any, ...]]) ->
         got = np.array([crc32(buf[a:e]) for a, e in zip(starts[:good].tolist(), crc_at[:good].tolist())], np.int64)
         digits = rows(b, 10)[crc_at[:good] + len(F.CRC_PROPERTY_HEAD)].astype(np.int64)
         want = np.einsum("ij,j->i", digits, L.pow10) - 48 * int(L.pow10.sum())
-        crc_bad = np.flatnonzero((got & 0x7FFFFFFF) != want)
+        crc_bad = np.flatnonzero((got & F.CRC_MASK) != want)
         if len(crc_bad):
             good, blank = int(crc_bad[0]), False
     if good:
@@ -394,7 +395,8 @@ def _looks_like_start(data: bytes, cand: int, wbase: int) -> bool:
     (12 bytes that body data does not reproduce by chance), whatever the rest holds."""
     if cand < 0 or cand + F.OFF_PHYSICAL_OFFSET + 8 > len(data):
         return False
-    return data[cand + 4:cand + 8] == _MAGIC and _I64(data, cand + F.OFF_PHYSICAL_OFFSET)[0] == wbase + cand
+    return (data[cand + _OFF_MAGIC:cand + _OFF_MAGIC + 4] == _MAGIC
+            and _I64(data, cand + F.OFF_PHYSICAL_OFFSET)[0] == wbase + cand)
 
 
 def resume_at(data: bytes, pos: int, wbase: int) -> int | None:

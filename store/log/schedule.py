@@ -33,6 +33,7 @@ from store import names
 from store.errors import UsageError
 from store.failpoints import failpoint
 from store.fsutil import ensure_dir
+from store.log.format import DELAY_LEVELS, FREE_QUEUE
 from store.log.record import (
     PROP_DELAY,
     PROP_DELIVER_MS,
@@ -50,8 +51,6 @@ if TYPE_CHECKING:
 
     from store.log.messagestore import Store
 
-DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-FREE_QUEUE = 18
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 

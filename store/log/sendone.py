@@ -11,6 +11,7 @@ its order (unique key, sharding key, then the shared ones).
 """
 from __future__ import annotations
 
+from store.log import format as F
 from store.log.record import (
     PROP_KEYS,
     PROP_SHARDING_KEY,
@@ -24,6 +25,8 @@ from store.log.record import (
 )
 from store.log.results import PutResult
 from store.log.writebatch import WriteBatch
+
+_NV, _PS = F.NAME_VALUE_SEP, F.PROPERTY_SEP
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -55,9 +58,9 @@ def put_one(store: "Store", topic: str, body: bytes, props: dict[str, str], queu
         now = batch.now
         if uniq is None:
             uniq = writer.uniq_keys.next(now)
-        head = f"{PROP_UNIQ_KEY}\x01{uniq}\x02"
+        head = f"{PROP_UNIQ_KEY}{_NV}{uniq}{_PS}"
         if sharding_key is not None:
-            head += f"{PROP_SHARDING_KEY}\x01{sharding_key}\x02"
+            head += f"{PROP_SHARDING_KEY}{_NV}{sharding_key}{_PS}"
         props_b = head.encode() + encode_properties(props) if props else head.encode()
         topic_b = topic.encode()
         check_properties_size(len(props_b))

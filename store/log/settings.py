@@ -3,12 +3,11 @@ with its ``.bak`` (written at creation, put back from the ``.bak``, or rebuilt f
 files by ``store recover`` when both are lost: :func:`load`)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from store.fsutil import CRC_FIELD, atomic_write_json, atomic_write_json_crc, crc_problem, read_json_with_bak
-from store.layout import Layout, backup_of
+from store.layout import Layout, backup_of, segment_file
 from store.log import filestat
 from store.log import format as F
 
@@ -60,8 +59,8 @@ class StoreSettings:
         if not least <= self.commitlog_segment_size <= MAX_SEGMENT_SIZE:
             raise UsageError(f"the segment size ({named}) must be at least {rule}{least} bytes, "
                              f"and at most {MAX_SEGMENT_SIZE}; got {self.commitlog_segment_size}")
-        if not 1 <= self.default_queues <= 1024:
-            raise UsageError(f"the default queue count must be 1..1024, got {self.default_queues}")
+        if not 1 <= self.default_queues <= F.MAX_QUEUES:
+            raise UsageError(f"the default queue count must be 1..{F.MAX_QUEUES}, got {self.default_queues}")
 
     def to_json(self) -> dict[str, Any]:
         return {"formatVersion": F.STORE_FORMAT_VERSION, "maxMessageSize": self.max_message_size,
@@ -89,7 +88,7 @@ class StoreSettings:
         # (the ranges every store has: a size out of them would make readers divide by zero,
         # or misplace every record, rather than say what is wrong)
         for name, value, hi in (("maxMessageSize", s.max_message_size, LARGEST_MESSAGE_SIZE),
-                                ("defaultQueues", s.default_queues, 1024),
+                                ("defaultQueues", s.default_queues, F.MAX_QUEUES),
                                 ("commitlogSegmentSize", s.commitlog_segment_size, MAX_SEGMENT_SIZE),
                                 ("cqSegmentEntries", s.cq_segment_entries, MAX_SEGMENT_SIZE // F.CQ_ENTRY_SIZE)):
             if not 1 <= value <= hi:
@@ -219,7 +218,7 @@ def queue_problem(settings: StoreSettings, qdir: Path, bases: list[int]) -> str 
         # which its repair rebuilds from the log (``queueends.py``), not the settings'.
         return None
     return (f"cqSegmentEntries is {settings.cq_segment_entries}, but the consume-queue segment "
-            f"{qdir / F.segment_name(bad)} does not fit it (the segments' names say {got[0] // F.CQ_ENTRY_SIZE})")
+            f"{segment_file(qdir, bad)} does not fit it (the segments' names say {got[0] // F.CQ_ENTRY_SIZE})")
 
 
 def queue_disagrees(layout: Layout, settings: StoreSettings, qdir: Path, bases: list[int]) -> None:
@@ -237,11 +236,10 @@ def queue_disagrees(layout: Layout, settings: StoreSettings, qdir: Path, bases: 
 def _queues_problem(layout: Layout, settings: StoreSettings) -> str | None:
     """:func:`queue_problem` of every consume queue of the store (``store recover``)."""
     from store.fsutil import segment_bases
-    for t in _subdirs(layout.consumequeue_dir):
-        for q in _subdirs(t):
-            why = queue_problem(settings, q, segment_bases(q))
-            if why is not None:
-                return why
+    for q in _queue_paths(layout):
+        why = queue_problem(settings, q, segment_bases(q))
+        if why is not None:
+            return why
     return None
 
 
@@ -292,8 +290,8 @@ def agreeing(layout: Layout, settings: StoreSettings, log: CommitLog, warn: Call
         said.append(f"commitlogSegmentSize {got[0]} ({got[1]})")
     if _queues_problem(layout, fixed) is not None:
         from store.fsutil import segment_bases
-        cq = _unit([[(b, _size(q, b)) for b in segment_bases(q)] for t in _subdirs(layout.consumequeue_dir)
-                    for q in _subdirs(t)], F.CQ_SEGMENT_ENTRIES * F.CQ_ENTRY_SIZE)
+        cq = _unit([[(b, _size(q, b)) for b in segment_bases(q)] for q in _queue_paths(layout)],
+                   F.CQ_SEGMENT_ENTRIES * F.CQ_ENTRY_SIZE)
         if cq is None or cq[0] % F.CQ_ENTRY_SIZE:
             raise CorruptionError(str(path), 0, f"{why}, and the consume-queue segment size cannot be told from the "
                                                 f"segments in {layout.consumequeue_dir}: put back a copy of "
@@ -329,8 +327,7 @@ def inferred(layout: Layout) -> tuple[StoreSettings, list[str]]:
     from store.fsutil import segment_bases
     d = StoreSettings()
     log = [(b, _size(layout.commitlog_dir, b)) for b in segment_bases(layout.commitlog_dir)]
-    queues = [[(b, _size(q, b)) for b in segment_bases(q)]
-              for t in _subdirs(layout.consumequeue_dir) for q in _subdirs(t)]
+    queues = [[(b, _size(q, b)) for b in segment_bases(q)] for q in _queue_paths(layout)]
     seg = _unit([log], d.commitlog_segment_size)
     cq = _unit(queues, d.cq_segment_entries * F.CQ_ENTRY_SIZE)
     for what, got, path in (("commit-log segment size", seg, layout.commitlog_dir),
@@ -373,13 +370,11 @@ def _size(directory: Path, base: int) -> int:
     # (untimed: on Linux >= 6.13 a look asking for times makes a sync writer's next
     # fdatasync of that segment commit the journal: filestat.py)
     try:
-        return filestat.untimed(directory / F.segment_name(base))[1]
+        return filestat.untimed(segment_file(directory, base))[1]
     except OSError:
         return 0
 
 
-def _subdirs(directory: Path) -> list[Path]:
-    try:
-        return [directory / n for n in sorted(os.listdir(directory)) if (directory / n).is_dir()]
-    except OSError:
-        return []
+def _queue_paths(layout: Layout) -> list[Path]:
+    from store.log.consumequeue import queue_dirs
+    return [layout.queue_dir(topic, qid) for topic, qid in queue_dirs(layout)]

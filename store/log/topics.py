@@ -60,6 +60,8 @@ from store.fsutil import (
 )
 from store.layout import Layout
 from store.log import filestat, topicsview
+from store.log import format as F
+from store.log.consumequeue import queue_ids
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -109,7 +111,7 @@ class TopicConfig:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "TopicConfig":
         queues = int(obj["writeQueueNums"])
-        if not 1 <= queues <= 1024:
+        if not 1 <= queues <= F.MAX_QUEUES:
             raise ValueError(f"queue count {queues} out of range")
         return cls(name=str(obj["topicName"]), queues=queues, order=bool(obj.get("order", False)),
                    created_at=int(obj.get("createdAt", 0)), created_offset=int(obj.get("createdOffset", 0)),
@@ -143,15 +145,6 @@ def read_topic_file(path: Path, name: str) -> TopicConfig | str:
 def _state(why: str) -> str:
     """A topic file's problem (:func:`read_topic_file`'s reason) as the end of a sentence."""
     return "is missing" if why == "missing" else f"cannot be trusted ({why})"
-
-
-def queue_dirs(layout: Layout, topic: str) -> list[int]:
-    """The queue ids that have a directory under ``consumequeue/<topic>/``, ascending."""
-    try:
-        entries = os.listdir(layout.topic_cq_dir(topic))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(int(n) for n in entries if n.isascii() and n.isdigit())
 
 
 def _validate_legacy(obj: Any) -> None:
@@ -242,7 +235,7 @@ class TopicTable:
                 self._tell(f"{where} {_state(got)}; using its copy {self.layout.topic_mirror(name)} "
                            f"(mqctl store recover repairs it)")
             return mirror, False
-        qids = queue_dirs(self.layout, name)
+        qids = queue_ids(self.layout, name)
         if got != "missing":
             self._tell(f"{where} {_state(got)}, and its copy {self.layout.topic_mirror(name)} {_state(mirror)}" + (
                 f"; using its {qids[-1] + 1} queue directories (mqctl store recover repairs it)" if qids else ""))
@@ -304,7 +297,7 @@ class TopicTable:
         cq = self.layout.topic_cq_dir(cfg.name)
         if not cfg.deleting:
             ensure_dir(cq)
-            existing = set(queue_dirs(self.layout, cfg.name))
+            existing = set(queue_ids(self.layout, cfg.name))
             missing = [q for q in range(cfg.queues) if q not in existing]
             for q in missing:
                 ensure_dir(self.layout.queue_dir(cfg.name, q), durable=False)
@@ -366,7 +359,7 @@ class TopicTable:
     def rebuild(self, name: str, first_entry: FirstEntry, log_end: int) -> TopicConfig | None:
         """What the files beside a topic's queues say its config is (its config file being
         damaged or missing): the mirror, else the queue directories. None: nothing there."""
-        qids = queue_dirs(self.layout, name)
+        qids = queue_ids(self.layout, name)
         mirror = read_topic_file(self.layout.topic_mirror(name), name)
         if isinstance(mirror, TopicConfig):
             queues = max(mirror.queues, qids[-1] + 1 if qids else 0)
@@ -456,7 +449,7 @@ class TopicTable:
                 out.append((str(self.layout.topic_mirror(name)),
                             f"topic copy {_state(mirror)} (run mqctl store recover)"))
         for name in sorted(set(_listdir(self.layout.consumequeue_dir)) - configs):
-            if queue_dirs(self.layout, name):
+            if queue_ids(self.layout, name):
                 out.append((str(self.layout.topic_cq_dir(name)),
                             "consume queues of a topic without a config (run mqctl store recover)"))
         return out

@@ -69,6 +69,8 @@ ASYNC_FLUSH_INTERVAL_S = 10.0
 # cost 2-4x the CPU in half the runs (5 in 10, against 1 in 10 without it; measured).
 ASYNC_FLUSH_MIN_AGE_S = 0.5
 _monotonic = time.monotonic
+_NV, _PS = F.NAME_VALUE_SEP, F.PROPERTY_SEP
+_uniq_key_of, _key_of = F.uniq_key_of, F.key_of
 
 
 @dataclass(slots=True)
@@ -152,11 +154,11 @@ class WriteBatch:
     def index_message(self, topic: str, uniq: str, keys: str | None, phys: int) -> None:
         """Index the record at ``phys`` by its unique key and by each of its ``KEYS``
         (space separated), as ``mqctl msg query`` looks them up."""
-        self.index("#" + uniq, phys)
+        self.index(_uniq_key_of(uniq), phys)
         if keys:
             for k in keys.split(" "):
                 if k:
-                    self.index(f"{topic}#{k}", phys)
+                    self.index(_key_of(topic, k), phys)
 
     def index_hashes(self, hashes: list[int], physs: list[int]) -> None:
         """Index keys given as their key hashes (``index.key_hash``), ``physs`` ascending.
@@ -191,9 +193,9 @@ class WriteBatch:
             if not uniq:
                 uniq = gen(now)
                 props = {PROP_UNIQ_KEY: uniq, **props}
-            props_s = "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v])
-            seps = props_s.count("\x02")
-            if seps != props_s.count("\x01") or seps != sum(1 for v in props.values() if v):
+            props_s = "".join([f"{k}{_NV}{v}{_PS}" for k, v in props.items() if v])
+            seps = props_s.count(_PS)
+            if seps != props_s.count(_NV) or seps != sum(1 for v in props.values() if v):
                 raise BadInputError("a property name or value (tags, keys, sharding key included) "
                                     "contains the control characters \\x01 or \\x02")
             props_b = props_s.encode()

@@ -11,7 +11,8 @@ from store import names
 from store.errors import InvalidNameError, TopicExistsError, TopicNotFoundError
 from store.fsutil import json_crc
 from store.layout import Layout
-from store.log.topics import TopicConfig, TopicTable, queue_dirs
+from store.log.consumequeue import queue_ids
+from store.log.topics import TopicConfig, TopicTable
 from tests.log.storetestutil import draft, open_store
 
 
@@ -67,7 +68,7 @@ def test_legacy_table_is_read_and_migrated(tmp_path: Path) -> None:
     t.migrate(lambda topic, qids: None, 0)
     assert not t.legacy() and lay.topics_json.with_name("topics.json.migrated").exists()
     assert TopicTable(lay).get("A") == TopicConfig("A", 3, True, 1, 0)
-    assert queue_dirs(lay, "A") == [0, 1, 2]
+    assert queue_ids(lay, "A") == [0, 1, 2]
 
 
 @pytest.mark.parametrize("name", ["T", "a-b_c|d%e", "x" * 127, "0"])
