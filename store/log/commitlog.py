@@ -22,6 +22,8 @@ where the records end (nothing is lost), their ``store check`` reports it as dam
 Writers append through ``logappend.py``'s ``LogAppender`` while holding the store's write lock; readers use
 :meth:`CommitLog.read` without any lock: they only ever read records that a consume queue or
 the index already points at, which are complete before those entries are written.
+Retention deletes the oldest segments only through :meth:`CommitLog.remove_segments`, which
+syncs the directory after (a failed sync is warned about: a power cut may bring them back).
 """
 from __future__ import annotations
 
@@ -30,14 +32,14 @@ import threading
 from pathlib import Path
 
 from store.errors import io_error, naming
-from store.fsutil import SegmentListing, ensure_dir, open_private
+from store.fsutil import SegmentListing, ensure_dir, open_private, unlink_all
 from store.log import filestat
 from store.log import format as F
 from store.log.record import Message, RecordError, decode, record_size_at
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
-    from typing import Iterator
+    from typing import Callable, Iterator
 
 
 class CommitLog:
@@ -252,6 +254,16 @@ class CommitLog:
                 os.truncate(path, end - base)
         self._drop_fds(closing=False)   # the handle stays open: its next fsync keeps a descriptor again
         return cut
+
+    def remove_segments(self, bases: list[int], warn: Callable[[str], None],
+                        each: Callable[[str], None] | None = None) -> None:
+        """Delete segments ``bases``, in order (retention: the oldest, never the last), and
+        sync the directory (``fsutil.unlink_all``: ``each(name)`` after each file, a failed
+        sync warned about); the descriptors kept of any segment are dropped."""
+        try:
+            unlink_all(self.dir, [F.segment_name(b) for b in bases], warn, each)
+        finally:
+            self._drop_fds(closing=False)
 
     def close(self) -> None:
         self._drop_fds(closing=True)

@@ -14,7 +14,8 @@ batch; recovery first points any slot a killed writer left past ``indexCount`` b
 entries' ``prevIndex`` (:meth:`KeyIndex.repair`), then re-adds records past ``endPhyOffset``
 (idempotent). Lookups check each hit against the record itself, so a hash collision or a
 stale slot costs a read, never a wrong answer; a hit where no record starts is the file's
-damage, repaired by the lookup (``reads.py``).
+damage, repaired by the lookup (``reads.py``). Retention deletes old files only through
+:meth:`KeyIndex.remove_files`, which syncs the directory after.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from store.log.record import crc32
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 _HDR, _SLOT, _ENTRY, _HDR_SIZE = F.INDEX_HEADER, F.INDEX_SLOT, F.INDEX_ENTRY, F.INDEX_HEADER_SIZE
 _LITTLE = sys.byteorder == "little"
@@ -415,6 +416,12 @@ class KeyIndex:
         """Remove files a writer was making when it died (``_create``'s temp files)."""
         for leftover in self.dir.glob(".*.tmp"):
             leftover.unlink(missing_ok=True)
+
+    def remove_files(self, bases: list[int], warn: Callable[[str], None], each: Callable[[str], None]) -> None:
+        """Delete files ``bases``, in order (retention: never the last), durably (``fsutil.unlink_all``)."""
+        from store.fsutil import unlink_all
+        self.close()
+        unlink_all(self.dir, [F.segment_name(b) for b in bases], warn, each)
 
     def drop_from(self, base: int) -> None:
         """Remove file ``base`` and every later one (recovery re-indexes their records)."""
