@@ -9,6 +9,8 @@ the real one. Skipped where no C compiler is installed.
 """
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +24,7 @@ from store.log.messagestore import Store
 from store.log.record import Draft
 from store.log.settings import StoreSettings
 from tests.log.test_retention import age_all
-from tests.procs import MQ, mqctl_env
+from tests.procs import KILLED, MQ, mqctl_env
 
 _SHIM = r"""
 #define _GNU_SOURCE
@@ -111,3 +113,51 @@ def test_store_clean_says_so(tmp_path: Path, failing_fsync: Path) -> None:
     res = mq.run("store", "clean", extra_env={"LD_PRELOAD": str(failing_fsync), "TEST_FAIL_FSYNC_OF": str(where)})
     assert res.returncode == 0, res.stderr
     assert f"could not sync directory {where} after deleting files" in res.stderr
+
+
+# -- broadcast offsets (broadcastoffsets.BroadcastOffsetStore.delete) ------------------------------
+
+def _broadcast_client(mq: MQ) -> Path:
+    """Client ``second`` of broadcast group BC, its offsets written twice (so a ``.bak`` exists);
+    the directory of its offsets."""
+    mq.ok("init")
+    mq.ok("topic", "create", "B", "--queues", "2")
+    mq.send_lines("B", ["a", "b"])
+    mq.ok("consume", "B", "-g", "BC", "--broadcast", "--client-id", "second", "--from", "first", "-e")
+    mq.send_lines("B", ["c", "d"])
+    mq.ok("consume", "B", "-g", "BC", "--broadcast", "--client-id", "second", "-e")
+    d = Layout(mq.root).broadcast_offsets("second", "BC").parent
+    assert {"offsets.json", "offsets.json.bak"} <= set(os.listdir(d))
+    return d
+
+
+def _shown(mq: MQ) -> dict[int, int]:
+    rows = [json.loads(x) for x in mq.ok("offsets", "show", "-g", "BC", "--json").stdout.splitlines()]
+    return {r["queueId"]: r["offset"] for r in rows if r["clientId"] == "second"}
+
+
+def test_broadcast_offsets_deletion_killed_midway_leaves_them_whole(tmp_path: Path) -> None:
+    """Killed after the ``.bak`` went: the offsets are still those committed (never an older
+    ``.bak`` alone); the next delete finishes, and nothing of the client is left."""
+    mq = MQ(tmp_path / "store", tmp_path)
+    d = _broadcast_client(mq)
+    before = _shown(mq)
+    assert sum(before.values()) == 4
+    res = mq.run("offsets", "delete", "-g", "BC", "--client-id", "second", "--yes",
+                 failpoints="broadcast-delete-after-bak")
+    assert res.returncode == KILLED, res.stderr
+    assert "offsets.json" in os.listdir(d) and "offsets.json.bak" not in os.listdir(d)
+    assert _shown(mq) == before
+    mq.ok("offsets", "delete", "-g", "BC", "--client-id", "second", "--yes")
+    assert _shown(mq) == {} and not d.exists()
+
+
+def test_broadcast_offsets_deletion_warns_when_its_directory_sync_fails(tmp_path: Path,
+                                                                        failing_fsync: Path) -> None:
+    mq = MQ(tmp_path / "store", tmp_path)
+    d = _broadcast_client(mq)
+    res = mq.run("offsets", "delete", "-g", "BC", "--client-id", "second", "--yes",
+                 extra_env={"LD_PRELOAD": str(failing_fsync), "TEST_FAIL_FSYNC_OF": str(d.parent)})
+    assert res.returncode == 0, res.stderr
+    assert not d.exists() and _shown(mq) == {}
+    assert f"could not sync directory {d.parent} after removing BC from it" in res.stderr, res.stderr
