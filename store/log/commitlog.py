@@ -173,6 +173,40 @@ class CommitLog:
             raise RecordError(f"record claims offset {msg.commitlog_offset}, found at {offset}")
         return msg
 
+    def find_record_after(self, after: int, window: int = 1 << 20) -> int | None:
+        """The offset of the first valid record strictly after ``after`` (recovery: where a
+        damaged range ends), or None: found by its magic, then decoded whole. Segments are
+        read a ``window`` at a time (one that reaches past it is read alone), not whole."""
+        magic = F.MAGIC_V1.to_bytes(4, "big")
+        for base in self.segments():
+            if base + self.segment_size <= after:
+                continue
+            pos = base + max(after + 1 - base, 0)   # (candidates at ``pos`` and after)
+            while True:
+                chunk = self.read_bytes(pos, window)
+                i = chunk.find(magic, 4)
+                if i < 0:
+                    if len(chunk) < window:
+                        break   # (the segment's end)
+                    pos += len(chunk) - 7   # (a record whose size and magic straddle the window's end: next)
+                    continue
+                if self._valid_at(pos + i - 4, chunk, i - 4):
+                    return pos + i - 4
+                pos += i - 3
+        return None
+
+    def _valid_at(self, offset: int, chunk: bytes, i: int) -> bool:
+        """Whether a valid record of this offset starts at ``chunk[i:]`` (read at ``offset``)."""
+        total = int.from_bytes(chunk[i:i + 4], "big", signed=True)
+        if i + total > len(chunk):
+            if total > self.segment_size:
+                return False
+            chunk, i = self.read_bytes(offset, total), 0
+        try:
+            return decode(chunk, i, len(chunk)).commitlog_offset == offset
+        except RecordError:
+            return False
+
     def scan(self, start: int, verify: bool = True) -> Iterator[tuple[int, Message | None, RecordError | None]]:
         """Walk records from ``start``: yields ``(offset, message, None)`` for each valid
         record and ends with ``(offset, None, error)`` at the first invalid one (if any).

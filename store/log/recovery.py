@@ -39,7 +39,6 @@ from store.log import format as F
 from store.log.arrays import layouts
 from store.log.positions import clamp_to_queue_ends, restore_unreadable
 from store.log.queuerebuild import QueueRebuild, past_end, trim_queue
-from store.log.record import RecordError, decode
 from store.log.topics import TopicConfig
 from store.names import is_system_topic
 
@@ -65,31 +64,6 @@ class RecoveryReport:
                 "cqEntriesWritten": self.cq_entries_written, "truncatedBytes": self.truncated_bytes,
                 "cqEntriesDropped": self.cq_entries_dropped,
                 "damage": [{"file": f, "offset": o, "reason": r} for f, o, r in self.damage]}
-
-
-def find_next_valid(engine: "Engine", after: int) -> int | None:
-    """The offset of the first valid record strictly after ``after``, searching by magic."""
-    log = engine.commitlog
-    magic = F.MAGIC_V1.to_bytes(4, "big")
-    for base in log.segments():
-        if base + log.segment_size <= after:
-            continue
-        path = log.segment_path(base)
-        data = path.read_bytes()
-        pos = max(after + 1 - base, 0)
-        while True:
-            i = data.find(magic, pos + 4)
-            if i < 0:
-                break
-            cand = i - 4
-            try:
-                m = decode(data, cand, len(data))
-                if m.commitlog_offset == base + cand:
-                    return base + cand
-            except RecordError:
-                pass
-            pos = cand + 1
-    return None
 
 
 @dataclass
@@ -442,7 +416,7 @@ def _damaged_regions(engine: "Engine", rep: RecoveryReport, valid_end: int) -> l
         if not (len(name) == 20 and name.isascii() and name.isdigit()) or os.path.dirname(file) != str(log.dir):
             continue
         start = int(name) + off
-        nxt = find_next_valid(engine, start)
+        nxt = log.find_record_after(start)
         regions.append((start, nxt if nxt is not None else max(start + 1, valid_end), reason))
     return sorted(regions)
 
