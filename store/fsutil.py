@@ -286,6 +286,25 @@ def _parse_json(path: Path, validate: Callable[[Any], object] | None) -> Any:
     return obj
 
 
+def json_problem(path: Path, validate: Callable[[Any], object] | None = None) -> str | None:
+    """Why :func:`read_json_with_bak` with ``validate`` cannot use the file ``path`` (a file
+    owner's answer to ``store check``), or None: it can, or the file is missing."""
+    try:
+        obj = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    except ValueError as exc:
+        return f"not valid JSON: {exc}"
+    try:
+        if validate is not None:
+            validate(obj)
+    except (ValueError, TypeError, KeyError) as exc:
+        return f"valid JSON of the wrong shape: {exc!s}"
+    return None
+
+
 def read_json_with_bak(
     path: Path,
     default: Any = None,

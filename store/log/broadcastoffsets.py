@@ -35,6 +35,7 @@ from store.names import BROKER_NAME, CLIENT_ID_RE, NAME_RE, validate_any_topic, 
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
 
@@ -139,6 +140,11 @@ class BroadcastOffsetStore:
     def _read_file(self, watch: FallbackWatch) -> dict[QueueKey, int]:
         obj = fsutil.read_json_with_bak(self.path, default=None, validate=_parse_broadcast, warn=watch)
         return {} if obj is None else _parse_broadcast(obj)
+
+
+def file_problem(path: Path) -> str | None:
+    """Why a broadcast offsets file (or its ``.bak``) cannot be read, or None (``store check``)."""
+    return fsutil.json_problem(path, _parse_broadcast)
 
 
 def broadcast_offset_files(layout: Layout, group: str | None = None) -> list[tuple[str, str]]:
