@@ -106,7 +106,9 @@ class KeyIndex:
             self._open = None
             os.close(fd)
 
-    def header(self, base: int) -> tuple[int, int, int, int, int, int]:
+    def header(self, base: int, data: bytes | None = None) -> tuple[int, int, int, int, int, int]:
+        if data is not None:   # (of the file's bytes as the caller read them)
+            return _HDR.unpack_from(data, 0)
         with open(self.path(base), "rb") as fh:
             return _HDR.unpack(fh.read(F.INDEX_HEADER_SIZE))
 

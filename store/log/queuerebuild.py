@@ -7,6 +7,8 @@ write lock; the queue's files are written only through its owner
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from store.log import format as F
 from store.log.arrays import layouts
 from store.log.commitlog import CommitLog
@@ -15,7 +17,6 @@ from store.log.entrysearch import points_home
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
-    from pathlib import Path
     from typing import Any, Callable
 
     from store.log.topics import TopicConfig
@@ -102,6 +103,12 @@ class QueueRebuild:
         self.q.close()
 
 
+def entry_place(q: ConsumeQueue, k: int) -> tuple[Path, int]:
+    """The file of ``q`` that holds entry ``k``, and the entry's byte offset in it."""
+    byte = k * F.CQ_ENTRY_SIZE
+    return q.segment_path(byte - byte % q.segment_bytes), byte % q.segment_bytes
+
+
 def entries_array(q: ConsumeQueue, k: int, n: int) -> Any:
     """Entries ``[k, k + n)`` of ``q`` as a numpy array (fewer at its end)."""
     L = layouts()
@@ -142,7 +149,7 @@ def fill_holes(q: ConsumeQueue, filler: Callable[[int], tuple[int, int]]) -> lis
                 entry = F.CQ_ENTRY.pack(*filler(phys), 0)
                 for k in holes:
                     q.write_entry(k, entry)
-                filled += [(k, q.segment_path(sbase), (k - first) * F.CQ_ENTRY_SIZE) for k in holes]
+                filled += [(k, *entry_place(q, k)) for k in holes]
                 holes = []
     q.close()
     return filled

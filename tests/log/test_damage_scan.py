@@ -94,3 +94,19 @@ def test_a_full_recovery_fills_a_hole_with_the_damaged_range(root: Path) -> None
         assert 10 not in got and 11 not in got and 40 not in got and got[-1] == 59
     finally:
         s.close()
+
+
+def test_check_names_the_file_and_byte_of_a_wrong_entry_in_a_later_segment(root: Path) -> None:
+    """``store check`` reads entries through the queue's owner (``queuerebuild.entries_array``,
+    ``entry_place``): a wrong tag code in entry 25 (the second 20-entry file) is named by that
+    file and the byte of the entry's tag code."""
+    s, phys = _damaged_store(root)
+    try:
+        q = s.queue("T", 0)
+        p, size, tags = q.entry(25)
+        q.write_entry(25, F.CQ_ENTRY.pack(p, size, tags + 1))
+        s.close_queues()
+        found = [(pr.file, pr.offset) for pr in s.check().problems if "tag code" in pr.reason]
+        assert found == [(str(q.segment_path(20 * F.CQ_ENTRY_SIZE)), 5 * F.CQ_ENTRY_SIZE + 12)]
+    finally:
+        s.close()
