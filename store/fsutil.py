@@ -23,7 +23,7 @@ from store.log.format import is_segment_name
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, Iterable
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -120,6 +120,31 @@ def fsync_dir(path: Path | str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def unlink_all(directory: Path, names: Iterable[str], warn: Callable[[str], None],
+               each: Callable[[str], None] | None = None) -> None:
+    """Delete the files ``names`` of ``directory`` in the order given (one already gone is
+    passed over), calling ``each(name)`` after each, then fsync the directory so that the
+    deletions survive a power cut. A file that cannot be deleted raises the store's I/O error
+    (those before it stay deleted); a directory that cannot be synced is warned about and not
+    raised: the files are gone for every process, but a power cut may bring them back."""
+    try:
+        for name in names:
+            try:
+                os.unlink(directory / name)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise io_error(exc, f"delete {directory / name}") from exc
+            if each is not None:
+                each(name)
+    finally:
+        try:
+            fsync_dir(directory)
+        except OSError as exc:
+            warn(f"could not sync directory {directory} after deleting files from it "
+                 f"({exc.strerror or exc}): a power cut may bring them back")
 
 
 def pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
@@ -276,6 +301,25 @@ def _parse_json(path: Path, validate: Callable[[Any], object] | None) -> Any:
     if validate is not None:
         validate(obj)
     return obj
+
+
+def json_problem(path: Path, validate: Callable[[Any], object] | None = None) -> str | None:
+    """Why :func:`read_json_with_bak` with ``validate`` cannot use the file ``path`` (a file
+    owner's answer to ``store check``), or None: it can, or the file is missing."""
+    try:
+        obj = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    except ValueError as exc:
+        return f"not valid JSON: {exc}"
+    try:
+        if validate is not None:
+            validate(obj)
+    except (ValueError, TypeError, KeyError) as exc:
+        return f"valid JSON of the wrong shape: {exc!s}"
+    return None
 
 
 def read_json_with_bak(

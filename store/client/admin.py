@@ -18,7 +18,7 @@ from store.client.members_admin import MembersAdmin
 from store.client.offsets_admin import OffsetsAdmin
 from store.client.rules import check_flags
 from store.client.txadmin import TransactionAdmin
-from store.errors import StoreError, UsageError
+from store.errors import DataError, StoreError, UsageError
 
 
 class Admin(OffsetsAdmin, MembersAdmin, StoreMaintenance, TransactionAdmin):
@@ -59,12 +59,15 @@ class Admin(OffsetsAdmin, MembersAdmin, StoreMaintenance, TransactionAdmin):
     def _deliver_due_delays(self) -> None:
         """Deliver the delayed messages that are due, as a broker would have by itself, so
         counts include them before any consumer ran (a store we cannot write to is counted
-        as it is)."""
+        as it is). Damage found on the way (the scheduler's progress unreadable) is warned
+        about, and the counts are as stored."""
         from store.log.schedule import deliver_due
         try:
             deliver_due(self.store)
+        except DataError as exc:
+            self.store.warn(f"due delayed messages not delivered: {exc}")
         except (StoreError, OSError):
-            pass
+            pass   # (a store this process cannot write to)
 
     def topic_status(self, topic: str) -> list[QueueStatus]:
         """Per queue of ``topic``: its offsets, message count and last store time

@@ -218,8 +218,7 @@ class OffsetsAdmin(AdminBase):
         longer hold retention back; a consumer that comes back starts from its
         ``start_from``. ``dry_run``: check, and report what would go, changing nothing.
         """
-        import shutil
-
+        from store.log.broadcastoffsets import BroadcastOffsetStore
         from store.log.offsets import ClusterOffsetStore
         names.validate_group(group)
         check_flags(dry_run=dry_run)
@@ -252,7 +251,7 @@ class OffsetsAdmin(AdminBase):
         else:
             topics = []
         for cid in targets:
-            shutil.rmtree(store.layout.broadcast_offsets(cid, group).parent, ignore_errors=True)
+            BroadcastOffsetStore(store.layout, cid, group, warn=store.warn).delete()
         return OffsetsDeletion(group, client_id, targets, topics, True)
 
     @staticmethod

@@ -127,7 +127,7 @@ class RecoveryLook:
             except FileNotFoundError:
                 ck_ns = None
             if ck_ns is not None:
-                store.engine.log_tail = None   # (read again: the log may have changed since)
+                store.engine.forget_log_tail()   # (read again: the log may have changed since)
                 if any([self._queue(store, topic, qid, ck_ns) for topic, qid in turn]):
                     store.close_queues()   # (the descriptors a look into the queue opened: none kept)
         self._first = False

@@ -13,6 +13,12 @@ missing, empty, unparsable or of the wrong shape is replaced by its ``.bak`` (``
 so); when the ``.bak`` is unreadable too, :class:`CorruptionError` names the file until
 ``store recover`` (:func:`reset_lost`) gives the client every queue's oldest message.
 Directories are created 0700, files 0600.
+
+:meth:`BroadcastOffsetStore.delete` (``offsets delete``) removes a client's offsets of a group
+durably and in an order that a kill or a power cut at any step leaves either the offsets as
+they were or none: the ``.bak`` first (its removal synced), then ``offsets.json`` (synced),
+then what is left of the directory, and its parent synced. Crash point
+``broadcast-delete-after-bak``: the ``.bak`` gone, ``offsets.json`` still there.
 """
 from __future__ import annotations
 
@@ -20,14 +26,16 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 
 from store import fsutil
-from store.errors import CorruptionError
-from store.layout import Layout, lock_beside
+from store.errors import CorruptionError, io_error
+from store.failpoints import failpoint
+from store.layout import Layout, backup_of, lock_beside
 from store.log.offsets import FallbackWatch, QueueKey, Warn, check_offset, exclusive, warn_stderr
 from store.log.offsettable import NO_OFFSET, is_int, parse_offset
 from store.names import BROKER_NAME, CLIENT_ID_RE, NAME_RE, validate_any_topic, validate_client_id, validate_group
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
 
@@ -100,6 +108,28 @@ class BroadcastOffsetStore:
                 fsutil.atomic_write_json(self.path, _broadcast_json(merged), keep_bak=not watch.used,
                                          sync_dir=watch.used)
 
+    def delete(self) -> None:
+        """Remove this client's offsets of the group and their directory, durably (the
+        module's docstring: never a moment when only the ``.bak`` is left to be read)."""
+        d = self.path.parent
+        with exclusive(lock_beside(self.path)):
+            fsutil.unlink_all(d, [backup_of(self.path).name], self._warn)
+            failpoint("broadcast-delete-after-bak")
+            fsutil.unlink_all(d, [self.path.name], self._warn)
+        # (then the lock file, and any temp file a killed writer left)
+        import shutil
+        try:
+            shutil.rmtree(d)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise io_error(exc, f"remove {d}") from exc
+        try:
+            fsutil.fsync_dir(d.parent)
+        except OSError as exc:
+            self._warn(f"could not sync directory {d.parent} after removing {d.name} from it "
+                       f"({exc.strerror or exc}): a power cut may bring it back")
+
     def _warn_once(self, message: str) -> None:
         # The file that load() fell back from is read again by the first persist(), which
         # mends it: one warning for the damage, not one per read.
@@ -110,6 +140,11 @@ class BroadcastOffsetStore:
     def _read_file(self, watch: FallbackWatch) -> dict[QueueKey, int]:
         obj = fsutil.read_json_with_bak(self.path, default=None, validate=_parse_broadcast, warn=watch)
         return {} if obj is None else _parse_broadcast(obj)
+
+
+def file_problem(path: Path) -> str | None:
+    """Why a broadcast offsets file (or its ``.bak``) cannot be read, or None (``store check``)."""
+    return fsutil.json_problem(path, _parse_broadcast)
 
 
 def broadcast_offset_files(layout: Layout, group: str | None = None) -> list[tuple[str, str]]:

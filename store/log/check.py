@@ -25,19 +25,17 @@ log's end, or a file one read caught half written, is looked at again with write
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from store.errors import StoreError
 from store.layout import backup_of
-from store.log import atomicbatch, knowndamage, offsettable, recordscan
+from store.log import atomicbatch, broadcastoffsets, knowndamage, offsettable, positions, recordscan
 from store.log import checkpoint as ckpt
 from store.log import settings as settings_file
-from store.log.broadcastoffsets import broadcast_offset_files
 from store.log.checkderived import Confirm, IndexCheck, QueueCursors
-from store.log.positions import tx_progress_path
+from store.log.topics import legacy_file_problem
 
 if TYPE_CHECKING:
     from store.log.engine import Engine
@@ -244,8 +242,10 @@ def _unfinished(engine: "Engine", cp: ckpt.Checkpoint | None, batch: atomicbatch
 def _check_json(engine: "Engine", problems: list[Problem]) -> None:
     lay = engine.layout
     # (the offset table and the topic files are checked by their owners: offsettable.verify,
-    # TopicTable.problems)
-    paths = [lay.delay_offset_json, tx_progress_path(lay)]
+    # TopicTable.problems; the other JSON files by theirs, each with what its readers accept)
+    files: list[tuple[Path, Callable[[Path], str | None]]] = [
+        (lay.delay_offset_json, positions.delay_progress_problem),
+        (positions.tx_progress_path(lay), positions.tx_progress_problem)]
     for p in (lay.store_json, backup_of(lay.store_json)):   # (read as settings.py reads them)
         why = settings_file.problem(p)
         if why is not None:
@@ -254,25 +254,23 @@ def _check_json(engine: "Engine", problems: list[Problem]) -> None:
             problems.append(Problem(str(p), 0, f"{why}{f' ({bak.name} is used instead)' if used else ''}; "
                                                f"mqctl store recover writes it again"))
     if engine.topic_table.legacy():   # (else it is the topics' view: TopicsView.problem)
-        paths.append(lay.topics_json)
+        files.append((lay.topics_json, legacy_file_problem))
     if not lay.store_json.exists():
         problems.append(Problem(str(lay.store_json), 0, "missing (its .bak is read instead; "
                                                         "mqctl store recover puts it back)"))
-    paths += [lay.broadcast_offsets(cid, group) for cid, group in broadcast_offset_files(lay)]
-    for p in paths:
-        if p.exists():
-            try:
-                json.loads(p.read_bytes())
-            except ValueError as exc:
-                problems.append(Problem(str(p), 0, f"not valid JSON: {exc}{_fallback(backup_of(p))}"))
+    files += [(lay.broadcast_offsets(cid, group), broadcastoffsets.file_problem)
+              for cid, group in broadcastoffsets.broadcast_offset_files(lay)]
+    for p, problem in files:
+        why = problem(p)
+        if why is not None:
+            problems.append(Problem(str(p), 0, f"{why}{_fallback(backup_of(p), problem)}"))
 
 
-def _fallback(bak: Path) -> str:
-    """What readers of a file that does not parse fall back on: its ``.bak``, if that parses."""
+def _fallback(bak: Path, problem: Callable[[Path], str | None]) -> str:
+    """What readers of a file they cannot use fall back on: its ``.bak``, if they can use that."""
     if not bak.exists():
         return ""
-    try:
-        json.loads(bak.read_bytes())
-    except ValueError as exc:
-        return f" (and so is {bak.name}: {exc}; nothing to fall back on)"
+    why = problem(bak)
+    if why is not None:
+        return f" (and so is {bak.name}: {why}; nothing to fall back on)"
     return f" ({bak.name} is used instead)"

@@ -32,6 +32,7 @@ from store.log import indexfence
 from store.log.arrays import layouts
 from store.log.consumequeue import ConsumeQueue
 from store.log.index import KeyIndex
+from store.log.queuerebuild import entries_array, entry_place
 from store.log.recordscan import Window, queue_runs
 from store.log.topics import TopicConfig
 
@@ -64,38 +65,29 @@ class _Cursor:
         self.next = q.min_offset()      # the first entry not yet accounted for
         self.end = q.max_offset()
         self.buf_first = 0
-        self.buf = b""
+        self.buf: Any = ()
         self.short: tuple[int, int] | None = None   # (queue offset, phys) claimed past the end
 
     def entry(self, k: int) -> tuple[int, int, int] | None:
         i = k - self.buf_first
-        if not 0 <= i < len(self.buf) // F.CQ_ENTRY_SIZE:
-            self.buf_first, self.buf = k, self.q.read_raw(k, _RUN)
-            self.q.close()   # a cursor per queue: keep no descriptors between runs
+        if not 0 <= i < len(self.buf):
+            self.buf_first, self.buf = k, self.entries_array(k, _RUN)
             i = 0
-            if not self.buf:
+            if not len(self.buf):
                 return None
-        phys, size, tags = F.CQ_ENTRY.unpack_from(self.buf, i * F.CQ_ENTRY_SIZE)
-        return phys, size, tags
+        e = self.buf[i]
+        return int(e["phys"]), int(e["size"]), int(e["tags"])
 
     def entries_array(self, k: int, n: int) -> Any:
         """Entries ``[k, k + n)`` as a numpy array (fewer at the queue's end)."""
-        L = layouts()
-        parts = []
-        got = 0
-        while got < n:
-            raw = self.q.read_raw(k + got, n - got)
-            if not raw:
-                break
-            parts.append(raw)
-            got += len(raw) // F.CQ_ENTRY_SIZE
-        self.q.close()
-        return L.np.frombuffer(b"".join(parts), L.cq)
+        try:
+            return entries_array(self.q, k, n)
+        finally:
+            self.q.close()   # a cursor per queue: keep no descriptors between runs
 
     def path_of(self, k: int) -> tuple[str, int]:
-        byte = k * F.CQ_ENTRY_SIZE
-        base = byte - byte % self.q.segment_bytes
-        return str(self.q.segment_path(base)), byte - base
+        path, off = entry_place(self.q, k)
+        return str(path), off
 
 
 class QueueCursors:
@@ -290,7 +282,7 @@ class IndexCheck:
         if why is not None:
             self.report(str(path), 0, f"key index {why} (run mqctl store recover)")
         elif data is not None:   # (None: removed by retention since the check began)
-            _bts, _ets, _bp, ephys, _slots, count = F.INDEX_HEADER.unpack_from(data, 0)
+            _bts, _ets, _bp, ephys, _slots, count = self.idx.header(base, data)
             # (the log's end measured after the header was read: a healthy index is behind it)
             if count > 1 and ephys >= self.log_end():
                 self.report(str(path), 24, f"header says records up to offset {ephys} are indexed, past the end "

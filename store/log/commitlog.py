@@ -22,6 +22,8 @@ where the records end (nothing is lost), their ``store check`` reports it as dam
 Writers append through ``logappend.py``'s ``LogAppender`` while holding the store's write lock; readers use
 :meth:`CommitLog.read` without any lock: they only ever read records that a consume queue or
 the index already points at, which are complete before those entries are written.
+Retention deletes the oldest segments only through :meth:`CommitLog.remove_segments`, which
+syncs the directory after (a failed sync is warned about: a power cut may bring them back).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ import threading
 from pathlib import Path
 
 from store.errors import io_error, naming
-from store.fsutil import SegmentListing, ensure_dir, open_private
+from store.fsutil import SegmentListing, ensure_dir, open_private, unlink_all
 from store.layout import segment_file, segment_file_s
 from store.log import filestat
 from store.log import format as F
@@ -38,7 +40,7 @@ from store.log.record import Message, RecordError, decode, record_size_at
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
-    from typing import Iterator
+    from typing import Callable, Iterator
 
 
 class CommitLog:
@@ -172,6 +174,40 @@ class CommitLog:
             raise RecordError(f"record claims offset {msg.commitlog_offset}, found at {offset}")
         return msg
 
+    def find_record_after(self, after: int, window: int = 1 << 20) -> int | None:
+        """The offset of the first valid record strictly after ``after`` (recovery: where a
+        damaged range ends), or None: found by its magic, then decoded whole. Segments are
+        read a ``window`` at a time (one that reaches past it is read alone), not whole."""
+        magic = F.MAGIC_V1.to_bytes(4, "big")
+        for base in self.segments():
+            if base + self.segment_size <= after:
+                continue
+            pos = base + max(after + 1 - base, 0)   # (candidates at ``pos`` and after)
+            while True:
+                chunk = self.read_bytes(pos, window)
+                i = chunk.find(magic, 4)
+                if i < 0:
+                    if len(chunk) < window:
+                        break   # (the segment's end)
+                    pos += len(chunk) - 7   # (a record whose size and magic straddle the window's end: next)
+                    continue
+                if self._valid_at(pos + i - 4, chunk, i - 4):
+                    return pos + i - 4
+                pos += i - 3
+        return None
+
+    def _valid_at(self, offset: int, chunk: bytes, i: int) -> bool:
+        """Whether a valid record of this offset starts at ``chunk[i:]`` (read at ``offset``)."""
+        total = int.from_bytes(chunk[i:i + 4], "big", signed=True)
+        if i + total > len(chunk):
+            if total > self.segment_size:
+                return False
+            chunk, i = self.read_bytes(offset, total), 0
+        try:
+            return decode(chunk, i, len(chunk)).commitlog_offset == offset
+        except RecordError:
+            return False
+
     def scan(self, start: int, verify: bool = True) -> Iterator[tuple[int, Message | None, RecordError | None]]:
         """Walk records from ``start``: yields ``(offset, message, None)`` for each valid
         record and ends with ``(offset, None, error)`` at the first invalid one (if any).
@@ -253,6 +289,16 @@ class CommitLog:
                 os.truncate(path, end - base)
         self._drop_fds(closing=False)   # the handle stays open: its next fsync keeps a descriptor again
         return cut
+
+    def remove_segments(self, bases: list[int], warn: Callable[[str], None],
+                        each: Callable[[str], None] | None = None) -> None:
+        """Delete segments ``bases``, in order (retention: the oldest, never the last), and
+        sync the directory (``fsutil.unlink_all``: ``each(name)`` after each file, a failed
+        sync warned about); the descriptors kept of any segment are dropped."""
+        try:
+            unlink_all(self.dir, [F.segment_name(b) for b in bases], warn, each)
+        finally:
+            self._drop_fds(closing=False)
 
     def close(self) -> None:
         self._drop_fds(closing=True)

@@ -6,6 +6,7 @@ entries of 20 bytes each (layout in ``format.py``); entry ``i`` of the queue liv
 stored. Like commit-log segments, these files grow as entries are appended; their total size
 is the queue's max offset. Entries are appended only under the store's write lock, after the
 records they point at are complete, so a reader that sees an entry can read its record.
+Retention deletes old segments only through :meth:`ConsumeQueue.remove_segments` (durably).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from store.fsutil import (
     pwrite_all,
     segment_bases,
     sync_dir_if_changed,
+    unlink_all,
 )
 from store.layout import Layout, segment_file, segment_file_s
 from store.log import filestat
@@ -187,12 +189,9 @@ class ConsumeQueue:
         return data[: len(data) - len(data) % _SIZE]
 
     def read_entries(self, offset: int, count: int) -> list[tuple[int, int, int]]:
-        """Up to ``count`` entries from ``offset`` within one segment: (phys, size, tags).
-
-        Stops early at the end of the segment (the caller asks again) and at an invalid
-        entry (``size <= 0``, a zero-filled or torn tail)."""
+        """Up to ``count`` entries from ``offset`` within one segment: (phys, size, tags); stops
+        early at its end (the caller asks again) and at an invalid entry (``size <= 0``)."""
         return take_entries(self.read_raw(offset, count), 0, NO_LIMIT, NO_LIMIT, False)[0]
-
 
     def invalid_at(self, offset: int) -> str | None:
         """Why the entry at ``offset`` cannot be read when it is present but invalid (zero
@@ -220,6 +219,11 @@ class ConsumeQueue:
             os.close(fd)
         self._read_fds.clear()
         self.drop_tail()
+
+    def remove_segments(self, bases: list[int], warn: Callable[[str], None], each: Callable[[str], None]) -> None:
+        """Delete segments ``bases`` in order (retention: never the last with entries), durably (``unlink_all``)."""
+        self.close()
+        unlink_all(self.dir, [F.segment_name(b) for b in bases], warn, each)
 
     def drop_tail(self) -> None:
         """Close the descriptor kept for appends (see :meth:`write_end`)."""

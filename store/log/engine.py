@@ -225,6 +225,10 @@ class Engine:
         # the checkpoint as the last of those looks read it, by its (ino, size, mtime, ctime)
         self.ends_checkpoint: tuple[tuple[int, int, int, int], ckpt.Checkpoint | None] | None = None
 
+    def forget_log_tail(self) -> None:
+        """Have the next look at a queue's end read the log's tail again (it may have changed)."""
+        self.log_tail = None
+
     def close(self) -> None:
         self.durability.finish_flush()
         if self.hints.synced:

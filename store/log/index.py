@@ -14,7 +14,8 @@ batch; recovery first points any slot a killed writer left past ``indexCount`` b
 entries' ``prevIndex`` (:meth:`KeyIndex.repair`), then re-adds records past ``endPhyOffset``
 (idempotent). Lookups check each hit against the record itself, so a hash collision or a
 stale slot costs a read, never a wrong answer; a hit where no record starts is the file's
-damage, repaired by the lookup (``reads.py``).
+damage, repaired by the lookup (``reads.py``). Retention deletes old files only through
+:meth:`KeyIndex.remove_files`, which syncs the directory after.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ _CRC_MASK = F.CRC_MASK
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 _HDR, _SLOT, _ENTRY, _HDR_SIZE = F.INDEX_HEADER, F.INDEX_SLOT, F.INDEX_ENTRY, F.INDEX_HEADER_SIZE
 _LITTLE = sys.byteorder == "little"
@@ -109,7 +110,9 @@ class KeyIndex:
             self._open = None
             os.close(fd)
 
-    def header(self, base: int) -> tuple[int, int, int, int, int, int]:
+    def header(self, base: int, data: bytes | None = None) -> tuple[int, int, int, int, int, int]:
+        if data is not None:   # (of the file's bytes as the caller read them)
+            return _HDR.unpack_from(data, 0)
         with open(self.path(base), "rb") as fh:
             return _HDR.unpack(fh.read(F.INDEX_HEADER_SIZE))
 
@@ -419,6 +422,12 @@ class KeyIndex:
         """Remove files a writer was making when it died (``_create``'s temp files)."""
         for leftover in self.dir.glob(fsutil.TEMP_GLOB):
             leftover.unlink(missing_ok=True)
+
+    def remove_files(self, bases: list[int], warn: Callable[[str], None], each: Callable[[str], None]) -> None:
+        """Delete files ``bases``, in order (retention: never the last), durably (``fsutil.unlink_all``)."""
+        from store.fsutil import unlink_all
+        self.close()
+        unlink_all(self.dir, [F.segment_name(b) for b in bases], warn, each)
 
     def drop_from(self, base: int) -> None:
         """Remove file ``base`` and every later one (recovery re-indexes their records)."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from store.errors import StoreError
-from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
+from store.fsutil import atomic_write_json, ensure_dir, json_problem, read_json_with_bak
 from store.layout import Layout
 from store.log import broadcastoffsets, offsetcommits, offsets
 from store.log.record import Draft
@@ -103,6 +103,11 @@ class DelayProgress:
                      queue_id=0)
 
 
+def delay_progress_problem(path: Path) -> str | None:
+    """Why ``delayOffset.json`` (or its ``.bak``) cannot be read, or None (``store check``)."""
+    return json_problem(path)
+
+
 def save_delay_progress(layout: Layout, state: dict[str, Any]) -> None:
     atomic_write_json(layout.delay_offset_json, state)
 
@@ -159,6 +164,11 @@ def _validate_tx_progress(obj: Any) -> None:
     for key in (_HALF_KEY, _OP_KEY):
         if not isinstance(table[key]["0"], int) or table[key]["0"] < 0:
             raise ValueError(f"{key}: offset must be a non-negative integer")
+
+
+def tx_progress_problem(path: Path) -> str | None:
+    """Why the check service's progress file (or its ``.bak``) cannot be read, or None."""
+    return json_problem(path, _validate_tx_progress)
 
 
 def load_tx_progress(layout: Layout, warn: Warn | None = None) -> tuple[int, int]:

@@ -1,10 +1,13 @@
 """Rebuilding one consume queue from the commit log's records, and cutting off its tail
 entries that no record claims: the two repairs of a queue, for a whole-store recovery
-(``recovery.py``) and for the repair of one queue found cut short (``queueends.py``). Both
-run under the store's write lock; the queue's files are written only through its owner
+(``recovery.py``) and for the repair of one queue found cut short (``queueends.py``); and
+filling the holes a full recovery finds (:func:`fill_holes`). All run under the store's
+write lock; the queue's files are written only through its owner
 (:class:`~store.log.consumequeue.ConsumeQueue`).
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 from store.log import format as F
 from store.log.arrays import layouts
@@ -14,7 +17,7 @@ from store.log.entrysearch import points_home
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
     from store.log.topics import TopicConfig
 
@@ -100,6 +103,12 @@ class QueueRebuild:
         self.q.close()
 
 
+def entry_place(q: ConsumeQueue, k: int) -> tuple[Path, int]:
+    """The file of ``q`` that holds entry ``k``, and the entry's byte offset in it."""
+    byte = k * F.CQ_ENTRY_SIZE
+    return q.segment_path(byte - byte % q.segment_bytes), byte % q.segment_bytes
+
+
 def entries_array(q: ConsumeQueue, k: int, n: int) -> Any:
     """Entries ``[k, k + n)`` of ``q`` as a numpy array (fewer at its end)."""
     L = layouts()
@@ -118,6 +127,38 @@ def entries_array(q: ConsumeQueue, k: int, n: int) -> Any:
 # the queue by hand or by a fault: the queue's damage (``store check`` names its file), not
 # records the log lost.
 _LOST_REACH = 1 << 40
+
+
+def fill_holes(q: ConsumeQueue, filler: Callable[[int], tuple[int, int]]) -> list[tuple[int, Path, int]]:
+    """Fill every hole of ``q`` that a valid entry follows (a slot no entry was written to: its
+    record is damaged or gone) with the entry ``(*filler(phys), 0)``, ``phys`` being the next
+    valid entry's record. Each segment is read once, in one read, and looked at as an array
+    unless a hole is pending. Returns each slot filled: (queue offset, its file, its byte offset
+    in the file); the queue is closed."""
+    holes: list[int] = []
+    filled: list[tuple[int, Path, int]] = []
+    for sbase in q.segments():
+        first = sbase // F.CQ_ENTRY_SIZE
+        data = q.read_raw(first, q.segment_entries)
+        if not holes and not _has_holes(data):
+            continue
+        for j, (phys, size, _tags) in enumerate(F.CQ_ENTRY.iter_unpack(data)):
+            if phys < 0 or size <= 0:
+                holes.append(first + j)
+            elif holes:
+                entry = F.CQ_ENTRY.pack(*filler(phys), 0)
+                for k in holes:
+                    q.write_entry(k, entry)
+                filled += [(k, *entry_place(q, k)) for k in holes]
+                holes = []
+    q.close()
+    return filled
+
+
+def _has_holes(data: bytes) -> bool:
+    """Whether any consume-queue entry in ``data`` is a hole (:func:`fill_holes`)."""
+    ent = layouts().np.frombuffer(data, layouts().cq)
+    return bool(((ent["phys"] < 0) | (ent["size"] <= 0)).any())
 
 
 def past_end(q: ConsumeQueue, end: int) -> tuple[int, int]:

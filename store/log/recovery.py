@@ -35,11 +35,8 @@ from store.errors import CorruptionError
 from store.failpoints import failpoint
 from store.log import atomicbatch, broadcastoffsets, indexfence, knowndamage, recordscan
 from store.log import checkpoint as ckpt
-from store.log import format as F
-from store.log.arrays import layouts
 from store.log.positions import clamp_to_queue_ends, restore_unreadable
-from store.log.queuerebuild import QueueRebuild, past_end, trim_queue
-from store.log.record import RecordError, decode
+from store.log.queuerebuild import QueueRebuild, fill_holes, past_end, trim_queue
 from store.log.topics import TopicConfig
 from store.names import is_system_topic
 
@@ -65,31 +62,6 @@ class RecoveryReport:
                 "cqEntriesWritten": self.cq_entries_written, "truncatedBytes": self.truncated_bytes,
                 "cqEntriesDropped": self.cq_entries_dropped,
                 "damage": [{"file": f, "offset": o, "reason": r} for f, o, r in self.damage]}
-
-
-def find_next_valid(engine: "Engine", after: int) -> int | None:
-    """The offset of the first valid record strictly after ``after``, searching by magic."""
-    log = engine.commitlog
-    magic = F.MAGIC_V1.to_bytes(4, "big")
-    for base in log.segments():
-        if base + log.segment_size <= after:
-            continue
-        path = log.segment_path(base)
-        data = path.read_bytes()
-        pos = max(after + 1 - base, 0)
-        while True:
-            i = data.find(magic, pos + 4)
-            if i < 0:
-                break
-            cand = i - 4
-            try:
-                m = decode(data, cand, len(data))
-                if m.commitlog_offset == base + cand:
-                    return base + cand
-            except RecordError:
-                pass
-            pos = cand + 1
-    return None
 
 
 @dataclass
@@ -442,7 +414,7 @@ def _damaged_regions(engine: "Engine", rep: RecoveryReport, valid_end: int) -> l
         if not (len(name) == 20 and name.isascii() and name.isdigit()) or os.path.dirname(file) != str(log.dir):
             continue
         start = int(name) + off
-        nxt = find_next_valid(engine, start)
+        nxt = log.find_record_after(start)
         regions.append((start, nxt if nxt is not None else max(start + 1, valid_end), reason))
     return sorted(regions)
 
@@ -450,51 +422,17 @@ def _damaged_regions(engine: "Engine", rep: RecoveryReport, valid_end: int) -> l
 def _fill_queue_holes(engine: "Engine", rep: RecoveryReport, regions: list[tuple[int, int, str]]) -> None:
     """Give every consume-queue slot that no valid record claims (a zero-filled hole left by
     writing a later entry past the end: its record is damaged, or gone) an entry pointing at
-    the damaged range before the next valid entry's record. Readers then skip that offset as
-    damaged instead of stopping at the hole for ever (a zero entry reads as the queue's end).
-    Each filled slot is reported in ``rep.damage``."""
-    starts = [r[0] for r in regions]
-    root = engine.layout.consumequeue_dir
-    try:
-        topics = sorted(os.listdir(root))
-    except FileNotFoundError:
-        return
+    the damaged range before the next valid entry's record (``queuerebuild.fill_holes``).
+    Readers then skip that offset as damaged instead of stopping at the hole for ever (a zero
+    entry reads as the queue's end). Each filled slot is reported in ``rep.damage``."""
     import bisect
-    for topic in topics:
-        try:
-            qids = sorted(int(x) for x in os.listdir(root / topic) if x.isascii() and x.isdigit())
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for qid in qids:
-            q = engine.queues.queue(topic, qid)
-            holes: list[tuple[int, int]] = []   # (segment base, entry index) awaiting a fill
-            for sbase in q.segments():
-                path = q.segment_path(sbase)
-                data = path.read_bytes()
-                data = data[: len(data) - len(data) % F.CQ_ENTRY_SIZE]
-                if not holes and not _has_holes(data):
-                    continue   # (the usual segment: looked at as an array)
-                for j, (phys, size, _tags) in enumerate(F.CQ_ENTRY.iter_unpack(data)):
-                    if phys < 0 or size <= 0:
-                        holes.append((sbase, j))
-                        continue
-                    if not holes:
-                        continue
-                    i = bisect.bisect_left(starts, phys) - 1
-                    filler = (regions[i][0], regions[i][1] - regions[i][0]) if i >= 0 else (0, 1)
-                    entry = F.CQ_ENTRY.pack(filler[0], filler[1], 0)
-                    for hbase, hj in holes:
-                        hpath = q.segment_path(hbase)
-                        q.write_entry((hbase + hj * F.CQ_ENTRY_SIZE) // F.CQ_ENTRY_SIZE, entry)
-                        rep.damage.append((str(hpath), hj * F.CQ_ENTRY_SIZE,
-                                           f"entry {(hbase + hj * F.CQ_ENTRY_SIZE) // F.CQ_ENTRY_SIZE} has no "
-                                           f"valid record (damaged or removed); readers skip it"))
-                    holes.clear()
-            q.close()
+    starts = [r[0] for r in regions]
 
+    def filler(phys: int) -> tuple[int, int]:
+        i = bisect.bisect_left(starts, phys) - 1
+        return (regions[i][0], regions[i][1] - regions[i][0]) if i >= 0 else (0, 1)
 
-def _has_holes(data: bytes) -> bool:
-    """Whether any consume-queue entry in ``data`` is a hole (:func:`_fill_queue_holes`)."""
-    L = layouts()
-    ent = L.np.frombuffer(data, L.cq)
-    return bool(((ent["phys"] < 0) | (ent["size"] <= 0)).any())
+    for topic, qid in queue_ids(engine):
+        q = engine.queues.queue(topic, qid)
+        for k, path, at in fill_holes(q, filler):
+            rep.damage.append((str(path), at, f"entry {k} has no valid record (damaged or removed); readers skip it"))

@@ -42,7 +42,9 @@ Then the derived files that only point into deleted segments go too:
 * key-index files whose ``endPhyOffset`` is below it (never the last index file).
 
 Crash safety: files are unlinked oldest first (commit log, then consume queues, then index),
-each directory fsynced after its deletions. A crash at any step leaves a log that is a
+each kind by its owner (``CommitLog.remove_segments``, ``ConsumeQueue.remove_segments``,
+``KeyIndex.remove_files``), each directory fsynced after its deletions (a failed fsync is
+warned about). A crash at any step leaves a log that is a
 contiguous suffix and derived files that may still point below its start; every reader already
 copes with that (``Store.min_offset`` skips consume-queue entries below the log's minimum,
 index hits are verified against the record, recovery starts from the first segment), so the
@@ -56,10 +58,10 @@ import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from store.errors import StoreError, io_error
-from store.fsutil import fsync_dir, read_json_with_bak
+from store.errors import StoreError
+from store.fsutil import read_json_with_bak
 from store.log import format as F
 from store.names import CHECK_MAX_TOPIC, HALF_TOPIC, SCHEDULE_TOPIC
 
@@ -394,26 +396,35 @@ def clean(store: "Store", retention_ms: int = DEFAULT_RETENTION_MS, force: bool 
             return plan
         if plan.commitlog:
             _absorb_commits(store)
-        for group in (plan.commitlog, plan.consumequeue, plan.index):
-            dirs: set[Path] = set()
-            for action in group:  # oldest first
-                try:
-                    os.unlink(action.path)
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    raise io_error(exc, f"delete {action.path}") from exc
-                dirs.add(action.path.parent)
-                if on_delete is not None:
-                    on_delete(action)
-                if progress is not None:
-                    progress(1)
-            for d in sorted(dirs):
-                try:
-                    fsync_dir(d)
-                except OSError:
-                    pass
-            if group is plan.commitlog:
-                store.commitlog.close()  # drop read descriptors of deleted segments
+        from store.log.consumequeue import ConsumeQueue
+        done = _reporter(on_delete, progress)
+        for _d, bases, each in _by_directory(plan.commitlog, done):   # (each kind by its owner)
+            store.commitlog.remove_segments(bases, store.warn, each)
+        for d, bases, each in _by_directory(plan.consumequeue, done):
+            ConsumeQueue(d, store.settings.cq_segment_entries).remove_segments(bases, store.warn, each)
+        for _d, bases, each in _by_directory(plan.index, done):
+            store.index.remove_files(bases, store.warn, each)
         store.close_queues()
     return plan
+
+
+def _reporter(on_delete: Callable[[FileAction], None] | None,
+              progress: Callable[[int], None] | None) -> Callable[[FileAction], None]:
+    def done(action: FileAction) -> None:
+        if on_delete is not None:
+            on_delete(action)
+        if progress is not None:
+            progress(1)
+    return done
+
+
+def _by_directory(actions: list[FileAction], done: Callable[[FileAction], None]
+                  ) -> Iterator[tuple[Path, list[int], Callable[[str], None]]]:
+    """The deletions of ``actions`` a directory at a time, in their order: (the directory, the
+    bases of its files, what its owner calls after each file it deletes)."""
+    by_dir: dict[Path, list[FileAction]] = {}
+    for action in actions:
+        by_dir.setdefault(action.path.parent, []).append(action)
+    for d, group in by_dir.items():
+        named = {a.path.name: a for a in group}
+        yield d, [int(a.path.name) for a in group], lambda name, named=named: done(named[name])  # type: ignore[misc]

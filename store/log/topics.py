@@ -56,6 +56,7 @@ from store.fsutil import (
     crc_problem,
     ensure_dir,
     fsync_dir,
+    json_problem,
     read_json_with_bak,
 )
 from store.layout import Layout
@@ -152,6 +153,11 @@ def _validate_legacy(obj: Any) -> None:
         raise ValueError("no topicConfigTable object")
     for v in obj["topicConfigTable"].values():
         TopicConfig.from_json(v)
+
+
+def legacy_file_problem(path: Path) -> str | None:
+    """Why the legacy ``topics.json`` (or its ``.bak``) cannot be read, or None (``store check``)."""
+    return json_problem(path, _validate_legacy)
 
 
 class TopicTable:

@@ -418,3 +418,33 @@ def test_damaged_lock_and_member_records(mq: MQ, seed: int) -> None:
     total = sum(1 for r in records(mq.root) if r[2] == "t")
     assert len(res.stdout.splitlines()) == total - 0  # every message of t, from the start
     mq.check_clean()
+
+
+def test_store_check_asks_each_files_owner_what_its_readers_accept(mq: MQ) -> None:
+    """Valid JSON of the wrong shape is as unusable to a file's readers as bad JSON (they
+    fall back on the .bak): the check asks the file's owner (its validator), so it says so
+    too — it used to parse the JSON only, and pass such a file."""
+    path = mq.root / JSON_FILES["broadcast"]
+    path.write_bytes(b'{"offsetTable": 5}')
+    res = mq.run("store", "check")
+    out = res.stdout.decode()
+    assert res.returncode == 1, str(res)
+    assert "valid JSON of the wrong shape: offsetTable is not a list (offsets.json.bak is used instead)" in out, out
+    path.with_name(path.name + ".bak").write_bytes(b'{"offsetTable": [{"topic": "t"}]}')
+    out = mq.run("store", "check").stdout.decode()
+    assert "(and so is offsets.json.bak: valid JSON of the wrong shape: entry " in out, out
+    one_error(mq.run("consume", "t", "-g", "B", "--broadcast", "--client-id", "bc1", "-e"), 5,
+              allow_warnings=True)
+
+
+def test_topic_counts_say_when_damage_stops_the_due_delayed_messages(mq: MQ) -> None:
+    """Counting topics first delivers the due delayed messages; when the scheduler's progress
+    and its .bak are unreadable that cannot happen, and the counts are as stored: said in a
+    warning (it used to be passed over in silence), exit 0."""
+    mq.ok("send", "t", "later", "--delay", "1h")
+    for name in ("delayOffset.json", "delayOffset.json.bak"):
+        (mq.root / "config" / name).write_bytes(b"{bad")
+    res = mq.run("topic", "list")
+    assert res.returncode == 0, str(res)
+    assert "mqctl: warning: due delayed messages not delivered: " in res.stderr, res.stderr
+    assert "delayOffset.json" in res.stderr
