@@ -53,6 +53,21 @@ def _rebuild(cls: type[StoreError], args: tuple[Any, ...], state: dict[str, Any]
     return error
 
 
+def from_text(name: str, message: str) -> StoreError:
+    """The error a ``store.errors.<name>: <message>`` line names (the one a Spark task's
+    failure carries), as its own class: ``OperationError`` when ``name`` is none of the
+    store's. Built as unpickling builds it, without ``__init__`` (``CorruptionError`` takes
+    ``path, offset, reason``): ``message`` and ``args`` as read; the attributes the text does
+    not carry (``path``, ``arg``, ``line``, ``problems``, ...) are None."""
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, StoreError)):
+        cls = OperationError
+    code = cls.__init__.__code__
+    state: dict[str, Any] = dict.fromkeys(code.co_varnames[1:code.co_argcount])
+    state["message"] = message
+    return _rebuild(cls, (message,), state)
+
+
 # -- 1: the operation failed ---------------------------------------------------------------
 
 class OperationError(StoreError):
