@@ -37,10 +37,8 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from store import Admin
+    from store import Admin, TransactionCheckEvent, TransactionCheckReport
     from store import StoredMessage as Message
-    from store import TransactionCheckEvent as CheckEvent
-    from store import TransactionCheckReport as CheckReport
 
 ANSWERS = {"COMMIT": "COMMIT", "COMMIT_MESSAGE": "COMMIT",
            "ROLLBACK": "ROLLBACK", "ROLLBACK_MESSAGE": "ROLLBACK",
@@ -319,8 +317,8 @@ def local_transaction(admin: "Admin", half: "Message", argv: list[str], sync: bo
 
 def check_service(admin: "Admin", argv: list[str], *, timeout_ms: int, max_checks: int,
                   cmd_timeout_s: float | None, loop_pause_s: float | None,
-                  on_event: Callable[["CheckEvent"], None],
-                  on_pass: Callable[["CheckReport"], None]) -> None:
+                  on_event: Callable[["TransactionCheckEvent"], None],
+                  on_pass: Callable[["TransactionCheckReport"], None]) -> None:
     """Check passes asking ``argv``: one, or with ``loop_pause_s`` one every so many seconds
     until SIGINT, SIGTERM or SIGHUP (which kill a running command and end the loop quietly).
     SIGINT and SIGTERM end it also when mqctl started with them ignored (``&`` in a script

@@ -45,7 +45,7 @@ from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
 from store.log.preflight import checkpoint_locked, claim_new_store, recover_if_dirty, unfinished_creation
 from store.log.queueends import logged_end, queue_end
-from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
+from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_property_separator
 from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig
 from store.log.writelock import WriteLock
@@ -305,8 +305,8 @@ class Store:
         max_size = self.settings.max_message_size
         if longest > max_size:
             raise MessageTooLargeError(f"message body of {longest} bytes exceeds the store's limit of {max_size} bytes")
-        if (props and any(has_separator(x) for kv in props.items() for x in kv)) or any(
-                k is not None and has_separator(k) for k in sharding_keys):
+        if (props and any(has_property_separator(x) for kv in props.items() for x in kv)) or any(
+                k is not None and has_property_separator(k) for k in sharding_keys):
             raise BadInputError("a property name or value (tags, keys, sharding key included) "
                                 "contains the control characters \\x01 or \\x02")
 

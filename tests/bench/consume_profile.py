@@ -76,7 +76,7 @@ def hooked(st, r):
     import mqctl.consumer.stdoutsink as S
     marks["imports"] = time.process_time()
     for meth in ("setup", "_loop", "shutdown"):
-        wrap(R.Runtime, meth, meth, time.process_time)
+        wrap(R.ConsumerRuntime, meth, meth, time.process_time)
     wrap(RB.Rebalancer, "rebalance", "rebalance")
     wrap(MS.Store, "pull_many", "reads")
     wrap(MS.Store, "pull_columns", "reads")

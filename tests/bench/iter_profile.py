@@ -55,7 +55,7 @@ timed(messagestore.Store, "pull_records", "reads")
 timed(messagestore.Store, "pull_many", "reads")
 timed(dispatch.Dispatcher, "dispatch_all", "handover")
 timed(dispatch.Dispatcher, "collect", "handover")
-timed(runtime.Runtime, "_loop", "member", member_only=False)
+timed(runtime.ConsumerRuntime, "_loop", "member", member_only=False)
 P = time.process_time
 main0, c0 = time.thread_time(), P()
 n = nbytes = 0
