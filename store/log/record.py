@@ -13,7 +13,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
-from store.errors import BadInputError, MessageTooLargeError
+from store.errors import MessageTooLargeError
 from store.log import format as F
 from store.names import SCHEDULE_TOPIC
 
@@ -239,13 +239,6 @@ def property_problem(name: str, value: str) -> str | None:
     return None
 
 
-def check_property(name: str, value: str) -> None:
-    """A user property that may be stored (:func:`property_problem`), else BadInputError."""
-    why = property_problem(name, value)
-    if why is not None:
-        raise BadInputError(f"property {name!r}: {why}")
-
-
 def encode_properties(props: dict[str, str]) -> bytes:
     """Serialize properties (without the trailing record CRC)."""
     return "".join(f"{k}\x01{v}\x02" for k, v in props.items() if v is not None and v != "").encode()
@@ -280,8 +273,7 @@ class Draft:
 
 @dataclass(slots=True)
 class StoredMessage:
-    """A stored message as a reader sees it (``store.StoredMessage``; a consumer's
-    :class:`store.Message` is made from one)."""
+    """A stored message as a reader sees it (a consumer's :class:`store.Message` is made from one)."""
 
     topic: str
     queue_id: int
