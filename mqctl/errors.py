@@ -78,12 +78,10 @@ def print_error(message: str) -> None:
 
 
 def warn(msg: str) -> None:
-    """``mqctl: warning: MSG`` on stderr (a consumer's warnings: nothing stops)."""
-    try:
-        sys.stderr.write(f"mqctl: warning: {msg}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    """``mqctl: warning: MSG`` on stderr (a consumer's warnings: nothing stops): the store's
+    own default warning line (:func:`store.errors.warn`), one definition for both."""
+    from store.errors import warn as say_warning
+    say_warning(msg)
 
 
 def debug() -> bool:

@@ -36,6 +36,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable
 
+from mqctl.errors import warn
+
 if TYPE_CHECKING:
     from store import Admin, TransactionCheckEvent, TransactionCheckReport
     from store import StoredMessage as Message
@@ -75,11 +77,6 @@ def message_env(m: "Message", check_times: int | None) -> dict[str, str]:
     if check_times is not None:
         env["MQ_CHECK_TIMES"] = str(check_times)
     return env
-
-
-def warn(msg: str) -> None:
-    sys.stderr.write(f"mqctl: warning: {msg}\n")
-    sys.stderr.flush()
 
 
 class Runner:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -198,6 +199,29 @@ class BadInputError(DataError):
     def __init__(self, message: str, line: int | None = None) -> None:
         super().__init__(f"line {line}: {message}" if line is not None else message)
         self.line = line
+
+
+# -- not errors: warnings and notices ----------------------------------------------------------
+
+def warn(message: str) -> None:
+    """The default ``warn`` of a store handle, its offsets and the Spark source: one line
+    ``mqctl: warning: MESSAGE`` on stderr, as the command line writes its own. A program that
+    wants them elsewhere gives its own callable (``Store.open(path, warn=...)``)."""
+    _say("warning", message)
+
+
+def notice(message: str) -> None:
+    """``mqctl: notice: MESSAGE`` on stderr: a fact worth a line that is no problem (a Spark
+    executor reading without ``isal``, the JVM reader not built)."""
+    _say("notice", message)
+
+
+def _say(kind: str, message: str) -> None:
+    try:
+        sys.stderr.write(f"mqctl: {kind}: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):   # stderr closed or full: a warning has nowhere else to go
+        pass
 
 
 def naming(exc: OSError, path: str | os.PathLike[str]) -> OSError:

@@ -205,6 +205,17 @@ def test_modules_are_small() -> None:
     assert not big, f"modules over {MAX_MODULE_LINES} lines: {sorted(big)}"
 
 
+def test_the_library_writes_to_stderr_in_one_place() -> None:
+    """The store's default warning and notice lines (``mqctl: warning: …``) are written by
+    ``store/errors.py`` alone (``warn``, the default of every ``warn=``, and ``notice``): no
+    other module of ``store`` writes to stderr, so there is one default sink to change."""
+    bad = [f"{MODULES[m].relative_to(ROOT)}:{node.lineno}" for m, tree in TREES.items()
+           if m.startswith("store") and m != "store.errors" for node in ast.walk(tree)
+           if isinstance(node, ast.Attribute) and node.attr == "stderr"
+           and isinstance(node.value, ast.Name) and node.value.id == "sys"]
+    assert not bad, f"modules of store writing to stderr themselves: {bad}"
+
+
 def test_store_never_imports_mqctl() -> None:
     bad = [f"{MODULES[m].relative_to(ROOT)}:{line}: {target}" for m, tree in TREES.items()
            if m.startswith("store") for target, _name, line in _imports(m, tree) if target.startswith("mqctl")]

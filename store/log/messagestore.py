@@ -24,7 +24,6 @@ Around it: ``settings.py`` (``store.json``'s fields), ``results.py`` (what puts 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from store import names
@@ -37,6 +36,7 @@ from store.errors import (
     StoreNotFoundError,
     UsageError,
 )
+from store.errors import warn as say_warning
 from store.fsutil import check_dir_path
 from store.layout import Layout
 from store.log import settings as settings_file
@@ -63,10 +63,6 @@ if TYPE_CHECKING:
     from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
 
 __all__ = ["SYSTEM_TOPIC_QUEUES", "Store", "open_store"]
-
-
-def _default_warn(msg: str) -> None:
-    sys.stderr.write(f"mqctl: warning: {msg}\n")
 
 
 class Store:
@@ -107,7 +103,7 @@ class Store:
     # -- opening ---------------------------------------------------------------------------
     @classmethod
     def open(cls, root: str | Path, *, create: bool = False, settings: StoreSettings | None = None,
-             warn: Callable[[str], None] = _default_warn, recover: bool = True,
+             warn: Callable[[str], None] = say_warning, recover: bool = True,
              rebuild_settings: bool = False) -> "Store":
         """Open the store at ``root``; with ``create`` make it first if it does not exist.
 
