@@ -130,7 +130,20 @@ class StoreNotFoundError(NotFoundError):
 
 
 class TopicNotFoundError(NotFoundError):
-    """Raised when a topic does not exist (and may not be auto-created here)."""
+    """Raised when a topic does not exist (and may not be auto-created here). ``topic`` names
+    it when a send refused to create it (:func:`topic_not_created`), None otherwise."""
+
+    def __init__(self, message: str, topic: str | None = None) -> None:
+        super().__init__(message)
+        self.topic = topic
+
+
+def topic_not_created(topic: str) -> TopicNotFoundError:
+    """A send's refusal to create ``topic`` because auto-creation is off (the store's
+    ``auto_create_topics`` setting, or its caller's): the fact, and ``topic`` set, so that a
+    command line can say how its own users create one."""
+    return TopicNotFoundError(f"topic {topic!r} does not exist, and topics are not created on send "
+                              f"here (auto_create_topics is off): create it first", topic)
 
 
 class GroupNotFoundError(NotFoundError):

@@ -118,6 +118,33 @@ def test_the_library_names_its_own_parameters_and_the_cli_its_flags(mq: MQ, path
     assert not (tmp_path / "s").exists()
 
 
+
+def test_a_topic_not_created_on_send_is_said_to_python_without_cli_advice(tmp_path: Path) -> None:
+    """A store that does not create topics on send tells a Python program so, and that it is
+    its ``auto_create_topics`` setting, never ``mqctl init --no-auto-create`` or
+    ``MQCTL_AUTO_CREATE=0`` (a variable the library never reads); ``mqctl`` says its own
+    remedy, as before."""
+    root = str(tmp_path / "strict")
+    store.create_store(root, store.StoreSettings(auto_create_topics=False))
+    said = (r"^topic 'nosuch' does not exist, and topics are not created on send here "
+            r"\(auto_create_topics is off\): create it first$")
+    with store.Producer(root) as p:
+        with pytest.raises(store.TopicNotFoundError, match=said) as info:
+            p.send("nosuch", b"x")
+    assert info.value.topic == "nosuch"
+    store.Admin(root).create_topic("T", 1)
+    with store.Consumer("T", "g", root) as c:
+        with pytest.raises(store.TopicNotFoundError, match=said.replace("nosuch", "OUT")):
+            c.run(lambda m: None, to="OUT", exit_at_end=True)
+    mq = MQ(tmp_path / "strict", tmp_path)
+    cli = ("mqctl: error: topic 'nosuch' does not exist, and topics are not created on send here "
+           "(mqctl init --no-auto-create or MQCTL_AUTO_CREATE=0); create it with: mqctl topic create nosuch")
+    res = mq.run("send", "nosuch", "x")
+    assert res.returncode == 3 and res.stderr.splitlines() == [cli], res
+    res = mq.run("consume", "T", "-g", "g", "--to", "nosuch", "--exit-at-end")
+    assert res.returncode == 3 and res.stderr.splitlines() == [cli], res
+
+
 _TAG_LISTS: list[tuple[Any, str]] = [
     ([], "tags [] names no tag: give '*' for every message, or the tags to select"),
     (["A", ""], "tags ['A', '']: an empty tag (''); a list names one tag an item"),
