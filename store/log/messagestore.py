@@ -318,7 +318,8 @@ class Store:
         if not bodies:
             return results.BatchResult(topic, [], [], [], 0)
         if sharding_keys is not None and len(sharding_keys) != len(bodies):
-            raise ValueError("put_bodies: one sharding key (or None) per body")
+            raise UsageError(f"put_bodies: one sharding key (or None) per body: {len(sharding_keys)} keys "
+                             f"for {len(bodies)} bodies")
         bodies = framing.byte_views(bodies)   # (the CLI's views; arrays, wider or 2-D views anywhere)
         props = dict(properties or {})
         if PROP_UNIQ_KEY in props:

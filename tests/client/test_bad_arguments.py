@@ -199,3 +199,16 @@ def test_a_python_stage_may_not_write_to_the_topic_it_consumes(mq: MQ) -> None:
     assert sum(r["messages"] for r in mq.ok("topic", "status", "A", "--json").json_lines()) == 1   # nothing written
     res = mq.run("consume", "A", "-g", "g", "--to", "A")
     assert res.returncode == 2 and "--to must name another topic than the one consumed" in res.stderr, res
+
+
+def test_the_engine_refuses_a_bad_batch_with_a_usage_error_not_a_value_error(tmp_path: Path) -> None:
+    """``store.Store`` is public: its refusals are ``StoreError``s (exit 2 to the CLI), never a
+    bare ``ValueError``, and nothing is stored."""
+    from store.log.sendone import put_one
+    with store.Store.open(tmp_path / "s", create=True) as s:
+        s.create_topic("T", 2)
+        with pytest.raises(store.UsageError, match=r"^put_bodies: one sharding key \(or None\) per body: 1 keys for 2"):
+            s.put_bodies("T", [b"a", b"b"], sharding_keys=["k"])
+        with pytest.raises(store.UsageError, match="^put_one: the unique key is the store's"):
+            put_one(s, "T", b"a", {"UNIQ_KEY": "0" * 32})
+        assert [s.max_offset("T", q) for q in (0, 1)] == [0, 0]
