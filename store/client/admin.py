@@ -56,15 +56,20 @@ class Admin(OffsetsAdmin, MembersAdmin, StoreMaintenance, TransactionAdmin):
             rows.append(TopicInfo(name, cfg.queues, cfg.order, store.messages(name, cfg.queues)))
         return rows
 
+    _delays_told = False   # (a failed delivery is said once per Admin, not at every look)
+
     def _deliver_due_delays(self) -> None:
         """Deliver the delayed messages that are due, as a broker would have by itself, so
-        counts include them before any consumer ran (a store we cannot write to is counted
-        as it is)."""
+        counts include them before any consumer ran. A store this process cannot write to
+        (or damage in the way) is counted as it is, with one warning saying so."""
         from store.log.schedule import deliver_due
         try:
             deliver_due(self.store)
-        except (StoreError, OSError):
-            pass
+        except (StoreError, OSError) as exc:
+            if not self._delays_told:
+                self._delays_told = True
+                self.store.warn(f"delayed messages now due were not delivered ({exc}): "
+                                f"counts leave them out until they are")
 
     def topic_status(self, topic: str) -> list[QueueStatus]:
         """Per queue of ``topic``: its offsets, message count and last store time
