@@ -216,6 +216,19 @@ def test_the_library_writes_to_stderr_in_one_place() -> None:
     assert not bad, f"modules of store writing to stderr themselves: {bad}"
 
 
+def test_the_client_package_map_names_its_modules() -> None:
+    """``store/client/__init__.py``'s map of the package names every module in it (as
+    ``name``), and names no module that is not there (it once named ``txproducer``)."""
+    import re
+    pkg = ROOT / "store" / "client"
+    modules = {p.stem for p in pkg.glob("*.py") if p.stem != "__init__"}
+    doc = ast.get_docstring(ast.parse((pkg / "__init__.py").read_text())) or ""
+    first = {m for m in re.findall(r"^``(\w+)``", doc, re.M)}   # a row's own module
+    cited = set(re.findall(r"``(\w+)``", doc))
+    assert not modules - cited, f"modules the map leaves out: {sorted(modules - cited)}"
+    assert not first - modules, f"rows of modules that do not exist: {sorted(first - modules)}"
+
+
 def test_store_never_imports_mqctl() -> None:
     bad = [f"{MODULES[m].relative_to(ROOT)}:{line}: {target}" for m, tree in TREES.items()
            if m.startswith("store") for target, _name, line in _imports(m, tree) if target.startswith("mqctl")]
