@@ -401,9 +401,10 @@ class Store:
         readers that need nothing else (``consume`` writing raw bodies, no tag filter).
 
         Every record gets the same checks as in :meth:`pull` (see :mod:`store.log.columns`), but no
-        :class:`Message` is built: about three times cheaper per message. ``views``: bodies of
-        1 KiB and more may come as memoryviews into the read's buffer instead of copies (for
-        a caller that writes them out and lets go)."""
+        :class:`Message` is built: about three times cheaper per message. ``views``: big bodies
+        may come as memoryviews into the read's buffer instead of copies (for a caller that
+        writes them out and lets go): those of records of 2 KiB and more, and on the array path
+        every body of a run whose bodies average 1 KiB or more (``store/log/columns.py``)."""
         from store.log.columns import pull_columns
         from store.log.results import BodiesResult
         c = pull_columns(self.engine, topic, queue_id, offset, max_count, max_bytes, bodies_only=True, views=views)
