@@ -1,4 +1,4 @@
-"""The only place that prints records, tables and messages (cli-conventions C1, C8, C9).
+"""Where records, tables and messages are printed: data on stdout, everything else on stderr.
 
 * Data goes to stdout as bytes, one record per line, flushed as it is produced:
   :func:`write_records` for raw records, :meth:`Output.emit_json` for NDJSON.

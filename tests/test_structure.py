@@ -1,4 +1,4 @@
-"""The architecture, checked: what ``aesthetics.md`` and issues 12 and 24 ask of the layout.
+"""The architecture, checked: what the house style asks of the layout.
 
 * no module imports a private name (``_x``) of another module, nor reaches into one through a
   module alias (``F._x``) or a store handle (``store._x``, ``self.store._x``);

@@ -201,7 +201,7 @@ class Engine:
         self.warn = warn
         self.commitlog = CommitLog(layout.commitlog_dir, settings.commitlog_segment_size)
         # The key index is made on first use: a reader never looks a key up, and its module
-        # (with array, bisect) is ~1 ms of a consumer's start (issue 26).
+        # (with array, bisect) is about a millisecond of every consumer's start.
         self._index: KeyIndex | None = None
         self._index_lock = _thread.allocate_lock()
         self.topic_table = TopicTable(layout, warn=warn)

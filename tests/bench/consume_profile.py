@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where ``mqctl consume T -g G --from first -e > /dev/null`` spends its CPU (issue 26). Not a test::
+"""Where ``mqctl consume T -g G --from first -e > /dev/null`` spends its CPU. Not a test::
 
     .venv/bin/python tests/bench/consume_profile.py --sizes 4096,65536 --reps 7
     .venv/bin/python tests/bench/consume_profile.py --base /work/main      # the same, of main too

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where ``Consumer.messages()`` spends its CPU, against its floor (issue 26). Not a test::
+"""Where ``Consumer.messages()`` spends its CPU, against its floor. Not a test::
 
     .venv/bin/python tests/bench/iter_profile.py --sizes 4096,65536 --reps 7
     .venv/bin/python tests/bench/iter_profile.py --base /work/main      # the same, of main too

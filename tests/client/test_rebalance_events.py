@@ -1,4 +1,4 @@
-"""A group member rebalances on changes, not on timers (issues 26 and 30).
+"""A group member rebalances on changes, not on timers.
 
 The member's loop (:meth:`store.client.runtime.ConsumerRuntime.turns`) is driven by hand here, turn
 by turn, so what it waits for is read off what it yields: nothing is timed. Real processes:
