@@ -220,7 +220,8 @@ class Store:
 
     def create_topic(self, name: str, queues: int | None = None, order: bool = False,
                      *, system: bool = False) -> tuple[TopicConfig, bool]:
-        """Create a topic; returns (config, created). Exists with another shape → exit 4."""
+        """Create a topic; returns (config, created). ``TopicExistsError`` when it exists with
+        another queue count or order."""
         (names.validate_any_topic if system else names.validate_topic)(name)
         queues = self.settings.default_queues if queues is None else queues
         _check_queue_count(queues)
@@ -228,8 +229,8 @@ class Store:
             return self.engine.create_topic_locked(name, queues, order)
 
     def update_topic(self, name: str, queues: int, *, named: str = "queues") -> tuple[TopicConfig, bool]:
-        """Add queues to a topic; returns (config, changed). Fewer queues: exit 2, naming ``named``.
-        Sharding keys route by the new count from then on; consumers pick the queues up at
+        """Add queues to a topic; returns (config, changed). Fewer queues: ``UsageError``, naming
+        ``named``. Sharding keys route by the new count from then on; consumers pick the queues up at
         once (``config/topics.epoch`` changes)."""
         names.validate_any_topic(name)
         _check_queue_count(queues)
