@@ -5,12 +5,13 @@ of contents (:data:`GROUPS`, with each command's line of help in :data:`SUMMARY`
 become exit codes in one place, :func:`mqctl.errors.guard`; Typer's own outcomes (usage
 errors, exits) are turned into codes by :func:`main` here.
 
-Start-up is paid per command (issue 14): the root command loads a command's module only when
-Click asks for that command (:func:`load_command`), so ``mqctl send …`` never imports ``tx``,
-``bench`` or ``sparkcmd`` nor evaluates their annotations, and ``mqctl --help`` (piped), an
-unknown command and ``--version`` import none. Before any of this, the ``mqctl`` script
-(``mqctl/entry.py``) runs a one-message send without Typer at all. The module attribute
-:data:`app` (used by tests and ``CliRunner``) is the full app, built on first use.
+Start-up is paid per command (every ``mqctl`` process pays for its imports): the root command
+loads a command's module only when Click asks for that command (:func:`load_command`), so
+``mqctl send …`` never imports ``tx``, ``bench`` or ``sparkcmd`` nor evaluates their
+annotations, and ``mqctl --help`` (piped), an unknown command and ``--version`` import none.
+Before any of this, the ``mqctl`` script (``mqctl/entry.py``) runs a one-message send without
+Typer at all. The module attribute :data:`app` (used by tests and ``CliRunner``) is the full
+app, built on first use.
 """
 from __future__ import annotations
 

@@ -81,7 +81,7 @@ def run_consume(st: "State", r: ConsumeRequest) -> None:
         from mqctl.options import parse_queue_ids
         cfg_queues = parse_queue_ids(r.queues or "")
     from_where, from_ts, from_off = start_position(r.from_, r.no_group)
-    if from_ts is not None:   # (cli-conventions C3.3: what a zone-less or future time was read as)
+    if from_ts is not None:   # (say what a zone-less or future time was read as: maybe not what was meant)
         from store import time_note
         word = r.from_.strip()
         note = time_note(word[1:] if word.startswith("@") else word, from_ts)

@@ -1,11 +1,11 @@
 """The ``mqctl`` script: the plainest sends without building the Typer app.
 
 ``for f in *.json; do mqctl send t "$(cat "$f")"; done`` starts a process per message, and
-importing Typer and building a command is most of such a process's time (issue 14); in
-``producer | mqctl send t`` it is half of what a 100 MB pipe of 64 KiB lines costs (issue
-26). The exact shapes ``mqctl [--store DIR] send TOPIC BODY`` and ``mqctl [--store DIR] send
-TOPIC`` (stdin) — no other flag, TOPIC and BODY not starting with ``-`` — are therefore run
-here directly: the same :func:`mqctl.sender.run_send` inside the same
+importing Typer and building a command is most of such a process's time; in
+``producer | mqctl send t`` it is half of what a 100 MB pipe of 64 KiB lines costs. The
+exact shapes ``mqctl [--store DIR] send TOPIC BODY`` and ``mqctl [--store DIR] send TOPIC``
+(stdin) — no other flag, TOPIC and BODY not starting with ``-`` — are therefore run here
+directly: the same :func:`mqctl.sender.run_send` inside the same
 :func:`mqctl.errors.guard`, so their output, errors and exit codes are those of the full
 command line. The common consumer, ``mqctl [--store DIR] consume TOPIC`` with only the flags of
 :data:`CONSUME_FLAGS` (``-g``, ``-o``, ``-e``, ``-j``, ``-c``, ``--idle-timeout``,

@@ -78,12 +78,22 @@ def print_error(message: str) -> None:
 
 
 def warn(msg: str) -> None:
-    """``mqctl: warning: MSG`` on stderr (a consumer's warnings: nothing stops)."""
-    try:
-        sys.stderr.write(f"mqctl: warning: {msg}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    """``mqctl: warning: MSG`` on stderr (a consumer's warnings: nothing stops): the store's
+    own default warning line (:func:`store.errors.warn`), one definition for both."""
+    from store.errors import warn as say_warning
+    say_warning(msg)
+
+
+def error_line(exc: BaseException) -> str:
+    """A store error as the CLI says it: the store states the fact, the CLI adds the remedy
+    that is a command of its own (a topic a send may not create: how to create it, and
+    which setting refused)."""
+    from store.errors import TopicNotFoundError
+    topic = exc.topic if isinstance(exc, TopicNotFoundError) else None
+    if topic is not None:
+        return (f"topic {topic!r} does not exist, and topics are not created on send here "
+                f"(mqctl init --no-auto-create or MQCTL_AUTO_CREATE=0); create it with: mqctl topic create {topic}")
+    return str(exc)
 
 
 def debug() -> bool:
@@ -119,7 +129,7 @@ def guard(run: Callable[[], int], argv: list[str]) -> int:
     except StoreError as exc:
         if debug():
             raise
-        print_error(str(exc))
+        print_error(error_line(exc))
         code = exc.exit_code
     except (BrokenPipe, BrokenPipeError):
         quiet_broken_pipe()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from store import Store
     from store import StoredMessage as Message
 
 BODY_SHOWN = 2000   # characters of a body msg show prints; --json has it whole
@@ -14,7 +13,7 @@ QUERY_COLUMNS = [("msgId", "MSG-ID"), ("queueId", "QUEUE"), ("queueOffset", "OFF
                  ("body", "BODY")]
 
 
-def describe(store: "Store", m: "Message", obj: dict[str, Any], when: Callable[[int], str]) -> list[str]:
+def describe(m: "Message", obj: dict[str, Any], when: Callable[[int], str]) -> list[str]:
     """``msg show``'s lines: what the copy is, its fields and history (``obj``: its JSON report)."""
     from mqctl.output import human_size
     body = obj["body"] if obj.get("bodyEncoding") != "base64" else BINARY_BODY
@@ -84,7 +83,7 @@ def lineage(m: "Message", when: Callable[[int], str]) -> str | None:
 
 
 def event_text(e: dict[str, Any], when: Callable[[int], str]) -> str:
-    """One line of the timeline (the events of :func:`store.client.history.timeline`)."""
+    """One line of the timeline (the events of :func:`store.message_timeline`)."""
     from mqctl.output import plural
     where = f"{e.get('topic')} queue {e.get('queueId')} offset {e.get('queueOffset')}"
     kind, n = e["event"], e.get("reconsumeTimes", 0)

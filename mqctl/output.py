@@ -1,4 +1,4 @@
-"""The only place that prints records, tables and messages (cli-conventions C1, C8, C9).
+"""Where records, tables and messages are printed: data on stdout, everything else on stderr.
 
 * Data goes to stdout as bytes, one record per line, flushed as it is produced:
   :func:`write_records` for raw records, :meth:`Output.emit_json` for NDJSON.
@@ -101,7 +101,6 @@ def write_all(out: BinaryIO, data: bytes | bytearray | memoryview) -> int:
     return len(data)
 
 
-_IOV_MAX = 1024
 _TUNED: list[bool] = []
 
 
@@ -120,40 +119,6 @@ def keep_big_buffers() -> None:
     _TUNED.append(True)
     from store import keep_big_buffers as keep
     keep()
-
-
-def write_lines(bodies: Sequence[bytes], stream: BinaryIO | None = None, sep: bytes = b"\n") -> None:
-    """Write each of ``bodies`` followed by ``sep`` and flush: the raw consumer's batch.
-
-    Same contract as :func:`write_records`, without joining the bodies first: the buffers go
-    to the kernel as they are (``writev``, IOV_MAX at a time), so a batch of big bodies is
-    copied once, by the kernel. Falls back to :func:`write_records` for a stream without a
-    descriptor."""
-    out = sys.stdout.buffer if stream is None else stream
-    if not bodies:
-        return
-    try:
-        out.flush()
-        fd = out.fileno()
-    except BrokenPipeError as exc:
-        raise BrokenPipe("stdout was closed by the reader") from exc
-    except (AttributeError, OSError, ValueError):
-        write_records([sep.join(bodies), sep], out)
-        return
-    iov: list[bytes] = [sep] * (2 * len(bodies))
-    iov[::2] = bodies
-    writev = os.writev
-    try:
-        for i in range(0, len(iov), _IOV_MAX):
-            group = iov[i:i + _IOV_MAX]
-            want = sum(map(len, group))
-            n = writev(fd, group)
-            if n < want:   # a short write (a signal, a non-blocking descriptor): finish it
-                rest = memoryview(b"".join(group))[n:]
-                while rest:
-                    rest = rest[os.write(fd, rest):]
-    except BrokenPipeError as exc:
-        raise BrokenPipe("stdout was closed by the reader") from exc
 
 
 def color_allowed(stream: IO[Any]) -> bool:

@@ -27,10 +27,6 @@ from mqctl.output import BrokenPipe
 from store import errors as E
 
 INSTALL_HINT = "pip install 'mqctl[spark]' (PySpark >= 4.2 and pyarrow)"
-_STORE_ERROR = re.compile(r"store\.errors\.([A-Za-z]+): ([^\n]*)")
-_BY_CODE: dict[int, type[E.StoreError]] = {
-    1: E.OperationError, 2: E.UsageError, 3: E.NotFoundError, 4: E.ConflictError, 5: E.DataError,
-}
 
 
 def require_pyspark() -> None:
@@ -69,15 +65,11 @@ def first_line(text: str) -> str:
 
 def to_store_error(exc: BaseException) -> E.StoreError:
     """The one-line store error for an exception that came out of Spark."""
-    if isinstance(exc, E.StoreError):
-        return exc
+    from store.spark import store_error
+    carried = store_error(exc)
+    if carried is not None:
+        return carried
     text = str(exc)
-    found = _STORE_ERROR.findall(text)
-    if found:
-        name, message = found[-1]
-        cls = getattr(E, name, None)
-        code = cls.exit_code if isinstance(cls, type) and issubclass(cls, E.StoreError) else 1
-        return _BY_CODE.get(code, E.OperationError)(message)
     analysis_exception: tuple[type[BaseException], ...] = ()
     try:
         from pyspark.errors import AnalysisException

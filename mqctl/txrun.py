@@ -36,11 +36,11 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable
 
+from mqctl.errors import warn
+
 if TYPE_CHECKING:
-    from store import Admin
+    from store import Admin, TransactionCheckEvent, TransactionCheckReport
     from store import StoredMessage as Message
-    from store import TransactionCheckEvent as CheckEvent
-    from store import TransactionCheckReport as CheckReport
 
 ANSWERS = {"COMMIT": "COMMIT", "COMMIT_MESSAGE": "COMMIT",
            "ROLLBACK": "ROLLBACK", "ROLLBACK_MESSAGE": "ROLLBACK",
@@ -77,11 +77,6 @@ def message_env(m: "Message", check_times: int | None) -> dict[str, str]:
     if check_times is not None:
         env["MQ_CHECK_TIMES"] = str(check_times)
     return env
-
-
-def warn(msg: str) -> None:
-    sys.stderr.write(f"mqctl: warning: {msg}\n")
-    sys.stderr.flush()
 
 
 class Runner:
@@ -319,8 +314,8 @@ def local_transaction(admin: "Admin", half: "Message", argv: list[str], sync: bo
 
 def check_service(admin: "Admin", argv: list[str], *, timeout_ms: int, max_checks: int,
                   cmd_timeout_s: float | None, loop_pause_s: float | None,
-                  on_event: Callable[["CheckEvent"], None],
-                  on_pass: Callable[["CheckReport"], None]) -> None:
+                  on_event: Callable[["TransactionCheckEvent"], None],
+                  on_pass: Callable[["TransactionCheckReport"], None]) -> None:
     """Check passes asking ``argv``: one, or with ``loop_pause_s`` one every so many seconds
     until SIGINT, SIGTERM or SIGHUP (which kill a running command and end the loop quietly).
     SIGINT and SIGTERM end it also when mqctl started with them ignored (``&`` in a script

@@ -86,9 +86,9 @@ _EXPORTS = {
     "LockRow": "client.admin_rows", "MemberRow": "client.admin_rows", "ResetPlan": "client.admin_rows",
     "CheckReport": "log.check", "RecoveryReport": "log.recovery", "CleanPlan": "log.retention",
     "FileAction": "log.retention", "StagingDir": "spark.staging", "StoreCreation": "client.creation",
-    "PendingTransaction": "tx.check:Pending", "TransactionCheckEvent": "tx.check:CheckEvent",
-    "TransactionCheckReport": "tx.check:CheckReport", "TransactionEnd": "tx.transaction:EndResult",
-    "PreparedTransaction": "tx.transaction:HalfResult",
+    "PendingTransaction": "tx.check", "TransactionCheckEvent": "tx.check",
+    "TransactionCheckReport": "tx.check", "TransactionEnd": "tx.transaction",
+    "PreparedTransaction": "tx.transaction",
     # creating and finding a store
     "create_store": "client.creation", "resolve_store_path": "client.paths", "keep_big_buffers": "buffers",
     # names: topics, groups, client ids, tag expressions (store/names.py)
@@ -104,18 +104,18 @@ _EXPORTS = {
     "build_properties": "client.properties", "properties_room": "client.properties",
     "check_properties_room": "client.properties",
     "envelope": "client.envelope", "Prop": "client.propnames",
-    "offset_msg_id": "log.record", "has_property_separator": "log.record:has_separator",
+    "offset_msg_id": "log.record", "has_property_separator": "log.record",
     "check_msg_id": "client.properties",
-    "message_report": "client.history", "message_timeline": "client.history:timeline",
+    "message_report": "client.history", "message_timeline": "client.history",
     # the consume runtime that ``mqctl consume`` drives with its own sinks (store/client/runtime.py)
-    "ConsumeOptions": "client.options", "ConsumerRuntime": "client.runtime:Runtime",
+    "ConsumeOptions": "client.options", "ConsumerRuntime": "client.runtime",
     "Outcome": "client.sinks", "default_broadcast_client_id": "client.options",
     "check_consume_options": "client.rules", "check_stage": "client.stage",
     # the engine
     "Store": "log.messagestore", "open_store": "log.messagestore", "StoreSettings": "log.settings",
     "LARGEST_MESSAGE_SIZE": "log.settings", "MAX_SEGMENT_SIZE": "log.settings", "MAX_QUEUES": "log.format",
     "PutResult": "log.results", "PullResult": "log.results", "BatchResult": "log.results", "Draft": "log.record",
-    "StoredMessage": "log.record:Message",
+    "StoredMessage": "log.record",
 }
 # The error catalogue (store/errors.py): every class, so ``except store.TopicNotFoundError``.
 _ERRORS = (

@@ -13,7 +13,7 @@ from store.client.creation import StoreCreation as StoreCreation
 from store.client.creation import create_store as create_store
 from store.client.envelope import envelope as envelope
 from store.client.history import message_report as message_report
-from store.client.history import timeline as _message_timeline
+from store.client.history import message_timeline as message_timeline
 from store.client.message import Message as Message
 from store.client.monitor import Monitor as Monitor
 from store.client.options import ConsumeOptions as ConsumeOptions
@@ -26,7 +26,7 @@ from store.client.properties import check_properties_room as check_properties_ro
 from store.client.properties import properties_room as properties_room
 from store.client.propnames import Prop as Prop
 from store.client.rules import check_consume_options as check_consume_options
-from store.client.runtime import Runtime as _ConsumerRuntime
+from store.client.runtime import ConsumerRuntime as ConsumerRuntime
 from store.client.sendresult import SendResult as SendResult
 from store.client.sinks import Outcome as Outcome
 from store.client.snapshot import GroupStat as GroupStat
@@ -70,8 +70,8 @@ from store.log.format import MAX_QUEUES as MAX_QUEUES
 from store.log.messagestore import Store as Store
 from store.log.messagestore import open_store as open_store
 from store.log.record import Draft as Draft
-from store.log.record import Message as _StoredMessage
-from store.log.record import has_separator as _has_property_separator
+from store.log.record import StoredMessage as StoredMessage
+from store.log.record import has_property_separator as has_property_separator
 from store.log.record import offset_msg_id as offset_msg_id
 from store.log.recovery import RecoveryReport as RecoveryReport
 from store.log.results import BatchResult as BatchResult
@@ -100,21 +100,11 @@ from store.timeparse import parse_duration as parse_duration
 from store.timeparse import parse_time as parse_time
 from store.timeparse import time_note as time_note
 from store.tx.aio_producer import AsyncTransactionProducer as AsyncTransactionProducer
-from store.tx.check import CheckEvent as _TransactionCheckEvent
-from store.tx.check import CheckReport as _TransactionCheckReport
-from store.tx.check import Pending as _PendingTransaction
+from store.tx.check import PendingTransaction as PendingTransaction
+from store.tx.check import TransactionCheckEvent as TransactionCheckEvent
+from store.tx.check import TransactionCheckReport as TransactionCheckReport
 from store.tx.producer import TransactionProducer as TransactionProducer
 from store.tx.producer import TransactionSendResult as TransactionSendResult
 from store.tx.producer import TxState as TxState
-from store.tx.transaction import EndResult as _TransactionEnd
-from store.tx.transaction import HalfResult as _PreparedTransaction
-
-ConsumerRuntime = _ConsumerRuntime
-PendingTransaction = _PendingTransaction
-PreparedTransaction = _PreparedTransaction
-StoredMessage = _StoredMessage
-TransactionCheckEvent = _TransactionCheckEvent
-TransactionCheckReport = _TransactionCheckReport
-TransactionEnd = _TransactionEnd
-has_property_separator = _has_property_separator
-message_timeline = _message_timeline
+from store.tx.transaction import PreparedTransaction as PreparedTransaction
+from store.tx.transaction import TransactionEnd as TransactionEnd

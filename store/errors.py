@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -51,6 +52,21 @@ def _rebuild(cls: type[StoreError], args: tuple[Any, ...], state: dict[str, Any]
     error.args = args
     error.__dict__.update(state)
     return error
+
+
+def from_text(name: str, message: str) -> StoreError:
+    """The error a ``store.errors.<name>: <message>`` line names (the one a Spark task's
+    failure carries), as its own class: ``OperationError`` when ``name`` is none of the
+    store's. Built as unpickling builds it, without ``__init__`` (``CorruptionError`` takes
+    ``path, offset, reason``): ``message`` and ``args`` as read; the attributes the text does
+    not carry (``path``, ``arg``, ``line``, ``problems``, ...) are None."""
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, StoreError)):
+        cls = OperationError
+    code = cls.__init__.__code__
+    state: dict[str, Any] = dict.fromkeys(code.co_varnames[1:code.co_argcount])
+    state["message"] = message
+    return _rebuild(cls, (message,), state)
 
 
 # -- 1: the operation failed ---------------------------------------------------------------
@@ -114,7 +130,20 @@ class StoreNotFoundError(NotFoundError):
 
 
 class TopicNotFoundError(NotFoundError):
-    """Raised when a topic does not exist (and may not be auto-created here)."""
+    """Raised when a topic does not exist (and may not be auto-created here). ``topic`` names
+    it when a send refused to create it (:func:`topic_not_created`), None otherwise."""
+
+    def __init__(self, message: str, topic: str | None = None) -> None:
+        super().__init__(message)
+        self.topic = topic
+
+
+def topic_not_created(topic: str) -> TopicNotFoundError:
+    """A send's refusal to create ``topic`` because auto-creation is off (the store's
+    ``auto_create_topics`` setting, or its caller's): the fact, and ``topic`` set, so that a
+    command line can say how its own users create one."""
+    return TopicNotFoundError(f"topic {topic!r} does not exist, and topics are not created on send "
+                              f"here (auto_create_topics is off): create it first", topic)
 
 
 class GroupNotFoundError(NotFoundError):
@@ -183,6 +212,29 @@ class BadInputError(DataError):
     def __init__(self, message: str, line: int | None = None) -> None:
         super().__init__(f"line {line}: {message}" if line is not None else message)
         self.line = line
+
+
+# -- not errors: warnings and notices ----------------------------------------------------------
+
+def warn(message: str) -> None:
+    """The default ``warn`` of a store handle, its offsets and the Spark source: one line
+    ``mqctl: warning: MESSAGE`` on stderr, as the command line writes its own. A program that
+    wants them elsewhere gives its own callable (``Store.open(path, warn=...)``)."""
+    _say("warning", message)
+
+
+def notice(message: str) -> None:
+    """``mqctl: notice: MESSAGE`` on stderr: a fact worth a line that is no problem (a Spark
+    executor reading without ``isal``, the JVM reader not built)."""
+    _say("notice", message)
+
+
+def _say(kind: str, message: str) -> None:
+    try:
+        sys.stderr.write(f"mqctl: {kind}: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):   # stderr closed or full: a warning has nowhere else to go
+        pass
 
 
 def naming(exc: OSError, path: str | os.PathLike[str]) -> OSError:

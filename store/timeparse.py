@@ -3,7 +3,7 @@
 Every flag that takes a point in time (``consume --from``, ``offsets reset --to-time``, …)
 goes through :func:`parse_time`, and every flag that takes a length of time
 (``store clean --older-than``, ``--idle-timeout``, ``--delay``) through :func:`parse_duration`,
-so a user learns the grammar once (cli-conventions C3.2). Bad input is a
+so a user learns the grammar once, whichever flag it is. Bad input is a
 :class:`~store.errors.UsageError` (exit 2) whose one line lists an example of each accepted
 form, because the user who typed it wrong needs the right spelling, not a parser's complaint.
 
@@ -68,8 +68,8 @@ def parse_time(text: str, now_ms: int | None = None) -> int:
 
 def time_note(text: str, ms: int, now_ms: int | None = None) -> str | None:
     """What a time flag's ``text`` resolved to (``ms``, its :func:`parse_time`), when that may
-    not be what was meant (cli-conventions C3.3), else None: an ISO-8601 time without an offset
-    where local time is not UTC (read as UTC, while human views print local time: a time copied
+    not be what was meant (so that the command can say what it read), else None: an ISO-8601
+    time without an offset where local time is not UTC (read as UTC, while human views print local time: a time copied
     from one lands hours away), and a time in the future (nothing stored is that late)."""
     notes = []
     s = text.strip()

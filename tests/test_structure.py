@@ -1,4 +1,4 @@
-"""The architecture, checked: what ``aesthetics.md`` and issues 12 and 24 ask of the layout.
+"""The architecture, checked: what the house style asks of the layout.
 
 * no module imports a private name (``_x``) of another module, nor reaches into one through a
   module alias (``F._x``) or a store handle (``store._x``, ``self.store._x``);
@@ -203,6 +203,30 @@ def test_modules_are_small() -> None:
     big = {f"{p.relative_to(ROOT)}: {n}" for p in MODULES.values()
            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not big, f"modules over {MAX_MODULE_LINES} lines: {sorted(big)}"
+
+
+def test_the_library_writes_to_stderr_in_one_place() -> None:
+    """The store's default warning and notice lines (``mqctl: warning: …``) are written by
+    ``store/errors.py`` alone (``warn``, the default of every ``warn=``, and ``notice``): no
+    other module of ``store`` writes to stderr, so there is one default sink to change."""
+    bad = [f"{MODULES[m].relative_to(ROOT)}:{node.lineno}" for m, tree in TREES.items()
+           if m.startswith("store") and m != "store.errors" for node in ast.walk(tree)
+           if isinstance(node, ast.Attribute) and node.attr == "stderr"
+           and isinstance(node.value, ast.Name) and node.value.id == "sys"]
+    assert not bad, f"modules of store writing to stderr themselves: {bad}"
+
+
+def test_the_client_package_map_names_its_modules() -> None:
+    """``store/client/__init__.py``'s map of the package names every module in it (as
+    ``name``), and names no module that is not there (it once named ``txproducer``)."""
+    import re
+    pkg = ROOT / "store" / "client"
+    modules = {p.stem for p in pkg.glob("*.py") if p.stem != "__init__"}
+    doc = ast.get_docstring(ast.parse((pkg / "__init__.py").read_text())) or ""
+    first = {m for m in re.findall(r"^``(\w+)``", doc, re.M)}   # a row's own module
+    cited = set(re.findall(r"``(\w+)``", doc))
+    assert not modules - cited, f"modules the map leaves out: {sorted(modules - cited)}"
+    assert not first - modules, f"rows of modules that do not exist: {sorted(first - modules)}"
 
 
 def test_store_never_imports_mqctl() -> None:

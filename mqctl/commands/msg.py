@@ -50,7 +50,7 @@ def show(
     if json:
         Output(json=True).emit_json(obj)
         return
-    sys.stdout.write("\n".join(describe(store, m, obj, lambda ms: format_local(ms, st.utc))) + "\n")
+    sys.stdout.write("\n".join(describe(m, obj, lambda ms: format_local(ms, st.utc))) + "\n")
     sys.stdout.flush()
 
 

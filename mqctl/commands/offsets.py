@@ -125,7 +125,7 @@ def reset(
     out = Output(json=json)
     if not plan.group_existed:
         out.warn(f"group {group} has no offsets yet: the reset creates them")
-    if to_time is not None and ts is not None:   # (cli-conventions C3.3: a zone-less or future time)
+    if to_time is not None and ts is not None:   # (say what a zone-less or future time was read as)
         note = time_note(to_time, ts)
         if note:
             out.warn(f"--to-time {to_time.strip()}: {note}")

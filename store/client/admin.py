@@ -10,6 +10,8 @@ previews and dead letters (``members_admin.py``), topics and groups here; what a
 """
 from __future__ import annotations
 
+import errno
+
 from store import names
 from store.client.admin_rows import QueueStatus, TopicInfo
 from store.client.groups import known_groups
@@ -18,7 +20,7 @@ from store.client.members_admin import MembersAdmin
 from store.client.offsets_admin import OffsetsAdmin
 from store.client.rules import check_flags
 from store.client.txadmin import TransactionAdmin
-from store.errors import DataError, StoreError, UsageError
+from store.errors import StoreError, UsageError
 
 
 class Admin(OffsetsAdmin, MembersAdmin, StoreMaintenance, TransactionAdmin):
@@ -56,18 +58,25 @@ class Admin(OffsetsAdmin, MembersAdmin, StoreMaintenance, TransactionAdmin):
             rows.append(TopicInfo(name, cfg.queues, cfg.order, store.messages(name, cfg.queues)))
         return rows
 
+    _delays_told = False   # (a failed delivery is said once per Admin, not at every look)
+
     def _deliver_due_delays(self) -> None:
         """Deliver the delayed messages that are due, as a broker would have by itself, so
-        counts include them before any consumer ran (a store we cannot write to is counted
-        as it is). Damage found on the way (the scheduler's progress unreadable) is warned
-        about, and the counts are as stored."""
+        counts include them before any consumer ran. What stops that (damage in the way, a
+        lock that is not a file) is said once per Admin and the counts are as stored; a store
+        this process may not write to (permissions, a read-only file system) is counted as it
+        is, silently: that is no fault of the store's."""
         from store.log.schedule import deliver_due
         try:
             deliver_due(self.store)
-        except DataError as exc:
-            self.store.warn(f"due delayed messages not delivered: {exc}")
-        except (StoreError, OSError):
-            pass   # (a store this process cannot write to)
+        except (StoreError, OSError) as exc:
+            cause = exc if isinstance(exc, OSError) else exc.__cause__
+            if isinstance(cause, OSError) and cause.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                return
+            if not self._delays_told:
+                self._delays_told = True
+                self.store.warn(f"delayed messages now due were not delivered ({exc}): "
+                                f"counts leave them out until they are")
 
     def topic_status(self, topic: str) -> list[QueueStatus]:
         """Per queue of ``topic``: its offsets, message count and last store time

@@ -187,14 +187,6 @@ class PlanRow(Row):
     max_offset: int
     clamped: str | None = None
 
-    @property
-    def current_offset(self) -> int | None:
-        return self.current
-
-    @property
-    def new_offset(self) -> int:
-        return self.new
-
     def to_json(self, group: str, applied: bool) -> dict[str, Any]:
         return {"group": group, "topic": self.topic, "queueId": self.queue_id, "clientId": self.client_id,
                 "currentOffset": self.current, "newOffset": self.new, "minOffset": self.min_offset,

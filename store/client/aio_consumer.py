@@ -22,7 +22,7 @@ from store.client.handoff import DrainedEvent, InHand
 from store.client.message import Message
 from store.client.paths import PathLike, resolve_store_path
 from store.client.rules import check_consume_options, check_flush
-from store.client.runtime import Runtime
+from store.client.runtime import ConsumerRuntime
 from store.errors import UsageError
 
 AsyncHandler = Callable[[Message], Union[Awaitable[object], object]]
@@ -89,7 +89,7 @@ class AsyncConsumer:
         self._args: dict[str, Any] = dict(orderly=orderly, broadcast=broadcast, start_from=start_from, tags=tags,
                                           client_id=client_id, dedup=dedup)
         self._member: Consumer | None = None
-        self._rt: Runtime | None = None
+        self._rt: ConsumerRuntime | None = None
         self._opening: asyncio.Future[Consumer] | None = None
         self._stop_run = False
         self._mode: str | None = None
@@ -135,7 +135,7 @@ class AsyncConsumer:
         """``async for msg in consumer`` is ``async for msg in consumer.messages()``."""
         return self.messages()
 
-    async def _open(self) -> Runtime:
+    async def _open(self) -> ConsumerRuntime:
         """The member, made on the first call (on the loop's commit thread: opening the store
         may recover it, joining takes the group's mutex); later calls and concurrent ones
         share it. A cancelled caller leaves the opening to finish (:meth:`close` leaves, at
@@ -187,7 +187,7 @@ class AsyncConsumer:
         self._member = self._rt = self._opening = self._sink = self._driver = None
         self._new_life()
 
-    def _ensure_driver(self, rt: Runtime) -> asyncio.Task[None]:
+    def _ensure_driver(self, rt: ConsumerRuntime) -> asyncio.Task[None]:
         """The runtime's loop as a task of the running loop (again, after an ``exit_at_end``
         iteration ended it)."""
         task = self._driver
@@ -328,7 +328,7 @@ class AsyncConsumer:
             finally:
                 ended.set()
 
-    async def _serve(self, rt: Runtime, sink: TaskSink, stage: object) -> None:
+    async def _serve(self, rt: ConsumerRuntime, sink: TaskSink, stage: object) -> None:
         try:
             await drive(rt)
             await sink.drain()   # (stopped: the handler calls in flight finish and count)

@@ -1,5 +1,5 @@
 """A consumer runtime driven by an asyncio event loop: :func:`drive` runs the turns of
-:meth:`store.client.runtime.Runtime.turns` on the loop, and waits between them on the store's
+:meth:`store.client.runtime.ConsumerRuntime.turns` on the loop, and waits between them on the store's
 change notification registered with the loop (:func:`wait_for_change`), so a waiting async
 consumer holds no thread and burns no CPU.
 
@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from store.client.runtime import Runtime
+    from store.client.runtime import ConsumerRuntime
     from store.watch import Watcher
 
 
@@ -84,7 +84,7 @@ async def wait_for_change(watcher: Watcher, timeout: float, waiter: Waiter | Non
             return True
 
 
-async def drive(rt: Runtime) -> None:
+async def drive(rt: ConsumerRuntime) -> None:
     """Run the runtime's loop on the running event loop until it ends (a stop, an error,
     ``exit_at_end`` drained). Cancelling it ends the loop between two turns: the runtime is
     then as after any turn, and its owner shuts it down."""

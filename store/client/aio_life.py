@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from store.client.consumer import Consumer
-    from store.client.runtime import Runtime
+    from store.client.runtime import ConsumerRuntime
 
 # Lives whose leave was arranged on their loop but has not happened yet: left at the process's
 # exit if the loop never got to it (closed meanwhile without its tasks cancelled).
@@ -40,7 +40,7 @@ class AsyncLife:
 
     def __init__(self) -> None:
         self.member: Consumer | None = None
-        self.rt: Runtime | None = None
+        self.rt: ConsumerRuntime | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.sink: Any = None                         # an AsyncIteratorSink or a TaskSink
         self.driver: asyncio.Task[None] | None = None
@@ -52,7 +52,7 @@ class AsyncLife:
         self.lock = threading.Lock()
         self.pid = os.getpid()
 
-    def joined(self, member: Consumer, rt: Runtime, loop: asyncio.AbstractEventLoop) -> None:
+    def joined(self, member: Consumer, rt: ConsumerRuntime, loop: asyncio.AbstractEventLoop) -> None:
         """(On the loop.) The member joined: watch for the loop's end."""
         self.member, self.rt, self.loop = member, rt, loop
         # (a loop closed without its tasks cancelled: the member leaves when it is next used or

@@ -34,7 +34,7 @@ from store.client.message import Message
 from store.client.options import ConsumeOptions, log_warning
 from store.client.paths import PathLike, resolve_store_path
 from store.client.rules import check_consume_options, check_flush
-from store.client.runtime import Runtime
+from store.client.runtime import ConsumerRuntime
 from store.client.sinks import Outcome, ThreadPoolSink
 from store.client.stage import Stage
 from store.errors import UsageError
@@ -139,7 +139,7 @@ class Consumer:
         st = Store.open(self.path)
         try:
             st.topic(topic)   # (TopicNotFoundError now; the group is joined at the first use)
-            self._rt = Runtime(st, opts, warn=log_warning)
+            self._rt = ConsumerRuntime(st, opts, warn=log_warning)
         except BaseException:
             st.close()
             raise
@@ -152,7 +152,7 @@ class Consumer:
         self._iteration = 0
 
     @property
-    def runtime(self) -> Runtime:
+    def runtime(self) -> ConsumerRuntime:
         """The member's runtime, joined to the group, for a driver of its own
         (:class:`store.AsyncConsumer` runs it on an event loop); this consumer then neither
         iterates nor runs, and the driver closes it (:meth:`close`): dropped, it no longer
@@ -337,7 +337,7 @@ class Consumer:
         stage: Stage | None = None
         orderly = self.orderly   # (work() holds no reference to the consumer: see Life)
 
-        state = rt.state   # (read for every message: the attribute, not Runtime's property)
+        state = rt.state   # (read for every message: the attribute, not ConsumerRuntime's property)
 
         def work(batch: list[Any], topic: str) -> Outcome:
             # one handler call per message; a batch (concurrent mode, a backlog) only saves
@@ -381,7 +381,7 @@ class Consumer:
                 return   # (by a signal handler since: the start leaves, see Life.starting)
             # (one message a batch until a handler call was timed: see run_batch_size)
             sink = ThreadPoolSink(work, threads, 1, per_message=True, initializer=in_handler)
-            sink.client_messages = True              # (see Runtime.set_sink)
+            sink.client_messages = True              # (see ConsumerRuntime.set_sink)
             sink.persist_every_s = PERSIST_EVERY_S
             sink.spread = threads                    # a backlog: a batch per thread at a time
             rt.set_sink(sink)

@@ -11,7 +11,7 @@ from typing import Callable, Iterable, Union
 from store import names
 from store.client.message import Message
 from store.client.rules import check_consume_options
-from store.client.runtime import Runtime
+from store.client.runtime import ConsumerRuntime
 from store.errors import UsageError
 
 StartFrom = Union[str, int, _dt.datetime]
@@ -84,7 +84,7 @@ def tag_filter(tags: str | Iterable[str] | None) -> frozenset[str] | None:
     return None if "*" in out else frozenset(out)
 
 
-def set_retries(rt: Runtime, *, orderly: bool, broadcast: bool, max_reconsume: int | None,
+def set_retries(rt: ConsumerRuntime, *, orderly: bool, broadcast: bool, max_reconsume: int | None,
                 retry_delay: float | _dt.timedelta | None) -> None:
     """A push consumer's failure handling (``run``, sync and async): ``max_reconsume`` retries
     before the DLQ; ``retry_delay`` the retry topic's delay, or orderly the pause before a

@@ -14,7 +14,7 @@ import threading
 from contextlib import contextmanager
 
 from store.client.consumer_args import ids_in_use, ids_lock
-from store.client.runtime import Runtime
+from store.client.runtime import ConsumerRuntime
 from store.errors import UsageError
 from store.log.messagestore import Store
 
@@ -33,7 +33,7 @@ class Life:
     """A consumer's member: its runtime, its store, its client id reserved in this process
     (``consumer_args.ids_in_use``), and how far it got."""
 
-    def __init__(self, rt: Runtime, store: Store, id_key: tuple[str, str, str]) -> None:
+    def __init__(self, rt: ConsumerRuntime, store: Store, id_key: tuple[str, str, str]) -> None:
         self.rt, self.store, self.id_key = rt, store, id_key
         # (joining, starting and leaving, from whichever threads: one at a time; re-entrant
         # for a signal handler that closes the consumer in the thread that joins it)

@@ -18,7 +18,7 @@ from store.client.sinks import Outcome
 from store.errors import UsageError
 
 if TYPE_CHECKING:
-    from store.client.runtime import Runtime
+    from store.client.runtime import ConsumerRuntime
     from store.client.stage import Stage
     from store.log.offsets import QueueKey
 
@@ -189,7 +189,7 @@ class IteratorSink(InHand):
     after_feed: Callable[[], None] | None = None   # what a close() in the middle left to its end
     waiting = True   # the iterating thread waits for the member's loop (False: it walks or pulls)
 
-    def take(self, rt: Runtime, timeout: float | None) -> tuple[cf.Future[Any], Sequence[Message]] | None:
+    def take(self, rt: ConsumerRuntime, timeout: float | None) -> tuple[cf.Future[Any], Sequence[Message]] | None:
         """(The iterating thread.) The next batch. With none waiting, this thread runs the pulls
         that feed it itself (:func:`feed`), rather than wait for the member's thread to (a
         hand-over between two threads per batch cost more than the pulls); it waits for the
@@ -259,7 +259,7 @@ class DrainedEvent(threading.Event):
             self._wake()
 
 
-def feed(rt: Runtime) -> bool:
+def feed(rt: ConsumerRuntime) -> bool:
     """(The iterating thread, every batch handed to it walked.) The part of a turn of the
     member's loop that feeds the iterator, run in the iterating thread under the turns' lock:
     the batches it settled collected, the held queues pulled, batches handed out to it. True
@@ -276,7 +276,7 @@ def feed(rt: Runtime) -> bool:
     In the main thread, signals wait until it is done: a handler that closes the consumer
     (it joins the member's thread, which waits for this lock) or raises KeyboardInterrupt
     comes between two of its steps, never inside a pull (the member's thread takes no signal:
-    ``Runtime.start``). Where another thread of the program takes one, its handler runs in the
+    ``ConsumerRuntime.start``). Where another thread of the program takes one, its handler runs in the
     middle all the same: a close() it calls is then finished when the feed ends (``take``)."""
     main = threading.current_thread() is threading.main_thread()
     with rt.turn_lock:   # (waited for with signals let in: a turn of the member's may take long)
@@ -288,7 +288,7 @@ def feed(rt: Runtime) -> bool:
                 _sigmask(signal.SIG_SETMASK, masked)
 
 
-def _feed(rt: Runtime) -> bool:
+def _feed(rt: ConsumerRuntime) -> bool:
     """(:func:`feed`, under the turns' lock.)"""
     state, keeper, dispatcher = rt.state, rt.keeper, rt.dispatcher
     if state.stop_requested or state.fatal is not None or rt.loop_ended.is_set():

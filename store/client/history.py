@@ -11,7 +11,7 @@ from store.log.record import Message
 
 def message_report(store: Store, m: Message) -> dict[str, Any]:
     """What ``mqctl msg show --json`` prints about the stored message ``m``: its envelope, its
-    system flag, its ``history`` (:func:`timeline`, every event ``msg show`` lists, this copy
+    system flag, its ``history`` (:func:`message_timeline`, every event ``msg show`` lists, this copy
     marked ``this``), the groups' offsets in its queue and its transaction's state."""
     from store.log.offsets import ClusterOffsetStore
     obj = envelope(m)
@@ -19,7 +19,7 @@ def message_report(store: Store, m: Message) -> dict[str, Any]:
     # a message of a topic deleted since (maybe made anew): its record stays in the log until
     # retention, but no queue holds it; the groups' offsets there are the new topic's
     obj["deleted"] = deleted = not store.topic_holds(m)
-    obj["history"] = timeline(store, m)
+    obj["history"] = message_timeline(store, m)
     offsets = ClusterOffsetStore(store.layout)
     consumed = []
     for group in offsets.groups() if not deleted else ():
@@ -34,7 +34,7 @@ def message_report(store: Store, m: Message) -> dict[str, Any]:
     return obj
 
 
-def timeline(store: Store, m: Message, limit: int = 256) -> list[dict[str, Any]]:
+def message_timeline(store: Store, m: Message, limit: int = 256) -> list[dict[str, Any]]:
     """What happened to ``m``, oldest first, for ``msg show``: every stored copy under its
     unique key (``event``: ``sent``, ``delivered`` after a delay, ``committed`` by a
     transaction, ``scheduled`` in the schedule topic, ``retry``, ``resent`` from the DLQ,

@@ -79,7 +79,7 @@ from store.flock import (
 )
 from store.fsutil import atomic_write_json, ensure_dir
 from store.layout import Layout
-from store.names import CLIENT_ID_RE, NAME_RE, validate_client_id, validate_group
+from store.names import CLIENT_ID_RE, validate_client_id, validate_group
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -446,15 +446,3 @@ def members_look(layout: Layout, group: str, own: str | None = None) -> tuple[tu
             if expiry is not None and cid != own and (soonest is None or expiry < soonest):
                 soonest = expiry
     return tuple(ids), soonest
-
-
-def groups_with_members(layout: Layout) -> list[str]:
-    """Groups with at least one live member, sorted."""
-    root = layout.members_root
-    groups = sorted(name for name in list_dir(root)
-                    if NAME_RE.match(name) and (root / name).is_dir())
-    return [g for g in groups if _any_live(layout, g)]
-
-
-def _any_live(layout: Layout, group: str) -> bool:
-    return any(probe_held(_lock_path(layout, group, cid)) for cid in _published_ids(layout, group))

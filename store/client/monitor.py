@@ -272,14 +272,14 @@ class Monitor:
                 if m.shares_queues and isinstance(subs, list):
                     mine.update(t for t in subs if isinstance(t, str))
             mine.add(names.retry_topic(g))
-            rows = self._lags(g, sorted(mine & topics, key=lambda t: (names.is_retry_topic(t), t)),
+            rows = self._lags(sorted(mine & topics, key=lambda t: (names.is_retry_topic(t), t)),
                               offsets.get(g, {}), ends, owners, None)
             rows += self._broadcast_lags(g, ends, topics)
             out.append(GroupStat(g, tuple(rows), tuple(stats)))
         return tuple(out)
 
     @staticmethod
-    def _lags(group: str, topics: list[str], committed: dict[tuple[str, int], int],
+    def _lags(topics: list[str], committed: dict[tuple[str, int], int],
               ends: dict[tuple[str, int], tuple[int, int]], owners: dict[tuple[str, int], str],
               client_id: str | None) -> list[QueueLag]:
         rows = []
@@ -307,7 +307,7 @@ class Monitor:
                 self._warn(f"broadcast offsets of {cid}: {exc}")
                 continue
             mine = sorted({t for t, _ in committed} & topics)
-            rows += self._lags(group, mine, committed, ends, {}, cid)
+            rows += self._lags(mine, committed, ends, {}, cid)
         return rows
 
     # -- locks -----------------------------------------------------------------------------

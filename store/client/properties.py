@@ -2,7 +2,7 @@
 tags, keys, user properties and the sharding key, for ``Producer``, ``TransactionProducer``,
 ``mqctl send`` and ``mqctl tx send`` alike.
 
-No value may hold the property separators (``store.log.record.has_separator``: it could
+No value may hold the property separators (``store.log.record.has_property_separator``: it could
 forge another property, a unique key say), a tag must be selectable by a consumer's
 expression (``store.names.tag_problem``), a key holds no space (keys are stored space
 separated), and a user property is neither empty nor reserved
@@ -147,10 +147,10 @@ def _json_type(value: object) -> str:
 
 def _storable(value: object, arg: str, name: str) -> None:
     """A text value that may be stored in a property, or ``InvalidPropertyError``."""
-    from store.log.record import has_separator
+    from store.log.record import has_property_separator
     if not isinstance(value, str):
         raise InvalidPropertyError(f"{name} must be a str, not {type(value).__name__}", arg, value)
-    if has_separator(value):
+    if has_property_separator(value):
         raise InvalidPropertyError(f"{name} may not contain the control characters \\x01 or \\x02", arg, value)
     _encodable(value, arg, name)
 

@@ -10,7 +10,7 @@ are renewed, and its proof that it runs (``members.py``), once per ``IDLE_RENEW_
 inotify, a network file system: a dead member's lock changes no file there) the looks run every few seconds as
 backstops, ``--rebalance-interval`` among them.
 
-:class:`Runtime` owns the loop and the member's life (join, signals, stop, leave); each job of a turn is a part
+:class:`ConsumerRuntime` owns the loop and the member's life (join, signals, stop, leave); each job of a turn is a part
 of its own, with its own state:
 
 * :class:`~store.client.rebalance.Rebalancer` — queues held (:class:`~store.client.holding.Holdings`), locks, record;
@@ -23,10 +23,10 @@ Orderly mode adds RocketMQ's three locks: the queue lock across processes (``qlo
 added and checked before every batch; one batch at a time per queue inside this process (``ProcessQueue.busy``);
 and the drop rule that a queue is released only after its in-flight batch finished and its offset was persisted.
 
-The loop runs in the thread that calls :meth:`Runtime.run` (``mqctl consume``, push consumers), in a thread of
-its own (:meth:`Runtime.start`, the iterator), or in an event loop that drives :meth:`Runtime.turns`
-(``store/client/aio_driver.py``). Every other thread talks to it through :meth:`Runtime.call_soon` and
-:meth:`Runtime.stop` only, but for the iterator's thread, which runs its own pulls under the turns' lock
+The loop runs in the thread that calls :meth:`ConsumerRuntime.run` (``mqctl consume``, push consumers), in a thread of
+its own (:meth:`ConsumerRuntime.start`, the iterator), or in an event loop that drives :meth:`ConsumerRuntime.turns`
+(``store/client/aio_driver.py``). Every other thread talks to it through :meth:`ConsumerRuntime.call_soon` and
+:meth:`ConsumerRuntime.stop` only, but for the iterator's thread, which runs its own pulls under the turns' lock
 (``handoff.feed``)."""
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from store.client.stage import Stage
 
 
-class Runtime:
+class ConsumerRuntime:
     """One member of a consumer group (see the module docstring)."""
 
     def __init__(self, store: Store, opts: ConsumeOptions, sink: InlineSink | PoolSink | None = None,

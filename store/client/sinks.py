@@ -46,7 +46,7 @@ if TYPE_CHECKING:
         objects as they are (the runtime then builds them straight from a pull's columns, for the
         subscribed topic's queues in concurrent mode without dedup or a tag filter; elsewhere it
         hands over records, which the sink converts); ``persist_every_s`` above 0, an in-process
-        consumer (the iterator, Python handlers): see :meth:`store.client.runtime.Runtime.set_sink`; ``spread`` above
+        consumer (the iterator, Python handlers): see :meth:`store.ConsumerRuntime.set_sink`; ``spread`` above
         0, a per-message sink's backlog is cut into that many batches (default ``max_in_flight``):
         a sink whose hand-over costs as much as many handler calls (Python handlers in threads)
         says its thread count, one batch per thread, half the hand-overs (a backlog of ``spread``

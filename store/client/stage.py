@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from store import names
 from store.client.rules import ArgNames, usage
-from store.errors import MessageTooLargeError, StoreError, TopicNotFoundError, UsageError
+from store.errors import MessageTooLargeError, StoreError, UsageError, topic_not_created
 from store.log import format as F
 from store.log.messagestore import Store
 from store.log.offsetcommits import OffsetCommit
@@ -186,8 +186,7 @@ def check_stage(store: Store | None, to: str | None, *, broadcast: bool, dedup: 
         raise usage("{dedup} is not used with {to}: a stage's outputs and offsets are written "
                     "together, so a redelivered message has no output in the topic yet", arg_names)
     if store is not None and not store.settings.auto_create_topics and not store.has_topic(to):
-        raise TopicNotFoundError(f"topic {to!r} does not exist, and topics are not created on send here; "
-                                 f"create it with: mqctl topic create {to}")
+        raise topic_not_created(to)
 
 
 def _as_list(outputs: Iterable[Output] | Output | None) -> Sequence[Output]:

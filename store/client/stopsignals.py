@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def install(rt: Any) -> None:
-    """Install the SIGINT and SIGTERM handlers of ``rt``, a :class:`~store.client.runtime.Runtime`
+    """Install the SIGINT and SIGTERM handlers of ``rt``, a :class:`~store.client.runtime.ConsumerRuntime`
     (which imports this module: not named here), in the main thread only (elsewhere Python
     refuses them, and the program's own stay)."""
     def on_signal(signum: int, _frame: object) -> None:

@@ -12,8 +12,8 @@ from store.client.rules import check_flags
 if TYPE_CHECKING:
     from store.log.messagestore import Store
     from store.log.record import Message
-    from store.tx.check import CheckEvent, CheckReport, Pending
-    from store.tx.transaction import EndResult, HalfResult
+    from store.tx.check import PendingTransaction, TransactionCheckEvent, TransactionCheckReport
+    from store.tx.transaction import PreparedTransaction, TransactionEnd
 
 
 class TransactionAdmin:
@@ -28,7 +28,7 @@ class TransactionAdmin:
 
     def prepare_transaction(self, topic: str, body: bytes, properties: dict[str, str], *,
                             queue: int | None = None, sharding_key: str | None = None,
-                            sync: bool = False) -> HalfResult:
+                            sync: bool = False) -> PreparedTransaction:
         """Store a half message for ``topic`` (invisible to consumers until committed); its
         real queue is chosen now. ``properties`` as :func:`store.build_properties` makes them.
         Returns the transaction id and the stored half message (``.half``)."""
@@ -43,7 +43,7 @@ class TransactionAdmin:
         from store.tx.transaction import load
         return load(self.store, tx_id).state
 
-    def end_transaction(self, tx_id: str, commit: bool, *, sync: bool = False) -> EndResult:
+    def end_transaction(self, tx_id: str, commit: bool, *, sync: bool = False) -> TransactionEnd:
         """Commit (the message becomes visible) or roll back ``tx_id`` — or the transaction
         whose record has this offset id. Resolving it the same way twice is a no-op; the other
         way raises ``TransactionStateError``."""
@@ -52,7 +52,7 @@ class TransactionAdmin:
         store = self.store
         return end_transaction(store, resolve_tx_id(store, tx_id), commit, sync=sync)
 
-    def transactions(self, *, parked: bool = False) -> list[Pending]:
+    def transactions(self, *, parked: bool = False) -> list[PendingTransaction]:
         """The unresolved (PREPARED) transactions, oldest first; with ``parked``, instead
         those the check service parked after ``max_checks`` and nobody resolved since (state
         DISCARDED: :meth:`end_transaction` still resolves them), oldest parked first, each
@@ -63,8 +63,8 @@ class TransactionAdmin:
 
     def check_transactions(self, checker: Callable[[Message, int], str], *, timeout_ms: int | None = None,
                            max_checks: int | None = None,
-                           on_event: Callable[[CheckEvent], None] | None = None,
-                           should_stop: Callable[[], bool] | None = None) -> CheckReport:
+                           on_event: Callable[[TransactionCheckEvent], None] | None = None,
+                           should_stop: Callable[[], bool] | None = None) -> TransactionCheckReport:
         """One pass of the check service: ``checker(half, check_times)`` is asked about every
         unresolved transaction older than ``timeout_ms`` (default 6 s) and answers ``COMMIT``,
         ``ROLLBACK`` or ``UNKNOWN``; after ``max_checks`` checks (default 15) a transaction is

@@ -27,9 +27,10 @@ from collections.abc import Callable, Iterable, Mapping
 
 from store import fsutil
 from store.errors import CorruptionError, io_error
+from store.errors import warn as say_warning
 from store.failpoints import failpoint
 from store.layout import Layout, backup_of, lock_beside
-from store.log.offsets import FallbackWatch, QueueKey, Warn, check_offset, exclusive, warn_stderr
+from store.log.offsets import FallbackWatch, QueueKey, Warn, check_offset, exclusive
 from store.log.offsettable import NO_OFFSET, is_int, parse_offset
 from store.names import BROKER_NAME, CLIENT_ID_RE, NAME_RE, validate_any_topic, validate_client_id, validate_group
 
@@ -72,7 +73,7 @@ class BroadcastOffsetStore:
 
     def __init__(self, layout: Layout, client_id: str, group: str, warn: Warn | None = None) -> None:
         self.path = layout.broadcast_offsets(validate_client_id(client_id), validate_group(group))
-        self._warn = warn or warn_stderr
+        self._warn = warn or say_warning
         self._warned: set[str] = set()
         self._table: dict[QueueKey, int] = {}
 

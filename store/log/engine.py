@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from store import names
-from store.errors import StoreError, TopicExistsError, TopicNotFoundError, UsageError
+from store.errors import StoreError, TopicExistsError, TopicNotFoundError, UsageError, topic_not_created
 from store.failpoints import failpoint
 from store.layout import Layout
 from store.log import checkpoint as ckpt
@@ -202,7 +202,7 @@ class Engine:
         self.warn = warn
         self.commitlog = CommitLog(layout.commitlog_dir, settings.commitlog_segment_size)
         # The key index is made on first use: a reader never looks a key up, and its module
-        # (with array, bisect) is ~1 ms of a consumer's start (issue 26).
+        # (with array, bisect) is about a millisecond of every consumer's start.
         self._index: KeyIndex | None = None
         self._index_lock = _thread.allocate_lock()
         self.topic_table = TopicTable(layout, warn=warn)
@@ -400,9 +400,7 @@ class Engine:
         elif names.is_system_topic(name):  # %RETRY%G and %DLQ%G: one queue each, as RocketMQ
             queues = 1
         elif not self.settings.auto_create_topics:
-            raise TopicNotFoundError(
-                f"topic {name!r} does not exist, and topics are not created on send here "
-                f"(mqctl init --no-auto-create or MQCTL_AUTO_CREATE=0); create it with: mqctl topic create {name}")
+            raise topic_not_created(name)
         else:
             queues = self.settings.default_queues
         if queue_id >= queues:

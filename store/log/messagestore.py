@@ -24,7 +24,6 @@ Around it: ``settings.py`` (``store.json``'s fields), ``results.py`` (what puts 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from store import names
@@ -37,6 +36,7 @@ from store.errors import (
     StoreNotFoundError,
     UsageError,
 )
+from store.errors import warn as say_warning
 from store.fsutil import check_dir_path
 from store.layout import Layout
 from store.log import format as F
@@ -46,7 +46,7 @@ from store.log.consumequeue import ConsumeQueue
 from store.log.engine import SYSTEM_TOPIC_QUEUES, Engine
 from store.log.preflight import checkpoint_locked, claim_new_store, recover_if_dirty, unfinished_creation
 from store.log.queueends import logged_end, queue_end
-from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_separator
+from store.log.record import PROP_UNIQ_KEY, Body, Draft, Message, UniqKeyGenerator, has_property_separator
 from store.log.settings import StoreSettings
 from store.log.topics import TopicConfig
 from store.log.writelock import WriteLock
@@ -64,10 +64,6 @@ if TYPE_CHECKING:
     from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
 
 __all__ = ["SYSTEM_TOPIC_QUEUES", "Store", "open_store"]
-
-
-def _default_warn(msg: str) -> None:
-    sys.stderr.write(f"mqctl: warning: {msg}\n")
 
 
 class Store:
@@ -108,7 +104,7 @@ class Store:
     # -- opening ---------------------------------------------------------------------------
     @classmethod
     def open(cls, root: str | Path, *, create: bool = False, settings: StoreSettings | None = None,
-             warn: Callable[[str], None] = _default_warn, recover: bool = True,
+             warn: Callable[[str], None] = say_warning, recover: bool = True,
              rebuild_settings: bool = False) -> "Store":
         """Open the store at ``root``; with ``create`` make it first if it does not exist.
 
@@ -225,7 +221,8 @@ class Store:
 
     def create_topic(self, name: str, queues: int | None = None, order: bool = False,
                      *, system: bool = False) -> tuple[TopicConfig, bool]:
-        """Create a topic; returns (config, created). Exists with another shape → exit 4."""
+        """Create a topic; returns (config, created). ``TopicExistsError`` when it exists with
+        another queue count or order."""
         (names.validate_any_topic if system else names.validate_topic)(name)
         queues = self.settings.default_queues if queues is None else queues
         _check_queue_count(queues)
@@ -233,8 +230,8 @@ class Store:
             return self.engine.create_topic_locked(name, queues, order)
 
     def update_topic(self, name: str, queues: int, *, named: str = "queues") -> tuple[TopicConfig, bool]:
-        """Add queues to a topic; returns (config, changed). Fewer queues: exit 2, naming ``named``.
-        Sharding keys route by the new count from then on; consumers pick the queues up at
+        """Add queues to a topic; returns (config, changed). Fewer queues: ``UsageError``, naming
+        ``named``. Sharding keys route by the new count from then on; consumers pick the queues up at
         once (``config/topics.epoch`` changes)."""
         names.validate_any_topic(name)
         _check_queue_count(queues)
@@ -306,8 +303,8 @@ class Store:
         max_size = self.settings.max_message_size
         if longest > max_size:
             raise MessageTooLargeError(f"message body of {longest} bytes exceeds the store's limit of {max_size} bytes")
-        if (props and any(has_separator(x) for kv in props.items() for x in kv)) or any(
-                k is not None and has_separator(k) for k in sharding_keys):
+        if (props and any(has_property_separator(x) for kv in props.items() for x in kv)) or any(
+                k is not None and has_property_separator(k) for k in sharding_keys):
             raise BadInputError("a property name or value (tags, keys, sharding key included) "
                                 "contains the control characters \\x01 or \\x02")
 
@@ -323,7 +320,8 @@ class Store:
         if not bodies:
             return results.BatchResult(topic, [], [], [], 0)
         if sharding_keys is not None and len(sharding_keys) != len(bodies):
-            raise ValueError("put_bodies: one sharding key (or None) per body")
+            raise UsageError(f"put_bodies: one sharding key (or None) per body: {len(sharding_keys)} keys "
+                             f"for {len(bodies)} bodies")
         bodies = framing.byte_views(bodies)   # (the CLI's views; arrays, wider or 2-D views anywhere)
         props = dict(properties or {})
         if PROP_UNIQ_KEY in props:
@@ -405,9 +403,10 @@ class Store:
         readers that need nothing else (``consume`` writing raw bodies, no tag filter).
 
         Every record gets the same checks as in :meth:`pull` (see :mod:`store.log.columns`), but no
-        :class:`Message` is built: about three times cheaper per message. ``views``: bodies of
-        1 KiB and more may come as memoryviews into the read's buffer instead of copies (for
-        a caller that writes them out and lets go)."""
+        :class:`Message` is built: about three times cheaper per message. ``views``: big bodies
+        may come as memoryviews into the read's buffer instead of copies (for a caller that
+        writes them out and lets go): those of records of 2 KiB and more, and on the array path
+        every body of a run whose bodies average 1 KiB or more (``store/log/columns.py``)."""
         from store.log.columns import pull_columns
         from store.log.results import BodiesResult
         c = pull_columns(self.engine, topic, queue_id, offset, max_count, max_bytes, bodies_only=True, views=views)

@@ -37,7 +37,6 @@ Directories are created 0700, files 0600.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -47,6 +46,7 @@ from pathlib import Path
 
 from store import fsutil
 from store.errors import CorruptionError, LockHeldError, UsageError, io_error
+from store.errors import warn as say_warning
 from store.flock import close_kept, keep, wait_flock
 from store.layout import Layout, lock_beside
 from store.log import offsetcommits, offsettable
@@ -74,12 +74,6 @@ LOCK_TIMEOUT_S = 30.0
 
 Warn = Callable[[str], None]   # where warnings go, one line each
 QueueKey = tuple[str, int]     # (topic, queueId)
-
-
-def warn_stderr(message: str) -> None:
-    """The default ``warn``: one line on stderr in the CLI's format."""
-    sys.stderr.write(f"mqctl: warning: {message}\n")
-    sys.stderr.flush()
 
 
 @contextmanager
@@ -183,7 +177,7 @@ class ClusterOffsetStore:
         self.layout = layout
         self.path = layout.consumer_offset_json
         self.lock_path = lock_beside(self.path)
-        self._warn = warn or warn_stderr
+        self._warn = warn or say_warning
         self.view = OffsetView(layout)   # (its ``appended``: commits no snapshot holds yet)
         self._view_lock = threading.Lock()   # (one commit at a time: the view is this store's)
         self.last_written: tuple[int, int, int] | None = None   # (inode, mtime, size) of its last write

@@ -1,4 +1,4 @@
-"""One commit-log record: the :class:`Message` a reader gets, and encode/decode of its bytes.
+"""One commit-log record: the :class:`StoredMessage` a reader gets, and encode/decode of its bytes.
 
 The byte layout is written down in ``format.py``. Encoding is on the producer's hot path, so
 :func:`encode` builds the record with one ``struct.pack`` and two CRCs and nothing else;
@@ -13,7 +13,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
-from store.errors import BadInputError, MessageTooLargeError
+from store.errors import MessageTooLargeError
 from store.log import format as F
 from store.names import SCHEDULE_TOPIC
 
@@ -218,7 +218,7 @@ def counter_hex(first: int, n: int) -> list[bytes]:
     return hx
 
 
-def has_separator(value: str | bytes) -> bool:
+def has_property_separator(value: str | bytes) -> bool:
     """Whether ``value`` holds a property separator (bytes 1 and 2): stored in a property (a
     user property, tags, keys, a sharding key) it would let a producer inject properties, e.g.
     forge UNIQ_KEY. The one place that says what is allowed in a stored property."""
@@ -234,16 +234,9 @@ def property_problem(name: str, value: str) -> str | None:
         return "name and value must both be non-empty"
     if name in RESERVED_PROPERTIES:
         return "the name is reserved for the store"
-    if has_separator(name) or has_separator(value):
+    if has_property_separator(name) or has_property_separator(value):
         return "may not contain the control characters \\x01 or \\x02"
     return None
-
-
-def check_property(name: str, value: str) -> None:
-    """A user property that may be stored (:func:`property_problem`), else BadInputError."""
-    why = property_problem(name, value)
-    if why is not None:
-        raise BadInputError(f"property {name!r}: {why}")
 
 
 def encode_properties(props: dict[str, str]) -> bytes:
@@ -279,8 +272,8 @@ class Draft:
 
 
 @dataclass(slots=True)
-class Message:
-    """A stored message as a reader sees it."""
+class StoredMessage:
+    """A stored message as a reader sees it (a consumer's :class:`store.Message` is made from one)."""
 
     topic: str
     queue_id: int
@@ -337,6 +330,9 @@ class Message:
     @property
     def user_properties(self) -> dict[str, str]:
         return {k: v for k, v in self.properties.items() if k not in RESERVED_PROPERTIES}
+
+
+Message = StoredMessage   # the engine's modules' short name for it
 
 
 def check_properties_size(props_len: int) -> None:

@@ -11,6 +11,7 @@ its order (unique key, sharding key, then the shared ones).
 """
 from __future__ import annotations
 
+from store.errors import UsageError
 from store.log import format as F
 from store.log.record import (
     PROP_KEYS,
@@ -45,7 +46,7 @@ def put_one(store: "Store", topic: str, body: bytes, props: dict[str, str], queu
     lacks, an ordered topic without a key). ``uniq``: the unique key, when the sender gives
     one (checked by the caller: ``store.check_msg_id``, which stores it upper case); else a new one."""
     if PROP_UNIQ_KEY in props or PROP_SHARDING_KEY in props:
-        raise ValueError("put_one: the unique key is the store's, the sharding key an argument")
+        raise UsageError("put_one: the unique key is the store's, the sharding key an argument")
     store.check_bodies(len(body), props, () if sharding_key is None else (sharding_key,))
     engine = store.engine
     writer = engine.writer

@@ -1,4 +1,4 @@
-"""One write batch: placement, framing, commit and undo for every kind of put (issue 12).
+"""One write batch: placement, framing, commit and undo for every kind of put, in one place.
 
 Every put goes through a :class:`WriteBatch`, made under the store's write lock: a single
 message, a batch of drafts (transactional half and op messages, retry and dead-letter copies,

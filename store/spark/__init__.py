@@ -10,7 +10,9 @@ does not import PySpark)::
 
 ``local_session``, ``register``, ``prepare_environment`` and ``session_conf`` are in
 ``store/spark/datasource.py`` (its docstring: columns, options, streaming), ``ship_archive``
-(the code zipped for executors) in ``ship.py``; ``SCHEMA`` is the columns' Spark schema.
+(the code zipped for executors) in ``ship.py``; ``SCHEMA`` is the columns' Spark schema;
+``mqctl_errors`` (a ``with`` block raising the store's error in place of Spark's exception
+carrying it) and ``store_error`` (that error, found in the exception) in ``errors.py``.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ _EXPORTS = {
     "local_session": "datasource", "register": "datasource", "prepare_environment": "datasource",
     "session_conf": "datasource", "ship_archive": "ship",
     "SCHEMA": "schema", "SCHEMA_DDL": "schema",
+    "mqctl_errors": "errors", "store_error": "errors",
 }
 
 __all__ = sorted(_EXPORTS)

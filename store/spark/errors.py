@@ -49,10 +49,7 @@ def store_error(exc: BaseException) -> E.StoreError | None:
     if not found:
         return None
     name, message = found[-1]
-    cls = getattr(E, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, E.StoreError)):
-        cls = E.OperationError
-    return cls(message.strip())
+    return E.from_text(name, message.strip())
 
 
 @contextmanager

@@ -12,11 +12,12 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
+
+from store.errors import notice
 
 SOURCES = Path(__file__).with_name("java")
 SERVICE = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
@@ -60,7 +61,7 @@ def build_jar() -> Path | None:
         return jar
     javac = _javac()
     if javac is None:
-        print("mqctl: notice: no JDK (javac) found: Spark reads use the Python reader", file=sys.stderr)
+        notice("no JDK (javac) found: Spark reads use the Python reader")
         return None
     _, jars = _spark_jars()
     jar.parent.mkdir(parents=True, exist_ok=True)
@@ -70,8 +71,7 @@ def build_jar() -> Path | None:
                                *map(str, _sources())], capture_output=True, text=True)
         if done.returncode != 0:
             first = (done.stderr.strip().splitlines() or ["?"])[0]
-            print(f"mqctl: notice: the JVM reader did not compile ({first}): Spark reads use "
-                  f"the Python reader", file=sys.stderr)
+            notice(f"the JVM reader did not compile ({first}): Spark reads use the Python reader")
             return None
         staged = Path(tmp) / jar.name
         with zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED) as zf:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import sys
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence, TypeVar
 
 from store.errors import DataError, TopicNotFoundError, UsageError
+from store.errors import warn as say_warning
 from store.names import is_system_topic, parse_tag_expression, validate_any_topic
 from store.timeparse import parse_time
 
@@ -292,7 +292,7 @@ def warn(what: str, once: object = None) -> None:
         _SAID[key] = None
         if len(_SAID) > _SAID_MAX:   # (a stream's plans of one batch come together: the latest suffice)
             _SAID.popitem(last=False)
-    print(f"mqctl: warning: {what}", file=sys.stderr)
+    say_warning(what)
 
 
 def queues_went_back(topic: str, read_to: Mapping[int, int], ends: Mapping[int, int],

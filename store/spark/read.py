@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import socket
-import sys
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
@@ -27,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from store.errors import DataError, UsageError
+from store.errors import DataError, UsageError, notice
 from store.log.arraycolumns import VecColumns
 from store.log.columns import Columns
 from store.log.messagestore import Store
@@ -148,9 +147,8 @@ def say_crc_is_slow() -> None:
     no ``isal`` (``register(spark, ship_code=True)`` ships pure-Python code only: a compiled
     package cannot be imported from the archive)."""
     if not FAST_CRC and os.environ.get("MQCTL_PURE_ZLIB", "") in ("", "0"):
-        print(f"mqctl: notice: no isal on {socket.gethostname()}: the Python reader checks CRCs "
-              f"with zlib, about 4x slower (pip install isal there, or read with the JVM reader)",
-              file=sys.stderr)
+        notice(f"no isal on {socket.gethostname()}: the Python reader checks CRCs with zlib, "
+               f"about 4x slower (pip install isal there, or read with the JVM reader)")
 
 
 def read_slice(part: QueueSlice, plan: ColumnPlan) -> Iterator[pa.RecordBatch]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
@@ -26,6 +25,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from store.errors import UsageError
+from store.errors import warn as say_warning
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
 from store.log.messagestore import Store
 from store.log.record import PROP_UNIQ_KEY, Draft
@@ -218,7 +218,7 @@ def commit_stream_batch(opts: WriteOptions, sink_id: str, batch_id: int,
             if isinstance(done, int) and isinstance(digest, str):
                 resumed = _resume(store, drafts, progress, done, digest)
             if resumed is None:
-                (warn or _warn)(f"mqctl sink {sink_id}: replay of batch {batch_id} differs from "
+                (warn or say_warning)(f"sink {sink_id}: replay of batch {batch_id} differs from "
                                 f"the interrupted publish; looking up every message")
                 progress = _Progress(ledger, base, batch_id, opts.sync)
                 drafts = (d for d in keyed_drafts(root, parts, sink_id, batch_id)
@@ -229,10 +229,6 @@ def commit_stream_batch(opts: WriteOptions, sink_id: str, batch_id: int,
         with store.write_lock():
             ledger.save({**base, "lastBatchId": batch_id, "publishing": None})
         return n
-
-
-def _warn(line: str) -> None:
-    sys.stderr.write(line + "\n")
 
 
 def batch_stage_dir(sink_id: str, batch_id: int | None) -> str:

@@ -26,8 +26,8 @@ from store.errors import UsageError
 from store.tx.producer import TransactionProducer, TransactionSendResult
 
 if TYPE_CHECKING:
-    from store.tx.check import CheckReport
-    from store.tx.transaction import EndResult
+    from store.tx.check import TransactionCheckReport
+    from store.tx.transaction import TransactionEnd
 
 AsyncAnswer = Callable[[Message], Any]   # -> TxState (or str, None), or an awaitable of one
 
@@ -136,27 +136,27 @@ class AsyncTransactionProducer:
             raise
         return result
 
-    async def commit(self, tx_id: str) -> EndResult:
+    async def commit(self, tx_id: str) -> TransactionEnd:
         """Commit ``tx_id`` (see :meth:`store.TransactionProducer.commit`)."""
-        result: EndResult = await self._call(lambda tp: tp.commit(tx_id))
+        result: TransactionEnd = await self._call(lambda tp: tp.commit(tx_id))
         return result
 
-    async def rollback(self, tx_id: str) -> EndResult:
+    async def rollback(self, tx_id: str) -> TransactionEnd:
         """Roll back ``tx_id`` (see :meth:`store.TransactionProducer.rollback`)."""
-        result: EndResult = await self._call(lambda tp: tp.rollback(tx_id))
+        result: TransactionEnd = await self._call(lambda tp: tp.rollback(tx_id))
         return result
 
-    async def check_pending(self, timeout: float | _dt.timedelta = 6, max_checks: int = 15) -> CheckReport:
+    async def check_pending(self, timeout: float | _dt.timedelta = 6, max_checks: int = 15) -> TransactionCheckReport:
         """One pass of the check service, ``check`` awaited for each transaction (see
         :meth:`store.TransactionProducer.check_pending`)."""
         if self.check is None:
             raise UsageError("check_pending needs a check function: AsyncTransactionProducer(check=...)")
         check = _on_loop(self.check, asyncio.get_running_loop())
 
-        def one_pass(tp: TransactionProducer) -> CheckReport:
+        def one_pass(tp: TransactionProducer) -> TransactionCheckReport:
             tp.check = check
             return tp.check_pending(timeout, max_checks)
-        report: CheckReport = await self._call(one_pass)
+        report: TransactionCheckReport = await self._call(one_pass)
         return report
 
     async def pending(self) -> list[str]:

@@ -84,7 +84,7 @@ def _start_offsets(store: "Store") -> tuple[int, int]:
 # -- pending transactions -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Pending:
+class PendingTransaction:
     """An unresolved transaction and its newest live half copy (of a parked one: its newest
     half copy, and ``parked_at``, the store time of its copy in ``TRANS_CHECK_MAX_TIME_TOPIC``)."""
 
@@ -96,7 +96,7 @@ class Pending:
     parked_at: int | None = None
 
 
-def pending(store: "Store") -> list[Pending]:
+def pending(store: "Store") -> list[PendingTransaction]:
     """PREPARED transactions, oldest first (what the check service has still to decide)."""
     half_off, op_off = _start_offsets(store)
     finished = {o for _, offs in _read_ops(store, op_off) for o in offs}
@@ -104,12 +104,13 @@ def pending(store: "Store") -> list[Pending]:
     for m in store.iter_queue(HALF_TOPIC, 0, half_off):
         if m.queue_offset not in finished and m.uniq_key:
             newest[m.uniq_key] = m
-    out = [Pending(tx_id, view.topic, int_or(m.properties.get(PROP_REAL_QID), -1), view.check_times, view.latest)
+    out = [PendingTransaction(tx_id, view.topic, int_or(m.properties.get(PROP_REAL_QID), -1), view.check_times,
+                              view.latest)
            for tx_id, m, view in _in_state(store, newest, PREPARED)]
     return sorted(out, key=lambda p: (p.half.born_timestamp, p.half.queue_offset))
 
 
-def parked(store: "Store") -> list[Pending]:
+def parked(store: "Store") -> list[PendingTransaction]:
     """Transactions parked after their last check (state DISCARDED) and resolved by nobody
     since — ``tx commit``/``rollback`` still do — oldest parked first."""
     if not store.has_topic(CHECK_MAX_TOPIC):
@@ -118,8 +119,8 @@ def parked(store: "Store") -> list[Pending]:
     for m in store.iter_queue(CHECK_MAX_TOPIC, 0, store.min_offset(CHECK_MAX_TOPIC, 0)):
         if m.uniq_key:
             copies.setdefault(m.uniq_key, m)
-    out = [Pending(tx_id, view.topic, int_or(view.latest.properties.get(PROP_REAL_QID), -1), view.check_times,
-                   view.latest, copy.store_timestamp)
+    out = [PendingTransaction(tx_id, view.topic, int_or(view.latest.properties.get(PROP_REAL_QID), -1),
+                              view.check_times, view.latest, copy.store_timestamp)
            for tx_id, copy, view in _in_state(store, copies, DISCARDED)]
     return sorted(out, key=lambda p: (p.parked_at or 0, p.half.queue_offset))
 
@@ -144,7 +145,7 @@ ROLLBACK or UNKNOWN (exactly: anything else is left unknown, with a warning thro
 
 
 @dataclass(frozen=True)
-class CheckEvent:
+class TransactionCheckEvent:
     tx_id: str
     topic: str
     check_times: int
@@ -154,10 +155,10 @@ class CheckEvent:
 
 
 @dataclass
-class CheckReport:
+class TransactionCheckReport:
     half_offsets: tuple[int, int]   # progress before and after the pass
     op_offsets: tuple[int, int]
-    events: list[CheckEvent] = field(default_factory=list)
+    events: list[TransactionCheckEvent] = field(default_factory=list)
     # A pass that checked nothing: how many transactions are still pending (all younger than
     # the timeout, or waiting out their check immunity), so "nothing to check" is not taken
     # for "nothing pending" (0 after a pass that did check some)
@@ -188,8 +189,8 @@ def immunity_ms(m: Message, timeout_ms: int) -> int:
 
 
 def check_pass(store: "Store", checker: Checker, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
-               max_checks: int = DEFAULT_MAX_CHECKS, on_event: Callable[[CheckEvent], None] | None = None,
-               should_stop: Callable[[], bool] | None = None) -> CheckReport:
+               max_checks: int = DEFAULT_MAX_CHECKS, on_event: Callable[[TransactionCheckEvent], None] | None = None,
+               should_stop: Callable[[], bool] | None = None) -> TransactionCheckReport:
     """One pass of the check service over the half queue (algorithm in the module docstring)."""
     with service_lock(store.layout):
         return _CheckPass(store, checker, timeout_ms, max_checks, on_event, should_stop).run()
@@ -197,7 +198,7 @@ def check_pass(store: "Store", checker: Checker, *, timeout_ms: int = DEFAULT_TI
 
 class _CheckPass:
     def __init__(self, store: "Store", checker: Checker, timeout_ms: int, max_checks: int,
-                 on_event: Callable[[CheckEvent], None] | None,
+                 on_event: Callable[[TransactionCheckEvent], None] | None,
                  should_stop: Callable[[], bool] | None) -> None:
         self.store = store
         self.checker = checker
@@ -205,9 +206,9 @@ class _CheckPass:
         self.max_checks = max_checks
         self.on_event = on_event
         self.should_stop = should_stop or (lambda: False)
-        self.events: list[CheckEvent] = []
+        self.events: list[TransactionCheckEvent] = []
 
-    def run(self) -> CheckReport:
+    def run(self) -> TransactionCheckReport:
         self.store.ensure_recovered()  # so that the queues read below show every record
         half_off, op_off = _start_offsets(self.store)
         ops = _read_ops(self.store, op_off)
@@ -225,7 +226,7 @@ class _CheckPass:
             self.store.sync_written()
             save_tx_progress(self.store.layout, new_half, new_op)
         young = len(pending(self.store)) if not self.events else 0
-        return CheckReport((half_off, new_half), (op_off, new_op), self.events, young)
+        return TransactionCheckReport((half_off, new_half), (op_off, new_op), self.events, young)
 
     def _walk(self, start: int, end: int, finished: set[int]) -> int:
         """Handle the half copies in [start, end); returns where the next pass must start."""
@@ -313,7 +314,7 @@ class _CheckPass:
 
     def _emit(self, view: TxView, action: str, answer: str | None, state: str,
               times: int | None = None) -> None:
-        event = CheckEvent(view.tx_id, view.topic, view.check_times if times is None else times,
+        event = TransactionCheckEvent(view.tx_id, view.topic, view.check_times if times is None else times,
                            action, answer, state)
         self.events.append(event)
         if self.on_event is not None:

@@ -23,8 +23,8 @@ from store.errors import UsageError
 if TYPE_CHECKING:
     from store.log import record
     from store.log.messagestore import Store
-    from store.tx.check import CheckReport
-    from store.tx.transaction import EndResult
+    from store.tx.check import TransactionCheckReport
+    from store.tx.transaction import TransactionEnd
 
 
 class TxState(str, enum.Enum):
@@ -182,23 +182,23 @@ class TransactionProducer(StoreClient):
                 stored = end_transaction(store, res.tx_id, state is TxState.COMMIT, sync=self.sync).state
         return TransactionSendResult(res.tx_id, state, stored, res.topic, res.queue_id, res.offset_msg_id)
 
-    def commit(self, tx_id: str) -> "EndResult":
+    def commit(self, tx_id: str) -> TransactionEnd:
         """Commit ``tx_id`` (or the offset id of one of its records): the message becomes
         visible. A no-op if it is committed already; ``TransactionStateError`` if it was
         rolled back, ``TransactionNotFoundError`` for an unknown id."""
         return self._end(tx_id, True)
 
-    def rollback(self, tx_id: str) -> "EndResult":
+    def rollback(self, tx_id: str) -> TransactionEnd:
         """Roll back ``tx_id``: the message is never delivered. A no-op if it is rolled back
         already; ``TransactionStateError`` if it was committed."""
         return self._end(tx_id, False)
 
-    def _end(self, tx_id: str, commit: bool) -> "EndResult":
+    def _end(self, tx_id: str, commit: bool) -> TransactionEnd:
         from store.tx.transaction import end_transaction, resolve_tx_id
         store = self._open_store()
         return end_transaction(store, resolve_tx_id(store, tx_id), commit, sync=self.sync)
 
-    def check_pending(self, timeout: float | _dt.timedelta = 6, max_checks: int = 15) -> "CheckReport":
+    def check_pending(self, timeout: float | _dt.timedelta = 6, max_checks: int = 15) -> TransactionCheckReport:
         """One pass of the check service: ask ``check`` about every unresolved transaction
         whose half message is older than ``timeout`` seconds, and commit or roll back on its
         answer (UNKNOWN, or an exception, asks again in a later pass; after ``max_checks``
@@ -215,7 +215,7 @@ class TransactionProducer(StoreClient):
             raise UsageError(f"max_checks must be an int >= 1, not {max_checks!r}")
         check = self.check
 
-        def ask(copy: "record.Message", times: int) -> str:
+        def ask(copy: record.StoredMessage, times: int) -> str:
             try:
                 return _state(check(self._view(copy, copy.uniq_key or "")), copy.uniq_key or "", "check").value
             except Exception as exc:  # noqa: BLE001 - UNKNOWN: asked again later
@@ -229,7 +229,7 @@ class TransactionProducer(StoreClient):
         return [p.tx_id for p in pending(self._open_store())]
 
     @staticmethod
-    def _view(half: "record.Message", tx_id: str) -> Message:
+    def _view(half: record.StoredMessage, tx_id: str) -> Message:
         """A half message as the local transaction and the checker see it: the real topic
         and queue, ``msg_id`` = the transaction id."""
         from store.log.record import PROP_REAL_QID, PROP_REAL_TOPIC

@@ -255,7 +255,7 @@ def transaction_state(store: "Store", m: Message) -> dict[str, Any] | None:
 # -- writing ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class HalfResult:
+class PreparedTransaction:
     tx_id: str
     topic: str
     queue_id: int            # the real queue the message goes to on commit
@@ -264,7 +264,7 @@ class HalfResult:
 
 
 def send_half(store: "Store", topic: str, body: bytes, properties: dict[str, str], *,
-              queue_id: int = -1, sharding_key: str | None = None, sync: bool = False) -> HalfResult:
+              queue_id: int = -1, sharding_key: str | None = None, sync: bool = False) -> PreparedTransaction:
     """Store a half message for ``topic``. Its real queue is chosen now, as for a plain send."""
     tx_id = new_tx_id()
     with store.write_lock():
@@ -274,7 +274,7 @@ def send_half(store: "Store", topic: str, body: bytes, properties: dict[str, str
                  PROP_REAL_TOPIC: topic, PROP_REAL_QID: str(qid), PROP_TRAN_MSG: "true"}
         res = store.put([Draft(HALF_TOPIC, body, props, queue_id=0)], sync=sync)[0]
     failpoint("tx-send-after-half")
-    return HalfResult(tx_id, topic, qid, res.msg_id, store.get(res.commitlog_offset))
+    return PreparedTransaction(tx_id, topic, qid, res.msg_id, store.get(res.commitlog_offset))
 
 
 def put_op(store: "Store", view: TxView, kind: str, sync: bool = False) -> None:
@@ -301,7 +301,7 @@ def _put_real(store: "Store", view: TxView, sync: bool) -> str:
 
 
 @dataclass(frozen=True)
-class EndResult:
+class TransactionEnd:
     tx_id: str
     state: str                    # COMMITTED or ROLLED_BACK
     changed: bool                 # False: it already was (a no-op, or only a missing op written)
@@ -309,7 +309,7 @@ class EndResult:
     commit_offset_msg_id: str | None = None
 
 
-def end_transaction(store: "Store", tx_id: str, commit: bool, *, sync: bool = False) -> EndResult:
+def end_transaction(store: "Store", tx_id: str, commit: bool, *, sync: bool = False) -> TransactionEnd:
     """Commit or roll back ``tx_id``, exactly once.
 
     The same resolution again is a no-op (it completes a commit whose op record a crash lost);
@@ -326,11 +326,11 @@ def end_transaction(store: "Store", tx_id: str, commit: bool, *, sync: bool = Fa
             if not view.has_op(OP_OF_STATE[target]):
                 put_op(store, view, OP_OF_STATE[target], sync)
             real_id = view.real.msg_id if view.real is not None else None
-            return EndResult(tx_id, target, False, view.topic, real_id)
+            return TransactionEnd(tx_id, target, False, view.topic, real_id)
         real_id = None
         if commit:
             real_id = _put_real(store, view, sync)
             failpoint("tx-commit-after-real")
         put_op(store, view, OP_OF_STATE[target], sync)
         failpoint("tx-commit-after-op" if commit else "tx-rollback-after-op")
-    return EndResult(tx_id, target, True, view.topic, real_id)
+    return TransactionEnd(tx_id, target, True, view.topic, real_id)

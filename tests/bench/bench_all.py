@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every comparison of issue 26 in one command, quiet and beside CPU hogs, and one table.
+"""Every speed comparison in one command, quiet and beside CPU hogs, and one table.
 
 Not a test. Run from the repository::
 

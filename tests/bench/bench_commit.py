@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What one group member's offset commit costs (issue 26), this checkout against a baseline
+"""What one group member's offset commit costs, this checkout against a baseline
 checkout in the same run (each process runs in its checkout). Not a test::
 
     .venv/bin/python tests/bench/bench_commit.py --baseline /work/main [--procs 1,16] [--hogs 2]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What one group member's offset commit costs as the group grows (issue 26). Not a test::
+"""What one group member's offset commit costs as the group grows. Not a test::
 
     .venv/bin/python tests/bench/bench_commits.py [--members 1,4,8,16] [--rounds 25] [--reps 5]
 

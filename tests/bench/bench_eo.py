@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Exactly-once copy benchmark (issue 29): ``consume A --to B`` against today's ways to copy.
+"""Exactly-once copy benchmark: ``consume A --to B`` against today's ways to copy.
 
 Not a test (no ``test_`` prefix: pytest does not collect it). Run from the repository::
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""What the members of a consumer group cost each other (issue 26) and what idle consumers
-cost (issue 30), this checkout against a baseline checkout in the same run. Not a test::
+"""What the members of a consumer group cost each other and what idle consumers
+cost, this checkout against a baseline checkout in the same run. Not a test::
 
     .venv/bin/python tests/bench/bench_members.py --baseline ../members-base [--hog]
 

@@ -1,4 +1,4 @@
-"""Metadata at scale (issue 25): what topics cost every command, and what the offsets
+"""Metadata at scale: what topics cost every command, and what the offsets
 journal costs consumers and producers. A benchmark, not a test.
 
     .venv/bin/python tests/bench/bench_metadata.py [--sizes 1,100,1000,10000] [--runs 7]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Big lines through a pipe (issue 26): ``cat FILE | mqctl send T`` of this checkout and of
+"""Big lines through a pipe: ``cat FILE | mqctl send T`` of this checkout and of
 another (``--base``, e.g. main) against ``pipe_floor.c``, interleaved in one run. A
 benchmark, not a test.
 

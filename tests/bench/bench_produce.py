@@ -107,7 +107,7 @@ the same repetition), then their median:
   much: the 0.4-3.0x swings of one size in one run.
 * Peak RSS of ``mqctl send`` for 10 million messages from stdin (``/usr/bin/time``).
 
-Targets (issues 16 and 26): produce >= 2x Redis pipelined XADD at every size, CLI and API, on
+Targets: produce >= 2x Redis pipelined XADD at every size, CLI and API, on
 a busy machine too; at 64 KiB >= 0.8 of the C floor; consume >= 2x Redis XREADGROUP + XACK at
 every size; ``--flush sync`` batches of 100 (CLI and API) >= 1.5x Redis ``appendfsync always``
 at 100 B and 4 KiB; single sync sends >= SQLite WAL ``synchronous=FULL``; peak RSS for 10 M

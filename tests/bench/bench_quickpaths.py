@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The fixed cost of one ``mqctl`` process on its quick paths (issue 26), this checkout against
+"""The fixed cost of one ``mqctl`` process on its quick paths, this checkout against
 another (``--base``, e.g. main), interleaved in one run. A benchmark, not a test.
 
     .venv/bin/python tests/bench/bench_quickpaths.py --base /work/main [--runs 15] [--hogs 2] [--mb 100]

@@ -1,4 +1,4 @@
-"""Shell speed (issue 14): start-up of one-message commands, many small producers, wake-up
+"""Shell speed: start-up of one-message commands, many small producers, wake-up
 latency of a waiting consumer, and what an idle consumer costs. A benchmark, not a test.
 
     .venv/bin/python tests/bench/bench_startup.py [--runs 30] [--idle-seconds 60] [--quick]

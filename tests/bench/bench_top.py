@@ -1,4 +1,4 @@
-"""``mqctl top``'s cost and delay (issue 31): CPU per refresh of ``store.Monitor.snapshot`` on a
+"""``mqctl top``'s cost and delay: CPU per refresh of ``store.Monitor.snapshot`` on a
 store of 100 topics x 8 queues and 20 groups, idle and with a producer writing; and the time
 from a message being stored to a look showing it (max offset, lag and a non-zero rate).
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where ``mqctl consume T -g G --from first -e > /dev/null`` spends its CPU (issue 26). Not a test::
+"""Where ``mqctl consume T -g G --from first -e > /dev/null`` spends its CPU. Not a test::
 
     .venv/bin/python tests/bench/consume_profile.py --sizes 4096,65536 --reps 7
     .venv/bin/python tests/bench/consume_profile.py --base /work/main      # the same, of main too
@@ -76,7 +76,7 @@ def hooked(st, r):
     import mqctl.consumer.stdoutsink as S
     marks["imports"] = time.process_time()
     for meth in ("setup", "_loop", "shutdown"):
-        wrap(R.Runtime, meth, meth, time.process_time)
+        wrap(R.ConsumerRuntime, meth, meth, time.process_time)
     wrap(RB.Rebalancer, "rebalance", "rebalance")
     wrap(MS.Store, "pull_many", "reads")
     wrap(MS.Store, "pull_columns", "reads")

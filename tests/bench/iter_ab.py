@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """``Consumer.messages()`` against Redis Streams, and this checkout against another, on a busy
-machine: wall, CPU and thread switches per message (issue 26). Not a test::
+machine: wall, CPU and thread switches per message. Not a test::
 
     .venv/bin/python tests/bench/iter_ab.py --sizes 1024 --reps 7 --hogs 2 --base /work/main
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where ``Consumer.messages()`` spends its CPU, against its floor (issue 26). Not a test::
+"""Where ``Consumer.messages()`` spends its CPU, against its floor. Not a test::
 
     .venv/bin/python tests/bench/iter_profile.py --sizes 4096,65536 --reps 7
     .venv/bin/python tests/bench/iter_profile.py --base /work/main      # the same, of main too
@@ -55,7 +55,7 @@ timed(messagestore.Store, "pull_records", "reads")
 timed(messagestore.Store, "pull_many", "reads")
 timed(dispatch.Dispatcher, "dispatch_all", "handover")
 timed(dispatch.Dispatcher, "collect", "handover")
-timed(runtime.Runtime, "_loop", "member", member_only=False)
+timed(runtime.ConsumerRuntime, "_loop", "member", member_only=False)
 P = time.process_time
 main0, c0 = time.thread_time(), P()
 n = nbytes = 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a member of a many-member group spends its CPU (issue 26). Not a test::
+"""Where a member of a many-member group spends its CPU. Not a test::
 
     .venv/bin/python tests/bench/member_profile.py --members 16 [--cprofile OUT] [--perf OUT]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where a single ``Producer(flush="sync").send`` spends its time: its ``fdatasync`` against
-the file system's own, and what the send does around it (issue 26). Not a test::
+the file system's own, and what the send does around it. Not a test::
 
     .venv/bin/python tests/bench/sync_send_split.py --sends 3000
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Single ``Producer(flush="sync").send`` calls of this checkout against another checkout,
-SQLite WAL ``synchronous=FULL`` single-row commits and the C floor (issue 26). Not a test::
+SQLite WAL ``synchronous=FULL`` single-row commits and the C floor. Not a test::
 
     .venv/bin/python tests/bench/sync_single_ab.py --base /work/main --reps 5 --rounds 10 --hogs 2
 

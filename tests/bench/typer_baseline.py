@@ -1,4 +1,4 @@
-"""The yardstick of issue 14: a one-command Typer app that appends one framed record (header +
+"""The start-up yardstick: a one-command Typer app that appends one framed record (header +
 CRC-32) to a log file under ``flock``. ``mqctl send t hello`` should start no slower.
 
     python tests/bench/typer_baseline.py TOPIC BODY --dir DIR

@@ -1,4 +1,4 @@
-"""The face of the inspection and admin commands (issue 15): short flags with one meaning,
+"""The face of the inspection and admin commands: short flags with one meaning,
 messages a person would write, empty results said once on stderr, human times with --utc,
 ``msg show``'s timeline, contradictory flags refused with one line, progress bars on a TTY.
 

@@ -1,4 +1,4 @@
-"""``mqctl consume``'s face (issue 15): its flags, its help, --format's kcat tokens, values
+"""``mqctl consume``'s face: its flags, its help, --format's kcat tokens, values
 checked up front with one-line errors, --batch's handler input, and redeliveries that say
 so. Real ``mqctl`` processes on a real store."""
 from __future__ import annotations

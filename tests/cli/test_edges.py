@@ -1,4 +1,4 @@
-"""What a newcomer hits at the edges (issue 27): a consumer on a terminal stopped by Ctrl-C,
+"""What a newcomer hits at the edges: a consumer on a terminal stopped by Ctrl-C,
 auto-creation said and refusable, a consumer started before its topic, ``mqctl help``, the
 Spark entry points, kcat's ``-o`` and the smaller surprises. Every test runs ``mqctl`` as a
 user does: real processes on a real store (a real pseudo-terminal for Ctrl-C)."""

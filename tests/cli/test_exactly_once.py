@@ -1,4 +1,4 @@
-"""Exactly-once stages from outside (issue 29): ``mqctl consume SRC -g G --to DST``, with and
+"""Exactly-once stages from outside: ``mqctl consume SRC -g G --to DST``, with and
 without ``--exec``, as real ``mqctl`` processes on a real store. DST must hold each output
 once, only outputs of handler runs that succeeded, in their inputs' queue order, and the
 group's offsets must say so everywhere they are shown."""

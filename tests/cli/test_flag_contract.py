@@ -1,4 +1,4 @@
-"""Corners of cli.md (and cli-conventions.md where it is silent), through real processes:
+"""Corners of cli.md (and the common CLI conventions where it is silent), through real processes:
 SIGTERM during ``send``, kcat's ``%m``/``%n`` in ``consume --format``, ``--no-group -o +N``,
 sizes with units, ``--exec`` with mqctl's own stdout closed."""
 from __future__ import annotations
@@ -42,7 +42,7 @@ def test_sigterm_during_a_stdin_send_prints_the_summary_and_exits_143(mq: MQ) ->
     assert _stored(mq, "T") == 3
 
 
-# -- consume --format: kcat's %m and %n (cli-conventions C1.6) ------------------------------------
+# -- consume --format: kcat's %m and %n -----------------------------------------------------------
 
 def test_format_m_is_the_message_id_and_n_the_delivery_count(mq: MQ) -> None:
     sent = json.loads(mq.ok("send", "T", "hello", "--json").stdout)
@@ -66,7 +66,7 @@ def test_format_completion_offers_the_tokens(mq: MQ) -> None:
     assert {"raw", "json", "%m", "%n"} <= set(res.stdout.decode().split())
 
 
-# -- consume -o +N: N after the start of each queue (rpk, cli-conventions C3.1) -------------------
+# -- consume -o +N: N after the start of each queue (as rpk reads it) -----------------------------
 
 def test_offset_plus_n_starts_n_after_the_start_of_each_queue(mq: MQ) -> None:
     mq.ok("topic", "create", "T", "--queues", "2")

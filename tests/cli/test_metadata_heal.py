@@ -1,4 +1,4 @@
-"""Metadata that heals (issue 25): topic files and group offsets survive damage, topics grow.
+"""Metadata that heals: topic files and group offsets survive damage, topics grow.
 
 Every step is a real ``mqctl`` process on a real store; damage is done to the files the way a
 user (or a disk) would: emptied, appended to, a digit flipped, deleted.

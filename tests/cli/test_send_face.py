@@ -1,4 +1,4 @@
-"""``mqctl send``'s face (issue 15): its flags and help, the hint when it waits on a terminal,
+"""``mqctl send``'s face: its flags and help, the hint when it waits on a terminal,
 human summary lines, honest --delay reports, decimal delays, and values checked up front
 with one-line errors. Real ``mqctl`` processes on a real store."""
 from __future__ import annotations

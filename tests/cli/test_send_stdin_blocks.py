@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from mqctl.output import BrokenPipe, write_lines
 from mqctl.stdin import LongRecord, read_chunks
 from mqctl.stdin import split_records as _split
 
@@ -143,34 +142,6 @@ def test_a_fast_pipe_is_read_ahead_while_its_records_are_not_taken() -> None:
     t.join()
     os.close(r)
     assert got == records + more
-
-
-def test_write_lines_writes_every_body_then_a_newline() -> None:
-    r, w = os.pipe()
-    bodies = [b"a" * 70000, b"", b"b", memoryview(b"cc")] * 700
-    out = bytearray()
-
-    def drain() -> None:
-        while True:
-            d = os.read(r, 1 << 20)
-            if not d:
-                return
-            out.extend(d)
-
-    t = threading.Thread(target=drain)
-    t.start()
-    with os.fdopen(w, "wb") as fh:
-        write_lines(bodies, fh)
-    t.join()
-    os.close(r)
-    assert bytes(out) == b"".join(bytes(b) + b"\n" for b in bodies)
-
-
-def test_write_lines_to_a_closed_reader_raises_broken_pipe() -> None:
-    r, w = os.pipe()
-    os.close(r)
-    with os.fdopen(w, "wb") as fh, pytest.raises(BrokenPipe):
-        write_lines([b"x" * 100000], fh)
 
 
 def _feed_reads(pieces: list[bytes]) -> tuple[int, threading.Thread]:

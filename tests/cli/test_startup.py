@@ -1,4 +1,4 @@
-"""Start-up cost guards (issue 14): a command pays only for what it uses.
+"""Start-up cost guards: a command pays only for what it uses.
 
 Not timings (too noisy on shared machines) but module lists: ``mqctl send`` runs under
 ``python -X importtime`` and must not import a module of :data:`FORBIDDEN_ON_SEND`; the
@@ -430,7 +430,7 @@ CONSUMER_NEVER_LOADS = ("store.log.framing", "store.log.arrayframing", "store.lo
                         "hashlib", "_hashlib", "sortedcontainers", "store.log.index")
 
 
-# What the quick consume writing inline does not load (issue 26): concurrent.futures (and the
+# What the quick consume writing inline does not load: concurrent.futures (and the
 # logging, traceback and textwrap it imports, their regular expressions compiled: ~3 ms) —
 # the offsets' writer is a plain thread, a pool only for --exec and Python handlers; logging
 # (a queue lock's warnings go to the consumer's own warn); datetime (only a date printed or

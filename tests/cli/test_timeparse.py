@@ -1,4 +1,4 @@
-"""The one time grammar (cli-conventions C3.2) and the duration grammar, with a fixed clock."""
+"""The one time grammar of every time flag and the duration grammar, with a fixed clock."""
 from __future__ import annotations
 
 import calendar
@@ -193,7 +193,7 @@ def test_from_refuses_a_marked_time_that_is_no_time(text: str) -> None:
 
 def test_a_time_without_an_offset_is_utc_and_a_command_says_what_it_read(mq: MQ) -> None:
     """The tester's case: in Tokyo, the local time ``consume`` prints for a message, copied into
-    ``--from``, is read as UTC (cli-conventions C3.2), 9 h later: nothing was delivered, the
+    ``--from``, is read as UTC (as every zone-less ISO time is), 9 h later: nothing was delivered, the
     group started at the queue's end, and nothing said why (the help did not say it is UTC).
     Now the help says so, and a zone-less time where local time is not UTC, or a time in the
     future, is warned about with what it was read as (C3.3); with its offset it is local."""

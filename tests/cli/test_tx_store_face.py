@@ -1,4 +1,4 @@
-"""The face of ``tx``, ``store``, ``query``/``export`` and ``bench`` (issue 15): check command
+"""The face of ``tx``, ``store``, ``query``/``export`` and ``bench``: check command
 answers checked, an empty ``tx list`` said in words, human units and times, ``tx send -``
 reading all of stdin as one body, and the short flags that no longer exist failing as usage
 errors. Real ``mqctl`` processes (``tests.procs.MQ``) throughout."""

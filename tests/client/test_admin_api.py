@@ -526,3 +526,23 @@ def test_an_admin_of_a_directory_that_is_no_store_leaves_nothing_open(tmp_path: 
     script = f"import gc, store\nstore.Admin({str(tmp_path / 'not-a-store')!r})\ngc.collect()\n"
     cp = subprocess.run([sys.executable, "-X", "dev", "-c", script], capture_output=True, text=True, timeout=60)
     assert "ResourceWarning" not in cp.stderr, cp.stderr
+
+
+def test_a_look_that_cannot_deliver_due_delays_says_so_once(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """``topics()`` and ``topic_status()`` deliver due delayed messages first (so counts
+    include them); when that fails (here the scheduler's lock is a directory) the counts are
+    of the store as it is, with one warning, not silence and not one per look."""
+    root = tmp_path / "s"
+    with mq.Producer(root) as p:
+        p.send("T", b"later", delay=1)
+    with Store.open(root) as s:
+        lock = s.layout.service_lock("schedule")
+    lock.unlink(missing_ok=True)
+    lock.mkdir(parents=True)
+    capfd.readouterr()
+    with mq.Admin(root) as admin:
+        assert [t.topic for t in admin.topics()] == ["T"]
+        admin.topic_status("T")
+        admin.topics()
+    warned = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("mqctl: warning: ")]
+    assert len(warned) == 1 and "delayed messages now due were not delivered" in warned[0], warned

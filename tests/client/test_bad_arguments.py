@@ -118,6 +118,33 @@ def test_the_library_names_its_own_parameters_and_the_cli_its_flags(mq: MQ, path
     assert not (tmp_path / "s").exists()
 
 
+
+def test_a_topic_not_created_on_send_is_said_to_python_without_cli_advice(tmp_path: Path) -> None:
+    """A store that does not create topics on send tells a Python program so, and that it is
+    its ``auto_create_topics`` setting, never ``mqctl init --no-auto-create`` or
+    ``MQCTL_AUTO_CREATE=0`` (a variable the library never reads); ``mqctl`` says its own
+    remedy, as before."""
+    root = str(tmp_path / "strict")
+    store.create_store(root, store.StoreSettings(auto_create_topics=False))
+    said = (r"^topic 'nosuch' does not exist, and topics are not created on send here "
+            r"\(auto_create_topics is off\): create it first$")
+    with store.Producer(root) as p:
+        with pytest.raises(store.TopicNotFoundError, match=said) as info:
+            p.send("nosuch", b"x")
+    assert info.value.topic == "nosuch"
+    store.Admin(root).create_topic("T", 1)
+    with store.Consumer("T", "g", root) as c:
+        with pytest.raises(store.TopicNotFoundError, match=said.replace("nosuch", "OUT")):
+            c.run(lambda m: None, to="OUT", exit_at_end=True)
+    mq = MQ(tmp_path / "strict", tmp_path)
+    cli = ("mqctl: error: topic 'nosuch' does not exist, and topics are not created on send here "
+           "(mqctl init --no-auto-create or MQCTL_AUTO_CREATE=0); create it with: mqctl topic create nosuch")
+    res = mq.run("send", "nosuch", "x")
+    assert res.returncode == 3 and res.stderr.splitlines() == [cli], res
+    res = mq.run("consume", "T", "-g", "g", "--to", "nosuch", "--exit-at-end")
+    assert res.returncode == 3 and res.stderr.splitlines() == [cli], res
+
+
 _TAG_LISTS: list[tuple[Any, str]] = [
     ([], "tags [] names no tag: give '*' for every message, or the tags to select"),
     (["A", ""], "tags ['A', '']: an empty tag (''); a list names one tag an item"),
@@ -172,3 +199,16 @@ def test_a_python_stage_may_not_write_to_the_topic_it_consumes(mq: MQ) -> None:
     assert sum(r["messages"] for r in mq.ok("topic", "status", "A", "--json").json_lines()) == 1   # nothing written
     res = mq.run("consume", "A", "-g", "g", "--to", "A")
     assert res.returncode == 2 and "--to must name another topic than the one consumed" in res.stderr, res
+
+
+def test_the_engine_refuses_a_bad_batch_with_a_usage_error_not_a_value_error(tmp_path: Path) -> None:
+    """``store.Store`` is public: its refusals are ``StoreError``s (exit 2 to the CLI), never a
+    bare ``ValueError``, and nothing is stored."""
+    from store.log.sendone import put_one
+    with store.Store.open(tmp_path / "s", create=True) as s:
+        s.create_topic("T", 2)
+        with pytest.raises(store.UsageError, match=r"^put_bodies: one sharding key \(or None\) per body: 1 keys for 2"):
+            s.put_bodies("T", [b"a", b"b"], sharding_keys=["k"])
+        with pytest.raises(store.UsageError, match="^put_one: the unique key is the store's"):
+            put_one(s, "T", b"a", {"UNIQ_KEY": "0" * 32})
+        assert [s.max_offset("T", q) for q in (0, 1)] == [0, 0]

@@ -69,7 +69,7 @@ def path(mq: MQ) -> str:
 # where the queues end)
 STEPS = {"staged": "store.Consumer, '_stage'",
          "joining": "store.client.members.Membership, 'join'",
-         "joined": "store.client.runtime.Runtime, 'snapshot_ends'"}
+         "joined": "store.client.runtime.ConsumerRuntime, 'snapshot_ends'"}
 USES = {"run": "c.run(lambda msg: handled.append(msg.text), threads=2, exit_at_end=True)",
         "messages": "handled.extend(m.text for m in c.messages(exit_at_end=True))",
         "with": "with c:\n        pass"}

@@ -1,5 +1,5 @@
 """``mqctl consume`` as one process: where it starts, when it stops, what it hands a handler,
-what it commits — always with real ``mqctl`` processes on a real store (issue 3)."""
+what it commits — always with real ``mqctl`` processes on a real store."""
 from __future__ import annotations
 
 import base64

@@ -1,5 +1,5 @@
 """Consumer groups across processes: members splitting a topic, joining, dying (kill -9),
-broadcasting, and the retry / dead-letter path (issue 3). Real ``mqctl`` processes only."""
+broadcasting, and the retry / dead-letter path. Real ``mqctl`` processes only."""
 from __future__ import annotations
 
 import collections

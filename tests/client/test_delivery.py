@@ -1,4 +1,4 @@
-"""Delivery a user can trust (issue 13): no duplicate without a fault, no loss through a pipe,
+"""Delivery a user can trust: no duplicate without a fault, no loss through a pipe,
 clean stops. Real ``mqctl`` processes on one store; every wait is bounded and polls a
 condition (no sleep races the thing it waits for)."""
 from __future__ import annotations

@@ -75,3 +75,34 @@ def test_an_error_raised_in_a_process_pool_comes_back_as_itself(fn) -> None:  # 
         assert type(info.value) is E.CorruptionError
         assert (info.value.path, info.value.offset, info.value.reason) == ("/s/commitlog/0", 4096, "bad magic")
         assert str(info.value) == "/s/commitlog/0 at offset 4096: bad magic"
+
+
+def _spark_text(error: E.StoreError) -> str:
+    """How Spark carries a store error out of a task: the Python exception's line inside its own."""
+    return (f"An error occurred while calling o62.count.\n: org.apache.spark.SparkException: Job aborted"
+            f"\n[PYTHON_DATA_SOURCE_ERROR] Failed to read: store.errors.{type(error).__name__}: {error}\n"
+            f"\tat org.apache.spark.sql.execution.python.PythonDataSource...")
+
+
+@pytest.mark.parametrize("cls", _error_classes(), ids=lambda c: c.__name__)
+def test_a_store_error_carried_out_of_spark_is_raised_as_itself(cls: type[E.StoreError]) -> None:
+    """``mqctl_errors`` (Python users) and the CLI's Spark boundary both give back the store's
+    error, its class and message, for every class: not a TypeError for a class whose
+    ``__init__`` takes more than the message (CorruptionError, InvalidPropertyError)."""
+    from mqctl.sparkutil import to_store_error
+    from store.spark import mqctl_errors, store_error
+    error = _make(cls)
+    with pytest.raises(E.StoreError) as info:
+        with mqctl_errors():
+            raise Exception(_spark_text(error))
+    for back in (info.value, store_error(Exception(_spark_text(error))), to_store_error(Exception(_spark_text(error)))):
+        assert type(back) is cls
+        assert str(back) == str(error) and back.message == error.message and back.args == (str(error),)
+        assert back.exit_code == error.exit_code
+
+
+def test_an_unknown_error_name_in_spark_text_is_an_operation_error() -> None:
+    from store.spark import store_error
+    back = store_error(Exception("boom store.errors.NoSuchError: it broke"))
+    assert type(back) is E.OperationError and str(back) == "it broke"
+    assert store_error(Exception("no store error here")) is None

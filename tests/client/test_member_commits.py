@@ -250,7 +250,7 @@ def test_a_member_idle_after_its_last_commits_still_wakes_to_settle_them(mq: MQ,
     are in no snapshot (its commit wrote none: the last is younger than a second), that wait
     must end at its next persist look, which writes them in (not at its queue locks' renewal,
     40 s on: a power cut meanwhile would deliver them again). Driven as a driver
-    drives the loop (``Runtime.turns``), every wait told it timed out: no change, not even the
+    drives the loop (``ConsumerRuntime.turns``), every wait told it timed out: no change, not even the
     member's own snapshot, wakes it for a look."""
     import time
 

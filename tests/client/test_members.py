@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from store.client.members import Membership, groups_with_members, live_members, members_token
+from store.client.members import Membership, live_members, members_token
 from store.errors import ClientIdInUseError, InvalidNameError, OperationError
 from store.layout import Layout
 from tests.procs import finish, python
@@ -256,17 +256,6 @@ def test_members_sort_by_plain_string_order(layout):
     for cid in ["c2", "c10", "c1"]:
         Membership(layout, "G", cid).join()
     assert ids(layout) == ["c1", "c10", "c2"]
-
-
-def test_groups_with_members_lists_only_groups_with_a_live_member(layout):
-    assert groups_with_members(layout) == []
-    a, b = Membership(layout, "A", "c1"), Membership(layout, "B", "c1")
-    a.join()
-    b.join()
-    assert groups_with_members(layout) == ["A", "B"]
-    b.leave()
-    assert groups_with_members(layout) == ["A"]
-    assert live_members(layout, "B") == []
 
 
 def test_bad_names_are_refused(layout):

@@ -1,4 +1,4 @@
-"""Orderly consumption across processes (issue 4): one holder per queue under a queue lock,
+"""Orderly consumption across processes: one holder per queue under a queue lock,
 per-key order through kill -9 and hand-overs, failures that block only their own queue,
 dead-lettering after --max-reconsume, and ordered topics. Real ``mqctl`` processes only."""
 from __future__ import annotations

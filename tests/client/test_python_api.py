@@ -80,6 +80,19 @@ def test_import_store_is_light_and_exports_the_api() -> None:
     assert "at-least-once" in doc and "messages" in doc and "run" in doc
 
 
+def test_every_exported_class_and_function_is_named_as_exported() -> None:
+    """``repr``, ``help()`` and tracebacks show a name the user can import: no public name is an
+    alias of a class or function named otherwise (``store.TransactionEnd`` once printed as
+    ``EndResult``, ``store.StoredMessage`` as ``Message``, a different class from ``store.Message``)."""
+    import inspect
+    for name in store.__all__:
+        obj = getattr(store, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert obj.__name__ == name, f"store.{name} is {obj.__module__}.{obj.__qualname__}"
+    ret = inspect.signature(store.TransactionProducer.commit).return_annotation
+    assert ret in ("TransactionEnd", store.TransactionEnd), ret
+
+
 def test_importing_the_clients_loads_what_they_open(tmp_path: Path) -> None:
     """``from store import Producer`` (``Consumer``), as at the top of a program, loads the
     store (and a producer's write path) there: the first open and batch load no more of the

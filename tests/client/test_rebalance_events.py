@@ -1,6 +1,6 @@
-"""A group member rebalances on changes, not on timers (issues 26 and 30).
+"""A group member rebalances on changes, not on timers.
 
-The member's loop (:meth:`store.client.runtime.Runtime.turns`) is driven by hand here, turn
+The member's loop (:meth:`store.client.runtime.ConsumerRuntime.turns`) is driven by hand here, turn
 by turn, so what it waits for is read off what it yields: nothing is timed. Real processes:
 a group of 16 ``mqctl consume`` members started together, then one more joining.
 """
@@ -17,7 +17,7 @@ from store.client import runtime as runtime_mod
 from store.client.configwatch import BUSY_COMMITS, TOPICS_LOOK_S
 from store.client.options import ConsumeOptions
 from store.client.qlocks import QueueLock, renew_all
-from store.client.runtime import Runtime
+from store.client.runtime import ConsumerRuntime
 from store.layout import lock_beside
 from store.log.offsets import ClusterOffsetStore, exclusive
 from store.log.record import Draft
@@ -30,16 +30,16 @@ def topic(store: Store) -> Store:
     return store
 
 
-def member(store: Store, warn: Callable[[str], None] = lambda _m: None, **kw: object) -> Runtime:
+def member(store: Store, warn: Callable[[str], None] = lambda _m: None, **kw: object) -> ConsumerRuntime:
     # (a persist interval short enough for settle() to wait out its first look at the offsets)
     opts = ConsumeOptions(topic="T", group="G", client_id="m1", install_signals=False,  # type: ignore[arg-type]
                           persist_interval_s=0.2, **kw)
-    rt = Runtime(store, opts, warn=warn)
+    rt = ConsumerRuntime(store, opts, warn=warn)
     rt.setup()
     return rt
 
 
-def settle(rt: Runtime, turns: Generator[float | None, bool, None], due: float | None) -> float:
+def settle(rt: ConsumerRuntime, turns: Generator[float | None, bool, None], due: float | None) -> float:
     """Run turns until the member waits over a second with nothing it watches changed (what
     is due sooner, such as a first delay-scheduler pass, is waited for): the wait it asks."""
     for _ in range(200):
@@ -55,13 +55,13 @@ def settle(rt: Runtime, turns: Generator[float | None, bool, None], due: float |
 
 
 @pytest.fixture
-def rt(topic: Store) -> Iterator[Runtime]:
+def rt(topic: Store) -> Iterator[ConsumerRuntime]:
     r = member(topic)
     yield r
     r.shutdown(wait_handlers=False)
 
 
-def test_an_idle_member_waits_for_a_change_and_only_its_lock_renewal(rt: Runtime) -> None:
+def test_an_idle_member_waits_for_a_change_and_only_its_lock_renewal(rt: ConsumerRuntime) -> None:
     turns = rt.turns()
     due = settle(rt, turns, next(turns))
     assert set(rt.held.pqs) == {("T", 0), ("T", 1)}
@@ -75,7 +75,7 @@ def test_an_idle_member_waits_for_a_change_and_only_its_lock_renewal(rt: Runtime
 
 
 @pytest.mark.slow
-def test_a_queue_added_while_the_member_runs_is_read_from_its_first_message(rt: Runtime) -> None:
+def test_a_queue_added_while_the_member_runs_is_read_from_its_first_message(rt: ConsumerRuntime) -> None:
     """``--from last`` (the default) starts a queue the group has no offset for at its end:
     right for the queues there when the member started, wrong for one a ``topic update`` adds
     later, all of whose messages are newer than the member. One sent to the new queue before
@@ -183,7 +183,7 @@ def test_a_member_its_allocation_saw_alive_is_looked_for_again(topic: Store, mon
         r.shutdown(wait_handlers=False)
 
 
-def test_an_idle_member_renews_its_locks(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_idle_member_renews_its_locks(rt: ConsumerRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
     turns = rt.turns()
     settle(rt, turns, next(turns))
     monkeypatch.setattr(runtime_mod, "RENEW_INTERVAL_S", 0.0)   # (the leases as if 40 s passed)
@@ -209,7 +209,7 @@ def test_renew_all_renews_under_one_mutex_and_names_the_lost(topic: Store) -> No
     locks[0].release()
 
 
-def test_a_lag_commit_does_not_wait_behind_another_commit(rt: Runtime) -> None:
+def test_a_lag_commit_does_not_wait_behind_another_commit(rt: ConsumerRuntime) -> None:
     turns = rt.turns()
     settle(rt, turns, next(turns))
     keeper = rt.keeper
@@ -230,7 +230,7 @@ def test_a_lag_commit_does_not_wait_behind_another_commit(rt: Runtime) -> None:
     turns.close()
 
 
-def _woken_by(rt: Runtime, turns: Generator[float | None, bool, None], change: Callable[[], object]) -> bool:
+def _woken_by(rt: ConsumerRuntime, turns: Generator[float | None, bool, None], change: Callable[[], object]) -> bool:
     """Whether ``change`` (a file written now, its inotify event queued before it returns)
     wakes the member; the wake is handed to its turns as its driver does."""
     change()

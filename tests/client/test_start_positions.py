@@ -12,7 +12,7 @@ import pytest
 import store
 from store import Store
 from store.client.options import ConsumeOptions
-from store.client.runtime import Runtime
+from store.client.runtime import ConsumerRuntime
 from store.log.offsets import ClusterOffsetStore
 from store.log.record import Draft
 from tests.procs import MQ
@@ -93,7 +93,7 @@ def test_members_of_a_new_group_started_together_all_start_where_from_says(store
     store.create_topic("T", 2)
     store.put([Draft(topic="T", body=b"backlog", queue_id=q) for q in (0, 1)])
     opts = ConsumeOptions(topic="T", group="G", client_id="b", install_signals=False)  # type: ignore[call-arg]
-    rt = Runtime(store, opts, warn=lambda _m: None)
+    rt = ConsumerRuntime(store, opts, warn=lambda _m: None)
     rt.keeper.open()
     ClusterOffsetStore(store.layout).commit("G", {("T", 0): 1})   # another member's start, at the end
     try:

@@ -1,4 +1,4 @@
-"""A long-lived ``Producer(flush="sync")`` sending one message at a time (issue 26): what a
+"""A long-lived ``Producer(flush="sync")`` sending one message at a time: what a
 send repeats, and what it may take from the previous batch instead of asking the files again.
 
 A steady send looks at its topic's config (one ``stat``, under the lock: the API's own checks

@@ -446,5 +446,5 @@ def test_topic_counts_say_when_damage_stops_the_due_delayed_messages(mq: MQ) -> 
         (mq.root / "config" / name).write_bytes(b"{bad")
     res = mq.run("topic", "list")
     assert res.returncode == 0, str(res)
-    assert "mqctl: warning: due delayed messages not delivered: " in res.stderr, res.stderr
+    assert "mqctl: warning: delayed messages now due were not delivered (" in res.stderr, res.stderr
     assert "delayOffset.json" in res.stderr

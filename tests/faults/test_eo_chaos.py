@@ -1,4 +1,4 @@
-"""Exactly-once pipeline under ``kill -9`` (issue 29): three stages SRC → A → B → C, each a
+"""Exactly-once pipeline under ``kill -9``: three stages SRC → A → B → C, each a
 group of two members with an ``--exec`` transform that appends its stage's suffix to the body
 (``--json`` envelopes in, ``--output json`` out, so the sharding key travels on). The middle
 stage is orderly, the others concurrent. While messages keep arriving, random stage processes

@@ -137,7 +137,7 @@ def test_create_syncs_the_store_directory_once_for_its_subdirectories(tmp_path: 
     """Every name a new store holds is durable when Store.open(create=True) returns, with two
     fsyncs of the store's directory (one after its four subdirectories, one after store.json's
     rename, which also covers store.json.bak's), not one per name: a created store is paid
-    for by every first send (issue 26)."""
+    for by every first send."""
     root = tmp_path / "s"
     synced: list[str] = []
     real_fsync = os.fsync

@@ -1,4 +1,4 @@
-"""Segments a ``--flush sync`` writer writes zeros ahead into (issue 26): the zeros after the
+"""Segments a ``--flush sync`` writer writes zeros ahead into: the zeros after the
 last record are no part of the log (``commitlog.written_length``), for the writer, for every
 other writer appending after them, and for every reader, check, recovery and rebuild.
 

@@ -1,4 +1,4 @@
-"""Power cuts under an exactly-once stage (issue 29): ``consume SRC --exec CMD --to DST
+"""Power cuts under an exactly-once stage: ``consume SRC --exec CMD --to DST
 --flush sync``, two members, cut while they run. After every cut the store opens by itself and
 is clean, DST holds each output at most once, and the group's offsets agree with DST: the
 outputs there are exactly those of the inputs below the committed offsets (no output without

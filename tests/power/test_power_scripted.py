@@ -1,4 +1,4 @@
-"""Scripted power-loss regressions (issue 11: A, B, C, F2) and the async control.
+"""Scripted power-loss regressions (cases A, B, C, F2) and the async control.
 
 Each test cuts the power with ``lazyfs::clear-cache`` at a chosen moment, checks every
 invariant of :meth:`powerlib.Power.verify`, sends new ``--flush sync`` messages that every
