@@ -246,7 +246,7 @@ def header_view(read: str, *, first: str = "TOTALSIZE", raw: str = "") -> struct
     last = max(_NAMES.index(n) for n in wanted | set(block))
     parts, skip = [">"], 0
     for name, code in RECORD_FIELDS[_NAMES.index(first):last + 1]:
-        if name in wanted or name == (block or [None])[0]:
+        if name in wanted or (block and name == block[0]):
             raw_size = sum(struct.calcsize(c) for n, c in RECORD_FIELDS if n in block)
             parts += [f"{skip}x" if skip else "", code if name in wanted else f"{raw_size}s"]
             skip = 0
