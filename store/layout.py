@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from store.log.format import segment_name
+from store.log.format import INDEX_REBUILD_MARKER, segment_name
 
 
 def backup_of(path: Path) -> Path:
@@ -25,6 +25,11 @@ def segment_file(directory: Path, base: int) -> Path:
     """Segment ``base`` of the commit log, a consume queue or the key index in ``directory``
     (its name: ``format.segment_name``)."""
     return directory / segment_name(base)
+
+
+def rebuild_marker(index_dir: Path) -> Path:
+    """``index/REBUILDING``: a rebuild of the key index in ``index_dir`` is under way (``indexfence.py``)."""
+    return index_dir / INDEX_REBUILD_MARKER
 
 
 def segment_file_s(directory: str, base: int) -> str:
@@ -68,9 +73,24 @@ class Layout:
         return self.root / "config"
 
     @property
+    def dlq_resend_json(self) -> Path:
+        """What ``dlq resend`` has resent (``store/client/dlq.py``)."""
+        return self.config_dir / "dlqResend.json"
+
+    @property
+    def spark_staging(self) -> Path:
+        """``spark-staging/``: Spark writers' job directories before their commit (``store/spark/staging.py``)."""
+        return self.root / "spark-staging"
+
+    @property
     def topics_json(self) -> Path:
         """The legacy one-file topic table (migrated to ``topics_dir`` by the first writer)."""
         return self.config_dir / "topics.json"
+
+    @property
+    def topics_json_migrated(self) -> Path:
+        """Where the first writer moves ``topics_json`` once it has migrated it."""
+        return self.config_dir / "topics.json.migrated"
 
     @property
     def topics_dir(self) -> Path:
@@ -114,11 +134,20 @@ class Layout:
     def topic_cq_dir(self, topic: str) -> Path:
         return self.consumequeue_dir / topic
 
+    def queue_dir_names(self, topic: str, queues: int) -> list[str]:
+        """:meth:`queue_dir` of queues ``0..queues-1`` as strings (one ``Path`` for all of them)."""
+        base = f"{self.topic_cq_dir(topic)}/"
+        return [base + str(q) for q in range(queues)]
+
     # -- consumer state
     @property
     def broadcast_offsets_root(self) -> Path:
         """``offsets/``: one directory per broadcast client id, one per group inside."""
         return self.root / "offsets"
+
+    def broadcast_client_dir(self, client_id: str) -> Path:
+        """``offsets/<clientId>/``: one directory per group the client consumes in broadcast."""
+        return self.broadcast_offsets_root / client_id
 
     def broadcast_offsets(self, client_id: str, group: str) -> Path:
         """LocalFileOffsetStore's ``<dir>/<clientId>/<group>/offsets.json``."""
@@ -136,6 +165,14 @@ class Layout:
     def members_dir(self, group: str) -> Path:
         return self.root / "consumers" / group
 
+    def member_lock(self, group: str, client_id: str) -> Path:
+        """Held (``flock``) by a live member for as long as it lives."""
+        return self.members_dir(group) / f"{client_id}.lock"
+
+    def member_json(self, group: str, client_id: str) -> Path:
+        """A member's published record (its subscriptions, pid, host)."""
+        return self.members_dir(group) / f"{client_id}.json"
+
     def member_beat(self, group: str, client_id: str) -> Path:
         """A member's proof that it is not stuck (its mtime), in a subdirectory: renewing it
         wakes none of the members watching ``consumers/<group>/``."""
@@ -149,6 +186,14 @@ class Layout:
     def queue_locks_dir(self, group: str) -> Path:
         return self.root / "locks" / group
 
+    def group_mutex(self, group: str) -> Path:
+        """``locks/<group>/.mutex.lock``: the group's mutex over its queue locks (``group_mutex.py``)."""
+        return self.queue_locks_dir(group) / ".mutex.lock"
+
+    def topic_locks_dir(self, group: str, topic: str) -> Path:
+        """``locks/<group>/<topic>/``: the group's queue locks of one topic."""
+        return self.root / "locks" / group / topic
+
     def queue_lock(self, group: str, topic: str, queue_id: int) -> Path:
         return self.root / "locks" / group / topic / f"{queue_id}.lock"
 
@@ -161,3 +206,7 @@ class Layout:
 
     def tx_dir(self) -> Path:
         return self.root / "tx"
+
+    def tx_progress(self, group: str) -> Path:
+        """``tx/<group>.json``: how far the transaction check service has read (``positions.py``)."""
+        return self.tx_dir() / f"{group}.json"

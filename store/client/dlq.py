@@ -41,7 +41,6 @@ from store.log.reads import id_as_stored
 if TYPE_CHECKING:
     from store.log.messagestore import Store
 
-RESEND_FILE = "dlqResend.json"
 CHUNK = 256     # DLQ entries read, resent and recorded at a time (under the write lock)
 
 Progress = Callable[[int, int], None]
@@ -51,7 +50,7 @@ Progress = Callable[[int, int], None]
 
 def record_path(store: "Store") -> Path:
     """Where the resend record lives: ``config/dlqResend.json``."""
-    return store.layout.config_dir / RESEND_FILE
+    return store.layout.dlq_resend_json
 
 
 def _validate(obj: Any) -> None:

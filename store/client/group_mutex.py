@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from typing import Iterator
 
 MUTEX_TIMEOUT = 5.0       # seconds to wait for a group's mutex before giving up softly
-MUTEX_NAME = ".mutex.lock"
 
 
 @contextmanager
@@ -40,7 +39,7 @@ def group_mutex(layout: Layout, group: str, timeout: float = MUTEX_TIMEOUT) -> I
 
     The file is never deleted, so unlike a queue lock it needs no identity check.
     """
-    path = layout.queue_locks_dir(group) / MUTEX_NAME
+    path = layout.group_mutex(group)
     ensure_dir(path.parent, durable=False)
     fd = keep(open_file(path, os.O_RDWR | os.O_CREAT))   # (a child forked meanwhile closes its copy)
     try:

@@ -143,11 +143,11 @@ def sharing(members: list[MemberInfo], topic: str) -> list[MemberInfo]:
 
 
 def _lock_path(layout: Layout, group: str, client_id: str) -> Path:
-    return layout.members_dir(group) / f"{client_id}.lock"
+    return layout.member_lock(group, client_id)
 
 
 def _json_path(layout: Layout, group: str, client_id: str) -> Path:
-    return layout.members_dir(group) / f"{client_id}.json"
+    return layout.member_json(group, client_id)
 
 
 def _beat_ms(layout: Layout, group: str, client_id: str) -> int | None:

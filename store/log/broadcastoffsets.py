@@ -161,7 +161,7 @@ def broadcast_offset_files(layout: Layout, group: str | None = None) -> list[tup
         if not CLIENT_ID_RE.match(cid) or cid in (".", ".."):
             continue
         try:
-            groups = [group] if group is not None else os.listdir(root / cid)
+            groups = [group] if group is not None else os.listdir(layout.broadcast_client_dir(cid))
         except (FileNotFoundError, NotADirectoryError):
             continue
         out += [(cid, g) for g in groups if NAME_RE.match(g) and layout.broadcast_offsets(cid, g).exists()]

@@ -109,10 +109,9 @@ class QueueTable:
         """Messages stored in queues ``0..queues-1`` of ``topic``. A queue without segment
         files holds none: one ``listdir``, no queue opened (``topic list`` of 10,000 topics)."""
         total = 0
-        base = f"{self.layout.topic_cq_dir(topic)}/"
-        for q in range(queues):
+        for q, qdir in enumerate(self.layout.queue_dir_names(topic, queues)):
             try:
-                names_ = os.listdir(base + str(q))
+                names_ = os.listdir(qdir)
             except (FileNotFoundError, NotADirectoryError):
                 continue
             if any(map(F.is_segment_name, names_)):

@@ -1,4 +1,5 @@
-"""The on-disk format of an mqctl store: every binary file's grammar, and its constants.
+"""The on-disk format of an mqctl store: its binary files' grammar (the offsets journal's is
+``offsetjournal.py``'s), and the rules derived from it, each defined here once.
 
 All integers are big-endian (as RocketMQ, which wrote them with Java's ByteBuffer). "CRC" is
 zlib's CRC-32 masked with ``CRC_MASK`` (0x7FFFFFFF), RocketMQ's ``UtilAll.crc32``.
@@ -12,9 +13,14 @@ Directory tree (RocketMQ's names where they exist; see ``layout.py``)::
       commitlog/<20-digit base>  commit-log segments
       consumequeue/<topic>/<queueId>/<20-digit base>   consume-queue segments
       index/<20-digit base>      key-index files
-      config/topics/<topic>.json (config/topics.json: their RocketMQ view), config/consumerOffset.json,
-      config/delayOffset.json
-      ...                        consumer state: store/log/offsets.py, store/client/members.py, qlocks.py
+      index/REBUILDING           while the key index is rebuilt (indexfence.py)
+      config/topics/<topic>.json (config/topics.json: their RocketMQ view), config/topics.epoch,
+      config/consumerOffset.json and .log, config/delayOffset.json, config/knownDamage.json,
+      config/dlqResend.json
+      offsets/, consumers/, locks/, dedup/, services/, tx/
+                                 consumer and service state: store/log/offsets.py,
+                                 store/client/members.py, qlocks.py, dedup.py
+      spark-staging/             Spark writers' jobs until they commit (store/spark/staging.py)
 
 Commit-log record (RocketMQ's ``MessageExtEncoder`` layout, V1, IPv4 hosts)::
 
@@ -246,7 +252,7 @@ def header_view(read: str, *, first: str = "TOTALSIZE", raw: str = "") -> struct
     last = max(_NAMES.index(n) for n in wanted | set(block))
     parts, skip = [">"], 0
     for name, code in RECORD_FIELDS[_NAMES.index(first):last + 1]:
-        if name in wanted or name == (block or [None])[0]:
+        if name in wanted or (block and name == block[0]):
             raw_size = sum(struct.calcsize(c) for n, c in RECORD_FIELDS if n in block)
             parts += [f"{skip}x" if skip else "", code if name in wanted else f"{raw_size}s"]
             skip = 0

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from store.fsutil import ensure_dir, fdatasync_path, fsync_dir, open_private
-from store.log import format as F
+from store.layout import rebuild_marker
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def _marker(idx: KeyIndex) -> Path:
-    return idx.dir / F.INDEX_REBUILD_MARKER
+    return rebuild_marker(idx.dir)
 
 
 def rebuilding(idx: KeyIndex) -> bool:
@@ -30,7 +30,7 @@ def rebuilding(idx: KeyIndex) -> bool:
 
 def rebuilding_in(index_dir: Path) -> bool:
     """:func:`rebuilding`, asked of the index's directory (without making a ``KeyIndex``)."""
-    return os.path.exists(index_dir / F.INDEX_REBUILD_MARKER)
+    return os.path.exists(rebuild_marker(index_dir))
 
 
 def begin_rebuild(idx: KeyIndex) -> None:

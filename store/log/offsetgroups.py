@@ -24,7 +24,7 @@ def pairs_on_disk(layout: Layout) -> set[tuple[str, str]]:
         except OSError:
             continue
         out.update((t, group) for t in topics
-                   if ANY_TOPIC_RE.fullmatch(t) and _made_by(layout.queue_locks_dir(group) / t, before, True))
+                   if ANY_TOPIC_RE.fullmatch(t) and _made_by(layout.topic_locks_dir(group, t), before, True))
     return out
 
 
@@ -78,7 +78,7 @@ def groups_on_disk(layout: Layout, before: int | None = None) -> list[str]:
     found = {n for d in (layout.members_root, layout.queue_locks_root) for n in names_in(d)
              if NAME_RE.fullmatch(n) and _made_by(d / n, before)}
     root = layout.broadcast_offsets_root
-    return sorted(found - {g for cid in names_in(root) for g in names_in(root / cid)})
+    return sorted(found - {g for cid in names_in(root) for g in names_in(layout.broadcast_client_dir(cid))})
 
 
 def name_groups(groups: list[str]) -> str:

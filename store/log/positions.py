@@ -156,7 +156,7 @@ def _clamp_delay(layout: Layout, queue_end: QueueEnd) -> list[str]:
 # -- the transaction check service ----------------------------------------------------------------
 
 def tx_progress_path(layout: Layout) -> Path:
-    return layout.tx_dir() / f"{TX_GROUP}.json"
+    return layout.tx_progress(TX_GROUP)
 
 
 def _validate_tx_progress(obj: Any) -> None:

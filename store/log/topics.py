@@ -426,7 +426,7 @@ class TopicTable:
                         self.save(found)
         ensure_dir(self.layout.topics_dir)
         src = self.layout.topics_json
-        os.replace(src, src.with_name(src.name + ".migrated"))
+        os.replace(src, self.layout.topics_json_migrated)
         fsync_dir(src.parent)
         self.view.write(self.touch_epoch())
 

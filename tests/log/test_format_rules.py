@@ -280,3 +280,30 @@ def test_queue_dirs_is_the_one_walk_over_the_queues(tmp_path) -> None:
     walks = [p for p, text in _sources("store/log") if p not in ("store/log/checkderived.py", "store/log/recovery.py")
              and ("os.listdir(root / topic)" in text or "_subdirs(" in text or "if q.isdigit()" in text)]
     assert walks == []
+
+
+def test_every_store_path_is_built_by_layout(tmp_path) -> None:
+    import re
+
+    from store.layout import Layout, rebuild_marker
+    from store.spark.staging import STAGING_DIR
+    lay, r = Layout(tmp_path), tmp_path
+    assert lay.member_lock("g", "c@1") == r / "consumers/g/c@1.lock"
+    assert lay.member_json("g", "c@1") == r / "consumers/g/c@1.json"
+    assert lay.group_mutex("g") == r / "locks/g/.mutex.lock"
+    assert lay.topic_locks_dir("g", "t") == r / "locks/g/t" == lay.queue_lock("g", "t", 3).parent
+    assert lay.tx_progress("CID_RMQ_SYS_TRANS") == r / "tx/CID_RMQ_SYS_TRANS.json"
+    assert lay.topics_json_migrated == r / "config/topics.json.migrated"
+    assert lay.dlq_resend_json == r / "config/dlqResend.json"
+    assert lay.spark_staging == r / "spark-staging" == r / STAGING_DIR   # (spark's own name, until it asks Layout)
+    assert lay.broadcast_client_dir("c") == lay.broadcast_offsets("c", "g").parent.parent
+    assert lay.queue_dir_names("t", 3) == [str(lay.queue_dir("t", q)) for q in range(3)]
+    assert rebuild_marker(lay.index_dir) == r / "index" / F.INDEX_REBUILD_MARKER
+    # no name joined onto a store directory outside layout.py (the walks join what they list;
+    # retention, recovery, check and spark are their owners' to change)
+    others = ("store/log/retention.py", "store/log/recovery.py", "store/log/checkderived.py", "store/log/check.py")
+    built = [(p, line.strip()) for p, text in _sources("store") if p not in ("store/layout.py", "store/log/format.py", *others)
+             and not p.startswith("store/spark/") for line in text.splitlines()
+             if re.search(r'(_dir\(\w*\)|_dir|_root|layout\.\w+\(.*\)) / f?"', line)
+             or re.search(r'f"\{[^}]*(_dir|_root|\.dir)[^}]*\}/', line) or ":020d" in line]
+    assert built == []
