@@ -14,7 +14,7 @@ from store.log import format as F
 from store.log import indexfence
 from store.log.entrysearch import find_record, records_with_uniq_key
 from store.log.queueends import reader_end
-from store.log.record import Message, RecordError, decode, decode_offset_msg_id, is_msg_id
+from store.log.record import PROP_TAGS, Message, RecordError, decode, decode_offset_msg_id, is_msg_id
 from store.log.results import PullResult
 from store.log.spans import fetch_span
 
@@ -40,9 +40,13 @@ def pull(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: in
          max_bytes: int = 4 * 1024 * 1024) -> PullResult:
     """Up to ``max_count`` messages of one queue from ``offset``.
 
-    Tag filtering is done on the consume queue's tag code first and then exactly on the
-    record (hash collisions removed), as RocketMQ's broker and client do together. A record
-    that fails its CRC is never returned: it is listed in ``damaged`` and skipped."""
+    Tag filtering is done exactly on the record (hash collisions removed), as RocketMQ's
+    client does after its broker's look at the consume queue's tag code. That code is derived
+    data and never enough to pass a message over: an entry whose code is not the filter's
+    still has its record read (the span holds it), so one flipped bit in a consume queue
+    cannot make a filtered group skip a message for good; only a record that cannot be read
+    is passed over on the code's word. A record that fails its CRC is never returned: it is
+    listed in ``damaged`` and skipped."""
     q = engine.queues.queue(topic, queue_id)
     # (this handle's first look at a queue sees to its end: its file cut short?)
     max_off = q.max_offset() if q.end_checked else reader_end(engine, topic, queue_id, q)
@@ -71,7 +75,8 @@ def pull(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: in
     for phys, size, tcode in entries:
         qoff += 1
         nxt = qoff + 1
-        if tag_codes is not None and tcode not in tag_codes:
+        other = tag_codes is not None and tcode not in tag_codes
+        if other and tags is not None and not _may_be_tagged(span, phys - lo, size, tags):
             continue
         try:
             start = phys - lo
@@ -84,6 +89,8 @@ def pull(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: in
             if m.queue_offset != qoff or m.queue_id != queue_id or m.topic != topic:
                 raise RecordError("record does not match its consume-queue entry")
         except RecordError as exc:
+            if other:   # (not the filter's by its code, and no record says otherwise)
+                continue
             found = find_record(log, q, topic, queue_id, qoff)
             if found is None:
                 damaged.append((qoff, f"commit-log offset {phys}: {exc.reason}"))
@@ -96,6 +103,36 @@ def pull(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: in
         if total_bytes >= max_bytes:
             break
     return PullResult(msgs, nxt, max_off, damaged)
+
+
+_TAGS = (PROP_TAGS + F.NAME_VALUE_SEP).encode()
+_SEP = F.PROPERTY_SEP.encode()
+
+
+def _may_be_tagged(span: memoryview, start: int, size: int, tags: frozenset[str]) -> bool:
+    """Whether the record at ``span[start:start + size]`` may carry one of ``tags``: its TAGS
+    property read through the lengths in its header, without decoding (or checking) it. A
+    record outside the span, or whose lengths do not hold together, may: the caller decodes it
+    (and checks its CRC) before it trusts it either way."""
+    end = start + size
+    if start < 0 or end > len(span) or size < F.RECORD_FIXED_SIZE:
+        return True
+    at = start + F.RECORD_HEADER_SIZE - 4   # the body's length, the header's last field
+    body_end = at + 4 + int.from_bytes(span[at:at + 4], "big")
+    if body_end >= end:
+        return True
+    props_at = body_end + 1 + span[body_end] + 2   # past the topic's length byte, topic, props' length
+    if props_at > end:
+        return True
+    props = bytes(span[props_at:end])
+    i = props.find(_TAGS)
+    while i > 0 and props[i - 1:i] != _SEP:   # (a value that merely contains "TAGS\x01")
+        i = props.find(_TAGS, i + 1)
+    if i < 0:
+        return False   # untagged: only "*" (no filter) takes it
+    j = props.find(_SEP, i)
+    value = props[i + len(_TAGS):j if j >= 0 else len(props)]
+    return value.decode("utf-8", "replace") in tags
 
 
 def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:

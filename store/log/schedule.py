@@ -177,7 +177,7 @@ def _pass(store: "Store", now: int, budget: int) -> int:
                     if o == new_start:
                         new_start += 1
                     continue
-                if due <= now:
+                if _due(store, qid, o, due, now) <= now:
                     batch.append(o)
                 elif qid != FREE_QUEUE:
                     break
@@ -188,9 +188,21 @@ def _pass(store: "Store", now: int, budget: int) -> int:
         if not batch:
             continue
         drafts = []
+        ready: list[int] = []
         for o in batch:
             res = store.pull(names.SCHEDULE_TOPIC, qid, o, 1)
-            drafts += [restore_draft(m) for m in res.messages if m.queue_offset == o]
+            mine = [m for m in res.messages if m.queue_offset == o]
+            if mine and _record_due(mine[0], now) > now:
+                # the entry's code said due and its record says not (a damaged consume queue):
+                # the record decides; a level's later messages wait behind it, in order
+                if qid != FREE_QUEUE:
+                    break
+                continue
+            ready.append(o)
+            drafts += [restore_draft(m) for m in mine]
+        batch = ready
+        if not batch:
+            continue
         delivered += len(batch)
         done.update(batch)
         while new_start in done:
@@ -208,12 +220,35 @@ def _pass(store: "Store", now: int, budget: int) -> int:
     return delivered
 
 
+def _due(store: "Store", qid: int, offset: int, code: int, now: int) -> int:
+    """When entry ``offset`` of level queue ``qid`` is due: its consume-queue tag code, unless
+    that is a time no message of the level can have (past now + the level's delay: a damaged
+    entry; derived data is not trusted over the log), then its record's. (The free queue's
+    codes may lie years ahead; a wrong one there is caught only once it says due.)"""
+    if qid == FREE_QUEUE or code <= now + LEVEL_MS[qid]:
+        return code
+    res = store.pull(names.SCHEDULE_TOPIC, qid, offset, 1)
+    for m in res.messages:
+        if m.queue_offset == offset:
+            return _record_due(m, code)
+    return code
+
+
+def _record_due(m: Message, default: int) -> int:
+    """The delivery time a parked message's record carries (``TIMER_DELIVER_MS``)."""
+    try:
+        return int(m.properties[PROP_DELIVER_MS])
+    except (KeyError, ValueError):
+        return default
+
+
 def next_due(store: "Store") -> int | None:
     """The earliest delivery time still pending (for sleeping until then), or None."""
     if not store.has_topic(names.SCHEDULE_TOPIC):
         return None
     from store.log.positions import load_delay_progress
     state = load_delay_progress(store.layout, store.warn)
+    now = int(time.time() * 1000)
     best = None
     for qid in range(store.topic(names.SCHEDULE_TOPIC).queues):
         start = state["offsetTable"].get(str(qid), 0)
@@ -227,6 +262,7 @@ def next_due(store: "Store") -> int | None:
                 break
             for i, (_p, _s, due) in enumerate(entries):
                 if off + i not in done:
+                    due = _due(store, qid, off + i, due, now)
                     best = due if best is None else min(best, due)
                     if qid != FREE_QUEUE:
                         break

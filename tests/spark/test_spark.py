@@ -208,6 +208,25 @@ def test_predicates_and_colliding_tag_codes(spark: Any, store: Store, via: str) 
 
 
 @pytest.mark.spark
+def test_a_flipped_tag_code_hides_no_record_from_a_tag_predicate(spark: Any, store: Store, via: str) -> None:
+    """A consume-queue entry's tag code is derived data: with one bit of an "A" entry's code
+    flipped, ``tags = 'A'`` still finds it (the record's TAGS decides), and a "B" entry given
+    A's code adds nothing."""
+    store.create_topic("f", 1)
+    store.put([Draft("f", f"{t}{i}".encode(), {"TAGS": t}, queue_id=0) for t in "AB" for i in range(10)])
+    path = store.layout.queue_dir("f", 0) / F.segment_name(0)
+    with open(path, "r+b") as fh:
+        for entry, change in ((3, lambda c: c ^ (1 << 7)), (13, lambda c: java_hash("A"))):
+            fh.seek(entry * F.CQ_ENTRY_SIZE)
+            phys, size, code = F.CQ_ENTRY.unpack(fh.read(F.CQ_ENTRY_SIZE))
+            fh.seek(entry * F.CQ_ENTRY_SIZE)
+            fh.write(F.CQ_ENTRY.pack(phys, size, change(code)))
+    df = reader(spark, store, via, topic="f")
+    assert sorted(bytes(r.body) for r in df.where("tags = 'A'").collect()) == sorted(f"A{i}".encode() for i in range(10))
+    assert df.where("tags IN ('A', 'B')").count() == 20
+
+
+@pytest.mark.spark
 def test_queue_columns_come_from_the_consume_queue(spark: Any, store: Store) -> None:
     """The JVM reader opens no record for count() or queue columns: a damaged record fails only
     the reads that need it (the Python reader opens every record)."""

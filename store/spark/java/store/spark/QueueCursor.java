@@ -19,7 +19,6 @@ final class QueueCursor {
   final byte[] topicField;         // the record's topic field: length byte, then the name
   final ByteBuffer entries;
   private final SliceReader.Factory f;
-  private final long[] tagCodes;   // the wanted tags' codes, or null: every entry
   private final int batch;
   private FileChannel cq;
   private long cqBase = -1;
@@ -29,10 +28,9 @@ final class QueueCursor {
   int at;                          // the entry to take next
   int warmTo;                      // entries before it are warmed (see SliceReader.warm)
 
-  QueueCursor(SliceReader.Factory f, QueueSlice s, long[] tagCodes, int batch) {
+  QueueCursor(SliceReader.Factory f, QueueSlice s, int batch) {
     this.f = f;
     this.s = s;
-    this.tagCodes = tagCodes;
     this.batch = batch;
     this.entries = ByteBuffer.allocate(batch * CQ_ENTRY);
     this.next = s.start();
@@ -44,25 +42,18 @@ final class QueueCursor {
   }
 
   /** The commit-log offset of the entry to take next; MAX_VALUE when the slice is done.
-   *  Sound entries whose tags code is not a wanted tag's are passed over here, so that
-   *  the merge in log order only orders entries that give rows. */
+   *  Every entry is taken, whatever its tags code: the code is derived data, and the reader
+   *  looks at the record of one that is not a wanted tag's (SliceReader.mayBeTagged). */
   long phys() throws IOException {
-    while (true) {
-      if (at == got) {
-        next += got;
-        at = 0;
-        warmTo = 0;
-        got = next < end ? readEntries() : 0;
-        if (got == 0) end = next;   // the queue is shorter than planned (a topic deleted meanwhile)
-        if (got == 0) return Long.MAX_VALUE;
-      }
-      long phys = entries.getLong(at * CQ_ENTRY);
-      if (tagCodes == null || phys < 0 || entries.getInt(at * CQ_ENTRY + 8) <= 0
-          || wanted(tagCodes, entries.getLong(at * CQ_ENTRY + 12))) {
-        return phys;
-      }
-      at++;
+    if (at == got) {
+      next += got;
+      at = 0;
+      warmTo = 0;
+      got = next < end ? readEntries() : 0;
+      if (got == 0) end = next;   // the queue is shorter than planned (a topic deleted meanwhile)
+      if (got == 0) return Long.MAX_VALUE;
     }
+    return entries.getLong(at * CQ_ENTRY);
   }
 
   static boolean wanted(long[] tagCodes, long code) {

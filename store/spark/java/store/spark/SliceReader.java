@@ -38,9 +38,10 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * int, tags code long) and commit-log records (header fields at the offsets named below,
  * then body, topic, properties ending with the {@code __CRC32#} property).
  *
- * <p>Records are opened only when a column needs them or a tag must be confirmed (entries whose
- * tags code is not a wanted tag's are skipped unread; a matching code is checked against the
- * record's tag, as codes collide). Every record opened is checked as {@code store/log/bulk.py}
+ * <p>Records are opened only when a column needs them or a tag must be confirmed (a matching
+ * code is checked against the record's tag, as codes collide; an entry whose code is not a
+ * wanted tag's has its record's TAGS read in place, unchecked, as the code is derived data and a
+ * damaged one must hide nothing: {@link #mayBeTagged}). Every record opened is checked as {@code store/log/bulk.py}
  * checks it, in the same order and with the same words: one that fails ends the read with
  * the message the Python reader gives.
  */
@@ -132,7 +133,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     this.tags = wanted == null ? null : new HashSet<>(Arrays.asList(wanted));
     this.tagCodes = wanted == null ? null : Arrays.stream(wanted).mapToLong(t -> (long) t.hashCode()).toArray();
     this.cursors = new QueueCursor[slices.length];
-    for (int i = 0; i < slices.length; i++) cursors[i] = new QueueCursor(f, slices[i], tagCodes, BATCH);
+    for (int i = 0; i < slices.length; i++) cursors[i] = new QueueCursor(f, slices[i], BATCH);
     use(cursors[0]);
     this.reserved = new HashSet<>(Arrays.asList(f.reserved));
     String[] names = f.schema.fieldNames();
@@ -214,7 +215,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       throw damaged(qoff, "consume-queue entry " + qoff + " is invalid (offset " + phys + ", size "
           + size + "): no record to deliver");
     }
-    if (tagCodes != null && !QueueCursor.wanted(tagCodes, code)) return false;
+    if (tagCodes != null && !QueueCursor.wanted(tagCodes, code) && !mayBeTagged(phys, size)) return false;
     if (needRecord) {
       return load(qoff, phys, size) && fill(row, qoff, phys, size);
     }
@@ -245,6 +246,41 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       acc += seg.get(pos + size - 1);
     }
     warmed += acc;   // kept, so that the compiler cannot drop the loads
+  }
+
+  /**
+   * Whether the record at {@code phys} may carry a wanted tag, for an entry whose tag code is
+   * another's: the code is derived data, and one flipped bit in it must not hide a record (the
+   * Python reader and the consumer do the same). Its TAGS is read in place through its
+   * lengths, unchecked; a record that names a wanted tag is then opened and checked as any.
+   */
+  private boolean mayBeTagged(long phys, int size) throws IOException {
+    long base = phys - phys % f.segmentSize;
+    MappedByteBuffer seg = segment(base, phys - base + size);
+    int pos = (int) (phys - base);
+    if (seg == null || size < f.headerSize + 3 || pos + size > seg.capacity()) return false;
+    int blen = seg.getInt(pos + f.headerSize - 4);
+    long t = (long) pos + f.headerSize + blen;
+    if (blen < 0 || t >= pos + size) return false;
+    int a = (int) t + 1 + (seg.get((int) t) & 0xFF) + 2;
+    int end = pos + size;
+    while (a < end) {   // name 0x01 value 0x02 pieces, as fill() reads them
+      int e = a;
+      while (e < end && seg.get(e) != 2) e++;
+      int sep = a;
+      while (sep < e && seg.get(sep) != 1) sep++;
+      if (sep - a == TAGS.length && sep + 1 < e) {
+        boolean named = true;
+        for (int k = 0; k < TAGS.length && named; k++) named = seg.get(a + k) == TAGS[k];
+        if (named) {
+          byte[] v = new byte[e - sep - 1];
+          seg.get(sep + 1, v, 0, v.length);
+          return tags.contains(new String(v, StandardCharsets.UTF_8));
+        }
+      }
+      a = e + 1;
+    }
+    return false;
   }
 
   /** The record into {@code rec}, checked; false for one retention removed since the plan. */

@@ -1,0 +1,63 @@
+"""The delay scheduler reads when a parked message is due from its consume-queue entry's tag
+code (RocketMQ's trick), which is derived data: a damaged code never delivers a message early
+and never holds a level back past what its record says (real files; one code changed by hand).
+
+Before, one flipped high bit in the code of a level's first message held it, and every later
+message of that level, back for years; a code flipped down delivered a message an hour early."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from store import names
+from store.log import format as F
+from store.log.messagestore import Store
+from store.log.record import PROP_DELIVER_MS, Draft
+from store.log.schedule import LEVEL_MS, delay_draft, deliver_due, next_due
+
+LEVEL = 2          # 5 s: queue 1 of the schedule topic
+
+
+def _park(store: Store, bodies: list[bytes], level: int = LEVEL, now: int = 1_000_000) -> None:
+    store.create_topic("T", 1)
+    store.put([delay_draft(Draft("T", b, queue_id=0), (level, LEVEL_MS[level - 1]), store, now_ms=now)
+               for b in bodies])
+
+
+def _code(store: Store, qid: int, entry: int, change: Callable[[int], int]) -> None:
+    path = store.layout.queue_dir(names.SCHEDULE_TOPIC, qid) / F.segment_name(0)
+    with open(path, "r+b") as fh:
+        fh.seek(entry * F.CQ_ENTRY_SIZE)
+        phys, size, code = F.CQ_ENTRY.unpack(fh.read(F.CQ_ENTRY_SIZE))
+        fh.seek(entry * F.CQ_ENTRY_SIZE)
+        fh.write(F.CQ_ENTRY.pack(phys, size, change(code)))
+
+
+def _delivered(root: Path) -> list[bytes]:
+    with Store.open(root) as s:
+        return [m.body for m in s.iter_queue("T", 0, 0)]
+
+
+def test_a_code_flipped_years_ahead_holds_nothing_back(root: Path) -> None:
+    with Store.open(root, create=True) as store:
+        _park(store, [b"first", b"second"])
+        _code(store, LEVEL - 1, 0, lambda c: c ^ (1 << 45))   # ~1,100 years later
+    with Store.open(root) as store:
+        due = 1_000_000 + LEVEL_MS[LEVEL - 1]
+        assert next_due(store) == due
+        assert deliver_due(store, now_ms=due - 1) == 0
+        assert deliver_due(store, now_ms=due) == 2
+    assert _delivered(root) == [b"first", b"second"]
+
+
+def test_a_code_flipped_down_delivers_nothing_early(root: Path) -> None:
+    with Store.open(root, create=True) as store:
+        _park(store, [b"first", b"second"])
+        _code(store, LEVEL - 1, 0, lambda c: 0)   # the first says "due since 1970"
+        parked = list(store.iter_queue(names.SCHEDULE_TOPIC, LEVEL - 1, 0))
+        due = int(parked[0].properties[PROP_DELIVER_MS])
+    with Store.open(root) as store:
+        assert deliver_due(store, now_ms=due - 1) == 0
+    with Store.open(root) as store:
+        assert deliver_due(store, now_ms=due) == 2
+    assert _delivered(root) == [b"first", b"second"]
