@@ -184,6 +184,7 @@ class ClusterOffsetStore:
         self._told: tuple[object, ...] = ()   # the damage ``_load`` last warned of
         self._valid: tuple[set[str], set[str]] = (set(), set())   # groups and topics committed before
         self._snapshot_put_off = False   # the view's snapshot could not be written, and we said so
+        self._table_put_off = False      # a change's snapshot could not be written, and we said so
 
     # -- reads (no lock: the file is only ever replaced by rename)
     def read(self, group: str, topic: str, queue_id: int) -> int:
@@ -475,7 +476,11 @@ class ClusterOffsetStore:
         # After a fallback, write even when nothing changed: it repairs the snapshot; when
         # the journal is ahead of it, a snapshot of the commits since.
         if changed or loaded.repair or loaded.behind:
-            offsettable.write(self.layout, loaded, lost_before, applied_before, sync=sync)
+            put_off = offsettable.write(self.layout, loaded, lost_before, applied_before, sync=sync)
+            if put_off is not None and not self._table_put_off:   # (said once until it is written)
+                self._warn(f"{put_off}; the change is made (it is in {self.layout.consumer_offset_log.name}, which "
+                           f"readers apply), {self.path.name} is written again later")
+            self._table_put_off = put_off is not None
             st = os.stat(self.path)   # (a consumer woken by the file replaced tells its own commits by it)
             self.last_written = (st.st_ino, st.st_mtime_ns, st.st_size)
         if loaded.disagrees:   # (no path of mqctl's own leads here: an edit, or a copy from elsewhere)

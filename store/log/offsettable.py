@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from store import fsutil
+from store.errors import StoreIOError
 from store.layout import Layout, backup_of
 from store.log import offsetjournal as oj
 
@@ -408,9 +409,12 @@ def snapshot(layout: Layout, table: dict[str, Any], end: int, base: int, table_b
     return end
 
 
-def write(layout: Layout, loaded: Loaded, lost_before: set[str], applied_before: int, *, sync: bool) -> None:
+def write(layout: Layout, loaded: Loaded, lost_before: set[str], applied_before: int, *,
+          sync: bool) -> StoreIOError | None:
     """Publish ``loaded.table`` under the table's lock: the journal record of what changed
-    first, then the snapshot. ``sync``: a reset or deletion (see ``offsetjournal``)."""
+    first, then the snapshot. ``sync``: a reset or deletion (see ``offsetjournal``). Returns
+    the error of a snapshot that could not be written (a full disk) after its record was: the
+    change is made (every reader applies the journal), the snapshot put off."""
     journal = oj.Journal(layout.consumer_offset_log)
     tail = loaded.journal
     new = loaded.table.to_json()
@@ -429,13 +433,19 @@ def write(layout: Layout, loaded: Loaded, lost_before: set[str], applied_before:
         # inside the new journal.
         end = journal.rewrite(new, max(tail.end, loaded.snapshot_end, loaded.damage[1] if loaded.damage else 0))
         save(layout, new, end, keep_bak=keep_bak, sync_dir=sync_dir)
-        return
+        return None
     record = loaded.table.change(lost_before, applied_before)
     end = tail.end
     if record is not None:
         end = journal.append(record, tail.end, sync=sync)
-    snapshot(layout, new, end, tail.base, loaded.snapshot_bytes, synced=sync and record is not None,
-             keep_bak=keep_bak, sync_dir=sync_dir)
+    try:
+        snapshot(layout, new, end, tail.base, loaded.snapshot_bytes, synced=sync and record is not None,
+                 keep_bak=keep_bak, sync_dir=sync_dir)
+    except StoreIOError as exc:
+        if record is None:
+            raise
+        return exc
+    return None
 
 
 def verify(layout: Layout) -> list[tuple[str, int, str]]:

@@ -352,3 +352,21 @@ def test_an_orderly_member_retrying_in_place_on_a_full_disk_carries_on(small_fs:
         m.check_clean()
     finally:
         m.cleanup()
+
+
+def test_an_offsets_reset_on_a_full_disk_is_made_and_says_its_snapshot_waits(small_fs: Path, tmp_path: Path) -> None:
+    """``offsets reset --execute`` on a full disk: its record goes into the offsets journal
+    (which every reader applies) and the snapshot cannot be written. The reset is made, so it
+    exits 0 with one warning saying the snapshot waits — not exit 1, which a script takes for
+    "nothing moved" (it used to), while every reader went by the reset."""
+    m = _store(small_fs, tmp_path)
+    m.ok("consume", "fj", "-g", "g", "--from", "first", "-e")
+    assert m.offsets("g") == {("fj", 0): 2}
+    fill_fs(small_fs)
+    res = m.run("offsets", "reset", "-g", "g", "--topic", "fj", "--to-earliest", "--execute")
+    assert res.returncode == 0, str(res)
+    warned = [ln for ln in res.stderr.splitlines() if ln.startswith("mqctl: warning: ")]
+    assert len(warned) == 1 and "no space left on device" in warned[0] and "the change is made" in warned[0], warned
+    assert m.offsets("g") == {("fj", 0): 0}
+    (small_fs / "filler").unlink()
+    assert m.ok("consume", "fj", "-g", "g", "-e").stdout.decode().split() == ["one", "two"]
