@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -349,12 +350,16 @@ class TopicTable:
         return token
 
     def epoch_token(self) -> str:
+        """The epoch token; "" when there is none to read (missing, or not a file: a change
+        signal only, so readers then compare the view whole)."""
         try:
-            fd = os.open(self.layout.topics_epoch, os.O_RDONLY)
+            fd = os.open(self.layout.topics_epoch, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             return ""
         try:
             return os.read(fd, 64).decode("ascii", "replace").strip()
+        except OSError:
+            return ""
         finally:
             os.close(fd)
 
@@ -404,6 +409,13 @@ class TopicTable:
                 self.warn(f"{self.layout.topic_config(name)} {_state(got)}; restored "
                           f"({cfg.queues} queue(s){', ordered' if cfg.order else ''})")
             self.save(cfg)
+        epoch = self.layout.topics_epoch
+        if _not_a_file(epoch):   # (a change signal only: put aside, nothing of it read)
+            aside = epoch.with_name(f"{epoch.name}.not-a-file.{time.time_ns()}")
+            os.rename(epoch, aside)
+            if self.warn is not None:
+                self.warn(f"{epoch} was not a file: moved aside to {aside.name}, a new one written")
+            self.touch_epoch()
         return doomed
 
     def migrate(self, first_entry: FirstEntry, log_end: int) -> None:
@@ -454,11 +466,22 @@ class TopicTable:
             elif isinstance(mirror, str):
                 out.append((str(self.layout.topic_mirror(name)),
                             f"topic copy {_state(mirror)} (run mqctl store recover)"))
+        if _not_a_file(self.layout.topics_epoch):
+            out.append((str(self.layout.topics_epoch), "not a file (the topics' change signal: mqctl store "
+                                                       "recover moves it aside and writes a new one)"))
         for name in sorted(set(_listdir(self.layout.consumequeue_dir)) - configs):
             if queue_ids(self.layout, name):
                 out.append((str(self.layout.topic_cq_dir(name)),
                             "consume queues of a topic without a config (run mqctl store recover)"))
         return out
+
+
+def _not_a_file(path: Path) -> bool:
+    """Whether something other than a regular file is at ``path`` (nothing there is fine)."""
+    try:
+        return not stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def _listdir(path: Path) -> list[str]:

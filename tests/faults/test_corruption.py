@@ -448,3 +448,23 @@ def test_topic_counts_say_when_damage_stops_the_due_delayed_messages(mq: MQ) -> 
     assert res.returncode == 0, str(res)
     assert "mqctl: warning: delayed messages now due were not delivered (" in res.stderr, res.stderr
     assert "delayOffset.json" in res.stderr
+
+
+def test_a_directory_in_place_of_the_topics_epoch_is_reported_and_put_aside(mq: MQ) -> None:
+    """``config/topics.epoch`` (a change signal) replaced by a directory: reads go on, a topic
+    change fails naming the file, ``store check`` reports it (it said OK), and ``store recover``
+    moves it aside and writes a new one (it failed with "Is a directory", naming nothing)."""
+    mq.ok("send", "t", "x")
+    epoch = mq.root / "config" / "topics.epoch"
+    epoch.unlink()
+    epoch.mkdir()
+    (epoch / "kept").write_text("mine")
+    assert "t" in mq.ok("topic", "list").stdout.decode()
+    assert str(epoch) in one_error(mq.run("topic", "create", "u"), 1, "cannot write ")
+    res = mq.run("store", "check")
+    assert res.returncode == 1 and f"{epoch}:0: not a file" in res.stdout.decode(), str(res)
+    res = mq.ok("store", "recover")
+    aside = [p for p in epoch.parent.iterdir() if p.name.startswith("topics.epoch.not-a-file.")]
+    assert len(aside) == 1 and (aside[0] / "kept").read_text() == "mine" and epoch.is_file(), str(res)
+    mq.ok("store", "check")
+    mq.ok("topic", "create", "u")
