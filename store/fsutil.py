@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import time
 import zlib
 from pathlib import Path
@@ -198,6 +199,25 @@ def open_private(path: Path | str, flags: int) -> int:
 # (hidden, and named by its writer, so that two writers never share one). A writer killed
 # in between leaves one behind: what ``TEMP_GLOB`` / :func:`is_temp` find.
 TEMP_GLOB = ".*.tmp"
+
+
+def not_rewritable(path: Path) -> str | None:
+    """Why a file that is to be rewritten in place (cut, appended to) cannot be: something
+    other than a regular file there, or one this process cannot open for writing (read-only,
+    immutable); None when it can, or when nothing is there. Opens nothing that blocks (a FIFO)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if not stat.S_ISREG(st.st_mode):
+        return "a directory, not a file" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def temp_path(path: Path) -> Path:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from store.flock import list_dir
+from store.fsutil import not_rewritable
+from store.layout import Layout
 from store.log import format as F
 from store.log.arrays import layouts
 from store.log.commitlog import CommitLog
-from store.log.consumequeue import ConsumeQueue
+from store.log.consumequeue import ConsumeQueue, queue_dirs
 from store.log.entrysearch import points_home
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
@@ -240,3 +243,17 @@ def end_in_log(log: CommitLog, topics: dict[str, "TopicConfig"], topic: str, que
         if w.end >= end:
             break
     return last + 1
+
+
+def unrewritable_queue_file(layout: Layout) -> tuple[Path, str] | None:
+    """The first consume-queue file recovery could not rewrite (see ``fsutil.not_rewritable``),
+    and why; None when it can rewrite them all. Asked before recovery drops anything, so that
+    a repair that cannot finish leaves the store as it found it."""
+    for topic, qid in queue_dirs(layout):
+        directory = layout.queue_dir(topic, qid)
+        for name in sorted(list_dir(directory)):
+            if F.is_segment_name(name):
+                why = not_rewritable(directory / name)
+                if why is not None:
+                    return directory / name, why
+    return None

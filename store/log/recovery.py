@@ -33,10 +33,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from store.errors import CorruptionError
 from store.failpoints import failpoint
+from store.fsutil import not_rewritable
 from store.log import atomicbatch, broadcastoffsets, indexfence, knowndamage, recordscan
 from store.log import checkpoint as ckpt
+from store.log.consumequeue import queue_dirs
 from store.log.positions import clamp_to_queue_ends, restore_unreadable
-from store.log.queuerebuild import QueueRebuild, fill_holes, past_end, trim_queue
+from store.log.queuerebuild import QueueRebuild, fill_holes, past_end, trim_queue, unrewritable_queue_file
 from store.log.topics import TopicConfig
 from store.names import is_system_topic
 
@@ -173,6 +175,7 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     rep.start = plan.start
     rep.reason = plan.reason
     if rebuild_index:
+        _refuse_what_cannot_finish(engine)
         # Rebuilt below from every record (damage in it is not trusted), behind a fence that
         # stays up until the new files are durable: a kill in between leaves a store whose
         # readers search the log and whose next open rebuilds again.
@@ -225,6 +228,22 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     return rep
 
 
+def _refuse_what_cannot_finish(engine: "Engine") -> None:
+    """Refuse, before anything is dropped, a repair that could not finish: a consume-queue
+    file or the checkpoint it must rewrite is a directory, or not writable. A repair that
+    dropped the key index and then stopped there would leave every command failing where only
+    one topic did."""
+    blocked = unrewritable_queue_file(engine.layout)
+    if blocked is None:
+        why = not_rewritable(engine.layout.checkpoint)
+        blocked = None if why is None else (engine.layout.checkpoint, why)
+    if blocked is not None:
+        path, why = blocked
+        raise CorruptionError(str(path), 0, f"{why}: recovery rewrites it from the commit log and cannot here, "
+                                            f"so it changed nothing (move it aside or make it writable, then run "
+                                            f"mqctl store recover again)")
+
+
 def gone_past_end(engine: "Engine", cp: ckpt.Checkpoint | None,
                   batch: tuple[int, int, bool] | None = None, was: int = 0) -> str | None:
     """What is gone when the commit log ends below where the consume queues' entries, or the
@@ -234,7 +253,7 @@ def gone_past_end(engine: "Engine", cp: ckpt.Checkpoint | None,
     which the log ended with at ``was``: the line says that cut is why."""
     end = engine.commitlog.end()
     n = reach = 0
-    for topic, qid in queue_ids(engine):
+    for topic, qid in queue_dirs(engine.layout):
         got = past_end(engine.queues.queue(topic, qid), end)
         n, reach = n + got[0], max(reach, got[1])
     if batch is not None and (n or (cp is not None and cp.written_end > end)):
@@ -248,23 +267,6 @@ def gone_past_end(engine: "Engine", cp: ckpt.Checkpoint | None,
                 f"{cp.written_end}: the records past its end are gone (a power cut before their flush, or a "
                 f"cut file)")
     return None
-
-
-def queue_ids(engine: "Engine") -> list[tuple[str, int]]:
-    """``(topic, queue id)`` of every consume-queue directory of the store."""
-    root = engine.layout.consumequeue_dir
-    try:
-        topics = sorted(os.listdir(root))
-    except FileNotFoundError:
-        return []
-    out = []
-    for topic in topics:
-        try:
-            qids = sorted(int(x) for x in os.listdir(root / topic) if x.isascii() and x.isdigit())
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        out += [(topic, q) for q in qids]
-    return out
 
 
 def _clamp_topics(engine: "Engine", valid_end: int) -> None:
@@ -401,7 +403,7 @@ def _part(w: recordscan.Window, a: int, b: int, copy: bool = False) -> recordsca
 
 def _trim_queues(engine: "Engine", valid_end: int, kept_from: int) -> int:
     return sum(trim_queue(engine.commitlog, engine.queues.queue(topic, qid), topic, qid, valid_end, kept_from)
-               for topic, qid in queue_ids(engine))
+               for topic, qid in queue_dirs(engine.layout))
 
 
 def _damaged_regions(engine: "Engine", rep: RecoveryReport, valid_end: int) -> list[tuple[int, int, str]]:
@@ -432,7 +434,7 @@ def _fill_queue_holes(engine: "Engine", rep: RecoveryReport, regions: list[tuple
         i = bisect.bisect_left(starts, phys) - 1
         return (regions[i][0], regions[i][1] - regions[i][0]) if i >= 0 else (0, 1)
 
-    for topic, qid in queue_ids(engine):
+    for topic, qid in queue_dirs(engine.layout):
         q = engine.queues.queue(topic, qid)
         for k, path, at in fill_holes(q, filler):
             rep.damage.append((str(path), at, f"entry {k} has no valid record (damaged or removed); readers skip it"))
