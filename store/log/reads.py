@@ -126,7 +126,7 @@ def _may_be_tagged(span: memoryview, start: int, size: int, tags: frozenset[str]
         return True
     props = bytes(span[props_at:end])
     i = props.find(_TAGS)
-    while i > 0 and props[i - 1:i] != _SEP:   # (a value that merely contains "TAGS\x01")
+    while i > 0 and props[i - 1:i] != _SEP:   # (a value that merely contains the name)
         i = props.find(_TAGS, i + 1)
     if i < 0:
         return False   # untagged: only "*" (no filter) takes it
