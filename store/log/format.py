@@ -173,6 +173,8 @@ CRC_PROPERTY_SIZE = len(CRC_PROPERTY) + 1 + 10 + 1  # 20
 CRC_PROPERTY_HEAD = CRC_PROPERTY.encode() + NAME_VALUE_SEP_B
 CRC_PROPERTY_REVERSED = PROPERTY_SEP_B + b"%010d" + CRC_PROPERTY_HEAD[::-1]
 MAX_PROPERTIES_SIZE = 32767
+# A message id, offset id or unique key (below): 32 hex digits.
+MSG_ID_LEN = 32
 # The topic length byte read unsigned (a written topic is at most 134 bytes).
 MAX_TOPIC_FIELD = 255
 # The largest record a reader accepts, and how far it reads to hold one whole: the fixed

@@ -120,7 +120,7 @@ def decode_offset_msg_id(msg_id: str) -> int | None:
 
 def is_msg_id(text: str) -> bool:
     """Whether ``text`` has a message id's shape (an offset id or a unique key): 32 hex digits."""
-    return len(text) == 32 and all(c in "0123456789abcdefABCDEF" for c in text)
+    return len(text) == F.MSG_ID_LEN and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def _hostname() -> str:
@@ -134,7 +134,7 @@ def _hostname() -> str:
 
 KEYS_PER_MS = 65536   # unique keys that can carry one millisecond (the counter's 16 bits)
 # The bytes the write adds to a message's properties for its unique key (32 hex digits).
-UNIQ_KEY_PROPERTY_SIZE = len(PROP_UNIQ_KEY) + 2 + 32
+UNIQ_KEY_PROPERTY_SIZE = len(PROP_UNIQ_KEY + F.NAME_VALUE_SEP + F.PROPERTY_SEP) + F.MSG_ID_LEN
 
 
 class UniqKeyGenerator:

@@ -27,7 +27,7 @@ _HASH_MARK = crc32(F.uniq_key_of("").encode())   # (the CRC of "#" + a unique ke
 _KEY_SEP = F.INDEX_KEY_SEP_B
 _CRC_MASK = F.CRC_MASK
 _TOPIC_ROUNDS = 8   # topics of a window told apart as arrays (more: one record at a time)
-_UNIQ_LEN = 32                             # a unique key: 32 hex digits (format.py)
+_UNIQ_LEN = F.MSG_ID_LEN                   # a unique key: 32 hex digits (format.py)
 _UNIQ_PROPS = len(_UNIQ) + _UNIQ_LEN + 1   # properties that are a unique key alone
 _UNIQ_TABLE: list[tuple[Any, int]] = []    # _uniq_hashes' tables, and the CRC of the zero key
 

@@ -307,3 +307,13 @@ def test_every_store_path_is_built_by_layout(tmp_path) -> None:
              if re.search(r'(_dir\(\w*\)|_dir|_root|layout\.\w+\(.*\)) / f?"', line)
              or re.search(r'f"\{[^}]*(_dir|_root|\.dir)[^}]*\}/', line) or ":020d" in line]
     assert built == []
+
+
+def test_a_message_id_has_one_length() -> None:
+    import time
+
+    from store.log import record
+    uniq = record.UniqKeyGenerator().next(int(time.time() * 1000))
+    assert F.MSG_ID_LEN == 32 == len(record.offset_msg_id(4096)) == len(uniq)
+    assert record.is_msg_id(uniq) and not record.is_msg_id(uniq + "0")
+    assert record.UNIQ_KEY_PROPERTY_SIZE == len(record.encode_properties({record.PROP_UNIQ_KEY: uniq}))
