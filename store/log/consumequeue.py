@@ -13,19 +13,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from store import fsutil
 from store.errors import StoreError, io_error, naming
 from store.flock import list_dir
-from store.fsutil import (
-    SegmentListing,
-    ensure_dir,
-    fdatasync_path,
-    fsync_dir,
-    open_private,
-    pwrite_all,
-    segment_bases,
-    sync_dir_if_changed,
-    unlink_all,
-)
+from store.fsutil import SegmentListing, ensure_dir, fdatasync_path, fsync_dir, open_private, pwrite_all
 from store.layout import Layout, segment_file, segment_file_s
 from store.log import filestat
 from store.log import format as F
@@ -223,7 +214,7 @@ class ConsumeQueue:
     def remove_segments(self, bases: list[int], warn: Callable[[str], None], each: Callable[[str], None]) -> None:
         """Delete segments ``bases`` in order (retention: never the last with entries), durably (``unlink_all``)."""
         self.close()
-        unlink_all(self.dir, [F.segment_name(b) for b in bases], warn, each)
+        fsutil.unlink_all(self.dir, [F.segment_name(b) for b in bases], warn, each)
 
     def drop_tail(self) -> None:
         """Close the descriptor kept for appends (see :meth:`write_end`)."""
@@ -460,7 +451,7 @@ def sync_changed_queues(layout: Layout, since_s: int) -> None:
             changed_dirs.append(layout.topic_cq_dir(topic))
         qdir = layout.queue_dir(topic, qid)
         changed_dirs.append(qdir)
-        for i, base in enumerate(reversed(segment_bases(qdir))):
+        for i, base in enumerate(reversed(fsutil.segment_bases(qdir))):
             path = segment_file(qdir, base)
             if i > 0 and since_s:
                 try:
@@ -470,8 +461,8 @@ def sync_changed_queues(layout: Layout, since_s: int) -> None:
                     continue
             fdatasync_path(path)
     for d in reversed(changed_dirs):   # children before parents
-        sync_dir_if_changed(d, since_s)
-    sync_dir_if_changed(layout.consumequeue_dir, since_s)
+        fsutil.sync_dir_if_changed(d, since_s)
+    fsutil.sync_dir_if_changed(layout.consumequeue_dir, since_s)
 
 
 def queue_ids(layout: Layout, topic: str) -> list[int]:

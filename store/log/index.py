@@ -1,21 +1,19 @@
 """The key index: ``topic#key`` → commit-log offsets, without scanning the log.
 
-Each file ``index/<20-digit begin offset>`` is RocketMQ's IndexFile shape (``format.py``): a
-40-byte header, a slot table of ``INDEX_SLOTS`` ints, then 20-byte entries chained newest to
-oldest through ``prevIndex``. The header and slot table (512 KiB) are written as real zeros
-when the file is created, so a slot write never needs a new block; every write is a ``pwrite``
-(a full disk surfaces as an error; a file cut short under a writer cannot kill it, as a write
-through a map did with SIGBUS: the writer begins a new file, and the next lookup repairs the
-cut one, ``indexends.py``).
+Each file ``index/<20-digit begin offset>`` is RocketMQ's IndexFile shape (``format.py``): a 40-byte
+header, a slot table of ``INDEX_SLOTS`` ints, then 20-byte entries chained newest to oldest through
+``prevIndex``. The header and slot table (512 KiB) are written as real zeros when the file is created,
+so a slot write never needs a new block; every write is a ``pwrite`` (a full disk surfaces as an error;
+a file cut short under a writer cannot kill it, as a write through a map did with SIGBUS: the writer
+begins a new file, and the next lookup repairs the cut one, ``indexends.py``).
 
 Crash order inside a batch: entries first, then slots, then the header (``indexCount``,
-``endPhyOffset``). Entries past ``indexCount`` are invisible and are overwritten by the next
-batch; recovery first points any slot a killed writer left past ``indexCount`` back along the
-entries' ``prevIndex`` (:meth:`KeyIndex.repair`), then re-adds records past ``endPhyOffset``
-(idempotent). Lookups check each hit against the record itself, so a hash collision or a
-stale slot costs a read, never a wrong answer; a hit where no record starts is the file's
-damage, repaired by the lookup (``reads.py``). Retention deletes old files only through
-:meth:`KeyIndex.remove_files`, which syncs the directory after.
+``endPhyOffset``). Entries past ``indexCount`` are invisible and are overwritten by the next batch;
+recovery first points any slot a killed writer left past ``indexCount`` back along the entries'
+``prevIndex`` (:meth:`KeyIndex.repair`), then re-adds records past ``endPhyOffset`` (idempotent).
+Lookups check each hit against the record itself, so a hash collision or a stale slot costs a read,
+never a wrong answer; a hit where no record starts is the file's damage, repaired by the lookup
+(``reads.py``). Retention deletes files only through :meth:`KeyIndex.remove_files` (then syncs the dir).
 """
 from __future__ import annotations
 
@@ -38,7 +36,6 @@ from store.log import format as F
 from store.log.record import crc32
 
 _CRC_MASK = F.CRC_MASK
-
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
     from typing import Any, Callable
@@ -425,9 +422,8 @@ class KeyIndex:
 
     def remove_files(self, bases: list[int], warn: Callable[[str], None], each: Callable[[str], None]) -> None:
         """Delete files ``bases``, in order (retention: never the last), durably (``fsutil.unlink_all``)."""
-        from store.fsutil import unlink_all
         self.close()
-        unlink_all(self.dir, [F.segment_name(b) for b in bases], warn, each)
+        fsutil.unlink_all(self.dir, [F.segment_name(b) for b in bases], warn, each)
 
     def drop_from(self, base: int) -> None:
         """Remove file ``base`` and every later one (recovery re-indexes their records)."""
