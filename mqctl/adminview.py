@@ -29,7 +29,7 @@ def ago(now: int, ms: int | None, past: bool = False) -> str | None:
     return f"in {format_age(ms - now)}" if ms > now else f"{format_age(now - ms)} ago"
 
 
-def lock_row(lock: "LockRow", now: int, utc: bool | None) -> dict[str, Any]:
+def lock_row(lock: LockRow, now: int, utc: bool | None) -> dict[str, Any]:
     """A lock's JSON row (machine values only: times in ms); with ``utc`` not None (human
     output) also its local acquiredTime and the ages of its times (``3s ago``, ``in 57s``)."""
     from store import format_local
@@ -52,7 +52,7 @@ def queues_text(queues: list[dict[str, Any]]) -> str:
     return " ".join(f"{t}:{','.join(map(str, sorted(ids)))}" for t, ids in sorted(by_topic.items())) or "-"
 
 
-def show_members(out: Output, members: "list[MemberRow]", group: str, now: int, utc: bool) -> None:
+def show_members(out: Output, members: list[MemberRow], group: str, now: int, utc: bool) -> None:
     """``consumers``: NDJSON rows, or a table with local start times and heartbeat ages."""
     from store import format_local, format_time
     rows: list[dict[str, Any]] = [{

@@ -45,7 +45,7 @@ def _body(size: int) -> bytes:
     return (b"0123456789abcdef" * (size // 16 + 1))[:size]
 
 
-def members(root: Path, group: str) -> list["MemberRow"]:
+def members(root: Path, group: str) -> list[MemberRow]:
     """The live members of ``group`` (none while no member has joined it yet)."""
     from store import Admin, Store
     from store.errors import GroupNotFoundError
@@ -56,7 +56,7 @@ def members(root: Path, group: str) -> list["MemberRow"]:
             return []
 
 
-def locks(root: Path, group: str) -> list["LockRow"]:
+def locks(root: Path, group: str) -> list[LockRow]:
     """The queue locks of ``group``, holders probed."""
     from store import Admin, Store
     from store.errors import GroupNotFoundError
@@ -74,11 +74,11 @@ class Scratch:
         self.dir = Path(tempfile.mkdtemp(prefix="mqctl-bench-", dir=where))
         self.root = self.dir / "store"
 
-    def open(self) -> "Store":
+    def open(self) -> Store:
         from store import Store
         return Store.open(self.root, create=True)
 
-    def __enter__(self) -> "Scratch":
+    def __enter__(self) -> Scratch:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -51,7 +51,7 @@ class ConsumeRequest:
     flush: Optional[str] = None
 
 
-def run_consume(st: "State", r: ConsumeRequest) -> None:
+def run_consume(st: State, r: ConsumeRequest) -> None:
     """Check the request, then consume until the runtime stops (count, end, idle, signal)."""
     import sys
 
@@ -184,7 +184,7 @@ def stopping_notice(running: int) -> None:
         pass   # (stderr closed: the stop goes on all the same)
 
 
-def wait_for_topic(store: "Store", topic: str, idle_s: float | None) -> bool:
+def wait_for_topic(store: Store, topic: str, idle_s: float | None) -> bool:
     """A long-running consumer started before its topic exists waits for it (as Kafka's and
     RocketMQ's consumers do), saying so once on stderr. True once it exists; False when
     SIGINT/SIGTERM or ``--idle-timeout`` ended the wait (a stop like any other: exit 0).
@@ -313,7 +313,7 @@ def _check_output(r: ConsumeRequest) -> None:
                          "as it comes")
 
 
-def _check_ordered_output(store: "Store", r: ConsumeRequest) -> None:
+def _check_ordered_output(store: Store, r: ConsumeRequest) -> None:
     """An ordered ``--to`` topic takes only messages with a sharding key or a queue: an
     ``--orderly`` stage puts each output in its input's queue number (or by its key), and
     ``--exec --output json`` outputs may carry a ``shardingKey``. Any other stage would
@@ -347,7 +347,7 @@ def duration_ms(flag: str, text: str) -> int:
         raise UsageError(f"{flag} {text!r}: not a duration (accepted: {DURATION_HELP})") from None
 
 
-def renderer(json: bool, fmt: Optional[str], utc: bool) -> Callable[["Message"], bytes]:
+def renderer(json: bool, fmt: Optional[str], utc: bool) -> Callable[[Message], bytes]:
     """How a message is written to stdout (or to a ``--exec --json`` handler's stdin)."""
     if json:
         from mqctl.output import json_line

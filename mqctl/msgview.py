@@ -13,7 +13,7 @@ QUERY_COLUMNS = [("msgId", "MSG-ID"), ("queueId", "QUEUE"), ("queueOffset", "OFF
                  ("body", "BODY")]
 
 
-def describe(m: "Message", obj: dict[str, Any], when: Callable[[int], str]) -> list[str]:
+def describe(m: Message, obj: dict[str, Any], when: Callable[[int], str]) -> list[str]:
     """``msg show``'s lines: what the copy is, its fields and history (``obj``: its JSON report)."""
     from mqctl.output import human_size
     body = obj["body"] if obj.get("bodyEncoding") != "base64" else BINARY_BODY
@@ -42,7 +42,7 @@ def describe(m: "Message", obj: dict[str, Any], when: Callable[[int], str]) -> l
     return lines
 
 
-def query_row(m: "Message", obj: dict[str, Any], stored: str) -> dict[str, Any]:
+def query_row(m: Message, obj: dict[str, Any], stored: str) -> dict[str, Any]:
     """A ``msg query`` table row (``obj``: the message's report, as msg show's; ``stored``:
     the store time, shown): the groups whose committed offsets are past it stand for its
     history, which ``msg show`` tells in full."""
@@ -56,7 +56,7 @@ def props_text(props: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in props.items()) or "-"
 
 
-def lineage(m: "Message", when: Callable[[int], str]) -> str | None:
+def lineage(m: Message, when: Callable[[int], str]) -> str | None:
     """What a copy is, when it is not the message as sent: a retry, a dead letter, ..."""
     from mqctl.output import plural
     from store import Prop, topic_kind

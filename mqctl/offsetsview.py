@@ -34,7 +34,7 @@ def show_offsets(out: Output, rows: list[dict[str, Any]], group: str, topic: str
         out.info(f"no committed offsets for group {group}{in_topic(topic)}")
 
 
-def reset_notes(out: Output, plan: "ResetPlan", to_offset: int | None, when: str | None) -> None:
+def reset_notes(out: Output, plan: ResetPlan, to_offset: int | None, when: str | None) -> None:
     """Where the target was clamped to a queue's stored range (``when``: a time target, shown)."""
     def note(queues: list[int], what: str, to: str = "the earliest offset") -> None:
         if queues:
@@ -49,7 +49,7 @@ def reset_notes(out: Output, plan: "ResetPlan", to_offset: int | None, when: str
              f"offset {to_offset} is no longer stored in")
 
 
-def show_reset(out: Output, plan: "ResetPlan", execute: bool) -> None:
+def show_reset(out: Output, plan: ResetPlan, execute: bool) -> None:
     """The plan's table, then what a dry run would need, or what the reset did."""
     group, topic = plan.group, plan.topic
     cols = list(RESET_COLUMNS)

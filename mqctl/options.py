@@ -158,7 +158,7 @@ def register_completions(root: Any) -> None:
     add_completion_class(AsRunFish, "fish")
 
 
-def _completion_store(ctx: typer.Context) -> "Store | None":
+def _completion_store(ctx: typer.Context) -> Store | None:
     try:
         from store import Store
         return Store.open(resolve_store_path(_store_on_line(ctx)), recover=False, warn=lambda _m: None)

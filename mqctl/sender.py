@@ -58,7 +58,7 @@ class SendRequest:
     json: bool = False
 
 
-def run_send(st: "State", r: SendRequest) -> None:
+def run_send(st: State, r: SendRequest) -> None:
     """Check the request, send BODY or stdin's records, print results and the summary."""
     from store import Prop, validate_topic
     from store.errors import UsageError
@@ -160,7 +160,7 @@ def run_send(st: "State", r: SendRequest) -> None:
 class Sender:
     """Accumulates drafts into batches and prints each batch's results."""
 
-    def __init__(self, st: "State", topic: str, props: dict[str, str], sharding_key: Optional[str],
+    def __init__(self, st: State, topic: str, props: dict[str, str], sharding_key: Optional[str],
                  queue: Optional[int], sync: bool, json: bool,
                  deliver: tuple[int, int] | None) -> None:
         from store import Draft, Producer, Prop
@@ -410,11 +410,11 @@ class Sender:
             self.producer.send_drafts(batch, delay=self.delay, on_durable=self._report_results,
                                       msg_ids=[ids.get(i) for i in range(len(batch))] if ids else None)
 
-    def _report_batch(self, res: "BatchResult") -> None:
+    def _report_batch(self, res: BatchResult) -> None:
         self._report(res.topic, res.queue_ids, res.queue_offsets, res.commitlog_offsets,
                      res.uniq_keys if self.json else None)
 
-    def _report_results(self, results: "list[SendResult]") -> None:
+    def _report_results(self, results: list[SendResult]) -> None:
         # A parked message (--delay) reports the topic and queue it will be delivered to (the
         # store chose it when parking), no queue offset (it has none there yet), and when it
         # is due: not the schedule topic's own queue and offset.

@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     from mqctl.sender import Sender
 
 
-def stdout_failed(sender: "Sender") -> None:
+def stdout_failed(sender: Sender) -> None:
     """At the end of a send (whatever ended it): when stdout failed, its error (stdout
     closed or gone: raised) or its notice (the reader left: printed, the BrokenPipe that
     ended the send goes on, exit 141)."""

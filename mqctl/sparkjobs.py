@@ -32,7 +32,7 @@ def run_query(spark: Any, root: str, topics: list[str], sql: str, json: bool, ut
         spark.conf.set(CASE_SENSITIVE, was_sensitive)
 
 
-def view_topics(store: "Store", wanted: list[str] | None, system: bool) -> list[str]:
+def view_topics(store: Store, wanted: list[str] | None, system: bool) -> list[str]:
     """The topics that become views: ``--topic`` ones (they must exist), else every user
     topic (and system topics with ``--all``)."""
     from store import is_system_topic, validate_any_topic
@@ -95,7 +95,7 @@ def export_topic(spark: Any, root: str, topic: str, ending: str, out: Path, fmt:
     df.write.mode("overwrite" if out.exists() else "errorifexists").format(fmt).save(str(out))
 
 
-def snapshot(store: "Store", topic: str) -> tuple[str, int]:
+def snapshot(store: Store, topic: str) -> tuple[str, int]:
     """``endingOffsets`` JSON pinning every queue's current end, and the message count."""
     cfg = store.topic(topic)
     ends = {str(q): store.max_offset(topic, q) for q in range(cfg.queues)}

@@ -111,7 +111,7 @@ class SparkRun:
     """One CLI Spark session, its private log and its progress bar; :meth:`close` stops
     them (the log is kept, and named, when the run failed)."""
 
-    def __init__(self, spark: Any, log_path: Path | None, progress: "Progress | None" = None) -> None:
+    def __init__(self, spark: Any, log_path: Path | None, progress: Progress | None = None) -> None:
         self.spark = spark
         self.log_path = log_path
         self.progress = progress

@@ -20,7 +20,7 @@ class State:
     utc: bool = False
     _store: Store | None = field(default=None, repr=False)
 
-    def store(self, create: bool = False, recover: bool = True, rebuild_settings: bool = False) -> "Store":
+    def store(self, create: bool = False, recover: bool = True, rebuild_settings: bool = False) -> Store:
         """The store, opened on first use. ``create`` (a command that writes): a missing store
         is created, and topics on first send, unless the store was made with ``init
         --no-auto-create`` or ``MQCTL_AUTO_CREATE=0``; either creation is said on stderr, so a
@@ -46,7 +46,7 @@ class State:
         return self._store
 
     @staticmethod
-    def _watch_topic_creation(store: "Store") -> None:
+    def _watch_topic_creation(store: Store) -> None:
         import dataclasses
         if not auto_create_allowed() and store.settings.auto_create_topics:
             store.settings = dataclasses.replace(store.settings, auto_create_topics=False)
@@ -56,7 +56,7 @@ class State:
             say(f"mqctl: created topic {cfg.name} ({cfg.queues} queue{'' if cfg.queues == 1 else 's'})")
         store.on_topic_created = created
 
-    def admin(self, recover: bool = True, rebuild_settings: bool = False) -> "Admin":
+    def admin(self, recover: bool = True, rebuild_settings: bool = False) -> Admin:
         """:class:`store.Admin` over the store, its messages naming the command line's flags;
         ``recover=False``: over the store as it is on disk (see :meth:`store`)."""
         from mqctl.argnames import ARG_FLAGS

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 CLEAN_COLUMNS = [("kind", "KIND"), ("path", "FILE"), ("size", "SIZE"), ("age", "AGE"), ("action", "ACTION")]
 
 
-def show_check(out: Output, rep: "CheckReport", stale: "Sequence[StagingDir]", utc: bool = False) -> None:
+def show_check(out: Output, rep: CheckReport, stale: Sequence[StagingDir], utc: bool = False) -> None:
     """Each problem as FILE:OFFSET: REASON (or a JSON object), the damage ``store recover``
     already reported marked as known, then the summary."""
     from store import format_local
@@ -44,7 +44,7 @@ def show_check(out: Output, rep: "CheckReport", stale: "Sequence[StagingDir]", u
                  f"(since {first}); its messages are lost and never served, nothing new to repair")
 
 
-def show_recover(out: Output, rep: "RecoveryReport") -> None:
+def show_recover(out: Output, rep: RecoveryReport) -> None:
     if out.json:
         out.emit_json(rep.to_json())
         return
@@ -57,7 +57,7 @@ def show_recover(out: Output, rep: "RecoveryReport") -> None:
         out.warn(f"could not recover {f} at offset {o}: {r} (left in place, never served)")
 
 
-def show_stats(out: Output, store: "Store", rows: list[dict[str, Any]]) -> None:
+def show_stats(out: Output, store: Store, rows: list[dict[str, Any]]) -> None:
     """Sizes per part of the store (JSON: bytes), with details of the log and the queues."""
     if out.json:
         out.table(rows, [])
@@ -83,13 +83,13 @@ class CleanListing:
         else:
             self.rows.append(r)
 
-    def planned(self, a: "FileAction") -> None:
+    def planned(self, a: FileAction) -> None:
         self.row(a.to_json() | {"action": self.action})
 
-    def deleted(self, a: "FileAction") -> None:
+    def deleted(self, a: FileAction) -> None:
         self.row(a.to_json() | {"action": "deleted"})
 
-    def finish(self, plan: "CleanPlan", staging: "Sequence[StagingDir]", older_than: str) -> None:
+    def finish(self, plan: CleanPlan, staging: Sequence[StagingDir], older_than: str) -> None:
         """The Spark staging directories swept, then the summary and the readers' warnings."""
         from store import format_age
         out, dry_run = self.out, self.dry_run

@@ -66,7 +66,7 @@ def command_argv(command: str, flag: str) -> list[str]:
     return argv
 
 
-def message_env(m: "Message", check_times: int | None) -> dict[str, str]:
+def message_env(m: Message, check_times: int | None) -> dict[str, str]:
     """The environment of a command asked about ``m`` (table in the module doc)."""
     from store import Prop
     env = dict(os.environ)
@@ -296,7 +296,7 @@ def check_answer(status: int | None, stdout: bytes, tx_id: str) -> str:
     return answer
 
 
-def local_transaction(admin: "Admin", half: "Message", argv: list[str], sync: bool) -> str:
+def local_transaction(admin: Admin, half: Message, argv: list[str], sync: bool) -> str:
     """Run ``tx send --exec``'s command on ``half``; commit on exit 0, roll back on exit 1.
     Returns the transaction's state (UNKNOWN for any other exit).
 
@@ -312,10 +312,10 @@ def local_transaction(admin: "Admin", half: "Message", argv: list[str], sync: bo
     return admin.end_transaction(half.uniq_key or "", commit=status == 0, sync=sync).state
 
 
-def check_service(admin: "Admin", argv: list[str], *, timeout_ms: int, max_checks: int,
+def check_service(admin: Admin, argv: list[str], *, timeout_ms: int, max_checks: int,
                   cmd_timeout_s: float | None, loop_pause_s: float | None,
-                  on_event: Callable[["TransactionCheckEvent"], None],
-                  on_pass: Callable[["TransactionCheckReport"], None]) -> None:
+                  on_event: Callable[[TransactionCheckEvent], None],
+                  on_pass: Callable[[TransactionCheckReport], None]) -> None:
     """Check passes asking ``argv``: one, or with ``loop_pause_s`` one every so many seconds
     until SIGINT, SIGTERM or SIGHUP (which kill a running command and end the loop quietly).
     SIGINT and SIGTERM end it also when mqctl started with them ignored (``&`` in a script
@@ -327,7 +327,7 @@ def check_service(admin: "Admin", argv: list[str], *, timeout_ms: int, max_check
             if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN:
                 signal.signal(sig, lambda *_: runner.stop())
 
-    def ask(copy: "Message", times: int) -> str:
+    def ask(copy: Message, times: int) -> str:
         status, said = runner.run(argv, copy.body, message_env(copy, times), cmd_timeout_s)
         return check_answer(status, said, copy.uniq_key or "")
 

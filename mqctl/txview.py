@@ -15,7 +15,7 @@ LIST_COLUMNS = [("txId", "TX-ID"), ("topic", "TOPIC"), ("queueId", "QUEUE"), ("b
                 ("age", "AGE"), ("checkTimes", "CHECKS")]
 
 
-def show_pending(out: Output, txs: "list[PendingTransaction]", now: int, utc: bool, parked: bool = False) -> None:
+def show_pending(out: Output, txs: list[PendingTransaction], now: int, utc: bool, parked: bool = False) -> None:
     """``tx list``: NDJSON rows, or a table with local times and ages (a note when empty);
     ``parked``: the parked transactions (``--parked``), with when each was parked."""
     from store import format_age, format_local, format_time
@@ -38,7 +38,7 @@ def show_pending(out: Output, txs: "list[PendingTransaction]", now: int, utc: bo
         out.table(rows, LIST_COLUMNS + ([("parked", "PARKED")] if parked else []))
 
 
-def show_end(out: Output, res: "TransactionEnd", commit: bool) -> None:
+def show_end(out: Output, res: TransactionEnd, commit: bool) -> None:
     """``tx commit`` / ``rollback``: its JSON object, or what changed."""
     if out.json:
         out.emit_json({"txId": res.tx_id, "state": res.state, "changed": res.changed, "topic": res.topic,
@@ -49,7 +49,7 @@ def show_end(out: Output, res: "TransactionEnd", commit: bool) -> None:
                  else f"transaction {res.tx_id} was already {word}")
 
 
-def show_event(out: Output, ev: "TransactionCheckEvent") -> None:
+def show_event(out: Output, ev: TransactionCheckEvent) -> None:
     """One transaction the check service checked, parked or repaired."""
     if out.json:
         out.emit_json({"txId": ev.tx_id, "topic": ev.topic, "msgId": ev.tx_id, "checkTimes": ev.check_times,
@@ -58,7 +58,7 @@ def show_event(out: Output, ev: "TransactionCheckEvent") -> None:
         out.info(event_line(ev))
 
 
-def event_line(ev: "TransactionCheckEvent") -> str:
+def event_line(ev: TransactionCheckEvent) -> str:
     what = f"transaction {ev.tx_id} ({ev.topic})"
     if ev.action == "discarded":
         return f"{what}: parked in TRANS_CHECK_MAX_TIME_TOPIC after {plural(ev.check_times, 'check')}"
@@ -69,7 +69,7 @@ def event_line(ev: "TransactionCheckEvent") -> str:
     return f"{what}: check {ev.check_times} answered {ev.answer}: {STATE_WORDS.get(ev.state, ev.state)}"
 
 
-def pass_summary(report: "TransactionCheckReport", timeout: str = "") -> str:
+def pass_summary(report: TransactionCheckReport, timeout: str = "") -> str:
     """The line after each check pass (stderr); ``timeout``: the ``--timeout`` as given."""
     checked = [e for e in report.events if e.action == "checked"]
     if not report.events:

@@ -472,7 +472,7 @@ class Watcher:
             except OSError:
                 pass
 
-    def __enter__(self) -> "Watcher":
+    def __enter__(self) -> Watcher:
         return self
 
     def __exit__(self, *exc: object) -> None:

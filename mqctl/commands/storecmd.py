@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
 
 
 @contextmanager
-def _log_progress(out: "Output", admin: "Admin", label: str) -> Iterator[Callable[[int], None]]:
+def _log_progress(out: Output, admin: Admin, label: str) -> Iterator[Callable[[int], None]]:
     """A bar over the commit log's bytes (a terminal only); yields the callback the library
     reports bytes to."""
     with out.progress(admin.log_bytes(), label, bytes_=True) as bar:

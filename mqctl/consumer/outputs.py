@@ -55,8 +55,8 @@ def read_captured(fd: int) -> bytes:
         pos += len(chunk)
 
 
-def emit_outputs(emit: Callable[["Message", list[Any]], None], last: "Message", output: bytes,
-                 json: bool) -> "Outcome":
+def emit_outputs(emit: Callable[[Message, list[Any]], None], last: Message, output: bytes,
+                 json: bool) -> Outcome:
     """A handler's stdout as the outputs of its batch (given with the batch's ``last``
     message, which settles it); output that cannot be read fails the batch (nothing of it is
     written), like a non-zero exit."""

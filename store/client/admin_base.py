@@ -64,7 +64,7 @@ class AdminBase:
         return self._path if self._path is not None else self.store.root
 
     @property
-    def store(self) -> "Store":
+    def store(self) -> Store:
         """The open store handle (``StoreNotFoundError`` when there is no store at ``path``)."""
         if self._store is None:
             if self._opener is not None:
@@ -84,7 +84,7 @@ class AdminBase:
             raise UsageError("this Admin is closed")
         return self._store
 
-    def _group(self, group: str, topic: str | None) -> "Store":
+    def _group(self, group: str, topic: str | None) -> Store:
         store = self.store
         require_group(store, group)
         if topic is not None:

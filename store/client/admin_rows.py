@@ -131,7 +131,7 @@ class LockRow(Row):
     expires_at: int | None
     alive: bool
     state: str
-    info: "LockInfo" = field(repr=False, compare=False)
+    info: LockInfo = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -310,14 +310,14 @@ class UnlockResult:
         return len(self.released)
 
 
-def lock_state(info: "LockInfo", now: int) -> str:
+def lock_state(info: LockInfo, now: int) -> str:
     """``held``, ``expired`` or ``stale`` (see :class:`LockRow`)."""
     if not info.alive:
         return "stale"
     return "expired" if info.expired(now) else "held"
 
 
-def lock_row(info: "LockInfo", now: int) -> LockRow:
+def lock_row(info: LockInfo, now: int) -> LockRow:
     """A :class:`LockRow` of a probed lock, its state as of ``now`` (ms since the epoch)."""
     return LockRow(info.group, info.topic, info.queueId, info.clientId, info.pid, info.host, info.acquiredAt,
                    info.renewedAt, info.expiresAt, info.alive, lock_state(info, now), info)

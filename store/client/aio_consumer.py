@@ -426,7 +426,7 @@ class AsyncConsumer:
         if self._closed or (self._rt is not None and self._rt.stopped.is_set() and not self._life.loop_ended):
             raise UsageError("this consumer is closed")
 
-    async def __aenter__(self) -> "AsyncConsumer":
+    async def __aenter__(self) -> AsyncConsumer:
         self._check_loop()   # (a member of another loop: its UsageError, and that member left alone)
         try:
             await self._open()

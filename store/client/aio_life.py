@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 # Lives whose leave was arranged on their loop but has not happened yet: left at the process's
 # exit if the loop never got to it (closed meanwhile without its tasks cancelled).
-_ARRANGED: set["AsyncLife"] = set()
+_ARRANGED: set[AsyncLife] = set()
 _ARRANGED_LOCK = threading.Lock()
 _exit_hook = False
 _EXIT_WAIT_S = 10.0   # at exit, for a leave arranged on a loop that runs in another thread

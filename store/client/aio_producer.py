@@ -166,7 +166,7 @@ class AsyncProducer:
                 worker.stop()   # (at once: nothing is left to write)
             self._producer.close()
 
-    async def __aenter__(self) -> "AsyncProducer":
+    async def __aenter__(self) -> AsyncProducer:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -32,7 +32,7 @@ from store.client.aio_producer import Worker
 from store.inotify import Instance
 from store.watch import Watcher
 
-_LOOPS: dict[asyncio.AbstractEventLoop, "LoopShare"] = {}
+_LOOPS: dict[asyncio.AbstractEventLoop, LoopShare] = {}
 _R = TypeVar("_R")
 
 

@@ -44,7 +44,7 @@ class AsyncIteratorSink(InHand):
         self._ready: collections.deque[Batch | None] = collections.deque()   # (None: a nudge)
         self._event = asyncio.Event()
 
-    def submit(self, batch: list[Any], topic: str) -> "cf.Future[Outcome]":
+    def submit(self, batch: list[Any], topic: str) -> cf.Future[Outcome]:
         fut: cf.Future[Outcome] = cf.Future()
         self._ready.append((fut, as_client_messages(batch, topic)))
         self._event.set()
@@ -110,14 +110,14 @@ class TaskSink:
         self.spread = concurrency
         self.tasks: set[asyncio.Task[None]] = set()
 
-    def submit(self, batch: list[Any], topic: str) -> "cf.Future[Outcome]":
+    def submit(self, batch: list[Any], topic: str) -> cf.Future[Outcome]:
         fut: cf.Future[Outcome] = cf.Future()
         task = asyncio.get_running_loop().create_task(self._run(fut, batch, topic))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return fut
 
-    async def _run(self, fut: "cf.Future[Outcome]", batch: list[Any], topic: str) -> None:
+    async def _run(self, fut: cf.Future[Outcome], batch: list[Any], topic: str) -> None:
         # (work reports handler failures and cancellation in its outcome: what escapes it is
         # a failure of the consumer, which the runtime raises from the future)
         IN_HANDLER.set(self)   # (this task's own context)

@@ -457,7 +457,7 @@ class Consumer:
         if self._life.closed or self._rt.stopped.is_set():
             raise UsageError("this consumer is closed")
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer:
         self._life.join()
         return self
 

@@ -48,7 +48,7 @@ Progress = Callable[[int, int], None]
 
 # -- the resend record ---------------------------------------------------------------------------
 
-def record_path(store: "Store") -> Path:
+def record_path(store: Store) -> Path:
     """Where the resend record lives: ``config/dlqResend.json``."""
     return store.layout.dlq_resend_json
 
@@ -64,7 +64,7 @@ def _validate(obj: Any) -> None:
             raise ValueError(f"resent[{g!r}] is not a list of offsets")
 
 
-def load_record(store: "Store") -> dict[str, Any]:
+def load_record(store: Store) -> dict[str, Any]:
     """The record (empty tables when there is none yet)."""
     obj = read_json_with_bak(record_path(store), default=None, validate=_validate, warn=store.warn) or {}
     return {"offsetTable": dict(obj.get("offsetTable") or {}), "resent": dict(obj.get("resent") or {})}
@@ -92,7 +92,7 @@ def mark_resent(record: dict[str, Any], group: str, offsets: list[int], end: int
         record["resent"].pop(group, None)
 
 
-def save_record(store: "Store", record: dict[str, Any]) -> None:
+def save_record(store: Store, record: dict[str, Any]) -> None:
     """Write the record (caller holds the store's write lock: read, append, save)."""
     atomic_write_json(record_path(store), record)
 
@@ -105,7 +105,7 @@ def is_resent(record: dict[str, Any], group: str, offset: int) -> bool:
 
 # -- rows ----------------------------------------------------------------------------------------
 
-def origin_topic(m: "rec.Message") -> str | None:
+def origin_topic(m: rec.Message) -> str | None:
     """The topic a dead letter (or a retry copy) was first sent to."""
     return m.properties.get(rec.PROP_DLQ_ORIGIN_TOPIC) or m.properties.get(rec.PROP_RETRY_TOPIC)
 
@@ -122,7 +122,7 @@ class DeadLetter(Row):
     origin_topic: str | None
     origin_msg_id: str | None
     resent: bool
-    record: "rec.Message" = field(repr=False, compare=False)
+    record: rec.Message = field(repr=False, compare=False)
 
     @property
     def dlq_offset(self) -> int:
@@ -191,13 +191,13 @@ class ResendResult:
 
 # -- listing and resending ------------------------------------------------------------------------
 
-def dlq_topic_of(store: "Store", group: str) -> str | None:
+def dlq_topic_of(store: Store, group: str) -> str | None:
     """``group``'s dead-letter topic, None when nothing of the group was dead-lettered."""
     topic = names.dlq_topic(group)
     return topic if store.has_topic(topic) else None
 
 
-def dead_letters(store: "Store", group: str) -> Iterator[DeadLetter]:
+def dead_letters(store: Store, group: str) -> Iterator[DeadLetter]:
     """``group``'s dead letters, oldest first, read lazily (a large DLQ is never held in
     memory). Nothing when the group has none."""
     topic = dlq_topic_of(store, group)
@@ -211,7 +211,7 @@ def dead_letters(store: "Store", group: str) -> Iterator[DeadLetter]:
     return rows()
 
 
-def resend_draft(m: "rec.Message", group: str) -> rec.Draft:
+def resend_draft(m: rec.Message, group: str) -> rec.Draft:
     """The retry-topic copy of dead letter ``m``: reconsumeTimes 0, the original topic in
     ``RETRY_TOPIC``, the unique key and origin message id kept, the DLQ properties dropped."""
     props = {k: v for k, v in m.properties.items()
@@ -224,13 +224,13 @@ def resend_draft(m: "rec.Message", group: str) -> rec.Draft:
                      born_timestamp=m.born_timestamp, reconsume_times=0)
 
 
-def matches_id(m: "rec.Message", msg_id: str) -> bool:
+def matches_id(m: rec.Message, msg_id: str) -> bool:
     """Whether ``msg_id`` names ``m``: its unique key, or its offset id (either in any case)."""
     wanted = id_as_stored(msg_id.strip())
     return m.uniq_key == wanted or m.msg_id == wanted
 
 
-def resend_dead_letters(store: "Store", group: str, msg_id: str | None = None, *, force: bool = False,
+def resend_dead_letters(store: Store, group: str, msg_id: str | None = None, *, force: bool = False,
                         dry_run: bool = False, progress: Progress | None = None,
                         on_row: Callable[[ResentLetter], None] | None = None) -> ResendResult:
     """Copy ``group``'s dead letters to its retry topic (see the module docstring).

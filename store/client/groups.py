@@ -19,13 +19,13 @@ if TYPE_CHECKING:
     from store.log.messagestore import Store
 
 
-def broadcast_clients(store: "Store", group: str) -> list[str]:
+def broadcast_clients(store: Store, group: str) -> list[str]:
     """Client ids that keep broadcast offsets for ``group`` (``offsets/<cid>/<group>/``)."""
     from store.log.broadcastoffsets import broadcast_offset_files
     return [cid for cid, _group in broadcast_offset_files(store.layout, group)]
 
 
-def known_groups(store: "Store", offset_groups: "Iterable[str] | None" = None) -> list[str]:
+def known_groups(store: Store, offset_groups: Iterable[str] | None = None) -> list[str]:
     """Every group the store knows of, sorted (offsets or ``offset_groups``, members, locks,
     broadcast offsets, retry/DLQ topics)."""
     from store.log.broadcastoffsets import broadcast_offset_files
@@ -44,7 +44,7 @@ def known_groups(store: "Store", offset_groups: "Iterable[str] | None" = None) -
     return sorted(groups)
 
 
-def group_exists(store: "Store", group: str) -> bool:
+def group_exists(store: Store, group: str) -> bool:
     """Whether the store knows ``group`` (see the module docstring)."""
     from store.log.offsets import ClusterOffsetStore
     # (a look before the command's own read, which warns of a damaged table: this one is silent)
@@ -56,7 +56,7 @@ def group_exists(store: "Store", group: str) -> bool:
     return store.has_topic(names.retry_topic(group)) or store.has_topic(names.dlq_topic(group))
 
 
-def require_group(store: "Store", group: str) -> None:
+def require_group(store: Store, group: str) -> None:
     """``GroupNotFoundError`` (exit 3) unless the store knows ``group``."""
     names.validate_group(group)
     if not group_exists(store, group):
@@ -88,7 +88,7 @@ class OffsetSet:
     offsets: dict[tuple[str, int], int]
 
 
-def group_offsets(store: "Store", group: str, strict: bool = False) -> list[OffsetSet]:
+def group_offsets(store: Store, group: str, strict: bool = False) -> list[OffsetSet]:
     """The group's clustering offsets (always first, possibly empty), then one set per
     broadcast client. A client's file that cannot be read (nor its ``.bak``) is passed over
     with a warning, or with ``strict`` (a person asking for this group's offsets: ``offsets
@@ -109,7 +109,7 @@ def group_offsets(store: "Store", group: str, strict: bool = False) -> list[Offs
     return sets
 
 
-def holders(store: "Store", group: str) -> dict[tuple[str, int], str]:
+def holders(store: Store, group: str) -> dict[tuple[str, int], str]:
     """(topic, queueId) -> client id of the live member that holds the queue now (its lock:
     ``memberview.py``)."""
     from store.client.memberview import group_members

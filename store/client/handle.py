@@ -18,10 +18,10 @@ if TYPE_CHECKING:
 class StoreClient:
     """A client holding an open :class:`~store.log.messagestore.Store` until :meth:`close`."""
 
-    _store: "Store | None"
+    _store: Store | None
     _what = "this client"   # how errors name it ("this producer is closed")
 
-    def _open_store(self) -> "Store":
+    def _open_store(self) -> Store:
         if self._store is None:
             raise UsageError(f"{self._what} is closed")
         return self._store

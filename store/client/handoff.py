@@ -168,7 +168,7 @@ class IteratorSink(InHand):
         # (None: a nudge, see wake_reader)
         self.handoff: queue_mod.SimpleQueue[tuple[cf.Future[Any], Sequence[Message]] | None] = queue_mod.SimpleQueue()
 
-    def submit(self, batch: list[Any], topic: str) -> "cf.Future[Outcome]":
+    def submit(self, batch: list[Any], topic: str) -> cf.Future[Outcome]:
         fut: cf.Future[Outcome] = cf.Future[Any]()
         self.handoff.put((fut, as_client_messages(batch, topic)))
         return fut

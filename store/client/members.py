@@ -300,7 +300,7 @@ class Membership:
         # (in a forked child: the parent's membership, which the child must not end)
         self._fd = None
 
-    def __enter__(self) -> "Membership":
+    def __enter__(self) -> Membership:
         self.join()
         return self
 

@@ -25,15 +25,15 @@ if TYPE_CHECKING:
     from store.client.memberview import GroupMembers
 
 
-def _strategy_of(m: "MemberInfo", retry: bool = False) -> str:
+def _strategy_of(m: MemberInfo, retry: bool = False) -> str:
     """A member's allocation strategy (a record that does not say: averagely; a config member
     shares its group's ``retry`` topic averagely, as ``rebalance.py`` does)."""
     s = m.record.get("strategy")
     return "averagely" if not isinstance(s, str) or (retry and s == "config") else s
 
 
-def _own_shares(group: str, topic: str, nqueues: int, members: "list[MemberInfo]",
-                view: "GroupMembers") -> RebalancePreview:
+def _own_shares(group: str, topic: str, nqueues: int, members: list[MemberInfo],
+                view: GroupMembers) -> RebalancePreview:
     """The shares of live members that disagree on the strategy, each by its own, as
     ``rebalance.py`` computes it (a config member: its own queue ids on its topic, its share
     by averagely on another, its retry topic)."""
@@ -224,8 +224,8 @@ class MembersAdmin(AdminBase):
         return RebalancePreview(group, topic, strategy, cfg.queues, cids, rows, broadcast)
 
     @staticmethod
-    def _configured_members(group: str, topic: str, nqueues: int, members: "list[MemberInfo]",
-                            view: "GroupMembers") -> RebalancePreview:
+    def _configured_members(group: str, topic: str, nqueues: int, members: list[MemberInfo],
+                            view: GroupMembers) -> RebalancePreview:
         """The live allocation of ``--strategy config`` members: each one's own queue ids
         (those the topic has; a member from before ``configQueues`` was published: what it
         holds)."""

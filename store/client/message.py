@@ -109,7 +109,7 @@ class Message(_Lazy):
         return self.body.decode("utf-8")
 
     @classmethod
-    def from_record(cls, m: record.Message, topic: str | None = None) -> "Message":
+    def from_record(cls, m: record.Message, topic: str | None = None) -> Message:
         """The client view of a stored record; ``topic`` overrides the record's (a retry-topic
         copy is shown under the topic it was first sent to)."""
         obj: Any = object.__new__(_Building)   # its fields are Message's (the shared slots)
@@ -168,15 +168,15 @@ class MessageRows:
     def __getitem__(self, i: int) -> Message: ...
 
     @overload
-    def __getitem__(self, i: slice) -> "MessageRows": ...
+    def __getitem__(self, i: slice) -> MessageRows: ...
 
-    def __getitem__(self, i: int | slice) -> "Message | MessageRows":
+    def __getitem__(self, i: int | slice) -> Message | MessageRows:
         if isinstance(i, slice):
             return MessageRows(self.topic, self.queue_id, self.offsets[i], self.bodies[i], self.born[i],
                                self.stored[i], self.phys[i], self.reconsume[i], self.props[i])
         return next(self.walk(iter((range(len(self.offsets))[i],))))
 
-    def __add__(self, other: "MessageRows") -> "MessageRows":
+    def __add__(self, other: MessageRows) -> MessageRows:
         """The rows of both (of the same queue)."""
         return MessageRows(self.topic, self.queue_id, self.offsets + other.offsets, self.bodies + other.bodies,
                            self.born + other.born, self.stored + other.stored, self.phys + other.phys,

@@ -106,7 +106,7 @@ class Monitor:
             raise
 
     @property
-    def store(self) -> "Store":
+    def store(self) -> Store:
         if self._store is None:
             from store.errors import UsageError
             raise UsageError("this Monitor is closed")
@@ -193,7 +193,7 @@ class Monitor:
         self._topics_key = key if time.time_ns() - cp[0] > RACY_NS else None
         return self._topic_stats
 
-    def _topic(self, cfg: "TopicConfig", trimmed: bool) -> TopicStat:
+    def _topic(self, cfg: TopicConfig, trimmed: bool) -> TopicStat:
         store = self.store
         los, his, total, exact = [], [], 0, True
         for q in range(cfg.queues):
@@ -364,7 +364,7 @@ class Monitor:
             self._store.close()
             self._store = None
 
-    def __enter__(self) -> "Monitor":
+    def __enter__(self) -> Monitor:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -69,16 +69,16 @@ def body_list(bodies: Iterable[Body]) -> list[bytes]:
     return [body_bytes(b) for b in data]
 
 
-def check_route(store: "Store", topic: str, queue: int | None, sharding_key: str | None,
-                arg_names: "ArgNames | None" = None) -> None:
+def check_route(store: Store, topic: str, queue: int | None, sharding_key: str | None,
+                arg_names: ArgNames | None = None) -> None:
     """:func:`route_check` against ``topic``'s configuration, if it exists yet."""
     cfg = store.find_topic(topic)
     if cfg is not None:
         route_check(cfg, queue, sharding_key, arg_names)
 
 
-def route_check(cfg: "TopicConfig", queue: int | None, sharding_key: str | None,
-                arg_names: "ArgNames | None" = None) -> None:
+def route_check(cfg: TopicConfig, queue: int | None, sharding_key: str | None,
+                arg_names: ArgNames | None = None) -> None:
     """Refuse a message that cannot be routed in ``cfg``: a queue it does not have, or no
     sharding key nor queue on an ordered topic (named in the caller's spelling, ``arg_names``)."""
     if queue is not None and queue >= cfg.queues:
@@ -161,8 +161,8 @@ class Producer(StoreClient):
         self._store: Store | None = Store.open(self.path, create=True)
 
     @classmethod
-    def of(cls, store: "Store", *, flush: str = "async", group_commit: bool = False,
-           arg_names: "ArgNames | None" = None) -> "Producer":
+    def of(cls, store: Store, *, flush: str = "async", group_commit: bool = False,
+           arg_names: ArgNames | None = None) -> Producer:
         """A producer over an open :class:`store.Store` handle, which :meth:`close` leaves
         open (``mqctl send`` shares its handle this way)."""
         producer = cls.__new__(cls)
@@ -279,7 +279,7 @@ class Producer(StoreClient):
     def send_bodies(self, topic: str, bodies: Sequence[bytes | bytearray | memoryview], *,
                     properties: dict[str, str] | None = None, queue: int | None = None,
                     sharding_keys: list[str | None] | None = None,
-                    on_durable: Callable[["BatchResult"], None] | None = None) -> "BatchResult":
+                    on_durable: Callable[[BatchResult], None] | None = None) -> BatchResult:
         """Send raw bodies to ``topic`` as one batch (one write under one lock, all or
         nothing), sharing ``properties`` as :func:`store.build_properties` makes them; the
         fastest way to send many messages. ``sharding_keys`` gives each body its own key
@@ -302,7 +302,7 @@ class Producer(StoreClient):
                 busy.release()
         return res
 
-    def send_drafts(self, drafts: list["Draft"], *, delay: Delay | None = None,
+    def send_drafts(self, drafts: list[Draft], *, delay: Delay | None = None,
                     on_durable: Callable[[list[SendResult]], None] | None = None,
                     msg_ids: Sequence[str | None] | None = None) -> list[SendResult]:
         """Send :class:`store.Draft` records (each with its own topic, properties, queue or
@@ -333,7 +333,7 @@ class Producer(StoreClient):
         return out
 
     @staticmethod
-    def _draft_results(drafts: list["Draft"], results: list[Any]) -> list[SendResult]:
+    def _draft_results(drafts: list[Draft], results: list[Any]) -> list[SendResult]:
         from store.client.sendresult import SendResult
 
         # A parked message reports the topic and queue it will be delivered to (chosen when it
@@ -381,10 +381,10 @@ class Producer(StoreClient):
             self._commits = GroupCommit(self._open_store())
         self._commits.written((lambda: on_durable(result)) if on_durable is not None else _nothing)
 
-    def _check_route(self, store: "Store", topic: str, queue: int | None, sharding_key: str | None) -> None:
+    def _check_route(self, store: Store, topic: str, queue: int | None, sharding_key: str | None) -> None:
         check_route(store, topic, queue, sharding_key, self.arg_names)
 
-    def _route_check(self, cfg: "TopicConfig", queue: int | None, sharding_key: str | None) -> None:
+    def _route_check(self, cfg: TopicConfig, queue: int | None, sharding_key: str | None) -> None:
         route_check(cfg, queue, sharding_key, self.arg_names)
 
     # -- lifecycle -------------------------------------------------------------------------

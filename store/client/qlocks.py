@@ -353,7 +353,7 @@ class QueueLock:
     def _name(self) -> str:
         return f"{self.topic}:{self.queue_id} of group {self.group}"
 
-    def __enter__(self) -> "QueueLock":
+    def __enter__(self) -> QueueLock:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -57,14 +57,14 @@ class RecoveryLook:
         self._turn = 0
         self._first = True
 
-    def look(self, store: "Store", held: "HeldLocks", table: "dict[str, TopicConfig]") -> tuple[str, ...]:
+    def look(self, store: Store, held: HeldLocks, table: dict[str, TopicConfig]) -> tuple[str, ...]:
         """One look; ``table``: the store's topics (as this look read them)."""
         out = self._log(store, held)
         out += self._queue_findings(store, table)
         return tuple(out)
 
     # -- the commit log against the checkpoint ---------------------------------------------
-    def _log(self, store: "Store", held: "HeldLocks") -> list[str]:
+    def _log(self, store: Store, held: HeldLocks) -> list[str]:
         lay = store.layout
         out = []
         if indexfence.rebuilding_in(lay.index_dir):
@@ -102,7 +102,7 @@ class RecoveryLook:
         return out
 
     # -- consume queues cut short ----------------------------------------------------------
-    def _queue_findings(self, store: "Store", table: "dict[str, TopicConfig]") -> list[str]:
+    def _queue_findings(self, store: Store, table: dict[str, TopicConfig]) -> list[str]:
         shape = [(name, cfg.queues) for name, cfg in table.items()]
         if shape != self._shape:
             self._shape = shape
@@ -133,7 +133,7 @@ class RecoveryLook:
         self._first = False
         return [f"consume queue {t}/{q} {why}" for (t, q), why in sorted(self._found.items())]
 
-    def _queue(self, store: "Store", topic: str, qid: int, ck_ns: int) -> bool:
+    def _queue(self, store: Store, topic: str, qid: int, ck_ns: int) -> bool:
         """Look at one queue again if its files changed; True when its entries were read
         (``inspect``). A queue that shows a sign is read only once a look finds its files as
         the look before it left them (the first look reads it at once): one being written is

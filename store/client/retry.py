@@ -58,7 +58,7 @@ def _copy_properties(m: Message) -> dict[str, str]:
 Put = Callable[[list[Draft]], object]
 
 
-def dead_letter(store: "Store", group: str, m: Message, reconsume_times: int, put: Put | None = None) -> None:
+def dead_letter(store: Store, group: str, m: Message, reconsume_times: int, put: Put | None = None) -> None:
     """Store a copy of ``m`` in the group's dead-letter topic (queue 0); ``put``: instead of
     storing it now (an exactly-once stage writes it with its offset)."""
     props = _copy_properties(m)
@@ -68,7 +68,7 @@ def dead_letter(store: "Store", group: str, m: Message, reconsume_times: int, pu
                      flag=m.flag, born_timestamp=m.born_timestamp, reconsume_times=reconsume_times)])
 
 
-def send_back(store: "Store", group: str, m: Message, max_reconsume: int,
+def send_back(store: Store, group: str, m: Message, max_reconsume: int,
               retry_delay_ms: int | None = None, put: Put | None = None) -> str:
     """Retry later or dead-letter; returns ``"retry"`` or ``"dlq"``."""
     if m.reconsume_times >= max_reconsume:

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
         batch: int
         max_in_flight: int
 
-        def submit(self, batch: list[Message], topic: str) -> "cf.Future[Outcome]": ...
+        def submit(self, batch: list[Message], topic: str) -> cf.Future[Outcome]: ...
 
         def shutdown(self, wait: bool) -> None: ...
 
@@ -123,7 +123,7 @@ class ThreadPoolSink:
         self.on_outcome: Callable[[list[Message], Outcome], None] | None = None
         self.may_start: Callable[[list[Message]], bool] | None = None
 
-    def submit(self, batch: list[Message], topic: str) -> "cf.Future[Outcome]":
+    def submit(self, batch: list[Message], topic: str) -> cf.Future[Outcome]:
         return self.pool.submit(self._run, batch, topic)
 
     def _run(self, batch: list[Message], topic: str) -> Outcome:

@@ -48,7 +48,7 @@ class AtOpen:
                 or queue_id >= self.queues.get(topic, queue_id + 1))
 
 
-def start_offset(store: "Store", o: "ConsumeOptions", key: tuple[str, int], stored: int,
+def start_offset(store: Store, o: ConsumeOptions, key: tuple[str, int], stored: int,
                  at_open: AtOpen, warn: Callable[[str], None]) -> tuple[int, bool]:
     """The stored offset (``stored``, -1: none) within what the queue holds, else where
     ``--from`` / ``-o`` say for a group new to the topic (``at_open``: the module docstring),

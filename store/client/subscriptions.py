@@ -41,7 +41,7 @@ class Subscription:
     strategy: str = "averagely"   # (how a clustering member takes its share: not compared for broadcast ones)
 
     @classmethod
-    def of(cls, record: dict[str, Any]) -> "Subscription":
+    def of(cls, record: dict[str, Any]) -> Subscription:
         topics, tags = record.get("topics"), record.get("tags")
         mode, orderly = record.get("mode"), record.get("orderly")
         strategy = record.get("strategy")
@@ -51,17 +51,17 @@ class Subscription:
                    orderly if isinstance(orderly, bool) else None,
                    strategy if isinstance(strategy, str) else "averagely")
 
-    def subscribes_otherwise(self, other: "Subscription") -> bool:
+    def subscribes_otherwise(self, other: Subscription) -> bool:
         """Whether the two differ in what both records say of what they consume."""
         pairs = ((self.topics, other.topics), (self.tags, other.tags), (self.mode, other.mode),
                  (self.orderly, other.orderly))
         return any(a is not None and b is not None and a != b for a, b in pairs)
 
-    def allocates_otherwise(self, other: "Subscription") -> bool:
+    def allocates_otherwise(self, other: Subscription) -> bool:
         """Whether the two share queues (neither is a broadcast member) with other strategies."""
         return "broadcasting" not in (self.mode, other.mode) and self.strategy != other.strategy
 
-    def differs(self, other: "Subscription") -> bool:
+    def differs(self, other: Subscription) -> bool:
         """Whether the two differ in what they consume, or in how they share the queues."""
         return self.subscribes_otherwise(other) or self.allocates_otherwise(other)
 

@@ -55,7 +55,7 @@ class History:
         self._samples: deque[_Sample] = deque()
         self._dead_at_start: dict[str, int] | None = None
 
-    def add(self, snap: "Snapshot") -> None:
+    def add(self, snap: Snapshot) -> None:
         """Take ``snap``'s counters; forget what is older than the window."""
         dead = dict(snap.problems.dead_letters)
         sample = _Sample(snap.taken_at, {t.topic: t.stored_total for t in snap.topics},
@@ -146,7 +146,7 @@ class History:
         """The topic's :meth:`topic_series` as block characters."""
         return sparkline(self.topic_series(topic, points))
 
-    def to_json(self, snap: "Snapshot") -> dict[str, Any]:
+    def to_json(self, snap: Snapshot) -> dict[str, Any]:
         """``snap.to_json()`` with the rates: ``inRate`` and ``series`` per topic, ``rate``,
         ``lagTrend``, ``drain``, ``drainSeconds`` and ``deadLettersNew`` per group."""
         obj = snap.to_json()

@@ -67,7 +67,7 @@ def slices(span: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.BinaryAr
     return laid.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
 
 
-def pull_vector(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: int,
+def pull_vector(engine: Engine, topic: str, queue_id: int, offset: int, max_count: int,
                 max_bytes: int) -> VecColumns | None:
     """Up to ``max_count`` messages of a queue from ``offset`` (fewer at a segment end), or
     None when this run needs the exact path (``bulk.pull_columns``); ``offset`` must be below

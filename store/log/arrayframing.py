@@ -32,7 +32,7 @@ _ARRAYS_MAX_AVG = 512
 _HEX4_CRCS: list[Any] = []
 
 
-def use_arrays(writer: "WriterState", bodies: Sequence[Body]) -> bool:
+def use_arrays(writer: WriterState, bodies: Sequence[Body]) -> bool:
     """Whether to frame this batch as arrays; past ``_ARRAYS_AFTER`` messages in big batches
     numpy is loaded either way: the key index builds a big batch's entries as arrays too."""
     n = len(bodies)
@@ -57,7 +57,7 @@ def _hex4_crcs() -> Any:
     return _HEX4_CRCS[0]
 
 
-def frame_arrays(batch: "WriteBatch", topic: str, bodies: Sequence[Body], qids: list[int],
+def frame_arrays(batch: WriteBatch, topic: str, bodies: Sequence[Body], qids: list[int],
                   first_counter: int, pos: int, room_end: int, fixed: int, magic: int, const48: bytes,
                   mid: bytes, tail: bytes, tags: int, nxt: list[int], cqb: list[Any],
                   key_crc0: int, max_body: int) -> tuple[bytes, list[int], list[int], list[int]] | None:

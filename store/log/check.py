@@ -76,7 +76,7 @@ class CheckReport:
     notes: list[Problem] = field(default_factory=list)
 
 
-def check_store(engine: "Engine", progress: Callable[[int], None] | None = None) -> CheckReport:
+def check_store(engine: Engine, progress: Callable[[int], None] | None = None) -> CheckReport:
     rep = CheckReport()
     problems = rep.problems
     known = knowndamage.load(engine.layout)
@@ -167,7 +167,7 @@ def check_store(engine: "Engine", progress: Callable[[int], None] | None = None)
     return rep
 
 
-def _confirmer(engine: "Engine") -> Confirm:
+def _confirmer(engine: Engine) -> Confirm:
     """``Confirm`` (``checkderived.py``): a look run with the store's writers held off, so
     that it sees no batch half written. Under the write lock only for that look; where the
     lock cannot be taken (a read-only copy of a store: no writer either) without it."""
@@ -183,7 +183,7 @@ def _confirmer(engine: "Engine") -> Confirm:
     return confirm
 
 
-def _check_durable_end(engine: "Engine", problems: list[Problem], cp: ckpt.Checkpoint | None) -> None:
+def _check_durable_end(engine: Engine, problems: list[Problem], cp: ckpt.Checkpoint | None) -> None:
     """A log that ends below the checkpoint's synced end lost records that were durable
     (acknowledged to ``--flush sync`` producers): damage, never a torn tail."""
     lost = ckpt.lost_durable_bytes(cp, engine.commitlog)
@@ -191,7 +191,7 @@ def _check_durable_end(engine: "Engine", problems: list[Problem], cp: ckpt.Check
         problems.append(Problem(*lost))
 
 
-def _check_gone(engine: "Engine", problems: list[Problem], cp: ckpt.Checkpoint | None, confirm: Confirm) -> None:
+def _check_gone(engine: Engine, problems: list[Problem], cp: ckpt.Checkpoint | None, confirm: Confirm) -> None:
     """The loss recovery will warn about (``recovery.gone_past_end``): records the consume
     queues or the checkpoint reach but the commit log no longer has. Said as one line, with
     writers held off (a batch half written has its records before its entries)."""
@@ -203,7 +203,7 @@ def _check_gone(engine: "Engine", problems: list[Problem], cp: ckpt.Checkpoint |
         problems.append(Problem(str(log.segment_path(log.segment_of(end))), end - log.segment_of(end), gone))
 
 
-def _torn_tail(engine: "Engine", cp: ckpt.Checkpoint | None, batch: atomicbatch.OpenBatch,
+def _torn_tail(engine: Engine, cp: ckpt.Checkpoint | None, batch: atomicbatch.OpenBatch,
                torn: tuple[str, int, str]) -> Problem:
     """The log's torn tail, as ``store recover`` will cut it: with the whole atomic batch the
     torn record ends, when it is unfinished past the acknowledged point (``recovery.py``'s
@@ -211,7 +211,7 @@ def _torn_tail(engine: "Engine", cp: ckpt.Checkpoint | None, batch: atomicbatch.
     return _unfinished(engine, cp, batch, torn) or Problem(*torn)
 
 
-def _open_tail(engine: "Engine", cp: ckpt.Checkpoint | None, batch: atomicbatch.OpenBatch,
+def _open_tail(engine: Engine, cp: ckpt.Checkpoint | None, batch: atomicbatch.OpenBatch,
                end: int) -> Problem | None:
     """A log that ends on a record boundary at ``end`` inside an unfinished atomic batch, as
     ``store recover`` (and the next writer) will cut it, or None (a writer wrote on since: run
@@ -219,7 +219,7 @@ def _open_tail(engine: "Engine", cp: ckpt.Checkpoint | None, batch: atomicbatch.
     return _unfinished(engine, cp, batch) if engine.commitlog.end() == end else None
 
 
-def _unfinished(engine: "Engine", cp: ckpt.Checkpoint | None, batch: atomicbatch.OpenBatch,
+def _unfinished(engine: Engine, cp: ckpt.Checkpoint | None, batch: atomicbatch.OpenBatch,
                 torn: tuple[str, int, str] | None = None) -> Problem | None:
     """The unfinished batch at the log's end (its last record ``torn``, or whole) as recovery
     cuts it: from its first record, never below the acknowledged point (``recovery.py``'s
@@ -239,7 +239,7 @@ def _unfinished(engine: "Engine", cp: ckpt.Checkpoint | None, batch: atomicbatch
                    f"batch ({log.end() - cut_at} bytes)")
 
 
-def _check_json(engine: "Engine", problems: list[Problem]) -> None:
+def _check_json(engine: Engine, problems: list[Problem]) -> None:
     lay = engine.layout
     # (the offset table and the topic files are checked by their owners: offsettable.verify,
     # TopicTable.problems; the other JSON files by theirs, each with what its readers accept)

@@ -77,7 +77,7 @@ class Columns:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def extend(self, more: "Columns") -> None:
+    def extend(self, more: Columns) -> None:
         """Append ``more``, the same queue's run read right after this one (with the same flags)."""
         self.offsets += more.offsets
         self.bodies += more.bodies
@@ -107,7 +107,7 @@ def _why(span: bytes, start: int, end: int, phys: int, qoff: int, queue_id: int,
     return "field lengths do not add up to TOTALSIZE"
 
 
-def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: int = 256,
+def pull_columns(engine: Engine, topic: str, queue_id: int, offset: int, max_count: int = 256,
                  max_bytes: int = 4 * 1024 * 1024, with_phys: bool = False,
                  bodies_only: bool = False, views: bool = False) -> Columns:
     """Up to ``max_count`` messages of one queue from ``offset``, stopping after the record that
@@ -142,7 +142,7 @@ def pull_columns(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
     return out
 
 
-def check_run(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, offset: int,
+def check_run(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, offset: int,
               entries: list[tuple[int, int, int]], lo: int, span: bytes, max_bytes: int, out: Columns,
               bodies_only: bool, with_phys: bool, views: bool) -> None:
     """The records of ``entries`` (one queue's, from queue offset ``offset``) into ``out``, each
@@ -181,7 +181,7 @@ def check_run(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, of
     out.next_offset = offset + i
 
 
-def _check_loop(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, offset: int,
+def _check_loop(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, offset: int,
                 entries: list[tuple[int, int, int]], i: int, lo: int, span: bytes, topic_field: bytes,
                 max_bytes: int, total_bytes: int, out: Columns, bodies_only: bool, with_phys: bool, views: bool,
                 handoff: bool, c_base: int = -1) -> tuple[int, int]:
@@ -295,7 +295,7 @@ def _put(out: Columns, m: Message, bodies_only: bool, with_phys: bool) -> None:
             out.reconsume.append(m.reconsume_times)
 
 
-def _from_log(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, qoff: int, why: str,
+def _from_log(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, qoff: int, why: str,
               out: Columns, bodies_only: bool, with_phys: bool) -> bool:
     """Entry ``qoff`` did not lead to its record: the record found in the log instead
     (:func:`~store.log.entrysearch.find_record`) goes into ``out``; False, with ``qoff``
@@ -313,7 +313,7 @@ def _from_log(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, qo
 _VECTOR_MIN_RUN = 128
 _GATHER_MAX_AVG = 16384
 VECTOR_MIN_BACKLOG = 50_000
-def pull_records(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: int = 256,
+def pull_records(engine: Engine, topic: str, queue_id: int, offset: int, max_count: int = 256,
                  max_bytes: int = 4 * 1024 * 1024) -> Columns:
     """Every column of up to ``max_count`` messages of one queue (``phys`` and ``reconsume``
     too): what a client's message is made of, with no :class:`~store.log.record.Message` built
@@ -321,7 +321,7 @@ def pull_records(engine: "Engine", topic: str, queue_id: int, offset: int, max_c
     return pull_columns(engine, topic, queue_id, offset, max_count, max_bytes, with_phys=True)
 
 
-def _vector_run(engine: "Engine", q: "ConsumeQueue", topic: str, queue_id: int, offset: int, count: int,
+def _vector_run(engine: Engine, q: ConsumeQueue, topic: str, queue_id: int, offset: int, count: int,
                 max_bytes: int, out: Columns, full: bool, views: bool) -> bool:
     """A run of one queue into ``out`` (its bodies, as views if ``views`` allows, see :func:`cut_span`;
     with ``full`` every column), every record checked as in :func:`pull_columns` but as arrays (one
@@ -381,7 +381,7 @@ def _vector_run(engine: "Engine", q: "ConsumeQueue", topic: str, queue_id: int, 
     return True
 
 
-def screen_run(q: "ConsumeQueue", offset: int, count: int, max_bytes: int) -> tuple[Any, Any] | None:
+def screen_run(q: ConsumeQueue, offset: int, count: int, max_bytes: int) -> tuple[Any, Any] | None:
     """The commit-log offsets and sizes (numpy arrays) of up to ``count`` entries of ``q`` from
     ``offset``, cut after the record that reaches ``max_bytes``; None when the vectorised
     check cannot take them (no entries, an invalid entry or a record too small to be one,

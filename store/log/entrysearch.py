@@ -141,7 +141,7 @@ def records_with_uniq_key(log: CommitLog, uniq_key: str) -> list[int]:
     return out[::-1]
 
 
-def first_unlisted(log: CommitLog, topics: dict[str, "TopicConfig"], topic: str, queue_id: int, qoff: int,
+def first_unlisted(log: CommitLog, topics: dict[str, TopicConfig], topic: str, queue_id: int, qoff: int,
                    start: int, end: int) -> tuple[int, int] | None:
     """The first record of ``topic``/``queue_id`` with a queue offset of at least ``qoff``
     that starts in ``[start, end)`` (``start`` a record boundary), as ``(its commit-log

@@ -454,7 +454,7 @@ def _frame_run(batch: WriteBatch, topic: str, bodies: Sequence[Body], props: dic
     return BatchResult(topic, qids, offs, physs, store_ts, uk_head_s, first_counter)
 
 
-def _queue_ids_for(engine: "Engine", cfg: TopicConfig, n: int, queue_id: int,
+def _queue_ids_for(engine: Engine, cfg: TopicConfig, n: int, queue_id: int,
                    sharding_keys: list[str | None] | None) -> list[int]:
     nq = cfg.queues
     if queue_id >= nq:

@@ -52,7 +52,7 @@ class Finding:
     start: int
 
 
-def before_lookup(engine: "Engine") -> None:
+def before_lookup(engine: Engine) -> None:
     """This handle's one look at the key index (see the module docstring)."""
     engine.index_checked = True
     if not engine.check_ends:
@@ -72,7 +72,7 @@ def before_lookup(engine: "Engine") -> None:
                     f"lookups by key or id may miss messages until `mqctl store recover` rebuilds it")
 
 
-def heal(engine: "Engine", base: int, why: str, still: Callable[[], bool]) -> None:
+def heal(engine: Engine, base: int, why: str, still: Callable[[], bool]) -> None:
     """A lookup found file ``base`` damaged (``why``: a chain its walk cannot trust,
     ``KeyIndex.lookup``): unless ``still()``, looked at again under the write lock (no batch
     half written then), says it is sound by now, the same repair as a cut file's. A process
@@ -89,7 +89,7 @@ def heal(engine: "Engine", base: int, why: str, still: Callable[[], bool]) -> No
                               f"({exc}): it cannot answer; run mqctl store recover") from exc
 
 
-def _repair_locked(engine: "Engine", finding: Finding | None = None) -> None:
+def _repair_locked(engine: Engine, finding: Finding | None = None) -> None:
     found = finding or inspect(engine)   # (again: another process may have repaired it)
     cp = ckpt.read(engine.layout.checkpoint)
     if found is None or cp is None:
@@ -109,7 +109,7 @@ def _repair_locked(engine: "Engine", finding: Finding | None = None) -> None:
     engine.warn(f"key index ({idx.dir}) {found.why}: repaired from the commit log ({added} keys indexed again)")
 
 
-def inspect(engine: "Engine") -> Finding | None:
+def inspect(engine: Engine) -> Finding | None:
     """What is wrong with the index's cover of the log, or None."""
     idx, log = engine.index, engine.commitlog
     cp = ckpt.read(engine.layout.checkpoint)

@@ -105,7 +105,7 @@ class Store:
     @classmethod
     def open(cls, root: str | Path, *, create: bool = False, settings: StoreSettings | None = None,
              warn: Callable[[str], None] = say_warning, recover: bool = True,
-             rebuild_settings: bool = False) -> "Store":
+             rebuild_settings: bool = False) -> Store:
         """Open the store at ``root``; with ``create`` make it first if it does not exist.
 
         A store that was left dirty (a writer died mid-batch, or the machine restarted) is
@@ -170,7 +170,7 @@ class Store:
     def close(self) -> None:
         self.engine.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -380,7 +380,7 @@ class Store:
         cfg = self.engine.find_topic(topic)
         return 0 if cfg is None else cfg.queues
 
-    def check(self, progress: Callable[[int], None] | None = None) -> "CheckReport":
+    def check(self, progress: Callable[[int], None] | None = None) -> CheckReport:
         """Verify every record, consume-queue entry and index entry; writes nothing."""
         from store.log.check import check_store
         return check_store(self.engine, progress=progress)
@@ -431,7 +431,7 @@ class Store:
         return pull_many(self.engine, topic, requests, full)
 
     def pull_vector(self, topic: str, queue_id: int, offset: int, max_count: int,
-                    max_bytes: int) -> "VecColumns | None":
+                    max_bytes: int) -> VecColumns | None:
         """A run of one queue decoded as arrays (numpy, pyarrow: the Spark source), or None
         when anything in it is unusual (``arraycolumns.py``; then :meth:`pull_columns`)."""
         from store.log.arraycolumns import pull_vector

@@ -71,7 +71,7 @@ class OffsetCommit:
         return Draft(topic=TOPIC, body=json.dumps(body, separators=(",", ":")).encode(), queue_id=0)
 
     @classmethod
-    def parse(cls, body: bytes) -> "OffsetCommit | None":
+    def parse(cls, body: bytes) -> OffsetCommit | None:
         """The commit in a record's body; None for a body of any other shape (never applied)."""
         try:
             obj = json.loads(body)
@@ -173,7 +173,7 @@ class Pending:
     commits: list[tuple[OffsetCommit, int, int]]
     end: int
 
-    def durable(self, durable_end: int) -> "Pending":
+    def durable(self, durable_end: int) -> Pending:
         """The leading commits whose records end at or below ``durable_end``."""
         for i, (_c, log_end, qoff) in enumerate(self.commits):
             if log_end > durable_end:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 CREATOR_WAIT_S = 10.0
 
 
-def claim_new_store(layout: "Layout", write_settings: Callable[[], None] | None = None) -> bool:
+def claim_new_store(layout: Layout, write_settings: Callable[[], None] | None = None) -> bool:
     """Make the directories and the checkpoint of a new store, then (``write_settings``) its
     ``store.json``, last: until it is there no one writes into the store. False when another
     process made the store first (two commands into a new store at once).
@@ -81,7 +81,7 @@ def claim_new_store(layout: "Layout", write_settings: Callable[[], None] | None 
         os.close(fd)   # (drops the flock)
 
 
-def _lock_for_making(fd: int, root: "Path") -> None:
+def _lock_for_making(fd: int, root: Path) -> None:
     """The directory's ``flock``, waited for ``CREATOR_WAIT_S`` at most (``LockHeldError``);
     on a file system without ``flock`` on directories, none (as the write lock does)."""
     deadline = time.monotonic() + CREATOR_WAIT_S
@@ -97,7 +97,7 @@ def _lock_for_making(fd: int, root: "Path") -> None:
         time.sleep(0.02)
 
 
-def unfinished_creation(layout: "Layout") -> bool:
+def unfinished_creation(layout: Layout) -> bool:
     """The store directory holds nothing but what making a store writes before its
     ``store.json`` (or nothing at all): empty ``commitlog``, ``consumequeue`` and ``index``
     directories, ``config`` with at most the topics' view, a checkpoint, an unreadable
@@ -134,7 +134,7 @@ def unfinished_creation(layout: "Layout") -> bool:
     return True
 
 
-def checkpoint_locked(engine: "Engine") -> ckpt.Checkpoint:
+def checkpoint_locked(engine: Engine) -> ckpt.Checkpoint:
     """The checkpoint, after making sure it matches the log (write lock held): a writer that
     died mid-batch, or a machine restart, is recovered from first."""
     cp = engine.checkpoint_file.read()
@@ -147,7 +147,7 @@ def checkpoint_locked(engine: "Engine") -> ckpt.Checkpoint:
     return cp
 
 
-def recover_if_dirty(engine: "Engine") -> None:
+def recover_if_dirty(engine: Engine) -> None:
     """Recover at open when the checkpoint says a writer died or the machine restarted, or a
     killed ``store recover`` left work half done; a store that cannot be
     written is read as it is (consume queues only point at whole records). From then on the

@@ -75,14 +75,14 @@ class Finding:
     stops_at: int | None = None   # the queue's end, when records of it lie past that
 
 
-def queue_end(engine: "Engine", topic: str, queue_id: int) -> int:
+def queue_end(engine: Engine, topic: str, queue_id: int) -> int:
     """The max offset of a queue, looked at first if this handle has not yet (the front door's
     ``Store.max_offset``)."""
     q = engine.queues.queue(topic, queue_id)
     return q.max_offset() if q.end_checked else reader_end(engine, topic, queue_id, q)
 
 
-def reader_end(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -> int:
+def reader_end(engine: Engine, topic: str, queue_id: int, q: ConsumeQueue) -> int:
     """``q.max_offset()`` after this handle's one look at the queue's end (a reader's, lock
     free): damage found is repaired under the write lock, or, when this process cannot write,
     warned about once."""
@@ -107,7 +107,7 @@ def reader_end(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -
     return q.max_offset()
 
 
-def logged_end(engine: "Engine", topic: str, queue_id: int) -> int:
+def logged_end(engine: Engine, topic: str, queue_id: int) -> int:
     """:func:`queue_end`, or for a queue this process found cut short and could not repair (a
     read-only store: it reads what the queue has), the end the repair would give it: one past
     the last queue offset the commit log holds for it. What ``mqctl progress`` counts a
@@ -123,7 +123,7 @@ def logged_end(engine: "Engine", topic: str, queue_id: int) -> int:
                                cp.written_end))
 
 
-def check_locked(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -> None:
+def check_locked(engine: Engine, topic: str, queue_id: int, q: ConsumeQueue) -> None:
     """The same look by a writer about to append to ``q`` (write lock held, the checkpoint
     checked): a queue cut short is rebuilt before the batch takes its offsets."""
     q.end_checked = True
@@ -132,7 +132,7 @@ def check_locked(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue")
         _repair_locked(engine, topic, queue_id, q)
 
 
-def _repair_locked(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -> None:
+def _repair_locked(engine: Engine, topic: str, queue_id: int, q: ConsumeQueue) -> None:
     found = inspect(engine, topic, queue_id, q)   # (again: another process may have repaired it)
     if found is None:
         return
@@ -147,7 +147,7 @@ def _repair_locked(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue
                 f"({', '.join(done)}; it now ends at offset {q.max_offset()})")
 
 
-def inspect(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -> Finding | None:
+def inspect(engine: Engine, topic: str, queue_id: int, q: ConsumeQueue) -> Finding | None:
     """What is wrong with the end of ``q``, or None (see the module docstring)."""
     try:
         st = os.stat(engine.layout.checkpoint)
@@ -203,7 +203,7 @@ def inspect(engine: "Engine", topic: str, queue_id: int, q: "ConsumeQueue") -> F
     return None if damage is None else Finding(damage[1], start)
 
 
-def foreign_below(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int, first: int) -> tuple[int, int | None]:
+def foreign_below(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, first: int) -> tuple[int, int | None]:
     """``(k, end)``: the entries ``[k, first)`` of ``q`` are sure to point at no record of
     theirs, and ``end`` is where the record of entry ``k - 1`` ends when that entry points home
     (None when no entry is left below, or it is in doubt). ``k == first`` in a sound queue: its
@@ -230,7 +230,7 @@ def foreign_below(log: "CommitLog", q: "ConsumeQueue", topic: str, queue_id: int
     return k, None
 
 
-def _tail(engine: "Engine", start: int, end: int) -> LogTail:
+def _tail(engine: Engine, start: int, end: int) -> LogTail:
     """The headers of the log's records in ``[start, end)``, read once for every queue this
     handle looks at against the same ``end``: a range that begins earlier is read only up to
     where the one already read begins."""
@@ -245,7 +245,7 @@ def _tail(engine: "Engine", start: int, end: int) -> LogTail:
     return have
 
 
-def _written_after_last(engine: "Engine", q: "ConsumeQueue", m: int) -> bool:
+def _written_after_last(engine: Engine, q: ConsumeQueue, m: int) -> bool:
     """Whether the queue's last segment was written well after the record of its last entry
     was stored (by hand, by a repair, by a failed batch's undo: then the log is asked)."""
     if m <= q.min_offset():

@@ -207,7 +207,7 @@ def trim_queue(log: CommitLog, q: ConsumeQueue, topic: str, queue_id: int, valid
     return m - keep
 
 
-def rebuild_queue(log: CommitLog, topics: dict[str, "TopicConfig"], q: ConsumeQueue, topic: str, queue_id: int,
+def rebuild_queue(log: CommitLog, topics: dict[str, TopicConfig], q: ConsumeQueue, topic: str, queue_id: int,
                   start: int, end: int) -> tuple[int, int]:
     """Give ``q`` an entry for every record of ``topic``/``queue_id`` in ``[start, end)`` of the
     log (``start`` a record boundary, ``end`` the checkpoint's written end), then cut its tail
@@ -227,7 +227,7 @@ def rebuild_queue(log: CommitLog, topics: dict[str, "TopicConfig"], q: ConsumeQu
     return written, trim_queue(log, q, topic, queue_id, end)
 
 
-def end_in_log(log: CommitLog, topics: dict[str, "TopicConfig"], topic: str, queue_id: int, start: int,
+def end_in_log(log: CommitLog, topics: dict[str, TopicConfig], topic: str, queue_id: int, start: int,
                end: int) -> int:
     """One past the highest queue offset of the records of ``topic``/``queue_id`` in ``[start,
     end)`` of the log (0: none): where :func:`rebuild_queue` over that range would end the

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from store.log.engine import Engine
 
 
-def get(engine: "Engine", commitlog_offset: int, size: int | None = None) -> Message:
+def get(engine: Engine, commitlog_offset: int, size: int | None = None) -> Message:
     try:
         return engine.commitlog.read(commitlog_offset, size)
     except RecordError as exc:
@@ -35,7 +35,7 @@ def get(engine: "Engine", commitlog_offset: int, size: int | None = None) -> Mes
         raise io_error(exc, f"read commit log at {commitlog_offset}") from exc
 
 
-def pull(engine: "Engine", topic: str, queue_id: int, offset: int, max_count: int = 32,
+def pull(engine: Engine, topic: str, queue_id: int, offset: int, max_count: int = 32,
          tag_codes: frozenset[int] | None = None, tags: frozenset[str] | None = None,
          max_bytes: int = 4 * 1024 * 1024) -> PullResult:
     """Up to ``max_count`` messages of one queue from ``offset``.
@@ -135,7 +135,7 @@ def _may_be_tagged(span: memoryview, start: int, size: int, tags: frozenset[str]
     return value.decode("utf-8", "replace") in tags
 
 
-def find(engine: "Engine", msg_id: str, strict: bool = False) -> Message:
+def find(engine: Engine, msg_id: str, strict: bool = False) -> Message:
     """A message by offset id or by unique key (offset id first, as mqadmin).
 
     ``MessageNotFoundError`` when no stored message has it (or ``msg_id`` is not 32 hex
@@ -175,14 +175,14 @@ def id_as_stored(text: str) -> str:
     return text.upper() if is_msg_id(text) else text
 
 
-def find_all(engine: "Engine", uniq_key: str, limit: int = 64) -> list[Message]:
+def find_all(engine: Engine, uniq_key: str, limit: int = 64) -> list[Message]:
     """Every stored copy carrying a unique key (retries and DLQ copies keep it)."""
     _look_at_index(engine)
     out = _indexed(engine, F.uniq_key_of(uniq_key), limit, lambda m: m.uniq_key == uniq_key, limit, [])
     return sorted(out, key=lambda m: m.commitlog_offset)
 
 
-def query_key(engine: "Engine", topic: str, key: str, limit: int = 64,
+def query_key(engine: Engine, topic: str, key: str, limit: int = 64,
               damaged: list[CorruptionError] | None = None) -> list[Message]:
     """Messages of ``topic`` whose KEYS contain ``key``, newest first, via the index (not
     those of a topic of that name deleted since: ``TopicConfig.holds``).
@@ -201,7 +201,7 @@ def query_key(engine: "Engine", topic: str, key: str, limit: int = 64,
     return out
 
 
-def _indexed(engine: "Engine", key: str, limit: int, wanted: "Callable[[Message], bool]", want: int,
+def _indexed(engine: Engine, key: str, limit: int, wanted: Callable[[Message], bool], want: int,
              damage: list[tuple[int, str]]) -> list[Message]:
     """The records the index's hits for ``key`` (at most ``limit``) lead to that are ``wanted``,
     at most ``want``, newest first; ``damage`` gets the damaged records they lead to.
@@ -236,7 +236,7 @@ def _indexed(engine: "Engine", key: str, limit: int, wanted: "Callable[[Message]
         strays = None
 
 
-def _heal_stray(engine: "Engine", key: str, limit: int, phys: int, base: int) -> None:
+def _heal_stray(engine: Engine, key: str, limit: int, phys: int, base: int) -> None:
     """Repair index file ``base``, whose entry for ``key`` leads to ``phys``, where no record starts."""
     from store.log.indexends import heal
 
@@ -250,7 +250,7 @@ def _heal_stray(engine: "Engine", key: str, limit: int, phys: int, base: int) ->
     heal(engine, base, f"has an entry at commit-log offset {phys}, {where}", still)
 
 
-def lookup(engine: "Engine", key: str, limit: int, sources: list[int] | None = None) -> list[int]:
+def lookup(engine: Engine, key: str, limit: int, sources: list[int] | None = None) -> list[int]:
     """``KeyIndex.lookup``, never "not found" from a damaged file: one whose walk finds it
     damaged is repaired from the log first (``indexends.heal``; ``CorruptionError``, exit 5,
     where this process cannot), and the lookup made again. ``sources``: as ``KeyIndex.lookup``'s."""
@@ -275,14 +275,14 @@ def lookup(engine: "Engine", key: str, limit: int, sources: list[int] | None = N
     return hits
 
 
-def _look_at_index(engine: "Engine") -> None:
+def _look_at_index(engine: Engine) -> None:
     """Before this handle's first lookup: does the index cover the log (``indexends.py``)?"""
     if not engine.index_checked:
         from store.log.indexends import before_lookup
         before_lookup(engine)
 
 
-def _read_live(engine: "Engine", phys: int, damage: list[tuple[int, str]],
+def _read_live(engine: Engine, phys: int, damage: list[tuple[int, str]],
                strays: list[int] | None = None) -> Message | None:
     """The record at ``phys``; None when it is not there (cleaned away, past the end) or
     damaged — damage inside the live log is noted in ``damage``. ``strays`` (an index's hits)
@@ -313,14 +313,14 @@ def _read_live(engine: "Engine", phys: int, damage: list[tuple[int, str]],
         return None
 
 
-def _damage_error(engine: "Engine", phys: int, why: str) -> CorruptionError:
+def _damage_error(engine: Engine, phys: int, why: str) -> CorruptionError:
     log = engine.commitlog
     path = log.segment_path(log.segment_of(phys))
     return CorruptionError(str(path), phys - log.segment_of(phys),
                            f"damaged message: {why} (run: mqctl store check)")
 
 
-def store_time(engine: "Engine", topic: str, queue_id: int, offset: int, warn: bool = True) -> int | None:
+def store_time(engine: Engine, topic: str, queue_id: int, offset: int, warn: bool = True) -> int | None:
     """The store time of a queue's message at ``offset``, from its record only once the record
     checks out (as :func:`pull` reads it: its CRC, its place against the entry, the log searched
     when the entry is bad). None when the message is not there (cleaned away, past the end) or
@@ -356,7 +356,7 @@ def store_time(engine: "Engine", topic: str, queue_id: int, offset: int, warn: b
     return None
 
 
-def search_offset(engine: "Engine", topic: str, queue_id: int, ts_ms: int) -> int:
+def search_offset(engine: Engine, topic: str, queue_id: int, ts_ms: int) -> int:
     """First offset whose message was stored at or after ``ts_ms`` (RocketMQ's LOWER
     boundary); the max offset when every message is older."""
     q = engine.queues.queue(topic, queue_id)
@@ -373,7 +373,7 @@ def search_offset(engine: "Engine", topic: str, queue_id: int, ts_ms: int) -> in
     return lo
 
 
-def last_store_timestamp(engine: "Engine", topic: str, queue_id: int) -> int | None:
+def last_store_timestamp(engine: Engine, topic: str, queue_id: int) -> int | None:
     """The store time of a queue's last message (:func:`store_time`)."""
     end = engine.queues.queue(topic, queue_id).max_offset()
     return store_time(engine, topic, queue_id, end - 1) if end > 0 else None

@@ -426,7 +426,7 @@ def resume_at(data: bytes, pos: int, wbase: int) -> int | None:
     return cand
 
 
-def queue_runs(w: Window, topics: dict[str, "TopicConfig"]) -> Iterator[tuple[str, int, Any]]:
+def queue_runs(w: Window, topics: dict[str, TopicConfig]) -> Iterator[tuple[str, int, Any]]:
     """The records of ``w`` that get a consume-queue entry (not a prepared or rolled-back
     half; a topic that exists, created at or before the record; a queue it has), as
     ``(topic, queue id, indexes into w)`` per queue, each in log order."""

@@ -78,14 +78,14 @@ class _Plan:
     log_end: int = 0    # the commit log's end as the plan found it (no writer moves it meanwhile)
 
 
-def _plan(engine: "Engine", full: bool) -> _Plan:
+def _plan(engine: Engine, full: bool) -> _Plan:
     end = engine.commitlog.end()
     plan = _plan_start(engine, full, end)
     plan.log_end, plan.acked = end, ckpt.acked_end(plan.checkpoint, plan.rebooted, end)
     return plan
 
 
-def _plan_start(engine: "Engine", full: bool, end: int) -> _Plan:
+def _plan_start(engine: Engine, full: bool, end: int) -> _Plan:
     cp = ckpt.read(engine.layout.checkpoint)
     lo = engine.commitlog.min_offset()
     if full:
@@ -115,7 +115,7 @@ def _plan_start(engine: "Engine", full: bool, end: int) -> _Plan:
     return plan
 
 
-def _check_index(engine: "Engine", plan: _Plan, full: bool, rep: "RecoveryReport") -> None:
+def _check_index(engine: Engine, plan: _Plan, full: bool, rep: RecoveryReport) -> None:
     """Drop key-index files that cannot be trusted, and every later one, and move the scan
     back to the first dropped file's offset so the records it covered are indexed again.
     After a restart, every file written since the last derived flush is read whole (entries
@@ -145,7 +145,7 @@ def _check_index(engine: "Engine", plan: _Plan, full: bool, rep: "RecoveryReport
         return
 
 
-def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None] | None = None,
+def recover(engine: Engine, full: bool = False, progress: Callable[[int], None] | None = None,
             accept_loss: bool = False) -> RecoveryReport:
     """Repair the store (write lock held). Returns what was done.
 
@@ -228,7 +228,7 @@ def recover(engine: "Engine", full: bool = False, progress: Callable[[int], None
     return rep
 
 
-def _refuse_what_cannot_finish(engine: "Engine") -> None:
+def _refuse_what_cannot_finish(engine: Engine) -> None:
     """Refuse, before anything is dropped, a repair that could not finish: a consume-queue
     file or the checkpoint it must rewrite is a directory, or not writable. A repair that
     dropped the key index and then stopped there would leave every command failing where only
@@ -244,7 +244,7 @@ def _refuse_what_cannot_finish(engine: "Engine") -> None:
                                             f"mqctl store recover again)")
 
 
-def gone_past_end(engine: "Engine", cp: ckpt.Checkpoint | None,
+def gone_past_end(engine: Engine, cp: ckpt.Checkpoint | None,
                   batch: tuple[int, int, bool] | None = None, was: int = 0) -> str | None:
     """What is gone when the commit log ends below where the consume queues' entries, or the
     checkpoint's written end, reach (one line), or None when nothing reaches past it. For
@@ -269,7 +269,7 @@ def gone_past_end(engine: "Engine", cp: ckpt.Checkpoint | None,
     return None
 
 
-def _clamp_topics(engine: "Engine", valid_end: int) -> None:
+def _clamp_topics(engine: Engine, valid_end: int) -> None:
     """A topic created after records that a crash then took away recorded a creation offset
     past the log's end; the next records of that topic land below it, and recovery would skip
     them as older than their topic. Such offsets come back to the end."""
@@ -278,7 +278,7 @@ def _clamp_topics(engine: "Engine", valid_end: int) -> None:
             engine.topic_table.save(replace(t, created_offset=valid_end))
 
 
-def _clamp_consumers(engine: "Engine") -> None:
+def _clamp_consumers(engine: Engine) -> None:
     """Reader positions past a queue's end (the queue lost unsynced messages that readers had
     already read) come back to the end, so the messages that take those offsets next are
     delivered. Warned about, never silent (``positions.py``)."""
@@ -293,7 +293,7 @@ def _clamp_consumers(engine: "Engine") -> None:
     clamp_to_queue_ends(engine.layout, queue_end, engine.warn)
 
 
-def _open_before(engine: "Engine", plan: _Plan) -> int:
+def _open_before(engine: Engine, plan: _Plan) -> int:
     """Where the atomic batch that the scan's start is inside of begins, or -1 (a look back at
     the records before it, :func:`atomicbatch.open_before`), for a start not known to lie
     between batches; the checkpoint's derived end and the log's first segment are."""
@@ -305,7 +305,7 @@ def _open_before(engine: "Engine", plan: _Plan) -> int:
     return atomicbatch.open_before(engine.commitlog, plan.start, known)
 
 
-def _redispatch(engine: "Engine", plan: _Plan, topics: dict[str, TopicConfig], rep: RecoveryReport,
+def _redispatch(engine: Engine, plan: _Plan, topics: dict[str, TopicConfig], rep: RecoveryReport,
                 progress: Callable[[int], None] | None, open_at: int = -1) -> tuple[int, int, int]:
     """One pass over the log from ``plan.start`` (``recordscan.py``): every valid record gets
     its consume-queue entry and its index keys, a queue's run and a window's keys at a time.
@@ -401,12 +401,12 @@ def _part(w: recordscan.Window, a: int, b: int, copy: bool = False) -> recordsca
                              w.topics, c(w.key_hash[k]), c(w.key_phys[k]))
 
 
-def _trim_queues(engine: "Engine", valid_end: int, kept_from: int) -> int:
+def _trim_queues(engine: Engine, valid_end: int, kept_from: int) -> int:
     return sum(trim_queue(engine.commitlog, engine.queues.queue(topic, qid), topic, qid, valid_end, kept_from)
                for topic, qid in queue_dirs(engine.layout))
 
 
-def _damaged_regions(engine: "Engine", rep: RecoveryReport, valid_end: int) -> list[tuple[int, int, str]]:
+def _damaged_regions(engine: Engine, rep: RecoveryReport, valid_end: int) -> list[tuple[int, int, str]]:
     """``(start, end, why)`` commit-log ranges of the damaged records the scan stepped over
     (one with no valid record after it: up to the log's recovered end ``valid_end``)."""
     regions = []
@@ -421,7 +421,7 @@ def _damaged_regions(engine: "Engine", rep: RecoveryReport, valid_end: int) -> l
     return sorted(regions)
 
 
-def _fill_queue_holes(engine: "Engine", rep: RecoveryReport, regions: list[tuple[int, int, str]]) -> None:
+def _fill_queue_holes(engine: Engine, rep: RecoveryReport, regions: list[tuple[int, int, str]]) -> None:
     """Give every consume-queue slot that no valid record claims (a zero-filled hole left by
     writing a later entry past the end: its record is damaged, or gone) an entry pointing at
     the damaged range before the next valid entry's record (``queuerebuild.fill_holes``).

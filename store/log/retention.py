@@ -141,7 +141,7 @@ _DELAY_REMEDY = "its delayed messages move on when they are due, while a consume
 _TX_REMEDY = "resolve it with `mqctl tx commit|rollback`"
 
 
-def _queue_need(store: "Store", who: str, topic: str, qid: int, offset: int | None,
+def _queue_need(store: Store, who: str, topic: str, qid: int, offset: int | None,
                 remedy: str) -> Need | None:
     """What a reader at ``offset`` (None: from the first stored message) of one queue needs."""
     lo, hi = store.min_offset(topic, qid), store.max_offset(topic, qid)
@@ -154,7 +154,7 @@ def _queue_need(store: "Store", who: str, topic: str, qid: int, offset: int | No
     return Need(who, topic, qid, off, e[0], remedy)
 
 
-def _offset_table_needs(store: "Store", who: str, offsets: dict[tuple[str, int], int],
+def _offset_table_needs(store: Store, who: str, offsets: dict[tuple[str, int], int],
                         topics: dict[str, Any], remedy: Callable[[str], str]) -> list[Need]:
     """The needs of one reader's offset table; ``remedy(topic)``: what frees a topic's queues."""
     needs = []
@@ -179,7 +179,7 @@ def _delete_remedy(group: str, client: str) -> Callable[[str], str]:
                            f"`mqctl offsets delete -g {group} --client-id {client}`")
 
 
-def consumer_needs(store: "Store") -> list[Need]:
+def consumer_needs(store: Store) -> list[Need]:
     """Every reader's position, as the commit-log offset it will read next."""
     from store.log.broadcastoffsets import BroadcastOffsetStore, broadcast_offset_files
     from store.log.offsets import ClusterOffsetStore
@@ -198,7 +198,7 @@ def consumer_needs(store: "Store") -> list[Need]:
     return needs
 
 
-def _schedule_needs(store: "Store", topics: dict[str, Any]) -> list[Need]:
+def _schedule_needs(store: Store, topics: dict[str, Any]) -> list[Need]:
     cfg = topics.get(SCHEDULE_TOPIC)
     if cfg is None:
         return []
@@ -212,7 +212,7 @@ def _schedule_needs(store: "Store", topics: dict[str, Any]) -> list[Need]:
     return _offset_table_needs(store, "delay scheduler", offsets, topics, lambda _t: _DELAY_REMEDY)
 
 
-def transaction_needs(store: "Store") -> list[Need]:
+def transaction_needs(store: Store) -> list[Need]:
     """The live half copies of unresolved transactions, and the newest half copy of each
     parked one (see the module docstring)."""
     if not store.has_topic(HALF_TOPIC):
@@ -263,7 +263,7 @@ def _stat(path: Path) -> os.stat_result | None:
 
 # -- planning ------------------------------------------------------------------------------------
 
-def plan_clean(store: "Store", retention_ms: int = DEFAULT_RETENTION_MS, force: bool = False,
+def plan_clean(store: Store, retention_ms: int = DEFAULT_RETENTION_MS, force: bool = False,
                now_ms: int | None = None) -> CleanPlan:
     """What :func:`clean` would delete now. Reads only."""
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
@@ -291,7 +291,7 @@ def plan_clean(store: "Store", retention_ms: int = DEFAULT_RETENTION_MS, force: 
     return plan
 
 
-def _plan_segments(store: "Store", plan: CleanPlan, old: list[tuple[int, int, FileAction]], force: bool) -> None:
+def _plan_segments(store: Store, plan: CleanPlan, old: list[tuple[int, int, FileAction]], force: bool) -> None:
     # Rule 3: a segment may go when every need lies in a later segment.
     needs = consumer_needs(store)
     floor = min((n.commitlog_offset for n in needs), default=None)
@@ -323,7 +323,7 @@ def _lowest_per_reader(needs: Iterable[Need]) -> list[Need]:
     return sorted(best.values(), key=lambda n: (n.commitlog_offset, n.who, n.topic))
 
 
-def _cq_files(store: "Store", new_min: int) -> list[FileAction]:
+def _cq_files(store: Store, new_min: int) -> list[FileAction]:
     from store.log.consumequeue import ConsumeQueue
     out = []
     root = store.layout.consumequeue_dir
@@ -353,7 +353,7 @@ def _cq_files(store: "Store", new_min: int) -> list[FileAction]:
     return out
 
 
-def _index_files(store: "Store", new_min: int) -> list[FileAction]:
+def _index_files(store: Store, new_min: int) -> list[FileAction]:
     out = []
     idx = store.index
     files = idx.files()
@@ -373,7 +373,7 @@ def _index_files(store: "Store", new_min: int) -> list[FileAction]:
 
 # -- deleting --------------------------------------------------------------------------------------
 
-def _absorb_commits(store: "Store") -> None:
+def _absorb_commits(store: Store) -> None:
     """Take every offset commit of exactly-once stages into the offsets table, durably,
     before segments go. Until the table absorbs them, those commits live only as records in
     the log (``offsetcommits.py``: a stage killed before its once-a-second absorb); deleting
@@ -385,7 +385,7 @@ def _absorb_commits(store: "Store") -> None:
     ClusterOffsetStore(store.layout, warn=store.warn).absorb(store.sync_written(), sync=True)
 
 
-def clean(store: "Store", retention_ms: int = DEFAULT_RETENTION_MS, force: bool = False,
+def clean(store: Store, retention_ms: int = DEFAULT_RETENTION_MS, force: bool = False,
           dry_run: bool = False, now_ms: int | None = None,
           progress: Callable[[int], None] | None = None,
           on_delete: Callable[[FileAction], None] | None = None) -> CleanPlan:

@@ -91,7 +91,7 @@ def parse_delay(text: str) -> tuple[int, int]:
     return 0, ms
 
 
-def delay_draft(draft: Draft, delay: tuple[int, int], store: "Store", now_ms: int | None = None) -> Draft:
+def delay_draft(draft: Draft, delay: tuple[int, int], store: Store, now_ms: int | None = None) -> Draft:
     """Turn ``draft`` into its parked form in the schedule topic."""
     level, ms = delay
     if ms <= 0:
@@ -123,7 +123,7 @@ def restore_draft(m: Message) -> Draft:
                  tags_code=tags_code(props.get(PROP_TAGS)))
 
 
-def deliver_due(store: "Store", now_ms: int | None = None, max_messages: int = 10_000) -> int:
+def deliver_due(store: Store, now_ms: int | None = None, max_messages: int = 10_000) -> int:
     """One scheduler pass, if no other process is running one. Returns messages delivered."""
     if not store.has_topic(names.SCHEDULE_TOPIC):
         return 0
@@ -139,7 +139,7 @@ def deliver_due(store: "Store", now_ms: int | None = None, max_messages: int = 1
         close_kept(fd)
 
 
-def _pass(store: "Store", now: int, budget: int) -> int:
+def _pass(store: Store, now: int, budget: int) -> int:
     # (the progress file's module only where delayed messages exist: not in every consumer's start)
     from store.log.positions import DelayProgress, load_delay_progress, save_delay_progress
     state = load_delay_progress(store.layout, store.warn)
@@ -220,7 +220,7 @@ def _pass(store: "Store", now: int, budget: int) -> int:
     return delivered
 
 
-def _due(store: "Store", qid: int, offset: int, code: int, now: int) -> int:
+def _due(store: Store, qid: int, offset: int, code: int, now: int) -> int:
     """When entry ``offset`` of level queue ``qid`` is due: its consume-queue tag code, unless
     that is a time no message of the level can have (past now + the level's delay: a damaged
     entry; derived data is not trusted over the log), then its record's. (The free queue's
@@ -242,7 +242,7 @@ def _record_due(m: Message, default: int) -> int:
         return default
 
 
-def next_due(store: "Store") -> int | None:
+def next_due(store: Store) -> int | None:
     """The earliest delivery time still pending (for sleeping until then), or None."""
     if not store.has_topic(names.SCHEDULE_TOPIC):
         return None
@@ -273,7 +273,7 @@ def next_due(store: "Store") -> int | None:
     return best
 
 
-def _pending(store: "Store", limit: int) -> Iterator[tuple[int, int, int]]:
+def _pending(store: Store, limit: int) -> Iterator[tuple[int, int, int]]:
     """``(queue id, offset, delivery time)`` of each delayed message not delivered yet, from
     the consume queues' tag codes and ``delayOffset.json``; at most ``limit`` entries per
     queue are looked at."""
@@ -295,7 +295,7 @@ def _pending(store: "Store", limit: int) -> Iterator[tuple[int, int, int]]:
             off += len(entries)
 
 
-def backlog(store: "Store", now_ms: int, limit: int = 100_000) -> tuple[int, int]:
+def backlog(store: Store, now_ms: int, limit: int = 100_000) -> tuple[int, int]:
     """(pending, due): delayed messages not delivered yet, and those of them whose delivery
     time has come (a scheduler should have moved them). Read from the consume queues alone
     (see :func:`_pending`)."""
@@ -308,7 +308,7 @@ def backlog(store: "Store", now_ms: int, limit: int = 100_000) -> tuple[int, int
     return pending, due
 
 
-def scheduled_for(store: "Store", topics: set[str], limit: int = 100_000) -> dict[tuple[str, int], int]:
+def scheduled_for(store: Store, topics: set[str], limit: int = 100_000) -> dict[tuple[str, int], int]:
     """Delayed messages not delivered yet, counted by the ``(topic, queue)`` they will be
     delivered to, for the destinations in ``topics``: a consumer's retry waiting out its delay
     level is in no queue of its group yet (``mqctl progress`` shows it beside the lag). The

@@ -37,9 +37,9 @@ if TYPE_CHECKING:
     from store.log.topics import TopicConfig
 
 
-def put_one(store: "Store", topic: str, body: bytes, props: dict[str, str], queue_id: int = -1,
+def put_one(store: Store, topic: str, body: bytes, props: dict[str, str], queue_id: int = -1,
             sharding_key: str | None = None, *, sync: bool = False,
-            check: Callable[["TopicConfig"], None] | None = None, uniq: str | None = None) -> PutResult:
+            check: Callable[[TopicConfig], None] | None = None, uniq: str | None = None) -> PutResult:
     """Store one message for ``topic`` (as :meth:`Store.put_bodies` stores a batch of one
     with these ``properties`` and sharding key). ``check`` is given the topic's config under
     the write lock before anything is placed (the caller's own refusals: a queue the topic

@@ -69,7 +69,7 @@ class StoreSettings:
                 "cqSegmentEntries": self.cq_segment_entries}
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "StoreSettings":
+    def from_json(cls, obj: dict[str, Any]) -> StoreSettings:
         """The settings of a parsed ``store.json`` (ValueError, KeyError or TypeError when
         they are not: a wrong ``crc``, a missing field, a size no store can have)."""
         if not isinstance(obj, dict):

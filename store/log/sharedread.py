@@ -39,7 +39,7 @@ _SPARSE_MIN = 1024 * 1024   # a window over 4x its runs' own bytes is still read
 _LOOP_MAX_AVG = 16384
 
 
-def pull_many(engine: "Engine", topic: str, requests: list[tuple[int, int, int, int]],
+def pull_many(engine: Engine, topic: str, requests: list[tuple[int, int, int, int]],
               full: bool = False) -> dict[int, Columns]:
     """Runs of several queues of ``topic`` (``(queue_id, offset, max_count, max_bytes)``
     each), read together with one ``pread`` per window; each run stops after the record that
@@ -67,7 +67,7 @@ def pull_many(engine: "Engine", topic: str, requests: list[tuple[int, int, int, 
     return _pull_many_arrays(engine, topic, queues, ends, full)
 
 
-def _pull_many_loop(engine: "Engine", topic: str, queues: list[tuple["ConsumeQueue", int, int, int, int]],
+def _pull_many_loop(engine: Engine, topic: str, queues: list[tuple[ConsumeQueue, int, int, int, int]],
                     ends: list[int], full: bool) -> dict[int, Columns]:
     """:func:`pull_many` without numpy: the window read once, each run checked by the loop;
     bodies only, big ones handed out as views into it, or (``full``, with the C loop) every
@@ -112,7 +112,7 @@ def _pull_many_loop(engine: "Engine", topic: str, queues: list[tuple["ConsumeQue
     return out
 
 
-def _pull_many_arrays(engine: "Engine", topic: str, queues: list[tuple["ConsumeQueue", int, int, int, int]],
+def _pull_many_arrays(engine: Engine, topic: str, queues: list[tuple[ConsumeQueue, int, int, int, int]],
                       ends: list[int], full: bool) -> dict[int, Columns]:
     """:func:`pull_many` with numpy: every run's records checked as arrays at once; empty
     when anything is unusual (each run on its own then names what)."""

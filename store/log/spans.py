@@ -30,7 +30,7 @@ GAP_PER_READ = 12288
 _MIN_DENSE_RUN = 16
 
 
-def fetch_span(log: "CommitLog", entries: list[tuple[int, int, int]],
+def fetch_span(log: CommitLog, entries: list[tuple[int, int, int]],
                max_bytes: int, own_reads: bool = False) -> tuple[list[tuple[int, int, int]], int, bytes]:
     """The records of a run of one queue's consume-queue entries, with one ``pread``:
     ``(entries, lo, span)``, ``span`` starting at commit-log offset ``lo``.

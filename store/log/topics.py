@@ -111,7 +111,7 @@ class TopicConfig:
         return obj
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "TopicConfig":
+    def from_json(cls, obj: dict[str, Any]) -> TopicConfig:
         queues = int(obj["writeQueueNums"])
         if not 1 <= queues <= F.MAX_QUEUES:
             raise ValueError(f"queue count {queues} out of range")

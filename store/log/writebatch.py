@@ -94,7 +94,7 @@ class WriteBatch:
     or gone after a crash too (its records flagged: ``atomicbatch.py``); the caller asks for it
     when it puts several records (one record is whole or invalid by its CRC)."""
 
-    def __init__(self, engine: "Engine", sync: bool, atomic: bool = False) -> None:
+    def __init__(self, engine: Engine, sync: bool, atomic: bool = False) -> None:
         self.engine = engine
         self.sync = sync
         # The SYSFLAG bits every record of the batch is framed with, and where the last record

@@ -33,7 +33,7 @@ class OffsetSpec:
     ts: int = 0
     per_queue: tuple[tuple[str, int, int], ...] = ()  # (topic, queue, offset or -1/-2)
 
-    def resolve(self, store: "Store", topic: str, queue_id: int, default: str) -> int:
+    def resolve(self, store: Store, topic: str, queue_id: int, default: str) -> int:
         lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
         kind = self.kind
         if kind == "json":
@@ -145,7 +145,7 @@ class ReadOptions:
     shape: str = "mqctl"
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], stream: bool) -> "ReadOptions":
+    def parse(cls, options: Mapping[str, str], stream: bool) -> ReadOptions:
         if stream and options.get("stores"):
             raise UsageError("stores (one store per host) applies to batch reads only")
         known = ("endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxoffsetspertrigger")
@@ -180,7 +180,7 @@ class ReadOptions:
                    fail_on_data_loss=parse_bool(options, "failondataloss", True),
                    shape=parse_shape(options))
 
-    def open_store(self) -> "Store":
+    def open_store(self) -> Store:
         """The store read: it must exist unless the ``create`` option says otherwise."""
         return open_store(self.store, self.create)
 
@@ -211,7 +211,7 @@ def parse_shape(options: Mapping[str, str]) -> str:
     return shape
 
 
-def select_topics(store: "Store", spec: str, must_exist: bool) -> list[tuple[str, int]]:
+def select_topics(store: Store, spec: str, must_exist: bool) -> list[tuple[str, int]]:
     """(topic, queue count) for ``spec``: ``*`` = every user topic, else a comma list."""
     topics = store.topics()
     wanted: set[str] = set()
@@ -241,7 +241,7 @@ class QueueRange:
     end: int
 
 
-def plan_ranges(store: "Store", opts: ReadOptions) -> list[QueueRange]:
+def plan_ranges(store: Store, opts: ReadOptions) -> list[QueueRange]:
     """The queue ranges of a batch read, in topic then queue order (before ``minPartitions``)."""
     selected = select_topics(store, opts.topics, must_exist=True)
     check_named_queues(opts.starting, dict(selected), "startingOffsets")
@@ -412,7 +412,7 @@ _SPELLING = {
 }
 
 
-def open_store(root: str, create: bool, recover: bool = True) -> "Store":
+def open_store(root: str, create: bool, recover: bool = True) -> Store:
     """Open the store a read or write names: a missing store is a
     :class:`~store.errors.StoreNotFoundError` (exit 3 in the CLI) unless ``create``."""
     from store.errors import StoreNotFoundError

@@ -128,7 +128,7 @@ class _Progress:
     """``done`` and the running key digest of a batch being published, saved to the ledger
     after each chunk."""
 
-    def __init__(self, ledger: "SinkLedger", state: dict[str, Any], batch_id: int,
+    def __init__(self, ledger: SinkLedger, state: dict[str, Any], batch_id: int,
                  sync: bool = True) -> None:
         self.sync = sync
         self.ledger = ledger

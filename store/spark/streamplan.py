@@ -53,7 +53,7 @@ def births(offsets: Mapping[str, int]) -> Offsets:
     return {k: v for k, v in offsets.items() if "/" not in k}
 
 
-def _offsets(store: "Store", opts: ReadOptions, at: Callable[[str, int], int]) -> Offsets:
+def _offsets(store: Store, opts: ReadOptions, at: Callable[[str, int], int]) -> Offsets:
     configs = store.topics()
     out = {}
     for t, n in select_topics(store, opts.topics, must_exist=False):
@@ -63,15 +63,15 @@ def _offsets(store: "Store", opts: ReadOptions, at: Callable[[str, int], int]) -
     return dict(sorted(out.items()))
 
 
-def latest(store: "Store", opts: ReadOptions) -> Offsets:
+def latest(store: Store, opts: ReadOptions) -> Offsets:
     return _offsets(store, opts, store.max_offset)
 
 
-def initial(store: "Store", opts: ReadOptions) -> Offsets:
+def initial(store: Store, opts: ReadOptions) -> Offsets:
     return _offsets(store, opts, lambda t, q: opts.starting.resolve(store, t, q, "earliest"))
 
 
-def _made_again(store: "Store", topic: str, was: Mapping[str, int], now: Mapping[str, int],
+def _made_again(store: Store, topic: str, was: Mapping[str, int], now: Mapping[str, int],
                 read_to: Mapping[int, int]) -> bool:
     """Whether ``topic`` was deleted and made again since a stream read its queues up to
     ``read_to`` (queue id -> offset), its birth ``was`` then and ``now``. A birth of 0 or none
@@ -95,7 +95,7 @@ def _made_again(store: "Store", topic: str, was: Mapping[str, int], now: Mapping
     return False
 
 
-def _verdicts(store: "Store", was: Mapping[str, int], was_born: Mapping[str, int],
+def _verdicts(store: Store, was: Mapping[str, int], was_born: Mapping[str, int],
               born: Mapping[str, int]) -> set[str]:
     """The topics of ``was`` (queue offsets) made again (:func:`_made_again`)."""
     read: dict[str, dict[int, int]] = {}
@@ -121,7 +121,7 @@ def fair_share(pending: Mapping[str, int], limit: int) -> dict[str, int]:
     return share
 
 
-def next_end(store: "Store", opts: ReadOptions, start: Mapping[str, int],
+def next_end(store: Store, opts: ReadOptions, start: Mapping[str, int],
              target: Mapping[str, int] | None, max_rows: int | None) -> Offsets:
     """The end of the next micro-batch from ``start``: what is there now (at most ``target``,
     an ``availableNow`` trigger's), at most ``max_rows`` messages shared across queues. A
@@ -164,7 +164,7 @@ def next_end(store: "Store", opts: ReadOptions, start: Mapping[str, int],
     return dict(sorted(end.items()))
 
 
-def batch_ranges(store: "Store", opts: ReadOptions, start: Mapping[str, int],
+def batch_ranges(store: Store, opts: ReadOptions, start: Mapping[str, int],
                  end: Mapping[str, int]) -> list[QueueRange]:
     """The queue ranges of the micro-batch ``(start, end]``, cut by ``minPartitions``. What
     :func:`next_end` passed over is said here, once a micro-batch: a queue not what

@@ -111,7 +111,7 @@ class WriteOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], allowed: Sequence[str] = WRITE_OPTIONS,
-              what: str = "write") -> "WriteOptions":
+              what: str = "write") -> WriteOptions:
         check_options(options, allowed, what)
         topic = (options.get("topic") or "").strip() or None
         if topic is not None:

@@ -178,7 +178,7 @@ class AsyncTransactionProducer:
                 worker.stop()
             self._tp.close()
 
-    async def __aenter__(self) -> "AsyncTransactionProducer":
+    async def __aenter__(self) -> AsyncTransactionProducer:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -65,13 +65,13 @@ DEFAULT_TIMEOUT_MS = 6_000   # RocketMQ transactionTimeOut
 DEFAULT_MAX_CHECKS = 15      # RocketMQ transactionCheckMax
 
 
-def _read_ops(store: "Store", start: int) -> list[tuple[int, tuple[int, ...]]]:
+def _read_ops(store: Store, start: int) -> list[tuple[int, tuple[int, ...]]]:
     """(op queue offset, half offsets it finishes) from ``start``; other tags finish nothing."""
     return [(m.queue_offset, parse_op_body(m.body) if m.tags == OP_TAG else ())
             for m in store.iter_queue(OP_HALF_TOPIC, 0, start)]
 
 
-def _start_offsets(store: "Store") -> tuple[int, int]:
+def _start_offsets(store: Store) -> tuple[int, int]:
     """The progress offsets, moved into each queue's readable range."""
     half, op = load_tx_progress(store.layout, store.warn)
     bounds = []
@@ -96,7 +96,7 @@ class PendingTransaction:
     parked_at: int | None = None
 
 
-def pending(store: "Store") -> list[PendingTransaction]:
+def pending(store: Store) -> list[PendingTransaction]:
     """PREPARED transactions, oldest first (what the check service has still to decide)."""
     half_off, op_off = _start_offsets(store)
     finished = {o for _, offs in _read_ops(store, op_off) for o in offs}
@@ -110,7 +110,7 @@ def pending(store: "Store") -> list[PendingTransaction]:
     return sorted(out, key=lambda p: (p.half.born_timestamp, p.half.queue_offset))
 
 
-def parked(store: "Store") -> list[PendingTransaction]:
+def parked(store: Store) -> list[PendingTransaction]:
     """Transactions parked after their last check (state DISCARDED) and resolved by nobody
     since — ``tx commit``/``rollback`` still do — oldest parked first."""
     if not store.has_topic(CHECK_MAX_TOPIC):
@@ -125,7 +125,7 @@ def parked(store: "Store") -> list[PendingTransaction]:
     return sorted(out, key=lambda p: (p.parked_at or 0, p.half.queue_offset))
 
 
-def _in_state(store: "Store", copies: dict[str, Message], state: str) -> Iterator[tuple[str, Message, TxView]]:
+def _in_state(store: Store, copies: dict[str, Message], state: str) -> Iterator[tuple[str, Message, TxView]]:
     """``(tx_id, copy, view)`` of the transactions of ``copies`` whose state is ``state`` now."""
     for tx_id, copy in copies.items():
         try:
@@ -188,7 +188,7 @@ def immunity_ms(m: Message, timeout_ms: int) -> int:
     return seconds * 1000 if seconds >= 0 else timeout_ms
 
 
-def check_pass(store: "Store", checker: Checker, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
+def check_pass(store: Store, checker: Checker, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
                max_checks: int = DEFAULT_MAX_CHECKS, on_event: Callable[[TransactionCheckEvent], None] | None = None,
                should_stop: Callable[[], bool] | None = None) -> TransactionCheckReport:
     """One pass of the check service over the half queue (algorithm in the module docstring)."""
@@ -197,7 +197,7 @@ def check_pass(store: "Store", checker: Checker, *, timeout_ms: int = DEFAULT_TI
 
 
 class _CheckPass:
-    def __init__(self, store: "Store", checker: Checker, timeout_ms: int, max_checks: int,
+    def __init__(self, store: Store, checker: Checker, timeout_ms: int, max_checks: int,
                  on_event: Callable[[TransactionCheckEvent], None] | None,
                  should_stop: Callable[[], bool] | None) -> None:
         self.store = store

@@ -134,7 +134,7 @@ class TransactionProducer(StoreClient):
         except StoreNotFoundError:
             self._store = None   # made by the first send; nothing else creates it
 
-    def _open_store(self, create: bool = False) -> "Store":
+    def _open_store(self, create: bool = False) -> Store:
         """The store, opened now if it was missing when this was made: created only for a
         ``send`` (``create``), else ``StoreNotFoundError``."""
         if self._store is None:

@@ -193,7 +193,7 @@ def parse_op_body(body: bytes) -> tuple[int, ...]:
     return tuple(int(p) for p in body.split(b",") if p.strip().isdigit())
 
 
-def load(store: "Store", tx_id: str) -> TxView:
+def load(store: Store, tx_id: str) -> TxView:
     """The transaction ``tx_id`` as the store holds it; TransactionNotFoundError (exit 3) when no
     half message carries that id."""
     tx_id = id_as_stored(tx_id)
@@ -223,7 +223,7 @@ def tx_id_of(m: Message) -> str | None:
     return None
 
 
-def resolve_tx_id(store: "Store", text: str) -> str:
+def resolve_tx_id(store: Store, text: str) -> str:
     """A transaction id as typed: the txId itself, or the offset id of any of its records."""
     if not isinstance(text, str):
         raise UsageError(f"a transaction id must be a str (a send's tx_id), not {type(text).__name__}")
@@ -240,7 +240,7 @@ def resolve_tx_id(store: "Store", text: str) -> str:
     return text
 
 
-def transaction_state(store: "Store", m: Message) -> dict[str, Any] | None:
+def transaction_state(store: Store, m: Message) -> dict[str, Any] | None:
     """For ``msg show``: the transaction of a half, committed, discarded or op record
     (``txId``, ``state``, ``topic``, ``checkTimes``, offset ids), else None. Reads only."""
     tx_id = tx_id_of(m)
@@ -263,7 +263,7 @@ class PreparedTransaction:
     half: Message
 
 
-def send_half(store: "Store", topic: str, body: bytes, properties: dict[str, str], *,
+def send_half(store: Store, topic: str, body: bytes, properties: dict[str, str], *,
               queue_id: int = -1, sharding_key: str | None = None, sync: bool = False) -> PreparedTransaction:
     """Store a half message for ``topic``. Its real queue is chosen now, as for a plain send."""
     tx_id = new_tx_id()
@@ -277,7 +277,7 @@ def send_half(store: "Store", topic: str, body: bytes, properties: dict[str, str
     return PreparedTransaction(tx_id, topic, qid, res.msg_id, store.get(res.commitlog_offset))
 
 
-def put_op(store: "Store", view: TxView, kind: str, sync: bool = False) -> None:
+def put_op(store: Store, view: TxView, kind: str, sync: bool = False) -> None:
     """Finish every live copy (or, when none is live, name the newest) with one op record."""
     offsets = sorted(h.queue_offset for h in view.live()) or [view.latest.queue_offset]
     body = "".join(f"{o}," for o in offsets).encode()
@@ -285,7 +285,7 @@ def put_op(store: "Store", view: TxView, kind: str, sync: bool = False) -> None:
     store.put([Draft(OP_HALF_TOPIC, body, props, queue_id=0)], sync=sync)
 
 
-def _put_real(store: "Store", view: TxView, sync: bool) -> str:
+def _put_real(store: Store, view: TxView, sync: bool) -> str:
     """Write the committed message made from the newest half copy; returns its offset id."""
     h = view.latest
     cfg = store.ensure_topic_locked(view.topic)   # (deleted since the send: created again)
@@ -309,7 +309,7 @@ class TransactionEnd:
     commit_offset_msg_id: str | None = None
 
 
-def end_transaction(store: "Store", tx_id: str, commit: bool, *, sync: bool = False) -> TransactionEnd:
+def end_transaction(store: Store, tx_id: str, commit: bool, *, sync: bool = False) -> TransactionEnd:
     """Commit or roll back ``tx_id``, exactly once.
 
     The same resolution again is a no-op (it completes a commit whose op record a crash lost);
