@@ -131,6 +131,23 @@ def test_a_segment_size_the_last_segment_outgrows_is_refused(tmp_path: Path) -> 
     assert "commitlogSegmentSize is 32768" in msg and "holds" in msg, msg
 
 
+@pytest.mark.parametrize("which", [0, 1])
+def test_bytes_past_a_segments_size_in_a_log_whose_names_agree_are_no_settings_fault(tmp_path: Path, which: int) -> None:
+    """Garbage appended to a sealed segment, past its size, in a log whose segments are named
+    one size apart: every command refused it (exit 5) as store.json's fault, and store recover
+    refused too ("put back a copy of store.json"), so nothing got the store back. The names
+    say the size: the bytes past it are no record's, and the store reads on."""
+    mq = _store(tmp_path)
+    seg = sorted((mq.root / "commitlog").iterdir())[which]
+    with open(seg, "ab") as fh:
+        fh.write(b"\xa5" * (SEG - seg.stat().st_size + 300))
+    assert _consumed(mq) == N
+    mq.ok("store", "check")
+    mq.ok("send", "c", "after")
+    mq.ok("store", "recover")
+    assert _consumed(mq) == 1
+
+
 def test_a_consume_queue_segment_size_the_queues_disagree_with_is_refused_until_recover_corrects_it(
         tmp_path: Path) -> None:
     """cqSegmentEntries 20 -> 21 (one bit) in a store of an earlier version: the queue's
