@@ -27,6 +27,11 @@ def segment_file(directory: Path, base: int) -> Path:
     return directory / segment_name(base)
 
 
+# Spark's directories in the store (relative names: a staged job's path is named relative to the root)
+SPARK_STAGING = "spark-staging"
+SPARK_SINKS = "spark-sinks"
+
+
 def rebuild_marker(index_dir: Path) -> Path:
     """``index/REBUILDING``: a rebuild of the key index in ``index_dir`` is under way (``indexfence.py``)."""
     return index_dir / INDEX_REBUILD_MARKER
@@ -80,7 +85,11 @@ class Layout:
     @property
     def spark_staging(self) -> Path:
         """``spark-staging/``: Spark writers' job directories before their commit (``store/spark/staging.py``)."""
-        return self.root / "spark-staging"
+        return self.root / SPARK_STAGING
+
+    def spark_sink(self, sink_id: str) -> Path:
+        """``spark-sinks/<id>.json``: a streaming sink's ledger of committed batches (``store/spark/sink.py``)."""
+        return self.root / SPARK_SINKS / f"{sink_id}.json"
 
     @property
     def topics_json(self) -> Path:

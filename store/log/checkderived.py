@@ -26,11 +26,12 @@ import os
 from functools import partial
 from typing import Any, Callable, Protocol, TypeVar
 
+from store.flock import list_dir
 from store.layout import Layout
 from store.log import format as F
 from store.log import indexfence
 from store.log.arrays import layouts
-from store.log.consumequeue import ConsumeQueue
+from store.log.consumequeue import ConsumeQueue, queue_ids
 from store.log.index import KeyIndex
 from store.log.queuerebuild import entries_array, entry_place
 from store.log.recordscan import Window, queue_runs
@@ -199,10 +200,7 @@ class QueueCursors:
         after this covers every entry they hold); torn entries, queues of no topic
         (``topics_now``: a topic made during the check is left to the next one)."""
         root = self.layout.consumequeue_dir
-        try:
-            names = sorted(os.listdir(root))
-        except FileNotFoundError:
-            names = []
+        names = sorted(list_dir(root))
         now: dict[str, TopicConfig] | None = None
         for topic in names:
             if topic not in topics:
@@ -211,11 +209,7 @@ class QueueCursors:
                     self.report(str(root / topic), 0,
                                 "consume queue of a topic that has no config (run mqctl store recover)")
                 continue
-            try:
-                qids = sorted(int(x) for x in os.listdir(root / topic) if x.isascii() and x.isdigit())
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for qid in qids:
+            for qid in queue_ids(self.layout, topic):
                 c = self._cursor(topic, qid)
                 torn = self._torn(c) and self.confirm(partial(self._torn, c))
                 if torn:

@@ -36,6 +36,7 @@ from store.failpoints import failpoint
 from store.fsutil import not_rewritable
 from store.log import atomicbatch, broadcastoffsets, indexfence, knowndamage, recordscan
 from store.log import checkpoint as ckpt
+from store.log import format as F
 from store.log.consumequeue import queue_dirs
 from store.log.positions import clamp_to_queue_ends, restore_unreadable
 from store.log.queuerebuild import QueueRebuild, fill_holes, past_end, trim_queue, unrewritable_queue_file
@@ -413,7 +414,7 @@ def _damaged_regions(engine: Engine, rep: RecoveryReport, valid_end: int) -> lis
     log = engine.commitlog
     for file, off, reason in rep.damage:
         name = os.path.basename(file)
-        if not (len(name) == 20 and name.isascii() and name.isdigit()) or os.path.dirname(file) != str(log.dir):
+        if not F.is_segment_name(name) or os.path.dirname(file) != str(log.dir):
             continue
         start = int(name) + off
         nxt = log.find_record_after(start)

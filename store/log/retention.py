@@ -242,13 +242,6 @@ def transaction_needs(store: Store) -> list[Need]:
         return [] if n is None else [n]
 
 
-def _listdir(path: Path) -> list[str]:
-    try:
-        return os.listdir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
 def _size(path: Path) -> int:
     st = _stat(path)
     return st.st_size if st is not None else 0
@@ -324,32 +317,28 @@ def _lowest_per_reader(needs: Iterable[Need]) -> list[Need]:
 
 
 def _cq_files(store: Store, new_min: int) -> list[FileAction]:
-    from store.log.consumequeue import ConsumeQueue
+    from store.log.consumequeue import ConsumeQueue, queue_dirs
     out = []
-    root = store.layout.consumequeue_dir
-    for topic in sorted(_listdir(root)):
-        for qname in sorted(_listdir(root / topic)):
-            if not qname.isdigit():
-                continue
-            q = ConsumeQueue(root / topic / qname, store.settings.cq_segment_entries)
-            try:
-                bases = q.segments()
-                # The last segment with entries stays, and so does anything after it (an empty
-                # file a failed batch left): max_offset is read from them.
-                while bases and _size(q.segment_path(bases[-1])) == 0:
-                    bases.pop()
-                for base in bases[:-1]:
-                    path = q.segment_path(base)
-                    st = _stat(path)
-                    if st is None:
-                        continue
-                    n = st.st_size // F.CQ_ENTRY_SIZE
-                    last = q.read_entries((base // F.CQ_ENTRY_SIZE) + n - 1, 1) if n else []
-                    if n and (not last or last[0][0] >= new_min):
-                        break  # an entry still points into the log (or is unreadable): keep
-                    out.append(FileAction("consumequeue", path, st.st_size, st.st_mtime_ns // 1_000_000))
-            finally:
-                q.close()
+    for topic, qid in queue_dirs(store.layout):
+        q = ConsumeQueue(store.layout.queue_dir(topic, qid), store.settings.cq_segment_entries)
+        try:
+            bases = q.segments()
+            # The last segment with entries stays, and so does anything after it (an empty
+            # file a failed batch left): max_offset is read from them.
+            while bases and _size(q.segment_path(bases[-1])) == 0:
+                bases.pop()
+            for base in bases[:-1]:
+                path = q.segment_path(base)
+                st = _stat(path)
+                if st is None:
+                    continue
+                n = st.st_size // F.CQ_ENTRY_SIZE
+                last = q.read_entries((base // F.CQ_ENTRY_SIZE) + n - 1, 1) if n else []
+                if n and (not last or last[0][0] >= new_min):
+                    break  # an entry still points into the log (or is unreadable): keep
+                out.append(FileAction("consumequeue", path, st.st_size, st.st_mtime_ns // 1_000_000))
+        finally:
+            q.close()
     return out
 
 

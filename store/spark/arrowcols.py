@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from store.log import format as F
 from store.log.arraycolumns import slices
 from store.log.columns import Columns
 
@@ -85,8 +86,8 @@ class _Props:
             text = raw.cast(pa.string())
         except pa.ArrowInvalid:   # not UTF-8: decode as Message does, with replacement
             text = pa.array([r.decode("utf-8", "replace") for r in raw.to_pylist()], pa.string())
-        pairs = pc.split_pattern(text, "\x02")
-        kv = pc.split_pattern(pairs.flatten(), "\x01", max_splits=1)
+        pairs = pc.split_pattern(text, F.PROPERTY_SEP)
+        kv = pc.split_pattern(pairs.flatten(), F.NAME_VALUE_SEP, max_splits=1)
         parts = kv.flatten()
         first = kv.offsets.slice(0, len(kv))
         # name 0x01 value, both non-empty; anything else (the empty piece after the last

@@ -27,6 +27,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from store.errors import UsageError
 from store.errors import warn as say_warning
 from store.fsutil import atomic_write_json, ensure_dir, read_json_with_bak
+from store.layout import SPARK_SINKS
 from store.log.messagestore import Store
 from store.log.record import PROP_UNIQ_KEY, Draft
 from store.spark.staging import STAGING_DIR, owner_identity, sweep_staging
@@ -42,7 +43,7 @@ from store.spark.write import (
     write_staged,
 )
 
-SINKS_DIR = "spark-sinks"
+SINKS_DIR = SPARK_SINKS
 SINK_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
@@ -95,7 +96,7 @@ class SinkLedger:
     published. Read and written under the store's write lock."""
 
     def __init__(self, store: Store, sink_id: str) -> None:
-        self.path = store.root / SINKS_DIR / f"{sink_id}.json"
+        self.path = store.layout.spark_sink(sink_id)
 
     def load(self) -> dict[str, Any]:
         obj = read_json_with_bak(self.path, default={})

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-STAGING_DIR = "spark-staging"
+from store.layout import SPARK_STAGING, Layout
+
+STAGING_DIR = SPARK_STAGING
 OWNER_FILE = "owner.json"
 DEFAULT_GRACE_S = 3600.0
 LIVE_GRACE_S = 86400.0
@@ -177,7 +179,7 @@ def _usage(job_dir: Path) -> tuple[int, int, float]:
 def scan_staging(root: str | Path, grace_s: float = DEFAULT_GRACE_S,
                  now: float | None = None) -> list[StagingDir]:
     """Every job directory under ``STORE/spark-staging/`` with its state (nothing removed)."""
-    base = Path(root) / STAGING_DIR
+    base = Layout(Path(root)).spark_staging
     try:
         entries = sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())
     except OSError:
@@ -221,7 +223,7 @@ def sweep_staging(root: str | Path, grace_s: float = DEFAULT_GRACE_S) -> list[St
 
 def remove_empty_staging_root(root: str | Path) -> None:
     try:
-        (Path(root) / STAGING_DIR).rmdir()    # only when no other job is staging
+        Layout(Path(root)).spark_staging.rmdir()    # only when no other job is staging
     except OSError:
         pass
 

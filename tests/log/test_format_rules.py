@@ -180,10 +180,9 @@ def test_the_property_separators_and_reserved_names_are_written_once() -> None:
     assert record.parse_properties(record.encode_properties(props).decode()) == props
     assert (Prop.UNIQ_KEY, Prop.SHARDING_KEY) == (record.PROP_UNIQ_KEY, record.PROP_SHARDING_KEY)
     # the separators as literals (not in messages) only in format.py; the names only in record.py
-    # (store/spark/arrowcols.py, another owner's, still splits on its own "\x01"/"\x02")
     seps = [(p, line.strip()) for p, text in _sources("store", "mqctl") for line in text.splitlines()
             if ("\\x01" in line or "\\x02" in line) and "control characters" not in line and "\\\\x0" not in line
-            and p not in ("store/log/format.py", "store/spark/arrowcols.py")]
+            and p != "store/log/format.py"]
     assert seps == []
     names = [(p, line.strip()) for p, text in _sources("store", "mqctl") for line in text.splitlines()
              if ('"__SHARDINGKEY"' in line or '"UNIQ_KEY' in line) and p != "store/log/record.py"]
@@ -276,9 +275,9 @@ def test_queue_dirs_is_the_one_walk_over_the_queues(tmp_path) -> None:
     assert queue_ids(lay, "a") == list(range(11)) and queue_ids(lay, "nothing") == []
     assert queue_dirs(Layout(tmp_path / "none")) == []
     sync_changed_queues(lay, 0)   # the derived flush walks them (a file among the topics is no topic)
-    # (recovery.py and checkderived.py, their owners' to change, are left out)
-    walks = [p for p, text in _sources("store/log") if p not in ("store/log/checkderived.py", "store/log/recovery.py")
-             and ("os.listdir(root / topic)" in text or "_subdirs(" in text or "if q.isdigit()" in text)]
+    walks = [p for p, text in _sources("store/log")
+             if "os.listdir(root / topic)" in text or "_subdirs(" in text or "if q.isdigit()" in text
+             or "qname.isdigit()" in text or "x.isdigit())" in text]
     assert walks == []
 
 
@@ -295,17 +294,18 @@ def test_every_store_path_is_built_by_layout(tmp_path) -> None:
     assert lay.tx_progress("CID_RMQ_SYS_TRANS") == r / "tx/CID_RMQ_SYS_TRANS.json"
     assert lay.topics_json_migrated == r / "config/topics.json.migrated"
     assert lay.dlq_resend_json == r / "config/dlqResend.json"
-    assert lay.spark_staging == r / "spark-staging" == r / STAGING_DIR   # (spark's own name, until it asks Layout)
+    assert lay.spark_staging == r / "spark-staging" == r / STAGING_DIR
+    assert lay.spark_sink("s1") == r / "spark-sinks" / "s1.json"
     assert lay.broadcast_client_dir("c") == lay.broadcast_offsets("c", "g").parent.parent
     assert lay.queue_dir_names("t", 3) == [str(lay.queue_dir("t", q)) for q in range(3)]
     assert rebuild_marker(lay.index_dir) == r / "index" / F.INDEX_REBUILD_MARKER
     # no name joined onto a store directory outside layout.py (the walks join what they list;
-    # retention, recovery, check and spark are their owners' to change)
-    others = ("store/log/retention.py", "store/log/recovery.py", "store/log/checkderived.py", "store/log/check.py")
-    built = [(p, line.strip()) for p, text in _sources("store") if p not in ("store/layout.py", "store/log/format.py", *others)
-             and not p.startswith("store/spark/") for line in text.splitlines()
-             if re.search(r'(_dir\(\w*\)|_dir|_root|layout\.\w+\(.*\)) / f?"', line)
-             or re.search(r'f"\{[^}]*(_dir|_root|\.dir)[^}]*\}/', line) or ":020d" in line]
+    # not store paths: the JVM reader's jar and the shipped zip live in the user's cache, and a
+    # Spark write names the part files inside its own job directory)
+    elsewhere = ("store/layout.py", "store/log/format.py", "store/spark/jvm.py", "store/spark/ship.py")
+    built = [(p, line.strip()) for p, text in _sources("store") if p not in elsewhere
+             for line in text.splitlines() if "/ f\"part-" not in line and (re.search(r'(_dir\(\w*\)|_dir|_root|layout\.\w+\(.*\)) / f?"', line)
+             or re.search(r'f"\{[^}]*(_dir|_root|\.dir)[^}]*\}/', line) or ":020d" in line)]
     assert built == []
 
 
