@@ -53,7 +53,8 @@ async def until(cond: Callable[[], Any], what: str, timeout: float = 20.0) -> An
 
 
 def envelopes(raw: bytes) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in raw.splitlines() if line.strip()]
+    """The whole lines of a running consumer's output (its last may be half written)."""
+    return [json.loads(line) for line in raw[: raw.rfind(b"\n") + 1].splitlines() if line.strip()]
 
 
 def one_queue_topic(path: str, topic: str = "Q") -> None:
