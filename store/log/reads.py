@@ -22,6 +22,7 @@ TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__i
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from store.log.commitlog import CommitLog
     from store.log.engine import Engine
 
 
@@ -76,7 +77,7 @@ def pull(engine: Engine, topic: str, queue_id: int, offset: int, max_count: int 
         qoff += 1
         nxt = qoff + 1
         other = tag_codes is not None and tcode not in tag_codes
-        if other and tags is not None and not _may_be_tagged(span, phys - lo, size, tags):
+        if other and (tags is None or not _may_be_tagged(log, span, lo, phys, size, tags)):
             continue
         try:
             start = phys - lo
@@ -109,22 +110,29 @@ _TAGS = (PROP_TAGS + F.NAME_VALUE_SEP).encode()
 _SEP = F.PROPERTY_SEP.encode()
 
 
-def _may_be_tagged(span: memoryview, start: int, size: int, tags: frozenset[str]) -> bool:
-    """Whether the record at ``span[start:start + size]`` may carry one of ``tags``: its TAGS
-    property read through the lengths in its header, without decoding (or checking) it. A
-    record outside the span, or whose lengths do not hold together, may: the caller decodes it
-    (and checks its CRC) before it trusts it either way."""
-    end = start + size
-    if start < 0 or end > len(span) or size < F.RECORD_FIXED_SIZE:
+def _may_be_tagged(log: CommitLog, span: memoryview, lo: int, phys: int, size: int, tags: frozenset[str]) -> bool:
+    """Whether the record at ``phys`` may carry one of ``tags``: its TAGS property read through
+    the lengths in its header, without decoding (or checking) it; from ``span`` (the log from
+    ``lo``) where it holds the record, else with two small reads (its header, then what follows
+    its body), never the body. A record whose lengths do not hold together may: the caller
+    decodes it (and checks its CRC) before it trusts it either way."""
+    hs = F.RECORD_HEADER_SIZE
+    if size < F.RECORD_FIXED_SIZE:
         return True
-    at = start + F.RECORD_HEADER_SIZE - 4   # the body's length, the header's last field
-    body_end = at + 4 + int.from_bytes(span[at:at + 4], "big")
-    if body_end >= end:
+    start = phys - lo
+    inside = 0 <= start and start + size <= len(span)
+    head = span[start:start + hs] if inside else log.read_bytes(phys, hs)
+    if len(head) < hs:
         return True
-    props_at = body_end + 1 + span[body_end] + 2   # past the topic's length byte, topic, props' length
-    if props_at > end:
+    after_body = hs + int.from_bytes(head[hs - 4:hs], "big")   # the body's length: the header's last field
+    if after_body >= size:
         return True
-    props = bytes(span[props_at:end])
+    end = size - after_body
+    rest = bytes(span[start + after_body:start + size]) if inside else log.read_bytes(phys + after_body, end)
+    props_at = 1 + rest[0] + 2 if rest else 1   # past the topic's length byte, topic, props' length
+    if props_at > len(rest):
+        return True
+    props = rest[props_at:]
     i = props.find(_TAGS)
     while i > 0 and props[i - 1:i] != _SEP:   # (a value that merely contains the name)
         i = props.find(_TAGS, i + 1)

@@ -192,7 +192,10 @@ def _pass(store: Store, now: int, budget: int) -> int:
         for o in batch:
             res = store.pull(names.SCHEDULE_TOPIC, qid, o, 1)
             mine = [m for m in res.messages if m.queue_offset == o]
-            if mine and _record_due(mine[0], now) > now:
+            if not mine:
+                why = "; ".join(w for off, w in res.damaged if off == o) or "no record"
+                store.warn(f"delay scheduler: skipping {names.SCHEDULE_TOPIC}/{qid}@{o}: {why}")
+            elif _record_due(mine[0], now) > now:
                 # the entry's code said due and its record says not (a damaged consume queue):
                 # the record decides; a level's later messages wait behind it, in order
                 if qid != FREE_QUEUE:
@@ -231,7 +234,7 @@ def _due(store: Store, qid: int, offset: int, code: int, now: int) -> int:
     for m in res.messages:
         if m.queue_offset == offset:
             return _record_due(m, code)
-    return code
+    return now   # (no record to deliver: the pass passes it over, saying why, never waits on it)
 
 
 def _record_due(m: Message, default: int) -> int:

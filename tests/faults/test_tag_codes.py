@@ -8,7 +8,8 @@ over"), the consumer did not look, and not even ``store recover`` could give it 
 from __future__ import annotations
 
 import random
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -47,3 +48,34 @@ def test_a_flipped_tag_code_never_hides_a_message_from_a_tag_filter(mq: MQ, seed
     assert got_b == [f"b{i}" for i in range(N)]
     got_ab = mq.ok("consume", "t", "-g", "fab", "--tag", "A || B", "--from", "first", "-e").stdout.decode().split()
     assert sorted(got_ab) == sorted([f"a{i}" for i in range(N)] + [f"b{i}" for i in range(N)])
+
+
+def test_a_tag_filter_reads_no_body_of_another_tags_record(tmp_path: Path) -> None:
+    """An entry whose code is another tag's has its record's TAGS read, never its body: in a
+    sparse queue (big records of another tag, each followed by another topic's), 3 records of
+    the filter's tag are read in 3 record reads, not 120 (each of 256 KiB) — and a pull given
+    the codes without the tags still filters by the codes."""
+    from store.log.messagestore import Store
+    from store.log.record import Draft
+    with Store.open(tmp_path / "s", create=True) as st:
+        st.create_topic("T", 1)
+        st.create_topic("U", 1)
+        for i in range(120):
+            tag = "A" if i % 40 == 0 else "B"
+            st.put([Draft("T", b"x" * (256 << 10) if tag == "B" else b"a%d" % i, {"TAGS": tag})])
+            st.put([Draft("U", b"u" * (1 << 20))])
+        codes, tags = frozenset([java_hash("A")]), frozenset(["A"])
+        reads = [0]
+        read = st.engine.commitlog.read
+
+        def counted(*a: Any, **k: Any) -> Any:
+            reads[0] += 1
+            return read(*a, **k)
+        st.engine.commitlog.read = counted   # type: ignore[method-assign]
+        got, off = [], 0
+        while off < st.max_offset("T", 0):
+            r = st.pull("T", 0, off, 32, codes, tags)
+            got += [m.body for m in r.messages]
+            off = r.next_offset
+        assert got == [b"a0", b"a40", b"a80"] and reads[0] == 3, (got, reads)
+        assert [m.body for m in st.pull("T", 0, 0, 2, codes).messages] == [b"a0"]

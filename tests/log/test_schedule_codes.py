@@ -61,3 +61,23 @@ def test_a_code_flipped_down_delivers_nothing_early(root: Path) -> None:
     with Store.open(root) as store:
         assert deliver_due(store, now_ms=due) == 2
     assert _delivered(root) == [b"first", b"second"]
+
+
+def test_a_code_flipped_ahead_over_a_damaged_record_holds_nothing_back(root: Path) -> None:
+    """The record that would say when it is due cannot be read either: the entry is passed
+    over, saying why, and the level's later messages go (they waited behind it for good)."""
+    with Store.open(root, create=True) as store:
+        _park(store, [b"first", b"second"])
+        _code(store, LEVEL - 1, 0, lambda c: c ^ (1 << 45))
+        phys, size, _code_ = F.CQ_ENTRY.unpack(
+            (store.layout.queue_dir(names.SCHEDULE_TOPIC, LEVEL - 1) / F.segment_name(0)).read_bytes()[:F.CQ_ENTRY_SIZE])
+    with open(root / "commitlog" / F.segment_name(0), "r+b") as fh:   # one byte of its body
+        fh.seek(phys + size - 40)
+        b = fh.read(1)
+        fh.seek(phys + size - 40)
+        fh.write(bytes([b[0] ^ 0xFF]))
+    warned: list[str] = []
+    with Store.open(root, warn=warned.append) as store:
+        assert deliver_due(store, now_ms=1_000_000 + LEVEL_MS[LEVEL - 1]) == 2
+    assert _delivered(root) == [b"second"]
+    assert any("delay scheduler: skipping" in w and "CRC" in w for w in warned), warned
