@@ -206,7 +206,7 @@ def not_rewritable(path: Path) -> str | None:
     other than a regular file there, or one this process cannot open for writing (read-only,
     immutable); None when it can, or when nothing is there. Opens nothing that blocks (a FIFO)."""
     try:
-        st = os.lstat(path)
+        st = os.stat(path)   # (a link to a file is rewritten through)
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -442,7 +442,7 @@ def write(layout: Layout, loaded: Loaded, lost_before: set[str], applied_before:
         snapshot(layout, new, end, tail.base, loaded.snapshot_bytes, synced=sync and record is not None,
                  keep_bak=keep_bak, sync_dir=sync_dir)
     except StoreIOError as exc:
-        if record is None:
+        if record is None or not sync:   # (only a synced record is a change made)
             raise
         return exc
     return None

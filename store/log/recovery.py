@@ -154,6 +154,8 @@ def recover(engine: Engine, full: bool = False, progress: Callable[[int], None] 
     damage, not a torn tail: only ``accept_loss`` (``mqctl store recover``) goes on past it,
     cutting the store back to what the log has; any other caller gets ``CorruptionError``
     (exit 5) and the store is left as found, for ``store check`` to report."""
+    if full or indexfence.rebuilding(engine.index):
+        _refuse_what_cannot_finish(engine)   # (before anything is changed)
     plan = _plan(engine, full)
     rep = RecoveryReport(reason=plan.reason)
     engine.log_tail = engine.ends_checkpoint = None   # (the log may be cut below: read its end anew)
@@ -176,7 +178,6 @@ def recover(engine: Engine, full: bool = False, progress: Callable[[int], None] 
     rep.start = plan.start
     rep.reason = plan.reason
     if rebuild_index:
-        _refuse_what_cannot_finish(engine)
         # Rebuilt below from every record (damage in it is not trusted), behind a fence that
         # stays up until the new files are durable: a kill in between leaves a store whose
         # readers search the log and whose next open rebuilds again.

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from store.errors import CorruptionError, UsageError
+from store.errors import CorruptionError, UsageError, io_error
 from store.failpoints import failpoint
 from store.fsutil import (
     atomic_write_bytes,
@@ -412,7 +412,10 @@ class TopicTable:
         epoch = self.layout.topics_epoch
         if _not_a_file(epoch):   # (a change signal only: put aside, nothing of it read)
             aside = epoch.with_name(f"{epoch.name}.not-a-file.{time.time_ns()}")
-            os.rename(epoch, aside)
+            try:
+                os.rename(epoch, aside)
+            except OSError as exc:
+                raise io_error(exc, f"move {epoch} aside") from exc
             if self.warn is not None:
                 self.warn(f"{epoch} was not a file: moved aside to {aside.name}, a new one written")
             self.touch_epoch()
