@@ -312,8 +312,10 @@ def _read_live(engine: Engine, phys: int, damage: list[tuple[int, str]],
             head = log.read_bytes(phys, 8)
         except OSError:
             return None
-        if len(head) < 8 or not any(head):
-            return None   # (a segment missing or cut short, or zeroed: the log's damage, not the index's)
+        if len(head) < 8:
+            return None   # (a segment missing or cut short: the log's damage, not the index's)
+        # Zeros are no record start either: the index's damage (a flipped phyOffset landing in
+        # a segment's padding, say), healed from the log; a zeroed log answers the same after.
         if int.from_bytes(head[4:], "big") in (F.MAGIC_V1, F.MAGIC_V2):
             damage.append((phys, str(exc)))
         elif strays is not None:
