@@ -220,6 +220,19 @@ def not_rewritable(path: Path) -> str | None:
     return None
 
 
+def remove_tree(directory: Path) -> bool:
+    """Remove ``directory`` and all it holds; False when it was not there. The caller syncs
+    its parent (or says it could not). (shutil, with bz2's and lzma's imports, only here.)"""
+    import shutil
+    try:
+        shutil.rmtree(directory)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise io_error(exc, f"remove {directory}") from exc
+    return True
+
+
 def temp_path(path: Path) -> Path:
     """The temp file this process writes ``path``'s new content to before renaming it."""
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 
 from store import fsutil
-from store.errors import CorruptionError, io_error
+from store.errors import CorruptionError
 from store.errors import warn as say_warning
 from store.failpoints import failpoint
 from store.layout import Layout, backup_of, lock_beside
@@ -117,14 +117,7 @@ class BroadcastOffsetStore:
             fsutil.unlink_all(d, [backup_of(self.path).name], self._warn)
             failpoint("broadcast-delete-after-bak")
             fsutil.unlink_all(d, [self.path.name], self._warn)
-        # (then the lock file, and any temp file a killed writer left)
-        import shutil
-        try:
-            shutil.rmtree(d)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise io_error(exc, f"remove {d}") from exc
+        fsutil.remove_tree(d)   # (then the lock file, and any temp file a killed writer left)
         try:
             fsutil.fsync_dir(d.parent)
         except OSError as exc:

@@ -482,12 +482,6 @@ def remove_queues(directory: Path) -> None:
     power cut cannot bring the queues back once the caller goes on (a topic delete removes
     the topic's config next, and queues without a config would be healed into a topic)."""
     if not os.path.lexists(directory):
-        return   # (every new topic asks: shutil's import, with bz2's and lzma's, only when there is one)
-    import shutil
-    try:
-        shutil.rmtree(directory)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise io_error(exc, f"remove {directory}") from exc
-    fsync_dir(directory.parent)
+        return   # (every new topic asks: shutil's import only when there is one)
+    if fsutil.remove_tree(directory):
+        fsync_dir(directory.parent)
