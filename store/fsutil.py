@@ -208,7 +208,7 @@ def not_rewritable(path: Path) -> str | None:
     try:
         st = os.stat(path)   # (a link to a file is rewritten through)
     except FileNotFoundError:
-        return None
+        return "a link to nothing" if os.path.islink(path) else None
     except OSError as exc:
         return exc.strerror or str(exc)
     if not stat.S_ISREG(st.st_mode):

@@ -467,7 +467,8 @@ def sync_changed_queues(layout: Layout, since_s: int) -> None:
 
 def queue_ids(layout: Layout, topic: str) -> list[int]:
     """The queue ids that have a directory under ``consumequeue/<topic>/``, ascending."""
-    return sorted(int(n) for n in list_dir(layout.topic_cq_dir(topic)) if n.isascii() and n.isdigit())
+    return sorted(int(n) for n in list_dir(layout.topic_cq_dir(topic))
+                  if n.isascii() and n.isdigit() and n == str(int(n)))   # ("007" is no queue's name)
 
 
 def queue_dirs(layout: Layout) -> list[tuple[str, int]]:

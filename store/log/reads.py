@@ -129,6 +129,8 @@ def _may_be_tagged(log: CommitLog, span: memoryview, lo: int, phys: int, size: i
         return True
     end = size - after_body
     rest = bytes(span[start + after_body:start + size]) if inside else log.read_bytes(phys + after_body, end)
+    if len(rest) < end:
+        return True   # (cut short: decoded and judged by the caller)
     props_at = 1 + rest[0] + 2 if rest else 1   # past the topic's length byte, topic, props' length
     if props_at > len(rest):
         return True

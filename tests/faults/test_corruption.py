@@ -470,7 +470,8 @@ def test_a_directory_in_place_of_the_topics_epoch_is_reported_and_put_aside(mq: 
     mq.ok("topic", "create", "u")
 
 
-def test_a_recover_that_cannot_rewrite_a_queue_file_changes_nothing(mq: MQ) -> None:
+@pytest.mark.parametrize("obstacle", ["directory", "dangling link"])
+def test_a_recover_that_cannot_rewrite_a_queue_file_changes_nothing(mq: MQ, obstacle: str) -> None:
     """A directory where a consume-queue file belongs: ``store recover`` cannot rewrite it, so
     it refuses first, naming it, and changes nothing. It used to drop the key index first and
     stop there: every command then failed, where only that queue's topic had."""
@@ -480,13 +481,17 @@ def test_a_recover_that_cannot_rewrite_a_queue_file_changes_nothing(mq: MQ) -> N
     mq.ok("send", "tb", input="".join(f"b{i}\n" for i in range(5)))
     q = mq.root / "consumequeue" / "ta" / "0" / F.segment_name(0)
     q.unlink()
-    q.mkdir()
+    if obstacle == "directory":
+        q.mkdir()
+    else:
+        q.symlink_to(mq.root / "nowhere")
     err = one_error(mq.run("store", "recover"), 5, str(q))
-    assert "a directory, not a file" in err and "changed nothing" in err, err
+    assert ("a directory, not a file" if obstacle == "directory" else "a link to nothing") in err, err
+    assert "changed nothing" in err, err
     assert not (mq.root / "index" / "REBUILDING").exists()
     assert len(mq.ok("consume", "tb", "-g", "z", "--from", "first", "-e").stdout.split()) == 5
     mq.ok("msg", "query", "--topic", "tb", "--key", "nothing")
-    q.rmdir()
+    q.rmdir() if obstacle == "directory" else q.unlink()
     mq.ok("store", "recover")
     assert sorted(mq.ok("consume", "ta", "-g", "z", "--from", "first", "-e").stdout.decode().split()) == \
         sorted(f"a{i}" for i in range(10))

@@ -271,6 +271,7 @@ def test_queue_dirs_is_the_one_walk_over_the_queues(tmp_path) -> None:
     (lay.consumequeue_dir / "notes.txt").write_text("not a topic")
     (lay.topic_cq_dir("a") / "٣").mkdir()          # not ASCII digits: no queue
     (lay.topic_cq_dir("a") / "backup").mkdir()
+    (lay.topic_cq_dir("a") / "007").mkdir()        # not a queue's name (queue 7's is "7")
     assert queue_dirs(lay) == [("a", q) for q in range(11)] + [("b", 0), ("b", 1)]
     assert queue_ids(lay, "a") == list(range(11)) and queue_ids(lay, "nothing") == []
     assert queue_dirs(Layout(tmp_path / "none")) == []
