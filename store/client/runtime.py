@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from store import names
+from store.client import stopsignals
 from store.client.clocks import DelayClock, MemberClock, backstop
 from store.client.configwatch import ConfigWatch
 from store.client.dispatch import Dispatcher
@@ -185,8 +186,7 @@ class ConsumerRuntime:
         stopped the member abnormally, and :class:`~store.errors.HandlerError` when it ended on
         its own after giving up on a message."""
         if self.o.install_signals:   # first: a signal while joining is a graceful stop too
-            from store.client.stopsignals import install
-            install(self)
+            stopsignals.install(self)
         self._loop_or_leave()
         self.shutdown(wait_handlers=True)
         if self.fatal is not None:
@@ -287,6 +287,7 @@ class ConsumerRuntime:
         try:
             with self.turn_lock:   # (an iterating thread's pulls are over, and pull no more)
                 self.run_calls()
+            stopsignals.say_stopping(self)
             self.dispatcher.finish(wait_handlers)
         except BaseException:
             self.state.stop_requested = True

@@ -19,8 +19,8 @@ def install(rt: Any) -> None:
     def on_signal(signum: int, _frame: object) -> None:
         if not rt.state.stop_requested:
             rt.stop()   # the first: no new handler, the running ones finish
-            if rt.on_stopping is not None:   # (say so at once: the wait may be long)
-                rt.on_stopping(sum(1 for f in rt.dispatcher.futures if f.running()))
+            rt.stopping_unsaid = True
+            say_stopping(rt)   # (at once: the wait may be long)
             return
         rt.force_stop = True   # the second: end the running handlers at once
         if (abort := getattr(rt.dispatcher.pool, "abort", None)) is not None:
@@ -31,3 +31,14 @@ def install(rt: Any) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
+
+
+def say_stopping(rt: Any) -> None:
+    """Tell ``rt.on_stopping`` how many handlers the stop waits for, once, when there are any:
+    from the first signal's handler, and again as the wait begins (a signal that came while a
+    handler was being started, not yet counted, said nothing)."""
+    if getattr(rt, "stopping_unsaid", False) and rt.on_stopping is not None:
+        running = sum(1 for f in rt.dispatcher.futures if f.running())
+        if running:
+            rt.stopping_unsaid = False
+            rt.on_stopping(running)
