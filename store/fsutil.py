@@ -197,7 +197,7 @@ def open_private(path: Path | str, flags: int) -> int:
 
 # A file replaced whole is written to a temp file beside it, renamed into place: ``.NAME.PID.tmp``
 # (hidden, and named by its writer, so that two writers never share one). A writer killed
-# in between leaves one behind: what ``TEMP_GLOB`` / :func:`is_temp` find.
+# in between leaves one behind: what ``TEMP_GLOB`` finds.
 TEMP_GLOB = ".*.tmp"
 
 
@@ -236,11 +236,6 @@ def remove_tree(directory: Path) -> bool:
 def temp_path(path: Path) -> Path:
     """The temp file this process writes ``path``'s new content to before renaming it."""
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-
-def is_temp(name: str) -> bool:
-    """Whether a file name is a temp file's (:func:`temp_path`), a writer's or a dead one's."""
-    return name.startswith(".") and name.endswith(".tmp")
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, keep_bak: bool = True, sync: bool = True,

@@ -3,6 +3,8 @@ agrees with it: the largest record, the CRC mask, segment names, the header view
 property separators and reserved names, the index keys, the queue limit."""
 from __future__ import annotations
 
+import fnmatch
+
 import pytest
 
 from store.log import format as F
@@ -237,12 +239,14 @@ def test_temp_files_are_named_and_recognised_by_one_rule(tmp_path) -> None:
     from store import fsutil
     from store.log.index import KeyIndex
     from store.log.offsetjournal import Journal
+    def _temp(name: str) -> bool:
+        return fnmatch.fnmatch(name, fsutil.TEMP_GLOB)
     target = tmp_path / "consumerOffset.json"
     assert fsutil.temp_path(target) == tmp_path / f".consumerOffset.json.{os.getpid()}.tmp"
-    assert fsutil.is_temp(fsutil.temp_path(target).name)
-    assert fsutil.is_temp(fsutil.temp_path(fsutil.temp_path(target)).name)
+    assert _temp(fsutil.temp_path(target).name)
+    assert _temp(fsutil.temp_path(fsutil.temp_path(target)).name)
     for name in ("consumerOffset.json", "consumerOffset.json.bak", ".beats", "x.tmp", ".x.json"):
-        assert not fsutil.is_temp(name)
+        assert not _temp(name)
     # a writer's temp file left by a kill: the index's sweep takes exactly those
     index_dir = tmp_path / "index"
     index_dir.mkdir()
@@ -253,7 +257,7 @@ def test_temp_files_are_named_and_recognised_by_one_rule(tmp_path) -> None:
     # the offsets journal's rewrite is atomic_write_bytes: the file replaced, no temp left
     j = Journal(tmp_path / "consumerOffset.log")
     j.rewrite({"t@g": {"0": 5}}, 0)
-    assert [n for n in os.listdir(tmp_path) if fsutil.is_temp(n)] == []
+    assert [n for n in os.listdir(tmp_path) if _temp(n)] == []
     spelt = [p for p, text in _sources("store") if ".{os.getpid()}.tmp" in text or '".*.tmp"' in text]
     assert spelt == ["store/fsutil.py"]
 
