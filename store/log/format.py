@@ -165,6 +165,22 @@ STORE_PORT = 10911
 NAME_VALUE_SEP = "\x01"
 PROPERTY_SEP = "\x02"
 NAME_VALUE_SEP_B, PROPERTY_SEP_B = NAME_VALUE_SEP.encode(), PROPERTY_SEP.encode()
+
+
+def property_value(props: bytes, name: bytes) -> bytes | None:
+    """The raw value of the property whose ``name NAME_VALUE_SEP`` is ``name`` in a record's
+    properties ``props``, read in place (no parse of the rest), or None."""
+    if props.startswith(name):
+        i = len(name)
+    else:
+        i = props.find(PROPERTY_SEP_B + name)
+        if i < 0:
+            return None
+        i += len(name) + 1
+    j = props.find(PROPERTY_SEP_B, i)
+    return props[i:j] if j >= 0 else props[i:]
+
+
 CRC_PROPERTY = "__CRC32#"
 CRC_PROPERTY_SIZE = len(CRC_PROPERTY) + 1 + 10 + 1  # 20
 # The record CRC property as it ends a record: ``__CRC32#`` 0x01, the ten digits least

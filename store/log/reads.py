@@ -44,7 +44,7 @@ def pull(engine: Engine, topic: str, queue_id: int, offset: int, max_count: int 
     Tag filtering is done exactly on the record (hash collisions removed), as RocketMQ's
     client does after its broker's look at the consume queue's tag code. That code is derived
     data and never enough to pass a message over: an entry whose code is not the filter's
-    still has its record read (the span holds it), so one flipped bit in a consume queue
+    still has its record's TAGS read (:func:`_may_be_tagged`), so one flipped bit in a consume queue
     cannot make a filtered group skip a message for good; only a record that cannot be read
     is passed over on the code's word. A record that fails its CRC is never returned: it is
     listed in ``damaged`` and skipped."""
@@ -106,8 +106,7 @@ def pull(engine: Engine, topic: str, queue_id: int, offset: int, max_count: int 
     return PullResult(msgs, nxt, max_off, damaged)
 
 
-_TAGS = (PROP_TAGS + F.NAME_VALUE_SEP).encode()
-_SEP = F.PROPERTY_SEP.encode()
+_TAGS = PROP_TAGS.encode() + F.NAME_VALUE_SEP_B
 
 
 def _may_be_tagged(log: CommitLog, span: memoryview, lo: int, phys: int, size: int, tags: frozenset[str]) -> bool:
@@ -131,17 +130,12 @@ def _may_be_tagged(log: CommitLog, span: memoryview, lo: int, phys: int, size: i
     rest = bytes(span[start + after_body:start + size]) if inside else log.read_bytes(phys + after_body, end)
     if len(rest) < end:
         return True   # (cut short: decoded and judged by the caller)
-    props_at = 1 + rest[0] + 2 if rest else 1   # past the topic's length byte, topic, props' length
+    props_at = 1 + rest[0] + 2   # past the topic's length byte, topic, props' length
     if props_at > len(rest):
         return True
-    props = rest[props_at:]
-    i = props.find(_TAGS)
-    while i > 0 and props[i - 1:i] != _SEP:   # (a value that merely contains the name)
-        i = props.find(_TAGS, i + 1)
-    if i < 0:
+    value = F.property_value(rest[props_at:], _TAGS)
+    if value is None:
         return False   # untagged: only "*" (no filter) takes it
-    j = props.find(_SEP, i)
-    value = props[i + len(_TAGS):j if j >= 0 else len(props)]
     return value.decode("utf-8", "replace") in tags
 
 

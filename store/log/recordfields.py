@@ -22,7 +22,7 @@ from store.log.record import (
 
 _TAGS, _KEYS, _UNIQ, _DELIVER = (p.encode() + F.NAME_VALUE_SEP_B for p in (PROP_TAGS, PROP_KEYS, PROP_UNIQ_KEY,
                                                                         PROP_DELIVER_MS))
-_PS = F.PROPERTY_SEP_B
+_property_value = F.property_value
 _HASH_MARK = crc32(F.uniq_key_of("").encode())   # (the CRC of "#" + a unique key continues it)
 _KEY_SEP = F.INDEX_KEY_SEP_B
 _CRC_MASK = F.CRC_MASK
@@ -107,16 +107,17 @@ def _record_keys(pr: bytes, tname: str, ph: int, rollback: bool, kh: list[int], 
     tag = 0
     if _TAGS in pr or _DELIVER in pr:
         found = {name: v.decode("utf-8", "replace")
-                 for name, v in ((PROP_TAGS, _prop(pr, _TAGS)), (PROP_DELIVER_MS, _prop(pr, _DELIVER))) if v}
+                 for name, v in ((PROP_TAGS, _property_value(pr, _TAGS)),
+                                 (PROP_DELIVER_MS, _property_value(pr, _DELIVER))) if v}
         tag = entry_tags_code(tname, found)
     if rollback:
         return tag
-    uk = _prop(pr, _UNIQ)
+    uk = _property_value(pr, _UNIQ)
     if uk:
         kh.append(crc32(uk, _HASH_MARK) & _CRC_MASK)
         kp.append(ph)
     if _KEYS in pr:
-        kw = _prop(pr, _KEYS)
+        kw = _property_value(pr, _KEYS)
         if kw:
             tn = tname.encode()
             for k in kw.split(b" "):
@@ -163,16 +164,3 @@ def _equal_at(np: Any, b: Any, at: Any, pattern: bytes) -> Any:
             word = word & u((1 << 8 * len(chunk)) - 1)
         eq &= word == u(int.from_bytes(chunk, "little"))
     return eq
-
-
-def _prop(props: bytes, name: bytes) -> bytes | None:
-    """The raw value of property ``name`` (``b"NAME\\x01"``) in ``NAME 0x01 VALUE 0x02 ...``."""
-    if props.startswith(name):
-        i = len(name)
-    else:
-        i = props.find(_PS + name)
-        if i < 0:
-            return None
-        i += len(name) + 1
-    j = props.find(_PS, i)
-    return props[i:j] if j >= 0 else props[i:]
