@@ -227,6 +227,30 @@ def test_a_flipped_tag_code_hides_no_record_from_a_tag_predicate(spark: Any, sto
 
 
 @pytest.mark.spark
+def test_a_damaged_record_whose_tags_claim_a_wanted_tag_against_its_code_fails_no_tag_read(
+        spark: Any, store: Store, via: str) -> None:
+    """A "B" record whose TAGS byte is damaged to read "A" (its entry's code still B's) is
+    opened by a ``tags=A`` read, as its TAGS are looked at unchecked, and fails its CRC: both
+    readers pass it over on the code's word, as the consumer's pull does (before, the JVM reader
+    failed the whole read). A damaged record whose code is a wanted tag's still fails it."""
+    store.create_topic("f", 1)
+    sent = store.put([Draft("f", f"{t}{i}".encode(), {"TAGS": t}, queue_id=0) for t in "AB" for i in range(10)])
+    seg = store.layout.commitlog_dir / F.segment_name(0)
+    with open(seg, "r+b") as fh:
+        fh.seek(sent[13].commitlog_offset)
+        at = fh.read(sent[14].commitlog_offset - sent[13].commitlog_offset).index(b"TAGS\x01B") + 5
+        fh.seek(sent[13].commitlog_offset + at)
+        fh.write(b"A")
+    df = reader(spark, store, via, topic="f", tags="A")
+    assert sorted(bytes(r.body) for r in df.collect()) == sorted(f"A{i}".encode() for i in range(10))
+    with open(seg, "r+b") as fh:
+        fh.seek(sent[4].commitlog_offset + F.RECORD_HEADER_SIZE)
+        fh.write(b"X")
+    with pytest.raises(Exception, match=r"damaged message f/0@4 in store .*record CRC mismatch"):
+        reader(spark, store, via, topic="f", tags="A").collect()
+
+
+@pytest.mark.spark
 def test_queue_columns_come_from_the_consume_queue(spark: Any, store: Store) -> None:
     """The JVM reader opens no record for count() or queue columns: a damaged record fails only
     the reads that need it (the Python reader opens every record)."""

@@ -41,9 +41,12 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * <p>Records are opened only when a column needs them or a tag must be confirmed (a matching
  * code is checked against the record's tag, as codes collide; an entry whose code is not a
  * wanted tag's has its record's TAGS read in place, unchecked, as the code is derived data and a
- * damaged one must hide nothing: {@link #mayBeTagged}). Every record opened is checked as {@code store/log/bulk.py}
+ * damaged one must hide nothing: {@link #mayBeTagged}). Every record opened is checked as {@code store/log/columns.py}
  * checks it, in the same order and with the same words: one that fails ends the read with
- * the message the Python reader gives.
+ * the message the Python reader gives, unless it was opened only because its own TAGS, read
+ * unchecked, named a wanted tag against its entry's code: a damaged record is then passed
+ * over on the code's word, as {@code store/log/reads.py}'s pull does (its tags cannot be
+ * trusted, and a byte of them damaged must not fail a read of other tags).
  */
 final class SliceReader implements PartitionReader<ColumnarBatch> {
   private static final int BATCH = 4096;
@@ -215,9 +218,10 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       throw damaged(qoff, "consume-queue entry " + qoff + " is invalid (offset " + phys + ", size "
           + size + "): no record to deliver");
     }
-    if (tagCodes != null && !QueueCursor.wanted(tagCodes, code) && !mayBeTagged(phys, size)) return false;
+    boolean byCode = tagCodes == null || QueueCursor.wanted(tagCodes, code);
+    if (!byCode && !mayBeTagged(phys, size)) return false;
     if (needRecord) {
-      return load(qoff, phys, size) && fill(row, qoff, phys, size);
+      return load(qoff, phys, size, byCode) && fill(row, qoff, phys, size);
     }
     queueColumns(row, qoff);
     return true;
@@ -283,8 +287,12 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     return false;
   }
 
-  /** The record into {@code rec}, checked; false for one retention removed since the plan. */
-  private boolean load(long qoff, long phys, int size) throws IOException {
+  /**
+   * The record into {@code rec}, checked; false for one retention removed since the plan, and
+   * for a damaged one not {@code byCode} (its entry's code is another tag's: opened only on its
+   * own unchecked TAGS' word, see {@link SliceReader}), which is passed over.
+   */
+  private boolean load(long qoff, long phys, int size, boolean byCode) throws IOException {
     long base = phys - phys % f.segmentSize;
     MappedByteBuffer seg = segment(base, phys - base + size);
     if (seg == null) {
@@ -292,11 +300,11 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         QueueCursor.lost(f, s, qoff, qoff + 1);
         return false;
       }
-      throw damaged(qoff, "commit-log offset " + phys + ": the commit-log segment is missing");
+      return failOrPass(qoff, phys, "the commit-log segment is missing", byCode);
     }
     int pos = (int) (phys - base);
     if (pos + size > seg.capacity()) {
-      throw damaged(qoff, "commit-log offset " + phys + ": record of " + size + " bytes runs past the end");
+      return failOrPass(qoff, phys, "record of " + size + " bytes runs past the end", byCode);
     }
     if (rec.length < size) {
       rec = new byte[Math.max(size, rec.length * 2)];
@@ -304,14 +312,20 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     }
     seg.get(pos, rec, 0, size);
     if (size < f.headerSize + 3 + f.crcSize) {
-      throw damaged(qoff, "commit-log offset " + phys + ": impossible record size " + size);
+      return failOrPass(qoff, phys, "impossible record size " + size, byCode);
     }
     String why = check(qoff, phys, size);
-    if (why != null) throw damaged(qoff, "commit-log offset " + phys + ": " + why);
-    return true;
+    return why == null || failOrPass(qoff, phys, why, byCode);
   }
 
-  /** bulk.py's checks and its words for what failed (its _why order); null: the record is sound. */
+  /** A damaged record: the read fails when its entry's code is a wanted tag's (or there is
+   *  no tag filter); else false, the record passed over. */
+  private boolean failOrPass(long qoff, long phys, String why, boolean byCode) {
+    if (byCode) throw damaged(qoff, "commit-log offset " + phys + ": " + why);
+    return false;
+  }
+
+  /** columns.py's checks and its words for what failed (its _why order); null: the record is sound. */
   private String check(long qoff, long phys, int size) {
     ByteBuffer b = recView;
     int blen = b.getInt(84);
