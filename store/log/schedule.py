@@ -230,11 +230,15 @@ def _due(store: Store, qid: int, offset: int, code: int, now: int) -> int:
     codes may lie years ahead; a wrong one there is caught only once it says due.)"""
     if qid == FREE_QUEUE or code <= now + LEVEL_MS[qid]:
         return code
+    m = _parked(store, qid, offset)
+    # (no record to deliver: the pass passes it over, saying why, never waits on it)
+    return now if m is None else _record_due(m, code)
+
+
+def _parked(store: Store, qid: int, offset: int) -> Message | None:
+    """The record of entry ``offset`` of schedule queue ``qid``; None when it cannot be read."""
     res = store.pull(names.SCHEDULE_TOPIC, qid, offset, 1)
-    for m in res.messages:
-        if m.queue_offset == offset:
-            return _record_due(m, code)
-    return now   # (no record to deliver: the pass passes it over, saying why, never waits on it)
+    return next((m for m in res.messages if m.queue_offset == offset), None)
 
 
 def _record_due(m: Message, default: int) -> int:
@@ -246,7 +250,12 @@ def _record_due(m: Message, default: int) -> int:
 
 
 def next_due(store: Store) -> int | None:
-    """The earliest delivery time still pending (for sleeping until then), or None."""
+    """The earliest delivery time still pending (for sleeping until then), or None.
+
+    Asked after a pass, so an entry whose code says due by now is one the pass left: its
+    budget spent, another process's pass under way, or its record saying later (a code
+    flipped down). Its record decides (records are read until one says due): by the code,
+    a waiting caller would wake for a pass that delivers nothing, at every wake-up until then."""
     if not store.has_topic(names.SCHEDULE_TOPIC):
         return None
     from store.log.positions import load_delay_progress
@@ -266,6 +275,9 @@ def next_due(store: Store) -> int | None:
             for i, (_p, _s, due) in enumerate(entries):
                 if off + i not in done:
                     due = _due(store, qid, off + i, due, now)
+                    if due <= now and (best is None or best > now):   # (a backlog: one record read)
+                        m = _parked(store, qid, off + i)
+                        due = due if m is None else _record_due(m, due)
                     best = due if best is None else min(best, due)
                     if qid != FREE_QUEUE:
                         break

@@ -6,11 +6,17 @@ Before, one flipped high bit in the code of a level's first message held it, and
 message of that level, back for years; a code flipped down delivered a message an hour early."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+import pytest
 
 from store import names
+from store.client.clocks import DelayClock
 from store.log import format as F
+from store.log import schedule
+from store.log.format import FREE_QUEUE
 from store.log.messagestore import Store
 from store.log.record import PROP_DELIVER_MS, Draft
 from store.log.schedule import LEVEL_MS, delay_draft, deliver_due, next_due
@@ -81,3 +87,34 @@ def test_a_code_flipped_ahead_over_a_damaged_record_holds_nothing_back(root: Pat
         assert deliver_due(store, now_ms=1_000_000 + LEVEL_MS[LEVEL - 1]) == 2
     assert _delivered(root) == [b"second"]
     assert any("delay scheduler: skipping" in w and "CRC" in w for w in warned), warned
+
+
+@pytest.mark.parametrize("level", [18, 0], ids=["level", "free"])
+def test_a_code_flipped_down_wakes_no_pass_until_its_record_is_due(
+        root: Path, monkeypatch: pytest.MonkeyPatch, level: int) -> None:
+    """A code flipped down (the entry says due since 1970, its record in two hours): once a
+    pass has read the record, the next delivery time is the record's, so a waiting consumer's
+    delay clock runs no pass at its wake-ups until then. Before, the next time came from the
+    code again: a pass at every wake-up (each 0.2 s), each reading the record to find it not due."""
+    qid = FREE_QUEUE if level == 0 else level - 1
+    with Store.open(root, create=True) as store:
+        store.create_topic("T", 1)
+        store.put([delay_draft(Draft("T", b, queue_id=0), (level, LEVEL_MS[17]), store)
+                   for b in (b"first", b"second")])
+        _code(store, qid, 0, lambda c: 0)
+        due = int(next(store.iter_queue(names.SCHEDULE_TOPIC, qid, 0)).properties[PROP_DELIVER_MS])
+        assert due > int(time.time() * 1000) + 3_600_000
+    passes: list[int] = []
+    real = schedule._pass
+
+    def counted(*a: Any) -> int:
+        passes.append(1)
+        return real(*a)
+    monkeypatch.setattr(schedule, "_pass", counted)
+    with Store.open(root) as store:
+        clock, at = DelayClock(store), 0.0
+        for _ in range(20):   # the consumer loop's wake-ups, each when the clock asks for one
+            clock.deliver(at)
+            at = clock.at
+        assert (len(passes), next_due(store)) == (1, due)
+    assert _delivered(root) == []
