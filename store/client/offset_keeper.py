@@ -93,7 +93,7 @@ class OffsetKeeper:
         if o.no_group:
             self.offset_store, committed = MemoryOffsetStore(), dict[QueueKey, int]()
         elif o.broadcast:
-            self.offset_store = BroadcastOffsetStore(self.store.layout, o.client_id, o.group)
+            self.offset_store = BroadcastOffsetStore(self.store.layout, o.client_id, o.group, self.warn)
             committed = self.offset_store.load()
         else:
             self.offset_store = self.store.offsets

@@ -44,7 +44,7 @@ from store.client.dispatch import Dispatcher
 from store.client.holding import Holdings
 from store.client.leases import IDLE_RENEW_S, RENEW_INTERVAL_S
 from store.client.offset_keeper import OffsetKeeper
-from store.client.options import ConsumeOptions, RunState, log_warning
+from store.client.options import ConsumeOptions, RunState
 from store.client.pulling import Puller
 from store.client.rebalance import Rebalancer
 from store.client.retry import Retrier
@@ -66,11 +66,11 @@ class ConsumerRuntime:
     """One member of a consumer group (see the module docstring)."""
 
     def __init__(self, store: Store, opts: ConsumeOptions, sink: InlineSink | PoolSink | None = None,
-                 warn: Warn = log_warning) -> None:
+                 warn: Warn | None = None) -> None:
         self.store = store
         self.o = opts
         self.layout = store.layout
-        self.warn = warn
+        self.warn = warn = warn or store.warn   # (by default the handle's: the library's channel, store.errors)
         self.topics = [opts.topic]
         if not opts.broadcast:  # RocketMQ subscribes every clustering member to its retry topic
             self.topics.append(names.retry_topic(opts.group))
