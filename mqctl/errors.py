@@ -78,10 +78,12 @@ def print_error(message: str) -> None:
 
 
 def warn(msg: str) -> None:
-    """``mqctl: warning: MSG`` on stderr (a consumer's warnings: nothing stops): the store's
-    own default warning line (:func:`store.errors.warn`), one definition for both."""
-    from store.errors import warn as say_warning
-    say_warning(msg)
+    """``mqctl: warning: MSG`` on stderr (a consumer's warnings: nothing stops), and the
+    warnings of the store handles ``mqctl`` opens (``State.store``): the store's own warning
+    line (:func:`store.errors.say`, one definition for both), never a logging record, whatever a
+    library loaded in the process did to logging."""
+    from store.errors import say
+    say("warning", msg)
 
 
 def error_line(exc: BaseException) -> str:

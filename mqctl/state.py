@@ -28,17 +28,19 @@ class State:
         on disk, nothing repaired at open (``store check`` only reads). ``rebuild_settings``
         (``store recover``): a store.json lost with its .bak is rebuilt from the store's files."""
         if self._store is None:
+            from mqctl.errors import warn
             from store import Store
             from store.errors import StoreNotFoundError
             try:
-                self._store = Store.open(self.store_path, recover=recover, rebuild_settings=rebuild_settings)
+                self._store = Store.open(self.store_path, recover=recover, rebuild_settings=rebuild_settings,
+                                         warn=warn)
             except StoreNotFoundError:
                 if not create:
                     raise
                 if not auto_create_allowed():
                     raise StoreNotFoundError(f"no store at {self.store_path} and MQCTL_AUTO_CREATE=0 "
                                              f"(create one with: mqctl init)") from None
-                self._store = Store.open(self.store_path, create=True)
+                self._store = Store.open(self.store_path, create=True, warn=warn)
                 from mqctl.output import say
                 say(f"mqctl: created store at {self.store_path}")
             if create:

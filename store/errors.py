@@ -215,26 +215,50 @@ class BadInputError(DataError):
 
 
 # -- not errors: warnings and notices ----------------------------------------------------------
+#
+# The library's one channel. A program that set up logging (a handler on the ``store`` logger or
+# above it: ``logging.basicConfig()``, a framework's, pytest's) gets each warning as a record of
+# the ``store`` logger at WARNING, each notice at INFO, for its handlers and levels to route,
+# format or drop, as from any Python library (``logging.getLogger("store").addHandler(
+# logging.NullHandler())`` silences them). A program that set up none gets the line the command
+# line writes, ``mqctl: warning: MESSAGE`` on stderr, where logging's own last resort would print
+# the bare message. ``logging`` is not imported for this (a program that set it up imported it):
+# a send or a consume that warns of nothing never loads it. ``mqctl`` gives its store handles
+# :func:`say` instead: its lines are its own whatever logging says.
+
+LOGGER = "store"
+
 
 def warn(message: str) -> None:
-    """The default ``warn`` of a store handle, its offsets and the Spark source: one line
-    ``mqctl: warning: MESSAGE`` on stderr, as the command line writes its own. A program that
-    wants them elsewhere gives its own callable (``Store.open(path, warn=...)``)."""
-    _say("warning", message)
+    """Warn through the library's channel (above): the default ``warn`` of a store handle, and
+    what warns without a handle. ``Store.open(path, warn=...)`` sends a handle's elsewhere."""
+    _tell("warning", message, 30)   # (logging.WARNING)
 
 
 def notice(message: str) -> None:
-    """``mqctl: notice: MESSAGE`` on stderr: a fact worth a line that is no problem (a Spark
-    executor reading without ``isal``, the JVM reader not built)."""
-    _say("notice", message)
+    """A fact worth a line that is no problem (a Spark executor reading without ``isal``, the
+    JVM reader not built): the same channel, at INFO."""
+    _tell("notice", message, 20)    # (logging.INFO)
 
 
-def _say(kind: str, message: str) -> None:
+def say(kind: str, message: str) -> None:
+    """``mqctl: KIND: MESSAGE`` on stderr, whatever logging says: the command line's lines, and
+    the channel's when the program set up no logging."""
     try:
         sys.stderr.write(f"mqctl: {kind}: {message}\n")
         sys.stderr.flush()
     except (OSError, ValueError):   # stderr closed or full: a warning has nowhere else to go
         pass
+
+
+def _tell(kind: str, message: str, level: int) -> None:
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        logger = logging.getLogger(LOGGER)
+        if logger.hasHandlers():
+            logger.log(level, "%s", message, stacklevel=3)   # (the record names who warned)
+            return
+    say(kind, message)
 
 
 def naming(exc: OSError, path: str | os.PathLike[str]) -> OSError:

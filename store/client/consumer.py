@@ -31,7 +31,7 @@ from store.client.handoff import (
     walk_batch,
 )
 from store.client.message import Message
-from store.client.options import ConsumeOptions, log_warning
+from store.client.options import ConsumeOptions
 from store.client.paths import PathLike, resolve_store_path
 from store.client.rules import check_consume_options, check_flush
 from store.client.runtime import ConsumerRuntime
@@ -139,7 +139,7 @@ class Consumer:
         st = Store.open(self.path)
         try:
             st.topic(topic)   # (TopicNotFoundError now; the group is joined at the first use)
-            self._rt = ConsumerRuntime(st, opts, warn=log_warning)
+            self._rt = ConsumerRuntime(st, opts)
         except BaseException:
             st.close()
             raise

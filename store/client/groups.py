@@ -29,8 +29,7 @@ def known_groups(store: Store, offset_groups: Iterable[str] | None = None) -> li
     """Every group the store knows of, sorted (offsets or ``offset_groups``, members, locks,
     broadcast offsets, retry/DLQ topics)."""
     from store.log.broadcastoffsets import broadcast_offset_files
-    from store.log.offsets import ClusterOffsetStore
-    groups = set(ClusterOffsetStore(store.layout).groups() if offset_groups is None else offset_groups)
+    groups = set(store.offsets.groups() if offset_groups is None else offset_groups)
     for d in (store.layout.members_root, store.layout.queue_locks_root):
         try:
             groups.update(n for n in os.listdir(d) if names.NAME_RE.match(n))
@@ -46,9 +45,8 @@ def known_groups(store: Store, offset_groups: Iterable[str] | None = None) -> li
 
 def group_exists(store: Store, group: str) -> bool:
     """Whether the store knows ``group`` (see the module docstring)."""
-    from store.log.offsets import ClusterOffsetStore
-    # (a look before the command's own read, which warns of a damaged table: this one is silent)
-    if ClusterOffsetStore(store.layout, warn=lambda _m: None).topics_of(group):
+    # (a damaged table is warned of once per handle: by this look, or by the command's own read)
+    if store.offsets.topics_of(group):
         return True
     if (store.layout.members_dir(group).is_dir() or store.layout.queue_locks_dir(group).is_dir()
             or broadcast_clients(store, group)):
@@ -96,8 +94,7 @@ def group_offsets(store: Store, group: str, strict: bool = False) -> list[Offset
     would say the client has committed nothing."""
     from store.errors import StoreError
     from store.log.broadcastoffsets import BroadcastOffsetStore
-    from store.log.offsets import ClusterOffsetStore
-    sets = [OffsetSet(None, ClusterOffsetStore(store.layout, warn=store.warn).read_group(group))]
+    sets = [OffsetSet(None, store.offsets.read_group(group))]
     for cid in broadcast_clients(store, group):
         try:
             b = BroadcastOffsetStore(store.layout, cid, group, warn=store.warn)

@@ -13,14 +13,13 @@ def message_report(store: Store, m: Message) -> dict[str, Any]:
     """What ``mqctl msg show --json`` prints about the stored message ``m``: its envelope, its
     system flag, its ``history`` (:func:`message_timeline`, every event ``msg show`` lists, this copy
     marked ``this``), the groups' offsets in its queue and its transaction's state."""
-    from store.log.offsets import ClusterOffsetStore
     obj = envelope(m)
     obj["sysFlag"] = m.sysflag
     # a message of a topic deleted since (maybe made anew): its record stays in the log until
     # retention, but no queue holds it; the groups' offsets there are the new topic's
     obj["deleted"] = deleted = not store.topic_holds(m)
     obj["history"] = message_timeline(store, m)
-    offsets = ClusterOffsetStore(store.layout)
+    offsets = store.offsets
     consumed = []
     for group in offsets.groups() if not deleted else ():
         off = offsets.read(group, m.topic, m.queue_id)

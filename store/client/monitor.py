@@ -235,7 +235,6 @@ class Monitor:
     def _committed(self) -> dict[str, dict[tuple[str, int], int]]:
         """Every group's clustering offsets, parsed again only when the table's snapshot was
         replaced or its journal written (a member's commit appends a record to it)."""
-        from store.log.offsets import ClusterOffsetStore
         key: tuple[int, ...] = ()
         for path in (self.store.layout.consumer_offset_json, self.store.layout.consumer_offset_log):
             try:
@@ -244,7 +243,7 @@ class Monitor:
             except FileNotFoundError:
                 key += (0, 0, 0)
         if key != self._offsets_key:
-            self._offsets = ClusterOffsetStore(self.store.layout, warn=self._warn).all_groups()
+            self._offsets = self.store.offsets.all_groups()   # (its warn: this monitor's _warn)
             self._offsets_key = key
         return self._offsets
 

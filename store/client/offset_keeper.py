@@ -93,10 +93,10 @@ class OffsetKeeper:
         if o.no_group:
             self.offset_store, committed = MemoryOffsetStore(), dict[QueueKey, int]()
         elif o.broadcast:
-            self.offset_store = BroadcastOffsetStore(self.store.layout, o.client_id, o.group)
+            self.offset_store = BroadcastOffsetStore(self.store.layout, o.client_id, o.group, self.warn)
             committed = self.offset_store.load()
         else:
-            self.offset_store = ClusterOffsetStore(self.store.layout)
+            self.offset_store = self.store.offsets
             look = self._offsets_look()
             snap = self.offset_store.snapshot(o.group)
             self.epochs, self._reset_look, committed = dict(snap.epochs), look, snap.offsets

@@ -181,7 +181,6 @@ class OffsetsAdmin(AdminBase):
         set (the clustering table, then each broadcast client): ``progress(n)`` is called after
         each with the number of queue offsets it moved."""
         from store.log.broadcastoffsets import BroadcastOffsetStore
-        from store.log.offsets import ClusterOffsetStore
         check_flags(force=force)
         store = self.store
         if plan.busy and not force:
@@ -195,8 +194,7 @@ class OffsetsAdmin(AdminBase):
                 # under the write lock, the log synced: an exactly-once stage's commits are all
                 # taken in before the reset, and none is written beside it (stage.py)
                 with store.write_lock():
-                    ClusterOffsetStore(store.layout, warn=store.warn).reset(plan.group, plan.topic, rows,
-                                                                           durable_end=store.sync_written())
+                    store.offsets.reset(plan.group, plan.topic, rows, durable_end=store.sync_written())
             else:
                 b = BroadcastOffsetStore(store.layout, s.client_id, plan.group, warn=store.warn)
                 b.load()
@@ -219,13 +217,12 @@ class OffsetsAdmin(AdminBase):
         ``start_from``. ``dry_run``: check, and report what would go, changing nothing.
         """
         from store.log.broadcastoffsets import BroadcastOffsetStore
-        from store.log.offsets import ClusterOffsetStore
         names.validate_group(group)
         check_flags(dry_run=dry_run)
         store = self.store
         live = self._live_clients(group)
         clients = broadcast_clients(store, group)
-        offsets = ClusterOffsetStore(store.layout, warn=store.warn)
+        offsets = store.offsets
         if client_id is not None:
             names.validate_client_id(client_id)
             if client_id not in clients:

@@ -6,13 +6,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 
-def log_warning(message: str) -> None:
-    """The library's default warning channel: the ``store.client`` logger (logging imported
-    when a warning is given: its import is a few ms of every consumer's start-up)."""
-    import logging
-    logging.getLogger("store.client").warning("%s", message)
-
-
 @dataclass
 class ConsumeOptions:
     """How a member consumes: what ``mqctl consume``'s flags and :class:`store.Consumer`'s

@@ -55,8 +55,8 @@ from pathlib import Path
 
 from store.client.group_mutex import MUTEX_TIMEOUT, group_mutex
 from store.client.leases import CLIENT_LEASE_MS, STORE_LEASE_MS
-from store.client.options import log_warning
 from store.errors import LockHeldError, StoreIOError, UsageError, io_error
+from store.errors import warn as say_warning
 from store.flock import (
     close_kept,
     file_id,
@@ -148,7 +148,7 @@ class QueueLock:
         self.lease_ms = lease_ms
         self.client_lease_ms = client_lease_ms
         self.mutex_timeout = mutex_timeout
-        self.warn = warn or log_warning   # (the library's channel: logging loaded by a warning)
+        self.warn = warn or say_warning   # (the library's channel: store.errors)
         self._guard = threading.RLock()
         self._fd: int | None = None
         self._id: tuple[int, int] | None = None

@@ -193,6 +193,15 @@ class Retrier:
         self.retry_later = [r for r in self.retry_later if r[0] > now]
         return due
 
+    def report_waiting(self) -> None:
+        """At the end of an ``exit_at_end`` run: it stopped at the ends seen at its start, so the
+        copies it sent back are all still waiting; it exits 0 (everything there was taken), but
+        says so."""
+        sent = self.retries_sent
+        if self.o.exit_at_end and sent:
+            self.warn(f"{sent} failed message{'s' if sent != 1 else ''} wait{'s' if sent == 1 else ''} in "
+                      f"{names.retry_topic(self.o.group)} for a retry; run the consumer again to handle them")
+
     def report_given_up(self, stop_requested: bool) -> None:
         """A run that ended on its own (``exit_at_end``, ``count``, ``idle_timeout_s``) after
         giving up on a message failed: :class:`HandlerError` (the CLI's exit 1). A member

@@ -44,7 +44,7 @@ from store.client.dispatch import Dispatcher
 from store.client.holding import Holdings
 from store.client.leases import IDLE_RENEW_S, RENEW_INTERVAL_S
 from store.client.offset_keeper import OffsetKeeper
-from store.client.options import ConsumeOptions, RunState, log_warning
+from store.client.options import ConsumeOptions, RunState
 from store.client.pulling import Puller
 from store.client.rebalance import Rebalancer
 from store.client.retry import Retrier
@@ -66,17 +66,18 @@ class ConsumerRuntime:
     """One member of a consumer group (see the module docstring)."""
 
     def __init__(self, store: Store, opts: ConsumeOptions, sink: InlineSink | PoolSink | None = None,
-                 warn: Warn = log_warning) -> None:
+                 warn: Warn | None = None) -> None:
         self.store = store
         self.o = opts
         self.layout = store.layout
-        self.warn = warn
+        self.warn = warn = warn or store.warn   # (by default the handle's: the library's channel, store.errors)
         self.topics = [opts.topic]
         if not opts.broadcast:  # RocketMQ subscribes every clustering member to its retry topic
             self.topics.append(names.retry_topic(opts.group))
         self.state = RunState()
         self.force_stop = False        # a second SIGINT/SIGTERM: end handlers at once
         self.on_stopping: Callable[[int], None] | None = None   # the first signal: told how many run
+        self.stopping_unsaid = False   # ... and not told yet (none counted then: stopsignals.say_stopping)
         self.delays = DelayClock(store)
         # Woken by the store itself (inotify, or polling where there is none): a new batch, a
         # member joining or leaving, an offset reset, a queue lock released. ``set()`` from a
@@ -191,12 +192,7 @@ class ConsumerRuntime:
         self.shutdown(wait_handlers=True)
         if self.fatal is not None:
             raise self.fatal
-        sent = self.retrier.retries_sent
-        if self.o.exit_at_end and sent:
-            # -e stops at the ends seen at start, so the copies this run sent back are all
-            # still waiting: exit 0 (everything there was taken) but do not let it pass unsaid
-            self.warn(f"{sent} failed message{'s' if sent != 1 else ''} wait{'s' if sent == 1 else ''} in "
-                      f"{names.retry_topic(self.o.group)} for a retry; run the consumer again to handle them")
+        self.retrier.report_waiting()
         if self.force_stop:
             raise KeyboardInterrupt   # a second signal: exit 130, what finished is committed
         self.retrier.report_given_up(self.state.stop_requested)

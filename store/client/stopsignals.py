@@ -9,13 +9,29 @@ import threading
 
 TYPE_CHECKING = False   # (typing's own, without importing typing: see store/__init__.py)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Callable, Protocol
+
+    from store.client.dispatch import Dispatcher
+    from store.client.options import RunState
+    from store.watch import Watcher
+
+    class Stoppable(Protocol):
+        """What the handlers use of a :class:`~store.client.runtime.ConsumerRuntime` (which
+        imports this module: not named here, but checked against this where it installs them)."""
+
+        state: RunState
+        dispatcher: Dispatcher
+        wake: Watcher
+        force_stop: bool
+        on_stopping: Callable[[int], None] | None
+        stopping_unsaid: bool
+
+        def stop(self) -> None: ...
 
 
-def install(rt: Any) -> None:
-    """Install the SIGINT and SIGTERM handlers of ``rt``, a :class:`~store.client.runtime.ConsumerRuntime`
-    (which imports this module: not named here), in the main thread only (elsewhere Python
-    refuses them, and the program's own stay)."""
+def install(rt: Stoppable) -> None:
+    """Install the SIGINT and SIGTERM handlers of ``rt``, a :class:`~store.client.runtime.ConsumerRuntime`,
+    in the main thread only (elsewhere Python refuses them, and the program's own stay)."""
     def on_signal(signum: int, _frame: object) -> None:
         if not rt.state.stop_requested:
             rt.stop()   # the first: no new handler, the running ones finish
@@ -33,11 +49,11 @@ def install(rt: Any) -> None:
         signal.signal(signal.SIGTERM, on_signal)
 
 
-def say_stopping(rt: Any) -> None:
+def say_stopping(rt: Stoppable) -> None:
     """Tell ``rt.on_stopping`` how many handlers the stop waits for, once, when there are any:
     from the first signal's handler, and again as the wait begins (a signal that came while a
     handler was being started, not yet counted, said nothing)."""
-    if getattr(rt, "stopping_unsaid", False) and rt.on_stopping is not None:
+    if rt.stopping_unsaid and rt.on_stopping is not None:
         running = sum(1 for f in rt.dispatcher.futures if f.running())
         if running:
             rt.stopping_unsaid = False

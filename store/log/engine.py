@@ -1,11 +1,12 @@
 """The engine: every part of an open store, held in one object below the front door.
 
 :class:`Engine` holds the commit log, the queue table (consume queues, the segments a writer
-keeps open, min/max offsets), the key index, the checkpoint, the topic table, the layout and
-settings, the write lock, the writer's per-process state (:class:`WriterState`) and its
-fsyncs (:class:`~store.log.flush.Durability`). The write batch, the body framing, the bulk
-reads, recovery and check take an ``Engine``; nothing here imports them, and nothing below
-the front door (``messagestore.py``'s :class:`~store.log.messagestore.Store`) imports the front door.
+keeps open, min/max offsets), the key index, the checkpoint, the topic table, the clustering
+groups' offset table, the layout and settings, the write lock, the writer's per-process state
+(:class:`WriterState`) and its fsyncs (:class:`~store.log.flush.Durability`). The write batch,
+the body framing, the bulk reads, recovery and check take an ``Engine``; nothing here imports
+them, and nothing below the front door (``messagestore.py``'s
+:class:`~store.log.messagestore.Store`) imports the front door.
 
 Each file kind keeps its one owner module (``commitlog.py``, ``consumequeue.py``,
 ``index.py``, ``checkpoint.py``, ``topics.py``, ``offsets.py``); this module only ties them
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
     from store.log.entrysearch import LogTail
     from store.log.index import KeyIndex
+    from store.log.offsets import ClusterOffsetStore
 
 # Consume queues whose last segment a writing handle keeps open between batches.
 MAX_OPEN_TAILS = 64
@@ -203,7 +205,8 @@ class Engine:
         # The key index is made on first use: a reader never looks a key up, and its module
         # (with array, bisect) is about a millisecond of every consumer's start.
         self._index: KeyIndex | None = None
-        self._index_lock = _thread.allocate_lock()
+        self._index_lock = _thread.allocate_lock()   # (the offset table's too)
+        self._offsets: ClusterOffsetStore | None = None   # made on first use, as the index
         self.topic_table = TopicTable(layout, warn=warn)
         self.queues = QueueTable(layout, settings.cq_segment_entries, self.commitlog)
         self.write_lock = WriteLock(layout.root, layout.write_lock)
@@ -255,6 +258,22 @@ class Engine:
     def index(self, idx: KeyIndex) -> None:   # (tests give a handle smaller index files)
         self._index = idx
 
+    @property
+    def offsets(self) -> ClusterOffsetStore:
+        """The clustering groups' offset table (``offsets.py``, its one owner), made on first
+        use and kept: one per handle, its threads' commits serialized by it. What it keeps
+        between calls is looked at against the files at each use (other processes' commits,
+        resets and deletions are seen), or is its own: the damage it warned of (said once
+        per handle), the names it validated, its own last write."""
+        table = self._offsets
+        if table is None:
+            from store.log.offsets import ClusterOffsetStore
+            with self._index_lock:
+                if self._offsets is None:
+                    self._offsets = ClusterOffsetStore(self.layout, self.warn)
+                table = self._offsets
+        return table
+
     # -- topics (``topics.py`` owns their files) ---------------------------------------------
     def topics(self) -> dict[str, TopicConfig]:
         """Every topic (a listing: for commands that show or walk them all)."""
@@ -269,6 +288,11 @@ class Engine:
         if t is None:
             raise TopicNotFoundError(f"topic {name!r} does not exist")
         return t
+
+    def queue_count(self, name: str) -> int:
+        """How many queues a topic has; 0 when it does not exist."""
+        t = self.topic_table.get(name)
+        return 0 if t is None else t.queues
 
     def first_entry(self, topic: str, queue_ids: list[int]) -> int | None:
         """The lowest commit-log offset the oldest entries of these queues point at: the
@@ -361,8 +385,7 @@ class Engine:
         self.queues.forget_topic(name)
         remove_queues(self.layout.topic_cq_dir(name))   # raises, leaving the mark, if it cannot
         failpoint("topic-delete-after-queues")
-        from store.log.offsets import ClusterOffsetStore
-        ClusterOffsetStore(self.layout, self.warn).delete_topic(name, durable_end=self.durability.sync_written())
+        self.offsets.delete_topic(name, durable_end=self.durability.sync_written())
         failpoint("topic-delete-after-offsets")
         self.topic_table.remove(name)
 

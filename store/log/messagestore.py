@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from store.log.columns import Columns
     from store.log.index import KeyIndex
     from store.log.offsetcommits import BatchEnd
+    from store.log.offsets import ClusterOffsetStore
     from store.log.recovery import RecoveryReport
     from store.log.results import BatchResult, BodiesResult, PullResult, PutResult
 
@@ -100,6 +101,11 @@ class Store:
     @property
     def index(self) -> KeyIndex:
         return self.engine.index
+
+    @property
+    def offsets(self) -> ClusterOffsetStore:
+        """The clustering groups' offset table, this handle's one (``Engine.offsets``)."""
+        return self.engine.offsets
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -366,19 +372,14 @@ class Store:
         if full:
             settings_file.put_back(self.layout, self.warn)   # (readers meanwhile used the readable copy)
             self._migrate_topics()
+        offsets, queue_count = self.engine.offsets, self.engine.queue_count
         with self.engine.write_lock:
-            from store.log.offsets import ClusterOffsetStore
             from store.log.recovery import recover
-            offsets = ClusterOffsetStore(self.layout, self.warn)
             if full:   # an offset table recovery cannot read would stop it half way
-                offsets.reset_lost(self.min_offset, self._queue_count)
+                offsets.reset_lost(self.min_offset, queue_count)
             rep = recover(self.engine, full=full, progress=progress, accept_loss=full)
-        offsets.reset_lost(self.min_offset, self._queue_count)
+        offsets.reset_lost(self.min_offset, queue_count)
         return rep
-
-    def _queue_count(self, topic: str) -> int:
-        cfg = self.engine.find_topic(topic)
-        return 0 if cfg is None else cfg.queues
 
     def check(self, progress: Callable[[int], None] | None = None) -> CheckReport:
         """Verify every record, consume-queue entry and index entry; writes nothing."""

@@ -215,7 +215,8 @@ def _clamp_tx(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]:
     return []
 
 
-def _clamp_offsets(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]:
+def _clamp_offsets(cluster: offsets.ClusterOffsetStore, layout: Layout, queue_end: QueueEnd,
+                   warn: Warn) -> list[str]:
     """Move every committed offset that points past its queue's end back to that end, for
     clustering groups and broadcast clients alike; returns one line per offset moved.
 
@@ -225,7 +226,6 @@ def _clamp_offsets(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]
     ahead would never see them. ``queue_end(topic, queue_id)`` is the queue's max offset, or a
     negative number for a queue that no longer exists (left alone)."""
     moved: list[str] = []
-    cluster = offsets.ClusterOffsetStore(layout, warn)
     for group in cluster.groups():
         by_topic: dict[str, dict[int, int]] = {}
         for (topic, queue_id), offset in cluster.read_group(group).items():
@@ -267,11 +267,13 @@ def restore_unreadable(layout: Layout, warn: Warn) -> list[str]:
     return said
 
 
-def clamp_to_queue_ends(layout: Layout, queue_end: QueueEnd, warn: Warn) -> list[str]:
+def clamp_to_queue_ends(cluster: offsets.ClusterOffsetStore, layout: Layout, queue_end: QueueEnd,
+                        warn: Warn) -> list[str]:
     """Move every reader position past its queue's end back to that end; warn and return one
-    line per position moved. ``queue_end(topic, queue_id)`` is the queue's max offset, or a
-    negative number for a queue that does not exist (its positions are left alone)."""
-    moved = _clamp_offsets(layout, queue_end, warn)
+    line per position moved (``cluster``: the store's offset table, ``Engine.offsets``).
+    ``queue_end(topic, queue_id)`` is the queue's max offset, or a negative number for a queue
+    that does not exist (its positions are left alone)."""
+    moved = _clamp_offsets(cluster, layout, queue_end, warn)
     for line in _clamp_delay(layout, queue_end) + _clamp_tx(layout, queue_end, warn):
         warn(line)
         moved.append(line)

@@ -292,7 +292,7 @@ def _clamp_consumers(engine: Engine) -> None:
             return -1
         return engine.queues.max_offset(topic, queue_id)
 
-    clamp_to_queue_ends(engine.layout, queue_end, engine.warn)
+    clamp_to_queue_ends(engine.offsets, engine.layout, queue_end, engine.warn)
 
 
 def _open_before(engine: Engine, plan: _Plan) -> int:

@@ -182,10 +182,9 @@ def _delete_remedy(group: str, client: str) -> Callable[[str], str]:
 def consumer_needs(store: Store) -> list[Need]:
     """Every reader's position, as the commit-log offset it will read next."""
     from store.log.broadcastoffsets import BroadcastOffsetStore, broadcast_offset_files
-    from store.log.offsets import ClusterOffsetStore
     topics = store.topics()
     needs: list[Need] = []
-    cluster = ClusterOffsetStore(store.layout, warn=store.warn)
+    cluster = store.offsets
     for group in cluster.groups():
         needs += _offset_table_needs(store, f"group {group}", cluster.read_group(group), topics,
                                      _reset_remedy(group))
@@ -370,8 +369,7 @@ def _absorb_commits(store: Store) -> None:
     on disk yet (``--flush async``): the log is synced to its end first, since a table
     must never hold an offset whose outputs a power cut could take back. The write lock is
     held, so no new commit record is written between this and the deletions."""
-    from store.log.offsets import ClusterOffsetStore
-    ClusterOffsetStore(store.layout, warn=store.warn).absorb(store.sync_written(), sync=True)
+    store.offsets.absorb(store.sync_written(), sync=True)
 
 
 def clean(store: Store, retention_ms: int = DEFAULT_RETENTION_MS, force: bool = False,

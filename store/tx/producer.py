@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 from store import names
 from store.client.handle import StoreClient
 from store.client.message import Message
-from store.client.options import log_warning
 from store.client.paths import PathLike, resolve_store_path
 from store.client.producer import Body, body_bytes, check_route, check_route_args
 from store.client.properties import build_properties
@@ -45,7 +44,7 @@ LocalTransaction = Callable[[Message], "TxState | str | None"]
 Checker = Callable[[Message], "TxState | str | None"]
 
 
-def _state(answer: object, tx_id: str, who: str) -> TxState:
+def _state(answer: object, tx_id: str, who: str, warn: Callable[[str], None]) -> TxState:
     """``who``'s answer (``local transaction``, ``check``) as a state: a TxState or its name
     (RocketMQ's ``COMMIT_MESSAGE``/``ROLLBACK_MESSAGE`` too); None is UNKNOWN. Anything else
     is UNKNOWN with a warning: ``True`` or ``1`` is no commit, and a typo must not pass unseen."""
@@ -57,8 +56,8 @@ def _state(answer: object, tx_id: str, who: str) -> TxState:
         if word in TxState.__members__:
             return TxState[word]
     if answer is not None:
-        log_warning(f"transaction {tx_id}: the {who} answered {answer!r}, not a TxState (COMMIT, ROLLBACK or "
-                    f"UNKNOWN); left UNKNOWN")
+        warn(f"transaction {tx_id}: the {who} answered {answer!r}, not a TxState (COMMIT, ROLLBACK or "
+             f"UNKNOWN); left UNKNOWN")
     return TxState.UNKNOWN
 
 
@@ -173,10 +172,10 @@ class TransactionProducer(StoreClient):
         state, stored = TxState.UNKNOWN, "PREPARED"
         if local_tx is not None:
             try:
-                state = _state(local_tx(self._view(res.half, res.tx_id)), res.tx_id, "local transaction")
+                state = _state(local_tx(self._view(res.half, res.tx_id)), res.tx_id, "local transaction", store.warn)
             except Exception as exc:  # noqa: BLE001 - RocketMQ: the check service decides
-                log_warning(f"transaction {res.tx_id}: local transaction raised {type(exc).__name__}: {exc}; "
-                            f"left UNKNOWN for the check service")
+                store.warn(f"transaction {res.tx_id}: local transaction raised {type(exc).__name__}: {exc}; "
+                           f"left UNKNOWN for the check service")
                 state = TxState.UNKNOWN
             if state is not TxState.UNKNOWN:
                 stored = end_transaction(store, res.tx_id, state is TxState.COMMIT, sync=self.sync).state
@@ -213,15 +212,16 @@ class TransactionProducer(StoreClient):
             raise UsageError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
         if isinstance(max_checks, bool) or not isinstance(max_checks, int) or max_checks < 1:
             raise UsageError(f"max_checks must be an int >= 1, not {max_checks!r}")
-        check = self.check
+        check, store = self.check, self._open_store()
 
         def ask(copy: record.StoredMessage, times: int) -> str:
             try:
-                return _state(check(self._view(copy, copy.uniq_key or "")), copy.uniq_key or "", "check").value
+                return _state(check(self._view(copy, copy.uniq_key or "")), copy.uniq_key or "", "check",
+                              store.warn).value
             except Exception as exc:  # noqa: BLE001 - UNKNOWN: asked again later
-                log_warning(f"transaction {copy.uniq_key}: check raised {type(exc).__name__}: {exc}")
+                store.warn(f"transaction {copy.uniq_key}: check raised {type(exc).__name__}: {exc}")
                 return TxState.UNKNOWN.value
-        return check_pass(self._open_store(), ask, timeout_ms=int(timeout * 1000), max_checks=max_checks)
+        return check_pass(store, ask, timeout_ms=int(timeout * 1000), max_checks=max_checks)
 
     def pending(self) -> list[str]:
         """The ids of the unresolved (PREPARED) transactions, oldest first."""

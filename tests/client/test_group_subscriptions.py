@@ -96,7 +96,7 @@ def test_a_python_consumer_warns_through_its_warning_channel(path: str, caplog: 
     with store.Producer(path) as p:
         p.send("orders", "o")
         p.send("refunds", "r")
-    caplog.set_level(logging.WARNING, logger="store.client")
+    caplog.set_level(logging.WARNING, logger="store")
     with store.Consumer("orders", "billing", path, client_id="one", start_from="first") as a, \
             store.Consumer("refunds", "billing", path, client_id="two", start_from="first") as b:
         list(a.messages(timeout=0.1))

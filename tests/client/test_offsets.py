@@ -247,13 +247,16 @@ def test_journal_is_compacted_past_its_bound(cluster: ClusterOffsetStore, layout
     assert cluster.read_group("g") == {("T", q): 196 + q for q in range(4)}
 
 
-def test_default_warning_is_a_line_on_stderr(layout: Layout, capsys: pytest.CaptureFixture[str]) -> None:
+def test_default_warning_goes_to_the_librarys_channel(layout: Layout, caplog: pytest.LogCaptureFixture) -> None:
+    """(store.errors.warn: a record of the ``store`` logger where logging is set up, as here;
+    a ``mqctl: warning:`` line where it is not, tests/client/test_warning_channel.py.)"""
     store = ClusterOffsetStore(layout)
     store.commit("g", {("T", 0): 1})
     store.commit("g", {("T", 0): 2})
     layout.consumer_offset_json.write_text("not json")
     assert store.read("g", "T", 0) == 2
-    assert capsys.readouterr().err.startswith("mqctl: warning: ")
+    assert [(r.name, r.levelname) for r in caplog.records] == [("store", "WARNING")]
+    assert "is damaged" in caplog.records[0].getMessage()
 
 
 COMMITTER = textwrap.dedent("""

@@ -504,3 +504,27 @@ def test_a_damaged_message_asked_for_is_a_corruption_error_only_when_strict(stor
     between = f"{F.LOOPBACK_IP:08X}{F.STORE_PORT:08X}{res[0].commitlog_offset + 3:016X}"
     with pytest.raises(MessageNotFoundError):
         store.find(between, strict=True)
+
+
+# -- the offset table ---------------------------------------------------------------------------
+
+def test_a_handles_offset_table_is_kept_and_sees_what_other_processes_change(store: Store) -> None:
+    """``Store.offsets`` is one table per handle, kept between calls: a member's view of it
+    (its journal records, the reset epochs) still follows what another process commits and
+    resets, and a commit computed before that reset is refused as with a table made anew."""
+    from tests.procs import finish, python
+    table = store.offsets
+    assert store.offsets is table
+    table.commit("g", {("T", 0): 3}, journal_only=True)
+    before = table.snapshot("g").epochs
+    finish(python("""
+        import sys
+        from store.log.messagestore import Store
+        with Store.open(sys.argv[1]) as s:
+            s.offsets.commit("g", {("T", 1): 5}, journal_only=True)
+            s.offsets.reset("g", "T", {0: 1})
+    """, store.root))
+    assert table.read_group("g") == {("T", 0): 1, ("T", 1): 5}
+    assert table.commit("g", {("T", 0): 9}, journal_only=True, expected_epochs=before) == {"T"}
+    assert table.commit("g", {("T", 0): 2}, journal_only=True, expected_epochs=table.snapshot("g").epochs) == set()
+    assert table.read("g", "T", 0) == 2
