@@ -61,7 +61,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from store.errors import StoreError
-from store.fsutil import read_json_with_bak
 from store.log import format as F
 from store.names import CHECK_MAX_TOPIC, HALF_TOPIC, SCHEDULE_TOPIC
 
@@ -202,9 +201,9 @@ def _schedule_needs(store: Store, topics: dict[str, Any]) -> list[Need]:
     cfg = topics.get(SCHEDULE_TOPIC)
     if cfg is None:
         return []
-    obj = read_json_with_bak(store.layout.delay_offset_json, default={}, warn=store.warn)
-    table = obj.get("offsetTable") if isinstance(obj, dict) else None
-    table = table if isinstance(table, dict) else {}
+    # (read by its owner: the file's crc, its .bak, the progress past it)
+    from store.log.positions import load_delay_progress
+    table = load_delay_progress(store.layout, store.warn)["offsetTable"]
     offsets: dict[tuple[str, int], int] = {}
     for q in range(cfg.queues):
         v = table.get(str(q))

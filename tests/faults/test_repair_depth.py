@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from store import fsutil
 from store.layout import Layout
 from store.log import format as F
 from tests.procs import MQ, one_error
@@ -256,6 +258,69 @@ def test_store_recover_repairs_every_readers_file_store_check_names(mq: MQ, make
         assert res.stdout == after, res
     else:
         assert [row["topic"] for row in res.json_lines()] == ["t"], res
+
+
+def _delay_progress_twice(mq: MQ) -> Reader:
+    """Two delayed messages delivered: the scheduler's progress file and a readable .bak."""
+    for body in ("late", "later"):
+        mq.ok("send", "t", body, "--delay", "1")
+        res = mq.ok("consume", "t", "-g", "G", "--from", "first", "-c", "1")   # waits for it
+        assert res.stdout == f"{body}\n".encode(), res
+    return "config/delayOffset.json", ["consume", "t", "-g", "G", "-e"], b""   # (not delivered again)
+
+
+def _offsets_of(obj: dict) -> list:
+    table = obj["offsetTable"]
+    return [e["offset"] for e in table] if isinstance(table, list) else list(table.values())
+
+
+def _set_offsets(obj: dict, offset: int) -> None:
+    table = obj["offsetTable"]
+    for k in range(len(table)) if isinstance(table, list) else list(table):
+        if isinstance(table, list):
+            table[k]["offset"] = offset
+        else:
+            table[k] = offset
+
+
+@pytest.mark.parametrize("make", [_delay_progress_twice, _broadcast_progress], ids=["delayOffset", "broadcastOffsets"])
+def test_a_digit_changed_in_a_readers_progress_file_fails_its_crc(mq: MQ, make) -> None:   # noqa: ANN001
+    """The delay scheduler's ``delayOffset.json`` (K10) and a broadcast client's ``offsets.json``
+    (K12) had no checksum: an offset's digit changed, the JSON still valid, passed store check
+    and was used (an offset moved back delivers again, one moved on skips). Now the copy whose
+    crc fails is not read: its .bak is (with a warning), check names it, recover puts it back."""
+    mq.ok("topic", "create", "t", "--queues", "1")
+    name, reader, after = make(mq)
+    path = mq.root / name
+    obj = json.loads(path.read_bytes())
+    assert "crc" in obj and min(_offsets_of(obj)) > 0, obj
+    _set_offsets(obj, 0)   # (every message delivered again, were it read)
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    res = mq.run("store", "check")
+    assert res.returncode == 1 and f"{path}:0: crc mismatch" in res.out, str(res)
+    assert f"({path.name}.bak is used instead)" in res.out, str(res)
+    res = mq.ok(*reader)
+    assert res.stdout == after and "crc mismatch" in res.stderr, res
+    mq.ok("store", "recover")
+    res = mq.ok("store", "check")
+    assert "warning" not in res.stderr, str(res)
+    assert fsutil.crc_problem(json.loads(path.read_bytes())) is None
+
+
+@pytest.mark.parametrize("make", [_delay_progress_twice, _broadcast_progress], ids=["delayOffset", "broadcastOffsets"])
+def test_a_readers_progress_file_of_an_earlier_version_without_a_crc_is_read_as_it_is(mq: MQ, make) -> None:   # noqa: ANN001
+    mq.ok("topic", "create", "t", "--queues", "1")
+    name, reader, _after = make(mq)
+    path = mq.root / name
+    for copy in (path, path.with_name(path.name + ".bak")):
+        obj = json.loads(copy.read_bytes())
+        del obj["crc"]
+        copy.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    res = mq.ok("store", "check")
+    assert "warning" not in res.stderr, str(res)
+    mq.ok("send", "t", "new")
+    res = mq.ok(*reader)
+    assert res.stdout.endswith(b"new\n") and "warning" not in res.stderr, res
 
 
 @pytest.mark.parametrize("tail", [1, 2, 3])
