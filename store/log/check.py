@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from store.errors import StoreError
 from store.layout import backup_of
-from store.log import atomicbatch, broadcastoffsets, knowndamage, offsettable, positions, recordscan
+from store.log import atomicbatch, broadcastoffsets, knowndamage, logstart, offsettable, positions, recordscan
 from store.log import checkpoint as ckpt
 from store.log import settings as settings_file
 from store.log.checkderived import Confirm, IndexCheck, QueueCursors
@@ -95,6 +95,7 @@ def check_store(engine: Engine, progress: Callable[[int], None] | None = None) -
         cp0 = confirm(lambda: ckpt.read(engine.layout.checkpoint))
     _check_durable_end(engine, problems, cp0)
     _check_gone(engine, problems, cp0, confirm)
+    _check_start(engine, problems)
     # Records past the checkpoint belong to a batch a killed writer left: the next writable
     # open dispatches them, they are not lost (their entries may or may not exist yet).
     pending_from = cp0.written_end if cp0 is not None else None
@@ -201,6 +202,13 @@ def _check_gone(engine: Engine, problems: list[Problem], cp: ckpt.Checkpoint | N
     if gone is not None:
         end = log.end()
         problems.append(Problem(str(log.segment_path(log.segment_of(end))), end - log.segment_of(end), gone))
+
+
+def _check_start(engine: Engine, problems: list[Problem]) -> None:
+    """Segments at the log's start that retention did not remove (``logstart.py``)."""
+    gone = logstart.missing(engine.layout, engine.commitlog.min_offset())   # (measured first: retention records first)
+    if gone is not None:
+        problems.append(Problem(*gone))
 
 
 def _torn_tail(engine: Engine, cp: ckpt.Checkpoint | None, batch: atomicbatch.OpenBatch,

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from store.errors import CorruptionError
 from store.failpoints import failpoint
 from store.fsutil import not_rewritable
-from store.log import atomicbatch, broadcastoffsets, indexfence, knowndamage, recordscan
+from store.log import atomicbatch, broadcastoffsets, indexfence, knowndamage, logstart, recordscan
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.consumequeue import queue_dirs
@@ -210,6 +210,7 @@ def recover(engine: Engine, full: bool = False, progress: Callable[[int], None] 
     if plan.rebooted or rep.cq_entries_dropped or rep.truncated_bytes:
         _clamp_consumers(engine)
     if full:   # readers' files that no reader can read: put back from a .bak or the log, skipping nothing
+        logstart.accept(engine.layout, engine.commitlog.min_offset(), engine.warn)
         restore_unreadable(engine.layout, engine.warn)
         broadcastoffsets.reset_lost(engine.layout, engine.queues.min_offset, {
             n: t.queues for n, t in engine.topics().items() if not is_system_topic(n)}, engine.warn)

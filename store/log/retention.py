@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from store.errors import StoreError
 from store.log import format as F
+from store.log import logstart
 from store.names import CHECK_MAX_TOPIC, HALF_TOPIC, SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
@@ -387,6 +388,8 @@ def clean(store: Store, retention_ms: int = DEFAULT_RETENTION_MS, force: bool = 
         from store.log.consumequeue import ConsumeQueue
         done = _reporter(on_delete, progress)
         for _d, bases, each in _by_directory(plan.commitlog, done):   # (each kind by its owner)
+            # (recorded first: a segment gone below the record is never taken for one lost)
+            logstart.record(store.layout, max(bases) + store.commitlog.segment_size)
             store.commitlog.remove_segments(bases, store.warn, each)
         for d, bases, each in _by_directory(plan.consumequeue, done):
             ConsumeQueue(d, store.settings.cq_segment_entries).remove_segments(bases, store.warn, each)

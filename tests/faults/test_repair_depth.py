@@ -323,6 +323,33 @@ def test_a_readers_progress_file_of_an_earlier_version_without_a_crc_is_read_as_
     assert res.stdout.endswith(b"new\n") and "warning" not in res.stderr, res
 
 
+def test_the_oldest_segment_deleted_by_hand_is_reported_not_taken_for_retention(tmp_path: Path) -> None:
+    """The oldest commit-log segment deleted by hand passed store check (testerK K11): the
+    consume queues pointing below the log's start were taken for retention's, and readers
+    started past the lost messages in silence. Retention records where it leaves the log's
+    start (config/commitlogStart.json): check names the missing segment, recover accepts the
+    loss with a warning, and retention's own deletions after that are no problem."""
+    m = MQ(tmp_path / "small", tmp_path)
+    try:
+        m.ok("init", "--max-message-size", "64KiB", "--segment-size", "128KiB")
+        m.ok("topic", "create", "t", "--queues", "1")
+        m.ok("send", "t", input="".join(f"{i:04d}{'x' * 100}\n" for i in range(3000)))
+        segs = sorted((m.root / "commitlog").iterdir())
+        assert len(segs) >= 4, segs
+        segs[0].unlink()
+        res = m.run("store", "check")
+        assert res.returncode == 1 and f"{segs[0]}:0: missing: the commit log begins at offset " \
+                                      f"{int(segs[1].name)}, but retention removed no segment past offset 0" in res.out, res
+        res = m.ok("store", "recover")
+        assert "below offset %d were gone, not removed by retention" % int(segs[1].name) in res.stderr, res
+        m.check_clean()
+        m.ok("store", "clean", "--older-than", "0s", "--force")
+        assert sorted((m.root / "commitlog").iterdir()) == segs[-1:]
+        m.check_clean()
+    finally:
+        m.cleanup()
+
+
 @pytest.mark.parametrize("tail", [1, 2, 3])
 @pytest.mark.parametrize("how", ["cut", "stray"])
 def test_a_torn_tail_of_a_few_bytes_is_damage_named_not_an_internal_error(mq: MQ, how: str, tail: int) -> None:
