@@ -65,8 +65,8 @@ class Problem:
 class CheckReport:
     """``problems``: what is wrong and was not reported before (the store is sound when it is
     empty); ``known``: damage a ``store recover`` already reported (a loss accepted, never
-    served); ``notes``: derived views out of date (warnings, not damage: ``store recover`` or
-    the next writer rewrites them)."""
+    served); ``notes``: derived views out of date, bytes past a sealed segment's trailer (warnings,
+    not damage, no message's: ``store recover`` or the next writer rewrites or cuts them)."""
 
     records: int = 0
     cq_entries: int = 0
@@ -117,6 +117,10 @@ def check_store(engine: Engine, progress: Callable[[int], None] | None = None) -
         rep.bytes_checked += w.bytes
         for d, at in zip(w.damage, w.damage_at):
             classify(Problem(*d), at)
+        if w.past_trailer is not None:   # (no record's, read by no reader: a warning, not damage)
+            path, at, n = w.past_trailer
+            rep.notes.append(Problem(path, at, f"{n} bytes past the segment's end-of-segment trailer (byte {at} on), "
+                                               f"no record's: mqctl store recover cuts them"))
         keys.add_window(w, pending_from)
         queues.claim_window(w, topics, pending_from)
         rep.records += len(w)

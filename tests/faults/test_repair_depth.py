@@ -374,3 +374,48 @@ def test_a_torn_tail_of_a_few_bytes_is_damage_named_not_an_internal_error(mq: MQ
     mq.ok("send", "t", "after")
     assert mq.ok("consume", "t", "--no-group", "--from", "first", "-e").stdout == b"1\n2\n3\nafter\n"
     mq.check_clean()
+
+
+@pytest.mark.parametrize("where", ["past its size", "after its trailer"])
+def test_bytes_past_a_sealed_segments_trailer_are_reported_and_recover_cuts_only_them(tmp_path: Path,
+                                                                                      where: str) -> None:
+    """Bytes a sealed segment holds past its end-of-segment trailer (appended past the size
+    its name and the next segment's say, or written over the zeros after the trailer) are no
+    record's: readers never read them, and store check said OK without a word. Now check
+    warns, naming the segment, where they begin and how many (exit 0: no message is at stake),
+    and store recover cuts them in the commit log's owner, never a record."""
+    m = MQ(tmp_path / "small", tmp_path)
+    try:
+        m.ok("init", "--max-message-size", "64KiB", "--segment-size", "128KiB")
+        m.ok("topic", "create", "t", "--queues", "1")
+        m.ok("send", "t", input="".join(f"{i:04d}{'x' * 40000}\n" for i in range(10)))
+        seg = sorted((m.root / "commitlog").iterdir())[0]
+        data = seg.read_bytes()
+        trailer_end = data.rfind(F.BLANK_MAGIC.to_bytes(4, "big")) + 4
+        assert trailer_end == len(data), "a sealed segment ends with its trailer"
+        junk = b"\x7fjunk" * 100
+        if where == "past its size":   # (zeros up to its size, then more: all of it counts)
+            os.truncate(seg, 128 * 1024)
+            with open(seg, "ab") as f:
+                f.write(junk)
+            stray = 128 * 1024 + len(junk) - trailer_end
+        else:
+            assert trailer_end + len(junk) < 128 * 1024, "the trailer leaves no room after it"
+            with open(seg, "r+b") as f:
+                f.seek(trailer_end + 16)
+                f.write(junk)
+            stray = 16 + len(junk)
+        res = m.run("store", "check")
+        assert res.returncode == 0, res
+        assert f"{seg}: {stray} bytes past the segment's end-of-segment trailer (byte {trailer_end} on)" \
+            in res.stderr, res
+        res = m.ok("store", "recover")
+        assert f"{seg}: cut {stray} bytes past its end-of-segment trailer" in res.stderr, res
+        assert seg.read_bytes() == data
+        res = m.ok("store", "check")
+        assert "past the segment" not in res.stderr, res
+        m.check_clean()
+        got = m.ok("consume", "t", "--no-group", "--from", "first", "-e").stdout.splitlines()
+        assert [int(g[:4]) for g in got] == list(range(10))
+    finally:
+        m.cleanup()
