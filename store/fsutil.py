@@ -321,19 +321,28 @@ def crc_problem(obj: Any) -> str | None:
     return None
 
 
-def _parse_json(path: Path, validate: Callable[[Any], object] | None) -> Any:
+def crc_mismatch(obj: Any) -> str | None:
+    """:func:`crc_problem` for a file whose earlier versions were written without a ``crc``
+    (read as they are): why its ``crc`` fails, None when it checks or there is none."""
+    return crc_problem(obj) if isinstance(obj, dict) and CRC_FIELD in obj else None
+
+
+def _parse_json(path: Path, validate: Callable[[Any], object] | None, crc: bool = False) -> Any:
     raw = path.read_bytes()
     if not raw.strip():
         raise ValueError("empty file")
     obj = json.loads(raw)
+    why = crc_mismatch(obj) if crc else None
+    if why is not None:
+        raise ValueError(why)
     if validate is not None:
         validate(obj)
     return obj
 
 
-def json_problem(path: Path, validate: Callable[[Any], object] | None = None) -> str | None:
-    """Why :func:`read_json_with_bak` with ``validate`` cannot use the file ``path`` (a file
-    owner's answer to ``store check``), or None: it can, or the file is missing."""
+def json_problem(path: Path, validate: Callable[[Any], object] | None = None, *, crc: bool = False) -> str | None:
+    """Why :func:`read_json_with_bak` with ``validate`` (and ``crc``) cannot use the file ``path``
+    (a file owner's answer to ``store check``), or None: it can, or the file is missing."""
     try:
         obj = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -342,6 +351,9 @@ def json_problem(path: Path, validate: Callable[[Any], object] | None = None) ->
         return f"unreadable: {exc.strerror or exc}"
     except ValueError as exc:
         return f"not valid JSON: {exc}"
+    why = crc_mismatch(obj) if crc else None
+    if why is not None:
+        return why
     try:
         if validate is not None:
             validate(obj)
@@ -355,23 +367,27 @@ def read_json_with_bak(
     default: Any = None,
     validate: Callable[[Any], object] | None = None,
     warn: Callable[[str], None] | None = None,
+    *,
+    crc: bool = False,
 ) -> Any:
-    """Read a JSON file written by :func:`atomic_write_json`.
+    """Read a JSON file written by :func:`atomic_write_json` (``crc``: by
+    :func:`atomic_write_json_crc`, or without a ``crc`` by an earlier version).
 
-    Missing main and ``.bak`` → ``default``. An unreadable main file falls back to ``.bak``
-    (``warn`` is told). Both unreadable → :class:`CorruptionError` naming the main file: a
-    caller must never silently start over from nothing.
+    Missing main and ``.bak`` → ``default``. An unreadable main file (``crc``: or one whose
+    ``crc`` fails) falls back to ``.bak`` (``warn`` is told). Both unreadable →
+    :class:`CorruptionError` naming the main file: a caller must never silently start over
+    from nothing.
     """
     bak = backup_of(path)
     main_error: Exception | None = None
     if path.exists():
         try:
-            return _parse_json(path, validate)
+            return _parse_json(path, validate, crc)
         except (ValueError, TypeError, KeyError, OSError) as exc:
             main_error = exc
     if bak.exists():
         try:
-            obj = _parse_json(bak, validate)
+            obj = _parse_json(bak, validate, crc)
         except (ValueError, TypeError, KeyError, OSError) as exc:
             raise CorruptionError(str(path), 0, f"unreadable ({main_error or 'missing'}), "
                                   f"and so is {bak.name} ({exc})") from exc

@@ -132,6 +132,11 @@ class Layout:
         return self.config_dir / "delayOffset.json"
 
     @property
+    def commitlog_start_json(self) -> Path:
+        """Where the commit log begins as retention left it (``store/log/logstart.py``)."""
+        return self.config_dir / "commitlogStart.json"
+
+    @property
     def known_damage_json(self) -> Path:
         """Damaged log ranges ``store recover`` reported (``store/log/knowndamage.py``)."""
         return self.config_dir / "knownDamage.json"

@@ -25,6 +25,15 @@ never another member's write still in progress (with a shared lock, one appender
 another's line half written and add a stray empty line). Readers notice the new inode (or a
 shorter file) and read it again from the start.
 
+Damage. The lines a crash leaves that do not parse are of two kinds, each ended by the next
+appender's newline: a line's start, cut short; and zeros (blocks a power cut did not write
+back) among the text of the lines around them, each run of zeros ending at that newline or
+where the next block begins (a :data:`SECTOR` boundary). Any other line that does not parse
+(bytes no line holds, zeros elsewhere, a key longer than allowed, two lines run together) is
+damage: the keys it held are forgotten, so their messages, delivered again, are handled again.
+``store check`` reports it (:func:`problems`) and ``store recover`` rewrites the log without
+it (:func:`drop_damaged`).
+
 Guarantees, honestly:
 
 * A consumer checks :meth:`DedupLog.seen` before running a handler and writes the id with
@@ -50,13 +59,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from store import fsutil
 from store.errors import BadInputError, UsageError, io_error
-from store.flock import close_kept, keep, wait_flock
+from store.flock import close_kept, keep, list_dir, wait_flock
 from store.layout import Layout, lock_beside
 from store.names import validate_group
 
@@ -65,8 +74,15 @@ MAX_AGE_MS = 7 * 24 * 3600 * 1000
 LOCK_TIMEOUT_S = 30.0
 READ_CHUNK_BYTES = 1 << 20
 
+SECTOR = 512   # the least a power cut loses at once
+LOG_SUFFIX = ".log"
+
 _KEY_RE = re.compile(r"[!-~]{1,255}")
 _LINE_RE = re.compile(rb"([0-9]{1,19}) ([!-~]{1,255})")
+_LINES_RE = re.compile(rb"^[0-9]{1,19} [!-~]{1,255}\n", re.MULTILINE)   # (whole lines that parse, in a file)
+_TORN_RE = re.compile(rb"[0-9]{1,19}(?: [!-~]{0,255})?")   # (a line's start)
+_CUT_RE = re.compile(rb"[ -~\0]*")   # (what a line a power cut left holds: text and zeros)
+_ZEROS_RE = re.compile(rb"\0+")
 
 Clock = Callable[[], int]
 
@@ -278,18 +294,22 @@ class DedupLog:
             fsutil.atomic_write_bytes(self.path, data, keep_bak=False)
         self.refresh()
 
-    @contextmanager
-    def _locked(self, shared: bool) -> Iterator[None]:
-        # Opened per use and released by closing: the lock is held for a few system calls.
-        try:
-            fd = keep(fsutil.open_private(self._lock_path, os.O_RDWR | os.O_CREAT))   # (not a forked child's)
-        except OSError as exc:
-            raise io_error(exc, f"open {self._lock_path}") from exc
-        try:
-            wait_flock(fd, self._lock_path, LOCK_TIMEOUT_S, shared=shared)
-            yield
-        finally:
-            close_kept(fd)
+    def _locked(self, shared: bool) -> AbstractContextManager[None]:
+        return _locked(self._lock_path, shared)
+
+
+@contextmanager
+def _locked(lock_path: Path, shared: bool) -> Iterator[None]:
+    # Opened per use and released by closing: the lock is held for a few system calls.
+    try:
+        fd = keep(fsutil.open_private(lock_path, os.O_RDWR | os.O_CREAT))   # (not a forked child's)
+    except OSError as exc:
+        raise io_error(exc, f"open {lock_path}") from exc
+    try:
+        wait_flock(fd, lock_path, LOCK_TIMEOUT_S, shared=shared)
+        yield
+    finally:
+        close_kept(fd)
 
 
 def _complete_lines(fd: int, pos: int, size: int) -> Iterator[bytes]:
@@ -318,3 +338,88 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+# -- damage (store check, store recover) --------------------------------------------------
+
+def dedup_logs(layout: Layout) -> list[tuple[str, Path]]:
+    """Every group's dedup log on disk, as (group, path)."""
+    out = []
+    for name in sorted(list_dir(layout.dedup_root)):
+        group = name[:-len(LOG_SUFFIX)] if name.endswith(LOG_SUFFIX) else ""
+        try:
+            path = layout.dedup_log(validate_group(group))
+        except UsageError:
+            continue   # (a temp file of a compaction, a lock, anything else)
+        out.append((group, path))
+    return out
+
+
+def damaged_lines(data: bytes) -> list[tuple[int, int]]:
+    """The lines of a log's content that are damage (see the module docstring), as (byte offset,
+    length); a last line without its newline is a write in progress, not looked at."""
+    end = data.rfind(b"\n") + 1
+    if len(_LINES_RE.findall(data, 0, end)) == data.count(b"\n", 0, end):
+        return []   # (every line parses: one pass in C)
+    out, at = [], 0
+    while at < end:
+        stop = data.index(b"\n", at)
+        line = data[at:stop]
+        if line and _LINE_RE.fullmatch(line) is None and not _cut_left(line, at):
+            out.append((at, len(line)))
+        at = stop + 1
+    return out
+
+
+def _cut_left(line: bytes, at: int) -> bool:
+    """Whether ``line`` (at byte ``at`` of its file) is what a crash leaves: a line's start, or
+    text and zeros, each run of zeros ending with the line or at a sector's start (where the
+    next block, written back, begins)."""
+    if b"\0" not in line:
+        return _TORN_RE.fullmatch(line) is not None
+    return _CUT_RE.fullmatch(line) is not None and all(
+        m.end() == len(line) or (at + m.end()) % SECTOR == 0 for m in _ZEROS_RE.finditer(line))
+
+
+def _read_log(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:   # (one read: a compaction meanwhile renames a new file in)
+            return fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise io_error(exc, f"read {path}") from exc
+
+
+def problems(layout: Layout) -> list[tuple[str, int, str]]:
+    """What ``store check`` reports of the dedup logs (reads only), as (file, byte offset, why)."""
+    out = []
+    for group, path in dedup_logs(layout):
+        data = _read_log(path)
+        bad = damaged_lines(data) if data is not None else []
+        if bad:
+            n = f"{len(bad)} line{'s' if len(bad) > 1 else ''}"
+            out.append((str(path), bad[0][0], f"dedup log of group {group} damaged: {n} that do not parse "
+                        f"({sum(b[1] for b in bad)} bytes; not what a crash leaves): the keys they held are "
+                        f"forgotten, so those messages are handled again if delivered again; mqctl store "
+                        f"recover drops them"))
+    return out
+
+
+def drop_damaged(layout: Layout, warn: Callable[[str], None]) -> None:
+    """Rewrite every dedup log that :func:`problems` finds damaged with only its lines that
+    parse, in their order (under the log's lock: no member appends meanwhile; members read the
+    new file from its start), each said with ``warn``. What a crash left goes with them."""
+    for _group, path in dedup_logs(layout):
+        data = _read_log(path)
+        if data is None or not damaged_lines(data):
+            continue
+        with _locked(lock_beside(path), shared=False):
+            data = _read_log(path) or b""
+            bad = damaged_lines(data)
+            if not bad:
+                continue
+            kept = b"".join(m.group(0) for m in _LINES_RE.finditer(data))
+            fsutil.atomic_write_bytes(path, kept, keep_bak=False)
+        warn(f"{path} was damaged at byte {bad[0][0]}: rewritten without the {len(bad)} line(s) that do not "
+             f"parse (the keys they held are forgotten: those messages are handled again if delivered again)")

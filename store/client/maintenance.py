@@ -1,8 +1,8 @@
 """The store-wide operations of :class:`store.Admin`: check, recover, measure and clean a store,
 and sweep what killed Spark jobs left. Each method asks the module that owns the files
 (``store/log/check.py``, ``recovery.py``, ``retention.py``, ``stats.py``,
-``store/spark/staging.py``); this mixin only gives them one front door, over the Admin's
-store handle."""
+``store/spark/staging.py``, and for the consumers' dedup logs ``store/client/dedup.py``); this
+mixin only gives them one front door, over the Admin's store handle."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
@@ -35,13 +35,21 @@ class StoreMaintenance:
         ``progress(n)`` is told each ``n`` bytes of the log read. ``report.problems`` lists
         what is wrong (empty: the store is sound, or its only damage is ``report.known``:
         damaged records a :meth:`recover` already reported, a loss accepted)."""
-        return self.store.check(progress=progress)
+        from store.client import dedup
+        from store.log.check import Problem
+        rep = self.store.check(progress=progress)
+        rep.problems += [Problem(*p) for p in dedup.problems(self.store.layout)]
+        return rep
 
     def recover(self, *, progress: Progress | None = None) -> RecoveryReport:
         """Rebuild the consume queues and the key index from the commit log, under the store's
         write lock (producers wait): cut a torn tail, drop entries pointing at nothing. A
-        damaged record is left in place, never served, and named in ``report.damage``."""
-        return self.store.recover(full=True, progress=progress)
+        damaged record is left in place, never served, and named in ``report.damage``. The
+        consumers' dedup logs lose the lines they cannot read (each said as a warning)."""
+        from store.client import dedup
+        rep = self.store.recover(full=True, progress=progress)
+        dedup.drop_damaged(self.store.layout, self.store.warn)
+        return rep
 
     def stats(self) -> list[dict[str, Any]]:
         """The bytes each part of the store takes on disk (``part``, ``bytes``, ``files``),

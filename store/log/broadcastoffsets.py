@@ -6,12 +6,16 @@ and overwrites the file in place. Here it is standard JSON, one object per queue
 atomically (temp file, rename) with ``offsets.json.bak`` and a sidecar lock
 (``offsets.json.lock``)::
 
-    {"offsetTable": [{"topic": "T", "brokerName": "mqctl", "queueId": 0, "offset": 42}, ...]}
+    {"offsetTable": [{"topic": "T", "brokerName": "mqctl", "queueId": 0, "offset": 42}, ...],
+     "crc": <CRC-32 of the canonical content: fsutil.json_crc>}
 
-A committed offset is the next offset to consume; -1 is "no offset". A main file that is
-missing, empty, unparsable or of the wrong shape is replaced by its ``.bak`` (``warn`` says
-so); when the ``.bak`` is unreadable too, :class:`CorruptionError` names the file until
-``store recover`` (:func:`reset_lost`) gives the client every queue's oldest message.
+A committed offset is the next offset to consume; -1 is "no offset". ``crc`` (readers that
+ignore other fields read the table as RocketMQ's) catches a change that keeps the JSON valid,
+a digit of an offset flipped; a file of an earlier version has none and is read as it is. A
+main file that is missing, empty, unparsable, of the wrong shape or whose ``crc`` fails is
+replaced by its ``.bak`` (``warn`` says so); when the ``.bak`` is unreadable too,
+:class:`CorruptionError` names the file until ``store recover`` (:func:`reset_lost`) gives the
+client every queue's oldest message.
 Directories are created 0700, files 0600.
 
 :meth:`BroadcastOffsetStore.delete` (``offsets delete``) removes a client's offsets of a group
@@ -106,8 +110,8 @@ class BroadcastOffsetStore:
             # An idle consumer persists every few seconds; skip the fsyncs when nothing moved.
             if merged != on_disk or watch.used:
                 # (the rename not fsynced, as a clustering member's commit)
-                fsutil.atomic_write_json(self.path, _broadcast_json(merged), keep_bak=not watch.used,
-                                         sync_dir=watch.used)
+                fsutil.atomic_write_json_crc(self.path, _broadcast_json(merged), keep_bak=not watch.used,
+                                             sync_dir=watch.used)
 
     def delete(self) -> None:
         """Remove this client's offsets of the group and their directory, durably (the
@@ -132,13 +136,13 @@ class BroadcastOffsetStore:
             self._warn(message)
 
     def _read_file(self, watch: FallbackWatch) -> dict[QueueKey, int]:
-        obj = fsutil.read_json_with_bak(self.path, default=None, validate=_parse_broadcast, warn=watch)
+        obj = fsutil.read_json_with_bak(self.path, default=None, validate=_parse_broadcast, warn=watch, crc=True)
         return {} if obj is None else _parse_broadcast(obj)
 
 
 def file_problem(path: Path) -> str | None:
     """Why a broadcast offsets file (or its ``.bak``) cannot be read, or None (``store check``)."""
-    return fsutil.json_problem(path, _parse_broadcast)
+    return fsutil.json_problem(path, _parse_broadcast, crc=True)
 
 
 def broadcast_offset_files(layout: Layout, group: str | None = None) -> list[tuple[str, str]]:
@@ -182,7 +186,7 @@ def reset_lost(layout: Layout, oldest: Callable[[str, int], int], topics: Mappin
                 table = {(t, q): oldest(t, q) for t, n in topics.items() for q in range(n)}
                 what = "offsets could not be recovered (offsets.json and its .bak unreadable); " \
                        "reset to the oldest message"
-            fsutil.atomic_write_json(path, _broadcast_json(table), keep_bak=False)
+            fsutil.atomic_write_json_crc(path, _broadcast_json(table), keep_bak=False)
         said.append(f"broadcast client {cid} of group {group}: {what}")
     for line in said:
         warn(line)

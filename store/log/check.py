@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from store.errors import StoreError
 from store.layout import backup_of
-from store.log import atomicbatch, broadcastoffsets, knowndamage, offsettable, positions, recordscan
+from store.log import atomicbatch, broadcastoffsets, knowndamage, logstart, offsettable, positions, recordscan
 from store.log import checkpoint as ckpt
 from store.log import settings as settings_file
 from store.log.checkderived import Confirm, IndexCheck, QueueCursors
@@ -65,8 +65,8 @@ class Problem:
 class CheckReport:
     """``problems``: what is wrong and was not reported before (the store is sound when it is
     empty); ``known``: damage a ``store recover`` already reported (a loss accepted, never
-    served); ``notes``: derived views out of date (warnings, not damage: ``store recover`` or
-    the next writer rewrites them)."""
+    served); ``notes``: derived views out of date, bytes past a sealed segment's trailer (warnings,
+    not damage, no message's: ``store recover`` or the next writer rewrites or cuts them)."""
 
     records: int = 0
     cq_entries: int = 0
@@ -95,6 +95,7 @@ def check_store(engine: Engine, progress: Callable[[int], None] | None = None) -
         cp0 = confirm(lambda: ckpt.read(engine.layout.checkpoint))
     _check_durable_end(engine, problems, cp0)
     _check_gone(engine, problems, cp0, confirm)
+    _check_start(engine, problems)
     # Records past the checkpoint belong to a batch a killed writer left: the next writable
     # open dispatches them, they are not lost (their entries may or may not exist yet).
     pending_from = cp0.written_end if cp0 is not None else None
@@ -116,6 +117,10 @@ def check_store(engine: Engine, progress: Callable[[int], None] | None = None) -
         rep.bytes_checked += w.bytes
         for d, at in zip(w.damage, w.damage_at):
             classify(Problem(*d), at)
+        if w.past_trailer is not None:   # (no record's, read by no reader: a warning, not damage)
+            path, at, n = w.past_trailer
+            rep.notes.append(Problem(path, at, f"{n} bytes past the segment's end-of-segment trailer (byte {at} on), "
+                                               f"no record's: mqctl store recover cuts them"))
         keys.add_window(w, pending_from)
         queues.claim_window(w, topics, pending_from)
         rep.records += len(w)
@@ -201,6 +206,13 @@ def _check_gone(engine: Engine, problems: list[Problem], cp: ckpt.Checkpoint | N
     if gone is not None:
         end = log.end()
         problems.append(Problem(str(log.segment_path(log.segment_of(end))), end - log.segment_of(end), gone))
+
+
+def _check_start(engine: Engine, problems: list[Problem]) -> None:
+    """Segments at the log's start that retention did not remove (``logstart.py``)."""
+    gone = logstart.missing(engine.layout, engine.commitlog.min_offset())   # (measured first: retention records first)
+    if gone is not None:
+        problems.append(Problem(*gone))
 
 
 def _torn_tail(engine: Engine, cp: ckpt.Checkpoint | None, batch: atomicbatch.OpenBatch,

@@ -18,6 +18,9 @@ written without preallocation (every store before) ends with its last record, so
 is its size, as before. No flag in ``store.json`` keeps older versions out: they take a zero
 tail for the zero-filled tail of a torn write; their writers' recovery cuts it and appends
 where the records end (nothing is lost), their ``store check`` reports it as damage until then.
+A sealed segment ends with its BLANK trailer: what its file holds past that (non-zero bytes, or
+anything past the segment's size) is no record's and never read (:func:`past_trailer`);
+``store check`` warns of it, ``store recover`` cuts it (:meth:`CommitLog.cut_past_trailer`).
 
 Writers append through ``logappend.py``'s ``LogAppender`` while holding the store's write lock; readers use
 :meth:`CommitLog.read` without any lock: they only ever read records that a consume queue or
@@ -300,6 +303,32 @@ class CommitLog:
         finally:
             self._drop_fds(closing=False)
 
+    def cut_past_trailer(self, base: int, trailer_end: int) -> int:
+        """Cut what segment ``base`` holds past its BLANK trailer, which ends at byte
+        ``trailer_end`` (:func:`past_trailer`; ``store recover``, write lock held): never the
+        last segment, never a record (the trailer is read again first, and must say the
+        segment's size). Returns the bytes cut."""
+        segs = self.segments()
+        if base not in segs[:-1] or trailer_end < F.END_FILE_MIN_BLANK:
+            return 0
+        path = self.segment_path(base)
+        try:
+            with open(path, "r+b") as fh:
+                fd = fh.fileno()
+                head = os.pread(fd, F.END_FILE_MIN_BLANK, trailer_end - F.END_FILE_MIN_BLANK)
+                left, magic = F.BLANK_TRAILER.unpack(head) if len(head) == F.END_FILE_MIN_BLANK else (0, 0)
+                size = os.fstat(fd).st_size
+                if magic != F.BLANK_MAGIC or trailer_end - F.END_FILE_MIN_BLANK + left != self.segment_size \
+                        or size <= trailer_end:
+                    return 0
+                os.ftruncate(fd, trailer_end)
+                os.fsync(fd)
+        except OSError as exc:
+            raise io_error(exc, f"cut {path}") from exc
+        finally:
+            self._drop_fds(closing=False)
+        return size - trailer_end
+
     def close(self) -> None:
         self._drop_fds(closing=True)
 
@@ -387,6 +416,16 @@ _ZERO_HEADER = bytes(8)
 _TAIL_READ = 256 * 1024
 _ZERO_PIECE = 4096
 _ZEROS = bytes(_TAIL_READ)   # (calloc'd: pages of zeros the kernel maps on first touch)
+
+
+def past_trailer(fd: int, trailer_end: int, segment_size: int, written: int) -> int:
+    """Bytes of a sealed segment (open as ``fd``; ``written``: its :func:`written_length`)
+    past its BLANK trailer, which ends at byte ``trailer_end``: no record's (no reader reads
+    past a trailer, nor past a segment's size). Up to its last non-zero byte, or to the file's
+    end when the file outgrows the segment's size (the zeros a sync writer wrote ahead never
+    do: within it they are nothing)."""
+    size = filestat.untimed(fd)[1]
+    return max(0, (size if size > segment_size else written) - trailer_end)
 
 
 def written_length(fd: int, path: str | Path) -> int:

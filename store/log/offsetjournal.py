@@ -35,7 +35,8 @@ the last snapshot (members' commits: offsets go back, messages are delivered aga
 skipped), and records appended after the cut land past the snapshot's ``journalEnd``, where
 readers look. A torn tail (a record cut by a crash, or zeros after a power cut) ends the
 journal; the next append cuts it off first. A record damaged in the middle (bit rot: valid
-records after it, :meth:`Journal.damage`) ends it for readers the same way — the commits after
+records after it, :meth:`Journal.damage`; zeros there too when they lie below a snapshot's
+``journalEnd``, which was synced: no power cut zeroes that) ends it for readers the same way — the commits after
 it are not trusted, their messages delivered again — and is reported by ``store check``;
 ``store recover`` starts the journal again from the table without them.
 """
@@ -133,13 +134,15 @@ class Journal:
             pos = frame[1]
         return Tail(records, base, at + pos, pos < len(data), ident=ident, frames=frames)
 
-    def damage(self) -> tuple[int, int] | None:
+    def damage(self, synced: int = 0) -> tuple[int, int] | None:
         """Damage in the middle of the journal (bit rot, a write by hand): an invalid record that a
         valid one follows; (its byte offset in the file, the file's logical end). None when every
         record is valid, or when what ends the journal is what a crash or a power cut leaves: a
         record cut at the end, zeros, or a whole sector of zeros before the next valid record (a
-        later block of unsynced appends written back, an earlier one not). Reads the whole file:
-        for ``store check`` and ``store recover``, not for readers."""
+        later block of unsynced appends written back, an earlier one not). ``synced``: the logical
+        position the journal was fdatasynced up to (a trusted snapshot's ``journalEnd``): a power
+        cut loses nothing below it, so a sector of zeros that begins there is damage. Reads the
+        whole file: for ``store check`` and ``store recover``, not for readers."""
         try:
             with open(self.path, "rb") as fh:   # (one read: a compaction meanwhile renames a new file in)
                 whole = fh.read()
@@ -157,7 +160,8 @@ class Journal:
         while at != -1:
             if _record_at(data, at - FRAME.size) is not None:
                 lo, hi = HEADER.size + bad, HEADER.size + at - FRAME.size   # (the bytes between, in the file)
-                holes = range(-(-lo // SECTOR) * SECTOR, hi - SECTOR + 1, SECTOR)
+                unsynced = max(lo, HEADER.size + synced - base)   # (where a power cut may have lost bytes)
+                holes = range(-(-unsynced // SECTOR) * SECTOR, hi - SECTOR + 1, SECTOR)
                 return None if any(not any(whole[sec:sec + SECTOR]) for sec in holes) else (lo, base + len(data))
             at = data.find(b"{", at + 1)
         return None

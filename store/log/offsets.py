@@ -487,5 +487,7 @@ class ClusterOffsetStore:
             self._warn(f"{self.layout.consumer_offset_log} replays to other offsets than {self.path}, which readers "
                        f"use: the journal is written again from that table")
         if loaded.damage is not None:
+            dropped = " (the commits after the damage dropped: their messages are delivered again)" \
+                if loaded.damage_read else ""
             self._warn(f"{self.layout.consumer_offset_log} was damaged at byte {loaded.damage[0]}: rewritten from the "
-                       f"offset table (the commits after the damage dropped: their messages are delivered again)")
+                       f"offset table{dropped}")

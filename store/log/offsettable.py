@@ -221,6 +221,13 @@ class Loaded:
         and the journal too when it is damaged in the middle."""
         return self.source not in ("snapshot", "none") or self.damage is not None or self.disagrees
 
+    @property
+    def damage_read(self) -> bool:
+        """Whether readers meet the journal's damage (it ends the journal for them: the commits
+        after it are not used); not when it lies below the trusted copy's ``journalEnd``, whose
+        table holds them (the journal then no longer vouches for them should that copy be lost)."""
+        return self.damage is not None and self.journal.base + self.damage[0] - oj.HEADER.size >= self.snapshot_end
+
     def lost_groups(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for key in sorted(self.lost):
@@ -261,7 +268,8 @@ def load(layout: Layout, deep: bool = False) -> Loaded:
     ``deep`` (recovery): the whole journal read for damage in its middle too."""
     loaded = _load(layout)
     if deep:
-        loaded.damage = oj.Journal(layout.consumer_offset_log).damage()
+        # (the journal was synced up to the trusted copy's journalEnd before it was written)
+        loaded.damage = oj.Journal(layout.consumer_offset_log).damage(synced=loaded.snapshot_end)
         loaded.disagrees = _disagrees(layout, loaded)
     return loaded
 
@@ -457,9 +465,11 @@ def verify(layout: Layout) -> list[tuple[str, int, str]]:
     if loaded.damage is not None:
         log = str(layout.consumer_offset_log)
         problems = [p for p in problems if p[0] != log]   # (its "ends early", said better here)
-        problems.append((log, loaded.damage[0], "offsets journal damaged: a record fails its check and valid "
-                         "ones follow (readers stop there: commits after it are not used, their messages "
-                         "delivered again); mqctl store recover rewrites it from the offset table"))
+        effect = ("readers stop there: commits after it are not used, their messages delivered again"
+                  if loaded.damage_read else "below the offset table's journalEnd: the table holds its commits, "
+                  "but the journal no longer vouches for them")
+        problems.append((log, loaded.damage[0], f"offsets journal damaged: a record fails its check and valid "
+                         f"ones follow ({effect}); mqctl store recover rewrites it from the offset table"))
     if loaded.disagrees:
         problems.append((str(layout.consumer_offset_json), 0, "offset table disagrees with the offsets journal it "
                          "names (the table is used; mqctl store recover writes the journal again from it)"))

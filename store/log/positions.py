@@ -6,12 +6,15 @@ rename, previous version kept as ``.bak``)::
 
     config/delayOffset.json        {"offsetTable": {"<level queue id>": <next offset>, ...},
                                     "delivered":   {"<queue id>": [<offset>, ...], ...},
-                                    "progressRecords": <RMQ_SYS_DELAY_PROGRESS records it includes>}
+                                    "progressRecords": <RMQ_SYS_DELAY_PROGRESS records it includes>,
+                                    "crc": <CRC-32 of the canonical content: fsutil.json_crc>}
     tx/CID_RMQ_SYS_TRANS.json      {"offsetTable": {"RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS": {"0": <n>},
                                                     "RMQ_SYS_TRANS_OP_HALF_TOPIC@CID_RMQ_SYS_TRANS": {"0": <n>}}}
 
-``delayOffset.json`` is RocketMQ's file (``delivered`` is ours: the free-duration queue's
-messages delivered out of order). Each scheduler pass writes the copies it delivers from a
+``delayOffset.json`` is RocketMQ's file (``delivered`` and ``crc`` are ours: the free-duration
+queue's messages delivered out of order; the checksum that catches a digit flipped in a file
+that stays valid JSON, when its ``.bak`` is read instead — a file of an earlier version, without
+it, is read as it is). Each scheduler pass writes the copies it delivers from a
 queue and its progress (a record in ``RMQ_SYS_DELAY_PROGRESS``, body ``{"queue": q, "offset":
 <new next offset>, "delivered": [[first, last], ...]}``, the offsets above it this pass
 delivered) in one atomic batch, then the file: a pass killed in between delivers nothing twice.
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from store.errors import StoreError
-from store.fsutil import atomic_write_json, ensure_dir, json_problem, read_json_with_bak
+from store.fsutil import atomic_write_json, atomic_write_json_crc, ensure_dir, json_problem, read_json_with_bak
 from store.layout import Layout
 from store.log import broadcastoffsets, offsetcommits, offsets
 from store.log.record import Draft
@@ -57,7 +60,8 @@ def load_delay_progress(layout: Layout, warn: Warn | None = None) -> dict[str, A
     "progressRecords": n}``; empty tables before the scheduler's first pass. Progress records
     written after the file's ``progressRecords`` (a scheduler that died between its batch and
     the file) are applied on top."""
-    return _delay_progress_from(layout, read_json_with_bak(layout.delay_offset_json, default={}, warn=warn))
+    return _delay_progress_from(layout, read_json_with_bak(layout.delay_offset_json, default={}, warn=warn,
+                                                           crc=True))
 
 
 def _delay_progress_from(layout: Layout, obj: Any) -> dict[str, Any]:
@@ -105,11 +109,11 @@ class DelayProgress:
 
 def delay_progress_problem(path: Path) -> str | None:
     """Why ``delayOffset.json`` (or its ``.bak``) cannot be read, or None (``store check``)."""
-    return json_problem(path)
+    return json_problem(path, crc=True)
 
 
 def save_delay_progress(layout: Layout, state: dict[str, Any]) -> None:
-    atomic_write_json(layout.delay_offset_json, state)
+    atomic_write_json_crc(layout.delay_offset_json, state)
 
 
 def _restore_delay_progress(layout: Layout) -> list[str]:
@@ -129,7 +133,7 @@ def _restore_delay_progress(layout: Layout) -> list[str]:
         state = _delay_progress_from(layout, {})
         said = (f"{path} was unreadable, with no readable .bak; rebuilt from the scheduler's progress records "
                 f"in the log")
-    atomic_write_json(path, state, keep_bak=False)   # (a readable .bak stays as it was)
+    atomic_write_json_crc(path, state, keep_bak=False)   # (a readable .bak stays as it was)
     return [said]
 
 

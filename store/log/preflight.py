@@ -19,7 +19,7 @@ from store.flock import try_flock
 from store.fsutil import ensure_dir
 from store.layout import backup_of
 from store.log import checkpoint as ckpt
-from store.log import indexfence
+from store.log import indexfence, logstart
 from store.log.topics import TopicTable
 from store.log.topicsview import read_head
 
@@ -70,6 +70,7 @@ def claim_new_store(layout: Layout, write_settings: Callable[[], None] | None = 
         cp = ckpt.Checkpoint(boot_id=ckpt.current_boot_id(), derived_at=int(time.time()))
         # (fsynced; its name is made durable by store.json's directory fsync, which comes last)
         ckpt.write(layout.checkpoint, cp, new=True)
+        logstart.record(layout, 0, sync_dir=False)   # (retention has removed nothing)
         # the topics' view, empty, durable: unsynced, a power cut could leave it an empty
         # file, which (no config/topics/ yet) reads as a damaged legacy table to migrate
         TopicTable(layout).view.write("")
@@ -100,10 +101,11 @@ def _lock_for_making(fd: int, root: Path) -> None:
 def unfinished_creation(layout: Layout) -> bool:
     """The store directory holds nothing but what making a store writes before its
     ``store.json`` (or nothing at all): empty ``commitlog``, ``consumequeue`` and ``index``
-    directories, ``config`` with at most the topics' view, a checkpoint, an unreadable
-    ``store.json.bak`` and the temp files of these. (A few ``listdir``: no file is read but
-    the view's head.)"""
+    directories, ``config`` with at most the topics' view and the log's start, a checkpoint,
+    an unreadable ``store.json.bak`` and the temp files of these. (A few ``listdir``: no file
+    is read but the view's head.)"""
     view = TopicTable(layout).view.path
+    made = (view.name, layout.commitlog_start_json.name)
     files = {layout.checkpoint.name, backup_of(layout.store_json).name}
     empty_dirs = {layout.commitlog_dir.name, layout.consumequeue_dir.name, layout.index_dir.name}
     temp = f".{layout.store_json.name}."   # (store.json's and its .bak's, before their rename)
@@ -120,7 +122,7 @@ def unfinished_creation(layout: Layout) -> bool:
                     if not entry.is_dir(follow_symlinks=False):
                         return False
                     for name in os.listdir(entry.path):
-                        if not (name == view.name or name.startswith(f".{view.name}.")):
+                        if not (name in made or any(name.startswith(f".{m}.") for m in made)):
                             return False
                     head = read_head(view)
                     if head is not None and head.parsed and not head.is_view:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from store.log import format as F
 from store.log import recordfields
 from store.log.arrays import layouts
-from store.log.commitlog import CommitLog, written_length
+from store.log.commitlog import CommitLog, past_trailer, written_length
 from store.log.record import RecordError, crc32, decode
 
 if TYPE_CHECKING:
@@ -58,6 +58,9 @@ class Window:
     key_phys: Any = None
     damage: list[tuple[str, int, str]] = field(default_factory=list)   # (segment, offset in it, why)
     damage_at: list[int] = field(default_factory=list)                 # each damage's log offset
+    # (a sealed segment's last window) bytes past its BLANK trailer, no record's: (its file,
+    # where the trailer ends in it, how many; ``commitlog.past_trailer``)
+    past_trailer: tuple[str, int, int] | None = None
     end: int = 0       # the log offset this window's scan reached
     cut: bool = False  # (a live scan) it stopped at ``end``, a record that runs past the log's end
     bytes: int = 0     # bytes of log read for it
@@ -131,6 +134,9 @@ def _segment(fd: int, path: str, span: tuple[int, int], pos: int, may_cut: bool,
         w.end = base + pos
         if trailer:
             w.end = seg_end   # (a scan that resumes there goes on in the next segment)
+            stray = 0 if last else past_trailer(fd, pos + F.END_FILE_MIN_BLANK, seg_end - base, size)
+            if stray:
+                w.past_trailer = (path, pos + F.END_FILE_MIN_BLANK, stray)
             if progress is not None:
                 progress(size - started)
             yield w

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from store.errors import CorruptionError
 from store.failpoints import failpoint
 from store.fsutil import not_rewritable
-from store.log import atomicbatch, broadcastoffsets, indexfence, knowndamage, recordscan
+from store.log import atomicbatch, broadcastoffsets, indexfence, knowndamage, logstart, recordscan
 from store.log import checkpoint as ckpt
 from store.log import format as F
 from store.log.consumequeue import queue_dirs
@@ -59,6 +59,8 @@ class RecoveryReport:
     reason: str = ""
     # an unfinished atomic batch cut: (where it began, its intact records, its last one torn)
     batch_cut: tuple[int, int, bool] | None = None
+    # sealed segments' bytes past their trailer the scan met: (file, where the trailer ends, bytes)
+    past_trailers: list[tuple[str, int, int]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"reason": self.reason, "start": self.start, "end": self.end, "records": self.records,
@@ -210,6 +212,8 @@ def recover(engine: Engine, full: bool = False, progress: Callable[[int], None] 
     if plan.rebooted or rep.cq_entries_dropped or rep.truncated_bytes:
         _clamp_consumers(engine)
     if full:   # readers' files that no reader can read: put back from a .bak or the log, skipping nothing
+        _cut_past_trailers(engine, rep)
+        logstart.accept(engine.layout, engine.commitlog.min_offset(), engine.warn)
         restore_unreadable(engine.layout, engine.warn)
         broadcastoffsets.reset_lost(engine.layout, engine.queues.min_offset, {
             n: t.queues for n, t in engine.topics().items() if not is_system_topic(n)}, engine.warn)
@@ -228,6 +232,15 @@ def recover(engine: Engine, full: bool = False, progress: Callable[[int], None] 
     if rebuild_index:
         indexfence.end_rebuild(engine.index)
     return rep
+
+
+def _cut_past_trailers(engine: Engine, rep: RecoveryReport) -> None:
+    """The bytes sealed segments hold past their trailer (no record's), cut by their owner."""
+    log = engine.commitlog
+    for path, at, _n in rep.past_trailers:
+        cut = log.cut_past_trailer(int(os.path.basename(path)), at)   # (a segment is named by its base)
+        if cut:
+            engine.warn(f"{path}: cut {cut} bytes past its end-of-segment trailer (byte {at} on; no record's)")
 
 
 def _refuse_what_cannot_finish(engine: Engine) -> None:
@@ -336,6 +349,8 @@ def _redispatch(engine: Engine, plan: _Plan, topics: dict[str, TopicConfig], rep
             engine.index.add_hashes(w.key_hash.tolist(), w.key_phys.tolist(), last_ts)
 
     for w in recordscan.scan(engine.commitlog, plan.start, progress):
+        if w.past_trailer is not None:
+            rep.past_trailers.append(w.past_trailer)
         cut = None
         for d, at in zip(w.damage, w.damage_at):
             if plan.rebooted and at >= plan.cut_from:

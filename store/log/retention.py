@@ -61,8 +61,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from store.errors import StoreError
-from store.fsutil import read_json_with_bak
 from store.log import format as F
+from store.log import logstart
 from store.names import CHECK_MAX_TOPIC, HALF_TOPIC, SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
@@ -201,9 +201,9 @@ def _schedule_needs(store: Store, topics: dict[str, Any]) -> list[Need]:
     cfg = topics.get(SCHEDULE_TOPIC)
     if cfg is None:
         return []
-    obj = read_json_with_bak(store.layout.delay_offset_json, default={}, warn=store.warn)
-    table = obj.get("offsetTable") if isinstance(obj, dict) else None
-    table = table if isinstance(table, dict) else {}
+    # (read by its owner: the file's crc, its .bak, the progress past it)
+    from store.log.positions import load_delay_progress
+    table = load_delay_progress(store.layout, store.warn)["offsetTable"]
     offsets: dict[tuple[str, int], int] = {}
     for q in range(cfg.queues):
         v = table.get(str(q))
@@ -386,6 +386,8 @@ def clean(store: Store, retention_ms: int = DEFAULT_RETENTION_MS, force: bool = 
         from store.log.consumequeue import ConsumeQueue
         done = _reporter(on_delete, progress)
         for _d, bases, each in _by_directory(plan.commitlog, done):   # (each kind by its owner)
+            # (recorded first: a segment gone below the record is never taken for one lost)
+            logstart.record(store.layout, max(bases) + store.commitlog.segment_size)
             store.commitlog.remove_segments(bases, store.warn, each)
         for d, bases, each in _by_directory(plan.consumequeue, done):
             ConsumeQueue(d, store.settings.cq_segment_entries).remove_segments(bases, store.warn, each)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from store.fsutil import CRC_FIELD, atomic_write_json, atomic_write_json_crc, crc_problem, read_json_with_bak
+from store.fsutil import atomic_write_json, atomic_write_json_crc, crc_mismatch, read_json_with_bak
 from store.layout import Layout, backup_of, segment_file
 from store.log import filestat
 from store.log import format as F
@@ -74,10 +74,9 @@ class StoreSettings:
         they are not: a wrong ``crc``, a missing field, a size no store can have)."""
         if not isinstance(obj, dict):
             raise TypeError("not a JSON object")
-        if CRC_FIELD in obj:   # (a store.json of an earlier version has none: read as it is)
-            why = crc_problem(obj)
-            if why is not None:
-                raise ValueError(why)
+        why = crc_mismatch(obj)   # (a store.json of an earlier version has none: read as it is)
+        if why is not None:
+            raise ValueError(why)
         if int(obj.get("formatVersion", 0)) != F.STORE_FORMAT_VERSION:
             raise ValueError(f"unsupported store format version {obj.get('formatVersion')!r}")
         s = cls(max_message_size=int(obj["maxMessageSize"]),

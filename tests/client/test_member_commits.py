@@ -311,6 +311,12 @@ def test_only_a_damaged_record_with_valid_ones_after_it_is_damage_in_the_middle(
         assert ClusterOffsetStore(layout).read("g", "T", 0) == 2   # readers stop there: nothing skipped
     else:
         assert found is None
+    # Below where the journal was synced (a snapshot's journalEnd) no power cut zeroes a sector
+    synced = oj.Journal(path).damage(synced=len(data) - oj.HEADER.size)
+    if damage == "zeros-then-records":   # (damage from the record the zeros begin in)
+        assert synced is not None and synced[0] <= 512 and synced[1] == len(data) - oj.HEADER.size, synced
+    else:
+        assert synced == found
 
 
 class _CountingJson:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from store.errors import CorruptionError, InvalidNameError, UsageError
-from store.fsutil import json_crc
+from store.fsutil import json_crc, with_crc
 from store.layout import Layout
 from store.log.broadcastoffsets import BroadcastOffsetStore
 from store.log.offsets import ClusterOffsetStore
@@ -304,10 +304,11 @@ def test_broadcast_round_trip_in_the_local_file_format(layout: Layout, warnings:
     store.persist({("T", 0), ("T", 1)})
 
     path = layout.root / "offsets" / "host@1" / "g" / "offsets.json"
-    assert json.loads(path.read_text()) == {"offsetTable": [
+    obj = json.loads(path.read_text())
+    assert obj == with_crc({"offsetTable": [   # (RocketMQ's table, and our checksum beside it)
         {"topic": "T", "brokerName": "mqctl", "queueId": 0, "offset": 7},
         {"topic": "T", "brokerName": "mqctl", "queueId": 1, "offset": 42},
-    ]}
+    ]})
     assert mode(path) == 0o600
     assert mode(path.parent) == mode(path.parent.parent) == 0o700
     reopened = broadcast(layout, warnings)

@@ -83,3 +83,30 @@ def test_a_trusted_table_that_disagrees_with_its_journal_is_what_recover_keeps(m
     assert _offset(mq) == (6, "")
     got = mq.ok("consume", "t", "-g", "g", "-e").stdout.split()
     assert got == [f"m{i}".encode() for i in range(6, 10)], got
+
+
+def test_zeros_in_the_synced_middle_of_the_journal_are_damage_check_reports(mq: MQ) -> None:
+    """A KiB of zeros written over the middle of ``consumerOffset.log`` passed ``store check``:
+    zeros before valid records were taken for what a power cut leaves, but the table's
+    ``journalEnd`` says the journal was synced up to there, which no power cut zeroes. Readers
+    (the table holds those commits) and ``store recover`` (the journal written again from the
+    table) keep every offset; the journal alone vouches for them again after it."""
+    mq.ok("topic", "create", "T", "--queues", "32")
+    mq.send_lines("T", [f"m{i}" for i in range(320)])
+    for group in "abcd":
+        mq.ok("consume", "T", "-g", group, "--from", "first", "-e")
+    log = mq.root / "config" / "consumerOffset.log"
+    data = bytearray(log.read_bytes())
+    assert len(data) > 2048 and json.loads((mq.root / TABLE).read_bytes())["journalEnd"] == len(data) - 16
+    data[512:1536] = bytes(1024)
+    log.write_bytes(bytes(data))
+    want = {g: mq.offsets(g, "T") for g in "abcd"}
+    assert all(sum(o.values()) == 320 for o in want.values()), want
+    res = mq.run("store", "check")
+    assert res.returncode == 1 and f"{log}:" in res.out and "offsets journal damaged" in res.out, res
+    assert "below the offset table's journalEnd" in res.out, res
+    mq.ok("store", "recover")
+    mq.check_clean()
+    for copy in (mq.root / TABLE, mq.root / (TABLE + ".bak")):
+        copy.unlink()
+    assert {g: mq.offsets(g, "T") for g in "abcd"} == want

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from store import fsutil
 from store.layout import Layout
 from store.log import format as F
 from tests.procs import MQ, one_error
@@ -258,6 +260,96 @@ def test_store_recover_repairs_every_readers_file_store_check_names(mq: MQ, make
         assert [row["topic"] for row in res.json_lines()] == ["t"], res
 
 
+def _delay_progress_twice(mq: MQ) -> Reader:
+    """Two delayed messages delivered: the scheduler's progress file and a readable .bak."""
+    for body in ("late", "later"):
+        mq.ok("send", "t", body, "--delay", "1")
+        res = mq.ok("consume", "t", "-g", "G", "--from", "first", "-c", "1")   # waits for it
+        assert res.stdout == f"{body}\n".encode(), res
+    return "config/delayOffset.json", ["consume", "t", "-g", "G", "-e"], b""   # (not delivered again)
+
+
+def _offsets_of(obj: dict) -> list:
+    table = obj["offsetTable"]
+    return [e["offset"] for e in table] if isinstance(table, list) else list(table.values())
+
+
+def _set_offsets(obj: dict, offset: int) -> None:
+    table = obj["offsetTable"]
+    for k in range(len(table)) if isinstance(table, list) else list(table):
+        if isinstance(table, list):
+            table[k]["offset"] = offset
+        else:
+            table[k] = offset
+
+
+@pytest.mark.parametrize("make", [_delay_progress_twice, _broadcast_progress], ids=["delayOffset", "broadcastOffsets"])
+def test_a_digit_changed_in_a_readers_progress_file_fails_its_crc(mq: MQ, make) -> None:   # noqa: ANN001
+    """The delay scheduler's ``delayOffset.json`` (K10) and a broadcast client's ``offsets.json``
+    (K12) had no checksum: an offset's digit changed, the JSON still valid, passed store check
+    and was used (an offset moved back delivers again, one moved on skips). Now the copy whose
+    crc fails is not read: its .bak is (with a warning), check names it, recover puts it back."""
+    mq.ok("topic", "create", "t", "--queues", "1")
+    name, reader, after = make(mq)
+    path = mq.root / name
+    obj = json.loads(path.read_bytes())
+    assert "crc" in obj and min(_offsets_of(obj)) > 0, obj
+    _set_offsets(obj, 0)   # (every message delivered again, were it read)
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    res = mq.run("store", "check")
+    assert res.returncode == 1 and f"{path}:0: crc mismatch" in res.out, str(res)
+    assert f"({path.name}.bak is used instead)" in res.out, str(res)
+    res = mq.ok(*reader)
+    assert res.stdout == after and "crc mismatch" in res.stderr, res
+    mq.ok("store", "recover")
+    res = mq.ok("store", "check")
+    assert "warning" not in res.stderr, str(res)
+    assert fsutil.crc_problem(json.loads(path.read_bytes())) is None
+
+
+@pytest.mark.parametrize("make", [_delay_progress_twice, _broadcast_progress], ids=["delayOffset", "broadcastOffsets"])
+def test_a_readers_progress_file_of_an_earlier_version_without_a_crc_is_read_as_it_is(mq: MQ, make) -> None:   # noqa: ANN001
+    mq.ok("topic", "create", "t", "--queues", "1")
+    name, reader, _after = make(mq)
+    path = mq.root / name
+    for copy in (path, path.with_name(path.name + ".bak")):
+        obj = json.loads(copy.read_bytes())
+        del obj["crc"]
+        copy.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    res = mq.ok("store", "check")
+    assert "warning" not in res.stderr, str(res)
+    mq.ok("send", "t", "new")
+    res = mq.ok(*reader)
+    assert res.stdout.endswith(b"new\n") and "warning" not in res.stderr, res
+
+
+def test_the_oldest_segment_deleted_by_hand_is_reported_not_taken_for_retention(tmp_path: Path) -> None:
+    """The oldest commit-log segment deleted by hand passed store check (testerK K11): the
+    consume queues pointing below the log's start were taken for retention's, and readers
+    started past the lost messages in silence. Retention records where it leaves the log's
+    start (config/commitlogStart.json): check names the missing segment, recover accepts the
+    loss with a warning, and retention's own deletions after that are no problem."""
+    m = MQ(tmp_path / "small", tmp_path)
+    try:
+        m.ok("init", "--max-message-size", "64KiB", "--segment-size", "128KiB")
+        m.ok("topic", "create", "t", "--queues", "1")
+        m.ok("send", "t", input="".join(f"{i:04d}{'x' * 100}\n" for i in range(3000)))
+        segs = sorted((m.root / "commitlog").iterdir())
+        assert len(segs) >= 4, segs
+        segs[0].unlink()
+        res = m.run("store", "check")
+        assert res.returncode == 1 and f"{segs[0]}:0: missing: the commit log begins at offset " \
+                                      f"{int(segs[1].name)}, but retention removed no segment past offset 0" in res.out, res
+        res = m.ok("store", "recover")
+        assert "below offset %d were gone, not removed by retention" % int(segs[1].name) in res.stderr, res
+        m.check_clean()
+        m.ok("store", "clean", "--older-than", "0s", "--force")
+        assert sorted((m.root / "commitlog").iterdir()) == segs[-1:]
+        m.check_clean()
+    finally:
+        m.cleanup()
+
+
 @pytest.mark.parametrize("tail", [1, 2, 3])
 @pytest.mark.parametrize("how", ["cut", "stray"])
 def test_a_torn_tail_of_a_few_bytes_is_damage_named_not_an_internal_error(mq: MQ, how: str, tail: int) -> None:
@@ -282,3 +374,48 @@ def test_a_torn_tail_of_a_few_bytes_is_damage_named_not_an_internal_error(mq: MQ
     mq.ok("send", "t", "after")
     assert mq.ok("consume", "t", "--no-group", "--from", "first", "-e").stdout == b"1\n2\n3\nafter\n"
     mq.check_clean()
+
+
+@pytest.mark.parametrize("where", ["past its size", "after its trailer"])
+def test_bytes_past_a_sealed_segments_trailer_are_reported_and_recover_cuts_only_them(tmp_path: Path,
+                                                                                      where: str) -> None:
+    """Bytes a sealed segment holds past its end-of-segment trailer (appended past the size
+    its name and the next segment's say, or written over the zeros after the trailer) are no
+    record's: readers never read them, and store check said OK without a word. Now check
+    warns, naming the segment, where they begin and how many (exit 0: no message is at stake),
+    and store recover cuts them in the commit log's owner, never a record."""
+    m = MQ(tmp_path / "small", tmp_path)
+    try:
+        m.ok("init", "--max-message-size", "64KiB", "--segment-size", "128KiB")
+        m.ok("topic", "create", "t", "--queues", "1")
+        m.ok("send", "t", input="".join(f"{i:04d}{'x' * 40000}\n" for i in range(10)))
+        seg = sorted((m.root / "commitlog").iterdir())[0]
+        data = seg.read_bytes()
+        trailer_end = data.rfind(F.BLANK_MAGIC.to_bytes(4, "big")) + 4
+        assert trailer_end == len(data), "a sealed segment ends with its trailer"
+        junk = b"\x7fjunk" * 100
+        if where == "past its size":   # (zeros up to its size, then more: all of it counts)
+            os.truncate(seg, 128 * 1024)
+            with open(seg, "ab") as f:
+                f.write(junk)
+            stray = 128 * 1024 + len(junk) - trailer_end
+        else:
+            assert trailer_end + len(junk) < 128 * 1024, "the trailer leaves no room after it"
+            with open(seg, "r+b") as f:
+                f.seek(trailer_end + 16)
+                f.write(junk)
+            stray = 16 + len(junk)
+        res = m.run("store", "check")
+        assert res.returncode == 0, res
+        assert f"{seg}: {stray} bytes past the segment's end-of-segment trailer (byte {trailer_end} on)" \
+            in res.stderr, res
+        res = m.ok("store", "recover")
+        assert f"{seg}: cut {stray} bytes past its end-of-segment trailer" in res.stderr, res
+        assert seg.read_bytes() == data
+        res = m.ok("store", "check")
+        assert "past the segment" not in res.stderr, res
+        m.check_clean()
+        got = m.ok("consume", "t", "--no-group", "--from", "first", "-e").stdout.splitlines()
+        assert [int(g[:4]) for g in got] == list(range(10))
+    finally:
+        m.cleanup()

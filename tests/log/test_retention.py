@@ -12,6 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from mqctl.app import app
+from store.layout import Layout
+from store.log import logstart
 from store.log.broadcastoffsets import BroadcastOffsetStore
 from store.log.messagestore import Store
 from store.log.offsets import ClusterOffsetStore
@@ -289,6 +291,8 @@ def test_a_crash_at_any_step_leaves_an_openable_consistent_store(root: Path, tmp
     for k in range(len(files) + 1):
         copy = tmp_path / f"crash{k}"
         shutil.copytree(root, copy)
+        if k:   # (clean records where the log will begin before it deletes a segment)
+            logstart.record(Layout(copy), max(int(a.path.name) for a in plan.commitlog) + SEG)
         for action in files[:k]:  # the deletion order of clean(): oldest first, log first
             os.unlink(copy / action.path.relative_to(root))
         c = Store.open(copy, warn=lambda _m: None)
@@ -349,3 +353,15 @@ def test_store_clean_command(root: Path) -> None:
 def test_store_clean_bad_duration(root: Path) -> None:
     open_store(root).close()
     assert run(root, "store", "clean", "--older-than", "soon")[0] == 2
+
+
+def test_the_record_of_the_logs_start_never_moves_back_and_a_damaged_one_is_named(store: Store) -> None:
+    lay = store.layout
+    assert logstart.read(lay) == 0, "a new store's log begins at 0"
+    logstart.record(lay, 3 * SEG)
+    logstart.record(lay, SEG)
+    assert logstart.read(lay) == 3 * SEG
+    lay.commitlog_start_json.write_text('{"start": 1}\n')   # (no crc: edited)
+    assert [p.file for p in store.check().problems] == [str(lay.commitlog_start_json)]
+    store.recover(full=True)
+    assert logstart.read(lay) == 0 and store.check().problems == []
