@@ -139,6 +139,13 @@ def animation_allowed(stream: IO[Any]) -> bool:
     return _isatty(stream)
 
 
+def can_draw_screen() -> bool:
+    """Whether the terminal can take a full screen (cursor moves, the alternate screen): not a
+    dumb one (TERM=dumb, as an editor's shell buffer sets) nor one that names no TERM at all,
+    where the screen's escapes would draw nothing (``mqctl top`` shows its plain snapshot)."""
+    return os.environ.get("TERM", "") not in ("", "dumb")
+
+
 def _isatty(stream: IO[Any]) -> bool:
     try:
         return stream.isatty()

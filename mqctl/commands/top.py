@@ -23,7 +23,8 @@ over the last 5 s, LAST-60S a sparkline of messages in, TREND the lag's change p
 DRAIN the time to drain at that pace (or falling behind). Read-only: writes nothing, takes no
 lock, works on a store you may only read.
 
-Piped or --once: one plain snapshot of every view, then exit (rates need two looks: -).
+Piped, --once or on a terminal that cannot draw a screen (TERM=dumb or unset): one
+plain snapshot of every view, then exit (rates need two looks: -).
 --json: one NDJSON object per refresh (with --once: one).
 
 Examples:
@@ -41,12 +42,13 @@ def top(ctx: typer.Context, group: OptionalGroupOpt = None, topic: TopicFilterOp
         interval: IntervalOpt = 1.0, once: OnceOpt = False, json: JsonOpt = False) -> None:
     import sys
 
+    from mqctl.output import can_draw_screen
     st = state(ctx)
     with store.Monitor(st.store_path, group=group, topic=topic) as monitor:
         history = store.History()
         if json:
             _json_stream(monitor, history, interval, once)
-        elif once or not (sys.stdin.isatty() and sys.stdout.isatty()):
+        elif once or not (sys.stdin.isatty() and sys.stdout.isatty() and can_draw_screen()):
             _plain(monitor, history, group)
         else:
             from mqctl.toplive import run_live

@@ -404,6 +404,39 @@ def test_a_signal_ends_the_live_screen_as_ctrl_c_does(mq: MQ, sig: str) -> None:
     assert b"Traceback" not in out and b"error" not in out
 
 
+@pytest.mark.parametrize("term", ["dumb", ""])
+def test_a_terminal_that_cannot_draw_a_screen_gets_the_plain_snapshot(mq: MQ, term: str) -> None:
+    """On a dumb terminal (an editor's shell buffer) or one with no TERM, the full screen's
+    escapes draw nothing: top prints the plain snapshot, as piped, and exits 0 (it showed
+    nothing at all until q before)."""
+    import select
+    _setup(mq)
+    master, slave = os.openpty()
+    env = mqctl_env(mq.root, extra={"TERM": term, "COLUMNS": "100", "LINES": "30"})
+    p = subprocess.Popen(MQCTL + ["top"], stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    out = b""
+    try:
+        def exited() -> bool:
+            nonlocal out
+            while select.select([master], [], [], 0.05)[0]:
+                try:
+                    out += os.read(master, 65536)
+                except OSError:   # (EIO: the slave side closed)
+                    break
+            return p.poll() is not None
+        wait_for(exited, timeout=60, what="top to print its snapshot and end")
+        exited()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(slave)
+        os.close(master)
+    assert p.returncode == 0, out
+    assert b"TOPICS" in out and b"GROUPS" in out and b"orders" in out, out
+    assert b"\x1b[?1049h" not in out and b"Traceback" not in out
+
+
 def test_sigterm_ends_the_json_stream_with_exit_0(mq: MQ) -> None:
     import signal
     p = subprocess.Popen(MQCTL + ["top", "--json", "--interval", "0.2"], stdout=subprocess.PIPE,
