@@ -66,18 +66,20 @@ class _Cursor:
         self.next = q.min_offset()      # the first entry not yet accounted for
         self.end = q.max_offset()
         self.buf_first = 0
-        self.buf: Any = ()
+        self.buf: list[tuple[int, int, int]] = []
         self.short: tuple[int, int] | None = None   # (queue offset, phys) claimed past the end
 
     def entry(self, k: int) -> tuple[int, int, int] | None:
+        """Entry ``k`` as (phys, size, tags), from a run read at once: the per-entry path of
+        :meth:`QueueCursors.claim`, so the run is turned into tuples in one call (a field of a
+        numpy row read one at a time costs ten times what the whole comparison does)."""
         i = k - self.buf_first
         if not 0 <= i < len(self.buf):
-            self.buf_first, self.buf = k, self.entries_array(k, _RUN)
+            self.buf_first, self.buf = k, self.entries_array(k, _RUN).tolist()
             i = 0
-            if not len(self.buf):
+            if not self.buf:
                 return None
-        e = self.buf[i]
-        return int(e["phys"]), int(e["size"]), int(e["tags"])
+        return self.buf[i]
 
     def entries_array(self, k: int, n: int) -> Any:
         """Entries ``[k, k + n)`` as a numpy array (fewer at the queue's end)."""
@@ -121,9 +123,13 @@ class QueueCursors:
             if k0 == c.next and k0 + n <= c.end and int(qoffs[-1]) == k0 + n - 1 and (
                     n == 1 or bool((np.diff(qoffs) == 1).all())):
                 ent = c.entries_array(k0, n)
-                if len(ent) == n and bool(((ent["phys"] == phys) & (ent["size"] == size)
-                                           & (ent["tags"] == tags)).all()):
+                if len(ent) == n:
+                    # (the entries that match their records are all a claim would settle: only
+                    # the others are claimed one by one, each naming what is wrong)
+                    bad = np.flatnonzero((ent["phys"] != phys) | (ent["size"] != size) | (ent["tags"] != tags))
                     c.next = k0 + n
+                    for i in bad.tolist():
+                        self.claim(c, k0 + i, int(phys[i]), int(size[i]), int(tags[i]), False)
                     continue
             pend = [pending_from is not None and x >= pending_from for x in phys.tolist()]
             for a, b, s_, t_, pe in zip(qoffs.tolist(), phys.tolist(), size.tolist(), tags.tolist(), pend):
@@ -139,7 +145,8 @@ class QueueCursors:
             c.next = max(c.next, c.end)
             return
         if k >= c.next:
-            self._unclaimed(c, c.next, k)
+            if k > c.next:
+                self._unclaimed(c, c.next, k)
             c.next = k + 1
         e = c.entry(k)
         if e is None:
