@@ -173,6 +173,30 @@ def find(engine: Engine, msg_id: str, strict: bool = False) -> Message:
     raise MessageNotFoundError(f"no message with id {typed!r}")
 
 
+def damaged_record_key(engine: Engine, phys: int, size: int) -> str | None:
+    """The unique key of the damaged record at ``phys`` (``size`` bytes, as the consume-queue
+    entry that led to it says), when the key index confirms it; else None.
+
+    The key is read from the record's own bytes past its failed checks, a hint only (a flipped
+    bit may have changed it), and stands only when one of the index's entries for it leads to
+    ``phys``: those were written from the record while it was sound. Nothing else of the
+    record is used: whoever asks reads what it needs from the sound records of that key."""
+    if indexfence.rebuilding(engine.index):   # (a rebuild cut short: its files may lack the key)
+        return None
+    try:
+        raw = engine.commitlog.read_bytes(phys, size)
+        key = decode(raw, 0, len(raw), verify=False).uniq_key
+    except (RecordError, IndexError, OSError):   # (lengths that run past the record: no key)
+        return None
+    if not key or not is_msg_id(key):
+        return None
+    _look_at_index(engine)
+    return key if phys in lookup(engine, F.uniq_key_of(key), _CONFIRM_LIMIT) else None
+
+
+_CONFIRM_LIMIT = 4096   # index entries of one key looked through (a transaction's copies and ops)
+
+
 def id_as_stored(text: str) -> str:
     """A message or transaction id as typed, in the case ids are written in: hex digits in upper
     case (a sender's own id, ``msg_id=``, is stored upper case too, so none is in lower case)."""

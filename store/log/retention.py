@@ -15,8 +15,9 @@ not read it yet lose those messages. Here a segment is deleted only when all of 
    * every broadcast client (``offsets/<clientId>/<group>/offsets.json``), the same way;
    * the delay scheduler (``config/delayOffset.json``): parked retries and delayed messages
      that are not delivered yet;
-   * unresolved transactions: the live half copies of every PREPARED transaction. Records that
-     finish a half copy (op records, the committed message) are always written after that copy,
+   * unresolved transactions: the live half copies of every PREPARED transaction (none live
+     when its newest copy is damaged: then its newest sound one, which the check reads). Records
+     that finish a half copy (op records, the committed message) are always written after that copy,
      so keeping every segment from the oldest live copy on keeps everything a check or a manual
      ``tx commit`` needs. Parked transactions (DISCARDED after ``max_checks``, with a copy in
      ``TRANS_CHECK_MAX_TIME_TOPIC``, resolved by nobody since) are unresolved too: ``tx commit``
@@ -222,7 +223,9 @@ def transaction_needs(store: Store) -> list[Need]:
     try:
         needs = []
         for p in txcheck.pending(store):
-            for h in tx.load(store, p.tx_id).live():
+            view = tx.load(store, p.tx_id)
+            # (none live: its newest copy is damaged, and the sound one before is what is checked)
+            for h in view.live() or [view.latest]:
                 needs.append(Need(f"transaction {p.tx_id}", HALF_TOPIC, 0, h.queue_offset, h.commitlog_offset,
                                   _TX_REMEDY))
         for p in txcheck.parked(store):

@@ -22,6 +22,11 @@ else append a copy with the count + 1, write the CHECK op, ask the checker about
 and commit or roll back on its answer. Then the half offset moves to where the walk stopped and
 the op offset over the leading op records that name only offsets below it.
 
+A copy the log cannot read (damaged: its CRC fails) is never skipped for its transaction's sake:
+when the key index confirms whose copy it was (``reads.damaged_record_key``), that transaction is
+listed and checked from its newest sound copy (the older ones a check's re-append finished), with
+a warning naming the damaged one, and the op the check writes finishes the damaged copy too.
+
 Differences from RocketMQ: no discard of half messages born more than 72 h ago (retention is
 ``store clean``'s business here).
 """
@@ -30,7 +35,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
 from store.errors import NotFoundError, TransactionStateError, io_error
 from store.failpoints import failpoint
@@ -96,17 +101,65 @@ class PendingTransaction:
     parked_at: int | None = None
 
 
+def _half_copies(store: Store, start: int, end: int | None = None) -> Iterator[tuple[int, Message | str]]:
+    """``(queue offset, copy)`` of the half queue's copies in ``[start, end)``; a damaged one's
+    ``copy`` is why it cannot be read (never skipped here: its transaction has to be told)."""
+    end = store.max_offset(HALF_TOPIC, 0) if end is None else end
+    off = max(start, store.min_offset(HALF_TOPIC, 0))
+    while off < end:
+        res = store.pull(HALF_TOPIC, 0, off, min(256, end - off))
+        found: list[tuple[int, Message | str]] = [(m.queue_offset, m) for m in res.messages]
+        if res.damaged:
+            found = sorted(found + list(res.damaged), key=lambda c: c[0])
+        yield from found
+        if res.next_offset <= off:
+            break
+        off = res.next_offset
+
+
+def _damaged_copy_view(store: Store, queue_offset: int, why: str) -> TxView | None:
+    """The transaction whose half copy at ``queue_offset`` is damaged, when the key index
+    confirms whose it was (``reads.damaged_record_key``) and a sound copy of it is left; a
+    warning names the damaged copy either way.
+
+    Each check re-appends a copy and finishes the older ones: when the newest is damaged, the
+    transaction is read from its older, sound copies instead of vanishing with it."""
+    from store.log.reads import damaged_record_key
+    entry = store.queue(HALF_TOPIC, 0).entry(queue_offset)
+    tx_id = damaged_record_key(store.engine, entry[0], entry[1]) if entry is not None else None
+    view = None
+    if tx_id:
+        try:
+            view = load(store, tx_id)
+        except NotFoundError:
+            pass
+    where = f"half message {HALF_TOPIC}/0@{queue_offset} is damaged ({why})"
+    if view is not None:
+        store.warn(f"{where}: transaction {tx_id} is read from its sound copy at offset {view.latest.queue_offset}")
+    elif tx_id:
+        store.warn(f"{where}: no sound copy of transaction {tx_id} is left; it cannot be listed or checked")
+    else:
+        store.warn(f"{where}, and names no transaction the key index confirms; skipped")
+    return view
+
+
 def pending(store: Store) -> list[PendingTransaction]:
     """PREPARED transactions, oldest first (what the check service has still to decide)."""
     half_off, op_off = _start_offsets(store)
     finished = {o for _, offs in _read_ops(store, op_off) for o in offs}
-    newest: dict[str, Message] = {}
-    for m in store.iter_queue(HALF_TOPIC, 0, half_off):
-        if m.queue_offset not in finished and m.uniq_key:
+    newest: dict[str, Message | None] = {}
+    for qoff, m in _half_copies(store, half_off):
+        if qoff in finished:
+            continue
+        if isinstance(m, str):
+            view = _damaged_copy_view(store, qoff, m)
+            if view is not None:
+                newest.setdefault(view.tx_id, None)
+        elif m.uniq_key:
             newest[m.uniq_key] = m
-    out = [PendingTransaction(tx_id, view.topic, int_or(m.properties.get(PROP_REAL_QID), -1), view.check_times,
-                              view.latest)
-           for tx_id, m, view in _in_state(store, newest, PREPARED)]
+    out = [PendingTransaction(tx_id, view.topic, int_or(view.latest.properties.get(PROP_REAL_QID), -1),
+                              view.check_times, view.latest)
+           for tx_id, _m, view in _in_state(store, newest, PREPARED)]
     return sorted(out, key=lambda p: (p.half.born_timestamp, p.half.queue_offset))
 
 
@@ -125,7 +178,10 @@ def parked(store: Store) -> list[PendingTransaction]:
     return sorted(out, key=lambda p: (p.parked_at or 0, p.half.queue_offset))
 
 
-def _in_state(store: Store, copies: dict[str, Message], state: str) -> Iterator[tuple[str, Message, TxView]]:
+_C = TypeVar("_C")
+
+
+def _in_state(store: Store, copies: dict[str, _C], state: str) -> Iterator[tuple[str, _C, TxView]]:
     """``(tx_id, copy, view)`` of the transactions of ``copies`` whose state is ``state`` now."""
     for tx_id, copy in copies.items():
         try:
@@ -231,28 +287,39 @@ class _CheckPass:
     def _walk(self, start: int, end: int, finished: set[int]) -> int:
         """Handle the half copies in [start, end); returns where the next pass must start."""
         held: int | None = None  # first copy passed over under its own immunity
-        for m in self.store.iter_queue(HALF_TOPIC, 0, start, end):
+        for qoff, found in _half_copies(self.store, start, end):
             if self.should_stop():
-                return min(m.queue_offset, held if held is not None else end)
-            if m.queue_offset in finished:
+                return min(qoff, held if held is not None else end)
+            if qoff in finished:
+                continue
+            m = found if not isinstance(found, str) else self._stand_in(qoff, found)
+            if m is None:
                 continue
             age = now_ms() - m.born_timestamp
             if 0 <= age < immunity_ms(m, self.timeout_ms):
                 if PROP_CHECK_IMMUNITY not in m.properties:
-                    return min(m.queue_offset, held if held is not None else end)
-                held = m.queue_offset if held is None else held
+                    return min(qoff, held if held is not None else end)
+                held = qoff if held is None else held
                 continue
-            self._handle(m)
+            self._handle(qoff, m)
         return held if held is not None else end
 
-    def _handle(self, m: Message) -> None:
+    def _stand_in(self, qoff: int, why: str) -> Message | None:
+        """The newest sound copy of the transaction whose copy at ``qoff`` is damaged (same
+        birth, body and properties but its count), or None when there is none to tell."""
+        view = _damaged_copy_view(self.store, qoff, why)
+        return view.latest if view is not None else None
+
+    def _handle(self, qoff: int, m: Message) -> None:
+        """Check the transaction of the copy at ``qoff``: ``m`` itself, or when that copy is
+        damaged, the sound copy that stands in for it."""
         if not m.uniq_key:
-            self.store.warn(f"half message at offset {m.queue_offset} has no UNIQ_KEY; skipped")
+            self.store.warn(f"half message at offset {qoff} has no UNIQ_KEY; skipped")
             return
         try:
-            step = self._prepare(m)
+            step = self._prepare(qoff, m.uniq_key)
         except NotFoundError as exc:  # the key index lost it: `mqctl store recover` rebuilds it
-            self.store.warn(f"half message at offset {m.queue_offset}: {exc}; skipped")
+            self.store.warn(f"half message at offset {qoff}: {exc}; skipped")
             return
         if step is None:
             return
@@ -261,21 +328,22 @@ class _CheckPass:
         failpoint("tx-check-after-answer")
         self._resolve(view, answer, times)
 
-    def _prepare(self, m: Message) -> tuple[TxView, Message, int] | None:
+    def _prepare(self, qoff: int, tx_id: str) -> tuple[TxView, Message, int] | None:
         """Under the write lock: repair, discard, or append the next copy and finish the live
-        ones. Returns what to ask the checker about, or None when there is nothing to ask."""
+        ones and the copy at ``qoff`` (damaged, it is no live one the view knows). Returns what
+        to ask the checker about, or None when there is nothing to ask."""
         store = self.store
         with store.write_lock():
             store.ensure_recovered()
-            view = load(store, m.uniq_key or "")
-            if m.queue_offset in view.finished_offsets():
+            view = load(store, tx_id)
+            if qoff in view.finished_offsets():
                 return None  # another process finished it after this pass read the op log
             if view.state != PREPARED:
-                put_op(store, view, OP_OF_STATE[view.state])
+                put_op(store, view, OP_OF_STATE[view.state], also=qoff)
                 self._emit(view, "repaired", None, view.state)
                 return None
             if view.check_times >= self.max_checks:
-                self._discard(view)
+                self._discard(view, qoff)
                 return None
             times = view.check_times + 1
             h = view.latest
@@ -283,16 +351,16 @@ class _CheckPass:
                                    queue_id=0, flag=h.flag, born_timestamp=h.born_timestamp,
                                    reconsume_times=h.reconsume_times)])[0]
             failpoint("tx-check-after-copy")
-            put_op(store, view, OP_CHECK)
+            put_op(store, view, OP_CHECK, also=qoff)
             failpoint("tx-check-after-op")
             return view, store.get(res.commitlog_offset), times
 
-    def _discard(self, view: TxView) -> None:
+    def _discard(self, view: TxView, qoff: int) -> None:
         h = view.latest
         self.store.put([Draft(CHECK_MAX_TOPIC, h.body, dict(h.properties), queue_id=0, flag=h.flag,
                               born_timestamp=h.born_timestamp, reconsume_times=h.reconsume_times)])
         failpoint("tx-discard-after-copy")
-        put_op(self.store, view, OP_DISCARD)
+        put_op(self.store, view, OP_DISCARD, also=qoff)
         self._emit(view, "discarded", None, DISCARDED)
 
     def _resolve(self, view: TxView, answer: str, times: int) -> None:

@@ -154,7 +154,9 @@ class TxView:
 
     @property
     def check_times(self) -> int:
-        return max(int_or(h.properties.get(PROP_CHECK_TIMES), 0) for h in self.halves)
+        # (each check wrote one CHECK op after its copy: a count its damaged copy took with it)
+        return max(max(int_or(h.properties.get(PROP_CHECK_TIMES), 0) for h in self.halves),
+                   sum(op.kind == OP_CHECK for op in self.ops))
 
     def finished_offsets(self) -> set[int]:
         return {o for op in self.ops for o in op.offsets}
@@ -277,9 +279,11 @@ def send_half(store: Store, topic: str, body: bytes, properties: dict[str, str],
     return PreparedTransaction(tx_id, topic, qid, res.msg_id, store.get(res.commitlog_offset))
 
 
-def put_op(store: Store, view: TxView, kind: str, sync: bool = False) -> None:
-    """Finish every live copy (or, when none is live, name the newest) with one op record."""
-    offsets = sorted(h.queue_offset for h in view.live()) or [view.latest.queue_offset]
+def put_op(store: Store, view: TxView, kind: str, sync: bool = False, also: int | None = None) -> None:
+    """Finish every live copy (or, when none is live, name the newest) with one op record;
+    ``also``: the half-queue offset of a copy of it the log cannot read (finished too)."""
+    offsets = sorted({h.queue_offset for h in view.live()} | ({also} if also is not None else set())) \
+        or [view.latest.queue_offset]
     body = "".join(f"{o}," for o in offsets).encode()
     props = {PROP_TAGS: OP_TAG, PROP_KEYS: view.tx_id, PROP_TRANSACTION_ID: view.tx_id, PROP_TX_OP: kind}
     store.put([Draft(OP_HALF_TOPIC, body, props, queue_id=0)], sync=sync)

@@ -329,6 +329,66 @@ def test_after_max_checks_a_transaction_is_discarded_then_can_be_resolved_by_han
     assert_committed_once(root, "orders", u, "u1")
 
 
+def _flip_half_copy(root: Path, tx_id: str, check_times: str) -> Message:
+    """Flip a bit in the body of ``tx_id``'s half copy written by its check ``check_times``."""
+    with Store.open(root) as store:
+        [copy] = [m for m in store.iter_queue(HALF_TOPIC, 0, 0)
+                  if m.uniq_key == tx_id and m.properties.get(PROP_CHECK_TIMES) == check_times]
+        base = store.commitlog.segment_of(copy.commitlog_offset)
+        path = store.commitlog.segment_path(base)
+    with open(path, "r+b") as fh:
+        fh.seek(copy.commitlog_offset - base + F.RECORD_HEADER_SIZE)
+        byte = fh.read(1)[0]
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte ^ 0x01]))
+    return copy
+
+
+def test_a_transaction_whose_newest_half_copy_is_damaged_is_listed_and_checked_from_its_sound_one(
+        root: Path, tmp_path: Path, ask_log: Path) -> None:
+    """Each check re-appends a half copy and finishes the older ones. A bit flipped in the body of
+    the newest made the transaction vanish from ``tx list`` and from the check service for good
+    (a 'skipping damaged message' warning, exit 0), though the copy before it was sound."""
+    cmd = handler_script(tmp_path / "answer.sh", ANSWER_BY_BODY)
+    u = tx_send(root, "orders", "u-kept", "--keys", "k1")["txId"]
+    other = tx_send(root, "orders", "u-other")["txId"]
+    check(root, cmd, "--timeout", "0", ask_log=ask_log)   # a second copy of each
+    damaged = _flip_half_copy(root, u, "1")
+    listed = ok(root, "tx", "list", "--json")
+    assert {r["txId"]: r["checkTimes"] for r in map(json.loads, listed.stdout.splitlines())} == {u: 1, other: 1}
+    [warning] = [ln for ln in listed.stderr.splitlines() if "damaged" in ln]
+    assert f"{HALF_TOPIC}/0@{damaged.queue_offset} is damaged" in warning and u in warning, warning
+
+    check(root, cmd, "--timeout", "0", ask_log=ask_log)   # asked about it from its sound copy
+    assert [(q["tx"], q["times"], q["body"]) for q in asked(ask_log)[2:]] == [(u, "2", "u-kept"),
+                                                                            (other, "2", "u-other")]
+    # (that check's op finished the damaged copy too: nothing to warn of any more)
+    assert any(damaged.queue_offset in offsets for kind, offsets in ops_of(root, u) if kind == "CHECK")
+    listed = ok(root, "tx", "list", "--json")
+    assert sorted(r["txId"] for r in map(json.loads, listed.stdout.splitlines())) == sorted([u, other])
+    assert "damaged" not in listed.stderr, listed.stderr
+    ok(root, "tx", "commit", u)
+    assert_committed_once(root, "orders", u, "u-kept")
+
+
+def test_store_clean_keeps_the_sound_copy_of_a_transaction_whose_newest_copy_is_damaged(root: Path) -> None:
+    """The log is kept from an unresolved transaction's live copies: none is live when the newest
+    is damaged, and ``store clean`` deleted the segment of the sound copy, the one left to commit."""
+    ok(root, "init", "--max-message-size", "16KiB", "--segment-size", "80KiB")
+    body = "u" + "x" * 3000
+    u = tx_send(root, "orders", body)["txId"]
+    filler = "".join("y" * 3000 + "\n" for _ in range(30)).encode()   # past the first segment
+    ok(root, "send", "orders", stdin=filler)
+    check(root, "echo UNKNOWN", "--timeout", "0")
+    ok(root, "send", "orders", stdin=filler * 2)
+    damaged = _flip_half_copy(root, u, "1")
+    with Store.open(root) as store:
+        assert store.commitlog.segment_of(damaged.commitlog_offset) > 0   # (the sound one in the first)
+    ok(root, "store", "clean", "--older-than", "0")
+    ok(root, "tx", "commit", u)
+    assert_committed_once(root, "orders", u, body)
+
+
 def test_tx_list_parked_shows_what_the_check_service_parked_until_it_is_resolved(
         root: Path, tmp_path: Path) -> None:
     # (a parked transaction left `tx list` and no option listed it: its id was to be dug out
