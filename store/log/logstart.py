@@ -12,7 +12,8 @@ moving back), and by ``store recover`` when it accepts the loss of segments that
 otherwise (with a warning). A log whose first segment begins past ``start`` lost the segments
 between, and the messages they held: readers start past them as after retention, ``store
 check`` reports it (:func:`missing`). A store made by an earlier version has no record until
-its first ``store clean`` or ``store recover``: until then where its log begins is not judged.
+its first ``store recover`` or the first ``store clean`` that removes a segment: until then
+where its log begins is not judged.
 """
 from __future__ import annotations
 
