@@ -314,7 +314,9 @@ def test_keys_work_again_after_ctrl_z_and_fg(mq: MQ, tmp_path: Path) -> None:
     single keys again (bash gives a continued job the terminal in line mode: keys waited for
     Enter), and the shell had its own screen and line mode while the view was stopped."""
     mq.ok("send", "orders", input="a\nb\n")
-    env = mqctl_env(mq.root, extra={"TERM": "xterm-256color"})
+    # (a prompt of its own: one exported by the caller, as a virtualenv's activate does, may
+    # hold neither "$" nor "#")
+    env = mqctl_env(mq.root, extra={"TERM": "xterm-256color", "PS1": "$ "})
     top = " ".join(shlex.quote(a) for a in MQCTL + ["top", "--interval", "0.5"])
     term = Tmux(tmp_path, "bash --norc --noprofile -i", env, 100, 30)
     try:
